@@ -1,0 +1,73 @@
+//! What a reservation attempt returns: a lease to run the effect under, or an answer.
+
+use crate::clock::Timestamp;
+use crate::decision::{Acquire, Decision};
+use crate::error::Error;
+use crate::fingerprint::Fingerprint;
+use crate::request::Request;
+use crate::response::StoredResponse;
+use crate::scope::RecordId;
+use crate::token::FencingToken;
+use std::time::Duration;
+
+/// The right to run a request's effect, held until completion, release or the deadline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The record.
+    pub id: RecordId,
+    /// The request's fingerprint.
+    pub fingerprint: Fingerprint,
+    /// The fencing token the record carries while this lease holds (C6).
+    pub token: FencingToken,
+    /// When the lease ends unless renewed (C9), in the store's own time.
+    pub lease_until: Timestamp,
+    /// How it was acquired (fresh, takeover of an orphan, start over after retention).
+    pub acquired: Acquire,
+}
+
+impl Lease {
+    /// A lease for `request` with a fresh token, as a store writes it.
+    pub fn new(request: &Request, lease_until: Timestamp, acquired: Acquire) -> Self {
+        Self {
+            id: request.id.clone(),
+            fingerprint: request.fingerprint,
+            token: FencingToken::generate(),
+            lease_until,
+            acquired,
+        }
+    }
+}
+
+/// The outcome of [`Store::reserve`](crate::Store::reserve) and
+/// [`Idempotency::begin`](crate::Idempotency::begin).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum Begin {
+    /// The caller holds the record: run the effect, then complete (or release on error).
+    Acquired(Lease),
+    /// A completed duplicate: answer with this response, marked as a replay (C7).
+    Replay(StoredResponse),
+    /// A duplicate still running elsewhere: answer 409 (or 202) at once (C5).
+    InFlight {
+        /// Time left on the running lease.
+        retry_after: Duration,
+    },
+    /// Same key, another request: answer 422, nothing runs (C3).
+    Mismatch,
+}
+
+impl Begin {
+    /// Turns a [`Decision`] into the outcome, calling `acquire` (the store's write of the new
+    /// reservation) only when the decision is to acquire.
+    pub fn from_decision(
+        decision: Decision,
+        acquire: impl FnOnce(Acquire) -> Result<Lease, Error>,
+    ) -> Result<Self, Error> {
+        Ok(match decision {
+            Decision::Acquire(how) => Begin::Acquired(acquire(how)?),
+            Decision::Replay(response) => Begin::Replay(response),
+            Decision::InFlight { retry_after } => Begin::InFlight { retry_after },
+            Decision::Mismatch => Begin::Mismatch,
+        })
+    }
+}

@@ -1,0 +1,235 @@
+//! The pure decision logic of idem (DESIGN §3). No I/O, no clock: given what is stored and
+//! when, it says what happens. Every store applies these decisions; none re-implements them.
+
+use crate::clock::Timestamp;
+use crate::error::Error;
+use crate::fingerprint::Fingerprint;
+use crate::record::{Record, RecordState};
+use crate::response::StoredResponse;
+use crate::token::FencingToken;
+use std::time::Duration;
+
+/// What an incoming request gets, given the current record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// The caller acquires the record with a fresh token and runs the effect (C4).
+    Acquire(Acquire),
+    /// A duplicate of a completed request: answer with the stored response (C7).
+    Replay(StoredResponse),
+    /// A duplicate of a request still running: answer at once, never wait (C5).
+    InFlight {
+        /// Until the current lease ends.
+        retry_after: Duration,
+    },
+    /// The key was used for another request (C3): nothing runs, nothing changes.
+    Mismatch,
+}
+
+/// Why a caller acquires, and which record (if any) the new reservation replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquire {
+    /// No record: insert one.
+    Fresh,
+    /// An orphaned in-progress record whose lease passed (C9): replace it if it still carries
+    /// `previous`; its holder is fenced out from then on.
+    TakeOver {
+        /// The token of the orphaned reservation.
+        previous: FencingToken,
+    },
+    /// A completed record whose retention passed (C10): the key is new again.
+    StartOver {
+        /// The token of the expired record.
+        previous: FencingToken,
+    },
+}
+
+impl Acquire {
+    /// The token of the record being replaced, if any: a store's compare-and-set condition.
+    pub fn replaces(&self) -> Option<FencingToken> {
+        match self {
+            Acquire::Fresh => None,
+            Acquire::TakeOver { previous } | Acquire::StartOver { previous } => Some(*previous),
+        }
+    }
+}
+
+/// Decides what a request with `fingerprint` gets at `now`, given the `current` record.
+///
+/// - no record, or a record past its deadline: acquire (fresh, take over, start over);
+///   an expired record behaves as absent whatever its fingerprint (C9, C10);
+/// - a live record with another fingerprint: [`Decision::Mismatch`], in every state, so
+///   422 wins over 409 (C3);
+/// - a live in-progress record: [`Decision::InFlight`] with the time left on its lease (C5);
+/// - a live completed record: [`Decision::Replay`] of its response (C7).
+///
+/// ```
+/// use idem_core::{decide, Decision, Fingerprint, Timestamp};
+/// let fp = Fingerprint::builder().body(b"x").finish();
+/// assert!(matches!(decide(None, &fp, Timestamp::from_millis(0)), Decision::Acquire(_)));
+/// ```
+pub fn decide(current: Option<Record>, fingerprint: &Fingerprint, now: Timestamp) -> Decision {
+    let Some(record) = current else {
+        return Decision::Acquire(Acquire::Fresh);
+    };
+    if !record.is_live(now) {
+        let previous = record.token;
+        return Decision::Acquire(match record.state {
+            RecordState::InProgress { .. } => Acquire::TakeOver { previous },
+            RecordState::Completed { .. } => Acquire::StartOver { previous },
+        });
+    }
+    if record.fingerprint != *fingerprint {
+        return Decision::Mismatch;
+    }
+    match record.state {
+        RecordState::InProgress { lease_until } => Decision::InFlight {
+            retry_after: lease_until.saturating_since(now),
+        },
+        RecordState::Completed { response, .. } => Decision::Replay(response),
+    }
+}
+
+/// The fence of complete, release and renew (C6, C9): the record must still carry `token`
+/// and be in progress. An expired lease that nobody took over still carries the token, so its
+/// holder may still finish; once taken over, released, completed or purged, it may not.
+///
+/// ```
+/// use idem_core::{check_fence, Error, FencingToken};
+/// assert!(matches!(check_fence(None, &FencingToken::generate()), Err(Error::LeaseLost)));
+/// ```
+pub fn check_fence(current: Option<&Record>, token: &FencingToken) -> Result<(), Error> {
+    match current {
+        Some(record) if record.token == *token && record.is_in_progress() => Ok(()),
+        _ => Err(Error::LeaseLost),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fp(body: &[u8]) -> Fingerprint {
+        Fingerprint::builder().body(body).finish()
+    }
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_millis(ms)
+    }
+    fn in_progress(body: &[u8], token: FencingToken, until: u64) -> Record {
+        Record {
+            fingerprint: fp(body),
+            token,
+            state: RecordState::InProgress {
+                lease_until: at(until),
+            },
+        }
+    }
+    fn completed(body: &[u8], token: FencingToken, until: u64) -> Record {
+        let response = StoredResponse::new(201, "done");
+        Record {
+            fingerprint: fp(body),
+            token,
+            state: RecordState::Completed {
+                response,
+                expires_at: at(until),
+            },
+        }
+    }
+
+    #[test]
+    fn c04_absent_acquires_fresh() {
+        assert_eq!(
+            decide(None, &fp(b"a"), at(5)),
+            Decision::Acquire(Acquire::Fresh)
+        );
+    }
+
+    #[test]
+    fn c05_live_in_progress_same_fingerprint_is_in_flight_with_time_left() {
+        let t = FencingToken::generate();
+        assert_eq!(
+            decide(Some(in_progress(b"a", t, 1_000)), &fp(b"a"), at(400)),
+            Decision::InFlight {
+                retry_after: Duration::from_millis(600)
+            }
+        );
+    }
+
+    #[test]
+    fn c03_live_in_progress_other_fingerprint_is_mismatch_not_in_flight() {
+        let t = FencingToken::generate();
+        assert_eq!(
+            decide(Some(in_progress(b"a", t, 1_000)), &fp(b"b"), at(400)),
+            Decision::Mismatch
+        );
+    }
+
+    #[test]
+    fn c07_live_completed_same_fingerprint_replays() {
+        let t = FencingToken::generate();
+        assert_eq!(
+            decide(Some(completed(b"a", t, 1_000)), &fp(b"a"), at(999)),
+            Decision::Replay(StoredResponse::new(201, "done"))
+        );
+    }
+
+    #[test]
+    fn c03_live_completed_other_fingerprint_is_mismatch() {
+        let t = FencingToken::generate();
+        assert_eq!(
+            decide(Some(completed(b"a", t, 1_000)), &fp(b"b"), at(0)),
+            Decision::Mismatch
+        );
+    }
+
+    #[test]
+    fn c09_expired_in_progress_is_taken_over_at_the_deadline() {
+        let t = FencingToken::generate();
+        let expect = Decision::Acquire(Acquire::TakeOver { previous: t });
+        assert_eq!(
+            decide(Some(in_progress(b"a", t, 1_000)), &fp(b"a"), at(1_000)),
+            expect
+        );
+        assert_eq!(
+            decide(Some(in_progress(b"a", t, 1_000)), &fp(b"b"), at(5_000)),
+            expect
+        );
+    }
+
+    #[test]
+    fn c10_expired_completed_starts_over_at_the_deadline() {
+        let t = FencingToken::generate();
+        let expect = Decision::Acquire(Acquire::StartOver { previous: t });
+        assert_eq!(
+            decide(Some(completed(b"a", t, 1_000)), &fp(b"a"), at(1_000)),
+            expect
+        );
+        assert_eq!(
+            decide(Some(completed(b"a", t, 1_000)), &fp(b"z"), at(1_001)),
+            expect
+        );
+        assert_eq!(
+            expect,
+            Decision::Acquire(Acquire::StartOver { previous: t })
+        );
+        assert_eq!(Acquire::StartOver { previous: t }.replaces(), Some(t));
+        assert_eq!(Acquire::Fresh.replaces(), None);
+    }
+
+    #[test]
+    fn c06_fence_requires_same_token_and_in_progress() {
+        let t = FencingToken::generate();
+        let other = FencingToken::generate();
+        assert!(check_fence(Some(&in_progress(b"a", t, 10)), &t).is_ok());
+        // An expired lease nobody took over still carries the token.
+        assert!(check_fence(Some(&in_progress(b"a", t, 0)), &t).is_ok());
+        assert!(matches!(
+            check_fence(Some(&in_progress(b"a", other, 10)), &t),
+            Err(Error::LeaseLost)
+        ));
+        assert!(matches!(
+            check_fence(Some(&completed(b"a", t, 10)), &t),
+            Err(Error::LeaseLost)
+        ));
+        assert!(matches!(check_fence(None, &t), Err(Error::LeaseLost)));
+    }
+}

@@ -1,0 +1,185 @@
+//! What a request means (C3): a blake3 digest over its length-prefixed parts.
+
+use crate::error::Error;
+use crate::json::canonical_json;
+use std::borrow::Cow;
+use std::fmt;
+
+/// A 32-byte blake3 digest of a request's meaning: method, route, the headers the caller
+/// names, and the body (C3).
+///
+/// Each part is tagged and length-prefixed, so no two different requests share an encoding;
+/// the parts may be given in any order. Same key with another fingerprint is a
+/// [`Mismatch`](crate::Begin::Mismatch) (HTTP 422).
+///
+/// ```
+/// use idem_core::Fingerprint;
+/// let a = Fingerprint::builder().method("POST").route("/charges").body(b"{\"amount\":100}").finish();
+/// let b = Fingerprint::builder().route("/charges").body(b"{\"amount\":100}").method("POST").finish();
+/// let c = Fingerprint::builder().method("POST").route("/charges").body(b"{\"amount\":200}").finish();
+/// assert_eq!(a, b);
+/// assert_ne!(a, c);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Fingerprint([u8; 32]);
+
+impl Fingerprint {
+    /// Starts a fingerprint.
+    pub fn builder<'a>() -> FingerprintBuilder<'a> {
+        FingerprintBuilder::default()
+    }
+
+    /// Wraps 32 stored bytes.
+    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// Reads a stored fingerprint; anything but 32 bytes is [`Error::CorruptRecord`].
+    pub fn from_slice(bytes: &[u8]) -> Result<Self, Error> {
+        <[u8; 32]>::try_from(bytes)
+            .map(Self)
+            .map_err(|_| Error::CorruptRecord(format!("fingerprint of {} bytes", bytes.len())))
+    }
+
+    /// The digest bytes.
+    pub const fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Fingerprint(")?;
+        for b in &self.0[..8] {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, "..)")
+    }
+}
+
+/// Collects the parts of a [`Fingerprint`]. Call order does not matter.
+#[derive(Debug, Default, Clone)]
+pub struct FingerprintBuilder<'a> {
+    method: Vec<u8>,
+    route: Vec<u8>,
+    headers: Vec<(String, Vec<u8>)>,
+    body: Cow<'a, [u8]>,
+}
+
+impl<'a> FingerprintBuilder<'a> {
+    /// The HTTP method (case-sensitive, as HTTP says).
+    pub fn method(mut self, method: &str) -> Self {
+        self.method = method.as_bytes().to_vec();
+        self
+    }
+
+    /// The route or path.
+    pub fn route(mut self, route: &str) -> Self {
+        self.route = route.as_bytes().to_vec();
+        self
+    }
+
+    /// A header that is part of the request's meaning. Names are case-insensitive; the set of
+    /// headers is sorted, so the order they are named in does not matter.
+    pub fn header(mut self, name: &str, value: &[u8]) -> Self {
+        self.headers
+            .push((name.to_ascii_lowercase(), value.to_vec()));
+        self
+    }
+
+    /// The raw body bytes.
+    pub fn body(mut self, body: &'a [u8]) -> Self {
+        self.body = Cow::Borrowed(body);
+        self
+    }
+
+    /// A JSON body, canonicalised first (object keys sorted, whitespace dropped) and with the
+    /// named volatile fields removed, so that `{"a":1, "b":2}` and `{"b":2,"a":1}` are the same
+    /// request. See [`canonical_json`] for the path syntax.
+    ///
+    /// ```
+    /// use idem_core::Fingerprint;
+    /// let one = Fingerprint::builder().json_body(br#"{"amount":100,"sent_at":"10:00"}"#, &["sent_at"])?.finish();
+    /// let two = Fingerprint::builder().json_body(br#"{ "sent_at":"10:01", "amount":100 }"#, &["sent_at"])?.finish();
+    /// assert_eq!(one, two);
+    /// # Ok::<(), idem_core::Error>(())
+    /// ```
+    pub fn json_body(mut self, body: &[u8], exclude: &[&str]) -> Result<Self, Error> {
+        self.body = Cow::Owned(canonical_json(body, exclude)?);
+        Ok(self)
+    }
+
+    /// Computes the digest.
+    pub fn finish(mut self) -> Fingerprint {
+        self.headers.sort();
+        let mut hasher = blake3::Hasher::new_derive_key("idem 2026 request fingerprint v1");
+        part(&mut hasher, b'M', &self.method);
+        part(&mut hasher, b'R', &self.route);
+        hasher.update(b"H");
+        hasher.update(&(self.headers.len() as u64).to_le_bytes());
+        for (name, value) in &self.headers {
+            part(&mut hasher, b'N', name.as_bytes());
+            part(&mut hasher, b'V', value);
+        }
+        part(&mut hasher, b'B', &self.body);
+        Fingerprint(*hasher.finalize().as_bytes())
+    }
+}
+
+fn part(hasher: &mut blake3::Hasher, tag: u8, bytes: &[u8]) {
+    hasher.update(&[tag]);
+    hasher.update(&(bytes.len() as u64).to_le_bytes());
+    hasher.update(bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fp(method: &str, route: &str, body: &[u8]) -> Fingerprint {
+        Fingerprint::builder()
+            .method(method)
+            .route(route)
+            .body(body)
+            .finish()
+    }
+
+    #[test]
+    fn c03_parts_are_length_prefixed_so_shifted_boundaries_differ() {
+        assert_ne!(fp("POST", "/ab", b"c"), fp("POST", "/a", b"bc"));
+        assert_ne!(fp("POS", "T/a", b""), fp("POST", "/a", b""));
+        assert_ne!(fp("POST", "/a", b""), fp("PUT", "/a", b""));
+    }
+
+    #[test]
+    fn c03_named_headers_count_and_are_order_and_case_insensitive() {
+        let base = Fingerprint::builder().method("POST").route("/a");
+        let x = base
+            .clone()
+            .header("X-Tenant", b"1")
+            .header("x-mode", b"live")
+            .finish();
+        let y = base
+            .clone()
+            .header("x-mode", b"live")
+            .header("x-tenant", b"1")
+            .finish();
+        let z = base
+            .clone()
+            .header("x-tenant", b"2")
+            .header("x-mode", b"live")
+            .finish();
+        assert_eq!(x, y);
+        assert_ne!(x, z);
+        assert_ne!(x, base.finish());
+    }
+
+    #[test]
+    fn corrupt_stored_fingerprint_is_typed() {
+        assert!(matches!(
+            Fingerprint::from_slice(&[0; 31]),
+            Err(Error::CorruptRecord(_))
+        ));
+        assert!(Fingerprint::from_slice(&[0; 32]).is_ok());
+    }
+}

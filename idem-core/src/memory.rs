@@ -1,0 +1,243 @@
+//! The reference store: in process memory, correct under real concurrency.
+
+use crate::begin::{Begin, Lease};
+use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::decision::{check_fence, decide};
+use crate::error::Error;
+use crate::fingerprint::Fingerprint;
+use crate::record::{Record, RecordState};
+use crate::request::Request;
+use crate::response::StoredResponse;
+use crate::scope::RecordId;
+use crate::store::Store;
+use crate::token::FencingToken;
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// The executable specification of the [`Store`] contract, kept in one process's memory.
+///
+/// Every operation is one critical section under a mutex (never held across an `.await`), so
+/// the read, the decision and the write are atomic. Responses are kept encoded, as a database
+/// keeps them, so decoding is exercised the same way. Time comes from an injectable
+/// [`Clock`] (C11). Records vanish with the process: use it for tests, single-process tools,
+/// and as the model other stores are checked against.
+///
+/// ```
+/// use idem_core::{Idempotency, ManualClock, MemoryStore, Timestamp};
+/// let clock = ManualClock::new(Timestamp::from_millis(0));
+/// let idem = Idempotency::new(MemoryStore::with_clock(clock.clone()));
+/// # let _ = idem;
+/// ```
+#[derive(Debug)]
+pub struct MemoryStore {
+    records: Mutex<HashMap<RecordId, Entry>>,
+    clock: Arc<dyn Clock>,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    fingerprint: Fingerprint,
+    token: FencingToken,
+    state: EntryState,
+}
+
+#[derive(Debug, Clone)]
+enum EntryState {
+    InProgress {
+        lease_until: Timestamp,
+    },
+    Completed {
+        response: Vec<u8>,
+        expires_at: Timestamp,
+    },
+}
+
+impl Entry {
+    fn decode(&self) -> Result<Record, Error> {
+        let state = match &self.state {
+            EntryState::InProgress { lease_until } => RecordState::InProgress {
+                lease_until: *lease_until,
+            },
+            EntryState::Completed {
+                response,
+                expires_at,
+            } => RecordState::Completed {
+                response: StoredResponse::decode(response)?,
+                expires_at: *expires_at,
+            },
+        };
+        Ok(Record {
+            fingerprint: self.fingerprint,
+            token: self.token,
+            state,
+        })
+    }
+
+    fn deadline(&self) -> Timestamp {
+        match &self.state {
+            EntryState::InProgress { lease_until } => *lease_until,
+            EntryState::Completed { expires_at, .. } => *expires_at,
+        }
+    }
+
+    /// The fence only needs the token and the state, not the response: skip decoding it.
+    fn shallow(&self) -> Record {
+        Record {
+            fingerprint: self.fingerprint,
+            token: self.token,
+            state: match &self.state {
+                EntryState::InProgress { lease_until } => RecordState::InProgress {
+                    lease_until: *lease_until,
+                },
+                EntryState::Completed { expires_at, .. } => RecordState::Completed {
+                    response: StoredResponse::default(),
+                    expires_at: *expires_at,
+                },
+            },
+        }
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(SystemClock)
+    }
+
+    /// An empty store reading time from `clock` (a [`ManualClock`](crate::ManualClock) in tests).
+    pub fn with_clock(clock: impl Clock + 'static) -> Self {
+        Self {
+            records: Mutex::new(HashMap::new()),
+            clock: Arc::new(clock),
+        }
+    }
+
+    /// How many records are held, expired or not.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no record is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Overwrites the stored response bytes of a completed record, to test that corrupt records
+    /// are typed errors (C12). Returns whether a completed record was there.
+    #[cfg(feature = "testing")]
+    pub fn overwrite_stored_response(&self, id: &RecordId, bytes: Vec<u8>) -> bool {
+        match self.lock().get_mut(id) {
+            Some(Entry {
+                state: EntryState::Completed { response, .. },
+                ..
+            }) => {
+                *response = bytes;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<RecordId, Entry>> {
+        // A panic while holding the lock cannot leave a half-written entry (every write is
+        // one insert or remove), so a poisoned map is still consistent.
+        self.records
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn fenced<T>(
+        &self,
+        lease: &Lease,
+        apply: impl FnOnce(&mut Entry, Timestamp) -> T,
+    ) -> Result<T, Error> {
+        let mut records = self.lock();
+        let entry = records.get_mut(&lease.id);
+        check_fence(entry.as_ref().map(|e| e.shallow()).as_ref(), &lease.token)?;
+        let entry = entry.ok_or(Error::LeaseLost)?;
+        Ok(apply(entry, self.clock.now()))
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
+        let mut records = self.lock();
+        let now = self.clock.now();
+        let current = records.get(&request.id).map(Entry::decode).transpose()?;
+        Begin::from_decision(decide(current, &request.fingerprint, now), |acquired| {
+            let lease = Lease::new(request, now + lease_for, acquired);
+            records.insert(
+                request.id.clone(),
+                Entry {
+                    fingerprint: request.fingerprint,
+                    token: lease.token,
+                    state: EntryState::InProgress {
+                        lease_until: lease.lease_until,
+                    },
+                },
+            );
+            Ok(lease)
+        })
+    }
+
+    async fn complete(
+        &self,
+        lease: &Lease,
+        response: &StoredResponse,
+        retain_for: Duration,
+    ) -> Result<(), Error> {
+        let encoded = response.encode()?;
+        self.fenced(lease, |entry, now| {
+            entry.state = EntryState::Completed {
+                response: encoded,
+                expires_at: now + retain_for,
+            };
+        })
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), Error> {
+        let mut records = self.lock();
+        check_fence(
+            records.get(&lease.id).map(Entry::shallow).as_ref(),
+            &lease.token,
+        )?;
+        records.remove(&lease.id);
+        Ok(())
+    }
+
+    async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
+        self.fenced(lease, |entry, now| {
+            let lease_until = now + lease_for;
+            entry.state = EntryState::InProgress { lease_until };
+            lease_until
+        })
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
+        let mut records = self.lock();
+        let now = self.clock.now();
+        let expired: Vec<RecordId> = records
+            .iter()
+            .filter(|(_, entry)| entry.deadline() <= now)
+            .map(|(id, _)| id.clone())
+            .take(limit)
+            .collect();
+        for id in &expired {
+            records.remove(id);
+        }
+        Ok(expired.len())
+    }
+
+    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+        self.lock().get(id).map(Entry::decode).transpose()
+    }
+}

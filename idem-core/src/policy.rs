@@ -1,0 +1,137 @@
+//! The knobs of the protocol: lease, retention, body limit, in-flight answer, stored headers.
+
+use crate::error::{Error, Field};
+use std::time::Duration;
+
+/// How a duplicate that arrives while the first request is still running is answered (C5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum InFlightAnswer {
+    /// HTTP 409 with `Retry-After` (the default).
+    #[default]
+    Conflict,
+    /// HTTP 202 with the `Location` of a status resource, for asynchronous endpoints.
+    Accepted,
+}
+
+/// The protocol's settings.
+///
+/// ```
+/// use idem_core::Policy;
+/// use std::time::Duration;
+/// let policy = Policy::default()
+///     .lease(Duration::from_secs(30))
+///     .retention(Duration::from_secs(48 * 3600))
+///     .store_header("x-request-id");
+/// assert_eq!(policy.max_body_bytes, 1024 * 1024);
+/// policy.validate()?;
+/// # Ok::<(), idem_core::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// How long a reservation holds before another attempt may take it over (C9). Default 60 s.
+    pub lease: Duration,
+    /// How long a completed response is replayed (C10). Default 24 h.
+    pub retention: Duration,
+    /// The largest request body accepted (C12). Default 1 MiB.
+    pub max_body_bytes: usize,
+    /// How an in-flight duplicate is answered (C5). Default 409.
+    pub in_flight: InFlightAnswer,
+    /// Lower-case names of the response headers that are stored and replayed (C7). Headers that
+    /// [`is_never_stored`](crate::is_never_stored) are dropped even if listed here.
+    pub stored_headers: Vec<String>,
+    /// How many expired records one purge batch deletes at most (C10). Default 1000.
+    pub purge_batch: usize,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(60),
+            retention: Duration::from_secs(24 * 3600),
+            max_body_bytes: 1024 * 1024,
+            in_flight: InFlightAnswer::Conflict,
+            stored_headers: [
+                "content-type",
+                "content-language",
+                "content-location",
+                "location",
+                "etag",
+                "last-modified",
+            ]
+            .map(String::from)
+            .to_vec(),
+            purge_batch: 1000,
+        }
+    }
+}
+
+impl Policy {
+    /// Sets the lease.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Sets the retention.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// Sets the body limit.
+    pub fn max_body_bytes(mut self, limit: usize) -> Self {
+        self.max_body_bytes = limit;
+        self
+    }
+
+    /// Sets the in-flight answer.
+    pub fn in_flight(mut self, answer: InFlightAnswer) -> Self {
+        self.in_flight = answer;
+        self
+    }
+
+    /// Adds a header to the stored allow-list.
+    pub fn store_header(mut self, name: &str) -> Self {
+        self.stored_headers.push(name.to_ascii_lowercase());
+        self
+    }
+
+    /// Sets the purge batch size.
+    pub fn purge_batch(mut self, batch: usize) -> Self {
+        self.purge_batch = batch;
+        self
+    }
+
+    /// Whether a (lower-case) header name is on the stored allow-list.
+    pub fn stores_header(&self, name: &str) -> bool {
+        self.stored_headers
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(name))
+    }
+
+    /// Checks that the settings make sense: a lease and a retention of at least 1 ms (stores
+    /// keep milliseconds), a body limit and a purge batch above zero.
+    pub fn validate(&self) -> Result<(), Error> {
+        let ms = Duration::from_millis(1);
+        if self.lease < ms {
+            return Err(Error::invalid(Field::Config, "lease must be at least 1 ms"));
+        }
+        if self.retention < ms {
+            return Err(Error::invalid(
+                Field::Config,
+                "retention must be at least 1 ms",
+            ));
+        }
+        if self.max_body_bytes == 0 {
+            return Err(Error::invalid(
+                Field::Config,
+                "max_body_bytes must be above 0",
+            ));
+        }
+        if self.purge_batch == 0 {
+            return Err(Error::invalid(Field::Config, "purge_batch must be above 0"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,57 @@
+//! A stored record, as a store reads it back.
+
+use crate::clock::Timestamp;
+use crate::fingerprint::Fingerprint;
+use crate::response::StoredResponse;
+use crate::token::FencingToken;
+
+/// One record: the fingerprint of the request that created it, the fencing token of its
+/// current holder, and its state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The fingerprint of the request that reserved the record (C3).
+    pub fingerprint: Fingerprint,
+    /// The token of the reservation the record carries (C6).
+    pub token: FencingToken,
+    /// In progress or completed.
+    pub state: RecordState,
+}
+
+/// Where a record is in its life (DESIGN §3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordState {
+    /// Reserved; the holder runs the effect until `lease_until` (C4, C9).
+    InProgress {
+        /// After this instant the record is an orphan and may be taken over.
+        lease_until: Timestamp,
+    },
+    /// Done; the response is replayed until `expires_at` (C7, C10).
+    Completed {
+        /// The stored response.
+        response: StoredResponse,
+        /// After this instant the key is new again.
+        expires_at: Timestamp,
+    },
+}
+
+impl Record {
+    /// The instant after which the record behaves as absent (an orphaned lease or an expired
+    /// retention): `lease_until` or `expires_at`.
+    pub fn deadline(&self) -> Timestamp {
+        match &self.state {
+            RecordState::InProgress { lease_until } => *lease_until,
+            RecordState::Completed { expires_at, .. } => *expires_at,
+        }
+    }
+
+    /// Whether the record still counts at `now`: a deadline is exclusive, so at
+    /// `now == deadline` the record has expired.
+    pub fn is_live(&self, now: Timestamp) -> bool {
+        now < self.deadline()
+    }
+
+    /// Whether the record is in progress.
+    pub fn is_in_progress(&self) -> bool {
+        matches!(self.state, RecordState::InProgress { .. })
+    }
+}

@@ -1,0 +1,117 @@
+//! Fencing tokens (C4, C6, C9).
+
+use crate::error::Error;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// A 128-bit token written with every reservation or takeover. Only the holder of the token
+/// the record still carries may complete, release or renew it.
+///
+/// Tokens are unique and unguessable: a keyed blake3 hash of a per-process counter, keyed by
+/// 32 bytes from the operating system's random source.
+///
+/// ```
+/// use idem_core::FencingToken;
+/// let a = FencingToken::generate();
+/// assert_ne!(a, FencingToken::generate());
+/// assert_eq!(FencingToken::from_hex(&a.to_string())?, a);
+/// # Ok::<(), idem_core::Error>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FencingToken([u8; 16]);
+
+impl FencingToken {
+    /// A fresh token.
+    pub fn generate() -> Self {
+        static SEED: OnceLock<[u8; 32]> = OnceLock::new();
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let seed = SEED.get_or_init(process_seed);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let hash = blake3::keyed_hash(seed, &n.to_le_bytes());
+        let mut token = [0u8; 16];
+        token.copy_from_slice(&hash.as_bytes()[..16]);
+        Self(token)
+    }
+
+    /// Wraps 16 stored bytes.
+    pub const fn from_bytes(bytes: [u8; 16]) -> Self {
+        Self(bytes)
+    }
+
+    /// Reads a stored token; anything but 16 bytes is [`Error::CorruptRecord`].
+    pub fn from_slice(bytes: &[u8]) -> Result<Self, Error> {
+        <[u8; 16]>::try_from(bytes)
+            .map(Self)
+            .map_err(|_| Error::CorruptRecord(format!("fencing token of {} bytes", bytes.len())))
+    }
+
+    /// Reads the 32-digit lower-case hex form; anything else is [`Error::CorruptRecord`].
+    pub fn from_hex(hex: &str) -> Result<Self, Error> {
+        let bad = || Error::CorruptRecord(format!("fencing token {hex:?} is not 32 hex digits"));
+        if hex.len() != 32 || !hex.is_ascii() {
+            return Err(bad());
+        }
+        let mut token = [0u8; 16];
+        for (i, byte) in token.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        Ok(Self(token))
+    }
+
+    /// The token bytes.
+    pub const fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+}
+
+fn process_seed() -> [u8; 32] {
+    let mut seed = [0u8; 32];
+    if getrandom::fill(&mut seed).is_err() {
+        // No OS randomness: fall back to std's randomly keyed hasher, the time and the pid.
+        use std::hash::{BuildHasher, Hasher};
+        let mut hasher = blake3::Hasher::new();
+        for _ in 0..4 {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u32(std::process::id());
+            hasher.update(&h.finish().to_le_bytes());
+        }
+        hasher.update(&format!("{:?}", std::time::SystemTime::now()).into_bytes());
+        seed = *hasher.finalize().as_bytes();
+    }
+    seed
+}
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in &self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FencingToken({self})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_unique_and_round_trip() {
+        let tokens: std::collections::HashSet<_> =
+            (0..10_000).map(|_| FencingToken::generate()).collect();
+        assert_eq!(tokens.len(), 10_000);
+        for t in tokens.iter().take(10) {
+            assert_eq!(FencingToken::from_hex(&t.to_string()).expect("hex"), *t);
+            assert_eq!(FencingToken::from_slice(t.as_bytes()).expect("bytes"), *t);
+        }
+        assert!(FencingToken::from_hex("zz").is_err());
+        assert!(FencingToken::from_hex(&"é".repeat(16)).is_err());
+        assert!(FencingToken::from_slice(&[1, 2]).is_err());
+    }
+}
