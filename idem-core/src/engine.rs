@@ -112,10 +112,8 @@ impl<S: Store> Idempotency<S> {
     /// Filters the response's headers by the policy (C7) and validates it: the exact response
     /// that is stored, and that the first caller should send, so that the live answer and every
     /// replay are the same bytes. SQL stores' `complete_in` stores this.
-    pub fn prepare(&self, mut response: StoredResponse) -> Result<StoredResponse, Error> {
-        response.retain_headers(|name| self.policy.stores_header(name));
-        response.validate()?;
-        Ok(response)
+    pub fn prepare(&self, response: StoredResponse) -> Result<StoredResponse, Error> {
+        self.policy.prepare(response)
     }
 
     /// Stores the response and completes the record, if the lease still holds (C6); returns

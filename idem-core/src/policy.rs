@@ -1,6 +1,7 @@
 //! The knobs of the protocol: lease, retention, body limit, in-flight answer, stored headers.
 
 use crate::error::{Error, Field};
+use crate::response::StoredResponse;
 use std::time::Duration;
 
 /// How a duplicate that arrives while the first request is still running is answered (C5).
@@ -108,6 +109,14 @@ impl Policy {
         self.stored_headers
             .iter()
             .any(|h| h.eq_ignore_ascii_case(name))
+    }
+
+    /// The response as it is stored and replayed (C7): only allow-listed headers, never the
+    /// [`is_never_stored`](crate::is_never_stored) ones, names lower-cased; then validated.
+    pub fn prepare(&self, mut response: StoredResponse) -> Result<StoredResponse, Error> {
+        response.retain_headers(|name| self.stores_header(name));
+        response.validate()?;
+        Ok(response)
     }
 
     /// Checks that the settings make sense: a lease and a retention of at least 1 ms (stores

@@ -30,8 +30,10 @@ use std::time::Duration;
 ///    [`decide`](crate::decide) with it, the request's fingerprint and `now`, and when the
 ///    decision is [`Decision::Acquire`](crate::Decision::Acquire) write an in-progress record
 ///    with a fresh [`FencingToken`](crate::FencingToken) (use [`Lease::new`]) and the deadline
-///    `now + lease_for`, replacing the old record only if it still carries
-///    [`Acquire::replaces`](crate::Acquire::replaces). The read and the write are one atomic
+///    `now + lease_for`, replacing the old record only if it is still the one the decision
+///    saw: it carries [`Acquire::replaces`](crate::Acquire::replaces) and is still expired at
+///    `now` (a late completion or a renewal by the old holder keeps the token but moves the
+///    deadline, and must not be overwritten). The read and the write are one atomic
 ///    step (a transaction holding the write lock, `INSERT .. ON CONFLICT`, a Lua script...):
 ///    of N concurrent callers on one id exactly one acquires (C4). A store that runs the decision
 ///    elsewhere (in SQL or Lua) must give the same answers; the suite checks that it does.

@@ -89,6 +89,7 @@ macro_rules! conformance_tests {
             c08_error_status_response_is_stored_and_replayed,
             c09_orphan_is_taken_over_and_stale_holder_fenced_out,
             c09_concurrent_takeover_has_one_winner,
+            c09_late_completion_and_takeover_never_both_win,
             c09_renew_keeps_a_long_handler_lease,
             c10_retention_passed_is_treated_as_new,
             c10_purge_deletes_only_expired_records_in_batches,

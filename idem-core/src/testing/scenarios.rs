@@ -516,6 +516,67 @@ pub async fn c09_concurrent_takeover_has_one_winner<S: Store + 'static>(store: A
     );
 }
 
+/// C9 (and C6): a holder whose lease passed completes at the very moment retries try to take
+/// the record over. Either the completion lands and every retry replays it, or one retry takes
+/// over and the completion is `LeaseLost`; never both. Eight keys race at once.
+pub async fn c09_late_completion_and_takeover_never_both_win<S: Store + 'static>(store: Arc<S>) {
+    const TAKERS: usize = 8;
+    let _no_purge = EXPIRED_RECORDS.read().await;
+    let idem = Arc::new(engine(&store, policy()));
+    let consumer = Arc::new(unique_consumer("c09l"));
+    let races: Vec<_> = (0..8)
+        .map(|k| {
+            let (idem, consumer) = (Arc::clone(&idem), Arc::clone(&consumer));
+            tokio::spawn(async move {
+                let req = Arc::new(request(&consumer, &format!("k{k}"), b"{}"));
+                let holder = acquire(&idem, &req).await;
+                tokio::time::sleep(LEASE + Duration::from_millis(50)).await;
+                let barrier = Arc::new(tokio::sync::Barrier::new(TAKERS + 1));
+                let takers: Vec<_> = (0..TAKERS)
+                    .map(|_| {
+                        let (idem, req, barrier) =
+                            (Arc::clone(&idem), Arc::clone(&req), Arc::clone(&barrier));
+                        tokio::spawn(async move {
+                            barrier.wait().await;
+                            idem.begin(&req).await.expect("begin")
+                        })
+                    })
+                    .collect();
+                barrier.wait().await;
+                let completed = idem.complete(holder, charge("late")).await;
+                let mut acquired = 0;
+                for taker in takers {
+                    match taker.await.expect("task") {
+                        Begin::Acquired(lease) => {
+                            assert!(matches!(lease.acquired, Acquire::TakeOver { .. }));
+                            acquired += 1;
+                        }
+                        Begin::Replay(r) => assert_eq!(r, charge("late")),
+                        Begin::InFlight { .. } => {}
+                        Begin::Mismatch => panic!("same request, no mismatch"),
+                    }
+                }
+                match completed {
+                    Ok(_) => {
+                        assert_eq!(acquired, 0, "a completed record was taken over");
+                        assert_eq!(
+                            idem.begin(&req).await.expect("begin"),
+                            Begin::Replay(charge("late"))
+                        );
+                    }
+                    Err(Error::LeaseLost) => {
+                        assert_eq!(acquired, 1, "the completion lost to no taker")
+                    }
+                    Err(other) => panic!("unexpected {other:?}"),
+                }
+            })
+        })
+        .collect();
+    for race in races {
+        race.await.expect("race");
+    }
+}
+
 /// C9: a long handler that renews its lease keeps it past the original deadline: duplicates
 /// stay in flight and the holder completes.
 pub async fn c09_renew_keeps_a_long_handler_lease<S: Store + 'static>(store: Arc<S>) {

@@ -1,0 +1,61 @@
+//! The versioned schema: applied by the store when it opens, and printable to run by hand.
+
+use crate::sql::{for_table, MIGRATIONS, MIGRATIONS_TABLE};
+use idem_core::{Error, Field};
+use rusqlite::{params, Connection, TransactionBehavior};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The schema version this crate writes.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Applies the migrations `table` is missing, in one write transaction, and records them in
+/// `idem_schema_migrations`. A table migrated by a newer version of this crate is refused.
+pub(crate) fn migrate(conn: &mut Connection, table: &str) -> Result<(), Error> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(Error::unavailable)?;
+    tx.execute_batch(MIGRATIONS_TABLE)
+        .map_err(Error::unavailable)?;
+    let applied: i64 = tx
+        .query_row(
+            include_str!("../sql/migrations_applied.sql"),
+            params![table],
+            |row| row.get(0),
+        )
+        .map_err(Error::unavailable)?;
+    if applied > SCHEMA_VERSION {
+        return Err(Error::invalid(
+            Field::Config,
+            format!("table {table} has schema version {applied}; this idem-sqlite knows up to {SCHEMA_VERSION}"),
+        ));
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > applied) {
+        tx.execute_batch(&for_table(sql, table))
+            .map_err(Error::unavailable)?;
+        tx.execute(
+            include_str!("../sql/migration_record.sql"),
+            params![table, version, now],
+        )
+        .map_err(Error::unavailable)?;
+    }
+    tx.commit().map_err(Error::unavailable)
+}
+
+/// The whole schema for `table`, to apply by hand (for example in your own migration tool).
+/// Validate the name with [`validate_table_name`](crate::validate_table_name) first.
+///
+/// ```
+/// let sql = idem_sqlite::schema_sql("payments_idem");
+/// assert!(sql.contains("CREATE TABLE IF NOT EXISTS payments_idem"));
+/// ```
+pub fn schema_sql(table: &str) -> String {
+    MIGRATIONS
+        .iter()
+        .map(|(_, sql)| for_table(sql, table))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -1,0 +1,43 @@
+//! The store's SQL, read from the `.sql` files beside this crate, for one table name.
+
+/// The table name the `.sql` files are written with.
+const DEFAULT_TABLE: &str = "idem_records";
+
+pub(crate) const MIGRATIONS_TABLE: &str = include_str!("../sql/migrations_table.sql");
+
+/// The versioned migrations, in order: (version, SQL for the default table name).
+pub(crate) const MIGRATIONS: &[(i64, &str)] =
+    &[(1, include_str!("../sql/migrations/0001_create_records.sql"))];
+
+/// Every statement, with the configured table name in place of `idem_records`.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    pub(crate) select_record: String,
+    pub(crate) insert_reservation: String,
+    pub(crate) replace_reservation: String,
+    pub(crate) complete: String,
+    pub(crate) release: String,
+    pub(crate) renew: String,
+    pub(crate) purge_expired: String,
+}
+
+impl Statements {
+    /// `table` must have passed [`validate_table_name`](crate::validate_table_name).
+    pub(crate) fn for_table(table: &str) -> Self {
+        let sql = |text: &str| for_table(text, table);
+        Self {
+            select_record: sql(include_str!("../sql/select_record.sql")),
+            insert_reservation: sql(include_str!("../sql/insert_reservation.sql")),
+            replace_reservation: sql(include_str!("../sql/replace_reservation.sql")),
+            complete: sql(include_str!("../sql/complete.sql")),
+            release: sql(include_str!("../sql/release.sql")),
+            renew: sql(include_str!("../sql/renew.sql")),
+            purge_expired: sql(include_str!("../sql/purge_expired.sql")),
+        }
+    }
+}
+
+/// Puts `table` in place of the default table name (index names follow: `<table>_deadline`).
+pub(crate) fn for_table(sql: &str, table: &str) -> String {
+    sql.replace(DEFAULT_TABLE, table)
+}
