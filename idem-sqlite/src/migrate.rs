@@ -11,18 +11,16 @@ pub const SCHEMA_VERSION: i64 = 1;
 /// Applies the migrations `table` is missing, in one write transaction, and records them in
 /// `idem_schema_migrations`. A table migrated by a newer version of this crate is refused.
 pub(crate) fn migrate(conn: &mut Connection, table: &str) -> Result<(), Error> {
+    // Up to date (the usual case): a read, no write lock, so opening never waits for writers.
+    if applied_version(conn, table).ok() == Some(SCHEMA_VERSION) {
+        return Ok(());
+    }
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(Error::unavailable)?;
     tx.execute_batch(MIGRATIONS_TABLE)
         .map_err(Error::unavailable)?;
-    let applied: i64 = tx
-        .query_row(
-            include_str!("../sql/migrations_applied.sql"),
-            params![table],
-            |row| row.get(0),
-        )
-        .map_err(Error::unavailable)?;
+    let applied = applied_version(&tx, table)?;
     if applied > SCHEMA_VERSION {
         return Err(Error::invalid(
             Field::Config,
@@ -43,6 +41,17 @@ pub(crate) fn migrate(conn: &mut Connection, table: &str) -> Result<(), Error> {
         .map_err(Error::unavailable)?;
     }
     tx.commit().map_err(Error::unavailable)
+}
+
+/// The highest migration applied to `table` (0 for none); an error if the migrations table
+/// does not exist yet.
+fn applied_version(conn: &Connection, table: &str) -> Result<i64, Error> {
+    conn.query_row(
+        include_str!("../sql/migrations_applied.sql"),
+        params![table],
+        |row| row.get(0),
+    )
+    .map_err(Error::unavailable)
 }
 
 /// The whole schema for `table`, to apply by hand (for example in your own migration tool).

@@ -12,7 +12,7 @@ use idem_core::{
 use rusqlite::{Connection, Transaction};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// An idem [`Store`] in a SQLite file, with completion inside the caller's transaction.
 ///
@@ -114,12 +114,7 @@ impl SqliteStoreBuilder {
         if config.connections == 0 {
             return Err(Error::invalid(Field::Config, "at least one connection"));
         }
-        let mut connections = (0..config.connections)
-            .map(|_| connect(&config))
-            .collect::<Result<Vec<_>, _>>()?;
-        if let Some(first) = connections.first_mut() {
-            migrate(first, &config.table)?;
-        }
+        let connections = open_connections(&config)?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 pool: Pool::start(connections)?,
@@ -130,14 +125,57 @@ impl SqliteStoreBuilder {
     }
 }
 
+/// Opens the first connection, brings the schema up to date, then opens the others. SQLite
+/// answers "busy" without waiting when another process switches a new file to WAL at the same
+/// moment, so a busy open is retried until the busy timeout has passed.
+fn open_connections(config: &SqliteConfig) -> Result<Vec<Connection>, Error> {
+    let started = Instant::now();
+    loop {
+        let attempt = || -> Result<Vec<Connection>, Error> {
+            let mut first = connect(config)?;
+            migrate(&mut first, &config.table)?;
+            let mut connections = vec![first];
+            for _ in 1..config.connections {
+                connections.push(connect(config)?);
+            }
+            Ok(connections)
+        };
+        match attempt() {
+            Err(error) if is_busy(&error) && started.elapsed() < config.busy_timeout => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            result => return result,
+        }
+    }
+}
+
+fn is_busy(error: &Error) -> bool {
+    match error {
+        Error::StoreUnavailable(source) => matches!(
+            source
+                .downcast_ref::<rusqlite::Error>()
+                .and_then(rusqlite::Error::sqlite_error_code),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        ),
+        _ => false,
+    }
+}
+
 /// Opens one connection with the store's settings: WAL, busy timeout, synchronous.
 fn connect(config: &SqliteConfig) -> Result<Connection, Error> {
     let conn = Connection::open(&config.path).map_err(Error::unavailable)?;
     conn.busy_timeout(config.busy_timeout)
         .map_err(Error::unavailable)?;
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-        .map_err(Error::unavailable)?;
+    // Switching the journal mode needs an exclusive lock, so it is only asked for when the
+    // file is not in WAL mode yet: opening must not fail while another process writes.
+    let journal_mode = |sql: &str| -> Result<String, Error> {
+        conn.query_row(sql, [], |row| row.get(0))
+            .map_err(Error::unavailable)
+    };
+    let mut mode = journal_mode("PRAGMA journal_mode")?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        mode = journal_mode("PRAGMA journal_mode = WAL")?;
+    }
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(Error::invalid(
             Field::Config,

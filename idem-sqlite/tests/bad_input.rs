@@ -1,0 +1,226 @@
+//! C12 and C13 on SQLite: corrupted rows, hostile configuration, a store that fails.
+
+mod common;
+
+use idem_core::{Begin, Error, Idempotency, Policy, Request, RunError, Store, StoredResponse};
+use idem_sqlite::{SqliteStore, SCHEMA_VERSION};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+fn request(key: &str) -> Request {
+    Request::builder("acct_bad", "POST", "/charges")
+        .key(Some(key))
+        .body(b"{}")
+        .build()
+        .expect("valid")
+}
+
+async fn completed_record(store: &SqliteStore) -> Request {
+    let req = request(&idem_core::FencingToken::generate().to_string());
+    let idem = Idempotency::new(store.clone());
+    let Begin::Acquired(lease) = idem.begin(&req).await.expect("begin") else {
+        panic!("fresh");
+    };
+    idem.complete(lease, StoredResponse::new(201, "ok"))
+        .await
+        .expect("complete");
+    req
+}
+
+async fn overwrite(store: &SqliteStore, req: &Request, assignment: &'static str) {
+    let id = req.id.clone();
+    let changed = store
+        .call(move |db| {
+            db.execute(
+                &format!("UPDATE idem_records SET {assignment} WHERE consumer = ?1 AND route = ?2 AND key = ?3"),
+                [id.consumer(), id.route(), id.key()],
+            )
+        })
+        .await
+        .expect("call")
+        .expect("update");
+    assert_eq!(changed, 1);
+}
+
+/// The row exactly as stored, quoted by SQLite.
+async fn raw_row(store: &SqliteStore, req: &Request) -> String {
+    let id = req.id.clone();
+    store
+        .call(move |db| {
+            db.query_row(
+                "SELECT quote(fingerprint) || quote(token) || quote(state) || quote(deadline) || quote(response)
+                 FROM idem_records WHERE consumer = ?1 AND route = ?2 AND key = ?3",
+                [id.consumer(), id.route(), id.key()],
+                |r| r.get::<_, String>(0),
+            )
+        })
+        .await
+        .expect("call")
+        .expect("row")
+}
+
+#[tokio::test]
+async fn c12_every_corrupted_column_is_a_typed_error_and_nothing_runs() {
+    let store = common::store().await;
+    for assignment in [
+        "response = 'text, not a blob'",
+        "response = X'49010000'",
+        "response = NULL",
+        "token = X'0102'",
+        "fingerprint = 'abc'",
+        "state = 7",
+        "deadline = -5",
+        "deadline = 'soon'",
+        "state = 0",
+    ] {
+        let req = completed_record(&store).await;
+        overwrite(&store, &req, assignment).await;
+        let before = raw_row(&store, &req).await;
+
+        let idem = Idempotency::new(store.clone());
+        let ran = AtomicUsize::new(0);
+        let outcome = idem
+            .run(&req, |_| async {
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Error>(StoredResponse::new(201, "again"))
+            })
+            .await;
+        assert!(
+            matches!(outcome, Err(RunError::Idem(Error::CorruptRecord(_)))),
+            "{assignment}: {outcome:?}"
+        );
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "{assignment}");
+        assert!(
+            matches!(store.lookup(&req.id).await, Err(Error::CorruptRecord(_))),
+            "{assignment}"
+        );
+        let after = raw_row(&store, &req).await;
+        assert_eq!(before, after, "{assignment}: the corrupt row was rewritten");
+    }
+}
+
+#[tokio::test]
+async fn c12_over_long_key_and_oversized_body_write_nothing() {
+    let store = common::store().await;
+    let idem = Idempotency::with_policy(store.clone(), Policy::default().max_body_bytes(64))
+        .expect("policy");
+    let long_key = "k".repeat(256);
+    let err = idem
+        .request("acct_bad", "POST", "/charges")
+        .key(Some(&long_key))
+        .body(b"{}")
+        .build()
+        .expect_err("long key");
+    assert_eq!(err.http_status(), 400);
+    let err = idem
+        .request("acct_bad", "POST", "/charges")
+        .key(Some("big-body"))
+        .body(&[b'x'; 65])
+        .build()
+        .expect_err("big body");
+    assert_eq!(err.http_status(), 413);
+    let rows: i64 = store
+        .call(|db| {
+            db.query_row(
+                "SELECT COUNT(*) FROM idem_records WHERE key IN ('big-body') OR length(key) > 255",
+                [],
+                |r| r.get(0),
+            )
+        })
+        .await
+        .expect("call")
+        .expect("count");
+    assert_eq!(rows, 0);
+}
+
+#[tokio::test]
+async fn table_names_that_could_inject_sql_are_refused() {
+    let dir = tempfile::tempdir().expect("dir");
+    for bad in [
+        "",
+        "1abc",
+        "records; DROP TABLE charges",
+        "a b",
+        "idem\"x",
+        "sqlite_master",
+        &"t".repeat(64),
+    ] {
+        let err = SqliteStore::builder(dir.path().join("t.db"))
+            .table(bad)
+            .open()
+            .await
+            .expect_err(bad);
+        assert!(matches!(err, Error::InvalidInput { .. }), "{bad}: {err:?}");
+    }
+    let store = SqliteStore::builder(dir.path().join("t.db"))
+        .table("Payments_Idem_2")
+        .open()
+        .await
+        .expect("valid name");
+    assert_eq!(store.table(), "Payments_Idem_2");
+}
+
+#[tokio::test]
+async fn a_schema_from_a_newer_release_is_refused() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("newer.db");
+    let store = SqliteStore::open(&path).await.expect("open");
+    store
+        .call(move |db| {
+            db.execute(
+                "INSERT INTO idem_schema_migrations (table_name, version, applied_at) VALUES ('idem_records', ?1, 0)",
+                [SCHEMA_VERSION + 1],
+            )
+        })
+        .await
+        .expect("call")
+        .expect("insert");
+    let err = SqliteStore::open(&path).await.expect_err("newer schema");
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn c13_a_failing_database_is_an_error_and_the_effect_never_runs() {
+    let dir = tempfile::tempdir().expect("dir");
+    let err = SqliteStore::open(dir.path().join("missing-dir").join("x.db"))
+        .await
+        .expect_err("no such directory");
+    assert!(matches!(err, Error::StoreUnavailable(_)), "{err:?}");
+
+    let store = SqliteStore::builder(dir.path().join("gone.db"))
+        .table("gone")
+        .open()
+        .await
+        .expect("open");
+    store
+        .call(|db| db.execute_batch("DROP TABLE gone"))
+        .await
+        .expect("call")
+        .expect("drop");
+    let idem = Idempotency::new(store);
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = ran.clone();
+    let outcome = idem
+        .run(&request("k"), |_| async move {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>(StoredResponse::new(201, ""))
+        })
+        .await;
+    let Err(RunError::Idem(err)) = outcome else {
+        panic!("expected a store error, got {outcome:?}");
+    };
+    assert_eq!(err.http_status(), 503);
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn many_stores_opening_a_new_file_at_once_all_succeed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("race.db");
+    let opens: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(SqliteStore::open(path.clone())))
+        .collect();
+    for open in opens {
+        open.await.expect("task").expect("open");
+    }
+}
