@@ -4,7 +4,11 @@
 //! network forces it to; the effect happens once and the client always sees the same answer.
 //!
 //! This facade re-exports [`idem_core`] (the state machine, the engine, the reference memory
-//! store) and, by Cargo feature, the backends.
+//! store) at its root, and each backend as a module chosen by Cargo feature:
+//!
+//! | feature | module | store |
+//! |---|---|---|
+//! | `sqlite` (default) | [`sqlite`] | `SqliteStore`: embedded, completion in the effect's transaction |
 //!
 //! ```
 //! use idem::{Idempotency, MemoryStore, Outcome, StoredResponse};
@@ -21,3 +25,14 @@
 //! ```
 
 pub use idem_core::*;
+
+/// The embedded SQLite store (feature `sqlite`, on by default); see [`idem_sqlite`].
+#[cfg(feature = "sqlite")]
+pub mod sqlite {
+    pub use idem_sqlite::*;
+}
+
+/// The README's Rust examples, compiled and run as doctests so they cannot rot.
+#[cfg(all(doctest, feature = "sqlite"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
