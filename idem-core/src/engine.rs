@@ -8,6 +8,7 @@ use crate::request::{Request, RequestBuilder};
 use crate::response::StoredResponse;
 use crate::store::Store;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The idempotency engine: a [`Store`] and a [`Policy`].
@@ -44,7 +45,7 @@ use std::time::Instant;
 #[derive(Debug, Clone)]
 pub struct Idempotency<S> {
     store: S,
-    policy: Policy,
+    policy: Arc<Policy>,
 }
 
 impl<S: Store> Idempotency<S> {
@@ -52,14 +53,17 @@ impl<S: Store> Idempotency<S> {
     pub fn new(store: S) -> Self {
         Self {
             store,
-            policy: Policy::default(),
+            policy: Arc::new(Policy::default()),
         }
     }
 
     /// An engine with `policy`, checked by [`Policy::validate`].
     pub fn with_policy(store: S, policy: Policy) -> Result<Self, Error> {
         policy.validate()?;
-        Ok(Self { store, policy })
+        Ok(Self {
+            store,
+            policy: Arc::new(policy),
+        })
     }
 
     /// The store.
@@ -70,6 +74,11 @@ impl<S: Store> Idempotency<S> {
     /// The policy.
     pub fn policy(&self) -> &Policy {
         &self.policy
+    }
+
+    /// The policy, shared (cheap to clone into a blocking closure).
+    pub fn shared_policy(&self) -> Arc<Policy> {
+        Arc::clone(&self.policy)
     }
 
     /// Starts a [`Request`] from wire parts, with this policy's body limit.

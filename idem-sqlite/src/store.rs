@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 /// - [`complete_in`](Self::complete_in) writes the completion in the transaction of the business
 ///   effect, so both commit or vanish together (C6). The closure form is
 ///   [`SqliteIdempotency::run_in_transaction`](crate::SqliteIdempotency::run_in_transaction).
-/// - Every rusqlite call runs on the store's own connection threads, one hop per operation,
-///   never on the async executor. The database is in WAL mode with a busy timeout.
+/// - Every rusqlite call runs on Tokio's blocking pool with a pooled connection, one hop per
+///   operation, never on the async executor: the store is used from within a Tokio runtime. The database is in WAL mode with a busy timeout.
 /// - Time is the process clock (C11), injectable with [`SqliteStoreBuilder::clock`].
 ///
 /// Cloning is cheap: clones share the connections.
@@ -68,7 +68,8 @@ impl SqliteStoreBuilder {
         self
     }
 
-    /// How many connections (and threads) the store keeps (default 4, at least 1).
+    /// How many connections the store keeps (default 4, at least 1): at most this many of its
+    /// calls run at once; the others wait asynchronously for a connection.
     pub fn connections(mut self, connections: usize) -> Self {
         self.config.connections = connections;
         self

@@ -88,7 +88,7 @@ impl SqliteIdempotency for Idempotency<SqliteStore> {
             Begin::InFlight { retry_after } => return Ok(Outcome::InFlight { retry_after }),
             Begin::Mismatch => return Ok(Outcome::Mismatch),
         };
-        let (store, policy) = (self.store().clone(), self.policy().clone());
+        let (store, policy) = (self.store().clone(), self.shared_policy());
         self.store()
             .call(move |conn| {
                 let result = conn
