@@ -1,8 +1,7 @@
 //! What a reservation attempt returns: a lease to run the effect under, or an answer.
 
 use crate::clock::Timestamp;
-use crate::decision::{Acquire, Decision};
-use crate::error::Error;
+use crate::decision::Acquire;
 use crate::fingerprint::Fingerprint;
 use crate::request::Request;
 use crate::response::StoredResponse;
@@ -54,20 +53,4 @@ pub enum Begin {
     },
     /// Same key, another request: answer 422, nothing runs (C3).
     Mismatch,
-}
-
-impl Begin {
-    /// Turns a [`Decision`] into the outcome, calling `acquire` (the store's write of the new
-    /// reservation) only when the decision is to acquire.
-    pub fn from_decision(
-        decision: Decision,
-        acquire: impl FnOnce(Acquire) -> Result<Lease, Error>,
-    ) -> Result<Self, Error> {
-        Ok(match decision {
-            Decision::Acquire(how) => Begin::Acquired(acquire(how)?),
-            Decision::Replay(response) => Begin::Replay(response),
-            Decision::InFlight { retry_after } => Begin::InFlight { retry_after },
-            Decision::Mismatch => Begin::Mismatch,
-        })
-    }
 }

@@ -1,12 +1,14 @@
 //! The pure decision logic of idem (DESIGN §3). No I/O, no clock: given what is stored and
 //! when, it says what happens. Every store applies these decisions; none re-implements them.
 
+use crate::begin::Begin;
 use crate::clock::Timestamp;
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
 use crate::record::{Record, RecordState};
 use crate::response::StoredResponse;
 use crate::token::FencingToken;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 /// What an incoming request gets, given the current record.
@@ -23,6 +25,28 @@ pub enum Decision {
     },
     /// The key was used for another request (C3): nothing runs, nothing changes.
     Mismatch,
+}
+
+impl Decision {
+    /// What a store does next: [`ControlFlow::Continue`] with how to acquire when it goes on to
+    /// write its reservation, or [`ControlFlow::Break`] with the answer when nothing is written.
+    ///
+    /// ```
+    /// use idem_core::{Acquire, Begin, Decision};
+    /// use std::ops::ControlFlow;
+    /// assert_eq!(Decision::Mismatch.next_step(), ControlFlow::Break(Begin::Mismatch));
+    /// assert_eq!(Decision::Acquire(Acquire::Fresh).next_step(), ControlFlow::Continue(Acquire::Fresh));
+    /// ```
+    pub fn next_step(self) -> ControlFlow<Begin, Acquire> {
+        match self {
+            Decision::Acquire(how) => ControlFlow::Continue(how),
+            Decision::Replay(response) => ControlFlow::Break(Begin::Replay(response)),
+            Decision::InFlight { retry_after } => {
+                ControlFlow::Break(Begin::InFlight { retry_after })
+            }
+            Decision::Mismatch => ControlFlow::Break(Begin::Mismatch),
+        }
+    }
 }
 
 /// Why a caller acquires, and which record (if any) the new reservation replaces.

@@ -13,6 +13,7 @@ use crate::store::Store;
 use crate::token::FencingToken;
 use async_trait::async_trait;
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -82,8 +83,9 @@ impl Entry {
         }
     }
 
-    /// The fence only needs the token and the state, not the response: skip decoding it.
-    fn shallow(&self) -> Record {
+    /// What [`check_fence`] looks at (token and state), without decoding the response: the
+    /// response of the view is empty.
+    fn fence_view(&self) -> Record {
         Record {
             fingerprint: self.fingerprint,
             token: self.token,
@@ -161,7 +163,10 @@ impl MemoryStore {
     ) -> Result<T, Error> {
         let mut records = self.lock();
         let entry = records.get_mut(&lease.id);
-        check_fence(entry.as_ref().map(|e| e.shallow()).as_ref(), &lease.token)?;
+        check_fence(
+            entry.as_ref().map(|e| e.fence_view()).as_ref(),
+            &lease.token,
+        )?;
         let entry = entry.ok_or(Error::LeaseLost)?;
         Ok(apply(entry, self.clock.now()))
     }
@@ -173,20 +178,23 @@ impl Store for MemoryStore {
         let mut records = self.lock();
         let now = self.clock.now();
         let current = records.get(&request.id).map(Entry::decode).transpose()?;
-        Begin::from_decision(decide(current, &request.fingerprint, now), |acquired| {
-            let lease = Lease::new(request, now + lease_for, acquired);
-            records.insert(
-                request.id.clone(),
-                Entry {
-                    fingerprint: request.fingerprint,
-                    token: lease.token,
-                    state: EntryState::InProgress {
-                        lease_until: lease.lease_until,
-                    },
+        let acquired = match decide(current, &request.fingerprint, now).next_step() {
+            ControlFlow::Break(answer) => return Ok(answer),
+            ControlFlow::Continue(acquired) => acquired,
+        };
+        // Under the lock, the record replaced is the one the decision saw.
+        let lease = Lease::new(request, now + lease_for, acquired);
+        records.insert(
+            request.id.clone(),
+            Entry {
+                fingerprint: request.fingerprint,
+                token: lease.token,
+                state: EntryState::InProgress {
+                    lease_until: lease.lease_until,
                 },
-            );
-            Ok(lease)
-        })
+            },
+        );
+        Ok(Begin::Acquired(lease))
     }
 
     async fn complete(
@@ -207,7 +215,7 @@ impl Store for MemoryStore {
     async fn release(&self, lease: &Lease) -> Result<(), Error> {
         let mut records = self.lock();
         check_fence(
-            records.get(&lease.id).map(Entry::shallow).as_ref(),
+            records.get(&lease.id).map(Entry::fence_view).as_ref(),
             &lease.token,
         )?;
         records.remove(&lease.id);

@@ -27,15 +27,17 @@ use std::time::Duration;
 ///    exclusive: a record whose deadline is `<= now` has expired.
 /// 2. **`reserve` decides atomically.** Read the current record for `request.id` (decode it; a
 ///    record that does not decode is [`Error::CorruptRecord`], never "absent"), call
-///    [`decide`](crate::decide) with it, the request's fingerprint and `now`, and when the
-///    decision is [`Decision::Acquire`](crate::Decision::Acquire) write an in-progress record
+///    [`decide`](crate::decide) with it, the request's fingerprint and `now`; its
+///    [`next_step`](crate::Decision::next_step) is either the answer (return it, nothing is
+///    written) or how to acquire: then write an in-progress record
 ///    with a fresh [`FencingToken`](crate::FencingToken) (use [`Lease::new`]) and the deadline
 ///    `now + lease_for`, replacing the old record only if it is still the one the decision
 ///    saw: it carries [`Acquire::replaces`](crate::Acquire::replaces) and is still expired at
 ///    `now` (a late completion or a renewal by the old holder keeps the token but moves the
 ///    deadline, and must not be overwritten). The read and the write are one atomic
-///    step (a transaction holding the write lock, `INSERT .. ON CONFLICT`, a Lua script...):
-///    of N concurrent callers on one id exactly one acquires (C4). A store that runs the decision
+///    step (a transaction holding the write lock, or compare-and-set statements that re-read
+///    when they lose, or a Lua script...): of N concurrent callers on one id exactly one
+///    acquires (C4). A store that runs the decision
 ///    elsewhere (in SQL or Lua) must give the same answers; the suite checks that it does.
 ///    `reserve` never waits for a running holder (C5). It returns the decision as a value:
 ///    [`Begin::Replay`], [`Begin::InFlight`] (`retry_after` = time left on the lease) and

@@ -4,10 +4,10 @@
 use crate::row;
 use crate::sql::Statements;
 use idem_core::{
-    decide, Begin, Clock, Decision, Error, Lease, Record, RecordId, Request, StoredResponse,
-    Timestamp,
+    decide, Begin, Clock, Error, Lease, Record, RecordId, Request, StoredResponse, Timestamp,
 };
 use rusqlite::{params, Connection, Params};
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 /// How many times a reservation re-reads after losing a compare-and-set. Each loss means another
@@ -46,9 +46,9 @@ pub(crate) fn reserve(
     let id = &request.id;
     for _ in 0..MAX_ATTEMPTS {
         let now = clock.now();
-        let decision = decide(select(conn, sql, id)?, &request.fingerprint, now);
-        let Decision::Acquire(acquired) = decision else {
-            return Begin::from_decision(decision, |_| Err(Error::LeaseLost));
+        let acquired = match decide(select(conn, sql, id)?, &request.fingerprint, now).next_step() {
+            ControlFlow::Break(answer) => return Ok(answer),
+            ControlFlow::Continue(acquired) => acquired,
         };
         let lease = Lease::new(request, now + lease_for, acquired);
         let (consumer, route, key) = (id.consumer(), id.route(), id.key());

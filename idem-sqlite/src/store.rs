@@ -246,7 +246,8 @@ impl SqliteStore {
         ops::release(conn, &self.inner.sql, lease)
     }
 
-    async fn with<T, F>(&self, work: F) -> Result<T, Error>
+    /// Runs one operation of `ops` on a pooled connection, with the store's statements and clock.
+    async fn on_connection<T, F>(&self, work: F) -> Result<T, Error>
     where
         F: FnOnce(&Connection, &Inner) -> Result<T, Error> + Send + 'static,
         T: Send + 'static,
@@ -260,7 +261,7 @@ impl SqliteStore {
 impl Store for SqliteStore {
     async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
         let request = request.clone();
-        self.with(move |conn, inner| {
+        self.on_connection(move |conn, inner| {
             ops::reserve(
                 conn,
                 &inner.sql,
@@ -279,7 +280,7 @@ impl Store for SqliteStore {
         retain_for: Duration,
     ) -> Result<(), Error> {
         let (lease, response) = (lease.clone(), response.clone());
-        self.with(move |conn, inner| {
+        self.on_connection(move |conn, inner| {
             let now = inner.config.clock.now();
             ops::complete(conn, &inner.sql, now, &lease, &response, retain_for)
         })
@@ -288,13 +289,13 @@ impl Store for SqliteStore {
 
     async fn release(&self, lease: &Lease) -> Result<(), Error> {
         let lease = lease.clone();
-        self.with(move |conn, inner| ops::release(conn, &inner.sql, &lease))
+        self.on_connection(move |conn, inner| ops::release(conn, &inner.sql, &lease))
             .await
     }
 
     async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
         let lease = lease.clone();
-        self.with(move |conn, inner| {
+        self.on_connection(move |conn, inner| {
             ops::renew(
                 conn,
                 &inner.sql,
@@ -307,7 +308,7 @@ impl Store for SqliteStore {
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
-        self.with(move |conn, inner| {
+        self.on_connection(move |conn, inner| {
             ops::purge_expired(conn, &inner.sql, inner.config.clock.now(), limit)
         })
         .await
@@ -315,7 +316,7 @@ impl Store for SqliteStore {
 
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         let id = id.clone();
-        self.with(move |conn, inner| ops::select(conn, &inner.sql, &id))
+        self.on_connection(move |conn, inner| ops::select(conn, &inner.sql, &id))
             .await
     }
 }

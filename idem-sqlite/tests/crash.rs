@@ -105,17 +105,16 @@ fn run_child_and_kill(mode: &str, db: &Path, intent: &str) {
     assert!(!status.success(), "the child was killed, not finished");
 }
 
-async fn parent(intent: &str) -> Idempotency<SqliteStore> {
+async fn parent() -> Idempotency<SqliteStore> {
     let store = SqliteStore::open(common::db_path()).await.expect("open");
     with_charges(&store).await;
-    let _ = intent;
     Idempotency::with_policy(store, Policy::default().lease(LEASE)).expect("policy")
 }
 
 #[tokio::test]
 async fn c09_killed_before_commit_retry_after_lease_runs_once() {
     let intent = format!("before-{}", idem_core::FencingToken::generate());
-    let idem = parent(&intent).await;
+    let idem = parent().await;
     run_child_and_kill("before-commit", &common::db_path(), &intent);
 
     assert_eq!(
@@ -149,7 +148,7 @@ async fn c09_killed_before_commit_retry_after_lease_runs_once() {
 #[tokio::test]
 async fn c07_killed_after_commit_before_answer_retry_replays() {
     let intent = format!("after-{}", idem_core::FencingToken::generate());
-    let idem = parent(&intent).await;
+    let idem = parent().await;
     run_child_and_kill("after-commit", &common::db_path(), &intent);
 
     assert_eq!(charges(idem.store(), &intent).await, 1);
