@@ -10,6 +10,9 @@ use serde_json::Value;
 /// An exclusion is a JSON Pointer (RFC 6901, `"/metadata/sent_at"`, `"/items/0/note"`); a
 /// name without a leading `/` is a top-level field (`"sent_at"` = `"/sent_at"`). Excluding a
 /// path that is not there is not an error. Numbers keep their form: `1` and `1.0` differ.
+/// Numbers are read as serde_json reads them (integers within 64 bits exactly, others as an
+/// IEEE double), so two spellings of one double (`0.1` and `0.10000000000000001`) are the same
+/// request; send amounts as integers (minor units) or strings when that matters.
 ///
 /// A body that is not JSON is [`Error::InvalidInput`] on [`Field::Body`].
 ///
