@@ -1,6 +1,6 @@
 //! The conformance suite: one `pub async fn` per scenario, run against every store.
 //!
-//! A store crate stamps one `#[tokio::test]` per scenario with [`conformance_tests!`]
+//! A store crate stamps one `#[tokio::test]` per scenario with [`conformance_tests!`](crate::conformance_tests)
 //! (`tokio` with the `macros` and `rt-multi-thread` features must be a dev-dependency):
 //!
 //! ```
