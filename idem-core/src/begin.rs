@@ -3,10 +3,12 @@
 use crate::clock::Timestamp;
 use crate::decision::Acquire;
 use crate::fingerprint::Fingerprint;
+use crate::outcome::Outcome;
 use crate::request::Request;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use crate::token::FencingToken;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 /// The right to run a request's effect, held until completion, release or the deadline.
@@ -53,4 +55,25 @@ pub enum Begin {
     },
     /// Same key, another request: answer 422, nothing runs (C3).
     Mismatch,
+}
+
+impl Begin {
+    /// What a closure-style caller does next: [`ControlFlow::Continue`] with the lease to run the
+    /// effect under, or [`ControlFlow::Break`] with the outcome to return without running it.
+    ///
+    /// ```
+    /// use idem_core::{Begin, Outcome};
+    /// use std::ops::ControlFlow;
+    /// assert_eq!(Begin::Mismatch.next_step(), ControlFlow::Break(Outcome::Mismatch));
+    /// ```
+    pub fn next_step(self) -> ControlFlow<Outcome, Lease> {
+        match self {
+            Begin::Acquired(lease) => ControlFlow::Continue(lease),
+            Begin::Replay(response) => ControlFlow::Break(Outcome::Replayed(response)),
+            Begin::InFlight { retry_after } => {
+                ControlFlow::Break(Outcome::InFlight { retry_after })
+            }
+            Begin::Mismatch => ControlFlow::Break(Outcome::Mismatch),
+        }
+    }
 }

@@ -8,6 +8,7 @@ use crate::request::{Request, RequestBuilder};
 use crate::response::StoredResponse;
 use crate::store::Store;
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -180,11 +181,14 @@ impl<S: Store> Idempotency<S> {
         F: FnOnce(Context<'a, S>) -> Fut,
         Fut: Future<Output = Result<StoredResponse, E>>,
     {
-        let lease = match self.begin(request).await.map_err(RunError::Idem)? {
-            Begin::Acquired(lease) => lease,
-            Begin::Replay(response) => return Ok(Outcome::Replayed(response)),
-            Begin::InFlight { retry_after } => return Ok(Outcome::InFlight { retry_after }),
-            Begin::Mismatch => return Ok(Outcome::Mismatch),
+        let lease = match self
+            .begin(request)
+            .await
+            .map_err(RunError::Idem)?
+            .next_step()
+        {
+            ControlFlow::Continue(lease) => lease,
+            ControlFlow::Break(outcome) => return Ok(outcome),
         };
         let ctx = Context {
             idem: self,

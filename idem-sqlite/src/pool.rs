@@ -27,11 +27,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Pool {
-    pub(crate) fn start(connections: Vec<Connection>) -> Result<Self, Error> {
-        Ok(Self {
+    pub(crate) fn new(connections: Vec<Connection>) -> Self {
+        Self {
             permits: Arc::new(Semaphore::new(connections.len())),
             idle: Arc::new(Mutex::new(connections)),
-        })
+        }
     }
 
     /// Runs `work` on a pooled connection, on Tokio's blocking pool, and waits for it without

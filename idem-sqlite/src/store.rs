@@ -93,18 +93,13 @@ impl SqliteStoreBuilder {
         self
     }
 
-    /// Opens the connections and applies the schema, on a thread of its own.
+    /// Opens the connections and applies the schema, on Tokio's blocking pool.
     pub async fn open(self) -> Result<SqliteStore, Error> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        std::thread::Builder::new()
-            .name("idem-sqlite-open".to_owned())
-            .spawn(move || {
-                let _ = reply.send(self.open_blocking());
-            })
-            .map_err(Error::unavailable)?;
-        answer
+        tokio::task::spawn_blocking(move || self.open_blocking())
             .await
-            .map_err(|_| Error::unavailable("the SQLite open thread stopped"))?
+            .map_err(|e| {
+                Error::unavailable(format!("opening the SQLite store did not finish: {e}"))
+            })?
     }
 
     /// Opens the connections and applies the schema on the calling thread (for programs without
@@ -118,7 +113,7 @@ impl SqliteStoreBuilder {
         let connections = open_connections(&config)?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
-                pool: Pool::start(connections)?,
+                pool: Pool::new(connections),
                 sql: Statements::for_table(&config.table),
                 config,
             }),

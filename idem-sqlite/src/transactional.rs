@@ -2,9 +2,10 @@
 
 use crate::SqliteStore;
 use idem_core::{
-    async_trait, Begin, Error, Idempotency, Lease, Outcome, Request, RunError, StoredResponse,
+    async_trait, Error, Idempotency, Lease, Outcome, Request, RunError, StoredResponse,
 };
 use rusqlite::{Transaction, TransactionBehavior};
+use std::ops::ControlFlow;
 
 /// What `Idempotency<SqliteStore>` adds to the engine: the effect and the completion in one
 /// SQLite transaction (C6).
@@ -82,11 +83,14 @@ impl SqliteIdempotency for Idempotency<SqliteStore> {
         F: FnOnce(&Transaction<'_>, &Lease) -> Result<StoredResponse, E> + Send + 'static,
         E: Send + 'static,
     {
-        let lease = match self.begin(request).await.map_err(RunError::Idem)? {
-            Begin::Acquired(lease) => lease,
-            Begin::Replay(response) => return Ok(Outcome::Replayed(response)),
-            Begin::InFlight { retry_after } => return Ok(Outcome::InFlight { retry_after }),
-            Begin::Mismatch => return Ok(Outcome::Mismatch),
+        let lease = match self
+            .begin(request)
+            .await
+            .map_err(RunError::Idem)?
+            .next_step()
+        {
+            ControlFlow::Continue(lease) => lease,
+            ControlFlow::Break(outcome) => return Ok(outcome),
         };
         let (store, policy) = (self.store().clone(), self.shared_policy());
         self.store()
