@@ -1,52 +1,21 @@
-//! The pure decision logic of idem (DESIGN §3). No I/O, no clock: given what is stored and
-//! when, it says what happens. Every store applies these decisions; none re-implements them.
+//! The pure decision logic of idem (docs/state-machine.md). No I/O, no clock: given what is
+//! stored and when, it says what happens. Every store applies these decisions; none
+//! re-implements them.
 
-use crate::begin::Begin;
+use crate::answer::Answer;
 use crate::clock::Timestamp;
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
 use crate::record::{Record, RecordState};
-use crate::response::StoredResponse;
 use crate::token::FencingToken;
-use std::ops::ControlFlow;
-use std::time::Duration;
 
-/// What an incoming request gets, given the current record.
+/// What an incoming request gets, given the current record: acquire it, or an [`Answer`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub enum Decision<R = crate::StoredResponse> {
     /// The caller acquires the record with a fresh token and runs the effect (C4).
     Acquire(Acquire),
-    /// A duplicate of a completed request: answer with the stored response (C7).
-    Replay(StoredResponse),
-    /// A duplicate of a request still running: answer at once, never wait (C5).
-    InFlight {
-        /// Until the current lease ends.
-        retry_after: Duration,
-    },
-    /// The key was used for another request (C3): nothing runs, nothing changes.
-    Mismatch,
-}
-
-impl Decision {
-    /// What a store does next: [`ControlFlow::Continue`] with how to acquire when it goes on to
-    /// write its reservation, or [`ControlFlow::Break`] with the answer when nothing is written.
-    ///
-    /// ```
-    /// use idem_core::{Acquire, Begin, Decision};
-    /// use std::ops::ControlFlow;
-    /// assert_eq!(Decision::Mismatch.next_step(), ControlFlow::Break(Begin::Mismatch));
-    /// assert_eq!(Decision::Acquire(Acquire::Fresh).next_step(), ControlFlow::Continue(Acquire::Fresh));
-    /// ```
-    pub fn next_step(self) -> ControlFlow<Begin, Acquire> {
-        match self {
-            Decision::Acquire(how) => ControlFlow::Continue(how),
-            Decision::Replay(response) => ControlFlow::Break(Begin::Replay(response)),
-            Decision::InFlight { retry_after } => {
-                ControlFlow::Break(Begin::InFlight { retry_after })
-            }
-            Decision::Mismatch => ControlFlow::Break(Begin::Mismatch),
-        }
-    }
+    /// The caller is answered without running anything (replay, in flight, mismatch).
+    Answer(Answer<R>),
 }
 
 /// Why a caller acquires, and which record (if any) the new reservation replaces.
@@ -55,12 +24,13 @@ pub enum Acquire {
     /// No record: insert one.
     Fresh,
     /// An orphaned in-progress record whose lease passed (C9): replace it if it still carries
-    /// `previous`; its holder is fenced out from then on.
+    /// `previous`, is still in progress and still expired; its holder is fenced out from then on.
     TakeOver {
         /// The token of the orphaned reservation.
         previous: FencingToken,
     },
-    /// A completed record whose retention passed (C10): the key is new again.
+    /// A completed record whose retention passed (C10): the key is new again. Replace it if it
+    /// still carries `previous`, is still completed and still expired.
     StartOver {
         /// The token of the expired record.
         previous: FencingToken,
@@ -75,23 +45,39 @@ impl Acquire {
             Acquire::TakeOver { previous } | Acquire::StartOver { previous } => Some(*previous),
         }
     }
+
+    /// Whether the record being replaced must be completed (a start over) rather than in
+    /// progress (a takeover): the state half of the compare-and-set. `None` for a fresh key.
+    pub fn replaces_completed(&self) -> Option<bool> {
+        match self {
+            Acquire::Fresh => None,
+            Acquire::TakeOver { .. } => Some(false),
+            Acquire::StartOver { .. } => Some(true),
+        }
+    }
 }
 
 /// Decides what a request with `fingerprint` gets at `now`, given the `current` record.
 ///
 /// - no record, or a record past its deadline: acquire (fresh, take over, start over);
 ///   an expired record behaves as absent whatever its fingerprint (C9, C10);
-/// - a live record with another fingerprint: [`Decision::Mismatch`], in every state, so
+/// - a live record with another fingerprint: [`Answer::Mismatch`], in every state, so
 ///   422 wins over 409 (C3);
-/// - a live in-progress record: [`Decision::InFlight`] with the time left on its lease (C5);
-/// - a live completed record: [`Decision::Replay`] of its response (C7).
+/// - a live in-progress record: [`Answer::InFlight`] with the time left on its lease (C5);
+/// - a live completed record: [`Answer::Replay`] of its response (C7).
 ///
 /// ```
-/// use idem_core::{decide, Decision, Fingerprint, Timestamp};
+/// use idem_core::store::{decide, Acquire, Decision};
+/// use idem_core::{Fingerprint, Timestamp};
 /// let fp = Fingerprint::builder().body(b"x").finish();
-/// assert!(matches!(decide(None, &fp, Timestamp::from_millis(0)), Decision::Acquire(_)));
+/// let none: Option<idem_core::store::Record> = None;
+/// assert_eq!(decide(none, &fp, Timestamp::from_millis(0)), Decision::Acquire(Acquire::Fresh));
 /// ```
-pub fn decide(current: Option<Record>, fingerprint: &Fingerprint, now: Timestamp) -> Decision {
+pub fn decide<R>(
+    current: Option<Record<R>>,
+    fingerprint: &Fingerprint,
+    now: Timestamp,
+) -> Decision<R> {
     let Some(record) = current else {
         return Decision::Acquire(Acquire::Fresh);
     };
@@ -103,14 +89,14 @@ pub fn decide(current: Option<Record>, fingerprint: &Fingerprint, now: Timestamp
         });
     }
     if record.fingerprint != *fingerprint {
-        return Decision::Mismatch;
+        return Decision::Answer(Answer::Mismatch);
     }
-    match record.state {
-        RecordState::InProgress { lease_until } => Decision::InFlight {
+    Decision::Answer(match record.state {
+        RecordState::InProgress { lease_until } => Answer::InFlight {
             retry_after: lease_until.saturating_since(now),
         },
-        RecordState::Completed { response, .. } => Decision::Replay(response),
-    }
+        RecordState::Completed { response, .. } => Answer::Replay(response),
+    })
 }
 
 /// The fence of complete, release and renew (C6, C9): the record must still carry `token`
@@ -118,10 +104,12 @@ pub fn decide(current: Option<Record>, fingerprint: &Fingerprint, now: Timestamp
 /// holder may still finish; once taken over, released, completed or purged, it may not.
 ///
 /// ```
-/// use idem_core::{check_fence, Error, FencingToken};
-/// assert!(matches!(check_fence(None, &FencingToken::generate()), Err(Error::LeaseLost)));
+/// use idem_core::store::{check_fence, Record};
+/// use idem_core::{Error, FencingToken};
+/// let none: Option<&Record> = None;
+/// assert!(matches!(check_fence(none, &FencingToken::generate()), Err(Error::LeaseLost)));
 /// ```
-pub fn check_fence(current: Option<&Record>, token: &FencingToken) -> Result<(), Error> {
+pub fn check_fence<R>(current: Option<&Record<R>>, token: &FencingToken) -> Result<(), Error> {
     match current {
         Some(record) if record.token == *token && record.is_in_progress() => Ok(()),
         _ => Err(Error::LeaseLost),
@@ -131,6 +119,8 @@ pub fn check_fence(current: Option<&Record>, token: &FencingToken) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::response::StoredResponse;
+    use std::time::Duration;
 
     fn fp(body: &[u8]) -> Fingerprint {
         Fingerprint::builder().body(body).finish()
@@ -162,7 +152,7 @@ mod tests {
     #[test]
     fn c04_absent_acquires_fresh() {
         assert_eq!(
-            decide(None, &fp(b"a"), at(5)),
+            decide::<StoredResponse>(None, &fp(b"a"), at(5)),
             Decision::Acquire(Acquire::Fresh)
         );
     }
@@ -172,9 +162,9 @@ mod tests {
         let t = FencingToken::generate();
         assert_eq!(
             decide(Some(in_progress(b"a", t, 1_000)), &fp(b"a"), at(400)),
-            Decision::InFlight {
+            Decision::Answer(Answer::InFlight {
                 retry_after: Duration::from_millis(600)
-            }
+            })
         );
     }
 
@@ -183,7 +173,7 @@ mod tests {
         let t = FencingToken::generate();
         assert_eq!(
             decide(Some(in_progress(b"a", t, 1_000)), &fp(b"b"), at(400)),
-            Decision::Mismatch
+            Decision::Answer(Answer::Mismatch)
         );
     }
 
@@ -192,7 +182,7 @@ mod tests {
         let t = FencingToken::generate();
         assert_eq!(
             decide(Some(completed(b"a", t, 1_000)), &fp(b"a"), at(999)),
-            Decision::Replay(StoredResponse::new(201, "done"))
+            Decision::Answer(Answer::Replay(StoredResponse::new(201, "done")))
         );
     }
 
@@ -201,7 +191,7 @@ mod tests {
         let t = FencingToken::generate();
         assert_eq!(
             decide(Some(completed(b"a", t, 1_000)), &fp(b"b"), at(0)),
-            Decision::Mismatch
+            Decision::Answer(Answer::Mismatch)
         );
     }
 
@@ -237,6 +227,14 @@ mod tests {
         );
         assert_eq!(Acquire::StartOver { previous: t }.replaces(), Some(t));
         assert_eq!(Acquire::Fresh.replaces(), None);
+        assert_eq!(
+            Acquire::StartOver { previous: t }.replaces_completed(),
+            Some(true)
+        );
+        assert_eq!(
+            Acquire::TakeOver { previous: t }.replaces_completed(),
+            Some(false)
+        );
     }
 
     #[test]
@@ -254,6 +252,9 @@ mod tests {
             check_fence(Some(&completed(b"a", t, 10)), &t),
             Err(Error::LeaseLost)
         ));
-        assert!(matches!(check_fence(None, &t), Err(Error::LeaseLost)));
+        assert!(matches!(
+            check_fence::<StoredResponse>(None, &t),
+            Err(Error::LeaseLost)
+        ));
     }
 }

@@ -1,28 +1,37 @@
 //! `Idempotency<S>`: what applications call.
 
-use crate::begin::{Begin, Lease};
-use crate::error::Error;
-use crate::outcome::{Outcome, RunError};
+use crate::answer::{problem, Answer};
+use crate::begin::Begin;
+use crate::completion::Completion;
+use crate::error::{Error, StoreErrorKind};
+use crate::lease::Lease;
+use crate::outcome::{Failure, Meaning, Outcome, Reply, RunError};
 use crate::policy::Policy;
 use crate::request::{Request, RequestBuilder};
 use crate::response::StoredResponse;
 use crate::store::Store;
+use crate::unwind::CatchUnwind;
+use std::fmt;
 use std::future::Future;
-use std::ops::ControlFlow;
-use std::sync::Arc;
-use std::time::Instant;
+use std::panic::resume_unwind;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-/// The idempotency engine: a [`Store`] and a [`Policy`].
+/// The idempotency engine: a [`Store`] and a [`Policy`]. Cloning is cheap (one `Arc`).
 ///
 /// Two styles, both first-class:
 ///
+/// - **closure**: [`run`](Self::run) reserves, runs the handler, completes or releases, on a
+///   task of its own: dropping the future that awaits it (a client disconnecting from a hyper or
+///   axum server) does not cancel an execution that has started (C8).
 /// - **guard**: [`begin`](Self::begin) → [`Begin::Acquired`] → run the effect →
-///   [`complete`](Self::complete) (or [`release`](Self::release) on error). SQL stores add a
-///   `complete_in` that writes the completion inside the effect's own transaction.
-/// - **closure**: [`run`](Self::run) does all of it around an async handler.
+///   [`complete`](Self::complete) (or [`release`](Self::release) when nothing happened). SQL
+///   stores write a [`completion`](Self::completion) inside the effect's own transaction. A
+///   guard-style caller that can be cancelled between the effect and `complete` must protect
+///   that stretch itself (a transaction does: the effect vanishes with it).
 ///
 /// ```
-/// use idem_core::{Idempotency, MemoryStore, Outcome, StoredResponse};
+/// use idem_core::{Answer, Idempotency, MemoryStore, Outcome, StoredResponse};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let idem = Idempotency::new(MemoryStore::new());
@@ -32,29 +41,54 @@ use std::time::Instant;
 ///     .build()?;
 ///
 /// let first = idem.run(&request, |_ctx| async {
-///     Ok::<_, std::io::Error>(StoredResponse::new(201, r#"{"id":"ch_1"}"#))
+///     Ok::<_, idem_core::Failure<std::io::Error>>(StoredResponse::new(201, r#"{"id":"ch_1"}"#))
 /// }).await?;
 /// let retry = idem.run(&request, |_ctx| async {
-///     Ok::<_, std::io::Error>(StoredResponse::new(201, "never sent: a completed request does not run again"))
+///     Ok::<_, idem_core::Failure<std::io::Error>>(StoredResponse::new(201, "never sent"))
 /// }).await?;
 ///
 /// assert!(matches!(first, Outcome::Executed(_)));
-/// assert!(matches!(retry, Outcome::Replayed(ref r) if r.body == br#"{"id":"ch_1"}"#));
+/// assert!(matches!(retry, Outcome::Answered(Answer::Replay(ref r)) if r.body == br#"{"id":"ch_1"}"#));
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone)]
 pub struct Idempotency<S> {
-    store: S,
-    policy: Arc<Policy>,
+    inner: Arc<Shared<S>>,
 }
+
+struct Shared<S> {
+    store: S,
+    policy: Policy,
+}
+
+impl<S> Clone for Idempotency<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Idempotency<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Idempotency")
+            .field("store", &self.inner.store)
+            .field("policy", &self.inner.policy)
+            .finish()
+    }
+}
+
+/// The first wait between two attempts to store a completion; it doubles up to a second.
+const FIRST_BACKOFF: Duration = Duration::from_millis(5);
 
 impl<S: Store> Idempotency<S> {
     /// An engine with the default [`Policy`].
     pub fn new(store: S) -> Self {
         Self {
-            store,
-            policy: Arc::new(Policy::default()),
+            inner: Arc::new(Shared {
+                store,
+                policy: Policy::default(),
+            }),
         }
     }
 
@@ -62,24 +96,18 @@ impl<S: Store> Idempotency<S> {
     pub fn with_policy(store: S, policy: Policy) -> Result<Self, Error> {
         policy.validate()?;
         Ok(Self {
-            store,
-            policy: Arc::new(policy),
+            inner: Arc::new(Shared { store, policy }),
         })
     }
 
     /// The store.
     pub fn store(&self) -> &S {
-        &self.store
+        &self.inner.store
     }
 
     /// The policy.
     pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-
-    /// The policy, shared (cheap to clone into a blocking closure).
-    pub fn shared_policy(&self) -> Arc<Policy> {
-        Arc::clone(&self.policy)
+        &self.inner.policy
     }
 
     /// Starts a [`Request`] from wire parts, with this policy's body limit.
@@ -89,172 +117,373 @@ impl<S: Store> Idempotency<S> {
         method: &'a str,
         route: &'a str,
     ) -> RequestBuilder<'a> {
-        Request::builder(consumer, method, route).max_body_bytes(self.policy.max_body_bytes)
+        Request::builder(consumer, method, route).max_body_bytes(self.inner.policy.max_body_bytes)
     }
 
-    /// Reserves the request, or says why it must not run (replay, in flight, mismatch).
+    /// Reserves the request, or answers it without running anything (replay, in flight,
+    /// mismatch). A body over the policy's limit is [`Error::BodyTooLarge`] however the
+    /// request was built, and nothing is written (C12).
     pub async fn begin(&self, request: &Request) -> Result<Begin, Error> {
+        let policy = &self.inner.policy;
+        if request.body_len() > policy.max_body_bytes {
+            return Err(Error::BodyTooLarge {
+                limit: policy.max_body_bytes,
+                actual: request.body_len(),
+            });
+        }
         let started = Instant::now();
-        let result = self.store.reserve(request, self.policy.lease).await;
+        let mut result = self.inner.store.reserve(request, policy.lease).await;
+        if let Ok(Begin::Acquired(lease)) = &mut result {
+            lease.set_local_deadline(started + policy.lease);
+        }
         let outcome = match &result {
-            Ok(Begin::Acquired(lease)) => match lease.acquired {
+            Ok(Begin::Acquired(lease)) => match lease.acquired() {
                 crate::Acquire::Fresh => "acquired",
                 crate::Acquire::TakeOver { .. } => "took_over",
                 crate::Acquire::StartOver { .. } => "started_over",
             },
-            Ok(Begin::Replay(_)) => "replay",
-            Ok(Begin::InFlight { .. }) => "in_flight",
-            Ok(Begin::Mismatch) => "mismatch",
+            Ok(Begin::Answered(Answer::Replay(_))) => "replay",
+            Ok(Begin::Answered(Answer::InFlight { .. })) => "in_flight",
+            Ok(Begin::Answered(Answer::Mismatch)) => "mismatch",
             Err(_) => "error",
         };
         tracing::debug!(
             target: "idem",
-            consumer = request.id.consumer(),
-            route = request.id.route(),
+            consumer = request.id().consumer(),
+            route = request.id().route(),
             outcome,
-            latency_us = started.elapsed().as_micros() as u64,
+            latency_us = micros(started),
             error = result.as_ref().err().map(tracing::field::display),
             "idem.begin"
         );
         result
     }
 
-    /// Filters the response's headers by the policy (C7) and validates it: the exact response
-    /// that is stored, and that the first caller should send, so that the live answer and every
-    /// replay are the same bytes. SQL stores' `complete_in` stores this.
-    pub fn prepare(&self, response: StoredResponse) -> Result<StoredResponse, Error> {
-        self.policy.prepare(response)
+    /// The completion of `lease` with `response`, as it will be stored and sent: headers
+    /// filtered by the policy (C7), validated, encoded. A response that cannot be stored (a
+    /// status outside 100..=599, a header value with CR or LF, a header name that is not a
+    /// token) becomes a stored 500 problem: the effect may have run, so the key is never given
+    /// back for it and the client never sees a 4xx for a server's fault (C8).
+    ///
+    /// A SQL store writes it inside the effect's transaction (`complete_in`); [`complete`](
+    /// Self::complete) writes it on its own.
+    pub fn completion(&self, lease: &Lease, response: StoredResponse) -> Completion {
+        let policy = &self.inner.policy;
+        let prepared = policy
+            .prepare(response)
+            .and_then(|r| r.encode().map(|encoded| (r, encoded)));
+        let (response, encoded) = match prepared {
+            Ok(ok) => ok,
+            Err(error) => {
+                tracing::error!(
+                    target: "idem",
+                    consumer = lease.id().consumer(),
+                    route = lease.id().route(),
+                    %error,
+                    "idem.completion: the handler's response cannot be stored; storing a 500"
+                );
+                let fallback = problem(
+                    500,
+                    "invalid-response",
+                    "The server produced a response that could not be stored.",
+                    false,
+                );
+                let encoded = fallback.encode().unwrap_or_default();
+                (fallback, encoded)
+            }
+        };
+        Completion::new(lease, response, encoded, policy.retention)
     }
 
-    /// Stores the response and completes the record, if the lease still holds (C6); returns
-    /// the response as stored (see [`prepare`](Self::prepare)).
+    /// Stores the response and completes the record, if the lease still holds (C6); returns the
+    /// response as stored (see [`completion`](Self::completion)).
+    ///
+    /// A store failure is retried with backoff while the lease lasts, and a retry that finds its
+    /// own earlier attempt landed succeeds: the effect has run, so the key must not pass to a
+    /// takeover while the completion can still be stored (C8).
     pub async fn complete(
         &self,
         lease: Lease,
         response: StoredResponse,
     ) -> Result<StoredResponse, Error> {
-        let started = Instant::now();
-        let response = self.prepare(response)?;
-        let result = self
-            .store
-            .complete(&lease, &response, self.policy.retention)
-            .await;
-        self.trace_fenced("idem.complete", &lease, started, &result);
-        result.map(|()| response)
+        let completion = self.completion(&lease, response);
+        self.store_completion(&lease, &completion).await?;
+        Ok(completion.into_response())
     }
 
-    /// Gives the reservation up so a retry can run (C8), if the lease still holds.
+    /// Gives the reservation up so a retry can run (C8), if the lease still holds. Call it only
+    /// when the effect did not happen.
     pub async fn release(&self, lease: Lease) -> Result<(), Error> {
         let started = Instant::now();
-        let result = self.store.release(&lease).await;
-        self.trace_fenced("idem.release", &lease, started, &result);
+        let result = self.inner.store.release(&lease).await;
+        trace_fenced("idem.release", &lease, started, &result);
         result
     }
 
     /// Extends a long handler's lease by the policy's lease from now (C9), if it still holds.
     pub async fn renew(&self, lease: &mut Lease) -> Result<(), Error> {
         let started = Instant::now();
-        let result = self.store.renew(lease, self.policy.lease).await;
-        self.trace_fenced("idem.renew", lease, started, &result);
-        lease.lease_until = result?;
+        let lease_for = self.inner.policy.lease;
+        let result = self.inner.store.renew(lease, lease_for).await;
+        trace_fenced("idem.renew", lease, started, &result);
+        lease.renewed(result?, started + lease_for);
         Ok(())
     }
 
     /// Deletes one batch of expired records (at most [`Policy::purge_batch`]); returns how many.
-    /// Call it periodically; see docs/operations.
+    /// Call it periodically (docs/stores.md, "Purge").
     pub async fn purge_expired(&self) -> Result<usize, Error> {
-        self.store.purge_expired(self.policy.purge_batch).await
+        self.inner
+            .store
+            .purge_expired(self.inner.policy.purge_batch)
+            .await
     }
 
+    async fn store_completion(&self, lease: &Lease, completion: &Completion) -> Result<(), Error> {
+        let started = Instant::now();
+        let result = self
+            .complete_within_lease(completion, lease.local_deadline())
+            .await;
+        trace_fenced("idem.complete", lease, started, &result);
+        result
+    }
+
+    /// Stores `completion`, retrying store failures that a retry may fix until `deadline`.
+    async fn complete_within_lease(
+        &self,
+        completion: &Completion,
+        deadline: Option<Instant>,
+    ) -> Result<(), Error> {
+        let store = &self.inner.store;
+        let mut backoff = FIRST_BACKOFF;
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            match store.complete(completion).await {
+                Ok(()) => return Ok(()),
+                Err(Error::LeaseLost) if attempts > 1 => {
+                    // An earlier attempt may have landed and only its answer been lost.
+                    return match store.lookup(completion.id()).await {
+                        Ok(Some(record))
+                            if record.token == completion.token() && record.is_completed() =>
+                        {
+                            Ok(())
+                        }
+                        _ => Err(Error::LeaseLost),
+                    };
+                }
+                Err(error @ Error::Store(_)) if error.is_retryable() => {
+                    let Some(deadline) = deadline else {
+                        return Err(error);
+                    };
+                    if Instant::now() + backoff >= deadline {
+                        return Err(error);
+                    }
+                    tracing::warn!(
+                        target: "idem",
+                        consumer = completion.id().consumer(),
+                        route = completion.id().route(),
+                        attempts,
+                        %error,
+                        "idem.complete: retrying within the lease"
+                    );
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}
+
+impl<S: Store + 'static> Idempotency<S> {
     /// The closure style: begin; when acquired, run `handler`, then complete with its response
-    /// (any status: a 402 is stored and replayed, C8) or, when it returns `Err`, release so that a
-    /// retry can run. Replays, in-flight duplicates and mismatches never call `handler`.
+    /// (any status: a 402 is stored and replayed, C8). Replays, in-flight duplicates and
+    /// mismatches never call `handler`. Needs a Tokio runtime.
     ///
-    /// A handler that panics, or a `run` future that is dropped, leaves the reservation to
-    /// expire with its lease (C9).
-    pub async fn run<'a, F, Fut, E>(
-        &'a self,
+    /// **Cancellation.** Everything runs on a task of its own: if the future returned here is
+    /// dropped (the client disconnected and the server dropped the request's future), the
+    /// execution goes on to its completion or release, and a retry gets its answer.
+    ///
+    /// **Errors** (C8), see [`Failure`]: [`Failure::nothing_happened`] releases the key and
+    /// returns [`RunError::Released`]; any other error (what `?` gives) means the outcome is
+    /// unknown: a 500 problem (or the response given with [`Failure::unknown_with`]) is stored
+    /// for the key and returned in [`RunError::Unknown`]. A handler that panics is treated the
+    /// same (a 500 is stored), then the panic resumes in the caller. If a completion cannot be
+    /// stored within the lease, [`RunError::Incomplete`] (answer 500).
+    pub async fn run<F, Fut, R, E>(
+        &self,
         request: &Request,
         handler: F,
     ) -> Result<Outcome, RunError<E>>
     where
-        F: FnOnce(Context<'a, S>) -> Fut,
-        Fut: Future<Output = Result<StoredResponse, E>>,
+        F: FnOnce(Context<S>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<R, Failure<E>>> + Send + 'static,
+        R: Into<Reply> + Send + 'static,
+        E: Send + 'static,
     {
-        let lease = match self
-            .begin(request)
-            .await
-            .map_err(RunError::Idem)?
-            .next_step()
-        {
-            ControlFlow::Continue(lease) => lease,
-            ControlFlow::Break(outcome) => return Ok(outcome),
-        };
+        let engine = self.clone();
+        let request = request.clone();
+        let task = tokio::spawn(async move {
+            let lease = match engine.begin(&request).await.map_err(RunError::Idem)? {
+                Begin::Acquired(lease) => lease,
+                Begin::Answered(answer) => return Ok(Outcome::Answered(answer)),
+            };
+            engine.execute(lease, handler).await
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(join) => match join.try_into_panic() {
+                Ok(panic) => resume_unwind(panic),
+                Err(join) => Err(RunError::Incomplete(Error::store(
+                    "runtime",
+                    StoreErrorKind::Unavailable,
+                    format!(
+                        "the execution task did not finish (the runtime is shutting down): {join}"
+                    ),
+                ))),
+            },
+        }
+    }
+
+    async fn execute<F, Fut, R, E>(self, lease: Lease, handler: F) -> Result<Outcome, RunError<E>>
+    where
+        F: FnOnce(Context<S>) -> Fut,
+        Fut: Future<Output = Result<R, Failure<E>>>,
+        R: Into<Reply>,
+    {
+        let shared = Arc::new(Mutex::new(lease.clone()));
         let ctx = Context {
-            idem: self,
-            lease: lease.clone(),
+            idem: self.clone(),
+            lease: Arc::clone(&shared),
         };
-        match handler(ctx).await {
-            Ok(response) => {
-                let stored = self
-                    .complete(lease, response)
-                    .await
-                    .map_err(RunError::Idem)?;
-                Ok(Outcome::Executed(stored))
-            }
-            Err(error) => {
-                // The handler's error is what the caller needs; a failed release only means
-                // the reservation expires with its lease instead (logged by `release`).
-                let _ = self.release(lease).await;
-                Err(RunError::Handler(error))
-            }
-        }
-    }
-
-    fn trace_fenced<T>(
-        &self,
-        op: &'static str,
-        lease: &Lease,
-        started: Instant,
-        result: &Result<T, Error>,
-    ) {
+        let result = CatchUnwind::new(handler(ctx)).await;
+        let lease = shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         match result {
-            Ok(_) => tracing::debug!(
-                target: "idem",
-                consumer = lease.id.consumer(),
-                route = lease.id.route(),
-                latency_us = started.elapsed().as_micros() as u64,
-                "{op}"
-            ),
-            Err(error) => tracing::warn!(
-                target: "idem",
-                consumer = lease.id.consumer(),
-                route = lease.id.route(),
-                latency_us = started.elapsed().as_micros() as u64,
-                %error,
-                "{op} failed"
-            ),
+            Ok(Ok(reply)) => match reply.into() {
+                Reply::Respond(response) => {
+                    let completion = self.completion(&lease, response);
+                    self.store_completion(&lease, &completion)
+                        .await
+                        .map_err(RunError::Incomplete)?;
+                    Ok(Outcome::Executed(completion.into_response()))
+                }
+                Reply::Completed(completion) => {
+                    if completion.token() != lease.token() || completion.id() != lease.id() {
+                        return Err(RunError::Incomplete(Error::LeaseLost));
+                    }
+                    Ok(Outcome::Executed(completion.into_response()))
+                }
+            },
+            Ok(Err(failure)) => match failure.into_parts() {
+                (error, Meaning::NothingHappened) => {
+                    // A failed release only means the reservation passes with its lease
+                    // (logged by `release`); the handler said nothing happened.
+                    let _ = self.release(lease).await;
+                    Err(RunError::Released(error))
+                }
+                (error, Meaning::Unknown(response)) => {
+                    let response = response.unwrap_or_else(outcome_unknown);
+                    let completion = self.completion(&lease, response);
+                    self.store_completion(&lease, &completion)
+                        .await
+                        .map_err(RunError::Incomplete)?;
+                    Err(RunError::Unknown {
+                        error,
+                        response: completion.into_response(),
+                    })
+                }
+            },
+            Err(panic) => {
+                let completion = self.completion(&lease, outcome_unknown());
+                // The panic is what the caller must see; a failed completion is logged.
+                let _ = self.store_completion(&lease, &completion).await;
+                resume_unwind(panic)
+            }
         }
     }
 }
 
-/// What a [`run`](Idempotency::run) handler gets: the lease it runs under, and a way to renew
-/// it when the work may outlast it (C9).
-#[derive(Debug)]
-pub struct Context<'a, S> {
-    idem: &'a Idempotency<S>,
-    lease: Lease,
+/// The answer stored when a handler's outcome is unknown.
+fn outcome_unknown() -> StoredResponse {
+    problem(
+        500,
+        "outcome-unknown",
+        "The request failed and may have taken effect; it will not be run again with this key.",
+        false,
+    )
 }
 
-impl<S: Store> Context<'_, S> {
-    /// The lease the handler runs under.
-    pub fn lease(&self) -> &Lease {
-        &self.lease
+fn micros(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+fn trace_fenced<T>(op: &'static str, lease: &Lease, started: Instant, result: &Result<T, Error>) {
+    match result {
+        Ok(_) => tracing::debug!(
+            target: "idem",
+            consumer = lease.id().consumer(),
+            route = lease.id().route(),
+            latency_us = micros(started),
+            "{op}"
+        ),
+        Err(error) => tracing::warn!(
+            target: "idem",
+            consumer = lease.id().consumer(),
+            route = lease.id().route(),
+            latency_us = micros(started),
+            %error,
+            "{op} failed"
+        ),
+    }
+}
+
+/// What a [`run`](Idempotency::run) handler gets: the lease it runs under, a way to renew it
+/// when the work may outlast it (C9), and a way to complete inside its own transaction.
+pub struct Context<S> {
+    idem: Idempotency<S>,
+    lease: Arc<Mutex<Lease>>,
+}
+
+impl<S> fmt::Debug for Context<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("lease", &self.lease())
+            .finish()
+    }
+}
+
+impl<S> Context<S> {
+    /// The lease the handler runs under (as of its last renewal).
+    pub fn lease(&self) -> Lease {
+        self.lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl<S: Store> Context<S> {
+    /// The engine (to reach the store, for example for a transaction).
+    pub fn idem(&self) -> &Idempotency<S> {
+        &self.idem
     }
 
     /// Extends the lease (heartbeat). [`Error::LeaseLost`] means another attempt took the
     /// record over: stop, and do not commit the effect.
     pub async fn renew(&mut self) -> Result<(), Error> {
-        self.idem.renew(&mut self.lease).await
+        let mut lease = self.lease();
+        self.idem.renew(&mut lease).await?;
+        *self.lease.lock().unwrap_or_else(PoisonError::into_inner) = lease;
+        Ok(())
+    }
+
+    /// The completion of this lease with `response`, to write inside the effect's transaction
+    /// with a SQL store's `complete_in`; then return it from the handler ([`Reply::Completed`]).
+    pub fn completion(&self, response: StoredResponse) -> Completion {
+        self.idem.completion(&self.lease(), response)
     }
 }

@@ -41,8 +41,8 @@ impl fmt::Display for Field {
 
 /// Everything that can go wrong in idem.
 ///
-/// Outcomes of the protocol (replay, in flight, mismatch) are *values* of
-/// [`Begin`](crate::Begin), not errors. An error always means the request was not
+/// Outcomes of the protocol (replay, in flight, mismatch) are *values*
+/// ([`Answer`](crate::Answer)), not errors. An error always means the request was not
 /// (and must not be) executed under protection, or that a completion did not land.
 ///
 /// ```
@@ -75,9 +75,10 @@ pub enum Error {
     /// On SQL stores the caller's transaction must roll back.
     #[error("lease lost: the record no longer carries this caller's fencing token")]
     LeaseLost,
-    /// The store could not be reached or failed (C13). Never run the effect unprotected.
-    #[error("idempotency store unavailable: {0}")]
-    StoreUnavailable(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+    /// The store failed (C13): which backend, what kind of failure, and the backend's own error.
+    /// Never run the effect unprotected.
+    #[error(transparent)]
+    Store(#[from] StoreError),
     /// A stored record that cannot be decoded (C12). Never treated as absent.
     #[error("corrupt idempotency record: {0}")]
     CorruptRecord(String),
@@ -92,27 +93,131 @@ impl Error {
         }
     }
 
-    /// Wraps any backend error as [`Error::StoreUnavailable`].
-    pub fn unavailable(
+    /// A store failure of `kind` on `backend`, keeping `source`.
+    pub fn store(
+        backend: &'static str,
+        kind: StoreErrorKind,
         source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
     ) -> Self {
-        Error::StoreUnavailable(source.into())
+        Error::Store(StoreError::new(backend, kind, source))
     }
 
-    /// The HTTP status this error maps to at the edge (DESIGN §7).
+    /// The store error, if this is one.
+    pub fn as_store(&self) -> Option<&StoreError> {
+        match self {
+            Error::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The HTTP status this error maps to at the edge (the HTTP mapping in docs/state-machine.md).
     ///
-    /// `LeaseLost` and `CorruptRecord` are server faults (500): the client may retry.
+    /// A store failure is 503 (C13). `LeaseLost` and `CorruptRecord` are server faults (500).
     pub fn http_status(&self) -> u16 {
         match self {
             Error::InvalidInput { .. } => 400,
             Error::BodyTooLarge { .. } => 413,
-            Error::StoreUnavailable(_) => 503,
+            Error::Store(_) => 503,
             Error::LeaseLost | Error::CorruptRecord(_) => 500,
         }
     }
 
-    /// Whether a client may retry the same request later and expect progress.
+    /// Whether the same request may succeed if it is tried again later: a transient store
+    /// failure, or a lost lease (the record's new holder will answer). Bad input, a corrupt
+    /// record and a misconfigured store need a person.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::StoreUnavailable(_) | Error::LeaseLost)
+        match self {
+            Error::Store(e) => e.is_retryable(),
+            Error::LeaseLost => true,
+            _ => false,
+        }
+    }
+}
+
+/// What kind of store failure an [`Error::Store`] is: whether a retry can help, and what must be
+/// retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The store cannot be reached or dropped the connection (refused, reset, timed out, busy
+    /// past its timeout). Retrying later may help.
+    Unavailable,
+    /// The caller's transaction lost a conflict (serialization failure, deadlock): **the whole
+    /// transaction**, effect included, must be retried; it has rolled back.
+    TransactionConflict,
+    /// The store is not set up as idem needs (missing table, wrong password, no permission,
+    /// schema too new). Retrying does not help until an operator acts.
+    Misconfigured,
+    /// Any other failure of the backend.
+    Other,
+}
+
+impl fmt::Display for StoreErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StoreErrorKind::Unavailable => "unavailable",
+            StoreErrorKind::TransactionConflict => "transaction conflict (retry the transaction)",
+            StoreErrorKind::Misconfigured => "misconfigured",
+            StoreErrorKind::Other => "failed",
+        })
+    }
+}
+
+/// A backend failure: which backend, what kind, and the backend's own error as the source.
+///
+/// ```
+/// use idem_core::{Error, StoreErrorKind};
+/// let err = Error::store("sqlite", StoreErrorKind::Unavailable, "database is locked");
+/// assert_eq!(err.http_status(), 503);
+/// assert!(err.is_retryable());
+/// let store = err.as_store().expect("a store error");
+/// assert_eq!(store.backend(), "sqlite");
+/// assert_eq!(store.kind(), StoreErrorKind::Unavailable);
+/// assert_eq!(err.to_string(), "idempotency store sqlite unavailable: database is locked");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[error("idempotency store {backend} {kind}: {source}")]
+pub struct StoreError {
+    backend: &'static str,
+    kind: StoreErrorKind,
+    #[source]
+    source: Box<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+impl StoreError {
+    /// A failure of `kind` on `backend` (`"sqlite"`, `"postgres"`, `"redis"`, ...).
+    pub fn new(
+        backend: &'static str,
+        kind: StoreErrorKind,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Self {
+            backend,
+            kind,
+            source: source.into(),
+        }
+    }
+
+    /// The backend's name.
+    pub fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    /// What kind of failure it is.
+    pub fn kind(&self) -> StoreErrorKind {
+        self.kind
+    }
+
+    /// Whether trying again later can help (not for a misconfigured store).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.kind,
+            StoreErrorKind::Unavailable | StoreErrorKind::TransactionConflict
+        )
+    }
+
+    /// The backend's own error, to downcast (`rusqlite::Error`, `sqlx::Error`, ...).
+    pub fn source_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self.source.as_ref()
     }
 }

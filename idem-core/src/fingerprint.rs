@@ -5,8 +5,8 @@ use crate::json::canonical_json;
 use std::borrow::Cow;
 use std::fmt;
 
-/// A 32-byte blake3 digest of a request's meaning: method, route, the headers the caller
-/// names, and the body (C3).
+/// A 32-byte blake3 digest of a request's meaning: method, concrete path and query, the headers
+/// the caller names, and the body (C3).
 ///
 /// Each part is tagged and length-prefixed, so no two different requests share an encoding;
 /// the parts may be given in any order. Same key with another fingerprint is a
@@ -14,9 +14,9 @@ use std::fmt;
 ///
 /// ```
 /// use idem_core::Fingerprint;
-/// let a = Fingerprint::builder().method("POST").route("/charges").body(b"{\"amount\":100}").finish();
-/// let b = Fingerprint::builder().route("/charges").body(b"{\"amount\":100}").method("POST").finish();
-/// let c = Fingerprint::builder().method("POST").route("/charges").body(b"{\"amount\":200}").finish();
+/// let a = Fingerprint::builder().method("POST").path("/charges").body(b"{\"amount\":100}").finish();
+/// let b = Fingerprint::builder().path("/charges").body(b"{\"amount\":100}").method("POST").finish();
+/// let c = Fingerprint::builder().method("POST").path("/charges").body(b"{\"amount\":200}").finish();
 /// assert_eq!(a, b);
 /// assert_ne!(a, c);
 /// ```
@@ -61,7 +61,7 @@ impl fmt::Debug for Fingerprint {
 #[derive(Debug, Default, Clone)]
 pub struct FingerprintBuilder<'a> {
     method: Vec<u8>,
-    route: Vec<u8>,
+    path: Vec<u8>,
     headers: Vec<(String, Vec<u8>)>,
     body: Cow<'a, [u8]>,
 }
@@ -73,9 +73,9 @@ impl<'a> FingerprintBuilder<'a> {
         self
     }
 
-    /// The route or path.
-    pub fn route(mut self, route: &str) -> Self {
-        self.route = route.as_bytes().to_vec();
+    /// The concrete path and query (`/customers/cus_A/refunds?notify=1`), not a route template.
+    pub fn path(mut self, path: &str) -> Self {
+        self.path = path.as_bytes().to_vec();
         self
     }
 
@@ -114,7 +114,7 @@ impl<'a> FingerprintBuilder<'a> {
         self.headers.sort();
         let mut hasher = blake3::Hasher::new_derive_key("idem 2026 request fingerprint v1");
         part(&mut hasher, b'M', &self.method);
-        part(&mut hasher, b'R', &self.route);
+        part(&mut hasher, b'P', &self.path);
         hasher.update(b"H");
         hasher.update(&(self.headers.len() as u64).to_le_bytes());
         for (name, value) in &self.headers {
@@ -139,7 +139,7 @@ mod tests {
     fn fp(method: &str, route: &str, body: &[u8]) -> Fingerprint {
         Fingerprint::builder()
             .method(method)
-            .route(route)
+            .path(route)
             .body(body)
             .finish()
     }
@@ -153,7 +153,7 @@ mod tests {
 
     #[test]
     fn c03_named_headers_count_and_are_order_and_case_insensitive() {
-        let base = Fingerprint::builder().method("POST").route("/a");
+        let base = Fingerprint::builder().method("POST").path("/a");
         let x = base
             .clone()
             .header("X-Tenant", b"1")

@@ -7,13 +7,18 @@
 //! - Types with their rules: [`IdempotencyKey`] (C1), [`Scope`] and [`RecordId`] (C2),
 //!   [`Fingerprint`] and [`canonical_json`] (C3), [`StoredResponse`] (C7), [`Policy`],
 //!   [`Clock`] (C11), [`FencingToken`] (C6).
-//! - The pure state machine: [`decide`] and [`check_fence`].
-//! - The [`Store`] trait backends implement, with [`MemoryStore`] as the reference.
-//! - The engine [`Idempotency`] that applications call, guard style or closure style.
-//! - With feature `testing`: the conformance suite every store runs ([`testing`]).
+//! - The engine [`Idempotency`] that applications call, closure style ([`Idempotency::run`],
+//!   detached from the caller's future) or guard style ([`Idempotency::begin`]); what it
+//!   answers without running anything is one type, [`Answer`].
+//! - The [`Store`] trait backends implement, with what implementing it takes in [`store`]
+//!   (the pure decision [`store::decide`], the fence [`store::check_fence`]), and
+//!   [`MemoryStore`] as the reference.
+//! - With feature `testing`: the conformance suite every store runs (`testing`).
+//!
+//! The rules C1..C14 and the state machine are in the repository's docs/state-machine.md.
 //!
 //! ```
-//! use idem_core::{Begin, Idempotency, MemoryStore, StoredResponse};
+//! use idem_core::{Answer, Begin, Idempotency, MemoryStore, StoredResponse};
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), idem_core::Error> {
 //! let idem = Idempotency::new(MemoryStore::new());
@@ -24,23 +29,28 @@
 //!         let sent = idem.complete(lease, StoredResponse::new(201, "refunded")).await?;
 //!         assert_eq!(sent.status, 201);
 //!     }
-//!     Begin::Replay(stored) => { /* send `stored` with Idempotent-Replayed: true */ }
-//!     Begin::InFlight { retry_after } => { /* 409 + Retry-After */ }
-//!     Begin::Mismatch => { /* 422 */ }
+//!     Begin::Answered(answer) => {
+//!         // replay, 409 in flight, or 422 mismatch, rendered as HTTP:
+//!         let _http = answer.to_http(idem.policy());
+//!     }
 //! }
 //! # Ok(())
 //! # }
 //! ```
+#![forbid(unsafe_code)]
 
+mod answer;
 mod begin;
 mod clock;
 mod codec;
+mod completion;
 mod decision;
 mod engine;
 mod error;
 mod fingerprint;
 mod json;
 mod key;
+mod lease;
 mod memory;
 mod outcome;
 mod policy;
@@ -48,26 +58,29 @@ mod record;
 mod request;
 mod response;
 mod scope;
-mod store;
+pub mod store;
 mod token;
+mod unwind;
 
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use begin::{Begin, Lease};
+pub use answer::{problem, retry_after_secs, Answer, PROBLEM_BASE};
+pub use begin::Begin;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
-pub use decision::{check_fence, decide, Acquire, Decision};
+pub use completion::Completion;
+pub use decision::Acquire;
 pub use engine::{Context, Idempotency};
-pub use error::{Error, Field};
+pub use error::{Error, Field, StoreError, StoreErrorKind};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use json::canonical_json;
 pub use key::IdempotencyKey;
+pub use lease::Lease;
 pub use memory::MemoryStore;
-pub use outcome::{retry_after_secs, Outcome, RunError};
+pub use outcome::{Failure, Outcome, Reply, RunError};
 pub use policy::{InFlightAnswer, Policy};
-pub use record::{Record, RecordState};
 pub use request::{Request, RequestBuilder};
-pub use response::{is_never_stored, StoredResponse};
+pub use response::{is_always_stored, is_never_stored, StoredResponse};
 pub use scope::{RecordId, Scope};
 pub use store::Store;
 pub use token::FencingToken;

@@ -1,19 +1,19 @@
 //! The reference store: in process memory, correct under real concurrency.
 
-use crate::begin::{Begin, Lease};
+use crate::begin::Begin;
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::decision::{check_fence, decide};
+use crate::decision::{check_fence, decide, Decision};
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
+use crate::lease::Lease;
 use crate::record::{Record, RecordState};
 use crate::request::Request;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
-use crate::store::Store;
+use crate::store::{Completion, Store};
 use crate::token::FencingToken;
 use async_trait::async_trait;
 use std::collections::HashMap;
-use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -56,22 +56,41 @@ enum EntryState {
 }
 
 impl Entry {
-    fn decode(&self) -> Result<Record, Error> {
-        let state = match &self.state {
-            EntryState::InProgress { lease_until } => RecordState::InProgress {
-                lease_until: *lease_until,
+    /// The record with its response still encoded: what `decide` and `check_fence` look at.
+    fn view(&self) -> Record<&[u8]> {
+        Record {
+            fingerprint: self.fingerprint,
+            token: self.token,
+            state: match &self.state {
+                EntryState::InProgress { lease_until } => RecordState::InProgress {
+                    lease_until: *lease_until,
+                },
+                EntryState::Completed {
+                    response,
+                    expires_at,
+                } => RecordState::Completed {
+                    response: response.as_slice(),
+                    expires_at: *expires_at,
+                },
             },
-            EntryState::Completed {
+        }
+    }
+
+    fn decode(&self) -> Result<Record, Error> {
+        let view = self.view();
+        let state = match view.state {
+            RecordState::InProgress { lease_until } => RecordState::InProgress { lease_until },
+            RecordState::Completed {
                 response,
                 expires_at,
             } => RecordState::Completed {
                 response: StoredResponse::decode(response)?,
-                expires_at: *expires_at,
+                expires_at,
             },
         };
         Ok(Record {
-            fingerprint: self.fingerprint,
-            token: self.token,
+            fingerprint: view.fingerprint,
+            token: view.token,
             state,
         })
     }
@@ -80,24 +99,6 @@ impl Entry {
         match &self.state {
             EntryState::InProgress { lease_until } => *lease_until,
             EntryState::Completed { expires_at, .. } => *expires_at,
-        }
-    }
-
-    /// What [`check_fence`] looks at (token and state), without decoding the response: the
-    /// response of the view is empty.
-    fn fence_view(&self) -> Record {
-        Record {
-            fingerprint: self.fingerprint,
-            token: self.token,
-            state: match &self.state {
-                EntryState::InProgress { lease_until } => RecordState::InProgress {
-                    lease_until: *lease_until,
-                },
-                EntryState::Completed { expires_at, .. } => RecordState::Completed {
-                    response: StoredResponse::default(),
-                    expires_at: *expires_at,
-                },
-            },
         }
     }
 }
@@ -158,15 +159,13 @@ impl MemoryStore {
 
     fn fenced<T>(
         &self,
-        lease: &Lease,
+        id: &RecordId,
+        token: &FencingToken,
         apply: impl FnOnce(&mut Entry, Timestamp) -> T,
     ) -> Result<T, Error> {
         let mut records = self.lock();
-        let entry = records.get_mut(&lease.id);
-        check_fence(
-            entry.as_ref().map(|e| e.fence_view()).as_ref(),
-            &lease.token,
-        )?;
+        let entry = records.get_mut(id);
+        check_fence(entry.as_ref().map(|e| e.view()).as_ref(), token)?;
         let entry = entry.ok_or(Error::LeaseLost)?;
         Ok(apply(entry, self.clock.now()))
     }
@@ -177,36 +176,33 @@ impl Store for MemoryStore {
     async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
         let mut records = self.lock();
         let now = self.clock.now();
-        let current = records.get(&request.id).map(Entry::decode).transpose()?;
-        let acquired = match decide(current, &request.fingerprint, now).next_step() {
-            ControlFlow::Break(answer) => return Ok(answer),
-            ControlFlow::Continue(acquired) => acquired,
+        let current = records.get(request.id()).map(Entry::view);
+        let acquired = match decide(current, request.fingerprint(), now) {
+            Decision::Answer(answer) => {
+                return Ok(Begin::Answered(answer.try_map(StoredResponse::decode)?))
+            }
+            Decision::Acquire(acquired) => acquired,
         };
         // Under the lock, the record replaced is the one the decision saw.
-        let lease = Lease::new(request, now + lease_for, acquired);
+        let lease = Lease::new(request, FencingToken::generate(), now + lease_for, acquired);
         records.insert(
-            request.id.clone(),
+            request.id().clone(),
             Entry {
-                fingerprint: request.fingerprint,
-                token: lease.token,
+                fingerprint: *request.fingerprint(),
+                token: lease.token(),
                 state: EntryState::InProgress {
-                    lease_until: lease.lease_until,
+                    lease_until: lease.lease_until(),
                 },
             },
         );
         Ok(Begin::Acquired(lease))
     }
 
-    async fn complete(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        retain_for: Duration,
-    ) -> Result<(), Error> {
-        let encoded = response.encode()?;
-        self.fenced(lease, |entry, now| {
+    async fn complete(&self, completion: &Completion) -> Result<(), Error> {
+        let retain_for = completion.retain_for();
+        self.fenced(completion.id(), &completion.token(), |entry, now| {
             entry.state = EntryState::Completed {
-                response: encoded,
+                response: completion.encoded().to_vec(),
                 expires_at: now + retain_for,
             };
         })
@@ -215,15 +211,15 @@ impl Store for MemoryStore {
     async fn release(&self, lease: &Lease) -> Result<(), Error> {
         let mut records = self.lock();
         check_fence(
-            records.get(&lease.id).map(Entry::fence_view).as_ref(),
-            &lease.token,
+            records.get(lease.id()).map(Entry::view).as_ref(),
+            &lease.token(),
         )?;
-        records.remove(&lease.id);
+        records.remove(lease.id());
         Ok(())
     }
 
     async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
-        self.fenced(lease, |entry, now| {
+        self.fenced(lease.id(), &lease.token(), |entry, now| {
             let lease_until = now + lease_for;
             entry.state = EntryState::InProgress { lease_until };
             lease_until

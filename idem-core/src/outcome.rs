@@ -1,76 +1,188 @@
-//! What the closure style returns.
+//! What the closure style returns, and how a handler says what its error means (C8).
 
+use crate::answer::Answer;
+use crate::completion::Completion;
 use crate::error::Error;
-use crate::policy::{InFlightAnswer, Policy};
+use crate::policy::Policy;
 use crate::response::StoredResponse;
-use std::time::Duration;
 
 /// The result of [`Idempotency::run`](crate::Idempotency::run) when nothing failed.
+///
+/// ```
+/// use idem_core::{Answer, Outcome, Policy, StoredResponse};
+/// let policy = Policy::default();
+/// assert_eq!(Outcome::Executed(StoredResponse::new(201, "")).http_status(&policy), 201);
+/// assert_eq!(Outcome::Answered(Answer::Mismatch).http_status(&policy), 422);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
 pub enum Outcome {
     /// The handler ran now; this is its response as stored.
     Executed(StoredResponse),
-    /// A duplicate of a completed request: the stored response, byte for byte (C7).
-    Replayed(StoredResponse),
-    /// A duplicate of a request still running (C5).
-    InFlight {
-        /// Time left on the running lease.
-        retry_after: Duration,
-    },
-    /// The key was used for another request (C3).
-    Mismatch,
+    /// The handler did not run: a replay, in flight, or a mismatch.
+    Answered(Answer),
 }
 
 impl Outcome {
-    /// The HTTP status to answer with (DESIGN §7).
-    ///
-    /// ```
-    /// use idem_core::{Outcome, Policy};
-    /// use std::time::Duration;
-    /// let busy = Outcome::InFlight { retry_after: Duration::from_millis(1500) };
-    /// assert_eq!(busy.http_status(&Policy::default()), 409);
-    /// assert_eq!(Outcome::Mismatch.http_status(&Policy::default()), 422);
-    /// ```
+    /// The HTTP status to answer with.
     pub fn http_status(&self, policy: &Policy) -> u16 {
         match self {
-            Outcome::Executed(r) | Outcome::Replayed(r) => r.status,
-            Outcome::InFlight { .. } => match policy.in_flight {
-                InFlightAnswer::Conflict => 409,
-                InFlightAnswer::Accepted => 202,
-            },
-            Outcome::Mismatch => 422,
+            Outcome::Executed(r) => r.status,
+            Outcome::Answered(answer) => answer.http_status(policy),
         }
     }
 
     /// The response, for executed and replayed outcomes.
     pub fn response(&self) -> Option<&StoredResponse> {
         match self {
-            Outcome::Executed(r) | Outcome::Replayed(r) => Some(r),
+            Outcome::Executed(r) | Outcome::Answered(Answer::Replay(r)) => Some(r),
             _ => None,
+        }
+    }
+
+    /// The whole HTTP response to send (see [`Answer::to_http`]).
+    pub fn to_http(&self, policy: &Policy) -> StoredResponse {
+        match self {
+            Outcome::Executed(r) => r.clone(),
+            Outcome::Answered(answer) => answer.to_http(policy),
         }
     }
 }
 
-/// `Retry-After` in whole seconds, rounded up and at least 1 (C5).
-///
-/// ```
-/// use idem_core::retry_after_secs;
-/// use std::time::Duration;
-/// assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
-/// assert_eq!(retry_after_secs(Duration::from_millis(1500)), 2);
-/// ```
-pub fn retry_after_secs(retry_after: Duration) -> u64 {
-    retry_after.as_millis().div_ceil(1000).max(1) as u64
+/// What a [`run`](crate::Idempotency::run) handler returns on success: a response for the
+/// engine to complete with, or a [`Completion`] the handler already wrote inside its own
+/// transaction (with a SQL store's `complete_in`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// Complete the record with this response (the engine stores it).
+    Respond(StoredResponse),
+    /// The handler wrote this completion in the effect's transaction and committed it.
+    Completed(Completion),
 }
 
-/// Why [`Idempotency::run`](crate::Idempotency::run) failed.
+impl From<StoredResponse> for Reply {
+    fn from(response: StoredResponse) -> Self {
+        Reply::Respond(response)
+    }
+}
+
+impl From<Completion> for Reply {
+    fn from(completion: Completion) -> Self {
+        Reply::Completed(completion)
+    }
+}
+
+/// A handler's error, with what it means for the key (C8).
+///
+/// - [`Failure::nothing_happened`]: the effect did not happen (its transaction rolled back, the
+///   call was refused before it was sent): the reservation is released and a retry runs.
+/// - [`Failure::unknown`] (also what `?` and `From` give): the effect may have happened (an
+///   upstream timeout: the card may have been charged). The key is kept and a 500 problem is
+///   stored and replayed, so nothing re-runs blind; reconcile, then the retention frees the key.
+/// - [`Failure::unknown_with`]: the same, storing your own answer (for example a 202 that points
+///   at a status resource while you reconcile).
+///
+/// The default is the one that cannot run an effect twice.
+///
+/// ```
+/// use idem_core::Failure;
+/// let safe: Failure<&str> = "upstream timed out".into();
+/// assert!(!safe.releases());
+/// assert!(Failure::nothing_happened("declined before sending").releases());
+/// ```
+#[derive(Debug)]
+pub struct Failure<E> {
+    error: E,
+    meaning: Meaning,
+}
+
+#[derive(Debug)]
+pub(crate) enum Meaning {
+    NothingHappened,
+    Unknown(Option<StoredResponse>),
+}
+
+impl<E> Failure<E> {
+    /// Nothing happened: release the key so a retry can run.
+    pub fn nothing_happened(error: E) -> Self {
+        Self {
+            error,
+            meaning: Meaning::NothingHappened,
+        }
+    }
+
+    /// The outcome is unknown: keep the key and store a 500 problem.
+    pub fn unknown(error: E) -> Self {
+        Self {
+            error,
+            meaning: Meaning::Unknown(None),
+        }
+    }
+
+    /// The outcome is unknown: keep the key and store `response`.
+    pub fn unknown_with(error: E, response: StoredResponse) -> Self {
+        Self {
+            error,
+            meaning: Meaning::Unknown(Some(response)),
+        }
+    }
+
+    /// Whether the key is given back.
+    pub fn releases(&self) -> bool {
+        matches!(self.meaning, Meaning::NothingHappened)
+    }
+
+    /// The handler's error.
+    pub fn error(&self) -> &E {
+        &self.error
+    }
+
+    pub(crate) fn into_parts(self) -> (E, Meaning) {
+        (self.error, self.meaning)
+    }
+}
+
+impl<E> From<E> for Failure<E> {
+    fn from(error: E) -> Self {
+        Failure::unknown(error)
+    }
+}
+
+/// Why [`Idempotency::run`](crate::Idempotency::run) did not return an [`Outcome`].
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RunError<E> {
-    /// The idempotency layer failed (store down, lease lost, bad input...).
+    /// Nothing ran: idem refused the request or failed before the handler (bad key 400, body
+    /// too large 413, store down 503...).
     #[error(transparent)]
     Idem(Error),
-    /// The handler returned an error; the reservation was released so a retry can run (C8).
-    #[error("handler failed: {0}")]
-    Handler(E),
+    /// The handler said nothing happened ([`Failure::nothing_happened`]); the key was released
+    /// (if that failed, the reservation passes with its lease) and a retry runs.
+    #[error("handler failed, nothing happened: {0}")]
+    Released(E),
+    /// The handler's outcome is unknown; the key is kept and `response` was stored: send it,
+    /// every retry gets it too.
+    #[error("handler failed, outcome unknown: {error}")]
+    Unknown {
+        /// The handler's error.
+        error: E,
+        /// The answer stored for the key (a 500 problem unless the handler chose one).
+        response: StoredResponse,
+    },
+    /// The effect may have run but its completion could not be stored within the lease (the
+    /// store stayed down, or the lease was taken over). Answer 500: the outcome is unknown.
+    #[error("completion not stored after the effect: {0}")]
+    Incomplete(Error),
+}
+
+impl<E> RunError<E> {
+    /// The HTTP status to answer with: the error's own before the handler ran, the stored
+    /// answer's for an unknown outcome, 500 otherwise (never a 4xx once the effect may have run).
+    pub fn http_status(&self) -> u16 {
+        match self {
+            RunError::Idem(e) => e.http_status(),
+            RunError::Unknown { response, .. } => response.status,
+            RunError::Released(_) | RunError::Incomplete(_) => 500,
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! The knobs of the protocol: lease, retention, body limit, in-flight answer, stored headers.
 
 use crate::error::{Error, Field};
-use crate::response::StoredResponse;
+use crate::response::{is_always_stored, is_never_stored, StoredResponse};
 use std::time::Duration;
 
 /// How a duplicate that arrives while the first request is still running is answered (C5).
@@ -38,8 +38,10 @@ pub struct Policy {
     pub max_body_bytes: usize,
     /// How an in-flight duplicate is answered (C5). Default 409.
     pub in_flight: InFlightAnswer,
-    /// Lower-case names of the response headers that are stored and replayed (C7). Headers that
-    /// [`is_never_stored`](crate::is_never_stored) are dropped even if listed here.
+    /// Lower-case names of response headers stored and replayed (C7) besides those that give the
+    /// body its meaning, which are always stored ([`is_always_stored`](crate::is_always_stored)).
+    /// Headers that [`is_never_stored`](crate::is_never_stored) are dropped even if listed here.
+    /// Default: `etag`, `last-modified`.
     pub stored_headers: Vec<String>,
     /// How many expired records one purge batch deletes at most (C10). Default 1000.
     pub purge_batch: usize,
@@ -50,24 +52,18 @@ impl Default for Policy {
         Self {
             lease: Duration::from_secs(60),
             retention: Duration::from_secs(24 * 3600),
-            max_body_bytes: 1024 * 1024,
+            max_body_bytes: Policy::DEFAULT_MAX_BODY_BYTES,
             in_flight: InFlightAnswer::Conflict,
-            stored_headers: [
-                "content-type",
-                "content-language",
-                "content-location",
-                "location",
-                "etag",
-                "last-modified",
-            ]
-            .map(String::from)
-            .to_vec(),
+            stored_headers: ["etag", "last-modified"].map(String::from).to_vec(),
             purge_batch: 1000,
         }
     }
 }
 
 impl Policy {
+    /// The default body limit: 1 MiB.
+    pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+
     /// Sets the lease.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
@@ -104,15 +100,32 @@ impl Policy {
         self
     }
 
-    /// Whether a (lower-case) header name is on the stored allow-list.
+    /// Whether a header is stored with a response: one that gives the body its meaning, or one
+    /// on the allow-list, and never a [`is_never_stored`](crate::is_never_stored) one.
     pub fn stores_header(&self, name: &str) -> bool {
-        self.stored_headers
-            .iter()
-            .any(|h| h.eq_ignore_ascii_case(name))
+        !is_never_stored(name)
+            && (is_always_stored(name)
+                || self
+                    .stored_headers
+                    .iter()
+                    .any(|h| h.eq_ignore_ascii_case(name)))
     }
 
-    /// The response as it is stored and replayed (C7): only allow-listed headers, never the
-    /// [`is_never_stored`](crate::is_never_stored) ones, names lower-cased; then validated.
+    /// The response as it is stored and replayed (C7): only the headers
+    /// [`stores_header`](Self::stores_header) accepts, names lower-cased; then validated. The
+    /// engine turns an invalid response into a stored 500 problem (C8), see
+    /// [`Idempotency::completion`](crate::Idempotency::completion).
+    ///
+    /// ```
+    /// use idem_core::{Policy, StoredResponse};
+    /// let gz = StoredResponse::new(200, vec![0x1f, 0x8b])
+    ///     .with_header("Content-Encoding", "gzip")
+    ///     .with_header("Set-Cookie", "s=1")
+    ///     .with_header("X-Trace", "t");
+    /// let stored = Policy::default().prepare(gz)?;
+    /// assert_eq!(stored.headers, vec![("content-encoding".to_owned(), b"gzip".to_vec())]);
+    /// # Ok::<(), idem_core::Error>(())
+    /// ```
     pub fn prepare(&self, mut response: StoredResponse) -> Result<StoredResponse, Error> {
         response.retain_headers(|name| self.stores_header(name));
         response.validate()?;

@@ -7,19 +7,23 @@ use crate::token::FencingToken;
 
 /// One record: the fingerprint of the request that created it, the fencing token of its
 /// current holder, and its state.
+///
+/// `R` is the stored response: decoded ([`StoredResponse`], the default) or as the store read it
+/// (for example `&[u8]`), so that a store decides on a record without decoding a response it
+/// will not replay (a mismatch or an in-flight answer costs the same whatever the body's size).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
+pub struct Record<R = StoredResponse> {
     /// The fingerprint of the request that reserved the record (C3).
     pub fingerprint: Fingerprint,
     /// The token of the reservation the record carries (C6).
     pub token: FencingToken,
     /// In progress or completed.
-    pub state: RecordState,
+    pub state: RecordState<R>,
 }
 
-/// Where a record is in its life (DESIGN §3).
+/// Where a record is in its life (docs/state-machine.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RecordState {
+pub enum RecordState<R = StoredResponse> {
     /// Reserved; the holder runs the effect until `lease_until` (C4, C9).
     InProgress {
         /// After this instant the record is an orphan and may be taken over.
@@ -28,13 +32,13 @@ pub enum RecordState {
     /// Done; the response is replayed until `expires_at` (C7, C10).
     Completed {
         /// The stored response.
-        response: StoredResponse,
+        response: R,
         /// After this instant the key is new again.
         expires_at: Timestamp,
     },
 }
 
-impl Record {
+impl<R> Record<R> {
     /// The instant after which the record behaves as absent (an orphaned lease or an expired
     /// retention): `lease_until` or `expires_at`.
     pub fn deadline(&self) -> Timestamp {
@@ -53,5 +57,10 @@ impl Record {
     /// Whether the record is in progress.
     pub fn is_in_progress(&self) -> bool {
         matches!(self.state, RecordState::InProgress { .. })
+    }
+
+    /// Whether the record is completed.
+    pub fn is_completed(&self) -> bool {
+        matches!(self.state, RecordState::Completed { .. })
     }
 }

@@ -6,19 +6,36 @@ use crate::key::IdempotencyKey;
 use crate::policy::Policy;
 use crate::scope::{RecordId, Scope};
 
-/// A validated request: which record it addresses, and what it means.
+/// A validated request: which record it addresses, what it means, and how large its body was
+/// (the engine enforces its policy's body limit on every request, however it was built, C12).
+///
+/// ```
+/// use idem_core::Request;
+/// let request = Request::builder("acct_1", "POST", "/customers/{id}/refunds")
+///     .path("/customers/cus_A/refunds?notify=1")
+///     .key(Some("k-1"))
+///     .body(b"{}")
+///     .build()?;
+/// assert_eq!(request.id().route(), "POST /customers/{id}/refunds");
+/// assert_eq!(request.body_len(), 2);
+/// # Ok::<(), idem_core::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
-    /// (consumer, route, key).
-    pub id: RecordId,
-    /// The digest of method, route, named headers and body.
-    pub fingerprint: Fingerprint,
+    id: RecordId,
+    fingerprint: Fingerprint,
+    body_len: usize,
 }
 
 impl Request {
-    /// Puts a validated id and a fingerprint together.
-    pub fn new(id: RecordId, fingerprint: Fingerprint) -> Self {
-        Self { id, fingerprint }
+    /// Puts a validated id, a fingerprint and the size of the body it was computed from
+    /// together (for callers that fingerprint requests themselves).
+    pub fn from_parts(id: RecordId, fingerprint: Fingerprint, body_len: usize) -> Self {
+        Self {
+            id,
+            fingerprint,
+            body_len,
+        }
     }
 
     /// Starts building a request from raw parts; see [`RequestBuilder`].
@@ -27,18 +44,39 @@ impl Request {
             consumer,
             method,
             route,
+            path: None,
             key: None,
             headers: Vec::new(),
             body: &[],
             json_exclude: None,
-            max_body_bytes: Policy::default().max_body_bytes,
+            max_body_bytes: Policy::DEFAULT_MAX_BODY_BYTES,
         }
+    }
+
+    /// (consumer, route, key).
+    pub fn id(&self) -> &RecordId {
+        &self.id
+    }
+
+    /// The digest of method, path and query, named headers and body (C3).
+    pub fn fingerprint(&self) -> &Fingerprint {
+        &self.fingerprint
+    }
+
+    /// The size of the body, in bytes.
+    pub fn body_len(&self) -> usize {
+        self.body_len
     }
 }
 
 /// Builds a [`Request`] from what arrives over the wire, checking every rule on the way: the
-/// key (C1, missing is an error), the scope (C2), the body limit (C12); the route is scoped as
-/// `"METHOD route"`.
+/// key (C1, missing is an error), the scope (C2), the body limit (C12).
+///
+/// **Scope and fingerprint.** The record is scoped by the consumer and `"METHOD route"`: the
+/// route names the operation and may be a template (`/customers/{id}/refunds`). The fingerprint
+/// covers the method, the **concrete path and query** ([`path`](Self::path), the route when not
+/// given), the named headers and the body (C3), so two resources under one template with the
+/// same key and body are a mismatch, never each other's replay.
 ///
 /// ```
 /// use idem_core::{Error, Request};
@@ -47,7 +85,7 @@ impl Request {
 ///     .key(Some("4f1c2a40-0f0e-4b43-9d2b-7c0b7e0f6b11"))
 ///     .json_body(body, &["/metadata/sent_at"])
 ///     .build()?;
-/// assert_eq!(request.id.route(), "POST /v1/charges");
+/// assert_eq!(request.id().route(), "POST /v1/charges");
 ///
 /// let missing = Request::builder("acct_42", "POST", "/v1/charges").body(body).build();
 /// assert_eq!(missing.unwrap_err().http_status(), 400);
@@ -58,6 +96,7 @@ pub struct RequestBuilder<'a> {
     consumer: &'a str,
     method: &'a str,
     route: &'a str,
+    path: Option<&'a str>,
     key: Option<&'a str>,
     headers: Vec<(&'a str, &'a [u8])>,
     body: &'a [u8],
@@ -69,6 +108,13 @@ impl<'a> RequestBuilder<'a> {
     /// The `Idempotency-Key` header's value, `None` when the header is missing.
     pub fn key(mut self, key: Option<&'a str>) -> Self {
         self.key = key;
+        self
+    }
+
+    /// The concrete path and query the request was sent to (`/customers/cus_A/refunds?x=1`),
+    /// fed to the fingerprint. Defaults to the route.
+    pub fn path(mut self, path: &'a str) -> Self {
+        self.path = Some(path);
         self
     }
 
@@ -93,7 +139,8 @@ impl<'a> RequestBuilder<'a> {
         self
     }
 
-    /// The body limit (default: [`Policy::max_body_bytes`]'s default).
+    /// The body limit checked while building (default: [`Policy::DEFAULT_MAX_BODY_BYTES`]); the
+    /// engine checks its own policy's limit again in [`Idempotency::begin`](crate::Idempotency::begin).
     pub fn max_body_bytes(mut self, limit: usize) -> Self {
         self.max_body_bytes = limit;
         self
@@ -118,7 +165,9 @@ impl<'a> RequestBuilder<'a> {
             return Err(Error::invalid(Field::Method, "not an HTTP method token"));
         }
         let scope = Scope::new(self.consumer, &format!("{} {}", self.method, self.route))?;
-        let mut fingerprint = Fingerprint::builder().method(self.method).route(self.route);
+        let mut fingerprint = Fingerprint::builder()
+            .method(self.method)
+            .path(self.path.unwrap_or(self.route));
         for (name, value) in &self.headers {
             fingerprint = fingerprint.header(name, value);
         }
@@ -126,9 +175,10 @@ impl<'a> RequestBuilder<'a> {
             Some(exclude) => fingerprint.json_body(self.body, exclude)?,
             None => fingerprint.body(self.body),
         };
-        Ok(Request::new(
+        Ok(Request::from_parts(
             RecordId::new(scope, key),
             fingerprint.finish(),
+            self.body.len(),
         ))
     }
 }

@@ -86,6 +86,26 @@ impl StoredResponse {
     }
 }
 
+/// Headers that give a body its meaning, so they always travel with a stored body (C7), whatever
+/// the allow-list says: `Content-Type`, `Content-Encoding`, `Content-Language`, `Location`,
+/// `Content-Location`. A gzip body is never replayed labelled as something else.
+///
+/// ```
+/// use idem_core::is_always_stored;
+/// assert!(is_always_stored("Content-Encoding"));
+/// assert!(!is_always_stored("x-request-id"));
+/// ```
+pub fn is_always_stored(name: &str) -> bool {
+    const ALWAYS: &[&str] = &[
+        "content-type",
+        "content-encoding",
+        "content-language",
+        "location",
+        "content-location",
+    ];
+    ALWAYS.iter().any(|h| h.eq_ignore_ascii_case(name))
+}
+
 /// Headers that are never stored nor replayed, whatever the allow-list says (C7): cookies,
 /// dates, credentials, rate-limit state, and hop-by-hop framing.
 ///
@@ -125,8 +145,10 @@ pub fn is_never_stored(name: &str) -> bool {
         "x-api-key",
         "x-auth",
     ];
-    let name = name.to_ascii_lowercase();
-    EXACT.contains(&name.as_str()) || PREFIXES.iter().any(|p| name.starts_with(p))
+    EXACT.iter().any(|h| h.eq_ignore_ascii_case(name))
+        || PREFIXES.iter().any(|p| {
+            name.len() >= p.len() && name.as_bytes()[..p.len()].eq_ignore_ascii_case(p.as_bytes())
+        })
 }
 
 fn is_token_byte(b: u8) -> bool {

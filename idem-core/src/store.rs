@@ -1,11 +1,22 @@
-//! The `Store` trait that every backend implements.
+//! For store writers: the [`Store`] trait and what implementing it takes.
+//!
+//! Applications use the crate root ([`Idempotency`](crate::Idempotency), [`Request`],
+//! [`Begin`](crate::Begin), [`Answer`](crate::Answer)...). A backend implements [`Store`] with
+//! the items here: it reads a [`Record`] (with its response still undecoded if it likes), lets
+//! [`decide`] choose, and applies the [`Decision`] atomically; it fences complete, release and
+//! renew with [`check_fence`] (or the same condition in one statement), and hands out a
+//! [`Lease`] for each reservation. The conformance suite (`idem_core::testing`, feature
+//! `testing`) proves a store keeps the contract below.
 
-use crate::begin::{Begin, Lease};
+pub use crate::completion::Completion;
+pub use crate::decision::{check_fence, decide, Acquire, Decision};
+pub use crate::lease::Lease;
+pub use crate::record::{Record, RecordState};
+
+use crate::begin::Begin;
 use crate::clock::Timestamp;
 use crate::error::Error;
-use crate::record::Record;
 use crate::request::Request;
-use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -19,59 +30,61 @@ use std::time::Duration;
 ///
 /// # Contract
 ///
-/// A store that passes [`testing`](crate::testing)'s conformance suite keeps these rules
-/// (DESIGN §2 names them C1..C14):
+/// A store that passes the conformance suite (`idem_core::testing`) keeps these rules
+/// (docs/state-machine.md names them C1..C14):
 ///
 /// 1. **One clock.** Every `now` comes from one authority: the database server's clock for
 ///    servers, an injectable [`Clock`](crate::Clock) for local stores (C11). Deadlines are
 ///    exclusive: a record whose deadline is `<= now` has expired.
-/// 2. **`reserve` decides atomically.** Read the current record for `request.id` (decode it; a
-///    record that does not decode is [`Error::CorruptRecord`], never "absent"), call
-///    [`decide`](crate::decide) with it, the request's fingerprint and `now`; its
-///    [`next_step`](crate::Decision::next_step) is either the answer (return it, nothing is
-///    written) or how to acquire: then write an in-progress record
-///    with a fresh [`FencingToken`](crate::FencingToken) (use [`Lease::new`]) and the deadline
-///    `now + lease_for`, replacing the old record only if it is still the one the decision
-///    saw: it carries [`Acquire::replaces`](crate::Acquire::replaces) and is still expired at
-///    `now` (a late completion or a renewal by the old holder keeps the token but moves the
-///    deadline, and must not be overwritten). The read and the write are one atomic
+/// 2. **`reserve` decides atomically.** Read the current record for `request.id()` (a record
+///    that does not decode is [`Error::CorruptRecord`], never "absent"; the response needs
+///    decoding only for a replay), call [`decide`] with it, the request's fingerprint and `now`.
+///    [`Decision::Answer`] is returned as [`Begin::Answered`], nothing written. For
+///    [`Decision::Acquire`], write an in-progress record
+///    with a fresh [`FencingToken`](crate::FencingToken) and the deadline `now + lease_for`, and
+///    return [`Begin::Acquired`] with a [`Lease::new`] carrying both; replace an old record
+///    only if it is still the one the decision saw: it carries
+///    [`Acquire::replaces`], is in the state [`Acquire::replaces_completed`] says, and is still
+///    expired at `now` (a late completion or a renewal by the old holder keeps the token but
+///    moves the deadline, and must not be overwritten). The read and the write are one atomic
 ///    step (a transaction holding the write lock, or compare-and-set statements that re-read
 ///    when they lose, or a Lua script...): of N concurrent callers on one id exactly one
 ///    acquires (C4). A store that runs the decision
 ///    elsewhere (in SQL or Lua) must give the same answers; the suite checks that it does.
-///    `reserve` never waits for a running holder (C5). It returns the decision as a value:
-///    [`Begin::Replay`], [`Begin::InFlight`] (`retry_after` = time left on the lease) and
-///    [`Begin::Mismatch`] are not errors.
-/// 3. **`complete`, `release` and `renew` are fenced** with
-///    [`check_fence`](crate::check_fence): they act only if the record still carries the
-///    lease's token and is in progress, else [`Error::LeaseLost`] and nothing changes (C6).
-///    `complete` stores the response (encode it with [`StoredResponse::encode`]) with the
-///    deadline `now + retain_for` (C7, C10); `release` deletes the record (C8); `renew` moves
-///    the lease's deadline to `now + lease_for` and returns it (C9).
+///    `reserve` never waits for a running holder, nor for another writer of the store, to
+///    answer a duplicate (C5): answers that write nothing read without taking a write lock.
+/// 3. **`complete`, `release` and `renew` are fenced** with [`check_fence`]: they act only if
+///    the record still carries the token and is in progress, else [`Error::LeaseLost`] and
+///    nothing changes (C6). `complete` stores [`Completion::encoded`] with the deadline
+///    `now + retain_for` (C7, C10); `release` deletes the record (C8); `renew` moves the lease's
+///    deadline to `now + lease_for` and returns it (C9).
 /// 4. **Expired records behave as absent** (C10) and `purge_expired` deletes at most `limit`
 ///    of them per call (completed past retention, in progress past the lease), returning how
 ///    many it deleted, without blocking live traffic for long.
-/// 5. **Errors are errors.** A backend failure is [`Error::StoreUnavailable`] (C13), never a
+/// 5. **Errors are errors.** A backend failure is [`Error::Store`] with the backend's name, its
+///    [`StoreErrorKind`](crate::StoreErrorKind) and its own error as the source (C13), never a
 ///    made-up outcome; nothing is written when an error is returned before the write.
 ///
-/// A SQL store additionally offers completion inside the caller's transaction, so the effect
-/// and the completion commit together (C6); that method is the store's own, not this trait's.
+/// A SQL store additionally writes a [`Completion`] inside the caller's transaction, so the
+/// effect and the completion commit together (C6); that method is the store's own, not this
+/// trait's, and takes the same [`Completion`], which only the engine makes.
 ///
 /// # Example
 ///
 /// ```
-/// use idem_core::{Begin, MemoryStore, Request, Store, StoredResponse};
+/// use idem_core::{Answer, Begin, Idempotency, MemoryStore, Request, Store, StoredResponse};
 /// use std::time::Duration;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), idem_core::Error> {
-/// let store = MemoryStore::new();
+/// let idem = Idempotency::new(MemoryStore::new());
+/// let store = idem.store();
 /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k1")).body(b"100").build()?;
 /// let Begin::Acquired(lease) = store.reserve(&request, Duration::from_secs(60)).await? else {
 ///     unreachable!("a fresh key is acquired")
 /// };
-/// store.complete(&lease, &StoredResponse::new(201, "ok"), Duration::from_secs(3600)).await?;
+/// store.complete(&idem.completion(&lease, StoredResponse::new(201, "ok"))).await?;
 /// let again = store.reserve(&request, Duration::from_secs(60)).await?;
-/// assert_eq!(again, Begin::Replay(StoredResponse::new(201, "ok")));
+/// assert_eq!(again, Begin::Answered(Answer::Replay(StoredResponse::new(201, "ok"))));
 /// # Ok(())
 /// # }
 /// ```
@@ -80,14 +93,9 @@ pub trait Store: Send + Sync {
     /// Reserves `request.id` for `lease_for`, or says why not (rule 2).
     async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error>;
 
-    /// Stores `response` and marks the record completed for `retain_for`, if `lease` still holds
-    /// (rule 3).
-    async fn complete(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        retain_for: Duration,
-    ) -> Result<(), Error>;
+    /// Stores the completion's response and marks the record completed for its retention, if
+    /// the record still carries its token and is in progress (rule 3).
+    async fn complete(&self, completion: &Completion) -> Result<(), Error>;
 
     /// Deletes the reservation, if `lease` still holds, so that a retry can run (rule 3).
     async fn release(&self, lease: &Lease) -> Result<(), Error>;
@@ -100,6 +108,52 @@ pub trait Store: Send + Sync {
 
     /// Reads the record for inspection, expired or not. Does not change anything.
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error>;
+
+    /// What this store does beyond the contract's core (default: [`Capabilities::default`]).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+}
+
+/// What a store declares about itself, so that the engine, operators and the conformance suite
+/// treat it right.
+///
+/// ```
+/// use idem_core::store::{Capabilities, Expiry};
+/// assert_eq!(Capabilities::default().expiry, Expiry::Purge);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// How expired records leave the store.
+    pub expiry: Expiry,
+}
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Self {
+            expiry: Expiry::Purge,
+        }
+    }
+}
+
+impl Capabilities {
+    /// Capabilities with `expiry`.
+    pub fn with_expiry(mut self, expiry: Expiry) -> Self {
+        self.expiry = expiry;
+        self
+    }
+}
+
+/// How expired records leave a store (C10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Expiry {
+    /// `purge_expired` deletes them in bounded batches; call it periodically.
+    Purge,
+    /// The server deletes them by itself (a TTL); `purge_expired` deletes nothing and is not
+    /// needed.
+    ServerTtl,
 }
 
 #[async_trait]
@@ -107,13 +161,8 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
         (**self).reserve(request, lease_for).await
     }
-    async fn complete(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        retain_for: Duration,
-    ) -> Result<(), Error> {
-        (**self).complete(lease, response, retain_for).await
+    async fn complete(&self, completion: &Completion) -> Result<(), Error> {
+        (**self).complete(completion).await
     }
     async fn release(&self, lease: &Lease) -> Result<(), Error> {
         (**self).release(lease).await
@@ -126,5 +175,8 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     }
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         (**self).lookup(id).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
     }
 }

@@ -2,14 +2,13 @@
 
 use crate::error::Error;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
 
 /// A 128-bit token written with every reservation or takeover. Only the holder of the token
 /// the record still carries may complete, release or renew it.
 ///
-/// Tokens are unique and unguessable: a keyed blake3 hash of a per-process counter, keyed by
-/// 32 bytes from the operating system's random source.
+/// Every token is 16 fresh bytes from the operating system's random source: no seed or counter
+/// lives in the process, so pre-forked workers (a process forked after it made tokens) never
+/// share one.
 ///
 /// ```
 /// use idem_core::FencingToken;
@@ -24,13 +23,10 @@ pub struct FencingToken([u8; 16]);
 impl FencingToken {
     /// A fresh token.
     pub fn generate() -> Self {
-        static SEED: OnceLock<[u8; 32]> = OnceLock::new();
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let seed = SEED.get_or_init(process_seed);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let hash = blake3::keyed_hash(seed, &n.to_le_bytes());
         let mut token = [0u8; 16];
-        token.copy_from_slice(&hash.as_bytes()[..16]);
+        if getrandom::fill(&mut token).is_err() {
+            token = fallback_random();
+        }
         Self(token)
     }
 
@@ -65,21 +61,22 @@ impl FencingToken {
     }
 }
 
-fn process_seed() -> [u8; 32] {
-    let mut seed = [0u8; 32];
-    if getrandom::fill(&mut seed).is_err() {
-        // No OS randomness: fall back to std's randomly keyed hasher, the time and the pid.
-        use std::hash::{BuildHasher, Hasher};
-        let mut hasher = blake3::Hasher::new();
-        for _ in 0..4 {
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u32(std::process::id());
-            hasher.update(&h.finish().to_le_bytes());
-        }
-        hasher.update(&format!("{:?}", std::time::SystemTime::now()).into_bytes());
-        seed = *hasher.finalize().as_bytes();
-    }
-    seed
+/// Without OS randomness (it does not fail on supported systems): std's randomly keyed hasher,
+/// the process id, the time and a counter, hashed. The pid and the time separate forked workers.
+fn fallback_random() -> [u8; 16] {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = blake3::Hasher::new_derive_key("idem 2026 fencing token fallback");
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    hasher.update(&h.finish().to_le_bytes());
+    hasher.update(&std::process::id().to_le_bytes());
+    hasher.update(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    hasher.update(format!("{:?}", std::time::SystemTime::now()).as_bytes());
+    let mut token = [0u8; 16];
+    token.copy_from_slice(&hasher.finalize().as_bytes()[..16]);
+    token
 }
 
 impl fmt::Display for FencingToken {

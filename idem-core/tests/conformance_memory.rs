@@ -1,11 +1,22 @@
 //! The conformance suite against the reference store.
 
+use idem_core::testing::Harness;
 use idem_core::{MemoryStore, RecordId};
-use std::sync::Arc;
 
-idem_core::conformance_tests! {
-    store: async { MemoryStore::new() },
-    corrupt: |store: Arc<MemoryStore>, id: RecordId| async move {
-        assert!(store.overwrite_stored_response(&id, b"\x00garbage".to_vec()));
-    },
+/// Every scenario gets a new `MemoryStore`: a namespace of its own.
+struct Memory;
+
+#[idem_core::async_trait]
+impl Harness for Memory {
+    type Store = MemoryStore;
+
+    async fn store(&self) -> MemoryStore {
+        MemoryStore::new()
+    }
+
+    async fn corrupt_response(&self, store: &MemoryStore, id: &RecordId) {
+        assert!(store.overwrite_stored_response(id, b"\x00garbage".to_vec()));
+    }
 }
+
+idem_core::conformance_tests!(Memory);

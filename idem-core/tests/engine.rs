@@ -1,125 +1,240 @@
-//! Engine behaviour that no store can show: a store that is down (C13), and tracing.
+//! Engine behaviour that no healthy store can show: a store that is down (C13), completions
+//! that fail after the effect ran (C8).
 
+use idem_core::store::{Completion, Lease, Record};
+use idem_core::Begin;
 use idem_core::{
-    async_trait, Begin, Error, Idempotency, Lease, Outcome, Record, RecordId, Request, RunError,
-    Store, StoredResponse, Timestamp,
+    async_trait, Answer, Error, Failure, Idempotency, MemoryStore, Outcome, Policy, RecordId,
+    Request, RunError, Store, StoreErrorKind, StoredResponse, Timestamp,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-/// A store whose every call fails, like a database that is down.
-struct DownStore;
-
 fn down() -> Error {
-    Error::unavailable(std::io::Error::new(
-        std::io::ErrorKind::ConnectionRefused,
-        "connection refused",
-    ))
+    Error::store(
+        "test",
+        StoreErrorKind::Unavailable,
+        std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused"),
+    )
+}
+
+/// A memory store whose `complete` and `release` fail on demand.
+#[derive(Default)]
+struct Flaky {
+    inner: MemoryStore,
+    /// How many `complete` calls fail before the store answers.
+    failing_completes: AtomicUsize,
+    /// How many `complete` calls apply the completion and then report a lost connection.
+    lost_answers: AtomicUsize,
+    completes: AtomicUsize,
+    release_fails: bool,
+    reserve_fails: bool,
+}
+
+fn take(counter: &AtomicUsize) -> bool {
+    counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
 }
 
 #[async_trait]
-impl Store for DownStore {
-    async fn reserve(&self, _: &Request, _: Duration) -> Result<Begin, Error> {
-        Err(down())
+impl Store for Flaky {
+    async fn reserve(&self, r: &Request, l: Duration) -> Result<Begin, Error> {
+        if self.reserve_fails {
+            return Err(down());
+        }
+        self.inner.reserve(r, l).await
     }
-    async fn complete(&self, _: &Lease, _: &StoredResponse, _: Duration) -> Result<(), Error> {
-        Err(down())
+    async fn complete(&self, c: &Completion) -> Result<(), Error> {
+        self.completes.fetch_add(1, Ordering::SeqCst);
+        if take(&self.failing_completes) {
+            return Err(down());
+        }
+        if take(&self.lost_answers) {
+            self.inner.complete(c).await?;
+            return Err(down());
+        }
+        self.inner.complete(c).await
     }
-    async fn release(&self, _: &Lease) -> Result<(), Error> {
-        Err(down())
+    async fn release(&self, l: &Lease) -> Result<(), Error> {
+        if self.release_fails {
+            return Err(down());
+        }
+        self.inner.release(l).await
     }
-    async fn renew(&self, _: &Lease, _: Duration) -> Result<Timestamp, Error> {
-        Err(down())
+    async fn renew(&self, l: &Lease, d: Duration) -> Result<Timestamp, Error> {
+        self.inner.renew(l, d).await
     }
-    async fn purge_expired(&self, _: usize) -> Result<usize, Error> {
-        Err(down())
+    async fn purge_expired(&self, n: usize) -> Result<usize, Error> {
+        self.inner.purge_expired(n).await
     }
-    async fn lookup(&self, _: &RecordId) -> Result<Option<Record>, Error> {
-        Err(down())
+    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+        self.inner.lookup(id).await
     }
+}
+
+fn engine(store: Flaky, lease: Duration) -> Idempotency<Flaky> {
+    Idempotency::with_policy(store, Policy::default().lease(lease)).expect("policy")
+}
+
+fn charge(idem: &Idempotency<Flaky>, key: &str) -> Request {
+    idem.request("acct", "POST", "/charges")
+        .key(Some(key))
+        .body(b"{}")
+        .build()
+        .expect("valid")
+}
+
+async fn run(
+    idem: &Idempotency<Flaky>,
+    request: &Request,
+    effects: &Arc<AtomicUsize>,
+) -> Result<Outcome, RunError<&'static str>> {
+    let effects = Arc::clone(effects);
+    idem.run(request, move |_| async move {
+        effects.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, Failure<&'static str>>(StoredResponse::new(201, "charged"))
+    })
+    .await
 }
 
 #[tokio::test]
 async fn c13_store_down_is_an_error_and_the_effect_never_runs_unprotected() {
-    let idem = Idempotency::new(DownStore);
-    let request = idem
-        .request("acct", "POST", "/charges")
-        .key(Some("k"))
-        .body(b"{}")
-        .build()
-        .expect("valid");
-    let ran = AtomicUsize::new(0);
-    let result = idem
-        .run(&request, |_| async {
-            ran.fetch_add(1, Ordering::SeqCst);
-            Ok::<_, Error>(StoredResponse::new(201, "charged"))
-        })
-        .await;
+    let idem = engine(
+        Flaky {
+            reserve_fails: true,
+            ..Flaky::default()
+        },
+        Duration::from_secs(60),
+    );
+    let effects = Arc::new(AtomicUsize::new(0));
+    let result = run(&idem, &charge(&idem, "k"), &effects).await;
     let Err(RunError::Idem(err)) = result else {
         panic!("expected a store error, got {result:?}");
     };
-    assert!(matches!(err, Error::StoreUnavailable(_)));
+    assert!(
+        matches!(err, Error::Store(ref e) if e.kind() == StoreErrorKind::Unavailable && e.backend() == "test")
+    );
     assert_eq!(err.http_status(), 503);
     assert!(err.is_retryable());
-    assert_eq!(ran.load(Ordering::SeqCst), 0);
+    assert_eq!(effects.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test]
-async fn c08_handler_error_with_store_down_still_returns_the_handler_error() {
-    // begin works, release fails: the caller still learns what the handler said.
-    struct FlakyStore(idem_core::MemoryStore);
-    #[async_trait]
-    impl Store for FlakyStore {
-        async fn reserve(&self, r: &Request, l: Duration) -> Result<Begin, Error> {
-            self.0.reserve(r, l).await
-        }
-        async fn complete(&self, l: &Lease, r: &StoredResponse, d: Duration) -> Result<(), Error> {
-            self.0.complete(l, r, d).await
-        }
-        async fn release(&self, _: &Lease) -> Result<(), Error> {
-            Err(down())
-        }
-        async fn renew(&self, l: &Lease, d: Duration) -> Result<Timestamp, Error> {
-            self.0.renew(l, d).await
-        }
-        async fn purge_expired(&self, n: usize) -> Result<usize, Error> {
-            self.0.purge_expired(n).await
-        }
-        async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-            self.0.lookup(id).await
-        }
-    }
-    let idem = Idempotency::new(FlakyStore(idem_core::MemoryStore::new()));
-    let request = idem
-        .request("acct", "POST", "/charges")
-        .key(Some("k"))
-        .body(b"{}")
-        .build()
-        .expect("valid");
+async fn c08_failed_completion_is_retried_within_the_lease_and_the_effect_runs_once() {
+    let idem = engine(
+        Flaky {
+            failing_completes: AtomicUsize::new(3),
+            ..Flaky::default()
+        },
+        Duration::from_millis(500),
+    );
+    let request = charge(&idem, "k");
+    let effects = Arc::new(AtomicUsize::new(0));
+    let first = run(&idem, &request, &effects).await.expect("run");
+    assert_eq!(
+        first,
+        Outcome::Executed(StoredResponse::new(201, "charged"))
+    );
+    assert_eq!(idem.store().completes.load(Ordering::SeqCst), 4);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let retry = run(&idem, &request, &effects).await.expect("run");
+    assert_eq!(
+        retry,
+        Outcome::Answered(Answer::Replay(StoredResponse::new(201, "charged")))
+    );
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn c08_a_completion_that_landed_with_its_answer_lost_is_not_a_lost_lease() {
+    let idem = engine(
+        Flaky {
+            lost_answers: AtomicUsize::new(1),
+            ..Flaky::default()
+        },
+        Duration::from_secs(5),
+    );
+    let request = charge(&idem, "k");
+    let effects = Arc::new(AtomicUsize::new(0));
+    let first = run(&idem, &request, &effects).await.expect("run");
+    assert_eq!(
+        first,
+        Outcome::Executed(StoredResponse::new(201, "charged"))
+    );
+    let retry = run(&idem, &request, &effects).await.expect("run");
+    assert!(matches!(retry, Outcome::Answered(Answer::Replay(_))));
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn c08_store_down_for_the_whole_lease_is_a_500_and_the_key_is_not_given_back() {
+    let idem = engine(
+        Flaky {
+            failing_completes: AtomicUsize::new(usize::MAX),
+            release_fails: false,
+            ..Flaky::default()
+        },
+        Duration::from_millis(300),
+    );
+    let request = charge(&idem, "k");
+    let effects = Arc::new(AtomicUsize::new(0));
+    let result = run(&idem, &request, &effects).await;
+    let Err(err @ RunError::Incomplete(_)) = result else {
+        panic!("expected an incomplete run, got {result:?}");
+    };
+    assert_eq!(err.http_status(), 500);
+    assert!(idem.store().completes.load(Ordering::SeqCst) > 1, "retried");
+    // Not released: within the lease a retry is in flight, never a second run.
+    let record = idem
+        .store()
+        .lookup(request.id())
+        .await
+        .expect("lookup")
+        .expect("still reserved");
+    assert!(record.is_in_progress());
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn c08_nothing_happened_with_release_failing_still_returns_the_handler_error() {
+    let idem = engine(
+        Flaky {
+            release_fails: true,
+            ..Flaky::default()
+        },
+        Duration::from_secs(60),
+    );
+    let request = charge(&idem, "k");
     let result = idem
         .run(&request, |_| async {
-            Err::<StoredResponse, _>("declined by bank")
+            Err::<StoredResponse, _>(Failure::nothing_happened("declined by bank"))
         })
         .await;
-    assert!(matches!(result, Err(RunError::Handler("declined by bank"))));
+    assert!(matches!(
+        result,
+        Err(RunError::Released("declined by bank"))
+    ));
     // The reservation stays until its lease passes: a retry now is in flight, not a second run.
-    let retry = idem
-        .run(&request, |_| async {
-            Ok::<_, &str>(StoredResponse::new(201, ""))
-        })
-        .await;
-    assert!(matches!(retry, Ok(Outcome::InFlight { .. })));
+    let effects = Arc::new(AtomicUsize::new(0));
+    let retry = run(&idem, &request, &effects).await;
+    assert!(matches!(
+        retry,
+        Ok(Outcome::Answered(Answer::InFlight { .. }))
+    ));
+    assert_eq!(effects.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test]
 async fn invalid_policy_is_rejected() {
-    let policy = idem_core::Policy::default().lease(Duration::ZERO);
-    assert!(Idempotency::with_policy(idem_core::MemoryStore::new(), policy).is_err());
+    let policy = Policy::default().lease(Duration::ZERO);
+    assert!(Idempotency::with_policy(MemoryStore::new(), policy).is_err());
 }
 
 #[tokio::test]
-async fn c07_invalid_response_is_not_stored() {
-    let idem = Idempotency::new(idem_core::MemoryStore::new());
+async fn c08_guard_style_invalid_response_is_stored_as_a_500_not_a_400() {
+    let idem = Idempotency::new(MemoryStore::new());
     let request = idem
         .request("acct", "POST", "/charges")
         .key(Some("k"))
@@ -129,13 +244,16 @@ async fn c07_invalid_response_is_not_stored() {
     let Begin::Acquired(lease) = idem.begin(&request).await.expect("begin") else {
         panic!("fresh key");
     };
-    let err = idem
-        .complete(lease.clone(), StoredResponse::new(1000, ""))
+    let sent = idem
+        .complete(
+            lease,
+            StoredResponse::new(201, "").with_header("location", "/a\r\nb"),
+        )
         .await
-        .expect_err("status 1000");
-    assert!(matches!(err, Error::InvalidInput { .. }));
-    // Still in progress: the holder can complete properly.
-    idem.complete(lease, StoredResponse::new(200, ""))
-        .await
-        .expect("complete");
+        .expect("stored");
+    assert_eq!(sent.status, 500);
+    assert_eq!(
+        idem.begin(&request).await.expect("begin"),
+        Begin::Answered(Answer::Replay(sent))
+    );
 }

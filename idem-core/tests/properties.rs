@@ -3,8 +3,8 @@
 //! model written independently of `idem_core::decide`.
 
 use idem_core::{
-    Acquire, Begin, Error, Fingerprint, IdempotencyKey, Lease, ManualClock, MemoryStore, RecordId,
-    Request, Scope, Store, StoredResponse, Timestamp,
+    Acquire, Answer, Begin, Error, Fingerprint, Idempotency, IdempotencyKey, Lease, ManualClock,
+    MemoryStore, Policy, RecordId, Request, Scope, Store, StoredResponse, Timestamp,
 };
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -64,7 +64,7 @@ fn request(key: usize, body: u8) -> Request {
         Scope::new("prop", "POST /x").expect("scope"),
         IdempotencyKey::new(&format!("key-{key}")).expect("key"),
     );
-    Request::new(id, Fingerprint::builder().body(&[body]).finish())
+    Request::from_parts(id, Fingerprint::builder().body(&[body]).finish(), 1)
 }
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
@@ -73,14 +73,20 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         .expect("runtime");
     rt.block_on(async move {
         let clock = ManualClock::new(Timestamp::from_millis(1_000_000));
-        let store = MemoryStore::with_clock(clock.clone());
+        let idem = Idempotency::with_policy(
+            MemoryStore::with_clock(clock.clone()),
+            Policy::default()
+                .lease(Duration::from_millis(LEASE))
+                .retention(Duration::from_millis(RETENTION)),
+        )
+        .expect("policy");
+        let store = idem.store();
         let mut now = 1_000_000u64;
         let mut model: HashMap<usize, Slot> = HashMap::new();
         // Every lease ever handed out, with its key; index = holder id.
         let mut handles: Vec<(usize, Lease)> = Vec::new();
         let mut effects: HashMap<usize, u32> = HashMap::new();
         let lease = Duration::from_millis(LEASE);
-        let retention = Duration::from_millis(RETENTION);
 
         for op in ops {
             match op {
@@ -97,13 +103,13 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                                 Some(Slot::Running { .. }) => "takeover",
                                 Some(Slot::Done { .. }) => "startover",
                             };
-                            let kind = match l.acquired {
+                            let kind = match l.acquired() {
                                 Acquire::Fresh => "fresh",
                                 Acquire::TakeOver { .. } => "takeover",
                                 Acquire::StartOver { .. } => "startover",
                             };
                             prop_assert_eq!(kind, expected_kind);
-                            prop_assert_eq!(l.lease_until.as_millis(), now + LEASE);
+                            prop_assert_eq!(l.lease_until().as_millis(), now + LEASE);
                             model.insert(
                                 key,
                                 Slot::Running {
@@ -119,16 +125,16 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                                 Slot::Running { body, .. } | Slot::Done { body, .. } => *body,
                             };
                             let expected = if slot_body != body {
-                                Begin::Mismatch
+                                Answer::Mismatch
                             } else {
                                 match slot {
-                                    Slot::Running { until, .. } => Begin::InFlight {
+                                    Slot::Running { until, .. } => Answer::InFlight {
                                         retry_after: Duration::from_millis(until - now),
                                     },
-                                    Slot::Done { response, .. } => Begin::Replay(response),
+                                    Slot::Done { response, .. } => Answer::Replay(response),
                                 }
                             };
-                            prop_assert_eq!(got, expected);
+                            prop_assert_eq!(got, Begin::Answered(expected));
                         }
                         (None, got) => prop_assert!(false, "expected to acquire, got {:?}", got),
                     }
@@ -142,7 +148,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     let holder = handle % handles.len();
                     let (key, l) = handles[holder].clone();
                     let response = StoredResponse::new(200, format!("holder {holder}"));
-                    let got = store.complete(&l, &response, retention).await;
+                    let got = store.complete(&idem.completion(&l, response.clone())).await;
                     match model.get(&key) {
                         Some(Slot::Running {
                             holder: h, body, ..

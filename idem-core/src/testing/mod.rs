@@ -1,35 +1,84 @@
 //! The conformance suite: one `pub async fn` per scenario, run against every store.
 //!
-//! A store crate stamps one `#[tokio::test]` per scenario with [`conformance_tests!`](crate::conformance_tests)
-//! (`tokio` with the `macros` and `rt-multi-thread` features must be a dev-dependency):
+//! A store crate implements [`Harness`] (how to get a store on a fresh namespace) and stamps one
+//! `#[tokio::test]` per scenario with [`conformance_tests!`](crate::conformance_tests); a SQL
+//! store also implements [`TransactionalHarness`] and stamps the transactional scenarios with
+//! [`transactional_tests!`](crate::transactional_tests) (`tokio` with the `macros` and
+//! `rt-multi-thread` features must be a dev-dependency):
 //!
 //! ```
+//! use idem_core::testing::Harness;
 //! use idem_core::{MemoryStore, RecordId};
-//! use std::sync::Arc;
 //!
-//! idem_core::conformance_tests! {
-//!     store: async { MemoryStore::new() },
-//!     corrupt: |store: Arc<MemoryStore>, id: RecordId| async move {
-//!         // Overwrite the stored response of `id` with bytes that do not decode.
-//!         assert!(store.overwrite_stored_response(&id, b"garbage".to_vec()));
-//!     },
+//! struct Memory;
+//!
+//! #[idem_core::async_trait]
+//! impl Harness for Memory {
+//!     type Store = MemoryStore;
+//!     async fn store(&self) -> MemoryStore {
+//!         MemoryStore::new() // a new store is a namespace of its own
+//!     }
+//!     async fn corrupt_response(&self, store: &MemoryStore, id: &RecordId) {
+//!         assert!(store.overwrite_stored_response(id, b"garbage".to_vec()));
+//!     }
 //! }
+//!
+//! idem_core::conformance_tests!(Memory);
 //! # fn main() {}
 //! ```
 //!
-//! Each scenario works on a consumer of its own (random), so scenarios run in parallel on one
-//! server. Leases and retentions are hundreds of milliseconds and the waits are real sleeps,
-//! because server stores take time from the server (C11). Scenarios that need an expired
-//! record to stay in place until they look at it are kept apart from the purge scenario by a
-//! process-wide lock.
+//! **Isolation.** Every scenario asks the harness for its own store, on a namespace no other
+//! scenario, test binary or process uses (a table, a schema, a key prefix), so scenarios run in
+//! parallel on one server and from several processes at once, and a purge sees only its own
+//! records. Leases and retentions are hundreds of milliseconds and the waits are real sleeps,
+//! because server stores take time from the server (C11).
+//!
+//! **One list.** The scenarios are listed once, in `scenario_list!`; a unit test checks that
+//! every `pub async fn` of the scenario files is on it, so none can silently never run.
 
 mod scenarios;
+mod transactional;
 
 pub use scenarios::*;
+pub use transactional::*;
 
-use crate::{FencingToken, Fingerprint, IdempotencyKey, Policy, RecordId, Request, Scope};
+use crate::store::{Completion, Store};
+use crate::{Error, FencingToken, Fingerprint, IdempotencyKey, Policy, RecordId, Request, Scope};
 use std::time::Duration;
-use tokio::sync::RwLock;
+
+/// How the suite gets stores of one backend.
+#[crate::async_trait]
+pub trait Harness: Send + Sync + 'static {
+    /// The store under test.
+    type Store: Store + 'static;
+
+    /// A store on a namespace that no other call of `store` returns (a new table or schema, a
+    /// new key prefix, a new `MemoryStore`); several stores may share a server and a pool.
+    async fn store(&self) -> Self::Store;
+
+    /// Overwrites the stored response of the completed record `id` with bytes that do not
+    /// decode (for C12).
+    async fn corrupt_response(&self, store: &Self::Store, id: &RecordId);
+}
+
+/// What the transactional scenarios need from a SQL store: the business effect and the
+/// completion in one transaction of the store's own database.
+#[crate::async_trait]
+pub trait TransactionalHarness: Harness {
+    /// In one transaction: insert one business row for `intent`, then write `completion` with
+    /// the store's `complete_in`; then commit if `commit` and `complete_in` succeeded, else roll
+    /// back. Returns what `complete_in` (or the commit) returned.
+    async fn effect_then_complete(
+        &self,
+        store: &Self::Store,
+        intent: &str,
+        completion: Completion,
+        commit: bool,
+    ) -> Result<(), Error>;
+
+    /// How many business rows exist for `intent` (committed ones).
+    async fn business_rows(&self, store: &Self::Store, intent: &str) -> usize;
+}
 
 /// The lease the suite uses.
 pub const LEASE: Duration = Duration::from_millis(400);
@@ -58,26 +107,20 @@ pub fn request(consumer: &str, key: &str, body: &[u8]) -> Request {
 pub fn request_on(consumer: &str, route: &str, key: &str, body: &[u8]) -> Request {
     let scope = Scope::new(consumer, route).expect("the suite's scopes are valid");
     let key = IdempotencyKey::new(key).expect("the suite's keys are valid");
-    let fingerprint = Fingerprint::builder().route(route).body(body).finish();
-    Request::new(RecordId::new(scope, key), fingerprint)
+    let fingerprint = Fingerprint::builder().path(route).body(body).finish();
+    Request::from_parts(RecordId::new(scope, key), fingerprint, body.len())
 }
 
-/// Held for reading by scenarios that let records expire and then look at them; held for
-/// writing by the purge scenario, which deletes every expired record of the store.
-pub(crate) static EXPIRED_RECORDS: RwLock<()> = RwLock::const_new(());
-
-/// Stamps one `#[tokio::test]` per conformance scenario for a store.
-///
-/// `store` is a future that yields a fresh store value (one per test); `corrupt` is an async
-/// closure `(Arc<Store>, RecordId)` that overwrites the stored response of a completed record
-/// with bytes that do not decode (for C12).
+/// The one list of conformance scenarios: calls `$callback!` with `$args` and the names.
+#[doc(hidden)]
 #[macro_export]
-macro_rules! conformance_tests {
-    (store: $store:expr, corrupt: $corrupt:expr $(,)?) => {
-        $crate::conformance_tests!(@each $store;
+macro_rules! __idem_conformance_scenarios {
+    ($($args:tt)*) => {
+        $crate::__idem_dispatch! { [$($args)*]
             c01_invalid_key_is_rejected_and_nothing_is_written,
             c02_scopes_are_isolated,
             c02_scope_parts_cannot_collide,
+            c03_concrete_path_is_part_of_the_fingerprint,
             c03_mismatch_on_completed_runs_nothing_and_keeps_the_record,
             c03_mismatch_beats_in_flight,
             c04_concurrent_same_key_one_effect,
@@ -85,29 +128,107 @@ macro_rules! conformance_tests {
             c05_in_flight_duplicate_is_answered_at_once,
             c06_completion_is_fenced_and_happens_once,
             c07_sequential_replay_same_bytes_no_new_effect,
-            c08_handler_error_releases_and_retry_runs_once,
+            c07_body_meaning_headers_travel_with_the_body,
+            c08_nothing_happened_releases_and_retry_runs_once,
+            c08_unknown_outcome_keeps_the_key_and_replays_the_answer,
             c08_error_status_response_is_stored_and_replayed,
+            c08_invalid_response_becomes_a_stored_500,
+            c08_dropped_caller_does_not_cancel_the_execution,
+            c08_panicking_handler_keeps_the_key,
             c09_orphan_is_taken_over_and_stale_holder_fenced_out,
             c09_concurrent_takeover_has_one_winner,
             c09_late_completion_and_takeover_never_both_win,
             c09_renew_keeps_a_long_handler_lease,
             c10_retention_passed_is_treated_as_new,
-            c10_purge_deletes_only_expired_records_in_batches,
+            c10_expired_records_leave_in_bounded_batches,
             c12_oversized_body_is_rejected_and_nothing_is_written,
-        );
-        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-        async fn c12_corrupt_record_is_a_typed_error() {
-            let store = ::std::sync::Arc::new($store.await);
-            $crate::testing::c12_corrupt_record_is_a_typed_error(store, $corrupt).await;
+            c12_engine_enforces_its_body_limit_however_the_request_was_built,
+            c12_corrupt_record_is_a_typed_error,
         }
     };
-    (@each $store:expr; $($scenario:ident),+ $(,)?) => {
+}
+
+/// The one list of transactional scenarios (SQL stores).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __idem_transactional_scenarios {
+    ($($args:tt)*) => {
+        $crate::__idem_dispatch! { [$($args)*]
+            tx_c06_effect_and_completion_commit_together,
+            tx_c06_rollback_leaves_neither_effect_nor_completion,
+            tx_c06_lease_lost_rolls_the_effect_back,
+            tx_c04_concurrent_same_key_one_business_row,
+            tx_c07_completion_in_transaction_is_filtered,
+        }
+    };
+}
+
+/// What is done with a scenario list: `[stamp HARNESS]` stamps one `#[tokio::test]` per
+/// scenario (the harness expression is evaluated once per test); `[names]` is the list of names.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __idem_dispatch {
+    ([names] $($scenario:ident),+ $(,)?) => {
+        &[$(stringify!($scenario)),+]
+    };
+    ([stamp $harness:expr] $($scenario:ident),+ $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $scenario() {
-                let store = ::std::sync::Arc::new($store.await);
-                $crate::testing::$scenario(store).await;
+                let harness = $harness;
+                $crate::testing::$scenario(&harness).await;
             }
         )+
     };
+}
+
+/// Stamps one `#[tokio::test]` per conformance scenario for a store, given an expression that
+/// yields its [`Harness`].
+#[macro_export]
+macro_rules! conformance_tests {
+    ($harness:expr $(,)?) => {
+        $crate::__idem_conformance_scenarios!(stamp $harness);
+    };
+}
+
+/// Stamps one `#[tokio::test]` per transactional scenario for a SQL store, given an expression
+/// that yields its [`TransactionalHarness`].
+#[macro_export]
+macro_rules! transactional_tests {
+    ($harness:expr $(,)?) => {
+        $crate::__idem_transactional_scenarios!(stamp $harness);
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    fn public_fns(source: &str) -> Vec<&str> {
+        source
+            .lines()
+            .filter_map(|line| line.strip_prefix("pub async fn "))
+            .filter_map(|rest| rest.split(['<', '(']).next())
+            .collect()
+    }
+
+    #[test]
+    fn every_scenario_is_on_the_one_list() {
+        let listed: &[&str] = crate::__idem_conformance_scenarios!(names);
+        let tx_listed: &[&str] = crate::__idem_transactional_scenarios!(names);
+        let mut defined = public_fns(include_str!("scenarios.rs"));
+        defined.sort_unstable();
+        let mut listed = listed.to_vec();
+        listed.sort_unstable();
+        assert_eq!(
+            defined, listed,
+            "scenarios.rs and the conformance list differ"
+        );
+        let mut tx_defined = public_fns(include_str!("transactional.rs"));
+        tx_defined.sort_unstable();
+        let mut tx_listed = tx_listed.to_vec();
+        tx_listed.sort_unstable();
+        assert_eq!(
+            tx_defined, tx_listed,
+            "transactional.rs and its list differ"
+        );
+    }
 }

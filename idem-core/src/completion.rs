@@ -1,0 +1,84 @@
+//! A completion the engine prepared: what a store writes when a request completes.
+
+use crate::lease::Lease;
+use crate::response::StoredResponse;
+use crate::scope::RecordId;
+use crate::token::FencingToken;
+use std::time::Duration;
+
+/// A response ready to be stored as a record's completion (C6, C7): filtered by the policy's
+/// header rules, validated, encoded, for one lease, with the policy's retention.
+///
+/// Only the engine makes one ([`Idempotency::completion`](crate::Idempotency::completion)), so
+/// no public path can store a response that did not pass the policy's filter. A store writes
+/// [`encoded`](Self::encoded) with the deadline `now + retain_for`, fenced on
+/// [`token`](Self::token); a SQL store writes it inside the caller's transaction.
+///
+/// ```
+/// use idem_core::{Begin, Idempotency, MemoryStore, StoredResponse};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), idem_core::Error> {
+/// let idem = Idempotency::new(MemoryStore::new());
+/// let request = idem.request("acct_1", "POST", "/charges").key(Some("k")).body(b"{}").build()?;
+/// let Begin::Acquired(lease) = idem.begin(&request).await? else { unreachable!() };
+/// let completion = idem.completion(&lease, StoredResponse::new(201, "ok").with_header("Set-Cookie", "s=1"));
+/// assert_eq!(completion.response().header("set-cookie"), None); // never stored (C7)
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    id: RecordId,
+    token: FencingToken,
+    response: StoredResponse,
+    encoded: Vec<u8>,
+    retain_for: Duration,
+}
+
+impl Completion {
+    /// Made by the engine only, from a response that passed `Policy::prepare`.
+    pub(crate) fn new(
+        lease: &Lease,
+        response: StoredResponse,
+        encoded: Vec<u8>,
+        retain_for: Duration,
+    ) -> Self {
+        Self {
+            id: lease.id().clone(),
+            token: lease.token(),
+            response,
+            encoded,
+            retain_for,
+        }
+    }
+
+    /// The record to complete.
+    pub fn id(&self) -> &RecordId {
+        &self.id
+    }
+
+    /// The token the record must still carry (C6).
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The response as stored: what the first caller sends, and every replay.
+    pub fn response(&self) -> &StoredResponse {
+        &self.response
+    }
+
+    /// The response in its stored encoding (what the store writes).
+    pub fn encoded(&self) -> &[u8] {
+        &self.encoded
+    }
+
+    /// How long the completed record is replayed (C10).
+    pub fn retain_for(&self) -> Duration {
+        self.retain_for
+    }
+
+    /// The response, to send.
+    pub fn into_response(self) -> StoredResponse {
+        self.response
+    }
+}
