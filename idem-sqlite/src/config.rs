@@ -10,8 +10,8 @@ use std::time::Duration;
 /// With WAL (which the store always uses), [`Synchronous::Normal`] never corrupts the database
 /// and survives a crash of the application, but a power loss or OS crash may lose the last
 /// transactions; [`Synchronous::Full`] survives those too, at the cost of an fsync per commit.
-/// A lost completion is replayed as a fresh reservation: with completion in the effect's own
-/// transaction, the effect is lost with it, so no double effect either way.
+/// A lost completion is lost with its effect (they share a transaction), so the retry runs the
+/// effect once: no double effect either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Synchronous {
@@ -43,7 +43,8 @@ impl Synchronous {
 pub(crate) struct SqliteConfig {
     pub(crate) path: PathBuf,
     pub(crate) table: String,
-    pub(crate) connections: usize,
+    /// Reader connections (the writer is one more).
+    pub(crate) readers: usize,
     pub(crate) busy_timeout: Duration,
     pub(crate) synchronous: Synchronous,
     pub(crate) clock: Arc<dyn Clock>,
@@ -54,7 +55,7 @@ impl SqliteConfig {
         Self {
             path,
             table: "idem_records".to_owned(),
-            connections: 4,
+            readers: 4,
             busy_timeout: Duration::from_secs(5),
             synchronous: Synchronous::Normal,
             clock: Arc::new(SystemClock),

@@ -6,19 +6,24 @@
 //! its record or a record without its effect.
 //!
 //! ```
-//! use idem_core::{Begin, Idempotency};
-//! use idem_sqlite::{SqliteIdempotency, SqliteStore};
+//! use idem_core::{Begin, Idempotency, StoredResponse};
+//! use idem_sqlite::SqliteStore;
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //! # let dir = tempfile::tempdir()?;
 //! let idem = Idempotency::new(SqliteStore::open(dir.path().join("app.db")).await?);
+//! idem.store().try_call(|db| db.execute_batch("CREATE TABLE orders (id INTEGER PRIMARY KEY)")).await?;
 //! let request = idem.request("acct_1", "POST", "/orders").key(Some("o-1")).body(b"{}").build()?;
 //! if let Begin::Acquired(lease) = idem.begin(&request).await? {
-//!     let mut db = idem.store().connect()?;
-//!     let tx = db.transaction()?;
-//!     // ... the business writes, on `tx` ...
-//!     let sent = idem.complete_in(&tx, &lease, idem_core::StoredResponse::new(201, "created"))?;
-//!     tx.commit()?;
+//!     let (engine, completion) = (idem.clone(), idem.completion(&lease, StoredResponse::new(201, "created")));
+//!     // The business write and the completion in one transaction, on the blocking pool.
+//!     let sent = idem.store().call(move |db| -> Result<StoredResponse, Box<dyn std::error::Error + Send + Sync>> {
+//!         let tx = db.transaction()?;
+//!         tx.execute("INSERT INTO orders DEFAULT VALUES", [])?;
+//!         engine.store().complete_in(&tx, &completion)?; // LeaseLost: roll back
+//!         tx.commit()?;
+//!         Ok(completion.into_response())
+//!     }).await??;
 //!     assert_eq!(sent.status, 201);
 //! }
 //! # Ok(())
@@ -27,8 +32,12 @@
 //!
 //! Durability is SQLite's, with WAL and the [`Synchronous`] setting you choose; records live
 //! in the table `idem_records` unless configured otherwise (see [`schema_sql`]).
+#![forbid(unsafe_code)]
 
+mod builder;
 mod config;
+mod connection;
+mod error;
 mod migrate;
 mod ops;
 mod pool;
@@ -37,9 +46,10 @@ mod sql;
 mod store;
 mod transactional;
 
+pub use builder::SqliteStoreBuilder;
 pub use config::{validate_table_name, Synchronous};
 pub use migrate::{schema_sql, SCHEMA_VERSION};
-pub use store::{SqliteStore, SqliteStoreBuilder};
+pub use store::SqliteStore;
 pub use transactional::SqliteIdempotency;
 
 /// The rusqlite version the store is built with, for your own transactions.

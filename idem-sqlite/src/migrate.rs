@@ -1,5 +1,6 @@
 //! The versioned schema: applied by the store when it opens, and printable to run by hand.
 
+use crate::error::store_error;
 use crate::sql::{for_table, MIGRATIONS, MIGRATIONS_TABLE};
 use idem_core::{Error, Field};
 use rusqlite::{params, Connection, TransactionBehavior};
@@ -17,9 +18,8 @@ pub(crate) fn migrate(conn: &mut Connection, table: &str) -> Result<(), Error> {
     }
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(Error::unavailable)?;
-    tx.execute_batch(MIGRATIONS_TABLE)
-        .map_err(Error::unavailable)?;
+        .map_err(store_error)?;
+    tx.execute_batch(MIGRATIONS_TABLE).map_err(store_error)?;
     let applied = applied_version(&tx, table)?;
     if applied > SCHEMA_VERSION {
         return Err(Error::invalid(
@@ -33,14 +33,14 @@ pub(crate) fn migrate(conn: &mut Connection, table: &str) -> Result<(), Error> {
         .unwrap_or(0);
     for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > applied) {
         tx.execute_batch(&for_table(sql, table))
-            .map_err(Error::unavailable)?;
+            .map_err(store_error)?;
         tx.execute(
             include_str!("../sql/migration_record.sql"),
             params![table, version, now],
         )
-        .map_err(Error::unavailable)?;
+        .map_err(store_error)?;
     }
-    tx.commit().map_err(Error::unavailable)
+    tx.commit().map_err(store_error)
 }
 
 /// The highest migration applied to `table` (0 for none); an error if the migrations table
@@ -51,7 +51,7 @@ fn applied_version(conn: &Connection, table: &str) -> Result<i64, Error> {
         params![table],
         |row| row.get(0),
     )
-    .map_err(Error::unavailable)
+    .map_err(store_error)
 }
 
 /// The whole schema for `table`, to apply by hand (for example in your own migration tool).

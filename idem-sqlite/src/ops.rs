@@ -1,13 +1,12 @@
 //! The store's operations as synchronous steps on one connection. The decision is always
-//! `idem_core::decide`; SQL only reads and applies it with compare-and-set statements.
+//! `idem_core::store::decide`; SQL only reads and applies it with compare-and-set statements.
 
+use crate::error::store_error;
 use crate::row;
 use crate::sql::Statements;
-use idem_core::{
-    decide, Begin, Clock, Error, Lease, Record, RecordId, Request, StoredResponse, Timestamp,
-};
+use idem_core::store::{decide, Acquire, Completion, Decision, Lease, Record};
+use idem_core::{Begin, Clock, Error, FencingToken, RecordId, Request, Timestamp};
 use rusqlite::{params, Connection, Params};
-use std::ops::ControlFlow;
 use std::time::Duration;
 
 /// How many times a reservation re-reads after losing a compare-and-set. Each loss means another
@@ -15,6 +14,7 @@ use std::time::Duration;
 /// against a store that misbehaves.
 const MAX_ATTEMPTS: usize = 8;
 
+/// The full record, response decoded (for `lookup`).
 pub(crate) fn select(
     conn: &Connection,
     sql: &Statements,
@@ -22,20 +22,45 @@ pub(crate) fn select(
 ) -> Result<Option<Record>, Error> {
     let mut stmt = conn
         .prepare_cached(&sql.select_record)
-        .map_err(Error::unavailable)?;
+        .map_err(store_error)?;
     let mut rows = stmt
         .query(params![id.consumer(), id.route(), id.key()])
-        .map_err(Error::unavailable)?;
-    match rows.next().map_err(Error::unavailable)? {
+        .map_err(store_error)?;
+    match rows.next().map_err(store_error)? {
         Some(found) => row::decode(found).map(Some),
         None => Ok(None),
     }
 }
 
+/// Reads the record and lets the core decide at `now`: the answer (the stored response decoded
+/// only for a replay), or how to acquire. A read: no write lock.
+pub(crate) fn decide_on(
+    conn: &Connection,
+    sql: &Statements,
+    request: &Request,
+    now: Timestamp,
+) -> Result<Decision, Error> {
+    let id = request.id();
+    let mut stmt = conn
+        .prepare_cached(&sql.select_record)
+        .map_err(store_error)?;
+    let mut rows = stmt
+        .query(params![id.consumer(), id.route(), id.key()])
+        .map_err(store_error)?;
+    let current = match rows.next().map_err(store_error)? {
+        Some(found) => Some(row::decode_head(found)?),
+        None => None,
+    };
+    Ok(match decide(current, request.fingerprint(), now) {
+        Decision::Acquire(how) => Decision::Acquire(how),
+        Decision::Answer(answer) => Decision::Answer(answer.try_map(|lazy| lazy.decode())?),
+    })
+}
+
 /// Reads, lets the core decide, and applies an acquisition with one compare-and-set statement
-/// (C4): the unique constraint for a fresh record, the previous token for a takeover or a start
-/// over. No explicit transaction: a replay or in-flight answer takes no write lock, and a
-/// reservation commits on its own before the effect.
+/// (C4): the unique constraint for a fresh record; the previous token, state and expiry for a
+/// takeover or a start over. No explicit transaction: a reservation commits on its own, before
+/// the effect, so duplicates see it at once.
 pub(crate) fn reserve(
     conn: &Connection,
     sql: &Statements,
@@ -43,45 +68,67 @@ pub(crate) fn reserve(
     request: &Request,
     lease_for: Duration,
 ) -> Result<Begin, Error> {
-    let id = &request.id;
     for _ in 0..MAX_ATTEMPTS {
         let now = clock.now();
-        let acquired = match decide(select(conn, sql, id)?, &request.fingerprint, now).next_step() {
-            ControlFlow::Break(answer) => return Ok(answer),
-            ControlFlow::Continue(acquired) => acquired,
+        let acquired = match decide_on(conn, sql, request, now)? {
+            Decision::Answer(answer) => return Ok(Begin::Answered(answer)),
+            Decision::Acquire(acquired) => acquired,
         };
-        let lease = Lease::new(request, now + lease_for, acquired);
-        let (consumer, route, key) = (id.consumer(), id.route(), id.key());
-        let (fingerprint, token) = (request.fingerprint.as_bytes(), lease.token.as_bytes());
-        let until = millis(lease.lease_until);
-        let written = match acquired.replaces() {
-            None => execute(
-                conn,
-                &sql.insert_reservation,
-                params![consumer, route, key, fingerprint, token, until],
-            )?,
-            Some(previous) => execute(
-                conn,
-                &sql.replace_reservation,
-                params![
-                    consumer,
-                    route,
-                    key,
-                    fingerprint,
-                    token,
-                    until,
-                    previous.as_bytes(),
-                    millis(now)
-                ],
-            )?,
-        };
-        if written == 1 {
+        if let Some(lease) = try_acquire(conn, sql, request, acquired, now, lease_for)? {
             return Ok(Begin::Acquired(lease));
         }
     }
-    Err(Error::unavailable(
+    Err(Error::store(
+        crate::error::BACKEND,
+        idem_core::StoreErrorKind::Other,
         "reservation kept losing its compare-and-set",
     ))
+}
+
+/// The compare-and-set of an acquisition; `None` when another caller changed the record first.
+fn try_acquire(
+    conn: &Connection,
+    sql: &Statements,
+    request: &Request,
+    acquired: Acquire,
+    now: Timestamp,
+    lease_for: Duration,
+) -> Result<Option<Lease>, Error> {
+    let id = request.id();
+    let token = FencingToken::generate();
+    let until = now + lease_for;
+    let (consumer, route, key) = (id.consumer(), id.route(), id.key());
+    let fingerprint = request.fingerprint().as_bytes();
+    let written = match (acquired.replaces(), acquired.replaces_completed()) {
+        (Some(previous), Some(completed)) => execute(
+            conn,
+            &sql.replace_reservation,
+            params![
+                consumer,
+                route,
+                key,
+                fingerprint,
+                token.as_bytes(),
+                millis(until),
+                previous.as_bytes(),
+                millis(now),
+                i64::from(completed),
+            ],
+        )?,
+        _ => execute(
+            conn,
+            &sql.insert_reservation,
+            params![
+                consumer,
+                route,
+                key,
+                fingerprint,
+                token.as_bytes(),
+                millis(until)
+            ],
+        )?,
+    };
+    Ok((written == 1).then(|| Lease::new(request, token, until, acquired)))
 }
 
 /// Fenced completion (C6) on `conn`, which may be inside the caller's transaction.
@@ -89,13 +136,9 @@ pub(crate) fn complete(
     conn: &Connection,
     sql: &Statements,
     now: Timestamp,
-    lease: &Lease,
-    response: &StoredResponse,
-    retain_for: Duration,
+    completion: &Completion,
 ) -> Result<(), Error> {
-    let id = &lease.id;
-    let encoded = response.encode()?;
-    let expires = millis(now + retain_for);
+    let id = completion.id();
     fenced(
         conn,
         &sql.complete,
@@ -103,20 +146,25 @@ pub(crate) fn complete(
             id.consumer(),
             id.route(),
             id.key(),
-            lease.token.as_bytes(),
-            encoded,
-            expires
+            completion.token().as_bytes(),
+            completion.encoded(),
+            millis(now + completion.retain_for())
         ],
     )
 }
 
 /// Fenced release (C8).
 pub(crate) fn release(conn: &Connection, sql: &Statements, lease: &Lease) -> Result<(), Error> {
-    let id = &lease.id;
+    let id = lease.id();
     fenced(
         conn,
         &sql.release,
-        params![id.consumer(), id.route(), id.key(), lease.token.as_bytes()],
+        params![
+            id.consumer(),
+            id.route(),
+            id.key(),
+            lease.token().as_bytes()
+        ],
     )
 }
 
@@ -128,7 +176,7 @@ pub(crate) fn renew(
     lease: &Lease,
     lease_for: Duration,
 ) -> Result<Timestamp, Error> {
-    let id = &lease.id;
+    let id = lease.id();
     let until = now + lease_for;
     fenced(
         conn,
@@ -137,7 +185,7 @@ pub(crate) fn renew(
             id.consumer(),
             id.route(),
             id.key(),
-            lease.token.as_bytes(),
+            lease.token().as_bytes(),
             millis(until)
         ],
     )?;
@@ -166,7 +214,7 @@ fn fenced(conn: &Connection, statement: &str, params: impl Params) -> Result<(),
 fn execute(conn: &Connection, statement: &str, params: impl Params) -> Result<usize, Error> {
     conn.prepare_cached(statement)
         .and_then(|mut stmt| stmt.execute(params))
-        .map_err(Error::unavailable)
+        .map_err(store_error)
 }
 
 /// Milliseconds as SQLite's signed integer (saturating far in the future).

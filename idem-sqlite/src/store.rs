@@ -1,28 +1,32 @@
-//! `SqliteStore`: the embedded store.
+//! `SqliteStore`: the embedded store, and its `Store` implementation.
 
-use crate::config::{validate_table_name, SqliteConfig, Synchronous};
-use crate::migrate::migrate;
+use crate::builder::SqliteStoreBuilder;
+use crate::config::SqliteConfig;
+use crate::connection::connect;
+use crate::error::store_error;
 use crate::ops;
 use crate::pool::Pool;
 use crate::sql::Statements;
-use idem_core::{
-    async_trait, Begin, Clock, Error, Field, Lease, Record, RecordId, Request, Store,
-    StoredResponse, Timestamp,
-};
+use idem_core::store::{Completion, Decision, Lease, Record};
+use idem_core::{async_trait, Begin, Error, RecordId, Request, Store, Timestamp};
 use rusqlite::{Connection, Transaction};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// An idem [`Store`] in a SQLite file, with completion inside the caller's transaction.
 ///
 /// - The reservation commits on its own, before the effect, with one compare-and-set statement
-///   (C4); replays and in-flight answers read without taking the write lock (C5).
-/// - [`complete_in`](Self::complete_in) writes the completion in the transaction of the business
-///   effect, so both commit or vanish together (C6). The closure form is
-///   [`SqliteIdempotency::run_in_transaction`](crate::SqliteIdempotency::run_in_transaction).
-/// - Every rusqlite call runs on Tokio's blocking pool with a pooled connection, one hop per
-///   operation, never on the async executor: the store is used from within a Tokio runtime. The database is in WAL mode with a busy timeout.
+///   (C4). Writes go through one writer connection whose callers queue asynchronously; replays,
+///   in-flight answers and mismatches are read on reader connections that no writer holds, so
+///   they never wait for one (C5).
+/// - [`complete_in`](Self::complete_in) writes the engine's [`Completion`] in the transaction of
+///   the business effect, so both commit or vanish together (C6). The closure form is
+///   [`SqliteIdempotency::run_in_transaction`](crate::SqliteIdempotency::run_in_transaction):
+///   the reservation and the effect's transaction in one thread hop.
+/// - Every rusqlite call runs on Tokio's blocking pool, never on the async executor, and runs to
+///   its end even if the caller's future is dropped: the store is used from within a Tokio
+///   runtime. The database is in WAL mode with a busy timeout.
 /// - Time is the process clock (C11), injectable with [`SqliteStoreBuilder::clock`].
 ///
 /// Cloning is cheap: clones share the connections.
@@ -32,155 +36,21 @@ use std::time::{Duration, Instant};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), idem_core::Error> {
 /// let dir = tempfile::tempdir().expect("temp dir");
-/// let store = SqliteStore::builder(dir.path().join("idem.db"))
-///     .table("payments_idem")
-///     .connections(2)
-///     .open()
-///     .await?;
-/// assert_eq!(store.table(), "payments_idem");
+/// let store = SqliteStore::open(dir.path().join("idem.db")).await?;
+/// store.try_call(|db| db.execute_batch("CREATE TABLE orders (id INTEGER PRIMARY KEY)")).await?;
 /// # Ok(())
 /// # }
 /// ```
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 #[derive(Debug)]
-struct Inner {
-    pool: Pool,
-    sql: Statements,
-    config: SqliteConfig,
-}
-
-/// Settings for [`SqliteStore`]; see [`SqliteStore::builder`].
-#[derive(Debug, Clone)]
-#[must_use]
-pub struct SqliteStoreBuilder {
-    config: SqliteConfig,
-}
-
-impl SqliteStoreBuilder {
-    /// The table name (default `idem_records`), checked by
-    /// [`validate_table_name`](crate::validate_table_name).
-    pub fn table(mut self, table: &str) -> Self {
-        self.config.table = table.to_owned();
-        self
-    }
-
-    /// How many connections the store keeps (default 4, at least 1): at most this many of its
-    /// calls run at once; the others wait asynchronously for a connection.
-    pub fn connections(mut self, connections: usize) -> Self {
-        self.config.connections = connections;
-        self
-    }
-
-    /// How long a statement waits for another connection's write lock (default 5 s).
-    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
-        self.config.busy_timeout = timeout;
-        self
-    }
-
-    /// SQLite's `synchronous` setting (default [`Synchronous::Normal`]).
-    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
-        self.config.synchronous = synchronous;
-        self
-    }
-
-    /// Where `now` comes from (default: the system clock).
-    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
-        self.config.clock = Arc::new(clock);
-        self
-    }
-
-    /// Opens the connections and applies the schema, on Tokio's blocking pool.
-    pub async fn open(self) -> Result<SqliteStore, Error> {
-        tokio::task::spawn_blocking(move || self.open_blocking())
-            .await
-            .map_err(|e| {
-                Error::unavailable(format!("opening the SQLite store did not finish: {e}"))
-            })?
-    }
-
-    /// Opens the connections and applies the schema on the calling thread (for programs without
-    /// an async runtime, or before one starts).
-    pub fn open_blocking(self) -> Result<SqliteStore, Error> {
-        let config = self.config;
-        validate_table_name(&config.table)?;
-        if config.connections == 0 {
-            return Err(Error::invalid(Field::Config, "at least one connection"));
-        }
-        let connections = open_connections(&config)?;
-        Ok(SqliteStore {
-            inner: Arc::new(Inner {
-                pool: Pool::new(connections),
-                sql: Statements::for_table(&config.table),
-                config,
-            }),
-        })
-    }
-}
-
-/// Opens the first connection, brings the schema up to date, then opens the others. SQLite
-/// answers "busy" without waiting when another process switches a new file to WAL at the same
-/// moment, so a busy open is retried until the busy timeout has passed.
-fn open_connections(config: &SqliteConfig) -> Result<Vec<Connection>, Error> {
-    let started = Instant::now();
-    loop {
-        let attempt = || -> Result<Vec<Connection>, Error> {
-            let mut first = connect(config)?;
-            migrate(&mut first, &config.table)?;
-            let mut connections = vec![first];
-            for _ in 1..config.connections {
-                connections.push(connect(config)?);
-            }
-            Ok(connections)
-        };
-        match attempt() {
-            Err(error) if is_busy(&error) && started.elapsed() < config.busy_timeout => {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            result => return result,
-        }
-    }
-}
-
-fn is_busy(error: &Error) -> bool {
-    match error {
-        Error::StoreUnavailable(source) => matches!(
-            source
-                .downcast_ref::<rusqlite::Error>()
-                .and_then(rusqlite::Error::sqlite_error_code),
-            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-        ),
-        _ => false,
-    }
-}
-
-/// Opens one connection with the store's settings: WAL, busy timeout, synchronous.
-fn connect(config: &SqliteConfig) -> Result<Connection, Error> {
-    let conn = Connection::open(&config.path).map_err(Error::unavailable)?;
-    conn.busy_timeout(config.busy_timeout)
-        .map_err(Error::unavailable)?;
-    // Switching the journal mode needs an exclusive lock, so it is only asked for when the
-    // file is not in WAL mode yet: opening must not fail while another process writes.
-    let journal_mode = |sql: &str| -> Result<String, Error> {
-        conn.query_row(sql, [], |row| row.get(0))
-            .map_err(Error::unavailable)
-    };
-    let mut mode = journal_mode("PRAGMA journal_mode")?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        mode = journal_mode("PRAGMA journal_mode = WAL")?;
-    }
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(Error::invalid(
-            Field::Config,
-            format!("{} cannot use WAL (journal mode {mode}); an in-memory database is not shared between connections", config.path.display()),
-        ));
-    }
-    conn.pragma_update(None, "synchronous", config.synchronous.pragma_value())
-        .map_err(Error::unavailable)?;
-    Ok(conn)
+pub(crate) struct Inner {
+    pub(crate) pool: Pool,
+    pub(crate) sql: Statements,
+    pub(crate) config: Arc<SqliteConfig>,
 }
 
 impl SqliteStore {
@@ -196,101 +66,141 @@ impl SqliteStore {
         Self::builder(path).open().await
     }
 
+    pub(crate) fn from_parts(
+        config: SqliteConfig,
+        writer: Connection,
+        readers: Vec<Connection>,
+    ) -> Self {
+        let config = Arc::new(config);
+        Self {
+            inner: Arc::new(Inner {
+                pool: Pool::new(writer, readers, Arc::clone(&config)),
+                sql: Statements::for_table(&config.table),
+                config,
+            }),
+        }
+    }
+
     /// The table the records live in.
     pub fn table(&self) -> &str {
         &self.inner.config.table
     }
 
     /// Opens a new connection to the store's database with the store's settings (WAL, busy
-    /// timeout, synchronous), for a program's own business transactions.
+    /// timeout, synchronous), for a program's own work outside the store's queue.
     pub fn connect(&self) -> Result<Connection, Error> {
         connect(&self.inner.config)
     }
 
-    /// Runs `work` on one of the store's connections, off the async executor: for a program's
-    /// own SQL (schema, reads) on the same database.
+    /// Runs `work` on the store's writer connection, off the async executor, after the writes
+    /// queued before it: for a program's own SQL on the same database (schema, business
+    /// transactions). A transaction `work` leaves open is rolled back afterwards.
     pub async fn call<T, F>(&self, work: F) -> Result<T, Error>
     where
         F: FnOnce(&mut Connection) -> T + Send + 'static,
         T: Send + 'static,
     {
-        self.inner.pool.call(work).await
+        let writer = self.inner.pool.writer().await;
+        self.inner.pool.write(writer, work).await
+    }
+
+    /// [`call`](Self::call) for work that returns rusqlite's `Result`: its error becomes an
+    /// [`Error::Store`] that keeps its nature (busy, missing table...), so one `?` does.
+    pub async fn try_call<T, F>(&self, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.call(work).await?.map_err(store_error)
     }
 
     /// Completes the record **inside the caller's transaction** (C6): commit `tx` and the
     /// effect and the completion are both there; roll it back and neither is.
     /// [`Error::LeaseLost`] means another attempt holds the record: roll `tx` back.
     ///
-    /// `response` is stored as given: pass it through
-    /// [`Idempotency::prepare`](idem_core::Idempotency::prepare) first, or use
-    /// [`SqliteIdempotency::complete_in`](crate::SqliteIdempotency::complete_in) which does.
-    /// This is a blocking call: run it where the transaction runs (a blocking thread).
-    pub fn complete_in(
-        &self,
-        tx: &Transaction<'_>,
-        lease: &Lease,
-        response: &StoredResponse,
-        retain_for: Duration,
-    ) -> Result<(), Error> {
+    /// The [`Completion`] comes from the engine
+    /// ([`Idempotency::completion`](idem_core::Idempotency::completion)), so it passed the
+    /// policy's header filter. This is a blocking call: run it where the transaction runs (on
+    /// the blocking pool, for example inside [`call`](Self::call)).
+    pub fn complete_in(&self, tx: &Transaction<'_>, completion: &Completion) -> Result<(), Error> {
         let now = self.inner.config.clock.now();
-        ops::complete(tx, &self.inner.sql, now, lease, response, retain_for)
+        ops::complete(tx, &self.inner.sql, now, completion)
     }
 
-    /// Releases the record on `conn` (used after a rolled-back effect).
-    pub(crate) fn release_on(&self, conn: &Connection, lease: &Lease) -> Result<(), Error> {
-        ops::release(conn, &self.inner.sql, lease)
+    /// Reserves with as few hops as possible: on the writer at once if it is free (one hop);
+    /// else reads on a reader first, and queues for the writer only when the key must be
+    /// acquired, so an answer never waits for a writer (C5).
+    async fn reserve_on_writer(
+        &self,
+        request: &Request,
+        lease_for: Duration,
+    ) -> Result<Begin, Error> {
+        let writer = match self.inner.pool.try_writer() {
+            Some(writer) => writer,
+            None => {
+                let (inner, req) = (Arc::clone(&self.inner), request.clone());
+                let decision = self
+                    .inner
+                    .pool
+                    .read(move |conn| {
+                        ops::decide_on(conn, &inner.sql, &req, inner.config.clock.now())
+                    })
+                    .await??;
+                if let Decision::Answer(answer) = decision {
+                    return Ok(Begin::Answered(answer));
+                }
+                self.inner.pool.writer().await
+            }
+        };
+        let (inner, req) = (Arc::clone(&self.inner), request.clone());
+        self.inner
+            .pool
+            .write(writer, move |conn| {
+                ops::reserve(
+                    conn,
+                    &inner.sql,
+                    inner.config.clock.as_ref(),
+                    &req,
+                    lease_for,
+                )
+            })
+            .await?
     }
 
-    /// Runs one operation of `ops` on a pooled connection, with the store's statements and clock.
-    async fn on_connection<T, F>(&self, work: F) -> Result<T, Error>
+    /// Runs one fenced write of `ops` on the writer.
+    async fn on_writer<T, F>(&self, work: F) -> Result<T, Error>
     where
         F: FnOnce(&Connection, &Inner) -> Result<T, Error> + Send + 'static,
         T: Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
-        self.inner.pool.call(move |conn| work(conn, &inner)).await?
+        self.call(move |conn| work(conn, &inner)).await?
     }
 }
 
 #[async_trait]
 impl Store for SqliteStore {
     async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
-        let request = request.clone();
-        self.on_connection(move |conn, inner| {
-            ops::reserve(
-                conn,
-                &inner.sql,
-                inner.config.clock.as_ref(),
-                &request,
-                lease_for,
-            )
-        })
-        .await
+        self.reserve_on_writer(request, lease_for).await
     }
 
-    async fn complete(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        retain_for: Duration,
-    ) -> Result<(), Error> {
-        let (lease, response) = (lease.clone(), response.clone());
-        self.on_connection(move |conn, inner| {
-            let now = inner.config.clock.now();
-            ops::complete(conn, &inner.sql, now, &lease, &response, retain_for)
+    async fn complete(&self, completion: &Completion) -> Result<(), Error> {
+        let completion = completion.clone();
+        self.on_writer(move |conn, inner| {
+            ops::complete(conn, &inner.sql, inner.config.clock.now(), &completion)
         })
         .await
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), Error> {
         let lease = lease.clone();
-        self.on_connection(move |conn, inner| ops::release(conn, &inner.sql, &lease))
+        self.on_writer(move |conn, inner| ops::release(conn, &inner.sql, &lease))
             .await
     }
 
     async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
         let lease = lease.clone();
-        self.on_connection(move |conn, inner| {
+        self.on_writer(move |conn, inner| {
             ops::renew(
                 conn,
                 &inner.sql,
@@ -303,15 +213,17 @@ impl Store for SqliteStore {
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
-        self.on_connection(move |conn, inner| {
+        self.on_writer(move |conn, inner| {
             ops::purge_expired(conn, &inner.sql, inner.config.clock.now(), limit)
         })
         .await
     }
 
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        let id = id.clone();
-        self.on_connection(move |conn, inner| ops::select(conn, &inner.sql, &id))
-            .await
+        let (inner, id) = (Arc::clone(&self.inner), id.clone());
+        self.inner
+            .pool
+            .read(move |conn| ops::select(conn, &inner.sql, &id))
+            .await?
     }
 }

@@ -2,7 +2,10 @@
 
 mod common;
 
-use idem_core::{Begin, Error, Idempotency, Policy, Request, RunError, Store, StoredResponse};
+use idem_core::{
+    Begin, Error, Failure, Idempotency, Policy, Request, RunError, Store, StoreErrorKind,
+    StoredResponse,
+};
 use idem_sqlite::{SqliteStore, SCHEMA_VERSION};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -28,7 +31,7 @@ async fn completed_record(store: &SqliteStore) -> Request {
 }
 
 async fn overwrite(store: &SqliteStore, req: &Request, assignment: &'static str) {
-    let id = req.id.clone();
+    let id = req.id().clone();
     let changed = store
         .call(move |db| {
             db.execute(
@@ -44,7 +47,7 @@ async fn overwrite(store: &SqliteStore, req: &Request, assignment: &'static str)
 
 /// The row exactly as stored, quoted by SQLite.
 async fn raw_row(store: &SqliteStore, req: &Request) -> String {
-    let id = req.id.clone();
+    let id = req.id().clone();
     store
         .call(move |db| {
             db.query_row(
@@ -78,11 +81,12 @@ async fn c12_every_corrupted_column_is_a_typed_error_and_nothing_runs() {
         let before = raw_row(&store, &req).await;
 
         let idem = Idempotency::new(store.clone());
-        let ran = AtomicUsize::new(0);
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = Arc::clone(&ran);
         let outcome = idem
-            .run(&req, |_| async {
-                ran.fetch_add(1, Ordering::SeqCst);
-                Ok::<_, Error>(StoredResponse::new(201, "again"))
+            .run(&req, move |_| async move {
+                r.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Failure<Error>>(StoredResponse::new(201, "again"))
             })
             .await;
         assert!(
@@ -91,7 +95,7 @@ async fn c12_every_corrupted_column_is_a_typed_error_and_nothing_runs() {
         );
         assert_eq!(ran.load(Ordering::SeqCst), 0, "{assignment}");
         assert!(
-            matches!(store.lookup(&req.id).await, Err(Error::CorruptRecord(_))),
+            matches!(store.lookup(req.id()).await, Err(Error::CorruptRecord(_))),
             "{assignment}"
         );
         let after = raw_row(&store, &req).await;
@@ -185,7 +189,7 @@ async fn c13_a_failing_database_is_an_error_and_the_effect_never_runs() {
     let err = SqliteStore::open(dir.path().join("missing-dir").join("x.db"))
         .await
         .expect_err("no such directory");
-    assert!(matches!(err, Error::StoreUnavailable(_)), "{err:?}");
+    assert!(matches!(err, Error::Store(_)), "{err:?}");
 
     let store = SqliteStore::builder(dir.path().join("gone.db"))
         .table("gone")
@@ -203,13 +207,17 @@ async fn c13_a_failing_database_is_an_error_and_the_effect_never_runs() {
     let outcome = idem
         .run(&request("k"), |_| async move {
             r.fetch_add(1, Ordering::SeqCst);
-            Ok::<_, Error>(StoredResponse::new(201, ""))
+            Ok::<_, Failure<Error>>(StoredResponse::new(201, ""))
         })
         .await;
     let Err(RunError::Idem(err)) = outcome else {
         panic!("expected a store error, got {outcome:?}");
     };
     assert_eq!(err.http_status(), 503);
+    // A missing table is not a passing failure: it says so, and keeps rusqlite's error.
+    let store_err = err.as_store().expect("a store error");
+    assert_eq!(store_err.kind(), StoreErrorKind::Misconfigured);
+    assert!(!err.is_retryable());
     assert_eq!(ran.load(Ordering::SeqCst), 0);
 }
 

@@ -1,10 +1,11 @@
-//! C4 over several connections: 64 concurrent same-key requests, spread over four stores (four
-//! connections each) on one database file, 20 rounds: exactly one business row per round.
+//! C4 over several connections: 64 concurrent same-key requests, spread over four stores (a
+//! writer and four readers each) on one database file, 20 rounds: exactly one business row per
+//! round.
 
 mod common;
 
 use common::{charges, with_charges};
-use idem_core::{Idempotency, Outcome, Policy, StoredResponse};
+use idem_core::{Answer, Idempotency, Outcome, Policy, StoredResponse};
 use idem_sqlite::{SqliteIdempotency, SqliteStore};
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ async fn c04_64_concurrent_same_key_over_several_connections_one_row_per_round()
     let mut engines = Vec::new();
     for _ in 0..STORES {
         let store = SqliteStore::builder(common::db_path())
-            .connections(4)
+            .readers(4)
             .open()
             .await
             .expect("open");
@@ -60,9 +61,11 @@ async fn c04_64_concurrent_same_key_over_several_connections_one_row_per_round()
         for task in tasks {
             match task.await.expect("task").expect("run") {
                 Outcome::Executed(r) => executed.push(r),
-                Outcome::Replayed(r) => answered.push(Some(r)),
-                Outcome::InFlight { .. } => answered.push(None),
-                Outcome::Mismatch => panic!("round {round}: mismatch on the same body"),
+                Outcome::Answered(Answer::Replay(r)) => answered.push(Some(r)),
+                Outcome::Answered(Answer::InFlight { .. }) => answered.push(None),
+                Outcome::Answered(Answer::Mismatch) => {
+                    panic!("round {round}: mismatch on the same body")
+                }
             }
         }
         assert_eq!(executed.len(), 1, "round {round}: executed");

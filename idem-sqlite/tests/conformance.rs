@@ -1,23 +1,49 @@
-//! The shared conformance suite against `SqliteStore`, every scenario on one database file.
+//! The shared conformance and transactional suites against `SqliteStore`, every scenario on a
+//! table of its own in one database file; and the same suite from two processes at once on one
+//! file.
 
 mod common;
 
-use idem_core::RecordId;
-use idem_sqlite::SqliteStore;
+idem_core::conformance_tests!(common::Sqlite);
+idem_core::transactional_tests!(common::Sqlite);
 
-idem_core::conformance_tests! {
-    store: common::store(),
-    corrupt: |store: std::sync::Arc<SqliteStore>, id: RecordId| async move {
-        let changed = store
-            .call(move |db| {
-                db.execute(
-                    "UPDATE idem_records SET response = X'00FF00' WHERE consumer = ?1 AND route = ?2 AND key = ?3",
-                    [id.consumer(), id.route(), id.key()],
-                )
-            })
-            .await
-            .expect("call")
-            .expect("update");
-        assert_eq!(changed, 1);
-    },
+/// Two child processes run this whole suite at once against one database file (named by
+/// `IDEM_SQLITE_DB`): scenarios of both share the file, its writer lock and its purges, and both
+/// pass. No process-wide lock keeps them apart: each scenario has its own table.
+#[test]
+fn suite_from_two_processes_at_once_on_one_file() {
+    if std::env::var_os("IDEM_SQLITE_DB").is_some() {
+        return; // a child: the suite itself is what it runs
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let db = dir.path().join("shared.db");
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            std::process::Command::new(std::env::current_exe().expect("test binary"))
+                .args([
+                    "--skip",
+                    "suite_from_two_processes_at_once_on_one_file",
+                    "--quiet",
+                ])
+                .env("IDEM_SQLITE_DB", &db)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("wait");
+        assert!(
+            out.status.success(),
+            "a process failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("32 passed"),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
 }

@@ -8,7 +8,7 @@
 mod common;
 
 use common::{charges, with_charges};
-use idem_core::{Begin, Idempotency, Outcome, Policy, Request, StoredResponse};
+use idem_core::{Answer, Begin, Idempotency, Outcome, Policy, Request, StoredResponse};
 use idem_sqlite::{SqliteIdempotency, SqliteStore};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -60,7 +60,8 @@ async fn crash_child() {
             let mut db = idem.store().connect().expect("connect");
             let tx = db.transaction().expect("tx");
             let response = insert_charge(&tx, &intent).expect("insert");
-            idem.complete_in(&tx, &lease, response)
+            idem.store()
+                .complete_in(&tx, &idem.completion(&lease, response))
                 .expect("complete_in");
             println!("READY");
             std::thread::sleep(Duration::from_secs(60));
@@ -125,7 +126,7 @@ async fn c09_killed_before_commit_retry_after_lease_runs_once() {
     let request = request(&idem, &intent);
     let first = idem.begin(&request).await.expect("begin");
     assert!(
-        matches!(first, Begin::InFlight { .. }),
+        matches!(first, Begin::Answered(Answer::InFlight { .. })),
         "the orphan holds until its lease: {first:?}"
     );
 
@@ -158,7 +159,7 @@ async fn c07_killed_after_commit_before_answer_retry_replays() {
         .run_in_transaction(&request, move |tx, _| insert_charge(tx, &i))
         .await
         .expect("retry");
-    let Outcome::Replayed(response) = outcome else {
+    let Outcome::Answered(Answer::Replay(response)) = outcome else {
         panic!("expected the replay, got {outcome:?}");
     };
     assert_eq!(response.status, 201);

@@ -1,12 +1,11 @@
-//! Completion inside the business transaction (C6): the effect and the record commit or vanish
-//! together.
+//! `run_in_transaction` (C6, C8): the effect and the completion commit or vanish together, in
+//! one hop that a dropped caller cannot cancel. The shared transactional scenarios run in
+//! `conformance.rs`.
 
 mod common;
 
 use common::{charges, store, with_charges};
-use idem_core::{
-    Begin, Error, Idempotency, Outcome, Policy, Request, RunError, Store, StoredResponse,
-};
+use idem_core::{Answer, Begin, Idempotency, Outcome, Policy, Request, RunError, StoredResponse};
 use idem_sqlite::{SqliteIdempotency, SqliteStore};
 use std::time::Duration;
 
@@ -60,73 +59,11 @@ async fn c06_effect_and_completion_commit_together() {
             .expect("run");
         let response = outcome.response().expect("a response").clone();
         assert_eq!(response.header("set-cookie"), None);
-        assert_eq!(matches!(outcome, Outcome::Replayed(_)), attempt > 0);
+        assert_eq!(
+            matches!(outcome, Outcome::Answered(Answer::Replay(_))),
+            attempt > 0
+        );
     }
-    assert_eq!(charges(idem.store(), &intent).await, 1);
-}
-
-#[tokio::test]
-async fn c06_rolled_back_transaction_leaves_neither_effect_nor_completion() {
-    let idem = engine(Policy::default()).await;
-    let intent = unique("rollback");
-    let request = charge_request(&idem, &intent, 700);
-    let Begin::Acquired(lease) = idem.begin(&request).await.expect("begin") else {
-        panic!("fresh key");
-    };
-    let mut db = idem.store().connect().expect("connect");
-    {
-        let tx = db.transaction().expect("tx");
-        insert_charge(&tx, &intent, 700).expect("insert");
-        idem.complete_in(&tx, &lease, StoredResponse::new(201, "charged"))
-            .expect("complete_in");
-        tx.rollback().expect("rollback");
-    }
-    assert_eq!(charges(idem.store(), &intent).await, 0);
-    // The reservation is still this holder's, in progress: a retry is in flight, not a replay.
-    assert!(matches!(
-        idem.begin(&request).await.expect("begin"),
-        Begin::InFlight { .. }
-    ));
-    let tx = db.transaction().expect("tx");
-    insert_charge(&tx, &intent, 700).expect("insert");
-    idem.complete_in(&tx, &lease, StoredResponse::new(201, "charged"))
-        .expect("complete_in");
-    tx.commit().expect("commit");
-    assert_eq!(charges(idem.store(), &intent).await, 1);
-    assert_eq!(
-        idem.begin(&request).await.expect("begin"),
-        Begin::Replay(StoredResponse::new(201, "charged"))
-    );
-}
-
-#[tokio::test]
-async fn c06_lease_lost_means_the_caller_rolls_back_and_the_effect_vanishes() {
-    let idem = engine(Policy::default().lease(Duration::from_millis(200))).await;
-    let intent = unique("lost");
-    let request = charge_request(&idem, &intent, 900);
-    let Begin::Acquired(stale) = idem.begin(&request).await.expect("begin") else {
-        panic!("fresh key");
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let Begin::Acquired(fresh) = idem.begin(&request).await.expect("begin") else {
-        panic!("the orphan is taken over");
-    };
-
-    let mut db = idem.store().connect().expect("connect");
-    let tx = db.transaction().expect("tx");
-    insert_charge(&tx, &intent, 900).expect("insert");
-    let err = idem
-        .complete_in(&tx, &stale, StoredResponse::new(201, "stale"))
-        .expect_err("fenced");
-    assert!(matches!(err, Error::LeaseLost));
-    drop(tx); // rolls back
-    assert_eq!(charges(idem.store(), &intent).await, 0);
-
-    let tx = db.transaction().expect("tx");
-    insert_charge(&tx, &intent, 900).expect("insert");
-    idem.complete_in(&tx, &fresh, StoredResponse::new(201, "fresh"))
-        .expect("complete_in");
-    tx.commit().expect("commit");
     assert_eq!(charges(idem.store(), &intent).await, 1);
 }
 
@@ -142,10 +79,12 @@ async fn c08_effect_error_rolls_back_and_releases_so_the_retry_runs_once() {
             Err::<StoredResponse, _>("fraud check unavailable".to_owned())
         })
         .await;
-    assert!(matches!(failed, Err(RunError::Handler(ref m)) if m == "fraud check unavailable"));
+    assert!(matches!(failed, Err(RunError::Released(ref m)) if m == "fraud check unavailable"));
     assert_eq!(charges(idem.store(), &intent).await, 0);
     assert_eq!(
-        idem.store().lookup(&request.id).await.expect("lookup"),
+        idem_core::Store::lookup(idem.store(), request.id())
+            .await
+            .expect("lookup"),
         None
     );
 
@@ -162,22 +101,55 @@ async fn c08_effect_error_rolls_back_and_releases_so_the_retry_runs_once() {
 }
 
 #[tokio::test]
-async fn c07_invalid_response_rolls_the_effect_back() {
-    let idem = engine(Policy::default()).await;
+async fn c08_invalid_response_is_stored_as_a_500_with_its_effect() {
+    let idem = engine(Policy::default().lease(Duration::from_millis(200))).await;
     let intent = unique("invalid");
     let request = charge_request(&idem, &intent, 100);
+    for _ in 0..2 {
+        let i = intent.clone();
+        let outcome = idem
+            .run_in_transaction(&request, move |tx, _| {
+                insert_charge(tx, &i, 100)?;
+                Ok::<_, rusqlite::Error>(StoredResponse::new(42, "not a status"))
+            })
+            .await
+            .expect("run");
+        assert_eq!(outcome.http_status(idem.policy()), 500);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(charges(idem.store(), &intent).await, 1);
+}
+
+#[tokio::test]
+async fn c08_dropping_the_caller_does_not_cancel_the_transaction() {
+    let idem = engine(Policy::default().lease(Duration::from_millis(300))).await;
+    let intent = unique("dropped");
+    let request = charge_request(&idem, &intent, 100);
     let i = intent.clone();
-    let outcome = idem
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(20),
+        idem.run_in_transaction(&request, move |tx, _| {
+            std::thread::sleep(Duration::from_millis(150));
+            insert_charge(tx, &i, 100)?;
+            Ok::<_, rusqlite::Error>(StoredResponse::new(201, "charged"))
+        }),
+    )
+    .await;
+    assert!(dropped.is_err(), "the caller gave up first");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let i = intent.clone();
+    let retry = idem
         .run_in_transaction(&request, move |tx, _| {
             insert_charge(tx, &i, 100)?;
-            Ok::<_, rusqlite::Error>(StoredResponse::new(42, "not a status"))
+            Ok::<_, rusqlite::Error>(StoredResponse::new(201, "charged twice"))
         })
-        .await;
-    assert!(matches!(
-        outcome,
-        Err(RunError::Idem(Error::InvalidInput { .. }))
-    ));
-    assert_eq!(charges(idem.store(), &intent).await, 0);
+        .await
+        .expect("run");
+    assert_eq!(
+        retry,
+        Outcome::Answered(Answer::Replay(StoredResponse::new(201, "charged")))
+    );
+    assert_eq!(charges(idem.store(), &intent).await, 1);
 }
 
 #[tokio::test]
@@ -202,7 +174,7 @@ async fn a_panicking_effect_rolls_back_and_the_store_keeps_working() {
     // The reservation waits for its lease (C9); the connections still serve.
     assert!(matches!(
         idem.begin(&request).await.expect("begin"),
-        Begin::InFlight { .. }
+        Begin::Answered(Answer::InFlight { .. })
     ));
     for _ in 0..8 {
         assert_eq!(charges(idem.store(), &intent).await, 0);

@@ -1,28 +1,120 @@
-//! What the SQLite tests share: one database file per test binary, in a temporary directory.
+//! What the SQLite tests share: one database file per test process (or the file named by
+//! `IDEM_SQLITE_DB`, so that several processes share one), and the conformance harness.
 #![allow(dead_code)]
 
+use idem_core::store::Completion;
+use idem_core::testing::{Harness, TransactionalHarness};
+use idem_core::{Error, FencingToken, RecordId};
+use idem_sqlite::rusqlite::TransactionBehavior;
 use idem_sqlite::SqliteStore;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// The test binary's database file. The directory lives as long as the process (it is under
-/// `TMPDIR`, which `scripts/test` points at a directory it removes afterwards).
+/// The database file of this process: `IDEM_SQLITE_DB` if set, else a file in a temporary
+/// directory that lives as long as the process (under `TMPDIR`, which `scripts/test` points at
+/// a directory it removes afterwards).
 pub fn db_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("IDEM_SQLITE_DB") {
+        return PathBuf::from(path);
+    }
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
     DIR.get_or_init(|| tempfile::tempdir().expect("temp dir"))
         .path()
         .join("idem-test.db")
 }
 
-/// A new store (four connections of its own) on the shared file.
+/// A new store on the shared file, on the default table.
 pub async fn store() -> SqliteStore {
     SqliteStore::open(db_path()).await.expect("open store")
+}
+
+/// The conformance harness: every store is a new table of the shared file, so scenarios, test
+/// binaries and processes never see each other's records (a purge included).
+pub struct Sqlite;
+
+#[idem_core::async_trait]
+impl Harness for Sqlite {
+    type Store = SqliteStore;
+
+    async fn store(&self) -> SqliteStore {
+        let table = format!("conf_{}", FencingToken::generate());
+        let store = SqliteStore::builder(db_path())
+            .table(&table)
+            .readers(2)
+            .open()
+            .await
+            .expect("open store");
+        store
+            .try_call(|db| {
+                db.execute_batch("CREATE TABLE IF NOT EXISTS conf_charges (intent TEXT NOT NULL)")
+            })
+            .await
+            .expect("business table");
+        store
+    }
+
+    async fn corrupt_response(&self, store: &SqliteStore, id: &RecordId) {
+        let (id, table) = (id.clone(), store.table().to_owned());
+        let changed = store
+            .try_call(move |db| {
+                db.execute(
+                    &format!("UPDATE {table} SET response = X'00FF00' WHERE consumer = ?1 AND route = ?2 AND key = ?3"),
+                    [id.consumer(), id.route(), id.key()],
+                )
+            })
+            .await
+            .expect("update");
+        assert_eq!(changed, 1);
+    }
+}
+
+#[idem_core::async_trait]
+impl TransactionalHarness for Sqlite {
+    async fn effect_then_complete(
+        &self,
+        store: &SqliteStore,
+        intent: &str,
+        completion: Completion,
+        commit: bool,
+    ) -> Result<(), Error> {
+        let (writer, intent) = (store.clone(), intent.to_owned());
+        store
+            .call(move |db| {
+                let fail = |e| Error::store("sqlite", idem_core::StoreErrorKind::Other, e);
+                let tx = db
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(fail)?;
+                tx.execute("INSERT INTO conf_charges (intent) VALUES (?1)", [&intent])
+                    .map_err(fail)?;
+                writer.complete_in(&tx, &completion)?;
+                if commit {
+                    tx.commit().map_err(fail)?;
+                }
+                Ok(())
+            })
+            .await?
+    }
+
+    async fn business_rows(&self, store: &SqliteStore, intent: &str) -> usize {
+        let intent = intent.to_owned();
+        let rows: i64 = store
+            .try_call(move |db| {
+                db.query_row(
+                    "SELECT COUNT(*) FROM conf_charges WHERE intent = ?1",
+                    [intent],
+                    |r| r.get(0),
+                )
+            })
+            .await
+            .expect("count");
+        usize::try_from(rows).expect("a count")
+    }
 }
 
 /// Creates the business table of the tests, once per file.
 pub async fn with_charges(store: &SqliteStore) {
     store
-        .call(|db| {
+        .try_call(|db| {
             db.execute_batch(
                 "CREATE TABLE IF NOT EXISTS charges (
                     id INTEGER PRIMARY KEY,
@@ -32,7 +124,6 @@ pub async fn with_charges(store: &SqliteStore) {
             )
         })
         .await
-        .expect("call")
         .expect("create charges");
 }
 
@@ -40,7 +131,7 @@ pub async fn with_charges(store: &SqliteStore) {
 pub async fn charges(store: &SqliteStore, intent: &str) -> i64 {
     let intent = intent.to_owned();
     store
-        .call(move |db| {
+        .try_call(move |db| {
             db.query_row(
                 "SELECT COUNT(*) FROM charges WHERE intent = ?1",
                 [intent],
@@ -48,6 +139,5 @@ pub async fn charges(store: &SqliteStore, intent: &str) -> i64 {
             )
         })
         .await
-        .expect("call")
         .expect("count")
 }

@@ -1,0 +1,96 @@
+//! `SqliteStoreBuilder`: how a `SqliteStore` is configured and opened.
+
+use crate::config::{validate_table_name, SqliteConfig, Synchronous};
+use crate::connection::open_all;
+use crate::error::BACKEND;
+use crate::store::SqliteStore;
+use idem_core::{Clock, Error, Field, StoreErrorKind};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Settings for [`SqliteStore`]; see [`SqliteStore::builder`].
+///
+/// ```
+/// use idem_sqlite::{SqliteStore, Synchronous};
+/// use std::time::Duration;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), idem_core::Error> {
+/// let dir = tempfile::tempdir().expect("temp dir");
+/// let store = SqliteStore::builder(dir.path().join("idem.db"))
+///     .table("payments_idem")
+///     .readers(2)
+///     .busy_timeout(Duration::from_secs(2))
+///     .synchronous(Synchronous::Full)
+///     .open()
+///     .await?;
+/// assert_eq!(store.table(), "payments_idem");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct SqliteStoreBuilder {
+    pub(crate) config: SqliteConfig,
+}
+
+impl SqliteStoreBuilder {
+    /// The table name (default `idem_records`), checked by
+    /// [`validate_table_name`](crate::validate_table_name).
+    pub fn table(mut self, table: &str) -> Self {
+        self.config.table = table.to_owned();
+        self
+    }
+
+    /// How many reader connections answer replays, in-flight duplicates and mismatches (default
+    /// 4, at least 1). Writes go through one more connection, the writer, one at a time.
+    pub fn readers(mut self, readers: usize) -> Self {
+        self.config.readers = readers;
+        self
+    }
+
+    /// How long a statement waits for another process's write lock (default 5 s).
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.config.busy_timeout = timeout;
+        self
+    }
+
+    /// SQLite's `synchronous` setting (default [`Synchronous::Normal`]).
+    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
+        self.config.synchronous = synchronous;
+        self
+    }
+
+    /// Where `now` comes from (default: the system clock).
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.config.clock = Arc::new(clock);
+        self
+    }
+
+    /// Opens the connections and applies the schema, on Tokio's blocking pool.
+    pub async fn open(self) -> Result<SqliteStore, Error> {
+        tokio::task::spawn_blocking(move || self.open_blocking())
+            .await
+            .map_err(|e| {
+                Error::store(
+                    BACKEND,
+                    StoreErrorKind::Unavailable,
+                    format!("opening the SQLite store did not finish: {e}"),
+                )
+            })?
+    }
+
+    /// Opens the connections and applies the schema on the calling thread (for programs without
+    /// an async runtime, or before one starts).
+    pub fn open_blocking(self) -> Result<SqliteStore, Error> {
+        let config = self.config;
+        validate_table_name(&config.table)?;
+        if config.readers == 0 {
+            return Err(Error::invalid(
+                Field::Config,
+                "at least one reader connection",
+            ));
+        }
+        let (writer, readers) = open_all(&config)?;
+        Ok(SqliteStore::from_parts(config, writer, readers))
+    }
+}

@@ -1,0 +1,72 @@
+//! Opening connections with the store's settings.
+
+use crate::config::SqliteConfig;
+use crate::error::{is_busy, store_error};
+use crate::migrate::migrate;
+use idem_core::{Error, Field};
+use rusqlite::Connection;
+use std::time::{Duration, Instant};
+
+/// Opens one connection with the store's settings: WAL, busy timeout, synchronous.
+pub(crate) fn connect(config: &SqliteConfig) -> Result<Connection, Error> {
+    let conn = Connection::open(&config.path).map_err(store_error)?;
+    conn.busy_timeout(config.busy_timeout)
+        .map_err(store_error)?;
+    // Switching the journal mode needs an exclusive lock, so it is only asked for when the
+    // file is not in WAL mode yet: opening must not fail while another process writes.
+    let journal_mode = |sql: &str| -> Result<String, Error> {
+        conn.query_row(sql, [], |row| row.get(0))
+            .map_err(store_error)
+    };
+    let mut mode = journal_mode("PRAGMA journal_mode")?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        mode = journal_mode("PRAGMA journal_mode = WAL")?;
+    }
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(Error::invalid(
+            Field::Config,
+            format!("{} cannot use WAL (journal mode {mode}); an in-memory database is not shared between connections", config.path.display()),
+        ));
+    }
+    conn.pragma_update(None, "synchronous", config.synchronous.pragma_value())
+        .map_err(store_error)?;
+    Ok(conn)
+}
+
+/// Opens the writer, brings the schema up to date on it, then opens the readers. SQLite
+/// answers "busy" without waiting when another process switches a new file to WAL at the same
+/// moment, so a busy open is retried until the busy timeout has passed.
+pub(crate) fn open_all(config: &SqliteConfig) -> Result<(Connection, Vec<Connection>), Error> {
+    let started = Instant::now();
+    loop {
+        let attempt = || -> Result<(Connection, Vec<Connection>), Error> {
+            let mut writer = connect(config)?;
+            migrate(&mut writer, &config.table)?;
+            let readers = (0..config.readers)
+                .map(|_| connect(config))
+                .collect::<Result<_, _>>()?;
+            Ok((writer, readers))
+        };
+        match attempt() {
+            Err(error) if is_busy(&error) && started.elapsed() < config.busy_timeout => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Puts a connection back in autocommit after a use: a caller's batch that failed half-way, or a
+/// panic, can leave a transaction open, and the next caller would then read uncommitted data
+/// and its writes would never commit. Returns the connection if it is clean, `None` if it
+/// could not be cleaned (the pool then opens a new one).
+pub(crate) fn clean(conn: Connection) -> Option<Connection> {
+    if conn.is_autocommit() {
+        return Some(conn);
+    }
+    tracing::warn!(target: "idem", "a SQLite connection came back inside a transaction; rolling back");
+    match conn.execute_batch("ROLLBACK") {
+        Ok(()) if conn.is_autocommit() => Some(conn),
+        _ => None,
+    }
+}
