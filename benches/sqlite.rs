@@ -85,7 +85,7 @@ fn raw_replay(conn: &Connection, key: &str) -> Option<Vec<u8>> {
 /// The hand-written reservation of a fresh key (the request is built and fingerprinted exactly
 /// as the store's is, so both sides pay for it).
 fn raw_reserve(conn: &Connection, request: &Request) -> bool {
-    let id = &request.id;
+    let id = request.id();
     let token = [7u8; 16];
     let until = now_ms() + 60_000;
     conn.prepare_cached(RESERVE)
@@ -94,7 +94,7 @@ fn raw_reserve(conn: &Connection, request: &Request) -> bool {
             id.consumer(),
             id.route(),
             id.key(),
-            request.fingerprint.as_bytes(),
+            request.fingerprint().as_bytes(),
             token,
             until
         ])
@@ -105,7 +105,7 @@ fn raw_reserve(conn: &Connection, request: &Request) -> bool {
 /// The hand-written effect + completion in one transaction (the response encoded as the store
 /// encodes it).
 fn raw_complete(conn: &mut Connection, request: &Request, response: &StoredResponse) {
-    let id = &request.id;
+    let id = request.id();
     let body = response.encode().expect("encode");
     let expires = now_ms() + 86_400_000;
     let tx = conn
@@ -158,7 +158,9 @@ fn benches(c: &mut Criterion) {
             .await
             .expect("complete");
         let _ = memory
-            .run(&replayed, |_| async { Ok::<_, idem::Error>(response()) })
+            .run(&replayed, |_| async {
+                Ok::<_, idem::Failure<idem::Error>>(response())
+            })
             .await
             .expect("complete");
     });
@@ -300,7 +302,9 @@ fn benches(c: &mut Criterion) {
             let memory = memory.clone();
             async move {
                 memory
-                    .run(&request, |_| async { Ok::<_, idem::Error>(response()) })
+                    .run(&request, |_| async {
+                        Ok::<_, idem::Failure<idem::Error>>(response())
+                    })
                     .await
                     .expect("run")
             }

@@ -1,165 +1,218 @@
-//! A small charge service on SQLite, driven by a client whose network misbehaves.
+//! A small charge service on SQLite, in front of a slow card network, driven by a client whose
+//! network misbehaves.
 //!
 //! `cargo run --example payments`
 //!
-//! The service charges cards with idem's guard style: reserve the key, call the (slow) card
-//! network, then write the charge and the idempotency completion in one SQLite transaction.
+//! The service charges cards the way a payments team should:
+//!
+//! - `idem.run` runs each charge on a task of its own: when the client gives up (a real server
+//!   drops the request's future on disconnect, and so does this demo: no `tokio::spawn` around
+//!   the attempt), the charge still finishes and its answer is stored for the retry;
+//! - the card network is called with a key derived from the idempotency key, so that a retry
+//!   that must run again after a crash cannot charge the card twice;
+//! - the lease (1 s) is renewed on a heartbeat while the network is slow, so no retry takes the
+//!   key over from a charge that is still running;
+//! - the charge row and the idempotency completion commit in one SQLite transaction.
+//!
 //! The client times out and retries, fires concurrent duplicates, reuses a key with another
-//! amount, and retries after the server crashed mid-charge. Every scenario prints what each
-//! attempt got and how many charges exist; the last line checks one charge per intent.
+//! amount, meets a network slower than the lease, and retries after the server died mid-charge.
+//! The last lines check that cards were charged once per intent (counted at the network, the
+//! downstream effect) and that the local table agrees.
 
 use idem::sqlite::rusqlite::{params, TransactionBehavior};
-use idem::sqlite::{SqliteIdempotency, SqliteStore};
-use idem::{retry_after_secs, Begin, Error, Idempotency, Lease, Policy, StoredResponse};
+use idem::sqlite::SqliteStore;
+use idem::{
+    Answer, Begin, Context, Failure, Idempotency, Outcome, Policy, RunError, StoredResponse,
+};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// What the service answers, as an HTTP server would put it on the wire.
-#[derive(Debug, Clone)]
-struct Reply {
-    status: u16,
-    replayed: bool,
-    retry_after: Option<u64>,
-    body: String,
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The card network: slow, and idempotent by the key its callers send (as real ones are).
+#[derive(Default)]
+struct CardNetwork {
+    latency_ms: AtomicUsize,
+    calls: AtomicUsize,
+    /// Authorisations by downstream key: each one is money taken from a card.
+    authorised: Mutex<HashMap<String, (String, i64)>>,
 }
 
-impl Reply {
-    fn sent(response: StoredResponse, replayed: bool) -> Self {
-        Self {
-            status: response.status,
-            replayed,
-            retry_after: None,
-            body: String::from_utf8_lossy(&response.body).into_owned(),
+impl CardNetwork {
+    async fn authorise(&self, key: &str, amount: i64) -> Result<String, String> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let latency = self.latency_ms.load(Ordering::SeqCst) as u64;
+        tokio::time::sleep(Duration::from_millis(latency)).await;
+        let mut authorised = self.authorised.lock().map_err(|e| e.to_string())?;
+        let next = authorised.len() + 1;
+        let (id, charged) = authorised
+            .entry(key.to_owned())
+            .or_insert_with(|| (format!("auth_{next}"), amount))
+            .clone();
+        if charged != amount {
+            return Err(format!("key {key} was used for {charged}, not {amount}"));
         }
+        Ok(id)
     }
 
-    fn problem(status: u16, kind: &str, retry_after: Option<Duration>) -> Self {
-        Self {
-            status,
-            replayed: false,
-            retry_after: retry_after.map(retry_after_secs),
-            body: format!("{{\"type\":\"https://idem.rs/problems/{kind}\"}}"),
-        }
+    fn cards_charged(&self) -> usize {
+        self.authorised
+            .lock()
+            .map(|a| a.len())
+            .unwrap_or(usize::MAX)
     }
+}
 
-    fn from_error(error: &Error) -> Self {
-        let kind = match error {
-            Error::InvalidInput { .. } => "idempotency-key-invalid",
-            Error::BodyTooLarge { .. } => "body-too-large",
-            Error::StoreUnavailable(_) => "store-unavailable",
-            _ => "internal",
-        };
-        Self::problem(error.http_status(), kind, None)
-    }
-
-    fn outcome(&self) -> &'static str {
-        match (self.status, self.replayed) {
-            (_, true) => "replayed",
-            (409, _) => "in flight",
-            (422, _) => "mismatch",
-            (s, _) if s < 400 => "executed",
-            _ => "error",
-        }
-    }
+/// What the service answers, as an HTTP server would put it on the wire.
+fn wire(status: u16, replayed: bool, retry_after: Option<&[u8]>, body: &[u8]) -> String {
+    let outcome = match (status, replayed) {
+        (_, true) => "replayed",
+        (409, _) => "in flight",
+        (422, _) => "mismatch",
+        (s, _) if s < 400 => "executed",
+        _ => "error",
+    };
+    let status = match retry_after {
+        Some(secs) => format!("{status} (Retry-After: {})", String::from_utf8_lossy(secs)),
+        None => status.to_string(),
+    };
+    let body = if replayed || outcome == "executed" {
+        String::from_utf8_lossy(body).into_owned()
+    } else {
+        String::new()
+    };
+    format!("{outcome:<10} {status:<21} {body}")
 }
 
 /// The charge service.
 #[derive(Clone)]
 struct Service {
     idem: Idempotency<SqliteStore>,
-    card_network: Duration,
+    network: Arc<CardNetwork>,
 }
 
 impl Service {
-    /// `POST /v1/charges` with an `Idempotency-Key` header and `{"amount": cents}`.
-    async fn charge(&self, key: &str, body: &str) -> Reply {
-        let lease = match self.reserve(key, body).await {
-            Ok(lease) => lease,
-            Err(reply) => return reply,
-        };
-        let amount = amount_of(body);
-        tokio::time::sleep(self.card_network).await; // authorise with the card network
-        let idem = self.idem.clone();
-        let committed = self
-            .idem
-            .store()
-            .call(move |db| {
-                let tx = db
-                    .transaction_with_behavior(TransactionBehavior::Immediate)
-                    .map_err(Error::unavailable)?;
-                tx.execute("INSERT INTO charges (amount) VALUES (?1)", params![amount])
-                    .map_err(Error::unavailable)?;
-                let id = tx.last_insert_rowid();
-                let response = StoredResponse::new(
-                    201,
-                    format!("{{\"charge\":\"ch_{id}\",\"amount\":{amount}}}"),
-                )
-                .with_header("content-type", "application/json");
-                let sent = idem.complete_in(&tx, &lease, response)?;
-                tx.commit().map_err(Error::unavailable)?;
-                Ok::<_, Error>(sent)
-            })
-            .await
-            .and_then(|result| result);
-        match committed {
-            Ok(sent) => Reply::sent(sent, false),
-            Err(error) => Reply::from_error(&error),
-        }
-    }
-
-    /// The same charge, but the server process dies after writing the charge and before the
-    /// commit: the transaction is abandoned, exactly what a killed process leaves behind (the
-    /// real SIGKILL test is idem-sqlite/tests/crash.rs). The client gets no answer.
-    async fn charge_and_crash(&self, key: &str, body: &str) -> Option<Reply> {
-        let lease = match self.reserve(key, body).await {
-            Ok(lease) => lease,
-            Err(reply) => return Some(reply),
-        };
-        let amount = amount_of(body);
-        let idem = self.idem.clone();
-        let _ = self
-            .idem
-            .store()
-            .call(move |db| {
-                let tx = db.transaction().map_err(Error::unavailable)?;
-                tx.execute("INSERT INTO charges (amount) VALUES (?1)", params![amount])
-                    .map_err(Error::unavailable)?;
-                idem.complete_in(&tx, &lease, StoredResponse::new(201, "never committed"))?;
-                drop(tx); // the process dies here: no commit
-                Ok::<_, Error>(())
-            })
-            .await;
-        None
-    }
-
-    async fn reserve(&self, key: &str, body: &str) -> Result<Lease, Reply> {
-        let request = self
+    /// `POST /v1/charges` with an `Idempotency-Key` header and `{"amount": cents}`: what goes
+    /// on the wire.
+    async fn charge(&self, key: &str, body: &str) -> String {
+        let request = match self
             .idem
             .request("acct_demo", "POST", "/v1/charges")
             .key(Some(key))
-            .json_body(body.as_bytes(), &["client_sent_at"])
+            .json_body(body.as_bytes(), &["/client_sent_at"])
             .build()
-            .map_err(|e| Reply::from_error(&e))?;
-        match self.idem.begin(&request).await {
-            Ok(Begin::Acquired(lease)) => Ok(lease),
-            Ok(Begin::Replay(stored)) => Err(Reply::sent(stored, true)),
-            Ok(Begin::InFlight { retry_after }) => Err(Reply::problem(
-                409,
-                "request-in-progress",
-                Some(retry_after),
-            )),
-            Ok(Begin::Mismatch) => Err(Reply::problem(422, "idempotency-key-reused", None)),
-            Err(error) => Err(Reply::from_error(&error)),
+        {
+            Ok(request) => request,
+            Err(error) => return wire(error.http_status(), false, None, b""),
+        };
+        let amount = amount_of(body);
+        let network = Arc::clone(&self.network);
+        // The charge downstream carries a key derived from the record's identity.
+        let downstream_key = hex(&request.id().digest()[..12]);
+        let outcome = self
+            .idem
+            .run(&request, move |ctx| {
+                charge_card(ctx, network, downstream_key, amount)
+            })
+            .await;
+        match outcome {
+            Ok(Outcome::Executed(sent)) => wire(sent.status, false, None, &sent.body),
+            Ok(Outcome::Answered(answer)) => {
+                let http = answer.to_http(self.idem.policy());
+                let replayed = matches!(answer, Answer::Replay(_));
+                wire(
+                    http.status,
+                    replayed,
+                    http.header("retry-after"),
+                    &http.body,
+                )
+            }
+            Err(RunError::Unknown { response, .. }) => wire(response.status, false, None, b""),
+            Err(error) => wire(error.http_status(), false, None, b""),
         }
+    }
+
+    /// What a server process that dies mid-charge leaves behind: the key reserved, the card
+    /// authorised, no local commit and no answer (the real SIGKILL test is
+    /// idem-sqlite/tests/crash.rs).
+    async fn charge_and_die(&self, key: &str, body: &str) -> String {
+        let Ok(request) = self
+            .idem
+            .request("acct_demo", "POST", "/v1/charges")
+            .key(Some(key))
+            .json_body(body.as_bytes(), &["/client_sent_at"])
+            .build()
+        else {
+            return "bad request".to_owned();
+        };
+        if let Ok(Begin::Acquired(_lease)) = self.idem.begin(&request).await {
+            let downstream_key = hex(&request.id().digest()[..12]);
+            let _ = self
+                .network
+                .authorise(&downstream_key, amount_of(body))
+                .await;
+        }
+        format!("{:<10} {:<21}", "no answer", "-")
     }
 
     async fn charges(&self) -> i64 {
         self.idem
             .store()
-            .call(|db| db.query_row("SELECT COUNT(*) FROM charges", [], |r| r.get(0)))
+            .try_call(|db| db.query_row("SELECT COUNT(*) FROM charges", [], |r| r.get(0)))
             .await
-            .ok()
-            .and_then(Result::ok)
             .unwrap_or(-1)
+    }
+}
+
+/// The handler: authorise on the card network (renewing the lease while it is slow), then the
+/// charge row and the completion in one transaction.
+async fn charge_card(
+    mut ctx: Context<SqliteStore>,
+    network: Arc<CardNetwork>,
+    downstream_key: String,
+    amount: i64,
+) -> Result<idem::Completion, Failure<BoxError>> {
+    let heartbeat = ctx.idem().policy().lease / 3;
+    let call = network.authorise(&downstream_key, amount);
+    tokio::pin!(call);
+    let authorisation = loop {
+        tokio::select! {
+            result = &mut call => break result,
+            _ = tokio::time::sleep(heartbeat) => {
+                // Lost means another attempt holds the key: stop; the network's key keeps the
+                // card from being charged twice whatever happens next.
+                ctx.renew().await.map_err(|e| Failure::unknown(e.into()))?;
+            }
+        }
+    };
+    let response = match authorisation {
+        Ok(id) => StoredResponse::new(201, format!("{{\"charge\":\"{id}\",\"amount\":{amount}}}"))
+            .with_header("content-type", "application/json"),
+        // A decline is an answer: stored and replayed.
+        Err(reason) => StoredResponse::new(402, format!("{{\"error\":\"{reason}\"}}")),
+    };
+    let completion = ctx.completion(response);
+    let store = ctx.idem().store().clone();
+    let (writer, written) = (store.clone(), completion.clone());
+    let local = store
+        .call(move |db| -> Result<(), BoxError> {
+            let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            if written.response().status == 201 {
+                tx.execute("INSERT INTO charges (amount) VALUES (?1)", params![amount])?;
+            }
+            writer.complete_in(&tx, &written)?; // lease lost: roll back
+            tx.commit()?;
+            Ok(())
+        })
+        .await;
+    match local {
+        Ok(Ok(())) => Ok(completion),
+        // The local transaction rolled back: nothing happened here, and the network's key makes
+        // a retry safe, so give the key back.
+        Ok(Err(error)) => Err(Failure::nothing_happened(error)),
+        Err(error) => Err(Failure::nothing_happened(error.into())),
     }
 }
 
@@ -170,162 +223,169 @@ fn amount_of(body: &str) -> i64 {
         .unwrap_or(0)
 }
 
-/// The client's side of one attempt: the request runs on the server whatever the client does,
-/// as it would on a real server; the client may stop waiting for the answer.
-async fn attempt(
-    service: &Service,
-    key: &str,
-    body: &str,
-    client_timeout: Duration,
-) -> Option<Reply> {
-    let (service, key, body) = (service.clone(), key.to_owned(), body.to_owned());
-    let server = tokio::spawn(async move { service.charge(&key, &body).await });
-    tokio::time::timeout(client_timeout, server)
-        .await
-        .ok()
-        .and_then(Result::ok)
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn row(label: &str, reply: Option<&Reply>, charges: i64) {
-    let body = reply
-        .filter(|r| r.status < 300)
-        .map_or("", |r| r.body.as_str());
-    let (outcome, status) = match reply {
-        Some(r) => {
-            let status = match r.retry_after {
-                Some(s) => format!("{} (Retry-After: {s})", r.status),
-                None => r.status.to_string(),
-            };
-            (r.outcome().to_owned(), status)
-        }
-        None => ("no answer".to_owned(), "-".to_owned()),
-    };
-    println!("  {label:<30} {outcome:<10} {status:<21} {charges:<8} {body}");
+/// One attempt of the client: it waits at most `patience`, then drops the request, as a client
+/// disconnect makes a real server drop the handler's future.
+async fn attempt(service: &Service, key: &str, body: &str, patience: Duration) -> String {
+    match tokio::time::timeout(patience, service.charge(key, body)).await {
+        Ok(line) => line,
+        Err(_) => format!("{:<10} {:<21}", "gave up", "-"),
+    }
 }
 
-fn header(title: &str) {
-    println!("\n{title}");
+fn row(label: &str, line: &str, service_charges: i64, network: &CardNetwork) {
     println!(
-        "  {:<30} {:<10} {:<21} {:<8} body",
-        "attempt", "outcome", "HTTP status", "charges"
+        "  {label:<32} {line:<60} local {service_charges}, cards {}",
+        network.cards_charged()
     );
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> Result<(), BoxError> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("payments.db");
     let store = SqliteStore::open(&path).await?;
     store
-        .call(|db| {
+        .try_call(|db| {
             db.execute_batch(
                 "CREATE TABLE charges (id INTEGER PRIMARY KEY, amount INTEGER NOT NULL)",
             )
         })
-        .await??;
+        .await?;
     let lease = Duration::from_secs(1);
     let idem = Idempotency::with_policy(store, Policy::default().lease(lease))?;
+    let network = Arc::new(CardNetwork::default());
+    network.latency_ms.store(300, Ordering::SeqCst);
     let service = Service {
         idem,
-        card_network: Duration::from_millis(300),
+        network: Arc::clone(&network),
     };
-    let patient = Duration::from_secs(5);
+    let patient = Duration::from_secs(10);
     let mut intents = 0;
     println!("idem demo: a charge service on SQLite ({})", path.display());
 
-    header("1. The client times out at 100 ms while the card network takes 300 ms, and retries");
+    println!("\n1. The client gives up at 100 ms while the card network takes 300 ms, and retries");
     intents += 1;
     let body = r#"{"amount": 2500, "client_sent_at": "10:00:00"}"#;
-    let first = attempt(&service, "key-timeout", body, Duration::from_millis(100)).await;
-    row("1  (times out)", first.as_ref(), service.charges().await);
-    let second = attempt(
-        &service,
-        "key-timeout",
-        r#"{"client_sent_at": "10:00:01", "amount": 2500}"#,
-        patient,
-    )
-    .await;
+    let line = attempt(&service, "key-timeout", body, Duration::from_millis(100)).await;
+    row("1  gives up", &line, service.charges().await, &network);
+    let again = r#"{"client_sent_at": "10:00:01", "amount": 2500}"#;
+    let line = attempt(&service, "key-timeout", again, patient).await;
     row(
         "2  at once, same intent",
-        second.as_ref(),
+        &line,
         service.charges().await,
+        &network,
     );
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let third = attempt(&service, "key-timeout", body, patient).await;
+    let line = attempt(&service, "key-timeout", body, patient).await;
     row(
         "3  after Retry-After",
-        third.as_ref(),
+        &line,
         service.charges().await,
+        &network,
     );
 
-    header("2. 16 concurrent duplicates (a double-click storm)");
+    println!("\n2. 16 concurrent duplicates (a double-click storm)");
     intents += 1;
-    let body = r#"{"amount": 990}"#;
     let storm: Vec<_> = (0..16)
         .map(|_| {
             let service = service.clone();
-            tokio::spawn(async move { attempt(&service, "key-storm", body, patient).await })
+            tokio::spawn(async move {
+                attempt(&service, "key-storm", r#"{"amount": 990}"#, patient).await
+            })
         })
         .collect();
-    let mut tally = std::collections::BTreeMap::<(String, u16), usize>::new();
+    let mut tally = std::collections::BTreeMap::<String, usize>::new();
     for task in storm {
-        if let Some(reply) = task.await? {
-            *tally
-                .entry((reply.outcome().to_owned(), reply.status))
-                .or_default() += 1;
-        }
+        let line = task.await?;
+        let kind = line
+            .split_whitespace()
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" ");
+        *tally.entry(kind).or_default() += 1;
     }
-    for ((outcome, status), count) in &tally {
-        println!(
-            "  {:<30} {outcome:<10} {status:<21} {}",
-            format!("{count} of 16 got"),
-            service.charges().await
-        );
+    for (kind, count) in &tally {
+        println!("  {count:>2} of 16 got {kind}");
     }
-    let late = attempt(&service, "key-storm", body, patient).await;
+    let line = attempt(&service, "key-storm", r#"{"amount": 990}"#, patient).await;
     row(
         "a retry after the storm",
-        late.as_ref(),
+        &line,
         service.charges().await,
+        &network,
     );
 
-    header("3. The same key reused with another amount");
+    println!("\n3. The same key reused with another amount");
     intents += 1;
-    let ok = attempt(&service, "key-reused", r#"{"amount": 4000}"#, patient).await;
-    row("amount 4000", ok.as_ref(), service.charges().await);
-    let reused = attempt(&service, "key-reused", r#"{"amount": 9900}"#, patient).await;
+    let line = attempt(&service, "key-reused", r#"{"amount": 4000}"#, patient).await;
+    row("amount 4000", &line, service.charges().await, &network);
+    let line = attempt(&service, "key-reused", r#"{"amount": 9900}"#, patient).await;
     row(
         "amount 9900, same key",
-        reused.as_ref(),
+        &line,
         service.charges().await,
+        &network,
     );
 
-    header("4. The server crashes mid-charge; the client retries");
+    println!("\n4. The card network takes 2.5 s, longer than the 1 s lease; the lease is renewed");
+    intents += 1;
+    network.latency_ms.store(2_500, Ordering::SeqCst);
+    let slow = {
+        let service = service.clone();
+        tokio::spawn(
+            async move { attempt(&service, "key-slow", r#"{"amount": 1200}"#, patient).await },
+        )
+    };
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let line = attempt(&service, "key-slow", r#"{"amount": 1200}"#, patient).await;
+    row(
+        "1  a retry at 1.5 s",
+        &line,
+        service.charges().await,
+        &network,
+    );
+    let line = slow.await?;
+    row(
+        "2  the first attempt",
+        &line,
+        service.charges().await,
+        &network,
+    );
+    network.latency_ms.store(300, Ordering::SeqCst);
+
+    println!("\n5. The server dies after the card network answered, before its commit");
     intents += 1;
     let body = r#"{"amount": 7000}"#;
-    let crashed = service.charge_and_crash("key-crash", body).await;
-    row(
-        "1  server dies before commit",
-        crashed.as_ref(),
-        service.charges().await,
-    );
-    let busy = attempt(&service, "key-crash", body, patient).await;
-    row("2  at once", busy.as_ref(), service.charges().await);
+    let line = service.charge_and_die("key-crash", body).await;
+    row("1  server dies", &line, service.charges().await, &network);
+    let line = attempt(&service, "key-crash", body, patient).await;
+    row("2  at once", &line, service.charges().await, &network);
     tokio::time::sleep(lease + Duration::from_millis(100)).await;
-    let retried = attempt(&service, "key-crash", body, patient).await;
+    let line = attempt(&service, "key-crash", body, patient).await;
     row(
         "3  after the 1 s lease",
-        retried.as_ref(),
+        &line,
         service.charges().await,
+        &network,
     );
-    let again = attempt(&service, "key-crash", body, patient).await;
-    row("4  once more", again.as_ref(), service.charges().await);
+    let line = attempt(&service, "key-crash", body, patient).await;
+    row("4  once more", &line, service.charges().await, &network);
 
-    let total = service.charges().await;
-    println!("\ntotal charges: {total}, distinct intents: {intents}");
-    if total != intents {
-        return Err(format!("{total} charges for {intents} intents").into());
+    let (local, cards) = (service.charges().await, network.cards_charged());
+    let calls = network.calls.load(Ordering::SeqCst);
+    println!(
+        "\nintents: {intents}; cards charged at the network: {cards}; local charges: {local}; network calls: {calls} (the crash's retry called again with the same key)"
+    );
+    if cards != intents || local != intents as i64 {
+        return Err(
+            format!("{cards} cards and {local} local charges for {intents} intents").into(),
+        );
     }
-    println!("one charge per intent: ok");
+    println!("one charge per intent, at the network and locally: ok");
     Ok(())
 }

@@ -3,28 +3,43 @@
 //! Idempotent API requests: a client may retry a payment, an order or a webhook as often as its
 //! network forces it to; the effect happens once and the client always sees the same answer.
 //!
-//! This facade re-exports [`idem_core`] (the state machine, the engine, the reference memory
-//! store) at its root, and each backend as a module chosen by Cargo feature:
+//! This facade re-exports what applications use of [`idem_core`] at its root (the engine, the
+//! request, the answers, the reference memory store), what store writers use as [`store`], and
+//! each backend as a module chosen by Cargo feature:
 //!
 //! | feature | module | store |
 //! |---|---|---|
 //! | `sqlite` (default) | [`sqlite`] | `SqliteStore`: embedded, completion in the effect's transaction |
 //!
 //! ```
-//! use idem::{Idempotency, MemoryStore, Outcome, StoredResponse};
+//! use idem::{Failure, Idempotency, MemoryStore, Outcome, StoredResponse};
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let idem = Idempotency::new(MemoryStore::new());
 //! let request = idem.request("acct_42", "POST", "/v1/charges").key(Some("k-1")).body(b"{}").build()?;
 //! let outcome = idem.run(&request, |_ctx| async {
-//!     Ok::<_, std::io::Error>(StoredResponse::new(201, "charged"))
+//!     Ok::<_, Failure<std::io::Error>>(StoredResponse::new(201, "charged"))
 //! }).await?;
 //! assert!(matches!(outcome, Outcome::Executed(_)));
 //! # Ok(())
 //! # }
 //! ```
 
-pub use idem_core::*;
+#![forbid(unsafe_code)]
+
+pub use idem_core::{
+    async_trait, canonical_json, is_always_stored, is_never_stored, problem, retry_after_secs,
+    Acquire, Answer, Begin, Clock, Completion, Context, Error, Failure, FencingToken, Field,
+    Fingerprint, FingerprintBuilder, Idempotency, IdempotencyKey, InFlightAnswer, Lease,
+    ManualClock, MemoryStore, Outcome, Policy, RecordId, Reply, Request, RequestBuilder, RunError,
+    Scope, Store, StoreError, StoreErrorKind, StoredResponse, SystemClock, Timestamp, PROBLEM_BASE,
+};
+
+/// For store writers: the [`Store`] trait and what implementing it takes; see
+/// [`idem_core::store`].
+pub mod store {
+    pub use idem_core::store::*;
+}
 
 /// The embedded SQLite store (feature `sqlite`, on by default); see [`idem_sqlite`].
 #[cfg(feature = "sqlite")]

@@ -4,6 +4,7 @@ use crate::lease::Lease;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use crate::token::FencingToken;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A response ready to be stored as a record's completion (C6, C7): filtered by the policy's
@@ -26,8 +27,13 @@ use std::time::Duration;
 /// # Ok(())
 /// # }
 /// ```
+///
+/// Cloning is cheap: clones share the response and its encoding.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Completion {
+pub struct Completion(Arc<Parts>);
+
+#[derive(Debug, PartialEq, Eq)]
+struct Parts {
     id: RecordId,
     token: FencingToken,
     response: StoredResponse,
@@ -43,42 +49,44 @@ impl Completion {
         encoded: Vec<u8>,
         retain_for: Duration,
     ) -> Self {
-        Self {
+        Self(Arc::new(Parts {
             id: lease.id().clone(),
             token: lease.token(),
             response,
             encoded,
             retain_for,
-        }
+        }))
     }
 
     /// The record to complete.
     pub fn id(&self) -> &RecordId {
-        &self.id
+        &self.0.id
     }
 
     /// The token the record must still carry (C6).
     pub fn token(&self) -> FencingToken {
-        self.token
+        self.0.token
     }
 
     /// The response as stored: what the first caller sends, and every replay.
     pub fn response(&self) -> &StoredResponse {
-        &self.response
+        &self.0.response
     }
 
     /// The response in its stored encoding (what the store writes).
     pub fn encoded(&self) -> &[u8] {
-        &self.encoded
+        &self.0.encoded
     }
 
     /// How long the completed record is replayed (C10).
     pub fn retain_for(&self) -> Duration {
-        self.retain_for
+        self.0.retain_for
     }
 
     /// The response, to send.
     pub fn into_response(self) -> StoredResponse {
-        self.response
+        Arc::try_unwrap(self.0)
+            .map(|parts| parts.response)
+            .unwrap_or_else(|shared| shared.response.clone())
     }
 }

@@ -120,17 +120,26 @@ impl<S: Store> Idempotency<S> {
         Request::builder(consumer, method, route).max_body_bytes(self.inner.policy.max_body_bytes)
     }
 
+    /// Checks what the policy says of a request before anything is written: its body must be
+    /// within [`Policy::max_body_bytes`] ([`Error::BodyTooLarge`], 413), however the request was
+    /// built (C12). [`begin`](Self::begin) calls it; a store's own closure form must too.
+    pub fn admit(&self, request: &Request) -> Result<(), Error> {
+        let limit = self.inner.policy.max_body_bytes;
+        if request.body_len() > limit {
+            return Err(Error::BodyTooLarge {
+                limit,
+                actual: request.body_len(),
+            });
+        }
+        Ok(())
+    }
+
     /// Reserves the request, or answers it without running anything (replay, in flight,
     /// mismatch). A body over the policy's limit is [`Error::BodyTooLarge`] however the
     /// request was built, and nothing is written (C12).
     pub async fn begin(&self, request: &Request) -> Result<Begin, Error> {
+        self.admit(request)?;
         let policy = &self.inner.policy;
-        if request.body_len() > policy.max_body_bytes {
-            return Err(Error::BodyTooLarge {
-                limit: policy.max_body_bytes,
-                actual: request.body_len(),
-            });
-        }
         let started = Instant::now();
         let mut result = self.inner.store.reserve(request, policy.lease).await;
         if let Ok(Begin::Acquired(lease)) = &mut result {

@@ -10,7 +10,7 @@ use std::fmt;
 ///
 /// Each part is tagged and length-prefixed, so no two different requests share an encoding;
 /// the parts may be given in any order. Same key with another fingerprint is a
-/// [`Mismatch`](crate::Begin::Mismatch) (HTTP 422).
+/// [`Answer::Mismatch`](crate::Answer::Mismatch) (HTTP 422).
 ///
 /// ```
 /// use idem_core::Fingerprint;

@@ -1,7 +1,7 @@
 //! For store writers: the [`Store`] trait and what implementing it takes.
 //!
 //! Applications use the crate root ([`Idempotency`](crate::Idempotency), [`Request`],
-//! [`Begin`](crate::Begin), [`Answer`](crate::Answer)...). A backend implements [`Store`] with
+//! [`Begin`], [`Answer`](crate::Answer)...). A backend implements [`Store`] with
 //! the items here: it reads a [`Record`] (with its response still undecoded if it likes), lets
 //! [`decide`] choose, and applies the [`Decision`] atomically; it fences complete, release and
 //! renew with [`check_fence`] (or the same condition in one statement), and hands out a
