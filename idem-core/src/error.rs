@@ -122,6 +122,52 @@ impl Error {
         }
     }
 
+    /// The problem response (RFC 9457) to send for this error (docs/state-machine.md, HTTP
+    /// mapping). The detail is safe to show a client: it never echoes the body.
+    ///
+    /// ```
+    /// use idem_core::IdempotencyKey;
+    /// let http = IdempotencyKey::required(None).unwrap_err().to_http();
+    /// assert_eq!(http.status, 400);
+    /// assert!(String::from_utf8_lossy(&http.body).contains("idempotency-key-missing"));
+    /// ```
+    pub fn to_http(&self) -> crate::StoredResponse {
+        let status = self.http_status();
+        let (kind, detail) = match self {
+            Error::InvalidInput {
+                field: Field::Key,
+                reason,
+            } if reason == "missing" => (
+                "idempotency-key-missing",
+                "This endpoint requires an Idempotency-Key header.".to_owned(),
+            ),
+            Error::InvalidInput {
+                field: Field::Key,
+                reason,
+            } => ("idempotency-key-invalid", format!("Invalid Idempotency-Key: {reason}.")),
+            Error::InvalidInput { field, reason } => {
+                ("invalid-request", format!("Invalid {field}: {reason}."))
+            }
+            Error::BodyTooLarge { limit, .. } => (
+                "body-too-large",
+                format!("The body is over the limit of {limit} bytes."),
+            ),
+            Error::Store(_) => (
+                "store-unavailable",
+                "The idempotency store is unavailable; retry later.".to_owned(),
+            ),
+            Error::LeaseLost | Error::CorruptRecord(_) => (
+                "internal",
+                "The request could not be completed.".to_owned(),
+            ),
+        };
+        let response = crate::problem(status, kind, &detail, self.is_retryable());
+        match self {
+            Error::Store(_) => response.with_header("retry-after", "1"),
+            _ => response,
+        }
+    }
+
     /// Whether the same request may succeed if it is tried again later: a transient store
     /// failure, or a lost lease (the record's new holder will answer). Bad input, a corrupt
     /// record and a misconfigured store need a person.
