@@ -144,7 +144,10 @@ impl Error {
             Error::InvalidInput {
                 field: Field::Key,
                 reason,
-            } => ("idempotency-key-invalid", format!("Invalid Idempotency-Key: {reason}.")),
+            } => (
+                "idempotency-key-invalid",
+                format!("Invalid Idempotency-Key: {reason}."),
+            ),
             Error::InvalidInput { field, reason } => {
                 ("invalid-request", format!("Invalid {field}: {reason}."))
             }
@@ -156,10 +159,9 @@ impl Error {
                 "store-unavailable",
                 "The idempotency store is unavailable; retry later.".to_owned(),
             ),
-            Error::LeaseLost | Error::CorruptRecord(_) => (
-                "internal",
-                "The request could not be completed.".to_owned(),
-            ),
+            Error::LeaseLost | Error::CorruptRecord(_) => {
+                ("internal", "The request could not be completed.".to_owned())
+            }
         };
         let response = crate::problem(status, kind, &detail, self.is_retryable());
         match self {

@@ -77,22 +77,7 @@ impl Entry {
     }
 
     fn decode(&self) -> Result<Record, Error> {
-        let view = self.view();
-        let state = match view.state {
-            RecordState::InProgress { lease_until } => RecordState::InProgress { lease_until },
-            RecordState::Completed {
-                response,
-                expires_at,
-            } => RecordState::Completed {
-                response: StoredResponse::decode(response)?,
-                expires_at,
-            },
-        };
-        Ok(Record {
-            fingerprint: view.fingerprint,
-            token: view.token,
-            state,
-        })
+        self.view().try_map_response(StoredResponse::decode)
     }
 
     fn deadline(&self) -> Timestamp {

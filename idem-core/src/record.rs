@@ -63,4 +63,24 @@ impl<R> Record<R> {
     pub fn is_completed(&self) -> bool {
         matches!(self.state, RecordState::Completed { .. })
     }
+
+    /// Converts the stored response (for example decodes the bytes a store read), keeping the
+    /// rest of the record.
+    pub fn try_map_response<T, E>(self, f: impl FnOnce(R) -> Result<T, E>) -> Result<Record<T>, E> {
+        let state = match self.state {
+            RecordState::InProgress { lease_until } => RecordState::InProgress { lease_until },
+            RecordState::Completed {
+                response,
+                expires_at,
+            } => RecordState::Completed {
+                response: f(response)?,
+                expires_at,
+            },
+        };
+        Ok(Record {
+            fingerprint: self.fingerprint,
+            token: self.token,
+            state,
+        })
+    }
 }

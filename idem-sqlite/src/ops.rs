@@ -14,22 +14,29 @@ use std::time::Duration;
 /// against a store that misbehaves.
 const MAX_ATTEMPTS: usize = 8;
 
-/// The full record, response decoded (for `lookup`).
-pub(crate) fn select(
+/// Runs `select_record.sql` for `id` and hands the row (if any) to `read`, while it is alive.
+fn with_row<T>(
     conn: &Connection,
     sql: &Statements,
     id: &RecordId,
-) -> Result<Option<Record>, Error> {
+    read: impl FnOnce(Option<&rusqlite::Row<'_>>) -> Result<T, Error>,
+) -> Result<T, Error> {
     let mut stmt = conn
         .prepare_cached(&sql.select_record)
         .map_err(store_error)?;
     let mut rows = stmt
         .query(params![id.consumer(), id.route(), id.key()])
         .map_err(store_error)?;
-    match rows.next().map_err(store_error)? {
-        Some(found) => row::decode(found).map(Some),
-        None => Ok(None),
-    }
+    read(rows.next().map_err(store_error)?)
+}
+
+/// The full record, response decoded (for `lookup`).
+pub(crate) fn select(
+    conn: &Connection,
+    sql: &Statements,
+    id: &RecordId,
+) -> Result<Option<Record>, Error> {
+    with_row(conn, sql, id, |row| row.map(row::decode).transpose())
 }
 
 /// Reads the record and lets the core decide at `now`: the answer (the stored response decoded
@@ -40,20 +47,12 @@ pub(crate) fn decide_on(
     request: &Request,
     now: Timestamp,
 ) -> Result<Decision, Error> {
-    let id = request.id();
-    let mut stmt = conn
-        .prepare_cached(&sql.select_record)
-        .map_err(store_error)?;
-    let mut rows = stmt
-        .query(params![id.consumer(), id.route(), id.key()])
-        .map_err(store_error)?;
-    let current = match rows.next().map_err(store_error)? {
-        Some(found) => Some(row::decode_head(found)?),
-        None => None,
-    };
-    Ok(match decide(current, request.fingerprint(), now) {
-        Decision::Acquire(how) => Decision::Acquire(how),
-        Decision::Answer(answer) => Decision::Answer(answer.try_map(|lazy| lazy.decode())?),
+    with_row(conn, sql, request.id(), |row| {
+        let current = row.map(row::decode_head).transpose()?;
+        Ok(match decide(current, request.fingerprint(), now) {
+            Decision::Acquire(how) => Decision::Acquire(how),
+            Decision::Answer(answer) => Decision::Answer(answer.try_map(|lazy| lazy.decode())?),
+        })
     })
 }
 
@@ -220,4 +219,73 @@ fn execute(conn: &Connection, statement: &str, params: impl Params) -> Result<us
 /// Milliseconds as SQLite's signed integer (saturating far in the future).
 pub(crate) fn millis(at: Timestamp) -> i64 {
     i64::try_from(at.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::{Statements, MIGRATIONS};
+    use idem_core::{Fingerprint, IdempotencyKey, Scope};
+
+    fn request() -> Request {
+        let id = RecordId::new(
+            Scope::new("acct", "POST /charges").expect("scope"),
+            IdempotencyKey::new("k").expect("key"),
+        );
+        Request::from_parts(id, Fingerprint::builder().body(b"{}").finish(), 2)
+    }
+
+    /// C9, C10: a takeover replaces only an in-progress record, and a start over only a
+    /// completed one, even when the token and the expiry match (a clock stepped back, or two
+    /// processes whose clocks disagree, could otherwise make a completed record look like an
+    /// orphan and run its effect again).
+    #[test]
+    fn c09_compare_and_set_requires_the_state_the_decision_saw() {
+        let conn = Connection::open_in_memory().expect("db");
+        conn.execute_batch(MIGRATIONS[0].1).expect("schema");
+        let sql = Statements::for_table("idem_records");
+        let req = request();
+        let now = Timestamp::from_millis(1_000);
+        let Begin::Acquired(lease) = reserve(
+            &conn,
+            &sql,
+            &idem_core::ManualClock::new(now),
+            &req,
+            Duration::from_millis(10),
+        )
+        .expect("reserve") else {
+            panic!("fresh");
+        };
+        // Completed by its holder, with a deadline that has passed by the taker's clock.
+        conn.execute(
+            "UPDATE idem_records SET state = 1, response = X'00', deadline = 1005",
+            [],
+        )
+        .expect("complete");
+        let later = Timestamp::from_millis(2_000);
+        let previous = lease.token();
+        let taken = try_acquire(
+            &conn,
+            &sql,
+            &req,
+            Acquire::TakeOver { previous },
+            later,
+            Duration::from_secs(1),
+        )
+        .expect("cas");
+        assert!(
+            taken.is_none(),
+            "a completed record was taken over as an orphan"
+        );
+        let started = try_acquire(
+            &conn,
+            &sql,
+            &req,
+            Acquire::StartOver { previous },
+            later,
+            Duration::from_secs(1),
+        )
+        .expect("cas");
+        assert!(started.is_some(), "an expired completed record starts over");
+    }
 }

@@ -58,22 +58,7 @@ pub(crate) fn decode_head<'r, 's>(row: &'r Row<'s>) -> Result<Record<LazyRespons
 
 /// Decodes the whole row, response included.
 pub(crate) fn decode(row: &Row<'_>) -> Result<Record, Error> {
-    let head = decode_head(row)?;
-    let state = match head.state {
-        RecordState::InProgress { lease_until } => RecordState::InProgress { lease_until },
-        RecordState::Completed {
-            response,
-            expires_at,
-        } => RecordState::Completed {
-            response: response.decode()?,
-            expires_at,
-        },
-    };
-    Ok(Record {
-        fingerprint: head.fingerprint,
-        token: head.token,
-        state,
-    })
+    decode_head(row)?.try_map_response(LazyResponse::decode)
 }
 
 fn value<'r>(row: &'r Row<'_>, index: usize) -> Result<ValueRef<'r>, Error> {
