@@ -3,7 +3,7 @@
 use crate::answer::{problem, Answer};
 use crate::begin::Begin;
 use crate::completion::Completion;
-use crate::error::{Error, StoreErrorKind};
+use crate::error::{Error, Field, StoreErrorKind};
 use crate::lease::Lease;
 use crate::outcome::{Failure, Meaning, Outcome, Reply, RunError};
 use crate::policy::Policy;
@@ -13,9 +13,11 @@ use crate::store::Store;
 use crate::unwind::CatchUnwind;
 use std::fmt;
 use std::future::Future;
-use std::panic::resume_unwind;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 /// The idempotency engine: a [`Store`] and a [`Policy`]. Cloning is cheap (one `Arc`).
 ///
@@ -59,6 +61,38 @@ pub struct Idempotency<S> {
 struct Shared<S> {
     store: S,
     policy: Policy,
+    /// Executions of `run` under way (detached from their callers), for `drain`.
+    running: AtomicUsize,
+    idle: Notify,
+}
+
+impl<S> Shared<S> {
+    fn new(store: S, policy: Policy) -> Self {
+        Self {
+            store,
+            policy,
+            running: AtomicUsize::new(0),
+            idle: Notify::new(),
+        }
+    }
+}
+
+/// Counts one execution of `run` while it lives.
+struct Running<'a>(&'a AtomicUsize, &'a Notify);
+
+impl<'a> Running<'a> {
+    fn start(running: &'a AtomicUsize, idle: &'a Notify) -> Self {
+        running.fetch_add(1, Ordering::SeqCst);
+        Self(running, idle)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if self.0.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.1.notify_waiters();
+        }
+    }
 }
 
 impl<S> Clone for Idempotency<S> {
@@ -85,10 +119,7 @@ impl<S: Store> Idempotency<S> {
     /// An engine with the default [`Policy`].
     pub fn new(store: S) -> Self {
         Self {
-            inner: Arc::new(Shared {
-                store,
-                policy: Policy::default(),
-            }),
+            inner: Arc::new(Shared::new(store, Policy::default())),
         }
     }
 
@@ -96,7 +127,7 @@ impl<S: Store> Idempotency<S> {
     pub fn with_policy(store: S, policy: Policy) -> Result<Self, Error> {
         policy.validate()?;
         Ok(Self {
-            inner: Arc::new(Shared { store, policy }),
+            inner: Arc::new(Shared::new(store, policy)),
         })
     }
 
@@ -142,8 +173,20 @@ impl<S: Store> Idempotency<S> {
         let policy = &self.inner.policy;
         let started = Instant::now();
         let mut result = self.inner.store.reserve(request, policy.lease).await;
-        if let Ok(Begin::Acquired(lease)) = &mut result {
-            lease.set_local_deadline(started + policy.lease);
+        match &mut result {
+            Ok(Begin::Acquired(lease)) => {
+                lease.set_local_deadline(deadline_after(started, policy.lease))
+            }
+            Ok(Begin::Answered(Answer::Replay(stored))) => {
+                // Stored bytes are filtered and checked again before they are sent (C7, C12):
+                // a record written under another policy, or by hand, cannot leak a cookie or
+                // inject a header.
+                stored.retain_headers(|name| policy.stores_header(name));
+                if let Err(error) = stored.validate() {
+                    result = Err(Error::CorruptRecord(format!("stored response: {error}")));
+                }
+            }
+            _ => {}
         }
         let outcome = match &result {
             Ok(Begin::Acquired(lease)) => match lease.acquired() {
@@ -197,6 +240,8 @@ impl<S: Store> Idempotency<S> {
                     "The server produced a response that could not be stored.",
                     false,
                 );
+                // Filtered like any response, so that what is sent is what a replay sends.
+                let fallback = policy.prepare(fallback.clone()).unwrap_or(fallback);
                 let encoded = fallback.encode().unwrap_or_default();
                 (fallback, encoded)
             }
@@ -216,8 +261,8 @@ impl<S: Store> Idempotency<S> {
         response: StoredResponse,
     ) -> Result<StoredResponse, Error> {
         let completion = self.completion(&lease, response);
-        self.store_completion(&lease, &completion).await?;
-        Ok(completion.into_response())
+        let stored = self.store_completion(&lease, completion).await?;
+        Ok(stored.into_response())
     }
 
     /// Gives the reservation up so a retry can run (C8), if the lease still holds. Call it only
@@ -235,7 +280,7 @@ impl<S: Store> Idempotency<S> {
         let lease_for = self.inner.policy.lease;
         let result = self.inner.store.renew(lease, lease_for).await;
         trace_fenced("idem.renew", lease, started, &result);
-        lease.renewed(result?, started + lease_for);
+        lease.renewed(result?, deadline_after(started, lease_for));
         Ok(())
     }
 
@@ -248,11 +293,36 @@ impl<S: Store> Idempotency<S> {
             .await
     }
 
-    async fn store_completion(&self, lease: &Lease, completion: &Completion) -> Result<(), Error> {
+    /// Stores `completion` within the lease; returns what was stored. A completion the store
+    /// refuses for good (a response too large for it, an unexpected failure) is replaced by a
+    /// stored 500: the effect has run, so the key must not pass to a takeover (C8).
+    async fn store_completion(
+        &self,
+        lease: &Lease,
+        completion: Completion,
+    ) -> Result<Completion, Error> {
         let started = Instant::now();
-        let result = self
-            .complete_within_lease(completion, lease.local_deadline())
-            .await;
+        let deadline = lease.local_deadline();
+        let mut result = self
+            .complete_within_lease(&completion, deadline)
+            .await
+            .map(|()| completion);
+        if let Err(error) = &result {
+            if !matches!(error, Error::LeaseLost) && !error.is_retryable() {
+                tracing::error!(
+                    target: "idem",
+                    consumer = lease.id().consumer(),
+                    route = lease.id().route(),
+                    %error,
+                    "idem.complete: the store refused the completion; storing a 500"
+                );
+                let fallback = self.completion(lease, outcome_unknown());
+                result = self
+                    .complete_within_lease(&fallback, deadline)
+                    .await
+                    .map(|()| fallback);
+            }
+        }
         trace_fenced("idem.complete", lease, started, &result);
         result
     }
@@ -296,7 +366,7 @@ impl<S: Store> Idempotency<S> {
                         %error,
                         "idem.complete: retrying within the lease"
                     );
-                    tokio::time::sleep(backoff).await;
+                    pause(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
                 Err(error) => return Err(error),
@@ -308,11 +378,17 @@ impl<S: Store> Idempotency<S> {
 impl<S: Store + 'static> Idempotency<S> {
     /// The closure style: begin; when acquired, run `handler`, then complete with its response
     /// (any status: a 402 is stored and replayed, C8). Replays, in-flight duplicates and
-    /// mismatches never call `handler`. Needs a Tokio runtime.
+    /// mismatches never call `handler`. Needs a Tokio runtime with its time driver (what
+    /// `#[tokio::main]` builds); without one nothing runs and the error says so.
     ///
     /// **Cancellation.** Everything runs on a task of its own: if the future returned here is
     /// dropped (the client disconnected and the server dropped the request's future), the
-    /// execution goes on to its completion or release, and a retry gets its answer.
+    /// execution goes on to its completion or release, and a retry gets its answer. Before the
+    /// runtime shuts down, [`drain`](Self::drain) waits for such executions.
+    ///
+    /// **Lease.** While the handler runs, the engine renews its lease on a heartbeat (every third
+    /// of the policy's lease), so a slow handler is never taken over while its process lives;
+    /// [`Context::renew`] is there for handlers that want to know they still hold it.
     ///
     /// **Errors** (C8), see [`Failure`]: [`Failure::nothing_happened`] releases the key and
     /// returns [`RunError::Released`]; any other error (what `?` gives) means the outcome is
@@ -334,6 +410,14 @@ impl<S: Store + 'static> Idempotency<S> {
         let engine = self.clone();
         let request = request.clone();
         let task = tokio::spawn(async move {
+            let inner = Arc::clone(&engine.inner);
+            let _running = Running::start(&inner.running, &inner.idle);
+            if !has_timers() {
+                return Err(RunError::Idem(Error::invalid(
+                    Field::Config,
+                    "Idempotency::run needs a Tokio runtime with its time driver enabled",
+                )));
+            }
             let lease = match engine.begin(&request).await.map_err(RunError::Idem)? {
                 Begin::Acquired(lease) => lease,
                 Begin::Answered(answer) => return Ok(Outcome::Answered(answer)),
@@ -355,6 +439,30 @@ impl<S: Store + 'static> Idempotency<S> {
         }
     }
 
+    /// Waits until every execution started by [`run`](Self::run) has finished, including those
+    /// whose callers went away. Call it on shutdown, after the server stopped accepting requests
+    /// and before the runtime stops: a runtime that shuts down cancels the tasks still running,
+    /// and their effects would then be left to a takeover.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let idem = idem_core::Idempotency::new(idem_core::MemoryStore::new());
+    /// // ... serve until a shutdown signal ...
+    /// idem.drain().await;
+    /// # }
+    /// ```
+    pub async fn drain(&self) {
+        let inner = &self.inner;
+        loop {
+            let idle = inner.idle.notified();
+            if inner.running.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+
     async fn execute<F, Fut, R, E>(self, lease: Lease, handler: F) -> Result<Outcome, RunError<E>>
     where
         F: FnOnce(Context<S>) -> Fut,
@@ -362,11 +470,17 @@ impl<S: Store + 'static> Idempotency<S> {
         R: Into<Reply>,
     {
         let shared = Arc::new(Mutex::new(lease.clone()));
+        let heartbeat = tokio::spawn(self.clone().heartbeat(Arc::clone(&shared)));
         let ctx = Context {
             idem: self.clone(),
             lease: Arc::clone(&shared),
         };
-        let result = CatchUnwind::new(handler(ctx)).await;
+        // The handler itself may panic before it returns its future: caught as well.
+        let result = match catch_unwind(AssertUnwindSafe(|| handler(ctx))) {
+            Ok(future) => CatchUnwind::new(future).await,
+            Err(panic) => Err(panic),
+        };
+        heartbeat.abort();
         let lease = shared
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -375,17 +489,13 @@ impl<S: Store + 'static> Idempotency<S> {
             Ok(Ok(reply)) => match reply.into() {
                 Reply::Respond(response) => {
                     let completion = self.completion(&lease, response);
-                    self.store_completion(&lease, &completion)
+                    let stored = self
+                        .store_completion(&lease, completion)
                         .await
                         .map_err(RunError::Incomplete)?;
-                    Ok(Outcome::Executed(completion.into_response()))
+                    Ok(Outcome::Executed(stored.into_response()))
                 }
-                Reply::Completed(completion) => {
-                    if completion.token() != lease.token() || completion.id() != lease.id() {
-                        return Err(RunError::Incomplete(Error::LeaseLost));
-                    }
-                    Ok(Outcome::Executed(completion.into_response()))
-                }
+                Reply::Completed(completion) => self.check_written(&lease, completion).await,
             },
             Ok(Err(failure)) => match failure.into_parts() {
                 (error, Meaning::NothingHappened) => {
@@ -397,23 +507,97 @@ impl<S: Store + 'static> Idempotency<S> {
                 (error, Meaning::Unknown(response)) => {
                     let response = response.unwrap_or_else(outcome_unknown);
                     let completion = self.completion(&lease, response);
-                    self.store_completion(&lease, &completion)
+                    let stored = self
+                        .store_completion(&lease, completion)
                         .await
                         .map_err(RunError::Incomplete)?;
                     Err(RunError::Unknown {
                         error,
-                        response: completion.into_response(),
+                        response: stored.into_response(),
                     })
                 }
             },
             Err(panic) => {
                 let completion = self.completion(&lease, outcome_unknown());
                 // The panic is what the caller must see; a failed completion is logged.
-                let _ = self.store_completion(&lease, &completion).await;
+                let _ = self.store_completion(&lease, completion).await;
                 resume_unwind(panic)
             }
         }
     }
+
+    /// A handler returned a completion it says it wrote in its own transaction: check that the
+    /// record carries it. If not (its transaction rolled back, or it never wrote it), the
+    /// outcome is unknown: a 500 is stored, never a success for an unrecorded effect.
+    async fn check_written<E>(
+        &self,
+        lease: &Lease,
+        completion: Completion,
+    ) -> Result<Outcome, RunError<E>> {
+        let written = completion.id() == lease.id()
+            && completion.token() == lease.token()
+            && matches!(
+                self.inner.store.lookup(lease.id()).await,
+                Ok(Some(record)) if record.token == lease.token() && record.is_completed()
+            );
+        if written {
+            return Ok(Outcome::Executed(completion.into_response()));
+        }
+        tracing::error!(
+            target: "idem",
+            consumer = lease.id().consumer(),
+            route = lease.id().route(),
+            "idem.run: the handler returned a completion that is not stored; storing a 500"
+        );
+        let fallback = self.completion(lease, outcome_unknown());
+        let stored = self
+            .store_completion(lease, fallback)
+            .await
+            .map_err(RunError::Incomplete)?;
+        Ok(Outcome::Executed(stored.into_response()))
+    }
+
+    /// Renews the shared lease every third of the policy's lease until aborted or lost.
+    async fn heartbeat(self, shared: Arc<Mutex<Lease>>) {
+        let period = (self.inner.policy.lease / 3).max(Duration::from_millis(1));
+        loop {
+            tokio::time::sleep(period).await;
+            let mut lease = shared
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            match self.renew(&mut lease).await {
+                Ok(()) => *shared.lock().unwrap_or_else(PoisonError::into_inner) = lease,
+                Err(Error::LeaseLost) => return,
+                Err(_) => {} // the store is down: try again next beat
+            }
+        }
+    }
+}
+
+/// Whether the current Tokio runtime has a time driver (a timer can be made). Tokio has no
+/// question for it: making a timer without one panics (the panic hook prints it once).
+fn has_timers() -> bool {
+    catch_unwind(|| drop(tokio::time::sleep(Duration::ZERO))).is_ok()
+}
+
+/// Waits `d` between two completion attempts: on Tokio's timer where there is one, else on
+/// the blocking pool, else (no Tokio at all, guard style on another executor) on this thread.
+async fn pause(d: Duration) {
+    if tokio::runtime::Handle::try_current().is_err() {
+        std::thread::sleep(d);
+    } else if has_timers() {
+        tokio::time::sleep(d).await;
+    } else {
+        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(d)).await;
+    }
+}
+
+/// `start + lease`, saturating far in the future.
+fn deadline_after(start: Instant, lease: Duration) -> Instant {
+    start
+        .checked_add(lease)
+        .unwrap_or_else(|| start + Duration::from_secs(365 * 24 * 3600))
 }
 
 /// The answer stored when a handler's outcome is unknown.

@@ -132,17 +132,33 @@ impl Policy {
         Ok(response)
     }
 
-    /// Checks that the settings make sense: a lease and a retention of at least 1 ms (stores
-    /// keep milliseconds), a body limit and a purge batch above zero.
+    /// The longest lease accepted: a day (a longer handler renews its lease).
+    pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
+    /// The longest retention accepted: ten years.
+    pub const MAX_RETENTION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+    /// Checks that the settings make sense: a lease of 1 ms ..= [`MAX_LEASE`](Self::MAX_LEASE)
+    /// and a retention of 1 ms ..= [`MAX_RETENTION`](Self::MAX_RETENTION) (stores keep
+    /// milliseconds), a body limit and a purge batch above zero.
+    ///
+    /// ```
+    /// use idem_core::Policy;
+    /// use std::time::Duration;
+    /// assert!(Policy::default().lease(Duration::MAX).validate().is_err());
+    /// assert!(Policy::default().lease(Duration::ZERO).validate().is_err());
+    /// ```
     pub fn validate(&self) -> Result<(), Error> {
         let ms = Duration::from_millis(1);
-        if self.lease < ms {
-            return Err(Error::invalid(Field::Config, "lease must be at least 1 ms"));
-        }
-        if self.retention < ms {
+        if self.lease < ms || self.lease > Self::MAX_LEASE {
             return Err(Error::invalid(
                 Field::Config,
-                "retention must be at least 1 ms",
+                "lease must be between 1 ms and a day",
+            ));
+        }
+        if self.retention < ms || self.retention > Self::MAX_RETENTION {
+            return Err(Error::invalid(
+                Field::Config,
+                "retention must be between 1 ms and ten years",
             ));
         }
         if self.max_body_bytes == 0 {

@@ -69,6 +69,46 @@ impl Request {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c03_a_route_template_without_its_concrete_path_is_refused() {
+        for template in [
+            "/customers/{id}/refunds",
+            "/customers/:id/refunds",
+            "/files/*rest",
+        ] {
+            let err = Request::builder("acct", "POST", template)
+                .key(Some("k"))
+                .build()
+                .expect_err(template);
+            assert!(matches!(
+                err,
+                Error::InvalidInput {
+                    field: Field::Route,
+                    ..
+                }
+            ));
+            assert!(Request::builder("acct", "POST", template)
+                .path("/customers/cus_A/refunds")
+                .key(Some("k"))
+                .build()
+                .is_ok());
+        }
+        assert!(Request::builder("acct", "POST", "/v1/charges")
+            .key(Some("k"))
+            .build()
+            .is_ok());
+    }
+}
+
+/// Whether a route names parameters (`{id}`, `:id`, `*rest`) instead of one resource.
+fn is_template(route: &str) -> bool {
+    route.contains(['{', '}', '*']) || route.contains("/:")
+}
+
 /// Builds a [`Request`] from what arrives over the wire, checking every rule on the way: the
 /// key (C1, missing is an error), the scope (C2), the body limit (C12).
 ///
@@ -76,7 +116,9 @@ impl Request {
 /// route names the operation and may be a template (`/customers/{id}/refunds`). The fingerprint
 /// covers the method, the **concrete path and query** ([`path`](Self::path), the route when not
 /// given), the named headers and the body (C3), so two resources under one template with the
-/// same key and body are a mismatch, never each other's replay.
+/// same key and body are a mismatch, never each other's replay. A route that looks like a
+/// template (`{id}`, `:id`, `*rest`) without a path is refused ([`Error::InvalidInput`]), so
+/// that a forgotten `.path()` cannot let one resource replay another's answer.
 ///
 /// ```
 /// use idem_core::{Error, Request};
@@ -163,6 +205,12 @@ impl<'a> RequestBuilder<'a> {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         {
             return Err(Error::invalid(Field::Method, "not an HTTP method token"));
+        }
+        if self.path.is_none() && is_template(self.route) {
+            return Err(Error::invalid(
+                Field::Route,
+                "a route template needs the concrete path: call .path()",
+            ));
         }
         let scope = Scope::new(self.consumer, &format!("{} {}", self.method, self.route))?;
         let mut fingerprint = Fingerprint::builder()

@@ -28,6 +28,8 @@ struct Flaky {
     /// How many `complete` calls apply the completion and then report a lost connection.
     lost_answers: AtomicUsize,
     completes: AtomicUsize,
+    /// Encoded completions larger than this are refused for good (like a blob over a limit).
+    max_encoded: Option<usize>,
     release_fails: bool,
     reserve_fails: bool,
 }
@@ -50,6 +52,9 @@ impl Store for Flaky {
         self.completes.fetch_add(1, Ordering::SeqCst);
         if take(&self.failing_completes) {
             return Err(down());
+        }
+        if self.max_encoded.is_some_and(|max| c.encoded().len() > max) {
+            return Err(Error::store("test", StoreErrorKind::Other, "blob too big"));
         }
         if take(&self.lost_answers) {
             self.inner.complete(c).await?;
@@ -256,4 +261,102 @@ async fn c08_guard_style_invalid_response_is_stored_as_a_500_not_a_400() {
         idem.begin(&request).await.expect("begin"),
         Begin::Answered(Answer::Replay(sent))
     );
+}
+
+#[tokio::test]
+async fn c08_a_completion_the_store_refuses_for_good_becomes_a_stored_500() {
+    let idem = engine(
+        Flaky {
+            max_encoded: Some(1000),
+            ..Flaky::default()
+        },
+        Duration::from_millis(200),
+    );
+    let request = charge(&idem, "k");
+    let effects = Arc::new(AtomicUsize::new(0));
+    for attempt in 0..2 {
+        let e = Arc::clone(&effects);
+        let outcome = idem
+            .run(&request, move |_| async move {
+                e.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Failure<&'static str>>(StoredResponse::new(201, vec![b'x'; 5000]))
+            })
+            .await
+            .expect("run");
+        assert_eq!(outcome.http_status(idem.policy()), 500, "attempt {attempt}");
+        assert_eq!(
+            matches!(outcome, Outcome::Answered(Answer::Replay(_))),
+            attempt > 0
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn c08_a_completion_the_handler_did_not_write_is_not_reported_as_success() {
+    let idem = engine(Flaky::default(), Duration::from_millis(200));
+    let request = charge(&idem, "k");
+    let effects = Arc::new(AtomicUsize::new(0));
+    let e = Arc::clone(&effects);
+    let first = idem
+        .run(&request, move |ctx| async move {
+            e.fetch_add(1, Ordering::SeqCst);
+            // Its transaction rolled back, or it forgot to write it: the record is not complete.
+            Ok::<_, Failure<&'static str>>(ctx.completion(StoredResponse::new(201, "charged")))
+        })
+        .await
+        .expect("run");
+    assert_eq!(first.http_status(idem.policy()), 500);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let retry = run(&idem, &request, &effects).await.expect("run");
+    assert!(matches!(retry, Outcome::Answered(Answer::Replay(ref r)) if r.status == 500));
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn c08_drain_waits_for_executions_whose_callers_went_away() {
+    let idem = engine(Flaky::default(), Duration::from_secs(60));
+    let request = charge(&idem, "k");
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(20),
+        idem.run(&request, |_| async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok::<_, Failure<&'static str>>(StoredResponse::new(201, "charged"))
+        }),
+    )
+    .await;
+    assert!(dropped.is_err(), "the caller went away");
+    idem.drain().await;
+    let record = idem
+        .store()
+        .lookup(request.id())
+        .await
+        .expect("lookup")
+        .expect("record");
+    assert!(
+        record.is_completed(),
+        "drain returned before the execution finished"
+    );
+}
+
+#[test]
+fn c08_run_without_timers_refuses_before_anything_runs() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .expect("runtime without the time driver");
+    let idem = engine(Flaky::default(), Duration::from_secs(60));
+    let request = charge(&idem, "k");
+    let effects = Arc::new(AtomicUsize::new(0));
+    let result = rt.block_on(run(&idem, &request, &effects));
+    assert!(
+        matches!(result, Err(RunError::Idem(Error::InvalidInput { .. }))),
+        "{result:?}"
+    );
+    assert_eq!(effects.load(Ordering::SeqCst), 0);
+    let record = rt
+        .block_on(idem.store().lookup(request.id()))
+        .expect("lookup");
+    assert_eq!(record, None, "nothing reserved");
 }

@@ -232,3 +232,54 @@ async fn many_stores_opening_a_new_file_at_once_all_succeed() {
         open.await.expect("task").expect("open");
     }
 }
+
+/// C7, C12: a stored response is filtered and checked again before it is replayed: a row
+/// written by hand, or under an older policy, can neither leak a cookie nor inject a header.
+#[tokio::test]
+async fn c07_replayed_bytes_are_filtered_and_checked_again() {
+    let store = common::store().await;
+    let idem = Idempotency::new(store.clone());
+    for (headers, expect_corrupt) in [
+        (
+            vec![("set-cookie", "sid=secret"), ("content-type", "text/plain")],
+            false,
+        ),
+        (
+            vec![("content-type", "text/plain\r\nSet-Cookie: sid=1")],
+            true,
+        ),
+        (
+            vec![("Bad Name:", "v"), ("content-type", "text/plain")],
+            false,
+        ),
+    ] {
+        let req = completed_record(&store).await;
+        let mut raw = StoredResponse::new(200, "ok");
+        raw.headers = headers
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), v.as_bytes().to_vec()))
+            .collect();
+        let bytes = raw.encode().expect("encode");
+        let id = req.id().clone();
+        store
+            .try_call(move |db| {
+                db.execute(
+                    "UPDATE idem_records SET response = ?4 WHERE consumer = ?1 AND route = ?2 AND key = ?3",
+                    rusqlite::params![id.consumer(), id.route(), id.key(), bytes],
+                )
+            })
+            .await
+            .expect("update");
+        let answer = idem.begin(&req).await;
+        if expect_corrupt {
+            assert!(matches!(answer, Err(Error::CorruptRecord(_))), "{answer:?}");
+        } else {
+            let Ok(Begin::Answered(idem_core::Answer::Replay(replayed))) = answer else {
+                panic!("a replay: {answer:?}");
+            };
+            assert_eq!(replayed.header("set-cookie"), None);
+            assert_eq!(replayed.header("bad name:"), None);
+            assert_eq!(replayed.header("content-type"), Some(&b"text/plain"[..]));
+        }
+    }
+}

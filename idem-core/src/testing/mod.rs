@@ -139,6 +139,7 @@ macro_rules! __idem_conformance_scenarios {
             c09_concurrent_takeover_has_one_winner,
             c09_late_completion_and_takeover_never_both_win,
             c09_renew_keeps_a_long_handler_lease,
+            c09_slow_handler_keeps_its_lease_without_renewing,
             c10_retention_passed_is_treated_as_new,
             c10_expired_records_leave_in_bounded_batches,
             c12_oversized_body_is_rejected_and_nothing_is_written,

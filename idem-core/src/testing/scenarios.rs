@@ -672,15 +672,35 @@ pub async fn c08_panicking_handler_keeps_the_key<H: Harness>(harness: &H) {
     })
     .await;
     assert!(joined.expect_err("the panic reaches the caller").is_panic());
+
+    // A handler that panics before it even returns its future, after an effect.
+    let sync_req = request(&unique_consumer("c08ps"), "k", b"{}");
+    let (e, idem2, req2) = (Arc::clone(&effects), idem.clone(), sync_req.clone());
+    let joined = tokio::spawn(async move {
+        let _ = idem2
+            .run(&req2, move |_| {
+                e.fetch_add(1, Ordering::SeqCst);
+                if e.load(Ordering::SeqCst) > 0 {
+                    panic!("bug before the future");
+                }
+                async { Ok::<_, Fail>(charge("never")) }
+            })
+            .await;
+    })
+    .await;
+    assert!(joined.expect_err("the panic reaches the caller").is_panic());
+
     tokio::time::sleep(LEASE + Duration::from_millis(50)).await;
-    let retry = run_counted(&idem, &req, &effects, charge("second"))
-        .await
-        .expect("run");
-    let Outcome::Answered(Answer::Replay(stored)) = retry else {
-        panic!("expected the stored 500, got {retry:?}");
-    };
-    assert_eq!(stored.status, 500);
-    assert_eq!(effects.load(Ordering::SeqCst), 1);
+    for req in [&req, &sync_req] {
+        let retry = run_counted(&idem, req, &effects, charge("second"))
+            .await
+            .expect("run");
+        let Outcome::Answered(Answer::Replay(stored)) = retry else {
+            panic!("expected the stored 500, got {retry:?}");
+        };
+        assert_eq!(stored.status, 500);
+    }
+    assert_eq!(effects.load(Ordering::SeqCst), 2, "one effect per key");
 }
 
 /// C9 (and C6): after the lease passes, the next attempt takes the orphan over with a new
@@ -863,6 +883,45 @@ pub async fn c09_renew_keeps_a_long_handler_lease<H: Harness>(harness: &H) {
         idem.begin(&req).await.expect("begin"),
         replay(charge("long"))
     );
+}
+
+/// C9: a handler slower than its lease that never renews is not taken over while it runs: the
+/// engine renews the lease on a heartbeat. A duplicate stays in flight, another body stays a
+/// mismatch, and the effect runs once.
+pub async fn c09_slow_handler_keeps_its_lease_without_renewing<H: Harness>(harness: &H) {
+    let store = fresh(harness).await;
+    let idem = engine(&store, policy());
+    let consumer = unique_consumer("c09s");
+    let req = request(&consumer, "k", b"{\"amount\":100}");
+    let effects = counter();
+    let e = Arc::clone(&effects);
+    let slow = {
+        let (idem, req) = (idem.clone(), req.clone());
+        tokio::spawn(async move {
+            idem.run(&req, move |_| async move {
+                e.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(LEASE * 5 / 2).await;
+                Ok::<_, Fail>(charge("slow"))
+            })
+            .await
+        })
+    };
+    tokio::time::sleep(LEASE * 3 / 2).await;
+    let duplicate = run_counted(&idem, &req, &effects, charge("twice"))
+        .await
+        .expect("run");
+    assert!(
+        matches!(duplicate, Outcome::Answered(Answer::InFlight { .. })),
+        "{duplicate:?}"
+    );
+    let other = request(&consumer, "k", b"{\"amount\":999}");
+    let other = run_counted(&idem, &other, &effects, charge("other"))
+        .await
+        .expect("run");
+    assert_eq!(other, Outcome::Answered(Answer::Mismatch));
+    let first = slow.await.expect("task").expect("run");
+    assert_eq!(first, Outcome::Executed(charge("slow")));
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
 }
 
 /// C10: after the retention the key is new again, even with another body; before it, a replay.
