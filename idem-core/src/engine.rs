@@ -165,6 +165,22 @@ impl<S: Store> Idempotency<S> {
         Ok(())
     }
 
+    /// Filters and checks a replayed response again before it is sent (C7, C12): a record
+    /// written under another policy, or by hand, can neither leak a cookie nor inject a header;
+    /// one that fails the check is [`Error::CorruptRecord`]. [`begin`](Self::begin) calls it; a
+    /// store's own closure form must too. Other answers pass unchanged.
+    pub fn screen(&self, answer: Answer) -> Result<Answer, Error> {
+        let Answer::Replay(mut stored) = answer else {
+            return Ok(answer);
+        };
+        let policy = &self.inner.policy;
+        stored.retain_headers(|name| policy.stores_header(name));
+        stored
+            .validate()
+            .map_err(|error| Error::CorruptRecord(format!("stored response: {error}")))?;
+        Ok(Answer::Replay(stored))
+    }
+
     /// Reserves the request, or answers it without running anything (replay, in flight,
     /// mismatch). A body over the policy's limit is [`Error::BodyTooLarge`] however the
     /// request was built, and nothing is written (C12).
@@ -172,22 +188,15 @@ impl<S: Store> Idempotency<S> {
         self.admit(request)?;
         let policy = &self.inner.policy;
         let started = Instant::now();
-        let mut result = self.inner.store.reserve(request, policy.lease).await;
-        match &mut result {
-            Ok(Begin::Acquired(lease)) => {
-                lease.set_local_deadline(deadline_after(started, policy.lease))
+        let result = self.inner.store.reserve(request, policy.lease).await;
+        let result = match result {
+            Ok(Begin::Acquired(mut lease)) => {
+                lease.set_local_deadline(deadline_after(started, policy.lease));
+                Ok(Begin::Acquired(lease))
             }
-            Ok(Begin::Answered(Answer::Replay(stored))) => {
-                // Stored bytes are filtered and checked again before they are sent (C7, C12):
-                // a record written under another policy, or by hand, cannot leak a cookie or
-                // inject a header.
-                stored.retain_headers(|name| policy.stores_header(name));
-                if let Err(error) = stored.validate() {
-                    result = Err(Error::CorruptRecord(format!("stored response: {error}")));
-                }
-            }
-            _ => {}
-        }
+            Ok(Begin::Answered(answer)) => self.screen(answer).map(Begin::Answered),
+            Err(error) => Err(error),
+        };
         let outcome = match &result {
             Ok(Begin::Acquired(lease)) => match lease.acquired() {
                 crate::Acquire::Fresh => "acquired",

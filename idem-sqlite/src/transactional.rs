@@ -94,7 +94,10 @@ where
                     .and_then(|decided| decided)
                     .map_err(RunError::Idem)?;
                 if let Decision::Answer(answer) = decision {
-                    return Ok(Outcome::Answered(answer));
+                    return self
+                        .screen(answer)
+                        .map(Outcome::Answered)
+                        .map_err(RunError::Idem);
                 }
                 pool.writer().await
             }
@@ -106,7 +109,12 @@ where
             let lease = match ops::reserve(conn, &inner.sql, clock, &req, lease_for)
                 .map_err(RunError::Idem)?
             {
-                Begin::Answered(answer) => return Ok(Outcome::Answered(answer)),
+                Begin::Answered(answer) => {
+                    return idem
+                        .screen(answer)
+                        .map(Outcome::Answered)
+                        .map_err(RunError::Idem)
+                }
                 Begin::Acquired(lease) => lease,
             };
             let committed = (|| {

@@ -6,7 +6,7 @@ use idem_core::{
     Begin, Error, Failure, Idempotency, Policy, Request, RunError, Store, StoreErrorKind,
     StoredResponse,
 };
-use idem_sqlite::{SqliteStore, SCHEMA_VERSION};
+use idem_sqlite::{SqliteIdempotency, SqliteStore, SCHEMA_VERSION};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -271,9 +271,23 @@ async fn c07_replayed_bytes_are_filtered_and_checked_again() {
             .await
             .expect("update");
         let answer = idem.begin(&req).await;
+        let closure = idem
+            .run_in_transaction(&req, |_, _| {
+                Ok::<_, rusqlite::Error>(StoredResponse::new(201, "never"))
+            })
+            .await;
         if expect_corrupt {
             assert!(matches!(answer, Err(Error::CorruptRecord(_))), "{answer:?}");
+            assert!(
+                matches!(closure, Err(RunError::Idem(Error::CorruptRecord(_)))),
+                "{closure:?}"
+            );
         } else {
+            let Ok(idem_core::Outcome::Answered(idem_core::Answer::Replay(replayed))) = closure
+            else {
+                panic!("a replay: {closure:?}");
+            };
+            assert_eq!(replayed.header("set-cookie"), None);
             let Ok(Begin::Answered(idem_core::Answer::Replay(replayed))) = answer else {
                 panic!("a replay: {answer:?}");
             };
