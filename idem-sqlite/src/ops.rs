@@ -14,29 +14,22 @@ use std::time::Duration;
 /// against a store that misbehaves.
 const MAX_ATTEMPTS: usize = 8;
 
-/// Runs `select_record.sql` for `id` and hands the row (if any) to `read`, while it is alive.
-fn with_row<T>(
-    conn: &Connection,
-    sql: &Statements,
-    id: &RecordId,
-    read: impl FnOnce(Option<&rusqlite::Row<'_>>) -> Result<T, Error>,
-) -> Result<T, Error> {
-    let mut stmt = conn
-        .prepare_cached(&sql.select_record)
-        .map_err(store_error)?;
-    let mut rows = stmt
-        .query(params![id.consumer(), id.route(), id.key()])
-        .map_err(store_error)?;
-    read(rows.next().map_err(store_error)?)
-}
-
 /// The full record, response decoded (for `lookup`).
 pub(crate) fn select(
     conn: &Connection,
     sql: &Statements,
     id: &RecordId,
 ) -> Result<Option<Record>, Error> {
-    with_row(conn, sql, id, |row| row.map(row::decode).transpose())
+    let mut stmt = conn
+        .prepare_cached(&sql.select_record)
+        .map_err(store_error)?;
+    let mut rows = stmt
+        .query(params![id.consumer(), id.route(), id.key()])
+        .map_err(store_error)?;
+    rows.next()
+        .map_err(store_error)?
+        .map(row::decode)
+        .transpose()
 }
 
 /// Reads the record and lets the core decide at `now`: the answer (the stored response decoded
@@ -47,12 +40,26 @@ pub(crate) fn decide_on(
     request: &Request,
     now: Timestamp,
 ) -> Result<Decision, Error> {
-    with_row(conn, sql, request.id(), |row| {
-        let current = row.map(row::decode_head).transpose()?;
-        Ok(match decide(current, request.fingerprint(), now) {
-            Decision::Acquire(how) => Decision::Acquire(how),
-            Decision::Answer(answer) => Decision::Answer(answer.try_map(|lazy| lazy.decode())?),
-        })
+    let id = request.id();
+    let mut stmt = conn
+        .prepare_cached(&sql.decide_record)
+        .map_err(store_error)?;
+    let mut rows = stmt
+        .query(params![
+            id.consumer(),
+            id.route(),
+            id.key(),
+            request.fingerprint().as_bytes()
+        ])
+        .map_err(store_error)?;
+    let current = rows
+        .next()
+        .map_err(store_error)?
+        .map(row::decode_head)
+        .transpose()?;
+    Ok(match decide(current, request.fingerprint(), now) {
+        Decision::Acquire(how) => Decision::Acquire(how),
+        Decision::Answer(answer) => Decision::Answer(answer.try_map(row::decode_response)?),
     })
 }
 

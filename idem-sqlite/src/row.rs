@@ -1,8 +1,9 @@
 //! Reading a stored row back into a `Record`: every column is checked, and anything that is not
 //! what the store writes is `CorruptRecord` (C12), never "absent".
 //!
-//! The response is the last column and is read only when it is needed (a replay, a lookup): a
-//! mismatch or an in-flight answer never loads a large stored body.
+//! Both statements that read a record (`select_record.sql`, `decide_record.sql`) return
+//! fingerprint, token, state, deadline, whether a response is stored, and the response where it
+//! was fetched (`decide_record.sql` fetches it only when it can be replayed).
 
 use crate::error::store_error;
 use idem_core::store::{Record, RecordState};
@@ -10,44 +11,35 @@ use idem_core::{Error, FencingToken, Fingerprint, StoredResponse, Timestamp};
 use rusqlite::types::ValueRef;
 use rusqlite::Row;
 
-/// The response column of a completed row, not read yet.
-#[derive(Clone, Copy)]
-pub(crate) struct LazyResponse<'r, 's>(&'r Row<'s>);
-
-impl LazyResponse<'_, '_> {
-    /// Reads and decodes the stored response.
-    pub(crate) fn decode(self) -> Result<StoredResponse, Error> {
-        match value(self.0, 4)? {
-            ValueRef::Blob(bytes) => StoredResponse::decode(bytes),
-            other => Err(corrupt(format!(
-                "response column holds {:?}",
-                other.data_type()
-            ))),
-        }
-    }
-}
-
-/// Decodes the columns of `select_record.sql` (fingerprint, token, state, deadline, response),
-/// leaving a completed row's response unread.
-pub(crate) fn decode_head<'r, 's>(row: &'r Row<'s>) -> Result<Record<LazyResponse<'r, 's>>, Error> {
+/// Decodes a row; a completed record's response is `None` where it was not fetched.
+pub(crate) fn decode_head<'r>(row: &'r Row<'_>) -> Result<Record<Option<&'r [u8]>>, Error> {
     let fingerprint = Fingerprint::from_slice(blob(row, 0, "fingerprint")?)?;
     let token = FencingToken::from_slice(blob(row, 1, "token")?)?;
     let deadline = integer(row, 3, "deadline")?;
     let deadline = u64::try_from(deadline)
         .map(Timestamp::from_millis)
         .map_err(|_| corrupt(format!("negative deadline {deadline}")))?;
-    let state = match integer(row, 2, "state")? {
-        0 => match value(row, 4)? {
-            ValueRef::Null => RecordState::InProgress {
-                lease_until: deadline,
-            },
-            _ => return Err(corrupt("an in-progress row with a response".to_owned())),
+    let no_response = integer(row, 4, "response IS NULL")? == 1;
+    let state = match (integer(row, 2, "state")?, no_response) {
+        (0, true) => RecordState::InProgress {
+            lease_until: deadline,
         },
-        1 => RecordState::Completed {
-            response: LazyResponse(row),
+        (0, false) => return Err(corrupt("an in-progress row with a response".to_owned())),
+        (1, false) => RecordState::Completed {
+            response: match value(row, 5)? {
+                ValueRef::Blob(bytes) => Some(bytes),
+                ValueRef::Null => None,
+                other => {
+                    return Err(corrupt(format!(
+                        "response column holds {:?}",
+                        other.data_type()
+                    )))
+                }
+            },
             expires_at: deadline,
         },
-        state => return Err(corrupt(format!("state {state}"))),
+        (1, true) => return Err(corrupt("a completed row without a response".to_owned())),
+        (state, _) => return Err(corrupt(format!("state {state}"))),
     };
     Ok(Record {
         fingerprint,
@@ -56,9 +48,16 @@ pub(crate) fn decode_head<'r, 's>(row: &'r Row<'s>) -> Result<Record<LazyRespons
     })
 }
 
-/// Decodes the whole row, response included.
+/// Decodes a fetched response; one that should have been fetched and was not is corrupt.
+pub(crate) fn decode_response(response: Option<&[u8]>) -> Result<StoredResponse, Error> {
+    StoredResponse::decode(
+        response.ok_or_else(|| corrupt("the response of a replay was not read".to_owned()))?,
+    )
+}
+
+/// Decodes the whole row, response included (`select_record.sql`).
 pub(crate) fn decode(row: &Row<'_>) -> Result<Record, Error> {
-    decode_head(row)?.try_map_response(LazyResponse::decode)
+    decode_head(row)?.try_map_response(decode_response)
 }
 
 fn value<'r>(row: &'r Row<'_>, index: usize) -> Result<ValueRef<'r>, Error> {

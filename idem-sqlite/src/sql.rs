@@ -13,6 +13,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] =
 #[derive(Debug)]
 pub(crate) struct Statements {
     pub(crate) select_record: String,
+    pub(crate) decide_record: String,
     pub(crate) insert_reservation: String,
     pub(crate) replace_reservation: String,
     pub(crate) complete: String,
@@ -27,6 +28,7 @@ impl Statements {
         let sql = |text: &str| for_table(text, table);
         Self {
             select_record: sql(include_str!("../sql/select_record.sql")),
+            decide_record: sql(include_str!("../sql/decide_record.sql")),
             insert_reservation: sql(include_str!("../sql/insert_reservation.sql")),
             replace_reservation: sql(include_str!("../sql/replace_reservation.sql")),
             complete: sql(include_str!("../sql/complete.sql")),
