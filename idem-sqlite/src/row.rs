@@ -19,7 +19,7 @@ pub(crate) fn decode_head<'r>(row: &'r Row<'_>) -> Result<Record<Option<&'r [u8]
     let deadline = u64::try_from(deadline)
         .map(Timestamp::from_millis)
         .map_err(|_| corrupt(format!("negative deadline {deadline}")))?;
-    let no_response = integer(row, 4, "response IS NULL")? == 1;
+    let no_response = integer(row, 4, "typeof(response)")? == 1;
     let state = match (integer(row, 2, "state")?, no_response) {
         (0, true) => RecordState::InProgress {
             lease_until: deadline,
