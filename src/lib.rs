@@ -9,7 +9,8 @@
 //!
 //! | feature | module | store |
 //! |---|---|---|
-//! | `sqlite` (default) | [`sqlite`] | `SqliteStore`: embedded, completion in the effect's transaction |
+//! | `sqlite` (default) | `sqlite` | `SqliteStore`: embedded, completion in the effect's transaction |
+//! | `postgres` | `postgres` | `PgStore`: PostgreSQL (sqlx), completion in the effect's transaction |
 //!
 //! ```
 //! use idem::{Failure, Idempotency, MemoryStore, Outcome, StoredResponse};
@@ -30,9 +31,10 @@
 pub use idem_core::{
     async_trait, canonical_json, is_always_stored, is_never_stored, problem, retry_after_secs,
     Acquire, Answer, Begin, Clock, Completion, Context, Error, Failure, FencingToken, Field,
-    Fingerprint, FingerprintBuilder, Idempotency, IdempotencyKey, InFlightAnswer, Lease,
-    ManualClock, MemoryStore, Outcome, Policy, RecordId, Reply, Request, RequestBuilder, RunError,
-    Scope, Store, StoreError, StoreErrorKind, StoredResponse, SystemClock, Timestamp, PROBLEM_BASE,
+    Fingerprint, FingerprintBuilder, Idempotency, IdempotencyKey, InFlightAnswer, KeepAlive, Lease,
+    ManualClock, MemoryStore, Outcome, Policy, Purger, RecordId, Reply, Request, RequestBuilder,
+    RunError, Scope, Store, StoreError, StoreErrorKind, StoredResponse, SystemClock, Timestamp,
+    PROBLEM_BASE,
 };
 
 /// For store writers: the [`Store`] trait and what implementing it takes; see
@@ -47,7 +49,13 @@ pub mod sqlite {
     pub use idem_sqlite::*;
 }
 
+/// The PostgreSQL store (feature `postgres`); see [`idem_postgres`].
+#[cfg(feature = "postgres")]
+pub mod postgres {
+    pub use idem_postgres::*;
+}
+
 /// The README's Rust examples, compiled and run as doctests so they cannot rot.
-#[cfg(all(doctest, feature = "sqlite"))]
+#[cfg(all(doctest, feature = "sqlite", feature = "postgres"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

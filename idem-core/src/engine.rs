@@ -478,8 +478,8 @@ impl<S: Store + 'static> Idempotency<S> {
         Fut: Future<Output = Result<R, Failure<E>>>,
         R: Into<Reply>,
     {
-        let shared = Arc::new(Mutex::new(lease.clone()));
-        let heartbeat = tokio::spawn(self.clone().heartbeat(Arc::clone(&shared)));
+        let keeper = self.keep_alive(lease);
+        let shared = Arc::clone(&keeper.lease);
         let ctx = Context {
             idem: self.clone(),
             lease: Arc::clone(&shared),
@@ -489,7 +489,7 @@ impl<S: Store + 'static> Idempotency<S> {
             Ok(future) => CatchUnwind::new(future).await,
             Err(panic) => Err(panic),
         };
-        heartbeat.abort();
+        drop(keeper);
         let lease = shared
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -566,6 +566,16 @@ impl<S: Store + 'static> Idempotency<S> {
         Ok(Outcome::Executed(stored.into_response()))
     }
 
+    /// Keeps `lease` alive while the returned guard lives: renews it on a heartbeat, every third
+    /// of the policy's lease, until the guard is dropped or the lease is lost (C9). For a store's
+    /// own closure form, around an effect that may outlast the lease; [`run`](Self::run) does it
+    /// for its handler. Needs a Tokio runtime with timers.
+    pub fn keep_alive(&self, lease: Lease) -> KeepAlive {
+        let lease = Arc::new(Mutex::new(lease));
+        let beat = tokio::spawn(self.clone().heartbeat(Arc::clone(&lease)));
+        KeepAlive { lease, beat }
+    }
+
     /// Renews the shared lease every third of the policy's lease until aborted or lost.
     async fn heartbeat(self, shared: Arc<Mutex<Lease>>) {
         let period = (self.inner.policy.lease / 3).max(Duration::from_millis(1));
@@ -581,6 +591,30 @@ impl<S: Store + 'static> Idempotency<S> {
                 Err(_) => {} // the store is down: try again next beat
             }
         }
+    }
+}
+
+/// A lease kept alive by a heartbeat; see [`Idempotency::keep_alive`]. Dropping it stops the
+/// heartbeat.
+#[derive(Debug)]
+pub struct KeepAlive {
+    lease: Arc<Mutex<Lease>>,
+    beat: tokio::task::JoinHandle<()>,
+}
+
+impl KeepAlive {
+    /// The lease as of its last renewal.
+    pub fn lease(&self) -> Lease {
+        self.lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        self.beat.abort();
     }
 }
 

@@ -1,0 +1,8 @@
+-- Fenced completion (C6): only the token holder of an in-progress record. With complete_in it
+-- runs in the caller's transaction, so the effect and the completion commit together. The
+-- retention runs from clock_timestamp(), the moment of this statement: inside a transaction,
+-- now() is the transaction's start, which may be long before.
+-- $1..$3 the record, $4 token, $5 encoded response, $6 retention in milliseconds.
+UPDATE idem_records
+SET state = 1, response = $5, deadline = clock_timestamp() + $6 * interval '1 millisecond'
+WHERE consumer = $1 AND route = $2 AND key = $3 AND token = $4 AND state = 0

@@ -1,0 +1,1 @@
+INSERT INTO idem_schema_migrations (table_name, version) VALUES ($1, $2)

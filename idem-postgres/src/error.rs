@@ -1,0 +1,79 @@
+//! sqlx's errors, mapped into idem's: which kind of failure, and the source kept.
+
+use idem_core::{Error, StoreErrorKind};
+
+/// The backend name in [`idem_core::StoreError`].
+pub(crate) const BACKEND: &str = "postgres";
+
+/// Maps a sqlx error by what a caller can do about it:
+///
+/// - a serialization failure or a deadlock (SQLSTATE 40001, 40P01) rolled the caller's
+///   transaction back: retry the whole transaction ([`StoreErrorKind::TransactionConflict`]);
+/// - a refused or dropped connection, a server shutting down, a pool that timed out: retry later
+///   ([`StoreErrorKind::Unavailable`]);
+/// - a missing table or schema, a wrong password, no permission, a bad URL: an operator must act
+///   ([`StoreErrorKind::Misconfigured`]).
+pub(crate) fn store_error(error: sqlx::Error) -> Error {
+    Error::store(BACKEND, kind_of(&error), error)
+}
+
+pub(crate) fn kind_of(error: &sqlx::Error) -> StoreErrorKind {
+    match error {
+        sqlx::Error::Database(db) => kind_of_sqlstate(db.code().as_deref().unwrap_or("")),
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => StoreErrorKind::Unavailable,
+        sqlx::Error::Configuration(_) | sqlx::Error::Tls(_) => StoreErrorKind::Misconfigured,
+        _ => StoreErrorKind::Other,
+    }
+}
+
+/// The kind of a PostgreSQL error code (SQLSTATE).
+pub(crate) fn kind_of_sqlstate(code: &str) -> StoreErrorKind {
+    match code {
+        // serialization_failure, deadlock_detected
+        "40001" | "40P01" => StoreErrorKind::TransactionConflict,
+        // undefined_table, undefined_column, invalid_schema_name, undefined_function,
+        // invalid_password, invalid_authorization_specification, invalid_catalog_name,
+        // insufficient_privilege, read_only_sql_transaction
+        "42P01" | "42703" | "3F000" | "42883" | "28P01" | "28000" | "3D000" | "42501" | "25006" => {
+            StoreErrorKind::Misconfigured
+        }
+        // connection exceptions, admin/crash shutdown, cannot connect now, too many
+        // connections, lock_not_available, query_canceled (statement timeout)
+        c if c.starts_with("08") => StoreErrorKind::Unavailable,
+        "57P01" | "57P02" | "57P03" | "53300" | "55P03" | "57014" => StoreErrorKind::Unavailable,
+        _ => StoreErrorKind::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c13_sqlstates_keep_their_nature() {
+        assert_eq!(
+            kind_of_sqlstate("40001"),
+            StoreErrorKind::TransactionConflict
+        );
+        assert_eq!(
+            kind_of_sqlstate("40P01"),
+            StoreErrorKind::TransactionConflict
+        );
+        assert_eq!(kind_of_sqlstate("42P01"), StoreErrorKind::Misconfigured);
+        assert_eq!(kind_of_sqlstate("28P01"), StoreErrorKind::Misconfigured);
+        assert_eq!(kind_of_sqlstate("08006"), StoreErrorKind::Unavailable);
+        assert_eq!(kind_of_sqlstate("57P01"), StoreErrorKind::Unavailable);
+        assert_eq!(kind_of_sqlstate("23505"), StoreErrorKind::Other);
+        let refused = sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "refused",
+        ));
+        let err = store_error(refused);
+        assert!(err.is_retryable());
+        assert_eq!(err.as_store().map(|e| e.backend()), Some("postgres"));
+    }
+}

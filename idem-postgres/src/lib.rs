@@ -1,0 +1,52 @@
+//! # idem-postgres
+//!
+//! The money store: idem on PostgreSQL through sqlx, with the completion written **in the same
+//! transaction as the business effect**, one round trip per answer, and every deadline taken
+//! from the server's clock.
+//!
+//! ```no_run
+//! use idem_core::{Idempotency, Outcome, StoredResponse};
+//! use idem_postgres::{PgIdempotency, PgStore};
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = PgStore::connect("postgres://app@localhost/payments").await?;
+//! store.migrate().await?; // or run idem_postgres::schema_sql(..) from your own migrations
+//! let idem = Idempotency::new(store);
+//! let request = idem.request("acct_42", "POST", "/v1/charges")
+//!     .key(Some("8e03978e-40d5-43e8-bc93-6894a57f9324"))
+//!     .json_body(br#"{"cents": 2500}"#, &[])
+//!     .build()?;
+//! let outcome = idem
+//!     .run_in_transaction(&request, |tx, _lease| Box::pin(async move {
+//!         sqlx::query("INSERT INTO charges (cents) VALUES (2500)").execute(&mut *tx).await?;
+//!         Ok::<_, sqlx::Error>(StoredResponse::new(201, r#"{"charged":2500}"#))
+//!     }))
+//!     .await?;
+//! let http = outcome.to_http(idem.policy()); // executed, or a replay, 409 or 422
+//! # let _ = http;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! See the repository's docs/stores.md ("PostgreSQL") for the schema, the isolation levels, the
+//! round trips of each path, purge, and running behind PgBouncer.
+#![forbid(unsafe_code)]
+
+mod config;
+mod connections;
+mod error;
+mod migrate;
+mod ops;
+mod params;
+mod row;
+mod sql;
+mod store;
+mod transactional;
+
+pub use config::{validate_identifier, Isolation};
+pub use migrate::{schema_sql, SCHEMA_VERSION};
+pub use params::StatementMode;
+pub use store::{PgStore, PgStoreBuilder};
+pub use transactional::{EffectFuture, PgIdempotency};
+
+/// The sqlx version the store is built with, for your own transactions.
+pub use sqlx;

@@ -1,0 +1,269 @@
+//! The store's operations as statements on one connection. The decision is always
+//! `idem_core::store::decide`; SQL reads and applies it atomically.
+
+use crate::error::BACKEND;
+use crate::params::{execute, fetch_all, Param, StatementMode};
+use crate::row;
+use crate::sql::Statements;
+use idem_core::store::{decide, Acquire, Completion, Decision, Lease, Record};
+use idem_core::{
+    Begin, Error, FencingToken, RecordId, Request, StoreErrorKind, StoredResponse, Timestamp,
+};
+use sqlx::{PgConnection, Row};
+use std::time::Duration;
+
+/// How many times a reservation runs again after a race (a row committed after its snapshot, or
+/// a lost compare-and-set). Each race means another caller wrote a live record, so the next
+/// attempt answers; the bound only guards against a server that misbehaves.
+const MAX_ATTEMPTS: usize = 8;
+
+/// The statements and how to send them.
+#[derive(Debug)]
+pub(crate) struct Ops {
+    pub(crate) sql: Statements,
+    pub(crate) mode: StatementMode,
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn timestamp(ms: i64) -> Result<Timestamp, Error> {
+    u64::try_from(ms)
+        .map(Timestamp::from_millis)
+        .map_err(|_| Error::CorruptRecord(format!("postgres: deadline {ms} before 1970")))
+}
+
+fn id_params(id: &RecordId) -> [Param<'_>; 3] {
+    [
+        Param::Text(id.consumer()),
+        Param::Text(id.route()),
+        Param::Text(id.key()),
+    ]
+}
+
+impl Ops {
+    /// Reserve (C4, C5): one statement that returns the current record or inserts a fresh one;
+    /// the core decides on a current record; a takeover or start over is one compare-and-set
+    /// statement more.
+    pub(crate) async fn reserve(
+        &self,
+        conn: &mut PgConnection,
+        request: &Request,
+        lease_for: Duration,
+    ) -> Result<Begin, Error> {
+        let id = request.id();
+        let [consumer, route, key] = id_params(id);
+        let fingerprint = request.fingerprint().as_bytes();
+        for _ in 0..MAX_ATTEMPTS {
+            let token = FencingToken::generate();
+            let rows = fetch_all(
+                conn,
+                self.mode,
+                &self.sql.reserve,
+                &[
+                    consumer,
+                    route,
+                    key,
+                    Param::Bytes(fingerprint),
+                    Param::Bytes(token.as_bytes()),
+                    Param::Int(millis(lease_for)),
+                ],
+            )
+            .await?;
+            // No row: a reservation committed after this statement's snapshot. Run it again.
+            let Some(found) = rows.first() else { continue };
+            let source: String = found.try_get("source").map_err(crate::error::store_error)?;
+            if source == "inserted" {
+                let until: i64 = found
+                    .try_get("deadline_ms")
+                    .map_err(crate::error::store_error)?;
+                return Ok(Begin::Acquired(Lease::new(
+                    request,
+                    token,
+                    timestamp(until)?,
+                    Acquire::Fresh,
+                )));
+            }
+            let now: i64 = found.try_get("now_ms").map_err(crate::error::store_error)?;
+            let current = row::decode(found)?;
+            let acquired = match decide(Some(current), request.fingerprint(), timestamp(now)?) {
+                Decision::Answer(answer) => {
+                    let answer = answer
+                        .try_map(|response| StoredResponse::decode(&row::fetched(response)?))?;
+                    return Ok(Begin::Answered(answer));
+                }
+                Decision::Acquire(acquired) => acquired,
+            };
+            if let Some(lease) = self.replace(conn, request, acquired, lease_for).await? {
+                return Ok(Begin::Acquired(lease));
+            }
+        }
+        Err(Error::store(
+            BACKEND,
+            StoreErrorKind::Other,
+            "reservation kept losing its race",
+        ))
+    }
+
+    /// The compare-and-set of a takeover or a start over; `None` when the record changed.
+    async fn replace(
+        &self,
+        conn: &mut PgConnection,
+        request: &Request,
+        acquired: Acquire,
+        lease_for: Duration,
+    ) -> Result<Option<Lease>, Error> {
+        let (Some(previous), Some(completed)) =
+            (acquired.replaces(), acquired.replaces_completed())
+        else {
+            return Ok(None);
+        };
+        let [consumer, route, key] = id_params(request.id());
+        let token = FencingToken::generate();
+        let rows = fetch_all(
+            conn,
+            self.mode,
+            &self.sql.replace_reservation,
+            &[
+                consumer,
+                route,
+                key,
+                Param::Bytes(request.fingerprint().as_bytes()),
+                Param::Bytes(token.as_bytes()),
+                Param::Int(millis(lease_for)),
+                Param::Bytes(previous.as_bytes()),
+                Param::Int(i64::from(completed)),
+            ],
+        )
+        .await?;
+        match rows.first() {
+            Some(found) => {
+                let until: i64 = found
+                    .try_get("deadline_ms")
+                    .map_err(crate::error::store_error)?;
+                Ok(Some(Lease::new(
+                    request,
+                    token,
+                    timestamp(until)?,
+                    acquired,
+                )))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Fenced completion (C6) on `conn`, which may be inside the caller's transaction.
+    pub(crate) async fn complete(
+        &self,
+        conn: &mut PgConnection,
+        completion: &Completion,
+    ) -> Result<(), Error> {
+        let [consumer, route, key] = id_params(completion.id());
+        let token = completion.token();
+        fenced(
+            execute(
+                conn,
+                self.mode,
+                &self.sql.complete,
+                &[
+                    consumer,
+                    route,
+                    key,
+                    Param::Bytes(token.as_bytes()),
+                    Param::Bytes(completion.encoded()),
+                    Param::Int(millis(completion.retain_for())),
+                ],
+            )
+            .await?,
+        )
+    }
+
+    /// Fenced release (C8).
+    pub(crate) async fn release(
+        &self,
+        conn: &mut PgConnection,
+        lease: &Lease,
+    ) -> Result<(), Error> {
+        let [consumer, route, key] = id_params(lease.id());
+        let token = lease.token();
+        fenced(
+            execute(
+                conn,
+                self.mode,
+                &self.sql.release,
+                &[consumer, route, key, Param::Bytes(token.as_bytes())],
+            )
+            .await?,
+        )
+    }
+
+    /// Fenced renewal (C9); returns the new deadline, in the server's time.
+    pub(crate) async fn renew(
+        &self,
+        conn: &mut PgConnection,
+        lease: &Lease,
+        lease_for: Duration,
+    ) -> Result<Timestamp, Error> {
+        let [consumer, route, key] = id_params(lease.id());
+        let token = lease.token();
+        let rows = fetch_all(
+            conn,
+            self.mode,
+            &self.sql.renew,
+            &[
+                consumer,
+                route,
+                key,
+                Param::Bytes(token.as_bytes()),
+                Param::Int(millis(lease_for)),
+            ],
+        )
+        .await?;
+        let found = rows.first().ok_or(Error::LeaseLost)?;
+        let until: i64 = found
+            .try_get("deadline_ms")
+            .map_err(crate::error::store_error)?;
+        timestamp(until)
+    }
+
+    /// One bounded batch of expired records (C10).
+    pub(crate) async fn purge_expired(
+        &self,
+        conn: &mut PgConnection,
+        limit: usize,
+    ) -> Result<usize, Error> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let deleted = execute(
+            conn,
+            self.mode,
+            &self.sql.purge_expired,
+            &[Param::Int(limit)],
+        )
+        .await?;
+        Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
+    }
+
+    /// The record as stored, response decoded.
+    pub(crate) async fn select(
+        &self,
+        conn: &mut PgConnection,
+        id: &RecordId,
+    ) -> Result<Option<Record>, Error> {
+        let rows = fetch_all(conn, self.mode, &self.sql.select_record, &id_params(id)).await?;
+        let Some(found) = rows.first() else {
+            return Ok(None);
+        };
+        row::decode(found)?
+            .try_map_response(|response| StoredResponse::decode(&row::fetched(response)?))
+            .map(Some)
+    }
+}
+
+/// A fenced statement changes exactly the holder's row, or nothing: then the lease is lost.
+fn fenced(changed: u64) -> Result<(), Error> {
+    match changed {
+        1 => Ok(()),
+        _ => Err(Error::LeaseLost),
+    }
+}

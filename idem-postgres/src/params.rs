@@ -1,0 +1,172 @@
+//! How a statement's parameters reach the server: bound to a prepared statement (the default),
+//! or written into the statement's text for the simple query protocol, which is what a
+//! connection pooler in transaction mode (PgBouncer before 1.21) can carry.
+
+use crate::error::store_error;
+use idem_core::Error;
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::{Arguments, AssertSqlSafe, PgConnection};
+
+/// How the store sends its statements; see [`PgStoreBuilder::statements`](crate::PgStoreBuilder::statements).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum StatementMode {
+    /// Prepared statements, cached per connection (the default): one round trip per statement
+    /// once a connection has prepared it. Needs a direct connection, or a pooler in session
+    /// mode, or PgBouncer 1.21+ with `max_prepared_statements`.
+    #[default]
+    Prepared,
+    /// The simple query protocol, parameters written into the statement as literals (text
+    /// quoted, bytes as hex, integers as digits): one message per statement, nothing kept on
+    /// the server connection, so it runs behind a pooler in transaction mode.
+    Simple,
+}
+
+/// One parameter of one of the store's own statements.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Param<'a> {
+    Text(&'a str),
+    Bytes(&'a [u8]),
+    Int(i64),
+}
+
+/// Runs `sql` (one of the store's `.sql` files, with `$1..$n` placeholders) with `params` on
+/// `conn`; returns its rows.
+pub(crate) async fn fetch_all(
+    conn: &mut PgConnection,
+    mode: StatementMode,
+    sql: &str,
+    params: &[Param<'_>],
+) -> Result<Vec<PgRow>, Error> {
+    match mode {
+        StatementMode::Prepared => {
+            sqlx::query_with(AssertSqlSafe(sql.to_owned()), arguments(params)?)
+                .fetch_all(conn)
+                .await
+        }
+        StatementMode::Simple => {
+            sqlx::raw_sql(AssertSqlSafe(inline(sql, params)))
+                .fetch_all(conn)
+                .await
+        }
+    }
+    .map_err(store_error)
+}
+
+/// Like [`fetch_all`], for a statement whose result is how many rows it changed.
+pub(crate) async fn execute(
+    conn: &mut PgConnection,
+    mode: StatementMode,
+    sql: &str,
+    params: &[Param<'_>],
+) -> Result<u64, Error> {
+    match mode {
+        StatementMode::Prepared => {
+            sqlx::query_with(AssertSqlSafe(sql.to_owned()), arguments(params)?)
+                .execute(conn)
+                .await
+        }
+        StatementMode::Simple => {
+            sqlx::raw_sql(AssertSqlSafe(inline(sql, params)))
+                .execute(conn)
+                .await
+        }
+    }
+    .map(|done| done.rows_affected())
+    .map_err(store_error)
+}
+
+fn arguments(params: &[Param<'_>]) -> Result<PgArguments, Error> {
+    let mut args = PgArguments::default();
+    for param in params {
+        match *param {
+            Param::Text(text) => args.add(text),
+            Param::Bytes(bytes) => args.add(bytes),
+            Param::Int(n) => args.add(n),
+        }
+        .map_err(|e| store_error(sqlx::Error::Encode(e)))?;
+    }
+    Ok(args)
+}
+
+/// Writes the parameters into the statement as literals, in one pass over the statement (so a
+/// value that contains `$2` is never substituted again): `$n` becomes a quoted text literal (an
+/// `E''` string, every quote and backslash escaped), `decode('…', 'hex')` for bytes, or the
+/// digits of an integer. The values are the store's own (validated ids, digests, encoded
+/// responses); text never contains NUL (scope parts and keys refuse control characters).
+pub(crate) fn inline(sql: &str, params: &[Param<'_>]) -> String {
+    let mut out = String::with_capacity(sql.len() + 64);
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        let param = after[..digits]
+            .parse::<usize>()
+            .ok()
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|i| params.get(i));
+        match param {
+            Some(param) => write_literal(&mut out, *param),
+            None => out.push_str(&rest[at..at + 1 + digits]),
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn write_literal(out: &mut String, param: Param<'_>) {
+    match param {
+        Param::Text(text) => {
+            out.push_str("E'");
+            for c in text.chars() {
+                match c {
+                    '\'' => out.push_str("\\'"),
+                    '\\' => out.push_str("\\\\"),
+                    c => out.push(c),
+                }
+            }
+            out.push('\'');
+        }
+        Param::Bytes(bytes) => {
+            out.push_str("decode('");
+            for b in bytes {
+                out.push(char::from(HEX[usize::from(b >> 4)]));
+                out.push(char::from(HEX[usize::from(b & 15)]));
+            }
+            out.push_str("', 'hex')");
+        }
+        Param::Int(n) => out.push_str(&n.to_string()),
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c12_literals_cannot_break_out_of_their_quotes() {
+        let sql = inline(
+            "SELECT $1, $2, $3, $10",
+            &[
+                Param::Text("a'b\\c'); DROP TABLE x; -- $2"),
+                Param::Bytes(&[0, 255]),
+                Param::Int(-5),
+                Param::Int(0),
+                Param::Int(0),
+                Param::Int(0),
+                Param::Int(0),
+                Param::Int(0),
+                Param::Int(0),
+                Param::Int(10),
+            ],
+        );
+        assert_eq!(
+            sql,
+            "SELECT E'a\\'b\\\\c\\'); DROP TABLE x; -- $2', decode('00ff', 'hex'), -5, 10"
+        );
+    }
+}

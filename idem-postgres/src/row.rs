@@ -1,0 +1,55 @@
+//! Reading a stored row back into a `Record`: every column is checked, and anything that is not
+//! what the store writes is `CorruptRecord` (C12), never "absent".
+
+use crate::error::store_error;
+use idem_core::store::{Record, RecordState};
+use idem_core::{Error, FencingToken, Fingerprint, Timestamp};
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+
+/// Reads fingerprint, token, state, deadline_ms and response (by name). The response is `None`
+/// where the statement did not fetch it (another fingerprint, or in progress).
+pub(crate) fn decode(row: &PgRow) -> Result<Record<Option<Vec<u8>>>, Error> {
+    let fingerprint: Vec<u8> = row.try_get("fingerprint").map_err(corrupt_or_store)?;
+    let token: Vec<u8> = row.try_get("token").map_err(corrupt_or_store)?;
+    let state: i16 = row.try_get("state").map_err(corrupt_or_store)?;
+    let deadline: i64 = row.try_get("deadline_ms").map_err(corrupt_or_store)?;
+    let response: Option<Vec<u8>> = row.try_get("response").map_err(corrupt_or_store)?;
+    let deadline = u64::try_from(deadline)
+        .map(Timestamp::from_millis)
+        .map_err(|_| corrupt(format!("deadline {deadline} before 1970")))?;
+    let state = match state {
+        0 if response.is_none() => RecordState::InProgress {
+            lease_until: deadline,
+        },
+        0 => return Err(corrupt("an in-progress row with a response".to_owned())),
+        1 => RecordState::Completed {
+            response,
+            expires_at: deadline,
+        },
+        other => return Err(corrupt(format!("state {other}"))),
+    };
+    Ok(Record {
+        fingerprint: Fingerprint::from_slice(&fingerprint)?,
+        token: FencingToken::from_slice(&token)?,
+        state,
+    })
+}
+
+/// A completed record's response, which the statement fetched.
+pub(crate) fn fetched(response: Option<Vec<u8>>) -> Result<Vec<u8>, Error> {
+    response.ok_or_else(|| corrupt("a completed row without a response".to_owned()))
+}
+
+fn corrupt_or_store(error: sqlx::Error) -> Error {
+    match error {
+        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
+            corrupt(format!("column does not decode: {error}"))
+        }
+        other => store_error(other),
+    }
+}
+
+fn corrupt(why: String) -> Error {
+    Error::CorruptRecord(format!("postgres row: {why}"))
+}

@@ -1,0 +1,77 @@
+//! The store's SQL, read from the `.sql` files beside this crate, for one schema and table.
+
+/// The table name the `.sql` files are written with.
+const DEFAULT_TABLE: &str = "idem_records";
+/// The index name the migrations are written with.
+const DEFAULT_INDEX: &str = "idem_records_deadline";
+/// The migrations table the `.sql` files are written with.
+const MIGRATIONS: &str = "idem_schema_migrations";
+
+/// The versioned migrations, in order: (version, SQL for the default names).
+pub(crate) const MIGRATION_FILES: &[(i64, &str)] =
+    &[(1, include_str!("../sql/migrations/0001_create_records.sql"))];
+
+/// Every statement, with the configured schema and table in place of the defaults.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    pub(crate) reserve: String,
+    pub(crate) replace_reservation: String,
+    pub(crate) complete: String,
+    pub(crate) release: String,
+    pub(crate) renew: String,
+    pub(crate) purge_expired: String,
+    pub(crate) select_record: String,
+    pub(crate) migrations_table: String,
+    pub(crate) migrations_applied: String,
+    pub(crate) migration_record: String,
+    pub(crate) migration_lock: &'static str,
+}
+
+impl Statements {
+    /// `schema` and `table` must have passed [`validate_identifier`](crate::validate_identifier).
+    pub(crate) fn new(schema: &str, table: &str) -> Self {
+        let sql = |text: &str| for_table(text, schema, table);
+        Self {
+            reserve: sql(include_str!("../sql/reserve.sql")),
+            replace_reservation: sql(include_str!("../sql/replace_reservation.sql")),
+            complete: sql(include_str!("../sql/complete.sql")),
+            release: sql(include_str!("../sql/release.sql")),
+            renew: sql(include_str!("../sql/renew.sql")),
+            purge_expired: sql(include_str!("../sql/purge_expired.sql")),
+            select_record: sql(include_str!("../sql/select_record.sql")),
+            migrations_table: sql(include_str!("../sql/migrations_table.sql")),
+            migrations_applied: sql(include_str!("../sql/migrations_applied.sql")),
+            migration_record: sql(include_str!("../sql/migration_record.sql")),
+            migration_lock: include_str!("../sql/migration_lock.sql"),
+        }
+    }
+}
+
+/// Puts `schema.table` in place of `idem_records`, `table_deadline` in place of the index name
+/// (an index lives in its table's schema), and `schema.idem_schema_migrations` in place of the
+/// migrations table.
+pub(crate) fn for_table(sql: &str, schema: &str, table: &str) -> String {
+    const INDEX: &str = "\u{1}index\u{1}";
+    const MIGRATIONS_MARK: &str = "\u{1}migrations\u{1}";
+    sql.replace(DEFAULT_INDEX, INDEX)
+        .replace(MIGRATIONS, MIGRATIONS_MARK)
+        .replace(DEFAULT_TABLE, &format!("{schema}.{table}"))
+        .replace(INDEX, &format!("{table}_deadline"))
+        .replace(MIGRATIONS_MARK, &format!("{schema}.{MIGRATIONS}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_put_in_place() {
+        let sql = for_table(MIGRATION_FILES[0].1, "billing", "idem_records");
+        assert!(sql.contains("CREATE TABLE IF NOT EXISTS billing.idem_records ("));
+        assert!(sql.contains(
+            "CREATE INDEX IF NOT EXISTS idem_records_deadline ON billing.idem_records (deadline)"
+        ));
+        let applied = for_table(include_str!("../sql/migrations_applied.sql"), "s", "t");
+        assert!(applied.contains("FROM s.idem_schema_migrations"));
+    }
+}

@@ -1,0 +1,270 @@
+//! `PgStore`: the PostgreSQL store, its builder, and its `Store` implementation.
+
+use crate::config::{validate_identifier, Isolation, PgConfig};
+use crate::connections::Connections;
+use crate::error::store_error;
+use crate::ops::Ops;
+use crate::params::StatementMode;
+use crate::sql::Statements;
+use idem_core::store::{Completion, Lease, Record};
+use idem_core::{async_trait, Begin, Error, RecordId, Request, Store, Timestamp};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgConnection, PgPool};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// An idem [`Store`] in PostgreSQL, with completion inside the caller's transaction.
+///
+/// - **One round trip per answer.** A fresh key is reserved, and a replay, an in-flight
+///   duplicate or a mismatch is answered, by one statement (`sql/reserve.sql`) that returns the
+///   current record or inserts a fresh one; the decision is the core's. It reads without locks,
+///   so a duplicate never waits for a business transaction (C5).
+/// - **Completion in your transaction** (C6): [`complete_in`](Self::complete_in) writes the
+///   engine's [`Completion`] on your `&mut PgConnection` (`&mut *tx`), so the effect and the
+///   completion commit or vanish together; the closure form is
+///   [`PgIdempotency::run_in_transaction`](crate::PgIdempotency::run_in_transaction).
+/// - **Time from the server** (C11): every deadline is computed by PostgreSQL's
+///   `clock_timestamp()`, so application servers with skewed clocks agree on every lease.
+/// - **No hidden round trips.** The store runs its statements on connections of its own, taken
+///   and given back without the ping sqlx's pool sends (on return always, on acquire by default).
+///
+/// Cloning is cheap: clones share the pool.
+///
+/// ```no_run
+/// use idem_postgres::PgStore;
+/// # async fn demo() -> Result<(), idem_core::Error> {
+/// let store = PgStore::connect("postgres://app@localhost/payments").await?;
+/// store.migrate().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) pool: PgPool,
+    pub(crate) conns: Connections,
+    pub(crate) ops: Ops,
+    pub(crate) config: PgConfig,
+}
+
+/// Settings for [`PgStore`]; see [`PgStore::builder`].
+///
+/// ```no_run
+/// use idem_postgres::{Isolation, PgStore, StatementMode};
+/// # async fn demo() -> Result<(), idem_core::Error> {
+/// let store = PgStore::builder()
+///     .schema("billing")
+///     .table("idem_records")
+///     .max_connections(32)
+///     .statements(StatementMode::Simple) // behind PgBouncer in transaction mode
+///     .isolation(Isolation::Serializable)
+///     .connect("postgres://app@pgbouncer:6432/payments")
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct PgStoreBuilder {
+    config: PgConfig,
+    max_connections: u32,
+    acquire_timeout: Duration,
+}
+
+impl PgStoreBuilder {
+    /// The schema of the table (default `public`), checked by
+    /// [`validate_identifier`](crate::validate_identifier).
+    pub fn schema(mut self, schema: &str) -> Self {
+        self.config.schema = schema.to_owned();
+        self
+    }
+
+    /// The table (default `idem_records`), checked by
+    /// [`validate_identifier`](crate::validate_identifier). Put it in the schema of your
+    /// business tables: the completion shares their transactions.
+    pub fn table(mut self, table: &str) -> Self {
+        self.config.table = table.to_owned();
+        self
+    }
+
+    /// How statements are sent (default [`StatementMode::Prepared`]); behind a pooler in
+    /// transaction mode, [`StatementMode::Simple`].
+    pub fn statements(mut self, mode: StatementMode) -> Self {
+        self.config.statements = mode;
+        self
+    }
+
+    /// The isolation level of the transactions `run_in_transaction` opens (default
+    /// [`Isolation::ReadCommitted`]).
+    pub fn isolation(mut self, isolation: Isolation) -> Self {
+        self.config.isolation = isolation;
+        self
+    }
+
+    /// The pool's size when the store builds it (default 16).
+    pub fn max_connections(mut self, max: u32) -> Self {
+        self.max_connections = max;
+        self
+    }
+
+    /// How long a call waits for a pooled connection before it is
+    /// [`StoreErrorKind::Unavailable`](idem_core::StoreErrorKind::Unavailable) (default 5 s).
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
+    /// Connects to `url`: the store's own connections (up to
+    /// [`max_connections`](Self::max_connections)), and a pool for your transactions that opens
+    /// connections when you first use it. Fails at once if the server cannot be reached.
+    pub async fn connect(self, url: &str) -> Result<PgStore, Error> {
+        validate(&self.config)?;
+        let options: PgConnectOptions = url.parse().map_err(store_error)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(self.max_connections)
+            .acquire_timeout(self.acquire_timeout)
+            .test_before_acquire(false)
+            .connect_lazy_with(options.clone());
+        let store = PgStore::from_parts(pool, options, self);
+        let probe = store.inner.conns.get().await?;
+        probe.finish::<()>(&Ok(()));
+        Ok(store)
+    }
+
+    /// Uses your pool for your transactions (typically the one of your business code); the
+    /// store opens its own connections with the pool's connect options. Build the pool with
+    /// `test_before_acquire(false)` for your own round trips' sake.
+    pub fn pool(self, pool: PgPool) -> Result<PgStore, Error> {
+        validate(&self.config)?;
+        let options = (*pool.connect_options()).clone();
+        Ok(PgStore::from_parts(pool, options, self))
+    }
+}
+
+fn validate(config: &PgConfig) -> Result<(), Error> {
+    validate_identifier(&config.schema)?;
+    validate_identifier(&config.table)
+}
+
+impl PgStore {
+    /// Starts configuring a store.
+    pub fn builder() -> PgStoreBuilder {
+        PgStoreBuilder {
+            config: PgConfig::default(),
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// A store on `url` with the default settings (table `public.idem_records`).
+    pub async fn connect(url: &str) -> Result<Self, Error> {
+        Self::builder().connect(url).await
+    }
+
+    fn from_parts(pool: PgPool, options: PgConnectOptions, builder: PgStoreBuilder) -> Self {
+        let config = builder.config;
+        let ops = Ops {
+            sql: Statements::new(&config.schema, &config.table),
+            mode: config.statements,
+        };
+        let conns = Connections::new(options, builder.max_connections, builder.acquire_timeout);
+        Self {
+            inner: Arc::new(Inner {
+                pool,
+                conns,
+                ops,
+                config,
+            }),
+        }
+    }
+
+    /// The pool, for your own transactions.
+    pub fn pool(&self) -> &PgPool {
+        &self.inner.pool
+    }
+
+    /// The schema-qualified table the records live in.
+    pub fn table(&self) -> String {
+        format!("{}.{}", self.inner.config.schema, self.inner.config.table)
+    }
+
+    /// The isolation level `run_in_transaction` uses.
+    pub fn isolation(&self) -> Isolation {
+        self.inner.config.isolation
+    }
+
+    /// Completes the record **inside the caller's transaction** (C6): commit it and the effect
+    /// and the completion are both there; roll it back and neither is. [`Error::LeaseLost`]
+    /// means another attempt holds the record (or, at `RepeatableRead`/`Serializable`, a
+    /// serialization failure): roll the transaction back.
+    ///
+    /// ```no_run
+    /// # use idem_core::{Begin, Idempotency, StoredResponse};
+    /// # use idem_postgres::PgStore;
+    /// # async fn demo(idem: Idempotency<PgStore>, request: idem_core::Request) -> Result<(), Box<dyn std::error::Error>> {
+    /// if let Begin::Acquired(lease) = idem.begin(&request).await? {
+    ///     let mut tx = idem.store().pool().begin().await?;
+    ///     sqlx::query("INSERT INTO charges (cents) VALUES (2500)").execute(&mut *tx).await?;
+    ///     let completion = idem.completion(&lease, StoredResponse::new(201, "charged"));
+    ///     idem.store().complete_in(&mut tx, &completion).await?; // on error: the tx rolls back
+    ///     tx.commit().await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn complete_in(
+        &self,
+        conn: &mut PgConnection,
+        completion: &Completion,
+    ) -> Result<(), Error> {
+        self.inner.ops.complete(conn, completion).await
+    }
+}
+
+/// Runs one operation on one of the store's own connections, and gives the connection back
+/// only if the operation finished cleanly.
+macro_rules! on_connection {
+    ($store:expr, |$conn:ident| $op:expr) => {{
+        let mut held = $store.inner.conns.get().await?;
+        let result = {
+            let $conn = held.conn();
+            $op.await
+        };
+        held.finish(&result);
+        result
+    }};
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
+        on_connection!(self, |conn| self
+            .inner
+            .ops
+            .reserve(conn, request, lease_for))
+    }
+
+    async fn complete(&self, completion: &Completion) -> Result<(), Error> {
+        on_connection!(self, |conn| self.inner.ops.complete(conn, completion))
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), Error> {
+        on_connection!(self, |conn| self.inner.ops.release(conn, lease))
+    }
+
+    async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
+        on_connection!(self, |conn| self.inner.ops.renew(conn, lease, lease_for))
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
+        on_connection!(self, |conn| self.inner.ops.purge_expired(conn, limit))
+    }
+
+    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+        on_connection!(self, |conn| self.inner.ops.select(conn, id))
+    }
+}

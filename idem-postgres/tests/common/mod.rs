@@ -1,0 +1,162 @@
+//! What the PostgreSQL tests share: the server that scripts/test started (a missing server is a
+//! failure, never a skip), and the conformance harness.
+#![allow(dead_code)]
+
+use idem_core::store::Completion;
+use idem_core::testing::{Harness, TransactionalHarness};
+use idem_core::{Error, FencingToken, RecordId};
+use idem_postgres::sqlx::{self, AssertSqlSafe, PgPool};
+use idem_postgres::{Isolation, PgStore, StatementMode};
+
+/// The schema every test table lives in.
+pub const SCHEMA: &str = "idem_test";
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run `bash scripts/test`, which starts PostgreSQL and PgBouncer, or set it to a server of your own")
+    })
+}
+
+/// The PostgreSQL server.
+pub fn pg_url() -> String {
+    env("IDEM_PG_URL")
+}
+
+/// The PgBouncer (transaction mode) in front of it.
+pub fn bouncer_url() -> String {
+    env("IDEM_PGBOUNCER_URL")
+}
+
+/// A store on a new table of [`SCHEMA`], migrated, with a small pool.
+pub async fn store_on(url: &str, mode: StatementMode, isolation: Isolation) -> PgStore {
+    let table = format!("t_{}", FencingToken::generate());
+    let store = PgStore::builder()
+        .schema(SCHEMA)
+        .table(&table)
+        .statements(mode)
+        .isolation(isolation)
+        .max_connections(8)
+        .connect(url)
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    business_table(store.pool()).await;
+    store
+}
+
+/// The business table of the tests: one row per charge, by intent. Call it after a store's
+/// `migrate`, which creates the schema.
+pub async fn business_table(pool: &PgPool) {
+    // Concurrent CREATE ... IF NOT EXISTS can still collide in the catalog: serialize them.
+    let mut tx = pool.begin().await.expect("begin");
+    sqlx::raw_sql(
+        "SELECT pg_advisory_xact_lock(4242); \
+         CREATE TABLE IF NOT EXISTS idem_test.charges (id bigserial PRIMARY KEY, intent text NOT NULL, cents bigint NOT NULL DEFAULT 1)",
+    )
+    .execute(&mut *tx)
+    .await
+    .expect("business table");
+    tx.commit().await.expect("commit");
+}
+
+/// How many charges exist for `intent`.
+pub async fn charges(pool: &PgPool, intent: &str) -> i64 {
+    let query = format!(
+        "SELECT COUNT(*) FROM idem_test.charges WHERE intent = '{}'",
+        intent.replace('\'', "''")
+    );
+    // The simple protocol: it also runs behind PgBouncer in transaction mode.
+    let row = sqlx::raw_sql(AssertSqlSafe(query))
+        .fetch_one(pool)
+        .await
+        .expect("count");
+    sqlx::Row::try_get(&row, 0).expect("a count")
+}
+
+/// The conformance harness: every store is a new table, so scenarios, binaries and processes
+/// never see each other's records.
+pub struct Pg {
+    pub url: String,
+    pub mode: StatementMode,
+    pub isolation: Isolation,
+}
+
+impl Pg {
+    pub fn direct(isolation: Isolation) -> Self {
+        Self {
+            url: pg_url(),
+            mode: StatementMode::Prepared,
+            isolation,
+        }
+    }
+
+    pub fn bouncer() -> Self {
+        Self {
+            url: bouncer_url(),
+            mode: StatementMode::Simple,
+            isolation: Isolation::ReadCommitted,
+        }
+    }
+}
+
+#[idem_core::async_trait]
+impl Harness for Pg {
+    type Store = PgStore;
+
+    async fn store(&self) -> PgStore {
+        store_on(&self.url, self.mode, self.isolation).await
+    }
+
+    async fn corrupt_response(&self, store: &PgStore, id: &RecordId) {
+        let query = format!(
+            "UPDATE {} SET response = '\\x00ff00'::bytea WHERE consumer = '{}' AND route = '{}' AND key = '{}'",
+            store.table(),
+            id.consumer().replace('\'', "''"),
+            id.route().replace('\'', "''"),
+            id.key().replace('\'', "''"),
+        );
+        let done = sqlx::raw_sql(AssertSqlSafe(query))
+            .execute(store.pool())
+            .await
+            .expect("update");
+        assert_eq!(done.rows_affected(), 1);
+    }
+}
+
+#[idem_core::async_trait]
+impl TransactionalHarness for Pg {
+    async fn effect_then_complete(
+        &self,
+        store: &PgStore,
+        intent: &str,
+        completion: Completion,
+        commit: bool,
+    ) -> Result<(), Error> {
+        let fail = |e| Error::store("postgres", idem_core::StoreErrorKind::Other, e);
+        let begin = match self.isolation {
+            Isolation::ReadCommitted => "BEGIN ISOLATION LEVEL READ COMMITTED",
+            Isolation::RepeatableRead => "BEGIN ISOLATION LEVEL REPEATABLE READ",
+            _ => "BEGIN ISOLATION LEVEL SERIALIZABLE",
+        };
+        let mut tx = store.pool().begin_with(begin).await.map_err(fail)?;
+        let insert = format!(
+            "INSERT INTO idem_test.charges (intent) VALUES ('{}')",
+            intent.replace('\'', "''")
+        );
+        sqlx::raw_sql(AssertSqlSafe(insert))
+            .execute(&mut *tx)
+            .await
+            .map_err(fail)?;
+        store.complete_in(&mut tx, &completion).await?;
+        if commit {
+            tx.commit().await.map_err(fail)?;
+        } else {
+            tx.rollback().await.map_err(fail)?;
+        }
+        Ok(())
+    }
+
+    async fn business_rows(&self, store: &PgStore, intent: &str) -> usize {
+        usize::try_from(charges(store.pool(), intent).await).expect("a count")
+    }
+}

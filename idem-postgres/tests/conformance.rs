@@ -1,0 +1,24 @@
+//! The shared conformance suite against `PgStore` on a real server (prepared statements), and
+//! the transactional suite at each isolation level. Every scenario gets a table of its own.
+
+mod common;
+
+use common::Pg;
+use idem_postgres::Isolation;
+
+idem_core::conformance_tests!(Pg::direct(Isolation::ReadCommitted));
+
+mod read_committed {
+    use super::*;
+    idem_core::transactional_tests!(Pg::direct(Isolation::ReadCommitted));
+}
+
+mod repeatable_read {
+    use super::*;
+    idem_core::transactional_tests!(Pg::direct(Isolation::RepeatableRead));
+}
+
+mod serializable {
+    use super::*;
+    idem_core::transactional_tests!(Pg::direct(Isolation::Serializable));
+}

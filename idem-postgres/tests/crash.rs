@@ -1,0 +1,354 @@
+//! Real crashes and a real clock skew (C6, C9, C11): a child process (this test binary, re-run in
+//! child mode) is killed with SIGKILL in the middle of a charge, or runs with its clock ten
+//! minutes ahead; the parent retries against the same server.
+
+mod common;
+
+use common::{charges, pg_url, SCHEMA};
+use idem_core::{Answer, Begin, Idempotency, Outcome, Policy, Request, StoredResponse};
+use idem_postgres::sqlx::{self, AssertSqlSafe};
+use idem_postgres::{PgIdempotency, PgStore};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const LEASE: Duration = Duration::from_millis(1500);
+const CHILD_ENV: &str = "IDEM_PG_CRASH_CHILD";
+
+fn request(idem: &Idempotency<PgStore>, intent: &str) -> Request {
+    idem.request("acct_crash", "POST", "/charges")
+        .key(Some(intent))
+        .body(b"{\"cents\":4200}")
+        .build()
+        .expect("request")
+}
+
+async fn engine(table: &str) -> Idempotency<PgStore> {
+    let store = PgStore::builder()
+        .schema(SCHEMA)
+        .table(table)
+        .max_connections(4)
+        .connect(&pg_url())
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    common::business_table(store.pool()).await;
+    Idempotency::with_policy(store, Policy::default().lease(LEASE)).expect("policy")
+}
+
+async fn insert_charge(
+    tx: &mut sqlx::PgConnection,
+    intent: &str,
+) -> Result<StoredResponse, sqlx::Error> {
+    let (id,): (i64,) = sqlx::query_as(
+        "INSERT INTO idem_test.charges (intent, cents) VALUES ($1, 4200) RETURNING id",
+    )
+    .bind(intent)
+    .fetch_one(tx)
+    .await?;
+    Ok(StoredResponse::new(201, format!("charge {id}")))
+}
+
+/// The child's side: `mode|table|intent`. It prints `READY ...` at the point where the parent
+/// kills it (or reads what it printed), then waits.
+#[tokio::test]
+#[ignore = "child process of the crash and skew tests: run by them with IDEM_PG_CRASH_CHILD set"]
+async fn crash_child() {
+    let spec = std::env::var(CHILD_ENV).expect("run by the crash tests");
+    let mut parts = spec.splitn(3, '|');
+    let (mode, table, intent) = (
+        parts.next().expect("mode"),
+        parts.next().expect("table"),
+        parts.next().expect("intent").to_owned(),
+    );
+    let idem = engine(table).await;
+    let request = request(&idem, &intent);
+    match mode {
+        "before-commit" => {
+            let Begin::Acquired(lease) = idem.begin(&request).await.expect("begin") else {
+                panic!("the child is first");
+            };
+            let mut tx = idem.store().pool().begin().await.expect("tx");
+            let response = insert_charge(&mut tx, &intent).await.expect("insert");
+            idem.store()
+                .complete_in(&mut tx, &idem.completion(&lease, response))
+                .await
+                .expect("complete_in");
+            println!("READY");
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            tx.commit().await.expect("never reached");
+        }
+        "after-commit" => {
+            let outcome = idem
+                .run_in_transaction(&request, move |tx, _| {
+                    Box::pin(async move { insert_charge(tx, &intent).await })
+                })
+                .await
+                .expect("run");
+            assert!(matches!(outcome, Outcome::Executed(_)));
+            println!("READY");
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+        "skewed" => {
+            let Begin::Acquired(lease) = idem.begin(&request).await.expect("begin") else {
+                panic!("the child is first");
+            };
+            let local_ms = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .expect("clock")
+                .as_millis();
+            println!("READY {} {local_ms}", lease.lease_until().as_millis());
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+        other => panic!("unknown mode {other}"),
+    }
+}
+
+/// Runs the child (under `wrapper`, if any) until it prints READY; returns that line's words
+/// and kills the child with SIGKILL.
+fn run_child_and_kill(wrapper: &[&str], mode: &str, table: &str, intent: &str) -> Vec<String> {
+    let exe = std::env::current_exe().expect("test binary");
+    let args = [
+        "--ignored",
+        "--exact",
+        "crash_child",
+        "--nocapture",
+        "--test-threads=1",
+    ];
+    let mut command = match wrapper.split_first() {
+        Some((program, rest)) => {
+            let mut c = Command::new(program);
+            c.args(rest).arg(&exe).args(args);
+            c
+        }
+        None => {
+            let mut c = Command::new(&exe);
+            c.args(args);
+            c
+        }
+    };
+    let mut child = command
+        .env(CHILD_ENV, format!("{mode}|{table}|{intent}"))
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn child");
+    let stdout = child.stdout.take().expect("child stdout");
+    let ready = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            line.split_once("READY").map(|(_, rest)| {
+                rest.split_whitespace()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+        });
+    child.kill().expect("SIGKILL");
+    let status = child.wait().expect("wait");
+    assert!(!status.success(), "the child was killed, not finished");
+    ready.expect("the child did not reach its kill point")
+}
+
+fn table() -> String {
+    format!("crash_{}", idem_core::FencingToken::generate())
+}
+
+#[tokio::test]
+async fn c09_killed_before_commit_retry_after_lease_runs_once() {
+    let (table, intent) = (
+        table(),
+        format!("before-{}", idem_core::FencingToken::generate()),
+    );
+    let idem = engine(&table).await;
+    run_child_and_kill(&[], "before-commit", &table, &intent);
+
+    assert_eq!(
+        charges(idem.store().pool(), &intent).await,
+        0,
+        "the uncommitted charge vanished"
+    );
+    let request = request(&idem, &intent);
+    let first = idem.begin(&request).await.expect("begin");
+    assert!(
+        matches!(first, Begin::Answered(Answer::InFlight { .. })),
+        "the orphan holds until its lease: {first:?}"
+    );
+    tokio::time::sleep(LEASE + Duration::from_millis(300)).await;
+    for attempt in 0..3 {
+        let i = intent.clone();
+        let outcome = idem
+            .run_in_transaction(&request, move |tx, _| {
+                Box::pin(async move { insert_charge(tx, &i).await })
+            })
+            .await
+            .expect("retry");
+        assert_eq!(
+            matches!(outcome, Outcome::Executed(_)),
+            attempt == 0,
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(charges(idem.store().pool(), &intent).await, 1);
+}
+
+#[tokio::test]
+async fn c07_killed_after_commit_before_answer_retry_replays() {
+    let (table, intent) = (
+        table(),
+        format!("after-{}", idem_core::FencingToken::generate()),
+    );
+    let idem = engine(&table).await;
+    run_child_and_kill(&[], "after-commit", &table, &intent);
+
+    assert_eq!(charges(idem.store().pool(), &intent).await, 1);
+    let request = request(&idem, &intent);
+    let i = intent.clone();
+    let outcome = idem
+        .run_in_transaction(&request, move |tx, _| {
+            Box::pin(async move { insert_charge(tx, &i).await })
+        })
+        .await
+        .expect("retry");
+    let Outcome::Answered(Answer::Replay(response)) = outcome else {
+        panic!("expected the replay, got {outcome:?}");
+    };
+    assert!(String::from_utf8_lossy(&response.body).starts_with("charge "));
+    assert_eq!(charges(idem.store().pool(), &intent).await, 1);
+}
+
+/// C11: a process whose clock runs ten minutes ahead reserves; its lease deadline is the
+/// server's (not ten minutes off), a process with the right clock sees the record in flight for
+/// the lease and no longer, then takes it over.
+#[tokio::test]
+async fn c11_skewed_process_clocks_agree_on_the_lease() {
+    let (table, intent) = (
+        table(),
+        format!("skew-{}", idem_core::FencingToken::generate()),
+    );
+    let idem = engine(&table).await;
+    let words = run_child_and_kill(&["faketime", "-f", "+10m"], "skewed", &table, &intent);
+    let lease_until: u64 = words[0].parse().expect("lease_until");
+    let child_clock: u128 = words[1].parse().expect("child clock");
+    let ours = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_millis();
+    assert!(
+        child_clock > ours + 9 * 60 * 1000,
+        "the child's clock is ten minutes ahead ({child_clock} vs {ours})"
+    );
+    let server_now = u64::try_from(ours).expect("ms");
+    assert!(
+        lease_until < server_now + LEASE.as_millis() as u64 + 5_000,
+        "the lease was computed by the child's clock: {lease_until} vs {server_now}"
+    );
+    let request = request(&idem, &intent);
+    let Begin::Answered(Answer::InFlight { retry_after }) =
+        idem.begin(&request).await.expect("begin")
+    else {
+        panic!("in flight");
+    };
+    assert!(retry_after <= LEASE, "{retry_after:?}");
+    tokio::time::sleep(retry_after + Duration::from_millis(300)).await;
+    let Begin::Acquired(lease) = idem.begin(&request).await.expect("begin") else {
+        panic!("the skewed process's orphan is taken over after the lease, not ten minutes later");
+    };
+    assert!(matches!(
+        lease.acquired(),
+        idem_core::Acquire::TakeOver { .. }
+    ));
+}
+
+/// C6: the backend of an in-flight effect is terminated mid transaction: no business row, no
+/// completed record, and the key is recoverable.
+#[tokio::test]
+async fn c06_terminated_backend_mid_transaction_leaves_nothing() {
+    let (table, intent) = (
+        table(),
+        format!("term-{}", idem_core::FencingToken::generate()),
+    );
+    let idem = engine(&table).await;
+    let request = request(&idem, &intent);
+    let (pid_tx, pid_rx) = tokio::sync::oneshot::channel::<i32>();
+    let i = intent.clone();
+    let running = {
+        let (idem, request) = (idem.clone(), request.clone());
+        tokio::spawn(async move {
+            idem.run_in_transaction(&request, move |tx, _| {
+                Box::pin(async move {
+                    let response = insert_charge(tx, &i).await?;
+                    let (pid,): (i32,) = sqlx::query_as("SELECT pg_backend_pid()")
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    let _ = pid_tx.send(pid);
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    Ok::<_, sqlx::Error>(response)
+                })
+            })
+            .await
+        })
+    };
+    let pid = pid_rx.await.expect("pid");
+    sqlx::raw_sql(AssertSqlSafe(format!("SELECT pg_terminate_backend({pid})")))
+        .execute(idem.store().pool())
+        .await
+        .expect("terminate");
+    let result = running.await.expect("task");
+    assert!(result.is_err(), "the effect's transaction died: {result:?}");
+    assert_eq!(charges(idem.store().pool(), &intent).await, 0);
+    let record = idem_core::Store::lookup(idem.store(), request.id())
+        .await
+        .expect("lookup");
+    assert!(
+        record.as_ref().is_none_or(|r| r.is_in_progress()),
+        "{record:?}"
+    );
+    tokio::time::sleep(LEASE + Duration::from_millis(300)).await;
+    let i = intent.clone();
+    let retry = idem
+        .run_in_transaction(&request, move |tx, _| {
+            Box::pin(async move { insert_charge(tx, &i).await })
+        })
+        .await
+        .expect("retry");
+    assert!(matches!(retry, Outcome::Executed(_)));
+    assert_eq!(charges(idem.store().pool(), &intent).await, 1);
+}
+
+/// C6, C9: a slow holder whose lease is taken over: its completion is `LeaseLost`, its business
+/// insert rolls back, and exactly one business row exists.
+#[tokio::test]
+async fn c09_slow_holder_taken_over_rolls_back() {
+    let (table, intent) = (
+        table(),
+        format!("slow-{}", idem_core::FencingToken::generate()),
+    );
+    let idem = engine(&table).await;
+    let request = request(&idem, &intent);
+    let Begin::Acquired(slow) = idem.begin(&request).await.expect("begin") else {
+        panic!("fresh");
+    };
+    let mut tx = idem.store().pool().begin().await.expect("tx");
+    insert_charge(&mut tx, &intent).await.expect("insert");
+    tokio::time::sleep(LEASE + Duration::from_millis(300)).await;
+    let i = intent.clone();
+    let taker = idem
+        .run_in_transaction(&request, move |tx, _| {
+            Box::pin(async move { insert_charge(tx, &i).await })
+        })
+        .await
+        .expect("takeover");
+    assert!(matches!(taker, Outcome::Executed(_)));
+    let late = idem
+        .store()
+        .complete_in(
+            &mut tx,
+            &idem.completion(&slow, StoredResponse::new(201, "late")),
+        )
+        .await;
+    assert!(matches!(late, Err(idem_core::Error::LeaseLost)), "{late:?}");
+    tx.rollback().await.expect("rollback");
+    assert_eq!(charges(idem.store().pool(), &intent).await, 1);
+}

@@ -1,0 +1,201 @@
+//! Round trips per path, counted on the wire: a loopback proxy between the store and the server
+//! counts the messages that end a client's turn (`Sync` of the extended protocol, `Query` of the
+//! simple one). Each is one round trip. The counts are what docs/stores.md states.
+
+mod common;
+
+use common::{pg_url, SCHEMA};
+use idem_core::{Answer, Begin, Idempotency, Policy, StoredResponse};
+use idem_postgres::{PgStore, StatementMode};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A proxy to `upstream` that counts the client's round trips.
+async fn counting_proxy(upstream: String) -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let turns = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&turns);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let server = TcpStream::connect(&upstream).await.expect("upstream");
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = server.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+            });
+            let counter = Arc::clone(&counter);
+            tokio::spawn(async move {
+                // Untyped messages first (SSLRequest, then the startup message), typed after.
+                let mut typed = false;
+                loop {
+                    let mut tag = [0u8; 1];
+                    if typed && client_read.read_exact(&mut tag).await.is_err() {
+                        return;
+                    }
+                    let mut len = [0u8; 4];
+                    if client_read.read_exact(&mut len).await.is_err() {
+                        return;
+                    }
+                    let body_len = (u32::from_be_bytes(len) as usize).saturating_sub(4);
+                    let mut body = vec![0u8; body_len];
+                    if client_read.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    let mut frame = Vec::with_capacity(5 + body_len);
+                    if typed {
+                        frame.push(tag[0]);
+                        if matches!(tag[0], b'S' | b'Q') {
+                            counter.fetch_add(1, Ordering::SeqCst);
+                        }
+                    } else if body.get(..4) != Some(&80_877_103u32.to_be_bytes()[..]) {
+                        typed = true; // the startup message; an SSLRequest stays untyped
+                    }
+                    frame.extend_from_slice(&len);
+                    frame.extend_from_slice(&body);
+                    if server_write.write_all(&frame).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, turns)
+}
+
+async fn measured<T>(turns: &AtomicUsize, op: impl std::future::Future<Output = T>) -> (T, usize) {
+    let before = turns.load(Ordering::SeqCst);
+    let value = op.await;
+    (value, turns.load(Ordering::SeqCst) - before)
+}
+
+async fn count_paths(mode: StatementMode) {
+    let upstream = pg_url()
+        .rsplit('@')
+        .next()
+        .and_then(|rest| rest.split('/').next())
+        .expect("host:port in IDEM_PG_URL")
+        .to_owned();
+    let (port, turns) = counting_proxy(upstream).await;
+    let store = PgStore::builder()
+        .schema(SCHEMA)
+        .table(&format!("rt_{}", idem_core::FencingToken::generate()))
+        .statements(mode)
+        .max_connections(1)
+        .connect(&format!(
+            "postgres://idem@127.0.0.1:{port}/postgres?sslmode=disable"
+        ))
+        .await
+        .expect("connect through the proxy");
+    store.migrate().await.expect("migrate");
+    let idem = Idempotency::with_policy(
+        store.clone(),
+        Policy::default().lease(Duration::from_millis(300)),
+    )
+    .expect("policy");
+    let req = |key: &str, body: &[u8]| {
+        idem.request("acct", "POST", "/charges")
+            .key(Some(key))
+            .body(body)
+            .build()
+            .expect("request")
+    };
+    // Warm the connection: every statement prepared once (a first use costs one more turn).
+    for round in 0..2 {
+        let warm = req(&format!("warm-{round}"), b"{}");
+        if let Ok(Begin::Acquired(mut lease)) = idem.begin(&warm).await {
+            idem.renew(&mut lease).await.expect("renew");
+            let again = req(&format!("warm-{round}"), b"{}");
+            let _ = idem.begin(&again).await;
+            let mut tx = store.pool().begin().await.expect("tx");
+            store
+                .complete_in(
+                    &mut tx,
+                    &idem.completion(&lease, StoredResponse::new(201, "ok")),
+                )
+                .await
+                .expect("complete");
+            tx.commit().await.expect("commit");
+            let _ = idem.begin(&again).await;
+            let _ = idem.begin(&req(&format!("warm-{round}"), b"other")).await;
+        }
+        let orphan = req(&format!("warm-orphan-{round}"), b"{}");
+        if let Ok(Begin::Acquired(lease)) = idem.begin(&orphan).await {
+            idem.release(lease).await.expect("release");
+        }
+        let taken = req(&format!("warm-taken-{round}"), b"{}");
+        let _ = idem.begin(&taken).await;
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        let _ = idem.begin(&taken).await;
+    }
+
+    let fresh = req("fresh", b"{}");
+    let (begun, fresh_turns) = measured(&turns, idem.begin(&fresh)).await;
+    let Ok(Begin::Acquired(lease)) = begun else {
+        panic!("fresh: {begun:?}")
+    };
+    let (answer, in_flight_turns) = measured(&turns, idem.begin(&fresh)).await;
+    assert!(matches!(
+        answer,
+        Ok(Begin::Answered(Answer::InFlight { .. }))
+    ));
+
+    let mut tx = store.pool().begin().await.expect("tx");
+    let completion = idem.completion(&lease, StoredResponse::new(201, "charged"));
+    let (done, complete_turns) = measured(&turns, store.complete_in(&mut tx, &completion)).await;
+    done.expect("complete_in");
+    tx.commit().await.expect("commit");
+    // sqlx's pool (your transactions' pool, not the store's) pings the connection it gets back,
+    // in the background: let that turn pass before the next measurement.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let (answer, replay_turns) = measured(&turns, idem.begin(&fresh)).await;
+    assert!(matches!(answer, Ok(Begin::Answered(Answer::Replay(_)))));
+    let (answer, mismatch_turns) = measured(&turns, idem.begin(&req("fresh", b"other"))).await;
+    assert!(matches!(answer, Ok(Begin::Answered(Answer::Mismatch))));
+
+    let orphan = req("orphan", b"{}");
+    let Ok(Begin::Acquired(_)) = idem.begin(&orphan).await else {
+        panic!("orphan")
+    };
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let (taken, takeover_turns) = measured(&turns, idem.begin(&orphan)).await;
+    let Ok(Begin::Acquired(mut lease)) = taken else {
+        panic!("takeover: {taken:?}")
+    };
+    let (renewed, renew_turns) = measured(&turns, idem.renew(&mut lease)).await;
+    renewed.expect("renew");
+    let (released, release_turns) = measured(&turns, idem.release(lease)).await;
+    released.expect("release");
+
+    println!(
+        "{mode:?}: fresh {fresh_turns}, in flight {in_flight_turns}, replay {replay_turns}, mismatch {mismatch_turns}, complete_in {complete_turns}, takeover {takeover_turns}, renew {renew_turns}, release {release_turns}"
+    );
+    assert_eq!(fresh_turns, 1, "{mode:?}: a fresh key");
+    assert_eq!(in_flight_turns, 1, "{mode:?}: an in-flight duplicate");
+    assert_eq!(replay_turns, 1, "{mode:?}: a replay");
+    assert_eq!(mismatch_turns, 1, "{mode:?}: a mismatch");
+    assert_eq!(
+        complete_turns, 1,
+        "{mode:?}: the completion in the caller's transaction"
+    );
+    assert_eq!(
+        takeover_turns, 2,
+        "{mode:?}: a takeover (read, then compare-and-set)"
+    );
+    assert_eq!(renew_turns, 1, "{mode:?}: a renewal");
+    assert_eq!(release_turns, 1, "{mode:?}: a release");
+}
+
+#[tokio::test]
+async fn one_round_trip_per_answer_with_prepared_statements() {
+    count_paths(StatementMode::Prepared).await;
+}
+
+#[tokio::test]
+async fn one_round_trip_per_answer_with_the_simple_protocol() {
+    count_paths(StatementMode::Simple).await;
+}

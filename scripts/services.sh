@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Private servers for the tests and benches: a PostgreSQL cluster and a PgBouncer in
+# transaction mode, each on a free loopback port, with their files in "$run_dir". Sourced by
+# scripts/test; `start_services` exports IDEM_PG_URL and IDEM_PGBOUNCER_URL and
+# `stop_services` stops what it started. A missing server program is installed with apt-get
+# when we are root; otherwise it is an error, never a skipped test.
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# The directory of initdb and pg_ctl: on PATH, or Debian's /usr/lib/postgresql/<version>/bin.
+pg_bin_dir() {
+    if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
+        dirname "$(command -v initdb)"
+        return
+    fi
+    ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
+}
+
+install_packages() {
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "scripts/services.sh: missing $*; install it (apt-get install $*) or run as root" >&2
+        return 1
+    fi
+    echo "== apt-get install $*"
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null 2>&1; then
+        apt-get update -qq >/dev/null 2>&1
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+    fi
+}
+
+# Runs a command as the unprivileged owner of the cluster (initdb and postgres refuse root).
+as_owner() {
+    if [ "$(id -u)" -eq 0 ]; then
+        runuser -u "$pg_owner" -- "$@"
+    else
+        "$@"
+    fi
+}
+
+start_postgres() {
+    local bin
+    bin=$(pg_bin_dir)
+    if [ -z "$bin" ] || [ ! -x "$bin/initdb" ]; then
+        install_packages postgresql || return 1
+        bin=$(pg_bin_dir)
+    fi
+    pg_owner=$(id -un)
+    if [ "$(id -u)" -eq 0 ]; then
+        pg_owner=postgres
+        id -u "$pg_owner" >/dev/null 2>&1 || useradd --system --no-create-home "$pg_owner"
+    fi
+    pg_dir="$run_dir/postgres"
+    mkdir -p "$pg_dir"
+    chmod 755 "$run_dir"
+    chown "$pg_owner" "$pg_dir"
+    pg_port=$(free_port)
+    as_owner "$bin/initdb" -D "$pg_dir/data" -U idem --auth=trust -E UTF8 --no-sync >"$pg_dir/initdb.log" 2>&1 \
+        || { cat "$pg_dir/initdb.log" >&2; return 1; }
+    # fsync off: the tests kill clients, never this server; it is removed afterwards.
+    as_owner "$bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/server.log" -w -t 60 \
+        -o "-p $pg_port -k $pg_dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c full_page_writes=off" \
+        start >/dev/null || { cat "$pg_dir/server.log" >&2; return 1; }
+    pg_ctl_bin="$bin/pg_ctl"
+    export IDEM_PG_URL="postgres://idem@127.0.0.1:$pg_port/postgres"
+    echo "== PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$pg_port"
+}
+
+start_pgbouncer() {
+    if ! command -v pgbouncer >/dev/null 2>&1; then
+        install_packages pgbouncer || return 1
+    fi
+    local dir="$run_dir/pgbouncer"
+    mkdir -p "$dir"
+    bouncer_port=$(free_port)
+    printf '"idem" ""\n' >"$dir/userlist.txt"
+    cat >"$dir/pgbouncer.ini" <<INI
+[databases]
+postgres = host=127.0.0.1 port=$pg_port dbname=postgres user=idem
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $bouncer_port
+unix_socket_dir =
+auth_type = trust
+auth_file = $dir/userlist.txt
+pool_mode = transaction
+max_client_conn = 1000
+default_pool_size = 40
+ignore_startup_parameters = extra_float_digits
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+INI
+    chown -R "$pg_owner" "$dir"
+    as_owner pgbouncer -d "$dir/pgbouncer.ini" >/dev/null 2>&1 \
+        || { cat "$dir/pgbouncer.log" >&2 2>/dev/null; return 1; }
+    for _ in $(seq 50); do
+        python3 -c "import socket; socket.create_connection(('127.0.0.1', $bouncer_port), 0.2)" 2>/dev/null && break
+        sleep 0.1
+    done
+    bouncer_pid_file="$dir/pgbouncer.pid"
+    export IDEM_PGBOUNCER_URL="postgres://idem@127.0.0.1:$bouncer_port/postgres"
+    echo "== PgBouncer $(pgbouncer --version | head -n 1 | awk '{print $2}') (transaction mode) on 127.0.0.1:$bouncer_port"
+}
+
+start_services() {
+    # faketime runs a test's child process with its clock minutes off (clock-skew test).
+    if ! command -v faketime >/dev/null 2>&1; then
+        install_packages faketime || return 1
+    fi
+    start_postgres && start_pgbouncer
+}
+
+stop_services() {
+    if [ -n "${bouncer_pid_file:-}" ] && [ -f "$bouncer_pid_file" ]; then
+        kill "$(cat "$bouncer_pid_file")" 2>/dev/null || true
+    fi
+    if [ -n "${pg_ctl_bin:-}" ]; then
+        as_owner "$pg_ctl_bin" -D "$pg_dir/data" -m immediate -w stop >/dev/null 2>&1 || true
+    fi
+}
