@@ -28,7 +28,7 @@ impl PgStore {
             &mut tx,
             mode,
             inner.ops.sql.migration_lock,
-            &[Param::Text(&qualified)],
+            &[Param::Text(schema)],
         )
         .await?;
         sqlx::raw_sql(AssertSqlSafe(format!(
