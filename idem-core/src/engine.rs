@@ -7,6 +7,7 @@ use crate::error::{Error, Field, StoreErrorKind};
 use crate::lease::Lease;
 use crate::outcome::{Failure, Meaning, Outcome, Reply, RunError};
 use crate::policy::Policy;
+use crate::record::RecordState;
 use crate::request::{Request, RequestBuilder};
 use crate::response::StoredResponse;
 use crate::store::Store;
@@ -349,11 +350,14 @@ impl<S: Store> Idempotency<S> {
             attempts += 1;
             match store.complete(completion).await {
                 Ok(()) => return Ok(()),
-                Err(Error::LeaseLost) if attempts > 1 => {
-                    // An earlier attempt may have landed and only its answer been lost.
+                Err(Error::LeaseLost) => {
+                    // An earlier attempt (ours, or the store's own retry on a new connection) may
+                    // have landed and only its answer been lost: the record then carries this
+                    // token and exactly this response.
                     return match store.lookup(completion.id()).await {
                         Ok(Some(record))
-                            if record.token == completion.token() && record.is_completed() =>
+                            if record.token == completion.token()
+                                && matches!(&record.state, RecordState::Completed { response, .. } if response == completion.response()) =>
                         {
                             Ok(())
                         }
@@ -418,9 +422,7 @@ impl<S: Store + 'static> Idempotency<S> {
     {
         let engine = self.clone();
         let request = request.clone();
-        let task = tokio::spawn(async move {
-            let inner = Arc::clone(&engine.inner);
-            let _running = Running::start(&inner.running, &inner.idle);
+        let task = self.detach(async move {
             if !has_timers() {
                 return Err(RunError::Idem(Error::invalid(
                     Field::Config,
@@ -448,8 +450,23 @@ impl<S: Store + 'static> Idempotency<S> {
         }
     }
 
-    /// Waits until every execution started by [`run`](Self::run) has finished, including those
-    /// whose callers went away. Call it on shutdown, after the server stopped accepting requests
+    /// Runs `execution` on a task of its own, which [`drain`](Self::drain) waits for: for a
+    /// store's own closure form, so that a dropped caller does not cancel an execution and a
+    /// shutdown can wait for it. Needs a Tokio runtime.
+    pub fn detach<T, F>(&self, execution: F) -> tokio::task::JoinHandle<T>
+    where
+        F: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        tokio::spawn(async move {
+            let _running = Running::start(&inner.running, &inner.idle);
+            execution.await
+        })
+    }
+
+    /// Waits until every execution started by [`run`](Self::run) (or a store's closure form,
+    /// through [`detach`](Self::detach)) has finished, including those whose callers went away. Call it on shutdown, after the server stopped accepting requests
     /// and before the runtime stops: a runtime that shuts down cancels the tasks still running,
     /// and their effects would then be left to a takeover.
     ///

@@ -3,4 +3,4 @@
 UPDATE idem_records
 SET deadline = clock_timestamp() + $5 * interval '1 millisecond'
 WHERE consumer = $1 AND route = $2 AND key = $3 AND token = $4 AND state = 0
-RETURNING floor(extract(epoch FROM deadline) * 1000)::bigint AS deadline_ms
+RETURNING CASE WHEN isfinite(deadline) THEN floor(extract(epoch FROM deadline) * 1000)::bigint END AS deadline_ms

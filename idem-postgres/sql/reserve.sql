@@ -33,7 +33,7 @@ inserted AS (
     RETURNING fingerprint, token, state, deadline, response
 )
 SELECT 'existing' AS source, e.fingerprint, e.token, e.state,
-       floor(extract(epoch FROM e.deadline) * 1000)::bigint AS deadline_ms,
+       CASE WHEN isfinite(e.deadline) THEN floor(extract(epoch FROM e.deadline) * 1000)::bigint END AS deadline_ms,
        e.response,
        floor(extract(epoch FROM c.now) * 1000)::bigint AS now_ms
 FROM existing e, clock c

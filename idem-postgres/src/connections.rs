@@ -24,11 +24,14 @@ pub(crate) struct Connections {
     acquire_timeout: Duration,
 }
 
-/// A connection taken from the stack; dropped without [`Held::keep`], it is closed.
+/// A connection taken from the stack; dropped without [`Held::finish`] giving it back, it is
+/// closed.
 pub(crate) struct Held<'a> {
     conn: Option<PgConnection>,
     home: &'a Connections,
     _permit: SemaphorePermit<'a>,
+    /// Whether it was opened for this call (else it waited in the stack, maybe for long).
+    pub(crate) fresh: bool,
 }
 
 impl Connections {
@@ -60,20 +63,61 @@ impl Connections {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
-        let conn = match idle {
-            Some(conn) => conn,
-            None => tokio::time::timeout(self.acquire_timeout, self.options.connect())
-                .await
-                .map_err(|_| {
-                    Error::store(BACKEND, StoreErrorKind::Unavailable, "connecting timed out")
-                })?
-                .map_err(store_error)?,
+        let (conn, fresh) = match idle {
+            Some(conn) => (conn, false),
+            None => (self.open().await?, true),
         };
         Ok(Held {
             conn: Some(conn),
             home: self,
             _permit: permit,
+            fresh,
         })
+    }
+
+    /// A newly opened connection, whatever waits in the stack.
+    pub(crate) async fn get_fresh(&self) -> Result<Held<'_>, Error> {
+        let permit = self.permit().await?;
+        Ok(Held {
+            conn: Some(self.open().await?),
+            home: self,
+            _permit: permit,
+            fresh: true,
+        })
+    }
+
+    async fn permit(&self) -> Result<SemaphorePermit<'_>, Error> {
+        tokio::time::timeout(self.acquire_timeout, self.permits.acquire())
+            .await
+            .map_err(|_| {
+                Error::store(
+                    BACKEND,
+                    StoreErrorKind::Unavailable,
+                    "no store connection free before the acquire timeout",
+                )
+            })?
+            .map_err(|_| Error::store(BACKEND, StoreErrorKind::Unavailable, "the store is closed"))
+    }
+
+    /// A new connection whose transactions are READ COMMITTED whatever the database's or the
+    /// role's default: the store's statements decide on the row they read, and at a stricter
+    /// default a duplicate would get a serialization failure instead of its answer.
+    async fn open(&self) -> Result<PgConnection, Error> {
+        let connect = async {
+            let mut conn = self.options.connect().await?;
+            sqlx::raw_sql(
+                "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED",
+            )
+            .execute(&mut conn)
+            .await?;
+            Ok::<_, sqlx::Error>(conn)
+        };
+        tokio::time::timeout(self.acquire_timeout, connect)
+            .await
+            .map_err(|_| {
+                Error::store(BACKEND, StoreErrorKind::Unavailable, "connecting timed out")
+            })?
+            .map_err(store_error)
     }
 }
 

@@ -27,12 +27,12 @@ impl PgStore {
         execute(
             &mut tx,
             mode,
-            inner.ops.sql.migration_lock,
+            &inner.ops.sql.migration_lock,
             &[Param::Text(schema)],
         )
         .await?;
         sqlx::raw_sql(AssertSqlSafe(format!(
-            "CREATE SCHEMA IF NOT EXISTS {schema}; {}",
+            "CREATE SCHEMA IF NOT EXISTS \"{schema}\"; {}",
             inner.ops.sql.migrations_table
         )))
         .execute(&mut *tx)
@@ -77,7 +77,7 @@ impl PgStore {
 ///
 /// ```
 /// let sql = idem_postgres::schema_sql("billing", "idem_records")?;
-/// assert!(sql.contains("CREATE TABLE IF NOT EXISTS billing.idem_records"));
+/// assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"billing\".\"idem_records\""));
 /// # Ok::<(), idem_core::Error>(())
 /// ```
 pub fn schema_sql(schema: &str, table: &str) -> Result<String, Error> {

@@ -7,7 +7,8 @@ use crate::row;
 use crate::sql::Statements;
 use idem_core::store::{decide, Acquire, Completion, Decision, Lease, Record};
 use idem_core::{
-    Begin, Error, FencingToken, RecordId, Request, StoreErrorKind, StoredResponse, Timestamp,
+    Answer, Begin, Error, FencingToken, RecordId, Request, StoreErrorKind, StoredResponse,
+    Timestamp,
 };
 use sqlx::{PgConnection, Row};
 use std::time::Duration;
@@ -16,6 +17,19 @@ use std::time::Duration;
 /// a lost compare-and-set). Each race means another caller wrote a live record, so the next
 /// attempt answers; the bound only guards against a server that misbehaves.
 const MAX_ATTEMPTS: usize = 8;
+
+/// What a takeover's compare-and-set found.
+enum Replaced {
+    /// The record was replaced: the new lease.
+    Lease(Lease),
+    /// The record changed since it was read (completed, renewed, taken over, gone): read again.
+    Changed,
+    /// Another transaction holds the row right now.
+    Busy,
+}
+
+/// The `Retry-After` of a duplicate that finds the record held by a committing transaction.
+const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// The statements and how to send them.
 #[derive(Debug)]
@@ -95,8 +109,16 @@ impl Ops {
                 }
                 Decision::Acquire(acquired) => acquired,
             };
-            if let Some(lease) = self.replace(conn, request, acquired, lease_for).await? {
-                return Ok(Begin::Acquired(lease));
+            match self.replace(conn, request, acquired, lease_for).await? {
+                Replaced::Lease(lease) => return Ok(Begin::Acquired(lease)),
+                // Another transaction holds the row (its holder committing a completion right
+                // now): never wait for it (C5); the answer will be there in a moment.
+                Replaced::Busy => {
+                    return Ok(Begin::Answered(Answer::InFlight {
+                        retry_after: BUSY_RETRY_AFTER,
+                    }))
+                }
+                Replaced::Changed => {}
             }
         }
         Err(Error::store(
@@ -106,18 +128,18 @@ impl Ops {
         ))
     }
 
-    /// The compare-and-set of a takeover or a start over; `None` when the record changed.
+    /// The compare-and-set of a takeover or a start over.
     async fn replace(
         &self,
         conn: &mut PgConnection,
         request: &Request,
         acquired: Acquire,
         lease_for: Duration,
-    ) -> Result<Option<Lease>, Error> {
+    ) -> Result<Replaced, Error> {
         let (Some(previous), Some(completed)) =
             (acquired.replaces(), acquired.replaces_completed())
         else {
-            return Ok(None);
+            return Ok(Replaced::Changed);
         };
         let [consumer, route, key] = id_params(request.id());
         let token = FencingToken::generate();
@@ -137,20 +159,24 @@ impl Ops {
             ],
         )
         .await?;
-        match rows.first() {
-            Some(found) => {
-                let until: i64 = found
-                    .try_get("deadline_ms")
-                    .map_err(crate::error::store_error)?;
-                Ok(Some(Lease::new(
-                    request,
-                    token,
-                    timestamp(until)?,
-                    acquired,
-                )))
+        let found = rows.first().ok_or_else(|| {
+            Error::store(
+                BACKEND,
+                StoreErrorKind::Other,
+                "replace_reservation returned no row",
+            )
+        })?;
+        let taken: bool = found.try_get("taken").map_err(crate::error::store_error)?;
+        let until: Option<i64> = found
+            .try_get("deadline_ms")
+            .map_err(crate::error::store_error)?;
+        Ok(match (taken, until) {
+            (_, Some(until)) => {
+                Replaced::Lease(Lease::new(request, token, timestamp(until)?, acquired))
             }
-            None => Ok(None),
-        }
+            (false, None) => Replaced::Busy,
+            (true, None) => Replaced::Changed,
+        })
     }
 
     /// Fenced completion (C6) on `conn`, which may be inside the caller's transaction.

@@ -91,7 +91,8 @@ fn arguments(params: &[Param<'_>]) -> Result<PgArguments, Error> {
 
 /// Writes the parameters into the statement as literals, in one pass over the statement (so a
 /// value that contains `$2` is never substituted again): `$n` becomes a quoted text literal (an
-/// `E''` string, every quote and backslash escaped), `decode('…', 'hex')` for bytes, or the
+/// `E''` string, quotes doubled and backslashes escaped, which holds whatever
+/// `backslash_quote` says), `decode('…', 'hex')` for bytes, or the
 /// digits of an integer. The values are the store's own (validated ids, digests, encoded
 /// responses); text never contains NUL (scope parts and keys refuse control characters).
 pub(crate) fn inline(sql: &str, params: &[Param<'_>]) -> String {
@@ -122,7 +123,7 @@ fn write_literal(out: &mut String, param: Param<'_>) {
             out.push_str("E'");
             for c in text.chars() {
                 match c {
-                    '\'' => out.push_str("\\'"),
+                    '\'' => out.push_str("''"),
                     '\\' => out.push_str("\\\\"),
                     c => out.push(c),
                 }
@@ -166,7 +167,7 @@ mod tests {
         );
         assert_eq!(
             sql,
-            "SELECT E'a\\'b\\\\c\\'); DROP TABLE x; -- $2', decode('00ff', 'hex'), -5, 10"
+            "SELECT E'a''b\\\\c''); DROP TABLE x; -- $2', decode('00ff', 'hex'), -5, 10"
         );
     }
 }

@@ -187,9 +187,12 @@ impl PgStore {
         &self.inner.pool
     }
 
-    /// The schema-qualified table the records live in.
+    /// The schema-qualified table the records live in, quoted (`"public"."idem_records"`).
     pub fn table(&self) -> String {
-        format!("{}.{}", self.inner.config.schema, self.inner.config.table)
+        format!(
+            "\"{}\".\"{}\"",
+            self.inner.config.schema, self.inner.config.table
+        )
     }
 
     /// The isolation level `run_in_transaction` uses.
@@ -226,15 +229,28 @@ impl PgStore {
 }
 
 /// Runs one operation on one of the store's own connections, and gives the connection back
-/// only if the operation finished cleanly.
+/// only if the operation finished cleanly. A connection that waited in the stack and turns out
+/// dead (the server restarted, a failover) is replaced and the operation tried once more on a
+/// new one: every operation is safe to repeat (a reservation whose answer was lost reads its own
+/// record; the others are fenced).
 macro_rules! on_connection {
     ($store:expr, |$conn:ident| $op:expr) => {{
         let mut held = $store.inner.conns.get().await?;
-        let result = {
+        let mut result = {
             let $conn = held.conn();
             $op.await
         };
+        let stale = !held.fresh
+            && matches!(&result, Err(Error::Store(e)) if e.kind() == idem_core::StoreErrorKind::Unavailable);
         held.finish(&result);
+        if stale {
+            let mut held = $store.inner.conns.get_fresh().await?;
+            result = {
+                let $conn = held.conn();
+                $op.await
+            };
+            held.finish(&result);
+        }
         result
     }};
 }

@@ -1,6 +1,7 @@
 //! The closure form with completion in the effect's own transaction. Only the transaction
 //! mechanics live here; what is stored is the engine's `Completion`.
 
+use crate::config::Isolation;
 use crate::error::store_error;
 use crate::store::PgStore;
 use idem_core::store::Lease;
@@ -41,8 +42,10 @@ pub type EffectFuture<'c, E> = Pin<Box<dyn Future<Output = Result<StoredResponse
 pub trait PgIdempotency {
     /// Closure style: reserve (one round trip); when acquired, open a transaction at the
     /// store's [`Isolation`](crate::Isolation), run `effect` in it, write the completion in it
-    /// and commit. Runs on a task of its own, so a dropped caller does not cancel it, and keeps
-    /// the lease alive while the effect runs.
+    /// and commit. Runs on a task of its own ([`Idempotency::drain`] waits for it), so a dropped
+    /// caller does not cancel it. At READ COMMITTED it keeps the lease alive while the effect
+    /// runs; at REPEATABLE READ and SERIALIZABLE a renewal would conflict with the
+    /// transaction's snapshot, so there the lease must cover the effect.
     ///
     /// - `Ok(response)`: committed with the effect; [`Outcome::Executed`].
     /// - `Err(e)` from `effect`: the transaction rolls back, the effect with it, so nothing
@@ -79,12 +82,18 @@ where
     {
         let idem = self.clone();
         let request = request.clone();
-        let task = tokio::spawn(async move {
+        let task = self.detach(async move {
             let lease = match idem.begin(&request).await.map_err(RunError::Idem)? {
                 Begin::Acquired(lease) => lease,
                 Begin::Answered(answer) => return Ok(Outcome::Answered(answer)),
             };
-            let keeper = idem.keep_alive(lease.clone());
+            // The heartbeat renews the record from another connection. At REPEATABLE READ and
+            // SERIALIZABLE that update, made after the transaction's snapshot, would turn the
+            // completion into a serialization failure every time: there the lease must cover
+            // the effect (docs/stores.md, PostgreSQL, Isolation).
+            let store: &PgStore = idem.store().borrow();
+            let keeper = (store.isolation() == Isolation::ReadCommitted)
+                .then(|| idem.keep_alive(lease.clone()));
             let result = in_transaction(&idem, &lease, effect).await;
             drop(keeper);
             result

@@ -24,7 +24,14 @@ async fn c04_64_concurrent_same_key_over_16_connections_one_row_per_round() {
     // A second store on the same table with a pool of 16.
     let store = PgStore::builder()
         .schema(common::SCHEMA)
-        .table(first.table().split('.').nth(1).expect("table"))
+        .table(
+            first
+                .table()
+                .split('.')
+                .nth(1)
+                .expect("table")
+                .trim_matches('"'),
+        )
         .max_connections(16)
         .connect(&common::pg_url())
         .await

@@ -104,32 +104,36 @@ async fn crash_child() {
     }
 }
 
-/// Runs the child (under `wrapper`, if any) until it prints READY; returns that line's words
-/// and kills the child with SIGKILL.
-fn run_child_and_kill(wrapper: &[&str], mode: &str, table: &str, intent: &str) -> Vec<String> {
-    let exe = std::env::current_exe().expect("test binary");
-    let args = [
+/// libfaketime, which scripts/test installs (Debian package faketime): a missing library fails
+/// the test, never skips it.
+fn libfaketime() -> String {
+    [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib",
+    ]
+    .iter()
+    .map(|dir| format!("{dir}/faketime/libfaketime.so.1"))
+    .find(|path| std::path::Path::new(path).exists())
+    .expect("libfaketime is not installed: run `bash scripts/test`, or apt-get install faketime")
+}
+
+/// Runs the child (with `env` added) until it prints READY; returns that line's words and
+/// kills the child with SIGKILL.
+fn run_child_and_kill(env: &[(&str, &str)], mode: &str, table: &str, intent: &str) -> Vec<String> {
+    let mut command = Command::new(std::env::current_exe().expect("test binary"));
+    command.args([
         "--ignored",
         "--exact",
         "crash_child",
         "--nocapture",
         "--test-threads=1",
-    ];
-    let mut command = match wrapper.split_first() {
-        Some((program, rest)) => {
-            let mut c = Command::new(program);
-            c.args(rest).arg(&exe).args(args);
-            c
-        }
-        None => {
-            let mut c = Command::new(&exe);
-            c.args(args);
-            c
-        }
-    };
+    ]);
+    for (name, value) in env {
+        command.env(name, value);
+    }
     let mut child = command
         .env(CHILD_ENV, format!("{mode}|{table}|{intent}"))
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -228,7 +232,17 @@ async fn c11_skewed_process_clocks_agree_on_the_lease() {
         format!("skew-{}", idem_core::FencingToken::generate()),
     );
     let idem = engine(&table).await;
-    let words = run_child_and_kill(&["faketime", "-f", "+10m"], "skewed", &table, &intent);
+    let preload = libfaketime();
+    let words = run_child_and_kill(
+        &[
+            ("LD_PRELOAD", preload.as_str()),
+            ("FAKETIME", "+10m"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ],
+        "skewed",
+        &table,
+        &intent,
+    );
     let lease_until: u64 = words[0].parse().expect("lease_until");
     let child_clock: u128 = words[1].parse().expect("child clock");
     let ours = SystemTime::now()

@@ -1,0 +1,306 @@
+//! What an adversarial review of the store found, each now a test: long effects at strict
+//! isolation levels, takeovers that never wait, purge through the index, a stricter default
+//! isolation, racing migrations, dead idle connections, drain, infinite deadlines.
+
+mod common;
+
+use common::{charges, pg_url, store_on, SCHEMA};
+use idem_core::{Answer, Begin, Error, Idempotency, Outcome, Policy, Store, StoredResponse};
+use idem_postgres::sqlx::{self, AssertSqlSafe, Row};
+use idem_postgres::{Isolation, PgIdempotency, PgStore, StatementMode};
+use std::time::{Duration, Instant};
+
+fn request(idem: &Idempotency<PgStore>, key: &str) -> idem_core::Request {
+    idem.request("acct", "POST", "/charges")
+        .key(Some(key))
+        .body(b"{}")
+        .build()
+        .expect("request")
+}
+
+async fn sql(store: &PgStore, statement: String) {
+    sqlx::raw_sql(AssertSqlSafe(statement))
+        .execute(store.pool())
+        .await
+        .expect("sql");
+}
+
+/// C6, C9: at REPEATABLE READ and SERIALIZABLE an effect longer than a third of the lease still
+/// commits (a heartbeat renewing the record would turn the completion into a serialization
+/// failure, every retry alike).
+#[tokio::test]
+async fn c06_long_effects_commit_at_every_isolation_level() {
+    for isolation in [
+        Isolation::ReadCommitted,
+        Isolation::RepeatableRead,
+        Isolation::Serializable,
+    ] {
+        let store = store_on(&pg_url(), StatementMode::Prepared, isolation).await;
+        let idem =
+            Idempotency::with_policy(store, Policy::default().lease(Duration::from_millis(900)))
+                .expect("policy");
+        let intent = format!("long-{isolation:?}-{}", idem_core::FencingToken::generate());
+        let i = intent.clone();
+        let outcome = idem
+            .run_in_transaction(&request(&idem, &intent), move |tx, _| {
+                Box::pin(async move {
+                    sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
+                        .bind(i)
+                        .execute(&mut *tx)
+                        .await?;
+                    tokio::time::sleep(Duration::from_millis(400)).await;
+                    Ok::<_, sqlx::Error>(StoredResponse::new(201, "ok"))
+                })
+            })
+            .await;
+        assert!(
+            matches!(outcome, Ok(Outcome::Executed(_))),
+            "{isolation:?}: {outcome:?}"
+        );
+        assert_eq!(charges(idem.store().pool(), &intent).await, 1);
+    }
+}
+
+/// C5: after the lease passed, the old holder has run its completion UPDATE and not committed:
+/// a retry that would take the record over is answered in flight at once, never waiting for
+/// that commit (nor holding a connection while it waits).
+#[tokio::test]
+async fn c05_a_takeover_never_waits_for_a_late_completion() {
+    let store = store_on(&pg_url(), StatementMode::Prepared, Isolation::ReadCommitted).await;
+    let idem = Idempotency::with_policy(
+        store.clone(),
+        Policy::default().lease(Duration::from_millis(200)),
+    )
+    .expect("policy");
+    let req = request(&idem, "late");
+    let Begin::Acquired(lease) = idem.begin(&req).await.expect("begin") else {
+        panic!("fresh");
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut tx = store.pool().begin().await.expect("tx");
+    store
+        .complete_in(
+            &mut tx,
+            &idem.completion(&lease, StoredResponse::new(201, "late")),
+        )
+        .await
+        .expect("late completion, not committed");
+    for _ in 0..5 {
+        let started = Instant::now();
+        let answer = idem.begin(&req).await.expect("begin");
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "waited {:?}",
+            started.elapsed()
+        );
+        assert!(
+            matches!(answer, Begin::Answered(Answer::InFlight { .. })),
+            "{answer:?}"
+        );
+    }
+    tx.commit().await.expect("commit");
+    assert_eq!(
+        idem.begin(&req).await.expect("begin"),
+        Begin::Answered(Answer::Replay(StoredResponse::new(201, "late")))
+    );
+}
+
+/// C10: purge finds expired rows through the deadline index, not by scanning the table.
+#[tokio::test]
+async fn c10_purge_uses_the_deadline_index() {
+    let store = store_on(&pg_url(), StatementMode::Prepared, Isolation::ReadCommitted).await;
+    let table = store.table();
+    sql(
+        &store,
+        format!(
+            "INSERT INTO {table} (consumer, route, key, fingerprint, token, state, deadline) \
+         SELECT 'c', 'r', g::text, '\\x00'::bytea, '\\x00'::bytea, 0, now() + interval '1 hour' \
+         FROM generate_series(1, 20000) g; ANALYZE {table}"
+        ),
+    )
+    .await;
+    let purge = include_str!("../sql/purge_expired.sql")
+        .lines()
+        .filter(|l| !l.starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("idem_records", &table)
+        .replace("$1", "1000");
+    let plan: Vec<String> = sqlx::raw_sql(AssertSqlSafe(format!("EXPLAIN {purge}")))
+        .fetch_all(store.pool())
+        .await
+        .expect("explain")
+        .iter()
+        .map(|row| row.try_get::<String, _>(0).expect("plan line"))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("_deadline"),
+        "purge does not use the deadline index:\n{plan}"
+    );
+}
+
+/// C5: a database whose default isolation is SERIALIZABLE still answers concurrent duplicates
+/// (the store pins READ COMMITTED on its own connections): one acquires, the others are
+/// answered, none gets a serialization failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn c05_a_stricter_default_isolation_does_not_turn_answers_into_errors() {
+    let admin = PgStore::connect(&pg_url()).await.expect("connect");
+    let database = format!(
+        "idem_ser_{}",
+        &idem_core::FencingToken::generate().to_string()[..12]
+    );
+    sql(&admin, format!("CREATE DATABASE {database}")).await;
+    sql(
+        &admin,
+        format!("ALTER DATABASE {database} SET default_transaction_isolation = 'serializable'"),
+    )
+    .await;
+    let url = pg_url().replacen("/postgres", &format!("/{database}"), 1);
+    let store = PgStore::builder()
+        .max_connections(8)
+        .connect(&url)
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    let idem = Idempotency::new(store);
+    for round in 0..10 {
+        let req = request(&idem, &format!("round-{round}"));
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (idem, req) = (idem.clone(), req.clone());
+                tokio::spawn(async move { idem.begin(&req).await })
+            })
+            .collect();
+        let mut acquired = 0;
+        for task in tasks {
+            match task.await.expect("task") {
+                Ok(Begin::Acquired(_)) => acquired += 1,
+                Ok(Begin::Answered(_)) => {}
+                Err(error) => panic!("round {round}: {error}"),
+            }
+        }
+        assert_eq!(acquired, 1, "round {round}");
+    }
+}
+
+/// Start-up: many stores migrating different tables into a schema that does not exist yet.
+#[tokio::test]
+async fn concurrent_migrations_into_a_new_schema_all_succeed() {
+    let schema = format!(
+        "s_{}",
+        &idem_core::FencingToken::generate().to_string()[..12]
+    );
+    let mut stores = Vec::new();
+    for i in 0..6 {
+        stores.push(
+            PgStore::builder()
+                .schema(&schema)
+                .table(&format!("t{i}"))
+                .max_connections(2)
+                .connect(&pg_url())
+                .await
+                .expect("connect"),
+        );
+    }
+    let migrations: Vec<_> = stores
+        .iter()
+        .cloned()
+        .map(|store| tokio::spawn(async move { store.migrate().await }))
+        .collect();
+    for migration in migrations {
+        migration.await.expect("task").expect("migrate");
+    }
+}
+
+/// C13: connections that died while idle (a server restart, a failover) cost no failed
+/// request: each is replaced and the call runs on a new one.
+#[tokio::test]
+async fn c13_dead_idle_connections_are_replaced_without_failing_a_call() {
+    let name = format!(
+        "dead_{}",
+        &idem_core::FencingToken::generate().to_string()[..12]
+    );
+    let url = format!("{}?application_name={name}", pg_url());
+    let store = store_on(&url, StatementMode::Prepared, Isolation::ReadCommitted).await;
+    let idem = Idempotency::new(store.clone());
+    let warm: Vec<_> = (0..8)
+        .map(|i| {
+            let (idem, req) = (idem.clone(), request(&idem, &format!("warm-{i}")));
+            tokio::spawn(async move { idem.begin(&req).await })
+        })
+        .collect();
+    for task in warm {
+        task.await.expect("task").expect("begin");
+    }
+    let admin = PgStore::connect(&pg_url()).await.expect("admin");
+    sql(
+        &admin,
+        format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = '{name}' AND state = 'idle'"
+        ),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for i in 0..12 {
+        idem.begin(&request(&idem, &format!("after-{i}")))
+            .await
+            .expect("no failed call");
+    }
+}
+
+/// C8: drain waits for run_in_transaction executions whose callers went away.
+#[tokio::test]
+async fn c08_drain_waits_for_a_detached_transaction() {
+    let store = store_on(&pg_url(), StatementMode::Prepared, Isolation::ReadCommitted).await;
+    let idem = Idempotency::new(store);
+    let intent = format!("drain-{}", idem_core::FencingToken::generate());
+    let i = intent.clone();
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(50),
+        idem.run_in_transaction(&request(&idem, &intent), move |tx, _| {
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
+                    .bind(i)
+                    .execute(&mut *tx)
+                    .await?;
+                Ok::<_, sqlx::Error>(StoredResponse::new(201, "ok"))
+            })
+        }),
+    )
+    .await;
+    assert!(dropped.is_err(), "the caller went away");
+    idem.drain().await;
+    assert_eq!(
+        charges(idem.store().pool(), &intent).await,
+        1,
+        "drain returned before the commit"
+    );
+}
+
+/// C12: a record whose deadline is not a finite time is corrupt, not a store failure.
+#[tokio::test]
+async fn c12_an_infinite_deadline_is_a_corrupt_record() {
+    let store = store_on(&pg_url(), StatementMode::Prepared, Isolation::ReadCommitted).await;
+    let idem = Idempotency::new(store.clone());
+    let req = request(&idem, "inf");
+    let Begin::Acquired(_) = idem.begin(&req).await.expect("begin") else {
+        panic!("fresh");
+    };
+    sql(
+        &store,
+        format!("UPDATE {} SET deadline = 'infinity'", store.table()),
+    )
+    .await;
+    assert!(matches!(
+        idem.begin(&req).await,
+        Err(Error::CorruptRecord(_))
+    ));
+    assert!(matches!(
+        store.lookup(req.id()).await,
+        Err(Error::CorruptRecord(_))
+    ));
+    let _ = SCHEMA;
+}
