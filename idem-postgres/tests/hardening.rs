@@ -231,7 +231,7 @@ async fn c13_dead_idle_connections_are_replaced_without_failing_a_call() {
         })
         .collect();
     for task in warm {
-        task.await.expect("task").expect("begin");
+        let _ = task.await.expect("task").expect("begin");
     }
     let admin = PgStore::connect(&pg_url()).await.expect("admin");
     sql(
@@ -244,7 +244,8 @@ async fn c13_dead_idle_connections_are_replaced_without_failing_a_call() {
     .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     for i in 0..12 {
-        idem.begin(&request(&idem, &format!("after-{i}")))
+        let _ = idem
+            .begin(&request(&idem, &format!("after-{i}")))
             .await
             .expect("no failed call");
     }
