@@ -420,20 +420,39 @@ impl<S: Store + 'static> Idempotency<S> {
         R: Into<Reply> + Send + 'static,
         E: Send + 'static,
     {
+        if !has_timers() {
+            return Err(RunError::Idem(Error::invalid(
+                Field::Config,
+                "Idempotency::run needs a Tokio runtime with its time driver enabled",
+            )));
+        }
+        self.run_detached(request, move |engine, lease| engine.execute(lease, handler))
+            .await
+    }
+
+    /// The frame of every closure form, for a store's own too: begin; when acquired, run
+    /// `execute` with the engine and the lease; replays, in-flight duplicates and mismatches are
+    /// returned without calling it. All of it runs on a task of its own, which
+    /// [`drain`](Self::drain) waits for and a dropped caller does not cancel (C8). A panic in
+    /// `execute` resumes in the caller.
+    pub async fn run_detached<F, Fut, E>(
+        &self,
+        request: &Request,
+        execute: F,
+    ) -> Result<Outcome, RunError<E>>
+    where
+        F: FnOnce(Self, Lease) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Outcome, RunError<E>>> + Send + 'static,
+        E: Send + 'static,
+    {
         let engine = self.clone();
         let request = request.clone();
         let task = self.detach(async move {
-            if !has_timers() {
-                return Err(RunError::Idem(Error::invalid(
-                    Field::Config,
-                    "Idempotency::run needs a Tokio runtime with its time driver enabled",
-                )));
-            }
             let lease = match engine.begin(&request).await.map_err(RunError::Idem)? {
                 Begin::Acquired(lease) => lease,
                 Begin::Answered(answer) => return Ok(Outcome::Answered(answer)),
             };
-            engine.execute(lease, handler).await
+            execute(engine, lease).await
         });
         match task.await {
             Ok(result) => result,

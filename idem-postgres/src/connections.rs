@@ -46,23 +46,24 @@ impl Connections {
 
     /// A connection: the one given back last, or a new one.
     pub(crate) async fn get(&self) -> Result<Held<'_>, Error> {
-        let permit = tokio::time::timeout(self.acquire_timeout, self.permits.acquire())
-            .await
-            .map_err(|_| {
-                Error::store(
-                    BACKEND,
-                    StoreErrorKind::Unavailable,
-                    "no store connection free before the acquire timeout",
-                )
-            })?
-            .map_err(|_| {
-                Error::store(BACKEND, StoreErrorKind::Unavailable, "the store is closed")
-            })?;
-        let idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
+        self.take(false).await
+    }
+
+    /// A newly opened connection, whatever waits in the stack.
+    pub(crate) async fn get_fresh(&self) -> Result<Held<'_>, Error> {
+        self.take(true).await
+    }
+
+    async fn take(&self, fresh_only: bool) -> Result<Held<'_>, Error> {
+        let permit = self.permit().await?;
+        let idle = if fresh_only {
+            None
+        } else {
+            self.idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop()
+        };
         let (conn, fresh) = match idle {
             Some(conn) => (conn, false),
             None => (self.open().await?, true),
@@ -72,17 +73,6 @@ impl Connections {
             home: self,
             _permit: permit,
             fresh,
-        })
-    }
-
-    /// A newly opened connection, whatever waits in the stack.
-    pub(crate) async fn get_fresh(&self) -> Result<Held<'_>, Error> {
-        let permit = self.permit().await?;
-        Ok(Held {
-            conn: Some(self.open().await?),
-            home: self,
-            _permit: permit,
-            fresh: true,
         })
     }
 

@@ -5,10 +5,7 @@ use crate::config::Isolation;
 use crate::error::store_error;
 use crate::store::PgStore;
 use idem_core::store::Lease;
-use idem_core::{
-    async_trait, Begin, Error, Idempotency, Outcome, Request, RunError, Store, StoreErrorKind,
-    StoredResponse,
-};
+use idem_core::{async_trait, Idempotency, Outcome, Request, RunError, Store, StoredResponse};
 use sqlx::{AssertSqlSafe, PgConnection};
 use std::borrow::Borrow;
 use std::future::Future;
@@ -80,13 +77,7 @@ where
         F: for<'c> FnOnce(&'c mut PgConnection, &'c Lease) -> EffectFuture<'c, E> + Send + 'static,
         E: Send + 'static,
     {
-        let idem = self.clone();
-        let request = request.clone();
-        let task = self.detach(async move {
-            let lease = match idem.begin(&request).await.map_err(RunError::Idem)? {
-                Begin::Acquired(lease) => lease,
-                Begin::Answered(answer) => return Ok(Outcome::Answered(answer)),
-            };
+        self.run_detached(request, move |idem, lease| async move {
             // The heartbeat renews the record from another connection. At REPEATABLE READ and
             // SERIALIZABLE that update, made after the transaction's snapshot, would turn the
             // completion into a serialization failure every time: there the lease must cover
@@ -97,18 +88,8 @@ where
             let result = in_transaction(&idem, &lease, effect).await;
             drop(keeper);
             result
-        });
-        match task.await {
-            Ok(result) => result,
-            Err(join) => match join.try_into_panic() {
-                Ok(panic) => std::panic::resume_unwind(panic),
-                Err(join) => Err(RunError::Incomplete(Error::store(
-                    "runtime",
-                    StoreErrorKind::Unavailable,
-                    format!("the execution task did not finish: {join}"),
-                ))),
-            },
-        }
+        })
+        .await
     }
 }
 
