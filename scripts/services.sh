@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Private servers for the tests and benches: a PostgreSQL cluster and a PgBouncer in
-# transaction mode, each on a free loopback port, with their files in "$run_dir". Sourced by
-# scripts/test; `start_services` exports IDEM_PG_URL and IDEM_PGBOUNCER_URL and
-# `stop_services` stops what it started. A missing server program is installed with apt-get
+# Private servers for the tests and benches: a PostgreSQL cluster, a PgBouncer in transaction
+# mode, a Redis and a three-master Redis Cluster, each on free loopback ports, with their files
+# in "$run_dir". Sourced by scripts/test; `start_services` exports IDEM_PG_URL,
+# IDEM_PGBOUNCER_URL, IDEM_REDIS_URL and IDEM_REDIS_CLUSTER_NODES, and `stop_services` stops
+# what it started. A missing server program is installed with apt-get
 # when we are root; otherwise it is an error, never a skipped test.
 
 free_port() {
@@ -104,15 +105,63 @@ INI
     echo "== PgBouncer $(pgbouncer --version | head -n 1 | awk '{print $2}') (transaction mode) on 127.0.0.1:$bouncer_port"
 }
 
+start_redis() {
+    if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+        install_packages redis-server || return 1
+    fi
+    local dir="$run_dir/redis"
+    mkdir -p "$dir/single"
+    redis_port=$(free_port)
+    redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$dir/single" --daemonize yes \
+        --pidfile "$dir/single/redis.pid" --logfile "$dir/single/redis.log" --save '' --appendonly no \
+        >/dev/null || return 1
+    redis_pids=("$dir/single/redis.pid")
+    export IDEM_REDIS_URL="redis://127.0.0.1:$redis_port"
+    # A cluster of three masters, slots spread by redis-cli.
+    local nodes=() port
+    for i in 1 2 3; do
+        port=$(free_port)
+        mkdir -p "$dir/node$i"
+        # The cluster bus port is given explicitly: port + 10000 may not exist.
+        redis-server --port "$port" --bind 127.0.0.1 --dir "$dir/node$i" --daemonize yes \
+            --cluster-enabled yes --cluster-port "$(free_port)" --cluster-config-file nodes.conf \
+            --cluster-node-timeout 2000 \
+            --pidfile "$dir/node$i/redis.pid" --logfile "$dir/node$i/redis.log" --save '' --appendonly no \
+            >/dev/null || return 1
+        redis_pids+=("$dir/node$i/redis.pid")
+        nodes+=("127.0.0.1:$port")
+    done
+    for node in "${nodes[@]}"; do
+        for _ in $(seq 50); do
+            redis-cli -h 127.0.0.1 -p "${node#*:}" ping >/dev/null 2>&1 && break
+            sleep 0.1
+        done
+    done
+    redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$dir/cluster-create.log" 2>&1 \
+        || { cat "$dir/cluster-create.log" >&2; return 1; }
+    for _ in $(seq 100); do
+        redis-cli -h 127.0.0.1 -p "${nodes[0]#*:}" cluster info 2>/dev/null | grep -q 'cluster_state:ok' && break
+        sleep 0.1
+    done
+    export IDEM_REDIS_CLUSTER_NODES
+    IDEM_REDIS_CLUSTER_NODES=$(printf 'redis://%s,' "${nodes[@]}")
+    IDEM_REDIS_CLUSTER_NODES=${IDEM_REDIS_CLUSTER_NODES%,}
+    echo "== Redis $(redis-server --version | awk '{print $3}' | cut -d= -f2) on 127.0.0.1:$redis_port, cluster on ${nodes[*]}"
+}
+
 start_services() {
     # faketime runs a test's child process with its clock minutes off (clock-skew test).
     if ! command -v faketime >/dev/null 2>&1; then
         install_packages faketime || return 1
     fi
-    start_postgres && start_pgbouncer
+    start_postgres && start_pgbouncer && start_redis
 }
 
 stop_services() {
+    local pid_file
+    for pid_file in "${redis_pids[@]:-}"; do
+        [ -n "$pid_file" ] && [ -f "$pid_file" ] && kill "$(cat "$pid_file")" 2>/dev/null || true
+    done
     if [ -n "${bouncer_pid_file:-}" ] && [ -f "$bouncer_pid_file" ]; then
         kill "$(cat "$bouncer_pid_file")" 2>/dev/null || true
     fi

@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | `sqlite` (default) | `sqlite` | `SqliteStore`: embedded, completion in the effect's transaction |
 //! | `postgres` | `postgres` | `PgStore`: PostgreSQL (sqlx), completion in the effect's transaction |
+//! | `redis` | `redis` | `RedisStore`: one Redis or a cluster; not atomic with the effect, for reversible effects |
 //!
 //! ```
 //! use idem::{Failure, Idempotency, MemoryStore, Outcome, StoredResponse};
@@ -53,6 +54,12 @@ pub mod sqlite {
 #[cfg(feature = "postgres")]
 pub mod postgres {
     pub use idem_postgres::*;
+}
+
+/// The Redis store (feature `redis`), for reversible effects only; see [`idem_redis`].
+#[cfg(feature = "redis")]
+pub mod redis {
+    pub use idem_redis::*;
 }
 
 /// The README's Rust examples, compiled and run as doctests so they cannot rot.

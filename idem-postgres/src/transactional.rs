@@ -48,7 +48,7 @@ pub trait PgIdempotency {
     /// - `Err(e)` from `effect`: the transaction rolls back, the effect with it, so nothing
     ///   happened: the key is released and [`RunError::Released`] returned.
     /// - A lost lease, a serialization failure or deadlock
-    ///   ([`StoreErrorKind::TransactionConflict`]: retry the whole request), a failed commit that
+    ///   ([`StoreErrorKind::TransactionConflict`](idem_core::StoreErrorKind::TransactionConflict): retry the whole request), a failed commit that
     ///   did not commit: rolled back, released where still ours, [`RunError::Idem`].
     /// - A commit whose outcome the connection lost: the record tells whether it committed
     ///   ([`Outcome::Executed`]) or not (released); if even that cannot be read,

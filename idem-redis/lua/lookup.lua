@@ -1,0 +1,7 @@
+-- The record as stored, for inspection (no write).
+-- KEYS[1] the record. Returns false, or {version, fingerprint, token, state, deadline, triple,
+-- response or false}.
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return false
+end
+return redis.call('HMGET', KEYS[1], 'v', 'fp', 'tok', 'st', 'dl', 'id', 'resp')

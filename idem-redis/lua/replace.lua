@@ -1,0 +1,19 @@
+-- Takeover of an orphan (C9) or start over after retention (C10): compare-and-set on the record
+-- the decision saw: it still carries the previous token, is in the state the decision saw and
+-- is expired by Redis's clock. A late completion or a renewal changes the state or the
+-- deadline, so it is never overwritten.
+-- KEYS[1] the record. ARGV: 1 previous token, 2 previous state ('0' or '1'), 3 fingerprint,
+-- 4 new token, 5 lease ms, 6 grace ms, 7 the triple.
+-- Returns the new deadline, or false when the record changed.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local rec = redis.call('HMGET', KEYS[1], 'tok', 'st', 'dl')
+if rec[1] ~= ARGV[1] or rec[2] ~= ARGV[2] or not rec[3] or tonumber(rec[3]) > now then
+  return false
+end
+local dl = now + tonumber(ARGV[5])
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'v', '1', 'fp', ARGV[3], 'tok', ARGV[4], 'st', '0',
+  'dl', string.format('%d', dl), 'id', ARGV[7])
+redis.call('PEXPIREAT', KEYS[1], dl + tonumber(ARGV[6]))
+return dl

@@ -1,0 +1,24 @@
+-- Reserve in one round trip (C4, C5): the current record, or a fresh in-progress record when
+-- there is none. The decision is idem-core's, in Rust: this script only reads, or writes the one
+-- case that needs no decision (no record). Time is Redis's own (C11). One key: runs unchanged on
+-- a Redis Cluster.
+-- KEYS[1] the record. ARGV: 1 fingerprint, 2 new token, 3 lease ms, 4 grace ms, 5 the triple.
+-- Returns {'inserted', now, deadline} or
+-- {'existing', now, version, fingerprint, token, state, deadline, triple, response or false};
+-- the response only for the same fingerprint on a completed record (the one case it is replayed).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local dl = now + tonumber(ARGV[3])
+  redis.call('HSET', KEYS[1], 'v', '1', 'fp', ARGV[1], 'tok', ARGV[2], 'st', '0',
+    'dl', string.format('%d', dl), 'id', ARGV[5])
+  redis.call('PEXPIREAT', KEYS[1], dl + tonumber(ARGV[4]))
+  return {'inserted', now, dl}
+end
+-- A value that is not one of our hashes fails here (WRONGTYPE): an error, never a new record.
+local rec = redis.call('HMGET', KEYS[1], 'v', 'fp', 'tok', 'st', 'dl', 'id')
+local response = false
+if rec[2] == ARGV[1] and rec[4] == '1' then
+  response = redis.call('HGET', KEYS[1], 'resp')
+end
+return {'existing', now, rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], response}

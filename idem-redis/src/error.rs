@@ -1,0 +1,34 @@
+//! redis-rs's errors, mapped into idem's: which kind of failure, and the source kept.
+
+use idem_core::{Error, StoreErrorKind};
+
+/// The backend name in [`idem_core::StoreError`].
+pub(crate) const BACKEND: &str = "redis";
+
+/// Maps a redis error: a refused or dropped connection, a timeout, a cluster that is down or
+/// moving slots, a server loading its data: retry later ([`StoreErrorKind::Unavailable`]); a
+/// refused password or command: an operator must act ([`StoreErrorKind::Misconfigured`]).
+pub(crate) fn store_error(error: redis::RedisError) -> Error {
+    let kind = if error.is_io_error()
+        || error.is_connection_refusal()
+        || error.is_connection_dropped()
+        || error.is_timeout()
+        || error.is_cluster_error()
+    {
+        StoreErrorKind::Unavailable
+    } else {
+        match error.kind() {
+            redis::ErrorKind::AuthenticationFailed | redis::ErrorKind::InvalidClientConfig => {
+                StoreErrorKind::Misconfigured
+            }
+            redis::ErrorKind::Server(
+                redis::ServerErrorKind::BusyLoading
+                | redis::ServerErrorKind::TryAgain
+                | redis::ServerErrorKind::ClusterDown
+                | redis::ServerErrorKind::MasterDown,
+            ) => StoreErrorKind::Unavailable,
+            _ => StoreErrorKind::Other,
+        }
+    };
+    Error::store(BACKEND, kind, error)
+}

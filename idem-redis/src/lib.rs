@@ -1,0 +1,63 @@
+//! # idem-redis
+//!
+//! The fast idem store, on one Redis or a Redis Cluster.
+//!
+//! ## Not for money: Redis is not in the same transaction as your effect (C14)
+//!
+//! The record lives in Redis; your effect lives somewhere else (a database, a payment network,
+//! an email provider). Nothing makes the two commit together. If the process dies after the
+//! effect and before the completion reaches Redis, the record stays in progress; when its lease
+//! passes, the next retry takes it over and **runs the effect again**. Use this store for
+//! effects that are harmless to repeat or easy to undo: sending an email or a webhook
+//! notification, filling a cache, enqueueing an idempotent job. For charges, orders and
+//! anything that moves money, use a store that writes the completion in the effect's own
+//! transaction (`idem-postgres`, `idem-sqlite`). Accordingly this store has no `complete_in`.
+//!
+//! What Redis persistence means for a restart: with no persistence, a restart forgets every
+//! record (every key is new again: a retry runs the effect again); with `appendonly yes` and
+//! `appendfsync everysec` (Redis's default AOF setting), a crash can lose the last second of
+//! reservations and completions; with `appendfsync always`, nothing acknowledged is lost. A
+//! failover to a replica can lose what the replica had not received yet (replication is
+//! asynchronous).
+//!
+//! ## Layout
+//!
+//! One key per record: `<prefix>:<hex of the blake3 digest of the length-prefixed (consumer,
+//! route, key)>` (default prefix `idem`), so no two triples share a key (C2) and every operation
+//! touches one key, which is what a Redis Cluster needs. The value is a hash: `v` (the version of
+//! this layout, `1`), `fp` (fingerprint), `tok` (fencing token), `st` (0 in progress, 1
+//! completed), `dl` (deadline, ms since the epoch, Redis's clock), `id` (the triple, checked on
+//! every read), `resp` (the stored response). Its TTL is the deadline plus a grace period; a
+//! value that does not decode is an error, never a new execution.
+//!
+//! Every operation is one Lua script (in `idem-redis/lua/`), one round trip; the decision is
+//! `idem_core`'s, in Rust: the scripts only read, apply a compare-and-set, and write.
+//!
+//! ```no_run
+//! use idem_core::{Failure, Idempotency, StoredResponse};
+//! use idem_redis::RedisStore;
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let idem = Idempotency::new(RedisStore::connect("redis://127.0.0.1:6379").await?);
+//! let request = idem.request("acct_42", "POST", "/v1/webhooks/deliveries")
+//!     .key(Some("evt_1"))
+//!     .body(b"{}")
+//!     .build()?;
+//! let outcome = idem.run(&request, |_ctx| async {
+//!     // send the notification (harmless to repeat)
+//!     Ok::<_, Failure<std::io::Error>>(StoredResponse::new(202, "sent"))
+//! }).await?;
+//! # let _ = outcome;
+//! # Ok(())
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+
+mod error;
+mod record;
+mod scripts;
+mod store;
+
+pub use store::{RedisStore, RedisStoreBuilder};
+
+/// The redis version the store is built with.
+pub use redis;

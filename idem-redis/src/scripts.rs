@@ -1,0 +1,26 @@
+//! The Lua scripts beside this crate, one per operation, each touching exactly one key.
+//! `redis::Script` runs them with EVALSHA and falls back to sending the body after a NOSCRIPT.
+
+use redis::Script;
+use std::sync::OnceLock;
+
+pub(crate) struct Scripts {
+    pub(crate) reserve: Script,
+    pub(crate) replace: Script,
+    pub(crate) complete: Script,
+    pub(crate) release: Script,
+    pub(crate) renew: Script,
+    pub(crate) lookup: Script,
+}
+
+pub(crate) fn scripts() -> &'static Scripts {
+    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| Scripts {
+        reserve: Script::new(include_str!("../lua/reserve.lua")),
+        replace: Script::new(include_str!("../lua/replace.lua")),
+        complete: Script::new(include_str!("../lua/complete.lua")),
+        release: Script::new(include_str!("../lua/release.lua")),
+        renew: Script::new(include_str!("../lua/renew.lua")),
+        lookup: Script::new(include_str!("../lua/lookup.lua")),
+    })
+}

@@ -1,0 +1,334 @@
+//! `RedisStore`: the store, its builder, and its `Store` implementation.
+
+use crate::error::{store_error, BACKEND};
+use crate::record::{self, bytes, integer, timestamp};
+use crate::scripts::scripts;
+use idem_core::store::{
+    decide, Acquire, Capabilities, Completion, Decision, Expiry, Lease, Record,
+};
+use idem_core::{
+    async_trait, Begin, Error, FencingToken, Field, RecordId, Request, Store, StoreErrorKind,
+    StoredResponse, Timestamp,
+};
+use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
+use redis::{ScriptInvocation, Value};
+use std::time::Duration;
+
+/// How many times a reservation reads again after losing a compare-and-set; each loss means
+/// another caller wrote a live record, so the next read answers.
+const MAX_ATTEMPTS: usize = 8;
+
+/// An idem [`Store`] in Redis, on one node or a Redis Cluster.
+///
+/// **Not atomic with your effect** (C14): see the crate documentation. Every operation is one
+/// Lua script on one key (one round trip; EVALSHA, with the body sent again after a NOSCRIPT);
+/// time is Redis's own clock (`TIME`), never the application's (C11); records expire by
+/// themselves (a TTL of their deadline plus a grace), so no purge is needed
+/// ([`Expiry::ServerTtl`]).
+///
+/// Cloning is cheap: clones share the connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: Conn,
+    prefix: String,
+    grace: Duration,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.prefix)
+            .field("grace", &self.grace)
+            .field("cluster", &matches!(self.conn, Conn::Cluster(_)))
+            .finish()
+    }
+}
+
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, Error> {
+        match self {
+            Conn::Single(conn) => invocation.invoke_async(&mut conn.clone()).await,
+            Conn::Cluster(conn) => invocation.invoke_async(&mut conn.clone()).await,
+        }
+        .map_err(store_error)
+    }
+}
+
+/// Settings for [`RedisStore`]; see [`RedisStore::builder`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct RedisStoreBuilder {
+    prefix: String,
+    grace: Duration,
+}
+
+impl RedisStoreBuilder {
+    /// The prefix of every key (default `idem`): keys are `<prefix>:<hex digest of the triple>`.
+    /// 1..=64 bytes of visible ASCII without `{` or `}` (which would change the cluster slot).
+    pub fn prefix(mut self, prefix: &str) -> Self {
+        self.prefix = prefix.to_owned();
+        self
+    }
+
+    /// How long a record stays after its deadline before Redis deletes it (default 60 s): an
+    /// expired lease is still seen, and taken over with fencing, instead of vanishing.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        let ok = !self.prefix.is_empty()
+            && self.prefix.len() <= 64
+            && self
+                .prefix
+                .bytes()
+                .all(|b| (0x21..=0x7e).contains(&b) && b != b'{' && b != b'}');
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                Field::Config,
+                "the key prefix must be 1..=64 bytes of visible ASCII without braces",
+            ))
+        }
+    }
+
+    /// Connects to one Redis (`redis://host:port/db`), with a connection manager that
+    /// reconnects by itself.
+    pub async fn connect(self, url: &str) -> Result<RedisStore, Error> {
+        self.validate()?;
+        let client = redis::Client::open(url).map_err(store_error)?;
+        let conn = client.get_connection_manager().await.map_err(store_error)?;
+        Ok(self.build(Conn::Single(conn)))
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes.
+    pub async fn connect_cluster(self, nodes: &[&str]) -> Result<RedisStore, Error> {
+        self.validate()?;
+        let client = redis::cluster::ClusterClient::new(nodes.to_vec()).map_err(store_error)?;
+        let conn = client.get_async_connection().await.map_err(store_error)?;
+        Ok(self.build(Conn::Cluster(conn)))
+    }
+
+    fn build(self, conn: Conn) -> RedisStore {
+        RedisStore {
+            conn,
+            prefix: self.prefix,
+            grace: self.grace,
+        }
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl RedisStore {
+    /// Starts configuring a store.
+    pub fn builder() -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            prefix: "idem".to_owned(),
+            grace: Duration::from_secs(60),
+        }
+    }
+
+    /// A store on one Redis with the default settings.
+    pub async fn connect(url: &str) -> Result<Self, Error> {
+        Self::builder().connect(url).await
+    }
+
+    /// The key of a record: the prefix and the hex of [`RecordId::digest`], a length-prefixed
+    /// blake3 of (consumer, route, key), so no two triples share a key (C2).
+    pub fn key_of(&self, id: &RecordId) -> String {
+        let digest = id.digest();
+        let mut key = String::with_capacity(self.prefix.len() + 65);
+        key.push_str(&self.prefix);
+        key.push(':');
+        for b in digest {
+            key.push_str(&format!("{b:02x}"));
+        }
+        key
+    }
+
+    async fn replace(
+        &self,
+        key: &str,
+        request: &Request,
+        acquired: Acquire,
+        lease_for: Duration,
+    ) -> Result<Option<Lease>, Error> {
+        let (Some(previous), Some(completed)) =
+            (acquired.replaces(), acquired.replaces_completed())
+        else {
+            return Ok(None);
+        };
+        let token = FencingToken::generate();
+        let mut invocation = scripts().replace.prepare_invoke();
+        invocation
+            .key(key)
+            .arg(previous.as_bytes().as_slice())
+            .arg(if completed { "1" } else { "0" })
+            .arg(request.fingerprint().as_bytes().as_slice())
+            .arg(token.as_bytes().as_slice())
+            .arg(millis(lease_for))
+            .arg(millis(self.grace))
+            .arg(record::triple(request.id()));
+        match self.conn.invoke(&invocation).await? {
+            Value::Nil => Ok(None),
+            until => Ok(Some(Lease::new(
+                request,
+                token,
+                timestamp(integer(&until, "deadline")?)?,
+                acquired,
+            ))),
+        }
+    }
+
+    async fn fenced(&self, invocation: &ScriptInvocation<'_>) -> Result<(), Error> {
+        match integer(&self.conn.invoke(invocation).await?, "fenced result")? {
+            1 => Ok(()),
+            _ => Err(Error::LeaseLost),
+        }
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
+        let key = self.key_of(request.id());
+        for _ in 0..MAX_ATTEMPTS {
+            let token = FencingToken::generate();
+            let mut invocation = scripts().reserve.prepare_invoke();
+            invocation
+                .key(&key)
+                .arg(request.fingerprint().as_bytes().as_slice())
+                .arg(token.as_bytes().as_slice())
+                .arg(millis(lease_for))
+                .arg(millis(self.grace))
+                .arg(record::triple(request.id()));
+            let reply = self.conn.invoke(&invocation).await?;
+            let Value::Array(fields) = reply else {
+                return Err(Error::store(
+                    BACKEND,
+                    StoreErrorKind::Other,
+                    format!("reserve returned {reply:?}"),
+                ));
+            };
+            let (Some(source), Some(now)) = (fields.first(), fields.get(1)) else {
+                return Err(Error::store(
+                    BACKEND,
+                    StoreErrorKind::Other,
+                    "reserve returned too few fields",
+                ));
+            };
+            let now = timestamp(integer(now, "now")?)?;
+            if bytes(source, "source")? == b"inserted" {
+                let until = fields.get(2).ok_or_else(|| {
+                    Error::store(
+                        BACKEND,
+                        StoreErrorKind::Other,
+                        "reserve returned no deadline",
+                    )
+                })?;
+                return Ok(Begin::Acquired(Lease::new(
+                    request,
+                    token,
+                    timestamp(integer(until, "deadline")?)?,
+                    Acquire::Fresh,
+                )));
+            }
+            let current = record::decode(&fields[2..], request.id())?;
+            let acquired = match decide(Some(current), request.fingerprint(), now) {
+                Decision::Answer(answer) => {
+                    return Ok(Begin::Answered(answer.try_map(|response| {
+                        StoredResponse::decode(&response.ok_or_else(|| {
+                            Error::CorruptRecord(
+                                "redis record: a completed record without a response".to_owned(),
+                            )
+                        })?)
+                    })?))
+                }
+                Decision::Acquire(acquired) => acquired,
+            };
+            if let Some(lease) = self.replace(&key, request, acquired, lease_for).await? {
+                return Ok(Begin::Acquired(lease));
+            }
+        }
+        Err(Error::store(
+            BACKEND,
+            StoreErrorKind::Other,
+            "reservation kept losing its compare-and-set",
+        ))
+    }
+
+    async fn complete(&self, completion: &Completion) -> Result<(), Error> {
+        let mut invocation = scripts().complete.prepare_invoke();
+        invocation
+            .key(self.key_of(completion.id()))
+            .arg(completion.token().as_bytes().as_slice())
+            .arg(completion.encoded())
+            .arg(millis(completion.retain_for()))
+            .arg(millis(self.grace));
+        self.fenced(&invocation).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), Error> {
+        let mut invocation = scripts().release.prepare_invoke();
+        invocation
+            .key(self.key_of(lease.id()))
+            .arg(lease.token().as_bytes().as_slice());
+        self.fenced(&invocation).await
+    }
+
+    async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
+        let mut invocation = scripts().renew.prepare_invoke();
+        invocation
+            .key(self.key_of(lease.id()))
+            .arg(lease.token().as_bytes().as_slice())
+            .arg(millis(lease_for))
+            .arg(millis(self.grace));
+        match self.conn.invoke(&invocation).await? {
+            Value::Nil => Err(Error::LeaseLost),
+            until => timestamp(integer(&until, "deadline")?),
+        }
+    }
+
+    /// Redis deletes expired records itself: nothing to purge.
+    async fn purge_expired(&self, _limit: usize) -> Result<usize, Error> {
+        Ok(0)
+    }
+
+    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+        let mut invocation = scripts().lookup.prepare_invoke();
+        invocation.key(self.key_of(id));
+        match self.conn.invoke(&invocation).await? {
+            Value::Nil => Ok(None),
+            Value::Array(fields) => record::decode(&fields, id)?
+                .try_map_response(|response| {
+                    StoredResponse::decode(&response.ok_or_else(|| {
+                        Error::CorruptRecord(
+                            "redis record: a completed record without a response".to_owned(),
+                        )
+                    })?)
+                })
+                .map(Some),
+            other => Err(Error::store(
+                BACKEND,
+                StoreErrorKind::Other,
+                format!("lookup returned {other:?}"),
+            )),
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default().with_expiry(Expiry::ServerTtl)
+    }
+}

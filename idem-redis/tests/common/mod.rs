@@ -1,0 +1,83 @@
+//! What the Redis tests share: the servers scripts/test started (a missing server is a failure,
+//! never a skip), and the conformance harness.
+#![allow(dead_code)]
+
+use idem_core::testing::Harness;
+use idem_core::{FencingToken, RecordId};
+use idem_redis::redis::{self, AsyncCommands};
+use idem_redis::RedisStore;
+use std::time::Duration;
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run `bash scripts/test`, which starts Redis and a Redis Cluster")
+    })
+}
+
+/// The single Redis.
+pub fn redis_url() -> String {
+    env("IDEM_REDIS_URL")
+}
+
+/// The cluster's nodes.
+pub fn cluster_nodes() -> Vec<String> {
+    env("IDEM_REDIS_CLUSTER_NODES")
+        .split(',')
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every store gets a key prefix of its own, and a short grace so that expired records leave
+/// within the suite's waits.
+pub struct Redis {
+    pub cluster: bool,
+}
+
+impl Redis {
+    pub async fn store(&self) -> RedisStore {
+        let builder = RedisStore::builder()
+            .prefix(&format!("t{}", FencingToken::generate()))
+            .grace(Duration::from_millis(200));
+        if self.cluster {
+            let nodes = cluster_nodes();
+            let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+            builder
+                .connect_cluster(&nodes)
+                .await
+                .expect("connect to the cluster")
+        } else {
+            builder.connect(&redis_url()).await.expect("connect")
+        }
+    }
+}
+
+#[idem_core::async_trait]
+impl Harness for Redis {
+    type Store = RedisStore;
+
+    async fn store(&self) -> RedisStore {
+        Redis::store(self).await
+    }
+
+    async fn corrupt_response(&self, store: &RedisStore, id: &RecordId) {
+        let key = store.key_of(id);
+        let changed: i64 = if self.cluster {
+            let nodes = cluster_nodes();
+            let client = redis::cluster::ClusterClient::new(nodes).expect("cluster client");
+            let mut conn = client.get_async_connection().await.expect("connect");
+            conn.hset(&key, "resp", b"\x00\xff\x00".as_slice())
+                .await
+                .expect("hset")
+        } else {
+            let client = redis::Client::open(redis_url()).expect("client");
+            let mut conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connect");
+            conn.hset(&key, "resp", b"\x00\xff\x00".as_slice())
+                .await
+                .expect("hset")
+        };
+        assert_eq!(changed, 0, "the field existed and was overwritten");
+    }
+}

@@ -1,0 +1,5 @@
+//! The shared conformance suite against `RedisStore` on one real Redis.
+
+mod common;
+
+idem_core::conformance_tests!(common::Redis { cluster: false });

@@ -1,0 +1,146 @@
+//! A Redis of this test's own, with the append-only file on: restarted between reserve and
+//! complete, the lease survives and the fenced completion still lands; killed, it is an error
+//! (503), never a pass-through that runs the effect unprotected (C13).
+
+use idem_core::{
+    Answer, Begin, Error, Failure, Idempotency, Policy, RunError, StoreErrorKind, StoredResponse,
+};
+use idem_redis::RedisStore;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Starts redis-server (installed by scripts/test; missing, the test fails) with AOF, fsync on
+/// every write.
+fn start(port: u16, dir: &std::path::Path) -> Child {
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "yes", "--appendfsync", "always"])
+        .arg("--dir")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server is not installed: run `bash scripts/test`");
+    let mut child = child;
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return child;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("redis-server did not start on {port}");
+}
+
+fn temp_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "idem-redis-{}",
+        idem_core::FencingToken::generate()
+    ));
+    std::fs::create_dir_all(&dir).expect("dir");
+    dir
+}
+
+#[tokio::test]
+async fn c09_a_restart_with_aof_keeps_the_lease_and_the_completion_lands() {
+    let (port, dir) = (free_port(), temp_dir());
+    let mut server = start(port, &dir);
+    let store = RedisStore::connect(&format!("redis://127.0.0.1:{port}"))
+        .await
+        .expect("connect");
+    let idem = Idempotency::with_policy(store, Policy::default().lease(Duration::from_secs(10)))
+        .expect("policy");
+    let request = idem
+        .request("acct", "POST", "/notifications")
+        .key(Some("restart"))
+        .body(b"{}")
+        .build()
+        .expect("request");
+    let Begin::Acquired(lease) = idem.begin(&request).await.expect("begin") else {
+        panic!("fresh");
+    };
+    server.kill().expect("SIGKILL");
+    server.wait().expect("wait");
+    let mut server = start(port, &dir);
+    // In flight after the restart: the reservation was in the append-only file.
+    let answer = loop {
+        match idem.begin(&request).await {
+            Ok(answer) => break answer,
+            Err(error) => {
+                assert!(error.is_retryable(), "{error}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert!(
+        matches!(answer, Begin::Answered(Answer::InFlight { .. })),
+        "{answer:?}"
+    );
+    let sent = idem
+        .complete(lease, StoredResponse::new(202, "sent"))
+        .await
+        .expect("the fenced completion lands after the restart");
+    assert_eq!(
+        idem.begin(&request).await.expect("begin"),
+        Begin::Answered(Answer::Replay(sent))
+    );
+    server.kill().expect("kill");
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn c13_a_killed_server_is_an_error_and_the_effect_never_runs() {
+    let (port, dir) = (free_port(), temp_dir());
+    let mut server = start(port, &dir);
+    let store = RedisStore::connect(&format!("redis://127.0.0.1:{port}"))
+        .await
+        .expect("connect");
+    let idem = Idempotency::new(store);
+    server.kill().expect("SIGKILL");
+    server.wait().expect("wait");
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = Arc::clone(&ran);
+    let request = idem
+        .request("acct", "POST", "/notifications")
+        .key(Some("down"))
+        .body(b"{}")
+        .build()
+        .expect("request");
+    let result = idem
+        .run(&request, move |_| async move {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Failure<Error>>(StoredResponse::new(202, "sent"))
+        })
+        .await;
+    let Err(RunError::Idem(error)) = result else {
+        panic!("expected a store error, got {result:?}");
+    };
+    assert_eq!(error.http_status(), 503);
+    assert_eq!(
+        error.as_store().map(|e| e.kind()),
+        Some(StoreErrorKind::Unavailable)
+    );
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        0,
+        "the effect ran without protection"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
