@@ -1,6 +1,7 @@
 -- Fenced completion (C6): only the token holder of an in-progress record. Not atomic with the
 -- effect (C14): Redis is another system than the one the effect wrote to.
--- KEYS[1] the record. ARGV: 1 token, 2 encoded response, 3 retention ms, 4 grace ms.
+-- The completed record's TTL is its retention: when it passes, the key is new again (C10).
+-- KEYS[1] the record. ARGV: 1 token, 2 encoded response, 3 retention ms.
 -- Returns 1, or 0 when the lease is lost.
 local rec = redis.call('HMGET', KEYS[1], 'tok', 'st')
 if rec[1] ~= ARGV[1] or rec[2] ~= '0' then
@@ -10,5 +11,5 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dl = now + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'st', '1', 'resp', ARGV[2], 'dl', string.format('%d', dl))
-redis.call('PEXPIREAT', KEYS[1], dl + tonumber(ARGV[4]))
+redis.call('PEXPIREAT', KEYS[1], dl)
 return 1

@@ -27,8 +27,9 @@
 //! touches one key, which is what a Redis Cluster needs. The value is a hash: `v` (the version of
 //! this layout, `1`), `fp` (fingerprint), `tok` (fencing token), `st` (0 in progress, 1
 //! completed), `dl` (deadline, ms since the epoch, Redis's clock), `id` (the triple, checked on
-//! every read), `resp` (the stored response). Its TTL is the deadline plus a grace period; a
-//! value that does not decode is an error, never a new execution.
+//! every read), `resp` (the stored response). Its TTL is the lease plus a grace period while in
+//! progress, the retention once completed; a value that does not decode is an error, never a
+//! new execution.
 //!
 //! Every operation is one Lua script (in `idem-redis/lua/`), one round trip; the decision is
 //! `idem_core`'s, in Rust: the scripts only read, apply a compare-and-set, and write.

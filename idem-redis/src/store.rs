@@ -77,8 +77,9 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// How long a record stays after its deadline before Redis deletes it (default 60 s): an
-    /// expired lease is still seen, and taken over with fencing, instead of vanishing.
+    /// How long an in-progress record stays after its lease before Redis deletes it (default
+    /// 60 s): an expired lease is still seen, and taken over with fencing, instead of vanishing.
+    /// A completed record's TTL is its retention.
     pub fn grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self
@@ -275,8 +276,7 @@ impl Store for RedisStore {
             .key(self.key_of(completion.id()))
             .arg(completion.token().as_bytes().as_slice())
             .arg(completion.encoded())
-            .arg(millis(completion.retain_for()))
-            .arg(millis(self.grace));
+            .arg(millis(completion.retain_for()));
         self.fenced(&invocation).await
     }
 
