@@ -19,6 +19,9 @@ use std::time::Duration;
 /// another caller wrote a live record, so the next read answers.
 const MAX_ATTEMPTS: usize = 8;
 
+/// The longest grace accepted: deadlines and TTLs stay exact in Lua's numbers (doubles).
+const MAX_GRACE: Duration = Duration::from_secs(24 * 3600);
+
 /// An idem [`Store`] in Redis, on one node or a Redis Cluster.
 ///
 /// **Not atomic with your effect** (C14): see the crate documentation. Every operation is one
@@ -79,7 +82,7 @@ impl RedisStoreBuilder {
 
     /// How long an in-progress record stays after its lease before Redis deletes it (default
     /// 60 s): an expired lease is still seen, and taken over with fencing, instead of vanishing.
-    /// A completed record's TTL is its retention.
+    /// A completed record's TTL is its retention. At most a day.
     pub fn grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self
@@ -92,14 +95,19 @@ impl RedisStoreBuilder {
                 .prefix
                 .bytes()
                 .all(|b| (0x21..=0x7e).contains(&b) && b != b'{' && b != b'}');
-        if ok {
-            Ok(())
-        } else {
-            Err(Error::invalid(
+        if !ok {
+            return Err(Error::invalid(
                 Field::Config,
                 "the key prefix must be 1..=64 bytes of visible ASCII without braces",
-            ))
+            ));
         }
+        if self.grace > MAX_GRACE {
+            return Err(Error::invalid(
+                Field::Config,
+                "the grace must be at most a day",
+            ));
+        }
+        Ok(())
     }
 
     /// Connects to one Redis (`redis://host:port/db`), with a connection manager that
