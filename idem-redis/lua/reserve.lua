@@ -17,6 +17,11 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 -- A value that is not one of our hashes fails here (WRONGTYPE): an error, never a new record.
 local rec = redis.call('HMGET', KEYS[1], 'v', 'fp', 'tok', 'st', 'dl', 'id')
+-- Our own token: this same call ran before and its answer was lost (a timeout, a dropped
+-- connection), and the caller sends it again. The record is the caller's reservation.
+if rec[3] == ARGV[2] and rec[4] == '0' then
+  return {'inserted', now, tonumber(rec[5])}
+end
 local response = false
 if rec[2] == ARGV[1] and rec[4] == '1' then
   response = redis.call('HGET', KEYS[1], 'resp')

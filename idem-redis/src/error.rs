@@ -9,6 +9,15 @@ pub(crate) const BACKEND: &str = "redis";
 /// moving slots, a server loading its data: retry later ([`StoreErrorKind::Unavailable`]); a
 /// refused password or command: an operator must act ([`StoreErrorKind::Misconfigured`]).
 pub(crate) fn store_error(error: redis::RedisError) -> Error {
+    match error.code() {
+        // A value of another type at a record's key: not a record, never a new one (C12).
+        Some("WRONGTYPE") => {
+            return Error::CorruptRecord(format!("redis record: {error}"));
+        }
+        // Out of memory under noeviction: writes come back once memory is freed.
+        Some("OOM") => return Error::store(BACKEND, StoreErrorKind::Unavailable, error),
+        _ => {}
+    }
     let kind = if error.is_io_error()
         || error.is_connection_refusal()
         || error.is_connection_dropped()

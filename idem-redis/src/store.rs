@@ -70,6 +70,8 @@ impl Conn {
 pub struct RedisStoreBuilder {
     prefix: String,
     grace: Duration,
+    response_timeout: Duration,
+    allow_eviction: bool,
 }
 
 impl RedisStoreBuilder {
@@ -85,6 +87,23 @@ impl RedisStoreBuilder {
     /// A completed record's TTL is its retention. At most a day.
     pub fn grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
+        self
+    }
+
+    /// How long one call waits for Redis's answer before it is
+    /// [`StoreErrorKind::Unavailable`] (default 5 s). Large stored responses need it long
+    /// enough to travel.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Accepts a Redis whose `maxmemory-policy` may evict keys. By default `connect` refuses one:
+    /// an evicted record makes the key new again while its first holder still runs, so the
+    /// effect would run twice at the same time (not only after a crash, C14). Set it only where
+    /// Redis cannot be asked (`CONFIG` disabled) and you know the policy is `noeviction`.
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = allow;
         self
     }
 
@@ -122,7 +141,12 @@ impl RedisStoreBuilder {
     /// Connects to a Redis Cluster through any of its nodes.
     pub async fn connect_cluster(self, nodes: &[&str]) -> Result<RedisStore, Error> {
         self.validate()?;
-        let client = redis::cluster::ClusterClient::new(nodes.to_vec()).map_err(store_error)?;
+        let client = redis::cluster::ClusterClient::builder(nodes.to_vec())
+            .response_timeout(self.response_timeout)
+            .connection_timeout(self.response_timeout)
+            .retries(2)
+            .build()
+            .map_err(store_error)?;
         let conn = client.get_async_connection().await.map_err(store_error)?;
         Ok(self.build(Conn::Cluster(conn)))
     }
@@ -146,6 +170,8 @@ impl RedisStore {
         RedisStoreBuilder {
             prefix: "idem".to_owned(),
             grace: Duration::from_secs(60),
+            response_timeout: Duration::from_secs(5),
+            allow_eviction: false,
         }
     }
 
@@ -213,8 +239,11 @@ impl RedisStore {
 impl Store for RedisStore {
     async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
         let key = self.key_of(request.id());
+        let (mut resend, mut resent) = (None, false);
         for _ in 0..MAX_ATTEMPTS {
-            let token = FencingToken::generate();
+            // After a lost answer the same token is sent again: the script recognises the
+            // reservation it wrote (never a key held by nobody until the lease passes).
+            let token = resend.take().unwrap_or_else(FencingToken::generate);
             let mut invocation = scripts().reserve.prepare_invoke();
             invocation
                 .key(&key)
@@ -223,7 +252,14 @@ impl Store for RedisStore {
                 .arg(millis(lease_for))
                 .arg(millis(self.grace))
                 .arg(record::triple(request.id()));
-            let reply = self.conn.invoke(&invocation).await?;
+            let reply = match self.conn.invoke(&invocation).await {
+                Ok(reply) => reply,
+                Err(error) if error.is_retryable() && !resent => {
+                    (resend, resent) = (Some(token), true);
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
             let Value::Array(fields) = reply else {
                 return Err(Error::store(
                     BACKEND,
