@@ -1,6 +1,7 @@
 //! The answer to a request that does not run: a replay, an in-flight duplicate, a mismatch.
 
 use crate::policy::{InFlightAnswer, Policy};
+use crate::problem::{retry_after_secs, Problem};
 use crate::response::StoredResponse;
 use std::time::Duration;
 
@@ -38,9 +39,6 @@ pub enum Answer<R = StoredResponse> {
     Mismatch,
 }
 
-/// The problem type URIs of the answers and errors (RFC 9457), under this prefix.
-pub const PROBLEM_BASE: &str = "https://idem.rs/problems/";
-
 impl<R> Answer<R> {
     /// Converts the stored response, keeping the other variants; for example decodes the bytes
     /// a store read, only when the answer is a replay.
@@ -73,64 +71,54 @@ impl Answer {
         }
     }
 
+    /// The problem to answer with when this is not a replay: 409 `request-in-progress` with
+    /// `Retry-After` (retryable), 422 `idempotency-key-reused`. `None` for a replay, and for an
+    /// in-flight answer on an asynchronous endpoint ([`InFlightAnswer::Accepted`], a bare 202).
+    ///
+    /// ```
+    /// use idem_core::{Answer, Policy};
+    /// let p = Answer::Mismatch.problem(&Policy::default()).expect("a problem");
+    /// assert_eq!((p.status, p.kind, p.retryable), (422, "idempotency-key-reused", false));
+    /// ```
+    pub fn problem(&self, policy: &Policy) -> Option<Problem> {
+        match self {
+            Answer::Replay(_) => None,
+            Answer::InFlight { retry_after } => match policy.in_flight {
+                InFlightAnswer::Conflict => Some(
+                    Problem::new(
+                        409,
+                        "request-in-progress",
+                        "A request with this idempotency key is still being processed.",
+                        true,
+                    )
+                    .with_retry_after(*retry_after),
+                ),
+                InFlightAnswer::Accepted => None,
+            },
+            Answer::Mismatch => Some(Problem::new(
+                422,
+                "idempotency-key-reused",
+                "This idempotency key was used with another request.",
+                false,
+            )),
+        }
+    }
+
     /// The whole HTTP response: a replay is the stored response plus `Idempotent-Replayed: true`;
     /// in flight is a `application/problem+json` 409 with `Retry-After` (or a bare 202); a
     /// mismatch a problem 422. Problems carry `Cache-Control: no-store`.
     pub fn to_http(&self, policy: &Policy) -> StoredResponse {
         match self {
             Answer::Replay(stored) => stored.clone().with_header("idempotent-replayed", "true"),
-            Answer::InFlight { retry_after } => {
-                let secs = retry_after_secs(*retry_after).to_string();
-                match policy.in_flight {
-                    InFlightAnswer::Conflict => problem(
-                        409,
-                        "request-in-progress",
-                        "A request with this idempotency key is still being processed.",
-                        true,
-                    )
-                    .with_header("retry-after", secs),
-                    InFlightAnswer::Accepted => StoredResponse::new(202, Vec::new())
-                        .with_header("retry-after", secs)
-                        .with_header("cache-control", "no-store"),
-                }
+            Answer::InFlight { retry_after } if self.problem(policy).is_none() => {
+                StoredResponse::new(202, Vec::new())
+                    .with_header("retry-after", retry_after_secs(*retry_after).to_string())
+                    .with_header("cache-control", "no-store")
             }
-            Answer::Mismatch => problem(
-                422,
-                "idempotency-key-reused",
-                "This idempotency key was used with another request.",
-                false,
-            ),
+            _ => self
+                .problem(policy)
+                .map(|p| p.to_response())
+                .unwrap_or_default(),
         }
     }
-}
-
-/// An RFC 9457 problem response: `type` is [`PROBLEM_BASE`] + `kind`.
-///
-/// ```
-/// let p = idem_core::problem(503, "store-unavailable", "Try again later.", true);
-/// assert_eq!(p.header("content-type"), Some(&b"application/problem+json"[..]));
-/// assert!(String::from_utf8_lossy(&p.body).contains("\"retryable\":true"));
-/// ```
-pub fn problem(status: u16, kind: &str, detail: &str, retryable: bool) -> StoredResponse {
-    let body = format!(
-        "{{\"type\":\"{PROBLEM_BASE}{kind}\",\"title\":\"{kind}\",\"status\":{status},\"detail\":\"{}\",\"retryable\":{retryable}}}",
-        detail.replace('\\', "\\\\").replace('"', "\\\"")
-    );
-    StoredResponse::new(status, body)
-        .with_header("content-type", "application/problem+json")
-        .with_header("cache-control", "no-store")
-}
-
-/// `Retry-After` in whole seconds, rounded up and at least 1 (C5).
-///
-/// ```
-/// use idem_core::retry_after_secs;
-/// use std::time::Duration;
-/// assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
-/// assert_eq!(retry_after_secs(Duration::from_millis(1500)), 2);
-/// ```
-pub fn retry_after_secs(retry_after: Duration) -> u64 {
-    u64::try_from(retry_after.as_millis().div_ceil(1000))
-        .unwrap_or(u64::MAX)
-        .max(1)
 }

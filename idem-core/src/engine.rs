@@ -1,12 +1,13 @@
 //! `Idempotency<S>`: what applications call.
 
-use crate::answer::{problem, Answer};
+use crate::answer::Answer;
 use crate::begin::Begin;
 use crate::completion::Completion;
 use crate::error::{Error, Field, StoreErrorKind};
 use crate::lease::Lease;
 use crate::outcome::{Failure, Meaning, Outcome, Reply, RunError};
 use crate::policy::Policy;
+use crate::problem::problem;
 use crate::record::RecordState;
 use crate::request::{Request, RequestBuilder};
 use crate::response::StoredResponse;
@@ -714,10 +715,20 @@ fn trace_fenced<T>(op: &'static str, lease: &Lease, started: Instant, result: &R
 }
 
 /// What a [`run`](Idempotency::run) handler gets: the lease it runs under, a way to renew it
-/// when the work may outlast it (C9), and a way to complete inside its own transaction.
+/// when the work may outlast it (C9), and a way to complete inside its own transaction. Clones
+/// share the lease as the engine's heartbeat renews it.
 pub struct Context<S> {
     idem: Idempotency<S>,
     lease: Arc<Mutex<Lease>>,
+}
+
+impl<S> Clone for Context<S> {
+    fn clone(&self) -> Self {
+        Self {
+            idem: self.idem.clone(),
+            lease: Arc::clone(&self.lease),
+        }
+    }
 }
 
 impl<S> fmt::Debug for Context<S> {

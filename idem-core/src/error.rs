@@ -122,17 +122,17 @@ impl Error {
         }
     }
 
-    /// The problem response (RFC 9457) to send for this error (docs/state-machine.md, HTTP
-    /// mapping). The detail is safe to show a client: it never echoes the body.
+    /// The problem (RFC 9457) to answer with for this error (docs/state-machine.md, HTTP
+    /// mapping): 400 `idempotency-key-missing` / `idempotency-key-invalid` / `invalid-request`,
+    /// 413 `body-too-large`, 503 `store-unavailable` with `Retry-After`, 500 `internal`. The
+    /// detail is safe to show a client: it never echoes the body.
     ///
     /// ```
     /// use idem_core::IdempotencyKey;
-    /// let http = IdempotencyKey::required(None).unwrap_err().to_http();
-    /// assert_eq!(http.status, 400);
-    /// assert!(String::from_utf8_lossy(&http.body).contains("idempotency-key-missing"));
+    /// let p = IdempotencyKey::required(None).unwrap_err().problem();
+    /// assert_eq!((p.status, p.kind), (400, "idempotency-key-missing"));
     /// ```
-    pub fn to_http(&self) -> crate::StoredResponse {
-        let status = self.http_status();
+    pub fn problem(&self) -> crate::Problem {
         let (kind, detail) = match self {
             Error::InvalidInput {
                 field: Field::Key,
@@ -163,11 +163,23 @@ impl Error {
                 ("internal", "The request could not be completed.".to_owned())
             }
         };
-        let response = crate::problem(status, kind, &detail, self.is_retryable());
+        let problem = crate::Problem::new(self.http_status(), kind, detail, self.is_retryable());
         match self {
-            Error::Store(_) => response.with_header("retry-after", "1"),
-            _ => response,
+            Error::Store(_) => problem.with_retry_after(std::time::Duration::from_secs(1)),
+            _ => problem,
         }
+    }
+
+    /// The problem response to send for this error: [`problem`](Self::problem), rendered.
+    ///
+    /// ```
+    /// use idem_core::IdempotencyKey;
+    /// let http = IdempotencyKey::required(None).unwrap_err().to_http();
+    /// assert_eq!(http.status, 400);
+    /// assert!(String::from_utf8_lossy(&http.body).contains("idempotency-key-missing"));
+    /// ```
+    pub fn to_http(&self) -> crate::StoredResponse {
+        self.problem().to_response()
     }
 
     /// Whether the same request may succeed if it is tried again later: a transient store

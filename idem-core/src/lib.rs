@@ -54,6 +54,7 @@ mod lease;
 mod memory;
 mod outcome;
 mod policy;
+mod problem;
 mod purger;
 mod record;
 mod request;
@@ -66,7 +67,7 @@ mod unwind;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use answer::{problem, retry_after_secs, Answer, PROBLEM_BASE};
+pub use answer::Answer;
 pub use begin::Begin;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use completion::Completion;
@@ -80,6 +81,7 @@ pub use lease::Lease;
 pub use memory::MemoryStore;
 pub use outcome::{Failure, Outcome, Reply, RunError};
 pub use policy::{InFlightAnswer, Policy};
+pub use problem::{problem, retry_after_secs, Problem, PROBLEM_BASE};
 pub use purger::Purger;
 pub use request::{Request, RequestBuilder};
 pub use response::{is_always_stored, is_never_stored, StoredResponse};

@@ -1,0 +1,102 @@
+//! Between `http` messages and idem's stored responses; bodies read with a limit.
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH};
+use http::{HeaderMap, Response, StatusCode};
+use http_body::Body;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use idem_core::{Error, Field, StoredResponse};
+
+/// The boxed error of a body.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Reads a request body of at most `limit` bytes. A declared `Content-Length` over the limit is
+/// refused before anything is read; a body that turns out longer is refused when it crosses
+/// the limit (C12: 413, nothing recorded). A body that cannot be read is a 400.
+pub(crate) async fn read_request_body<B>(
+    headers: &HeaderMap,
+    body: B,
+    limit: usize,
+) -> Result<Bytes, Error>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(declared) = declared {
+        if declared > limit as u64 {
+            return Err(Error::BodyTooLarge {
+                limit,
+                actual: usize::try_from(declared).unwrap_or(usize::MAX),
+            });
+        }
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<LengthLimitError>() => Err(Error::BodyTooLarge {
+            limit,
+            actual: limit.saturating_add(1),
+        }),
+        Err(error) => Err(Error::invalid(
+            Field::Body,
+            format!("the body could not be read: {error}"),
+        )),
+    }
+}
+
+/// Why a handler's response could not be buffered for storing.
+#[derive(Debug)]
+pub(crate) enum ResponseReadError {
+    /// Over the layer's `max_response_bytes`.
+    TooLarge,
+    /// The body failed while it was read.
+    Failed(BoxError),
+}
+
+/// Reads a handler's response whole, with its headers as sent, for storing.
+pub(crate) async fn read_response<RB>(
+    parts: &http::response::Parts,
+    body: RB,
+    limit: usize,
+) -> Result<StoredResponse, ResponseReadError>
+where
+    RB: Body,
+    RB::Error: Into<BoxError>,
+{
+    let body = match Limited::new(body, limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) if error.is::<LengthLimitError>() => return Err(ResponseReadError::TooLarge),
+        Err(error) => return Err(ResponseReadError::Failed(error)),
+    };
+    let mut stored = StoredResponse::new(parts.status.as_u16(), body.to_vec());
+    for (name, value) in &parts.headers {
+        stored = stored.with_header(name.as_str(), value.as_bytes());
+    }
+    Ok(stored)
+}
+
+/// An `http` response from a stored (or rendered) one. A header that `http` refuses (a stored
+/// record is screened before it gets here, so only by a bug) is left out and logged.
+pub(crate) fn to_http<RB: From<Bytes>>(stored: StoredResponse) -> Response<RB> {
+    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = Response::new(RB::from(Bytes::from(stored.body)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    for (name, value) in stored.headers {
+        match (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(&value),
+        ) {
+            (Ok(name), Ok(value)) => {
+                headers.append(name, value);
+            }
+            _ => {
+                tracing::error!(target: "idem_tower", header = %name, "header left out of a response")
+            }
+        }
+    }
+    response
+}

@@ -1,0 +1,174 @@
+//! `IdempotencyLayer`: the tower layer and its settings.
+
+use crate::config::{Config, ServerErrors};
+use crate::consumer::ConsumerError;
+use crate::service::Idempotent;
+use http::header::HeaderName;
+use http::request::Parts;
+use http::Method;
+use idem_core::{Idempotency, Problem, StoredResponse};
+use std::fmt;
+use std::sync::Arc;
+use tower_layer::Layer;
+
+/// A tower [`Layer`] that makes the endpoints under it idempotent (docs/http.md).
+///
+/// For each `POST` or `PATCH` (configurable) it reads the `Idempotency-Key` header, scopes the
+/// key to the consumer that `consumer` finds in the request (an authenticated account, never
+/// the key itself) and to the route, fingerprints the method, the concrete path and query and
+/// the body (buffered up to the policy's limit), and then:
+///
+/// - the first request runs the inner service **on a task of its own**, so that a client that
+///   disconnects (hyper drops the request's future) cannot cancel an execution that started;
+///   its response, any status, is stored and sent, with the key echoed in `Idempotency-Key`;
+/// - a retry of a completed request gets the stored response, byte for byte, with
+///   `Idempotent-Replayed: true`; a retry while it runs a 409 with `Retry-After` at once; the
+///   key reused with another request a 422;
+/// - a bad or missing key is a 400, a body over the limit a 413 and the store down a 503,
+///   with nothing recorded and nothing run: errors are RFC 9457 problems (or the application's
+///   own shape, [`render_problems`](Self::render_problems)) with `Cache-Control: no-store`.
+///
+/// Other methods pass through untouched; `PUT` and `DELETE` are protected when they carry a key.
+///
+/// ```
+/// use axum::{routing::post, Router};
+/// use idem_core::{Idempotency, MemoryStore};
+/// use idem_tower::{ConsumerError, IdempotencyLayer};
+///
+/// let idem = Idempotency::new(MemoryStore::new());
+/// let app: Router = Router::new()
+///     .route("/v1/charges", post(|| async { (axum::http::StatusCode::CREATED, "charged") }))
+///     .route_layer(IdempotencyLayer::new(idem, |req: &http::request::Parts| {
+///         req.headers.get("x-account").and_then(|v| v.to_str().ok()).map(str::to_owned)
+///             .ok_or_else(ConsumerError::unauthenticated)
+///     }));
+/// ```
+pub struct IdempotencyLayer<S, C> {
+    pub(crate) idem: Idempotency<S>,
+    pub(crate) consumer: Arc<C>,
+    pub(crate) config: Config,
+}
+
+impl<S, C> IdempotencyLayer<S, C>
+where
+    C: Fn(&Parts) -> Result<String, ConsumerError> + Send + Sync + 'static,
+{
+    /// A layer over the engine `idem`, scoping keys to the consumer `consumer` returns for a
+    /// request (from an authentication layer's extension, a verified header...).
+    pub fn new(idem: Idempotency<S>, consumer: C) -> Self {
+        Self {
+            idem,
+            consumer: Arc::new(consumer),
+            config: Config::default(),
+        }
+    }
+}
+
+impl<S, C> IdempotencyLayer<S, C> {
+    /// The methods that require a key (default `POST` and `PATCH`): one without is a 400.
+    pub fn require_key_for(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.config.required = methods.into_iter().collect();
+        self
+    }
+
+    /// The methods protected only when they carry a key (default `PUT` and `DELETE`).
+    pub fn accept_key_for(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.config.optional = methods.into_iter().collect();
+        self
+    }
+
+    /// The header that carries the key (default `Idempotency-Key`).
+    pub fn key_header(mut self, name: HeaderName) -> Self {
+        self.config.key_header = name;
+        self
+    }
+
+    /// Adds a request header to the fingerprint (C3), for headers that change what a request
+    /// means (an API version, say). Volatile headers (`User-Agent`, tracing, telemetry) are
+    /// never fingerprinted unless named here.
+    pub fn fingerprint_header(mut self, name: HeaderName) -> Self {
+        self.config.fingerprint_headers.push(name);
+        self
+    }
+
+    /// Fingerprints JSON bodies (`application/json`, `+json`) in canonical form, so that a
+    /// retry that re-encodes its JSON (another key order, other whitespace) is the same
+    /// request; the top-level fields in `exclude` (a client timestamp, say) are left out. A
+    /// body that is not valid JSON is fingerprinted as it is.
+    pub fn canonical_json(mut self, exclude: &[&str]) -> Self {
+        self.config.canonical_json = Some(exclude.iter().map(|s| (*s).to_owned()).collect());
+        self
+    }
+
+    /// The largest response stored (default 4 MiB). A larger one has run its effect, so it
+    /// becomes a stored 500 (C8), never a silent second run.
+    pub fn max_response_bytes(mut self, limit: usize) -> Self {
+        self.config.max_response_bytes = limit;
+        self
+    }
+
+    /// What an unmarked 5xx means (default: stored, [`ServerErrors::Store`]).
+    pub fn server_errors(mut self, rule: ServerErrors) -> Self {
+        self.config.server_errors = rule;
+        self
+    }
+
+    /// Renders the layer's problems (400, 401, 409, 413, 422, 503...) in the application's own
+    /// shape; `Cache-Control: no-store` and `Retry-After` are added whatever it returns.
+    ///
+    /// ```
+    /// # use idem_core::{Idempotency, MemoryStore, Problem, StoredResponse};
+    /// # use idem_tower::{ConsumerError, IdempotencyLayer};
+    /// # let idem = Idempotency::new(MemoryStore::new());
+    /// let layer = IdempotencyLayer::new(idem, |_: &http::request::Parts| Ok::<_, ConsumerError>("acct".into()))
+    ///     .render_problems(|p: &Problem| {
+    ///         StoredResponse::new(p.status, format!(r#"{{"error":{{"code":"{}"}}}}"#, p.kind))
+    ///             .with_header("content-type", "application/json")
+    ///     });
+    /// ```
+    pub fn render_problems(
+        mut self,
+        render: impl Fn(&Problem) -> StoredResponse + Send + Sync + 'static,
+    ) -> Self {
+        self.config.render = Arc::new(render);
+        self
+    }
+
+    /// For asynchronous endpoints (the policy's in-flight answer is `Accepted`): the `Location`
+    /// of the status resource sent with a 202 to a duplicate while the first request runs,
+    /// from the request and its key.
+    pub fn status_location(
+        mut self,
+        location: impl Fn(&Parts, &str) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.config.status_location = Some(Arc::new(location));
+        self
+    }
+}
+
+impl<S, C> Clone for IdempotencyLayer<S, C> {
+    fn clone(&self) -> Self {
+        Self {
+            idem: self.idem.clone(),
+            consumer: Arc::clone(&self.consumer),
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, C> fmt::Debug for IdempotencyLayer<S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdempotencyLayer")
+            .field("idem", &self.idem)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<Inner, S, C> Layer<Inner> for IdempotencyLayer<S, C> {
+    type Service = Idempotent<Inner, S, C>;
+
+    fn layer(&self, inner: Inner) -> Self::Service {
+        Idempotent::new(inner, self.clone())
+    }
+}

@@ -1,0 +1,60 @@
+//! # idem-tower
+//!
+//! HTTP for idem: [`IdempotencyLayer`], a tower layer that makes the `POST` and `PATCH`
+//! endpoints under it idempotent, with the HTTP mapping of docs/state-machine.md and
+//! docs/http.md: 400 for a bad or missing key, 413, 422 for a key reused with another request,
+//! 409 + `Retry-After` while the first request runs, the stored response replayed byte for byte
+//! with `Idempotent-Replayed: true`, 503 when the store is down (fail closed).
+//!
+//! The execution runs on a task of its own: a client that disconnects cannot cancel it, its
+//! response is stored and the retry gets it (C8).
+//!
+//! Two forms, side by side:
+//!
+//! - **The handler does not know the layer is there**: its response, any status, is stored.
+//!   Mark a response [`NothingHappened`] to release the key instead (a rollback, a validation
+//!   error).
+//! - **Completion in the handler's own transaction** (SQLite, PostgreSQL): the handler takes the
+//!   [`Reservation`] (an axum extractor with feature `axum`), writes its effect and the
+//!   reservation's completion in one transaction, commits, and returns [`Completed`]; the layer
+//!   sends what was stored, without completing twice.
+//!
+//! ```
+//! use axum::{routing::post, Json, Router};
+//! use idem_core::{Idempotency, MemoryStore};
+//! use idem_tower::{ConsumerError, IdempotencyLayer};
+//!
+//! async fn create_charge(Json(charge): Json<serde_json::Value>) -> Json<serde_json::Value> {
+//!     Json(serde_json::json!({ "id": "ch_1", "amount": charge["amount"] }))
+//! }
+//!
+//! let idem = Idempotency::new(MemoryStore::new());
+//! let app: Router = Router::new()
+//!     .route("/v1/charges", post(create_charge))
+//!     .route_layer(IdempotencyLayer::new(idem, |req: &http::request::Parts| {
+//!         // The authenticated account, from your authentication layer (here a header).
+//!         req.headers.get("x-account").and_then(|v| v.to_str().ok()).map(str::to_owned)
+//!             .ok_or_else(ConsumerError::unauthenticated)
+//!     }));
+//! ```
+#![forbid(unsafe_code)]
+
+#[cfg(feature = "axum")]
+mod axum;
+mod config;
+mod consumer;
+mod convert;
+mod disposition;
+mod key;
+mod layer;
+mod marker;
+mod reservation;
+mod service;
+
+pub use config::{ServerErrors, DEFAULT_MAX_RESPONSE_BYTES};
+pub use consumer::ConsumerError;
+pub use disposition::{Disposition, Handled};
+pub use layer::IdempotencyLayer;
+pub use marker::{Completed, NothingHappened};
+pub use reservation::Reservation;
+pub use service::{Idempotent, ResponseFuture};

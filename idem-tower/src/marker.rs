@@ -1,0 +1,48 @@
+//! What a handler tells the layer through its response: nothing happened, or already completed.
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use idem_core::Completion;
+
+/// A response extension by which a handler says its effect did not happen (its transaction
+/// rolled back, a validation error before anything ran): the layer sends the response, stores
+/// nothing and releases the key, so a retry runs again (C8). Any status may carry it.
+///
+/// ```
+/// use idem_tower::NothingHappened;
+/// let mut response = http::Response::new(String::from("amount must be positive"));
+/// *response.status_mut() = http::StatusCode::BAD_REQUEST;
+/// response.extensions_mut().insert(NothingHappened);
+/// ```
+///
+/// With axum (feature `axum`) it is a response part: `(StatusCode::BAD_REQUEST,
+/// NothingHappened, Json(error))`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NothingHappened;
+
+/// The response of a handler that completed the record **inside its own transaction** (with a
+/// SQL store's `complete_in` and [`Reservation::completion`](crate::Reservation::completion))
+/// and committed it. The layer checks that the record carries this completion and sends the
+/// response exactly as stored: no second completion. A completion that is not in the store
+/// (the transaction rolled back, or another lease's) is answered with a stored 500, never with
+/// a success for an effect that was not recorded.
+///
+/// ```
+/// use idem_tower::Completed;
+/// # fn demo(completion: idem_core::Completion) {
+/// let response: http::Response<String> = Completed(completion).into_http();
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Completed(pub Completion);
+
+impl Completed {
+    /// An `http` response carrying the completion (its status; the layer sends the stored body).
+    pub fn into_http<B: From<Bytes>>(self) -> Response<B> {
+        let mut response = Response::new(B::from(Bytes::new()));
+        *response.status_mut() = StatusCode::from_u16(self.0.response().status)
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        response.extensions_mut().insert(self);
+        response
+    }
+}

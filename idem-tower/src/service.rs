@@ -1,0 +1,431 @@
+//! `Idempotent`: the service the layer wraps around an application's.
+
+use crate::config::{Config, Protection, ServerErrors};
+use crate::consumer::ConsumerError;
+use crate::convert::{read_request_body, read_response, to_http, BoxError, ResponseReadError};
+use crate::disposition::{Disposition, Handled};
+use crate::layer::IdempotencyLayer;
+use crate::marker::{Completed, NothingHappened};
+use crate::reservation::Reservation;
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE, LOCATION};
+use http::request::Parts;
+use http::{Request, Response};
+use http_body::Body;
+use idem_core::{
+    problem, Answer, Context, Error, Failure, Field, Idempotency, InFlightAnswer, Outcome, Problem,
+    Reply, RunError, Store, StoredResponse,
+};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, Instant};
+use tower_service::Service;
+
+/// The future of [`Idempotent`]'s responses.
+pub type ResponseFuture<RB, E> = Pin<Box<dyn Future<Output = Result<Response<RB>, E>> + Send>>;
+
+/// The service [`IdempotencyLayer`] wraps around an application's (see the layer's docs).
+pub struct Idempotent<Inner, S, C> {
+    inner: Inner,
+    layer: Arc<IdempotencyLayer<S, C>>,
+}
+
+impl<Inner, S, C> Idempotent<Inner, S, C> {
+    pub(crate) fn new(inner: Inner, layer: IdempotencyLayer<S, C>) -> Self {
+        Self {
+            inner,
+            layer: Arc::new(layer),
+        }
+    }
+}
+
+impl<Inner: Clone, S, C> Clone for Idempotent<Inner, S, C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            layer: Arc::clone(&self.layer),
+        }
+    }
+}
+
+impl<Inner: fmt::Debug, S: fmt::Debug, C> fmt::Debug for Idempotent<Inner, S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Idempotent")
+            .field("inner", &self.inner)
+            .field("layer", &self.layer)
+            .finish()
+    }
+}
+
+impl<Inner, S, C, B, RB> Service<Request<B>> for Idempotent<Inner, S, C>
+where
+    Inner: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+    Inner::Future: Send + 'static,
+    Inner::Error: fmt::Display + Send + 'static,
+    B: Body + From<Bytes> + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+    RB: Body + From<Bytes> + Send + 'static,
+    RB::Data: Send,
+    RB::Error: Into<BoxError>,
+    S: Store + 'static,
+    C: Fn(&Parts) -> Result<String, ConsumerError> + Send + Sync + 'static,
+{
+    type Response = Response<RB>;
+    type Error = Inner::Error;
+    type Future = ResponseFuture<RB, Inner::Error>;
+
+    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let config = &self.layer.config;
+        let has_key = request.headers().contains_key(&config.key_header);
+        if config.protection(request.method(), has_key) == Protection::PassThrough {
+            return Box::pin(self.inner.call(request));
+        }
+        // The instance that was polled ready goes with the request; a fresh clone stays.
+        let fresh = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, fresh);
+        let layer = Arc::clone(&self.layer);
+        Box::pin(async move { Ok(protect(layer, ready, request).await) })
+    }
+}
+
+/// What the execution gives back when nothing is to be stored, or it failed.
+#[derive(Debug)]
+enum Unstored {
+    /// The handler marked its response [`NothingHappened`]: send it, the key is released.
+    Released(StoredResponse),
+    /// The inner service or the response's body failed after the handler started.
+    Failed(String),
+}
+
+/// A protected request, from its head to the response sent.
+async fn protect<Inner, S, C, B, RB>(
+    layer: Arc<IdempotencyLayer<S, C>>,
+    inner: Inner,
+    request: Request<B>,
+) -> Response<RB>
+where
+    Inner: Service<Request<B>, Response = Response<RB>> + Send + 'static,
+    Inner::Future: Send + 'static,
+    Inner::Error: fmt::Display + Send + 'static,
+    B: Body + From<Bytes> + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+    RB: Body + From<Bytes> + Send + 'static,
+    RB::Data: Send,
+    RB::Error: Into<BoxError>,
+    S: Store + 'static,
+    C: Fn(&Parts) -> Result<String, ConsumerError> + Send + Sync + 'static,
+{
+    let started = Instant::now();
+    let config = &layer.config;
+    let (parts, body) = request.into_parts();
+    let route = route_of(&parts);
+    let consumer = match (layer.consumer)(&parts) {
+        Ok(consumer) => consumer,
+        Err(error) => {
+            tracing::warn!(target: "idem_tower", route, %error, "idempotency: no consumer");
+            let response = config.render(error.problem());
+            return finish(response, None, Disposition::Rejected, None, &route, started);
+        }
+    };
+    let prepared = prepare(&layer.idem, config, &parts, body, &consumer, &route).await;
+    let (request, key) = match prepared {
+        Ok(prepared) => prepared,
+        Err(error) => {
+            let response = config.render(&error.problem());
+            return finish(
+                response,
+                None,
+                Disposition::Rejected,
+                Some(consumer),
+                &route,
+                started,
+            );
+        }
+    };
+    let location = match (&layer.idem.policy().in_flight, &config.status_location) {
+        (InFlightAnswer::Accepted, Some(location)) => location(&parts, &key.text),
+        _ => None,
+    };
+    let (body, parts) = (key.body, parts);
+    let max_response = config.max_response_bytes;
+    let server_errors = config.server_errors;
+    let result = layer
+        .idem
+        .run(&request, move |ctx| {
+            execute(inner, parts, body, ctx, max_response, server_errors)
+        })
+        .await;
+    let (response, echo, disposition) = respond(&layer.idem, config, result, location);
+    let echo = echo.then_some(&key.header);
+    finish(response, echo, disposition, Some(consumer), &route, started)
+}
+
+/// The key as received (echoed back) and as text, with the buffered body.
+struct Keyed {
+    header: HeaderValue,
+    text: String,
+    body: Bytes,
+}
+
+/// Everything checked before anything is recorded: the key (400), the body (413), the request
+/// as idem sees it (scope and fingerprint).
+async fn prepare<S: Store, B>(
+    idem: &Idempotency<S>,
+    config: &Config,
+    parts: &Parts,
+    body: B,
+    consumer: &str,
+    route: &str,
+) -> Result<(idem_core::Request, Keyed), Error>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    let key = crate::key::from_headers(&parts.headers, &config.key_header)?;
+    // A missing key on a required method: the builder says so (400).
+    let body = if key.is_some() {
+        read_request_body(&parts.headers, body, idem.policy().max_body_bytes).await?
+    } else {
+        Bytes::new()
+    };
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| parts.uri.path(), |pq| pq.as_str());
+    let mut builder = idem
+        .request(consumer, parts.method.as_str(), route)
+        .path(path)
+        .key(key.as_deref());
+    for name in &config.fingerprint_headers {
+        for value in parts.headers.get_all(name) {
+            builder = builder.header(name.as_str(), value.as_bytes());
+        }
+    }
+    let exclude: Vec<&str> = config
+        .canonical_json
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    let request = match &config.canonical_json {
+        Some(_) if is_json(parts) => match builder.clone().json_body(&body, &exclude).build() {
+            Err(Error::InvalidInput {
+                field: Field::Body, ..
+            }) => builder.body(&body).build(),
+            built => built,
+        },
+        _ => builder.body(&body).build(),
+    }?;
+    let header = parts
+        .headers
+        .get(&config.key_header)
+        .cloned()
+        .unwrap_or_else(|| HeaderValue::from_static(""));
+    let text = key.unwrap_or_default();
+    Ok((request, Keyed { header, text, body }))
+}
+
+/// The execution, on the engine's own task: the inner service, its response buffered and
+/// classified. Nothing here depends on the client still being connected.
+async fn execute<Inner, S, B, RB>(
+    mut inner: Inner,
+    parts: Parts,
+    body: Bytes,
+    ctx: Context<S>,
+    max_response: usize,
+    server_errors: ServerErrors,
+) -> Result<Reply, Failure<Unstored>>
+where
+    Inner: Service<Request<B>, Response = Response<RB>>,
+    Inner::Error: fmt::Display,
+    B: From<Bytes>,
+    RB: Body,
+    RB::Error: Into<BoxError>,
+    S: Store + 'static,
+{
+    let mut request = Request::from_parts(parts, B::from(body));
+    request.extensions_mut().insert(Reservation::new(ctx));
+    let response = match inner.call(request).await {
+        Ok(response) => response,
+        Err(error) => return Err(Failure::unknown(Unstored::Failed(error.to_string()))),
+    };
+    let (head, body) = response.into_parts();
+    if let Some(Completed(completion)) = head.extensions.get::<Completed>() {
+        return Ok(Reply::Completed(completion.clone()));
+    }
+    let stored = match read_response(&head, body, max_response).await {
+        Ok(stored) => stored,
+        Err(ResponseReadError::TooLarge) => {
+            tracing::error!(
+                target: "idem_tower",
+                max_response,
+                "idempotency: the response is over max_response_bytes; storing a 500"
+            );
+            return Ok(Reply::Respond(problem(
+                500,
+                "response-too-large",
+                "The server produced a response too large to store.",
+                false,
+            )));
+        }
+        Err(ResponseReadError::Failed(error)) => {
+            let error = format!("the response body failed: {error}");
+            return Err(Failure::unknown(Unstored::Failed(error)));
+        }
+    };
+    let nothing_happened = head.extensions.get::<NothingHappened>().is_some()
+        || (server_errors == ServerErrors::Release && head.status.is_server_error());
+    if nothing_happened {
+        return Err(Failure::nothing_happened(Unstored::Released(stored)));
+    }
+    Ok(Reply::Respond(stored))
+}
+
+/// The response for the engine's result, whether it carries the key's echo, and what was done.
+fn respond<S: Store>(
+    idem: &Idempotency<S>,
+    config: &Config,
+    result: Result<Outcome, RunError<Unstored>>,
+    location: Option<String>,
+) -> (StoredResponse, bool, Disposition) {
+    let policy = idem.policy();
+    match result {
+        Ok(Outcome::Executed(stored)) => (stored, true, Disposition::Executed),
+        Ok(Outcome::Answered(answer @ Answer::Replay(_))) => {
+            (answer.to_http(policy), true, Disposition::Replayed)
+        }
+        Ok(Outcome::Answered(answer @ Answer::InFlight { .. })) => {
+            let response = match answer.problem(policy) {
+                Some(problem) => config.render(&problem),
+                None => {
+                    let accepted = answer.to_http(policy);
+                    match location {
+                        Some(location) => accepted.with_header(LOCATION.as_str(), location),
+                        None => accepted,
+                    }
+                }
+            };
+            (response, false, Disposition::InFlight)
+        }
+        Ok(Outcome::Answered(answer)) => {
+            let response = match answer.problem(policy) {
+                Some(problem) => config.render(&problem),
+                None => answer.to_http(policy),
+            };
+            (response, false, Disposition::Mismatch)
+        }
+        Err(RunError::Idem(error)) => (
+            config.render(&error.problem()),
+            false,
+            Disposition::Rejected,
+        ),
+        Err(RunError::Released(Unstored::Released(response))) => {
+            (response, false, Disposition::Released)
+        }
+        Err(RunError::Unknown { error, response }) => {
+            tracing::error!(target: "idem_tower", error = %describe(&error), "idempotency: outcome unknown, stored");
+            (response, true, Disposition::Failed)
+        }
+        Err(RunError::Incomplete(error)) => {
+            tracing::error!(target: "idem_tower", %error, "idempotency: the completion was not stored");
+            (config.render(&unknown()), false, Disposition::Failed)
+        }
+        Err(other) => {
+            tracing::error!(target: "idem_tower", error = ?other, "idempotency: execution failed");
+            (config.render(&unknown()), false, Disposition::Failed)
+        }
+    }
+}
+
+fn describe(error: &Unstored) -> &str {
+    match error {
+        Unstored::Released(_) => "released",
+        Unstored::Failed(error) => error,
+    }
+}
+
+/// The problem for an execution whose result could not be recorded: the effect may have run.
+fn unknown() -> Problem {
+    Problem::new(
+        500,
+        "outcome-unknown",
+        "The request failed and may have taken effect.",
+        false,
+    )
+}
+
+/// The response sent: the key echoed where it belongs, what was done in the extensions, and
+/// one log line.
+fn finish<RB: From<Bytes>>(
+    response: StoredResponse,
+    echo: Option<&HeaderValue>,
+    disposition: Disposition,
+    consumer: Option<String>,
+    route: &str,
+    started: Instant,
+) -> Response<RB> {
+    let mut response = to_http::<RB>(response);
+    if let Some(key) = echo {
+        if !key.is_empty() {
+            response.headers_mut().insert(
+                http::header::HeaderName::from_static("idempotency-key"),
+                key.clone(),
+            );
+        }
+    }
+    tracing::debug!(
+        target: "idem_tower",
+        outcome = disposition.as_str(),
+        consumer = consumer.as_deref().unwrap_or("-"),
+        route,
+        status = response.status().as_u16(),
+        latency_ms = millis(started.elapsed()),
+        "idempotency"
+    );
+    response.extensions_mut().insert(Handled {
+        disposition,
+        consumer,
+    });
+    response
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The route the key is scoped to: the matched route template where the router gives one
+/// (axum), else the concrete path.
+fn route_of(parts: &Parts) -> String {
+    #[cfg(feature = "axum")]
+    if let Some(matched) = parts.extensions.get::<axum::extract::MatchedPath>() {
+        return matched.as_str().to_owned();
+    }
+    parts.uri.path().to_owned()
+}
+
+/// Whether the request's body is JSON (`application/json` or a `+json` type).
+fn is_json(parts: &Parts) -> bool {
+    parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            let essence = v
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
+            essence == "application/json" || essence.ends_with("+json")
+        })
+        .unwrap_or(false)
+}
