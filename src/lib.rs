@@ -13,6 +13,9 @@
 //! | `postgres` | `postgres` | `PgStore`: PostgreSQL (sqlx), completion in the effect's transaction |
 //! | `redis` | `redis` | `RedisStore`: one Redis or a cluster; not atomic with the effect, for reversible effects |
 //!
+//! and the HTTP layer: feature `tower` gives `idem::tower::IdempotencyLayer` for any tower or
+//! hyper service; feature `axum` adds its axum integration (the `Reservation` extractor).
+//!
 //! ```
 //! use idem::{Failure, Idempotency, MemoryStore, Outcome, StoredResponse};
 //! # #[tokio::main(flavor = "current_thread")]
@@ -33,7 +36,7 @@ pub use idem_core::{
     async_trait, canonical_json, is_always_stored, is_never_stored, problem, retry_after_secs,
     Acquire, Answer, Begin, Clock, Completion, Context, Error, Failure, FencingToken, Field,
     Fingerprint, FingerprintBuilder, Idempotency, IdempotencyKey, InFlightAnswer, KeepAlive, Lease,
-    ManualClock, MemoryStore, Outcome, Policy, Purger, RecordId, Reply, Request, RequestBuilder,
+    ManualClock, MemoryStore, Outcome, Policy, Problem, Purger, RecordId, Reply, Request, RequestBuilder,
     RunError, Scope, Store, StoreError, StoreErrorKind, StoredResponse, SystemClock, Timestamp,
     PROBLEM_BASE,
 };
@@ -62,7 +65,13 @@ pub mod redis {
     pub use idem_redis::*;
 }
 
+/// The HTTP layer (feature `tower`; `axum` adds the axum integration); see [`idem_tower`].
+#[cfg(feature = "tower")]
+pub mod tower {
+    pub use idem_tower::*;
+}
+
 /// The README's Rust examples, compiled and run as doctests so they cannot rot.
-#[cfg(all(doctest, feature = "sqlite", feature = "postgres"))]
+#[cfg(all(doctest, feature = "sqlite", feature = "postgres", feature = "axum"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

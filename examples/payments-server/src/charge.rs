@@ -1,0 +1,246 @@
+//! A charge: what a client asks for, how it is checked, and what it answers.
+
+use crate::errors::ApiError;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::HeaderMap;
+use idem::StoredResponse;
+use serde::Serialize;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The largest amount accepted, in the currency's smallest unit (Stripe's eight digits).
+pub const MAX_AMOUNT: i64 = 99_999_999;
+
+/// A charge as requested, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewCharge {
+    pub amount: i64,
+    pub currency: String,
+    pub description: Option<String>,
+}
+
+/// A charge as stored and answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Charge {
+    pub id: String,
+    pub object: &'static str,
+    pub amount: i64,
+    pub currency: String,
+    pub description: Option<String>,
+    pub created: i64,
+    pub livemode: bool,
+    pub paid: bool,
+    pub status: &'static str,
+}
+
+impl Charge {
+    /// A new charge with a fresh id, created now.
+    pub fn create(new: NewCharge) -> Self {
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        Self::from_row(new_id(), new.amount, new.currency, new.description, created)
+    }
+
+    /// A charge read back from the database.
+    pub fn from_row(
+        id: String,
+        amount: i64,
+        currency: String,
+        description: Option<String>,
+        created: i64,
+    ) -> Self {
+        Self {
+            id,
+            object: "charge",
+            amount,
+            currency,
+            description,
+            created,
+            livemode: false,
+            paid: true,
+            status: "succeeded",
+        }
+    }
+
+    /// The 200 answer for it, as stored for the idempotency key.
+    pub fn response(&self) -> StoredResponse {
+        let body = serde_json::to_vec(self).unwrap_or_default();
+        StoredResponse::new(200, body).with_header("content-type", "application/json")
+    }
+}
+
+/// `ch_` and 24 random letters and digits.
+fn new_id() -> String {
+    const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let mut bytes = [0u8; 24];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No system randomness: a hash of the time and a counter is still unique here.
+        let seed = format!("{:?}{:?}", SystemTime::now(), std::thread::current().id());
+        bytes.copy_from_slice(&blake3::hash(seed.as_bytes()).as_bytes()[..24]);
+    }
+    let id: String = bytes
+        .iter()
+        .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
+        .collect();
+    format!("ch_{id}")
+}
+
+impl NewCharge {
+    /// Parses a form-encoded body (what Stripe's client libraries send) or a JSON one, by
+    /// `Content-Type` (form when absent). Unknown parameters are ignored.
+    pub fn parse(headers: &HeaderMap, body: &[u8]) -> Result<Self, ApiError> {
+        let content_type = headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/x-www-form-urlencoded")
+            .to_ascii_lowercase();
+        let params = if content_type.starts_with("application/json") {
+            Params::json(body)?
+        } else if content_type.starts_with("application/x-www-form-urlencoded") {
+            Params::form(body)?
+        } else {
+            return Err(ApiError::invalid(
+                "parameter_invalid",
+                None,
+                "Send the parameters as application/x-www-form-urlencoded or application/json.",
+            ));
+        };
+        params.check()
+    }
+}
+
+/// The parameters as text, whichever encoding they came in.
+struct Params {
+    amount: Option<String>,
+    currency: Option<String>,
+    description: Option<String>,
+}
+
+impl Params {
+    fn form(body: &[u8]) -> Result<Self, ApiError> {
+        let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(body).map_err(|_| {
+            ApiError::invalid("parameter_invalid", None, "The body is not valid form encoding.")
+        })?;
+        let find = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        Ok(Self {
+            amount: find("amount"),
+            currency: find("currency"),
+            description: find("description"),
+        })
+    }
+
+    fn json(body: &[u8]) -> Result<Self, ApiError> {
+        let value: serde_json::Value = serde_json::from_slice(body)
+            .map_err(|_| ApiError::invalid("parameter_invalid", None, "The body is not valid JSON."))?;
+        let object = value.as_object().ok_or_else(|| {
+            ApiError::invalid("parameter_invalid", None, "The body must be a JSON object.")
+        })?;
+        let text = |name: &str| -> Result<Option<String>, ApiError> {
+            match object.get(name) {
+                None | Some(serde_json::Value::Null) => Ok(None),
+                Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+                Some(serde_json::Value::Number(n)) => Ok(Some(n.to_string())),
+                Some(_) => Err(ApiError::invalid(
+                    "parameter_invalid",
+                    None,
+                    format!("Invalid {name}: must be a string or a number."),
+                )),
+            }
+        };
+        Ok(Self {
+            amount: text("amount")?,
+            currency: text("currency")?,
+            description: text("description")?,
+        })
+    }
+
+    fn check(self) -> Result<NewCharge, ApiError> {
+        let amount = self.amount.ok_or_else(|| {
+            ApiError::invalid("parameter_missing", Some("amount"), "Missing required param: amount.")
+        })?;
+        let amount: i64 = match amount.parse() {
+            Ok(n) if amount.bytes().all(|b| b.is_ascii_digit()) => n,
+            _ => {
+                return Err(ApiError::invalid(
+                    "parameter_invalid_integer",
+                    Some("amount"),
+                    "Invalid integer: amount must be a positive integer in the smallest currency unit.",
+                ))
+            }
+        };
+        if amount < 1 {
+            return Err(ApiError::invalid("amount_too_small", Some("amount"), "Amount must be at least 1."));
+        }
+        if amount > MAX_AMOUNT {
+            return Err(ApiError::invalid(
+                "amount_too_large",
+                Some("amount"),
+                format!("Amount must be no more than {MAX_AMOUNT}."),
+            ));
+        }
+        let currency = self.currency.ok_or_else(|| {
+            ApiError::invalid("parameter_missing", Some("currency"), "Missing required param: currency.")
+        })?;
+        if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_alphabetic()) {
+            return Err(ApiError::invalid(
+                "parameter_invalid",
+                Some("currency"),
+                "Invalid currency: a three-letter ISO code such as usd.",
+            ));
+        }
+        if self.description.as_ref().is_some_and(|d| d.chars().count() > 1000) {
+            return Err(ApiError::invalid(
+                "parameter_invalid",
+                Some("description"),
+                "The description is longer than 1000 characters.",
+            ));
+        }
+        Ok(NewCharge {
+            amount,
+            currency: currency.to_ascii_lowercase(),
+            description: self.description,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(content_type: &str, body: &str) -> Result<NewCharge, ApiError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, content_type.parse().expect("value"));
+        NewCharge::parse(&headers, body.as_bytes())
+    }
+
+    #[test]
+    fn form_and_json_bodies_give_the_same_charge() {
+        let form = parse("application/x-www-form-urlencoded", "amount=4242&currency=USD&description=Tea+for+two")
+            .expect("form");
+        let json = parse("application/json", r#"{"amount":4242,"currency":"usd","description":"Tea for two"}"#)
+            .expect("json");
+        assert_eq!(form, json);
+        assert_eq!(form.currency, "usd");
+    }
+
+    #[test]
+    fn bad_amounts_and_currencies_are_400s_naming_the_param() {
+        for (body, code) in [
+            ("currency=usd", "parameter_missing"),
+            ("amount=-5&currency=usd", "parameter_invalid_integer"),
+            ("amount=12.5&currency=usd", "parameter_invalid_integer"),
+            ("amount=0&currency=usd", "amount_too_small"),
+            ("amount=100000000&currency=usd", "amount_too_large"),
+            ("amount=99999999999999999999&currency=usd", "parameter_invalid_integer"),
+            ("amount=100", "parameter_missing"),
+            ("amount=100&currency=dollars", "parameter_invalid"),
+        ] {
+            let err = parse("application/x-www-form-urlencoded", body).expect_err(body);
+            assert_eq!((err.status.as_u16(), err.code.as_str()), (400, code), "{body}");
+        }
+        assert!(parse("application/json", r#"{"amount":1.5,"currency":"usd"}"#).is_err());
+        assert!(parse("application/json", "[1]").is_err());
+        assert!(parse("text/plain", "amount=1").is_err());
+    }
+}

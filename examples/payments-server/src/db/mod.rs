@@ -1,0 +1,46 @@
+//! Where charges live: the same API on SQLite and on PostgreSQL. Each backend writes a charge
+//! and its idempotency completion in one transaction.
+
+mod postgres;
+mod sqlite;
+
+pub use postgres::Postgres;
+pub use sqlite::Sqlite;
+
+use crate::charge::Charge;
+use idem::tower::Reservation;
+use idem::{Completion, Idempotency, Store};
+use std::time::Duration;
+
+/// A database failure (logged; the client sees a 500 without the cause).
+pub type DbError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The charges table and the idempotency store of one database.
+#[async_trait::async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// The idempotency store on the same database.
+    type Store: Store + 'static;
+
+    /// The idempotency engine over it.
+    fn idem(&self) -> &Idempotency<Self::Store>;
+
+    /// Inserts `charge` for `account` and completes the reservation with its response, in
+    /// one transaction: both commit or neither does. `delay` (a test hook) sleeps between
+    /// the two, inside the transaction.
+    async fn create(
+        &self,
+        reservation: &Reservation<Self::Store>,
+        account: &str,
+        charge: &Charge,
+        delay: Option<Duration>,
+    ) -> Result<Completion, DbError>;
+
+    /// One of `account`'s charges.
+    async fn get(&self, account: &str, id: &str) -> Result<Option<Charge>, DbError>;
+
+    /// `account`'s newest charges, at most `limit`, and whether there are more.
+    async fn list(&self, account: &str, limit: u32) -> Result<(Vec<Charge>, bool), DbError>;
+
+    /// Every committed charge row (a test hook).
+    async fn count(&self) -> Result<i64, DbError>;
+}

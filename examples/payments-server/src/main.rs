@@ -1,0 +1,99 @@
+//! A charges API shaped like Stripe's, made idempotent by idem's HTTP layer: SQLite by default,
+//! PostgreSQL when `--database`/`DATABASE_URL` is a `postgres://` URL.
+//!
+//! ```sh
+//! cargo run -p payments-server
+//! curl -s localhost:8080/v1/charges -u sk_test_123: -H 'Idempotency-Key: 5d4f...' \
+//!      -d amount=4242 -d currency=usd -d description='Tea for two'
+//! ```
+
+mod account;
+mod app;
+mod charge;
+mod db;
+mod errors;
+mod settings;
+
+use db::{Backend, Postgres, Sqlite};
+use idem::Policy;
+use settings::{Database, Settings};
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,idem=warn,idem_tower=warn".into()),
+        )
+        .init();
+    let settings = match Settings::from_args(std::env::args().skip(1)) {
+        Ok(settings) => settings,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    match serve(settings).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "payments-server stopped");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+async fn serve(settings: Settings) -> Result<(), BoxError> {
+    if settings.test_hooks {
+        tracing::warn!("IDEM_TEST_HOOKS=1: TEST HOOKS ARE ON (X-Test-Delay-Ms, GET /test/charges/count). Never in production.");
+    }
+    let policy = Policy::default().lease(settings.lease);
+    tracing::info!(database = settings.database.describe(), lease_ms = settings.lease.as_millis() as u64, "opening");
+    match &settings.database {
+        Database::Sqlite(path) => run(Sqlite::open(path, policy).await?, &settings).await,
+        Database::Postgres(url) => run(Postgres::connect(url, policy).await?, &settings).await,
+    }
+}
+
+async fn run<B: Backend>(backend: B, settings: &Settings) -> Result<(), BoxError> {
+    let idem = backend.idem().clone();
+    let purger = idem.purge_every(Duration::from_secs(60));
+    let listener = tokio::net::TcpListener::bind(settings.addr).await?;
+    let addr = listener.local_addr()?;
+    // The one line on stdout: where to reach the server (scripts and tests read it).
+    println!("listening on http://{addr}");
+    std::io::stdout().flush()?;
+    tracing::info!(%addr, "listening");
+    axum::serve(listener, app::router(backend, settings.test_hooks))
+        .with_graceful_shutdown(shutdown())
+        .await?;
+    // Executions whose clients went away finish and store their responses before we exit.
+    idem.drain().await;
+    purger.stop().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}
