@@ -36,9 +36,9 @@ pub use idem_core::{
     async_trait, canonical_json, is_always_stored, is_never_stored, problem, retry_after_secs,
     Acquire, Answer, Begin, Clock, Completion, Context, Error, Failure, FencingToken, Field,
     Fingerprint, FingerprintBuilder, Idempotency, IdempotencyKey, InFlightAnswer, KeepAlive, Lease,
-    ManualClock, MemoryStore, Outcome, Policy, Problem, Purger, RecordId, Reply, Request, RequestBuilder,
-    RunError, Scope, Store, StoreError, StoreErrorKind, StoredResponse, SystemClock, Timestamp,
-    PROBLEM_BASE,
+    ManualClock, MemoryStore, Outcome, Policy, Problem, Purger, RecordId, Reply, Request,
+    RequestBuilder, RunError, Scope, Store, StoreError, StoreErrorKind, StoredResponse,
+    SystemClock, Timestamp, PROBLEM_BASE,
 };
 
 /// For store writers: the [`Store`] trait and what implementing it takes; see
@@ -70,6 +70,11 @@ pub mod redis {
 pub mod tower {
     pub use idem_tower::*;
 }
+
+/// docs/http.md's Rust examples, compiled and run as doctests so they cannot rot.
+#[cfg(all(doctest, feature = "axum"))]
+#[doc = include_str!("../docs/http.md")]
+pub struct HttpDocDoctests;
 
 /// The README's Rust examples, compiled and run as doctests so they cannot rot.
 #[cfg(all(doctest, feature = "sqlite", feature = "postgres", feature = "axum"))]

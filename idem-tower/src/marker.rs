@@ -30,7 +30,7 @@ pub struct NothingHappened;
 /// ```
 /// use idem_tower::Completed;
 /// # fn demo(completion: idem_core::Completion) {
-/// let response: http::Response<String> = Completed(completion).into_http();
+/// let response: http::Response<axum::body::Body> = Completed(completion).into_http();
 /// # }
 /// ```
 #[derive(Debug, Clone)]
