@@ -8,7 +8,12 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use idem_core::{Error, Field, StoredResponse};
 
 /// The boxed error of a body.
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The body the inner service receives: the original stream for requests the layer passes
+/// through, the buffered bytes for the requests it protects. axum's routers and handlers take it
+/// as they are; a hyper `service_fn` takes `Request<RequestBody>`.
+pub type RequestBody = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
 
 /// Reads a request body of at most `limit` bytes. A declared `Content-Length` over the limit is
 /// refused before anything is read; a body that turns out longer is refused when it crosses

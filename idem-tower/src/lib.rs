@@ -53,6 +53,7 @@ mod service;
 
 pub use config::{ServerErrors, DEFAULT_MAX_RESPONSE_BYTES};
 pub use consumer::ConsumerError;
+pub use convert::{BoxError, RequestBody};
 pub use disposition::{Disposition, Handled};
 pub use layer::IdempotencyLayer;
 pub use marker::{Completed, NothingHappened};

@@ -2,7 +2,9 @@
 
 use crate::config::{Config, Protection, ServerErrors};
 use crate::consumer::ConsumerError;
-use crate::convert::{read_request_body, read_response, to_http, BoxError, ResponseReadError};
+use crate::convert::{
+    read_request_body, read_response, to_http, BoxError, RequestBody, ResponseReadError,
+};
 use crate::disposition::{Disposition, Handled};
 use crate::layer::IdempotencyLayer;
 use crate::marker::{Completed, NothingHappened};
@@ -12,6 +14,7 @@ use http::header::{HeaderValue, CONTENT_TYPE, LOCATION};
 use http::request::Parts;
 use http::{Request, Response};
 use http_body::Body;
+use http_body_util::{BodyExt, Full};
 use idem_core::{
     problem, Answer, Context, Error, Failure, Field, Idempotency, InFlightAnswer, Outcome, Problem,
     Reply, RunError, Store, StoredResponse,
@@ -62,11 +65,10 @@ impl<Inner: fmt::Debug, S: fmt::Debug, C> fmt::Debug for Idempotent<Inner, S, C>
 
 impl<Inner, S, C, B, RB> Service<Request<B>> for Idempotent<Inner, S, C>
 where
-    Inner: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+    Inner: Service<Request<RequestBody>, Response = Response<RB>> + Clone + Send + 'static,
     Inner::Future: Send + 'static,
     Inner::Error: fmt::Display + Send + 'static,
-    B: Body + From<Bytes> + Send + 'static,
-    B::Data: Send,
+    B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
     RB: Body + From<Bytes> + Send + 'static,
     RB::Data: Send,
@@ -86,7 +88,10 @@ where
         let config = &self.layer.config;
         let has_key = request.headers().contains_key(&config.key_header);
         if config.protection(request.method(), has_key) == Protection::PassThrough {
-            return Box::pin(self.inner.call(request));
+            return Box::pin(
+                self.inner
+                    .call(request.map(|body| body.map_err(Into::into).boxed_unsync())),
+            );
         }
         // The instance that was polled ready goes with the request; a fresh clone stays.
         let fresh = self.inner.clone();
@@ -112,11 +117,10 @@ async fn protect<Inner, S, C, B, RB>(
     request: Request<B>,
 ) -> Response<RB>
 where
-    Inner: Service<Request<B>, Response = Response<RB>> + Send + 'static,
+    Inner: Service<Request<RequestBody>, Response = Response<RB>> + Send + 'static,
     Inner::Future: Send + 'static,
     Inner::Error: fmt::Display + Send + 'static,
-    B: Body + From<Bytes> + Send + 'static,
-    B::Data: Send,
+    B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
     RB: Body + From<Bytes> + Send + 'static,
     RB::Data: Send,
@@ -236,7 +240,7 @@ where
 
 /// The execution, on the engine's own task: the inner service, its response buffered and
 /// classified. Nothing here depends on the client still being connected.
-async fn execute<Inner, S, B, RB>(
+async fn execute<Inner, S, RB>(
     mut inner: Inner,
     parts: Parts,
     body: Bytes,
@@ -245,16 +249,22 @@ async fn execute<Inner, S, B, RB>(
     server_errors: ServerErrors,
 ) -> Result<Reply, Failure<Unstored>>
 where
-    Inner: Service<Request<B>, Response = Response<RB>>,
+    Inner: Service<Request<RequestBody>, Response = Response<RB>>,
+    Inner::Future: Send + 'static,
     Inner::Error: fmt::Display,
-    B: From<Bytes>,
     RB: Body,
     RB::Error: Into<BoxError>,
     S: Store + 'static,
 {
-    let mut request = Request::from_parts(parts, B::from(body));
+    let body = Full::new(body)
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    let mut request = Request::from_parts(parts, body);
     request.extensions_mut().insert(Reservation::new(ctx));
-    let response = match inner.call(request).await {
+    // Boxed so that the task's future names no projection through `RequestBody`'s error type
+    // (rustc cannot then prove it `Send` for every lifetime).
+    let call: ResponseFuture<RB, Inner::Error> = Box::pin(inner.call(request));
+    let response = match call.await {
         Ok(response) => response,
         Err(error) => return Err(Failure::unknown(Unstored::Failed(error.to_string()))),
     };
