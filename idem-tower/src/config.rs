@@ -6,6 +6,7 @@ use http::Method;
 use idem_core::{Problem, StoredResponse};
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What happens to a 5xx response that the handler did not mark (C8).
 ///
@@ -40,6 +41,7 @@ pub(crate) struct Config {
     pub(crate) server_errors: ServerErrors,
     pub(crate) render: Arc<Render>,
     pub(crate) status_location: Option<Arc<StatusLocation>>,
+    pub(crate) max_retry_after: Duration,
 }
 
 /// The largest response the layer stores by default: 4 MiB.
@@ -57,9 +59,15 @@ impl Default for Config {
             server_errors: ServerErrors::Store,
             render: Arc::new(|problem: &Problem| problem.to_response()),
             status_location: None,
+            max_retry_after: DEFAULT_MAX_RETRY_AFTER,
         }
     }
 }
+
+/// The longest `Retry-After` sent with a 409 by default: 1 s. The time left on the lease is the
+/// worst case (a first attempt that crashed); most first attempts finish much sooner, and a
+/// duplicate costs one read.
+pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// How the layer treats a request, decided from its method and whether it carries a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +92,13 @@ impl Config {
     /// A problem in the application's shape, always with `Cache-Control: no-store` and with
     /// `Retry-After` when the problem has one, whatever the renderer did.
     pub(crate) fn render(&self, problem: &Problem) -> StoredResponse {
+        let mut problem = problem.clone();
+        if problem.status == 409 {
+            problem.retry_after = problem
+                .retry_after
+                .map(|after| after.min(self.max_retry_after));
+        }
+        let problem = &problem;
         let mut response = (self.render)(problem);
         response.headers.retain(|(name, _)| {
             !name.eq_ignore_ascii_case("cache-control") && !name.eq_ignore_ascii_case("retry-after")
@@ -109,6 +124,7 @@ impl fmt::Debug for Config {
             .field("canonical_json", &self.canonical_json)
             .field("max_response_bytes", &self.max_response_bytes)
             .field("server_errors", &self.server_errors)
+            .field("max_retry_after", &self.max_retry_after)
             .finish_non_exhaustive()
     }
 }
@@ -147,10 +163,19 @@ mod tests {
             ..Config::default()
         };
         let busy = Problem::new(409, "request-in-progress", "busy", true)
-            .with_retry_after(std::time::Duration::from_millis(2500));
+            .with_retry_after(Duration::from_millis(2500));
         let http = config.render(&busy);
         assert_eq!(http.body, br#"{"error":"request-in-progress"}"#);
         assert_eq!(http.header("cache-control"), Some(&b"no-store"[..]));
-        assert_eq!(http.header("retry-after"), Some(&b"3"[..]));
+        assert_eq!(
+            http.header("retry-after"),
+            Some(&b"1"[..]),
+            "capped at 1 s by default"
+        );
+        let patient = Config {
+            max_retry_after: Duration::from_secs(30),
+            ..config
+        };
+        assert_eq!(patient.render(&busy).header("retry-after"), Some(&b"3"[..]));
     }
 }

@@ -134,6 +134,15 @@ impl<S, C> IdempotencyLayer<S, C> {
         self
     }
 
+    /// The longest `Retry-After` sent with a 409 (default 1 s): the time left on the running
+    /// lease, capped at this. The lease is the worst case (a first attempt that crashed); a
+    /// client told to wait the whole lease would wait a minute for an answer that is usually
+    /// ready in milliseconds, and a duplicate costs one read.
+    pub fn max_retry_after(mut self, max: std::time::Duration) -> Self {
+        self.config.max_retry_after = max;
+        self
+    }
+
     /// For asynchronous endpoints (the policy's in-flight answer is `Accepted`): the `Location`
     /// of the status resource sent with a 202 to a duplicate while the first request runs,
     /// from the request and its key.

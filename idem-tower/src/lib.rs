@@ -51,7 +51,7 @@ mod marker;
 mod reservation;
 mod service;
 
-pub use config::{ServerErrors, DEFAULT_MAX_RESPONSE_BYTES};
+pub use config::{ServerErrors, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_RETRY_AFTER};
 pub use consumer::ConsumerError;
 pub use convert::{BoxError, RequestBody};
 pub use disposition::{Disposition, Handled};

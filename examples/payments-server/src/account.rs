@@ -1,9 +1,9 @@
 //! Whose request it is: the account behind the API key, which idempotency keys are scoped to.
 
 use axum::extract::FromRequestParts;
-use axum::response::{IntoResponse, Response};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
 use idem::tower::ConsumerError;
 
 /// The account of requests that carry no API key (the demo accepts them).
@@ -17,7 +17,9 @@ pub fn account(parts: &Parts) -> Result<String, ConsumerError> {
     let Some(value) = parts.headers.get(AUTHORIZATION) else {
         return Ok(ANONYMOUS.to_owned());
     };
-    let value = value.to_str().map_err(|_| ConsumerError::unauthenticated())?;
+    let value = value
+        .to_str()
+        .map_err(|_| ConsumerError::unauthenticated())?;
     let key = api_key(value).ok_or_else(ConsumerError::unauthenticated)?;
     let digest = blake3::hash(key.as_bytes()).to_hex();
     Ok(format!("acct_{}", &digest[..16]))
@@ -95,7 +97,10 @@ mod tests {
         let basic = account(&parts(Some("Basic c2tfdGVzdF8xMjM6"))).expect("basic");
         assert_eq!(bearer, basic);
         assert!(!bearer.contains("sk_test"));
-        assert_ne!(bearer, account(&parts(Some("Bearer sk_test_456"))).expect("other"));
+        assert_ne!(
+            bearer,
+            account(&parts(Some("Bearer sk_test_456"))).expect("other")
+        );
         assert_eq!(account(&parts(None)).expect("anonymous"), ANONYMOUS);
         for bad in ["Bearer", "Token abc", "Basic !!!", "Bearer a b"] {
             assert!(account(&parts(Some(bad))).is_err(), "{bad}");

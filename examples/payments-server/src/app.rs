@@ -28,10 +28,17 @@ pub struct App<B> {
 /// The API over `backend`: `POST /v1/charges` behind the idempotency layer, the reads beside
 /// it, and with `test_hooks` the test endpoints.
 pub fn router<B: Backend>(backend: B, test_hooks: bool) -> Router {
-    let layer = IdempotencyLayer::new(backend.idem().clone(), account).render_problems(render_problem);
-    let app = Arc::new(App { backend, test_hooks });
+    let layer =
+        IdempotencyLayer::new(backend.idem().clone(), account).render_problems(render_problem);
+    let app = Arc::new(App {
+        backend,
+        test_hooks,
+    });
     let mut router = Router::new()
-        .route("/v1/charges", post(create_charge::<B>).get(list_charges::<B>))
+        .route(
+            "/v1/charges",
+            post(create_charge::<B>).get(list_charges::<B>),
+        )
         .route("/v1/charges/{id}", get(get_charge::<B>));
     if test_hooks {
         router = router.route("/test/charges/count", get(count_charges::<B>));
@@ -59,8 +66,16 @@ async fn create_charge<B: Backend>(
     };
     let delay = app.test_hooks.then(|| test_delay(&headers)).flatten();
     let charge = Charge::create(new);
-    match app.backend.create(&reservation, &account, &charge, delay).await {
+    match app
+        .backend
+        .create(&reservation, &account, &charge, delay)
+        .await
+    {
         Ok(completion) => Completed(completion).into_response(),
+        Err(error) if crate::db::is_unavailable(&error) => {
+            tracing::warn!(%error, "the database is unavailable; the charge rolled back");
+            ApiError::unavailable().nothing_happened()
+        }
         Err(error) => {
             tracing::error!(%error, "the charge transaction failed and rolled back");
             ApiError::internal().nothing_happened()
@@ -70,7 +85,13 @@ async fn create_charge<B: Backend>(
 
 /// `X-Test-Delay-Ms` (test hooks only).
 fn test_delay(headers: &HeaderMap) -> Option<Duration> {
-    let ms: u64 = headers.get("x-test-delay-ms")?.to_str().ok()?.trim().parse().ok()?;
+    let ms: u64 = headers
+        .get("x-test-delay-ms")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
     Some(Duration::from_millis(ms).min(MAX_TEST_DELAY))
 }
 

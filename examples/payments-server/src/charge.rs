@@ -120,9 +120,18 @@ struct Params {
 impl Params {
     fn form(body: &[u8]) -> Result<Self, ApiError> {
         let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(body).map_err(|_| {
-            ApiError::invalid("parameter_invalid", None, "The body is not valid form encoding.")
+            ApiError::invalid(
+                "parameter_invalid",
+                None,
+                "The body is not valid form encoding.",
+            )
         })?;
-        let find = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        let find = |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        };
         Ok(Self {
             amount: find("amount"),
             currency: find("currency"),
@@ -131,8 +140,9 @@ impl Params {
     }
 
     fn json(body: &[u8]) -> Result<Self, ApiError> {
-        let value: serde_json::Value = serde_json::from_slice(body)
-            .map_err(|_| ApiError::invalid("parameter_invalid", None, "The body is not valid JSON."))?;
+        let value: serde_json::Value = serde_json::from_slice(body).map_err(|_| {
+            ApiError::invalid("parameter_invalid", None, "The body is not valid JSON.")
+        })?;
         let object = value.as_object().ok_or_else(|| {
             ApiError::invalid("parameter_invalid", None, "The body must be a JSON object.")
         })?;
@@ -157,20 +167,26 @@ impl Params {
 
     fn check(self) -> Result<NewCharge, ApiError> {
         let amount = self.amount.ok_or_else(|| {
-            ApiError::invalid("parameter_missing", Some("amount"), "Missing required param: amount.")
+            ApiError::invalid(
+                "parameter_missing",
+                Some("amount"),
+                "Missing required param: amount.",
+            )
         })?;
         let amount: i64 = match amount.parse() {
             Ok(n) if amount.bytes().all(|b| b.is_ascii_digit()) => n,
-            _ => {
-                return Err(ApiError::invalid(
-                    "parameter_invalid_integer",
-                    Some("amount"),
-                    "Invalid integer: amount must be a positive integer in the smallest currency unit.",
-                ))
-            }
+            _ => return Err(ApiError::invalid(
+                "parameter_invalid_integer",
+                Some("amount"),
+                "Invalid integer: amount must be a positive integer in the smallest currency unit.",
+            )),
         };
         if amount < 1 {
-            return Err(ApiError::invalid("amount_too_small", Some("amount"), "Amount must be at least 1."));
+            return Err(ApiError::invalid(
+                "amount_too_small",
+                Some("amount"),
+                "Amount must be at least 1.",
+            ));
         }
         if amount > MAX_AMOUNT {
             return Err(ApiError::invalid(
@@ -180,7 +196,11 @@ impl Params {
             ));
         }
         let currency = self.currency.ok_or_else(|| {
-            ApiError::invalid("parameter_missing", Some("currency"), "Missing required param: currency.")
+            ApiError::invalid(
+                "parameter_missing",
+                Some("currency"),
+                "Missing required param: currency.",
+            )
         })?;
         if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_alphabetic()) {
             return Err(ApiError::invalid(
@@ -189,7 +209,11 @@ impl Params {
                 "Invalid currency: a three-letter ISO code such as usd.",
             ));
         }
-        if self.description.as_ref().is_some_and(|d| d.chars().count() > 1000) {
+        if self
+            .description
+            .as_ref()
+            .is_some_and(|d| d.chars().count() > 1000)
+        {
             return Err(ApiError::invalid(
                 "parameter_invalid",
                 Some("description"),
@@ -216,10 +240,16 @@ mod tests {
 
     #[test]
     fn form_and_json_bodies_give_the_same_charge() {
-        let form = parse("application/x-www-form-urlencoded", "amount=4242&currency=USD&description=Tea+for+two")
-            .expect("form");
-        let json = parse("application/json", r#"{"amount":4242,"currency":"usd","description":"Tea for two"}"#)
-            .expect("json");
+        let form = parse(
+            "application/x-www-form-urlencoded",
+            "amount=4242&currency=USD&description=Tea+for+two",
+        )
+        .expect("form");
+        let json = parse(
+            "application/json",
+            r#"{"amount":4242,"currency":"usd","description":"Tea for two"}"#,
+        )
+        .expect("json");
         assert_eq!(form, json);
         assert_eq!(form.currency, "usd");
     }
@@ -232,12 +262,19 @@ mod tests {
             ("amount=12.5&currency=usd", "parameter_invalid_integer"),
             ("amount=0&currency=usd", "amount_too_small"),
             ("amount=100000000&currency=usd", "amount_too_large"),
-            ("amount=99999999999999999999&currency=usd", "parameter_invalid_integer"),
+            (
+                "amount=99999999999999999999&currency=usd",
+                "parameter_invalid_integer",
+            ),
             ("amount=100", "parameter_missing"),
             ("amount=100&currency=dollars", "parameter_invalid"),
         ] {
             let err = parse("application/x-www-form-urlencoded", body).expect_err(body);
-            assert_eq!((err.status.as_u16(), err.code.as_str()), (400, code), "{body}");
+            assert_eq!(
+                (err.status.as_u16(), err.code.as_str()),
+                (400, code),
+                "{body}"
+            );
         }
         assert!(parse("application/json", r#"{"amount":1.5,"currency":"usd"}"#).is_err());
         assert!(parse("application/json", "[1]").is_err());

@@ -59,6 +59,18 @@ impl ApiError {
         }
     }
 
+    /// A 503 `api_error` with `Retry-After`: the database is unreachable or busy; retry.
+    pub fn unavailable() -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            kind: "api_error",
+            code: "database_unavailable".to_owned(),
+            message: "The database is unavailable; retry later with the same idempotency key."
+                .to_owned(),
+            param: None,
+        }
+    }
+
     /// A 500 `api_error`: the server failed (nothing is said of the cause).
     pub fn internal() -> Self {
         Self {
@@ -84,7 +96,14 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(Envelope { error: &self })).into_response()
+        let mut response = (self.status, Json(Envelope { error: &self })).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        response
     }
 }
 
@@ -109,7 +128,8 @@ pub fn render_problem(problem: &Problem) -> StoredResponse {
         message: problem.detail.clone(),
         param: None,
     };
-    StoredResponse::new(problem.status, error.body()).with_header("content-type", "application/json")
+    StoredResponse::new(problem.status, error.body())
+        .with_header("content-type", "application/json")
 }
 
 #[cfg(test)]
@@ -118,7 +138,12 @@ mod tests {
 
     #[test]
     fn a_reused_key_is_a_stripe_idempotency_error() {
-        let problem = Problem::new(422, "idempotency-key-reused", "used with another request", false);
+        let problem = Problem::new(
+            422,
+            "idempotency-key-reused",
+            "used with another request",
+            false,
+        );
         let http = render_problem(&problem);
         let body: serde_json::Value = serde_json::from_slice(&http.body).expect("json");
         assert_eq!(http.status, 422);

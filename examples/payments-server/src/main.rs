@@ -54,7 +54,11 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
         tracing::warn!("IDEM_TEST_HOOKS=1: TEST HOOKS ARE ON (X-Test-Delay-Ms, GET /test/charges/count). Never in production.");
     }
     let policy = Policy::default().lease(settings.lease);
-    tracing::info!(database = settings.database.describe(), lease_ms = settings.lease.as_millis() as u64, "opening");
+    tracing::info!(
+        database = settings.database.describe(),
+        lease_ms = settings.lease.as_millis() as u64,
+        "opening"
+    );
     match &settings.database {
         Database::Sqlite(path) => run(Sqlite::open(path, policy).await?, &settings).await,
         Database::Postgres(url) => run(Postgres::connect(url, policy).await?, &settings).await,
@@ -85,10 +89,11 @@ async fn shutdown() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => return std::future::pending().await,
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => return std::future::pending().await,
+            };
         tokio::select! {
             _ = interrupt => {}
             _ = term.recv() => {}

@@ -103,8 +103,14 @@ mod tests {
     #[test]
     fn flags_take_values_inline_or_after() {
         let s = Settings::from_args(
-            ["--addr=127.0.0.1:0", "--database", "postgres://u@h/db", "--lease-ms", "2000"]
-                .map(String::from),
+            [
+                "--addr=127.0.0.1:0",
+                "--database",
+                "postgres://u@h/db",
+                "--lease-ms",
+                "2000",
+            ]
+            .map(String::from),
         )
         .expect("settings");
         assert_eq!(s.addr.port(), 0);

@@ -46,7 +46,13 @@ impl Sqlite {
 }
 
 fn charge_of(row: &Row<'_>) -> idem::sqlite::rusqlite::Result<Charge> {
-    Ok(Charge::from_row(row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
+    Ok(Charge::from_row(
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+    ))
 }
 
 #[async_trait::async_trait]

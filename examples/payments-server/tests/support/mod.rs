@@ -1,0 +1,1095 @@
+//! Test support for the end-to-end tests: a per-test environment (temp dir, SQLite file or a
+//! PostgreSQL database of its own), the server as a real child process that is always killed,
+//! and an HTTP client that behaves like a production payment client (per-attempt timeout,
+//! retries with the same idempotency key, exponential backoff honouring `Retry-After`, an
+//! overall deadline).
+
+#![allow(dead_code)]
+
+use reqwest::header::HeaderMap;
+use reqwest::StatusCode;
+use serde_json::Value;
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
+use std::collections::hash_map::RandomState;
+use std::fmt::Write as _;
+use std::hash::{BuildHasher, Hasher};
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The API key every test authenticates with (unless it tests scoping).
+pub const API_KEY: &str = "sk_test_e2e";
+
+/// How long a server may take to print its `listening on` line (migrations included).
+const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
+
+/// A random 64-bit number (std only: a freshly keyed SipHash over a counter, the clock, the pid).
+pub fn random_u64() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u128(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    hasher.write_u32(std::process::id());
+    hasher.finish()
+}
+
+/// A fresh idempotency key, unique across tests and runs.
+pub fn new_key(label: &str) -> String {
+    format!("e2e-{label}-{:016x}", random_u64())
+}
+
+// ------------------------------------------------------------------------------------------
+// Environment: backend, temp dir, database
+// ------------------------------------------------------------------------------------------
+
+/// The store the server runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// A fresh SQLite file in the test's temp dir.
+    Sqlite,
+    /// A fresh database on the PostgreSQL server at `IDEM_PG_URL`.
+    Postgres,
+}
+
+struct PgDatabase {
+    admin_url: String,
+    name: String,
+}
+
+/// One test's world: a temp dir (server logs, the SQLite file) and the database the servers
+/// are given. Dropping it removes the dir and drops the PostgreSQL database.
+pub struct TestEnv {
+    /// The backend.
+    pub backend: Backend,
+    /// The temp dir (under `std::env::temp_dir()`), removed on drop.
+    pub dir: PathBuf,
+    /// What the server gets as `--database`.
+    pub database: String,
+    pg: Option<PgDatabase>,
+    servers: AtomicU32,
+}
+
+impl TestEnv {
+    /// A fresh environment for the test `test` on `backend`.
+    pub async fn new(backend: Backend, test: &str) -> TestEnv {
+        let unique = format!("{:016x}", random_u64());
+        let dir =
+            std::env::temp_dir().join(format!("idem-e2e-{test}-{}-{unique}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("cannot create the temp dir {}: {e}", dir.display()));
+        let mut env = TestEnv {
+            backend,
+            dir,
+            database: String::new(),
+            pg: None,
+            servers: AtomicU32::new(0),
+        };
+        match backend {
+            Backend::Sqlite => {
+                env.database = env.dir.join("payments.db").display().to_string();
+            }
+            Backend::Postgres => {
+                let admin_url = std::env::var("IDEM_PG_URL")
+                    .ok()
+                    .filter(|u| !u.trim().is_empty());
+                let Some(admin_url) = admin_url else {
+                    panic!(
+                        "IDEM_PG_URL is not set: the PostgreSQL end-to-end tests need a running \
+                         PostgreSQL server and never skip. Start one (for example \
+                         `run_dir=$(mktemp -d) bash -c '. scripts/services.sh; start_services; \
+                         env | grep IDEM_ > /tmp/idem_env'`, then \
+                         `set -a; . /tmp/idem_env; set +a`) and export \
+                         IDEM_PG_URL=postgres://user@host:port/postgres"
+                    )
+                };
+                let name = format!("payments_{unique}");
+                create_pg_database(&admin_url, &name).await;
+                env.database = url_with_database(&admin_url, &name);
+                env.pg = Some(PgDatabase { admin_url, name });
+            }
+        }
+        env
+    }
+
+    /// PostgreSQL only: makes the test's database refuse connections and ends the ones it has
+    /// (`allow = false`), or lets it accept them again (`allow = true`).
+    pub async fn set_pg_connections_allowed(&self, allow: bool) {
+        let pg = self
+            .pg
+            .as_ref()
+            .expect("set_pg_connections_allowed is for PostgreSQL tests");
+        let mut conn = PgConnection::connect(&pg.admin_url)
+            .await
+            .unwrap_or_else(|e| panic!("connect to IDEM_PG_URL={}: {e}", pg.admin_url));
+        let sql = format!("ALTER DATABASE {} ALLOW_CONNECTIONS {allow}", pg.name);
+        sqlx::raw_sql(AssertSqlSafe(sql))
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("ALTER DATABASE {}: {e}", pg.name));
+        if !allow {
+            let sql = format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}'",
+                pg.name
+            );
+            sqlx::raw_sql(AssertSqlSafe(sql))
+                .execute(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("terminating the connections to {}: {e}", pg.name));
+        }
+        let _ = conn.close().await;
+    }
+
+    fn next_server_index(&self) -> u32 {
+        self.servers.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        if let Some(pg) = self.pg.take() {
+            drop_pg_database(pg);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `url` with its database (path) replaced by `database`, the query string kept.
+pub fn url_with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.find('?') {
+        Some(i) => (&url[..i], &url[i..]),
+        None => (url, ""),
+    };
+    let authority_start = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let authority_end = base[authority_start..]
+        .find('/')
+        .map(|i| authority_start + i)
+        .unwrap_or(base.len());
+    format!("{}/{database}{query}", &base[..authority_end])
+}
+
+async fn create_pg_database(admin_url: &str, name: &str) {
+    let mut last_error = String::new();
+    for attempt in 0..5 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+        }
+        let mut conn = match PgConnection::connect(admin_url).await {
+            Ok(conn) => conn,
+            Err(e) => {
+                last_error = format!("connect to IDEM_PG_URL={admin_url}: {e}");
+                continue;
+            }
+        };
+        let sql = format!("CREATE DATABASE {name}");
+        match sqlx::raw_sql(AssertSqlSafe(sql)).execute(&mut conn).await {
+            Ok(_) => {
+                let _ = conn.close().await;
+                return;
+            }
+            // Concurrent CREATE DATABASE can collide on the template; retry.
+            Err(e) => last_error = format!("CREATE DATABASE {name} on {admin_url}: {e}"),
+        }
+        let _ = conn.close().await;
+    }
+    panic!("cannot create the test's PostgreSQL database: {last_error}");
+}
+
+/// Drops the database from a thread of its own (with its own runtime): callable from `Drop`,
+/// inside or outside a tokio runtime, while panicking or not.
+fn drop_pg_database(pg: PgDatabase) {
+    let PgDatabase { admin_url, name } = pg;
+    let outcome = std::thread::spawn(move || -> Result<(), String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        runtime.block_on(async {
+            let mut conn = PgConnection::connect(&admin_url)
+                .await
+                .map_err(|e| e.to_string())?;
+            let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+            sqlx::raw_sql(AssertSqlSafe(sql))
+                .execute(&mut conn)
+                .await
+                .map_err(|e| format!("DROP DATABASE {name}: {e}"))?;
+            let _ = conn.close().await;
+            Ok(())
+        })
+    })
+    .join();
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("warning: could not drop the test database: {e}"),
+        Err(_) => eprintln!("warning: the thread dropping the test database panicked"),
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// The server process
+// ------------------------------------------------------------------------------------------
+
+/// A running `payments-server` child process. Dropping it kills the process (SIGKILL), even
+/// when the test panics; a panicking test also gets the tail of the server's log printed.
+pub struct Server {
+    child: Option<Child>,
+    /// `http://127.0.0.1:PORT`.
+    pub base_url: String,
+    /// The child's pid.
+    pub pid: u32,
+    log: PathBuf,
+}
+
+impl Server {
+    /// Starts the server on `env`'s database with the test hooks on, `--addr 127.0.0.1:0`, and
+    /// the lease `lease_ms` when given (else the server's default); waits for its
+    /// `listening on http://127.0.0.1:PORT` line on stdout.
+    pub async fn start(env: &TestEnv, lease_ms: Option<u64>) -> Server {
+        Server::start_on(env, &env.database, lease_ms).await
+    }
+
+    /// [`Server::start`] with `database` as `--database` (another spelling of `env`'s).
+    pub async fn start_on(env: &TestEnv, database: &str, lease_ms: Option<u64>) -> Server {
+        let index = env.next_server_index();
+        let log = env.dir.join(format!("server-{index}.log"));
+        let log_file = std::fs::File::create(&log)
+            .unwrap_or_else(|e| panic!("cannot create the server log {}: {e}", log.display()));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_payments-server"));
+        cmd.arg("--addr")
+            .arg("127.0.0.1:0")
+            .arg("--database")
+            .arg(database);
+        if let Some(ms) = lease_ms {
+            cmd.arg("--lease-ms").arg(ms.to_string());
+        }
+        cmd.env("IDEM_TEST_HOOKS", "1")
+            .env_remove("IDEM_ADDR")
+            .env_remove("DATABASE_URL")
+            .env_remove("IDEM_LEASE_MS")
+            .current_dir(&env.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log_file))
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().unwrap_or_else(|e| {
+            panic!(
+                "cannot start {}: {e}",
+                env!("CARGO_BIN_EXE_payments-server")
+            )
+        });
+        let pid = child.id().expect("a just-spawned child has a pid");
+        let stdout = child.stdout.take().expect("the child's stdout is piped");
+        let mut server = Server {
+            child: Some(child),
+            base_url: String::new(),
+            pid,
+            log,
+        };
+        let mut lines = BufReader::new(stdout).lines();
+        let started = Instant::now();
+        let mut other_lines = Vec::new();
+        let addr = loop {
+            let remaining = STARTUP_DEADLINE.saturating_sub(started.elapsed());
+            match tokio::time::timeout(remaining, lines.next_line()).await {
+                Err(_) => panic!(
+                    "the server did not print `listening on http://...` on stdout within {:?} \
+                     (database {}); stdout so far: {other_lines:?}; its log:\n{}",
+                    STARTUP_DEADLINE,
+                    database,
+                    server.log_tail(80)
+                ),
+                Ok(Err(e)) => panic!("cannot read the server's stdout: {e}"),
+                Ok(Ok(None)) => {
+                    let status = server.wait_exit(Duration::from_secs(5)).await;
+                    panic!(
+                        "the server exited ({status:?}) before listening (database {}); \
+                         stdout: {other_lines:?}; its log:\n{}",
+                        database,
+                        server.log_tail(80)
+                    )
+                }
+                Ok(Ok(Some(line))) => match line.trim().strip_prefix("listening on http://") {
+                    Some(addr) => break addr.trim_end_matches('/').to_owned(),
+                    None => other_lines.push(line),
+                },
+            }
+        };
+        let port = addr
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok())
+            .unwrap_or_else(|| {
+                panic!("cannot find a port in the listening line's address {addr:?}")
+            });
+        assert_ne!(port, 0, "the server says it listens on port 0: {addr:?}");
+        server.base_url = format!("http://{addr}");
+        // Keep the pipe drained so the server never blocks writing to stdout.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        server
+    }
+
+    /// `base_url` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url)
+    }
+
+    /// A client for this server (authenticated with [`API_KEY`]).
+    pub fn api(&self) -> Api {
+        Api::new(&self.base_url)
+    }
+
+    /// Kills the process with SIGKILL and reaps it.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child
+                .kill()
+                .await
+                .unwrap_or_else(|e| panic!("cannot SIGKILL the server (pid {}): {e}", self.pid));
+        }
+    }
+
+    /// Sends SIGTERM and waits up to `within` for the process to exit; its exit status.
+    pub async fn terminate(&mut self, within: Duration) -> ExitStatus {
+        let status = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid.to_string())
+            .status()
+            .expect("cannot run `kill -TERM`");
+        assert!(
+            status.success(),
+            "`kill -TERM {}` failed: {status}",
+            self.pid
+        );
+        match self.wait_exit(within).await {
+            Some(status) => {
+                self.child = None;
+                status
+            }
+            None => panic!(
+                "the server (pid {}) did not exit within {within:?} of SIGTERM; its log:\n{}",
+                self.pid,
+                self.log_tail(80)
+            ),
+        }
+    }
+
+    async fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
+        let child = self.child.as_mut()?;
+        match tokio::time::timeout(within, child.wait()).await {
+            Ok(Ok(status)) => Some(status),
+            _ => None,
+        }
+    }
+
+    /// The last `lines` lines of the server's stderr log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_else(|e| format!("<no log: {e}>"));
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.start_kill();
+            // Reap it (briefly blocking) so that no zombie outlives the test.
+            for _ in 0..200 {
+                if !matches!(child.try_wait(), Ok(None)) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "---- payments-server {} (pid {}) log tail ----\n{}\n---- end of log ----",
+                self.base_url,
+                self.pid,
+                self.log_tail(60)
+            );
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// HTTP: requests, replies, the retrying client
+// ------------------------------------------------------------------------------------------
+
+/// A request body.
+#[derive(Clone, Debug)]
+pub enum Body {
+    /// `application/x-www-form-urlencoded`.
+    Form(Vec<(String, String)>),
+    /// `application/json`.
+    Json(Value),
+}
+
+/// A `POST /v1/charges`.
+#[derive(Clone, Debug)]
+pub struct ChargeRequest {
+    /// The `Idempotency-Key` header, if any.
+    pub key: Option<String>,
+    /// The body.
+    pub body: Body,
+    /// `X-Test-Delay-Ms`, if any.
+    pub delay_ms: Option<u64>,
+    /// The API key, if any (anonymous without).
+    pub api_key: Option<String>,
+    /// Send the API key as the Basic user name instead of a Bearer token.
+    pub basic_auth: bool,
+}
+
+impl ChargeRequest {
+    /// A form-encoded charge of `amount` USD cents under `key`.
+    pub fn form(key: &str, amount: i64) -> ChargeRequest {
+        ChargeRequest {
+            key: Some(key.to_owned()),
+            body: Body::Form(vec![
+                ("amount".to_owned(), amount.to_string()),
+                ("currency".to_owned(), "usd".to_owned()),
+                ("description".to_owned(), format!("e2e charge {key}")),
+            ]),
+            delay_ms: None,
+            api_key: Some(API_KEY.to_owned()),
+            basic_auth: false,
+        }
+    }
+
+    /// A form-encoded request with exactly these fields.
+    pub fn form_fields(key: &str, fields: &[(&str, &str)]) -> ChargeRequest {
+        ChargeRequest {
+            key: Some(key.to_owned()),
+            body: Body::Form(
+                fields
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+            delay_ms: None,
+            api_key: Some(API_KEY.to_owned()),
+            basic_auth: false,
+        }
+    }
+
+    /// A JSON request with this body.
+    pub fn json(key: &str, body: Value) -> ChargeRequest {
+        ChargeRequest {
+            key: Some(key.to_owned()),
+            body: Body::Json(body),
+            delay_ms: None,
+            api_key: Some(API_KEY.to_owned()),
+            basic_auth: false,
+        }
+    }
+
+    /// With `X-Test-Delay-Ms: ms`.
+    pub fn with_delay(mut self, ms: u64) -> ChargeRequest {
+        self.delay_ms = Some(ms);
+        self
+    }
+
+    /// Without `X-Test-Delay-Ms` (same key and body).
+    pub fn without_delay(mut self) -> ChargeRequest {
+        self.delay_ms = None;
+        self
+    }
+
+    /// Without an `Idempotency-Key`.
+    pub fn without_key(mut self) -> ChargeRequest {
+        self.key = None;
+        self
+    }
+
+    /// The API key sent as the Basic user name (`curl -u key:`).
+    pub fn with_basic_auth(mut self) -> ChargeRequest {
+        self.basic_auth = true;
+        self
+    }
+
+    /// Authenticated with `api_key`, or anonymous with `None`.
+    pub fn with_api_key(mut self, api_key: Option<&str>) -> ChargeRequest {
+        self.api_key = api_key.map(str::to_owned);
+        self
+    }
+}
+
+/// One complete HTTP answer.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    /// The status.
+    pub status: StatusCode,
+    /// The headers.
+    pub headers: HeaderMap,
+    /// The body, as received.
+    pub body: Vec<u8>,
+    /// From sending the request to having read the whole body.
+    pub latency: Duration,
+}
+
+impl Reply {
+    /// A header's value (lossy), if present.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+    }
+
+    /// Whether `Idempotent-Replayed: true` is present.
+    pub fn replayed(&self) -> bool {
+        self.header("idempotent-replayed")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    }
+
+    /// The body as text (lossy).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The body as JSON; panics with the whole answer if it is not JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("the server's body is not JSON ({e}): {}", self.describe()))
+    }
+
+    /// Status, headers and body, for assertion messages.
+    pub fn describe(&self) -> String {
+        let mut out = format!("{} in {:?}\n", self.status, self.latency);
+        for (name, value) in &self.headers {
+            let _ = writeln!(
+                out,
+                "  {name}: {}",
+                String::from_utf8_lossy(value.as_bytes())
+            );
+        }
+        let _ = write!(out, "  body: {}", self.text());
+        out
+    }
+
+    /// `Retry-After` as a duration (delta-seconds), if present and parseable.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.header("retry-after")
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(Duration::from_secs_f64)
+    }
+}
+
+/// What one attempt of the retrying client ended with.
+#[derive(Clone, Debug)]
+pub enum Attempt {
+    /// No complete answer within the per-attempt timeout.
+    Timeout(Duration),
+    /// A connection or protocol error.
+    Transport(String),
+    /// An answer.
+    Status {
+        /// The status code.
+        status: u16,
+        /// Its `Retry-After`, if any.
+        retry_after: Option<String>,
+        /// Its latency.
+        latency: Duration,
+    },
+}
+
+/// The end of a retried request: the final (non-retryable) answer and every attempt.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The final answer.
+    pub reply: Reply,
+    /// Every attempt, the last one included.
+    pub attempts: Vec<Attempt>,
+}
+
+impl Outcome {
+    /// How many attempts got `status`.
+    pub fn count_status(&self, status: u16) -> usize {
+        self.attempts
+            .iter()
+            .filter(|a| matches!(a, Attempt::Status { status: s, .. } if *s == status))
+            .count()
+    }
+
+    /// The attempts in one line, e.g. `timeout(500ms) 409(retry-after 1, 2ms) 200(3ms)`.
+    pub fn summary(&self) -> String {
+        let parts: Vec<String> = self
+            .attempts
+            .iter()
+            .map(|a| match a {
+                Attempt::Timeout(after) => format!("timeout({after:?})"),
+                Attempt::Transport(e) => format!("error({e})"),
+                Attempt::Status {
+                    status,
+                    retry_after: Some(ra),
+                    latency,
+                } => format!("{status}(retry-after {ra}, {latency:?})"),
+                Attempt::Status {
+                    status, latency, ..
+                } => format!("{status}({latency:?})"),
+            })
+            .collect();
+        parts.join(" ")
+    }
+
+    /// How many attempts timed out.
+    pub fn timeouts(&self) -> usize {
+        self.attempts
+            .iter()
+            .filter(|a| matches!(a, Attempt::Timeout(_)))
+            .count()
+    }
+}
+
+/// The retrying client's settings.
+#[derive(Clone, Debug)]
+pub struct RetryPolicy {
+    /// Per-attempt timeout (whole request and body).
+    pub attempt_timeout: Duration,
+    /// The first backoff; doubled after each failed attempt.
+    pub initial_backoff: Duration,
+    /// The backoff's cap.
+    pub max_backoff: Duration,
+    /// `Retry-After` is honoured up to this (so that tests stay fast).
+    pub retry_after_cap: Duration,
+    /// The overall deadline: the client gives up (the test fails) past it.
+    pub deadline: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            attempt_timeout: Duration::from_secs(10),
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_millis(400),
+            retry_after_cap: Duration::from_millis(300),
+            deadline: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// With this per-attempt timeout.
+    pub fn attempt_timeout(mut self, timeout: Duration) -> RetryPolicy {
+        self.attempt_timeout = timeout;
+        self
+    }
+
+    /// With this overall deadline.
+    pub fn deadline(mut self, deadline: Duration) -> RetryPolicy {
+        self.deadline = deadline;
+        self
+    }
+
+    /// The pause before attempt `failed + 1`: exponential with "equal jitter", never less
+    /// than the (capped) `Retry-After` the server asked for.
+    fn pause(&self, failed: u32, retry_after: Option<Duration>) -> Duration {
+        let exp = self
+            .initial_backoff
+            .saturating_mul(1u32 << failed.saturating_sub(1).min(16))
+            .min(self.max_backoff);
+        let half = exp / 2;
+        let jitter_ms = u64::try_from(half.as_millis()).unwrap_or(u64::MAX).max(1);
+        let backoff = half + Duration::from_millis(random_u64() % jitter_ms);
+        match retry_after {
+            Some(ra) => backoff.max(ra.min(self.retry_after_cap)),
+            None => backoff,
+        }
+    }
+}
+
+/// Whether an answer with this status is retried (with the same key).
+pub fn is_retryable(status: StatusCode) -> bool {
+    status == StatusCode::CONFLICT
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status.is_server_error()
+}
+
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let _ = write!(out, ": {s}");
+        source = s.source();
+    }
+    out
+}
+
+/// An HTTP client for one server.
+#[derive(Clone)]
+pub struct Api {
+    http: reqwest::Client,
+    base_url: String,
+}
+
+impl Api {
+    /// A client for the server at `base_url`.
+    pub fn new(base_url: &str) -> Api {
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .expect("cannot build the reqwest client");
+        Api {
+            http,
+            base_url: base_url.to_owned(),
+        }
+    }
+
+    /// One attempt of `req`, no retry.
+    pub async fn send_once(
+        &self,
+        req: &ChargeRequest,
+        timeout: Duration,
+    ) -> Result<Reply, reqwest::Error> {
+        let mut builder = self
+            .http
+            .post(format!("{}/v1/charges", self.base_url))
+            .timeout(timeout);
+        if let Some(key) = &req.key {
+            builder = builder.header("Idempotency-Key", key);
+        }
+        if let Some(api_key) = &req.api_key {
+            builder = if req.basic_auth {
+                builder.basic_auth(api_key, Some(""))
+            } else {
+                builder.bearer_auth(api_key)
+            };
+        }
+        if let Some(ms) = req.delay_ms {
+            builder = builder.header("X-Test-Delay-Ms", ms.to_string());
+        }
+        builder = match &req.body {
+            Body::Form(fields) => builder.form(fields),
+            Body::Json(value) => builder.json(value),
+        };
+        let started = Instant::now();
+        let response = builder.send().await?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response.bytes().await?.to_vec();
+        Ok(Reply {
+            status,
+            headers,
+            body,
+            latency: started.elapsed(),
+        })
+    }
+
+    /// One attempt of `req` that must get an answer (no transport error, no timeout).
+    pub async fn post_raw(&self, req: &ChargeRequest) -> Reply {
+        self.send_once(req, Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|e| panic!("POST /v1/charges failed: {}", error_chain(&e)))
+    }
+
+    /// `req` the way a production client sends it: retried with the same key on timeouts,
+    /// connection errors, 409, 429 and 5xx, with capped exponential backoff honouring
+    /// `Retry-After`; panics (with every attempt) past the policy's deadline.
+    pub async fn post_charge(&self, req: &ChargeRequest, policy: &RetryPolicy) -> Outcome {
+        let started = Instant::now();
+        let mut attempts = Vec::new();
+        let mut last_reply: Option<Reply> = None;
+        let mut failed: u32 = 0;
+        loop {
+            let remaining = policy.deadline.saturating_sub(started.elapsed());
+            let timeout = policy.attempt_timeout.min(remaining);
+            let retry_after = match self.send_once(req, timeout).await {
+                Ok(reply) => {
+                    attempts.push(Attempt::Status {
+                        status: reply.status.as_u16(),
+                        retry_after: reply.header("retry-after"),
+                        latency: reply.latency,
+                    });
+                    if !is_retryable(reply.status) {
+                        return Outcome { reply, attempts };
+                    }
+                    let retry_after = reply.retry_after();
+                    last_reply = Some(reply);
+                    retry_after
+                }
+                Err(e) if e.is_timeout() => {
+                    attempts.push(Attempt::Timeout(timeout));
+                    None
+                }
+                Err(e) => {
+                    attempts.push(Attempt::Transport(error_chain(&e)));
+                    None
+                }
+            };
+            failed += 1;
+            let pause = policy.pause(failed, retry_after);
+            if started.elapsed() + pause >= policy.deadline {
+                panic!(
+                    "the retrying client gave up on key {:?}: no final answer within its deadline \
+                     of {:?} after {} attempts; attempts: {attempts:#?}; last answer: {}",
+                    req.key,
+                    policy.deadline,
+                    attempts.len(),
+                    last_reply
+                        .as_ref()
+                        .map(Reply::describe)
+                        .unwrap_or_else(|| "none".to_owned())
+                );
+            }
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// `GET path` (authenticated), which must get an answer.
+    pub async fn get(&self, path: &str) -> Reply {
+        let started = Instant::now();
+        let response = self
+            .http
+            .get(format!("{}{path}", self.base_url))
+            .bearer_auth(API_KEY)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path} failed: {}", error_chain(&e)));
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response
+            .bytes()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: cannot read the body: {}", error_chain(&e)))
+            .to_vec();
+        Reply {
+            status,
+            headers,
+            body,
+            latency: started.elapsed(),
+        }
+    }
+
+    /// The committed rows in the charges table (`GET /test/charges/count`).
+    pub async fn charge_count(&self) -> u64 {
+        let reply = self.get("/test/charges/count").await;
+        assert_eq!(
+            reply.status,
+            StatusCode::OK,
+            "GET /test/charges/count (is IDEM_TEST_HOOKS=1 honoured?): {}",
+            reply.describe()
+        );
+        reply.json()["count"].as_u64().unwrap_or_else(|| {
+            panic!(
+                "GET /test/charges/count: no non-negative integer `count`: {}",
+                reply.describe()
+            )
+        })
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Assertions
+// ------------------------------------------------------------------------------------------
+
+/// Asserts `reply` is a 200 charge of `amount` in `currency`; returns its JSON.
+pub fn assert_charge(reply: &Reply, amount: i64, currency: &str) -> Value {
+    assert_eq!(
+        reply.status,
+        StatusCode::OK,
+        "expected a 200 charge: {}",
+        reply.describe()
+    );
+    let charge = reply.json();
+    let id = charge["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the charge has no string `id`: {}", reply.describe()));
+    assert!(
+        id.starts_with("ch_"),
+        "the charge id {id:?} does not start with ch_: {}",
+        reply.describe()
+    );
+    assert_eq!(charge["object"], "charge", "{}", reply.describe());
+    assert_eq!(
+        charge["amount"].as_i64(),
+        Some(amount),
+        "{}",
+        reply.describe()
+    );
+    assert_eq!(
+        charge["currency"].as_str(),
+        Some(currency),
+        "{}",
+        reply.describe()
+    );
+    assert!(
+        charge["created"]
+            .as_i64()
+            .is_some_and(|c| c > 1_500_000_000),
+        "`created` is not unix seconds: {}",
+        reply.describe()
+    );
+    charge
+}
+
+/// Asserts a Stripe-shaped error: `status`, `error.type` = `kind`, `error.code` = `code`
+/// (when given), a string `error.message`; returns the JSON.
+pub fn assert_error(reply: &Reply, status: u16, kind: &str, code: Option<&str>) -> Value {
+    assert_eq!(
+        reply.status.as_u16(),
+        status,
+        "unexpected status: {}",
+        reply.describe()
+    );
+    let body = reply.json();
+    let error = &body["error"];
+    assert!(
+        error.is_object(),
+        "no `error` object in the body: {}",
+        reply.describe()
+    );
+    assert_eq!(
+        error["type"].as_str(),
+        Some(kind),
+        "error.type: {}",
+        reply.describe()
+    );
+    if let Some(code) = code {
+        assert_eq!(
+            error["code"].as_str(),
+            Some(code),
+            "error.code: {}",
+            reply.describe()
+        );
+    }
+    assert!(
+        error["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "error.message missing or empty: {}",
+        reply.describe()
+    );
+    body
+}
+
+/// Asserts the 409 of a duplicate of a running request: at once (< 1 s), `Retry-After`,
+/// an idempotency error body, and no `Stripe-Should-Retry: false`.
+pub fn assert_in_flight_conflict(reply: &Reply) {
+    assert_error(reply, 409, "idempotency_error", None);
+    assert!(
+        reply.latency < Duration::from_secs(1),
+        "the 409 took {:?} (must come at once, well under a second): {}",
+        reply.latency,
+        reply.describe()
+    );
+    let retry_after = reply
+        .header("retry-after")
+        .unwrap_or_else(|| panic!("the 409 has no Retry-After: {}", reply.describe()));
+    assert!(
+        retry_after.trim().parse::<u64>().is_ok(),
+        "Retry-After {retry_after:?} is not delta-seconds: {}",
+        reply.describe()
+    );
+    assert!(
+        !reply
+            .header("stripe-should-retry")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("false")),
+        "a 409 must never say Stripe-Should-Retry: false: {}",
+        reply.describe()
+    );
+    assert!(
+        !reply.replayed(),
+        "a 409 is not a replay: {}",
+        reply.describe()
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// Requests in flight
+// ------------------------------------------------------------------------------------------
+
+/// A request running on a task of its own: its answer, or its transport error as text.
+pub type Flight = tokio::task::JoinHandle<Result<Reply, String>>;
+
+/// Sends `req` once on a task of its own (no retry), with a long timeout.
+pub fn spawn_once(api: &Api, req: &ChargeRequest) -> Flight {
+    let api = api.clone();
+    let req = req.clone();
+    tokio::spawn(async move {
+        api.send_once(&req, Duration::from_secs(60))
+            .await
+            .map_err(|e| error_chain(&e))
+    })
+}
+
+/// A 409 seen while one identical request runs, and the requests still in flight (the one
+/// executing among them).
+pub struct InFlight {
+    /// The first 409 answer.
+    pub conflict: Reply,
+    /// The requests not finished when the 409 came.
+    pub pending: Vec<Flight>,
+}
+
+/// Sends `req` (which should be slow: `X-Test-Delay-Ms`) on a task of its own, then an
+/// identical duplicate every `every` until one of them gets a 409 — whichever of them reached
+/// the server first is the executing one. Panics if any gets another answer first, or if no
+/// 409 comes within `within`.
+pub async fn fire_until_conflict(
+    api: &Api,
+    req: &ChargeRequest,
+    every: Duration,
+    within: Duration,
+) -> InFlight {
+    let started = Instant::now();
+    let mut pending = vec![spawn_once(api, req)];
+    let mut next_fire = started + every;
+    loop {
+        if let Some(i) = pending.iter().position(|f| f.is_finished()) {
+            let result = pending
+                .remove(i)
+                .await
+                .expect("a spawned request task panicked");
+            match result {
+                Ok(reply) if reply.status == StatusCode::CONFLICT => {
+                    return InFlight {
+                        conflict: reply,
+                        pending,
+                    }
+                }
+                Ok(reply) => panic!(
+                    "while waiting for a duplicate of the running request {:?} to get a 409, one \
+                     got another answer: {}",
+                    req.key,
+                    reply.describe()
+                ),
+                Err(e) => panic!(
+                    "while waiting for a duplicate of the running request {:?} to get a 409, one \
+                     failed: {e}",
+                    req.key
+                ),
+            }
+        }
+        assert!(
+            started.elapsed() < within,
+            "no duplicate of the running request {:?} got a 409 within {within:?} ({} sent)",
+            req.key,
+            pending.len()
+        );
+        if Instant::now() >= next_fire {
+            pending.push(spawn_once(api, req));
+            next_fire += every;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Awaits every flight, each within `within` overall.
+pub async fn land_all(flights: Vec<Flight>, within: Duration) -> Vec<Result<Reply, String>> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut out = Vec::new();
+    for flight in flights {
+        match tokio::time::timeout_at(deadline, flight).await {
+            Ok(joined) => out.push(joined.expect("a spawned request task panicked")),
+            Err(_) => panic!("a request in flight did not finish within {within:?}"),
+        }
+    }
+    out
+}
