@@ -515,7 +515,12 @@ impl<S: Store + 'static> Idempotency<S> {
         Fut: Future<Output = Result<R, Failure<E>>>,
         R: Into<Reply>,
     {
+        // The heartbeat lives until the completion, the release or the check has finished: the
+        // record of a live process must never look orphaned while its answer is being stored.
         let keeper = self.keep_alive(lease);
+        // Let the heartbeat start before the handler: a handler that blocks its worker thread
+        // would otherwise keep it in that worker's slot, never renewed.
+        tokio::task::yield_now().await;
         let shared = Arc::clone(&keeper.lease);
         let ctx = Context {
             idem: self.clone(),
@@ -526,13 +531,32 @@ impl<S: Store + 'static> Idempotency<S> {
             Ok(future) => CatchUnwind::new(future).await,
             Err(panic) => Err(panic),
         };
+        let lease = keeper.lease();
+        let settled = match result {
+            Ok(result) => self.settle(lease, result).await,
+            Err(panic) => {
+                let completion = self.completion(&lease, outcome_unknown());
+                // The panic is what the caller must see; a failed completion is logged.
+                let _ = self.store_completion(&lease, completion).await;
+                drop(keeper);
+                resume_unwind(panic)
+            }
+        };
         drop(keeper);
-        let lease = shared
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        settled
+    }
+
+    /// Completes, releases or checks the record after the handler, as its result says.
+    async fn settle<R, E>(
+        &self,
+        lease: Lease,
+        result: Result<R, Failure<E>>,
+    ) -> Result<Outcome, RunError<E>>
+    where
+        R: Into<Reply>,
+    {
         match result {
-            Ok(Ok(reply)) => match reply.into() {
+            Ok(reply) => match reply.into() {
                 Reply::Respond(response) => {
                     let completion = self.completion(&lease, response);
                     let stored = self
@@ -543,7 +567,7 @@ impl<S: Store + 'static> Idempotency<S> {
                 }
                 Reply::Completed(completion) => self.check_written(&lease, completion).await,
             },
-            Ok(Err(failure)) => match failure.into_parts() {
+            Err(failure) => match failure.into_parts() {
                 (error, Meaning::NothingHappened) => {
                     // A failed release only means the reservation passes with its lease
                     // (logged by `release`); the handler said nothing happened.
@@ -563,31 +587,43 @@ impl<S: Store + 'static> Idempotency<S> {
                     })
                 }
             },
-            Err(panic) => {
-                let completion = self.completion(&lease, outcome_unknown());
-                // The panic is what the caller must see; a failed completion is logged.
-                let _ = self.store_completion(&lease, completion).await;
-                resume_unwind(panic)
-            }
         }
     }
 
     /// A handler returned a completion it says it wrote in its own transaction: check that the
-    /// record carries it. If not (its transaction rolled back, or it never wrote it), the
-    /// outcome is unknown: a 500 is stored, never a success for an unrecorded effect.
+    /// record carries its token, completed, and send the response **as stored** (what every
+    /// retry gets, even if the handler returned another). If not (its transaction rolled back,
+    /// or it never wrote it), the outcome is unknown: a 500 is stored, never a success for an
+    /// unrecorded effect.
     async fn check_written<E>(
         &self,
         lease: &Lease,
         completion: Completion,
     ) -> Result<Outcome, RunError<E>> {
-        let written = completion.id() == lease.id()
-            && completion.token() == lease.token()
-            && matches!(
-                self.inner.store.lookup(lease.id()).await,
-                Ok(Some(record)) if record.token == lease.token() && record.is_completed()
-            );
-        if written {
-            return Ok(Outcome::Executed(completion.into_response()));
+        let ours = completion.id() == lease.id() && completion.token() == lease.token();
+        if ours {
+            if let Ok(Some(record)) = self.inner.store.lookup(lease.id()).await {
+                if let (true, RecordState::Completed { response, .. }) =
+                    (record.token == lease.token(), record.state)
+                {
+                    // What every retry will get is what is stored: send exactly that.
+                    if response != *completion.response() {
+                        tracing::warn!(
+                            target: "idem",
+                            consumer = lease.id().consumer(),
+                            route = lease.id().route(),
+                            "idem.run: the handler's completion differs from the one it stored; sending the stored one"
+                        );
+                    }
+                    return match self.screen(Answer::Replay(response)) {
+                        Ok(Answer::Replay(stored)) => Ok(Outcome::Executed(stored)),
+                        Ok(_) => Err(RunError::Incomplete(Error::CorruptRecord(
+                            "a completed record screened to another answer".to_owned(),
+                        ))),
+                        Err(error) => Err(RunError::Incomplete(error)),
+                    };
+                }
+            }
         }
         tracing::error!(
             target: "idem",

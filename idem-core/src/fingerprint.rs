@@ -64,6 +64,8 @@ pub struct FingerprintBuilder<'a> {
     path: Vec<u8>,
     headers: Vec<(String, Vec<u8>)>,
     body: Cow<'a, [u8]>,
+    /// Whether the body is raw bytes or canonical JSON: two domains that never collide.
+    canonical: bool,
 }
 
 impl<'a> FingerprintBuilder<'a> {
@@ -90,6 +92,7 @@ impl<'a> FingerprintBuilder<'a> {
     /// The raw body bytes.
     pub fn body(mut self, body: &'a [u8]) -> Self {
         self.body = Cow::Borrowed(body);
+        self.canonical = false;
         self
     }
 
@@ -106,6 +109,7 @@ impl<'a> FingerprintBuilder<'a> {
     /// ```
     pub fn json_body(mut self, body: &[u8], exclude: &[&str]) -> Result<Self, Error> {
         self.body = Cow::Owned(canonical_json(body, exclude)?);
+        self.canonical = true;
         Ok(self)
     }
 
@@ -121,7 +125,12 @@ impl<'a> FingerprintBuilder<'a> {
             part(&mut hasher, b'N', name.as_bytes());
             part(&mut hasher, b'V', value);
         }
-        part(&mut hasher, b'B', &self.body);
+        // A canonical JSON body and raw bytes that happen to equal it are different requests.
+        part(
+            &mut hasher,
+            if self.canonical { b'J' } else { b'B' },
+            &self.body,
+        );
         Fingerprint(*hasher.finalize().as_bytes())
     }
 }
@@ -149,6 +158,15 @@ mod tests {
         assert_ne!(fp("POST", "/ab", b"c"), fp("POST", "/a", b"bc"));
         assert_ne!(fp("POS", "T/a", b""), fp("POST", "/a", b""));
         assert_ne!(fp("POST", "/a", b""), fp("PUT", "/a", b""));
+        let canonical = Fingerprint::builder()
+            .json_body(br#"{"b":1, "a":2}"#, &[])
+            .expect("json")
+            .finish();
+        let raw = Fingerprint::builder().body(br#"{"a":2,"b":1}"#).finish();
+        assert_ne!(
+            canonical, raw,
+            "canonical JSON and raw bytes are separate domains"
+        );
     }
 
     #[test]

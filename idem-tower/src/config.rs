@@ -2,7 +2,7 @@
 
 use http::header::HeaderName;
 use http::request::Parts;
-use http::Method;
+use http::{Method, StatusCode};
 use idem_core::{Problem, StoredResponse};
 use std::fmt;
 use std::sync::Arc;
@@ -42,6 +42,7 @@ pub(crate) struct Config {
     pub(crate) render: Arc<Render>,
     pub(crate) status_location: Option<Arc<StatusLocation>>,
     pub(crate) max_retry_after: Duration,
+    pub(crate) release_statuses: Vec<StatusCode>,
 }
 
 /// The largest response the layer stores by default: 4 MiB.
@@ -60,6 +61,10 @@ impl Default for Config {
             render: Arc::new(|problem: &Problem| problem.to_response()),
             status_location: None,
             max_retry_after: DEFAULT_MAX_RETRY_AFTER,
+            release_statuses: vec![
+                StatusCode::METHOD_NOT_ALLOWED,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ],
         }
     }
 }
@@ -81,8 +86,15 @@ pub(crate) enum Protection {
 impl Config {
     /// Required methods are protected (a missing key is then a 400); optional ones only when
     /// they carry a key; any other method passes through.
+    /// Methods compare without regard to case: `post` is not `POST` to HTTP, but a handler
+    /// routed with `any()` may treat it so, and it must not bypass the key.
     pub(crate) fn protection(&self, method: &Method, has_key: bool) -> Protection {
-        if self.required.contains(method) || (has_key && self.optional.contains(method)) {
+        let listed = |methods: &[Method]| {
+            methods
+                .iter()
+                .any(|m| m.as_str().eq_ignore_ascii_case(method.as_str()))
+        };
+        if listed(&self.required) || (has_key && listed(&self.optional)) {
             Protection::Protect
         } else {
             Protection::PassThrough
@@ -100,6 +112,8 @@ impl Config {
         }
         let problem = &problem;
         let mut response = (self.render)(problem);
+        // The status is the problem's: a renderer cannot turn "nothing ran" into a success.
+        response.status = problem.status;
         response.headers.retain(|(name, _)| {
             !name.eq_ignore_ascii_case("cache-control") && !name.eq_ignore_ascii_case("retry-after")
         });
@@ -125,6 +139,7 @@ impl fmt::Debug for Config {
             .field("max_response_bytes", &self.max_response_bytes)
             .field("server_errors", &self.server_errors)
             .field("max_retry_after", &self.max_retry_after)
+            .field("release_statuses", &self.release_statuses)
             .finish_non_exhaustive()
     }
 }
@@ -144,6 +159,16 @@ mod tests {
             (Method::DELETE, true, Protection::Protect),
             (Method::GET, true, Protection::PassThrough),
             (Method::HEAD, true, Protection::PassThrough),
+            (
+                Method::from_bytes(b"post").expect("a method"),
+                false,
+                Protection::Protect,
+            ),
+            (
+                Method::from_bytes(b"Put").expect("a method"),
+                true,
+                Protection::Protect,
+            ),
         ] {
             assert_eq!(
                 config.protection(&method, has_key),
@@ -157,7 +182,7 @@ mod tests {
     fn a_custom_rendering_keeps_no_store_and_retry_after() {
         let config = Config {
             render: Arc::new(|p: &Problem| {
-                StoredResponse::new(p.status, format!("{{\"error\":\"{}\"}}", p.kind))
+                StoredResponse::new(200, format!("{{\"error\":\"{}\"}}", p.kind))
                     .with_header("cache-control", "max-age=60")
             }),
             ..Config::default()
@@ -166,6 +191,7 @@ mod tests {
             .with_retry_after(Duration::from_millis(2500));
         let http = config.render(&busy);
         assert_eq!(http.body, br#"{"error":"request-in-progress"}"#);
+        assert_eq!(http.status, 409);
         assert_eq!(http.header("cache-control"), Some(&b"no-store"[..]));
         assert_eq!(
             http.header("retry-after"),

@@ -144,7 +144,20 @@ where
     let (request, key) = match prepared {
         Ok(prepared) => prepared,
         Err(error) => {
-            let response = config.render(&error.problem());
+            let problem = match error {
+                // The application's consumer or route, not the client's request: a server
+                // fault, never a 400 the client is told not to retry.
+                Error::InvalidInput {
+                    field: field @ (Field::Consumer | Field::Route),
+                    reason,
+                } => {
+                    let error = ConsumerError::misconfigured(format!("invalid {field}: {reason}"));
+                    tracing::error!(target: "idem_tower", route, %error, "idempotency: bad scope");
+                    error.problem().clone()
+                }
+                error => error.problem(),
+            };
+            let response = config.render(&problem);
             return finish(
                 response,
                 None,
@@ -160,13 +173,14 @@ where
         _ => None,
     };
     let (body, parts) = (key.body, parts);
-    let max_response = config.max_response_bytes;
-    let server_errors = config.server_errors;
+    let rules = Rules {
+        max_response: config.max_response_bytes,
+        server_errors: config.server_errors,
+        release_statuses: config.release_statuses.clone(),
+    };
     let result = layer
         .idem
-        .run(&request, move |ctx| {
-            execute(inner, parts, body, ctx, max_response, server_errors)
-        })
+        .run(&request, move |ctx| execute(inner, parts, body, ctx, rules))
         .await;
     let (response, echo, disposition) = respond(&layer.idem, config, result, location);
     let echo = echo.then_some(&key.header);
@@ -201,10 +215,10 @@ where
     } else {
         Bytes::new()
     };
-    let path = parts
-        .uri
+    let uri = original_uri(parts);
+    let path = uri
         .path_and_query()
-        .map_or_else(|| parts.uri.path(), |pq| pq.as_str());
+        .map_or_else(|| uri.path(), |pq| pq.as_str());
     let mut builder = idem
         .request(consumer, parts.method.as_str(), route)
         .path(path)
@@ -238,6 +252,13 @@ where
     Ok((request, Keyed { header, text, body }))
 }
 
+/// What the execution needs of the settings.
+struct Rules {
+    max_response: usize,
+    server_errors: ServerErrors,
+    release_statuses: Vec<http::StatusCode>,
+}
+
 /// The execution, on the engine's own task: the inner service, its response buffered and
 /// classified. Nothing here depends on the client still being connected.
 async fn execute<Inner, S, RB>(
@@ -245,8 +266,7 @@ async fn execute<Inner, S, RB>(
     parts: Parts,
     body: Bytes,
     ctx: Context<S>,
-    max_response: usize,
-    server_errors: ServerErrors,
+    rules: Rules,
 ) -> Result<Reply, Failure<Unstored>>
 where
     Inner: Service<Request<RequestBody>, Response = Response<RB>>,
@@ -272,6 +292,7 @@ where
     if let Some(Completed(completion)) = head.extensions.get::<Completed>() {
         return Ok(Reply::Completed(completion.clone()));
     }
+    let max_response = rules.max_response;
     let stored = match read_response(&head, body, max_response).await {
         Ok(stored) => stored,
         Err(ResponseReadError::TooLarge) => {
@@ -293,7 +314,8 @@ where
         }
     };
     let nothing_happened = head.extensions.get::<NothingHappened>().is_some()
-        || (server_errors == ServerErrors::Release && head.status.is_server_error());
+        || rules.release_statuses.contains(&head.status)
+        || (rules.server_errors == ServerErrors::Release && head.status.is_server_error());
     if nothing_happened {
         return Err(Failure::nothing_happened(Unstored::Released(stored)));
     }
@@ -420,6 +442,16 @@ fn route_of(parts: &Parts) -> String {
         return matched.as_str().to_owned();
     }
     parts.uri.path().to_owned()
+}
+
+/// The URI the client sent: under a nested axum router the request's URI lost its prefix
+/// (`/customers/cus_A`), which must stay in the fingerprint (C3).
+fn original_uri(parts: &Parts) -> &http::Uri {
+    #[cfg(feature = "axum")]
+    if let Some(original) = parts.extensions.get::<axum::extract::OriginalUri>() {
+        return &original.0;
+    }
+    &parts.uri
 }
 
 /// Whether the request's body is JSON (`application/json` or a `+json` type).

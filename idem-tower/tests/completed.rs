@@ -1,0 +1,113 @@
+//! `Completed` responses the layer must not trust (C6, C7).
+#![cfg(feature = "axum")]
+
+use axum::body::{to_bytes, Body};
+use axum::http::{Request, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::post;
+use axum::Router;
+use idem_core::{Completion, Idempotency, MemoryStore, Store, StoredResponse};
+use idem_tower::{Completed, ConsumerError, IdempotencyLayer, Reservation};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tower::ServiceExt;
+
+fn account(_: &http::request::Parts) -> Result<String, ConsumerError> {
+    Ok("acct_1".to_owned())
+}
+
+fn req(key: &str) -> Request<Body> {
+    Request::builder()
+        .method("POST")
+        .uri("/v1/charges")
+        .header("idempotency-key", key)
+        .body(Body::from("{}"))
+        .expect("request")
+}
+
+async fn send(app: &Router, r: Request<Body>) -> (StatusCode, http::HeaderMap, String) {
+    let resp = tokio::time::timeout(Duration::from_secs(10), app.clone().oneshot(r))
+        .await
+        .expect("in time")
+        .expect("infallible");
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let body = to_bytes(resp.into_body(), usize::MAX).await.expect("body");
+    (status, headers, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The handler writes one completion (a decline) and returns another one of the same lease
+/// (a success). The layer sends what is stored, the 402, to the first client as to every retry.
+#[tokio::test]
+async fn c07_a_completed_reply_sends_the_stored_response() {
+    let app: Router = Router::new()
+        .route(
+            "/v1/charges",
+            post(|reservation: Reservation<MemoryStore>| async move {
+                let stored = reservation.completion(StoredResponse::new(402, "declined"));
+                reservation
+                    .idem()
+                    .store()
+                    .complete(&stored)
+                    .await
+                    .expect("complete");
+                let other = reservation.completion(StoredResponse::new(201, "charged"));
+                Completed(other).into_response()
+            }),
+        )
+        .route_layer(IdempotencyLayer::new(
+            Idempotency::new(MemoryStore::new()),
+            account,
+        ));
+    let live = send(&app, req("k")).await;
+    let replay = send(&app, req("k")).await;
+    assert_eq!(replay.0, StatusCode::PAYMENT_REQUIRED, "{replay:?}");
+    assert_eq!(
+        (live.0, live.2.as_str()),
+        (replay.0, replay.2.as_str()),
+        "the live answer must be what is stored (what every retry gets)"
+    );
+}
+
+/// A handler that returns the completion of *another* request (stashed from an earlier one):
+/// a stored 500, never that request's success.
+#[tokio::test]
+async fn c06_a_completion_from_another_request_is_a_stored_500() {
+    let stash: Arc<Mutex<Option<Completion>>> = Arc::new(Mutex::new(None));
+    let s = Arc::clone(&stash);
+    let app: Router = Router::new()
+        .route(
+            "/v1/charges",
+            post(move |reservation: Reservation<MemoryStore>| {
+                let s = Arc::clone(&s);
+                async move {
+                    let previous = s.lock().expect("lock").take();
+                    match previous {
+                        None => {
+                            let c = reservation.completion(StoredResponse::new(201, "mine"));
+                            reservation
+                                .idem()
+                                .store()
+                                .complete(&c)
+                                .await
+                                .expect("complete");
+                            *s.lock().expect("lock") = Some(c.clone());
+                            Completed(c).into_response()
+                        }
+                        Some(other) => Completed(other).into_response(),
+                    }
+                }
+            }),
+        )
+        .route_layer(IdempotencyLayer::new(
+            Idempotency::new(MemoryStore::new()),
+            account,
+        ));
+    let a = send(&app, req("k-a")).await;
+    assert_eq!(a.0, StatusCode::CREATED);
+    let b = send(&app, req("k-b")).await;
+    assert_eq!(b.0, StatusCode::INTERNAL_SERVER_ERROR, "{b:?}");
+    let b2 = send(&app, req("k-b")).await;
+    assert_eq!(b2.0, StatusCode::INTERNAL_SERVER_ERROR, "{b2:?}");
+    assert!(b2.1.get("idempotent-replayed").is_some());
+}

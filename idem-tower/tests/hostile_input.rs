@@ -1,0 +1,356 @@
+//! Hostile input through the layer: headers that must never be stored or replayed, header
+//! injection, key header tricks, consumers, fingerprint domains, what a renderer may change.
+#![cfg(feature = "axum")]
+
+use axum::body::{to_bytes, Body};
+use axum::http::{Request, StatusCode};
+use axum::routing::{any, post};
+use axum::Router;
+use idem_core::store::{Capabilities, Completion, Lease, Record};
+use idem_core::{
+    async_trait, Begin, Error, Idempotency, InFlightAnswer, MemoryStore, Policy, Problem, RecordId,
+    Request as IdemRequest, Store, StoreErrorKind, StoredResponse, Timestamp,
+};
+use idem_tower::{ConsumerError, IdempotencyLayer};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tower::ServiceExt;
+
+fn account(req: &http::request::Parts) -> Result<String, ConsumerError> {
+    req.headers
+        .get("x-account")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .ok_or_else(ConsumerError::unauthenticated)
+}
+
+fn req(method: &str, key: Option<&str>, content_type: &str, body: &str) -> Request<Body> {
+    let mut b = Request::builder()
+        .method(method)
+        .uri("/v1/charges")
+        .header("x-account", "acct_1")
+        .header("content-type", content_type);
+    if let Some(k) = key {
+        b = b.header("idempotency-key", k);
+    }
+    b.body(Body::from(body.to_owned())).expect("request")
+}
+
+async fn send(app: &Router, r: Request<Body>) -> (StatusCode, http::HeaderMap, String) {
+    let resp = tokio::time::timeout(Duration::from_secs(10), app.clone().oneshot(r))
+        .await
+        .expect("in time")
+        .expect("infallible");
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let body = to_bytes(resp.into_body(), usize::MAX).await.expect("body");
+    (status, headers, String::from_utf8_lossy(&body).into_owned())
+}
+
+const SECRET_HEADERS: &[&str] = &[
+    "set-cookie",
+    "Set-Cookie2",
+    "authorization",
+    "proxy-authorization",
+    "www-authenticate",
+    "proxy-authenticate",
+    "authentication-info",
+    "date",
+    "retry-after",
+    "x-ratelimit-remaining",
+    "X-RateLimit-Reset",
+    "x-rate-limit-limit",
+    "ratelimit",
+    "ratelimit-policy",
+    "ratelimit-remaining",
+    "x-api-key",
+    "x-auth-token",
+    "idempotent-replayed",
+];
+
+/// Every never-stored header, even allow-listed by the policy, in any case: neither on the live
+/// answer nor on the replay. `etag` (allow-listed by default) and `content-type` travel.
+#[tokio::test]
+async fn c07_never_stored_headers_are_neither_sent_live_nor_replayed() {
+    let mut policy = Policy::default();
+    for h in SECRET_HEADERS {
+        policy = policy.store_header(h);
+    }
+    let idem = Idempotency::with_policy(MemoryStore::new(), policy).expect("policy");
+    let app: Router = Router::new()
+        .route(
+            "/v1/charges",
+            post(|| async {
+                let mut r = http::Response::new(Body::from("ok"));
+                *r.status_mut() = StatusCode::CREATED;
+                for h in SECRET_HEADERS {
+                    r.headers_mut().append(
+                        http::HeaderName::from_bytes(h.as_bytes()).expect("name"),
+                        http::HeaderValue::from_static("secret"),
+                    );
+                }
+                r.headers_mut()
+                    .insert("etag", http::HeaderValue::from_static("\"v1\""));
+                r.headers_mut()
+                    .insert("content-type", http::HeaderValue::from_static("text/x"));
+                r
+            }),
+        )
+        .route_layer(IdempotencyLayer::new(idem, account));
+    let live = send(&app, req("POST", Some("k"), "application/json", "{}")).await;
+    let replay = send(&app, req("POST", Some("k"), "application/json", "{}")).await;
+    for (what, r) in [("live", &live), ("replay", &replay)] {
+        for h in SECRET_HEADERS {
+            if *h == "idempotent-replayed" && what == "replay" {
+                assert_eq!(r.1.get(*h).map(|v| v.as_bytes()), Some(&b"true"[..]));
+                continue;
+            }
+            assert!(r.1.get(*h).is_none(), "{what} carries {h}: {:?}", r.1);
+        }
+        assert_eq!(r.1.get("etag").map(|v| v.as_bytes()), Some(&b"\"v1\""[..]));
+        assert_eq!(
+            r.1.get("content-type").map(|v| v.as_bytes()),
+            Some(&b"text/x"[..])
+        );
+    }
+}
+
+/// CR/LF through the places an application feeds text into headers: the 202's Location and a
+/// custom problem renderer. Dropped, never sent, never a split response.
+#[tokio::test]
+async fn c07_crlf_in_location_or_renderer_is_dropped() {
+    let gate = Arc::new(Notify::new());
+    let g = Arc::clone(&gate);
+    let idem = Idempotency::with_policy(
+        MemoryStore::new(),
+        Policy::default().in_flight(InFlightAnswer::Accepted),
+    )
+    .expect("policy");
+    let app: Router = Router::new()
+        .route(
+            "/v1/charges",
+            post(move || {
+                let g = Arc::clone(&g);
+                async move {
+                    g.notified().await;
+                    "done"
+                }
+            }),
+        )
+        .route_layer(
+            IdempotencyLayer::new(idem, account)
+                .status_location(|_, key| Some(format!("/status/{key}\r\nSet-Cookie: a=b")))
+                .render_problems(|p: &Problem| {
+                    StoredResponse::new(p.status, "x").with_header("x-evil", "a\r\nSet-Cookie: b=c")
+                }),
+        );
+    let first = tokio::spawn({
+        let app = app.clone();
+        async move { send(&app, req("POST", Some("k"), "application/json", "{}")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let dup = send(&app, req("POST", Some("k"), "application/json", "{}")).await;
+    assert_eq!(dup.0, StatusCode::ACCEPTED);
+    assert!(dup.1.get("location").is_none() && dup.1.get("set-cookie").is_none());
+    let missing = send(&app, req("POST", None, "application/json", "{}")).await;
+    assert_eq!(missing.0, StatusCode::BAD_REQUEST);
+    assert!(missing.1.get("x-evil").is_none() && missing.1.get("set-cookie").is_none());
+    gate.notify_one();
+    let _ = first.await;
+}
+
+/// Key header tricks: twice, parameters, too long, huge, empty, only spaces: all 400, nothing
+/// runs. A quoted key is the bare one (documented).
+#[tokio::test]
+async fn c01_key_header_tricks_are_400() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = Arc::clone(&calls);
+    let app: Router = Router::new()
+        .route(
+            "/v1/charges",
+            post(move || {
+                let c = Arc::clone(&c);
+                async move {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    "ok"
+                }
+            }),
+        )
+        .route_layer(IdempotencyLayer::new(
+            Idempotency::new(MemoryStore::new()),
+            account,
+        ));
+    let long = "k".repeat(256);
+    let huge = "k".repeat(64 * 1024);
+    for bad in [
+        &["a", "b"][..],
+        &["a", "a"],
+        &["\"a\";p=1"],
+        &["\"a"],
+        &[long.as_str()],
+        &[huge.as_str()],
+        &[""],
+        &["\"\""],
+        &["\"a b\""],
+    ] {
+        let mut r = req("POST", None, "application/json", "{}");
+        for v in bad {
+            r.headers_mut().append(
+                "idempotency-key",
+                http::HeaderValue::from_str(v).expect("v"),
+            );
+        }
+        let (status, _, body) = send(&app, r).await;
+        assert_eq!(
+            status,
+            StatusCode::BAD_REQUEST,
+            "{:?}: {body}",
+            &bad[0][..bad[0].len().min(20)]
+        );
+    }
+    // PATCH without a key too; PUT with an invalid one.
+    let (s, _, _) = send(&app, req("PATCH", None, "application/json", "{}")).await;
+    assert_ne!(s, StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+/// The consumer function returns an id longer than the scope allows (255 bytes), e.g. a long
+/// OAuth subject or a tenant path. That is the server's fault, not the client's: it must be a
+/// 5xx (`consumer-unavailable`), not a 400 `invalid-request` a client is told never to retry.
+#[tokio::test]
+async fn c02_a_bad_consumer_id_is_a_server_error_not_a_400() {
+    let app: Router = Router::new()
+        .route("/v1/charges", post(|| async { "ok" }))
+        .route_layer(IdempotencyLayer::new(
+            Idempotency::new(MemoryStore::new()),
+            |_: &http::request::Parts| Ok::<_, ConsumerError>("c".repeat(300)),
+        ));
+    let (status, _, body) = send(&app, req("POST", Some("k"), "application/json", "{}")).await;
+    assert!(
+        status.is_server_error(),
+        "a consumer the server produced is not the client's error: {status} {body}"
+    );
+}
+
+/// With `canonical_json`, a JSON body is fingerprinted in canonical form and any other body as
+/// its raw bytes, in separate domains: a `text/plain` body whose bytes are the canonical form of
+/// an earlier JSON body is another request (422), never its replay.
+#[tokio::test]
+async fn c03_canonical_and_raw_bodies_do_not_share_a_fingerprint_domain() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = Arc::clone(&calls);
+    let app: Router = Router::new()
+        .route(
+            "/v1/charges",
+            post(move |body: String| {
+                let c = Arc::clone(&c);
+                async move {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    (StatusCode::CREATED, body)
+                }
+            }),
+        )
+        .route_layer(
+            IdempotencyLayer::new(Idempotency::new(MemoryStore::new()), account)
+                .canonical_json(&["sent_at"]),
+        );
+    let a = send(
+        &app,
+        req(
+            "POST",
+            Some("k"),
+            "application/json",
+            r#"{"b":1, "a":2, "sent_at":7}"#,
+        ),
+    )
+    .await;
+    assert_eq!(a.0, StatusCode::CREATED);
+    let b = send(
+        &app,
+        req("POST", Some("k"), "text/plain", r#"{"a":2,"b":1}"#),
+    )
+    .await;
+    assert_eq!(
+        b.0,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "another body (bytes and type) with the same key is a mismatch: {b:?}"
+    );
+}
+
+#[derive(Debug)]
+struct Down;
+
+#[async_trait]
+impl Store for Down {
+    async fn reserve(&self, _: &IdemRequest, _: Duration) -> Result<Begin, Error> {
+        Err(Error::store("test", StoreErrorKind::Unavailable, "down"))
+    }
+    async fn complete(&self, _: &Completion) -> Result<(), Error> {
+        Err(Error::store("test", StoreErrorKind::Unavailable, "down"))
+    }
+    async fn release(&self, _: &Lease) -> Result<(), Error> {
+        Err(Error::store("test", StoreErrorKind::Unavailable, "down"))
+    }
+    async fn renew(&self, _: &Lease, _: Duration) -> Result<Timestamp, Error> {
+        Err(Error::store("test", StoreErrorKind::Unavailable, "down"))
+    }
+    async fn purge_expired(&self, _: usize) -> Result<usize, Error> {
+        Err(Error::store("test", StoreErrorKind::Unavailable, "down"))
+    }
+    async fn lookup(&self, _: &RecordId) -> Result<Option<Record>, Error> {
+        Err(Error::store("test", StoreErrorKind::Unavailable, "down"))
+    }
+    fn capabilities(&self) -> Capabilities {
+        MemoryStore::new().capabilities()
+    }
+}
+
+/// `render_problems` may change the shape, not the status: a renderer that answers every
+/// problem with 200 (an "errors in the body" API style) cannot turn "store down, nothing ran"
+/// into a success. The layer pins the status as it pins `Cache-Control` and `Retry-After`.
+#[tokio::test]
+async fn c13_render_problems_cannot_turn_a_503_into_a_2xx() {
+    let app: Router = Router::new()
+        .route("/v1/charges", post(|| async { "ok" }))
+        .route_layer(
+            IdempotencyLayer::new(Idempotency::new(Down), account).render_problems(
+                |p: &Problem| {
+                    StoredResponse::new(200, format!(r#"{{"ok":false,"code":"{}"}}"#, p.kind))
+                },
+            ),
+        );
+    let (status, _, body) = send(&app, req("POST", Some("k"), "application/json", "{}")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+}
+
+/// Methods are case-sensitive, so `post` is not `POST` to HTTP; but on an `any()` route the
+/// lowercase method reaches the same handler, so the layer compares methods without case and
+/// requires the key.
+#[tokio::test]
+async fn c01_a_lowercase_post_does_not_bypass_the_key() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = Arc::clone(&calls);
+    let app: Router = Router::new()
+        .route(
+            "/v1/charges",
+            any(move || {
+                let c = Arc::clone(&c);
+                async move {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    "charged"
+                }
+            }),
+        )
+        .route_layer(IdempotencyLayer::new(
+            Idempotency::new(MemoryStore::new()),
+            account,
+        ));
+    let (status, _, _) = send(&app, req("post", None, "application/json", "{}")).await;
+    assert_eq!(
+        (status, calls.load(Ordering::SeqCst)),
+        (StatusCode::BAD_REQUEST, 0),
+        "an unsafe method outside the configured lists ran unprotected"
+    );
+}

@@ -1,0 +1,106 @@
+//! The transactional form on SQLite with a transaction longer than the lease:
+//! the heartbeat cannot renew (it queues behind the writer the handler holds), the lease
+//! passes, duplicates decide to take over.
+#![cfg(feature = "axum")]
+
+use axum::body::{to_bytes, Body};
+use axum::http::{Request, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use idem_core::{Idempotency, Policy, StoredResponse};
+use idem_sqlite::rusqlite::params;
+use idem_sqlite::SqliteStore;
+use idem_tower::{Completed, ConsumerError, IdempotencyLayer, NothingHappened, Reservation};
+use std::time::Duration;
+use tower::ServiceExt;
+
+async fn charge(reservation: Reservation<SqliteStore>) -> Response {
+    let store = reservation.idem().store().clone();
+    let written = store.clone();
+    let completion = reservation.completion(StoredResponse::new(201, "charged"));
+    let in_tx = completion.clone();
+    let result = store
+        .call(
+            move |db| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+                let tx = db.transaction()?;
+                tx.execute("INSERT INTO charges (cents) VALUES (?1)", params![100])?;
+                std::thread::sleep(Duration::from_millis(1000)); // 3+ leases
+                written.complete_in(&tx, &in_tx)?;
+                tx.commit()?;
+                Ok(())
+            },
+        )
+        .await;
+    match result {
+        Ok(Ok(())) => Completed(completion).into_response(),
+        _ => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            NothingHappened,
+            "rolled back",
+        )
+            .into_response(),
+    }
+}
+
+async fn post_charge(app: &Router) -> (StatusCode, String) {
+    let request = Request::post("/v1/charges")
+        .header("idempotency-key", "k-1")
+        .body(Body::from("{}"))
+        .expect("a request");
+    let response = tokio::time::timeout(Duration::from_secs(20), app.clone().oneshot(request))
+        .await
+        .expect("in time")
+        .expect("infallible");
+    let status = response.status();
+    let body = to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c09_a_transaction_longer_than_the_lease_runs_once() {
+    let dir = tempfile::tempdir().expect("dir");
+    let sqlite = SqliteStore::open(dir.path().join("shop.db"))
+        .await
+        .expect("open");
+    sqlite
+        .try_call(|db| {
+            db.execute_batch("CREATE TABLE charges (id INTEGER PRIMARY KEY, cents INTEGER)")
+        })
+        .await
+        .expect("schema");
+    let idem = Idempotency::with_policy(
+        sqlite.clone(),
+        Policy::default().lease(Duration::from_millis(300)),
+    )
+    .expect("policy");
+    let app: Router = Router::new()
+        .route("/v1/charges", post(charge))
+        .route_layer(IdempotencyLayer::new(idem, |_: &http::request::Parts| {
+            Ok::<_, ConsumerError>("acct_1".to_owned())
+        }));
+    let first = tokio::spawn({
+        let app = app.clone();
+        async move { post_charge(&app).await }
+    });
+    let mut dups = Vec::new();
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let app = app.clone();
+        dups.push(tokio::spawn(async move { post_charge(&app).await }));
+    }
+    let first = first.await.expect("task");
+    let mut seen = Vec::new();
+    for d in dups {
+        seen.push(d.await.expect("task"));
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let rows: i64 = sqlite
+        .try_call(|db| db.query_row("SELECT count(*) FROM charges", [], |r| r.get(0)))
+        .await
+        .expect("count");
+    assert_eq!(rows, 1, "first: {first:?}; duplicates: {seen:?}");
+    assert_eq!(first.0, StatusCode::CREATED, "{first:?}");
+}
