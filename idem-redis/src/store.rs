@@ -134,7 +134,19 @@ impl RedisStoreBuilder {
     pub async fn connect(self, url: &str) -> Result<RedisStore, Error> {
         self.validate()?;
         let client = redis::Client::open(url).map_err(store_error)?;
-        let conn = client.get_connection_manager().await.map_err(store_error)?;
+        // Bounded: a call waits at most the response timeout, and a lost connection is
+        // re-established a couple of times before the error reaches the caller (C13).
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.response_timeout))
+            .set_connection_timeout(Some(self.response_timeout))
+            .set_number_of_retries(2);
+        let mut conn = client
+            .get_connection_manager_with_config(config)
+            .await
+            .map_err(store_error)?;
+        if !self.allow_eviction {
+            refuse_eviction(&mut conn).await?;
+        }
         Ok(self.build(Conn::Single(conn)))
     }
 
@@ -147,7 +159,10 @@ impl RedisStoreBuilder {
             .retries(2)
             .build()
             .map_err(store_error)?;
-        let conn = client.get_async_connection().await.map_err(store_error)?;
+        let mut conn = client.get_async_connection().await.map_err(store_error)?;
+        if !self.allow_eviction {
+            refuse_eviction(&mut conn).await?;
+        }
         Ok(self.build(Conn::Cluster(conn)))
     }
 
@@ -158,6 +173,39 @@ impl RedisStoreBuilder {
             grace: self.grace,
         }
     }
+}
+
+/// Refuses a Redis whose `maxmemory-policy` may evict our records (anything but
+/// `noeviction`): an evicted record makes its key new again while the first holder still runs
+/// (C14). A Redis that does not answer `CONFIG GET` is refused too, with the way out.
+async fn refuse_eviction(conn: &mut impl redis::aio::ConnectionLike) -> Result<(), Error> {
+    let reply: Result<Vec<String>, _> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(conn)
+        .await;
+    let policy = match reply {
+        Ok(pair) => pair.get(1).cloned().unwrap_or_default(),
+        Err(error) => {
+            return Err(Error::store(
+                BACKEND,
+                StoreErrorKind::Misconfigured,
+                format!(
+                    "cannot read maxmemory-policy ({error}); if it is noeviction, say so with RedisStoreBuilder::allow_eviction(true)"
+                ),
+            ))
+        }
+    };
+    if policy != "noeviction" {
+        return Err(Error::store(
+            BACKEND,
+            StoreErrorKind::Misconfigured,
+            format!(
+                "maxmemory-policy is {policy}: Redis may evict idempotency records and an effect would run twice; set it to noeviction"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn millis(d: Duration) -> i64 {

@@ -6,55 +6,22 @@ use idem_core::{
     Answer, Begin, Error, Failure, Idempotency, Policy, RunError, StoreErrorKind, StoredResponse,
 };
 use idem_redis::RedisStore;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+mod common;
 
-/// Starts redis-server (installed by scripts/test; missing, the test fails) with AOF, fsync on
-/// every write.
+use common::{free_port, temp_dir};
+
+/// Starts redis-server with AOF, fsync on every write.
 fn start(port: u16, dir: &std::path::Path) -> Child {
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ])
-        .args(["--appendonly", "yes", "--appendfsync", "always"])
-        .arg("--dir")
-        .arg(dir)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server is not installed: run `bash scripts/test`");
-    let mut child = child;
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return child;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("redis-server did not start on {port}");
-}
-
-fn temp_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "idem-redis-{}",
-        idem_core::FencingToken::generate()
-    ));
-    std::fs::create_dir_all(&dir).expect("dir");
-    dir
+    common::start_server(
+        port,
+        dir,
+        &["--appendonly", "yes", "--appendfsync", "always"],
+    )
 }
 
 #[tokio::test]

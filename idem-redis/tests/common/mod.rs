@@ -27,6 +27,50 @@ pub fn cluster_nodes() -> Vec<String> {
         .collect()
 }
 
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A redis-server of the test's own on `port` (installed by scripts/test; missing, the test
+/// fails), with its files in `dir` and `args` added; waits until it accepts connections.
+pub fn start_server(port: u16, dir: &std::path::Path, args: &[&str]) -> std::process::Child {
+    let mut child = std::process::Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server is not installed: run `bash scripts/test`");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return child;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("redis-server did not start on {port}");
+}
+
+/// A new directory under the temporary directory.
+pub fn temp_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("idem-redis-{}", FencingToken::generate()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    dir
+}
+
 /// Every store gets a key prefix of its own, and a short grace so that expired records leave
 /// within the suite's waits.
 pub struct Redis {
