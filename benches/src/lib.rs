@@ -1,0 +1,19 @@
+//! # idem-benches
+//!
+//! Criterion benchmarks of idem (docs/benchmarks.md): every store side by side on the same
+//! paths, each against the same work written by hand with the same driver and server, the
+//! core's own costs, and how the cost grows with the number of stored records.
+//!
+//! - [`harness`]: the sides, the paths, the concurrency table (alternating rounds, medians),
+//!   quick mode;
+//! - [`library`]: the library's side, written once over any [`idem::Store`];
+//! - [`raw`]: the hand-written baselines, one module per store;
+//! - [`stores`]: the stores and their baselines, on the servers `scripts/services.sh` starts;
+//! - [`report`]: the results, for the chart (`cargo run -p idem-benches --bin chart`).
+#![forbid(unsafe_code)]
+
+pub mod harness;
+pub mod library;
+pub mod raw;
+pub mod report;
+pub mod stores;

@@ -1,0 +1,370 @@
+//! Redis by hand with redis-rs: the store's own Lua scripts (`idem-redis/lua/reserve.lua`,
+//! `complete.lua`), run with EVALSHA (the body sent again after a NOSCRIPT) on a
+//! `ConnectionManager` opened the way the store opens one, with the store's arguments, and
+//! nothing else in between.
+//!
+//! Why this is the fair comparison: the commands on the wire and the round trips are the
+//! store's. The key is the store's layout (`<prefix>:<hex of RecordId::digest>`) under a prefix
+//! of this side's own, so it never meets the library's keys; each script gets the ARGV the
+//! store sends (fingerprint, token, lease, grace and the `(consumer, route, key)` triple for the
+//! reservation; token, encoded response and retention for the completion), and a duplicate is
+//! checked by hand from the same reply: the layout's version and triple, the deadline after
+//! Redis's now, the fingerprint, the state, and for a replay the stored response decoded with
+//! `StoredResponse::decode`. The requests (scope, key, fingerprint) are built by the engine over
+//! a `MemoryStore`, so the same bytes reach the server.
+//!
+//! What is left out is exactly the library: the engine's `begin` and `complete`, the `Store`
+//! trait's boxed futures, the reply's decoding into a `Record` (every field copied and checked),
+//! the core's `decide`, the `Completion` preparation (header filter, validation). A takeover of
+//! an expired record (`replace.lua`) is never on the measured paths (the lease is an hour), so
+//! this side does not implement it: it panics if one comes up.
+//!
+//! Redis deletes expired records itself (a TTL on every record; the store's expiry is
+//! `Expiry::ServerTtl` and its `purge_expired` returns 0): this side's purge does nothing and
+//! returns 0 too.
+
+use crate::harness::{Op, Path, Side};
+use crate::library::{response, BODY, LEASE, OTHER_BODY};
+use idem::redis::redis::aio::ConnectionManager;
+use idem::redis::redis::{self, Script, Value};
+use idem::{FencingToken, MemoryStore, Policy, RecordId, Request, StoredResponse};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The store's grace (`RedisStore::builder`'s default): an in-progress record stays this long
+/// after its lease.
+const GRACE: Duration = Duration::from_secs(60);
+/// The version of the store's record layout.
+const VERSION: &[u8] = b"1";
+/// Hex digits of the key.
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The triple as the store writes it with the record (its parts cannot hold NUL).
+fn triple(id: &RecordId) -> Vec<u8> {
+    [id.consumer(), id.route(), id.key()]
+        .join("\0")
+        .into_bytes()
+}
+
+/// A field of the reply as bytes.
+fn bytes(value: &Value) -> &[u8] {
+    match value {
+        Value::BulkString(b) => b,
+        Value::SimpleString(s) => s.as_bytes(),
+        other => panic!("a string field, not {other:?}"),
+    }
+}
+
+/// A field of the reply as a number (Lua numbers come back as integers, hash fields as strings).
+fn integer(value: &Value) -> i64 {
+    match value {
+        Value::Int(n) => *n,
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .expect("a number"),
+        other => panic!("a number field, not {other:?}"),
+    }
+}
+
+/// What the reservation's reply says, checked by hand.
+#[derive(Debug)]
+enum Reply {
+    /// A fresh reservation: the key is ours.
+    Inserted,
+    /// A live completed record of the same fingerprint: its response, decoded.
+    Replay(StoredResponse),
+    /// A live in-progress record of the same fingerprint, with how long its lease still runs.
+    InFlight(Duration),
+    /// A live record of another fingerprint.
+    Mismatch,
+    /// A record whose deadline has passed (a takeover or a start over: not on the paths).
+    Expired,
+}
+
+/// Everything one side shares with its operations.
+struct Inner {
+    conn: ConnectionManager,
+    reserve: Script,
+    complete: Script,
+    prefix: String,
+    retention: Duration,
+}
+
+impl Inner {
+    /// The record's key: the prefix and the hex of the digest of the triple.
+    fn key(&self, id: &RecordId) -> String {
+        let mut key = String::with_capacity(self.prefix.len() + 65);
+        key.push_str(&self.prefix);
+        key.push(':');
+        for b in id.digest() {
+            key.push(char::from(HEX[usize::from(b >> 4)]));
+            key.push(char::from(HEX[usize::from(b & 15)]));
+        }
+        key
+    }
+
+    /// `reserve.lua`, one round trip; the reply read by hand.
+    async fn reserve(
+        &self,
+        request: &Request,
+        token: &FencingToken,
+        lease: Duration,
+        grace: Duration,
+    ) -> Reply {
+        let id = request.id();
+        let fingerprint = request.fingerprint().as_bytes().as_slice();
+        let mut invocation = self.reserve.prepare_invoke();
+        invocation
+            .key(self.key(id))
+            .arg(fingerprint)
+            .arg(token.as_bytes().as_slice())
+            .arg(millis(lease))
+            .arg(millis(grace))
+            .arg(triple(id));
+        let reply: Value = invocation
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .expect("reserve.lua");
+        let Value::Array(fields) = reply else {
+            panic!("reserve.lua returned {reply:?}")
+        };
+        if bytes(&fields[0]) == b"inserted" {
+            return Reply::Inserted;
+        }
+        let Ok([_, now, version, stored, _token, state, deadline, stored_id, response]) =
+            <[Value; 9]>::try_from(fields)
+        else {
+            panic!("reserve.lua returned another number of fields")
+        };
+        assert_eq!(bytes(&version), VERSION, "the store's record layout");
+        assert_eq!(
+            bytes(&stored_id),
+            triple(id).as_slice(),
+            "the record of this triple"
+        );
+        let (now, deadline) = (integer(&now), integer(&deadline));
+        if deadline <= now {
+            return Reply::Expired;
+        }
+        if bytes(&stored) != fingerprint {
+            return Reply::Mismatch;
+        }
+        match bytes(&state) {
+            b"0" => Reply::InFlight(Duration::from_millis(
+                u64::try_from(deadline - now).unwrap_or(0),
+            )),
+            b"1" => match response {
+                Value::BulkString(body) => Reply::Replay(
+                    StoredResponse::decode(&body).expect("decode the stored response"),
+                ),
+                other => panic!(
+                    "a completed record of the same fingerprint without its response: {other:?}"
+                ),
+            },
+            other => panic!("state {other:?}"),
+        }
+    }
+
+    /// `complete.lua`, one round trip: the response encoded, fenced on the token.
+    async fn complete(&self, request: &Request, token: &FencingToken, response: &StoredResponse) {
+        let encoded = response.encode().expect("encode the response");
+        let mut invocation = self.complete.prepare_invoke();
+        invocation
+            .key(self.key(request.id()))
+            .arg(token.as_bytes().as_slice())
+            .arg(encoded.as_slice())
+            .arg(millis(self.retention));
+        let done: Value = invocation
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .expect("complete.lua");
+        assert_eq!(integer(&done), 1, "the completion is fenced on the token");
+    }
+}
+
+/// Redis by hand, under a key prefix of its own.
+pub struct RawRedis {
+    inner: Arc<Inner>,
+    requests: idem::Idempotency<MemoryStore>,
+    consumer: String,
+    next: Arc<AtomicU64>,
+}
+
+impl RawRedis {
+    /// A side on the Redis at `url`: one connection manager, opened as `RedisStore::connect`
+    /// opens its own (redis-rs's defaults: the store's builder applies its response timeout to
+    /// a cluster connection only).
+    pub async fn connect(url: &str) -> Self {
+        let client = redis::Client::open(url).expect("a Redis URL");
+        let conn = client
+            .get_connection_manager()
+            .await
+            .expect("connect to Redis");
+        Self {
+            inner: Arc::new(Inner {
+                conn,
+                reserve: Script::new(include_str!("../../../idem-redis/lua/reserve.lua")),
+                complete: Script::new(include_str!("../../../idem-redis/lua/complete.lua")),
+                prefix: format!("raw_{}", FencingToken::generate()),
+                retention: Policy::default().retention,
+            }),
+            // Requests (scope and fingerprint) are built as the library builds them.
+            requests: idem::Idempotency::new(MemoryStore::new()),
+            consumer: format!("raw_{}", FencingToken::generate()),
+            next: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn request(&self, key: &str, body: &[u8]) -> Request {
+        crate::library::request(&self.requests, &self.consumer, key, body)
+    }
+}
+
+#[async_trait::async_trait]
+impl Side for RawRedis {
+    fn name(&self) -> &'static str {
+        "raw"
+    }
+
+    async fn op(&self, path: Path, size: usize) -> Op {
+        let inner = Arc::clone(&self.inner);
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        match path {
+            Path::Fresh => {
+                let (next, requests, consumer) = (
+                    Arc::clone(&self.next),
+                    self.requests.clone(),
+                    self.consumer.clone(),
+                );
+                Arc::new(move || {
+                    let (inner, requests, consumer) =
+                        (Arc::clone(&inner), requests.clone(), consumer.clone());
+                    let key = format!("fresh-{}", next.fetch_add(1, Ordering::Relaxed));
+                    Box::pin(async move {
+                        // The store's phases: the reservation, then the completion (no
+                        // business effect: Redis is never in the effect's transaction), one
+                        // round trip each.
+                        let request = crate::library::request(&requests, &consumer, &key, BODY);
+                        let token = FencingToken::generate();
+                        let reply = inner.reserve(&request, &token, LEASE, GRACE).await;
+                        assert!(
+                            matches!(reply, Reply::Inserted),
+                            "a fresh key is reserved: {reply:?}"
+                        );
+                        inner.complete(&request, &token, &response(100)).await;
+                    })
+                })
+            }
+            Path::Replay | Path::InFlight | Path::Mismatch => {
+                let key = format!("asked-{n}");
+                let first = self.request(&key, BODY);
+                let token = FencingToken::generate();
+                let reply = inner.reserve(&first, &token, LEASE, GRACE).await;
+                assert!(
+                    matches!(reply, Reply::Inserted),
+                    "a new key is reserved: {reply:?}"
+                );
+                if path != Path::InFlight {
+                    inner.complete(&first, &token, &response(size)).await;
+                }
+                let asked = match path {
+                    Path::Mismatch => self.request(&key, OTHER_BODY),
+                    _ => first,
+                };
+                let asked = Arc::new(asked);
+                Arc::new(move || {
+                    let (inner, asked) = (Arc::clone(&inner), Arc::clone(&asked));
+                    Box::pin(async move {
+                        // A duplicate: reserve.lua once (a new token, unused), answered from
+                        // its reply.
+                        let token = FencingToken::generate();
+                        match (path, inner.reserve(&asked, &token, LEASE, GRACE).await) {
+                            (Path::Replay, Reply::Replay(stored)) => {
+                                black_box(stored);
+                            }
+                            (Path::InFlight, Reply::InFlight(retry_after)) => {
+                                black_box(retry_after);
+                            }
+                            (Path::Mismatch, Reply::Mismatch) => {}
+                            (path, other) => panic!("{path:?} answered {other:?}"),
+                        }
+                    })
+                })
+            }
+        }
+    }
+
+    /// Reservations with a 1 ms lease and no grace: Redis drops them by their TTL a
+    /// millisecond later.
+    async fn seed_expired(&self, n: usize) {
+        let base = self.next.fetch_add(n as u64, Ordering::Relaxed);
+        for i in 0..n as u64 {
+            let request = self.request(&format!("expired-{}", base + i), BODY);
+            let token = FencingToken::generate();
+            self.inner
+                .reserve(&request, &token, Duration::from_millis(1), Duration::ZERO)
+                .await;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    /// Nothing to purge: Redis expires records by their TTL (the store's expiry is
+    /// `Expiry::ServerTtl`, its `purge_expired` returns 0).
+    async fn purge(&self, _n: usize) -> usize {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each path a few hundred times, alone and from concurrent callers; seeded records gone by
+    /// their TTL; on the server of `IDEM_REDIS_URL` (`scripts/services.sh`).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_path_answers_as_expected() {
+        let url = std::env::var("IDEM_REDIS_URL")
+            .expect("IDEM_REDIS_URL is not set: start the servers with scripts/services.sh (or run scripts/test)");
+        let side = RawRedis::connect(&url).await;
+        assert_eq!(side.name(), "raw");
+        for path in Path::ALL {
+            let op = side.op(path, 64 * 1024).await;
+            for _ in 0..200 {
+                op().await;
+            }
+            let callers: Vec<_> = (0..8)
+                .map(|_| {
+                    let op = Arc::clone(&op);
+                    tokio::spawn(async move {
+                        for _ in 0..25 {
+                            op().await;
+                        }
+                    })
+                })
+                .collect();
+            for caller in callers {
+                caller.await.expect("a caller panicked");
+            }
+        }
+        let base = side.next.load(Ordering::Relaxed);
+        side.seed_expired(20).await;
+        assert_eq!(side.purge(1000).await, 0, "Redis expires records itself");
+        let mut conn = side.inner.conn.clone();
+        for i in 0..20 {
+            let request = side.request(&format!("expired-{}", base + i), BODY);
+            let exists: bool = redis::cmd("EXISTS")
+                .arg(side.inner.key(request.id()))
+                .query_async(&mut conn)
+                .await
+                .expect("EXISTS");
+            assert!(!exists, "a seeded record is gone by its TTL");
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! SQLite by hand with rusqlite: one writer connection behind an async mutex (FIFO) and reader
+//! connections behind a semaphore, like the store; `raw` makes the same thread hops as the
+//! store's path (one per phase), `raw_inline` none at all (the floor; it blocks the executor,
+//! which a server must not do).
+
+use crate::harness::{Op, Path, Side};
+use crate::library::{response, BODY, LEASE, OTHER_BODY};
+use idem::sqlite::rusqlite::types::ValueRef;
+use idem::sqlite::rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use idem::{FencingToken, MemoryStore, Request, StoredResponse};
+use std::hint::black_box;
+use std::path::Path as FsPath;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{Mutex as AsyncMutex, Semaphore};
+
+/// The store's own schema, so both sides have the same table and indexes.
+const SCHEMA: &str = include_str!("../../../idem-sqlite/sql/migrations/0001_create_records.sql");
+const CHARGES: &str =
+    "CREATE TABLE IF NOT EXISTS bench_charges (id INTEGER PRIMARY KEY, cents INTEGER)";
+const CHARGE: &str = "INSERT INTO bench_charges (cents) VALUES (?1)";
+const RESERVE: &str = "INSERT INTO idem_records (consumer, route, key, fingerprint, token, state, deadline, response) \
+                       VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, NULL) ON CONFLICT (consumer, route, key) DO NOTHING";
+const COMPLETE: &str = "UPDATE idem_records SET state = 1, response = ?5, deadline = ?6 \
+                        WHERE consumer = ?1 AND route = ?2 AND key = ?3 AND token = ?4 AND state = 0";
+/// The read of a duplicate: the response column only for a completed row of the same
+/// fingerprint (a replay).
+const LOOKUP: &str = "SELECT fingerprint, state, deadline, \
+                      CASE WHEN state = 1 AND fingerprint = ?4 THEN response END \
+                      FROM idem_records WHERE consumer = ?1 AND route = ?2 AND key = ?3";
+const PURGE: &str = "DELETE FROM idem_records WHERE rowid IN \
+                     (SELECT rowid FROM idem_records WHERE deadline <= ?1 LIMIT ?2)";
+const READERS: usize = 4;
+const RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A connection with the store's settings: WAL, `synchronous = NORMAL`, busy timeout 5 s.
+pub fn connection(path: &FsPath) -> Connection {
+    let conn = Connection::open(path).expect("open");
+    conn.busy_timeout(Duration::from_secs(5))
+        .expect("busy timeout");
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .expect("wal");
+    assert!(mode.eq_ignore_ascii_case("wal"));
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .expect("synchronous");
+    conn
+}
+
+/// The reservation: one compare-and-set insert, autocommit.
+fn reserve(conn: &Connection, request: &Request, token: &FencingToken, lease: Duration) -> bool {
+    let id = request.id();
+    conn.prepare_cached(RESERVE)
+        .expect("prepare")
+        .execute(params![
+            id.consumer(),
+            id.route(),
+            id.key(),
+            request.fingerprint().as_bytes(),
+            token.as_bytes(),
+            now_ms() + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX)
+        ])
+        .expect("reserve")
+        == 1
+}
+
+/// The effect and the completion in one `BEGIN IMMEDIATE` transaction.
+fn effect_and_complete(
+    conn: &mut Connection,
+    request: &Request,
+    token: &FencingToken,
+    response: &StoredResponse,
+) {
+    let id = request.id();
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .expect("begin");
+    tx.prepare_cached(CHARGE)
+        .expect("prepare")
+        .execute(params![2500])
+        .expect("charge");
+    let body = response.encode().expect("encode");
+    let done = tx
+        .prepare_cached(COMPLETE)
+        .expect("prepare")
+        .execute(params![
+            id.consumer(),
+            id.route(),
+            id.key(),
+            token.as_bytes(),
+            body,
+            now_ms() + i64::try_from(RETENTION.as_millis()).unwrap_or(i64::MAX)
+        ])
+        .expect("complete");
+    assert_eq!(done, 1, "the completion is fenced on the token");
+    tx.commit().expect("commit");
+}
+
+/// What the read answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    Replay,
+    InFlight,
+    Mismatch,
+}
+
+/// The answer to a duplicate: one `SELECT`, the stored response decoded for a replay only.
+fn answer(conn: &Connection, request: &Request) -> Option<Answer> {
+    let id = request.id();
+    let fingerprint = request.fingerprint().as_bytes();
+    let now = now_ms();
+    let mut stmt = conn.prepare_cached(LOOKUP).expect("prepare");
+    stmt.query_row(
+        params![id.consumer(), id.route(), id.key(), fingerprint],
+        |row| {
+            let deadline: i64 = row.get(2)?;
+            if deadline <= now {
+                return Ok(None);
+            }
+            let same = matches!(row.get_ref(0)?, ValueRef::Blob(stored) if stored == fingerprint);
+            let state: i64 = row.get(1)?;
+            Ok(Some(match (same, state) {
+                (false, _) => Answer::Mismatch,
+                (true, 0) => Answer::InFlight,
+                (true, _) => match row.get_ref(3)? {
+                    ValueRef::Blob(bytes) => {
+                        black_box(StoredResponse::decode(bytes).expect("decode"));
+                        Answer::Replay
+                    }
+                    _ => panic!("a completed row without a response"),
+                },
+            }))
+        },
+    )
+    .optional()
+    .expect("lookup")
+    .flatten()
+}
+
+/// The connections of one side.
+struct Connections {
+    writer: Arc<AsyncMutex<Connection>>,
+    readers: Arc<Mutex<Vec<Connection>>>,
+    permits: Arc<Semaphore>,
+}
+
+/// SQLite by hand, with hops (`raw`) or inline (`raw_inline`).
+pub struct RawSqlite {
+    inline: bool,
+    conns: Arc<Connections>,
+    requests: idem::Idempotency<MemoryStore>,
+    consumer: String,
+    next: Arc<AtomicU64>,
+}
+
+impl RawSqlite {
+    /// A side on the database file at `path` (the store's schema is created if missing).
+    pub fn open(path: &FsPath, inline: bool) -> Self {
+        let writer = connection(path);
+        writer.execute_batch(SCHEMA).expect("schema");
+        writer.execute_batch(CHARGES).expect("charges");
+        Self {
+            inline,
+            conns: Arc::new(Connections {
+                writer: Arc::new(AsyncMutex::new(writer)),
+                readers: Arc::new(Mutex::new((0..READERS).map(|_| connection(path)).collect())),
+                permits: Arc::new(Semaphore::new(READERS)),
+            }),
+            // Requests (scope and fingerprint) are built as the library builds them.
+            requests: idem::Idempotency::new(MemoryStore::new()),
+            consumer: format!("raw_{}", FencingToken::generate()),
+            next: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn request(&self, key: &str, body: &[u8]) -> Request {
+        crate::library::request(&self.requests, &self.consumer, key, body)
+    }
+}
+
+impl Connections {
+    /// Runs `work` on the writer: in one hop, or inline.
+    async fn write<T: Send + 'static>(
+        &self,
+        inline: bool,
+        work: impl FnOnce(&mut Connection) -> T + Send + 'static,
+    ) -> T {
+        let mut writer = Arc::clone(&self.writer).lock_owned().await;
+        if inline {
+            return work(&mut writer);
+        }
+        tokio::task::spawn_blocking(move || work(&mut writer))
+            .await
+            .expect("join")
+    }
+
+    /// Runs `work` on a reader: in one hop, or inline.
+    async fn read<T: Send + 'static>(
+        &self,
+        inline: bool,
+        work: impl FnOnce(&Connection) -> T + Send + 'static,
+    ) -> T {
+        let permit = Arc::clone(&self.permits)
+            .acquire_owned()
+            .await
+            .expect("permit");
+        let readers = Arc::clone(&self.readers);
+        let run = move || {
+            let conn = lock(&readers).pop().expect("a reader");
+            let out = work(&conn);
+            lock(&readers).push(conn);
+            drop(permit);
+            out
+        };
+        if inline {
+            return run();
+        }
+        tokio::task::spawn_blocking(run).await.expect("join")
+    }
+}
+
+#[async_trait::async_trait]
+impl Side for RawSqlite {
+    fn name(&self) -> &'static str {
+        if self.inline {
+            "raw_inline"
+        } else {
+            "raw"
+        }
+    }
+
+    async fn op(&self, path: Path, size: usize) -> Op {
+        let (conns, inline) = (Arc::clone(&self.conns), self.inline);
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        match path {
+            Path::Fresh => {
+                let (next, requests, consumer) = (
+                    Arc::clone(&self.next),
+                    self.requests.clone(),
+                    self.consumer.clone(),
+                );
+                Arc::new(move || {
+                    let conns = Arc::clone(&conns);
+                    let key = format!("fresh-{}", next.fetch_add(1, Ordering::Relaxed));
+                    let request = crate::library::request(&requests, &consumer, &key, BODY);
+                    Box::pin(async move {
+                        // The same phases as the store: the reservation, then the effect's
+                        // transaction with the completion, each one hop on the writer.
+                        let token = FencingToken::generate();
+                        let (r, t) = (request.clone(), token);
+                        let reserved = conns
+                            .write(inline, move |db| reserve(db, &r, &t, LEASE))
+                            .await;
+                        assert!(reserved, "a fresh key is reserved");
+                        conns
+                            .write(inline, move |db| {
+                                effect_and_complete(db, &request, &token, &response(100))
+                            })
+                            .await;
+                    })
+                })
+            }
+            Path::Replay | Path::Mismatch | Path::InFlight => {
+                let key = format!("asked-{n}");
+                let first = self.request(&key, BODY);
+                let token = FencingToken::generate();
+                let (r, t) = (first.clone(), token);
+                assert!(
+                    conns
+                        .write(true, move |db| reserve(db, &r, &t, LEASE))
+                        .await
+                );
+                if path != Path::InFlight {
+                    let r = first.clone();
+                    conns
+                        .write(true, move |db| {
+                            effect_and_complete(db, &r, &token, &response(size))
+                        })
+                        .await;
+                }
+                let (asked, expected) = match path {
+                    Path::Replay => (first, Answer::Replay),
+                    Path::InFlight => (first, Answer::InFlight),
+                    _ => (self.request(&key, OTHER_BODY), Answer::Mismatch),
+                };
+                let asked = Arc::new(asked);
+                Arc::new(move || {
+                    let (conns, asked) = (Arc::clone(&conns), Arc::clone(&asked));
+                    Box::pin(async move {
+                        let got = conns.read(inline, move |db| answer(db, &asked)).await;
+                        assert_eq!(got, Some(expected));
+                    })
+                })
+            }
+        }
+    }
+
+    async fn seed_expired(&self, n: usize) {
+        let base = self.next.fetch_add(n as u64, Ordering::Relaxed);
+        let requests: Vec<Request> = (0..n as u64)
+            .map(|i| self.request(&format!("expired-{}", base + i), BODY))
+            .collect();
+        self.conns
+            .write(false, move |db| {
+                let tx = db.transaction().expect("begin");
+                for request in &requests {
+                    reserve(
+                        &tx,
+                        request,
+                        &FencingToken::generate(),
+                        Duration::from_millis(1),
+                    );
+                }
+                tx.commit().expect("commit");
+            })
+            .await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    async fn purge(&self, n: usize) -> usize {
+        let limit = i64::try_from(n).unwrap_or(i64::MAX);
+        self.conns
+            .write(self.inline, move |db| {
+                db.prepare_cached(PURGE)
+                    .expect("prepare")
+                    .execute(params![now_ms(), limit])
+                    .expect("purge")
+            })
+            .await
+    }
+}

@@ -1,0 +1,173 @@
+//! The stores the benches compare, each with its hand-written baselines, on the servers that
+//! `scripts/services.sh` starts (`IDEM_PG_URL`, `IDEM_REDIS_URL`; a missing server is a failure,
+//! never a skip).
+
+use crate::harness::Side;
+use crate::library::{CompleteOnly, Effect, Library};
+use crate::raw;
+use idem::postgres::{sqlx, PgStore};
+use idem::redis::RedisStore;
+use idem::sqlite::SqliteStore;
+use idem::{Idempotency, Lease, MemoryStore, StoredResponse};
+use std::sync::Arc;
+
+/// The connections of a server store's pool, library and baseline alike.
+pub const POOL: u32 = 16;
+
+/// One store and its sides: the library first, then the baselines (the first baseline is what
+/// the library's ratio is taken against).
+pub struct Subject {
+    /// `memory`, `sqlite`, `postgres`, `redis`.
+    pub store: &'static str,
+    /// Library first, then the baselines.
+    pub sides: Vec<Arc<dyn Side>>,
+    /// Keeps the SQLite files while the bench runs.
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// A server's URL from the environment: set by `scripts/bench` and `scripts/test`.
+pub fn server_url(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!(
+            "{var} is not set: run the benches with `bash scripts/bench`, which starts the servers"
+        )
+    })
+}
+
+/// `MemoryStore`, the reference: no baseline (nothing to write by hand).
+pub async fn memory() -> Subject {
+    Subject {
+        store: "memory",
+        sides: vec![Arc::new(Library::new(
+            Arc::new(MemoryStore::new()),
+            CompleteOnly,
+        ))],
+        _dir: None,
+    }
+}
+
+/// The business insert and the completion in one SQLite transaction, one hop on the writer.
+/// The effect of the SQLite side, for benches that build their own.
+pub fn sqlite_effect() -> impl Effect<SqliteStore> {
+    SqliteEffect
+}
+
+struct SqliteEffect;
+
+#[async_trait::async_trait]
+impl Effect<SqliteStore> for SqliteEffect {
+    async fn run(&self, idem: &Idempotency<SqliteStore>, lease: Lease, response: StoredResponse) {
+        let completion = idem.completion(&lease, response);
+        let store = idem.store().clone();
+        idem.store()
+            .try_call(move |db| {
+                let tx = db.transaction_with_behavior(
+                    idem::sqlite::rusqlite::TransactionBehavior::Immediate,
+                )?;
+                tx.execute("INSERT INTO bench_charges (cents) VALUES (?1)", [2500])?;
+                store.complete_in(&tx, &completion).map_err(|e| {
+                    idem::sqlite::rusqlite::Error::ToSqlConversionFailure(Box::new(e))
+                })?;
+                tx.commit()
+            })
+            .await
+            .expect("effect and completion");
+    }
+}
+
+/// `SqliteStore` (defaults: one writer, four readers), `raw` (the same hops by hand) and
+/// `raw_inline` (no hop), each on its own file in a temporary directory, same settings.
+pub async fn sqlite() -> Subject {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store = SqliteStore::open(dir.path().join("library.db"))
+        .await
+        .expect("open");
+    store
+        .try_call(|db| {
+            db.execute_batch("CREATE TABLE bench_charges (id INTEGER PRIMARY KEY, cents INTEGER)")
+        })
+        .await
+        .expect("business table");
+    let sides: Vec<Arc<dyn Side>> = vec![
+        Arc::new(Library::new(store, SqliteEffect)),
+        Arc::new(raw::sqlite::RawSqlite::open(
+            &dir.path().join("raw.db"),
+            false,
+        )),
+        Arc::new(raw::sqlite::RawSqlite::open(
+            &dir.path().join("inline.db"),
+            true,
+        )),
+    ];
+    Subject {
+        store: "sqlite",
+        sides,
+        _dir: Some(dir),
+    }
+}
+
+/// The business insert and the completion in one PostgreSQL transaction.
+/// The effect of the PostgreSQL side, for benches that build their own.
+pub fn pg_effect() -> impl Effect<PgStore> {
+    PgEffect
+}
+
+struct PgEffect;
+
+#[async_trait::async_trait]
+impl Effect<PgStore> for PgEffect {
+    async fn run(&self, idem: &Idempotency<PgStore>, lease: Lease, response: StoredResponse) {
+        let completion = idem.completion(&lease, response);
+        let mut tx = idem.store().pool().begin().await.expect("begin");
+        sqlx::query("INSERT INTO bench_charges (cents) VALUES (2500)")
+            .execute(&mut *tx)
+            .await
+            .expect("charge");
+        idem.store()
+            .complete_in(&mut tx, &completion)
+            .await
+            .expect("complete_in");
+        tx.commit().await.expect("commit");
+    }
+}
+
+/// `PgStore` on a table of its own (pool of [`POOL`]) and the same work by hand with sqlx.
+pub async fn postgres() -> Subject {
+    let url = server_url("IDEM_PG_URL");
+    let table = format!("bench_{}", idem::FencingToken::generate());
+    let store = PgStore::builder()
+        .table(&table)
+        .max_connections(POOL)
+        .connect(&url)
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    sqlx::raw_sql("CREATE TABLE IF NOT EXISTS bench_charges (id bigserial PRIMARY KEY, cents bigint NOT NULL)")
+        .execute(store.pool())
+        .await
+        .expect("business table");
+    let sides: Vec<Arc<dyn Side>> = vec![
+        Arc::new(Library::new(store, PgEffect)),
+        Arc::new(raw::postgres::RawPostgres::connect(&url, POOL).await),
+    ];
+    Subject {
+        store: "postgres",
+        sides,
+        _dir: None,
+    }
+}
+
+/// `RedisStore` (one node) and the same commands by hand with redis-rs.
+pub async fn redis() -> Subject {
+    let url = server_url("IDEM_REDIS_URL");
+    let store = RedisStore::connect(&url).await.expect("connect");
+    let sides: Vec<Arc<dyn Side>> = vec![
+        Arc::new(Library::new(store, CompleteOnly)),
+        Arc::new(raw::redis::RawRedis::connect(&url).await),
+    ];
+    Subject {
+        store: "redis",
+        sides,
+        _dir: None,
+    }
+}
