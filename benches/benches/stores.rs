@@ -122,7 +122,7 @@ fn table(rt: &Runtime, mode: &Mode, subjects: &[Subject]) {
     let started = Instant::now();
     println!();
     println!(
-        "concurrency table: {} round(s) x {} ms per side, medians of rounds; ratio = median over rounds of library ops/s / raw ops/s (min..max)",
+        "concurrency table: {} round(s) x {} ms per side, medians of rounds; library / raw = the library's time per operation relative to raw's (median over rounds of raw ops/s / library ops/s, min..max); 1.10 = 10% slower",
         mode.rounds,
         mode.round.as_millis()
     );

@@ -198,7 +198,8 @@ pub struct Row<'a> {
 /// Measures `row` at every number of callers of `mode`, the sides in alternating rounds (the
 /// order rotates each round) so the machine's noise hits every side; prints one markdown line
 /// per number of callers and returns the cells (medians of the rounds; the library's cell holds
-/// the median over rounds of its ops/s divided by the baseline's in the same round).
+/// its cost ratio: the median over rounds of the baseline's ops/s divided by its own in the same
+/// round, i.e. its time per operation relative to the baseline's; 1.10 = 10% slower).
 pub fn measure(rt: &Runtime, mode: &Mode, row: &Row<'_>) -> Vec<Cell> {
     let mut cells = Vec::new();
     for &callers in &mode.callers {

@@ -24,7 +24,8 @@ pub struct Cell {
     pub p50_us: f64,
     /// Latency 99th percentile, µs (median of the rounds).
     pub p99_us: f64,
-    /// On the library's cell: the median over rounds of library ops/s ÷ baseline ops/s.
+    /// On the library's cell: its cost relative to the baseline's, the median over rounds of
+    /// baseline ops/s ÷ library ops/s (1.10 = 10% slower than the hand-written code).
     pub ratio_to_baseline: Option<f64>,
 }
 

@@ -1,5 +1,5 @@
-//! The chart of the `stores` bench: library ÷ hand-written throughput per store, path and
-//! number of callers, as a self-contained SVG, and the full tables in markdown on stdout.
+//! The chart of the `stores` bench: the library's cost per operation ÷ the hand-written code's,
+//! per store, path and number of callers, as a self-contained SVG, and the full tables in markdown on stdout.
 //!
 //! `cargo run -p idem-benches --bin chart [OUT.svg] [IN.jsonl]`
 //!
@@ -9,9 +9,10 @@
 //!
 //! One panel per store that has a baseline (`memory` has none and is only in the tables): for
 //! each path, one bar per number of callers, its height the library cell's
-//! `ratio_to_baseline` (the median over rounds of library ops/s ÷ raw ops/s), at the stored
-//! body size of 100 B where a path was measured at several sizes (else the smallest). A solid
-//! line marks 1.00 (as fast as the hand-written code), a dashed one the 1.10 target.
+//! `ratio_to_baseline` (the median over rounds of raw ops/s ÷ library ops/s: the library's time
+//! per operation ÷ the hand-written code's), at the stored body size of 100 B where a path was
+//! measured at several sizes (else the smallest). A solid line marks 1.00 (as fast as the
+//! hand-written code), a dashed one the 1.10 target (at most 10% slower); lower is better.
 
 use idem_benches::report::{self, Cell};
 use std::collections::BTreeSet;
@@ -252,7 +253,7 @@ fn svg(cells: &[Cell], title: &str) -> String {
     );
     let _ = writeln!(
         s,
-        r##"<text x="{}" y="52" text-anchor="middle" fill="#555">library ops/s ÷ hand-written ops/s, same work and driver (median of interleaved rounds); higher is better</text>"##,
+        r##"<text x="{}" y="52" text-anchor="middle" fill="#555">library time per operation ÷ hand-written, same work, driver and server (median of interleaved rounds); lower is better</text>"##,
         WIDTH / 2.0
     );
 
@@ -411,7 +412,7 @@ fn panel(
     let mid = (plot_top + plot_bottom) / 2.0;
     let _ = writeln!(
         s,
-        r##"<text x="{}" y="{mid:.1}" text-anchor="middle" fill="#444" font-size="12" transform="rotate(-90 {} {mid:.1})">library / raw (throughput)</text>"##,
+        r##"<text x="{}" y="{mid:.1}" text-anchor="middle" fill="#444" font-size="12" transform="rotate(-90 {} {mid:.1})">library / raw (time per operation)</text>"##,
         left - 50.0,
         left - 50.0
     );
@@ -679,7 +680,7 @@ mod tests {
         assert_eq!(svg.matches(r#"class="target""#).count(), 2);
         assert_eq!(svg.matches(r#"class="baseline""#).count(), 2);
         assert!(svg.contains("stroke-dasharray"));
-        assert!(svg.contains("library / raw (throughput)"));
+        assert!(svg.contains("library / raw (time per operation)"));
         assert!(svg.contains("32 callers"));
         // Replay is charted at 100 B, not at the larger sizes.
         assert!(svg.contains(r#"data-path="replay" data-callers="8" data-ratio="1.00""#));
