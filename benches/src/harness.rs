@@ -214,10 +214,12 @@ pub fn measure(rt: &Runtime, mode: &Mode, row: &Row<'_>) -> Vec<Cell> {
             }
         }
         let ratios: Vec<f64> = if n > 1 {
+            // The library's cost per operation relative to the baseline's: baseline ops/s ÷
+            // library ops/s in the same round (1.10 = 10% slower).
             figures[0]
                 .iter()
                 .zip(&figures[1])
-                .map(|(a, b)| a.0 / b.0)
+                .map(|(library, baseline)| baseline.0 / library.0)
                 .collect()
         } else {
             Vec::new()

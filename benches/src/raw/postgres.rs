@@ -43,11 +43,6 @@ const PURGE: &str = include_str!("../../../idem-postgres/sql/purge_expired.sql")
 const CHARGES: &str =
     "CREATE TABLE IF NOT EXISTS bench_charges (id bigserial PRIMARY KEY, cents bigint NOT NULL)";
 const CHARGE: &str = "INSERT INTO bench_charges (cents) VALUES (2500)";
-/// The seeding of expired records: one multi-row insert, deadlines a millisecond away.
-const SEED: &str =
-    "INSERT INTO {table} (consumer, route, key, fingerprint, token, state, deadline) \
-                    SELECT $1, $2, k, $3, t, 0, clock_timestamp() + interval '1 millisecond' \
-                    FROM UNNEST($4::text[], $5::bytea[]) AS u(k, t)";
 /// The store's schema.
 const SCHEMA: &str = "public";
 /// The store's acquire timeout (`PgStore::builder`'s default).
@@ -171,7 +166,6 @@ struct Inner {
     reserve: Arc<str>,
     complete: Arc<str>,
     purge: Arc<str>,
-    seed: String,
     retention: Duration,
 }
 
@@ -308,7 +302,6 @@ impl RawPostgres {
                 reserve: statement(RESERVE, &table),
                 complete: statement(COMPLETE, &table),
                 purge: statement(PURGE, &table),
-                seed: SEED.replace("{table}", &format!("\"{SCHEMA}\".\"{table}\"")),
                 retention: Policy::default().retention,
             }),
             // Requests (scope and fingerprint) are built as the library builds them.
@@ -402,26 +395,19 @@ impl Side for RawPostgres {
     }
 
     async fn seed_expired(&self, n: usize) {
+        // One reservation per record with a 1 ms lease, as the library's side seeds: the same
+        // rows written the same way, so both purges delete the same layout.
         let base = self.next.fetch_add(n as u64, Ordering::Relaxed);
-        let first = self.request(&format!("expired-{base}"), BODY);
-        let id = first.id();
-        let keys: Vec<String> = (0..n as u64)
-            .map(|i| format!("expired-{}", base + i))
-            .collect();
-        let tokens: Vec<Vec<u8>> = (0..n)
-            .map(|_| FencingToken::generate().as_bytes().to_vec())
-            .collect();
-        let mut held = self.inner.conns.get().await;
-        sqlx::query(AssertSqlSafe(self.inner.seed.as_str()))
-            .bind(id.consumer())
-            .bind(id.route())
-            .bind(first.fingerprint().as_bytes().as_slice())
-            .bind(&keys)
-            .bind(&tokens)
-            .execute(held.conn())
-            .await
-            .expect("seed expired records");
-        held.give_back();
+        for i in 0..n as u64 {
+            let request = self.request(&format!("expired-{}", base + i), BODY);
+            self.inner
+                .reserve(
+                    &request,
+                    &FencingToken::generate(),
+                    Duration::from_millis(1),
+                )
+                .await;
+        }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 

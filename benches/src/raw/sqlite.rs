@@ -314,20 +314,20 @@ impl Side for RawSqlite {
         let requests: Vec<Request> = (0..n as u64)
             .map(|i| self.request(&format!("expired-{}", base + i), BODY))
             .collect();
-        self.conns
-            .write(false, move |db| {
-                let tx = db.transaction().expect("begin");
-                for request in &requests {
+        // One reservation (autocommit) per record with a 1 ms lease, as the library's side
+        // seeds: the same rows written the same way, so both purges delete the same layout.
+        for request in requests {
+            self.conns
+                .write(false, move |db| {
                     reserve(
-                        &tx,
-                        request,
+                        db,
+                        &request,
                         &FencingToken::generate(),
                         Duration::from_millis(1),
                     );
-                }
-                tx.commit().expect("commit");
-            })
-            .await;
+                })
+                .await;
+        }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 
