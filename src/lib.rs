@@ -41,6 +41,10 @@ pub use idem_core::{
     SystemClock, Timestamp, PROBLEM_BASE,
 };
 
+/// Inbound events (webhooks) processed once when the sender chooses the key: the inbox, its
+/// signature check and its audit trail; see [`idem_core::inbox`].
+pub use idem_core::inbox;
+
 /// For store writers: the [`Store`] trait and what implementing it takes; see
 /// [`idem_core::store`].
 pub mod store {

@@ -48,6 +48,7 @@ mod decision;
 mod engine;
 mod error;
 mod fingerprint;
+pub mod inbox;
 mod json;
 mod key;
 mod lease;

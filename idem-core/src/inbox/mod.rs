@@ -1,0 +1,413 @@
+//! The inbox: inbound events (webhooks) processed once when the **sender** chooses the key
+//! (docs/inbox.md).
+//!
+//! Payment providers deliver events at least once and deliver them again when they do not get
+//! a clear acknowledgement. The inbox applies the engine's discipline to consumption:
+//!
+//! 1. **Origin first.** A [`Delivery`] exists only once its origin is verified
+//!    ([`Delivery::verified`] with a [`SignatureScheme`]), so nothing is recorded for a forged
+//!    or stale delivery (answer 400).
+//! 2. **Once.** An event is identified by (source, event id); ids are the sender's, of any
+//!    length and any bytes, and are hashed into the record's key (no collisions, C2) while the
+//!    original is kept in the audit trail. The first delivery runs the handler; a duplicate of a
+//!    processed event is acknowledged at once without running anything; a duplicate while the
+//!    first is running is told to come back later; a failed handler leaves the event retryable.
+//! 3. **Same id, another payload** (a sender bug or an attack) is never processed and never
+//!    acknowledged as a duplicate: a 422, a warning in the log and a count in the audit trail.
+//! 4. **One transaction** on SQL stores: the handler writes its effect and the inbox's
+//!    acknowledgement ([`EventContext::completion`], with the store's `complete_in`) in one
+//!    transaction.
+//!
+//! ```
+//! use idem_core::inbox::{Ack, Delivery, Inbox, MemoryAudit, SignatureScheme};
+//! use idem_core::{Idempotency, MemoryStore};
+//! use std::sync::Arc;
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let scheme = SignatureScheme::new(["whsec_test"])?;
+//! let inbox = Inbox::new(Idempotency::new(MemoryStore::new())).with_audit(Arc::new(MemoryAudit::default()));
+//!
+//! let body = br#"{"id":"evt_1","type":"payment_intent.succeeded"}"#;
+//! let now = idem_core::inbox::now_unix();
+//! let header = scheme.sign(body, now); // what the provider sends in its signature header
+//! let delivery = Delivery::verified(&scheme, "stripe", Some(&header), body, now)?;
+//! let event = inbox.event(&delivery, b"evt_1")?;
+//! let receipt = inbox.receive(&event, |_ctx| async {
+//!     // ... ship the order, issue the invoice ...
+//!     Ok::<_, std::io::Error>(Ack::Done)
+//! }).await?;
+//! assert_eq!(receipt.to_http().status, 200);
+//! # Ok(())
+//! # }
+//! ```
+
+mod audit;
+pub mod signature;
+
+pub use audit::{Audit, AuditEntry, AuditOutcome, MemoryAudit};
+pub use signature::{now_unix, SignatureError, SignatureScheme};
+
+use crate::answer::Answer;
+use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::completion::Completion;
+use crate::engine::{Context, Idempotency};
+use crate::error::Error;
+use crate::lease::Lease;
+use crate::outcome::{Failure, Outcome, Reply, RunError};
+use crate::problem::Problem;
+use crate::request::Request;
+use crate::response::StoredResponse;
+use crate::store::Store;
+use crate::unwind::CatchUnwind;
+use std::fmt;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A delivery whose origin was verified: the only way into the inbox.
+#[derive(Debug, Clone, Copy)]
+pub struct Delivery<'a> {
+    source: &'a str,
+    payload: &'a [u8],
+}
+
+impl<'a> Delivery<'a> {
+    /// Verifies `header` (the sender's signature header) over the raw `payload` at `now_unix`,
+    /// and only then gives the delivery of `source`.
+    pub fn verified(
+        scheme: &SignatureScheme,
+        source: &'a str,
+        header: Option<&str>,
+        payload: &'a [u8],
+        now_unix: i64,
+    ) -> Result<Self, SignatureError> {
+        scheme.verify(header, payload, now_unix)?;
+        Ok(Self { source, payload })
+    }
+
+    /// A delivery whose origin the caller verified by other means (mutual TLS, a sender's own
+    /// scheme). Never for unverified input: the inbox records what it is given.
+    pub fn trusted(source: &'a str, payload: &'a [u8]) -> Self {
+        Self { source, payload }
+    }
+
+    /// The sender.
+    pub fn source(&self) -> &str {
+        self.source
+    }
+
+    /// The raw payload.
+    pub fn payload(&self) -> &[u8] {
+        self.payload
+    }
+}
+
+/// An event as the inbox records it: its record (the source, the hashed id, the payload's
+/// fingerprint) and its original id.
+#[derive(Debug, Clone)]
+pub struct Event {
+    request: Request,
+    source: String,
+    id: Vec<u8>,
+}
+
+impl Event {
+    /// The sender.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The event id as the sender sent it.
+    pub fn id(&self) -> &[u8] {
+        &self.id
+    }
+
+    /// The engine's request for it.
+    pub fn request(&self) -> &Request {
+        &self.request
+    }
+}
+
+/// What an inbox handler returns.
+#[derive(Debug, Clone)]
+pub enum Ack {
+    /// Processed: the inbox records the acknowledgement.
+    Done,
+    /// Processed, and the acknowledgement ([`EventContext::completion`]) was written in the
+    /// handler's own transaction with its store's `complete_in`, committed with the effect.
+    Written(Completion),
+}
+
+/// What a handler gets: the lease it runs under and the acknowledgement to write in its own
+/// transaction.
+pub struct EventContext<S> {
+    ctx: Context<S>,
+}
+
+impl<S> fmt::Debug for EventContext<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventContext")
+            .field("lease", &self.ctx.lease())
+            .finish()
+    }
+}
+
+impl<S: Store> EventContext<S> {
+    /// The acknowledgement, to write in the handler's transaction with the store's
+    /// `complete_in`, then return as [`Ack::Written`].
+    pub fn completion(&self) -> Completion {
+        self.ctx.completion(acknowledgement())
+    }
+
+    /// The lease the handler runs under (renewed by the engine while it runs).
+    pub fn lease(&self) -> Lease {
+        self.ctx.lease()
+    }
+
+    /// The engine (its store, for the transaction).
+    pub fn idem(&self) -> &Idempotency<S> {
+        self.ctx.idem()
+    }
+}
+
+/// What became of a delivery, and what to answer the sender.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Receipt {
+    /// The handler ran now and the event is processed: 200.
+    Processed(StoredResponse),
+    /// The event was processed before: acknowledged at once, nothing ran: 200.
+    Duplicate(StoredResponse),
+    /// The first delivery is still being processed: 409 with `Retry-After`, so the sender
+    /// delivers it again later.
+    InProgress {
+        /// Time left on the running lease.
+        retry_after: Duration,
+    },
+    /// The same id with another payload: not processed, not acknowledged: 422.
+    Conflict,
+    /// The handler failed and nothing was recorded: 500, and the sender's next delivery runs
+    /// it again.
+    Failed(String),
+}
+
+/// The response stored for a processed event: what every duplicate gets.
+fn acknowledgement() -> StoredResponse {
+    StoredResponse::new(200, r#"{"received":true}"#).with_header("content-type", "application/json")
+}
+
+impl Receipt {
+    /// The HTTP answer for the sender (docs/inbox.md): 200 processed or duplicate (the
+    /// duplicate marked `Idempotent-Replayed: true`), 409 + `Retry-After` in progress, 422 for
+    /// another payload under the same id, 500 for a failure to retry.
+    pub fn to_http(&self) -> StoredResponse {
+        match self {
+            Receipt::Processed(response) => response.clone(),
+            Receipt::Duplicate(response) => response.clone().with_header("idempotent-replayed", "true"),
+            Receipt::InProgress { retry_after } => Problem::new(
+                409,
+                "event-in-progress",
+                "This event is being processed; deliver it again later.",
+                true,
+            )
+            .with_retry_after((*retry_after).min(Duration::from_secs(30)))
+            .to_response(),
+            Receipt::Conflict => Problem::new(
+                422,
+                "event-id-reused",
+                "An event with this id and another payload was received before; it is not processed.",
+                false,
+            )
+            .to_response(),
+            Receipt::Failed(_) => Problem::new(
+                500,
+                "event-failed",
+                "The event could not be processed; deliver it again.",
+                true,
+            )
+            .to_response(),
+        }
+    }
+
+    /// Whether the sender is told the event is handled (a 2xx).
+    pub fn is_acknowledged(&self) -> bool {
+        matches!(self, Receipt::Processed(_) | Receipt::Duplicate(_))
+    }
+}
+
+/// Processes each event once over any store, with an optional audit trail.
+pub struct Inbox<S> {
+    idem: Idempotency<S>,
+    audit: Option<Arc<dyn Audit>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl<S> Clone for Inbox<S> {
+    fn clone(&self) -> Self {
+        Self {
+            idem: self.idem.clone(),
+            audit: self.audit.clone(),
+            clock: Arc::clone(&self.clock),
+        }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Inbox<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Inbox")
+            .field("idem", &self.idem)
+            .field("audit", &self.audit.is_some())
+            .finish()
+    }
+}
+
+/// The route every inbox record is scoped under.
+const ROUTE: &str = "/inbox";
+
+impl<S: Store + 'static> Inbox<S> {
+    /// An inbox over the engine `idem` (its policy's lease bounds a handler's run without a
+    /// heartbeat, its retention how long a processed event is remembered: longer than the
+    /// sender redelivers, Stripe's three days for example).
+    pub fn new(idem: Idempotency<S>) -> Self {
+        Self {
+            idem,
+            audit: None,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// Writes the audit trail to `audit`.
+    pub fn with_audit(mut self, audit: Arc<dyn Audit>) -> Self {
+        self.audit = Some(audit);
+        self
+    }
+
+    /// Timestamps the audit trail with `clock` (tests).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The engine.
+    pub fn idem(&self) -> &Idempotency<S> {
+        &self.idem
+    }
+
+    /// The event `event_id` of a verified delivery. The id may be any bytes of any length (it
+    /// is the sender's): the record's key is the hex of its blake3 digest. A payload over the
+    /// policy's body limit is [`Error::BodyTooLarge`].
+    pub fn event(&self, delivery: &Delivery<'_>, event_id: &[u8]) -> Result<Event, Error> {
+        let key = blake3::hash(event_id).to_hex();
+        let request = self
+            .idem
+            .request(delivery.source, "EVENT", ROUTE)
+            .key(Some(key.as_str()))
+            .body(delivery.payload)
+            .build()?;
+        Ok(Event {
+            request,
+            source: delivery.source.to_owned(),
+            id: event_id.to_vec(),
+        })
+    }
+
+    /// Processes `event` once: the first delivery runs `handler`; see [`Receipt`] for the
+    /// others. A handler's error (or panic) means its effect did not happen (its transaction
+    /// rolled back): the event stays retryable. A handler with an effect outside the database
+    /// must make that effect safe to repeat (derive the downstream idempotency key from the
+    /// event id). Store failures are errors (answer 503: the sender retries).
+    pub async fn receive<F, Fut, E>(&self, event: &Event, handler: F) -> Result<Receipt, Error>
+    where
+        F: FnOnce(EventContext<S>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Ack, E>> + Send + 'static,
+        E: fmt::Display + Send + 'static,
+    {
+        self.audit_delivered(event).await;
+        let result = self
+            .idem
+            .run(event.request(), move |ctx| async move {
+                let ctx = EventContext { ctx };
+                let outcome = match catch_unwind(AssertUnwindSafe(|| handler(ctx))) {
+                    Ok(future) => CatchUnwind::new(future).await,
+                    Err(panic) => Err(panic),
+                };
+                match outcome {
+                    Ok(Ok(Ack::Done)) => Ok(Reply::Respond(acknowledgement())),
+                    Ok(Ok(Ack::Written(completion))) => Ok(Reply::Completed(completion)),
+                    Ok(Err(error)) => Err(Failure::nothing_happened(error.to_string())),
+                    Err(_) => Err(Failure::nothing_happened("the handler panicked".to_owned())),
+                }
+            })
+            .await;
+        let receipt = match result {
+            Ok(Outcome::Executed(response)) => Receipt::Processed(response),
+            Ok(Outcome::Answered(Answer::Replay(response))) => Receipt::Duplicate(response),
+            Ok(Outcome::Answered(Answer::InFlight { retry_after })) => {
+                Receipt::InProgress { retry_after }
+            }
+            Ok(Outcome::Answered(Answer::Mismatch)) => Receipt::Conflict,
+            Err(RunError::Released(error)) => Receipt::Failed(error),
+            Err(RunError::Unknown { error, .. }) => Receipt::Failed(error),
+            Err(RunError::Idem(error)) => return Err(error),
+            Err(RunError::Incomplete(error)) => Receipt::Failed(error.to_string()),
+        };
+        self.audit_settled(event, &receipt).await;
+        Ok(receipt)
+    }
+
+    /// Deletes at most `limit` audit entries first received more than `retention` ago.
+    pub async fn purge_audit(&self, retention: Duration, limit: usize) -> Result<usize, Error> {
+        let Some(audit) = &self.audit else {
+            return Ok(0);
+        };
+        let now = self.clock.now().as_millis();
+        let cutoff = Timestamp::from_millis(
+            now.saturating_sub(u64::try_from(retention.as_millis()).unwrap_or(u64::MAX)),
+        );
+        audit.purge(cutoff, limit).await
+    }
+
+    async fn audit_delivered(&self, event: &Event) {
+        if let Some(audit) = &self.audit {
+            if let Err(error) = audit
+                .delivered(&event.source, &event.id, self.clock.now())
+                .await
+            {
+                tracing::warn!(target: "idem", source = %event.source, %error, "idem.inbox: the audit trail missed a delivery");
+            }
+        }
+    }
+
+    async fn audit_settled(&self, event: &Event, receipt: &Receipt) {
+        let id = String::from_utf8_lossy(&event.id);
+        match receipt {
+            Receipt::Conflict => {
+                tracing::warn!(target: "idem", source = %event.source, event = %id, "idem.inbox: an event id arrived again with another payload; not processed")
+            }
+            Receipt::Failed(error) => {
+                tracing::warn!(target: "idem", source = %event.source, event = %id, %error, "idem.inbox: the handler failed; the event stays retryable")
+            }
+            _ => tracing::debug!(target: "idem", source = %event.source, event = %id, "idem.inbox"),
+        }
+        let Some(audit) = &self.audit else { return };
+        let now = self.clock.now();
+        let result = match receipt {
+            Receipt::Processed(_) => {
+                audit
+                    .settled(&event.source, &event.id, AuditOutcome::Processed, now)
+                    .await
+            }
+            Receipt::Failed(_) => {
+                audit
+                    .settled(&event.source, &event.id, AuditOutcome::Failed, now)
+                    .await
+            }
+            Receipt::Conflict => audit.conflicted(&event.source, &event.id, now).await,
+            _ => Ok(()),
+        };
+        if let Err(error) = result {
+            tracing::warn!(target: "idem", source = %event.source, %error, "idem.inbox: the audit trail missed an outcome");
+        }
+    }
+}
