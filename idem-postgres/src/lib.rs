@@ -31,6 +31,7 @@
 //! round trips of each path, purge, and running behind PgBouncer.
 #![forbid(unsafe_code)]
 
+mod audit;
 mod config;
 mod connections;
 mod error;
@@ -42,6 +43,7 @@ mod sql;
 mod store;
 mod transactional;
 
+pub use audit::PgAudit;
 pub use config::{validate_identifier, Isolation};
 pub use migrate::{schema_sql, SCHEMA_VERSION};
 pub use params::StatementMode;

@@ -34,6 +34,7 @@
 //! in the table `idem_records` unless configured otherwise (see [`schema_sql`]).
 #![forbid(unsafe_code)]
 
+mod audit;
 mod builder;
 mod config;
 mod connection;
@@ -46,6 +47,7 @@ mod sql;
 mod store;
 mod transactional;
 
+pub use audit::SqliteAudit;
 pub use builder::SqliteStoreBuilder;
 pub use config::{validate_table_name, Synchronous};
 pub use migrate::{schema_sql, SCHEMA_VERSION};

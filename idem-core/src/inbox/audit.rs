@@ -72,6 +72,29 @@ pub struct AuditEntry {
     pub outcome: AuditOutcome,
 }
 
+impl AuditEntry {
+    /// The entry of a first delivery of `event_id` from `source` at `at`: one delivery, not
+    /// processed yet. Stores fill the other fields from their rows.
+    ///
+    /// ```
+    /// use idem_core::inbox::{AuditEntry, AuditOutcome};
+    /// let entry = AuditEntry::new("stripe", b"evt_1", idem_core::Timestamp::from_millis(5));
+    /// assert_eq!((entry.deliveries, entry.outcome), (1, AuditOutcome::Received));
+    /// ```
+    pub fn new(source: &str, event_id: &[u8], at: Timestamp) -> Self {
+        Self {
+            source: source.to_owned(),
+            event_id: event_id.to_vec(),
+            first_received: at,
+            last_received: at,
+            processed: None,
+            deliveries: 1,
+            conflicts: 0,
+            outcome: AuditOutcome::Received,
+        }
+    }
+}
+
 /// Where the inbox writes its audit trail: one entry per (source, event id). Implemented by
 /// [`MemoryAudit`] and by the SQL stores (a table beside their records).
 ///
@@ -148,14 +171,8 @@ impl Audit for MemoryAudit {
             let entry = entries
                 .entry((source.to_owned(), event_id.to_vec()))
                 .or_insert_with(|| AuditEntry {
-                    source: source.to_owned(),
-                    event_id: event_id.to_vec(),
-                    first_received: at,
-                    last_received: at,
-                    processed: None,
                     deliveries: 0,
-                    conflicts: 0,
-                    outcome: AuditOutcome::Received,
+                    ..AuditEntry::new(source, event_id, at)
                 });
             entry.deliveries += 1;
             entry.last_received = entry.last_received.max(at);

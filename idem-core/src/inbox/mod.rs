@@ -294,17 +294,61 @@ impl<S: Store + 'static> Inbox<S> {
         &self.idem
     }
 
-    /// The event `event_id` of a verified delivery. The id may be any bytes of any length (it
-    /// is the sender's): the record's key is the hex of its blake3 digest. A payload over the
-    /// policy's body limit is [`Error::BodyTooLarge`].
+    /// The event `event_id` of a verified delivery, fingerprinted by its raw payload. The id may
+    /// be any bytes of any length (it is the sender's): the record's key is the hex of its
+    /// blake3 digest. A payload over the policy's body limit is [`Error::BodyTooLarge`].
     pub fn event(&self, delivery: &Delivery<'_>, event_id: &[u8]) -> Result<Event, Error> {
+        self.build(delivery, event_id, None)
+    }
+
+    /// [`event`](Self::event) for a JSON payload whose sender changes some fields from one
+    /// delivery of the same event to the next (Stripe's `pending_webhooks`, a delivery
+    /// attempt counter): the fingerprint is the canonical JSON without the `volatile` fields
+    /// (paths as in [`canonical_json`](crate::canonical_json)), so a redelivery is a duplicate
+    /// and only a change of meaning is a conflict. A payload that is not valid JSON is
+    /// fingerprinted raw.
+    ///
+    /// ```
+    /// use idem_core::inbox::{Delivery, Inbox};
+    /// use idem_core::{Idempotency, MemoryStore};
+    /// let inbox = Inbox::new(Idempotency::new(MemoryStore::new()));
+    /// let first = br#"{"id":"evt_1","amount":5,"pending_webhooks":2}"#;
+    /// let again = br#"{"pending_webhooks":1, "amount":5, "id":"evt_1"}"#;
+    /// let a = inbox.event_json(&Delivery::trusted("stripe", first), b"evt_1", &["pending_webhooks"])?;
+    /// let b = inbox.event_json(&Delivery::trusted("stripe", again), b"evt_1", &["pending_webhooks"])?;
+    /// assert_eq!(a.request().fingerprint(), b.request().fingerprint());
+    /// # Ok::<(), idem_core::Error>(())
+    /// ```
+    pub fn event_json(
+        &self,
+        delivery: &Delivery<'_>,
+        event_id: &[u8],
+        volatile: &[&str],
+    ) -> Result<Event, Error> {
+        match self.build(delivery, event_id, Some(volatile)) {
+            Err(Error::InvalidInput {
+                field: crate::error::Field::Body,
+                ..
+            }) => self.build(delivery, event_id, None),
+            built => built,
+        }
+    }
+
+    fn build(
+        &self,
+        delivery: &Delivery<'_>,
+        event_id: &[u8],
+        json: Option<&[&str]>,
+    ) -> Result<Event, Error> {
         let key = blake3::hash(event_id).to_hex();
-        let request = self
+        let builder = self
             .idem
             .request(delivery.source, "EVENT", ROUTE)
-            .key(Some(key.as_str()))
-            .body(delivery.payload)
-            .build()?;
+            .key(Some(key.as_str()));
+        let request = match json {
+            Some(volatile) => builder.json_body(delivery.payload, volatile).build()?,
+            None => builder.body(delivery.payload).build()?,
+        };
         Ok(Event {
             request,
             source: delivery.source.to_owned(),
@@ -393,7 +437,9 @@ impl<S: Store + 'static> Inbox<S> {
         let Some(audit) = &self.audit else { return };
         let now = self.clock.now();
         let result = match receipt {
-            Receipt::Processed(_) => {
+            // A duplicate proves the event was processed: after a crash between the commit and
+            // the answer, the redelivery is what records it (never overwriting an earlier time).
+            Receipt::Processed(_) | Receipt::Duplicate(_) => {
                 audit
                     .settled(&event.source, &event.id, AuditOutcome::Processed, now)
                     .await

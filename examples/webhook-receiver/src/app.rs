@@ -1,0 +1,359 @@
+//! The HTTP side: `POST /webhooks/stripe`, the operator's `GET /audit`, the test hooks, and one
+//! log line per delivery.
+
+use crate::shop::{self, BoxError, Effect, PaidOrder};
+use crate::stripe::{InvalidEvent, StripeEvent};
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use idem::inbox::{
+    now_unix, Ack, Audit, AuditEntry, Delivery, EventContext, Inbox, Receipt, SignatureError,
+    SignatureScheme,
+};
+use idem::sqlite::SqliteStore;
+use idem::{Problem, StoredResponse, Timestamp};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+/// The inbox's source for Stripe's events.
+pub const STRIPE: &str = "stripe";
+/// Fields of Stripe's event object that change between deliveries of one event, left out of
+/// its fingerprint.
+const VOLATILE_FIELDS: &[&str] = &["pending_webhooks"];
+
+/// The most audit entries `GET /audit` returns at once.
+const MAX_AUDIT_LIMIT: usize = 1000;
+
+/// What the handlers share.
+pub struct App {
+    /// The inbox over the SQLite store.
+    pub inbox: Inbox<SqliteStore>,
+    /// The endpoint's signing secrets.
+    pub scheme: SignatureScheme,
+    /// The audit trail the inbox writes (read by `GET /audit`).
+    pub audit: Arc<dyn Audit>,
+    /// `IDEM_TEST_HOOKS=1`.
+    pub test_hooks: bool,
+}
+
+/// The routes.
+pub fn router(app: Arc<App>) -> Router {
+    let body_limit = app.inbox.idem().policy().max_body_bytes;
+    let mut router = Router::new()
+        .route("/webhooks/stripe", post(stripe_webhook))
+        .route("/audit", get(audit));
+    if app.test_hooks {
+        router = router
+            .route("/test/invoices/count", get(invoice_count))
+            .route("/test/audit", get(test_audit));
+    }
+    router
+        .fallback(|| async { problem(404, "not-found", "No such route.") })
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(app)
+}
+
+/// `POST /webhooks/stripe`: verify, key, process once, answer what the receipt says.
+async fn stripe_webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
+    let started = Instant::now();
+
+    // 1. Origin first, over the raw bytes: nothing is parsed or recorded before this passes.
+    let header = match headers.get("stripe-signature").map(HeaderValue::to_str) {
+        None => None,
+        Some(Ok(value)) => Some(value),
+        Some(Err(_)) => {
+            return bad_signature(SignatureError::Malformed("not visible ASCII"), started)
+        }
+    };
+    let delivery = match Delivery::verified(&app.scheme, STRIPE, header, &body, now_unix()) {
+        Ok(delivery) => delivery,
+        Err(error) => return bad_signature(error, started),
+    };
+
+    // 2. The event id is the body's `id`.
+    let event = match StripeEvent::parse(&body) {
+        Ok(event) => event,
+        Err(invalid) => return invalid_event(invalid, started),
+    };
+    // The fingerprint is the payload's meaning: Stripe changes `pending_webhooks` from one
+    // delivery of an event to the next, so it is left out (a redelivery is a duplicate; any
+    // other change under the same id is a conflict, never processed).
+    let recorded = match app
+        .inbox
+        .event_json(&delivery, event.id.as_bytes(), VOLATILE_FIELDS)
+    {
+        Ok(recorded) => recorded,
+        Err(error) => {
+            log_delivery(&event, "rejected", "-", error.http_status(), started);
+            return respond(error.to_http());
+        }
+    };
+
+    // 3. Once: the first delivery runs `handle`; duplicates, deliveries while it runs and
+    //    reused ids are answered without running anything.
+    let crash_after_commit = app.test_hooks
+        && headers
+            .get("x-test-crash-after-commit")
+            .is_some_and(|v| v.as_bytes() == b"1");
+    let effect: Arc<OnceLock<Effect>> = Arc::default();
+    let handler = {
+        let (event, effect) = (event.clone(), Arc::clone(&effect));
+        move |ctx| handle(ctx, event, effect, crash_after_commit)
+    };
+    match app.inbox.receive(&recorded, handler).await {
+        Ok(receipt) => {
+            let effect = effect.get().map_or("-", Effect::as_str);
+            let http = receipt.to_http();
+            if let Receipt::Failed(reason) = &receipt {
+                tracing::warn!(source = STRIPE, event = event.id, %reason, "the handler failed and rolled back; Stripe will deliver again");
+            }
+            log_delivery(&event, outcome(&receipt), effect, http.status, started);
+            respond(http)
+        }
+        Err(error) => {
+            // The store is down: never process unprotected. 503, Stripe delivers again.
+            tracing::error!(source = STRIPE, event = event.id, %error, "the inbox's store failed");
+            let http = error.to_http();
+            log_delivery(&event, "unavailable", "-", http.status, started);
+            respond(http)
+        }
+    }
+}
+
+/// The handler the inbox runs once per event.
+async fn handle(
+    ctx: EventContext<SqliteStore>,
+    event: StripeEvent,
+    effect: Arc<OnceLock<Effect>>,
+    crash_after_commit: bool,
+) -> Result<Ack, BoxError> {
+    // Other event types: acknowledged and recorded (the audit trail), no effect.
+    let Some(payment) = event.payment else {
+        let _ = effect.set(Effect::Ignored);
+        return Ok(Ack::Done);
+    };
+    let Some(order_id) = payment.order_id else {
+        let _ = effect.set(Effect::NoOrderId);
+        return Ok(Ack::Done);
+    };
+    // The invoice, the stock and the acknowledgement in one SQLite transaction.
+    let completion = ctx.completion();
+    let store = ctx.idem().store().clone();
+    let paid = PaidOrder {
+        event_id: event.id,
+        payment_intent: payment.intent,
+        order_id,
+        amount: payment.amount,
+        currency: payment.currency,
+    };
+    let done = shop::invoice(&store, completion.clone(), paid).await?;
+    if crash_after_commit && matches!(done, Effect::Invoiced { .. }) {
+        // Test hook: die between the committed effect and the HTTP answer.
+        eprintln!("X-Test-Crash-After-Commit: aborting after the invoice's commit");
+        std::process::abort();
+    }
+    let _ = effect.set(done);
+    Ok(Ack::Written(completion))
+}
+
+fn outcome(receipt: &Receipt) -> &'static str {
+    match receipt {
+        Receipt::Processed(_) => "processed",
+        Receipt::Duplicate(_) => "duplicate",
+        Receipt::InProgress { .. } => "in_progress",
+        Receipt::Conflict => "conflict",
+        Receipt::Failed(_) => "failed",
+        _ => "other",
+    }
+}
+
+/// One line per delivery: source, event id and type, outcome, effect, status, latency. Never
+/// the payload, a header or a secret.
+fn log_delivery(event: &StripeEvent, outcome: &str, effect: &str, status: u16, started: Instant) {
+    tracing::info!(
+        source = STRIPE,
+        event = event.id,
+        r#type = event.kind,
+        outcome,
+        effect,
+        status,
+        latency_ms = format!("{:.1}", started.elapsed().as_secs_f64() * 1000.0),
+        "delivery"
+    );
+}
+
+/// 400 for a delivery whose origin is not proven; nothing was recorded.
+fn bad_signature(error: SignatureError, started: Instant) -> Response {
+    let (kind, detail) = match &error {
+        SignatureError::Missing => (
+            "signature-missing",
+            "The request has no Stripe-Signature header.".to_owned(),
+        ),
+        SignatureError::Malformed(why) => (
+            "signature-malformed",
+            format!("The Stripe-Signature header is malformed: {why}."),
+        ),
+        SignatureError::Mismatch => (
+            "signature-mismatch",
+            "No v1 signature matches the body under the endpoint's signing secrets.".to_owned(),
+        ),
+        SignatureError::Stale { age_secs } => (
+            "signature-stale",
+            format!("The signature's timestamp is {age_secs} s old, over the tolerance."),
+        ),
+        SignatureError::Future { ahead_secs } => (
+            "signature-future",
+            format!(
+                "The signature's timestamp is {ahead_secs} s in the future, over the tolerance."
+            ),
+        ),
+        _ => ("signature-invalid", error.to_string()),
+    };
+    tracing::warn!(
+        source = STRIPE,
+        event = "-",
+        outcome = "bad_signature",
+        reason = kind,
+        status = 400,
+        latency_ms = format!("{:.1}", started.elapsed().as_secs_f64() * 1000.0),
+        "delivery"
+    );
+    problem(400, kind, &detail)
+}
+
+/// 400 for a verified body that is not an event with an id; nothing was recorded.
+fn invalid_event(invalid: InvalidEvent, started: Instant) -> Response {
+    tracing::warn!(
+        source = STRIPE,
+        event = "-",
+        outcome = "invalid_event",
+        reason = invalid.detail(),
+        status = 400,
+        latency_ms = format!("{:.1}", started.elapsed().as_secs_f64() * 1000.0),
+        "delivery"
+    );
+    problem(400, "event-invalid", invalid.detail())
+}
+
+fn problem(status: u16, kind: &'static str, detail: &str) -> Response {
+    respond(Problem::new(status, kind, detail, false).to_response())
+}
+
+/// An idem response as an axum one.
+fn respond(stored: StoredResponse) -> Response {
+    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut headers = HeaderMap::new();
+    for (name, value) in &stored.headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(value),
+        ) {
+            headers.append(name, value);
+        }
+    }
+    (status, headers, stored.body).into_response()
+}
+
+/// `GET /audit` and `GET /test/audit` parameters.
+#[derive(Debug, Deserialize)]
+struct AuditParams {
+    source: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    limit: Option<String>,
+}
+
+/// `GET /audit?source=stripe&from=<unix ms>&to=<unix ms>&limit=N`: the events of a source
+/// first received in `[from, to)` (default: all), oldest first, at most `limit` (default 100,
+/// at most 1000). An operator endpoint: keep it on an internal network or behind your admin
+/// authentication.
+async fn audit(State(app): State<Arc<App>>, Query(params): Query<AuditParams>) -> Response {
+    audit_page(&app, params, MAX_AUDIT_LIMIT).await
+}
+
+/// `GET /test/audit?source=stripe` (test hooks only): like `/audit`, without the limit's cap.
+async fn test_audit(State(app): State<Arc<App>>, Query(params): Query<AuditParams>) -> Response {
+    audit_page(&app, params, usize::MAX).await
+}
+
+async fn audit_page(app: &App, params: AuditParams, max_limit: usize) -> Response {
+    let number = |name: &'static str, value: Option<&str>, default: u64| match value {
+        None => Ok(default),
+        Some(text) => text.trim().parse::<u64>().map_err(|_| name),
+    };
+    let parsed = number("from", params.from.as_deref(), 0).and_then(|from| {
+        let to = number("to", params.to.as_deref(), u64::MAX)?;
+        let limit = number("limit", params.limit.as_deref(), 100)?;
+        Ok((from, to, limit))
+    });
+    let (from, to, limit) = match parsed {
+        Ok(parsed) => parsed,
+        Err(name) => {
+            return problem(
+                400,
+                "invalid-parameter",
+                &format!("`{name}` must be a non-negative integer."),
+            )
+        }
+    };
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    if limit == 0 || limit > max_limit {
+        return problem(
+            400,
+            "invalid-parameter",
+            &format!("`limit` must be between 1 and {max_limit}."),
+        );
+    }
+    let source = params.source.unwrap_or_else(|| STRIPE.to_owned());
+    match app
+        .audit
+        .query(
+            &source,
+            Timestamp::from_millis(from),
+            Timestamp::from_millis(to),
+            limit,
+        )
+        .await
+    {
+        Ok(entries) => Json(json!({
+            "source": source,
+            "count": entries.len(),
+            "entries": entries.iter().map(entry_json).collect::<Vec<_>>(),
+        }))
+        .into_response(),
+        Err(error) => {
+            tracing::error!(%error, "reading the audit trail failed");
+            respond(error.to_http())
+        }
+    }
+}
+
+fn entry_json(entry: &AuditEntry) -> Value {
+    json!({
+        "event_id": String::from_utf8_lossy(&entry.event_id),
+        "deliveries": entry.deliveries,
+        "conflicts": entry.conflicts,
+        "outcome": entry.outcome.as_str(),
+        "first_received": entry.first_received.as_millis(),
+        "last_received": entry.last_received.as_millis(),
+        "processed": entry.processed.map(Timestamp::as_millis),
+    })
+}
+
+/// `GET /test/invoices/count` (test hooks only): `{"count": invoices, "units_sold": units}`.
+async fn invoice_count(State(app): State<Arc<App>>) -> Response {
+    match shop::invoice_counts(app.inbox.idem().store()).await {
+        Ok((count, units_sold)) => {
+            Json(json!({ "count": count, "units_sold": units_sold })).into_response()
+        }
+        Err(error) => {
+            tracing::error!(%error, "counting invoices failed");
+            problem(500, "internal", "Counting invoices failed.")
+        }
+    }
+}

@@ -1,0 +1,647 @@
+//! Test support for the end-to-end tests: a per-test temp dir with its SQLite file, the
+//! receiver as a real child process on a free port that is always killed, Stripe-shaped
+//! events, and a sender that signs and retries like Stripe (a fresh `t` per attempt; 409 and
+//! 5xx delivered again, honouring `Retry-After`; every 2xx final).
+
+#![allow(dead_code)]
+
+use idem::inbox::SignatureScheme;
+use reqwest::header::HeaderMap;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use std::collections::hash_map::RandomState;
+use std::fmt::Write as _;
+use std::hash::{BuildHasher, Hasher};
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// How long a server may take to print its `listening on` line.
+const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
+
+/// A random 64-bit number (std only: a freshly keyed SipHash over a counter, the clock, the pid).
+pub fn random_u64() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u128(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    hasher.write_u32(std::process::id());
+    hasher.finish()
+}
+
+/// Shuffles `items` in place (Fisher-Yates).
+pub fn shuffle<T>(items: &mut [T]) {
+    for i in (1..items.len()).rev() {
+        let j = (random_u64() % (i as u64 + 1)) as usize;
+        items.swap(i, j);
+    }
+}
+
+/// The current unix time in seconds.
+pub fn now_unix() -> i64 {
+    idem::inbox::now_unix()
+}
+
+// ------------------------------------------------------------------------------------------
+// Environment and the server process
+// ------------------------------------------------------------------------------------------
+
+/// One test's world: a temp dir (server logs, the SQLite file), removed on drop.
+pub struct TestEnv {
+    /// The temp dir (under `std::env::temp_dir()`).
+    pub dir: PathBuf,
+    /// What the server gets as `--database`.
+    pub database: String,
+    servers: AtomicU32,
+}
+
+impl TestEnv {
+    /// A fresh environment for the test `test`.
+    pub fn new(test: &str) -> TestEnv {
+        let dir = std::env::temp_dir().join(format!(
+            "idem-webhooks-{test}-{}-{:016x}",
+            std::process::id(),
+            random_u64()
+        ));
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("cannot create the temp dir {}: {e}", dir.display()));
+        let database = dir.join("webhooks.db").display().to_string();
+        TestEnv {
+            dir,
+            database,
+            servers: AtomicU32::new(0),
+        }
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A running `webhook-receiver` child process with the test hooks on. Dropping it kills the
+/// process (SIGKILL), even when the test panics; a panicking test also gets the tail of the
+/// server's log printed.
+pub struct Server {
+    child: Option<Child>,
+    /// `http://127.0.0.1:PORT`.
+    pub base_url: String,
+    /// The child's pid.
+    pub pid: u32,
+    log: PathBuf,
+}
+
+/// How a server process ended before it listened.
+pub struct Refused {
+    /// Its exit status.
+    pub status: ExitStatus,
+    /// Its stderr.
+    pub stderr: String,
+}
+
+fn command(env: &TestEnv, secrets: Option<&str>, log: &std::fs::File) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_webhook-receiver"));
+    cmd.arg("--addr")
+        .arg("127.0.0.1:0")
+        .arg("--database")
+        .arg(&env.database)
+        .env("IDEM_TEST_HOOKS", "1")
+        .env("RUST_LOG", "info,idem=warn")
+        .env_remove("IDEM_ADDR")
+        .env_remove("DATABASE_URL")
+        .env_remove("IDEM_LEASE_MS")
+        .env_remove("IDEM_AUDIT_RETENTION_DAYS")
+        .env_remove("WEBHOOK_SECRET")
+        .current_dir(&env.dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log.try_clone().expect("the log file")))
+        .kill_on_drop(true);
+    if let Some(secrets) = secrets {
+        cmd.env("WEBHOOK_SECRET", secrets);
+    }
+    cmd
+}
+
+impl Server {
+    /// Starts the receiver on `env`'s database with `WEBHOOK_SECRET=secrets` and the test
+    /// hooks on, `--addr 127.0.0.1:0`; waits for its `listening on http://127.0.0.1:PORT`.
+    pub async fn start(env: &TestEnv, secrets: &str) -> Server {
+        let index = env.servers.fetch_add(1, Ordering::Relaxed);
+        let log = env.dir.join(format!("server-{index}.log"));
+        let log_file = std::fs::File::create(&log)
+            .unwrap_or_else(|e| panic!("cannot create the server log {}: {e}", log.display()));
+        let mut child = command(env, Some(secrets), &log_file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start the receiver: {e}"));
+        let pid = child.id().expect("a just-spawned child has a pid");
+        let stdout = child.stdout.take().expect("the child's stdout is piped");
+        let mut server = Server {
+            child: Some(child),
+            base_url: String::new(),
+            pid,
+            log,
+        };
+        let mut lines = BufReader::new(stdout).lines();
+        let started = Instant::now();
+        let mut other_lines = Vec::new();
+        let addr = loop {
+            let remaining = STARTUP_DEADLINE.saturating_sub(started.elapsed());
+            match tokio::time::timeout(remaining, lines.next_line()).await {
+                Err(_) => panic!(
+                    "the receiver did not print `listening on http://...` within {STARTUP_DEADLINE:?}; \
+                     stdout so far: {other_lines:?}; its log:\n{}",
+                    server.log_tail(80)
+                ),
+                Ok(Err(e)) => panic!("cannot read the receiver's stdout: {e}"),
+                Ok(Ok(None)) => {
+                    let status = server.wait_exit(Duration::from_secs(5)).await;
+                    panic!(
+                        "the receiver exited ({status:?}) before listening; stdout: {other_lines:?}; \
+                         its log:\n{}",
+                        server.log_tail(80)
+                    )
+                }
+                Ok(Ok(Some(line))) => match line.trim().strip_prefix("listening on http://") {
+                    Some(addr) => break addr.trim_end_matches('/').to_owned(),
+                    None => other_lines.push(line),
+                },
+            }
+        };
+        let port = addr
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok())
+            .unwrap_or_else(|| panic!("no port in the listening line's address {addr:?}"));
+        assert_ne!(port, 0, "the receiver says it listens on port 0: {addr:?}");
+        server.base_url = format!("http://{addr}");
+        // Keep the pipe drained so the server never blocks writing to stdout.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        server
+    }
+
+    /// Starts the receiver with `WEBHOOK_SECRET` unset; it must exit before listening.
+    pub async fn start_without_secret(env: &TestEnv) -> Refused {
+        let log = env.dir.join("refused.log");
+        let log_file = std::fs::File::create(&log).expect("the log file");
+        let child = command(env, None, &log_file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start the receiver: {e}"));
+        let output = tokio::time::timeout(STARTUP_DEADLINE, child.wait_with_output())
+            .await
+            .expect("the receiver without a secret did not exit")
+            .expect("waiting for the receiver");
+        assert!(
+            !String::from_utf8_lossy(&output.stdout).contains("listening on"),
+            "the receiver listened without a secret"
+        );
+        Refused {
+            status: output.status,
+            stderr: std::fs::read_to_string(&log).unwrap_or_default(),
+        }
+    }
+
+    /// A sender (Stripe) for this server.
+    pub fn sender(&self) -> Sender {
+        Sender::new(&self.base_url)
+    }
+
+    /// Waits up to `within` for the process to exit by itself; its exit status.
+    pub async fn wait_for_exit(&mut self, within: Duration) -> ExitStatus {
+        match self.wait_exit(within).await {
+            Some(status) => {
+                self.child = None;
+                status
+            }
+            None => panic!(
+                "the receiver (pid {}) did not exit within {within:?}; its log:\n{}",
+                self.pid,
+                self.log_tail(60)
+            ),
+        }
+    }
+
+    /// Sends SIGTERM and waits up to `within` for the process to exit; its exit status.
+    pub async fn terminate(&mut self, within: Duration) -> ExitStatus {
+        let status = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid.to_string())
+            .status()
+            .expect("cannot run `kill -TERM`");
+        assert!(
+            status.success(),
+            "`kill -TERM {}` failed: {status}",
+            self.pid
+        );
+        self.wait_for_exit(within).await
+    }
+
+    async fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
+        let child = self.child.as_mut()?;
+        match tokio::time::timeout(within, child.wait()).await {
+            Ok(Ok(status)) => Some(status),
+            _ => None,
+        }
+    }
+
+    /// The server's stderr log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_else(|e| format!("<no log: {e}>"))
+    }
+
+    /// The last `lines` lines of the server's stderr log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = self.log();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.start_kill();
+            // Reap it (briefly blocking) so that no zombie outlives the test.
+            for _ in 0..200 {
+                if !matches!(child.try_wait(), Ok(None)) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "---- webhook-receiver {} (pid {}) log tail ----\n{}\n---- end of log ----",
+                self.base_url,
+                self.pid,
+                self.log_tail(60)
+            );
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Events
+// ------------------------------------------------------------------------------------------
+
+/// A Stripe-shaped event body, serialised once: every delivery of it sends these bytes.
+#[derive(Clone, Debug)]
+pub struct Event {
+    /// `evt_...`.
+    pub id: String,
+    /// The raw body.
+    pub body: Vec<u8>,
+}
+
+impl Event {
+    /// A `payment_intent.succeeded` for `order_id` of `amount` euro cents.
+    pub fn payment_succeeded(id: &str, order_id: &str, amount: i64) -> Event {
+        Event::from_json(json!({
+            "id": id,
+            "object": "event",
+            "api_version": "2024-06-20",
+            "created": now_unix(),
+            "data": {"object": {
+                "id": format!("pi_{id}"),
+                "object": "payment_intent",
+                "amount": amount,
+                "amount_received": amount,
+                "currency": "eur",
+                "metadata": {"order_id": order_id},
+                "status": "succeeded",
+            }},
+            "livemode": false,
+            "pending_webhooks": 1,
+            "request": {"id": null, "idempotency_key": null},
+            "type": "payment_intent.succeeded",
+        }))
+    }
+
+    /// An event of `kind` about a customer.
+    pub fn other(id: &str, kind: &str) -> Event {
+        Event::from_json(json!({
+            "id": id,
+            "object": "event",
+            "created": now_unix(),
+            "data": {"object": {"id": format!("cus_{id}"), "object": "customer"}},
+            "livemode": false,
+            "type": kind,
+        }))
+    }
+
+    /// An event with this exact JSON body.
+    pub fn from_json(body: Value) -> Event {
+        Event {
+            id: body["id"].as_str().unwrap_or_default().to_owned(),
+            body: serde_json::to_vec(&body).expect("json"),
+        }
+    }
+}
+
+/// A fresh event id, unique across tests and runs.
+pub fn new_event_id(label: &str) -> String {
+    format!("evt_{label}_{:016x}", random_u64())
+}
+
+/// The amount of seeded order `ord_n` (see src/shop.rs): the unit price of product
+/// `(n - 1) mod 4` times `1 + (n - 1) mod 3`.
+pub fn order_amount(n: u32) -> i64 {
+    const UNIT: [i64; 4] = [850, 1200, 4500, 3200];
+    UNIT[(n as usize - 1) % 4] * (1 + i64::from((n - 1) % 3))
+}
+
+/// The quantity of seeded order `ord_n`.
+pub fn order_quantity(n: u32) -> i64 {
+    1 + i64::from((n - 1) % 3)
+}
+
+// ------------------------------------------------------------------------------------------
+// HTTP
+// ------------------------------------------------------------------------------------------
+
+/// One complete HTTP answer.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    /// The status.
+    pub status: StatusCode,
+    /// The headers.
+    pub headers: HeaderMap,
+    /// The body.
+    pub body: Vec<u8>,
+    /// From sending the request to having read the whole body.
+    pub latency: Duration,
+}
+
+impl Reply {
+    /// A header's value (lossy), if present.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+    }
+
+    /// Whether `Idempotent-Replayed: true` is present.
+    pub fn replayed(&self) -> bool {
+        self.header("idempotent-replayed")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    }
+
+    /// The body as text (lossy).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The body as JSON; panics with the whole answer if it is not JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("the body is not JSON ({e}): {}", self.describe()))
+    }
+
+    /// A problem's `title` (its kind, e.g. `signature-stale`).
+    pub fn problem_kind(&self) -> String {
+        self.json()["title"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Status, headers and body, for assertion messages.
+    pub fn describe(&self) -> String {
+        let mut out = format!("{} in {:?}\n", self.status, self.latency);
+        for (name, value) in &self.headers {
+            let _ = writeln!(
+                out,
+                "  {name}: {}",
+                String::from_utf8_lossy(value.as_bytes())
+            );
+        }
+        let _ = write!(out, "  body: {}", self.text());
+        out
+    }
+
+    /// `Retry-After` as a duration, if present and parseable.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.header("retry-after")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs)
+    }
+}
+
+/// What one delivery (with its retries) ended with.
+#[derive(Debug)]
+pub struct Delivered {
+    /// The final answer (a 2xx, or a 4xx other than 409).
+    pub reply: Reply,
+    /// The status of every attempt that got an answer, the last one included.
+    pub statuses: Vec<u16>,
+    /// Attempts that got no answer (connection errors).
+    pub transport_errors: u32,
+}
+
+/// The error chain of a transport failure.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let _ = write!(out, ": {s}");
+        source = s.source();
+    }
+    out
+}
+
+/// Sends events to one receiver as Stripe does.
+#[derive(Clone)]
+pub struct Sender {
+    http: reqwest::Client,
+    base_url: String,
+}
+
+impl Sender {
+    /// A sender for the receiver at `base_url`.
+    pub fn new(base_url: &str) -> Sender {
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .expect("cannot build the reqwest client");
+        Sender {
+            http,
+            base_url: base_url.to_owned(),
+        }
+    }
+
+    /// One `POST /webhooks/stripe` of `body` with `Stripe-Signature: signature` (none when
+    /// `None`) and the extra `headers`; no retry.
+    pub async fn post(
+        &self,
+        body: &[u8],
+        signature: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Result<Reply, String> {
+        let started = Instant::now();
+        let mut request = self
+            .http
+            .post(format!("{}/webhooks/stripe", self.base_url))
+            .header("content-type", "application/json; charset=utf-8")
+            .header(
+                "user-agent",
+                "Stripe/1.0 (+https://stripe.com/docs/webhooks)",
+            )
+            .timeout(Duration::from_secs(30))
+            .body(body.to_vec());
+        if let Some(signature) = signature {
+            request = request.header("stripe-signature", signature);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.map_err(|e| error_chain(&e))?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| error_chain(&e))?
+            .to_vec();
+        Ok(Reply {
+            status,
+            headers,
+            body,
+            latency: started.elapsed(),
+        })
+    }
+
+    /// One attempt of `event`, signed now with `scheme`'s first secret.
+    pub async fn deliver_once(&self, event: &Event, scheme: &SignatureScheme) -> Reply {
+        let signature = scheme.sign(&event.body, now_unix());
+        self.post(&event.body, Some(&signature), &[])
+            .await
+            .unwrap_or_else(|e| panic!("delivering {} failed: {e}", event.id))
+    }
+
+    /// Delivers `event` until the receiver answers other than 409 or 5xx, re-signing each
+    /// attempt with a fresh timestamp, as Stripe does; backs off (Retry-After honoured up to
+    /// 200 ms, so that tests stay fast). Panics past `deadline`.
+    pub async fn deliver(
+        &self,
+        event: &Event,
+        scheme: &SignatureScheme,
+        deadline: Duration,
+    ) -> Delivered {
+        let started = Instant::now();
+        let mut statuses = Vec::new();
+        let mut transport_errors = 0;
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            let signature = scheme.sign(&event.body, now_unix());
+            let retry_after = match self.post(&event.body, Some(&signature), &[]).await {
+                Ok(reply) => {
+                    statuses.push(reply.status.as_u16());
+                    let retry =
+                        reply.status == StatusCode::CONFLICT || reply.status.is_server_error();
+                    if !retry {
+                        return Delivered {
+                            reply,
+                            statuses,
+                            transport_errors,
+                        };
+                    }
+                    reply.retry_after()
+                }
+                Err(error) => {
+                    transport_errors += 1;
+                    eprintln!("delivery of {} failed, retrying: {error}", event.id);
+                    None
+                }
+            };
+            assert!(
+                started.elapsed() < deadline,
+                "{} was not acknowledged within {deadline:?}: statuses {statuses:?}, {transport_errors} transport errors",
+                event.id
+            );
+            let jitter = Duration::from_millis(random_u64() % 10);
+            let pause = backoff.max(
+                retry_after
+                    .unwrap_or_default()
+                    .min(Duration::from_millis(200)),
+            );
+            tokio::time::sleep(pause + jitter).await;
+            backoff = (backoff * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    async fn get(&self, path: &str) -> Reply {
+        let started = Instant::now();
+        let response = self
+            .http
+            .get(format!("{}{path}", self.base_url))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path} failed: {}", error_chain(&e)));
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response
+            .bytes()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {}", error_chain(&e)))
+            .to_vec();
+        Reply {
+            status,
+            headers,
+            body,
+            latency: started.elapsed(),
+        }
+    }
+
+    /// `GET path`, which must answer 200 with JSON.
+    pub async fn get_json(&self, path: &str) -> Value {
+        let reply = self.get(path).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::OK,
+            "GET {path}: {}",
+            reply.describe()
+        );
+        reply.json()
+    }
+
+    /// `GET path`, whatever it answers.
+    pub async fn get_reply(&self, path: &str) -> Reply {
+        self.get(path).await
+    }
+
+    /// The invoices committed (`GET /test/invoices/count`).
+    pub async fn invoice_count(&self) -> u64 {
+        self.get_json("/test/invoices/count").await["count"]
+            .as_u64()
+            .expect("a count")
+    }
+
+    /// The units the invoices took from stock (`GET /test/invoices/count`).
+    pub async fn units_sold(&self) -> i64 {
+        self.get_json("/test/invoices/count").await["units_sold"]
+            .as_i64()
+            .expect("units_sold")
+    }
+
+    /// Stripe's audit trail (`GET /test/audit?source=stripe`).
+    pub async fn audit(&self) -> Vec<Value> {
+        let page = self.get_json("/test/audit?source=stripe").await;
+        page["entries"].as_array().cloned().expect("entries")
+    }
+
+    /// The audit entry of `event_id`, if any.
+    pub async fn audit_entry(&self, event_id: &str) -> Option<Value> {
+        self.audit()
+            .await
+            .into_iter()
+            .find(|e| e["event_id"].as_str() == Some(event_id))
+    }
+}
