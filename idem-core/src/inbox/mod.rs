@@ -192,6 +192,22 @@ pub enum Receipt {
     Failed(String),
 }
 
+fn is_success(response: &StoredResponse) -> bool {
+    (200..300).contains(&response.status)
+}
+
+/// Whether `completion` is this lease's and the store holds it completed.
+async fn written<S: Store>(ctx: &Context<S>, completion: &Completion) -> bool {
+    let lease = ctx.lease();
+    if completion.id() != lease.id() || completion.token() != lease.token() {
+        return false;
+    }
+    matches!(
+        ctx.idem().store().lookup(lease.id()).await,
+        Ok(Some(record)) if record.token == lease.token() && record.is_completed()
+    )
+}
+
 /// The response stored for a processed event: what every duplicate gets.
 fn acknowledgement() -> StoredResponse {
     StoredResponse::new(200, r#"{"received":true}"#).with_header("content-type", "application/json")
@@ -232,7 +248,7 @@ impl Receipt {
 
     /// Whether the sender is told the event is handled (a 2xx).
     pub fn is_acknowledged(&self) -> bool {
-        matches!(self, Receipt::Processed(_) | Receipt::Duplicate(_))
+        matches!(self, Receipt::Processed(r) | Receipt::Duplicate(r) if is_success(r))
     }
 }
 
@@ -262,8 +278,9 @@ impl<S: fmt::Debug> fmt::Debug for Inbox<S> {
     }
 }
 
-/// The route every inbox record is scoped under.
-const ROUTE: &str = "/inbox";
+/// The route every inbox record is scoped under: not a path, so no HTTP request through the
+/// HTTP layer (whose routes are paths) can ever share an event's scope.
+const ROUTE: &str = "inbox";
 
 impl<S: Store + 'static> Inbox<S> {
     /// An inbox over the engine `idem` (its policy's lease bounds a handler's run without a
@@ -371,6 +388,7 @@ impl<S: Store + 'static> Inbox<S> {
         let result = self
             .idem
             .run(event.request(), move |ctx| async move {
+                let check = ctx.clone();
                 let ctx = EventContext { ctx };
                 let outcome = match catch_unwind(AssertUnwindSafe(|| handler(ctx))) {
                     Ok(future) => CatchUnwind::new(future).await,
@@ -378,15 +396,36 @@ impl<S: Store + 'static> Inbox<S> {
                 };
                 match outcome {
                     Ok(Ok(Ack::Done)) => Ok(Reply::Respond(acknowledgement())),
-                    Ok(Ok(Ack::Written(completion))) => Ok(Reply::Completed(completion)),
+                    // An acknowledgement said to be written in the handler's transaction must
+                    // be in the store, completed under this lease: else that transaction rolled
+                    // back (or the completion was another event's), nothing happened, and the
+                    // event stays retryable; never an acknowledged event that was not processed.
+                    Ok(Ok(Ack::Written(completion))) => {
+                        if written(&check, &completion).await {
+                            Ok(Reply::Completed(completion))
+                        } else {
+                            Err(Failure::nothing_happened(
+                                "the handler's acknowledgement was not committed".to_owned(),
+                            ))
+                        }
+                    }
                     Ok(Err(error)) => Err(Failure::nothing_happened(error.to_string())),
                     Err(_) => Err(Failure::nothing_happened("the handler panicked".to_owned())),
                 }
             })
             .await;
         let receipt = match result {
-            Ok(Outcome::Executed(response)) => Receipt::Processed(response),
-            Ok(Outcome::Answered(Answer::Replay(response))) => Receipt::Duplicate(response),
+            // Only a stored acknowledgement (2xx) means processed; anything else the engine
+            // stored (a 500 when a completion could not be trusted) is a failure.
+            Ok(Outcome::Executed(response)) if is_success(&response) => {
+                Receipt::Processed(response)
+            }
+            Ok(Outcome::Answered(Answer::Replay(response))) if is_success(&response) => {
+                Receipt::Duplicate(response)
+            }
+            Ok(Outcome::Executed(response) | Outcome::Answered(Answer::Replay(response))) => {
+                Receipt::Failed(format!("the stored answer is a {}", response.status))
+            }
             Ok(Outcome::Answered(Answer::InFlight { retry_after })) => {
                 Receipt::InProgress { retry_after }
             }

@@ -1,0 +1,385 @@
+//! The inbox's audit trail under concurrency and failures (docs/inbox.md, "The audit trail"):
+//! an event processed out of the caller's sight ends processed, counts are exact, ranges and
+//! purges are bounded right.
+
+use idem_core::inbox::{
+    Ack, Audit, AuditEntry, AuditOutcome, Delivery, Event, Inbox, MemoryAudit, Receipt,
+};
+use idem_core::{Idempotency, ManualClock, MemoryStore, Policy, Store, Timestamp};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::timeout;
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn inbox() -> (Inbox<MemoryStore>, Arc<MemoryAudit>) {
+    let audit = Arc::new(MemoryAudit::default());
+    let idem = Idempotency::with_policy(
+        MemoryStore::new(),
+        Policy::default().lease(Duration::from_millis(200)),
+    )
+    .expect("policy");
+    (Inbox::new(idem).with_audit(audit.clone()), audit)
+}
+
+fn event(inbox: &Inbox<MemoryStore>, source: &str, id: &[u8], body: &'static [u8]) -> Event {
+    let source: &'static str = Box::leak(source.to_owned().into_boxed_str());
+    inbox
+        .event(&Delivery::trusted(source, body), id)
+        .expect("event")
+}
+
+async fn done(inbox: &Inbox<MemoryStore>, ev: &Event) -> Receipt {
+    inbox
+        .receive(ev, |_ctx| async { Ok::<_, std::io::Error>(Ack::Done) })
+        .await
+        .expect("store answers")
+}
+
+async fn all(audit: &MemoryAudit, source: &str) -> Vec<AuditEntry> {
+    audit
+        .query(
+            source,
+            Timestamp::from_millis(0),
+            Timestamp::from_millis(u64::MAX),
+            100_000,
+        )
+        .await
+        .expect("query")
+}
+
+// ---------------------------------------------------------------------------------------------
+// An event processed where no caller saw it (a dropped caller, an error after the commit, a
+// lost audit write): the next delivery, a duplicate, records it processed.
+// ---------------------------------------------------------------------------------------------
+
+/// The sender's connection times out while the handler runs (hyper drops the service future):
+/// the execution is detached and processes the event, while the audit's own write ran in the
+/// dropped future. The redelivery, a duplicate, records the event processed (as after a crash
+/// between the commit and the 200, docs/inbox.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c08_audit_event_processed_after_the_caller_went_away_ends_processed() {
+    timeout(LIMIT, async {
+        let (inbox, audit) = inbox();
+        let ev = event(&inbox, "stripe", b"evt_timeout", br#"{"id":"evt_timeout"}"#);
+        let (started, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let task = {
+            let (inbox, ev, started, go) = (inbox.clone(), ev.clone(), started.clone(), go.clone());
+            tokio::spawn(async move {
+                inbox
+                    .receive(&ev, move |_ctx| async move {
+                        started.notify_one();
+                        go.notified().await;
+                        Ok::<_, std::io::Error>(Ack::Done)
+                    })
+                    .await
+            })
+        };
+        started.notified().await;
+        task.abort(); // the sender hung up
+        let _ = task.await;
+        go.notify_one();
+        inbox.idem().drain().await;
+        let again = done(&inbox, &ev).await;
+        assert!(matches!(again, Receipt::Duplicate(_)), "{again:?}");
+        let entry = &all(&audit, "stripe").await[0];
+        assert_eq!(entry.deliveries, 2);
+        assert_eq!(
+            entry.outcome,
+            AuditOutcome::Processed,
+            "the event was processed (the sender got a duplicate 200): {entry:?}"
+        );
+        assert!(entry.processed.is_some(), "{entry:?}");
+    })
+    .await
+    .expect("bounded");
+}
+
+/// The handler committed its effect and the acknowledgement, then returned an error (a step
+/// after the commit failed). The first receipt is Failed, the audit says `failed`; every later
+/// delivery is acknowledged as a duplicate, but the audit keeps saying `failed` forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c08_audit_error_after_commit_then_duplicate_ends_processed() {
+    timeout(LIMIT, async {
+        let (inbox, audit) = inbox();
+        let ev = event(&inbox, "stripe", b"evt_late", br#"{"id":"evt_late"}"#);
+        let first = inbox
+            .receive(&ev, |ctx| async move {
+                let c = ctx.completion();
+                ctx.idem().store().complete(&c).await.expect("committed");
+                Err::<Ack, _>("a step after the commit failed")
+            })
+            .await
+            .expect("store answers");
+        assert!(matches!(first, Receipt::Failed(_)));
+        let again = done(&inbox, &ev).await;
+        assert!(matches!(again, Receipt::Duplicate(_)), "{again:?}");
+        let entry = &all(&audit, "stripe").await[0];
+        assert_eq!(
+            entry.outcome,
+            AuditOutcome::Processed,
+            "acknowledged as processed to the sender, so processed in the trail: {entry:?}"
+        );
+    })
+    .await
+    .expect("bounded");
+}
+
+/// The first delivery's `delivered` write was lost (the audit's database blipped: "logged and
+/// never fails a delivery"), so `settled` found no row. The redelivery creates the row as a
+/// Duplicate and it stays `received`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c08_audit_lost_first_write_then_duplicate_ends_processed() {
+    struct Flaky {
+        inner: MemoryAudit,
+        fail_next: AtomicUsize,
+    }
+    #[idem_core::async_trait]
+    impl Audit for Flaky {
+        async fn delivered(
+            &self,
+            s: &str,
+            id: &[u8],
+            at: Timestamp,
+        ) -> Result<(), idem_core::Error> {
+            if self.fail_next.swap(0, Ordering::SeqCst) == 1 {
+                return Err(idem_core::Error::store(
+                    "audit",
+                    idem_core::StoreErrorKind::Unavailable,
+                    "blip",
+                ));
+            }
+            self.inner.delivered(s, id, at).await
+        }
+        async fn settled(
+            &self,
+            s: &str,
+            id: &[u8],
+            o: AuditOutcome,
+            at: Timestamp,
+        ) -> Result<(), idem_core::Error> {
+            self.inner.settled(s, id, o, at).await
+        }
+        async fn conflicted(
+            &self,
+            s: &str,
+            id: &[u8],
+            at: Timestamp,
+        ) -> Result<(), idem_core::Error> {
+            self.inner.conflicted(s, id, at).await
+        }
+        async fn query(
+            &self,
+            s: &str,
+            f: Timestamp,
+            t: Timestamp,
+            l: usize,
+        ) -> Result<Vec<AuditEntry>, idem_core::Error> {
+            self.inner.query(s, f, t, l).await
+        }
+        async fn purge(&self, b: Timestamp, l: usize) -> Result<usize, idem_core::Error> {
+            self.inner.purge(b, l).await
+        }
+    }
+    timeout(LIMIT, async {
+        let flaky = Arc::new(Flaky {
+            inner: MemoryAudit::default(),
+            fail_next: AtomicUsize::new(1),
+        });
+        let inbox = Inbox::new(Idempotency::new(MemoryStore::new())).with_audit(flaky.clone());
+        let ev = event(&inbox, "stripe", b"evt_blip", br#"{"id":"evt_blip"}"#);
+        assert!(matches!(done(&inbox, &ev).await, Receipt::Processed(_)));
+        assert!(matches!(done(&inbox, &ev).await, Receipt::Duplicate(_)));
+        let entries = flaky
+            .query(
+                "stripe",
+                Timestamp::from_millis(0),
+                Timestamp::from_millis(u64::MAX),
+                10,
+            )
+            .await
+            .expect("query");
+        assert_eq!(entries.len(), 1);
+        assert_eq!(
+            entries[0].outcome,
+            AuditOutcome::Processed,
+            "{:?}",
+            entries[0]
+        );
+    })
+    .await
+    .expect("bounded");
+}
+
+// ---------------------------------------------------------------------------------------------
+// What held.
+// ---------------------------------------------------------------------------------------------
+
+/// 400 concurrent deliveries of 20 events (and 40 conflicting ones): exact counts, one outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn audit_counts_are_exact_under_concurrency() {
+    timeout(LIMIT, async {
+        let (inbox, audit) = inbox();
+        let mut tasks = Vec::new();
+        for round in 0..20 {
+            for n in 0..20u32 {
+                let inbox = inbox.clone();
+                tasks.push(tokio::spawn(async move {
+                    let id = format!("evt_{n}");
+                    let body: &'static [u8] = Box::leak(
+                        format!(r#"{{"id":"{id}"}}"#)
+                            .into_bytes()
+                            .into_boxed_slice(),
+                    );
+                    let ev = event(&inbox, "stripe", id.as_bytes(), body);
+                    loop {
+                        let r = done(&inbox, &ev).await;
+                        if r.is_acknowledged() {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    if round < 2 {
+                        let bad = event(&inbox, "stripe", id.as_bytes(), b"{\"other\":1}");
+                        assert_eq!(done(&inbox, &bad).await, Receipt::Conflict);
+                    }
+                }));
+            }
+        }
+        for t in tasks {
+            t.await.expect("join");
+        }
+        let entries = all(&audit, "stripe").await;
+        assert_eq!(entries.len(), 20);
+        for e in &entries {
+            assert_eq!(e.outcome, AuditOutcome::Processed);
+            assert_eq!(e.conflicts, 2, "{e:?}");
+            assert!(e.deliveries >= 22, "{e:?}");
+            assert!(e.processed.is_some() && e.first_received <= e.last_received);
+        }
+    })
+    .await
+    .expect("bounded");
+}
+
+/// `[from, to)`, oldest first, limit, per source; purge by cutoff (exclusive) and batch.
+#[tokio::test]
+async fn audit_query_range_and_purge_boundaries() {
+    let clock = ManualClock::new(Timestamp::from_millis(1_000));
+    let audit = Arc::new(MemoryAudit::default());
+    let inbox = Inbox::new(Idempotency::new(MemoryStore::new()))
+        .with_audit(audit.clone())
+        .with_clock(Arc::new(clock.clone()));
+    for (i, t) in [1_000u64, 2_000, 3_000].iter().enumerate() {
+        clock.set(Timestamp::from_millis(*t));
+        let id = format!("evt_{i}");
+        let ev = event(&inbox, "stripe", id.as_bytes(), b"{}");
+        assert!(matches!(done(&inbox, &ev).await, Receipt::Processed(_)));
+        let other = event(&inbox, "stripe2", id.as_bytes(), b"{}");
+        assert!(matches!(done(&inbox, &other).await, Receipt::Processed(_)));
+    }
+    let q = |from: u64, to: u64, limit: usize| {
+        let audit = audit.clone();
+        async move {
+            audit
+                .query(
+                    "stripe",
+                    Timestamp::from_millis(from),
+                    Timestamp::from_millis(to),
+                    limit,
+                )
+                .await
+                .expect("query")
+                .into_iter()
+                .map(|e| e.first_received.as_millis())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(q(1_000, 3_000, 10).await, vec![1_000, 2_000]);
+    assert_eq!(q(1_001, 3_001, 10).await, vec![2_000, 3_000]);
+    assert_eq!(q(0, u64::MAX, 1).await, vec![1_000]);
+    assert_eq!(q(3_000, 3_000, 10).await, Vec::<u64>::new());
+    assert_eq!(q(3_000, 1_000, 10).await, Vec::<u64>::new());
+    // Now 4 000: a retention of 2 000 ms cuts at 2 000, exclusive: only the entries at 1 000.
+    clock.set(Timestamp::from_millis(4_000));
+    assert_eq!(
+        inbox
+            .purge_audit(Duration::from_millis(2_000), 1)
+            .await
+            .expect("purge"),
+        1
+    );
+    assert_eq!(
+        inbox
+            .purge_audit(Duration::from_millis(2_000), 10)
+            .await
+            .expect("purge"),
+        1
+    );
+    assert_eq!(
+        inbox
+            .purge_audit(Duration::from_millis(2_000), 10)
+            .await
+            .expect("purge"),
+        0
+    );
+    assert_eq!(q(0, u64::MAX, 10).await, vec![2_000, 3_000]);
+    assert_eq!(
+        inbox.purge_audit(Duration::MAX, 10).await.expect("purge"),
+        0
+    );
+    assert_eq!(
+        inbox
+            .purge_audit(Duration::from_secs(1), 0)
+            .await
+            .expect("purge"),
+        0
+    );
+}
+
+/// Failed never overwrites Processed, even when a failed attempt settles after the successful
+/// one; a conflict while the first runs is counted and does not change the outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_settling_late_does_not_overwrite_processed() {
+    timeout(LIMIT, async {
+        let (inbox, audit) = inbox();
+        let ev = event(&inbox, "stripe", b"evt_x", b"{\"a\":1}");
+        let (started, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let first = {
+            let (inbox, ev, started, go) = (inbox.clone(), ev.clone(), started.clone(), go.clone());
+            tokio::spawn(async move {
+                inbox
+                    .receive(&ev, move |_ctx| async move {
+                        started.notify_one();
+                        go.notified().await;
+                        Ok::<_, std::io::Error>(Ack::Done)
+                    })
+                    .await
+                    .expect("answers")
+            })
+        };
+        started.notified().await;
+        let bad = event(&inbox, "stripe", b"evt_x", b"{\"a\":2}");
+        assert_eq!(done(&inbox, &bad).await, Receipt::Conflict);
+        go.notify_one();
+        assert!(matches!(first.await.expect("join"), Receipt::Processed(_)));
+        audit
+            .settled(
+                "stripe",
+                b"evt_x",
+                AuditOutcome::Failed,
+                Timestamp::from_millis(u64::MAX),
+            )
+            .await
+            .expect("settle");
+        let e = &all(&audit, "stripe").await[0];
+        assert_eq!(
+            (e.outcome, e.conflicts, e.deliveries),
+            (AuditOutcome::Processed, 1, 2)
+        );
+    })
+    .await
+    .expect("bounded");
+}
