@@ -36,6 +36,7 @@
 //! **One list.** The scenarios are listed once, in `scenario_list!`; a unit test checks that
 //! every `pub async fn` of the scenario files is on it, so none can silently never run.
 
+pub mod audit;
 mod scenarios;
 mod transactional;
 
