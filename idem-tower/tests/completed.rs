@@ -1,39 +1,20 @@
 //! `Completed` responses the layer must not trust (C6, C7).
 #![cfg(feature = "axum")]
 
-use axum::body::{to_bytes, Body};
+mod support;
+
+use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
 use idem_core::{Completion, Idempotency, MemoryStore, Store, StoredResponse};
-use idem_tower::{Completed, ConsumerError, IdempotencyLayer, Reservation};
+use idem_tower::{Completed, IdempotencyLayer, Reservation};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use tower::ServiceExt;
-
-fn account(_: &http::request::Parts) -> Result<String, ConsumerError> {
-    Ok("acct_1".to_owned())
-}
+use support::{build_request, fixed_account, send_in_time};
 
 fn req(key: &str) -> Request<Body> {
-    Request::builder()
-        .method("POST")
-        .uri("/v1/charges")
-        .header("idempotency-key", key)
-        .body(Body::from("{}"))
-        .expect("request")
-}
-
-async fn send(app: &Router, r: Request<Body>) -> (StatusCode, http::HeaderMap, String) {
-    let resp = tokio::time::timeout(Duration::from_secs(10), app.clone().oneshot(r))
-        .await
-        .expect("in time")
-        .expect("infallible");
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let body = to_bytes(resp.into_body(), usize::MAX).await.expect("body");
-    (status, headers, String::from_utf8_lossy(&body).into_owned())
+    build_request("POST", "/v1/charges", &[], Some(key), "{}")
 }
 
 /// The handler writes one completion (a decline) and returns another one of the same lease
@@ -57,14 +38,14 @@ async fn c07_a_completed_reply_sends_the_stored_response() {
         )
         .route_layer(IdempotencyLayer::new(
             Idempotency::new(MemoryStore::new()),
-            account,
+            fixed_account,
         ));
-    let live = send(&app, req("k")).await;
-    let replay = send(&app, req("k")).await;
-    assert_eq!(replay.0, StatusCode::PAYMENT_REQUIRED, "{replay:?}");
+    let live = send_in_time(&app, req("k")).await;
+    let replay = send_in_time(&app, req("k")).await;
+    assert_eq!(replay.status, StatusCode::PAYMENT_REQUIRED, "{replay:?}");
     assert_eq!(
-        (live.0, live.2.as_str()),
-        (replay.0, replay.2.as_str()),
+        (live.status, live.body.as_str()),
+        (replay.status, replay.body.as_str()),
         "the live answer must be what is stored (what every retry gets)"
     );
 }
@@ -101,13 +82,13 @@ async fn c06_a_completion_from_another_request_is_a_stored_500() {
         )
         .route_layer(IdempotencyLayer::new(
             Idempotency::new(MemoryStore::new()),
-            account,
+            fixed_account,
         ));
-    let a = send(&app, req("k-a")).await;
-    assert_eq!(a.0, StatusCode::CREATED);
-    let b = send(&app, req("k-b")).await;
-    assert_eq!(b.0, StatusCode::INTERNAL_SERVER_ERROR, "{b:?}");
-    let b2 = send(&app, req("k-b")).await;
-    assert_eq!(b2.0, StatusCode::INTERNAL_SERVER_ERROR, "{b2:?}");
-    assert!(b2.1.get("idempotent-replayed").is_some());
+    let a = send_in_time(&app, req("k-a")).await;
+    assert_eq!(a.status, StatusCode::CREATED);
+    let b = send_in_time(&app, req("k-b")).await;
+    assert_eq!(b.status, StatusCode::INTERNAL_SERVER_ERROR, "{b:?}");
+    let b2 = send_in_time(&app, req("k-b")).await;
+    assert_eq!(b2.status, StatusCode::INTERNAL_SERVER_ERROR, "{b2:?}");
+    assert!(b2.headers.get("idempotent-replayed").is_some());
 }

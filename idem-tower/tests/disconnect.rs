@@ -2,17 +2,19 @@
 //! layer's execution must not be cancelled with it.
 #![cfg(feature = "axum")]
 
+mod support;
+
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
 use idem_core::{Idempotency, MemoryStore};
-use idem_tower::{ConsumerError, IdempotencyLayer};
+use idem_tower::IdempotencyLayer;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use support::{connect_and_write, fixed_account, raw_post};
+use tokio::io::AsyncReadExt;
 use tokio::sync::Notify;
 
 /// Sets its flag when dropped before `done` was called: the future was cancelled.
@@ -70,9 +72,7 @@ async fn serve() -> Server {
                 protected_cancelled.clone(),
             )),
         )
-        .route_layer(IdempotencyLayer::new(idem, |_: &http::request::Parts| {
-            Ok::<_, ConsumerError>("acct_1".to_owned())
-        }));
+        .route_layer(IdempotencyLayer::new(idem, fixed_account));
     let app = protected.route(
         "/unprotected",
         post(handler(
@@ -81,11 +81,7 @@ async fn serve() -> Server {
             unprotected_cancelled.clone(),
         )),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let addr = support::serve(app).await;
     Server {
         addr,
         charged,
@@ -96,29 +92,27 @@ async fn serve() -> Server {
 }
 
 fn post_request(path: &str, key: &str) -> String {
-    format!(
-        "POST {path} HTTP/1.1\r\nHost: test\r\nIdempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+    raw_post(
+        path,
+        &[
+            ("Host", "test"),
+            ("Idempotency-Key", key),
+            ("Content-Type", "application/json"),
+        ],
+        "{}",
     )
 }
 
 /// Sends the request, waits until the handler started, and hangs up.
 async fn send_and_disconnect(server: &Server, path: &str, key: &str) {
-    let mut stream = TcpStream::connect(server.addr).await.expect("connect");
-    stream
-        .write_all(post_request(path, key).as_bytes())
-        .await
-        .expect("write");
+    let stream = connect_and_write(server.addr, post_request(path, key).as_bytes()).await;
     server.started.notified().await;
     drop(stream);
 }
 
 /// Sends the request and reads the whole response.
 async fn send(server: &Server, path: &str, key: &str) -> String {
-    let mut stream = TcpStream::connect(server.addr).await.expect("connect");
-    stream
-        .write_all(post_request(path, key).as_bytes())
-        .await
-        .expect("write");
+    let mut stream = connect_and_write(server.addr, post_request(path, key).as_bytes()).await;
     let mut response = String::new();
     stream.read_to_string(&mut response).await.expect("read");
     response

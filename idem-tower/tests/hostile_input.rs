@@ -2,51 +2,28 @@
 //! injection, key header tricks, consumers, fingerprint domains, what a renderer may change.
 #![cfg(feature = "axum")]
 
-use axum::body::{to_bytes, Body};
+mod support;
+
+use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::routing::{any, post};
 use axum::Router;
-use idem_core::store::{Capabilities, Completion, Lease, Record};
-use idem_core::{
-    async_trait, Begin, Error, Idempotency, InFlightAnswer, MemoryStore, Policy, Problem, RecordId,
-    Request as IdemRequest, Store, StoreErrorKind, StoredResponse, Timestamp,
-};
+use idem_core::{Idempotency, InFlightAnswer, MemoryStore, Policy, Problem, StoredResponse};
 use idem_tower::{ConsumerError, IdempotencyLayer};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use support::{build_request, header_account, send_in_time, Decorated, Reply};
 use tokio::sync::Notify;
-use tower::ServiceExt;
-
-fn account(req: &http::request::Parts) -> Result<String, ConsumerError> {
-    req.headers
-        .get("x-account")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .ok_or_else(ConsumerError::unauthenticated)
-}
 
 fn req(method: &str, key: Option<&str>, content_type: &str, body: &str) -> Request<Body> {
-    let mut b = Request::builder()
-        .method(method)
-        .uri("/v1/charges")
-        .header("x-account", "acct_1")
-        .header("content-type", content_type);
-    if let Some(k) = key {
-        b = b.header("idempotency-key", k);
-    }
-    b.body(Body::from(body.to_owned())).expect("request")
-}
-
-async fn send(app: &Router, r: Request<Body>) -> (StatusCode, http::HeaderMap, String) {
-    let resp = tokio::time::timeout(Duration::from_secs(10), app.clone().oneshot(r))
-        .await
-        .expect("in time")
-        .expect("infallible");
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let body = to_bytes(resp.into_body(), usize::MAX).await.expect("body");
-    (status, headers, String::from_utf8_lossy(&body).into_owned())
+    build_request(
+        method,
+        "/v1/charges",
+        &[("x-account", "acct_1"), ("content-type", content_type)],
+        key,
+        body,
+    )
 }
 
 const SECRET_HEADERS: &[&str] = &[
@@ -98,20 +75,27 @@ async fn c07_never_stored_headers_are_neither_sent_live_nor_replayed() {
                 r
             }),
         )
-        .route_layer(IdempotencyLayer::new(idem, account));
-    let live = send(&app, req("POST", Some("k"), "application/json", "{}")).await;
-    let replay = send(&app, req("POST", Some("k"), "application/json", "{}")).await;
+        .route_layer(IdempotencyLayer::new(idem, header_account));
+    let live = send_in_time(&app, req("POST", Some("k"), "application/json", "{}")).await;
+    let replay = send_in_time(&app, req("POST", Some("k"), "application/json", "{}")).await;
     for (what, r) in [("live", &live), ("replay", &replay)] {
         for h in SECRET_HEADERS {
             if *h == "idempotent-replayed" && what == "replay" {
-                assert_eq!(r.1.get(*h).map(|v| v.as_bytes()), Some(&b"true"[..]));
+                assert_eq!(r.headers.get(*h).map(|v| v.as_bytes()), Some(&b"true"[..]));
                 continue;
             }
-            assert!(r.1.get(*h).is_none(), "{what} carries {h}: {:?}", r.1);
+            assert!(
+                r.headers.get(*h).is_none(),
+                "{what} carries {h}: {:?}",
+                r.headers
+            );
         }
-        assert_eq!(r.1.get("etag").map(|v| v.as_bytes()), Some(&b"\"v1\""[..]));
         assert_eq!(
-            r.1.get("content-type").map(|v| v.as_bytes()),
+            r.headers.get("etag").map(|v| v.as_bytes()),
+            Some(&b"\"v1\""[..])
+        );
+        assert_eq!(
+            r.headers.get("content-type").map(|v| v.as_bytes()),
             Some(&b"text/x"[..])
         );
     }
@@ -140,7 +124,7 @@ async fn c07_crlf_in_location_or_renderer_is_dropped() {
             }),
         )
         .route_layer(
-            IdempotencyLayer::new(idem, account)
+            IdempotencyLayer::new(idem, header_account)
                 .status_location(|_, key| Some(format!("/status/{key}\r\nSet-Cookie: a=b")))
                 .render_problems(|p: &Problem| {
                     StoredResponse::new(p.status, "x").with_header("x-evil", "a\r\nSet-Cookie: b=c")
@@ -148,15 +132,15 @@ async fn c07_crlf_in_location_or_renderer_is_dropped() {
         );
     let first = tokio::spawn({
         let app = app.clone();
-        async move { send(&app, req("POST", Some("k"), "application/json", "{}")).await }
+        async move { send_in_time(&app, req("POST", Some("k"), "application/json", "{}")).await }
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let dup = send(&app, req("POST", Some("k"), "application/json", "{}")).await;
-    assert_eq!(dup.0, StatusCode::ACCEPTED);
-    assert!(dup.1.get("location").is_none() && dup.1.get("set-cookie").is_none());
-    let missing = send(&app, req("POST", None, "application/json", "{}")).await;
-    assert_eq!(missing.0, StatusCode::BAD_REQUEST);
-    assert!(missing.1.get("x-evil").is_none() && missing.1.get("set-cookie").is_none());
+    let dup = send_in_time(&app, req("POST", Some("k"), "application/json", "{}")).await;
+    assert_eq!(dup.status, StatusCode::ACCEPTED);
+    assert!(dup.headers.get("location").is_none() && dup.headers.get("set-cookie").is_none());
+    let missing = send_in_time(&app, req("POST", None, "application/json", "{}")).await;
+    assert_eq!(missing.status, StatusCode::BAD_REQUEST);
+    assert!(missing.headers.get("x-evil").is_none() && missing.headers.get("set-cookie").is_none());
     gate.notify_one();
     let _ = first.await;
 }
@@ -180,7 +164,7 @@ async fn c01_key_header_tricks_are_400() {
         )
         .route_layer(IdempotencyLayer::new(
             Idempotency::new(MemoryStore::new()),
-            account,
+            header_account,
         ));
     let long = "k".repeat(256);
     let huge = "k".repeat(64 * 1024);
@@ -202,7 +186,7 @@ async fn c01_key_header_tricks_are_400() {
                 http::HeaderValue::from_str(v).expect("v"),
             );
         }
-        let (status, _, body) = send(&app, r).await;
+        let Reply { status, body, .. } = send_in_time(&app, r).await;
         assert_eq!(
             status,
             StatusCode::BAD_REQUEST,
@@ -211,7 +195,8 @@ async fn c01_key_header_tricks_are_400() {
         );
     }
     // PATCH without a key too; PUT with an invalid one.
-    let (s, _, _) = send(&app, req("PATCH", None, "application/json", "{}")).await;
+    let Reply { status: s, .. } =
+        send_in_time(&app, req("PATCH", None, "application/json", "{}")).await;
     assert_ne!(s, StatusCode::OK);
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
@@ -227,7 +212,8 @@ async fn c02_a_bad_consumer_id_is_a_server_error_not_a_400() {
             Idempotency::new(MemoryStore::new()),
             |_: &http::request::Parts| Ok::<_, ConsumerError>("c".repeat(300)),
         ));
-    let (status, _, body) = send(&app, req("POST", Some("k"), "application/json", "{}")).await;
+    let Reply { status, body, .. } =
+        send_in_time(&app, req("POST", Some("k"), "application/json", "{}")).await;
     assert!(
         status.is_server_error(),
         "a consumer the server produced is not the client's error: {status} {body}"
@@ -253,10 +239,10 @@ async fn c03_canonical_and_raw_bodies_do_not_share_a_fingerprint_domain() {
             }),
         )
         .route_layer(
-            IdempotencyLayer::new(Idempotency::new(MemoryStore::new()), account)
+            IdempotencyLayer::new(Idempotency::new(MemoryStore::new()), header_account)
                 .canonical_json(&["sent_at"]),
         );
-    let a = send(
+    let a = send_in_time(
         &app,
         req(
             "POST",
@@ -266,45 +252,17 @@ async fn c03_canonical_and_raw_bodies_do_not_share_a_fingerprint_domain() {
         ),
     )
     .await;
-    assert_eq!(a.0, StatusCode::CREATED);
-    let b = send(
+    assert_eq!(a.status, StatusCode::CREATED);
+    let b = send_in_time(
         &app,
         req("POST", Some("k"), "text/plain", r#"{"a":2,"b":1}"#),
     )
     .await;
     assert_eq!(
-        b.0,
+        b.status,
         StatusCode::UNPROCESSABLE_ENTITY,
         "another body (bytes and type) with the same key is a mismatch: {b:?}"
     );
-}
-
-#[derive(Debug)]
-struct Down;
-
-#[async_trait]
-impl Store for Down {
-    async fn reserve(&self, _: &IdemRequest, _: Duration) -> Result<Begin, Error> {
-        Err(Error::store("test", StoreErrorKind::Unavailable, "down"))
-    }
-    async fn complete(&self, _: &Completion) -> Result<(), Error> {
-        Err(Error::store("test", StoreErrorKind::Unavailable, "down"))
-    }
-    async fn release(&self, _: &Lease) -> Result<(), Error> {
-        Err(Error::store("test", StoreErrorKind::Unavailable, "down"))
-    }
-    async fn renew(&self, _: &Lease, _: Duration) -> Result<Timestamp, Error> {
-        Err(Error::store("test", StoreErrorKind::Unavailable, "down"))
-    }
-    async fn purge_expired(&self, _: usize) -> Result<usize, Error> {
-        Err(Error::store("test", StoreErrorKind::Unavailable, "down"))
-    }
-    async fn lookup(&self, _: &RecordId) -> Result<Option<Record>, Error> {
-        Err(Error::store("test", StoreErrorKind::Unavailable, "down"))
-    }
-    fn capabilities(&self) -> Capabilities {
-        MemoryStore::new().capabilities()
-    }
 }
 
 /// `render_problems` may change the shape, not the status: a renderer that answers every
@@ -312,16 +270,18 @@ impl Store for Down {
 /// into a success. The layer pins the status as it pins `Cache-Control` and `Retry-After`.
 #[tokio::test]
 async fn c13_render_problems_cannot_turn_a_503_into_a_2xx() {
+    let down = Decorated::new(MemoryStore::new()).down();
     let app: Router = Router::new()
         .route("/v1/charges", post(|| async { "ok" }))
         .route_layer(
-            IdempotencyLayer::new(Idempotency::new(Down), account).render_problems(
+            IdempotencyLayer::new(Idempotency::new(down), header_account).render_problems(
                 |p: &Problem| {
                     StoredResponse::new(200, format!(r#"{{"ok":false,"code":"{}"}}"#, p.kind))
                 },
             ),
         );
-    let (status, _, body) = send(&app, req("POST", Some("k"), "application/json", "{}")).await;
+    let Reply { status, body, .. } =
+        send_in_time(&app, req("POST", Some("k"), "application/json", "{}")).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
 }
 
@@ -345,9 +305,10 @@ async fn c01_a_lowercase_post_does_not_bypass_the_key() {
         )
         .route_layer(IdempotencyLayer::new(
             Idempotency::new(MemoryStore::new()),
-            account,
+            header_account,
         ));
-    let (status, _, _) = send(&app, req("post", None, "application/json", "{}")).await;
+    let Reply { status, .. } =
+        send_in_time(&app, req("post", None, "application/json", "{}")).await;
     assert_eq!(
         (status, calls.load(Ordering::SeqCst)),
         (StatusCode::BAD_REQUEST, 0),

@@ -1,41 +1,29 @@
 //! The layer's HTTP mapping (docs/http.md), one test per rule, through an axum router.
 #![cfg(feature = "axum")]
 
-use axum::body::{to_bytes, Body};
-use axum::http::{HeaderMap, Method, Request, StatusCode};
+mod support;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
 use axum::Router;
-use idem_core::store::{Capabilities, Completion, Lease, Record};
-use idem_core::{
-    async_trait, Begin, Error, Idempotency, InFlightAnswer, MemoryStore, Policy, Problem, RecordId,
-    Request as IdemRequest, Store, StoreErrorKind, StoredResponse, Timestamp,
-};
-use idem_tower::{
-    ConsumerError, Disposition, Handled, IdempotencyLayer, NothingHappened, ServerErrors,
-};
+use idem_core::{Idempotency, InFlightAnswer, MemoryStore, Policy, Problem, Store, StoredResponse};
+use idem_tower::{ConsumerError, Disposition, IdempotencyLayer, NothingHappened, ServerErrors};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::{build_request, header, header_account, problem_type, send, Decorated, Frames};
 use tokio::sync::Notify;
-use tower::ServiceExt;
 
 const KEY: &str = "8e03978e-40d5-43e8-bc93-6894a57f9324";
-
-fn account(req: &http::request::Parts) -> Result<String, ConsumerError> {
-    req.headers
-        .get("x-account")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .ok_or_else(ConsumerError::unauthenticated)
-}
 
 type Layer<S> = IdempotencyLayer<S, fn(&http::request::Parts) -> Result<String, ConsumerError>>;
 
 fn layer<S: Store + 'static>(idem: Idempotency<S>) -> Layer<S> {
     IdempotencyLayer::new(
         idem,
-        account as fn(&http::request::Parts) -> Result<String, ConsumerError>,
+        header_account as fn(&http::request::Parts) -> Result<String, ConsumerError>,
     )
 }
 
@@ -63,49 +51,16 @@ fn charges(calls: Arc<AtomicUsize>) -> Router {
 }
 
 fn request(method: Method, uri: &str, key: Option<&str>, body: &str) -> Request<Body> {
-    let mut builder = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("x-account", "acct_1")
-        .header("content-type", "application/json");
-    if let Some(key) = key {
-        builder = builder.header("idempotency-key", key);
-    }
-    builder
-        .body(Body::from(body.to_owned()))
-        .expect("a request")
-}
-
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: String,
-    handled: Option<Handled>,
-}
-
-async fn send(app: &Router, request: Request<Body>) -> Reply {
-    let response = app.clone().oneshot(request).await.expect("infallible");
-    let status = response.status();
-    let headers = response.headers().clone();
-    let handled = response.extensions().get::<Handled>().cloned();
-    let body = to_bytes(response.into_body(), usize::MAX)
-        .await
-        .expect("a body");
-    Reply {
-        status,
-        headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
-        handled,
-    }
-}
-
-fn header<'a>(reply: &'a Reply, name: &str) -> Option<&'a str> {
-    reply.headers.get(name).and_then(|v| v.to_str().ok())
-}
-
-fn problem_type(reply: &Reply) -> String {
-    let value: serde_json::Value = serde_json::from_str(&reply.body).expect("a problem body");
-    value["type"].as_str().unwrap_or_default().to_owned()
+    build_request(
+        method,
+        uri,
+        &[
+            ("x-account", "acct_1"),
+            ("content-type", "application/json"),
+        ],
+        key,
+        body,
+    )
 }
 
 #[tokio::test]
@@ -423,7 +378,7 @@ async fn c12_a_body_over_the_limit_is_a_413_and_nothing_is_recorded() {
         "https://idem.rs/problems/body-too-large"
     );
     // Streamed, without Content-Length: refused when it crosses the limit.
-    let stream = Body::new(Chunks(vec!["0123456789", "0123456789"].into_iter()));
+    let stream = Body::new(Frames::new([Ok("0123456789"), Ok("0123456789")]));
     let mut streamed = request(Method::POST, "/v1/charges", Some(KEY), "");
     *streamed.body_mut() = stream;
     assert_eq!(
@@ -436,61 +391,11 @@ async fn c12_a_body_over_the_limit_is_a_413_and_nothing_is_recorded() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
-/// A body that arrives in chunks, without a length.
-struct Chunks(std::vec::IntoIter<&'static str>);
-
-impl http_body::Body for Chunks {
-    type Data = bytes::Bytes;
-    type Error = std::convert::Infallible;
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        std::task::Poll::Ready(
-            self.0
-                .next()
-                .map(|c| Ok(http_body::Frame::data(bytes::Bytes::from(c)))),
-        )
-    }
-}
-
-/// A store that is down.
-#[derive(Debug)]
-struct Down;
-
-fn down() -> Error {
-    Error::store("test", StoreErrorKind::Unavailable, "connection refused")
-}
-
-#[async_trait]
-impl Store for Down {
-    async fn reserve(&self, _: &IdemRequest, _: Duration) -> Result<Begin, Error> {
-        Err(down())
-    }
-    async fn complete(&self, _: &Completion) -> Result<(), Error> {
-        Err(down())
-    }
-    async fn release(&self, _: &Lease) -> Result<(), Error> {
-        Err(down())
-    }
-    async fn renew(&self, _: &Lease, _: Duration) -> Result<Timestamp, Error> {
-        Err(down())
-    }
-    async fn purge_expired(&self, _: usize) -> Result<usize, Error> {
-        Err(down())
-    }
-    async fn lookup(&self, _: &RecordId) -> Result<Option<Record>, Error> {
-        Err(down())
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
-    }
-}
-
 #[tokio::test]
 async fn c13_the_store_down_is_a_503_and_the_handler_never_runs_unprotected() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let app = charges(Arc::clone(&calls)).route_layer(layer(Idempotency::new(Down)));
+    let down = Decorated::new(MemoryStore::new()).down();
+    let app = charges(Arc::clone(&calls)).route_layer(layer(Idempotency::new(down)));
     let reply = send(&app, request(Method::POST, "/v1/charges", Some(KEY), "{}")).await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(

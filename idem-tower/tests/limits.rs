@@ -2,48 +2,20 @@
 //! responses.
 #![cfg(feature = "axum")]
 
+mod support;
+
 use axum::body::Body;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
 use idem_core::{Idempotency, MemoryStore};
-use idem_tower::{ConsumerError, IdempotencyLayer};
-use std::net::SocketAddr;
+use idem_tower::IdempotencyLayer;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::{connect_and_write, fixed_account, read_status, serve};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::time::timeout;
-
-fn account(_: &http::request::Parts) -> Result<String, ConsumerError> {
-    Ok("acct_1".to_owned())
-}
-
-async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    addr
-}
-
-async fn read_status(s: &mut TcpStream) -> u16 {
-    let mut buf = vec![0u8; 4096];
-    let mut got = Vec::new();
-    while got.len() < 12 {
-        let n = s.read(&mut buf).await.unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        got.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8_lossy(&got)
-        .get(9..12)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-}
 
 fn counting(calls: Arc<AtomicUsize>) -> Router {
     Router::new()
@@ -59,7 +31,7 @@ fn counting(calls: Arc<AtomicUsize>) -> Router {
         )
         .route_layer(IdempotencyLayer::new(
             Idempotency::new(MemoryStore::new()),
-            account,
+            fixed_account,
         ))
 }
 
@@ -68,10 +40,7 @@ fn counting(calls: Arc<AtomicUsize>) -> Router {
 async fn c12_a_huge_declared_length_is_refused_before_reading() {
     let calls = Arc::new(AtomicUsize::new(0));
     let addr = serve(counting(Arc::clone(&calls))).await;
-    let mut s = TcpStream::connect(addr).await.expect("connect");
-    s.write_all(b"POST /v1/charges HTTP/1.1\r\nHost: t\r\nIdempotency-Key: big\r\nContent-Length: 10000000000\r\n\r\n")
-        .await
-        .expect("write");
+    let mut s = connect_and_write(addr, b"POST /v1/charges HTTP/1.1\r\nHost: t\r\nIdempotency-Key: big\r\nContent-Length: 10000000000\r\n\r\n").await;
     let started = Instant::now();
     let status = timeout(Duration::from_secs(3), read_status(&mut s))
         .await
@@ -86,11 +55,8 @@ async fn c12_a_huge_declared_length_is_refused_before_reading() {
 async fn c12_an_endless_chunked_body_is_cut_at_the_limit() {
     let calls = Arc::new(AtomicUsize::new(0));
     let addr = serve(counting(Arc::clone(&calls))).await;
-    let s = TcpStream::connect(addr).await.expect("connect");
+    let s = connect_and_write(addr, b"POST /v1/charges HTTP/1.1\r\nHost: t\r\nIdempotency-Key: chunky\r\nTransfer-Encoding: chunked\r\n\r\n").await;
     let (mut rd, mut wr) = s.into_split();
-    wr.write_all(b"POST /v1/charges HTTP/1.1\r\nHost: t\r\nIdempotency-Key: chunky\r\nTransfer-Encoding: chunked\r\n\r\n")
-        .await
-        .expect("write");
     let writer = tokio::spawn(async move {
         let chunk = format!("{:x}\r\n{}\r\n", 64 * 1024, "x".repeat(64 * 1024));
         let mut sent = 0usize;
@@ -139,14 +105,11 @@ async fn c08_a_huge_response_is_a_stored_500() {
         )
         .route_layer(IdempotencyLayer::new(
             Idempotency::new(MemoryStore::new()),
-            account,
+            fixed_account,
         ));
     let addr = serve(app).await;
     for _ in 0..2 {
-        let mut s = TcpStream::connect(addr).await.expect("connect");
-        s.write_all(b"POST /v1/charges HTTP/1.1\r\nHost: t\r\nIdempotency-Key: huge\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            .await
-            .expect("write");
+        let mut s = connect_and_write(addr, b"POST /v1/charges HTTP/1.1\r\nHost: t\r\nIdempotency-Key: huge\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
         let status = timeout(Duration::from_secs(5), read_status(&mut s))
             .await
             .expect("answer");

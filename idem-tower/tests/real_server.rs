@@ -3,101 +3,39 @@
 //! failing bodies.
 #![cfg(feature = "axum")]
 
+mod support;
+
 use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use idem_core::store::{Capabilities, Completion, Lease, Record};
-use idem_core::{
-    async_trait, Begin, Error, Idempotency, MemoryStore, Policy, RecordId, Request as IdemRequest,
-    Store, Timestamp,
-};
-use idem_tower::{ConsumerError, IdempotencyLayer};
+use idem_core::{Idempotency, MemoryStore, Store};
+use idem_tower::IdempotencyLayer;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::time::timeout;
-
-fn account(req: &http::request::Parts) -> Result<String, ConsumerError> {
-    req.headers
-        .get("x-account")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .ok_or_else(ConsumerError::unauthenticated)
-}
-
-/// A store that delays `complete` (the window between the handler's return and the stored
-/// completion) and counts completions.
-#[derive(Debug, Clone)]
-struct SlowComplete<S> {
-    inner: S,
-    delay: Duration,
-    completes: Arc<AtomicUsize>,
-}
-
-#[async_trait]
-impl<S: Store> Store for SlowComplete<S> {
-    async fn reserve(&self, request: &IdemRequest, lease_for: Duration) -> Result<Begin, Error> {
-        self.inner.reserve(request, lease_for).await
-    }
-    async fn complete(&self, completion: &Completion) -> Result<(), Error> {
-        tokio::time::sleep(self.delay).await;
-        self.completes.fetch_add(1, Ordering::SeqCst);
-        self.inner.complete(completion).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<(), Error> {
-        self.inner.release(lease).await
-    }
-    async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
-        self.inner.renew(lease, lease_for).await
-    }
-    async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
-        self.inner.purge_expired(limit).await
-    }
-    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        self.inner.lookup(id).await
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-}
-
-async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    addr
-}
+use support::{
+    connect_and_write, exchange, header_account, raw_post, serve, with_lease, Decorated, Frames,
+};
 
 fn raw(path: &str, key: &str, body: &str) -> String {
-    format!(
-        "POST {path} HTTP/1.1\r\nHost: t\r\nX-Account: acct_1\r\nIdempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+    raw_post(
+        path,
+        &[
+            ("Host", "t"),
+            ("X-Account", "acct_1"),
+            ("Idempotency-Key", key),
+            ("Content-Type", "application/json"),
+        ],
+        body,
     )
 }
 
 /// Sends a request, reads the whole response; returns (status, raw response).
 async fn send(addr: SocketAddr, path: &str, key: &str, body: &str) -> (u16, String) {
-    let fut = async {
-        let mut s = TcpStream::connect(addr).await.expect("connect");
-        s.write_all(raw(path, key, body).as_bytes())
-            .await
-            .expect("write");
-        let mut out = Vec::new();
-        let _ = s.read_to_end(&mut out).await;
-        let text = String::from_utf8_lossy(&out).into_owned();
-        let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
-        (status, text)
-    };
-    timeout(Duration::from_secs(20), fut)
-        .await
-        .expect("in time")
+    exchange(addr, &raw(path, key, body)).await
 }
 
 /// Retries while 409 (as a client would), up to ~10 s.
@@ -129,7 +67,7 @@ fn counting_app<S: Store + 'static>(
                 }
             }),
         )
-        .route_layer(IdempotencyLayer::new(idem, account))
+        .route_layer(IdempotencyLayer::new(idem, header_account))
 }
 
 async fn hammer(addr: SocketAddr, key: &str, n: usize) -> Vec<(u16, String)> {
@@ -150,11 +88,7 @@ async fn hammer(addr: SocketAddr, key: &str, n: usize) -> Vec<(u16, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c04_many_identical_requests_one_effect_memory_store() {
     let effects = Arc::new(AtomicUsize::new(0));
-    let idem = Idempotency::with_policy(
-        MemoryStore::new(),
-        Policy::default().lease(Duration::from_millis(300)),
-    )
-    .expect("policy");
+    let idem = with_lease(MemoryStore::new(), Duration::from_millis(300));
     let addr = serve(counting_app(
         idem,
         Arc::clone(&effects),
@@ -190,8 +124,7 @@ async fn c04_many_identical_requests_one_effect_sqlite_store() {
         .await
         .expect("open");
     let effects = Arc::new(AtomicUsize::new(0));
-    let idem = Idempotency::with_policy(store, Policy::default().lease(Duration::from_millis(300)))
-        .expect("policy");
+    let idem = with_lease(store, Duration::from_millis(300));
     let addr = serve(counting_app(
         idem,
         Arc::clone(&effects),
@@ -250,11 +183,7 @@ async fn c03_concurrent_mismatches_are_422_and_one_effect() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c09_slow_handler_past_the_lease_is_not_taken_over() {
     let effects = Arc::new(AtomicUsize::new(0));
-    let idem = Idempotency::with_policy(
-        MemoryStore::new(),
-        Policy::default().lease(Duration::from_millis(300)),
-    )
-    .expect("policy");
+    let idem = with_lease(MemoryStore::new(), Duration::from_millis(300));
     let addr = serve(counting_app(
         idem,
         Arc::clone(&effects),
@@ -283,12 +212,11 @@ async fn c08_disconnect_mid_body_records_nothing() {
         Duration::ZERO,
     ))
     .await;
-    let mut s = TcpStream::connect(addr).await.expect("connect");
-    s.write_all(
+    let s = connect_and_write(
+        addr,
         b"POST /v1/charges HTTP/1.1\r\nHost: t\r\nX-Account: acct_1\r\nIdempotency-Key: mid\r\nContent-Length: 100\r\n\r\n{\"amou",
     )
-    .await
-    .expect("write");
+    .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     drop(s);
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -304,14 +232,9 @@ async fn c08_disconnect_mid_body_records_nothing() {
 async fn c08_disconnect_at_every_moment_one_effect_and_a_replay() {
     for (i, hang_up_after) in [0u64, 5, 50, 120, 180, 250, 350].into_iter().enumerate() {
         let effects = Arc::new(AtomicUsize::new(0));
-        let store = SlowComplete {
-            inner: MemoryStore::new(),
-            delay: Duration::from_millis(150),
-            completes: Arc::new(AtomicUsize::new(0)),
-        };
+        let store = Decorated::new(MemoryStore::new()).slow_complete(Duration::from_millis(150));
         // The completion (150 ms) fits well within the lease: this is about disconnects only.
-        let idem = Idempotency::with_policy(store, Policy::default().lease(Duration::from_secs(2)))
-            .expect("policy");
+        let idem = with_lease(store, Duration::from_secs(2));
         let addr = serve(counting_app(
             idem,
             Arc::clone(&effects),
@@ -319,10 +242,8 @@ async fn c08_disconnect_at_every_moment_one_effect_and_a_replay() {
         ))
         .await;
         let key = format!("d-{i}");
-        let mut s = TcpStream::connect(addr).await.expect("connect");
-        s.write_all(raw("/v1/charges", &key, r#"{"amount":1}"#).as_bytes())
-            .await
-            .expect("write");
+        let s =
+            connect_and_write(addr, raw("/v1/charges", &key, r#"{"amount":1}"#).as_bytes()).await;
         tokio::time::sleep(Duration::from_millis(hang_up_after)).await;
         drop(s);
         let r = settle(addr, "/v1/charges", &key, r#"{"amount":1}"#).await;
@@ -357,7 +278,7 @@ async fn c08_panicking_handler_runs_once() {
         )
         .route_layer(IdempotencyLayer::new(
             Idempotency::new(MemoryStore::new()),
-            account,
+            header_account,
         ));
     let addr = serve(app).await;
     let first = send(addr, "/v1/charges", "p", "{}").await;
@@ -388,7 +309,10 @@ async fn c08_failing_response_stream_is_a_stored_500() {
                     e.fetch_add(1, Ordering::SeqCst);
                     Response::builder()
                         .status(201)
-                        .body(Body::new(FailHalfWay { sent: false }))
+                        .body(Body::new(Frames::new([
+                            Ok("{\"partial\":"),
+                            Err("upstream broke"),
+                        ])))
                         .expect("response")
                         .into_response()
                 }
@@ -396,7 +320,7 @@ async fn c08_failing_response_stream_is_a_stored_500() {
         )
         .route_layer(IdempotencyLayer::new(
             Idempotency::new(MemoryStore::new()),
-            account,
+            header_account,
         ));
     let addr = serve(app).await;
     for _ in 0..3 {
@@ -405,27 +329,4 @@ async fn c08_failing_response_stream_is_a_stored_500() {
         assert!(!r.1.contains("partial"), "{}", r.1);
     }
     assert_eq!(effects.load(Ordering::SeqCst), 1);
-}
-
-/// A body that yields one chunk, then fails.
-struct FailHalfWay {
-    sent: bool,
-}
-
-impl http_body::Body for FailHalfWay {
-    type Data = bytes::Bytes;
-    type Error = std::io::Error;
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        if self.sent {
-            std::task::Poll::Ready(Some(Err(std::io::Error::other("upstream broke"))))
-        } else {
-            self.sent = true;
-            std::task::Poll::Ready(Some(Ok(http_body::Frame::data(bytes::Bytes::from_static(
-                b"{\"partial\":",
-            )))))
-        }
-    }
 }

@@ -1,42 +1,27 @@
 //! Scope and fingerprint under axum's routing (C2, C3), and what the router answers itself.
 #![cfg(feature = "axum")]
 
-use axum::body::{to_bytes, Body};
+mod support;
+
+use axum::body::Body;
 use axum::extract::Path;
 use axum::http::{Request, StatusCode};
 use axum::routing::{get, post};
 use axum::Router;
 use idem_core::{Idempotency, MemoryStore};
-use idem_tower::{ConsumerError, IdempotencyLayer};
+use idem_tower::IdempotencyLayer;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
-use tower::ServiceExt;
-
-fn account(_: &http::request::Parts) -> Result<String, ConsumerError> {
-    Ok("acct_1".to_owned())
-}
+use support::{build_request, fixed_account, send_in_time, Reply};
 
 fn req(method: &str, uri: &str, key: Option<&str>, body: &str) -> Request<Body> {
-    let mut b = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("content-type", "application/json");
-    if let Some(k) = key {
-        b = b.header("idempotency-key", k);
-    }
-    b.body(Body::from(body.to_owned())).expect("request")
-}
-
-async fn send(app: &Router, r: Request<Body>) -> (StatusCode, http::HeaderMap, String) {
-    let resp = tokio::time::timeout(Duration::from_secs(10), app.clone().oneshot(r))
-        .await
-        .expect("in time")
-        .expect("infallible");
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let body = to_bytes(resp.into_body(), usize::MAX).await.expect("body");
-    (status, headers, String::from_utf8_lossy(&body).into_owned())
+    build_request(
+        method,
+        uri,
+        &[("content-type", "application/json")],
+        key,
+        body,
+    )
 }
 
 /// A sub-router with the layer, nested under a path with a parameter (a very common way to
@@ -61,11 +46,11 @@ async fn c03_nested_router_two_resources_never_replay_each_other() {
         )
         .route_layer(IdempotencyLayer::new(
             Idempotency::new(MemoryStore::new()),
-            account,
+            fixed_account,
         ));
     let app = Router::new().nest("/customers/{customer}", inner);
 
-    let a = send(
+    let a = send_in_time(
         &app,
         req(
             "POST",
@@ -75,10 +60,10 @@ async fn c03_nested_router_two_resources_never_replay_each_other() {
         ),
     )
     .await;
-    assert_eq!(a.0, StatusCode::CREATED, "{a:?}");
-    assert_eq!(a.2, "refunded cus_A");
+    assert_eq!(a.status, StatusCode::CREATED, "{a:?}");
+    assert_eq!(a.body, "refunded cus_A");
 
-    let b = send(
+    let b = send_in_time(
         &app,
         req(
             "POST",
@@ -89,11 +74,11 @@ async fn c03_nested_router_two_resources_never_replay_each_other() {
     )
     .await;
     assert_ne!(
-        b.2, "refunded cus_A",
+        b.body, "refunded cus_A",
         "customer B's request was answered with customer A's stored response: {b:?}"
     );
     assert_eq!(
-        b.0,
+        b.status,
         StatusCode::UNPROCESSABLE_ENTITY,
         "another concrete path with the same key is a mismatch (C3): {b:?}"
     );
@@ -108,21 +93,21 @@ async fn c03_nested_router_query_is_still_fingerprinted() {
         .route("/refunds", post(|| async { (StatusCode::CREATED, "ok") }))
         .route_layer(IdempotencyLayer::new(
             Idempotency::new(MemoryStore::new()),
-            account,
+            fixed_account,
         ));
     let app = Router::new().nest("/customers/{customer}", inner);
-    let a = send(
+    let a = send_in_time(
         &app,
         req("POST", "/customers/cus_A/refunds?x=1", Some("k"), "{}"),
     )
     .await;
-    assert_eq!(a.0, StatusCode::CREATED);
-    let b = send(
+    assert_eq!(a.status, StatusCode::CREATED);
+    let b = send_in_time(
         &app,
         req("POST", "/customers/cus_A/refunds?x=2", Some("k"), "{}"),
     )
     .await;
-    assert_eq!(b.0, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(b.status, StatusCode::UNPROCESSABLE_ENTITY);
 }
 
 /// A POST to a path that only has GET: the layer checks the key first (400 without one), and
@@ -137,11 +122,12 @@ async fn c01_a_post_to_a_get_only_route_needs_a_key_then_gets_the_405() {
         .route("/v1/listing", get(|| async { "listing" }))
         .route_layer(IdempotencyLayer::new(
             Idempotency::new(MemoryStore::new()),
-            account,
+            fixed_account,
         ));
-    let (status, _, _) = send(&app, req("POST", "/v1/listing", None, "{}")).await;
+    let Reply { status, .. } = send_in_time(&app, req("POST", "/v1/listing", None, "{}")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    let (status, _, _) = send(&app, req("POST", "/v1/listing", Some("k"), "{}")).await;
+    let Reply { status, .. } =
+        send_in_time(&app, req("POST", "/v1/listing", Some("k"), "{}")).await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
 }
 
@@ -153,10 +139,12 @@ async fn c08_a_405_from_the_router_is_not_recorded() {
         .route("/v1/listing", get(|| async { "listing" }))
         .route_layer(IdempotencyLayer::new(
             Idempotency::new(MemoryStore::new()),
-            account,
+            fixed_account,
         ));
-    let _ = send(&app, req("POST", "/v1/listing", Some("k-405"), "{}")).await;
-    let (status, headers, _) = send(&app, req("POST", "/v1/listing", Some("k-405"), "{}")).await;
+    let _ = send_in_time(&app, req("POST", "/v1/listing", Some("k-405"), "{}")).await;
+    let Reply {
+        status, headers, ..
+    } = send_in_time(&app, req("POST", "/v1/listing", Some("k-405"), "{}")).await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     assert!(
         headers.get("idempotent-replayed").is_none(),
@@ -178,15 +166,20 @@ async fn c08_a_415_extractor_rejection_is_released_and_the_corrected_retry_runs(
         )
         .route_layer(IdempotencyLayer::new(
             Idempotency::new(MemoryStore::new()),
-            account,
+            fixed_account,
         ));
     let mut wrong_type = req("POST", "/v1/charges", Some("k-ct"), r#"{"amount":5}"#);
     wrong_type
         .headers_mut()
         .insert("content-type", http::HeaderValue::from_static("text/plain"));
-    let (s, _, _) = send(&app, wrong_type).await;
+    let Reply { status: s, .. } = send_in_time(&app, wrong_type).await;
     assert_eq!(s, StatusCode::UNSUPPORTED_MEDIA_TYPE);
-    let (s, h, body) = send(
+    let Reply {
+        status: s,
+        headers: h,
+        body,
+        ..
+    } = send_in_time(
         &app,
         req("POST", "/v1/charges", Some("k-ct"), r#"{"amount":5}"#),
     )

@@ -3,17 +3,18 @@
 //! passes, duplicates decide to take over.
 #![cfg(feature = "axum")]
 
-use axum::body::{to_bytes, Body};
-use axum::http::{Request, StatusCode};
+mod support;
+
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use idem_core::{Idempotency, Policy, StoredResponse};
+use idem_core::StoredResponse;
 use idem_sqlite::rusqlite::params;
 use idem_sqlite::SqliteStore;
-use idem_tower::{Completed, ConsumerError, IdempotencyLayer, NothingHappened, Reservation};
+use idem_tower::{Completed, IdempotencyLayer, NothingHappened, Reservation};
 use std::time::Duration;
-use tower::ServiceExt;
+use support::{build_request, charge_rows, fixed_account, send_within, shop_db, with_lease};
 
 async fn charge(reservation: Reservation<SqliteStore>) -> Response {
     let store = reservation.idem().store().clone();
@@ -44,43 +45,19 @@ async fn charge(reservation: Reservation<SqliteStore>) -> Response {
 }
 
 async fn post_charge(app: &Router) -> (StatusCode, String) {
-    let request = Request::post("/v1/charges")
-        .header("idempotency-key", "k-1")
-        .body(Body::from("{}"))
-        .expect("a request");
-    let response = tokio::time::timeout(Duration::from_secs(20), app.clone().oneshot(request))
-        .await
-        .expect("in time")
-        .expect("infallible");
-    let status = response.status();
-    let body = to_bytes(response.into_body(), usize::MAX)
-        .await
-        .expect("body");
-    (status, String::from_utf8_lossy(&body).into_owned())
+    let request = build_request("POST", "/v1/charges", &[], Some("k-1"), "{}");
+    let reply = send_within(Duration::from_secs(20), app, request).await;
+    (reply.status, reply.body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c09_a_transaction_longer_than_the_lease_runs_once() {
     let dir = tempfile::tempdir().expect("dir");
-    let sqlite = SqliteStore::open(dir.path().join("shop.db"))
-        .await
-        .expect("open");
-    sqlite
-        .try_call(|db| {
-            db.execute_batch("CREATE TABLE charges (id INTEGER PRIMARY KEY, cents INTEGER)")
-        })
-        .await
-        .expect("schema");
-    let idem = Idempotency::with_policy(
-        sqlite.clone(),
-        Policy::default().lease(Duration::from_millis(300)),
-    )
-    .expect("policy");
+    let sqlite = shop_db(dir.path()).await;
+    let idem = with_lease(sqlite.clone(), Duration::from_millis(300));
     let app: Router = Router::new()
         .route("/v1/charges", post(charge))
-        .route_layer(IdempotencyLayer::new(idem, |_: &http::request::Parts| {
-            Ok::<_, ConsumerError>("acct_1".to_owned())
-        }));
+        .route_layer(IdempotencyLayer::new(idem, fixed_account));
     let first = tokio::spawn({
         let app = app.clone();
         async move { post_charge(&app).await }
@@ -97,10 +74,7 @@ async fn c09_a_transaction_longer_than_the_lease_runs_once() {
         seen.push(d.await.expect("task"));
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let rows: i64 = sqlite
-        .try_call(|db| db.query_row("SELECT count(*) FROM charges", [], |r| r.get(0)))
-        .await
-        .expect("count");
+    let rows = charge_rows(&sqlite).await;
     assert_eq!(rows, 1, "first: {first:?}; duplicates: {seen:?}");
     assert_eq!(first.0, StatusCode::CREATED, "{first:?}");
 }
