@@ -179,4 +179,3 @@ impl<S: Store + Clone + 'static> Side for Library<S> {
         self.expiring.store().purge_expired(n).await.expect("purge")
     }
 }
-
