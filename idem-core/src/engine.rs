@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
+use tracing::Instrument;
 
 /// The idempotency engine: a [`Store`] and a [`Policy`]. Cloning is cheap (one `Arc`).
 ///
@@ -479,10 +480,15 @@ impl<S: Store + 'static> Idempotency<S> {
         T: Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
-        tokio::spawn(async move {
-            let _running = Running::start(&inner.running, &inner.idle);
-            execution.await
-        })
+        // In the caller's span: the execution's events carry the request's trace (a client
+        // that went away does not take its trace with it).
+        tokio::spawn(
+            async move {
+                let _running = Running::start(&inner.running, &inner.idle);
+                execution.await
+            }
+            .instrument(tracing::Span::current()),
+        )
     }
 
     /// Waits until every execution started by [`run`](Self::run) (or a store's closure form,
@@ -645,7 +651,11 @@ impl<S: Store + 'static> Idempotency<S> {
     /// for its handler. Needs a Tokio runtime with timers.
     pub fn keep_alive(&self, lease: Lease) -> KeepAlive {
         let lease = Arc::new(Mutex::new(lease));
-        let beat = tokio::spawn(self.clone().heartbeat(Arc::clone(&lease)));
+        let beat = tokio::spawn(
+            self.clone()
+                .heartbeat(Arc::clone(&lease))
+                .instrument(tracing::Span::current()),
+        );
         KeepAlive { lease, beat }
     }
 

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 use tower_service::Service;
+use tracing::Instrument;
 
 /// The future of [`Idempotent`]'s responses.
 pub type ResponseFuture<RB, E> = Pin<Box<dyn Future<Output = Result<Response<RB>, E>> + Send>>;
@@ -97,7 +98,18 @@ where
         let fresh = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, fresh);
         let layer = Arc::clone(&self.layer);
-        Box::pin(async move { Ok(protect(layer, ready, request).await) })
+        // One span per protected request, inside the caller's (its trace id, its request id):
+        // the engine's events nest in it, and the outcome is recorded on it when known.
+        let span = tracing::info_span!(
+            target: "idem_tower",
+            "idem.http",
+            method = %request.method(),
+            route = tracing::field::Empty,
+            consumer = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            status = tracing::field::Empty,
+        );
+        Box::pin(async move { Ok(protect(layer, ready, request).await) }.instrument(span))
     }
 }
 
@@ -132,8 +144,12 @@ where
     let config = &layer.config;
     let (parts, body) = request.into_parts();
     let route = route_of(&parts);
+    tracing::Span::current().record("route", route.as_str());
     let consumer = match (layer.consumer)(&parts) {
-        Ok(consumer) => consumer,
+        Ok(consumer) => {
+            tracing::Span::current().record("consumer", consumer.as_str());
+            consumer
+        }
         Err(error) => {
             tracing::warn!(target: "idem_tower", route, %error, "idempotency: no consumer");
             let response = config.render(error.problem());
@@ -414,6 +430,9 @@ fn finish<RB: From<Bytes>>(
             );
         }
     }
+    let span = tracing::Span::current();
+    span.record("outcome", disposition.as_str());
+    span.record("status", response.status().as_u16());
     tracing::debug!(
         target: "idem_tower",
         outcome = disposition.as_str(),
