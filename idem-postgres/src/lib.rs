@@ -42,6 +42,7 @@ mod row;
 mod sql;
 mod store;
 mod transactional;
+mod unique;
 
 pub use audit::PgAudit;
 pub use config::{validate_identifier, Isolation};
@@ -49,6 +50,7 @@ pub use migrate::{schema_sql, SCHEMA_VERSION};
 pub use params::StatementMode;
 pub use store::{PgStore, PgStoreBuilder};
 pub use transactional::{EffectFuture, PgIdempotency};
+pub use unique::{insert_or_fetch, unique_violation, InsertOrFetch};
 
 /// The sqlx version the store is built with, for your own transactions.
 pub use sqlx;

@@ -46,6 +46,7 @@ mod row;
 mod sql;
 mod store;
 mod transactional;
+mod unique;
 
 pub use audit::SqliteAudit;
 pub use builder::SqliteStoreBuilder;
@@ -53,6 +54,7 @@ pub use config::{validate_table_name, Synchronous};
 pub use migrate::{schema_sql, SCHEMA_VERSION};
 pub use store::SqliteStore;
 pub use transactional::SqliteIdempotency;
+pub use unique::{insert_or_fetch, unique_violation, InsertOrFetch};
 
 /// The rusqlite version the store is built with, for your own transactions.
 pub use rusqlite;
