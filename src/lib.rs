@@ -45,6 +45,11 @@ pub use idem_core::{
 /// signature check and its audit trail; see [`idem_core::inbox`].
 pub use idem_core::inbox;
 
+/// Metrics through the `metrics` facade (feature `metrics`): the `Metered` store decorator; see
+/// [`idem_core::metrics`].
+#[cfg(feature = "metrics")]
+pub use idem_core::metrics;
+
 /// For store writers: the [`Store`] trait and what implementing it takes; see
 /// [`idem_core::store`].
 pub mod store {

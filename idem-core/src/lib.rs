@@ -53,6 +53,8 @@ mod json;
 mod key;
 mod lease;
 mod memory;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod outcome;
 mod policy;
 mod problem;
