@@ -35,9 +35,9 @@
 pub use idem_core::{
     async_trait, canonical_json, is_always_stored, is_never_stored, problem, retry_after_secs,
     Acquire, Answer, Begin, Clock, Completion, Context, Error, Failure, FencingToken, Field,
-    Fingerprint, FingerprintBuilder, Idempotency, IdempotencyKey, InFlightAnswer, KeepAlive, Lease,
-    ManualClock, MemoryStore, Outcome, Policy, Problem, Purger, RecordId, Reply, Request,
-    RequestBuilder, RunError, Scope, Store, StoreError, StoreErrorKind, StoredResponse,
+    Fingerprint, FingerprintBuilder, Idempotency, IdempotencyKey, InFlightAnswer, InsertOrFetch,
+    KeepAlive, Lease, ManualClock, MemoryStore, Outcome, Policy, Problem, Purger, RecordId, Reply,
+    Request, RequestBuilder, RunError, Scope, Store, StoreError, StoreErrorKind, StoredResponse,
     SystemClock, Timestamp, PROBLEM_BASE,
 };
 

@@ -65,6 +65,7 @@ mod response;
 mod scope;
 pub mod store;
 mod token;
+mod unique;
 mod unwind;
 
 #[cfg(feature = "testing")]
@@ -91,6 +92,7 @@ pub use response::{is_always_stored, is_never_stored, StoredResponse};
 pub use scope::{RecordId, Scope};
 pub use store::Store;
 pub use token::FencingToken;
+pub use unique::InsertOrFetch;
 
 /// Re-exported so that stores implement [`Store`] with the same macro version.
 pub use async_trait::async_trait;

@@ -46,11 +46,12 @@ mod unique;
 
 pub use audit::PgAudit;
 pub use config::{validate_identifier, Isolation};
+pub use idem_core::InsertOrFetch;
 pub use migrate::{schema_sql, SCHEMA_VERSION};
 pub use params::StatementMode;
 pub use store::{PgStore, PgStoreBuilder};
 pub use transactional::{EffectFuture, PgIdempotency};
-pub use unique::{insert_or_fetch, unique_violation, InsertOrFetch};
+pub use unique::{insert_or_fetch, unique_violation};
 
 /// The sqlx version the store is built with, for your own transactions.
 pub use sqlx;

@@ -51,10 +51,11 @@ mod unique;
 pub use audit::SqliteAudit;
 pub use builder::SqliteStoreBuilder;
 pub use config::{validate_table_name, Synchronous};
+pub use idem_core::InsertOrFetch;
 pub use migrate::{schema_sql, SCHEMA_VERSION};
 pub use store::SqliteStore;
 pub use transactional::SqliteIdempotency;
-pub use unique::{insert_or_fetch, unique_violation, InsertOrFetch};
+pub use unique::{insert_or_fetch, unique_violation};
 
 /// The rusqlite version the store is built with, for your own transactions.
 pub use rusqlite;
