@@ -366,56 +366,38 @@ pub async fn sixteen_concurrent_deliveries_count_exactly_sixteen(audits: Vec<Arc
 /// A history that touches every operation; what it leaves must read the same everywhere
 /// (first deliveries at distinct times: the contract orders entries by time only).
 pub async fn mixed_history(audit: &dyn Audit) -> Vec<Vec<AuditEntry>> {
-    let ops: [(&str, &[u8], u64); 6] = [
-        ("stripe", b"a", 10),
-        ("stripe", b"b\0", 20),
-        ("github", b"a", 30),
-        ("stripe", &[0xff; 3], 40),
-        ("stripe", b"d", 50),
-        ("github", b"e", 60),
-    ];
-    for (source, id, ms) in ops {
-        audit
-            .delivered(source, id, at(ms))
-            .await
-            .expect("delivered");
+    /// One call of the history.
+    enum Op {
+        Delivered,
+        Settled(AuditOutcome),
+        Conflicted,
     }
-    audit
-        .delivered("stripe", b"a", at(70))
-        .await
-        .expect("delivered");
-    audit
-        .settled("stripe", b"a", AuditOutcome::Failed, at(71))
-        .await
-        .expect("settled");
-    audit
-        .delivered("stripe", b"a", at(80))
-        .await
-        .expect("delivered");
-    audit
-        .settled("stripe", b"a", AuditOutcome::Processed, at(81))
-        .await
-        .expect("settled");
-    audit
-        .settled("stripe", b"a", AuditOutcome::Failed, at(82))
-        .await
-        .expect("settled");
-    audit
-        .settled("stripe", b"b\0", AuditOutcome::Failed, at(83))
-        .await
-        .expect("settled");
-    audit
-        .conflicted("github", b"a", at(84))
-        .await
-        .expect("conflicted");
-    audit
-        .settled("github", b"e", AuditOutcome::Processed, at(85))
-        .await
-        .expect("settled");
-    audit
-        .settled("nobody", b"z", AuditOutcome::Processed, at(86))
-        .await
-        .expect("settled");
+    use Op::{Conflicted, Delivered, Settled};
+    let history: [(&str, &[u8], Op, u64); 15] = [
+        ("stripe", b"a", Delivered, 10),
+        ("stripe", b"b\0", Delivered, 20),
+        ("github", b"a", Delivered, 30),
+        ("stripe", &[0xff; 3], Delivered, 40),
+        ("stripe", b"d", Delivered, 50),
+        ("github", b"e", Delivered, 60),
+        ("stripe", b"a", Delivered, 70),
+        ("stripe", b"a", Settled(AuditOutcome::Failed), 71),
+        ("stripe", b"a", Delivered, 80),
+        ("stripe", b"a", Settled(AuditOutcome::Processed), 81),
+        ("stripe", b"a", Settled(AuditOutcome::Failed), 82),
+        ("stripe", b"b\0", Settled(AuditOutcome::Failed), 83),
+        ("github", b"a", Conflicted, 84),
+        ("github", b"e", Settled(AuditOutcome::Processed), 85),
+        ("nobody", b"z", Settled(AuditOutcome::Processed), 86),
+    ];
+    for (source, id, op, ms) in history {
+        match op {
+            Delivered => audit.delivered(source, id, at(ms)).await,
+            Settled(outcome) => audit.settled(source, id, outcome, at(ms)).await,
+            Conflicted => audit.conflicted(source, id, at(ms)).await,
+        }
+        .expect("the history applies");
+    }
     let mut reads = vec![
         entries(audit, "stripe").await,
         entries(audit, "github").await,
