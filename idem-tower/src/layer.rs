@@ -114,7 +114,8 @@ impl<S, C> IdempotencyLayer<S, C> {
     }
 
     /// Renders the layer's problems (400, 401, 409, 413, 422, 503...) in the application's own
-    /// shape; `Cache-Control: no-store` and `Retry-After` are added whatever it returns.
+    /// shape; whatever it returns, `Cache-Control: no-store` and `Retry-After` are added and the
+    /// problem's status is kept.
     ///
     /// ```
     /// # use idem_core::{Idempotency, MemoryStore, Problem, StoredResponse};
