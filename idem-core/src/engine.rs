@@ -80,20 +80,21 @@ impl<S> Shared<S> {
     }
 }
 
-/// Counts one execution of `run` while it lives.
-struct Running<'a>(&'a AtomicUsize, &'a Notify);
+/// Counts one execution of `run` from the moment it is spawned until it ends, so that `drain`
+/// never misses one that has not started yet.
+struct Running<S>(Arc<Shared<S>>);
 
-impl<'a> Running<'a> {
-    fn start(running: &'a AtomicUsize, idle: &'a Notify) -> Self {
-        running.fetch_add(1, Ordering::SeqCst);
-        Self(running, idle)
+impl<S> Running<S> {
+    fn start(shared: Arc<Shared<S>>) -> Self {
+        shared.running.fetch_add(1, Ordering::SeqCst);
+        Self(shared)
     }
 }
 
-impl Drop for Running<'_> {
+impl<S> Drop for Running<S> {
     fn drop(&mut self) {
-        if self.0.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.1.notify_waiters();
+        if self.0.running.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
         }
     }
 }
@@ -479,12 +480,12 @@ impl<S: Store + 'static> Idempotency<S> {
         F: Future<Output = T> + Send + 'static,
         T: Send + 'static,
     {
-        let inner = Arc::clone(&self.inner);
+        let running = Running::start(Arc::clone(&self.inner));
         // In the caller's span: the execution's events carry the request's trace (a client
         // that went away does not take its trace with it).
         tokio::spawn(
             async move {
-                let _running = Running::start(&inner.running, &inner.idle);
+                let _running = running;
                 execution.await
             }
             .instrument(tracing::Span::current()),
@@ -596,6 +597,29 @@ impl<S: Store + 'static> Idempotency<S> {
         }
     }
 
+    /// Reads `lease`'s record, retrying store failures that a retry may fix while the lease
+    /// lasts: a completion committed in the handler's transaction must not be taken for a
+    /// missing one because one read failed (a 500 would be sent while the 2xx is stored).
+    async fn lookup_within_lease(
+        &self,
+        lease: &Lease,
+    ) -> Result<Option<crate::store::Record>, Error> {
+        let deadline = lease.local_deadline();
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            match self.inner.store.lookup(lease.id()).await {
+                Err(error) if error.is_retryable() => match deadline {
+                    Some(deadline) if Instant::now() + backoff < deadline => {
+                        pause(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(1));
+                    }
+                    _ => return Err(error),
+                },
+                result => return result,
+            }
+        }
+    }
+
     /// A handler returned a completion it says it wrote in its own transaction: check that the
     /// record carries its token, completed, and send the response **as stored** (what every
     /// retry gets, even if the handler returned another). If not (its transaction rolled back,
@@ -608,7 +632,7 @@ impl<S: Store + 'static> Idempotency<S> {
     ) -> Result<Outcome, RunError<E>> {
         let ours = completion.id() == lease.id() && completion.token() == lease.token();
         if ours {
-            if let Ok(Some(record)) = self.inner.store.lookup(lease.id()).await {
+            if let Ok(Some(record)) = self.lookup_within_lease(lease).await {
                 if let (true, RecordState::Completed { response, .. }) =
                     (record.token == lease.token(), record.state)
                 {

@@ -32,6 +32,8 @@ struct Flaky {
     max_encoded: Option<usize>,
     release_fails: bool,
     reserve_fails: bool,
+    /// How many `lookup` calls fail before the store answers.
+    failing_lookups: AtomicUsize,
 }
 
 fn take(counter: &AtomicUsize) -> bool {
@@ -75,6 +77,9 @@ impl Store for Flaky {
         self.inner.purge_expired(n).await
     }
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+        if take(&self.failing_lookups) {
+            return Err(down());
+        }
         self.inner.lookup(id).await
     }
 }
@@ -312,6 +317,43 @@ async fn c08_a_completion_the_handler_did_not_write_is_not_reported_as_success()
     let retry = run(&idem, &request, &effects).await.expect("run");
     assert!(matches!(retry, Outcome::Answered(Answer::Replay(ref r)) if r.status == 500));
     assert_eq!(effects.load(Ordering::SeqCst), 1);
+}
+
+/// A handler that committed its completion in its own transaction, checked by a read that fails
+/// once: the check is retried within the lease, and the answer is what is stored, never a 500
+/// while the 2xx is what every retry replays.
+#[tokio::test]
+async fn c08_a_failed_read_of_a_written_completion_is_retried_not_taken_for_a_missing_one() {
+    let idem = engine(
+        Flaky {
+            failing_lookups: AtomicUsize::new(1),
+            ..Flaky::default()
+        },
+        Duration::from_secs(5),
+    );
+    let request = charge(&idem, "k");
+    let first = idem
+        .run(&request, move |ctx| async move {
+            let completion = ctx.completion(StoredResponse::new(201, "charged"));
+            // Written as a SQL store's complete_in would, inside the effect's transaction.
+            ctx.idem()
+                .store()
+                .inner
+                .complete(&completion)
+                .await
+                .expect("write");
+            Ok::<_, Failure<&'static str>>(completion)
+        })
+        .await
+        .expect("run");
+    assert!(
+        matches!(&first, Outcome::Executed(r) if r.status == 201 && r.body == b"charged"),
+        "{first:?}"
+    );
+    let effects = Arc::new(AtomicUsize::new(0));
+    let retry = run(&idem, &request, &effects).await.expect("run");
+    assert!(matches!(retry, Outcome::Answered(Answer::Replay(ref r)) if r.status == 201));
+    assert_eq!(effects.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test]

@@ -188,7 +188,7 @@ where
         (InFlightAnswer::Accepted, Some(location)) => location(&parts, &key.text),
         _ => None,
     };
-    let (body, parts) = (key.body, parts);
+    let body = key.body;
     let rules = Rules {
         max_response: config.max_response_bytes,
         server_errors: config.server_errors,
