@@ -42,9 +42,20 @@ impl StoredResponse {
         Ok(out)
     }
 
-    /// Decodes a stored response; anything malformed is [`Error::CorruptRecord`], never a panic.
-    pub fn decode(bytes: &[u8]) -> Result<Self, Error> {
-        let mut r = Reader(bytes);
+    /// The status of an encoded response, from its first [`STATUS_PREFIX_LEN`] bytes (or
+    /// more): what a listing shows without reading the body.
+    ///
+    /// [`STATUS_PREFIX_LEN`]: StoredResponse::STATUS_PREFIX_LEN
+    ///
+    /// ```
+    /// use idem_core::StoredResponse;
+    /// let encoded = StoredResponse::new(402, "declined").encode()?;
+    /// assert_eq!(StoredResponse::status_of(&encoded[..StoredResponse::STATUS_PREFIX_LEN])?, 402);
+    /// assert!(StoredResponse::status_of(b"IX").is_err());
+    /// # Ok::<(), idem_core::Error>(())
+    /// ```
+    pub fn status_of(encoded: &[u8]) -> Result<u16, Error> {
+        let mut r = Reader(encoded);
         if r.take(2)? != [MAGIC, VERSION] {
             return Err(corrupt("unknown magic or version"));
         }
@@ -52,6 +63,16 @@ impl StoredResponse {
         if !(100..=599).contains(&status) {
             return Err(corrupt(format!("status {status}")));
         }
+        Ok(status)
+    }
+
+    /// How many leading bytes of an encoded response [`StoredResponse::status_of`] needs.
+    pub const STATUS_PREFIX_LEN: usize = 4;
+
+    /// Decodes a stored response; anything malformed is [`Error::CorruptRecord`], never a panic.
+    pub fn decode(bytes: &[u8]) -> Result<Self, Error> {
+        let status = Self::status_of(bytes)?;
+        let mut r = Reader(bytes.get(Self::STATUS_PREFIX_LEN..).unwrap_or_default());
         let count = u16::from_be_bytes(r.array()?);
         let mut headers = Vec::with_capacity(usize::from(count).min(64));
         for _ in 0..count {

@@ -22,6 +22,8 @@ pub enum Field {
     Response,
     /// A configuration value (policy, table name, ...).
     Config,
+    /// A listing's cursor that this store did not make.
+    Cursor,
 }
 
 impl fmt::Display for Field {
@@ -35,6 +37,7 @@ impl fmt::Display for Field {
             Field::Body => "body",
             Field::Response => "response",
             Field::Config => "configuration",
+            Field::Cursor => "cursor",
         })
     }
 }

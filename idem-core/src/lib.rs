@@ -52,6 +52,7 @@ pub mod inbox;
 mod json;
 mod key;
 mod lease;
+mod listing;
 mod memory;
 #[cfg(feature = "metrics")]
 pub mod metrics;

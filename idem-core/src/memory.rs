@@ -6,6 +6,7 @@ use crate::decision::{check_fence, decide, Decision};
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
 use crate::lease::Lease;
+use crate::listing::{Cursor, ListQuery, Listed, ListedState, Page, Selection, Stats};
 use crate::record::{Record, RecordState};
 use crate::request::Request;
 use crate::response::StoredResponse;
@@ -41,6 +42,7 @@ pub struct MemoryStore {
 struct Entry {
     fingerprint: Fingerprint,
     token: FencingToken,
+    reserved_at: Timestamp,
     state: EntryState,
 }
 
@@ -85,6 +87,26 @@ impl Entry {
             EntryState::InProgress { lease_until } => *lease_until,
             EntryState::Completed { expires_at, .. } => *expires_at,
         }
+    }
+
+    /// The entry as a listing shows it (the status only, never the body).
+    fn listed(&self, id: &RecordId) -> Result<Listed, Error> {
+        Ok(Listed {
+            id: id.clone(),
+            reserved_at: Some(self.reserved_at),
+            state: match &self.state {
+                EntryState::InProgress { lease_until } => ListedState::InProgress {
+                    lease_until: *lease_until,
+                },
+                EntryState::Completed {
+                    response,
+                    expires_at,
+                } => ListedState::Completed {
+                    status: StoredResponse::status_of(response)?,
+                    expires_at: *expires_at,
+                },
+            },
+        })
     }
 }
 
@@ -175,6 +197,7 @@ impl Store for MemoryStore {
             Entry {
                 fingerprint: *request.fingerprint(),
                 token: lease.token(),
+                reserved_at: now,
                 state: EntryState::InProgress {
                     lease_until: lease.lease_until(),
                 },
@@ -228,5 +251,79 @@ impl Store for MemoryStore {
 
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         self.lock().get(id).map(Entry::decode).transpose()
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+        let after = query.cursor().map(Cursor::position).transpose()?;
+        let records = self.lock();
+        let now = self.clock.now();
+        // The selection's order as a sort key, compared with the cursor's position.
+        let mut selected: Vec<((u64, &str, &str, &str), &RecordId, &Entry)> = records
+            .iter()
+            .filter(|(id, entry)| match (query.selection(), &entry.state) {
+                (Selection::InProgress { older_than }, EntryState::InProgress { .. }) => {
+                    entry.reserved_at + *older_than <= now
+                }
+                (Selection::Completed { consumer, route }, EntryState::Completed { .. }) => {
+                    id.consumer() == consumer
+                        && route.as_deref().is_none_or(|r| r == id.route())
+                        && entry.deadline() > now
+                }
+                _ => false,
+            })
+            .map(|(id, entry)| {
+                let at = match query.selection() {
+                    Selection::InProgress { .. } => entry.reserved_at.as_millis(),
+                    _ => 0,
+                };
+                ((at, id.consumer(), id.route(), id.key()), id, entry)
+            })
+            .filter(|(order, _, _)| {
+                after.as_ref().is_none_or(|p| {
+                    let at = match query.selection() {
+                        Selection::InProgress { .. } => p.reserved_at,
+                        _ => 0,
+                    };
+                    *order > (at, p.id.consumer(), p.id.route(), p.id.key())
+                })
+            })
+            .collect();
+        selected.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let limit = query.limit_value();
+        let records = selected
+            .iter()
+            .take(limit)
+            .map(|(_, id, entry)| entry.listed(id))
+            .collect::<Result<Vec<_>, Error>>()?;
+        let next = (selected.len() > limit)
+            .then(|| records.last().map(Cursor::after_record))
+            .flatten();
+        Ok(Page { records, next })
+    }
+
+    async fn stats(&self) -> Result<Stats, Error> {
+        let records = self.lock();
+        let now = self.clock.now();
+        let mut stats = Stats {
+            now,
+            ..Stats::default()
+        };
+        for entry in records.values() {
+            let live = entry.deadline() > now;
+            match (&entry.state, live) {
+                (EntryState::InProgress { .. }, true) => stats.in_progress += 1,
+                (EntryState::InProgress { .. }, false) => stats.orphaned += 1,
+                (EntryState::Completed { .. }, true) => stats.completed += 1,
+                (EntryState::Completed { .. }, false) => stats.expired += 1,
+            }
+            if matches!(entry.state, EntryState::InProgress { .. }) {
+                stats.oldest_in_progress = Some(
+                    stats
+                        .oldest_in_progress
+                        .map_or(entry.reserved_at, |t| t.min(entry.reserved_at)),
+                );
+            }
+        }
+        Ok(stats)
     }
 }

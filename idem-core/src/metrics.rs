@@ -59,8 +59,8 @@
 //!   | `released` | a reservation was given back so that a retry can run |
 //!   | `lease_lost` | the store refused a fenced `complete`, `release` or `renew`: the lease no longer holds ([`Error::LeaseLost`]) |
 //!
-//! - `operation`: `reserve`, `complete`, `release`, `renew`, `purge` or `lookup`, the
-//!   [`Store`] method called.
+//! - `operation`: `reserve`, `complete`, `release`, `renew`, `purge`, `lookup`, `list` or
+//!   `stats`, the [`Store`] method called.
 //! - `kind` of `idem_store_errors_total`: `unavailable`, `transaction_conflict`,
 //!   `misconfigured`, `other` (the [`StoreErrorKind`] of an [`Error::Store`]), `corrupt_record`
 //!   ([`Error::CorruptRecord`]), or `invalid_input` (a store refusing input, rare). A lost lease
@@ -97,7 +97,7 @@ use crate::lease::Lease;
 use crate::record::{Record, RecordState};
 use crate::request::Request;
 use crate::scope::RecordId;
-use crate::store::{Capabilities, Store};
+use crate::store::{Capabilities, ListQuery, Page, Stats, Store};
 use crate::token::FencingToken;
 use async_trait::async_trait;
 use metrics::{Label, Unit};
@@ -504,6 +504,24 @@ impl<S: Store> Store for Metered<S> {
         result
     }
 
+    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+        let _timer = self.timer("list");
+        let result = self.inner.list(query).await;
+        if let Err(error) = &result {
+            self.failed("list", error);
+        }
+        result
+    }
+
+    async fn stats(&self) -> Result<Stats, Error> {
+        let _timer = self.timer("stats");
+        let result = self.inner.stats().await;
+        if let Err(error) = &result {
+            self.failed("stats", error);
+        }
+        result
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
@@ -798,6 +816,12 @@ mod tests {
         async fn lookup(&self, _: &RecordId) -> Result<Option<Record>, Error> {
             Err((self.0)())
         }
+        async fn list(&self, _: &ListQuery) -> Result<Page, Error> {
+            Err((self.0)())
+        }
+        async fn stats(&self) -> Result<Stats, Error> {
+            Err((self.0)())
+        }
     }
 
     #[test]
@@ -840,10 +864,15 @@ mod tests {
                 assert!(store.renew(&lease, Duration::from_secs(1)).await.is_err());
                 assert!(idem.purge_expired().await.is_err());
                 assert!(store.lookup(request.id()).await.is_err());
+                let query = ListQuery::in_progress(Duration::ZERO);
+                assert!(store.list(&query).await.is_err());
+                assert!(store.stats().await.is_err());
             }
             let mut seen = Seen::default();
             seen.take(&snapshotter);
-            let operations = ["reserve", "complete", "release", "renew", "purge", "lookup"];
+            let operations = [
+                "reserve", "complete", "release", "renew", "purge", "lookup", "list", "stats",
+            ];
             for (kind, _) in kinds {
                 for operation in operations {
                     let labels = [

@@ -52,7 +52,7 @@ impl Scope {
     }
 }
 
-fn check_part(field: Field, value: &str, max: usize) -> Result<(), Error> {
+pub(crate) fn check_part(field: Field, value: &str, max: usize) -> Result<(), Error> {
     if value.is_empty() {
         return Err(Error::invalid(field, "empty"));
     }

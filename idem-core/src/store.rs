@@ -11,6 +11,9 @@
 pub use crate::completion::Completion;
 pub use crate::decision::{check_fence, decide, Acquire, Decision};
 pub use crate::lease::Lease;
+pub use crate::listing::{
+    Cursor, ListQuery, Listed, ListedState, Page, Position, Selection, Stats,
+};
 pub use crate::record::{Record, RecordState};
 
 use crate::begin::Begin;
@@ -64,6 +67,11 @@ use std::time::Duration;
 /// 5. **Errors are errors.** A backend failure is [`Error::Store`] with the backend's name, its
 ///    [`StoreErrorKind`](crate::StoreErrorKind) and its own error as the source (C13), never a
 ///    made-up outcome; nothing is written when an error is returned before the write.
+/// 6. **Operators can see.** `lookup` reads one record as stored, expired or not; `list`
+///    returns at most [`ListQuery::limit_value`] records of the [`Selection`] in its order,
+///    never a body, and a [`Page::next`] cursor while more may follow (a position store makes
+///    it with [`Cursor::after_record`]); `stats` counts by state. A store records when each
+///    reservation (fresh or taken over) was made, by the clock of rule 1. None of them writes.
 ///
 /// A SQL store additionally writes a [`Completion`] inside the caller's transaction, so the
 /// effect and the completion commit together (C6); that method is the store's own, not this
@@ -109,6 +117,14 @@ pub trait Store: Send + Sync {
     /// Reads the record for inspection, expired or not. Does not change anything.
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error>;
 
+    /// Lists records for operators, one bounded page at a time (rule 6). Does not change
+    /// anything.
+    async fn list(&self, query: &ListQuery) -> Result<Page, Error>;
+
+    /// Counts the records by state at the store's `now` (rule 6). Reads every record: an
+    /// operator's command, not a health check to run every second.
+    async fn stats(&self) -> Result<Stats, Error>;
+
     /// What this store does beyond the contract's core (default: [`Capabilities::default`]).
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
@@ -127,12 +143,15 @@ pub trait Store: Send + Sync {
 pub struct Capabilities {
     /// How expired records leave the store.
     pub expiry: Expiry,
+    /// In which order `list` returns records.
+    pub listing: ListingOrder,
 }
 
 impl Default for Capabilities {
     fn default() -> Self {
         Self {
             expiry: Expiry::Purge,
+            listing: ListingOrder::Selection,
         }
     }
 }
@@ -143,6 +162,25 @@ impl Capabilities {
         self.expiry = expiry;
         self
     }
+
+    /// Capabilities with `listing`.
+    pub fn with_listing(mut self, listing: ListingOrder) -> Self {
+        self.listing = listing;
+        self
+    }
+}
+
+/// In which order a store's `list` returns records (rule 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ListingOrder {
+    /// The [`Selection`]'s order across pages, each record once: the store reads an index from
+    /// the cursor's position.
+    Selection,
+    /// The server's scan order (Redis `SCAN`): each call does a bounded amount of work, a page
+    /// may hold fewer records than the limit (even none) before the end, and a record present
+    /// for the whole listing appears at least once, in any order, possibly twice.
+    Scan,
 }
 
 /// How expired records leave a store (C10).
@@ -175,6 +213,12 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     }
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         (**self).lookup(id).await
+    }
+    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+        (**self).list(query).await
+    }
+    async fn stats(&self) -> Result<Stats, Error> {
+        (**self).stats().await
     }
     fn capabilities(&self) -> Capabilities {
         (**self).capabilities()

@@ -1,7 +1,7 @@
 //! Engine behaviour that no healthy store can show: a store that is down (C13), completions
 //! that fail after the effect ran (C8).
 
-use idem_core::store::{Completion, Lease, Record};
+use idem_core::store::{Completion, Lease, ListQuery, Page, Record, Stats};
 use idem_core::Begin;
 use idem_core::{
     async_trait, Answer, Error, Failure, Idempotency, MemoryStore, Outcome, Policy, RecordId,
@@ -81,6 +81,12 @@ impl Store for Flaky {
             return Err(down());
         }
         self.inner.lookup(id).await
+    }
+    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+        self.inner.list(query).await
+    }
+    async fn stats(&self) -> Result<Stats, Error> {
+        self.inner.stats().await
     }
 }
 

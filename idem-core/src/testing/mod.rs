@@ -37,9 +37,11 @@
 //! every `pub async fn` of the scenario files is on it, so none can silently never run.
 
 pub mod audit;
+mod listing;
 mod scenarios;
 mod transactional;
 
+pub use listing::*;
 pub use scenarios::*;
 pub use transactional::*;
 
@@ -146,6 +148,9 @@ macro_rules! __idem_conformance_scenarios {
             c12_oversized_body_is_rejected_and_nothing_is_written,
             c12_engine_enforces_its_body_limit_however_the_request_was_built,
             c12_corrupt_record_is_a_typed_error,
+            c09_in_progress_records_are_listed_by_age,
+            c10_completed_records_are_listed_per_consumer,
+            c10_stats_count_records_by_state,
         }
     };
 }
@@ -217,6 +222,7 @@ mod tests {
         let listed: &[&str] = crate::__idem_conformance_scenarios!(names);
         let tx_listed: &[&str] = crate::__idem_transactional_scenarios!(names);
         let mut defined = public_fns(include_str!("scenarios.rs"));
+        defined.extend(public_fns(include_str!("listing.rs")));
         defined.sort_unstable();
         let mut listed = listed.to_vec();
         listed.sort_unstable();

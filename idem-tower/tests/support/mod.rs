@@ -10,7 +10,7 @@ use axum::Router;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use idem_core::store::{Capabilities, Completion, Lease, Record};
+use idem_core::store::{Capabilities, Completion, Lease, ListQuery, Page, Record, Stats};
 use idem_core::{
     async_trait, Begin, Error, Idempotency, Policy, RecordId, Request as IdemRequest, Store,
     StoreErrorKind, Timestamp,
@@ -332,6 +332,14 @@ impl<S: Store> Store for Decorated<S> {
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         self.up()?;
         self.inner.lookup(id).await
+    }
+    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+        self.up()?;
+        self.inner.list(query).await
+    }
+    async fn stats(&self) -> Result<Stats, Error> {
+        self.up()?;
+        self.inner.stats().await
     }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
