@@ -288,6 +288,14 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// No records yet, counted at `now`: a store fills in the counts.
+    pub fn at(now: Timestamp) -> Self {
+        Self {
+            now,
+            ..Self::default()
+        }
+    }
+
     /// Every record held.
     pub fn total(&self) -> u64 {
         self.in_progress + self.orphaned + self.completed + self.expired

@@ -304,10 +304,7 @@ impl Store for MemoryStore {
     async fn stats(&self) -> Result<Stats, Error> {
         let records = self.lock();
         let now = self.clock.now();
-        let mut stats = Stats {
-            now,
-            ..Stats::default()
-        };
+        let mut stats = Stats::at(now);
         for entry in records.values() {
             let live = entry.deadline() > now;
             match (&entry.state, live) {

@@ -4,7 +4,9 @@
 use crate::error::store_error;
 use crate::row;
 use crate::sql::Statements;
-use idem_core::store::{decide, Acquire, Completion, Decision, Lease, Record};
+use idem_core::store::{
+    decide, Acquire, Completion, Cursor, Decision, Lease, ListQuery, Page, Record, Selection, Stats,
+};
 use idem_core::{Begin, Clock, Error, FencingToken, RecordId, Request, Timestamp};
 use rusqlite::{params, Connection, Params};
 use std::time::Duration;
@@ -130,7 +132,8 @@ fn try_acquire(
                 key,
                 fingerprint,
                 token.as_bytes(),
-                millis(until)
+                millis(until),
+                millis(now)
             ],
         )?,
     };
@@ -209,6 +212,88 @@ pub(crate) fn purge_expired(
     execute(conn, &sql.purge_expired, params![millis(now), limit])
 }
 
+/// One page of a listing (store rule 6), at `now`.
+pub(crate) fn list(
+    conn: &Connection,
+    sql: &Statements,
+    now: Timestamp,
+    query: &ListQuery,
+) -> Result<Page, Error> {
+    let after = query.cursor().map(Cursor::position).transpose()?;
+    let limit = query.limit_value();
+    let fetch = i64::try_from(limit).unwrap_or(i64::MAX);
+    let (consumer, route, key) = after.as_ref().map_or(("", "", ""), |p| {
+        (p.id.consumer(), p.id.route(), p.id.key())
+    });
+    let mut records = Vec::with_capacity(limit);
+    match query.selection() {
+        Selection::InProgress { older_than } => {
+            let cutoff = millis(now)
+                .saturating_sub(i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX));
+            let at = after
+                .as_ref()
+                .map_or(-1, |p| i64::try_from(p.reserved_at).unwrap_or(i64::MAX));
+            let mut stmt = conn
+                .prepare_cached(&sql.list_in_progress)
+                .map_err(store_error)?;
+            let mut rows = stmt
+                .query(params![cutoff, at, consumer, route, key, fetch])
+                .map_err(store_error)?;
+            while let Some(row) = rows.next().map_err(store_error)? {
+                records.push(row::decode_listed(row, false)?);
+            }
+        }
+        Selection::Completed {
+            consumer: whose,
+            route: only,
+        } => {
+            let mut stmt = conn
+                .prepare_cached(&sql.list_completed)
+                .map_err(store_error)?;
+            let mut rows = stmt
+                .query(params![whose, millis(now), only, route, key, fetch])
+                .map_err(store_error)?;
+            while let Some(row) = rows.next().map_err(store_error)? {
+                records.push(row::decode_listed(row, true)?);
+            }
+        }
+        _ => {}
+    }
+    let next = (records.len() == limit)
+        .then(|| records.last().map(Cursor::after_record))
+        .flatten();
+    Ok(Page { records, next })
+}
+
+/// Records by state at `now` (store rule 6): one pass over the table.
+pub(crate) fn stats(conn: &Connection, sql: &Statements, now: Timestamp) -> Result<Stats, Error> {
+    let counts = conn
+        .prepare_cached(&sql.stats)
+        .and_then(|mut stmt| {
+            stmt.query_row(params![millis(now)], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, i64>(2)?,
+                    row.get::<_, i64>(3)?,
+                    row.get::<_, Option<i64>>(4)?,
+                ))
+            })
+        })
+        .map_err(store_error)?;
+    let (in_progress, orphaned, completed, expired, oldest) = counts;
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    let mut stats = Stats::at(now);
+    stats.in_progress = count(in_progress);
+    stats.orphaned = count(orphaned);
+    stats.completed = count(completed);
+    stats.expired = count(expired);
+    stats.oldest_in_progress = oldest
+        .and_then(|at| u64::try_from(at).ok())
+        .map(Timestamp::from_millis);
+    Ok(stats)
+}
+
 /// A fenced statement changes exactly the holder's row, or nothing: then the lease is lost.
 fn fenced(conn: &Connection, statement: &str, params: impl Params) -> Result<(), Error> {
     match execute(conn, statement, params)? {
@@ -249,7 +334,9 @@ mod tests {
     #[test]
     fn c09_compare_and_set_requires_the_state_the_decision_saw() {
         let conn = Connection::open_in_memory().expect("db");
-        conn.execute_batch(MIGRATIONS[0].1).expect("schema");
+        for (_, migration) in MIGRATIONS {
+            conn.execute_batch(migration).expect("schema");
+        }
         let sql = Statements::for_table("idem_records");
         let req = request();
         let now = Timestamp::from_millis(1_000);

@@ -6,8 +6,10 @@
 //! was fetched (`decide_record.sql` fetches it only when it can be replayed).
 
 use crate::error::store_error;
-use idem_core::store::{Record, RecordState};
-use idem_core::{Error, FencingToken, Fingerprint, StoredResponse, Timestamp};
+use idem_core::store::{Listed, ListedState, Record, RecordState};
+use idem_core::{
+    Error, FencingToken, Fingerprint, IdempotencyKey, RecordId, Scope, StoredResponse, Timestamp,
+};
 use rusqlite::types::ValueRef;
 use rusqlite::Row;
 
@@ -15,10 +17,7 @@ use rusqlite::Row;
 pub(crate) fn decode_head<'r>(row: &'r Row<'_>) -> Result<Record<Option<&'r [u8]>>, Error> {
     let fingerprint = Fingerprint::from_slice(blob(row, 0, "fingerprint")?)?;
     let token = FencingToken::from_slice(blob(row, 1, "token")?)?;
-    let deadline = integer(row, 3, "deadline")?;
-    let deadline = u64::try_from(deadline)
-        .map(Timestamp::from_millis)
-        .map_err(|_| corrupt(format!("negative deadline {deadline}")))?;
+    let deadline = millis_at(integer(row, 3, "deadline")?, "deadline")?;
     let no_response = integer(row, 4, "typeof(response)")? == 1;
     let state = match (integer(row, 2, "state")?, no_response) {
         (0, true) => RecordState::InProgress {
@@ -58,6 +57,52 @@ pub(crate) fn decode_response(response: Option<&[u8]>) -> Result<StoredResponse,
 /// Decodes the whole row, response included (`select_record.sql`).
 pub(crate) fn decode(row: &Row<'_>) -> Result<Record, Error> {
     decode_head(row)?.try_map_response(decode_response)
+}
+
+/// Decodes a listing row (`list_in_progress.sql`, `list_completed.sql`): consumer, route, key,
+/// reserved_at (0 for unknown), deadline, and for a completed record the first bytes of its
+/// response, enough for its status.
+pub(crate) fn decode_listed(row: &Row<'_>, completed: bool) -> Result<Listed, Error> {
+    let text = |index: usize, name: &str| match value(row, index)? {
+        ValueRef::Text(bytes) => {
+            std::str::from_utf8(bytes).map_err(|_| corrupt(format!("{name} is not UTF-8")))
+        }
+        other => Err(corrupt(format!(
+            "{name} column holds {:?}",
+            other.data_type()
+        ))),
+    };
+    let id = RecordId::new(
+        Scope::new(text(0, "consumer")?, text(1, "route")?)
+            .map_err(|e| corrupt(format!("scope: {e}")))?,
+        IdempotencyKey::new(text(2, "key")?).map_err(|e| corrupt(format!("key: {e}")))?,
+    );
+    let reserved_at = match integer(row, 3, "reserved_at")? {
+        0 => None,
+        at => Some(millis_at(at, "reserved_at")?),
+    };
+    let deadline = millis_at(integer(row, 4, "deadline")?, "deadline")?;
+    let state = if completed {
+        ListedState::Completed {
+            status: StoredResponse::status_of(blob(row, 5, "response")?)?,
+            expires_at: deadline,
+        }
+    } else {
+        ListedState::InProgress {
+            lease_until: deadline,
+        }
+    };
+    Ok(Listed {
+        id,
+        reserved_at,
+        state,
+    })
+}
+
+fn millis_at(ms: i64, name: &str) -> Result<Timestamp, Error> {
+    u64::try_from(ms)
+        .map(Timestamp::from_millis)
+        .map_err(|_| corrupt(format!("negative {name} {ms}")))
 }
 
 fn value<'r>(row: &'r Row<'_>, index: usize) -> Result<ValueRef<'r>, Error> {

@@ -6,8 +6,13 @@ const DEFAULT_TABLE: &str = "idem_records";
 pub(crate) const MIGRATIONS_TABLE: &str = include_str!("../sql/migrations_table.sql");
 
 /// The versioned migrations, in order: (version, SQL for the default table name).
-pub(crate) const MIGRATIONS: &[(i64, &str)] =
-    &[(1, include_str!("../sql/migrations/0001_create_records.sql"))];
+pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../sql/migrations/0001_create_records.sql")),
+    (
+        2,
+        include_str!("../sql/migrations/0002_reservation_time.sql"),
+    ),
+];
 
 /// Every statement, with the configured table name in place of `idem_records`.
 #[derive(Debug)]
@@ -20,6 +25,9 @@ pub(crate) struct Statements {
     pub(crate) release: String,
     pub(crate) renew: String,
     pub(crate) purge_expired: String,
+    pub(crate) list_in_progress: String,
+    pub(crate) list_completed: String,
+    pub(crate) stats: String,
 }
 
 impl Statements {
@@ -35,6 +43,9 @@ impl Statements {
             release: sql(include_str!("../sql/release.sql")),
             renew: sql(include_str!("../sql/renew.sql")),
             purge_expired: sql(include_str!("../sql/purge_expired.sql")),
+            list_in_progress: sql(include_str!("../sql/list_in_progress.sql")),
+            list_completed: sql(include_str!("../sql/list_completed.sql")),
+            stats: sql(include_str!("../sql/stats.sql")),
         }
     }
 }

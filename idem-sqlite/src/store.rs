@@ -7,7 +7,7 @@ use crate::error::store_error;
 use crate::ops;
 use crate::pool::Pool;
 use crate::sql::Statements;
-use idem_core::store::{Completion, Decision, Lease, Record};
+use idem_core::store::{Completion, Decision, Lease, ListQuery, Page, Record, Stats};
 use idem_core::{async_trait, Begin, Error, RecordId, Request, Store, Timestamp};
 use rusqlite::{Connection, Transaction};
 use std::path::PathBuf;
@@ -224,6 +224,22 @@ impl Store for SqliteStore {
         self.inner
             .pool
             .read(move |conn| ops::select(conn, &inner.sql, &id))
+            .await?
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+        let (inner, query) = (Arc::clone(&self.inner), query.clone());
+        self.inner
+            .pool
+            .read(move |conn| ops::list(conn, &inner.sql, inner.config.clock.now(), &query))
+            .await?
+    }
+
+    async fn stats(&self) -> Result<Stats, Error> {
+        let inner = Arc::clone(&self.inner);
+        self.inner
+            .pool
+            .read(move |conn| ops::stats(conn, &inner.sql, inner.config.clock.now()))
             .await?
     }
 }

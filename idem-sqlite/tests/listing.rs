@@ -1,0 +1,119 @@
+//! What operators see on SQLite beyond the conformance suite: a table from schema version 1 is
+//! migrated in place and its records list with an unknown age, and the listings read indexes,
+//! never the whole table.
+
+use idem_core::store::{ListQuery, ListedState, Store};
+use idem_core::{IdempotencyKey, RecordId, Scope};
+use idem_sqlite::rusqlite::{params, Connection};
+use idem_sqlite::{SqliteStore, SCHEMA_VERSION};
+use std::time::Duration;
+
+const V1_SCHEMA: &str = include_str!("../sql/migrations/0001_create_records.sql");
+
+/// A file holding a version-1 table with an in-progress row (lease an hour away) and a
+/// completed one, as a release before version 2 left them.
+fn version_1_file(path: &std::path::Path) {
+    let db = Connection::open(path).expect("open");
+    db.execute_batch(include_str!("../sql/migrations_table.sql"))
+        .expect("migrations table");
+    db.execute_batch(V1_SCHEMA).expect("v1 schema");
+    db.execute(
+        "INSERT INTO idem_schema_migrations (table_name, version, applied_at) VALUES ('idem_records', 1, 0)",
+        [],
+    )
+    .expect("record v1");
+    let far = 4_102_444_800_000_i64; // 2100-01-01
+    let completed = idem_core::StoredResponse::new(201, "{}")
+        .encode()
+        .expect("encode");
+    for (key, state, response) in [("old-running", 0, None), ("old-done", 1, Some(completed))] {
+        db.execute(
+            "INSERT INTO idem_records (consumer, route, key, fingerprint, token, state, deadline, response) \
+             VALUES ('acct', 'POST /charges', ?1, zeroblob(32), zeroblob(16), ?2, ?3, ?4)",
+            params![key, state, far, response],
+        )
+        .expect("v1 row");
+    }
+}
+
+#[tokio::test]
+async fn a_version_1_table_is_migrated_and_its_records_list_without_an_age() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("v1.db");
+    version_1_file(&path);
+    let store = SqliteStore::open(&path).await.expect("open migrates");
+
+    let pending = store
+        .list(&ListQuery::in_progress(Duration::from_secs(
+            365 * 24 * 3600,
+        )))
+        .await
+        .expect("list");
+    let [record] = pending.records.as_slice() else {
+        panic!("{pending:?}");
+    };
+    assert_eq!(record.id.key(), "old-running");
+    assert_eq!(record.reserved_at, None, "its age is unknown, so it is old");
+
+    let done = store
+        .list(&ListQuery::completed("acct").expect("consumer"))
+        .await
+        .expect("list");
+    assert_eq!(done.records.len(), 1);
+    assert!(matches!(
+        done.records[0].state,
+        ListedState::Completed { status: 201, .. }
+    ));
+    let stats = store.stats().await.expect("stats");
+    assert_eq!((stats.in_progress, stats.completed), (1, 1));
+    assert_eq!(
+        stats.oldest_in_progress, None,
+        "no in-progress record has a time"
+    );
+
+    let version: i64 = Connection::open(&path)
+        .expect("open")
+        .query_row(
+            "SELECT max(version) FROM idem_schema_migrations WHERE table_name = 'idem_records'",
+            [],
+            |row| row.get(0),
+        )
+        .expect("version");
+    assert_eq!(version, SCHEMA_VERSION);
+    let id = RecordId::new(
+        Scope::new("acct", "POST /charges").expect("scope"),
+        IdempotencyKey::new("old-done").expect("key"),
+    );
+    assert!(store.lookup(&id).await.expect("lookup").is_some());
+}
+
+#[tokio::test]
+async fn listings_read_an_index_never_the_whole_table() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("plan.db");
+    SqliteStore::open(&path).await.expect("open");
+    let db = Connection::open(&path).expect("open");
+    for (statement, index) in [
+        (
+            include_str!("../sql/list_in_progress.sql"),
+            "idem_records_in_progress",
+        ),
+        (
+            include_str!("../sql/list_completed.sql"),
+            "sqlite_autoindex_idem_records_1",
+        ),
+    ] {
+        let plan: Vec<String> = db
+            .prepare(&format!("EXPLAIN QUERY PLAN {statement}"))
+            .expect("explain")
+            .query_map(params![0, -1, "", "", "", 10], |row| {
+                row.get::<_, String>(3)
+            })
+            .expect("plan")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        let plan = plan.join("; ");
+        assert!(plan.contains(index), "{plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "a listing sorts: {plan}");
+    }
+}
