@@ -2,7 +2,8 @@
 -- the decision saw: it still carries its token ($7), is still in the state the decision saw ($8:
 -- 0 = in progress for a takeover, 1 = completed for a start over) and is still expired by the
 -- server's clock. A late completion or a renewal moves the state or the deadline, so it is never
--- overwritten. The row is taken with SKIP LOCKED: if another transaction holds it (the old
+-- overwritten. A takeover is a new reservation: reserved_at is now. The row is taken with
+-- SKIP LOCKED: if another transaction holds it (the old
 -- holder's completion being committed right now), this never waits; it reports the row busy and
 -- the caller answers in flight (C5).
 -- $1..$3 the record, $4 fingerprint, $5 new token, $6 lease in milliseconds, $7 previous token,
@@ -16,7 +17,8 @@ WITH target AS (
 replaced AS (
     UPDATE idem_records
     SET fingerprint = $4, token = $5, state = 0, response = NULL,
-        deadline = clock_timestamp() + $6 * interval '1 millisecond'
+        deadline = clock_timestamp() + $6 * interval '1 millisecond',
+        reserved_at = date_trunc('milliseconds', clock_timestamp())
     WHERE ctid IN (SELECT ctid FROM target)
       AND token = $7 AND state = $8 AND deadline <= clock_timestamp()
     RETURNING deadline

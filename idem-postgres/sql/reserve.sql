@@ -11,7 +11,8 @@
 --   statement again, and then reads it.
 -- * The response is fetched only for the same fingerprint (the only case it can be replayed), so
 --   a mismatch or an in-flight answer costs the same whatever the stored body's size.
--- * Time is the server's (C11): clock_timestamp() is the moment this statement runs.
+-- * Time is the server's (C11): clock_timestamp() is the moment this statement runs, and the
+--   reservation's time (reserved_at, to the millisecond) for operators.
 --
 -- $1 consumer, $2 route, $3 key, $4 fingerprint, $5 new token, $6 lease in milliseconds.
 -- Returns one row: source ('existing' or 'inserted'), the record's columns, and now.
@@ -25,8 +26,9 @@ existing AS (
     WHERE consumer = $1 AND route = $2 AND key = $3
 ),
 inserted AS (
-    INSERT INTO idem_records (consumer, route, key, fingerprint, token, state, deadline)
-    SELECT $1, $2, $3, $4, $5, 0, clock.now + $6 * interval '1 millisecond'
+    INSERT INTO idem_records (consumer, route, key, fingerprint, token, state, deadline, reserved_at)
+    SELECT $1, $2, $3, $4, $5, 0, clock.now + $6 * interval '1 millisecond',
+           date_trunc('milliseconds', clock.now)
     FROM clock
     WHERE NOT EXISTS (SELECT 1 FROM existing)
     ON CONFLICT (consumer, route, key) DO NOTHING

@@ -10,7 +10,7 @@ use idem_core::{Error, Field};
 use sqlx::{AssertSqlSafe, Row};
 
 /// The schema version this crate writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 impl PgStore {
     /// Applies the migrations the store's table is missing, in one transaction, under an

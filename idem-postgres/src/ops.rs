@@ -5,7 +5,9 @@ use crate::error::BACKEND;
 use crate::params::{execute, fetch_all, Param, StatementMode};
 use crate::row;
 use crate::sql::Statements;
-use idem_core::store::{decide, Acquire, Completion, Decision, Lease, Record};
+use idem_core::store::{
+    decide, Acquire, Completion, Cursor, Decision, Lease, ListQuery, Page, Record, Selection, Stats,
+};
 use idem_core::{
     Answer, Begin, Error, FencingToken, RecordId, Request, StoreErrorKind, StoredResponse,
     Timestamp,
@@ -283,6 +285,80 @@ impl Ops {
         row::decode(found)?
             .try_map_response(|response| StoredResponse::decode(&row::fetched(response)?))
             .map(Some)
+    }
+
+    /// One page of a listing (store rule 6), by the server's clock.
+    pub(crate) async fn list(
+        &self,
+        conn: &mut PgConnection,
+        query: &ListQuery,
+    ) -> Result<Page, Error> {
+        let after = query.cursor().map(Cursor::position).transpose()?;
+        let limit = query.limit_value();
+        let fetch = Param::Int(i64::try_from(limit).unwrap_or(i64::MAX));
+        let (consumer, route, key) = after.as_ref().map_or(("", "", ""), |p| {
+            (p.id.consumer(), p.id.route(), p.id.key())
+        });
+        let rows = match query.selection() {
+            Selection::InProgress { older_than } => {
+                let at = after
+                    .as_ref()
+                    .map_or(-1, |p| i64::try_from(p.reserved_at).unwrap_or(i64::MAX));
+                let params = [
+                    Param::Int(millis(*older_than)),
+                    Param::Int(at),
+                    Param::Text(consumer),
+                    Param::Text(route),
+                    Param::Text(key),
+                    fetch,
+                ];
+                fetch_all(conn, self.mode, &self.sql.list_in_progress, &params).await?
+            }
+            Selection::Completed {
+                consumer: whose,
+                route: only,
+            } => {
+                let params = [
+                    Param::Text(whose),
+                    Param::Text(only.as_deref().unwrap_or("")),
+                    Param::Text(route),
+                    Param::Text(key),
+                    fetch,
+                ];
+                fetch_all(conn, self.mode, &self.sql.list_completed, &params).await?
+            }
+            _ => Vec::new(),
+        };
+        let records = rows
+            .iter()
+            .map(row::decode_listed)
+            .collect::<Result<Vec<_>, Error>>()?;
+        let next = (records.len() == limit)
+            .then(|| records.last().map(Cursor::after_record))
+            .flatten();
+        Ok(Page { records, next })
+    }
+
+    /// Records by state at the server's now (store rule 6): one pass over the table.
+    pub(crate) async fn stats(&self, conn: &mut PgConnection) -> Result<Stats, Error> {
+        let rows = fetch_all(conn, self.mode, &self.sql.stats, &[]).await?;
+        let found = rows.first().ok_or_else(|| {
+            Error::store(BACKEND, StoreErrorKind::Other, "the count returned no row")
+        })?;
+        let get = |name: &str| -> Result<i64, Error> {
+            found.try_get(name).map_err(crate::error::store_error)
+        };
+        let mut stats = Stats::at(timestamp(get("now_ms")?)?);
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        stats.in_progress = count(get("in_progress")?);
+        stats.orphaned = count(get("orphaned")?);
+        stats.completed = count(get("completed")?);
+        stats.expired = count(get("expired")?);
+        let oldest: Option<i64> = found
+            .try_get("oldest_ms")
+            .map_err(crate::error::store_error)?;
+        stats.oldest_in_progress = oldest.map(timestamp).transpose()?;
+        Ok(stats)
     }
 }
 

@@ -2,8 +2,10 @@
 //! what the store writes is `CorruptRecord` (C12), never "absent".
 
 use crate::error::store_error;
-use idem_core::store::{Record, RecordState};
-use idem_core::{Error, FencingToken, Fingerprint, Timestamp};
+use idem_core::store::{Listed, ListedState, Record, RecordState};
+use idem_core::{
+    Error, FencingToken, Fingerprint, IdempotencyKey, RecordId, Scope, StoredResponse, Timestamp,
+};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
@@ -39,6 +41,42 @@ pub(crate) fn decode(row: &PgRow) -> Result<Record<Option<Vec<u8>>>, Error> {
 /// A completed record's response, which the statement fetched.
 pub(crate) fn fetched(response: Option<Vec<u8>>) -> Result<Vec<u8>, Error> {
     response.ok_or_else(|| corrupt("a completed row without a response".to_owned()))
+}
+
+/// Reads a listing row (`list_in_progress.sql`, `list_completed.sql`): consumer, route, key,
+/// reserved_ms (0 for unknown), deadline_ms, and status_prefix, the first bytes of a completed
+/// record's response (NULL for an in-progress one).
+pub(crate) fn decode_listed(row: &PgRow) -> Result<Listed, Error> {
+    let text =
+        |name: &str| -> Result<String, Error> { row.try_get(name).map_err(corrupt_or_store) };
+    let (consumer, route, key) = (text("consumer")?, text("route")?, text("key")?);
+    let id = RecordId::new(
+        Scope::new(&consumer, &route).map_err(|e| corrupt(format!("scope: {e}")))?,
+        IdempotencyKey::new(&key).map_err(|e| corrupt(format!("key: {e}")))?,
+    );
+    let millis = |name: &str| -> Result<Timestamp, Error> {
+        let ms: Option<i64> = row.try_get(name).map_err(corrupt_or_store)?;
+        ms.and_then(|ms| u64::try_from(ms).ok())
+            .map(Timestamp::from_millis)
+            .ok_or_else(|| corrupt(format!("{name} {ms:?}")))
+    };
+    let reserved_at = Some(millis("reserved_ms")?).filter(|at| at.as_millis() > 0);
+    let deadline = millis("deadline_ms")?;
+    let prefix: Option<Vec<u8>> = row.try_get("status_prefix").map_err(corrupt_or_store)?;
+    let state = match prefix {
+        Some(prefix) => ListedState::Completed {
+            status: StoredResponse::status_of(&prefix)?,
+            expires_at: deadline,
+        },
+        None => ListedState::InProgress {
+            lease_until: deadline,
+        },
+    };
+    Ok(Listed {
+        id,
+        reserved_at,
+        state,
+    })
 }
 
 fn corrupt_or_store(error: sqlx::Error) -> Error {

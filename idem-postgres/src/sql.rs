@@ -2,14 +2,20 @@
 
 /// The table name the `.sql` files are written with.
 const DEFAULT_TABLE: &str = "idem_records";
-/// The index name the migrations are written with.
-const DEFAULT_INDEX: &str = "idem_records_deadline";
+/// The index names the migrations are written with: `idem_records_<suffix>`, which become
+/// `<table>_<suffix>`.
+const INDEX_SUFFIXES: &[&str] = &["deadline", "in_progress"];
 /// The migrations table the `.sql` files are written with.
 const MIGRATIONS: &str = "idem_schema_migrations";
 
 /// The versioned migrations, in order: (version, SQL for the default names).
-pub(crate) const MIGRATION_FILES: &[(i64, &str)] =
-    &[(1, include_str!("../sql/migrations/0001_create_records.sql"))];
+pub(crate) const MIGRATION_FILES: &[(i64, &str)] = &[
+    (1, include_str!("../sql/migrations/0001_create_records.sql")),
+    (
+        2,
+        include_str!("../sql/migrations/0002_reservation_time.sql"),
+    ),
+];
 
 /// Every statement, with the configured schema and table in place of the defaults.
 #[derive(Debug)]
@@ -21,6 +27,9 @@ pub(crate) struct Statements {
     pub(crate) renew: String,
     pub(crate) purge_expired: String,
     pub(crate) select_record: String,
+    pub(crate) list_in_progress: String,
+    pub(crate) list_completed: String,
+    pub(crate) stats: String,
     pub(crate) migrations_table: String,
     pub(crate) migrations_applied: String,
     pub(crate) migration_record: String,
@@ -39,6 +48,9 @@ impl Statements {
             renew: sql(include_str!("../sql/renew.sql")),
             purge_expired: sql(include_str!("../sql/purge_expired.sql")),
             select_record: sql(include_str!("../sql/select_record.sql")),
+            list_in_progress: sql(include_str!("../sql/list_in_progress.sql")),
+            list_completed: sql(include_str!("../sql/list_completed.sql")),
+            stats: sql(include_str!("../sql/stats.sql")),
             migrations_table: sql(include_str!("../sql/migrations_table.sql")),
             migrations_applied: sql(include_str!("../sql/migrations_applied.sql")),
             migration_record: sql(include_str!("../sql/migration_record.sql")),
@@ -61,17 +73,29 @@ pub(crate) fn strip_comments(sql: &str) -> String {
         .join("\n")
 }
 
-/// Puts `"schema"."table"` in place of `idem_records`, `"table_deadline"` in place of the index
-/// name (an index lives in its table's schema), and `"schema".idem_schema_migrations` in place of
-/// the migrations table. Names are quoted, so a name that is also a keyword (`user`) works.
+/// Puts `"schema"."table"` in place of `idem_records`, `"table_<suffix>"` in place of each
+/// index name `idem_records_<suffix>` (an index lives in its table's schema), and
+/// `"schema".idem_schema_migrations` in place of the migrations table. Names are quoted, so a
+/// name that is also a keyword (`user`) works.
 pub(crate) fn for_table(sql: &str, schema: &str, table: &str) -> String {
-    const INDEX: &str = "\u{1}index\u{1}";
     const MIGRATIONS_MARK: &str = "\u{1}migrations\u{1}";
-    sql.replace(DEFAULT_INDEX, INDEX)
-        .replace(MIGRATIONS, MIGRATIONS_MARK)
+    let mut sql = sql.replace(MIGRATIONS, MIGRATIONS_MARK);
+    for suffix in INDEX_SUFFIXES {
+        sql = sql.replace(
+            &format!("{DEFAULT_TABLE}_{suffix}"),
+            &format!("\u{1}{suffix}\u{1}"),
+        );
+    }
+    let mut sql = sql
         .replace(DEFAULT_TABLE, &format!("\"{schema}\".\"{table}\""))
-        .replace(INDEX, &format!("\"{table}_deadline\""))
-        .replace(MIGRATIONS_MARK, &format!("\"{schema}\".{MIGRATIONS}"))
+        .replace(MIGRATIONS_MARK, &format!("\"{schema}\".{MIGRATIONS}"));
+    for suffix in INDEX_SUFFIXES {
+        sql = sql.replace(
+            &format!("\u{1}{suffix}\u{1}"),
+            &format!("\"{table}_{suffix}\""),
+        );
+    }
+    sql
 }
 
 #[cfg(test)]
@@ -84,6 +108,10 @@ mod tests {
         assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"billing\".\"idem_records\" ("));
         assert!(sql.contains(
             "CREATE INDEX IF NOT EXISTS \"idem_records_deadline\" ON \"billing\".\"idem_records\" (deadline)"
+        ));
+        let v2 = for_table(MIGRATION_FILES[1].1, "billing", "t");
+        assert!(v2.contains(
+            "CREATE INDEX IF NOT EXISTS \"t_in_progress\"\n    ON \"billing\".\"t\" (reserved_at"
         ));
         let applied = for_table(include_str!("../sql/migrations_applied.sql"), "s", "t");
         assert!(applied.contains("FROM \"s\".idem_schema_migrations"));

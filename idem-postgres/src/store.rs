@@ -6,7 +6,7 @@ use crate::error::store_error;
 use crate::ops::Ops;
 use crate::params::StatementMode;
 use crate::sql::Statements;
-use idem_core::store::{Completion, Lease, Record};
+use idem_core::store::{Completion, Lease, ListQuery, Page, Record, Stats};
 use idem_core::{async_trait, Begin, Error, RecordId, Request, Store, Timestamp};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool};
@@ -282,5 +282,13 @@ impl Store for PgStore {
 
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         on_connection!(self, |conn| self.inner.ops.select(conn, id))
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+        on_connection!(self, |conn| self.inner.ops.list(conn, query))
+    }
+
+    async fn stats(&self) -> Result<Stats, Error> {
+        on_connection!(self, |conn| self.inner.ops.stats(conn))
     }
 }

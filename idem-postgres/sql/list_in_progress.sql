@@ -1,0 +1,16 @@
+-- Pending records for operators (store rule 6): in progress and reserved at least $1 ms ago by
+-- the server's clock, oldest first, strictly after the position ($2 reserved_at in ms, $3
+-- consumer, $4 route, $5 key) (-1 and empty strings for the first page), at most $6 rows. The
+-- partial index `idem_records_in_progress` holds exactly these rows, in this order; the moment
+-- is computed once so that the planner uses it.
+SELECT consumer, route, key,
+       round(extract(epoch FROM reserved_at) * 1000)::bigint AS reserved_ms,
+       CASE WHEN isfinite(deadline) THEN floor(extract(epoch FROM deadline) * 1000)::bigint END AS deadline_ms,
+       NULL::bytea AS status_prefix
+FROM idem_records
+WHERE state = 0
+  AND reserved_at <= (SELECT clock_timestamp()) - $1 * interval '1 millisecond'
+  AND (reserved_at, consumer, route, key)
+      > ('epoch'::timestamptz + $2 * interval '1 millisecond', $3::text, $4::text, $5::text)
+ORDER BY reserved_at, consumer, route, key
+LIMIT $6
