@@ -66,6 +66,16 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// Whether opening creates a missing file and applies the migrations the table lacks (the
+    /// default, `true`). With `false`, opening neither creates nor changes anything: the file
+    /// must exist and the table be at [`SCHEMA_VERSION`](crate::SCHEMA_VERSION), else opening
+    /// fails with [`Error::InvalidInput`] (for a tool that reads a database an application owns,
+    /// such as the `idem` command, which must not upgrade a schema under a running release).
+    pub fn migrate(mut self, migrate: bool) -> Self {
+        self.config.migrate = migrate;
+        self
+    }
+
     /// Opens the connections and applies the schema, on Tokio's blocking pool.
     pub async fn open(self) -> Result<SqliteStore, Error> {
         tokio::task::spawn_blocking(move || self.open_blocking())

@@ -48,6 +48,8 @@ pub(crate) struct SqliteConfig {
     pub(crate) busy_timeout: Duration,
     pub(crate) synchronous: Synchronous,
     pub(crate) clock: Arc<dyn Clock>,
+    /// Whether opening creates the file and applies the migrations (else both must exist).
+    pub(crate) migrate: bool,
 }
 
 impl SqliteConfig {
@@ -59,6 +61,7 @@ impl SqliteConfig {
             busy_timeout: Duration::from_secs(5),
             synchronous: Synchronous::Normal,
             clock: Arc::new(SystemClock),
+            migrate: true,
         }
     }
 }

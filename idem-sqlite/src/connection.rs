@@ -2,14 +2,25 @@
 
 use crate::config::SqliteConfig;
 use crate::error::{is_busy, store_error};
-use crate::migrate::migrate;
+use crate::migrate::{migrate, require_current};
 use idem_core::{Error, Field};
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
 use std::time::{Duration, Instant};
 
 /// Opens one connection with the store's settings: WAL, busy timeout, synchronous.
 pub(crate) fn connect(config: &SqliteConfig) -> Result<Connection, Error> {
-    let conn = Connection::open(&config.path).map_err(store_error)?;
+    let conn = if config.migrate {
+        Connection::open(&config.path)
+    } else {
+        // Never creates the file: a mistyped path is an error, not a new empty database.
+        Connection::open_with_flags(
+            &config.path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_URI
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+    }
+    .map_err(store_error)?;
     conn.busy_timeout(config.busy_timeout)
         .map_err(store_error)?;
     // Switching the journal mode needs an exclusive lock, so it is only asked for when the
@@ -41,7 +52,11 @@ pub(crate) fn open_all(config: &SqliteConfig) -> Result<(Connection, Vec<Connect
     loop {
         let attempt = || -> Result<(Connection, Vec<Connection>), Error> {
             let mut writer = connect(config)?;
-            migrate(&mut writer, &config.table)?;
+            if config.migrate {
+                migrate(&mut writer, &config.table)?;
+            } else {
+                require_current(&writer, &config.table)?;
+            }
             let readers = (0..config.readers)
                 .map(|_| connect(config))
                 .collect::<Result<_, _>>()?;

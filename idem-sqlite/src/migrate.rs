@@ -1,6 +1,6 @@
 //! The versioned schema: applied by the store when it opens, and printable to run by hand.
 
-use crate::error::store_error;
+use crate::error::{is_busy, store_error};
 use crate::sql::{for_table, MIGRATIONS, MIGRATIONS_TABLE};
 use idem_core::{Error, Field};
 use rusqlite::{params, Connection, TransactionBehavior};
@@ -41,6 +41,22 @@ pub(crate) fn migrate(conn: &mut Connection, table: &str) -> Result<(), Error> {
         .map_err(store_error)?;
     }
     tx.commit().map_err(store_error)
+}
+
+/// Checks, without writing, that `table` is at [`SCHEMA_VERSION`].
+pub(crate) fn require_current(conn: &Connection, table: &str) -> Result<(), Error> {
+    match applied_version(conn, table) {
+        Ok(SCHEMA_VERSION) => Ok(()),
+        Err(error) if is_busy(&error) => Err(error),
+        Ok(0) | Err(_) => Err(Error::invalid(
+            Field::Config,
+            format!("no idem table {table} in this database (apply the schema first)"),
+        )),
+        Ok(other) => Err(Error::invalid(
+            Field::Config,
+            format!("table {table} has schema version {other}; this idem-sqlite uses {SCHEMA_VERSION} (migrate it first)"),
+        )),
+    }
 }
 
 /// The highest migration applied to `table` (0 for none); an error if the migrations table

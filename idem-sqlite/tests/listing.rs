@@ -117,3 +117,52 @@ async fn listings_read_an_index_never_the_whole_table() {
         assert!(!plan.contains("TEMP B-TREE"), "a listing sorts: {plan}");
     }
 }
+
+#[tokio::test]
+async fn opening_without_migrations_creates_and_changes_nothing() {
+    let dir = tempfile::tempdir().expect("dir");
+    let missing = dir.path().join("missing.db");
+    let err = SqliteStore::builder(&missing)
+        .migrate(false)
+        .open()
+        .await
+        .expect_err("no file");
+    assert!(matches!(err, idem_core::Error::Store(_)), "{err:?}");
+    assert!(
+        !missing.exists(),
+        "a mistyped path must not create a database"
+    );
+
+    let old = dir.path().join("v1.db");
+    version_1_file(&old);
+    let err = SqliteStore::builder(&old)
+        .migrate(false)
+        .open()
+        .await
+        .expect_err("version 1");
+    assert!(err.to_string().contains("schema version 1"), "{err}");
+    let version: i64 = Connection::open(&old)
+        .expect("open")
+        .query_row(
+            "SELECT max(version) FROM idem_schema_migrations",
+            [],
+            |row| row.get(0),
+        )
+        .expect("version");
+    assert_eq!(version, 1, "the schema was left alone");
+
+    let current = dir.path().join("current.db");
+    SqliteStore::open(&current).await.expect("create");
+    SqliteStore::builder(&current)
+        .migrate(false)
+        .open()
+        .await
+        .expect("a current table opens");
+    let err = SqliteStore::builder(&current)
+        .table("other")
+        .migrate(false)
+        .open()
+        .await
+        .expect_err("no such table");
+    assert!(err.to_string().contains("no idem table other"), "{err}");
+}
