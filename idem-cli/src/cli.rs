@@ -1,0 +1,126 @@
+//! The command line: what `idem` accepts, as clap reads it.
+
+use clap::{Args, Parser, Subcommand};
+use std::time::Duration;
+
+/// Inspect and maintain idem's idempotency records in SQLite, PostgreSQL or Redis.
+///
+/// Reads never change a record, and a stored body is printed only with `inspect --body`.
+#[derive(Debug, Parser)]
+#[command(name = "idem", version, about, long_about = None)]
+pub struct Cli {
+    /// Where the records are: sqlite://PATH (sqlite:///abs/path), postgres://… or redis://…
+    #[arg(long, env = "IDEM_URL", global = true, hide_env_values = true)]
+    pub url: Option<String>,
+
+    /// The records table (SQLite, PostgreSQL; default idem_records).
+    #[arg(long, global = true)]
+    pub table: Option<String>,
+
+    /// The PostgreSQL schema of the table (default public).
+    #[arg(long, global = true)]
+    pub schema: Option<String>,
+
+    /// The Redis key prefix (default idem).
+    #[arg(long, global = true)]
+    pub prefix: Option<String>,
+
+    /// One JSON document on stdout instead of a table, for scripts.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply the schema (SQLite, PostgreSQL), or print it with --print.
+    Migrate {
+        /// Print the SQL instead of applying it; touches nothing.
+        #[arg(long)]
+        print: bool,
+    },
+    /// Show one record: state, deadline, stored status and headers (the body with --body).
+    /// Exits 3 when there is no record.
+    Inspect {
+        /// The consumer (the authenticated caller the key belongs to).
+        consumer: String,
+        /// The route, as the application names it (for example "POST /v1/charges").
+        route: String,
+        /// The idempotency key.
+        key: String,
+        /// Also print the stored body.
+        #[arg(long)]
+        body: bool,
+    },
+    /// List in-progress records reserved at least --older-than ago: orphans a crash left,
+    /// handlers that hang.
+    Pending {
+        /// The least age listed (30s, 5m, 1h...).
+        #[arg(long, default_value = "5m", value_parser = parse_duration)]
+        older_than: Duration,
+        #[command(flatten)]
+        page: PageArgs,
+    },
+    /// List a consumer's live completed records with their status.
+    Completed {
+        /// Whose records.
+        consumer: String,
+        /// Only this route.
+        #[arg(long)]
+        route: Option<String>,
+        #[command(flatten)]
+        page: PageArgs,
+    },
+    /// Delete expired records in bounded batches: one batch, or --all until none is left.
+    Purge {
+        /// Records deleted per batch.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        batch: u32,
+        /// Repeat until a batch finds fewer than --batch expired records.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Count the records by state (reads every record).
+    Stats,
+}
+
+/// Paging of a listing.
+#[derive(Debug, Args)]
+pub struct PageArgs {
+    /// Records per page (1..=1000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub limit: u16,
+    /// Resume after this cursor (printed by the previous page).
+    #[arg(long)]
+    pub after: Option<String>,
+    /// Follow every page to the end.
+    #[arg(long, conflicts_with = "after")]
+    pub all: bool,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("{e} (write 30s, 5m, 1h, 250ms...)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert!(parse_duration("soon").is_err());
+    }
+}

@@ -1,0 +1,74 @@
+//! `idem`: inspect and maintain idem's idempotency records from a shell.
+//!
+//! ```text
+//! idem --url sqlite://idem.db migrate
+//! idem --url postgres://app@db/app inspect acct_42 "POST /v1/charges" 5f1c…
+//! idem --url redis://127.0.0.1:6379 pending --older-than 5m --json
+//! idem --url postgres://app@db/app purge --all
+//! idem --url sqlite://idem.db stats
+//! ```
+//!
+//! Exit status: 0 done, 1 the store failed or refused, 2 a mistake on the command line, 3
+//! `inspect` found no record. Reads change nothing (a SQLite file is neither created nor
+//! migrated except by `migrate`), and a stored body is printed only with `inspect --body`.
+//! docs/operations.md shows the commands at work.
+
+mod cli;
+mod commands;
+mod render;
+mod target;
+
+use clap::Parser;
+use commands::{Failure, Io};
+use std::error::Error as _;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    let json = cli.json;
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("idem: cannot start: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr());
+    let mut io = Io {
+        out: &mut out,
+        err: &mut err,
+        json,
+    };
+    match runtime.block_on(commands::run(cli, &mut io)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::NotFound) => ExitCode::from(3),
+        Err(Failure::Usage(why)) => {
+            eprintln!("idem: {why}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Idem(error)) => {
+            let mut message = format!("idem: {error}");
+            let mut source = error.source();
+            while let Some(cause) = source {
+                // Backends often repeat their cause in their own message: say it once.
+                let cause_text = cause.to_string();
+                if !message.contains(&cause_text) {
+                    message.push_str(&format!(": {cause_text}"));
+                }
+                source = cause.source();
+            }
+            eprintln!("{message}");
+            ExitCode::FAILURE
+        }
+        Err(Failure::Output(error)) => {
+            // A reader that went away (`| head`) needs no message.
+            if error.kind() != std::io::ErrorKind::BrokenPipe {
+                eprintln!("idem: cannot write the output: {error}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

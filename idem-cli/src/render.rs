@@ -1,0 +1,367 @@
+//! How records look: aligned tables for people, JSON for scripts. Everything a client or a
+//! handler could have chosen (consumer, route, key, header values, bodies) is escaped before it
+//! reaches a terminal, so a stored value cannot move the cursor or rewrite the screen.
+
+use idem_core::store::{Listed, ListedState, Record, RecordState, Stats};
+use idem_core::Timestamp;
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// An instant as RFC 3339 in UTC, to the millisecond.
+pub fn time(at: Timestamp) -> String {
+    let system = UNIX_EPOCH + Duration::from_millis(at.as_millis());
+    humantime::format_rfc3339_millis(system).to_string()
+}
+
+/// How far `at` is from `now`: `in 4m 59s` or `3m 2s ago`, to the second.
+pub fn relative(at: Timestamp, now: Timestamp) -> String {
+    let seconds = |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs()));
+    if at > now {
+        format!("in {}", seconds(at.saturating_since(now)))
+    } else {
+        format!("{} ago", seconds(now.saturating_since(at)))
+    }
+}
+
+/// This machine's clock, for the ages shown beside the store's instants.
+pub fn now() -> Timestamp {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    Timestamp::from_millis(ms)
+}
+
+/// `text` with control and bidirectional-formatting characters escaped (`\u{1b}`), the rest
+/// as it is.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let hostile = c.is_control()
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if hostile {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Bytes shown as escaped text when they are UTF-8, else as hex.
+pub fn printable_bytes(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => printable(text),
+        Err(_) => format!("(not UTF-8) hex {}", hex(bytes)),
+    }
+}
+
+/// Lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
+            let _ = write!(out, "{b:02x}");
+            out
+        })
+}
+
+/// Bytes as a JSON string when they are UTF-8, else as `{"hex": …}`.
+fn bytes_json(bytes: &[u8]) -> Value {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => json!(text),
+        Err(_) => json!({ "hex": hex(bytes) }),
+    }
+}
+
+/// Rows under headers, each column as wide as its widest cell.
+#[derive(Debug)]
+pub struct Table {
+    headers: Vec<&'static str>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// An empty table with these columns.
+    pub fn new(headers: &[&'static str]) -> Self {
+        Self {
+            headers: headers.to_vec(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Adds a row (cells already printable).
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// The table as text, one line per row, cells separated by two spaces.
+    pub fn render(&self) -> String {
+        let width = |i: usize| {
+            self.rows
+                .iter()
+                .filter_map(|row| row.get(i))
+                .map(|cell| cell.chars().count())
+                .chain([self.headers[i].len()])
+                .max()
+                .unwrap_or(0)
+        };
+        let widths: Vec<usize> = (0..self.headers.len()).map(width).collect();
+        let line = |cells: Vec<&str>| {
+            let mut line = String::new();
+            for (i, cell) in cells.iter().enumerate() {
+                if i + 1 == cells.len() {
+                    line.push_str(cell);
+                } else {
+                    let pad = widths[i].saturating_sub(cell.chars().count()) + 2;
+                    line.push_str(cell);
+                    line.extend(std::iter::repeat_n(' ', pad));
+                }
+            }
+            line.trim_end().to_owned() + "\n"
+        };
+        let mut out = line(self.headers.clone());
+        for row in &self.rows {
+            out.push_str(&line(row.iter().map(String::as_str).collect()));
+        }
+        out
+    }
+}
+
+/// The columns of a pending (in-progress) listing.
+pub const PENDING_COLUMNS: &[&str] = &["RESERVED", "AGE", "LEASE", "CONSUMER", "ROUTE", "KEY"];
+/// The columns of a completed listing.
+pub const COMPLETED_COLUMNS: &[&str] = &["ROUTE", "KEY", "STATUS", "RESERVED", "EXPIRES"];
+
+/// A listed record as a table row of its selection's columns.
+pub fn listed_row(record: &Listed, now: Timestamp) -> Vec<String> {
+    let reserved = record.reserved_at.map_or("unknown".to_owned(), time);
+    match record.state {
+        ListedState::InProgress { lease_until } => vec![
+            reserved,
+            record.reserved_at.map_or("unknown".to_owned(), |at| {
+                relative(at, now).replace(" ago", "")
+            }),
+            if lease_until > now {
+                format!("holds, ends {}", relative(lease_until, now))
+            } else {
+                format!("orphaned {}", relative(lease_until, now))
+            },
+            printable(record.id.consumer()),
+            printable(record.id.route()),
+            printable(record.id.key()),
+        ],
+        ListedState::Completed { status, expires_at } => vec![
+            printable(record.id.route()),
+            printable(record.id.key()),
+            status.to_string(),
+            reserved,
+            format!("{} ({})", time(expires_at), relative(expires_at, now)),
+        ],
+    }
+}
+
+/// A listed record as JSON.
+pub fn listed_json(record: &Listed) -> Value {
+    let mut value = json!({
+        "consumer": record.id.consumer(),
+        "route": record.id.route(),
+        "key": record.id.key(),
+        "reserved_at": record.reserved_at.map(time),
+        "reserved_at_ms": record.reserved_at.map(Timestamp::as_millis),
+    });
+    let fields = match record.state {
+        ListedState::InProgress { lease_until } => json!({
+            "state": "in_progress",
+            "lease_until": time(lease_until),
+            "lease_until_ms": lease_until.as_millis(),
+        }),
+        ListedState::Completed { status, expires_at } => json!({
+            "state": "completed",
+            "status": status,
+            "expires_at": time(expires_at),
+            "expires_at_ms": expires_at.as_millis(),
+        }),
+    };
+    merge(&mut value, fields);
+    value
+}
+
+/// One record as `inspect` shows it: a two-column table, the body only when asked.
+pub fn record_text(record: &Record, now: Timestamp, with_body: bool) -> String {
+    let mut table = Table::new(&["FIELD", "VALUE"]);
+    let mut field = |name: &str, value: String| table.row(vec![name.to_owned(), value]);
+    let deadline = record.deadline();
+    let live = record.is_live(now);
+    match &record.state {
+        RecordState::InProgress { lease_until } => {
+            field(
+                "state",
+                if live {
+                    "in progress"
+                } else {
+                    "in progress, orphaned (lease passed)"
+                }
+                .into(),
+            );
+            field(
+                "lease until",
+                format!("{} ({})", time(*lease_until), relative(deadline, now)),
+            );
+        }
+        RecordState::Completed {
+            response,
+            expires_at,
+        } => {
+            field(
+                "state",
+                if live {
+                    "completed"
+                } else {
+                    "completed, expired (behaves as absent)"
+                }
+                .into(),
+            );
+            field(
+                "expires at",
+                format!("{} ({})", time(*expires_at), relative(deadline, now)),
+            );
+            field("status", response.status.to_string());
+            for (name, value) in &response.headers {
+                field(
+                    "header",
+                    format!("{}: {}", printable(name), printable_bytes(value)),
+                );
+            }
+            field(
+                "body",
+                if with_body {
+                    printable_bytes(&response.body)
+                } else {
+                    format!("{} bytes (--body prints it)", response.body.len())
+                },
+            );
+        }
+    }
+    field("token", hex(record.token.as_bytes()));
+    field("fingerprint", hex(record.fingerprint.as_bytes()));
+    table.render()
+}
+
+/// One record as JSON; `body` only when asked.
+pub fn record_json(record: &Record, now: Timestamp, with_body: bool) -> Value {
+    let mut value = json!({
+        "live": record.is_live(now),
+        "token": hex(record.token.as_bytes()),
+        "fingerprint": hex(record.fingerprint.as_bytes()),
+    });
+    let fields = match &record.state {
+        RecordState::InProgress { lease_until } => json!({
+            "state": "in_progress",
+            "lease_until": time(*lease_until),
+            "lease_until_ms": lease_until.as_millis(),
+        }),
+        RecordState::Completed {
+            response,
+            expires_at,
+        } => {
+            let headers: Vec<Value> = response
+                .headers
+                .iter()
+                .map(|(name, value)| json!({ "name": name, "value": bytes_json(value) }))
+                .collect();
+            let mut completed = json!({
+                "state": "completed",
+                "expires_at": time(*expires_at),
+                "expires_at_ms": expires_at.as_millis(),
+                "status": response.status,
+                "headers": headers,
+                "body_bytes": response.body.len(),
+            });
+            if with_body {
+                merge(
+                    &mut completed,
+                    json!({ "body": bytes_json(&response.body) }),
+                );
+            }
+            completed
+        }
+    };
+    merge(&mut value, fields);
+    value
+}
+
+/// The counts as a table.
+pub fn stats_text(stats: &Stats) -> String {
+    let mut table = Table::new(&["RECORDS", "COUNT"]);
+    for (name, count) in [
+        ("in progress", stats.in_progress),
+        ("orphaned (lease passed)", stats.orphaned),
+        ("completed", stats.completed),
+        ("expired (awaiting purge)", stats.expired),
+        ("total", stats.total()),
+    ] {
+        table.row(vec![name.to_owned(), count.to_string()]);
+    }
+    let mut out = table.render();
+    if let Some(oldest) = stats.oldest_in_progress {
+        let _ = writeln!(
+            out,
+            "oldest in progress reserved {} ({})",
+            time(oldest),
+            relative(oldest, stats.now)
+        );
+    }
+    let _ = writeln!(out, "counted at {} by the store's clock", time(stats.now));
+    out
+}
+
+/// The counts as JSON.
+pub fn stats_json(stats: &Stats) -> Value {
+    json!({
+        "now": time(stats.now),
+        "now_ms": stats.now.as_millis(),
+        "in_progress": stats.in_progress,
+        "orphaned": stats.orphaned,
+        "completed": stats.completed,
+        "expired": stats.expired,
+        "total": stats.total(),
+        "oldest_in_progress": stats.oldest_in_progress.map(time),
+        "oldest_in_progress_ms": stats.oldest_in_progress.map(Timestamp::as_millis),
+    })
+}
+
+fn merge(into: &mut Value, from: Value) {
+    if let (Value::Object(into), Value::Object(from)) = (into, from) {
+        into.extend(from);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostile_text_cannot_reach_the_terminal_raw() {
+        assert_eq!(printable("ok é 💳"), "ok é 💳");
+        assert_eq!(printable("\u{1b}[2Jx"), "\\u{1b}[2Jx");
+        assert_eq!(printable("a\u{202e}b\nc"), "a\\u{202e}b\\u{a}c");
+        assert_eq!(printable_bytes(&[0xff, 0x00]), "(not UTF-8) hex ff00");
+    }
+
+    #[test]
+    fn times_are_utc_and_ages_are_to_the_second() {
+        let at = Timestamp::from_millis(1_700_000_000_123);
+        assert_eq!(time(at), "2023-11-14T22:13:20.123Z");
+        let later = Timestamp::from_millis(1_700_000_302_999);
+        assert_eq!(relative(at, later), "5m 2s ago");
+        assert_eq!(relative(later, at), "in 5m 2s");
+    }
+
+    #[test]
+    fn columns_align() {
+        let mut table = Table::new(&["A", "LONGER"]);
+        table.row(vec!["wide cell".into(), "x".into()]);
+        assert_eq!(table.render(), "A          LONGER\nwide cell  x\n");
+    }
+}

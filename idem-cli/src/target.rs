@@ -1,0 +1,196 @@
+//! Where the records are: the URL and names the command line gave, and the store they open.
+
+use idem_core::{Error, Field, Store};
+use idem_postgres::PgStore;
+use idem_redis::RedisStore;
+use idem_sqlite::SqliteStore;
+use std::path::PathBuf;
+
+/// A store's location, from `--url`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A SQLite file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL server (the URL as given: it may hold a password, so it is never printed).
+    Postgres(String),
+    /// One Redis node.
+    Redis(String),
+}
+
+/// The names of the store's table, schema or key prefix, where the command line set them.
+#[derive(Debug, Clone, Default)]
+pub struct Names {
+    /// `--table`.
+    pub table: Option<String>,
+    /// `--schema`.
+    pub schema: Option<String>,
+    /// `--prefix`.
+    pub prefix: Option<String>,
+}
+
+/// A mistake on the command line: exit status 2.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Usage(pub String);
+
+impl Target {
+    /// Reads `--url`: `sqlite://PATH` (relative) or `sqlite:///PATH` (absolute), `postgres://…`
+    /// or `postgresql://…`, `redis://…` or `rediss://…`.
+    pub fn parse(url: &str) -> Result<Self, Usage> {
+        let (scheme, rest) = url.split_once("://").unwrap_or(("", ""));
+        match scheme.to_ascii_lowercase().as_str() {
+            "sqlite" => {
+                let path = rest;
+                if path.is_empty() {
+                    return Err(Usage("sqlite:// needs a path: sqlite://idem.db or sqlite:///var/lib/app/idem.db".into()));
+                }
+                Ok(Target::Sqlite(PathBuf::from(path)))
+            }
+            "postgres" | "postgresql" => Ok(Target::Postgres(url.to_owned())),
+            "redis" | "rediss" => Ok(Target::Redis(url.to_owned())),
+            _ => Err(Usage(
+                "--url must start with sqlite://, postgres://, postgresql://, redis:// or rediss://"
+                    .into(),
+            )),
+        }
+    }
+
+    /// Refuses a name the target does not have (a `--schema` for SQLite...).
+    pub fn check(&self, names: &Names) -> Result<(), Usage> {
+        let refuse =
+            |flag: &str, what: &str| Err(Usage(format!("{flag} does not apply to {what}")));
+        match self {
+            Target::Sqlite(_) if names.schema.is_some() => refuse("--schema", "SQLite"),
+            Target::Sqlite(_) | Target::Postgres(_) if names.prefix.is_some() => {
+                refuse("--prefix", "a SQL store")
+            }
+            Target::Redis(_) if names.table.is_some() => refuse("--table", "Redis"),
+            Target::Redis(_) if names.schema.is_some() => refuse("--schema", "Redis"),
+            _ => Ok(()),
+        }
+    }
+
+    /// Opens the store without changing anything: a SQLite file must exist and its table be
+    /// at the current schema version (an application's release owns its schema; `idem migrate`
+    /// upgrades it on purpose).
+    pub async fn open(&self, names: &Names) -> Result<Box<dyn Store>, Error> {
+        Ok(match self {
+            Target::Sqlite(path) if !path.exists() => {
+                return Err(Error::invalid(
+                    Field::Config,
+                    format!(
+                        "no SQLite database at {} (`idem migrate` creates one)",
+                        path.display()
+                    ),
+                ))
+            }
+            Target::Sqlite(path) => Box::new(
+                with(SqliteStore::builder(path), &names.table, |b, t| b.table(t))
+                    .readers(1)
+                    .migrate(false)
+                    .open()
+                    .await?,
+            ),
+            Target::Postgres(url) => Box::new(postgres(url, names).await?),
+            Target::Redis(url) => {
+                let builder = with(RedisStore::builder(), &names.prefix, |b, p| b.prefix(p));
+                // The command only reads (and a Redis store has nothing to purge): a server
+                // that may evict records is worth inspecting, not refusing.
+                Box::new(builder.allow_eviction(true).connect(url).await?)
+            }
+        })
+    }
+
+    /// Applies the schema: creates a SQLite file if needed and brings the table up to date, or
+    /// runs the PostgreSQL migrations. `None` for Redis, which has no schema.
+    pub async fn migrate(&self, names: &Names) -> Result<Option<()>, Error> {
+        match self {
+            Target::Sqlite(path) => {
+                with(SqliteStore::builder(path), &names.table, |b, t| b.table(t))
+                    .readers(1)
+                    .open()
+                    .await?;
+                Ok(Some(()))
+            }
+            Target::Postgres(url) => postgres(url, names).await?.migrate().await.map(Some),
+            Target::Redis(_) => Ok(None),
+        }
+    }
+
+    /// The schema's SQL for the target's table, or `None` for Redis.
+    pub fn schema_sql(&self, names: &Names) -> Result<Option<String>, Error> {
+        let table = names.table.as_deref().unwrap_or("idem_records");
+        match self {
+            Target::Sqlite(_) => {
+                idem_sqlite::validate_table_name(table)?;
+                Ok(Some(idem_sqlite::schema_sql(table)))
+            }
+            Target::Postgres(_) => {
+                let schema = names.schema.as_deref().unwrap_or("public");
+                idem_postgres::schema_sql(schema, table).map(Some)
+            }
+            Target::Redis(_) => Ok(None),
+        }
+    }
+}
+
+async fn postgres(url: &str, names: &Names) -> Result<PgStore, Error> {
+    let builder = with(PgStore::builder(), &names.schema, |b, s| b.schema(s));
+    with(builder, &names.table, |b, t| b.table(t))
+        .max_connections(1)
+        .connect(url)
+        .await
+}
+
+/// Applies `set` to `builder` when the command line gave a value.
+fn with<B>(builder: B, value: &Option<String>, set: impl FnOnce(B, &str) -> B) -> B {
+    match value {
+        Some(value) => set(builder, value),
+        None => builder,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_their_store() {
+        assert_eq!(
+            Target::parse("sqlite://idem.db"),
+            Ok(Target::Sqlite("idem.db".into()))
+        );
+        assert_eq!(
+            Target::parse("sqlite:///var/lib/app/idem.db"),
+            Ok(Target::Sqlite("/var/lib/app/idem.db".into()))
+        );
+        assert!(matches!(
+            Target::parse("postgresql://u:secret@db/app"),
+            Ok(Target::Postgres(_))
+        ));
+        assert!(matches!(
+            Target::parse("redis://127.0.0.1:6379"),
+            Ok(Target::Redis(_))
+        ));
+        for bad in ["sqlite://", "mysql://db", "idem.db", ""] {
+            assert!(Target::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_must_fit_the_store() {
+        let names = |table: Option<&str>, schema: Option<&str>, prefix: Option<&str>| Names {
+            table: table.map(Into::into),
+            schema: schema.map(Into::into),
+            prefix: prefix.map(Into::into),
+        };
+        let sqlite = Target::Sqlite("x.db".into());
+        let redis = Target::Redis("redis://h".into());
+        let pg = Target::Postgres("postgres://h".into());
+        assert!(sqlite.check(&names(Some("t"), None, None)).is_ok());
+        assert!(sqlite.check(&names(None, Some("s"), None)).is_err());
+        assert!(pg.check(&names(Some("t"), Some("s"), None)).is_ok());
+        assert!(pg.check(&names(None, None, Some("p"))).is_err());
+        assert!(redis.check(&names(None, None, Some("p"))).is_ok());
+        assert!(redis.check(&names(Some("t"), None, None)).is_err());
+    }
+}
