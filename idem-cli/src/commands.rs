@@ -6,6 +6,7 @@ use crate::target::{Names, Target, Usage};
 use idem_core::store::{Cursor, Expiry, ListQuery, Listed, Page, Store};
 use idem_core::{Error, IdempotencyKey, RecordId, Scope};
 use serde_json::{json, Value};
+use std::collections::HashSet;
 use std::io::Write;
 
 /// How a command ended, for the exit status.
@@ -184,12 +185,14 @@ async fn list(
         query = query.after(Cursor::new(after.clone()));
     }
     let mut records: Vec<Listed> = Vec::new();
+    // A scanning store (Redis) may return a record on two pages: show it once.
+    let mut seen = HashSet::new();
     let next = loop {
         let Page {
             records: found,
             next,
         } = store.list(&query).await?;
-        records.extend(found);
+        records.extend(found.into_iter().filter(|r| seen.insert(r.id.clone())));
         match next {
             Some(next) if page.all => query = query.after(next),
             next => break next,
