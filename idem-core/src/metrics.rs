@@ -437,7 +437,17 @@ impl<S: Store> Store for Metered<S> {
                 self.let_go(&completion.token());
             }
             Err(Error::LeaseLost) => {
-                self.count(completion.id(), "lease_lost");
+                // A completion sent again because its first answer was lost (a timeout) finds
+                // its own record completed, and the store refuses it: it landed all the same.
+                // One read, on this rare path, tells it from a lease that was really lost.
+                let landed = matches!(
+                    self.inner.lookup(completion.id()).await,
+                    Ok(Some(record)) if record.token == completion.token() && record.is_completed()
+                );
+                self.count(
+                    completion.id(),
+                    if landed { "executed" } else { "lease_lost" },
+                );
                 self.let_go(&completion.token());
             }
             Err(error) => self.failed("complete", error),
@@ -1053,6 +1063,86 @@ mod tests {
 
             seen.take(&snapshotter);
             assert_eq!(seen.counter(REQUESTS_TOTAL, &outcome("executed")), 2);
+        });
+    }
+
+    /// A memory store whose first completion is written but answered with an error, as when
+    /// the answer of a committed completion is lost on the network.
+    struct LostAnswer {
+        inner: MemoryStore,
+        lose: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait]
+    impl Store for LostAnswer {
+        async fn reserve(&self, r: &Request, d: Duration) -> Result<Begin, Error> {
+            self.inner.reserve(r, d).await
+        }
+        async fn complete(&self, c: &Completion) -> Result<(), Error> {
+            self.inner.complete(c).await?;
+            if self.lose.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                return Err(Error::store(
+                    "lossy",
+                    StoreErrorKind::Unavailable,
+                    "timeout",
+                ));
+            }
+            Ok(())
+        }
+        async fn release(&self, l: &Lease) -> Result<(), Error> {
+            self.inner.release(l).await
+        }
+        async fn renew(&self, l: &Lease, d: Duration) -> Result<Timestamp, Error> {
+            self.inner.renew(l, d).await
+        }
+        async fn purge_expired(&self, n: usize) -> Result<usize, Error> {
+            self.inner.purge_expired(n).await
+        }
+        async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+            self.inner.lookup(id).await
+        }
+        async fn list(&self, q: &ListQuery) -> Result<Page, Error> {
+            self.inner.list(q).await
+        }
+        async fn stats(&self) -> Result<Stats, Error> {
+            self.inner.stats().await
+        }
+    }
+
+    #[test]
+    fn a_completion_whose_answer_was_lost_counts_executed_not_lease_lost() {
+        recorded(|snapshotter| async move {
+            let store = LostAnswer {
+                inner: MemoryStore::new(),
+                lose: std::sync::atomic::AtomicBool::new(true),
+            };
+            let idem = Idempotency::new(Metered::new(store, "memory"));
+            let first = request(&idem, "key-1", b"{}");
+            let lease = acquire(&idem, &first).await;
+            let completion = idem.completion(&lease, StoredResponse::new(201, "ok"));
+            assert!(idem.store().complete(&completion).await.is_err());
+            // Sent again, as the engine does within the lease: refused, because it landed.
+            assert!(matches!(
+                idem.store().complete(&completion).await,
+                Err(Error::LeaseLost)
+            ));
+            let mut seen = Seen::default();
+            seen.take(&snapshotter);
+            assert_eq!(seen.counter(REQUESTS_TOTAL, &outcome("executed")), 1);
+            assert!(seen.row(REQUESTS_TOTAL, &outcome("lease_lost")).is_none());
+            assert_eq!(seen.in_progress(&snapshotter), 0.0);
+
+            // A lease really lost is still lease_lost.
+            let other = request(&idem, "key-2", b"{}");
+            let lease = acquire(&idem, &other).await;
+            idem.store().release(&lease).await.expect("release");
+            let late = idem.completion(&lease, StoredResponse::new(201, "late"));
+            assert!(matches!(
+                idem.store().complete(&late).await,
+                Err(Error::LeaseLost)
+            ));
+            seen.take(&snapshotter);
+            assert_eq!(seen.counter(REQUESTS_TOTAL, &outcome("lease_lost")), 1);
         });
     }
 
