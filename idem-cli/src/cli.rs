@@ -9,7 +9,8 @@ use std::time::Duration;
 #[derive(Debug, Parser)]
 #[command(name = "idem", version, about, long_about = None)]
 pub struct Cli {
-    /// Where the records are: sqlite://PATH (sqlite:///abs/path), postgres://… or redis://…
+    /// Where the records are: sqlite://PATH (sqlite:///abs/path), postgres://…, redis://… or
+    /// redis+cluster://host:port,host:port
     #[arg(long, env = "IDEM_URL", global = true, hide_env_values = true)]
     pub url: Option<String>,
 

@@ -15,6 +15,8 @@ pub enum Target {
     Postgres(String),
     /// One Redis node.
     Redis(String),
+    /// A Redis Cluster, by the URLs of some of its nodes.
+    RedisCluster(Vec<String>),
 }
 
 /// The names of the store's table, schema or key prefix, where the command line set them.
@@ -34,7 +36,9 @@ pub struct Usage(pub String);
 
 impl Target {
     /// Reads `--url`: `sqlite://PATH` (relative) or `sqlite:///PATH` (absolute), `postgres://…`
-    /// or `postgresql://…`, `redis://…` or `rediss://…`.
+    /// or `postgresql://…`, `redis://…` or `rediss://…`, and
+    /// `redis+cluster://[user:password@]host:port,host:port,…` for a Redis Cluster (any of its
+    /// nodes; the credentials apply to each).
     pub fn parse(url: &str) -> Result<Self, Usage> {
         let (scheme, rest) = url.split_once("://").unwrap_or(("", ""));
         match scheme.to_ascii_lowercase().as_str() {
@@ -47,8 +51,24 @@ impl Target {
             }
             "postgres" | "postgresql" => Ok(Target::Postgres(url.to_owned())),
             "redis" | "rediss" => Ok(Target::Redis(url.to_owned())),
+            "redis+cluster" | "rediss+cluster" => {
+                let scheme = scheme.trim_end_matches("+cluster");
+                let (credentials, hosts) = match rest.rsplit_once('@') {
+                    Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
+                    None => (String::new(), rest),
+                };
+                let nodes: Vec<String> = hosts
+                    .split(',')
+                    .filter(|host| !host.is_empty())
+                    .map(|host| format!("{scheme}://{credentials}{host}"))
+                    .collect();
+                if nodes.is_empty() {
+                    return Err(Usage("redis+cluster:// needs nodes: redis+cluster://host:port,host:port".into()));
+                }
+                Ok(Target::RedisCluster(nodes))
+            }
             _ => Err(Usage(
-                "--url must start with sqlite://, postgres://, postgresql://, redis:// or rediss://"
+                "--url must start with sqlite://, postgres://, postgresql://, redis://, rediss:// or redis+cluster://"
                     .into(),
             )),
         }
@@ -63,8 +83,12 @@ impl Target {
             Target::Sqlite(_) | Target::Postgres(_) if names.prefix.is_some() => {
                 refuse("--prefix", "a SQL store")
             }
-            Target::Redis(_) if names.table.is_some() => refuse("--table", "Redis"),
-            Target::Redis(_) if names.schema.is_some() => refuse("--schema", "Redis"),
+            Target::Redis(_) | Target::RedisCluster(_) if names.table.is_some() => {
+                refuse("--table", "Redis")
+            }
+            Target::Redis(_) | Target::RedisCluster(_) if names.schema.is_some() => {
+                refuse("--schema", "Redis")
+            }
             _ => Ok(()),
         }
     }
@@ -91,11 +115,12 @@ impl Target {
                     .await?,
             ),
             Target::Postgres(url) => Box::new(postgres(url, names).await?),
-            Target::Redis(url) => {
-                let builder = with(RedisStore::builder(), &names.prefix, |b, p| b.prefix(p));
-                // The command only reads (and a Redis store has nothing to purge): a server
-                // that may evict records is worth inspecting, not refusing.
-                Box::new(builder.allow_eviction(true).connect(url).await?)
+            // The command only reads (and a Redis store has nothing to purge): a server that
+            // may evict records is worth inspecting, not refusing.
+            Target::Redis(url) => Box::new(redis(names).connect(url).await?),
+            Target::RedisCluster(nodes) => {
+                let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+                Box::new(redis(names).connect_cluster(&nodes).await?)
             }
         })
     }
@@ -112,7 +137,7 @@ impl Target {
                 Ok(Some(()))
             }
             Target::Postgres(url) => postgres(url, names).await?.migrate().await.map(Some),
-            Target::Redis(_) => Ok(None),
+            Target::Redis(_) | Target::RedisCluster(_) => Ok(None),
         }
     }
 
@@ -128,7 +153,7 @@ impl Target {
                 let schema = names.schema.as_deref().unwrap_or("public");
                 idem_postgres::schema_sql(schema, table).map(Some)
             }
-            Target::Redis(_) => Ok(None),
+            Target::Redis(_) | Target::RedisCluster(_) => Ok(None),
         }
     }
 }
@@ -139,6 +164,10 @@ async fn postgres(url: &str, names: &Names) -> Result<PgStore, Error> {
         .max_connections(1)
         .connect(url)
         .await
+}
+
+fn redis(names: &Names) -> idem_redis::RedisStoreBuilder {
+    with(RedisStore::builder(), &names.prefix, |b, p| b.prefix(p)).allow_eviction(true)
 }
 
 /// Applies `set` to `builder` when the command line gave a value.
