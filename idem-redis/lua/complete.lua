@@ -1,6 +1,7 @@
 -- Fenced completion (C6): only the token holder of an in-progress record. Not atomic with the
 -- effect (C14): Redis is another system than the one the effect wrote to.
 -- The completed record's TTL is its retention: when it passes, the key is new again (C10).
+-- When it was reserved ('at') stays: a completion is not a new reservation.
 -- KEYS[1] the record. ARGV: 1 token, 2 encoded response, 3 retention ms.
 -- Returns 1, or 0 when the lease is lost.
 local rec = redis.call('HMGET', KEYS[1], 'tok', 'st')

@@ -1,4 +1,5 @@
--- Fenced heartbeat (C9): the lease runs again from Redis's now.
+-- Fenced heartbeat (C9): the lease runs again from Redis's now; when it was reserved ('at')
+-- stays.
 -- KEYS[1] the record. ARGV: 1 token, 2 lease ms, 3 grace ms.
 -- Returns the new deadline, or false when the lease is lost.
 local rec = redis.call('HMGET', KEYS[1], 'tok', 'st')

@@ -1,7 +1,7 @@
 -- Takeover of an orphan (C9) or start over after retention (C10): compare-and-set on the record
 -- the decision saw: it still carries the previous token, is in the state the decision saw and
 -- is expired by Redis's clock. A late completion or a renewal changes the state or the
--- deadline, so it is never overwritten.
+-- deadline, so it is never overwritten. A takeover is a new reservation: 'at' is Redis's now.
 -- KEYS[1] the record. ARGV: 1 previous token, 2 previous state ('0' or '1'), 3 fingerprint,
 -- 4 new token, 5 lease ms, 6 grace ms, 7 the triple.
 -- Returns the new deadline, or false when the record changed.
@@ -14,6 +14,6 @@ end
 local dl = now + tonumber(ARGV[5])
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'v', '1', 'fp', ARGV[3], 'tok', ARGV[4], 'st', '0',
-  'dl', string.format('%d', dl), 'id', ARGV[7])
+  'dl', string.format('%d', dl), 'id', ARGV[7], 'at', string.format('%d', now))
 redis.call('PEXPIREAT', KEYS[1], dl + tonumber(ARGV[6]))
 return dl

@@ -5,6 +5,15 @@ use idem_core::{Error, StoreErrorKind};
 /// The backend name in [`idem_core::StoreError`].
 pub(crate) const BACKEND: &str = "redis";
 
+/// A reply that is not what the command or script returns: [`StoreErrorKind::Other`].
+pub(crate) fn unexpected(what: &str, reply: &redis::Value) -> Error {
+    Error::store(
+        BACKEND,
+        StoreErrorKind::Other,
+        format!("{what} returned {reply:?}"),
+    )
+}
+
 /// Maps a redis error: a refused or dropped connection, a timeout, a cluster that is down or
 /// moving slots, a server loading its data: retry later ([`StoreErrorKind::Unavailable`]); a
 /// refused password or command: an operator must act ([`StoreErrorKind::Misconfigured`]).

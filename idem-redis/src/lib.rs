@@ -27,12 +27,34 @@
 //! touches one key, which is what a Redis Cluster needs. The value is a hash: `v` (the version of
 //! this layout, `1`), `fp` (fingerprint), `tok` (fencing token), `st` (0 in progress, 1
 //! completed), `dl` (deadline, ms since the epoch, Redis's clock), `id` (the triple, checked on
-//! every read), `resp` (the stored response). Its TTL is the lease plus a grace period while in
-//! progress, the retention once completed; a value that does not decode is an error, never a
-//! new execution.
+//! every read), `at` (when the current reservation was made, fresh or taken over, ms since the
+//! epoch, Redis's clock; kept by completion and renewal), `resp` (the stored response). Its TTL
+//! is the lease plus a grace period while in progress, the retention once completed; a value
+//! that does not decode is an error, never a new execution. A record written before `at` was
+//! kept has none (the version is still `1`: the field is optional): it lists with no
+//! reservation time, and counts as older than any age.
 //!
 //! Every operation is one Lua script (in `idem-redis/lua/`), one round trip; the decision is
 //! `idem_core`'s, in Rust: the scripts only read, apply a compare-and-set, and write.
+//!
+//! ## Listing and stats: by scan
+//!
+//! Redis keeps no index by age or consumer, so [`Store::list`](idem_core::Store::list) scans:
+//! `SCAN` with `MATCH <prefix>:*` (glob characters of the prefix escaped) on the one Redis, or
+//! on every master of a Cluster in turn, reading each key found with a script that returns its
+//! fields and the first bytes of its response (the status), never the body. So a listing comes
+//! **in scan order**, not by age or route ([`ListingOrder::Scan`](idem_core::store::ListingOrder));
+//! each page is **bounded**: at most the limit's records, from a bounded number of scan steps,
+//! so a page may be short or even empty before the listing ends (`next` is `None` only at the
+//! end); a record present for the whole listing appears at least once, possibly twice. The
+//! selection is applied by each node's clock. The cursor names the Cluster master it scans: a
+//! listing across a failover or a resharding may have to start again.
+//! [`Store::stats`](idem_core::Store::stats) **scans the whole prefix** (every master), in
+//! batches of a few hundred keys: its time grows with the number of records, an operator's
+//! command, not a health check. Keys under the prefix of another shape (another store whose
+//! prefix extends this one's, such as `idem` and `idem:v2`) are not this store's and are
+//! skipped; a record of this store that does not decode fails the listing with
+//! [`Error::CorruptRecord`](idem_core::Error::CorruptRecord).
 //!
 //! ```no_run
 //! use idem_core::{Failure, Idempotency, StoredResponse};
@@ -53,7 +75,9 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod conn;
 mod error;
+mod listing;
 mod record;
 mod scripts;
 mod store;

@@ -1,8 +1,10 @@
 //! The stored form of a record, read back: every field is checked, and anything that is not
 //! what the store writes is `CorruptRecord` (C12), never "absent".
 
-use idem_core::store::{Record, RecordState};
-use idem_core::{Error, FencingToken, Fingerprint, RecordId, Timestamp};
+use idem_core::store::{Listed, ListedState, Record, RecordState};
+use idem_core::{
+    Error, FencingToken, Fingerprint, IdempotencyKey, RecordId, Scope, StoredResponse, Timestamp,
+};
 use redis::Value;
 
 /// The version of the stored form.
@@ -10,6 +12,17 @@ pub(crate) const VERSION: &[u8] = b"1";
 
 fn corrupt(why: impl Into<String>) -> Error {
     Error::CorruptRecord(format!("redis record: {}", why.into()))
+}
+
+/// The key of a record: `<prefix>:<hex of RecordId::digest>`.
+pub(crate) fn key(prefix: &str, id: &RecordId) -> String {
+    let mut key = String::with_capacity(prefix.len() + 65);
+    key.push_str(prefix);
+    key.push(':');
+    for b in id.digest() {
+        key.push_str(&format!("{b:02x}"));
+    }
+    key
 }
 
 /// The triple as stored with the record (NUL cannot occur in any part: consumer and route refuse
@@ -42,7 +55,66 @@ pub(crate) fn integer(value: &Value, what: &str) -> Result<i64, Error> {
 pub(crate) fn timestamp(ms: i64) -> Result<Timestamp, Error> {
     u64::try_from(ms)
         .map(Timestamp::from_millis)
-        .map_err(|_| corrupt(format!("deadline {ms}")))
+        .map_err(|_| corrupt(format!("time {ms}")))
+}
+
+fn check_version(version: &Value) -> Result<(), Error> {
+    if bytes(version, "version")? != VERSION {
+        return Err(corrupt("unknown version"));
+    }
+    Ok(())
+}
+
+/// The triple stored with a record, parsed back into the id it was written for.
+fn parse_triple(stored: &[u8]) -> Result<RecordId, Error> {
+    let bad = || corrupt("the triple does not parse");
+    let text = std::str::from_utf8(stored).map_err(|_| bad())?;
+    let mut parts = text.split('\0');
+    let (Some(consumer), Some(route), Some(key), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad());
+    };
+    Ok(RecordId::new(
+        Scope::new(consumer, route).map_err(|_| bad())?,
+        IdempotencyKey::new(key).map_err(|_| bad())?,
+    ))
+}
+
+/// Decodes what `lua/list.lua` read at `key` (`[version, state, deadline, triple, reserved at,
+/// first bytes of the response]`) into what a listing shows, never a body. The stored triple
+/// must hash to `key` under `prefix`, as a lookup checks it.
+pub(crate) fn listed(fields: &[Value], prefix: &str, at_key: &str) -> Result<Listed, Error> {
+    let [version, state, deadline, stored_id, reserved_at, status] = fields else {
+        return Err(corrupt(format!("{} fields", fields.len())));
+    };
+    check_version(version)?;
+    let id = parse_triple(&bytes(stored_id, "triple")?)?;
+    if key(prefix, &id) != at_key {
+        return Err(corrupt(
+            "the record belongs to another (consumer, route, key)",
+        ));
+    }
+    let deadline = timestamp(integer(deadline, "deadline")?)?;
+    let reserved_at = match reserved_at {
+        Value::Nil => None,
+        at => Some(timestamp(integer(at, "reservation time")?)?),
+    };
+    let state = match bytes(state, "state")?.as_slice() {
+        b"0" => ListedState::InProgress {
+            lease_until: deadline,
+        },
+        b"1" => ListedState::Completed {
+            status: StoredResponse::status_of(&bytes(status, "response")?)?,
+            expires_at: deadline,
+        },
+        other => return Err(corrupt(format!("state {other:?}"))),
+    };
+    Ok(Listed {
+        id,
+        reserved_at,
+        state,
+    })
 }
 
 /// Decodes `[version, fingerprint, token, state, deadline, triple, response]` for `id`; the
@@ -51,9 +123,7 @@ pub(crate) fn decode(fields: &[Value], id: &RecordId) -> Result<Record<Option<Ve
     let [version, fingerprint, token, state, deadline, stored_id, response] = fields else {
         return Err(corrupt(format!("{} fields", fields.len())));
     };
-    if bytes(version, "version")? != VERSION {
-        return Err(corrupt("unknown version"));
-    }
+    check_version(version)?;
     if bytes(stored_id, "triple")? != triple(id) {
         return Err(corrupt(
             "the record belongs to another (consumer, route, key)",

@@ -11,6 +11,7 @@ pub(crate) struct Scripts {
     pub(crate) release: Script,
     pub(crate) renew: Script,
     pub(crate) lookup: Script,
+    pub(crate) list: Script,
 }
 
 pub(crate) fn scripts() -> &'static Scripts {
@@ -22,5 +23,6 @@ pub(crate) fn scripts() -> &'static Scripts {
         release: Script::new(include_str!("../lua/release.lua")),
         renew: Script::new(include_str!("../lua/renew.lua")),
         lookup: Script::new(include_str!("../lua/lookup.lua")),
+        list: Script::new(include_str!("../lua/list.lua")),
     })
 }

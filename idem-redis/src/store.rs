@@ -1,17 +1,18 @@
 //! `RedisStore`: the store, its builder, and its `Store` implementation.
 
-use crate::error::{store_error, BACKEND};
+use crate::conn::Conn;
+use crate::error::{store_error, unexpected, BACKEND};
+use crate::listing::Scanner;
 use crate::record::{self, bytes, integer, timestamp};
 use crate::scripts::scripts;
 use idem_core::store::{
-    decide, Acquire, Capabilities, Completion, Decision, Expiry, Lease, Record,
+    decide, Acquire, Capabilities, Completion, Decision, Expiry, Lease, ListQuery, ListingOrder,
+    Page, Record, Stats,
 };
 use idem_core::{
     async_trait, Begin, Error, FencingToken, Field, RecordId, Request, Store, StoreErrorKind,
     StoredResponse, Timestamp,
 };
-use redis::aio::ConnectionManager;
-use redis::cluster_async::ClusterConnection;
 use redis::{ScriptInvocation, Value};
 use std::time::Duration;
 
@@ -24,11 +25,12 @@ const MAX_GRACE: Duration = Duration::from_secs(24 * 3600);
 
 /// An idem [`Store`] in Redis, on one node or a Redis Cluster.
 ///
-/// **Not atomic with your effect** (C14): see the crate documentation. Every operation is one
-/// Lua script on one key (one round trip; EVALSHA, with the body sent again after a NOSCRIPT);
-/// time is Redis's own clock (`TIME`), never the application's (C11); records expire by
-/// themselves (a TTL of their deadline plus a grace), so no purge is needed
-/// ([`Expiry::ServerTtl`]).
+/// **Not atomic with your effect** (C14): see the crate documentation. Every operation on a
+/// record is one Lua script on one key (one round trip; EVALSHA, with the body sent again after
+/// a NOSCRIPT); time is Redis's own clock (`TIME`), never the application's (C11); records
+/// expire by themselves (a TTL of their deadline plus a grace), so no purge is needed
+/// ([`Expiry::ServerTtl`]). `list` and `stats` scan the prefix ([`ListingOrder::Scan`]; see
+/// the crate documentation).
 ///
 /// Cloning is cheap: clones share the connection.
 #[derive(Clone)]
@@ -45,22 +47,6 @@ impl std::fmt::Debug for RedisStore {
             .field("grace", &self.grace)
             .field("cluster", &matches!(self.conn, Conn::Cluster(_)))
             .finish()
-    }
-}
-
-#[derive(Clone)]
-enum Conn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-impl Conn {
-    async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, Error> {
-        match self {
-            Conn::Single(conn) => invocation.invoke_async(&mut conn.clone()).await,
-            Conn::Cluster(conn) => invocation.invoke_async(&mut conn.clone()).await,
-        }
-        .map_err(store_error)
     }
 }
 
@@ -231,14 +217,11 @@ impl RedisStore {
     /// The key of a record: the prefix and the hex of [`RecordId::digest`], a length-prefixed
     /// blake3 of (consumer, route, key), so no two triples share a key (C2).
     pub fn key_of(&self, id: &RecordId) -> String {
-        let digest = id.digest();
-        let mut key = String::with_capacity(self.prefix.len() + 65);
-        key.push_str(&self.prefix);
-        key.push(':');
-        for b in digest {
-            key.push_str(&format!("{b:02x}"));
-        }
-        key
+        record::key(&self.prefix, id)
+    }
+
+    fn scanner(&self) -> Scanner<'_> {
+        Scanner::new(&self.conn, &self.prefix)
     }
 
     async fn replace(
@@ -309,11 +292,7 @@ impl Store for RedisStore {
                 Err(error) => return Err(error),
             };
             let Value::Array(fields) = reply else {
-                return Err(Error::store(
-                    BACKEND,
-                    StoreErrorKind::Other,
-                    format!("reserve returned {reply:?}"),
-                ));
+                return Err(unexpected("reserve", &reply));
             };
             let (Some(source), Some(now)) = (fields.first(), fields.get(1)) else {
                 return Err(Error::store(
@@ -412,15 +391,24 @@ impl Store for RedisStore {
                     })?)
                 })
                 .map(Some),
-            other => Err(Error::store(
-                BACKEND,
-                StoreErrorKind::Other,
-                format!("lookup returned {other:?}"),
-            )),
+            other => Err(unexpected("lookup", &other)),
         }
     }
 
+    /// By `SCAN` of the prefix (every master of a Cluster in turn): bounded work per call, in
+    /// the server's order, a page possibly short or empty before the end (see the crate docs).
+    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+        self.scanner().list(query).await
+    }
+
+    /// A `SCAN` of the whole prefix (every master of a Cluster), read in pipelined batches.
+    async fn stats(&self) -> Result<Stats, Error> {
+        self.scanner().stats().await
+    }
+
     fn capabilities(&self) -> Capabilities {
-        Capabilities::default().with_expiry(Expiry::ServerTtl)
+        Capabilities::default()
+            .with_expiry(Expiry::ServerTtl)
+            .with_listing(ListingOrder::Scan)
     }
 }

@@ -4,8 +4,8 @@
 
 use idem_core::testing::Harness;
 use idem_core::{FencingToken, RecordId};
-use idem_redis::redis::{self, AsyncCommands};
-use idem_redis::RedisStore;
+use idem_redis::redis;
+use idem_redis::{RedisStore, RedisStoreBuilder};
 use std::time::Duration;
 
 fn env(name: &str) -> String {
@@ -71,17 +71,22 @@ pub fn temp_dir() -> std::path::PathBuf {
     dir
 }
 
-/// Every store gets a key prefix of its own, and a short grace so that expired records leave
-/// within the suite's waits.
+/// Every store gets a key prefix of its own, and a grace short enough that expired records
+/// leave within the suite's waits (10 s) yet long enough that an orphan is still there, past its
+/// lease, for the scenarios that list it (C9).
 pub struct Redis {
     pub cluster: bool,
 }
 
 impl Redis {
     pub async fn store(&self) -> RedisStore {
-        let builder = RedisStore::builder()
-            .prefix(&format!("t{}", FencingToken::generate()))
-            .grace(Duration::from_millis(200));
+        self.connect(RedisStore::builder().prefix(&format!("t{}", FencingToken::generate())))
+            .await
+    }
+
+    /// A store with `builder`'s settings and the suite's grace, on this server.
+    pub async fn connect(&self, builder: RedisStoreBuilder) -> RedisStore {
+        let builder = builder.grace(Duration::from_secs(2));
         if self.cluster {
             let nodes = cluster_nodes();
             let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
@@ -91,6 +96,24 @@ impl Redis {
                 .expect("connect to the cluster")
         } else {
             builder.connect(&redis_url()).await.expect("connect")
+        }
+    }
+
+    /// Runs a command of the test's own on this server (routed by its key on the cluster):
+    /// to write what the store would not.
+    pub async fn raw<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+        if self.cluster {
+            let client =
+                redis::cluster::ClusterClient::new(cluster_nodes()).expect("cluster client");
+            let mut conn = client.get_async_connection().await.expect("connect");
+            cmd.query_async(&mut conn).await.expect("raw command")
+        } else {
+            let client = redis::Client::open(redis_url()).expect("client");
+            let mut conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connect");
+            cmd.query_async(&mut conn).await.expect("raw command")
         }
     }
 }
@@ -104,24 +127,14 @@ impl Harness for Redis {
     }
 
     async fn corrupt_response(&self, store: &RedisStore, id: &RecordId) {
-        let key = store.key_of(id);
-        let changed: i64 = if self.cluster {
-            let nodes = cluster_nodes();
-            let client = redis::cluster::ClusterClient::new(nodes).expect("cluster client");
-            let mut conn = client.get_async_connection().await.expect("connect");
-            conn.hset(&key, "resp", b"\x00\xff\x00".as_slice())
-                .await
-                .expect("hset")
-        } else {
-            let client = redis::Client::open(redis_url()).expect("client");
-            let mut conn = client
-                .get_multiplexed_async_connection()
-                .await
-                .expect("connect");
-            conn.hset(&key, "resp", b"\x00\xff\x00".as_slice())
-                .await
-                .expect("hset")
-        };
+        let changed: i64 = self
+            .raw(
+                redis::cmd("HSET")
+                    .arg(store.key_of(id))
+                    .arg("resp")
+                    .arg(b"\x00\xff\x00".as_slice()),
+            )
+            .await;
         assert_eq!(changed, 0, "the field existed and was overwritten");
     }
 }

@@ -1,0 +1,14 @@
+#!lua flags=no-writes
+-- One record found by a scan, as a listing shows it: never its body, only the first 4 bytes of
+-- the stored response (its version and status), so a listing transfers no bodies. Declared
+-- no-writes, like lookup. Invoked once per key, pipelined, so it runs unchanged on a Cluster.
+-- KEYS[1] the record. Returns false when it has gone since the scan (its TTL passed), or
+-- {version, state, deadline, triple, reserved at or false, first 4 bytes of the response or false}.
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return false
+end
+local rec = redis.call('HMGET', KEYS[1], 'v', 'st', 'dl', 'id', 'at', 'resp')
+if rec[6] then
+  rec[6] = string.sub(rec[6], 1, 4)
+end
+return rec

@@ -1,0 +1,133 @@
+//! The connection: one Redis or a Redis Cluster. Every record operation is a script on its key,
+//! routed by the key's slot; a scan also needs the nodes themselves (every master of a Cluster)
+//! and commands sent to one of them.
+
+use crate::error::{store_error, unexpected, BACKEND};
+use idem_core::{Error, StoreErrorKind};
+use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, Pipeline, ScriptInvocation, Value};
+use std::fmt;
+
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// A node that holds records: the one Redis, or a master of a Cluster by the address the
+/// cluster client knows it by. The order is the order a scan visits the masters in.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Node {
+    Only,
+    Master { host: String, port: u16 },
+}
+
+impl fmt::Display for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Node::Only => f.write_str("the Redis"),
+            Node::Master { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
+/// A command's own answer: its error (in a pipeline or a fan-out, an error is one answer among
+/// others) as an error.
+pub(crate) fn answer(value: Value) -> Result<Value, Error> {
+    match value {
+        Value::ServerError(error) => Err(store_error(error.into())),
+        value => Ok(value),
+    }
+}
+
+impl Conn {
+    pub(crate) async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, Error> {
+        match self {
+            Conn::Single(conn) => invocation.invoke_async(&mut conn.clone()).await,
+            Conn::Cluster(conn) => invocation.invoke_async(&mut conn.clone()).await,
+        }
+        .map_err(store_error)
+    }
+
+    /// The nodes that hold records, in order: the one Redis, or every master of the Cluster
+    /// (asked of the cluster client, which names them as it routes to them).
+    pub(crate) async fn nodes(&self) -> Result<Vec<Node>, Error> {
+        let Conn::Cluster(conn) = self else {
+            return Ok(vec![Node::Only]);
+        };
+        let every_master = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+        let reply = conn
+            .clone()
+            .route_command(redis::cmd("PING"), every_master)
+            .await
+            .map_err(store_error)?;
+        let Value::Map(answers) = reply else {
+            return Err(unexpected("PING on every master", &reply));
+        };
+        let mut nodes = answers
+            .into_iter()
+            .map(|(address, pong)| {
+                answer(pong)?;
+                let parsed = match &address {
+                    Value::BulkString(text) => std::str::from_utf8(text)
+                        .ok()
+                        .and_then(|text| text.rsplit_once(':'))
+                        .and_then(|(host, port)| Some((host.to_owned(), port.parse().ok()?))),
+                    _ => None,
+                };
+                let (host, port) = parsed.ok_or_else(|| unexpected("a master", &address))?;
+                Ok(Node::Master { host, port })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        nodes.sort_unstable();
+        Ok(nodes)
+    }
+
+    fn route(node: &Node) -> Result<SingleNodeRoutingInfo, Error> {
+        match node {
+            Node::Master { host, port } => Ok(SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port: *port,
+            }),
+            Node::Only => Err(Error::store(
+                BACKEND,
+                StoreErrorKind::Other,
+                "a command for a Cluster named no master",
+            )),
+        }
+    }
+
+    /// Runs `cmd` on `node`.
+    pub(crate) async fn query_on(&self, node: &Node, cmd: &Cmd) -> Result<Value, Error> {
+        match self {
+            Conn::Single(conn) => cmd.query_async(&mut conn.clone()).await,
+            Conn::Cluster(conn) => {
+                let route = RoutingInfo::SingleNode(Self::route(node)?);
+                conn.clone().route_command(cmd.clone(), route).await
+            }
+        }
+        .map_err(store_error)
+    }
+
+    /// Runs `pipe` on `node` in one round trip: one answer per command, a command's error
+    /// among them as [`Value::ServerError`] (see [`answer`]).
+    pub(crate) async fn pipeline_on(
+        &self,
+        node: &Node,
+        mut pipe: Pipeline,
+    ) -> Result<Vec<Value>, Error> {
+        pipe.ignore_errors();
+        match self {
+            Conn::Single(conn) => pipe.query_async(&mut conn.clone()).await,
+            Conn::Cluster(conn) => {
+                let count = pipe.len();
+                conn.clone()
+                    .route_pipeline(pipe, 0, count, Self::route(node)?)
+                    .await
+            }
+        }
+        .map_err(store_error)
+    }
+}
