@@ -7,7 +7,8 @@ use idem_core::{Error, Field};
 use rusqlite::{Connection, OpenFlags};
 use std::time::{Duration, Instant};
 
-/// Opens one connection with the store's settings: WAL, busy timeout, synchronous.
+/// Opens one connection with the store's settings: WAL, busy timeout, synchronous. Without
+/// migrations (`config.migrate` false) a file not in WAL mode is refused, not switched.
 pub(crate) fn connect(config: &SqliteConfig) -> Result<Connection, Error> {
     let conn = if config.migrate {
         Connection::open(&config.path)
@@ -30,6 +31,17 @@ pub(crate) fn connect(config: &SqliteConfig) -> Result<Connection, Error> {
             .map_err(store_error)
     };
     let mut mode = journal_mode("PRAGMA journal_mode")?;
+    if !config.migrate && !mode.eq_ignore_ascii_case("wal") {
+        // Opening without migrations changes nothing, and switching to WAL is a write: an idem
+        // store always puts its file in WAL mode, so this file is not one (a wrong path?).
+        return Err(Error::invalid(
+            Field::Config,
+            format!(
+                "{} is not a database an idem store has opened (journal mode {mode}; an idem store always puts its file in WAL mode); it was left unchanged",
+                config.path.display()
+            ),
+        ));
+    }
     if !mode.eq_ignore_ascii_case("wal") {
         mode = journal_mode("PRAGMA journal_mode = WAL")?;
     }

@@ -1,7 +1,8 @@
-//! The versioned schema: applied by the store when it opens, and printable to run by hand.
+//! The versioned schema: the migrations the store applies when it opens, and the current
+//! schema in one repeatable script to run by hand.
 
 use crate::error::{is_busy, store_error};
-use crate::sql::{for_table, MIGRATIONS, MIGRATIONS_TABLE};
+use crate::sql::{for_table, MIGRATIONS, MIGRATIONS_TABLE, SCHEMA};
 use idem_core::{Error, Field};
 use rusqlite::{params, Connection, TransactionBehavior};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -70,17 +71,35 @@ fn applied_version(conn: &Connection, table: &str) -> Result<i64, Error> {
     .map_err(store_error)
 }
 
-/// The whole schema for `table`, to apply by hand (for example in your own migration tool).
-/// Validate the name with [`validate_table_name`](crate::validate_table_name) first.
+/// The current schema for `table` (at [`SCHEMA_VERSION`]), to apply by hand or from your own
+/// migration tool; `idem migrate --print` prints it. Validate the name with
+/// [`validate_table_name`](crate::validate_table_name) first.
+///
+/// Every statement is `IF NOT EXISTS` or `INSERT OR IGNORE`, so the script can be applied again
+/// without error, and it records the table's versions in `idem_schema_migrations`: a store
+/// opened on the database afterwards finds the table up to date and runs no migration (it only
+/// puts the file in WAL mode, which a script run inside a transaction cannot do). It creates a
+/// missing table; it does not upgrade one from an older version (opening the store does, with
+/// the migrations).
 ///
 /// ```
+/// use idem_sqlite::rusqlite::Connection;
 /// let sql = idem_sqlite::schema_sql("payments_idem");
 /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS payments_idem"));
+/// assert!(sql.contains("INSERT OR IGNORE INTO idem_schema_migrations"));
+///
+/// let db = Connection::open_in_memory().expect("open");
+/// db.execute_batch(&sql).expect("applies");
+/// db.execute_batch(&sql).expect("applies again");
+/// let version: i64 = db
+///     .query_row(
+///         "SELECT max(version) FROM idem_schema_migrations WHERE table_name = 'payments_idem'",
+///         [],
+///         |row| row.get(0),
+///     )
+///     .expect("recorded");
+/// assert_eq!(version, idem_sqlite::SCHEMA_VERSION);
 /// ```
 pub fn schema_sql(table: &str) -> String {
-    MIGRATIONS
-        .iter()
-        .map(|(_, sql)| for_table(sql, table))
-        .collect::<Vec<_>>()
-        .join("\n")
+    for_table(SCHEMA, table)
 }

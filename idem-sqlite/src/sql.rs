@@ -5,6 +5,10 @@ const DEFAULT_TABLE: &str = "idem_records";
 
 pub(crate) const MIGRATIONS_TABLE: &str = include_str!("../sql/migrations_table.sql");
 
+/// The current schema in one repeatable script, with its rows in the migrations table (what
+/// [`schema_sql`](crate::schema_sql) prints), for the default table name.
+pub(crate) const SCHEMA: &str = include_str!("../sql/schema.sql");
+
 /// The versioned migrations, in order: (version, SQL for the default table name).
 pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../sql/migrations/0001_create_records.sql")),
@@ -51,6 +55,8 @@ impl Statements {
 }
 
 /// Puts `table` in place of the default table name (index names follow: `<table>_deadline`).
+/// A plain textual replacement: `idem_schema_migrations`, which does not contain the default
+/// name, is left as it is, so every table's versions are kept in the one migrations table.
 pub(crate) fn for_table(sql: &str, table: &str) -> String {
     sql.replace(DEFAULT_TABLE, table)
 }

@@ -11,9 +11,14 @@ use std::time::Duration;
 const V1_SCHEMA: &str = include_str!("../sql/migrations/0001_create_records.sql");
 
 /// A file holding a version-1 table with an in-progress row (lease an hour away) and a
-/// completed one, as a release before version 2 left them.
+/// completed one, as a release before version 2 left them (in WAL mode, as every release
+/// puts its file).
 fn version_1_file(path: &std::path::Path) {
     let db = Connection::open(path).expect("open");
+    let mode: String = db
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .expect("WAL");
+    assert_eq!(mode, "wal");
     db.execute_batch(include_str!("../sql/migrations_table.sql"))
         .expect("migrations table");
     db.execute_batch(V1_SCHEMA).expect("v1 schema");
@@ -165,4 +170,50 @@ async fn opening_without_migrations_creates_and_changes_nothing() {
         .await
         .expect_err("no such table");
     assert!(err.to_string().contains("no idem table other"), "{err}");
+}
+
+#[tokio::test]
+async fn opening_without_migrations_refuses_a_file_not_in_wal_mode_and_leaves_it_unchanged() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("other.db");
+    let journal_mode = |db: &Connection| -> String {
+        db.query_row("PRAGMA journal_mode", [], |row| row.get(0))
+            .expect("journal mode")
+    };
+    {
+        let db = Connection::open(&path).expect("open");
+        db.execute_batch("CREATE TABLE app (x); INSERT INTO app VALUES (1);")
+            .expect("an application's table");
+        assert_eq!(journal_mode(&db), "delete");
+    }
+    let err = SqliteStore::builder(&path)
+        .migrate(false)
+        .open()
+        .await
+        .expect_err("not an idem database");
+    assert!(
+        matches!(
+            err,
+            idem_core::Error::InvalidInput {
+                field: idem_core::Field::Config,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("is not a database an idem store has opened"),
+        "{err}"
+    );
+    let db = Connection::open(&path).expect("open");
+    assert_eq!(journal_mode(&db), "delete", "opening switched the file");
+    let rows: i64 = db
+        .query_row("SELECT count(*) FROM app", [], |row| row.get(0))
+        .expect("the application's table");
+    assert_eq!(rows, 1);
+    let tables: i64 = db
+        .query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))
+        .expect("tables");
+    assert_eq!(tables, 1, "opening created a table");
 }

@@ -1,5 +1,8 @@
 -- idem SQLite schema, version 1.
--- The store applies this itself; to run it by hand, replace `idem_records` with your table name.
+-- The store applies the migrations in order itself when it opens, and records each in
+-- `idem_schema_migrations`; they are not for running by hand. To create the table by hand or
+-- from your own migration tool, apply sql/schema.sql (`idem_sqlite::schema_sql(table)`), the
+-- current version in one repeatable script.
 -- One row per (consumer, route, key) (C2). `state` 0 = in progress, 1 = completed.
 -- `deadline` is lease_until (in progress) or expires_at (completed), in ms since the Unix epoch;
 -- a row with deadline <= now behaves as absent (C9, C10).

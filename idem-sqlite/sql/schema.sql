@@ -1,0 +1,44 @@
+-- idem SQLite schema, current version (2), for applying by hand or from your own migration tool:
+-- `idem_sqlite::schema_sql(table)` (or `idem migrate --print`) gives it with your table name in
+-- place of `idem_records`. Every statement is IF NOT EXISTS / OR IGNORE, so it can be applied
+-- again, and it records its version in `idem_schema_migrations`: the store opens a database
+-- created from it as up to date and re-runs nothing. It creates a new table at the current
+-- version; it does not upgrade an older table (opening the store does that, through
+-- sql/migrations/). It must describe the same table as the migrations applied in order
+-- (tests/schema.rs checks it): change both together, and add a row below for a new version.
+--
+-- One row per (consumer, route, key) (C2). `state` 0 = in progress, 1 = completed.
+-- `deadline` is lease_until (in progress) or expires_at (completed), in ms since the Unix epoch;
+-- a row with deadline <= now behaves as absent (C9, C10). `reserved_at` is when the reservation
+-- was made (a fresh one or a takeover), in ms since the Unix epoch by the store's clock; 0 for a
+-- row written before version 2 (its age is unknown).
+CREATE TABLE IF NOT EXISTS idem_records (
+    consumer    TEXT    NOT NULL,
+    route       TEXT    NOT NULL,
+    key         TEXT    NOT NULL,
+    fingerprint BLOB    NOT NULL,
+    token       BLOB    NOT NULL,
+    state       INTEGER NOT NULL,
+    deadline    INTEGER NOT NULL,
+    response    BLOB,
+    reserved_at INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (consumer, route, key)
+);
+CREATE INDEX IF NOT EXISTS idem_records_deadline ON idem_records (deadline);
+-- In-progress rows by age, in the listing's order (so a page reads its rows and stops): a
+-- partial index, so it holds only the running reservations and the orphans, never the
+-- completed rows.
+CREATE INDEX IF NOT EXISTS idem_records_in_progress
+    ON idem_records (reserved_at, consumer, route, key) WHERE state = 0;
+-- Which migrations have been applied, per idem table.
+CREATE TABLE IF NOT EXISTS idem_schema_migrations (
+    table_name TEXT    NOT NULL,
+    version    INTEGER NOT NULL,
+    applied_at INTEGER NOT NULL,
+    PRIMARY KEY (table_name, version)
+);
+-- The table above is at every version up to the current one (applied_at in ms since the Unix
+-- epoch); a row already there (the schema applied before) is kept.
+INSERT OR IGNORE INTO idem_schema_migrations (table_name, version, applied_at)
+VALUES ('idem_records', 1, CAST(strftime('%s', 'now') AS INTEGER) * 1000),
+       ('idem_records', 2, CAST(strftime('%s', 'now') AS INTEGER) * 1000);
