@@ -54,6 +54,20 @@ impl Default for PgConfig {
     }
 }
 
+/// Checks a store table's name: a valid identifier whose index names (`<table>_deadline`,
+/// `<table>_in_progress`) are valid identifiers too, so PostgreSQL never cuts one at 63 bytes.
+pub(crate) fn validate_table(table: &str) -> Result<(), Error> {
+    validate_identifier(table)?;
+    crate::sql::index_names(table).try_for_each(|name| {
+        validate_identifier(&name).map_err(|_| {
+            Error::invalid(
+                Field::Config,
+                format!("table name {table:?} is too long for its index names (at most 51 bytes)"),
+            )
+        })
+    })
+}
+
 /// Accepts a plain lower-case PostgreSQL identifier: a letter or `_`, then letters, digits or
 /// `_`, at most 63 bytes, not starting with `pg_` (reserved). Anything else could inject SQL
 /// through configuration, or name an object other than the one meant (PostgreSQL folds unquoted

@@ -30,6 +30,19 @@ pub(crate) fn kind_of(error: &sqlx::Error) -> StoreErrorKind {
     }
 }
 
+/// Whether `error` is PostgreSQL's lock_not_available (SQLSTATE 55P03): a `lock_timeout`
+/// passed while waiting for a lock.
+pub(crate) fn is_lock_timeout(error: &Error) -> bool {
+    error
+        .as_store()
+        .and_then(std::error::Error::source)
+        .and_then(|source| source.downcast_ref::<sqlx::Error>())
+        .and_then(sqlx::Error::as_database_error)
+        .and_then(|db| db.code())
+        .as_deref()
+        == Some("55P03")
+}
+
 /// The kind of a PostgreSQL error code (SQLSTATE).
 pub(crate) fn kind_of_sqlstate(code: &str) -> StoreErrorKind {
     match code {

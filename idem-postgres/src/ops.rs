@@ -30,6 +30,9 @@ enum Replaced {
     Busy,
 }
 
+/// The longest age a listing asks PostgreSQL about: two centuries, in milliseconds.
+const MAX_AGE_MS: i64 = 200 * 366 * 24 * 3600 * 1000;
+
 /// The `Retry-After` of a duplicate that finds the record held by a committing transaction.
 const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -305,7 +308,9 @@ impl Ops {
                     .as_ref()
                     .map_or(-1, |p| i64::try_from(p.reserved_at).unwrap_or(i64::MAX));
                 let params = [
-                    Param::Int(millis(*older_than)),
+                    // Older than every record (they are all after 1970) without leaving
+                    // PostgreSQL's timestamp range, however long the age asked.
+                    Param::Int(millis(*older_than).min(MAX_AGE_MS)),
                     Param::Int(at),
                     Param::Text(consumer),
                     Param::Text(route),

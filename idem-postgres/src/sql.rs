@@ -7,6 +7,8 @@ const DEFAULT_TABLE: &str = "idem_records";
 const INDEX_SUFFIXES: &[&str] = &["deadline", "in_progress"];
 /// The migrations table the `.sql` files are written with.
 const MIGRATIONS: &str = "idem_schema_migrations";
+/// The schema qualifier the `.sql` files are written with, where a name needs one (`DROP INDEX`).
+const SCHEMA: &str = "idem_schema.";
 
 /// The versioned migrations, in order: (version, SQL for the default names).
 pub(crate) const MIGRATION_FILES: &[(i64, &str)] = &[
@@ -16,6 +18,17 @@ pub(crate) const MIGRATION_FILES: &[(i64, &str)] = &[
         include_str!("../sql/migrations/0002_reservation_time.sql"),
     ),
 ];
+
+/// The index built after the migrations, concurrently, outside a transaction.
+pub(crate) const INDEX_IN_PROGRESS: &str = include_str!("../sql/index_in_progress.sql");
+
+/// The names of the table's indexes, `<table>_<suffix>`: each must be a valid identifier too, or
+/// PostgreSQL would cut it at 63 bytes and two cut names could meet.
+pub(crate) fn index_names(table: &str) -> impl Iterator<Item = String> + '_ {
+    INDEX_SUFFIXES
+        .iter()
+        .map(move |suffix| format!("{table}_{suffix}"))
+}
 
 /// Every statement, with the configured schema and table in place of the defaults.
 #[derive(Debug)]
@@ -34,6 +47,10 @@ pub(crate) struct Statements {
     pub(crate) migrations_applied: String,
     pub(crate) migration_record: String,
     pub(crate) migration_lock: String,
+    pub(crate) migration_lock_timeout: String,
+    pub(crate) index_in_progress: String,
+    pub(crate) index_drop_in_progress: String,
+    pub(crate) index_valid: String,
 }
 
 impl Statements {
@@ -55,6 +72,12 @@ impl Statements {
             migrations_applied: sql(include_str!("../sql/migrations_applied.sql")),
             migration_record: sql(include_str!("../sql/migration_record.sql")),
             migration_lock: strip_comments(include_str!("../sql/migration_lock.sql")),
+            migration_lock_timeout: strip_comments(include_str!(
+                "../sql/migration_lock_timeout.sql"
+            )),
+            index_in_progress: sql(INDEX_IN_PROGRESS),
+            index_drop_in_progress: sql(include_str!("../sql/index_drop_in_progress.sql")),
+            index_valid: strip_comments(include_str!("../sql/index_valid.sql")),
         }
     }
 }
@@ -75,8 +98,8 @@ pub(crate) fn strip_comments(sql: &str) -> String {
 
 /// Puts `"schema"."table"` in place of `idem_records`, `"table_<suffix>"` in place of each
 /// index name `idem_records_<suffix>` (an index lives in its table's schema), and
-/// `"schema".idem_schema_migrations` in place of the migrations table. Names are quoted, so a
-/// name that is also a keyword (`user`) works.
+/// `"schema".idem_schema_migrations` in place of the migrations table, and `"schema".` in place
+/// of `idem_schema.`. Names are quoted, so a name that is also a keyword (`user`) works.
 pub(crate) fn for_table(sql: &str, schema: &str, table: &str) -> String {
     const MIGRATIONS_MARK: &str = "\u{1}migrations\u{1}";
     let mut sql = sql.replace(MIGRATIONS, MIGRATIONS_MARK);
@@ -88,7 +111,8 @@ pub(crate) fn for_table(sql: &str, schema: &str, table: &str) -> String {
     }
     let mut sql = sql
         .replace(DEFAULT_TABLE, &format!("\"{schema}\".\"{table}\""))
-        .replace(MIGRATIONS_MARK, &format!("\"{schema}\".{MIGRATIONS}"));
+        .replace(MIGRATIONS_MARK, &format!("\"{schema}\".{MIGRATIONS}"))
+        .replace(SCHEMA, &format!("\"{schema}\"."));
     for suffix in INDEX_SUFFIXES {
         sql = sql.replace(
             &format!("\u{1}{suffix}\u{1}"),
@@ -109,10 +133,16 @@ mod tests {
         assert!(sql.contains(
             "CREATE INDEX IF NOT EXISTS \"idem_records_deadline\" ON \"billing\".\"idem_records\" (deadline)"
         ));
-        let v2 = for_table(MIGRATION_FILES[1].1, "billing", "t");
-        assert!(v2.contains(
-            "CREATE INDEX IF NOT EXISTS \"t_in_progress\"\n    ON \"billing\".\"t\" (reserved_at"
+        let index = for_table(INDEX_IN_PROGRESS, "billing", "t");
+        assert!(index.contains(
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS \"t_in_progress\"\n    ON \"billing\".\"t\" (reserved_at"
         ));
+        let drop = for_table(
+            include_str!("../sql/index_drop_in_progress.sql"),
+            "billing",
+            "t",
+        );
+        assert!(drop.contains("DROP INDEX CONCURRENTLY IF EXISTS \"billing\".\"t_in_progress\""));
         let applied = for_table(include_str!("../sql/migrations_applied.sql"), "s", "t");
         assert!(applied.contains("FROM \"s\".idem_schema_migrations"));
         let complete = strip_comments(include_str!("../sql/complete.sql"));

@@ -1,6 +1,6 @@
 //! `PgStore`: the PostgreSQL store, its builder, and its `Store` implementation.
 
-use crate::config::{validate_identifier, Isolation, PgConfig};
+use crate::config::{validate_identifier, validate_table, Isolation, PgConfig};
 use crate::connections::Connections;
 use crate::error::store_error;
 use crate::ops::Ops;
@@ -84,7 +84,8 @@ impl PgStoreBuilder {
     }
 
     /// The table (default `idem_records`), checked by
-    /// [`validate_identifier`](crate::validate_identifier). Put it in the schema of your
+    /// [`validate_identifier`](crate::validate_identifier) and at most 51 bytes (its index
+    /// names, `<table>_in_progress`, must fit PostgreSQL's 63). Put it in the schema of your
     /// business tables: the completion shares their transactions.
     pub fn table(mut self, table: &str) -> Self {
         self.config.table = table.to_owned();
@@ -147,7 +148,7 @@ impl PgStoreBuilder {
 
 fn validate(config: &PgConfig) -> Result<(), Error> {
     validate_identifier(&config.schema)?;
-    validate_identifier(&config.table)
+    validate_table(&config.table)
 }
 
 impl PgStore {

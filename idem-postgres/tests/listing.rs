@@ -29,8 +29,9 @@ async fn in_schema(pool: &sqlx::PgPool, schema: &str, sql: &str) -> Vec<sqlx::po
     rows
 }
 
-#[tokio::test]
-async fn a_version_1_table_is_migrated_and_its_records_list_without_an_age() {
+/// A store on a new schema whose `idem_records` table is at schema version 1, as a release
+/// before version 2 left it, with an in-progress row (lease until 2100) and a completed one.
+async fn version_1_store() -> (PgStore, String) {
     let schema = format!("v1_{}", FencingToken::generate());
     let store = PgStore::builder()
         .schema(&schema)
@@ -59,6 +60,22 @@ async fn a_version_1_table_is_migrated_and_its_records_list_without_an_age() {
     )
     .await;
 
+    (store, schema)
+}
+
+/// Whether the in-progress index of `schema`.idem_records exists and is valid.
+async fn index_is_valid(store: &PgStore, schema: &str) -> Option<bool> {
+    sqlx::query_scalar("SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass($1)")
+        .bind(format!("\"{schema}\".\"idem_records_in_progress\""))
+        .fetch_optional(store.pool())
+        .await
+        .expect("index")
+}
+
+#[tokio::test]
+async fn a_version_1_table_is_migrated_and_its_records_list_without_an_age() {
+    let (store, schema) = version_1_store().await;
+    let pool = store.pool().clone();
     store
         .migrate()
         .await
@@ -137,4 +154,108 @@ async fn listings_read_an_index_in_their_order() {
         assert!(!plan.contains("Sort"), "a listing sorts:\n{plan}");
         assert!(!plan.contains("Seq Scan"), "{plan}");
     }
+}
+
+/// C5 while migrating: a migration on a live table never makes reads queue for long behind it,
+/// even when another transaction holds the table for seconds (its ALTER waits at most 100 ms
+/// at a time, then lets go and tries again), and the index is built concurrently afterwards.
+#[tokio::test]
+async fn migrating_a_live_table_never_holds_reads_long() {
+    let (store, schema) = version_1_store().await;
+    let id = idem_core::RecordId::new(
+        idem_core::Scope::new("acct", "POST /charges").expect("scope"),
+        idem_core::IdempotencyKey::new("absent").expect("key"),
+    );
+    // Another session's transaction that read the table, open for two seconds.
+    let mut other = store.pool().begin().await.expect("begin");
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "SELECT count(*) FROM \"{schema}\".idem_records"
+    )))
+    .execute(&mut *other)
+    .await
+    .expect("read");
+    let migrating = {
+        let store = store.clone();
+        tokio::spawn(async move { store.migrate().await })
+    };
+    let mut slowest = Duration::ZERO;
+    let until = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < until {
+        let started = std::time::Instant::now();
+        tokio::time::timeout(Duration::from_secs(1), store.lookup(&id))
+            .await
+            .expect("a lookup waited a second behind the migration")
+            .expect("lookup");
+        slowest = slowest.max(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !migrating.is_finished(),
+        "the migration cannot finish while the table is held"
+    );
+    other.commit().await.expect("commit");
+    migrating.await.expect("join").expect("migrate");
+    assert!(
+        slowest < Duration::from_millis(500),
+        "a lookup waited {slowest:?} behind the migration"
+    );
+    assert_eq!(index_is_valid(&store, &schema).await, Some(true));
+}
+
+/// An index build that was interrupted (dropped, or left invalid by a crash or a cancel) is
+/// built again by the next migrate.
+#[tokio::test]
+async fn an_interrupted_index_build_is_built_again() {
+    let (store, schema) = version_1_store().await;
+    store.migrate().await.expect("migrate");
+    assert_eq!(index_is_valid(&store, &schema).await, Some(true));
+    let index = format!("\"{schema}\".\"idem_records_in_progress\"");
+    sqlx::raw_sql(AssertSqlSafe(format!("DROP INDEX {index}")))
+        .execute(store.pool())
+        .await
+        .expect("drop");
+    store.migrate().await.expect("migrate");
+    assert_eq!(
+        index_is_valid(&store, &schema).await,
+        Some(true),
+        "built again"
+    );
+    // What an interrupted CREATE INDEX CONCURRENTLY leaves: the index, marked invalid.
+    sqlx::query("UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass($1)")
+        .bind(&index)
+        .execute(store.pool())
+        .await
+        .expect("invalidate");
+    assert_eq!(index_is_valid(&store, &schema).await, Some(false));
+    store.migrate().await.expect("migrate");
+    assert_eq!(index_is_valid(&store, &schema).await, Some(true), "rebuilt");
+}
+
+#[tokio::test]
+async fn any_age_can_be_asked_and_long_table_names_are_refused() {
+    let (store, _schema) = version_1_store().await;
+    store.migrate().await.expect("migrate");
+    // A record of unknown age counts as reserved at the epoch, as on every store.
+    let ages = [
+        (Duration::from_secs(50 * 365 * 24 * 3600), 1),
+        (Duration::from_secs(10_000 * 366 * 24 * 3600), 0),
+        (Duration::MAX, 0),
+    ];
+    for (age, listed) in ages {
+        let page = store
+            .list(&ListQuery::in_progress(age))
+            .await
+            .expect("any age can be asked");
+        assert_eq!(page.records.len(), listed, "{age:?}");
+    }
+    let longest = "t".repeat(51);
+    let too_long = "t".repeat(52);
+    assert!(idem_postgres::schema_sql("public", &longest).is_ok());
+    assert!(idem_postgres::schema_sql("public", &too_long).is_err());
+    let refused = PgStore::builder()
+        .table(&too_long)
+        .connect(&pg_url())
+        .await
+        .expect_err("an index name would be cut");
+    assert!(refused.to_string().contains("too long"), "{refused}");
 }
