@@ -39,7 +39,8 @@ pub enum Selection {
     /// In-progress records reserved at least `older_than` ago by the store's clock, whether
     /// their lease still holds (a slow or hung handler) or has passed (an orphan awaiting a
     /// takeover or the purge). Oldest first: by reservation time, then consumer, route, key.
-    /// A record written before the store kept reservation times has none and comes first.
+    /// A record written before the store kept reservation times has none: it counts as
+    /// reserved at the epoch (1970), so it comes first and is older than any age up to then.
     InProgress {
         /// The least age listed.
         older_than: Duration,

@@ -32,7 +32,7 @@
 //! is the lease plus a grace period while in progress, the retention once completed; a value
 //! that does not decode is an error, never a new execution. A record written before `at` was
 //! kept has none (the version is still `1`: the field is optional): it lists with no
-//! reservation time, and counts as older than any age.
+//! reservation time, and counts as reserved at the epoch, as in the SQL stores.
 //!
 //! Every operation is one Lua script (in `idem-redis/lua/`), one round trip; the decision is
 //! `idem_core`'s, in Rust: the scripts only read, apply a compare-and-set, and write.

@@ -297,7 +297,8 @@ fn is_digest(text: &str) -> bool {
 fn selects(selection: &Selection, record: &Listed, now: Timestamp) -> bool {
     match (selection, &record.state) {
         (Selection::InProgress { older_than }, ListedState::InProgress { .. }) => {
-            record.reserved_at.is_none_or(|at| at + *older_than <= now)
+            // A record of unknown age counts as reserved at the epoch, as in the SQL stores.
+            record.reserved_at.unwrap_or_default() + *older_than <= now
         }
         (Selection::Completed { consumer, route }, ListedState::Completed { expires_at, .. }) => {
             record.id.consumer() == consumer
