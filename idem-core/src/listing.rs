@@ -265,6 +265,8 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
 }
 
 /// How many records a store holds, by state, at the store's `now`: what `idem stats` prints.
+/// A SQL store counts in one statement (one snapshot); a scanning store (Redis) counts while
+/// records come and go, so its figures are approximate under traffic.
 ///
 /// ```
 /// use idem_core::store::Stats;

@@ -51,7 +51,9 @@
 //! listing across a failover or a resharding may have to start again.
 //! [`Store::stats`](idem_core::Store::stats) **scans the whole prefix** (every master), in
 //! batches of a few hundred keys: its time grows with the number of records, an operator's
-//! command, not a health check. Keys under the prefix of another shape (another store whose
+//! command, not a health check. Its counts are approximate while records come and go: `SCAN`
+//! may return a key twice when the keyspace shrinks during the scan, and records written or
+//! expired meanwhile may or may not be counted. Keys under the prefix of another shape (another store whose
 //! prefix extends this one's, such as `idem` and `idem:v2`) are not this store's and are
 //! skipped; a record of this store that does not decode fails the listing with
 //! [`Error::CorruptRecord`](idem_core::Error::CorruptRecord).

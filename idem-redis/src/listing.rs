@@ -27,6 +27,8 @@ const MAX_STEPS: usize = 8;
 /// limit's worth of keys, but no fewer than this, so that a small limit does not cost a round
 /// trip per key. What a step finds beyond the page's room rides in the cursor.
 const MIN_STEP: usize = 10;
+/// The most leftover keys a cursor may carry: far more than a scan step leaves.
+const MAX_PENDING: usize = 16 * ListQuery::MAX_LIMIT;
 
 /// The `COUNT` of each scan step of `stats`, and so the most records held at once.
 const STATS_BATCH: usize = 500;
@@ -82,7 +84,7 @@ impl<'a> Scanner<'a> {
                     .filter(|(_, record)| selects(query.selection(), record, batch.now));
                 let room = limit - records.len();
                 records.extend(selected.by_ref().take(room).map(|(_, record)| record));
-                at.pending = selected.map(|(key, _)| self.digest(key)).collect();
+                at.pending.extend(selected.map(|(key, _)| self.digest(key)));
             }
             if !at.move_on(&nodes) {
                 return Ok(Page {
@@ -127,9 +129,12 @@ impl<'a> Scanner<'a> {
     /// The keys to read next: those left over from the last page, or one scan step's.
     async fn next_keys(&self, at: &mut Resume, count: usize) -> Result<Vec<String>, Error> {
         if !at.pending.is_empty() {
-            let pending = std::mem::take(&mut at.pending);
-            return Ok(pending
-                .into_iter()
+            // At most a step's worth: a call reads a bounded number of keys, whatever the
+            // cursor carries.
+            let take = count.min(at.pending.len());
+            return Ok(at
+                .pending
+                .drain(..take)
                 .map(|digest| format!("{}:{digest}", self.prefix))
                 .collect());
         }
@@ -395,9 +400,14 @@ impl Resume {
             "e" => None,
             scan => Some(scan.parse::<u64>().map_err(|_| bad())?),
         };
-        let pending = parts
+        let pending: Vec<String> = parts
             .map(|digest| is_digest(digest).then(|| digest.to_owned()).ok_or_else(bad))
             .collect::<Result<_, _>>()?;
+        // A scan step leaves at most a few steps' worth of keys for the next page; more is
+        // not a cursor this store made.
+        if pending.len() > MAX_PENDING {
+            return Err(bad());
+        }
         Ok(Self {
             node: node.clone(),
             scan,

@@ -322,3 +322,47 @@ async fn a_completed_record_without_a_response_is_a_corrupt_record() {
         assert!(matches!(listed, Err(Error::CorruptRecord(_))), "{listed:?}");
     }
 }
+
+/// A cursor is input: one that carries more leftover keys than a page ever leaves is refused,
+/// and one within the bound is read a step at a time, so no call reads an unbounded number of
+/// keys whatever cursor it is handed.
+#[tokio::test]
+async fn a_call_reads_a_bounded_number_of_keys_whatever_the_cursor_carries() {
+    let store = RedisStore::builder()
+        .prefix(&format!("bounded{}", FencingToken::generate()))
+        .connect(&common::redis_url())
+        .await
+        .expect("connect");
+    let cursor = |leftovers: usize| {
+        let digest = "ab".repeat(32);
+        let mut text = String::from("s.0");
+        for _ in 0..leftovers {
+            text.push('.');
+            text.push_str(&digest);
+        }
+        idem_core::store::Cursor::new(text)
+    };
+    let huge = ListQuery::in_progress(Duration::ZERO)
+        .limit(1)
+        .after(cursor(200_000));
+    assert!(matches!(
+        store.list(&huge).await,
+        Err(Error::InvalidInput { .. })
+    ));
+    // 10 000 leftovers, none of them a record: each call reads a few steps' worth and hands
+    // the rest on.
+    let mut query = ListQuery::in_progress(Duration::ZERO)
+        .limit(1)
+        .after(cursor(10_000));
+    let mut calls = 0;
+    loop {
+        let page = store.list(&query).await.expect("list");
+        calls += 1;
+        match page.next {
+            Some(next) => query = query.after(next),
+            None => break,
+        }
+        assert!(calls < 10_000, "the listing does not end");
+    }
+    assert!(calls >= 10_000 / (8 * 10), "{calls} calls read 10 000 keys");
+}
