@@ -4,7 +4,7 @@ use crate::cli::{Cli, Command, PageArgs};
 use crate::render::{self, Table, COMPLETED_COLUMNS, PENDING_COLUMNS};
 use crate::target::{Names, Target, Usage};
 use idem_core::store::{Cursor, Expiry, ListQuery, Listed, Page, Store};
-use idem_core::{Error, IdempotencyKey, RecordId, Scope};
+use idem_core::{Error, Field, IdempotencyKey, RecordId, Scope};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::io::Write;
@@ -20,6 +20,11 @@ pub enum Failure {
     NotFound,
     /// Writing the output failed (a closed pipe): exit 1, nothing to add.
     Output(std::io::Error),
+}
+
+/// Input the command line gave that idem refuses (a key, a consumer, a cursor): exit 2.
+fn usage(error: Error) -> Failure {
+    Failure::Usage(error.to_string())
 }
 
 impl From<Error> for Failure {
@@ -52,7 +57,7 @@ pub struct Io<'a> {
 
 impl Io<'_> {
     fn json(&mut self, value: &Value) -> Result<(), Failure> {
-        writeln!(self.out, "{value}")?;
+        writeln!(self.out, "{}", render::json_text(value))?;
         Ok(())
     }
 }
@@ -78,7 +83,10 @@ pub async fn run(cli: Cli, io: &mut Io<'_>) -> Result<(), Failure> {
             key,
             body,
         } => {
-            let id = RecordId::new(Scope::new(&consumer, &route)?, IdempotencyKey::new(&key)?);
+            let id = RecordId::new(
+                Scope::new(&consumer, &route).map_err(usage)?,
+                IdempotencyKey::new(&key).map_err(usage)?,
+            );
             let store = target.open(&names).await?;
             inspect(&*store, &id, body, io).await
         }
@@ -91,9 +99,9 @@ pub async fn run(cli: Cli, io: &mut Io<'_>) -> Result<(), Failure> {
             route,
             page,
         } => {
-            let mut query = ListQuery::completed(&consumer)?;
+            let mut query = ListQuery::completed(&consumer).map_err(usage)?;
             if let Some(route) = route {
-                query = query.route(&route)?;
+                query = query.route(&route).map_err(usage)?;
             }
             let store = target.open(&names).await?;
             list(&*store, query, &page, io).await
@@ -191,7 +199,14 @@ async fn list(
         let Page {
             records: found,
             next,
-        } = store.list(&query).await?;
+        } = store.list(&query).await.map_err(|error| match error {
+            // A cursor the store did not make came from the command line.
+            Error::InvalidInput {
+                field: Field::Cursor,
+                ..
+            } => usage(error),
+            other => Failure::Idem(other),
+        })?;
         records.extend(found.into_iter().filter(|r| seen.insert(r.id.clone())));
         match next {
             Some(next) if page.all => query = query.after(next),

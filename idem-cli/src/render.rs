@@ -32,14 +32,37 @@ pub fn now() -> Timestamp {
     Timestamp::from_millis(ms)
 }
 
+/// Whether a terminal could act on `c` instead of showing it: control characters (C0, DEL,
+/// C1) and the invisible or bidirectional formatting ones.
+fn hostile(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A JSON document on one line, with every character a terminal could act on written as a
+/// `\uXXXX` escape (JSON escapes C0 controls itself; the others can only occur inside strings,
+/// where the escape means the same character).
+pub fn json_text(value: &Value) -> String {
+    let mut out = String::new();
+    for c in value.to_string().chars() {
+        if hostile(c) && !c.is_ascii() {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// `text` with control and bidirectional-formatting characters escaped (`\u{1b}`), the rest
 /// as it is.
 pub fn printable(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        let hostile = c.is_control()
-            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-        if hostile {
+        if hostile(c) {
             let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
         } else {
             out.push(c);
@@ -347,6 +370,15 @@ mod tests {
         assert_eq!(printable("\u{1b}[2Jx"), "\\u{1b}[2Jx");
         assert_eq!(printable("a\u{202e}b\nc"), "a\\u{202e}b\\u{a}c");
         assert_eq!(printable_bytes(&[0xff, 0x00]), "(not UTF-8) hex ff00");
+    }
+
+    #[test]
+    fn json_for_scripts_escapes_what_a_terminal_would_act_on() {
+        let value = json!({ "v": "a\u{9b}2J\u{202e}b\u{1b}é" });
+        let text = json_text(&value);
+        assert_eq!(text, r#"{"v":"a\u009b2J\u202eb\u001bé"}"#);
+        let back: Value = serde_json::from_str(&text).expect("still JSON");
+        assert_eq!(back, value);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Where the records are: the URL and names the command line gave, and the store they open.
 
 use idem_core::{Error, Field, Store};
-use idem_postgres::PgStore;
+use idem_postgres::{PgStore, StatementMode};
 use idem_redis::RedisStore;
 use idem_sqlite::SqliteStore;
 use std::path::PathBuf;
@@ -160,7 +160,10 @@ impl Target {
 
 async fn postgres(url: &str, names: &Names) -> Result<PgStore, Error> {
     let builder = with(PgStore::builder(), &names.schema, |b, s| b.schema(s));
+    // The simple protocol works on a direct connection and through a pooler in transaction
+    // mode (PgBouncer) alike; a command's few statements gain nothing from preparing them.
     with(builder, &names.table, |b, t| b.table(t))
+        .statements(StatementMode::Simple)
         .max_connections(1)
         .connect(url)
         .await

@@ -179,7 +179,8 @@ fn reads_and_lists(base: &[&str], consumer: &str, purges: bool) {
     // Paging: one record a page, followed by hand, then with --all.
     let mut seen = Vec::new();
     let mut after: Option<String> = None;
-    for _ in 0..20 {
+    // A scanning store pages through every key of the server: as many pages as it takes.
+    for _ in 0..100_000 {
         let mut args = vec!["--json", "pending", "--older-than", "0s", "--limit", "1"];
         if let Some(cursor) = &after {
             args.extend(["--after", cursor.as_str()]);
@@ -207,7 +208,16 @@ fn reads_and_lists(base: &[&str], consumer: &str, purges: bool) {
     assert_eq!(keys(&all), ["orphan", "running"]);
     assert_eq!(all["next"], Value::Null);
     let bad = cmd(&["pending", "--after", "garbage"]);
-    assert_eq!(bad.code, 1, "a cursor the store did not make: {}", bad.err);
+    assert_eq!(bad.code, 2, "a cursor the store did not make: {}", bad.err);
+    for mistake in [
+        vec!["inspect", consumer, ROUTE, "bad key"],
+        vec!["inspect", "", ROUTE, "k"],
+        vec!["completed", ""],
+        vec!["completed", consumer, "--route", ""],
+    ] {
+        let run = cmd(&mistake);
+        assert_eq!(run.code, 2, "{mistake:?}: {}", run.err);
+    }
 
     // completed: the consumer's live ones, with their status.
     let completed = cmd(&["--json", "completed", consumer, "--all"]).json();
@@ -381,4 +391,28 @@ async fn redis_cluster_lists_and_counts_every_master() {
         .expect("connect");
     records(store, "acct_cluster").await;
     reads_and_lists(&["--url", &url, "--prefix", &prefix], "acct_cluster", false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_through_pgbouncer_in_transaction_mode() {
+    let url = env("IDEM_PG_URL");
+    let bouncer = env("IDEM_PGBOUNCER_URL");
+    let schema = format!("cli_{}", FencingToken::generate());
+    let direct = ["--url", url.as_str(), "--schema", schema.as_str()];
+    assert_eq!(idem(&[&direct[..], &["migrate"]].concat()).code, 0);
+    let store = PgStore::builder()
+        .schema(&schema)
+        .connect(&url)
+        .await
+        .expect("connect");
+    records(store, "acct_bouncer").await;
+    let pooled = ["--url", bouncer.as_str(), "--schema", schema.as_str()];
+    // Prepared statements do not survive a pooler in transaction mode: the command sends none.
+    for _ in 0..5 {
+        let stats = idem(&[&pooled[..], &["--json", "stats"]].concat());
+        assert_eq!(stats.code, 0, "{}", stats.err);
+        assert_eq!(stats.json()["in_progress"], 1);
+        let pending = idem(&[&pooled[..], &["--json", "pending", "--older-than", "0s"]].concat());
+        assert_eq!(keys(&pending.json()), ["orphan", "running"]);
+    }
 }
