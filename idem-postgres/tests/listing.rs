@@ -259,3 +259,27 @@ async fn any_age_can_be_asked_and_long_table_names_are_refused() {
         .expect_err("an index name would be cut");
     assert!(refused.to_string().contains("too long"), "{refused}");
 }
+
+/// Rolling back to a release of schema version 1 means deleting the version-2 row (the
+/// column and index stay); the next upgrade records version 2 again.
+#[tokio::test]
+async fn a_table_rolled_back_to_version_1_upgrades_again() {
+    let (store, schema) = version_1_store().await;
+    store.migrate().await.expect("migrate");
+    in_schema(
+        store.pool(),
+        &schema,
+        "DELETE FROM idem_schema_migrations WHERE version = 2",
+    )
+    .await;
+    store.migrate().await.expect("upgrades again");
+    let version: i64 = in_schema(
+        store.pool(),
+        &schema,
+        "SELECT max(version) FROM idem_schema_migrations",
+    )
+    .await[0]
+        .get(0);
+    assert_eq!(version, SCHEMA_VERSION);
+    assert_eq!(index_is_valid(&store, &schema).await, Some(true));
+}

@@ -33,8 +33,10 @@ pub(crate) fn migrate(conn: &mut Connection, table: &str) -> Result<(), Error> {
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0);
     for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > applied) {
-        tx.execute_batch(&for_table(sql, table))
-            .map_err(store_error)?;
+        if !already_there(&tx, table, *version)? {
+            tx.execute_batch(&for_table(sql, table))
+                .map_err(store_error)?;
+        }
         tx.execute(
             include_str!("../sql/migration_record.sql"),
             params![table, version, now],
@@ -42,6 +44,24 @@ pub(crate) fn migrate(conn: &mut Connection, table: &str) -> Result<(), Error> {
         .map_err(store_error)?;
     }
     tx.commit().map_err(store_error)
+}
+
+/// The column a migration adds, where it adds one. SQLite has no `ADD COLUMN IF NOT EXISTS`:
+/// a migration whose column is already there (a table whose version row was deleted to roll
+/// back to an older release, then upgraded again) is recorded without running again.
+const ADDS_COLUMN: &[(i64, &str)] = &[(2, "reserved_at")];
+
+fn already_there(conn: &Connection, table: &str, version: i64) -> Result<bool, Error> {
+    let Some((_, column)) = ADDS_COLUMN.iter().find(|(v, _)| *v == version) else {
+        return Ok(false);
+    };
+    conn.query_row(
+        "SELECT count(*) FROM pragma_table_info(?1) WHERE name = ?2",
+        params![table, column],
+        |row| row.get::<_, i64>(0),
+    )
+    .map(|n| n > 0)
+    .map_err(store_error)
 }
 
 /// Checks, without writing, that `table` is at [`SCHEMA_VERSION`].

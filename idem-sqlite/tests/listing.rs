@@ -217,3 +217,33 @@ async fn opening_without_migrations_refuses_a_file_not_in_wal_mode_and_leaves_it
         .expect("tables");
     assert_eq!(tables, 1, "opening created a table");
 }
+
+/// Rolling back to a release of schema version 1 means deleting the version-2 row (the
+/// column stays); the next upgrade records version 2 again instead of failing on the column.
+#[tokio::test]
+async fn a_table_rolled_back_to_version_1_upgrades_again() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("rolled-back.db");
+    SqliteStore::open(&path)
+        .await
+        .expect("create at the current version");
+    Connection::open(&path)
+        .expect("open")
+        .execute(
+            "DELETE FROM idem_schema_migrations WHERE table_name = 'idem_records' AND version = 2",
+            [],
+        )
+        .expect("roll back");
+    let store = SqliteStore::open(&path).await.expect("upgrades again");
+    let stats = store.stats().await.expect("stats");
+    assert_eq!(stats.total(), 0);
+    let version: i64 = Connection::open(&path)
+        .expect("open")
+        .query_row(
+            "SELECT max(version) FROM idem_schema_migrations",
+            [],
+            |row| row.get(0),
+        )
+        .expect("version");
+    assert_eq!(version, SCHEMA_VERSION);
+}
