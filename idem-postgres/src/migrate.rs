@@ -139,22 +139,26 @@ impl PgStore {
 
 /// The whole schema for `schema.table`, to apply from your own migration tool (the names are
 /// checked by [`validate_identifier`]; the table leaves room for its index names, at most 51
-/// bytes). Every statement can run again. The last one, `CREATE INDEX CONCURRENTLY`, must run
-/// outside a transaction (a migration tool that wraps files in one needs it in a file of its
-/// own, marked to run without one).
+/// bytes). One script that runs in a transaction and can run again. Its last statement builds
+/// the in-progress index with a plain `CREATE INDEX`, which blocks writes to the table while it
+/// reads it: instant on a new table; on a large live one, run it with `CONCURRENTLY` outside a
+/// transaction instead, as [`PgStore::migrate`] does.
 ///
 /// ```
 /// let sql = idem_postgres::schema_sql("billing", "idem_records")?;
 /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"billing\".\"idem_records\""));
+/// assert!(sql.contains("CREATE INDEX IF NOT EXISTS \"idem_records_in_progress\""));
 /// # Ok::<(), idem_core::Error>(())
 /// ```
 pub fn schema_sql(schema: &str, table: &str) -> Result<String, Error> {
     validate_identifier(schema)?;
     validate_table(table)?;
+    // The concurrent build cannot run in a transaction, where a migration tool runs a script.
+    let index = INDEX_IN_PROGRESS.replace("CREATE INDEX CONCURRENTLY", "CREATE INDEX");
     Ok(MIGRATION_FILES
         .iter()
-        .map(|(_, sql)| sql)
-        .chain([&INDEX_IN_PROGRESS])
+        .map(|(_, sql)| *sql)
+        .chain([index.as_str()])
         .map(|sql| {
             format!(
                 "{};",

@@ -283,3 +283,27 @@ async fn a_table_rolled_back_to_version_1_upgrades_again() {
     assert_eq!(version, SCHEMA_VERSION);
     assert_eq!(index_is_valid(&store, &schema).await, Some(true));
 }
+
+/// `schema_sql` is one script a migration tool runs in a transaction, twice if it likes; a
+/// store on the table it made migrates without changing anything.
+#[tokio::test]
+async fn the_schema_script_runs_in_a_transaction_and_again() {
+    let schema = format!("hand_{}", FencingToken::generate());
+    let store = PgStore::builder()
+        .schema(&schema)
+        .connect(&pg_url())
+        .await
+        .expect("connect");
+    let script = idem_postgres::schema_sql(&schema, "idem_records").expect("valid names");
+    for _ in 0..2 {
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "CREATE SCHEMA IF NOT EXISTS \"{schema}\"; BEGIN; {script} COMMIT;"
+        )))
+        .execute(store.pool())
+        .await
+        .expect("applies in a transaction");
+    }
+    store.migrate().await.expect("migrate");
+    assert_eq!(index_is_valid(&store, &schema).await, Some(true));
+    assert_eq!(store.stats().await.expect("stats").total(), 0);
+}
