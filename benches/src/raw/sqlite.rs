@@ -15,13 +15,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{Mutex as AsyncMutex, Semaphore};
 
-/// The store's own schema, so both sides have the same table and indexes.
-const SCHEMA: &str = include_str!("../../../idem-sqlite/sql/migrations/0001_create_records.sql");
+/// The table name of the store's schema (`idem::sqlite::schema_sql`): both sides have the same
+/// table and indexes.
+const TABLE: &str = "idem_records";
 const CHARGES: &str =
     "CREATE TABLE IF NOT EXISTS bench_charges (id INTEGER PRIMARY KEY, cents INTEGER)";
 const CHARGE: &str = "INSERT INTO bench_charges (cents) VALUES (?1)";
-const RESERVE: &str = "INSERT INTO idem_records (consumer, route, key, fingerprint, token, state, deadline, response) \
-                       VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, NULL) ON CONFLICT (consumer, route, key) DO NOTHING";
+const RESERVE: &str = "INSERT INTO idem_records (consumer, route, key, fingerprint, token, state, deadline, response, reserved_at) \
+                       VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, NULL, ?7) ON CONFLICT (consumer, route, key) DO NOTHING";
 const COMPLETE: &str = "UPDATE idem_records SET state = 1, response = ?5, deadline = ?6 \
                         WHERE consumer = ?1 AND route = ?2 AND key = ?3 AND token = ?4 AND state = 0";
 /// The read of a duplicate: the response column only for a completed row of the same
@@ -63,7 +64,7 @@ pub fn connection(path: &FsPath) -> Connection {
 
 /// The reservation: one compare-and-set insert, autocommit.
 fn reserve(conn: &Connection, request: &Request, token: &FencingToken, lease: Duration) -> bool {
-    let id = request.id();
+    let (id, now) = (request.id(), now_ms());
     conn.prepare_cached(RESERVE)
         .expect("prepare")
         .execute(params![
@@ -72,7 +73,8 @@ fn reserve(conn: &Connection, request: &Request, token: &FencingToken, lease: Du
             id.key(),
             request.fingerprint().as_bytes(),
             token.as_bytes(),
-            now_ms() + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX)
+            now + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
+            now
         ])
         .expect("reserve")
         == 1
@@ -171,7 +173,9 @@ impl RawSqlite {
     /// A side on the database file at `path` (the store's schema is created if missing).
     pub fn open(path: &FsPath, inline: bool) -> Self {
         let writer = connection(path);
-        writer.execute_batch(SCHEMA).expect("schema");
+        writer
+            .execute_batch(&idem::sqlite::schema_sql(TABLE))
+            .expect("schema");
         writer.execute_batch(CHARGES).expect("charges");
         Self {
             inline,
