@@ -39,6 +39,13 @@ CREATE TABLE IF NOT EXISTS idem_schema_migrations (
 );
 -- The table above is at every version up to the current one (applied_at in ms since the Unix
 -- epoch); a row already there (the schema applied before) is kept.
+-- A version is recorded only if what it made is there, so a statement above that failed (a
+-- shell that goes on after an error, on an older table) never records a version it did not
+-- reach: opening the store then applies the migrations.
 INSERT OR IGNORE INTO idem_schema_migrations (table_name, version, applied_at)
-VALUES ('idem_records', 1, CAST(strftime('%s', 'now') AS INTEGER) * 1000),
-       ('idem_records', 2, CAST(strftime('%s', 'now') AS INTEGER) * 1000);
+SELECT 'idem_records', 1, CAST(strftime('%s', 'now') AS INTEGER) * 1000
+WHERE EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'idem_records_deadline');
+INSERT OR IGNORE INTO idem_schema_migrations (table_name, version, applied_at)
+SELECT 'idem_records', 2, CAST(strftime('%s', 'now') AS INTEGER) * 1000
+WHERE EXISTS (SELECT 1 FROM pragma_table_info('idem_records') WHERE name = 'reserved_at')
+  AND EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'idem_records_in_progress');

@@ -2,7 +2,7 @@
 //! schema in one repeatable script to run by hand.
 
 use crate::error::{is_busy, store_error};
-use crate::sql::{for_table, MIGRATIONS, MIGRATIONS_TABLE, SCHEMA};
+use crate::sql::{for_table, Step, MIGRATIONS, MIGRATIONS_TABLE, SCHEMA};
 use idem_core::{Error, Field};
 use rusqlite::{params, Connection, TransactionBehavior};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -32,8 +32,13 @@ pub(crate) fn migrate(conn: &mut Connection, table: &str) -> Result<(), Error> {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0);
-    for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > applied) {
-        if !already_there(&tx, table, *version)? {
+    for (version, steps) in MIGRATIONS.iter().filter(|(v, _)| *v > applied) {
+        for step in *steps {
+            let sql = match step {
+                Step::Sql(sql) => sql,
+                Step::AddColumn { column, .. } if has_column(&tx, table, column)? => continue,
+                Step::AddColumn { sql, .. } => sql,
+            };
             tx.execute_batch(&for_table(sql, table))
                 .map_err(store_error)?;
         }
@@ -46,15 +51,8 @@ pub(crate) fn migrate(conn: &mut Connection, table: &str) -> Result<(), Error> {
     tx.commit().map_err(store_error)
 }
 
-/// The column a migration adds, where it adds one. SQLite has no `ADD COLUMN IF NOT EXISTS`:
-/// a migration whose column is already there (a table whose version row was deleted to roll
-/// back to an older release, then upgraded again) is recorded without running again.
-const ADDS_COLUMN: &[(i64, &str)] = &[(2, "reserved_at")];
-
-fn already_there(conn: &Connection, table: &str, version: i64) -> Result<bool, Error> {
-    let Some((_, column)) = ADDS_COLUMN.iter().find(|(v, _)| *v == version) else {
-        return Ok(false);
-    };
+/// Whether `table` has `column` (a step that adds it has nothing to do).
+fn has_column(conn: &Connection, table: &str, column: &str) -> Result<bool, Error> {
     conn.query_row(
         "SELECT count(*) FROM pragma_table_info(?1) WHERE name = ?2",
         params![table, column],

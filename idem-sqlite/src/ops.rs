@@ -316,7 +316,7 @@ pub(crate) fn millis(at: Timestamp) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sql::{Statements, MIGRATIONS};
+    use crate::sql::Statements;
     use idem_core::{Fingerprint, IdempotencyKey, Scope};
 
     fn request() -> Request {
@@ -334,9 +334,8 @@ mod tests {
     #[test]
     fn c09_compare_and_set_requires_the_state_the_decision_saw() {
         let conn = Connection::open_in_memory().expect("db");
-        for (_, migration) in MIGRATIONS {
-            conn.execute_batch(migration).expect("schema");
-        }
+        conn.execute_batch(&crate::schema_sql("idem_records"))
+            .expect("schema");
         let sql = Statements::for_table("idem_records");
         let req = request();
         let now = Timestamp::from_millis(1_000);

@@ -9,12 +9,38 @@ pub(crate) const MIGRATIONS_TABLE: &str = include_str!("../sql/migrations_table.
 /// [`schema_sql`](crate::schema_sql) prints), for the default table name.
 pub(crate) const SCHEMA: &str = include_str!("../sql/schema.sql");
 
-/// The versioned migrations, in order: (version, SQL for the default table name).
-pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
-    (1, include_str!("../sql/migrations/0001_create_records.sql")),
+/// One step of a migration.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Statements that can run on the table as the previous version left it.
+    Sql(&'static str),
+    /// An `ALTER TABLE .. ADD COLUMN`, which SQLite cannot make `IF NOT EXISTS`: skipped when
+    /// the column is there already (a table rolled back to an older version keeps it).
+    AddColumn {
+        /// The column it adds.
+        column: &'static str,
+        /// The statement.
+        sql: &'static str,
+    },
+}
+
+/// The versioned migrations, in order: (version, steps, for the default table name).
+pub(crate) const MIGRATIONS: &[(i64, &[Step])] = &[
+    (
+        1,
+        &[Step::Sql(include_str!(
+            "../sql/migrations/0001_create_records.sql"
+        ))],
+    ),
     (
         2,
-        include_str!("../sql/migrations/0002_reservation_time.sql"),
+        &[
+            Step::AddColumn {
+                column: "reserved_at",
+                sql: include_str!("../sql/migrations/0002_reservation_time.sql"),
+            },
+            Step::Sql(include_str!("../sql/migrations/0002_in_progress_index.sql")),
+        ],
     ),
 ];
 
