@@ -30,9 +30,14 @@ impl PgStore {
     /// Safe on a live table: a migration waits at most 100 ms for a table lock another
     /// transaction holds (reads and writes of the table queue behind a waiting `ALTER TABLE`),
     /// then lets go and tries again, for about half a minute before it gives up with
-    /// [`StoreErrorKind::Unavailable`](idem_core::StoreErrorKind::Unavailable); indexes are built
-    /// `CONCURRENTLY`, without blocking traffic. An index build that was interrupted (a crash, a
-    /// cancelled statement) is dropped and built again by the next call.
+    /// [`StoreErrorKind::Unavailable`](idem_core::StoreErrorKind::Unavailable). The listing
+    /// index is then built `CONCURRENTLY`, without blocking traffic, by one process at a time:
+    /// a process that finds another building returns at once. Such a build waits for every
+    /// transaction older than itself in the database (a `pg_dump`, a long report), so on a large
+    /// or busy database run it as a deploy step (`idem migrate`) before the instances start;
+    /// they then find it done. A build that fails (a `statement_timeout`, a cancel) is logged
+    /// (target `idem`, warn) and does not fail the call: the table works without the index
+    /// (listings of pending records read it whole), and the next call builds it again.
     pub async fn migrate(&self) -> Result<(), Error> {
         let mut attempt = 1;
         loop {
@@ -102,15 +107,42 @@ impl PgStore {
     }
 
     /// Builds the in-progress index if it is missing, or again if an interrupted build left it
-    /// invalid; outside any transaction, `CONCURRENTLY`.
+    /// invalid: `CONCURRENTLY`, outside any transaction, one builder at a time across processes.
+    /// A process that finds another building returns at once. A build that fails (a
+    /// `statement_timeout`, a cancel) is logged and left for a later call: the table works
+    /// without the index (listings of pending records read it whole meanwhile), so start-up does
+    /// not depend on it.
     async fn build_indexes(&self) -> Result<(), Error> {
         let inner = &self.inner;
         let (schema, table) = (&inner.config.schema, &inner.config.table);
+        let qualified = format!("{schema}.{table}");
         let name = format!("\"{schema}\".\"{table}_in_progress\"");
-        let mut conn = inner.pool.acquire().await.map_err(store_error)?;
+        let mode = inner.ops.mode;
+        // READ COMMITTED whatever the pool's default: between statements this transaction holds
+        // no snapshot, so the concurrent build never waits for it.
+        let mut holder = inner
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED")
+            .await
+            .map_err(store_error)?;
+        let locked = fetch_all(
+            &mut holder,
+            mode,
+            &inner.ops.sql.index_lock,
+            &[Param::Text(&qualified)],
+        )
+        .await?;
+        let locked: bool = match locked.first() {
+            Some(row) => row.try_get(0).map_err(store_error)?,
+            None => false,
+        };
+        if !locked {
+            tracing::debug!(target: "idem", table = %qualified, "another process builds the in-progress index");
+            return holder.rollback().await.map_err(store_error);
+        }
         let rows = fetch_all(
-            &mut conn,
-            inner.ops.mode,
+            &mut holder,
+            mode,
             &inner.ops.sql.index_valid,
             &[Param::Text(&name)],
         )
@@ -119,6 +151,7 @@ impl PgStore {
             Some(row) => Some(row.try_get(0).map_err(store_error)?),
             None => None,
         };
+        // Under the lock, an invalid index is not being built by anyone: an interrupted build.
         let statements: &[&str] = match valid {
             Some(true) => &[],
             Some(false) => &[
@@ -127,22 +160,40 @@ impl PgStore {
             ],
             None => &[&inner.ops.sql.index_in_progress],
         };
-        for statement in statements {
-            sqlx::raw_sql(AssertSqlSafe((*statement).to_owned()))
-                .execute(&mut *conn)
-                .await
-                .map_err(store_error)?;
+        if !statements.is_empty() {
+            let mut builder = inner.conns.get().await?;
+            let mut built = Ok(());
+            for statement in statements {
+                built = sqlx::raw_sql(AssertSqlSafe((*statement).to_owned()))
+                    .execute(builder.conn())
+                    .await
+                    .map(drop)
+                    .map_err(store_error);
+                if built.is_err() {
+                    break;
+                }
+            }
+            builder.finish(&built);
+            if let Err(error) = built {
+                tracing::warn!(
+                    target: "idem",
+                    table = %qualified,
+                    %error,
+                    "idem.migrate: the in-progress index was not built; the table works without it, and the next migrate builds it"
+                );
+            }
         }
-        Ok(())
+        holder.commit().await.map_err(store_error)
     }
 }
 
 /// The whole schema for `schema.table`, to apply from your own migration tool (the names are
 /// checked by [`validate_identifier`]; the table leaves room for its index names, at most 51
-/// bytes). One script that runs in a transaction and can run again. Its last statement builds
-/// the in-progress index with a plain `CREATE INDEX`, which blocks writes to the table while it
-/// reads it: instant on a new table; on a large live one, run it with `CONCURRENTLY` outside a
-/// transaction instead, as [`PgStore::migrate`] does.
+/// bytes). One script that runs in a transaction and can run again. Its `ALTER TABLE` holds the
+/// table's exclusive lock until the commit and its last statement builds the in-progress index
+/// with a plain `CREATE INDEX`, so the table's reads and writes wait for the whole script:
+/// instant on a new or small table; on a large live one use [`PgStore::migrate`], which waits
+/// for locks briefly and builds the index `CONCURRENTLY`.
 ///
 /// ```
 /// let sql = idem_postgres::schema_sql("billing", "idem_records")?;

@@ -51,6 +51,7 @@ pub(crate) struct Statements {
     pub(crate) index_in_progress: String,
     pub(crate) index_drop_in_progress: String,
     pub(crate) index_valid: String,
+    pub(crate) index_lock: String,
 }
 
 impl Statements {
@@ -78,6 +79,7 @@ impl Statements {
             index_in_progress: sql(INDEX_IN_PROGRESS),
             index_drop_in_progress: sql(include_str!("../sql/index_drop_in_progress.sql")),
             index_valid: strip_comments(include_str!("../sql/index_valid.sql")),
+            index_lock: strip_comments(include_str!("../sql/index_lock.sql")),
         }
     }
 }
