@@ -74,8 +74,32 @@ impl Target {
         }
     }
 
-    /// Refuses a name the target does not have (a `--schema` for SQLite...).
+    /// Refuses a name the target does not have (a `--schema` for SQLite...), or one its store
+    /// would refuse.
     pub fn check(&self, names: &Names) -> Result<(), Usage> {
+        self.fits(names)?;
+        let invalid = |flag: &'static str| move |e: Error| Usage(format!("{flag}: {e}"));
+        match self {
+            Target::Sqlite(_) => names.table.as_deref().map_or(Ok(()), |t| {
+                idem_sqlite::validate_table_name(t).map_err(invalid("--table"))
+            }),
+            Target::Postgres(_) => {
+                if let Some(table) = names.table.as_deref() {
+                    idem_postgres::validate_table_name(table).map_err(invalid("--table"))?;
+                }
+                names.schema.as_deref().map_or(Ok(()), |s| {
+                    idem_postgres::validate_identifier(s).map_err(invalid("--schema"))
+                })
+            }
+            Target::Redis(_) | Target::RedisCluster(_) => {
+                names.prefix.as_deref().map_or(Ok(()), |p| {
+                    idem_redis::validate_prefix(p).map_err(invalid("--prefix"))
+                })
+            }
+        }
+    }
+
+    fn fits(&self, names: &Names) -> Result<(), Usage> {
         let refuse =
             |flag: &str, what: &str| Err(Usage(format!("{flag} does not apply to {what}")));
         match self {
@@ -224,5 +248,9 @@ mod tests {
         assert!(pg.check(&names(None, None, Some("p"))).is_err());
         assert!(redis.check(&names(None, None, Some("p"))).is_ok());
         assert!(redis.check(&names(Some("t"), None, None)).is_err());
+        assert!(sqlite.check(&names(Some("bad name"), None, None)).is_err());
+        assert!(pg.check(&names(Some(&"t".repeat(52)), None, None)).is_err());
+        assert!(pg.check(&names(None, Some("Bad"), None)).is_err());
+        assert!(redis.check(&names(None, None, Some(""))).is_err());
     }
 }

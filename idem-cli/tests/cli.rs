@@ -310,6 +310,22 @@ async fn sqlite_migrate_inspect_list_count_and_purge() {
 
     let wrong = idem(&["--url", &url, "--schema", "s", "stats"]);
     assert_eq!(wrong.code, 2, "--schema is not SQLite's: {}", wrong.err);
+    let refused = idem(&["--url", &url, "--table", "bad name", "stats"]);
+    assert_eq!(
+        refused.code, 2,
+        "a table name SQLite refuses: {}",
+        refused.err
+    );
+    let far = idem(&[
+        "--url",
+        &url,
+        "--table",
+        "ops",
+        "pending",
+        "--after",
+        "p.99999999999999999.61",
+    ]);
+    assert_eq!(far.code, 2, "a position no store made: {}", far.err);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -216,7 +216,11 @@ impl Cursor {
         let bad = || Error::invalid(Field::Cursor, "not a cursor of this store");
         let rest = self.0.strip_prefix("p.").ok_or_else(bad)?;
         let (at, triple) = rest.split_once('.').ok_or_else(bad)?;
-        let reserved_at = at.parse::<u64>().map_err(|_| bad())?;
+        let reserved_at = at
+            .parse::<u64>()
+            .ok()
+            .filter(|at| *at <= Position::LATEST)
+            .ok_or_else(bad)?;
         let triple = String::from_utf8(unhex(triple).ok_or_else(bad)?).map_err(|_| bad())?;
         let mut parts = triple.split('\0');
         let (Some(consumer), Some(route), Some(key), None) =
@@ -230,6 +234,12 @@ impl Cursor {
         );
         Ok(Position { reserved_at, id })
     }
+}
+
+impl Position {
+    /// The latest reservation time a position may carry: the end of year 9999, in milliseconds
+    /// (every store's time type holds it; a later one is not a cursor any store made).
+    pub const LATEST: u64 = 253_402_300_799_999;
 }
 
 impl fmt::Display for Cursor {
@@ -349,6 +359,7 @@ mod tests {
 
     #[test]
     fn foreign_text_is_not_a_position() {
+        let far = format!("p.{}.610050005f00", Position::LATEST + 1);
         for text in [
             "",
             "p.",
@@ -359,6 +370,7 @@ mod tests {
             "p.1.6100",
             "s.0.1",
             "p.1.616263",
+            &far,
         ] {
             assert!(Cursor::new(text).position().is_err(), "{text:?}");
         }

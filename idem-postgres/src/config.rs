@@ -54,9 +54,15 @@ impl Default for PgConfig {
     }
 }
 
-/// Checks a store table's name: a valid identifier whose index names (`<table>_deadline`,
-/// `<table>_in_progress`) are valid identifiers too, so PostgreSQL never cuts one at 63 bytes.
-pub(crate) fn validate_table(table: &str) -> Result<(), Error> {
+/// Checks a store table's name: a valid identifier ([`validate_identifier`]) whose index names
+/// (`<table>_deadline`, `<table>_in_progress`) are valid identifiers too, so PostgreSQL never
+/// cuts one at 63 bytes: at most 51 bytes.
+///
+/// ```
+/// assert!(idem_postgres::validate_table_name("idem_records").is_ok());
+/// assert!(idem_postgres::validate_table_name(&"t".repeat(52)).is_err());
+/// ```
+pub fn validate_table_name(table: &str) -> Result<(), Error> {
     validate_identifier(table)?;
     crate::sql::index_names(table).try_for_each(|name| {
         validate_identifier(&name).map_err(|_| {

@@ -45,7 +45,7 @@ mod transactional;
 mod unique;
 
 pub use audit::PgAudit;
-pub use config::{validate_identifier, Isolation};
+pub use config::{validate_identifier, validate_table_name, Isolation};
 pub use idem_core::InsertOrFetch;
 pub use migrate::{schema_sql, SCHEMA_VERSION};
 pub use params::StatementMode;

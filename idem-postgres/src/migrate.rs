@@ -1,7 +1,7 @@
 //! The versioned schema: applied by [`PgStore::migrate`](crate::PgStore::migrate), and printable
 //! to run from your own migration tool.
 
-use crate::config::{validate_identifier, validate_table};
+use crate::config::{validate_identifier, validate_table_name};
 use crate::error::{is_lock_timeout, store_error};
 use crate::params::{execute, fetch_all, Param};
 use crate::sql::{for_table, INDEX_IN_PROGRESS, MIGRATION_FILES};
@@ -203,7 +203,7 @@ impl PgStore {
 /// ```
 pub fn schema_sql(schema: &str, table: &str) -> Result<String, Error> {
     validate_identifier(schema)?;
-    validate_table(table)?;
+    validate_table_name(table)?;
     // The concurrent build cannot run in a transaction, where a migration tool runs a script.
     let index = INDEX_IN_PROGRESS.replace("CREATE INDEX CONCURRENTLY", "CREATE INDEX");
     Ok(MIGRATION_FILES

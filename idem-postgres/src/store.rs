@@ -1,6 +1,6 @@
 //! `PgStore`: the PostgreSQL store, its builder, and its `Store` implementation.
 
-use crate::config::{validate_identifier, validate_table, Isolation, PgConfig};
+use crate::config::{validate_identifier, validate_table_name, Isolation, PgConfig};
 use crate::connections::Connections;
 use crate::error::store_error;
 use crate::ops::Ops;
@@ -148,7 +148,7 @@ impl PgStoreBuilder {
 
 fn validate(config: &PgConfig) -> Result<(), Error> {
     validate_identifier(&config.schema)?;
-    validate_table(&config.table)
+    validate_table_name(&config.table)
 }
 
 impl PgStore {

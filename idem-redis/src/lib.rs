@@ -84,7 +84,7 @@ mod record;
 mod scripts;
 mod store;
 
-pub use store::{RedisStore, RedisStoreBuilder};
+pub use store::{validate_prefix, RedisStore, RedisStoreBuilder};
 
 /// The redis version the store is built with.
 pub use redis;

@@ -50,6 +50,30 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
+/// Checks a key prefix: 1..=64 bytes of visible ASCII without `{` or `}` (which would change the
+/// cluster slot), else [`Error::InvalidInput`].
+///
+/// ```
+/// assert!(idem_redis::validate_prefix("idem").is_ok());
+/// assert!(idem_redis::validate_prefix("").is_err());
+/// assert!(idem_redis::validate_prefix("{slot}").is_err());
+/// ```
+pub fn validate_prefix(prefix: &str) -> Result<(), Error> {
+    let ok = !prefix.is_empty()
+        && prefix.len() <= 64
+        && prefix
+            .bytes()
+            .all(|b| (0x21..=0x7e).contains(&b) && b != b'{' && b != b'}');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            Field::Config,
+            "the key prefix must be 1..=64 bytes of visible ASCII without braces",
+        ))
+    }
+}
+
 /// Settings for [`RedisStore`]; see [`RedisStore::builder`].
 #[derive(Debug, Clone)]
 #[must_use]
@@ -94,18 +118,7 @@ impl RedisStoreBuilder {
     }
 
     fn validate(&self) -> Result<(), Error> {
-        let ok = !self.prefix.is_empty()
-            && self.prefix.len() <= 64
-            && self
-                .prefix
-                .bytes()
-                .all(|b| (0x21..=0x7e).contains(&b) && b != b'{' && b != b'}');
-        if !ok {
-            return Err(Error::invalid(
-                Field::Config,
-                "the key prefix must be 1..=64 bytes of visible ASCII without braces",
-            ));
-        }
+        validate_prefix(&self.prefix)?;
         if self.grace > MAX_GRACE {
             return Err(Error::invalid(
                 Field::Config,
