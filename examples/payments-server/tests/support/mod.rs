@@ -6,40 +6,18 @@
 
 #![allow(dead_code)]
 
-use reqwest::header::HeaderMap;
+pub use e2e_support::{error_chain, random_u64, Reply, ServerProcess};
+
 use reqwest::StatusCode;
 use serde_json::Value;
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
-use std::collections::hash_map::RandomState;
-use std::fmt::Write as _;
-use std::hash::{BuildHasher, Hasher};
 use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+use tokio::process::Command;
 
 /// The API key every test authenticates with (unless it tests scoping).
 pub const API_KEY: &str = "sk_test_e2e";
-
-/// How long a server may take to print its `listening on` line (migrations included).
-const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
-
-/// A random 64-bit number (std only: a freshly keyed SipHash over a counter, the clock, the pid).
-pub fn random_u64() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut hasher = RandomState::new().build_hasher();
-    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    hasher.write_u128(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default(),
-    );
-    hasher.write_u32(std::process::id());
-    hasher.finish()
-}
 
 /// A fresh idempotency key, unique across tests and runs.
 pub fn new_key(label: &str) -> String {
@@ -236,15 +214,21 @@ fn drop_pg_database(pg: PgDatabase) {
 // The server process
 // ------------------------------------------------------------------------------------------
 
-/// A running `payments-server` child process. Dropping it kills the process (SIGKILL), even
-/// when the test panics; a panicking test also gets the tail of the server's log printed.
-pub struct Server {
-    child: Option<Child>,
-    /// `http://127.0.0.1:PORT`.
-    pub base_url: String,
-    /// The child's pid.
-    pub pid: u32,
-    log: PathBuf,
+/// A running `payments-server` child process with the test hooks on ([`ServerProcess`]:
+/// always killed, its log tail printed when a test panics).
+pub struct Server(ServerProcess);
+
+impl std::ops::Deref for Server {
+    type Target = ServerProcess;
+    fn deref(&self) -> &ServerProcess {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Server {
+    fn deref_mut(&mut self) -> &mut ServerProcess {
+        &mut self.0
+    }
 }
 
 impl Server {
@@ -259,8 +243,6 @@ impl Server {
     pub async fn start_on(env: &TestEnv, database: &str, lease_ms: Option<u64>) -> Server {
         let index = env.next_server_index();
         let log = env.dir.join(format!("server-{index}.log"));
-        let log_file = std::fs::File::create(&log)
-            .unwrap_or_else(|e| panic!("cannot create the server log {}: {e}", log.display()));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_payments-server"));
         cmd.arg("--addr")
             .arg("127.0.0.1:0")
@@ -273,149 +255,16 @@ impl Server {
             .env_remove("IDEM_ADDR")
             .env_remove("DATABASE_URL")
             .env_remove("IDEM_LEASE_MS")
-            .current_dir(&env.dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log_file))
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().unwrap_or_else(|e| {
-            panic!(
-                "cannot start {}: {e}",
-                env!("CARGO_BIN_EXE_payments-server")
-            )
-        });
-        let pid = child.id().expect("a just-spawned child has a pid");
-        let stdout = child.stdout.take().expect("the child's stdout is piped");
-        let mut server = Server {
-            child: Some(child),
-            base_url: String::new(),
-            pid,
-            log,
-        };
-        let mut lines = BufReader::new(stdout).lines();
-        let started = Instant::now();
-        let mut other_lines = Vec::new();
-        let addr = loop {
-            let remaining = STARTUP_DEADLINE.saturating_sub(started.elapsed());
-            match tokio::time::timeout(remaining, lines.next_line()).await {
-                Err(_) => panic!(
-                    "the server did not print `listening on http://...` on stdout within {:?} \
-                     (database {}); stdout so far: {other_lines:?}; its log:\n{}",
-                    STARTUP_DEADLINE,
-                    database,
-                    server.log_tail(80)
-                ),
-                Ok(Err(e)) => panic!("cannot read the server's stdout: {e}"),
-                Ok(Ok(None)) => {
-                    let status = server.wait_exit(Duration::from_secs(5)).await;
-                    panic!(
-                        "the server exited ({status:?}) before listening (database {}); \
-                         stdout: {other_lines:?}; its log:\n{}",
-                        database,
-                        server.log_tail(80)
-                    )
-                }
-                Ok(Ok(Some(line))) => match line.trim().strip_prefix("listening on http://") {
-                    Some(addr) => break addr.trim_end_matches('/').to_owned(),
-                    None => other_lines.push(line),
-                },
-            }
-        };
-        let port = addr
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse::<u16>().ok())
-            .unwrap_or_else(|| {
-                panic!("cannot find a port in the listening line's address {addr:?}")
-            });
-        assert_ne!(port, 0, "the server says it listens on port 0: {addr:?}");
-        server.base_url = format!("http://{addr}");
-        // Keep the pipe drained so the server never blocks writing to stdout.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        server
-    }
-
-    /// `base_url` + `path`.
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base_url)
+            .current_dir(&env.dir);
+        Server(
+            ServerProcess::start("payments-server", cmd, log, &format!("database {database}"))
+                .await,
+        )
     }
 
     /// A client for this server (authenticated with [`API_KEY`]).
     pub fn api(&self) -> Api {
         Api::new(&self.base_url)
-    }
-
-    /// Kills the process with SIGKILL and reaps it.
-    pub async fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child
-                .kill()
-                .await
-                .unwrap_or_else(|e| panic!("cannot SIGKILL the server (pid {}): {e}", self.pid));
-        }
-    }
-
-    /// Sends SIGTERM and waits up to `within` for the process to exit; its exit status.
-    pub async fn terminate(&mut self, within: Duration) -> ExitStatus {
-        let status = std::process::Command::new("kill")
-            .arg("-TERM")
-            .arg(self.pid.to_string())
-            .status()
-            .expect("cannot run `kill -TERM`");
-        assert!(
-            status.success(),
-            "`kill -TERM {}` failed: {status}",
-            self.pid
-        );
-        match self.wait_exit(within).await {
-            Some(status) => {
-                self.child = None;
-                status
-            }
-            None => panic!(
-                "the server (pid {}) did not exit within {within:?} of SIGTERM; its log:\n{}",
-                self.pid,
-                self.log_tail(80)
-            ),
-        }
-    }
-
-    async fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
-        let child = self.child.as_mut()?;
-        match tokio::time::timeout(within, child.wait()).await {
-            Ok(Ok(status)) => Some(status),
-            _ => None,
-        }
-    }
-
-    /// The last `lines` lines of the server's stderr log.
-    pub fn log_tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_else(|e| format!("<no log: {e}>"));
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.start_kill();
-            // Reap it (briefly blocking) so that no zombie outlives the test.
-            for _ in 0..200 {
-                if !matches!(child.try_wait(), Ok(None)) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        if std::thread::panicking() {
-            eprintln!(
-                "---- payments-server {} (pid {}) log tail ----\n{}\n---- end of log ----",
-                self.base_url,
-                self.pid,
-                self.log_tail(60)
-            );
-        }
     }
 }
 
@@ -518,67 +367,6 @@ impl ChargeRequest {
     pub fn with_api_key(mut self, api_key: Option<&str>) -> ChargeRequest {
         self.api_key = api_key.map(str::to_owned);
         self
-    }
-}
-
-/// One complete HTTP answer.
-#[derive(Clone, Debug)]
-pub struct Reply {
-    /// The status.
-    pub status: StatusCode,
-    /// The headers.
-    pub headers: HeaderMap,
-    /// The body, as received.
-    pub body: Vec<u8>,
-    /// From sending the request to having read the whole body.
-    pub latency: Duration,
-}
-
-impl Reply {
-    /// A header's value (lossy), if present.
-    pub fn header(&self, name: &str) -> Option<String> {
-        self.headers
-            .get(name)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-    }
-
-    /// Whether `Idempotent-Replayed: true` is present.
-    pub fn replayed(&self) -> bool {
-        self.header("idempotent-replayed")
-            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
-    }
-
-    /// The body as text (lossy).
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    /// The body as JSON; panics with the whole answer if it is not JSON.
-    pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("the server's body is not JSON ({e}): {}", self.describe()))
-    }
-
-    /// Status, headers and body, for assertion messages.
-    pub fn describe(&self) -> String {
-        let mut out = format!("{} in {:?}\n", self.status, self.latency);
-        for (name, value) in &self.headers {
-            let _ = writeln!(
-                out,
-                "  {name}: {}",
-                String::from_utf8_lossy(value.as_bytes())
-            );
-        }
-        let _ = write!(out, "  body: {}", self.text());
-        out
-    }
-
-    /// `Retry-After` as a duration (delta-seconds), if present and parseable.
-    pub fn retry_after(&self) -> Option<Duration> {
-        self.header("retry-after")
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s >= 0.0)
-            .map(Duration::from_secs_f64)
     }
 }
 
@@ -710,16 +498,6 @@ pub fn is_retryable(status: StatusCode) -> bool {
     status == StatusCode::CONFLICT
         || status == StatusCode::TOO_MANY_REQUESTS
         || status.is_server_error()
-}
-
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let _ = write!(out, ": {s}");
-        source = s.source();
-    }
-    out
 }
 
 /// An HTTP client for one server.

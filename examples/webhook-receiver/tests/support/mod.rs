@@ -5,37 +5,19 @@
 
 #![allow(dead_code)]
 
+pub use e2e_support::{error_chain, random_u64, Reply, ServerProcess};
+
 use idem::inbox::SignatureScheme;
-use reqwest::header::HeaderMap;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use std::collections::hash_map::RandomState;
-use std::fmt::Write as _;
-use std::hash::{BuildHasher, Hasher};
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+use tokio::process::Command;
 
 /// How long a server may take to print its `listening on` line.
 const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
-
-/// A random 64-bit number (std only: a freshly keyed SipHash over a counter, the clock, the pid).
-pub fn random_u64() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut hasher = RandomState::new().build_hasher();
-    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    hasher.write_u128(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default(),
-    );
-    hasher.write_u32(std::process::id());
-    hasher.finish()
-}
 
 /// Shuffles `items` in place (Fisher-Yates).
 pub fn shuffle<T>(items: &mut [T]) {
@@ -88,16 +70,21 @@ impl Drop for TestEnv {
     }
 }
 
-/// A running `webhook-receiver` child process with the test hooks on. Dropping it kills the
-/// process (SIGKILL), even when the test panics; a panicking test also gets the tail of the
-/// server's log printed.
-pub struct Server {
-    child: Option<Child>,
-    /// `http://127.0.0.1:PORT`.
-    pub base_url: String,
-    /// The child's pid.
-    pub pid: u32,
-    log: PathBuf,
+/// A running `webhook-receiver` child process with the test hooks on ([`ServerProcess`]:
+/// always killed, its log tail printed when a test panics).
+pub struct Server(ServerProcess);
+
+impl std::ops::Deref for Server {
+    type Target = ServerProcess;
+    fn deref(&self) -> &ServerProcess {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Server {
+    fn deref_mut(&mut self) -> &mut ServerProcess {
+        &mut self.0
+    }
 }
 
 /// How a server process ended before it listened.
@@ -108,7 +95,7 @@ pub struct Refused {
     pub stderr: String,
 }
 
-fn command(env: &TestEnv, secrets: Option<&str>, log: &std::fs::File) -> Command {
+fn command(env: &TestEnv, secrets: Option<&str>) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_webhook-receiver"));
     cmd.arg("--addr")
         .arg("127.0.0.1:0")
@@ -121,11 +108,7 @@ fn command(env: &TestEnv, secrets: Option<&str>, log: &std::fs::File) -> Command
         .env_remove("IDEM_LEASE_MS")
         .env_remove("IDEM_AUDIT_RETENTION_DAYS")
         .env_remove("WEBHOOK_SECRET")
-        .current_dir(&env.dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(log.try_clone().expect("the log file")))
-        .kill_on_drop(true);
+        .current_dir(&env.dir);
     if let Some(secrets) = secrets {
         cmd.env("WEBHOOK_SECRET", secrets);
     }
@@ -138,62 +121,19 @@ impl Server {
     pub async fn start(env: &TestEnv, secrets: &str) -> Server {
         let index = env.servers.fetch_add(1, Ordering::Relaxed);
         let log = env.dir.join(format!("server-{index}.log"));
-        let log_file = std::fs::File::create(&log)
-            .unwrap_or_else(|e| panic!("cannot create the server log {}: {e}", log.display()));
-        let mut child = command(env, Some(secrets), &log_file)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start the receiver: {e}"));
-        let pid = child.id().expect("a just-spawned child has a pid");
-        let stdout = child.stdout.take().expect("the child's stdout is piped");
-        let mut server = Server {
-            child: Some(child),
-            base_url: String::new(),
-            pid,
-            log,
-        };
-        let mut lines = BufReader::new(stdout).lines();
-        let started = Instant::now();
-        let mut other_lines = Vec::new();
-        let addr = loop {
-            let remaining = STARTUP_DEADLINE.saturating_sub(started.elapsed());
-            match tokio::time::timeout(remaining, lines.next_line()).await {
-                Err(_) => panic!(
-                    "the receiver did not print `listening on http://...` within {STARTUP_DEADLINE:?}; \
-                     stdout so far: {other_lines:?}; its log:\n{}",
-                    server.log_tail(80)
-                ),
-                Ok(Err(e)) => panic!("cannot read the receiver's stdout: {e}"),
-                Ok(Ok(None)) => {
-                    let status = server.wait_exit(Duration::from_secs(5)).await;
-                    panic!(
-                        "the receiver exited ({status:?}) before listening; stdout: {other_lines:?}; \
-                         its log:\n{}",
-                        server.log_tail(80)
-                    )
-                }
-                Ok(Ok(Some(line))) => match line.trim().strip_prefix("listening on http://") {
-                    Some(addr) => break addr.trim_end_matches('/').to_owned(),
-                    None => other_lines.push(line),
-                },
-            }
-        };
-        let port = addr
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse::<u16>().ok())
-            .unwrap_or_else(|| panic!("no port in the listening line's address {addr:?}"));
-        assert_ne!(port, 0, "the receiver says it listens on port 0: {addr:?}");
-        server.base_url = format!("http://{addr}");
-        // Keep the pipe drained so the server never blocks writing to stdout.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        server
+        let command = command(env, Some(secrets));
+        Server(ServerProcess::start("webhook-receiver", command, log, &env.database).await)
     }
 
     /// Starts the receiver with `WEBHOOK_SECRET` unset; it must exit before listening.
     pub async fn start_without_secret(env: &TestEnv) -> Refused {
         let log = env.dir.join("refused.log");
         let log_file = std::fs::File::create(&log).expect("the log file");
-        let child = command(env, None, &log_file)
+        let child = command(env, None)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log_file))
+            .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start the receiver: {e}"));
         let output = tokio::time::timeout(STARTUP_DEADLINE, child.wait_with_output())
@@ -213,79 +153,6 @@ impl Server {
     /// A sender (Stripe) for this server.
     pub fn sender(&self) -> Sender {
         Sender::new(&self.base_url)
-    }
-
-    /// Waits up to `within` for the process to exit by itself; its exit status.
-    pub async fn wait_for_exit(&mut self, within: Duration) -> ExitStatus {
-        match self.wait_exit(within).await {
-            Some(status) => {
-                self.child = None;
-                status
-            }
-            None => panic!(
-                "the receiver (pid {}) did not exit within {within:?}; its log:\n{}",
-                self.pid,
-                self.log_tail(60)
-            ),
-        }
-    }
-
-    /// Sends SIGTERM and waits up to `within` for the process to exit; its exit status.
-    pub async fn terminate(&mut self, within: Duration) -> ExitStatus {
-        let status = std::process::Command::new("kill")
-            .arg("-TERM")
-            .arg(self.pid.to_string())
-            .status()
-            .expect("cannot run `kill -TERM`");
-        assert!(
-            status.success(),
-            "`kill -TERM {}` failed: {status}",
-            self.pid
-        );
-        self.wait_for_exit(within).await
-    }
-
-    async fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
-        let child = self.child.as_mut()?;
-        match tokio::time::timeout(within, child.wait()).await {
-            Ok(Ok(status)) => Some(status),
-            _ => None,
-        }
-    }
-
-    /// The server's stderr log.
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_else(|e| format!("<no log: {e}>"))
-    }
-
-    /// The last `lines` lines of the server's stderr log.
-    pub fn log_tail(&self, lines: usize) -> String {
-        let text = self.log();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.start_kill();
-            // Reap it (briefly blocking) so that no zombie outlives the test.
-            for _ in 0..200 {
-                if !matches!(child.try_wait(), Ok(None)) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        if std::thread::panicking() {
-            eprintln!(
-                "---- webhook-receiver {} (pid {}) log tail ----\n{}\n---- end of log ----",
-                self.base_url,
-                self.pid,
-                self.log_tail(60)
-            );
-        }
     }
 }
 
@@ -368,71 +235,6 @@ pub fn order_quantity(n: u32) -> i64 {
 // HTTP
 // ------------------------------------------------------------------------------------------
 
-/// One complete HTTP answer.
-#[derive(Clone, Debug)]
-pub struct Reply {
-    /// The status.
-    pub status: StatusCode,
-    /// The headers.
-    pub headers: HeaderMap,
-    /// The body.
-    pub body: Vec<u8>,
-    /// From sending the request to having read the whole body.
-    pub latency: Duration,
-}
-
-impl Reply {
-    /// A header's value (lossy), if present.
-    pub fn header(&self, name: &str) -> Option<String> {
-        self.headers
-            .get(name)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-    }
-
-    /// Whether `Idempotent-Replayed: true` is present.
-    pub fn replayed(&self) -> bool {
-        self.header("idempotent-replayed")
-            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
-    }
-
-    /// The body as text (lossy).
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    /// The body as JSON; panics with the whole answer if it is not JSON.
-    pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("the body is not JSON ({e}): {}", self.describe()))
-    }
-
-    /// A problem's `title` (its kind, e.g. `signature-stale`).
-    pub fn problem_kind(&self) -> String {
-        self.json()["title"].as_str().unwrap_or_default().to_owned()
-    }
-
-    /// Status, headers and body, for assertion messages.
-    pub fn describe(&self) -> String {
-        let mut out = format!("{} in {:?}\n", self.status, self.latency);
-        for (name, value) in &self.headers {
-            let _ = writeln!(
-                out,
-                "  {name}: {}",
-                String::from_utf8_lossy(value.as_bytes())
-            );
-        }
-        let _ = write!(out, "  body: {}", self.text());
-        out
-    }
-
-    /// `Retry-After` as a duration, if present and parseable.
-    pub fn retry_after(&self) -> Option<Duration> {
-        self.header("retry-after")
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs)
-    }
-}
-
 /// What one delivery (with its retries) ended with.
 #[derive(Debug)]
 pub struct Delivered {
@@ -442,17 +244,6 @@ pub struct Delivered {
     pub statuses: Vec<u16>,
     /// Attempts that got no answer (connection errors).
     pub transport_errors: u32,
-}
-
-/// The error chain of a transport failure.
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let _ = write!(out, ": {s}");
-        source = s.source();
-    }
-    out
 }
 
 /// Sends events to one receiver as Stripe does.
