@@ -149,7 +149,8 @@ impl<S, C> IdempotencyLayer<S, C> {
         self
     }
 
-    /// The longest `Retry-After` sent with a 409 (default 1 s): the time left on the running
+    /// The longest `Retry-After` sent to a duplicate while the first request runs, with its 409
+    /// or, on an asynchronous endpoint, its 202 (default 1 s): the time left on the running
     /// lease, capped at this. The lease is the worst case (a first attempt that crashed); a
     /// client told to wait the whole lease would wait a minute for an answer that is usually
     /// ready in milliseconds, and a duplicate costs one read.

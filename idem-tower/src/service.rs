@@ -351,7 +351,11 @@ fn respond<S: Store>(
         Ok(Outcome::Answered(answer @ Answer::Replay(_))) => {
             (answer.to_http(policy), true, Disposition::Replayed)
         }
-        Ok(Outcome::Answered(answer @ Answer::InFlight { .. })) => {
+        Ok(Outcome::Answered(Answer::InFlight { retry_after })) => {
+            // The time left on the lease, capped: a 409 and a 202 alike.
+            let answer = Answer::InFlight {
+                retry_after: retry_after.min(config.max_retry_after),
+            };
             let response = match answer.problem(policy) {
                 Some(problem) => config.render(&problem),
                 None => {
