@@ -10,7 +10,8 @@ use std::convert::Infallible;
 
 /// Extracts the reservation of the request being executed. Outside the layer (the route is not
 /// under it, or the layer is built over another store type) it is refused with a 500: a
-/// handler that completes in its own transaction must never run unprotected. Use
+/// handler that completes in its own transaction must never run unprotected. The refusal is
+/// marked [`NothingHappened`], so under the layer the key is given back, not burnt. Use
 /// `Option<Reservation<S>>` on routes where a key is optional.
 impl<S, State> FromRequestParts<State> for Reservation<S>
 where
@@ -35,7 +36,10 @@ where
                     "The server is not configured to run this request idempotently.",
                     false,
                 );
-                crate::convert::to_http(problem.to_response())
+                // The handler never runs: the key goes back instead of storing this 500.
+                let mut response: Response = crate::convert::to_http(problem.to_response());
+                response.extensions_mut().insert(NothingHappened);
+                response
             })
     }
 }

@@ -89,6 +89,11 @@ async fn fixture(mode: Mode) -> Fixture {
             "/v1/charges",
             post(move |r: Reservation<Counted>| charge(r, mode)),
         )
+        // A handler asking for the reservation of another store type than the layer's.
+        .route(
+            "/v1/wrong-store",
+            post(|_: Reservation<SqliteStore>| async { "never runs" }),
+        )
         .route_layer(IdempotencyLayer::new(idem, fixed_account))
         .route(
             "/unprotected",
@@ -167,4 +172,25 @@ async fn a_reservation_outside_the_layer_is_refused_before_the_handler_runs() {
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     assert!(body.contains("idempotency-layer-missing"), "{body}");
     assert_eq!(charge_rows(&f.sqlite).await, 0);
+}
+
+/// C8: a reservation refused under the layer (asked for another store type) means the handler
+/// never ran, so the key is given back: the 500 is not stored and replayed for the retention.
+#[tokio::test]
+async fn a_reservation_of_another_store_type_is_refused_and_the_key_given_back() {
+    let f = fixture(Mode::Commit).await;
+    for attempt in 0..2 {
+        let (status, replayed, body) = post_charge(&f.app, "/v1/wrong-store").await;
+        assert_eq!(
+            status,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "attempt {attempt}"
+        );
+        assert!(body.contains("idempotency-layer-missing"), "{body}");
+        assert_eq!(
+            replayed, None,
+            "attempt {attempt}: nothing ran, nothing is replayed"
+        );
+    }
+    assert_eq!(f.completes.load(Ordering::SeqCst), 0);
 }
