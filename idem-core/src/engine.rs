@@ -4,7 +4,7 @@ use crate::answer::Answer;
 use crate::begin::Begin;
 use crate::completion::Completion;
 use crate::error::{Error, Field, StoreErrorKind};
-use crate::lease::Lease;
+use crate::lease::{deadline_after, Lease};
 use crate::outcome::{Failure, Meaning, Outcome, Reply, RunError};
 use crate::policy::Policy;
 use crate::problem::problem;
@@ -172,12 +172,20 @@ impl<S: Store> Idempotency<S> {
     /// Filters and checks a replayed response again before it is sent (C7, C12): a record
     /// written under another policy, or by hand, can neither leak a cookie nor inject a header;
     /// one that fails the check is [`Error::CorruptRecord`]. [`begin`](Self::begin) calls it; a
-    /// store's own closure form must too. Other answers pass unchanged.
+    /// store's own closure form must too. An in-flight answer's `retry_after` is at most the
+    /// lease: a store that read its clock a moment before another caller (another process)
+    /// reserved can compute a little more. Mismatches pass unchanged.
     pub fn screen(&self, answer: Answer) -> Result<Answer, Error> {
-        let Answer::Replay(mut stored) = answer else {
-            return Ok(answer);
-        };
         let policy = &self.inner.policy;
+        let mut stored = match answer {
+            Answer::Replay(stored) => stored,
+            Answer::InFlight { retry_after } => {
+                return Ok(Answer::InFlight {
+                    retry_after: retry_after.min(policy.lease),
+                })
+            }
+            other => return Ok(other),
+        };
         stored.retain_headers(|name| policy.stores_header(name));
         stored
             .validate()
@@ -741,13 +749,6 @@ async fn pause(d: Duration) {
     } else {
         let _ = tokio::task::spawn_blocking(move || std::thread::sleep(d)).await;
     }
-}
-
-/// `start + lease`, saturating far in the future.
-fn deadline_after(start: Instant, lease: Duration) -> Instant {
-    start
-        .checked_add(lease)
-        .unwrap_or_else(|| start + Duration::from_secs(365 * 24 * 3600))
 }
 
 /// The answer stored when a handler's outcome is unknown.

@@ -6,7 +6,7 @@ use crate::fingerprint::Fingerprint;
 use crate::request::Request;
 use crate::scope::RecordId;
 use crate::token::FencingToken;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The right to run a request's effect, held until completion, release or the deadline.
 ///
@@ -93,4 +93,12 @@ impl Lease {
     pub(crate) fn local_deadline(&self) -> Option<Instant> {
         self.local_deadline
     }
+}
+
+/// `start + lease`, saturating far in the future: the local deadline of a lease taken or
+/// renewed at `start` (the engine's, and the metrics decorator's view of it).
+pub(crate) fn deadline_after(start: Instant, lease: Duration) -> Instant {
+    start
+        .checked_add(lease)
+        .unwrap_or_else(|| start + Duration::from_secs(365 * 24 * 3600))
 }

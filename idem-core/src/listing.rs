@@ -176,6 +176,29 @@ pub struct Page {
     pub next: Option<Cursor>,
 }
 
+impl Page {
+    /// The page of a store that pages by position (SQL, memory): `fetched` holds up to
+    /// `limit + 1` records of the selection in its order, from the cursor's position; the one
+    /// past the limit, if any, only says that a next page exists, which starts after the last
+    /// record kept.
+    ///
+    /// ```
+    /// use idem_core::store::Page;
+    /// assert_eq!(Page::from_fetched(Vec::new(), 10), Page::default());
+    /// ```
+    pub fn from_fetched(mut fetched: Vec<Listed>, limit: usize) -> Page {
+        let more = fetched.len() > limit;
+        fetched.truncate(limit);
+        let next = more
+            .then(|| fetched.last().map(Cursor::after_record))
+            .flatten();
+        Page {
+            records: fetched,
+            next,
+        }
+    }
+}
+
 /// Where a listing resumes: an opaque string a store made, safe to print and to pass on a
 /// command line. A cursor from another store or selection is refused, or at worst resumes
 /// elsewhere; it never changes anything.

@@ -290,15 +290,12 @@ impl Store for MemoryStore {
             .collect();
         selected.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let limit = query.limit_value();
-        let records = selected
+        let fetched = selected
             .iter()
-            .take(limit)
+            .take(limit.saturating_add(1))
             .map(|(_, id, entry)| entry.listed(id))
             .collect::<Result<Vec<_>, Error>>()?;
-        let next = (selected.len() > limit)
-            .then(|| records.last().map(Cursor::after_record))
-            .flatten();
-        Ok(Page { records, next })
+        Ok(Page::from_fetched(fetched, limit))
     }
 
     async fn stats(&self) -> Result<Stats, Error> {

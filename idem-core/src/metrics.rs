@@ -93,7 +93,7 @@ use crate::clock::Timestamp;
 use crate::completion::Completion;
 use crate::decision::Acquire;
 use crate::error::{Error, StoreErrorKind};
-use crate::lease::Lease;
+use crate::lease::{deadline_after, Lease};
 use crate::record::{Record, RecordState};
 use crate::request::Request;
 use crate::scope::RecordId;
@@ -391,13 +391,6 @@ fn error_kind(error: &Error) -> &'static str {
     }
 }
 
-/// `start + lease`, saturating far in the future (as the engine's local deadline).
-fn deadline_after(start: Instant, lease: Duration) -> Instant {
-    start
-        .checked_add(lease)
-        .unwrap_or_else(|| start + Duration::from_secs(365 * 24 * 3600))
-}
-
 #[async_trait]
 impl<S: Store> Store for Metered<S> {
     async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
@@ -442,7 +435,7 @@ impl<S: Store> Store for Metered<S> {
                 // One read, on this rare path, tells it from a lease that was really lost.
                 let landed = matches!(
                     self.inner.lookup(completion.id()).await,
-                    Ok(Some(record)) if record.token == completion.token() && record.is_completed()
+                    Ok(Some(record)) if record.is_completed_by(&completion.token())
                 );
                 self.count(
                     completion.id(),

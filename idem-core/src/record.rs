@@ -64,6 +64,12 @@ impl<R> Record<R> {
         matches!(self.state, RecordState::Completed { .. })
     }
 
+    /// Whether the record is completed by the holder of `token`: a completion of that
+    /// reservation landed (only its holder can complete it, C6).
+    pub fn is_completed_by(&self, token: &FencingToken) -> bool {
+        self.token == *token && self.is_completed()
+    }
+
     /// Converts the stored response (for example decodes the bytes a store read), keeping the
     /// rest of the record.
     pub fn try_map_response<T, E>(self, f: impl FnOnce(R) -> Result<T, E>) -> Result<Record<T>, E> {

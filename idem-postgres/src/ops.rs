@@ -9,7 +9,7 @@ use idem_core::store::{
     decide, Acquire, Completion, Cursor, Decision, Lease, ListQuery, Page, Record, Selection, Stats,
 };
 use idem_core::{
-    Answer, Begin, Error, FencingToken, RecordId, Request, StoreErrorKind, StoredResponse,
+    Answer, Begin, Error, FencingToken, Field, RecordId, Request, StoreErrorKind, StoredResponse,
     Timestamp,
 };
 use sqlx::{PgConnection, Row};
@@ -298,7 +298,8 @@ impl Ops {
     ) -> Result<Page, Error> {
         let after = query.cursor().map(Cursor::position).transpose()?;
         let limit = query.limit_value();
-        let fetch = Param::Int(i64::try_from(limit).unwrap_or(i64::MAX));
+        // One more than the page: it says whether a next page exists.
+        let fetch = Param::Int(i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX));
         let (consumer, route, key) = after.as_ref().map_or(("", "", ""), |p| {
             (p.id.consumer(), p.id.route(), p.id.key())
         });
@@ -332,16 +333,18 @@ impl Ops {
                 ];
                 fetch_all(conn, self.mode, &self.sql.list_completed, &params).await?
             }
-            _ => Vec::new(),
+            _ => {
+                return Err(Error::invalid(
+                    Field::Config,
+                    "a listing selection this store does not know",
+                ))
+            }
         };
         let records = rows
             .iter()
             .map(row::decode_listed)
             .collect::<Result<Vec<_>, Error>>()?;
-        let next = (records.len() == limit)
-            .then(|| records.last().map(Cursor::after_record))
-            .flatten();
-        Ok(Page { records, next })
+        Ok(Page::from_fetched(records, limit))
     }
 
     /// Records by state at the server's now (store rule 6): one pass over the table.

@@ -7,7 +7,7 @@ use crate::sql::Statements;
 use idem_core::store::{
     decide, Acquire, Completion, Cursor, Decision, Lease, ListQuery, Page, Record, Selection, Stats,
 };
-use idem_core::{Begin, Clock, Error, FencingToken, RecordId, Request, Timestamp};
+use idem_core::{Begin, Clock, Error, FencingToken, Field, RecordId, Request, Timestamp};
 use rusqlite::{params, Connection, Params};
 use std::time::Duration;
 
@@ -221,7 +221,8 @@ pub(crate) fn list(
 ) -> Result<Page, Error> {
     let after = query.cursor().map(Cursor::position).transpose()?;
     let limit = query.limit_value();
-    let fetch = i64::try_from(limit).unwrap_or(i64::MAX);
+    // One more than the page: it says whether a next page exists.
+    let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
     let (consumer, route, key) = after.as_ref().map_or(("", "", ""), |p| {
         (p.id.consumer(), p.id.route(), p.id.key())
     });
@@ -257,12 +258,16 @@ pub(crate) fn list(
                 records.push(row::decode_listed(row, true)?);
             }
         }
-        _ => {}
+        _ => return Err(unknown_selection()),
     }
-    let next = (records.len() == limit)
-        .then(|| records.last().map(Cursor::after_record))
-        .flatten();
-    Ok(Page { records, next })
+    Ok(Page::from_fetched(records, limit))
+}
+
+fn unknown_selection() -> Error {
+    Error::invalid(
+        Field::Config,
+        "a listing selection this store does not know",
+    )
 }
 
 /// Records by state at `now` (store rule 6): one pass over the table.

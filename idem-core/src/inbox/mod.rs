@@ -204,7 +204,7 @@ async fn written<S: Store>(ctx: &Context<S>, completion: &Completion) -> bool {
     }
     matches!(
         ctx.idem().store().lookup(lease.id()).await,
-        Ok(Some(record)) if record.token == lease.token() && record.is_completed()
+        Ok(Some(record)) if record.is_completed_by(&lease.token())
     )
 }
 
