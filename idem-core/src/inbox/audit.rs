@@ -16,7 +16,9 @@ pub enum AuditOutcome {
     Received,
     /// Processed once.
     Processed,
-    /// The handler failed; the event stays retryable.
+    /// The handler failed: nothing was recorded and the next delivery runs it again; or, when
+    /// its acknowledgement could not be stored after it ran, a stored 500 that redeliveries get
+    /// until the retention passes (docs/inbox.md).
     Failed,
 }
 
