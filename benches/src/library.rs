@@ -80,6 +80,46 @@ pub fn request<S: Store>(idem: &Idempotency<S>, consumer: &str, key: &str, body:
         .expect("a valid request")
 }
 
+/// The requests a hand-written side sends: a consumer of its own, keys numbered from one
+/// counter, each request built as the library builds it (scope and fingerprint).
+#[derive(Clone)]
+pub struct Requests {
+    engine: Idempotency<idem::MemoryStore>,
+    consumer: Arc<str>,
+    next: Arc<AtomicU64>,
+}
+
+impl Requests {
+    /// Requests of a new consumer named after `prefix`.
+    pub fn new(prefix: &str) -> Self {
+        Self {
+            engine: Idempotency::new(idem::MemoryStore::new()),
+            consumer: format!("{prefix}_{}", idem::FencingToken::generate()).into(),
+            next: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The request for `key` with `body`.
+    pub fn request(&self, key: &str, body: &[u8]) -> Request {
+        request(&self.engine, &self.consumer, key, body)
+    }
+
+    /// A request for a key never sent before.
+    pub fn fresh(&self) -> Request {
+        self.request(&format!("fresh-{}", self.numbers(1)), BODY)
+    }
+
+    /// The first of `n` numbers no other call returns.
+    pub fn numbers(&self, n: u64) -> u64 {
+        self.next.fetch_add(n, Ordering::Relaxed)
+    }
+
+    /// The next number `numbers` will return.
+    pub fn peek(&self) -> u64 {
+        self.next.load(Ordering::Relaxed)
+    }
+}
+
 /// A JSON response whose body has `size` bytes.
 pub fn response(size: usize) -> StoredResponse {
     let mut body = br#"{"id":"ch_1","pad":""#.to_vec();

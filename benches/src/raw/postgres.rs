@@ -25,12 +25,11 @@
 //! comes up.
 
 use crate::harness::{Op, Path, Side};
-use crate::library::{response, BODY, LEASE, OTHER_BODY};
+use crate::library::{response, Requests, BODY, LEASE, OTHER_BODY};
 use idem::postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use idem::postgres::sqlx::{self, AssertSqlSafe, ConnectOptions, PgConnection, PgPool, Row};
-use idem::{FencingToken, MemoryStore, Policy, Request, StoredResponse};
+use idem::{FencingToken, Policy, Request, StoredResponse};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{Semaphore, SemaphorePermit};
@@ -258,9 +257,7 @@ fn read(row: &sqlx::postgres::PgRow, fingerprint: &[u8]) -> Reply {
 /// PostgreSQL by hand, on a table of its own.
 pub struct RawPostgres {
     inner: Arc<Inner>,
-    requests: idem::Idempotency<MemoryStore>,
-    consumer: String,
-    next: Arc<AtomicU64>,
+    requests: Requests,
 }
 
 impl RawPostgres {
@@ -304,15 +301,12 @@ impl RawPostgres {
                 purge: statement(PURGE, &table),
                 retention: Policy::default().retention,
             }),
-            // Requests (scope and fingerprint) are built as the library builds them.
-            requests: idem::Idempotency::new(MemoryStore::new()),
-            consumer: format!("raw_{}", FencingToken::generate()),
-            next: Arc::new(AtomicU64::new(0)),
+            requests: Requests::new("raw"),
         }
     }
 
     fn request(&self, key: &str, body: &[u8]) -> Request {
-        crate::library::request(&self.requests, &self.consumer, key, body)
+        self.requests.request(key, body)
     }
 }
 
@@ -324,23 +318,17 @@ impl Side for RawPostgres {
 
     async fn op(&self, path: Path, size: usize) -> Op {
         let inner = Arc::clone(&self.inner);
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let n = self.requests.numbers(1);
         match path {
             Path::Fresh => {
-                let (next, requests, consumer) = (
-                    Arc::clone(&self.next),
-                    self.requests.clone(),
-                    self.consumer.clone(),
-                );
+                let requests = self.requests.clone();
                 Arc::new(move || {
-                    let (inner, requests, consumer) =
-                        (Arc::clone(&inner), requests.clone(), consumer.clone());
-                    let key = format!("fresh-{}", next.fetch_add(1, Ordering::Relaxed));
+                    let inner = Arc::clone(&inner);
+                    let request = requests.fresh();
                     Box::pin(async move {
                         // The store's phases: the reservation (one round trip), then the
                         // effect's transaction with the completion (BEGIN, insert, complete,
                         // COMMIT).
-                        let request = crate::library::request(&requests, &consumer, &key, BODY);
                         let token = FencingToken::generate();
                         let reply = inner.reserve(&request, &token, LEASE).await;
                         assert!(
@@ -397,7 +385,7 @@ impl Side for RawPostgres {
     async fn seed_expired(&self, n: usize) {
         // One reservation per record with a 1 ms lease, as the library's side seeds: the same
         // rows written the same way, so both purges delete the same layout.
-        let base = self.next.fetch_add(n as u64, Ordering::Relaxed);
+        let base = self.requests.numbers(n as u64);
         for i in 0..n as u64 {
             let request = self.request(&format!("expired-{}", base + i), BODY);
             self.inner

@@ -24,12 +24,11 @@
 //! returns 0 too.
 
 use crate::harness::{Op, Path, Side};
-use crate::library::{response, BODY, LEASE, OTHER_BODY};
+use crate::library::{response, Requests, BODY, LEASE, OTHER_BODY};
 use idem::redis::redis::aio::ConnectionManager;
 use idem::redis::redis::{self, Script, Value};
-use idem::{FencingToken, MemoryStore, Policy, RecordId, Request, StoredResponse};
+use idem::{FencingToken, Policy, RecordId, Request, StoredResponse};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -192,9 +191,7 @@ impl Inner {
 /// Redis by hand, under a key prefix of its own.
 pub struct RawRedis {
     inner: Arc<Inner>,
-    requests: idem::Idempotency<MemoryStore>,
-    consumer: String,
-    next: Arc<AtomicU64>,
+    requests: Requests,
 }
 
 impl RawRedis {
@@ -215,15 +212,12 @@ impl RawRedis {
                 prefix: format!("raw_{}", FencingToken::generate()),
                 retention: Policy::default().retention,
             }),
-            // Requests (scope and fingerprint) are built as the library builds them.
-            requests: idem::Idempotency::new(MemoryStore::new()),
-            consumer: format!("raw_{}", FencingToken::generate()),
-            next: Arc::new(AtomicU64::new(0)),
+            requests: Requests::new("raw"),
         }
     }
 
     fn request(&self, key: &str, body: &[u8]) -> Request {
-        crate::library::request(&self.requests, &self.consumer, key, body)
+        self.requests.request(key, body)
     }
 }
 
@@ -235,23 +229,17 @@ impl Side for RawRedis {
 
     async fn op(&self, path: Path, size: usize) -> Op {
         let inner = Arc::clone(&self.inner);
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let n = self.requests.numbers(1);
         match path {
             Path::Fresh => {
-                let (next, requests, consumer) = (
-                    Arc::clone(&self.next),
-                    self.requests.clone(),
-                    self.consumer.clone(),
-                );
+                let requests = self.requests.clone();
                 Arc::new(move || {
-                    let (inner, requests, consumer) =
-                        (Arc::clone(&inner), requests.clone(), consumer.clone());
-                    let key = format!("fresh-{}", next.fetch_add(1, Ordering::Relaxed));
+                    let inner = Arc::clone(&inner);
+                    let request = requests.fresh();
                     Box::pin(async move {
                         // The store's phases: the reservation, then the completion (no
                         // business effect: Redis is never in the effect's transaction), one
                         // round trip each.
-                        let request = crate::library::request(&requests, &consumer, &key, BODY);
                         let token = FencingToken::generate();
                         let reply = inner.reserve(&request, &token, LEASE, GRACE).await;
                         assert!(
@@ -304,7 +292,7 @@ impl Side for RawRedis {
     /// Reservations with a 1 ms lease and no grace: Redis drops them by their TTL a
     /// millisecond later.
     async fn seed_expired(&self, n: usize) {
-        let base = self.next.fetch_add(n as u64, Ordering::Relaxed);
+        let base = self.requests.numbers(n as u64);
         for i in 0..n as u64 {
             let request = self.request(&format!("expired-{}", base + i), BODY);
             let token = FencingToken::generate();
@@ -353,7 +341,7 @@ mod tests {
                 caller.await.expect("a caller panicked");
             }
         }
-        let base = side.next.load(Ordering::Relaxed);
+        let base = side.requests.peek();
         side.seed_expired(20).await;
         assert_eq!(side.purge(1000).await, 0, "Redis expires records itself");
         let mut conn = side.inner.conn.clone();

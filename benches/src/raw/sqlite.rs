@@ -4,13 +4,12 @@
 //! which a server must not do).
 
 use crate::harness::{Op, Path, Side};
-use crate::library::{response, BODY, LEASE, OTHER_BODY};
+use crate::library::{response, Requests, BODY, LEASE, OTHER_BODY};
 use idem::sqlite::rusqlite::types::ValueRef;
 use idem::sqlite::rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-use idem::{FencingToken, MemoryStore, Request, StoredResponse};
+use idem::{FencingToken, Request, StoredResponse};
 use std::hint::black_box;
 use std::path::Path as FsPath;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{Mutex as AsyncMutex, Semaphore};
@@ -164,9 +163,7 @@ struct Connections {
 pub struct RawSqlite {
     inline: bool,
     conns: Arc<Connections>,
-    requests: idem::Idempotency<MemoryStore>,
-    consumer: String,
-    next: Arc<AtomicU64>,
+    requests: Requests,
 }
 
 impl RawSqlite {
@@ -184,15 +181,12 @@ impl RawSqlite {
                 readers: Arc::new(Mutex::new((0..READERS).map(|_| connection(path)).collect())),
                 permits: Arc::new(Semaphore::new(READERS)),
             }),
-            // Requests (scope and fingerprint) are built as the library builds them.
-            requests: idem::Idempotency::new(MemoryStore::new()),
-            consumer: format!("raw_{}", FencingToken::generate()),
-            next: Arc::new(AtomicU64::new(0)),
+            requests: Requests::new("raw"),
         }
     }
 
     fn request(&self, key: &str, body: &[u8]) -> Request {
-        crate::library::request(&self.requests, &self.consumer, key, body)
+        self.requests.request(key, body)
     }
 }
 
@@ -249,18 +243,13 @@ impl Side for RawSqlite {
 
     async fn op(&self, path: Path, size: usize) -> Op {
         let (conns, inline) = (Arc::clone(&self.conns), self.inline);
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let n = self.requests.numbers(1);
         match path {
             Path::Fresh => {
-                let (next, requests, consumer) = (
-                    Arc::clone(&self.next),
-                    self.requests.clone(),
-                    self.consumer.clone(),
-                );
+                let requests = self.requests.clone();
                 Arc::new(move || {
                     let conns = Arc::clone(&conns);
-                    let key = format!("fresh-{}", next.fetch_add(1, Ordering::Relaxed));
-                    let request = crate::library::request(&requests, &consumer, &key, BODY);
+                    let request = requests.fresh();
                     Box::pin(async move {
                         // The same phases as the store: the reservation, then the effect's
                         // transaction with the completion, each one hop on the writer.
@@ -314,7 +303,7 @@ impl Side for RawSqlite {
     }
 
     async fn seed_expired(&self, n: usize) {
-        let base = self.next.fetch_add(n as u64, Ordering::Relaxed);
+        let base = self.requests.numbers(n as u64);
         let requests: Vec<Request> = (0..n as u64)
             .map(|i| self.request(&format!("expired-{}", base + i), BODY))
             .collect();
