@@ -15,6 +15,7 @@ pub use crate::listing::{
     Cursor, ListQuery, Listed, ListedState, Page, Position, Selection, Stats,
 };
 pub use crate::record::{Record, RecordState};
+pub use crate::unique::unresolved_insert_or_fetch;
 
 use crate::begin::Begin;
 use crate::clock::Timestamp;

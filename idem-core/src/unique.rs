@@ -17,6 +17,22 @@ pub enum InsertOrFetch<T> {
 }
 
 impl<T> InsertOrFetch<T> {
+    /// A row that was there before this request: [`Existing`](Self::Existing) when the request
+    /// matches it, else [`Mismatch`](Self::Mismatch).
+    ///
+    /// ```
+    /// use idem_core::InsertOrFetch;
+    /// assert_eq!(InsertOrFetch::found(7, true), InsertOrFetch::Existing(7));
+    /// assert_eq!(InsertOrFetch::found(7, false), InsertOrFetch::Mismatch(7));
+    /// ```
+    pub fn found(row: T, same_request: bool) -> Self {
+        if same_request {
+            Self::Existing(row)
+        } else {
+            Self::Mismatch(row)
+        }
+    }
+
     /// The usual HTTP status: 201 for [`Inserted`](Self::Inserted), 200 for
     /// [`Existing`](Self::Existing), 422 for [`Mismatch`](Self::Mismatch).
     ///
@@ -47,4 +63,17 @@ impl<T> InsertOrFetch<T> {
             Self::Inserted(row) | Self::Existing(row) | Self::Mismatch(row) => row,
         }
     }
+}
+
+/// For store writers: the error of an `insert_or_fetch` whose INSERT inserted nothing and whose
+/// fetch found no row, `attempts` times in a row: its statements do not name the same key.
+pub fn unresolved_insert_or_fetch(backend: &'static str, attempts: usize) -> crate::Error {
+    crate::Error::store(
+        backend,
+        crate::StoreErrorKind::Misconfigured,
+        format!(
+            "insert_or_fetch: the INSERT inserted nothing and the fetch found no row, {attempts} times: \
+             the INSERT's ON CONFLICT must name the key's constraint, and the fetch must look up the same key"
+        ),
+    )
 }

@@ -3,7 +3,8 @@
 //! reference). See [`insert_or_fetch`] and the repository's docs/unique-constraint.md.
 
 use crate::error::{store_error, BACKEND};
-use idem_core::{Error, InsertOrFetch, StoreErrorKind};
+use idem_core::store::unresolved_insert_or_fetch;
+use idem_core::{Error, InsertOrFetch};
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::QueryAs;
 use sqlx::{FromRow, PgConnection, Postgres};
@@ -148,23 +149,13 @@ where
             .await
             .map_err(store_error)?
         {
-            return Ok(if same_request(&row) {
-                InsertOrFetch::Existing(row)
-            } else {
-                InsertOrFetch::Mismatch(row)
-            });
+            let same = same_request(&row);
+            return Ok(InsertOrFetch::found(row, same));
         }
         // The conflicting row is gone (deleted and committed by another transaction between
         // the two statements): the key is free again.
     }
-    Err(Error::store(
-        BACKEND,
-        StoreErrorKind::Misconfigured,
-        format!(
-            "insert_or_fetch: the INSERT inserted nothing and the fetch found no row, {ATTEMPTS} times: \
-             the INSERT's ON CONFLICT must name the key's constraint, and the fetch must look up the same key"
-        ),
-    ))
+    Err(unresolved_insert_or_fetch(BACKEND, ATTEMPTS))
 }
 
 /// If `error` is a unique violation (SQLSTATE 23505), the name of the constraint it violated
