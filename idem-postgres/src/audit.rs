@@ -119,8 +119,6 @@ pub struct PgAudit {
     mode: StatementMode,
     table: String,
     sql: std::sync::Arc<Statements>,
-    /// An entry to fill in from a row (see [`blank_entry`]).
-    blank: AuditEntry,
 }
 
 impl PgAudit {
@@ -167,7 +165,6 @@ impl PgAudit {
             mode,
             table: format!("\"{schema}\".\"{audit_table}\""),
             sql: std::sync::Arc::new(sql),
-            blank: blank_entry().await?,
         })
     }
 
@@ -263,9 +260,7 @@ impl Audit for PgAudit {
             ],
         )
         .await?;
-        rows.iter()
-            .map(|row| decode(row, &self.blank, source))
-            .collect()
+        rows.iter().map(|row| decode(row, source)).collect()
     }
 
     async fn purge(&self, before: Timestamp, limit: usize) -> Result<usize, Error> {
@@ -280,17 +275,10 @@ impl Audit for PgAudit {
     }
 }
 
-/// An entry to fill in. [`AuditEntry`] is `#[non_exhaustive]` and idem-core gives no
-/// constructor, so the reference implementation makes one (once, at open); every field is then
-/// set from the row.
-async fn blank_entry() -> Result<AuditEntry, Error> {
-    Ok(AuditEntry::new("", b"", Timestamp::from_millis(0)))
-}
-
 /// Decodes a row of `audit_query.sql`; anything the audit does not write is `CorruptRecord`.
-fn decode(row: &PgRow, blank: &AuditEntry, source: &str) -> Result<AuditEntry, Error> {
-    let mut entry = blank.clone();
-    entry.source = source.to_owned();
+fn decode(row: &PgRow, source: &str) -> Result<AuditEntry, Error> {
+    // Every field is then set from the row.
+    let mut entry = AuditEntry::new(source, b"", Timestamp::from_millis(0));
     entry.event_id = row.try_get("event_id").map_err(corrupt_or_store)?;
     entry.first_received = time(column(row, "first_received")?, "first_received")?;
     entry.last_received = time(column(row, "last_received")?, "last_received")?;

@@ -92,8 +92,6 @@ struct Inner {
     sql: Statements,
     /// The reading connection, opened at the first read (and again after a read panicked).
     reader: Arc<AsyncMutex<Option<Connection>>>,
-    /// An entry to fill in from a row (see [`blank_entry`]).
-    blank: AuditEntry,
 }
 
 impl SqliteAudit {
@@ -138,7 +136,6 @@ impl SqliteAudit {
                 table,
                 sql,
                 reader: Arc::new(AsyncMutex::new(None)),
-                blank: blank_entry().await?,
             }),
         })
     }
@@ -252,7 +249,7 @@ impl Audit for SqliteAudit {
                 .map_err(store_error)?;
             let mut found = Vec::new();
             while let Some(row) = rows.next().map_err(store_error)? {
-                found.push(decode(row, &inner.blank, &source)?);
+                found.push(decode(row, &source)?);
             }
             Ok(found)
         })
@@ -269,17 +266,10 @@ impl Audit for SqliteAudit {
     }
 }
 
-/// An entry to fill in. [`AuditEntry`] is `#[non_exhaustive]` and idem-core gives no
-/// constructor, so the reference implementation makes one (once, at open); every field is then
-/// set from the row.
-async fn blank_entry() -> Result<AuditEntry, Error> {
-    Ok(AuditEntry::new("", b"", Timestamp::from_millis(0)))
-}
-
 /// Decodes a row of `audit_query.sql`; anything the audit does not write is `CorruptRecord`.
-fn decode(row: &Row<'_>, blank: &AuditEntry, source: &str) -> Result<AuditEntry, Error> {
-    let mut entry = blank.clone();
-    entry.source = source.to_owned();
+fn decode(row: &Row<'_>, source: &str) -> Result<AuditEntry, Error> {
+    // Every field is then set from the row.
+    let mut entry = AuditEntry::new(source, b"", Timestamp::from_millis(0));
     entry.event_id = match value(row, 0)? {
         ValueRef::Blob(bytes) => bytes.to_vec(),
         other => {
