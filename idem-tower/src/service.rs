@@ -10,7 +10,7 @@ use crate::layer::IdempotencyLayer;
 use crate::marker::{Completed, NothingHappened};
 use crate::reservation::Reservation;
 use bytes::Bytes;
-use http::header::{HeaderValue, CONTENT_TYPE, LOCATION};
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, LOCATION};
 use http::request::Parts;
 use http::{Request, Response};
 use http_body::Body;
@@ -199,7 +199,7 @@ where
         .run(&request, move |ctx| execute(inner, parts, body, ctx, rules))
         .await;
     let (response, echo, disposition) = respond(&layer.idem, config, result, location);
-    let echo = echo.then_some(&key.header);
+    let echo = echo.then_some((&config.key_header, &key.header));
     finish(response, echo, disposition, Some(consumer), &route, started)
 }
 
@@ -419,19 +419,17 @@ fn unknown() -> Problem {
 /// one log line.
 fn finish<RB: From<Bytes>>(
     response: StoredResponse,
-    echo: Option<&HeaderValue>,
+    echo: Option<(&HeaderName, &HeaderValue)>,
     disposition: Disposition,
     consumer: Option<String>,
     route: &str,
     started: Instant,
 ) -> Response<RB> {
     let mut response = to_http::<RB>(response);
-    if let Some(key) = echo {
+    // Under the header the client sent it in (the layer's `key_header`).
+    if let Some((name, key)) = echo {
         if !key.is_empty() {
-            response.headers_mut().insert(
-                http::header::HeaderName::from_static("idempotency-key"),
-                key.clone(),
-            );
+            response.headers_mut().insert(name.clone(), key.clone());
         }
     }
     let span = tracing::Span::current();

@@ -635,3 +635,28 @@ async fn problems_can_be_rendered_in_the_applications_own_shape() {
     assert_eq!(header(&missing, "content-type"), Some("application/json"));
     assert_eq!(header(&missing, "cache-control"), Some("no-store"));
 }
+
+/// The key is echoed under the header the layer reads it from, when that is not the default.
+#[tokio::test]
+async fn a_key_in_a_custom_header_is_echoed_in_that_header() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = charges(Arc::clone(&calls)).route_layer(
+        layer(Idempotency::new(MemoryStore::new()))
+            .key_header(http::HeaderName::from_static("x-request-key")),
+    );
+    let keyed = || {
+        let mut request = request(Method::POST, "/v1/charges", None, "{}");
+        request
+            .headers_mut()
+            .insert("x-request-key", http::HeaderValue::from_static(KEY));
+        request
+    };
+    let first = send(&app, keyed()).await;
+    let again = send(&app, keyed()).await;
+    for reply in [&first, &again] {
+        assert_eq!(header(reply, "x-request-key"), Some(KEY));
+        assert_eq!(header(reply, "idempotency-key"), None);
+    }
+    assert_eq!(header(&again, "idempotent-replayed"), Some("true"));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
