@@ -93,8 +93,9 @@ impl<S, C> IdempotencyLayer<S, C> {
 
     /// Fingerprints JSON bodies (`application/json`, `+json`) in canonical form, so that a
     /// retry that re-encodes its JSON (another key order, other whitespace) is the same
-    /// request; the top-level fields in `exclude` (a client timestamp, say) are left out. A
-    /// body that is not valid JSON is fingerprinted as it is.
+    /// request; the parts named in `exclude` (JSON Pointers, see `idem_core::canonical_json`:
+    /// a client timestamp, say) are left out. A body that does not canonicalise (not JSON,
+    /// duplicate keys, nested too deep) is fingerprinted as it is.
     pub fn canonical_json(mut self, exclude: &[&str]) -> Self {
         self.config.canonical_json = Some(exclude.iter().map(|s| (*s).to_owned()).collect());
         self
