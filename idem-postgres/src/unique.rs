@@ -109,7 +109,7 @@ const UNIQUE_VIOLATION: &str = "23505";
 ///   snapshot at READ COMMITTED) reads its row; if it rolls back, the INSERT inserts. Two
 ///   creates of one key never both insert, and the second never sees "no row". At REPEATABLE
 ///   READ and SERIALIZABLE, a conflict with a row the transaction's snapshot cannot see is a
-///   serialization failure instead ([`StoreErrorKind::TransactionConflict`]): retry the whole
+///   serialization failure instead ([`StoreErrorKind::TransactionConflict`](idem_core::StoreErrorKind::TransactionConflict)): retry the whole
 ///   transaction, and the retry reads the row.
 ///
 /// A concurrent duplicate therefore waits for the first request's transaction to end (keep it
@@ -119,11 +119,11 @@ const UNIQUE_VIOLATION: &str = "23505";
 ///
 /// Errors of the two statements become [`Error::Store`] (backend `postgres`) the way the store's
 /// own do, with the sqlx error as the source: a serialization failure or a deadlock is
-/// [`StoreErrorKind::TransactionConflict`] (the transaction is lost: retry it whole), another
-/// constraint's violation is [`StoreErrorKind::Other`], and [`unique_violation`] names its
+/// [`StoreErrorKind::TransactionConflict`](idem_core::StoreErrorKind::TransactionConflict) (the transaction is lost: retry it whole), another
+/// constraint's violation is [`StoreErrorKind::Other`](idem_core::StoreErrorKind::Other), and [`unique_violation`] names its
 /// constraint. If the INSERT inserts nothing and the fetch finds nothing three times, the
 /// conflict target and the fetch do not describe the same key (or the ON CONFLICT clause is
-/// missing its target): a [`StoreErrorKind::Misconfigured`] error.
+/// missing its target): a [`StoreErrorKind::Misconfigured`](idem_core::StoreErrorKind::Misconfigured) error.
 pub async fn insert_or_fetch<'q, T, I, F, S>(
     conn: &mut PgConnection,
     mut insert: I,

@@ -125,7 +125,7 @@ const ATTEMPTS: usize = 3;
 /// own do, with the rusqlite error as the source: another constraint's violation is one, and
 /// [`unique_violation`] tells which columns. If the INSERT inserts nothing and the fetch finds
 /// nothing three times, the conflict target and the fetch do not describe the same key (or
-/// the ON CONFLICT clause is missing its target): a [`StoreErrorKind::Misconfigured`] error.
+/// the ON CONFLICT clause is missing its target): a [`StoreErrorKind::Misconfigured`](idem_core::StoreErrorKind::Misconfigured) error.
 pub fn insert_or_fetch<T, I, F, S>(
     conn: &Connection,
     mut insert: I,
