@@ -3,6 +3,7 @@
 use crate::answer::Answer;
 use crate::completion::Completion;
 use crate::error::Error;
+use crate::event::EventKind;
 use crate::policy::Policy;
 use crate::response::StoredResponse;
 
@@ -37,6 +38,17 @@ impl Outcome {
         match self {
             Outcome::Executed(r) | Outcome::Answered(Answer::Replay(r)) => Some(r),
             _ => None,
+        }
+    }
+
+    /// What the engine did, in the vocabulary of its events (C16): the HTTP layer's
+    /// disposition.
+    pub fn kind(&self) -> EventKind {
+        match self {
+            Outcome::Executed(_) => EventKind::Executed,
+            Outcome::Answered(Answer::Replay(_)) => EventKind::Replayed,
+            Outcome::Answered(Answer::InFlight { .. }) => EventKind::InFlight,
+            Outcome::Answered(Answer::Mismatch) => EventKind::Mismatch,
         }
     }
 
@@ -173,6 +185,13 @@ pub enum RunError<E> {
     /// store stayed down, or the lease was taken over). Answer 500: the outcome is unknown.
     #[error("completion not stored after the effect: {0}")]
     Incomplete(Error),
+    /// The effect's transaction was committed and the commit's answer lost, and the record
+    /// could not tell within the store timeout whether it committed: the effect and its
+    /// completion took effect together, or neither did. The key is kept in progress: a retry is
+    /// answered in flight, then the stored response if it committed, or runs once the lease
+    /// has passed if it did not. Answer 500, marked retryable.
+    #[error("commit outcome unknown: {0}")]
+    InDoubt(Error),
 }
 
 impl<E> RunError<E> {
@@ -182,7 +201,27 @@ impl<E> RunError<E> {
         match self {
             RunError::Idem(e) => e.http_status(),
             RunError::Unknown { response, .. } => response.status,
-            RunError::Released(_) | RunError::Incomplete(_) => 500,
+            RunError::Released(_) | RunError::Incomplete(_) | RunError::InDoubt(_) => 500,
+        }
+    }
+
+    /// What the engine did, in the vocabulary of its events (C16): the HTTP layer's
+    /// disposition.
+    ///
+    /// ```
+    /// use idem_core::{Error, EventKind, RunError};
+    /// assert_eq!(RunError::<()>::Idem(Error::LeaseLost).kind(), EventKind::LeaseLost);
+    /// assert_eq!(RunError::Released(()).kind(), EventKind::Released);
+    /// ```
+    pub fn kind(&self) -> EventKind {
+        match self {
+            RunError::Idem(Error::LeaseLost) | RunError::Incomplete(Error::LeaseLost) => {
+                EventKind::LeaseLost
+            }
+            RunError::Idem(_) => EventKind::Rejected,
+            RunError::Released(_) => EventKind::Released,
+            RunError::Unknown { .. } | RunError::Incomplete(_) => EventKind::OutcomeUnknown,
+            RunError::InDoubt(_) => EventKind::InDoubt,
         }
     }
 }

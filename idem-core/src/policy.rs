@@ -45,6 +45,11 @@ pub struct Policy {
     pub stored_headers: Vec<String>,
     /// How many expired records one purge batch deletes at most (C10). Default 1000.
     pub purge_batch: usize,
+    /// The longest the engine waits for one store call (reserve, complete, release, renew,
+    /// lookup, purge) before it answers "store unavailable" (503 with `Retry-After`) and drops
+    /// the call (C13): a frozen or blackholed store is an error within it, never a hang. An
+    /// execution whose completion is cut off keeps trying on its own task (C8). Default 5 s.
+    pub store_timeout: Duration,
 }
 
 impl Default for Policy {
@@ -56,6 +61,7 @@ impl Default for Policy {
             in_flight: InFlightAnswer::Conflict,
             stored_headers: ["etag", "last-modified"].map(String::from).to_vec(),
             purge_batch: 1000,
+            store_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -97,6 +103,12 @@ impl Policy {
     /// Sets the purge batch size.
     pub fn purge_batch(mut self, batch: usize) -> Self {
         self.purge_batch = batch;
+        self
+    }
+
+    /// Sets [`store_timeout`](Self::store_timeout).
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.store_timeout = timeout;
         self
     }
 
@@ -169,6 +181,12 @@ impl Policy {
         }
         if self.purge_batch == 0 {
             return Err(Error::invalid(Field::Config, "purge_batch must be above 0"));
+        }
+        if self.store_timeout < ms || self.store_timeout > Self::MAX_LEASE {
+            return Err(Error::invalid(
+                Field::Config,
+                "store_timeout must be between 1 ms and a day",
+            ));
         }
         Ok(())
     }

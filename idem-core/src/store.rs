@@ -10,11 +10,14 @@
 
 pub use crate::completion::Completion;
 pub use crate::decision::{check_fence, decide, Acquire, Decision};
+pub use crate::engine::on_heartbeat_thread;
 pub use crate::lease::Lease;
 pub use crate::listing::{
     Cursor, ListQuery, Listed, ListedState, Page, Position, Selection, Stats,
 };
 pub use crate::record::{Record, RecordState};
+pub use crate::transactional::{Execution, Transactional, Transacted, TxEnd};
+pub use crate::unwind::CatchUnwind;
 pub use crate::unique::unresolved_insert_or_fetch;
 
 use crate::begin::Begin;

@@ -6,11 +6,21 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-/// Polls the inner future inside `catch_unwind`: a panic becomes `Err(payload)`.
-pub(crate) struct CatchUnwind<F>(Pin<Box<F>>);
+/// Polls the inner future inside `catch_unwind`: a panic becomes `Err(payload)`. For a store's
+/// transaction mechanics, so that a panicking effect ends as `TxEnd::Panicked`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let caught = idem_core::store::CatchUnwind::new(async { panic!("boom") }).await;
+/// assert!(caught.is_err());
+/// # }
+/// ```
+pub struct CatchUnwind<F>(Pin<Box<F>>);
 
 impl<F: Future> CatchUnwind<F> {
-    pub(crate) fn new(future: F) -> Self {
+    /// Catches the panics of `future`.
+    pub fn new(future: F) -> Self {
         Self(Box::pin(future))
     }
 }

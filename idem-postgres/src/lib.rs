@@ -50,7 +50,7 @@ pub use idem_core::InsertOrFetch;
 pub use migrate::{schema_sql, SCHEMA_VERSION};
 pub use params::StatementMode;
 pub use store::{PgStore, PgStoreBuilder};
-pub use transactional::{EffectFuture, PgIdempotency};
+pub use transactional::{EffectFuture, PgEffect, PgIdempotency, PgTransactional};
 pub use unique::{insert_or_fetch, unique_violation};
 
 /// The sqlx version the store is built with, for your own transactions.

@@ -1,18 +1,32 @@
-//! The closure form with completion in the effect's own transaction. Only the transaction
-//! mechanics live here; what is stored is the engine's `Completion`.
+//! The effect and its completion in one PostgreSQL transaction: only the transaction mechanics
+//! live here (begin at the store's isolation, effect, fenced completion, commit, and what a
+//! failed commit means); the protocol around them is the engine's ([`Idempotency::transact`]),
+//! what is stored the engine's `Completion`.
 
 use crate::config::Isolation;
-use crate::error::store_error;
+use crate::error::{store_error, BACKEND};
+use crate::params::{fetch_all, Param};
+use crate::row;
 use crate::store::PgStore;
-use idem_core::store::Lease;
-use idem_core::{async_trait, Idempotency, Outcome, Request, RunError, Store, StoredResponse};
+use idem_core::store::{
+    CatchUnwind, Execution, Lease, Record, Transacted, Transactional, TxEnd,
+};
+use idem_core::{
+    async_trait, Begin, Error, Idempotency, Operation, Outcome, RecordId, Request, RunError,
+    Store, StoreErrorKind, StoredResponse,
+};
 use sqlx::{AssertSqlSafe, PgConnection};
-use std::borrow::Borrow;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The future an effect returns: it borrows the transaction's connection and the lease.
 pub type EffectFuture<'c, E> = Pin<Box<dyn Future<Output = Result<StoredResponse, E>> + Send + 'c>>;
+
+/// An effect that runs in a PostgreSQL transaction.
+pub type PgEffect<E> =
+    Box<dyn for<'c> FnOnce(&'c mut PgConnection, &'c Lease) -> EffectFuture<'c, E> + Send>;
 
 /// What an engine over a [`PgStore`] (or an `Arc` of one) adds: the effect and the completion
 /// in one PostgreSQL transaction (C6).
@@ -39,20 +53,21 @@ pub type EffectFuture<'c, E> = Pin<Box<dyn Future<Output = Result<StoredResponse
 pub trait PgIdempotency {
     /// Closure style: reserve (one round trip); when acquired, open a transaction at the
     /// store's [`Isolation`](crate::Isolation), run `effect` in it, write the completion in it
-    /// and commit. Runs on a task of its own ([`Idempotency::drain`] waits for it), so a dropped
-    /// caller does not cancel it. At READ COMMITTED it keeps the lease alive while the effect
-    /// runs; at REPEATABLE READ and SERIALIZABLE a renewal would conflict with the
-    /// transaction's snapshot, so there the lease must cover the effect.
+    /// and commit. The engine's one transactional path ([`Idempotency::transact`]) runs it on a
+    /// task of its own ([`Idempotency::drain`] waits for it), so a dropped caller does not
+    /// cancel it. At READ COMMITTED the lease is kept alive while the effect runs; at
+    /// REPEATABLE READ and SERIALIZABLE a renewal would conflict with the transaction's
+    /// snapshot, so there the lease must cover the effect.
     ///
     /// - `Ok(response)`: committed with the effect; [`Outcome::Executed`].
     /// - `Err(e)` from `effect`: the transaction rolls back, the effect with it, so nothing
     ///   happened: the key is released and [`RunError::Released`] returned.
     /// - A lost lease, a serialization failure or deadlock
-    ///   ([`StoreErrorKind::TransactionConflict`](idem_core::StoreErrorKind::TransactionConflict): retry the whole request), a failed commit that
-    ///   did not commit: rolled back, released where still ours, [`RunError::Idem`].
-    /// - A commit whose outcome the connection lost: the record tells whether it committed
-    ///   ([`Outcome::Executed`]) or not (released); if even that cannot be read,
-    ///   [`RunError::Incomplete`] and the key is kept.
+    ///   ([`StoreErrorKind::TransactionConflict`]: retry the whole request), a commit the server
+    ///   refused: rolled back, released where still ours, [`RunError::Idem`].
+    /// - A commit whose answer the connection lost: the record, read once no transaction holds
+    ///   it, tells whether it committed ([`Outcome::Executed`]) or not (released); if that
+    ///   cannot be told within the store timeout, [`RunError::InDoubt`] and the key is kept.
     async fn run_in_transaction<F, E>(
         &self,
         request: &Request,
@@ -63,11 +78,26 @@ pub trait PgIdempotency {
         E: Send + 'static;
 }
 
+/// A store whose transactions are PostgreSQL's: [`PgStore`], or an `Arc` of one.
+pub trait PgTransactional: Transactional {
+    /// The store's effect for `effect`.
+    fn effect<E: Send + 'static>(effect: PgEffect<E>) -> Self::Effect<E>;
+}
+
+impl PgTransactional for PgStore {
+    fn effect<E: Send + 'static>(effect: PgEffect<E>) -> Self::Effect<E> {
+        effect
+    }
+}
+
+impl PgTransactional for Arc<PgStore> {
+    fn effect<E: Send + 'static>(effect: PgEffect<E>) -> Self::Effect<E> {
+        effect
+    }
+}
+
 #[async_trait]
-impl<S> PgIdempotency for Idempotency<S>
-where
-    S: Store + Borrow<PgStore> + 'static,
-{
+impl<S: PgTransactional + 'static> PgIdempotency for Idempotency<S> {
     async fn run_in_transaction<F, E>(
         &self,
         request: &Request,
@@ -77,88 +107,147 @@ where
         F: for<'c> FnOnce(&'c mut PgConnection, &'c Lease) -> EffectFuture<'c, E> + Send + 'static,
         E: Send + 'static,
     {
-        self.run_detached(request, move |idem, lease| async move {
-            // The heartbeat renews the record from another connection. At REPEATABLE READ and
-            // SERIALIZABLE that update, made after the transaction's snapshot, would turn the
-            // completion into a serialization failure every time: there the lease must cover
-            // the effect (docs/stores.md, PostgreSQL, Isolation).
-            let store: &PgStore = idem.store().borrow();
-            let keeper = (store.isolation() == Isolation::ReadCommitted)
-                .then(|| idem.keep_alive(lease.clone()));
-            let result = in_transaction(&idem, &lease, effect).await;
-            drop(keeper);
-            result
-        })
-        .await
+        self.transact(request, S::effect(Box::new(effect))).await
     }
 }
 
-/// Begin, effect, completion, commit; on anything but a commit, roll back and release.
-async fn in_transaction<S, F, E>(
-    idem: &Idempotency<S>,
-    lease: &Lease,
-    effect: F,
-) -> Result<Outcome, RunError<E>>
-where
-    S: Store + Borrow<PgStore> + 'static,
-    F: for<'c> FnOnce(&'c mut PgConnection, &'c Lease) -> EffectFuture<'c, E>,
-{
-    let store: &PgStore = idem.store().borrow();
-    let begun = store
-        .pool()
-        .begin_with(AssertSqlSafe(store.isolation().begin_statement()))
-        .await
-        .map_err(store_error);
-    let mut tx = match begun {
-        Ok(tx) => tx,
-        Err(error) => {
-            let _ = idem.release(lease.clone()).await;
-            return Err(RunError::Idem(error));
-        }
-    };
-    let response = match effect(&mut tx, lease).await {
-        Ok(response) => response,
-        Err(error) => {
+#[async_trait]
+impl Transactional for PgStore {
+    type Effect<E: Send + 'static> = PgEffect<E>;
+
+    /// At READ COMMITTED only: at REPEATABLE READ and SERIALIZABLE the renewal, made after the
+    /// transaction's snapshot, would turn the completion into a serialization failure every
+    /// time (docs/stores.md, PostgreSQL, Isolation).
+    fn renews_during_transaction(&self) -> bool {
+        self.isolation() == Isolation::ReadCommitted
+    }
+
+    async fn transact<E: Send + 'static>(
+        &self,
+        request: &Request,
+        effect: PgEffect<E>,
+        execution: Execution,
+    ) -> Result<Transacted<E>, Error> {
+        let reserved = execution
+            .bounded(
+                Operation::Reserve,
+                request.id(),
+                self.reserve(request, execution.lease_for()),
+            )
+            .await?;
+        let lease = match reserved {
+            Begin::Answered(answer) => return Ok(Transacted::Answered(answer)),
+            Begin::Acquired(lease) => execution.acquired(lease),
+        };
+        let end = self.in_transaction(&lease, effect, &execution).await;
+        Ok(Transacted::Acquired { lease, end })
+    }
+
+    async fn settled(&self, id: &RecordId, wait: Duration) -> Result<Option<Record>, Error> {
+        let mut held = self.inner.conns.get().await?;
+        let result = settled_on(held.conn(), &self.inner.ops.sql.select_settled, self, id, wait).await;
+        held.finish(&result);
+        result
+    }
+}
+
+impl PgStore {
+    /// Begin, effect, completion, commit; what became of the transaction.
+    async fn in_transaction<E>(
+        &self,
+        lease: &Lease,
+        effect: PgEffect<E>,
+        execution: &Execution,
+    ) -> TxEnd<E> {
+        let id = lease.id();
+        let begin = async {
+            self.pool()
+                .begin_with(AssertSqlSafe(self.isolation().begin_statement()))
+                .await
+                .map_err(store_error)
+        };
+        let mut tx = match execution.bounded(Operation::Transaction, id, begin).await {
+            Ok(tx) => tx,
+            Err(error) => return TxEnd::RolledBack(error),
+        };
+        let response = match CatchUnwind::new(effect(&mut tx, lease)).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(error)) => {
+                let _ = tx.rollback().await;
+                return TxEnd::EffectFailed(error);
+            }
+            // Dropping the transaction rolls it back.
+            Err(panic) => return TxEnd::Panicked(panic),
+        };
+        let completion = execution.completion(lease, response);
+        let written = execution
+            .bounded(
+                Operation::Complete,
+                id,
+                self.inner.ops.complete(&mut tx, &completion),
+            )
+            .await;
+        if let Err(error) = written {
             let _ = tx.rollback().await;
-            let _ = idem.release(lease.clone()).await;
-            return Err(RunError::Released(error));
+            return TxEnd::RolledBack(error);
         }
-    };
-    let completion = idem.completion(lease, response);
-    if let Err(error) = store.complete_in(&mut tx, &completion).await {
-        let _ = tx.rollback().await;
-        // Fenced: after a lost lease this changes nothing.
-        let _ = idem.release(lease.clone()).await;
-        return Err(RunError::Idem(error));
-    }
-    match tx.commit().await {
-        Ok(()) => Ok(Outcome::Executed(completion.into_response())),
-        Err(commit_error) => after_failed_commit(idem, lease, completion, commit_error).await,
+        let commit = async { tx.commit().await };
+        match tokio::time::timeout(execution.store_timeout(), commit).await {
+            Ok(Ok(())) => TxEnd::Committed(completion),
+            // The server answered the COMMIT with an error: it did not commit.
+            Ok(Err(error @ sqlx::Error::Database(_))) => TxEnd::RolledBack(store_error(error)),
+            // The connection failed after the COMMIT may have reached the server.
+            Ok(Err(error)) => TxEnd::InDoubt {
+                completion,
+                error: store_error(error),
+            },
+            Err(_) => TxEnd::InDoubt {
+                completion,
+                error: Error::store(
+                    BACKEND,
+                    StoreErrorKind::Unavailable,
+                    "the COMMIT was not answered within the store timeout",
+                ),
+            },
+        }
     }
 }
 
-/// A commit that returned an error may still have committed (the connection dropped after the
-/// server committed). The record says which: completed with our token, it committed; still in
-/// progress with our token, it did not, so nothing happened and the key goes back.
-async fn after_failed_commit<S, E>(
-    idem: &Idempotency<S>,
-    lease: &Lease,
-    completion: idem_core::Completion,
-    commit_error: sqlx::Error,
-) -> Result<Outcome, RunError<E>>
-where
-    S: Store + Borrow<PgStore> + 'static,
-{
-    let error = store_error(commit_error);
-    match idem.store().lookup(lease.id()).await {
-        Ok(Some(record)) if record.token == lease.token() && record.is_completed() => {
-            Ok(Outcome::Executed(completion.into_response()))
-        }
-        Ok(Some(record)) if record.token == lease.token() => {
-            let _ = idem.release(lease.clone()).await;
-            Err(RunError::Idem(error))
-        }
-        Ok(_) => Err(RunError::Idem(error)),
-        Err(_) => Err(RunError::Incomplete(error)),
-    }
+/// Reads the record with a share lock, waiting at most `wait` for a transaction that holds it.
+async fn settled_on(
+    conn: &mut PgConnection,
+    statement: &str,
+    store: &PgStore,
+    id: &RecordId,
+    wait: Duration,
+) -> Result<Option<Record>, Error> {
+    let millis = wait.as_millis().clamp(1, 3_600_000);
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = {millis}"
+    )))
+    .execute(&mut *conn)
+    .await
+    .map_err(store_error)?;
+    let read = fetch_all(
+        &mut *conn,
+        store.inner.ops.mode,
+        statement,
+        &[
+            Param::Text(id.consumer()),
+            Param::Text(id.route()),
+            Param::Text(id.key()),
+        ],
+    )
+    .await;
+    let end = if read.is_ok() { "COMMIT" } else { "ROLLBACK" };
+    let ended = sqlx::raw_sql(end).execute(&mut *conn).await.map_err(store_error);
+    let rows = read?;
+    ended?;
+    let Some(found) = rows.first() else {
+        return Ok(None);
+    };
+    row::decode(found)?
+        .try_map_response(|response| StoredResponse::decode(&row::fetched(response)?))
+        .map(Some)
 }
+

@@ -54,7 +54,7 @@ pub use config::{validate_table_name, Synchronous};
 pub use idem_core::InsertOrFetch;
 pub use migrate::{schema_sql, SCHEMA_VERSION};
 pub use store::SqliteStore;
-pub use transactional::SqliteIdempotency;
+pub use transactional::{SqliteEffect, SqliteIdempotency, SqliteTransactional};
 pub use unique::{insert_or_fetch, unique_violation};
 
 /// The rusqlite version the store is built with, for your own transactions.

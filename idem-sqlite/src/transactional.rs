@@ -1,17 +1,23 @@
-//! The closure form with completion in the effect's own transaction: the reservation and the
-//! effect's transaction in one thread hop, on the writer. Only the transaction mechanics live
-//! here; what is stored is the engine's `Completion`.
+//! The effect and its completion in one SQLite transaction: only the transaction mechanics live
+//! here (the reservation and the effect's transaction in one hop on the writer); the protocol
+//! around them is the engine's ([`Idempotency::transact`]), what is stored the engine's
+//! `Completion`.
 
 use crate::error::store_error;
 use crate::ops;
 use crate::SqliteStore;
-use idem_core::store::{Decision, Lease};
+use idem_core::store::{Decision, Execution, Lease, Transacted, Transactional, TxEnd};
 use idem_core::{
-    async_trait, Begin, Idempotency, Outcome, Request, RunError, Store, StoredResponse,
+    async_trait, Begin, Error, Idempotency, Outcome, Request, RunError, StoreErrorKind,
+    StoredResponse,
 };
 use rusqlite::{Transaction, TransactionBehavior};
-use std::borrow::Borrow;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
+
+/// An effect that runs in a SQLite transaction, on the store's writer.
+pub type SqliteEffect<E> =
+    Box<dyn FnOnce(&Transaction<'_>, &Lease) -> Result<StoredResponse, E> + Send>;
 
 /// What an engine over a [`SqliteStore`] (or an `Arc` of one) adds: the effect and the
 /// completion in one SQLite transaction (C6).
@@ -41,7 +47,8 @@ use std::sync::Arc;
 pub trait SqliteIdempotency {
     /// Closure style: reserve; when acquired, open a write transaction (`BEGIN IMMEDIATE`) on
     /// the store's writer, run `effect` in it, write the completion in it and commit, all in one
-    /// thread hop that runs to its end even if the caller's future is dropped.
+    /// thread hop that runs to its end even if the caller's future is dropped. The engine's one
+    /// transactional path ([`Idempotency::transact`]) says what each end means:
     ///
     /// - `Ok(response)`: committed with the effect; [`Outcome::Executed`] with the response as
     ///   stored (an unstorable response is stored as a 500, C8).
@@ -49,12 +56,14 @@ pub trait SqliteIdempotency {
     ///   happened: the key is released and [`RunError::Released`] returned; a retry runs.
     /// - A lost lease or a failed commit: rolled back, released where still ours,
     ///   [`RunError::Idem`].
-    /// - A panic in `effect`: rolled back; the reservation passes with its lease (C9) and the
-    ///   panic resumes in the caller.
+    /// - A panic in `effect`: rolled back, released; the panic resumes in the caller.
     ///
     /// The effect holds SQLite's write lock while it runs: keep it short, and within the lease
     /// (a renewal would wait for that same lock). Replays, in-flight answers and mismatches are
-    /// answered without waiting for it.
+    /// answered without waiting for it, and a duplicate of an execution of this process is
+    /// answered in flight even past the lease. Another process sharing the file sees the lease
+    /// pass and may take the record over: its takeover waits for the write lock, and fails to
+    /// fence out a completion that committed first.
     async fn run_in_transaction<F, E>(
         &self,
         request: &Request,
@@ -65,11 +74,26 @@ pub trait SqliteIdempotency {
         E: Send + 'static;
 }
 
+/// A store whose transactions are SQLite's: [`SqliteStore`], or an `Arc` of one.
+pub trait SqliteTransactional: Transactional {
+    /// The store's effect for `effect`.
+    fn effect<E: Send + 'static>(effect: SqliteEffect<E>) -> Self::Effect<E>;
+}
+
+impl SqliteTransactional for SqliteStore {
+    fn effect<E: Send + 'static>(effect: SqliteEffect<E>) -> Self::Effect<E> {
+        effect
+    }
+}
+
+impl SqliteTransactional for Arc<SqliteStore> {
+    fn effect<E: Send + 'static>(effect: SqliteEffect<E>) -> Self::Effect<E> {
+        effect
+    }
+}
+
 #[async_trait]
-impl<S> SqliteIdempotency for Idempotency<S>
-where
-    S: Store + Borrow<SqliteStore> + 'static,
-{
+impl<S: SqliteTransactional + 'static> SqliteIdempotency for Idempotency<S> {
     async fn run_in_transaction<F, E>(
         &self,
         request: &Request,
@@ -79,63 +103,80 @@ where
         F: FnOnce(&Transaction<'_>, &Lease) -> Result<StoredResponse, E> + Send + 'static,
         E: Send + 'static,
     {
-        self.admit(request).map_err(RunError::Idem)?;
-        let store: &SqliteStore = self.store().borrow();
-        let pool = &store.inner.pool;
+        self.transact(request, S::effect(Box::new(effect))).await
+    }
+}
+
+#[async_trait]
+impl Transactional for SqliteStore {
+    type Effect<E: Send + 'static> = SqliteEffect<E>;
+
+    /// No: the effect's transaction holds the one writer a renewal needs.
+    fn renews_during_transaction(&self) -> bool {
+        false
+    }
+
+    async fn transact<E: Send + 'static>(
+        &self,
+        request: &Request,
+        effect: SqliteEffect<E>,
+        execution: Execution,
+    ) -> Result<Transacted<E>, Error> {
+        let pool = &self.inner.pool;
         let writer = match pool.try_writer() {
             Some(writer) => writer,
             None => {
-                let (inner, req) = (Arc::clone(&store.inner), request.clone());
+                // The writer is busy: answer a duplicate from a reader, never queueing for the
+                // writer to say "in flight" or replay (C5).
+                let (inner, req) = (Arc::clone(&self.inner), request.clone());
                 let decision = pool
                     .read(move |conn| {
                         ops::decide_on(conn, &inner.sql, &req, inner.config.clock.now())
                     })
-                    .await
-                    .and_then(|decided| decided)
-                    .map_err(RunError::Idem)?;
+                    .await??;
                 if let Decision::Answer(answer) = decision {
-                    return self
-                        .screen(answer)
-                        .map(Outcome::Answered)
-                        .map_err(RunError::Idem);
+                    return Ok(Transacted::Answered(answer));
                 }
-                pool.writer().await
+                tokio::time::timeout(execution.store_timeout(), pool.writer())
+                    .await
+                    .map_err(|_| {
+                        Error::store(
+                            crate::error::BACKEND,
+                            StoreErrorKind::Unavailable,
+                            "the SQLite writer stayed busy past the store timeout",
+                        )
+                    })?
             }
         };
-        let (inner, idem, req) = (Arc::clone(&store.inner), self.clone(), request.clone());
-        let lease_for = self.policy().lease;
+        let (inner, req) = (Arc::clone(&self.inner), request.clone());
         pool.write(writer, move |conn| {
             let clock = inner.config.clock.as_ref();
-            let lease = match ops::reserve(conn, &inner.sql, clock, &req, lease_for)
-                .map_err(RunError::Idem)?
-            {
-                Begin::Answered(answer) => {
-                    return idem
-                        .screen(answer)
-                        .map(Outcome::Answered)
-                        .map_err(RunError::Idem)
-                }
-                Begin::Acquired(lease) => lease,
+            let lease = match ops::reserve(conn, &inner.sql, clock, &req, execution.lease_for())? {
+                Begin::Answered(answer) => return Ok(Transacted::Answered(answer)),
+                Begin::Acquired(lease) => execution.acquired(lease),
             };
-            let committed = (|| {
-                let tx = conn
-                    .transaction_with_behavior(TransactionBehavior::Immediate)
-                    .map_err(|e| RunError::Idem(store_error(e)))?;
-                let response = effect(&tx, &lease).map_err(RunError::Released)?;
-                let completion = idem.completion(&lease, response);
-                ops::complete(&tx, &inner.sql, clock.now(), &completion).map_err(RunError::Idem)?;
-                tx.commit().map_err(|e| RunError::Idem(store_error(e)))?;
-                Ok(Outcome::Executed(completion.into_response()))
+            let end = (|| {
+                let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+                    Ok(tx) => tx,
+                    Err(error) => return TxEnd::RolledBack(store_error(error)),
+                };
+                let response = match catch_unwind(AssertUnwindSafe(|| effect(&tx, &lease))) {
+                    Ok(Ok(response)) => response,
+                    Ok(Err(error)) => return TxEnd::EffectFailed(error),
+                    Err(panic) => return TxEnd::Panicked(panic),
+                };
+                let completion = execution.completion(&lease, response);
+                if let Err(error) = ops::complete(&tx, &inner.sql, clock.now(), &completion) {
+                    return TxEnd::RolledBack(error);
+                }
+                // A COMMIT that fails leaves the transaction open; dropping it rolls it back.
+                match tx.commit() {
+                    Ok(()) => TxEnd::Committed(completion),
+                    Err(error) => TxEnd::RolledBack(store_error(error)),
+                }
             })();
-            if committed.is_err() {
-                // The transaction rolled back as it dropped, and the effect with it: nothing
-                // happened, so the key goes back for a retry. Fenced: a lost lease changes
-                // nothing.
-                let _ = ops::release(conn, &inner.sql, &lease);
-            }
-            committed
+            Ok(Transacted::Acquired { lease, end })
         })
-        .await
-        .map_err(RunError::Idem)?
+        .await?
     }
 }

@@ -1,5 +1,12 @@
 //! What the layer did with a request, for logs and metrics outside it.
 
+/// What the layer did with a request: the engine's event vocabulary (C16), one name for logs,
+/// metrics and this disposition ([`EventKind::name`](idem_core::EventKind::name)): `executed`,
+/// `replayed`, `in_flight`, `mismatch`, `released`, `outcome_unknown`, `in_doubt`,
+/// `lease_lost`, or `rejected` (refused before anything was recorded: bad key, body too large,
+/// no consumer, store unavailable).
+pub use idem_core::EventKind as Disposition;
+
 /// What the idempotency layer did with a request, in the response's extensions, so that an
 /// outer logging or metrics layer can record it.
 ///
@@ -7,46 +14,9 @@
 /// use idem_tower::{Disposition, Handled};
 /// # let response = http::Response::new(());
 /// if let Some(handled) = response.extensions().get::<Handled>() {
-///     println!("{} for {:?}", handled.disposition.as_str(), handled.consumer);
+///     println!("{} for {:?}", handled.disposition.name(), handled.consumer);
 /// }
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Disposition {
-    /// The handler ran now; its response was stored.
-    Executed,
-    /// A duplicate of a completed request: the stored response.
-    Replayed,
-    /// A duplicate of a request still running (409, or 202).
-    InFlight,
-    /// The key was used with another request (422).
-    Mismatch,
-    /// The handler said nothing happened: the key was released, nothing stored.
-    Released,
-    /// The effect may have run and its outcome is unknown: a 500 (stored when it could be).
-    Failed,
-    /// Refused before anything was recorded: a bad or missing key, no consumer, a body over
-    /// the limit, the store down.
-    Rejected,
-}
-
-impl Disposition {
-    /// A short stable name: `executed`, `replayed`, `in_flight`, `mismatch`, `released`,
-    /// `failed`, `rejected`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Disposition::Executed => "executed",
-            Disposition::Replayed => "replayed",
-            Disposition::InFlight => "in_flight",
-            Disposition::Mismatch => "mismatch",
-            Disposition::Released => "released",
-            Disposition::Failed => "failed",
-            Disposition::Rejected => "rejected",
-        }
-    }
-}
-
-/// The response extension the layer adds to every request it protected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Handled {

@@ -346,11 +346,13 @@ fn respond<S: Store>(
     location: Option<String>,
 ) -> (StoredResponse, bool, Disposition) {
     let policy = idem.policy();
-    match result {
-        Ok(Outcome::Executed(stored)) => (stored, true, Disposition::Executed),
-        Ok(Outcome::Answered(answer @ Answer::Replay(_))) => {
-            (answer.to_http(policy), true, Disposition::Replayed)
-        }
+    let disposition = match &result {
+        Ok(outcome) => outcome.kind(),
+        Err(error) => error.kind(),
+    };
+    let (response, echo) = match result {
+        Ok(Outcome::Executed(stored)) => (stored, true),
+        Ok(Outcome::Answered(answer @ Answer::Replay(_))) => (answer.to_http(policy), true),
         Ok(Outcome::Answered(Answer::InFlight { retry_after })) => {
             // The time left on the lease, capped: a 409 and a 202 alike.
             let answer = Answer::InFlight {
@@ -366,36 +368,35 @@ fn respond<S: Store>(
                     }
                 }
             };
-            (response, false, Disposition::InFlight)
+            (response, false)
         }
         Ok(Outcome::Answered(answer)) => {
             let response = match answer.problem(policy) {
                 Some(problem) => config.render(&problem),
                 None => answer.to_http(policy),
             };
-            (response, false, Disposition::Mismatch)
+            (response, false)
         }
-        Err(RunError::Idem(error)) => (
-            config.render(&error.problem()),
-            false,
-            Disposition::Rejected,
-        ),
-        Err(RunError::Released(Unstored::Released(response))) => {
-            (response, false, Disposition::Released)
-        }
+        Err(RunError::Idem(error)) => (config.render(&error.problem()), false),
+        Err(RunError::Released(Unstored::Released(response))) => (response, false),
         Err(RunError::Unknown { error, response }) => {
             tracing::error!(target: "idem_tower", error = %describe(&error), "idempotency: outcome unknown, stored");
-            (response, true, Disposition::Failed)
+            (response, true)
         }
         Err(RunError::Incomplete(error)) => {
-            tracing::error!(target: "idem_tower", %error, "idempotency: the completion was not stored");
-            (config.render(&unknown()), false, Disposition::Failed)
+            tracing::error!(target: "idem_tower", %error, "idempotency: the completion is not stored yet");
+            (config.render(&pending()), false)
+        }
+        Err(RunError::InDoubt(error)) => {
+            tracing::error!(target: "idem_tower", %error, "idempotency: the commit's outcome is in doubt");
+            (config.render(&pending()), false)
         }
         Err(other) => {
             tracing::error!(target: "idem_tower", error = ?other, "idempotency: execution failed");
-            (config.render(&unknown()), false, Disposition::Failed)
+            (config.render(&unknown()), false)
         }
-    }
+    };
+    (response, echo, disposition)
 }
 
 fn describe(error: &Unstored) -> &str {
@@ -403,6 +404,19 @@ fn describe(error: &Unstored) -> &str {
         Unstored::Released(_) => "released",
         Unstored::Failed(error) => error,
     }
+}
+
+/// The problem for an execution whose answer is not stored yet (the store could not be written
+/// within the lease, or a commit's outcome is in doubt): the key is kept and resolves by itself
+/// (the completion lands, or the lease passes with nothing committed), so a retry with the same
+/// key is safe: it is answered in flight, then the stored answer, or runs once.
+fn pending() -> Problem {
+    Problem::new(
+        500,
+        "outcome-pending",
+        "The request may have taken effect and its answer is not recorded yet; retry with the same key.",
+        true,
+    )
 }
 
 /// The problem for an execution whose result could not be recorded: the effect may have run.
@@ -433,11 +447,11 @@ fn finish<RB: From<Bytes>>(
         }
     }
     let span = tracing::Span::current();
-    span.record("outcome", disposition.as_str());
+    span.record("outcome", disposition.name());
     span.record("status", response.status().as_u16());
     tracing::debug!(
         target: "idem_tower",
-        outcome = disposition.as_str(),
+        outcome = disposition.name(),
         consumer = consumer.as_deref().unwrap_or("-"),
         route,
         status = response.status().as_u16(),

@@ -172,7 +172,7 @@ async fn log_request(request: Request, next: Next) -> Response {
         %method,
         path,
         status = response.status().as_u16(),
-        outcome = handled.map_or("-", |h| h.disposition.as_str()),
+        outcome = handled.map_or("-", |h| h.disposition.name()),
         consumer = handled.and_then(|h| h.consumer.as_deref()).unwrap_or("-"),
         latency_ms = format!("{:.1}", started.elapsed().as_secs_f64() * 1000.0),
         "request"

@@ -1,34 +1,49 @@
-//! `Idempotency<S>`: what applications call.
+//! `Idempotency<S>`: what applications call. The engine owns every path of the protocol
+//! (C16): the guard style ([`Idempotency::begin`], [`Idempotency::complete`]), the closure style
+//! ([`Idempotency::run`]) and the transactional closure of SQL stores
+//! ([`Idempotency::transact`]) share one admission, one reservation, one way of storing a
+//! completion and one stream of [`Event`]s.
+
+mod gate;
+mod heartbeat;
+mod live;
+mod persist;
+mod run;
+mod transact;
+
+pub use heartbeat::{on_heartbeat_thread, KeepAlive};
+pub use run::Context;
 
 use crate::answer::Answer;
 use crate::begin::Begin;
 use crate::completion::Completion;
+use crate::decision::Acquire;
 use crate::error::{Error, Field, StoreErrorKind};
+use crate::event::{Event, EventKind, Observer, Observers, Operation, TracingObserver};
 use crate::lease::{deadline_after, Lease};
-use crate::outcome::{Failure, Meaning, Outcome, Reply, RunError};
 use crate::policy::Policy;
 use crate::problem::problem;
-use crate::record::RecordState;
 use crate::request::{Request, RequestBuilder};
 use crate::response::StoredResponse;
+use crate::scope::RecordId;
 use crate::store::Store;
-use crate::unwind::CatchUnwind;
+use gate::Gate;
+use live::Live;
 use std::fmt;
 use std::future::Future;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
-use tracing::Instrument;
 
-/// The idempotency engine: a [`Store`] and a [`Policy`]. Cloning is cheap (one `Arc`).
+/// The idempotency engine: a [`Store`], a [`Policy`] and the [`Observer`]s of its events.
+/// Cloning is cheap (one `Arc`).
 ///
-/// Two styles, both first-class:
+/// Three ways to call it, one protocol:
 ///
 /// - **closure**: [`run`](Self::run) reserves, runs the handler, completes or releases, on a
 ///   task of its own: dropping the future that awaits it (a client disconnecting from a hyper or
 ///   axum server) does not cancel an execution that has started (C8).
+/// - **transactional closure** (SQL stores): [`transact`](Self::transact), what the stores'
+///   `run_in_transaction` calls: the effect and its completion in one transaction.
 /// - **guard**: [`begin`](Self::begin) → [`Begin::Acquired`] → run the effect →
 ///   [`complete`](Self::complete) (or [`release`](Self::release) when nothing happened). SQL
 ///   stores write a [`completion`](Self::completion) inside the effect's own transaction. A
@@ -64,39 +79,9 @@ pub struct Idempotency<S> {
 struct Shared<S> {
     store: S,
     policy: Policy,
-    /// Executions of `run` under way (detached from their callers), for `drain`.
-    running: AtomicUsize,
-    idle: Notify,
-}
-
-impl<S> Shared<S> {
-    fn new(store: S, policy: Policy) -> Self {
-        Self {
-            store,
-            policy,
-            running: AtomicUsize::new(0),
-            idle: Notify::new(),
-        }
-    }
-}
-
-/// Counts one execution of `run` from the moment it is spawned until it ends, so that `drain`
-/// never misses one that has not started yet.
-struct Running<S>(Arc<Shared<S>>);
-
-impl<S> Running<S> {
-    fn start(shared: Arc<Shared<S>>) -> Self {
-        shared.running.fetch_add(1, Ordering::SeqCst);
-        Self(shared)
-    }
-}
-
-impl<S> Drop for Running<S> {
-    fn drop(&mut self) {
-        if self.0.running.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.0.idle.notify_waiters();
-        }
-    }
+    observers: Observers,
+    gate: Gate,
+    live: Live,
 }
 
 impl<S> Clone for Idempotency<S> {
@@ -112,27 +97,129 @@ impl<S: fmt::Debug> fmt::Debug for Idempotency<S> {
         f.debug_struct("Idempotency")
             .field("store", &self.inner.store)
             .field("policy", &self.inner.policy)
+            .field("observers", &self.inner.observers)
             .finish()
     }
 }
 
+/// Builds an [`Idempotency`]: its policy and the observers of its events.
+///
+/// ```
+/// use idem_core::{Idempotency, MemoryStore, Policy, TracingObserver};
+/// use std::time::Duration;
+/// let idem = Idempotency::builder(MemoryStore::new())
+///     .policy(Policy::default().lease(Duration::from_secs(30)))
+///     .build()?;
+/// assert_eq!(idem.policy().lease, Duration::from_secs(30));
+/// # Ok::<(), idem_core::Error>(())
+/// ```
+#[must_use]
+pub struct IdempotencyBuilder<S> {
+    store: S,
+    policy: Policy,
+    observers: Observers,
+}
+
+impl<S: fmt::Debug> fmt::Debug for IdempotencyBuilder<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdempotencyBuilder")
+            .field("store", &self.store)
+            .field("policy", &self.policy)
+            .finish()
+    }
+}
+
+impl<S: Store> IdempotencyBuilder<S> {
+    /// The policy (default: [`Policy::default`]).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Adds an observer of the engine's events, after those already set ([`TracingObserver`]
+    /// is the first, unless [`without_tracing`](Self::without_tracing)).
+    pub fn observer(mut self, observer: impl Observer) -> Self {
+        self.observers.push(Arc::new(observer));
+        self
+    }
+
+    /// Removes the default [`TracingObserver`] (and any observer added before).
+    pub fn without_tracing(mut self) -> Self {
+        self.observers = Observers::default();
+        self
+    }
+
+    /// The engine, its policy checked by [`Policy::validate`].
+    pub fn build(self) -> Result<Idempotency<S>, Error> {
+        self.policy.validate()?;
+        Ok(Idempotency {
+            inner: Arc::new(Shared {
+                store: self.store,
+                policy: self.policy,
+                observers: self.observers,
+                gate: Gate::default(),
+                live: Live::default(),
+            }),
+        })
+    }
+}
+
 /// The first wait between two attempts to store a completion; it doubles up to a second.
-const FIRST_BACKOFF: Duration = Duration::from_millis(5);
+pub(crate) const FIRST_BACKOFF: Duration = Duration::from_millis(5);
+/// The longest wait between two attempts.
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The error of a store call that did not answer within `timeout` (C13).
+pub(crate) fn timed_out(operation: Operation, timeout: Duration) -> Error {
+    Error::store(
+        "idem",
+        StoreErrorKind::Unavailable,
+        format!(
+            "the store did not answer {} within {timeout:?} (store_timeout)",
+            operation.name()
+        ),
+    )
+}
+
+/// The error of a request refused because the engine is shutting down.
+fn shutting_down() -> Error {
+    Error::store(
+        "idem",
+        StoreErrorKind::Unavailable,
+        "the server is shutting down; retry on another instance",
+    )
+}
 
 impl<S: Store> Idempotency<S> {
-    /// An engine with the default [`Policy`].
+    /// An engine with the default [`Policy`] and the [`TracingObserver`].
     pub fn new(store: S) -> Self {
+        let mut observers = Observers::default();
+        observers.push(Arc::new(TracingObserver));
         Self {
-            inner: Arc::new(Shared::new(store, Policy::default())),
+            inner: Arc::new(Shared {
+                store,
+                policy: Policy::default(),
+                observers,
+                gate: Gate::default(),
+                live: Live::default(),
+            }),
         }
     }
 
     /// An engine with `policy`, checked by [`Policy::validate`].
     pub fn with_policy(store: S, policy: Policy) -> Result<Self, Error> {
-        policy.validate()?;
-        Ok(Self {
-            inner: Arc::new(Shared::new(store, policy)),
-        })
+        Self::builder(store).policy(policy).build()
+    }
+
+    /// Starts an engine: its policy and observers.
+    pub fn builder(store: S) -> IdempotencyBuilder<S> {
+        let mut observers = Observers::default();
+        observers.push(Arc::new(TracingObserver));
+        IdempotencyBuilder {
+            store,
+            policy: Policy::default(),
+            observers,
+        }
     }
 
     /// The store.
@@ -155,10 +242,42 @@ impl<S: Store> Idempotency<S> {
         Request::builder(consumer, method, route).max_body_bytes(self.inner.policy.max_body_bytes)
     }
 
-    /// Checks what the policy says of a request before anything is written: its body must be
-    /// within [`Policy::max_body_bytes`] ([`Error::BodyTooLarge`], 413), however the request was
-    /// built (C12). [`begin`](Self::begin) calls it; a store's own closure form must too.
-    pub fn admit(&self, request: &Request) -> Result<(), Error> {
+    /// Sends `event` to the observers.
+    pub(crate) fn emit(&self, event: Event<'_>) {
+        self.inner.observers.emit(event);
+    }
+
+    /// Runs one store call within the policy's deadline (C13) and reports it.
+    pub(crate) async fn call<T, F>(
+        &self,
+        operation: Operation,
+        id: Option<&RecordId>,
+        call: F,
+    ) -> Result<T, Error>
+    where
+        F: Future<Output = Result<T, Error>>,
+    {
+        let started = Instant::now();
+        let timeout = self.inner.policy.store_timeout;
+        let result = match tokio::time::timeout(timeout, call).await {
+            Ok(result) => result,
+            Err(_) => Err(timed_out(operation, timeout)),
+        };
+        let mut event = Event::new(EventKind::StoreCall)
+            .of(operation)
+            .took(started.elapsed());
+        if let Some(id) = id {
+            event = event.about(id);
+        }
+        match &result {
+            Ok(_) => self.emit(event),
+            Err(error) => self.emit(event.failed(error)),
+        }
+        result
+    }
+
+    /// The body limit, however the request was built (C12).
+    fn admit(&self, request: &Request) -> Result<(), Error> {
         let limit = self.inner.policy.max_body_bytes;
         if request.body_len() > limit {
             return Err(Error::BodyTooLarge {
@@ -169,13 +288,23 @@ impl<S: Store> Idempotency<S> {
         Ok(())
     }
 
+    /// What is answered before the store is asked: the body limit (413), the shutdown gate
+    /// (503), and a duplicate of an execution this process is running (in flight or mismatch
+    /// from memory, C5).
+    fn answer_before_store(&self, request: &Request) -> Result<Option<Answer>, Error> {
+        self.admit(request)?;
+        if self.inner.gate.is_closing() {
+            return Err(shutting_down());
+        }
+        Ok(self.inner.live.answer(request, self.inner.policy.lease))
+    }
+
     /// Filters and checks a replayed response again before it is sent (C7, C12): a record
     /// written under another policy, or by hand, can neither leak a cookie nor inject a header;
-    /// one that fails the check is [`Error::CorruptRecord`]. [`begin`](Self::begin) calls it; a
-    /// store's own closure form must too. An in-flight answer's `retry_after` is at most the
-    /// lease: a store that read its clock a moment before another caller (another process)
-    /// reserved can compute a little more. Mismatches pass unchanged.
-    pub fn screen(&self, answer: Answer) -> Result<Answer, Error> {
+    /// one that fails the check is [`Error::CorruptRecord`]. An in-flight answer's
+    /// `retry_after` is at most the lease (a store that read its clock a moment before another
+    /// process reserved can compute a little more).
+    fn screen(&self, answer: Answer) -> Result<Answer, Error> {
         let policy = &self.inner.policy;
         let mut stored = match answer {
             Answer::Replay(stored) => stored,
@@ -193,43 +322,51 @@ impl<S: Store> Idempotency<S> {
         Ok(Answer::Replay(stored))
     }
 
+    /// Reports the answer to a request that ran nothing, or its acquisition.
+    fn report_begin(&self, id: &RecordId, started: Instant, result: &Result<Begin, Error>) {
+        let event = Event::new(match result {
+            Ok(Begin::Acquired(lease)) => acquire_kind(lease.acquired()),
+            Ok(Begin::Answered(answer)) => answer_kind(answer),
+            Err(_) => EventKind::Rejected,
+        })
+        .about(id)
+        .took(started.elapsed());
+        match result {
+            Err(error) => self.emit(event.failed(error)),
+            Ok(_) => self.emit(event),
+        }
+    }
+
     /// Reserves the request, or answers it without running anything (replay, in flight,
     /// mismatch). A body over the policy's limit is [`Error::BodyTooLarge`] however the
-    /// request was built, and nothing is written (C12).
+    /// request was built, and nothing is written (C12). During a [`shutdown`](Self::shutdown)
+    /// it is refused (store unavailable, 503).
     pub async fn begin(&self, request: &Request) -> Result<Begin, Error> {
-        self.admit(request)?;
-        let policy = &self.inner.policy;
         let started = Instant::now();
-        let result = self.inner.store.reserve(request, policy.lease).await;
-        let result = match result {
-            Ok(Begin::Acquired(mut lease)) => {
-                lease.set_local_deadline(deadline_after(started, policy.lease));
+        let result = self.reserve(request, started).await;
+        self.report_begin(request.id(), started, &result);
+        result
+    }
+
+    async fn reserve(&self, request: &Request, started: Instant) -> Result<Begin, Error> {
+        if let Some(answer) = self.answer_before_store(request)? {
+            return Ok(Begin::Answered(answer));
+        }
+        let lease_for = self.inner.policy.lease;
+        let reserved = self
+            .call(
+                Operation::Reserve,
+                Some(request.id()),
+                self.inner.store.reserve(request, lease_for),
+            )
+            .await?;
+        match reserved {
+            Begin::Acquired(mut lease) => {
+                lease.set_local_deadline(deadline_after(started, lease_for));
                 Ok(Begin::Acquired(lease))
             }
-            Ok(Begin::Answered(answer)) => self.screen(answer).map(Begin::Answered),
-            Err(error) => Err(error),
-        };
-        let outcome = match &result {
-            Ok(Begin::Acquired(lease)) => match lease.acquired() {
-                crate::Acquire::Fresh => "acquired",
-                crate::Acquire::TakeOver { .. } => "took_over",
-                crate::Acquire::StartOver { .. } => "started_over",
-            },
-            Ok(Begin::Answered(Answer::Replay(_))) => "replay",
-            Ok(Begin::Answered(Answer::InFlight { .. })) => "in_flight",
-            Ok(Begin::Answered(Answer::Mismatch)) => "mismatch",
-            Err(_) => "error",
-        };
-        tracing::debug!(
-            target: "idem",
-            consumer = request.id().consumer(),
-            route = request.id().route(),
-            outcome,
-            latency_us = micros(started),
-            error = result.as_ref().err().map(tracing::field::display),
-            "idem.begin"
-        );
-        result
+            Begin::Answered(answer) => self.screen(answer).map(Begin::Answered),
+        }
     }
 
     /// The completion of `lease` with `response`, as it will be stored and sent: headers
@@ -282,16 +419,38 @@ impl<S: Store> Idempotency<S> {
         response: StoredResponse,
     ) -> Result<StoredResponse, Error> {
         let completion = self.completion(&lease, response);
-        let stored = self.store_completion(&lease, completion).await?;
-        Ok(stored.into_response())
+        let result = self
+            .store_completion(&lease, completion, lease.local_deadline())
+            .await;
+        self.report_end(lease.id(), &result);
+        result
+    }
+
+    /// Reports how an execution ended: its answer stored, or not (a lost lease is reported
+    /// where it is found).
+    fn report_end(&self, id: &RecordId, result: &Result<StoredResponse, Error>) {
+        match result {
+            Ok(_) => self.emit(Event::new(EventKind::Executed).about(id)),
+            Err(Error::LeaseLost) => {}
+            Err(error) => self.emit(Event::new(EventKind::OutcomeUnknown).about(id).failed(error)),
+        }
     }
 
     /// Gives the reservation up so a retry can run (C8), if the lease still holds. Call it only
     /// when the effect did not happen.
     pub async fn release(&self, lease: Lease) -> Result<(), Error> {
-        let started = Instant::now();
-        let result = self.inner.store.release(&lease).await;
-        trace_fenced("idem.release", &lease, started, &result);
+        let result = self
+            .call(
+                Operation::Release,
+                Some(lease.id()),
+                self.inner.store.release(&lease),
+            )
+            .await;
+        let event = Event::new(EventKind::Released).about(lease.id());
+        match &result {
+            Ok(()) => self.emit(event),
+            Err(error) => self.emit(event.failed(error)),
+        }
         result
     }
 
@@ -299,211 +458,56 @@ impl<S: Store> Idempotency<S> {
     pub async fn renew(&self, lease: &mut Lease) -> Result<(), Error> {
         let started = Instant::now();
         let lease_for = self.inner.policy.lease;
-        let result = self.inner.store.renew(lease, lease_for).await;
-        trace_fenced("idem.renew", lease, started, &result);
-        lease.renewed(result?, deadline_after(started, lease_for));
-        Ok(())
+        let result = self
+            .call(
+                Operation::Renew,
+                Some(lease.id()),
+                self.inner.store.renew(lease, lease_for),
+            )
+            .await;
+        match result {
+            Ok(until) => {
+                lease.renewed(until, deadline_after(started, lease_for));
+                self.inner.live.renewed(lease);
+                self.emit(
+                    Event::new(EventKind::LeaseRenewed)
+                        .about(lease.id())
+                        .took(started.elapsed()),
+                );
+                Ok(())
+            }
+            Err(error) => {
+                if matches!(error, Error::LeaseLost) {
+                    self.emit(Event::new(EventKind::LeaseLost).about(lease.id()).failed(&error));
+                }
+                Err(error)
+            }
+        }
     }
 
     /// Deletes one batch of expired records (at most [`Policy::purge_batch`]); returns how many.
     /// Call it periodically (docs/stores.md, "Purge").
     pub async fn purge_expired(&self) -> Result<usize, Error> {
-        self.inner
-            .store
-            .purge_expired(self.inner.policy.purge_batch)
-            .await
-    }
-
-    /// Stores `completion` within the lease; returns what was stored. A completion the store
-    /// refuses for good (a response too large for it, an unexpected failure) is replaced by a
-    /// stored 500: the effect has run, so the key must not pass to a takeover (C8).
-    async fn store_completion(
-        &self,
-        lease: &Lease,
-        completion: Completion,
-    ) -> Result<Completion, Error> {
-        let started = Instant::now();
-        let deadline = lease.local_deadline();
-        let mut result = self
-            .complete_within_lease(&completion, deadline)
-            .await
-            .map(|()| completion);
-        if let Err(error) = &result {
-            if !matches!(error, Error::LeaseLost) && !error.is_retryable() {
-                tracing::error!(
-                    target: "idem",
-                    consumer = lease.id().consumer(),
-                    route = lease.id().route(),
-                    %error,
-                    "idem.complete: the store refused the completion; storing a 500"
-                );
-                let fallback = self.completion(lease, outcome_unknown());
-                result = self
-                    .complete_within_lease(&fallback, deadline)
-                    .await
-                    .map(|()| fallback);
-            }
+        let result = self
+            .call(
+                Operation::Purge,
+                None,
+                self.inner.store.purge_expired(self.inner.policy.purge_batch),
+            )
+            .await;
+        if let Ok(purged) = result {
+            let count = u64::try_from(purged).unwrap_or(u64::MAX);
+            self.emit(Event::new(EventKind::Purged).with_count(count));
         }
-        trace_fenced("idem.complete", lease, started, &result);
         result
     }
 
-    /// Stores `completion`, retrying store failures that a retry may fix until `deadline`.
-    async fn complete_within_lease(
-        &self,
-        completion: &Completion,
-        deadline: Option<Instant>,
-    ) -> Result<(), Error> {
-        let store = &self.inner.store;
-        let mut backoff = FIRST_BACKOFF;
-        let mut attempts = 0u32;
-        loop {
-            attempts += 1;
-            match store.complete(completion).await {
-                Ok(()) => return Ok(()),
-                Err(Error::LeaseLost) => {
-                    // An earlier attempt (ours, or the store's own retry on a new connection) may
-                    // have landed and only its answer been lost: the record then carries this
-                    // token and exactly this response.
-                    return match store.lookup(completion.id()).await {
-                        Ok(Some(record))
-                            if record.token == completion.token()
-                                && matches!(&record.state, RecordState::Completed { response, .. } if response == completion.response()) =>
-                        {
-                            Ok(())
-                        }
-                        _ => Err(Error::LeaseLost),
-                    };
-                }
-                Err(error @ Error::Store(_)) if error.is_retryable() => {
-                    let Some(deadline) = deadline else {
-                        return Err(error);
-                    };
-                    if Instant::now() + backoff >= deadline {
-                        return Err(error);
-                    }
-                    tracing::warn!(
-                        target: "idem",
-                        consumer = completion.id().consumer(),
-                        route = completion.id().route(),
-                        attempts,
-                        %error,
-                        "idem.complete: retrying within the lease"
-                    );
-                    pause(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                }
-                Err(error) => return Err(error),
-            }
-        }
-    }
-}
-
-impl<S: Store + 'static> Idempotency<S> {
-    /// The closure style: begin; when acquired, run `handler`, then complete with its response
-    /// (any status: a 402 is stored and replayed, C8). Replays, in-flight duplicates and
-    /// mismatches never call `handler`. Needs a Tokio runtime with its time driver (what
-    /// `#[tokio::main]` builds); without one nothing runs and the error says so.
-    ///
-    /// **Cancellation.** Everything runs on a task of its own: if the future returned here is
-    /// dropped (the client disconnected and the server dropped the request's future), the
-    /// execution goes on to its completion or release, and a retry gets its answer. Before the
-    /// runtime shuts down, [`drain`](Self::drain) waits for such executions.
-    ///
-    /// **Lease.** While the handler runs, the engine renews its lease on a heartbeat (every third
-    /// of the policy's lease), so a slow handler is never taken over while its process lives;
-    /// [`Context::renew`] is there for handlers that want to know they still hold it.
-    ///
-    /// **Errors** (C8), see [`Failure`]: [`Failure::nothing_happened`] releases the key and
-    /// returns [`RunError::Released`]; any other error (what `?` gives) means the outcome is
-    /// unknown: a 500 problem (or the response given with [`Failure::unknown_with`]) is stored
-    /// for the key and returned in [`RunError::Unknown`]. A handler that panics is treated the
-    /// same (a 500 is stored), then the panic resumes in the caller. If a completion cannot be
-    /// stored within the lease, [`RunError::Incomplete`] (answer 500).
-    pub async fn run<F, Fut, R, E>(
-        &self,
-        request: &Request,
-        handler: F,
-    ) -> Result<Outcome, RunError<E>>
-    where
-        F: FnOnce(Context<S>) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<R, Failure<E>>> + Send + 'static,
-        R: Into<Reply> + Send + 'static,
-        E: Send + 'static,
-    {
-        if !has_timers() {
-            return Err(RunError::Idem(Error::invalid(
-                Field::Config,
-                "Idempotency::run needs a Tokio runtime with its time driver enabled",
-            )));
-        }
-        self.run_detached(request, move |engine, lease| engine.execute(lease, handler))
-            .await
-    }
-
-    /// The frame of every closure form, for a store's own too: begin; when acquired, run
-    /// `execute` with the engine and the lease; replays, in-flight duplicates and mismatches are
-    /// returned without calling it. All of it runs on a task of its own, which
-    /// [`drain`](Self::drain) waits for and a dropped caller does not cancel (C8). A panic in
-    /// `execute` resumes in the caller.
-    pub async fn run_detached<F, Fut, E>(
-        &self,
-        request: &Request,
-        execute: F,
-    ) -> Result<Outcome, RunError<E>>
-    where
-        F: FnOnce(Self, Lease) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<Outcome, RunError<E>>> + Send + 'static,
-        E: Send + 'static,
-    {
-        let engine = self.clone();
-        let request = request.clone();
-        let task = self.detach(async move {
-            let lease = match engine.begin(&request).await.map_err(RunError::Idem)? {
-                Begin::Acquired(lease) => lease,
-                Begin::Answered(answer) => return Ok(Outcome::Answered(answer)),
-            };
-            execute(engine, lease).await
-        });
-        match task.await {
-            Ok(result) => result,
-            Err(join) => match join.try_into_panic() {
-                Ok(panic) => resume_unwind(panic),
-                Err(join) => Err(RunError::Incomplete(Error::store(
-                    "runtime",
-                    StoreErrorKind::Unavailable,
-                    format!(
-                        "the execution task did not finish (the runtime is shutting down): {join}"
-                    ),
-                ))),
-            },
-        }
-    }
-
-    /// Runs `execution` on a task of its own, which [`drain`](Self::drain) waits for: for a
-    /// store's own closure form, so that a dropped caller does not cancel an execution and a
-    /// shutdown can wait for it. Needs a Tokio runtime.
-    pub fn detach<T, F>(&self, execution: F) -> tokio::task::JoinHandle<T>
-    where
-        F: Future<Output = T> + Send + 'static,
-        T: Send + 'static,
-    {
-        let running = Running::start(Arc::clone(&self.inner));
-        // In the caller's span: the execution's events carry the request's trace (a client
-        // that went away does not take its trace with it).
-        tokio::spawn(
-            async move {
-                let _running = running;
-                execution.await
-            }
-            .instrument(tracing::Span::current()),
-        )
-    }
-
-    /// Waits until every execution started by [`run`](Self::run) (or a store's closure form,
-    /// through [`detach`](Self::detach)) has finished, including those whose callers went away. Call it on shutdown, after the server stopped accepting requests
-    /// and before the runtime stops: a runtime that shuts down cancels the tasks still running,
-    /// and their effects would then be left to a takeover.
+    /// Waits until every execution the engine drives ([`run`](Self::run),
+    /// [`transact`](Self::transact), the HTTP layer) has finished, including those whose
+    /// callers went away and completions still being written. Call it on shutdown, after the
+    /// server stopped accepting requests and before the runtime stops: a runtime that shuts
+    /// down cancels the tasks still running, and their effects would then be left to a
+    /// takeover. [`shutdown`](Self::shutdown) also refuses new executions first.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -514,234 +518,73 @@ impl<S: Store + 'static> Idempotency<S> {
     /// # }
     /// ```
     pub async fn drain(&self) {
-        let inner = &self.inner;
-        loop {
-            let idle = inner.idle.notified();
-            if inner.running.load(Ordering::SeqCst) == 0 {
-                return;
-            }
-            idle.await;
-        }
+        self.inner.gate.drained().await;
     }
 
-    async fn execute<F, Fut, R, E>(self, lease: Lease, handler: F) -> Result<Outcome, RunError<E>>
-    where
-        F: FnOnce(Context<S>) -> Fut,
-        Fut: Future<Output = Result<R, Failure<E>>>,
-        R: Into<Reply>,
-    {
-        // The heartbeat lives until the completion, the release or the check has finished: the
-        // record of a live process must never look orphaned while its answer is being stored.
-        let keeper = self.keep_alive(lease);
-        // Let the heartbeat start before the handler: a handler that blocks its worker thread
-        // would otherwise keep it in that worker's slot, never renewed.
-        tokio::task::yield_now().await;
-        let shared = Arc::clone(&keeper.lease);
-        let ctx = Context {
-            idem: self.clone(),
-            lease: Arc::clone(&shared),
-        };
-        // The handler itself may panic before it returns its future: caught as well.
-        let result = match catch_unwind(AssertUnwindSafe(|| handler(ctx))) {
-            Ok(future) => CatchUnwind::new(future).await,
-            Err(panic) => Err(panic),
-        };
-        let lease = keeper.lease();
-        let settled = match result {
-            Ok(result) => self.settle(lease, result).await,
-            Err(panic) => {
-                let completion = self.completion(&lease, outcome_unknown());
-                // The panic is what the caller must see; a failed completion is logged.
-                let _ = self.store_completion(&lease, completion).await;
-                drop(keeper);
-                resume_unwind(panic)
-            }
-        };
-        drop(keeper);
-        settled
+    /// Shuts the engine down: from now on every request is refused with "store unavailable"
+    /// (503 with `Retry-After`: the client retries, on another instance), then waits for the
+    /// executions under way to finish ([`drain`](Self::drain)). An execution that was admitted
+    /// before runs to its end; none starts after.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), idem_core::Error> {
+    /// use idem_core::{Idempotency, MemoryStore};
+    /// let idem = Idempotency::new(MemoryStore::new());
+    /// idem.shutdown().await;
+    /// let request = idem.request("acct_1", "POST", "/charges").key(Some("k")).body(b"{}").build()?;
+    /// assert_eq!(idem.begin(&request).await.unwrap_err().http_status(), 503);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn shutdown(&self) {
+        self.inner.gate.close();
+        self.drain().await;
     }
 
-    /// Completes, releases or checks the record after the handler, as its result says.
-    async fn settle<R, E>(
-        &self,
-        lease: Lease,
-        result: Result<R, Failure<E>>,
-    ) -> Result<Outcome, RunError<E>>
-    where
-        R: Into<Reply>,
-    {
-        match result {
-            Ok(reply) => match reply.into() {
-                Reply::Respond(response) => {
-                    let completion = self.completion(&lease, response);
-                    let stored = self
-                        .store_completion(&lease, completion)
-                        .await
-                        .map_err(RunError::Incomplete)?;
-                    Ok(Outcome::Executed(stored.into_response()))
-                }
-                Reply::Completed(completion) => self.check_written(&lease, completion).await,
-            },
-            Err(failure) => match failure.into_parts() {
-                (error, Meaning::NothingHappened) => {
-                    // A failed release only means the reservation passes with its lease
-                    // (logged by `release`); the handler said nothing happened.
-                    let _ = self.release(lease).await;
-                    Err(RunError::Released(error))
-                }
-                (error, Meaning::Unknown(response)) => {
-                    let response = response.unwrap_or_else(outcome_unknown);
-                    let completion = self.completion(&lease, response);
-                    let stored = self
-                        .store_completion(&lease, completion)
-                        .await
-                        .map_err(RunError::Incomplete)?;
-                    Err(RunError::Unknown {
-                        error,
-                        response: stored.into_response(),
-                    })
-                }
-            },
-        }
-    }
-
-    /// Reads `lease`'s record, retrying store failures that a retry may fix while the lease
-    /// lasts: a completion committed in the handler's transaction must not be taken for a
-    /// missing one because one read failed (a 500 would be sent while the 2xx is stored).
-    async fn lookup_within_lease(
-        &self,
-        lease: &Lease,
-    ) -> Result<Option<crate::store::Record>, Error> {
-        let deadline = lease.local_deadline();
-        let mut backoff = FIRST_BACKOFF;
-        loop {
-            match self.inner.store.lookup(lease.id()).await {
-                Err(error) if error.is_retryable() => match deadline {
-                    Some(deadline) if Instant::now() + backoff < deadline => {
-                        pause(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(1));
-                    }
-                    _ => return Err(error),
-                },
-                result => return result,
-            }
-        }
-    }
-
-    /// A handler returned a completion it says it wrote in its own transaction: check that the
-    /// record carries its token, completed, and send the response **as stored** (what every
-    /// retry gets, even if the handler returned another). If not (its transaction rolled back,
-    /// or it never wrote it), the outcome is unknown: a 500 is stored, never a success for an
-    /// unrecorded effect.
-    async fn check_written<E>(
-        &self,
-        lease: &Lease,
-        completion: Completion,
-    ) -> Result<Outcome, RunError<E>> {
-        let ours = completion.id() == lease.id() && completion.token() == lease.token();
-        if ours {
-            if let Ok(Some(record)) = self.lookup_within_lease(lease).await {
-                if let (true, RecordState::Completed { response, .. }) =
-                    (record.token == lease.token(), record.state)
-                {
-                    // What every retry will get is what is stored: send exactly that.
-                    if response != *completion.response() {
-                        tracing::warn!(
-                            target: "idem",
-                            consumer = lease.id().consumer(),
-                            route = lease.id().route(),
-                            "idem.run: the handler's completion differs from the one it stored; sending the stored one"
-                        );
-                    }
-                    return match self.screen(Answer::Replay(response)) {
-                        Ok(Answer::Replay(stored)) => Ok(Outcome::Executed(stored)),
-                        Ok(_) => Err(RunError::Incomplete(Error::CorruptRecord(
-                            "a completed record screened to another answer".to_owned(),
-                        ))),
-                        Err(error) => Err(RunError::Incomplete(error)),
-                    };
-                }
-            }
-        }
-        tracing::error!(
-            target: "idem",
-            consumer = lease.id().consumer(),
-            route = lease.id().route(),
-            "idem.run: the handler returned a completion that is not stored; storing a 500"
-        );
-        let fallback = self.completion(lease, outcome_unknown());
-        let stored = self
-            .store_completion(lease, fallback)
-            .await
-            .map_err(RunError::Incomplete)?;
-        Ok(Outcome::Executed(stored.into_response()))
-    }
-
-    /// Keeps `lease` alive while the returned guard lives: renews it on a heartbeat, every third
-    /// of the policy's lease, until the guard is dropped or the lease is lost (C9). For a store's
-    /// own closure form, around an effect that may outlast the lease; [`run`](Self::run) does it
-    /// for its handler. Needs a Tokio runtime with timers.
-    pub fn keep_alive(&self, lease: Lease) -> KeepAlive {
-        let lease = Arc::new(Mutex::new(lease));
-        let beat = tokio::spawn(
-            self.clone()
-                .heartbeat(Arc::clone(&lease))
-                .instrument(tracing::Span::current()),
-        );
-        KeepAlive { lease, beat }
-    }
-
-    /// Renews the shared lease every third of the policy's lease until aborted or lost.
-    async fn heartbeat(self, shared: Arc<Mutex<Lease>>) {
-        let period = (self.inner.policy.lease / 3).max(Duration::from_millis(1));
-        loop {
-            tokio::time::sleep(period).await;
-            let mut lease = shared
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
-            match self.renew(&mut lease).await {
-                Ok(()) => *shared.lock().unwrap_or_else(PoisonError::into_inner) = lease,
-                Err(Error::LeaseLost) => return,
-                Err(_) => {} // the store is down: try again next beat
-            }
-        }
+    /// Whether [`shutdown`](Self::shutdown) began.
+    pub fn is_shutting_down(&self) -> bool {
+        self.inner.gate.is_closing()
     }
 }
 
-/// A lease kept alive by a heartbeat; see [`Idempotency::keep_alive`]. Dropping it stops the
-/// heartbeat.
-#[derive(Debug)]
-pub struct KeepAlive {
-    lease: Arc<Mutex<Lease>>,
-    beat: tokio::task::JoinHandle<()>,
-}
-
-impl KeepAlive {
-    /// The lease as of its last renewal.
-    pub fn lease(&self) -> Lease {
-        self.lease
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+/// The event of an acquisition.
+pub(crate) fn acquire_kind(acquired: Acquire) -> EventKind {
+    match acquired {
+        Acquire::Fresh => EventKind::Acquired,
+        Acquire::TakeOver { .. } => EventKind::TakenOver,
+        Acquire::StartOver { .. } => EventKind::StartedOver,
     }
 }
 
-impl Drop for KeepAlive {
-    fn drop(&mut self) {
-        self.beat.abort();
+/// The event of an answer that ran nothing.
+pub(crate) fn answer_kind(answer: &Answer) -> EventKind {
+    match answer {
+        Answer::Replay(_) => EventKind::Replayed,
+        Answer::InFlight { .. } => EventKind::InFlight,
+        Answer::Mismatch => EventKind::Mismatch,
     }
+}
+
+/// The answer stored when a handler's outcome is unknown.
+pub(crate) fn outcome_unknown() -> StoredResponse {
+    problem(
+        500,
+        "outcome-unknown",
+        "The request failed and may have taken effect; it will not be run again with this key.",
+        false,
+    )
 }
 
 /// Whether the current Tokio runtime has a time driver (a timer can be made). Tokio has no
 /// question for it: making a timer without one panics (the panic hook prints it once).
-fn has_timers() -> bool {
-    catch_unwind(|| drop(tokio::time::sleep(Duration::ZERO))).is_ok()
+pub(crate) fn has_timers() -> bool {
+    std::panic::catch_unwind(|| drop(tokio::time::sleep(Duration::ZERO))).is_ok()
 }
 
 /// Waits `d` between two completion attempts: on Tokio's timer where there is one, else on
 /// the blocking pool, else (no Tokio at all, guard style on another executor) on this thread.
-async fn pause(d: Duration) {
+pub(crate) async fn pause(d: Duration) {
     if tokio::runtime::Handle::try_current().is_err() {
         std::thread::sleep(d);
     } else if has_timers() {
@@ -751,93 +594,10 @@ async fn pause(d: Duration) {
     }
 }
 
-/// The answer stored when a handler's outcome is unknown.
-fn outcome_unknown() -> StoredResponse {
-    problem(
-        500,
-        "outcome-unknown",
-        "The request failed and may have taken effect; it will not be run again with this key.",
-        false,
+/// The configuration error of a closure form called without a timer.
+pub(crate) fn needs_timers() -> Error {
+    Error::invalid(
+        Field::Config,
+        "the engine's closure forms need a Tokio runtime with its time driver enabled",
     )
-}
-
-fn micros(started: Instant) -> u64 {
-    u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX)
-}
-
-fn trace_fenced<T>(op: &'static str, lease: &Lease, started: Instant, result: &Result<T, Error>) {
-    match result {
-        Ok(_) => tracing::debug!(
-            target: "idem",
-            consumer = lease.id().consumer(),
-            route = lease.id().route(),
-            latency_us = micros(started),
-            "{op}"
-        ),
-        Err(error) => tracing::warn!(
-            target: "idem",
-            consumer = lease.id().consumer(),
-            route = lease.id().route(),
-            latency_us = micros(started),
-            %error,
-            "{op} failed"
-        ),
-    }
-}
-
-/// What a [`run`](Idempotency::run) handler gets: the lease it runs under, a way to renew it
-/// when the work may outlast it (C9), and a way to complete inside its own transaction. Clones
-/// share the lease as the engine's heartbeat renews it.
-pub struct Context<S> {
-    idem: Idempotency<S>,
-    lease: Arc<Mutex<Lease>>,
-}
-
-impl<S> Clone for Context<S> {
-    fn clone(&self) -> Self {
-        Self {
-            idem: self.idem.clone(),
-            lease: Arc::clone(&self.lease),
-        }
-    }
-}
-
-impl<S> fmt::Debug for Context<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Context")
-            .field("lease", &self.lease())
-            .finish()
-    }
-}
-
-impl<S> Context<S> {
-    /// The lease the handler runs under (as of its last renewal).
-    pub fn lease(&self) -> Lease {
-        self.lease
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-}
-
-impl<S: Store> Context<S> {
-    /// The engine (to reach the store, for example for a transaction).
-    pub fn idem(&self) -> &Idempotency<S> {
-        &self.idem
-    }
-
-    /// Extends the lease (heartbeat). [`Error::LeaseLost`] means another attempt took the
-    /// record over: stop, and do not commit the effect.
-    pub async fn renew(&mut self) -> Result<(), Error> {
-        let mut lease = self.lease();
-        self.idem.renew(&mut lease).await?;
-        *self.lease.lock().unwrap_or_else(PoisonError::into_inner) = lease;
-        Ok(())
-    }
-
-    /// The completion of this lease with `response`, to write inside the effect's transaction
-    /// with a SQL store's `complete_in`; then return it from the handler ([`Reply::Completed`]).
-    pub fn completion(&self, response: StoredResponse) -> Completion {
-        self.idem.completion(&self.lease(), response)
-    }
 }

@@ -433,7 +433,9 @@ impl<S: Store + 'static> Inbox<S> {
             Err(RunError::Released(error)) => Receipt::Failed(error),
             Err(RunError::Unknown { error, .. }) => Receipt::Failed(error),
             Err(RunError::Idem(error)) => return Err(error),
-            Err(RunError::Incomplete(error)) => Receipt::Failed(error.to_string()),
+            Err(RunError::Incomplete(error) | RunError::InDoubt(error)) => {
+                Receipt::Failed(error.to_string())
+            }
         };
         self.audit_settled(event, &receipt).await;
         Ok(receipt)

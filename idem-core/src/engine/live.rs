@@ -1,0 +1,94 @@
+//! The leases this process holds for executions the engine drives: a duplicate of one of them
+//! is answered in flight (or mismatch) from memory, without the store (C5). The process knows
+//! its holder is alive, even when the store cannot be written and the lease passed there, so a
+//! same-process retry never takes over a live execution nor queues for a busy writer.
+
+use crate::answer::Answer;
+use crate::fingerprint::Fingerprint;
+use crate::lease::Lease;
+use crate::request::Request;
+use crate::scope::RecordId;
+use crate::token::FencingToken;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// The `Retry-After` of an in-flight answer whose holder is past its lease (its completion is
+/// still being written).
+const PAST_LEASE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Live(Arc<Mutex<HashMap<RecordId, Holder>>>);
+
+#[derive(Debug, Clone, Copy)]
+struct Holder {
+    fingerprint: Fingerprint,
+    token: FencingToken,
+    deadline: Option<Instant>,
+}
+
+/// Holds a lease in the registry until dropped (the execution ended).
+#[derive(Debug)]
+pub(crate) struct Held {
+    live: Live,
+    id: RecordId,
+    token: FencingToken,
+}
+
+impl Live {
+    /// The answer to `request` if this process runs an execution of its record now.
+    pub(crate) fn answer(&self, request: &Request, lease: Duration) -> Option<Answer> {
+        let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let holder = map.get(request.id())?;
+        if holder.fingerprint != *request.fingerprint() {
+            return Some(Answer::Mismatch);
+        }
+        let left = holder
+            .deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+            .unwrap_or(lease);
+        let retry_after = if left.is_zero() {
+            PAST_LEASE_RETRY_AFTER
+        } else {
+            left.min(lease)
+        };
+        Some(Answer::InFlight { retry_after })
+    }
+
+    /// Registers `lease` as held by a live execution of this process.
+    pub(crate) fn hold(&self, lease: &Lease) -> Held {
+        let holder = Holder {
+            fingerprint: *lease.fingerprint(),
+            token: lease.token(),
+            deadline: lease.local_deadline(),
+        };
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(lease.id().clone(), holder);
+        Held {
+            live: self.clone(),
+            id: lease.id().clone(),
+            token: lease.token(),
+        }
+    }
+
+    /// Moves the registered deadline of `lease` after a renewal.
+    pub(crate) fn renewed(&self, lease: &Lease) {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(holder) = map.get_mut(lease.id()) {
+            if holder.token == lease.token() {
+                holder.deadline = lease.local_deadline();
+            }
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut map = self.live.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if map.get(&self.id).is_some_and(|h| h.token == self.token) {
+            map.remove(&self.id);
+        }
+    }
+}

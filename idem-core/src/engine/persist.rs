@@ -1,0 +1,172 @@
+//! Storing a completion once the effect may have run (C6, C8): retried while a retry may help,
+//! recognised when an earlier attempt landed and only its answer was lost, replaced by a stored
+//! 500 when the store refuses it for good, and continued past the caller's answer (on a task of
+//! its own) when the store cannot be written for now: a slow store never turns into a second
+//! execution.
+
+use super::{outcome_unknown, pause, Idempotency, FIRST_BACKOFF, MAX_BACKOFF};
+use crate::answer::Answer;
+use crate::completion::Completion;
+use crate::error::Error;
+use crate::event::{Event, EventKind, Operation};
+use crate::lease::Lease;
+use crate::record::RecordState;
+use crate::response::StoredResponse;
+use crate::store::Store;
+use std::time::Instant;
+
+impl<S: Store> Idempotency<S> {
+    /// Stores `completion` for `lease`, trying until `deadline` (for ever with `None`); returns
+    /// the response as stored. A completion the store refuses for good is replaced by a stored
+    /// 500 (the effect has run: the key must not pass to a takeover, C8).
+    pub(crate) async fn store_completion(
+        &self,
+        lease: &Lease,
+        completion: Completion,
+        deadline: Option<Instant>,
+    ) -> Result<StoredResponse, Error> {
+        match self.persist(&completion, deadline).await {
+            Err(error) if !matches!(error, Error::LeaseLost) && !error.is_retryable() => {
+                self.emit(
+                    Event::new(EventKind::CompletionRefused)
+                        .about(lease.id())
+                        .failed(&error),
+                );
+                let fallback = self.completion(lease, outcome_unknown());
+                self.persist(&fallback, deadline).await
+            }
+            result => result,
+        }
+    }
+
+    /// Writes `completion`, retrying what a retry may fix until `deadline`.
+    async fn persist(
+        &self,
+        completion: &Completion,
+        deadline: Option<Instant>,
+    ) -> Result<StoredResponse, Error> {
+        let store = &self.inner.store;
+        let id = completion.id();
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let started = Instant::now();
+            let attempt = self
+                .call(Operation::Complete, Some(id), store.complete(completion))
+                .await;
+            let error = match attempt {
+                Ok(()) => {
+                    self.emit(
+                        Event::new(EventKind::CompletionLanded)
+                            .about(id)
+                            .took(started.elapsed()),
+                    );
+                    return Ok(completion.response().clone());
+                }
+                Err(Error::LeaseLost) => return self.landed(completion).await,
+                Err(error) if error.is_retryable() => error,
+                Err(error) => return Err(error),
+            };
+            if deadline.is_some_and(|d| Instant::now() + backoff >= d) {
+                return Err(error);
+            }
+            self.emit(
+                Event::new(EventKind::CompletionRetried)
+                    .about(id)
+                    .failed(&error),
+            );
+            pause(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// After a refused completion: an earlier attempt of this execution (its answer lost, or
+    /// written in the effect's own transaction) may have landed. The record then carries this
+    /// token, completed: what every retry replays is what was stored, so that is the answer,
+    /// even if it differs from the response at hand. Otherwise the lease was lost.
+    async fn landed(&self, completion: &Completion) -> Result<StoredResponse, Error> {
+        match self.stored_under(completion.id(), completion).await {
+            Some(stored) => {
+                self.emit(Event::new(EventKind::CompletionLanded).about(completion.id()));
+                Ok(stored)
+            }
+            None => {
+                self.emit(
+                    Event::new(EventKind::LeaseLost)
+                        .about(completion.id())
+                        .failed(&Error::LeaseLost),
+                );
+                Err(Error::LeaseLost)
+            }
+        }
+    }
+
+    /// The response stored for the record of `completion` under its token, screened as a
+    /// replay is, if the record is completed under it. Store failures are retried for a
+    /// while: a completion that landed must not be taken for a lost one because a read failed.
+    pub(crate) async fn stored_under(
+        &self,
+        id: &crate::scope::RecordId,
+        completion: &Completion,
+    ) -> Option<StoredResponse> {
+        let until = Instant::now() + self.inner.policy.store_timeout;
+        let mut backoff = FIRST_BACKOFF;
+        let record = loop {
+            match self
+                .call(Operation::Lookup, Some(id), self.inner.store.lookup(id))
+                .await
+            {
+                Ok(record) => break record?,
+                Err(error) if error.is_retryable() && Instant::now() + backoff < until => {
+                    pause(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+                Err(_) => return None,
+            }
+        };
+        match record.state {
+            RecordState::Completed { response, .. } if record.token == completion.token() => {
+                if response != *completion.response() {
+                    tracing::warn!(
+                        target: "idem",
+                        consumer = id.consumer(),
+                        route = id.route(),
+                        "idem: the completion stored under this execution differs from the one at hand; answering the stored one"
+                    );
+                }
+                match self.screen(Answer::Replay(response)) {
+                    Ok(Answer::Replay(stored)) => Some(stored),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+}
+
+impl<S: Store + 'static> Idempotency<S> {
+    /// Goes on storing `completion` on a task of its own, past the caller's answer, until it
+    /// lands or the lease is taken (C8); `hold` (the heartbeat, the live lease) lives as long.
+    /// [`drain`](Self::drain) waits for it.
+    pub(crate) fn keep_completing<H: Send + 'static>(
+        &self,
+        lease: Lease,
+        completion: Completion,
+        hold: H,
+    ) {
+        let engine = self.clone();
+        let running = self.inner.gate.enter_always();
+        tracing::warn!(
+            target: "idem",
+            consumer = lease.id().consumer(),
+            route = lease.id().route(),
+            "idem: the completion could not be stored within the lease; still trying"
+        );
+        tokio::spawn(async move {
+            let _running = running;
+            let _hold = hold;
+            let result = engine.store_completion(&lease, completion, None).await;
+            engine.report_end(lease.id(), &result);
+        });
+    }
+}
+

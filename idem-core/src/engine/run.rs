@@ -1,0 +1,326 @@
+//! The closure style: [`Idempotency::run`] and what its handler gets, [`Context`].
+
+use super::{has_timers, needs_timers, outcome_unknown, shutting_down, Idempotency};
+use crate::begin::Begin;
+use crate::completion::Completion;
+use crate::error::{Error, StoreErrorKind};
+use crate::event::{Event, EventKind};
+use crate::lease::Lease;
+use crate::outcome::{Failure, Meaning, Outcome, Reply, RunError};
+use crate::request::Request;
+use crate::response::StoredResponse;
+use crate::scope::RecordId;
+use crate::store::Store;
+use crate::unwind::CatchUnwind;
+use std::fmt;
+use std::future::Future;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, PoisonError};
+use tracing::Instrument;
+
+impl<S: Store + 'static> Idempotency<S> {
+    /// The closure style: begin; when acquired, run `handler`, then complete with its response
+    /// (any status: a 402 is stored and replayed, C8). Replays, in-flight duplicates and
+    /// mismatches never call `handler`. Needs a Tokio runtime with its time driver (what
+    /// `#[tokio::main]` builds); without one nothing runs and the error says so.
+    ///
+    /// **Cancellation.** Everything runs on a task of its own: if the future returned here is
+    /// dropped (the client disconnected and the server dropped the request's future), the
+    /// execution goes on to its completion or release, and a retry gets its answer. Before the
+    /// runtime shuts down, [`shutdown`](Self::shutdown) or [`drain`](Self::drain) waits for
+    /// such executions.
+    ///
+    /// **Lease.** While the handler runs, the engine renews its lease on a heartbeat (every third
+    /// of the policy's lease, from a thread of its own), so a slow handler is never taken over
+    /// while its process lives; [`Context::renew`] is there for handlers that want to know they
+    /// still hold it. A duplicate arriving in this process meanwhile is answered in flight
+    /// without asking the store.
+    ///
+    /// **Errors** (C8), see [`Failure`]: [`Failure::nothing_happened`] releases the key and
+    /// returns [`RunError::Released`]; any other error (what `?` gives) means the outcome is
+    /// unknown: a 500 problem (or the response given with [`Failure::unknown_with`]) is stored
+    /// for the key and returned in [`RunError::Unknown`]. A handler that panics is treated the
+    /// same (a 500 is stored), then the panic resumes in the caller. If a completion cannot be
+    /// stored within the lease, [`RunError::Incomplete`] (answer 500) while the engine goes on
+    /// trying on its own task until it lands or another attempt takes the lease.
+    pub async fn run<F, Fut, R, E>(
+        &self,
+        request: &Request,
+        handler: F,
+    ) -> Result<Outcome, RunError<E>>
+    where
+        F: FnOnce(Context<S>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<R, Failure<E>>> + Send + 'static,
+        R: Into<Reply> + Send + 'static,
+        E: Send + 'static,
+    {
+        if !has_timers() {
+            return Err(RunError::Idem(needs_timers()));
+        }
+        let engine = self.clone();
+        let owned = request.clone();
+        self.execution(request.id(), async move {
+            let lease = match engine.begin(&owned).await.map_err(RunError::Idem)? {
+                Begin::Acquired(lease) => lease,
+                Begin::Answered(answer) => return Ok(Outcome::Answered(answer)),
+            };
+            engine.execute(lease, handler).await
+        })
+        .await
+    }
+
+    /// Runs `execution` on a task of its own, counted by the shutdown gate (refused once
+    /// shutdown began): a dropped caller does not cancel it (C8), and a panic in it resumes in
+    /// the caller.
+    pub(crate) async fn execution<E, Fut>(
+        &self,
+        id: &RecordId,
+        execution: Fut,
+    ) -> Result<Outcome, RunError<E>>
+    where
+        Fut: Future<Output = Result<Outcome, RunError<E>>> + Send + 'static,
+        E: Send + 'static,
+    {
+        let Some(running) = self.inner.gate.enter() else {
+            let error = shutting_down();
+            self.emit(Event::new(EventKind::Rejected).about(id).failed(&error));
+            return Err(RunError::Idem(error));
+        };
+        // In the caller's span: the execution's events carry the request's trace (a client
+        // that went away does not take its trace with it).
+        let task = tokio::spawn(
+            async move {
+                let _running = running;
+                execution.await
+            }
+            .instrument(tracing::Span::current()),
+        );
+        match task.await {
+            Ok(result) => result,
+            Err(join) => match join.try_into_panic() {
+                Ok(panic) => resume_unwind(panic),
+                Err(join) => Err(RunError::Incomplete(Error::store(
+                    "runtime",
+                    StoreErrorKind::Unavailable,
+                    format!(
+                        "the execution task did not finish (the runtime is shutting down): {join}"
+                    ),
+                ))),
+            },
+        }
+    }
+
+    async fn execute<F, Fut, R, E>(self, lease: Lease, handler: F) -> Result<Outcome, RunError<E>>
+    where
+        F: FnOnce(Context<S>) -> Fut,
+        Fut: Future<Output = Result<R, Failure<E>>>,
+        R: Into<Reply>,
+    {
+        // The live lease and the heartbeat last until the completion, the release or the check
+        // has finished (or, past the lease, until the completion landed): the record of a live
+        // process must never look orphaned while its answer is being stored.
+        let live = self.inner.live.hold(&lease);
+        let keeper = self.keep_alive(lease);
+        let shared = Arc::clone(&keeper.lease);
+        let ctx = Context {
+            idem: self.clone(),
+            lease: Arc::clone(&shared),
+        };
+        // The handler itself may panic before it returns its future: caught as well.
+        let result = match catch_unwind(AssertUnwindSafe(|| handler(ctx))) {
+            Ok(future) => CatchUnwind::new(future).await,
+            Err(panic) => Err(panic),
+        };
+        let lease = keeper.lease();
+        let hold = (keeper, live);
+        match result {
+            Ok(result) => self.settle(lease, result, hold).await,
+            Err(panic) => {
+                let completion = self.completion(&lease, outcome_unknown());
+                // The panic is what the caller must see; a failed completion goes on trying.
+                let stored = self
+                    .store_completion(&lease, completion.clone(), lease.local_deadline())
+                    .await;
+                match stored {
+                    Err(error) if error.is_retryable() && !matches!(error, Error::LeaseLost) => {
+                        self.keep_completing(lease, completion, hold)
+                    }
+                    stored => {
+                        self.report_unknown(lease.id(), &stored);
+                        drop(hold);
+                    }
+                }
+                resume_unwind(panic)
+            }
+        }
+    }
+
+    /// Completes, releases or checks the record after the handler, as its result says.
+    async fn settle<R, E, H: Send + 'static>(
+        &self,
+        lease: Lease,
+        result: Result<R, Failure<E>>,
+        hold: H,
+    ) -> Result<Outcome, RunError<E>>
+    where
+        R: Into<Reply>,
+    {
+        let id = lease.id().clone();
+        match result {
+            Ok(reply) => match reply.into() {
+                Reply::Respond(response) => {
+                    let completion = self.completion(&lease, response);
+                    let stored = self
+                        .stored_or_continued(lease, completion, hold)
+                        .await
+                        .map_err(RunError::Incomplete)?;
+                    self.emit(Event::new(EventKind::Executed).about(&id));
+                    Ok(Outcome::Executed(stored))
+                }
+                Reply::Completed(completion) => {
+                    let result = self.check_written(&lease, completion).await;
+                    drop(hold);
+                    result
+                }
+            },
+            Err(failure) => match failure.into_parts() {
+                (error, Meaning::NothingHappened) => {
+                    // A failed release only means the reservation passes with its lease
+                    // (reported by `release`); the handler said nothing happened.
+                    let _ = self.release(lease).await;
+                    drop(hold);
+                    Err(RunError::Released(error))
+                }
+                (error, Meaning::Unknown(response)) => {
+                    let response = response.unwrap_or_else(outcome_unknown);
+                    let completion = self.completion(&lease, response);
+                    let stored = self.stored_or_continued(lease, completion, hold).await;
+                    self.report_unknown(&id, &stored);
+                    Err(RunError::Unknown {
+                        error,
+                        response: stored.map_err(RunError::Incomplete)?,
+                    })
+                }
+            },
+        }
+    }
+
+    /// Stores `completion` within the lease; past it, answers the caller
+    /// [`RunError::Incomplete`] and goes on trying on a task of its own.
+    async fn stored_or_continued<H: Send + 'static>(
+        &self,
+        lease: Lease,
+        completion: Completion,
+        hold: H,
+    ) -> Result<StoredResponse, Error> {
+        let deadline = lease.local_deadline();
+        match self
+            .store_completion(&lease, completion.clone(), deadline)
+            .await
+        {
+            Ok(stored) => Ok(stored),
+            Err(error) if error.is_retryable() && !matches!(error, Error::LeaseLost) => {
+                self.keep_completing(lease, completion, hold);
+                Err(error)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    fn report_unknown(&self, id: &RecordId, stored: &Result<StoredResponse, Error>) {
+        let event = Event::new(EventKind::OutcomeUnknown).about(id);
+        match stored {
+            Ok(_) => self.emit(event),
+            Err(error) => self.emit(event.failed(error)),
+        }
+    }
+
+    /// A handler returned a completion it says it wrote in its own transaction: check that the
+    /// record carries its token, completed, and send the response **as stored** (what every
+    /// retry gets, even if the handler returned another). If not (its transaction rolled back,
+    /// or it never wrote it), the outcome is unknown: a 500 is stored, never a success for an
+    /// unrecorded effect.
+    async fn check_written<E>(
+        &self,
+        lease: &Lease,
+        completion: Completion,
+    ) -> Result<Outcome, RunError<E>> {
+        let ours = completion.id() == lease.id() && completion.token() == lease.token();
+        if ours {
+            if let Some(stored) = self.stored_under(lease.id(), &completion).await {
+                self.emit(Event::new(EventKind::CompletionLanded).about(lease.id()));
+                self.emit(Event::new(EventKind::Executed).about(lease.id()));
+                return Ok(Outcome::Executed(stored));
+            }
+        }
+        tracing::error!(
+            target: "idem",
+            consumer = lease.id().consumer(),
+            route = lease.id().route(),
+            "idem.run: the handler returned a completion that is not stored; storing a 500"
+        );
+        let fallback = self.completion(lease, outcome_unknown());
+        let stored = self
+            .store_completion(lease, fallback, lease.local_deadline())
+            .await;
+        self.report_end(lease.id(), &stored);
+        Ok(Outcome::Executed(stored.map_err(RunError::Incomplete)?))
+    }
+}
+
+/// What a [`run`](Idempotency::run) handler gets: the lease it runs under, a way to renew it
+/// when the work may outlast it (C9), and a way to complete inside its own transaction. Clones
+/// share the lease as the engine's heartbeat renews it.
+pub struct Context<S> {
+    idem: Idempotency<S>,
+    lease: Arc<Mutex<Lease>>,
+}
+
+impl<S> Clone for Context<S> {
+    fn clone(&self) -> Self {
+        Self {
+            idem: self.idem.clone(),
+            lease: Arc::clone(&self.lease),
+        }
+    }
+}
+
+impl<S> fmt::Debug for Context<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("lease", &self.lease())
+            .finish()
+    }
+}
+
+impl<S> Context<S> {
+    /// The lease the handler runs under (as of its last renewal).
+    pub fn lease(&self) -> Lease {
+        self.lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl<S: Store> Context<S> {
+    /// The engine (to reach the store, for example for a transaction).
+    pub fn idem(&self) -> &Idempotency<S> {
+        &self.idem
+    }
+
+    /// Extends the lease (heartbeat). [`Error::LeaseLost`] means another attempt took the
+    /// record over: stop, and do not commit the effect.
+    pub async fn renew(&mut self) -> Result<(), Error> {
+        let mut lease = self.lease();
+        self.idem.renew(&mut lease).await?;
+        *self.lease.lock().unwrap_or_else(PoisonError::into_inner) = lease;
+        Ok(())
+    }
+
+    /// The completion of this lease with `response`, to write inside the effect's transaction
+    /// with a SQL store's `complete_in`; then return it from the handler ([`Reply::Completed`]).
+    pub fn completion(&self, response: StoredResponse) -> Completion {
+        self.idem.completion(&self.lease(), response)
+    }
+}

@@ -1,0 +1,269 @@
+//! The transactional closure of SQL stores, written once (C6, C16): the engine drives the
+//! protocol around a store's [`Transactional::transact`] and decides from its [`TxEnd`] what
+//! becomes of the key: kept with the answer that committed, given back when the transaction
+//! provably rolled back, kept in progress when that cannot be told (C8).
+
+use super::{acquire_kind, answer_kind, has_timers, needs_timers, Idempotency};
+use crate::answer::Answer;
+use crate::completion::Completion;
+use crate::error::Error;
+use crate::event::{Event, EventKind, Operation};
+use crate::lease::{deadline_after, Lease};
+use crate::outcome::{Outcome, RunError};
+use crate::record::RecordState;
+use crate::request::Request;
+use crate::response::StoredResponse;
+use crate::transactional::{Execution, Hooks, Transacted, Transactional, TxEnd};
+use std::any::Any;
+use std::panic::resume_unwind;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What the engine holds for an acquired transactional execution: the live lease (so that
+/// duplicates in this process are answered from memory) and, where the store allows it, the
+/// heartbeat.
+struct Held {
+    lease: Lease,
+    _live: super::live::Held,
+    _keeper: Option<super::KeepAlive>,
+}
+
+/// The engine's hooks for one execution.
+struct EngineHooks<S> {
+    engine: Idempotency<S>,
+    started: Instant,
+}
+
+impl<S: Transactional + 'static> Hooks for EngineHooks<S> {
+    fn lease_for(&self) -> Duration {
+        self.engine.policy().lease
+    }
+
+    fn store_timeout(&self) -> Duration {
+        self.engine.policy().store_timeout
+    }
+
+    fn acquired(&self, mut lease: Lease) -> (Lease, Box<dyn Any + Send>) {
+        lease.set_local_deadline(deadline_after(self.started, self.lease_for()));
+        let live = self.engine.inner.live.hold(&lease);
+        // Renewing from another connection while the effect's transaction is open is only
+        // safe where it neither waits for that transaction nor makes it fail (the store says).
+        let keeper = (self.engine.store().renews_during_transaction() && has_timers())
+            .then(|| self.engine.keep_alive(lease.clone()));
+        let held = Held {
+            lease: lease.clone(),
+            _live: live,
+            _keeper: keeper,
+        };
+        (lease, Box::new(held))
+    }
+
+    fn completion(&self, lease: &Lease, response: StoredResponse) -> Completion {
+        self.engine.completion(lease, response)
+    }
+
+    fn emit(&self, event: Event<'_>) {
+        self.engine.emit(event)
+    }
+}
+
+impl<S: Transactional + 'static> Idempotency<S> {
+    /// The transactional closure, for SQL stores (their `run_in_transaction` calls it): reserve;
+    /// when acquired, run `effect` in a transaction of the store, write the completion in the
+    /// same transaction and commit (C6). Runs on a task of its own, which a dropped caller does
+    /// not cancel and [`drain`](Self::drain) waits for (C8).
+    ///
+    /// - committed: [`Outcome::Executed`] with the response as stored;
+    /// - the effect's error: the transaction rolled back, the effect with it; the key is given
+    ///   back and [`RunError::Released`] returned, so a retry runs;
+    /// - a store failure before the commit (a lost lease, a conflict, the store down): rolled
+    ///   back, the key given back where still ours, [`RunError::Idem`];
+    /// - a commit whose answer was lost: the record tells whether it committed
+    ///   ([`Outcome::Executed`]) or rolled back (given back, [`RunError::Idem`]); if that cannot
+    ///   be told within the store timeout, [`RunError::InDoubt`] and the key is kept;
+    /// - a panic in the effect: rolled back, the key given back, the panic resumes here.
+    ///
+    /// Replays, in-flight answers and mismatches never run the effect.
+    pub async fn transact<E: Send + 'static>(
+        &self,
+        request: &Request,
+        effect: S::Effect<E>,
+    ) -> Result<Outcome, RunError<E>> {
+        if !has_timers() {
+            return Err(RunError::Idem(needs_timers()));
+        }
+        let started = Instant::now();
+        match self.answer_before_store(request) {
+            Err(error) => {
+                self.emit(
+                    Event::new(EventKind::Rejected)
+                        .about(request.id())
+                        .failed(&error),
+                );
+                return Err(RunError::Idem(error));
+            }
+            Ok(Some(answer)) => {
+                self.emit(Event::new(answer_kind(&answer)).about(request.id()));
+                return Ok(Outcome::Answered(answer));
+            }
+            Ok(None) => {}
+        }
+        let engine = self.clone();
+        let owned = request.clone();
+        self.execution(request.id(), async move {
+            let hooks = EngineHooks {
+                engine: engine.clone(),
+                started,
+            };
+            let execution = Execution::new(Arc::new(hooks));
+            let result = engine
+                .inner
+                .store
+                .transact(&owned, effect, execution.clone())
+                .await;
+            let held = execution
+                .take_acquired()
+                .and_then(|held| held.downcast::<Held>().ok());
+            engine.conclude(&owned, started, result, held).await
+        })
+        .await
+    }
+
+    /// What the transaction's end means for the key, and the caller's answer.
+    async fn conclude<E>(
+        &self,
+        request: &Request,
+        started: Instant,
+        result: Result<Transacted<E>, Error>,
+        held: Option<Box<Held>>,
+    ) -> Result<Outcome, RunError<E>> {
+        let id = request.id();
+        let (lease, end) = match (result, held) {
+            (Ok(Transacted::Answered(answer)), _) => {
+                let screened = self.screen(answer);
+                let event = Event::new(match &screened {
+                    Ok(answer) => answer_kind(answer),
+                    Err(_) => EventKind::Rejected,
+                })
+                .about(id)
+                .took(started.elapsed());
+                return match screened {
+                    Ok(answer) => {
+                        self.emit(event);
+                        Ok(Outcome::Answered(answer))
+                    }
+                    Err(error) => {
+                        self.emit(event.failed(&error));
+                        Err(RunError::Idem(error))
+                    }
+                };
+            }
+            (Ok(Transacted::Acquired { lease, end }), _) => (lease, end),
+            // Failed after acquiring, without saying how the transaction ended: it did not
+            // commit (no commit was attempted), so it rolled back.
+            (Err(error), Some(held)) => (held.lease.clone(), TxEnd::RolledBack(error)),
+            (Err(error), None) => {
+                self.emit(
+                    Event::new(EventKind::Rejected)
+                        .about(id)
+                        .took(started.elapsed())
+                        .failed(&error),
+                );
+                return Err(RunError::Idem(error));
+            }
+        };
+        self.emit(Event::new(acquire_kind(lease.acquired())).about(id));
+        match end {
+            TxEnd::Committed(completion) => {
+                self.emit(Event::new(EventKind::CompletionLanded).about(id));
+                self.emit(
+                    Event::new(EventKind::Executed)
+                        .about(id)
+                        .took(started.elapsed()),
+                );
+                Ok(Outcome::Executed(completion.into_response()))
+            }
+            TxEnd::EffectFailed(error) => {
+                let _ = self.release(lease).await;
+                Err(RunError::Released(error))
+            }
+            TxEnd::RolledBack(Error::LeaseLost) => {
+                self.emit(
+                    Event::new(EventKind::LeaseLost)
+                        .about(id)
+                        .failed(&Error::LeaseLost),
+                );
+                Err(RunError::Idem(Error::LeaseLost))
+            }
+            TxEnd::RolledBack(error) => {
+                // Fenced: after a lost lease this changes nothing.
+                let _ = self.release(lease).await;
+                Err(RunError::Idem(error))
+            }
+            TxEnd::InDoubt { completion, error } => self.resolve(lease, completion, error).await,
+            TxEnd::Panicked(panic) => {
+                let _ = self.release(lease).await;
+                resume_unwind(panic)
+            }
+        }
+    }
+
+    /// A commit whose answer was lost: read the record once no transaction holds it. Completed
+    /// under this lease's token, it committed; anything else, it rolled back (a committed
+    /// completion carries the token for the whole retention). Unreadable within the store
+    /// timeout: in doubt, and the key stays in progress until its lease passes.
+    async fn resolve<E>(
+        &self,
+        lease: Lease,
+        completion: Completion,
+        error: Error,
+    ) -> Result<Outcome, RunError<E>> {
+        let id = lease.id();
+        let wait = self.policy().store_timeout;
+        let settled = self
+            .call(
+                Operation::Lookup,
+                Some(id),
+                self.inner.store.settled(id, wait.mul_f32(0.8)),
+            )
+            .await;
+        match settled {
+            Ok(Some(record)) if record.token == lease.token() => match record.state {
+                RecordState::Completed { response, .. } => {
+                    match self.screen(Answer::Replay(response)) {
+                        Ok(Answer::Replay(stored)) => {
+                            self.emit(Event::new(EventKind::CompletionLanded).about(id));
+                            self.emit(Event::new(EventKind::Executed).about(id));
+                            Ok(Outcome::Executed(stored))
+                        }
+                        _ => {
+                            // Committed, with a record that does not screen: what it committed
+                            // is the answer the engine made.
+                            self.emit(Event::new(EventKind::Executed).about(id));
+                            Ok(Outcome::Executed(completion.into_response()))
+                        }
+                    }
+                }
+                RecordState::InProgress { .. } => {
+                    let _ = self.release(lease).await;
+                    Err(RunError::Idem(error))
+                }
+            },
+            Ok(record) => {
+                if record.is_some() {
+                    // Taken over: this execution was fenced out, and its transaction with it.
+                    self.emit(Event::new(EventKind::LeaseLost).about(id).failed(&error));
+                }
+                Err(RunError::Idem(error))
+            }
+            Err(unreadable) => {
+                self.emit(
+                    Event::new(EventKind::InDoubt)
+                        .about(id)
+                        .failed(&unreadable),
+                );
+                Err(RunError::InDoubt(error))
+            }
+        }
+    }
+}

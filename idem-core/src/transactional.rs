@@ -1,0 +1,234 @@
+//! The capability a SQL store adds so that the engine can run an effect and its completion in
+//! one of the store's transactions (C6). The protocol around it (admission, detached execution,
+//! heartbeat, release, classification of a commit in doubt, events) is the engine's, written
+//! once in `Idempotency::transact`; a store implements only its transaction mechanics.
+
+use crate::answer::Answer;
+use crate::completion::Completion;
+use crate::error::Error;
+use crate::event::{Event, EventKind, Operation};
+use crate::lease::Lease;
+use crate::record::Record;
+use crate::request::Request;
+use crate::response::StoredResponse;
+use crate::scope::RecordId;
+use crate::store::Store;
+use async_trait::async_trait;
+use std::any::Any;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// A store whose transactions can hold the effect and its completion (C6).
+///
+/// # Contract
+///
+/// [`transact`](Self::transact) reserves `request` for [`Execution::lease_for`] (the same atomic
+/// step as [`Store::reserve`], answering duplicates without waiting for a writer, C5), and:
+///
+/// - when the reservation is answered (replay, in flight, mismatch), returns
+///   [`Transacted::Answered`] without running the effect;
+/// - when it is acquired, calls [`Execution::acquired`] at once (before the effect), opens a
+///   transaction, runs the effect in it, writes [`Execution::completion`] of its response in the
+///   same transaction with the fenced completion statement, commits, and says what became of the
+///   transaction in a [`TxEnd`]: committed, rolled back (the effect with it), or in doubt (the
+///   commit was sent and its answer lost).
+///
+/// It never releases, retries, screens or decides: the engine does, from the [`TxEnd`]. Store
+/// calls that it makes on its own connections go through [`Execution::bounded`], so that they
+/// have the engine's deadline and emit its events.
+#[async_trait]
+pub trait Transactional: Store {
+    /// The effect as this store runs it inside its transaction (a closure given the store's
+    /// transaction and the lease).
+    type Effect<E: Send + 'static>: Send + 'static;
+
+    /// Whether the engine may renew the lease from another connection while the effect's
+    /// transaction is open (a renewal must neither wait for that transaction nor make it fail).
+    fn renews_during_transaction(&self) -> bool;
+
+    /// Reserve, then effect, completion and commit in one transaction (see the contract).
+    async fn transact<E: Send + 'static>(
+        &self,
+        request: &Request,
+        effect: Self::Effect<E>,
+        execution: Execution,
+    ) -> Result<Transacted<E>, Error>;
+
+    /// Reads the record once no transaction holds it, waiting at most `wait` for one that does:
+    /// what tells a commit in doubt from a rolled-back one. The default reads it at once (right
+    /// for a store whose commits are never in doubt).
+    async fn settled(&self, id: &RecordId, wait: Duration) -> Result<Option<Record>, Error> {
+        let _ = wait;
+        self.lookup(id).await
+    }
+}
+
+/// What [`Transactional::transact`] did.
+#[derive(Debug)]
+#[must_use]
+pub enum Transacted<E> {
+    /// Answered without running the effect (not yet screened by the engine).
+    Answered(Answer),
+    /// Acquired `lease` and ran the effect; `end` says what became of its transaction.
+    Acquired {
+        /// The lease the effect ran under.
+        lease: Lease,
+        /// The transaction's end.
+        end: TxEnd<E>,
+    },
+}
+
+/// What became of the effect's transaction.
+#[must_use]
+pub enum TxEnd<E> {
+    /// Committed with this completion: the effect happened and its answer is stored.
+    Committed(Completion),
+    /// The effect returned its error; the transaction rolled back, nothing happened.
+    EffectFailed(E),
+    /// A store failure before the commit took effect (beginning the transaction, writing the
+    /// completion, including [`Error::LeaseLost`], a refused commit): rolled back.
+    RolledBack(Error),
+    /// The commit was sent and its answer lost: the effect and the completion committed
+    /// together, or neither did.
+    InDoubt {
+        /// The completion the transaction wrote.
+        completion: Completion,
+        /// What cut the answer off.
+        error: Error,
+    },
+    /// The effect panicked; the transaction rolled back. The panic resumes in the caller.
+    Panicked(Box<dyn Any + Send>),
+}
+
+impl<E> fmt::Debug for TxEnd<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TxEnd::Committed(c) => f.debug_tuple("Committed").field(c).finish(),
+            TxEnd::EffectFailed(_) => f.write_str("EffectFailed(..)"),
+            TxEnd::RolledBack(e) => f.debug_tuple("RolledBack").field(e).finish(),
+            TxEnd::InDoubt { error, .. } => f.debug_struct("InDoubt").field("error", error).finish(),
+            TxEnd::Panicked(_) => f.write_str("Panicked(..)"),
+        }
+    }
+}
+
+/// The engine's side of one transactional execution, handed to [`Transactional::transact`].
+/// Only the engine makes one.
+#[derive(Clone)]
+pub struct Execution {
+    inner: Arc<dyn Hooks>,
+    acquired: Arc<Mutex<Option<Box<dyn Any + Send>>>>,
+}
+
+/// What the engine does at the store's call: implemented by the engine.
+pub(crate) trait Hooks: Send + Sync {
+    fn lease_for(&self) -> Duration;
+    fn store_timeout(&self) -> Duration;
+    fn acquired(&self, lease: Lease) -> (Lease, Box<dyn Any + Send>);
+    fn completion(&self, lease: &Lease, response: StoredResponse) -> Completion;
+    fn emit(&self, event: Event<'_>);
+}
+
+impl Execution {
+    pub(crate) fn new(hooks: Arc<dyn Hooks>) -> Self {
+        Self {
+            inner: hooks,
+            acquired: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// How long the reservation holds (the policy's lease).
+    pub fn lease_for(&self) -> Duration {
+        self.inner.lease_for()
+    }
+
+    /// The engine's deadline for one store call ([`Policy::store_timeout`](
+    /// crate::Policy::store_timeout)): the longest the store may wait for its own resources
+    /// (a connection, the writer) before it answers unavailable (C13).
+    pub fn store_timeout(&self) -> Duration {
+        self.inner.store_timeout()
+    }
+
+    /// Call once the reservation is written, before the effect: the engine registers the live
+    /// lease (so that duplicates in this process are answered in flight without the store) and
+    /// starts its heartbeat where [`Transactional::renews_during_transaction`]. Returns the
+    /// lease to run the effect under.
+    pub fn acquired(&self, lease: Lease) -> Lease {
+        let (lease, held) = self.inner.acquired(lease);
+        *self
+            .acquired
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(held);
+        lease
+    }
+
+    /// The completion of `lease` with the effect's `response`, as it will be stored and
+    /// replayed: headers filtered by the policy, validated, encoded; a response that cannot be
+    /// stored becomes a stored 500 (C7, C8).
+    pub fn completion(&self, lease: &Lease, response: StoredResponse) -> Completion {
+        self.inner.completion(lease, response)
+    }
+
+    /// Runs one store call of `operation` about `id` within the engine's deadline
+    /// ([`Policy::store_timeout`](crate::Policy::store_timeout)): past it, the call is dropped
+    /// (its connection with it) and the store is unavailable (C13). Emits the call's event.
+    pub async fn bounded<T, F>(&self, operation: Operation, id: &RecordId, call: F) -> Result<T, Error>
+    where
+        F: Future<Output = Result<T, Error>> + Send,
+    {
+        let started = Instant::now();
+        let result = match tokio::time::timeout(self.inner.store_timeout(), call).await {
+            Ok(result) => result,
+            Err(_) => Err(crate::engine::timed_out(operation, self.inner.store_timeout())),
+        };
+        let event = Event::new(EventKind::StoreCall)
+            .of(operation)
+            .about(id)
+            .took(started.elapsed());
+        match &result {
+            Ok(_) => self.inner.emit(event),
+            Err(error) => self.inner.emit(event.failed(error)),
+        }
+        result
+    }
+
+    /// What [`acquired`](Self::acquired) registered, taken back by the engine.
+    pub(crate) fn take_acquired(&self) -> Option<Box<dyn Any + Send>> {
+        self.acquired
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+impl fmt::Debug for Execution {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Execution")
+            .field("lease_for", &self.lease_for())
+            .finish()
+    }
+}
+
+#[async_trait]
+impl<S: Transactional + ?Sized> Transactional for Arc<S> {
+    type Effect<E: Send + 'static> = S::Effect<E>;
+
+    fn renews_during_transaction(&self) -> bool {
+        (**self).renews_during_transaction()
+    }
+
+    async fn transact<E: Send + 'static>(
+        &self,
+        request: &Request,
+        effect: Self::Effect<E>,
+        execution: Execution,
+    ) -> Result<Transacted<E>, Error> {
+        (**self).transact(request, effect, execution).await
+    }
+
+    async fn settled(&self, id: &RecordId, wait: Duration) -> Result<Option<Record>, Error> {
+        (**self).settled(id, wait).await
+    }
+}

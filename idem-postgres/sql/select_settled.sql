@@ -1,0 +1,10 @@
+-- The record once no transaction holds it (classifying a commit whose answer was lost, C8):
+-- FOR SHARE waits for a transaction that is committing or rolling back the row and then reads
+-- what it left; the caller bounds the wait with SET LOCAL lock_timeout, past which the outcome
+-- stays in doubt. Reads only: the share lock ends with this statement's transaction.
+SELECT fingerprint, token, state,
+       CASE WHEN isfinite(deadline) THEN floor(extract(epoch FROM deadline) * 1000)::bigint END AS deadline_ms,
+       response
+FROM idem_records
+WHERE consumer = $1 AND route = $2 AND key = $3
+FOR SHARE
