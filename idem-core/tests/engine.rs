@@ -34,6 +34,10 @@ struct Flaky {
     reserve_fails: bool,
     /// How many `lookup` calls fail before the store answers.
     failing_lookups: AtomicUsize,
+    /// How many `renew` calls fail before the store answers.
+    failing_renews: AtomicUsize,
+    /// `reserve` never answers (a frozen or blackholed server).
+    reserve_hangs: bool,
 }
 
 fn take(counter: &AtomicUsize) -> bool {
@@ -47,6 +51,9 @@ impl Store for Flaky {
     async fn reserve(&self, r: &Request, l: Duration) -> Result<Begin, Error> {
         if self.reserve_fails {
             return Err(down());
+        }
+        if self.reserve_hangs {
+            std::future::pending::<()>().await;
         }
         self.inner.reserve(r, l).await
     }
@@ -71,6 +78,9 @@ impl Store for Flaky {
         self.inner.release(l).await
     }
     async fn renew(&self, l: &Lease, d: Duration) -> Result<Timestamp, Error> {
+        if take(&self.failing_renews) {
+            return Err(down());
+        }
         self.inner.renew(l, d).await
     }
     async fn purge_expired(&self, n: usize) -> Result<usize, Error> {
@@ -439,4 +449,198 @@ async fn c10_the_purger_purges_every_period_until_stopped() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     purger.stop().await;
+}
+
+/// Polls `idem` with `request` until it replays (or `within` passes); returns the replay.
+async fn replayed(
+    idem: &Idempotency<Flaky>,
+    request: &Request,
+    within: Duration,
+) -> Option<StoredResponse> {
+    let until = std::time::Instant::now() + within;
+    while std::time::Instant::now() < until {
+        if let Ok(Begin::Answered(Answer::Replay(stored))) = idem.begin(request).await {
+            return Some(stored);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+#[tokio::test]
+async fn c08_a_store_unwritable_past_the_lease_never_turns_into_a_second_execution() {
+    // After the effect the store cannot be written (completions and renewals fail) for longer
+    // than the lease: the caller is answered 500, the execution goes on trying, a retry in the
+    // meantime is in flight (never a takeover of a live execution), and once the store is back
+    // the completion lands and the retry replays: one effect.
+    let idem = engine(
+        Flaky {
+            failing_completes: AtomicUsize::new(usize::MAX),
+            failing_renews: AtomicUsize::new(usize::MAX),
+            ..Flaky::default()
+        },
+        Duration::from_millis(200),
+    );
+    let request = charge(&idem, "unwritable");
+    let effects = Arc::new(AtomicUsize::new(0));
+    let first = run(&idem, &request, &effects).await;
+    assert!(matches!(first, Err(RunError::Incomplete(_))), "{first:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let record = idem.store().lookup(request.id()).await.expect("lookup");
+    assert!(record.is_some_and(|r| r.is_in_progress()), "the lease passed in the store");
+    let retry = run(&idem, &request, &effects).await.expect("answered");
+    assert!(
+        matches!(retry, Outcome::Answered(Answer::InFlight { .. })),
+        "a retry while the completion is being written: {retry:?}"
+    );
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+    idem.store().failing_completes.store(0, Ordering::SeqCst);
+    let stored = replayed(&idem, &request, Duration::from_secs(5))
+        .await
+        .expect("the completion lands once the store is back");
+    assert_eq!(stored.body, b"charged");
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+    idem.drain().await;
+}
+
+#[tokio::test]
+async fn c13_a_store_that_does_not_answer_is_an_error_within_the_deadline() {
+    let store = Flaky {
+        reserve_hangs: true,
+        ..Flaky::default()
+    };
+    let policy = Policy::default().store_timeout(Duration::from_millis(200));
+    let idem = Idempotency::with_policy(store, policy).expect("policy");
+    let request = charge(&idem, "frozen");
+    let started = std::time::Instant::now();
+    let error = idem.begin(&request).await.expect_err("no answer");
+    assert_eq!(error.http_status(), 503, "{error}");
+    assert!(error.is_retryable());
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    let effects = Arc::new(AtomicUsize::new(0));
+    let run = run(&idem, &request, &effects).await;
+    assert!(matches!(&run, Err(RunError::Idem(e)) if e.http_status() == 503), "{run:?}");
+    assert_eq!(effects.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn c09_renewals_do_not_depend_on_the_applications_workers() {
+    // Every worker of the application's runtime is blocked by a handler for longer than the
+    // lease; another instance (its own engine over the same store) must still see the lease
+    // held, because renewals run on the engine's own thread.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let store = Arc::new(Flaky::default());
+    let policy = Policy::default().lease(Duration::from_millis(300));
+    let idem = Idempotency::with_policy(Arc::clone(&store), policy.clone()).expect("policy");
+    let other = Idempotency::with_policy(Arc::clone(&store), policy).expect("policy");
+    let requests: Vec<Request> = (0..2)
+        .map(|i| {
+            idem.request("acct", "POST", "/charges")
+                .key(Some(&format!("blocked-{i}")))
+                .body(b"{}")
+                .build()
+                .expect("valid")
+        })
+        .collect();
+    let asked = requests[0].clone();
+    let probe = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(900));
+        let probe = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        probe.block_on(other.begin(&asked)).expect("begin")
+    });
+    runtime.block_on(async {
+        let runs: Vec<_> = requests
+            .into_iter()
+            .map(|request| {
+                let idem = idem.clone();
+                tokio::spawn(async move {
+                    idem.run(&request, |_| async {
+                        // A handler that blocks its worker thread (a synchronous call).
+                        std::thread::sleep(Duration::from_millis(1500));
+                        Ok::<_, Failure<&'static str>>(StoredResponse::new(201, "charged"))
+                    })
+                    .await
+                })
+            })
+            .collect();
+        for run in runs {
+            let outcome = run.await.expect("joined").expect("ran");
+            assert!(matches!(outcome, Outcome::Executed(_)));
+        }
+    });
+    let seen = probe.join().expect("probe");
+    assert!(
+        matches!(seen, Begin::Answered(Answer::InFlight { .. })),
+        "another instance took over a live execution: {seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn c08_shutdown_refuses_new_executions_and_waits_for_those_running() {
+    let idem = engine(Flaky::default(), Duration::from_secs(5));
+    let slow = charge(&idem, "slow");
+    let running = {
+        let idem = idem.clone();
+        tokio::spawn(async move {
+            idem.run(&slow, |_| async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Ok::<_, Failure<&'static str>>(StoredResponse::new(201, "charged"))
+            })
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let shutdown = {
+        let idem = idem.clone();
+        tokio::spawn(async move { idem.shutdown().await })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(idem.is_shutting_down());
+    let effects = Arc::new(AtomicUsize::new(0));
+    let refused = run(&idem, &charge(&idem, "late"), &effects).await;
+    assert!(
+        matches!(&refused, Err(RunError::Idem(e)) if e.http_status() == 503),
+        "{refused:?}"
+    );
+    assert_eq!(effects.load(Ordering::SeqCst), 0, "nothing starts during a shutdown");
+    assert!(!shutdown.is_finished(), "the shutdown waits for the running execution");
+    let outcome = running.await.expect("joined").expect("ran");
+    assert!(matches!(outcome, Outcome::Executed(_)));
+    tokio::time::timeout(Duration::from_secs(2), shutdown)
+        .await
+        .expect("drained")
+        .expect("joined");
+}
+
+#[tokio::test]
+async fn c07_an_answer_already_stored_under_the_execution_is_what_it_answers() {
+    // A handler that stored its completion itself (in its own transaction) and then returned a
+    // plain response: the live answer is what was stored, the same as every replay.
+    let idem = engine(Flaky::default(), Duration::from_secs(5));
+    let request = charge(&idem, "stored-first");
+    let outcome = idem
+        .run(&request, |ctx| async move {
+            let completion = ctx.completion(StoredResponse::new(201, "stored"));
+            ctx.idem()
+                .store()
+                .complete(&completion)
+                .await
+                .map_err(Failure::unknown)?;
+            Ok::<_, Failure<Error>>(StoredResponse::new(200, "returned"))
+        })
+        .await
+        .expect("ran");
+    let Outcome::Executed(sent) = outcome else {
+        panic!("expected an execution, got {outcome:?}");
+    };
+    assert_eq!((sent.status, sent.body.as_slice()), (201, &b"stored"[..]));
+    let replay = idem.begin(&request).await.expect("begin");
+    assert_eq!(replay, Begin::Answered(Answer::Replay(sent)));
 }

@@ -171,10 +171,11 @@ async fn a_panicking_effect_rolls_back_and_the_store_keeps_working() {
     .await;
     assert!(joined.expect_err("the panic reaches the caller").is_panic());
     assert_eq!(charges(idem.store(), &intent).await, 0);
-    // The reservation waits for its lease (C9); the connections still serve.
+    // The transaction rolled back, the effect with it: nothing happened, so the key was given
+    // back (C8) and a retry runs; the connections still serve.
     assert!(matches!(
         idem.begin(&request).await.expect("begin"),
-        Begin::Answered(Answer::InFlight { .. })
+        Begin::Acquired(_)
     ));
     for _ in 0..8 {
         assert_eq!(charges(idem.store(), &intent).await, 0);
