@@ -6,7 +6,8 @@ use crate::params::{execute, fetch_all, Param, StatementMode};
 use crate::row;
 use crate::sql::Statements;
 use idem_core::store::{
-    decide, Acquire, Completion, Cursor, Decision, Lease, ListQuery, Page, Record, Selection, Stats,
+    decide, Acquire, Completion, Cursor, Decision, Lease, ListQuery, Page, Record, RecordState,
+    Selection, Stats,
 };
 use idem_core::{
     Answer, Begin, Error, FencingToken, Field, RecordId, Request, StoreErrorKind, StoredResponse,
@@ -36,6 +37,52 @@ const MAX_AGE_MS: i64 = 200 * 366 * 24 * 3600 * 1000;
 /// The `Retry-After` of a duplicate that finds the record held by a committing transaction.
 const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// One call of `Store::reserve`, across all its attempts: the statements of the loop below and
+/// the retry on a fresh connection when a reused one failed (`on_connection!`).
+///
+/// Every attempt sends the same token, generated once before the first. A write whose answer
+/// was lost (the connection dropped after the server committed the INSERT or the takeover) left
+/// a record carrying this very token; the next attempt recognises it as its own reservation
+/// instead of answering "in flight" for a whole lease while nothing runs (C4, C5).
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    /// The token every attempt writes.
+    token: FencingToken,
+    /// How the last write sent with the token meant to acquire, while its outcome is unknown: a
+    /// takeover or a start over. `None`: the only write that can have left the token is a
+    /// fresh insert.
+    replacing: Option<Acquire>,
+}
+
+impl Reservation {
+    /// A reservation with a token of its own, before its first attempt.
+    pub(crate) fn new() -> Self {
+        Self {
+            token: FencingToken::generate(),
+            replacing: None,
+        }
+    }
+
+    /// The lease for `current` if it is this reservation's own record: it carries the token,
+    /// is in progress, and has the request's fingerprint. Its deadline is the row's, and it was
+    /// acquired the way the attempt that wrote it meant to.
+    fn own(&self, request: &Request, current: &Record<Option<Vec<u8>>>) -> Option<Lease> {
+        match current.state {
+            RecordState::InProgress { lease_until }
+                if current.token == self.token && current.fingerprint == *request.fingerprint() =>
+            {
+                Some(Lease::new(
+                    request,
+                    self.token,
+                    lease_until,
+                    self.replacing.unwrap_or(Acquire::Fresh),
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// The statements and how to send them.
 #[derive(Debug)]
 pub(crate) struct Ops {
@@ -64,18 +111,20 @@ fn id_params(id: &RecordId) -> [Param<'_>; 3] {
 impl Ops {
     /// Reserve (C4, C5): one statement that returns the current record or inserts a fresh one;
     /// the core decides on a current record; a takeover or start over is one compare-and-set
-    /// statement more.
+    /// statement more. Every statement writes `reservation`'s token, so that a record it wrote
+    /// on an earlier attempt whose answer was lost is recognised as its own.
     pub(crate) async fn reserve(
         &self,
         conn: &mut PgConnection,
         request: &Request,
         lease_for: Duration,
+        reservation: &mut Reservation,
     ) -> Result<Begin, Error> {
         let id = request.id();
         let [consumer, route, key] = id_params(id);
         let fingerprint = request.fingerprint().as_bytes();
+        let token = reservation.token;
         for _ in 0..MAX_ATTEMPTS {
-            let token = FencingToken::generate();
             let rows = fetch_all(
                 conn,
                 self.mode,
@@ -106,6 +155,10 @@ impl Ops {
             }
             let now: i64 = found.try_get("now_ms").map_err(crate::error::store_error)?;
             let current = row::decode(found)?;
+            // Our own reservation, written by an attempt whose answer was lost.
+            if let Some(lease) = reservation.own(request, &current) {
+                return Ok(Begin::Acquired(lease));
+            }
             let acquired = match decide(Some(current), request.fingerprint(), timestamp(now)?) {
                 Decision::Answer(answer) => {
                     let answer = answer
@@ -114,7 +167,12 @@ impl Ops {
                 }
                 Decision::Acquire(acquired) => acquired,
             };
-            match self.replace(conn, request, acquired, lease_for).await? {
+            // Until its answer arrives, the compare-and-set may have written the token.
+            reservation.replacing = Some(acquired);
+            let replaced = self
+                .replace(conn, request, token, acquired, lease_for)
+                .await?;
+            match replaced {
                 Replaced::Lease(lease) => return Ok(Begin::Acquired(lease)),
                 // Another transaction holds the row (its holder committing a completion right
                 // now): never wait for it (C5); the answer will be there in a moment.
@@ -123,7 +181,8 @@ impl Ops {
                         retry_after: BUSY_RETRY_AFTER,
                     }))
                 }
-                Replaced::Changed => {}
+                // Nothing written: a record carrying the token can only be a fresh insert.
+                Replaced::Changed => reservation.replacing = None,
             }
         }
         Err(Error::store(
@@ -133,11 +192,12 @@ impl Ops {
         ))
     }
 
-    /// The compare-and-set of a takeover or a start over.
+    /// The compare-and-set of a takeover or a start over, writing `token`.
     async fn replace(
         &self,
         conn: &mut PgConnection,
         request: &Request,
+        token: FencingToken,
         acquired: Acquire,
         lease_for: Duration,
     ) -> Result<Replaced, Error> {
@@ -147,7 +207,6 @@ impl Ops {
             return Ok(Replaced::Changed);
         };
         let [consumer, route, key] = id_params(request.id());
-        let token = FencingToken::generate();
         let rows = fetch_all(
             conn,
             self.mode,

@@ -3,7 +3,7 @@
 use crate::config::{validate_identifier, validate_table_name, Isolation, PgConfig};
 use crate::connections::Connections;
 use crate::error::store_error;
-use crate::ops::Ops;
+use crate::ops::{Ops, Reservation};
 use crate::params::StatementMode;
 use crate::sql::Statements;
 use idem_core::store::{Completion, Lease, ListQuery, Page, Record, Stats};
@@ -232,8 +232,8 @@ impl PgStore {
 /// Runs one operation on one of the store's own connections, and gives the connection back
 /// only if the operation finished cleanly. A connection that waited in the stack and turns out
 /// dead (the server restarted, a failover) is replaced and the operation tried once more on a
-/// new one: every operation is safe to repeat (a reservation whose answer was lost reads its own
-/// record; the others are fenced).
+/// new one: every operation is safe to repeat (a reservation sends the same token again and
+/// recognises the record an attempt whose answer was lost wrote; the others are fenced).
 macro_rules! on_connection {
     ($store:expr, |$conn:ident| $op:expr) => {{
         let mut held = $store.inner.conns.get().await?;
@@ -259,10 +259,15 @@ macro_rules! on_connection {
 #[async_trait]
 impl Store for PgStore {
     async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
-        on_connection!(self, |conn| self
-            .inner
-            .ops
-            .reserve(conn, request, lease_for))
+        // One token for the whole call, the retry on a fresh connection included: a record
+        // written by an attempt whose answer was lost carries it and is recognised as ours.
+        let mut reservation = Reservation::new();
+        on_connection!(self, |conn| self.inner.ops.reserve(
+            conn,
+            request,
+            lease_for,
+            &mut reservation
+        ))
     }
 
     async fn complete(&self, completion: &Completion) -> Result<(), Error> {

@@ -8,12 +8,10 @@ use crate::error::{store_error, BACKEND};
 use crate::params::{fetch_all, Param};
 use crate::row;
 use crate::store::PgStore;
-use idem_core::store::{
-    CatchUnwind, Execution, Lease, Record, Transacted, Transactional, TxEnd,
-};
+use idem_core::store::{CatchUnwind, Execution, Lease, Record, Transacted, Transactional, TxEnd};
 use idem_core::{
-    async_trait, Begin, Error, Idempotency, Operation, Outcome, RecordId, Request, RunError,
-    Store, StoreErrorKind, StoredResponse,
+    async_trait, Begin, Error, Idempotency, Operation, Outcome, RecordId, Request, RunError, Store,
+    StoreErrorKind, StoredResponse,
 };
 use sqlx::{AssertSqlSafe, PgConnection};
 use std::future::Future;
@@ -145,7 +143,14 @@ impl Transactional for PgStore {
 
     async fn settled(&self, id: &RecordId, wait: Duration) -> Result<Option<Record>, Error> {
         let mut held = self.inner.conns.get().await?;
-        let result = settled_on(held.conn(), &self.inner.ops.sql.select_settled, self, id, wait).await;
+        let result = settled_on(
+            held.conn(),
+            &self.inner.ops.sql.select_settled,
+            self,
+            id,
+            wait,
+        )
+        .await;
         held.finish(&result);
         result
     }
@@ -240,7 +245,10 @@ async fn settled_on(
     )
     .await;
     let end = if read.is_ok() { "COMMIT" } else { "ROLLBACK" };
-    let ended = sqlx::raw_sql(end).execute(&mut *conn).await.map_err(store_error);
+    let ended = sqlx::raw_sql(end)
+        .execute(&mut *conn)
+        .await
+        .map_err(store_error);
     let rows = read?;
     ended?;
     let Some(found) = rows.first() else {
@@ -250,4 +258,3 @@ async fn settled_on(
         .try_map_response(|response| StoredResponse::decode(&row::fetched(response)?))
         .map(Some)
 }
-

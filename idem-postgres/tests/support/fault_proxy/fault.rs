@@ -1,0 +1,81 @@
+//! What the proxy does to the traffic: the faults it can be switched to.
+
+/// How the proxy treats the traffic of every connection, the open ones and those to come.
+/// Switch with [`FaultProxy::set`](super::FaultProxy::set) at any moment, traffic flowing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Every byte is forwarded, both ways, as it arrives.
+    PassThrough,
+    /// Nothing is forwarded in either direction and every socket stays open: a server that
+    /// froze, or a network that blackholes its packets. New connections are accepted and
+    /// connected upstream, then frozen too. Bytes already read wait in the proxy and flow again
+    /// once the proxy is switched to another fault.
+    Freeze,
+    /// One direction is closed (a FIN is sent that way) and whatever would travel in it is
+    /// discarded; the other keeps flowing. Switching back to another fault does not reopen a
+    /// direction already closed on an open connection; connections opened later flow again.
+    HalfOpen(Direction),
+    /// Pass-through until a request matches, then its answer is lost; see [`LoseAnswer`].
+    LoseAnswer(LoseAnswer),
+}
+
+/// A direction of the traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// From the client (the store) to the server.
+    ToServer,
+    /// From the server to the client.
+    ToClient,
+}
+
+/// The bytes that end PostgreSQL's answer to a statement run outside a transaction (or to a
+/// `COMMIT`): ReadyForQuery, idle. The server has committed when it sends them.
+pub const READY_FOR_QUERY_IDLE: &[u8] = b"Z\0\0\0\x05I";
+
+/// The bytes that end PostgreSQL's answer to a statement inside an open transaction:
+/// ReadyForQuery, in a transaction block.
+pub const READY_FOR_QUERY_IN_TRANSACTION: &[u8] = b"Z\0\0\0\x05T";
+
+/// Loses the answer to one request, on one connection, once.
+///
+/// Traffic passes through until the client sends bytes containing [`request`](Self::request)
+/// (matched across reads). Those bytes and everything the client sends after them still reach
+/// the server, which runs (and commits) the request; the server's reply is swallowed up to and
+/// including [`reply_end`](Self::reply_end), and then both sockets of that connection are
+/// closed: the client sees its connection drop with no answer. The proxy then switches itself
+/// back to [`Fault::PassThrough`], so a retry on a new connection gets through.
+///
+/// The pattern must be in the message that runs the request: with prepared statements the SQL
+/// text travels only in the Parse message, answered before the statement runs, so match a
+/// parameter (its Bind message) instead: a key's text, or a token's raw bytes. With the simple
+/// protocol the parameters are in the statement's text (a token as hex).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoseAnswer {
+    /// What the request contains.
+    pub request: Vec<u8>,
+    /// What ends the server's reply to it.
+    pub reply_end: Vec<u8>,
+}
+
+impl LoseAnswer {
+    /// Loses the answer to the first request containing `request`, a statement that runs
+    /// outside a transaction or a `COMMIT` (the reply ends with [`READY_FOR_QUERY_IDLE`]).
+    pub fn to(request: impl Into<Vec<u8>>) -> Self {
+        Self {
+            request: request.into(),
+            reply_end: READY_FOR_QUERY_IDLE.to_vec(),
+        }
+    }
+
+    /// The reply ends with `reply_end` instead (e.g. [`READY_FOR_QUERY_IN_TRANSACTION`]).
+    pub fn reply_end(mut self, reply_end: impl Into<Vec<u8>>) -> Self {
+        self.reply_end = reply_end.into();
+        self
+    }
+}
+
+impl From<LoseAnswer> for Fault {
+    fn from(lose: LoseAnswer) -> Self {
+        Fault::LoseAnswer(lose)
+    }
+}

@@ -1,0 +1,127 @@
+//! One proxied connection: the bytes between one client socket and its server socket, treated
+//! as the current [`Fault`] says.
+
+use super::fault::{Direction, Fault};
+use super::matcher::Matcher;
+use super::Control;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+/// How much is read from a socket at once.
+const PIECE: usize = 64 * 1024;
+
+/// Forwards between `client` and `server` until both have closed, the answer to a request is
+/// lost (both sockets are closed then), or the proxy is dropped.
+pub(super) async fn forward(client: TcpStream, server: TcpStream, control: Arc<Control>) {
+    let mut faults = control.faults.subscribe();
+    let (mut from_client, mut to_client) = client.into_split();
+    let (mut from_server, mut to_server) = server.into_split();
+    let (mut up, mut down) = (vec![0u8; PIECE], vec![0u8; PIECE]);
+    // Whether each side may still send (no EOF read from it yet).
+    let (mut client_sends, mut server_sends) = (true, true);
+    // Whether each direction was closed (a half-open fault, or its sender's EOF passed on).
+    let (mut up_closed, mut down_closed) = (false, false);
+    // The request of the armed `LoseAnswer`, looked for in what the client sends.
+    let mut watching: Option<Matcher> = None;
+    // Once this connection's answer is being lost: the end of the reply to swallow.
+    let mut swallowing: Option<Matcher> = None;
+    loop {
+        if !client_sends && !server_sends {
+            return;
+        }
+        let Some(fault) = unfrozen(&mut faults).await else {
+            return;
+        };
+        match fault {
+            Fault::HalfOpen(Direction::ToServer) if !up_closed => {
+                let _ = to_server.shutdown().await;
+                up_closed = true;
+            }
+            Fault::HalfOpen(Direction::ToClient) if !down_closed => {
+                let _ = to_client.shutdown().await;
+                down_closed = true;
+            }
+            _ => {}
+        }
+        tokio::select! {
+            changed = faults.changed() => if changed.is_err() { return },
+            read = from_client.read(&mut up), if client_sends => {
+                let n = match read {
+                    Ok(n) if n > 0 => n,
+                    _ => {
+                        client_sends = false;
+                        if !up_closed {
+                            let _ = to_server.shutdown().await;
+                            up_closed = true;
+                        }
+                        continue;
+                    }
+                };
+                // A fault switched while the piece was read applies to it.
+                let Some(fault) = unfrozen(&mut faults).await else { return };
+                if up_closed {
+                    continue;
+                }
+                if let Fault::LoseAnswer(lose) = &fault {
+                    let matcher = match &mut watching {
+                        Some(m) if m.pattern() == lose.request.as_slice() => m,
+                        slot => slot.insert(Matcher::new(&lose.request)),
+                    };
+                    // Swallow before forwarding: the reply may come back at once.
+                    if swallowing.is_none() && matcher.feed(&up[..n]) && control.claim(lose) {
+                        swallowing = Some(Matcher::new(&lose.reply_end));
+                    }
+                } else {
+                    watching = None;
+                }
+                if to_server.write_all(&up[..n]).await.is_err() {
+                    return;
+                }
+            }
+            read = from_server.read(&mut down), if server_sends => {
+                let n = match read {
+                    Ok(n) if n > 0 => n,
+                    _ => {
+                        server_sends = false;
+                        if !down_closed {
+                            let _ = to_client.shutdown().await;
+                            down_closed = true;
+                        }
+                        continue;
+                    }
+                };
+                if let Some(end) = &mut swallowing {
+                    if end.feed(&down[..n]) {
+                        // The server answered in full and nothing reached the client: drop
+                        // both sockets.
+                        return;
+                    }
+                    continue;
+                }
+                if unfrozen(&mut faults).await.is_none() {
+                    return;
+                }
+                if down_closed {
+                    continue;
+                }
+                if to_client.write_all(&down[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The current fault once it is not [`Fault::Freeze`] (waiting as long as it is); `None` when
+/// the proxy is gone.
+async fn unfrozen(faults: &mut watch::Receiver<Fault>) -> Option<Fault> {
+    loop {
+        let fault = faults.borrow_and_update().clone();
+        if fault != Fault::Freeze {
+            return Some(fault);
+        }
+        faults.changed().await.ok()?;
+    }
+}

@@ -1,0 +1,109 @@
+//! The proxy's own tests: each fault, against an echo server on loopback.
+
+use super::{Direction, Fault, FaultProxy, LoseAnswer};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// How long "nothing arrives" is watched for.
+const QUIET: Duration = Duration::from_millis(200);
+
+/// An echo server that answers each piece with the piece followed by `end`; its address.
+async fn echo(end: &'static [u8]) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                while let Ok(n @ 1..) = socket.read(&mut buf).await {
+                    let mut reply = buf[..n].to_vec();
+                    reply.extend_from_slice(end);
+                    if socket.write_all(&reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+async fn client(proxy: &FaultProxy) -> TcpStream {
+    TcpStream::connect(proxy.addr()).await.expect("connect")
+}
+
+/// Reads what arrives within [`QUIET`]: `Some(bytes)`, empty at EOF; `None` if nothing came.
+async fn read(socket: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut buf = [0u8; 1024];
+    match tokio::time::timeout(QUIET, socket.read(&mut buf)).await {
+        Ok(Ok(n)) => Some(buf[..n].to_vec()),
+        Ok(Err(_)) => Some(Vec::new()),
+        Err(_) => None,
+    }
+}
+
+#[tokio::test]
+async fn pass_through_and_freeze_switch_while_traffic_flows() {
+    let proxy = FaultProxy::start(&echo(b".").await).await.expect("proxy");
+    let mut socket = client(&proxy).await;
+    socket.write_all(b"a").await.expect("write");
+    assert_eq!(read(&mut socket).await.as_deref(), Some(&b"a."[..]));
+    proxy.set(Fault::Freeze);
+    socket.write_all(b"b").await.expect("write");
+    assert_eq!(read(&mut socket).await, None, "frozen: nothing arrives");
+    let mut frozen_new = client(&proxy).await;
+    frozen_new.write_all(b"c").await.expect("write");
+    assert_eq!(
+        read(&mut frozen_new).await,
+        None,
+        "a new connection is frozen too"
+    );
+    proxy.set(Fault::PassThrough);
+    assert_eq!(read(&mut socket).await.as_deref(), Some(&b"b."[..]));
+    assert_eq!(read(&mut frozen_new).await.as_deref(), Some(&b"c."[..]));
+    assert_eq!(proxy.connections(), 2);
+}
+
+#[tokio::test]
+async fn an_answer_is_lost_once_after_the_server_replied() {
+    let proxy = FaultProxy::start(&echo(b"<end>").await)
+        .await
+        .expect("proxy");
+    let mut socket = client(&proxy).await;
+    proxy.set(LoseAnswer::to(&b"COMMIT"[..]).reply_end(&b"<end>"[..]));
+    socket.write_all(b"SELECT").await.expect("write");
+    assert_eq!(
+        read(&mut socket).await.as_deref(),
+        Some(&b"SELECT<end>"[..])
+    );
+    socket.write_all(b"COMMIT").await.expect("write");
+    assert_eq!(
+        read(&mut socket).await.as_deref(),
+        Some(&[][..]),
+        "dropped, no answer"
+    );
+    assert_eq!(proxy.answers_lost(), 1);
+    assert_eq!(proxy.fault(), Fault::PassThrough, "one shot");
+    let mut again = client(&proxy).await;
+    again.write_all(b"COMMIT").await.expect("write");
+    assert_eq!(read(&mut again).await.as_deref(), Some(&b"COMMIT<end>"[..]));
+}
+
+#[tokio::test]
+async fn half_open_closes_one_direction() {
+    let proxy = FaultProxy::start(&echo(b"").await).await.expect("proxy");
+    let mut socket = client(&proxy).await;
+    proxy.set(Fault::HalfOpen(Direction::ToClient));
+    assert_eq!(
+        read(&mut socket).await.as_deref(),
+        Some(&[][..]),
+        "EOF toward the client"
+    );
+    proxy.set(Fault::PassThrough);
+    let mut other = client(&proxy).await;
+    proxy.set(Fault::HalfOpen(Direction::ToServer));
+    // The echo server sees EOF and closes, which reaches the client as EOF too.
+    other.write_all(b"x").await.expect("write");
+    assert_eq!(read(&mut other).await.as_deref(), Some(&[][..]));
+}

@@ -1,0 +1,17 @@
+//! Test support shared by the tests that break the network between the store and PostgreSQL.
+// Each test binary uses a part of it.
+#![allow(dead_code, unused_imports)]
+
+pub mod fault_proxy;
+pub mod pg_url;
+
+use fault_proxy::FaultProxy;
+
+/// A proxy in front of the server of the PostgreSQL `url`, and the same URL through it.
+pub async fn proxied(url: &str) -> (FaultProxy, String) {
+    let proxy = FaultProxy::start(pg_url::authority(url))
+        .await
+        .expect("start the fault proxy");
+    let through = pg_url::with_authority(url, &proxy.addr().to_string());
+    (proxy, through)
+}
