@@ -16,9 +16,9 @@ pub use crate::listing::{
     Cursor, ListQuery, Listed, ListedState, Page, Position, Selection, Stats,
 };
 pub use crate::record::{Record, RecordState};
-pub use crate::transactional::{Execution, Transactional, Transacted, TxEnd};
-pub use crate::unwind::CatchUnwind;
+pub use crate::transactional::{Execution, Transacted, Transactional, TxEnd};
 pub use crate::unique::unresolved_insert_or_fetch;
+pub use crate::unwind::CatchUnwind;
 
 use crate::begin::Begin;
 use crate::clock::Timestamp;

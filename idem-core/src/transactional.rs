@@ -108,7 +108,9 @@ impl<E> fmt::Debug for TxEnd<E> {
             TxEnd::Committed(c) => f.debug_tuple("Committed").field(c).finish(),
             TxEnd::EffectFailed(_) => f.write_str("EffectFailed(..)"),
             TxEnd::RolledBack(e) => f.debug_tuple("RolledBack").field(e).finish(),
-            TxEnd::InDoubt { error, .. } => f.debug_struct("InDoubt").field("error", error).finish(),
+            TxEnd::InDoubt { error, .. } => {
+                f.debug_struct("InDoubt").field("error", error).finish()
+            }
             TxEnd::Panicked(_) => f.write_str("Panicked(..)"),
         }
     }
@@ -157,10 +159,7 @@ impl Execution {
     /// lease to run the effect under.
     pub fn acquired(&self, lease: Lease) -> Lease {
         let (lease, held) = self.inner.acquired(lease);
-        *self
-            .acquired
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(held);
+        *self.acquired.lock().unwrap_or_else(PoisonError::into_inner) = Some(held);
         lease
     }
 
@@ -174,14 +173,22 @@ impl Execution {
     /// Runs one store call of `operation` about `id` within the engine's deadline
     /// ([`Policy::store_timeout`](crate::Policy::store_timeout)): past it, the call is dropped
     /// (its connection with it) and the store is unavailable (C13). Emits the call's event.
-    pub async fn bounded<T, F>(&self, operation: Operation, id: &RecordId, call: F) -> Result<T, Error>
+    pub async fn bounded<T, F>(
+        &self,
+        operation: Operation,
+        id: &RecordId,
+        call: F,
+    ) -> Result<T, Error>
     where
         F: Future<Output = Result<T, Error>> + Send,
     {
         let started = Instant::now();
         let result = match tokio::time::timeout(self.inner.store_timeout(), call).await {
             Ok(result) => result,
-            Err(_) => Err(crate::engine::timed_out(operation, self.inner.store_timeout())),
+            Err(_) => Err(crate::engine::timed_out(
+                operation,
+                self.inner.store_timeout(),
+            )),
         };
         let event = Event::new(EventKind::StoreCall)
             .of(operation)

@@ -487,7 +487,10 @@ async fn c08_a_store_unwritable_past_the_lease_never_turns_into_a_second_executi
     assert!(matches!(first, Err(RunError::Incomplete(_))), "{first:?}");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let record = idem.store().lookup(request.id()).await.expect("lookup");
-    assert!(record.is_some_and(|r| r.is_in_progress()), "the lease passed in the store");
+    assert!(
+        record.is_some_and(|r| r.is_in_progress()),
+        "the lease passed in the store"
+    );
     let retry = run(&idem, &request, &effects).await.expect("answered");
     assert!(
         matches!(retry, Outcome::Answered(Answer::InFlight { .. })),
@@ -516,10 +519,17 @@ async fn c13_a_store_that_does_not_answer_is_an_error_within_the_deadline() {
     let error = idem.begin(&request).await.expect_err("no answer");
     assert_eq!(error.http_status(), 503, "{error}");
     assert!(error.is_retryable());
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
     let effects = Arc::new(AtomicUsize::new(0));
     let run = run(&idem, &request, &effects).await;
-    assert!(matches!(&run, Err(RunError::Idem(e)) if e.http_status() == 503), "{run:?}");
+    assert!(
+        matches!(&run, Err(RunError::Idem(e)) if e.http_status() == 503),
+        "{run:?}"
+    );
     assert_eq!(effects.load(Ordering::SeqCst), 0);
 }
 
@@ -609,8 +619,15 @@ async fn c08_shutdown_refuses_new_executions_and_waits_for_those_running() {
         matches!(&refused, Err(RunError::Idem(e)) if e.http_status() == 503),
         "{refused:?}"
     );
-    assert_eq!(effects.load(Ordering::SeqCst), 0, "nothing starts during a shutdown");
-    assert!(!shutdown.is_finished(), "the shutdown waits for the running execution");
+    assert_eq!(
+        effects.load(Ordering::SeqCst),
+        0,
+        "nothing starts during a shutdown"
+    );
+    assert!(
+        !shutdown.is_finished(),
+        "the shutdown waits for the running execution"
+    );
     let outcome = running.await.expect("joined").expect("ran");
     assert!(matches!(outcome, Outcome::Executed(_)));
     tokio::time::timeout(Duration::from_secs(2), shutdown)

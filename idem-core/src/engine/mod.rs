@@ -432,7 +432,11 @@ impl<S: Store> Idempotency<S> {
         match result {
             Ok(_) => self.emit(Event::new(EventKind::Executed).about(id)),
             Err(Error::LeaseLost) => {}
-            Err(error) => self.emit(Event::new(EventKind::OutcomeUnknown).about(id).failed(error)),
+            Err(error) => self.emit(
+                Event::new(EventKind::OutcomeUnknown)
+                    .about(id)
+                    .failed(error),
+            ),
         }
     }
 
@@ -478,7 +482,11 @@ impl<S: Store> Idempotency<S> {
             }
             Err(error) => {
                 if matches!(error, Error::LeaseLost) {
-                    self.emit(Event::new(EventKind::LeaseLost).about(lease.id()).failed(&error));
+                    self.emit(
+                        Event::new(EventKind::LeaseLost)
+                            .about(lease.id())
+                            .failed(&error),
+                    );
                 }
                 Err(error)
             }
@@ -492,7 +500,9 @@ impl<S: Store> Idempotency<S> {
             .call(
                 Operation::Purge,
                 None,
-                self.inner.store.purge_expired(self.inner.policy.purge_batch),
+                self.inner
+                    .store
+                    .purge_expired(self.inner.policy.purge_batch),
             )
             .await;
         if let Ok(purged) = result {

@@ -169,4 +169,3 @@ impl<S: Store + 'static> Idempotency<S> {
         });
     }
 }
-

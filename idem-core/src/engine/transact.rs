@@ -257,11 +257,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 Err(RunError::Idem(error))
             }
             Err(unreadable) => {
-                self.emit(
-                    Event::new(EventKind::InDoubt)
-                        .about(id)
-                        .failed(&unreadable),
-                );
+                self.emit(Event::new(EventKind::InDoubt).about(id).failed(&unreadable));
                 Err(RunError::InDoubt(error))
             }
         }
