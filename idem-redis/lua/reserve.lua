@@ -4,9 +4,11 @@
 -- a Redis Cluster.
 -- KEYS[1] the record. ARGV: 1 fingerprint, 2 new token, 3 lease ms, 4 grace ms, 5 the triple.
 -- A new record carries when it was reserved ('at', Redis's now), for operators' listings.
--- Returns {'inserted', now, deadline} or
--- {'existing', now, version, fingerprint, token, state, deadline, triple, response or false};
--- the response only for the same fingerprint on a completed record (the one case it is replayed).
+-- Returns {'inserted', now, deadline} or {'existing', now, version, fingerprint, token, state,
+-- deadline, triple, whether a response is stored (1 or 0), response or false}; the response only
+-- for the same fingerprint on a completed record (the one case it is replayed), so an answer
+-- costs the same whatever the body's size. Whether one is stored is said in every case: an
+-- in-progress record with a response, or a completed one without, is corrupt (C12).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -18,13 +20,15 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 -- A value that is not one of our hashes fails here (WRONGTYPE): an error, never a new record.
 local rec = redis.call('HMGET', KEYS[1], 'v', 'fp', 'tok', 'st', 'dl', 'id')
+local stored = redis.call('HEXISTS', KEYS[1], 'resp')
 -- Our own token: this same call ran before and its answer was lost (a timeout, a dropped
--- connection), and the caller sends it again. The record is the caller's reservation.
-if rec[3] == ARGV[2] and rec[4] == '0' then
+-- connection), and the caller sends it again. The record is the caller's reservation (unless
+-- it also holds a response: then it is corrupt, and the caller is told so).
+if rec[3] == ARGV[2] and rec[4] == '0' and stored == 0 then
   return {'inserted', now, tonumber(rec[5])}
 end
 local response = false
 if rec[2] == ARGV[1] and rec[4] == '1' then
   response = redis.call('HGET', KEYS[1], 'resp')
 end
-return {'existing', now, rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], response}
+return {'existing', now, rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], stored, response}

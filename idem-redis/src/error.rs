@@ -14,39 +14,90 @@ pub(crate) fn unexpected(what: &str, reply: &redis::Value) -> Error {
     )
 }
 
-/// Maps a redis error: a refused or dropped connection, a timeout, a cluster that is down or
-/// moving slots, a server loading its data: retry later ([`StoreErrorKind::Unavailable`]); a
-/// refused password or command: an operator must act ([`StoreErrorKind::Misconfigured`]).
+/// Maps a redis error: a value of another type at a record's key is a corrupt record (C12);
+/// anything else is a store error of [`error_kind`], its source kept (C13).
 pub(crate) fn store_error(error: redis::RedisError) -> Error {
-    match error.code() {
-        // A value of another type at a record's key: not a record, never a new one (C12).
-        Some("WRONGTYPE") => {
-            return Error::CorruptRecord(format!("redis record: {error}"));
-        }
-        // Out of memory under noeviction: writes come back once memory is freed.
-        Some("OOM") => return Error::store(BACKEND, StoreErrorKind::Unavailable, error),
-        _ => {}
+    // A value of another type at a record's key: not a record, never a new one (C12).
+    if error.code() == Some("WRONGTYPE") {
+        return Error::CorruptRecord(format!("redis record: {error}"));
     }
-    let kind = if error.is_io_error()
+    Error::store(BACKEND, error_kind(&error), error)
+}
+
+/// Which kind of failure: a refused or dropped connection, a timeout (a call past its response
+/// timeout, a connection past its connection timeout), a cluster that is down or moving slots,
+/// a server loading its data or out of memory: retry later ([`StoreErrorKind::Unavailable`]);
+/// a refused password or command: an operator must act ([`StoreErrorKind::Misconfigured`]).
+pub(crate) fn error_kind(error: &redis::RedisError) -> StoreErrorKind {
+    // Out of memory under noeviction: writes come back once memory is freed.
+    if error.code() == Some("OOM") {
+        return StoreErrorKind::Unavailable;
+    }
+    if error.is_io_error()
         || error.is_connection_refusal()
         || error.is_connection_dropped()
         || error.is_timeout()
         || error.is_cluster_error()
     {
-        StoreErrorKind::Unavailable
-    } else {
-        match error.kind() {
-            redis::ErrorKind::AuthenticationFailed | redis::ErrorKind::InvalidClientConfig => {
-                StoreErrorKind::Misconfigured
-            }
-            redis::ErrorKind::Server(
-                redis::ServerErrorKind::BusyLoading
-                | redis::ServerErrorKind::TryAgain
-                | redis::ServerErrorKind::ClusterDown
-                | redis::ServerErrorKind::MasterDown,
-            ) => StoreErrorKind::Unavailable,
-            _ => StoreErrorKind::Other,
+        return StoreErrorKind::Unavailable;
+    }
+    match error.kind() {
+        redis::ErrorKind::AuthenticationFailed | redis::ErrorKind::InvalidClientConfig => {
+            StoreErrorKind::Misconfigured
         }
-    };
-    Error::store(BACKEND, kind, error)
+        redis::ErrorKind::Server(
+            redis::ServerErrorKind::BusyLoading
+            | redis::ServerErrorKind::TryAgain
+            | redis::ServerErrorKind::ClusterDown
+            | redis::ServerErrorKind::MasterDown,
+        ) => StoreErrorKind::Unavailable,
+        _ => StoreErrorKind::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    /// A call past its response timeout, or a connection past its connection timeout, is what
+    /// redis-rs reports as an I/O error of kind `TimedOut`: unavailable, retryable, a 503.
+    #[test]
+    fn c13_a_timeout_is_unavailable_and_retryable() {
+        let timed_out = redis::RedisError::from(io::Error::from(io::ErrorKind::TimedOut));
+        assert!(timed_out.is_timeout());
+        let error = store_error(timed_out);
+        assert_eq!(
+            error.as_store().map(|e| e.kind()),
+            Some(StoreErrorKind::Unavailable),
+            "{error}"
+        );
+        assert!(error.is_retryable(), "{error}");
+        assert_eq!(error.http_status(), 503);
+        let source = error
+            .as_store()
+            .and_then(std::error::Error::source)
+            .and_then(|source| source.downcast_ref::<redis::RedisError>());
+        assert!(
+            source.is_some_and(redis::RedisError::is_timeout),
+            "the redis error is kept as the source: {source:?}"
+        );
+    }
+
+    #[test]
+    fn c13_a_lost_or_refused_connection_is_unavailable() {
+        for kind in [
+            io::ErrorKind::ConnectionRefused,
+            io::ErrorKind::ConnectionReset,
+            io::ErrorKind::BrokenPipe,
+            io::ErrorKind::UnexpectedEof,
+        ] {
+            let error = store_error(redis::RedisError::from(io::Error::from(kind)));
+            assert_eq!(
+                error.as_store().map(|e| e.kind()),
+                Some(StoreErrorKind::Unavailable),
+                "{kind:?}: {error}"
+            );
+        }
+    }
 }

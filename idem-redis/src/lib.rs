@@ -30,12 +30,22 @@
 //! every read), `at` (when the current reservation was made, fresh or taken over, ms since the
 //! epoch, Redis's clock; kept by completion and renewal), `resp` (the stored response). Its TTL
 //! is the lease plus a grace period while in progress, the retention once completed; a value
-//! that does not decode is an error, never a new execution. A record written before `at` was
+//! that does not decode is an error, never a new execution, and so is one whose state and
+//! response disagree (in progress with a response, completed without one), on every read (C12). A record written before `at` was
 //! kept has none (the version is still `1`: the field is optional): it lists with no
 //! reservation time, and counts as reserved at the epoch, as in the SQL stores.
 //!
 //! Every operation is one Lua script (in `idem-redis/lua/`), one round trip; the decision is
 //! `idem_core`'s, in Rust: the scripts only read, apply a compare-and-set, and write.
+//!
+//! ## Every call has a deadline (C13)
+//!
+//! [`RedisStoreBuilder::response_timeout`] (default 2 s) bounds how long a call waits for
+//! Redis's answer and [`RedisStoreBuilder::connection_timeout`] (default 2 s) how long
+//! (re)connecting may take. A Redis that is down, frozen or unreachable is
+//! [`StoreErrorKind::Unavailable`](idem_core::StoreErrorKind::Unavailable) (HTTP 503,
+//! retryable) within them, never a hang; the connection is kept, and the store answers again
+//! once Redis does.
 //!
 //! ## Listing and stats: by scan
 //!

@@ -100,15 +100,17 @@ pub(crate) fn listed(fields: &[Value], prefix: &str, at_key: &str) -> Result<Lis
         Value::Nil => None,
         at => Some(timestamp(integer(at, "reservation time")?)?),
     };
-    let state = match bytes(state, "state")?.as_slice() {
-        b"0" => ListedState::InProgress {
+    // An in-progress record with a response is corrupt here too, as on every read (C12).
+    let state = match (bytes(state, "state")?.as_slice(), status) {
+        (b"0", Value::Nil) => ListedState::InProgress {
             lease_until: deadline,
         },
-        b"1" => ListedState::Completed {
+        (b"0", _) => return Err(corrupt("an in-progress record with a response")),
+        (b"1", status) => ListedState::Completed {
             status: StoredResponse::status_of(&bytes(status, "response")?)?,
             expires_at: deadline,
         },
-        other => return Err(corrupt(format!("state {other:?}"))),
+        (other, _) => return Err(corrupt(format!("state {other:?}"))),
     };
     Ok(Listed {
         id,
@@ -117,10 +119,14 @@ pub(crate) fn listed(fields: &[Value], prefix: &str, at_key: &str) -> Result<Lis
     })
 }
 
-/// Decodes `[version, fingerprint, token, state, deadline, triple, response]` for `id`; the
-/// response is `None` where it was not fetched.
+/// Decodes `[version, fingerprint, token, state, deadline, triple, stored, response]` for `id`:
+/// `stored` says whether the record holds a response (1 or 0), `response` is that response
+/// where it was fetched (`None` where it was not). As in the SQL stores, a record whose state
+/// and response disagree (in progress with a response, completed without one) is corrupt,
+/// whether or not the response was fetched: never an in-flight answer, a mismatch, or a record
+/// to take over (C12).
 pub(crate) fn decode(fields: &[Value], id: &RecordId) -> Result<Record<Option<Vec<u8>>>, Error> {
-    let [version, fingerprint, token, state, deadline, stored_id, response] = fields else {
+    let [version, fingerprint, token, state, deadline, stored_id, stored, response] = fields else {
         return Err(corrupt(format!("{} fields", fields.len())));
     };
     check_version(version)?;
@@ -134,15 +140,23 @@ pub(crate) fn decode(fields: &[Value], id: &RecordId) -> Result<Record<Option<Ve
         Value::Nil => None,
         other => Some(bytes(other, "response")?),
     };
-    let state = match bytes(state, "state")?.as_slice() {
-        b"0" => RecordState::InProgress {
+    let has_response = match (integer(stored, "whether a response is stored")?, &response) {
+        (0, None) => false,
+        (1, _) => true,
+        (0, Some(_)) => return Err(corrupt("a response read that is not stored")),
+        (other, _) => return Err(corrupt(format!("whether a response is stored is {other}"))),
+    };
+    let state = match (bytes(state, "state")?.as_slice(), has_response) {
+        (b"0", false) => RecordState::InProgress {
             lease_until: deadline,
         },
-        b"1" => RecordState::Completed {
+        (b"0", true) => return Err(corrupt("an in-progress record with a response")),
+        (b"1", true) => RecordState::Completed {
             response,
             expires_at: deadline,
         },
-        other => return Err(corrupt(format!("state {other:?}"))),
+        (b"1", false) => return Err(corrupt("a completed record without a response")),
+        (other, _) => return Err(corrupt(format!("state {other:?}"))),
     };
     Ok(Record {
         fingerprint: Fingerprint::from_slice(&bytes(fingerprint, "fingerprint")?)?,

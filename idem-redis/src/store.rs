@@ -1,7 +1,7 @@
 //! `RedisStore`: the store, its builder, and its `Store` implementation.
 
 use crate::conn::Conn;
-use crate::error::{store_error, unexpected, BACKEND};
+use crate::error::{error_kind, store_error, unexpected, BACKEND};
 use crate::listing::Scanner;
 use crate::record::{self, bytes, integer, timestamp};
 use crate::scripts::scripts;
@@ -22,6 +22,13 @@ const MAX_ATTEMPTS: usize = 8;
 
 /// The longest grace accepted: deadlines and TTLs stay exact in Lua's numbers (doubles).
 const MAX_GRACE: Duration = Duration::from_secs(24 * 3600);
+
+/// How long a call waits for Redis's answer by default: far above a healthy Redis's
+/// milliseconds, well below an HTTP client's own timeout (C13).
+const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long establishing a connection may take by default (C13).
+const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// An idem [`Store`] in Redis, on one node or a Redis Cluster.
 ///
@@ -75,12 +82,33 @@ pub fn validate_prefix(prefix: &str) -> Result<(), Error> {
 }
 
 /// Settings for [`RedisStore`]; see [`RedisStore::builder`].
+///
+/// Every call has a deadline (C13): a Redis that is down, frozen or unreachable makes a call
+/// fail with [`StoreErrorKind::Unavailable`] (HTTP 503, retryable) within its
+/// [response timeout](Self::response_timeout) and, when it must connect again, its
+/// [connection timeout](Self::connection_timeout); never a wait without end.
+///
+/// ```no_run
+/// use idem_redis::RedisStore;
+/// use std::time::Duration;
+/// # async fn demo() -> Result<(), idem_core::Error> {
+/// let store = RedisStore::builder()
+///     .prefix("payments")
+///     .response_timeout(Duration::from_millis(500))
+///     .connection_timeout(Duration::from_secs(1))
+///     .connect("redis://127.0.0.1:6379")
+///     .await?;
+/// # let _ = store;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct RedisStoreBuilder {
     prefix: String,
     grace: Duration,
     response_timeout: Duration,
+    connection_timeout: Duration,
     allow_eviction: bool,
 }
 
@@ -101,10 +129,42 @@ impl RedisStoreBuilder {
     }
 
     /// How long one call waits for Redis's answer before it is
-    /// [`StoreErrorKind::Unavailable`] (default 5 s). Large stored responses need it long
-    /// enough to travel.
+    /// [`StoreErrorKind::Unavailable`] (default 2 s; more than zero). Large stored responses
+    /// need it long enough to travel.
+    ///
+    /// On one Redis a call waits at most this long for its answer, after at most one
+    /// [connection timeout](Self::connection_timeout) when its connection must be established
+    /// again; on a Cluster it bounds the whole call, redirections, retries and reconnections
+    /// included. A reservation whose answer is lost resends once (with its token, so it is
+    /// recognised), so it may take twice as long. A call that timed out may still run when
+    /// Redis wakes up: a completion then lands, a reservation holds the key until its lease
+    /// passes. The connection is kept: once Redis answers again, so does the store.
+    ///
+    /// ```
+    /// use idem_redis::RedisStore;
+    /// use std::time::Duration;
+    /// let builder = RedisStore::builder().response_timeout(Duration::from_millis(500));
+    /// # let _ = builder;
+    /// ```
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
+        self
+    }
+
+    /// How long establishing a connection may take, Redis's handshake included, before it is
+    /// [`StoreErrorKind::Unavailable`] (default 2 s; more than zero). Applies to `connect`
+    /// and to every reconnection after a connection is lost; on one Redis a reconnection is
+    /// one attempt, and the next call after a failed one starts another, so a call never
+    /// waits on a series of attempts.
+    ///
+    /// ```
+    /// use idem_redis::RedisStore;
+    /// use std::time::Duration;
+    /// let builder = RedisStore::builder().connection_timeout(Duration::from_secs(1));
+    /// # let _ = builder;
+    /// ```
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
         self
     }
 
@@ -125,6 +185,13 @@ impl RedisStoreBuilder {
                 "the grace must be at most a day",
             ));
         }
+        // Zero would fail every call (C13: a deadline, not a refusal to wait at all).
+        if self.response_timeout.is_zero() || self.connection_timeout.is_zero() {
+            return Err(Error::invalid(
+                Field::Config,
+                "the response and connection timeouts must be more than zero",
+            ));
+        }
         Ok(())
     }
 
@@ -133,12 +200,16 @@ impl RedisStoreBuilder {
     pub async fn connect(self, url: &str) -> Result<RedisStore, Error> {
         self.validate()?;
         let client = redis::Client::open(url).map_err(store_error)?;
-        // Bounded: a call waits at most the response timeout, and a lost connection is
-        // re-established a couple of times before the error reaches the caller (C13).
+        // Bounded (C13): a call waits at most the response timeout for its answer, and a lost
+        // connection is re-established in one attempt of at most the connection timeout. No
+        // retries inside the manager: calls waiting on a reconnection would wait for every
+        // attempt and the back-off between them; a failed attempt is an error, and the next
+        // call starts a new one (the manager reconnects on an I/O error, a timed-out attempt
+        // included).
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.response_timeout))
-            .set_connection_timeout(Some(self.response_timeout))
-            .set_number_of_retries(2);
+            .set_connection_timeout(Some(self.connection_timeout))
+            .set_number_of_retries(0);
         let mut conn = client
             .get_connection_manager_with_config(config)
             .await
@@ -152,9 +223,11 @@ impl RedisStoreBuilder {
     /// Connects to a Redis Cluster through any of its nodes.
     pub async fn connect_cluster(self, nodes: &[&str]) -> Result<RedisStore, Error> {
         self.validate()?;
+        // Bounded (C13): the response timeout is also the cluster client's overall timeout of
+        // a call, its retries (after a redirection or a lost connection) included.
         let client = redis::cluster::ClusterClient::builder(nodes.to_vec())
             .response_timeout(self.response_timeout)
-            .connection_timeout(self.response_timeout)
+            .connection_timeout(self.connection_timeout)
             .retries(2)
             .build()
             .map_err(store_error)?;
@@ -185,6 +258,11 @@ async fn refuse_eviction(conn: &mut impl redis::aio::ConnectionLike) -> Result<(
         .await;
     let policy = match reply {
         Ok(pair) => pair.get(1).cloned().unwrap_or_default(),
+        // A Redis that is down or does not answer in time: retry later, not an operator's
+        // error (C13).
+        Err(error) if error_kind(&error) == StoreErrorKind::Unavailable => {
+            return Err(store_error(error))
+        }
         Err(error) => {
             return Err(Error::store(
                 BACKEND,
@@ -217,7 +295,8 @@ impl RedisStore {
         RedisStoreBuilder {
             prefix: "idem".to_owned(),
             grace: Duration::from_secs(60),
-            response_timeout: Duration::from_secs(5),
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             allow_eviction: false,
         }
     }

@@ -1,0 +1,394 @@
+//! C12 and C13 on Redis: a stored record whose fields contradict each other is a typed error on
+//! every path that reads it, never an answer made up from part of it; a Redis that freezes is a
+//! store-unavailable error within the store's deadline, never a hang, and the same store answers
+//! again once Redis does.
+
+mod common;
+
+use common::{free_port, start_server, temp_dir, Redis};
+use idem_core::store::{ListQuery, Store};
+use idem_core::testing::{request, unique_consumer};
+use idem_core::{Answer, Begin, Error, Field, Idempotency, Policy, StoreErrorKind, StoredResponse};
+use idem_redis::redis;
+use idem_redis::RedisStore;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+const BOTH: [Redis; 2] = [Redis { cluster: false }, Redis { cluster: true }];
+
+const LEASE: Duration = Duration::from_secs(3600);
+
+/// The stored hash of `key`, field by field.
+async fn hash(redis: &Redis, key: &str) -> BTreeMap<String, Vec<u8>> {
+    redis.raw(redis::cmd("HGETALL").arg(key)).await
+}
+
+/// A record that says it is in progress and also holds a response: a completed record whose
+/// state is set back to in progress by hand, with its deadline in the future (a live lease) or
+/// long past (an expired one, which a reservation would take over). The SQL stores refuse such
+/// a row (`CorruptRecord`); so must this one, on reserve (same or another body), lookup, listing
+/// and stats, and nothing may rewrite it.
+#[tokio::test]
+async fn c12_in_progress_record_with_a_response_is_corrupt() {
+    for redis in BOTH {
+        for deadline in [None, Some("1")] {
+            let store = redis.store().await;
+            let idem = Idempotency::with_policy(store.clone(), Policy::default().lease(LEASE))
+                .expect("valid policy");
+            let consumer = unique_consumer("inprogress-resp");
+            let same = request(&consumer, "k", b"{}");
+            let Begin::Acquired(lease) = idem.begin(&same).await.expect("begin") else {
+                panic!("a fresh key is acquired");
+            };
+            idem.complete(lease, StoredResponse::new(201, "ok"))
+                .await
+                .expect("complete");
+            let key = store.key_of(same.id());
+            let mut edit = redis::cmd("HSET");
+            edit.arg(&key).arg("st").arg("0");
+            if let Some(deadline) = deadline {
+                edit.arg("dl").arg(deadline);
+            }
+            let added: i64 = redis.raw(&edit).await;
+            assert_eq!(added, 0, "the fields existed and were overwritten");
+            let before = hash(&redis, &key).await;
+            let case = format!("cluster {}, deadline {deadline:?}", redis.cluster);
+
+            let other = request(&consumer, "k", b"{\"another\":1}");
+            for (which, req) in [("same body", &same), ("another body", &other)] {
+                let reserved = store.reserve(req, LEASE).await;
+                assert!(
+                    matches!(reserved, Err(Error::CorruptRecord(_))),
+                    "{case}, reserve with the {which}: {reserved:?}"
+                );
+            }
+            let looked = store.lookup(same.id()).await;
+            assert!(
+                matches!(looked, Err(Error::CorruptRecord(_))),
+                "{case}, lookup: {looked:?}"
+            );
+            for query in [
+                ListQuery::in_progress(Duration::ZERO),
+                ListQuery::completed(&consumer).expect("valid"),
+            ] {
+                let listed = every_page(&store, query).await;
+                assert!(
+                    matches!(listed, Err(Error::CorruptRecord(_))),
+                    "{case}, list: {listed:?}"
+                );
+            }
+            let stats = store.stats().await;
+            assert!(
+                matches!(stats, Err(Error::CorruptRecord(_))),
+                "{case}, stats: {stats:?}"
+            );
+            assert_eq!(
+                hash(&redis, &key).await,
+                before,
+                "{case}: the corrupt record was rewritten"
+            );
+        }
+    }
+}
+
+/// Every page of `query`, or the first error.
+async fn every_page(store: &RedisStore, query: ListQuery) -> Result<(), Error> {
+    let mut query = query.limit(100);
+    for _ in 0..100_000 {
+        match store.list(&query).await?.next {
+            Some(next) => query = query.after(next),
+            None => return Ok(()),
+        }
+    }
+    panic!("the listing does not end");
+}
+
+/// How long `call` took to fail; `Ok(())` if it did not fail.
+async fn timed<T>(
+    call: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<(), (Error, Duration)> {
+    let asked = Instant::now();
+    match call.await {
+        Ok(_) => Ok(()),
+        Err(error) => Err((error, asked.elapsed())),
+    }
+}
+
+/// A redis-server of the test's own (DEBUG enabled, to freeze it), stopped and its files
+/// removed when dropped, even by a failing assertion.
+struct Server(std::process::Child, std::path::PathBuf);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+/// Whether the server answers a PING within 100 ms, on a connection of its own.
+async fn answers(client: &redis::Client) -> bool {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_millis(100)))
+        .set_response_timeout(Some(Duration::from_millis(100)));
+    let Ok(mut conn) = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+    else {
+        return false;
+    };
+    redis::cmd("PING")
+        .query_async::<String>(&mut conn)
+        .await
+        .is_ok()
+}
+
+/// `DEBUG SLEEP` freezes the whole server (as a stalled process or a stopped VM would): every
+/// call (connect, reserve, complete, release, renew, lookup, list, stats) is a store-unavailable
+/// error within the store's timeouts (a reservation resends once after a lost answer, so twice
+/// the response timeout), long before Redis wakes up; once it does, the same store, not
+/// rebuilt, answers again.
+#[tokio::test]
+async fn c13_a_frozen_redis_is_an_error_within_the_deadline() {
+    const FROZEN: Duration = Duration::from_secs(3);
+    let (port, dir) = (free_port(), temp_dir());
+    let _server = Server(
+        start_server(port, &dir, &["--enable-debug-command", "yes"]),
+        dir,
+    );
+    let url = format!("redis://127.0.0.1:{port}");
+    let store = RedisStore::builder()
+        .response_timeout(Duration::from_millis(300))
+        .connection_timeout(Duration::from_millis(300))
+        .connect(&url)
+        .await
+        .expect("connect");
+    let idem = Idempotency::with_policy(store.clone(), Policy::default().lease(LEASE))
+        .expect("valid policy");
+    let consumer = unique_consumer("frozen");
+    let mut leases = Vec::new();
+    for key in ["to-complete", "to-release", "to-renew"] {
+        match store.reserve(&request(&consumer, key, b"{}"), LEASE).await {
+            Ok(Begin::Acquired(lease)) => leases.push(lease),
+            other => panic!("a fresh key is acquired: {other:?}"),
+        }
+    }
+    let [to_complete, to_release, to_renew] = <[_; 3]>::try_from(leases).expect("three leases");
+
+    let client = redis::Client::open(url.as_str()).expect("url");
+    let no_timeout = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut admin = client
+        .get_multiplexed_async_connection_with_config(&no_timeout)
+        .await
+        .expect("connect");
+    let sleep = tokio::spawn(async move {
+        redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(FROZEN.as_secs_f64())
+            .query_async::<String>(&mut admin)
+            .await
+    });
+    let frozen_at = Instant::now();
+    while answers(&client).await {
+        assert!(
+            frozen_at.elapsed() < FROZEN,
+            "DEBUG SLEEP never froze Redis"
+        );
+    }
+
+    // Every call at once, each timed: none may wait for Redis to wake up.
+    let frozen = request(&consumer, "frozen", b"{}");
+    let in_progress = ListQuery::in_progress(Duration::ZERO);
+    let completion = idem.completion(&to_complete, StoredResponse::new(201, "ok"));
+    let asked = Instant::now();
+    let connecting = RedisStore::builder()
+        .response_timeout(Duration::from_millis(300))
+        .connection_timeout(Duration::from_millis(300))
+        .connect(&url);
+    let (connect, reserve, complete, release, renew, lookup, list, stats) = tokio::join!(
+        timed(connecting),
+        timed(store.reserve(&frozen, LEASE)),
+        timed(store.complete(&completion)),
+        timed(store.release(&to_release)),
+        timed(store.renew(&to_renew, LEASE)),
+        timed(store.lookup(frozen.id())),
+        timed(store.list(&in_progress)),
+        timed(store.stats()),
+    );
+    for (name, outcome) in [
+        ("connect", connect),
+        ("reserve", reserve),
+        ("complete", complete),
+        ("release", release),
+        ("renew", renew),
+        ("lookup", lookup),
+        ("list", list),
+        ("stats", stats),
+    ] {
+        let Err((error, took)) = outcome else {
+            panic!("{name}: a frozen Redis answered");
+        };
+        assert_eq!(
+            error.as_store().map(|e| e.kind()),
+            Some(StoreErrorKind::Unavailable),
+            "{name}: {error}"
+        );
+        assert!(error.is_retryable(), "{name}: {error}");
+        assert_eq!(error.http_status(), 503, "{name}: {error}");
+        assert!(took < Duration::from_millis(1500), "{name} took {took:?}");
+    }
+    assert!(asked.elapsed() < FROZEN, "the calls waited for Redis");
+
+    sleep
+        .await
+        .expect("the DEBUG SLEEP task")
+        .expect("DEBUG SLEEP");
+    // The reservation sent while Redis slept ran when it woke up (its answer was lost): the key
+    // is held by that lease, or free; never an error.
+    let again = store.reserve(&frozen, LEASE).await;
+    assert!(
+        matches!(
+            again,
+            Ok(Begin::Answered(Answer::InFlight { .. }) | Begin::Acquired(_))
+        ),
+        "{again:?}"
+    );
+    let fresh = request(&consumer, "after", b"{}");
+    assert!(
+        matches!(store.reserve(&fresh, LEASE).await, Ok(Begin::Acquired(_))),
+        "a fresh key after Redis woke up"
+    );
+    assert!(
+        store.lookup(fresh.id()).await.expect("lookup").is_some(),
+        "the reservation is stored"
+    );
+}
+
+/// A call that finds its connection gone reconnects; when Redis is frozen too (a server that
+/// stalls right after dropping its clients), the new connection's handshake waits at most the
+/// connection timeout, once: the call is an error within the connection and response timeouts,
+/// not a chain of reconnection attempts with back-off between them.
+#[tokio::test]
+async fn c13_a_call_that_must_reconnect_to_a_frozen_redis_is_an_error_within_the_deadline() {
+    const FROZEN: Duration = Duration::from_secs(3);
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    let (port, dir) = (free_port(), temp_dir());
+    let _server = Server(
+        start_server(port, &dir, &["--enable-debug-command", "yes"]),
+        dir,
+    );
+    let url = format!("redis://127.0.0.1:{port}");
+    let store = RedisStore::builder()
+        .response_timeout(TIMEOUT)
+        .connection_timeout(TIMEOUT)
+        .connect(&url)
+        .await
+        .expect("connect");
+    let consumer = unique_consumer("reconnect");
+    let warm = request(&consumer, "warm", b"{}");
+    assert!(matches!(
+        store.reserve(&warm, LEASE).await,
+        Ok(Begin::Acquired(_))
+    ));
+
+    let client = redis::Client::open(url.as_str()).expect("url");
+    let no_timeout = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut admin = client
+        .get_multiplexed_async_connection_with_config(&no_timeout)
+        .await
+        .expect("connect");
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("SKIPME")
+        .arg("yes")
+        .query_async(&mut admin)
+        .await
+        .expect("CLIENT KILL");
+    assert!(killed >= 1, "the store's connection was cut");
+    let sleep = tokio::spawn(async move {
+        redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(FROZEN.as_secs_f64())
+            .query_async::<String>(&mut admin)
+            .await
+    });
+    let frozen_at = Instant::now();
+    while answers(&client).await {
+        assert!(
+            frozen_at.elapsed() < FROZEN,
+            "DEBUG SLEEP never froze Redis"
+        );
+    }
+
+    // The first call may find the cut connection (an error at once) and start the reconnection;
+    // the next ones wait for it.
+    for i in 0..3 {
+        let id = request(&consumer, &format!("k{i}"), b"{}");
+        for (name, bound, outcome) in [
+            ("lookup", 2 * TIMEOUT, timed(store.lookup(id.id())).await),
+            (
+                "reserve",
+                4 * TIMEOUT,
+                timed(store.reserve(&id, LEASE)).await,
+            ),
+        ] {
+            let Err((error, took)) = outcome else {
+                panic!("{name} {i}: a frozen Redis answered");
+            };
+            assert_eq!(
+                error.as_store().map(|e| e.kind()),
+                Some(StoreErrorKind::Unavailable),
+                "{name} {i}: {error}"
+            );
+            assert!(
+                took < bound + Duration::from_millis(300),
+                "{name} {i} took {took:?}: {error}"
+            );
+        }
+    }
+    assert!(frozen_at.elapsed() < FROZEN, "the calls waited for Redis");
+
+    sleep
+        .await
+        .expect("the DEBUG SLEEP task")
+        .expect("DEBUG SLEEP");
+    let fresh = request(&consumer, "after", b"{}");
+    let mut answered = None;
+    for _ in 0..20 {
+        match store.reserve(&fresh, LEASE).await {
+            Ok(begin) => {
+                answered = Some(begin);
+                break;
+            }
+            Err(error) => {
+                assert!(error.is_retryable(), "{error}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    assert!(
+        matches!(answered, Some(Begin::Acquired(_))),
+        "the store reconnected by itself: {answered:?}"
+    );
+}
+
+/// A deadline of zero would fail every call: refused before connecting, as bad configuration.
+#[tokio::test]
+async fn c13_a_zero_deadline_is_refused() {
+    for builder in [
+        RedisStore::builder().response_timeout(Duration::ZERO),
+        RedisStore::builder().connection_timeout(Duration::ZERO),
+    ] {
+        let refused = builder.connect(&common::redis_url()).await.map(|_| ());
+        assert!(
+            matches!(
+                refused,
+                Err(Error::InvalidInput {
+                    field: Field::Config,
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+    }
+}
