@@ -45,8 +45,8 @@ pub use idem_core::{
 /// signature check and its audit trail; see [`idem_core::inbox`].
 pub use idem_core::inbox;
 
-/// Metrics through the `metrics` facade (feature `metrics`): the `Metered` store decorator; see
-/// [`idem_core::metrics`].
+/// Metrics through the `metrics` facade (feature `metrics`): the `Metrics` observer of the
+/// engine's events; see [`idem_core::metrics`].
 #[cfg(feature = "metrics")]
 pub use idem_core::metrics;
 

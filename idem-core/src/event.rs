@@ -4,7 +4,9 @@
 //! `metrics`) and the HTTP layer's disposition all read this one vocabulary: [`EventKind::name`].
 
 use crate::error::Error;
+use crate::lease::Lease;
 use crate::scope::RecordId;
+use crate::token::FencingToken;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -205,6 +207,7 @@ pub struct Event<'a> {
     error: Option<&'a Error>,
     operation: Option<Operation>,
     count: u64,
+    token: Option<FencingToken>,
 }
 
 impl<'a> Event<'a> {
@@ -217,12 +220,26 @@ impl<'a> Event<'a> {
             error: None,
             operation: None,
             count: 0,
+            token: None,
         }
     }
 
     /// The same event about `id`.
     pub fn about(mut self, id: &'a RecordId) -> Self {
         self.id = Some(id);
+        self
+    }
+
+    /// The same event about the execution holding `lease` (its record and its token).
+    pub fn of_lease(mut self, lease: &'a Lease) -> Self {
+        self.id = Some(lease.id());
+        self.token = Some(lease.token());
+        self
+    }
+
+    /// The same event, about the execution holding `token`.
+    pub fn held_by(mut self, token: FencingToken) -> Self {
+        self.token = Some(token);
         self
     }
 
@@ -274,6 +291,13 @@ impl<'a> Event<'a> {
     /// The store call, for [`EventKind::StoreCall`].
     pub fn operation(&self) -> Option<Operation> {
         self.operation
+    }
+
+    /// The fencing token of the execution the event is about, where there is one (an
+    /// acquisition, the steps and the end of an execution): tells two executions of one record
+    /// apart. Never a label: it is unique per execution.
+    pub fn token(&self) -> Option<FencingToken> {
+        self.token
     }
 
     /// How many records, for [`EventKind::Purged`].
@@ -351,7 +375,8 @@ impl Observer for TracingObserver {
             .id()
             .map_or(("-", "-"), |id| (id.consumer(), id.route()));
         let latency_us = u64::try_from(event.elapsed().as_micros()).unwrap_or(u64::MAX);
-        let operation = event.operation().map_or("-", Operation::name);
+        let operation = event.operation().map(Operation::name);
+        let count = (kind == EventKind::Purged).then(|| event.count());
         let error = event.error().map(tracing::field::display);
         let failed = event.error().is_some()
             || matches!(
@@ -371,7 +396,7 @@ impl Observer for TracingObserver {
                     consumer,
                     route,
                     latency_us,
-                    count = event.count(),
+                    count,
                     error,
                     "idem.{}",
                     kind.name()

@@ -1,16 +1,18 @@
-//! Metrics through the [`metrics`] facade (feature `metrics`, off by default): [`Metered`], a
-//! store decorator that counts what the store answers and times every call.
+//! Metrics through the [`metrics`] facade (feature `metrics`, off by default): [`Metrics`], an
+//! [`Observer`] of the engine's events (C16). Every metric is derived from the events the engine
+//! emits for tracing too, whichever way it is called (closure, transactional closure, guard, the
+//! HTTP layer): one vocabulary, [`EventKind::name`], and no store call of its own.
 //!
-//! Wrap the store and give the wrapper to the engine; everything else stays the same:
+//! Give the observer to the engine; everything else stays the same:
 //!
 //! ```
-//! use idem_core::metrics::Metered;
+//! use idem_core::metrics::Metrics;
 //! use idem_core::{Begin, Idempotency, StoredResponse};
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), idem_core::Error> {
 //! # let store = idem_core::MemoryStore::new();
 //! // `store` is the backend: an idem_sqlite::SqliteStore here, or a PgStore, a RedisStore...
-//! let idem = Idempotency::new(Metered::new(store, "sqlite"));
+//! let idem = Idempotency::builder(store).observer(Metrics::new("sqlite")).build()?;
 //! let request = idem.request("acct_42", "POST", "/v1/charges").key(Some("k-1")).body(b"{}").build()?;
 //! let Begin::Acquired(lease) = idem.begin(&request).await? else { unreachable!() };
 //! idem.complete(lease, StoredResponse::new(201, "charged")).await?;
@@ -24,7 +26,7 @@
 //! exporter works; none is a dependency of idem: `metrics-exporter-prometheus`
 //! (`PrometheusBuilder::new().install()`), `metrics-exporter-statsd`,
 //! `metrics-exporter-dogstatsd`, or OpenTelemetry through `metrics-exporter-otel` or
-//! `metrics-exporter-opentelemetry`. [`Metered::new`] describes the metrics (units and help
+//! `metrics-exporter-opentelemetry`. [`Metrics::new`] describes the metrics (units and help
 //! texts) to the recorder installed at that time; call [`describe`] again if the recorder is
 //! installed later.
 //!
@@ -32,81 +34,81 @@
 //!
 //! | name | type | unit | labels | counts |
 //! |---|---|---|---|---|
-//! | `idem_requests_total` | counter | requests | `store`, `route`, `outcome` | the store's answers, by outcome (below) |
-//! | `idem_store_errors_total` | counter | errors | `store`, `operation`, `kind` | calls that failed, by operation and kind (below) |
-//! | `idem_store_duration_seconds` | histogram | seconds | `store`, `operation` | the time of every store call, failed or not |
+//! | `idem_requests_total` | counter | requests | `store`, `route`, `outcome` | the engine's events that answer, acquire or end a request, by name ([`OUTCOMES`]) |
+//! | `idem_store_errors_total` | counter | errors | `store`, `operation`, `kind` | store calls that failed, by operation and kind (below) |
+//! | `idem_store_duration_seconds` | histogram | seconds | `store`, `operation` | the time of every store call the engine made, failed or not |
 //! | `idem_purged_total` | counter | records | `store` | expired records deleted by `purge_expired` |
 //! | `idem_in_progress` | gauge | reservations | `store`, `route` | reservations this process holds (below) |
 //!
 //! Labels:
 //!
-//! - `store`: the name given to [`Metered::new`] (`"postgres"`, `"sqlite"`...).
+//! - `store`: the name given to [`Metrics::new`] (`"postgres"`, `"sqlite"`...).
 //! - `route`: the record's route, `"METHOD route"` as the request was built
 //!   (`"POST /v1/charges"`; with the HTTP layer on axum, the matched template, such as
 //!   `"POST /customers/{id}/refunds"`). Routes are templates, so the label is bounded; if yours
-//!   are concrete paths carrying ids, turn it off with [`Metered::with_route_label`]`(false)`,
+//!   are concrete paths carrying ids, turn it off with [`Metrics::with_route_label`]`(false)`,
 //!   and the metrics that have it are recorded without it.
-//! - `outcome` of `idem_requests_total`, one count per store answer:
-//!
-//!   | outcome | when |
-//!   |---|---|
-//!   | `acquired` | `reserve` wrote a reservation for a fresh key |
-//!   | `taken_over` | `reserve` replaced an expired record: an orphan whose lease passed (a takeover) or a completed record past its retention (a start over) |
-//!   | `replayed` | `reserve` answered a replay of a completed request |
-//!   | `in_flight` | `reserve` answered that the request is still running |
-//!   | `mismatch` | `reserve` answered that the key was used for another request |
-//!   | `executed` | a completion was stored (the handler's response, or a stored 500 when its outcome is unknown) |
-//!   | `released` | a reservation was given back so that a retry can run |
-//!   | `lease_lost` | the store refused a fenced `complete`, `release` or `renew`: the lease no longer holds ([`Error::LeaseLost`]) |
-//!
-//! - `operation`: `reserve`, `complete`, `release`, `renew`, `purge`, `lookup`, `list` or
-//!   `stats`, the [`Store`] method called.
-//! - `kind` of `idem_store_errors_total`: `unavailable`, `transaction_conflict`,
+//! - `outcome` of `idem_requests_total`: the [`EventKind::name`] of the event, one count per
+//!   event, for the kinds in [`OUTCOMES`]: the answers that ran nothing (`rejected`,
+//!   `replayed`, `in_flight`, `mismatch`), the acquisitions (`acquired`, `taken_over`,
+//!   `started_over`) and the ends of an execution (`executed`, `released`, `lease_lost`,
+//!   `outcome_unknown`, `in_doubt`). What each means is on [`EventKind`]. The steps inside an
+//!   execution (`completion_landed`, `completion_retried`, `completion_refused`,
+//!   `lease_renewed`) are not outcomes and are not counted here: a completion retried or refused
+//!   is a failed `complete` in `idem_store_errors_total`, a renewal a `renew` in
+//!   `idem_store_duration_seconds`. Neither are `store_call` and `purged`, which have metrics of
+//!   their own.
+//! - `operation`: the [`Operation::name`] of a `store_call` event: `reserve`, `complete`,
+//!   `release`, `renew`, `purge`, `lookup` or `transaction` (a SQL store's transactional
+//!   execution). Calls the engine does not make (`list`, `stats`, by the `idem` command) are
+//!   not measured.
+//! - `kind` of `idem_store_errors_total`: `unavailable` (a call past
+//!   [`Policy::store_timeout`](crate::Policy::store_timeout) included), `transaction_conflict`,
 //!   `misconfigured`, `other` (the [`StoreErrorKind`] of an [`Error::Store`]), `corrupt_record`
-//!   ([`Error::CorruptRecord`]), or `invalid_input` (a store refusing input, rare). A lost lease
-//!   is an outcome, not an error.
+//!   ([`Error::CorruptRecord`]), or `invalid_input` (a store refusing input, rare). A fenced call
+//!   (`complete`, `release`, `renew`, `transaction`) refused with [`Error::LeaseLost`] is the
+//!   fence working, not an error: it is timed, and its outcome is counted where the engine
+//!   reports it.
 //!
 //! No metric carries the idempotency key or the consumer: their number has no bound.
 //!
 //! # The gauge of reservations in progress
 //!
-//! The stores cannot count their in-progress records cheaply, so `idem_in_progress` is kept by
-//! the decorator, for **this process's own executions**: it goes up when this process acquires
-//! or takes over a reservation, and down when that reservation ends here: completed, released,
-//! refused as lost, or passed its deadline without being renewed (noticed at the next call
-//! through the decorator, within a second). It does not count records left in progress by
-//! processes that crashed (orphans, until a retry takes them over or a purge deletes them),
-//! nor other processes' executions: sum it over the processes for a fleet. The value is set,
-//! not incremented, so give each `Metered` in a process its own store name.
+//! The stores cannot count their in-progress records cheaply, so `idem_in_progress` counts the
+//! reservations **this process's executions** hold, from the events: a record goes up when it is
+//! acquired here (`acquired`, `taken_over`, `started_over`) and down when its execution ends here
+//! (`executed`, `released`, `lease_lost`, `outcome_unknown`, `in_doubt`). A record counts once
+//! however many events its execution ends with, and, as a store holds at most one live
+//! reservation per record (C4), a record reserved again here while an earlier holder of this
+//! process still counted it replaces that holder (whose lease had passed or whose record was
+//! deleted) rather than counting twice; that holder's late `lease_lost` is then taken as its own
+//! end, not the new holder's. So the gauge is exact for the executions of
+//! [`Idempotency::run`](crate::Idempotency::run) and the HTTP layer, and for guard-style callers
+//! that end every lease with `complete` or `release`. The transactional closure
+//! ([`Idempotency::transact`](crate::Idempotency::transact), the SQL stores'
+//! `run_in_transaction`) reports its acquisition when the transaction has ended: its executions
+//! are counted in `idem_requests_total` but do not show in the gauge while they run.
 //!
-//! # Completions written in the effect's transaction
-//!
-//! A SQL store's `complete_in` writes the completion inside the caller's transaction, around
-//! this decorator (reach the store with [`Metered::inner`]). With [`Idempotency::run`](
-//! crate::Idempotency::run) such a completion is counted as `executed` when the engine checks
-//! it (its `lookup`); in guard style, call [`Metered::record_completed`] after the commit.
-//! Either way it is counted once.
+//! A guard-style caller that drops a lease without either emits no end: its record stays in the
+//! gauge until this process reserves the same record again (a retry taking the orphan over
+//! after its lease, or reserving it afresh once purged), or for the life of the process if none
+//! does. So does a guard-style completion written in the caller's own transaction (a SQL store's
+//! `complete_in`), which the engine does not see; with `run` (returning the completion) or the
+//! stores' transactional closure it is seen. The gauge never counts records left in progress
+//! by processes that crashed (orphans), nor other processes' executions: sum it over the
+//! processes for a fleet. Its value is set, not incremented: give each [`Metrics`] in a process
+//! its own store name, or give several engines the same one in an `Arc`.
 
-use crate::answer::Answer;
-use crate::begin::Begin;
-use crate::clock::Timestamp;
-use crate::completion::Completion;
-use crate::decision::Acquire;
 use crate::error::{Error, StoreErrorKind};
-use crate::lease::{deadline_after, Lease};
-use crate::record::{Record, RecordState};
-use crate::request::Request;
+use crate::event::{Event, EventKind, Observer, Operation};
 use crate::scope::RecordId;
-use crate::store::{Capabilities, ListQuery, Page, Stats, Store};
 use crate::token::FencingToken;
-use async_trait::async_trait;
 use metrics::{Label, Unit};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
 
-/// Counter of the store's answers: labels `store`, `route`, `outcome`.
+/// Counter of the engine's outcome events: labels `store`, `route`, `outcome`.
 pub const REQUESTS_TOTAL: &str = "idem_requests_total";
 /// Counter of failed store calls: labels `store`, `operation`, `kind`.
 pub const STORE_ERRORS_TOTAL: &str = "idem_store_errors_total";
@@ -117,16 +119,66 @@ pub const PURGED_TOTAL: &str = "idem_purged_total";
 /// Gauge of the reservations this process holds: labels `store`, `route`.
 pub const IN_PROGRESS: &str = "idem_in_progress";
 
-/// How often reservations whose lease passed unrenewed leave the gauge, at most.
-const SWEEP_EVERY: Duration = Duration::from_secs(1);
+/// The events counted in `idem_requests_total`, whose [`EventKind::name`] is the `outcome`
+/// label: the answers that ran nothing, the acquisitions and the ends of an execution, in the
+/// order of [`EventKind::ALL`].
+///
+/// ```
+/// use idem_core::metrics::OUTCOMES;
+/// use idem_core::EventKind;
+/// assert!(OUTCOMES.contains(&EventKind::Replayed));
+/// assert!(!OUTCOMES.contains(&EventKind::StoreCall));
+/// ```
+pub const OUTCOMES: &[EventKind] = &[
+    EventKind::Rejected,
+    EventKind::Replayed,
+    EventKind::InFlight,
+    EventKind::Mismatch,
+    EventKind::Acquired,
+    EventKind::TakenOver,
+    EventKind::StartedOver,
+    EventKind::Executed,
+    EventKind::Released,
+    EventKind::LeaseLost,
+    EventKind::OutcomeUnknown,
+    EventKind::InDoubt,
+];
 
-/// Describes the metrics (unit, help text) to the current recorder. [`Metered::new`] calls it;
-/// call it again if the recorder is installed after the store was wrapped.
+/// Whether `kind` is a reservation acquired by this process: the gauge goes up.
+fn acquires(kind: EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::Acquired | EventKind::TakenOver | EventKind::StartedOver
+    )
+}
+
+/// Whether `kind` ends an execution of this process: the gauge goes down.
+fn ends(kind: EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::Executed
+            | EventKind::Released
+            | EventKind::LeaseLost
+            | EventKind::OutcomeUnknown
+            | EventKind::InDoubt
+    )
+}
+
+/// Describes the metrics (unit, help text) to the current recorder. [`Metrics::new`] calls it;
+/// call it again if the recorder is installed after the observer was made.
+///
+/// ```
+/// idem_core::metrics::describe();
+/// ```
 pub fn describe() {
+    let outcomes: Vec<&str> = OUTCOMES.iter().map(|kind| kind.name()).collect();
     metrics::describe_counter!(
         REQUESTS_TOTAL,
         Unit::Count,
-        "Answers of the idempotency store, by outcome: acquired, taken_over, replayed, in_flight, mismatch, executed, released, lease_lost."
+        format!(
+            "Idempotent requests by outcome (the engine's event names): {}.",
+            outcomes.join(", ")
+        )
     );
     metrics::describe_counter!(
         STORE_ERRORS_TOTAL,
@@ -150,113 +202,132 @@ pub fn describe() {
     );
 }
 
-/// A [`Store`] that records metrics around each call of the store it wraps, then answers as
-/// that store answered: the names, units and labels are in the [module docs](self).
+/// The [`Observer`] that records the engine's events as metrics: the names, units and labels
+/// are in the [module docs](self). Set it on the engine with
+/// [`IdempotencyBuilder::observer`](crate::IdempotencyBuilder::observer); several engines may
+/// share one in an `Arc`.
 ///
 /// ```
-/// use idem_core::metrics::Metered;
+/// use idem_core::metrics::Metrics;
 /// use idem_core::{Idempotency, MemoryStore};
-/// let store = Metered::new(MemoryStore::new(), "memory").with_route_label(false);
-/// assert!(store.inner().is_empty());
-/// let idem = Idempotency::new(store);
-/// # let _ = idem;
+/// use std::sync::Arc;
+///
+/// let metrics = Arc::new(Metrics::new("memory").with_route_label(false));
+/// let payments = Idempotency::builder(MemoryStore::new()).observer(Arc::clone(&metrics)).build()?;
+/// let refunds = Idempotency::builder(MemoryStore::new()).observer(metrics).build()?;
+/// # let _ = (payments, refunds);
+/// # Ok::<(), idem_core::Error>(())
 /// ```
-pub struct Metered<S> {
-    inner: S,
+pub struct Metrics {
     store: &'static str,
     route_label: bool,
-    sweep_every: Duration,
     held: Mutex<Held>,
 }
 
-/// The reservations this process holds, for the gauge.
+/// The records whose reservation this process's executions hold, for the gauge.
 #[derive(Default)]
 struct Held {
-    leases: HashMap<FencingToken, Holding>,
+    records: HashMap<RecordId, Holding>,
     /// How many are held per route label (`None` when the route label is off).
     per_route: HashMap<Option<String>, u64>,
-    next_sweep: Option<Instant>,
 }
 
+/// One record held by an execution of this process.
+#[derive(Default)]
 struct Holding {
-    route: Option<String>,
-    /// When the lease passes unless renewed, by this process's monotonic clock.
-    deadline: Instant,
+    /// The fencing token of the current holder (the latest acquisition here): the end of an
+    /// earlier holder it replaced (its lease had passed) is that holder's own, not this one's.
+    token: Option<FencingToken>,
 }
 
-impl<S> Metered<S> {
-    /// Wraps `inner`, labelling its metrics `store="{store}"`, with the route label on; describes
+impl Metrics {
+    /// An observer labelling its metrics `store="{store}"`, with the route label on; describes
     /// the metrics to the current recorder.
-    pub fn new(inner: S, store: &'static str) -> Self {
+    ///
+    /// ```
+    /// let metrics = idem_core::metrics::Metrics::new("postgres");
+    /// assert_eq!(metrics.store(), "postgres");
+    /// ```
+    pub fn new(store: &'static str) -> Self {
         describe();
         Self {
-            inner,
             store,
             route_label: true,
-            sweep_every: SWEEP_EVERY,
             held: Mutex::new(Held::default()),
         }
     }
 
     /// Whether the metrics that have a `route` label carry it (on by default). Turn it off when
     /// the routes given to requests are concrete paths rather than templates.
+    ///
+    /// ```
+    /// let metrics = idem_core::metrics::Metrics::new("sqlite").with_route_label(false);
+    /// assert!(!metrics.has_route_label());
+    /// ```
     pub fn with_route_label(mut self, on: bool) -> Self {
         self.route_label = on;
         self
     }
 
-    /// The wrapped store (for its own methods, such as a SQL store's `complete_in`).
-    pub fn inner(&self) -> &S {
-        &self.inner
+    /// The `store` label.
+    pub fn store(&self) -> &'static str {
+        self.store
     }
 
-    /// The wrapped store, unwrapped.
-    pub fn into_inner(self) -> S {
-        self.inner
+    /// Whether the metrics that have a `route` label carry it.
+    pub fn has_route_label(&self) -> bool {
+        self.route_label
     }
 
-    /// Counts a completion that the caller wrote itself, inside its own transaction (a SQL
-    /// store's `complete_in`), once that transaction has committed: `executed`, and the
-    /// reservation leaves the gauge. A completion already counted (or a reservation this
-    /// decorator did not hand out) is not counted again.
-    pub fn record_completed(&self, completion: &Completion) {
-        if self.let_go(&completion.token()) {
-            self.count(completion.id(), "executed");
-        }
+    /// How many reservations this process's executions hold now, over every route (what the
+    /// `idem_in_progress` gauges add up to).
+    ///
+    /// ```
+    /// assert_eq!(idem_core::metrics::Metrics::new("memory").in_progress(), 0);
+    /// ```
+    pub fn in_progress(&self) -> u64 {
+        self.held().per_route.values().sum()
     }
 
     fn route(&self, id: &RecordId) -> Option<String> {
         self.route_label.then(|| id.route().to_owned())
     }
 
-    fn count(&self, id: &RecordId, outcome: &'static str) {
+    fn count(&self, event: &Event<'_>) {
         let mut labels = Vec::with_capacity(3);
         labels.push(Label::new("store", self.store));
-        if let Some(route) = self.route(id) {
+        if self.route_label {
+            // Every outcome event of the engine is about a record; were one not, it would still
+            // carry the label, so that a metric has one set of label names.
+            let route = event
+                .id()
+                .map_or_else(String::new, |id| id.route().to_owned());
             labels.push(Label::new("route", route));
         }
-        labels.push(Label::new("outcome", outcome));
+        labels.push(Label::new("outcome", event.kind().name()));
         metrics::counter!(REQUESTS_TOTAL, labels).increment(1);
     }
 
-    fn failed(&self, operation: &'static str, error: &Error) {
-        metrics::counter!(
-            STORE_ERRORS_TOTAL,
+    fn store_call(&self, event: &Event<'_>) {
+        // The engine names the operation of every store call; one without is not recorded
+        // rather than recorded under a name that is no operation.
+        let Some(operation) = event.operation() else {
+            return;
+        };
+        metrics::histogram!(
+            STORE_DURATION_SECONDS,
             "store" => self.store,
-            "operation" => operation,
-            "kind" => error_kind(error)
+            "operation" => operation.name()
         )
-        .increment(1);
-    }
-
-    /// Starts timing a call of `operation`; lets go of the reservations whose lease passed.
-    fn timer(&self, operation: &'static str) -> Timer {
-        let started = Instant::now();
-        self.sweep(&mut self.held(), started);
-        Timer {
-            store: self.store,
-            operation,
-            started,
+        .record(event.elapsed().as_secs_f64());
+        if let Some(kind) = event.error().and_then(|error| error_kind(operation, error)) {
+            metrics::counter!(
+                STORE_ERRORS_TOTAL,
+                "store" => self.store,
+                "operation" => operation.name(),
+                "kind" => kind
+            )
+            .increment(1);
         }
     }
 
@@ -278,106 +349,82 @@ impl<S> Metered<S> {
         metrics::gauge!(IN_PROGRESS, labels).set(value as f64);
     }
 
-    /// A reservation handed out by the store through this decorator, held until `deadline`.
-    fn hold(&self, lease: &Lease, deadline: Instant) {
-        let route = self.route(lease.id());
+    /// An execution of this process acquired `id`.
+    fn acquired(&self, id: &RecordId, token: Option<FencingToken>) {
         let mut held = self.held();
-        let holding = Holding {
-            route: route.clone(),
-            deadline,
-        };
-        if let Some(previous) = held.leases.insert(lease.token(), holding) {
-            // A token is never handed out twice; were it, it is still counted once.
-            held.forget(previous.route);
+        if let Some(holding) = held.records.get_mut(id) {
+            // Reserved again while an earlier holder here still counted it: the store gave the
+            // reservation anew (that holder's lease passed, or the record was deleted), so the
+            // record still counts once, now for the new holder.
+            holding.token = token;
+        } else {
+            held.records.insert(id.clone(), Holding { token });
+            *held.per_route.entry(self.route(id)).or_insert(0) += 1;
         }
-        *held.per_route.entry(route.clone()).or_insert(0) += 1;
+        self.set_gauge(&held, self.route(id));
+    }
+
+    /// An execution of this process on `id`, holding `token`, ended.
+    fn ended(&self, id: &RecordId, token: Option<FencingToken>) {
+        let mut held = self.held();
+        let Some(holding) = held.records.get_mut(id) else {
+            // Already ended, or never acquired here.
+            return;
+        };
+        let route = self.route(id);
+        if token.is_some() && holding.token.is_some() && token != holding.token {
+            // The end of a holder that was replaced: the current one still holds the record.
+        } else {
+            held.records.remove(id);
+            if let Some(count) = held.per_route.get_mut(&route) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    held.per_route.remove(&route);
+                }
+            }
+        }
         self.set_gauge(&held, route);
     }
+}
 
-    /// A renewal of the reservation `token` until `deadline`.
-    fn renewed(&self, token: &FencingToken, deadline: Instant) {
-        if let Some(holding) = self.held().leases.get_mut(token) {
-            holding.deadline = deadline;
-        }
-    }
-
-    /// The reservation `token` ended here; whether it was held (and counted) until now.
-    fn let_go(&self, token: &FencingToken) -> bool {
-        let mut held = self.held();
-        let Some(holding) = held.leases.remove(token) else {
-            return false;
-        };
-        held.forget(holding.route.clone());
-        self.set_gauge(&held, holding.route);
-        true
-    }
-
-    /// Lets go of the reservations whose lease passed unrenewed, at most every `sweep_every`.
-    fn sweep(&self, held: &mut Held, now: Instant) {
-        if held.next_sweep.is_some_and(|next| now < next) {
-            return;
-        }
-        held.next_sweep = now.checked_add(self.sweep_every);
-        let passed: Vec<FencingToken> = held
-            .leases
-            .iter()
-            .filter(|(_, holding)| holding.deadline <= now)
-            .map(|(token, _)| *token)
-            .collect();
-        for token in passed {
-            if let Some(holding) = held.leases.remove(&token) {
-                held.forget(holding.route.clone());
-                self.set_gauge(held, holding.route);
+impl Observer for Metrics {
+    fn observe(&self, event: &Event<'_>) {
+        let kind = event.kind();
+        match kind {
+            EventKind::StoreCall => self.store_call(event),
+            EventKind::Purged => {
+                metrics::counter!(PURGED_TOTAL, "store" => self.store).increment(event.count());
+            }
+            _ => {
+                if OUTCOMES.contains(&kind) {
+                    self.count(event);
+                }
+                if let Some(id) = event.id() {
+                    if acquires(kind) {
+                        self.acquired(id, event.token());
+                    } else if ends(kind) {
+                        self.ended(id, event.token());
+                    }
+                }
             }
         }
     }
 }
 
-impl Held {
-    /// One reservation fewer under `route`.
-    fn forget(&mut self, route: Option<String>) {
-        if let Some(count) = self.per_route.get_mut(&route) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                self.per_route.remove(&route);
-            }
-        }
-    }
-}
-
-impl<S: fmt::Debug> fmt::Debug for Metered<S> {
+impl fmt::Debug for Metrics {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Metered")
-            .field("inner", &self.inner)
+        f.debug_struct("Metrics")
             .field("store", &self.store)
             .field("route_label", &self.route_label)
-            .field("in_progress", &self.held().leases.len())
+            .field("in_progress", &self.in_progress())
             .finish()
     }
 }
 
-/// Records the duration of one store call when dropped, so that a call whose caller gave up
-/// (a timeout dropping the future) is timed too.
-struct Timer {
-    store: &'static str,
-    operation: &'static str,
-    started: Instant,
-}
-
-impl Drop for Timer {
-    fn drop(&mut self) {
-        metrics::histogram!(
-            STORE_DURATION_SECONDS,
-            "store" => self.store,
-            "operation" => self.operation
-        )
-        .record(self.started.elapsed().as_secs_f64());
-    }
-}
-
-/// The `kind` label of a failed call.
-fn error_kind(error: &Error) -> &'static str {
-    match error {
+/// The `kind` label of a failed call of `operation`, or `None` when the failure is no error: a
+/// fenced call refused because the lease no longer holds.
+fn error_kind(operation: Operation, error: &Error) -> Option<&'static str> {
+    Some(match error {
         Error::Store(e) => match e.kind() {
             StoreErrorKind::Unavailable => "unavailable",
             StoreErrorKind::TransactionConflict => "transaction_conflict",
@@ -386,159 +433,41 @@ fn error_kind(error: &Error) -> &'static str {
         },
         Error::CorruptRecord(_) => "corrupt_record",
         Error::InvalidInput { .. } | Error::BodyTooLarge { .. } => "invalid_input",
-        // Only the fenced operations may lose a lease; from any other it is the store's fault.
-        Error::LeaseLost => "other",
-    }
-}
-
-#[async_trait]
-impl<S: Store> Store for Metered<S> {
-    async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
-        let timer = self.timer("reserve");
-        let result = self.inner.reserve(request, lease_for).await;
-        let id = request.id();
-        match &result {
-            Ok(Begin::Acquired(lease)) => {
-                self.count(
-                    id,
-                    match lease.acquired() {
-                        Acquire::Fresh => "acquired",
-                        Acquire::TakeOver { .. } | Acquire::StartOver { .. } => "taken_over",
-                    },
-                );
-                self.hold(lease, deadline_after(timer.started, lease_for));
-            }
-            Ok(Begin::Answered(answer)) => self.count(
-                id,
-                match answer {
-                    Answer::Replay(_) => "replayed",
-                    Answer::InFlight { .. } => "in_flight",
-                    Answer::Mismatch => "mismatch",
-                },
-            ),
-            Err(error) => self.failed("reserve", error),
-        }
-        result
-    }
-
-    async fn complete(&self, completion: &Completion) -> Result<(), Error> {
-        let _timer = self.timer("complete");
-        let result = self.inner.complete(completion).await;
-        match &result {
-            Ok(()) => {
-                self.count(completion.id(), "executed");
-                self.let_go(&completion.token());
-            }
-            Err(Error::LeaseLost) => {
-                // A completion sent again because its first answer was lost (a timeout) finds
-                // its own record completed, and the store refuses it: it landed all the same.
-                // One read, on this rare path, tells it from a lease that was really lost.
-                let landed = matches!(
-                    self.inner.lookup(completion.id()).await,
-                    Ok(Some(record)) if record.is_completed_by(&completion.token())
-                );
-                self.count(
-                    completion.id(),
-                    if landed { "executed" } else { "lease_lost" },
-                );
-                self.let_go(&completion.token());
-            }
-            Err(error) => self.failed("complete", error),
-        }
-        result
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<(), Error> {
-        let _timer = self.timer("release");
-        let result = self.inner.release(lease).await;
-        match &result {
-            Ok(()) => {
-                self.count(lease.id(), "released");
-                self.let_go(&lease.token());
-            }
-            Err(Error::LeaseLost) => {
-                self.count(lease.id(), "lease_lost");
-                self.let_go(&lease.token());
-            }
-            Err(error) => self.failed("release", error),
-        }
-        result
-    }
-
-    async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
-        let timer = self.timer("renew");
-        let result = self.inner.renew(lease, lease_for).await;
-        match &result {
-            Ok(_) => self.renewed(&lease.token(), deadline_after(timer.started, lease_for)),
-            Err(Error::LeaseLost) => {
-                self.count(lease.id(), "lease_lost");
-                self.let_go(&lease.token());
-            }
-            Err(error) => self.failed("renew", error),
-        }
-        result
-    }
-
-    async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
-        let _timer = self.timer("purge");
-        let result = self.inner.purge_expired(limit).await;
-        match &result {
-            Ok(purged) => metrics::counter!(PURGED_TOTAL, "store" => self.store)
-                .increment(u64::try_from(*purged).unwrap_or(u64::MAX)),
-            Err(error) => self.failed("purge", error),
-        }
-        result
-    }
-
-    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        let _timer = self.timer("lookup");
-        let result = self.inner.lookup(id).await;
-        match &result {
-            // A reservation of ours found completed: completed around the decorator, in the
-            // caller's transaction (the engine checks such a completion with this lookup).
-            Ok(Some(record)) if matches!(record.state, RecordState::Completed { .. }) => {
-                if self.let_go(&record.token) {
-                    self.count(id, "executed");
-                }
-            }
-            Ok(_) => {}
-            Err(error) => self.failed("lookup", error),
-        }
-        result
-    }
-
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-        let _timer = self.timer("list");
-        let result = self.inner.list(query).await;
-        if let Err(error) = &result {
-            self.failed("list", error);
-        }
-        result
-    }
-
-    async fn stats(&self) -> Result<Stats, Error> {
-        let _timer = self.timer("stats");
-        let result = self.inner.stats().await;
-        if let Err(error) = &result {
-            self.failed("stats", error);
-        }
-        result
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
+        Error::LeaseLost => match operation {
+            Operation::Complete
+            | Operation::Release
+            | Operation::Renew
+            | Operation::Transaction => return None,
+            // Only the fenced operations may lose a lease; from any other it is the store's
+            // fault.
+            _ => "other",
+        },
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::ManualClock;
+    use crate::answer::Answer;
+    use crate::begin::Begin;
+    use crate::clock::{ManualClock, Timestamp};
+    use crate::completion::Completion;
+    use crate::decision::Acquire;
     use crate::engine::Idempotency;
+    use crate::lease::Lease;
     use crate::memory::MemoryStore;
+    use crate::outcome::{Failure, Outcome, RunError};
+    use crate::policy::Policy;
+    use crate::record::Record;
+    use crate::request::Request;
     use crate::response::StoredResponse;
+    use crate::store::{ListQuery, Page, Stats, Store};
+    use crate::token::FencingToken;
+    use async_trait::async_trait;
     use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
     use std::future::Future;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
 
     const ROUTE: &str = "POST /v1/charges";
     const CONSUMER: &str = "acct_42";
@@ -565,7 +494,7 @@ mod tests {
         name: String,
         labels: Vec<(String, String)>,
         unit: Option<Unit>,
-        described: bool,
+        description: Option<String>,
         value: DebugValue,
     }
 
@@ -605,11 +534,18 @@ mod tests {
                         name,
                         labels,
                         unit,
-                        described: description.is_some(),
+                        description: description.map(|d| d.to_string()),
                         value,
                     }),
                 }
             }
+        }
+
+        /// A fresh view: one snapshot, taken now.
+        fn now(snapshotter: &Snapshotter) -> Self {
+            let mut seen = Seen::default();
+            seen.take(snapshotter);
+            seen
         }
 
         fn rows(&self, name: &str) -> Vec<&Row> {
@@ -639,11 +575,34 @@ mod tests {
             }
         }
 
+        fn histogram(&self, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+            match self.row(name, labels).map(|r| &r.value) {
+                Some(DebugValue::Histogram(values)) => {
+                    values.iter().map(|v| v.into_inner()).collect()
+                }
+                other => panic!("{name} {labels:?}: not a histogram: {other:?}"),
+            }
+        }
+
         /// `idem_in_progress{store="memory", route=ROUTE}` after a fresh snapshot: the value
         /// last set since the previous snapshot, or 0 when none was.
         fn in_progress(&mut self, snapshotter: &Snapshotter) -> f64 {
             self.take(snapshotter);
             self.gauge(IN_PROGRESS, &[("store", "memory"), ("route", ROUTE)])
+        }
+
+        /// `idem_requests_total` of store "memory" and route ROUTE has exactly the outcomes
+        /// `expected`, with these counts, and no other.
+        fn assert_outcomes(&self, expected: &[(&str, u64)]) {
+            for (name, count) in expected {
+                assert_eq!(
+                    self.counter(REQUESTS_TOTAL, &outcome(name)),
+                    *count,
+                    "outcome {name}"
+                );
+            }
+            let rows = self.rows(REQUESTS_TOTAL);
+            assert_eq!(rows.len(), expected.len(), "no other outcome: {rows:#?}");
         }
 
         /// Every row of `name` has exactly the label names `keys`, the documented unit and a
@@ -656,7 +615,10 @@ mod tests {
                 let got: Vec<&str> = row.labels.iter().map(|(k, _)| k.as_str()).collect();
                 assert_eq!(got, keys, "{name}: labels of {row:?}");
                 assert_eq!(row.unit, Some(unit), "{name}: unit");
-                assert!(row.described, "{name}: described");
+                assert!(
+                    row.description.as_ref().is_some_and(|d| !d.is_empty()),
+                    "{name}: described"
+                );
                 for (_, value) in &row.labels {
                     assert!(!value.contains(CONSUMER), "{name}: the consumer in {row:?}");
                     assert!(!value.contains("key-"), "{name}: a key in {row:?}");
@@ -664,6 +626,37 @@ mod tests {
             }
             rows.len()
         }
+    }
+
+    /// The gauge is back to 0: nothing held in the observer, and the last value recorded 0.
+    fn assert_gauge_back_to_zero(metrics: &Metrics, seen: &Seen) {
+        assert_eq!(metrics.in_progress(), 0);
+        assert!(metrics.held().records.is_empty(), "{metrics:?}");
+        assert_eq!(
+            seen.gauge(IN_PROGRESS, &[("store", "memory"), ("route", ROUTE)]),
+            0.0
+        );
+    }
+
+    fn outcome(outcome: &str) -> [(&str, &str); 3] {
+        [("store", "memory"), ("route", ROUTE), ("outcome", outcome)]
+    }
+
+    /// An engine over `store` with a [`Metrics`] labelled "memory" (kept, to look at its
+    /// state), after the default tracing observer.
+    fn engine<S: Store>(store: S) -> (Idempotency<S>, Arc<Metrics>) {
+        let metrics = Arc::new(Metrics::new("memory"));
+        let idem = Idempotency::builder(store)
+            .observer(Arc::clone(&metrics))
+            .build()
+            .expect("a valid policy");
+        (idem, metrics)
+    }
+
+    /// A memory store on a manual clock, shared (a second engine over it is another process).
+    fn clocked() -> (Arc<MemoryStore>, ManualClock) {
+        let clock = ManualClock::new(Timestamp::from_millis(1_000));
+        (Arc::new(MemoryStore::with_clock(clock.clone())), clock)
     }
 
     fn request(idem: &Idempotency<impl Store>, key: &str, body: &[u8]) -> Request {
@@ -688,16 +681,424 @@ mod tests {
         }
     }
 
-    fn outcome(outcome: &'static str) -> [(&'static str, &'static str); 3] {
-        [("store", "memory"), ("route", ROUTE), ("outcome", outcome)]
+    async fn complete(idem: &Idempotency<impl Store>, lease: Lease) {
+        idem.complete(lease, StoredResponse::new(201, "ok"))
+            .await
+            .expect("complete");
+    }
+
+    type Ran = Result<Outcome, RunError<std::io::Error>>;
+
+    /// The closure form with a handler that answers 201.
+    async fn run_ok<S: Store + 'static>(idem: &Idempotency<S>, request: &Request) -> Ran {
+        idem.run(request, |_ctx| async {
+            Ok::<_, Failure<std::io::Error>>(StoredResponse::new(201, "ok"))
+        })
+        .await
+    }
+
+    fn boom() -> std::io::Error {
+        std::io::Error::other("boom")
+    }
+
+    // ---- The guard style: begin, then complete or release ----
+
+    #[test]
+    fn c16_guard_executed_counts_acquired_then_executed() {
+        recorded(|snapshotter| async move {
+            let (idem, metrics) = engine(MemoryStore::new());
+            let lease = acquire(&idem, &request(&idem, "key-1", b"{}")).await;
+            assert_eq!(metrics.in_progress(), 1);
+            complete(&idem, lease).await;
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[("acquired", 1), ("executed", 1)]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+        });
     }
 
     #[test]
-    fn requests_total_counts_each_outcome_by_store_route_and_outcome() {
+    fn c16_guard_replayed_is_counted_and_holds_nothing() {
         recorded(|snapshotter| async move {
-            let clock = ManualClock::new(Timestamp::from_millis(1_000));
-            let store = Metered::new(MemoryStore::with_clock(clock.clone()), "memory");
-            let idem = Idempotency::new(store);
+            let (idem, metrics) = engine(MemoryStore::new());
+            let first = request(&idem, "key-1", b"{}");
+            let lease = acquire(&idem, &first).await;
+            complete(&idem, lease).await;
+            assert!(answer(&idem, &first).await.is_replay());
+            assert_eq!(metrics.in_progress(), 0);
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[("acquired", 1), ("executed", 1), ("replayed", 1)]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+        });
+    }
+
+    #[test]
+    fn c16_guard_in_flight_is_counted_and_holds_nothing() {
+        recorded(|snapshotter| async move {
+            let (idem, metrics) = engine(MemoryStore::new());
+            let first = request(&idem, "key-1", b"{}");
+            let lease = acquire(&idem, &first).await;
+            assert!(matches!(
+                answer(&idem, &first).await,
+                Answer::InFlight { .. }
+            ));
+            assert_eq!(metrics.in_progress(), 1);
+            complete(&idem, lease).await;
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[("acquired", 1), ("in_flight", 1), ("executed", 1)]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+        });
+    }
+
+    #[test]
+    fn c16_guard_mismatch_is_counted_and_holds_nothing() {
+        recorded(|snapshotter| async move {
+            let (idem, metrics) = engine(MemoryStore::new());
+            let lease = acquire(&idem, &request(&idem, "key-1", b"{}")).await;
+            let other = request(&idem, "key-1", b"{\"other\":1}");
+            assert_eq!(answer(&idem, &other).await, Answer::Mismatch);
+            assert_eq!(metrics.in_progress(), 1);
+            complete(&idem, lease).await;
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[("acquired", 1), ("mismatch", 1), ("executed", 1)]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+        });
+    }
+
+    #[test]
+    fn c16_guard_taken_over_counts_the_record_once_and_the_old_holder_lease_lost() {
+        recorded(|snapshotter| async move {
+            let (store, clock) = clocked();
+            let (idem, metrics) = engine(store);
+            let third = request(&idem, "key-3", b"{}");
+            let old = acquire(&idem, &third).await;
+            clock.advance(idem.policy().lease + Duration::from_secs(1));
+            let new = acquire(&idem, &third).await;
+            assert!(matches!(new.acquired(), Acquire::TakeOver { .. }));
+            // One live reservation of the record in the store (C4): counted once.
+            assert_eq!(metrics.in_progress(), 1);
+            assert!(matches!(
+                idem.complete(old, StoredResponse::new(201, "late")).await,
+                Err(Error::LeaseLost)
+            ));
+            // The old holder's end is its own: the new one still holds the record.
+            assert_eq!(metrics.in_progress(), 1);
+            complete(&idem, new).await;
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[
+                ("acquired", 1),
+                ("taken_over", 1),
+                ("lease_lost", 1),
+                ("executed", 1),
+            ]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+            assert!(
+                seen.rows(STORE_ERRORS_TOTAL).is_empty(),
+                "a lost lease is no store error"
+            );
+        });
+    }
+
+    #[test]
+    fn c16_guard_lease_lost_on_renew_ends_the_replaced_holder_only() {
+        recorded(|snapshotter| async move {
+            let (store, clock) = clocked();
+            let (idem, metrics) = engine(store);
+            let first = request(&idem, "key-1", b"{}");
+            let mut old = acquire(&idem, &first).await;
+            clock.advance(idem.policy().lease + Duration::from_secs(1));
+            let new = acquire(&idem, &first).await;
+            assert!(matches!(idem.renew(&mut old).await, Err(Error::LeaseLost)));
+            assert_eq!(metrics.in_progress(), 1);
+            complete(&idem, new).await;
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[
+                ("acquired", 1),
+                ("taken_over", 1),
+                ("lease_lost", 1),
+                ("executed", 1),
+            ]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+        });
+    }
+
+    #[test]
+    fn c16_guard_started_over_after_the_retention() {
+        recorded(|snapshotter| async move {
+            let (store, clock) = clocked();
+            let (idem, metrics) = engine(store);
+            let first = request(&idem, "key-1", b"{}");
+            let lease = acquire(&idem, &first).await;
+            complete(&idem, lease).await;
+            clock.advance(idem.policy().retention + Duration::from_secs(1));
+            let again = acquire(&idem, &first).await;
+            assert!(matches!(again.acquired(), Acquire::StartOver { .. }));
+            assert_eq!(metrics.in_progress(), 1);
+            complete(&idem, again).await;
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[("acquired", 1), ("executed", 2), ("started_over", 1)]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+        });
+    }
+
+    #[test]
+    fn c16_guard_released_counts_acquired_then_released() {
+        recorded(|snapshotter| async move {
+            let (idem, metrics) = engine(MemoryStore::new());
+            let lease = acquire(&idem, &request(&idem, "key-1", b"{}")).await;
+            assert_eq!(metrics.in_progress(), 1);
+            idem.release(lease).await.expect("release");
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[("acquired", 1), ("released", 1)]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+        });
+    }
+
+    #[test]
+    fn c16_guard_dropped_lease_counts_until_the_record_is_reserved_again_here() {
+        recorded(|snapshotter| async move {
+            let (store, clock) = clocked();
+            let (idem, metrics) = engine(store);
+            let first = request(&idem, "key-1", b"{}");
+            // A guard-style caller that dropped its lease: no completion, no release.
+            drop(acquire(&idem, &first).await);
+            assert_eq!(metrics.in_progress(), 1);
+            clock.advance(idem.policy().lease + Duration::from_secs(1));
+            // A retry takes the orphan over; its end ends the record here.
+            assert!(matches!(
+                run_ok(&idem, &first).await,
+                Ok(Outcome::Executed(_))
+            ));
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[("acquired", 1), ("taken_over", 1), ("executed", 1)]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+        });
+    }
+
+    // ---- The closure style: run ----
+
+    #[test]
+    fn c16_run_executed_counts_acquired_then_executed() {
+        recorded(|snapshotter| async move {
+            let (idem, metrics) = engine(MemoryStore::new());
+            let first = request(&idem, "key-1", b"{}");
+            let during = Arc::clone(&metrics);
+            let ran: Ran = idem
+                .run(&first, move |_ctx| async move {
+                    assert_eq!(during.in_progress(), 1, "held while the handler runs");
+                    Ok(StoredResponse::new(201, "ok"))
+                })
+                .await;
+            assert!(matches!(ran, Ok(Outcome::Executed(_))));
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[("acquired", 1), ("executed", 1)]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+        });
+    }
+
+    #[test]
+    fn c16_run_replayed_is_counted_and_holds_nothing() {
+        recorded(|snapshotter| async move {
+            let (idem, metrics) = engine(MemoryStore::new());
+            let first = request(&idem, "key-1", b"{}");
+            assert!(matches!(
+                run_ok(&idem, &first).await,
+                Ok(Outcome::Executed(_))
+            ));
+            assert!(matches!(
+                run_ok(&idem, &first).await,
+                Ok(Outcome::Answered(Answer::Replay(_)))
+            ));
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[("acquired", 1), ("executed", 1), ("replayed", 1)]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+        });
+    }
+
+    #[test]
+    fn c16_run_in_flight_is_counted_and_holds_nothing() {
+        recorded(|snapshotter| async move {
+            let (idem, metrics) = engine(MemoryStore::new());
+            let first = request(&idem, "key-1", b"{}");
+            let duplicate = first.clone();
+            let during = Arc::clone(&metrics);
+            let ran: Ran = idem
+                .run(&first, move |ctx| async move {
+                    let answer = ctx.idem().begin(&duplicate).await.expect("begin");
+                    assert!(matches!(answer, Begin::Answered(Answer::InFlight { .. })));
+                    assert_eq!(during.in_progress(), 1);
+                    Ok(StoredResponse::new(201, "ok"))
+                })
+                .await;
+            assert!(matches!(ran, Ok(Outcome::Executed(_))));
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[("acquired", 1), ("in_flight", 1), ("executed", 1)]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+        });
+    }
+
+    #[test]
+    fn c16_run_mismatch_is_counted_and_holds_nothing() {
+        recorded(|snapshotter| async move {
+            let (idem, metrics) = engine(MemoryStore::new());
+            let first = request(&idem, "key-1", b"{}");
+            let other = request(&idem, "key-1", b"{\"other\":1}");
+            let during = Arc::clone(&metrics);
+            let ran: Ran = idem
+                .run(&first, move |ctx| async move {
+                    let answer = ctx.idem().begin(&other).await.expect("begin");
+                    assert!(matches!(answer, Begin::Answered(Answer::Mismatch)));
+                    assert_eq!(during.in_progress(), 1);
+                    Ok(StoredResponse::new(201, "ok"))
+                })
+                .await;
+            assert!(matches!(ran, Ok(Outcome::Executed(_))));
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[("acquired", 1), ("mismatch", 1), ("executed", 1)]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+        });
+    }
+
+    #[test]
+    fn c16_run_taken_over_an_orphan_of_another_process() {
+        recorded(|snapshotter| async move {
+            let (store, clock) = clocked();
+            let (idem, metrics) = engine(Arc::clone(&store));
+            // Another process (no metrics of this one) reserved and crashed.
+            let crashed = Idempotency::new(store);
+            let first = request(&idem, "key-1", b"{}");
+            drop(acquire(&crashed, &first).await);
+            clock.advance(idem.policy().lease + Duration::from_secs(1));
+            assert!(matches!(
+                run_ok(&idem, &first).await,
+                Ok(Outcome::Executed(_))
+            ));
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[("taken_over", 1), ("executed", 1)]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+        });
+    }
+
+    #[test]
+    fn c16_run_started_over_after_the_retention() {
+        recorded(|snapshotter| async move {
+            let (store, clock) = clocked();
+            let (idem, metrics) = engine(store);
+            let first = request(&idem, "key-1", b"{}");
+            assert!(matches!(
+                run_ok(&idem, &first).await,
+                Ok(Outcome::Executed(_))
+            ));
+            clock.advance(idem.policy().retention + Duration::from_secs(1));
+            assert!(matches!(
+                run_ok(&idem, &first).await,
+                Ok(Outcome::Executed(_))
+            ));
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[("acquired", 1), ("started_over", 1), ("executed", 2)]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+        });
+    }
+
+    #[test]
+    fn c16_run_released_when_nothing_happened() {
+        recorded(|snapshotter| async move {
+            let (idem, metrics) = engine(MemoryStore::new());
+            let first = request(&idem, "key-1", b"{}");
+            let ran = idem
+                .run(&first, |_ctx| async {
+                    Err::<StoredResponse, _>(Failure::nothing_happened(boom()))
+                })
+                .await;
+            assert!(matches!(ran, Err(RunError::Released(_))));
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[("acquired", 1), ("released", 1)]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+        });
+    }
+
+    #[test]
+    fn c16_run_lease_lost_to_another_process() {
+        recorded(|snapshotter| async move {
+            let (store, clock) = clocked();
+            let (idem, metrics) = engine(Arc::clone(&store));
+            let other = Idempotency::new(store);
+            let first = request(&idem, "key-1", b"{}");
+            let duplicate = first.clone();
+            let lease = idem.policy().lease;
+            let ran: Ran = idem
+                .run(&first, move |_ctx| async move {
+                    // The store's clock passes the lease; another process takes the record.
+                    clock.advance(lease + Duration::from_secs(1));
+                    let taken = other.begin(&duplicate).await.expect("begin");
+                    assert!(matches!(taken, Begin::Acquired(_)));
+                    Ok(StoredResponse::new(201, "late"))
+                })
+                .await;
+            assert!(matches!(ran, Err(RunError::Incomplete(Error::LeaseLost))));
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[("acquired", 1), ("lease_lost", 1)]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+            assert!(
+                seen.rows(STORE_ERRORS_TOTAL).is_empty(),
+                "the fence working"
+            );
+        });
+    }
+
+    #[test]
+    fn c16_run_outcome_unknown_keeps_the_key_and_ends_the_execution() {
+        recorded(|snapshotter| async move {
+            let (idem, metrics) = engine(MemoryStore::new());
+            let first = request(&idem, "key-1", b"{}");
+            let ran = idem
+                .run(&first, |_ctx| async {
+                    Err::<StoredResponse, _>(Failure::unknown(boom()))
+                })
+                .await;
+            assert!(matches!(ran, Err(RunError::Unknown { .. })));
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[("acquired", 1), ("outcome_unknown", 1)]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+        });
+    }
+
+    #[test]
+    fn c16_run_completion_written_by_the_handler_is_executed() {
+        recorded(|snapshotter| async move {
+            let (idem, metrics) = engine(MemoryStore::new());
+            let first = request(&idem, "key-1", b"{}");
+            // As a SQL store's complete_in in the effect's transaction: written around the
+            // engine, returned to it, checked by its lookup.
+            let ran = idem
+                .run(&first, |ctx| async move {
+                    let completion = ctx.completion(StoredResponse::new(201, "ok"));
+                    ctx.idem()
+                        .store()
+                        .complete(&completion)
+                        .await
+                        .map_err(Failure::unknown)?;
+                    Ok::<_, Failure<Error>>(completion)
+                })
+                .await;
+            assert!(matches!(ran, Ok(Outcome::Executed(_))));
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[("acquired", 1), ("executed", 1)]);
+            assert_gauge_back_to_zero(&metrics, &seen);
+            let lookups = seen.histogram(
+                STORE_DURATION_SECONDS,
+                &[("store", "memory"), ("operation", "lookup")],
+            );
+            assert_eq!(lookups.len(), 1, "the engine's check, and no other call");
+        });
+    }
+
+    // ---- Each metric: labels, unit, description ----
+
+    #[test]
+    fn c16_requests_total_counts_each_outcome_by_store_route_and_outcome() {
+        recorded(|snapshotter| async move {
+            let (store, clock) = clocked();
+            let (idem, metrics) = engine(store);
 
             // acquired, in_flight, mismatch, executed, replayed
             let first = request(&idem, "key-1", b"{}");
@@ -708,9 +1109,7 @@ mod tests {
             ));
             let other = request(&idem, "key-1", b"{\"other\":1}");
             assert_eq!(answer(&idem, &other).await, Answer::Mismatch);
-            idem.complete(lease, StoredResponse::new(201, "ok"))
-                .await
-                .expect("complete");
+            complete(&idem, lease).await;
             assert!(answer(&idem, &first).await.is_replay());
 
             // acquired, released
@@ -718,71 +1117,71 @@ mod tests {
             let lease = acquire(&idem, &second).await;
             idem.release(lease).await.expect("release");
 
-            // acquired, then taken over after the lease; the old holder's renew and complete
-            // are refused (lease_lost twice), the new holder's completion lands (executed).
+            // acquired, taken over after the lease; the old holder's completion is refused
+            // (lease_lost), the new holder's lands (executed).
             let third = request(&idem, "key-3", b"{}");
-            let mut old = acquire(&idem, &third).await;
+            let old = acquire(&idem, &third).await;
             clock.advance(idem.policy().lease + Duration::from_secs(1));
             let new = acquire(&idem, &third).await;
-            assert!(matches!(old.acquired(), Acquire::Fresh));
-            assert!(matches!(new.acquired(), Acquire::TakeOver { .. }));
-            assert!(matches!(idem.renew(&mut old).await, Err(Error::LeaseLost)));
             assert!(matches!(
                 idem.complete(old, StoredResponse::new(201, "late")).await,
                 Err(Error::LeaseLost)
             ));
-            idem.complete(new, StoredResponse::new(201, "ok"))
-                .await
-                .expect("complete");
+            complete(&idem, new).await;
 
-            // a start over after the retention is counted as taken_over too
+            // started over after the retention, then an unknown outcome
             clock.advance(idem.policy().retention + Duration::from_secs(1));
-            let again = acquire(&idem, &first).await;
-            assert!(matches!(again.acquired(), Acquire::StartOver { .. }));
-            idem.release(again).await.expect("release");
+            let ran = idem
+                .run(&first, |_ctx| async {
+                    Err::<StoredResponse, _>(Failure::unknown(boom()))
+                })
+                .await;
+            assert!(matches!(ran, Err(RunError::Unknown { .. })));
 
-            let mut seen = Seen::default();
-            seen.take(&snapshotter);
-            let expected = [
-                ("acquired", 3),
-                ("taken_over", 2),
+            // rejected: a body over the limit
+            let limit = idem.policy().max_body_bytes;
+            let big = Request::builder(CONSUMER, "POST", "/v1/charges")
+                .max_body_bytes(limit * 2)
+                .key(Some("key-4"))
+                .body(&vec![b' '; limit + 1])
+                .build()
+                .expect("a request without the engine's limit");
+            assert!(idem.begin(&big).await.is_err());
+
+            let seen = Seen::now(&snapshotter);
+            seen.assert_outcomes(&[
+                ("rejected", 1),
                 ("replayed", 1),
                 ("in_flight", 1),
                 ("mismatch", 1),
+                ("acquired", 3),
+                ("taken_over", 1),
+                ("started_over", 1),
                 ("executed", 2),
-                ("released", 2),
-                ("lease_lost", 2),
-            ];
-            for (name, count) in expected {
-                assert_eq!(
-                    seen.counter(REQUESTS_TOTAL, &outcome(name)),
-                    count,
-                    "{name}"
-                );
-            }
+                ("released", 1),
+                ("lease_lost", 1),
+                ("outcome_unknown", 1),
+            ]);
             let rows =
                 seen.assert_labels(REQUESTS_TOTAL, &["store", "route", "outcome"], Unit::Count);
-            assert_eq!(rows, expected.len(), "no other outcome");
-            assert!(
-                seen.rows(STORE_ERRORS_TOTAL).is_empty(),
-                "a lost lease is no store error"
-            );
+            assert_eq!(rows, 11);
+            assert_gauge_back_to_zero(&metrics, &seen);
         });
     }
 
     #[test]
-    fn requests_total_without_the_route_label() {
+    fn c16_requests_total_without_the_route_label() {
         recorded(|snapshotter| async move {
-            let store = Metered::new(MemoryStore::new(), "memory").with_route_label(false);
-            let idem = Idempotency::new(store);
+            let metrics = Arc::new(Metrics::new("memory").with_route_label(false));
+            let idem = Idempotency::builder(MemoryStore::new())
+                .observer(Arc::clone(&metrics))
+                .build()
+                .expect("a valid policy");
             let first = request(&idem, "key-1", b"{}");
             let lease = acquire(&idem, &first).await;
-            idem.complete(lease, StoredResponse::new(201, "ok"))
-                .await
-                .expect("complete");
+            complete(&idem, lease).await;
             let _held = acquire(&idem, &request(&idem, "key-2", b"{}")).await;
-            let mut seen = Seen::default();
-            seen.take(&snapshotter);
+            let seen = Seen::now(&snapshotter);
             let labels = [("store", "memory"), ("outcome", "acquired")];
             assert_eq!(seen.counter(REQUESTS_TOTAL, &labels), 2);
             let labels = [("store", "memory"), ("outcome", "executed")];
@@ -790,100 +1189,202 @@ mod tests {
             seen.assert_labels(REQUESTS_TOTAL, &["store", "outcome"], Unit::Count);
             assert_eq!(seen.gauge(IN_PROGRESS, &[("store", "memory")]), 1.0);
             seen.assert_labels(IN_PROGRESS, &["store"], Unit::Count);
+            assert_eq!(metrics.in_progress(), 1);
         });
     }
 
     /// Makes the error a [`Failing`] store fails with.
     type Fail = fn() -> Error;
 
-    /// A store whose every call fails with the error its `Fail` makes.
-    struct Failing(Fail);
+    /// A store whose every call fails with the error its `Fail` makes, except `complete` when
+    /// `lose_leases`: refused as a lost lease, so that the engine looks the record up.
+    struct Failing {
+        fail: Fail,
+        lose_leases: bool,
+    }
 
     #[async_trait]
     impl Store for Failing {
         async fn reserve(&self, _: &Request, _: Duration) -> Result<Begin, Error> {
-            Err((self.0)())
+            Err((self.fail)())
         }
         async fn complete(&self, _: &Completion) -> Result<(), Error> {
-            Err((self.0)())
+            if self.lose_leases {
+                return Err(Error::LeaseLost);
+            }
+            Err((self.fail)())
         }
         async fn release(&self, _: &Lease) -> Result<(), Error> {
-            Err((self.0)())
+            Err((self.fail)())
         }
         async fn renew(&self, _: &Lease, _: Duration) -> Result<Timestamp, Error> {
-            Err((self.0)())
+            Err((self.fail)())
         }
         async fn purge_expired(&self, _: usize) -> Result<usize, Error> {
-            Err((self.0)())
+            Err((self.fail)())
         }
         async fn lookup(&self, _: &RecordId) -> Result<Option<Record>, Error> {
-            Err((self.0)())
+            Err((self.fail)())
         }
         async fn list(&self, _: &ListQuery) -> Result<Page, Error> {
-            Err((self.0)())
+            Err((self.fail)())
         }
         async fn stats(&self) -> Result<Stats, Error> {
-            Err((self.0)())
+            Err((self.fail)())
         }
     }
 
+    /// The events an engine emitted, as a second observer sees them.
+    #[derive(Default)]
+    struct Tally(Mutex<Vec<(EventKind, Option<Operation>, bool)>>);
+
+    impl Observer for Tally {
+        fn observe(&self, event: &Event<'_>) {
+            let failed = event
+                .error()
+                .is_some_and(|error| !matches!(error, Error::LeaseLost));
+            self.0.lock().unwrap_or_else(PoisonError::into_inner).push((
+                event.kind(),
+                event.operation(),
+                failed,
+            ));
+        }
+    }
+
+    impl Tally {
+        /// Store calls of `operation`, and how many of them failed (a lost lease aside).
+        fn calls(&self, operation: Operation) -> (usize, usize) {
+            let events = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let calls: Vec<bool> = events
+                .iter()
+                .filter(|(k, o, _)| *k == EventKind::StoreCall && *o == Some(operation))
+                .map(|(_, _, failed)| *failed)
+                .collect();
+            (calls.len(), calls.iter().filter(|failed| **failed).count())
+        }
+
+        fn events(&self, kind: EventKind) -> u64 {
+            let events = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            events.iter().filter(|(k, _, _)| *k == kind).count() as u64
+        }
+    }
+
+    /// An engine over `store` with a short store timeout, the metrics labelled "failing" and
+    /// `tally`.
+    fn failing(store: Failing, tally: &Arc<Tally>) -> Idempotency<Failing> {
+        Idempotency::builder(store)
+            .policy(Policy::default().store_timeout(Duration::from_millis(20)))
+            .observer(Metrics::new("failing"))
+            .observer(Arc::clone(tally))
+            .build()
+            .expect("a valid policy")
+    }
+
     #[test]
-    fn store_errors_total_counts_each_kind_by_store_operation_and_kind() {
-        let kinds: [(&str, Fail); 6] = [
-            ("unavailable", || {
-                Error::store("failing", StoreErrorKind::Unavailable, "down")
-            }),
-            ("transaction_conflict", || {
-                Error::store("failing", StoreErrorKind::TransactionConflict, "40001")
-            }),
-            ("misconfigured", || {
-                Error::store("failing", StoreErrorKind::Misconfigured, "no table")
-            }),
-            ("other", || {
-                Error::store("failing", StoreErrorKind::Other, "oops")
-            }),
-            ("corrupt_record", || {
-                Error::CorruptRecord("garbage".to_owned())
-            }),
-            ("invalid_input", || {
-                Error::invalid(crate::Field::Response, "too large")
-            }),
+    fn c16_store_errors_total_counts_each_kind_by_store_operation_and_kind() {
+        let kinds: [(&str, Fail, bool); 6] = [
+            (
+                "unavailable",
+                || Error::store("failing", StoreErrorKind::Unavailable, "down"),
+                true,
+            ),
+            (
+                "transaction_conflict",
+                || Error::store("failing", StoreErrorKind::TransactionConflict, "40001"),
+                true,
+            ),
+            (
+                "misconfigured",
+                || Error::store("failing", StoreErrorKind::Misconfigured, "no table"),
+                false,
+            ),
+            (
+                "other",
+                || Error::store("failing", StoreErrorKind::Other, "oops"),
+                false,
+            ),
+            (
+                "corrupt_record",
+                || Error::CorruptRecord("garbage".to_owned()),
+                false,
+            ),
+            (
+                "invalid_input",
+                || Error::invalid(crate::Field::Response, "too large"),
+                false,
+            ),
+        ];
+        let operations = [
+            Operation::Reserve,
+            Operation::Complete,
+            Operation::Release,
+            Operation::Renew,
+            Operation::Purge,
+            Operation::Lookup,
         ];
         recorded(|snapshotter| async move {
-            for (_, fail) in kinds {
-                let idem = Idempotency::new(Metered::new(Failing(fail), "failing"));
+            let mut tallies = Vec::new();
+            for (_, fail, _) in kinds {
+                let tally = Arc::new(Tally::default());
+                let idem = failing(
+                    Failing {
+                        fail,
+                        lose_leases: false,
+                    },
+                    &tally,
+                );
                 let request = request(&idem, "key-1", b"{}");
-                let lease = Lease::new(
+                let mut lease = Lease::new(
                     &request,
                     FencingToken::generate(),
                     Timestamp::from_millis(60_000),
                     Acquire::Fresh,
                 );
-                let completion = idem.completion(&lease, StoredResponse::new(201, "ok"));
-                let store = idem.store();
+                // Past its local deadline: one attempt at each completion, no retry.
+                lease.set_local_deadline(Instant::now());
                 assert!(idem.begin(&request).await.is_err());
-                assert!(store.complete(&completion).await.is_err());
-                assert!(store.release(&lease).await.is_err());
-                assert!(store.renew(&lease, Duration::from_secs(1)).await.is_err());
+                assert!(idem
+                    .complete(lease.clone(), StoredResponse::new(201, "ok"))
+                    .await
+                    .is_err());
+                assert!(idem.release(lease.clone()).await.is_err());
+                assert!(idem.renew(&mut lease).await.is_err());
                 assert!(idem.purge_expired().await.is_err());
-                assert!(store.lookup(request.id()).await.is_err());
-                let query = ListQuery::in_progress(Duration::ZERO);
-                assert!(store.list(&query).await.is_err());
-                assert!(store.stats().await.is_err());
+                // A completion refused as a lost lease: the engine looks the record up, and
+                // the lookup fails.
+                let lossy = failing(
+                    Failing {
+                        fail,
+                        lose_leases: true,
+                    },
+                    &tally,
+                );
+                assert!(matches!(
+                    lossy.complete(lease, StoredResponse::new(201, "ok")).await,
+                    Err(Error::LeaseLost)
+                ));
+                tallies.push(tally);
             }
-            let mut seen = Seen::default();
-            seen.take(&snapshotter);
-            let operations = [
-                "reserve", "complete", "release", "renew", "purge", "lookup", "list", "stats",
-            ];
-            for (kind, _) in kinds {
+            let seen = Seen::now(&snapshotter);
+            for ((kind, _, retryable), tally) in kinds.iter().zip(&tallies) {
                 for operation in operations {
                     let labels = [
                         ("store", "failing"),
-                        ("operation", operation),
+                        ("operation", operation.name()),
                         ("kind", kind),
                     ];
-                    assert_eq!(seen.counter(STORE_ERRORS_TOTAL, &labels), 1, "{labels:?}");
+                    let (_, failed) = tally.calls(operation);
+                    let counted = seen.counter(STORE_ERRORS_TOTAL, &labels);
+                    assert_eq!(counted as usize, failed, "as the events say: {labels:?}");
+                    let expected = match operation {
+                        // A completion refused for good is replaced by a stored 500, which
+                        // fails too; a retryable failure past the deadline is tried once.
+                        Operation::Complete if !retryable => 2,
+                        // Retried within the store timeout.
+                        Operation::Lookup if *retryable => counted.max(1),
+                        _ => 1,
+                    };
+                    assert_eq!(counted, expected, "{labels:?}");
                 }
             }
             let rows = seen.assert_labels(
@@ -891,40 +1392,130 @@ mod tests {
                 &["store", "operation", "kind"],
                 Unit::Count,
             );
-            assert_eq!(rows, kinds.len() * operations.len());
-            assert!(
-                seen.rows(REQUESTS_TOTAL).is_empty(),
-                "an error is no outcome"
-            );
-            // Failed calls are timed too.
+            assert_eq!(rows, kinds.len() * operations.len(), "no other row");
+            // Every call is timed, failed or not (the refused completions too).
             for operation in operations {
-                let labels = [("store", "failing"), ("operation", operation)];
-                let row = seen.row(STORE_DURATION_SECONDS, &labels).expect("timed");
-                assert!(matches!(&row.value, DebugValue::Histogram(v) if v.len() == kinds.len()));
+                let labels = [("store", "failing"), ("operation", operation.name())];
+                let calls: usize = tallies.iter().map(|t| t.calls(operation).0).sum();
+                assert_eq!(seen.histogram(STORE_DURATION_SECONDS, &labels).len(), calls);
             }
+            // The outcomes are the events' too.
+            for kind in OUTCOMES {
+                let events: u64 = tallies.iter().map(|t| t.events(*kind)).sum();
+                let labels = [
+                    ("store", "failing"),
+                    ("route", ROUTE),
+                    ("outcome", kind.name()),
+                ];
+                let counted = seen
+                    .row(REQUESTS_TOTAL, &labels)
+                    .map_or(0, |_| seen.counter(REQUESTS_TOTAL, &labels));
+                assert_eq!(counted, events, "{kind}");
+            }
+            assert_eq!(
+                seen.counter(
+                    REQUESTS_TOTAL,
+                    &[
+                        ("store", "failing"),
+                        ("route", ROUTE),
+                        ("outcome", "rejected")
+                    ]
+                ),
+                kinds.len() as u64,
+                "a failed reservation is a rejected request"
+            );
         });
     }
 
     #[test]
-    fn store_duration_seconds_times_each_operation_by_store_and_operation() {
+    fn c16_store_call_events_are_timed_and_counted_by_operation() {
         recorded(|snapshotter| async move {
-            let idem = Idempotency::new(Metered::new(MemoryStore::new(), "memory"));
+            let metrics = Metrics::new("memory");
+            let down = Error::store("memory", StoreErrorKind::Unavailable, "down");
+            for operation in Operation::ALL {
+                let call = Event::new(EventKind::StoreCall)
+                    .of(*operation)
+                    .took(Duration::from_millis(250));
+                metrics.observe(&call);
+                metrics.observe(&call.failed(&down));
+                metrics.observe(&call.failed(&Error::LeaseLost));
+            }
+            // Without an operation, nothing is recorded.
+            metrics.observe(&Event::new(EventKind::StoreCall).failed(&down));
+            let seen = Seen::now(&snapshotter);
+            for operation in Operation::ALL {
+                let labels = [("store", "memory"), ("operation", operation.name())];
+                assert_eq!(
+                    seen.histogram(STORE_DURATION_SECONDS, &labels),
+                    [0.25, 0.25, 0.25]
+                );
+                let unavailable = [
+                    ("store", "memory"),
+                    ("operation", operation.name()),
+                    ("kind", "unavailable"),
+                ];
+                assert_eq!(seen.counter(STORE_ERRORS_TOTAL, &unavailable), 1);
+                let lost = [
+                    ("store", "memory"),
+                    ("operation", operation.name()),
+                    ("kind", "other"),
+                ];
+                let fenced = matches!(
+                    operation,
+                    Operation::Complete
+                        | Operation::Release
+                        | Operation::Renew
+                        | Operation::Transaction
+                );
+                if fenced {
+                    assert!(
+                        seen.row(STORE_ERRORS_TOTAL, &lost).is_none(),
+                        "{operation:?}"
+                    );
+                } else {
+                    assert_eq!(seen.counter(STORE_ERRORS_TOTAL, &lost), 1, "{operation:?}");
+                }
+            }
+            assert_eq!(
+                seen.rows(STORE_DURATION_SECONDS).len(),
+                Operation::ALL.len()
+            );
+            assert!(
+                seen.rows(REQUESTS_TOTAL).is_empty(),
+                "a store call is no outcome"
+            );
+        });
+    }
+
+    #[test]
+    fn c16_store_duration_seconds_times_each_operation_by_store_and_operation() {
+        recorded(|snapshotter| async move {
+            let (idem, _metrics) = engine(MemoryStore::new());
             let first = request(&idem, "key-1", b"{}");
             let mut lease = acquire(&idem, &first).await;
             idem.renew(&mut lease).await.expect("renew");
-            idem.complete(lease, StoredResponse::new(201, "ok"))
-                .await
-                .expect("complete");
+            complete(&idem, lease).await;
             let second = request(&idem, "key-2", b"{}");
             let lease = acquire(&idem, &second).await;
             idem.release(lease).await.expect("release");
             idem.purge_expired().await.expect("purge");
-            idem.store().lookup(first.id()).await.expect("lookup");
+            let third = request(&idem, "key-3", b"{}");
+            let ran = idem
+                .run(&third, |ctx| async move {
+                    let completion = ctx.completion(StoredResponse::new(201, "ok"));
+                    ctx.idem()
+                        .store()
+                        .complete(&completion)
+                        .await
+                        .map_err(Failure::unknown)?;
+                    Ok::<_, Failure<Error>>(completion)
+                })
+                .await;
+            assert!(matches!(ran, Ok(Outcome::Executed(_))));
 
-            let mut seen = Seen::default();
-            seen.take(&snapshotter);
+            let seen = Seen::now(&snapshotter);
             let calls = [
-                ("reserve", 2),
+                ("reserve", 3),
                 ("renew", 1),
                 ("complete", 1),
                 ("release", 1),
@@ -933,14 +1524,11 @@ mod tests {
             ];
             for (operation, count) in calls {
                 let labels = [("store", "memory"), ("operation", operation)];
-                let row = seen.row(STORE_DURATION_SECONDS, &labels).expect("timed");
-                let DebugValue::Histogram(values) = &row.value else {
-                    panic!("{operation}: not a histogram: {row:?}");
-                };
+                let values = seen.histogram(STORE_DURATION_SECONDS, &labels);
                 assert_eq!(values.len(), count, "{operation}");
                 // In seconds: a call to a memory store takes far less than one.
                 assert!(
-                    values.iter().all(|v| (0.0..1.0).contains(&v.into_inner())),
+                    values.iter().all(|v| (0.0..1.0).contains(v)),
                     "{operation}: {values:?}"
                 );
             }
@@ -949,73 +1537,77 @@ mod tests {
                 &["store", "operation"],
                 Unit::Seconds,
             );
-            assert_eq!(rows, calls.len());
+            assert_eq!(rows, calls.len(), "no other call");
         });
     }
 
     #[test]
-    fn purged_total_counts_deleted_records_by_store() {
+    fn c16_purged_total_counts_deleted_records_by_store() {
         recorded(|snapshotter| async move {
-            let clock = ManualClock::new(Timestamp::from_millis(1_000));
-            let store = Metered::new(MemoryStore::with_clock(clock.clone()), "memory");
-            let idem = Idempotency::new(store);
+            let (store, clock) = clocked();
+            let (idem, _metrics) = engine(store);
             for key in ["key-1", "key-2", "key-3"] {
                 let lease = acquire(&idem, &request(&idem, key, b"{}")).await;
-                idem.complete(lease, StoredResponse::new(201, "ok"))
-                    .await
-                    .expect("complete");
+                complete(&idem, lease).await;
             }
             let _orphan = acquire(&idem, &request(&idem, "key-4", b"{}")).await;
             assert_eq!(idem.purge_expired().await.expect("purge"), 0);
             clock.advance(idem.policy().retention + Duration::from_secs(1));
             assert_eq!(idem.purge_expired().await.expect("purge"), 4);
 
-            let mut seen = Seen::default();
-            seen.take(&snapshotter);
+            let seen = Seen::now(&snapshotter);
             assert_eq!(seen.counter(PURGED_TOTAL, &[("store", "memory")]), 4);
             assert_eq!(seen.assert_labels(PURGED_TOTAL, &["store"], Unit::Count), 1);
+            assert!(
+                !seen
+                    .rows(REQUESTS_TOTAL)
+                    .iter()
+                    .any(|r| r.labels.iter().any(|(_, v)| v == "purged")),
+                "a purge is no request outcome"
+            );
         });
     }
 
     #[test]
-    fn in_progress_gauge_follows_this_process_executions() {
+    fn c16_in_progress_gauge_follows_this_process_executions() {
         recorded(|snapshotter| async move {
-            let clock = ManualClock::new(Timestamp::from_millis(1_000));
-            let store = Metered::new(MemoryStore::with_clock(clock.clone()), "memory");
-            let idem = Idempotency::new(store);
+            let (store, clock) = clocked();
+            let (idem, metrics) = engine(store);
             let mut seen = Seen::default();
             // Held throughout: an unchanged gauge reads 0 in a snapshot, so every value checked
-            // here must be one the decorator set.
-            let _held = acquire(&idem, &request(&idem, "key-0", b"{}")).await;
+            // here must be one the observer set.
+            let held = acquire(&idem, &request(&idem, "key-0", b"{}")).await;
             assert_eq!(seen.in_progress(&snapshotter), 1.0);
 
             let a = acquire(&idem, &request(&idem, "key-1", b"{}")).await;
             assert_eq!(seen.in_progress(&snapshotter), 2.0);
             let b = acquire(&idem, &request(&idem, "key-2", b"{}")).await;
             assert_eq!(seen.in_progress(&snapshotter), 3.0);
-            idem.complete(a, StoredResponse::new(201, "ok"))
-                .await
-                .expect("complete");
+            complete(&idem, a).await;
             assert_eq!(seen.in_progress(&snapshotter), 2.0);
             idem.release(b).await.expect("release");
             assert_eq!(seen.in_progress(&snapshotter), 1.0);
 
-            // A takeover in this process: both holders count until the old one is refused.
+            // A takeover in this process: the record counts once, before and after the old
+            // holder is refused.
             let third = request(&idem, "key-3", b"{}");
             let old = acquire(&idem, &third).await;
             assert_eq!(seen.in_progress(&snapshotter), 2.0);
             clock.advance(idem.policy().lease + Duration::from_secs(1));
             let new = acquire(&idem, &third).await;
-            assert_eq!(seen.in_progress(&snapshotter), 3.0);
+            assert_eq!(seen.in_progress(&snapshotter), 2.0);
             assert!(matches!(
                 idem.complete(old, StoredResponse::new(201, "late")).await,
                 Err(Error::LeaseLost)
             ));
             assert_eq!(seen.in_progress(&snapshotter), 2.0);
-            idem.complete(new, StoredResponse::new(201, "ok"))
-                .await
-                .expect("complete");
+            complete(&idem, new).await;
             assert_eq!(seen.in_progress(&snapshotter), 1.0);
+
+            // The first one ends however the store answers (its lease passed too).
+            let _ = idem.release(held).await;
+            assert_eq!(seen.in_progress(&snapshotter), 0.0);
+            assert_gauge_back_to_zero(&metrics, &seen);
             assert_eq!(
                 seen.assert_labels(IN_PROGRESS, &["store", "route"], Unit::Count),
                 1
@@ -1024,140 +1616,99 @@ mod tests {
     }
 
     #[test]
-    fn in_progress_gauge_lets_go_of_a_completion_written_around_the_decorator_once() {
+    fn c16_an_execution_that_reports_its_end_twice_counts_once_in_the_gauge() {
         recorded(|snapshotter| async move {
-            let idem = Idempotency::new(Metered::new(MemoryStore::new(), "memory"));
-            let mut seen = Seen::default();
-            let _held = acquire(&idem, &request(&idem, "key-0", b"{}")).await;
-
-            // As a SQL store's complete_in in the engine's closure form: written around the
-            // decorator, then found by the engine's lookup.
+            let metrics = Metrics::new("memory");
+            let idem = Idempotency::new(MemoryStore::new());
             let first = request(&idem, "key-1", b"{}");
-            let lease = acquire(&idem, &first).await;
-            assert_eq!(seen.in_progress(&snapshotter), 2.0);
-            let completion = idem.completion(&lease, StoredResponse::new(201, "ok"));
-            let inner = idem.store().inner();
-            inner.complete(&completion).await.expect("complete");
-            idem.store().lookup(first.id()).await.expect("lookup");
-            assert_eq!(seen.in_progress(&snapshotter), 1.0);
-            idem.store().lookup(first.id()).await.expect("lookup");
-            idem.store().record_completed(&completion);
-
-            // Guard style: counted by record_completed, once.
             let second = request(&idem, "key-2", b"{}");
-            let lease = acquire(&idem, &second).await;
-            assert_eq!(seen.in_progress(&snapshotter), 2.0);
-            let completion = idem.completion(&lease, StoredResponse::new(201, "ok"));
-            inner.complete(&completion).await.expect("complete");
-            idem.store().record_completed(&completion);
-            assert_eq!(seen.in_progress(&snapshotter), 1.0);
-            idem.store().record_completed(&completion);
-            idem.store().lookup(second.id()).await.expect("lookup");
-
-            seen.take(&snapshotter);
-            assert_eq!(seen.counter(REQUESTS_TOTAL, &outcome("executed")), 2);
+            metrics.observe(&Event::new(EventKind::Acquired).about(first.id()));
+            metrics.observe(&Event::new(EventKind::Acquired).about(second.id()));
+            // A renewal finds the lease lost, then the completion finds it again.
+            metrics.observe(&Event::new(EventKind::LeaseLost).about(first.id()));
+            metrics.observe(&Event::new(EventKind::LeaseLost).about(first.id()));
+            assert_eq!(metrics.in_progress(), 1);
+            let end = Event::new(EventKind::OutcomeUnknown)
+                .about(second.id())
+                .failed(&Error::LeaseLost);
+            metrics.observe(&end);
+            assert_eq!(metrics.in_progress(), 0);
+            let seen = Seen::now(&snapshotter);
+            // The counter counts the events as they are (C16): one per event.
+            seen.assert_outcomes(&[("acquired", 2), ("lease_lost", 2), ("outcome_unknown", 1)]);
+            assert_gauge_back_to_zero(&metrics, &seen);
         });
     }
 
-    /// A memory store whose first completion is written but answered with an error, as when
-    /// the answer of a committed completion is lost on the network.
-    struct LostAnswer {
-        inner: MemoryStore,
-        lose: std::sync::atomic::AtomicBool,
-    }
-
-    #[async_trait]
-    impl Store for LostAnswer {
-        async fn reserve(&self, r: &Request, d: Duration) -> Result<Begin, Error> {
-            self.inner.reserve(r, d).await
-        }
-        async fn complete(&self, c: &Completion) -> Result<(), Error> {
-            self.inner.complete(c).await?;
-            if self.lose.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                return Err(Error::store(
-                    "lossy",
-                    StoreErrorKind::Unavailable,
-                    "timeout",
-                ));
-            }
-            Ok(())
-        }
-        async fn release(&self, l: &Lease) -> Result<(), Error> {
-            self.inner.release(l).await
-        }
-        async fn renew(&self, l: &Lease, d: Duration) -> Result<Timestamp, Error> {
-            self.inner.renew(l, d).await
-        }
-        async fn purge_expired(&self, n: usize) -> Result<usize, Error> {
-            self.inner.purge_expired(n).await
-        }
-        async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-            self.inner.lookup(id).await
-        }
-        async fn list(&self, q: &ListQuery) -> Result<Page, Error> {
-            self.inner.list(q).await
-        }
-        async fn stats(&self) -> Result<Stats, Error> {
-            self.inner.stats().await
-        }
-    }
-
     #[test]
-    fn a_completion_whose_answer_was_lost_counts_executed_not_lease_lost() {
+    fn c16_metric_outcomes_are_event_names() {
+        // OUTCOMES is part of the one list, in its order, without the events that are no
+        // request's outcome.
+        let positions: Vec<usize> = OUTCOMES
+            .iter()
+            .map(|kind| {
+                EventKind::ALL
+                    .iter()
+                    .position(|k| k == kind)
+                    .expect("an event kind")
+            })
+            .collect();
+        assert!(
+            positions.windows(2).all(|w| w[0] < w[1]),
+            "in the order of ALL"
+        );
+        assert!(!OUTCOMES.contains(&EventKind::StoreCall));
+        assert!(!OUTCOMES.contains(&EventKind::Purged));
+        for kind in OUTCOMES {
+            assert!(acquires(*kind) || ends(*kind) || kind.is_answer(), "{kind}");
+        }
+        for kind in EventKind::ALL {
+            assert!(
+                !(acquires(*kind) || ends(*kind)) || OUTCOMES.contains(kind),
+                "{kind} moves the gauge, so it is an outcome"
+            );
+        }
+
         recorded(|snapshotter| async move {
-            let store = LostAnswer {
-                inner: MemoryStore::new(),
-                lose: std::sync::atomic::AtomicBool::new(true),
-            };
-            let idem = Idempotency::new(Metered::new(store, "memory"));
+            let (idem, _metrics) = engine(MemoryStore::new());
+            // The engine's own events...
             let first = request(&idem, "key-1", b"{}");
             let lease = acquire(&idem, &first).await;
-            let completion = idem.completion(&lease, StoredResponse::new(201, "ok"));
-            assert!(idem.store().complete(&completion).await.is_err());
-            // Sent again, as the engine does within the lease: refused, because it landed.
-            assert!(matches!(
-                idem.store().complete(&completion).await,
-                Err(Error::LeaseLost)
-            ));
-            let mut seen = Seen::default();
-            seen.take(&snapshotter);
-            assert_eq!(seen.counter(REQUESTS_TOTAL, &outcome("executed")), 1);
-            assert!(seen.row(REQUESTS_TOTAL, &outcome("lease_lost")).is_none());
-            assert_eq!(seen.in_progress(&snapshotter), 0.0);
-
-            // A lease really lost is still lease_lost.
+            complete(&idem, lease).await;
+            assert!(answer(&idem, &first).await.is_replay());
+            // ... and one of every kind.
+            let metrics = Metrics::new("memory");
             let other = request(&idem, "key-2", b"{}");
-            let lease = acquire(&idem, &other).await;
-            idem.store().release(&lease).await.expect("release");
-            let late = idem.completion(&lease, StoredResponse::new(201, "late"));
-            assert!(matches!(
-                idem.store().complete(&late).await,
-                Err(Error::LeaseLost)
-            ));
-            seen.take(&snapshotter);
-            assert_eq!(seen.counter(REQUESTS_TOTAL, &outcome("lease_lost")), 1);
-        });
-    }
-
-    #[test]
-    fn in_progress_gauge_lets_go_of_a_lease_that_passed_unrenewed() {
-        recorded(|snapshotter| async move {
-            let mut store = Metered::new(MemoryStore::new(), "memory");
-            store.sweep_every = Duration::ZERO;
-            let idem = Idempotency::new(store);
-            let mut seen = Seen::default();
-            let _held = acquire(&idem, &request(&idem, "key-0", b"{}")).await;
-
-            // A guard-style caller that dropped its lease: no completion, no release.
-            let request = request(&idem, "key-1", b"{}");
-            let reserved = idem.store().reserve(&request, Duration::from_millis(1));
-            let Begin::Acquired(_dropped) = reserved.await.expect("reserve") else {
-                panic!("not acquired");
-            };
-            assert_eq!(seen.in_progress(&snapshotter), 2.0);
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            idem.purge_expired().await.expect("purge");
-            assert_eq!(seen.in_progress(&snapshotter), 1.0);
+            for kind in EventKind::ALL {
+                let event = Event::new(*kind).about(other.id()).with_count(1);
+                metrics.observe(&event.of(Operation::Reserve));
+            }
+            let seen = Seen::now(&snapshotter);
+            let mut values: Vec<&str> = Vec::new();
+            for row in seen.rows(REQUESTS_TOTAL) {
+                for (key, value) in &row.labels {
+                    if key == "outcome" {
+                        let kind = EventKind::from_name(value);
+                        assert!(kind.is_some(), "{value} is no event name");
+                        assert!(kind.is_some_and(|k| OUTCOMES.contains(&k)), "{value}");
+                        values.push(value);
+                    }
+                }
+            }
+            values.sort_unstable();
+            values.dedup();
+            let mut names: Vec<&str> = OUTCOMES.iter().map(|k| k.name()).collect();
+            names.sort_unstable();
+            assert_eq!(values, names, "every outcome, and no other value");
+            // The help text lists the same names.
+            let rows = seen.rows(REQUESTS_TOTAL);
+            let description = rows
+                .first()
+                .and_then(|r| r.description.clone())
+                .expect("described");
+            for name in names {
+                assert!(description.contains(name), "{name} in {description}");
+            }
         });
     }
 }

@@ -86,7 +86,7 @@ fn the_decisions_carry_the_callers_trace_and_the_span_records_the_outcome() {
     let text = captured.text();
     let begin = text
         .lines()
-        .find(|line| line.contains("idem.begin"))
+        .find(|line| line.contains("idem.acquired"))
         .unwrap_or_else(|| panic!("the engine's decision is logged:\n{text}"));
     assert!(
         begin.contains("trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\""),

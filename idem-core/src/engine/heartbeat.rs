@@ -119,7 +119,7 @@ impl<S: Store + 'static> Idempotency<S> {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone();
-            match self.renew(&mut lease).await {
+            match self.renew_lease(&mut lease).await {
                 Ok(()) => *shared.lock().unwrap_or_else(PoisonError::into_inner) = lease,
                 Err(Error::LeaseLost) => return,
                 Err(_) => {} // the store is down: try again next beat

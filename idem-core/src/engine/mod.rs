@@ -324,12 +324,13 @@ impl<S: Store> Idempotency<S> {
 
     /// Reports the answer to a request that ran nothing, or its acquisition.
     fn report_begin(&self, id: &RecordId, started: Instant, result: &Result<Begin, Error>) {
-        let event = Event::new(match result {
-            Ok(Begin::Acquired(lease)) => acquire_kind(lease.acquired()),
-            Ok(Begin::Answered(answer)) => answer_kind(answer),
-            Err(_) => EventKind::Rejected,
-        })
-        .about(id)
+        let event = match result {
+            Ok(Begin::Acquired(lease)) => {
+                Event::new(acquire_kind(lease.acquired())).of_lease(lease)
+            }
+            Ok(Begin::Answered(answer)) => Event::new(answer_kind(answer)).about(id),
+            Err(_) => Event::new(EventKind::Rejected).about(id),
+        }
         .took(started.elapsed());
         match result {
             Err(error) => self.emit(event.failed(error)),
@@ -422,22 +423,52 @@ impl<S: Store> Idempotency<S> {
         let result = self
             .store_completion(&lease, completion, lease.local_deadline())
             .await;
-        self.report_end(lease.id(), &result);
+        self.report_end(&lease, EventKind::Executed, &result);
         result
     }
 
-    /// Reports how an execution ended: its answer stored, or not (a lost lease is reported
-    /// where it is found).
-    fn report_end(&self, id: &RecordId, result: &Result<StoredResponse, Error>) {
+    /// Reports how an execution ended once its answer was stored (`stored`, the execution's
+    /// kind: executed, or outcome unknown) or could not be (outcome unknown); a lost lease was
+    /// reported where it was found. Each acquisition ends with exactly one such event.
+    fn report_end(&self, lease: &Lease, stored: EventKind, result: &Result<StoredResponse, Error>) {
         match result {
-            Ok(_) => self.emit(Event::new(EventKind::Executed).about(id)),
+            Ok(_) => self.emit(Event::new(stored).of_lease(lease)),
             Err(Error::LeaseLost) => {}
             Err(error) => self.emit(
                 Event::new(EventKind::OutcomeUnknown)
-                    .about(id)
+                    .of_lease(lease)
                     .failed(error),
             ),
         }
+    }
+
+    /// For guard-style callers that wrote `completion` inside their own transaction (a SQL
+    /// store's `complete_in`) and committed it: reports the execution's end (its completion
+    /// landed; executed), as the engine's own paths do (C16). Call it after the commit.
+    ///
+    /// ```
+    /// use idem_core::{Begin, Idempotency, MemoryStore, Store, StoredResponse};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), idem_core::Error> {
+    /// let idem = Idempotency::new(MemoryStore::new());
+    /// let request = idem.request("acct_1", "POST", "/charges").key(Some("k")).body(b"{}").build()?;
+    /// let Begin::Acquired(lease) = idem.begin(&request).await? else { unreachable!() };
+    /// let completion = idem.completion(&lease, StoredResponse::new(201, "charged"));
+    /// // ... in a SQL store: the effect and `complete_in(&mut tx, &completion)`, then commit ...
+    /// # idem.store().complete(&completion).await?;
+    /// idem.committed(&completion);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn committed(&self, completion: &Completion) {
+        let id = completion.id();
+        let token = completion.token();
+        self.emit(
+            Event::new(EventKind::CompletionLanded)
+                .about(id)
+                .held_by(token),
+        );
+        self.emit(Event::new(EventKind::Executed).about(id).held_by(token));
     }
 
     /// Gives the reservation up so a retry can run (C8), if the lease still holds. Call it only
@@ -450,16 +481,40 @@ impl<S: Store> Idempotency<S> {
                 self.inner.store.release(&lease),
             )
             .await;
-        let event = Event::new(EventKind::Released).about(lease.id());
         match &result {
-            Ok(()) => self.emit(event),
-            Err(error) => self.emit(event.failed(error)),
+            Ok(()) => self.emit(Event::new(EventKind::Released).of_lease(&lease)),
+            Err(error @ Error::LeaseLost) => self.emit(
+                Event::new(EventKind::LeaseLost)
+                    .of_lease(&lease)
+                    .failed(error),
+            ),
+            // The reservation passes with its lease: still the end of this execution.
+            Err(error) => self.emit(
+                Event::new(EventKind::Released)
+                    .of_lease(&lease)
+                    .failed(error),
+            ),
         }
         result
     }
 
     /// Extends a long handler's lease by the policy's lease from now (C9), if it still holds.
+    /// A lost lease ends a guard-style execution: it is reported (`lease_lost`).
     pub async fn renew(&self, lease: &mut Lease) -> Result<(), Error> {
+        let result = self.renew_lease(lease).await;
+        if let Err(error @ Error::LeaseLost) = &result {
+            self.emit(
+                Event::new(EventKind::LeaseLost)
+                    .of_lease(lease)
+                    .failed(error),
+            );
+        }
+        result
+    }
+
+    /// Renews `lease`; a lost lease is the caller's to report (an execution the engine drives
+    /// reports it where it ends).
+    pub(crate) async fn renew_lease(&self, lease: &mut Lease) -> Result<(), Error> {
         let started = Instant::now();
         let lease_for = self.inner.policy.lease;
         let result = self
@@ -475,21 +530,12 @@ impl<S: Store> Idempotency<S> {
                 self.inner.live.renewed(lease);
                 self.emit(
                     Event::new(EventKind::LeaseRenewed)
-                        .about(lease.id())
+                        .of_lease(lease)
                         .took(started.elapsed()),
                 );
                 Ok(())
             }
-            Err(error) => {
-                if matches!(error, Error::LeaseLost) {
-                    self.emit(
-                        Event::new(EventKind::LeaseLost)
-                            .about(lease.id())
-                            .failed(&error),
-                    );
-                }
-                Err(error)
-            }
+            Err(error) => Err(error),
         }
     }
 

@@ -29,7 +29,7 @@ impl<S: Store> Idempotency<S> {
             Err(error) if !matches!(error, Error::LeaseLost) && !error.is_retryable() => {
                 self.emit(
                     Event::new(EventKind::CompletionRefused)
-                        .about(lease.id())
+                        .of_lease(lease)
                         .failed(&error),
                 );
                 let fallback = self.completion(lease, outcome_unknown());
@@ -58,6 +58,7 @@ impl<S: Store> Idempotency<S> {
                     self.emit(
                         Event::new(EventKind::CompletionLanded)
                             .about(id)
+                            .held_by(completion.token())
                             .took(started.elapsed()),
                     );
                     return Ok(completion.response().clone());
@@ -72,6 +73,7 @@ impl<S: Store> Idempotency<S> {
             self.emit(
                 Event::new(EventKind::CompletionRetried)
                     .about(id)
+                    .held_by(completion.token())
                     .failed(&error),
             );
             pause(backoff).await;
@@ -86,13 +88,18 @@ impl<S: Store> Idempotency<S> {
     async fn landed(&self, completion: &Completion) -> Result<StoredResponse, Error> {
         match self.stored_under(completion.id(), completion).await {
             Some(stored) => {
-                self.emit(Event::new(EventKind::CompletionLanded).about(completion.id()));
+                self.emit(
+                    Event::new(EventKind::CompletionLanded)
+                        .about(completion.id())
+                        .held_by(completion.token()),
+                );
                 Ok(stored)
             }
             None => {
                 self.emit(
                     Event::new(EventKind::LeaseLost)
                         .about(completion.id())
+                        .held_by(completion.token())
                         .failed(&Error::LeaseLost),
                 );
                 Err(Error::LeaseLost)
@@ -151,6 +158,7 @@ impl<S: Store + 'static> Idempotency<S> {
         &self,
         lease: Lease,
         completion: Completion,
+        stored: EventKind,
         hold: H,
     ) {
         let engine = self.clone();
@@ -165,7 +173,7 @@ impl<S: Store + 'static> Idempotency<S> {
             let _running = running;
             let _hold = hold;
             let result = engine.store_completion(&lease, completion, None).await;
-            engine.report_end(lease.id(), &result);
+            engine.report_end(&lease, stored, &result);
         });
     }
 }

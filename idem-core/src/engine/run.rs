@@ -138,18 +138,9 @@ impl<S: Store + 'static> Idempotency<S> {
             Err(panic) => {
                 let completion = self.completion(&lease, outcome_unknown());
                 // The panic is what the caller must see; a failed completion goes on trying.
-                let stored = self
-                    .store_completion(&lease, completion.clone(), lease.local_deadline())
+                let _ = self
+                    .stored_or_continued(lease, completion, EventKind::OutcomeUnknown, hold)
                     .await;
-                match stored {
-                    Err(error) if error.is_retryable() && !matches!(error, Error::LeaseLost) => {
-                        self.keep_completing(lease, completion, hold)
-                    }
-                    stored => {
-                        self.report_unknown(lease.id(), &stored);
-                        drop(hold);
-                    }
-                }
                 resume_unwind(panic)
             }
         }
@@ -165,16 +156,14 @@ impl<S: Store + 'static> Idempotency<S> {
     where
         R: Into<Reply>,
     {
-        let id = lease.id().clone();
         match result {
             Ok(reply) => match reply.into() {
                 Reply::Respond(response) => {
                     let completion = self.completion(&lease, response);
                     let stored = self
-                        .stored_or_continued(lease, completion, hold)
+                        .stored_or_continued(lease, completion, EventKind::Executed, hold)
                         .await
                         .map_err(RunError::Incomplete)?;
-                    self.emit(Event::new(EventKind::Executed).about(&id));
                     Ok(Outcome::Executed(stored))
                 }
                 Reply::Completed(completion) => {
@@ -194,8 +183,9 @@ impl<S: Store + 'static> Idempotency<S> {
                 (error, Meaning::Unknown(response)) => {
                     let response = response.unwrap_or_else(outcome_unknown);
                     let completion = self.completion(&lease, response);
-                    let stored = self.stored_or_continued(lease, completion, hold).await;
-                    self.report_unknown(&id, &stored);
+                    let stored = self
+                        .stored_or_continued(lease, completion, EventKind::OutcomeUnknown, hold)
+                        .await;
                     Err(RunError::Unknown {
                         error,
                         response: stored.map_err(RunError::Incomplete)?,
@@ -205,33 +195,31 @@ impl<S: Store + 'static> Idempotency<S> {
         }
     }
 
-    /// Stores `completion` within the lease; past it, answers the caller
-    /// [`RunError::Incomplete`] and goes on trying on a task of its own.
+    /// Stores `completion` within the lease and reports the execution's end (`stored`: what
+    /// kind of end a stored answer is); past the lease, the caller gets the error
+    /// ([`RunError::Incomplete`]) and the engine goes on trying on a task of its own, which
+    /// reports the end when it comes. `hold` (heartbeat, live lease) lives until then.
     async fn stored_or_continued<H: Send + 'static>(
         &self,
         lease: Lease,
         completion: Completion,
+        stored: EventKind,
         hold: H,
     ) -> Result<StoredResponse, Error> {
         let deadline = lease.local_deadline();
-        match self
+        let result = self
             .store_completion(&lease, completion.clone(), deadline)
-            .await
-        {
-            Ok(stored) => Ok(stored),
+            .await;
+        match result {
             Err(error) if error.is_retryable() && !matches!(error, Error::LeaseLost) => {
-                self.keep_completing(lease, completion, hold);
+                self.keep_completing(lease, completion, stored, hold);
                 Err(error)
             }
-            Err(error) => Err(error),
-        }
-    }
-
-    fn report_unknown(&self, id: &RecordId, stored: &Result<StoredResponse, Error>) {
-        let event = Event::new(EventKind::OutcomeUnknown).about(id);
-        match stored {
-            Ok(_) => self.emit(event),
-            Err(error) => self.emit(event.failed(error)),
+            result => {
+                self.report_end(&lease, stored, &result);
+                drop(hold);
+                result
+            }
         }
     }
 
@@ -248,8 +236,8 @@ impl<S: Store + 'static> Idempotency<S> {
         let ours = completion.id() == lease.id() && completion.token() == lease.token();
         if ours {
             if let Some(stored) = self.stored_under(lease.id(), &completion).await {
-                self.emit(Event::new(EventKind::CompletionLanded).about(lease.id()));
-                self.emit(Event::new(EventKind::Executed).about(lease.id()));
+                self.emit(Event::new(EventKind::CompletionLanded).of_lease(lease));
+                self.emit(Event::new(EventKind::Executed).of_lease(lease));
                 return Ok(Outcome::Executed(stored));
             }
         }
@@ -263,7 +251,7 @@ impl<S: Store + 'static> Idempotency<S> {
         let stored = self
             .store_completion(lease, fallback, lease.local_deadline())
             .await;
-        self.report_end(lease.id(), &stored);
+        self.report_end(lease, EventKind::OutcomeUnknown, &stored);
         Ok(Outcome::Executed(stored.map_err(RunError::Incomplete)?))
     }
 }
@@ -313,7 +301,7 @@ impl<S: Store> Context<S> {
     /// record over: stop, and do not commit the effect.
     pub async fn renew(&mut self) -> Result<(), Error> {
         let mut lease = self.lease();
-        self.idem.renew(&mut lease).await?;
+        self.idem.renew_lease(&mut lease).await?;
         *self.lease.lock().unwrap_or_else(PoisonError::into_inner) = lease;
         Ok(())
     }

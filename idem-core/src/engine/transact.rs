@@ -45,6 +45,9 @@ impl<S: Transactional + 'static> Hooks for EngineHooks<S> {
 
     fn acquired(&self, mut lease: Lease) -> (Lease, Box<dyn Any + Send>) {
         lease.set_local_deadline(deadline_after(self.started, self.lease_for()));
+        // Reported now, while the effect runs (an execution under way is visible).
+        self.engine
+            .emit(Event::new(acquire_kind(lease.acquired())).of_lease(&lease));
         let live = self.engine.inner.live.hold(&lease);
         // Renewing from another connection while the effect's transaction is open is only
         // safe where it neither waits for that transaction nor makes it fail (the store says).
@@ -138,6 +141,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
         held: Option<Box<Held>>,
     ) -> Result<Outcome, RunError<E>> {
         let id = request.id();
+        let reported = held.is_some();
         let (lease, end) = match (result, held) {
             (Ok(Transacted::Answered(answer)), _) => {
                 let screened = self.screen(answer);
@@ -172,13 +176,16 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 return Err(RunError::Idem(error));
             }
         };
-        self.emit(Event::new(acquire_kind(lease.acquired())).about(id));
+        if !reported {
+            // A store that did not call `Execution::acquired`: reported late rather than never.
+            self.emit(Event::new(acquire_kind(lease.acquired())).of_lease(&lease));
+        }
         match end {
             TxEnd::Committed(completion) => {
-                self.emit(Event::new(EventKind::CompletionLanded).about(id));
+                self.emit(Event::new(EventKind::CompletionLanded).of_lease(&lease));
                 self.emit(
                     Event::new(EventKind::Executed)
-                        .about(id)
+                        .of_lease(&lease)
                         .took(started.elapsed()),
                 );
                 Ok(Outcome::Executed(completion.into_response()))
@@ -190,7 +197,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
             TxEnd::RolledBack(Error::LeaseLost) => {
                 self.emit(
                     Event::new(EventKind::LeaseLost)
-                        .about(id)
+                        .of_lease(&lease)
                         .failed(&Error::LeaseLost),
                 );
                 Err(RunError::Idem(Error::LeaseLost))
@@ -232,14 +239,14 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 RecordState::Completed { response, .. } => {
                     match self.screen(Answer::Replay(response)) {
                         Ok(Answer::Replay(stored)) => {
-                            self.emit(Event::new(EventKind::CompletionLanded).about(id));
-                            self.emit(Event::new(EventKind::Executed).about(id));
+                            self.emit(Event::new(EventKind::CompletionLanded).of_lease(&lease));
+                            self.emit(Event::new(EventKind::Executed).of_lease(&lease));
                             Ok(Outcome::Executed(stored))
                         }
                         _ => {
                             // Committed, with a record that does not screen: what it committed
                             // is the answer the engine made.
-                            self.emit(Event::new(EventKind::Executed).about(id));
+                            self.emit(Event::new(EventKind::Executed).of_lease(&lease));
                             Ok(Outcome::Executed(completion.into_response()))
                         }
                     }
@@ -249,15 +256,21 @@ impl<S: Transactional + 'static> Idempotency<S> {
                     Err(RunError::Idem(error))
                 }
             },
-            Ok(record) => {
-                if record.is_some() {
-                    // Taken over: this execution was fenced out, and its transaction with it.
-                    self.emit(Event::new(EventKind::LeaseLost).about(id).failed(&error));
-                }
+            Ok(_) => {
+                // Taken over (or gone): this execution was fenced out, its transaction with it.
+                self.emit(
+                    Event::new(EventKind::LeaseLost)
+                        .of_lease(&lease)
+                        .failed(&error),
+                );
                 Err(RunError::Idem(error))
             }
             Err(unreadable) => {
-                self.emit(Event::new(EventKind::InDoubt).about(id).failed(&unreadable));
+                self.emit(
+                    Event::new(EventKind::InDoubt)
+                        .of_lease(&lease)
+                        .failed(&unreadable),
+                );
                 Err(RunError::InDoubt(error))
             }
         }
