@@ -181,3 +181,52 @@ async fn a_panicking_effect_rolls_back_and_the_store_keeps_working() {
         assert_eq!(charges(idem.store(), &intent).await, 0);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c05_a_duplicate_of_an_effect_that_outlives_its_lease_is_in_flight_at_once() {
+    // The effect's transaction holds SQLite's one writer past the lease, so the lease cannot be
+    // renewed and the record looks orphaned to the store. A duplicate in this process is still
+    // answered in flight at once (the process knows its holder is alive), never queued for the
+    // writer, never a takeover.
+    let idem = engine(Policy::default().lease(Duration::from_millis(200))).await;
+    let intent = unique("long-effect");
+    let request = charge_request(&idem, &intent, 700);
+    let first = {
+        let (idem, request, i) = (idem.clone(), request.clone(), intent.clone());
+        tokio::spawn(async move {
+            idem.run_in_transaction(&request, move |tx, _| {
+                let id = insert_charge(tx, &i, 700)?;
+                std::thread::sleep(Duration::from_millis(900));
+                Ok::<_, rusqlite::Error>(StoredResponse::new(201, format!("charge {id}")))
+            })
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        let duplicate = idem
+            .run_in_transaction(
+                &request,
+                |_, _| -> Result<StoredResponse, rusqlite::Error> {
+                    panic!("a duplicate must not run")
+                },
+            )
+            .await
+            .expect("answered");
+        assert!(
+            matches!(duplicate, Outcome::Answered(Answer::InFlight { .. })),
+            "{duplicate:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "the duplicate waited {:?}",
+            started.elapsed()
+        );
+    }
+    let outcome = first.await.expect("joined").expect("ran");
+    assert!(matches!(outcome, Outcome::Executed(_)));
+    let replay = idem.begin(&request).await.expect("begin");
+    assert!(matches!(replay, Begin::Answered(Answer::Replay(_))));
+    assert_eq!(charges(idem.store(), &intent).await, 1);
+}
