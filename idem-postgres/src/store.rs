@@ -47,6 +47,10 @@ pub struct PgStore {
 pub(crate) struct Inner {
     pub(crate) pool: PgPool,
     pub(crate) conns: Connections,
+    /// Connections for the calls made on the engine's heartbeat thread (renewals): opened
+    /// there, so that their sockets are driven by the heartbeat's own runtime, which the
+    /// application's handlers cannot block (C9).
+    pub(crate) beat_conns: Connections,
     pub(crate) ops: Ops,
     pub(crate) config: PgConfig,
 }
@@ -172,11 +176,14 @@ impl PgStore {
             sql: Statements::new(&config.schema, &config.table),
             mode: config.statements,
         };
+        let beat_conns =
+            Connections::new(options.clone(), BEAT_CONNECTIONS, builder.acquire_timeout);
         let conns = Connections::new(options, builder.max_connections, builder.acquire_timeout);
         Self {
             inner: Arc::new(Inner {
                 pool,
                 conns,
+                beat_conns,
                 ops,
                 config,
             }),
@@ -234,9 +241,24 @@ impl PgStore {
 /// dead (the server restarted, a failover) is replaced and the operation tried once more on a
 /// new one: every operation is safe to repeat (a reservation sends the same token again and
 /// recognises the record an attempt whose answer was lost wrote; the others are fenced).
+/// How many connections the heartbeat thread may open (renewals are short and spread out).
+const BEAT_CONNECTIONS: u32 = 2;
+
+impl PgStore {
+    /// The connections for a call made here: the heartbeat's own on the engine's heartbeat
+    /// thread, the store's everywhere else.
+    pub(crate) fn connections(&self) -> &Connections {
+        if idem_core::store::on_heartbeat_thread() {
+            &self.inner.beat_conns
+        } else {
+            &self.inner.conns
+        }
+    }
+}
+
 macro_rules! on_connection {
     ($store:expr, |$conn:ident| $op:expr) => {{
-        let mut held = $store.inner.conns.get().await?;
+        let mut held = $store.connections().get().await?;
         let mut result = {
             let $conn = held.conn();
             $op.await
@@ -245,7 +267,7 @@ macro_rules! on_connection {
             && matches!(&result, Err(Error::Store(e)) if e.kind() == idem_core::StoreErrorKind::Unavailable);
         held.finish(&result);
         if stale {
-            let mut held = $store.inner.conns.get_fresh().await?;
+            let mut held = $store.connections().get_fresh().await?;
             result = {
                 let $conn = held.conn();
                 $op.await

@@ -142,7 +142,7 @@ impl Transactional for PgStore {
     }
 
     async fn settled(&self, id: &RecordId, wait: Duration) -> Result<Option<Record>, Error> {
-        let mut held = self.inner.conns.get().await?;
+        let mut held = self.connections().get().await?;
         let result = settled_on(
             held.conn(),
             &self.inner.ops.sql.select_settled,
