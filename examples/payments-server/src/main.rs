@@ -74,11 +74,16 @@ async fn run<B: Backend>(backend: B, settings: &Settings) -> Result<(), BoxError
     println!("listening on http://{addr}");
     std::io::stdout().flush()?;
     tracing::info!(%addr, "listening");
+    let gate = idem.clone();
     axum::serve(listener, app::router(backend, settings.test_hooks))
-        .with_graceful_shutdown(shutdown())
+        .with_graceful_shutdown(async move {
+            shutdown().await;
+            // Requests still arriving on open connections start nothing: 503, Retry-After.
+            gate.close();
+        })
         .await?;
     // Executions whose clients went away finish and store their responses before we exit.
-    idem.drain().await;
+    idem.shutdown().await;
     purger.stop().await;
     tracing::info!("stopped");
     Ok(())

@@ -198,11 +198,16 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
         audit,
         test_hooks: settings.test_hooks,
     });
+    let gate = idem.clone();
     axum::serve(listener, app::router(app))
-        .with_graceful_shutdown(shutdown())
+        .with_graceful_shutdown(async move {
+            shutdown().await;
+            // Deliveries still arriving on open connections start nothing: 503, Retry-After.
+            gate.close();
+        })
         .await?;
     // Deliveries whose sender hung up finish, commit and record their acknowledgement.
-    idem.drain().await;
+    idem.shutdown().await;
     record_purger.stop().await;
     audit_purger.stop().await;
     tracing::info!("stopped");

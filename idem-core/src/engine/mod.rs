@@ -594,8 +594,23 @@ impl<S: Store> Idempotency<S> {
     /// # }
     /// ```
     pub async fn shutdown(&self) {
-        self.inner.gate.close();
+        self.close();
         self.drain().await;
+    }
+
+    /// The first half of [`shutdown`](Self::shutdown), without waiting: from now on every
+    /// request is refused with "store unavailable" (503 with `Retry-After`). For servers whose
+    /// own graceful shutdown drains connections: close when the signal arrives, so requests
+    /// still arriving on open connections start nothing, then [`drain`](Self::drain) once the
+    /// server stopped.
+    ///
+    /// ```
+    /// let idem = idem_core::Idempotency::new(idem_core::MemoryStore::new());
+    /// idem.close();
+    /// assert!(idem.is_shutting_down());
+    /// ```
+    pub fn close(&self) {
+        self.inner.gate.close();
     }
 
     /// Whether [`shutdown`](Self::shutdown) began.
