@@ -20,3 +20,8 @@ impl Harness for Memory {
 }
 
 idem_core::conformance_tests!(Memory);
+
+#[test]
+fn c09_renewals_do_not_depend_on_the_applications_workers() {
+    idem_core::testing::c09_renewals_do_not_depend_on_the_applications_workers(&Memory);
+}

@@ -533,65 +533,6 @@ async fn c13_a_store_that_does_not_answer_is_an_error_within_the_deadline() {
     assert_eq!(effects.load(Ordering::SeqCst), 0);
 }
 
-#[test]
-fn c09_renewals_do_not_depend_on_the_applications_workers() {
-    // Every worker of the application's runtime is blocked by a handler for longer than the
-    // lease; another instance (its own engine over the same store) must still see the lease
-    // held, because renewals run on the engine's own thread.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let store = Arc::new(Flaky::default());
-    let policy = Policy::default().lease(Duration::from_millis(300));
-    let idem = Idempotency::with_policy(Arc::clone(&store), policy.clone()).expect("policy");
-    let other = Idempotency::with_policy(Arc::clone(&store), policy).expect("policy");
-    let requests: Vec<Request> = (0..2)
-        .map(|i| {
-            idem.request("acct", "POST", "/charges")
-                .key(Some(&format!("blocked-{i}")))
-                .body(b"{}")
-                .build()
-                .expect("valid")
-        })
-        .collect();
-    let asked = requests[0].clone();
-    let probe = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(900));
-        let probe = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        probe.block_on(other.begin(&asked)).expect("begin")
-    });
-    runtime.block_on(async {
-        let runs: Vec<_> = requests
-            .into_iter()
-            .map(|request| {
-                let idem = idem.clone();
-                tokio::spawn(async move {
-                    idem.run(&request, |_| async {
-                        // A handler that blocks its worker thread (a synchronous call).
-                        std::thread::sleep(Duration::from_millis(1500));
-                        Ok::<_, Failure<&'static str>>(StoredResponse::new(201, "charged"))
-                    })
-                    .await
-                })
-            })
-            .collect();
-        for run in runs {
-            let outcome = run.await.expect("joined").expect("ran");
-            assert!(matches!(outcome, Outcome::Executed(_)));
-        }
-    });
-    let seen = probe.join().expect("probe");
-    assert!(
-        matches!(seen, Begin::Answered(Answer::InFlight { .. })),
-        "another instance took over a live execution: {seen:?}"
-    );
-}
-
 #[tokio::test]
 async fn c08_shutdown_refuses_new_executions_and_waits_for_those_running() {
     let idem = engine(Flaky::default(), Duration::from_secs(5));

@@ -37,10 +37,12 @@
 //! every `pub async fn` of the scenario files is on it, so none can silently never run.
 
 pub mod audit;
+mod heartbeat;
 mod listing;
 mod scenarios;
 mod transactional;
 
+pub use heartbeat::*;
 pub use listing::*;
 pub use scenarios::*;
 pub use transactional::*;

@@ -17,6 +17,12 @@ pub enum Fault {
     HalfOpen(Direction),
     /// Pass-through until a request matches, then its answer is lost; see [`LoseAnswer`].
     LoseAnswer(LoseAnswer),
+    /// Pass-through until a request matches, then it and everything after it on that connection
+    /// wait in the proxy; see [`Hold`].
+    Hold(Hold),
+    /// A [`Hold`] that fired: one connection's requests wait in the proxy, every other
+    /// connection passes through. Switching to any other fault lets the held bytes flow on.
+    Holding(Hold),
 }
 
 /// A direction of the traffic.
@@ -71,6 +77,41 @@ impl LoseAnswer {
     pub fn reply_end(mut self, reply_end: impl Into<Vec<u8>>) -> Self {
         self.reply_end = reply_end.into();
         self
+    }
+}
+
+/// The simple-protocol `COMMIT` that sqlx sends to commit a transaction (a Query message:
+/// type, length 11, the text, NUL): never the text inside another statement, such as
+/// `BEGIN ISOLATION LEVEL READ COMMITTED`.
+pub const COMMIT_QUERY: &[u8] = b"Q\0\0\0\x0bCOMMIT\0";
+
+/// Holds one request, on one connection, once.
+///
+/// Traffic passes through until the client sends bytes containing [`request`](Self::request)
+/// (matched across reads). From the start of the match on, nothing that client sends on that
+/// connection reaches the server: the bytes wait in the proxy and both sockets stay open (the
+/// server's side still flows to the client). The proxy shows [`Fault::Holding`] then, and every
+/// other connection, open or to come, passes through. Once the proxy is switched to any other
+/// fault, the held bytes flow on, in order, and so does what the client sent after them (a
+/// fault that closed the way to the server discards them; they are not matched again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// What the held request contains.
+    pub request: Vec<u8>,
+}
+
+impl Hold {
+    /// Holds the first request containing `request` (e.g. [`COMMIT_QUERY`]).
+    pub fn to(request: impl Into<Vec<u8>>) -> Self {
+        Self {
+            request: request.into(),
+        }
+    }
+}
+
+impl From<Hold> for Fault {
+    fn from(hold: Hold) -> Self {
+        Fault::Hold(hold)
     }
 }
 

@@ -1,7 +1,7 @@
 //! One proxied connection: the bytes between one client socket and its server socket, treated
 //! as the current [`Fault`] says.
 
-use super::fault::{Direction, Fault};
+use super::fault::{Direction, Fault, Hold};
 use super::matcher::Matcher;
 use super::Control;
 use std::sync::Arc;
@@ -13,7 +13,8 @@ use tokio::sync::watch;
 const PIECE: usize = 64 * 1024;
 
 /// Forwards between `client` and `server` until both have closed, the answer to a request is
-/// lost (both sockets are closed then), or the proxy is dropped.
+/// lost (both sockets are closed then), or the proxy is dropped. While a request is held, the
+/// client's side is not read at all: what it sends next waits behind the held bytes.
 pub(super) async fn forward(client: TcpStream, server: TcpStream, control: Arc<Control>) {
     let mut faults = control.faults.subscribe();
     let (mut from_client, mut to_client) = client.into_split();
@@ -23,10 +24,12 @@ pub(super) async fn forward(client: TcpStream, server: TcpStream, control: Arc<C
     let (mut client_sends, mut server_sends) = (true, true);
     // Whether each direction was closed (a half-open fault, or its sender's EOF passed on).
     let (mut up_closed, mut down_closed) = (false, false);
-    // The request of the armed `LoseAnswer`, looked for in what the client sends.
+    // The request of the armed `LoseAnswer` or `Hold`, looked for in what the client sends.
     let mut watching: Option<Matcher> = None;
     // Once this connection's answer is being lost: the end of the reply to swallow.
     let mut swallowing: Option<Matcher> = None;
+    // Once this connection's request is held: the hold, and the bytes read and not forwarded.
+    let mut holding: Option<(Hold, Vec<u8>)> = None;
     loop {
         if !client_sends && !server_sends {
             return;
@@ -45,9 +48,18 @@ pub(super) async fn forward(client: TcpStream, server: TcpStream, control: Arc<C
             }
             _ => {}
         }
+        // Switched away from this connection's hold: what it held flows on.
+        if let Some((hold, _)) = &holding {
+            if !matches!(&fault, Fault::Holding(h) if h == hold) {
+                let (_, held) = holding.take().expect("holding");
+                if !up_closed && to_server.write_all(&held).await.is_err() {
+                    return;
+                }
+            }
+        }
         tokio::select! {
             changed = faults.changed() => if changed.is_err() { return },
-            read = from_client.read(&mut up), if client_sends => {
+            read = from_client.read(&mut up), if client_sends && holding.is_none() => {
                 let n = match read {
                     Ok(n) if n > 0 => n,
                     _ => {
@@ -64,17 +76,28 @@ pub(super) async fn forward(client: TcpStream, server: TcpStream, control: Arc<C
                 if up_closed {
                     continue;
                 }
-                if let Fault::LoseAnswer(lose) = &fault {
-                    let matcher = match &mut watching {
-                        Some(m) if m.pattern() == lose.request.as_slice() => m,
-                        slot => slot.insert(Matcher::new(&lose.request)),
-                    };
-                    // Swallow before forwarding: the reply may come back at once.
-                    if swallowing.is_none() && matcher.feed(&up[..n]) && control.claim(lose) {
-                        swallowing = Some(Matcher::new(&lose.reply_end));
+                match &fault {
+                    Fault::LoseAnswer(lose) => {
+                        let matcher = watch(&mut watching, &lose.request);
+                        // Swallow before forwarding: the reply may come back at once.
+                        if swallowing.is_none() && matcher.feed(&up[..n]) && control.claim(lose) {
+                            swallowing = Some(Matcher::new(&lose.reply_end));
+                        }
                     }
-                } else {
-                    watching = None;
+                    Fault::Hold(hold) => {
+                        let matcher = watch(&mut watching, &hold.request);
+                        if let Some(start) = matcher.find(&up[..n]) {
+                            if control.claim_hold(hold) {
+                                // What came before the request still goes; from it on, held.
+                                if to_server.write_all(&up[..start]).await.is_err() {
+                                    return;
+                                }
+                                holding = Some((hold.clone(), up[start..n].to_vec()));
+                                continue;
+                            }
+                        }
+                    }
+                    _ => watching = None,
                 }
                 if to_server.write_all(&up[..n]).await.is_err() {
                     return;
@@ -112,6 +135,14 @@ pub(super) async fn forward(client: TcpStream, server: TcpStream, control: Arc<C
             }
         }
     }
+}
+
+/// The matcher in `slot` if it looks for `pattern`, else a new one for it.
+fn watch<'a>(slot: &'a mut Option<Matcher>, pattern: &[u8]) -> &'a mut Matcher {
+    if !matches!(slot, Some(m) if m.pattern() == pattern) {
+        *slot = Some(Matcher::new(pattern));
+    }
+    slot.as_mut().expect("a matcher")
 }
 
 /// The current fault once it is not [`Fault::Freeze`] (waiting as long as it is); `None` when

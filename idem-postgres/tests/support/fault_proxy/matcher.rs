@@ -24,14 +24,22 @@ impl Matcher {
 
     /// Feeds the next piece; whether a match ends in it.
     pub fn feed(&mut self, piece: &[u8]) -> bool {
+        self.find(piece).is_some()
+    }
+
+    /// Feeds the next piece; where in it the first match that ends in it starts (0 when it
+    /// began in an earlier piece, or for an empty pattern), if any.
+    pub fn find(&mut self, piece: &[u8]) -> Option<usize> {
         if self.pattern.is_empty() {
-            return true;
+            return Some(0);
         }
         let mut window = std::mem::take(&mut self.tail);
+        let carried = window.len();
         window.extend_from_slice(piece);
         let found = window
             .windows(self.pattern.len())
-            .any(|w| w == self.pattern.as_slice());
+            .position(|w| w == self.pattern.as_slice())
+            .map(|start| start.saturating_sub(carried));
         let keep = self.pattern.len() - 1;
         self.tail = window[window.len().saturating_sub(keep)..].to_vec();
         found
@@ -48,4 +56,14 @@ fn a_match_split_across_pieces_is_found() {
     assert!(!m.feed(b"b"));
     assert!(m.feed(b"c"));
     assert!(!Matcher::new(b"abc").feed(b"acb"));
+}
+
+#[test]
+fn a_match_says_where_it_starts_in_the_piece() {
+    let mut m = Matcher::new(b"COMMIT");
+    assert_eq!(m.find(b"xx"), None);
+    assert_eq!(m.find(b"yyCOMMITzz"), Some(2));
+    let mut m = Matcher::new(b"COMMIT");
+    assert_eq!(m.find(b"xxCOM"), None);
+    assert_eq!(m.find(b"MITyy"), Some(0), "begun in the piece before");
 }

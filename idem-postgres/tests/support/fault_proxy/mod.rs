@@ -7,10 +7,11 @@
 //! proxy.set(LoseAnswer::to(key.as_bytes()));  // the next request naming the key: answer lost
 //! proxy.set(Fault::Freeze);                   // a frozen server, sockets open
 //! proxy.set(Fault::HalfOpen(Direction::ToClient));
-//! proxy.set(Fault::PassThrough);
+//! proxy.set(Hold::to(COMMIT_QUERY));          // the next COMMIT waits in the proxy...
+//! proxy.set(Fault::PassThrough);              // ...until the proxy is switched again
 //! ```
 //!
-//! - [`fault`]: what the proxy can do to the traffic ([`Fault`], [`LoseAnswer`]);
+//! - [`fault`]: what the proxy can do to the traffic ([`Fault`], [`LoseAnswer`], [`Hold`]);
 //! - [`link`]: one proxied connection;
 //! - [`matcher`]: finding a pattern in bytes that arrive in pieces;
 //! - `self_test`: each fault against an echo server.
@@ -25,7 +26,8 @@ pub mod matcher;
 mod self_test;
 
 pub use fault::{
-    Direction, Fault, LoseAnswer, READY_FOR_QUERY_IDLE, READY_FOR_QUERY_IN_TRANSACTION,
+    Direction, Fault, Hold, LoseAnswer, COMMIT_QUERY, READY_FOR_QUERY_IDLE,
+    READY_FOR_QUERY_IN_TRANSACTION,
 };
 
 use std::io;
@@ -49,6 +51,7 @@ pub struct FaultProxy {
 struct Control {
     faults: watch::Sender<Fault>,
     answers_lost: AtomicUsize,
+    requests_held: AtomicUsize,
     connections: AtomicUsize,
 }
 
@@ -68,6 +71,22 @@ impl Control {
         }
         claimed
     }
+
+    /// Claims the armed `hold` for the calling connection: the proxy shows it as
+    /// [`Fault::Holding`], which holds that connection only. False if it is no longer armed.
+    fn claim_hold(&self, hold: &Hold) -> bool {
+        let claimed = self.faults.send_if_modified(|fault| match fault {
+            Fault::Hold(armed) if armed == hold => {
+                *fault = Fault::Holding(hold.clone());
+                true
+            }
+            _ => false,
+        });
+        if claimed {
+            self.requests_held.fetch_add(1, Ordering::SeqCst);
+        }
+        claimed
+    }
 }
 
 impl FaultProxy {
@@ -82,6 +101,7 @@ impl FaultProxy {
         let control = Arc::new(Control {
             faults: watch::Sender::new(Fault::PassThrough),
             answers_lost: AtomicUsize::new(0),
+            requests_held: AtomicUsize::new(0),
             connections: AtomicUsize::new(0),
         });
         let accept = tokio::spawn(accept(listener, upstream, Arc::clone(&control)));
@@ -102,7 +122,8 @@ impl FaultProxy {
         self.control.faults.send_replace(fault.into());
     }
 
-    /// The fault in force (a [`LoseAnswer`] that fired is back to [`Fault::PassThrough`]).
+    /// The fault in force (a [`LoseAnswer`] that fired is back to [`Fault::PassThrough`], a
+    /// [`Hold`] that fired is [`Fault::Holding`]).
     pub fn fault(&self) -> Fault {
         self.control.faults.borrow().clone()
     }
@@ -110,6 +131,11 @@ impl FaultProxy {
     /// How many answers were lost so far.
     pub fn answers_lost(&self) -> usize {
         self.control.answers_lost.load(Ordering::SeqCst)
+    }
+
+    /// How many requests were held so far (one per [`Hold`] that fired).
+    pub fn requests_held(&self) -> usize {
+        self.control.requests_held.load(Ordering::SeqCst)
     }
 
     /// How many client connections were accepted so far.

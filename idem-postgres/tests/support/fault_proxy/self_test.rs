@@ -1,6 +1,6 @@
 //! The proxy's own tests: each fault, against an echo server on loopback.
 
-use super::{Direction, Fault, FaultProxy, LoseAnswer};
+use super::{Direction, Fault, FaultProxy, Hold, LoseAnswer, COMMIT_QUERY};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -88,6 +88,76 @@ async fn an_answer_is_lost_once_after_the_server_replied() {
     let mut again = client(&proxy).await;
     again.write_all(b"COMMIT").await.expect("write");
     assert_eq!(read(&mut again).await.as_deref(), Some(&b"COMMIT<end>"[..]));
+}
+
+/// Everything that arrives until nothing more comes for [`QUIET`]: `None` if nothing came at
+/// all, empty at EOF.
+async fn read_until_quiet(socket: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut all = read(socket).await?;
+    while !all.is_empty() {
+        match read(socket).await {
+            Some(more) if !more.is_empty() => all.extend_from_slice(&more),
+            _ => break,
+        }
+    }
+    Some(all)
+}
+
+#[tokio::test]
+async fn a_request_is_held_on_one_connection_until_the_fault_changes() {
+    let proxy = FaultProxy::start(&echo(b"").await).await.expect("proxy");
+    let mut held = client(&proxy).await;
+    let mut other = client(&proxy).await;
+    // Both connections are up before the hold is armed.
+    held.write_all(b"hello").await.expect("write");
+    assert_eq!(read(&mut held).await.as_deref(), Some(&b"hello"[..]));
+    other.write_all(b"hello").await.expect("write");
+    assert_eq!(read(&mut other).await.as_deref(), Some(&b"hello"[..]));
+    proxy.set(Hold::to(COMMIT_QUERY));
+    // The text alone, as inside another statement, is not the COMMIT message.
+    held.write_all(b"Q\0\0\0\x29BEGIN ISOLATION LEVEL READ COMMITTED\0")
+        .await
+        .expect("write");
+    assert_eq!(
+        read_until_quiet(&mut held).await.as_deref(),
+        Some(&b"Q\0\0\0\x29BEGIN ISOLATION LEVEL READ COMMITTED\0"[..])
+    );
+    // What precedes the COMMIT in the same piece goes through; the COMMIT and everything
+    // after it wait.
+    let mut piece = b"pre".to_vec();
+    piece.extend_from_slice(COMMIT_QUERY);
+    held.write_all(&piece).await.expect("write");
+    assert_eq!(
+        read_until_quiet(&mut held).await.as_deref(),
+        Some(&b"pre"[..])
+    );
+    held.write_all(b"after").await.expect("write");
+    assert_eq!(
+        read(&mut held).await,
+        None,
+        "held: nothing reaches the server"
+    );
+    assert_eq!(proxy.requests_held(), 1);
+    assert_eq!(proxy.fault(), Fault::Holding(Hold::to(COMMIT_QUERY)));
+    // One connection only, once: the others, open or new, pass through, COMMIT included.
+    other.write_all(COMMIT_QUERY).await.expect("write");
+    assert_eq!(read(&mut other).await.as_deref(), Some(COMMIT_QUERY));
+    let mut new = client(&proxy).await;
+    new.write_all(COMMIT_QUERY).await.expect("write");
+    assert_eq!(read(&mut new).await.as_deref(), Some(COMMIT_QUERY));
+    assert_eq!(proxy.requests_held(), 1, "held once");
+    assert_eq!(read(&mut held).await, None, "still held, the socket open");
+    // Switched: the held bytes flow on, in order, then the connection passes through.
+    proxy.set(Fault::PassThrough);
+    let mut released = COMMIT_QUERY.to_vec();
+    released.extend_from_slice(b"after");
+    assert_eq!(
+        read_until_quiet(&mut held).await.as_deref(),
+        Some(released.as_slice())
+    );
+    held.write_all(b"again").await.expect("write");
+    assert_eq!(read(&mut held).await.as_deref(), Some(&b"again"[..]));
+    assert_eq!(proxy.requests_held(), 1);
 }
 
 #[tokio::test]
