@@ -17,6 +17,9 @@ impl Harness for Memory {
     async fn corrupt_response(&self, store: &MemoryStore, id: &RecordId) {
         assert!(store.overwrite_stored_response(id, b"\x00garbage".to_vec()));
     }
+    async fn corrupt_in_progress(&self, _: &MemoryStore, _: &RecordId) -> bool {
+        false // an in-progress entry has no response field
+    }
 }
 
 idem_core::conformance_tests!(Memory);

@@ -25,6 +25,8 @@ type Counted = Decorated<SqliteStore>;
 enum Mode {
     /// Insert, complete, commit.
     Commit,
+    /// Insert, complete, commit, then answer a plain response instead of `Completed`.
+    CommitThenAnswerPlainly,
     /// Insert, complete, roll back, and still claim it completed (a bug).
     ClaimWithoutCommit,
     /// The insert fails: roll back and say nothing happened.
@@ -53,7 +55,7 @@ async fn charge(reservation: Reservation<Counted>, mode: Mode) -> Response {
                     params![2500],
                 )?;
                 written.complete_in(&tx, &in_tx)?;
-                if mode == Mode::Commit {
+                if matches!(mode, Mode::Commit | Mode::CommitThenAnswerPlainly) {
                     tx.commit()?;
                 }
                 Ok(())
@@ -61,6 +63,9 @@ async fn charge(reservation: Reservation<Counted>, mode: Mode) -> Response {
         )
         .await;
     match (result, mode) {
+        (Ok(Ok(())), Mode::CommitThenAnswerPlainly) => {
+            (StatusCode::OK, "a plain answer").into_response()
+        }
         (Ok(Ok(())), _) => Completed(completion).into_response(),
         _ => (
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -133,6 +138,25 @@ async fn c06_a_completion_written_in_the_handlers_transaction_is_sent_as_stored_
         0,
         "no second completion by the engine"
     );
+}
+
+/// C7: a handler that committed the completion in its transaction but answered a plain
+/// response: the live answer is what was stored (what every replay sends), never a 500 that
+/// contradicts the replay.
+#[tokio::test]
+async fn c07_a_committed_completion_is_the_answer_even_when_the_handler_answers_plainly() {
+    let f = fixture(Mode::CommitThenAnswerPlainly).await;
+    let (status, replayed, body) = post_charge(&f.app, "/v1/charges").await;
+    assert_eq!(
+        (status, replayed, body.as_str()),
+        (StatusCode::CREATED, None, r#"{"id":"ch_1"}"#)
+    );
+    let (status, replayed, again) = post_charge(&f.app, "/v1/charges").await;
+    assert_eq!(
+        (status, replayed.as_deref(), again.as_str()),
+        (StatusCode::CREATED, Some("true"), body.as_str())
+    );
+    assert_eq!(charge_rows(&f.sqlite).await, 1);
 }
 
 #[tokio::test]

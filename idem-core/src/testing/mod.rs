@@ -21,6 +21,9 @@
 //!     async fn corrupt_response(&self, store: &MemoryStore, id: &RecordId) {
 //!         assert!(store.overwrite_stored_response(id, b"garbage".to_vec()));
 //!     }
+//!     async fn corrupt_in_progress(&self, _: &MemoryStore, _: &RecordId) -> bool {
+//!         false // an in-progress entry has no response field
+//!     }
 //! }
 //!
 //! idem_core::conformance_tests!(Memory);
@@ -64,6 +67,11 @@ pub trait Harness: Send + Sync + 'static {
     /// Overwrites the stored response of the completed record `id` with bytes that do not
     /// decode (for C12).
     async fn corrupt_response(&self, store: &Self::Store, id: &RecordId);
+
+    /// Writes response bytes into the **in-progress** record of `id` (a state no store writes:
+    /// a hand edit, a bug of another release), behind the store's back; returns false only for
+    /// a store whose records cannot hold that state at all (the memory store's types).
+    async fn corrupt_in_progress(&self, store: &Self::Store, id: &RecordId) -> bool;
 }
 
 /// What the transactional scenarios need from a SQL store: the business effect and the
@@ -150,6 +158,7 @@ macro_rules! __idem_conformance_scenarios {
             c12_oversized_body_is_rejected_and_nothing_is_written,
             c12_engine_enforces_its_body_limit_however_the_request_was_built,
             c12_corrupt_record_is_a_typed_error,
+            c12_an_in_progress_record_with_a_response_is_corrupt,
             c09_in_progress_records_are_listed_by_age,
             c10_completed_records_are_listed_per_consumer,
             c10_stats_count_records_by_state,

@@ -1109,6 +1109,36 @@ pub async fn c12_engine_enforces_its_body_limit_however_the_request_was_built<H:
     assert_eq!(store.lookup(req.id()).await.expect("lookup"), None);
 }
 
+/// C12: an in-progress record that also carries a response is inconsistent: every store answers
+/// `CorruptRecord` for it (never "in flight", never a takeover once its lease has passed), and
+/// nothing runs.
+pub async fn c12_an_in_progress_record_with_a_response_is_corrupt<H: Harness>(harness: &H) {
+    let store = fresh(harness).await;
+    let idem = engine(&store, policy());
+    let req = request(&unique_consumer("c12p"), "k", b"{}");
+    let _lease = acquire(&idem, &req).await;
+    if !harness.corrupt_in_progress(&store, req.id()).await {
+        return; // the store's records cannot hold that state
+    }
+    assert!(matches!(
+        store.reserve(&req, LEASE).await,
+        Err(Error::CorruptRecord(_))
+    ));
+    assert!(matches!(
+        store.lookup(req.id()).await,
+        Err(Error::CorruptRecord(_))
+    ));
+    // Past its lease too: an expired corrupt record is not an orphan to take over.
+    tokio::time::sleep(LEASE + Duration::from_millis(50)).await;
+    let ran = counter();
+    let outcome = run_counted(&idem, &req, &ran, charge("again")).await;
+    assert!(
+        matches!(outcome, Err(RunError::Idem(Error::CorruptRecord(_)))),
+        "{outcome:?}"
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+}
+
 /// C12: a stored record that does not decode is a typed error on begin, run and lookup; it is
 /// never treated as absent, so the handler never runs a second time.
 pub async fn c12_corrupt_record_is_a_typed_error<H: Harness>(harness: &H) {

@@ -121,6 +121,22 @@ impl Harness for Pg {
             .expect("update");
         assert_eq!(done.rows_affected(), 1);
     }
+
+    async fn corrupt_in_progress(&self, store: &PgStore, id: &RecordId) -> bool {
+        let query = format!(
+            "UPDATE {} SET response = '\\x00ff00'::bytea WHERE consumer = '{}' AND route = '{}' AND key = '{}' AND state = 0",
+            store.table(),
+            id.consumer().replace('\'', "''"),
+            id.route().replace('\'', "''"),
+            id.key().replace('\'', "''"),
+        );
+        let done = sqlx::raw_sql(AssertSqlSafe(query))
+            .execute(store.pool())
+            .await
+            .expect("update");
+        assert_eq!(done.rows_affected(), 1, "an in-progress record");
+        true
+    }
 }
 
 #[idem_core::async_trait]

@@ -137,4 +137,17 @@ impl Harness for Redis {
             .await;
         assert_eq!(changed, 0, "the field existed and was overwritten");
     }
+
+    async fn corrupt_in_progress(&self, store: &RedisStore, id: &RecordId) -> bool {
+        let added: i64 = self
+            .raw(
+                redis::cmd("HSET")
+                    .arg(store.key_of(id))
+                    .arg("resp")
+                    .arg(b"\x00\xff\x00".as_slice()),
+            )
+            .await;
+        assert_eq!(added, 1, "an in-progress record has no response field");
+        true
+    }
 }

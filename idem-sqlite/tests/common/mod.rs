@@ -66,6 +66,21 @@ impl Harness for Sqlite {
             .expect("update");
         assert_eq!(changed, 1);
     }
+
+    async fn corrupt_in_progress(&self, store: &SqliteStore, id: &RecordId) -> bool {
+        let (id, table) = (id.clone(), store.table().to_owned());
+        let changed = store
+            .try_call(move |db| {
+                db.execute(
+                    &format!("UPDATE {table} SET response = X'00FF00' WHERE consumer = ?1 AND route = ?2 AND key = ?3 AND state = 0"),
+                    [id.consumer(), id.route(), id.key()],
+                )
+            })
+            .await
+            .expect("update");
+        assert_eq!(changed, 1, "an in-progress record");
+        true
+    }
 }
 
 #[idem_core::async_trait]
