@@ -38,6 +38,8 @@ struct Flaky {
     failing_renews: AtomicUsize,
     /// `reserve` never answers (a frozen or blackholed server).
     reserve_hangs: bool,
+    /// How many `reserve` calls answer only 300 ms after reserving (a slow network's answer).
+    slow_reserves: AtomicUsize,
 }
 
 fn take(counter: &AtomicUsize) -> bool {
@@ -55,7 +57,11 @@ impl Store for Flaky {
         if self.reserve_hangs {
             std::future::pending::<()>().await;
         }
-        self.inner.reserve(r, l).await
+        let reserved = self.inner.reserve(r, l).await;
+        if take(&self.slow_reserves) {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        reserved
     }
     async fn complete(&self, c: &Completion) -> Result<(), Error> {
         self.completes.fetch_add(1, Ordering::SeqCst);
@@ -601,4 +607,47 @@ async fn c07_an_answer_already_stored_under_the_execution_is_what_it_answers() {
     assert_eq!((sent.status, sent.body.as_slice()), (201, &b"stored"[..]));
     let replay = idem.begin(&request).await.expect("begin");
     assert_eq!(replay, Begin::Answered(Answer::Replay(sent)));
+}
+
+#[tokio::test]
+async fn c09_a_lease_that_passed_before_the_handler_started_never_runs_it() {
+    // The reservation's answer arrives after the lease (a slow network, a starved task), and
+    // another process took the orphan over meanwhile: the late execution must not run its
+    // handler too. It is answered in flight; one effect.
+    let store = Arc::new(Flaky {
+        slow_reserves: AtomicUsize::new(1),
+        ..Flaky::default()
+    });
+    let policy = Policy::default().lease(Duration::from_millis(200));
+    let late = Idempotency::with_policy(Arc::clone(&store), policy.clone()).expect("policy");
+    let other = Idempotency::with_policy(Arc::clone(&store), policy).expect("policy");
+    let request = late
+        .request("acct", "POST", "/charges")
+        .key(Some("late"))
+        .body(b"{}")
+        .build()
+        .expect("valid");
+    let effects = Arc::new(AtomicUsize::new(0));
+    let counted = |idem: Idempotency<Arc<Flaky>>, effects: Arc<AtomicUsize>| {
+        let request = request.clone();
+        async move {
+            idem.run(&request, move |_| async move {
+                effects.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok::<_, Failure<&'static str>>(StoredResponse::new(201, "charged"))
+            })
+            .await
+        }
+    };
+    let first = tokio::spawn(counted(late.clone(), Arc::clone(&effects)));
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let taken = counted(other, Arc::clone(&effects));
+    let (first, taken) = tokio::join!(first, taken);
+    assert!(matches!(taken, Ok(Outcome::Executed(_))), "{taken:?}");
+    let first = first.expect("joined");
+    assert!(
+        matches!(first, Ok(Outcome::Answered(Answer::InFlight { .. }))),
+        "{first:?}"
+    );
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
 }

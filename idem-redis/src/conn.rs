@@ -1,19 +1,44 @@
-//! The connection: one Redis or a Redis Cluster. Every record operation is a script on its key,
-//! routed by the key's slot; a scan also needs the nodes themselves (every master of a Cluster)
-//! and commands sent to one of them.
+//! The connection: one Redis or a Redis Cluster, and how to open one. Every record operation is
+//! a script on its key, routed by the key's slot; a scan also needs the nodes themselves (every
+//! master of a Cluster) and commands sent to one of them.
 
 use crate::error::{store_error, unexpected, BACKEND};
 use idem_core::{Error, StoreErrorKind};
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Cmd, Pipeline, ScriptInvocation, Value};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisResult, ScriptInvocation, Value};
 use std::fmt;
 
+/// A connection. Its socket is driven by a task of the runtime it was opened on (the manager's
+/// or the cluster client's), so a call made elsewhere waits for that runtime's workers.
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+}
+
+/// What opens a [`Conn`]: the client, with the settings the store applies (response and
+/// connection timeouts, no hidden reconnect retries on one Redis), so every connection the
+/// store opens behaves the same.
+pub(crate) enum Opener {
+    Single(redis::Client, ConnectionManagerConfig),
+    Cluster(ClusterClient),
+}
+
+impl Opener {
+    /// Opens a connection, driven by the current runtime.
+    pub(crate) async fn open(&self) -> Result<Conn, Error> {
+        match self {
+            Opener::Single(client, config) => client
+                .get_connection_manager_with_config(config.clone())
+                .await
+                .map(Conn::Single),
+            Opener::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+        }
+        .map_err(store_error)
+    }
 }
 
 /// A node that holds records: the one Redis, or a master of a Cluster by the address the
@@ -43,6 +68,14 @@ pub(crate) fn answer(value: Value) -> Result<Value, Error> {
 }
 
 impl Conn {
+    /// Runs `cmd` where the client routes it, with redis-rs's own error.
+    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<T> {
+        match self {
+            Conn::Single(conn) => cmd.query_async(&mut conn.clone()).await,
+            Conn::Cluster(conn) => cmd.query_async(&mut conn.clone()).await,
+        }
+    }
+
     pub(crate) async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, Error> {
         match self {
             Conn::Single(conn) => invocation.invoke_async(&mut conn.clone()).await,

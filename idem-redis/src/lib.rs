@@ -88,6 +88,7 @@
 #![forbid(unsafe_code)]
 
 mod conn;
+mod connections;
 mod error;
 mod listing;
 mod record;

@@ -11,7 +11,8 @@
 //! ride in the cursor (`s.<scan cursor>.<digest>.<digest>...`) and are read again first on the
 //! next page, so no record found is dropped and no page exceeds its limit.
 
-use crate::conn::{answer, Conn, Node};
+use crate::conn::{answer, Node};
+use crate::connections::Connections;
 use crate::error::{unexpected, BACKEND};
 use crate::record::{self, bytes, integer, timestamp};
 use crate::scripts::scripts;
@@ -38,7 +39,7 @@ const DIGEST_LEN: usize = 64;
 
 /// Scans one store's prefix.
 pub(crate) struct Scanner<'a> {
-    conn: &'a Conn,
+    conn: &'a Connections,
     prefix: &'a str,
 }
 
@@ -61,7 +62,7 @@ struct Resume {
 }
 
 impl<'a> Scanner<'a> {
-    pub(crate) fn new(conn: &'a Conn, prefix: &'a str) -> Self {
+    pub(crate) fn new(conn: &'a Connections, prefix: &'a str) -> Self {
         Self { conn, prefix }
     }
 

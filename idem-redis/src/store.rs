@@ -1,6 +1,7 @@
 //! `RedisStore`: the store, its builder, and its `Store` implementation.
 
-use crate::conn::Conn;
+use crate::conn::{Conn, Opener};
+use crate::connections::Connections;
 use crate::error::{error_kind, store_error, unexpected, BACKEND};
 use crate::listing::Scanner;
 use crate::record::{self, bytes, integer, timestamp};
@@ -14,6 +15,7 @@ use idem_core::{
     StoredResponse, Timestamp,
 };
 use redis::{ScriptInvocation, Value};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How many times a reservation reads again after losing a compare-and-set; each loss means
@@ -39,10 +41,16 @@ const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
 /// ([`Expiry::ServerTtl`]). `list` and `stats` scan the prefix ([`ListingOrder::Scan`]; see
 /// the crate documentation).
 ///
-/// Cloning is cheap: clones share the connection.
+/// Renewals cannot be starved by the application (C9): a call made on the engine's heartbeat
+/// thread uses a connection of its own, opened there the first time with the same settings,
+/// so its socket is driven by the heartbeat's runtime; handlers that block every worker of
+/// the runtime the store was connected on do not stop the leases from being renewed. It is
+/// opened again, on the next call there, after it fails unavailable.
+///
+/// Cloning is cheap: clones share the connections.
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: Conn,
+    conns: Arc<Connections>,
     prefix: String,
     grace: Duration,
 }
@@ -52,7 +60,7 @@ impl std::fmt::Debug for RedisStore {
         f.debug_struct("RedisStore")
             .field("prefix", &self.prefix)
             .field("grace", &self.grace)
-            .field("cluster", &matches!(self.conn, Conn::Cluster(_)))
+            .field("cluster", &self.conns.is_cluster())
             .finish()
     }
 }
@@ -210,14 +218,7 @@ impl RedisStoreBuilder {
             .set_response_timeout(Some(self.response_timeout))
             .set_connection_timeout(Some(self.connection_timeout))
             .set_number_of_retries(0);
-        let mut conn = client
-            .get_connection_manager_with_config(config)
-            .await
-            .map_err(store_error)?;
-        if !self.allow_eviction {
-            refuse_eviction(&mut conn).await?;
-        }
-        Ok(self.build(Conn::Single(conn)))
+        self.open(Opener::Single(client, config)).await
     }
 
     /// Connects to a Redis Cluster through any of its nodes.
@@ -231,30 +232,30 @@ impl RedisStoreBuilder {
             .retries(2)
             .build()
             .map_err(store_error)?;
-        let mut conn = client.get_async_connection().await.map_err(store_error)?;
-        if !self.allow_eviction {
-            refuse_eviction(&mut conn).await?;
-        }
-        Ok(self.build(Conn::Cluster(conn)))
+        self.open(Opener::Cluster(client)).await
     }
 
-    fn build(self, conn: Conn) -> RedisStore {
-        RedisStore {
-            conn,
+    /// Opens the store's connection (driven by the current runtime) and keeps `opener` for the
+    /// heartbeat's.
+    async fn open(self, opener: Opener) -> Result<RedisStore, Error> {
+        let conn = opener.open().await?;
+        if !self.allow_eviction {
+            refuse_eviction(&conn).await?;
+        }
+        Ok(RedisStore {
+            conns: Arc::new(Connections::new(conn, opener)),
             prefix: self.prefix,
             grace: self.grace,
-        }
+        })
     }
 }
 
 /// Refuses a Redis whose `maxmemory-policy` may evict our records (anything but
 /// `noeviction`): an evicted record makes its key new again while the first holder still runs
 /// (C14). A Redis that does not answer `CONFIG GET` is refused too, with the way out.
-async fn refuse_eviction(conn: &mut impl redis::aio::ConnectionLike) -> Result<(), Error> {
-    let reply: Result<Vec<String>, _> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("maxmemory-policy")
-        .query_async(conn)
+async fn refuse_eviction(conn: &Conn) -> Result<(), Error> {
+    let reply: Result<Vec<String>, _> = conn
+        .query(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy"))
         .await;
     let policy = match reply {
         Ok(pair) => pair.get(1).cloned().unwrap_or_default(),
@@ -313,7 +314,7 @@ impl RedisStore {
     }
 
     fn scanner(&self) -> Scanner<'_> {
-        Scanner::new(&self.conn, &self.prefix)
+        Scanner::new(&self.conns, &self.prefix)
     }
 
     async fn replace(
@@ -339,7 +340,7 @@ impl RedisStore {
             .arg(millis(lease_for))
             .arg(millis(self.grace))
             .arg(record::triple(request.id()));
-        match self.conn.invoke(&invocation).await? {
+        match self.conns.invoke(&invocation).await? {
             Value::Nil => Ok(None),
             until => Ok(Some(Lease::new(
                 request,
@@ -351,7 +352,7 @@ impl RedisStore {
     }
 
     async fn fenced(&self, invocation: &ScriptInvocation<'_>) -> Result<(), Error> {
-        match integer(&self.conn.invoke(invocation).await?, "fenced result")? {
+        match integer(&self.conns.invoke(invocation).await?, "fenced result")? {
             1 => Ok(()),
             _ => Err(Error::LeaseLost),
         }
@@ -375,7 +376,7 @@ impl Store for RedisStore {
                 .arg(millis(lease_for))
                 .arg(millis(self.grace))
                 .arg(record::triple(request.id()));
-            let reply = match self.conn.invoke(&invocation).await {
+            let reply = match self.conns.invoke(&invocation).await {
                 Ok(reply) => reply,
                 Err(error) if error.is_retryable() && !resent => {
                     (resend, resent) = (Some(token), true);
@@ -458,7 +459,7 @@ impl Store for RedisStore {
             .arg(lease.token().as_bytes().as_slice())
             .arg(millis(lease_for))
             .arg(millis(self.grace));
-        match self.conn.invoke(&invocation).await? {
+        match self.conns.invoke(&invocation).await? {
             Value::Nil => Err(Error::LeaseLost),
             until => timestamp(integer(&until, "deadline")?),
         }
@@ -472,7 +473,7 @@ impl Store for RedisStore {
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         let mut invocation = scripts().lookup.prepare_invoke();
         invocation.key(self.key_of(id));
-        match self.conn.invoke(&invocation).await? {
+        match self.conns.invoke(&invocation).await? {
             Value::Nil => Ok(None),
             Value::Array(fields) => record::decode(&fields, id)?
                 .try_map_response(|response| {

@@ -120,6 +120,10 @@ impl<S: Store + 'static> Idempotency<S> {
         // has finished (or, past the lease, until the completion landed): the record of a live
         // process must never look orphaned while its answer is being stored.
         let live = self.inner.live.hold(&lease);
+        let lease = match self.still_held(lease).await {
+            Ok(lease) => lease,
+            Err(answer) => return answer,
+        };
         let keeper = self.keep_alive(lease);
         let shared = Arc::clone(&keeper.lease);
         let ctx = Context {
@@ -143,6 +147,40 @@ impl<S: Store + 'static> Idempotency<S> {
                     .await;
                 resume_unwind(panic)
             }
+        }
+    }
+
+    /// Before the handler runs: a lease that is half gone (the execution's task waited behind a
+    /// busy or blocked worker after its reservation) is renewed first, and one that passed and
+    /// was taken never runs the handler: another attempt holds the key (answered in flight).
+    /// Nothing has run yet, so nothing is lost by not running.
+    async fn still_held<E>(&self, mut lease: Lease) -> Result<Lease, Result<Outcome, RunError<E>>> {
+        let half = self.inner.policy.lease / 2;
+        let left = lease.local_deadline().map_or(half, |d| {
+            d.saturating_duration_since(std::time::Instant::now())
+        });
+        if left >= half {
+            return Ok(lease);
+        }
+        match self.renew_lease(&mut lease).await {
+            Ok(()) => Ok(lease),
+            Err(Error::LeaseLost) => {
+                self.emit(
+                    Event::new(EventKind::LeaseLost)
+                        .of_lease(&lease)
+                        .failed(&Error::LeaseLost),
+                );
+                Err(Ok(Outcome::Answered(crate::Answer::InFlight {
+                    retry_after: std::time::Duration::from_secs(1).min(self.inner.policy.lease),
+                })))
+            }
+            Err(error) if left.is_zero() => {
+                // Past the lease and the store cannot say who holds it: run nothing.
+                let _ = self.release(lease).await;
+                Err(Err(RunError::Idem(error)))
+            }
+            // Within the lease: the heartbeat tries again.
+            Err(_) => Ok(lease),
         }
     }
 

@@ -67,7 +67,7 @@ fn attempt<H: Harness>(harness: &H) -> Option<Begin> {
                 .expect("begin"),
         )
     });
-    runtime.block_on(async {
+    let outcomes = runtime.block_on(async {
         let runs: Vec<_> = requests
             .into_iter()
             .enumerate()
@@ -84,10 +84,16 @@ fn attempt<H: Harness>(harness: &H) -> Option<Begin> {
                 })
             })
             .collect();
+        let mut outcomes = Vec::new();
         for run in runs {
-            let outcome = run.await.expect("joined").expect("ran");
-            assert!(matches!(outcome, Outcome::Executed(_)), "{outcome:?}");
+            outcomes.push(run.await.expect("joined"));
         }
+        outcomes
     });
-    probe.join().expect("probe")
+    // Not a valid attempt unless both handlers ran at once; then both must have executed.
+    let seen = probe.join().expect("probe")?;
+    for outcome in outcomes {
+        assert!(matches!(outcome, Ok(Outcome::Executed(_))), "{outcome:?}");
+    }
+    Some(seen)
 }
