@@ -15,7 +15,7 @@
 //!   [`MemoryStore`] as the reference.
 //! - With feature `testing`: the conformance suite every store runs (`testing`).
 //!
-//! The rules C1..C14 and the state machine are in the repository's docs/state-machine.md.
+//! The rules C1..C16 and the state machine are in the repository's docs/state-machine.md.
 //!
 //! ```
 //! use idem_core::{Answer, Begin, Idempotency, MemoryStore, StoredResponse};
