@@ -116,6 +116,28 @@ impl EventKind {
         EventKind::ALL.iter().copied().find(|k| k.name() == name)
     }
 
+    /// Whether this kind is a reservation acquired by this process (an execution begins).
+    pub fn is_acquisition(self) -> bool {
+        matches!(
+            self,
+            EventKind::Acquired | EventKind::TakenOver | EventKind::StartedOver
+        )
+    }
+
+    /// Whether this kind ends an execution of this process: every acquisition the engine
+    /// drives ends with exactly one of these (its answer stored, given back, fenced out, or
+    /// left unknown or in doubt).
+    pub fn ends_execution(self) -> bool {
+        matches!(
+            self,
+            EventKind::Executed
+                | EventKind::Released
+                | EventKind::LeaseLost
+                | EventKind::OutcomeUnknown
+                | EventKind::InDoubt
+        )
+    }
+
     /// Whether this kind answers a request (the last event of a call of the engine's closure
     /// forms and of `begin` when nothing is acquired).
     pub fn is_answer(self) -> bool {

@@ -144,26 +144,6 @@ pub const OUTCOMES: &[EventKind] = &[
     EventKind::InDoubt,
 ];
 
-/// Whether `kind` is a reservation acquired by this process: the gauge goes up.
-fn acquires(kind: EventKind) -> bool {
-    matches!(
-        kind,
-        EventKind::Acquired | EventKind::TakenOver | EventKind::StartedOver
-    )
-}
-
-/// Whether `kind` ends an execution of this process: the gauge goes down.
-fn ends(kind: EventKind) -> bool {
-    matches!(
-        kind,
-        EventKind::Executed
-            | EventKind::Released
-            | EventKind::LeaseLost
-            | EventKind::OutcomeUnknown
-            | EventKind::InDoubt
-    )
-}
-
 /// Describes the metrics (unit, help text) to the current recorder. [`Metrics::new`] calls it;
 /// call it again if the recorder is installed after the observer was made.
 ///
@@ -400,9 +380,9 @@ impl Observer for Metrics {
                     self.count(event);
                 }
                 if let Some(id) = event.id() {
-                    if acquires(kind) {
+                    if kind.is_acquisition() {
                         self.acquired(id, event.token());
-                    } else if ends(kind) {
+                    } else if kind.ends_execution() {
                         self.ended(id, event.token());
                     }
                 }
@@ -1660,11 +1640,14 @@ mod tests {
         assert!(!OUTCOMES.contains(&EventKind::StoreCall));
         assert!(!OUTCOMES.contains(&EventKind::Purged));
         for kind in OUTCOMES {
-            assert!(acquires(*kind) || ends(*kind) || kind.is_answer(), "{kind}");
+            assert!(
+                kind.is_acquisition() || kind.ends_execution() || kind.is_answer(),
+                "{kind}"
+            );
         }
         for kind in EventKind::ALL {
             assert!(
-                !(acquires(*kind) || ends(*kind)) || OUTCOMES.contains(kind),
+                !(kind.is_acquisition() || kind.ends_execution()) || OUTCOMES.contains(kind),
                 "{kind} moves the gauge, so it is an outcome"
             );
         }
