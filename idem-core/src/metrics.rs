@@ -82,19 +82,19 @@
 //! reservation per record (C4), a record reserved again here while an earlier holder of this
 //! process still counted it replaces that holder (whose lease had passed or whose record was
 //! deleted) rather than counting twice; that holder's late `lease_lost` is then taken as its own
-//! end, not the new holder's. So the gauge is exact for the executions of
-//! [`Idempotency::run`](crate::Idempotency::run) and the HTTP layer, and for guard-style callers
-//! that end every lease with `complete` or `release`. The transactional closure
+//! end, not the new holder's (the events carry the execution's fencing token). Every
+//! acquisition the engine drives ends with exactly one end event, so the gauge is exact for
+//! [`Idempotency::run`](crate::Idempotency::run), the transactional closure
 //! ([`Idempotency::transact`](crate::Idempotency::transact), the SQL stores'
-//! `run_in_transaction`) reports its acquisition when the transaction has ended: its executions
-//! are counted in `idem_requests_total` but do not show in the gauge while they run.
+//! `run_in_transaction`, whose acquisition is reported while the effect runs) and the HTTP
+//! layer, and for guard-style callers that end every lease with `complete`, `release`, or,
+//! after committing a completion written in their own transaction (`complete_in`),
+//! [`Idempotency::committed`](crate::Idempotency::committed).
 //!
-//! A guard-style caller that drops a lease without either emits no end: its record stays in the
-//! gauge until this process reserves the same record again (a retry taking the orphan over
-//! after its lease, or reserving it afresh once purged), or for the life of the process if none
-//! does. So does a guard-style completion written in the caller's own transaction (a SQL store's
-//! `complete_in`), which the engine does not see; with `run` (returning the completion) or the
-//! stores' transactional closure it is seen. The gauge never counts records left in progress
+//! A guard-style caller that drops a lease without any of them emits no end: its record stays
+//! in the gauge until this process reserves the same record again (a retry taking the orphan
+//! over after its lease, or reserving it afresh once purged), or for the life of the process if
+//! none does. The gauge never counts records left in progress
 //! by processes that crashed (orphans), nor other processes' executions: sum it over the
 //! processes for a fleet. Its value is set, not incremented: give each [`Metrics`] in a process
 //! its own store name, or give several engines the same one in an `Arc`.

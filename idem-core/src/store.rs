@@ -133,6 +133,14 @@ pub trait Store: Send + Sync {
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
     }
+
+    /// The same number for this store and every clone of it (the address of what they share),
+    /// `None` if the store cannot tell. Engines whose stores have one identity share their
+    /// registry of the executions running in this process, so that a duplicate reaching any of
+    /// them is answered in flight (C9); with `None`, each engine knows only its own.
+    fn identity(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// What a store declares about itself, so that the engine, operators and the conformance suite
@@ -226,5 +234,8 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     }
     fn capabilities(&self) -> Capabilities {
         (**self).capabilities()
+    }
+    fn identity(&self) -> Option<usize> {
+        (**self).identity()
     }
 }

@@ -280,6 +280,12 @@ macro_rules! on_connection {
 
 #[async_trait]
 impl Store for PgStore {
+    /// The address of what this store and its clones share (C9: one registry of live executions
+    /// for every engine over them).
+    fn identity(&self) -> Option<usize> {
+        Some(Arc::as_ptr(&self.inner).cast::<()>() as usize)
+    }
+
     async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
         // One token for the whole call, the retry on a fresh connection included: a record
         // written by an attempt whose answer was lost carries it and is recognised as ours.

@@ -178,7 +178,7 @@ impl PgStore {
         let response = match CatchUnwind::new(effect(&mut tx, lease)).await {
             Ok(Ok(response)) => response,
             Ok(Err(error)) => {
-                let _ = tx.rollback().await;
+                roll_back(tx, execution).await;
                 return TxEnd::EffectFailed(error);
             }
             // Dropping the transaction rolls it back.
@@ -193,15 +193,16 @@ impl PgStore {
             )
             .await;
         if let Err(error) = written {
-            let _ = tx.rollback().await;
+            roll_back(tx, execution).await;
             return TxEnd::RolledBack(error);
         }
         let commit = async { tx.commit().await };
         match tokio::time::timeout(execution.store_timeout(), commit).await {
             Ok(Ok(())) => TxEnd::Committed(completion),
-            // The server answered the COMMIT with an error: it did not commit.
-            Ok(Err(error @ sqlx::Error::Database(_))) => TxEnd::RolledBack(store_error(error)),
-            // The connection failed after the COMMIT may have reached the server.
+            // Whatever the error, the record tells: a server's own error may come after the
+            // commit (a pooler whose server connection broke answers FATAL 08P01), and the
+            // connection may have failed after the COMMIT reached the server. The engine reads
+            // the record once no transaction holds it.
             Ok(Err(error)) => TxEnd::InDoubt {
                 completion,
                 error: store_error(error),
@@ -216,6 +217,13 @@ impl PgStore {
             },
         }
     }
+}
+
+/// Rolls `tx` back, waiting at most the store timeout: past it the transaction is dropped, its
+/// connection closed, and the server rolls it back by itself (a frozen server never holds the
+/// caller, C13).
+async fn roll_back(tx: sqlx::Transaction<'_, sqlx::Postgres>, execution: &Execution) {
+    let _ = tokio::time::timeout(execution.store_timeout(), tx.rollback()).await;
 }
 
 /// Reads the record with a share lock, waiting at most `wait` for a transaction that holds it.

@@ -361,6 +361,12 @@ impl RedisStore {
 
 #[async_trait]
 impl Store for RedisStore {
+    /// The address of what this store and its clones share (C9: one registry of live executions
+    /// for every engine over them).
+    fn identity(&self) -> Option<usize> {
+        Some(Arc::as_ptr(&self.conns).cast::<()>() as usize)
+    }
+
     async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
         let key = self.key_of(request.id());
         let (mut resend, mut resent) = (None, false);

@@ -180,6 +180,12 @@ impl SqliteStore {
 
 #[async_trait]
 impl Store for SqliteStore {
+    /// The address of what this store and its clones share (C9: one registry of live executions
+    /// for every engine over them).
+    fn identity(&self) -> Option<usize> {
+        Some(Arc::as_ptr(&self.inner).cast::<()>() as usize)
+    }
+
     async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
         self.reserve_on_writer(request, lease_for).await
     }

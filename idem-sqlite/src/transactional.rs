@@ -150,33 +150,69 @@ impl Transactional for SqliteStore {
         };
         let (inner, req) = (Arc::clone(&self.inner), request.clone());
         pool.write(writer, move |conn| {
-            let clock = inner.config.clock.as_ref();
-            let lease = match ops::reserve(conn, &inner.sql, clock, &req, execution.lease_for())? {
-                Begin::Answered(answer) => return Ok(Transacted::Answered(answer)),
-                Begin::Acquired(lease) => execution.acquired(lease),
-            };
-            let end = (|| {
-                let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
-                    Ok(tx) => tx,
-                    Err(error) => return TxEnd::RolledBack(store_error(error)),
-                };
-                let response = match catch_unwind(AssertUnwindSafe(|| effect(&tx, &lease))) {
-                    Ok(Ok(response)) => response,
-                    Ok(Err(error)) => return TxEnd::EffectFailed(error),
-                    Err(panic) => return TxEnd::Panicked(panic),
-                };
-                let completion = execution.completion(&lease, response);
-                if let Err(error) = ops::complete(&tx, &inner.sql, clock.now(), &completion) {
-                    return TxEnd::RolledBack(error);
-                }
-                // A COMMIT that fails leaves the transaction open; dropping it rolls it back.
-                match tx.commit() {
-                    Ok(()) => TxEnd::Committed(completion),
-                    Err(error) => TxEnd::RolledBack(store_error(error)),
-                }
+            // Another process's write lock is waited for at most the engine's store timeout
+            // here (C13), not the store's whole busy timeout at each step.
+            let busy = inner.config.busy_timeout.min(execution.store_timeout());
+            let bounded = conn.busy_timeout(busy).map_err(store_error);
+            let result = (|| {
+                bounded?;
+                transact_on(conn, &inner, &req, effect, &execution)
             })();
-            Ok(Transacted::Acquired { lease, end })
+            let _ = conn.busy_timeout(inner.config.busy_timeout);
+            result
         })
         .await?
     }
+}
+
+/// Reservation, then effect, completion and commit in one transaction, on the writer.
+fn transact_on<E>(
+    conn: &mut rusqlite::Connection,
+    inner: &crate::store::Inner,
+    req: &Request,
+    effect: SqliteEffect<E>,
+    execution: &Execution,
+) -> Result<Transacted<E>, Error> {
+    let clock = inner.config.clock.as_ref();
+    let lease = match ops::reserve(conn, &inner.sql, clock, req, execution.lease_for())? {
+        Begin::Answered(answer) => return Ok(Transacted::Answered(answer)),
+        Begin::Acquired(lease) => execution.acquired(lease),
+    };
+    let end = (|| {
+        let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+            Ok(tx) => tx,
+            Err(error) => return TxEnd::RolledBack(store_error(error)),
+        };
+        let response = match catch_unwind(AssertUnwindSafe(|| effect(&tx, &lease))) {
+            Ok(Ok(response)) => response,
+            Ok(Err(error)) => return TxEnd::EffectFailed(error),
+            Err(panic) => return TxEnd::Panicked(panic),
+        };
+        // SQLite may have rolled the transaction back under the effect (an `ON CONFLICT
+        // ROLLBACK` constraint, `RAISE(ROLLBACK)`, a full disk) while the effect went
+        // on and answered: the effect is gone, and the completion must not commit
+        // alone (C6).
+        if tx.is_autocommit() {
+            return TxEnd::RolledBack(rolled_back_under_the_effect());
+        }
+        let completion = execution.completion(&lease, response);
+        if let Err(error) = ops::complete(&tx, &inner.sql, clock.now(), &completion) {
+            return TxEnd::RolledBack(error);
+        }
+        // A COMMIT that fails leaves the transaction open; dropping it rolls it back.
+        match tx.commit() {
+            Ok(()) => TxEnd::Committed(completion),
+            Err(error) => TxEnd::RolledBack(store_error(error)),
+        }
+    })();
+    Ok(Transacted::Acquired { lease, end })
+}
+
+/// The error of an effect whose transaction SQLite rolled back by itself.
+fn rolled_back_under_the_effect() -> Error {
+    Error::store(
+        crate::error::BACKEND,
+        StoreErrorKind::TransactionConflict,
+        "SQLite rolled the effect's transaction back (a constraint or trigger that rolls back, or an I/O error); nothing was committed, retry the whole request",
+    )
 }

@@ -39,6 +39,11 @@ impl Gate {
         Running(Arc::clone(&self.0))
     }
 
+    /// How many executions are under way.
+    pub(crate) fn running(&self) -> usize {
+        self.0.running.load(Ordering::SeqCst)
+    }
+
     pub(crate) fn is_closing(&self) -> bool {
         self.0.closing.load(Ordering::SeqCst)
     }

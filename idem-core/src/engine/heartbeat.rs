@@ -113,8 +113,17 @@ impl<S: Store + 'static> Idempotency<S> {
     /// Renews the shared lease every third of the policy's lease until aborted or lost.
     async fn heartbeat(self, shared: Arc<Mutex<Lease>>) {
         let period = (self.policy().lease / 3).max(Duration::from_millis(1));
+        // The first beat comes sooner when the lease is already partly gone (an execution that
+        // began late), at half of what is left.
+        let left = shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .local_deadline()
+            .map(|d| d.saturating_duration_since(std::time::Instant::now()));
+        let mut wait = left.map_or(period, |left| period.min(left / 2));
         loop {
-            tokio::time::sleep(period).await;
+            tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
+            wait = period;
             let mut lease = shared
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)

@@ -10,7 +10,7 @@ use crate::request::Request;
 use crate::scope::RecordId;
 use crate::token::FencingToken;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 /// The `Retry-After` of an in-flight answer whose holder is past its lease (its completion is
@@ -18,7 +18,10 @@ use std::time::{Duration, Instant};
 const PAST_LEASE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Default, Clone)]
-pub(crate) struct Live(Arc<Mutex<HashMap<RecordId, Holder>>>);
+pub(crate) struct Live(Arc<Registry>);
+
+/// The live executions of one store, by record.
+type Registry = Mutex<HashMap<RecordId, Holder>>;
 
 #[derive(Debug, Clone, Copy)]
 struct Holder {
@@ -36,6 +39,28 @@ pub(crate) struct Held {
 }
 
 impl Live {
+    /// The registry of the store whose [`identity`](crate::Store::identity) is `identity`,
+    /// shared by every engine of this process over that store (or a clone of it); a registry
+    /// of its own without one.
+    pub(crate) fn of_store(identity: Option<usize>) -> Live {
+        static SHARED: OnceLock<Mutex<HashMap<usize, Weak<Registry>>>> = OnceLock::new();
+        let Some(identity) = identity else {
+            return Live::default();
+        };
+        let mut shared = SHARED
+            .get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Registries whose engines are all gone are forgotten as others are made.
+        shared.retain(|_, registry| registry.strong_count() > 0);
+        if let Some(registry) = shared.get(&identity).and_then(Weak::upgrade) {
+            return Live(registry);
+        }
+        let live = Live::default();
+        shared.insert(identity, Arc::downgrade(&live.0));
+        live
+    }
+
     /// The answer to `request` if this process runs an execution of its record now.
     pub(crate) fn answer(&self, request: &Request, lease: Duration) -> Option<Answer> {
         let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);

@@ -154,11 +154,11 @@ impl<S: Store> IdempotencyBuilder<S> {
         self.policy.validate()?;
         Ok(Idempotency {
             inner: Arc::new(Shared {
+                live: Live::of_store(self.store.identity()),
                 store: self.store,
                 policy: self.policy,
                 observers: self.observers,
                 gate: Gate::default(),
-                live: Live::default(),
             }),
         })
     }
@@ -174,11 +174,31 @@ pub(crate) fn timed_out(operation: Operation, timeout: Duration) -> Error {
     Error::store(
         "idem",
         StoreErrorKind::Unavailable,
-        format!(
+        TimedOut(format!(
             "the store did not answer {} within {timeout:?} (store_timeout)",
             operation.name()
-        ),
+        )),
     )
+}
+
+/// The source of [`timed_out`]'s error: tells the engine's own deadline from the store's
+/// failures.
+#[derive(Debug)]
+struct TimedOut(String);
+
+impl fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TimedOut {}
+
+/// Whether `error` is a store call cut off by the engine's deadline.
+pub(crate) fn is_timed_out(error: &Error) -> bool {
+    error
+        .as_store()
+        .is_some_and(|e| e.source_ref().downcast_ref::<TimedOut>().is_some())
 }
 
 /// The error of a request refused because the engine is shutting down.
@@ -197,11 +217,11 @@ impl<S: Store> Idempotency<S> {
         observers.push(Arc::new(TracingObserver));
         Self {
             inner: Arc::new(Shared {
+                live: Live::of_store(store.identity()),
                 store,
                 policy: Policy::default(),
                 observers,
                 gate: Gate::default(),
-                live: Live::default(),
             }),
         }
     }
@@ -259,9 +279,14 @@ impl<S: Store> Idempotency<S> {
     {
         let started = Instant::now();
         let timeout = self.inner.policy.store_timeout;
-        let result = match tokio::time::timeout(timeout, call).await {
-            Ok(result) => result,
-            Err(_) => Err(timed_out(operation, timeout)),
+        // Guard style may run on a runtime without a time driver (or none): no deadline there.
+        let result = if has_timers() {
+            match tokio::time::timeout(timeout, call).await {
+                Ok(result) => result,
+                Err(_) => Err(timed_out(operation, timeout)),
+            }
+        } else {
+            call.await
         };
         let mut event = Event::new(EventKind::StoreCall)
             .of(operation)
@@ -596,6 +621,25 @@ impl<S: Store> Idempotency<S> {
     pub async fn shutdown(&self) {
         self.close();
         self.drain().await;
+    }
+
+    /// [`shutdown`](Self::shutdown), waiting at most `grace` for the executions under way;
+    /// returns how many were still running when it gave up (0: all finished). Those are left
+    /// to their lease (C9): give the grace more than your slowest handler.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let idem = idem_core::Idempotency::new(idem_core::MemoryStore::new());
+    /// assert_eq!(idem.shutdown_within(std::time::Duration::from_secs(30)).await, 0);
+    /// # }
+    /// ```
+    pub async fn shutdown_within(&self, grace: Duration) -> usize {
+        self.close();
+        match tokio::time::timeout(grace, self.drain()).await {
+            Ok(()) => 0,
+            Err(_) => self.inner.gate.running(),
+        }
     }
 
     /// The first half of [`shutdown`](Self::shutdown), without waiting: from now on every

@@ -4,7 +4,7 @@
 //! its own) when the store cannot be written for now: a slow store never turns into a second
 //! execution.
 
-use super::{outcome_unknown, pause, Idempotency, FIRST_BACKOFF, MAX_BACKOFF};
+use super::{is_timed_out, outcome_unknown, pause, Idempotency, FIRST_BACKOFF, MAX_BACKOFF};
 use crate::answer::Answer;
 use crate::completion::Completion;
 use crate::error::Error;
@@ -25,7 +25,7 @@ impl<S: Store> Idempotency<S> {
         completion: Completion,
         deadline: Option<Instant>,
     ) -> Result<StoredResponse, Error> {
-        match self.persist(&completion, deadline).await {
+        match self.persist(&completion, deadline, None).await {
             Err(error) if !matches!(error, Error::LeaseLost) && !error.is_retryable() => {
                 self.emit(
                     Event::new(EventKind::CompletionRefused)
@@ -33,21 +33,24 @@ impl<S: Store> Idempotency<S> {
                         .failed(&error),
                 );
                 let fallback = self.completion(lease, outcome_unknown());
-                self.persist(&fallback, deadline).await
+                self.persist(&fallback, deadline, None).await
             }
             result => result,
         }
     }
 
-    /// Writes `completion`, retrying what a retry may fix until `deadline`.
+    /// Writes `completion`, retrying what a retry may fix until `deadline`, or until
+    /// `timeouts` attempts in a row were cut off by the engine's deadline.
     async fn persist(
         &self,
         completion: &Completion,
         deadline: Option<Instant>,
+        timeouts: Option<u32>,
     ) -> Result<StoredResponse, Error> {
         let store = &self.inner.store;
         let id = completion.id();
         let mut backoff = FIRST_BACKOFF;
+        let mut timed_out = 0u32;
         loop {
             let started = Instant::now();
             let attempt = self
@@ -67,7 +70,14 @@ impl<S: Store> Idempotency<S> {
                 Err(error) if error.is_retryable() => error,
                 Err(error) => return Err(error),
             };
-            if deadline.is_some_and(|d| Instant::now() + backoff >= d) {
+            timed_out = if is_timed_out(&error) {
+                timed_out + 1
+            } else {
+                0
+            };
+            if deadline.is_some_and(|d| Instant::now() + backoff >= d)
+                || timeouts.is_some_and(|most| timed_out >= most)
+            {
                 return Err(error);
             }
             self.emit(
@@ -172,8 +182,62 @@ impl<S: Store + 'static> Idempotency<S> {
         tokio::spawn(async move {
             let _running = running;
             let _hold = hold;
-            let result = engine.store_completion(&lease, completion, None).await;
-            engine.report_end(&lease, stored, &result);
+            let (kind, result) = engine.complete_past_lease(&lease, completion, stored).await;
+            engine.report_end(&lease, kind, &result);
         });
     }
+
+    /// Past the lease, until the completion lands or the lease is taken. A completion that
+    /// keeps being cut off by the store timeout while the store answers smaller writes (a large
+    /// response on a slow link) is replaced by the small stored 500 of C8, so that the key
+    /// resolves; while the store is slow or down for everything, the real one is tried again.
+    async fn complete_past_lease(
+        &self,
+        lease: &Lease,
+        completion: Completion,
+        stored: EventKind,
+    ) -> (EventKind, Result<StoredResponse, Error>) {
+        loop {
+            match self
+                .persist(&completion, None, Some(TIMEOUTS_BEFORE_FALLBACK))
+                .await
+            {
+                Err(error) if is_timed_out(&error) => {
+                    let fallback = self.completion(lease, outcome_unknown());
+                    match self
+                        .persist(&fallback, None, Some(TIMEOUTS_BEFORE_FALLBACK))
+                        .await
+                    {
+                        Err(error) if is_timed_out(&error) => continue,
+                        result => {
+                            if result.is_ok() {
+                                self.emit(
+                                    Event::new(EventKind::CompletionRefused)
+                                        .of_lease(lease)
+                                        .failed(&error),
+                                );
+                            }
+                            return (EventKind::OutcomeUnknown, result);
+                        }
+                    }
+                }
+                Err(error) if !matches!(error, Error::LeaseLost) && !error.is_retryable() => {
+                    return (
+                        EventKind::OutcomeUnknown,
+                        self.store_completion(
+                            lease,
+                            self.completion(lease, outcome_unknown()),
+                            None,
+                        )
+                        .await,
+                    );
+                }
+                result => return (stored, result),
+            }
+        }
+    }
 }
+
+/// How many attempts in a row cut off by the store timeout, past the lease, before the small
+/// stored 500 is tried in place of a completion.
+const TIMEOUTS_BEFORE_FALLBACK: u32 = 3;

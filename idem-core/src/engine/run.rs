@@ -174,13 +174,19 @@ impl<S: Store + 'static> Idempotency<S> {
                     retry_after: std::time::Duration::from_secs(1).min(self.inner.policy.lease),
                 })))
             }
-            Err(error) if left.is_zero() => {
-                // Past the lease and the store cannot say who holds it: run nothing.
+            Err(error) => {
+                // The store did not say: run only if the heartbeat can renew before the lease
+                // ends (it tries at a third of the lease, sooner when less is left).
+                let left = lease.local_deadline().map_or(half, |d| {
+                    d.saturating_duration_since(std::time::Instant::now())
+                });
+                if left >= self.inner.policy.lease / 3 {
+                    return Ok(lease);
+                }
+                // Too little left to run anything safely: nothing ran, the key goes back.
                 let _ = self.release(lease).await;
                 Err(Err(RunError::Idem(error)))
             }
-            // Within the lease: the heartbeat tries again.
-            Err(_) => Ok(lease),
         }
     }
 
@@ -204,11 +210,7 @@ impl<S: Store + 'static> Idempotency<S> {
                         .map_err(RunError::Incomplete)?;
                     Ok(Outcome::Executed(stored))
                 }
-                Reply::Completed(completion) => {
-                    let result = self.check_written(&lease, completion).await;
-                    drop(hold);
-                    result
-                }
+                Reply::Completed(completion) => self.check_written(lease, completion, hold).await,
             },
             Err(failure) => match failure.into_parts() {
                 (error, Meaning::NothingHappened) => {
@@ -266,11 +268,13 @@ impl<S: Store + 'static> Idempotency<S> {
     /// retry gets, even if the handler returned another). If not (its transaction rolled back,
     /// or it never wrote it), the outcome is unknown: a 500 is stored, never a success for an
     /// unrecorded effect.
-    async fn check_written<E>(
+    async fn check_written<E, H: Send + 'static>(
         &self,
-        lease: &Lease,
+        lease: Lease,
         completion: Completion,
+        hold: H,
     ) -> Result<Outcome, RunError<E>> {
+        let lease = &lease;
         let ours = completion.id() == lease.id() && completion.token() == lease.token();
         if ours {
             if let Some(stored) = self.stored_under(lease.id(), &completion).await {
@@ -286,11 +290,12 @@ impl<S: Store + 'static> Idempotency<S> {
             "idem.run: the handler returned a completion that is not stored; storing a 500"
         );
         let fallback = self.completion(lease, outcome_unknown());
+        // Like every completion: past the lease it goes on on its own task.
         let stored = self
-            .store_completion(lease, fallback, lease.local_deadline())
-            .await;
-        self.report_end(lease, EventKind::OutcomeUnknown, &stored);
-        Ok(Outcome::Executed(stored.map_err(RunError::Incomplete)?))
+            .stored_or_continued(lease.clone(), fallback, EventKind::OutcomeUnknown, hold)
+            .await
+            .map_err(RunError::Incomplete)?;
+        Ok(Outcome::Executed(stored))
     }
 }
 

@@ -1,0 +1,161 @@
+//! Completions that go on past the lease (C8, C9, C13): one that never fits the store timeout
+//! while the store takes smaller writes is replaced by the small stored 500, so the key
+//! resolves and a shutdown finishes; the 500 stored in place of an unwritten completion goes on
+//! past the lease like every other completion, so a retry in this process is in flight, never
+//! a second run.
+
+use idem_core::store::{Completion, Lease, ListQuery, Page, Record, Stats};
+use idem_core::{
+    async_trait, Answer, Begin, Error, Failure, Idempotency, MemoryStore, Outcome, Policy,
+    RecordId, Reply, Request, RunError, Store, StoreErrorKind, StoredResponse, Timestamp,
+};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn down() -> Error {
+    Error::store("test", StoreErrorKind::Unavailable, "connection refused")
+}
+
+#[derive(Default)]
+struct Slow {
+    inner: MemoryStore,
+    /// Completions whose encoded form is larger than this take `slow_for` (longer than the
+    /// store timeout) before they would land: a large body on a slow link.
+    slow_above: Option<usize>,
+    slow_for: Duration,
+    /// Every completion and renewal fails (the store cannot be written).
+    unwritable: AtomicBool,
+}
+
+#[async_trait]
+impl Store for Slow {
+    async fn reserve(&self, r: &Request, l: Duration) -> Result<Begin, Error> {
+        self.inner.reserve(r, l).await
+    }
+    async fn complete(&self, c: &Completion) -> Result<(), Error> {
+        if self.unwritable.load(Ordering::SeqCst) {
+            return Err(down());
+        }
+        if self.slow_above.is_some_and(|max| c.encoded().len() > max) {
+            tokio::time::sleep(self.slow_for).await;
+        }
+        self.inner.complete(c).await
+    }
+    async fn release(&self, l: &Lease) -> Result<(), Error> {
+        self.inner.release(l).await
+    }
+    async fn renew(&self, l: &Lease, d: Duration) -> Result<Timestamp, Error> {
+        if self.unwritable.load(Ordering::SeqCst) {
+            return Err(down());
+        }
+        self.inner.renew(l, d).await
+    }
+    async fn purge_expired(&self, n: usize) -> Result<usize, Error> {
+        self.inner.purge_expired(n).await
+    }
+    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+        self.inner.lookup(id).await
+    }
+    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+        self.inner.list(query).await
+    }
+    async fn stats(&self) -> Result<Stats, Error> {
+        self.inner.stats().await
+    }
+}
+
+fn request(idem: &Idempotency<Arc<Slow>>, key: &str) -> Request {
+    idem.request("acct", "POST", "/reports")
+        .key(Some(key))
+        .body(b"{}")
+        .build()
+        .expect("valid")
+}
+
+#[tokio::test]
+async fn c08_a_completion_that_never_fits_the_store_timeout_resolves_and_lets_shutdown_finish() {
+    let store = Arc::new(Slow {
+        slow_above: Some(10_000),
+        slow_for: Duration::from_millis(400),
+        ..Slow::default()
+    });
+    let policy = Policy::default()
+        .lease(Duration::from_millis(300))
+        .store_timeout(Duration::from_millis(100));
+    let idem = Idempotency::with_policy(Arc::clone(&store), policy.clone()).expect("policy");
+    let other = Idempotency::with_policy(Arc::clone(&store), policy).expect("policy");
+    let req = request(&idem, "large-report");
+    let effects = Arc::new(AtomicUsize::new(0));
+    let e = Arc::clone(&effects);
+    let first = idem
+        .run(&req, move |_| async move {
+            e.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Failure<&'static str>>(StoredResponse::new(200, vec![b'x'; 100_000]))
+        })
+        .await;
+    eprintln!("first = {first:?}");
+    assert!(matches!(first, Err(RunError::Incomplete(_))), "{first:?}");
+
+    // Ten leases later: still nothing stored, and the key still held in the store.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let seen = other.begin(&req).await.expect("begin");
+    eprintln!("another instance, ten leases later: {seen:?}");
+    let shutdown = tokio::time::timeout(Duration::from_secs(3), idem.shutdown()).await;
+    eprintln!("shutdown within 3 s: {:?}", shutdown.is_ok());
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+    assert!(
+        !matches!(seen, Begin::Answered(Answer::InFlight { .. })),
+        "a completion that cannot be written within the store timeout is retried for ever: \
+         the key is in flight for ever (the heartbeat keeps renewing it): {seen:?}"
+    );
+    assert!(
+        shutdown.is_ok(),
+        "shutdown waits for ever on the completion"
+    );
+}
+
+#[tokio::test]
+async fn c08_a_500_stored_in_place_of_an_unwritten_completion_goes_on_past_the_lease() {
+    let store = Arc::new(Slow::default());
+    let idem = Idempotency::with_policy(
+        Arc::clone(&store),
+        Policy::default().lease(Duration::from_millis(200)),
+    )
+    .expect("policy");
+    let req = request(&idem, "unwritten-completion");
+    let effects = Arc::new(AtomicUsize::new(0));
+    let run = |effects: Arc<AtomicUsize>, store: Arc<Slow>| {
+        let idem = idem.clone();
+        let req = req.clone();
+        async move {
+            idem.run(&req, move |ctx| async move {
+                effects.fetch_add(1, Ordering::SeqCst);
+                // The effect ran (a call out, say); its own transaction's commit failed with
+                // the store, which now cannot be written. It returns the completion it meant
+                // to commit.
+                store.unwritable.store(true, Ordering::SeqCst);
+                let completion = ctx.completion(StoredResponse::new(201, "charged"));
+                Ok::<_, Failure<&'static str>>(Reply::Completed(completion))
+            })
+            .await
+        }
+    };
+    let first = run(Arc::clone(&effects), Arc::clone(&store)).await;
+    eprintln!("first = {first:?}");
+    // Past the lease, the store still unwritable: a retry in this same process.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let retry = run(Arc::clone(&effects), Arc::clone(&store)).await;
+    eprintln!("retry after {:?} = {retry:?}", started.elapsed());
+    assert!(
+        matches!(retry, Ok(Outcome::Answered(Answer::InFlight { .. }))),
+        "a retry while the 500 is still being written is in flight: {retry:?}"
+    );
+    assert_eq!(
+        effects.load(Ordering::SeqCst),
+        1,
+        "the 500 for an unwritten completion was given up at the lease; a retry in the same \
+         process took the record over and ran the effect again"
+    );
+}
