@@ -45,7 +45,11 @@ fn server_conn_crashed() -> Vec<u8> {
     }
     fields.push(0);
     let mut message = vec![b'E'];
-    message.extend_from_slice(&u32::try_from(fields.len() + 4).expect("a short message").to_be_bytes());
+    message.extend_from_slice(
+        &u32::try_from(fields.len() + 4)
+            .expect("a short message")
+            .to_be_bytes(),
+    );
     message.extend_from_slice(&fields);
     message
 }

@@ -203,6 +203,20 @@ impl<S: Store + 'static> Idempotency<S> {
                 .await
             {
                 Err(error) if is_timed_out(&error) => {
+                    // A store frozen or slow for everything is waited for with the real
+                    // completion: the 500 is only for one the store answers other calls beside
+                    // (a read now, and the completion cut off once more right after it).
+                    let id = lease.id();
+                    let probe = self
+                        .call(Operation::Lookup, Some(id), self.inner.store.lookup(id))
+                        .await;
+                    if probe.is_err() {
+                        continue;
+                    }
+                    match self.persist(&completion, None, Some(1)).await {
+                        Err(error) if is_timed_out(&error) => {}
+                        result => return (stored, result),
+                    }
                     let fallback = self.completion(lease, outcome_unknown());
                     match self
                         .persist(&fallback, None, Some(TIMEOUTS_BEFORE_FALLBACK))
