@@ -944,7 +944,7 @@ mod tests {
             let (store, clock) = clocked();
             let (idem, metrics) = engine(Arc::clone(&store));
             // Another process (no metrics of this one) reserved and crashed.
-            let crashed = Idempotency::new(store);
+            let crashed = Idempotency::new(crate::testing::Elsewhere::new(store));
             let first = request(&idem, "key-1", b"{}");
             drop(acquire(&crashed, &first).await);
             clock.advance(idem.policy().lease + Duration::from_secs(1));
@@ -1001,7 +1001,7 @@ mod tests {
         recorded(|snapshotter| async move {
             let (store, clock) = clocked();
             let (idem, metrics) = engine(Arc::clone(&store));
-            let other = Idempotency::new(store);
+            let other = Idempotency::new(crate::testing::Elsewhere::new(store));
             let first = request(&idem, "key-1", b"{}");
             let duplicate = first.clone();
             let lease = idem.policy().lease;

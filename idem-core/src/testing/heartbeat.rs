@@ -1,7 +1,7 @@
 //! A scenario no `#[tokio::test]` can host: it needs a runtime of its own whose every worker
 //! the handlers block. Call it from a plain `#[test]` with the store's harness.
 
-use super::{request, unique_consumer, Harness};
+use super::{request, unique_consumer, Elsewhere, Harness};
 use crate::{Answer, Begin, Failure, Idempotency, Outcome, Policy, StoredResponse};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -43,7 +43,8 @@ fn attempt<H: Harness>(harness: &H) -> Option<Begin> {
     let store = Arc::new(runtime.block_on(harness.store()));
     let policy = Policy::default().lease(LEASE);
     let idem = Idempotency::with_policy(Arc::clone(&store), policy.clone()).expect("policy");
-    let other = Idempotency::with_policy(store, policy).expect("policy");
+    // Another process: the same records, not this process's live executions.
+    let other = Idempotency::with_policy(Elsewhere::new(store), policy).expect("policy");
     let consumer = unique_consumer("c09-blocked");
     let requests: Vec<_> = (0..2)
         .map(|i| request(&consumer, &format!("blocked-{i}"), b"{}"))

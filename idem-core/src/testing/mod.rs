@@ -40,11 +40,13 @@
 //! every `pub async fn` of the scenario files is on it, so none can silently never run.
 
 pub mod audit;
+mod elsewhere;
 mod heartbeat;
 mod listing;
 mod scenarios;
 mod transactional;
 
+pub use elsewhere::Elsewhere;
 pub use heartbeat::*;
 pub use listing::*;
 pub use scenarios::*;

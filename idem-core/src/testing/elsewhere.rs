@@ -1,0 +1,65 @@
+//! A store seen from another process, for tests that play two processes in one.
+
+use crate::begin::Begin;
+use crate::clock::Timestamp;
+use crate::error::Error;
+use crate::request::Request;
+use crate::scope::RecordId;
+use crate::store::{Capabilities, Completion, Lease, ListQuery, Page, Record, Stats, Store};
+use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The same records as the store it wraps, as another process sees them: every call goes to
+/// that store, but it has no [`identity`](Store::identity), so an engine over it does not share
+/// the live executions of the engines over the store itself (C9), as an engine of another
+/// process would not.
+///
+/// ```
+/// use idem_core::testing::Elsewhere;
+/// use idem_core::{MemoryStore, Store};
+/// use std::sync::Arc;
+/// let store = Arc::new(MemoryStore::new());
+/// assert!(store.identity().is_some());
+/// assert!(Elsewhere::new(Arc::clone(&store)).identity().is_none());
+/// ```
+#[derive(Debug)]
+pub struct Elsewhere<S>(Arc<S>);
+
+impl<S> Elsewhere<S> {
+    /// `store`, seen from another process.
+    pub fn new(store: Arc<S>) -> Self {
+        Self(store)
+    }
+}
+
+#[async_trait]
+impl<S: Store + 'static> Store for Elsewhere<S> {
+    async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
+        self.0.reserve(request, lease_for).await
+    }
+    async fn complete(&self, completion: &Completion) -> Result<(), Error> {
+        self.0.complete(completion).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<(), Error> {
+        self.0.release(lease).await
+    }
+    async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
+        self.0.renew(lease, lease_for).await
+    }
+    async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
+        self.0.purge_expired(limit).await
+    }
+    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+        self.0.lookup(id).await
+    }
+    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+        self.0.list(query).await
+    }
+    async fn stats(&self) -> Result<Stats, Error> {
+        self.0.stats().await
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+}
