@@ -9,8 +9,8 @@
 //! store sends (fingerprint, token, lease, grace and the `(consumer, route, key)` triple for the
 //! reservation; token, encoded response and retention for the completion), and a duplicate is
 //! checked by hand from the same reply: the layout's version and triple, the deadline after
-//! Redis's now, the fingerprint, the state, and for a replay the stored response decoded with
-//! `StoredResponse::decode`. The requests (scope, key, fingerprint) are built by the engine over
+//! Redis's now, the fingerprint, the state and whether a response is stored (they agree), and
+//! for a replay the stored response decoded with `StoredResponse::decode`. The requests (scope, key, fingerprint) are built by the engine over
 //! a `MemoryStore`, so the same bytes reach the server.
 //!
 //! What is left out is exactly the library: the engine's `begin` and `complete`, the `Store`
@@ -137,8 +137,9 @@ impl Inner {
         if bytes(&fields[0]) == b"inserted" {
             return Reply::Inserted;
         }
-        let Ok([_, now, version, stored, _token, state, deadline, stored_id, response]) =
-            <[Value; 9]>::try_from(fields)
+        let Ok(
+            [_, now, version, stored, _token, state, deadline, stored_id, has_response, response],
+        ) = <[Value; 10]>::try_from(fields)
         else {
             panic!("reserve.lua returned another number of fields")
         };
@@ -154,6 +155,11 @@ impl Inner {
         }
         if bytes(&stored) != fingerprint {
             return Reply::Mismatch;
+        }
+        // State and stored response agree, or the record is corrupt (as the store checks).
+        match (bytes(&state), integer(&has_response)) {
+            (b"0", 0) | (b"1", 1) => {}
+            other => panic!("a corrupt record: state and stored response {other:?}"),
         }
         match bytes(&state) {
             b"0" => Reply::InFlight(Duration::from_millis(
