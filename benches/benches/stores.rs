@@ -11,7 +11,9 @@
 //!    1000 expired records deleted; the seeding is not measured);
 //! 2. the concurrency table at 1, 8 and 32 callers (stored body 100 B): throughput and latency
 //!    p50 / p99 per side, the sides in alternating rounds, medians of the rounds, and the
-//!    ratio library / raw; written to `target/idem-bench/stores.jsonl` for the chart.
+//!    ratio library / raw; on the SQL stores also the money path, `run_in_transaction`, on
+//!    fresh keys and replays (`tx_fresh_key`, `tx_replay`) against the same baselines; written
+//!    to `target/idem-bench/stores.jsonl` for the chart.
 //!
 //! `IDEM_BENCH_STORES=sqlite,postgres` limits the stores; `IDEM_BENCH_TABLE=off|only`;
 //! quick mode (one short round, criterion runs each function once) under `cargo test
@@ -19,8 +21,11 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use idem_benches::harness::{measure, size_name, Mode, Path, Row};
+use idem_benches::harness::{Op, Side};
 use idem_benches::report;
 use idem_benches::stores::{self, Subject};
+use idem_benches::transaction;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 
@@ -129,17 +134,34 @@ fn table(rt: &Runtime, mode: &Mode, subjects: &[Subject]) {
     println!();
     println!("| store | path | size | callers | sides: ops/s, p50 / p99 | library / raw |");
     println!("|---|---|---|---|---|---|");
+    let ops = |sides: &[Arc<dyn Side>], path: Path| -> Vec<(&'static str, Op)> {
+        sides
+            .iter()
+            .map(|side| (side.name(), rt.block_on(side.op(path, 100))))
+            .collect()
+    };
     let mut cells = Vec::new();
     for subject in subjects {
         for path in Path::ALL {
-            let sides = subject
-                .sides
-                .iter()
-                .map(|side| (side.name(), rt.block_on(side.op(path, 100))))
-                .collect();
             let row = Row {
                 store: subject.store,
                 path: path.name(),
+                size: 100,
+                sides: ops(&subject.sides, path),
+            };
+            cells.extend(measure(rt, mode, &row));
+        }
+        let Some(in_transaction) = &subject.in_transaction else {
+            continue;
+        };
+        for path in transaction::PATHS {
+            // The library through `run_in_transaction`, against the baselines of the same path.
+            let mut sides = vec![("library", rt.block_on(in_transaction.op(path, 100)))];
+            sides.extend(ops(&subject.sides[1..], path));
+            let name = transaction::path_name(path);
+            let row = Row {
+                store: subject.store,
+                path: &name,
                 size: 100,
                 sides,
             };

@@ -7,6 +7,7 @@
 //! - [`harness`]: the sides, the paths, the concurrency table (alternating rounds, medians),
 //!   quick mode;
 //! - [`library`]: the library's side, written once over any [`idem::Store`];
+//! - [`transaction`]: the money path, `run_in_transaction` on the SQL stores;
 //! - [`raw`]: the hand-written baselines, one module per store;
 //! - [`stores`]: the stores and their baselines, on the servers `scripts/services.sh` starts;
 //! - [`report`]: the results, for the chart (`cargo run -p idem-benches --bin chart`).
@@ -17,3 +18,4 @@ pub mod library;
 pub mod raw;
 pub mod report;
 pub mod stores;
+pub mod transaction;

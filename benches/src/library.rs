@@ -47,15 +47,11 @@ pub struct Library<S> {
 impl<S: Store + Clone + 'static> Library<S> {
     /// The library over `store`, with `effect` for fresh keys.
     pub fn new(store: S, effect: impl Effect<S>) -> Self {
-        let policy = Policy::default().lease(LEASE).purge_batch(1_000_000);
-        let expiring = Policy::default()
-            .lease(Duration::from_millis(1))
-            .purge_batch(1_000_000);
         Self {
-            idem: Idempotency::with_policy(store.clone(), policy).expect("policy"),
-            expiring: Idempotency::with_policy(store, expiring).expect("policy"),
+            idem: engine(store.clone(), LEASE),
+            expiring: engine(store, Duration::from_millis(1)),
             effect: Arc::new(effect),
-            consumer: format!("bench_{}", idem::FencingToken::generate()),
+            consumer: new_consumer(),
             next: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -69,6 +65,17 @@ impl<S: Store + Clone + 'static> Library<S> {
     pub fn consumer(&self) -> &str {
         &self.consumer
     }
+}
+
+/// The engine of the benches over `store`: leases of `lease`, purges in one batch.
+pub fn engine<S: Store>(store: S, lease: Duration) -> Idempotency<S> {
+    let policy = Policy::default().lease(lease).purge_batch(1_000_000);
+    Idempotency::with_policy(store, policy).expect("policy")
+}
+
+/// A consumer of its own, so several sides share a server without meeting.
+pub fn new_consumer() -> String {
+    format!("bench_{}", idem::FencingToken::generate())
 }
 
 /// A request of `consumer` for `key` with `body`, as the benches send it.

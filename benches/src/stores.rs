@@ -3,12 +3,13 @@
 //! never a skip).
 
 use crate::harness::Side;
-use crate::library::{CompleteOnly, Effect, Library};
+use crate::library::{response, CompleteOnly, Effect, Library};
 use crate::raw;
-use idem::postgres::{sqlx, PgStore};
+use crate::transaction::{Charge, InTransaction, Transacting};
+use idem::postgres::{sqlx, PgIdempotency, PgStore};
 use idem::redis::RedisStore;
-use idem::sqlite::SqliteStore;
-use idem::{Idempotency, Lease, MemoryStore, StoredResponse};
+use idem::sqlite::{rusqlite, SqliteIdempotency, SqliteStore};
+use idem::{Idempotency, Lease, MemoryStore, Outcome, Request, StoredResponse};
 use std::sync::Arc;
 
 /// The connections of a server store's pool, library and baseline alike.
@@ -21,6 +22,9 @@ pub struct Subject {
     pub store: &'static str,
     /// Library first, then the baselines.
     pub sides: Vec<Arc<dyn Side>>,
+    /// The money path (`run_in_transaction`), on the SQL stores; its ratio is taken against
+    /// the same baselines.
+    pub in_transaction: Option<Arc<dyn Transacting>>,
     /// Keeps the SQLite files while the bench runs.
     _dir: Option<tempfile::TempDir>,
 }
@@ -42,9 +46,13 @@ pub async fn memory() -> Subject {
             Arc::new(MemoryStore::new()),
             CompleteOnly,
         ))],
+        in_transaction: None,
         _dir: None,
     }
 }
+
+/// The business insert of the SQLite library sides.
+const SQLITE_CHARGE: &str = "INSERT INTO bench_charges (cents) VALUES (?1)";
 
 /// The business insert and the completion in one SQLite transaction, one hop on the writer.
 /// The effect of the SQLite side, for benches that build their own.
@@ -61,17 +69,27 @@ impl Effect<SqliteStore> for SqliteEffect {
         let store = idem.store().clone();
         idem.store()
             .try_call(move |db| {
-                let tx = db.transaction_with_behavior(
-                    idem::sqlite::rusqlite::TransactionBehavior::Immediate,
-                )?;
-                tx.execute("INSERT INTO bench_charges (cents) VALUES (?1)", [2500])?;
-                store.complete_in(&tx, &completion).map_err(|e| {
-                    idem::sqlite::rusqlite::Error::ToSqlConversionFailure(Box::new(e))
-                })?;
+                let tx = db.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                tx.execute(SQLITE_CHARGE, [2500])?;
+                store
+                    .complete_in(&tx, &completion)
+                    .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
                 tx.commit()
             })
             .await
             .expect("effect and completion");
+    }
+}
+
+#[async_trait::async_trait]
+impl Charge for SqliteStore {
+    async fn charge(idem: &Idempotency<Self>, request: &Request, size: usize) -> Outcome {
+        idem.run_in_transaction(request, move |tx, _lease| {
+            tx.execute(SQLITE_CHARGE, [2500])?;
+            Ok::<_, rusqlite::Error>(response(size))
+        })
+        .await
+        .expect("run_in_transaction")
     }
 }
 
@@ -89,7 +107,7 @@ pub async fn sqlite() -> Subject {
         .await
         .expect("business table");
     let sides: Vec<Arc<dyn Side>> = vec![
-        Arc::new(Library::new(store, SqliteEffect)),
+        Arc::new(Library::new(store.clone(), SqliteEffect)),
         Arc::new(raw::sqlite::RawSqlite::open(
             &dir.path().join("raw.db"),
             false,
@@ -102,9 +120,13 @@ pub async fn sqlite() -> Subject {
     Subject {
         store: "sqlite",
         sides,
+        in_transaction: Some(Arc::new(InTransaction::new(store))),
         _dir: Some(dir),
     }
 }
+
+/// The business insert of the PostgreSQL library sides.
+const PG_CHARGE: &str = "INSERT INTO bench_charges (cents) VALUES (2500)";
 
 /// The business insert and the completion in one PostgreSQL transaction.
 /// The effect of the PostgreSQL side, for benches that build their own.
@@ -119,7 +141,7 @@ impl Effect<PgStore> for PgEffect {
     async fn run(&self, idem: &Idempotency<PgStore>, lease: Lease, response: StoredResponse) {
         let completion = idem.completion(&lease, response);
         let mut tx = idem.store().pool().begin().await.expect("begin");
-        sqlx::query("INSERT INTO bench_charges (cents) VALUES (2500)")
+        sqlx::query(PG_CHARGE)
             .execute(&mut *tx)
             .await
             .expect("charge");
@@ -128,6 +150,20 @@ impl Effect<PgStore> for PgEffect {
             .await
             .expect("complete_in");
         tx.commit().await.expect("commit");
+    }
+}
+
+#[async_trait::async_trait]
+impl Charge for PgStore {
+    async fn charge(idem: &Idempotency<Self>, request: &Request, size: usize) -> Outcome {
+        idem.run_in_transaction(request, move |tx, _lease| {
+            Box::pin(async move {
+                sqlx::query(PG_CHARGE).execute(&mut *tx).await?;
+                Ok::<_, sqlx::Error>(response(size))
+            })
+        })
+        .await
+        .expect("run_in_transaction")
     }
 }
 
@@ -147,12 +183,13 @@ pub async fn postgres() -> Subject {
         .await
         .expect("business table");
     let sides: Vec<Arc<dyn Side>> = vec![
-        Arc::new(Library::new(store, PgEffect)),
+        Arc::new(Library::new(store.clone(), PgEffect)),
         Arc::new(raw::postgres::RawPostgres::connect(&url, POOL).await),
     ];
     Subject {
         store: "postgres",
         sides,
+        in_transaction: Some(Arc::new(InTransaction::new(store))),
         _dir: None,
     }
 }
@@ -168,6 +205,7 @@ pub async fn redis() -> Subject {
     Subject {
         store: "redis",
         sides,
+        in_transaction: None,
         _dir: None,
     }
 }

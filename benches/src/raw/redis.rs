@@ -10,8 +10,9 @@
 //! reservation; token, encoded response and retention for the completion), and a duplicate is
 //! checked by hand from the same reply: the layout's version and triple, the deadline after
 //! Redis's now, the fingerprint, the state and whether a response is stored (they agree), and
-//! for a replay the stored response decoded with `StoredResponse::decode`. The requests (scope, key, fingerprint) are built by the engine over
-//! a `MemoryStore`, so the same bytes reach the server.
+//! for a replay the stored response decoded with `StoredResponse::decode`. The requests (scope,
+//! key, fingerprint) are built by the engine over a `MemoryStore`, so the same bytes reach the
+//! server.
 //!
 //! What is left out is exactly the library: the engine's `begin` and `complete`, the `Store`
 //! trait's boxed futures, the reply's decoding into a `Record` (every field copied and checked),

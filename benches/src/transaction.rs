@@ -1,0 +1,103 @@
+//! The money path: the SQL stores' `run_in_transaction`, the reservation, one business insert
+//! and the completion in one call, written once over any store that has it; each store's
+//! closure is in [`stores`](crate::stores). Measured in the concurrency table on fresh keys and
+//! replays, against the same hand-written baselines as the paths through `begin`.
+
+use crate::harness::{Op, Path};
+use crate::library::{engine, new_consumer, request, BODY, LEASE};
+use idem::{Answer, Idempotency, Outcome, Request, Store};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The paths measured through `run_in_transaction`.
+pub const PATHS: [Path; 2] = [Path::Fresh, Path::Replay];
+
+/// The name of `path` through `run_in_transaction` in tables and results: `tx_fresh_key`,
+/// `tx_replay`.
+pub fn path_name(path: Path) -> String {
+    format!("tx_{}", path.name())
+}
+
+/// A store whose engine runs an effect and its completion in one transaction.
+#[async_trait::async_trait]
+pub trait Charge: Store + Clone + 'static {
+    /// `run_in_transaction` for `request`, its effect one business insert answered with a
+    /// response of `size` bytes ([`response`](crate::library::response)).
+    async fn charge(idem: &Idempotency<Self>, request: &Request, size: usize) -> Outcome;
+}
+
+/// The library's side of the money path on one store, whatever the store.
+#[async_trait::async_trait]
+pub trait Transacting: Send + Sync + 'static {
+    /// The operation for `path` (one of [`PATHS`]), whose stored response body has `size`
+    /// bytes, after setting up what it needs (a completed key for a replay).
+    async fn op(&self, path: Path, size: usize) -> Op;
+}
+
+/// The engine over one store, with the benches' policy and a consumer of its own.
+pub struct InTransaction<S> {
+    idem: Idempotency<S>,
+    consumer: String,
+    next: Arc<AtomicU64>,
+}
+
+impl<S: Charge> InTransaction<S> {
+    /// The money path over `store`.
+    pub fn new(store: S) -> Self {
+        Self {
+            idem: engine(store, LEASE),
+            consumer: new_consumer(),
+            next: Arc::new(AtomicU64::new(0)),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl<S: Charge> Transacting for InTransaction<S> {
+    async fn op(&self, path: Path, size: usize) -> Op {
+        let idem = self.idem.clone();
+        let consumer = self.consumer.clone();
+        match path {
+            Path::Fresh => {
+                let next = Arc::clone(&self.next);
+                Arc::new(move || {
+                    let (idem, consumer) = (idem.clone(), consumer.clone());
+                    let key = format!("fresh-{}", next.fetch_add(1, Ordering::Relaxed));
+                    Box::pin(async move {
+                        let request = request(&idem, &consumer, &key, BODY);
+                        match S::charge(&idem, &request, size).await {
+                            Outcome::Executed(stored) => {
+                                black_box(stored);
+                            }
+                            Outcome::Answered(answer) => {
+                                panic!("a fresh key was answered: {answer:?}")
+                            }
+                        }
+                    })
+                })
+            }
+            Path::Replay => {
+                let key = format!("done-{}", self.next.fetch_add(1, Ordering::Relaxed));
+                let asked = Arc::new(request(&idem, &consumer, &key, BODY));
+                let first = S::charge(&idem, &asked, size).await;
+                assert!(
+                    matches!(first, Outcome::Executed(_)),
+                    "a new key was answered"
+                );
+                Arc::new(move || {
+                    let (idem, asked) = (idem.clone(), Arc::clone(&asked));
+                    Box::pin(async move {
+                        match S::charge(&idem, &asked, size).await {
+                            Outcome::Answered(Answer::Replay(stored)) => {
+                                black_box(stored);
+                            }
+                            other => panic!("unexpected answer: {other:?}"),
+                        }
+                    })
+                })
+            }
+            other => panic!("run_in_transaction is not measured on {}", other.name()),
+        }
+    }
+}
