@@ -4,6 +4,7 @@
 //! ([`Idempotency::transact`]) share one admission, one reservation, one way of storing a
 //! completion and one stream of [`Event`]s.
 
+mod detach;
 mod gate;
 mod heartbeat;
 mod live;
@@ -39,9 +40,9 @@ use std::time::{Duration, Instant};
 ///
 /// Three ways to call it, one protocol:
 ///
-/// - **closure**: [`run`](Self::run) reserves, runs the handler, completes or releases, on a
-///   task of its own: dropping the future that awaits it (a client disconnecting from a hyper or
-///   axum server) does not cancel an execution that has started (C8).
+/// - **closure**: [`run`](Self::run) reserves, runs the handler, completes or releases;
+///   dropping the future that awaits it (a client disconnecting from a hyper or axum server)
+///   does not cancel an execution that has started, which goes on as a task of its own (C8).
 /// - **transactional closure** (SQL stores): [`transact`](Self::transact), what the stores'
 ///   `run_in_transaction` calls: the effect and its completion in one transaction.
 /// - **guard**: [`begin`](Self::begin) → [`Begin::Acquired`] → run the effect →

@@ -1,9 +1,10 @@
 //! The closure style: [`Idempotency::run`] and what its handler gets, [`Context`].
 
+use super::detach::Detach;
 use super::{has_timers, needs_timers, outcome_unknown, shutting_down, Idempotency};
 use crate::begin::Begin;
 use crate::completion::Completion;
-use crate::error::{Error, StoreErrorKind};
+use crate::error::Error;
 use crate::event::{Event, EventKind};
 use crate::lease::Lease;
 use crate::outcome::{Failure, Meaning, Outcome, Reply, RunError};
@@ -16,7 +17,6 @@ use std::fmt;
 use std::future::Future;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, PoisonError};
-use tracing::Instrument;
 
 impl<S: Store + 'static> Idempotency<S> {
     /// The closure style: begin; when acquired, run `handler`, then complete with its response
@@ -24,9 +24,10 @@ impl<S: Store + 'static> Idempotency<S> {
     /// mismatches never call `handler`. Needs a Tokio runtime with its time driver (what
     /// `#[tokio::main]` builds); without one nothing runs and the error says so.
     ///
-    /// **Cancellation.** Everything runs on a task of its own: if the future returned here is
-    /// dropped (the client disconnected and the server dropped the request's future), the
-    /// execution goes on to its completion or release, and a retry gets its answer. Before the
+    /// **Cancellation.** The execution outlives the future returned here: it is polled in the
+    /// caller's task while the caller waits, and if that future is dropped (the client
+    /// disconnected and the server dropped the request's future), the execution goes on as a
+    /// task of its own to its completion or release, and a retry gets its answer. Before the
     /// runtime shuts down, [`shutdown`](Self::shutdown) or [`drain`](Self::drain) waits for
     /// such executions.
     ///
@@ -69,9 +70,9 @@ impl<S: Store + 'static> Idempotency<S> {
         .await
     }
 
-    /// Runs `execution` on a task of its own, counted by the shutdown gate (refused once
-    /// shutdown began): a dropped caller does not cancel it (C8), and a panic in it resumes in
-    /// the caller.
+    /// Runs `execution` so that it outlives its caller ([`Detach`]), counted by the shutdown gate
+    /// (refused once shutdown began): a dropped caller does not cancel it (C8), and a panic in it
+    /// resumes in the caller.
     pub(crate) async fn execution<E, Fut>(
         &self,
         id: &RecordId,
@@ -86,28 +87,18 @@ impl<S: Store + 'static> Idempotency<S> {
             self.emit(Event::new(EventKind::Rejected).about(id).failed(&error));
             return Err(RunError::Idem(error));
         };
-        // In the caller's span: the execution's events carry the request's trace (a client
-        // that went away does not take its trace with it).
-        let task = tokio::spawn(
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Err(RunError::Idem(needs_timers()));
+        };
+        // Polled here while the caller waits; handed to the runtime if the caller goes away.
+        Detach::new(
             async move {
                 let _running = running;
                 execution.await
-            }
-            .instrument(tracing::Span::current()),
-        );
-        match task.await {
-            Ok(result) => result,
-            Err(join) => match join.try_into_panic() {
-                Ok(panic) => resume_unwind(panic),
-                Err(join) => Err(RunError::Incomplete(Error::store(
-                    "runtime",
-                    StoreErrorKind::Unavailable,
-                    format!(
-                        "the execution task did not finish (the runtime is shutting down): {join}"
-                    ),
-                ))),
             },
-        }
+            runtime,
+        )
+        .await
     }
 
     async fn execute<F, Fut, R, E>(self, lease: Lease, handler: F) -> Result<Outcome, RunError<E>>

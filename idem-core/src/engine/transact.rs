@@ -73,8 +73,9 @@ impl<S: Transactional + 'static> Hooks for EngineHooks<S> {
 impl<S: Transactional + 'static> Idempotency<S> {
     /// The transactional closure, for SQL stores (their `run_in_transaction` calls it): reserve;
     /// when acquired, run `effect` in a transaction of the store, write the completion in the
-    /// same transaction and commit (C6). Runs on a task of its own, which a dropped caller does
-    /// not cancel and [`drain`](Self::drain) waits for (C8).
+    /// same transaction and commit (C6). The execution outlives its caller: a dropped caller
+    /// does not cancel it (it goes on as a task of its own, which [`drain`](Self::drain) waits
+    /// for, C8).
     ///
     /// - committed: [`Outcome::Executed`] with the response as stored;
     /// - the effect's error: the transaction rolled back, the effect with it; the key is given

@@ -1,0 +1,138 @@
+//! An execution that outlives its caller (C8), without a task of its own while the caller
+//! waits: it is polled in the caller's task, and handed to the runtime to be finished only when
+//! the caller's future is dropped before it ended (a client that disconnected). A replay or an
+//! in-flight answer thus costs no spawn, no extra wake-up and no hop between worker threads,
+//! and an execution whose caller went away still completes or releases its key.
+
+use std::future::Future;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::runtime::Handle;
+use tracing::Instrument;
+
+/// Boxed so that it can move to a task of its own after it was first polled.
+type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// A future that finishes even when dropped: see the module docs.
+pub(crate) struct Detach<T: Send + 'static> {
+    /// `None` once it ended (or panicked): nothing is left to hand over.
+    future: Option<Boxed<T>>,
+    runtime: Handle,
+    /// The caller's span, for the events of an execution that goes on without it.
+    span: tracing::Span,
+}
+
+impl<T: Send + 'static> Detach<T> {
+    /// Wraps `future`, to be finished on `runtime` if it is dropped before it ends.
+    pub(crate) fn new(future: impl Future<Output = T> + Send + 'static, runtime: Handle) -> Self {
+        Self {
+            future: Some(Box::pin(future)),
+            runtime,
+            span: tracing::Span::current(),
+        }
+    }
+}
+
+impl<T: Send + 'static> Future for Detach<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let Some(future) = self.future.as_mut() else {
+            panic!("an idempotent execution was polled after it ended");
+        };
+        // A panic inside ends the execution here: it must not be resumed on another task.
+        match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => {
+                self.future = None;
+                Poll::Ready(output)
+            }
+            Err(panic) => {
+                self.future = None;
+                resume_unwind(panic)
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for Detach<T> {
+    fn drop(&mut self) {
+        if let Some(future) = self.future.take() {
+            // A runtime that is shutting down cancels the task at once: its executions were
+            // for `drain` to wait for, and what is left of them is the store's lease (C9).
+            let span = std::mem::replace(&mut self.span, tracing::Span::none());
+            drop(self.runtime.spawn(future.instrument(span)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Detach;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_dropped_execution_finishes_on_the_runtime() {
+        let finished = Arc::new(AtomicBool::new(false));
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let flag = Arc::clone(&finished);
+        let execution = Detach::new(
+            async move {
+                let _ = started_tx.send(());
+                let _ = go_rx.await;
+                flag.store(true, Ordering::SeqCst);
+            },
+            tokio::runtime::Handle::current(),
+        );
+        let caller = tokio::spawn(execution);
+        started_rx
+            .await
+            .expect("the execution started in the caller's task");
+        caller.abort();
+        let _ = caller.await;
+        assert!(!finished.load(Ordering::SeqCst));
+        go_tx
+            .send(())
+            .expect("the execution still waits: it was handed over, not dropped");
+        for _ in 0..200 {
+            if finished.load(Ordering::SeqCst) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the execution whose caller went away never finished");
+    }
+
+    #[tokio::test]
+    async fn a_finished_execution_is_not_run_again() {
+        let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&runs);
+        let execution = Detach::new(
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                7
+            },
+            tokio::runtime::Handle::current(),
+        );
+        assert_eq!(execution.await, 7);
+        tokio::task::yield_now().await;
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_panic_resumes_in_the_caller_and_is_not_handed_over() {
+        let execution = Detach::new(
+            async {
+                panic!("the effect panicked");
+            },
+            tokio::runtime::Handle::current(),
+        );
+        let caller = tokio::spawn(execution);
+        let join = caller.await.expect_err("the panic reached the caller");
+        assert!(join.is_panic());
+    }
+}
