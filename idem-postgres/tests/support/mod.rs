@@ -2,7 +2,7 @@
 // Each test binary uses a part of it.
 #![allow(dead_code, unused_imports)]
 
-pub mod fault_proxy;
+pub use fault_proxy;
 pub mod pg_url;
 
 use fault_proxy::FaultProxy;

@@ -1,7 +1,10 @@
-//! A TCP proxy that breaks the network on demand, between a client (the store) and a server
-//! (PostgreSQL), on loopback.
+//! A TCP proxy that breaks the network on demand, between a client (a store) and a server
+//! (PostgreSQL, Redis), on loopback: the stores' fault tests start one in front of the server
+//! they break.
 //!
-//! ```ignore
+//! ```no_run
+//! # use fault_proxy::*;
+//! # async fn demo(key: &str) -> std::io::Result<()> {
 //! let proxy = FaultProxy::start("127.0.0.1:5432").await?;   // listens on 127.0.0.1:<free port>
 //! let url = format!("postgres://app@{}/db", proxy.addr());
 //! proxy.set(LoseAnswer::to(key.as_bytes()));  // the next request naming the key: answer lost
@@ -9,10 +12,13 @@
 //! proxy.set(Fault::HalfOpen(Direction::ToClient));
 //! proxy.set(Hold::to(COMMIT_QUERY));          // the next COMMIT waits in the proxy...
 //! proxy.set(Fault::PassThrough);              // ...until the proxy is switched again
+//! # let _ = url;
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! - [`fault`]: what the proxy can do to the traffic ([`Fault`], [`LoseAnswer`], [`Hold`]);
-//! - [`link`]: one proxied connection;
+//! - `link`: one proxied connection;
 //! - [`matcher`]: finding a pattern in bytes that arrive in pieces;
 //! - `self_test`: each fault against an echo server.
 //!
