@@ -1,12 +1,13 @@
 //! What a request means (C3): a blake3 digest over its length-prefixed parts.
 
 use crate::error::Error;
+use crate::form::canonical_form;
 use crate::json::canonical_json;
 use std::borrow::Cow;
 use std::fmt;
 
-/// A 32-byte blake3 digest of a request's meaning: method, concrete path and query, the headers
-/// the caller names, and the body (C3).
+/// A 32-byte blake3 digest of a request's meaning: method, concrete path and query, the media
+/// type of its body, the headers the caller names, and the body (C3).
 ///
 /// Each part is tagged and length-prefixed, so no two different requests share an encoding;
 /// the parts may be given in any order. Same key with another fingerprint is a
@@ -63,15 +64,56 @@ pub struct FingerprintBuilder<'a> {
     method: Vec<u8>,
     path: Vec<u8>,
     headers: Vec<(String, Vec<u8>)>,
+    /// The media type of `Content-Type`, normalised; empty when the request named none.
+    media_type: String,
     body: Cow<'a, [u8]>,
-    /// Whether the body is raw bytes or canonical JSON: two domains that never collide.
-    canonical: bool,
+    /// Raw bytes, canonical JSON or a canonical form: domains that never collide.
+    domain: Domain,
+}
+
+/// What the body bytes are, each its own tag in the digest.
+#[derive(Debug, Default, Clone, Copy)]
+enum Domain {
+    #[default]
+    Raw,
+    Json,
+    Form,
+}
+
+impl Domain {
+    fn tag(self) -> u8 {
+        match self {
+            Self::Raw => b'B',
+            Self::Json => b'J',
+            Self::Form => b'F',
+        }
+    }
 }
 
 impl<'a> FingerprintBuilder<'a> {
-    /// The HTTP method (case-sensitive, as HTTP says).
+    /// The HTTP method, normalised to upper case: `post` and `POST` are one request (C3), as
+    /// the HTTP layer protects them alike.
     pub fn method(mut self, method: &str) -> Self {
-        self.method = method.as_bytes().to_vec();
+        self.method = method.to_ascii_uppercase().into_bytes();
+        self
+    }
+
+    /// The request's `Content-Type`: its media type counts (C3), so the same bytes sent as JSON
+    /// and as a form are two requests. Only the media type counts, in lower case (`type/subtype`),
+    /// not its parameters: `Application/JSON; charset=utf-8` is `application/json`. Not calling
+    /// it (no `Content-Type`) is a request of its own too.
+    ///
+    /// ```
+    /// use idem_core::Fingerprint;
+    /// let body = b"amount=100&currency=usd";
+    /// let form = Fingerprint::builder().media_type("application/x-www-form-urlencoded").body(body).finish();
+    /// let json = Fingerprint::builder().media_type("application/json").body(body).finish();
+    /// let same = Fingerprint::builder().media_type("Application/X-WWW-Form-Urlencoded; charset=UTF-8").body(body).finish();
+    /// assert_ne!(form, json);
+    /// assert_eq!(form, same);
+    /// ```
+    pub fn media_type(mut self, content_type: &str) -> Self {
+        self.media_type = media_type(content_type);
         self
     }
 
@@ -92,7 +134,7 @@ impl<'a> FingerprintBuilder<'a> {
     /// The raw body bytes.
     pub fn body(mut self, body: &'a [u8]) -> Self {
         self.body = Cow::Borrowed(body);
-        self.canonical = false;
+        self.domain = Domain::Raw;
         self
     }
 
@@ -109,7 +151,24 @@ impl<'a> FingerprintBuilder<'a> {
     /// ```
     pub fn json_body(mut self, body: &[u8], exclude: &[&str]) -> Result<Self, Error> {
         self.body = Cow::Owned(canonical_json(body, exclude)?);
-        self.canonical = true;
+        self.domain = Domain::Json;
+        Ok(self)
+    }
+
+    /// An `application/x-www-form-urlencoded` body, canonicalised first (fields sorted by name,
+    /// percent-encoding normalised), so that `b=2&a=1` and `a=1&b=%32` are the same request.
+    /// See [`canonical_form`].
+    ///
+    /// ```
+    /// use idem_core::Fingerprint;
+    /// let one = Fingerprint::builder().form_body(b"amount=100&currency=eur")?.finish();
+    /// let two = Fingerprint::builder().form_body(b"currency=%65ur&amount=100")?.finish();
+    /// assert_eq!(one, two);
+    /// # Ok::<(), idem_core::Error>(())
+    /// ```
+    pub fn form_body(mut self, body: &[u8]) -> Result<Self, Error> {
+        self.body = Cow::Owned(canonical_form(body)?);
+        self.domain = Domain::Form;
         Ok(self)
     }
 
@@ -119,20 +178,35 @@ impl<'a> FingerprintBuilder<'a> {
         let mut hasher = blake3::Hasher::new_derive_key("idem 2026 request fingerprint v1");
         part(&mut hasher, b'M', &self.method);
         part(&mut hasher, b'P', &self.path);
+        // Only when named, so that requests without a `Content-Type` keep their digest.
+        if !self.media_type.is_empty() {
+            part(&mut hasher, b'T', self.media_type.as_bytes());
+        }
         hasher.update(b"H");
         hasher.update(&(self.headers.len() as u64).to_le_bytes());
         for (name, value) in &self.headers {
             part(&mut hasher, b'N', name.as_bytes());
             part(&mut hasher, b'V', value);
         }
-        // A canonical JSON body and raw bytes that happen to equal it are different requests.
-        part(
-            &mut hasher,
-            if self.canonical { b'J' } else { b'B' },
-            &self.body,
-        );
+        // A canonical body and raw bytes that happen to equal it are different requests.
+        part(&mut hasher, self.domain.tag(), &self.body);
         Fingerprint(*hasher.finalize().as_bytes())
     }
+}
+
+/// The media type of a `Content-Type` value as the fingerprint counts it (C3): `type/subtype`,
+/// trimmed and in lower case, without parameters.
+///
+/// ```
+/// assert_eq!(idem_core::media_type(" Application/JSON; charset=UTF-8"), "application/json");
+/// ```
+pub fn media_type(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim_matches([' ', '\t'])
+        .to_ascii_lowercase()
 }
 
 fn part(hasher: &mut blake3::Hasher, tag: u8, bytes: &[u8]) {
@@ -190,6 +264,51 @@ mod tests {
         assert_eq!(x, y);
         assert_ne!(x, z);
         assert_ne!(x, base.finish());
+    }
+
+    #[test]
+    fn c03_the_method_is_normalised() {
+        assert_eq!(fp("post", "/a", b"x"), fp("POST", "/a", b"x"));
+        assert_eq!(fp("Post", "/a", b"x"), fp("POST", "/a", b"x"));
+    }
+
+    #[test]
+    fn c03_the_media_type_counts_and_its_spelling_does_not() {
+        let with = |ct: &str| {
+            Fingerprint::builder()
+                .method("POST")
+                .path("/a")
+                .media_type(ct)
+                .body(b"amount=100")
+                .finish()
+        };
+        assert_ne!(
+            with("application/json"),
+            with("application/x-www-form-urlencoded")
+        );
+        assert_eq!(
+            with("application/json"),
+            with(" Application/JSON ;charset=utf-8")
+        );
+        assert_eq!(with("text/plain; a=1; b=2"), with("text/plain; b=2; a=1"));
+        assert_ne!(with("application/json"), fp("POST", "/a", b"amount=100"));
+        // No Content-Type: the digest of a request built before media types counted.
+        assert_eq!(with(""), fp("POST", "/a", b"amount=100"));
+    }
+
+    #[test]
+    fn c03_canonical_forms_and_raw_bytes_are_separate_domains() {
+        let form = Fingerprint::builder()
+            .form_body(b"b=2&a=1")
+            .expect("form")
+            .finish();
+        let reordered = Fingerprint::builder()
+            .form_body(b"a=1&b=%32")
+            .expect("form")
+            .finish();
+        let raw = Fingerprint::builder().body(b"a=1&b=2").finish();
+        assert_eq!(form, reordered);
+        assert_ne!(form, raw);
     }
 
     #[test]

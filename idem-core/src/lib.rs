@@ -5,7 +5,7 @@
 //! always sees the same answer.
 //!
 //! - Types with their rules: [`IdempotencyKey`] (C1), [`Scope`] and [`RecordId`] (C2),
-//!   [`Fingerprint`] and [`canonical_json`] (C3), [`StoredResponse`] (C7), [`Policy`],
+//!   [`Fingerprint`], [`canonical_json`] and [`canonical_form`] (C3), [`StoredResponse`] (C7), [`Policy`],
 //!   [`Clock`] (C11), [`FencingToken`] (C6).
 //! - The engine [`Idempotency`] that applications call, closure style ([`Idempotency::run`],
 //!   detached from the caller's future) or guard style ([`Idempotency::begin`]); what it
@@ -49,6 +49,7 @@ mod engine;
 mod error;
 mod event;
 mod fingerprint;
+mod form;
 pub mod inbox;
 mod json;
 mod key;
@@ -70,6 +71,7 @@ mod token;
 mod transactional;
 mod unique;
 mod unwind;
+mod wire_key;
 
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -82,7 +84,9 @@ pub use decision::Acquire;
 pub use engine::{Context, Idempotency, IdempotencyBuilder, KeepAlive};
 pub use error::{Error, Field, StoreError, StoreErrorKind};
 pub use event::{Event, EventKind, Observer, Operation, TracingObserver};
+pub use fingerprint::media_type;
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
+pub use form::canonical_form;
 pub use json::canonical_json;
 pub use key::IdempotencyKey;
 pub use lease::Lease;

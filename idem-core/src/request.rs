@@ -47,8 +47,9 @@ impl Request {
             path: None,
             key: None,
             headers: Vec::new(),
+            content_type: None,
             body: &[],
-            json_exclude: None,
+            canonical: Canonical::Raw,
             max_body_bytes: Policy::DEFAULT_MAX_BODY_BYTES,
         }
     }
@@ -72,6 +73,44 @@ impl Request {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn c03_one_record_whatever_the_spelling_of_the_method() {
+        let build = |method: &str| {
+            Request::builder("acct", method, "/v1/charges")
+                .key(Some("k"))
+                .body(b"{}")
+                .build()
+                .expect("a request")
+        };
+        let (upper, lower, mixed) = (build("POST"), build("post"), build("Post"));
+        assert_eq!(upper.id(), lower.id());
+        assert_eq!(upper.id(), mixed.id());
+        assert_eq!(upper.id().route(), "POST /v1/charges");
+        assert_eq!(upper.fingerprint(), lower.fingerprint());
+        assert_eq!(upper.fingerprint(), mixed.fingerprint());
+    }
+
+    #[test]
+    fn c03_the_content_type_and_the_form_order_count_as_they_should() {
+        let build = |content_type: &str, body: &'static [u8], form: bool| {
+            let builder = Request::builder("acct", "POST", "/v1/charges")
+                .key(Some("k"))
+                .content_type(content_type);
+            let builder = if form {
+                builder.form_body(body)
+            } else {
+                builder.body(body)
+            };
+            builder.build().expect("a request")
+        };
+        let form = "application/x-www-form-urlencoded";
+        let as_form = build(form, b"amount=100&currency=usd", true);
+        let reordered = build(form, b"currency=usd&amount=100", true);
+        let as_text = build("text/plain", b"amount=100&currency=usd", false);
+        assert_eq!(as_form.fingerprint(), reordered.fingerprint());
+        assert_ne!(as_form.fingerprint(), as_text.fingerprint());
+    }
 
     #[test]
     fn c03_a_route_template_without_its_concrete_path_is_refused() {
@@ -141,9 +180,21 @@ pub struct RequestBuilder<'a> {
     path: Option<&'a str>,
     key: Option<&'a str>,
     headers: Vec<(&'a str, &'a [u8])>,
+    content_type: Option<&'a str>,
     body: &'a [u8],
-    json_exclude: Option<&'a [&'a str]>,
+    canonical: Canonical<'a>,
     max_body_bytes: usize,
+}
+
+/// How the body is read for the fingerprint.
+#[derive(Debug, Clone, Copy)]
+enum Canonical<'a> {
+    /// Byte for byte.
+    Raw,
+    /// Canonical JSON, these volatile fields excluded.
+    Json(&'a [&'a str]),
+    /// A canonical form.
+    Form,
 }
 
 impl<'a> RequestBuilder<'a> {
@@ -166,10 +217,17 @@ impl<'a> RequestBuilder<'a> {
         self
     }
 
+    /// The request's `Content-Type` header: its media type is part of the fingerprint (C3), so
+    /// the same bytes sent as JSON and as a form are two requests (a mismatch under one key).
+    pub fn content_type(mut self, content_type: &'a str) -> Self {
+        self.content_type = Some(content_type);
+        self
+    }
+
     /// The raw body.
     pub fn body(mut self, body: &'a [u8]) -> Self {
         self.body = body;
-        self.json_exclude = None;
+        self.canonical = Canonical::Raw;
         self
     }
 
@@ -177,7 +235,16 @@ impl<'a> RequestBuilder<'a> {
     /// [`canonical_json`](crate::canonical_json)).
     pub fn json_body(mut self, body: &'a [u8], exclude: &'a [&'a str]) -> Self {
         self.body = body;
-        self.json_exclude = Some(exclude);
+        self.canonical = Canonical::Json(exclude);
+        self
+    }
+
+    /// An `application/x-www-form-urlencoded` body, canonicalised (see
+    /// [`canonical_form`](crate::canonical_form)): a retry that sends its fields in another
+    /// order is the same request.
+    pub fn form_body(mut self, body: &'a [u8]) -> Self {
+        self.body = body;
+        self.canonical = Canonical::Form;
         self
     }
 
@@ -212,16 +279,22 @@ impl<'a> RequestBuilder<'a> {
                 "a route template needs the concrete path: call .path()",
             ));
         }
-        let scope = Scope::new(self.consumer, &format!("{} {}", self.method, self.route))?;
+        // One record whatever the method's spelling (C3): `post` and `POST` are one request.
+        let method = self.method.to_ascii_uppercase();
+        let scope = Scope::new(self.consumer, &format!("{method} {}", self.route))?;
         let mut fingerprint = Fingerprint::builder()
-            .method(self.method)
+            .method(&method)
             .path(self.path.unwrap_or(self.route));
+        if let Some(content_type) = self.content_type {
+            fingerprint = fingerprint.media_type(content_type);
+        }
         for (name, value) in &self.headers {
             fingerprint = fingerprint.header(name, value);
         }
-        fingerprint = match self.json_exclude {
-            Some(exclude) => fingerprint.json_body(self.body, exclude)?,
-            None => fingerprint.body(self.body),
+        fingerprint = match self.canonical {
+            Canonical::Json(exclude) => fingerprint.json_body(self.body, exclude)?,
+            Canonical::Form => fingerprint.form_body(self.body)?,
+            Canonical::Raw => fingerprint.body(self.body),
         };
         Ok(Request::from_parts(
             RecordId::new(scope, key),

@@ -37,6 +37,7 @@ pub(crate) struct Config {
     pub(crate) optional: Vec<Method>,
     pub(crate) fingerprint_headers: Vec<HeaderName>,
     pub(crate) canonical_json: Option<Vec<String>>,
+    pub(crate) canonical_form: bool,
     pub(crate) max_response_bytes: usize,
     pub(crate) server_errors: ServerErrors,
     pub(crate) render: Arc<Render>,
@@ -56,6 +57,7 @@ impl Default for Config {
             optional: vec![Method::PUT, Method::DELETE],
             fingerprint_headers: Vec::new(),
             canonical_json: None,
+            canonical_form: true,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             server_errors: ServerErrors::Store,
             render: Arc::new(|problem: &Problem| problem.to_response()),
@@ -136,6 +138,7 @@ impl fmt::Debug for Config {
             .field("optional", &self.optional)
             .field("fingerprint_headers", &self.fingerprint_headers)
             .field("canonical_json", &self.canonical_json)
+            .field("canonical_form", &self.canonical_form)
             .field("max_response_bytes", &self.max_response_bytes)
             .field("server_errors", &self.server_errors)
             .field("max_retry_after", &self.max_retry_after)

@@ -101,6 +101,17 @@ impl<S, C> IdempotencyLayer<S, C> {
         self
     }
 
+    /// Whether form bodies (`application/x-www-form-urlencoded`) are fingerprinted in canonical
+    /// form (default: yes), so that a retry that sends its fields in another order or
+    /// percent-encodes them otherwise is the same request (see `idem_core::canonical_form`).
+    /// A form that does not canonicalise (a broken `%` escape) is fingerprinted as it is.
+    /// Whatever this says, the body's media type is part of the fingerprint (C3): the same
+    /// bytes sent as JSON and as a form are two requests.
+    pub fn canonical_form(mut self, canonical: bool) -> Self {
+        self.config.canonical_form = canonical;
+        self
+    }
+
     /// The largest response stored (default 4 MiB). A larger one has run its effect, so it
     /// becomes a stored 500 (C8), never a silent second run.
     pub fn max_response_bytes(mut self, limit: usize) -> Self {

@@ -239,6 +239,14 @@ where
         .request(consumer, parts.method.as_str(), route)
         .path(path)
         .key(key.as_deref());
+    // The media type counts (C3); a Content-Type that is not text is one no client sends.
+    let content_type = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    if let Some(content_type) = content_type {
+        builder = builder.content_type(content_type);
+    }
     for name in &config.fingerprint_headers {
         for value in parts.headers.get_all(name) {
             builder = builder.header(name.as_str(), value.as_bytes());
@@ -250,14 +258,21 @@ where
         .flatten()
         .map(String::as_str)
         .collect();
-    let request = match &config.canonical_json {
-        Some(_) if is_json(parts) => match builder.clone().json_body(&body, &exclude).build() {
-            Err(Error::InvalidInput {
-                field: Field::Body, ..
-            }) => builder.body(&body).build(),
-            built => built,
-        },
-        _ => builder.body(&body).build(),
+    let media = content_type.map(idem_core::media_type).unwrap_or_default();
+    let canonical = if config.canonical_json.is_some() && is_json(&media) {
+        Some(builder.clone().json_body(&body, &exclude))
+    } else if config.canonical_form && media == "application/x-www-form-urlencoded" {
+        Some(builder.clone().form_body(&body))
+    } else {
+        None
+    };
+    // A body that does not canonicalise is fingerprinted as it is.
+    let request = match canonical.map(|b| b.build()) {
+        Some(Err(Error::InvalidInput {
+            field: Field::Body, ..
+        }))
+        | None => builder.body(&body).build(),
+        Some(built) => built,
     }?;
     let header = parts
         .headers
@@ -489,20 +504,7 @@ fn original_uri(parts: &Parts) -> &http::Uri {
     &parts.uri
 }
 
-/// Whether the request's body is JSON (`application/json` or a `+json` type).
-fn is_json(parts: &Parts) -> bool {
-    parts
-        .headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            let essence = v
-                .split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase();
-            essence == "application/json" || essence.ends_with("+json")
-        })
-        .unwrap_or(false)
+/// Whether a media type is JSON (`application/json` or a `+json` type).
+fn is_json(media: &str) -> bool {
+    media == "application/json" || media.ends_with("+json")
 }

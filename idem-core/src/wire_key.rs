@@ -1,0 +1,148 @@
+//! The key as it arrives on the wire (C1): the value of an `Idempotency-Key` header or of the
+//! same gRPC metadata, an RFC 8941 sf-string or a bare token, read into an [`IdempotencyKey`].
+
+use crate::error::{Error, Field};
+use crate::key::IdempotencyKey;
+
+impl IdempotencyKey {
+    /// Reads one `Idempotency-Key` header value (C1; draft-ietf-httpapi-idempotency-key-header
+    /// §2.1 makes it an RFC 8941 sf-string).
+    ///
+    /// Two forms are keys, and the same key when they spell it alike:
+    /// - an **sf-string**: `"..."`, with `\"` and `\\` as its only escapes, nothing after the
+    ///   closing quote;
+    /// - a **bare value** (an extension: a bare UUID is not an sf-string, and clients send them):
+    ///   only the token characters of RFC 9110 and the two more an sf-token allows, that is
+    ///   `A-Z a-z 0-9` and ``! # $ % & ' * + - . ^ _ ` | ~ : /``.
+    ///
+    /// Everything else is [`Error::InvalidInput`] (HTTP 400) with the reason, never a key: a
+    /// list (`a, b`), parameters (`k;p=1`, `"k";p=1`), `=`, parentheses, a quote inside a bare
+    /// value, a malformed sf-string; spaces and tabs around the value are ignored. The key's
+    /// own length and characters are then checked as [`IdempotencyKey::new`] does.
+    ///
+    /// ```
+    /// use idem_core::IdempotencyKey;
+    /// let bare = IdempotencyKey::from_header(b"8e03978e-40d5-43e8-bc93-6894a57f9324")?;
+    /// let quoted = IdempotencyKey::from_header(b"\"8e03978e-40d5-43e8-bc93-6894a57f9324\"")?;
+    /// assert_eq!(bare, quoted);
+    /// // A base64 key with padding: quote it.
+    /// assert!(IdempotencyKey::from_header(b"q83vEg==").is_err());
+    /// assert_eq!(IdempotencyKey::from_header(b"\"q83vEg==\"")?.as_str(), "q83vEg==");
+    /// for refused in [&b"a,b"[..], b"a, b", b"k;p=1", b"\"k\";p=1", b"k(x)", b"k=v", b"mid\"quote"] {
+    ///     assert_eq!(IdempotencyKey::from_header(refused).unwrap_err().http_status(), 400);
+    /// }
+    /// # Ok::<(), idem_core::Error>(())
+    /// ```
+    pub fn from_header(value: &[u8]) -> Result<Self, Error> {
+        let text = std::str::from_utf8(value)
+            .map_err(|_| Error::invalid(Field::Key, "not visible ASCII"))?
+            .trim_matches([' ', '\t']);
+        match text.strip_prefix('"') {
+            Some(quoted) => Self::new(&unquote(quoted)?),
+            None => {
+                bare(text)?;
+                Self::new(text)
+            }
+        }
+    }
+}
+
+/// Whether `c` may appear in a bare key: an RFC 9110 `tchar`, or `:` and `/` (RFC 8941
+/// sf-token).
+fn is_bare(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~:/".contains(&c)
+}
+
+/// Refuses a bare value with a character outside [`is_bare`], saying what it looks like.
+fn bare(text: &str) -> Result<(), Error> {
+    let Some(c) = text.bytes().find(|&c| !is_bare(c)) else {
+        return Ok(());
+    };
+    let why = match c {
+        b',' => "a list of values is not a key: send one".to_owned(),
+        b';' => "parameters are not part of a key: send the key alone".to_owned(),
+        b' ' | b'\t' => "a bare key cannot contain spaces: quote it as an sf-string".to_owned(),
+        c if c.is_ascii_graphic() => format!(
+            "`{}` is not a token character: quote the key as an sf-string (\"...\")",
+            char::from(c)
+        ),
+        _ => "not visible ASCII".to_owned(),
+    };
+    Err(Error::invalid(Field::Key, why))
+}
+
+/// The inside of an sf-string (RFC 8941 §3.3.3) whose opening quote was consumed: `\"` and
+/// `\\` are the only escapes, only visible ASCII and spaces inside, and nothing may follow the
+/// closing quote (no parameters).
+fn unquote(rest: &str) -> Result<String, Error> {
+    let malformed =
+        |why: &str| Error::invalid(Field::Key, format!("malformed quoted string: {why}"));
+    let mut out = String::with_capacity(rest.len());
+    let mut chars = rest.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(escaped @ ('"' | '\\')) => out.push(escaped),
+                _ => return Err(malformed("only \\\" and \\\\ are escapes")),
+            },
+            '"' => {
+                return match chars.next() {
+                    None => Ok(out),
+                    Some(';') => Err(malformed("parameters are not part of a key")),
+                    Some(_) => Err(malformed("something follows the closing quote")),
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    Err(malformed("no closing quote"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(value: &[u8]) -> Result<String, Error> {
+        IdempotencyKey::from_header(value).map(|k| k.as_str().to_owned())
+    }
+
+    #[test]
+    fn c01_bare_and_quoted_keys_are_the_same_key() {
+        assert_eq!(read(b"abc-1").expect("bare"), "abc-1");
+        assert_eq!(read(b"\"abc-1\"").expect("sf-string"), "abc-1");
+        assert_eq!(read(b"  \"a\\\"b\\\\c\" ").expect("escapes"), "a\"b\\c");
+        assert_eq!(
+            read(b"urn:uuid:1/2").expect("sf-token characters"),
+            "urn:uuid:1/2"
+        );
+        assert_eq!(
+            read(b"!#$%&'*+-.^_`|~").expect("every tchar"),
+            "!#$%&'*+-.^_`|~"
+        );
+    }
+
+    #[test]
+    fn c01_every_other_form_is_refused_with_its_reason() {
+        for (bad, why) in [
+            (&b"a,b"[..], "list"),
+            (b"a, b", "list"),
+            (b"k;p=1", "parameters"),
+            (b"\"k\";p=1", "parameters"),
+            (b"k(x)", "`(`"),
+            (b"k=v", "`=`"),
+            (b"mid\"quote", "`\"`"),
+            (b"a b", "spaces"),
+            (b"k@x", "`@`"),
+            (b"\"open", "closing quote"),
+            (b"\"a\\n\"", "escapes"),
+            (b"\"a\" b", "follows"),
+            (b"\xff\xfe", "visible ASCII"),
+            (b"", "empty"),
+            (b"\"\"", "empty"),
+        ] {
+            let err = read(bad).expect_err("refused");
+            assert_eq!(err.http_status(), 400, "{bad:?}");
+            assert!(err.to_string().contains(why), "{bad:?}: {err}");
+        }
+    }
+}
