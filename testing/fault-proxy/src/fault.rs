@@ -23,6 +23,27 @@ pub enum Fault {
     /// A [`Hold`] that fired: one connection's requests wait in the proxy, every other
     /// connection passes through. Switching to any other fault lets the held bytes flow on.
     Holding(Hold),
+    /// Every piece, either way, is forwarded this long after it was read: a slow network or a
+    /// server that answers late. A connection forwards one piece at a time, so a request and
+    /// its answer take at least twice the delay. Pieces read while it is set keep their delay
+    /// when the proxy is switched to another fault.
+    Delay(std::time::Duration),
+    /// Pass-through until a request matches, then that connection is made half-open: see
+    /// [`Orphan`].
+    Orphan(Orphan),
+    /// The client's side of every connection is closed (the client reads EOF) while the
+    /// server's socket stays open and hears nothing more, not even a FIN: the server's half of
+    /// a half-open connection, as when the client's host vanished or a NAT forgot the flow.
+    /// The server learns nothing until its own timeouts end the session. A connection treated
+    /// so stays so; connections opened after the proxy is switched to another fault flow.
+    ClientGone,
+    /// The mirror of [`ClientGone`](Fault::ClientGone): the server's side of every connection
+    /// is closed while the client's socket stays open and hears nothing more, whatever it
+    /// sends: the client's half of a half-open connection, as when the server's sessions ended
+    /// during a partition (a restart, a failover, its own keepalive) and their FIN was lost.
+    /// The client learns nothing until its own deadlines give up. A connection treated so
+    /// stays so; connections opened after the proxy is switched to another fault flow.
+    ServerGone,
 }
 
 /// A direction of the traffic.
@@ -106,6 +127,35 @@ impl Hold {
         Self {
             request: request.into(),
         }
+    }
+}
+
+/// Makes one connection half-open, once, at one request.
+///
+/// Traffic passes through until the client sends bytes containing [`request`](Self::request)
+/// (matched across reads). Those bytes still reach the server, which runs the request; then
+/// the client's side of that connection is closed (the client reads EOF, the server's answer is
+/// never forwarded) and the server's socket stays open and silent, as with
+/// [`Fault::ClientGone`]: a session the server still believes in, inside its transaction. The
+/// proxy then switches itself back to [`Fault::PassThrough`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Orphan {
+    /// What the request contains.
+    pub request: Vec<u8>,
+}
+
+impl Orphan {
+    /// Orphans the connection that sends the first request containing `request`.
+    pub fn at(request: impl Into<Vec<u8>>) -> Self {
+        Self {
+            request: request.into(),
+        }
+    }
+}
+
+impl From<Orphan> for Fault {
+    fn from(orphan: Orphan) -> Self {
+        Fault::Orphan(orphan)
     }
 }
 

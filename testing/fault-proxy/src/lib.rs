@@ -10,6 +10,10 @@
 //! proxy.set(LoseAnswer::to(key.as_bytes()));  // the next request naming the key: answer lost
 //! proxy.set(Fault::Freeze);                   // a frozen server, sockets open
 //! proxy.set(Fault::HalfOpen(Direction::ToClient));
+//! proxy.set(Fault::Delay(std::time::Duration::from_secs(2))); // every piece, two seconds late
+//! proxy.set(Fault::ClientGone);               // clients see EOF, the server hears nothing
+//! proxy.set(Fault::ServerGone);               // servers see EOF, the client hears nothing
+//! proxy.set(Orphan::at(key.as_bytes()));      // the same, for the connection that sends the key
 //! proxy.set(Hold::to(COMMIT_QUERY));          // the next COMMIT waits in the proxy...
 //! proxy.set(Fault::PassThrough);              // ...until the proxy is switched again
 //! # let _ = url;
@@ -32,7 +36,7 @@ pub mod matcher;
 mod self_test;
 
 pub use fault::{
-    Direction, Fault, Hold, LoseAnswer, COMMIT_QUERY, READY_FOR_QUERY_IDLE,
+    Direction, Fault, Hold, LoseAnswer, Orphan, COMMIT_QUERY, READY_FOR_QUERY_IDLE,
     READY_FOR_QUERY_IN_TRANSACTION,
 };
 
@@ -58,6 +62,7 @@ struct Control {
     faults: watch::Sender<Fault>,
     answers_lost: AtomicUsize,
     requests_held: AtomicUsize,
+    orphaned: AtomicUsize,
     connections: AtomicUsize,
 }
 
@@ -74,6 +79,22 @@ impl Control {
         });
         if claimed {
             self.answers_lost.fetch_add(1, Ordering::SeqCst);
+        }
+        claimed
+    }
+
+    /// Claims the armed `orphan` for the calling connection, and switches the proxy back to
+    /// pass-through. False if it is no longer armed.
+    fn claim_orphan(&self, orphan: &Orphan) -> bool {
+        let claimed = self.faults.send_if_modified(|fault| match fault {
+            Fault::Orphan(armed) if armed == orphan => {
+                *fault = Fault::PassThrough;
+                true
+            }
+            _ => false,
+        });
+        if claimed {
+            self.orphaned.fetch_add(1, Ordering::SeqCst);
         }
         claimed
     }
@@ -108,6 +129,7 @@ impl FaultProxy {
             faults: watch::Sender::new(Fault::PassThrough),
             answers_lost: AtomicUsize::new(0),
             requests_held: AtomicUsize::new(0),
+            orphaned: AtomicUsize::new(0),
             connections: AtomicUsize::new(0),
         });
         let accept = tokio::spawn(accept(listener, upstream, Arc::clone(&control)));
@@ -142,6 +164,11 @@ impl FaultProxy {
     /// How many requests were held so far (one per [`Hold`] that fired).
     pub fn requests_held(&self) -> usize {
         self.control.requests_held.load(Ordering::SeqCst)
+    }
+
+    /// How many connections were orphaned so far (one per [`Orphan`] that fired).
+    pub fn orphaned(&self) -> usize {
+        self.control.orphaned.load(Ordering::SeqCst)
     }
 
     /// How many client connections were accepted so far.

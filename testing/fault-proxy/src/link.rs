@@ -30,6 +30,8 @@ pub(super) async fn forward(client: TcpStream, server: TcpStream, control: Arc<C
     let mut swallowing: Option<Matcher> = None;
     // Once this connection's request is held: the hold, and the bytes read and not forwarded.
     let mut holding: Option<(Hold, Vec<u8>)> = None;
+    // Once this connection was orphaned: its client's side is gone.
+    let mut orphaned = false;
     loop {
         if !client_sends && !server_sends {
             return;
@@ -37,6 +39,21 @@ pub(super) async fn forward(client: TcpStream, server: TcpStream, control: Arc<C
         let Some(fault) = unfrozen(&mut faults).await else {
             return;
         };
+        if fault == Fault::ClientGone || orphaned {
+            // The client's sockets go; the server's stay open and silent until the proxy is
+            // dropped (which drops this task).
+            drop((from_client, to_client));
+            let _silent = (from_server, to_server);
+            return std::future::pending().await;
+        }
+        if fault == Fault::ServerGone {
+            // The server's sockets go; the client's stay open, and what it sends is read and
+            // discarded, until the proxy is dropped.
+            drop((from_server, to_server));
+            let _silent = to_client;
+            while matches!(from_client.read(&mut up).await, Ok(1..)) {}
+            return std::future::pending().await;
+        }
         match fault {
             Fault::HalfOpen(Direction::ToServer) if !up_closed => {
                 let _ = to_server.shutdown().await;
@@ -73,9 +90,10 @@ pub(super) async fn forward(client: TcpStream, server: TcpStream, control: Arc<C
                 };
                 // A fault switched while the piece was read applies to it.
                 let Some(fault) = unfrozen(&mut faults).await else { return };
-                if up_closed {
+                if up_closed || matches!(fault, Fault::ClientGone | Fault::ServerGone) {
                     continue;
                 }
+                delayed(&fault).await;
                 match &fault {
                     Fault::LoseAnswer(lose) => {
                         let matcher = watch(&mut watching, &lose.request);
@@ -95,6 +113,16 @@ pub(super) async fn forward(client: TcpStream, server: TcpStream, control: Arc<C
                                 holding = Some((hold.clone(), up[start..n].to_vec()));
                                 continue;
                             }
+                        }
+                    }
+                    Fault::Orphan(orphan) => {
+                        let matcher = watch(&mut watching, &orphan.request);
+                        if matcher.feed(&up[..n]) && control.claim_orphan(orphan) {
+                            orphaned = true;
+                            if to_server.write_all(&up[..n]).await.is_err() {
+                                return;
+                            }
+                            continue;
                         }
                     }
                     _ => watching = None,
@@ -123,17 +151,23 @@ pub(super) async fn forward(client: TcpStream, server: TcpStream, control: Arc<C
                     }
                     continue;
                 }
-                if unfrozen(&mut faults).await.is_none() {
-                    return;
-                }
-                if down_closed {
+                let Some(fault) = unfrozen(&mut faults).await else { return };
+                if down_closed || matches!(fault, Fault::ClientGone | Fault::ServerGone) {
                     continue;
                 }
+                delayed(&fault).await;
                 if to_client.write_all(&down[..n]).await.is_err() {
                     return;
                 }
             }
         }
+    }
+}
+
+/// Waits out `fault`'s delay, if it is a [`Fault::Delay`].
+async fn delayed(fault: &Fault) {
+    if let Fault::Delay(delay) = fault {
+        tokio::time::sleep(*delay).await;
     }
 }
 

@@ -1,6 +1,6 @@
 //! The proxy's own tests: each fault, against an echo server on loopback.
 
-use super::{Direction, Fault, FaultProxy, Hold, LoseAnswer, COMMIT_QUERY};
+use super::{Direction, Fault, FaultProxy, Hold, LoseAnswer, Orphan, COMMIT_QUERY};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -176,4 +176,154 @@ async fn half_open_closes_one_direction() {
     // The echo server sees EOF and closes, which reaches the client as EOF too.
     other.write_all(b"x").await.expect("write");
     assert_eq!(read(&mut other).await.as_deref(), Some(&[][..]));
+}
+
+#[tokio::test]
+async fn a_delay_holds_every_piece_back_then_passes_it_on() {
+    let proxy = FaultProxy::start(&echo(b"").await).await.expect("proxy");
+    let mut socket = client(&proxy).await;
+    proxy.set(Fault::Delay(Duration::from_millis(300)));
+    let sent = std::time::Instant::now();
+    socket.write_all(b"late").await.expect("write");
+    assert_eq!(
+        read(&mut socket).await,
+        None,
+        "nothing within the quiet time"
+    );
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(2), socket.read(&mut buf))
+        .await
+        .expect("the echo arrives after the delay")
+        .expect("read");
+    assert_eq!(&buf[..n], b"late");
+    let took = sent.elapsed();
+    assert!(
+        took >= Duration::from_millis(600),
+        "delayed both ways: {took:?}"
+    );
+    proxy.set(Fault::PassThrough);
+    socket.write_all(b"now").await.expect("write");
+    assert_eq!(read(&mut socket).await.as_deref(), Some(&b"now"[..]));
+}
+
+/// A server that reports every piece it reads (empty at EOF); its address.
+async fn listening_server() -> (String, tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let (heard, hears) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let heard = heard.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 64];
+                loop {
+                    let n = socket.read(&mut buf).await.unwrap_or(0);
+                    let _ = heard.send(buf[..n].to_vec());
+                    if n == 0 {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, hears)
+}
+
+#[tokio::test]
+async fn client_gone_closes_the_client_and_keeps_the_server_silent() {
+    let (addr, mut hears) = listening_server().await;
+    let proxy = FaultProxy::start(&addr).await.expect("proxy");
+    let mut socket = client(&proxy).await;
+    socket.write_all(b"hi").await.expect("write");
+    let first = tokio::time::timeout(Duration::from_secs(1), hears.recv())
+        .await
+        .expect("the server hears the client");
+    assert_eq!(first.as_deref(), Some(&b"hi"[..]));
+    proxy.set(Fault::ClientGone);
+    assert_eq!(
+        read(&mut socket).await.as_deref(),
+        Some(&[][..]),
+        "the client reads EOF"
+    );
+    let _ = socket.write_all(b"lost").await;
+    drop(socket);
+    assert!(
+        tokio::time::timeout(QUIET * 2, hears.recv()).await.is_err(),
+        "the server hears nothing, not even EOF"
+    );
+    drop(proxy);
+    let last = tokio::time::timeout(Duration::from_secs(1), hears.recv())
+        .await
+        .expect("the server's socket closes with the proxy");
+    assert_eq!(last.as_deref(), Some(&[][..]));
+}
+
+#[tokio::test]
+async fn an_orphan_reaches_the_server_then_only_its_client_is_closed() {
+    let (addr, mut hears) = listening_server().await;
+    let proxy = FaultProxy::start(&addr).await.expect("proxy");
+    let mut orphaned = client(&proxy).await;
+    let mut other = client(&proxy).await;
+    proxy.set(Orphan::at(&b"COMMIT"[..]));
+    other.write_all(b"first").await.expect("write");
+    let heard = tokio::time::timeout(Duration::from_secs(1), hears.recv())
+        .await
+        .expect("heard");
+    assert_eq!(heard.as_deref(), Some(&b"first"[..]));
+    orphaned.write_all(b"xCOMMIT").await.expect("write");
+    let heard = tokio::time::timeout(Duration::from_secs(1), hears.recv())
+        .await
+        .expect("the matching request reaches the server");
+    assert_eq!(heard.as_deref(), Some(&b"xCOMMIT"[..]));
+    assert_eq!(
+        read(&mut orphaned).await.as_deref(),
+        Some(&[][..]),
+        "its client reads EOF"
+    );
+    drop(orphaned);
+    assert!(
+        tokio::time::timeout(QUIET * 2, hears.recv()).await.is_err(),
+        "the server hears nothing more, not even EOF"
+    );
+    assert_eq!(proxy.orphaned(), 1);
+    assert_eq!(proxy.fault(), Fault::PassThrough, "one shot");
+    other.write_all(b"COMMIT").await.expect("write");
+    let heard = tokio::time::timeout(Duration::from_secs(1), hears.recv())
+        .await
+        .expect("other connections flow");
+    assert_eq!(heard.as_deref(), Some(&b"COMMIT"[..]));
+}
+
+#[tokio::test]
+async fn server_gone_closes_the_server_and_keeps_the_client_silent() {
+    let (addr, mut hears) = listening_server().await;
+    let proxy = FaultProxy::start(&addr).await.expect("proxy");
+    let mut socket = client(&proxy).await;
+    socket.write_all(b"hi").await.expect("write");
+    let first = tokio::time::timeout(Duration::from_secs(1), hears.recv())
+        .await
+        .expect("the server hears the client");
+    assert_eq!(first.as_deref(), Some(&b"hi"[..]));
+    proxy.set(Fault::ServerGone);
+    let last = tokio::time::timeout(Duration::from_secs(1), hears.recv())
+        .await
+        .expect("the server's socket closes");
+    assert_eq!(last.as_deref(), Some(&[][..]), "the server reads EOF");
+    socket
+        .write_all(b"anyone?")
+        .await
+        .expect("the client may still send");
+    assert_eq!(
+        read(&mut socket).await,
+        None,
+        "the client hears nothing, not even EOF"
+    );
+    proxy.set(Fault::PassThrough);
+    assert_eq!(read(&mut socket).await, None, "it stays so");
+    let mut later = client(&proxy).await;
+    later.write_all(b"again").await.expect("write");
+    let heard = tokio::time::timeout(Duration::from_secs(1), hears.recv())
+        .await
+        .expect("a later connection flows");
+    assert_eq!(heard.as_deref(), Some(&b"again"[..]));
 }
