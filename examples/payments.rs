@@ -118,7 +118,9 @@ impl Service {
             })
             .await;
         match outcome {
-            Ok(Outcome::Executed(sent)) => wire(sent.status, false, None, &sent.body),
+            Ok(Outcome::Executed(sent) | Outcome::Refused(sent)) => {
+                wire(sent.status, false, None, &sent.body)
+            }
             Ok(Outcome::Answered(answer)) => {
                 let http = answer.to_http(self.idem.policy());
                 let replayed = matches!(answer, Answer::Replay(_));

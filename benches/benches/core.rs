@@ -22,15 +22,16 @@
 //!   through `tower::ServiceExt::oneshot`, the response's body read to the end, the calls made
 //!   one after the other inside one task of a 2-worker multi-thread Tokio runtime (as a
 //!   server's connection task makes them): `plain` without the layer; with `IdempotencyLayer`
-//!   over `MemoryStore`, `layer_fresh` (a new key each call: reservation, the handler on its
-//!   own task, completion) and `layer_replay` (the same key and body each call: the stored
+//!   over `MemoryStore`, `layer_fresh` (a new key each call: reservation, the handler,
+//!   completion) and `layer_replay` (the same key and body each call: the stored
 //!   response replayed); and a `GET` on the same route, `plain_get` without the layer and
 //!   `layer_passthrough` with it.
 //!   The layer's cost per request is `layer_fresh / plain` (and `layer_passthrough / plain_get`
 //!   for requests it does not protect). Two references to read it against: `ref_engine_replay`,
 //!   `Idempotency::begin` answering a replay from the same kind of store without HTTP or a task,
-//!   and `ref_spawn_join`, one Tokio task spawned and joined on the same runtime (the layer runs
-//!   the engine on a task of its own, so that a client that disconnects cannot cancel it).
+//!   and `ref_spawn_join`, one Tokio task spawned and joined on the same runtime (what the
+//!   engine spends only when a client disconnects mid-execution: the execution is then handed
+//!   to a task of its own, so that the disconnect cannot cancel it).
 
 use axum::body::Body;
 use axum::http::{Method, Request as HttpRequest, StatusCode};

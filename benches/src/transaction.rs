@@ -70,9 +70,7 @@ impl<S: Charge> Transacting for InTransaction<S> {
                             Outcome::Executed(stored) => {
                                 black_box(stored);
                             }
-                            Outcome::Answered(answer) => {
-                                panic!("a fresh key was answered: {answer:?}")
-                            }
+                            other => panic!("a fresh key was not executed: {other:?}"),
                         }
                     })
                 })

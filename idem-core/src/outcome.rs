@@ -20,6 +20,10 @@ use crate::response::StoredResponse;
 pub enum Outcome {
     /// The handler ran now; this is its response as stored.
     Executed(StoredResponse),
+    /// The handler refused the request before it executed (a status of
+    /// [`Policy::refusals`], or [`Reply::Refused`]): its response, not stored; the key was
+    /// released, so a corrected retry with the same key executes (C8).
+    Refused(StoredResponse),
     /// The handler did not run: a replay, in flight, or a mismatch.
     Answered(Answer),
 }
@@ -28,7 +32,7 @@ impl Outcome {
     /// The HTTP status to answer with.
     pub fn http_status(&self, policy: &Policy) -> u16 {
         match self {
-            Outcome::Executed(r) => r.status,
+            Outcome::Executed(r) | Outcome::Refused(r) => r.status,
             Outcome::Answered(answer) => answer.http_status(policy),
         }
     }
@@ -36,7 +40,9 @@ impl Outcome {
     /// The response, for executed and replayed outcomes.
     pub fn response(&self) -> Option<&StoredResponse> {
         match self {
-            Outcome::Executed(r) | Outcome::Answered(Answer::Replay(r)) => Some(r),
+            Outcome::Executed(r) | Outcome::Refused(r) | Outcome::Answered(Answer::Replay(r)) => {
+                Some(r)
+            }
             _ => None,
         }
     }
@@ -46,6 +52,7 @@ impl Outcome {
     pub fn kind(&self) -> EventKind {
         match self {
             Outcome::Executed(_) => EventKind::Executed,
+            Outcome::Refused(_) => EventKind::Released,
             Outcome::Answered(Answer::Replay(_)) => EventKind::Replayed,
             Outcome::Answered(Answer::InFlight { .. }) => EventKind::InFlight,
             Outcome::Answered(Answer::Mismatch) => EventKind::Mismatch,
@@ -55,7 +62,7 @@ impl Outcome {
     /// The whole HTTP response to send (see [`Answer::to_http`]).
     pub fn to_http(&self, policy: &Policy) -> StoredResponse {
         match self {
-            Outcome::Executed(r) => r.clone(),
+            Outcome::Executed(r) | Outcome::Refused(r) => r.clone(),
             Outcome::Answered(answer) => answer.to_http(policy),
         }
     }
@@ -66,8 +73,16 @@ impl Outcome {
 /// transaction (with a SQL store's `complete_in`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
-    /// Complete the record with this response (the engine stores it).
+    /// Complete the record with this response (the engine stores it), unless its status is a
+    /// refusal of the policy ([`Policy::refusals`]: 400, 422, ...), which says the request was
+    /// refused before it executed: then it is sent, not stored, and the key released.
     Respond(StoredResponse),
+    /// Complete the record with this response whatever its status: the effect happened (a
+    /// 422 after a charge went through is stored and replayed).
+    Executed(StoredResponse),
+    /// Send this response, store nothing and release the key whatever its status: nothing
+    /// happened (the request failed validation; the client may correct it and retry).
+    Refused(StoredResponse),
     /// The handler wrote this completion in the effect's transaction and committed it.
     Completed(Completion),
 }

@@ -50,6 +50,13 @@ pub struct Policy {
     /// the call (C13): a frozen or blackholed store is an error within it, never a hang. An
     /// execution whose completion is cut off keeps trying on its own task (C8). Default 5 s.
     pub store_timeout: Duration,
+    /// The statuses that say a request was refused before it began executing (C8): a response
+    /// of the closure style or the HTTP layer with one of them is sent but not stored, and the
+    /// key is released, so the client may correct its request and retry with the same key (as
+    /// Stripe saves a result only once the endpoint began executing). A handler says otherwise
+    /// with [`Reply::Executed`](crate::Reply::Executed) (a 422 after its effect ran: stored
+    /// and replayed). Default [`DEFAULT_REFUSALS`](Self::DEFAULT_REFUSALS).
+    pub refusals: Vec<u16>,
 }
 
 impl Default for Policy {
@@ -62,6 +69,7 @@ impl Default for Policy {
             stored_headers: ["etag", "last-modified"].map(String::from).to_vec(),
             purge_batch: 1000,
             store_timeout: Duration::from_secs(5),
+            refusals: Policy::DEFAULT_REFUSALS.to_vec(),
         }
     }
 }
@@ -69,6 +77,17 @@ impl Default for Policy {
 impl Policy {
     /// The default body limit: 1 MiB.
     pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+
+    /// The statuses of a request refused before it executed, released by default
+    /// ([`refusals`](Self::refusals)): 400 Bad Request, 401 Unauthorized, 403 Forbidden, 404 Not
+    /// Found, 405 Method Not Allowed, 406 Not Acceptable, 408 Request Timeout, 411 Length
+    /// Required, 413 Content Too Large, 414 URI Too Long, 415 Unsupported Media Type, 422
+    /// Unprocessable Content, 429 Too Many Requests, 431 Request Header Fields Too Large. Every
+    /// other status is stored and replayed: a 402 card decline, a 409 business conflict, a 5xx
+    /// (the effect may have run before it).
+    pub const DEFAULT_REFUSALS: [u16; 14] = [
+        400, 401, 403, 404, 405, 406, 408, 411, 413, 414, 415, 422, 429, 431,
+    ];
 
     /// Sets the lease.
     pub fn lease(mut self, lease: Duration) -> Self {
@@ -110,6 +129,26 @@ impl Policy {
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.store_timeout = timeout;
         self
+    }
+
+    /// Sets [`refusals`](Self::refusals): the statuses released instead of stored.
+    ///
+    /// ```
+    /// use idem_core::Policy;
+    /// // An API whose 404 can follow an effect: stored like any other answer.
+    /// let policy = Policy::default().refusals(Policy::DEFAULT_REFUSALS.into_iter().filter(|&s| s != 404));
+    /// assert!(policy.is_refusal(400));
+    /// assert!(!policy.is_refusal(404));
+    /// assert!(!policy.is_refusal(402));
+    /// ```
+    pub fn refusals(mut self, statuses: impl IntoIterator<Item = u16>) -> Self {
+        self.refusals = statuses.into_iter().collect();
+        self
+    }
+
+    /// Whether a response with `status` is a refusal ([`refusals`](Self::refusals)).
+    pub fn is_refusal(&self, status: u16) -> bool {
+        self.refusals.contains(&status)
     }
 
     /// Whether a header is stored with a response: one that gives the body its meaning, or one

@@ -100,6 +100,12 @@ pub enum TxEnd<E> {
     },
     /// The effect panicked; the transaction rolled back. The panic resumes in the caller.
     Panicked(Box<dyn Any + Send>),
+    /// The effect did not reach its completion within the store's deadline and was dropped
+    /// before any COMMIT: its transaction rolled back, but what it did outside the database (a
+    /// call to a payment provider) is unknown. The key is kept (C8): the engine stores the 500
+    /// of an unknown outcome for it, and the caller gets [`RunError::InDoubt`](
+    /// crate::RunError::InDoubt).
+    Abandoned(Error),
 }
 
 impl<E> fmt::Debug for TxEnd<E> {
@@ -112,6 +118,7 @@ impl<E> fmt::Debug for TxEnd<E> {
                 f.debug_struct("InDoubt").field("error", error).finish()
             }
             TxEnd::Panicked(_) => f.write_str("Panicked(..)"),
+            TxEnd::Abandoned(e) => f.debug_tuple("Abandoned").field(e).finish(),
         }
     }
 }

@@ -74,6 +74,7 @@ async fn c04_64_concurrent_same_key_over_16_connections_one_row_per_round() {
                 Outcome::Answered(Answer::Replay(r)) => answered.push(r),
                 Outcome::Answered(Answer::InFlight { .. }) => {}
                 Outcome::Answered(Answer::Mismatch) => panic!("round {round}: mismatch"),
+                Outcome::Refused(r) => panic!("round {round}: refused with {}", r.status),
             }
         }
         assert_eq!(executed.len(), 1, "round {round}: executed");

@@ -66,6 +66,7 @@ async fn c04_64_concurrent_same_key_over_several_connections_one_row_per_round()
                 Outcome::Answered(Answer::Mismatch) => {
                     panic!("round {round}: mismatch on the same body")
                 }
+                Outcome::Refused(r) => panic!("round {round}: refused with {}", r.status),
             }
         }
         assert_eq!(executed.len(), 1, "round {round}: executed");

@@ -1,6 +1,6 @@
 //! axum integration (feature `axum`): the reservation as an extractor, the markers as responses.
 
-use crate::marker::{Completed, NothingHappened};
+use crate::marker::{Completed, Happened, NothingHappened};
 use crate::reservation::Reservation;
 use axum_core::extract::{FromRequestParts, OptionalFromRequestParts};
 use axum_core::response::{IntoResponse, IntoResponseParts, Response, ResponseParts};
@@ -60,6 +60,15 @@ where
 }
 
 impl IntoResponseParts for NothingHappened {
+    type Error = Infallible;
+
+    fn into_response_parts(self, mut res: ResponseParts) -> Result<ResponseParts, Self::Error> {
+        res.extensions_mut().insert(self);
+        Ok(res)
+    }
+}
+
+impl IntoResponseParts for Happened {
     type Error = Infallible;
 
     fn into_response_parts(self, mut res: ResponseParts) -> Result<ResponseParts, Self::Error> {

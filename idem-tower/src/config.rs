@@ -2,7 +2,7 @@
 
 use http::header::HeaderName;
 use http::request::Parts;
-use http::{Method, StatusCode};
+use http::Method;
 use idem_core::{Problem, StoredResponse};
 use std::fmt;
 use std::sync::Arc;
@@ -43,7 +43,6 @@ pub(crate) struct Config {
     pub(crate) render: Arc<Render>,
     pub(crate) status_location: Option<Arc<StatusLocation>>,
     pub(crate) max_retry_after: Duration,
-    pub(crate) release_statuses: Vec<StatusCode>,
 }
 
 /// The largest response the layer stores by default: 4 MiB.
@@ -63,10 +62,6 @@ impl Default for Config {
             render: Arc::new(|problem: &Problem| problem.to_response()),
             status_location: None,
             max_retry_after: DEFAULT_MAX_RETRY_AFTER,
-            release_statuses: vec![
-                StatusCode::METHOD_NOT_ALLOWED,
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ],
         }
     }
 }
@@ -142,7 +137,6 @@ impl fmt::Debug for Config {
             .field("max_response_bytes", &self.max_response_bytes)
             .field("server_errors", &self.server_errors)
             .field("max_retry_after", &self.max_retry_after)
-            .field("release_statuses", &self.release_statuses)
             .finish_non_exhaustive()
     }
 }

@@ -147,20 +147,6 @@ impl<S, C> IdempotencyLayer<S, C> {
         self
     }
 
-    /// The statuses that mean nothing happened whoever produced them: the response is sent,
-    /// nothing is stored and the key is released, as with [`NothingHappened`](
-    /// crate::NothingHappened). Default: 405 and 415, which a router or an extractor answers
-    /// before any handler runs. Add 400 and 422 if your handlers never answer them after an
-    /// effect and you want axum's own extractor rejections (`Json`, `Form`) released, so that a
-    /// client may correct its request and retry with the same key, as Stripe allows.
-    pub fn release_statuses(
-        mut self,
-        statuses: impl IntoIterator<Item = http::StatusCode>,
-    ) -> Self {
-        self.config.release_statuses = statuses.into_iter().collect();
-        self
-    }
-
     /// The longest `Retry-After` sent to a duplicate while the first request runs, with its 409
     /// or, on an asynchronous endpoint, its 202 (default 1 s): the time left on the running
     /// lease, capped at this. The lease is the worst case (a first attempt that crashed); a

@@ -6,14 +6,18 @@
 //! 409 + `Retry-After` while the first request runs, the stored response replayed byte for byte
 //! with `Idempotent-Replayed: true`, 503 when the store is down (fail closed).
 //!
-//! The execution runs on a task of its own: a client that disconnects cannot cancel it, its
-//! response is stored and the retry gets it (C8).
+//! The execution outlives the request's future: a client that disconnects cannot cancel it,
+//! its response is stored and the retry gets it (C8).
 //!
 //! Two forms, side by side:
 //!
-//! - **The handler does not know the layer is there**: its response, any status, is stored.
-//!   Mark a response [`NothingHappened`] to release the key instead (a rollback, a validation
-//!   error).
+//! - **The handler does not know the layer is there**: its response is stored and replayed,
+//!   unless its status says the request was refused before it executed (the engine's
+//!   `Policy::refusals`: 400, 401, 403, 404, 422, 429...; an axum extractor's rejection
+//!   included): then it is sent, nothing is stored and the key is released, so the corrected
+//!   retry with the same key executes. A 402 decline, a 409 conflict, a 5xx are stored. Mark a
+//!   response [`NothingHappened`] to release the key whatever its status (a rollback), or
+//!   [`Happened`] to store it whatever its status (a 422 after the effect ran).
 //! - **Completion in the handler's own transaction** (SQLite, PostgreSQL): the handler takes the
 //!   [`Reservation`] (an axum extractor with feature `axum`), writes its effect and the
 //!   reservation's completion in one transaction, commits, and returns [`Completed`]; the layer
@@ -56,6 +60,6 @@ pub use consumer::ConsumerError;
 pub use convert::{BoxError, RequestBody};
 pub use disposition::{Disposition, Handled};
 pub use layer::IdempotencyLayer;
-pub use marker::{Completed, NothingHappened};
+pub use marker::{Completed, Happened, NothingHappened};
 pub use reservation::Reservation;
 pub use service::{Idempotent, ResponseFuture};

@@ -1,4 +1,5 @@
-//! What a handler tells the layer through its response: nothing happened, or already completed.
+//! What a handler tells the layer through its response: nothing happened, it happened whatever
+//! its status, or it is already completed.
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
@@ -19,6 +20,22 @@ use idem_core::Completion;
 /// NothingHappened, Json(error))`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct NothingHappened;
+
+/// A response extension by which a handler says its effect happened whatever its status: the
+/// layer stores and replays it even when the status is one the engine's policy takes for a
+/// refusal before execution (`Policy::refusals`: 400, 404, 422...), for a handler that
+/// answers such a status after its effect ran (C8).
+///
+/// ```
+/// use idem_tower::Happened;
+/// let mut response = http::Response::new(String::from("charged, but the receipt address is invalid"));
+/// *response.status_mut() = http::StatusCode::UNPROCESSABLE_ENTITY;
+/// response.extensions_mut().insert(Happened);
+/// ```
+///
+/// With axum it is a response part: `(StatusCode::UNPROCESSABLE_ENTITY, Happened, Json(body))`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Happened;
 
 /// The response of a handler that completed the record **inside its own transaction** (with a
 /// SQL store's `complete_in` and [`Reservation::completion`](crate::Reservation::completion))

@@ -7,7 +7,7 @@ use crate::convert::{
 };
 use crate::disposition::{Disposition, Handled};
 use crate::layer::IdempotencyLayer;
-use crate::marker::{Completed, NothingHappened};
+use crate::marker::{Completed, Happened, NothingHappened};
 use crate::reservation::Reservation;
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, LOCATION};
@@ -192,7 +192,6 @@ where
     let rules = Rules {
         max_response: config.max_response_bytes,
         server_errors: config.server_errors,
-        release_statuses: config.release_statuses.clone(),
     };
     let result = layer
         .idem
@@ -287,7 +286,6 @@ where
 struct Rules {
     max_response: usize,
     server_errors: ServerErrors,
-    release_statuses: Vec<http::StatusCode>,
 }
 
 /// The execution, on the engine's own task: the inner service, its response buffered and
@@ -344,11 +342,15 @@ where
             return Err(Failure::unknown(Unstored::Failed(error)));
         }
     };
-    let nothing_happened = head.extensions.get::<NothingHappened>().is_some()
-        || rules.release_statuses.contains(&head.status)
-        || (rules.server_errors == ServerErrors::Release && head.status.is_server_error());
-    if nothing_happened {
+    if head.extensions.get::<NothingHappened>().is_some()
+        || (rules.server_errors == ServerErrors::Release && head.status.is_server_error())
+    {
         return Err(Failure::nothing_happened(Unstored::Released(stored)));
+    }
+    // Unmarked, the engine's policy decides by the status: a refusal (400, 422...) is sent and
+    // released, anything else stored (C8).
+    if head.extensions.get::<Happened>().is_some() {
+        return Ok(Reply::Executed(stored));
     }
     Ok(Reply::Respond(stored))
 }
@@ -367,6 +369,7 @@ fn respond<S: Store>(
     };
     let (response, echo) = match result {
         Ok(Outcome::Executed(stored)) => (stored, true),
+        Ok(Outcome::Refused(response)) => (response, false),
         Ok(Outcome::Answered(answer @ Answer::Replay(_))) => (answer.to_http(policy), true),
         Ok(Outcome::Answered(Answer::InFlight { retry_after })) => {
             // The time left on the lease, capped: a 409 and a 202 alike.

@@ -153,8 +153,8 @@ async fn c08_a_405_from_the_router_is_not_recorded() {
 }
 
 /// axum's own extractor rejections happen before the handler body runs and cannot be marked
-/// `NothingHappened`. A 415 (wrong Content-Type) is released by default, so the client that
-/// fixes only its Content-Type and retries with the same key runs (`release_statuses`).
+/// `NothingHappened`. A 415 (wrong Content-Type) is a refusal of the default policy, released,
+/// so the client that fixes only its Content-Type and retries with the same key runs.
 #[tokio::test]
 async fn c08_a_415_extractor_rejection_is_released_and_the_corrected_retry_runs() {
     let app: Router = Router::new()

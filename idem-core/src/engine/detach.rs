@@ -11,30 +11,35 @@ use std::task::{Context, Poll};
 use tokio::runtime::Handle;
 use tracing::Instrument;
 
-/// Boxed so that it can move to a task of its own after it was first polled.
-type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+/// Boxed where it is made, so that neither the caller nor a task it moves to copies it again,
+/// and so that it can move to a task of its own after it was first polled.
+pub(crate) type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-/// A future that finishes even when dropped: see the module docs.
-pub(crate) struct Detach<T: Send + 'static> {
+/// A future that finishes even when dropped: see the module docs. `G` lives as long as the
+/// future does, on whichever task finishes it (the shutdown gate's count of the execution).
+pub(crate) struct Detach<T: Send + 'static, G: Send + 'static> {
     /// `None` once it ended (or panicked): nothing is left to hand over.
     future: Option<Boxed<T>>,
+    guard: Option<G>,
     runtime: Handle,
     /// The caller's span, for the events of an execution that goes on without it.
     span: tracing::Span,
 }
 
-impl<T: Send + 'static> Detach<T> {
-    /// Wraps `future`, to be finished on `runtime` if it is dropped before it ends.
-    pub(crate) fn new(future: impl Future<Output = T> + Send + 'static, runtime: Handle) -> Self {
+impl<T: Send + 'static, G: Send + 'static> Detach<T, G> {
+    /// Wraps `future`, to be finished on `runtime` with `guard` if it is dropped before it
+    /// ends.
+    pub(crate) fn new(future: Boxed<T>, guard: G, runtime: Handle) -> Self {
         Self {
-            future: Some(Box::pin(future)),
+            future: Some(future),
+            guard: Some(guard),
             runtime,
             span: tracing::Span::current(),
         }
     }
 }
 
-impl<T: Send + 'static> Future for Detach<T> {
+impl<T: Send + 'static, G: Send + 'static + Unpin> Future for Detach<T, G> {
     type Output = T;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
@@ -46,23 +51,30 @@ impl<T: Send + 'static> Future for Detach<T> {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(output)) => {
                 self.future = None;
+                self.guard = None;
                 Poll::Ready(output)
             }
             Err(panic) => {
                 self.future = None;
+                self.guard = None;
                 resume_unwind(panic)
             }
         }
     }
 }
 
-impl<T: Send + 'static> Drop for Detach<T> {
+impl<T: Send + 'static, G: Send + 'static> Drop for Detach<T, G> {
     fn drop(&mut self) {
         if let Some(future) = self.future.take() {
             // A runtime that is shutting down cancels the task at once: its executions were
             // for `drain` to wait for, and what is left of them is the store's lease (C9).
             let span = std::mem::replace(&mut self.span, tracing::Span::none());
-            drop(self.runtime.spawn(future.instrument(span)));
+            let guard = self.guard.take();
+            let rest = async move {
+                let _guard = guard;
+                drop(future.await);
+            };
+            drop(self.runtime.spawn(rest.instrument(span)));
         }
     }
 }
@@ -81,11 +93,12 @@ mod tests {
         let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
         let flag = Arc::clone(&finished);
         let execution = Detach::new(
-            async move {
+            Box::pin(async move {
                 let _ = started_tx.send(());
                 let _ = go_rx.await;
                 flag.store(true, Ordering::SeqCst);
-            },
+            }),
+            (),
             tokio::runtime::Handle::current(),
         );
         let caller = tokio::spawn(execution);
@@ -112,10 +125,11 @@ mod tests {
         let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counted = Arc::clone(&runs);
         let execution = Detach::new(
-            async move {
+            Box::pin(async move {
                 counted.fetch_add(1, Ordering::SeqCst);
                 7
-            },
+            }),
+            (),
             tokio::runtime::Handle::current(),
         );
         assert_eq!(execution.await, 7);
@@ -126,9 +140,10 @@ mod tests {
     #[tokio::test]
     async fn a_panic_resumes_in_the_caller_and_is_not_handed_over() {
         let execution = Detach::new(
-            async {
+            Box::pin(async {
                 panic!("the effect panicked");
-            },
+            }),
+            (),
             tokio::runtime::Handle::current(),
         );
         let caller = tokio::spawn(execution);

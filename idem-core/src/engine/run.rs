@@ -1,6 +1,6 @@
 //! The closure style: [`Idempotency::run`] and what its handler gets, [`Context`].
 
-use super::detach::Detach;
+use super::detach::{Boxed, Detach};
 use super::{has_timers, needs_timers, outcome_unknown, shutting_down, Idempotency};
 use crate::begin::Begin;
 use crate::completion::Completion;
@@ -60,26 +60,29 @@ impl<S: Store + 'static> Idempotency<S> {
         }
         let engine = self.clone();
         let owned = request.clone();
-        self.execution(request.id(), async move {
-            let lease = match engine.begin(&owned).await.map_err(RunError::Idem)? {
-                Begin::Acquired(lease) => lease,
-                Begin::Answered(answer) => return Ok(Outcome::Answered(answer)),
-            };
-            engine.execute(lease, handler).await
-        })
+        // Boxed here, once: the execution moves on as a pointer (see `detach`).
+        self.execution(
+            request.id(),
+            Box::pin(async move {
+                let lease = match engine.begin(&owned).await.map_err(RunError::Idem)? {
+                    Begin::Acquired(lease) => lease,
+                    Begin::Answered(answer) => return Ok(Outcome::Answered(answer)),
+                };
+                engine.execute(lease, handler).await
+            }),
+        )
         .await
     }
 
     /// Runs `execution` so that it outlives its caller ([`Detach`]), counted by the shutdown gate
     /// (refused once shutdown began): a dropped caller does not cancel it (C8), and a panic in it
     /// resumes in the caller.
-    pub(crate) async fn execution<E, Fut>(
+    pub(crate) async fn execution<E>(
         &self,
         id: &RecordId,
-        execution: Fut,
+        execution: Boxed<Result<Outcome, RunError<E>>>,
     ) -> Result<Outcome, RunError<E>>
     where
-        Fut: Future<Output = Result<Outcome, RunError<E>>> + Send + 'static,
         E: Send + 'static,
     {
         let Some(running) = self.inner.gate.enter() else {
@@ -91,14 +94,7 @@ impl<S: Store + 'static> Idempotency<S> {
             return Err(RunError::Idem(needs_timers()));
         };
         // Polled here while the caller waits; handed to the runtime if the caller goes away.
-        Detach::new(
-            async move {
-                let _running = running;
-                execution.await
-            },
-            runtime,
-        )
-        .await
+        Detach::new(execution, running, runtime).await
     }
 
     async fn execute<F, Fut, R, E>(self, lease: Lease, handler: F) -> Result<Outcome, RunError<E>>
@@ -193,7 +189,11 @@ impl<S: Store + 'static> Idempotency<S> {
     {
         match result {
             Ok(reply) => match reply.into() {
-                Reply::Respond(response) => {
+                Reply::Respond(response) if self.inner.policy.is_refusal(response.status) => {
+                    self.refuse(lease, response, hold).await
+                }
+                Reply::Refused(response) => self.refuse(lease, response, hold).await,
+                Reply::Respond(response) | Reply::Executed(response) => {
                     let completion = self.completion(&lease, response);
                     let stored = self
                         .stored_or_continued(lease, completion, EventKind::Executed, hold)
@@ -226,11 +226,26 @@ impl<S: Store + 'static> Idempotency<S> {
         }
     }
 
+    /// A request the handler refused before it executed (C8): nothing is stored, the key goes
+    /// back (fenced: a lost lease changes nothing), and the caller sends `response`.
+    async fn refuse<E, H>(
+        &self,
+        lease: Lease,
+        response: StoredResponse,
+        hold: H,
+    ) -> Result<Outcome, RunError<E>> {
+        // A failed release only means the reservation passes with its lease (reported by
+        // `release`); the answer is the handler's all the same.
+        let _ = self.release(lease).await;
+        drop(hold);
+        Ok(Outcome::Refused(response))
+    }
+
     /// Stores `completion` within the lease and reports the execution's end (`stored`: what
     /// kind of end a stored answer is); past the lease, the caller gets the error
     /// ([`RunError::Incomplete`]) and the engine goes on trying on a task of its own, which
     /// reports the end when it comes. `hold` (heartbeat, live lease) lives until then.
-    async fn stored_or_continued<H: Send + 'static>(
+    pub(super) async fn stored_or_continued<H: Send + 'static>(
         &self,
         lease: Lease,
         completion: Completion,

@@ -3,7 +3,7 @@
 //! becomes of the key: kept with the answer that committed, given back when the transaction
 //! provably rolled back, kept in progress when that cannot be told (C8).
 
-use super::{acquire_kind, answer_kind, has_timers, needs_timers, Idempotency};
+use super::{acquire_kind, answer_kind, has_timers, needs_timers, outcome_unknown, Idempotency};
 use crate::answer::Answer;
 use crate::completion::Completion;
 use crate::error::Error;
@@ -114,22 +114,26 @@ impl<S: Transactional + 'static> Idempotency<S> {
         }
         let engine = self.clone();
         let owned = request.clone();
-        self.execution(request.id(), async move {
-            let hooks = EngineHooks {
-                engine: engine.clone(),
-                started,
-            };
-            let execution = Execution::new(Arc::new(hooks));
-            let result = engine
-                .inner
-                .store
-                .transact(&owned, effect, execution.clone())
-                .await;
-            let held = execution
-                .take_acquired()
-                .and_then(|held| held.downcast::<Held>().ok());
-            engine.conclude(&owned, started, result, held).await
-        })
+        // Boxed here, once: the execution moves on as a pointer (see `detach`).
+        self.execution(
+            request.id(),
+            Box::pin(async move {
+                let hooks = EngineHooks {
+                    engine: engine.clone(),
+                    started,
+                };
+                let execution = Execution::new(Arc::new(hooks));
+                let result = engine
+                    .inner
+                    .store
+                    .transact(&owned, effect, execution.clone())
+                    .await;
+                let held = execution
+                    .take_acquired()
+                    .and_then(|held| held.downcast::<Held>().ok());
+                engine.conclude(&owned, started, result, held).await
+            }),
+        )
         .await
     }
 
@@ -143,7 +147,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
     ) -> Result<Outcome, RunError<E>> {
         let id = request.id();
         let reported = held.is_some();
-        let (lease, end) = match (result, held) {
+        let (lease, end) = match (result, held.as_ref()) {
             (Ok(Transacted::Answered(answer)), _) => {
                 let screened = self.screen(answer);
                 let event = Event::new(match &screened {
@@ -212,6 +216,16 @@ impl<S: Transactional + 'static> Idempotency<S> {
             TxEnd::Panicked(panic) => {
                 let _ = self.release(lease).await;
                 resume_unwind(panic)
+            }
+            TxEnd::Abandoned(error) => {
+                // What the effect did outside its transaction is unknown: never given back
+                // (C8). The 500 of an unknown outcome goes on being stored past this answer if
+                // it must; the live lease and the heartbeat last until it lands.
+                let completion = self.completion(&lease, outcome_unknown());
+                let _ = self
+                    .stored_or_continued(lease, completion, EventKind::OutcomeUnknown, held)
+                    .await;
+                Err(RunError::InDoubt(error))
             }
         }
     }

@@ -395,7 +395,7 @@ impl<S: Store + 'static> Inbox<S> {
                     Err(panic) => Err(panic),
                 };
                 match outcome {
-                    Ok(Ok(Ack::Done)) => Ok(Reply::Respond(acknowledgement())),
+                    Ok(Ok(Ack::Done)) => Ok(Reply::Executed(acknowledgement())),
                     // An acknowledgement said to be written in the handler's transaction must
                     // be in the store, completed under this lease: else that transaction rolled
                     // back (or the completion was another event's), nothing happened, and the
@@ -425,6 +425,9 @@ impl<S: Store + 'static> Inbox<S> {
             }
             Ok(Outcome::Executed(response) | Outcome::Answered(Answer::Replay(response))) => {
                 Receipt::Failed(format!("the stored answer is a {}", response.status))
+            }
+            Ok(Outcome::Refused(response)) => {
+                Receipt::Failed(format!("the answer is a refusal ({})", response.status))
             }
             Ok(Outcome::Answered(Answer::InFlight { retry_after })) => {
                 Receipt::InProgress { retry_after }

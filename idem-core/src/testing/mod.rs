@@ -147,6 +147,7 @@ macro_rules! __idem_conformance_scenarios {
             c08_nothing_happened_releases_and_retry_runs_once,
             c08_unknown_outcome_keeps_the_key_and_replays_the_answer,
             c08_error_status_response_is_stored_and_replayed,
+            c08_a_refusal_before_execution_releases_the_key_and_the_corrected_retry_runs,
             c08_invalid_response_becomes_a_stored_500,
             c08_dropped_caller_does_not_cancel_the_execution,
             c08_panicking_handler_keeps_the_key,

@@ -4,7 +4,7 @@
 use super::{policy, request, request_on, unique_consumer, Harness, LEASE, SHORT_RETENTION};
 use crate::store::{Acquire, Expiry, Lease, Store};
 use crate::{
-    Answer, Begin, Error, Failure, Field, Idempotency, Outcome, Policy, RecordId, Request,
+    Answer, Begin, Error, Failure, Field, Idempotency, Outcome, Policy, RecordId, Reply, Request,
     RunError, Scope, StoredResponse,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -592,6 +592,83 @@ pub async fn c08_error_status_response_is_stored_and_replayed<H: Harness>(harnes
         }
         assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
+}
+
+/// C8: a request refused before it executed (a status of `Policy::refusals`: a validation 400,
+/// a 422, a 404...) is answered but not stored, and the key is released: the corrected retry
+/// with the same key executes. The handler may say otherwise either way: `Reply::Executed`
+/// stores a 422 that followed its effect, `Reply::Refused` releases a 200.
+pub async fn c08_a_refusal_before_execution_releases_the_key_and_the_corrected_retry_runs<
+    H: Harness,
+>(
+    harness: &H,
+) {
+    let store = fresh(harness).await;
+    let idem = engine(&store, policy());
+    let consumer = unique_consumer("c08r");
+    for status in [400u16, 401, 403, 404, 422, 429] {
+        let req = request(&consumer, &format!("k{status}"), b"{}");
+        let calls = counter();
+        let refused = StoredResponse::new(status, "{\"error\":\"amount is missing\"}");
+        let outcome = run_counted(&idem, &req, &calls, refused.clone())
+            .await
+            .expect("run");
+        assert_eq!(outcome, Outcome::Refused(refused), "{status}");
+        let corrected = StoredResponse::new(201, "{\"id\":\"ch_1\"}");
+        let retry = run_counted(&idem, &req, &calls, corrected.clone())
+            .await
+            .expect("run");
+        assert_eq!(
+            retry,
+            Outcome::Executed(corrected.clone()),
+            "{status}: the retry ran"
+        );
+        let replay = run_counted(&idem, &req, &calls, corrected.clone())
+            .await
+            .expect("run");
+        assert_eq!(replay, Outcome::Answered(Answer::Replay(corrected)));
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "{status}");
+    }
+    // The handler says otherwise: a 422 after the effect is stored, a 200 refused is not.
+    let req = request(&consumer, "k-executed-422", b"{}");
+    let calls = counter();
+    for _ in 0..2 {
+        let calls = Arc::clone(&calls);
+        let outcome = idem
+            .run(&req, move |_| async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Fail>(Reply::Executed(StoredResponse::new(
+                    422,
+                    "charged; bad receipt",
+                )))
+            })
+            .await
+            .expect("run");
+        assert_eq!(outcome.http_status(idem.policy()), 422);
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "an executed 422 is replayed"
+    );
+    let req = request(&consumer, "k-refused-200", b"{}");
+    let calls = counter();
+    for _ in 0..2 {
+        let calls = Arc::clone(&calls);
+        let outcome = idem
+            .run(&req, move |_| async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Fail>(Reply::Refused(StoredResponse::new(200, "not yet")))
+            })
+            .await
+            .expect("run");
+        assert!(matches!(outcome, Outcome::Refused(_)), "{outcome:?}");
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "a refused 200 is never replayed"
+    );
 }
 
 /// C8: a response that cannot be stored (a header value with CR/LF, a status out of range) after
