@@ -1,5 +1,6 @@
 //! How a `PgStore` is configured: where, which table, which statements, which isolation.
 
+use crate::deadlines::Deadlines;
 use crate::params::StatementMode;
 use idem_core::{Error, Field};
 
@@ -41,6 +42,7 @@ pub(crate) struct PgConfig {
     pub(crate) table: String,
     pub(crate) statements: StatementMode,
     pub(crate) isolation: Isolation,
+    pub(crate) deadlines: Deadlines,
 }
 
 impl Default for PgConfig {
@@ -50,6 +52,7 @@ impl Default for PgConfig {
             table: "idem_records".to_owned(),
             statements: StatementMode::Prepared,
             isolation: Isolation::ReadCommitted,
+            deadlines: Deadlines::default(),
         }
     }
 }

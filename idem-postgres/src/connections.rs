@@ -5,13 +5,14 @@
 //! taken out: a round trip more per answer, and a connection busy twice as long under load. The
 //! store keeps its own connections instead and gives one back only after a statement finished
 //! cleanly; a connection whose statement was cut off (the caller's future dropped mid-query, a
-//! broken link) is closed, never reused. Your own transactions use the sqlx pool
+//! broken link) is closed, never reused, and the next call opens a new one: a pool never runs
+//! dry on connections stuck in a statement (C13). Your own transactions use the sqlx pool
 //! ([`PgStore::pool`](crate::PgStore::pool)).
 
 use crate::error::{store_error, BACKEND};
 use idem_core::{Error, StoreErrorKind};
 use sqlx::postgres::PgConnectOptions;
-use sqlx::{ConnectOptions, PgConnection};
+use sqlx::{AssertSqlSafe, ConnectOptions, PgConnection};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{Semaphore, SemaphorePermit};
@@ -22,6 +23,8 @@ pub(crate) struct Connections {
     idle: Mutex<Vec<PgConnection>>,
     permits: Semaphore,
     acquire_timeout: Duration,
+    /// What a new connection runs first ([`session::connection_setup`](crate::session)).
+    setup: Option<String>,
 }
 
 /// A connection taken from the stack; dropped without [`Held::finish`] giving it back, it is
@@ -35,12 +38,18 @@ pub(crate) struct Held<'a> {
 }
 
 impl Connections {
-    pub(crate) fn new(options: PgConnectOptions, max: u32, acquire_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        options: PgConnectOptions,
+        max: u32,
+        acquire_timeout: Duration,
+        setup: Option<String>,
+    ) -> Self {
         Self {
             options,
             idle: Mutex::new(Vec::new()),
             permits: Semaphore::new(usize::try_from(max.max(1)).unwrap_or(1)),
             acquire_timeout,
+            setup,
         }
     }
 
@@ -89,17 +98,16 @@ impl Connections {
             .map_err(|_| Error::store(BACKEND, StoreErrorKind::Unavailable, "the store is closed"))
     }
 
-    /// A new connection whose transactions are READ COMMITTED whatever the database's or the
-    /// role's default: the store's statements decide on the row they read, and at a stricter
-    /// default a duplicate would get a serialization failure instead of its answer.
+    /// A new connection, set up for the store's statements (READ COMMITTED and the store's
+    /// deadlines for its session, where it has a session of its own: `crate::session`).
     async fn open(&self) -> Result<PgConnection, Error> {
         let connect = async {
             let mut conn = self.options.connect().await?;
-            sqlx::raw_sql(
-                "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED",
-            )
-            .execute(&mut conn)
-            .await?;
+            if let Some(setup) = &self.setup {
+                sqlx::raw_sql(AssertSqlSafe(setup.clone()))
+                    .execute(&mut conn)
+                    .await?;
+            }
             Ok::<_, sqlx::Error>(conn)
         };
         tokio::time::timeout(self.acquire_timeout, connect)
@@ -118,14 +126,10 @@ impl Held<'_> {
     }
 
     /// Gives the connection back if `result` says its statement finished cleanly: any answer, or
-    /// an error the server sent (the connection is still in sync). Lost or broken links close
-    /// it.
+    /// an error the server sent (the connection is still in sync: a statement or lock timeout
+    /// the server enforced included). Lost or broken links close it.
     pub(crate) fn finish<T>(mut self, result: &Result<T, Error>) {
-        let clean = match result {
-            Ok(_) => true,
-            Err(Error::Store(e)) => e.kind() != StoreErrorKind::Unavailable,
-            Err(_) => true,
-        };
+        let clean = !matches!(result, Err(e) if crate::error::is_broken_link(e));
         if clean {
             if let Some(conn) = self.conn.take() {
                 self.home

@@ -30,6 +30,25 @@ pub(crate) fn kind_of(error: &sqlx::Error) -> StoreErrorKind {
     }
 }
 
+/// Whether `error` says the link to the server may be out of sync or gone: unavailable, and not
+/// a deadline the server enforced on a session it keeps (a statement or lock timeout, answered
+/// in order). A lost connection, a protocol error, a deadline the engine enforced, a server
+/// ending the session: a connection that saw one is closed, never reused.
+pub(crate) fn is_broken_link(error: &Error) -> bool {
+    let Some(store) = error.as_store() else {
+        return false;
+    };
+    if store.kind() != StoreErrorKind::Unavailable {
+        return false;
+    }
+    let server_deadline = std::error::Error::source(store)
+        .and_then(|source| source.downcast_ref::<sqlx::Error>())
+        .and_then(sqlx::Error::as_database_error)
+        .and_then(|db| db.code())
+        .is_some_and(|code| matches!(code.as_ref(), "55P03" | "57014"));
+    !server_deadline
+}
+
 /// Whether `error` is PostgreSQL's lock_not_available (SQLSTATE 55P03): a `lock_timeout`
 /// passed while waiting for a lock.
 pub(crate) fn is_lock_timeout(error: &Error) -> bool {
@@ -88,5 +107,19 @@ mod tests {
         let err = store_error(refused);
         assert!(err.is_retryable());
         assert_eq!(err.as_store().map(|e| e.backend()), Some("postgres"));
+    }
+
+    #[test]
+    fn c13_only_a_lost_link_closes_a_connection() {
+        let lost = store_error(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "eof",
+        )));
+        assert!(is_broken_link(&lost));
+        let cut = Error::store(BACKEND, StoreErrorKind::Unavailable, "timed out");
+        assert!(is_broken_link(&cut), "a deadline the process enforced");
+        assert!(!is_broken_link(&Error::LeaseLost));
+        let conflict = Error::store(BACKEND, StoreErrorKind::TransactionConflict, "40001");
+        assert!(!is_broken_link(&conflict));
     }
 }

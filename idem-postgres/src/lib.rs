@@ -32,13 +32,17 @@
 #![forbid(unsafe_code)]
 
 mod audit;
+mod broken_effect;
 mod config;
 mod connections;
+mod deadlines;
+mod effect_connection;
 mod error;
 mod migrate;
 mod ops;
 mod params;
 mod row;
+mod session;
 mod sql;
 mod store;
 mod transactional;

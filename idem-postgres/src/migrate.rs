@@ -3,7 +3,7 @@
 
 use crate::config::{validate_identifier, validate_table_name};
 use crate::error::{is_lock_timeout, store_error};
-use crate::params::{execute, fetch_all, Param};
+use crate::params::{execute, fetch_all, Param, StatementMode};
 use crate::sql::{for_table, INDEX_IN_PROGRESS, MIGRATION_FILES};
 use crate::store::PgStore;
 use idem_core::{Error, Field};
@@ -161,19 +161,28 @@ impl PgStore {
             None => &[&inner.ops.sql.index_in_progress],
         };
         if !statements.is_empty() {
-            let mut builder = inner.conns.get().await?;
+            // A connection of its own, without the store's deadlines (building an index on a
+            // large table takes as long as it takes), closed afterwards rather than given back.
+            let mut builder = inner.conns.get_fresh().await?;
             let mut built = Ok(());
+            if inner.ops.mode == StatementMode::Prepared {
+                built = sqlx::raw_sql("SET statement_timeout = 0; SET lock_timeout = 0")
+                    .execute(builder.conn())
+                    .await
+                    .map(drop)
+                    .map_err(store_error);
+            }
             for statement in statements {
+                if built.is_err() {
+                    break;
+                }
                 built = sqlx::raw_sql(AssertSqlSafe((*statement).to_owned()))
                     .execute(builder.conn())
                     .await
                     .map(drop)
                     .map_err(store_error);
-                if built.is_err() {
-                    break;
-                }
             }
-            builder.finish(&built);
+            drop(builder);
             if let Err(error) = built {
                 tracing::warn!(
                     target: "idem",

@@ -2,7 +2,7 @@
 //! `idem_core::store::decide`; SQL reads and applies it atomically.
 
 use crate::error::BACKEND;
-use crate::params::{execute, fetch_all, Param, StatementMode};
+use crate::params::{execute_after, fetch_all_after, Param, StatementMode};
 use crate::row;
 use crate::sql::Statements;
 use idem_core::store::{
@@ -88,6 +88,8 @@ impl Reservation {
 pub(crate) struct Ops {
     pub(crate) sql: Statements,
     pub(crate) mode: StatementMode,
+    /// What precedes each statement run on the store's own connections (`crate::session`).
+    pub(crate) preamble: String,
 }
 
 fn millis(duration: Duration) -> i64 {
@@ -125,9 +127,10 @@ impl Ops {
         let fingerprint = request.fingerprint().as_bytes();
         let token = reservation.token;
         for _ in 0..MAX_ATTEMPTS {
-            let rows = fetch_all(
+            let rows = fetch_all_after(
                 conn,
                 self.mode,
+                &self.preamble,
                 &self.sql.reserve,
                 &[
                     consumer,
@@ -207,9 +210,10 @@ impl Ops {
             return Ok(Replaced::Changed);
         };
         let [consumer, route, key] = id_params(request.id());
-        let rows = fetch_all(
+        let rows = fetch_all_after(
             conn,
             self.mode,
+            &self.preamble,
             &self.sql.replace_reservation,
             &[
                 consumer,
@@ -243,18 +247,38 @@ impl Ops {
         })
     }
 
-    /// Fenced completion (C6) on `conn`, which may be inside the caller's transaction.
+    /// Fenced completion (C6) on one of the store's own connections.
     pub(crate) async fn complete(
         &self,
         conn: &mut PgConnection,
         completion: &Completion,
     ) -> Result<(), Error> {
+        self.complete_after(conn, &self.preamble, completion).await
+    }
+
+    /// Fenced completion (C6) inside the caller's transaction on `conn`: nothing precedes it,
+    /// the transaction's settings are the caller's (the statement sets its lock deadline).
+    pub(crate) async fn complete_in(
+        &self,
+        conn: &mut PgConnection,
+        completion: &Completion,
+    ) -> Result<(), Error> {
+        self.complete_after(conn, "", completion).await
+    }
+
+    async fn complete_after(
+        &self,
+        conn: &mut PgConnection,
+        preamble: &str,
+        completion: &Completion,
+    ) -> Result<(), Error> {
         let [consumer, route, key] = id_params(completion.id());
         let token = completion.token();
         fenced(
-            execute(
+            execute_after(
                 conn,
                 self.mode,
+                preamble,
                 &self.sql.complete,
                 &[
                     consumer,
@@ -278,9 +302,10 @@ impl Ops {
         let [consumer, route, key] = id_params(lease.id());
         let token = lease.token();
         fenced(
-            execute(
+            execute_after(
                 conn,
                 self.mode,
+                &self.preamble,
                 &self.sql.release,
                 &[consumer, route, key, Param::Bytes(token.as_bytes())],
             )
@@ -297,9 +322,10 @@ impl Ops {
     ) -> Result<Timestamp, Error> {
         let [consumer, route, key] = id_params(lease.id());
         let token = lease.token();
-        let rows = fetch_all(
+        let rows = fetch_all_after(
             conn,
             self.mode,
+            &self.preamble,
             &self.sql.renew,
             &[
                 consumer,
@@ -324,9 +350,10 @@ impl Ops {
         limit: usize,
     ) -> Result<usize, Error> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let deleted = execute(
+        let deleted = execute_after(
             conn,
             self.mode,
+            &self.preamble,
             &self.sql.purge_expired,
             &[Param::Int(limit)],
         )
@@ -340,7 +367,14 @@ impl Ops {
         conn: &mut PgConnection,
         id: &RecordId,
     ) -> Result<Option<Record>, Error> {
-        let rows = fetch_all(conn, self.mode, &self.sql.select_record, &id_params(id)).await?;
+        let rows = fetch_all_after(
+            conn,
+            self.mode,
+            &self.preamble,
+            &self.sql.select_record,
+            &id_params(id),
+        )
+        .await?;
         let Some(found) = rows.first() else {
             return Ok(None);
         };
@@ -377,7 +411,14 @@ impl Ops {
                     Param::Text(key),
                     fetch,
                 ];
-                fetch_all(conn, self.mode, &self.sql.list_in_progress, &params).await?
+                fetch_all_after(
+                    conn,
+                    self.mode,
+                    &self.preamble,
+                    &self.sql.list_in_progress,
+                    &params,
+                )
+                .await?
             }
             Selection::Completed {
                 consumer: whose,
@@ -390,7 +431,14 @@ impl Ops {
                     Param::Text(key),
                     fetch,
                 ];
-                fetch_all(conn, self.mode, &self.sql.list_completed, &params).await?
+                fetch_all_after(
+                    conn,
+                    self.mode,
+                    &self.preamble,
+                    &self.sql.list_completed,
+                    &params,
+                )
+                .await?
             }
             _ => {
                 return Err(Error::invalid(
@@ -408,7 +456,7 @@ impl Ops {
 
     /// Records by state at the server's now (store rule 6): one pass over the table.
     pub(crate) async fn stats(&self, conn: &mut PgConnection) -> Result<Stats, Error> {
-        let rows = fetch_all(conn, self.mode, &self.sql.stats, &[]).await?;
+        let rows = fetch_all_after(conn, self.mode, &self.preamble, &self.sql.stats, &[]).await?;
         let found = rows.first().ok_or_else(|| {
             Error::store(BACKEND, StoreErrorKind::Other, "the count returned no row")
         })?;

@@ -38,6 +38,19 @@ pub(crate) async fn fetch_all(
     sql: &str,
     params: &[Param<'_>],
 ) -> Result<Vec<PgRow>, Error> {
+    fetch_all_after(conn, mode, "", sql, params).await
+}
+
+/// Like [`fetch_all`], with `preamble` (statements that return no rows, such as the store's
+/// `SET LOCAL`s) sent before the statement in the same simple-query message; ignored for
+/// prepared statements, whose session carries such settings.
+pub(crate) async fn fetch_all_after(
+    conn: &mut PgConnection,
+    mode: StatementMode,
+    preamble: &str,
+    sql: &str,
+    params: &[Param<'_>],
+) -> Result<Vec<PgRow>, Error> {
     match mode {
         StatementMode::Prepared => {
             sqlx::query_with(AssertSqlSafe(sql.to_owned()), arguments(params)?)
@@ -45,7 +58,7 @@ pub(crate) async fn fetch_all(
                 .await
         }
         StatementMode::Simple => {
-            sqlx::raw_sql(AssertSqlSafe(inline(sql, params)))
+            sqlx::raw_sql(AssertSqlSafe(format!("{preamble}{}", inline(sql, params))))
                 .fetch_all(conn)
                 .await
         }
@@ -60,6 +73,18 @@ pub(crate) async fn execute(
     sql: &str,
     params: &[Param<'_>],
 ) -> Result<u64, Error> {
+    execute_after(conn, mode, "", sql, params).await
+}
+
+/// Like [`execute`], with `preamble` as in [`fetch_all_after`]; the statements of the preamble
+/// change no rows.
+pub(crate) async fn execute_after(
+    conn: &mut PgConnection,
+    mode: StatementMode,
+    preamble: &str,
+    sql: &str,
+    params: &[Param<'_>],
+) -> Result<u64, Error> {
     match mode {
         StatementMode::Prepared => {
             sqlx::query_with(AssertSqlSafe(sql.to_owned()), arguments(params)?)
@@ -67,7 +92,7 @@ pub(crate) async fn execute(
                 .await
         }
         StatementMode::Simple => {
-            sqlx::raw_sql(AssertSqlSafe(inline(sql, params)))
+            sqlx::raw_sql(AssertSqlSafe(format!("{preamble}{}", inline(sql, params))))
                 .execute(conn)
                 .await
         }

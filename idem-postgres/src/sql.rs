@@ -1,5 +1,7 @@
 //! The store's SQL, read from the `.sql` files beside this crate, for one schema and table.
 
+use crate::deadlines::Deadlines;
+
 /// The table name the `.sql` files are written with.
 const DEFAULT_TABLE: &str = "idem_records";
 /// The index names the migrations are written with: `idem_records_<suffix>`, which become
@@ -9,6 +11,18 @@ const INDEX_SUFFIXES: &[&str] = &["deadline", "in_progress"];
 const MIGRATIONS: &str = "idem_schema_migrations";
 /// The schema qualifier the `.sql` files are written with, where a name needs one (`DROP INDEX`).
 const SCHEMA: &str = "idem_schema.";
+
+/// The lock deadline the `.sql` files of fenced writes are written with (the default); the
+/// store writes its own in its place.
+const LOCK_TIMEOUT_MARK: &str = "set_config('lock_timeout', '3s', true)";
+
+/// `sql` with `lock_ms` milliseconds as the lock deadline it sets.
+fn with_lock_timeout(sql: &str, lock_ms: i64) -> String {
+    sql.replace(
+        LOCK_TIMEOUT_MARK,
+        &format!("set_config('lock_timeout', '{lock_ms}', true)"),
+    )
+}
 
 /// The versioned migrations, in order: (version, SQL for the default names).
 pub(crate) const MIGRATION_FILES: &[(i64, &str)] = &[
@@ -56,15 +70,21 @@ pub(crate) struct Statements {
 }
 
 impl Statements {
-    /// `schema` and `table` must have passed [`validate_identifier`](crate::validate_identifier).
-    pub(crate) fn new(schema: &str, table: &str) -> Self {
+    /// `schema` and `table` must have passed [`validate_identifier`](crate::validate_identifier);
+    /// fenced writes wait for a held row at most the `deadlines`' lock deadline (a renewal a
+    /// quarter of it).
+    pub(crate) fn new(schema: &str, table: &str, deadlines: &Deadlines) -> Self {
         let sql = |text: &str| strip_comments(&for_table(text, schema, table));
+        let lock = deadlines.lock_ms();
         Self {
             reserve: sql(include_str!("../sql/reserve.sql")),
             replace_reservation: sql(include_str!("../sql/replace_reservation.sql")),
-            complete: sql(include_str!("../sql/complete.sql")),
-            release: sql(include_str!("../sql/release.sql")),
-            renew: sql(include_str!("../sql/renew.sql")),
+            complete: with_lock_timeout(&sql(include_str!("../sql/complete.sql")), lock),
+            release: with_lock_timeout(&sql(include_str!("../sql/release.sql")), lock),
+            renew: with_lock_timeout(
+                &sql(include_str!("../sql/renew.sql")),
+                deadlines.renew_lock_ms(),
+            ),
             purge_expired: sql(include_str!("../sql/purge_expired.sql")),
             select_record: sql(include_str!("../sql/select_record.sql")),
             select_settled: sql(include_str!("../sql/select_settled.sql")),
@@ -152,5 +172,24 @@ mod tests {
         let complete = strip_comments(include_str!("../sql/complete.sql"));
         assert!(!complete.contains("--") && !complete.contains("encoded response"));
         assert!(complete.starts_with("UPDATE idem_records"));
+    }
+
+    #[test]
+    fn c13_fenced_writes_set_the_configured_lock_deadline() {
+        let deadlines = Deadlines {
+            lock: std::time::Duration::from_millis(800),
+            ..Deadlines::default()
+        };
+        let sql = Statements::new("s", "t", &deadlines);
+        assert!(sql
+            .complete
+            .contains("set_config('lock_timeout', '800', true)"));
+        assert!(sql
+            .release
+            .contains("set_config('lock_timeout', '800', true)"));
+        assert!(sql
+            .renew
+            .contains("set_config('lock_timeout', '200', true)"));
+        assert!(!sql.complete.contains("'3s'"), "the mark is replaced");
     }
 }

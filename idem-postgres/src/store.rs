@@ -5,6 +5,7 @@ use crate::connections::Connections;
 use crate::error::store_error;
 use crate::ops::{Ops, Reservation};
 use crate::params::StatementMode;
+use crate::session;
 use crate::sql::Statements;
 use idem_core::store::{Completion, Lease, ListQuery, Page, Record, Stats};
 use idem_core::{async_trait, Begin, Error, RecordId, Request, Store, Timestamp};
@@ -25,6 +26,11 @@ use std::time::Duration;
 ///   [`PgIdempotency::run_in_transaction`](crate::PgIdempotency::run_in_transaction).
 /// - **Time from the server** (C11): every deadline is computed by PostgreSQL's
 ///   `clock_timestamp()`, so application servers with skewed clocks agree on every lease.
+/// - **Deadlines on the server** (C13): every statement of the store runs under a statement and
+///   a lock deadline, below the engine's bound on each call, set so that they hold behind a
+///   pooler in transaction mode too; the effect's transaction under an idle and a total
+///   deadline. A connection cut off mid-statement is closed and replaced, the store's own and
+///   the pool's alike. See [`PgStoreBuilder::statement_timeout`] and the settings after it.
 /// - **No hidden round trips.** The store runs its statements on connections of its own, taken
 ///   and given back without the ping sqlx's pool sends (on return always, on acquire by default).
 ///
@@ -110,6 +116,67 @@ impl PgStoreBuilder {
         self
     }
 
+    /// The longest one of the store's statements may run on the server (PostgreSQL's
+    /// `statement_timeout`; default 4 s, below the engine's default
+    /// [`store_timeout`](idem_core::Policy::store_timeout) of 5 s): past it the server cancels
+    /// it and the call is [`StoreErrorKind::Unavailable`](idem_core::StoreErrorKind::Unavailable),
+    /// a 503. It is set in each statement's own transaction, so it holds behind a pooler in
+    /// transaction mode too. Your effect's own statements are not bounded by it.
+    ///
+    /// ```
+    /// use idem_postgres::PgStore;
+    /// use std::time::Duration;
+    /// let builder = PgStore::builder()
+    ///     .statement_timeout(Duration::from_secs(2))
+    ///     .lock_timeout(Duration::from_millis(1500))
+    ///     .idle_in_transaction_timeout(Duration::from_secs(1))
+    ///     .transaction_timeout(Duration::from_secs(10));
+    /// # let _ = builder;
+    /// ```
+    pub fn statement_timeout(mut self, timeout: Duration) -> Self {
+        self.config.deadlines.statement = timeout;
+        self
+    }
+
+    /// The longest a completion or a release waits for the record's row while another
+    /// transaction holds it (PostgreSQL's `lock_timeout`; default 3 s); a renewal waits a
+    /// quarter of it and gives up for that beat. Past it a completion is retried by the engine
+    /// within the lease (C8), a completion inside the effect's transaction rolls the
+    /// transaction back (a 503, the key released when the row is free again, else left to its
+    /// lease), and a release leaves the record to its lease. The completion inside your
+    /// transaction sets it for the rest of that transaction.
+    pub fn lock_timeout(mut self, timeout: Duration) -> Self {
+        self.config.deadlines.lock = timeout;
+        self
+    }
+
+    /// The longest the transaction `run_in_transaction` opens may sit idle between statements
+    /// (PostgreSQL's `idle_in_transaction_session_timeout`, set for that transaction only;
+    /// default 2 s). A client that vanished mid-transaction (a half-open connection) leaves a
+    /// session the server believes in, holding the record's row; past this deadline the server
+    /// ends it, the transaction rolls back and the key can be released. Keep it below
+    /// [`lock_timeout`](Self::lock_timeout), so that the release that follows such a failure
+    /// outwaits it.
+    pub fn idle_in_transaction_timeout(mut self, timeout: Duration) -> Self {
+        self.config.deadlines.idle_in_transaction = timeout;
+        self
+    }
+
+    /// The longest the effect of
+    /// [`run_in_transaction`](crate::PgIdempotency::run_in_transaction) may run, from its
+    /// `BEGIN` to its completion (default 30 s), measured by the process. The effect's own
+    /// statements have no other deadline on the client's side, and a connection whose server
+    /// vanished (a partition, a failover whose FIN was lost) never answers them: sqlx sets no
+    /// TCP keepalive on its sockets. Past it the effect is abandoned before any COMMIT was
+    /// sent (nothing committed) and its connection is closed; what the effect did outside the
+    /// database (a provider's call) is unknown, so the key is kept with a stored 500 (outcome
+    /// unknown, C8) and the caller gets `RunError::InDoubt` (a 500 `outcome-pending`). Set it
+    /// above the longest effect you run.
+    pub fn transaction_timeout(mut self, timeout: Duration) -> Self {
+        self.config.deadlines.transaction = timeout;
+        self
+    }
+
     /// The pool's size when the store builds it (default 16).
     pub fn max_connections(mut self, max: u32) -> Self {
         self.max_connections = max;
@@ -173,12 +240,23 @@ impl PgStore {
     fn from_parts(pool: PgPool, options: PgConnectOptions, builder: PgStoreBuilder) -> Self {
         let config = builder.config;
         let ops = Ops {
-            sql: Statements::new(&config.schema, &config.table),
+            sql: Statements::new(&config.schema, &config.table, &config.deadlines),
             mode: config.statements,
+            preamble: session::statement_preamble(config.statements, &config.deadlines),
         };
-        let beat_conns =
-            Connections::new(options.clone(), BEAT_CONNECTIONS, builder.acquire_timeout);
-        let conns = Connections::new(options, builder.max_connections, builder.acquire_timeout);
+        let setup = session::connection_setup(config.statements, &config.deadlines);
+        let beat_conns = Connections::new(
+            options.clone(),
+            BEAT_CONNECTIONS,
+            builder.acquire_timeout,
+            setup.clone(),
+        );
+        let conns = Connections::new(
+            options,
+            builder.max_connections,
+            builder.acquire_timeout,
+            setup,
+        );
         Self {
             inner: Arc::new(Inner {
                 pool,
@@ -232,7 +310,7 @@ impl PgStore {
         conn: &mut PgConnection,
         completion: &Completion,
     ) -> Result<(), Error> {
-        self.inner.ops.complete(conn, completion).await
+        self.inner.ops.complete_in(conn, completion).await
     }
 }
 
@@ -263,8 +341,7 @@ macro_rules! on_connection {
             let $conn = held.conn();
             $op.await
         };
-        let stale = !held.fresh
-            && matches!(&result, Err(Error::Store(e)) if e.kind() == idem_core::StoreErrorKind::Unavailable);
+        let stale = !held.fresh && matches!(&result, Err(e) if crate::error::is_broken_link(e));
         held.finish(&result);
         if stale {
             let mut held = $store.connections().get_fresh().await?;

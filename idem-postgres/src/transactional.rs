@@ -3,17 +3,20 @@
 //! failed commit means); the protocol around them is the engine's ([`Idempotency::transact`]),
 //! what is stored the engine's `Completion`.
 
+use crate::broken_effect::broken_effect;
 use crate::config::Isolation;
-use crate::error::{store_error, BACKEND};
+use crate::effect_connection::EffectConnection;
+use crate::error::{is_broken_link, store_error, BACKEND};
 use crate::params::{fetch_all, Param};
 use crate::row;
+use crate::session;
 use crate::store::PgStore;
 use idem_core::store::{CatchUnwind, Execution, Lease, Record, Transacted, Transactional, TxEnd};
 use idem_core::{
     async_trait, Begin, Error, Idempotency, Operation, Outcome, RecordId, Request, RunError, Store,
     StoreErrorKind, StoredResponse,
 };
-use sqlx::{AssertSqlSafe, PgConnection};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -59,7 +62,15 @@ pub trait PgIdempotency {
     ///
     /// - `Ok(response)`: committed with the effect; [`Outcome::Executed`].
     /// - `Err(e)` from `effect`: the transaction rolls back, the effect with it, so nothing
-    ///   happened: the key is released and [`RunError::Released`] returned.
+    ///   happened: the key is released and [`RunError::Released`] returned. If the
+    ///   transaction's connection broke under the effect (the database went away; its ROLLBACK
+    ///   is not answered), nothing committed either, but the caller is told the store is
+    ///   unavailable: [`RunError::Idem`] with a [`StoreErrorKind::Unavailable`] error keeping
+    ///   the effect's message (a 503 with `Retry-After`), and the key is released.
+    /// - An effect still running past the store's
+    ///   [`transaction_timeout`](crate::PgStoreBuilder::transaction_timeout): abandoned before
+    ///   any COMMIT, its connection closed; what it did outside the database is unknown, so the
+    ///   key is kept with a stored 500 (outcome unknown, C8) and [`RunError::InDoubt`] returned.
     /// - A lost lease, a serialization failure or deadlock
     ///   ([`StoreErrorKind::TransactionConflict`]: retry the whole request), a commit the server
     ///   refused: rolled back, released where still ours, [`RunError::Idem`].
@@ -157,73 +168,179 @@ impl Transactional for PgStore {
 }
 
 impl PgStore {
-    /// Begin, effect, completion, commit; what became of the transaction.
-    async fn in_transaction<E>(
+    /// Begin, effect, completion, commit, on a pool connection that goes back to the pool only
+    /// if the transaction ended cleanly (`crate::effect_connection`); what became of the
+    /// transaction.
+    async fn in_transaction<E: Send + 'static>(
         &self,
         lease: &Lease,
         effect: PgEffect<E>,
         execution: &Execution,
     ) -> TxEnd<E> {
+        let mut effect = effect;
+        // A connection that died while idle in the pool fails its BEGIN at once: nothing ran,
+        // so the transaction begins again, once, on another connection.
+        for attempt in 0..2 {
+            let acquire = async { self.pool().acquire().await.map_err(store_error) };
+            let mut conn = match execution
+                .bounded(Operation::Transaction, lease.id(), acquire)
+                .await
+            {
+                Ok(conn) => EffectConnection::new(conn),
+                Err(error) => return TxEnd::RolledBack(error),
+            };
+            match self
+                .transaction_on(conn.conn(), lease, effect, execution)
+                .await
+            {
+                Ok((end, clean)) => {
+                    if clean {
+                        conn.keep();
+                    }
+                    return end;
+                }
+                Err(NotBegun {
+                    effect: back,
+                    error,
+                }) => {
+                    if attempt > 0 || !is_broken_link(&error) {
+                        return TxEnd::RolledBack(error);
+                    }
+                    effect = back;
+                }
+            }
+        }
+        TxEnd::RolledBack(Error::store(
+            BACKEND,
+            StoreErrorKind::Unavailable,
+            "the transaction could not begin",
+        ))
+    }
+
+    /// The transaction on `conn`: its end, and whether it ended cleanly (committed, or rolled
+    /// back with the server's answer), so that `conn` may serve another; or, if it could not
+    /// begin, the effect back, unrun.
+    async fn transaction_on<E: Send + 'static>(
+        &self,
+        conn: &mut PgConnection,
+        lease: &Lease,
+        effect: PgEffect<E>,
+        execution: &Execution,
+    ) -> Result<(TxEnd<E>, bool), NotBegun<E>> {
         let id = lease.id();
+        let deadlines = &self.inner.config.deadlines;
+        let statement = session::effect_begin(self.isolation().begin_statement(), deadlines);
         let begin = async {
-            self.pool()
-                .begin_with(AssertSqlSafe(self.isolation().begin_statement()))
+            conn.begin_with(AssertSqlSafe(statement))
                 .await
                 .map_err(store_error)
         };
         let mut tx = match execution.bounded(Operation::Transaction, id, begin).await {
             Ok(tx) => tx,
-            Err(error) => return TxEnd::RolledBack(error),
+            Err(error) => return Err(NotBegun { effect, error }),
         };
-        let response = match CatchUnwind::new(effect(&mut tx, lease)).await {
+        // The effect's own statements have no deadline of the store's, and a connection whose
+        // server is gone never answers them (sqlx sets no TCP keepalive): the whole effect is
+        // bounded by the transaction timeout instead. No COMMIT was sent, nothing committed.
+        let ran = tokio::time::timeout(
+            deadlines.transaction,
+            CatchUnwind::new(effect(&mut tx, lease)),
+        )
+        .await;
+        // Nothing committed, but what the effect did outside the database is unknown: the key
+        // is kept with the 500 of an unknown outcome, never given back (C8).
+        let Ok(ran) = ran else {
+            return Ok((
+                TxEnd::Abandoned(Error::store(
+                    BACKEND,
+                    StoreErrorKind::Unavailable,
+                    format!(
+                        "the effect's transaction did not reach its completion within the \
+                         transaction timeout ({:?}); nothing was committed",
+                        deadlines.transaction
+                    ),
+                )),
+                false,
+            ));
+        };
+        let response = match ran {
             Ok(Ok(response)) => response,
+            // Nothing was committed either way; whether the database is still there says
+            // what the caller is told: the effect's failure, or the store's (C13).
             Ok(Err(error)) => {
-                roll_back(tx, execution).await;
-                return TxEnd::EffectFailed(error);
+                return Ok(match roll_back(tx, execution).await {
+                    Ok(()) => (TxEnd::EffectFailed(error), true),
+                    Err(broken) => (TxEnd::RolledBack(broken_effect(&error, broken)), false),
+                });
             }
-            // Dropping the transaction rolls it back.
-            Err(panic) => return TxEnd::Panicked(panic),
+            // Dropping the transaction rolls it back (its connection is closed).
+            Err(panic) => return Ok((TxEnd::Panicked(panic), false)),
         };
         let completion = execution.completion(lease, response);
         let written = execution
             .bounded(
                 Operation::Complete,
                 id,
-                self.inner.ops.complete(&mut tx, &completion),
+                self.inner.ops.complete_in(&mut tx, &completion),
             )
             .await;
         if let Err(error) = written {
-            roll_back(tx, execution).await;
-            return TxEnd::RolledBack(error);
+            let clean = roll_back(tx, execution).await.is_ok();
+            return Ok((TxEnd::RolledBack(error), clean));
         }
         let commit = async { tx.commit().await };
-        match tokio::time::timeout(execution.store_timeout(), commit).await {
-            Ok(Ok(())) => TxEnd::Committed(completion),
-            // Whatever the error, the record tells: a server's own error may come after the
-            // commit (a pooler whose server connection broke answers FATAL 08P01), and the
-            // connection may have failed after the COMMIT reached the server. The engine reads
-            // the record once no transaction holds it.
-            Ok(Err(error)) => TxEnd::InDoubt {
-                completion,
-                error: store_error(error),
-            },
-            Err(_) => TxEnd::InDoubt {
-                completion,
-                error: Error::store(
-                    BACKEND,
-                    StoreErrorKind::Unavailable,
-                    "the COMMIT was not answered within the store timeout",
+        Ok(
+            match tokio::time::timeout(execution.store_timeout(), commit).await {
+                Ok(Ok(())) => (TxEnd::Committed(completion), true),
+                // Whatever the error, the record tells: a server's own error may come after the
+                // commit (a pooler whose server connection broke answers FATAL 08P01), and the
+                // connection may have failed after the COMMIT reached the server. The engine reads
+                // the record once no transaction holds it.
+                Ok(Err(error)) => (
+                    TxEnd::InDoubt {
+                        completion,
+                        error: store_error(error),
+                    },
+                    false,
+                ),
+                Err(_) => (
+                    TxEnd::InDoubt {
+                        completion,
+                        error: Error::store(
+                            BACKEND,
+                            StoreErrorKind::Unavailable,
+                            "the COMMIT was not answered within the store timeout",
+                        ),
+                    },
+                    false,
                 ),
             },
-        }
+        )
     }
 }
 
-/// Rolls `tx` back, waiting at most the store timeout: past it the transaction is dropped, its
-/// connection closed, and the server rolls it back by itself (a frozen server never holds the
-/// caller, C13).
-async fn roll_back(tx: sqlx::Transaction<'_, sqlx::Postgres>, execution: &Execution) {
-    let _ = tokio::time::timeout(execution.store_timeout(), tx.rollback()).await;
+/// A transaction that could not begin: the effect, unrun, and why.
+struct NotBegun<E> {
+    effect: PgEffect<E>,
+    error: Error,
+}
+
+/// Rolls `tx` back, waiting at most the store timeout: past it the transaction is dropped (its
+/// connection is then closed, and the server rolls back by itself: a frozen server never holds
+/// the caller, C13). `Err`: the ROLLBACK was not answered, the connection is not to be reused.
+async fn roll_back(
+    tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    execution: &Execution,
+) -> Result<(), Error> {
+    match tokio::time::timeout(execution.store_timeout(), tx.rollback()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(store_error(error)),
+        Err(_) => Err(Error::store(
+            BACKEND,
+            StoreErrorKind::Unavailable,
+            "the ROLLBACK was not answered within the store timeout",
+        )),
+    }
 }
 
 /// Reads the record with a share lock, waiting at most `wait` for a transaction that holds it.

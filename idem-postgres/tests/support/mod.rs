@@ -3,7 +3,9 @@
 #![allow(dead_code, unused_imports)]
 
 pub use fault_proxy;
+pub mod bench;
 pub mod pg_url;
+pub mod private_bouncer;
 
 use fault_proxy::FaultProxy;
 

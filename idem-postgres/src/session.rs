@@ -1,0 +1,81 @@
+//! What the store's own statements run under, whatever the database's, the role's or a
+//! pooler's server connection's defaults: READ COMMITTED (they decide on the row they read; at
+//! a stricter default a duplicate would get a serialization failure instead of its answer) and
+//! the store's [`Deadlines`].
+//!
+//! - [`StatementMode::Prepared`] needs a session of its own (a direct connection, or a pooler
+//!   in session mode): the settings are made once, for the session, when a connection opens.
+//! - [`StatementMode::Simple`] may run behind a pooler in transaction mode, where a session's
+//!   settings stay on whichever server connection ran them (and leak to other clients): the
+//!   settings travel with every statement instead, `SET LOCAL` in the statement's own implicit
+//!   transaction, in the same simple-query message: no round trip more.
+
+use crate::deadlines::Deadlines;
+use crate::params::StatementMode;
+
+/// What a new connection of the store runs before its first statement, if anything.
+pub(crate) fn connection_setup(mode: StatementMode, deadlines: &Deadlines) -> Option<String> {
+    match mode {
+        StatementMode::Prepared => Some(format!(
+            "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+             SET statement_timeout = {}; SET lock_timeout = {}",
+            deadlines.statement_ms(),
+            deadlines.lock_ms()
+        )),
+        StatementMode::Simple => None,
+    }
+}
+
+/// What precedes each of the store's own statements in its simple-query message (empty for
+/// prepared statements, whose session carries the settings). A message of several statements
+/// is one implicit transaction: the `SET LOCAL`s end with it.
+pub(crate) fn statement_preamble(mode: StatementMode, deadlines: &Deadlines) -> String {
+    match mode {
+        StatementMode::Prepared => String::new(),
+        StatementMode::Simple => format!(
+            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = {}; \
+             SET LOCAL lock_timeout = {}; ",
+            deadlines.statement_ms(),
+            deadlines.lock_ms()
+        ),
+    }
+}
+
+/// The `BEGIN` of the effect's transaction at `isolation`: the transaction may sit idle between
+/// statements at most the idle deadline, so a session whose client vanished mid-transaction
+/// (a half-open connection) is ended by the server, and the record's row with it.
+pub(crate) fn effect_begin(isolation_begin: &str, deadlines: &Deadlines) -> String {
+    format!(
+        "{isolation_begin}; SET LOCAL idle_in_transaction_session_timeout = {}",
+        deadlines.idle_in_transaction_ms()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn c13_every_statement_carries_its_deadlines_behind_a_pooler() {
+        let deadlines = Deadlines {
+            statement: Duration::from_millis(1500),
+            lock: Duration::from_millis(700),
+            idle_in_transaction: Duration::from_millis(300),
+            transaction: Duration::from_secs(1),
+        };
+        assert_eq!(
+            statement_preamble(StatementMode::Simple, &deadlines),
+            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = 1500; \
+             SET LOCAL lock_timeout = 700; "
+        );
+        assert!(statement_preamble(StatementMode::Prepared, &deadlines).is_empty());
+        assert!(connection_setup(StatementMode::Simple, &deadlines).is_none());
+        let setup = connection_setup(StatementMode::Prepared, &deadlines).unwrap_or_default();
+        assert!(setup.contains("READ COMMITTED") && setup.contains("statement_timeout = 1500"));
+        assert_eq!(
+            effect_begin("BEGIN ISOLATION LEVEL SERIALIZABLE", &deadlines),
+            "BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL idle_in_transaction_session_timeout = 300"
+        );
+    }
+}
