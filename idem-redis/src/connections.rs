@@ -1,81 +1,98 @@
 //! Which connection a call uses: the store's, or on the engine's heartbeat thread one opened
-//! there (C9).
+//! there (C9); each in a [`Supervised`] slot of its own, which replaces a connection that keeps
+//! failing (C13).
 //!
 //! The store's connection is driven by a task of the runtime it was opened on, usually the
 //! application's. Handlers that block every worker of that runtime would leave the engine's
 //! renewals, made on the heartbeat thread's own runtime, waiting on a socket nobody reads, and
 //! another instance would take over a live execution. So calls made on the heartbeat thread
 //! use a connection opened lazily by that thread, with the same client and settings, which its
-//! runtime drives.
+//! runtime drives. A rebuild runs on the runtime of the call that started it, so each slot's
+//! connection stays driven by its own side.
 
 use crate::conn::{Conn, Node, Opener};
-use idem_core::{Error, StoreErrorKind};
+use crate::supervised::{Open, Settings, Supervised};
+use idem_core::Error;
 use redis::{Cmd, Pipeline, ScriptInvocation, Value};
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How many unavailable failures of the store's connection start a rebuild: a few, so one
+/// slow call never does, and a burst of them (every caller of a wedged connection) at once.
+const STORE_THRESHOLD: u32 = 3;
+
+/// The heartbeat's connection is rebuilt after its first unavailable failure: it carries a
+/// few renewals a lease, and a lease cannot wait for three of them to fail.
+const BEAT_THRESHOLD: u32 = 1;
+
+impl Open for Opener {
+    type Conn = Conn;
+
+    fn open(&self) -> impl Future<Output = Result<Conn, Error>> + Send {
+        Opener::open(self)
+    }
+}
+
+/// The store's timeouts, as the slots apply them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    pub(crate) response: Duration,
+    pub(crate) connection: Duration,
+}
+
+impl Timeouts {
+    /// A call waits at most one connection (when it must reconnect) and one response: past
+    /// that, the slot cuts it off, whatever the driver does; one abandoned after half a
+    /// response timeout counts as failed. Rebuilds back off up to the connection timeout (at
+    /// most 2 s): no longer than opening a connection may take anyway.
+    fn settings(self, threshold: u32) -> Settings {
+        Settings {
+            threshold,
+            call_deadline: self.connection + self.response,
+            open_deadline: self.connection + self.response,
+            abandoned_after: self.response / 2,
+            max_backoff: self.connection,
+        }
+    }
+}
 
 pub(crate) struct Connections {
     /// The store's connection, for every call but the heartbeat thread's.
-    conn: Conn,
-    /// What opened it, to open the heartbeat's.
-    opener: Opener,
-    /// The heartbeat's connection once a call made it; emptied when it fails unavailable, so
-    /// the next call there opens another.
-    beat: Mutex<Option<Arc<Conn>>>,
+    store: Supervised<Opener>,
+    /// The heartbeat's connection, opened by the first call made there.
+    beat: Supervised<Opener>,
 }
 
 impl Connections {
-    pub(crate) fn new(conn: Conn, opener: Opener) -> Self {
+    pub(crate) fn new(conn: Conn, opener: Opener, timeouts: Timeouts) -> Self {
+        let opener = Arc::new(opener);
         Self {
-            conn,
-            opener,
-            beat: Mutex::new(None),
+            store: Supervised::new(
+                conn,
+                Arc::clone(&opener),
+                timeouts.settings(STORE_THRESHOLD),
+            ),
+            beat: Supervised::lazy(opener, timeouts.settings(BEAT_THRESHOLD)),
         }
     }
 
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.conn, Conn::Cluster(_))
+        matches!(self.store.opener(), Opener::Cluster(_))
     }
 
     /// Runs `op` on the connection for a call made here: the heartbeat's on the engine's
     /// heartbeat thread (opened now if there is none), the store's everywhere else.
     async fn on<T, F, Fut>(&self, op: F) -> Result<T, Error>
     where
-        F: FnOnce(Conn) -> Fut,
+        F: FnOnce(Arc<Conn>) -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
-        if !idem_core::store::on_heartbeat_thread() {
-            return op(self.conn.clone()).await;
+        if idem_core::store::on_heartbeat_thread() {
+            self.beat.call(op).await
+        } else {
+            self.store.call(op).await
         }
-        let beat = self.beat().await?;
-        let result = op(Conn::clone(&beat)).await;
-        if matches!(&result, Err(Error::Store(e)) if e.kind() == StoreErrorKind::Unavailable) {
-            self.forget(&beat);
-        }
-        result
-    }
-
-    /// The heartbeat's connection, opened on first use. Two first calls may both open one:
-    /// the first one kept wins, the other is dropped.
-    async fn beat(&self) -> Result<Arc<Conn>, Error> {
-        let kept = self.slot().clone();
-        if let Some(conn) = kept {
-            return Ok(conn);
-        }
-        let opened = Arc::new(self.opener.open().await?);
-        Ok(Arc::clone(self.slot().get_or_insert(opened)))
-    }
-
-    /// Drops the heartbeat's connection `failed`, unless another call has replaced it already.
-    fn forget(&self, failed: &Arc<Conn>) {
-        let mut slot = self.slot();
-        if slot.as_ref().is_some_and(|kept| Arc::ptr_eq(kept, failed)) {
-            *slot = None;
-        }
-    }
-
-    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Arc<Conn>>> {
-        self.beat.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// See [`Conn::invoke`].

@@ -44,8 +44,22 @@
 //! Redis's answer and [`RedisStoreBuilder::connection_timeout`] (default 2 s) how long
 //! (re)connecting may take. A Redis that is down, frozen or unreachable is
 //! [`StoreErrorKind::Unavailable`](idem_core::StoreErrorKind::Unavailable) (HTTP 503,
-//! retryable) within them, never a hang; the connection is kept, and the store answers again
-//! once Redis does.
+//! retryable) within them, never a hang. Whatever the driver does, no call outlasts one
+//! connection timeout plus one response timeout.
+//!
+//! ## Connections heal (C13)
+//!
+//! The store's connection is supervised: after three calls fail unavailable close together
+//! (a timeout, a lost or refused connection, a cluster that is down), a new connection is
+//! opened from scratch in the background (on a Cluster from the seed nodes, the topology read
+//! again) and replaces it; callers never wait for it, they go on with the old connection (a
+//! 503 within their deadline) until the new one is in place. One rebuild at a time; after
+//! each the next waits 100 ms, doubling up to the connection timeout (at most 2 s). This heals
+//! what redis-rs does not heal by itself: a connection whose server side is gone without the
+//! client hearing of it (only ever a timeout), and a cluster connection that stops
+//! reconnecting after a master restart or a resharding under load. Each rebuild is logged at
+//! warn on target `idem_redis`. The heartbeat thread's connection is supervised the same way,
+//! rebuilt after its first unavailable failure.
 //!
 //! ## Listing and stats: by scan
 //!
@@ -94,6 +108,7 @@ mod listing;
 mod record;
 mod scripts;
 mod store;
+mod supervised;
 
 pub use store::{validate_prefix, RedisStore, RedisStoreBuilder};
 

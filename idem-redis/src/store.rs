@@ -1,7 +1,7 @@
 //! `RedisStore`: the store, its builder, and its `Store` implementation.
 
 use crate::conn::{Conn, Opener};
-use crate::connections::Connections;
+use crate::connections::{Connections, Timeouts};
 use crate::error::{error_kind, store_error, unexpected, BACKEND};
 use crate::listing::Scanner;
 use crate::record::{self, bytes, integer, timestamp};
@@ -45,7 +45,11 @@ const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
 /// thread uses a connection of its own, opened there the first time with the same settings,
 /// so its socket is driven by the heartbeat's runtime; handlers that block every worker of
 /// the runtime the store was connected on do not stop the leases from being renewed. It is
-/// opened again, on the next call there, after it fails unavailable.
+/// rebuilt, on that thread, after it fails unavailable.
+///
+/// Connections heal (C13): a connection whose calls keep failing unavailable is replaced by a
+/// new one, opened in the background (see the crate documentation), so the same store value
+/// answers again once Redis does, after a restart, a resharding or a half-open connection.
 ///
 /// Cloning is cheap: clones share the connections.
 #[derive(Clone)]
@@ -146,7 +150,9 @@ impl RedisStoreBuilder {
     /// included. A reservation whose answer is lost resends once (with its token, so it is
     /// recognised), so it may take twice as long. A call that timed out may still run when
     /// Redis wakes up: a completion then lands, a reservation holds the key until its lease
-    /// passes. The connection is kept: once Redis answers again, so does the store.
+    /// passes. A connection whose calls keep timing out is replaced (see [`RedisStore`]): once
+    /// Redis answers again, so does the store. Whatever the driver does, a call ends after
+    /// one connection timeout plus one response timeout.
     ///
     /// ```
     /// use idem_redis::RedisStore;
@@ -238,12 +244,26 @@ impl RedisStoreBuilder {
     /// Opens the store's connection (driven by the current runtime) and keeps `opener` for the
     /// heartbeat's.
     async fn open(self, opener: Opener) -> Result<RedisStore, Error> {
-        let conn = opener.open().await?;
+        // Bounded whatever the driver does (C13): a cluster client connects to every master.
+        let deadline = self.connection_timeout + self.response_timeout;
+        let conn = tokio::time::timeout(deadline, opener.open())
+            .await
+            .map_err(|_| {
+                Error::store(
+                    BACKEND,
+                    StoreErrorKind::Unavailable,
+                    format!("no connection within {deadline:?}"),
+                )
+            })??;
         if !self.allow_eviction {
             refuse_eviction(&conn).await?;
         }
+        let timeouts = Timeouts {
+            response: self.response_timeout,
+            connection: self.connection_timeout,
+        };
         Ok(RedisStore {
-            conns: Arc::new(Connections::new(conn, opener)),
+            conns: Arc::new(Connections::new(conn, opener, timeouts)),
             prefix: self.prefix,
             grace: self.grace,
         })

@@ -1,0 +1,260 @@
+//! Retrying clients under a fault: many tasks, each sending one key after another and retrying
+//! each until it is answered, every handler run counted per key; and what the run saw: effects
+//! per key, the slowest call, every store error with its time.
+
+use idem_core::{Answer, Failure, Idempotency, Outcome, RunError, Store, StoredResponse};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How the clients behave.
+#[derive(Debug, Clone, Copy)]
+pub struct Clients {
+    /// How many run at once.
+    pub tasks: usize,
+    /// How long a client waits before it retries an error or an in-flight answer.
+    pub retry: Duration,
+    /// How long one call may take before the run counts it as a hang.
+    pub hang: Duration,
+    /// How long a client keeps retrying its last key once the run is stopped.
+    pub give_up: Duration,
+}
+
+/// What a run saw.
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// Handler runs per key.
+    pub effects: HashMap<String, usize>,
+    /// Keys answered (executed or replayed), and the keys never answered.
+    pub answered: usize,
+    pub unanswered: Vec<String>,
+    /// Calls made, and the slowest one.
+    pub calls: usize,
+    pub slowest: Duration,
+    /// The slowest call refused by the store before its handler ran (a 503).
+    pub slowest_refusal: Duration,
+    /// Calls that took longer than [`Clients::hang`] (cut off by the client).
+    pub hangs: usize,
+    /// When each failed call ended, and its error.
+    pub errors: Vec<(Instant, String)>,
+    /// When each call that was answered ended.
+    pub answers: Vec<Instant>,
+}
+
+impl Seen {
+    /// Keys whose handler ran more than once.
+    pub fn duplicates(&self) -> Vec<(&String, &usize)> {
+        let mut twice: Vec<_> = self.effects.iter().filter(|(_, n)| **n > 1).collect();
+        twice.sort();
+        twice
+    }
+
+    /// How long after `ended` the last error came (zero if none did).
+    pub fn recovery_after(&self, ended: Instant) -> Duration {
+        self.errors
+            .iter()
+            .map(|(at, _)| at.saturating_duration_since(ended))
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// Calls answered after `at`.
+    pub fn answered_after(&self, at: Instant) -> usize {
+        self.answers.iter().filter(|a| **a > at).count()
+    }
+
+    /// One line for the test's output.
+    pub fn summary(&self, fault_ended: Instant) -> String {
+        let last_error = self
+            .errors
+            .last()
+            .map(|(_, e)| e.as_str())
+            .unwrap_or("none");
+        format!(
+            "{} keys, {} answered, {} unanswered, {} with more than one effect; {} calls, slowest {:?} (a 503: {:?}), {} hangs; {} errors, the last {:?} after the fault ended ({}); {} answers after the fault ended",
+            self.effects.len(),
+            self.answered,
+            self.unanswered.len(),
+            self.duplicates().len(),
+            self.calls,
+            self.slowest,
+            self.slowest_refusal,
+            self.hangs,
+            self.errors.len(),
+            self.recovery_after(fault_ended),
+            last_error,
+            self.answered_after(fault_ended),
+        )
+    }
+}
+
+/// Each key's handler runs.
+type Counters = Mutex<HashMap<String, Arc<AtomicUsize>>>;
+
+/// A running load: stop it to get what it saw.
+pub struct Load {
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<Seen>>,
+    counters: Arc<Counters>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+fn lock(seen: &Mutex<Seen>) -> std::sync::MutexGuard<'_, Seen> {
+    seen.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Load {
+    /// Starts `clients` against `idem`, their keys under `consumer`.
+    pub fn start<S: Store + 'static>(
+        idem: &Idempotency<S>,
+        consumer: &str,
+        clients: Clients,
+    ) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let counters = Arc::new(Counters::default());
+        let tasks = (0..clients.tasks)
+            .map(|task| {
+                let (idem, stop, seen) = (idem.clone(), Arc::clone(&stop), Arc::clone(&seen));
+                let counters = Arc::clone(&counters);
+                let consumer = consumer.to_owned();
+                tokio::spawn(async move {
+                    let mut n = 0;
+                    while !stop.load(Ordering::SeqCst) {
+                        let key = format!("c{task}-{n}");
+                        n += 1;
+                        client(&idem, &consumer, &key, clients, &stop, &seen, &counters).await;
+                    }
+                })
+            })
+            .collect();
+        Self {
+            stop,
+            seen,
+            counters,
+            tasks,
+        }
+    }
+
+    /// Stops the clients (each finishes its key, or gives up on it), waits for the executions
+    /// still running on `idem` (at most ten seconds), and returns what the clients saw.
+    pub async fn stop<S: Store + 'static>(self, idem: &Idempotency<S>) -> Seen {
+        self.stop.store(true, Ordering::SeqCst);
+        for task in self.tasks {
+            task.await.expect("a client task");
+        }
+        let drained = tokio::time::timeout(Duration::from_secs(10), idem.drain()).await;
+        assert!(
+            drained.is_ok(),
+            "executions still running ten seconds after the load"
+        );
+        let mut seen = std::mem::take(&mut *lock(&self.seen));
+        let counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.effects = counters
+            .iter()
+            .map(|(key, runs)| (key.clone(), runs.load(Ordering::SeqCst)))
+            .collect();
+        seen.answered = seen.effects.len() - seen.unanswered.len();
+        seen
+    }
+}
+
+/// One client's key: sent until it is answered (executed or replayed), then once more, which
+/// must not run it again. Its handler counts its runs in a counter of the key's own, read when
+/// the load stops: an execution that outlives a call cut off by the client still counts.
+async fn client<S: Store + 'static>(
+    idem: &Idempotency<S>,
+    consumer: &str,
+    key: &str,
+    clients: Clients,
+    stop: &AtomicBool,
+    seen: &Mutex<Seen>,
+    counters: &Mutex<HashMap<String, Arc<AtomicUsize>>>,
+) {
+    let request = idem
+        .request(consumer, "POST", "/v1/notifications")
+        .key(Some(key))
+        .body(b"{}")
+        .build()
+        .expect("a valid request");
+    let runs = Arc::new(AtomicUsize::new(0));
+    counters
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(key.to_owned(), Arc::clone(&runs));
+    let mut stopped_at = None;
+    let mut answers = 0;
+    while answers < 2 {
+        if stop.load(Ordering::SeqCst) {
+            let since = *stopped_at.get_or_insert_with(Instant::now);
+            if since.elapsed() > clients.give_up {
+                lock(seen).unanswered.push(key.to_owned());
+                return;
+            }
+        }
+        let runs = Arc::clone(&runs);
+        let asked = Instant::now();
+        let result = tokio::time::timeout(
+            clients.hang,
+            idem.run(&request, move |_| async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Failure<std::io::Error>>(StoredResponse::new(201, "sent"))
+            }),
+        )
+        .await;
+        let answered = lock(seen).record(key, asked, result, clients);
+        if answered {
+            answers += 1;
+        } else {
+            tokio::time::sleep(clients.retry).await;
+        }
+    }
+}
+
+impl Seen {
+    /// Counts one call that began at `asked`; whether it was answered (executed or replayed).
+    fn record(
+        &mut self,
+        key: &str,
+        asked: Instant,
+        result: Result<Result<Outcome, RunError<std::io::Error>>, tokio::time::error::Elapsed>,
+        clients: Clients,
+    ) -> bool {
+        let now = Instant::now();
+        let took = now - asked;
+        self.calls += 1;
+        self.slowest = self.slowest.max(took);
+        match result {
+            Err(_) => {
+                self.hangs += 1;
+                self.errors
+                    .push((now, format!("a call hung past {:?}", clients.hang)));
+                false
+            }
+            Ok(Ok(Outcome::Executed(_) | Outcome::Answered(Answer::Replay(_)))) => {
+                self.answers.push(now);
+                true
+            }
+            Ok(Ok(Outcome::Answered(Answer::InFlight { .. }))) => false,
+            Ok(Ok(other)) => panic!("{key}: {other:?}"),
+            Ok(Err(RunError::Idem(error))) => {
+                assert!(
+                    error.is_retryable() && error.http_status() == 503,
+                    "{key}: a store error must be a retryable 503: {error}"
+                );
+                self.slowest_refusal = self.slowest_refusal.max(took);
+                self.errors.push((now, error.to_string()));
+                false
+            }
+            Ok(Err(error)) => {
+                assert!(
+                    error.http_status() >= 500,
+                    "{key}: once the effect may have run, never a 4xx: {error}"
+                );
+                self.errors.push((now, error.to_string()));
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! Driving redis-server from a test: `redis-cli` (a missing one is a failure with the way out,
+//! never a skip), waiting for a condition, and freezing a server with `DEBUG SLEEP`.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs `redis-cli` with `args`, its output kept.
+pub fn redis_cli(args: &[&str]) -> Output {
+    Command::new("redis-cli")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("redis-cli is not installed: run `bash scripts/test`, which installs it")
+}
+
+/// `redis-cli -p port args…`, its standard output as text; a failure to run is a panic.
+pub fn cli(port: u16, args: &[&str]) -> String {
+    let port = port.to_string();
+    let mut all = vec!["-h", "127.0.0.1", "-p", &port];
+    all.extend_from_slice(args);
+    let out = redis_cli(&all);
+    assert!(
+        out.status.success(),
+        "redis-cli {all:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Waits until `ready` holds, at most `limit`; past it, a panic naming `what`.
+pub fn wait_for(limit: Duration, what: &str, mut ready: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !ready() {
+        assert!(started.elapsed() < limit, "waited {limit:?} for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `DEBUG SLEEP seconds` on the Redis at `port`, from a thread of its own; returns once the
+/// server has stopped answering (a PING of its own times out).
+pub fn freeze_port(port: u16, seconds: f64) -> std::thread::JoinHandle<()> {
+    let sleeper = std::thread::spawn(move || {
+        let _ = cli(port, &["debug", "sleep", &seconds.to_string()]);
+    });
+    wait_for(
+        Duration::from_secs(2),
+        "DEBUG SLEEP to freeze the node",
+        || {
+            let mut ping = Command::new("timeout")
+                .args([
+                    "0.2",
+                    "redis-cli",
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                    "ping",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("timeout(1) and redis-cli");
+            !ping.wait().is_ok_and(|status| status.success())
+        },
+    );
+    sleeper
+}
