@@ -80,13 +80,18 @@ impl Policy {
 
     /// The statuses of a request refused before it executed, released by default
     /// ([`refusals`](Self::refusals)): 400 Bad Request, 401 Unauthorized, 403 Forbidden, 404 Not
-    /// Found, 405 Method Not Allowed, 406 Not Acceptable, 408 Request Timeout, 411 Length
-    /// Required, 413 Content Too Large, 414 URI Too Long, 415 Unsupported Media Type, 422
-    /// Unprocessable Content, 429 Too Many Requests, 431 Request Header Fields Too Large. Every
-    /// other status is stored and replayed: a 402 card decline, a 409 business conflict, a 5xx
-    /// (the effect may have run before it).
-    pub const DEFAULT_REFUSALS: [u16; 14] = [
-        400, 401, 403, 404, 405, 406, 408, 411, 413, 414, 415, 422, 429, 431,
+    /// Found, 405 Method Not Allowed, 406 Not Acceptable, 411 Length Required, 413 Content Too
+    /// Large, 414 URI Too Long, 415 Unsupported Media Type, 422 Unprocessable Content, 429 Too
+    /// Many Requests, 431 Request Header Fields Too Large. Every other status is stored and
+    /// replayed: a 402 card decline, a 409 business conflict, a 408 (a timeout inside the
+    /// handler: the effect may be under way), a 5xx (the effect may have run before it).
+    ///
+    /// **A handler that answers one of these after its effect ran** (a 404 for a follow-up
+    /// lookup after the charge) must say so ([`Reply::Executed`](crate::Reply::Executed), the
+    /// HTTP layer's `Happened`), or leave that status out of the policy: else the key is
+    /// released and the retry runs the effect again.
+    pub const DEFAULT_REFUSALS: [u16; 13] = [
+        400, 401, 403, 404, 405, 406, 411, 413, 414, 415, 422, 429, 431,
     ];
 
     /// Sets the lease.

@@ -5,6 +5,8 @@ use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 use crate::policy::Policy;
 use crate::scope::{RecordId, Scope};
+use std::fmt;
+use std::sync::Arc;
 
 /// A validated request: which record it addresses, what it means, and how large its body was
 /// (the engine enforces its policy's body limit on every request, however it was built, C12).
@@ -20,22 +22,37 @@ use crate::scope::{RecordId, Scope};
 /// assert_eq!(request.body_len(), 2);
 /// # Ok::<(), idem_core::Error>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
+///
+/// Cloning is cheap (one `Arc`): an execution that outlives its caller holds its own.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Request(Arc<Parts>);
+
+#[derive(PartialEq, Eq)]
+struct Parts {
     id: RecordId,
     fingerprint: Fingerprint,
     body_len: usize,
+}
+
+impl fmt::Debug for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Request")
+            .field("id", &self.0.id)
+            .field("fingerprint", &self.0.fingerprint)
+            .field("body_len", &self.0.body_len)
+            .finish()
+    }
 }
 
 impl Request {
     /// Puts a validated id, a fingerprint and the size of the body it was computed from
     /// together (for callers that fingerprint requests themselves).
     pub fn from_parts(id: RecordId, fingerprint: Fingerprint, body_len: usize) -> Self {
-        Self {
+        Self(Arc::new(Parts {
             id,
             fingerprint,
             body_len,
-        }
+        }))
     }
 
     /// Starts building a request from raw parts; see [`RequestBuilder`].
@@ -56,17 +73,17 @@ impl Request {
 
     /// (consumer, route, key).
     pub fn id(&self) -> &RecordId {
-        &self.id
+        &self.0.id
     }
 
     /// The digest of method, path and query, named headers and body (C3).
     pub fn fingerprint(&self) -> &Fingerprint {
-        &self.fingerprint
+        &self.0.fingerprint
     }
 
     /// The size of the body, in bytes.
     pub fn body_len(&self) -> usize {
-        self.body_len
+        self.0.body_len
     }
 }
 

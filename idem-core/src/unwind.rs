@@ -16,24 +16,73 @@ use std::task::{Context, Poll};
 /// assert!(caught.is_err());
 /// # }
 /// ```
-pub struct CatchUnwind<F>(Pin<Box<F>>);
+pub struct CatchUnwind<F>(Option<Pin<Box<F>>>);
 
 impl<F: Future> CatchUnwind<F> {
     /// Catches the panics of `future`.
     pub fn new(future: F) -> Self {
-        Self(Box::pin(future))
+        Self(Some(Box::pin(future)))
     }
 }
 
 impl<F: Future> Future for CatchUnwind<F> {
     type Output = Result<F::Output, Box<dyn Any + Send>>;
 
+    /// A panic while the future is polled, and one while it is dropped once it has finished
+    /// (a value whose `Drop` panics), are both caught: either way the engine records the
+    /// outcome as unknown instead of unwinding past its completion (C8).
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let inner = self.0.as_mut();
-        match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
-            Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
+        let Some(inner) = self.0.as_mut() else {
+            panic!("CatchUnwind polled after it finished");
+        };
+        let polled = catch_unwind(AssertUnwindSafe(|| inner.as_mut().poll(cx)));
+        match polled {
             Ok(Poll::Pending) => Poll::Pending,
-            Err(panic) => Poll::Ready(Err(panic)),
+            Ok(Poll::Ready(value)) => {
+                let finished = self.0.take();
+                match catch_unwind(AssertUnwindSafe(move || drop(finished))) {
+                    Ok(()) => Poll::Ready(Ok(value)),
+                    Err(panic) => Poll::Ready(Err(panic)),
+                }
+            }
+            Err(panic) => {
+                // Dropping what is left of a future that panicked may panic again: caught.
+                let broken = self.0.take();
+                let _ = catch_unwind(AssertUnwindSafe(move || drop(broken)));
+                Poll::Ready(Err(panic))
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CatchUnwind;
+
+    struct PanicsOnDrop;
+
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            panic!("dropped");
+        }
+    }
+
+    /// A finished future that still owns a value whose `Drop` panics.
+    struct Charged(PanicsOnDrop);
+
+    impl std::future::Future for Charged {
+        type Output = u16;
+        fn poll(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<u16> {
+            std::task::Poll::Ready(201)
+        }
+    }
+
+    #[tokio::test]
+    async fn c08_a_future_whose_drop_panics_after_it_finished_is_caught() {
+        let caught = CatchUnwind::new(Charged(PanicsOnDrop)).await;
+        assert!(caught.is_err(), "the panic in drop is the outcome");
     }
 }

@@ -152,11 +152,15 @@ impl PgStoreBuilder {
 
     /// The longest the transaction `run_in_transaction` opens may sit idle between statements
     /// (PostgreSQL's `idle_in_transaction_session_timeout`, set for that transaction only;
-    /// default 2 s). A client that vanished mid-transaction (a half-open connection) leaves a
-    /// session the server believes in, holding the record's row; past this deadline the server
-    /// ends it, the transaction rolls back and the key can be released. Keep it below
-    /// [`lock_timeout`](Self::lock_timeout), so that the release that follows such a failure
-    /// outwaits it.
+    /// default 30 s, the transaction timeout). A client that vanished mid-transaction (a
+    /// half-open connection) leaves a session the server believes in, holding the record's row;
+    /// past this deadline the server ends it and the transaction rolls back. Below
+    /// [`lock_timeout`](Self::lock_timeout) the release that follows such a failure outwaits it
+    /// and the retry runs at once; above it (the default) the record waits for its lease.
+    /// Keep it at or above [`transaction_timeout`](Self::transaction_timeout) if your effects
+    /// pause between statements (a provider's call inside the transaction): the server's
+    /// deadline ends such an effect with a broken connection, which releases its key, where
+    /// the transaction timeout keeps it with an unknown outcome (C8).
     pub fn idle_in_transaction_timeout(mut self, timeout: Duration) -> Self {
         self.config.deadlines.idle_in_transaction = timeout;
         self

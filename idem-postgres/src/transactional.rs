@@ -54,9 +54,9 @@ pub type PgEffect<E> =
 pub trait PgIdempotency {
     /// Closure style: reserve (one round trip); when acquired, open a transaction at the
     /// store's [`Isolation`](crate::Isolation), run `effect` in it, write the completion in it
-    /// and commit. The engine's one transactional path ([`Idempotency::transact`]) runs it on a
-    /// task of its own ([`Idempotency::drain`] waits for it), so a dropped caller does not
-    /// cancel it. At READ COMMITTED the lease is kept alive while the effect runs; at
+    /// and commit. The engine's one transactional path ([`Idempotency::transact`]) runs it so that
+    /// it outlives its caller (a dropped caller's execution goes on as a task of its own,
+    /// which [`Idempotency::drain`] waits for). At READ COMMITTED the lease is kept alive while the effect runs; at
     /// REPEATABLE READ and SERIALIZABLE a renewal would conflict with the transaction's
     /// snapshot, so there the lease must cover the effect.
     ///

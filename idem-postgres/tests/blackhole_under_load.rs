@@ -149,7 +149,16 @@ async fn under_load(ending: Ending) {
         .flat_map(|task| (0..KEYS_PER_TASK).map(move |n| format!("bh-{run}-{task}-{n}")))
         .filter(|key| charges.get(key) != Some(&1))
         .count();
-    assert_eq!(unanswered, 0, "every key charged exactly once");
+    // An effect cut off at the transaction deadline committed nothing, but its outcome outside
+    // the database is unknown: its key keeps a stored 500 (C8), never charged, never again.
+    let in_doubt = answers
+        .iter()
+        .filter(|charged| matches!(charged, Err(idem_core::RunError::InDoubt(_))))
+        .count();
+    assert!(
+        unanswered <= in_doubt,
+        "every key charged exactly once but those in doubt: {unanswered} uncharged, {in_doubt} in doubt"
+    );
     assert!(
         slowest <= CALL_DEADLINE + RETRY_EVERY,
         "every call answered within its deadline, the slowest took {slowest:?}"

@@ -152,13 +152,18 @@ impl Transactional for SqliteStore {
         pool.write(writer, move |conn| {
             // Another process's write lock is waited for at most the engine's store timeout
             // here (C13), not the store's whole busy timeout at each step.
-            let busy = inner.config.busy_timeout.min(execution.store_timeout());
-            let bounded = conn.busy_timeout(busy).map_err(store_error);
+            // Set only when it is shorter, so that an answer costs no two calls into SQLite.
+            let busy = execution.store_timeout();
+            let shorter = busy < inner.config.busy_timeout;
             let result = (|| {
-                bounded?;
+                if shorter {
+                    conn.busy_timeout(busy).map_err(store_error)?;
+                }
                 transact_on(conn, &inner, &req, effect, &execution)
             })();
-            let _ = conn.busy_timeout(inner.config.busy_timeout);
+            if shorter {
+                let _ = conn.busy_timeout(inner.config.busy_timeout);
+            }
             result
         })
         .await?

@@ -18,9 +18,11 @@ use tower_layer::Layer;
 /// the key itself) and to the route, fingerprints the method, the concrete path and query and
 /// the body (buffered up to the policy's limit), and then:
 ///
-/// - the first request runs the inner service **on a task of its own**, so that a client that
-///   disconnects (hyper drops the request's future) cannot cancel an execution that started;
-///   its response, any status, is stored and sent, with the key echoed in `Idempotency-Key`;
+/// - the first request runs the inner service in an execution that **outlives the request's
+///   future**, so that a client that disconnects (hyper drops the request's future) cannot
+///   cancel an execution that started; its response is stored and sent (a refusal status of
+///   the engine's `Policy::refusals` is sent and its key released), with the key echoed in
+///   `Idempotency-Key`;
 /// - a retry of a completed request gets the stored response, byte for byte, with
 ///   `Idempotent-Replayed: true`; a retry while it runs a 409 with `Retry-After` at once; the
 ///   key reused with another request a 422;

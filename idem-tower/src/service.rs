@@ -288,8 +288,8 @@ struct Rules {
     server_errors: ServerErrors,
 }
 
-/// The execution, on the engine's own task: the inner service, its response buffered and
-/// classified. Nothing here depends on the client still being connected.
+/// The execution, which outlives the request's future: the inner service, its response
+/// buffered and classified. Nothing here depends on the client still being connected.
 async fn execute<Inner, S, RB>(
     mut inner: Inner,
     parts: Parts,

@@ -20,14 +20,20 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 impl<S: Store + 'static> Idempotency<S> {
     /// The closure style: begin; when acquired, run `handler`, then complete with its response
-    /// (any status: a 402 is stored and replayed, C8). Replays, in-flight duplicates and
-    /// mismatches never call `handler`. Needs a Tokio runtime with its time driver (what
+    /// (a 402 decline, a 409 conflict, a 5xx are stored and replayed, C8), unless its status is
+    /// one of the policy's [`refusals`](crate::Policy::refusals) (400, 404, 422...: the request
+    /// was refused before it executed), which is answered as [`Outcome::Refused`], not stored,
+    /// the key released. **A handler that answers such a status after its effect ran must
+    /// return [`Reply::Executed`]**, else the retry runs the effect again. Replays, in-flight
+    /// duplicates and mismatches never call `handler`. Needs a Tokio runtime with its time driver (what
     /// `#[tokio::main]` builds); without one nothing runs and the error says so.
     ///
     /// **Cancellation.** The execution outlives the future returned here: it is polled in the
     /// caller's task while the caller waits, and if that future is dropped (the client
     /// disconnected and the server dropped the request's future), the execution goes on as a
-    /// task of its own to its completion or release, and a retry gets its answer. Before the
+    /// task of its own to its completion or release, and a retry gets its answer. So the
+    /// handler must not rely on the caller's task-locals, and a caller that keeps this future
+    /// must poll it to its end (or drop it): one kept but never polled again holds its key. Before the
     /// runtime shuts down, [`shutdown`](Self::shutdown) or [`drain`](Self::drain) waits for
     /// such executions.
     ///
