@@ -219,6 +219,21 @@ impl PrivateCluster {
             String::from_utf8_lossy(&out.stderr)
         );
         self.wait_ok(Duration::from_secs(20));
+        self.wait_converged(Duration::from_secs(20));
+    }
+
+    /// Waits until every node gives the same slot map (`CLUSTER SLOTS`): a reshard has ended
+    /// once the topology it made is the one every node tells its clients, not when the tool
+    /// that moved the slots returns (the last nodes learn it by gossip).
+    pub fn wait_converged(&self, limit: Duration) {
+        wait_for(limit, "one slot map on every node", || {
+            let maps: Vec<String> = self
+                .nodes
+                .iter()
+                .map(|node| cli(node.port, &["cluster", "slots"]))
+                .collect();
+            maps.windows(2).all(|pair| pair[0] == pair[1])
+        });
     }
 
     /// `DEBUG SLEEP seconds` on node `i`, sent from a thread of its own: the node freezes for

@@ -1,0 +1,77 @@
+//! The money path called `n` times in a row, for counting instructions with callgrind: a count
+//! that a shared, noisy machine does not change (docs/benchmarks.md, "Instructions per call").
+//!
+//! `profile_tx <library|raw> <replay|fresh> <n>`, with `STORE=sqlite` (the default) or
+//! `STORE=postgres` (then `IDEM_PG_URL`, as `scripts/services.sh` sets it). `library` is
+//! `run_in_transaction`, `raw` the hand-written baseline of the same path. Instructions per
+//! call are the difference of two runs (say `n` = 500 and 1500) divided by the difference of
+//! their `n`, so that the set-up cancels out:
+//!
+//! ```text
+//! cargo build --release -p idem-benches --example profile_tx
+//! for n in 500 1500; do
+//!   valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+//!     target/release/examples/profile_tx library replay $n 2>&1 | grep Collected
+//! done
+//! ```
+
+use idem_benches::harness::Path;
+use idem_benches::stores;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [side, path, n] = args.as_slice() else {
+        eprintln!("usage: profile_tx <library|raw> <replay|fresh> <n>");
+        return ExitCode::FAILURE;
+    };
+    let path = match path.as_str() {
+        "replay" => Path::Replay,
+        "fresh" => Path::Fresh,
+        other => {
+            eprintln!("a path is `replay` or `fresh`, not {other:?}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let Ok(n) = n.parse::<usize>() else {
+        eprintln!("n is a number of calls, not {n:?}");
+        return ExitCode::FAILURE;
+    };
+    let library = match side.as_str() {
+        "library" => true,
+        "raw" => false,
+        other => {
+            eprintln!("a side is `library` or `raw`, not {other:?}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("no runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let subject = match std::env::var("STORE").as_deref() {
+            Ok("postgres") => stores::postgres().await,
+            _ => stores::sqlite().await,
+        };
+        let op = match (&subject.in_transaction, subject.sides.get(1)) {
+            (Some(transacting), _) if library => transacting.op(path, 100).await,
+            (_, Some(raw)) if !library => raw.op(path, 100).await,
+            _ => {
+                eprintln!("this store has no such side");
+                return ExitCode::FAILURE;
+            }
+        };
+        for _ in 0..n {
+            op().await;
+        }
+        ExitCode::SUCCESS
+    })
+}
