@@ -127,8 +127,13 @@ impl<E> fmt::Debug for TxEnd<E> {
 /// Only the engine makes one.
 #[derive(Clone)]
 pub struct Execution {
-    inner: Arc<dyn Hooks>,
-    acquired: Arc<Mutex<Option<Box<dyn Any + Send>>>>,
+    inner: Arc<Shared<dyn Hooks>>,
+}
+
+/// One allocation for the hooks and what `acquired` registered.
+struct Shared<H: ?Sized> {
+    acquired: Mutex<Option<Box<dyn Any + Send>>>,
+    hooks: H,
 }
 
 /// What the engine does at the store's call: implemented by the engine.
@@ -141,23 +146,25 @@ pub(crate) trait Hooks: Send + Sync {
 }
 
 impl Execution {
-    pub(crate) fn new(hooks: Arc<dyn Hooks>) -> Self {
+    pub(crate) fn new(hooks: impl Hooks + 'static) -> Self {
         Self {
-            inner: hooks,
-            acquired: Arc::new(Mutex::new(None)),
+            inner: Arc::new(Shared {
+                acquired: Mutex::new(None),
+                hooks,
+            }),
         }
     }
 
     /// How long the reservation holds (the policy's lease).
     pub fn lease_for(&self) -> Duration {
-        self.inner.lease_for()
+        self.inner.hooks.lease_for()
     }
 
     /// The engine's deadline for one store call ([`Policy::store_timeout`](
     /// crate::Policy::store_timeout)): the longest the store may wait for its own resources
     /// (a connection, the writer) before it answers unavailable (C13).
     pub fn store_timeout(&self) -> Duration {
-        self.inner.store_timeout()
+        self.inner.hooks.store_timeout()
     }
 
     /// Call once the reservation is written, before the effect: the engine registers the live
@@ -165,8 +172,12 @@ impl Execution {
     /// starts its heartbeat where [`Transactional::renews_during_transaction`]. Returns the
     /// lease to run the effect under.
     pub fn acquired(&self, lease: Lease) -> Lease {
-        let (lease, held) = self.inner.acquired(lease);
-        *self.acquired.lock().unwrap_or_else(PoisonError::into_inner) = Some(held);
+        let (lease, held) = self.inner.hooks.acquired(lease);
+        *self
+            .inner
+            .acquired
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(held);
         lease
     }
 
@@ -174,7 +185,7 @@ impl Execution {
     /// replayed: headers filtered by the policy, validated, encoded; a response that cannot be
     /// stored becomes a stored 500 (C7, C8).
     pub fn completion(&self, lease: &Lease, response: StoredResponse) -> Completion {
-        self.inner.completion(lease, response)
+        self.inner.hooks.completion(lease, response)
     }
 
     /// Runs one store call of `operation` about `id` within the engine's deadline
@@ -190,27 +201,26 @@ impl Execution {
         F: Future<Output = Result<T, Error>> + Send,
     {
         let started = Instant::now();
-        let result = match tokio::time::timeout(self.inner.store_timeout(), call).await {
+        let timeout = self.inner.hooks.store_timeout();
+        let result = match tokio::time::timeout(timeout, call).await {
             Ok(result) => result,
-            Err(_) => Err(crate::engine::timed_out(
-                operation,
-                self.inner.store_timeout(),
-            )),
+            Err(_) => Err(crate::engine::timed_out(operation, timeout)),
         };
         let event = Event::new(EventKind::StoreCall)
             .of(operation)
             .about(id)
             .took(started.elapsed());
         match &result {
-            Ok(_) => self.inner.emit(event),
-            Err(error) => self.inner.emit(event.failed(error)),
+            Ok(_) => self.inner.hooks.emit(event),
+            Err(error) => self.inner.hooks.emit(event.failed(error)),
         }
         result
     }
 
     /// What [`acquired`](Self::acquired) registered, taken back by the engine.
     pub(crate) fn take_acquired(&self) -> Option<Box<dyn Any + Send>> {
-        self.acquired
+        self.inner
+            .acquired
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()

@@ -50,7 +50,6 @@ pub type PgEffect<E> =
 /// # Ok(())
 /// # }
 /// ```
-#[async_trait]
 pub trait PgIdempotency {
     /// Closure style: reserve (one round trip); when acquired, open a transaction at the
     /// store's [`Isolation`](crate::Isolation), run `effect` in it, write the completion in it
@@ -77,11 +76,11 @@ pub trait PgIdempotency {
     /// - A commit whose answer the connection lost: the record, read once no transaction holds
     ///   it, tells whether it committed ([`Outcome::Executed`]) or not (released); if that
     ///   cannot be told within the store timeout, [`RunError::InDoubt`] and the key is kept.
-    async fn run_in_transaction<F, E>(
+    fn run_in_transaction<F, E>(
         &self,
         request: &Request,
         effect: F,
-    ) -> Result<Outcome, RunError<E>>
+    ) -> impl Future<Output = Result<Outcome, RunError<E>>> + Send
     where
         F: for<'c> FnOnce(&'c mut PgConnection, &'c Lease) -> EffectFuture<'c, E> + Send + 'static,
         E: Send + 'static;
@@ -105,18 +104,18 @@ impl PgTransactional for Arc<PgStore> {
     }
 }
 
-#[async_trait]
 impl<S: PgTransactional + 'static> PgIdempotency for Idempotency<S> {
-    async fn run_in_transaction<F, E>(
+    // A plain future, not a boxed one: the money path allocates nothing of its own here.
+    fn run_in_transaction<F, E>(
         &self,
         request: &Request,
         effect: F,
-    ) -> Result<Outcome, RunError<E>>
+    ) -> impl Future<Output = Result<Outcome, RunError<E>>> + Send
     where
         F: for<'c> FnOnce(&'c mut PgConnection, &'c Lease) -> EffectFuture<'c, E> + Send + 'static,
         E: Send + 'static,
     {
-        self.transact(request, S::effect(Box::new(effect))).await
+        self.transact(request, S::effect(Box::new(effect)))
     }
 }
 

@@ -12,6 +12,7 @@ use idem_core::{
     StoredResponse,
 };
 use rusqlite::{Transaction, TransactionBehavior};
+use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -43,7 +44,6 @@ pub type SqliteEffect<E> =
 /// # Ok(())
 /// # }
 /// ```
-#[async_trait]
 pub trait SqliteIdempotency {
     /// Closure style: reserve; when acquired, open a write transaction (`BEGIN IMMEDIATE`) on
     /// the store's writer, run `effect` in it, write the completion in it and commit, all in one
@@ -64,11 +64,11 @@ pub trait SqliteIdempotency {
     /// answered in flight even past the lease. Another process sharing the file sees the lease
     /// pass and may take the record over: its takeover waits for the write lock, and fails to
     /// fence out a completion that committed first.
-    async fn run_in_transaction<F, E>(
+    fn run_in_transaction<F, E>(
         &self,
         request: &Request,
         effect: F,
-    ) -> Result<Outcome, RunError<E>>
+    ) -> impl Future<Output = Result<Outcome, RunError<E>>> + Send
     where
         F: FnOnce(&Transaction<'_>, &Lease) -> Result<StoredResponse, E> + Send + 'static,
         E: Send + 'static;
@@ -92,18 +92,18 @@ impl SqliteTransactional for Arc<SqliteStore> {
     }
 }
 
-#[async_trait]
 impl<S: SqliteTransactional + 'static> SqliteIdempotency for Idempotency<S> {
-    async fn run_in_transaction<F, E>(
+    // A plain future, not a boxed one: the money path allocates nothing of its own here.
+    fn run_in_transaction<F, E>(
         &self,
         request: &Request,
         effect: F,
-    ) -> Result<Outcome, RunError<E>>
+    ) -> impl Future<Output = Result<Outcome, RunError<E>>> + Send
     where
         F: FnOnce(&Transaction<'_>, &Lease) -> Result<StoredResponse, E> + Send + 'static,
         E: Send + 'static,
     {
-        self.transact(request, S::effect(Box::new(effect))).await
+        self.transact(request, S::effect(Box::new(effect)))
     }
 }
 

@@ -16,7 +16,6 @@ use crate::response::StoredResponse;
 use crate::transactional::{Execution, Hooks, Transacted, Transactional, TxEnd};
 use std::any::Any;
 use std::panic::resume_unwind;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What the engine holds for an acquired transactional execution: the live lease (so that
@@ -122,7 +121,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
                     engine: engine.clone(),
                     started,
                 };
-                let execution = Execution::new(Arc::new(hooks));
+                let execution = Execution::new(hooks);
                 let result = engine
                     .inner
                     .store
