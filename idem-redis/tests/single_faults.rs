@@ -9,35 +9,39 @@ mod common;
 mod support;
 
 use fault_proxy::{Fault, FaultProxy};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use support::load::Seen;
 use support::redis_cli::freeze_port;
 use support::under_load::{engine, one_at_a_time, runtime, store_settings, through};
 
+/// The private Redis's settings: every write synced to its append-only file, so a restart
+/// loses no acknowledged record.
+const SERVER_ARGS: [&str; 6] = [
+    "--appendonly",
+    "yes",
+    "--appendfsync",
+    "always",
+    "--enable-debug-command",
+    "yes",
+];
+
 /// Starts a private Redis and a proxy in front of it, and runs `fault` under load against a
-/// store connected through the proxy (see `support::under_load`).
+/// store connected through the proxy (see `support::under_load`). `fault` gets the proxy, the
+/// server's port and the server itself (to kill and restart it).
 fn under_load(
     name: &str,
-    fault: impl FnOnce(&FaultProxy, u16) -> Instant + Send + 'static,
+    fault: impl FnOnce(&FaultProxy, u16, &mut Server) -> Instant + Send + 'static,
 ) -> Seen {
     let _one = one_at_a_time();
     let (port, dir) = (common::free_port(), common::temp_dir());
-    let _server = Server(
-        common::start_server(
-            port,
-            &dir,
-            &[
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--enable-debug-command",
-                "yes",
-            ],
-        ),
+    // Kept here, so that it outlives the fault and the load after it.
+    let server = Arc::new(Mutex::new(Server {
+        child: Some(common::start_server(port, &dir, &SERVER_ARGS)),
+        port,
         dir,
-    );
+    }));
+    let faulted = Arc::clone(&server);
     runtime().block_on(async move {
         let proxy = Arc::new(
             FaultProxy::start(&format!("127.0.0.1:{port}"))
@@ -50,19 +54,43 @@ fn under_load(
             .expect("connect through the proxy");
         let idem = engine(store);
         let faulty = Arc::clone(&proxy);
-        let (seen, _, ()) = through(name, &idem, move || ((), fault(&faulty, port))).await;
+        let (seen, _, ()) = through(name, &idem, move || {
+            let mut server = faulted.lock().unwrap_or_else(PoisonError::into_inner);
+            let ended = fault(&faulty, port, &mut server);
+            ((), ended)
+        })
+        .await;
         seen
     })
 }
 
 /// The test's redis-server, killed and its files removed when the test ends, failed or not.
-struct Server(std::process::Child, std::path::PathBuf);
+struct Server {
+    child: Option<std::process::Child>,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl Server {
+    /// `kill -9`: no shutdown, no last write.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The same server again: the same port, the same append-only file.
+    fn restart(&mut self) {
+        self.kill();
+        self.child = Some(common::start_server(self.port, &self.dir, &SERVER_ARGS));
+    }
+}
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.1);
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -70,7 +98,7 @@ impl Drop for Server {
 /// then the traffic flows again.
 #[test]
 fn c13_a_blackholed_redis_under_load_is_a_503_within_the_deadline_and_the_same_store_heals() {
-    let seen = under_load("blackholed", |proxy, _| {
+    let seen = under_load("blackholed", |proxy, _, _| {
         proxy.set(Fault::Freeze);
         std::thread::sleep(Duration::from_secs(2));
         proxy.set(Fault::PassThrough);
@@ -88,7 +116,7 @@ fn c13_a_blackholed_redis_under_load_is_a_503_within_the_deadline_and_the_same_s
 /// this: the old one never answers again.
 #[test]
 fn c13_a_connection_the_network_dropped_silently_is_replaced_and_the_same_store_heals() {
-    let seen = under_load("dropped-silently", |proxy, _| {
+    let seen = under_load("dropped-silently", |proxy, _, _| {
         proxy.set(Fault::ServerGone);
         std::thread::sleep(Duration::from_secs(1));
         proxy.set(Fault::PassThrough);
@@ -104,12 +132,30 @@ fn c13_a_connection_the_network_dropped_silently_is_replaced_and_the_same_store_
 /// store answers again once Redis wakes.
 #[test]
 fn c13_a_redis_frozen_past_the_deadline_under_load_and_the_same_store_heals() {
-    let seen = under_load("frozen", |_, port| {
+    let seen = under_load("frozen", |_, port, _| {
         freeze_port(port, 3.0).join().expect("DEBUG SLEEP");
         Instant::now()
     });
     assert!(
         !seen.errors.is_empty(),
         "the freeze was never seen by a call"
+    );
+}
+
+/// `kill -9` of the Redis, restarted on the same port and files three seconds later: calls are
+/// 503s within the deadline meanwhile, no acknowledged record is lost (the append-only file is
+/// synced on every write), so no effect runs twice, and the same store answers again once the
+/// server is back.
+#[test]
+fn c13_a_redis_killed_and_restarted_under_load_and_the_same_store_heals() {
+    let seen = under_load("killed", |_, _, server| {
+        server.kill();
+        std::thread::sleep(Duration::from_secs(3));
+        server.restart();
+        Instant::now()
+    });
+    assert!(
+        !seen.errors.is_empty(),
+        "the killed server was never seen by a call"
     );
 }
