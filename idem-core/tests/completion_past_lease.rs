@@ -4,68 +4,17 @@
 //! past the lease like every other completion, so a retry in this process is in flight, never
 //! a second run.
 
-use idem_core::store::{Completion, Lease, ListQuery, Page, Record, Stats};
+mod support;
+
 use idem_core::{
-    async_trait, Answer, Begin, Error, Failure, Idempotency, MemoryStore, Outcome, Policy,
-    RecordId, Reply, Request, RunError, Store, StoreErrorKind, StoredResponse, Timestamp,
+    Answer, Begin, Failure, Idempotency, Outcome, Policy, Reply, Request, RunError, StoredResponse,
 };
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::Faulty;
 
-fn down() -> Error {
-    Error::store("test", StoreErrorKind::Unavailable, "connection refused")
-}
-
-#[derive(Default)]
-struct Slow {
-    inner: MemoryStore,
-    /// Completions whose encoded form is larger than this take `slow_for` (longer than the
-    /// store timeout) before they would land: a large body on a slow link.
-    slow_above: Option<usize>,
-    slow_for: Duration,
-    /// Every completion and renewal fails (the store cannot be written).
-    unwritable: AtomicBool,
-}
-
-#[async_trait]
-impl Store for Slow {
-    async fn reserve(&self, r: &Request, l: Duration) -> Result<Begin, Error> {
-        self.inner.reserve(r, l).await
-    }
-    async fn complete(&self, c: &Completion) -> Result<(), Error> {
-        if self.unwritable.load(Ordering::SeqCst) {
-            return Err(down());
-        }
-        if self.slow_above.is_some_and(|max| c.encoded().len() > max) {
-            tokio::time::sleep(self.slow_for).await;
-        }
-        self.inner.complete(c).await
-    }
-    async fn release(&self, l: &Lease) -> Result<(), Error> {
-        self.inner.release(l).await
-    }
-    async fn renew(&self, l: &Lease, d: Duration) -> Result<Timestamp, Error> {
-        if self.unwritable.load(Ordering::SeqCst) {
-            return Err(down());
-        }
-        self.inner.renew(l, d).await
-    }
-    async fn purge_expired(&self, n: usize) -> Result<usize, Error> {
-        self.inner.purge_expired(n).await
-    }
-    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        self.inner.lookup(id).await
-    }
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-        self.inner.list(query).await
-    }
-    async fn stats(&self) -> Result<Stats, Error> {
-        self.inner.stats().await
-    }
-}
-
-fn request(idem: &Idempotency<Arc<Slow>>, key: &str) -> Request {
+fn request(idem: &Idempotency<Arc<Faulty>>, key: &str) -> Request {
     idem.request("acct", "POST", "/reports")
         .key(Some(key))
         .body(b"{}")
@@ -75,10 +24,10 @@ fn request(idem: &Idempotency<Arc<Slow>>, key: &str) -> Request {
 
 #[tokio::test]
 async fn c08_a_completion_that_never_fits_the_store_timeout_resolves_and_lets_shutdown_finish() {
-    let store = Arc::new(Slow {
+    let store = Arc::new(Faulty {
         slow_above: Some(10_000),
         slow_for: Duration::from_millis(400),
-        ..Slow::default()
+        ..Faulty::default()
     });
     let policy = Policy::default()
         .lease(Duration::from_millis(300))
@@ -117,7 +66,7 @@ async fn c08_a_completion_that_never_fits_the_store_timeout_resolves_and_lets_sh
 
 #[tokio::test]
 async fn c08_a_500_stored_in_place_of_an_unwritten_completion_goes_on_past_the_lease() {
-    let store = Arc::new(Slow::default());
+    let store = Arc::new(Faulty::default());
     let idem = Idempotency::with_policy(
         Arc::clone(&store),
         Policy::default().lease(Duration::from_millis(200)),
@@ -125,7 +74,7 @@ async fn c08_a_500_stored_in_place_of_an_unwritten_completion_goes_on_past_the_l
     .expect("policy");
     let req = request(&idem, "unwritten-completion");
     let effects = Arc::new(AtomicUsize::new(0));
-    let run = |effects: Arc<AtomicUsize>, store: Arc<Slow>| {
+    let run = |effects: Arc<AtomicUsize>, store: Arc<Faulty>| {
         let idem = idem.clone();
         let req = req.clone();
         async move {

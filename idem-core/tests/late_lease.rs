@@ -2,79 +2,24 @@
 //! too little is left for the heartbeat to renew in time, nothing runs (the key is given back,
 //! 503), so another instance never runs the effect a second time beside it.
 
-use idem_core::store::{Completion, Lease, ListQuery, Page, Record, Stats};
-use idem_core::{
-    async_trait, Begin, Error, Failure, Idempotency, MemoryStore, Outcome, Policy, RecordId,
-    Request, RunError, Store, StoreErrorKind, StoredResponse, Timestamp,
-};
+mod support;
+
+use idem_core::{Failure, Idempotency, Outcome, Policy, Request, RunError, StoredResponse};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-fn down() -> Error {
-    Error::store("test", StoreErrorKind::Unavailable, "connection reset")
-}
-
-fn take(counter: &AtomicUsize) -> bool {
-    counter
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-        .is_ok()
-}
-
-/// A memory store whose first reservation answers late and whose first renewal fails.
-#[derive(Default)]
-struct Late {
-    inner: MemoryStore,
-    slow_reserves: AtomicUsize,
-    reserve_answer_after: Duration,
-    failing_renews: AtomicUsize,
-}
-
-#[async_trait]
-impl Store for Late {
-    async fn reserve(&self, r: &Request, l: Duration) -> Result<Begin, Error> {
-        let reserved = self.inner.reserve(r, l).await;
-        if take(&self.slow_reserves) {
-            tokio::time::sleep(self.reserve_answer_after).await;
-        }
-        reserved
-    }
-    async fn complete(&self, c: &Completion) -> Result<(), Error> {
-        self.inner.complete(c).await
-    }
-    async fn release(&self, l: &Lease) -> Result<(), Error> {
-        self.inner.release(l).await
-    }
-    async fn renew(&self, l: &Lease, d: Duration) -> Result<Timestamp, Error> {
-        if take(&self.failing_renews) {
-            return Err(down());
-        }
-        self.inner.renew(l, d).await
-    }
-    async fn purge_expired(&self, n: usize) -> Result<usize, Error> {
-        self.inner.purge_expired(n).await
-    }
-    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        self.inner.lookup(id).await
-    }
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-        self.inner.list(query).await
-    }
-    async fn stats(&self) -> Result<Stats, Error> {
-        self.inner.stats().await
-    }
-}
+use support::Faulty;
 
 #[tokio::test]
 async fn c09_a_failed_renewal_before_the_handler_never_lets_the_lease_pass_while_it_runs() {
     const LEASE: Duration = Duration::from_millis(600);
     // The reservation's answer arrives with a fifth of the lease left (a slow network, a
     // starved task): `still_held` renews, the renewal fails once (a reset connection).
-    let store = Arc::new(Late {
+    let store = Arc::new(Faulty {
         slow_reserves: AtomicUsize::new(1),
         reserve_answer_after: Duration::from_millis(480),
         failing_renews: AtomicUsize::new(1),
-        ..Late::default()
+        ..Faulty::default()
     });
     let policy = Policy::default().lease(LEASE);
     let late = Idempotency::with_policy(Arc::clone(&store), policy.clone()).expect("policy");
@@ -87,7 +32,7 @@ async fn c09_a_failed_renewal_before_the_handler_never_lets_the_lease_pass_while
         .build()
         .expect("valid");
     let effects = Arc::new(AtomicUsize::new(0));
-    let counted = |idem: Idempotency<Arc<Late>>, effects: Arc<AtomicUsize>, request: Request| async move {
+    let counted = |idem: Idempotency<Arc<Faulty>>, effects: Arc<AtomicUsize>, request: Request| async move {
         idem.run(&request, move |_| async move {
             effects.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(600)).await;

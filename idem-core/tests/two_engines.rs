@@ -3,66 +3,20 @@
 //! first execution's completion is still being written past the lease is answered in flight,
 //! never a takeover and a second effect.
 
-use idem_core::store::{Completion, Lease, ListQuery, Page, Record, Stats};
-use idem_core::{
-    async_trait, Begin, Error, Failure, Idempotency, MemoryStore, Outcome, Policy, RecordId,
-    Request, RunError, Store, StoreErrorKind, StoredResponse, Timestamp,
-};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+mod support;
+
+use idem_core::{Failure, Idempotency, Outcome, Policy, RunError, StoredResponse};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A memory store whose completions and renewals fail while `unwritable`.
-#[derive(Default)]
-struct Unwritable {
-    inner: MemoryStore,
-    unwritable: AtomicBool,
-}
-
-fn down() -> Error {
-    Error::store("test", StoreErrorKind::Unavailable, "connection refused")
-}
-
-#[async_trait]
-impl Store for Unwritable {
-    fn identity(&self) -> Option<usize> {
-        self.inner.identity()
-    }
-    async fn reserve(&self, r: &Request, l: Duration) -> Result<Begin, Error> {
-        self.inner.reserve(r, l).await
-    }
-    async fn complete(&self, c: &Completion) -> Result<(), Error> {
-        if self.unwritable.load(Ordering::SeqCst) {
-            return Err(down());
-        }
-        self.inner.complete(c).await
-    }
-    async fn release(&self, l: &Lease) -> Result<(), Error> {
-        self.inner.release(l).await
-    }
-    async fn renew(&self, l: &Lease, d: Duration) -> Result<Timestamp, Error> {
-        if self.unwritable.load(Ordering::SeqCst) {
-            return Err(down());
-        }
-        self.inner.renew(l, d).await
-    }
-    async fn purge_expired(&self, n: usize) -> Result<usize, Error> {
-        self.inner.purge_expired(n).await
-    }
-    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        self.inner.lookup(id).await
-    }
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-        self.inner.list(query).await
-    }
-    async fn stats(&self) -> Result<Stats, Error> {
-        self.inner.stats().await
-    }
-}
+use support::Faulty;
 
 #[tokio::test]
 async fn c09_a_live_execution_is_never_taken_over_by_another_engine_of_the_process() {
-    let store = Arc::new(Unwritable::default());
+    let store = Arc::new(Faulty {
+        one_process: true,
+        ..Faulty::default()
+    });
     let policy = Policy::default().lease(Duration::from_millis(200));
     let api = Idempotency::with_policy(Arc::clone(&store), policy.clone()).expect("policy");
     let admin = Idempotency::with_policy(Arc::clone(&store), policy).expect("policy");
@@ -73,7 +27,7 @@ async fn c09_a_live_execution_is_never_taken_over_by_another_engine_of_the_proce
         .build()
         .expect("valid");
     let effects = Arc::new(AtomicUsize::new(0));
-    let run = |idem: &Idempotency<Arc<Unwritable>>, effects: Arc<AtomicUsize>| {
+    let run = |idem: &Idempotency<Arc<Faulty>>, effects: Arc<AtomicUsize>| {
         let (idem, request, store) = (idem.clone(), request.clone(), Arc::clone(&store));
         async move {
             idem.run(&request, move |_| async move {

@@ -75,6 +75,7 @@ pub(super) async fn forward(client: TcpStream, server: TcpStream, control: Arc<C
             }
         }
         tokio::select! {
+            // The proxy was dropped (its fault switch with it): the link closes, by design.
             changed = faults.changed() => if changed.is_err() { return },
             read = from_client.read(&mut up), if client_sends && holding.is_none() => {
                 let n = match read {

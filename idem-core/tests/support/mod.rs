@@ -1,0 +1,86 @@
+//! What the engine's integration tests share: one memory store with the faults they inject.
+// Each test binary uses a part of it.
+#![allow(dead_code)]
+
+use idem_core::store::{Completion, Lease, ListQuery, Page, Record, Stats};
+use idem_core::{
+    async_trait, Begin, Error, MemoryStore, RecordId, Request, Store, StoreErrorKind, Timestamp,
+};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// A [`MemoryStore`] that misbehaves on demand. Without `one_process` it has no identity, so
+/// two engines over it play two processes sharing a store (each its own live executions).
+#[derive(Default)]
+pub struct Faulty {
+    pub inner: MemoryStore,
+    /// Engines over it are one process's (`Store::identity` forwarded).
+    pub one_process: bool,
+    /// Every completion and renewal fails (the store cannot be written).
+    pub unwritable: AtomicBool,
+    /// Completions whose encoded form is larger than this take `slow_for` before they land:
+    /// a large body on a slow link.
+    pub slow_above: Option<usize>,
+    pub slow_for: Duration,
+    /// How many of the next reservations answer only after `reserve_answer_after`.
+    pub slow_reserves: AtomicUsize,
+    pub reserve_answer_after: Duration,
+    /// How many of the next renewals fail.
+    pub failing_renews: AtomicUsize,
+}
+
+/// A store that cannot be reached.
+pub fn down() -> Error {
+    Error::store("test", StoreErrorKind::Unavailable, "connection refused")
+}
+
+/// Takes one from `counter` if it is above zero.
+fn take(counter: &AtomicUsize) -> bool {
+    counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+#[async_trait]
+impl Store for Faulty {
+    fn identity(&self) -> Option<usize> {
+        self.one_process.then(|| self.inner.identity()).flatten()
+    }
+    async fn reserve(&self, r: &Request, l: Duration) -> Result<Begin, Error> {
+        let reserved = self.inner.reserve(r, l).await;
+        if take(&self.slow_reserves) {
+            tokio::time::sleep(self.reserve_answer_after).await;
+        }
+        reserved
+    }
+    async fn complete(&self, c: &Completion) -> Result<(), Error> {
+        if self.unwritable.load(Ordering::SeqCst) {
+            return Err(down());
+        }
+        if self.slow_above.is_some_and(|max| c.encoded().len() > max) {
+            tokio::time::sleep(self.slow_for).await;
+        }
+        self.inner.complete(c).await
+    }
+    async fn release(&self, l: &Lease) -> Result<(), Error> {
+        self.inner.release(l).await
+    }
+    async fn renew(&self, l: &Lease, d: Duration) -> Result<Timestamp, Error> {
+        if self.unwritable.load(Ordering::SeqCst) || take(&self.failing_renews) {
+            return Err(down());
+        }
+        self.inner.renew(l, d).await
+    }
+    async fn purge_expired(&self, n: usize) -> Result<usize, Error> {
+        self.inner.purge_expired(n).await
+    }
+    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+        self.inner.lookup(id).await
+    }
+    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+        self.inner.list(query).await
+    }
+    async fn stats(&self) -> Result<Stats, Error> {
+        self.inner.stats().await
+    }
+}
