@@ -80,6 +80,39 @@ impl Lease {
         self.acquired
     }
 
+    /// The idempotency key to send to a downstream provider (a card network, a payment
+    /// provider's API) for this record's effect: `idem_` and 32 lowercase hex digits, 37
+    /// characters in all.
+    ///
+    /// It is derived from the record alone (consumer, route and key, each length-prefixed,
+    /// hashed with blake3, C2): the same on every retry and every takeover of the record, so
+    /// a takeover after a crash that re-runs the effect sends the provider the same key and the
+    /// provider answers the first call's result instead of charging twice; and different for
+    /// another consumer, route or key, so two accounts that happen to pick the same key never
+    /// share a provider's record. It tells the provider nothing of the client's key or the
+    /// account. The derivation is pinned: the same in every process and every release.
+    ///
+    /// Its characters (`a-z`, `0-9`, `_`) and length fit the providers' idempotency keys
+    /// (Stripe takes up to 255 characters, Adyen 64, Square's `CreatePayment` 45). After the
+    /// record's retention the client's key is new again here and gets the same
+    /// downstream key: keep the retention at least as long as the provider's (Stripe: 24 h,
+    /// the default).
+    ///
+    /// ```
+    /// use idem_core::store::{Acquire, Lease};
+    /// use idem_core::{FencingToken, Request, Timestamp};
+    /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k")).body(b"{}").build()?;
+    /// let lease = |token| Lease::new(&request, token, Timestamp::from_millis(60_000), Acquire::Fresh);
+    /// let (first, takeover) = (lease(FencingToken::generate()), lease(FencingToken::generate()));
+    /// assert_eq!(first.downstream_key(), takeover.downstream_key());
+    /// assert!(first.downstream_key().starts_with("idem_"));
+    /// assert_eq!(first.downstream_key().len(), 37);
+    /// # Ok::<(), idem_core::Error>(())
+    /// ```
+    pub fn downstream_key(&self) -> String {
+        downstream_key(&self.id)
+    }
+
     pub(crate) fn renewed(&mut self, lease_until: Timestamp, local_deadline: Instant) {
         self.lease_until = lease_until;
         self.local_deadline = Some(local_deadline);
@@ -95,10 +128,170 @@ impl Lease {
     }
 }
 
+/// The prefix of every [`Lease::downstream_key`].
+const DOWNSTREAM_PREFIX: &str = "idem_";
+
+/// How many bytes of the digest a downstream key carries (128 bits: no two records of a
+/// store's lifetime share one).
+const DOWNSTREAM_BYTES: usize = 16;
+
+/// [`Lease::downstream_key`] of the record `id`: blake3 in key-derivation mode under a context
+/// of its own (so it is unrelated to [`RecordId::digest`], which a store may keep), over the
+/// three parts each prefixed with its length.
+pub(crate) fn downstream_key(id: &RecordId) -> String {
+    let mut hasher = blake3::Hasher::new_derive_key("idem 2026 downstream idempotency key v1");
+    for part in [id.consumer(), id.route(), id.key()] {
+        hasher.update(&(part.len() as u64).to_le_bytes());
+        hasher.update(part.as_bytes());
+    }
+    let digest = hasher.finalize();
+    let mut key = String::with_capacity(DOWNSTREAM_PREFIX.len() + 2 * DOWNSTREAM_BYTES);
+    key.push_str(DOWNSTREAM_PREFIX);
+    for byte in &digest.as_bytes()[..DOWNSTREAM_BYTES] {
+        key.push(char::from(HEX[usize::from(byte >> 4)]));
+        key.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    }
+    key
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
 /// `start + lease`, saturating far in the future: the local deadline of a lease taken or
 /// renewed at `start` (the engine's, and the metrics decorator's view of it).
 pub(crate) fn deadline_after(start: Instant, lease: Duration) -> Instant {
     start
         .checked_add(lease)
         .unwrap_or_else(|| start + Duration::from_secs(365 * 24 * 3600))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::IdempotencyKey;
+    use crate::scope::Scope;
+
+    fn id(consumer: &str, route: &str, key: &str) -> RecordId {
+        RecordId::new(
+            Scope::new(consumer, route).expect("a valid scope"),
+            IdempotencyKey::new(key).expect("a valid key"),
+        )
+    }
+
+    /// Pinned: a provider keeps the key it was sent for a day or more, so a record retried
+    /// or taken over by another process, or by the next release, must send the same one. The
+    /// values were computed apart from this code, with another blake3 implementation: the
+    /// derive-key context, then each part as its length (u64, little-endian) and its bytes, the
+    /// first 16 bytes of the digest in lowercase hex.
+    #[test]
+    fn c02_golden_downstream_keys() {
+        let golden = [
+            (
+                (
+                    "acct_42",
+                    "POST /v1/charges",
+                    "8e03978e-40d5-43e8-bc93-6894a57f9324",
+                ),
+                "idem_c2cdf5ee51d0b0bd01cf3d173bbff564",
+            ),
+            (
+                (
+                    "acct_43",
+                    "POST /v1/charges",
+                    "8e03978e-40d5-43e8-bc93-6894a57f9324",
+                ),
+                "idem_80f51019225577636c82b99c897e563d",
+            ),
+            (
+                (
+                    "acct_42",
+                    "POST /v1/refunds",
+                    "8e03978e-40d5-43e8-bc93-6894a57f9324",
+                ),
+                "idem_b9f41cdfafe61bd6305c18507b49050f",
+            ),
+            (
+                ("stripe", "EVENT inbox", "k"),
+                "idem_f7a11f5296f60c0e54984cf03f8980cb",
+            ),
+        ];
+        for ((consumer, route, key), expected) in golden {
+            assert_eq!(
+                downstream_key(&id(consumer, route, key)),
+                expected,
+                "{consumer} {route} {key}"
+            );
+        }
+    }
+
+    #[test]
+    fn c02_downstream_keys_are_scoped_and_cannot_collide_by_joining() {
+        let triples = [
+            id("a:b", "c", "d"),
+            id("a", "b:c", "d"),
+            id("a", "b", "c:d"),
+            id("ab", "c", "d"),
+            id("a", "bc", "d"),
+            id("a", "b", "cd"),
+        ];
+        for (i, x) in triples.iter().enumerate() {
+            for y in &triples[i + 1..] {
+                assert_ne!(downstream_key(x), downstream_key(y), "{x:?} {y:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn c02_a_downstream_key_is_37_characters_every_provider_accepts() {
+        for record in [
+            id("c", "r", "k"),
+            id(&"c".repeat(255), &"r".repeat(1024), &"~".repeat(255)),
+        ] {
+            let key = downstream_key(&record);
+            assert_eq!(key.len(), 37, "{key}");
+            assert!(key.starts_with("idem_"), "{key}");
+            assert!(
+                key[5..]
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+                "{key}"
+            );
+        }
+    }
+
+    /// The same record, taken over by the next attempt after its holder's lease passed: a new
+    /// token, the same downstream key, so the provider sees the first attempt's key again.
+    #[tokio::test]
+    async fn c09_a_takeover_sends_the_same_downstream_key() {
+        use crate::{Begin, Idempotency, ManualClock, MemoryStore, Policy, Timestamp};
+        let clock = ManualClock::new(Timestamp::from_millis(1_000));
+        let policy = Policy::default().lease(Duration::from_secs(1));
+        let idem = Idempotency::with_policy(MemoryStore::with_clock(clock.clone()), policy)
+            .expect("a policy");
+        let request = |consumer: &str| {
+            idem.request(consumer, "POST", "/v1/charges")
+                .key(Some("k-1"))
+                .body(b"{}")
+                .build()
+                .expect("a request")
+        };
+        let Begin::Acquired(first) = idem.begin(&request("acct_1")).await.expect("begin") else {
+            panic!("the first attempt acquires");
+        };
+        clock.advance(Duration::from_secs(2));
+        let Begin::Acquired(takeover) = idem.begin(&request("acct_1")).await.expect("begin") else {
+            panic!("the lease passed: the retry takes over");
+        };
+        assert_eq!(
+            takeover.acquired(),
+            Acquire::TakeOver {
+                previous: first.token()
+            }
+        );
+        assert_ne!(first.token(), takeover.token());
+        assert_eq!(first.downstream_key(), takeover.downstream_key());
+        let Begin::Acquired(other) = idem.begin(&request("acct_2")).await.expect("begin") else {
+            panic!("another consumer's key is another record");
+        };
+        assert_ne!(other.downstream_key(), first.downstream_key());
+    }
 }

@@ -51,6 +51,8 @@ mod event;
 mod fingerprint;
 mod form;
 pub mod inbox;
+#[cfg(feature = "axum")]
+mod into_response;
 mod json;
 mod key;
 mod lease;

@@ -8,27 +8,29 @@
 //! ```
 //! use idem_core::{Begin, Idempotency, StoredResponse};
 //! use idem_sqlite::SqliteStore;
+//! type BoxError = Box<dyn std::error::Error + Send + Sync>;
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! # async fn main() -> Result<(), BoxError> {
 //! # let dir = tempfile::tempdir()?;
 //! let idem = Idempotency::new(SqliteStore::open(dir.path().join("app.db")).await?);
 //! idem.store().try_call(|db| db.execute_batch("CREATE TABLE orders (id INTEGER PRIMARY KEY)")).await?;
 //! let request = idem.request("acct_1", "POST", "/orders").key(Some("o-1")).body(b"{}").build()?;
 //! if let Begin::Acquired(lease) = idem.begin(&request).await? {
-//!     let (engine, completion) = (idem.clone(), idem.completion(&lease, StoredResponse::new(201, "created")));
-//!     // The business write and the completion in one transaction, on the blocking pool.
-//!     let sent = idem.store().call(move |db| -> Result<StoredResponse, Box<dyn std::error::Error + Send + Sync>> {
-//!         let tx = db.transaction()?;
+//!     // The business write and the completion in one transaction on the writer, off the
+//!     // async executor; an error (a lost lease included) rolled both back.
+//!     let completion = idem.store().complete_in_transaction(&idem, &lease, |tx| {
 //!         tx.execute("INSERT INTO orders DEFAULT VALUES", [])?;
-//!         engine.store().complete_in(&tx, &completion)?; // LeaseLost: roll back
-//!         tx.commit()?;
-//!         Ok(completion.into_response())
-//!     }).await??;
-//!     assert_eq!(sent.status, 201);
+//!         Ok::<_, BoxError>(StoredResponse::new(201, "created"))
+//!     }).await?;
+//!     idem.committed(&completion);
+//!     assert_eq!(completion.response().status, 201);
 //! }
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! The closure style, reservation included, is [`SqliteIdempotency::run_in_transaction`];
+//! [`SqliteStore::complete_in`] writes a completion in a transaction of your own.
 //!
 //! Durability is SQLite's, with WAL and the [`Synchronous`] setting you choose; records live
 //! in the table `idem_records` unless configured otherwise (see [`schema_sql`]).
@@ -39,6 +41,7 @@ mod builder;
 mod config;
 mod connection;
 mod error;
+mod in_transaction;
 mod migrate;
 mod ops;
 mod pool;

@@ -214,7 +214,7 @@ fn transact_on<E>(
 }
 
 /// The error of an effect whose transaction SQLite rolled back by itself.
-fn rolled_back_under_the_effect() -> Error {
+pub(crate) fn rolled_back_under_the_effect() -> Error {
     Error::store(
         crate::error::BACKEND,
         StoreErrorKind::TransactionConflict,

@@ -37,7 +37,7 @@ where
                     false,
                 );
                 // The handler never runs: the key goes back instead of storing this 500.
-                let mut response: Response = crate::convert::to_http(problem.to_response());
+                let mut response = problem.into_response();
                 response.extensions_mut().insert(NothingHappened);
                 response
             })

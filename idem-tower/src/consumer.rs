@@ -32,6 +32,25 @@ impl ConsumerError {
         }
     }
 
+    /// The consumer the application found is not one a key can be scoped to (empty, over
+    /// [`Scope::MAX_CONSUMER_LEN`](idem_core::Scope::MAX_CONSUMER_LEN) bytes, a control
+    /// character): it comes from the request's credentials, so they are not ones the server
+    /// issued: 401, like no credentials. `reason` is logged, never sent.
+    pub(crate) fn unusable(reason: String) -> Self {
+        Self {
+            problem: Problem::new(
+                401,
+                "consumer-unknown",
+                format!(
+                    "The request's credentials name no account an idempotency key can belong to (at most {} bytes of text).",
+                    idem_core::Scope::MAX_CONSUMER_LEN
+                ),
+                false,
+            ),
+            reason,
+        }
+    }
+
     /// The application is wired wrongly (for example the authentication layer that provides
     /// the account runs inside the idempotency layer instead of outside it): 500. `reason` is
     /// logged, never sent.

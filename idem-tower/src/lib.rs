@@ -51,9 +51,12 @@ mod convert;
 mod disposition;
 mod key;
 mod layer;
+mod limits;
 mod marker;
 mod reservation;
 mod service;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 
 pub use config::{ServerErrors, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_RETRY_AFTER};
 pub use consumer::ConsumerError;

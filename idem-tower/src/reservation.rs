@@ -23,6 +23,26 @@ impl<S> Reservation<S> {
     pub fn lease(&self) -> Lease {
         self.context.lease()
     }
+
+    /// The idempotency key to send a downstream provider (a card network, a payment provider)
+    /// for this request's effect, instead of the client's raw key: `idem_` and 32 lowercase
+    /// hex digits, derived from the consumer, the route and the key, so it is the same on every
+    /// retry and every takeover of this record (a takeover after a crash that calls the
+    /// provider again is answered the first call's result) and another for another consumer,
+    /// who may well pick the same key (see `idem_core::Lease::downstream_key`).
+    ///
+    /// ```
+    /// use idem_tower::Reservation;
+    /// # type Store = idem_core::MemoryStore;
+    /// async fn create_charge(reservation: Reservation<Store>) -> String {
+    ///     let key = reservation.downstream_key();
+    ///     // provider.charges().create(params).idempotency_key(&key).send().await ...
+    ///     key
+    /// }
+    /// ```
+    pub fn downstream_key(&self) -> String {
+        self.context.downstream_key()
+    }
 }
 
 impl<S: Store> Reservation<S> {

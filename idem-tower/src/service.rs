@@ -7,6 +7,7 @@ use crate::convert::{
 };
 use crate::disposition::{Disposition, Handled};
 use crate::layer::IdempotencyLayer;
+use crate::limits::{check_consumer, check_path, RouteFrom};
 use crate::marker::{Completed, Happened, NothingHappened};
 use crate::reservation::Reservation;
 use bytes::Bytes;
@@ -143,9 +144,14 @@ where
     let started = Instant::now();
     let config = &layer.config;
     let (parts, body) = request.into_parts();
-    let route = route_of(&parts);
+    let (route, from) = route_of(&parts);
     tracing::Span::current().record("route", route.as_str());
-    let consumer = match (layer.consumer)(&parts) {
+    if let Err(problem) = check_path(&parts.method, &route, from) {
+        tracing::warn!(target: "idem_tower", len = route.len(), "idempotency: path too long");
+        let response = config.render(&problem);
+        return finish(response, None, Disposition::Rejected, None, &route, started);
+    }
+    let consumer = match (layer.consumer)(&parts).and_then(|c| check_consumer(&c).map(|()| c)) {
         Ok(consumer) => {
             tracing::Span::current().record("consumer", consumer.as_str());
             consumer
@@ -161,8 +167,9 @@ where
         Ok(prepared) => prepared,
         Err(error) => {
             let problem = match error {
-                // The application's consumer or route, not the client's request: a server
-                // fault, never a 400 the client is told not to retry.
+                // The application's route template (a client's path and consumer were checked
+                // above), not the client's request: a server fault, never a 400 the client is
+                // told not to retry.
                 Error::InvalidInput {
                     field: field @ (Field::Consumer | Field::Route),
                     reason,
@@ -489,12 +496,12 @@ fn millis(d: Duration) -> f64 {
 
 /// The route the key is scoped to: the matched route template where the router gives one
 /// (axum), else the concrete path.
-fn route_of(parts: &Parts) -> String {
+fn route_of(parts: &Parts) -> (String, RouteFrom) {
     #[cfg(feature = "axum")]
     if let Some(matched) = parts.extensions.get::<axum::extract::MatchedPath>() {
-        return matched.as_str().to_owned();
+        return (matched.as_str().to_owned(), RouteFrom::Template);
     }
-    parts.uri.path().to_owned()
+    (parts.uri.path().to_owned(), RouteFrom::Path)
 }
 
 /// The URI the client sent: under a nested axum router the request's URI lost its prefix

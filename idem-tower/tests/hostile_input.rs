@@ -201,23 +201,31 @@ async fn c01_key_header_tricks_are_400() {
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
 
-/// The consumer function returns an id longer than the scope allows (255 bytes), e.g. a long
-/// OAuth subject or a tenant path. That is the server's fault, not the client's: it must be a
-/// 5xx (`consumer-unavailable`), not a 400 `invalid-request` a client is told never to retry.
+/// The consumer function returns an id longer than the scope allows (255 bytes). The consumer
+/// comes from the request's credentials, so one no record can belong to names credentials the
+/// server never issued: a 401 `consumer-unknown` (docs/http.md), never a 500 that tells the
+/// client to retry, nor a 400 that calls its request malformed; the handler never runs.
 #[tokio::test]
-async fn c02_a_bad_consumer_id_is_a_server_error_not_a_400() {
+async fn c02_a_consumer_no_record_can_belong_to_is_a_401() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = Arc::clone(&calls);
     let app: Router = Router::new()
-        .route("/v1/charges", post(|| async { "ok" }))
+        .route(
+            "/v1/charges",
+            post(move || {
+                c.fetch_add(1, Ordering::SeqCst);
+                async { "ok" }
+            }),
+        )
         .route_layer(IdempotencyLayer::new(
             Idempotency::new(MemoryStore::new()),
             |_: &http::request::Parts| Ok::<_, ConsumerError>("c".repeat(300)),
         ));
     let Reply { status, body, .. } =
         send_in_time(&app, req("POST", Some("k"), "application/json", "{}")).await;
-    assert!(
-        status.is_server_error(),
-        "a consumer the server produced is not the client's error: {status} {body}"
-    );
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(body.contains("consumer-unknown"), "{body}");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
 
 /// With `canonical_json`, a JSON body is fingerprinted in canonical form and any other body as

@@ -344,6 +344,15 @@ impl<S> Context<S> {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
+
+    /// The idempotency key to send a downstream provider for this request's effect: the
+    /// same on every retry and takeover of the record (see [`Lease::downstream_key`]).
+    pub fn downstream_key(&self) -> String {
+        self.lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .downstream_key()
+    }
 }
 
 impl<S: Store> Context<S> {

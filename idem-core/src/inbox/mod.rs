@@ -165,6 +165,29 @@ impl<S: Store> EventContext<S> {
         self.ctx.lease()
     }
 
+    /// The idempotency key to send a downstream provider for this event's effect (a refund, an
+    /// email through a provider's API): the same on every redelivery and takeover of the event,
+    /// another for another source or event id (see [`Lease::downstream_key`]).
+    ///
+    /// ```
+    /// use idem_core::inbox::{Ack, Delivery, Inbox};
+    /// use idem_core::{Idempotency, MemoryStore};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), idem_core::Error> {
+    /// let inbox = Inbox::new(Idempotency::new(MemoryStore::new()));
+    /// let event = inbox.event(&Delivery::trusted("stripe", b"{}"), b"evt_1")?;
+    /// inbox.receive(&event, |ctx| async move {
+    ///     let key = ctx.downstream_key(); // send it with the provider call
+    ///     assert!(key.starts_with("idem_"));
+    ///     Ok::<_, std::io::Error>(Ack::Done)
+    /// }).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn downstream_key(&self) -> String {
+        self.ctx.downstream_key()
+    }
+
     /// The engine (its store, for the transaction).
     pub fn idem(&self) -> &Idempotency<S> {
         self.ctx.idem()
@@ -499,5 +522,50 @@ impl<S: Store + 'static> Inbox<S> {
         if let Err(error) = result {
             tracing::warn!(target: "idem", source = %event.source, %error, "idem.inbox: the audit trail missed an outcome");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+    use std::sync::Mutex;
+
+    /// The downstream key a handler sees for `id` from `source`, the handler failing when
+    /// `fail` (so the event stays retryable and its next delivery runs again).
+    async fn key_seen(inbox: &Inbox<MemoryStore>, source: &str, id: &[u8], fail: bool) -> String {
+        let seen = Arc::new(Mutex::new(String::new()));
+        let event = inbox
+            .event(&Delivery::trusted(source, b"{}"), id)
+            .expect("an event");
+        let sink = Arc::clone(&seen);
+        inbox
+            .receive(&event, move |ctx| async move {
+                *sink.lock().expect("not poisoned") = ctx.downstream_key();
+                if fail {
+                    Err("the provider timed out")
+                } else {
+                    Ok(Ack::Done)
+                }
+            })
+            .await
+            .expect("received");
+        let key = seen.lock().expect("not poisoned").clone();
+        key
+    }
+
+    /// A redelivery after a failure calls the provider with the key of the first attempt, and
+    /// another sender's event of the same id never shares it (C2).
+    #[tokio::test]
+    async fn c02_an_events_downstream_key_is_the_same_on_every_delivery_and_scoped_by_source() {
+        let inbox = Inbox::new(Idempotency::new(MemoryStore::new()));
+        let first = key_seen(&inbox, "stripe", b"evt_1", true).await;
+        let again = key_seen(&inbox, "stripe", b"evt_1", false).await;
+        let other_source = key_seen(&inbox, "adyen", b"evt_1", false).await;
+        let other_event = key_seen(&inbox, "stripe", b"evt_2", false).await;
+        assert!(first.starts_with("idem_"), "{first}");
+        assert_eq!(first, again);
+        assert_ne!(first, other_source);
+        assert_ne!(first, other_event);
     }
 }

@@ -255,6 +255,13 @@ pub struct Decorated<S> {
     down: bool,
 }
 
+/// The SQLite store underneath, for `Reservation::sqlite_transaction`.
+impl AsRef<SqliteStore> for Decorated<SqliteStore> {
+    fn as_ref(&self) -> &SqliteStore {
+        &self.inner
+    }
+}
+
 impl<S> Decorated<S> {
     /// `inner` as it is (its completions counted).
     pub fn new(inner: S) -> Self {
