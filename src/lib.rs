@@ -34,8 +34,8 @@
 
 pub use idem_core::{
     async_trait, canonical_json, is_always_stored, is_never_stored, problem, retry_after_secs,
-    Acquire, Answer, Begin, Clock, Completion, Context, Error, Event, EventKind, Failure,
-    FencingToken, Field, Fingerprint, FingerprintBuilder, Idempotency, IdempotencyBuilder,
+    waiting_now, Acquire, Answer, Begin, Clock, Completion, Context, Error, Event, EventKind,
+    Failure, FencingToken, Field, Fingerprint, FingerprintBuilder, Idempotency, IdempotencyBuilder,
     IdempotencyKey, InFlightAnswer, InsertOrFetch, KeepAlive, Lease, ManualClock, MemoryStore,
     Observer, Operation, Outcome, Policy, Problem, Purger, RecordId, Reply, Request,
     RequestBuilder, RunError, Scope, Store, StoreError, StoreErrorKind, StoredResponse,

@@ -64,8 +64,9 @@ impl Answer {
         match self {
             Answer::Replay(r) => r.status,
             Answer::InFlight { .. } => match policy.in_flight {
-                InFlightAnswer::Conflict => 409,
                 InFlightAnswer::Accepted => 202,
+                // A wait that ended before the original did answers like a conflict.
+                _ => 409,
             },
             Answer::Mismatch => 422,
         }
@@ -84,7 +85,8 @@ impl Answer {
         match self {
             Answer::Replay(_) => None,
             Answer::InFlight { retry_after } => match policy.in_flight {
-                InFlightAnswer::Conflict => Some(
+                InFlightAnswer::Accepted => None,
+                _ => Some(
                     Problem::new(
                         409,
                         "request-in-progress",
@@ -93,7 +95,6 @@ impl Answer {
                     )
                     .with_retry_after(*retry_after),
                 ),
-                InFlightAnswer::Accepted => None,
             },
             Answer::Mismatch => Some(Problem::new(
                 422,

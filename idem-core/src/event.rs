@@ -31,6 +31,9 @@ pub enum EventKind {
     InFlight,
     /// Answered "mismatch": the key was used with another request (C3). Nothing ran.
     Mismatch,
+    /// A duplicate waited for its original to end ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait),
+    /// C5), for [`Event::elapsed`]; the answer that followed is reported as usual.
+    Waited,
     /// A fresh reservation (C4).
     Acquired,
     /// An orphan's lease had passed; its record was taken over with a new token (C9).
@@ -70,6 +73,7 @@ impl EventKind {
         EventKind::Replayed,
         EventKind::InFlight,
         EventKind::Mismatch,
+        EventKind::Waited,
         EventKind::Acquired,
         EventKind::TakenOver,
         EventKind::StartedOver,
@@ -94,6 +98,7 @@ impl EventKind {
             EventKind::Replayed => "replayed",
             EventKind::InFlight => "in_flight",
             EventKind::Mismatch => "mismatch",
+            EventKind::Waited => "waited",
             EventKind::Acquired => "acquired",
             EventKind::TakenOver => "taken_over",
             EventKind::StartedOver => "started_over",

@@ -41,6 +41,7 @@
 
 mod answer;
 mod begin;
+mod changes;
 mod clock;
 mod codec;
 mod completion;
@@ -83,7 +84,7 @@ pub use begin::Begin;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use completion::Completion;
 pub use decision::Acquire;
-pub use engine::{Context, Idempotency, IdempotencyBuilder, KeepAlive};
+pub use engine::{waiting_now, Context, Idempotency, IdempotencyBuilder, KeepAlive};
 pub use error::{Error, Field, StoreError, StoreErrorKind};
 pub use event::{Event, EventKind, Observer, Operation, TracingObserver};
 pub use fingerprint::media_type;

@@ -13,6 +13,34 @@ pub enum InFlightAnswer {
     Conflict,
     /// HTTP 202 with the `Location` of a status resource, for asynchronous endpoints.
     Accepted,
+    /// Wait up to this long for the original to end, then answer as it ended (its replay; or,
+    /// when it gave the key back, run this request), or 409 with `Retry-After` when the wait
+    /// ends first. Opt-in and bounded (C5): a waiter holds no store connection and no thread, it
+    /// is woken when the original ends (in this process at once; in another through the store's
+    /// change feed, [`Store::watch`](crate::Store::watch), else by reading the record again at
+    /// a growing interval), and at most [`Policy::max_waiters`] wait at once in a process
+    /// (beyond: 409 at once). The original's endpoint must use the same policy: only a policy
+    /// that waits announces its ends to other processes. At most
+    /// [`Policy::MAX_WAIT`](Policy::MAX_WAIT).
+    ///
+    /// ```
+    /// use idem_core::{InFlightAnswer, Policy};
+    /// use std::time::Duration;
+    /// let policy = Policy::default().in_flight(InFlightAnswer::Wait(Duration::from_secs(2)));
+    /// policy.validate()?;
+    /// # Ok::<(), idem_core::Error>(())
+    /// ```
+    Wait(Duration),
+}
+
+impl InFlightAnswer {
+    /// How long a duplicate waits for its original: `Some` for [`Wait`](Self::Wait).
+    pub fn wait(self) -> Option<Duration> {
+        match self {
+            InFlightAnswer::Wait(max) => Some(max),
+            _ => None,
+        }
+    }
 }
 
 /// The protocol's settings.
@@ -57,6 +85,10 @@ pub struct Policy {
     /// with [`Reply::Executed`](crate::Reply::Executed) (a 422 after its effect ran: stored
     /// and replayed). Default [`DEFAULT_REFUSALS`](Self::DEFAULT_REFUSALS).
     pub refusals: Vec<u16>,
+    /// How many duplicates may wait for their original at once in this process, over every
+    /// engine ([`InFlightAnswer::Wait`]); beyond it a duplicate is answered in flight at once,
+    /// so a retry storm cannot pile up waiters. Default 1024.
+    pub max_waiters: usize,
 }
 
 impl Default for Policy {
@@ -70,6 +102,7 @@ impl Default for Policy {
             purge_batch: 1000,
             store_timeout: Duration::from_secs(5),
             refusals: Policy::DEFAULT_REFUSALS.to_vec(),
+            max_waiters: 1024,
         }
     }
 }
@@ -115,6 +148,12 @@ impl Policy {
     /// Sets the in-flight answer.
     pub fn in_flight(mut self, answer: InFlightAnswer) -> Self {
         self.in_flight = answer;
+        self
+    }
+
+    /// Sets [`max_waiters`](Self::max_waiters).
+    pub fn max_waiters(mut self, waiters: usize) -> Self {
+        self.max_waiters = waiters;
         self
     }
 
@@ -188,6 +227,10 @@ impl Policy {
         Ok(response)
     }
 
+    /// The longest wait for an original accepted ([`InFlightAnswer::Wait`]): a minute. A
+    /// client waits on its open request; beyond this, come back later.
+    pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
     /// The longest lease accepted: a day (a longer handler renews its lease).
     pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
     /// The longest retention accepted: ten years.
@@ -225,6 +268,14 @@ impl Policy {
         }
         if self.purge_batch == 0 {
             return Err(Error::invalid(Field::Config, "purge_batch must be above 0"));
+        }
+        if let Some(wait) = self.in_flight.wait() {
+            if wait < ms || wait > Self::MAX_WAIT {
+                return Err(Error::invalid(
+                    Field::Config,
+                    "the in-flight wait must be between 1 ms and a minute",
+                ));
+            }
         }
         if self.store_timeout < ms || self.store_timeout > Self::MAX_LEASE {
             return Err(Error::invalid(

@@ -8,6 +8,7 @@
 //! [`Lease`] for each reservation. The conformance suite (`idem_core::testing`, feature
 //! `testing`) proves a store keeps the contract below.
 
+pub use crate::changes::{digest_from_hex, digest_to_hex, Changes};
 pub use crate::completion::Completion;
 pub use crate::decision::{check_fence, decide, Acquire, Decision};
 pub use crate::engine::on_heartbeat_thread;
@@ -141,6 +142,28 @@ pub trait Store: Send + Sync {
     fn identity(&self) -> Option<usize> {
         None
     }
+
+    /// Tells the duplicates waiting in other processes that the record `id` changed: its
+    /// completion landed or it was released (C5, [`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)).
+    /// The engine calls it right after the change, only under a policy that waits and only if
+    /// [`Capabilities::change_feed`]. It must return at once: a store sends the record's
+    /// [`digest`](RecordId::digest) on a task of its own, within its deadlines (for example
+    /// PostgreSQL `NOTIFY`, Redis `PUBLISH`). An announcement that is lost only leaves the
+    /// waiters to their polling. Default: nothing.
+    fn announce(&self, id: &RecordId) {
+        let _ = id;
+    }
+
+    /// Starts delivering what other processes [`announce`](Self::announce) to `changes`, until
+    /// [`Changes::is_closed`]; returns whether this store has such a feed (waiters then read
+    /// their record again when woken, and poll only as a fallback). The engine calls it once
+    /// per store in a process, inside a Tokio runtime, the first time a duplicate waits. The
+    /// feed must survive its connection's faults by itself, and call [`Changes::missed`] when
+    /// it may have lost announcements (after a reconnection). Default: no feed.
+    fn watch(&self, changes: Changes) -> bool {
+        let _ = changes;
+        false
+    }
 }
 
 /// What a store declares about itself, so that the engine, operators and the conformance suite
@@ -157,6 +180,9 @@ pub struct Capabilities {
     pub expiry: Expiry,
     /// In which order `list` returns records.
     pub listing: ListingOrder,
+    /// Whether [`Store::announce`] tells other processes anything (the engine calls it only
+    /// then) and [`Store::watch`] has a feed.
+    pub change_feed: bool,
 }
 
 impl Default for Capabilities {
@@ -164,6 +190,7 @@ impl Default for Capabilities {
         Self {
             expiry: Expiry::Purge,
             listing: ListingOrder::Selection,
+            change_feed: false,
         }
     }
 }
@@ -178,6 +205,12 @@ impl Capabilities {
     /// Capabilities with `listing`.
     pub fn with_listing(mut self, listing: ListingOrder) -> Self {
         self.listing = listing;
+        self
+    }
+
+    /// Capabilities with [`change_feed`](Self::change_feed).
+    pub fn with_change_feed(mut self, change_feed: bool) -> Self {
+        self.change_feed = change_feed;
         self
     }
 }
@@ -237,5 +270,11 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     }
     fn identity(&self) -> Option<usize> {
         (**self).identity()
+    }
+    fn announce(&self, id: &RecordId) {
+        (**self).announce(id)
+    }
+    fn watch(&self, changes: Changes) -> bool {
+        (**self).watch(changes)
     }
 }

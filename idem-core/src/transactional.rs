@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 /// step as [`Store::reserve`], answering duplicates without waiting for a writer, C5), and:
 ///
 /// - when the reservation is answered (replay, in flight, mismatch), returns
-///   [`Transacted::Answered`] without running the effect;
+///   [`Transacted::Answered`] without running the effect, and gives the effect back (a
+///   duplicate that waits for its original runs it if the original gives the key back, C5);
 /// - when it is acquired, calls [`Execution::acquired`] at once (before the effect), opens a
 ///   transaction, runs the effect in it, writes [`Execution::completion`] of its response in the
 ///   same transaction with the fenced completion statement, commits, and says what became of the
@@ -54,7 +55,7 @@ pub trait Transactional: Store {
         request: &Request,
         effect: Self::Effect<E>,
         execution: Execution,
-    ) -> Result<Transacted<E>, Error>;
+    ) -> Result<Transacted<E, Self::Effect<E>>, Error>;
 
     /// Reads the record once no transaction holds it, waiting at most `wait` for one that does:
     /// what tells a commit in doubt from a rolled-back one. The default reads it at once (right
@@ -65,12 +66,12 @@ pub trait Transactional: Store {
     }
 }
 
-/// What [`Transactional::transact`] did.
-#[derive(Debug)]
+/// What [`Transactional::transact`] did, with an effect of type `F`.
 #[must_use]
-pub enum Transacted<E> {
-    /// Answered without running the effect (not yet screened by the engine).
-    Answered(Answer),
+pub enum Transacted<E, F> {
+    /// Answered without running the effect (not yet screened by the engine), which is given
+    /// back.
+    Answered(Answer, F),
     /// Acquired `lease` and ran the effect; `end` says what became of its transaction.
     Acquired {
         /// The lease the effect ran under.
@@ -106,6 +107,19 @@ pub enum TxEnd<E> {
     /// of an unknown outcome for it, and the caller gets [`RunError::InDoubt`](
     /// crate::RunError::InDoubt).
     Abandoned(Error),
+}
+
+impl<E, F> fmt::Debug for Transacted<E, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Transacted::Answered(answer, _) => f.debug_tuple("Answered").field(answer).finish(),
+            Transacted::Acquired { lease, end } => f
+                .debug_struct("Acquired")
+                .field("lease", lease)
+                .field("end", end)
+                .finish(),
+        }
+    }
 }
 
 impl<E> fmt::Debug for TxEnd<E> {
@@ -248,7 +262,7 @@ impl<S: Transactional + ?Sized> Transactional for Arc<S> {
         request: &Request,
         effect: Self::Effect<E>,
         execution: Execution,
-    ) -> Result<Transacted<E>, Error> {
+    ) -> Result<Transacted<E, Self::Effect<E>>, Error> {
         (**self).transact(request, effect, execution).await
     }
 

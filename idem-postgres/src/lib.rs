@@ -31,13 +31,17 @@
 //! round trips of each path, purge, and running behind PgBouncer.
 #![forbid(unsafe_code)]
 
+mod announce;
 mod audit;
+mod backoff;
 mod broken_effect;
 mod config;
 mod connections;
 mod deadlines;
 mod effect_connection;
 mod error;
+mod feed;
+mod feed_settings;
 mod migrate;
 mod ops;
 mod params;

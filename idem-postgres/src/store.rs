@@ -3,11 +3,15 @@
 use crate::config::{validate_identifier, validate_table_name, Isolation, PgConfig};
 use crate::connections::Connections;
 use crate::error::store_error;
+use crate::feed::Feed;
+use crate::feed_settings::{FeedSettings, ListenerOptions, ListenerTarget};
 use crate::ops::{Ops, Reservation};
 use crate::params::StatementMode;
 use crate::session;
 use crate::sql::Statements;
-use idem_core::store::{Completion, Lease, ListQuery, Page, Record, Stats};
+use idem_core::store::{
+    digest_to_hex, Capabilities, Changes, Completion, Lease, ListQuery, Page, Record, Stats,
+};
 use idem_core::{async_trait, Begin, Error, RecordId, Request, Store, Timestamp};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool};
@@ -33,6 +37,11 @@ use std::time::Duration;
 ///   the pool's alike. See [`PgStoreBuilder::statement_timeout`] and the settings after it.
 /// - **No hidden round trips.** The store runs its statements on connections of its own, taken
 ///   and given back without the ping sqlx's pool sends (on return always, on acquire by default).
+/// - **A change feed** (C5): duplicates that wait for their original
+///   ([`InFlightAnswer::Wait`](idem_core::InFlightAnswer::Wait)) in other processes are woken by
+///   its `pg_notify` announcements, through a `LISTEN` on a session of its own that finds its
+///   own silence and reconnects by itself. See [`PgStoreBuilder::channel`] and the settings
+///   after it (behind PgBouncer in transaction mode, [`PgStoreBuilder::listener_url`]).
 ///
 /// Cloning is cheap: clones share the pool.
 ///
@@ -59,6 +68,12 @@ pub(crate) struct Inner {
     pub(crate) beat_conns: Connections,
     pub(crate) ops: Ops,
     pub(crate) config: PgConfig,
+    /// The change feed's settings (`crate::feed`).
+    pub(crate) feed: FeedSettings,
+    /// Where the change feed's listener connects.
+    pub(crate) listener: ListenerOptions,
+    /// How long opening a connection may take (the acquire timeout).
+    pub(crate) connect_within: Duration,
 }
 
 /// Settings for [`PgStore`]; see [`PgStore::builder`].
@@ -83,6 +98,7 @@ pub struct PgStoreBuilder {
     config: PgConfig,
     max_connections: u32,
     acquire_timeout: Duration,
+    feed: FeedSettings,
 }
 
 impl PgStoreBuilder {
@@ -194,18 +210,86 @@ impl PgStoreBuilder {
         self
     }
 
+    /// The channel of the change feed (default `idem_changes`): a plain lower-case identifier
+    /// of at most 46 bytes ([`validate_identifier`](crate::validate_identifier)). Every
+    /// process of one deployment must use the same; stores of unrelated deployments on one
+    /// database may use their own.
+    ///
+    /// The feed serves duplicates that wait for their original
+    /// ([`InFlightAnswer::Wait`](idem_core::InFlightAnswer::Wait), C5): when a record's
+    /// completion lands or it is released, the engine announces it with
+    /// `pg_notify(channel, digest)` (`sql/announce.sql`, sent like every statement of the store,
+    /// so it works behind PgBouncer in transaction mode), and each process's feed, a
+    /// `LISTEN` on a session of its own, wakes the duplicates waiting for that record.
+    ///
+    /// ```
+    /// use idem_postgres::PgStore;
+    /// use std::time::Duration;
+    /// let builder = PgStore::builder()
+    ///     .channel("billing_changes")
+    ///     // LISTEN needs a session of its own: past a pooler in transaction mode, connect
+    ///     // the listener to the server directly.
+    ///     .listener_url("postgres://app@db-primary:5432/payments")
+    ///     .feed_ping(Duration::from_secs(5), Duration::from_secs(2));
+    /// # let _ = builder;
+    /// ```
+    pub fn channel(mut self, channel: &str) -> Self {
+        self.feed.channel = channel.to_owned();
+        self
+    }
+
+    /// Where the change feed's listener connects (default: where the store connects). `LISTEN`
+    /// does not work through PgBouncer in transaction mode (the session that listens is handed
+    /// to other clients between transactions): give a store behind one the server's own URL
+    /// here. It must reach the same database as the store (notifications do not cross
+    /// databases). Parsed when the store connects; a URL that does not parse is then
+    /// [`Error::InvalidInput`]. Without an `application_name` of its own, the listener's session
+    /// is named `idem_changes_feed`.
+    pub fn listener_url(mut self, url: &str) -> Self {
+        self.feed.listener = ListenerTarget::Url(url.to_owned());
+        self
+    }
+
+    /// Like [`listener_url`](Self::listener_url), with connect options.
+    pub fn listener_options(mut self, options: PgConnectOptions) -> Self {
+        self.feed.listener = ListenerTarget::Options(Box::new(options));
+        self
+    }
+
+    /// How the change feed finds a listener that went silent (default: a ping every 5 s, which
+    /// must arrive within 2 s). Each ping is a `pg_notify` sent through the store's
+    /// connections to a channel only this listener follows; one that was sent and does not
+    /// arrive in time means the listener's connection is dead (a partition, a frozen link, a
+    /// failover that left it on the old server): it is replaced, and every waiter reads its
+    /// record again. Both more than zero.
+    pub fn feed_ping(mut self, every: Duration, within: Duration) -> Self {
+        self.feed.ping_every = every;
+        self.feed.ping_within = within;
+        self
+    }
+
+    /// Whether the store has a change feed (default true). Without one, `announce` sends
+    /// nothing and duplicates that wait poll their record (a database that refuses `LISTEN`,
+    /// for example a role without the right).
+    pub fn change_feed(mut self, enabled: bool) -> Self {
+        self.feed.enabled = enabled;
+        self
+    }
+
     /// Connects to `url`: the store's own connections (up to
     /// [`max_connections`](Self::max_connections)), and a pool for your transactions that opens
     /// connections when you first use it. Fails at once if the server cannot be reached.
     pub async fn connect(self, url: &str) -> Result<PgStore, Error> {
         validate(&self.config)?;
+        self.feed.validate()?;
         let options: PgConnectOptions = url.parse().map_err(store_error)?;
+        let listener = self.feed.listener_options(&options)?;
         let pool = PgPoolOptions::new()
             .max_connections(self.max_connections)
             .acquire_timeout(self.acquire_timeout)
             .test_before_acquire(false)
             .connect_lazy_with(options.clone());
-        let store = PgStore::from_parts(pool, options, self);
+        let store = PgStore::from_parts(pool, options, listener, self);
         let probe = store.inner.conns.get().await?;
         probe.finish::<()>(&Ok(()));
         Ok(store)
@@ -216,8 +300,10 @@ impl PgStoreBuilder {
     /// `test_before_acquire(false)` for your own round trips' sake.
     pub fn pool(self, pool: PgPool) -> Result<PgStore, Error> {
         validate(&self.config)?;
+        self.feed.validate()?;
         let options = (*pool.connect_options()).clone();
-        Ok(PgStore::from_parts(pool, options, self))
+        let listener = self.feed.listener_options(&options)?;
+        Ok(PgStore::from_parts(pool, options, listener, self))
     }
 }
 
@@ -233,6 +319,7 @@ impl PgStore {
             config: PgConfig::default(),
             max_connections: 16,
             acquire_timeout: Duration::from_secs(5),
+            feed: FeedSettings::default(),
         }
     }
 
@@ -241,7 +328,12 @@ impl PgStore {
         Self::builder().connect(url).await
     }
 
-    fn from_parts(pool: PgPool, options: PgConnectOptions, builder: PgStoreBuilder) -> Self {
+    fn from_parts(
+        pool: PgPool,
+        options: PgConnectOptions,
+        listener: ListenerOptions,
+        builder: PgStoreBuilder,
+    ) -> Self {
         let config = builder.config;
         let ops = Ops {
             sql: Statements::new(&config.schema, &config.table, &config.deadlines),
@@ -268,6 +360,9 @@ impl PgStore {
                 beat_conns,
                 ops,
                 config,
+                feed: builder.feed,
+                listener,
+                connect_within: builder.acquire_timeout,
             }),
         }
     }
@@ -359,6 +454,14 @@ macro_rules! on_connection {
     }};
 }
 
+impl PgStore {
+    /// Sends `payload` on `channel` on one of the store's own connections (an announcement, or
+    /// a change feed's ping).
+    pub(crate) async fn notify(&self, channel: &str, payload: &str) -> Result<(), Error> {
+        on_connection!(self, |conn| self.inner.ops.announce(conn, channel, payload))
+    }
+}
+
 #[async_trait]
 impl Store for PgStore {
     /// The address of what this store and its clones share (C9: one registry of live executions
@@ -405,5 +508,47 @@ impl Store for PgStore {
 
     async fn stats(&self) -> Result<Stats, Error> {
         on_connection!(self, |conn| self.inner.ops.stats(conn))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default().with_change_feed(self.inner.feed.enabled)
+    }
+
+    /// `pg_notify` of the record's digest on the feed's channel (`sql/announce.sql`), on one of
+    /// the store's own connections with its deadlines, from a task of its own (nothing waits
+    /// for it), cut off after one acquire timeout plus one statement deadline.
+    fn announce(&self, id: &RecordId) {
+        if !self.inner.feed.enabled {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = self.clone();
+        let digest = digest_to_hex(&id.digest());
+        let within = self.inner.connect_within + self.inner.config.deadlines.statement;
+        drop(runtime.spawn(async move {
+            let sent =
+                tokio::time::timeout(within, store.notify(&store.inner.feed.channel, &digest))
+                    .await;
+            if !matches!(sent, Ok(Ok(()))) {
+                tracing::debug!(
+                    target: "idem_postgres",
+                    "an announcement could not be sent: waiters elsewhere poll for it"
+                );
+            }
+        }));
+    }
+
+    /// Starts the change feed (`crate::feed`) on a task of the current runtime.
+    fn watch(&self, changes: Changes) -> bool {
+        if !self.inner.feed.enabled {
+            return false;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        drop(runtime.spawn(Feed::new(&self.inner, changes).run()));
+        true
     }
 }

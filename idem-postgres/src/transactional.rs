@@ -135,7 +135,7 @@ impl Transactional for PgStore {
         request: &Request,
         effect: PgEffect<E>,
         execution: Execution,
-    ) -> Result<Transacted<E>, Error> {
+    ) -> Result<Transacted<E, Self::Effect<E>>, Error> {
         let reserved = execution
             .bounded(
                 Operation::Reserve,
@@ -144,7 +144,7 @@ impl Transactional for PgStore {
             )
             .await?;
         let lease = match reserved {
-            Begin::Answered(answer) => return Ok(Transacted::Answered(answer)),
+            Begin::Answered(answer) => return Ok(Transacted::Answered(answer, effect)),
             Begin::Acquired(lease) => execution.acquired(lease),
         };
         let end = self.in_transaction(&lease, effect, &execution).await;

@@ -11,6 +11,7 @@
 //! connection stays driven by its own side.
 
 use crate::conn::{Conn, Node, Opener};
+use crate::error::store_error;
 use crate::supervised::{Open, Settings, Supervised};
 use idem_core::Error;
 use redis::{Cmd, Pipeline, ScriptInvocation, Value};
@@ -110,6 +111,17 @@ impl Connections {
     pub(crate) async fn query_on(&self, node: &Node, cmd: &Cmd) -> Result<Value, Error> {
         self.on(|conn| async move { conn.query_on(node, cmd).await })
             .await
+    }
+
+    /// `PUBLISH channel payload` (an announcement, or a change feed's ping); on a Cluster the
+    /// node that takes it broadcasts it to every node.
+    pub(crate) async fn publish(&self, channel: &str, payload: &str) -> Result<(), Error> {
+        let mut cmd = redis::cmd("PUBLISH");
+        cmd.arg(channel).arg(payload);
+        let cmd = &cmd;
+        self.on(|conn| async move { conn.query::<i64>(cmd).await.map_err(store_error) })
+            .await
+            .map(drop)
     }
 
     /// See [`Conn::pipeline_on`].

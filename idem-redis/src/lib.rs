@@ -61,6 +61,16 @@
 //! warn on target `idem_redis`. The heartbeat thread's connection is supervised the same way,
 //! rebuilt after its first unavailable failure.
 //!
+//! ## A change feed for waiting duplicates (C5)
+//!
+//! Duplicates that wait for their original
+//! ([`InFlightAnswer::Wait`](idem_core::InFlightAnswer::Wait)) in other processes are woken by
+//! its announcement, `PUBLISH <channel> <digest>` through the store's connection, received by
+//! each process's feed: a pub/sub connection of its own, which pings itself through the store
+//! to find a silent connection, and subscribes again (on a Cluster on the next seed node) with
+//! a back-off when it fails; a `PUBLISH` on a Cluster reaches the subscribers of every node.
+//! See [`RedisStoreBuilder::channel`] and the settings after it.
+//!
 //! ## Listing and stats: by scan
 //!
 //! Redis keeps no index by age or consumer, so [`Store::list`](idem_core::Store::list) scans:
@@ -101,9 +111,12 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod backoff;
 mod conn;
 mod connections;
 mod error;
+mod feed;
+mod feed_settings;
 mod listing;
 mod record;
 mod scripts;

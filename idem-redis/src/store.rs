@@ -3,12 +3,14 @@
 use crate::conn::{Conn, Opener};
 use crate::connections::{Connections, Timeouts};
 use crate::error::{error_kind, store_error, unexpected, BACKEND};
+use crate::feed::{Feed, Subscribers};
+use crate::feed_settings::FeedSettings;
 use crate::listing::Scanner;
 use crate::record::{self, bytes, integer, timestamp};
 use crate::scripts::scripts;
 use idem_core::store::{
-    decide, Acquire, Capabilities, Completion, Decision, Expiry, Lease, ListQuery, ListingOrder,
-    Page, Record, Stats,
+    decide, digest_to_hex, Acquire, Capabilities, Changes, Completion, Decision, Expiry, Lease,
+    ListQuery, ListingOrder, Page, Record, Stats,
 };
 use idem_core::{
     async_trait, Begin, Error, FencingToken, Field, RecordId, Request, Store, StoreErrorKind,
@@ -57,6 +59,12 @@ pub struct RedisStore {
     conns: Arc<Connections>,
     prefix: String,
     grace: Duration,
+    /// The change feed's settings (`crate::feed`).
+    feed: Arc<FeedSettings>,
+    /// Where the change feed subscribes.
+    subscribers: Arc<Subscribers>,
+    /// How long an announcement may take, cut off after it.
+    announce_within: Duration,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -122,6 +130,7 @@ pub struct RedisStoreBuilder {
     response_timeout: Duration,
     connection_timeout: Duration,
     allow_eviction: bool,
+    feed: FeedSettings,
 }
 
 impl RedisStoreBuilder {
@@ -191,8 +200,55 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// The channel of the change feed (default `idem:changes`; 1..=64 bytes of visible ASCII).
+    /// Every process of one deployment must use the same; stores of unrelated deployments on
+    /// one Redis may use their own.
+    ///
+    /// The feed serves duplicates that wait for their original
+    /// ([`InFlightAnswer::Wait`](idem_core::InFlightAnswer::Wait), C5): when a record's
+    /// completion lands or it is released, the engine announces it with
+    /// `PUBLISH <channel> <digest>` through the store's connection, and each process's feed, a
+    /// pub/sub connection of its own `SUBSCRIBE`d to the channel, wakes the duplicates waiting
+    /// for that record. On a Redis Cluster a `PUBLISH` reaches the subscribers of every node,
+    /// so the channel is one name (no hash tag needed) and the feed subscribes on one seed node
+    /// at a time.
+    ///
+    /// ```
+    /// use idem_redis::RedisStore;
+    /// use std::time::Duration;
+    /// let builder = RedisStore::builder()
+    ///     .channel("billing:changes")
+    ///     .feed_ping(Duration::from_secs(5), Duration::from_secs(2));
+    /// # let _ = builder;
+    /// ```
+    pub fn channel(mut self, channel: &str) -> Self {
+        self.feed.channel = channel.to_owned();
+        self
+    }
+
+    /// How the change feed finds a subscription that went silent (default: a ping every 5 s,
+    /// which must arrive within 2 s). Each ping is a `PUBLISH` through the store's connection
+    /// to a channel only this subscription follows; one that was published and does not
+    /// arrive in time means the subscription's connection is dead (a partition, a frozen node):
+    /// it is replaced (on a Cluster, on the next seed node), and every waiter reads its record
+    /// again. Both more than zero.
+    pub fn feed_ping(mut self, every: Duration, within: Duration) -> Self {
+        self.feed.ping_every = every;
+        self.feed.ping_within = within;
+        self
+    }
+
+    /// Whether the store has a change feed (default true). Without one, nothing is published
+    /// and duplicates that wait poll their record (a Redis whose pub/sub is disabled by its
+    /// ACL, or a proxy in front of it that does not carry pub/sub).
+    pub fn change_feed(mut self, enabled: bool) -> Self {
+        self.feed.enabled = enabled;
+        self
+    }
+
     fn validate(&self) -> Result<(), Error> {
         validate_prefix(&self.prefix)?;
+        self.feed.validate()?;
         if self.grace > MAX_GRACE {
             return Err(Error::invalid(
                 Field::Config,
@@ -224,12 +280,19 @@ impl RedisStoreBuilder {
             .set_response_timeout(Some(self.response_timeout))
             .set_connection_timeout(Some(self.connection_timeout))
             .set_number_of_retries(0);
-        self.open(Opener::Single(client, config)).await
+        let subscribers = vec![client.clone()];
+        self.open(Opener::Single(client, config), subscribers).await
     }
 
-    /// Connects to a Redis Cluster through any of its nodes.
+    /// Connects to a Redis Cluster through any of its nodes. The change feed subscribes on one
+    /// of these nodes at a time, moving to the next one when it fails.
     pub async fn connect_cluster(self, nodes: &[&str]) -> Result<RedisStore, Error> {
         self.validate()?;
+        let subscribers = nodes
+            .iter()
+            .map(|node| redis::Client::open(*node))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(store_error)?;
         // Bounded (C13): the response timeout is also the cluster client's overall timeout of
         // a call, its retries (after a redirection or a lost connection) included.
         let client = redis::cluster::ClusterClient::builder(nodes.to_vec())
@@ -238,12 +301,16 @@ impl RedisStoreBuilder {
             .retries(2)
             .build()
             .map_err(store_error)?;
-        self.open(Opener::Cluster(client)).await
+        self.open(Opener::Cluster(client), subscribers).await
     }
 
     /// Opens the store's connection (driven by the current runtime) and keeps `opener` for the
     /// heartbeat's.
-    async fn open(self, opener: Opener) -> Result<RedisStore, Error> {
+    async fn open(
+        self,
+        opener: Opener,
+        subscribers: Vec<redis::Client>,
+    ) -> Result<RedisStore, Error> {
         // Bounded whatever the driver does (C13): a cluster client connects to every master.
         let deadline = self.connection_timeout + self.response_timeout;
         let conn = tokio::time::timeout(deadline, opener.open())
@@ -266,6 +333,12 @@ impl RedisStoreBuilder {
             conns: Arc::new(Connections::new(conn, opener, timeouts)),
             prefix: self.prefix,
             grace: self.grace,
+            feed: Arc::new(self.feed),
+            subscribers: Arc::new(Subscribers {
+                clients: subscribers,
+                connect_within: deadline,
+            }),
+            announce_within: deadline,
         })
     }
 }
@@ -319,6 +392,7 @@ impl RedisStore {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             allow_eviction: false,
+            feed: FeedSettings::default(),
         }
     }
 
@@ -529,5 +603,47 @@ impl Store for RedisStore {
         Capabilities::default()
             .with_expiry(Expiry::ServerTtl)
             .with_listing(ListingOrder::Scan)
+            .with_change_feed(self.feed.enabled)
+    }
+
+    /// `PUBLISH <channel> <digest>` through the store's connection, from a task of its own
+    /// (nothing waits for it), cut off after one connection timeout plus one response timeout.
+    fn announce(&self, id: &RecordId) {
+        if !self.feed.enabled {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (conns, feed) = (Arc::clone(&self.conns), Arc::clone(&self.feed));
+        let digest = digest_to_hex(&id.digest());
+        let within = self.announce_within;
+        drop(runtime.spawn(async move {
+            let sent = tokio::time::timeout(within, conns.publish(&feed.channel, &digest)).await;
+            if !matches!(sent, Ok(Ok(()))) {
+                tracing::debug!(
+                    target: "idem_redis",
+                    "an announcement could not be published: waiters elsewhere poll for it"
+                );
+            }
+        }));
+    }
+
+    /// Starts the change feed (`crate::feed`) on a task of the current runtime.
+    fn watch(&self, changes: Changes) -> bool {
+        if !self.feed.enabled {
+            return false;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let feed = Feed::new(
+            &self.conns,
+            &self.feed,
+            (*self.subscribers).clone(),
+            changes,
+        );
+        drop(runtime.spawn(feed.run()));
+        true
     }
 }

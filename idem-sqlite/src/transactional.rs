@@ -121,7 +121,7 @@ impl Transactional for SqliteStore {
         request: &Request,
         effect: SqliteEffect<E>,
         execution: Execution,
-    ) -> Result<Transacted<E>, Error> {
+    ) -> Result<Transacted<E, SqliteEffect<E>>, Error> {
         let pool = &self.inner.pool;
         let writer = match pool.try_writer() {
             Some(writer) => writer,
@@ -135,7 +135,7 @@ impl Transactional for SqliteStore {
                     })
                     .await??;
                 if let Decision::Answer(answer) = decision {
-                    return Ok(Transacted::Answered(answer));
+                    return Ok(Transacted::Answered(answer, effect));
                 }
                 tokio::time::timeout(execution.store_timeout(), pool.writer())
                     .await
@@ -177,10 +177,10 @@ fn transact_on<E>(
     req: &Request,
     effect: SqliteEffect<E>,
     execution: &Execution,
-) -> Result<Transacted<E>, Error> {
+) -> Result<Transacted<E, SqliteEffect<E>>, Error> {
     let clock = inner.config.clock.as_ref();
     let lease = match ops::reserve(conn, &inner.sql, clock, req, execution.lease_for())? {
-        Begin::Answered(answer) => return Ok(Transacted::Answered(answer)),
+        Begin::Answered(answer) => return Ok(Transacted::Answered(answer, effect)),
         Begin::Acquired(lease) => execution.acquired(lease),
     };
     let end = (|| {

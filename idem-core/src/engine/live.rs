@@ -4,6 +4,7 @@
 //! same-process retry never takes over a live execution nor queues for a busy writer.
 
 use crate::answer::Answer;
+use crate::changes::Wakeups;
 use crate::fingerprint::Fingerprint;
 use crate::lease::Lease;
 use crate::request::Request;
@@ -20,8 +21,14 @@ const PAST_LEASE_RETRY_AFTER: Duration = Duration::from_secs(1);
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Live(Arc<Registry>);
 
-/// The live executions of one store, by record.
-type Registry = Mutex<HashMap<RecordId, Holder>>;
+/// The live executions of one store, by record, and the duplicates waiting for them.
+#[derive(Debug, Default)]
+struct Registry {
+    held: Mutex<HashMap<RecordId, Holder>>,
+    wakeups: Arc<Wakeups>,
+    /// Whether the store's change feed was started (`Some`), and whether there is one.
+    feed: OnceLock<bool>,
+}
 
 #[derive(Debug, Clone, Copy)]
 struct Holder {
@@ -63,7 +70,7 @@ impl Live {
 
     /// The answer to `request` if this process runs an execution of its record now.
     pub(crate) fn answer(&self, request: &Request, lease: Duration) -> Option<Answer> {
-        let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = self.0.held.lock().unwrap_or_else(PoisonError::into_inner);
         let holder = map.get(request.id())?;
         if holder.fingerprint != *request.fingerprint() {
             return Some(Answer::Mismatch);
@@ -88,6 +95,7 @@ impl Live {
             deadline: lease.local_deadline(),
         };
         self.0
+            .held
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(lease.id().clone(), holder);
@@ -100,20 +108,41 @@ impl Live {
 
     /// Moves the registered deadline of `lease` after a renewal.
     pub(crate) fn renewed(&self, lease: &Lease) {
-        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.0.held.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(holder) = map.get_mut(lease.id()) {
             if holder.token == lease.token() {
                 holder.deadline = lease.local_deadline();
             }
         }
     }
+
+    /// The waiters of this store's records in this process.
+    pub(crate) fn wakeups(&self) -> &Arc<Wakeups> {
+        &self.0.wakeups
+    }
+
+    /// Whether the store's change feed runs: started by `start` the first time it is asked.
+    pub(crate) fn feed(&self, start: impl FnOnce() -> bool) -> bool {
+        *self.0.feed.get_or_init(start)
+    }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let mut map = self.live.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if map.get(&self.id).is_some_and(|h| h.token == self.token) {
+        let mut map = self
+            .live
+            .0
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let ended = map.get(&self.id).is_some_and(|h| h.token == self.token);
+        if ended {
             map.remove(&self.id);
+        }
+        drop(map);
+        if ended && self.live.0.wakeups.waiting() > 0 {
+            // Duplicates of this process waiting for it read its record again.
+            self.live.0.wakeups.wake(&self.id.digest());
         }
     }
 }

@@ -11,9 +11,11 @@ mod live;
 mod persist;
 mod run;
 mod transact;
+mod wait;
 
 pub use heartbeat::{on_heartbeat_thread, KeepAlive};
 pub use run::Context;
+pub use wait::waiting_now;
 
 use crate::answer::Answer;
 use crate::begin::Begin;
@@ -34,6 +36,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use wait::{is_in_flight, Attempt};
 
 /// The idempotency engine: a [`Store`], a [`Policy`] and the [`Observer`]s of its events.
 /// Cloning is cheap (one `Arc`).
@@ -263,8 +266,18 @@ impl<S: Store> Idempotency<S> {
         Request::builder(consumer, method, route).max_body_bytes(self.inner.policy.max_body_bytes)
     }
 
-    /// Sends `event` to the observers.
+    /// Sends `event` to the observers. A completion that landed and a reservation given
+    /// back also wake the duplicates waiting for their record ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)).
     pub(crate) fn emit(&self, event: Event<'_>) {
+        if matches!(
+            event.kind(),
+            EventKind::CompletionLanded | EventKind::Released
+        ) && event.error().is_none()
+        {
+            if let Some(id) = event.id() {
+                self.record_changed(id);
+            }
+        }
         self.inner.observers.emit(event);
     }
 
@@ -368,11 +381,38 @@ impl<S: Store> Idempotency<S> {
     /// mismatch). A body over the policy's limit is [`Error::BodyTooLarge`] however the
     /// request was built, and nothing is written (C12). During a [`shutdown`](Self::shutdown)
     /// it is refused (store unavailable, 503).
+    ///
+    /// Under a policy that waits ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)), a
+    /// duplicate of a running execution waits for its end (C5) and gets what it left: the
+    /// replay, or the reservation if the key was given back or its lease passed.
     pub async fn begin(&self, request: &Request) -> Result<Begin, Error> {
+        self.with_wait(request.id(), (), |(), quiet| {
+            self.begin_once(request, quiet)
+        })
+        .await
+    }
+
+    /// One attempt of [`begin`](Self::begin); `quiet`: an in-flight answer is not reported
+    /// (the wait reports how it ended).
+    async fn begin_once(
+        &self,
+        request: &Request,
+        quiet: bool,
+    ) -> Attempt<(), Result<Begin, Error>> {
         let started = Instant::now();
         let result = self.reserve(request, started).await;
-        self.report_begin(request.id(), started, &result);
-        result
+        let in_flight = matches!(&result, Ok(Begin::Answered(answer)) if is_in_flight(answer));
+        if !(quiet && in_flight) {
+            self.report_begin(request.id(), started, &result);
+        }
+        if in_flight {
+            Attempt::InFlight {
+                input: (),
+                output: result,
+            }
+        } else {
+            Attempt::Done(result)
+        }
     }
 
     async fn reserve(&self, request: &Request, started: Instant) -> Result<Begin, Error> {

@@ -1,6 +1,7 @@
 //! The closure style: [`Idempotency::run`] and what its handler gets, [`Context`].
 
 use super::detach::{Boxed, Detach};
+use super::wait::{is_in_flight, Attempt};
 use super::{has_timers, needs_timers, outcome_unknown, shutting_down, Idempotency};
 use crate::begin::Begin;
 use crate::completion::Completion;
@@ -37,6 +38,12 @@ impl<S: Store + 'static> Idempotency<S> {
     /// runtime shuts down, [`shutdown`](Self::shutdown) or [`drain`](Self::drain) waits for
     /// such executions.
     ///
+    /// **Waiting** (opt-in, [`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)): a duplicate
+    /// of a running execution waits for its end and gets its replay; if the original gave the
+    /// key back (or its lease passed), this `handler` runs instead; if the wait ends first, the
+    /// in-flight answer. Waiting holds no store connection and no thread; dropping this future
+    /// while it waits cancels the wait, and nothing runs.
+    ///
     /// **Lease.** While the handler runs, the engine renews its lease on a heartbeat (every third
     /// of the policy's lease, from a thread of its own), so a slow handler is never taken over
     /// while its process lives; [`Context::renew`] is there for handlers that want to know they
@@ -64,40 +71,73 @@ impl<S: Store + 'static> Idempotency<S> {
         if !has_timers() {
             return Err(RunError::Idem(needs_timers()));
         }
+        self.with_wait(request.id(), handler, |handler, quiet| {
+            self.run_once(request, handler, quiet)
+        })
+        .await
+    }
+
+    /// One attempt of [`run`](Self::run): `handler` comes back unused with an in-flight answer
+    /// (not reported when `quiet`), for the next attempt of a wait.
+    async fn run_once<F, Fut, R, E>(
+        &self,
+        request: &Request,
+        handler: F,
+        quiet: bool,
+    ) -> Attempt<F, Result<Outcome, RunError<E>>>
+    where
+        F: FnOnce(Context<S>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<R, Failure<E>>> + Send + 'static,
+        R: Into<Reply> + Send + 'static,
+        E: Send + 'static,
+    {
         let engine = self.clone();
         let owned = request.clone();
         // Boxed here, once: the execution moves on as a pointer (see `detach`).
         self.execution(
             request.id(),
             Box::pin(async move {
-                let lease = match engine.begin(&owned).await.map_err(RunError::Idem)? {
-                    Begin::Acquired(lease) => lease,
-                    Begin::Answered(answer) => return Ok(Outcome::Answered(answer)),
+                let begun = match engine.begin_once(&owned, quiet).await {
+                    Attempt::Done(begun) | Attempt::InFlight { output: begun, .. } => begun,
                 };
-                engine.execute(lease, handler).await
+                match begun {
+                    Err(error) => Attempt::Done(Err(RunError::Idem(error))),
+                    Ok(Begin::Answered(answer)) if is_in_flight(&answer) => Attempt::InFlight {
+                        input: handler,
+                        output: Ok(Outcome::Answered(answer)),
+                    },
+                    Ok(Begin::Answered(answer)) => Attempt::Done(Ok(Outcome::Answered(answer))),
+                    Ok(Begin::Acquired(lease)) => {
+                        // Boxed on this path only: an answer does not carry the size of an
+                        // execution in its future.
+                        Attempt::Done(Box::pin(engine.execute(lease, handler)).await)
+                    }
+                }
             }),
+            |error| Attempt::Done(Err(RunError::Idem(error))),
         )
         .await
     }
 
     /// Runs `execution` so that it outlives its caller ([`Detach`]), counted by the shutdown gate
-    /// (refused once shutdown began): a dropped caller does not cancel it (C8), and a panic in it
-    /// resumes in the caller.
-    pub(crate) async fn execution<E>(
+    /// (refused once shutdown began, with `refused` of the error): a dropped caller does not
+    /// cancel it (C8), and a panic in it resumes in the caller.
+    pub(crate) async fn execution<T>(
         &self,
         id: &RecordId,
-        execution: Boxed<Result<Outcome, RunError<E>>>,
-    ) -> Result<Outcome, RunError<E>>
+        execution: Boxed<T>,
+        refused: impl FnOnce(Error) -> T,
+    ) -> T
     where
-        E: Send + 'static,
+        T: Send + 'static,
     {
         let Some(running) = self.inner.gate.enter() else {
             let error = shutting_down();
             self.emit(Event::new(EventKind::Rejected).about(id).failed(&error));
-            return Err(RunError::Idem(error));
+            return refused(error);
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return Err(RunError::Idem(needs_timers()));
+            return refused(needs_timers());
         };
         // Polled here while the caller waits; handed to the runtime if the caller goes away.
         Detach::new(execution, running, runtime).await

@@ -3,6 +3,7 @@
 //! becomes of the key: kept with the answer that committed, given back when the transaction
 //! provably rolled back, kept in progress when that cannot be told (C8).
 
+use super::wait::{is_in_flight, Attempt};
 use super::{acquire_kind, answer_kind, has_timers, needs_timers, outcome_unknown, Idempotency};
 use crate::answer::Answer;
 use crate::completion::Completion;
@@ -86,7 +87,10 @@ impl<S: Transactional + 'static> Idempotency<S> {
     ///   be told within the store timeout, [`RunError::InDoubt`] and the key is kept;
     /// - a panic in the effect: rolled back, the key given back, the panic resumes here.
     ///
-    /// Replays, in-flight answers and mismatches never run the effect.
+    /// Replays, in-flight answers and mismatches never run the effect. Under a policy that
+    /// waits ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)), a duplicate of a running
+    /// execution waits for its end (C5): its replay, or this effect run if the original rolled
+    /// back; the wait holds neither a connection nor the writer.
     pub async fn transact<E: Send + 'static>(
         &self,
         request: &Request,
@@ -95,6 +99,20 @@ impl<S: Transactional + 'static> Idempotency<S> {
         if !has_timers() {
             return Err(RunError::Idem(needs_timers()));
         }
+        self.with_wait(request.id(), effect, |effect, quiet| {
+            self.transact_once(request, effect, quiet)
+        })
+        .await
+    }
+
+    /// One attempt of [`transact`](Self::transact): `effect` comes back unused with an
+    /// in-flight answer (not reported when `quiet`), for the next attempt of a wait.
+    async fn transact_once<E: Send + 'static>(
+        &self,
+        request: &Request,
+        effect: S::Effect<E>,
+        quiet: bool,
+    ) -> Attempt<S::Effect<E>, Result<Outcome, RunError<E>>> {
         let started = Instant::now();
         match self.answer_before_store(request) {
             Err(error) => {
@@ -103,12 +121,9 @@ impl<S: Transactional + 'static> Idempotency<S> {
                         .about(request.id())
                         .failed(&error),
                 );
-                return Err(RunError::Idem(error));
+                return Attempt::Done(Err(RunError::Idem(error)));
             }
-            Ok(Some(answer)) => {
-                self.emit(Event::new(answer_kind(&answer)).about(request.id()));
-                return Ok(Outcome::Answered(answer));
-            }
+            Ok(Some(answer)) => return self.answered(request.id(), started, answer, effect, quiet),
             Ok(None) => {}
         }
         let engine = self.clone();
@@ -130,10 +145,62 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 let held = execution
                     .take_acquired()
                     .and_then(|held| held.downcast::<Held>().ok());
-                engine.conclude(&owned, started, result, held).await
+                let acquired = match result {
+                    Ok(Transacted::Answered(answer, effect)) => {
+                        return match engine.screen(answer) {
+                            Ok(answer) => {
+                                engine.answered(owned.id(), started, answer, effect, quiet)
+                            }
+                            Err(error) => {
+                                engine.emit(
+                                    Event::new(EventKind::Rejected)
+                                        .about(owned.id())
+                                        .took(started.elapsed())
+                                        .failed(&error),
+                                );
+                                Attempt::Done(Err(RunError::Idem(error)))
+                            }
+                        };
+                    }
+                    Ok(Transacted::Acquired { lease, end }) => Ok((lease, end)),
+                    Err(error) => Err(error),
+                };
+                // Boxed on this path only: an answer (a replay) does not carry the size of
+                // what follows an acquisition in its future.
+                Attempt::Done(Box::pin(engine.conclude(&owned, started, acquired, held)).await)
             }),
+            |error| Attempt::Done(Err(RunError::Idem(error))),
         )
         .await
+    }
+
+    /// An answer that ran nothing (screened), reported unless it is "in flight" and `quiet`;
+    /// in flight, the effect comes back for the next attempt of a wait.
+    fn answered<F, E>(
+        &self,
+        id: &crate::scope::RecordId,
+        started: Instant,
+        answer: Answer,
+        effect: F,
+        quiet: bool,
+    ) -> Attempt<F, Result<Outcome, RunError<E>>> {
+        let in_flight = is_in_flight(&answer);
+        if !(quiet && in_flight) {
+            self.emit(
+                Event::new(answer_kind(&answer))
+                    .about(id)
+                    .took(started.elapsed()),
+            );
+        }
+        let output = Ok(Outcome::Answered(answer));
+        if in_flight {
+            Attempt::InFlight {
+                input: effect,
+                output,
+            }
+        } else {
+            Attempt::Done(output)
+        }
     }
 
     /// What the transaction's end means for the key, and the caller's answer.
@@ -141,32 +208,13 @@ impl<S: Transactional + 'static> Idempotency<S> {
         &self,
         request: &Request,
         started: Instant,
-        result: Result<Transacted<E>, Error>,
+        acquired: Result<(Lease, TxEnd<E>), Error>,
         held: Option<Box<Held>>,
     ) -> Result<Outcome, RunError<E>> {
         let id = request.id();
         let reported = held.is_some();
-        let (lease, end) = match (result, held.as_ref()) {
-            (Ok(Transacted::Answered(answer)), _) => {
-                let screened = self.screen(answer);
-                let event = Event::new(match &screened {
-                    Ok(answer) => answer_kind(answer),
-                    Err(_) => EventKind::Rejected,
-                })
-                .about(id)
-                .took(started.elapsed());
-                return match screened {
-                    Ok(answer) => {
-                        self.emit(event);
-                        Ok(Outcome::Answered(answer))
-                    }
-                    Err(error) => {
-                        self.emit(event.failed(&error));
-                        Err(RunError::Idem(error))
-                    }
-                };
-            }
-            (Ok(Transacted::Acquired { lease, end }), _) => (lease, end),
+        let (lease, end) = match (acquired, held.as_ref()) {
+            (Ok(acquired), _) => acquired,
             // Failed after acquiring, without saying how the transaction ended: it did not
             // commit (no commit was attempted), so it rolled back.
             (Err(error), Some(held)) => (held.lease.clone(), TxEnd::RolledBack(error)),

@@ -5,6 +5,7 @@ use crate::clock::Timestamp;
 use crate::error::Error;
 use crate::request::Request;
 use crate::scope::RecordId;
+use crate::store::Changes;
 use crate::store::{Capabilities, Completion, Lease, ListQuery, Page, Record, Stats, Store};
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -61,5 +62,12 @@ impl<S: Store + 'static> Store for Elsewhere<S> {
     }
     fn capabilities(&self) -> Capabilities {
         self.0.capabilities()
+    }
+    fn announce(&self, id: &RecordId) {
+        self.0.announce(id)
+    }
+    // Another process has a feed of its own on the same server.
+    fn watch(&self, changes: Changes) -> bool {
+        self.0.watch(changes)
     }
 }

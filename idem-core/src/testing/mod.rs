@@ -45,12 +45,14 @@ mod heartbeat;
 mod listing;
 mod scenarios;
 mod transactional;
+mod waiting;
 
 pub use elsewhere::Elsewhere;
 pub use heartbeat::*;
 pub use listing::*;
 pub use scenarios::*;
 pub use transactional::*;
+pub use waiting::*;
 
 use crate::store::{Completion, Store};
 use crate::{Error, FencingToken, Fingerprint, IdempotencyKey, Policy, RecordId, Request, Scope};
@@ -141,6 +143,10 @@ macro_rules! __idem_conformance_scenarios {
             c04_concurrent_same_key_one_effect,
             c04_concurrent_distinct_keys_all_run,
             c05_in_flight_duplicate_is_answered_at_once,
+            c05_a_waiting_duplicate_gets_the_replay_when_the_original_completes,
+            c05_a_wait_ends_in_flight_at_its_bound,
+            c05_a_duplicate_of_a_released_original_runs_after_waiting,
+            c05_waiters_beyond_the_cap_are_answered_at_once,
             c06_completion_is_fenced_and_happens_once,
             c07_sequential_replay_same_bytes_no_new_effect,
             c07_body_meaning_headers_travel_with_the_body,
@@ -237,6 +243,7 @@ mod tests {
         let tx_listed: &[&str] = crate::__idem_transactional_scenarios!(names);
         let mut defined = public_fns(include_str!("scenarios.rs"));
         defined.extend(public_fns(include_str!("listing.rs")));
+        defined.extend(public_fns(include_str!("waiting.rs")));
         defined.sort_unstable();
         let mut listed = listed.to_vec();
         listed.sort_unstable();

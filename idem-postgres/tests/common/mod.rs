@@ -30,15 +30,17 @@ pub fn bouncer_url() -> String {
 /// A store on a new table of [`SCHEMA`], migrated, with a small pool.
 pub async fn store_on(url: &str, mode: StatementMode, isolation: Isolation) -> PgStore {
     let table = format!("t_{}", FencingToken::generate());
-    let store = PgStore::builder()
+    let mut builder = PgStore::builder()
         .schema(SCHEMA)
         .table(&table)
         .statements(mode)
         .isolation(isolation)
-        .max_connections(8)
-        .connect(url)
-        .await
-        .expect("connect");
+        .max_connections(8);
+    if mode == StatementMode::Simple {
+        // Behind PgBouncer in transaction mode: the change feed's LISTEN needs the server.
+        builder = builder.listener_url(&pg_url());
+    }
+    let store = builder.connect(url).await.expect("connect");
     store.migrate().await.expect("migrate");
     business_table(store.pool()).await;
     store

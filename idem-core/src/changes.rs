@@ -1,0 +1,271 @@
+//! How a duplicate that waits for its original learns that the original ended (C5, the opt-in
+//! bounded wait of [`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)): the engine wakes it
+//! when an execution of this process ends, and a store with a change feed
+//! ([`Store::watch`](crate::Store::watch)) wakes it when another process announces one
+//! ([`Store::announce`](crate::Store::announce)). A waiter holds no store connection and no
+//! thread: it is a future parked on a [`Notify`] of its record.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use tokio::sync::futures::OwnedNotified;
+use tokio::sync::Notify;
+
+/// The waiters of one store in this process, by record digest
+/// ([`RecordId::digest`](crate::RecordId::digest)).
+#[derive(Debug, Default)]
+pub(crate) struct Wakeups {
+    /// How many subscriptions are open: a wake-up with none costs one atomic read.
+    waiting: AtomicUsize,
+    records: Mutex<HashMap<[u8; 32], Arc<Notify>>>,
+}
+
+impl Wakeups {
+    /// Registers interest in the record `digest` until the subscription is dropped.
+    pub(crate) fn subscribe(self: &Arc<Self>, digest: [u8; 32]) -> Subscription {
+        let notify = {
+            let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+            Arc::clone(records.entry(digest).or_default())
+        };
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        Subscription {
+            wakeups: Arc::clone(self),
+            digest,
+            armed: None,
+            notify,
+        }
+    }
+
+    /// Wakes the waiters of `digest`, if any.
+    pub(crate) fn wake(&self, digest: &[u8; 32]) {
+        if self.waiting.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(notify) = records.get(digest) {
+            notify.notify_waiters();
+        }
+    }
+
+    /// Wakes every waiter (a change feed that may have missed announcements).
+    pub(crate) fn wake_all(&self) {
+        if self.waiting.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        for notify in records.values() {
+            notify.notify_waiters();
+        }
+    }
+
+    /// How many waiters are registered.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Acquire)
+    }
+}
+
+/// One waiter's interest in one record.
+pub(crate) struct Subscription {
+    wakeups: Arc<Wakeups>,
+    digest: [u8; 32],
+    notify: Arc<Notify>,
+    armed: Option<Pin<Box<OwnedNotified>>>,
+}
+
+impl Subscription {
+    /// Starts listening: a wake-up from now on is kept for the next [`woken`](Self::woken),
+    /// even one that comes before it is awaited. Arm, then read the record, then wait: no
+    /// change between the read and the wait is missed.
+    pub(crate) fn arm(&mut self) {
+        let mut notified = Box::pin(Arc::clone(&self.notify).notified_owned());
+        notified.as_mut().enable();
+        self.armed = Some(notified);
+    }
+
+    /// Resolves at the first wake-up since [`arm`](Self::arm) (never, if not armed).
+    pub(crate) async fn woken(&mut self) {
+        match self.armed.as_mut() {
+            Some(notified) => notified.as_mut().await,
+            None => std::future::pending().await,
+        }
+        self.armed = None;
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.armed = None;
+        let mut records = self
+            .wakeups
+            .records
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // The map's and this one: the last waiter of the record removes its entry.
+        if Arc::strong_count(&self.notify) == 2 {
+            records.remove(&self.digest);
+        }
+        drop(records);
+        self.wakeups.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscription")
+            .field("armed", &self.armed.is_some())
+            .finish()
+    }
+}
+
+/// Where a store's change feed delivers what other processes announce
+/// ([`Store::announce`](crate::Store::announce)), given to [`Store::watch`](crate::Store::watch).
+/// Cheap to clone; it does not keep the engine alive: once every engine of the store is gone,
+/// [`is_closed`](Self::is_closed) says so and the feed may stop.
+///
+/// ```
+/// use idem_core::store::Changes;
+/// // A feed's loop, for each announcement it receives (the record's digest):
+/// fn deliver(changes: &Changes, payload: &str) {
+///     match idem_core::store::digest_from_hex(payload) {
+///         Some(digest) => changes.changed(&digest),
+///         // Not ours, or damaged: wake everyone rather than miss one.
+///         None => changes.missed(),
+///     }
+/// }
+/// let closed = Changes::closed();
+/// deliver(&closed, "00");
+/// assert!(closed.is_closed());
+/// ```
+#[derive(Clone)]
+pub struct Changes(Weak<Wakeups>);
+
+impl Changes {
+    pub(crate) fn of(wakeups: &Arc<Wakeups>) -> Self {
+        Changes(Arc::downgrade(wakeups))
+    }
+
+    /// A handle whose engines are gone: every call does nothing, [`is_closed`](Self::is_closed)
+    /// is true. For tests and examples of a feed.
+    pub fn closed() -> Self {
+        Changes(Weak::new())
+    }
+
+    /// The record whose [`digest`](crate::RecordId::digest) is `digest` changed in another
+    /// process (completed or released): its waiters read it again.
+    pub fn changed(&self, digest: &[u8; 32]) {
+        if let Some(wakeups) = self.0.upgrade() {
+            wakeups.wake(digest);
+        }
+    }
+
+    /// The feed may have missed announcements (it reconnected, or it received one it cannot
+    /// read): every waiter reads its record again.
+    pub fn missed(&self) {
+        if let Some(wakeups) = self.0.upgrade() {
+            wakeups.wake_all();
+        }
+    }
+
+    /// Whether every engine of the store is gone: the feed may stop.
+    pub fn is_closed(&self) -> bool {
+        self.0.strong_count() == 0
+    }
+}
+
+impl fmt::Debug for Changes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Changes")
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+/// The form of a record's digest in an announcement: 64 lower-case hexadecimal digits.
+///
+/// ```
+/// use idem_core::store::{digest_from_hex, digest_to_hex};
+/// let digest = [7u8; 32];
+/// assert_eq!(digest_from_hex(&digest_to_hex(&digest)), Some(digest));
+/// assert_eq!(digest_from_hex("not hex"), None);
+/// ```
+pub fn digest_to_hex(digest: &[u8; 32]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(64);
+    for byte in digest {
+        text.push(char::from(HEX[usize::from(byte >> 4)]));
+        text.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    }
+    text
+}
+
+/// Reads [`digest_to_hex`]'s form back; `None` for anything else.
+pub fn digest_from_hex(text: &str) -> Option<[u8; 32]> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 64 {
+        return None;
+    }
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
+    let mut digest = [0u8; 32];
+    for (i, pair) in bytes.chunks_exact(2).enumerate() {
+        digest[i] = (nibble(pair[0])? << 4) | nibble(pair[1])?;
+    }
+    Some(digest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn c05_a_wake_between_the_read_and_the_wait_is_not_missed() {
+        let wakeups = Arc::new(Wakeups::default());
+        let mut subscription = wakeups.subscribe([1; 32]);
+        subscription.arm();
+        // The original ends after the waiter armed and before it awaits.
+        Changes::of(&wakeups).changed(&[1; 32]);
+        tokio::time::timeout(Duration::from_secs(1), subscription.woken())
+            .await
+            .expect("the wake-up before the await is kept");
+    }
+
+    #[tokio::test]
+    async fn c05_a_wake_of_another_record_wakes_nobody() {
+        let wakeups = Arc::new(Wakeups::default());
+        let mut subscription = wakeups.subscribe([1; 32]);
+        subscription.arm();
+        wakeups.wake(&[2; 32]);
+        let woken = tokio::time::timeout(Duration::from_millis(50), subscription.woken()).await;
+        assert!(woken.is_err(), "woken by another record's change");
+        wakeups.wake_all();
+        subscription.arm();
+        wakeups.wake_all();
+        tokio::time::timeout(Duration::from_secs(1), subscription.woken())
+            .await
+            .expect("a missed feed wakes everyone");
+    }
+
+    #[test]
+    fn c05_the_last_waiter_of_a_record_removes_its_entry() {
+        let wakeups = Arc::new(Wakeups::default());
+        let first = wakeups.subscribe([1; 32]);
+        let second = wakeups.subscribe([1; 32]);
+        assert_eq!(wakeups.waiting(), 2);
+        drop(first);
+        assert_eq!(wakeups.records.lock().map(|r| r.len()).unwrap_or(0), 1);
+        drop(second);
+        assert_eq!(wakeups.waiting(), 0);
+        assert_eq!(wakeups.records.lock().map(|r| r.len()).unwrap_or(1), 0);
+        let changes = Changes::of(&wakeups);
+        assert!(!changes.is_closed());
+        drop(wakeups);
+        assert!(changes.is_closed());
+    }
+}
