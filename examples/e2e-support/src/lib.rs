@@ -1,11 +1,14 @@
 //! What the examples' end-to-end tests share: a server run as a real child process that is
-//! always killed ([`ServerProcess`]), one complete HTTP answer ([`Reply`]), random numbers and
-//! error chains. Each example's `tests/support` builds its own server command and client on it.
+//! always killed ([`ServerProcess`]), one complete HTTP answer ([`Reply`]), a raw TCP client
+//! for slow and stalled clients ([`RawClient`]), random numbers and error chains. Each
+//! example's `tests/support` builds its own server command and client on it.
 
 mod process;
+mod raw;
 mod reply;
 
 pub use process::ServerProcess;
+pub use raw::{Closed, RawClient};
 pub use reply::Reply;
 
 use std::collections::hash_map::RandomState;

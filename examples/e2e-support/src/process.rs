@@ -84,6 +84,11 @@ impl ServerProcess {
         server
     }
 
+    /// `127.0.0.1:PORT`: where the server listens.
+    pub fn addr(&self) -> &str {
+        self.base_url.trim_start_matches("http://")
+    }
+
     /// `base_url` + `path`.
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url)

@@ -1,20 +1,23 @@
-//! The HTTP API: routes, the idempotency layer in front of them, one log line per request.
+//! The HTTP API: routes, the idempotency layer in front of them, bodies read within their
+//! deadline and budget, one log line per request.
 
 use crate::account::{account, Account};
 use crate::charge::{Charge, NewCharge};
-use crate::db::Backend;
-use crate::errors::{render_problem, ApiError};
+use crate::db::{is_unavailable, Backend, DbError};
+use crate::errors::{render_problem, render_refusal, ApiError};
+use crate::request_log::log_request;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use idem::tower::{Completed, Handled, IdempotencyLayer, Reservation};
+use idem::tower::{Completed, IdempotencyLayer, Reservation};
 use serde::Deserialize;
+use serving::{buffer_body, BodyGate, Limits, Tasks};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The longest delay the test hook accepts.
 const MAX_TEST_DELAY: Duration = Duration::from_secs(120);
@@ -26,8 +29,15 @@ pub struct App<B> {
 }
 
 /// The API over `backend`: `POST /v1/charges` behind the idempotency layer, the reads beside
-/// it, and with `test_hooks` the test endpoints.
-pub fn router<B: Backend>(backend: B, test_hooks: bool) -> Router {
+/// it, and with `test_hooks` the test endpoints. Every request runs on a task of `tasks`, its
+/// body read first within `limits`.
+pub fn router<B: Backend>(backend: B, test_hooks: bool, limits: &Limits, tasks: Tasks) -> Router {
+    let gate = BodyGate::new(
+        backend.idem().policy().max_body_bytes,
+        limits.body_timeout,
+        limits.max_buffered_body_bytes,
+        render_refusal,
+    );
     let layer =
         IdempotencyLayer::new(backend.idem().clone(), account).render_problems(render_problem);
     let app = Arc::new(App {
@@ -44,10 +54,24 @@ pub fn router<B: Backend>(backend: B, test_hooks: bool) -> Router {
         router = router.route("/test/charges/count", get(count_charges::<B>));
     }
     router
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed().into_response() })
         .route_layer(layer)
         .fallback(|| async { ApiError::missing("route", "unknown").into_response() })
         .with_state(app)
-        .layer(middleware::from_fn(log_request))
+        .layer(middleware::from_fn_with_state(gate, buffer_body))
+        .layer(middleware::from_fn_with_state(tasks, log_request))
+}
+
+/// The answer to a failed read: 503 with `Retry-After` when the database is unavailable, else
+/// 500.
+fn read_failed(error: &DbError, what: &str) -> Response {
+    if is_unavailable(error) {
+        tracing::warn!(%error, "{what}: the database is unavailable");
+        ApiError::unavailable().into_response()
+    } else {
+        tracing::error!(%error, "{what} failed");
+        ApiError::internal().into_response()
+    }
 }
 
 /// `POST /v1/charges`: the charge row and the idempotency completion in one transaction. A
@@ -66,13 +90,16 @@ async fn create_charge<B: Backend>(
     };
     let delay = app.test_hooks.then(|| test_delay(&headers)).flatten();
     let charge = Charge::create(new);
+    // What a call to a card network would carry as its own idempotency key: the same on every
+    // retry and takeover of this request, scoped by account, route and key.
+    tracing::debug!(charge = %charge.id, downstream_key = %reservation.downstream_key(), "charging");
     match app
         .backend
         .create(&reservation, &account, &charge, delay)
         .await
     {
         Ok(completion) => Completed(completion).into_response(),
-        Err(error) if crate::db::is_unavailable(&error) => {
+        Err(error) if is_unavailable(&error) => {
             tracing::warn!(%error, "the database is unavailable; the charge rolled back");
             ApiError::unavailable().nothing_happened()
         }
@@ -104,10 +131,7 @@ async fn get_charge<B: Backend>(
     match app.backend.get(&account, &id).await {
         Ok(Some(charge)) => Json(charge).into_response(),
         Ok(None) => ApiError::missing("charge", &id).into_response(),
-        Err(error) => {
-            tracing::error!(%error, "reading a charge failed");
-            ApiError::internal().into_response()
-        }
+        Err(error) => read_failed(&error, "reading a charge"),
     }
 }
 
@@ -142,10 +166,7 @@ async fn list_charges<B: Backend>(
             "url": "/v1/charges",
         }))
         .into_response(),
-        Err(error) => {
-            tracing::error!(%error, "listing charges failed");
-            ApiError::internal().into_response()
-        }
+        Err(error) => read_failed(&error, "listing charges"),
     }
 }
 
@@ -153,29 +174,6 @@ async fn list_charges<B: Backend>(
 async fn count_charges<B: Backend>(State(app): State<Arc<App<B>>>) -> Response {
     match app.backend.count().await {
         Ok(count) => Json(serde_json::json!({ "count": count })).into_response(),
-        Err(error) => {
-            tracing::error!(%error, "counting charges failed");
-            ApiError::internal().into_response()
-        }
+        Err(error) => read_failed(&error, "counting charges"),
     }
-}
-
-/// One line per request: method, path, status, what idempotency did, the key's consumer (an
-/// account id, never the API key), the latency. Never the idempotency key, a body or a
-/// credential.
-async fn log_request(request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
-    let response = next.run(request).await;
-    let handled = response.extensions().get::<Handled>();
-    tracing::info!(
-        %method,
-        path,
-        status = response.status().as_u16(),
-        outcome = handled.map_or("-", |h| h.disposition.name()),
-        consumer = handled.and_then(|h| h.consumer.as_deref()).unwrap_or("-"),
-        latency_ms = format!("{:.1}", started.elapsed().as_secs_f64() * 1000.0),
-        "request"
-    );
-    response
 }

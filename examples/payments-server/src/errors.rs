@@ -1,11 +1,22 @@
 //! Errors in Stripe's shape: `{"error": {"type": .., "code": .., "message": .., "param": ..}}`.
+//! Every 401 names the schemes the server accepts in `WWW-Authenticate`; a 405 is also an RFC
+//! 9457 problem (`application/problem+json`, with the `error` object beside `type`, `title`,
+//! `status` and `detail`); a 503 carries `Retry-After`.
 
-use axum::http::StatusCode;
+use axum::http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use idem::tower::NothingHappened;
 use idem::{Problem, StoredResponse};
 use serde::Serialize;
+use serving::Refusal;
+
+/// The challenges of a 401: the API key as a Bearer token, or as the Basic user name.
+pub const CHALLENGES: [&str; 2] = [
+    "Bearer realm=\"payments\"",
+    "Basic realm=\"payments\", charset=\"UTF-8\"",
+];
 
 /// An API error, as Stripe's clients expect it.
 #[derive(Debug, Clone, Serialize)]
@@ -71,6 +82,58 @@ impl ApiError {
         }
     }
 
+    /// A 405 `invalid_request_error`: the path exists, not with this method (the router adds
+    /// `Allow`).
+    pub fn method_not_allowed() -> Self {
+        Self {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            code: "method_not_allowed".to_owned(),
+            ..Self::invalid(
+                "",
+                None,
+                "This method is not allowed on this path; the Allow header lists those that are.",
+            )
+        }
+    }
+
+    /// The answer to a request whose body was refused before routing (too large, too slow,
+    /// no room to buffer it, broken).
+    pub fn refused_body(refusal: Refusal) -> Self {
+        let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::BAD_REQUEST);
+        match refusal {
+            Refusal::TooLarge { limit } => Self {
+                status,
+                ..Self::invalid(
+                    "body_too_large",
+                    None,
+                    format!("The body is over the limit of {limit} bytes."),
+                )
+            },
+            Refusal::TimedOut { after } => Self {
+                status,
+                ..Self::invalid(
+                    "request_timeout",
+                    None,
+                    format!(
+                        "The body did not arrive within {} ms; retry with the same idempotency key.",
+                        after.as_millis()
+                    ),
+                )
+            },
+            Refusal::Busy => Self {
+                code: "server_busy".to_owned(),
+                message: "The server is busy receiving other requests; retry later with the same idempotency key."
+                    .to_owned(),
+                ..Self::unavailable()
+            },
+            Refusal::Broken => Self::invalid(
+                "body_incomplete",
+                None,
+                "The body could not be read to its end.",
+            ),
+        }
+    }
+
     /// A 500 `api_error`: the server failed (nothing is said of the cause).
     pub fn internal() -> Self {
         Self {
@@ -96,15 +159,42 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (self.status, Json(Envelope { error: &self })).into_response();
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+        let mut response = if self.status == StatusCode::METHOD_NOT_ALLOWED {
+            // A problem (RFC 9457) that is also a Stripe error: `type`, `title`, `status`,
+            // `detail`, and the `error` object Stripe's clients read.
+            let problem = Problem::new(405, "method-not-allowed", &self.message, false);
+            let body = serde_json::json!({
+                "type": problem.type_uri(),
+                "title": problem.kind,
+                "status": problem.status,
+                "detail": problem.detail,
+                "error": &self,
+            });
+            let mut response = (self.status, Json(body)).into_response();
             response.headers_mut().insert(
-                axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from_static("1"),
+                CONTENT_TYPE,
+                HeaderValue::from_static("application/problem+json"),
             );
+            response
+        } else {
+            (self.status, Json(Envelope { error: &self })).into_response()
+        };
+        let headers = response.headers_mut();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            for challenge in CHALLENGES {
+                headers.append(WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+            }
         }
         response
     }
+}
+
+/// A refused body in Stripe's shape (the [`serving::BodyGate`]'s renderer).
+pub fn render_refusal(refusal: Refusal) -> Response {
+    ApiError::refused_body(refusal).into_response()
 }
 
 /// The idempotency layer's problems in Stripe's shape. A 409 for a request in flight stays
@@ -115,6 +205,7 @@ pub fn render_problem(problem: &Problem) -> StoredResponse {
         "idempotency-key-invalid" => ("invalid_request_error", "idempotency_key_invalid"),
         "invalid-request" => ("invalid_request_error", "parameter_invalid"),
         "body-too-large" => ("invalid_request_error", "body_too_large"),
+        "path-too-long" => ("invalid_request_error", "path_too_long"),
         "idempotency-key-reused" => ("idempotency_error", "idempotency_key_reused"),
         "request-in-progress" => ("idempotency_error", "idempotency_key_in_use"),
         "consumer-unknown" => ("authentication_error", "api_key_invalid"),
@@ -128,8 +219,15 @@ pub fn render_problem(problem: &Problem) -> StoredResponse {
         message: problem.detail.clone(),
         param: None,
     };
-    StoredResponse::new(problem.status, error.body())
-        .with_header("content-type", "application/json")
+    let response = StoredResponse::new(problem.status, error.body())
+        .with_header("content-type", "application/json");
+    if problem.status == 401 {
+        CHALLENGES
+            .iter()
+            .fold(response, |r, c| r.with_header("www-authenticate", *c))
+    } else {
+        response
+    }
 }
 
 #[cfg(test)]
@@ -149,5 +247,23 @@ mod tests {
         assert_eq!(http.status, 422);
         assert_eq!(body["error"]["type"], "idempotency_error");
         assert_eq!(body["error"]["code"], "idempotency_key_reused");
+    }
+
+    #[test]
+    fn every_401_carries_the_challenges() {
+        let problem = Problem::new(401, "consumer-unknown", "no owner", false);
+        let http = render_problem(&problem);
+        let challenges: Vec<&[u8]> = http
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("www-authenticate"))
+            .map(|(_, v)| v.as_slice())
+            .collect();
+        assert_eq!(challenges.len(), 2, "{:?}", http.headers);
+        let response = ApiError::unauthenticated().into_response();
+        assert_eq!(
+            response.headers().get_all(WWW_AUTHENTICATE).iter().count(),
+            2
+        );
     }
 }

@@ -6,16 +6,26 @@
 //! curl -s localhost:8080/v1/charges -u sk_test_123: -H 'Idempotency-Key: 5d4f...' \
 //!      -d amount=4242 -d currency=usd -d description='Tea for two'
 //! ```
+//!
+//! It bounds what slow or hostile clients can hold: a deadline for each request's head
+//! (`--header-timeout-ms`, default 10 s; also how long an idle connection stays open) and body
+//! (`--body-timeout-ms`, default 30 s, then 408), a cap on open connections
+//! (`--max-connections`, default 1024) and on the body bytes held at once
+//! (`--max-buffered-body-bytes`, default 16 MiB, then 503); `--help` lists every setting and
+//! its environment variable. Every request runs to its end on a task of its own and logs one
+//! `request` line, also when its client hung up (`client="gone"`).
 
 mod account;
 mod app;
 mod charge;
 mod db;
 mod errors;
+mod request_log;
 mod settings;
 
 use db::{Backend, Postgres, Sqlite};
 use idem::Policy;
+use serving::Tasks;
 use settings::{Database, Settings};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -54,9 +64,14 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
         tracing::warn!("IDEM_TEST_HOOKS=1: TEST HOOKS ARE ON (X-Test-Delay-Ms, GET /test/charges/count). Never in production.");
     }
     let policy = Policy::default().lease(settings.lease);
+    let limits = &settings.limits;
     tracing::info!(
         database = settings.database.describe(),
         lease_ms = settings.lease.as_millis() as u64,
+        header_timeout_ms = limits.header_timeout.as_millis() as u64,
+        body_timeout_ms = limits.body_timeout.as_millis() as u64,
+        max_connections = limits.max_connections,
+        max_buffered_body_bytes = limits.max_buffered_body_bytes,
         "opening"
     );
     match &settings.database {
@@ -75,14 +90,17 @@ async fn run<B: Backend>(backend: B, settings: &Settings) -> Result<(), BoxError
     std::io::stdout().flush()?;
     tracing::info!(%addr, "listening");
     let gate = idem.clone();
-    axum::serve(listener, app::router(backend, settings.test_hooks))
-        .with_graceful_shutdown(async move {
-            shutdown().await;
-            // Requests still arriving on open connections start nothing: 503, Retry-After.
-            gate.close();
-        })
-        .await?;
-    // Executions whose clients went away finish and store their responses before we exit.
+    let (tasks, drained) = Tasks::new();
+    let app = app::router(backend, settings.test_hooks, &settings.limits, tasks);
+    serving::serve(listener, app, &settings.limits, async move {
+        shutdown().await;
+        // Requests still arriving on open connections start nothing: 503, Retry-After.
+        gate.close();
+    })
+    .await;
+    // Requests whose clients went away finish, store their responses and log their lines
+    // before we exit.
+    drained.wait().await;
     idem.shutdown().await;
     purger.stop().await;
     tracing::info!("stopped");

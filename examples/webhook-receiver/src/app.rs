@@ -1,11 +1,13 @@
-//! The HTTP side: `POST /webhooks/stripe`, the operator's `GET /audit`, the test hooks, and one
-//! log line per delivery.
+//! The HTTP side: `POST /webhooks/stripe`, the operator's `GET /audit`, the test hooks, bodies
+//! read within their deadline and budget, one log line per request and one per delivery.
 
+use crate::request_log::log_request;
 use crate::shop::{self, BoxError, Effect, PaidOrder};
 use crate::stripe::{InvalidEvent, StripeEvent};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Query, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -14,17 +16,21 @@ use idem::inbox::{
     SignatureScheme,
 };
 use idem::sqlite::SqliteStore;
-use idem::{Problem, StoredResponse, Timestamp};
+use idem::{Problem, Timestamp};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use serving::{buffer_body, BodyGate, Limits, Refusal, Tasks};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The inbox's source for Stripe's events.
 pub const STRIPE: &str = "stripe";
 /// Fields of Stripe's event object that change between deliveries of one event, left out of
 /// its fingerprint.
 const VOLATILE_FIELDS: &[&str] = &["pending_webhooks"];
+
+/// The longest delay the test hook `X-Test-Delay-Ms` accepts.
+const MAX_TEST_DELAY: Duration = Duration::from_secs(120);
 
 /// The most audit entries `GET /audit` returns at once.
 const MAX_AUDIT_LIMIT: usize = 1000;
@@ -41,9 +47,15 @@ pub struct App {
     pub test_hooks: bool,
 }
 
-/// The routes.
-pub fn router(app: Arc<App>) -> Router {
+/// The routes. Every request runs on a task of `tasks`, its body read first within `limits`.
+pub fn router(app: Arc<App>, limits: &Limits, tasks: Tasks) -> Router {
     let body_limit = app.inbox.idem().policy().max_body_bytes;
+    let gate = BodyGate::new(
+        body_limit,
+        limits.body_timeout,
+        limits.max_buffered_body_bytes,
+        render_refusal,
+    );
     let mut router = Router::new()
         .route("/webhooks/stripe", post(stripe_webhook))
         .route("/audit", get(audit));
@@ -53,9 +65,50 @@ pub fn router(app: Arc<App>) -> Router {
             .route("/test/audit", get(test_audit));
     }
     router
+        .method_not_allowed_fallback(|| async {
+            problem(
+                405,
+                "method-not-allowed",
+                "This method is not allowed on this path; the Allow header lists those that are.",
+            )
+        })
         .fallback(|| async { problem(404, "not-found", "No such route.") })
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(app)
+        .layer(middleware::from_fn_with_state(gate, buffer_body))
+        .layer(middleware::from_fn_with_state(tasks, log_request))
+}
+
+/// A body refused before routing, as a problem: 413 `body-too-large`, 408 `request-timeout`,
+/// 503 `server-busy` (with `Retry-After`), 400 `body-incomplete`.
+fn render_refusal(refusal: Refusal) -> Response {
+    let (kind, detail, retryable) = match refusal {
+        Refusal::TooLarge { limit } => (
+            "body-too-large",
+            format!("The body is over the limit of {limit} bytes."),
+            false,
+        ),
+        Refusal::TimedOut { after } => (
+            "request-timeout",
+            format!("The body did not arrive within {} ms.", after.as_millis()),
+            true,
+        ),
+        Refusal::Busy => (
+            "server-busy",
+            "The receiver is busy receiving other deliveries; deliver again later.".to_owned(),
+            true,
+        ),
+        _ => (
+            "body-incomplete",
+            "The body could not be read to its end.".to_owned(),
+            false,
+        ),
+    };
+    let mut problem = Problem::new(refusal.status(), kind, &detail, retryable);
+    if refusal == Refusal::Busy {
+        problem = problem.with_retry_after(Duration::from_secs(1));
+    }
+    problem.into_response()
 }
 
 /// `POST /webhooks/stripe`: verify, key, process once, answer what the receipt says.
@@ -90,20 +143,23 @@ async fn stripe_webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: B
         Ok(recorded) => recorded,
         Err(error) => {
             log_delivery(&event, "rejected", "-", error.http_status(), started);
-            return respond(error.to_http());
+            return error.into_response();
         }
     };
 
     // 3. Once: the first delivery runs `handle`; duplicates, deliveries while it runs and
     //    reused ids are answered without running anything.
-    let crash_after_commit = app.test_hooks
-        && headers
-            .get("x-test-crash-after-commit")
-            .is_some_and(|v| v.as_bytes() == b"1");
+    let hooks = TestHooks {
+        crash_after_commit: app.test_hooks
+            && headers
+                .get("x-test-crash-after-commit")
+                .is_some_and(|v| v.as_bytes() == b"1"),
+        delay: app.test_hooks.then(|| test_delay(&headers)).flatten(),
+    };
     let effect: Arc<OnceLock<Effect>> = Arc::default();
     let handler = {
         let (event, effect) = (event.clone(), Arc::clone(&effect));
-        move |ctx| handle(ctx, event, effect, crash_after_commit)
+        move |ctx| handle(ctx, event, effect, hooks)
     };
     match app.inbox.receive(&recorded, handler).await {
         Ok(receipt) => {
@@ -113,16 +169,37 @@ async fn stripe_webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: B
                 tracing::warn!(source = STRIPE, event = event.id, %reason, "the handler failed and rolled back; Stripe will deliver again");
             }
             log_delivery(&event, outcome(&receipt), effect, http.status, started);
-            respond(http)
+            http.into_response()
         }
         Err(error) => {
             // The store is down: never process unprotected. 503, Stripe delivers again.
             tracing::error!(source = STRIPE, event = event.id, %error, "the inbox's store failed");
             let http = error.to_http();
             log_delivery(&event, "unavailable", "-", http.status, started);
-            respond(http)
+            http.into_response()
         }
     }
+}
+
+/// What the test hooks ask of a delivery (`IDEM_TEST_HOOKS=1` only).
+#[derive(Debug, Clone, Copy)]
+struct TestHooks {
+    /// `X-Test-Crash-After-Commit: 1`: abort right after the invoice's commit.
+    crash_after_commit: bool,
+    /// `X-Test-Delay-Ms`: sleep this long before processing.
+    delay: Option<Duration>,
+}
+
+/// `X-Test-Delay-Ms` (test hooks only).
+fn test_delay(headers: &HeaderMap) -> Option<Duration> {
+    let ms: u64 = headers
+        .get("x-test-delay-ms")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_millis(ms).min(MAX_TEST_DELAY))
 }
 
 /// The handler the inbox runs once per event.
@@ -130,8 +207,11 @@ async fn handle(
     ctx: EventContext<SqliteStore>,
     event: StripeEvent,
     effect: Arc<OnceLock<Effect>>,
-    crash_after_commit: bool,
+    hooks: TestHooks,
 ) -> Result<Ack, BoxError> {
+    if let Some(delay) = hooks.delay {
+        tokio::time::sleep(delay).await;
+    }
     // Other event types: acknowledged and recorded (the audit trail), no effect.
     let Some(payment) = event.payment else {
         let _ = effect.set(Effect::Ignored);
@@ -152,7 +232,7 @@ async fn handle(
         currency: payment.currency,
     };
     let done = shop::invoice(&store, completion.clone(), paid).await?;
-    if crash_after_commit && matches!(done, Effect::Invoiced { .. }) {
+    if hooks.crash_after_commit && matches!(done, Effect::Invoiced { .. }) {
         // Test hook: die between the committed effect and the HTTP answer.
         eprintln!("X-Test-Crash-After-Commit: aborting after the invoice's commit");
         std::process::abort();
@@ -241,22 +321,7 @@ fn invalid_event(invalid: InvalidEvent, started: Instant) -> Response {
 }
 
 fn problem(status: u16, kind: &'static str, detail: &str) -> Response {
-    respond(Problem::new(status, kind, detail, false).to_response())
-}
-
-/// An idem response as an axum one.
-fn respond(stored: StoredResponse) -> Response {
-    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut headers = HeaderMap::new();
-    for (name, value) in &stored.headers {
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_bytes(value),
-        ) {
-            headers.append(name, value);
-        }
-    }
-    (status, headers, stored.body).into_response()
+    Problem::new(status, kind, detail, false).into_response()
 }
 
 /// `GET /audit` and `GET /test/audit` parameters.
@@ -328,7 +393,7 @@ async fn audit_page(app: &App, params: AuditParams, max_limit: usize) -> Respons
         .into_response(),
         Err(error) => {
             tracing::error!(%error, "reading the audit trail failed");
-            respond(error.to_http())
+            error.into_response()
         }
     }
 }

@@ -17,6 +17,10 @@
 //! | the SQLite file | `--database` | `DATABASE_URL` | `webhooks.db` |
 //! | how long the audit trail is kept | `--audit-retention-days` | `IDEM_AUDIT_RETENTION_DAYS` | 30 |
 //! | the inbox's lease | `--lease-ms` | `IDEM_LEASE_MS` | 30000 |
+//! | how long a sender may take to send a request's head (and an idle connection stays open) | `--header-timeout-ms` | `IDEM_HEADER_TIMEOUT_MS` | 10000 |
+//! | how long a sender may take to send a body (then 408) | `--body-timeout-ms` | `IDEM_BODY_TIMEOUT_MS` | 30000 |
+//! | connections open at once (more wait to be accepted) | `--max-connections` | `IDEM_MAX_CONNECTIONS` | 1024 |
+//! | request-body bytes held at once, all requests together (beyond: 503) | `--max-buffered-body-bytes` | `IDEM_MAX_BUFFERED_BODY_BYTES` | 16777216 |
 //!
 //! It prints one line on stdout, `listening on http://ADDR` (scripts and tests read it), and
 //! logs on stderr (`RUST_LOG`, default `info,idem=warn`). Ctrl-C or SIGTERM stops accepting
@@ -84,8 +88,9 @@
 //!   first, `limit` 1..=1000 (default 100). Serve it on an internal network only.
 //! - With `IDEM_TEST_HOOKS=1` (never in production; logged loudly at start):
 //!   `GET /test/invoices/count` (`{"count": N, "units_sold": U}`), `GET /test/audit?source=stripe`
-//!   (the whole trail), and the request header `X-Test-Crash-After-Commit: 1`, which aborts the
-//!   process right after an invoice's transaction committed and before the answer.
+//!   (the whole trail), the request header `X-Test-Crash-After-Commit: 1`, which aborts the
+//!   process right after an invoice's transaction committed and before the answer, and
+//!   `X-Test-Delay-Ms: N`, which makes the handler sleep before processing.
 //!
 //! # Retention
 //!
@@ -96,6 +101,7 @@
 //!   `--audit-retention-days`; expired inbox records every ten minutes (`idem.purge_every`).
 
 mod app;
+mod request_log;
 mod settings;
 mod shop;
 mod stripe;
@@ -104,6 +110,7 @@ use app::App;
 use idem::inbox::Inbox;
 use idem::sqlite::SqliteStore;
 use idem::{Idempotency, Policy};
+use serving::Tasks;
 use settings::Settings;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -159,7 +166,7 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
     if settings.test_hooks {
         tracing::warn!(
             "IDEM_TEST_HOOKS=1: TEST HOOKS ARE ON (GET /test/invoices/count, GET /test/audit, \
-             X-Test-Crash-After-Commit ABORTS THE PROCESS). Never in production."
+             X-Test-Delay-Ms, X-Test-Crash-After-Commit ABORTS THE PROCESS). Never in production."
         );
     }
     tracing::info!(
@@ -168,6 +175,10 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
         lease_ms = settings.lease.as_millis() as u64,
         event_retention_days = EVENT_RETENTION.as_secs() / 86_400,
         audit_retention_days = settings.audit_retention.as_secs() / 86_400,
+        header_timeout_ms = settings.limits.header_timeout.as_millis() as u64,
+        body_timeout_ms = settings.limits.body_timeout.as_millis() as u64,
+        max_connections = settings.limits.max_connections,
+        max_buffered_body_bytes = settings.limits.max_buffered_body_bytes,
         "opening"
     );
     let store = SqliteStore::open(&settings.database).await?;
@@ -199,14 +210,17 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
         test_hooks: settings.test_hooks,
     });
     let gate = idem.clone();
-    axum::serve(listener, app::router(app))
-        .with_graceful_shutdown(async move {
-            shutdown().await;
-            // Deliveries still arriving on open connections start nothing: 503, Retry-After.
-            gate.close();
-        })
-        .await?;
-    // Deliveries whose sender hung up finish, commit and record their acknowledgement.
+    let (tasks, drained) = Tasks::new();
+    let router = app::router(app, &settings.limits, tasks);
+    serving::serve(listener, router, &settings.limits, async move {
+        shutdown().await;
+        // Deliveries still arriving on open connections start nothing: 503, Retry-After.
+        gate.close();
+    })
+    .await;
+    // Deliveries whose sender hung up finish, commit, record their acknowledgement and log
+    // their lines.
+    drained.wait().await;
     idem.shutdown().await;
     record_purger.stop().await;
     audit_purger.stop().await;

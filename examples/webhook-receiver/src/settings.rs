@@ -3,6 +3,7 @@
 //! would show them to anyone who can list the processes.
 
 use idem::inbox::SignatureScheme;
+use serving::Limits;
 use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -25,6 +26,9 @@ pub struct Settings {
     pub scheme: SignatureScheme,
     /// How many secrets `WEBHOOK_SECRET` holds (logged; never the secrets).
     pub secrets: usize,
+    /// What a connection and a request may cost (`--header-timeout-ms`,
+    /// `--body-timeout-ms`, `--max-connections`, `--max-buffered-body-bytes`).
+    pub limits: Limits,
     /// Test hooks (`IDEM_TEST_HOOKS=1` only).
     pub test_hooks: bool,
 }
@@ -37,20 +41,53 @@ impl fmt::Debug for Settings {
             .field("audit_retention", &self.audit_retention)
             .field("lease", &self.lease)
             .field("secrets", &self.secrets)
+            .field("limits", &self.limits)
             .field("test_hooks", &self.test_hooks)
             .finish_non_exhaustive()
     }
 }
 
 const USAGE: &str = "usage: WEBHOOK_SECRET=whsec_... webhook-receiver [--addr ADDR] [--database PATH] [--audit-retention-days N] [--lease-ms N]
+                          [--header-timeout-ms N] [--body-timeout-ms N] [--max-connections N] [--max-buffered-body-bytes N]
   WEBHOOK_SECRET          the endpoint's signing secret (required), or several separated by commas
                           during a rotation (`whsec_new,whsec_old`); environment only, never a flag
   --addr                  where to listen (env IDEM_ADDR; default 127.0.0.1:8081)
   --database              the SQLite file (env DATABASE_URL; default webhooks.db)
   --audit-retention-days  how long the audit trail is kept (env IDEM_AUDIT_RETENTION_DAYS; default 30)
   --lease-ms              the inbox's lease in milliseconds (env IDEM_LEASE_MS; default 30000)
+  --header-timeout-ms     how long a sender may take to send a request's head, and how long an idle
+                          connection stays open (env IDEM_HEADER_TIMEOUT_MS; default 10000)
+  --body-timeout-ms       how long a sender may take to send a request's body; past it: 408
+                          (env IDEM_BODY_TIMEOUT_MS; default 30000)
+  --max-connections       connections open at once; more wait to be accepted
+                          (env IDEM_MAX_CONNECTIONS; default 1024)
+  --max-buffered-body-bytes  request-body bytes held at once, all requests together
+                          (env IDEM_MAX_BUFFERED_BODY_BYTES; default 16777216)
   IDEM_TEST_HOOKS=1 enables the test hooks (GET /test/invoices/count, GET /test/audit,
   X-Test-Crash-After-Commit); never in production";
+
+/// Parses `value` of `flag` as a whole number within `range`.
+fn number(
+    flag: &str,
+    value: Option<&str>,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<u64, String> {
+    let Some(text) = value else {
+        return Ok(default);
+    };
+    text.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|n| range.contains(n))
+        .ok_or_else(|| {
+            format!(
+                "{flag} {text}: a whole number from {} to {}\n{USAGE}",
+                range.start(),
+                range.end()
+            )
+        })
+}
 
 impl Settings {
     /// From `args` (without the program name) and the process environment.
@@ -68,6 +105,10 @@ impl Settings {
         let mut database = env("DATABASE_URL");
         let mut retention = env("IDEM_AUDIT_RETENTION_DAYS");
         let mut lease = env("IDEM_LEASE_MS");
+        let mut header_timeout = env("IDEM_HEADER_TIMEOUT_MS");
+        let mut body_timeout = env("IDEM_BODY_TIMEOUT_MS");
+        let mut max_connections = env("IDEM_MAX_CONNECTIONS");
+        let mut max_buffered = env("IDEM_MAX_BUFFERED_BODY_BYTES");
         let mut args = args.into_iter();
         while let Some(flag) = args.next() {
             let (name, inline) = match flag.split_once('=') {
@@ -79,6 +120,10 @@ impl Settings {
                 "--database" => &mut database,
                 "--audit-retention-days" => &mut retention,
                 "--lease-ms" => &mut lease,
+                "--header-timeout-ms" => &mut header_timeout,
+                "--body-timeout-ms" => &mut body_timeout,
+                "--max-connections" => &mut max_connections,
+                "--max-buffered-body-bytes" => &mut max_buffered,
                 "-h" | "--help" => return Err(USAGE.to_owned()),
                 other => return Err(format!("unknown argument {other}\n{USAGE}")),
             };
@@ -124,6 +169,38 @@ impl Settings {
             None => 30_000,
         };
 
+        let defaults = Limits::default();
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let day_ms = 86_400_000;
+        let limits = Limits {
+            header_timeout: Duration::from_millis(number(
+                "--header-timeout-ms",
+                header_timeout.as_deref(),
+                millis(defaults.header_timeout),
+                1..=day_ms,
+            )?),
+            body_timeout: Duration::from_millis(number(
+                "--body-timeout-ms",
+                body_timeout.as_deref(),
+                millis(defaults.body_timeout),
+                1..=day_ms,
+            )?),
+            max_connections: usize::try_from(number(
+                "--max-connections",
+                max_connections.as_deref(),
+                defaults.max_connections as u64,
+                1..=1_000_000,
+            )?)
+            .unwrap_or(usize::MAX),
+            max_buffered_body_bytes: usize::try_from(number(
+                "--max-buffered-body-bytes",
+                max_buffered.as_deref(),
+                defaults.max_buffered_body_bytes as u64,
+                1..=1 << 40,
+            )?)
+            .unwrap_or(usize::MAX),
+        };
+
         let Some(secrets) = env("WEBHOOK_SECRET") else {
             return Err(format!(
                 "WEBHOOK_SECRET is not set: the receiver refuses to start without the endpoint's \
@@ -144,6 +221,7 @@ impl Settings {
             lease: Duration::from_millis(lease_ms),
             scheme,
             secrets: count,
+            limits,
             test_hooks: env("IDEM_TEST_HOOKS").as_deref() == Some("1"),
         })
     }
@@ -173,6 +251,9 @@ mod tests {
         assert_eq!(s.lease, Duration::from_secs(30));
         assert_eq!(s.secrets, 1);
         assert!(!s.test_hooks);
+        assert_eq!(s.limits, Limits::default());
+        assert_eq!(s.limits.header_timeout, Duration::from_secs(10));
+        assert_eq!(s.limits.body_timeout, Duration::from_secs(30));
 
         let s = parse(
             &[
@@ -181,12 +262,18 @@ mod tests {
                 "sqlite://w.db",
                 "--audit-retention-days",
                 "7",
+                "--body-timeout-ms=700",
+                "--max-connections",
+                "8",
             ],
             &[
                 ("WEBHOOK_SECRET", "whsec_old, whsec_new"),
                 ("IDEM_ADDR", "0.0.0.0:1"),
                 ("IDEM_TEST_HOOKS", "1"),
                 ("IDEM_LEASE_MS", "2000"),
+                ("IDEM_HEADER_TIMEOUT_MS", "500"),
+                ("IDEM_BODY_TIMEOUT_MS", "9"),
+                ("IDEM_MAX_BUFFERED_BODY_BYTES", "4096"),
             ],
         )
         .expect("settings");
@@ -196,6 +283,10 @@ mod tests {
         assert_eq!(s.lease, Duration::from_secs(2));
         assert_eq!(s.secrets, 2);
         assert!(s.test_hooks);
+        assert_eq!(s.limits.header_timeout, Duration::from_millis(500));
+        assert_eq!(s.limits.body_timeout, Duration::from_millis(700));
+        assert_eq!(s.limits.max_connections, 8);
+        assert_eq!(s.limits.max_buffered_body_bytes, 4096);
         assert!(
             !format!("{s:?}").contains("whsec"),
             "Debug never shows a secret"
@@ -212,6 +303,8 @@ mod tests {
         assert!(parse(&["--addr"], &ok).is_err());
         assert!(parse(&["--audit-retention-days", "0"], &ok).is_err());
         assert!(parse(&["--lease-ms", "x"], &ok).is_err());
+        assert!(parse(&["--body-timeout-ms", "0"], &ok).is_err());
+        assert!(parse(&["--max-connections", "-1"], &ok).is_err());
         assert!(parse(&["--database", "postgres://u@h/db"], &ok).is_err());
     }
 }

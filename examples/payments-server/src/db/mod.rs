@@ -3,16 +3,19 @@
 
 mod postgres;
 mod sqlite;
+mod unavailable;
 
 pub use postgres::Postgres;
 pub use sqlite::Sqlite;
+pub use unavailable::{is_unavailable, Unreachable, READ_DEADLINE};
 
 use crate::charge::Charge;
 use idem::tower::Reservation;
 use idem::{Completion, Idempotency, Store};
 use std::time::Duration;
 
-/// A database failure (logged; the client sees a 500 without the cause).
+/// A database failure (logged; the client sees a 503 when [`is_unavailable`], else a 500,
+/// without the cause).
 pub type DbError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The charges table and the idempotency store of one database.
@@ -43,32 +46,4 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Every committed charge row (a test hook).
     async fn count(&self) -> Result<i64, DbError>;
-}
-
-/// Whether a failure is the database being unreachable or busy (a retry later may succeed),
-/// rather than a fault of the request or the code.
-pub fn is_unavailable(error: &DbError) -> bool {
-    use idem::postgres::sqlx;
-    use idem::sqlite::rusqlite;
-    if let Some(error) = error.downcast_ref::<idem::Error>() {
-        return error.is_retryable();
-    }
-    if let Some(error) = error.downcast_ref::<sqlx::Error>() {
-        return matches!(
-            error,
-            sqlx::Error::Io(_)
-                | sqlx::Error::PoolTimedOut
-                | sqlx::Error::PoolClosed
-                | sqlx::Error::WorkerCrashed
-        ) || matches!(error, sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("08") || c.starts_with("57P") || c == "40001" || c == "40P01"));
-    }
-    if let Some(rusqlite::Error::SqliteFailure(failure, _)) =
-        error.downcast_ref::<rusqlite::Error>()
-    {
-        return matches!(
-            failure.code,
-            rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
-        );
-    }
-    false
 }

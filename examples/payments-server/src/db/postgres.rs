@@ -1,12 +1,13 @@
 //! Charges on PostgreSQL, beside the idempotency records.
 
-use super::{Backend, DbError};
+use super::{is_unavailable, Backend, DbError, Unreachable, READ_DEADLINE};
 use crate::charge::Charge;
-use idem::postgres::sqlx::{self, Row};
+use idem::postgres::sqlx::{self, pool::PoolConnection, Row};
 use idem::postgres::PgStore;
 use idem::tower::Reservation;
 use idem::{Completion, Idempotency, Policy};
 use std::time::Duration;
+use tokio::time::error::Elapsed;
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
     seq bigserial PRIMARY KEY,
@@ -33,6 +34,56 @@ impl Postgres {
         Ok(Self {
             idem: Idempotency::with_policy(store, policy)?,
         })
+    }
+
+    /// A pooled connection for a read, within [`READ_DEADLINE`]. A connection that cannot be
+    /// had (refused, reset, the database not accepting connections, no answer) is
+    /// [`Unreachable`]; a wrong password, database name or TLS setting stays what it is.
+    async fn reader(&self) -> Result<PoolConnection<sqlx::Postgres>, DbError> {
+        match tokio::time::timeout(READ_DEADLINE, self.idem.store().pool().acquire()).await {
+            Err(_) => Err(Box::new(Unreachable(format!(
+                "no connection within {READ_DEADLINE:?}"
+            )))),
+            Ok(Err(error)) if misconfigured(&error) => Err(error.into()),
+            Ok(Err(error)) => Err(Box::new(Unreachable(error.to_string()))),
+            Ok(Ok(conn)) => Ok(conn),
+        }
+    }
+}
+
+/// A read's result: past the deadline the read is [`Unreachable`]. A connection that timed out
+/// or saw the database unavailable is closed, never given to another read (its link may be
+/// frozen or its session ended).
+fn settle<T>(
+    conn: &mut PoolConnection<sqlx::Postgres>,
+    outcome: Result<Result<T, sqlx::Error>, Elapsed>,
+) -> Result<T, DbError> {
+    match outcome {
+        Ok(Err(error)) => {
+            let error: DbError = error.into();
+            if is_unavailable(&error) {
+                conn.close_on_drop();
+            }
+            Err(error)
+        }
+        Ok(Ok(value)) => Ok(value),
+        Err(_) => {
+            conn.close_on_drop();
+            Err(Box::new(Unreachable(format!(
+                "no answer within {READ_DEADLINE:?}"
+            ))))
+        }
+    }
+}
+
+/// Errors of connecting that an operator must fix: retrying does not help.
+fn misconfigured(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Configuration(_) | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|code| matches!(code.as_ref(), "28P01" | "28000" | "3D000" | "42501")),
+        _ => false,
     }
 }
 
@@ -84,24 +135,26 @@ impl Backend for Postgres {
     }
 
     async fn get(&self, account: &str, id: &str) -> Result<Option<Charge>, DbError> {
-        let row = sqlx::query(
+        let mut conn = self.reader().await?;
+        let query = sqlx::query(
             "SELECT id, amount, currency, description, created FROM charges WHERE id = $1 AND account = $2",
         )
         .bind(id)
-        .bind(account)
-        .fetch_optional(self.idem.store().pool())
-        .await?;
+        .bind(account);
+        let outcome = tokio::time::timeout(READ_DEADLINE, query.fetch_optional(&mut *conn)).await;
+        let row = settle(&mut conn, outcome)?;
         Ok(row.as_ref().map(charge_of).transpose()?)
     }
 
     async fn list(&self, account: &str, limit: u32) -> Result<(Vec<Charge>, bool), DbError> {
-        let rows = sqlx::query(
+        let mut conn = self.reader().await?;
+        let query = sqlx::query(
             "SELECT id, amount, currency, description, created FROM charges WHERE account = $1 ORDER BY seq DESC LIMIT $2",
         )
         .bind(account)
-        .bind(i64::from(limit) + 1)
-        .fetch_all(self.idem.store().pool())
-        .await?;
+        .bind(i64::from(limit) + 1);
+        let outcome = tokio::time::timeout(READ_DEADLINE, query.fetch_all(&mut *conn)).await;
+        let rows = settle(&mut conn, outcome)?;
         let mut charges = rows.iter().map(charge_of).collect::<Result<Vec<_>, _>>()?;
         let more = charges.len() > limit as usize;
         charges.truncate(limit as usize);
@@ -109,8 +162,9 @@ impl Backend for Postgres {
     }
 
     async fn count(&self) -> Result<i64, DbError> {
-        Ok(sqlx::query_scalar("SELECT count(*) FROM charges")
-            .fetch_one(self.idem.store().pool())
-            .await?)
+        let mut conn = self.reader().await?;
+        let query = sqlx::query_scalar("SELECT count(*) FROM charges");
+        let outcome = tokio::time::timeout(READ_DEADLINE, query.fetch_one(&mut *conn)).await;
+        settle(&mut conn, outcome)
     }
 }

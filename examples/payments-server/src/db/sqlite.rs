@@ -1,8 +1,8 @@
 //! Charges on the embedded SQLite file, beside the idempotency records.
 
-use super::{Backend, DbError};
+use super::{Backend, DbError, Unreachable, READ_DEADLINE};
 use crate::charge::Charge;
-use idem::sqlite::rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+use idem::sqlite::rusqlite::{params, Connection, OptionalExtension, Row};
 use idem::sqlite::SqliteStore;
 use idem::tower::Reservation;
 use idem::{Completion, Idempotency, Policy};
@@ -35,13 +35,20 @@ impl Sqlite {
         })
     }
 
-    /// Runs a read on a connection of its own, off the async executor.
+    /// Runs a read on a connection of its own, off the async executor, within
+    /// [`READ_DEADLINE`] (past it the read is [`Unreachable`]).
     async fn read<T: Send + 'static>(
         &self,
         work: impl FnOnce(&Connection) -> Result<T, DbError> + Send + 'static,
     ) -> Result<T, DbError> {
         let store = self.idem.store().clone();
-        tokio::task::spawn_blocking(move || work(&store.connect()?)).await?
+        let read = tokio::task::spawn_blocking(move || work(&store.connect()?));
+        match tokio::time::timeout(READ_DEADLINE, read).await {
+            Ok(joined) => joined?,
+            Err(_) => Err(Box::new(Unreachable(format!(
+                "no answer within {READ_DEADLINE:?}"
+            )))),
+        }
     }
 }
 
@@ -70,13 +77,11 @@ impl Backend for Sqlite {
         charge: &Charge,
         delay: Option<Duration>,
     ) -> Result<Completion, DbError> {
-        let completion = reservation.completion(charge.response());
-        let store = self.idem.store().clone();
-        let (account, charge, written) = (account.to_owned(), charge.clone(), completion.clone());
-        self.idem
-            .store()
-            .call(move |db| -> Result<(), DbError> {
-                let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (account, charge) = (account.to_owned(), charge.clone());
+        // One call: the writer, an IMMEDIATE transaction, the charge and its completion, one
+        // commit (or nothing, and the key released by the layer).
+        reservation
+            .sqlite_transaction(move |tx| -> Result<_, DbError> {
                 tx.execute(
                     "INSERT INTO charges (id, account, amount, currency, description, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                     params![charge.id, account, charge.amount, charge.currency, charge.description, charge.created],
@@ -84,12 +89,10 @@ impl Backend for Sqlite {
                 if let Some(delay) = delay {
                     std::thread::sleep(delay);
                 }
-                store.complete_in(&tx, &written)?;
-                tx.commit()?;
-                Ok(())
+                Ok(charge.response())
             })
-            .await??;
-        Ok(completion)
+            .await
+            .map(|completed| completed.0)
     }
 
     async fn get(&self, account: &str, id: &str) -> Result<Option<Charge>, DbError> {

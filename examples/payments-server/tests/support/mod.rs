@@ -241,6 +241,17 @@ impl Server {
 
     /// [`Server::start`] with `database` as `--database` (another spelling of `env`'s).
     pub async fn start_on(env: &TestEnv, database: &str, lease_ms: Option<u64>) -> Server {
+        Server::start_with(env, database, lease_ms, &[]).await
+    }
+
+    /// [`Server::start_on`] with more settings in the environment (`IDEM_HEADER_TIMEOUT_MS`,
+    /// ...).
+    pub async fn start_with(
+        env: &TestEnv,
+        database: &str,
+        lease_ms: Option<u64>,
+        vars: &[(&str, &str)],
+    ) -> Server {
         let index = env.next_server_index();
         let log = env.dir.join(format!("server-{index}.log"));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_payments-server"));
@@ -255,6 +266,11 @@ impl Server {
             .env_remove("IDEM_ADDR")
             .env_remove("DATABASE_URL")
             .env_remove("IDEM_LEASE_MS")
+            .env_remove("IDEM_HEADER_TIMEOUT_MS")
+            .env_remove("IDEM_BODY_TIMEOUT_MS")
+            .env_remove("IDEM_MAX_CONNECTIONS")
+            .env_remove("IDEM_MAX_BUFFERED_BODY_BYTES")
+            .envs(vars.iter().copied())
             .current_dir(&env.dir);
         Server(
             ServerProcess::start("payments-server", cmd, log, &format!("database {database}"))
@@ -638,6 +654,45 @@ impl Api {
             .bytes()
             .await
             .unwrap_or_else(|e| panic!("GET {path}: cannot read the body: {}", error_chain(&e)))
+            .to_vec();
+        Reply {
+            status,
+            headers,
+            body,
+            latency: started.elapsed(),
+        }
+    }
+
+    /// One request of `method` to `path` with `headers` and `body` (no authentication unless
+    /// a header gives it), which must get an answer.
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> Reply {
+        let started = Instant::now();
+        let mut request = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.base_url))
+            .timeout(Duration::from_secs(10))
+            .body(body);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path} failed: {}", error_chain(&e)));
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response
+            .bytes()
+            .await
+            .unwrap_or_else(|e| {
+                panic!("{method} {path}: cannot read the body: {}", error_chain(&e))
+            })
             .to_vec();
         Reply {
             status,

@@ -108,6 +108,10 @@ fn command(env: &TestEnv, secrets: Option<&str>) -> Command {
         .env_remove("IDEM_LEASE_MS")
         .env_remove("IDEM_AUDIT_RETENTION_DAYS")
         .env_remove("WEBHOOK_SECRET")
+        .env_remove("IDEM_HEADER_TIMEOUT_MS")
+        .env_remove("IDEM_BODY_TIMEOUT_MS")
+        .env_remove("IDEM_MAX_CONNECTIONS")
+        .env_remove("IDEM_MAX_BUFFERED_BODY_BYTES")
         .current_dir(&env.dir);
     if let Some(secrets) = secrets {
         cmd.env("WEBHOOK_SECRET", secrets);
@@ -119,9 +123,16 @@ impl Server {
     /// Starts the receiver on `env`'s database with `WEBHOOK_SECRET=secrets` and the test
     /// hooks on, `--addr 127.0.0.1:0`; waits for its `listening on http://127.0.0.1:PORT`.
     pub async fn start(env: &TestEnv, secrets: &str) -> Server {
+        Server::start_with(env, secrets, &[]).await
+    }
+
+    /// [`Server::start`] with more settings in the environment (`IDEM_HEADER_TIMEOUT_MS`,
+    /// ...).
+    pub async fn start_with(env: &TestEnv, secrets: &str, vars: &[(&str, &str)]) -> Server {
         let index = env.servers.fetch_add(1, Ordering::Relaxed);
         let log = env.dir.join(format!("server-{index}.log"));
-        let command = command(env, Some(secrets));
+        let mut command = command(env, Some(secrets));
+        command.envs(vars.iter().copied());
         Server(ServerProcess::start("webhook-receiver", command, log, &env.database).await)
     }
 
@@ -275,6 +286,18 @@ impl Sender {
         signature: Option<&str>,
         headers: &[(&str, &str)],
     ) -> Result<Reply, String> {
+        self.post_within(body, signature, headers, Duration::from_secs(30))
+            .await
+    }
+
+    /// [`Sender::post`] that gives up (and hangs up) after `timeout`.
+    pub async fn post_within(
+        &self,
+        body: &[u8],
+        signature: Option<&str>,
+        headers: &[(&str, &str)],
+        timeout: Duration,
+    ) -> Result<Reply, String> {
         let started = Instant::now();
         let mut request = self
             .http
@@ -284,7 +307,7 @@ impl Sender {
                 "user-agent",
                 "Stripe/1.0 (+https://stripe.com/docs/webhooks)",
             )
-            .timeout(Duration::from_secs(30))
+            .timeout(timeout)
             .body(body.to_vec());
         if let Some(signature) = signature {
             request = request.header("stripe-signature", signature);
@@ -406,6 +429,32 @@ impl Sender {
     /// `GET path`, whatever it answers.
     pub async fn get_reply(&self, path: &str) -> Reply {
         self.get(path).await
+    }
+
+    /// One request of `method` to `path` with `body`, whatever it answers.
+    pub async fn send(&self, method: reqwest::Method, path: &str, body: Vec<u8>) -> Reply {
+        let started = Instant::now();
+        let response = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.base_url))
+            .timeout(Duration::from_secs(10))
+            .body(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path} failed: {}", error_chain(&e)));
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response
+            .bytes()
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: {}", error_chain(&e)))
+            .to_vec();
+        Reply {
+            status,
+            headers,
+            body,
+            latency: started.elapsed(),
+        }
     }
 
     /// The invoices committed (`GET /test/invoices/count`).
