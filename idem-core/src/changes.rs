@@ -19,7 +19,8 @@ use tokio::sync::Notify;
 pub(crate) struct Wakeups {
     /// How many subscriptions are open: a wake-up with none costs one atomic read.
     waiting: AtomicUsize,
-    records: Mutex<HashMap<[u8; 32], Arc<Notify>>>,
+    /// Each record's wake-up and how many subscriptions it has.
+    records: Mutex<HashMap<[u8; 32], (Arc<Notify>, usize)>>,
 }
 
 impl Wakeups {
@@ -27,7 +28,9 @@ impl Wakeups {
     pub(crate) fn subscribe(self: &Arc<Self>, digest: [u8; 32]) -> Subscription {
         let notify = {
             let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
-            Arc::clone(records.entry(digest).or_default())
+            let entry = records.entry(digest).or_default();
+            entry.1 += 1;
+            Arc::clone(&entry.0)
         };
         self.waiting.fetch_add(1, Ordering::AcqRel);
         Subscription {
@@ -44,7 +47,7 @@ impl Wakeups {
             return;
         }
         let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(notify) = records.get(digest) {
+        if let Some((notify, _)) = records.get(digest) {
             notify.notify_waiters();
         }
     }
@@ -55,7 +58,7 @@ impl Wakeups {
             return;
         }
         let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
-        for notify in records.values() {
+        for (notify, _) in records.values() {
             notify.notify_waiters();
         }
     }
@@ -102,9 +105,13 @@ impl Drop for Subscription {
             .records
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        // The map's and this one: the last waiter of the record removes its entry.
-        if Arc::strong_count(&self.notify) == 2 {
-            records.remove(&self.digest);
+        // Counted under the lock: the last subscription of the record removes its entry, however
+        // many drop at once.
+        if let Some(entry) = records.get_mut(&self.digest) {
+            entry.1 -= 1;
+            if entry.1 == 0 {
+                records.remove(&self.digest);
+            }
         }
         drop(records);
         self.wakeups.waiting.fetch_sub(1, Ordering::AcqRel);
@@ -250,6 +257,32 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), subscription.woken())
             .await
             .expect("a missed feed wakes everyone");
+    }
+
+    #[test]
+    fn c05_waiters_that_leave_together_leave_no_entry_behind() {
+        let wakeups = Arc::new(Wakeups::default());
+        for round in 0..2000u32 {
+            let mut digest = [0u8; 32];
+            digest[..4].copy_from_slice(&round.to_le_bytes());
+            let pair = [wakeups.subscribe(digest), wakeups.subscribe(digest)];
+            let barrier = Arc::new(std::sync::Barrier::new(2));
+            let handles: Vec<_> = pair
+                .into_iter()
+                .map(|subscription| {
+                    let barrier = Arc::clone(&barrier);
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        drop(subscription);
+                    })
+                })
+                .collect();
+            for handle in handles {
+                handle.join().expect("a subscription dropped");
+            }
+        }
+        assert_eq!(wakeups.waiting(), 0);
+        assert_eq!(wakeups.records.lock().map(|r| r.len()).unwrap_or(1), 0);
     }
 
     #[test]

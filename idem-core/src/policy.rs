@@ -21,7 +21,8 @@ pub enum InFlightAnswer {
     /// a growing interval), and at most [`Policy::max_waiters`] wait at once in a process
     /// (beyond: 409 at once). The original's endpoint must use the same policy: only a policy
     /// that waits announces its ends to other processes. At most
-    /// [`Policy::MAX_WAIT`](Policy::MAX_WAIT).
+    /// [`Policy::MAX_WAIT`](Policy::MAX_WAIT); an answer comes within `max` plus one read of
+    /// the record (itself bounded by [`Policy::store_timeout`]).
     ///
     /// ```
     /// use idem_core::{InFlightAnswer, Policy};

@@ -38,3 +38,35 @@ fn c13_guard_style_on_a_runtime_without_timers_answers_and_never_panics() {
         "begin/complete panicked on a runtime without the time driver (they worked before)"
     );
 }
+
+#[test]
+fn c05_a_waiting_policy_on_a_runtime_without_timers_answers_in_flight_at_once() {
+    use idem_core::{Answer, InFlightAnswer, Policy};
+    use std::time::Duration;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime without the time driver");
+    let policy = Policy::default().in_flight(InFlightAnswer::Wait(Duration::from_millis(200)));
+    let idem = Idempotency::with_policy(MemoryStore::new(), policy).expect("policy");
+    let request = idem
+        .request("acct", "POST", "/charges")
+        .key(Some("guard-wait"))
+        .body(b"{}")
+        .build()
+        .expect("valid");
+    let duplicate = catch_unwind(AssertUnwindSafe(|| {
+        rt.block_on(async {
+            let Begin::Acquired(_lease) = idem.begin(&request).await? else {
+                panic!("a fresh key is acquired");
+            };
+            idem.begin(&request).await
+        })
+    }));
+    let Ok(answer) = duplicate else {
+        panic!("a waiting duplicate panicked on a runtime without the time driver");
+    };
+    assert!(
+        matches!(answer, Ok(Begin::Answered(Answer::InFlight { .. }))),
+        "{answer:?}"
+    );
+}

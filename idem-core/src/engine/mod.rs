@@ -629,7 +629,9 @@ impl<S: Store> Idempotency<S> {
     /// callers went away and completions still being written. Call it on shutdown, after the
     /// server stopped accepting requests and before the runtime stops: a runtime that shuts
     /// down cancels the tasks still running, and their effects would then be left to a
-    /// takeover. [`shutdown`](Self::shutdown) also refuses new executions first.
+    /// takeover. [`shutdown`](Self::shutdown) also refuses new executions first: without it,
+    /// a request not yet admitted (a duplicate still waiting for its original, for one) may
+    /// start an execution after `drain` returned.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -42,7 +42,9 @@ impl<S: Store + 'static> Idempotency<S> {
     /// of a running execution waits for its end and gets its replay; if the original gave the
     /// key back (or its lease passed), this `handler` runs instead; if the wait ends first, the
     /// in-flight answer. Waiting holds no store connection and no thread; dropping this future
-    /// while it waits cancels the wait, and nothing runs.
+    /// while it is parked cancels the wait, and nothing runs; a read of the record already
+    /// under way when it is dropped goes on like any request whose reservation was sent (C8):
+    /// if it acquires the key, the handler runs to its end.
     ///
     /// **Lease.** While the handler runs, the engine renews its lease on a heartbeat (every third
     /// of the policy's lease, from a thread of its own), so a slow handler is never taken over

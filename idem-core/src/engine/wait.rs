@@ -133,6 +133,12 @@ impl<S: Store> Idempotency<S> {
             Attempt::Done(output) => return output,
             Attempt::InFlight { input, output } => (input, output),
         };
+        // A runtime without a timer (the guard style may run on one) cannot bound a wait:
+        // answered at once, as beyond the cap.
+        if !super::has_timers() {
+            self.emit(Event::new(EventKind::InFlight).about(id));
+            return output;
+        }
         let Some(permit) = Permit::enter(self.inner.policy.max_waiters) else {
             // Beyond the process's cap: in flight at once.
             self.emit(Event::new(EventKind::InFlight).about(id));
@@ -146,15 +152,28 @@ impl<S: Store> Idempotency<S> {
             feed,
             _permit: permit,
         };
+        // Reports the wait if the caller goes away while it is parked (a client that
+        // disconnected): it ended in flight, nothing ran.
+        let mut report = Unanswered {
+            engine: self,
+            id,
+            started,
+            parked: false,
+        };
         let mut last = output;
-        while waiting.next().await {
+        loop {
+            report.parked = true;
+            let again = waiting.next().await;
+            report.parked = false;
+            let waited = started.elapsed();
+            if !again {
+                report.ended(waited);
+                return last;
+            }
             match attempt(input, true).await {
                 Attempt::Done(output) => {
-                    self.emit(
-                        Event::new(EventKind::Waited)
-                            .about(id)
-                            .took(started.elapsed()),
-                    );
+                    // How long it waited, not what ran after (its own execution, if any).
+                    self.emit(Event::new(EventKind::Waited).about(id).took(waited));
                     return output;
                 }
                 Attempt::InFlight {
@@ -166,17 +185,6 @@ impl<S: Store> Idempotency<S> {
                 }
             }
         }
-        self.emit(
-            Event::new(EventKind::Waited)
-                .about(id)
-                .took(started.elapsed()),
-        );
-        self.emit(
-            Event::new(EventKind::InFlight)
-                .about(id)
-                .took(started.elapsed()),
-        );
-        last
     }
 
     /// Whether this store's change feed runs in this process: started the first time it is
@@ -199,6 +207,45 @@ impl<S: Store> Idempotency<S> {
             && self.inner.store.capabilities().change_feed
         {
             self.inner.store.announce(id);
+        }
+    }
+}
+
+/// The end of a wait that no other event reports: the wait ran out, or its caller went away
+/// while it was parked. Either way the request ends in flight.
+struct Unanswered<'a, S> {
+    engine: &'a Idempotency<S>,
+    id: &'a RecordId,
+    started: Instant,
+    parked: bool,
+}
+
+impl<S: Store> Unanswered<'_, S> {
+    /// The wait ran out after `waited`: in flight.
+    fn ended(&mut self, waited: Duration) {
+        self.parked = false;
+        self.engine
+            .emit(Event::new(EventKind::Waited).about(self.id).took(waited));
+        self.engine.emit(
+            Event::new(EventKind::InFlight)
+                .about(self.id)
+                .took(self.started.elapsed()),
+        );
+    }
+}
+
+impl<S> Drop for Unanswered<'_, S> {
+    fn drop(&mut self) {
+        if self.parked {
+            let waited = self.started.elapsed();
+            self.engine
+                .inner
+                .observers
+                .emit(Event::new(EventKind::Waited).about(self.id).took(waited));
+            self.engine
+                .inner
+                .observers
+                .emit(Event::new(EventKind::InFlight).about(self.id).took(waited));
         }
     }
 }
