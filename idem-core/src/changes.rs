@@ -19,9 +19,11 @@ use tokio::sync::Notify;
 pub(crate) struct Wakeups {
     /// How many subscriptions are open: a wake-up with none costs one atomic read.
     waiting: AtomicUsize,
-    /// Each record's wake-up and how many subscriptions it has.
-    records: Mutex<HashMap<[u8; 32], (Arc<Notify>, usize)>>,
+    records: Mutex<HashMap<[u8; 32], Entry>>,
 }
+
+/// A record's wake-up and how many subscriptions it has.
+type Entry = (Arc<Notify>, usize);
 
 impl Wakeups {
     /// Registers interest in the record `digest` until the subscription is dropped.

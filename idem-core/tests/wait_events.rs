@@ -76,10 +76,11 @@ async fn c16_the_waited_event_measures_the_wait_not_the_execution_that_follows()
     tokio::time::sleep(Duration::from_millis(100)).await;
     release_tx.send(()).expect("the original waits");
     let _ = original.await.expect("the original");
-    duplicate
+    let ran = duplicate
         .await
         .expect("the duplicate")
         .expect("the duplicate ran");
+    assert!(matches!(ran, idem_core::Outcome::Executed(_)), "{ran:?}");
     let events = seen.kinds();
     let waited: Vec<_> = events
         .iter()
