@@ -1,12 +1,16 @@
 //! What the examples' end-to-end tests share: a server run as a real child process that is
 //! always killed ([`ServerProcess`]), one complete HTTP answer ([`Reply`]), a raw TCP client
-//! for slow and stalled clients ([`RawClient`]), random numbers and error chains. Each
-//! example's `tests/support` builds its own server command and client on it.
+//! for slow and stalled clients ([`RawClient`]) and what the tests assert with them
+//! ([`slow`]), waiting for what a server does after it answered ([`poll`]), random numbers and
+//! error chains. Each example's `tests/support` builds its own server command and client on it.
 
+mod poll;
 mod process;
 mod raw;
 mod reply;
+pub mod slow;
 
+pub use poll::poll;
 pub use process::ServerProcess;
 pub use raw::{Closed, RawClient};
 pub use reply::Reply;

@@ -148,6 +148,15 @@ impl ServerProcess {
         std::fs::read_to_string(&self.log).unwrap_or_else(|e| format!("<no log: {e}>"))
     }
 
+    /// The lines of the server's stderr log that contain every one of `parts`.
+    pub fn log_lines(&self, parts: &[&str]) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter(|line| parts.iter().all(|part| line.contains(part)))
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// The last `lines` lines of the server's stderr log.
     pub fn log_tail(&self, lines: usize) -> String {
         let text = self.log();

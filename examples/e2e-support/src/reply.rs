@@ -4,7 +4,7 @@ use reqwest::header::HeaderMap;
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One complete HTTP answer.
 #[derive(Clone, Debug)]
@@ -20,6 +20,21 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// Sends `request` and reads its whole answer, the latency measured from the send.
+    pub async fn fetch(request: reqwest::RequestBuilder) -> Result<Reply, reqwest::Error> {
+        let started = Instant::now();
+        let response = request.send().await?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response.bytes().await?.to_vec();
+        Ok(Reply {
+            status,
+            headers,
+            body,
+            latency: started.elapsed(),
+        })
+    }
+
     /// A header's value (lossy), if present.
     pub fn header(&self, name: &str) -> Option<String> {
         self.headers

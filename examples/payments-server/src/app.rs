@@ -15,12 +15,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use idem::tower::{Completed, IdempotencyLayer, Reservation};
 use serde::Deserialize;
-use serving::{buffer_body, BodyGate, Limits, Tasks};
+use serving::{buffer_body, test_delay, BodyGate, Limits, Tasks};
 use std::sync::Arc;
-use std::time::Duration;
-
-/// The longest delay the test hook accepts.
-const MAX_TEST_DELAY: Duration = Duration::from_secs(120);
 
 /// What the handlers share.
 pub struct App<B> {
@@ -108,18 +104,6 @@ async fn create_charge<B: Backend>(
             ApiError::internal().nothing_happened()
         }
     }
-}
-
-/// `X-Test-Delay-Ms` (test hooks only).
-fn test_delay(headers: &HeaderMap) -> Option<Duration> {
-    let ms: u64 = headers
-        .get("x-test-delay-ms")?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(Duration::from_millis(ms).min(MAX_TEST_DELAY))
 }
 
 /// `GET /v1/charges/{id}`.

@@ -93,7 +93,7 @@ async fn run<B: Backend>(backend: B, settings: &Settings) -> Result<(), BoxError
     let (tasks, drained) = Tasks::new();
     let app = app::router(backend, settings.test_hooks, &settings.limits, tasks);
     serving::serve(listener, app, &settings.limits, async move {
-        shutdown().await;
+        serving::shutdown_signal().await;
         // Requests still arriving on open connections start nothing: 503, Retry-After.
         gate.close();
     })
@@ -105,23 +105,4 @@ async fn run<B: Backend>(backend: B, settings: &Settings) -> Result<(), BoxError
     purger.stop().await;
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Ctrl-C or SIGTERM.
-async fn shutdown() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => return std::future::pending().await,
-            };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
 }

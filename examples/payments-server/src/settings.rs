@@ -1,6 +1,6 @@
 //! The server's settings: command-line flags first, then environment variables, then defaults.
 
-use serving::Limits;
+use serving::{Flag, Flags, Limits};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -52,43 +52,35 @@ impl Database {
     }
 }
 
-const USAGE: &str = "usage: payments-server [--addr ADDR] [--database PATH|URL] [--lease-ms N]
-                       [--header-timeout-ms N] [--body-timeout-ms N] [--max-connections N]
-                       [--max-buffered-body-bytes N]
+/// The server's own flags (the limits' are [`Limits::FLAGS`]).
+const FLAGS: &[Flag] = &[
+    Flag {
+        name: "--addr",
+        env: "IDEM_ADDR",
+    },
+    Flag {
+        name: "--database",
+        env: "DATABASE_URL",
+    },
+    Flag {
+        name: "--lease-ms",
+        env: "IDEM_LEASE_MS",
+    },
+];
+
+/// The help text.
+fn usage() -> String {
+    format!(
+        "usage: payments-server [--addr ADDR] [--database PATH|URL] [--lease-ms N]
+                       {}
   --addr                     where to listen (env IDEM_ADDR; default 127.0.0.1:8080)
   --database                 a SQLite file (default payments.db) or a postgres:// URL (env DATABASE_URL)
   --lease-ms                 the idempotency lease in milliseconds (env IDEM_LEASE_MS; default 60000)
-  --header-timeout-ms        how long a client may take to send a request's head, and how long an
-                             idle connection stays open (env IDEM_HEADER_TIMEOUT_MS; default 10000)
-  --body-timeout-ms          how long a client may take to send a request's body; past it: 408
-                             (env IDEM_BODY_TIMEOUT_MS; default 30000)
-  --max-connections          connections open at once; more wait to be accepted
-                             (env IDEM_MAX_CONNECTIONS; default 1024)
-  --max-buffered-body-bytes  request-body bytes held at once, all requests together
-                             (env IDEM_MAX_BUFFERED_BODY_BYTES; default 16777216)
-  IDEM_TEST_HOOKS=1 enables the test hooks (X-Test-Delay-Ms, GET /test/charges/count)";
-
-/// Parses `value` of `flag` as a whole number within `range`.
-fn number(
-    flag: &str,
-    value: Option<&str>,
-    default: u64,
-    range: std::ops::RangeInclusive<u64>,
-) -> Result<u64, String> {
-    let Some(text) = value else {
-        return Ok(default);
-    };
-    text.trim()
-        .parse::<u64>()
-        .ok()
-        .filter(|n| range.contains(n))
-        .ok_or_else(|| {
-            format!(
-                "{flag} {text}: a whole number from {} to {}\n{USAGE}",
-                range.start(),
-                range.end()
-            )
-        })
+{}
+  IDEM_TEST_HOOKS=1 enables the test hooks (X-Test-Delay-Ms, GET /test/charges/count)",
+        Limits::SYNOPSIS,
+        Limits::usage("client", 27)
+    )
 }
 
 impl Settings {
@@ -103,77 +95,22 @@ impl Settings {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {
         let env = |name: &str| env(name).filter(|v| !v.is_empty());
-        let mut addr = env("IDEM_ADDR");
-        let mut database = env("DATABASE_URL");
-        let mut lease = env("IDEM_LEASE_MS");
-        let mut header_timeout = env("IDEM_HEADER_TIMEOUT_MS");
-        let mut body_timeout = env("IDEM_BODY_TIMEOUT_MS");
-        let mut max_connections = env("IDEM_MAX_CONNECTIONS");
-        let mut max_buffered = env("IDEM_MAX_BUFFERED_BODY_BYTES");
-        let mut args = args.into_iter();
-        while let Some(flag) = args.next() {
-            let (name, inline) = match flag.split_once('=') {
-                Some((name, value)) => (name.to_owned(), Some(value.to_owned())),
-                None => (flag.clone(), None),
-            };
-            let slot = match name.as_str() {
-                "--addr" => &mut addr,
-                "--database" => &mut database,
-                "--lease-ms" => &mut lease,
-                "--header-timeout-ms" => &mut header_timeout,
-                "--body-timeout-ms" => &mut body_timeout,
-                "--max-connections" => &mut max_connections,
-                "--max-buffered-body-bytes" => &mut max_buffered,
-                "-h" | "--help" => return Err(USAGE.to_owned()),
-                other => return Err(format!("unknown argument {other}\n{USAGE}")),
-            };
-            let value = inline.or_else(|| args.next());
-            *slot = Some(value.ok_or_else(|| format!("{name} needs a value\n{USAGE}"))?);
-        }
-        let addr = addr.as_deref().unwrap_or("127.0.0.1:8080");
+        let flags =
+            Flags::read(args, &[FLAGS, Limits::FLAGS], env).map_err(|e| e.with_usage(&usage()))?;
+        let addr = flags.get("--addr").unwrap_or("127.0.0.1:8080");
         let addr = addr
             .parse()
-            .map_err(|e| format!("--addr {addr}: {e}\n{USAGE}"))?;
-        let lease_ms: u64 = match lease {
+            .map_err(|e| format!("--addr {addr}: {e}\n{}", usage()))?;
+        let lease_ms: u64 = match flags.get("--lease-ms") {
             Some(ms) => ms
                 .parse()
-                .map_err(|e| format!("--lease-ms {ms}: {e}\n{USAGE}"))?,
+                .map_err(|e| format!("--lease-ms {ms}: {e}\n{}", usage()))?,
             None => 60_000,
         };
-        let defaults = Limits::default();
-        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let day_ms = 86_400_000;
-        let limits = Limits {
-            header_timeout: Duration::from_millis(number(
-                "--header-timeout-ms",
-                header_timeout.as_deref(),
-                millis(defaults.header_timeout),
-                1..=day_ms,
-            )?),
-            body_timeout: Duration::from_millis(number(
-                "--body-timeout-ms",
-                body_timeout.as_deref(),
-                millis(defaults.body_timeout),
-                1..=day_ms,
-            )?),
-            max_connections: usize::try_from(number(
-                "--max-connections",
-                max_connections.as_deref(),
-                defaults.max_connections as u64,
-                1..=1_000_000,
-            )?)
-            .unwrap_or(usize::MAX),
-            max_buffered_body_bytes: usize::try_from(number(
-                "--max-buffered-body-bytes",
-                max_buffered.as_deref(),
-                defaults.max_buffered_body_bytes as u64,
-                1..=1 << 40,
-            )?)
-            .unwrap_or(usize::MAX),
-        };
+        let limits = Limits::from_flags(&flags).map_err(|e| format!("{e}\n{}", usage()))?;
         Ok(Self {
             addr,
-            database: Database::parse(database.as_deref().unwrap_or("payments.db")),
+            database: Database::parse(flags.get("--database").unwrap_or("payments.db")),
             lease: Duration::from_millis(lease_ms),
             limits,
             test_hooks: env("IDEM_TEST_HOOKS").as_deref() == Some("1"),
@@ -221,29 +158,21 @@ mod tests {
 
     #[test]
     fn limits_have_defaults_flags_and_env() {
-        let s = parse(&[], &[]).expect("settings");
-        assert_eq!(s.limits, Limits::default());
-        assert_eq!(s.limits.header_timeout, Duration::from_secs(10));
-        assert_eq!(s.limits.body_timeout, Duration::from_secs(30));
-        let s = parse(
-            &["--header-timeout-ms", "500", "--max-connections=8"],
-            &[
-                ("IDEM_HEADER_TIMEOUT_MS", "9"),
-                ("IDEM_BODY_TIMEOUT_MS", "700"),
-                ("IDEM_MAX_BUFFERED_BODY_BYTES", "4096"),
-            ],
-        )
-        .expect("settings");
-        assert_eq!(s.limits.header_timeout, Duration::from_millis(500));
-        assert_eq!(s.limits.body_timeout, Duration::from_millis(700));
+        assert_eq!(parse(&[], &[]).expect("settings").limits, Limits::default());
+        let s =
+            parse(&["--max-connections=8"], &[("IDEM_BODY_TIMEOUT_MS", "700")]).expect("settings");
         assert_eq!(s.limits.max_connections, 8);
-        assert_eq!(s.limits.max_buffered_body_bytes, 4096);
-        for bad in [
-            ["--body-timeout-ms", "0"],
-            ["--max-connections", "x"],
-            ["--header-timeout-ms", "-1"],
-        ] {
-            assert!(parse(&bad, &[]).is_err(), "{bad:?}");
-        }
+        assert_eq!(s.limits.body_timeout, Duration::from_millis(700));
+        let err = parse(&["--header-timeout-ms", "-1"], &[]).expect_err("a bad limit");
+        assert!(
+            err.contains("--header-timeout-ms -1") && err.contains("usage:"),
+            "{err}"
+        );
+        let help = parse(&["--help"], &[]).expect_err("help");
+        assert!(
+            help.starts_with("usage: payments-server")
+                && help.contains("--max-buffered-body-bytes  request-body"),
+            "{help}"
+        );
     }
 }

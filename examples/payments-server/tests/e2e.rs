@@ -6,6 +6,7 @@
 //! Each idempotency scenario asserts exactly one committed charge row (`GET
 //! /test/charges/count`, `IDEM_TEST_HOOKS=1`) and one body for every 200 the client saw.
 
+#[macro_use]
 mod support;
 
 use reqwest::StatusCode;
@@ -13,26 +14,10 @@ use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::Duration;
 use support::{
-    assert_charge, assert_error, assert_in_flight_conflict, fire_until_conflict, land_all, new_key,
-    Attempt, Backend, ChargeRequest, RetryPolicy, Server, TestEnv,
+    assert_charge, assert_error, assert_in_flight_conflict, assert_unavailable,
+    fire_until_conflict, land_all, new_key, Attempt, Backend, ChargeRequest, RetryPolicy, Server,
+    TestEnv,
 };
-
-/// One `#[tokio::test]` per scenario per backend.
-macro_rules! on_both_backends {
-    ($($scenario:ident => $sqlite:ident, $postgres:ident;)*) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $sqlite() {
-                $scenario(Backend::Sqlite).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $postgres() {
-                $scenario(Backend::Postgres).await
-            }
-        )*
-    };
-}
 
 on_both_backends! {
     slow_first_attempt_with_client_timeout =>
@@ -728,23 +713,7 @@ async fn postgres_store_outage_is_503_then_recovers() {
     let req = ChargeRequest::form(&key, 4242);
     let down = api.post_raw(&req).await;
     eprintln!("store down: {}", down.describe());
-    assert_eq!(
-        down.status,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "the store is down: {}",
-        down.describe()
-    );
-    assert!(
-        down.header("retry-after").is_some(),
-        "a 503 for the store down carries Retry-After: {}",
-        down.describe()
-    );
-    let body = down.json();
-    assert!(
-        body["error"]["type"].is_string(),
-        "a Stripe-shaped error: {}",
-        down.describe()
-    );
+    assert_unavailable(&down, "the store is down");
 
     env.set_pg_connections_allowed(true).await;
     let outcome = api

@@ -6,55 +6,23 @@
 
 mod support;
 
-use e2e_support::{Closed, RawClient};
+use e2e_support::slow::{
+    assert_cut, rounds_during, Lorises, StalledHeads, BODY_TIMEOUT, DEADLINES, HEADER_TIMEOUT,
+    SLACK,
+};
+use e2e_support::{poll, RawClient};
 use fault_proxy::{Fault, FaultProxy};
 use reqwest::{Method, StatusCode};
 use std::time::Duration;
-use support::{assert_charge, new_key, Backend, ChargeRequest, Server, TestEnv, API_KEY};
-
-/// The head deadline the tests configure.
-const HEADER_TIMEOUT: Duration = Duration::from_millis(1000);
-/// The body deadline the tests configure.
-const BODY_TIMEOUT: Duration = Duration::from_millis(1500);
-/// How late after its deadline a cut may come (a loaded test machine).
-const SLACK: Duration = Duration::from_millis(1500);
-
-/// The tests' short deadlines, as the server reads them from its environment.
-const DEADLINES: [(&str, &str); 2] = [
-    ("IDEM_HEADER_TIMEOUT_MS", "1000"),
-    ("IDEM_BODY_TIMEOUT_MS", "1500"),
-];
+use support::{
+    assert_charge, assert_unavailable, new_key, Backend, ChargeRequest, Server, TestEnv, API_KEY,
+};
 
 /// The server on `env` with the tests' short deadlines and the settings `vars`.
 async fn start(env: &TestEnv, vars: &[(&str, &str)]) -> Server {
     let mut all = DEADLINES.to_vec();
     all.extend_from_slice(vars);
     Server::start_with(env, &env.database, None, &all).await
-}
-
-/// Asserts that `client`'s connection is closed by the server within `deadline` + [`SLACK`]
-/// of its opening (and not before `deadline` minus a little: the cut is the timeout's).
-async fn assert_cut(client: &mut RawClient, what: &str, deadline: Duration) -> Closed {
-    let left = (deadline + SLACK).saturating_sub(client.age());
-    let Some(closed) = client.closed_within(left).await else {
-        panic!(
-            "{what}: the server still held the connection {:?} after it opened (deadline \
-             {deadline:?})",
-            client.age()
-        );
-    };
-    assert!(
-        closed.after + Duration::from_millis(200) >= deadline,
-        "{what}: cut after {:?}, before the deadline {deadline:?}: {}",
-        closed.after,
-        closed.text()
-    );
-    eprintln!(
-        "{what}: closed after {:?}: {:?}",
-        closed.after,
-        closed.status()
-    );
-    closed
 }
 
 /// A normal client's charge and read, answered at once while slow clients hold connections.
@@ -81,15 +49,12 @@ async fn stalled_heads_and_bodies_are_cut_within_their_deadlines() {
     let server = start(&env, &[]).await;
     let addr = server.addr().to_owned();
 
-    let mut half_line = RawClient::connect(&addr).await;
-    assert!(half_line.send(b"POST /v1/char").await);
-    let mut half_headers = RawClient::connect(&addr).await;
-    assert!(
-        half_headers
-            .send(b"POST /v1/charges HTTP/1.1\r\nHost: x\r\nIdempotency-Key: stalled\r\nContent-Ty")
-            .await
-    );
-    let mut silent = RawClient::connect(&addr).await;
+    let heads = StalledHeads::open(
+        &addr,
+        b"POST /v1/char",
+        b"POST /v1/charges HTTP/1.1\r\nHost: x\r\nIdempotency-Key: stalled\r\nContent-Ty",
+    )
+    .await;
     let mut half_body = RawClient::connect(&addr).await;
     let head = format!(
         "POST /v1/charges HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {API_KEY}\r\n\
@@ -101,9 +66,7 @@ async fn stalled_heads_and_bodies_are_cut_within_their_deadlines() {
 
     assert_served(&server, "beside-stalled").await;
 
-    assert_cut(&mut half_line, "half a request line", HEADER_TIMEOUT).await;
-    assert_cut(&mut half_headers, "half the headers", HEADER_TIMEOUT).await;
-    assert_cut(&mut silent, "nothing sent", HEADER_TIMEOUT).await;
+    heads.assert_cut().await;
     let closed = assert_cut(&mut half_body, "half a body", BODY_TIMEOUT).await;
     assert_eq!(
         closed.status(),
@@ -134,44 +97,13 @@ async fn fifty_slow_loris_connections_are_closed_while_a_client_is_served() {
     let server = start(&env, &[]).await;
     let addr = server.addr().to_owned();
 
-    let mut lorises = Vec::new();
-    for _ in 0..LORISES {
-        let addr = addr.clone();
-        lorises.push(tokio::spawn(async move {
-            let mut client = RawClient::connect(&addr).await;
-            let head = b"GET /v1/charges HTTP/1.1\r\nHost: x\r\nX-Loris: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
-            for byte in head.iter() {
-                if !client.send(std::slice::from_ref(byte)).await {
-                    break;
-                }
-                if let Some(closed) = client.closed_within(Duration::from_millis(100)).await {
-                    return closed;
-                }
-            }
-            let left = (HEADER_TIMEOUT + SLACK).saturating_sub(client.age());
-            client.closed_within(left).await.unwrap_or_else(|| {
-                panic!(
-                    "a slow-loris connection was still open {:?} after it opened",
-                    client.age()
-                )
-            })
-        }));
-    }
-    let started = std::time::Instant::now();
-    let mut served = 0;
-    while started.elapsed() < HEADER_TIMEOUT {
-        assert_served(&server, "beside-lorises").await;
-        served += 1;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    for loris in lorises {
-        let closed = loris.await.expect("a slow-loris task panicked");
-        assert!(
-            closed.after <= HEADER_TIMEOUT + SLACK,
-            "a slow-loris connection was closed only after {:?}",
-            closed.after
-        );
-    }
+    let lorises = Lorises::start(
+        &addr,
+        LORISES,
+        b"GET /v1/charges HTTP/1.1\r\nHost: x\r\nX-Loris: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    );
+    let served = rounds_during(HEADER_TIMEOUT, |_| assert_served(&server, "beside-lorises")).await;
+    lorises.assert_closed().await;
     eprintln!("{served} normal rounds served beside {LORISES} slow-loris connections");
     assert!(served >= 3, "only {served} normal rounds were served");
     assert_served(&server, "after-lorises").await;
@@ -397,17 +329,7 @@ async fn a_wrong_method_is_a_problem_405_with_allow() {
 
 /// Asserts a read answered 503 with `Retry-After`, in Stripe's shape, within `within`.
 fn assert_read_unavailable(reply: &support::Reply, what: &str, within: Duration) {
-    assert_eq!(
-        reply.status,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "{what}: a read with the database down is a 503: {}",
-        reply.describe()
-    );
-    assert!(
-        reply.header("retry-after").is_some(),
-        "{what}: the 503 carries Retry-After: {}",
-        reply.describe()
-    );
+    assert_unavailable(reply, what);
     assert_eq!(
         reply.json()["error"]["type"],
         "api_error",
@@ -421,6 +343,18 @@ fn assert_read_unavailable(reply: &support::Reply, what: &str, within: Duration)
     );
 }
 
+/// A charge made under a key labelled `label`; its path (`/v1/charges/{id}`).
+async fn charged(api: &support::Api, label: &str) -> String {
+    let charge = api
+        .post_raw(&ChargeRequest::form(&new_key(label), 4242))
+        .await;
+    let id = assert_charge(&charge, 4242, "usd")["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    format!("/v1/charges/{id}")
+}
+
 /// SQLite: the database file made unreadable (a directory in its place) under a running
 /// server: reads are 503 with `Retry-After`; once the file is back, they answer again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -428,14 +362,7 @@ async fn sqlite_reads_with_the_database_gone_are_503_with_retry_after() {
     let env = TestEnv::new(Backend::Sqlite, "read-down").await;
     let server = start(&env, &[]).await;
     let api = server.api();
-    let charge = api
-        .post_raw(&ChargeRequest::form(&new_key("read-down"), 4242))
-        .await;
-    let id = assert_charge(&charge, 4242, "usd")["id"]
-        .as_str()
-        .expect("an id")
-        .to_owned();
-    let path = format!("/v1/charges/{id}");
+    let path = charged(&api, "read-down").await;
 
     let file = std::path::PathBuf::from(&env.database);
     let aside = file.with_extension("aside");
@@ -454,22 +381,24 @@ async fn sqlite_reads_with_the_database_gone_are_503_with_retry_after() {
 
 /// `url` with its host and port replaced by `addr`.
 fn via(url: &str, addr: &str) -> String {
-    let start = url
-        .find('@')
-        .map(|i| i + 1)
-        .unwrap_or_else(|| url.find("://").map(|i| i + 3).expect("a URL with a scheme"));
-    let end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    let (start, end) = authority_span(url);
     format!("{}{addr}{}", &url[..start], &url[end..])
 }
 
 /// The PostgreSQL server's `host:port` in `url`.
 fn authority(url: &str) -> String {
+    let (start, end) = authority_span(url);
+    url[start..end].to_owned()
+}
+
+/// Where `host:port` starts and ends in `url` (after the scheme and any user info).
+fn authority_span(url: &str) -> (usize, usize) {
     let start = url
         .find('@')
         .map(|i| i + 1)
         .unwrap_or_else(|| url.find("://").map(|i| i + 3).expect("a URL with a scheme"));
     let end = url[start..].find('/').map_or(url.len(), |i| start + i);
-    url[start..end].to_owned()
+    (start, end)
 }
 
 /// Asserts that reads of `path` answer 200 again within a few seconds, as a client retrying
@@ -505,14 +434,7 @@ async fn postgres_reads_with_the_database_down_are_503_with_retry_after() {
     let database = via(&env.database, &proxy.addr().to_string());
     let server = Server::start_with(&env, &database, None, &DEADLINES).await;
     let api = server.api();
-    let charge = api
-        .post_raw(&ChargeRequest::form(&new_key("pg-read-down"), 4242))
-        .await;
-    let id = assert_charge(&charge, 4242, "usd")["id"]
-        .as_str()
-        .expect("an id")
-        .to_owned();
-    let path = format!("/v1/charges/{id}");
+    let path = charged(&api, "pg-read-down").await;
 
     env.set_pg_connections_allowed(false).await;
     let refused = api.get(&path).await;
@@ -551,28 +473,16 @@ async fn a_client_that_hangs_up_still_gets_its_log_line() {
         "the client hangs up before the answer: {:?}",
         cut.map(|r| r.describe())
     );
-    let mut count = 0;
-    for _ in 0..50 {
-        count = api.charge_count().await;
-        if count == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let every = Duration::from_millis(100);
+    let count = poll(50, every, || api.charge_count(), |count| *count == 1).await;
     assert_eq!(count, 1, "the abandoned charge is made once");
-    let mut lines = Vec::new();
-    for _ in 0..20 {
-        lines = server
-            .log()
-            .lines()
-            .filter(|l| l.contains(" request ") && l.contains("method=POST"))
-            .map(str::to_owned)
-            .collect();
-        if !lines.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let lines = poll(
+        20,
+        every,
+        || async { server.log_lines(&[" request ", "method=POST"]) },
+        |lines| !lines.is_empty(),
+    )
+    .await;
     assert_eq!(
         lines.len(),
         1,

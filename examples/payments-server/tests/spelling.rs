@@ -4,27 +4,11 @@
 //! under another media type are another request (422); every invalid form of the key is a 400
 //! that charges nothing.
 
+#[macro_use]
 mod support;
 
 use reqwest::Method;
 use support::{assert_charge, assert_error, new_key, Backend, Server, TestEnv, API_KEY};
-
-/// One `#[tokio::test]` per scenario per backend.
-macro_rules! on_both_backends {
-    ($($scenario:ident => $sqlite:ident, $postgres:ident;)*) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $sqlite() {
-                $scenario(Backend::Sqlite).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $postgres() {
-                $scenario(Backend::Postgres).await
-            }
-        )*
-    };
-}
 
 on_both_backends! {
     c03_a_method_in_lower_case_shares_the_record =>

@@ -19,7 +19,7 @@ use idem::sqlite::SqliteStore;
 use idem::{Problem, Timestamp};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use serving::{buffer_body, BodyGate, Limits, Refusal, Tasks};
+use serving::{buffer_body, test_delay, BodyGate, Limits, Refusal, Tasks};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -28,9 +28,6 @@ pub const STRIPE: &str = "stripe";
 /// Fields of Stripe's event object that change between deliveries of one event, left out of
 /// its fingerprint.
 const VOLATILE_FIELDS: &[&str] = &["pending_webhooks"];
-
-/// The longest delay the test hook `X-Test-Delay-Ms` accepts.
-const MAX_TEST_DELAY: Duration = Duration::from_secs(120);
 
 /// The most audit entries `GET /audit` returns at once.
 const MAX_AUDIT_LIMIT: usize = 1000;
@@ -188,18 +185,6 @@ struct TestHooks {
     crash_after_commit: bool,
     /// `X-Test-Delay-Ms`: sleep this long before processing.
     delay: Option<Duration>,
-}
-
-/// `X-Test-Delay-Ms` (test hooks only).
-fn test_delay(headers: &HeaderMap) -> Option<Duration> {
-    let ms: u64 = headers
-        .get("x-test-delay-ms")?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(Duration::from_millis(ms).min(MAX_TEST_DELAY))
 }
 
 /// The handler the inbox runs once per event.

@@ -213,7 +213,7 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
     let (tasks, drained) = Tasks::new();
     let router = app::router(app, &settings.limits, tasks);
     serving::serve(listener, router, &settings.limits, async move {
-        shutdown().await;
+        serving::shutdown_signal().await;
         // Deliveries still arriving on open connections start nothing: 503, Retry-After.
         gate.close();
     })
@@ -267,23 +267,4 @@ impl AuditPurger {
         let _ = self.stop.send(true);
         let _ = self.task.await;
     }
-}
-
-/// Ctrl-C or SIGTERM.
-async fn shutdown() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => return std::future::pending().await,
-            };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
 }

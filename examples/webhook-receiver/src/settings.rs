@@ -3,7 +3,7 @@
 //! would show them to anyone who can list the processes.
 
 use idem::inbox::SignatureScheme;
-use serving::Limits;
+use serving::{Flag, Flags, Limits};
 use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -47,46 +47,43 @@ impl fmt::Debug for Settings {
     }
 }
 
-const USAGE: &str = "usage: WEBHOOK_SECRET=whsec_... webhook-receiver [--addr ADDR] [--database PATH] [--audit-retention-days N] [--lease-ms N]
-                          [--header-timeout-ms N] [--body-timeout-ms N] [--max-connections N] [--max-buffered-body-bytes N]
+/// The receiver's own flags (the limits' are [`Limits::FLAGS`]).
+const FLAGS: &[Flag] = &[
+    Flag {
+        name: "--addr",
+        env: "IDEM_ADDR",
+    },
+    Flag {
+        name: "--database",
+        env: "DATABASE_URL",
+    },
+    Flag {
+        name: "--audit-retention-days",
+        env: "IDEM_AUDIT_RETENTION_DAYS",
+    },
+    Flag {
+        name: "--lease-ms",
+        env: "IDEM_LEASE_MS",
+    },
+];
+
+/// The help text.
+fn usage() -> String {
+    format!(
+        "usage: WEBHOOK_SECRET=whsec_... webhook-receiver [--addr ADDR] [--database PATH] [--audit-retention-days N] [--lease-ms N]
+                          {}
   WEBHOOK_SECRET          the endpoint's signing secret (required), or several separated by commas
                           during a rotation (`whsec_new,whsec_old`); environment only, never a flag
   --addr                  where to listen (env IDEM_ADDR; default 127.0.0.1:8081)
   --database              the SQLite file (env DATABASE_URL; default webhooks.db)
   --audit-retention-days  how long the audit trail is kept (env IDEM_AUDIT_RETENTION_DAYS; default 30)
   --lease-ms              the inbox's lease in milliseconds (env IDEM_LEASE_MS; default 30000)
-  --header-timeout-ms     how long a sender may take to send a request's head, and how long an idle
-                          connection stays open (env IDEM_HEADER_TIMEOUT_MS; default 10000)
-  --body-timeout-ms       how long a sender may take to send a request's body; past it: 408
-                          (env IDEM_BODY_TIMEOUT_MS; default 30000)
-  --max-connections       connections open at once; more wait to be accepted
-                          (env IDEM_MAX_CONNECTIONS; default 1024)
-  --max-buffered-body-bytes  request-body bytes held at once, all requests together
-                          (env IDEM_MAX_BUFFERED_BODY_BYTES; default 16777216)
+{}
   IDEM_TEST_HOOKS=1 enables the test hooks (GET /test/invoices/count, GET /test/audit,
-  X-Test-Crash-After-Commit); never in production";
-
-/// Parses `value` of `flag` as a whole number within `range`.
-fn number(
-    flag: &str,
-    value: Option<&str>,
-    default: u64,
-    range: std::ops::RangeInclusive<u64>,
-) -> Result<u64, String> {
-    let Some(text) = value else {
-        return Ok(default);
-    };
-    text.trim()
-        .parse::<u64>()
-        .ok()
-        .filter(|n| range.contains(n))
-        .ok_or_else(|| {
-            format!(
-                "{flag} {text}: a whole number from {} to {}\n{USAGE}",
-                range.start(),
-                range.end()
-            )
-        })
+  X-Test-Crash-After-Commit); never in production",
+        Limits::SYNOPSIS,
+        Limits::usage("sender", 24)
+    )
 }
 
 impl Settings {
@@ -101,105 +98,53 @@ impl Settings {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {
         let env = |name: &str| env(name).filter(|v| !v.trim().is_empty());
-        let mut addr = env("IDEM_ADDR");
-        let mut database = env("DATABASE_URL");
-        let mut retention = env("IDEM_AUDIT_RETENTION_DAYS");
-        let mut lease = env("IDEM_LEASE_MS");
-        let mut header_timeout = env("IDEM_HEADER_TIMEOUT_MS");
-        let mut body_timeout = env("IDEM_BODY_TIMEOUT_MS");
-        let mut max_connections = env("IDEM_MAX_CONNECTIONS");
-        let mut max_buffered = env("IDEM_MAX_BUFFERED_BODY_BYTES");
-        let mut args = args.into_iter();
-        while let Some(flag) = args.next() {
-            let (name, inline) = match flag.split_once('=') {
-                Some((name, value)) => (name.to_owned(), Some(value.to_owned())),
-                None => (flag.clone(), None),
-            };
-            let slot = match name.as_str() {
-                "--addr" => &mut addr,
-                "--database" => &mut database,
-                "--audit-retention-days" => &mut retention,
-                "--lease-ms" => &mut lease,
-                "--header-timeout-ms" => &mut header_timeout,
-                "--body-timeout-ms" => &mut body_timeout,
-                "--max-connections" => &mut max_connections,
-                "--max-buffered-body-bytes" => &mut max_buffered,
-                "-h" | "--help" => return Err(USAGE.to_owned()),
-                other => return Err(format!("unknown argument {other}\n{USAGE}")),
-            };
-            let value = inline.or_else(|| args.next());
-            *slot = Some(value.ok_or_else(|| format!("{name} needs a value\n{USAGE}"))?);
-        }
+        let flags =
+            Flags::read(args, &[FLAGS, Limits::FLAGS], env).map_err(|e| e.with_usage(&usage()))?;
 
-        let addr = addr.as_deref().unwrap_or("127.0.0.1:8081");
+        let addr = flags.get("--addr").unwrap_or("127.0.0.1:8081");
         let addr = addr
             .parse()
-            .map_err(|e| format!("--addr {addr}: {e}\n{USAGE}"))?;
+            .map_err(|e| format!("--addr {addr}: {e}\n{}", usage()))?;
 
-        let database = database.unwrap_or_else(|| "webhooks.db".to_owned());
+        let database = flags.get("--database").unwrap_or("webhooks.db");
         if database.starts_with("postgres://") || database.starts_with("postgresql://") {
             return Err(format!(
-                "--database: this example runs on SQLite only; give a file path, not a PostgreSQL URL\n{USAGE}"
+                "--database: this example runs on SQLite only; give a file path, not a PostgreSQL URL\n{}", usage()
             ));
         }
         let database = database
             .strip_prefix("sqlite://")
-            .unwrap_or(&database)
+            .unwrap_or(database)
             .to_owned();
 
-        let days: u64 = match retention {
+        let days: u64 = match flags.get("--audit-retention-days") {
             Some(days) => days
                 .trim()
                 .parse()
                 .ok()
                 .filter(|d| (1..=3650).contains(d))
                 .ok_or_else(|| {
-                    format!("--audit-retention-days {days}: a number of days, 1 to 3650\n{USAGE}")
+                    format!(
+                        "--audit-retention-days {days}: a number of days, 1 to 3650\n{}",
+                        usage()
+                    )
                 })?,
             None => 30,
         };
 
-        let lease_ms: u64 = match lease {
+        let lease_ms: u64 = match flags.get("--lease-ms") {
             Some(ms) => ms
                 .trim()
                 .parse()
                 .ok()
                 .filter(|ms| (1..=86_400_000).contains(ms))
-                .ok_or_else(|| format!("--lease-ms {ms}: milliseconds, 1 to 86400000\n{USAGE}"))?,
+                .ok_or_else(|| {
+                    format!("--lease-ms {ms}: milliseconds, 1 to 86400000\n{}", usage())
+                })?,
             None => 30_000,
         };
 
-        let defaults = Limits::default();
-        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let day_ms = 86_400_000;
-        let limits = Limits {
-            header_timeout: Duration::from_millis(number(
-                "--header-timeout-ms",
-                header_timeout.as_deref(),
-                millis(defaults.header_timeout),
-                1..=day_ms,
-            )?),
-            body_timeout: Duration::from_millis(number(
-                "--body-timeout-ms",
-                body_timeout.as_deref(),
-                millis(defaults.body_timeout),
-                1..=day_ms,
-            )?),
-            max_connections: usize::try_from(number(
-                "--max-connections",
-                max_connections.as_deref(),
-                defaults.max_connections as u64,
-                1..=1_000_000,
-            )?)
-            .unwrap_or(usize::MAX),
-            max_buffered_body_bytes: usize::try_from(number(
-                "--max-buffered-body-bytes",
-                max_buffered.as_deref(),
-                defaults.max_buffered_body_bytes as u64,
-                1..=1 << 40,
-            )?)
-            .unwrap_or(usize::MAX),
-        };
+        let limits = Limits::from_flags(&flags).map_err(|e| format!("{e}\n{}", usage()))?;
 
         let Some(secrets) = env("WEBHOOK_SECRET") else {
             return Err(format!(
@@ -207,12 +152,13 @@ impl Settings {
                  signing secret, since it could not tell Stripe's deliveries from forged ones. \
                  Set it to the secret Stripe shows for the endpoint (Dashboard > Developers > \
                  Webhooks, or the `whsec_...` that `stripe listen` prints); during a rotation, \
-                 both secrets separated by a comma.\n{USAGE}"
+                 both secrets separated by a comma.\n{}",
+                usage()
             ));
         };
         let count = secrets.split(',').filter(|s| !s.trim().is_empty()).count();
         let scheme = SignatureScheme::from_comma_separated(&secrets)
-            .map_err(|e| format!("WEBHOOK_SECRET: {e}\n{USAGE}"))?;
+            .map_err(|e| format!("WEBHOOK_SECRET: {e}\n{}", usage()))?;
 
         Ok(Self {
             addr,

@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use support::{
-    new_event_id, now_unix, order_amount, order_quantity, shuffle, Event, Server, TestEnv,
+    assert_problem, new_event_id, now_unix, order_amount, order_quantity, shuffle, Event, Server,
+    TestEnv,
 };
 
 const SECRET: &str = "whsec_e2e_0123456789abcdef";
@@ -35,19 +36,7 @@ fn assert_acknowledged(reply: &support::Reply) {
 
 /// Asserts a 400 problem of `kind`.
 fn assert_refused(reply: &support::Reply, kind: &str) {
-    assert_eq!(
-        reply.status,
-        StatusCode::BAD_REQUEST,
-        "{}",
-        reply.describe()
-    );
-    assert_eq!(
-        reply.header("content-type").as_deref(),
-        Some("application/problem+json"),
-        "{}",
-        reply.describe()
-    );
-    assert_eq!(reply.problem_kind(), kind, "{}", reply.describe());
+    assert_problem(reply, 400, kind);
 }
 
 /// Scenario 1: 1,000 deliveries of 100 `payment_intent.succeeded` events (100 orders), ten of

@@ -6,67 +6,30 @@
 
 mod support;
 
-use e2e_support::{Closed, RawClient};
+use e2e_support::slow::{
+    assert_cut, rounds_during, Lorises, StalledHeads, BODY_TIMEOUT, DEADLINES, HEADER_TIMEOUT,
+    SLACK,
+};
+use e2e_support::{poll, Closed, RawClient};
 use idem::inbox::SignatureScheme;
 use reqwest::{Method, StatusCode};
 use std::time::Duration;
-use support::{new_event_id, now_unix, order_amount, Event, Server, TestEnv};
+use support::{assert_problem, new_event_id, now_unix, order_amount, Event, Server, TestEnv};
 
 const SECRET: &str = "whsec_e2e_hostile_0123456789";
-
-/// The head deadline the tests configure.
-const HEADER_TIMEOUT: Duration = Duration::from_millis(1000);
-/// The body deadline the tests configure.
-const BODY_TIMEOUT: Duration = Duration::from_millis(1500);
-/// How late after its deadline a cut may come (a loaded test machine).
-const SLACK: Duration = Duration::from_millis(1500);
-
-/// The tests' short deadlines, as the receiver reads them from its environment.
-const DEADLINES: [(&str, &str); 2] = [
-    ("IDEM_HEADER_TIMEOUT_MS", "1000"),
-    ("IDEM_BODY_TIMEOUT_MS", "1500"),
-];
 
 fn scheme() -> SignatureScheme {
     SignatureScheme::from_comma_separated(SECRET).expect("a signature scheme")
 }
 
-/// Asserts `reply` is a problem (RFC 9457) of `status` and `kind`.
-fn assert_problem(reply: &support::Reply, status: u16, kind: &str) {
-    assert_eq!(reply.status.as_u16(), status, "{}", reply.describe());
-    assert_eq!(
-        reply.header("content-type").as_deref(),
-        Some("application/problem+json"),
-        "{}",
-        reply.describe()
-    );
-    assert_eq!(reply.problem_kind(), kind, "{}", reply.describe());
-    assert_eq!(reply.json()["status"], status, "{}", reply.describe());
-}
-
-/// Asserts that `client`'s connection is closed by the receiver within `deadline` + [`SLACK`]
-/// of its opening, and not before the deadline.
-async fn assert_cut(client: &mut RawClient, what: &str, deadline: Duration) -> Closed {
-    let left = (deadline + SLACK).saturating_sub(client.age());
-    let Some(closed) = client.closed_within(left).await else {
-        panic!(
-            "{what}: the receiver still held the connection {:?} after it opened (deadline \
-             {deadline:?})",
-            client.age()
-        );
-    };
+/// Asserts that the receiver answered a problem of `status` and `kind` before it closed.
+fn assert_closed_with_problem(closed: &Closed, status: u16, kind: &str) {
+    assert_eq!(closed.status(), Some(status), "{}", closed.text());
     assert!(
-        closed.after + Duration::from_millis(200) >= deadline,
-        "{what}: cut after {:?}, before the deadline {deadline:?}: {}",
-        closed.after,
+        closed.text().contains("application/problem+json") && closed.text().contains(kind),
+        "a {status} problem of kind {kind}: {}",
         closed.text()
     );
-    eprintln!(
-        "{what}: closed after {:?}: {:?}",
-        closed.after,
-        closed.status()
-    );
-    closed
 }
 
 /// A real delivery, acknowledged at once while slow senders hold connections.
@@ -94,15 +57,12 @@ async fn stalled_heads_and_bodies_are_cut_within_their_deadlines() {
     let server = Server::start_with(&env, SECRET, &DEADLINES).await;
     let addr = server.addr().to_owned();
 
-    let mut half_line = RawClient::connect(&addr).await;
-    assert!(half_line.send(b"POST /webhooks/str").await);
-    let mut half_headers = RawClient::connect(&addr).await;
-    assert!(
-        half_headers
-            .send(b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nStripe-Signature: t=1")
-            .await
-    );
-    let mut silent = RawClient::connect(&addr).await;
+    let heads = StalledHeads::open(
+        &addr,
+        b"POST /webhooks/str",
+        b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nStripe-Signature: t=1",
+    )
+    .await;
     let mut half_body = RawClient::connect(&addr).await;
     let event = Event::payment_succeeded(&new_event_id("half"), "ord_9", order_amount(9));
     let signature = scheme().sign(&event.body, now_unix());
@@ -116,17 +76,9 @@ async fn stalled_heads_and_bodies_are_cut_within_their_deadlines() {
 
     assert_acknowledged(&server, 1).await;
 
-    assert_cut(&mut half_line, "half a request line", HEADER_TIMEOUT).await;
-    assert_cut(&mut half_headers, "half the headers", HEADER_TIMEOUT).await;
-    assert_cut(&mut silent, "nothing sent", HEADER_TIMEOUT).await;
+    heads.assert_cut().await;
     let closed = assert_cut(&mut half_body, "half a body", BODY_TIMEOUT).await;
-    assert_eq!(closed.status(), Some(408), "{}", closed.text());
-    assert!(
-        closed.text().contains("application/problem+json")
-            && closed.text().contains("request-timeout"),
-        "the 408 is a problem: {}",
-        closed.text()
-    );
+    assert_closed_with_problem(&closed, 408, "request-timeout");
     assert_acknowledged(&server, 2).await;
     assert_eq!(
         server.sender().invoice_count().await,
@@ -144,44 +96,13 @@ async fn fifty_slow_loris_connections_are_closed_while_deliveries_are_acknowledg
     let server = Server::start_with(&env, SECRET, &DEADLINES).await;
     let addr = server.addr().to_owned();
 
-    let mut lorises = Vec::new();
-    for _ in 0..LORISES {
-        let addr = addr.clone();
-        lorises.push(tokio::spawn(async move {
-            let mut client = RawClient::connect(&addr).await;
-            let head = b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nX-Loris: aaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
-            for byte in head.iter() {
-                if !client.send(std::slice::from_ref(byte)).await {
-                    break;
-                }
-                if let Some(closed) = client.closed_within(Duration::from_millis(100)).await {
-                    return closed;
-                }
-            }
-            let left = (HEADER_TIMEOUT + SLACK).saturating_sub(client.age());
-            client.closed_within(left).await.unwrap_or_else(|| {
-                panic!(
-                    "a slow-loris connection was still open {:?} after it opened",
-                    client.age()
-                )
-            })
-        }));
-    }
-    let started = std::time::Instant::now();
-    let mut n = 0;
-    while started.elapsed() < HEADER_TIMEOUT {
-        n += 1;
-        assert_acknowledged(&server, n).await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    for loris in lorises {
-        let closed = loris.await.expect("a slow-loris task panicked");
-        assert!(
-            closed.after <= HEADER_TIMEOUT + SLACK,
-            "a slow-loris connection was closed only after {:?}",
-            closed.after
-        );
-    }
+    let lorises = Lorises::start(
+        &addr,
+        LORISES,
+        b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nX-Loris: aaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    );
+    let n = rounds_during(HEADER_TIMEOUT, |n| assert_acknowledged(&server, n)).await;
+    lorises.assert_closed().await;
     eprintln!("{n} deliveries acknowledged beside {LORISES} slow-loris connections");
     assert!(n >= 3, "only {n} deliveries were acknowledged");
 }
@@ -217,13 +138,7 @@ async fn an_oversized_body_is_a_problem_413() {
         .closed_within(BODY_TIMEOUT + SLACK)
         .await
         .expect("the receiver closes the oversized stream");
-    assert_eq!(closed.status(), Some(413), "{}", closed.text());
-    assert!(
-        closed.text().contains("application/problem+json")
-            && closed.text().contains("body-too-large"),
-        "{}",
-        closed.text()
-    );
+    assert_closed_with_problem(&closed, 413, "body-too-large");
     assert!(server.sender().audit().await.is_empty(), "nothing recorded");
 }
 
@@ -267,31 +182,16 @@ async fn a_sender_that_hangs_up_still_gets_its_log_lines() {
         cut.is_err(),
         "the sender hangs up before the answer: {cut:?}"
     );
-    let mut count = 0;
-    for _ in 0..50 {
-        count = sender.invoice_count().await;
-        if count == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let every = Duration::from_millis(100);
+    let count = poll(50, every, || sender.invoice_count(), |count| *count == 1).await;
     assert_eq!(count, 1, "the abandoned delivery is processed once");
-    let lines = |server: &Server, what: &str| -> Vec<String> {
-        server
-            .log()
-            .lines()
-            .filter(|l| l.contains(what))
-            .map(str::to_owned)
-            .collect()
-    };
-    let mut requests = Vec::new();
-    for _ in 0..20 {
-        requests = lines(&server, "path=\"/webhooks/stripe\"");
-        if !requests.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let requests = poll(
+        20,
+        every,
+        || async { server.log_lines(&["path=\"/webhooks/stripe\""]) },
+        |lines| !lines.is_empty(),
+    )
+    .await;
     assert_eq!(
         requests.len(),
         1,
@@ -303,7 +203,7 @@ async fn a_sender_that_hangs_up_still_gets_its_log_lines() {
         "{}",
         requests[0]
     );
-    let deliveries = lines(&server, &event.id);
+    let deliveries = server.log_lines(&[&event.id]);
     assert_eq!(deliveries.len(), 1, "one delivery line: {deliveries:#?}");
     assert!(
         deliveries[0].contains("outcome=\"processed\""),

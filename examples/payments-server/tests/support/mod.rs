@@ -6,6 +6,26 @@
 
 #![allow(dead_code)]
 
+/// One `#[tokio::test]` per scenario per backend: `scenario => sqlite_test, postgres_test;`
+/// runs the `async fn scenario(Backend)` on SQLite as `sqlite_test` and on PostgreSQL as
+/// `postgres_test` (`#[macro_use] mod support;` to use it).
+#[allow(unused_macros)]
+macro_rules! on_both_backends {
+    ($($scenario:ident => $sqlite:ident, $postgres:ident;)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $sqlite() {
+                $scenario($crate::support::Backend::Sqlite).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $postgres() {
+                $scenario($crate::support::Backend::Postgres).await
+            }
+        )*
+    };
+}
+
 pub use e2e_support::{error_chain, random_u64, Reply, ServerProcess};
 
 use reqwest::StatusCode;
@@ -564,17 +584,7 @@ impl Api {
             Body::Form(fields) => builder.form(fields),
             Body::Json(value) => builder.json(value),
         };
-        let started = Instant::now();
-        let response = builder.send().await?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = response.bytes().await?.to_vec();
-        Ok(Reply {
-            status,
-            headers,
-            body,
-            latency: started.elapsed(),
-        })
+        Reply::fetch(builder).await
     }
 
     /// One attempt of `req` that must get an answer (no transport error, no timeout).
@@ -639,28 +649,14 @@ impl Api {
 
     /// `GET path` (authenticated), which must get an answer.
     pub async fn get(&self, path: &str) -> Reply {
-        let started = Instant::now();
-        let response = self
+        let request = self
             .http
             .get(format!("{}{path}", self.base_url))
             .bearer_auth(API_KEY)
-            .timeout(Duration::from_secs(10))
-            .send()
+            .timeout(Duration::from_secs(10));
+        Reply::fetch(request)
             .await
-            .unwrap_or_else(|e| panic!("GET {path} failed: {}", error_chain(&e)));
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = response
-            .bytes()
-            .await
-            .unwrap_or_else(|e| panic!("GET {path}: cannot read the body: {}", error_chain(&e)))
-            .to_vec();
-        Reply {
-            status,
-            headers,
-            body,
-            latency: started.elapsed(),
-        }
+            .unwrap_or_else(|e| panic!("GET {path} failed: {}", error_chain(&e)))
     }
 
     /// One request of `method` to `path` with `headers` and `body` (no authentication unless
@@ -672,7 +668,6 @@ impl Api {
         headers: &[(&str, &str)],
         body: Vec<u8>,
     ) -> Reply {
-        let started = Instant::now();
         let mut request = self
             .http
             .request(method.clone(), format!("{}{path}", self.base_url))
@@ -681,25 +676,9 @@ impl Api {
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
-        let response = request
-            .send()
+        Reply::fetch(request)
             .await
-            .unwrap_or_else(|e| panic!("{method} {path} failed: {}", error_chain(&e)));
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = response
-            .bytes()
-            .await
-            .unwrap_or_else(|e| {
-                panic!("{method} {path}: cannot read the body: {}", error_chain(&e))
-            })
-            .to_vec();
-        Reply {
-            status,
-            headers,
-            body,
-            latency: started.elapsed(),
-        }
+            .unwrap_or_else(|e| panic!("{method} {path} failed: {}", error_chain(&e)))
     }
 
     /// The committed rows in the charges table (`GET /test/charges/count`).
@@ -765,6 +744,27 @@ pub fn assert_charge(reply: &Reply, amount: i64, currency: &str) -> Value {
 }
 
 /// Asserts a Stripe-shaped error: `status`, `error.type` = `kind`, `error.code` = `code`
+/// Asserts `reply` is a 503 with `Retry-After` and a Stripe-shaped error (`error.type`);
+/// `what` says which request, in the messages.
+pub fn assert_unavailable(reply: &Reply, what: &str) {
+    assert_eq!(
+        reply.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{what}: a 503: {}",
+        reply.describe()
+    );
+    assert!(
+        reply.header("retry-after").is_some(),
+        "{what}: the 503 carries Retry-After: {}",
+        reply.describe()
+    );
+    assert!(
+        reply.json()["error"]["type"].is_string(),
+        "{what}: a Stripe-shaped error: {}",
+        reply.describe()
+    );
+}
+
 /// (when given), a string `error.message`; returns the JSON.
 pub fn assert_error(reply: &Reply, status: u16, kind: &str, code: Option<&str>) -> Value {
     assert_eq!(

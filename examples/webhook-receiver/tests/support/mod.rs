@@ -298,7 +298,6 @@ impl Sender {
         headers: &[(&str, &str)],
         timeout: Duration,
     ) -> Result<Reply, String> {
-        let started = Instant::now();
         let mut request = self
             .http
             .post(format!("{}/webhooks/stripe", self.base_url))
@@ -315,20 +314,7 @@ impl Sender {
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
-        let response = request.send().await.map_err(|e| error_chain(&e))?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| error_chain(&e))?
-            .to_vec();
-        Ok(Reply {
-            status,
-            headers,
-            body,
-            latency: started.elapsed(),
-        })
+        Reply::fetch(request).await.map_err(|e| error_chain(&e))
     }
 
     /// One attempt of `event`, signed now with `scheme`'s first secret.
@@ -391,27 +377,7 @@ impl Sender {
     }
 
     async fn get(&self, path: &str) -> Reply {
-        let started = Instant::now();
-        let response = self
-            .http
-            .get(format!("{}{path}", self.base_url))
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("GET {path} failed: {}", error_chain(&e)));
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = response
-            .bytes()
-            .await
-            .unwrap_or_else(|e| panic!("GET {path}: {}", error_chain(&e)))
-            .to_vec();
-        Reply {
-            status,
-            headers,
-            body,
-            latency: started.elapsed(),
-        }
+        self.send(reqwest::Method::GET, path, Vec::new()).await
     }
 
     /// `GET path`, which must answer 200 with JSON.
@@ -433,28 +399,14 @@ impl Sender {
 
     /// One request of `method` to `path` with `body`, whatever it answers.
     pub async fn send(&self, method: reqwest::Method, path: &str, body: Vec<u8>) -> Reply {
-        let started = Instant::now();
-        let response = self
+        let request = self
             .http
             .request(method.clone(), format!("{}{path}", self.base_url))
             .timeout(Duration::from_secs(10))
-            .body(body)
-            .send()
+            .body(body);
+        Reply::fetch(request)
             .await
-            .unwrap_or_else(|e| panic!("{method} {path} failed: {}", error_chain(&e)));
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = response
-            .bytes()
-            .await
-            .unwrap_or_else(|e| panic!("{method} {path}: {}", error_chain(&e)))
-            .to_vec();
-        Reply {
-            status,
-            headers,
-            body,
-            latency: started.elapsed(),
-        }
+            .unwrap_or_else(|e| panic!("{method} {path} failed: {}", error_chain(&e)))
     }
 
     /// The invoices committed (`GET /test/invoices/count`).
@@ -484,4 +436,17 @@ impl Sender {
             .into_iter()
             .find(|e| e["event_id"].as_str() == Some(event_id))
     }
+}
+
+/// Asserts `reply` is a problem (RFC 9457) of `status` and `kind`.
+pub fn assert_problem(reply: &Reply, status: u16, kind: &str) {
+    assert_eq!(reply.status.as_u16(), status, "{}", reply.describe());
+    assert_eq!(
+        reply.header("content-type").as_deref(),
+        Some("application/problem+json"),
+        "{}",
+        reply.describe()
+    );
+    assert_eq!(reply.problem_kind(), kind, "{}", reply.describe());
+    assert_eq!(reply.json()["status"], status, "{}", reply.describe());
 }
