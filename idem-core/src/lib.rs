@@ -40,6 +40,7 @@
 #![forbid(unsafe_code)]
 
 mod answer;
+mod backoff;
 mod begin;
 mod changes;
 mod clock;
@@ -49,6 +50,7 @@ mod decision;
 mod engine;
 mod error;
 mod event;
+mod feed;
 mod fingerprint;
 mod form;
 pub mod inbox;
@@ -107,3 +109,7 @@ pub use unique::InsertOrFetch;
 
 /// Re-exported so that stores implement [`Store`] with the same macro version.
 pub use async_trait::async_trait;
+
+/// For [`store::feed_report`]'s logs.
+#[doc(hidden)]
+pub use tracing as __tracing;

@@ -8,10 +8,13 @@
 //! [`Lease`] for each reservation. The conformance suite (`idem_core::testing`, feature
 //! `testing`) proves a store keeps the contract below.
 
+#[doc(inline)]
+pub use crate::__idem_feed_report as feed_report;
 pub use crate::changes::{digest_from_hex, digest_to_hex, Changes};
 pub use crate::completion::Completion;
 pub use crate::decision::{check_fence, decide, Acquire, Decision};
 pub use crate::engine::on_heartbeat_thread;
+pub use crate::feed::{Feed, FeedEvent, FeedSettings, Listen, Received};
 pub use crate::lease::Lease;
 pub use crate::listing::{
     Cursor, ListQuery, Listed, ListedState, Page, Position, Selection, Stats,

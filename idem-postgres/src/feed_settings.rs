@@ -1,10 +1,11 @@
-//! How a store's change feed is configured: the channel, the listener's own connection, and
-//! how a silent listener is found (see [`crate::feed`]).
+//! How a store's change feed is configured beyond the core's
+//! [`FeedSettings`](idem_core::store::FeedSettings): the channel's name, and the listener's own
+//! connection (see [`crate::feed`]).
 
 use crate::config::validate_identifier;
+use idem_core::store::FeedSettings;
 use idem_core::{Error, Field};
 use sqlx::postgres::PgConnectOptions;
-use std::time::Duration;
 
 /// The channel announcements travel on by default.
 pub(crate) const DEFAULT_CHANNEL: &str = "idem_changes";
@@ -54,58 +55,29 @@ impl std::fmt::Debug for ListenerOptions {
     }
 }
 
-/// The settings of a store's change feed.
-#[derive(Debug, Clone)]
-pub(crate) struct FeedSettings {
-    /// Whether the store has a feed at all.
-    pub(crate) enabled: bool,
-    pub(crate) channel: String,
-    pub(crate) listener: ListenerTarget,
-    /// How often the feed checks that announcements still reach its listener.
-    pub(crate) ping_every: Duration,
-    /// How long a ping the store sent may take to reach the listener before the listener is
-    /// judged dead and replaced.
-    pub(crate) ping_within: Duration,
+/// The settings of a store's change feed: the core's, on [`DEFAULT_CHANNEL`].
+pub(crate) fn default_settings() -> FeedSettings {
+    FeedSettings::new(DEFAULT_CHANNEL)
 }
 
-impl Default for FeedSettings {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            channel: DEFAULT_CHANNEL.to_owned(),
-            listener: ListenerTarget::Store,
-            ping_every: Duration::from_secs(5),
-            ping_within: Duration::from_secs(2),
-        }
+/// Checks the channel name (an identifier that leaves room for the ping channel) and the
+/// ping's durations.
+pub(crate) fn validate(settings: &FeedSettings) -> Result<(), Error> {
+    validate_identifier(&settings.channel)?;
+    if settings.channel.len() > MAX_CHANNEL {
+        return Err(Error::invalid(
+            Field::Config,
+            format!("the change feed's channel has at most {MAX_CHANNEL} bytes"),
+        ));
     }
+    settings.validate()
 }
 
-impl FeedSettings {
-    /// Checks the channel name and the ping's durations.
-    pub(crate) fn validate(&self) -> Result<(), Error> {
-        validate_identifier(&self.channel)?;
-        if self.channel.len() > MAX_CHANNEL {
-            return Err(Error::invalid(
-                Field::Config,
-                format!("the change feed's channel has at most {MAX_CHANNEL} bytes"),
-            ));
-        }
-        if self.ping_every.is_zero() || self.ping_within.is_zero() {
-            return Err(Error::invalid(
-                Field::Config,
-                "the change feed's ping interval and deadline must be more than zero",
-            ));
-        }
-        Ok(())
-    }
-
+impl ListenerTarget {
     /// The listener's connect options: the store's unless others were given, named
     /// [`LISTENER_APPLICATION`] unless they name themselves.
-    pub(crate) fn listener_options(
-        &self,
-        store: &PgConnectOptions,
-    ) -> Result<ListenerOptions, Error> {
-        let options = match &self.listener {
+    pub(crate) fn options(&self, store: &PgConnectOptions) -> Result<ListenerOptions, Error> {
+        let options = match self {
             ListenerTarget::Store => store.clone(),
             ListenerTarget::Url(url) => url.parse().map_err(|e: sqlx::Error| {
                 Error::invalid(
@@ -125,39 +97,38 @@ impl FeedSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn c05_the_channel_leaves_room_for_the_ping_channel() {
-        let mut settings = FeedSettings::default();
-        assert!(settings.validate().is_ok());
-        settings.channel = "c".repeat(MAX_CHANNEL);
-        assert!(settings.validate().is_ok());
-        settings.channel = "c".repeat(MAX_CHANNEL + 1);
-        assert!(settings.validate().is_err());
-        settings.channel = "Changes; DROP".to_owned();
-        assert!(settings.validate().is_err());
-        settings.channel = DEFAULT_CHANNEL.to_owned();
-        settings.ping_within = Duration::ZERO;
-        assert!(settings.validate().is_err());
+        let (longest, too_long) = ("c".repeat(MAX_CHANNEL), "c".repeat(MAX_CHANNEL + 1));
+        for (channel, valid) in [
+            (DEFAULT_CHANNEL, true),
+            (longest.as_str(), true),
+            (too_long.as_str(), false),
+            ("Changes; DROP", false),
+        ] {
+            let settings = FeedSettings::new(channel);
+            assert_eq!(validate(&settings).is_ok(), valid, "{channel:?}");
+        }
+        let mut pings = default_settings();
+        pings.ping_within = Duration::ZERO;
+        assert!(validate(&pings).is_err(), "the core's checks too");
     }
 
     #[test]
     fn c05_the_listener_is_named_unless_it_names_itself() {
         let store = PgConnectOptions::new().host("db").database("app");
-        let settings = FeedSettings::default();
-        let options = settings
-            .listener_options(&store)
+        let options = ListenerTarget::Store
+            .options(&store)
             .expect("the store's options")
             .0;
         assert_eq!(options.get_application_name(), Some(LISTENER_APPLICATION));
         assert_eq!(options.get_host(), "db");
-        let own = FeedSettings {
-            listener: ListenerTarget::Url(
-                "postgres://u:secret@direct:5433/app?application_name=mine".to_owned(),
-            ),
-            ..FeedSettings::default()
-        };
-        let options = own.listener_options(&store).expect("a URL");
+        let own = ListenerTarget::Url(
+            "postgres://u:secret@direct:5433/app?application_name=mine".to_owned(),
+        );
+        let options = own.options(&store).expect("a URL");
         assert!(!format!("{options:?}").contains("secret"), "{options:?}");
         let options = options.0;
         assert_eq!(options.get_application_name(), Some("mine"));
@@ -166,10 +137,7 @@ mod tests {
             !format!("{own:?}").contains("secret"),
             "no URL in debug output"
         );
-        let bad = FeedSettings {
-            listener: ListenerTarget::Url("postgres://u@h:notaport/db".to_owned()),
-            ..FeedSettings::default()
-        };
-        assert!(bad.listener_options(&store).is_err());
+        let bad = ListenerTarget::Url("postgres://u@h:notaport/db".to_owned());
+        assert!(bad.options(&store).is_err());
     }
 }

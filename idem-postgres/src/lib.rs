@@ -33,7 +33,6 @@
 
 mod announce;
 mod audit;
-mod backoff;
 mod broken_effect;
 mod config;
 mod connections;

@@ -3,14 +3,14 @@
 use crate::config::{validate_identifier, validate_table_name, Isolation, PgConfig};
 use crate::connections::Connections;
 use crate::error::store_error;
-use crate::feed::Feed;
-use crate::feed_settings::{FeedSettings, ListenerOptions, ListenerTarget};
+use crate::feed_settings::{self, ListenerOptions, ListenerTarget};
 use crate::ops::{Ops, Reservation};
 use crate::params::StatementMode;
 use crate::session;
 use crate::sql::Statements;
 use idem_core::store::{
-    digest_to_hex, Capabilities, Changes, Completion, Lease, ListQuery, Page, Record, Stats,
+    digest_to_hex, Capabilities, Changes, Completion, FeedSettings, Lease, ListQuery, Page, Record,
+    Stats,
 };
 use idem_core::{async_trait, Begin, Error, RecordId, Request, Store, Timestamp};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -99,6 +99,8 @@ pub struct PgStoreBuilder {
     max_connections: u32,
     acquire_timeout: Duration,
     feed: FeedSettings,
+    /// Where the change feed's listener connects.
+    listener: ListenerTarget,
 }
 
 impl PgStoreBuilder {
@@ -246,13 +248,13 @@ impl PgStoreBuilder {
     /// [`Error::InvalidInput`]. Without an `application_name` of its own, the listener's session
     /// is named `idem_changes_feed`.
     pub fn listener_url(mut self, url: &str) -> Self {
-        self.feed.listener = ListenerTarget::Url(url.to_owned());
+        self.listener = ListenerTarget::Url(url.to_owned());
         self
     }
 
     /// Like [`listener_url`](Self::listener_url), with connect options.
     pub fn listener_options(mut self, options: PgConnectOptions) -> Self {
-        self.feed.listener = ListenerTarget::Options(Box::new(options));
+        self.listener = ListenerTarget::Options(Box::new(options));
         self
     }
 
@@ -281,9 +283,9 @@ impl PgStoreBuilder {
     /// connections when you first use it. Fails at once if the server cannot be reached.
     pub async fn connect(self, url: &str) -> Result<PgStore, Error> {
         validate(&self.config)?;
-        self.feed.validate()?;
+        feed_settings::validate(&self.feed)?;
         let options: PgConnectOptions = url.parse().map_err(store_error)?;
-        let listener = self.feed.listener_options(&options)?;
+        let listener = self.listener.options(&options)?;
         let pool = PgPoolOptions::new()
             .max_connections(self.max_connections)
             .acquire_timeout(self.acquire_timeout)
@@ -300,9 +302,9 @@ impl PgStoreBuilder {
     /// `test_before_acquire(false)` for your own round trips' sake.
     pub fn pool(self, pool: PgPool) -> Result<PgStore, Error> {
         validate(&self.config)?;
-        self.feed.validate()?;
+        feed_settings::validate(&self.feed)?;
         let options = (*pool.connect_options()).clone();
-        let listener = self.feed.listener_options(&options)?;
+        let listener = self.listener.options(&options)?;
         Ok(PgStore::from_parts(pool, options, listener, self))
     }
 }
@@ -319,7 +321,8 @@ impl PgStore {
             config: PgConfig::default(),
             max_connections: 16,
             acquire_timeout: Duration::from_secs(5),
-            feed: FeedSettings::default(),
+            feed: feed_settings::default_settings(),
+            listener: ListenerTarget::Store,
         }
     }
 
@@ -542,13 +545,6 @@ impl Store for PgStore {
 
     /// Starts the change feed (`crate::feed`) on a task of the current runtime.
     fn watch(&self, changes: Changes) -> bool {
-        if !self.inner.feed.enabled {
-            return false;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return false;
-        };
-        drop(runtime.spawn(Feed::new(&self.inner, changes).run()));
-        true
+        self.inner.feed.enabled && crate::feed::feed(&self.inner, changes).spawn()
     }
 }

@@ -1,8 +1,10 @@
-//! How a store's change feed is configured: the channel, and how a silent subscription is
-//! found (see [`crate::feed`]).
+//! How a store's change feed is configured beyond the core's
+//! [`FeedSettings`](idem_core::store::FeedSettings): the channel's name and the ping channel's
+//! (see [`crate::feed`]).
 
 use idem_core::{Error, Field};
-use std::time::Duration;
+
+pub(crate) use idem_core::store::FeedSettings;
 
 /// The channel announcements travel on by default.
 pub(crate) const DEFAULT_CHANNEL: &str = "idem:changes";
@@ -10,73 +12,49 @@ pub(crate) const DEFAULT_CHANNEL: &str = "idem:changes";
 /// The longest channel name accepted.
 const MAX_CHANNEL: usize = 64;
 
-/// The settings of a store's change feed.
-#[derive(Debug, Clone)]
-pub(crate) struct FeedSettings {
-    /// Whether the store has a feed at all.
-    pub(crate) enabled: bool,
-    pub(crate) channel: String,
-    /// How often the feed checks that announcements still reach its subscription.
-    pub(crate) ping_every: Duration,
-    /// How long a ping the store published may take to arrive before the subscription is
-    /// judged dead and replaced.
-    pub(crate) ping_within: Duration,
+/// The settings of a store's change feed: the core's, on [`DEFAULT_CHANNEL`].
+pub(crate) fn default_settings() -> FeedSettings {
+    FeedSettings::new(DEFAULT_CHANNEL)
 }
 
-impl Default for FeedSettings {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            channel: DEFAULT_CHANNEL.to_owned(),
-            ping_every: Duration::from_secs(5),
-            ping_within: Duration::from_secs(2),
-        }
+/// Checks the channel (1..=64 bytes of visible ASCII) and the ping's durations.
+pub(crate) fn validate(settings: &FeedSettings) -> Result<(), Error> {
+    let channel = &settings.channel;
+    let ok = !channel.is_empty()
+        && channel.len() <= MAX_CHANNEL
+        && channel.bytes().all(|b| (0x21..=0x7e).contains(&b));
+    if !ok {
+        return Err(Error::invalid(
+            Field::Config,
+            "the change feed's channel must be 1..=64 bytes of visible ASCII",
+        ));
     }
+    settings.validate()
 }
 
-impl FeedSettings {
-    /// Checks the channel (1..=64 bytes of visible ASCII) and the ping's durations.
-    pub(crate) fn validate(&self) -> Result<(), Error> {
-        let ok = !self.channel.is_empty()
-            && self.channel.len() <= MAX_CHANNEL
-            && self.channel.bytes().all(|b| (0x21..=0x7e).contains(&b));
-        if !ok {
-            return Err(Error::invalid(
-                Field::Config,
-                "the change feed's channel must be 1..=64 bytes of visible ASCII",
-            ));
-        }
-        if self.ping_every.is_zero() || self.ping_within.is_zero() {
-            return Err(Error::invalid(
-                Field::Config,
-                "the change feed's ping interval and deadline must be more than zero",
-            ));
-        }
-        Ok(())
-    }
-
-    /// The channel of one feed's own pings: `<channel>:ping:<nonce>`.
-    pub(crate) fn ping_channel(&self, nonce: &str) -> String {
-        format!("{}:ping:{nonce}", self.channel)
-    }
+/// What the channel of one feed's own pings starts with, before the feed's nonce:
+/// `<channel>:ping:`.
+pub(crate) fn ping_prefix(settings: &FeedSettings) -> String {
+    format!("{}:ping:", settings.channel)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn c05_a_channel_is_visible_ascii_and_pings_are_positive() {
-        let mut settings = FeedSettings::default();
-        assert!(settings.validate().is_ok());
+        let mut settings = default_settings();
+        assert!(validate(&settings).is_ok());
         for bad in ["", "with space", &"c".repeat(MAX_CHANNEL + 1)] {
             settings.channel = bad.to_owned();
-            assert!(settings.validate().is_err(), "{bad:?}");
+            assert!(validate(&settings).is_err(), "{bad:?}");
         }
         settings.channel = "billing:changes".to_owned();
-        assert!(settings.validate().is_ok());
-        assert_eq!(settings.ping_channel("ab"), "billing:changes:ping:ab");
+        assert!(validate(&settings).is_ok());
+        assert_eq!(ping_prefix(&settings), "billing:changes:ping:");
         settings.ping_every = Duration::ZERO;
-        assert!(settings.validate().is_err());
+        assert!(validate(&settings).is_err());
     }
 }

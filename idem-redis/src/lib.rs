@@ -111,7 +111,6 @@
 //! ```
 #![forbid(unsafe_code)]
 
-mod backoff;
 mod conn;
 mod connections;
 mod error;

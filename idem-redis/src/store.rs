@@ -3,8 +3,8 @@
 use crate::conn::{Conn, Opener};
 use crate::connections::{Connections, Timeouts};
 use crate::error::{error_kind, store_error, unexpected, BACKEND};
-use crate::feed::{Feed, Subscribers};
-use crate::feed_settings::FeedSettings;
+use crate::feed::Subscribers;
+use crate::feed_settings::{self, FeedSettings};
 use crate::listing::Scanner;
 use crate::record::{self, bytes, integer, timestamp};
 use crate::scripts::scripts;
@@ -248,7 +248,7 @@ impl RedisStoreBuilder {
 
     fn validate(&self) -> Result<(), Error> {
         validate_prefix(&self.prefix)?;
-        self.feed.validate()?;
+        feed_settings::validate(&self.feed)?;
         if self.grace > MAX_GRACE {
             return Err(Error::invalid(
                 Field::Config,
@@ -392,7 +392,7 @@ impl RedisStore {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             allow_eviction: false,
-            feed: FeedSettings::default(),
+            feed: feed_settings::default_settings(),
         }
     }
 
@@ -631,19 +631,13 @@ impl Store for RedisStore {
 
     /// Starts the change feed (`crate::feed`) on a task of the current runtime.
     fn watch(&self, changes: Changes) -> bool {
-        if !self.feed.enabled {
-            return false;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return false;
-        };
-        let feed = Feed::new(
-            &self.conns,
-            &self.feed,
-            (*self.subscribers).clone(),
-            changes,
-        );
-        drop(runtime.spawn(feed.run()));
-        true
+        self.feed.enabled
+            && crate::feed::feed(
+                &self.conns,
+                &self.feed,
+                (*self.subscribers).clone(),
+                changes,
+            )
+            .spawn()
     }
 }

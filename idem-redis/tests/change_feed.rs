@@ -1,46 +1,23 @@
-//! The change feed (C5, C13): a duplicate that waits for its original in another process (two
-//! stores, two clients, two engines: nothing shared in memory) is woken by the original's
-//! announcement (`PUBLISH`) through the waiter's subscription, within a few milliseconds of
-//! the completion, far below the one-second polling fallback of a waiter whose store has a
-//! feed; on a Redis Cluster too, whichever node each waiter subscribed on (a `PUBLISH` reaches
-//! the subscribers of every node); and again after the subscription's connection was killed
-//! by the server or vanished silently (its server side gone, the client hearing nothing), once
-//! the feed noticed and subscribed again.
-//!
-//! Each round completes the original 1.35 s after the duplicates started waiting, away from
-//! every poll of the engine's waiters: one whose store has a feed polls every second (its next
-//! read would come 650 ms after the completion), one whose store has none polls at 20 ms
-//! doubling up to 500 ms (its next read, at about 1.62 s, would come 270 ms after it). Both are
-//! past the bound of every round, 150 ms: only a wake-up by the feed is that quick.
+//! The change feed (C5, C13) on Redis: the shared change-feed scenarios
+//! (`idem_core::testing`, two stores, two clients, two engines: two processes), the waiter woken
+//! by the original's announcement (`PUBLISH`) through its subscription; and on a Redis Cluster,
+//! whichever node each waiter subscribed on (a `PUBLISH` reaches the subscribers of every node),
+//! and a failed subscription moving to the next seed node. A subscription is killed by the
+//! server (`CLIENT KILL TYPE pubsub`, on a Redis of the scenario's own, whose pub/sub clients
+//! are the feed's alone), and vanishes silently through a fault proxy that the waiter's whole
+//! store goes through.
 
 mod common;
 mod support;
 
 use common::{cluster_nodes, free_port, redis_url, start_server, temp_dir};
 use fault_proxy::{Fault, FaultProxy};
-use idem_core::{
-    Answer, Failure, FencingToken, Idempotency, InFlightAnswer, Outcome, Policy, Store,
-    StoredResponse,
-};
+use idem_core::testing::{waiting_engine, ChangeFeedHarness, FeedFault, Rounds};
+use idem_core::{FencingToken, Idempotency};
 use idem_redis::redis;
 use idem_redis::{RedisStore, RedisStoreBuilder};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::private_cluster::PrivateCluster;
-use tokio::sync::oneshot;
-
-/// How long after the original's completion each waiter must have its replay.
-const PROMPT: Duration = Duration::from_millis(150);
-
-/// How long the waiters wait before the original completes: away from the polls of either kind
-/// of waiter (see the top of this file).
-const BEFORE_COMPLETING: Duration = Duration::from_millis(1350);
-
-fn engine<S: Store + 'static>(store: S) -> Idempotency<S> {
-    let policy = Policy::default().in_flight(InFlightAnswer::Wait(Duration::from_secs(5)));
-    Idempotency::with_policy(store, policy).expect("a valid policy")
-}
 
 /// Settings no other test shares: a key prefix and a channel of this test's own.
 fn settings(prefix: &str, channel: &str) -> RedisStoreBuilder {
@@ -51,98 +28,6 @@ fn settings(prefix: &str, channel: &str) -> RedisStoreBuilder {
 fn names() -> (String, String) {
     let token = FencingToken::generate().to_string();
     (format!("t{token}"), format!("idem:changes:{token}"))
-}
-
-fn charge(body: &str) -> StoredResponse {
-    StoredResponse::new(201, body.to_owned())
-}
-
-/// One round: `original` runs a request whose handler waits; each of `waiters` sends a
-/// duplicate, which waits; the original completes. Returns how long after the completion the
-/// slowest duplicate had its replay (no duplicate's handler ever run).
-async fn round<S: Store + 'static>(
-    waiters: &[&Idempotency<S>],
-    original: &Idempotency<S>,
-) -> Duration {
-    let key = format!("k_{}", FencingToken::generate());
-    let req = original
-        .request("acct_feed", "POST", "/notifications")
-        .key(Some(key.as_str()))
-        .body(b"{}")
-        .build()
-        .expect("a request");
-    let runs = Arc::new(AtomicUsize::new(0));
-    let (started_tx, started_rx) = oneshot::channel();
-    let (finish_tx, finish_rx) = oneshot::channel::<()>();
-    let first = {
-        let (idem, req, runs) = (original.clone(), req.clone(), Arc::clone(&runs));
-        tokio::spawn(async move {
-            let outcome = idem
-                .run(&req, move |_ctx| async move {
-                    runs.fetch_add(1, Ordering::SeqCst);
-                    let _ = started_tx.send(());
-                    let _ = finish_rx.await;
-                    Ok::<_, Failure<std::io::Error>>(charge("sent"))
-                })
-                .await;
-            (outcome, Instant::now())
-        })
-    };
-    started_rx.await.expect("the original started");
-    let duplicates: Vec<_> = waiters
-        .iter()
-        .map(|waiter| {
-            let (idem, req, runs) = ((*waiter).clone(), req.clone(), Arc::clone(&runs));
-            tokio::spawn(async move {
-                let outcome = idem
-                    .run(&req, move |_ctx| async move {
-                        runs.fetch_add(1, Ordering::SeqCst);
-                        Ok::<_, Failure<std::io::Error>>(charge("the duplicate ran"))
-                    })
-                    .await;
-                (outcome, Instant::now())
-            })
-        })
-        .collect();
-    tokio::time::sleep(BEFORE_COMPLETING).await;
-    assert!(
-        duplicates.iter().all(|d| !d.is_finished()),
-        "a duplicate did not wait"
-    );
-    finish_tx.send(()).expect("the original waits to finish");
-    let (outcome, ended) = first.await.expect("the original ran");
-    assert!(
-        matches!(outcome, Ok(Outcome::Executed(_))),
-        "the original: {outcome:?}"
-    );
-    let mut slowest = Duration::ZERO;
-    for duplicate in duplicates {
-        let (outcome, answered) = duplicate.await.expect("a duplicate ran");
-        assert_eq!(
-            outcome.expect("the duplicate is answered"),
-            Outcome::Answered(Answer::Replay(charge("sent")))
-        );
-        slowest = slowest.max(answered.saturating_duration_since(ended));
-    }
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "one execution");
-    slowest
-}
-
-/// Runs `rounds` rounds and asserts each was prompt.
-async fn prompt_rounds<S: Store + 'static>(
-    waiters: &[&Idempotency<S>],
-    original: &Idempotency<S>,
-    rounds: usize,
-    case: &str,
-) {
-    for i in 0..rounds {
-        let after = round(waiters, original).await;
-        eprintln!("{case}, round {i}: answered {after:?} after the completion");
-        assert!(
-            after < PROMPT,
-            "{case}, round {i}: a waiter was answered {after:?} after the completion"
-        );
-    }
 }
 
 /// Runs `cmd` on the Redis at `url`.
@@ -165,19 +50,16 @@ async fn subscribers(url: &str, channel: &str) -> i64 {
 }
 
 /// Waits until `channel` has `count` subscribers on the Redis at `url`, at most `limit`.
-async fn until_subscribers(url: &str, channel: &str, count: i64, limit: Duration) {
-    let started = Instant::now();
-    loop {
-        let now = subscribers(url, channel).await;
-        if now == count {
-            return;
-        }
-        assert!(
-            started.elapsed() < limit,
-            "{now} subscribers of {channel} after {limit:?}, not {count}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+async fn until_subscribers(url: &str, channel: &str, count: usize, limit: Duration) {
+    let site = Site {
+        prefix: String::new(),
+        channel: channel.to_owned(),
+        fault: FeedFault::None,
+        url: url.to_owned(),
+        private: None,
+        proxy: None,
+    };
+    RedisFeeds.until_listeners(&site, count, limit).await;
 }
 
 /// The ids of the pub/sub clients of the Redis at `url`.
@@ -220,16 +102,126 @@ impl Drop for Private {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c05_a_duplicate_waiting_in_another_process_is_woken_by_the_announcement() {
-    let (prefix, channel) = names();
-    let url = redis_url();
-    let connect = || settings(&prefix, &channel).connect(&url);
-    let there = engine(connect().await.expect("connect"));
-    let here = engine(connect().await.expect("connect"));
-    prompt_rounds(&[&here], &there, 3, "one Redis").await;
-    prompt_rounds(&[&there], &here, 1, "one Redis, the other way").await;
+/// Two processes' stores on one prefix and channel.
+struct RedisFeeds;
+
+/// One scenario's prefix and channel, its server, and what its fault acts through.
+struct Site {
+    prefix: String,
+    channel: String,
+    fault: FeedFault,
+    /// The server the stores are on (the scenario's own where the fault kills connections).
+    url: String,
+    private: Option<Private>,
+    /// The proxy the waiter's whole store goes through, and the URL through it.
+    proxy: Option<(FaultProxy, String)>,
 }
+
+impl Site {
+    fn proxy(&self) -> &FaultProxy {
+        &self.proxy.as_ref().expect("a site with a proxy").0
+    }
+
+    fn store(&self) -> RedisStoreBuilder {
+        settings(&self.prefix, &self.channel)
+    }
+}
+
+#[idem_core::async_trait]
+impl ChangeFeedHarness for RedisFeeds {
+    type Store = RedisStore;
+    type Site = Site;
+
+    async fn site(&self, fault: FeedFault) -> Site {
+        let (prefix, channel) = names();
+        let private = matches!(fault, FeedFault::Killed | FeedFault::Lost).then(Private::start);
+        let url = private
+            .as_ref()
+            .map_or_else(redis_url, |private| private.url.clone());
+        let proxy = match fault {
+            FeedFault::Silenced { .. } => {
+                let proxy = FaultProxy::start(url.trim_start_matches("redis://"))
+                    .await
+                    .expect("start the fault proxy");
+                let through = format!("redis://{}", proxy.addr());
+                Some((proxy, through))
+            }
+            _ => None,
+        };
+        Site {
+            prefix,
+            channel,
+            fault,
+            url,
+            private,
+            proxy,
+        }
+    }
+
+    async fn original(&self, site: &Site) -> RedisStore {
+        site.store().connect(&site.url).await.expect("connect")
+    }
+
+    async fn waiter(&self, site: &Site) -> RedisStore {
+        match (site.fault, &site.proxy) {
+            // The waiter's store, its subscription included, goes through the proxy.
+            (FeedFault::Silenced { every, within }, Some((_, through))) => site
+                .store()
+                .feed_ping(every, within)
+                .response_timeout(within)
+                .connection_timeout(within)
+                .connect(through)
+                .await
+                .expect("connect through the proxy"),
+            _ => site.store().connect(&site.url).await.expect("connect"),
+        }
+    }
+
+    async fn listeners(&self, site: &Site) -> usize {
+        let count = subscribers(&site.url, &site.channel).await;
+        usize::try_from(count).expect("a count")
+    }
+
+    async fn listener_connections(&self, site: &Site) -> Vec<String> {
+        assert!(
+            site.private.is_some(),
+            "pub/sub clients of a Redis of its own"
+        );
+        pubsub_clients(&site.url).await
+    }
+
+    async fn kill_listener(&self, site: &Site) {
+        let killed: i64 = raw(
+            &site.url,
+            redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"),
+        )
+        .await;
+        assert_eq!(killed, 1);
+    }
+
+    /// The server's side of every connection through the proxy closes; the clients hear
+    /// nothing.
+    async fn cut(&self, site: &Site) {
+        site.proxy().set(Fault::ServerGone);
+    }
+
+    async fn mend(&self, site: &Site) {
+        if let Some((proxy, _)) = &site.proxy {
+            proxy.set(Fault::PassThrough);
+        }
+    }
+
+    /// Nothing tells the subscription: only its ping does, once the store's own connection (as
+    /// silent) has been replaced and can publish it.
+    const REPLACED_WITHIN: Duration = Duration::from_secs(8);
+
+    /// The subscription is killed (the feed subscribes again after 100 ms).
+    async fn lose_listener(&self, site: &Site) {
+        self.kill_listener(site).await;
+    }
+}
+
+idem_core::change_feed_tests!(RedisFeeds);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c05_on_a_cluster_waiters_subscribed_on_every_node_are_woken_by_the_announcement() {
@@ -252,13 +244,15 @@ async fn c05_on_a_cluster_waiters_subscribed_on_every_node_are_woken_by_the_anno
                 .expect("connect to the cluster")
         }
     };
-    let original = engine(connect(rotated(0)).await);
+    let original = waiting_engine(connect(rotated(0)).await);
     let mut waiters = Vec::new();
     for first in 0..nodes.len() {
-        waiters.push(engine(connect(rotated(first)).await));
+        waiters.push(waiting_engine(connect(rotated(first)).await));
     }
     let waiters: Vec<&Idempotency<RedisStore>> = waiters.iter().collect();
-    prompt_rounds(&waiters, &original, 3, "a Redis Cluster").await;
+    Rounds::new(&original, &waiters)
+        .prompt(3, "a Redis Cluster")
+        .await;
     for node in &nodes {
         assert_eq!(
             subscribers(node, &channel).await,
@@ -269,150 +263,6 @@ async fn c05_on_a_cluster_waiters_subscribed_on_every_node_are_woken_by_the_anno
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c13_a_subscription_killed_by_the_server_is_replaced_and_wakes_waiters_again() {
-    let (prefix, channel) = names();
-    let redis = Private::start();
-    let connect = || settings(&prefix, &channel).connect(&redis.url);
-    let there = engine(connect().await.expect("connect"));
-    let here = engine(connect().await.expect("connect"));
-    prompt_rounds(&[&here], &there, 1, "before the fault").await;
-    let before = pubsub_clients(&redis.url).await;
-    assert_eq!(before.len(), 1, "the waiter's feed: {before:?}");
-    let killed: i64 = raw(
-        &redis.url,
-        redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"),
-    )
-    .await;
-    assert_eq!(killed, 1);
-    // The feed subscribes again by itself (another client)...
-    let started = Instant::now();
-    loop {
-        let now = pubsub_clients(&redis.url).await;
-        if now.len() == 1 && now != before {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "no new subscription 5 s after the kill: {now:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    until_subscribers(&redis.url, &channel, 1, Duration::from_secs(5)).await;
-    // ...and its waiters are woken by announcements again.
-    prompt_rounds(&[&here], &there, 2, "after the kill").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c13_a_subscription_whose_server_side_vanished_is_replaced_within_its_ping_deadline() {
-    let (prefix, channel) = names();
-    let url = redis_url();
-    let proxy = FaultProxy::start(url.trim_start_matches("redis://"))
-        .await
-        .expect("start the fault proxy");
-    let through = format!("redis://{}", proxy.addr());
-    let there = engine(
-        settings(&prefix, &channel)
-            .connect(&url)
-            .await
-            .expect("connect"),
-    );
-    // The waiter's store, its subscription included, goes through the proxy.
-    let here = engine(
-        settings(&prefix, &channel)
-            .feed_ping(Duration::from_millis(200), Duration::from_millis(300))
-            .response_timeout(Duration::from_millis(300))
-            .connection_timeout(Duration::from_millis(300))
-            .connect(&through)
-            .await
-            .expect("connect through the proxy"),
-    );
-    prompt_rounds(&[&here], &there, 1, "before the fault").await;
-    // The server's side of every connection through the proxy closes; the clients hear
-    // nothing.
-    proxy.set(Fault::ServerGone);
-    until_subscribers(&url, &channel, 0, Duration::from_secs(5)).await;
-    proxy.set(Fault::PassThrough);
-    let noticed = Instant::now();
-    // Nothing tells the subscription: only its ping does, once the store's own connection
-    // (as silent) has been replaced and can publish it.
-    until_subscribers(&url, &channel, 1, Duration::from_secs(8)).await;
-    eprintln!(
-        "the silent subscription was replaced after {:?}",
-        noticed.elapsed()
-    );
-    prompt_rounds(&[&here], &there, 2, "after the silent loss").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c13_an_announcement_lost_while_the_subscription_was_gone_still_wakes_its_waiter() {
-    let (prefix, channel) = names();
-    let redis = Private::start();
-    let connect = || settings(&prefix, &channel).connect(&redis.url);
-    let there = engine(connect().await.expect("connect"));
-    let here = engine(connect().await.expect("connect"));
-    // The feed runs (it starts with the first wait).
-    prompt_rounds(&[&here], &there, 1, "before the fault").await;
-
-    let req = there
-        .request("acct_feed", "POST", "/notifications")
-        .key(Some(format!("k_{}", FencingToken::generate()).as_str()))
-        .body(b"{}")
-        .build()
-        .expect("a request");
-    let (started_tx, started_rx) = oneshot::channel();
-    let (finish_tx, finish_rx) = oneshot::channel::<()>();
-    let first = {
-        let (idem, req) = (there.clone(), req.clone());
-        tokio::spawn(async move {
-            idem.run(&req, move |_ctx| async move {
-                let _ = started_tx.send(());
-                let _ = finish_rx.await;
-                Ok::<_, Failure<std::io::Error>>(charge("sent"))
-            })
-            .await
-        })
-    };
-    started_rx.await.expect("the original started");
-    let waiting_since = Instant::now();
-    let second = {
-        let (idem, req) = (here.clone(), req.clone());
-        tokio::spawn(async move {
-            let outcome = idem
-                .run(&req, |_ctx| async {
-                    Ok::<_, Failure<std::io::Error>>(charge("the duplicate ran"))
-                })
-                .await;
-            (outcome, Instant::now())
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    // The subscription is gone (the feed subscribes again after 100 ms)...
-    let killed: i64 = raw(
-        &redis.url,
-        redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"),
-    )
-    .await;
-    assert_eq!(killed, 1);
-    // ...so the announcement of this completion reaches nobody.
-    finish_tx.send(()).expect("the original waits to finish");
-    let outcome = first.await.expect("the original ran");
-    assert!(matches!(outcome, Ok(Outcome::Executed(_))), "{outcome:?}");
-    let (outcome, answered) = second.await.expect("the duplicate ran");
-    assert_eq!(
-        outcome.expect("the duplicate is answered"),
-        Outcome::Answered(Answer::Replay(charge("sent")))
-    );
-    // Subscribed again, the feed woke every waiter: the duplicate read its record long before
-    // its first poll (1 s).
-    let after = answered.saturating_duration_since(waiting_since);
-    eprintln!("answered {after:?} after it began to wait");
-    assert!(
-        after < Duration::from_millis(850),
-        "answered {after:?} after it began to wait: by polling, not by the feed"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c13_on_a_cluster_a_failed_subscription_moves_to_the_next_seed_node() {
     let (prefix, channel) = names();
     // A cluster of this test's own: its pub/sub clients are the feed's alone.
@@ -420,9 +270,11 @@ async fn c13_on_a_cluster_a_failed_subscription_moves_to_the_next_seed_node() {
     let urls = cluster.urls();
     let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
     let connect = || settings(&prefix, &channel).connect_cluster(&seeds);
-    let there = engine(connect().await.expect("connect to the cluster"));
-    let here = engine(connect().await.expect("connect to the cluster"));
-    prompt_rounds(&[&here], &there, 1, "on the first seed node").await;
+    let there = waiting_engine(connect().await.expect("connect to the cluster"));
+    let here = waiting_engine(connect().await.expect("connect to the cluster"));
+    Rounds::new(&there, &[&here])
+        .prompt(1, "on the first seed node")
+        .await;
     assert_eq!(
         subscribers(&urls[0], &channel).await,
         1,
@@ -437,7 +289,9 @@ async fn c13_on_a_cluster_a_failed_subscription_moves_to_the_next_seed_node() {
     assert_eq!(killed, 1);
     until_subscribers(&urls[1], &channel, 1, Duration::from_secs(5)).await;
     // ...where the announcements, published wherever the cluster routes them, reach it.
-    prompt_rounds(&[&here], &there, 2, "on the second seed node").await;
+    Rounds::new(&there, &[&here])
+        .prompt(2, "on the second seed node")
+        .await;
     // A node that dies takes the subscription with it: the feed moves on again.
     cluster.kill(1);
     until_subscribers(&urls[2], &channel, 1, Duration::from_secs(10)).await;

@@ -40,6 +40,7 @@
 //! every `pub async fn` of the scenario files is on it, so none can silently never run.
 
 pub mod audit;
+mod change_feed;
 mod elsewhere;
 mod heartbeat;
 mod listing;
@@ -47,6 +48,7 @@ mod scenarios;
 mod transactional;
 mod waiting;
 
+pub use change_feed::*;
 pub use elsewhere::Elsewhere;
 pub use heartbeat::*;
 pub use listing::*;
@@ -190,13 +192,37 @@ macro_rules! __idem_transactional_scenarios {
     };
 }
 
+/// The one list of change-feed scenarios (stores with a feed).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __idem_change_feed_scenarios {
+    ($($args:tt)*) => {
+        $crate::__idem_dispatch! { [$($args)*]
+            c05_a_duplicate_waiting_in_another_process_is_woken_by_the_announcement,
+            c13_a_listener_terminated_by_the_server_is_replaced_and_wakes_waiters_again,
+            c13_a_listener_whose_server_side_vanished_is_replaced_within_its_ping_deadline,
+            c13_an_announcement_lost_while_the_listener_was_gone_still_wakes_its_waiter,
+        }
+    };
+}
+
 /// What is done with a scenario list: `[stamp HARNESS]` stamps one `#[tokio::test]` per
-/// scenario (the harness expression is evaluated once per test); `[names]` is the list of names.
+/// scenario (the harness expression is evaluated once per test), `[stamp_feed HARNESS]` the same
+/// on two workers (the change feeds'); `[names]` is the list of names.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __idem_dispatch {
     ([names] $($scenario:ident),+ $(,)?) => {
         &[$(stringify!($scenario)),+]
+    };
+    ([stamp_feed $harness:expr] $($scenario:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                let harness = $harness;
+                $crate::testing::$scenario(&harness).await;
+            }
+        )+
     };
     ([stamp $harness:expr] $($scenario:ident),+ $(,)?) => {
         $(
@@ -224,6 +250,15 @@ macro_rules! conformance_tests {
 macro_rules! transactional_tests {
     ($harness:expr $(,)?) => {
         $crate::__idem_transactional_scenarios!(stamp $harness);
+    };
+}
+
+/// Stamps one `#[tokio::test]` per change-feed scenario for a store with a feed, given an
+/// expression that yields its [`ChangeFeedHarness`].
+#[macro_export]
+macro_rules! change_feed_tests {
+    ($harness:expr $(,)?) => {
+        $crate::__idem_change_feed_scenarios!(stamp_feed $harness);
     };
 }
 
@@ -258,6 +293,14 @@ mod tests {
         assert_eq!(
             tx_defined, tx_listed,
             "transactional.rs and its list differ"
+        );
+        let mut feed_defined = public_fns(include_str!("change_feed.rs"));
+        feed_defined.sort_unstable();
+        let mut feed_listed = crate::__idem_change_feed_scenarios!(names).to_vec();
+        feed_listed.sort_unstable();
+        assert_eq!(
+            feed_defined, feed_listed,
+            "change_feed.rs and its list differ"
         );
     }
 }

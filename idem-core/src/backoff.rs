@@ -1,6 +1,6 @@
-//! How long the change feed waits before it connects again after its listener failed or could
-//! not be opened: [`MIN`] at first, doubling up to [`MAX`], back to [`MIN`] once a connection
-//! proved healthy (a ping arrived on it).
+//! How long a change feed ([`crate::store::Feed`]) waits before it connects again after its
+//! listener failed or could not be opened: [`MIN`] at first, doubling up to [`MAX`], back to
+//! [`MIN`] once a connection proved healthy (a ping arrived on it).
 
 use std::time::Duration;
 
