@@ -200,13 +200,7 @@ impl fmt::Debug for Changes {
 /// assert_eq!(digest_from_hex("not hex"), None);
 /// ```
 pub fn digest_to_hex(digest: &[u8; 32]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(64);
-    for byte in digest {
-        text.push(char::from(HEX[usize::from(byte >> 4)]));
-        text.push(char::from(HEX[usize::from(byte & 0x0f)]));
-    }
-    text
+    crate::hex::lower(digest)
 }
 
 /// Reads [`digest_to_hex`]'s form back; `None` for anything else.

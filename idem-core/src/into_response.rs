@@ -10,8 +10,6 @@ use crate::problem::Problem;
 use crate::response::StoredResponse;
 use axum_core::body::Body;
 use axum_core::response::{IntoResponse, Response};
-use http::header::{HeaderName, HeaderValue};
-use http::StatusCode;
 
 /// The response byte for byte: its status, its headers in their order (a name given twice is
 /// sent twice), its body. A status outside 100..=599 is sent as a 500, and a header `http`
@@ -31,30 +29,7 @@ use http::StatusCode;
 /// ```
 impl IntoResponse for StoredResponse {
     fn into_response(self) -> Response {
-        let status = match StatusCode::from_u16(self.status) {
-            Ok(status) if (100..=599).contains(&self.status) => status,
-            _ => {
-                tracing::error!(target: "idem", status = self.status, "a response with an invalid status sent as a 500");
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
-        };
-        let mut response = Response::new(Body::from(self.body));
-        *response.status_mut() = status;
-        let headers = response.headers_mut();
-        for (name, value) in self.headers {
-            match (
-                HeaderName::from_bytes(name.as_bytes()),
-                HeaderValue::from_bytes(&value),
-            ) {
-                (Ok(name), Ok(value)) => {
-                    headers.append(name, value);
-                }
-                _ => {
-                    tracing::error!(target: "idem", header = %name, "a header left out of a response")
-                }
-            }
-        }
-        response
+        self.into_http(Body::from)
     }
 }
 
@@ -114,6 +89,7 @@ impl IntoResponse for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::StatusCode;
 
     #[test]
     fn c07_a_stored_response_is_sent_byte_for_byte() {

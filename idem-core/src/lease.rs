@@ -139,22 +139,10 @@ const DOWNSTREAM_BYTES: usize = 16;
 /// of its own (so it is unrelated to [`RecordId::digest`], which a store may keep), over the
 /// three parts each prefixed with its length.
 pub(crate) fn downstream_key(id: &RecordId) -> String {
-    let mut hasher = blake3::Hasher::new_derive_key("idem 2026 downstream idempotency key v1");
-    for part in [id.consumer(), id.route(), id.key()] {
-        hasher.update(&(part.len() as u64).to_le_bytes());
-        hasher.update(part.as_bytes());
-    }
-    let digest = hasher.finalize();
-    let mut key = String::with_capacity(DOWNSTREAM_PREFIX.len() + 2 * DOWNSTREAM_BYTES);
-    key.push_str(DOWNSTREAM_PREFIX);
-    for byte in &digest.as_bytes()[..DOWNSTREAM_BYTES] {
-        key.push(char::from(HEX[usize::from(byte >> 4)]));
-        key.push(char::from(HEX[usize::from(byte & 0x0f)]));
-    }
-    key
+    let digest = id.hashed("idem 2026 downstream idempotency key v1");
+    let hex = crate::hex::lower(&digest.as_bytes()[..DOWNSTREAM_BYTES]);
+    format!("{DOWNSTREAM_PREFIX}{hex}")
 }
-
-const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// `start + lease`, saturating far in the future: the local deadline of a lease taken or
 /// renewed at `start` (the engine's, and the metrics decorator's view of it).

@@ -53,6 +53,9 @@ mod event;
 mod feed;
 mod fingerprint;
 mod form;
+mod hex;
+#[cfg(feature = "http")]
+mod http_response;
 pub mod inbox;
 #[cfg(feature = "axum")]
 mod into_response;

@@ -113,12 +113,18 @@ impl RecordId {
     /// A 32-byte blake3 digest of the length-prefixed triple, for stores that need one
     /// flat key (Redis). Different triples give different digests.
     pub fn digest(&self) -> [u8; 32] {
-        let mut hasher = blake3::Hasher::new_derive_key("idem 2026 record id v1");
+        *self.hashed("idem 2026 record id v1").as_bytes()
+    }
+
+    /// blake3 in derive-key mode with `context`, over each part of the triple as its length
+    /// (u64, little-endian) and its bytes: no two triples hash alike by joining (C2).
+    pub(crate) fn hashed(&self, context: &str) -> blake3::Hash {
+        let mut hasher = blake3::Hasher::new_derive_key(context);
         for part in [self.consumer(), self.route(), self.key()] {
             hasher.update(&(part.len() as u64).to_le_bytes());
             hasher.update(part.as_bytes());
         }
-        *hasher.finalize().as_bytes()
+        hasher.finalize()
     }
 }
 

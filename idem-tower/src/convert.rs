@@ -1,8 +1,8 @@
 //! Between `http` messages and idem's stored responses; bodies read with a limit.
 
 use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH};
-use http::{HeaderMap, Response, StatusCode};
+use http::header::CONTENT_LENGTH;
+use http::{HeaderMap, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use idem_core::{Error, Field, StoredResponse};
@@ -83,25 +83,7 @@ where
     Ok(stored)
 }
 
-/// An `http` response from a stored (or rendered) one. A header that `http` refuses (a stored
-/// record is screened before it gets here, so only by a bug) is left out and logged.
+/// An `http` response from a stored (or rendered) one ([`StoredResponse::into_http`]).
 pub(crate) fn to_http<RB: From<Bytes>>(stored: StoredResponse) -> Response<RB> {
-    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = Response::new(RB::from(Bytes::from(stored.body)));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    for (name, value) in stored.headers {
-        match (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_bytes(&value),
-        ) {
-            (Ok(name), Ok(value)) => {
-                headers.append(name, value);
-            }
-            _ => {
-                tracing::error!(target: "idem_tower", header = %name, "header left out of a response")
-            }
-        }
-    }
-    response
+    stored.into_http(|body| RB::from(Bytes::from(body)))
 }
