@@ -155,15 +155,7 @@ pub(crate) fn deadline_after(start: Instant, lease: Duration) -> Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::IdempotencyKey;
-    use crate::scope::Scope;
-
-    fn id(consumer: &str, route: &str, key: &str) -> RecordId {
-        RecordId::new(
-            Scope::new(consumer, route).expect("a valid scope"),
-            IdempotencyKey::new(key).expect("a valid key"),
-        )
-    }
+    use crate::scope::tests::id;
 
     /// Pinned: a provider keeps the key it was sent for a day or more, so a record retried
     /// or taken over by another process, or by the next release, must send the same one. The

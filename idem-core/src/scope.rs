@@ -129,10 +129,11 @@ impl RecordId {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn id(c: &str, r: &str, k: &str) -> RecordId {
+    /// The record id of a valid triple (for the crate's tests).
+    pub(crate) fn id(c: &str, r: &str, k: &str) -> RecordId {
         RecordId::new(
             Scope::new(c, r).expect("valid scope"),
             IdempotencyKey::new(k).expect("valid key"),

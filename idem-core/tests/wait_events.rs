@@ -31,25 +31,27 @@ impl Seen {
     }
 }
 
-fn engine(seen: &Seen) -> Idempotency<MemoryStore> {
-    Idempotency::builder(MemoryStore::new())
+/// An engine whose duplicates wait up to 5 s, reporting to `seen`, and a request to it.
+fn engine(seen: &Seen) -> (Idempotency<MemoryStore>, idem_core::Request) {
+    let idem = Idempotency::builder(MemoryStore::new())
         .policy(Policy::default().in_flight(InFlightAnswer::Wait(Duration::from_secs(5))))
         .without_tracing()
         .observer(seen.clone())
         .build()
-        .expect("policy")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c16_the_waited_event_measures_the_wait_not_the_execution_that_follows() {
-    let seen = Seen::default();
-    let idem = engine(&seen);
+        .expect("policy");
     let request = idem
         .request("acct", "POST", "/charges")
         .key(Some("k"))
         .body(b"{}")
         .build()
         .expect("valid");
+    (idem, request)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c16_the_waited_event_measures_the_wait_not_the_execution_that_follows() {
+    let seen = Seen::default();
+    let (idem, request) = engine(&seen);
     let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
     let original = {
         let (idem, request) = (idem.clone(), request.clone());
@@ -97,13 +99,7 @@ async fn c16_the_waited_event_measures_the_wait_not_the_execution_that_follows()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c16_a_caller_gone_while_it_waits_ends_in_flight() {
     let seen = Seen::default();
-    let idem = engine(&seen);
-    let request = idem
-        .request("acct", "POST", "/charges")
-        .key(Some("k"))
-        .body(b"{}")
-        .build()
-        .expect("valid");
+    let (idem, request) = engine(&seen);
     let idem_core::Begin::Acquired(lease) = idem.begin(&request).await.expect("begin") else {
         panic!("a fresh key is acquired");
     };
