@@ -1,19 +1,23 @@
-//! The HTTP side: `POST /webhooks/stripe`, the operator's `GET /audit`, the test hooks, bodies
-//! read within their deadline and budget, one log line per request and one per delivery.
+//! The HTTP side: `POST /webhooks/stripe` (and the other senders' routes of `senders.rs`,
+//! each mounted only when its secret is set), the operator's `GET /audit`, the test hooks,
+//! bodies read within their deadline and budget, one log line per request and one per
+//! delivery.
 
+use crate::events;
 use crate::request_log::log_request;
+use crate::senders;
 use crate::shop::{self, BoxError, Effect, PaidOrder};
 use crate::stripe::{InvalidEvent, StripeEvent};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Query, State};
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use idem::inbox::{
-    now_unix, Ack, Audit, AuditEntry, Delivery, EventContext, Inbox, Receipt, SignatureError,
-    SignatureScheme,
+    now_unix, Ack, Audit, AuditEntry, Delivery, EventContext, GitHubScheme, Inbox, Receipt,
+    ShopifyScheme, SignatureError, SignatureScheme, StandardWebhooks,
 };
 use idem::sqlite::SqliteStore;
 use idem::{Problem, Timestamp};
@@ -36,8 +40,14 @@ const MAX_AUDIT_LIMIT: usize = 1000;
 pub struct App {
     /// The inbox over the SQLite store.
     pub inbox: Inbox<SqliteStore>,
-    /// The endpoint's signing secrets.
-    pub scheme: SignatureScheme,
+    /// Stripe's signing secrets (`POST /webhooks/stripe` when set).
+    pub scheme: Option<SignatureScheme>,
+    /// The Standard Webhooks secrets (`POST /webhooks/standard` when set).
+    pub standard: Option<StandardWebhooks>,
+    /// GitHub's secrets (`POST /webhooks/github` when set).
+    pub github: Option<GitHubScheme>,
+    /// Shopify's secrets (`POST /webhooks/shopify` when set).
+    pub shopify: Option<ShopifyScheme>,
     /// The audit trail the inbox writes (read by `GET /audit`).
     pub audit: Arc<dyn Audit>,
     /// `IDEM_TEST_HOOKS=1`.
@@ -53,12 +63,24 @@ pub fn router(app: Arc<App>, limits: &Limits, tasks: Tasks) -> Router {
         limits.max_buffered_body_bytes,
         render_refusal,
     );
-    let mut router = Router::new()
-        .route("/webhooks/stripe", post(stripe_webhook))
-        .route("/audit", get(audit));
+    // A sender whose secret is not set has no route: its path answers 404 like any other.
+    let mut router = Router::new().route("/audit", get(audit));
+    if app.scheme.is_some() {
+        router = router.route("/webhooks/stripe", post(stripe_webhook));
+    }
+    if app.standard.is_some() {
+        router = router.route("/webhooks/standard", post(senders::standard_webhook));
+    }
+    if app.github.is_some() {
+        router = router.route("/webhooks/github", post(senders::github_webhook));
+    }
+    if app.shopify.is_some() {
+        router = router.route("/webhooks/shopify", post(senders::shopify_webhook));
+    }
     if app.test_hooks {
         router = router
             .route("/test/invoices/count", get(invoice_count))
+            .route("/test/events/count", get(event_count))
             .route("/test/audit", get(test_audit));
     }
     router
@@ -112,17 +134,16 @@ fn render_refusal(refusal: Refusal) -> Response {
 async fn stripe_webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
     let started = Instant::now();
 
-    // 1. Origin first, over the raw bytes: nothing is parsed or recorded before this passes.
-    let header = match headers.get("stripe-signature").map(HeaderValue::to_str) {
-        None => None,
-        Some(Ok(value)) => Some(value),
-        Some(Err(_)) => {
-            return bad_signature(SignatureError::Malformed("not visible ASCII"), started)
-        }
+    // The route is mounted only with a scheme; without one, the path is unknown.
+    let Some(scheme) = &app.scheme else {
+        return problem(404, "not-found", "No such route.");
     };
-    let delivery = match Delivery::verified(&app.scheme, STRIPE, header, &body, now_unix()) {
-        Ok(delivery) => delivery,
-        Err(error) => return bad_signature(error, started),
+    // 1. Origin first, over the raw bytes: nothing is parsed or recorded before this passes.
+    //    Through the scheme's header reading, like the other senders' routes: a
+    //    `Stripe-Signature` sent twice, too long or not visible ASCII is malformed.
+    let delivery = match Delivery::verify_with(scheme, STRIPE, &headers, &body, now_unix()) {
+        Ok((delivery, _)) => delivery,
+        Err(error) => return bad_signature(error, STRIPE, "Stripe-Signature", started),
     };
 
     // 2. The event id is the body's `id`.
@@ -226,7 +247,7 @@ async fn handle(
     Ok(Ack::Written(completion))
 }
 
-fn outcome(receipt: &Receipt) -> &'static str {
+pub(crate) fn outcome(receipt: &Receipt) -> &'static str {
     match receipt {
         Receipt::Processed(_) => "processed",
         Receipt::Duplicate(_) => "duplicate",
@@ -252,20 +273,30 @@ fn log_delivery(event: &StripeEvent, outcome: &str, effect: &str, status: u16, s
     );
 }
 
-/// 400 for a delivery whose origin is not proven; nothing was recorded.
-fn bad_signature(error: SignatureError, started: Instant) -> Response {
+/// 400 for a delivery of `source` whose origin is not proven (its signature in
+/// `signature_header`); nothing was recorded.
+pub(crate) fn bad_signature(
+    error: SignatureError,
+    source: &str,
+    signature_header: &str,
+    started: Instant,
+) -> Response {
     let (kind, detail) = match &error {
         SignatureError::Missing => (
             "signature-missing",
-            "The request has no Stripe-Signature header.".to_owned(),
+            format!("The request has no {signature_header} header."),
+        ),
+        SignatureError::MissingHeader(name) => (
+            "header-missing",
+            format!("The request has no {name} header, which this sender always sends."),
         ),
         SignatureError::Malformed(why) => (
             "signature-malformed",
-            format!("The Stripe-Signature header is malformed: {why}."),
+            format!("A signed header ({signature_header} or the headers it covers) is malformed: {why}."),
         ),
         SignatureError::Mismatch => (
             "signature-mismatch",
-            "No v1 signature matches the body under the endpoint's signing secrets.".to_owned(),
+            format!("No signature in {signature_header} matches the body under the endpoint's signing secrets."),
         ),
         SignatureError::Stale { age_secs } => (
             "signature-stale",
@@ -277,10 +308,14 @@ fn bad_signature(error: SignatureError, started: Instant) -> Response {
                 "The signature's timestamp is {ahead_secs} s in the future, over the tolerance."
             ),
         ),
+        SignatureError::MixedHeaderSets(one, other) => (
+            "headers-mixed",
+            format!("The request carries both {one}* and {other}* headers; send one set only."),
+        ),
         _ => ("signature-invalid", error.to_string()),
     };
     tracing::warn!(
-        source = STRIPE,
+        source,
         event = "-",
         outcome = "bad_signature",
         reason = kind,
@@ -305,7 +340,7 @@ fn invalid_event(invalid: InvalidEvent, started: Instant) -> Response {
     problem(400, "event-invalid", invalid.detail())
 }
 
-fn problem(status: u16, kind: &'static str, detail: &str) -> Response {
+pub(crate) fn problem(status: u16, kind: &'static str, detail: &str) -> Response {
     Problem::new(status, kind, detail, false).into_response()
 }
 
@@ -393,6 +428,27 @@ fn entry_json(entry: &AuditEntry) -> Value {
         "last_received": entry.last_received.as_millis(),
         "processed": entry.processed.map(Timestamp::as_millis),
     })
+}
+
+/// `GET /test/events/count?source=github` parameters.
+#[derive(Debug, Deserialize)]
+struct CountParams {
+    source: Option<String>,
+}
+
+/// `GET /test/events/count?source=github` (test hooks only): `{"count": rows, "distinct":
+/// event ids}` of `received_events` for the source: one row per execution of an event.
+async fn event_count(State(app): State<Arc<App>>, Query(params): Query<CountParams>) -> Response {
+    let source = params.source.unwrap_or_default();
+    match events::counts(app.inbox.idem().store(), source).await {
+        Ok((count, distinct)) => {
+            Json(json!({ "count": count, "distinct": distinct })).into_response()
+        }
+        Err(error) => {
+            tracing::error!(%error, "counting events failed");
+            problem(500, "internal", "Counting events failed.")
+        }
+    }
 }
 
 /// `GET /test/invoices/count` (test hooks only): `{"count": invoices, "units_sold": units}`.

@@ -1,7 +1,9 @@
 //! A receiver for Stripe's webhook events, processed **once** with idem's inbox
 //! (`idem::inbox`, docs/inbox.md) on SQLite: a `payment_intent.succeeded` for one of the shop's
 //! orders issues exactly one invoice and takes the order's items from stock, however often and
-//! in whatever order Stripe delivers it.
+//! in whatever order Stripe delivers it. The events of Standard Webhooks (Svix), GitHub and
+//! Shopify are received the same way on routes of their own, each recorded once in
+//! `received_events` (docs/inbox.md, "The example receiver's routes").
 //!
 //! # Run it
 //!
@@ -12,7 +14,10 @@
 //!
 //! | setting | flag | environment | default |
 //! |---|---|---|---|
-//! | the endpoint's signing secret(s) | (none: a flag would show it in `ps`) | `WEBHOOK_SECRET` | **required**: the receiver refuses to start without it |
+//! | Stripe's signing secret(s): `POST /webhooks/stripe` | (none: a flag would show it in `ps`) | `WEBHOOK_SECRET` | unset: no route (404) |
+//! | Standard Webhooks secret(s), `whsec_<base64>`: `POST /webhooks/standard` | (none) | `STANDARD_WEBHOOK_SECRET` | unset: no route (404) |
+//! | GitHub's webhook secret(s): `POST /webhooks/github` | (none) | `GITHUB_WEBHOOK_SECRET` | unset: no route (404) |
+//! | Shopify's app client secret(s): `POST /webhooks/shopify` | (none) | `SHOPIFY_WEBHOOK_SECRET` | unset: no route (404) |
 //! | where to listen | `--addr` | `IDEM_ADDR` | `127.0.0.1:8081` |
 //! | the SQLite file | `--database` | `DATABASE_URL` | `webhooks.db` |
 //! | how long the audit trail is kept | `--audit-retention-days` | `IDEM_AUDIT_RETENTION_DAYS` | 30 |
@@ -21,6 +26,9 @@
 //! | how long a sender may take to send a body (then 408) | `--body-timeout-ms` | `IDEM_BODY_TIMEOUT_MS` | 30000 |
 //! | connections open at once (more wait to be accepted) | `--max-connections` | `IDEM_MAX_CONNECTIONS` | 1024 |
 //! | request-body bytes held at once, all requests together (beyond: 503) | `--max-buffered-body-bytes` | `IDEM_MAX_BUFFERED_BODY_BYTES` | 16777216 |
+//!
+//! At least one secret must be set: without any, the receiver refuses to start. A sender whose
+//! secret is not set has no route, so nothing of it is ever processed unverified.
 //!
 //! It prints one line on stdout, `listening on http://ADDR` (scripts and tests read it), and
 //! logs on stderr (`RUST_LOG`, default `info,idem=warn`). Ctrl-C or SIGTERM stops accepting
@@ -82,12 +90,22 @@
 //! # Endpoints
 //!
 //! - `POST /webhooks/stripe`: the deliveries (raw body, `Stripe-Signature`).
+//! - `POST /webhooks/standard` (`webhook-id`, `webhook-timestamp`, `webhook-signature`, or
+//!   Svix's `svix-*` names; both sets at once is 400 `headers-mixed`),
+//!   `POST /webhooks/github` (`X-Hub-Signature-256`, `X-GitHub-Event`, `X-GitHub-Delivery`),
+//!   `POST /webhooks/shopify` (`X-Shopify-Hmac-Sha256`, `X-Shopify-Topic`): each when its
+//!   secret is set; the same answers as Stripe's route, and 400 `header-missing` when the id,
+//!   event name, topic or timestamp header is absent. GitHub's and Shopify's events are keyed
+//!   on the event name (topic) and the body's digest, not on their unsigned delivery ids
+//!   (docs/inbox.md).
 //! - `GET /audit?source=stripe&from=<unix ms>&to=<unix ms>&limit=N`: the audit trail, for
 //!   operators (support, reconciliation): each event's id, deliveries, conflicts, outcome,
 //!   first and last delivery and processing times; first received in `[from, to)`, oldest
 //!   first, `limit` 1..=1000 (default 100). Serve it on an internal network only.
 //! - With `IDEM_TEST_HOOKS=1` (never in production; logged loudly at start):
-//!   `GET /test/invoices/count` (`{"count": N, "units_sold": U}`), `GET /test/audit?source=stripe`
+//!   `GET /test/invoices/count` (`{"count": N, "units_sold": U}`),
+//!   `GET /test/events/count?source=github` (`{"count": rows, "distinct": ids}` of
+//!   `received_events`), `GET /test/audit?source=stripe`
 //!   (the whole trail), the request header `X-Test-Crash-After-Commit: 1`, which aborts the
 //!   process right after an invoice's transaction committed and before the answer, and
 //!   `X-Test-Delay-Ms: N`, which makes the handler sleep before processing.
@@ -101,7 +119,9 @@
 //!   `--audit-retention-days`; expired inbox records every ten minutes (`idem.purge_every`).
 
 mod app;
+mod events;
 mod request_log;
+mod senders;
 mod settings;
 mod shop;
 mod stripe;
@@ -172,6 +192,10 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
     tracing::info!(
         database = settings.database,
         secrets = settings.secrets,
+        stripe = settings.scheme.is_some(),
+        standard_webhooks = settings.standard.is_some(),
+        github = settings.github.is_some(),
+        shopify = settings.shopify.is_some(),
         lease_ms = settings.lease.as_millis() as u64,
         event_retention_days = EVENT_RETENTION.as_secs() / 86_400,
         audit_retention_days = settings.audit_retention.as_secs() / 86_400,
@@ -183,6 +207,7 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
     );
     let store = SqliteStore::open(&settings.database).await?;
     shop::open(&store).await?;
+    events::open(&store).await?;
     let audit = shop::open_audit(&store).await?;
     // The inbox's policy: a 30 s lease by default (a delivery whose process died blocks its
     // event for that long, then a redelivery runs it; the engine renews it while a handler
@@ -206,6 +231,9 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
     let app = Arc::new(App {
         inbox,
         scheme: settings.scheme,
+        standard: settings.standard,
+        github: settings.github,
+        shopify: settings.shopify,
         audit,
         test_hooks: settings.test_hooks,
     });

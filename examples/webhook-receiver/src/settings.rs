@@ -1,8 +1,10 @@
 //! The receiver's settings: command-line flags first, then environment variables, then
-//! defaults. The signing secrets come from the environment only (`WEBHOOK_SECRET`): a flag
-//! would show them to anyone who can list the processes.
+//! defaults. The signing secrets come from the environment only, one variable per sender
+//! (`WEBHOOK_SECRET` for Stripe, `STANDARD_WEBHOOK_SECRET`, `GITHUB_WEBHOOK_SECRET`,
+//! `SHOPIFY_WEBHOOK_SECRET`): a flag would show them to anyone who can list the processes. A
+//! sender whose secret is not set has no route (its path answers 404); at least one must be set.
 
-use idem::inbox::SignatureScheme;
+use idem::inbox::{GitHubScheme, ShopifyScheme, SignatureScheme, StandardWebhooks};
 use serving::{Flag, Flags, Limits};
 use std::fmt;
 use std::net::SocketAddr;
@@ -22,10 +24,22 @@ pub struct Settings {
     /// The inbox's lease (`--lease-ms`, `IDEM_LEASE_MS`; default 30 s): how long a delivery
     /// whose process died mid-handler blocks its event before a redelivery may run it.
     pub lease: Duration,
-    /// The endpoint's signing secrets (`WEBHOOK_SECRET`, comma-separated during a rotation).
-    pub scheme: SignatureScheme,
+    /// Stripe's signing secrets (`WEBHOOK_SECRET`, comma-separated during a rotation): the
+    /// route `POST /webhooks/stripe` when set.
+    pub scheme: Option<SignatureScheme>,
     /// How many secrets `WEBHOOK_SECRET` holds (logged; never the secrets).
     pub secrets: usize,
+    /// The Standard Webhooks (Svix) secrets, `whsec_<base64>`, each decoding to at least 16
+    /// bytes (`STANDARD_WEBHOOK_SECRET`): the route `POST /webhooks/standard` when set.
+    pub standard: Option<StandardWebhooks>,
+    /// GitHub's webhook secrets (`GITHUB_WEBHOOK_SECRET`): `POST /webhooks/github` when set.
+    /// Comma-separated during a rotation, spaces around each trimmed: a GitHub secret is free
+    /// text, and one holding a comma or starting or ending with a space cannot be given here
+    /// (choose secrets without them).
+    pub github: Option<GitHubScheme>,
+    /// Shopify's app client secrets (`SHOPIFY_WEBHOOK_SECRET`): `POST /webhooks/shopify` when
+    /// set; comma-separated and trimmed like GitHub's.
+    pub shopify: Option<ShopifyScheme>,
     /// What a connection and a request may cost (`--header-timeout-ms`,
     /// `--body-timeout-ms`, `--max-connections`, `--max-buffered-body-bytes`).
     pub limits: Limits,
@@ -41,6 +55,9 @@ impl fmt::Debug for Settings {
             .field("audit_retention", &self.audit_retention)
             .field("lease", &self.lease)
             .field("secrets", &self.secrets)
+            .field("standard", &self.standard)
+            .field("github", &self.github)
+            .field("shopify", &self.shopify)
             .field("limits", &self.limits)
             .field("test_hooks", &self.test_hooks)
             .finish_non_exhaustive()
@@ -72,8 +89,16 @@ fn usage() -> String {
     format!(
         "usage: WEBHOOK_SECRET=whsec_... webhook-receiver [--addr ADDR] [--database PATH] [--audit-retention-days N] [--lease-ms N]
                           {}
-  WEBHOOK_SECRET          the endpoint's signing secret (required), or several separated by commas
-                          during a rotation (`whsec_new,whsec_old`); environment only, never a flag
+  Each sender's signing secret, from the environment only (never a flag), several separated by
+  commas during a rotation (`new,old`; spaces around each are trimmed, so a secret cannot hold
+  a comma or start or end with a space). At least one must be set; a sender whose secret is not
+  set has no route: its path answers 404.
+  WEBHOOK_SECRET          Stripe's (`whsec_...`): POST /webhooks/stripe
+  STANDARD_WEBHOOK_SECRET Standard Webhooks / Svix (`whsec_<base64>`, at least 16 bytes once
+                          decoded): POST /webhooks/standard
+  GITHUB_WEBHOOK_SECRET   GitHub's webhook secret (free text in GitHub's settings: choose one
+                          without commas or surrounding spaces): POST /webhooks/github
+  SHOPIFY_WEBHOOK_SECRET  Shopify's app client secret: POST /webhooks/shopify
   --addr                  where to listen (env IDEM_ADDR; default 127.0.0.1:8081)
   --database              the SQLite file (env DATABASE_URL; default webhooks.db)
   --audit-retention-days  how long the audit trail is kept (env IDEM_AUDIT_RETENTION_DAYS; default 30)
@@ -146,19 +171,41 @@ impl Settings {
 
         let limits = Limits::from_flags(&flags).map_err(|e| format!("{e}\n{}", usage()))?;
 
-        let Some(secrets) = env("WEBHOOK_SECRET") else {
+        let stripe = env("WEBHOOK_SECRET");
+        let standard = env("STANDARD_WEBHOOK_SECRET");
+        let github = env("GITHUB_WEBHOOK_SECRET");
+        let shopify = env("SHOPIFY_WEBHOOK_SECRET");
+        if stripe.is_none() && standard.is_none() && github.is_none() && shopify.is_none() {
             return Err(format!(
-                "WEBHOOK_SECRET is not set: the receiver refuses to start without the endpoint's \
-                 signing secret, since it could not tell Stripe's deliveries from forged ones. \
-                 Set it to the secret Stripe shows for the endpoint (Dashboard > Developers > \
-                 Webhooks, or the `whsec_...` that `stripe listen` prints); during a rotation, \
-                 both secrets separated by a comma.\n{}",
+                "WEBHOOK_SECRET is not set (nor STANDARD_WEBHOOK_SECRET, GITHUB_WEBHOOK_SECRET or \
+                 SHOPIFY_WEBHOOK_SECRET): the receiver refuses to start without a signing secret, \
+                 since it could not tell a sender's deliveries from forged ones. For Stripe, set \
+                 WEBHOOK_SECRET to the secret Stripe shows for the endpoint (Dashboard > \
+                 Developers > Webhooks, or the `whsec_...` that `stripe listen` prints); during a \
+                 rotation, both secrets separated by a comma.\n{}",
                 usage()
             ));
-        };
-        let count = secrets.split(',').filter(|s| !s.trim().is_empty()).count();
-        let scheme = SignatureScheme::from_comma_separated(&secrets)
-            .map_err(|e| format!("WEBHOOK_SECRET: {e}\n{}", usage()))?;
+        }
+        let config = |name: &str, e: idem::Error| format!("{name}: {e}\n{}", usage());
+        let count = stripe
+            .as_deref()
+            .map_or(0, |s| s.split(',').filter(|s| !s.trim().is_empty()).count());
+        let scheme = stripe
+            .map(|s| SignatureScheme::from_comma_separated(&s))
+            .transpose()
+            .map_err(|e| config("WEBHOOK_SECRET", e))?;
+        let standard = standard
+            .map(|s| StandardWebhooks::from_comma_separated(&s))
+            .transpose()
+            .map_err(|e| config("STANDARD_WEBHOOK_SECRET", e))?;
+        let github = github
+            .map(|s| GitHubScheme::from_comma_separated(&s))
+            .transpose()
+            .map_err(|e| config("GITHUB_WEBHOOK_SECRET", e))?;
+        let shopify = shopify
+            .map(|s| ShopifyScheme::from_comma_separated(&s))
+            .transpose()
+            .map_err(|e| config("SHOPIFY_WEBHOOK_SECRET", e))?;
 
         Ok(Self {
             addr,
@@ -167,6 +214,9 @@ impl Settings {
             lease: Duration::from_millis(lease_ms),
             scheme,
             secrets: count,
+            standard,
+            github,
+            shopify,
             limits,
             test_hooks: env("IDEM_TEST_HOOKS").as_deref() == Some("1"),
         })
@@ -237,6 +287,48 @@ mod tests {
             !format!("{s:?}").contains("whsec"),
             "Debug never shows a secret"
         );
+    }
+
+    #[test]
+    fn each_sender_has_its_own_secret_and_any_one_is_enough() {
+        let only_github =
+            parse(&[], &[("GITHUB_WEBHOOK_SECRET", "gh_new, gh_old")]).expect("settings");
+        assert!(only_github.scheme.is_none());
+        assert_eq!(only_github.secrets, 0);
+        assert!(only_github.github.is_some());
+        assert!(only_github.standard.is_none() && only_github.shopify.is_none());
+        let all = parse(
+            &[],
+            &[
+                ("WEBHOOK_SECRET", "whsec_stripe"),
+                (
+                    "STANDARD_WEBHOOK_SECRET",
+                    "whsec_bmV3LXNlY3JldC1mb3Itcm90YXRpb24h",
+                ),
+                ("GITHUB_WEBHOOK_SECRET", "gh_secret"),
+                ("SHOPIFY_WEBHOOK_SECRET", "shpss_secret"),
+            ],
+        )
+        .expect("settings");
+        assert!(all.scheme.is_some() && all.standard.is_some());
+        assert!(all.github.is_some() && all.shopify.is_some());
+        let shown = format!("{all:?}");
+        for secret in ["whsec_stripe", "bmV3LXNl", "gh_secret", "shpss_secret"] {
+            assert!(
+                !shown.contains(secret),
+                "Debug never shows a secret: {shown}"
+            );
+        }
+        // A Standard Webhooks secret must be base64 after its prefix.
+        let err = parse(&[], &[("STANDARD_WEBHOOK_SECRET", "whsec_not base64!")])
+            .expect_err("not base64");
+        assert!(err.starts_with("STANDARD_WEBHOOK_SECRET:"), "{err}");
+        // ... and decode to at least 16 bytes (`c2VjcmV0` is `secret`, 6).
+        let err =
+            parse(&[], &[("STANDARD_WEBHOOK_SECRET", "whsec_c2VjcmV0")]).expect_err("too short");
+        assert!(err.starts_with("STANDARD_WEBHOOK_SECRET:"), "{err}");
+        assert!(err.contains("fewer than 16"), "{err}");
+        assert!(parse(&[], &[("SHOPIFY_WEBHOOK_SECRET", " , ")]).is_err());
     }
 
     #[test]

@@ -5,8 +5,12 @@
 //! a clear acknowledgement. The inbox applies the engine's discipline to consumption:
 //!
 //! 1. **Origin first.** A [`Delivery`] exists only once its origin is verified
-//!    ([`Delivery::verified`] with a [`SignatureScheme`]), so nothing is recorded for a forged
-//!    or stale delivery (answer 400).
+//!    ([`Delivery::verify_with`] and a [`WebhookScheme`]: [`StripeScheme`],
+//!    [`StandardWebhooks`], [`GitHubScheme`], [`ShopifyScheme`]; or [`Delivery::verified`] with
+//!    Stripe's [`SignatureScheme`]), so nothing is recorded for a forged or stale delivery
+//!    (answer 400). The scheme also gives the event's key, taken only from what the signature
+//!    covers (GitHub and Shopify sign the body only: their key is the event name and the
+//!    body's digest, never an unsigned delivery id).
 //! 2. **Once.** An event is identified by (source, event id); ids are the sender's, of any
 //!    length and any bytes, and are hashed into the record's key (no collisions, C2) while the
 //!    original is kept in the audit trail. The first delivery runs the handler; a duplicate of a
@@ -42,9 +46,20 @@
 //! ```
 
 mod audit;
+mod body_signed;
+mod headers;
+mod mac;
+mod scheme;
+pub mod schemes;
 pub mod signature;
 
 pub use audit::{Audit, AuditEntry, AuditOutcome, MemoryAudit};
+pub use headers::Headers;
+pub use scheme::{VerifiedEvent, WebhookScheme};
+pub use schemes::github::GitHubScheme;
+pub use schemes::shopify::ShopifyScheme;
+pub use schemes::standard_webhooks::StandardWebhooks;
+pub use schemes::stripe::StripeScheme;
 pub use signature::{now_unix, SignatureError, SignatureScheme};
 
 use crate::answer::Answer;
@@ -84,6 +99,40 @@ impl<'a> Delivery<'a> {
     ) -> Result<Self, SignatureError> {
         scheme.verify(header, payload, now_unix)?;
         Ok(Self { source, payload })
+    }
+
+    /// Verifies the delivery (`headers` and the raw `payload`) with `scheme` at `now_unix`, and
+    /// only then gives the delivery of `source` with what the scheme read of its event (its key,
+    /// to pass to [`Inbox::event`], unless the sender puts its id in the body; the sender's
+    /// delivery id, for the logs).
+    ///
+    /// ```
+    /// use idem_core::inbox::{Delivery, SignatureError, StandardWebhooks};
+    /// let scheme = StandardWebhooks::new(["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])?;
+    /// let body = br#"{"type":"invoice.paid"}"#;
+    /// let signature = scheme.sign("msg_1", 1_700_000_000, body);
+    /// let headers = [
+    ///     ("webhook-id", "msg_1"),
+    ///     ("webhook-timestamp", "1700000000"),
+    ///     ("webhook-signature", signature.as_str()),
+    /// ];
+    /// let (delivery, event) = Delivery::verify_with(&scheme, "billing", &headers, body, 1_700_000_001)?;
+    /// assert_eq!((delivery.source(), event.event_id()), ("billing", Some("msg_1")));
+    /// assert_eq!(
+    ///     Delivery::verify_with(&scheme, "billing", &headers, b"{}", 1_700_000_001).err(),
+    ///     Some(SignatureError::Mismatch)
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn verify_with<W: WebhookScheme + ?Sized>(
+        scheme: &W,
+        source: &'a str,
+        headers: &dyn Headers,
+        payload: &'a [u8],
+        now_unix: i64,
+    ) -> Result<(Self, VerifiedEvent), SignatureError> {
+        let event = scheme.verify(headers, payload, now_unix)?;
+        Ok((Self { source, payload }, event))
     }
 
     /// A delivery whose origin the caller verified by other means (mutual TLS, a sender's own
