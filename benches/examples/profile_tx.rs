@@ -1,9 +1,10 @@
 //! The money path called `n` times in a row, for counting instructions with callgrind: a count
 //! that a shared, noisy machine does not change (docs/benchmarks.md, "Instructions per call").
 //!
-//! `profile_tx <library|raw> <replay|fresh> <n>`, with `STORE=sqlite` (the default) or
+//! `profile_tx <library|guard|raw> <replay|fresh> <n>`, with `STORE=sqlite` (the default) or
 //! `STORE=postgres` (then `IDEM_PG_URL`, as `scripts/services.sh` sets it). `library` is
-//! `run_in_transaction`, `raw` the hand-written baseline of the same path. Instructions per
+//! `run_in_transaction`, `guard` the guard style (`begin`, the effect and `complete_in` in the
+//! caller's transaction), `raw` the hand-written baseline of the same path. Instructions per
 //! call are the difference of two runs (say `n` = 500 and 1500) divided by the difference of
 //! their `n`, so that the set-up cancels out:
 //!
@@ -22,7 +23,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [side, path, n] = args.as_slice() else {
-        eprintln!("usage: profile_tx <library|raw> <replay|fresh> <n>");
+        eprintln!("usage: profile_tx <library|guard|raw> <replay|fresh> <n>");
         return ExitCode::FAILURE;
     };
     let path = match path.as_str() {
@@ -37,11 +38,12 @@ fn main() -> ExitCode {
         eprintln!("n is a number of calls, not {n:?}");
         return ExitCode::FAILURE;
     };
-    let library = match side.as_str() {
-        "library" => true,
-        "raw" => false,
+    let side = match side.as_str() {
+        "library" => Side::Transaction,
+        "guard" => Side::Guard,
+        "raw" => Side::Raw,
         other => {
-            eprintln!("a side is `library` or `raw`, not {other:?}");
+            eprintln!("a side is `library`, `guard` or `raw`, not {other:?}");
             return ExitCode::FAILURE;
         }
     };
@@ -61,9 +63,10 @@ fn main() -> ExitCode {
             Ok("postgres") => stores::postgres().await,
             _ => stores::sqlite().await,
         };
-        let op = match (&subject.in_transaction, subject.sides.get(1)) {
-            (Some(transacting), _) if library => transacting.op(path, 100).await,
-            (_, Some(raw)) if !library => raw.op(path, 100).await,
+        let op = match (side, &subject.in_transaction, subject.sides.as_slice()) {
+            (Side::Transaction, Some(transacting), _) => transacting.op(path, 100).await,
+            (Side::Guard, _, [guard, ..]) => guard.op(path, 100).await,
+            (Side::Raw, _, [_, raw, ..]) => raw.op(path, 100).await,
             _ => {
                 eprintln!("this store has no such side");
                 return ExitCode::FAILURE;
@@ -74,4 +77,15 @@ fn main() -> ExitCode {
         }
         ExitCode::SUCCESS
     })
+}
+
+/// Which code runs the path.
+#[derive(Clone, Copy)]
+enum Side {
+    /// `run_in_transaction`.
+    Transaction,
+    /// `begin`, then `complete_in` inside the caller's transaction.
+    Guard,
+    /// The hand-written baseline.
+    Raw,
 }

@@ -398,13 +398,6 @@ pub struct TracingObserver;
 impl Observer for TracingObserver {
     fn observe(&self, event: &Event<'_>) {
         let kind = event.kind();
-        let (consumer, route) = event
-            .id()
-            .map_or(("-", "-"), |id| (id.consumer(), id.route()));
-        let latency_us = u64::try_from(event.elapsed().as_micros()).unwrap_or(u64::MAX);
-        let operation = event.operation().map(Operation::name);
-        let count = (kind == EventKind::Purged).then(|| event.count());
-        let error = event.error().map(tracing::field::display);
         let failed = event.error().is_some()
             || matches!(
                 kind,
@@ -413,6 +406,30 @@ impl Observer for TracingObserver {
                     | EventKind::InDoubt
                     | EventKind::OutcomeUnknown
             );
+        let level = if failed {
+            tracing::Level::WARN
+        } else if kind == EventKind::StoreCall {
+            tracing::Level::TRACE
+        } else {
+            tracing::Level::DEBUG
+        };
+        // Nothing is computed for an event no subscriber wants (the common case at these
+        // levels): the engine emits one per step.
+        let wanted = match level {
+            tracing::Level::WARN => tracing::enabled!(target: "idem", tracing::Level::WARN),
+            tracing::Level::TRACE => tracing::enabled!(target: "idem", tracing::Level::TRACE),
+            _ => tracing::enabled!(target: "idem", tracing::Level::DEBUG),
+        };
+        if !wanted {
+            return;
+        }
+        let (consumer, route) = event
+            .id()
+            .map_or(("-", "-"), |id| (id.consumer(), id.route()));
+        let latency_us = u64::try_from(event.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let operation = event.operation().map(Operation::name);
+        let count = (kind == EventKind::Purged).then(|| event.count());
+        let error = event.error().map(tracing::field::display);
         macro_rules! emit {
             ($level:expr) => {
                 tracing::event!(
@@ -430,12 +447,10 @@ impl Observer for TracingObserver {
                 )
             };
         }
-        if failed {
-            emit!(tracing::Level::WARN);
-        } else if kind == EventKind::StoreCall {
-            emit!(tracing::Level::TRACE);
-        } else {
-            emit!(tracing::Level::DEBUG);
+        match level {
+            tracing::Level::WARN => emit!(tracing::Level::WARN),
+            tracing::Level::TRACE => emit!(tracing::Level::TRACE),
+            _ => emit!(tracing::Level::DEBUG),
         }
     }
 }

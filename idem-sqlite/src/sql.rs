@@ -63,7 +63,7 @@ pub(crate) struct Statements {
 impl Statements {
     /// `table` must have passed [`validate_table_name`](crate::validate_table_name).
     pub(crate) fn for_table(table: &str) -> Self {
-        let sql = |text: &str| for_table(text, table);
+        let sql = |text: &str| for_table(&without_comment_lines(text), table);
         Self {
             select_record: sql(include_str!("../sql/select_record.sql")),
             decide_record: sql(include_str!("../sql/decide_record.sql")),
@@ -78,6 +78,15 @@ impl Statements {
             stats: sql(include_str!("../sql/stats.sql")),
         }
     }
+}
+
+/// `sql` without its comment lines (the `.sql` files comment whole lines only): rusqlite's
+/// statement cache hashes and compares a statement's whole text on every call.
+fn without_comment_lines(sql: &str) -> String {
+    sql.lines()
+        .filter(|line| !line.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Puts `table` in place of the default table name (index names follow: `<table>_deadline`).

@@ -12,6 +12,9 @@ pub(crate) struct Gate(Arc<Inner>);
 struct Inner {
     running: AtomicUsize,
     closing: AtomicBool,
+    /// How many `drained` calls wait: the last execution to end wakes them only if there are
+    /// any (an execution ending with nobody draining costs no lock).
+    drainers: AtomicUsize,
     idle: Notify,
 }
 
@@ -54,6 +57,9 @@ impl Gate {
 
     /// Waits until no execution is under way.
     pub(crate) async fn drained(&self) {
+        // SeqCst on both sides: an execution that ends after this counter went up sees it (and
+        // wakes this), or this sees the execution's end.
+        let _drainer = Drainer::enter(&self.0);
         loop {
             let idle = self.0.idle.notified();
             if self.0.running.load(Ordering::SeqCst) == 0 {
@@ -64,10 +70,65 @@ impl Gate {
     }
 }
 
+/// One `drained` call waiting, counted in `drainers` while it lives (a drain cancelled midway
+/// included).
+struct Drainer<'a>(&'a Inner);
+
+impl<'a> Drainer<'a> {
+    fn enter(inner: &'a Inner) -> Self {
+        inner.drainers.fetch_add(1, Ordering::SeqCst);
+        Drainer(inner)
+    }
+}
+
+impl Drop for Drainer<'_> {
+    fn drop(&mut self) {
+        self.0.drainers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
-        if self.0.running.fetch_sub(1, Ordering::SeqCst) == 1 {
+        if self.0.running.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.0.drainers.load(Ordering::SeqCst) > 0
+        {
             self.0.idle.notify_waiters();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn c08_a_drain_ends_when_the_last_execution_ends_and_not_before() {
+        let gate = Gate::default();
+        let first = gate.enter().expect("open");
+        let second = gate.enter_always();
+        let waiting = Gate(Arc::clone(&gate.0));
+        let drain = tokio::spawn(async move { waiting.drained().await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(first);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!drain.is_finished(), "one execution is still under way");
+        drop(second);
+        tokio::time::timeout(Duration::from_secs(5), drain)
+            .await
+            .expect("the drain ended with the last execution")
+            .expect("the drain task");
+        assert_eq!(gate.0.drainers.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn c08_executions_that_end_while_nobody_drains_leave_a_later_drain_immediate() {
+        let gate = Gate::default();
+        for _ in 0..3 {
+            drop(gate.enter().expect("open"));
+        }
+        tokio::time::timeout(Duration::from_secs(1), gate.drained())
+            .await
+            .expect("nothing under way: the drain is immediate");
     }
 }

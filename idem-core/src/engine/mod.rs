@@ -294,13 +294,15 @@ impl<S: Store> Idempotency<S> {
         let started = Instant::now();
         let timeout = self.inner.policy.store_timeout;
         // Guard style may run on a runtime without a time driver (or none): no deadline there.
-        let result = if has_timers() {
-            match tokio::time::timeout(timeout, call).await {
-                Ok(result) => result,
-                Err(_) => Err(timed_out(operation, timeout)),
-            }
-        } else {
-            call.await
+        // The one timer made here is both the question "is there a time driver?" and the
+        // deadline.
+        let result = match timer(timeout) {
+            Some(deadline) => tokio::select! {
+                biased;
+                result = call => result,
+                () = deadline => Err(timed_out(operation, timeout)),
+            },
+            None => call.await,
         };
         let mut event = Event::new(EventKind::StoreCall)
             .of(operation)
@@ -354,7 +356,7 @@ impl<S: Store> Idempotency<S> {
             }
             other => return Ok(other),
         };
-        stored.retain_headers(|name| policy.stores_header(name));
+        stored.retain_headers(|name| policy.allows_header(name));
         stored
             .validate()
             .map_err(|error| Error::CorruptRecord(format!("stored response: {error}")))?;
@@ -737,7 +739,12 @@ pub(crate) fn outcome_unknown() -> StoredResponse {
 /// Whether the current Tokio runtime has a time driver (a timer can be made). Tokio has no
 /// question for it: making a timer without one panics (the panic hook prints it once).
 pub(crate) fn has_timers() -> bool {
-    std::panic::catch_unwind(|| drop(tokio::time::sleep(Duration::ZERO))).is_ok()
+    timer(Duration::ZERO).is_some()
+}
+
+/// A timer that fires after `d`, if the current Tokio runtime has a time driver.
+fn timer(d: Duration) -> Option<tokio::time::Sleep> {
+    std::panic::catch_unwind(|| tokio::time::sleep(d)).ok()
 }
 
 /// Waits `d` between two completion attempts: on Tokio's timer where there is one, else on
