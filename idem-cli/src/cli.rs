@@ -30,6 +30,16 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
 
+    /// The most seconds each call to the store may take (opening it included) before the
+    /// command reports the store as not answering; a watch prints that and tries again.
+    #[arg(long, global = true, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub timeout: u64,
+
+    /// The most seconds `inspect KEY` spends looking through a store that finds a key by
+    /// scanning (Redis) before it shows what it found so far.
+    #[arg(long, global = true, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub scan_budget: u64,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -44,15 +54,20 @@ pub enum Command {
         #[arg(long)]
         print: bool,
     },
-    /// Show one record: state, deadline, stored status and headers (the body with --body).
-    /// Exits 3 when there is no record.
+    /// Show one record: state, deadline, when it was reserved and completed, who holds it,
+    /// stored status and headers (the body with --body). With the key alone, every record of
+    /// that key under any consumer and route (at most 50). Exits 3 when there is no record.
     Inspect {
-        /// The consumer (the authenticated caller the key belongs to).
-        consumer: String,
-        /// The route, as the application names it (for example "POST /v1/charges").
-        route: String,
+        /// The consumer (the authenticated caller the key belongs to); or, given alone, the
+        /// idempotency key.
+        #[arg(value_name = "CONSUMER|KEY")]
+        consumer_or_key: String,
+        /// The route, as the application names it (the template, for example
+        /// "POST /v1/customers/{id}/refunds").
+        route: Option<String>,
         /// The idempotency key.
-        key: String,
+        #[arg(requires = "route")]
+        key: Option<String>,
         /// Also print the stored body.
         #[arg(long)]
         body: bool,
@@ -65,6 +80,8 @@ pub enum Command {
         older_than: Duration,
         #[command(flatten)]
         page: PageArgs,
+        #[command(flatten)]
+        watch: WatchArgs,
     },
     /// List a consumer's live completed records with their status.
     Completed {
@@ -86,7 +103,19 @@ pub enum Command {
         all: bool,
     },
     /// Count the records by state (reads every record).
-    Stats,
+    Stats {
+        #[command(flatten)]
+        watch: WatchArgs,
+    },
+}
+
+/// Refreshing a command's answer.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Run again every SECS seconds until Ctrl-C (the screen is cleared between runs only on a
+    /// terminal; a store error is printed and the next run tries again).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub watch: Option<u64>,
 }
 
 /// Paging of a listing.

@@ -1,13 +1,46 @@
 //! What each command does: read or maintain the store, and say what it found.
 
 use crate::cli::{Cli, Command, PageArgs};
-use crate::render::{self, Table, COMPLETED_COLUMNS, PENDING_COLUMNS};
+use crate::render::{self, Table, COMPLETED_COLUMNS, KEY_COLUMNS, PENDING_COLUMNS};
+use crate::route::looks_concrete;
 use crate::target::{Names, Target, Usage};
-use idem_core::store::{Cursor, Expiry, ListQuery, Listed, Page, Store};
-use idem_core::{Error, Field, IdempotencyKey, RecordId, Scope};
+use idem_core::store::{Cursor, Expiry, ListQuery, Listed, ListingOrder, Page, Store};
+use idem_core::{Error, Field, IdempotencyKey, RecordId, Scope, StoreErrorKind};
 use serde_json::{json, Value};
 use std::collections::HashSet;
+use std::future::Future;
 use std::io::Write;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The most records a lookup by key shows.
+pub const KEY_LOOKUP_MAX: usize = 50;
+
+/// What a lookup by key says beside its answer.
+const SHARED_KEYS: &str = "keys are chosen by clients: two clients may send the same key, and each (consumer, route, key) is a record of its own (C2)";
+
+/// The most each call to the store may take (`--timeout`), set once per run.
+static CALL_DEADLINE: OnceLock<Duration> = OnceLock::new();
+
+/// The most `inspect KEY` spends on a scanning store (`--scan-budget`), set once per run.
+static SCAN_BUDGET: OnceLock<Duration> = OnceLock::new();
+
+/// `call`, or a store error (unavailable) once it has taken longer than `--timeout`: a store
+/// that accepts a connection and never answers does not hang the command.
+async fn within<T>(call: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+    let limit = *CALL_DEADLINE.get_or_init(|| Duration::from_secs(10));
+    match tokio::time::timeout(limit, call).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::store(
+            "idem",
+            StoreErrorKind::Unavailable,
+            format!(
+                "the store did not answer within {}s (--timeout)",
+                limit.as_secs()
+            ),
+        )),
+    }
+}
 
 /// How a command ended, for the exit status.
 #[derive(Debug)]
@@ -53,6 +86,8 @@ pub struct Io<'a> {
     pub err: &'a mut dyn Write,
     /// `--json`.
     pub json: bool,
+    /// Whether `out` is a terminal (a watch clears the screen between runs only then).
+    pub terminal: bool,
 }
 
 impl Io<'_> {
@@ -75,24 +110,40 @@ pub async fn run(cli: Cli, io: &mut Io<'_>) -> Result<(), Failure> {
         prefix: cli.prefix,
     };
     target.check(&names)?;
+    let _ = CALL_DEADLINE.set(Duration::from_secs(cli.timeout));
+    let _ = SCAN_BUDGET.set(Duration::from_secs(cli.scan_budget));
     match cli.command {
         Command::Migrate { print } => migrate(&target, &names, print, io).await,
         Command::Inspect {
-            consumer,
+            consumer_or_key,
             route,
             key,
             body,
+        } => match (route, key) {
+            (Some(route), Some(key)) => {
+                let id = RecordId::new(
+                    Scope::new(&consumer_or_key, &route).map_err(usage)?,
+                    IdempotencyKey::new(&key).map_err(usage)?,
+                );
+                let store = open(&target, &names).await?;
+                inspect(&*store, &id, body, io).await
+            }
+            (None, None) => {
+                let query = ListQuery::key(&consumer_or_key).map_err(usage)?;
+                let store = open(&target, &names).await?;
+                inspect_key(&*store, query, body, io).await
+            }
+            _ => Err(Failure::Usage(
+                "inspect takes CONSUMER ROUTE KEY, or the KEY alone".into(),
+            )),
+        },
+        Command::Pending {
+            older_than,
+            page,
+            watch,
         } => {
-            let id = RecordId::new(
-                Scope::new(&consumer, &route).map_err(usage)?,
-                IdempotencyKey::new(&key).map_err(usage)?,
-            );
-            let store = target.open(&names).await?;
-            inspect(&*store, &id, body, io).await
-        }
-        Command::Pending { older_than, page } => {
-            let store = target.open(&names).await?;
-            list(&*store, ListQuery::in_progress(older_than), &page, io).await
+            let what = Watched::Pending(ListQuery::in_progress(older_than), page);
+            watching(&target, &names, &what, watch.watch, io).await
         }
         Command::Completed {
             consumer,
@@ -103,16 +154,132 @@ pub async fn run(cli: Cli, io: &mut Io<'_>) -> Result<(), Failure> {
             if let Some(route) = route {
                 query = query.route(&route).map_err(usage)?;
             }
-            let store = target.open(&names).await?;
+            let store = open(&target, &names).await?;
             list(&*store, query, &page, io).await
         }
         Command::Purge { batch, all } => {
-            let store = target.open(&names).await?;
+            let store = open(&target, &names).await?;
             purge(&*store, batch, all, io).await
         }
-        Command::Stats => {
-            let store = target.open(&names).await?;
-            let stats = store.stats().await?;
+        Command::Stats { watch } => {
+            watching(&target, &names, &Watched::Stats, watch.watch, io).await
+        }
+    }
+}
+
+async fn open(target: &Target, names: &Names) -> Result<Box<dyn Store>, Failure> {
+    within(target.open(names)).await.map_err(opening)
+}
+
+/// A failure to open the store; a table newer than this command gets the advice that helps.
+fn opening(error: Error) -> Failure {
+    match error {
+        Error::InvalidInput {
+            field: Field::Config,
+            reason,
+        } if reason.contains("newer than this") => Failure::Idem(Error::invalid(
+            Field::Config,
+            format!("{reason}. This idem command is older than the table: upgrade the command (the idem-cli of the release that migrated the table); `idem migrate` cannot help"),
+        )),
+        other => Failure::Idem(other),
+    }
+}
+
+/// A command `--watch` can run again and again.
+enum Watched {
+    Pending(ListQuery, PageArgs),
+    Stats,
+}
+
+/// Runs `what` once, or with `every` seconds every that many seconds until Ctrl-C. While
+/// watching, a store error is printed and the next run tries again (the store recovers by
+/// itself, C13); a mistake on the command line or in the configuration, which no retry can
+/// fix, ends the watch with its exit status.
+async fn watching(
+    target: &Target,
+    names: &Names,
+    what: &Watched,
+    every: Option<u64>,
+    io: &mut Io<'_>,
+) -> Result<(), Failure> {
+    let Some(secs) = every else {
+        let store = open(target, names).await?;
+        return once(&*store, what, io).await;
+    };
+    let interval = Duration::from_secs(secs);
+    // Installed before the first run, so Ctrl-C stops a watch whatever it is doing (opening
+    // the store, waiting for an answer, sleeping).
+    let mut stop = interrupt()?;
+    let mut store: Option<Box<dyn Store>> = None;
+    loop {
+        let tick = async {
+            if io.terminal {
+                // Clear the screen and go home: only a terminal gets escape sequences.
+                write!(io.out, "\x1b[2J\x1b[H")?;
+            }
+            if !io.json {
+                writeln!(
+                    io.out,
+                    "every {secs}s, at {} (Ctrl-C stops)",
+                    render::time(render::now())
+                )?;
+            }
+            let result = match &store {
+                Some(open) => once(&**open, what, io).await,
+                None => match open(target, names).await {
+                    Ok(opened) => once(&**store.insert(opened), what, io).await,
+                    Err(failure) => Err(failure),
+                },
+            };
+            match result {
+                Err(Failure::Idem(error)) if heals(&error) => {
+                    writeln!(
+                        io.err,
+                        "idem: {} (trying again in {secs}s)",
+                        crate::describe(&error)
+                    )?;
+                }
+                other => other?,
+            }
+            io.out.flush()?;
+            tokio::time::sleep(interval).await;
+            Ok::<(), Failure>(())
+        };
+        tokio::select! {
+            ticked = tick => ticked?,
+            () = stop.recv() => return Ok(()),
+        }
+    }
+}
+
+/// Ctrl-C (SIGINT), listened for from now on.
+struct Interrupt(tokio::signal::unix::Signal);
+
+impl Interrupt {
+    async fn recv(&mut self) {
+        self.0.recv().await;
+    }
+}
+
+fn interrupt() -> Result<Interrupt, Failure> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map(Interrupt)
+        .map_err(Failure::Output)
+}
+
+/// Whether a store error may go away by itself (a store down or not answering, a corrupt
+/// record being fixed), so that a watch tries again; a configuration or usage mistake does not,
+/// and neither does a table of another schema version than this command's (older: migrate
+/// first; newer: upgrade the command), which is reported as a configuration error.
+fn heals(error: &Error) -> bool {
+    !matches!(error, Error::InvalidInput { .. })
+}
+
+async fn once(store: &dyn Store, what: &Watched, io: &mut Io<'_>) -> Result<(), Failure> {
+    match what {
+        Watched::Pending(query, page) => list(store, query.clone(), page, io).await,
+        Watched::Stats => {
+            let stats = within(store.stats()).await?;
             if io.json {
                 io.json(&render::stats_json(&stats))
             } else {
@@ -136,7 +303,7 @@ async fn migrate(
             None => note(io, "Redis has no schema: records are hashes with a TTL"),
         };
     }
-    match target.migrate(names).await? {
+    match within(target.migrate(names)).await? {
         Some(()) if io.json => io.json(&json!({ "migrated": true })),
         Some(()) => Ok(writeln!(io.out, "the schema is up to date")?),
         None => note(io, "Redis has no schema: nothing to migrate"),
@@ -159,17 +326,18 @@ async fn inspect(
     body: bool,
     io: &mut Io<'_>,
 ) -> Result<(), Failure> {
-    let Some(record) = store.lookup(id).await? else {
+    let Some(record) = within(store.inspect(id)).await? else {
         if io.json {
             io.json(&Value::Null)?;
         } else {
             writeln!(io.err, "no record for this consumer, route and key")?;
         }
+        not_found_hints(store, id, io).await?;
         return Err(Failure::NotFound);
     };
     let now = render::now();
     if io.json {
-        let mut value = render::record_json(&record, now, body);
+        let mut value = render::inspected_json(&record, now, body);
         if let Value::Object(map) = &mut value {
             map.insert("consumer".into(), json!(id.consumer()));
             map.insert("route".into(), json!(id.route()));
@@ -180,6 +348,148 @@ async fn inspect(
         write!(io.out, "{}", render::record_text(&record, now, body))?;
         Ok(())
     }
+}
+
+/// Every record of the query's key, at most [`KEY_LOOKUP_MAX`] (a scanning store's pages are
+/// followed until that many are found, the scan ends or `--scan-budget` has passed), by
+/// consumer then route; whether more exist; and whether the budget stopped the scan.
+async fn records_of_key(
+    store: &dyn Store,
+    query: ListQuery,
+) -> Result<(Vec<Listed>, bool, bool), Failure> {
+    let budget = *SCAN_BUDGET.get_or_init(|| Duration::from_secs(30));
+    let started = std::time::Instant::now();
+    let mut query = query.limit(KEY_LOOKUP_MAX + 1);
+    let mut found: Vec<Listed> = Vec::new();
+    let mut seen = HashSet::new();
+    let mut stopped = false;
+    loop {
+        let page = within(store.list(&query)).await?;
+        found.extend(
+            page.records
+                .into_iter()
+                .filter(|r| seen.insert(r.id.clone())),
+        );
+        match page.next {
+            Some(_) if started.elapsed() >= budget => {
+                stopped = true;
+                break;
+            }
+            Some(next) if found.len() <= KEY_LOOKUP_MAX => query = query.after(next),
+            _ => break,
+        }
+    }
+    let more = found.len() > KEY_LOOKUP_MAX;
+    found.truncate(KEY_LOOKUP_MAX);
+    found.sort_by(|a, b| (a.id.consumer(), a.id.route()).cmp(&(b.id.consumer(), b.id.route())));
+    Ok((found, more, stopped))
+}
+
+/// `inspect KEY`: the records of one key under every consumer and route; the whole record too
+/// when there is just one.
+async fn inspect_key(
+    store: &dyn Store,
+    query: ListQuery,
+    body: bool,
+    io: &mut Io<'_>,
+) -> Result<(), Failure> {
+    let (records, more, stopped) = records_of_key(store, query).await?;
+    if stopped {
+        writeln!(
+            io.err,
+            "the scan stopped after {}s (--scan-budget reached): records of this key may exist beyond what is shown",
+            SCAN_BUDGET.get().map_or(0, Duration::as_secs)
+        )?;
+    }
+    let now = render::now();
+    let single = match records.as_slice() {
+        [only] => within(store.inspect(&only.id)).await?,
+        _ => None,
+    };
+    if io.json {
+        let listed: Vec<Value> = records.iter().map(render::listed_json).collect();
+        io.json(&json!({
+            "records": listed,
+            "more": more,
+            "limit": KEY_LOOKUP_MAX,
+            "scan_budget_reached": stopped,
+            "record": single.as_ref().map(|r| render::inspected_json(r, now, body)),
+            "note": SHARED_KEYS,
+        }))?;
+    } else if !records.is_empty() {
+        let mut table = Table::new(KEY_COLUMNS);
+        for record in &records {
+            table.row(render::key_row(record, now));
+        }
+        write!(io.out, "{}", table.render())?;
+        if let Some(single) = &single {
+            writeln!(io.out)?;
+            write!(io.out, "{}", render::record_text(single, now, body))?;
+        }
+        writeln!(io.err, "note: {SHARED_KEYS}")?;
+        if more {
+            writeln!(io.err, "more than {KEY_LOOKUP_MAX} records have this key: the first {KEY_LOOKUP_MAX} are shown; inspect one with `idem inspect CONSUMER ROUTE KEY`")?;
+        } else if records.len() > 1 {
+            writeln!(io.err, "inspect one with `idem inspect CONSUMER ROUTE KEY`")?;
+        }
+    } else {
+        writeln!(
+            io.err,
+            "no record has this key, under any consumer or route"
+        )?;
+    }
+    if records.is_empty() {
+        return Err(Failure::NotFound);
+    }
+    Ok(())
+}
+
+/// After `inspect CONSUMER ROUTE KEY` found nothing, on stderr: a route that looks like a
+/// concrete path (records are stored under the template), and the consumers and routes the key
+/// does have records under. A store that cannot look up by key adds nothing.
+async fn not_found_hints(store: &dyn Store, id: &RecordId, io: &mut Io<'_>) -> Result<(), Failure> {
+    if let Some(segment) = looks_concrete(id.route()) {
+        writeln!(
+            io.err,
+            "hint: the route looks like a concrete path ({:?} looks like an id); records are stored under the route template the application names, for example \"POST /v1/customers/{{id}}/refunds\"",
+            render::printable(segment)
+        )?;
+    }
+    if store.capabilities().listing == ListingOrder::Scan {
+        // Finding a key means scanning every record of this store: only when asked.
+        writeln!(
+            io.err,
+            "hint: to list the records of this key under every consumer and route, try `idem inspect {}` (on Redis it scans every record)",
+            render::printable(id.key())
+        )?;
+        return Ok(());
+    }
+    let Ok(query) = ListQuery::key(id.key()) else {
+        return Ok(());
+    };
+    let Ok((records, more, _)) = records_of_key(store, query).await else {
+        return Ok(());
+    };
+    if records.is_empty() {
+        writeln!(io.err, "no record has this key under any consumer or route")?;
+        return Ok(());
+    }
+    writeln!(io.err, "this key has records under:")?;
+    for record in &records {
+        writeln!(
+            io.err,
+            "  {}  {}",
+            render::printable(record.id.consumer()),
+            render::printable(record.id.route())
+        )?;
+    }
+    if more {
+        writeln!(
+            io.err,
+            "  … and more (`idem inspect KEY` lists {KEY_LOOKUP_MAX})"
+        )?;
+    }
+    Ok(())
 }
 
 async fn list(
@@ -199,14 +509,16 @@ async fn list(
         let Page {
             records: found,
             next,
-        } = store.list(&query).await.map_err(|error| match error {
-            // A cursor the store did not make came from the command line.
-            Error::InvalidInput {
-                field: Field::Cursor,
-                ..
-            } => usage(error),
-            other => Failure::Idem(other),
-        })?;
+        } = within(store.list(&query))
+            .await
+            .map_err(|error| match error {
+                // A cursor the store did not make came from the command line.
+                Error::InvalidInput {
+                    field: Field::Cursor,
+                    ..
+                } => usage(error),
+                other => Failure::Idem(other),
+            })?;
         records.extend(found.into_iter().filter(|r| seen.insert(r.id.clone())));
         match next {
             Some(next) if page.all => query = query.after(next),
@@ -252,7 +564,7 @@ async fn purge(store: &dyn Store, batch: u32, all: bool, io: &mut Io<'_>) -> Res
     let batch = usize::try_from(batch).unwrap_or(usize::MAX);
     let (mut purged, mut batches) = (0usize, 0usize);
     loop {
-        let deleted = store.purge_expired(batch).await?;
+        let deleted = within(store.purge_expired(batch)).await?;
         purged += deleted;
         batches += 1;
         if !io.json {

@@ -5,23 +5,42 @@
 //! idem --url postgres://app@db/app inspect acct_42 "POST /v1/charges" 5f1c…
 //! idem --url redis://127.0.0.1:6379 pending --older-than 5m --json
 //! idem --url postgres://app@db/app purge --all
-//! idem --url sqlite://idem.db stats
+//! idem --url sqlite://idem.db stats --watch 5
+//! idem --url sqlite://idem.db inspect 5f1c…
 //! ```
 //!
-//! Exit status: 0 done, 1 the store failed or refused, 2 a mistake on the command line, 3
-//! `inspect` found no record. Reads change nothing (a SQLite file is neither created nor
+//! Exit status: 0 done (a watch stopped by Ctrl-C too), 1 the store failed or refused, 2 a
+//! mistake on the command line, 3 `inspect` found no record. Reads change nothing (a SQLite file is neither created nor
 //! migrated except by `migrate`), and a stored body is printed only with `inspect --body`.
 //! docs/operations.md shows the commands at work.
 
+mod alive;
 mod cli;
 mod commands;
 mod render;
+mod route;
 mod target;
 
 use clap::Parser;
 use commands::{Failure, Io};
 use std::error::Error as _;
+use std::io::IsTerminal;
 use std::process::ExitCode;
+
+/// An error with its causes, each said once.
+pub fn describe(error: &idem_core::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        // Backends often repeat their cause in their own message: say it once.
+        let cause_text = cause.to_string();
+        if !message.contains(&cause_text) {
+            message.push_str(&format!(": {cause_text}"));
+        }
+        source = cause.source();
+    }
+    message
+}
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
@@ -36,11 +55,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let terminal = std::io::stdout().is_terminal();
     let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr());
     let mut io = Io {
         out: &mut out,
         err: &mut err,
         json,
+        terminal,
     };
     match runtime.block_on(commands::run(cli, &mut io)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -50,17 +71,7 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Err(Failure::Idem(error)) => {
-            let mut message = format!("idem: {error}");
-            let mut source = error.source();
-            while let Some(cause) = source {
-                // Backends often repeat their cause in their own message: say it once.
-                let cause_text = cause.to_string();
-                if !message.contains(&cause_text) {
-                    message.push_str(&format!(": {cause_text}"));
-                }
-                source = cause.source();
-            }
-            eprintln!("{message}");
+            eprintln!("idem: {}", describe(&error));
             ExitCode::FAILURE
         }
         Err(Failure::Output(error)) => {

@@ -2,8 +2,11 @@
 //! handler could have chosen (consumer, route, key, header values, bodies) is escaped before it
 //! reaches a terminal, so a stored value cannot move the cursor or rewrite the screen.
 
-use idem_core::store::{Listed, ListedState, Record, RecordState, Stats};
-use idem_core::Timestamp;
+use crate::alive::liveness_here;
+use idem_core::store::{
+    Inspected, Listed, ListedState, Noted, Provenance, Record, RecordState, Stats,
+};
+use idem_core::{Holder, Timestamp};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -152,7 +155,80 @@ impl Table {
 }
 
 /// The columns of a pending (in-progress) listing.
-pub const PENDING_COLUMNS: &[&str] = &["RESERVED", "AGE", "LEASE", "CONSUMER", "ROUTE", "KEY"];
+pub const PENDING_COLUMNS: &[&str] = &[
+    "RESERVED", "AGE", "LEASE", "HOLDER", "ALIVE", "CONSUMER", "ROUTE", "KEY",
+];
+/// The columns of the records of one key.
+pub const KEY_COLUMNS: &[&str] = &[
+    "CONSUMER",
+    "ROUTE",
+    "STATE",
+    "RESERVED",
+    "COMPLETED",
+    "HOLDER",
+    "ALIVE",
+];
+
+/// A holder as a table cell: `pid 4242 on web-1`, `unknown` for a record written before
+/// the store kept it, `unreadable (…)` for one this version does not read.
+pub fn holder_cell(holder: &Noted<Holder>) -> String {
+    match holder {
+        Noted::Known(h) => printable(&format!("pid {} on {}", h.pid(), h.host())),
+        other => printable(&other.to_string()),
+    }
+}
+
+/// Whether an in-progress record's holder still runs, as a cell: `-` for a completed record
+/// (nobody holds it) and `unknown` without a holder.
+fn alive_cell(holder: &Noted<Holder>, in_progress: bool) -> String {
+    match (holder.known(), in_progress) {
+        (_, false) => "-".to_owned(),
+        (None, true) => "unknown".to_owned(),
+        (Some(h), true) => liveness_here(h).as_str().to_owned(),
+    }
+}
+
+/// A holder as JSON: host, pid, start id, start time, and whether it runs where this machine
+/// can tell (`alive`, in progress only).
+fn holder_json(holder: &Noted<Holder>, in_progress: bool) -> Value {
+    match holder {
+        Noted::Unknown => Value::Null,
+        Noted::Unreadable(why) => json!({ "unreadable": why }),
+        Noted::Known(h) => json!({
+            "host": h.host(),
+            "pid": h.pid(),
+            "start_id": format!("{:016x}", h.start_id()),
+            "started": h.started(),
+            "boot_id": h.boot_id(),
+            "pid_namespace": h.pid_namespace(),
+            "alive": in_progress.then(|| liveness_here(h).as_str()),
+        }),
+    }
+}
+
+/// The records of one key as a table row.
+pub fn key_row(record: &Listed, now: Timestamp) -> Vec<String> {
+    let in_progress = matches!(record.state, ListedState::InProgress { .. });
+    let state = match record.state {
+        ListedState::InProgress { lease_until } if lease_until > now => "in progress".to_owned(),
+        ListedState::InProgress { .. } => "orphaned".to_owned(),
+        ListedState::Completed { status, expires_at } if expires_at > now => {
+            format!("completed {status}")
+        }
+        ListedState::Completed { status, .. } => format!("expired {status}"),
+    };
+    vec![
+        printable(record.id.consumer()),
+        printable(record.id.route()),
+        state,
+        record.reserved_at.map_or("unknown".to_owned(), time),
+        record
+            .completed_at
+            .map_or(if in_progress { "-" } else { "unknown" }.to_owned(), time),
+        holder_cell(&record.holder),
+        alive_cell(&record.holder, in_progress),
+    ]
+}
 /// The columns of a completed listing.
 pub const COMPLETED_COLUMNS: &[&str] = &["ROUTE", "KEY", "STATUS", "RESERVED", "EXPIRES"];
 
@@ -170,6 +246,8 @@ pub fn listed_row(record: &Listed, now: Timestamp) -> Vec<String> {
             } else {
                 format!("orphaned {}", relative(lease_until, now))
             },
+            holder_cell(&record.holder),
+            alive_cell(&record.holder, true),
             printable(record.id.consumer()),
             printable(record.id.route()),
             printable(record.id.key()),
@@ -192,6 +270,12 @@ pub fn listed_json(record: &Listed) -> Value {
         "key": record.id.key(),
         "reserved_at": record.reserved_at.map(time),
         "reserved_at_ms": record.reserved_at.map(Timestamp::as_millis),
+        "completed_at": record.completed_at.map(time),
+        "completed_at_ms": record.completed_at.map(Timestamp::as_millis),
+        "holder": holder_json(
+            &record.holder,
+            matches!(record.state, ListedState::InProgress { .. }),
+        ),
     });
     let fields = match record.state {
         ListedState::InProgress { lease_until } => json!({
@@ -211,7 +295,8 @@ pub fn listed_json(record: &Listed) -> Value {
 }
 
 /// One record as `inspect` shows it: a two-column table, the body only when asked.
-pub fn record_text(record: &Record, now: Timestamp, with_body: bool) -> String {
+pub fn record_text(inspected: &Inspected, now: Timestamp, with_body: bool) -> String {
+    let (record, provenance) = (&inspected.record, &inspected.provenance);
     let mut table = Table::new(&["FIELD", "VALUE"]);
     let mut field = |name: &str, value: String| table.row(vec![name.to_owned(), value]);
     let deadline = record.deadline();
@@ -266,13 +351,67 @@ pub fn record_text(record: &Record, now: Timestamp, with_body: bool) -> String {
             );
         }
     }
+    let at = |t: Option<Timestamp>, none: &str| {
+        t.map_or(none.to_owned(), |t| {
+            format!("{} ({})", time(t), relative(t, now))
+        })
+    };
+    field(
+        "reserved at",
+        at(
+            provenance.reserved_at,
+            "unknown (written before the store kept it)",
+        ),
+    );
+    field(
+        "completed at",
+        at(
+            provenance.completed_at,
+            if record.is_in_progress() {
+                "-"
+            } else {
+                "unknown (written before the store kept it)"
+            },
+        ),
+    );
+    field(
+        "holder",
+        match &provenance.holder {
+            Noted::Unknown => "unknown (written before the store kept it)".to_owned(),
+            other => printable(&other.to_string()),
+        },
+    );
+    if record.is_in_progress() {
+        field("holder alive", alive_cell(&provenance.holder, true));
+    }
     field("token", hex(record.token.as_bytes()));
     field("fingerprint", hex(record.fingerprint.as_bytes()));
     table.render()
 }
 
+/// The provenance as JSON fields.
+fn provenance_json(provenance: &Provenance, in_progress: bool) -> Value {
+    json!({
+        "reserved_at": provenance.reserved_at.map(time),
+        "reserved_at_ms": provenance.reserved_at.map(Timestamp::as_millis),
+        "completed_at": provenance.completed_at.map(time),
+        "completed_at_ms": provenance.completed_at.map(Timestamp::as_millis),
+        "holder": holder_json(&provenance.holder, in_progress),
+    })
+}
+
+/// One record as JSON, with its provenance; `body` only when asked.
+pub fn inspected_json(inspected: &Inspected, now: Timestamp, with_body: bool) -> Value {
+    let mut value = record_json(&inspected.record, now, with_body);
+    merge(
+        &mut value,
+        provenance_json(&inspected.provenance, inspected.record.is_in_progress()),
+    );
+    value
+}
+
 /// One record as JSON; `body` only when asked.
-pub fn record_json(record: &Record, now: Timestamp, with_body: bool) -> Value {
+fn record_json(record: &Record, now: Timestamp, with_body: bool) -> Value {
     let mut value = json!({
         "live": record.is_live(now),
         "token": hex(record.token.as_bytes()),

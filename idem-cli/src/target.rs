@@ -138,7 +138,11 @@ impl Target {
                     .open()
                     .await?,
             ),
-            Target::Postgres(url) => Box::new(postgres(url, names).await?),
+            Target::Postgres(url) => {
+                let store = postgres(url, names).await?;
+                check_postgres_version(&store, names).await?;
+                Box::new(store)
+            }
             // The command only reads (and a Redis store has nothing to purge): a server that
             // may evict records is worth inspecting, not refusing.
             Target::Redis(url) => Box::new(redis(names).connect(url).await?),
@@ -191,6 +195,52 @@ async fn postgres(url: &str, names: &Names) -> Result<PgStore, Error> {
         .max_connections(1)
         .connect(url)
         .await
+}
+
+/// The table's schema version, read from its schema's migrations table (0 when none was ever
+/// applied); a version other than this command's is a configuration error with the advice that
+/// helps: upgrade the command for a newer table, `idem migrate` for an older one.
+async fn check_postgres_version(store: &PgStore, names: &Names) -> Result<(), Error> {
+    use idem_postgres::sqlx::{self, AssertSqlSafe, Row};
+    let schema = names.schema.as_deref().unwrap_or("public");
+    let table = names.table.as_deref().unwrap_or("idem_records");
+    // Both names were checked as identifiers (`Target::check`): no quote can occur in them.
+    let migrations = format!("\"{schema}\".idem_schema_migrations");
+    let store_error =
+        |e: sqlx::Error| Error::store("postgres", idem_core::StoreErrorKind::Unavailable, e);
+    let exists = sqlx::raw_sql(AssertSqlSafe(format!(
+        "SELECT to_regclass('{}') IS NOT NULL",
+        migrations.replace('\'', "''")
+    )))
+    .fetch_one(store.pool())
+    .await
+    .map_err(store_error)?;
+    let applied: i64 = if exists.try_get::<bool, _>(0).map_err(store_error)? {
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "SELECT COALESCE(MAX(version), 0)::bigint FROM {migrations} WHERE table_name = '{schema}.{table}'"
+        )))
+        .fetch_one(store.pool())
+        .await
+        .map_err(store_error)?
+        .try_get(0)
+        .map_err(store_error)?
+    } else {
+        0
+    };
+    let current = idem_postgres::SCHEMA_VERSION;
+    if applied > current {
+        return Err(Error::invalid(
+            Field::Config,
+            format!("table {schema}.{table} has schema version {applied}, newer than this command's {current}. This idem command is older than the table: upgrade the command (the idem-cli of the release that migrated the table); `idem migrate` cannot help"),
+        ));
+    }
+    if applied < current {
+        return Err(Error::invalid(
+            Field::Config,
+            format!("table {schema}.{table} has schema version {applied}, older than this command's {current}: migrate first (`idem migrate`, or deploy the release that migrates it)"),
+        ));
+    }
+    Ok(())
 }
 
 fn redis(names: &Names) -> idem_redis::RedisStoreBuilder {

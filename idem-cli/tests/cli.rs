@@ -5,14 +5,14 @@
 
 use idem_core::store::Store;
 use idem_core::{
-    Begin, FencingToken, Fingerprint, Idempotency, IdempotencyKey, Policy, RecordId, Request,
-    Scope, StoredResponse,
+    Begin, FencingToken, Fingerprint, Holder, Idempotency, IdempotencyKey, Policy, RecordId,
+    Request, Scope, StoredResponse,
 };
 use idem_postgres::PgStore;
 use idem_redis::RedisStore;
 use idem_sqlite::SqliteStore;
 use serde_json::Value;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 const ROUTE: &str = "POST /v1/charges";
@@ -51,8 +51,12 @@ fn env(name: &str) -> String {
 }
 
 fn request(consumer: &str, key: &str) -> Request {
+    request_on(consumer, ROUTE, key)
+}
+
+fn request_on(consumer: &str, route: &str, key: &str) -> Request {
     let id = RecordId::new(
-        Scope::new(consumer, ROUTE).expect("scope"),
+        Scope::new(consumer, route).expect("scope"),
         IdempotencyKey::new(key).expect("key"),
     );
     Request::from_parts(
@@ -148,6 +152,45 @@ fn reads_and_lists(base: &[&str], consumer: &str, purges: bool) {
     assert_eq!(json["body_bytes"], SECRET_BODY.len());
     let json = cmd(&["--json", "inspect", consumer, ROUTE, "done", "--body"]).json();
     assert_eq!(json["body"], SECRET_BODY);
+
+    // inspect: when it was reserved and completed (by the store's clock), and who holds it.
+    assert!(
+        shown.out.contains("reserved at") && shown.out.contains("completed at"),
+        "{}",
+        shown.out
+    );
+    let me = Holder::this_process();
+    assert!(
+        shown
+            .out
+            .contains(&format!("pid {} on {}", me.pid(), me.host())),
+        "the holder is this test, which wrote the record: {}",
+        shown.out
+    );
+    let done = cmd(&["--json", "inspect", consumer, ROUTE, "done"]).json();
+    let reserved = done["reserved_at_ms"].as_u64().expect("a reservation time");
+    let landed = done["completed_at_ms"].as_u64().expect("a completion time");
+    let expires = done["expires_at_ms"].as_u64().expect("expires");
+    assert!(reserved <= landed && landed < expires, "{done}");
+    assert_eq!(done["holder"]["pid"], me.pid(), "{done}");
+    assert_eq!(done["holder"]["host"], me.host(), "{done}");
+    assert_eq!(
+        done["holder"]["alive"],
+        Value::Null,
+        "nobody holds a completed record"
+    );
+    let running = cmd(&["--json", "inspect", consumer, ROUTE, "running"]).json();
+    assert_eq!(running["completed_at"], Value::Null, "{running}");
+    assert_eq!(
+        running["holder"]["alive"], "alive",
+        "this test runs: {running}"
+    );
+    let running_text = cmd(&["inspect", consumer, ROUTE, "running"]);
+    assert!(
+        running_text.out.contains("holder alive") && running_text.out.contains("alive"),
+        "{}",
+        running_text.out
+    );
     let orphan = cmd(&["--json", "inspect", consumer, ROUTE, "orphan"]).json();
     assert_eq!(
         (orphan["state"].as_str(), orphan["live"].as_bool()),
@@ -175,6 +218,23 @@ fn reads_and_lists(base: &[&str], consumer: &str, purges: bool) {
         "{}",
         table.out
     );
+    assert!(
+        table.out.contains("HOLDER") && table.out.contains("ALIVE"),
+        "{}",
+        table.out
+    );
+    assert!(
+        table
+            .out
+            .contains(&format!("pid {} on", std::process::id()))
+            && table.out.contains("alive"),
+        "{}",
+        table.out
+    );
+    for record in pending["records"].as_array().expect("records") {
+        assert_eq!(record["holder"]["pid"], std::process::id(), "{record}");
+        assert_eq!(record["holder"]["alive"], "alive", "{record}");
+    }
 
     // Paging: one record a page, followed by hand, then with --all.
     let mut seen = Vec::new();
@@ -431,4 +491,575 @@ async fn postgres_through_pgbouncer_in_transaction_mode() {
         let pending = idem(&[&pooled[..], &["--json", "pending", "--older-than", "0s"]].concat());
         assert_eq!(keys(&pending.json()), ["orphan", "running"]);
     }
+}
+
+/// The payments server's consumer is a hash and its route a template: what an on-call engineer
+/// pastes from a customer's ticket is the key, and maybe the concrete path.
+const HASHED_CONSUMER: &str = "acct_d58630097774edc2";
+const TEMPLATE: &str = "POST /v1/customers/{id}/refunds";
+const QUOTED_KEY: &str = "quoted-key";
+
+/// Writes the records of a quoted key under two consumers and routes (one completed, one in
+/// progress), and `KEY_LOOKUP_MAX + 1` records of another key.
+async fn key_records<S: Store + 'static>(store: S) {
+    let idem = Idempotency::with_policy(
+        std::sync::Arc::new(store),
+        Policy::default().lease(Duration::from_secs(3600)),
+    )
+    .expect("policy");
+    let acquire = |request: Request| {
+        let idem = idem.clone();
+        async move {
+            match idem.begin(&request).await.expect("begin") {
+                Begin::Acquired(lease) => lease,
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    let refund = acquire(request_on(HASHED_CONSUMER, TEMPLATE, QUOTED_KEY)).await;
+    idem.complete(refund, StoredResponse::new(200, "refunded"))
+        .await
+        .expect("complete");
+    let _charging = acquire(request_on("acct_other", ROUTE, QUOTED_KEY)).await;
+    for i in 0..=50 {
+        let _lease = acquire(request_on(&format!("acct_many_{i:02}"), ROUTE, "many-key")).await;
+    }
+}
+
+/// C2: a key alone finds its records under every consumer and route, bounded, with the note
+/// that keys are the clients'; a concrete path gets the hint that a template is expected and
+/// the routes the key does have.
+fn looks_up_by_key(base: &[&str]) {
+    let cmd = |extra: &[&str]| idem(&[base, extra].concat());
+    let found = cmd(&["inspect", QUOTED_KEY]);
+    assert_eq!(found.code, 0, "{}", found.err);
+    assert!(found.out.starts_with("CONSUMER"), "{}", found.out);
+    for expected in [
+        HASHED_CONSUMER,
+        TEMPLATE,
+        "acct_other",
+        ROUTE,
+        "completed 200",
+    ] {
+        assert!(found.out.contains(expected), "{expected}: {}", found.out);
+    }
+    assert!(
+        found.err.contains("keys are chosen by clients"),
+        "{}",
+        found.err
+    );
+    let json = cmd(&["--json", "inspect", QUOTED_KEY]).json();
+    let records = json["records"].as_array().expect("records");
+    let scopes: Vec<(&str, &str)> = records
+        .iter()
+        .map(|r| {
+            (
+                r["consumer"].as_str().expect("consumer"),
+                r["route"].as_str().expect("route"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        scopes,
+        [(HASHED_CONSUMER, TEMPLATE), ("acct_other", ROUTE)],
+        "{json}"
+    );
+    assert_eq!(json["more"], false);
+    assert_eq!(records[1]["holder"]["alive"], "alive", "{json}");
+    assert!(json["note"].as_str().is_some_and(|n| n.contains("clients")));
+
+    // One record: the whole of it, times and holder, from the key alone.
+    let one = cmd(&["inspect", "done"]);
+    assert_eq!(one.code, 0, "{}", one.err);
+    assert!(
+        one.out.contains("completed at")
+            && one.out.contains("content-type: application/json")
+            && !one.out.contains("secret"),
+        "{}",
+        one.out
+    );
+    let one = cmd(&["--json", "inspect", "done"]).json();
+    assert_eq!(one["record"]["status"], 201, "{one}");
+    assert!(one["record"]["completed_at_ms"].is_u64(), "{one}");
+    let many = cmd(&["--json", "inspect", "many-key"]).json();
+    assert_eq!(
+        many["records"].as_array().expect("records").len(),
+        50,
+        "bounded: {many}"
+    );
+    assert_eq!(many["more"], true, "51 records: more exist");
+    let text = cmd(&["inspect", "many-key"]);
+    assert!(text.err.contains("more than 50"), "{}", text.err);
+    let none = cmd(&["inspect", "never-quoted"]);
+    assert_eq!(none.code, 3, "{}", none.err);
+    assert!(none.err.contains("no record has this key"), "{}", none.err);
+
+    // The concrete path a client sent: no record, a hint, and the routes that do exist.
+    let concrete = cmd(&[
+        "inspect",
+        HASHED_CONSUMER,
+        "POST /v1/customers/cus_9s6XKzkNRiz8i3/refunds",
+        QUOTED_KEY,
+    ]);
+    assert_eq!(concrete.code, 3, "{}", concrete.err);
+    assert!(
+        concrete.err.contains("looks like a concrete path")
+            && concrete.err.contains("cus_9s6XKzkNRiz8i3"),
+        "{}",
+        concrete.err
+    );
+    if base.iter().any(|a| a.starts_with("redis")) {
+        // Finding a key scans every record on Redis: never implicitly, a hint instead.
+        assert!(
+            concrete
+                .err
+                .contains(&format!("try `idem inspect {QUOTED_KEY}`"))
+                && !concrete.err.contains("this key has records under"),
+            "{}",
+            concrete.err
+        );
+    } else {
+        assert!(
+            concrete.err.contains("this key has records under")
+                && concrete.err.contains(TEMPLATE)
+                && concrete.err.contains(HASHED_CONSUMER),
+            "{}",
+            concrete.err
+        );
+    }
+    let template = cmd(&["--json", "inspect", HASHED_CONSUMER, TEMPLATE, QUOTED_KEY]).json();
+    assert_eq!(template["status"], 200, "the template finds it: {template}");
+    let half = cmd(&["inspect", HASHED_CONSUMER, TEMPLATE]);
+    assert_eq!(half.code, 2, "two parts are neither form: {}", half.err);
+}
+
+/// The `running` record's holder, as `pending` and `inspect` show it, after the test wrote
+/// `holder` in its place: `expected` is the alive column.
+fn holder_shown(base: &[&str], consumer: &str, holder: &Holder, expected: &str) {
+    let cmd = |extra: &[&str]| idem(&[base, extra].concat());
+    let pending = cmd(&["--json", "pending", "--older-than", "0s", "--all"]).json();
+    let running = pending["records"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .find(|r| r["key"] == "running")
+        .unwrap_or_else(|| panic!("running is pending: {pending}"));
+    assert_eq!(running["holder"]["pid"], holder.pid(), "{running}");
+    assert_eq!(running["holder"]["alive"], expected, "{running}");
+    let shown = cmd(&["inspect", consumer, ROUTE, "running"]);
+    assert!(
+        shown
+            .out
+            .contains(&format!("pid {} on {}", holder.pid(), holder.host()))
+            && shown.out.contains(expected),
+        "{}",
+        shown.out
+    );
+}
+
+/// The `done` record after the test removed its completion time and holder, as a record
+/// written before the store kept them: still read, both shown as unknown.
+fn written_before_provenance(base: &[&str], consumer: &str) {
+    let cmd = |extra: &[&str]| idem(&[base, extra].concat());
+    let json = cmd(&["--json", "inspect", consumer, ROUTE, "done"]).json();
+    assert_eq!(json["status"], 201, "{json}");
+    assert_eq!(
+        (&json["completed_at"], &json["holder"]),
+        (&Value::Null, &Value::Null),
+        "{json}"
+    );
+    let text = cmd(&["inspect", consumer, ROUTE, "done"]);
+    assert!(
+        text.out
+            .contains("unknown (written before the store kept it)"),
+        "{}",
+        text.out
+    );
+}
+
+/// A pid no process has: a child's, after it exited.
+fn dead_pid() -> u32 {
+    let mut child = Command::new("true").spawn().expect("spawn");
+    let pid = child.id();
+    child.wait().expect("wait");
+    pid
+}
+
+/// The holders the liveness checks write: a process that exited on this host, and one on
+/// another host.
+fn foreign_holders() -> [(Holder, &'static str); 2] {
+    let me = Holder::this_process();
+    [
+        (
+            Holder::new(me.host(), dead_pid(), 7, None)
+                .with_machine(me.boot_id(), me.pid_namespace()),
+            "dead",
+        ),
+        (
+            Holder::new("another-host.example", me.pid(), 7, None)
+                .with_machine(me.boot_id(), me.pid_namespace()),
+            "unknown (another host or namespace)",
+        ),
+    ]
+}
+
+/// Starts `idem` with `args` in the background, its output collected.
+fn spawn(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(args)
+        .env_remove("IDEM_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn idem")
+}
+
+/// Stops a watch the way an operator does (Ctrl-C: SIGINT) and collects what it printed.
+fn interrupt(child: Child) -> Run {
+    let pid = child.id().to_string();
+    let sent = Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let output = child.wait_with_output().expect("wait");
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        out: String::from_utf8_lossy(&output.stdout).into_owned(),
+        err: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// A watch refreshes every second, with no screen clearing on a pipe, and Ctrl-C ends it with
+/// status 0.
+async fn watches(base: &[&str]) {
+    let child = spawn(&[base, &["stats", "--watch", "1"]].concat());
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let run = interrupt(child);
+    assert_eq!(run.code, 0, "Ctrl-C ends a watch: {}", run.err);
+    assert!(
+        run.out.matches("counted at").count() >= 2,
+        "refreshed: {}",
+        run.out
+    );
+    assert!(
+        !run.out.contains('\u{1b}'),
+        "no escapes on a pipe: {:?}",
+        run.out
+    );
+    let child = spawn(
+        &[
+            base,
+            &[
+                "--json",
+                "pending",
+                "--older-than",
+                "0s",
+                "--all",
+                "--watch",
+                "1",
+            ],
+        ]
+        .concat(),
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let run = interrupt(child);
+    assert_eq!(run.code, 0, "{}", run.err);
+    let documents: Vec<Value> = run
+        .out
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON document a line"))
+        .collect();
+    assert!(!documents.is_empty(), "{}", run.out);
+    assert!(documents.iter().all(|d| d["records"].is_array()));
+}
+
+/// A store error while watching is printed, and the next refresh tries again: `break_it` and
+/// `mend` take the table away and give it back.
+async fn a_watch_survives_a_store_error<B, M, FB, FM>(base: &[&str], break_it: B, mend: M)
+where
+    B: FnOnce() -> FB,
+    M: FnOnce() -> FM,
+    FB: std::future::Future<Output = ()>,
+    FM: std::future::Future<Output = ()>,
+{
+    let child = spawn(&[base, &["stats", "--watch", "1"]].concat());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    break_it().await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    mend().await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let run = interrupt(child);
+    assert_eq!(
+        run.code, 0,
+        "a store error does not end a watch: {}",
+        run.err
+    );
+    assert!(run.err.contains("trying again in 1s"), "{}", run.err);
+    assert!(
+        run.out.matches("counted at").count() >= 3,
+        "counted before the error and after it: {}",
+        run.out
+    );
+    let (_, last) = run.out.rsplit_once("every 1s").expect("refreshes");
+    assert!(last.contains("counted at"), "recovered: {}", run.out);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_key_lookup_holders_watch_and_a_newer_table() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("oncall.db");
+    let url = format!("sqlite://{}", path.display());
+    assert_eq!(idem(&["--url", &url, "migrate"]).code, 0);
+    let store = SqliteStore::builder(&path).open().await.expect("open");
+    records(store.clone(), "acct_sqlite").await;
+    key_records(store).await;
+    let base = ["--url", url.as_str()];
+    looks_up_by_key(&base);
+
+    let db = idem_sqlite::rusqlite::Connection::open(&path).expect("open");
+    for (holder, expected) in foreign_holders() {
+        db.execute(
+            "UPDATE idem_records SET holder = ?1 WHERE key = 'running'",
+            [holder.encode()],
+        )
+        .expect("write the holder");
+        holder_shown(&base, "acct_sqlite", &holder, expected);
+    }
+    db.execute(
+        "UPDATE idem_records SET holder = NULL, completed_at = NULL WHERE key = 'done'",
+        [],
+    )
+    .expect("as before version 3");
+    written_before_provenance(&base, "acct_sqlite");
+
+    watches(&base).await;
+    let db = std::sync::Mutex::new(db);
+    let rename = |from: &str, to: &str| {
+        db.lock()
+            .expect("db")
+            .execute_batch(&format!("ALTER TABLE {from} RENAME TO {to}"))
+            .expect("rename");
+    };
+    a_watch_survives_a_store_error(
+        &base,
+        || async { rename("idem_records", "idem_records_away") },
+        || async { rename("idem_records_away", "idem_records") },
+    )
+    .await;
+
+    // A table a newer release migrated: the command, not the table, needs upgrading.
+    db.lock()
+        .expect("db")
+        .execute(
+            "INSERT INTO idem_schema_migrations (table_name, version, applied_at) VALUES ('idem_records', 99, 0)",
+            [],
+        )
+        .expect("a newer version");
+    let stats = idem(&["--url", &url, "stats"]);
+    assert_eq!(stats.code, 1, "{}", stats.err);
+    assert!(
+        stats.err.contains("older than the table") && stats.err.contains("upgrade the command"),
+        "{}",
+        stats.err
+    );
+    assert!(!stats.err.contains("migrate it first"), "{}", stats.err);
+    let migrate = idem(&["--url", &url, "migrate"]);
+    assert_eq!(migrate.code, 1);
+    assert!(migrate.err.contains("upgrade"), "{}", migrate.err);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_key_lookup_holders_watch_and_a_newer_table() {
+    let url = env("IDEM_PG_URL");
+    let schema = format!("cli_{}", FencingToken::generate());
+    let base = ["--url", url.as_str(), "--schema", schema.as_str()];
+    assert_eq!(idem(&[&base[..], &["migrate"]].concat()).code, 0);
+    let store = PgStore::builder()
+        .schema(&schema)
+        .connect(&url)
+        .await
+        .expect("connect");
+    records(store.clone(), "acct_pg").await;
+    key_records(store).await;
+    looks_up_by_key(&base);
+
+    let pool = idem_postgres::sqlx::PgPool::connect(&url)
+        .await
+        .expect("connect");
+    for (holder, expected) in foreign_holders() {
+        idem_postgres::sqlx::query(idem_postgres::sqlx::AssertSqlSafe(format!(
+            "UPDATE \"{schema}\".idem_records SET holder = $1 WHERE key = 'running'"
+        )))
+        .bind(holder.encode())
+        .execute(&pool)
+        .await
+        .expect("write the holder");
+        holder_shown(&base, "acct_pg", &holder, expected);
+    }
+    idem_postgres::sqlx::raw_sql(idem_postgres::sqlx::AssertSqlSafe(format!(
+        "UPDATE \"{schema}\".idem_records SET holder = NULL, completed_at = NULL WHERE key = 'done'"
+    )))
+    .execute(&pool)
+    .await
+    .expect("as before version 3");
+    written_before_provenance(&base, "acct_pg");
+
+    watches(&base).await;
+    let rename = |from: &'static str, to: &'static str| {
+        let (pool, schema) = (pool.clone(), schema.clone());
+        async move {
+            idem_postgres::sqlx::raw_sql(idem_postgres::sqlx::AssertSqlSafe(format!(
+                "ALTER TABLE \"{schema}\".{from} RENAME TO {to}"
+            )))
+            .execute(&pool)
+            .await
+            .expect("rename");
+        }
+    };
+    a_watch_survives_a_store_error(
+        &base,
+        || rename("idem_records", "idem_records_away"),
+        || rename("idem_records_away", "idem_records"),
+    )
+    .await;
+
+    idem_postgres::sqlx::raw_sql(idem_postgres::sqlx::AssertSqlSafe(format!(
+        "INSERT INTO \"{schema}\".idem_schema_migrations (table_name, version) VALUES ('{schema}.idem_records', 99)"
+    )))
+    .execute(&pool)
+    .await
+    .expect("a newer version");
+    let migrate = idem(&[&base[..], &["migrate"]].concat());
+    assert_eq!(migrate.code, 1, "{}", migrate.err);
+    assert!(
+        migrate.err.contains("newer release") && migrate.err.contains("upgrade"),
+        "{}",
+        migrate.err
+    );
+    // Reading a newer table: upgrade the command; a table never migrated: migrate first.
+    let newer = idem(&[&base[..], &["stats"]].concat());
+    assert_eq!(newer.code, 1, "{}", newer.err);
+    assert!(
+        newer.err.contains("upgrade the command") && newer.err.contains("version 99"),
+        "{}",
+        newer.err
+    );
+    let unmigrated = format!("cli_{}", FencingToken::generate());
+    let older = idem(&["--url", url.as_str(), "--schema", &unmigrated, "stats"]);
+    assert_eq!(older.code, 1, "{}", older.err);
+    assert!(older.err.contains("migrate first"), "{}", older.err);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_key_lookup_holders_and_watch() {
+    let url = env("IDEM_REDIS_URL");
+    let prefix = format!("cli{}", FencingToken::generate());
+    let base = ["--url", url.as_str(), "--prefix", prefix.as_str()];
+    let store = RedisStore::builder()
+        .prefix(&prefix)
+        .connect(&url)
+        .await
+        .expect("connect");
+    records(store.clone(), "acct_redis").await;
+    key_records(store).await;
+    looks_up_by_key(&base);
+
+    let client = idem_redis::redis::Client::open(url.as_str()).expect("client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let id = request("acct_redis", "running").id().clone();
+    let key: String = format!(
+        "{prefix}:{}",
+        id.digest()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    );
+    for (holder, expected) in foreign_holders() {
+        let () = idem_redis::redis::cmd("HSET")
+            .arg(&key)
+            .arg("h")
+            .arg(holder.encode())
+            .query_async::<i64>(&mut conn)
+            .await
+            .map(drop)
+            .expect("write the holder");
+        holder_shown(&base, "acct_redis", &holder, expected);
+    }
+    let done = request("acct_redis", "done").id().clone();
+    let done_key = format!(
+        "{prefix}:{}",
+        done.digest()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    );
+    let removed: i64 = idem_redis::redis::cmd("HDEL")
+        .arg(&done_key)
+        .arg("h")
+        .arg("ca")
+        .query_async(&mut conn)
+        .await
+        .expect("as before the fields were kept");
+    assert_eq!(removed, 2);
+    written_before_provenance(&base, "acct_redis");
+    watches(&base).await;
+}
+
+/// A store that accepts connections and never answers: a listener whose connections are held
+/// open, unread, until the test ends.
+fn frozen_store() -> (String, std::thread::JoinHandle<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let held = std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for conn in listener.incoming().take(8) {
+            open.push(conn);
+        }
+        std::thread::sleep(Duration::from_secs(30));
+    });
+    (format!("127.0.0.1:{port}"), held)
+}
+
+/// A one-shot command on a store that never answers ends within its `--timeout` with a store
+/// error (exit 1), on PostgreSQL and Redis alike.
+#[test]
+fn a_store_that_never_answers_ends_a_command_within_its_timeout() {
+    let (address, _held) = frozen_store();
+    for url in [
+        format!("redis://{address}"),
+        format!("postgres://idem@{address}/idem"),
+    ] {
+        let started = std::time::Instant::now();
+        let run = idem(&["--url", &url, "--timeout", "1", "stats"]);
+        let took = started.elapsed();
+        assert_eq!(run.code, 1, "{url}: {}", run.err);
+        assert!(took < Duration::from_secs(5), "{url}: took {took:?}");
+        assert!(
+            run.err.contains("did not answer within 1s"),
+            "{url}: {}",
+            run.err
+        );
+    }
+}
+
+/// Ctrl-C ends a watch within a second even while its run waits for a store that never
+/// answers.
+#[test]
+fn ctrl_c_ends_a_watch_that_waits_for_a_frozen_store() {
+    let (address, _held) = frozen_store();
+    let url = format!("redis://{address}");
+    let child = spawn(&["--url", &url, "--timeout", "60", "stats", "--watch", "1"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let started = std::time::Instant::now();
+    let run = interrupt(child);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(run.code, 0, "Ctrl-C ends a watch: {}", run.err);
 }

@@ -54,6 +54,7 @@ mod feed;
 mod fingerprint;
 mod form;
 mod hex;
+mod holder;
 #[cfg(feature = "http")]
 mod http_response;
 pub mod inbox;
@@ -95,6 +96,7 @@ pub use event::{Event, EventKind, Observer, Operation, TracingObserver};
 pub use fingerprint::media_type;
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use form::canonical_form;
+pub use holder::Holder;
 pub use json::canonical_json;
 pub use key::IdempotencyKey;
 pub use lease::Lease;

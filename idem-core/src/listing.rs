@@ -8,7 +8,9 @@
 
 use crate::clock::Timestamp;
 use crate::error::{Error, Field};
+use crate::holder::Holder;
 use crate::key::IdempotencyKey;
+use crate::record::Noted;
 use crate::scope::{check_part, RecordId, Scope};
 use std::fmt;
 use std::time::Duration;
@@ -53,6 +55,14 @@ pub enum Selection {
         /// Only this route, if set.
         route: Option<String>,
     },
+    /// Every record with this idempotency key, under any consumer and route, in any state,
+    /// expired or not (what [`Store::lookup`](crate::Store::lookup) would read for each), by
+    /// consumer then route. Keys are chosen by clients: records of two clients may share one,
+    /// and each is still its own record (C2).
+    Key {
+        /// The key.
+        key: String,
+    },
 }
 
 impl ListQuery {
@@ -75,6 +85,23 @@ impl ListQuery {
         }))
     }
 
+    /// Every record with `key` (validated like an [`IdempotencyKey`]), across consumers and
+    /// routes.
+    ///
+    /// ```
+    /// use idem_core::store::{ListQuery, Selection};
+    /// let q = ListQuery::key("order-42")?;
+    /// assert_eq!(q.selection(), &Selection::Key { key: "order-42".into() });
+    /// assert!(ListQuery::key("bad key").is_err());
+    /// # Ok::<(), idem_core::Error>(())
+    /// ```
+    pub fn key(key: &str) -> Result<Self, Error> {
+        let key = IdempotencyKey::new(key)?;
+        Ok(Self::new(Selection::Key {
+            key: key.as_str().to_owned(),
+        }))
+    }
+
     fn new(selection: Selection) -> Self {
         Self {
             selection,
@@ -88,7 +115,7 @@ impl ListQuery {
         check_part(Field::Route, route, Scope::MAX_ROUTE_LEN)?;
         match &mut self.selection {
             Selection::Completed { route: r, .. } => *r = Some(route.to_owned()),
-            Selection::InProgress { .. } => {
+            Selection::InProgress { .. } | Selection::Key { .. } => {
                 return Err(Error::invalid(
                     Field::Route,
                     "a route filter applies to completed records only",
@@ -135,6 +162,12 @@ pub struct Listed {
     /// When its current reservation was made (a takeover is a new reservation); `None` for a
     /// record written before the store kept it.
     pub reserved_at: Option<Timestamp>,
+    /// When its completion landed; `None` in progress, or for a record written before the
+    /// store kept it.
+    pub completed_at: Option<Timestamp>,
+    /// The process that made the current reservation: unknown for a record written before the
+    /// store kept it, unreadable where what is stored does not decode.
+    pub holder: Noted<Holder>,
     /// In progress or completed, with its deadline.
     pub state: ListedState,
 }
@@ -225,8 +258,8 @@ impl Cursor {
 
     /// The cursor after `record` in a store that pages by position (the SQL stores and the
     /// memory store): the reservation time and the triple, the order of
-    /// [`Selection::InProgress`] (a completed listing orders by route and key, which the
-    /// same position also carries).
+    /// [`Selection::InProgress`] (a completed listing orders by route and key, a key's listing
+    /// by consumer and route, which the same position also carries).
     pub fn after_record(record: &Listed) -> Self {
         let at = record.reserved_at.map_or(0, Timestamp::as_millis);
         let triple = [record.id.consumer(), record.id.route(), record.id.key()].join("\0");
@@ -349,6 +382,8 @@ mod tests {
                 IdempotencyKey::new(key).expect("valid"),
             ),
             reserved_at: at.map(Timestamp::from_millis),
+            completed_at: None,
+            holder: Noted::Unknown,
             state: ListedState::InProgress {
                 lease_until: Timestamp::from_millis(9),
             },

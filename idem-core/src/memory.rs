@@ -5,9 +5,10 @@ use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::decision::{check_fence, decide, Decision};
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
+use crate::holder::Holder;
 use crate::lease::Lease;
 use crate::listing::{Cursor, ListQuery, Listed, ListedState, Page, Selection, Stats};
-use crate::record::{Record, RecordState};
+use crate::record::{Inspected, Noted, Provenance, Record, RecordState};
 use crate::request::Request;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
@@ -36,6 +37,7 @@ use std::time::Duration;
 pub struct MemoryStore {
     records: Mutex<HashMap<RecordId, Entry>>,
     clock: Arc<dyn Clock>,
+    holder: Holder,
 }
 
 #[derive(Debug, Clone)]
@@ -43,6 +45,8 @@ struct Entry {
     fingerprint: Fingerprint,
     token: FencingToken,
     reserved_at: Timestamp,
+    completed_at: Option<Timestamp>,
+    holder: Holder,
     state: EntryState,
 }
 
@@ -82,6 +86,14 @@ impl Entry {
         self.view().try_map_response(StoredResponse::decode)
     }
 
+    fn provenance(&self) -> Provenance {
+        Provenance {
+            reserved_at: Some(self.reserved_at),
+            completed_at: self.completed_at,
+            holder: Noted::Known(self.holder.clone()),
+        }
+    }
+
     fn deadline(&self) -> Timestamp {
         match &self.state {
             EntryState::InProgress { lease_until } => *lease_until,
@@ -94,6 +106,8 @@ impl Entry {
         Ok(Listed {
             id: id.clone(),
             reserved_at: Some(self.reserved_at),
+            completed_at: self.completed_at,
+            holder: Noted::Known(self.holder.clone()),
             state: match &self.state {
                 EntryState::InProgress { lease_until } => ListedState::InProgress {
                     lease_until: *lease_until,
@@ -127,7 +141,21 @@ impl MemoryStore {
         Self {
             records: Mutex::new(HashMap::new()),
             clock: Arc::new(clock),
+            holder: Holder::this_process().clone(),
         }
+    }
+
+    /// The same store recording `holder` as the maker of its reservations instead of
+    /// [`Holder::this_process`] (to test what operators read).
+    ///
+    /// ```
+    /// use idem_core::{Holder, MemoryStore};
+    /// let other = Holder::new("web-2", 7, 1, None);
+    /// let _store = MemoryStore::new().with_holder(other);
+    /// ```
+    pub fn with_holder(mut self, holder: Holder) -> Self {
+        self.holder = holder;
+        self
     }
 
     /// How many records are held, expired or not.
@@ -202,6 +230,8 @@ impl Store for MemoryStore {
                 fingerprint: *request.fingerprint(),
                 token: lease.token(),
                 reserved_at: now,
+                completed_at: None,
+                holder: self.holder.clone(),
                 state: EntryState::InProgress {
                     lease_until: lease.lease_until(),
                 },
@@ -213,6 +243,7 @@ impl Store for MemoryStore {
     async fn complete(&self, completion: &Completion) -> Result<(), Error> {
         let retain_for = completion.retain_for();
         self.fenced(completion.id(), &completion.token(), |entry, now| {
+            entry.completed_at = Some(now);
             entry.state = EntryState::Completed {
                 response: completion.encoded().to_vec(),
                 expires_at: now + retain_for,
@@ -257,6 +288,18 @@ impl Store for MemoryStore {
         self.lock().get(id).map(Entry::decode).transpose()
     }
 
+    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
+        self.lock()
+            .get(id)
+            .map(|entry| {
+                Ok(Inspected {
+                    record: entry.decode()?,
+                    provenance: entry.provenance(),
+                })
+            })
+            .transpose()
+    }
+
     async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
         let after = query.cursor().map(Cursor::position).transpose()?;
         let records = self.lock();
@@ -273,6 +316,7 @@ impl Store for MemoryStore {
                         && route.as_deref().is_none_or(|r| r == id.route())
                         && entry.deadline() > now
                 }
+                (Selection::Key { key }, _) => id.key() == key,
                 _ => false,
             })
             .map(|(id, entry)| {
@@ -280,6 +324,7 @@ impl Store for MemoryStore {
                     Selection::InProgress { .. } => entry.reserved_at.as_millis(),
                     _ => 0,
                 };
+                // A key's listing orders by consumer then route: the key is the same in all.
                 ((at, id.consumer(), id.route(), id.key()), id, entry)
             })
             .filter(|(order, _, _)| {

@@ -19,7 +19,7 @@ pub use crate::lease::Lease;
 pub use crate::listing::{
     Cursor, ListQuery, Listed, ListedState, Page, Position, Selection, Stats,
 };
-pub use crate::record::{Record, RecordState};
+pub use crate::record::{Inspected, Noted, Provenance, Record, RecordState};
 pub use crate::transactional::{Execution, Transacted, Transactional, TxEnd};
 pub use crate::unique::unresolved_insert_or_fetch;
 pub use crate::unwind::CatchUnwind;
@@ -75,11 +75,14 @@ use std::time::Duration;
 /// 5. **Errors are errors.** A backend failure is [`Error::Store`] with the backend's name, its
 ///    [`StoreErrorKind`](crate::StoreErrorKind) and its own error as the source (C13), never a
 ///    made-up outcome; nothing is written when an error is returned before the write.
-/// 6. **Operators can see.** `lookup` reads one record as stored, expired or not; `list`
+/// 6. **Operators can see.** `lookup` reads one record as stored, expired or not (`inspect`
+///    with its [`Provenance`]); `list`
 ///    returns at most [`ListQuery::limit_value`] records of the [`Selection`] in its order,
 ///    never a body, and a [`Page::next`] cursor while more may follow (a position store makes
 ///    it with [`Cursor::after_record`]); `stats` counts by state. A store records when each
-///    reservation (fresh or taken over) was made, by the clock of rule 1. None of them writes.
+///    reservation (fresh or taken over) was made and which process made it
+///    ([`Holder::this_process`](crate::Holder::this_process)), and when each completion
+///    landed, by the clock of rule 1. None of them writes.
 ///
 /// A SQL store additionally writes a [`Completion`] inside the caller's transaction, so the
 /// effect and the completion commit together (C6); that method is the store's own, not this
@@ -124,6 +127,17 @@ pub trait Store: Send + Sync {
 
     /// Reads the record for inspection, expired or not. Does not change anything.
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error>;
+
+    /// Reads the record for inspection, expired or not, with its [`Provenance`]: when its
+    /// reservation was made and its completion landed, and which process holds it (rule 6).
+    /// Does not change anything. Default: [`lookup`](Self::lookup) with an unknown provenance,
+    /// right for a store that keeps none.
+    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
+        Ok(self.lookup(id).await?.map(|record| Inspected {
+            record,
+            provenance: Provenance::default(),
+        }))
+    }
 
     /// Lists records for operators, one bounded page at a time (rule 6). Does not change
     /// anything.
@@ -261,6 +275,9 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     }
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         (**self).lookup(id).await
+    }
+    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
+        (**self).inspect(id).await
     }
     async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
         (**self).list(query).await

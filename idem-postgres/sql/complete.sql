@@ -1,7 +1,9 @@
 -- Fenced completion (C6): only the token holder of an in-progress record. With complete_in it
 -- runs in the caller's transaction, so the effect and the completion commit together. The
 -- retention runs from clock_timestamp(), the moment of this statement: inside a transaction,
--- now() is the transaction's start, which may be long before.
+-- now() is the transaction's start, which may be long before. completed_at is the same moment,
+-- for operators: clock_timestamp() is read once per row (a row sub-select), after the row is
+-- taken.
 -- The statement first sets its transaction's lock_timeout (the one-time filter runs before the
 -- row is taken), so a row another transaction holds is waited for at most that long (C13),
 -- whatever the session or the caller's transaction said; it stays set for the rest of the
@@ -9,6 +11,10 @@
 -- The store writes its configured lock deadline in place of '3s' (the default).
 -- $1..$3 the record, $4 token, $5 encoded response, $6 retention in milliseconds.
 UPDATE idem_records
-SET state = 1, response = $5, deadline = clock_timestamp() + $6 * interval '1 millisecond'
+SET state = 1, response = $5,
+    (deadline, completed_at) = (
+        SELECT clock.now + $6 * interval '1 millisecond', date_trunc('milliseconds', clock.now)
+        FROM (SELECT clock_timestamp() AS now) AS clock
+    )
 WHERE consumer = $1 AND route = $2 AND key = $3 AND token = $4 AND state = 0
   AND (SELECT set_config('lock_timeout', '3s', true)) IS NOT NULL

@@ -5,7 +5,9 @@
 SELECT consumer, route, key,
        round(extract(epoch FROM reserved_at) * 1000)::bigint AS reserved_ms,
        CASE WHEN isfinite(deadline) THEN floor(extract(epoch FROM deadline) * 1000)::bigint END AS deadline_ms,
-       substring(response FROM 1 FOR 4) AS status_prefix
+       substring(response FROM 1 FOR 4) AS status_prefix,
+       round(extract(epoch FROM completed_at) * 1000)::bigint AS completed_ms,
+       substr(holder, 1, 300) AS holder, state
 FROM idem_records
 WHERE consumer = $1 AND state = 1 AND deadline > (SELECT clock_timestamp())
   AND ($2::text = '' OR route = $2::text)

@@ -6,7 +6,9 @@
 SELECT consumer, route, key,
        round(extract(epoch FROM reserved_at) * 1000)::bigint AS reserved_ms,
        CASE WHEN isfinite(deadline) THEN floor(extract(epoch FROM deadline) * 1000)::bigint END AS deadline_ms,
-       NULL::bytea AS status_prefix
+       NULL::bytea AS status_prefix,
+       round(extract(epoch FROM completed_at) * 1000)::bigint AS completed_ms,
+       substr(holder, 1, 300) AS holder, state
 FROM idem_records
 WHERE state = 0
   AND reserved_at <= (SELECT clock_timestamp()) - $1 * interval '1 millisecond'

@@ -14,7 +14,8 @@
 -- * Time is the server's (C11): clock_timestamp() is the moment this statement runs, and the
 --   reservation's time (reserved_at, to the millisecond) for operators.
 --
--- $1 consumer, $2 route, $3 key, $4 fingerprint, $5 new token, $6 lease in milliseconds.
+-- $1 consumer, $2 route, $3 key, $4 fingerprint, $5 new token, $6 lease in milliseconds, $7 the
+-- holder (the reserving process, for operators; never part of a decision).
 -- Returns one row: source ('existing' or 'inserted'), the record's columns, and now.
 WITH clock AS (
     SELECT clock_timestamp() AS now
@@ -26,9 +27,9 @@ existing AS (
     WHERE consumer = $1 AND route = $2 AND key = $3
 ),
 inserted AS (
-    INSERT INTO idem_records (consumer, route, key, fingerprint, token, state, deadline, reserved_at)
+    INSERT INTO idem_records (consumer, route, key, fingerprint, token, state, deadline, reserved_at, holder)
     SELECT $1, $2, $3, $4, $5, 0, clock.now + $6 * interval '1 millisecond',
-           date_trunc('milliseconds', clock.now)
+           date_trunc('milliseconds', clock.now), $7::text
     FROM clock
     WHERE NOT EXISTS (SELECT 1 FROM existing)
     ON CONFLICT (consumer, route, key) DO NOTHING

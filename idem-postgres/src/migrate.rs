@@ -4,14 +4,14 @@
 use crate::config::{validate_identifier, validate_table_name};
 use crate::error::{is_lock_timeout, store_error};
 use crate::params::{execute, fetch_all, Param, StatementMode};
-use crate::sql::{for_table, INDEX_IN_PROGRESS, MIGRATION_FILES};
+use crate::sql::{for_table, INDEX_IN_PROGRESS, INDEX_KEY, MIGRATION_FILES};
 use crate::store::PgStore;
 use idem_core::{Error, Field};
 use sqlx::{AssertSqlSafe, Row};
 use std::time::Duration;
 
 /// The schema version this crate writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// How often a migration tries again to take a table lock another transaction holds (each try
 /// waits at most `migration_lock_timeout.sql`'s 100 ms, then pauses).
@@ -87,7 +87,7 @@ impl PgStore {
         if applied > SCHEMA_VERSION {
             return Err(Error::invalid(
                 Field::Config,
-                format!("table {qualified} has schema version {applied}; this idem-postgres knows up to {SCHEMA_VERSION}"),
+                format!("table {qualified} has schema version {applied}; this idem-postgres knows up to {SCHEMA_VERSION}: a newer release migrated it; upgrade this program"),
             ));
         }
         for (version, sql) in MIGRATION_FILES.iter().filter(|(v, _)| *v > applied) {
@@ -106,8 +106,9 @@ impl PgStore {
         tx.commit().await.map_err(store_error)
     }
 
-    /// Builds the in-progress index if it is missing, or again if an interrupted build left it
-    /// invalid: `CONCURRENTLY`, outside any transaction, one builder at a time across processes.
+    /// Builds the listing indexes (in progress by age, records by key) that are missing, or
+    /// again where an interrupted build left one invalid: `CONCURRENTLY`, outside any
+    /// transaction, one builder at a time across processes.
     /// A process that finds another building returns at once. A build that fails (a
     /// `statement_timeout`, a cancel) is logged and left for a later call: the table works
     /// without the index (listings of pending records read it whole meanwhile), so start-up does
@@ -116,7 +117,6 @@ impl PgStore {
         let inner = &self.inner;
         let (schema, table) = (&inner.config.schema, &inner.config.table);
         let qualified = format!("{schema}.{table}");
-        let name = format!("\"{schema}\".\"{table}_in_progress\"");
         let mode = inner.ops.mode;
         // READ COMMITTED whatever the pool's default: between statements this transaction holds
         // no snapshot, so the concurrent build never waits for it.
@@ -140,26 +140,52 @@ impl PgStore {
             tracing::debug!(target: "idem", table = %qualified, "another process builds the in-progress index");
             return holder.rollback().await.map_err(store_error);
         }
-        let rows = fetch_all(
-            &mut holder,
-            mode,
-            &inner.ops.sql.index_valid,
-            &[Param::Text(&name)],
-        )
-        .await?;
-        let valid: Option<bool> = match rows.first() {
-            Some(row) => Some(row.try_get(0).map_err(store_error)?),
-            None => None,
-        };
-        // Under the lock, an invalid index is not being built by anyone: an interrupted build.
-        let statements: &[&str] = match valid {
-            Some(true) => &[],
-            Some(false) => &[
+        let indexes = [
+            (
+                "in_progress",
                 &inner.ops.sql.index_drop_in_progress,
                 &inner.ops.sql.index_in_progress,
-            ],
-            None => &[&inner.ops.sql.index_in_progress],
-        };
+            ),
+            (
+                "key",
+                &inner.ops.sql.index_drop_key,
+                &inner.ops.sql.index_key,
+            ),
+        ];
+        for (suffix, drop_sql, create_sql) in indexes {
+            let name = format!("\"{schema}\".\"{table}_{suffix}\"");
+            let rows = fetch_all(
+                &mut holder,
+                mode,
+                &inner.ops.sql.index_valid,
+                &[Param::Text(&name)],
+            )
+            .await?;
+            let valid: Option<bool> = match rows.first() {
+                Some(row) => Some(row.try_get(0).map_err(store_error)?),
+                None => None,
+            };
+            // Under the lock, an invalid index is not being built by anyone: an interrupted
+            // build.
+            let statements: &[&str] = match valid {
+                Some(true) => &[],
+                Some(false) => &[drop_sql.as_str(), create_sql.as_str()],
+                None => &[create_sql.as_str()],
+            };
+            self.build_index(&qualified, suffix, statements).await?;
+        }
+        holder.commit().await.map_err(store_error)
+    }
+
+    /// Runs `statements` (a concurrent build, after a drop of an invalid index) on a
+    /// connection of their own; a failed build is logged, not returned.
+    async fn build_index(
+        &self,
+        qualified: &str,
+        suffix: &str,
+        statements: &[&str],
+    ) -> Result<(), Error> {
+        let inner = &self.inner;
         if !statements.is_empty() {
             // A connection of its own, without the store's deadlines (building an index on a
             // large table takes as long as it takes), closed afterwards rather than given back.
@@ -187,12 +213,13 @@ impl PgStore {
                 tracing::warn!(
                     target: "idem",
                     table = %qualified,
+                    index = suffix,
                     %error,
-                    "idem.migrate: the in-progress index was not built; the table works without it, and the next migrate builds it"
+                    "idem.migrate: an index was not built; the table works without it, and the next migrate builds it"
                 );
             }
         }
-        holder.commit().await.map_err(store_error)
+        Ok(())
     }
 }
 
@@ -215,10 +242,11 @@ pub fn schema_sql(schema: &str, table: &str) -> Result<String, Error> {
     validate_table_name(table)?;
     // The concurrent build cannot run in a transaction, where a migration tool runs a script.
     let index = INDEX_IN_PROGRESS.replace("CREATE INDEX CONCURRENTLY", "CREATE INDEX");
+    let key_index = INDEX_KEY.replace("CREATE INDEX CONCURRENTLY", "CREATE INDEX");
     Ok(MIGRATION_FILES
         .iter()
         .map(|(_, sql)| *sql)
-        .chain([index.as_str()])
+        .chain([index.as_str(), key_index.as_str()])
         .map(|sql| {
             format!(
                 "{};",

@@ -6,8 +6,8 @@ use crate::params::{execute_after, fetch_all_after, Param, StatementMode};
 use crate::row;
 use crate::sql::Statements;
 use idem_core::store::{
-    decide, Acquire, Completion, Cursor, Decision, Lease, ListQuery, Page, Record, RecordState,
-    Selection, Stats,
+    decide, Acquire, Completion, Cursor, Decision, Inspected, Lease, ListQuery, Page, Record,
+    RecordState, Selection, Stats,
 };
 use idem_core::{
     Answer, Begin, Error, FencingToken, Field, RecordId, Request, StoreErrorKind, StoredResponse,
@@ -90,6 +90,8 @@ pub(crate) struct Ops {
     pub(crate) mode: StatementMode,
     /// What precedes each statement run on the store's own connections (`crate::session`).
     pub(crate) preamble: String,
+    /// The holder each reservation records, in its stored form (formatted once).
+    pub(crate) holder: String,
 }
 
 fn millis(duration: Duration) -> i64 {
@@ -126,6 +128,8 @@ impl Ops {
         let [consumer, route, key] = id_params(id);
         let fingerprint = request.fingerprint().as_bytes();
         let token = reservation.token;
+        // Which process reserves, for operators; never part of a decision.
+        let holder = self.holder.as_str();
         for _ in 0..MAX_ATTEMPTS {
             let rows = fetch_all_after(
                 conn,
@@ -139,6 +143,7 @@ impl Ops {
                     Param::Bytes(fingerprint),
                     Param::Bytes(token.as_bytes()),
                     Param::Int(millis(lease_for)),
+                    Param::Text(holder),
                 ],
             )
             .await?;
@@ -210,6 +215,7 @@ impl Ops {
             return Ok(Replaced::Changed);
         };
         let [consumer, route, key] = id_params(request.id());
+        let holder = self.holder.as_str();
         let rows = fetch_all_after(
             conn,
             self.mode,
@@ -224,6 +230,7 @@ impl Ops {
                 Param::Int(millis(lease_for)),
                 Param::Bytes(previous.as_bytes()),
                 Param::Int(i64::from(completed)),
+                Param::Text(holder),
             ],
         )
         .await?;
@@ -383,6 +390,29 @@ impl Ops {
             .map(Some)
     }
 
+    /// The record as stored, response decoded, with its provenance.
+    pub(crate) async fn inspect(
+        &self,
+        conn: &mut PgConnection,
+        id: &RecordId,
+    ) -> Result<Option<Inspected>, Error> {
+        let rows = fetch_all_after(
+            conn,
+            self.mode,
+            &self.preamble,
+            &self.sql.select_inspected,
+            &id_params(id),
+        )
+        .await?;
+        let Some(found) = rows.first() else {
+            return Ok(None);
+        };
+        let record = row::decode(found)?
+            .try_map_response(|response| StoredResponse::decode(&row::fetched(response)?))?;
+        let provenance = row::decode_provenance(found, record.is_completed());
+        Ok(Some(Inspected { record, provenance }))
+    }
+
     /// One page of a listing (store rule 6), by the server's clock.
     pub(crate) async fn list(
         &self,
@@ -439,6 +469,16 @@ impl Ops {
                     &params,
                 )
                 .await?
+            }
+            Selection::Key { key: wanted } => {
+                let params = [
+                    Param::Text(wanted),
+                    Param::Text(consumer),
+                    Param::Text(route),
+                    fetch,
+                ];
+                fetch_all_after(conn, self.mode, &self.preamble, &self.sql.list_key, &params)
+                    .await?
             }
             _ => {
                 return Err(Error::invalid(

@@ -2,7 +2,7 @@
 //! what the store writes is `CorruptRecord` (C12), never "absent".
 
 use crate::error::store_error;
-use idem_core::store::{Listed, ListedState, Record, RecordState};
+use idem_core::store::{Listed, ListedState, Noted, Provenance, Record, RecordState};
 use idem_core::{
     Error, FencingToken, Fingerprint, IdempotencyKey, RecordId, Scope, StoredResponse, Timestamp,
 };
@@ -43,9 +43,31 @@ pub(crate) fn fetched(response: Option<Vec<u8>>) -> Result<Vec<u8>, Error> {
     response.ok_or_else(|| corrupt("a completed row without a response".to_owned()))
 }
 
-/// Reads a listing row (`list_in_progress.sql`, `list_completed.sql`): consumer, route, key,
-/// reserved_ms (0 for unknown), deadline_ms, and status_prefix, the first bytes of a completed
-/// record's response (NULL for an in-progress one).
+/// Reads what a store keeps for operators, by name: reserved_ms (0 for unknown), completed_ms
+/// and holder (NULL for unknown). Each is read on its own and none fails the read (operators
+/// read them, no decision does): an unreadable time is unknown, an unreadable holder is
+/// [`Noted::Unreadable`]; a completion time is shown only for a completed record.
+pub(crate) fn decode_provenance(row: &PgRow, is_completed: bool) -> Provenance {
+    let millis = |name: &str| -> Option<Timestamp> {
+        let ms: Option<i64> = row.try_get(name).ok().flatten();
+        ms.filter(|ms| *ms > 0)
+            .and_then(|ms| u64::try_from(ms).ok())
+            .map(Timestamp::from_millis)
+    };
+    let holder = match row.try_get::<Option<String>, _>("holder") {
+        Ok(text) => Noted::holder(text.as_deref()),
+        Err(e) => Noted::unreadable(&e.to_string()),
+    };
+    Provenance {
+        reserved_at: millis("reserved_ms"),
+        completed_at: millis("completed_ms").filter(|_| is_completed),
+        holder,
+    }
+}
+
+/// Reads a listing row (`list_in_progress.sql`, `list_completed.sql`, `list_key.sql`):
+/// consumer, route, key, state, deadline_ms, status_prefix (the first bytes of a completed
+/// record's response), and the provenance columns.
 pub(crate) fn decode_listed(row: &PgRow) -> Result<Listed, Error> {
     let text =
         |name: &str| -> Result<String, Error> { row.try_get(name).map_err(corrupt_or_store) };
@@ -60,21 +82,26 @@ pub(crate) fn decode_listed(row: &PgRow) -> Result<Listed, Error> {
             .map(Timestamp::from_millis)
             .ok_or_else(|| corrupt(format!("{name} {ms:?}")))
     };
-    let reserved_at = Some(millis("reserved_ms")?).filter(|at| at.as_millis() > 0);
     let deadline = millis("deadline_ms")?;
     let prefix: Option<Vec<u8>> = row.try_get("status_prefix").map_err(corrupt_or_store)?;
-    let state = match prefix {
-        Some(prefix) => ListedState::Completed {
+    let state: i16 = row.try_get("state").map_err(corrupt_or_store)?;
+    let state = match (state, prefix) {
+        (1, Some(prefix)) => ListedState::Completed {
             status: StoredResponse::status_of(&prefix)?,
             expires_at: deadline,
         },
-        None => ListedState::InProgress {
+        (1, None) => return Err(corrupt("a completed row without a response".to_owned())),
+        (0, _) => ListedState::InProgress {
             lease_until: deadline,
         },
+        (other, _) => return Err(corrupt(format!("state {other}"))),
     };
+    let provenance = decode_provenance(row, matches!(state, ListedState::Completed { .. }));
     Ok(Listed {
         id,
-        reserved_at,
+        reserved_at: provenance.reserved_at,
+        completed_at: provenance.completed_at,
+        holder: provenance.holder,
         state,
     })
 }

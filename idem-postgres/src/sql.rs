@@ -6,7 +6,7 @@ use crate::deadlines::Deadlines;
 const DEFAULT_TABLE: &str = "idem_records";
 /// The index names the migrations are written with: `idem_records_<suffix>`, which become
 /// `<table>_<suffix>`.
-const INDEX_SUFFIXES: &[&str] = &["deadline", "in_progress"];
+const INDEX_SUFFIXES: &[&str] = &["deadline", "in_progress", "key"];
 /// The migrations table the `.sql` files are written with.
 const MIGRATIONS: &str = "idem_schema_migrations";
 /// The schema qualifier the `.sql` files are written with, where a name needs one (`DROP INDEX`).
@@ -31,10 +31,16 @@ pub(crate) const MIGRATION_FILES: &[(i64, &str)] = &[
         2,
         include_str!("../sql/migrations/0002_reservation_time.sql"),
     ),
+    (
+        3,
+        include_str!("../sql/migrations/0003_completion_time_and_holder.sql"),
+    ),
 ];
 
 /// The index built after the migrations, concurrently, outside a transaction.
 pub(crate) const INDEX_IN_PROGRESS: &str = include_str!("../sql/index_in_progress.sql");
+/// The index of a lookup by key, built the same way.
+pub(crate) const INDEX_KEY: &str = include_str!("../sql/index_key.sql");
 
 /// The names of the table's indexes, `<table>_<suffix>`: each must be a valid identifier too, or
 /// PostgreSQL would cut it at 63 bytes and two cut names could meet.
@@ -54,9 +60,11 @@ pub(crate) struct Statements {
     pub(crate) renew: String,
     pub(crate) purge_expired: String,
     pub(crate) select_record: String,
+    pub(crate) select_inspected: String,
     pub(crate) select_settled: String,
     pub(crate) list_in_progress: String,
     pub(crate) list_completed: String,
+    pub(crate) list_key: String,
     pub(crate) stats: String,
     pub(crate) migrations_table: String,
     pub(crate) migrations_applied: String,
@@ -65,6 +73,8 @@ pub(crate) struct Statements {
     pub(crate) migration_lock_timeout: String,
     pub(crate) index_in_progress: String,
     pub(crate) index_drop_in_progress: String,
+    pub(crate) index_key: String,
+    pub(crate) index_drop_key: String,
     pub(crate) index_valid: String,
     pub(crate) index_lock: String,
 }
@@ -87,9 +97,11 @@ impl Statements {
             ),
             purge_expired: sql(include_str!("../sql/purge_expired.sql")),
             select_record: sql(include_str!("../sql/select_record.sql")),
+            select_inspected: sql(include_str!("../sql/select_inspected.sql")),
             select_settled: sql(include_str!("../sql/select_settled.sql")),
             list_in_progress: sql(include_str!("../sql/list_in_progress.sql")),
             list_completed: sql(include_str!("../sql/list_completed.sql")),
+            list_key: sql(include_str!("../sql/list_key.sql")),
             stats: sql(include_str!("../sql/stats.sql")),
             migrations_table: sql(include_str!("../sql/migrations_table.sql")),
             migrations_applied: sql(include_str!("../sql/migrations_applied.sql")),
@@ -100,6 +112,8 @@ impl Statements {
             )),
             index_in_progress: sql(INDEX_IN_PROGRESS),
             index_drop_in_progress: sql(include_str!("../sql/index_drop_in_progress.sql")),
+            index_key: sql(INDEX_KEY),
+            index_drop_key: sql(include_str!("../sql/index_drop_key.sql")),
             index_valid: strip_comments(include_str!("../sql/index_valid.sql")),
             index_lock: strip_comments(include_str!("../sql/index_lock.sql")),
         }

@@ -9,10 +9,10 @@ use crate::params::StatementMode;
 use crate::session;
 use crate::sql::Statements;
 use idem_core::store::{
-    digest_to_hex, Capabilities, Changes, Completion, FeedSettings, Lease, ListQuery, Page, Record,
-    Stats,
+    digest_to_hex, Capabilities, Changes, Completion, FeedSettings, Inspected, Lease, ListQuery,
+    Page, Record, Stats,
 };
-use idem_core::{async_trait, Begin, Error, RecordId, Request, Store, Timestamp};
+use idem_core::{async_trait, Begin, Error, Holder, RecordId, Request, Store, Timestamp};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool};
 use std::sync::Arc;
@@ -101,6 +101,8 @@ pub struct PgStoreBuilder {
     feed: FeedSettings,
     /// Where the change feed's listener connects.
     listener: ListenerTarget,
+    /// The holder reservations record.
+    holder: Holder,
 }
 
 impl PgStoreBuilder {
@@ -278,6 +280,18 @@ impl PgStoreBuilder {
         self
     }
 
+    /// The holder each reservation records for operators (default
+    /// [`Holder::this_process`]); a test gives another to stand for another process.
+    ///
+    /// ```
+    /// use idem_core::Holder;
+    /// let _builder = idem_postgres::PgStore::builder().holder(Holder::new("web-2", 7, 1, None));
+    /// ```
+    pub fn holder(mut self, holder: Holder) -> Self {
+        self.holder = holder;
+        self
+    }
+
     /// Connects to `url`: the store's own connections (up to
     /// [`max_connections`](Self::max_connections)), and a pool for your transactions that opens
     /// connections when you first use it. Fails at once if the server cannot be reached.
@@ -323,6 +337,7 @@ impl PgStore {
             acquire_timeout: Duration::from_secs(5),
             feed: feed_settings::default_settings(),
             listener: ListenerTarget::Store,
+            holder: Holder::this_process().clone(),
         }
     }
 
@@ -342,6 +357,7 @@ impl PgStore {
             sql: Statements::new(&config.schema, &config.table, &config.deadlines),
             mode: config.statements,
             preamble: session::statement_preamble(config.statements, &config.deadlines),
+            holder: builder.holder.encode(),
         };
         let setup = session::connection_setup(config.statements, &config.deadlines);
         let beat_conns = Connections::new(
@@ -503,6 +519,10 @@ impl Store for PgStore {
 
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         on_connection!(self, |conn| self.inner.ops.select(conn, id))
+    }
+
+    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
+        on_connection!(self, |conn| self.inner.ops.inspect(conn, id))
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Page, Error> {

@@ -134,6 +134,12 @@ async fn listings_read_an_index_in_their_order() {
             "_pkey",
             ["'acct'", "''", "''", "''", "10"].as_slice(),
         ),
+        // A lookup by key alone (`idem inspect KEY`) reads the key index in its order.
+        (
+            include_str!("../sql/list_key.sql"),
+            "_key",
+            ["'k'", "''", "''", "10"].as_slice(),
+        ),
     ] {
         let mut sql = statement.replace("idem_records", &table);
         for (i, literal) in literals.iter().enumerate().rev() {
@@ -306,4 +312,31 @@ async fn the_schema_script_runs_in_a_transaction_and_again() {
     store.migrate().await.expect("migrate");
     assert_eq!(index_is_valid(&store, &schema).await, Some(true));
     assert_eq!(store.stats().await.expect("stats").total(), 0);
+}
+
+/// C11 across processes: a takeover by another process (a second store on the same table with
+/// another holder) records the taker and a later time; a start over after the retention clears
+/// the completion time and records the new holder.
+#[tokio::test]
+async fn c11_a_takeover_by_another_process_records_the_taker() {
+    let table = format!("holders_{}", FencingToken::generate());
+    let first = PgStore::builder()
+        .schema(SCHEMA)
+        .table(&table)
+        .connect(&pg_url())
+        .await
+        .expect("connect");
+    first.migrate().await.expect("migrate");
+    let other = idem_core::Holder::new("web-2.example", 4242, 7, Some(99));
+    let second = PgStore::builder()
+        .schema(SCHEMA)
+        .table(&table)
+        .holder(other.clone())
+        .connect(&pg_url())
+        .await
+        .expect("connect");
+    idem_core::testing::c11_a_takeover_and_a_start_over_record_the_new_holder(
+        first, second, &other,
+    )
+    .await;
 }

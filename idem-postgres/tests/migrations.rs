@@ -44,13 +44,22 @@ async fn store(url: &str, schema: &str, mode: StatementMode) -> PgStore {
         .expect("connect")
 }
 
+/// Whether both listing indexes the migration builds concurrently exist and are valid: `Some`
+/// of both valid when both exist, `None` while one is missing.
 async fn index_state(schema: &str) -> Option<bool> {
     let mut conn = PgConnection::connect(&pg_url()).await.expect("connect");
-    sqlx::query_scalar("SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass($1)")
-        .bind(format!("\"{schema}\".\"idem_records_in_progress\""))
+    let mut valid = true;
+    for index in ["idem_records_in_progress", "idem_records_key"] {
+        let state: Option<bool> = sqlx::query_scalar(
+            "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass($1)",
+        )
+        .bind(format!("\"{schema}\".\"{index}\""))
         .fetch_optional(&mut conn)
         .await
-        .expect("index")
+        .expect("index");
+        valid &= state?;
+    }
+    Some(valid)
 }
 
 /// Several instances start together after a deploy and each calls `migrate()`: every one

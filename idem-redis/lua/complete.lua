@@ -1,7 +1,8 @@
 -- Fenced completion (C6): only the token holder of an in-progress record. Not atomic with the
 -- effect (C14): Redis is another system than the one the effect wrote to.
 -- The completed record's TTL is its retention: when it passes, the key is new again (C10).
--- When it was reserved ('at') stays: a completion is not a new reservation.
+-- When it was reserved ('at') and its holder ('h') stay: a completion is not a new reservation.
+-- When it landed is kept ('ca', Redis's now), for operators.
 -- KEYS[1] the record. ARGV: 1 token, 2 encoded response, 3 retention ms.
 -- Returns 1, or 0 when the lease is lost.
 local rec = redis.call('HMGET', KEYS[1], 'tok', 'st')
@@ -11,6 +12,7 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dl = now + tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], 'st', '1', 'resp', ARGV[2], 'dl', string.format('%d', dl))
+redis.call('HSET', KEYS[1], 'st', '1', 'resp', ARGV[2], 'dl', string.format('%d', dl),
+  'ca', string.format('%d', now))
 redis.call('PEXPIREAT', KEYS[1], dl)
 return 1

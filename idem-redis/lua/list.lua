@@ -3,12 +3,16 @@
 -- the stored response (its version and status), so a listing transfers no bodies. Declared
 -- no-writes, like lookup. Invoked once per key, pipelined, so it runs unchanged on a Cluster.
 -- KEYS[1] the record. Returns false when it has gone since the scan (its TTL passed), or
--- {version, state, deadline, triple, reserved at or false, first 4 bytes of the response or false}.
+-- {version, state, deadline, triple, reserved at or false, first 4 bytes of the response or false,
+-- completed at or false, the first 300 bytes of the holder or false}.
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return false
 end
-local rec = redis.call('HMGET', KEYS[1], 'v', 'st', 'dl', 'id', 'at', 'resp')
+local rec = redis.call('HMGET', KEYS[1], 'v', 'st', 'dl', 'id', 'at', 'resp', 'ca', 'h')
 if rec[6] then
   rec[6] = string.sub(rec[6], 1, 4)
+end
+if rec[8] then
+  rec[8] = string.sub(rec[8], 1, 300)
 end
 return rec

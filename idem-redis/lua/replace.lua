@@ -1,9 +1,10 @@
 -- Takeover of an orphan (C9) or start over after retention (C10): compare-and-set on the record
 -- the decision saw: it still carries the previous token, is in the state the decision saw and
 -- is expired by Redis's clock. A late completion or a renewal changes the state or the
--- deadline, so it is never overwritten. A takeover is a new reservation: 'at' is Redis's now.
+-- deadline, so it is never overwritten. A takeover is a new reservation: 'at' is Redis's now, the
+-- holder ('h') is the taker, and no completion time ('ca') is kept.
 -- KEYS[1] the record. ARGV: 1 previous token, 2 previous state ('0' or '1'), 3 fingerprint,
--- 4 new token, 5 lease ms, 6 grace ms, 7 the triple.
+-- 4 new token, 5 lease ms, 6 grace ms, 7 the triple, 8 the holder.
 -- Returns the new deadline, or false when the record changed.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -14,6 +15,6 @@ end
 local dl = now + tonumber(ARGV[5])
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'v', '1', 'fp', ARGV[3], 'tok', ARGV[4], 'st', '0',
-  'dl', string.format('%d', dl), 'id', ARGV[7], 'at', string.format('%d', now))
+  'dl', string.format('%d', dl), 'id', ARGV[7], 'at', string.format('%d', now), 'h', ARGV[8])
 redis.call('PEXPIREAT', KEYS[1], dl + tonumber(ARGV[6]))
 return dl

@@ -311,6 +311,8 @@ fn selects(selection: &Selection, record: &Listed, now: Timestamp) -> bool {
                 && route.as_deref().is_none_or(|r| r == record.id.route())
                 && *expires_at > now
         }
+        // Every state, expired or not, as a lookup of each would read it.
+        (Selection::Key { key }, _) => record.id.key() == key,
         _ => false,
     }
 }

@@ -1,7 +1,7 @@
 //! The stored form of a record, read back: every field is checked, and anything that is not
 //! what the store writes is `CorruptRecord` (C12), never "absent".
 
-use idem_core::store::{Listed, ListedState, Record, RecordState};
+use idem_core::store::{Listed, ListedState, Noted, Provenance, Record, RecordState};
 use idem_core::{
     Error, FencingToken, Fingerprint, IdempotencyKey, RecordId, Scope, StoredResponse, Timestamp,
 };
@@ -59,10 +59,18 @@ pub(crate) fn timestamp(ms: i64) -> Result<Timestamp, Error> {
 }
 
 fn check_version(version: &Value) -> Result<(), Error> {
-    if bytes(version, "version")? != VERSION {
-        return Err(corrupt("unknown version"));
+    let stored = bytes(version, "version")?;
+    if stored == VERSION {
+        return Ok(());
     }
-    Ok(())
+    // VERSION is a decimal number.
+    let current: u64 = std::str::from_utf8(VERSION).map_or(1, |v| v.parse().unwrap_or(1));
+    match std::str::from_utf8(&stored).ok().and_then(|v| v.parse::<u64>().ok()) {
+        Some(newer) if newer > current => Err(corrupt(format!(
+            "written by a newer version of idem (record version {newer}, this one reads {current}): upgrade this program"
+        ))),
+        _ => Err(corrupt("unknown version")),
+    }
 }
 
 /// The triple stored with a record, parsed back into the id it was written for.
@@ -81,11 +89,46 @@ fn parse_triple(stored: &[u8]) -> Result<RecordId, Error> {
     ))
 }
 
+/// Decodes what a store keeps for operators: when the record was reserved, when its completion
+/// landed, and its holder, each `Nil` when the record does not have it (written before the
+/// store kept it). Each is read on its own and none fails the read: an unreadable time is
+/// unknown, an unreadable holder is [`Noted::Unreadable`].
+pub(crate) fn provenance(reserved_at: &Value, completed_at: &Value, holder: &Value) -> Provenance {
+    let at = |value: &Value, what: &str| -> Option<Timestamp> {
+        match value {
+            Value::Nil => None,
+            at => integer(at, what).and_then(timestamp).ok(),
+        }
+    };
+    let holder = match holder {
+        Value::Nil => Noted::Unknown,
+        text => match bytes(text, "holder") {
+            Ok(raw) => Noted::holder(Some(&String::from_utf8_lossy(&raw))),
+            Err(_) => Noted::unreadable(&format!("{text:?}")),
+        },
+    };
+    Provenance {
+        reserved_at: at(reserved_at, "reservation time"),
+        completed_at: at(completed_at, "completion time"),
+        holder,
+    }
+}
+
+/// What an operator is shown of `provenance`: a completion time only for a completed record
+/// (a reservation by an older release may have left its predecessor's).
+pub(crate) fn shown_for(provenance: Provenance, completed: bool) -> Provenance {
+    Provenance {
+        completed_at: provenance.completed_at.filter(|_| completed),
+        ..provenance
+    }
+}
+
 /// Decodes what `lua/list.lua` read at `key` (`[version, state, deadline, triple, reserved at,
-/// first bytes of the response]`) into what a listing shows, never a body. The stored triple
-/// must hash to `key` under `prefix`, as a lookup checks it.
+/// first bytes of the response, completed at, holder]`) into what a listing shows, never a
+/// body. The stored triple must hash to `key` under `prefix`, as a lookup checks it.
 pub(crate) fn listed(fields: &[Value], prefix: &str, at_key: &str) -> Result<Listed, Error> {
-    let [version, state, deadline, stored_id, reserved_at, status] = fields else {
+    let [version, state, deadline, stored_id, reserved_at, status, completed_at, holder] = fields
+    else {
         return Err(corrupt(format!("{} fields", fields.len())));
     };
     check_version(version)?;
@@ -96,10 +139,7 @@ pub(crate) fn listed(fields: &[Value], prefix: &str, at_key: &str) -> Result<Lis
         ));
     }
     let deadline = timestamp(integer(deadline, "deadline")?)?;
-    let reserved_at = match reserved_at {
-        Value::Nil => None,
-        at => Some(timestamp(integer(at, "reservation time")?)?),
-    };
+    let provenance = provenance(reserved_at, completed_at, holder);
     // An in-progress record with a response is corrupt here too, as on every read (C12).
     let state = match (bytes(state, "state")?.as_slice(), status) {
         (b"0", Value::Nil) => ListedState::InProgress {
@@ -114,7 +154,11 @@ pub(crate) fn listed(fields: &[Value], prefix: &str, at_key: &str) -> Result<Lis
     };
     Ok(Listed {
         id,
-        reserved_at,
+        reserved_at: provenance.reserved_at,
+        completed_at: provenance
+            .completed_at
+            .filter(|_| matches!(state, ListedState::Completed { .. })),
+        holder: provenance.holder,
         state,
     })
 }
@@ -163,4 +207,24 @@ pub(crate) fn decode(fields: &[Value], id: &RecordId) -> Result<Record<Option<Ve
         token: FencingToken::from_slice(&bytes(token, "token")?)?,
         state,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c12_a_record_of_a_newer_version_says_so_and_another_is_unknown() {
+        let newer = check_version(&Value::BulkString(b"2".to_vec()));
+        assert!(
+            matches!(&newer, Err(Error::CorruptRecord(why)) if why.contains("newer version")),
+            "{newer:?}"
+        );
+        let odd = check_version(&Value::BulkString(b"x".to_vec()));
+        assert!(
+            matches!(&odd, Err(Error::CorruptRecord(why)) if why.contains("unknown version")),
+            "{odd:?}"
+        );
+        assert!(check_version(&Value::BulkString(VERSION.to_vec())).is_ok());
+    }
 }

@@ -9,12 +9,12 @@ use crate::listing::Scanner;
 use crate::record::{self, bytes, integer, timestamp};
 use crate::scripts::scripts;
 use idem_core::store::{
-    decide, digest_to_hex, Acquire, Capabilities, Changes, Completion, Decision, Expiry, Lease,
-    ListQuery, ListingOrder, Page, Record, Stats,
+    decide, digest_to_hex, Acquire, Capabilities, Changes, Completion, Decision, Expiry, Inspected,
+    Lease, ListQuery, ListingOrder, Page, Record, Stats,
 };
 use idem_core::{
-    async_trait, Begin, Error, FencingToken, Field, RecordId, Request, Store, StoreErrorKind,
-    StoredResponse, Timestamp,
+    async_trait, Begin, Error, FencingToken, Field, Holder, RecordId, Request, Store,
+    StoreErrorKind, StoredResponse, Timestamp,
 };
 use redis::{ScriptInvocation, Value};
 use std::sync::Arc;
@@ -59,6 +59,8 @@ pub struct RedisStore {
     conns: Arc<Connections>,
     prefix: String,
     grace: Duration,
+    /// The holder reservations record, in its stored form (formatted once).
+    holder: Arc<str>,
     /// The change feed's settings (`crate::feed`).
     feed: Arc<FeedSettings>,
     /// Where the change feed subscribes.
@@ -131,9 +133,22 @@ pub struct RedisStoreBuilder {
     connection_timeout: Duration,
     allow_eviction: bool,
     feed: FeedSettings,
+    holder: Holder,
 }
 
 impl RedisStoreBuilder {
+    /// The holder each reservation records for operators (default
+    /// [`Holder::this_process`]); a test gives another to stand for another process.
+    ///
+    /// ```
+    /// use idem_core::Holder;
+    /// let _builder = idem_redis::RedisStore::builder().holder(Holder::new("web-2", 7, 1, None));
+    /// ```
+    pub fn holder(mut self, holder: Holder) -> Self {
+        self.holder = holder;
+        self
+    }
+
     /// The prefix of every key (default `idem`): keys are `<prefix>:<hex digest of the triple>`.
     /// 1..=64 bytes of visible ASCII without `{` or `}` (which would change the cluster slot).
     pub fn prefix(mut self, prefix: &str) -> Self {
@@ -333,6 +348,7 @@ impl RedisStoreBuilder {
             conns: Arc::new(Connections::new(conn, opener, timeouts)),
             prefix: self.prefix,
             grace: self.grace,
+            holder: Arc::from(self.holder.encode()),
             feed: Arc::new(self.feed),
             subscribers: Arc::new(Subscribers {
                 clients: subscribers,
@@ -393,6 +409,7 @@ impl RedisStore {
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             allow_eviction: false,
             feed: feed_settings::default_settings(),
+            holder: Holder::this_process().clone(),
         }
     }
 
@@ -433,7 +450,8 @@ impl RedisStore {
             .arg(token.as_bytes().as_slice())
             .arg(millis(lease_for))
             .arg(millis(self.grace))
-            .arg(record::triple(request.id()));
+            .arg(record::triple(request.id()))
+            .arg(&*self.holder);
         match self.conns.invoke(&invocation).await? {
             Value::Nil => Ok(None),
             until => Ok(Some(Lease::new(
@@ -475,7 +493,8 @@ impl Store for RedisStore {
                 .arg(token.as_bytes().as_slice())
                 .arg(millis(lease_for))
                 .arg(millis(self.grace))
-                .arg(record::triple(request.id()));
+                .arg(record::triple(request.id()))
+                .arg(&*self.holder);
             let reply = match self.conns.invoke(&invocation).await {
                 Ok(reply) => reply,
                 Err(error) if error.is_retryable() && !resent => {
@@ -570,20 +589,34 @@ impl Store for RedisStore {
         Ok(0)
     }
 
+    /// The record's protocol fields only: what operators read beside it (its holder, its
+    /// times) is not even fetched, so no value of theirs can change what the engine decides.
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         let mut invocation = scripts().lookup.prepare_invoke();
         invocation.key(self.key_of(id));
         match self.conns.invoke(&invocation).await? {
             Value::Nil => Ok(None),
-            Value::Array(fields) => record::decode(&fields, id)?
-                .try_map_response(|response| {
-                    StoredResponse::decode(&response.ok_or_else(|| {
-                        Error::CorruptRecord(
-                            "redis record: a completed record without a response".to_owned(),
-                        )
-                    })?)
-                })
-                .map(Some),
+            Value::Array(fields) => Ok(Some(decoded_record(&fields, id)?)),
+            other => Err(unexpected("lookup", &other)),
+        }
+    }
+
+    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
+        let mut invocation = scripts().lookup.prepare_invoke();
+        invocation.key(self.key_of(id)).arg("1");
+        match self.conns.invoke(&invocation).await? {
+            Value::Nil => Ok(None),
+            Value::Array(fields) => {
+                let [head @ .., reserved_at, completed_at, holder] = fields.as_slice() else {
+                    return Err(unexpected("lookup", &Value::Array(fields)));
+                };
+                let record = decoded_record(head, id)?;
+                let provenance = record::shown_for(
+                    record::provenance(reserved_at, completed_at, holder),
+                    record.is_completed(),
+                );
+                Ok(Some(Inspected { record, provenance }))
+            }
             other => Err(unexpected("lookup", &other)),
         }
     }
@@ -640,4 +673,13 @@ impl Store for RedisStore {
             )
             .spawn()
     }
+}
+
+/// A record read by `lua/lookup.lua` (its protocol fields), response decoded.
+fn decoded_record(fields: &[Value], id: &RecordId) -> Result<Record, Error> {
+    record::decode(fields, id)?.try_map_response(|response| {
+        StoredResponse::decode(&response.ok_or_else(|| {
+            Error::CorruptRecord("redis record: a completed record without a response".to_owned())
+        })?)
+    })
 }

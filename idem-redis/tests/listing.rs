@@ -267,7 +267,6 @@ async fn a_record_that_does_not_decode_is_a_corrupt_record() {
             ("st", b"9".as_slice()),
             ("v", b"2".as_slice()),
             ("dl", b"soon".as_slice()),
-            ("at", b"-1".as_slice()),
             ("id", b"someone\0POST /charges\0else".as_slice()),
             ("id", b"no triple".as_slice()),
         ] {
@@ -365,4 +364,81 @@ async fn a_call_reads_a_bounded_number_of_keys_whatever_the_cursor_carries() {
         assert!(calls < 10_000, "the listing does not end");
     }
     assert!(calls >= 10_000 / (8 * 10), "{calls} calls read 10 000 keys");
+}
+
+/// The engine's own reads never look at what is kept for operators: a holder of a future
+/// format, or a hostile one, neither turns a completion that landed into `LeaseLost` nor takes
+/// a listing or the counts down; the record lists with its holder unreadable (bounded) and
+/// `inspect` shows the same.
+#[tokio::test]
+async fn an_unreadable_holder_changes_no_decision_and_takes_no_listing_down() {
+    use idem_core::store::Noted;
+    for redis in BOTH {
+        let store = redis.store().await;
+        let consumer = unique_consumer("holder");
+        let idem = engine(&store);
+        let req = request(&consumer, "odd-holder", b"{}");
+        let Begin::Acquired(lease) = idem.begin(&req).await.expect("begin") else {
+            panic!("a fresh key is acquired");
+        };
+        let hostile = format!("h2 {}", "\u{1b}[2J".repeat(5_000));
+        // A reservation time that does not read is unknown, not an error, as the holder.
+        let _: i64 = redis
+            .raw(
+                redis::cmd("HSET")
+                    .arg(store.key_of(req.id()))
+                    .arg("at")
+                    .arg("-1"),
+            )
+            .await;
+        let _: i64 = redis
+            .raw(
+                redis::cmd("HSET")
+                    .arg(store.key_of(req.id()))
+                    .arg("h")
+                    .arg(&hostile),
+            )
+            .await;
+        let in_flight = store.lookup(req.id()).await.expect("a protocol read");
+        assert!(in_flight.is_some_and(|r| r.is_in_progress()));
+        let pending = every_page(&store, in_progress(), 10).await;
+        let row = pending
+            .iter()
+            .find(|r| &r.id == req.id())
+            .expect("the record is still listed");
+        let Noted::Unreadable(why) = &row.holder else {
+            panic!("an unreadable holder: {row:?}");
+        };
+        assert!(why.len() < 400, "bounded: {why}");
+        store.stats().await.expect("counts despite the holder");
+        idem.complete(lease, StoredResponse::new(201, "ok"))
+            .await
+            .expect("the completion lands whatever the holder");
+        let inspected = store
+            .inspect(req.id())
+            .await
+            .expect("inspect")
+            .expect("there");
+        assert!(inspected.record.is_completed());
+        assert!(matches!(inspected.provenance.holder, Noted::Unreadable(_)));
+    }
+}
+
+/// C11 across processes: a takeover by another process (a second store on the same prefix with
+/// another holder) records the taker and a later time; a start over after the retention clears
+/// the completion time and records the new holder.
+#[tokio::test]
+async fn c11_a_takeover_by_another_process_records_the_taker() {
+    for redis in BOTH {
+        let prefix = format!("t{}", FencingToken::generate());
+        let first = redis.connect(RedisStore::builder().prefix(&prefix)).await;
+        let other = idem_core::Holder::new("web-2.example", 4242, 7, Some(99));
+        let second = redis
+            .connect(RedisStore::builder().prefix(&prefix).holder(other.clone()))
+            .await;
+        idem_core::testing::c11_a_takeover_and_a_start_over_record_the_new_holder(
+            first, second, &other,
+        )
+        .await;
+    }
 }

@@ -1,4 +1,4 @@
--- idem SQLite schema, current version (2), for applying by hand or from your own migration tool:
+-- idem SQLite schema, current version (3), for applying by hand or from your own migration tool:
 -- `idem_sqlite::schema_sql(table)` (or `idem migrate --print`) gives it with your table name in
 -- place of `idem_records`. Every statement is IF NOT EXISTS / OR IGNORE, so it can be applied
 -- again, and it records its version in `idem_schema_migrations`: the store opens a database
@@ -11,7 +11,9 @@
 -- `deadline` is lease_until (in progress) or expires_at (completed), in ms since the Unix epoch;
 -- a row with deadline <= now behaves as absent (C9, C10). `reserved_at` is when the reservation
 -- was made (a fresh one or a takeover), in ms since the Unix epoch by the store's clock; 0 for a
--- row written before version 2 (its age is unknown).
+-- row written before version 2 (its age is unknown). `completed_at` is when the completion landed
+-- (NULL in progress, or completed before version 3); `holder` the process that made the
+-- reservation (`idem_core::Holder`'s stored form; NULL for a row reserved before version 3).
 CREATE TABLE IF NOT EXISTS idem_records (
     consumer    TEXT    NOT NULL,
     route       TEXT    NOT NULL,
@@ -22,6 +24,8 @@ CREATE TABLE IF NOT EXISTS idem_records (
     deadline    INTEGER NOT NULL,
     response    BLOB,
     reserved_at INTEGER NOT NULL DEFAULT 0,
+    completed_at INTEGER,
+    holder      TEXT,
     UNIQUE (consumer, route, key)
 );
 CREATE INDEX IF NOT EXISTS idem_records_deadline ON idem_records (deadline);
@@ -30,6 +34,8 @@ CREATE INDEX IF NOT EXISTS idem_records_deadline ON idem_records (deadline);
 -- completed rows.
 CREATE INDEX IF NOT EXISTS idem_records_in_progress
     ON idem_records (reserved_at, consumer, route, key) WHERE state = 0;
+-- The records of one key across consumers and routes, in the listing's order.
+CREATE INDEX IF NOT EXISTS idem_records_key ON idem_records (key, consumer, route);
 -- Which migrations have been applied, per idem table.
 CREATE TABLE IF NOT EXISTS idem_schema_migrations (
     table_name TEXT    NOT NULL,
@@ -49,3 +55,8 @@ INSERT OR IGNORE INTO idem_schema_migrations (table_name, version, applied_at)
 SELECT 'idem_records', 2, CAST(strftime('%s', 'now') AS INTEGER) * 1000
 WHERE EXISTS (SELECT 1 FROM pragma_table_info('idem_records') WHERE name = 'reserved_at')
   AND EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'idem_records_in_progress');
+INSERT OR IGNORE INTO idem_schema_migrations (table_name, version, applied_at)
+SELECT 'idem_records', 3, CAST(strftime('%s', 'now') AS INTEGER) * 1000
+WHERE EXISTS (SELECT 1 FROM pragma_table_info('idem_records') WHERE name = 'completed_at')
+  AND EXISTS (SELECT 1 FROM pragma_table_info('idem_records') WHERE name = 'holder')
+  AND EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'idem_records_key');

@@ -8,7 +8,7 @@ use rusqlite::{params, Connection, TransactionBehavior};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The schema version this crate writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Applies the migrations `table` is missing, in one write transaction, and records them in
 /// `idem_schema_migrations`. A table migrated by a newer version of this crate is refused.
@@ -25,7 +25,7 @@ pub(crate) fn migrate(conn: &mut Connection, table: &str) -> Result<(), Error> {
     if applied > SCHEMA_VERSION {
         return Err(Error::invalid(
             Field::Config,
-            format!("table {table} has schema version {applied}; this idem-sqlite knows up to {SCHEMA_VERSION}"),
+            format!("table {table} has schema version {applied}; this idem-sqlite knows up to {SCHEMA_VERSION}: a newer release migrated it; upgrade this program"),
         ));
     }
     let now = SystemTime::now()
@@ -70,6 +70,10 @@ pub(crate) fn require_current(conn: &Connection, table: &str) -> Result<(), Erro
         Ok(0) | Err(_) => Err(Error::invalid(
             Field::Config,
             format!("no idem table {table} in this database (apply the schema first)"),
+        )),
+        Ok(other) if other > SCHEMA_VERSION => Err(Error::invalid(
+            Field::Config,
+            format!("table {table} has schema version {other}, newer than this idem-sqlite knows ({SCHEMA_VERSION}): a newer release migrated it; upgrade this program (migrating cannot help)"),
         )),
         Ok(other) => Err(Error::invalid(
             Field::Config,

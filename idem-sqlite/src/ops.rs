@@ -5,9 +5,10 @@ use crate::error::store_error;
 use crate::row;
 use crate::sql::Statements;
 use idem_core::store::{
-    decide, Acquire, Completion, Cursor, Decision, Lease, ListQuery, Page, Record, Selection, Stats,
+    decide, Acquire, Completion, Cursor, Decision, Inspected, Lease, ListQuery, Page, Record,
+    Selection, Stats,
 };
-use idem_core::{Begin, Clock, Error, FencingToken, Field, RecordId, Request, Timestamp};
+use idem_core::{Begin, Clock, Error, FencingToken, Field, Holder, RecordId, Request, Timestamp};
 use rusqlite::{params, Connection, Params};
 use std::time::Duration;
 
@@ -31,6 +32,28 @@ pub(crate) fn select(
     rows.next()
         .map_err(store_error)?
         .map(row::decode)
+        .transpose()
+}
+
+/// The full record, response decoded, with its provenance (for `inspect`).
+pub(crate) fn inspect(
+    conn: &Connection,
+    sql: &Statements,
+    id: &RecordId,
+) -> Result<Option<Inspected>, Error> {
+    let mut stmt = conn
+        .prepare_cached(&sql.select_inspected)
+        .map_err(store_error)?;
+    let mut rows = stmt
+        .query(params![id.consumer(), id.route(), id.key()])
+        .map_err(store_error)?;
+    rows.next()
+        .map_err(store_error)?
+        .map(|found| {
+            let record = row::decode(found)?;
+            let provenance = row::decode_provenance(found, 6, 7, record.is_completed());
+            Ok(Inspected { record, provenance })
+        })
         .transpose()
 }
 
@@ -76,13 +99,32 @@ pub(crate) fn reserve(
     request: &Request,
     lease_for: Duration,
 ) -> Result<Begin, Error> {
+    reserve_as(
+        conn,
+        sql,
+        clock,
+        request,
+        lease_for,
+        Holder::this_process_encoded(),
+    )
+}
+
+/// [`reserve`], recording `holder` (a stored [`Holder`]) as the reservation's maker.
+pub(crate) fn reserve_as(
+    conn: &Connection,
+    sql: &Statements,
+    clock: &dyn Clock,
+    request: &Request,
+    lease_for: Duration,
+    holder: &str,
+) -> Result<Begin, Error> {
     for _ in 0..MAX_ATTEMPTS {
         let now = clock.now();
         let acquired = match decide_on(conn, sql, request, now)? {
             Decision::Answer(answer) => return Ok(Begin::Answered(answer)),
             Decision::Acquire(acquired) => acquired,
         };
-        if let Some(lease) = try_acquire(conn, sql, request, acquired, now, lease_for)? {
+        if let Some(lease) = try_acquire(conn, sql, request, acquired, now, lease_for, holder)? {
             return Ok(Begin::Acquired(lease));
         }
     }
@@ -101,12 +143,15 @@ fn try_acquire(
     acquired: Acquire,
     now: Timestamp,
     lease_for: Duration,
+    holder: &str,
 ) -> Result<Option<Lease>, Error> {
     let id = request.id();
     let token = FencingToken::generate();
     let until = now + lease_for;
     let (consumer, route, key) = (id.consumer(), id.route(), id.key());
     let fingerprint = request.fingerprint().as_bytes();
+    // Which process reserves (`holder`), for operators (`inspect`, `pending`); never part of a
+    // decision.
     let written = match (acquired.replaces(), acquired.replaces_completed()) {
         (Some(previous), Some(completed)) => execute(
             conn,
@@ -121,6 +166,7 @@ fn try_acquire(
                 previous.as_bytes(),
                 millis(now),
                 i64::from(completed),
+                holder,
             ],
         )?,
         _ => execute(
@@ -133,7 +179,8 @@ fn try_acquire(
                 fingerprint,
                 token.as_bytes(),
                 millis(until),
-                millis(now)
+                millis(now),
+                holder
             ],
         )?,
     };
@@ -157,7 +204,8 @@ pub(crate) fn complete(
             id.key(),
             completion.token().as_bytes(),
             completion.encoded(),
-            millis(now + completion.retain_for())
+            millis(now + completion.retain_for()),
+            millis(now)
         ],
     )
 }
@@ -241,7 +289,7 @@ pub(crate) fn list(
                 .query(params![cutoff, at, consumer, route, key, fetch])
                 .map_err(store_error)?;
             while let Some(row) = rows.next().map_err(store_error)? {
-                records.push(row::decode_listed(row, false)?);
+                records.push(row::decode_listed(row)?);
             }
         }
         Selection::Completed {
@@ -255,7 +303,16 @@ pub(crate) fn list(
                 .query(params![whose, millis(now), only, route, key, fetch])
                 .map_err(store_error)?;
             while let Some(row) = rows.next().map_err(store_error)? {
-                records.push(row::decode_listed(row, true)?);
+                records.push(row::decode_listed(row)?);
+            }
+        }
+        Selection::Key { key: wanted } => {
+            let mut stmt = conn.prepare_cached(&sql.list_key).map_err(store_error)?;
+            let mut rows = stmt
+                .query(params![wanted, consumer, route, fetch])
+                .map_err(store_error)?;
+            while let Some(row) = rows.next().map_err(store_error)? {
+                records.push(row::decode_listed(row)?);
             }
         }
         _ => return Err(unknown_selection()),
@@ -369,6 +426,7 @@ mod tests {
             Acquire::TakeOver { previous },
             later,
             Duration::from_secs(1),
+            Holder::this_process_encoded(),
         )
         .expect("cas");
         assert!(
@@ -382,6 +440,7 @@ mod tests {
             Acquire::StartOver { previous },
             later,
             Duration::from_secs(1),
+            Holder::this_process_encoded(),
         )
         .expect("cas");
         assert!(started.is_some(), "an expired completed record starts over");

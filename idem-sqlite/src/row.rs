@@ -6,7 +6,7 @@
 //! was fetched (`decide_record.sql` fetches it only when it can be replayed).
 
 use crate::error::store_error;
-use idem_core::store::{Listed, ListedState, Record, RecordState};
+use idem_core::store::{Listed, ListedState, Noted, Provenance, Record, RecordState};
 use idem_core::{
     Error, FencingToken, Fingerprint, IdempotencyKey, RecordId, Scope, StoredResponse, Timestamp,
 };
@@ -59,10 +59,38 @@ pub(crate) fn decode(row: &Row<'_>) -> Result<Record, Error> {
     decode_head(row)?.try_map_response(decode_response)
 }
 
-/// Decodes a listing row (`list_in_progress.sql`, `list_completed.sql`): consumer, route, key,
-/// reserved_at (0 for unknown), deadline, and for a completed record the first bytes of its
-/// response, enough for its status.
-pub(crate) fn decode_listed(row: &Row<'_>, completed: bool) -> Result<Listed, Error> {
+/// Decodes what a store keeps for operators: reserved_at (0 for unknown) at column `reserved`,
+/// then completed_at and holder (NULL for unknown) at columns `completed` and `completed + 1`.
+/// Each is read on its own and none fails the read (operators read them, no decision does):
+/// an unreadable time is unknown, an unreadable holder is [`Noted::Unreadable`]; a completion
+/// time is shown only for a completed record (`completed`).
+pub(crate) fn decode_provenance(
+    row: &Row<'_>,
+    reserved: usize,
+    completed: usize,
+    is_completed: bool,
+) -> Provenance {
+    let millis = |index: usize| match row.get_ref(index) {
+        Ok(ValueRef::Integer(at)) if at > 0 => u64::try_from(at).ok().map(Timestamp::from_millis),
+        _ => None,
+    };
+    let holder = match row.get_ref(completed + 1) {
+        Ok(ValueRef::Null) => Noted::Unknown,
+        Ok(ValueRef::Text(text)) => Noted::holder(Some(&String::from_utf8_lossy(text))),
+        Ok(other) => Noted::unreadable(&format!("a {} value", other.data_type())),
+        Err(e) => Noted::unreadable(&e.to_string()),
+    };
+    Provenance {
+        reserved_at: millis(reserved),
+        completed_at: millis(completed).filter(|_| is_completed),
+        holder,
+    }
+}
+
+/// Decodes a listing row (`list_in_progress.sql`, `list_completed.sql`, `list_key.sql`):
+/// consumer, route, key, reserved_at (0 for unknown), deadline, for a completed record the
+/// first bytes of its response (enough for its status), completed_at, holder, and state.
+pub(crate) fn decode_listed(row: &Row<'_>) -> Result<Listed, Error> {
     let text = |index: usize, name: &str| match value(row, index)? {
         ValueRef::Text(bytes) => {
             std::str::from_utf8(bytes).map_err(|_| corrupt(format!("{name} is not UTF-8")))
@@ -77,24 +105,23 @@ pub(crate) fn decode_listed(row: &Row<'_>, completed: bool) -> Result<Listed, Er
             .map_err(|e| corrupt(format!("scope: {e}")))?,
         IdempotencyKey::new(text(2, "key")?).map_err(|e| corrupt(format!("key: {e}")))?,
     );
-    let reserved_at = match integer(row, 3, "reserved_at")? {
-        0 => None,
-        at => Some(millis_at(at, "reserved_at")?),
-    };
     let deadline = millis_at(integer(row, 4, "deadline")?, "deadline")?;
-    let state = if completed {
-        ListedState::Completed {
+    let state = match integer(row, 8, "state")? {
+        1 => ListedState::Completed {
             status: StoredResponse::status_of(blob(row, 5, "response")?)?,
             expires_at: deadline,
-        }
-    } else {
-        ListedState::InProgress {
+        },
+        0 => ListedState::InProgress {
             lease_until: deadline,
-        }
+        },
+        other => return Err(corrupt(format!("state {other}"))),
     };
+    let provenance = decode_provenance(row, 3, 6, matches!(state, ListedState::Completed { .. }));
     Ok(Listed {
         id,
-        reserved_at,
+        reserved_at: provenance.reserved_at,
+        completed_at: provenance.completed_at,
+        holder: provenance.holder,
         state,
     })
 }

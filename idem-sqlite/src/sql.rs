@@ -42,12 +42,27 @@ pub(crate) const MIGRATIONS: &[(i64, &[Step])] = &[
             Step::Sql(include_str!("../sql/migrations/0002_in_progress_index.sql")),
         ],
     ),
+    (
+        3,
+        &[
+            Step::AddColumn {
+                column: "completed_at",
+                sql: include_str!("../sql/migrations/0003_completed_at.sql"),
+            },
+            Step::AddColumn {
+                column: "holder",
+                sql: include_str!("../sql/migrations/0003_holder.sql"),
+            },
+            Step::Sql(include_str!("../sql/migrations/0003_key_index.sql")),
+        ],
+    ),
 ];
 
 /// Every statement, with the configured table name in place of `idem_records`.
 #[derive(Debug)]
 pub(crate) struct Statements {
     pub(crate) select_record: String,
+    pub(crate) select_inspected: String,
     pub(crate) decide_record: String,
     pub(crate) insert_reservation: String,
     pub(crate) replace_reservation: String,
@@ -57,6 +72,7 @@ pub(crate) struct Statements {
     pub(crate) purge_expired: String,
     pub(crate) list_in_progress: String,
     pub(crate) list_completed: String,
+    pub(crate) list_key: String,
     pub(crate) stats: String,
 }
 
@@ -66,6 +82,7 @@ impl Statements {
         let sql = |text: &str| for_table(&without_comment_lines(text), table);
         Self {
             select_record: sql(include_str!("../sql/select_record.sql")),
+            select_inspected: sql(include_str!("../sql/select_inspected.sql")),
             decide_record: sql(include_str!("../sql/decide_record.sql")),
             insert_reservation: sql(include_str!("../sql/insert_reservation.sql")),
             replace_reservation: sql(include_str!("../sql/replace_reservation.sql")),
@@ -75,6 +92,7 @@ impl Statements {
             purge_expired: sql(include_str!("../sql/purge_expired.sql")),
             list_in_progress: sql(include_str!("../sql/list_in_progress.sql")),
             list_completed: sql(include_str!("../sql/list_completed.sql")),
+            list_key: sql(include_str!("../sql/list_key.sql")),
             stats: sql(include_str!("../sql/stats.sql")),
         }
     }

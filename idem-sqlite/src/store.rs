@@ -7,8 +7,8 @@ use crate::error::store_error;
 use crate::ops;
 use crate::pool::Pool;
 use crate::sql::Statements;
-use idem_core::store::{Completion, Decision, Lease, ListQuery, Page, Record, Stats};
-use idem_core::{async_trait, Begin, Error, RecordId, Request, Store, Timestamp};
+use idem_core::store::{Completion, Decision, Inspected, Lease, ListQuery, Page, Record, Stats};
+use idem_core::{async_trait, Begin, Error, Holder, RecordId, Request, Store, Timestamp};
 use rusqlite::{Connection, Transaction};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -44,6 +44,8 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pub(crate) inner: Arc<Inner>,
+    /// The holder this handle's reservations record, in its stored form (formatted once).
+    holder: Arc<str>,
 }
 
 #[derive(Debug)]
@@ -78,6 +80,26 @@ impl SqliteStore {
                 sql: Statements::for_table(&config.table),
                 config,
             }),
+            holder: Arc::from(Holder::this_process_encoded()),
+        }
+    }
+
+    /// A handle on the same file and connections whose reservations record `holder` for
+    /// operators instead of [`Holder::this_process`] (a test stands for another process with
+    /// it). A completion inside your transaction (`run_in_transaction`) records this process.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), idem_core::Error> {
+    /// use idem_core::Holder;
+    /// let store = idem_sqlite::SqliteStore::open("records.db").await?;
+    /// let _other = store.with_holder(&Holder::new("web-2", 7, 1, None));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_holder(&self, holder: &Holder) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            holder: Arc::from(holder.encode()),
         }
     }
 
@@ -153,15 +175,17 @@ impl SqliteStore {
             }
         };
         let (inner, req) = (Arc::clone(&self.inner), request.clone());
+        let holder = Arc::clone(&self.holder);
         self.inner
             .pool
             .write(writer, move |conn| {
-                ops::reserve(
+                ops::reserve_as(
                     conn,
                     &inner.sql,
                     inner.config.clock.as_ref(),
                     &req,
                     lease_for,
+                    &holder,
                 )
             })
             .await?
@@ -230,6 +254,14 @@ impl Store for SqliteStore {
         self.inner
             .pool
             .read(move |conn| ops::select(conn, &inner.sql, &id))
+            .await?
+    }
+
+    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
+        let (inner, id) = (Arc::clone(&self.inner), id.clone());
+        self.inner
+            .pool
+            .read(move |conn| ops::inspect(conn, &inner.sql, &id))
             .await?
     }
 

@@ -183,6 +183,7 @@ impl Inner {
                 .bind(fingerprint)
                 .bind(token.as_bytes().as_slice())
                 .bind(millis(lease))
+                .bind(idem::store::Holder::this_process().encode())
                 .fetch_all(held.conn())
                 .await
                 .expect("reserve.sql");

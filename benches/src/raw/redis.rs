@@ -127,7 +127,8 @@ impl Inner {
             .arg(token.as_bytes().as_slice())
             .arg(millis(lease))
             .arg(millis(grace))
-            .arg(triple(id));
+            .arg(triple(id))
+            .arg(idem::store::Holder::this_process().encode());
         let reply: Value = invocation
             .invoke_async(&mut self.conn.clone())
             .await

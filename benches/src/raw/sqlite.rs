@@ -20,9 +20,9 @@ const TABLE: &str = "idem_records";
 const CHARGES: &str =
     "CREATE TABLE IF NOT EXISTS bench_charges (id INTEGER PRIMARY KEY, cents INTEGER)";
 const CHARGE: &str = "INSERT INTO bench_charges (cents) VALUES (?1)";
-const RESERVE: &str = "INSERT INTO idem_records (consumer, route, key, fingerprint, token, state, deadline, response, reserved_at) \
-                       VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, NULL, ?7) ON CONFLICT (consumer, route, key) DO NOTHING";
-const COMPLETE: &str = "UPDATE idem_records SET state = 1, response = ?5, deadline = ?6 \
+const RESERVE: &str = "INSERT INTO idem_records (consumer, route, key, fingerprint, token, state, deadline, response, reserved_at, holder) \
+                       VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, NULL, ?7, ?8) ON CONFLICT (consumer, route, key) DO NOTHING";
+const COMPLETE: &str = "UPDATE idem_records SET state = 1, response = ?5, deadline = ?6, completed_at = ?7 \
                         WHERE consumer = ?1 AND route = ?2 AND key = ?3 AND token = ?4 AND state = 0";
 /// The read of a duplicate: the response column only for a completed row of the same
 /// fingerprint (a replay).
@@ -73,7 +73,8 @@ fn reserve(conn: &Connection, request: &Request, token: &FencingToken, lease: Du
             request.fingerprint().as_bytes(),
             token.as_bytes(),
             now + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
-            now
+            now,
+            idem::store::Holder::this_process().encode()
         ])
         .expect("reserve")
         == 1
@@ -95,6 +96,7 @@ fn effect_and_complete(
         .execute(params![2500])
         .expect("charge");
     let body = response.encode().expect("encode");
+    let now = now_ms();
     let done = tx
         .prepare_cached(COMPLETE)
         .expect("prepare")
@@ -104,7 +106,8 @@ fn effect_and_complete(
             id.key(),
             token.as_bytes(),
             body,
-            now_ms() + i64::try_from(RETENTION.as_millis()).unwrap_or(i64::MAX)
+            now + i64::try_from(RETENTION.as_millis()).unwrap_or(i64::MAX),
+            now
         ])
         .expect("complete");
     assert_eq!(done, 1, "the completion is fenced on the token");

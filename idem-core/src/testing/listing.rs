@@ -9,15 +9,15 @@ use crate::{Begin, Error, Field, Idempotency, Policy, Request, StoredResponse};
 use std::sync::Arc;
 use std::time::Duration;
 
-async fn fresh<H: Harness>(harness: &H) -> Arc<H::Store> {
+pub(super) async fn fresh<H: Harness>(harness: &H) -> Arc<H::Store> {
     Arc::new(harness.store().await)
 }
 
-fn engine<S: Store + 'static>(store: &Arc<S>, policy: Policy) -> Idempotency<Arc<S>> {
+pub(super) fn engine<S: Store + 'static>(store: &Arc<S>, policy: Policy) -> Idempotency<Arc<S>> {
     Idempotency::with_policy(Arc::clone(store), policy).expect("the suite's policies are valid")
 }
 
-async fn reserve<S: Store + 'static>(idem: &Idempotency<Arc<S>>, request: &Request) {
+pub(super) async fn reserve<S: Store + 'static>(idem: &Idempotency<Arc<S>>, request: &Request) {
     match idem.begin(request).await.expect("begin") {
         // The lease is left to run out or to hold: these records are listed, not completed.
         Begin::Acquired(_lease) => {}
@@ -25,7 +25,11 @@ async fn reserve<S: Store + 'static>(idem: &Idempotency<Arc<S>>, request: &Reque
     }
 }
 
-async fn completed<S: Store + 'static>(idem: &Idempotency<Arc<S>>, request: &Request, status: u16) {
+pub(super) async fn completed<S: Store + 'static>(
+    idem: &Idempotency<Arc<S>>,
+    request: &Request,
+    status: u16,
+) {
     match idem.begin(request).await.expect("begin") {
         Begin::Acquired(lease) => {
             idem.complete(lease, StoredResponse::new(status, "a body never listed"))
@@ -39,7 +43,11 @@ async fn completed<S: Store + 'static>(idem: &Idempotency<Arc<S>>, request: &Req
 /// Every page of `query`, `limit` records at a time, in the selection's order: checks that no
 /// page is over the limit and that the listing ends. A scan store's pages are put in the
 /// selection's order here, and a record its scan returned twice is kept once.
-async fn every_page<S: Store + ?Sized>(store: &S, query: ListQuery, limit: usize) -> Vec<Listed> {
+pub(super) async fn every_page<S: Store + ?Sized>(
+    store: &S,
+    query: ListQuery,
+    limit: usize,
+) -> Vec<Listed> {
     let mut all: Vec<Listed> = Vec::new();
     let mut query = query.limit(limit);
     for _ in 0..10_000 {

@@ -43,7 +43,9 @@ pub mod audit;
 mod change_feed;
 mod elsewhere;
 mod heartbeat;
+mod holders;
 mod listing;
+mod provenance;
 mod scenarios;
 mod transactional;
 mod waiting;
@@ -51,7 +53,9 @@ mod waiting;
 pub use change_feed::*;
 pub use elsewhere::Elsewhere;
 pub use heartbeat::*;
+pub use holders::c11_a_takeover_and_a_start_over_record_the_new_holder;
 pub use listing::*;
+pub use provenance::*;
 pub use scenarios::*;
 pub use transactional::*;
 pub use waiting::*;
@@ -173,6 +177,9 @@ macro_rules! __idem_conformance_scenarios {
             c09_in_progress_records_are_listed_by_age,
             c10_completed_records_are_listed_per_consumer,
             c10_stats_count_records_by_state,
+            c11_reservation_time_and_holder_are_recorded_on_reserve_and_takeover,
+            c11_completion_time_is_recorded_on_complete,
+            c02_lookup_by_key_finds_every_consumer_and_route_bounded,
         }
     };
 }
@@ -279,6 +286,7 @@ mod tests {
         let mut defined = public_fns(include_str!("scenarios.rs"));
         defined.extend(public_fns(include_str!("listing.rs")));
         defined.extend(public_fns(include_str!("waiting.rs")));
+        defined.extend(public_fns(include_str!("provenance.rs")));
         defined.sort_unstable();
         let mut listed = listed.to_vec();
         listed.sort_unstable();

@@ -1,0 +1,3 @@
+-- A key index left INVALID by an interrupted concurrent build: dropped without blocking
+-- traffic, so that index_key.sql builds it again.
+DROP INDEX CONCURRENTLY IF EXISTS idem_schema.idem_records_key

@@ -1,0 +1,6 @@
+-- The record as stored, for inspect: select_record.sql's columns, then for operators when it was
+-- reserved (0 unknown) and completed, and its holder (version 3).
+SELECT fingerprint, token, state, deadline, typeof(response) = 'null', response,
+       reserved_at, completed_at, substr(holder, 1, 300)
+FROM idem_records
+WHERE consumer = ?1 AND route = ?2 AND key = ?3
