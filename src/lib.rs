@@ -55,6 +55,8 @@ pub use idem_core::metrics;
 /// [`idem_core::store`].
 pub mod store {
     pub use idem_core::store::*;
+    /// Who holds a reservation (this process), as stores record it for operators.
+    pub use idem_core::Holder;
 }
 
 /// The embedded SQLite store (feature `sqlite`, on by default); see [`idem_sqlite`].
@@ -75,7 +77,8 @@ pub mod redis {
     pub use idem_redis::*;
 }
 
-/// The HTTP layer (feature `tower`; `axum` adds the axum integration); see [`idem_tower`].
+/// The HTTP layer (feature `tower`; `axum` adds the axum integration, `tonic` the gRPC layer);
+/// see [`idem_tower`].
 #[cfg(feature = "tower")]
 pub mod tower {
     pub use idem_tower::*;

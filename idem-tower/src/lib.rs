@@ -41,6 +41,10 @@
 //!             .ok_or_else(ConsumerError::unauthenticated)
 //!     }));
 //! ```
+//!
+//! With feature `tonic`, [`GrpcIdempotencyLayer`] does the same for the unary methods of a tonic
+//! server (docs/grpc.md): the key from metadata or from the request message (AIP-155
+//! `request_id`), answers stored with their trailers and replayed byte for byte.
 #![forbid(unsafe_code)]
 
 #[cfg(feature = "axum")]
@@ -49,6 +53,8 @@ mod config;
 mod consumer;
 mod convert;
 mod disposition;
+#[cfg(feature = "tonic")]
+mod grpc;
 mod key;
 mod layer;
 mod limits;
@@ -62,6 +68,11 @@ pub use config::{ServerErrors, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_RETRY_AFT
 pub use consumer::ConsumerError;
 pub use convert::{BoxError, RequestBody};
 pub use disposition::{Disposition, Handled};
+#[cfg(feature = "tonic")]
+pub use grpc::{
+    grpc_code_of, grpc_happened, grpc_nothing_happened, http_status_of, GrpcAnswer,
+    GrpcIdempotencyLayer, GrpcIdempotent, GrpcMethod, DEFAULT_GRPC_REFUSALS,
+};
 pub use layer::IdempotencyLayer;
 pub use marker::{Completed, Happened, NothingHappened};
 pub use reservation::Reservation;

@@ -435,7 +435,7 @@ fn describe(error: &Unstored) -> &str {
 /// within the lease, or a commit's outcome is in doubt): the key is kept and resolves by itself
 /// (the completion lands, or the lease passes with nothing committed), so a retry with the same
 /// key is safe: it is answered in flight, then the stored answer, or runs once.
-fn pending() -> Problem {
+pub(crate) fn pending() -> Problem {
     Problem::new(
         500,
         "outcome-pending",
@@ -445,7 +445,7 @@ fn pending() -> Problem {
 }
 
 /// The problem for an execution whose result could not be recorded: the effect may have run.
-fn unknown() -> Problem {
+pub(crate) fn unknown() -> Problem {
     Problem::new(
         500,
         "outcome-unknown",
