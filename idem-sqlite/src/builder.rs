@@ -103,6 +103,6 @@ impl SqliteStoreBuilder {
             ));
         }
         let (writer, readers) = open_all(&config)?;
-        Ok(SqliteStore::from_parts(config, writer, readers))
+        SqliteStore::from_parts(config, writer, readers)
     }
 }

@@ -1,12 +1,12 @@
 //! The effect and its completion in one SQLite transaction, for a caller that already holds
 //! the lease (a handler under the HTTP layer, a guard-style caller): one call, one flat result.
 
-use crate::error::{store_error, BACKEND};
+use crate::error::store_error;
 use crate::ops;
 use crate::transactional::rolled_back_under_the_effect;
 use crate::SqliteStore;
 use idem_core::store::{Completion, Lease};
-use idem_core::{Error, Idempotency, Store, StoreErrorKind, StoredResponse};
+use idem_core::{Error, Idempotency, Store, StoredResponse};
 use rusqlite::{Transaction, TransactionBehavior};
 
 impl SqliteStore {
@@ -28,8 +28,8 @@ impl SqliteStore {
     ///   as an `E` (`E: From<Error>`). A release after a commit that did land is fenced, so
     ///   the retry replays it.
     ///
-    /// The work runs on the blocking pool and runs to its end even if the caller's future is
-    /// dropped. It holds the one writer while `effect` runs: keep `effect` short and free of
+    /// The work runs on the store's writer thread and runs to its end even if the caller's
+    /// future is dropped once it started. It holds the one writer while `effect` runs: keep `effect` short and free of
     /// calls outside the database. A guard-style caller reports the end with
     /// [`Idempotency::committed`] after it returns; the HTTP layer and the engine's closures do
     /// that themselves.
@@ -67,35 +67,29 @@ impl SqliteStore {
         E: From<Error> + Send + 'static,
     {
         let pool = &self.inner.pool;
-        let writer = tokio::time::timeout(idem.policy().store_timeout, pool.writer())
-            .await
-            .map_err(|_| {
-                Error::store(
-                    BACKEND,
-                    StoreErrorKind::Unavailable,
-                    "the SQLite writer stayed busy past the store timeout",
-                )
-            })?;
         let (inner, idem, lease) = (
             std::sync::Arc::clone(&self.inner),
             idem.clone(),
             lease.clone(),
         );
-        pool.write(writer, move |conn| -> Result<Completion, E> {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(store_error)?;
-            let response = effect(&tx)?;
-            // SQLite may have rolled the transaction back under the effect (an `ON CONFLICT
-            // ROLLBACK`, `RAISE(ROLLBACK)`, a full disk): the completion must not commit alone.
-            if tx.is_autocommit() {
-                return Err(rolled_back_under_the_effect().into());
-            }
-            let completion = idem.completion(&lease, response);
-            ops::complete(&tx, &inner.sql, inner.config.clock.now(), &completion)?;
-            tx.commit().map_err(store_error)?;
-            Ok(completion)
-        })
+        pool.write_within(
+            idem.policy().store_timeout,
+            move |conn| -> Result<Completion, E> {
+                let tx = conn
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(store_error)?;
+                let response = effect(&tx)?;
+                // SQLite may have rolled the transaction back under the effect (an `ON CONFLICT
+                // ROLLBACK`, `RAISE(ROLLBACK)`, a full disk): the completion must not commit alone.
+                if tx.is_autocommit() {
+                    return Err(rolled_back_under_the_effect().into());
+                }
+                let completion = idem.completion(&lease, response);
+                ops::complete(&tx, &inner.sql, inner.config.clock.now(), &completion)?;
+                tx.commit().map_err(store_error)?;
+                Ok(completion)
+            },
+        )
         .await?
     }
 }

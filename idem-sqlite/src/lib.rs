@@ -42,6 +42,7 @@ mod config;
 mod connection;
 mod error;
 mod in_transaction;
+mod lane;
 mod migrate;
 mod ops;
 mod pool;
@@ -50,6 +51,7 @@ mod sql;
 mod store;
 mod transactional;
 mod unique;
+mod wait;
 
 pub use audit::SqliteAudit;
 pub use builder::SqliteStoreBuilder;

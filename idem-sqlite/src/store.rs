@@ -5,7 +5,7 @@ use crate::config::SqliteConfig;
 use crate::connection::connect;
 use crate::error::store_error;
 use crate::ops;
-use crate::pool::Pool;
+use crate::pool::{Decide, Pool};
 use crate::sql::Statements;
 use idem_core::store::{Completion, Decision, Inspected, Lease, ListQuery, Page, Record, Stats};
 use idem_core::{async_trait, Begin, Error, Holder, RecordId, Request, Store, Timestamp};
@@ -17,16 +17,19 @@ use std::time::Duration;
 /// An idem [`Store`] in a SQLite file, with completion inside the caller's transaction.
 ///
 /// - The reservation commits on its own, before the effect, with one compare-and-set statement
-///   (C4). Writes go through one writer connection whose callers queue asynchronously; replays,
-///   in-flight answers and mismatches are read on reader connections that no writer holds, so
-///   they never wait for one (C5).
+///   (C4). Writes go through one writer connection, owned by a thread of its own that takes the
+///   queued writes back to back; replays, in-flight answers and mismatches are read on reader
+///   connections (each on a thread of its own) that no writer holds, so they never wait for one
+///   (C5). A reservation is decided where its statement runs: on the writer at once when it is
+///   idle, else on a reader, which answers it or hands it to the writer itself.
 /// - [`complete_in`](Self::complete_in) writes the engine's [`Completion`] in the transaction of
 ///   the business effect, so both commit or vanish together (C6). The closure form is
 ///   [`SqliteIdempotency::run_in_transaction`](crate::SqliteIdempotency::run_in_transaction):
 ///   the reservation and the effect's transaction in one thread hop.
-/// - Every rusqlite call runs on Tokio's blocking pool, never on the async executor, and runs to
-///   its end even if the caller's future is dropped: the store is used from within a Tokio
-///   runtime. The database is in WAL mode with a busy timeout.
+/// - Every rusqlite call runs on the store's own threads, never on the async executor: a caller
+///   queues its call and awaits the reply, one hop per call. A call whose caller's future is
+///   dropped before it starts is not run; one that started runs to its end. The database is in
+///   WAL mode with a busy timeout.
 /// - Time is the process clock (C11), injectable with [`SqliteStoreBuilder::clock`].
 ///
 /// Cloning is cheap: clones share the connections.
@@ -72,16 +75,16 @@ impl SqliteStore {
         config: SqliteConfig,
         writer: Connection,
         readers: Vec<Connection>,
-    ) -> Self {
+    ) -> Result<Self, Error> {
         let config = Arc::new(config);
-        Self {
+        Ok(Self {
             inner: Arc::new(Inner {
-                pool: Pool::new(writer, readers, Arc::clone(&config)),
+                pool: Pool::new(writer, readers, Arc::clone(&config))?,
                 sql: Statements::for_table(&config.table),
                 config,
             }),
             holder: Arc::from(Holder::this_process_encoded()),
-        }
+        })
     }
 
     /// A handle on the same file and connections whose reservations record `holder` for
@@ -114,16 +117,16 @@ impl SqliteStore {
         connect(&self.inner.config)
     }
 
-    /// Runs `work` on the store's writer connection, off the async executor, after the writes
-    /// queued before it: for a program's own SQL on the same database (schema, business
-    /// transactions). A transaction `work` leaves open is rolled back afterwards.
+    /// Runs `work` on the store's writer connection, on its thread, after the writes queued
+    /// before it: for a program's own SQL on the same database (schema, business
+    /// transactions). A transaction `work` leaves open is rolled back afterwards. Not run if
+    /// the returned future is dropped before `work` starts; once started, it runs to its end.
     pub async fn call<T, F>(&self, work: F) -> Result<T, Error>
     where
         F: FnOnce(&mut Connection) -> T + Send + 'static,
         T: Send + 'static,
     {
-        let writer = self.inner.pool.writer().await;
-        self.inner.pool.write(writer, work).await
+        self.inner.pool.write(work).await
     }
 
     /// [`call`](Self::call) for work that returns rusqlite's `Result`: its error becomes an
@@ -143,52 +146,10 @@ impl SqliteStore {
     /// The [`Completion`] comes from the engine
     /// ([`Idempotency::completion`](idem_core::Idempotency::completion)), so it passed the
     /// policy's header filter. This is a blocking call: run it where the transaction runs (on
-    /// the blocking pool, for example inside [`call`](Self::call)).
+    /// the store's writer, inside [`call`](Self::call)).
     pub fn complete_in(&self, tx: &Transaction<'_>, completion: &Completion) -> Result<(), Error> {
         let now = self.inner.config.clock.now();
         ops::complete(tx, &self.inner.sql, now, completion)
-    }
-
-    /// Reserves with as few hops as possible: on the writer at once if it is free (one hop);
-    /// else reads on a reader first, and queues for the writer only when the key must be
-    /// acquired, so an answer never waits for a writer (C5).
-    async fn reserve_on_writer(
-        &self,
-        request: &Request,
-        lease_for: Duration,
-    ) -> Result<Begin, Error> {
-        let writer = match self.inner.pool.try_writer() {
-            Some(writer) => writer,
-            None => {
-                let (inner, req) = (Arc::clone(&self.inner), request.clone());
-                let decision = self
-                    .inner
-                    .pool
-                    .read(move |conn| {
-                        ops::decide_on(conn, &inner.sql, &req, inner.config.clock.now())
-                    })
-                    .await??;
-                if let Decision::Answer(answer) = decision {
-                    return Ok(Begin::Answered(answer));
-                }
-                self.inner.pool.writer().await
-            }
-        };
-        let (inner, req) = (Arc::clone(&self.inner), request.clone());
-        let holder = Arc::clone(&self.holder);
-        self.inner
-            .pool
-            .write(writer, move |conn| {
-                ops::reserve_as(
-                    conn,
-                    &inner.sql,
-                    inner.config.clock.as_ref(),
-                    &req,
-                    lease_for,
-                    &holder,
-                )
-            })
-            .await?
     }
 
     /// Runs one fenced write of `ops` on the writer.
@@ -202,6 +163,40 @@ impl SqliteStore {
     }
 }
 
+/// A reservation, decided where its statement runs (C5): an answer on a reader when the writer
+/// is busy, the acquisition on the writer.
+struct Reserving {
+    inner: Arc<Inner>,
+    request: Request,
+    lease_for: Duration,
+    holder: Arc<str>,
+}
+
+impl Decide for Reserving {
+    type Output = Result<Begin, Error>;
+
+    fn answer(self, conn: &mut Connection) -> Result<Self::Output, Self> {
+        let now = self.inner.config.clock.now();
+        match ops::decide_on(conn, &self.inner.sql, &self.request, now) {
+            Ok(Decision::Answer(answer)) => Ok(Ok(Begin::Answered(answer))),
+            Ok(Decision::Acquire(_)) => Err(self),
+            Err(error) => Ok(Err(error)),
+        }
+    }
+
+    fn write(self, conn: &mut Connection) -> Self::Output {
+        let inner = &self.inner;
+        ops::reserve_as(
+            conn,
+            &inner.sql,
+            inner.config.clock.as_ref(),
+            &self.request,
+            self.lease_for,
+            &self.holder,
+        )
+    }
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     /// The address of what this store and its clones share (C9: one registry of live executions
@@ -211,7 +206,13 @@ impl Store for SqliteStore {
     }
 
     async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
-        self.reserve_on_writer(request, lease_for).await
+        let reserving = Reserving {
+            inner: Arc::clone(&self.inner),
+            request: request.clone(),
+            lease_for,
+            holder: Arc::clone(&self.holder),
+        };
+        self.inner.pool.decide(reserving, None).await?
     }
 
     async fn complete(&self, completion: &Completion) -> Result<(), Error> {

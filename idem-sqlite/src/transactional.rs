@@ -5,6 +5,7 @@
 
 use crate::error::store_error;
 use crate::ops;
+use crate::pool::Decide;
 use crate::SqliteStore;
 use idem_core::store::{Decision, Execution, Lease, Transacted, Transactional, TxEnd};
 use idem_core::{
@@ -122,51 +123,63 @@ impl Transactional for SqliteStore {
         effect: SqliteEffect<E>,
         execution: Execution,
     ) -> Result<Transacted<E, SqliteEffect<E>>, Error> {
-        let pool = &self.inner.pool;
-        let writer = match pool.try_writer() {
-            Some(writer) => writer,
-            None => {
-                // The writer is busy: answer a duplicate from a reader, never queueing for the
-                // writer to say "in flight" or replay (C5).
-                let (inner, req) = (Arc::clone(&self.inner), request.clone());
-                let decision = pool
-                    .read(move |conn| {
-                        ops::decide_on(conn, &inner.sql, &req, inner.config.clock.now())
-                    })
-                    .await??;
-                if let Decision::Answer(answer) = decision {
-                    return Ok(Transacted::Answered(answer, effect));
-                }
-                tokio::time::timeout(execution.store_timeout(), pool.writer())
-                    .await
-                    .map_err(|_| {
-                        Error::store(
-                            crate::error::BACKEND,
-                            StoreErrorKind::Unavailable,
-                            "the SQLite writer stayed busy past the store timeout",
-                        )
-                    })?
-            }
+        let transacting = Transacting {
+            inner: Arc::clone(&self.inner),
+            request: request.clone(),
+            effect,
+            execution,
         };
-        let (inner, req) = (Arc::clone(&self.inner), request.clone());
-        pool.write(writer, move |conn| {
-            // Another process's write lock is waited for at most the engine's store timeout
-            // here (C13), not the store's whole busy timeout at each step.
-            // Set only when it is shorter, so that an answer costs no two calls into SQLite.
-            let busy = execution.store_timeout();
-            let shorter = busy < inner.config.busy_timeout;
-            let result = (|| {
-                if shorter {
-                    conn.busy_timeout(busy).map_err(store_error)?;
-                }
-                transact_on(conn, &inner, &req, effect, &execution)
-            })();
+        // The writer is waited for at most the engine's store timeout; the transaction, once
+        // started, runs to its end.
+        let wait = transacting.execution.store_timeout();
+        self.inner.pool.decide(transacting, Some(wait)).await?
+    }
+}
+
+/// The reservation and the effect's transaction, decided where their statements run: a
+/// duplicate is answered on a reader when the writer is busy, never queueing for the writer to
+/// say "in flight" or replay (C5).
+struct Transacting<E: Send + 'static> {
+    inner: Arc<crate::store::Inner>,
+    request: Request,
+    effect: SqliteEffect<E>,
+    execution: Execution,
+}
+
+impl<E: Send + 'static> Decide for Transacting<E> {
+    type Output = Result<Transacted<E, SqliteEffect<E>>, Error>;
+
+    fn answer(self, conn: &mut rusqlite::Connection) -> Result<Self::Output, Self> {
+        let inner = &self.inner;
+        match ops::decide_on(conn, &inner.sql, &self.request, inner.config.clock.now()) {
+            Ok(Decision::Answer(answer)) => Ok(Ok(Transacted::Answered(answer, self.effect))),
+            Ok(Decision::Acquire(_)) => Err(self),
+            Err(error) => Ok(Err(error)),
+        }
+    }
+
+    fn write(self, conn: &mut rusqlite::Connection) -> Self::Output {
+        let Self {
+            inner,
+            request,
+            effect,
+            execution,
+        } = self;
+        // Another process's write lock is waited for at most the engine's store timeout here
+        // (C13), not the store's whole busy timeout at each step. Set only when it is shorter,
+        // so that an answer costs no two calls into SQLite.
+        let busy = execution.store_timeout();
+        let shorter = busy < inner.config.busy_timeout;
+        let result = (|| {
             if shorter {
-                let _ = conn.busy_timeout(inner.config.busy_timeout);
+                conn.busy_timeout(busy).map_err(store_error)?;
             }
-            result
-        })
-        .await?
+            transact_on(conn, &inner, &request, effect, &execution)
+        })();
+        if shorter {
+            let _ = conn.busy_timeout(inner.config.busy_timeout);
+        }
+        result
     }
 }
 

@@ -197,3 +197,120 @@ async fn answered_at_once(
         "{expect} waited {waited:?} behind {behind}"
     );
 }
+
+/// Holds the writer's thread for `for_` with a call of the application's own.
+fn hold_the_writer(store: &SqliteStore, for_: Duration) -> tokio::task::JoinHandle<()> {
+    let store = store.clone();
+    tokio::spawn(async move {
+        store
+            .call(move |_| std::thread::sleep(for_))
+            .await
+            .expect("held");
+    })
+}
+
+/// A call whose caller gave up (its future dropped) before the writer reached it is not run
+/// later behind the caller's back: an application's timeout around `call` means "not done".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_dropped_before_it_started_never_runs() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = own_store(&dir).await;
+    let held = hold_the_writer(&store, Duration::from_millis(300));
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let given_up = tokio::time::timeout(
+        Duration::from_millis(50),
+        store.try_call(|db| {
+            db.execute("INSERT INTO charges (intent, cents) VALUES ('late', 1)", [])
+        }),
+    )
+    .await;
+    assert!(
+        given_up.is_err(),
+        "the call was still queued behind the writer"
+    );
+    held.await.expect("holder");
+    // Anything queued after it has run once the writer is free.
+    store.call(|_| ()).await.expect("a later call");
+    assert_eq!(charges(&store, "late").await, 0, "a dropped call ran");
+}
+
+/// C13: a transactional request queued behind the store's own writer for longer than the
+/// policy's store timeout is answered at the deadline, and it is not run afterwards: its effect
+/// never happens, its key stays free, and the client's retry executes it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_a_transaction_still_queued_at_the_store_timeout_is_answered_and_never_runs() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = own_store(&dir).await;
+    let idem = Idempotency::with_policy(
+        store.clone(),
+        Policy::default().store_timeout(Duration::from_millis(200)),
+    )
+    .expect("policy");
+    let request = idem
+        .request("acct", "POST", "/charges")
+        .key(Some("queued"))
+        .body(b"{}")
+        .build()
+        .expect("request");
+    let charge = |tx: &rusqlite::Transaction<'_>, _: &_| {
+        tx.execute(
+            "INSERT INTO charges (intent, cents) VALUES ('queued', 1)",
+            [],
+        )?;
+        Ok::<_, rusqlite::Error>(StoredResponse::new(201, "charged"))
+    };
+    let held = hold_the_writer(&store, Duration::from_millis(800));
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let started = Instant::now();
+    let answered = idem.run_in_transaction(&request, charge).await;
+    let waited = started.elapsed();
+    assert!(
+        answered.is_err(),
+        "answered {answered:?} behind a busy writer"
+    );
+    assert!(
+        waited < Duration::from_millis(600),
+        "answered after {waited:?}, not at the store timeout"
+    );
+    held.await.expect("holder");
+    store.call(|_| ()).await.expect("a later call");
+    assert_eq!(charges(&store, "queued").await, 0, "the effect ran late");
+    let retried = idem
+        .run_in_transaction(&request, charge)
+        .await
+        .expect("retry");
+    assert!(matches!(retried, Outcome::Executed(_)), "{retried:?}");
+    assert_eq!(charges(&store, "queued").await, 1);
+}
+
+/// A panic in the application's work reaches its caller, and the connection's thread goes on
+/// serving the next calls (the store does not lose its writer).
+#[tokio::test]
+async fn a_panic_in_a_call_reaches_the_caller_and_the_writer_serves_on() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = own_store(&dir).await;
+    let panicking = store.clone();
+    let joined = tokio::spawn(async move {
+        panicking
+            .call(|db| {
+                db.execute_batch("BEGIN; INSERT INTO charges (intent, cents) VALUES ('p', 1);")
+                    .expect("batch");
+                panic!("the application's work panics");
+            })
+            .await
+    })
+    .await;
+    assert!(joined.expect_err("the panic").is_panic());
+    // The half-done transaction was rolled back, and the writer still writes.
+    store
+        .try_call(|db| {
+            db.execute(
+                "INSERT INTO charges (intent, cents) VALUES ('after', 1)",
+                [],
+            )
+        })
+        .await
+        .expect("the next call");
+    assert_eq!(charges(&store, "p").await, 0);
+    assert_eq!(charges(&store, "after").await, 1);
+}
