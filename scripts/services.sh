@@ -59,13 +59,19 @@ start_postgres() {
     pg_port=$(free_port)
     as_owner "$bin/initdb" -D "$pg_dir/data" -U idem --auth=trust -E UTF8 --no-sync >"$pg_dir/initdb.log" 2>&1 \
         || { cat "$pg_dir/initdb.log" >&2; return 1; }
-    # fsync off: the tests kill clients, never this server; it is removed afterwards.
+    # fsync off: the tests kill clients, never this server; it is removed afterwards. With
+    # IDEM_PG_DURABLE=1 (what scripts/bench uses for its headline table) the server keeps
+    # PostgreSQL's default durability: fsync, synchronous_commit and full_page_writes on.
+    local durability="-c fsync=off -c full_page_writes=off"
+    if [ "${IDEM_PG_DURABLE:-0}" = "1" ]; then
+        durability="-c fsync=on -c synchronous_commit=on -c full_page_writes=on"
+    fi
     as_owner "$bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/server.log" -w -t 60 \
-        -o "-p $pg_port -k $pg_dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c full_page_writes=off" \
+        -o "-p $pg_port -k $pg_dir -c listen_addresses=127.0.0.1 -c max_connections=300 $durability" \
         start >/dev/null || { cat "$pg_dir/server.log" >&2; return 1; }
     pg_ctl_bin="$bin/pg_ctl"
     export IDEM_PG_URL="postgres://idem@127.0.0.1:$pg_port/postgres"
-    echo "== PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$pg_port"
+    echo "== PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$pg_port ($durability)"
 }
 
 start_pgbouncer() {

@@ -6,7 +6,9 @@
 //! store keeps its own connections instead and gives one back only after a statement finished
 //! cleanly; a connection whose statement was cut off (the caller's future dropped mid-query, a
 //! broken link) is closed, never reused, and the next call opens a new one: a pool never runs
-//! dry on connections stuck in a statement (C13). Your own transactions use the sqlx pool
+//! dry on connections stuck in a statement (C13). The effects' transactions of
+//! `run_in_transaction` run on a stack of their own, given back only after a transaction that
+//! ended cleanly; your own transactions use the sqlx pool
 //! ([`PgStore::pool`](crate::PgStore::pool)).
 
 use crate::error::{store_error, BACKEND};
@@ -123,6 +125,16 @@ impl Held<'_> {
     pub(crate) fn conn(&mut self) -> &mut PgConnection {
         // Always `Some` until `keep` consumes the guard.
         self.conn.as_mut().expect("a held connection")
+    }
+
+    pub(crate) fn conn_ref(&self) -> &PgConnection {
+        // Always `Some` until `finish` consumes the guard.
+        self.conn.as_ref().expect("a held connection")
+    }
+
+    /// Gives the connection back: what ran on it ended cleanly.
+    pub(crate) fn give_back(self) {
+        self.finish(&Ok::<(), Error>(()));
     }
 
     /// Gives the connection back if `result` says its statement finished cleanly: any answer, or

@@ -35,8 +35,11 @@ use std::time::Duration;
 ///   pooler in transaction mode too; the effect's transaction under an idle and a total
 ///   deadline. A connection cut off mid-statement is closed and replaced, the store's own and
 ///   the pool's alike. See [`PgStoreBuilder::statement_timeout`] and the settings after it.
-/// - **No hidden round trips.** The store runs its statements on connections of its own, taken
-///   and given back without the ping sqlx's pool sends (on return always, on acquire by default).
+/// - **No hidden round trips.** The store runs its statements, and the effects' transactions of
+///   [`run_in_transaction`](crate::PgIdempotency::run_in_transaction), on connections of its
+///   own, taken and given back without the ping sqlx's pool sends (on return always, on
+///   acquire by default): a fresh key costs 5 round trips (reserve; BEGIN, the effect's
+///   statement, completion, COMMIT), an answer 1.
 /// - **A change feed** (C5): duplicates that wait for their original
 ///   ([`InFlightAnswer::Wait`](idem_core::InFlightAnswer::Wait)) in other processes are woken by
 ///   its `pg_notify` announcements, through a `LISTEN` on a session of its own that finds its
@@ -66,6 +69,11 @@ pub(crate) struct Inner {
     /// there, so that their sockets are driven by the heartbeat's own runtime, which the
     /// application's handlers cannot block (C9).
     pub(crate) beat_conns: Connections,
+    /// Connections for the effects' transactions (`run_in_transaction`): like the store's own,
+    /// taken and given back without a round trip, but with the session the database, the role
+    /// and the connect options give (the effect's statements run under your settings, not the
+    /// store's deadlines); given back only after a transaction that ended cleanly.
+    pub(crate) tx_conns: Connections,
     pub(crate) ops: Ops,
     pub(crate) config: PgConfig,
     /// The change feed's settings (`crate::feed`).
@@ -201,7 +209,9 @@ impl PgStoreBuilder {
         self
     }
 
-    /// The pool's size when the store builds it (default 16).
+    /// The pool's size when the store builds it (default 16); also the most connections the
+    /// store keeps for its own statements, and the most for the effects' transactions of
+    /// [`run_in_transaction`](crate::PgIdempotency::run_in_transaction).
     pub fn max_connections(mut self, max: u32) -> Self {
         self.max_connections = max;
         self
@@ -366,6 +376,12 @@ impl PgStore {
             builder.acquire_timeout,
             setup.clone(),
         );
+        let tx_conns = Connections::new(
+            options.clone(),
+            builder.max_connections,
+            builder.acquire_timeout,
+            None,
+        );
         let conns = Connections::new(
             options,
             builder.max_connections,
@@ -377,6 +393,7 @@ impl PgStore {
                 pool,
                 conns,
                 beat_conns,
+                tx_conns,
                 ops,
                 config,
                 feed: builder.feed,
@@ -386,7 +403,9 @@ impl PgStore {
         }
     }
 
-    /// The pool, for your own transactions.
+    /// The pool, for your own transactions. sqlx pings each connection given back to it (a
+    /// round trip more per transaction); [`transaction`](Self::transaction) opens one on the
+    /// store's own connections instead.
     pub fn pool(&self) -> &PgPool {
         &self.inner.pool
     }

@@ -5,7 +5,6 @@
 
 use crate::broken_effect::broken_effect;
 use crate::config::Isolation;
-use crate::effect_connection::EffectConnection;
 use crate::error::{is_broken_link, store_error, BACKEND};
 use crate::params::{fetch_all, Param};
 use crate::row;
@@ -167,9 +166,12 @@ impl Transactional for PgStore {
 }
 
 impl PgStore {
-    /// Begin, effect, completion, commit, on a pool connection that goes back to the pool only
-    /// if the transaction ended cleanly (`crate::effect_connection`); what became of the
-    /// transaction.
+    /// Begin, effect, completion, commit, on one of the store's connections for transactions,
+    /// given back only if the transaction ended cleanly: committed, or rolled back with the
+    /// server's answer. Anything else (a statement cut off by the engine's deadline, a broken
+    /// link, a COMMIT in doubt, a panic, the execution dropped) closes it, so a connection stuck
+    /// behind a dead link or a row lock never holds a slot (C13). Taken and given back without
+    /// a round trip (sqlx's pool would ping it on its return: a message more per fresh key).
     async fn in_transaction<E: Send + 'static>(
         &self,
         lease: &Lease,
@@ -177,24 +179,31 @@ impl PgStore {
         execution: &Execution,
     ) -> TxEnd<E> {
         let mut effect = effect;
-        // A connection that died while idle in the pool fails its BEGIN at once: nothing ran,
-        // so the transaction begins again, once, on another connection.
+        let conns = &self.inner.tx_conns;
+        // A connection that died while idle in the stack fails its BEGIN at once: nothing ran,
+        // so the transaction begins again, once, on a newly opened connection.
         for attempt in 0..2 {
-            let acquire = async { self.pool().acquire().await.map_err(store_error) };
-            let mut conn = match execution
+            let acquire = async {
+                if attempt == 0 {
+                    conns.get().await
+                } else {
+                    conns.get_fresh().await
+                }
+            };
+            let mut held = match execution
                 .bounded(Operation::Transaction, lease.id(), acquire)
                 .await
             {
-                Ok(conn) => EffectConnection::new(conn),
+                Ok(held) => held,
                 Err(error) => return TxEnd::RolledBack(error),
             };
             match self
-                .transaction_on(conn.conn(), lease, effect, execution)
+                .transaction_on(held.conn(), lease, effect, execution)
                 .await
             {
                 Ok((end, clean)) => {
                     if clean {
-                        conn.keep();
+                        held.give_back();
                     }
                     return end;
                 }

@@ -1,11 +1,15 @@
 //! Round trips per path, counted on the wire: a loopback proxy between the store and the server
 //! counts the messages that end a client's turn (`Sync` of the extended protocol, `Query` of the
-//! simple one). Each is one round trip. The counts are what docs/stores.md states.
+//! simple one). Each is one round trip. The counts are what docs/stores.md states: one per
+//! answer, and a fresh key on the money path (`run_in_transaction`) five: the reservation, then
+//! BEGIN, the effect's statement, the completion and COMMIT on the store's own connection,
+//! with no ping of a pool around them.
 
 mod common;
 
 use common::{pg_url, SCHEMA};
-use idem_core::{Answer, Begin, Idempotency, Policy, StoredResponse};
+use idem_core::{Answer, Begin, Idempotency, Outcome, Policy, RunError, StoredResponse};
+use idem_postgres::PgIdempotency;
 use idem_postgres::{PgStore, StatementMode};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -188,6 +192,112 @@ async fn count_paths(mode: StatementMode) {
     );
     assert_eq!(renew_turns, 1, "{mode:?}: a renewal");
     assert_eq!(release_turns, 1, "{mode:?}: a release");
+
+    count_money_path(mode, &store, &turns).await;
+}
+
+/// The effect of the money path: one statement of its own in the transaction.
+async fn charge(money: &Idempotency<PgStore>, key: &str, body: &[u8]) -> Result<Outcome, String> {
+    let request = money
+        .request("acct", "POST", "/charges")
+        .key(Some(key))
+        .body(body)
+        .build()
+        .expect("request");
+    money
+        .run_in_transaction(&request, |tx, _lease| {
+            Box::pin(async move {
+                sqlx::query("SELECT 1").execute(&mut *tx).await?;
+                Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
+            })
+        })
+        .await
+        .map_err(|error: RunError<sqlx::Error>| error.to_string())
+}
+
+/// `run_in_transaction`: 5 round trips for a fresh key, 1 for each answer.
+async fn count_money_path(mode: StatementMode, store: &PgStore, turns: &AtomicUsize) {
+    // The default lease: no renewal falls inside a measurement.
+    let money = Idempotency::new(store.clone());
+    // Warm the transaction's connection: its statements prepared once.
+    for round in 0..2 {
+        let warm = format!("money-warm-{round}");
+        let first = charge(&money, &warm, b"{}").await;
+        assert!(matches!(first, Ok(Outcome::Executed(_))), "{first:?}");
+        let again = charge(&money, &warm, b"{}").await;
+        assert!(matches!(again, Ok(Outcome::Answered(_))), "{again:?}");
+    }
+    let (fresh, fresh_turns) = measured(turns, charge(&money, "money", b"{}")).await;
+    assert!(matches!(fresh, Ok(Outcome::Executed(_))), "{fresh:?}");
+    let (replay, replay_turns) = measured(turns, charge(&money, "money", b"{}")).await;
+    assert!(
+        matches!(replay, Ok(Outcome::Answered(Answer::Replay(_)))),
+        "{replay:?}"
+    );
+    let (mismatch, mismatch_turns) = measured(turns, charge(&money, "money", b"other")).await;
+    assert!(
+        matches!(mismatch, Ok(Outcome::Answered(Answer::Mismatch))),
+        "{mismatch:?}"
+    );
+    let held = money
+        .request("acct", "POST", "/charges")
+        .key(Some("money-held"))
+        .body(b"{}")
+        .build()
+        .expect("request");
+    let Ok(Begin::Acquired(lease)) = money.begin(&held).await else {
+        panic!("money-held is reserved")
+    };
+    let (in_flight, in_flight_turns) = measured(turns, charge(&money, "money-held", b"{}")).await;
+    assert!(
+        matches!(in_flight, Ok(Outcome::Answered(Answer::InFlight { .. }))),
+        "{in_flight:?}"
+    );
+    money.release(lease).await.expect("release");
+    // The guard form on the store's transaction: the same five round trips.
+    let guarded = money
+        .request("acct", "POST", "/charges")
+        .key(Some("money-guard"))
+        .body(b"{}")
+        .build()
+        .expect("request");
+    let (guard_done, guard_turns) = measured(turns, async {
+        let Ok(Begin::Acquired(lease)) = money.begin(&guarded).await else {
+            panic!("money-guard is reserved")
+        };
+        let mut tx = store.transaction().await.expect("transaction");
+        sqlx::query("SELECT 1")
+            .execute(&mut *tx)
+            .await
+            .expect("the effect");
+        let completion = money.completion(&lease, StoredResponse::new(201, "charged"));
+        store
+            .complete_in(&mut tx, &completion)
+            .await
+            .expect("complete_in");
+        tx.commit().await
+    })
+    .await;
+    guard_done.expect("commit");
+    let replayed = charge(&money, "money-guard", b"{}").await;
+    assert!(
+        matches!(replayed, Ok(Outcome::Answered(Answer::Replay(_)))),
+        "the guard form committed: {replayed:?}"
+    );
+    println!(
+        "{mode:?} run_in_transaction: fresh {fresh_turns}, replay {replay_turns}, mismatch {mismatch_turns}, in flight {in_flight_turns}; guard and store.transaction(): fresh {guard_turns}"
+    );
+    assert_eq!(
+        guard_turns, 5,
+        "{mode:?}: a fresh key in the guard form on store.transaction()"
+    );
+    assert_eq!(
+        fresh_turns, 5,
+        "{mode:?}: a fresh key (reserve; BEGIN, effect, completion, COMMIT)"
+    );
+    assert_eq!(replay_turns, 1, "{mode:?}: a replay");
+    assert_eq!(mismatch_turns, 1, "{mode:?}: a mismatch");
+    assert_eq!(in_flight_turns, 1, "{mode:?}: an in-flight duplicate");
 }
 
 #[tokio::test]
