@@ -1,27 +1,35 @@
 -- Reserve in one round trip (C4, C5): the current record, or a fresh in-progress record when
 -- there is none. The decision is idem-core's, in Rust: this script only reads, or writes the one
--- case that needs no decision (no record). Time is Redis's own (C11). One key: runs unchanged on
--- a Redis Cluster.
+-- case that needs no decision (no record). Time is Redis's own (C11): every path needs it, a new
+-- record for its deadline, an existing one for whether it is still live and how long its lease
+-- runs. One key: runs unchanged on a Redis Cluster.
 -- KEYS[1] the record. ARGV: 1 fingerprint, 2 new token, 3 lease ms, 4 grace ms, 5 the triple,
 -- 6 the holder (the reserving process). A new record carries when it was reserved ('at', Redis's
 -- now) and its holder ('h'), for operators; neither takes part in a decision.
 -- Returns {'inserted', now, deadline} or {'existing', now, version, fingerprint, token, state,
 -- deadline, triple, whether a response is stored (1 or 0), response or false}; the response only
 -- for the same fingerprint on a completed record (the one case it is replayed), so an answer
--- costs the same whatever the body's size. Whether one is stored is said in every case: an
+-- transfers the same whatever the body's size. Whether one is stored is said in every case: an
 -- in-progress record with a response, or a completed one without, is corrupt (C12).
+--
+-- The record is read once, its response with it (one HMGET): a replay costs one read and the
+-- clock. A value that is not one of our hashes fails the read (WRONGTYPE): an error, never a
+-- new record.
+local rec = redis.call('HMGET', KEYS[1], 'v', 'fp', 'tok', 'st', 'dl', 'id', 'resp')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if redis.call('EXISTS', KEYS[1]) == 0 then
+-- No version: no record, or a hash of someone else's (which is corrupt, never overwritten).
+if not rec[1] and redis.call('EXISTS', KEYS[1]) == 0 then
   local dl = now + tonumber(ARGV[3])
   redis.call('HSET', KEYS[1], 'v', '1', 'fp', ARGV[1], 'tok', ARGV[2], 'st', '0',
     'dl', string.format('%d', dl), 'id', ARGV[5], 'at', string.format('%d', now), 'h', ARGV[6])
   redis.call('PEXPIREAT', KEYS[1], dl + tonumber(ARGV[4]))
   return {'inserted', now, dl}
 end
--- A value that is not one of our hashes fails here (WRONGTYPE): an error, never a new record.
-local rec = redis.call('HMGET', KEYS[1], 'v', 'fp', 'tok', 'st', 'dl', 'id')
-local stored = redis.call('HEXISTS', KEYS[1], 'resp')
+local stored = 0
+if rec[7] then
+  stored = 1
+end
 -- Our own token: this same call ran before and its answer was lost (a timeout, a dropped
 -- connection), and the caller sends it again. The record is the caller's reservation (unless
 -- it also holds a response: then it is corrupt, and the caller is told so).
@@ -30,6 +38,6 @@ if rec[3] == ARGV[2] and rec[4] == '0' and stored == 0 then
 end
 local response = false
 if rec[2] == ARGV[1] and rec[4] == '1' then
-  response = redis.call('HGET', KEYS[1], 'resp')
+  response = rec[7]
 end
 return {'existing', now, rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], stored, response}

@@ -16,11 +16,13 @@ fn corrupt(why: impl Into<String>) -> Error {
 
 /// The key of a record: `<prefix>:<hex of RecordId::digest>`.
 pub(crate) fn key(prefix: &str, id: &RecordId) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut key = String::with_capacity(prefix.len() + 65);
     key.push_str(prefix);
     key.push(':');
     for b in id.digest() {
-        key.push_str(&format!("{b:02x}"));
+        key.push(char::from(HEX[usize::from(b >> 4)]));
+        key.push(char::from(HEX[usize::from(b & 15)]));
     }
     key
 }
@@ -33,10 +35,47 @@ pub(crate) fn triple(id: &RecordId) -> Vec<u8> {
         .into_bytes()
 }
 
+/// Whether `stored` is the triple of `id` as [`triple`] writes it, without building it.
+fn is_triple_of(stored: &[u8], id: &RecordId) -> bool {
+    let parts = [id.consumer(), id.route(), id.key()];
+    let expected = parts.iter().map(|p| p.len()).sum::<usize>() + 2;
+    if stored.len() != expected {
+        return false;
+    }
+    let mut rest = stored;
+    for (i, part) in parts.iter().enumerate() {
+        let Some(after) = rest.strip_prefix(part.as_bytes()) else {
+            return false;
+        };
+        rest = after;
+        if i < 2 {
+            let Some(after) = rest.strip_prefix(b"\0") else {
+                return false;
+            };
+            rest = after;
+        }
+    }
+    rest.is_empty()
+}
+
 pub(crate) fn bytes(value: &Value, what: &str) -> Result<Vec<u8>, Error> {
+    text(value, what).map(<[u8]>::to_vec)
+}
+
+/// A string field of a reply, borrowed.
+pub(crate) fn text<'a>(value: &'a Value, what: &str) -> Result<&'a [u8], Error> {
     match value {
-        Value::BulkString(b) => Ok(b.clone()),
-        Value::SimpleString(s) => Ok(s.clone().into_bytes()),
+        Value::BulkString(b) => Ok(b),
+        Value::SimpleString(s) => Ok(s.as_bytes()),
+        other => Err(corrupt(format!("{what} is {other:?}"))),
+    }
+}
+
+/// A string field of a reply, moved out of it (a stored response is not copied).
+fn into_bytes(value: Value, what: &str) -> Result<Vec<u8>, Error> {
+    match value {
+        Value::BulkString(b) => Ok(b),
+        Value::SimpleString(s) => Ok(s.into_bytes()),
         other => Err(corrupt(format!("{what} is {other:?}"))),
     }
 }
@@ -59,13 +98,13 @@ pub(crate) fn timestamp(ms: i64) -> Result<Timestamp, Error> {
 }
 
 fn check_version(version: &Value) -> Result<(), Error> {
-    let stored = bytes(version, "version")?;
+    let stored = text(version, "version")?;
     if stored == VERSION {
         return Ok(());
     }
     // VERSION is a decimal number.
     let current: u64 = std::str::from_utf8(VERSION).map_or(1, |v| v.parse().unwrap_or(1));
-    match std::str::from_utf8(&stored).ok().and_then(|v| v.parse::<u64>().ok()) {
+    match std::str::from_utf8(stored).ok().and_then(|v| v.parse::<u64>().ok()) {
         Some(newer) if newer > current => Err(corrupt(format!(
             "written by a newer version of idem (record version {newer}, this one reads {current}): upgrade this program"
         ))),
@@ -165,32 +204,35 @@ pub(crate) fn listed(fields: &[Value], prefix: &str, at_key: &str) -> Result<Lis
 
 /// Decodes `[version, fingerprint, token, state, deadline, triple, stored, response]` for `id`:
 /// `stored` says whether the record holds a response (1 or 0), `response` is that response
-/// where it was fetched (`None` where it was not). As in the SQL stores, a record whose state
-/// and response disagree (in progress with a response, completed without one) is corrupt,
-/// whether or not the response was fetched: never an in-flight answer, a mismatch, or a record
-/// to take over (C12).
-pub(crate) fn decode(fields: &[Value], id: &RecordId) -> Result<Record<Option<Vec<u8>>>, Error> {
-    let [version, fingerprint, token, state, deadline, stored_id, stored, response] = fields else {
-        return Err(corrupt(format!("{} fields", fields.len())));
+/// where it was fetched (`None` where it was not), moved out of the reply, never copied. As in
+/// the SQL stores, a record whose state and response disagree (in progress with a response,
+/// completed without one) is corrupt, whether or not the response was fetched: never an
+/// in-flight answer, a mismatch, or a record to take over (C12).
+pub(crate) fn decode(fields: Vec<Value>, id: &RecordId) -> Result<Record<Option<Vec<u8>>>, Error> {
+    let count = fields.len();
+    let Ok([version, fingerprint, token, state, deadline, stored_id, stored, response]) =
+        <[Value; 8]>::try_from(fields)
+    else {
+        return Err(corrupt(format!("{count} fields")));
     };
-    check_version(version)?;
-    if bytes(stored_id, "triple")? != triple(id) {
+    check_version(&version)?;
+    if !is_triple_of(text(&stored_id, "triple")?, id) {
         return Err(corrupt(
             "the record belongs to another (consumer, route, key)",
         ));
     }
-    let deadline = timestamp(integer(deadline, "deadline")?)?;
+    let deadline = timestamp(integer(&deadline, "deadline")?)?;
     let response = match response {
         Value::Nil => None,
-        other => Some(bytes(other, "response")?),
+        other => Some(into_bytes(other, "response")?),
     };
-    let has_response = match (integer(stored, "whether a response is stored")?, &response) {
+    let has_response = match (integer(&stored, "whether a response is stored")?, &response) {
         (0, None) => false,
         (1, _) => true,
         (0, Some(_)) => return Err(corrupt("a response read that is not stored")),
         (other, _) => return Err(corrupt(format!("whether a response is stored is {other}"))),
     };
-    let state = match (bytes(state, "state")?.as_slice(), has_response) {
+    let state = match (text(&state, "state")?, has_response) {
         (b"0", false) => RecordState::InProgress {
             lease_until: deadline,
         },
@@ -203,8 +245,8 @@ pub(crate) fn decode(fields: &[Value], id: &RecordId) -> Result<Record<Option<Ve
         (other, _) => return Err(corrupt(format!("state {other:?}"))),
     };
     Ok(Record {
-        fingerprint: Fingerprint::from_slice(&bytes(fingerprint, "fingerprint")?)?,
-        token: FencingToken::from_slice(&bytes(token, "token")?)?,
+        fingerprint: Fingerprint::from_slice(text(&fingerprint, "fingerprint")?)?,
+        token: FencingToken::from_slice(text(&token, "token")?)?,
         state,
     })
 }
@@ -212,6 +254,41 @@ pub(crate) fn decode(fields: &[Value], id: &RecordId) -> Result<Record<Option<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn id(consumer: &str, route: &str, key: &str) -> RecordId {
+        RecordId::new(
+            Scope::new(consumer, route).expect("a valid scope"),
+            IdempotencyKey::new(key).expect("a valid key"),
+        )
+    }
+
+    #[test]
+    fn c02_the_stored_triple_is_checked_against_its_own_id_only() {
+        let mine = id("acct_1", "POST /v1/charges", "k-1");
+        assert!(is_triple_of(&triple(&mine), &mine));
+        for other in [
+            id("acct_1", "POST /v1/charges", "k-2"),
+            id("acct_2", "POST /v1/charges", "k-1"),
+            id("acct_1", "POST /v1/refunds", "k-1"),
+            id("acct_1", "POST /v1/charges", "k-1x"),
+        ] {
+            assert!(!is_triple_of(&triple(&other), &mine), "{other:?}");
+            assert!(!is_triple_of(&triple(&mine), &other), "{other:?}");
+        }
+        let stored = triple(&mine);
+        let spaced: Vec<u8> = stored
+            .iter()
+            .map(|&b| if b == 0 { b' ' } else { b })
+            .collect();
+        for bad in [
+            stored[..stored.len() - 1].to_vec(),
+            [stored.as_slice(), b"\0"].concat(),
+            spaced,
+            Vec::new(),
+        ] {
+            assert!(!is_triple_of(&bad, &mine), "{bad:?}");
+        }
+    }
 
     #[test]
     fn c12_a_record_of_a_newer_version_says_so_and_another_is_unknown() {

@@ -6,7 +6,7 @@ use crate::error::{error_kind, store_error, unexpected, BACKEND};
 use crate::feed::Subscribers;
 use crate::feed_settings::{self, FeedSettings};
 use crate::listing::Scanner;
-use crate::record::{self, bytes, integer, timestamp};
+use crate::record::{self, integer, text, timestamp};
 use crate::scripts::scripts;
 use idem_core::store::{
     decide, digest_to_hex, Acquire, Capabilities, Changes, Completion, Decision, Expiry, Inspected,
@@ -503,7 +503,7 @@ impl Store for RedisStore {
                 }
                 Err(error) => return Err(error),
             };
-            let Value::Array(fields) = reply else {
+            let Value::Array(mut fields) = reply else {
                 return Err(unexpected("reserve", &reply));
             };
             let (Some(source), Some(now)) = (fields.first(), fields.get(1)) else {
@@ -514,7 +514,7 @@ impl Store for RedisStore {
                 ));
             };
             let now = timestamp(integer(now, "now")?)?;
-            if bytes(source, "source")? == b"inserted" {
+            if text(source, "source")? == b"inserted" {
                 let until = fields.get(2).ok_or_else(|| {
                     Error::store(
                         BACKEND,
@@ -529,7 +529,9 @@ impl Store for RedisStore {
                     Acquire::Fresh,
                 )));
             }
-            let current = record::decode(&fields[2..], request.id())?;
+            // The record's fields, moved (a stored response is not copied).
+            fields.drain(..2);
+            let current = record::decode(fields, request.id())?;
             let acquired = match decide(Some(current), request.fingerprint(), now) {
                 Decision::Answer(answer) => {
                     return Ok(Begin::Answered(answer.try_map(|response| {
@@ -596,7 +598,7 @@ impl Store for RedisStore {
         invocation.key(self.key_of(id));
         match self.conns.invoke(&invocation).await? {
             Value::Nil => Ok(None),
-            Value::Array(fields) => Ok(Some(decoded_record(&fields, id)?)),
+            Value::Array(fields) => Ok(Some(decoded_record(fields, id)?)),
             other => Err(unexpected("lookup", &other)),
         }
     }
@@ -606,13 +608,15 @@ impl Store for RedisStore {
         invocation.key(self.key_of(id)).arg("1");
         match self.conns.invoke(&invocation).await? {
             Value::Nil => Ok(None),
-            Value::Array(fields) => {
-                let [head @ .., reserved_at, completed_at, holder] = fields.as_slice() else {
+            Value::Array(mut fields) => {
+                let (Some(holder), Some(completed_at), Some(reserved_at)) =
+                    (fields.pop(), fields.pop(), fields.pop())
+                else {
                     return Err(unexpected("lookup", &Value::Array(fields)));
                 };
-                let record = decoded_record(head, id)?;
+                let record = decoded_record(fields, id)?;
                 let provenance = record::shown_for(
-                    record::provenance(reserved_at, completed_at, holder),
+                    record::provenance(&reserved_at, &completed_at, &holder),
                     record.is_completed(),
                 );
                 Ok(Some(Inspected { record, provenance }))
@@ -676,7 +680,7 @@ impl Store for RedisStore {
 }
 
 /// A record read by `lua/lookup.lua` (its protocol fields), response decoded.
-fn decoded_record(fields: &[Value], id: &RecordId) -> Result<Record, Error> {
+fn decoded_record(fields: Vec<Value>, id: &RecordId) -> Result<Record, Error> {
     record::decode(fields, id)?.try_map_response(|response| {
         StoredResponse::decode(&response.ok_or_else(|| {
             Error::CorruptRecord("redis record: a completed record without a response".to_owned())

@@ -91,6 +91,71 @@ async fn c12_in_progress_record_with_a_response_is_corrupt() {
     }
 }
 
+/// A value under a record's key that the store did not write: a string (another program's, or
+/// a key typed by hand) fails the first read of the reservation and of a lookup (Redis's
+/// WRONGTYPE, reported as `CorruptRecord`), and a hash without the record's fields is
+/// `CorruptRecord` too: never a fresh reservation written over it, never "absent".
+#[tokio::test]
+async fn c12_a_foreign_value_under_a_record_key_is_an_error_and_stays() {
+    for redis in BOTH {
+        let store = redis.store().await;
+        let consumer = unique_consumer("foreign");
+        let case = format!("cluster {}", redis.cluster);
+
+        let string = request(&consumer, "a-string", b"{}");
+        let key = store.key_of(string.id());
+        let () = redis
+            .raw(redis::cmd("SET").arg(&key).arg("not a record"))
+            .await;
+        let reserved = store.reserve(&string, LEASE).await;
+        assert!(
+            matches!(&reserved, Err(Error::CorruptRecord(why)) if why.contains("WRONGTYPE")),
+            "{case}, reserve over a string: {reserved:?}"
+        );
+        let looked = store.lookup(string.id()).await;
+        assert!(
+            matches!(&looked, Err(Error::CorruptRecord(why)) if why.contains("WRONGTYPE")),
+            "{case}, lookup of a string: {looked:?}"
+        );
+        let kept: String = redis.raw(redis::cmd("GET").arg(&key)).await;
+        assert_eq!(kept, "not a record", "{case}: the string was overwritten");
+
+        let other = request(&consumer, "a-hash", b"{}");
+        let key = store.key_of(other.id());
+        let added: i64 = redis
+            .raw(
+                redis::cmd("HSET")
+                    .arg(&key)
+                    .arg("owner")
+                    .arg("someone else"),
+            )
+            .await;
+        assert_eq!(added, 1, "a hash of one field of someone else's");
+        let before = hash(&redis, &key).await;
+        let reserved = store.reserve(&other, LEASE).await;
+        assert!(
+            matches!(reserved, Err(Error::CorruptRecord(_))),
+            "{case}, reserve over a foreign hash: {reserved:?}"
+        );
+        for inspect in [false, true] {
+            let looked = if inspect {
+                store.inspect(other.id()).await.map(|found| found.is_some())
+            } else {
+                store.lookup(other.id()).await.map(|found| found.is_some())
+            };
+            assert!(
+                matches!(looked, Err(Error::CorruptRecord(_))),
+                "{case}, lookup (inspect {inspect}) of a foreign hash: {looked:?}"
+            );
+        }
+        assert_eq!(
+            hash(&redis, &key).await,
+            before,
+            "{case}: the foreign hash was rewritten"
+        );
+    }
+}
+
 /// Every page of `query`, or the first error.
 async fn every_page(store: &RedisStore, query: ListQuery) -> Result<(), Error> {
     let mut query = query.limit(100);

@@ -1,0 +1,165 @@
+//! `lua/reserve.lua` by itself, on the single Redis: what each path of the one read returns.
+//! The store's own behaviour is proven by the conformance suite; these pin the script's reply,
+//! which the store decodes (`src/record.rs`), on the paths the suite cannot reach from outside:
+//! a reservation sent again with its own token after a lost answer (C4), and which replies carry
+//! the stored response (only a replay's, C7) while every reply says whether one is stored (C12).
+
+mod common;
+
+use common::redis_url;
+use idem_core::FencingToken;
+use idem_redis::redis::{self, aio::MultiplexedConnection, Script, Value};
+
+const LEASE_MS: i64 = 3_600_000;
+const GRACE_MS: i64 = 60_000;
+const TRIPLE: &[u8] = b"consumer\0POST /v1/charges\0k";
+const HOLDER: &str = "test-holder";
+
+async fn conn() -> MultiplexedConnection {
+    redis::Client::open(redis_url())
+        .expect("a Redis URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+/// A key no other test uses.
+fn fresh_key() -> String {
+    format!("reserve_script:{}", FencingToken::generate())
+}
+
+/// `reserve.lua` on `key` with `fingerprint` and `token`; the reply's fields.
+async fn reserve(
+    conn: &mut MultiplexedConnection,
+    key: &str,
+    fingerprint: &[u8],
+    token: &FencingToken,
+) -> Vec<Value> {
+    let script = Script::new(include_str!("../lua/reserve.lua"));
+    let mut invocation = script.prepare_invoke();
+    invocation
+        .key(key)
+        .arg(fingerprint)
+        .arg(token.as_bytes().as_slice())
+        .arg(LEASE_MS)
+        .arg(GRACE_MS)
+        .arg(TRIPLE)
+        .arg(HOLDER);
+    match invocation.invoke_async(conn).await.expect("reserve.lua") {
+        Value::Array(fields) => fields,
+        other => panic!("reserve.lua returned {other:?}"),
+    }
+}
+
+/// `complete.lua` on `key` with `token` and `response`: whether it landed.
+async fn complete(
+    conn: &mut MultiplexedConnection,
+    key: &str,
+    token: &FencingToken,
+    response: &[u8],
+) -> bool {
+    let script = Script::new(include_str!("../lua/complete.lua"));
+    let mut invocation = script.prepare_invoke();
+    invocation
+        .key(key)
+        .arg(token.as_bytes().as_slice())
+        .arg(response)
+        .arg(LEASE_MS);
+    let landed: i64 = invocation.invoke_async(conn).await.expect("complete.lua");
+    landed == 1
+}
+
+fn text(value: &Value) -> &[u8] {
+    match value {
+        Value::BulkString(b) => b,
+        Value::SimpleString(s) => s.as_bytes(),
+        other => panic!("a string, not {other:?}"),
+    }
+}
+
+fn int(value: &Value) -> i64 {
+    match value {
+        Value::Int(n) => *n,
+        other => panic!("an integer, not {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn c04_a_reservation_sent_again_with_its_own_token_is_the_callers() {
+    let mut conn = conn().await;
+    let key = fresh_key();
+    let token = FencingToken::generate();
+    let first = reserve(&mut conn, &key, b"fp-a", &token).await;
+    assert_eq!(text(&first[0]), b"inserted");
+    let deadline = int(&first[2]);
+    assert_eq!(
+        deadline,
+        int(&first[1]) + LEASE_MS,
+        "the deadline is Redis's now plus the lease (C11)"
+    );
+    let again = reserve(&mut conn, &key, b"fp-a", &token).await;
+    assert_eq!(
+        (text(&again[0]), int(&again[2])),
+        (b"inserted".as_slice(), deadline),
+        "the same reservation, its deadline unchanged"
+    );
+    let other = reserve(&mut conn, &key, b"fp-a", &FencingToken::generate()).await;
+    assert_eq!(text(&other[0]), b"existing", "another token is a duplicate");
+    assert_eq!(text(&other[4]), token.as_bytes().as_slice());
+}
+
+#[tokio::test]
+async fn c12_an_own_token_on_a_record_holding_a_response_is_not_the_callers() {
+    let mut conn = conn().await;
+    let key = fresh_key();
+    let token = FencingToken::generate();
+    reserve(&mut conn, &key, b"fp-a", &token).await;
+    let added: i64 = redis::cmd("HSET")
+        .arg(&key)
+        .arg("resp")
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .expect("HSET");
+    assert_eq!(added, 1);
+    let again = reserve(&mut conn, &key, b"fp-a", &token).await;
+    assert_eq!(text(&again[0]), b"existing", "{again:?}");
+    assert_eq!(
+        (text(&again[5]), int(&again[8])),
+        (b"0".as_slice(), 1),
+        "in progress and a response stored: the reader finds it corrupt"
+    );
+}
+
+#[tokio::test]
+async fn c07_only_a_replay_carries_the_response_and_every_reply_says_whether_one_is_stored() {
+    let mut conn = conn().await;
+    let key = fresh_key();
+    let token = FencingToken::generate();
+    reserve(&mut conn, &key, b"fp-a", &token).await;
+    let in_flight = reserve(&mut conn, &key, b"fp-a", &FencingToken::generate()).await;
+    assert_eq!(in_flight.len(), 10, "{in_flight:?}");
+    assert_eq!(
+        (text(&in_flight[5]), int(&in_flight[8]), &in_flight[9]),
+        (b"0".as_slice(), 0, &Value::Nil),
+        "in flight: no response stored, none sent"
+    );
+    assert!(complete(&mut conn, &key, &token, b"the stored response").await);
+    let replay = reserve(&mut conn, &key, b"fp-a", &FencingToken::generate()).await;
+    assert_eq!(
+        (text(&replay[5]), int(&replay[8]), text(&replay[9])),
+        (b"1".as_slice(), 1, b"the stored response".as_slice()),
+        "a replay: the response, read with the record"
+    );
+    let mismatch = reserve(&mut conn, &key, b"fp-b", &FencingToken::generate()).await;
+    assert_eq!(
+        (text(&mismatch[3]), int(&mismatch[8]), &mismatch[9]),
+        (b"fp-a".as_slice(), 1, &Value::Nil),
+        "a mismatch: stored, not sent"
+    );
+    assert_eq!(
+        text(&mismatch[7]),
+        TRIPLE,
+        "the triple travels for the check"
+    );
+}
