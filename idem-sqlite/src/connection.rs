@@ -70,7 +70,7 @@ pub(crate) fn open_all(config: &SqliteConfig) -> Result<(Connection, Vec<Connect
                 require_current(&writer, &config.table)?;
             }
             let readers = (0..config.readers)
-                .map(|_| connect(config))
+                .map(|_| connect(config).and_then(read_only))
                 .collect::<Result<_, _>>()?;
             Ok((writer, readers))
         };
@@ -81,6 +81,14 @@ pub(crate) fn open_all(config: &SqliteConfig) -> Result<(Connection, Vec<Connect
             result => return result,
         }
     }
+}
+
+/// Makes a reader connection `query_only`: the connections that answer replays never take
+/// SQLite's write lock, whatever work an application hands them (C5).
+pub(crate) fn read_only(conn: Connection) -> Result<Connection, Error> {
+    conn.pragma_update(None, "query_only", true)
+        .map_err(store_error)?;
+    Ok(conn)
 }
 
 /// Puts a connection back in autocommit after a use: a caller's batch that failed half-way, or a

@@ -38,6 +38,7 @@
 
 mod audit;
 mod builder;
+mod claim;
 mod config;
 mod connection;
 mod error;
@@ -51,7 +52,6 @@ mod sql;
 mod store;
 mod transactional;
 mod unique;
-mod wait;
 
 pub use audit::SqliteAudit;
 pub use builder::SqliteStoreBuilder;

@@ -4,25 +4,27 @@
 //! SQLite has one writer at a time. Several connections writing at once spend their time in
 //! SQLite's sleeping busy handler; one writer connection, whose thread takes the queued writes
 //! back to back, writes with no wake-up between two of them. Readers have connections of their
-//! own that no writer ever holds, so an answer that writes nothing (a replay, an in-flight
-//! duplicate, a mismatch) never waits for a writer (C5).
+//! own (`query_only`) that no writer ever holds, so an answer that writes nothing (a replay, an
+//! in-flight duplicate, a mismatch) never waits for a writer (C5).
 //!
 //! A request that may have to write is decided where its statement runs ([`Decide`]): on the
 //! writer at once if it is idle; else on a reader, which answers it there or hands it to the
 //! writer's queue itself, so the caller is woken once, with the result.
 //!
-//! A task whose caller left (its future dropped) before it started is not run; one that
-//! started runs to its end. A task that carries a wait (`write_within`, a transaction's
-//! `decide`) and has not started when it passes is not run either, and its caller is told so at
-//! the deadline; one that started first is waited for to its end ([`Wait`]), so nobody is ever
-//! told "not run" about work that ran. After every task a connection left inside a
-//! transaction is rolled back, or replaced when that fails, so no caller ever sees another's
-//! uncommitted writes.
+//! A task whose caller left (its future dropped) before it started is not run, and the queue
+//! lets go of it at once; one that started runs to its end. A task that carries a wait
+//! (`write_within`, a transaction's `decide`) and has not started when it passes is not run
+//! either, and its caller is told so at the deadline; one that started first is waited for to
+//! its end ([`Claim`]), so nobody is ever told "not run" about work that ran. Work runs inside
+//! the caller's Tokio runtime. After every task a connection left inside a transaction is
+//! rolled back, or replaced when that fails, so no caller ever sees another's uncommitted
+//! writes. The last handle's drop closes the connections before it returns, unless a task is
+//! still running (then they close when it ends).
 
+use crate::claim::{AbandonOnDrop, Claim};
 use crate::config::SqliteConfig;
-use crate::connection::{clean, connect};
-use crate::lane::{Lane, Slot, Task};
-use crate::wait::Wait;
+use crate::connection::clean;
+use crate::lane::{Home, Lane, Slot, Task};
 use idem_core::{Error, StoreErrorKind};
 use rusqlite::Connection;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -54,8 +56,12 @@ pub(crate) struct Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        self.writer.close();
-        self.readers.close();
+        let writer_idle = self.writer.close();
+        let readers_idle = self.readers.close();
+        if writer_idle && readers_idle {
+            self.writer.join();
+            self.readers.join();
+        }
     }
 }
 
@@ -67,56 +73,59 @@ fn unavailable(message: impl Into<String>) -> Error {
     )
 }
 
+fn busy_past_the_wait() -> Error {
+    unavailable("the SQLite writer stayed busy past the store timeout")
+}
+
 /// Runs `work` on the connection in `slot` (opening one if the slot is empty), then cleans the
 /// connection; a panic in `work` is returned as `Err` after the cleaning.
-fn run_on<T>(
-    slot: &mut Slot,
-    config: &SqliteConfig,
-    work: impl FnOnce(&mut Connection) -> T,
-) -> Reply<T> {
+fn run_on<T>(slot: &mut Slot, home: &Home, work: impl FnOnce(&mut Connection) -> T) -> Reply<T> {
     let mut conn = match slot.take() {
         Some(conn) => conn,
-        None => connect(config)?,
+        None => home.open()?,
     };
     let result = catch_unwind(AssertUnwindSafe(|| work(&mut conn)));
     *slot = clean(conn);
     Ok(result)
 }
 
-/// A task that runs `work` and sends what it gave, unless its caller left, or gave up at the
-/// end of its wait, before it started.
-fn task<T, F>(work: F, reply: oneshot::Sender<Reply<T>>, wait: Option<Wait>) -> Task
+/// The caller's Tokio runtime, if any, entered on the connection's thread while its task runs:
+/// the work and the engine's observers it calls run inside the caller's runtime, as they did on
+/// Tokio's blocking pool (`Handle::current()`, `tokio::spawn` work there).
+struct Runtime(Option<tokio::runtime::Handle>);
+
+impl Runtime {
+    fn of_caller() -> Self {
+        Self(tokio::runtime::Handle::try_current().ok())
+    }
+
+    fn enter(&self) -> Option<tokio::runtime::EnterGuard<'_>> {
+        self.0.as_ref().map(tokio::runtime::Handle::enter)
+    }
+}
+
+/// A task that runs `work` and sends what it gave, unless its caller gave up on it (left, or
+/// its wait passed) before it started.
+fn task<T, F>(work: F, reply: oneshot::Sender<Reply<T>>, claim: Claim) -> Task
 where
     F: FnOnce(&mut Connection) -> T + Send + 'static,
     T: Send + 'static,
 {
-    Box::new(move |slot, config| {
-        if reply.is_closed() {
+    let runtime = Runtime::of_caller();
+    Box::new(move |slot, home| {
+        // Past its deadline, whether or not the caller's timer fired yet: not started.
+        if claim.passed() {
+            if claim.abandon() {
+                let _ = reply.send(Err(busy_past_the_wait()));
+            }
             return;
         }
-        if let Some(wait) = &wait {
-            // Past its deadline, whether or not the caller's timer fired yet: not started.
-            if wait.passed() {
-                if wait.abandon() {
-                    let _ = reply.send(Err(busy_past_the_wait()));
-                }
-                return;
-            }
-            if !wait.start() {
-                return;
-            }
+        if !claim.start() {
+            return;
         }
-        let _ = reply.send(run_on(slot, config, work));
+        let _entered = runtime.enter();
+        let _ = reply.send(run_on(slot, home, work));
     })
-}
-
-fn busy_past_the_wait() -> Error {
-    unavailable("the SQLite writer stayed busy past the store timeout")
-}
-
-/// Waits for a task's reply; a panic in the work resumes here.
-async fn received<T>(reply: oneshot::Receiver<Reply<T>>) -> Result<T, Error> {
-    unpacked(reply.await)
 }
 
 fn unpacked<T>(reply: Result<Reply<T>, oneshot::error::RecvError>) -> Result<T, Error> {
@@ -128,29 +137,28 @@ fn unpacked<T>(reply: Result<Reply<T>, oneshot::error::RecvError>) -> Result<T, 
     }
 }
 
-/// [`received`], giving up at the end of `wait` if the task has not started by then (one that
-/// started is waited for to its end). Without a Tokio time driver, the task itself refuses to
-/// start late.
-async fn received_within<T>(
-    mut reply: oneshot::Receiver<Reply<T>>,
-    wait: Option<Wait>,
-) -> Result<T, Error> {
-    let Some(wait) = wait else {
-        return received(reply).await;
-    };
-    let deadline = tokio::time::Instant::from_std(wait.until());
-    let Ok(timer) = catch_unwind(|| tokio::time::sleep_until(deadline)) else {
-        return received(reply).await;
+/// Waits for a task's reply; a panic in the work resumes here. Dropped before the task
+/// started, it gives the task up. With a wait, it gives up at the end of it if the task has
+/// not started by then (one that started is waited for to its end); without a Tokio time
+/// driver, the task itself refuses to start late.
+async fn received<T>(mut reply: oneshot::Receiver<Reply<T>>, claim: Claim) -> Result<T, Error> {
+    let _gives_up = AbandonOnDrop(&claim);
+    let timer = claim.until().and_then(|until| {
+        let until = tokio::time::Instant::from_std(until);
+        catch_unwind(|| tokio::time::sleep_until(until)).ok()
+    });
+    let Some(timer) = timer else {
+        return unpacked(reply.await);
     };
     tokio::select! {
         biased;
         result = &mut reply => return unpacked(result),
         () = timer => {}
     }
-    if wait.abandon() {
+    if claim.abandon() {
         return Err(busy_past_the_wait());
     }
-    received(reply).await
+    unpacked(reply.await)
 }
 
 impl Pool {
@@ -159,12 +167,12 @@ impl Pool {
         readers: Vec<Connection>,
         config: Arc<SqliteConfig>,
     ) -> Result<Self, Error> {
-        let start = |name: &str, conns: Vec<Connection>| {
-            Lane::start(name, conns, Arc::clone(&config))
+        let start = |name: &str, conns: Vec<Connection>, read_only: bool| {
+            Lane::start(name, conns, Arc::clone(&config), read_only)
                 .map_err(|e| unavailable(format!("cannot start a SQLite thread: {e}")))
         };
-        let writer = start("idem-sqlite-writer", vec![writer])?;
-        let readers = match start("idem-sqlite-reader", readers) {
+        let writer = start("idem-sqlite-writer", vec![writer], false)?;
+        let readers = match start("idem-sqlite-reader", readers, true) {
             Ok(readers) => readers,
             Err(error) => {
                 writer.close();
@@ -181,8 +189,10 @@ impl Pool {
         T: Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        self.writer.push(task(work, reply, None));
-        received(answer).await
+        let claim = Claim::new(None);
+        self.writer
+            .push(task(work, reply, claim.clone()), claim.clone());
+        received(answer, claim).await
     }
 
     /// [`write`](Self::write), not run (an unavailable store error) if it has not started
@@ -193,9 +203,10 @@ impl Pool {
         T: Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let wait = Wait::new(wait);
-        self.writer.push(task(work, reply, wait.clone()));
-        received_within(answer, wait).await
+        let claim = Claim::new(Some(wait));
+        self.writer
+            .push(task(work, reply, claim.clone()), claim.clone());
+        received(answer, claim).await
     }
 
     /// Runs `work` on a reader.
@@ -205,8 +216,10 @@ impl Pool {
         T: Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        self.readers.push(task(work, reply, None));
-        received(answer).await
+        let claim = Claim::new(None);
+        self.readers
+            .push(task(work, reply, claim.clone()), claim.clone());
+        received(answer, claim).await
     }
 
     /// Decides `request` where its statement runs: on the writer at once if it is idle; else
@@ -218,39 +231,50 @@ impl Pool {
         wait: Option<Duration>,
     ) -> Result<D::Output, Error> {
         let (reply, answer) = oneshot::channel();
-        let wait = wait.and_then(Wait::new);
-        self.dispatch(request, reply, wait.clone());
-        received_within(answer, wait).await
+        let claim = Claim::new(wait);
+        self.dispatch(request, reply, claim.clone());
+        received(answer, claim).await
     }
 
     fn dispatch<D: Decide>(
         &self,
         request: D,
         reply: oneshot::Sender<Reply<D::Output>>,
-        wait: Option<Wait>,
+        claim: Claim,
     ) {
         if let Some(idle) = self.writer.idle() {
-            return idle.push(task(move |conn| request.write(conn), reply, wait));
+            let write = task(move |conn| request.write(conn), reply, claim.clone());
+            return idle.push(write, claim);
         }
         let writer = Arc::clone(&self.writer);
-        self.readers.push(Box::new(move |slot, config| {
-            if reply.is_closed() {
-                return;
-            }
-            match run_on(slot, config, |conn| request.answer(conn)) {
-                Ok(Ok(Err(request))) => {
-                    writer.push(task(move |conn| request.write(conn), reply, wait));
+        let runtime = Runtime::of_caller();
+        let on_reader = claim.clone();
+        // The reader's part only reads: it runs unless its caller gave up, and leaves the claim
+        // to the writer's part, the one that writes.
+        self.readers.push(
+            Box::new(move |slot, home| {
+                if claim.abandoned() {
+                    return;
                 }
-                Ok(Ok(Ok(output))) => {
-                    let _ = reply.send(Ok(Ok(output)));
+                // Entered here too: the part forwarded to the writer takes the runtime from here.
+                let _entered = runtime.enter();
+                match run_on(slot, home, |conn| request.answer(conn)) {
+                    Ok(Ok(Err(request))) => {
+                        let write = task(move |conn| request.write(conn), reply, claim.clone());
+                        writer.push(write, claim);
+                    }
+                    Ok(Ok(Ok(output))) => {
+                        let _ = reply.send(Ok(Ok(output)));
+                    }
+                    Ok(Err(panic)) => {
+                        let _ = reply.send(Ok(Err(panic)));
+                    }
+                    Err(error) => {
+                        let _ = reply.send(Err(error));
+                    }
                 }
-                Ok(Err(panic)) => {
-                    let _ = reply.send(Ok(Err(panic)));
-                }
-                Err(error) => {
-                    let _ = reply.send(Err(error));
-                }
-            }
-        }));
+            }),
+            on_reader,
+        );
     }
 }

@@ -129,6 +129,35 @@ impl SqliteStore {
         self.inner.pool.write(work).await
     }
 
+    /// Runs `work` on one of the store's reader connections, on its thread, never on the
+    /// writer: for a program's own reads of the same database (WAL: a reader neither waits for
+    /// the writer nor blocks it). The readers are the ones the store answers replays on, so keep
+    /// such reads short. Not run if the returned future is dropped before `work` starts (a
+    /// timeout around it, say); once started, it runs to its end.
+    ///
+    /// ```
+    /// use idem_sqlite::SqliteStore;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), idem_core::Error> {
+    /// # let dir = tempfile::tempdir().expect("temp dir");
+    /// let store = SqliteStore::open(dir.path().join("shop.db")).await?;
+    /// store.try_call(|db| db.execute_batch("CREATE TABLE charges (id INTEGER PRIMARY KEY)")).await?;
+    /// let count: i64 = store
+    ///     .read(|db| db.query_row("SELECT COUNT(*) FROM charges", [], |row| row.get(0)))
+    ///     .await?
+    ///     .expect("count");
+    /// assert_eq!(count, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn read<T, F>(&self, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(&Connection) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.inner.pool.read(move |conn| work(conn)).await
+    }
+
     /// [`call`](Self::call) for work that returns rusqlite's `Result`: its error becomes an
     /// [`Error::Store`] that keeps its nature (busy, missing table...), so one `?` does.
     pub async fn try_call<T, F>(&self, work: F) -> Result<T, Error>

@@ -192,9 +192,21 @@ fn transact_on<E>(
     execution: &Execution,
 ) -> Result<Transacted<E, SqliteEffect<E>>, Error> {
     let clock = inner.config.clock.as_ref();
-    let lease = match ops::reserve(conn, &inner.sql, clock, req, execution.lease_for())? {
+    let reserved = match ops::reserve(conn, &inner.sql, clock, req, execution.lease_for())? {
         Begin::Answered(answer) => return Ok(Transacted::Answered(answer, effect)),
-        Begin::Acquired(lease) => execution.acquired(lease),
+        Begin::Acquired(lease) => lease,
+    };
+    // The reservation is committed: from here every way out, a panic in the engine's own hooks
+    // (an application's observer) included, is an end the engine handles, never a key left in
+    // progress with nobody executing it.
+    let lease = match catch_unwind(AssertUnwindSafe(|| execution.acquired(reserved.clone()))) {
+        Ok(lease) => lease,
+        Err(panic) => {
+            return Ok(Transacted::Acquired {
+                lease: reserved,
+                end: TxEnd::Panicked(panic),
+            })
+        }
     };
     let end = (|| {
         let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
@@ -213,7 +225,11 @@ fn transact_on<E>(
         if tx.is_autocommit() {
             return TxEnd::RolledBack(rolled_back_under_the_effect());
         }
-        let completion = execution.completion(&lease, response);
+        let completion =
+            match catch_unwind(AssertUnwindSafe(|| execution.completion(&lease, response))) {
+                Ok(completion) => completion,
+                Err(panic) => return TxEnd::Panicked(panic),
+            };
         if let Err(error) = ops::complete(&tx, &inner.sql, clock.now(), &completion) {
             return TxEnd::RolledBack(error);
         }
