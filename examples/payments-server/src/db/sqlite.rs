@@ -19,8 +19,8 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
 );
 CREATE INDEX IF NOT EXISTS charges_by_account ON charges (account, seq);";
 
-/// SQLite: writes on the store's writer connection (SQLite has one writer), reads on
-/// connections of their own, which WAL never blocks.
+/// SQLite: writes on the store's writer connection (SQLite has one writer), reads on the
+/// store's reader connections (`SqliteStore::read`), which WAL never blocks.
 pub struct Sqlite {
     idem: Idempotency<SqliteStore>,
 }
@@ -35,16 +35,14 @@ impl Sqlite {
         })
     }
 
-    /// Runs a read on a connection of its own, off the async executor, within
-    /// [`READ_DEADLINE`] (past it the read is [`Unreachable`]).
+    /// Runs a read on one of the store's readers, within [`READ_DEADLINE`] (past it the read
+    /// is [`Unreachable`], and one that had not started yet never runs).
     async fn read<T: Send + 'static>(
         &self,
         work: impl FnOnce(&Connection) -> Result<T, DbError> + Send + 'static,
     ) -> Result<T, DbError> {
-        let store = self.idem.store().clone();
-        let read = tokio::task::spawn_blocking(move || work(&store.connect()?));
-        match tokio::time::timeout(READ_DEADLINE, read).await {
-            Ok(joined) => joined?,
+        match tokio::time::timeout(READ_DEADLINE, self.idem.store().read(work)).await {
+            Ok(ran) => ran?,
             Err(_) => Err(Box::new(Unreachable(format!(
                 "no answer within {READ_DEADLINE:?}"
             )))),
@@ -99,11 +97,10 @@ impl Backend for Sqlite {
         let (account, id) = (account.to_owned(), id.to_owned());
         self.read(move |db| {
             Ok(db
-                .query_row(
+                .prepare_cached(
                     "SELECT id, amount, currency, description, created FROM charges WHERE id = ?1 AND account = ?2",
-                    params![id, account],
-                    charge_of,
-                )
+                )?
+                .query_row(params![id, account], charge_of)
                 .optional()?)
         })
         .await
@@ -112,7 +109,7 @@ impl Backend for Sqlite {
     async fn list(&self, account: &str, limit: u32) -> Result<(Vec<Charge>, bool), DbError> {
         let account = account.to_owned();
         self.read(move |db| {
-            let mut statement = db.prepare(
+            let mut statement = db.prepare_cached(
                 "SELECT id, amount, currency, description, created FROM charges WHERE account = ?1 ORDER BY seq DESC LIMIT ?2",
             )?;
             let mut charges = statement
