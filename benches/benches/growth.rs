@@ -297,6 +297,7 @@ fn purge_under_load(rt: &Runtime, mode: &Mode, grown: &Grown, expired: u64, cell
             p50_us: p50,
             p99_us: p99,
             ratio_to_baseline: None,
+            ratio_to_floor: None,
         });
     }
 }

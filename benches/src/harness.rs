@@ -182,6 +182,10 @@ pub fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
+/// The name of the baseline written for the fewest hops and round trips (`benches/src/raw`):
+/// the library's ratio to it is kept beside the ratio to the first baseline.
+pub const FLOOR: &str = "floor";
+
 /// What one row of the table compares: a store, a path and a size, and the sides' operations
 /// (the first is the library, the second the baseline its ratio is taken against).
 pub struct Row<'a> {
@@ -213,18 +217,23 @@ pub fn measure(rt: &Runtime, mode: &Mode, row: &Row<'_>) -> Vec<Cell> {
                 figures[i].push((ops, percentile(&lat, 50), percentile(&lat, 99)));
             }
         }
-        let ratios: Vec<f64> = if n > 1 {
-            // The library's cost per operation relative to the baseline's: baseline ops/s ÷
-            // library ops/s in the same round (1.10 = 10% slower).
+        // The library's cost per operation relative to a baseline's: baseline ops/s ÷ library
+        // ops/s in the same round (1.10 = 10% slower).
+        let ratios_to = |baseline: usize| -> Vec<f64> {
             figures[0]
                 .iter()
-                .zip(&figures[1])
+                .zip(&figures[baseline])
                 .map(|(library, baseline)| baseline.0 / library.0)
                 .collect()
-        } else {
-            Vec::new()
         };
+        let ratios = if n > 1 { ratios_to(1) } else { Vec::new() };
         let ratio = (n > 1).then(|| median(ratios.clone()));
+        let floor = row
+            .sides
+            .iter()
+            .position(|(side, _)| *side == FLOOR)
+            .filter(|&i| i > 0)
+            .map(|i| median(ratios_to(i)));
         let mut line = format!(
             "| {} | {} | {} | {callers} |",
             row.store,
@@ -243,6 +252,7 @@ pub fn measure(rt: &Runtime, mode: &Mode, row: &Row<'_>) -> Vec<Cell> {
                 p50_us: med(|f| f.1),
                 p99_us: med(|f| f.2),
                 ratio_to_baseline: if i == 0 { ratio } else { None },
+                ratio_to_floor: if i == 0 { floor } else { None },
             };
             line.push_str(&format!(
                 " {side} {:.0} ops/s, {:.0} / {:.0} µs |",
@@ -255,6 +265,9 @@ pub fn measure(rt: &Runtime, mode: &Mode, row: &Row<'_>) -> Vec<Cell> {
                 .iter()
                 .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
             line.push_str(&format!(" {ratio:.2} [{lo:.2}..{hi:.2}] |"));
+        }
+        if let Some(floor) = floor {
+            line.push_str(&format!(" floor {floor:.2} |"));
         }
         println!("{line}");
     }

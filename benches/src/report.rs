@@ -16,7 +16,7 @@ pub struct Cell {
     pub size: usize,
     /// Concurrent callers.
     pub callers: usize,
-    /// `library`, `raw`, `raw_inline`.
+    /// `library`, `raw`, `floor`, `raw_inline`.
     pub side: String,
     /// Operations completed per second (median of the rounds).
     pub ops_per_sec: f64,
@@ -27,6 +27,10 @@ pub struct Cell {
     /// On the library's cell: its cost relative to the baseline's, the median over rounds of
     /// baseline ops/s ÷ library ops/s (1.10 = 10% slower than the hand-written code).
     pub ratio_to_baseline: Option<f64>,
+    /// On the library's cell, where the store has a `floor` baseline (the fewest hops and
+    /// round trips, not the store's own statements): the same ratio against it.
+    #[serde(default)]
+    pub ratio_to_floor: Option<f64>,
 }
 
 /// Where results go: `<workspace>/target/idem-bench/`.

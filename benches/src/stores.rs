@@ -5,6 +5,7 @@
 use crate::harness::Side;
 use crate::library::{response, CompleteOnly, Effect, Library};
 use crate::raw;
+use crate::raw::sqlite::Hops;
 use crate::transaction::{Charge, InTransaction, Transacting};
 use idem::postgres::{sqlx, PgIdempotency, PgStore};
 use idem::redis::RedisStore;
@@ -93,8 +94,9 @@ impl Charge for SqliteStore {
     }
 }
 
-/// `SqliteStore` (defaults: one writer, four readers), `raw` (the same hops by hand) and
-/// `raw_inline` (no hop), each on its own file in a temporary directory, same settings.
+/// `SqliteStore` (defaults: one writer, four readers), `raw` (the same statements behind an
+/// async mutex, one hop per phase), `floor` (one blocking hop per phase) and `raw_inline` (no
+/// hop), each on its own file in a temporary directory, same settings.
 pub async fn sqlite() -> Subject {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let store = SqliteStore::open(dir.path().join("library.db"))
@@ -110,11 +112,15 @@ pub async fn sqlite() -> Subject {
         Arc::new(Library::new(store.clone(), SqliteEffect)),
         Arc::new(raw::sqlite::RawSqlite::open(
             &dir.path().join("raw.db"),
-            false,
+            Hops::Queued,
+        )),
+        Arc::new(raw::sqlite::RawSqlite::open(
+            &dir.path().join("floor.db"),
+            Hops::Blocking,
         )),
         Arc::new(raw::sqlite::RawSqlite::open(
             &dir.path().join("inline.db"),
-            true,
+            Hops::Inline,
         )),
     ];
     Subject {
@@ -140,7 +146,7 @@ struct PgEffect;
 impl Effect<PgStore> for PgEffect {
     async fn run(&self, idem: &Idempotency<PgStore>, lease: Lease, response: StoredResponse) {
         let completion = idem.completion(&lease, response);
-        let mut tx = idem.store().pool().begin().await.expect("begin");
+        let mut tx = idem.store().transaction().await.expect("begin");
         sqlx::query(PG_CHARGE)
             .execute(&mut *tx)
             .await
@@ -185,6 +191,7 @@ pub async fn postgres() -> Subject {
     let sides: Vec<Arc<dyn Side>> = vec![
         Arc::new(Library::new(store.clone(), PgEffect)),
         Arc::new(raw::postgres::RawPostgres::connect(&url, POOL).await),
+        Arc::new(raw::postgres_floor::FloorPostgres::connect(&url, POOL).await),
     ];
     Subject {
         store: "postgres",
@@ -201,6 +208,7 @@ pub async fn redis() -> Subject {
     let sides: Vec<Arc<dyn Side>> = vec![
         Arc::new(Library::new(store, CompleteOnly)),
         Arc::new(raw::redis::RawRedis::connect(&url).await),
+        Arc::new(raw::redis_floor::FloorRedis::connect(&url).await),
     ];
     Subject {
         store: "redis",

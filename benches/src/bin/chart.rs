@@ -27,6 +27,9 @@ const LIBRARY: &str = "library";
 const RAW: &str = "raw";
 /// The hand-written code without its hop (SQLite only): a floor, shown in the tables.
 const RAW_INLINE: &str = "raw_inline";
+/// The hand-written code for the fewest hops and round trips, not the store's statements:
+/// shown in the tables with the library's ratio to it.
+const FLOOR: &str = idem_benches::harness::FLOOR;
 /// The size shown in the chart when a path was measured at several.
 const PREFERRED_SIZE: usize = 100;
 /// The dashed line.
@@ -253,7 +256,7 @@ fn svg(cells: &[Cell], title: &str) -> String {
     );
     let _ = writeln!(
         s,
-        r##"<text x="{}" y="52" text-anchor="middle" fill="#555">library time per operation ÷ hand-written, same work, driver and server (median of interleaved rounds); lower is better</text>"##,
+        r##"<text x="{}" y="52" text-anchor="middle" fill="#555">library time per operation ÷ hand-written (bars: the same statements; marks: the fewest hops), median of interleaved rounds; lower is better</text>"##,
         WIDTH / 2.0
     );
 
@@ -305,6 +308,21 @@ fn svg(cells: &[Cell], title: &str) -> String {
         r##"<text x="{}" y="{y}" fill="#c0392b">target {TARGET:.2}</text>"##,
         x + 34.0
     );
+    if cells.iter().any(|c| c.ratio_to_floor.is_some()) {
+        x += 34.0 + 90.0;
+        let _ = writeln!(
+            s,
+            r##"<line x1="{x}" y1="{}" x2="{}" y2="{}" stroke="#111" stroke-width="3"/>"##,
+            y - 4.0,
+            x + 20.0,
+            y - 4.0
+        );
+        let _ = writeln!(
+            s,
+            r##"<text x="{}" y="{y}" fill="#222">library / floor</text>"##,
+            x + 26.0
+        );
+    }
 
     if stores.is_empty() {
         let _ = writeln!(
@@ -368,10 +386,25 @@ fn panel(
             .and_then(|c| c.ratio_to_baseline)
             .filter(|r| r.is_finite())
     };
+    // The ratio to the floor baseline, drawn as a mark across the bar, where measured.
+    let floor_mark = |path: &str, size: usize, n: usize| {
+        cells
+            .iter()
+            .find(|c| {
+                c.store == store
+                    && c.side == LIBRARY
+                    && c.path == path
+                    && c.size == size
+                    && c.callers == n
+            })
+            .and_then(|c| c.ratio_to_floor)
+            .filter(|r| r.is_finite())
+    };
     let max_ratio = cells
         .iter()
         .filter(|c| c.store == store && c.side == LIBRARY)
-        .filter_map(|c| c.ratio_to_baseline)
+        .flat_map(|c| [c.ratio_to_baseline, c.ratio_to_floor])
+        .flatten()
         .filter(|r| r.is_finite())
         .fold(TARGET, f64::max);
     // Headroom for the values over the bars; outliers beyond the cap are clipped (and say so),
@@ -438,6 +471,20 @@ fn panel(
         let first = centre - bar_width * slots / 2.0;
         for (k, &n) in callers.iter().enumerate() {
             let bx = first + bar_width * k as f64;
+            if let Some(floor) = floor_mark(path, size, n) {
+                let _ = writeln!(
+                    values,
+                    r##"<line class="floor" data-path="{}" data-callers="{n}" data-ratio="{floor:.2}" x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#111" stroke-width="3"><title>{} {} ({}), {n} callers: library / floor {floor:.2}</title></line>"##,
+                    escape(path),
+                    bx + 1.0,
+                    y(floor),
+                    bx + bar_width - 1.0,
+                    y(floor),
+                    escape(store),
+                    escape(path),
+                    size_label(size),
+                );
+            }
             match bar(path, size, n) {
                 Some(ratio) => {
                     let top_y = y(ratio);
@@ -553,22 +600,26 @@ fn markdown(cells: &[Cell]) -> String {
     for store in table_stores(cells) {
         let _ = writeln!(out, "### {store}\n");
         // The inline floor (SQLite: the same SQL on the calling thread), where it was measured.
-        let inline = cells
-            .iter()
-            .any(|c| c.store == store && c.side == RAW_INLINE);
+        let has = |side: &str| cells.iter().any(|c| c.store == store && c.side == side);
+        let (inline, floor) = (has(RAW_INLINE), has(FLOOR));
         out.push_str(
             "| path | size | callers | library ops/s | raw ops/s | library / raw | library p50 / p99 (µs) | raw p50 / p99 (µs) |",
         );
-        out.push_str(if inline {
-            " raw_inline ops/s |\n|---|---|---|---|---|---|---|---|---|\n"
-        } else {
-            "\n|---|---|---|---|---|---|---|---|\n"
-        });
+        let mut columns = 8;
+        if floor {
+            out.push_str(" floor ops/s | library / floor |");
+            columns += 2;
+        }
+        if inline {
+            out.push_str(" raw_inline ops/s |");
+            columns += 1;
+        }
+        out.push_str(&format!("\n|{}\n", "---|".repeat(columns)));
         let rows = ordered(
             cells
                 .iter()
                 .filter(|c| {
-                    c.store == store && [LIBRARY, RAW, RAW_INLINE].contains(&c.side.as_str())
+                    c.store == store && [LIBRARY, RAW, FLOOR, RAW_INLINE].contains(&c.side.as_str())
                 })
                 .map(|c| (c.path.as_str(), c.size, c.callers)),
         );
@@ -607,9 +658,19 @@ fn markdown(cells: &[Cell]) -> String {
                     micros(c.p99_us)
                 )),
             );
+            if floor {
+                let _ = write!(
+                    out,
+                    " {} | {} |",
+                    find(FLOOR, row).map_or_else(dash, |c| ops(c.ops_per_sec)),
+                    library
+                        .and_then(|c| c.ratio_to_floor)
+                        .map_or_else(dash, |r| format!("{r:.2}")),
+                );
+            }
             if inline {
-                let floor = find(RAW_INLINE, row).map_or_else(dash, |c| ops(c.ops_per_sec));
-                let _ = write!(out, " {floor} |");
+                let no_hop = find(RAW_INLINE, row).map_or_else(dash, |c| ops(c.ops_per_sec));
+                let _ = write!(out, " {no_hop} |");
             }
             out.push('\n');
         }
@@ -633,6 +694,7 @@ mod tests {
             p50_us: 1_000_000.0 / ops,
             p99_us: 3_000_000.0 / ops,
             ratio_to_baseline: None,
+            ratio_to_floor: None,
         }
     }
 
@@ -690,6 +752,22 @@ mod tests {
     }
 
     #[test]
+    fn svg_marks_the_ratio_to_the_floor_across_its_bar() {
+        let mut cells = synthetic();
+        assert!(!svg(&cells, "no floor").contains(r#"class="floor""#));
+        for c in cells
+            .iter_mut()
+            .filter(|c| c.store == "sqlite" && c.side == LIBRARY && c.path == "fresh_key")
+        {
+            c.ratio_to_floor = Some(1.3);
+        }
+        let svg = svg(&cells, "floor");
+        assert_eq!(svg.matches(r#"class="floor""#).count(), 3);
+        assert!(svg.contains(r#"data-path="fresh_key" data-callers="8" data-ratio="1.30""#));
+        assert!(svg.contains("library / floor"));
+    }
+
+    #[test]
     fn svg_clips_outliers_and_writes_their_value() {
         let mut cells = synthetic();
         cells.extend(pair("postgres", "fresh_key", 0, 8, 8.0));
@@ -740,6 +818,33 @@ mod tests {
                 .count(),
             31
         );
+    }
+
+    #[test]
+    fn markdown_shows_the_floor_and_the_ratio_to_it_where_measured() {
+        let mut cells = synthetic();
+        assert!(!markdown(&cells).contains("floor"));
+        cells.push(cell("sqlite", "replay", 100, 1, FLOOR, 12_000.0));
+        for c in cells.iter_mut().filter(|c| {
+            c.store == "sqlite"
+                && c.path == "replay"
+                && c.size == 100
+                && c.callers == 1
+                && c.side == LIBRARY
+        }) {
+            c.ratio_to_floor = Some(1.2);
+        }
+        let md = markdown(&cells);
+        assert!(md.contains("| raw p50 / p99 (µs) | floor ops/s | library / floor |\n|---|---|---|---|---|---|---|---|---|---|\n"));
+        assert!(md.contains(
+            "| replay | 100 B | 1 | 10000 | 10000 | 1.00 | 100 / 300 | 100 / 300 | 12000 | 1.20 |"
+        ));
+        assert!(md.contains(
+            "| replay | 100 B | 8 | 10000 | 10000 | 1.00 | 100 / 300 | 100 / 300 | – | – |"
+        ));
+        // A store without a floor keeps its columns.
+        let redis = &md[md.find("### redis").expect("redis")..];
+        assert!(!redis.contains("floor"));
     }
 
     #[test]

@@ -71,8 +71,9 @@ fn statement(file: &str, table: &str) -> Arc<str> {
 }
 
 /// The reservation's connections: a stack taken and given back without a round trip, at most
-/// `max` at a time, each opened `READ COMMITTED` (as the store's).
-struct Connections {
+/// `max` at a time, each opened `READ COMMITTED` (as the store's). The `floor` side
+/// (`raw::postgres_floor`) keeps its connections the same way.
+pub(crate) struct Connections {
     options: PgConnectOptions,
     idle: Mutex<Vec<PgConnection>>,
     permits: Semaphore,
@@ -80,14 +81,24 @@ struct Connections {
 
 /// A connection out of the stack: given back by [`Held::give_back`] once its statement
 /// finished, closed if dropped (a panic in the middle of a statement).
-struct Held<'a> {
+pub(crate) struct Held<'a> {
     conn: Option<PgConnection>,
     home: &'a Connections,
     _permit: SemaphorePermit<'a>,
 }
 
 impl Connections {
-    async fn get(&self) -> Held<'_> {
+    /// A stack of at most `max` connections to `options`, none open yet.
+    pub(crate) fn new(options: PgConnectOptions, max: u32) -> Self {
+        Self {
+            options,
+            idle: Mutex::new(Vec::new()),
+            permits: Semaphore::new(usize::try_from(max.max(1)).unwrap_or(1)),
+        }
+    }
+
+    /// The connection given back last, or a new one.
+    pub(crate) async fn get(&self) -> Held<'_> {
         let permit = tokio::time::timeout(ACQUIRE_TIMEOUT, self.permits.acquire())
             .await
             .expect("a connection free before the acquire timeout")
@@ -126,13 +137,15 @@ impl Connections {
 }
 
 impl Held<'_> {
-    fn conn(&mut self) -> &mut PgConnection {
+    /// The connection.
+    pub(crate) fn conn(&mut self) -> &mut PgConnection {
         self.conn
             .as_mut()
             .expect("a held connection until it is given back")
     }
 
-    fn give_back(mut self) {
+    /// Back to the stack: what ran on it finished.
+    pub(crate) fn give_back(mut self) {
         if let Some(conn) = self.conn.take() {
             self.home
                 .idle
@@ -268,11 +281,7 @@ impl RawPostgres {
     pub async fn connect(url: &str, pool: u32) -> Self {
         let options: PgConnectOptions = url.parse().expect("a PostgreSQL URL");
         let table = format!("raw_{}", FencingToken::generate());
-        let conns = Connections {
-            options: options.clone(),
-            idle: Mutex::new(Vec::new()),
-            permits: Semaphore::new(usize::try_from(pool.max(1)).unwrap_or(1)),
-        };
+        let conns = Connections::new(options.clone(), pool);
         let pool = PgPoolOptions::new()
             .max_connections(pool)
             .acquire_timeout(ACQUIRE_TIMEOUT)

@@ -1,7 +1,11 @@
-//! SQLite by hand with rusqlite: one writer connection behind an async mutex (FIFO) and reader
-//! connections behind a semaphore, like the store; `raw` makes the same thread hops as the
-//! store's path (one per phase), `raw_inline` none at all (the floor; it blocks the executor,
-//! which a server must not do).
+//! SQLite by hand with rusqlite, the same statements on three arrangements of the connections:
+//! - `raw`: one writer connection behind an async mutex (FIFO) and reader connections behind a
+//!   semaphore, one `spawn_blocking` hop per phase: the store's design before its connections
+//!   had threads of their own;
+//! - `floor`: one blocking hop per phase and nothing else: `spawn_blocking`, and in it the
+//!   writer's `std::sync::Mutex` (or a reader's) taken with a blocking lock, the way a careful
+//!   person writes it for the fewest hand-offs;
+//! - `raw_inline`: no hop at all (it blocks the executor, which a server must not do).
 
 use crate::harness::{Op, Path, Side};
 use crate::library::{response, Requests, BODY, LEASE, OTHER_BODY};
@@ -10,6 +14,7 @@ use idem::sqlite::rusqlite::{params, Connection, OptionalExtension, TransactionB
 use idem::{FencingToken, Request, StoredResponse};
 use std::hint::black_box;
 use std::path::Path as FsPath;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{Mutex as AsyncMutex, Semaphore};
@@ -155,34 +160,55 @@ fn answer(conn: &Connection, request: &Request) -> Option<Answer> {
     .flatten()
 }
 
+/// How a side's calls reach its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hops {
+    /// `raw`: an async mutex (writer) or semaphore (readers), then one `spawn_blocking`.
+    Queued,
+    /// `floor`: one `spawn_blocking`, and a blocking lock in it.
+    Blocking,
+    /// `raw_inline`: on the calling task, no hop.
+    Inline,
+}
+
 /// The connections of one side.
 struct Connections {
     writer: Arc<AsyncMutex<Connection>>,
     readers: Arc<Mutex<Vec<Connection>>>,
     permits: Arc<Semaphore>,
+    /// `floor`'s connections: the writer and each reader behind a lock of its own.
+    blocking_writer: Arc<Mutex<Connection>>,
+    blocking_readers: Arc<Vec<Mutex<Connection>>>,
+    next_reader: AtomicUsize,
 }
 
-/// SQLite by hand, with hops (`raw`) or inline (`raw_inline`).
+/// SQLite by hand, with hops (`raw`), one blocking hop (`floor`) or inline (`raw_inline`).
 pub struct RawSqlite {
-    inline: bool,
+    hops: Hops,
     conns: Arc<Connections>,
     requests: Requests,
 }
 
 impl RawSqlite {
     /// A side on the database file at `path` (the store's schema is created if missing).
-    pub fn open(path: &FsPath, inline: bool) -> Self {
+    pub fn open(path: &FsPath, hops: Hops) -> Self {
         let writer = connection(path);
         writer
             .execute_batch(&idem::sqlite::schema_sql(TABLE))
             .expect("schema");
         writer.execute_batch(CHARGES).expect("charges");
+        let blocking_writer = connection(path);
         Self {
-            inline,
+            hops,
             conns: Arc::new(Connections {
                 writer: Arc::new(AsyncMutex::new(writer)),
                 readers: Arc::new(Mutex::new((0..READERS).map(|_| connection(path)).collect())),
                 permits: Arc::new(Semaphore::new(READERS)),
+                blocking_writer: Arc::new(Mutex::new(blocking_writer)),
+                blocking_readers: Arc::new(
+                    (0..READERS).map(|_| Mutex::new(connection(path))).collect(),
+                ),
+                next_reader: AtomicUsize::new(0),
             }),
             requests: Requests::new("raw"),
         }
@@ -194,14 +220,20 @@ impl RawSqlite {
 }
 
 impl Connections {
-    /// Runs `work` on the writer: in one hop, or inline.
+    /// Runs `work` on the writer.
     async fn write<T: Send + 'static>(
         &self,
-        inline: bool,
+        hops: Hops,
         work: impl FnOnce(&mut Connection) -> T + Send + 'static,
     ) -> T {
+        if hops == Hops::Blocking {
+            let writer = Arc::clone(&self.blocking_writer);
+            return tokio::task::spawn_blocking(move || work(&mut lock(&writer)))
+                .await
+                .expect("join");
+        }
         let mut writer = Arc::clone(&self.writer).lock_owned().await;
-        if inline {
+        if hops == Hops::Inline {
             return work(&mut writer);
         }
         tokio::task::spawn_blocking(move || work(&mut writer))
@@ -209,12 +241,26 @@ impl Connections {
             .expect("join")
     }
 
-    /// Runs `work` on a reader: in one hop, or inline.
+    /// Runs `work` on a reader.
     async fn read<T: Send + 'static>(
         &self,
-        inline: bool,
+        hops: Hops,
         work: impl FnOnce(&Connection) -> T + Send + 'static,
     ) -> T {
+        if hops == Hops::Blocking {
+            // A free reader if there is one, else the next in turn, waited for on this thread.
+            let start = self.next_reader.fetch_add(1, Ordering::Relaxed);
+            let readers = Arc::clone(&self.blocking_readers);
+            return tokio::task::spawn_blocking(move || {
+                let n = readers.len();
+                let free = (0..n).find_map(|i| readers[(start + i) % n].try_lock().ok());
+                let conn = free.unwrap_or_else(|| lock(&readers[start % n]));
+                work(&conn)
+            })
+            .await
+            .expect("join");
+        }
+        let inline = hops == Hops::Inline;
         let permit = Arc::clone(&self.permits)
             .acquire_owned()
             .await
@@ -237,15 +283,15 @@ impl Connections {
 #[async_trait::async_trait]
 impl Side for RawSqlite {
     fn name(&self) -> &'static str {
-        if self.inline {
-            "raw_inline"
-        } else {
-            "raw"
+        match self.hops {
+            Hops::Queued => "raw",
+            Hops::Blocking => "floor",
+            Hops::Inline => "raw_inline",
         }
     }
 
     async fn op(&self, path: Path, size: usize) -> Op {
-        let (conns, inline) = (Arc::clone(&self.conns), self.inline);
+        let (conns, hops) = (Arc::clone(&self.conns), self.hops);
         let n = self.requests.numbers(1);
         match path {
             Path::Fresh => {
@@ -259,11 +305,11 @@ impl Side for RawSqlite {
                         let token = FencingToken::generate();
                         let (r, t) = (request.clone(), token);
                         let reserved = conns
-                            .write(inline, move |db| reserve(db, &r, &t, LEASE))
+                            .write(hops, move |db| reserve(db, &r, &t, LEASE))
                             .await;
                         assert!(reserved, "a fresh key is reserved");
                         conns
-                            .write(inline, move |db| {
+                            .write(hops, move |db| {
                                 effect_and_complete(db, &request, &token, &response(100))
                             })
                             .await;
@@ -277,13 +323,13 @@ impl Side for RawSqlite {
                 let (r, t) = (first.clone(), token);
                 assert!(
                     conns
-                        .write(true, move |db| reserve(db, &r, &t, LEASE))
+                        .write(Hops::Inline, move |db| reserve(db, &r, &t, LEASE))
                         .await
                 );
                 if path != Path::InFlight {
                     let r = first.clone();
                     conns
-                        .write(true, move |db| {
+                        .write(Hops::Inline, move |db| {
                             effect_and_complete(db, &r, &token, &response(size))
                         })
                         .await;
@@ -297,7 +343,7 @@ impl Side for RawSqlite {
                 Arc::new(move || {
                     let (conns, asked) = (Arc::clone(&conns), Arc::clone(&asked));
                     Box::pin(async move {
-                        let got = conns.read(inline, move |db| answer(db, &asked)).await;
+                        let got = conns.read(hops, move |db| answer(db, &asked)).await;
                         assert_eq!(got, Some(expected));
                     })
                 })
@@ -314,7 +360,7 @@ impl Side for RawSqlite {
         // seeds: the same rows written the same way, so both purges delete the same layout.
         for request in requests {
             self.conns
-                .write(false, move |db| {
+                .write(Hops::Queued, move |db| {
                     reserve(
                         db,
                         &request,
@@ -330,7 +376,7 @@ impl Side for RawSqlite {
     async fn purge(&self, n: usize) -> usize {
         let limit = i64::try_from(n).unwrap_or(i64::MAX);
         self.conns
-            .write(self.inline, move |db| {
+            .write(self.hops, move |db| {
                 db.prepare_cached(PURGE)
                     .expect("prepare")
                     .execute(params![now_ms(), limit])
