@@ -1,8 +1,9 @@
 //! The money path called `n` times in a row, for counting instructions with callgrind: a count
 //! that a shared, noisy machine does not change (docs/benchmarks.md, "Instructions per call").
 //!
-//! `profile_tx <library|guard|raw> <replay|fresh> <n>`, with `STORE=sqlite` (the default) or
-//! `STORE=postgres` (then `IDEM_PG_URL`, as `scripts/services.sh` sets it). `library` is
+//! `profile_tx <library|guard|raw> <replay|fresh> <n>`, with `STORE=sqlite` (the default),
+//! `STORE=postgres` (then `IDEM_PG_URL`, as `scripts/services.sh` sets it) or `STORE=memory`
+//! (the engine's own cost: `guard` only). `library` is
 //! `run_in_transaction`, `guard` the guard style (`begin`, the effect and `complete_in` in the
 //! caller's transaction), `raw` the hand-written baseline of the same path. Instructions per
 //! call are the difference of two runs (say `n` = 500 and 1500) divided by the difference of
@@ -61,6 +62,7 @@ fn main() -> ExitCode {
     runtime.block_on(async {
         let subject = match std::env::var("STORE").as_deref() {
             Ok("postgres") => stores::postgres().await,
+            Ok("memory") => stores::memory().await,
             _ => stores::sqlite().await,
         };
         let op = match (side, &subject.in_transaction, subject.sides.as_slice()) {

@@ -19,9 +19,9 @@ impl<S: Store + AsRef<SqliteStore> + 'static> Reservation<S> {
     /// [`NothingHappened`](crate::NothingHappened): the key is released (fenced: if a commit
     /// did land after all, the record stays completed and the retry replays it).
     ///
-    /// `effect` is synchronous and runs on the blocking pool, holding SQLite's one write lock:
-    /// keep it to the database work (no calls to other systems). It runs to its end even if
-    /// the client disconnects. See `SqliteStore::complete_in_transaction` for the guard style.
+    /// `effect` is synchronous and runs on the store's writer thread, holding SQLite's one write
+    /// lock: keep it to the database work (no calls to other systems). Once started it runs to
+    /// its end even if the client disconnects. See `SqliteStore::complete_in_transaction` for the guard style.
     ///
     /// ```
     /// use axum::http::StatusCode;
