@@ -13,6 +13,7 @@
 //! - [`report`]: the results, for the chart (`cargo run -p idem-benches --bin chart`).
 #![forbid(unsafe_code)]
 
+pub mod exercise;
 pub mod harness;
 pub mod library;
 pub mod raw;

@@ -373,30 +373,23 @@ fn panel(
             .filter(|c| c.store == store && c.side == LIBRARY && c.ratio_to_baseline.is_some())
             .map(|c| c.path.as_str()),
     );
+    let library = |path: &str, size: usize, n: usize| {
+        cells.iter().find(|c| {
+            c.store == store
+                && c.side == LIBRARY
+                && c.path == path
+                && c.size == size
+                && c.callers == n
+        })
+    };
     let bar = |path: &str, size: usize, n: usize| {
-        cells
-            .iter()
-            .find(|c| {
-                c.store == store
-                    && c.side == LIBRARY
-                    && c.path == path
-                    && c.size == size
-                    && c.callers == n
-            })
+        library(path, size, n)
             .and_then(|c| c.ratio_to_baseline)
             .filter(|r| r.is_finite())
     };
     // The ratio to the floor baseline, drawn as a mark across the bar, where measured.
     let floor_mark = |path: &str, size: usize, n: usize| {
-        cells
-            .iter()
-            .find(|c| {
-                c.store == store
-                    && c.side == LIBRARY
-                    && c.path == path
-                    && c.size == size
-                    && c.callers == n
-            })
+        library(path, size, n)
             .and_then(|c| c.ratio_to_floor)
             .filter(|r| r.is_finite())
     };

@@ -331,25 +331,7 @@ mod tests {
             .expect("IDEM_PG_URL is not set: start the servers with scripts/services.sh (or run scripts/test)");
         let side = FloorPostgres::connect(&url, 4).await;
         assert_eq!(side.name(), "floor");
-        for path in Path::ALL {
-            let op = side.op(path, 64 * 1024).await;
-            for _ in 0..200 {
-                op().await;
-            }
-            let callers: Vec<_> = (0..8)
-                .map(|_| {
-                    let op = Arc::clone(&op);
-                    tokio::spawn(async move {
-                        for _ in 0..25 {
-                            op().await;
-                        }
-                    })
-                })
-                .collect();
-            for caller in callers {
-                caller.await.expect("a caller panicked");
-            }
-        }
+        crate::exercise::every_path(&side).await;
         side.seed_expired(50).await;
         assert_eq!(side.purge(20).await, 20, "one bounded batch");
         assert_eq!(side.purge(1000).await, 30, "the rest of the seeded records");

@@ -330,25 +330,7 @@ mod tests {
             .expect("IDEM_REDIS_URL is not set: start the servers with scripts/services.sh (or run scripts/test)");
         let side = RawRedis::connect(&url).await;
         assert_eq!(side.name(), "raw");
-        for path in Path::ALL {
-            let op = side.op(path, 64 * 1024).await;
-            for _ in 0..200 {
-                op().await;
-            }
-            let callers: Vec<_> = (0..8)
-                .map(|_| {
-                    let op = Arc::clone(&op);
-                    tokio::spawn(async move {
-                        for _ in 0..25 {
-                            op().await;
-                        }
-                    })
-                })
-                .collect();
-            for caller in callers {
-                caller.await.expect("a caller panicked");
-            }
-        }
+        crate::exercise::every_path(&side).await;
         let base = side.requests.peek();
         side.seed_expired(20).await;
         assert_eq!(side.purge(1000).await, 0, "Redis expires records itself");
