@@ -146,7 +146,7 @@ struct PgEffect;
 impl Effect<PgStore> for PgEffect {
     async fn run(&self, idem: &Idempotency<PgStore>, lease: Lease, response: StoredResponse) {
         let completion = idem.completion(&lease, response);
-        let mut tx = idem.store().transaction().await.expect("begin");
+        let mut tx = idem.store().pool().begin().await.expect("begin");
         sqlx::query(PG_CHARGE)
             .execute(&mut *tx)
             .await

@@ -127,11 +127,6 @@ impl Held<'_> {
         self.conn.as_mut().expect("a held connection")
     }
 
-    pub(crate) fn conn_ref(&self) -> &PgConnection {
-        // Always `Some` until `finish` consumes the guard.
-        self.conn.as_ref().expect("a held connection")
-    }
-
     /// Gives the connection back: what ran on it ended cleanly.
     pub(crate) fn give_back(self) {
         self.finish(&Ok::<(), Error>(()));

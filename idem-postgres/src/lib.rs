@@ -37,6 +37,7 @@ mod broken_effect;
 mod config;
 mod connections;
 mod deadlines;
+mod effect_connection;
 mod error;
 mod feed;
 mod feed_settings;
@@ -47,7 +48,6 @@ mod row;
 mod session;
 mod sql;
 mod store;
-mod store_transaction;
 mod transactional;
 mod unique;
 
@@ -57,7 +57,6 @@ pub use idem_core::InsertOrFetch;
 pub use migrate::{schema_sql, SCHEMA_VERSION};
 pub use params::StatementMode;
 pub use store::{PgStore, PgStoreBuilder};
-pub use store_transaction::PgTransaction;
 pub use transactional::{EffectFuture, PgEffect, PgIdempotency, PgTransactional};
 pub use unique::{insert_or_fetch, unique_violation};
 

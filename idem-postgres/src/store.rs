@@ -39,7 +39,8 @@ use std::time::Duration;
 ///   [`run_in_transaction`](crate::PgIdempotency::run_in_transaction), on connections of its
 ///   own, taken and given back without the ping sqlx's pool sends (on return always, on
 ///   acquire by default): a fresh key costs 5 round trips (reserve; BEGIN, the effect's
-///   statement, completion, COMMIT), an answer 1.
+///   statement, completion, COMMIT), an answer 1. A store built over your pool
+///   ([`PgStoreBuilder::pool`]) runs the effects on that pool, in its sessions.
 /// - **A change feed** (C5): duplicates that wait for their original
 ///   ([`InFlightAnswer::Wait`](idem_core::InFlightAnswer::Wait)) in other processes are woken by
 ///   its `pg_notify` announcements, through a `LISTEN` on a session of its own that finds its
@@ -74,6 +75,9 @@ pub(crate) struct Inner {
     /// and the connect options give (the effect's statements run under your settings, not the
     /// store's deadlines); given back only after a transaction that ended cleanly.
     pub(crate) tx_conns: Connections,
+    /// Built over the application's pool ([`PgStoreBuilder::pool`]): the effects' transactions
+    /// run on that pool, in the sessions it sets up (`crate::effect_connection`).
+    pub(crate) effects_on_pool: bool,
     pub(crate) ops: Ops,
     pub(crate) config: PgConfig,
     /// The change feed's settings (`crate::feed`).
@@ -315,21 +319,25 @@ impl PgStoreBuilder {
             .acquire_timeout(self.acquire_timeout)
             .test_before_acquire(false)
             .connect_lazy_with(options.clone());
-        let store = PgStore::from_parts(pool, options, listener, self);
+        let store = PgStore::from_parts(pool, options, listener, self, false);
         let probe = store.inner.conns.get().await?;
         probe.finish::<()>(&Ok(()));
         Ok(store)
     }
 
-    /// Uses your pool for your transactions (typically the one of your business code); the
-    /// store opens its own connections with the pool's connect options. Build the pool with
-    /// `test_before_acquire(false)` for your own round trips' sake.
+    /// Uses your pool for your transactions (typically the one of your business code), the
+    /// effects' transactions of `run_in_transaction` included: they run in the sessions your
+    /// pool sets up (its `after_connect`: a role, a `search_path`, a tenant setting), at the
+    /// cost of the ping sqlx sends when a connection comes back (6 round trips per fresh key
+    /// instead of 5). The store opens its own connections for its own statements with the
+    /// pool's connect options. Build the pool with `test_before_acquire(false)` for your own
+    /// round trips' sake.
     pub fn pool(self, pool: PgPool) -> Result<PgStore, Error> {
         validate(&self.config)?;
         feed_settings::validate(&self.feed)?;
         let options = (*pool.connect_options()).clone();
         let listener = self.listener.options(&options)?;
-        Ok(PgStore::from_parts(pool, options, listener, self))
+        Ok(PgStore::from_parts(pool, options, listener, self, true))
     }
 }
 
@@ -361,6 +369,7 @@ impl PgStore {
         options: PgConnectOptions,
         listener: ListenerOptions,
         builder: PgStoreBuilder,
+        effects_on_pool: bool,
     ) -> Self {
         let config = builder.config;
         let ops = Ops {
@@ -394,6 +403,7 @@ impl PgStore {
                 conns,
                 beat_conns,
                 tx_conns,
+                effects_on_pool,
                 ops,
                 config,
                 feed: builder.feed,
@@ -403,9 +413,10 @@ impl PgStore {
         }
     }
 
-    /// The pool, for your own transactions. sqlx pings each connection given back to it (a
-    /// round trip more per transaction); [`transaction`](Self::transaction) opens one on the
-    /// store's own connections instead.
+    /// The pool, for your own transactions (sqlx pings each connection given back to it: a
+    /// round trip more per transaction). The effects of `run_in_transaction` run on the store's
+    /// own connections, unless the store was built over your pool
+    /// ([`PgStoreBuilder::pool`]): then on that pool, in the sessions it sets up.
     pub fn pool(&self) -> &PgPool {
         &self.inner.pool
     }

@@ -5,6 +5,7 @@
 
 use crate::broken_effect::broken_effect;
 use crate::config::Isolation;
+use crate::effect_connection::EffectConnection;
 use crate::error::{is_broken_link, store_error, BACKEND};
 use crate::params::{fetch_all, Param};
 use crate::row;
@@ -180,30 +181,36 @@ impl PgStore {
     ) -> TxEnd<E> {
         let mut effect = effect;
         let conns = &self.inner.tx_conns;
-        // A connection that died while idle in the stack fails its BEGIN at once: nothing ran,
-        // so the transaction begins again, once, on a newly opened connection.
+        // A connection that died while idle fails its BEGIN at once: nothing ran, so the
+        // transaction begins again, once, on another connection (a newly opened one of the
+        // store's own).
         for attempt in 0..2 {
             let acquire = async {
-                if attempt == 0 {
-                    conns.get().await
-                } else {
-                    conns.get_fresh().await
+                if self.inner.effects_on_pool {
+                    let conn = self.pool().acquire().await.map_err(store_error)?;
+                    return Ok(EffectConnection::pool(conn));
                 }
+                let held = if attempt == 0 {
+                    conns.get().await?
+                } else {
+                    conns.get_fresh().await?
+                };
+                Ok(EffectConnection::own(held))
             };
-            let mut held = match execution
+            let mut conn = match execution
                 .bounded(Operation::Transaction, lease.id(), acquire)
                 .await
             {
-                Ok(held) => held,
+                Ok(conn) => conn,
                 Err(error) => return TxEnd::RolledBack(error),
             };
             match self
-                .transaction_on(held.conn(), lease, effect, execution)
+                .transaction_on(conn.conn(), lease, effect, execution)
                 .await
             {
                 Ok((end, clean)) => {
                     if clean {
-                        held.give_back();
+                        conn.keep();
                     }
                     return end;
                 }

@@ -191,18 +191,22 @@ async fn c05_a_duplicate_of_an_effect_that_outlives_its_lease_is_in_flight_at_on
     let idem = engine(Policy::default().lease(Duration::from_millis(200))).await;
     let intent = unique("long-effect");
     let request = charge_request(&idem, &intent, 700);
+    let (started, effect_started) = tokio::sync::oneshot::channel::<()>();
     let first = {
         let (idem, request, i) = (idem.clone(), request.clone(), intent.clone());
         tokio::spawn(async move {
             idem.run_in_transaction(&request, move |tx, _| {
                 let id = insert_charge(tx, &i, 700)?;
+                let _ = started.send(());
                 std::thread::sleep(Duration::from_millis(900));
                 Ok::<_, rusqlite::Error>(StoredResponse::new(201, format!("charge {id}")))
             })
             .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Once the effect runs (whenever a loaded machine lets it start), past its 200 ms lease.
+    effect_started.await.expect("the effect started");
+    tokio::time::sleep(Duration::from_millis(300)).await;
     for _ in 0..3 {
         let started = std::time::Instant::now();
         let duplicate = idem

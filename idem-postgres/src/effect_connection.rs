@@ -1,0 +1,72 @@
+//! The connection that carries one effect's transaction (`run_in_transaction`).
+//!
+//! - On a store that opened its own connections ([`PgStoreBuilder::connect`](
+//!   crate::PgStoreBuilder::connect)): one of the store's connections for transactions, taken
+//!   and given back without a round trip (sqlx's pool pings a connection given back to it: a
+//!   message more per fresh key).
+//! - On a store built over the application's pool ([`PgStoreBuilder::pool`](
+//!   crate::PgStoreBuilder::pool)): a connection of that pool, so that the effect runs in the
+//!   session the application set its connections up for (a role, a `search_path`, a tenant
+//!   setting for row-level security, in its `after_connect`), at the cost of that ping.
+//!
+//! Either goes back only once its transaction ended cleanly: committed, or rolled back with the
+//! server's answer. Anything else (a statement cut off by the engine's deadline, a broken link,
+//! a COMMIT in doubt, a panic, the execution dropped) closes it: a connection cut off
+//! mid-statement behind a dead link, or behind a row lock the server waits on, would otherwise
+//! hold its slot for good (sqlx waits for the answer to its ping without a deadline) (C13).
+
+use crate::connections::Held;
+use sqlx::pool::PoolConnection;
+use sqlx::{PgConnection, Postgres};
+
+/// A connection that is closed on drop unless [`kept`](Self::keep): one of the store's own, or
+/// one of the application's pool.
+pub(crate) struct EffectConnection<'s> {
+    own: Option<Held<'s>>,
+    pool: Option<PoolConnection<Postgres>>,
+}
+
+impl<'s> EffectConnection<'s> {
+    /// One of the store's own connections for transactions.
+    pub(crate) fn own(held: Held<'s>) -> Self {
+        Self {
+            own: Some(held),
+            pool: None,
+        }
+    }
+
+    /// A connection of the application's pool.
+    pub(crate) fn pool(conn: PoolConnection<Postgres>) -> Self {
+        Self {
+            own: None,
+            pool: Some(conn),
+        }
+    }
+
+    pub(crate) fn conn(&mut self) -> &mut PgConnection {
+        match (&mut self.own, &mut self.pool) {
+            (Some(held), _) => held.conn(),
+            // One of the two is `Some` until `keep` consumes the guard.
+            (None, pool) => pool.as_mut().expect("an effect connection"),
+        }
+    }
+
+    /// Gives the connection back: its transaction ended cleanly.
+    pub(crate) fn keep(mut self) {
+        if let Some(held) = self.own.take() {
+            held.give_back();
+        }
+        // Dropped, a pool connection goes back to its pool.
+        drop(self.pool.take());
+    }
+}
+
+impl Drop for EffectConnection<'_> {
+    fn drop(&mut self) {
+        // A connection of the store's own (`self.own`) is closed by dropping it.
+        if let Some(conn) = self.pool.take() {
+            // Closing the socket without a word: the server rolls back whatever was open.
+            drop(conn.detach());
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! The session an effect of `run_in_transaction` runs in. A store built over the
+//! application's pool (`PgStoreBuilder::pool`) runs the effects' transactions on that pool, set
+//! up as that pool sets its connections up (a tenant for row-level security, a `search_path`, a
+//! role: its `after_connect`); a store that opened its own connections runs them on its own.
+
+mod common;
+
+use common::{pg_url, SCHEMA};
+use idem_core::{FencingToken, Idempotency, Outcome, StoredResponse};
+use idem_postgres::sqlx::{self, postgres::PgPoolOptions};
+use idem_postgres::{PgIdempotency, PgStore};
+use std::sync::{Arc, Mutex};
+
+#[tokio::test]
+async fn c06_the_effect_runs_on_a_session_set_up_as_the_pool_you_passed_sets_it_up() {
+    // The pool of your business code, whose sessions carry what your SQL relies on (a tenant
+    // for row-level security, a search_path, a role), set when each connection opens.
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .test_before_acquire(false)
+        .after_connect(|conn, _meta| {
+            Box::pin(async move {
+                sqlx::raw_sql("SET idem_review.tenant = 'acct_1'")
+                    .execute(&mut *conn)
+                    .await
+                    .map(drop)
+            })
+        })
+        .connect(&pg_url())
+        .await
+        .expect("the business pool");
+    let store = PgStore::builder()
+        .schema(SCHEMA)
+        .table(&format!("t_{}", FencingToken::generate()))
+        .pool(pool.clone())
+        .expect("a store on the business pool");
+    store.migrate().await.expect("migrate");
+    let (on_the_pool,): (Option<String>,) =
+        sqlx::query_as("SELECT current_setting('idem_review.tenant', true)")
+            .fetch_one(&pool)
+            .await
+            .expect("the pool's session");
+    assert_eq!(on_the_pool.as_deref(), Some("acct_1"));
+
+    let idem = Idempotency::new(store);
+    let request = idem
+        .request("acct_1", "POST", "/charges")
+        .key(Some(&format!("tenant-{}", FencingToken::generate())))
+        .body(b"{}")
+        .build()
+        .expect("request");
+    let seen = Arc::new(Mutex::new(None::<Option<String>>));
+    let seen_in_effect = Arc::clone(&seen);
+    let outcome = idem
+        .run_in_transaction(&request, move |tx, _lease| {
+            Box::pin(async move {
+                let (tenant,): (Option<String>,) =
+                    sqlx::query_as("SELECT current_setting('idem_review.tenant', true)")
+                        .fetch_one(&mut *tx)
+                        .await?;
+                *seen_in_effect.lock().expect("not poisoned") = Some(tenant);
+                Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
+            })
+        })
+        .await
+        .expect("run_in_transaction");
+    assert!(matches!(outcome, Outcome::Executed(_)), "{outcome:?}");
+    let tenant = seen.lock().expect("not poisoned").clone();
+    assert_eq!(
+        tenant,
+        Some(Some("acct_1".to_owned())),
+        "the effect ran on a connection opened with the pool's connect options only: the \
+         pool's after_connect set-up (tenant, search_path, role) is missing from its session"
+    );
+}
