@@ -5,7 +5,7 @@
 //! key (a replay).
 //!
 //! ```sh
-//! cargo run -p payments-server -- --addr 127.0.0.1:8080 --database /tmp/load.db &
+//! cargo run -p payments-server -- --addr 127.0.0.1:8080 --database load.db &
 //! cargo run -p payments-server --example load -- http://127.0.0.1:8080 8 5
 //! ```
 
