@@ -23,8 +23,30 @@ use std::thread::JoinHandle;
 pub(crate) type Slot = Option<Connection>;
 
 /// One unit of work for a lane's thread. It checks for itself whether it is still wanted (its
-/// claim) and sends its own reply.
-pub(crate) type Task = Box<dyn FnOnce(&mut Slot, &Home) + Send>;
+/// claim) and sends its own reply, after telling the lane it is [`Finished`].
+pub(crate) type Task = Box<dyn FnOnce(&mut Slot, &Home, Finished<'_>) + Send>;
+
+/// A running task's mark on its lane, taken off when the task says it is finished (or when it
+/// is dropped, should the task not say so). A task says so before it sends its reply: a caller
+/// that drops the last handle on the store as soon as it has its answer finds the lane idle and
+/// waits for its connections to close, instead of leaving them to a thread that is only still
+/// tidying up.
+pub(crate) struct Finished<'a>(Option<&'a Lane>);
+
+impl Finished<'_> {
+    /// The task is done with its connection; what it does after this is only send its reply.
+    pub(crate) fn now(&mut self) {
+        if let Some(lane) = self.0.take() {
+            lane.lock().running -= 1;
+        }
+    }
+}
+
+impl Drop for Finished<'_> {
+    fn drop(&mut self) {
+        self.now();
+    }
+}
 
 /// The queue is searched for abandoned tasks once it is this long, then each time it doubles.
 const PRUNE_FROM: usize = 64;
@@ -207,10 +229,10 @@ impl Lane {
                 continue;
             }
             let task = queued.task;
+            let finished = Finished(Some(self));
             // A task catches its work's panic and sends it to its caller; this one keeps the
-            // thread alive should anything else in the task panic.
-            let _ = catch_unwind(AssertUnwindSafe(|| task(&mut slot, home)));
-            self.lock().running -= 1;
+            // thread alive should anything else in the task panic (the unwind drops `finished`).
+            let _ = catch_unwind(AssertUnwindSafe(|| task(&mut slot, home, finished)));
         }
     }
 }

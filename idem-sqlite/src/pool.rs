@@ -24,7 +24,7 @@
 use crate::claim::{AbandonOnDrop, Claim};
 use crate::config::SqliteConfig;
 use crate::connection::clean;
-use crate::lane::{Home, Lane, Slot, Task};
+use crate::lane::{Finished, Home, Lane, Slot, Task};
 use idem_core::{Error, StoreErrorKind};
 use rusqlite::Connection;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -55,12 +55,17 @@ pub(crate) struct Pool {
 }
 
 impl Drop for Pool {
+    /// The readers close first and the writer last, alone: SQLite checkpoints the WAL into the
+    /// database file and removes it only on a close that finds no other connection open, so two
+    /// connections closing at the same time may each see the other and both leave the WAL.
     fn drop(&mut self) {
-        let writer_idle = self.writer.close();
         let readers_idle = self.readers.close();
-        if writer_idle && readers_idle {
-            self.writer.join();
+        if readers_idle {
             self.readers.join();
+        }
+        let writer_idle = self.writer.close();
+        if readers_idle && writer_idle {
+            self.writer.join();
         }
     }
 }
@@ -112,20 +117,28 @@ where
     T: Send + 'static,
 {
     let runtime = Runtime::of_caller();
-    Box::new(move |slot, home| {
+    Box::new(move |slot, home, finished| {
         // Past its deadline, whether or not the caller's timer fired yet: not started.
         if claim.passed() {
             if claim.abandon() {
-                let _ = reply.send(Err(busy_past_the_wait()));
+                send(reply, Err(busy_past_the_wait()), finished);
             }
             return;
         }
         if !claim.start() {
             return;
         }
-        let _entered = runtime.enter();
-        let _ = reply.send(run_on(slot, home, work));
+        let entered = runtime.enter();
+        let result = run_on(slot, home, work);
+        drop(entered);
+        send(reply, result, finished);
     })
+}
+
+/// Sends a task's reply once the lane knows the task is finished.
+fn send<T>(reply: oneshot::Sender<Reply<T>>, value: Reply<T>, mut finished: Finished<'_>) {
+    finished.now();
+    let _ = reply.send(value);
 }
 
 fn unpacked<T>(reply: Result<Reply<T>, oneshot::error::RecvError>) -> Result<T, Error> {
@@ -252,7 +265,7 @@ impl Pool {
         // The reader's part only reads: it runs unless its caller gave up, and leaves the claim
         // to the writer's part, the one that writes.
         self.readers.push(
-            Box::new(move |slot, home| {
+            Box::new(move |slot, home, finished| {
                 if claim.abandoned() {
                     return;
                 }
@@ -263,15 +276,9 @@ impl Pool {
                         let write = task(move |conn| request.write(conn), reply, claim.clone());
                         writer.push(write, claim);
                     }
-                    Ok(Ok(Ok(output))) => {
-                        let _ = reply.send(Ok(Ok(output)));
-                    }
-                    Ok(Err(panic)) => {
-                        let _ = reply.send(Ok(Err(panic)));
-                    }
-                    Err(error) => {
-                        let _ = reply.send(Err(error));
-                    }
+                    Ok(Ok(Ok(output))) => send(reply, Ok(Ok(output)), finished),
+                    Ok(Err(panic)) => send(reply, Ok(Err(panic)), finished),
+                    Err(error) => send(reply, Err(error), finished),
                 }
             }),
             on_reader,
