@@ -102,7 +102,7 @@ pub use key::IdempotencyKey;
 pub use lease::Lease;
 pub use memory::MemoryStore;
 pub use outcome::{Failure, Outcome, Reply, RunError};
-pub use policy::{InFlightAnswer, Policy};
+pub use policy::{Commits, InFlightAnswer, Policy};
 pub use problem::{problem, retry_after_secs, Problem, PROBLEM_BASE};
 pub use purger::Purger;
 pub use request::{Request, RequestBuilder};

@@ -200,6 +200,14 @@ pub struct Capabilities {
     /// Whether [`Store::announce`] tells other processes anything (the engine calls it only
     /// then) and [`Store::watch`] has a feed.
     pub change_feed: bool,
+    /// Whether this process alone writes the store's records, so that the engine keeps
+    /// duplicates of a one-commit execution ([`Commits::One`](crate::Commits::One), C15) away
+    /// from its uncommitted reservation itself: every reservation through the engine first
+    /// claims its record in this process, and a claim that meets a one-commit execution's is
+    /// answered in flight (or mismatch) at once, without the store. Set by a store whose
+    /// statements cannot tell that a transaction holds a reservation (SQLite, opened for one
+    /// commit); a store that can tell (PostgreSQL's advisory locks) leaves it unset.
+    pub process_gate: bool,
 }
 
 impl Default for Capabilities {
@@ -208,6 +216,7 @@ impl Default for Capabilities {
             expiry: Expiry::Purge,
             listing: ListingOrder::Selection,
             change_feed: false,
+            process_gate: false,
         }
     }
 }
@@ -228,6 +237,12 @@ impl Capabilities {
     /// Capabilities with [`change_feed`](Self::change_feed).
     pub fn with_change_feed(mut self, change_feed: bool) -> Self {
         self.change_feed = change_feed;
+        self
+    }
+
+    /// Capabilities with [`process_gate`](Self::process_gate).
+    pub fn with_process_gate(mut self, process_gate: bool) -> Self {
+        self.process_gate = process_gate;
         self
     }
 }

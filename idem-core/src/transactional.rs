@@ -8,6 +8,7 @@ use crate::completion::Completion;
 use crate::error::Error;
 use crate::event::{Event, EventKind, Operation};
 use crate::lease::Lease;
+use crate::policy::Commits;
 use crate::record::Record;
 use crate::request::Request;
 use crate::response::StoredResponse;
@@ -35,6 +36,16 @@ use std::time::{Duration, Instant};
 ///   same transaction with the fenced completion statement, commits, and says what became of the
 ///   transaction in a [`TxEnd`]: committed, rolled back (the effect with it), or in doubt (the
 ///   commit was sent and its answer lost).
+///
+/// When [`Execution::commits`] is [`Commits::One`] (C15), it opens the transaction first and
+/// reserves inside it, so that reservation, effect and completion commit once, together, or
+/// not at all. A duplicate must still be answered at once while that transaction runs, never
+/// wait on its uncommitted reservation: the store's reservation statement tells that a
+/// transaction holds the record (PostgreSQL: an advisory lock taken by every reservation), or
+/// the store declares a [`process_gate`](crate::store::Capabilities::process_gate) and the
+/// engine keeps duplicates away. A store that can do neither (or was not opened for it)
+/// refuses the mode before anything runs, with a [`StoreErrorKind::Misconfigured`](
+/// crate::StoreErrorKind::Misconfigured) error.
 ///
 /// It never releases, retries, screens or decides: the engine does, from the [`TxEnd`]. Store
 /// calls that it makes on its own connections go through [`Execution::bounded`], so that they
@@ -152,6 +163,7 @@ struct Shared<H: ?Sized> {
 
 /// What the engine does at the store's call: implemented by the engine.
 pub(crate) trait Hooks: Send + Sync {
+    fn commits(&self) -> Commits;
     fn lease_for(&self) -> Duration;
     fn store_timeout(&self) -> Duration;
     fn acquired(&self, lease: Lease) -> (Lease, Box<dyn Any + Send>);
@@ -167,6 +179,14 @@ impl Execution {
                 hooks,
             }),
         }
+    }
+
+    /// How many commits this execution makes (C15). With [`Commits::One`] the store opens its
+    /// transaction first and reserves inside it, with the statement that keeps duplicates from
+    /// waiting on the uncommitted reservation; the engine then gives nothing back by itself
+    /// (a rollback leaves nothing to give back).
+    pub fn commits(&self) -> Commits {
+        self.inner.hooks.commits()
     }
 
     /// How long the reservation holds (the policy's lease).

@@ -78,6 +78,41 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// Opens the store for one-commit executions (C15, [`Commits::One`](idem_core::Commits)):
+    /// reservation, effect and completion in one transaction, for effects that live entirely
+    /// in this database (default `false`).
+    ///
+    /// The reservation of such an execution stays uncommitted until its effect commits, so
+    /// only this store's engine can answer a duplicate meanwhile (in flight or mismatch, at
+    /// once, C5): the store must be the only one reserving in its table. It holds the table's
+    /// lock file (`<database>.<table>.idem-lock`, beside the database) exclusively while it is
+    /// open; opening fails if another store of any process reserves in the table, and any other
+    /// store's first reservation fails while this one is open (stores that only read, list or
+    /// purge, such as the `idem` command's, are not affected). Reserve through the engine
+    /// ([`Idempotency`](idem_core::Idempotency)): its claims are what keeps duplicates from
+    /// waiting for the uncommitted reservation.
+    ///
+    /// ```
+    /// use idem_core::{Commits, Idempotency, Policy};
+    /// use idem_sqlite::SqliteStore;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), idem_core::Error> {
+    /// let dir = tempfile::tempdir().expect("temp dir");
+    /// let path = dir.path().join("shop.db");
+    /// let store = SqliteStore::builder(&path).one_commit(true).open().await?;
+    /// let idem = Idempotency::with_policy(store, Policy::default().commits(Commits::One))?;
+    /// // A second store reserving in the same table is refused while this one is open.
+    /// let other = SqliteStore::builder(&path).one_commit(true).open().await;
+    /// assert!(other.is_err());
+    /// # drop(idem);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn one_commit(mut self, one_commit: bool) -> Self {
+        self.config.one_commit = one_commit;
+        self
+    }
+
     /// Opens the connections and applies the schema, on Tokio's blocking pool.
     pub async fn open(self) -> Result<SqliteStore, Error> {
         tokio::task::spawn_blocking(move || self.open_blocking())

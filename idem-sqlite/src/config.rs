@@ -50,6 +50,8 @@ pub(crate) struct SqliteConfig {
     pub(crate) clock: Arc<dyn Clock>,
     /// Whether opening creates the file and applies the migrations (else both must exist).
     pub(crate) migrate: bool,
+    /// Whether the store is opened for one commit (C15): the only store reserving in its table.
+    pub(crate) one_commit: bool,
 }
 
 impl SqliteConfig {
@@ -62,6 +64,7 @@ impl SqliteConfig {
             synchronous: Synchronous::Normal,
             clock: Arc::new(SystemClock),
             migrate: true,
+            one_commit: false,
         }
     }
 }

@@ -47,6 +47,7 @@ mod lane;
 mod migrate;
 mod ops;
 mod pool;
+mod process_lock;
 mod row;
 mod sql;
 mod store;

@@ -6,8 +6,11 @@ use crate::connection::connect;
 use crate::error::store_error;
 use crate::ops;
 use crate::pool::{Decide, Pool};
+use crate::process_lock::ProcessLock;
 use crate::sql::Statements;
-use idem_core::store::{Completion, Decision, Inspected, Lease, ListQuery, Page, Record, Stats};
+use idem_core::store::{
+    Capabilities, Completion, Decision, Inspected, Lease, ListQuery, Page, Record, Stats,
+};
 use idem_core::{async_trait, Begin, Error, Holder, RecordId, Request, Store, Timestamp};
 use rusqlite::{Connection, Transaction};
 use std::path::PathBuf;
@@ -54,6 +57,8 @@ pub struct SqliteStore {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) pool: Pool,
+    /// Whether this store may reserve in its table, and whether it holds it for one commit.
+    pub(crate) lock: ProcessLock,
     pub(crate) sql: Statements,
     pub(crate) config: Arc<SqliteConfig>,
 }
@@ -76,10 +81,12 @@ impl SqliteStore {
         writer: Connection,
         readers: Vec<Connection>,
     ) -> Result<Self, Error> {
+        let lock = ProcessLock::open(&config)?;
         let config = Arc::new(config);
         Ok(Self {
             inner: Arc::new(Inner {
                 pool: Pool::new(writer, readers, Arc::clone(&config))?,
+                lock,
                 sql: Statements::for_table(&config.table),
                 config,
             }),
@@ -234,7 +241,15 @@ impl Store for SqliteStore {
         Some(Arc::as_ptr(&self.inner).cast::<()>() as usize)
     }
 
+    /// A store opened for one commit has a process gate: it alone reserves in its table, so
+    /// the engine's in-process claims keep every duplicate of a one-commit execution away from
+    /// its uncommitted reservation (C5, C15).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default().with_process_gate(self.inner.lock.one_commit())
+    }
+
     async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
+        self.inner.lock.reserving()?;
         let reserving = Reserving {
             inner: Arc::clone(&self.inner),
             request: request.clone(),

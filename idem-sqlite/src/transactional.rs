@@ -3,13 +3,13 @@
 //! around them is the engine's ([`Idempotency::transact`]), what is stored the engine's
 //! `Completion`.
 
-use crate::error::store_error;
+use crate::error::{store_error, BACKEND};
 use crate::ops;
 use crate::pool::Decide;
 use crate::SqliteStore;
 use idem_core::store::{Decision, Execution, Lease, Transacted, Transactional, TxEnd};
 use idem_core::{
-    async_trait, Begin, Error, Idempotency, Outcome, Request, RunError, StoreErrorKind,
+    async_trait, Begin, Commits, Error, Idempotency, Outcome, Request, RunError, StoreErrorKind,
     StoredResponse,
 };
 use rusqlite::{Transaction, TransactionBehavior};
@@ -73,6 +73,53 @@ pub trait SqliteIdempotency {
     where
         F: FnOnce(&Transaction<'_>, &Lease) -> Result<StoredResponse, E> + Send + 'static,
         E: Send + 'static;
+
+    /// [`run_in_transaction`](Self::run_in_transaction) with **one commit** for this request
+    /// (C15, [`Commits::One`]; a policy with [`Policy::commits`](idem_core::Policy::commits)
+    /// makes every `run_in_transaction` of the engine so): the reservation is written in the
+    /// effect's transaction (`BEGIN IMMEDIATE`, the reservation, the effect, the completion,
+    /// `COMMIT`), so a fresh key costs one commit, and until it commits nothing of the
+    /// execution exists. The effect's error, a panic, a failed commit or a crash roll it all
+    /// back: the key is free at once and a retry runs as the first did. A duplicate arriving
+    /// meanwhile is answered in flight (or mismatch) at once by the engine's in-process claims.
+    ///
+    /// **Only for an effect that lives entirely in this database.** An effect that calls
+    /// anything outside it (a card network, a mail server) must use `run_in_transaction`: if
+    /// its transaction is lost, nothing remembers the call, and the retry makes it again.
+    ///
+    /// The store must be opened with [`SqliteStoreBuilder::one_commit`](
+    /// crate::SqliteStoreBuilder::one_commit) (it is then the only store reserving in its
+    /// table); on another store this is refused before anything runs ([`RunError::Idem`] with
+    /// a [`StoreErrorKind::Misconfigured`] error).
+    ///
+    /// ```
+    /// use idem_core::{Idempotency, Outcome, StoredResponse};
+    /// use idem_sqlite::{SqliteIdempotency, SqliteStore};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = SqliteStore::builder(dir.path().join("shop.db")).one_commit(true).open().await?;
+    /// store.try_call(|db| db.execute_batch("CREATE TABLE orders (id INTEGER PRIMARY KEY)")).await?;
+    /// let idem = Idempotency::new(store);
+    /// let request = idem.request("acct_1", "POST", "/orders").key(Some("o-1")).body(b"{}").build()?;
+    /// let outcome = idem
+    ///     .run_in_one_transaction(&request, |tx, _lease| {
+    ///         tx.execute("INSERT INTO orders DEFAULT VALUES", [])?;
+    ///         Ok::<_, rusqlite::Error>(StoredResponse::new(201, "created"))
+    ///     })
+    ///     .await?;
+    /// assert!(matches!(outcome, Outcome::Executed(_)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn run_in_one_transaction<F, E>(
+        &self,
+        request: &Request,
+        effect: F,
+    ) -> impl Future<Output = Result<Outcome, RunError<E>>> + Send
+    where
+        F: FnOnce(&Transaction<'_>, &Lease) -> Result<StoredResponse, E> + Send + 'static,
+        E: Send + 'static;
 }
 
 /// A store whose transactions are SQLite's: [`SqliteStore`], or an `Arc` of one.
@@ -106,6 +153,18 @@ impl<S: SqliteTransactional + 'static> SqliteIdempotency for Idempotency<S> {
     {
         self.transact(request, S::effect(Box::new(effect)))
     }
+
+    fn run_in_one_transaction<F, E>(
+        &self,
+        request: &Request,
+        effect: F,
+    ) -> impl Future<Output = Result<Outcome, RunError<E>>> + Send
+    where
+        F: FnOnce(&Transaction<'_>, &Lease) -> Result<StoredResponse, E> + Send + 'static,
+        E: Send + 'static,
+    {
+        self.transact_with(request, S::effect(Box::new(effect)), Commits::One)
+    }
 }
 
 #[async_trait]
@@ -123,6 +182,16 @@ impl Transactional for SqliteStore {
         effect: SqliteEffect<E>,
         execution: Execution,
     ) -> Result<Transacted<E, SqliteEffect<E>>, Error> {
+        self.inner.lock.reserving()?;
+        if execution.commits() == Commits::One && !self.inner.lock.one_commit() {
+            return Err(Error::store(
+                BACKEND,
+                StoreErrorKind::Misconfigured,
+                "a one-commit execution needs a store opened for it \
+                 (SqliteStoreBuilder::one_commit): only then is it the one store reserving in \
+                 its table, which keeps duplicates from waiting for the uncommitted reservation",
+            ));
+        }
         let transacting = Transacting {
             inner: Arc::clone(&self.inner),
             request: request.clone(),
@@ -174,7 +243,10 @@ impl<E: Send + 'static> Decide for Transacting<E> {
             if shorter {
                 conn.busy_timeout(busy).map_err(store_error)?;
             }
-            transact_on(conn, &inner, &request, effect, &execution)
+            match execution.commits() {
+                Commits::One => transact_once_on(conn, &inner, &request, effect, &execution),
+                _ => transact_on(conn, &inner, &request, effect, &execution),
+            }
         })();
         if shorter {
             let _ = conn.busy_timeout(inner.config.busy_timeout);
@@ -208,38 +280,78 @@ fn transact_on<E>(
             })
         }
     };
-    let end = (|| {
-        let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
-            Ok(tx) => tx,
-            Err(error) => return TxEnd::RolledBack(store_error(error)),
-        };
-        let response = match catch_unwind(AssertUnwindSafe(|| effect(&tx, &lease))) {
-            Ok(Ok(response)) => response,
-            Ok(Err(error)) => return TxEnd::EffectFailed(error),
-            Err(panic) => return TxEnd::Panicked(panic),
-        };
-        // SQLite may have rolled the transaction back under the effect (an `ON CONFLICT
-        // ROLLBACK` constraint, `RAISE(ROLLBACK)`, a full disk) while the effect went
-        // on and answered: the effect is gone, and the completion must not commit
-        // alone (C6).
-        if tx.is_autocommit() {
-            return TxEnd::RolledBack(rolled_back_under_the_effect());
-        }
-        let completion =
-            match catch_unwind(AssertUnwindSafe(|| execution.completion(&lease, response))) {
-                Ok(completion) => completion,
-                Err(panic) => return TxEnd::Panicked(panic),
-            };
-        if let Err(error) = ops::complete(&tx, &inner.sql, clock.now(), &completion) {
-            return TxEnd::RolledBack(error);
-        }
-        // A COMMIT that fails leaves the transaction open; dropping it rolls it back.
-        match tx.commit() {
-            Ok(()) => TxEnd::Committed(completion),
-            Err(error) => TxEnd::RolledBack(store_error(error)),
-        }
-    })();
+    let end = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => effect_then_commit(tx, inner, &lease, effect, execution),
+        Err(error) => TxEnd::RolledBack(store_error(error)),
+    };
     Ok(Transacted::Acquired { lease, end })
+}
+
+/// Reservation, effect, completion and commit in one transaction, on the writer (C15). Until
+/// the commit nothing of it is visible; every way out before it (an answer, an error, a panic)
+/// drops the transaction, which rolls it all back.
+fn transact_once_on<E>(
+    conn: &mut rusqlite::Connection,
+    inner: &crate::store::Inner,
+    req: &Request,
+    effect: SqliteEffect<E>,
+    execution: &Execution,
+) -> Result<Transacted<E, SqliteEffect<E>>, Error> {
+    let clock = inner.config.clock.as_ref();
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(store_error)?;
+    let reserved = match ops::reserve(&tx, &inner.sql, clock, req, execution.lease_for())? {
+        Begin::Answered(answer) => return Ok(Transacted::Answered(answer, effect)),
+        Begin::Acquired(lease) => lease,
+    };
+    let lease = match catch_unwind(AssertUnwindSafe(|| execution.acquired(reserved.clone()))) {
+        Ok(lease) => lease,
+        Err(panic) => {
+            return Ok(Transacted::Acquired {
+                lease: reserved,
+                end: TxEnd::Panicked(panic),
+            })
+        }
+    };
+    let end = effect_then_commit(tx, inner, &lease, effect, execution);
+    Ok(Transacted::Acquired { lease, end })
+}
+
+/// The effect in `tx`, then its completion, then the commit.
+fn effect_then_commit<E>(
+    tx: Transaction<'_>,
+    inner: &crate::store::Inner,
+    lease: &Lease,
+    effect: SqliteEffect<E>,
+    execution: &Execution,
+) -> TxEnd<E> {
+    let clock = inner.config.clock.as_ref();
+    let response = match catch_unwind(AssertUnwindSafe(|| effect(&tx, lease))) {
+        Ok(Ok(response)) => response,
+        Ok(Err(error)) => return TxEnd::EffectFailed(error),
+        Err(panic) => return TxEnd::Panicked(panic),
+    };
+    // SQLite may have rolled the transaction back under the effect (an `ON CONFLICT
+    // ROLLBACK` constraint, `RAISE(ROLLBACK)`, a full disk) while the effect went
+    // on and answered: the effect is gone, and the completion must not commit
+    // alone (C6).
+    if tx.is_autocommit() {
+        return TxEnd::RolledBack(rolled_back_under_the_effect());
+    }
+    let completion = match catch_unwind(AssertUnwindSafe(|| execution.completion(lease, response)))
+    {
+        Ok(completion) => completion,
+        Err(panic) => return TxEnd::Panicked(panic),
+    };
+    if let Err(error) = ops::complete(&tx, &inner.sql, clock.now(), &completion) {
+        return TxEnd::RolledBack(error);
+    }
+    // A COMMIT that fails leaves the transaction open; dropping it rolls it back.
+    match tx.commit() {
+        Ok(()) => TxEnd::Committed(completion),
+        Err(error) => TxEnd::RolledBack(store_error(error)),
+    }
 }
 
 /// The error of an effect whose transaction SQLite rolled back by itself.

@@ -6,6 +6,7 @@ mod common;
 
 idem_core::conformance_tests!(common::Sqlite);
 idem_core::transactional_tests!(common::Sqlite);
+idem_core::transact_tests!(common::Sqlite);
 
 /// Two child processes run this whole suite at once against one database file (named by
 /// `IDEM_SQLITE_DB`): scenarios of both share the file, its writer lock and its purges, and both
@@ -42,7 +43,12 @@ fn suite_from_two_processes_at_once_on_one_file() {
         );
         let conformance: &[&str] = idem_core::__idem_conformance_scenarios!(names);
         let transactional: &[&str] = idem_core::__idem_transactional_scenarios!(names);
-        let expected = format!("{} passed", conformance.len() + transactional.len());
+        let transact: &[&str] = idem_core::__idem_transact_scenarios!(names);
+        // The closure's scenarios run twice: with two commits and with one.
+        let expected = format!(
+            "{} passed",
+            conformance.len() + transactional.len() + 2 * transact.len()
+        );
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(stdout.contains(&expected), "expected {expected}:\n{stdout}");
     }

@@ -3,7 +3,9 @@
 //!
 //! - killed before commit: the business row and the completion vanish together; the retry is in
 //!   flight until the lease passes, then runs the effect exactly once;
-//! - killed after commit, before it answers: the retry gets the replay; no second row.
+//! - killed after commit, before it answers: the retry gets the replay; no second row;
+//! - killed in the middle of a one-commit execution (C15): nothing of it is left, and the retry
+//!   runs at once, exactly once (no lease to wait for).
 
 mod common;
 
@@ -37,7 +39,19 @@ fn insert_charge(tx: &rusqlite::Transaction<'_>, intent: &str) -> rusqlite::Resu
     ))
 }
 
-/// The child's side: `mode` is `before-commit` or `after-commit`. It prints `READY` when it is
+/// The table of the one-commit crash: a store opened for one commit holds its table alone.
+const ONE_COMMIT_TABLE: &str = "crash_one_commit";
+
+async fn one_commit_store(db: impl AsRef<Path>) -> SqliteStore {
+    SqliteStore::builder(db.as_ref())
+        .table(ONE_COMMIT_TABLE)
+        .one_commit(true)
+        .open()
+        .await
+        .expect("open for one commit")
+}
+
+/// The child's side: `mode` is `before-commit`, `after-commit` or `one-commit`. It prints `READY` when it is
 /// at the point where the parent kills it, then waits to be killed.
 #[tokio::test]
 #[ignore = "child process of the crash tests: run by them with IDEM_SQLITE_CRASH_CHILD set"]
@@ -49,7 +63,11 @@ async fn crash_child() {
         parts.next().expect("db"),
         parts.next().expect("intent").to_owned(),
     );
-    let store = SqliteStore::open(db).await.expect("open");
+    let store = if mode == "one-commit" {
+        one_commit_store(db).await
+    } else {
+        SqliteStore::open(db).await.expect("open")
+    };
     let idem = Idempotency::with_policy(store, Policy::default().lease(LEASE)).expect("policy");
     let request = request(&idem, &intent);
     match mode {
@@ -75,6 +93,17 @@ async fn crash_child() {
             assert!(matches!(outcome, Outcome::Executed(_)));
             println!("READY");
             std::thread::sleep(Duration::from_secs(60));
+        }
+        "one-commit" => {
+            let _ = idem
+                .run_in_one_transaction(&request, move |tx, _| {
+                    let response = insert_charge(tx, &intent)?;
+                    println!("READY");
+                    std::thread::sleep(Duration::from_secs(60));
+                    Ok::<_, rusqlite::Error>(response)
+                })
+                .await;
+            panic!("never reached");
         }
         other => panic!("unknown mode {other}"),
     }
@@ -164,5 +193,40 @@ async fn c07_killed_after_commit_before_answer_retry_replays() {
     };
     assert_eq!(response.status, 201);
     assert!(String::from_utf8_lossy(&response.body).starts_with("charge "));
+    assert_eq!(charges(idem.store(), &intent).await, 1);
+}
+
+/// C15: a process killed while its one-commit execution's effect runs (reservation and
+/// business row written, uncommitted) leaves nothing: no record, no business row. The retry,
+/// at once (no lease to wait for), executes exactly once, and its retries replay.
+#[tokio::test]
+async fn c15_killed_in_a_one_commit_execution_leaves_nothing_and_the_retry_runs_at_once() {
+    let intent = format!("one-{}", idem_core::FencingToken::generate());
+    let seed = SqliteStore::open(common::db_path()).await.expect("open");
+    with_charges(&seed).await;
+    drop(seed);
+    run_child_and_kill("one-commit", &common::db_path(), &intent);
+
+    // The child's lock went with it: the table can be held for one commit again.
+    let store = one_commit_store(common::db_path()).await;
+    let idem = Idempotency::with_policy(store, Policy::default().lease(LEASE)).expect("policy");
+    assert_eq!(charges(idem.store(), &intent).await, 0, "nothing committed");
+    let request = request(&idem, &intent);
+    let record = idem_core::Store::lookup(idem.store(), request.id())
+        .await
+        .expect("lookup");
+    assert!(record.is_none(), "no record is left: {record:?}");
+    for attempt in 0..3 {
+        let i = intent.clone();
+        let outcome = idem
+            .run_in_one_transaction(&request, move |tx, _| insert_charge(tx, &i))
+            .await
+            .expect("retry");
+        assert_eq!(
+            matches!(outcome, Outcome::Executed(_)),
+            attempt == 0,
+            "{outcome:?}"
+        );
+    }
     assert_eq!(charges(idem.store(), &intent).await, 1);
 }

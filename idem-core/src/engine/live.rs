@@ -25,6 +25,9 @@ pub(crate) struct Live(Arc<Registry>);
 #[derive(Debug, Default)]
 struct Registry {
     held: Mutex<HashMap<RecordId, Holder>>,
+    /// The records being reserved through the engine right now, on a store with a
+    /// [`process_gate`](crate::store::Capabilities::process_gate).
+    claims: Mutex<HashMap<RecordId, Claims>>,
     wakeups: Arc<Wakeups>,
     /// Whether the store's change feed was started (`Some`), and whether there is one.
     feed: OnceLock<bool>,
@@ -35,6 +38,24 @@ struct Holder {
     fingerprint: Fingerprint,
     token: FencingToken,
     deadline: Option<Instant>,
+}
+
+/// Who is reserving one record in this process.
+#[derive(Debug, Default)]
+struct Claims {
+    /// Reservations of either kind that may commit on their own (two commits), or reads.
+    shared: usize,
+    /// A one-commit execution (C15), with its fingerprint: its reservation is uncommitted
+    /// until its effect commits, so nobody else may reach the store for this record.
+    exclusive: Option<Fingerprint>,
+}
+
+/// A claim on a record, given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    live: Live,
+    id: RecordId,
+    exclusive: bool,
 }
 
 /// Holds a lease in the registry until dropped (the execution ended).
@@ -87,6 +108,30 @@ impl Live {
         Some(Answer::InFlight { retry_after })
     }
 
+    /// Claims `request`'s record before the store is asked: `exclusive` for a one-commit
+    /// execution (C15), shared for anything else. A shared claim that meets an exclusive one is
+    /// answered from it (in flight, or mismatch for another fingerprint); an exclusive claim
+    /// that meets any other is answered in flight: somebody is reserving the record now.
+    pub(crate) fn claim(&self, request: &Request, exclusive: bool) -> Result<Claim, Answer> {
+        let in_flight = Answer::InFlight {
+            retry_after: PAST_LEASE_RETRY_AFTER,
+        };
+        let mut claims = self.0.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        let claims = claims.entry(request.id().clone()).or_default();
+        match (claims.exclusive, exclusive) {
+            (Some(held), _) if held != *request.fingerprint() => return Err(Answer::Mismatch),
+            (Some(_), _) => return Err(in_flight),
+            (None, true) if claims.shared > 0 => return Err(in_flight),
+            (None, true) => claims.exclusive = Some(*request.fingerprint()),
+            (None, false) => claims.shared += 1,
+        }
+        Ok(Claim {
+            live: self.clone(),
+            id: request.id().clone(),
+            exclusive,
+        })
+    }
+
     /// Registers `lease` as held by a live execution of this process.
     pub(crate) fn hold(&self, lease: &Lease) -> Held {
         let holder = Holder {
@@ -124,6 +169,31 @@ impl Live {
     /// Whether the store's change feed runs: started by `start` the first time it is asked.
     pub(crate) fn feed(&self, start: impl FnOnce() -> bool) -> bool {
         *self.0.feed.get_or_init(start)
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let registry = &self.live.0;
+        let mut claims = registry
+            .claims
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(claimed) = claims.get_mut(&self.id) {
+            if self.exclusive {
+                claimed.exclusive = None;
+            } else {
+                claimed.shared = claimed.shared.saturating_sub(1);
+            }
+            if claimed.exclusive.is_none() && claimed.shared == 0 {
+                claims.remove(&self.id);
+            }
+        }
+        drop(claims);
+        if self.exclusive && registry.wakeups.waiting() > 0 {
+            // Duplicates waiting for the one-commit execution read its record again.
+            registry.wakeups.wake(&self.id.digest());
+        }
     }
 }
 

@@ -86,6 +86,9 @@ struct Shared<S> {
     observers: Observers,
     gate: Gate,
     live: Live,
+    /// The store's [`process_gate`](crate::store::Capabilities::process_gate): reservations
+    /// claim their record in this process first.
+    process_gate: bool,
 }
 
 impl<S> Clone for Idempotency<S> {
@@ -159,6 +162,7 @@ impl<S: Store> IdempotencyBuilder<S> {
         Ok(Idempotency {
             inner: Arc::new(Shared {
                 live: Live::of_store(self.store.identity()),
+                process_gate: self.store.capabilities().process_gate,
                 store: self.store,
                 policy: self.policy,
                 observers: self.observers,
@@ -222,6 +226,7 @@ impl<S: Store> Idempotency<S> {
         Self {
             inner: Arc::new(Shared {
                 live: Live::of_store(store.identity()),
+                process_gate: store.capabilities().process_gate,
                 store,
                 policy: Policy::default(),
                 observers,
@@ -340,6 +345,17 @@ impl<S: Store> Idempotency<S> {
         Ok(self.inner.live.answer(request, self.inner.policy.lease))
     }
 
+    /// Claims `request`'s record in this process before the store is asked, on a store with a
+    /// [`process_gate`](crate::store::Capabilities::process_gate) (`None` on any other):
+    /// `exclusive` for a one-commit execution (C15). `Err`: the answer of a claim that met a
+    /// one-commit execution (or, exclusive, any other reservation) of the record.
+    fn claim(&self, request: &Request, exclusive: bool) -> Result<Option<live::Claim>, Answer> {
+        if !self.inner.process_gate {
+            return Ok(None);
+        }
+        self.inner.live.claim(request, exclusive).map(Some)
+    }
+
     /// Filters and checks a replayed response again before it is sent (C7, C12): a record
     /// written under another policy, or by hand, can neither leak a cookie nor inject a header;
     /// one that fails the check is [`Error::CorruptRecord`]. An in-flight answer's
@@ -421,6 +437,10 @@ impl<S: Store> Idempotency<S> {
         if let Some(answer) = self.answer_before_store(request)? {
             return Ok(Begin::Answered(answer));
         }
+        let _claim = match self.claim(request, false) {
+            Ok(claim) => claim,
+            Err(answer) => return Ok(Begin::Answered(answer)),
+        };
         let lease_for = self.inner.policy.lease;
         let reserved = self
             .call(

@@ -11,6 +11,7 @@ use crate::error::Error;
 use crate::event::{Event, EventKind, Operation};
 use crate::lease::{deadline_after, Lease};
 use crate::outcome::{Outcome, RunError};
+use crate::policy::Commits;
 use crate::record::RecordState;
 use crate::request::Request;
 use crate::response::StoredResponse;
@@ -32,9 +33,14 @@ struct Held {
 struct EngineHooks<S> {
     engine: Idempotency<S>,
     started: Instant,
+    commits: Commits,
 }
 
 impl<S: Transactional + 'static> Hooks for EngineHooks<S> {
+    fn commits(&self) -> Commits {
+        self.commits
+    }
+
     fn lease_for(&self) -> Duration {
         self.engine.policy().lease
     }
@@ -51,8 +57,12 @@ impl<S: Transactional + 'static> Hooks for EngineHooks<S> {
         let live = self.engine.inner.live.hold(&lease);
         // Renewing from another connection while the effect's transaction is open is only
         // safe where it neither waits for that transaction nor makes it fail (the store says).
-        let keeper = (self.engine.store().renews_during_transaction() && has_timers())
-            .then(|| self.engine.keep_alive(lease.clone()));
+        // A one-commit reservation is not there to renew until it commits: what holds it is
+        // the transaction itself, and nobody else can take it over meanwhile.
+        let keeper = (self.commits == Commits::Two
+            && self.engine.store().renews_during_transaction()
+            && has_timers())
+        .then(|| self.engine.keep_alive(lease.clone()));
         let held = Held {
             lease: lease.clone(),
             _live: live,
@@ -91,16 +101,42 @@ impl<S: Transactional + 'static> Idempotency<S> {
     /// waits ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)), a duplicate of a running
     /// execution waits for its end (C5): its replay, or this effect run if the original rolled
     /// back; the wait holds neither a connection nor the writer.
+    ///
+    /// It makes the policy's [`commits`](crate::Policy::commits); see [`transact_with`](
+    /// Self::transact_with) for one commit.
     pub async fn transact<E: Send + 'static>(
         &self,
         request: &Request,
         effect: S::Effect<E>,
     ) -> Result<Outcome, RunError<E>> {
+        self.transact_with(request, effect, self.policy().commits)
+            .await
+    }
+
+    /// [`transact`](Self::transact) with `commits` for this request, whatever the policy says.
+    ///
+    /// With [`Commits::One`] (C15), reservation, effect and completion are one transaction: a
+    /// fresh key costs one commit, and until it commits nothing of the execution exists. The
+    /// effect's error, a store failure before the commit, a panic or a crash roll everything
+    /// back, so the key is free at once (there is nothing to give back) and the retry runs as
+    /// if it were the first; the effect must therefore live entirely in the database. A
+    /// duplicate that arrives meanwhile is answered in flight or mismatch at once, as in
+    /// [`Commits::Two`]. An effect abandoned at the store's transaction timeout rolls back
+    /// the same way ([`RunError::Idem`], store unavailable). A commit whose answer was lost is
+    /// told by the record: completed under this execution's token, it committed; otherwise
+    /// nothing happened; if the record cannot be read, [`RunError::InDoubt`] (a retry then
+    /// replays what committed or runs once).
+    pub async fn transact_with<E: Send + 'static>(
+        &self,
+        request: &Request,
+        effect: S::Effect<E>,
+        commits: Commits,
+    ) -> Result<Outcome, RunError<E>> {
         if !has_timers() {
             return Err(RunError::Idem(needs_timers()));
         }
         self.with_wait(request.id(), effect, |effect, quiet| {
-            self.transact_once(request, effect, quiet)
+            self.transact_once(request, effect, commits, quiet)
         })
         .await
     }
@@ -111,6 +147,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
         &self,
         request: &Request,
         effect: S::Effect<E>,
+        commits: Commits,
         quiet: bool,
     ) -> Attempt<S::Effect<E>, Result<Outcome, RunError<E>>> {
         let started = Instant::now();
@@ -126,15 +163,23 @@ impl<S: Transactional + 'static> Idempotency<S> {
             Ok(Some(answer)) => return self.answered(request.id(), started, answer, effect, quiet),
             Ok(None) => {}
         }
+        // Held for the whole execution: a one-commit reservation stays uncommitted until its
+        // effect commits.
+        let claim = match self.claim(request, commits == Commits::One) {
+            Ok(claim) => claim,
+            Err(answer) => return self.answered(request.id(), started, answer, effect, quiet),
+        };
         let engine = self.clone();
         let owned = request.clone();
         // Boxed here, once: the execution moves on as a pointer (see `detach`).
         self.execution(
             request.id(),
             Box::pin(async move {
+                let _claim = claim;
                 let hooks = EngineHooks {
                     engine: engine.clone(),
                     started,
+                    commits,
                 };
                 let execution = Execution::new(hooks);
                 let result = engine
@@ -167,7 +212,9 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 };
                 // Boxed on this path only: an answer (a replay) does not carry the size of
                 // what follows an acquisition in its future.
-                Attempt::Done(Box::pin(engine.conclude(&owned, started, acquired, held)).await)
+                Attempt::Done(
+                    Box::pin(engine.conclude(&owned, started, acquired, held, commits)).await,
+                )
             }),
             |error| Attempt::Done(Err(RunError::Idem(error))),
         )
@@ -210,6 +257,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
         started: Instant,
         acquired: Result<(Lease, TxEnd<E>), Error>,
         held: Option<Box<Held>>,
+        commits: Commits,
     ) -> Result<Outcome, RunError<E>> {
         let id = request.id();
         let reported = held.is_some();
@@ -231,6 +279,9 @@ impl<S: Transactional + 'static> Idempotency<S> {
         if !reported {
             // A store that did not call `Execution::acquired`: reported late rather than never.
             self.emit(Event::new(acquire_kind(lease.acquired())).of_lease(&lease));
+        }
+        if commits == Commits::One {
+            return self.concluded_once(lease, end, started).await;
         }
         match end {
             TxEnd::Committed(completion) => {
@@ -273,6 +324,81 @@ impl<S: Transactional + 'static> Idempotency<S> {
                     .stored_or_continued(lease, completion, EventKind::OutcomeUnknown, held)
                     .await;
                 Err(RunError::InDoubt(error))
+            }
+        }
+    }
+
+    /// The end of a one-commit execution (C15): nothing of it exists unless it committed, so
+    /// nothing is ever given back; the record tells a commit whose answer was lost.
+    async fn concluded_once<E>(
+        &self,
+        lease: Lease,
+        end: TxEnd<E>,
+        started: Instant,
+    ) -> Result<Outcome, RunError<E>> {
+        let rolled_back = |error: Option<&Error>| {
+            let event = Event::new(EventKind::Released).of_lease(&lease);
+            self.emit(match error {
+                Some(error) => event.failed(error),
+                None => event,
+            });
+        };
+        match end {
+            TxEnd::Committed(completion) => {
+                self.emit(Event::new(EventKind::CompletionLanded).of_lease(&lease));
+                self.emit(
+                    Event::new(EventKind::Executed)
+                        .of_lease(&lease)
+                        .took(started.elapsed()),
+                );
+                Ok(Outcome::Executed(completion.into_response()))
+            }
+            TxEnd::EffectFailed(error) => {
+                rolled_back(None);
+                Err(RunError::Released(error))
+            }
+            TxEnd::RolledBack(error) | TxEnd::Abandoned(error) => {
+                rolled_back(Some(&error));
+                Err(RunError::Idem(error))
+            }
+            TxEnd::Panicked(panic) => {
+                rolled_back(None);
+                resume_unwind(panic)
+            }
+            TxEnd::InDoubt { completion, error } => {
+                let wait = self.policy().store_timeout;
+                let id = lease.id();
+                let settled = self
+                    .call(
+                        Operation::Lookup,
+                        Some(id),
+                        self.inner.store.settled(id, wait.mul_f32(0.8)),
+                    )
+                    .await;
+                match settled {
+                    Ok(Some(record))
+                        if record.token == lease.token()
+                            && matches!(record.state, RecordState::Completed { .. }) =>
+                    {
+                        self.emit(Event::new(EventKind::CompletionLanded).of_lease(&lease));
+                        self.emit(Event::new(EventKind::Executed).of_lease(&lease));
+                        Ok(Outcome::Executed(completion.into_response()))
+                    }
+                    // Not committed: nothing of the execution exists, the key is free.
+                    Ok(_) => {
+                        rolled_back(Some(&error));
+                        Err(RunError::Idem(error))
+                    }
+                    // Committed or not, a retry is safe: it replays, or runs once.
+                    Err(unreadable) => {
+                        self.emit(
+                            Event::new(EventKind::InDoubt)
+                                .of_lease(&lease)
+                                .failed(&unreadable),
+                        );
+                        Err(RunError::InDoubt(error))
+                    }
+                }
             }
         }
     }

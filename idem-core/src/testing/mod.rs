@@ -47,6 +47,7 @@ mod holders;
 mod listing;
 mod provenance;
 mod scenarios;
+mod transact;
 mod transactional;
 mod waiting;
 
@@ -57,6 +58,7 @@ pub use holders::c11_a_takeover_and_a_start_over_record_the_new_holder;
 pub use listing::*;
 pub use provenance::*;
 pub use scenarios::*;
+pub use transact::*;
 pub use transactional::*;
 pub use waiting::*;
 
@@ -199,6 +201,21 @@ macro_rules! __idem_transactional_scenarios {
     };
 }
 
+/// The one list of the transactional closure's scenarios, run in both modes.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __idem_transact_scenarios {
+    ($($args:tt)*) => {
+        $crate::__idem_dispatch! { [$($args)*]
+            txc_c06_executed_then_replayed,
+            txc_c08_an_effect_error_rolls_back_and_the_retry_runs,
+            txc_c08_a_panicking_effect_rolls_back_and_the_retry_runs,
+            txc_c05_a_duplicate_is_answered_at_once_while_the_effect_runs,
+            txc_c04_concurrent_executions_of_one_key_write_one_row,
+        }
+    };
+}
+
 /// The one list of change-feed scenarios (stores with a feed).
 #[doc(hidden)]
 #[macro_export]
@@ -231,6 +248,15 @@ macro_rules! __idem_dispatch {
             }
         )+
     };
+    ([stamp_commits $harness:expr, $commits:expr] $($scenario:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $scenario() {
+                let harness = $harness;
+                $crate::testing::$scenario(&harness, $commits).await;
+            }
+        )+
+    };
     ([stamp $harness:expr] $($scenario:ident),+ $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -257,6 +283,25 @@ macro_rules! conformance_tests {
 macro_rules! transactional_tests {
     ($harness:expr $(,)?) => {
         $crate::__idem_transactional_scenarios!(stamp $harness);
+    };
+}
+
+/// Stamps the transactional closure's scenarios for a SQL store, given an expression that
+/// yields its [`TransactHarness`]: once with two commits (module `two_commits`) and once with
+/// one (module `one_commit`, C15).
+#[macro_export]
+macro_rules! transact_tests {
+    ($harness:expr $(,)?) => {
+        mod two_commits {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__idem_transact_scenarios!(stamp_commits $harness, $crate::Commits::Two);
+        }
+        mod one_commit {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__idem_transact_scenarios!(stamp_commits $harness, $crate::Commits::One);
+        }
     };
 }
 
@@ -302,6 +347,14 @@ mod tests {
             tx_defined, tx_listed,
             "transactional.rs and its list differ"
         );
+        let mut txc_defined: Vec<&str> = public_fns(include_str!("transact.rs"))
+            .into_iter()
+            .filter(|name| name.starts_with("txc_"))
+            .collect();
+        txc_defined.sort_unstable();
+        let mut txc_listed = crate::__idem_transact_scenarios!(names).to_vec();
+        txc_listed.sort_unstable();
+        assert_eq!(txc_defined, txc_listed, "transact.rs and its list differ");
         let mut feed_defined = public_fns(include_str!("change_feed.rs"));
         feed_defined.sort_unstable();
         let mut feed_listed = crate::__idem_change_feed_scenarios!(names).to_vec();

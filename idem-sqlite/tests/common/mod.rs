@@ -3,9 +3,11 @@
 #![allow(dead_code)]
 
 use idem_core::store::Completion;
-use idem_core::testing::{Harness, TransactionalHarness};
+use idem_core::testing::{Harness, Script, TransactHarness, TransactionalHarness};
+use idem_core::Commits;
 use idem_core::{Error, FencingToken, RecordId};
 use idem_sqlite::rusqlite::TransactionBehavior;
+use idem_sqlite::SqliteEffect;
 use idem_sqlite::SqliteStore;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -123,6 +125,44 @@ impl TransactionalHarness for Sqlite {
             .await
             .expect("count");
         usize::try_from(rows).expect("a count")
+    }
+}
+
+#[idem_core::async_trait]
+impl TransactHarness for Sqlite {
+    /// For one commit, a store that holds its (new) table alone.
+    async fn store_for(&self, commits: Commits) -> SqliteStore {
+        let table = format!("conf_{}", FencingToken::generate());
+        let store = SqliteStore::builder(db_path())
+            .table(&table)
+            .readers(2)
+            .one_commit(commits == Commits::One)
+            .open()
+            .await
+            .expect("open store");
+        store
+            .try_call(|db| {
+                db.execute_batch("CREATE TABLE IF NOT EXISTS conf_charges (intent TEXT NOT NULL)")
+            })
+            .await
+            .expect("business table");
+        store
+    }
+
+    fn effect(&self, intent: &str, script: Script) -> SqliteEffect<String> {
+        let intent = intent.to_owned();
+        Box::new(move |tx, _lease| {
+            tx.execute("INSERT INTO conf_charges (intent) VALUES (?1)", [&intent])
+                .map_err(|e| e.to_string())?;
+            script.started();
+            script.wait_blocking();
+            script.end()
+        })
+    }
+
+    /// A store opened for one commit is the only one reserving in its table.
+    fn shared_by_processes(&self, commits: Commits) -> bool {
+        commits == Commits::Two
     }
 }
 

@@ -1,0 +1,380 @@
+//! The scenarios of the transactional closure ([`Idempotency::transact`], a SQL store's
+//! `run_in_transaction`), run in both modes: two commits (the reservation on its own, then the
+//! effect with its completion) and one commit (C15: reservation, effect and completion in one
+//! transaction). Run through [`TransactHarness`] by every SQL store, once per mode
+//! ([`transact_tests!`](crate::transact_tests)).
+
+use super::{policy, request, unique_consumer, TransactionalHarness};
+use crate::store::Transactional;
+use crate::{Answer, Begin, Commits, Idempotency, Outcome, Request, RunError, StoredResponse};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a scenario waits for an effect to start, or for a duplicate's answer, before it
+/// fails: a duplicate answered "at once" answers well within it, one that waits for the
+/// effect's transaction never does (the effect is held until the duplicates answered).
+pub const AT_ONCE: Duration = Duration::from_secs(3);
+
+/// What the scenarios need from a SQL store's transactional closure.
+#[crate::async_trait]
+pub trait TransactHarness: TransactionalHarness
+where
+    Self::Store: Transactional,
+{
+    /// A store for `commits` (a store may have to be opened for one commit), on a namespace of
+    /// its own as [`Harness::store`](super::Harness::store).
+    async fn store_for(&self, commits: Commits) -> Self::Store;
+
+    /// The effect the scenarios run: in the store's transaction, insert one business row for
+    /// `intent` (as [`TransactionalHarness::effect_then_complete`] does), then call
+    /// [`Script::started`], then wait while the script is [held](Script::held) (blocking or
+    /// not, as the store runs its effects), then return [`Script::end`].
+    fn effect(
+        &self,
+        intent: &str,
+        script: Script,
+    ) -> <Self::Store as Transactional>::Effect<String>;
+
+    /// Whether an engine of another process may share the store as [`store_for`](
+    /// Self::store_for) opened it with `commits` (a store opened for one commit by a process
+    /// that alone may write its file says no): then the scenarios also send duplicates through
+    /// an [`Elsewhere`](super::Elsewhere) view of it.
+    fn shared_by_processes(&self, commits: Commits) -> bool;
+}
+
+/// How the scenarios' effect ends, and whether it waits first.
+#[derive(Debug, Clone)]
+pub struct Script(Arc<Plan>);
+
+#[derive(Debug)]
+struct Plan {
+    ending: Ending,
+    held: AtomicBool,
+    started: AtomicBool,
+}
+
+#[derive(Debug, Clone)]
+enum Ending {
+    Respond(StoredResponse),
+    Fail,
+    Panic,
+}
+
+impl Script {
+    /// An effect that answers `response`.
+    pub fn respond(response: StoredResponse) -> Self {
+        Self::ending(Ending::Respond(response))
+    }
+
+    /// An effect that fails (its error: nothing happened).
+    pub fn fail() -> Self {
+        Self::ending(Ending::Fail)
+    }
+
+    /// An effect that panics.
+    pub fn panic() -> Self {
+        Self::ending(Ending::Panic)
+    }
+
+    fn ending(ending: Ending) -> Self {
+        Self(Arc::new(Plan {
+            ending,
+            held: AtomicBool::new(false),
+            started: AtomicBool::new(false),
+        }))
+    }
+
+    /// The same effect, held after its business row until [`release`](Self::release).
+    pub fn held(self) -> Self {
+        self.0.held.store(true, Ordering::SeqCst);
+        self
+    }
+
+    /// Effect side: the business row is written (uncommitted).
+    pub fn started(&self) {
+        self.0.started.store(true, Ordering::SeqCst);
+    }
+
+    /// Effect side, for an effect that runs on a thread of its own: waits while held.
+    pub fn wait_blocking(&self) {
+        let until = Instant::now() + Duration::from_secs(30);
+        while self.0.held.load(Ordering::SeqCst) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Effect side, for an async effect: waits while held.
+    pub async fn wait(&self) {
+        let until = Instant::now() + Duration::from_secs(30);
+        while self.0.held.load(Ordering::SeqCst) && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Effect side: the effect's result (panics for a panicking script).
+    pub fn end(&self) -> Result<StoredResponse, String> {
+        match &self.0.ending {
+            Ending::Respond(response) => Ok(response.clone()),
+            Ending::Fail => Err("declined: nothing happened".into()),
+            Ending::Panic => panic!("the scenario's effect panics"),
+        }
+    }
+
+    /// Scenario side: lets a held effect go on.
+    pub fn release(&self) {
+        self.0.held.store(false, Ordering::SeqCst);
+    }
+
+    /// Scenario side: waits until the effect wrote its business row (at most 20 s: the
+    /// store's writer may be busy with another process's work first).
+    pub async fn until_started(&self) {
+        let until = Instant::now() + Duration::from_secs(20);
+        while !self.0.started.load(Ordering::SeqCst) {
+            assert!(Instant::now() < until, "the effect did not start");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+/// Releases a held script when dropped.
+struct ReleaseOnDrop(Script);
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+type Engine<H> = Idempotency<Arc<<H as super::Harness>::Store>>;
+
+async fn setup<H: TransactHarness>(harness: &H, commits: Commits) -> (Arc<H::Store>, Engine<H>)
+where
+    H::Store: Transactional,
+{
+    let store = Arc::new(harness.store_for(commits).await);
+    let idem =
+        Idempotency::with_policy(Arc::clone(&store), policy().commits(commits)).expect("policy");
+    (store, idem)
+}
+
+fn charged(n: &str) -> StoredResponse {
+    StoredResponse::new(201, format!("{{\"charge\":\"{n}\"}}"))
+        .with_header("content-type", "application/json")
+}
+
+async fn transact<H: TransactHarness>(
+    harness: &H,
+    idem: &Engine<H>,
+    intent: &str,
+    req: &Request,
+    script: Script,
+) -> Result<Outcome, RunError<String>>
+where
+    H::Store: Transactional,
+{
+    idem.transact(req, harness.effect(intent, script)).await
+}
+
+/// C6, C15: the effect and its completion commit together; the retry replays byte for byte
+/// and writes no second business row.
+pub async fn txc_c06_executed_then_replayed<H: TransactHarness>(harness: &H, commits: Commits)
+where
+    H::Store: Transactional,
+{
+    let (store, idem) = setup(harness, commits).await;
+    let intent = unique_consumer("txc-replay");
+    let req = request(&intent, "k", b"{\"cents\":500}");
+    let first = transact(harness, &idem, &intent, &req, Script::respond(charged("a"))).await;
+    assert!(
+        matches!(&first, Ok(Outcome::Executed(r)) if *r == charged("a")),
+        "{first:?}"
+    );
+    let retry = transact(harness, &idem, &intent, &req, Script::respond(charged("b"))).await;
+    assert!(
+        matches!(&retry, Ok(Outcome::Answered(Answer::Replay(r))) if *r == charged("a")),
+        "{retry:?}"
+    );
+    assert_eq!(harness.business_rows(&store, &intent).await, 1);
+}
+
+/// C8, C15: the effect's error rolls its transaction back: no business row, the key free at
+/// once, and the retry executes once.
+pub async fn txc_c08_an_effect_error_rolls_back_and_the_retry_runs<H: TransactHarness>(
+    harness: &H,
+    commits: Commits,
+) where
+    H::Store: Transactional,
+{
+    let (store, idem) = setup(harness, commits).await;
+    let intent = unique_consumer("txc-fail");
+    let req = request(&intent, "k", b"{\"cents\":600}");
+    let failed = transact(harness, &idem, &intent, &req, Script::fail()).await;
+    assert!(matches!(failed, Err(RunError::Released(_))), "{failed:?}");
+    assert_eq!(harness.business_rows(&store, &intent).await, 0);
+    let retry = transact(
+        harness,
+        &idem,
+        &intent,
+        &req,
+        Script::respond(charged("ok")),
+    )
+    .await;
+    assert!(matches!(retry, Ok(Outcome::Executed(_))), "{retry:?}");
+    assert_eq!(harness.business_rows(&store, &intent).await, 1);
+}
+
+/// C8, C15: a panic in the effect rolls its transaction back and resumes in the caller; the
+/// retry executes once.
+pub async fn txc_c08_a_panicking_effect_rolls_back_and_the_retry_runs<H: TransactHarness>(
+    harness: &H,
+    commits: Commits,
+) where
+    H::Store: Transactional,
+{
+    let (store, idem) = setup(harness, commits).await;
+    let intent = unique_consumer("txc-panic");
+    let req = request(&intent, "k", b"{\"cents\":650}");
+    let effect = harness.effect(&intent, Script::panic());
+    let (engine, owned) = (idem.clone(), req.clone());
+    let panicked = tokio::spawn(async move { engine.transact(&owned, effect).await }).await;
+    assert!(
+        panicked.as_ref().is_err_and(|e| e.is_panic()),
+        "the panic did not resume"
+    );
+    assert_eq!(harness.business_rows(&store, &intent).await, 0);
+    let retry = transact(
+        harness,
+        &idem,
+        &intent,
+        &req,
+        Script::respond(charged("ok")),
+    )
+    .await;
+    assert!(matches!(retry, Ok(Outcome::Executed(_))), "{retry:?}");
+    assert_eq!(harness.business_rows(&store, &intent).await, 1);
+}
+
+/// C5, C3, C15: while the effect's transaction is open (in one-commit mode its reservation is
+/// not committed yet), a duplicate is answered in flight at once, and one with another body
+/// mismatch, through the closure, the guard and a second engine, and through another process
+/// where the store may be shared; none of them waits for the transaction. Then the execution
+/// commits, and every duplicate replays: one business row.
+pub async fn txc_c05_a_duplicate_is_answered_at_once_while_the_effect_runs<H: TransactHarness>(
+    harness: &H,
+    commits: Commits,
+) where
+    H::Store: Transactional,
+{
+    let (store, idem) = setup(harness, commits).await;
+    let intent = unique_consumer("txc-inflight");
+    let req = request(&intent, "k", b"{\"cents\":700}");
+    let other_body = request(&intent, "k", b"{\"cents\":701}");
+    let script = Script::respond(charged("held")).held();
+    let effect = harness.effect(&intent, script.clone());
+    let (engine, owned) = (idem.clone(), req.clone());
+    let first = tokio::spawn(async move { engine.transact(&owned, effect).await });
+    // A failing assertion below lets the effect go at once, not after its 30 s: its
+    // transaction holds the store's writer meanwhile.
+    let _release = ReleaseOnDrop(script.clone());
+    script.until_started().await;
+
+    let engines = vec![
+        ("this engine", idem.clone()),
+        (
+            "a second engine",
+            Idempotency::with_policy(Arc::clone(&store), policy().commits(commits))
+                .expect("policy"),
+        ),
+    ];
+    let elsewhere = harness.shared_by_processes(commits).then(|| {
+        Idempotency::with_policy(
+            Arc::new(super::Elsewhere::new(Arc::clone(&store))),
+            policy().commits(commits),
+        )
+        .expect("policy")
+    });
+    for (name, engine) in &engines {
+        let duplicate = harness.effect(&intent, Script::respond(charged("dup")));
+        let answer = tokio::time::timeout(AT_ONCE, engine.transact(&req, duplicate)).await;
+        assert!(
+            matches!(answer, Ok(Ok(Outcome::Answered(Answer::InFlight { .. })))),
+            "a duplicate through {name} was not in flight at once: {answer:?}"
+        );
+        let mismatch = harness.effect(&intent, Script::respond(charged("other")));
+        let answer = tokio::time::timeout(AT_ONCE, engine.transact(&other_body, mismatch)).await;
+        assert!(
+            matches!(answer, Ok(Ok(Outcome::Answered(Answer::Mismatch)))),
+            "another body through {name} was not a mismatch at once: {answer:?}"
+        );
+        let begun = tokio::time::timeout(AT_ONCE, engine.begin(&req)).await;
+        assert!(
+            matches!(begun, Ok(Ok(Begin::Answered(Answer::InFlight { .. })))),
+            "a guard-style duplicate through {name} was not in flight at once: {begun:?}"
+        );
+    }
+    if let Some(elsewhere) = &elsewhere {
+        let begun = tokio::time::timeout(AT_ONCE, elsewhere.begin(&req)).await;
+        assert!(
+            matches!(begun, Ok(Ok(Begin::Answered(Answer::InFlight { .. })))),
+            "a duplicate from another process was not in flight at once: {begun:?}"
+        );
+        let begun = tokio::time::timeout(AT_ONCE, elsewhere.begin(&other_body)).await;
+        assert!(
+            matches!(begun, Ok(Ok(Begin::Answered(Answer::Mismatch)))),
+            "another body from another process was not a mismatch at once: {begun:?}"
+        );
+    }
+    script.release();
+    let first = first.await.expect("the first execution");
+    assert!(
+        matches!(&first, Ok(Outcome::Executed(r)) if *r == charged("held")),
+        "{first:?}"
+    );
+    if let Some(elsewhere) = &elsewhere {
+        let begun = elsewhere.begin(&req).await;
+        assert!(
+            matches!(&begun, Ok(Begin::Answered(Answer::Replay(r))) if *r == charged("held")),
+            "a duplicate from another process after the commit did not replay: {begun:?}"
+        );
+    }
+    for (name, engine) in &engines {
+        let duplicate = harness.effect(&intent, Script::respond(charged("dup")));
+        let answer = engine.transact(&req, duplicate).await;
+        assert!(
+            matches!(&answer, Ok(Outcome::Answered(Answer::Replay(r))) if *r == charged("held")),
+            "a duplicate through {name} after the commit did not replay: {answer:?}"
+        );
+    }
+    assert_eq!(harness.business_rows(&store, &intent).await, 1);
+}
+
+/// C4, C15: many concurrent executions of one fresh key: exactly one executes and writes its
+/// business row; every other is answered (in flight or replay), none fails.
+pub async fn txc_c04_concurrent_executions_of_one_key_write_one_row<H: TransactHarness>(
+    harness: &H,
+    commits: Commits,
+) where
+    H::Store: Transactional,
+{
+    let (store, idem) = setup(harness, commits).await;
+    let intent = unique_consumer("txc-storm");
+    let req = request(&intent, "k", b"{\"cents\":800}");
+    let tasks: Vec<_> = (0..16)
+        .map(|n| {
+            let (engine, owned) = (idem.clone(), req.clone());
+            let effect = harness.effect(&intent, Script::respond(charged(&format!("c{n}"))));
+            tokio::spawn(async move { engine.transact(&owned, effect).await })
+        })
+        .collect();
+    let mut executed = 0;
+    for task in tasks {
+        match task.await.expect("task") {
+            Ok(Outcome::Executed(_)) => executed += 1,
+            Ok(Outcome::Answered(Answer::InFlight { .. } | Answer::Replay(_))) => {}
+            other => panic!("unexpected: {other:?}"),
+        }
+    }
+    assert_eq!(executed, 1);
+    assert_eq!(harness.business_rows(&store, &intent).await, 1);
+}

@@ -1,0 +1,232 @@
+//! The one-commit mode on SQLite (C15): reservation, effect and completion in one transaction,
+//! duplicates still answered at once (C5), and the table held by one store alone.
+
+mod common;
+
+use common::{charges, with_charges};
+use idem_core::{
+    Answer, Begin, Commits, Idempotency, Outcome, Policy, Request, RunError, Store, StoreErrorKind,
+    StoredResponse,
+};
+use idem_sqlite::{SqliteIdempotency, SqliteStore};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+async fn one_commit_store(path: &Path) -> SqliteStore {
+    let store = SqliteStore::builder(path)
+        .readers(2)
+        .one_commit(true)
+        .open()
+        .await
+        .expect("open for one commit");
+    with_charges(&store).await;
+    store
+}
+
+fn request(idem: &Idempotency<SqliteStore>, key: &str, body: &[u8]) -> Request {
+    idem.request("acct_one", "POST", "/charges")
+        .key(Some(key))
+        .body(body)
+        .build()
+        .expect("request")
+}
+
+/// The kind of a store error, `None` for any other error.
+fn store_kind(error: &idem_core::Error) -> Option<StoreErrorKind> {
+    match error {
+        idem_core::Error::Store(store) => Some(store.kind()),
+        _ => None,
+    }
+}
+
+fn charge(tx: &rusqlite::Transaction<'_>, intent: &str) -> Result<StoredResponse, rusqlite::Error> {
+    tx.execute(
+        "INSERT INTO charges (intent, cents) VALUES (?1, 100)",
+        [intent],
+    )?;
+    Ok(StoredResponse::new(201, "charged"))
+}
+
+/// C5, C15: a duplicate that arrives while the one-commit execution is still queued for the
+/// writer (before it reserved anything) is answered in flight at once, and one with another
+/// body mismatch; neither queues behind the execution's transaction. The engine's claim is what
+/// answers them: the store has nothing committed to show.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c05_a_duplicate_of_an_execution_queued_for_the_writer_is_answered_at_once() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = one_commit_store(&dir.path().join("queued.db")).await;
+    let idem = Idempotency::with_policy(store.clone(), Policy::default()).expect("policy");
+    // The writer is busy: the execution queues behind this.
+    let busy = store.clone();
+    let hold = tokio::spawn(async move {
+        busy.call(|_| std::thread::sleep(Duration::from_millis(1500)))
+            .await
+            .expect("hold the writer");
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let first_request = request(&idem, "k", b"{\"cents\":100}");
+    let (engine, owned) = (idem.clone(), first_request.clone());
+    let first = tokio::spawn(async move {
+        engine
+            .run_in_one_transaction(&owned, |tx, _| charge(tx, "queued"))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let started = Instant::now();
+    let duplicate = idem.begin(&request(&idem, "k", b"{\"cents\":100}")).await;
+    let mismatch = idem
+        .run_in_one_transaction(&request(&idem, "k", b"{\"cents\":999}"), |tx, _| {
+            charge(tx, "queued")
+        })
+        .await;
+    let took = started.elapsed();
+    assert!(
+        matches!(duplicate, Ok(Begin::Answered(Answer::InFlight { .. }))),
+        "{duplicate:?}"
+    );
+    assert!(
+        matches!(mismatch, Ok(Outcome::Answered(Answer::Mismatch))),
+        "{mismatch:?}"
+    );
+    assert!(
+        took < Duration::from_millis(700),
+        "the duplicates waited for the writer: {took:?}"
+    );
+    hold.await.expect("holder");
+    let first = first.await.expect("first");
+    assert!(matches!(first, Ok(Outcome::Executed(_))), "{first:?}");
+    assert_eq!(charges(&store, "queued").await, 1);
+    let replay = idem.begin(&first_request).await;
+    assert!(
+        matches!(replay, Ok(Begin::Answered(Answer::Replay(_)))),
+        "{replay:?}"
+    );
+}
+
+/// C15: a store opened for one commit holds its table alone. A second store opened for one
+/// commit on the same table is refused, and a store opened for two commits is refused its
+/// first reservation (it could not see the uncommitted ones); one that only reads and lists
+/// still works. Another table of the same file is free. Once the store is dropped, the table
+/// is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c15_a_store_opened_for_one_commit_holds_its_table_alone() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("alone.db");
+    let store = one_commit_store(&path).await;
+    let idem = Idempotency::new(store.clone());
+    let req = request(&idem, "alone", b"{}");
+
+    let again = SqliteStore::builder(&path).one_commit(true).open().await;
+    let Err(refused) = again else {
+        panic!("a second store opened for one commit on the same table");
+    };
+    assert_eq!(store_kind(&refused), Some(StoreErrorKind::Misconfigured));
+
+    let two = SqliteStore::open(&path)
+        .await
+        .expect("open for two commits");
+    let reserved = two.reserve(&req, Duration::from_secs(5)).await;
+    let Err(refused) = reserved else {
+        panic!("a store for two commits reserved in a table held for one: {reserved:?}");
+    };
+    assert_eq!(store_kind(&refused), Some(StoreErrorKind::Misconfigured));
+    assert!(two.lookup(req.id()).await.expect("reads work").is_none());
+
+    let other_table = SqliteStore::builder(&path)
+        .table("other_records")
+        .open()
+        .await
+        .expect("another table");
+    assert!(matches!(
+        other_table.reserve(&req, Duration::from_secs(5)).await,
+        Ok(Begin::Acquired(_))
+    ));
+
+    drop(idem);
+    drop(store);
+    let reopened = SqliteStore::builder(&path).one_commit(true).open().await;
+    // `two` has not reserved, so it holds nothing: the table is free.
+    assert!(reopened.is_ok(), "{reopened:?}");
+}
+
+/// C15: a store that has reserved for two commits keeps a store for one commit off its table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c15_a_table_reserved_in_for_two_commits_cannot_be_opened_for_one() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("shared.db");
+    let two = SqliteStore::open(&path).await.expect("open");
+    let idem = Idempotency::new(two.clone());
+    let begun = idem.begin(&request(&idem, "k", b"{}")).await;
+    assert!(matches!(begun, Ok(Begin::Acquired(_))), "{begun:?}");
+    let one = SqliteStore::builder(&path).one_commit(true).open().await;
+    let Err(refused) = one else {
+        panic!("opened for one commit while another store reserves in the table");
+    };
+    assert_eq!(store_kind(&refused), Some(StoreErrorKind::Misconfigured));
+}
+
+/// C15: a one-commit execution on a store not opened for it is refused before anything runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c15_one_commit_on_a_store_not_opened_for_it_is_refused_and_runs_nothing() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = SqliteStore::open(dir.path().join("two.db"))
+        .await
+        .expect("open");
+    with_charges(&store).await;
+    let idem = Idempotency::with_policy(store.clone(), Policy::default().commits(Commits::One))
+        .expect("policy");
+    let req = request(&idem, "k", b"{}");
+    let outcome = idem
+        .run_in_transaction(&req, |tx, _| charge(tx, "refused"))
+        .await;
+    let Err(RunError::Idem(error)) = outcome else {
+        panic!("ran on a store not opened for one commit: {outcome:?}");
+    };
+    assert_eq!(store_kind(&error), Some(StoreErrorKind::Misconfigured));
+    assert_eq!(charges(&store, "refused").await, 0);
+    assert!(store.lookup(req.id()).await.expect("lookup").is_none());
+}
+
+/// C15: a one-commit fresh key is one write transaction: the reservation is not committed on
+/// its own. While the effect runs, a reader of the file sees no record; after the commit it
+/// sees the completed one, and nothing was ever visible in progress.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c15_nothing_of_a_one_commit_execution_is_visible_before_it_commits() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("invisible.db");
+    let store = one_commit_store(&path).await;
+    let idem = Idempotency::new(store.clone());
+    let req = request(&idem, "k", b"{}");
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (engine, owned) = (idem.clone(), req.clone());
+    let first = tokio::spawn(async move {
+        engine
+            .run_in_one_transaction(&owned, move |tx, _| {
+                let response = charge(tx, "invisible")?;
+                let _ = started_tx.send(());
+                let _ = go_rx.recv_timeout(Duration::from_secs(10));
+                Ok::<_, rusqlite::Error>(response)
+            })
+            .await
+    });
+    tokio::task::spawn_blocking(move || started_rx.recv_timeout(Duration::from_secs(5)))
+        .await
+        .expect("wait")
+        .expect("the effect started");
+    let outside = rusqlite::Connection::open(&path).expect("a connection of its own");
+    let seen: i64 = outside
+        .query_row("SELECT count(*) FROM idem_records", [], |row| row.get(0))
+        .expect("count");
+    assert_eq!(seen, 0, "the reservation was committed on its own");
+    go_tx.send(()).expect("go");
+    assert!(matches!(
+        first.await.expect("first"),
+        Ok(Outcome::Executed(_))
+    ));
+    let state: i64 = outside
+        .query_row("SELECT state FROM idem_records", [], |row| row.get(0))
+        .expect("the completed record");
+    assert_eq!(state, 1);
+}
