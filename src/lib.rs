@@ -34,12 +34,12 @@
 
 pub use idem_core::{
     async_trait, canonical_json, is_always_stored, is_never_stored, problem, retry_after_secs,
-    waiting_now, Acquire, Answer, Begin, Clock, Completion, Context, Error, Event, EventKind,
-    Failure, FencingToken, Field, Fingerprint, FingerprintBuilder, Idempotency, IdempotencyBuilder,
-    IdempotencyKey, InFlightAnswer, InsertOrFetch, KeepAlive, Lease, ManualClock, MemoryStore,
-    Observer, Operation, Outcome, Policy, Problem, Purger, RecordId, Reply, Request,
-    RequestBuilder, RunError, Scope, Store, StoreError, StoreErrorKind, StoredResponse,
-    SystemClock, Timestamp, TracingObserver, PROBLEM_BASE,
+    waiting_now, Acquire, Answer, Begin, Clock, Commits, Completion, Context, Error, Event,
+    EventKind, Failure, FencingToken, Field, Fingerprint, FingerprintBuilder, Idempotency,
+    IdempotencyBuilder, IdempotencyKey, InFlightAnswer, InsertOrFetch, KeepAlive, Lease,
+    ManualClock, MemoryStore, Observer, Operation, Outcome, Policy, Problem, Purger, RecordId,
+    Reply, Request, RequestBuilder, RunError, Scope, Store, StoreError, StoreErrorKind,
+    StoredResponse, SystemClock, Timestamp, TracingObserver, PROBLEM_BASE,
 };
 
 /// Inbound events (webhooks) processed once when the sender chooses the key: the inbox, its

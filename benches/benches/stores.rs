@@ -20,6 +20,7 @@
 //! --benches` or with `IDEM_BENCH_QUICK=1`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use idem::Commits;
 use idem_benches::harness::{measure, size_name, Mode, Path, Row};
 use idem_benches::harness::{Op, Side};
 use idem_benches::report;
@@ -151,21 +152,36 @@ fn table(rt: &Runtime, mode: &Mode, subjects: &[Subject]) {
             };
             cells.extend(measure(rt, mode, &row));
         }
-        let Some(in_transaction) = &subject.in_transaction else {
-            continue;
-        };
-        for path in transaction::PATHS {
-            // The library through `run_in_transaction`, against the baselines of the same path.
-            let mut sides = vec![("library", rt.block_on(in_transaction.op(path, 100)))];
-            sides.extend(ops(&subject.sides[1..], path));
-            let name = transaction::path_name(path);
-            let row = Row {
-                store: subject.store,
-                path: &name,
-                size: 100,
-                sides,
+        let money_paths = [
+            (
+                &subject.in_transaction,
+                &transaction::PATHS[..],
+                Commits::Two,
+            ),
+            (
+                &subject.one_commit,
+                &transaction::ONE_COMMIT_PATHS[..],
+                Commits::One,
+            ),
+        ];
+        for (transacting, paths, commits) in money_paths {
+            let Some(transacting) = transacting else {
+                continue;
             };
-            cells.extend(measure(rt, mode, &row));
+            for &path in paths {
+                // The library through `run_in_transaction` (with one commit:
+                // `run_in_one_transaction`), against the baselines of the same path.
+                let mut sides = vec![("library", rt.block_on(transacting.op(path, 100)))];
+                sides.extend(ops(&subject.sides[1..], path));
+                let name = transaction::path_name(path, commits);
+                let row = Row {
+                    store: subject.store,
+                    path: &name,
+                    size: 100,
+                    sides,
+                };
+                cells.extend(measure(rt, mode, &row));
+            }
         }
     }
     match report::write("stores", &cells) {

@@ -7,10 +7,10 @@ use crate::library::{response, CompleteOnly, Effect, Library};
 use crate::raw;
 use crate::raw::sqlite::Hops;
 use crate::transaction::{Charge, InTransaction, Transacting};
-use idem::postgres::{sqlx, PgIdempotency, PgStore};
+use idem::postgres::{sqlx, PgStore};
 use idem::redis::RedisStore;
-use idem::sqlite::{rusqlite, SqliteIdempotency, SqliteStore};
-use idem::{Idempotency, Lease, MemoryStore, Outcome, Request, StoredResponse};
+use idem::sqlite::{rusqlite, SqliteStore};
+use idem::{Commits, Idempotency, Lease, MemoryStore, Outcome, Request, StoredResponse};
 use std::sync::Arc;
 
 /// The connections of a server store's pool, library and baseline alike.
@@ -26,6 +26,9 @@ pub struct Subject {
     /// The money path (`run_in_transaction`), on the SQL stores; its ratio is taken against
     /// the same baselines.
     pub in_transaction: Option<Arc<dyn Transacting>>,
+    /// The money path with one commit per fresh key (C15), against the same (two-commit)
+    /// baselines.
+    pub one_commit: Option<Arc<dyn Transacting>>,
     /// Keeps the SQLite files while the bench runs.
     _dir: Option<tempfile::TempDir>,
 }
@@ -48,6 +51,7 @@ pub async fn memory() -> Subject {
             CompleteOnly,
         ))],
         in_transaction: None,
+        one_commit: None,
         _dir: None,
     }
 }
@@ -84,22 +88,28 @@ impl Effect<SqliteStore> for SqliteEffect {
 
 #[async_trait::async_trait]
 impl Charge for SqliteStore {
-    async fn charge(idem: &Idempotency<Self>, request: &Request, size: usize) -> Outcome {
-        idem.run_in_transaction(request, move |tx, _lease| {
+    async fn charge(
+        idem: &Idempotency<Self>,
+        request: &Request,
+        size: usize,
+        commits: Commits,
+    ) -> Outcome {
+        let effect: idem::sqlite::SqliteEffect<rusqlite::Error> = Box::new(move |tx, _lease| {
             tx.execute(SQLITE_CHARGE, [2500])?;
-            Ok::<_, rusqlite::Error>(response(size))
-        })
-        .await
-        .expect("run_in_transaction")
+            Ok(response(size))
+        });
+        // `run_in_transaction` or `run_in_one_transaction`, by `commits`.
+        idem.transact_with(request, effect, commits)
+            .await
+            .expect("run_in_transaction")
     }
 }
 
-/// `SqliteStore` (defaults: one writer, four readers), `raw` (the same statements behind an
-/// async mutex, one hop per phase), `floor` (one blocking hop per phase) and `raw_inline` (no
-/// hop), each on its own file in a temporary directory, same settings.
-pub async fn sqlite() -> Subject {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let store = SqliteStore::open(dir.path().join("library.db"))
+/// A SQLite store on `path` with the benches' business table, opened for `commits`.
+async fn sqlite_store(path: &std::path::Path, commits: Commits) -> SqliteStore {
+    let store = SqliteStore::builder(path)
+        .one_commit(commits == Commits::One)
+        .open()
         .await
         .expect("open");
     store
@@ -108,6 +118,16 @@ pub async fn sqlite() -> Subject {
         })
         .await
         .expect("business table");
+    store
+}
+
+/// `SqliteStore` (defaults: one writer, four readers), `raw` (the same statements behind an
+/// async mutex, one hop per phase), `floor` (one blocking hop per phase) and `raw_inline` (no
+/// hop), each on its own file in a temporary directory, same settings.
+pub async fn sqlite() -> Subject {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store = sqlite_store(&dir.path().join("library.db"), Commits::Two).await;
+    let one_commit = sqlite_store(&dir.path().join("one_commit.db"), Commits::One).await;
     let sides: Vec<Arc<dyn Side>> = vec![
         Arc::new(Library::new(store.clone(), SqliteEffect)),
         Arc::new(raw::sqlite::RawSqlite::open(
@@ -126,7 +146,8 @@ pub async fn sqlite() -> Subject {
     Subject {
         store: "sqlite",
         sides,
-        in_transaction: Some(Arc::new(InTransaction::new(store))),
+        in_transaction: Some(Arc::new(InTransaction::new(store, Commits::Two))),
+        one_commit: Some(Arc::new(InTransaction::new(one_commit, Commits::One))),
         _dir: Some(dir),
     }
 }
@@ -161,15 +182,22 @@ impl Effect<PgStore> for PgEffect {
 
 #[async_trait::async_trait]
 impl Charge for PgStore {
-    async fn charge(idem: &Idempotency<Self>, request: &Request, size: usize) -> Outcome {
-        idem.run_in_transaction(request, move |tx, _lease| {
+    async fn charge(
+        idem: &Idempotency<Self>,
+        request: &Request,
+        size: usize,
+        commits: Commits,
+    ) -> Outcome {
+        let effect: idem::postgres::PgEffect<sqlx::Error> = Box::new(move |tx, _lease| {
             Box::pin(async move {
                 sqlx::query(PG_CHARGE).execute(&mut *tx).await?;
-                Ok::<_, sqlx::Error>(response(size))
+                Ok(response(size))
             })
-        })
-        .await
-        .expect("run_in_transaction")
+        });
+        // `run_in_transaction` or `run_in_one_transaction`, by `commits`.
+        idem.transact_with(request, effect, commits)
+            .await
+            .expect("run_in_transaction")
     }
 }
 
@@ -196,7 +224,8 @@ pub async fn postgres() -> Subject {
     Subject {
         store: "postgres",
         sides,
-        in_transaction: Some(Arc::new(InTransaction::new(store))),
+        in_transaction: Some(Arc::new(InTransaction::new(store.clone(), Commits::Two))),
+        one_commit: Some(Arc::new(InTransaction::new(store, Commits::One))),
         _dir: None,
     }
 }
@@ -214,6 +243,7 @@ pub async fn redis() -> Subject {
         store: "redis",
         sides,
         in_transaction: None,
+        one_commit: None,
         _dir: None,
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::harness::{Op, Path};
 use crate::library::{engine, new_consumer, request, BODY, LEASE};
-use idem::{Answer, Idempotency, Outcome, Request, Store};
+use idem::{Answer, Commits, Idempotency, Outcome, Request, Store};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,18 +13,31 @@ use std::sync::Arc;
 /// The paths measured through `run_in_transaction`.
 pub const PATHS: [Path; 2] = [Path::Fresh, Path::Replay];
 
+/// The paths measured with one commit (C15, `run_in_one_transaction`): a fresh key; a replay
+/// is the same read as with two.
+pub const ONE_COMMIT_PATHS: [Path; 1] = [Path::Fresh];
+
 /// The name of `path` through `run_in_transaction` in tables and results: `tx_fresh_key`,
-/// `tx_replay`.
-pub fn path_name(path: Path) -> String {
-    format!("tx_{}", path.name())
+/// `tx_replay`; with one commit `tx1_fresh_key`.
+pub fn path_name(path: Path, commits: Commits) -> String {
+    match commits {
+        Commits::One => format!("tx1_{}", path.name()),
+        _ => format!("tx_{}", path.name()),
+    }
 }
 
 /// A store whose engine runs an effect and its completion in one transaction.
 #[async_trait::async_trait]
 pub trait Charge: Store + Clone + 'static {
-    /// `run_in_transaction` for `request`, its effect one business insert answered with a
-    /// response of `size` bytes ([`response`](crate::library::response)).
-    async fn charge(idem: &Idempotency<Self>, request: &Request, size: usize) -> Outcome;
+    /// `run_in_transaction` for `request` (`run_in_one_transaction` with [`Commits::One`]),
+    /// its effect one business insert answered with a response of `size` bytes
+    /// ([`response`](crate::library::response)).
+    async fn charge(
+        idem: &Idempotency<Self>,
+        request: &Request,
+        size: usize,
+        commits: Commits,
+    ) -> Outcome;
 }
 
 /// The library's side of the money path on one store, whatever the store.
@@ -40,15 +53,17 @@ pub struct InTransaction<S> {
     idem: Idempotency<S>,
     consumer: String,
     next: Arc<AtomicU64>,
+    commits: Commits,
 }
 
 impl<S: Charge> InTransaction<S> {
-    /// The money path over `store`.
-    pub fn new(store: S) -> Self {
+    /// The money path over `store`, with `commits` per fresh key.
+    pub fn new(store: S, commits: Commits) -> Self {
         Self {
             idem: engine(store, LEASE),
             consumer: new_consumer(),
             next: Arc::new(AtomicU64::new(0)),
+            commits,
         }
     }
 }
@@ -58,6 +73,7 @@ impl<S: Charge> Transacting for InTransaction<S> {
     async fn op(&self, path: Path, size: usize) -> Op {
         let idem = self.idem.clone();
         let consumer = self.consumer.clone();
+        let commits = self.commits;
         match path {
             Path::Fresh => {
                 let next = Arc::clone(&self.next);
@@ -66,7 +82,7 @@ impl<S: Charge> Transacting for InTransaction<S> {
                     let key = format!("fresh-{}", next.fetch_add(1, Ordering::Relaxed));
                     Box::pin(async move {
                         let request = request(&idem, &consumer, &key, BODY);
-                        match S::charge(&idem, &request, size).await {
+                        match S::charge(&idem, &request, size, commits).await {
                             Outcome::Executed(stored) => {
                                 black_box(stored);
                             }
@@ -78,7 +94,7 @@ impl<S: Charge> Transacting for InTransaction<S> {
             Path::Replay => {
                 let key = format!("done-{}", self.next.fetch_add(1, Ordering::Relaxed));
                 let asked = Arc::new(request(&idem, &consumer, &key, BODY));
-                let first = S::charge(&idem, &asked, size).await;
+                let first = S::charge(&idem, &asked, size, commits).await;
                 assert!(
                     matches!(first, Outcome::Executed(_)),
                     "a new key was answered"
@@ -86,7 +102,7 @@ impl<S: Charge> Transacting for InTransaction<S> {
                 Arc::new(move || {
                     let (idem, asked) = (idem.clone(), Arc::clone(&asked));
                     Box::pin(async move {
-                        match S::charge(&idem, &asked, size).await {
+                        match S::charge(&idem, &asked, size, commits).await {
                             Outcome::Answered(Answer::Replay(stored)) => {
                                 black_box(stored);
                             }

@@ -69,8 +69,10 @@ pub trait Transactional: Store {
     ) -> Result<Transacted<E, Self::Effect<E>>, Error>;
 
     /// Reads the record once no transaction holds it, waiting at most `wait` for one that does:
-    /// what tells a commit in doubt from a rolled-back one. The default reads it at once (right
-    /// for a store whose commits are never in doubt).
+    /// what tells a commit in doubt from a rolled-back one. That includes a one-commit
+    /// transaction (C15) whose reservation nobody else sees yet: "no record" must mean it
+    /// rolled back, not that it is still open. The default reads it at once (right for a store
+    /// whose commits are never in doubt).
     async fn settled(&self, id: &RecordId, wait: Duration) -> Result<Option<Record>, Error> {
         let _ = wait;
         self.lookup(id).await

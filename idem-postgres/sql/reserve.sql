@@ -5,18 +5,36 @@
 --   duplicate never waits for another request's business transaction, not even one that has
 --   already run its completion UPDATE on this row and not committed yet: it sees the record as
 --   committed (in progress) and is answered in flight at once.
--- * `inserted` writes a fresh in-progress row only when no row is visible; the primary key
---   decides a race with a concurrent reservation (ON CONFLICT DO NOTHING). A row committed after
---   this statement's snapshot (read committed) shows up as neither: the caller runs the
---   statement again, and then reads it.
+-- * `gate` (only when no row is visible) keeps a fresh reservation from ever waiting on one
+--   that is not committed yet: a one-commit execution (C15) inserts its reservation inside its
+--   own transaction, and an INSERT .. ON CONFLICT on that key would wait for it. Every fresh
+--   reservation first takes transaction-scoped advisory locks on two keys computed by the
+--   store: $8, the record's, and $9, the record's with the fingerprint. A two-commit
+--   reservation ($10 false, an autocommit statement: its locks last for this statement only)
+--   takes the record's key shared, so two-commit reservations never keep each other out; not
+--   taken, a one-commit execution holds the record: the same fingerprint's key tells whether it
+--   is this request ('held_same': in flight) or another body ('held_other': mismatch, C3). A
+--   one-commit reservation ($10 true, inside the execution's transaction: its locks last until
+--   COMMIT or ROLLBACK) takes the fingerprint's key exclusively first (not taken: the same
+--   request is being executed), then the record's key exclusively (taken: it inserts); not
+--   taken, the record's key shared tells two-commit reservations in their statement right now
+--   (in flight) from a one-commit execution of another body (mismatch). The locks are tried,
+--   never waited for, and in this order: nested CASE expressions, evaluated in order, in one
+--   CTE.
+-- * `inserted` writes a fresh in-progress row only when no row is visible and the gate is open;
+--   the primary key decides a race with a concurrent reservation (ON CONFLICT DO NOTHING). A row
+--   committed after this statement's snapshot (read committed) shows up as neither: the caller
+--   runs the statement again, and then reads it.
 -- * The response is fetched only for the same fingerprint (the only case it can be replayed), so
 --   a mismatch or an in-flight answer costs the same whatever the stored body's size.
 -- * Time is the server's (C11): clock_timestamp() is the moment this statement runs, and the
 --   reservation's time (reserved_at, to the millisecond) for operators.
 --
 -- $1 consumer, $2 route, $3 key, $4 fingerprint, $5 new token, $6 lease in milliseconds, $7 the
--- holder (the reserving process, for operators; never part of a decision).
--- Returns one row: source ('existing' or 'inserted'), the record's columns, and now.
+-- holder (the reserving process, for operators; never part of a decision), $8 the record's lock
+-- key, $9 the record's and fingerprint's lock key, $10 whether this is a one-commit reservation.
+-- Returns one row: source ('existing', 'inserted', 'held_same' or 'held_other'), the record's
+-- columns (NULL for a held record), and now.
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
@@ -26,12 +44,30 @@ existing AS (
     FROM idem_records
     WHERE consumer = $1 AND route = $2 AND key = $3
 ),
+gate AS (
+    SELECT CASE
+        WHEN EXISTS (SELECT 1 FROM existing) THEN 'open'
+        WHEN NOT $10::boolean THEN
+            CASE
+                WHEN pg_try_advisory_xact_lock_shared($8::bigint) THEN 'open'
+                WHEN pg_try_advisory_xact_lock_shared($9::bigint) THEN 'held_other'
+                ELSE 'held_same'
+            END
+        ELSE
+            CASE
+                WHEN NOT pg_try_advisory_xact_lock($9::bigint) THEN 'held_same'
+                WHEN pg_try_advisory_xact_lock($8::bigint) THEN 'open'
+                WHEN pg_try_advisory_xact_lock_shared($8::bigint) THEN 'held_same'
+                ELSE 'held_other'
+            END
+    END AS verdict
+),
 inserted AS (
     INSERT INTO idem_records (consumer, route, key, fingerprint, token, state, deadline, reserved_at, holder)
     SELECT $1, $2, $3, $4, $5, 0, clock.now + $6 * interval '1 millisecond',
            date_trunc('milliseconds', clock.now), $7::text
-    FROM clock
-    WHERE NOT EXISTS (SELECT 1 FROM existing)
+    FROM clock, gate
+    WHERE gate.verdict = 'open' AND NOT EXISTS (SELECT 1 FROM existing)
     ON CONFLICT (consumer, route, key) DO NOTHING
     RETURNING fingerprint, token, state, deadline, response
 )
@@ -46,3 +82,8 @@ SELECT 'inserted', i.fingerprint, i.token, i.state,
        i.response,
        floor(extract(epoch FROM c.now) * 1000)::bigint
 FROM inserted i, clock c
+UNION ALL
+SELECT g.verdict, NULL::bytea, NULL::bytea, NULL::smallint, NULL::bigint, NULL::bytea,
+       floor(extract(epoch FROM c.now) * 1000)::bigint
+FROM gate g, clock c
+WHERE g.verdict <> 'open'

@@ -27,6 +27,11 @@
 //! # }
 //! ```
 //!
+//! An effect that lives entirely in this database may make one commit instead of two (C15):
+//! [`PgIdempotency::run_in_one_transaction`] (or [`Policy::commits`](idem_core::Policy::commits)
+//! for every `run_in_transaction` of an engine) reserves inside the effect's transaction, so that
+//! nothing of the execution exists until it commits.
+//!
 //! See the repository's docs/stores.md ("PostgreSQL") for the schema, the isolation levels, the
 //! round trips of each path, purge, and running behind PgBouncer.
 #![forbid(unsafe_code)]
@@ -41,6 +46,7 @@ mod effect_connection;
 mod error;
 mod feed;
 mod feed_settings;
+mod gate;
 mod migrate;
 mod ops;
 mod params;

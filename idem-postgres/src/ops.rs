@@ -2,6 +2,7 @@
 //! `idem_core::store::decide`; SQL reads and applies it atomically.
 
 use crate::error::BACKEND;
+use crate::gate::GateKeys;
 use crate::params::{execute_after, fetch_all_after, Param, StatementMode};
 use crate::row;
 use crate::sql::Statements;
@@ -34,7 +35,8 @@ enum Replaced {
 /// The longest age a listing asks PostgreSQL about: two centuries, in milliseconds.
 const MAX_AGE_MS: i64 = 200 * 366 * 24 * 3600 * 1000;
 
-/// The `Retry-After` of a duplicate that finds the record held by a committing transaction.
+/// The `Retry-After` of a duplicate that finds the record held by a transaction: one
+/// committing a completion, or a one-commit execution's (whose remaining time is unknown).
 const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// One call of `Store::reserve`, across all its attempts: the statements of the loop below and
@@ -117,16 +119,24 @@ impl Ops {
     /// the core decides on a current record; a takeover or start over is one compare-and-set
     /// statement more. Every statement writes `reservation`'s token, so that a record it wrote
     /// on an earlier attempt whose answer was lost is recognised as its own.
+    ///
+    /// `one_commit` (C15): `conn` is in the execution's transaction, and the reservation (a
+    /// fresh one, or a takeover's row lock) holds until that transaction ends; a fresh key takes
+    /// its gate's locks exclusively (`sql/reserve.sql`). A record another one-commit execution
+    /// holds (its reservation not committed yet) is answered at once either way: in flight for
+    /// the same request, mismatch for another body.
     pub(crate) async fn reserve(
         &self,
         conn: &mut PgConnection,
         request: &Request,
         lease_for: Duration,
         reservation: &mut Reservation,
+        one_commit: bool,
     ) -> Result<Begin, Error> {
         let id = request.id();
         let [consumer, route, key] = id_params(id);
         let fingerprint = request.fingerprint().as_bytes();
+        let gate = GateKeys::of(id, request.fingerprint());
         let token = reservation.token;
         // Which process reserves, for operators; never part of a decision.
         let holder = self.holder.as_str();
@@ -144,12 +154,25 @@ impl Ops {
                     Param::Bytes(token.as_bytes()),
                     Param::Int(millis(lease_for)),
                     Param::Text(holder),
+                    Param::Int(gate.record),
+                    Param::Int(gate.fingerprint),
+                    Param::Bool(one_commit),
                 ],
             )
             .await?;
             // No row: a reservation committed after this statement's snapshot. Run it again.
             let Some(found) = rows.first() else { continue };
             let source: String = found.try_get("source").map_err(crate::error::store_error)?;
+            // A one-commit execution's transaction holds the record (its reservation is not
+            // committed yet): how long it still runs is unknown.
+            if source == "held_same" {
+                return Ok(Begin::Answered(Answer::InFlight {
+                    retry_after: BUSY_RETRY_AFTER,
+                }));
+            }
+            if source == "held_other" {
+                return Ok(Begin::Answered(Answer::Mismatch));
+            }
             if source == "inserted" {
                 let until: i64 = found
                     .try_get("deadline_ms")

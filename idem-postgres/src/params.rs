@@ -28,6 +28,7 @@ pub(crate) enum Param<'a> {
     Text(&'a str),
     Bytes(&'a [u8]),
     Int(i64),
+    Bool(bool),
 }
 
 /// Runs `sql` (one of the store's `.sql` files, with `$1..$n` placeholders) with `params` on
@@ -108,6 +109,7 @@ fn arguments(params: &[Param<'_>]) -> Result<PgArguments, Error> {
             Param::Text(text) => args.add(text),
             Param::Bytes(bytes) => args.add(bytes),
             Param::Int(n) => args.add(n),
+            Param::Bool(b) => args.add(b),
         }
         .map_err(|e| store_error(sqlx::Error::Encode(e)))?;
     }
@@ -117,8 +119,8 @@ fn arguments(params: &[Param<'_>]) -> Result<PgArguments, Error> {
 /// Writes the parameters into the statement as literals, in one pass over the statement (so a
 /// value that contains `$2` is never substituted again): `$n` becomes a quoted text literal (an
 /// `E''` string, quotes doubled and backslashes escaped, which holds whatever
-/// `backslash_quote` says), `decode('…', 'hex')` for bytes, or the
-/// digits of an integer. The values are the store's own (validated ids, digests, encoded
+/// `backslash_quote` says), `decode('…', 'hex')` for bytes, the
+/// digits of an integer, or `true`/`false`. The values are the store's own (validated ids, digests, encoded
 /// responses); text never contains NUL (scope parts and keys refuse control characters).
 pub(crate) fn inline(sql: &str, params: &[Param<'_>]) -> String {
     let mut out = String::with_capacity(sql.len() + 64);
@@ -164,6 +166,7 @@ fn write_literal(out: &mut String, param: Param<'_>) {
             out.push_str("', 'hex')");
         }
         Param::Int(n) => out.push_str(&n.to_string()),
+        Param::Bool(b) => out.push_str(if b { "true" } else { "false" }),
     }
 }
 
@@ -176,7 +179,7 @@ mod tests {
     #[test]
     fn c12_literals_cannot_break_out_of_their_quotes() {
         let sql = inline(
-            "SELECT $1, $2, $3, $10",
+            "SELECT $1, $2, $3, $10, $11",
             &[
                 Param::Text("a'b\\c'); DROP TABLE x; -- $2"),
                 Param::Bytes(&[0, 255]),
@@ -188,11 +191,12 @@ mod tests {
                 Param::Int(0),
                 Param::Int(0),
                 Param::Int(10),
+                Param::Bool(true),
             ],
         );
         assert_eq!(
             sql,
-            "SELECT E'a''b\\\\c''); DROP TABLE x; -- $2', decode('00ff', 'hex'), -5, 10"
+            "SELECT E'a''b\\\\c''); DROP TABLE x; -- $2', decode('00ff', 'hex'), -5, 10, true"
         );
     }
 }

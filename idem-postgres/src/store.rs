@@ -527,7 +527,8 @@ impl Store for PgStore {
             conn,
             request,
             lease_for,
-            &mut reservation
+            &mut reservation,
+            false
         ))
     }
 

@@ -7,14 +7,16 @@ use crate::broken_effect::broken_effect;
 use crate::config::Isolation;
 use crate::effect_connection::EffectConnection;
 use crate::error::{is_broken_link, store_error, BACKEND};
+use crate::gate::GateKeys;
+use crate::ops::Reservation;
 use crate::params::{fetch_all, Param};
 use crate::row;
 use crate::session;
 use crate::store::PgStore;
 use idem_core::store::{CatchUnwind, Execution, Lease, Record, Transacted, Transactional, TxEnd};
 use idem_core::{
-    async_trait, Begin, Error, Idempotency, Operation, Outcome, RecordId, Request, RunError, Store,
-    StoreErrorKind, StoredResponse,
+    async_trait, Begin, Commits, Error, Idempotency, Operation, Outcome, RecordId, Request,
+    RunError, Store, StoreErrorKind, StoredResponse,
 };
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use std::future::Future;
@@ -84,6 +86,71 @@ pub trait PgIdempotency {
     where
         F: for<'c> FnOnce(&'c mut PgConnection, &'c Lease) -> EffectFuture<'c, E> + Send + 'static,
         E: Send + 'static;
+
+    /// [`run_in_transaction`](Self::run_in_transaction) in one commit (C15), for this request
+    /// whatever the engine's policy says ([`Idempotency::transact_with`] with
+    /// [`Commits::One`]; [`Policy::commits`](idem_core::Policy::commits) makes every
+    /// `run_in_transaction` of an engine so). The transaction begins first and reserves the key
+    /// as its first statement; reservation, effect and completion then commit together, once,
+    /// or not at all. A fresh key costs one commit (one WAL flush) instead of two, in the same
+    /// round trips (BEGIN, reserve, the effect's statements, completion, COMMIT); an answer
+    /// (replay, in flight, mismatch) costs three (BEGIN, reserve, ROLLBACK) instead of one.
+    ///
+    /// **Only for an effect that lives entirely in this database.** Until the commit nothing
+    /// of the execution exists: the effect's error, a failure before the commit, a panic, an
+    /// effect past the transaction timeout or a crash of the process roll everything back, and
+    /// the key is free at once, so the retry runs the effect again. An effect that calls out
+    /// (a card network, an e-mail, a message broker) must not use it: a charge made before a
+    /// crash would be made again. Use [`run_in_transaction`](Self::run_in_transaction) for it.
+    ///
+    /// A duplicate that arrives while the transaction runs is answered at once, never waits
+    /// for it (C5): in flight (with a `Retry-After` of one second: how long the transaction
+    /// still runs is unknown) for the same request, mismatch for another body (C3), from any
+    /// process and through [`Store::reserve`](idem_core::Store::reserve) too. What tells them
+    /// is a pair of transaction-scoped advisory locks that every fresh reservation tries
+    /// (64-bit keys derived from the record and the fingerprint, in the server's `bigint`
+    /// advisory-lock space, which the application's own `bigint` advisory locks share; two
+    /// keys collide with probability 2^-64 per pair of concurrent reservations, and a
+    /// collision only answers one of them in flight). **Every process that reserves on the
+    /// table must run a release of this store that takes these locks**: an older one's
+    /// reservation of the same key would wait for the open transaction instead of answering.
+    ///
+    /// The lease does not renew while the transaction is open (nothing to renew until it
+    /// commits, and nobody can take the key over meanwhile), so the transaction timeout, not
+    /// the lease, bounds the effect. A commit whose answer was lost is told by the record:
+    /// completed under this execution's token, [`Outcome::Executed`]; otherwise nothing
+    /// happened; unreadable, [`RunError::InDoubt`] (a retry replays or runs once).
+    ///
+    /// ```no_run
+    /// use idem_core::{Idempotency, Outcome, StoredResponse};
+    /// use idem_postgres::{PgIdempotency, PgStore};
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let idem = Idempotency::new(PgStore::connect("postgres://app@localhost/payments").await?);
+    /// let request = idem.request("acct_1", "POST", "/transfers").key(Some("k-1")).body(b"{\"cents\":500}").build()?;
+    /// // Both accounts live in this database: nothing leaves it.
+    /// let outcome = idem
+    ///     .run_in_one_transaction(&request, |tx, _lease| Box::pin(async move {
+    ///         sqlx::query("UPDATE accounts SET cents = cents - 500 WHERE id = 1")
+    ///             .execute(&mut *tx)
+    ///             .await?;
+    ///         sqlx::query("UPDATE accounts SET cents = cents + 500 WHERE id = 2")
+    ///             .execute(&mut *tx)
+    ///             .await?;
+    ///         Ok::<_, sqlx::Error>(StoredResponse::new(201, "moved"))
+    ///     }))
+    ///     .await?;
+    /// assert!(matches!(outcome, Outcome::Executed(_)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn run_in_one_transaction<F, E>(
+        &self,
+        request: &Request,
+        effect: F,
+    ) -> impl Future<Output = Result<Outcome, RunError<E>>> + Send
+    where
+        F: for<'c> FnOnce(&'c mut PgConnection, &'c Lease) -> EffectFuture<'c, E> + Send + 'static,
+        E: Send + 'static;
 }
 
 /// A store whose transactions are PostgreSQL's: [`PgStore`], or an `Arc` of one.
@@ -117,6 +184,18 @@ impl<S: PgTransactional + 'static> PgIdempotency for Idempotency<S> {
     {
         self.transact(request, S::effect(Box::new(effect)))
     }
+
+    fn run_in_one_transaction<F, E>(
+        &self,
+        request: &Request,
+        effect: F,
+    ) -> impl Future<Output = Result<Outcome, RunError<E>>> + Send
+    where
+        F: for<'c> FnOnce(&'c mut PgConnection, &'c Lease) -> EffectFuture<'c, E> + Send + 'static,
+        E: Send + 'static,
+    {
+        self.transact_with(request, S::effect(Box::new(effect)), Commits::One)
+    }
 }
 
 #[async_trait]
@@ -130,12 +209,21 @@ impl Transactional for PgStore {
         self.isolation() == Isolation::ReadCommitted
     }
 
+    /// Two commits: the reservation on its own (one round trip), then the transaction. One
+    /// commit (C15): the transaction first, the reservation its first statement (`sql/reserve.sql`
+    /// with the gate's exclusive locks), so that nothing of the execution exists until it
+    /// commits; an answered reservation rolls the transaction back.
     async fn transact<E: Send + 'static>(
         &self,
         request: &Request,
         effect: PgEffect<E>,
         execution: Execution,
     ) -> Result<Transacted<E, Self::Effect<E>>, Error> {
+        if execution.commits() == Commits::One {
+            return self
+                .in_transaction(Start::Reserve(request), effect, &execution)
+                .await;
+        }
         let reserved = execution
             .bounded(
                 Operation::Reserve,
@@ -147,8 +235,8 @@ impl Transactional for PgStore {
             Begin::Answered(answer) => return Ok(Transacted::Answered(answer, effect)),
             Begin::Acquired(lease) => execution.acquired(lease),
         };
-        let end = self.in_transaction(&lease, effect, &execution).await;
-        Ok(Transacted::Acquired { lease, end })
+        self.in_transaction(Start::Reserved(lease), effect, &execution)
+            .await
     }
 
     async fn settled(&self, id: &RecordId, wait: Duration) -> Result<Option<Record>, Error> {
@@ -173,12 +261,15 @@ impl PgStore {
     /// link, a COMMIT in doubt, a panic, the execution dropped) closes it, so a connection stuck
     /// behind a dead link or a row lock never holds a slot (C13). Taken and given back without
     /// a round trip (sqlx's pool would ping it on its return: a message more per fresh key).
+    ///
+    /// `Err` only for a one-commit execution that never acquired (nothing of it exists); a
+    /// two-commit one says how its transaction failed in its [`TxEnd`].
     async fn in_transaction<E: Send + 'static>(
         &self,
-        lease: &Lease,
+        start: Start<'_>,
         effect: PgEffect<E>,
         execution: &Execution,
-    ) -> TxEnd<E> {
+    ) -> Result<Transacted<E, PgEffect<E>>, Error> {
         let mut effect = effect;
         let conns = &self.inner.tx_conns;
         // A connection that died while idle fails its BEGIN at once: nothing ran, so the
@@ -198,62 +289,117 @@ impl PgStore {
                 Ok(EffectConnection::own(held))
             };
             let mut conn = match execution
-                .bounded(Operation::Transaction, lease.id(), acquire)
+                .bounded(Operation::Transaction, start.id(), acquire)
                 .await
             {
                 Ok(conn) => conn,
-                Err(error) => return TxEnd::RolledBack(error),
+                Err(error) => return start.failed(error),
             };
             match self
-                .transaction_on(conn.conn(), lease, effect, execution)
+                .transaction_on(conn.conn(), &start, effect, execution)
                 .await
             {
-                Ok((end, clean)) => {
+                Ok((transacted, clean)) => {
                     if clean {
                         conn.keep();
                     }
-                    return end;
+                    return Ok(transacted);
                 }
                 Err(NotBegun {
                     effect: back,
                     error,
                 }) => {
                     if attempt > 0 || !is_broken_link(&error) {
-                        return TxEnd::RolledBack(error);
+                        return start.failed(error);
                     }
                     effect = back;
                 }
             }
         }
-        TxEnd::RolledBack(Error::store(
+        start.failed(Error::store(
             BACKEND,
             StoreErrorKind::Unavailable,
             "the transaction could not begin",
         ))
     }
 
-    /// The transaction on `conn`: its end, and whether it ended cleanly (committed, or rolled
-    /// back with the server's answer), so that `conn` may serve another; or, if it could not
-    /// begin, the effect back, unrun.
+    /// The transaction on `conn`: what it did, and whether it ended cleanly (committed, or
+    /// rolled back with the server's answer), so that `conn` may serve another; or, if it could
+    /// not begin (nor, with one commit, reserve), the effect back, unrun.
+    ///
+    /// With one commit the reservation is a statement of its own after `BEGIN` (sqlx's
+    /// transaction sends its `BEGIN` alone and waits for its answer): a fresh key costs the
+    /// same round trips as with two commits (BEGIN, reserve, effect, completion, COMMIT), an
+    /// answer three (BEGIN, reserve, ROLLBACK).
     async fn transaction_on<E: Send + 'static>(
         &self,
         conn: &mut PgConnection,
+        start: &Start<'_>,
+        effect: PgEffect<E>,
+        execution: &Execution,
+    ) -> Result<(Transacted<E, PgEffect<E>>, bool), NotBegun<E>> {
+        let id = start.id();
+        let deadlines = &self.inner.config.deadlines;
+        let statement = session::effect_begin(self.isolation().begin_statement(), deadlines);
+        let mut conflicts = 0;
+        let (tx, lease) = loop {
+            let begin = async {
+                conn.begin_with(AssertSqlSafe(statement.as_str()))
+                    .await
+                    .map_err(store_error)
+            };
+            let mut tx = match execution.bounded(Operation::Transaction, id, begin).await {
+                Ok(tx) => tx,
+                Err(error) => return Err(NotBegun { effect, error }),
+            };
+            let request = match start {
+                Start::Reserved(lease) => break (tx, lease.clone()),
+                Start::Reserve(request) => *request,
+            };
+            let mut reservation = Reservation::new();
+            let reserve = self.inner.ops.reserve(
+                &mut tx,
+                request,
+                execution.lease_for(),
+                &mut reservation,
+                true,
+            );
+            match execution.bounded(Operation::Reserve, id, reserve).await {
+                Ok(Begin::Acquired(lease)) => break (tx, execution.acquired(lease)),
+                // Nothing was written: the transaction ends, its gate's locks with it.
+                Ok(Begin::Answered(answer)) => {
+                    let clean = roll_back(tx, execution).await.is_ok();
+                    return Ok((Transacted::Answered(answer, effect), clean));
+                }
+                // At REPEATABLE READ or SERIALIZABLE the transaction's snapshot is taken as the
+                // reservation starts: a reservation of the key committed after it (the gate
+                // was then free again) is a conflict for the insert, not a row to read. A
+                // transaction begun now sees it, and answers from it.
+                Err(error) if conflicts < MAX_CONFLICTS && is_conflict(&error) => {
+                    if roll_back(tx, execution).await.is_err() {
+                        return Err(NotBegun { effect, error });
+                    }
+                    conflicts += 1;
+                }
+                // Dropping the transaction rolls it back (its connection is closed).
+                Err(error) => return Err(NotBegun { effect, error }),
+            }
+        };
+        let (end, clean) = self.effect_in(tx, &lease, effect, execution).await;
+        Ok((Transacted::Acquired { lease, end }, clean))
+    }
+
+    /// The effect, its completion and the commit in `tx`, under `lease`: the transaction's end
+    /// and whether it ended cleanly.
+    async fn effect_in<E: Send + 'static>(
+        &self,
+        mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
         lease: &Lease,
         effect: PgEffect<E>,
         execution: &Execution,
-    ) -> Result<(TxEnd<E>, bool), NotBegun<E>> {
+    ) -> (TxEnd<E>, bool) {
         let id = lease.id();
         let deadlines = &self.inner.config.deadlines;
-        let statement = session::effect_begin(self.isolation().begin_statement(), deadlines);
-        let begin = async {
-            conn.begin_with(AssertSqlSafe(statement))
-                .await
-                .map_err(store_error)
-        };
-        let mut tx = match execution.bounded(Operation::Transaction, id, begin).await {
-            Ok(tx) => tx,
-            Err(error) => return Err(NotBegun { effect, error }),
-        };
         // The effect's own statements have no deadline of the store's, and a connection whose
         // server is gone never answers them (sqlx sets no TCP keepalive): the whole effect is
         // bounded by the transaction timeout instead. No COMMIT was sent, nothing committed.
@@ -262,10 +408,11 @@ impl PgStore {
             CatchUnwind::new(effect(&mut tx, lease)),
         )
         .await;
-        // Nothing committed, but what the effect did outside the database is unknown: the key
-        // is kept with the 500 of an unknown outcome, never given back (C8).
+        // Nothing committed, but what the effect did outside the database is unknown: with two
+        // commits the key is kept with the 500 of an unknown outcome, never given back (C8);
+        // with one, nothing of the execution exists.
         let Ok(ran) = ran else {
-            return Ok((
+            return (
                 TxEnd::Abandoned(Error::store(
                     BACKEND,
                     StoreErrorKind::Unavailable,
@@ -276,20 +423,20 @@ impl PgStore {
                     ),
                 )),
                 false,
-            ));
+            );
         };
         let response = match ran {
             Ok(Ok(response)) => response,
             // Nothing was committed either way; whether the database is still there says
             // what the caller is told: the effect's failure, or the store's (C13).
             Ok(Err(error)) => {
-                return Ok(match roll_back(tx, execution).await {
+                return match roll_back(tx, execution).await {
                     Ok(()) => (TxEnd::EffectFailed(error), true),
                     Err(broken) => (TxEnd::RolledBack(broken_effect(&error, broken)), false),
-                });
+                };
             }
             // Dropping the transaction rolls it back (its connection is closed).
-            Err(panic) => return Ok((TxEnd::Panicked(panic), false)),
+            Err(panic) => return (TxEnd::Panicked(panic), false),
         };
         let completion = execution.completion(lease, response);
         let written = execution
@@ -301,36 +448,72 @@ impl PgStore {
             .await;
         if let Err(error) = written {
             let clean = roll_back(tx, execution).await.is_ok();
-            return Ok((TxEnd::RolledBack(error), clean));
+            return (TxEnd::RolledBack(error), clean);
         }
         let commit = async { tx.commit().await };
-        Ok(
-            match tokio::time::timeout(execution.store_timeout(), commit).await {
-                Ok(Ok(())) => (TxEnd::Committed(completion), true),
-                // Whatever the error, the record tells: a server's own error may come after the
-                // commit (a pooler whose server connection broke answers FATAL 08P01), and the
-                // connection may have failed after the COMMIT reached the server. The engine reads
-                // the record once no transaction holds it.
-                Ok(Err(error)) => (
-                    TxEnd::InDoubt {
-                        completion,
-                        error: store_error(error),
-                    },
-                    false,
-                ),
-                Err(_) => (
-                    TxEnd::InDoubt {
-                        completion,
-                        error: Error::store(
-                            BACKEND,
-                            StoreErrorKind::Unavailable,
-                            "the COMMIT was not answered within the store timeout",
-                        ),
-                    },
-                    false,
-                ),
-            },
-        )
+        match tokio::time::timeout(execution.store_timeout(), commit).await {
+            Ok(Ok(())) => (TxEnd::Committed(completion), true),
+            // Whatever the error, the record tells: a server's own error may come after the
+            // commit (a pooler whose server connection broke answers FATAL 08P01), and the
+            // connection may have failed after the COMMIT reached the server. The engine reads
+            // the record once no transaction holds it.
+            Ok(Err(error)) => (
+                TxEnd::InDoubt {
+                    completion,
+                    error: store_error(error),
+                },
+                false,
+            ),
+            Err(_) => (
+                TxEnd::InDoubt {
+                    completion,
+                    error: Error::store(
+                        BACKEND,
+                        StoreErrorKind::Unavailable,
+                        "the COMMIT was not answered within the store timeout",
+                    ),
+                },
+                false,
+            ),
+        }
+    }
+}
+
+/// How many times a one-commit reservation begins again after a serialization conflict with a
+/// reservation committed after its snapshot (each one means the key now has a record to read).
+const MAX_CONFLICTS: usize = 2;
+
+/// A serialization failure or deadlock: the transaction is to run again.
+fn is_conflict(error: &Error) -> bool {
+    matches!(error, Error::Store(e) if e.kind() == StoreErrorKind::TransactionConflict)
+}
+
+/// How the effect's transaction starts.
+enum Start<'r> {
+    /// Two commits: the reservation committed on its own; its lease.
+    Reserved(Lease),
+    /// One commit (C15): the transaction reserves this request first.
+    Reserve(&'r Request),
+}
+
+impl Start<'_> {
+    fn id(&self) -> &RecordId {
+        match self {
+            Start::Reserved(lease) => lease.id(),
+            Start::Reserve(request) => request.id(),
+        }
+    }
+
+    /// What a transaction that could not begin (or reserve) did: with two commits, the
+    /// acquired execution rolled back; with one, nothing was acquired.
+    fn failed<E>(self, error: Error) -> Result<Transacted<E, PgEffect<E>>, Error> {
+        match self {
+            Start::Reserved(lease) => Ok(Transacted::Acquired {
+                lease,
+                end: TxEnd::RolledBack(error),
+            }),
+            Start::Reserve(_) => Err(error),
+        }
     }
 }
 
@@ -358,7 +541,8 @@ async fn roll_back(
     }
 }
 
-/// Reads the record with a share lock, waiting at most `wait` for a transaction that holds it.
+/// Reads the record with a share lock, waiting at most `wait` for a transaction that holds it
+/// (its row, or, for a one-commit execution, its gate's lock on the record).
 async fn settled_on(
     conn: &mut PgConnection,
     statement: &str,
@@ -367,8 +551,14 @@ async fn settled_on(
     wait: Duration,
 ) -> Result<Option<Record>, Error> {
     let millis = wait.as_millis().clamp(1, 3_600_000);
+    // A one-commit execution's fresh reservation is a row nobody else sees until it commits,
+    // so FOR SHARE cannot wait for it: its gate's lock on the record can. Shared, it waits
+    // only for an exclusive holder (a one-commit transaction of this record); then the read
+    // (a later snapshot, at READ COMMITTED) sees what that transaction left.
+    let gate = GateKeys::record(id);
     sqlx::raw_sql(AssertSqlSafe(format!(
-        "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = {millis}"
+        "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = {millis}; \
+         SELECT pg_advisory_xact_lock_shared({gate})"
     )))
     .execute(&mut *conn)
     .await

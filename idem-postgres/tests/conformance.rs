@@ -1,5 +1,6 @@
 //! The shared conformance suite against `PgStore` on a real server (prepared statements), and
-//! the transactional suite at each isolation level. Every scenario gets a table of its own.
+//! the transactional suites (guard style, and the closure with two commits and with one) at each
+//! isolation level. Every scenario gets a table of its own.
 
 mod common;
 
@@ -11,14 +12,17 @@ idem_core::conformance_tests!(Pg::direct(Isolation::ReadCommitted));
 mod read_committed {
     use super::*;
     idem_core::transactional_tests!(Pg::direct(Isolation::ReadCommitted));
+    idem_core::transact_tests!(Pg::direct(Isolation::ReadCommitted));
 }
 
 mod repeatable_read {
     use super::*;
     idem_core::transactional_tests!(Pg::direct(Isolation::RepeatableRead));
+    idem_core::transact_tests!(Pg::direct(Isolation::RepeatableRead));
 }
 
 mod serializable {
     use super::*;
     idem_core::transactional_tests!(Pg::direct(Isolation::Serializable));
+    idem_core::transact_tests!(Pg::direct(Isolation::Serializable));
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{charges, pg_url, SCHEMA};
-use idem_core::{Answer, Begin, Idempotency, Outcome, Policy, Request, StoredResponse};
+use idem_core::{Answer, Begin, Idempotency, Outcome, Policy, Request, Store, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe};
 use idem_postgres::{PgIdempotency, PgStore};
 use std::io::{BufRead, BufReader};
@@ -14,6 +14,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const LEASE: Duration = Duration::from_millis(1500);
 const CHILD_ENV: &str = "IDEM_PG_CRASH_CHILD";
+/// The lease of the one-commit crash test: far longer than the test, so that a retry that
+/// runs proves the key was free at once, not after a lease.
+const ONE_COMMIT_LEASE: Duration = Duration::from_secs(120);
 
 fn request(idem: &Idempotency<PgStore>, intent: &str) -> Request {
     idem.request("acct_crash", "POST", "/charges")
@@ -24,6 +27,10 @@ fn request(idem: &Idempotency<PgStore>, intent: &str) -> Request {
 }
 
 async fn engine(table: &str) -> Idempotency<PgStore> {
+    engine_with(table, LEASE).await
+}
+
+async fn engine_with(table: &str, lease: Duration) -> Idempotency<PgStore> {
     let store = PgStore::builder()
         .schema(SCHEMA)
         .table(table)
@@ -33,7 +40,7 @@ async fn engine(table: &str) -> Idempotency<PgStore> {
         .expect("connect");
     store.migrate().await.expect("migrate");
     common::business_table(store.pool()).await;
-    Idempotency::with_policy(store, Policy::default().lease(LEASE)).expect("policy")
+    Idempotency::with_policy(store, Policy::default().lease(lease)).expect("policy")
 }
 
 async fn insert_charge(
@@ -88,6 +95,21 @@ async fn crash_child() {
             assert!(matches!(outcome, Outcome::Executed(_)));
             println!("READY");
             tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+        "one-commit-hang" => {
+            let idem = engine_with(table, ONE_COMMIT_LEASE).await;
+            let request = self::request(&idem, &intent);
+            let _ = idem
+                .run_in_one_transaction(&request, move |tx, _| {
+                    Box::pin(async move {
+                        let charged = insert_charge(tx, &intent).await;
+                        println!("READY");
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                        charged
+                    })
+                })
+                .await;
+            panic!("never reached: the parent kills the child first");
         }
         "skewed" => {
             let Begin::Acquired(lease) = idem.begin(&request).await.expect("begin") else {
@@ -194,6 +216,74 @@ async fn c09_killed_before_commit_retry_after_lease_runs_once() {
             "{outcome:?}"
         );
     }
+    assert_eq!(charges(idem.store().pool(), &intent).await, 1);
+}
+
+/// C15: a one-commit execution killed with SIGKILL while its effect runs (its business row
+/// written, nothing committed) leaves nothing at all: no record, no business row, and the key
+/// free at once (the lease is two minutes; the retry runs as soon as the server has ended the
+/// dead session, well within seconds) for a retry that executes once.
+#[tokio::test]
+async fn c15_one_commit_killed_mid_effect_leaves_nothing_and_the_retry_runs_at_once() {
+    let (table, intent) = (
+        table(),
+        format!("once-{}", idem_core::FencingToken::generate()),
+    );
+    let idem = engine_with(&table, ONE_COMMIT_LEASE).await;
+    run_child_and_kill(&[], "one-commit-hang", &table, &intent);
+    let killed = std::time::Instant::now();
+
+    let request = request(&idem, &intent);
+    assert!(
+        idem.store()
+            .lookup(request.id())
+            .await
+            .expect("lookup")
+            .is_none(),
+        "no record of the killed execution"
+    );
+    assert_eq!(
+        charges(idem.store().pool(), &intent).await,
+        0,
+        "no business row"
+    );
+    // Until the server has noticed the dead session (its socket closed), its transaction
+    // still holds the gate: the retry is answered in flight, never waits.
+    let mut in_flight = 0;
+    let outcome = loop {
+        let i = intent.clone();
+        let outcome = idem
+            .run_in_one_transaction(&request, move |tx, _| {
+                Box::pin(async move { insert_charge(tx, &i).await })
+            })
+            .await
+            .expect("retry");
+        match outcome {
+            Outcome::Answered(Answer::InFlight { .. })
+                if killed.elapsed() < Duration::from_secs(10) =>
+            {
+                in_flight += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => break other,
+        }
+    };
+    assert!(
+        matches!(outcome, Outcome::Executed(_)),
+        "the retry ran at once ({in_flight} in-flight answers first): {outcome:?}"
+    );
+    assert!(killed.elapsed() < ONE_COMMIT_LEASE / 4, "no lease wait");
+    let i = intent.clone();
+    let again = idem
+        .run_in_one_transaction(&request, move |tx, _| {
+            Box::pin(async move { insert_charge(tx, &i).await })
+        })
+        .await
+        .expect("replay");
+    assert!(
+        matches!(again, Outcome::Answered(Answer::Replay(_))),
+        "{again:?}"
+    );
     assert_eq!(charges(idem.store().pool(), &intent).await, 1);
 }
 

@@ -9,10 +9,11 @@ mod support;
 
 use common::{pg_url, SCHEMA};
 use idem_core::{
-    Answer, Begin, FencingToken, Idempotency, Outcome, Policy, Request, RunError, StoredResponse,
+    Answer, Begin, Commits, FencingToken, Idempotency, Outcome, Policy, Request, RunError,
+    StoredResponse,
 };
 use idem_postgres::sqlx::{self, AssertSqlSafe, Connection, PgConnection, Row};
-use idem_postgres::{PgIdempotency, PgStore};
+use idem_postgres::{EffectFuture, PgIdempotency, PgStore};
 use std::time::{Duration, Instant};
 use support::fault_proxy::{Fault, FaultProxy, Hold, LoseAnswer, COMMIT_QUERY};
 
@@ -76,22 +77,28 @@ impl Bench {
 
     /// The charge, in the transaction of the engine's transactional closure.
     async fn charge(&self, request: &Request) -> Charged {
+        self.charge_with(request, Commits::Two).await
+    }
+
+    /// [`charge`](Self::charge) making `commits`.
+    async fn charge_with(&self, request: &Request, commits: Commits) -> Charged {
         let insert = format!(
             "INSERT INTO {} (intent) VALUES ($1) RETURNING id",
             self.charges
         );
         let intent = request.id().key().to_owned();
-        self.idem
-            .run_in_transaction(request, move |tx, _lease| {
-                Box::pin(async move {
-                    let (id,): (i64,) = sqlx::query_as(AssertSqlSafe(insert))
-                        .bind(intent)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                    Ok::<_, sqlx::Error>(StoredResponse::new(201, format!("charge {id}")))
-                })
-            })
-            .await
+        match commits {
+            Commits::One => {
+                self.idem
+                    .run_in_one_transaction(request, move |tx, _| insert_charge(tx, insert, intent))
+                    .await
+            }
+            _ => {
+                self.idem
+                    .run_in_transaction(request, move |tx, _| insert_charge(tx, insert, intent))
+                    .await
+            }
+        }
     }
 
     /// The ids of the charges for `request`, read straight from the server.
@@ -141,6 +148,21 @@ impl Bench {
     }
 }
 
+/// The effect: `insert` (of the bench's charges table) for `intent`, answered with its id.
+fn insert_charge(
+    tx: &mut PgConnection,
+    insert: String,
+    intent: String,
+) -> EffectFuture<'_, sqlx::Error> {
+    Box::pin(async move {
+        let (id,): (i64,) = sqlx::query_as(AssertSqlSafe(insert))
+            .bind(intent)
+            .fetch_one(&mut *tx)
+            .await?;
+        Ok(StoredResponse::new(201, format!("charge {id}")))
+    })
+}
+
 /// Runs `statement` on a connection straight to the server.
 async fn direct(statement: &str) {
     let mut conn = PgConnection::connect(&pg_url()).await.expect("connect");
@@ -180,9 +202,14 @@ fn assert_in_flight(bench: &Bench, outcome: &Charged, what: &str) {
 /// answered it in doubt (asserted: within [`IN_DOUBT_WITHIN`], a 500), the transaction still
 /// open on the server, holding the record.
 async fn held_commit(bench: &Bench, request: &Request) {
+    held_commit_with(bench, request, Commits::Two).await
+}
+
+/// [`held_commit`] making `commits`.
+async fn held_commit_with(bench: &Bench, request: &Request, commits: Commits) {
     bench.proxy.set(Hold::to(COMMIT_QUERY));
     let started = Instant::now();
-    let first = bench.charge(request).await;
+    let first = bench.charge_with(request, commits).await;
     let took = started.elapsed();
     eprintln!("held COMMIT: answered {first:?} after {took:?}");
     assert_eq!(bench.proxy.requests_held(), 1, "the COMMIT was held");
@@ -248,6 +275,34 @@ async fn c08_a_commit_in_doubt_is_never_reported_as_nothing_ran() {
         .await;
     assert_eq!(ids.len(), 1, "the released COMMIT committed one charge");
     let retry = bench.charge(&request).await;
+    assert_eq!(
+        replayed(&retry, "a retry after the commit landed"),
+        format!("charge {}", ids[0]).into_bytes()
+    );
+    assert_eq!(bench.charges(&request).await, ids, "exactly one charge");
+}
+
+/// C15, C8: the same in one commit, where the reservation itself is in the held transaction
+/// (no row anybody else can see, let alone lock): the engine still cannot tell, and says so,
+/// never "nothing ran" (the record's gate lock, not its row, is what the classification waits
+/// for); a duplicate meanwhile is in flight; the released COMMIT lands one charge, replayed.
+#[tokio::test]
+async fn c15_a_one_commit_in_doubt_is_never_reported_as_nothing_ran() {
+    let bench = Bench::new().await;
+    let request = bench.request(&format!("held-once-{}", FencingToken::generate()));
+    held_commit_with(&bench, &request, Commits::One).await;
+    let duplicate = bench.charge_with(&request, Commits::One).await;
+    assert_in_flight(
+        &bench,
+        &duplicate,
+        "a duplicate while the one commit is in doubt",
+    );
+    bench.proxy.set(Fault::PassThrough);
+    let ids = bench
+        .await_charges(&request, 1, Duration::from_secs(5))
+        .await;
+    assert_eq!(ids.len(), 1, "the released COMMIT committed one charge");
+    let retry = bench.charge_with(&request, Commits::One).await;
     assert_eq!(
         replayed(&retry, "a retry after the commit landed"),
         format!("charge {}", ids[0]).into_bytes()

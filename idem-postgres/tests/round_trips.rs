@@ -3,12 +3,14 @@
 //! simple one). Each is one round trip. The counts are what docs/stores.md states: one per
 //! answer, and a fresh key on the money path (`run_in_transaction`) five: the reservation, then
 //! BEGIN, the effect's statement, the completion and COMMIT on the store's own connection,
-//! with no ping of a pool around them.
+//! with no ping of a pool around them. In one commit (`run_in_one_transaction`, C15) a fresh
+//! key is five as well (BEGIN, the reservation, the effect's statement, the completion, COMMIT)
+//! and an answer three (BEGIN, the reservation, ROLLBACK).
 
 mod common;
 
 use common::{pg_url, SCHEMA};
-use idem_core::{Answer, Begin, Idempotency, Outcome, Policy, RunError, StoredResponse};
+use idem_core::{Answer, Begin, Commits, Idempotency, Outcome, Policy, RunError, StoredResponse};
 use idem_postgres::PgIdempotency;
 use idem_postgres::{PgStore, StatementMode};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -198,21 +200,38 @@ async fn count_paths(mode: StatementMode) {
 
 /// The effect of the money path: one statement of its own in the transaction.
 async fn charge(money: &Idempotency<PgStore>, key: &str, body: &[u8]) -> Result<Outcome, String> {
+    charge_in(money, key, body, Commits::Two).await
+}
+
+/// The effect: one statement of its own.
+fn select_one<'c>(
+    tx: &'c mut sqlx::PgConnection,
+    _lease: &'c idem_core::Lease,
+) -> idem_postgres::EffectFuture<'c, sqlx::Error> {
+    Box::pin(async move {
+        sqlx::query("SELECT 1").execute(&mut *tx).await?;
+        Ok(StoredResponse::new(201, "charged"))
+    })
+}
+
+/// [`charge`] making `commits`.
+async fn charge_in(
+    money: &Idempotency<PgStore>,
+    key: &str,
+    body: &[u8],
+    commits: Commits,
+) -> Result<Outcome, String> {
     let request = money
         .request("acct", "POST", "/charges")
         .key(Some(key))
         .body(body)
         .build()
         .expect("request");
-    money
-        .run_in_transaction(&request, |tx, _lease| {
-            Box::pin(async move {
-                sqlx::query("SELECT 1").execute(&mut *tx).await?;
-                Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
-            })
-        })
-        .await
-        .map_err(|error: RunError<sqlx::Error>| error.to_string())
+    match commits {
+        Commits::One => money.run_in_one_transaction(&request, select_one).await,
+        _ => money.run_in_transaction(&request, select_one).await,
+    }
+    .map_err(|error: RunError<sqlx::Error>| error.to_string())
 }
 
 /// `run_in_transaction`: 5 round trips for a fresh key, 1 for each answer.
@@ -264,6 +283,55 @@ async fn count_money_path(mode: StatementMode, store: &PgStore, turns: &AtomicUs
     assert_eq!(replay_turns, 1, "{mode:?}: a replay");
     assert_eq!(mismatch_turns, 1, "{mode:?}: a mismatch");
     assert_eq!(in_flight_turns, 1, "{mode:?}: an in-flight duplicate");
+
+    count_one_commit(mode, &money, turns).await;
+}
+
+/// `run_in_one_transaction` (C15): a fresh key in 5 round trips (BEGIN, the reservation, the
+/// effect, the completion, COMMIT: sqlx's transaction sends its BEGIN alone), an answer in 3
+/// (BEGIN, the reservation, ROLLBACK); a two-commit duplicate of the key is still answered
+/// in 1.
+async fn count_one_commit(mode: StatementMode, money: &Idempotency<PgStore>, turns: &AtomicUsize) {
+    for round in 0..2 {
+        let warm = format!("once-warm-{round}");
+        let first = charge_in(money, &warm, b"{}", Commits::One).await;
+        assert!(matches!(first, Ok(Outcome::Executed(_))), "{first:?}");
+    }
+    let (fresh, fresh_turns) = measured(turns, charge_in(money, "once", b"{}", Commits::One)).await;
+    assert!(matches!(fresh, Ok(Outcome::Executed(_))), "{fresh:?}");
+    let (replay, replay_turns) =
+        measured(turns, charge_in(money, "once", b"{}", Commits::One)).await;
+    assert!(
+        matches!(replay, Ok(Outcome::Answered(Answer::Replay(_)))),
+        "{replay:?}"
+    );
+    let (mismatch, mismatch_turns) =
+        measured(turns, charge_in(money, "once", b"other", Commits::One)).await;
+    assert!(
+        matches!(mismatch, Ok(Outcome::Answered(Answer::Mismatch))),
+        "{mismatch:?}"
+    );
+    let (duplicate, duplicate_turns) = measured(turns, charge(money, "once", b"{}")).await;
+    assert!(
+        matches!(duplicate, Ok(Outcome::Answered(Answer::Replay(_)))),
+        "{duplicate:?}"
+    );
+    println!(
+        "{mode:?} run_in_one_transaction: fresh {fresh_turns}, replay {replay_turns}, mismatch {mismatch_turns}; two-commit duplicate {duplicate_turns}"
+    );
+    assert_eq!(
+        fresh_turns, 5,
+        "{mode:?}: a one-commit fresh key (BEGIN, reserve, effect, completion, COMMIT)"
+    );
+    assert_eq!(
+        replay_turns, 3,
+        "{mode:?}: a one-commit replay (BEGIN, reserve, ROLLBACK)"
+    );
+    assert_eq!(mismatch_turns, 3, "{mode:?}: a one-commit mismatch");
+    assert_eq!(
+        duplicate_turns, 1,
+        "{mode:?}: a two-commit duplicate of a one-commit key"
+    );
 }
 
 #[tokio::test]

@@ -3,10 +3,10 @@
 #![allow(dead_code)]
 
 use idem_core::store::Completion;
-use idem_core::testing::{Harness, TransactionalHarness};
-use idem_core::{Error, FencingToken, RecordId};
+use idem_core::testing::{Harness, Script, TransactHarness, TransactionalHarness};
+use idem_core::{Commits, Error, FencingToken, RecordId};
 use idem_postgres::sqlx::{self, AssertSqlSafe, PgPool};
-use idem_postgres::{Isolation, PgStore, StatementMode};
+use idem_postgres::{Isolation, PgEffect, PgStore, StatementMode};
 
 /// The schema every test table lives in.
 pub const SCHEMA: &str = "idem_test";
@@ -176,5 +176,34 @@ impl TransactionalHarness for Pg {
 
     async fn business_rows(&self, store: &PgStore, intent: &str) -> usize {
         usize::try_from(charges(store.pool(), intent).await).expect("a count")
+    }
+}
+
+#[idem_core::async_trait]
+impl TransactHarness for Pg {
+    async fn store_for(&self, _commits: Commits) -> PgStore {
+        self.store().await
+    }
+
+    fn effect(&self, intent: &str, script: Script) -> PgEffect<String> {
+        let insert = format!(
+            "INSERT INTO idem_test.charges (intent) VALUES ('{}')",
+            intent.replace('\'', "''")
+        );
+        Box::new(move |tx, _lease| {
+            Box::pin(async move {
+                sqlx::raw_sql(AssertSqlSafe(insert))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                script.started();
+                script.wait().await;
+                script.end()
+            })
+        })
+    }
+
+    fn shared_by_processes(&self, _commits: Commits) -> bool {
+        true
     }
 }

@@ -128,6 +128,28 @@ impl TransactionalHarness for Sqlite {
     }
 }
 
+/// The conformance harness on stores opened for one commit (each the only store reserving in
+/// its new table): everything else must behave exactly as on any store, the engine's
+/// in-process claims included.
+pub struct SqliteOneCommit;
+
+#[idem_core::async_trait]
+impl Harness for SqliteOneCommit {
+    type Store = SqliteStore;
+
+    async fn store(&self) -> SqliteStore {
+        Sqlite.store_for(Commits::One).await
+    }
+
+    async fn corrupt_response(&self, store: &SqliteStore, id: &RecordId) {
+        Sqlite.corrupt_response(store, id).await
+    }
+
+    async fn corrupt_in_progress(&self, store: &SqliteStore, id: &RecordId) -> bool {
+        Sqlite.corrupt_in_progress(store, id).await
+    }
+}
+
 #[idem_core::async_trait]
 impl TransactHarness for Sqlite {
     /// For one commit, a store that holds its (new) table alone.

@@ -1,0 +1,277 @@
+//! One commit (C15) on a real server, beyond the shared scenarios: what a fresh key costs in
+//! commits, measured in the server's write-ahead log, and duplicates from another store (its own
+//! pool, as another process has) while the one transaction is open.
+
+mod common;
+
+use common::{business_table, charges, pg_url, SCHEMA};
+use idem_core::{Answer, Begin, Commits, FencingToken, Idempotency, Outcome, Request};
+use idem_core::{RunError, StoredResponse};
+use idem_postgres::sqlx::{self, AssertSqlSafe, PgPool, Row};
+use idem_postgres::{EffectFuture, PgIdempotency, PgStore};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// What "at once" means here: a duplicate that waited for the open transaction would wait
+/// until the test lets it go, far longer.
+const AT_ONCE: Duration = Duration::from_secs(2);
+
+async fn store(table: &str) -> PgStore {
+    let store = PgStore::builder()
+        .schema(SCHEMA)
+        .table(table)
+        .max_connections(4)
+        .connect(&pg_url())
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    business_table(store.pool()).await;
+    store
+}
+
+fn request(idem: &Idempotency<PgStore>, key: &str, body: &[u8]) -> Request {
+    idem.request("acct_once", "POST", "/charges")
+        .key(Some(key))
+        .body(body)
+        .build()
+        .expect("request")
+}
+
+/// Runs `request` making `commits`, its effect one business row for `intent`.
+async fn charge(
+    idem: &Idempotency<PgStore>,
+    request: &Request,
+    intent: &str,
+    commits: Commits,
+) -> Result<Outcome, RunError<sqlx::Error>> {
+    let intent = intent.to_owned();
+    match commits {
+        Commits::One => {
+            idem.run_in_one_transaction(request, move |tx, _| insert_charge(tx, intent))
+                .await
+        }
+        _ => {
+            idem.run_in_transaction(request, move |tx, _| insert_charge(tx, intent))
+                .await
+        }
+    }
+}
+
+/// The effect: one business row for `intent`.
+fn insert_charge(tx: &mut sqlx::PgConnection, intent: String) -> EffectFuture<'_, sqlx::Error> {
+    Box::pin(async move {
+        sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
+            .bind(intent)
+            .execute(&mut *tx)
+            .await?;
+        Ok(StoredResponse::new(201, "charged"))
+    })
+}
+
+/// The server's write-ahead log position now.
+async fn wal_position(pool: &PgPool) -> String {
+    let row = sqlx::query("SELECT pg_current_wal_insert_lsn()::text")
+        .fetch_one(pool)
+        .await
+        .expect("lsn");
+    row.try_get(0).expect("an lsn")
+}
+
+/// How many transactions committed since `from` (a WAL position) that wrote the store's
+/// table: the COMMIT records of the log whose transaction logged a heap change on the table's
+/// file. Other tests' transactions write other tables, and are not counted.
+async fn commits_writing(pool: &PgPool, table: &str, from: &str) -> i64 {
+    let query = format!(
+        "WITH log AS (SELECT * FROM pg_get_wal_records_info_till_end_of_wal('{from}'::pg_lsn)), \
+         writers AS (SELECT DISTINCT xid FROM log WHERE resource_manager LIKE 'Heap%' \
+                     AND block_ref LIKE '%/' || pg_relation_filenode('{SCHEMA}.\"{table}\"') || ' %') \
+         SELECT count(*) FROM log WHERE resource_manager = 'Transaction' \
+                AND record_type = 'COMMIT' AND xid IN (SELECT xid FROM writers)"
+    );
+    let row = sqlx::raw_sql(AssertSqlSafe(query))
+        .fetch_one(pool)
+        .await
+        .expect("the log's commits");
+    row.try_get(0).expect("a count")
+}
+
+/// C15: a fresh key through `run_in_one_transaction` is one commit that writes the record
+/// (reservation and completion in it), where `run_in_transaction` makes two (the reservation,
+/// then the effect with its completion), read from the server's write-ahead log.
+#[tokio::test]
+async fn c15_a_fresh_key_costs_one_commit_and_two_with_two_commits() {
+    let table = format!("once_{}", FencingToken::generate());
+    let store = store(&table).await;
+    // pg_walinspect reads the log (PostgreSQL 15+, a superuser's extension).
+    let mut tx = store.pool().begin().await.expect("begin");
+    sqlx::raw_sql(
+        "SELECT pg_advisory_xact_lock(4243); CREATE EXTENSION IF NOT EXISTS pg_walinspect",
+    )
+    .execute(&mut *tx)
+    .await
+    .expect("pg_walinspect");
+    tx.commit().await.expect("commit");
+    let idem = Idempotency::new(store.clone());
+    for (commits, expected) in [(Commits::One, 1), (Commits::Two, 2)] {
+        let key = format!("{commits:?}-{}", FencingToken::generate());
+        let req = request(&idem, &key, b"{}");
+        let from = wal_position(store.pool()).await;
+        let outcome = charge(&idem, &req, &key, commits).await;
+        assert!(matches!(outcome, Ok(Outcome::Executed(_))), "{outcome:?}");
+        assert_eq!(
+            commits_writing(store.pool(), &table, &from).await,
+            expected,
+            "{commits:?}: commits that wrote the record"
+        );
+        assert_eq!(charges(store.pool(), &key).await, 1);
+    }
+}
+
+/// C5, C3, C15: while a one-commit execution's transaction is open (its reservation not
+/// committed), duplicates through another store over the same table (its own pool) are
+/// answered at once, never wait for it: in flight for the same request, mismatch for another
+/// body, through `run_in_one_transaction`, `run_in_transaction` and `begin` (the two-commit
+/// reservation) alike. After the commit, both stores replay; one business row.
+#[tokio::test]
+async fn c05_another_store_is_answered_at_once_while_one_commit_runs() {
+    let table = format!("once_{}", FencingToken::generate());
+    let (here, there) = (store(&table).await, store(&table).await);
+    let (idem, other) = (Idempotency::new(here.clone()), Idempotency::new(there));
+    let intent = format!("two-stores-{}", FencingToken::generate());
+    let req = request(&idem, &intent, b"{\"cents\":1}");
+    let other_body = request(&other, &intent, b"{\"cents\":2}");
+    let same = request(&other, &intent, b"{\"cents\":1}");
+
+    let (started, on_start) = oneshot::channel::<()>();
+    let (go, on_go) = oneshot::channel::<()>();
+    let (engine, owned, held_intent) = (idem.clone(), req.clone(), intent.clone());
+    let first = tokio::spawn(async move {
+        engine
+            .run_in_one_transaction(&owned, move |tx, _| {
+                Box::pin(async move {
+                    sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
+                        .bind(held_intent)
+                        .execute(&mut *tx)
+                        .await?;
+                    let _ = started.send(());
+                    let _ = on_go.await;
+                    Ok::<_, sqlx::Error>(StoredResponse::new(201, "held"))
+                })
+            })
+            .await
+    });
+    on_start.await.expect("the effect started");
+
+    for commits in [Commits::One, Commits::Two] {
+        let answer = tokio::time::timeout(AT_ONCE, charge(&other, &same, &intent, commits)).await;
+        assert!(
+            matches!(answer, Ok(Ok(Outcome::Answered(Answer::InFlight { .. })))),
+            "{commits:?}: a duplicate was not in flight at once: {answer:?}"
+        );
+        let answer =
+            tokio::time::timeout(AT_ONCE, charge(&other, &other_body, &intent, commits)).await;
+        assert!(
+            matches!(answer, Ok(Ok(Outcome::Answered(Answer::Mismatch)))),
+            "{commits:?}: another body was not a mismatch at once: {answer:?}"
+        );
+    }
+    let begun = tokio::time::timeout(AT_ONCE, other.begin(&same)).await;
+    assert!(
+        matches!(begun, Ok(Ok(Begin::Answered(Answer::InFlight { retry_after })))
+            if retry_after <= Duration::from_secs(1)),
+        "a two-commit reservation was not in flight at once: {begun:?}"
+    );
+    let begun = tokio::time::timeout(AT_ONCE, other.begin(&other_body)).await;
+    assert!(
+        matches!(begun, Ok(Ok(Begin::Answered(Answer::Mismatch)))),
+        "a two-commit reservation of another body was not a mismatch at once: {begun:?}"
+    );
+    assert_eq!(
+        charges(here.pool(), &intent).await,
+        0,
+        "nothing committed yet"
+    );
+
+    go.send(()).expect("the effect waits");
+    let first = first.await.expect("the first execution");
+    assert!(matches!(first, Ok(Outcome::Executed(_))), "{first:?}");
+    let begun = other.begin(&same).await;
+    assert!(
+        matches!(&begun, Ok(Begin::Answered(Answer::Replay(r))) if r.body == b"held"[..]),
+        "another store after the commit: {begun:?}"
+    );
+    for engine in [&idem, &other] {
+        let again = charge(engine, &same, &intent, Commits::One).await;
+        assert!(
+            matches!(&again, Ok(Outcome::Answered(Answer::Replay(r))) if r.body == b"held"[..]),
+            "{again:?}"
+        );
+    }
+    assert_eq!(charges(here.pool(), &intent).await, 1);
+}
+
+/// C9, C5, C15: a one-commit execution that takes an orphan over holds the record's row (its
+/// compare-and-set, uncommitted) until it commits; another store's duplicates meanwhile see
+/// the orphan, try to take it over, skip the locked row and are answered in flight at once.
+/// After the commit they replay the taker's answer.
+#[tokio::test]
+async fn c09_a_one_commit_takeover_keeps_others_in_flight_until_it_commits() {
+    let table = format!("once_{}", FencingToken::generate());
+    let (here, there) = (store(&table).await, store(&table).await);
+    let policy = idem_core::Policy::default().lease(Duration::from_millis(300));
+    let idem = Idempotency::with_policy(here.clone(), policy.clone()).expect("policy");
+    let other = Idempotency::with_policy(there, policy).expect("policy");
+    let intent = format!("takeover-{}", FencingToken::generate());
+    let req = request(&idem, &intent, b"{}");
+    let same = request(&other, &intent, b"{}");
+    let Ok(Begin::Acquired(_orphaned)) = other.begin(&same).await else {
+        panic!("the orphan's reservation")
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    let (started, on_start) = oneshot::channel::<()>();
+    let (go, on_go) = oneshot::channel::<()>();
+    let (engine, owned, held_intent) = (idem.clone(), req.clone(), intent.clone());
+    let first = tokio::spawn(async move {
+        engine
+            .run_in_one_transaction(&owned, move |tx, lease| {
+                let acquired = lease.acquired();
+                Box::pin(async move {
+                    sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
+                        .bind(held_intent)
+                        .execute(&mut *tx)
+                        .await?;
+                    let _ = started.send(());
+                    let _ = on_go.await;
+                    Ok::<_, sqlx::Error>(StoredResponse::new(201, format!("{acquired:?}")))
+                })
+            })
+            .await
+    });
+    on_start.await.expect("the effect started");
+    let begun = tokio::time::timeout(AT_ONCE, other.begin(&same)).await;
+    assert!(
+        matches!(begun, Ok(Ok(Begin::Answered(Answer::InFlight { .. })))),
+        "a two-commit duplicate during the takeover: {begun:?}"
+    );
+    let answer = tokio::time::timeout(AT_ONCE, charge(&other, &same, &intent, Commits::One)).await;
+    assert!(
+        matches!(answer, Ok(Ok(Outcome::Answered(Answer::InFlight { .. })))),
+        "a one-commit duplicate during the takeover: {answer:?}"
+    );
+    go.send(()).expect("the effect waits");
+    let first = first.await.expect("the taker");
+    let Ok(Outcome::Executed(taken)) = first else {
+        panic!("the takeover: {first:?}")
+    };
+    assert!(
+        String::from_utf8_lossy(&taken.body).contains("TakeOver"),
+        "acquired by a takeover: {taken:?}"
+    );
+    let begun = other.begin(&same).await;
+    assert!(
+        matches!(&begun, Ok(Begin::Answered(Answer::Replay(r))) if *r == taken),
+        "after the commit: {begun:?}"
+    );
+    assert_eq!(charges(here.pool(), &intent).await, 1);
+}
