@@ -24,6 +24,7 @@ pub use crate::transactional::{Execution, Transacted, Transactional, TxEnd};
 pub use crate::unique::unresolved_insert_or_fetch;
 pub use crate::unwind::CatchUnwind;
 
+use crate::answer::Answer;
 use crate::begin::Begin;
 use crate::clock::Timestamp;
 use crate::error::Error;
@@ -147,6 +148,19 @@ pub trait Store: Send + Sync {
     /// operator's command, not a health check to run every second.
     async fn stats(&self) -> Result<Stats, Error>;
 
+    /// What a reservation of `request` would answer from the record as committed, without
+    /// writing anything and without waiting for any writer: `Some` for a replay, an in-flight
+    /// answer or a mismatch, `None` where a reservation would acquire (no record, or one whose
+    /// lease or retention passed). Not decided by the store: it reads and lets
+    /// [`decide`](crate::store::decide) answer, as a reservation does. The engine asks it when
+    /// a reservation's in-process claim meets another one
+    /// ([`Capabilities::process_gate`]), so that a completed record is still replayed then.
+    /// Default `None` (a store without a process gate is never asked).
+    async fn read_answer(&self, request: &Request) -> Result<Option<Answer>, Error> {
+        let _ = request;
+        Ok(None)
+    }
+
     /// What this store does beyond the contract's core (default: [`Capabilities::default`]).
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
@@ -204,9 +218,13 @@ pub struct Capabilities {
     /// duplicates of a one-commit execution ([`Commits::One`](crate::Commits::One), C15) away
     /// from its uncommitted reservation itself: every reservation through the engine first
     /// claims its record in this process, and a claim that meets a one-commit execution's is
-    /// answered in flight (or mismatch) at once, without the store. Set by a store whose
-    /// statements cannot tell that a transaction holds a reservation (SQLite, opened for one
-    /// commit); a store that can tell (PostgreSQL's advisory locks) leaves it unset.
+    /// answered at once without a write: from the record as committed
+    /// ([`Store::read_answer`], which such a store implements), else in flight (or mismatch
+    /// with the claim's fingerprint). Set by a store whose statements cannot tell that a
+    /// transaction holds a reservation (SQLite, opened for one commit); a store that can tell
+    /// (PostgreSQL's advisory locks) leaves it unset. Such a store needs an
+    /// [`identity`](Store::identity), by which every engine over it shares the claims: without
+    /// one the engine refuses its reservations (a misconfigured-store error).
     pub process_gate: bool,
 }
 
@@ -293,6 +311,9 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     }
     async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
         (**self).inspect(id).await
+    }
+    async fn read_answer(&self, request: &Request) -> Result<Option<Answer>, Error> {
+        (**self).read_answer(request).await
     }
     async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
         (**self).list(query).await

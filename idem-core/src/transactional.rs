@@ -120,6 +120,11 @@ pub enum TxEnd<E> {
     /// of an unknown outcome for it, and the caller gets [`RunError::InDoubt`](
     /// crate::RunError::InDoubt).
     Abandoned(Error),
+    /// The effect ended the transaction itself with a COMMIT (a misuse the store saw): what it
+    /// wrote is committed without its completion, and with one commit the reservation too. It
+    /// may have happened, so the key is kept (C8): the engine stores the 500 of an unknown
+    /// outcome, and the caller gets [`RunError::InDoubt`](crate::RunError::InDoubt).
+    CommittedByTheEffect(Error),
 }
 
 impl<E, F> fmt::Debug for Transacted<E, F> {
@@ -146,6 +151,9 @@ impl<E> fmt::Debug for TxEnd<E> {
             }
             TxEnd::Panicked(_) => f.write_str("Panicked(..)"),
             TxEnd::Abandoned(e) => f.debug_tuple("Abandoned").field(e).finish(),
+            TxEnd::CommittedByTheEffect(e) => {
+                f.debug_tuple("CommittedByTheEffect").field(e).finish()
+            }
         }
     }
 }

@@ -39,6 +39,7 @@
 mod audit;
 mod builder;
 mod claim;
+mod commit_watch;
 mod config;
 mod connection;
 mod error;

@@ -27,15 +27,16 @@ pub(crate) struct ProcessLock {
     path: PathBuf,
     /// Held since the store opened, for one commit.
     exclusive: Option<File>,
-    /// Taken at the first reservation of a store that is not opened for one commit.
-    shared: OnceLock<Result<File, String>>,
+    /// Taken at the first reservation of a store that is not opened for one commit (a refusal
+    /// is not remembered: the next reservation tries again, once the table is free).
+    shared: OnceLock<File>,
 }
 
 impl ProcessLock {
     /// The lock of `config`'s table; taken exclusively now if the store is opened for one
     /// commit, else shared at the first reservation ([`reserving`](Self::reserving)).
     pub(crate) fn open(config: &SqliteConfig) -> Result<Self, Error> {
-        let path = lock_path(&config.path, &config.table);
+        let path = lock_path(&config.path, &config.table)?;
         let exclusive = if config.one_commit {
             let file = lock_file(&path)?;
             match file.try_lock() {
@@ -66,25 +67,24 @@ impl ProcessLock {
     /// exclusively, or could take it shared); an error if a store opened for one commit holds
     /// the table.
     pub(crate) fn reserving(&self) -> Result<(), Error> {
-        if self.exclusive.is_some() {
+        if self.exclusive.is_some() || self.shared.get().is_some() {
             return Ok(());
         }
-        let shared = self.shared.get_or_init(|| {
-            let file = lock_file(&self.path).map_err(|e| e.to_string())?;
-            match file.try_lock_shared() {
-                Ok(()) => Ok(file),
-                Err(TryLockError::WouldBlock) => Err(format!(
-                    "another store holds this table for one commit (C15) and must be the only \
-                     one that reserves in it; open this one for one commit instead of it, or \
-                     open that one for two (lock file {})",
-                    self.path.display()
-                )),
-                Err(TryLockError::Error(error)) => Err(io(&self.path, &error).to_string()),
+        let file = lock_file(&self.path)?;
+        match file.try_lock_shared() {
+            Ok(()) => {
+                // Two first reservations at once may both lock: one file is kept, the other
+                // closed (each holds its own shared lock, so the kept one still does).
+                let _ = self.shared.set(file);
+                Ok(())
             }
-        });
-        match shared {
-            Ok(_) => Ok(()),
-            Err(reason) => Err(refused(reason.clone())),
+            Err(TryLockError::WouldBlock) => Err(refused(format!(
+                "another store holds this table for one commit (C15) and must be the only one \
+                 that reserves in it; open this one for one commit instead of it, or open that \
+                 one for two (lock file {})",
+                self.path.display()
+            ))),
+            Err(TryLockError::Error(error)) => Err(io(&self.path, &error)),
         }
     }
 
@@ -94,13 +94,22 @@ impl ProcessLock {
     }
 }
 
-/// `<database file>.<table>.idem-lock`, beside the database file.
-fn lock_path(database: &Path, table: &str) -> PathBuf {
+/// `<database file>.<table>.idem-lock` beside the database file, from the file's canonical
+/// path (a symbolic link or a relative path names the same lock) and the table's name in
+/// lower case (SQLite's names ignore case). The database file exists: the store opened it.
+fn lock_path(database: &Path, table: &str) -> Result<PathBuf, Error> {
+    let database = database
+        .canonicalize()
+        .map_err(|error| io(database, &error))?;
+    Ok(named_beside(&database, table))
+}
+
+fn named_beside(database: &Path, table: &str) -> PathBuf {
     let mut name = database
         .file_name()
         .map(|name| name.to_os_string())
         .unwrap_or_default();
-    name.push(format!(".{table}.idem-lock"));
+    name.push(format!(".{}.idem-lock", table.to_ascii_lowercase()));
     database.with_file_name(name)
 }
 
@@ -128,18 +137,33 @@ fn refused(reason: String) -> Error {
 
 #[cfg(test)]
 mod tests {
-    use super::lock_path;
+    use super::{lock_path, named_beside};
     use std::path::Path;
 
     #[test]
     fn the_lock_file_is_beside_the_database_and_names_the_table() {
         assert_eq!(
-            lock_path(Path::new("/srv/shop/idem.db"), "idem_records"),
+            named_beside(Path::new("/srv/shop/idem.db"), "idem_records"),
             Path::new("/srv/shop/idem.db.idem_records.idem-lock")
         );
         assert_eq!(
-            lock_path(Path::new("idem.db"), "t"),
-            Path::new("idem.db.t.idem-lock")
+            named_beside(Path::new("/srv/shop/idem.db"), "IDEM_Records"),
+            Path::new("/srv/shop/idem.db.idem_records.idem-lock"),
+            "SQLite's table names ignore case"
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symbolic_link_names_the_same_lock() {
+        let dir = tempfile::tempdir().expect("dir");
+        let real = dir.path().join("real.db");
+        std::fs::write(&real, b"").expect("file");
+        let alias = dir.path().join("alias.db");
+        std::os::unix::fs::symlink(&real, &alias).expect("link");
+        assert_eq!(
+            lock_path(&alias, "t").expect("alias"),
+            lock_path(&real, "t").expect("real")
         );
     }
 }

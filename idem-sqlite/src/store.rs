@@ -11,7 +11,7 @@ use crate::sql::Statements;
 use idem_core::store::{
     Capabilities, Completion, Decision, Inspected, Lease, ListQuery, Page, Record, Stats,
 };
-use idem_core::{async_trait, Begin, Error, Holder, RecordId, Request, Store, Timestamp};
+use idem_core::{async_trait, Answer, Begin, Error, Holder, RecordId, Request, Store, Timestamp};
 use rusqlite::{Connection, Transaction};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -257,6 +257,21 @@ impl Store for SqliteStore {
             holder: Arc::clone(&self.holder),
         };
         self.inner.pool.decide(reserving, None).await?
+    }
+
+    /// On a reader, which no writer ever holds: the committed record and the engine's decision.
+    async fn read_answer(&self, request: &Request) -> Result<Option<Answer>, Error> {
+        let (inner, request) = (Arc::clone(&self.inner), request.clone());
+        self.inner
+            .pool
+            .read(move |conn| {
+                let now = inner.config.clock.now();
+                match ops::decide_on(conn, &inner.sql, &request, now)? {
+                    Decision::Answer(answer) => Ok(Some(answer)),
+                    Decision::Acquire(_) => Ok(None),
+                }
+            })
+            .await?
     }
 
     async fn complete(&self, completion: &Completion) -> Result<(), Error> {

@@ -3,6 +3,7 @@
 //! around them is the engine's ([`Idempotency::transact`]), what is stored the engine's
 //! `Completion`.
 
+use crate::commit_watch::CommitWatch;
 use crate::error::{store_error, BACKEND};
 use crate::ops;
 use crate::pool::Decide;
@@ -280,8 +281,9 @@ fn transact_on<E>(
             })
         }
     };
+    let watch = CommitWatch::start(conn);
     let end = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
-        Ok(tx) => effect_then_commit(tx, inner, &lease, effect, execution),
+        Ok(tx) => effect_then_commit(tx, inner, &lease, effect, execution, &watch),
         Err(error) => TxEnd::RolledBack(store_error(error)),
     };
     Ok(Transacted::Acquired { lease, end })
@@ -298,6 +300,7 @@ fn transact_once_on<E>(
     execution: &Execution,
 ) -> Result<Transacted<E, SqliteEffect<E>>, Error> {
     let clock = inner.config.clock.as_ref();
+    let watch = CommitWatch::start(conn);
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(store_error)?;
@@ -314,20 +317,27 @@ fn transact_once_on<E>(
             })
         }
     };
-    let end = effect_then_commit(tx, inner, &lease, effect, execution);
+    let end = effect_then_commit(tx, inner, &lease, effect, execution, &watch);
     Ok(Transacted::Acquired { lease, end })
 }
 
-/// The effect in `tx`, then its completion, then the commit.
+/// The effect in `tx`, then its completion, then the commit; `watch` sees the commits of
+/// `tx`'s connection since before `tx` began.
 fn effect_then_commit<E>(
     tx: Transaction<'_>,
     inner: &crate::store::Inner,
     lease: &Lease,
     effect: SqliteEffect<E>,
     execution: &Execution,
+    watch: &CommitWatch,
 ) -> TxEnd<E> {
     let clock = inner.config.clock.as_ref();
-    let response = match catch_unwind(AssertUnwindSafe(|| effect(&tx, lease))) {
+    let ran = catch_unwind(AssertUnwindSafe(|| effect(&tx, lease)));
+    // Whatever the effect answered, what it committed by itself is there (C8).
+    if watch.committed() {
+        return TxEnd::CommittedByTheEffect(committed_by_the_effect());
+    }
+    let response = match ran {
         Ok(Ok(response)) => response,
         Ok(Err(error)) => return TxEnd::EffectFailed(error),
         Err(panic) => return TxEnd::Panicked(panic),
@@ -352,6 +362,17 @@ fn effect_then_commit<E>(
         Ok(()) => TxEnd::Committed(completion),
         Err(error) => TxEnd::RolledBack(store_error(error)),
     }
+}
+
+/// The error of an effect that committed its transaction by itself.
+fn committed_by_the_effect() -> Error {
+    Error::store(
+        BACKEND,
+        StoreErrorKind::Other,
+        "the effect ended its transaction with its own COMMIT: its writes are committed without \
+         their completion; the key is kept with the answer of an unknown outcome (an effect \
+         must leave the transaction to the store)",
+    )
 }
 
 /// The error of an effect whose transaction SQLite rolled back by itself.

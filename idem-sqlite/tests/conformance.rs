@@ -8,9 +8,10 @@ idem_core::conformance_tests!(common::Sqlite);
 idem_core::transactional_tests!(common::Sqlite);
 idem_core::transact_tests!(common::Sqlite);
 
-/// Two child processes run this whole suite at once against one database file (named by
-/// `IDEM_SQLITE_DB`): scenarios of both share the file, its writer lock and its purges, and both
-/// pass. No process-wide lock keeps them apart: each scenario has its own table.
+/// Two child processes run this whole suite (but the closure's scenarios) at once against one
+/// database file (named by `IDEM_SQLITE_DB`): scenarios of both share the file, its writer lock
+/// and its purges, and both pass. No process-wide lock keeps them apart: each scenario has its
+/// own table.
 #[test]
 fn suite_from_two_processes_at_once_on_one_file() {
     if std::env::var_os("IDEM_SQLITE_DB").is_some() {
@@ -21,9 +22,14 @@ fn suite_from_two_processes_at_once_on_one_file() {
     let children: Vec<_> = (0..2)
         .map(|_| {
             std::process::Command::new(std::env::current_exe().expect("test binary"))
+                // The closure's scenarios hold the file's write lock while their effect waits
+                // (to prove duplicates do not): beside them the other process's scenarios,
+                // whose leases are 400 ms, would lose theirs. They run in the parent's suite.
                 .args([
                     "--skip",
                     "suite_from_two_processes_at_once_on_one_file",
+                    "--skip",
+                    "txc_",
                     "--quiet",
                 ])
                 .env("IDEM_SQLITE_DB", &db)
@@ -43,12 +49,7 @@ fn suite_from_two_processes_at_once_on_one_file() {
         );
         let conformance: &[&str] = idem_core::__idem_conformance_scenarios!(names);
         let transactional: &[&str] = idem_core::__idem_transactional_scenarios!(names);
-        let transact: &[&str] = idem_core::__idem_transact_scenarios!(names);
-        // The closure's scenarios run twice: with two commits and with one.
-        let expected = format!(
-            "{} passed",
-            conformance.len() + transactional.len() + 2 * transact.len()
-        );
+        let expected = format!("{} passed", conformance.len() + transactional.len());
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(stdout.contains(&expected), "expected {expected}:\n{stdout}");
     }

@@ -4,9 +4,10 @@
 mod common;
 
 use common::{charges, with_charges};
+use idem_core::store::{Capabilities, Completion, Lease, ListQuery, Page, Record, Stats};
 use idem_core::{
-    Answer, Begin, Commits, Idempotency, Outcome, Policy, Request, RunError, Store, StoreErrorKind,
-    StoredResponse,
+    Answer, Begin, Commits, Error, Idempotency, Outcome, Policy, RecordId, Request, RunError,
+    Store, StoreErrorKind, StoredResponse, Timestamp,
 };
 use idem_sqlite::{SqliteIdempotency, SqliteStore};
 use std::path::Path;
@@ -23,7 +24,7 @@ async fn one_commit_store(path: &Path) -> SqliteStore {
     store
 }
 
-fn request(idem: &Idempotency<SqliteStore>, key: &str, body: &[u8]) -> Request {
+fn request<S: Store>(idem: &Idempotency<S>, key: &str, body: &[u8]) -> Request {
     idem.request("acct_one", "POST", "/charges")
         .key(Some(key))
         .body(body)
@@ -229,4 +230,205 @@ async fn c15_nothing_of_a_one_commit_execution_is_visible_before_it_commits() {
         .query_row("SELECT state FROM idem_records", [], |row| row.get(0))
         .expect("the completed record");
     assert_eq!(state, 1);
+}
+
+/// C15: a store for two commits refused while another held the table for one is not refused
+/// for ever: once that store is gone, its next reservation goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c15_a_refused_store_reserves_once_the_table_is_free() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("freed.db");
+    let one = one_commit_store(&path).await;
+    let two = SqliteStore::open(&path)
+        .await
+        .expect("open for two commits");
+    let idem = Idempotency::new(two.clone());
+    let req = request(&idem, "k", b"{}");
+    let refused = idem.begin(&req).await;
+    assert!(
+        matches!(&refused, Err(e) if store_kind(e) == Some(StoreErrorKind::Misconfigured)),
+        "{refused:?}"
+    );
+    drop(one);
+    let begun = idem.begin(&req).await;
+    assert!(matches!(begun, Ok(Begin::Acquired(_))), "{begun:?}");
+}
+
+/// C15: SQLite's table names ignore case: another spelling of the table is the same table and
+/// the same lock, refused while the table is held for one commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c15_another_spelling_of_the_table_is_the_same_lock() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("case.db");
+    let _one = one_commit_store(&path).await;
+    let other = SqliteStore::builder(&path)
+        .table("IDEM_RECORDS")
+        .open()
+        .await
+        .expect("open the same table under another spelling");
+    let idem = Idempotency::new(other);
+    let begun = idem.begin(&request(&idem, "k", b"{}")).await;
+    assert!(
+        matches!(&begun, Err(e) if store_kind(e) == Some(StoreErrorKind::Misconfigured)),
+        "{begun:?}"
+    );
+}
+
+/// C7, C3, C15: a claim that meets another is answered from the record as committed first. A
+/// completed key's retry is its replay, not "in flight", and never a mismatch, even while a
+/// one-commit request of the same key (with either body) holds its claim, queued behind
+/// another connection's write lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c07_a_completed_key_replays_while_another_request_of_it_holds_its_claim() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("claimed.db");
+    let store = one_commit_store(&path).await;
+    let idem = Idempotency::new(store.clone());
+    let original = request(&idem, "done", b"{\"a\":1}");
+    let other_body = request(&idem, "done", b"{\"b\":2}");
+    let done = idem
+        .run_in_one_transaction(&original, |tx, _| charge(tx, "done"))
+        .await;
+    assert!(matches!(done, Ok(Outcome::Executed(_))), "{done:?}");
+    for claimant in [other_body.clone(), original.clone()] {
+        let outside = rusqlite::Connection::open(&path).expect("a connection of its own");
+        outside
+            .execute_batch("BEGIN IMMEDIATE")
+            .expect("hold the write lock");
+        let (engine, owned) = (idem.clone(), claimant);
+        let queued = tokio::spawn(async move {
+            engine
+                .run_in_one_transaction(&owned, |tx, _| charge(tx, "done"))
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let begun = idem.begin(&original).await;
+        let closure = idem
+            .run_in_one_transaction(&original, |tx, _| charge(tx, "done"))
+            .await;
+        outside.execute_batch("ROLLBACK").expect("let go");
+        let queued = queued.await.expect("the claimant");
+        assert!(
+            matches!(begun, Ok(Begin::Answered(Answer::Replay(_)))),
+            "{begun:?}"
+        );
+        assert!(
+            matches!(closure, Ok(Outcome::Answered(Answer::Replay(_)))),
+            "{closure:?}"
+        );
+        assert!(
+            matches!(
+                queued,
+                Ok(Outcome::Answered(Answer::Replay(_) | Answer::Mismatch))
+            ),
+            "{queued:?}"
+        );
+    }
+    assert_eq!(charges(&store, "done").await, 1);
+}
+
+/// A wrapper that forwards everything but the store's identity (the trait's default `None`).
+#[derive(Debug)]
+struct WithoutIdentity(SqliteStore);
+
+#[idem_core::async_trait]
+impl Store for WithoutIdentity {
+    async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
+        self.0.reserve(request, lease_for).await
+    }
+    async fn complete(&self, completion: &Completion) -> Result<(), Error> {
+        self.0.complete(completion).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<(), Error> {
+        self.0.release(lease).await
+    }
+    async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
+        self.0.renew(lease, lease_for).await
+    }
+    async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
+        self.0.purge_expired(limit).await
+    }
+    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+        self.0.lookup(id).await
+    }
+    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+        self.0.list(query).await
+    }
+    async fn stats(&self) -> Result<Stats, Error> {
+        self.0.stats().await
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+}
+
+/// C5, C15: an engine over a wrapper of a store opened for one commit that does not forward
+/// its identity could not share the claims: its reservations are refused, never left to wait
+/// for another engine's uncommitted transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c05_an_engine_that_cannot_share_the_claims_refuses_instead_of_waiting() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = one_commit_store(&dir.path().join("wrapped.db")).await;
+    let wrapped = WithoutIdentity(store.clone());
+    assert!(wrapped.identity().is_none() && wrapped.capabilities().process_gate);
+    let idem = Idempotency::new(wrapped);
+    let started = Instant::now();
+    let begun = idem.begin(&request(&idem, "k", b"{}")).await;
+    assert!(
+        matches!(&begun, Err(e) if store_kind(e) == Some(StoreErrorKind::Misconfigured)),
+        "{begun:?}"
+    );
+    assert!(started.elapsed() < Duration::from_millis(500));
+}
+
+/// C8: an effect that ends its transaction itself with a COMMIT (a misuse) has committed its
+/// writes: with one commit or two, the key is kept with the 500 of an unknown outcome, the
+/// caller is told the outcome is in doubt, and the retry replays that answer instead of running
+/// the effect again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c08_an_effect_that_commits_by_itself_keeps_the_key() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = one_commit_store(&dir.path().join("self_commit.db")).await;
+    let two = SqliteStore::builder(dir.path().join("self_commit.db"))
+        .table("two_commit_records")
+        .open()
+        .await
+        .expect("a table for two commits");
+    for (idem, commits) in [
+        (Idempotency::new(store.clone()), Commits::One),
+        (Idempotency::new(two.clone()), Commits::Two),
+    ] {
+        let intent = format!("self-{commits:?}");
+        let req = request(&idem, &intent, b"{}");
+        let effect_intent = intent.clone();
+        let first = idem
+            .transact_with(
+                &req,
+                Box::new(move |tx: &rusqlite::Transaction<'_>, _: &Lease| {
+                    let response = charge(tx, &effect_intent)?;
+                    tx.execute_batch("COMMIT")?;
+                    Ok::<_, rusqlite::Error>(response)
+                }),
+                commits,
+            )
+            .await;
+        assert!(matches!(first, Err(RunError::InDoubt(_))), "{first:?}");
+        for _ in 0..2 {
+            let again_intent = intent.clone();
+            let retry = idem
+                .transact_with(
+                    &req,
+                    Box::new(move |tx: &rusqlite::Transaction<'_>, _: &Lease| {
+                        charge(tx, &again_intent)
+                    }),
+                    commits,
+                )
+                .await;
+            assert!(
+                matches!(&retry, Ok(Outcome::Answered(Answer::Replay(r))) if r.status == 500),
+                "{commits:?}: {retry:?}"
+            );
+        }
+        assert_eq!(charges(&store, &intent).await, 1, "{commits:?}");
+    }
 }

@@ -50,6 +50,12 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// store's bound).
 const MAX_ATTEMPTS: usize = 8;
 
+fn first_64_bits(bytes: &[u8; 32]) -> i64 {
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&bytes[..8]);
+    i64::from_le_bytes(first)
+}
+
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
@@ -187,6 +193,11 @@ impl Inner {
     async fn reserve(&self, request: &Request, token: &FencingToken, lease: Duration) -> Reply {
         let id = request.id();
         let fingerprint = request.fingerprint().as_bytes().as_slice();
+        // The gate's advisory-lock keys (any two 64-bit values of the record and of the
+        // record with the fingerprint cost the server the same): a two-commit reservation.
+        let digest = id.digest();
+        let record_lock = first_64_bits(&digest);
+        let fingerprint_lock = record_lock ^ first_64_bits(request.fingerprint().as_bytes());
         let mut held = self.conns.get().await;
         for _ in 0..MAX_ATTEMPTS {
             let rows = sqlx::query(AssertSqlSafe(Arc::clone(&self.reserve)))
@@ -197,6 +208,9 @@ impl Inner {
                 .bind(token.as_bytes().as_slice())
                 .bind(millis(lease))
                 .bind(idem::store::Holder::this_process().encode())
+                .bind(record_lock)
+                .bind(fingerprint_lock)
+                .bind(false)
                 .fetch_all(held.conn())
                 .await
                 .expect("reserve.sql");

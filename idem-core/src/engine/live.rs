@@ -190,8 +190,8 @@ impl Drop for Claim {
             }
         }
         drop(claims);
-        if self.exclusive && registry.wakeups.waiting() > 0 {
-            // Duplicates waiting for the one-commit execution read its record again.
+        if registry.wakeups.waiting() > 0 {
+            // Duplicates that met this claim and wait read the record again.
             registry.wakeups.wake(&self.id.digest());
         }
     }

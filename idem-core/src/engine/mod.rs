@@ -86,9 +86,32 @@ struct Shared<S> {
     observers: Observers,
     gate: Gate,
     live: Live,
-    /// The store's [`process_gate`](crate::store::Capabilities::process_gate): reservations
-    /// claim their record in this process first.
-    process_gate: bool,
+    /// The store's [`process_gate`](crate::store::Capabilities::process_gate): whether
+    /// reservations claim their record in this process first.
+    process_gate: ProcessGate,
+}
+
+/// Whether an engine's reservations claim their record in the process first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProcessGate {
+    /// The store has none.
+    Off,
+    /// Claims in the registry every engine over this store shares.
+    On,
+    /// The store has one but no [`identity`](Store::identity): engines over it (over a wrapper
+    /// that does not forward it, say) could not share their claims, so reservations are
+    /// refused rather than left to wait for another engine's one-commit transaction.
+    Unshareable,
+}
+
+impl ProcessGate {
+    fn of<S: Store>(store: &S) -> Self {
+        match (store.capabilities().process_gate, store.identity()) {
+            (false, _) => ProcessGate::Off,
+            (true, Some(_)) => ProcessGate::On,
+            (true, None) => ProcessGate::Unshareable,
+        }
+    }
 }
 
 impl<S> Clone for Idempotency<S> {
@@ -162,7 +185,7 @@ impl<S: Store> IdempotencyBuilder<S> {
         Ok(Idempotency {
             inner: Arc::new(Shared {
                 live: Live::of_store(self.store.identity()),
-                process_gate: self.store.capabilities().process_gate,
+                process_gate: ProcessGate::of(&self.store),
                 store: self.store,
                 policy: self.policy,
                 observers: self.observers,
@@ -226,7 +249,7 @@ impl<S: Store> Idempotency<S> {
         Self {
             inner: Arc::new(Shared {
                 live: Live::of_store(store.identity()),
-                process_gate: store.capabilities().process_gate,
+                process_gate: ProcessGate::of(&store),
                 store,
                 policy: Policy::default(),
                 observers,
@@ -346,14 +369,44 @@ impl<S: Store> Idempotency<S> {
     }
 
     /// Claims `request`'s record in this process before the store is asked, on a store with a
-    /// [`process_gate`](crate::store::Capabilities::process_gate) (`None` on any other):
-    /// `exclusive` for a one-commit execution (C15). `Err`: the answer of a claim that met a
-    /// one-commit execution (or, exclusive, any other reservation) of the record.
-    fn claim(&self, request: &Request, exclusive: bool) -> Result<Option<live::Claim>, Answer> {
-        if !self.inner.process_gate {
-            return Ok(None);
+    /// [`process_gate`](crate::store::Capabilities::process_gate) (`Ok(None)` on any other):
+    /// `exclusive` for a one-commit execution (C15). `Err(answer)`: the claim met a one-commit
+    /// execution of the record (or, exclusive, any other reservation): the record as committed
+    /// answers if it can (a replay, a live reservation, a mismatch with it), else the claim it
+    /// met does (in flight, or mismatch with its fingerprint). Never waits for a writer.
+    async fn claim(
+        &self,
+        request: &Request,
+        exclusive: bool,
+    ) -> Result<Result<Option<live::Claim>, Answer>, Error> {
+        match self.inner.process_gate {
+            ProcessGate::Off => return Ok(Ok(None)),
+            ProcessGate::Unshareable => {
+                return Err(Error::store(
+                    "idem",
+                    StoreErrorKind::Misconfigured,
+                    "the store's reservations must be claimed in the process \
+                     (Capabilities::process_gate) but it has no identity (Store::identity) to \
+                     share the claims by: a wrapper must forward identity()",
+                ))
+            }
+            ProcessGate::On => {}
         }
-        self.inner.live.claim(request, exclusive).map(Some)
+        let met = match self.inner.live.claim(request, exclusive) {
+            Ok(claim) => return Ok(Ok(Some(claim))),
+            Err(met) => met,
+        };
+        let committed = self
+            .call(
+                Operation::Lookup,
+                Some(request.id()),
+                self.inner.store.read_answer(request),
+            )
+            .await?;
+        Ok(Err(match committed {
+            Some(answer) => self.screen(answer)?,
+            None => met,
+        }))
     }
 
     /// Filters and checks a replayed response again before it is sent (C7, C12): a record
@@ -437,7 +490,7 @@ impl<S: Store> Idempotency<S> {
         if let Some(answer) = self.answer_before_store(request)? {
             return Ok(Begin::Answered(answer));
         }
-        let _claim = match self.claim(request, false) {
+        let _claim = match self.claim(request, false).await? {
             Ok(claim) => claim,
             Err(answer) => return Ok(Begin::Answered(answer)),
         };

@@ -165,9 +165,19 @@ impl<S: Transactional + 'static> Idempotency<S> {
         }
         // Held for the whole execution: a one-commit reservation stays uncommitted until its
         // effect commits.
-        let claim = match self.claim(request, commits == Commits::One) {
-            Ok(claim) => claim,
-            Err(answer) => return self.answered(request.id(), started, answer, effect, quiet),
+        let claim = match self.claim(request, commits == Commits::One).await {
+            Ok(Ok(claim)) => claim,
+            Ok(Err(answer)) => {
+                return self.answered(request.id(), started, answer, effect, quiet);
+            }
+            Err(error) => {
+                self.emit(
+                    Event::new(EventKind::Rejected)
+                        .about(request.id())
+                        .failed(&error),
+                );
+                return Attempt::Done(Err(RunError::Idem(error)));
+            }
         };
         let engine = self.clone();
         let owned = request.clone();
@@ -280,7 +290,8 @@ impl<S: Transactional + 'static> Idempotency<S> {
             // A store that did not call `Execution::acquired`: reported late rather than never.
             self.emit(Event::new(acquire_kind(lease.acquired())).of_lease(&lease));
         }
-        if commits == Commits::One {
+        // An effect that committed by itself left a record to answer in either mode.
+        if commits == Commits::One && !matches!(end, TxEnd::CommittedByTheEffect(_)) {
             return self.concluded_once(lease, end, started).await;
         }
         match end {
@@ -315,7 +326,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 let _ = self.release(lease).await;
                 resume_unwind(panic)
             }
-            TxEnd::Abandoned(error) => {
+            TxEnd::Abandoned(error) | TxEnd::CommittedByTheEffect(error) => {
                 // What the effect did outside its transaction is unknown: never given back
                 // (C8). The 500 of an unknown outcome goes on being stored past this answer if
                 // it must; the live lease and the heartbeat last until it lands.
@@ -361,6 +372,8 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 rolled_back(Some(&error));
                 Err(RunError::Idem(error))
             }
+            // Answered by `conclude` before it came here.
+            TxEnd::CommittedByTheEffect(error) => Err(RunError::InDoubt(error)),
             TxEnd::Panicked(panic) => {
                 rolled_back(None);
                 resume_unwind(panic)

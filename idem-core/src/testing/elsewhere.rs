@@ -54,14 +54,20 @@ impl<S: Store + 'static> Store for Elsewhere<S> {
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         self.0.lookup(id).await
     }
+    async fn read_answer(&self, request: &Request) -> Result<Option<crate::Answer>, Error> {
+        self.0.read_answer(request).await
+    }
     async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
         self.0.list(query).await
     }
     async fn stats(&self) -> Result<Stats, Error> {
         self.0.stats().await
     }
+    /// The store's, without its [`process_gate`](Capabilities::process_gate): another process
+    /// neither shares this one's claims nor claims in them (a store with a process gate keeps
+    /// other processes off its table; a test of that opens a second store).
     fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
+        self.0.capabilities().with_process_gate(false)
     }
     fn announce(&self, id: &RecordId) {
         self.0.announce(id)
