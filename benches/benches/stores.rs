@@ -12,7 +12,8 @@
 //! 2. the concurrency table at 1, 8 and 32 callers (stored body 100 B): throughput and latency
 //!    p50 / p99 per side, the sides in alternating rounds, medians of the rounds, and the
 //!    ratio library / raw; on the SQL stores also the money path, `run_in_transaction`, on
-//!    fresh keys and replays (`tx_fresh_key`, `tx_replay`) against the same baselines; written
+//!    fresh keys and replays (`tx_fresh_key`, `tx_replay`) against the same baselines, and with
+//!    one commit per fresh key (`tx1_fresh_key`, `run_in_one_transaction`, C15); written
 //!    to `target/idem-bench/stores.jsonl` for the chart.
 //!
 //! `IDEM_BENCH_STORES=sqlite,postgres` limits the stores; `IDEM_BENCH_TABLE=off|only`;
