@@ -1,7 +1,7 @@
 //! For store writers: the [`Store`] trait and what implementing it takes.
 //!
 //! Applications use the crate root ([`Idempotency`](crate::Idempotency), [`Request`],
-//! [`Begin`], [`Answer`](crate::Answer)...). A backend implements [`Store`] with
+//! [`Begin`], [`Answer`]...). A backend implements [`Store`] with
 //! the items here: it reads a [`Record`] (with its response still undecoded if it likes), lets
 //! [`decide`] choose, and applies the [`Decision`] atomically; it fences complete, release and
 //! renew with [`check_fence`] (or the same condition in one statement), and hands out a
@@ -152,7 +152,7 @@ pub trait Store: Send + Sync {
     /// writing anything and without waiting for any writer: `Some` for a replay, an in-flight
     /// answer or a mismatch, `None` where a reservation would acquire (no record, or one whose
     /// lease or retention passed). Not decided by the store: it reads and lets
-    /// [`decide`](crate::store::decide) answer, as a reservation does. The engine asks it when
+    /// [`decide`] answer, as a reservation does. The engine asks it when
     /// a reservation's in-process claim meets another one
     /// ([`Capabilities::process_gate`]), so that a completed record is still replayed then.
     /// Default `None` (a store without a process gate is never asked).
