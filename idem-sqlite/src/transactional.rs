@@ -272,14 +272,9 @@ fn transact_on<E>(
     // The reservation is committed: from here every way out, a panic in the engine's own hooks
     // (an application's observer) included, is an end the engine handles, never a key left in
     // progress with nobody executing it.
-    let lease = match catch_unwind(AssertUnwindSafe(|| execution.acquired(reserved.clone()))) {
+    let lease = match acquired(execution, reserved) {
         Ok(lease) => lease,
-        Err(panic) => {
-            return Ok(Transacted::Acquired {
-                lease: reserved,
-                end: TxEnd::Panicked(panic),
-            })
-        }
+        Err(panicked) => return Ok(*panicked),
     };
     let watch = CommitWatch::start(conn);
     let end = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
@@ -308,17 +303,26 @@ fn transact_once_on<E>(
         Begin::Answered(answer) => return Ok(Transacted::Answered(answer, effect)),
         Begin::Acquired(lease) => lease,
     };
-    let lease = match catch_unwind(AssertUnwindSafe(|| execution.acquired(reserved.clone()))) {
+    let lease = match acquired(execution, reserved) {
         Ok(lease) => lease,
-        Err(panic) => {
-            return Ok(Transacted::Acquired {
-                lease: reserved,
-                end: TxEnd::Panicked(panic),
-            })
-        }
+        Err(panicked) => return Ok(*panicked),
     };
     let end = effect_then_commit(tx, inner, &lease, effect, execution, &watch);
     Ok(Transacted::Acquired { lease, end })
+}
+
+/// [`Execution::acquired`] for `reserved`, or, if the engine's hooks panicked (an application's
+/// observer), the acquired execution ended by that panic.
+fn acquired<E>(
+    execution: &Execution,
+    reserved: Lease,
+) -> Result<Lease, Box<Transacted<E, SqliteEffect<E>>>> {
+    catch_unwind(AssertUnwindSafe(|| execution.acquired(reserved.clone()))).map_err(|panic| {
+        Box::new(Transacted::Acquired {
+            lease: reserved,
+            end: TxEnd::Panicked(panic),
+        })
+    })
 }
 
 /// The effect in `tx`, then its completion, then the commit; `watch` sees the commits of

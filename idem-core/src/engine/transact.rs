@@ -295,15 +295,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
             return self.concluded_once(lease, end, started).await;
         }
         match end {
-            TxEnd::Committed(completion) => {
-                self.emit(Event::new(EventKind::CompletionLanded).of_lease(&lease));
-                self.emit(
-                    Event::new(EventKind::Executed)
-                        .of_lease(&lease)
-                        .took(started.elapsed()),
-                );
-                Ok(Outcome::Executed(completion.into_response()))
-            }
+            TxEnd::Committed(completion) => Ok(self.executed(&lease, completion, started)),
             TxEnd::EffectFailed(error) => {
                 let _ = self.release(lease).await;
                 Err(RunError::Released(error))
@@ -339,6 +331,17 @@ impl<S: Transactional + 'static> Idempotency<S> {
         }
     }
 
+    /// A committed execution: reported, and its response as stored.
+    fn executed(&self, lease: &Lease, completion: Completion, started: Instant) -> Outcome {
+        self.emit(Event::new(EventKind::CompletionLanded).of_lease(lease));
+        self.emit(
+            Event::new(EventKind::Executed)
+                .of_lease(lease)
+                .took(started.elapsed()),
+        );
+        Outcome::Executed(completion.into_response())
+    }
+
     /// The end of a one-commit execution (C15): nothing of it exists unless it committed, so
     /// nothing is ever given back; the record tells a commit whose answer was lost.
     async fn concluded_once<E>(
@@ -355,15 +358,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
             });
         };
         match end {
-            TxEnd::Committed(completion) => {
-                self.emit(Event::new(EventKind::CompletionLanded).of_lease(&lease));
-                self.emit(
-                    Event::new(EventKind::Executed)
-                        .of_lease(&lease)
-                        .took(started.elapsed()),
-                );
-                Ok(Outcome::Executed(completion.into_response()))
-            }
+            TxEnd::Committed(completion) => Ok(self.executed(&lease, completion, started)),
             TxEnd::EffectFailed(error) => {
                 rolled_back(None);
                 Err(RunError::Released(error))
