@@ -7,6 +7,9 @@
 //! not see an uncommitted row). So every fresh reservation takes transaction-scoped advisory
 //! locks on two keys first, tried, never waited for:
 //!
+//! Both keys are derived from the records' table (schema-qualified) too: advisory locks are the
+//! whole database's, and two tables' records are unrelated.
+//!
 //! - the record's key, from the record id's digest: exclusive for a one-commit reservation
 //!   (held until its COMMIT or ROLLBACK), shared for a two-commit one (held for its statement);
 //! - the record's and fingerprint's key, a distinct derivation over the digest and the
@@ -32,25 +35,34 @@ pub(crate) struct GateKeys {
 }
 
 impl GateKeys {
-    /// The keys of `id` reserved with `fingerprint`.
-    pub(crate) fn of(id: &RecordId, fingerprint: &Fingerprint) -> Self {
-        let digest = id.digest();
+    /// The keys of `id` reserved with `fingerprint` in the table `namespace` (schema-qualified:
+    /// advisory locks are the whole database's, and two tables' records are unrelated).
+    pub(crate) fn of(namespace: &str, id: &RecordId, fingerprint: &Fingerprint) -> Self {
         let mut with_fingerprint =
-            blake3::Hasher::new_derive_key("idem-postgres 2026 gate fingerprint v1");
-        with_fingerprint.update(&digest);
+            blake3::Hasher::new_derive_key("idem-postgres 2026 gate fingerprint v2");
+        in_table(&mut with_fingerprint, namespace, id);
         with_fingerprint.update(fingerprint.as_bytes());
         Self {
-            record: Self::record(id),
+            record: Self::record(namespace, id),
             fingerprint: first_64_bits(&with_fingerprint.finalize()),
         }
     }
 
-    /// The record's key of `id` (what waits for a one-commit execution of it to end).
-    pub(crate) fn record(id: &RecordId) -> i64 {
-        let mut record = blake3::Hasher::new_derive_key("idem-postgres 2026 gate record v1");
-        record.update(&id.digest());
+    /// The record's key of `id` in `namespace` (what waits for a one-commit execution of it to
+    /// end).
+    pub(crate) fn record(namespace: &str, id: &RecordId) -> i64 {
+        let mut record = blake3::Hasher::new_derive_key("idem-postgres 2026 gate record v2");
+        in_table(&mut record, namespace, id);
         first_64_bits(&record.finalize())
     }
+}
+
+/// The table's name (length-prefixed, so that no two tables' inputs run together) and the
+/// record id's digest.
+fn in_table(hasher: &mut blake3::Hasher, namespace: &str, id: &RecordId) {
+    hasher.update(&(namespace.len() as u64).to_le_bytes());
+    hasher.update(namespace.as_bytes());
+    hasher.update(&id.digest());
 }
 
 fn first_64_bits(hash: &blake3::Hash) -> i64 {
@@ -76,16 +88,21 @@ mod tests {
     }
 
     #[test]
-    fn c15_the_keys_tell_records_and_bodies_apart() {
+    fn c15_the_keys_tell_records_bodies_and_tables_apart() {
         let (id, same) = fingerprint_of("k-1", b"{}");
         let (_, other) = fingerprint_of("k-1", b"{\"cents\":1}");
         let (elsewhere, _) = fingerprint_of("k-2", b"{}");
-        let keys = GateKeys::of(&id, &same);
-        assert_eq!(keys, GateKeys::of(&id, &same), "deterministic");
-        let other_body = GateKeys::of(&id, &other);
+        let table = "public.idem_records";
+        let keys = GateKeys::of(table, &id, &same);
+        assert_eq!(keys, GateKeys::of(table, &id, &same), "deterministic");
+        let other_body = GateKeys::of(table, &id, &other);
         assert_eq!(keys.record, other_body.record, "one record, one record key");
         assert_ne!(keys.fingerprint, other_body.fingerprint);
-        assert_ne!(keys.record, GateKeys::of(&elsewhere, &same).record);
+        assert_ne!(keys.record, GateKeys::of(table, &elsewhere, &same).record);
+        let other_table = GateKeys::of("tenant_2.idem_records", &id, &same);
+        assert_ne!(keys.record, other_table.record, "another table's record");
+        assert_ne!(keys.fingerprint, other_table.fingerprint);
+        assert_eq!(keys.record, GateKeys::record(table, &id));
         assert_ne!(
             keys.record, keys.fingerprint,
             "the two derivations are distinct"

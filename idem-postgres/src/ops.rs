@@ -94,6 +94,9 @@ pub(crate) struct Ops {
     pub(crate) preamble: String,
     /// The holder each reservation records, in its stored form (formatted once).
     pub(crate) holder: String,
+    /// The records' table, schema-qualified: the gate's lock keys are the table's own
+    /// (advisory locks are the whole database's).
+    pub(crate) gate_namespace: String,
 }
 
 fn millis(duration: Duration) -> i64 {
@@ -136,15 +139,24 @@ impl Ops {
         let id = request.id();
         let [consumer, route, key] = id_params(id);
         let fingerprint = request.fingerprint().as_bytes();
-        let gate = GateKeys::of(id, request.fingerprint());
+        let gate = GateKeys::of(&self.gate_namespace, id, request.fingerprint());
         let token = reservation.token;
+        // Inside the execution's transaction nothing of the store's session settings is sent:
+        // `SET TRANSACTION` would change the effect's isolation and `SET LOCAL` its timeouts
+        // until COMMIT. The engine's deadline bounds the statement instead, as for
+        // `complete_in`.
+        let preamble = if one_commit {
+            ""
+        } else {
+            self.preamble.as_str()
+        };
         // Which process reserves, for operators; never part of a decision.
         let holder = self.holder.as_str();
         for _ in 0..MAX_ATTEMPTS {
             let rows = fetch_all_after(
                 conn,
                 self.mode,
-                &self.preamble,
+                preamble,
                 &self.sql.reserve,
                 &[
                     consumer,
@@ -201,7 +213,7 @@ impl Ops {
             // Until its answer arrives, the compare-and-set may have written the token.
             reservation.replacing = Some(acquired);
             let replaced = self
-                .replace(conn, request, token, acquired, lease_for)
+                .replace(conn, preamble, request, token, acquired, lease_for)
                 .await?;
             match replaced {
                 Replaced::Lease(lease) => return Ok(Begin::Acquired(lease)),
@@ -227,6 +239,7 @@ impl Ops {
     async fn replace(
         &self,
         conn: &mut PgConnection,
+        preamble: &str,
         request: &Request,
         token: FencingToken,
         acquired: Acquire,
@@ -242,7 +255,7 @@ impl Ops {
         let rows = fetch_all_after(
             conn,
             self.mode,
-            &self.preamble,
+            preamble,
             &self.sql.replace_reservation,
             &[
                 consumer,

@@ -377,6 +377,7 @@ impl PgStore {
             mode: config.statements,
             preamble: session::statement_preamble(config.statements, &config.deadlines),
             holder: builder.holder.encode(),
+            gate_namespace: format!("{}.{}", config.schema, config.table),
         };
         let setup = session::connection_setup(config.statements, &config.deadlines);
         let beat_conns = Connections::new(

@@ -115,6 +115,13 @@ pub trait PgIdempotency {
     /// table must run a release of this store that takes these locks**: an older one's
     /// reservation of the same key would wait for the open transaction instead of answering.
     ///
+    /// Refused at [`Isolation::Serializable`](crate::Isolation::Serializable) (a
+    /// [`StoreErrorKind::Misconfigured`] error, nothing runs): the reservation's read inside a
+    /// serializable transaction would make concurrent fresh keys fail each other's commits.
+    /// The effect must leave the transaction to the store: one that runs `COMMIT` or
+    /// `ROLLBACK` itself is not detected on PostgreSQL (its writes would be committed, or lost,
+    /// apart from the completion).
+    ///
     /// The lease does not renew while the transaction is open (nothing to renew until it
     /// commits, and nobody can take the key over meanwhile), so the transaction timeout, not
     /// the lease, bounds the effect. A commit whose answer was lost is told by the record:
@@ -220,6 +227,16 @@ impl Transactional for PgStore {
         execution: Execution,
     ) -> Result<Transacted<E, Self::Effect<E>>, Error> {
         if execution.commits() == Commits::One {
+            if self.isolation() == Isolation::Serializable {
+                return Err(Error::store(
+                    BACKEND,
+                    StoreErrorKind::Misconfigured,
+                    "one commit per fresh key is refused at SERIALIZABLE: the reservation's \
+                     read inside the execution's serializable transaction makes concurrent \
+                     fresh keys fail each other's commits; use READ COMMITTED or REPEATABLE \
+                     READ, or two commits",
+                ));
+            }
             return self
                 .in_transaction(Start::Reserve(request), effect, &execution)
                 .await;
@@ -555,7 +572,7 @@ async fn settled_on(
     // so FOR SHARE cannot wait for it: its gate's lock on the record can. Shared, it waits
     // only for an exclusive holder (a one-commit transaction of this record); then the read
     // (a later snapshot, at READ COMMITTED) sees what that transaction left.
-    let gate = GateKeys::record(id);
+    let gate = GateKeys::record(&store.inner.ops.gate_namespace, id);
     sqlx::raw_sql(AssertSqlSafe(format!(
         "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = {millis}; \
          SELECT pg_advisory_xact_lock_shared({gate})"

@@ -24,5 +24,6 @@ mod repeatable_read {
 mod serializable {
     use super::*;
     idem_core::transactional_tests!(Pg::direct(Isolation::Serializable));
-    idem_core::transact_tests!(Pg::direct(Isolation::Serializable));
+    // One commit is refused at SERIALIZABLE (`one_commit::c15_*_serializable_*`).
+    idem_core::transact_tests!(two_commits: Pg::direct(Isolation::Serializable));
 }

@@ -4,11 +4,11 @@
 
 mod common;
 
-use common::{business_table, charges, pg_url, SCHEMA};
+use common::{bouncer_url, business_table, charges, pg_url, store_on, SCHEMA};
 use idem_core::{Answer, Begin, Commits, FencingToken, Idempotency, Outcome, Request};
 use idem_core::{RunError, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe, PgPool, Row};
-use idem_postgres::{EffectFuture, PgIdempotency, PgStore};
+use idem_postgres::{EffectFuture, Isolation, PgIdempotency, PgStore, StatementMode};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -274,4 +274,120 @@ async fn c09_a_one_commit_takeover_keeps_others_in_flight_until_it_commits() {
         "after the commit: {begun:?}"
     );
     assert_eq!(charges(here.pool(), &intent).await, 1);
+}
+
+/// What the effect's transaction runs under, with `commits`: its isolation and timeouts.
+async fn effect_settings(idem: &Idempotency<PgStore>, commits: Commits) -> String {
+    let key = format!("iso-{}", FencingToken::generate());
+    let req = request(idem, &key, b"{}");
+    let effect: idem_postgres::PgEffect<sqlx::Error> = Box::new(move |tx, _lease| {
+        Box::pin(async move {
+            let row = sqlx::raw_sql(
+                "SELECT current_setting('transaction_isolation') || ' / statement_timeout=' \
+                 || current_setting('statement_timeout') || ' / lock_timeout=' \
+                 || current_setting('lock_timeout')",
+            )
+            .fetch_one(&mut *tx)
+            .await?;
+            let seen: String = row.try_get(0)?;
+            Ok(StoredResponse::new(201, seen))
+        })
+    });
+    match idem.transact_with(&req, effect, commits).await {
+        Ok(Outcome::Executed(r)) => String::from_utf8_lossy(&r.body).into_owned(),
+        other => panic!("{commits:?}: {other:?}"),
+    }
+}
+
+/// C15, C6: the effect of a one-commit execution runs in the transaction the store's isolation
+/// says, with none of the store's own statement settings, as with two commits: in both
+/// statement modes directly, and through PgBouncer. (The reservation's session settings, sent
+/// in its transaction, had made a REPEATABLE READ effect READ COMMITTED, with the store's
+/// statement and lock timeouts until COMMIT.)
+#[tokio::test]
+async fn c15_the_effect_runs_at_the_stores_isolation_and_settings_with_one_commit() {
+    // PgBouncer in transaction mode takes simple statements only.
+    let sides = [
+        (pg_url(), StatementMode::Simple),
+        (pg_url(), StatementMode::Prepared),
+        (bouncer_url(), StatementMode::Simple),
+    ];
+    for (url, mode) in sides {
+        for isolation in [Isolation::RepeatableRead, Isolation::ReadCommitted] {
+            let idem = Idempotency::new(store_on(&url, mode, isolation).await);
+            let two = effect_settings(&idem, Commits::Two).await;
+            let one = effect_settings(&idem, Commits::One).await;
+            assert_eq!(one, two, "{isolation:?}, {mode:?}");
+            assert!(
+                one.ends_with("statement_timeout=0 / lock_timeout=0"),
+                "{isolation:?}, {mode:?}: {one}"
+            );
+        }
+    }
+}
+
+/// C15: one commit is refused at SERIALIZABLE, before anything runs: the reservation's read in
+/// the execution's serializable transaction made concurrent fresh keys fail each other's
+/// commits (35 of 40 in a storm of 8).
+#[tokio::test]
+async fn c15_one_commit_at_serializable_is_refused_and_runs_nothing() {
+    let store = store_on(&pg_url(), StatementMode::Prepared, Isolation::Serializable).await;
+    let idem = Idempotency::new(store);
+    let req = request(&idem, &format!("ser-{}", FencingToken::generate()), b"{}");
+    let outcome = idem
+        .run_in_one_transaction(&req, |_tx, _lease| {
+            Box::pin(async { Ok::<_, sqlx::Error>(StoredResponse::new(201, "ran")) })
+        })
+        .await;
+    let Err(RunError::Idem(idem_core::Error::Store(error))) = outcome else {
+        panic!("not refused: {outcome:?}");
+    };
+    assert_eq!(error.kind(), idem_core::StoreErrorKind::Misconfigured);
+    assert!(idem_core::Store::lookup(idem.store(), req.id())
+        .await
+        .expect("lookup")
+        .is_none());
+}
+
+/// C2, C15: two stores on two tables of one database are unrelated: a one-commit execution of
+/// a key in one leaves the same key of the other fresh (the gate's locks are the table's).
+#[tokio::test]
+async fn c02_a_one_commit_execution_in_another_table_leaves_its_keys_alone() {
+    let a = store_on(&pg_url(), StatementMode::Prepared, Isolation::ReadCommitted).await;
+    let b = store_on(&pg_url(), StatementMode::Prepared, Isolation::ReadCommitted).await;
+    assert_ne!(a.table(), b.table());
+    let (ia, ib) = (Idempotency::new(a), Idempotency::new(b));
+    let key = format!("tables-{}", FencingToken::generate());
+    let (started, on_start) = oneshot::channel::<()>();
+    let (go, on_go) = oneshot::channel::<()>();
+    let (engine, owned) = (ia.clone(), request(&ia, &key, b"{}"));
+    let first = tokio::spawn(async move {
+        engine
+            .run_in_one_transaction(&owned, move |_tx, _| {
+                Box::pin(async move {
+                    let _ = started.send(());
+                    let _ = on_go.await;
+                    Ok::<_, sqlx::Error>(StoredResponse::new(201, "held"))
+                })
+            })
+            .await
+    });
+    on_start.await.expect("the effect started");
+    let in_b = ib
+        .run_in_one_transaction(&request(&ib, &key, b"{\"other\":1}"), |_tx, _| {
+            Box::pin(async { Ok::<_, sqlx::Error>(StoredResponse::new(201, "b")) })
+        })
+        .await;
+    let fresh_in_b = ib.begin(&request(&ib, &format!("{key}-2"), b"{}")).await;
+    go.send(()).expect("go");
+    let first = first.await.expect("first");
+    assert!(
+        matches!(in_b, Ok(Outcome::Executed(_))),
+        "table B: {in_b:?}"
+    );
+    assert!(
+        matches!(fresh_in_b, Ok(Begin::Acquired(_))),
+        "{fresh_in_b:?}"
+    );
+    assert!(matches!(first, Ok(Outcome::Executed(_))), "{first:?}");
 }

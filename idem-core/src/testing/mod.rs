@@ -288,9 +288,17 @@ macro_rules! transactional_tests {
 
 /// Stamps the transactional closure's scenarios for a SQL store, given an expression that
 /// yields its [`TransactHarness`]: once with two commits (module `two_commits`) and once with
-/// one (module `one_commit`, C15).
+/// one (module `one_commit`, C15); `transact_tests!(two_commits: harness)` for a configuration
+/// that refuses one commit.
 #[macro_export]
 macro_rules! transact_tests {
+    (two_commits: $harness:expr $(,)?) => {
+        mod two_commits {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__idem_transact_scenarios!(stamp_commits $harness, $crate::Commits::Two);
+        }
+    };
     ($harness:expr $(,)?) => {
         mod two_commits {
             #[allow(unused_imports)]
