@@ -24,7 +24,9 @@ use std::sync::OnceLock;
 /// A store's hold on its table's lock file.
 #[derive(Debug)]
 pub(crate) struct ProcessLock {
-    path: PathBuf,
+    /// `None` for a store opened by a name that is not a file's path (a `file:` URI): it takes
+    /// no lock (and cannot be opened for one commit).
+    path: Option<PathBuf>,
     /// Held since the store opened, for one commit.
     exclusive: Option<File>,
     /// Taken at the first reservation of a store that is not opened for one commit (a refusal
@@ -36,10 +38,10 @@ impl ProcessLock {
     /// The lock of `config`'s table; taken exclusively now if the store is opened for one
     /// commit, else shared at the first reservation ([`reserving`](Self::reserving)).
     pub(crate) fn open(config: &SqliteConfig) -> Result<Self, Error> {
-        let path = lock_path(&config.path, &config.table)?;
-        let exclusive = if config.one_commit {
+        let (path, exclusive) = if config.one_commit {
+            let path = lock_path(&config.path, &config.table)?;
             let file = lock_file(&path)?;
-            match file.try_lock() {
+            let exclusive = match file.try_lock() {
                 Ok(()) => Some(file),
                 Err(TryLockError::WouldBlock) => {
                     return Err(refused(format!(
@@ -52,9 +54,10 @@ impl ProcessLock {
                     )))
                 }
                 Err(TryLockError::Error(error)) => return Err(io(&path, &error)),
-            }
+            };
+            (Some(path), exclusive)
         } else {
-            None
+            (lock_path(&config.path, &config.table).ok(), None)
         };
         Ok(Self {
             path,
@@ -70,7 +73,10 @@ impl ProcessLock {
         if self.exclusive.is_some() || self.shared.get().is_some() {
             return Ok(());
         }
-        let file = lock_file(&self.path)?;
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let file = lock_file(path)?;
         match file.try_lock_shared() {
             Ok(()) => {
                 // Two first reservations at once may both lock: one file is kept, the other
@@ -82,9 +88,9 @@ impl ProcessLock {
                 "another store holds this table for one commit (C15) and must be the only one \
                  that reserves in it; open this one for one commit instead of it, or open that \
                  one for two (lock file {})",
-                self.path.display()
+                path.display()
             ))),
-            Err(TryLockError::Error(error)) => Err(io(&self.path, &error)),
+            Err(TryLockError::Error(error)) => Err(io(path, &error)),
         }
     }
 

@@ -433,3 +433,17 @@ async fn c08_an_effect_that_commits_by_itself_keeps_the_key() {
         assert_eq!(charges(&store, &intent).await, 1, "{commits:?}");
     }
 }
+
+/// A store for two commits opened by a name that is not a file's path (a `file:` URI) opens
+/// and reserves as before: it takes no lock. Only a store opened for one commit needs one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_opened_by_a_uri_reserves_as_before() {
+    let dir = tempfile::tempdir().expect("dir");
+    let uri = format!("file:{}?cache=private", dir.path().join("uri.db").display());
+    let store = SqliteStore::open(&uri).await.expect("open by a URI");
+    let idem = Idempotency::new(store);
+    let begun = idem.begin(&request(&idem, "k", b"{}")).await;
+    assert!(matches!(begun, Ok(Begin::Acquired(_))), "{begun:?}");
+    let one = SqliteStore::builder(&uri).one_commit(true).open().await;
+    assert!(one.is_err(), "one commit needs a file's path");
+}
