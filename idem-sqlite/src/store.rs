@@ -20,7 +20,9 @@ use std::time::Duration;
 /// An idem [`Store`] in a SQLite file, with completion inside the caller's transaction.
 ///
 /// - The reservation commits on its own, before the effect, with one compare-and-set statement
-///   (C4). Writes go through one writer connection, owned by a thread of its own that takes the
+///   (C4); with one commit (C15, [`SqliteStoreBuilder::one_commit`] and
+///   [`run_in_one_transaction`](crate::SqliteIdempotency::run_in_one_transaction)) it is the
+///   first statement of the effect's transaction instead. Writes go through one writer connection, owned by a thread of its own that takes the
 ///   queued writes back to back; replays, in-flight answers and mismatches are read on reader
 ///   connections (each on a thread of its own) that no writer holds, so they never wait for one
 ///   (C5). A reservation is decided where its statement runs: on the writer at once when it is

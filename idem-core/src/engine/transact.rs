@@ -290,9 +290,8 @@ impl<S: Transactional + 'static> Idempotency<S> {
             // A store that did not call `Execution::acquired`: reported late rather than never.
             self.emit(Event::new(acquire_kind(lease.acquired())).of_lease(&lease));
         }
-        // An effect that committed by itself left a record to answer in either mode.
-        if commits == Commits::One && !matches!(end, TxEnd::CommittedByTheEffect(_)) {
-            return self.concluded_once(lease, end, started).await;
+        if commits == Commits::One {
+            return self.concluded_once(lease, end, started, held).await;
         }
         match end {
             TxEnd::Committed(completion) => Ok(self.executed(&lease, completion, started)),
@@ -318,17 +317,26 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 let _ = self.release(lease).await;
                 resume_unwind(panic)
             }
+            // What the effect did outside its transaction is unknown: never given back (C8).
             TxEnd::Abandoned(error) | TxEnd::CommittedByTheEffect(error) => {
-                // What the effect did outside its transaction is unknown: never given back
-                // (C8). The 500 of an unknown outcome goes on being stored past this answer if
-                // it must; the live lease and the heartbeat last until it lands.
-                let completion = self.completion(&lease, outcome_unknown());
-                let _ = self
-                    .stored_or_continued(lease, completion, EventKind::OutcomeUnknown, held)
-                    .await;
-                Err(RunError::InDoubt(error))
+                self.kept_unknown(lease, error, held).await
             }
         }
+    }
+
+    /// The key kept with the 500 of an unknown outcome, which goes on being stored past this
+    /// answer if it must (the live lease and the heartbeat last until it lands).
+    async fn kept_unknown<E>(
+        &self,
+        lease: Lease,
+        error: Error,
+        held: Option<Box<Held>>,
+    ) -> Result<Outcome, RunError<E>> {
+        let completion = self.completion(&lease, outcome_unknown());
+        let _ = self
+            .stored_or_continued(lease, completion, EventKind::OutcomeUnknown, held)
+            .await;
+        Err(RunError::InDoubt(error))
     }
 
     /// A committed execution: reported, and its response as stored.
@@ -349,6 +357,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
         lease: Lease,
         end: TxEnd<E>,
         started: Instant,
+        held: Option<Box<Held>>,
     ) -> Result<Outcome, RunError<E>> {
         let rolled_back = |error: Option<&Error>| {
             let event = Event::new(EventKind::Released).of_lease(&lease);
@@ -367,8 +376,8 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 rolled_back(Some(&error));
                 Err(RunError::Idem(error))
             }
-            // Answered by `conclude` before it came here.
-            TxEnd::CommittedByTheEffect(error) => Err(RunError::InDoubt(error)),
+            // The effect's own COMMIT made the reservation a record: it is answered as one.
+            TxEnd::CommittedByTheEffect(error) => self.kept_unknown(lease, error, held).await,
             TxEnd::Panicked(panic) => {
                 rolled_back(None);
                 resume_unwind(panic)
