@@ -105,7 +105,7 @@ impl Service {
             .build()
         {
             Ok(request) => request,
-            Err(error) => return wire(error.http_status(), false, None, b""),
+            Err(error) => return wire(idem::render::status_for(&error), false, None, b""),
         };
         let amount = amount_of(body);
         let network = Arc::clone(&self.network);
@@ -122,7 +122,7 @@ impl Service {
                 wire(sent.status, false, None, &sent.body)
             }
             Ok(Outcome::Answered(answer)) => {
-                let http = answer.to_http(self.idem.policy());
+                let http = idem::render::answer(&answer, self.idem.policy());
                 let replayed = matches!(answer, Answer::Replay(_));
                 wire(
                     http.status,
@@ -132,7 +132,7 @@ impl Service {
                 )
             }
             Err(RunError::Unknown { response, .. }) => wire(response.status, false, None, b""),
-            Err(error) => wire(error.http_status(), false, None, b""),
+            Err(error) => wire(idem::render::run_error_status(&error), false, None, b""),
         }
     }
 

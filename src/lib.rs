@@ -33,23 +33,23 @@
 #![forbid(unsafe_code)]
 
 pub use idem_core::{
-    async_trait, canonical_json, is_always_stored, is_never_stored, problem, retry_after_secs,
-    waiting_now, Acquire, Answer, Begin, Clock, Commits, Completion, Context, Error, Event,
-    EventKind, Failure, FencingToken, Field, Fingerprint, FingerprintBuilder, Idempotency,
-    IdempotencyBuilder, IdempotencyKey, InFlightAnswer, InsertOrFetch, KeepAlive, Lease,
-    ManualClock, MemoryStore, Observer, Operation, Outcome, Policy, Problem, Purger, RecordId,
-    Reply, Request, RequestBuilder, RunError, Scope, Store, StoreError, StoreErrorKind,
-    StoredResponse, SystemClock, Timestamp, TracingObserver, PROBLEM_BASE,
+    canonical_json, is_always_stored, is_never_stored, render, waiting_now, Answer, Begin, Clock,
+    Commits, Completion, Context, Error, Event, EventKind, Failure, FencingToken, Field,
+    Fingerprint, FingerprintBuilder, Idempotency, IdempotencyBuilder, IdempotencyKey,
+    InFlightAnswer, KeepAlive, Lease, ManualClock, MemoryStore, Observer, Operation, Outcome,
+    Policy, Purger, RecordId, Reply, Request, RequestBuilder, RunError, Scope, Store, StoreError,
+    StoreErrorKind, StoredResponse, SystemClock, Timestamp, TracingObserver,
 };
 
 /// Inbound events (webhooks) processed once when the sender chooses the key: the inbox, its
-/// signature check and its audit trail; see [`idem_core::inbox`].
-pub use idem_core::inbox;
+/// signature check and its audit trail (feature `inbox`); see [`idem_inbox`].
+#[cfg(feature = "inbox")]
+pub use idem_inbox as inbox;
 
 /// Metrics through the `metrics` facade (feature `metrics`): the `Metrics` observer of the
-/// engine's events; see [`idem_core::metrics`].
+/// engine's events; see [`idem_metrics`].
 #[cfg(feature = "metrics")]
-pub use idem_core::metrics;
+pub use idem_metrics as metrics;
 
 /// For store writers: the [`Store`] trait and what implementing it takes; see
 /// [`idem_core::store`].

@@ -4,7 +4,7 @@ use crate::cli::{Cli, Command, PageArgs};
 use crate::render::{self, Table, COMPLETED_COLUMNS, KEY_COLUMNS, PENDING_COLUMNS};
 use crate::route::looks_concrete;
 use crate::target::{Names, Target, Usage};
-use idem_core::store::{Cursor, Expiry, ListQuery, Listed, ListingOrder, Page, Store};
+use idem_core::store::{Cursor, Expiry, ListQuery, Listed, ListingOrder, Operator, Page};
 use idem_core::{Error, Field, IdempotencyKey, RecordId, Scope, StoreErrorKind};
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -167,7 +167,7 @@ pub async fn run(cli: Cli, io: &mut Io<'_>) -> Result<(), Failure> {
     }
 }
 
-async fn open(target: &Target, names: &Names) -> Result<Box<dyn Store>, Failure> {
+async fn open(target: &Target, names: &Names) -> Result<Box<dyn Operator>, Failure> {
     within(target.open(names)).await.map_err(opening)
 }
 
@@ -210,7 +210,7 @@ async fn watching(
     // Installed before the first run, so Ctrl-C stops a watch whatever it is doing (opening
     // the store, waiting for an answer, sleeping).
     let mut stop = interrupt()?;
-    let mut store: Option<Box<dyn Store>> = None;
+    let mut store: Option<Box<dyn Operator>> = None;
     loop {
         let tick = async {
             if io.terminal {
@@ -275,7 +275,7 @@ fn heals(error: &Error) -> bool {
     !matches!(error, Error::InvalidInput { .. })
 }
 
-async fn once(store: &dyn Store, what: &Watched, io: &mut Io<'_>) -> Result<(), Failure> {
+async fn once(store: &dyn Operator, what: &Watched, io: &mut Io<'_>) -> Result<(), Failure> {
     match what {
         Watched::Pending(query, page) => list(store, query.clone(), page, io).await,
         Watched::Stats => {
@@ -321,7 +321,7 @@ fn note(io: &mut Io<'_>, text: &str) -> Result<(), Failure> {
 }
 
 async fn inspect(
-    store: &dyn Store,
+    store: &dyn Operator,
     id: &RecordId,
     body: bool,
     io: &mut Io<'_>,
@@ -354,7 +354,7 @@ async fn inspect(
 /// followed until that many are found, the scan ends or `--scan-budget` has passed), by
 /// consumer then route; whether more exist; and whether the budget stopped the scan.
 async fn records_of_key(
-    store: &dyn Store,
+    store: &dyn Operator,
     query: ListQuery,
 ) -> Result<(Vec<Listed>, bool, bool), Failure> {
     let budget = *SCAN_BUDGET.get_or_init(|| Duration::from_secs(30));
@@ -388,7 +388,7 @@ async fn records_of_key(
 /// `inspect KEY`: the records of one key under every consumer and route; the whole record too
 /// when there is just one.
 async fn inspect_key(
-    store: &dyn Store,
+    store: &dyn Operator,
     query: ListQuery,
     body: bool,
     io: &mut Io<'_>,
@@ -447,7 +447,11 @@ async fn inspect_key(
 /// After `inspect CONSUMER ROUTE KEY` found nothing, on stderr: a route that looks like a
 /// concrete path (records are stored under the template), and the consumers and routes the key
 /// does have records under. A store that cannot look up by key adds nothing.
-async fn not_found_hints(store: &dyn Store, id: &RecordId, io: &mut Io<'_>) -> Result<(), Failure> {
+async fn not_found_hints(
+    store: &dyn Operator,
+    id: &RecordId,
+    io: &mut Io<'_>,
+) -> Result<(), Failure> {
     if let Some(segment) = looks_concrete(id.route()) {
         writeln!(
             io.err,
@@ -455,7 +459,7 @@ async fn not_found_hints(store: &dyn Store, id: &RecordId, io: &mut Io<'_>) -> R
             render::printable(segment)
         )?;
     }
-    if store.capabilities().listing == ListingOrder::Scan {
+    if store.listing_order() == ListingOrder::Scan {
         // Finding a key means scanning every record of this store: only when asked.
         writeln!(
             io.err,
@@ -493,7 +497,7 @@ async fn not_found_hints(store: &dyn Store, id: &RecordId, io: &mut Io<'_>) -> R
 }
 
 async fn list(
-    store: &dyn Store,
+    store: &dyn Operator,
     query: ListQuery,
     page: &PageArgs,
     io: &mut Io<'_>,
@@ -553,7 +557,12 @@ async fn list(
     Ok(())
 }
 
-async fn purge(store: &dyn Store, batch: u32, all: bool, io: &mut Io<'_>) -> Result<(), Failure> {
+async fn purge(
+    store: &dyn Operator,
+    batch: u32,
+    all: bool,
+    io: &mut Io<'_>,
+) -> Result<(), Failure> {
     if store.capabilities().expiry == Expiry::ServerTtl {
         note(
             io,

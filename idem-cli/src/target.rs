@@ -1,6 +1,7 @@
 //! Where the records are: the URL and names the command line gave, and the store they open.
 
-use idem_core::{Error, Field, Store};
+use idem_core::store::Operator;
+use idem_core::{Error, Field};
 use idem_postgres::{PgStore, StatementMode};
 use idem_redis::RedisStore;
 use idem_sqlite::SqliteStore;
@@ -120,7 +121,7 @@ impl Target {
     /// Opens the store without changing anything: a SQLite file must exist and its table be
     /// at the current schema version (an application's release owns its schema; `idem migrate`
     /// upgrades it on purpose).
-    pub async fn open(&self, names: &Names) -> Result<Box<dyn Store>, Error> {
+    pub async fn open(&self, names: &Names) -> Result<Box<dyn Operator>, Error> {
         Ok(match self {
             Target::Sqlite(path) if !path.exists() => {
                 return Err(Error::invalid(

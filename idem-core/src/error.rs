@@ -52,11 +52,14 @@ impl fmt::Display for Field {
 /// use idem_core::{Error, IdempotencyKey};
 /// let err = IdempotencyKey::new("has space").unwrap_err();
 /// assert!(matches!(err, Error::InvalidInput { .. }));
-/// assert_eq!(err.http_status(), 400);
+/// assert_eq!(idem_core::render::status_for(&err), 400);
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The idempotency key is missing where one is required (C1). Nothing was written.
+    #[error("missing idempotency key")]
+    KeyMissing,
     /// Input that breaks a rule (C1, C2, C12). Nothing was written.
     #[error("invalid {field}: {reason}")]
     InvalidInput {
@@ -113,78 +116,6 @@ impl Error {
         }
     }
 
-    /// The HTTP status this error maps to at the edge (the HTTP mapping in docs/state-machine.md).
-    ///
-    /// A store failure is 503 (C13). `LeaseLost` and `CorruptRecord` are server faults (500).
-    pub fn http_status(&self) -> u16 {
-        match self {
-            Error::InvalidInput { .. } => 400,
-            Error::BodyTooLarge { .. } => 413,
-            Error::Store(_) => 503,
-            Error::LeaseLost | Error::CorruptRecord(_) => 500,
-        }
-    }
-
-    /// The problem (RFC 9457) to answer with for this error (docs/state-machine.md, HTTP
-    /// mapping): 400 `idempotency-key-missing` / `idempotency-key-invalid` / `invalid-request`,
-    /// 413 `body-too-large`, 503 `store-unavailable` with `Retry-After`, 500 `internal`. The
-    /// detail is safe to show a client: it never echoes the body.
-    ///
-    /// ```
-    /// use idem_core::IdempotencyKey;
-    /// let p = IdempotencyKey::required(None).unwrap_err().problem();
-    /// assert_eq!((p.status, p.kind), (400, "idempotency-key-missing"));
-    /// ```
-    pub fn problem(&self) -> crate::Problem {
-        let (kind, detail) = match self {
-            Error::InvalidInput {
-                field: Field::Key,
-                reason,
-            } if reason == "missing" => (
-                "idempotency-key-missing",
-                "This endpoint requires an Idempotency-Key header.".to_owned(),
-            ),
-            Error::InvalidInput {
-                field: Field::Key,
-                reason,
-            } => (
-                "idempotency-key-invalid",
-                format!("Invalid Idempotency-Key: {reason}."),
-            ),
-            Error::InvalidInput { field, reason } => {
-                ("invalid-request", format!("Invalid {field}: {reason}."))
-            }
-            Error::BodyTooLarge { limit, .. } => (
-                "body-too-large",
-                format!("The body is over the limit of {limit} bytes."),
-            ),
-            Error::Store(_) => (
-                "store-unavailable",
-                "The idempotency store is unavailable; retry later.".to_owned(),
-            ),
-            Error::LeaseLost | Error::CorruptRecord(_) => {
-                ("internal", "The request could not be completed.".to_owned())
-            }
-        };
-        let problem = crate::Problem::new(self.http_status(), kind, detail, self.is_retryable());
-        match self {
-            Error::Store(_) => problem.with_retry_after(std::time::Duration::from_secs(1)),
-            _ => problem,
-        }
-    }
-
-    /// The problem response to send for this error: [`problem`](Self::problem), rendered.
-    ///
-    /// ```
-    /// use idem_core::IdempotencyKey;
-    /// let http = IdempotencyKey::required(None).unwrap_err().to_http();
-    /// assert_eq!(http.status, 400);
-    /// assert!(String::from_utf8_lossy(&http.body).contains("idempotency-key-missing"));
-    /// ```
-    pub fn to_http(&self) -> crate::StoredResponse {
-        self.problem().to_response()
-    }
-
     /// Whether the same request may succeed if it is tried again later: a transient store
     /// failure, or a lost lease (the record's new holder will answer). Bad input, a corrupt
     /// record and a misconfigured store need a person.
@@ -231,7 +162,7 @@ impl fmt::Display for StoreErrorKind {
 /// ```
 /// use idem_core::{Error, StoreErrorKind};
 /// let err = Error::store("sqlite", StoreErrorKind::Unavailable, "database is locked");
-/// assert_eq!(err.http_status(), 503);
+/// assert_eq!(idem_core::render::status_for(&err), 503);
 /// assert!(err.is_retryable());
 /// let store = err.as_store().expect("a store error");
 /// assert_eq!(store.backend(), "sqlite");

@@ -1,6 +1,6 @@
 //! The engine's one stream of events (C16): every way of calling the engine emits the same
 //! [`Event`]s, at each decision and step of the protocol, to the [`Observer`]s the application
-//! set. Tracing ([`TracingObserver`], on by default), metrics (`idem_core::metrics`, feature
+//! set. Tracing ([`TracingObserver`], on by default), metrics (the `idem-metrics` crate, the facade's feature
 //! `metrics`) and the HTTP layer's disposition all read this one vocabulary: [`EventKind::name`].
 
 use crate::error::Error;

@@ -55,7 +55,7 @@ impl IdempotencyKey {
     pub fn required(header: Option<&str>) -> Result<Self, Error> {
         match header {
             Some(value) => Self::new(value),
-            None => Err(Error::invalid(Field::Key, "missing")),
+            None => Err(Error::KeyMissing),
         }
     }
 

@@ -31,7 +31,7 @@
 //!     }
 //!     Begin::Answered(answer) => {
 //!         // replay, 409 in flight, or 422 mismatch, rendered as HTTP:
-//!         let _http = answer.to_http(idem.policy());
+//!         let _http = idem_core::render::answer(&answer, idem.policy());
 //!     }
 //! }
 //! # Ok(())
@@ -55,23 +55,16 @@ mod fingerprint;
 mod form;
 mod hex;
 mod holder;
-#[cfg(feature = "http")]
-mod http_response;
-pub mod inbox;
-#[cfg(feature = "axum")]
-mod into_response;
 mod json;
 mod key;
 mod lease;
 mod listing;
 mod memory;
-#[cfg(feature = "metrics")]
-pub mod metrics;
 mod outcome;
 mod policy;
-mod problem;
 mod purger;
 mod record;
+pub mod render;
 mod request;
 mod response;
 mod scope;
@@ -89,7 +82,6 @@ pub use answer::Answer;
 pub use begin::Begin;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use completion::Completion;
-pub use decision::Acquire;
 pub use engine::{waiting_now, Context, Idempotency, IdempotencyBuilder, KeepAlive};
 pub use error::{Error, Field, StoreError, StoreErrorKind};
 pub use event::{Event, EventKind, Observer, Operation, TracingObserver};
@@ -103,17 +95,12 @@ pub use lease::Lease;
 pub use memory::MemoryStore;
 pub use outcome::{Failure, Outcome, Reply, RunError};
 pub use policy::{Commits, InFlightAnswer, Policy};
-pub use problem::{problem, retry_after_secs, Problem, PROBLEM_BASE};
 pub use purger::Purger;
 pub use request::{Request, RequestBuilder};
 pub use response::{is_always_stored, is_never_stored, StoredResponse};
 pub use scope::{RecordId, Scope};
 pub use store::Store;
 pub use token::FencingToken;
-pub use unique::InsertOrFetch;
-
-/// Re-exported so that stores implement [`Store`] with the same macro version.
-pub use async_trait::async_trait;
 
 /// For [`store::feed_report`]'s logs.
 #[doc(hidden)]

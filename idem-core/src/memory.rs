@@ -12,6 +12,7 @@ use crate::record::{Inspected, Noted, Provenance, Record, RecordState};
 use crate::request::Request;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
+use crate::store::Operator;
 use crate::store::{Completion, Store};
 use crate::token::FencingToken;
 use async_trait::async_trait;
@@ -287,7 +288,10 @@ impl Store for MemoryStore {
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         self.lock().get(id).map(Entry::decode).transpose()
     }
+}
 
+#[async_trait]
+impl Operator for MemoryStore {
     async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
         self.lock()
             .get(id)
@@ -299,7 +303,6 @@ impl Store for MemoryStore {
             })
             .transpose()
     }
-
     async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
         let after = query.cursor().map(Cursor::position).transpose()?;
         let records = self.lock();
@@ -346,7 +349,6 @@ impl Store for MemoryStore {
             .collect::<Result<Vec<_>, Error>>()?;
         Ok(Page::from_fetched(fetched, limit))
     }
-
     async fn stats(&self) -> Result<Stats, Error> {
         let records = self.lock();
         let now = self.clock.now();

@@ -4,7 +4,6 @@ use crate::answer::Answer;
 use crate::completion::Completion;
 use crate::error::Error;
 use crate::event::EventKind;
-use crate::policy::Policy;
 use crate::response::StoredResponse;
 
 /// The result of [`Idempotency::run`](crate::Idempotency::run) when nothing failed.
@@ -12,8 +11,8 @@ use crate::response::StoredResponse;
 /// ```
 /// use idem_core::{Answer, Outcome, Policy, StoredResponse};
 /// let policy = Policy::default();
-/// assert_eq!(Outcome::Executed(StoredResponse::new(201, "")).http_status(&policy), 201);
-/// assert_eq!(Outcome::Answered(Answer::Mismatch).http_status(&policy), 422);
+/// assert_eq!(idem_core::render::outcome_status(&Outcome::Executed(StoredResponse::new(201, "")), &policy), 201);
+/// assert_eq!(Outcome::Answered(Answer::Mismatch).response(), None);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
@@ -21,7 +20,7 @@ pub enum Outcome {
     /// The handler ran now; this is its response as stored.
     Executed(StoredResponse),
     /// The handler refused the request before it executed (a status of
-    /// [`Policy::refusals`], or [`Reply::Refused`]): its response, not stored; the key was
+    /// [`Policy::refusals`](crate::Policy::refusals), or [`Reply::Refused`]): its response, not stored; the key was
     /// released, so a corrected retry with the same key executes (C8).
     Refused(StoredResponse),
     /// The handler did not run: a replay, in flight, or a mismatch.
@@ -29,14 +28,6 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// The HTTP status to answer with.
-    pub fn http_status(&self, policy: &Policy) -> u16 {
-        match self {
-            Outcome::Executed(r) | Outcome::Refused(r) => r.status,
-            Outcome::Answered(answer) => answer.http_status(policy),
-        }
-    }
-
     /// The response, for executed and replayed outcomes.
     pub fn response(&self) -> Option<&StoredResponse> {
         match self {
@@ -58,14 +49,6 @@ impl Outcome {
             Outcome::Answered(Answer::Mismatch) => EventKind::Mismatch,
         }
     }
-
-    /// The whole HTTP response to send (see [`Answer::to_http`]).
-    pub fn to_http(&self, policy: &Policy) -> StoredResponse {
-        match self {
-            Outcome::Executed(r) | Outcome::Refused(r) => r.clone(),
-            Outcome::Answered(answer) => answer.to_http(policy),
-        }
-    }
 }
 
 /// What a [`run`](crate::Idempotency::run) handler returns on success: a response for the
@@ -74,7 +57,7 @@ impl Outcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
     /// Complete the record with this response (the engine stores it), unless its status is a
-    /// refusal of the policy ([`Policy::refusals`]: 400, 422, ...), which says the request was
+    /// refusal of the policy ([`Policy::refusals`](crate::Policy::refusals): 400, 422, ...), which says the request was
     /// refused before it executed: then it is sent, not stored, and the key released.
     Respond(StoredResponse),
     /// Complete the record with this response whatever its status: the effect happened (a
@@ -210,16 +193,6 @@ pub enum RunError<E> {
 }
 
 impl<E> RunError<E> {
-    /// The HTTP status to answer with: the error's own before the handler ran, the stored
-    /// answer's for an unknown outcome, 500 otherwise (never a 4xx once the effect may have run).
-    pub fn http_status(&self) -> u16 {
-        match self {
-            RunError::Idem(e) => e.http_status(),
-            RunError::Unknown { response, .. } => response.status,
-            RunError::Released(_) | RunError::Incomplete(_) | RunError::InDoubt(_) => 500,
-        }
-    }
-
     /// What the engine did, in the vocabulary of its events (C16): the HTTP layer's
     /// disposition.
     ///

@@ -21,8 +21,10 @@ pub use crate::listing::{
 };
 pub use crate::record::{Inspected, Noted, Provenance, Record, RecordState};
 pub use crate::transactional::{Execution, Transacted, Transactional, TxEnd};
-pub use crate::unique::unresolved_insert_or_fetch;
+pub use crate::unique::{unresolved_insert_or_fetch, InsertOrFetch};
 pub use crate::unwind::CatchUnwind;
+/// Re-exported so that stores implement [`Store`] with the same macro version.
+pub use async_trait::async_trait;
 
 use crate::answer::Answer;
 use crate::begin::Begin;
@@ -30,7 +32,6 @@ use crate::clock::Timestamp;
 use crate::error::Error;
 use crate::request::Request;
 use crate::scope::RecordId;
-use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -76,14 +77,9 @@ use std::time::Duration;
 /// 5. **Errors are errors.** A backend failure is [`Error::Store`] with the backend's name, its
 ///    [`StoreErrorKind`](crate::StoreErrorKind) and its own error as the source (C13), never a
 ///    made-up outcome; nothing is written when an error is returned before the write.
-/// 6. **Operators can see.** `lookup` reads one record as stored, expired or not (`inspect`
-///    with its [`Provenance`]); `list`
-///    returns at most [`ListQuery::limit_value`] records of the [`Selection`] in its order,
-///    never a body, and a [`Page::next`] cursor while more may follow (a position store makes
-///    it with [`Cursor::after_record`]); `stats` counts by state. A store records when each
-///    reservation (fresh or taken over) was made and which process made it
-///    ([`Holder::this_process`](crate::Holder::this_process)), and when each completion
-///    landed, by the clock of rule 1. None of them writes.
+/// 6. **One record can be read.** `lookup` reads one record as stored, expired or not, and
+///    writes nothing. What operators need beyond it (listing, counting, who holds a record) is
+///    the optional [`Operator`] trait.
 ///
 /// A SQL store additionally writes a [`Completion`] inside the caller's transaction, so the
 /// effect and the completion commit together (C6); that method is the store's own, not this
@@ -128,25 +124,6 @@ pub trait Store: Send + Sync {
 
     /// Reads the record for inspection, expired or not. Does not change anything.
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error>;
-
-    /// Reads the record for inspection, expired or not, with its [`Provenance`]: when its
-    /// reservation was made and its completion landed, and which process holds it (rule 6).
-    /// Does not change anything. Default: [`lookup`](Self::lookup) with an unknown provenance,
-    /// right for a store that keeps none.
-    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
-        Ok(self.lookup(id).await?.map(|record| Inspected {
-            record,
-            provenance: Provenance::default(),
-        }))
-    }
-
-    /// Lists records for operators, one bounded page at a time (rule 6). Does not change
-    /// anything.
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error>;
-
-    /// Counts the records by state at the store's `now` (rule 6). Reads every record: an
-    /// operator's command, not a health check to run every second.
-    async fn stats(&self) -> Result<Stats, Error>;
 
     /// What a reservation of `request` would answer from the record as committed, without
     /// writing anything and without waiting for any writer: `Some` for a replay, an in-flight
@@ -197,6 +174,64 @@ pub trait Store: Send + Sync {
     }
 }
 
+/// What operators need of a store beyond the protocol: one record with who holds it, bounded
+/// pages of records, counts by state. Optional: the engine never calls it; the `idem` command,
+/// the operator docs (docs/operations.md) and the conformance suite's listing scenarios do.
+///
+/// # Contract
+///
+/// None of these methods writes.
+///
+/// 1. `inspect` reads one record as [`Store::lookup`] does, with its [`Provenance`]: a store
+///    records when each reservation (fresh or taken over) was made and which process made it
+///    ([`Holder::this_process`](crate::Holder::this_process)), and when each completion landed,
+///    by the store's one clock.
+/// 2. `list` returns at most [`ListQuery::limit_value`] records of the [`Selection`] in the
+///    order [`listing_order`](Self::listing_order) says, never a body, and a [`Page::next`]
+///    cursor while more may follow (a position store makes it with [`Cursor::after_record`]).
+/// 3. `stats` counts by state at the store's `now`.
+///
+/// ```
+/// use idem_core::store::{ListQuery, Operator};
+/// use idem_core::{Idempotency, MemoryStore};
+/// use std::time::Duration;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), idem_core::Error> {
+/// let store = MemoryStore::new();
+/// let page = store.list(&ListQuery::in_progress(Duration::ZERO)).await?;
+/// assert!(page.records.is_empty() && page.next.is_none());
+/// assert_eq!(store.stats().await?.total(), 0);
+/// # Ok(())
+/// # }
+/// ```
+#[async_trait]
+pub trait Operator: Store {
+    /// Reads the record for inspection, expired or not, with its [`Provenance`]: when its
+    /// reservation was made and its completion landed, and which process holds it (rule 1).
+    /// Does not change anything. Default: [`lookup`](Self::lookup) with an unknown provenance,
+    /// right for a store that keeps none.
+    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
+        Ok(self.lookup(id).await?.map(|record| Inspected {
+            record,
+            provenance: Provenance::default(),
+        }))
+    }
+
+    /// Lists records for operators, one bounded page at a time (rule 2). Does not change
+    /// anything.
+    async fn list(&self, query: &ListQuery) -> Result<Page, Error>;
+
+    /// Counts the records by state at the store's `now` . Reads every record: an
+    /// operator's command, not a health check to run every second (rule 3).
+    async fn stats(&self) -> Result<Stats, Error>;
+
+    /// In which order [`list`](Self::list) returns a selection (default
+    /// [`ListingOrder::Selection`]).
+    fn listing_order(&self) -> ListingOrder {
+        ListingOrder::Selection
+    }
+}
+
 /// What a store declares about itself, so that the engine, operators and the conformance suite
 /// treat it right.
 ///
@@ -209,8 +244,6 @@ pub trait Store: Send + Sync {
 pub struct Capabilities {
     /// How expired records leave the store.
     pub expiry: Expiry,
-    /// In which order `list` returns records.
-    pub listing: ListingOrder,
     /// Whether [`Store::announce`] tells other processes anything (the engine calls it only
     /// then) and [`Store::watch`] has a feed.
     pub change_feed: bool,
@@ -232,7 +265,6 @@ impl Default for Capabilities {
     fn default() -> Self {
         Self {
             expiry: Expiry::Purge,
-            listing: ListingOrder::Selection,
             change_feed: false,
             process_gate: false,
         }
@@ -243,12 +275,6 @@ impl Capabilities {
     /// Capabilities with `expiry`.
     pub fn with_expiry(mut self, expiry: Expiry) -> Self {
         self.expiry = expiry;
-        self
-    }
-
-    /// Capabilities with `listing`.
-    pub fn with_listing(mut self, listing: ListingOrder) -> Self {
-        self.listing = listing;
         self
     }
 
@@ -265,7 +291,7 @@ impl Capabilities {
     }
 }
 
-/// In which order a store's `list` returns records (rule 6).
+/// In which order an [`Operator::list`] returns records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ListingOrder {
@@ -289,48 +315,67 @@ pub enum Expiry {
     ServerTtl,
 }
 
-#[async_trait]
-impl<S: Store + ?Sized> Store for Arc<S> {
-    async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
-        (**self).reserve(request, lease_for).await
-    }
-    async fn complete(&self, completion: &Completion) -> Result<(), Error> {
-        (**self).complete(completion).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<(), Error> {
-        (**self).release(lease).await
-    }
-    async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
-        (**self).renew(lease, lease_for).await
-    }
-    async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
-        (**self).purge_expired(limit).await
-    }
-    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        (**self).lookup(id).await
-    }
-    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
-        (**self).inspect(id).await
-    }
-    async fn read_answer(&self, request: &Request) -> Result<Option<Answer>, Error> {
-        (**self).read_answer(request).await
-    }
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-        (**self).list(query).await
-    }
-    async fn stats(&self) -> Result<Stats, Error> {
-        (**self).stats().await
-    }
-    fn capabilities(&self) -> Capabilities {
-        (**self).capabilities()
-    }
-    fn identity(&self) -> Option<usize> {
-        (**self).identity()
-    }
-    fn announce(&self, id: &RecordId) {
-        (**self).announce(id)
-    }
-    fn watch(&self, changes: Changes) -> bool {
-        (**self).watch(changes)
-    }
+/// Forwards every method of [`Store`] and [`Operator`] through a pointer to a store: `Arc<S>`,
+/// `Box<S>`, `&S`. `clippy::missing_trait_methods` is denied on each impl, so a method added to
+/// a trait with a default cannot be left to the default here (which would silently drop a
+/// store's own version of it).
+macro_rules! forward_store {
+    ($($pointer:ty),+) => {$(
+        #[deny(clippy::missing_trait_methods)]
+        #[async_trait]
+        impl<S: Store + ?Sized> Store for $pointer {
+            async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
+                (**self).reserve(request, lease_for).await
+            }
+            async fn complete(&self, completion: &Completion) -> Result<(), Error> {
+                (**self).complete(completion).await
+            }
+            async fn release(&self, lease: &Lease) -> Result<(), Error> {
+                (**self).release(lease).await
+            }
+            async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
+                (**self).renew(lease, lease_for).await
+            }
+            async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
+                (**self).purge_expired(limit).await
+            }
+            async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+                (**self).lookup(id).await
+            }
+            async fn read_answer(&self, request: &Request) -> Result<Option<Answer>, Error> {
+                (**self).read_answer(request).await
+            }
+            fn capabilities(&self) -> Capabilities {
+                (**self).capabilities()
+            }
+            fn identity(&self) -> Option<usize> {
+                (**self).identity()
+            }
+            fn announce(&self, id: &RecordId) {
+                (**self).announce(id)
+            }
+            fn watch(&self, changes: Changes) -> bool {
+                (**self).watch(changes)
+            }
+        }
+
+        #[deny(clippy::missing_trait_methods)]
+        #[async_trait]
+        impl<S: Operator + ?Sized> Operator for $pointer {
+            async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
+                (**self).inspect(id).await
+            }
+            async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+                (**self).list(query).await
+            }
+            async fn stats(&self) -> Result<Stats, Error> {
+                (**self).stats().await
+            }
+            fn listing_order(&self) -> ListingOrder {
+                (**self).listing_order()
+            }
+        }
+    )+};
 }
+
+forward_store!(Arc<S>, Box<S>, &S);

@@ -21,7 +21,7 @@ impl<T> InsertOrFetch<T> {
     /// matches it, else [`Mismatch`](Self::Mismatch).
     ///
     /// ```
-    /// use idem_core::InsertOrFetch;
+    /// use idem_core::store::InsertOrFetch;
     /// assert_eq!(InsertOrFetch::found(7, true), InsertOrFetch::Existing(7));
     /// assert_eq!(InsertOrFetch::found(7, false), InsertOrFetch::Mismatch(7));
     /// ```
@@ -37,7 +37,7 @@ impl<T> InsertOrFetch<T> {
     /// [`Existing`](Self::Existing), 422 for [`Mismatch`](Self::Mismatch).
     ///
     /// ```
-    /// use idem_core::InsertOrFetch;
+    /// use idem_core::store::InsertOrFetch;
     /// assert_eq!(InsertOrFetch::Inserted(()).status(), 201);
     /// assert_eq!(InsertOrFetch::Existing(()).status(), 200);
     /// assert_eq!(InsertOrFetch::Mismatch(()).status(), 422);

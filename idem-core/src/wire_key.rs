@@ -141,7 +141,7 @@ mod tests {
             (b"\"\"", "empty"),
         ] {
             let err = read(bad).expect_err("refused");
-            assert_eq!(err.http_status(), 400, "{bad:?}");
+            assert_eq!(crate::render::status_for(&err), 400, "{bad:?}");
             assert!(err.to_string().contains(why), "{bad:?}: {err}");
         }
     }

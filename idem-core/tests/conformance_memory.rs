@@ -6,7 +6,7 @@ use idem_core::{MemoryStore, RecordId};
 /// Every scenario gets a new `MemoryStore`: a namespace of its own.
 struct Memory;
 
-#[idem_core::async_trait]
+#[idem_core::store::async_trait]
 impl Harness for Memory {
     type Store = MemoryStore;
 

@@ -1,11 +1,13 @@
 //! Engine behaviour that no healthy store can show: a store that is down (C13), completions
 //! that fail after the effect ran (C8).
 
+use idem_core::store::async_trait;
+use idem_core::store::Operator;
 use idem_core::store::{Completion, Lease, ListQuery, Page, Record, Stats};
 use idem_core::Begin;
 use idem_core::{
-    async_trait, Answer, Error, Failure, Idempotency, MemoryStore, Outcome, Policy, RecordId,
-    Request, RunError, Store, StoreErrorKind, StoredResponse, Timestamp,
+    Answer, Error, Failure, Idempotency, MemoryStore, Outcome, Policy, RecordId, Request, RunError,
+    Store, StoreErrorKind, StoredResponse, Timestamp,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -98,6 +100,10 @@ impl Store for Flaky {
         }
         self.inner.lookup(id).await
     }
+}
+
+#[async_trait]
+impl Operator for Flaky {
     async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
         self.inner.list(query).await
     }
@@ -148,7 +154,7 @@ async fn c13_store_down_is_an_error_and_the_effect_never_runs_unprotected() {
     assert!(
         matches!(err, Error::Store(ref e) if e.kind() == StoreErrorKind::Unavailable && e.backend() == "test")
     );
-    assert_eq!(err.http_status(), 503);
+    assert_eq!(idem_core::render::status_for(&err), 503);
     assert!(err.is_retryable());
     assert_eq!(effects.load(Ordering::SeqCst), 0);
 }
@@ -216,7 +222,7 @@ async fn c08_store_down_for_the_whole_lease_is_a_500_and_the_key_is_not_given_ba
     let Err(err @ RunError::Incomplete(_)) = result else {
         panic!("expected an incomplete run, got {result:?}");
     };
-    assert_eq!(err.http_status(), 500);
+    assert_eq!(idem_core::render::run_error_status(&err), 500);
     assert!(idem.store().completes.load(Ordering::SeqCst) > 1, "retried");
     // Not released: within the lease a retry is in flight, never a second run.
     let record = idem
@@ -310,7 +316,11 @@ async fn c08_a_completion_the_store_refuses_for_good_becomes_a_stored_500() {
             })
             .await
             .expect("run");
-        assert_eq!(outcome.http_status(idem.policy()), 500, "attempt {attempt}");
+        assert_eq!(
+            idem_core::render::outcome_status(&outcome, idem.policy()),
+            500,
+            "attempt {attempt}"
+        );
         assert_eq!(
             matches!(outcome, Outcome::Answered(Answer::Replay(_))),
             attempt > 0
@@ -334,7 +344,10 @@ async fn c08_a_completion_the_handler_did_not_write_is_not_reported_as_success()
         })
         .await
         .expect("run");
-    assert_eq!(first.http_status(idem.policy()), 500);
+    assert_eq!(
+        idem_core::render::outcome_status(&first, idem.policy()),
+        500
+    );
     tokio::time::sleep(Duration::from_millis(250)).await;
     let retry = run(&idem, &request, &effects).await.expect("run");
     assert!(matches!(retry, Outcome::Answered(Answer::Replay(ref r)) if r.status == 500));
@@ -523,7 +536,7 @@ async fn c13_a_store_that_does_not_answer_is_an_error_within_the_deadline() {
     let request = charge(&idem, "frozen");
     let started = std::time::Instant::now();
     let error = idem.begin(&request).await.expect_err("no answer");
-    assert_eq!(error.http_status(), 503, "{error}");
+    assert_eq!(idem_core::render::status_for(&error), 503, "{error}");
     assert!(error.is_retryable());
     assert!(
         started.elapsed() < Duration::from_secs(2),
@@ -533,7 +546,7 @@ async fn c13_a_store_that_does_not_answer_is_an_error_within_the_deadline() {
     let effects = Arc::new(AtomicUsize::new(0));
     let run = run(&idem, &request, &effects).await;
     assert!(
-        matches!(&run, Err(RunError::Idem(e)) if e.http_status() == 503),
+        matches!(&run, Err(RunError::Idem(e)) if idem_core::render::status_for(e) == 503),
         "{run:?}"
     );
     assert_eq!(effects.load(Ordering::SeqCst), 0);
@@ -563,7 +576,7 @@ async fn c08_shutdown_refuses_new_executions_and_waits_for_those_running() {
     let effects = Arc::new(AtomicUsize::new(0));
     let refused = run(&idem, &charge(&idem, "late"), &effects).await;
     assert!(
-        matches!(&refused, Err(RunError::Idem(e)) if e.http_status() == 503),
+        matches!(&refused, Err(RunError::Idem(e)) if idem_core::render::status_for(e) == 503),
         "{refused:?}"
     );
     assert_eq!(

@@ -2,8 +2,9 @@
 //! renew, purge and clock advances on `MemoryStore`, checked step by step against a simple
 //! model written independently of `idem_core::decide`.
 
+use idem_core::store::Acquire;
 use idem_core::{
-    Acquire, Answer, Begin, Error, Fingerprint, Idempotency, IdempotencyKey, Lease, ManualClock,
+    Answer, Begin, Error, Fingerprint, Idempotency, IdempotencyKey, Lease, ManualClock,
     MemoryStore, Policy, RecordId, Request, Scope, Store, StoredResponse, Timestamp,
 };
 use proptest::prelude::*;

@@ -5,8 +5,9 @@ use crate::error::store_error;
 use crate::params::{execute, fetch_all, Param, StatementMode};
 use crate::sql::strip_comments;
 use crate::store::PgStore;
-use idem_core::inbox::{Audit, AuditEntry, AuditOutcome};
-use idem_core::{async_trait, Error, Timestamp};
+use idem_core::store::async_trait;
+use idem_core::{Error, Timestamp};
+use idem_inbox::{event_key, Audit, AuditEntry, AuditOutcome};
 use sqlx::postgres::PgRow;
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
@@ -97,7 +98,7 @@ fn for_audit(sql: &str, schema: &str, table: &str) -> String {
 /// Cloning is cheap: clones share the pool.
 ///
 /// ```no_run
-/// use idem_core::inbox::{Audit, AuditOutcome};
+/// use idem_inbox::{Audit, AuditOutcome};
 /// use idem_core::Timestamp;
 /// use idem_postgres::{PgAudit, PgStore};
 /// # async fn demo() -> Result<(), idem_core::Error> {
@@ -179,11 +180,6 @@ impl PgAudit {
         let mut conn = self.pool.acquire().await.map_err(store_error)?;
         execute(&mut conn, self.mode, sql, params).await
     }
-}
-
-/// The row's key for `event_id`: its blake3 digest.
-fn event_key(event_id: &[u8]) -> [u8; 32] {
-    *blake3::hash(event_id).as_bytes()
 }
 
 /// Milliseconds as PostgreSQL's bigint (saturating far in the future).

@@ -5,19 +5,33 @@ use idem_core::{Error, StoreErrorKind};
 /// The backend name in [`idem_core::StoreError`].
 pub(crate) const BACKEND: &str = "postgres";
 
-/// Maps a sqlx error by what a caller can do about it:
+/// Maps a sqlx error into idem's, its kind from [`classify`] and the sqlx error kept as the
+/// source (docs/state-machine.md C13).
+pub(crate) fn store_error(error: sqlx::Error) -> Error {
+    Error::store(BACKEND, classify(&error), error)
+}
+
+/// Which kind of failure a sqlx error is, by what a caller can do about it; the store classifies
+/// its own errors with this function, so your queries and the store agree on what an outage is:
 ///
 /// - a serialization failure or a deadlock (SQLSTATE 40001, 40P01) rolled the caller's
 ///   transaction back: retry the whole transaction ([`StoreErrorKind::TransactionConflict`]);
-/// - a refused or dropped connection, a server shutting down, a pool that timed out: retry later
-///   ([`StoreErrorKind::Unavailable`]);
-/// - a missing table or schema, a wrong password, no permission, a bad URL: an operator must act
-///   ([`StoreErrorKind::Misconfigured`]).
-pub(crate) fn store_error(error: sqlx::Error) -> Error {
-    Error::store(BACKEND, kind_of(&error), error)
-}
-
-pub(crate) fn kind_of(error: &sqlx::Error) -> StoreErrorKind {
+/// - a refused or dropped connection, a protocol error, a server shutting down or starting, too
+///   many connections, a lock or statement timeout (class 08, 57P01..57P03, 53300, 55P03,
+///   57014), a pool that timed out or closed: retry later ([`StoreErrorKind::Unavailable`]);
+/// - a missing table or schema, a wrong password, no permission, a read-only transaction, a bad
+///   URL or TLS setup: an operator must act ([`StoreErrorKind::Misconfigured`]);
+/// - anything else (a unique violation, a row not found, a decoding error):
+///   [`StoreErrorKind::Other`].
+///
+/// ```
+/// use idem_core::StoreErrorKind;
+/// use idem_postgres::classify;
+///
+/// assert_eq!(classify(&sqlx::Error::PoolTimedOut), StoreErrorKind::Unavailable);
+/// assert_eq!(classify(&sqlx::Error::RowNotFound), StoreErrorKind::Other);
+/// ```
+pub fn classify(error: &sqlx::Error) -> StoreErrorKind {
     match error {
         sqlx::Error::Database(db) => kind_of_sqlstate(db.code().as_deref().unwrap_or("")),
         sqlx::Error::Io(_)
@@ -28,6 +42,22 @@ pub(crate) fn kind_of(error: &sqlx::Error) -> StoreErrorKind {
         sqlx::Error::Configuration(_) | sqlx::Error::Tls(_) => StoreErrorKind::Misconfigured,
         _ => StoreErrorKind::Other,
     }
+}
+
+/// Whether a retry can help: [`classify`] says [`StoreErrorKind::Unavailable`] (retry later)
+/// or [`StoreErrorKind::TransactionConflict`] (retry the whole transaction).
+///
+/// ```
+/// use idem_postgres::is_transient;
+///
+/// assert!(is_transient(&sqlx::Error::PoolTimedOut));
+/// assert!(!is_transient(&sqlx::Error::RowNotFound));
+/// ```
+pub fn is_transient(error: &sqlx::Error) -> bool {
+    matches!(
+        classify(error),
+        StoreErrorKind::Unavailable | StoreErrorKind::TransactionConflict
+    )
 }
 
 /// Whether `error` says the link to the server may be out of sync or gone: unavailable, and not
@@ -121,5 +151,25 @@ mod tests {
         assert!(!is_broken_link(&Error::LeaseLost));
         let conflict = Error::store(BACKEND, StoreErrorKind::TransactionConflict, "40001");
         assert!(!is_broken_link(&conflict));
+    }
+
+    #[test]
+    fn c13_busy_servers_and_broken_links_are_transient() {
+        for code in ["53300", "55P03", "57014", "57P03", "08001"] {
+            assert_eq!(
+                kind_of_sqlstate(code),
+                StoreErrorKind::Unavailable,
+                "{code}"
+            );
+        }
+        assert!(is_transient(&sqlx::Error::Protocol(
+            "unexpected message".into()
+        )));
+        assert!(is_transient(&sqlx::Error::PoolClosed));
+        assert!(!is_transient(&sqlx::Error::RowNotFound));
+        assert_eq!(
+            classify(&sqlx::Error::Configuration("bad url".into())),
+            StoreErrorKind::Misconfigured
+        );
     }
 }

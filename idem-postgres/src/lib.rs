@@ -37,6 +37,7 @@
 #![forbid(unsafe_code)]
 
 mod announce;
+#[cfg(feature = "inbox")]
 mod audit;
 mod broken_effect;
 mod config;
@@ -57,9 +58,12 @@ mod store;
 mod transactional;
 mod unique;
 
+#[cfg(feature = "inbox")]
+#[cfg_attr(docsrs, doc(cfg(feature = "inbox")))]
 pub use audit::PgAudit;
 pub use config::{validate_identifier, validate_table_name, Isolation};
-pub use idem_core::InsertOrFetch;
+pub use error::{classify, is_transient};
+pub use idem_core::store::InsertOrFetch;
 pub use migrate::{schema_sql, SCHEMA_VERSION};
 pub use params::StatementMode;
 pub use store::{PgStore, PgStoreBuilder};

@@ -8,11 +8,13 @@ use crate::ops::{Ops, Reservation};
 use crate::params::StatementMode;
 use crate::session;
 use crate::sql::Statements;
+use idem_core::store::async_trait;
+use idem_core::store::Operator;
 use idem_core::store::{
     digest_to_hex, Capabilities, Changes, Completion, FeedSettings, Inspected, Lease, ListQuery,
     Page, Record, Stats,
 };
-use idem_core::{async_trait, Begin, Error, Holder, RecordId, Request, Store, Timestamp};
+use idem_core::{Begin, Error, Holder, RecordId, Request, Store, Timestamp};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool};
 use std::sync::Arc;
@@ -553,18 +555,6 @@ impl Store for PgStore {
         on_connection!(self, |conn| self.inner.ops.select(conn, id))
     }
 
-    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
-        on_connection!(self, |conn| self.inner.ops.inspect(conn, id))
-    }
-
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-        on_connection!(self, |conn| self.inner.ops.list(conn, query))
-    }
-
-    async fn stats(&self) -> Result<Stats, Error> {
-        on_connection!(self, |conn| self.inner.ops.stats(conn))
-    }
-
     fn capabilities(&self) -> Capabilities {
         Capabilities::default().with_change_feed(self.inner.feed.enabled)
     }
@@ -598,5 +588,18 @@ impl Store for PgStore {
     /// Starts the change feed (`crate::feed`) on a task of the current runtime.
     fn watch(&self, changes: Changes) -> bool {
         self.inner.feed.enabled && crate::feed::feed(&self.inner, changes).spawn()
+    }
+}
+
+#[async_trait]
+impl Operator for PgStore {
+    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
+        on_connection!(self, |conn| self.inner.ops.inspect(conn, id))
+    }
+    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+        on_connection!(self, |conn| self.inner.ops.list(conn, query))
+    }
+    async fn stats(&self) -> Result<Stats, Error> {
+        on_connection!(self, |conn| self.inner.ops.stats(conn))
     }
 }

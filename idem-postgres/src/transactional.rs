@@ -13,10 +13,11 @@ use crate::params::{fetch_all, Param};
 use crate::row;
 use crate::session;
 use crate::store::PgStore;
+use idem_core::store::async_trait;
 use idem_core::store::{CatchUnwind, Execution, Lease, Record, Transacted, Transactional, TxEnd};
 use idem_core::{
-    async_trait, Begin, Commits, Error, Idempotency, Operation, Outcome, RecordId, Request,
-    RunError, Store, StoreErrorKind, StoredResponse,
+    Begin, Commits, Error, Idempotency, Operation, Outcome, RecordId, Request, RunError, Store,
+    StoreErrorKind, StoredResponse,
 };
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use std::future::Future;

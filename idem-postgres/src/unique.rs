@@ -4,7 +4,8 @@
 
 use crate::error::{store_error, BACKEND};
 use idem_core::store::unresolved_insert_or_fetch;
-use idem_core::{Error, InsertOrFetch};
+use idem_core::store::InsertOrFetch;
+use idem_core::Error;
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::QueryAs;
 use sqlx::{FromRow, PgConnection, Postgres};

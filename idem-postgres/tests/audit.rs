@@ -1,15 +1,16 @@
 //! The inbox's audit trail on PostgreSQL: every clause of the `Audit` contract
-//! (idem_core::inbox::Audit), each a scenario run on `PgAudit` (the same scenarios as the
+//! (idem_inbox::Audit), each a scenario run on `PgAudit` (the same scenarios as the
 //! SQLite store's tests/audit.rs, which also runs them on the reference `MemoryAudit`), and a
 //! mixed history that must read the same as on the reference. Every trail is a new store table
 //! of the test schema; the server is `IDEM_PG_URL` (a missing server is a failure, never a
 //! skip), and PgBouncer `IDEM_PGBOUNCER_URL` for the simple protocol.
+#![cfg(feature = "inbox")]
 
 mod common;
 
-use idem_core::inbox::{Audit, MemoryAudit};
-use idem_core::testing::audit::*;
 use idem_core::{Error, StoreErrorKind};
+use idem_inbox::testing::*;
+use idem_inbox::{Audit, MemoryAudit};
 use idem_postgres::sqlx::{self, AssertSqlSafe};
 use idem_postgres::{Isolation, PgAudit, PgStore, StatementMode};
 use std::sync::Arc;

@@ -78,7 +78,7 @@ impl Site {
     }
 }
 
-#[idem_core::async_trait]
+#[idem_core::store::async_trait]
 impl ChangeFeedHarness for PgFeeds {
     type Store = PgStore;
     type Site = Site;

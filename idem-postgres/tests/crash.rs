@@ -361,7 +361,7 @@ async fn c11_skewed_process_clocks_agree_on_the_lease() {
     };
     assert!(matches!(
         lease.acquired(),
-        idem_core::Acquire::TakeOver { .. }
+        idem_core::store::Acquire::TakeOver { .. }
     ));
 }
 

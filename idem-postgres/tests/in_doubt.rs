@@ -192,7 +192,11 @@ fn replayed(outcome: &Charged, what: &str) -> Vec<u8> {
 fn assert_in_flight(bench: &Bench, outcome: &Charged, what: &str) {
     match outcome {
         Ok(outcome @ Outcome::Answered(Answer::InFlight { .. })) => {
-            assert_eq!(outcome.http_status(bench.idem.policy()), 409, "{what}")
+            assert_eq!(
+                idem_core::render::outcome_status(outcome, bench.idem.policy()),
+                409,
+                "{what}"
+            )
         }
         other => panic!("{what}: expected in flight, got {other:?}"),
     }
@@ -214,7 +218,9 @@ async fn held_commit_with(bench: &Bench, request: &Request, commits: Commits) {
     eprintln!("held COMMIT: answered {first:?} after {took:?}");
     assert_eq!(bench.proxy.requests_held(), 1, "the COMMIT was held");
     match &first {
-        Err(error @ RunError::InDoubt(_)) => assert_eq!(error.http_status(), 500),
+        Err(error @ RunError::InDoubt(_)) => {
+            assert_eq!(idem_core::render::run_error_status(error), 500)
+        }
         other => panic!("a COMMIT that never reached the server and still may: got {other:?}"),
     }
     assert!(
@@ -362,7 +368,7 @@ async fn c13_a_frozen_server_is_a_503_within_the_deadline_and_recovers() {
         let took = started.elapsed();
         eprintln!("frozen, {what}: {begun:?} after {took:?}");
         match &begun {
-            Err(error) => assert_eq!(error.http_status(), 503, "{what}: {error}"),
+            Err(error) => assert_eq!(idem_core::render::status_for(error), 503, "{what}: {error}"),
             Ok(other) => panic!("{what} while the server is frozen: got {other:?}"),
         }
         assert!(
@@ -424,7 +430,7 @@ async fn c13_a_reservation_sent_into_the_freeze_never_runs_twice() {
     bench.proxy.set(Fault::Freeze);
     let begun = bench.idem.begin(&fresh).await;
     match &begun {
-        Err(error) => assert_eq!(error.http_status(), 503, "{error}"),
+        Err(error) => assert_eq!(idem_core::render::status_for(error), 503, "{error}"),
         Ok(other) => panic!("a fresh key while the server is frozen: got {other:?}"),
     }
     bench.proxy.set(Fault::PassThrough);

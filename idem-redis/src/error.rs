@@ -15,20 +15,36 @@ pub(crate) fn unexpected(what: &str, reply: &redis::Value) -> Error {
 }
 
 /// Maps a redis error: a value of another type at a record's key is a corrupt record (C12);
-/// anything else is a store error of [`error_kind`], its source kept (C13).
+/// anything else is a store error of [`classify`], its source kept (C13).
 pub(crate) fn store_error(error: redis::RedisError) -> Error {
     // A value of another type at a record's key: not a record, never a new one (C12).
     if error.code() == Some("WRONGTYPE") {
         return Error::CorruptRecord(format!("redis record: {error}"));
     }
-    Error::store(BACKEND, error_kind(&error), error)
+    Error::store(BACKEND, classify(&error), error)
 }
 
-/// Which kind of failure: a refused or dropped connection, a timeout (a call past its response
-/// timeout, a connection past its connection timeout), a cluster that is down or moving slots,
-/// a server loading its data or out of memory: retry later ([`StoreErrorKind::Unavailable`]);
-/// a refused password or command: an operator must act ([`StoreErrorKind::Misconfigured`]).
-pub(crate) fn error_kind(error: &redis::RedisError) -> StoreErrorKind {
+/// Which kind of failure a redis error is, by what a caller can do about it; the store
+/// classifies its own errors with this function, so your commands and the store agree on what
+/// an outage is:
+///
+/// - a refused or dropped connection, a timeout (a call past its response timeout, a connection
+///   past its connection timeout), a cluster that is down or moving slots, a server loading its
+///   data, a primary that is down, out of memory: retry later ([`StoreErrorKind::Unavailable`]);
+/// - a refused password, a client configuration redis-rs rejects: an operator must act
+///   ([`StoreErrorKind::Misconfigured`]);
+/// - anything else: [`StoreErrorKind::Other`]. (The store itself reports a `WRONGTYPE` reply at a
+///   record's key as a corrupt record, docs/state-machine.md C12, not as a store error.)
+///
+/// ```
+/// use idem_core::StoreErrorKind;
+/// use idem_redis::classify;
+/// use std::io;
+///
+/// let reset = redis::RedisError::from(io::Error::from(io::ErrorKind::ConnectionReset));
+/// assert_eq!(classify(&reset), StoreErrorKind::Unavailable);
+/// ```
+pub fn classify(error: &redis::RedisError) -> StoreErrorKind {
     // Out of memory under noeviction: writes come back once memory is freed.
     if error.code() == Some("OOM") {
         return StoreErrorKind::Unavailable;
@@ -55,6 +71,23 @@ pub(crate) fn error_kind(error: &redis::RedisError) -> StoreErrorKind {
     }
 }
 
+/// Whether a retry can help: [`classify`] says [`StoreErrorKind::Unavailable`] (retry later)
+/// or [`StoreErrorKind::TransactionConflict`] (retry the whole transaction).
+///
+/// ```
+/// use idem_redis::is_transient;
+/// use std::io;
+///
+/// let timed_out = redis::RedisError::from(io::Error::from(io::ErrorKind::TimedOut));
+/// assert!(is_transient(&timed_out));
+/// ```
+pub fn is_transient(error: &redis::RedisError) -> bool {
+    matches!(
+        classify(error),
+        StoreErrorKind::Unavailable | StoreErrorKind::TransactionConflict
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,7 +106,7 @@ mod tests {
             "{error}"
         );
         assert!(error.is_retryable(), "{error}");
-        assert_eq!(error.http_status(), 503);
+        assert_eq!(idem_core::render::status_for(&error), 503);
         let source = error
             .as_store()
             .and_then(std::error::Error::source)

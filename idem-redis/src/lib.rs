@@ -122,6 +122,7 @@ mod scripts;
 mod store;
 mod supervised;
 
+pub use error::{classify, is_transient};
 pub use store::{validate_prefix, RedisStore, RedisStoreBuilder};
 
 /// The redis version the store is built with.

@@ -2,19 +2,21 @@
 
 use crate::conn::{Conn, Opener};
 use crate::connections::{Connections, Timeouts};
-use crate::error::{error_kind, store_error, unexpected, BACKEND};
+use crate::error::{classify, store_error, unexpected, BACKEND};
 use crate::feed::Subscribers;
 use crate::feed_settings::{self, FeedSettings};
 use crate::listing::Scanner;
 use crate::record::{self, integer, text, timestamp};
 use crate::scripts::scripts;
+use idem_core::store::async_trait;
+use idem_core::store::Operator;
 use idem_core::store::{
     decide, digest_to_hex, Acquire, Capabilities, Changes, Completion, Decision, Expiry, Inspected,
     Lease, ListQuery, ListingOrder, Page, Record, Stats,
 };
 use idem_core::{
-    async_trait, Begin, Error, FencingToken, Field, Holder, RecordId, Request, Store,
-    StoreErrorKind, StoredResponse, Timestamp,
+    Begin, Error, FencingToken, Field, Holder, RecordId, Request, Store, StoreErrorKind,
+    StoredResponse, Timestamp,
 };
 use redis::{ScriptInvocation, Value};
 use std::sync::Arc;
@@ -370,7 +372,7 @@ async fn refuse_eviction(conn: &Conn) -> Result<(), Error> {
         Ok(pair) => pair.get(1).cloned().unwrap_or_default(),
         // A Redis that is down or does not answer in time: retry later, not an operator's
         // error (C13).
-        Err(error) if error_kind(&error) == StoreErrorKind::Unavailable => {
+        Err(error) if classify(&error) == StoreErrorKind::Unavailable => {
             return Err(store_error(error))
         }
         Err(error) => {
@@ -603,43 +605,9 @@ impl Store for RedisStore {
         }
     }
 
-    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
-        let mut invocation = scripts().lookup.prepare_invoke();
-        invocation.key(self.key_of(id)).arg("1");
-        match self.conns.invoke(&invocation).await? {
-            Value::Nil => Ok(None),
-            Value::Array(mut fields) => {
-                let (Some(holder), Some(completed_at), Some(reserved_at)) =
-                    (fields.pop(), fields.pop(), fields.pop())
-                else {
-                    return Err(unexpected("lookup", &Value::Array(fields)));
-                };
-                let record = decoded_record(fields, id)?;
-                let provenance = record::shown_for(
-                    record::provenance(&reserved_at, &completed_at, &holder),
-                    record.is_completed(),
-                );
-                Ok(Some(Inspected { record, provenance }))
-            }
-            other => Err(unexpected("lookup", &other)),
-        }
-    }
-
-    /// By `SCAN` of the prefix (every master of a Cluster in turn): bounded work per call, in
-    /// the server's order, a page possibly short or empty before the end (see the crate docs).
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-        self.scanner().list(query).await
-    }
-
-    /// A `SCAN` of the whole prefix (every master of a Cluster), read in pipelined batches.
-    async fn stats(&self) -> Result<Stats, Error> {
-        self.scanner().stats().await
-    }
-
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
             .with_expiry(Expiry::ServerTtl)
-            .with_listing(ListingOrder::Scan)
             .with_change_feed(self.feed.enabled)
     }
 
@@ -676,6 +644,44 @@ impl Store for RedisStore {
                 changes,
             )
             .spawn()
+    }
+}
+
+#[async_trait]
+impl Operator for RedisStore {
+    fn listing_order(&self) -> ListingOrder {
+        ListingOrder::Scan
+    }
+
+    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
+        let mut invocation = scripts().lookup.prepare_invoke();
+        invocation.key(self.key_of(id)).arg("1");
+        match self.conns.invoke(&invocation).await? {
+            Value::Nil => Ok(None),
+            Value::Array(mut fields) => {
+                let (Some(holder), Some(completed_at), Some(reserved_at)) =
+                    (fields.pop(), fields.pop(), fields.pop())
+                else {
+                    return Err(unexpected("lookup", &Value::Array(fields)));
+                };
+                let record = decoded_record(fields, id)?;
+                let provenance = record::shown_for(
+                    record::provenance(&reserved_at, &completed_at, &holder),
+                    record.is_completed(),
+                );
+                Ok(Some(Inspected { record, provenance }))
+            }
+            other => Err(unexpected("lookup", &other)),
+        }
+    }
+    /// By `SCAN` of the prefix (every master of a Cluster in turn): bounded work per call, in
+    /// the server's order, a page possibly short or empty before the end (see the crate docs).
+    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+        self.scanner().list(query).await
+    }
+    /// A `SCAN` of the whole prefix (every master of a Cluster), read in pipelined batches.
+    async fn stats(&self) -> Result<Stats, Error> {
+        self.scanner().stats().await
     }
 }
 

@@ -127,7 +127,7 @@ impl Site {
     }
 }
 
-#[idem_core::async_trait]
+#[idem_core::store::async_trait]
 impl ChangeFeedHarness for RedisFeeds {
     type Store = RedisStore;
     type Site = Site;

@@ -5,8 +5,9 @@ use crate::error::{store_error, BACKEND};
 use crate::ops::millis;
 use crate::sql::for_table;
 use crate::store::SqliteStore;
-use idem_core::inbox::{Audit, AuditEntry, AuditOutcome};
-use idem_core::{async_trait, Error, StoreErrorKind, Timestamp};
+use idem_core::store::async_trait;
+use idem_core::{Error, StoreErrorKind, Timestamp};
+use idem_inbox::{event_key, Audit, AuditEntry, AuditOutcome};
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, Row, TransactionBehavior};
 use std::sync::Arc;
@@ -62,7 +63,7 @@ impl Statements {
 /// Cloning is cheap: clones share the reading connection.
 ///
 /// ```
-/// use idem_core::inbox::{Audit, AuditOutcome};
+/// use idem_inbox::{Audit, AuditOutcome};
 /// use idem_core::Timestamp;
 /// use idem_sqlite::{SqliteAudit, SqliteStore};
 /// # #[tokio::main(flavor = "current_thread")]
@@ -184,11 +185,6 @@ impl SqliteAudit {
             )
         })?
     }
-}
-
-/// The row's key for `event_id`: its blake3 digest.
-fn event_key(event_id: &[u8]) -> [u8; 32] {
-    *blake3::hash(event_id).as_bytes()
 }
 
 #[async_trait]

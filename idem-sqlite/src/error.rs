@@ -6,14 +6,33 @@ use rusqlite::ErrorCode;
 /// The backend name in [`idem_core::StoreError`].
 pub(crate) const BACKEND: &str = "sqlite";
 
-/// Maps a rusqlite error: busy or locked past the busy timeout and I/O failures may pass
-/// (retryable); a missing table or column, a read-only or foreign file, no permission need an
-/// operator (misconfigured).
+/// Maps a rusqlite error into idem's, its kind from [`classify`] and the rusqlite error kept as
+/// the source (docs/state-machine.md C13).
 pub(crate) fn store_error(error: rusqlite::Error) -> Error {
-    Error::store(BACKEND, kind_of(&error), error)
+    Error::store(BACKEND, classify(&error), error)
 }
 
-fn kind_of(error: &rusqlite::Error) -> StoreErrorKind {
+/// Which kind of failure a rusqlite error is, by what a caller can do about it; the store
+/// classifies its own errors with this function, so your statements and the store agree on what
+/// an outage is:
+///
+/// - busy or locked past the busy timeout, an I/O failure, a full disk, no memory, a file that
+///   cannot be opened or locked: retry later ([`StoreErrorKind::Unavailable`]);
+/// - a missing table or column, no permission, a read-only, foreign or corrupt file, a statement
+///   the authorizer denied: an operator must act ([`StoreErrorKind::Misconfigured`]);
+/// - anything else (a constraint violation, a query returning no rows):
+///   [`StoreErrorKind::Other`].
+///
+/// ```
+/// use idem_core::StoreErrorKind;
+/// use idem_sqlite::classify;
+/// use rusqlite::ffi;
+///
+/// let busy = rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_BUSY), None);
+/// assert_eq!(classify(&busy), StoreErrorKind::Unavailable);
+/// assert_eq!(classify(&rusqlite::Error::QueryReturnedNoRows), StoreErrorKind::Other);
+/// ```
+pub fn classify(error: &rusqlite::Error) -> StoreErrorKind {
     if let rusqlite::Error::SqliteFailure(_, Some(message)) = error {
         if message.starts_with("no such table") || message.starts_with("no such column") {
             return StoreErrorKind::Misconfigured;
@@ -38,6 +57,25 @@ fn kind_of(error: &rusqlite::Error) -> StoreErrorKind {
         ) => StoreErrorKind::Misconfigured,
         _ => StoreErrorKind::Other,
     }
+}
+
+/// Whether a retry can help: [`classify`] says [`StoreErrorKind::Unavailable`] (retry later)
+/// or [`StoreErrorKind::TransactionConflict`] (retry the whole transaction).
+///
+/// ```
+/// use idem_sqlite::is_transient;
+/// use rusqlite::ffi;
+///
+/// let full = rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_FULL), None);
+/// assert!(is_transient(&full));
+/// let constraint = rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_CONSTRAINT), None);
+/// assert!(!is_transient(&constraint));
+/// ```
+pub fn is_transient(error: &rusqlite::Error) -> bool {
+    matches!(
+        classify(error),
+        StoreErrorKind::Unavailable | StoreErrorKind::TransactionConflict
+    )
 }
 
 /// Whether `error` is SQLite's "busy" or "locked".
@@ -76,5 +114,23 @@ mod tests {
         let err = store_error(busy);
         assert!(err.is_retryable());
         assert!(is_busy(&err));
+    }
+
+    #[test]
+    fn c13_io_failures_and_a_full_disk_are_transient() {
+        let failure = |code| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
+        for code in [
+            rusqlite::ffi::SQLITE_BUSY,
+            rusqlite::ffi::SQLITE_LOCKED,
+            rusqlite::ffi::SQLITE_IOERR,
+            rusqlite::ffi::SQLITE_FULL,
+        ] {
+            assert!(is_transient(&failure(code)), "{code}");
+        }
+        assert_eq!(
+            classify(&failure(rusqlite::ffi::SQLITE_READONLY)),
+            StoreErrorKind::Misconfigured
+        );
+        assert!(!is_transient(&failure(rusqlite::ffi::SQLITE_CONSTRAINT)));
     }
 }

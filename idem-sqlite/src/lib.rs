@@ -36,6 +36,7 @@
 //! in the table `idem_records` unless configured otherwise (see [`schema_sql`]).
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "inbox")]
 mod audit;
 mod builder;
 mod claim;
@@ -55,10 +56,13 @@ mod store;
 mod transactional;
 mod unique;
 
+#[cfg(feature = "inbox")]
+#[cfg_attr(docsrs, doc(cfg(feature = "inbox")))]
 pub use audit::SqliteAudit;
 pub use builder::SqliteStoreBuilder;
 pub use config::{validate_table_name, Synchronous};
-pub use idem_core::InsertOrFetch;
+pub use error::{classify, is_transient};
+pub use idem_core::store::InsertOrFetch;
 pub use migrate::{schema_sql, SCHEMA_VERSION};
 pub use store::SqliteStore;
 pub use transactional::{SqliteEffect, SqliteIdempotency, SqliteTransactional};

@@ -8,10 +8,12 @@ use crate::ops;
 use crate::pool::{Decide, Pool};
 use crate::process_lock::ProcessLock;
 use crate::sql::Statements;
+use idem_core::store::async_trait;
+use idem_core::store::Operator;
 use idem_core::store::{
     Capabilities, Completion, Decision, Inspected, Lease, ListQuery, Page, Record, Stats,
 };
-use idem_core::{async_trait, Answer, Begin, Error, Holder, RecordId, Request, Store, Timestamp};
+use idem_core::{Answer, Begin, Error, Holder, RecordId, Request, Store, Timestamp};
 use rusqlite::{Connection, Transaction};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -318,7 +320,10 @@ impl Store for SqliteStore {
             .read(move |conn| ops::select(conn, &inner.sql, &id))
             .await?
     }
+}
 
+#[async_trait]
+impl Operator for SqliteStore {
     async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
         let (inner, id) = (Arc::clone(&self.inner), id.clone());
         self.inner
@@ -326,7 +331,6 @@ impl Store for SqliteStore {
             .read(move |conn| ops::inspect(conn, &inner.sql, &id))
             .await?
     }
-
     async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
         let (inner, query) = (Arc::clone(&self.inner), query.clone());
         self.inner
@@ -334,7 +338,6 @@ impl Store for SqliteStore {
             .read(move |conn| ops::list(conn, &inner.sql, inner.config.clock.now(), &query))
             .await?
     }
-
     async fn stats(&self) -> Result<Stats, Error> {
         let inner = Arc::clone(&self.inner);
         self.inner

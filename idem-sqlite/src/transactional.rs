@@ -8,10 +8,10 @@ use crate::error::{store_error, BACKEND};
 use crate::ops;
 use crate::pool::Decide;
 use crate::SqliteStore;
+use idem_core::store::async_trait;
 use idem_core::store::{Decision, Execution, Lease, Transacted, Transactional, TxEnd};
 use idem_core::{
-    async_trait, Begin, Commits, Error, Idempotency, Outcome, Request, RunError, StoreErrorKind,
-    StoredResponse,
+    Begin, Commits, Error, Idempotency, Outcome, Request, RunError, StoreErrorKind, StoredResponse,
 };
 use rusqlite::{Transaction, TransactionBehavior};
 use std::future::Future;

@@ -4,7 +4,8 @@
 
 use crate::error::{store_error, BACKEND};
 use idem_core::store::unresolved_insert_or_fetch;
-use idem_core::{Error, InsertOrFetch};
+use idem_core::store::InsertOrFetch;
+use idem_core::Error;
 use rusqlite::Connection;
 
 /// How often the INSERT is tried when it inserts nothing and the fetch finds no row either.

@@ -1,13 +1,14 @@
 //! The inbox's audit trail on SQLite: every clause of the `Audit` contract
-//! (idem_core::inbox::Audit), each a scenario run on `SqliteAudit` and on the reference
+//! (idem_inbox::Audit), each a scenario run on `SqliteAudit` and on the reference
 //! `MemoryAudit`, which must read the same. Every SQLite trail is a new store table of the
 //! shared test file, so tests never see each other's entries (a purge included).
+#![cfg(feature = "inbox")]
 
 mod common;
 
-use idem_core::inbox::{Audit, MemoryAudit};
-use idem_core::testing::audit::*;
 use idem_core::{Error, FencingToken, StoreErrorKind};
+use idem_inbox::testing::*;
+use idem_inbox::{Audit, MemoryAudit};
 use idem_sqlite::{SqliteAudit, SqliteStore};
 use std::sync::Arc;
 

@@ -4,6 +4,7 @@
 mod common;
 
 use common::{charges, with_charges};
+use idem_core::store::Operator;
 use idem_core::store::{Capabilities, Completion, Lease, ListQuery, Page, Record, Stats};
 use idem_core::{
     Answer, Begin, Commits, Error, Idempotency, Outcome, Policy, RecordId, Request, RunError,
@@ -332,7 +333,7 @@ async fn c07_a_completed_key_replays_while_another_request_of_it_holds_its_claim
 #[derive(Debug)]
 struct WithoutIdentity(SqliteStore);
 
-#[idem_core::async_trait]
+#[idem_core::store::async_trait]
 impl Store for WithoutIdentity {
     async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
         self.0.reserve(request, lease_for).await
@@ -352,14 +353,18 @@ impl Store for WithoutIdentity {
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         self.0.lookup(id).await
     }
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+}
+
+#[idem_core::store::async_trait]
+impl Operator for WithoutIdentity {
     async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
         self.0.list(query).await
     }
     async fn stats(&self) -> Result<Stats, Error> {
         self.0.stats().await
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
     }
 }
 

@@ -5,7 +5,8 @@ use crate::reservation::Reservation;
 use axum_core::extract::{FromRequestParts, OptionalFromRequestParts};
 use axum_core::response::{IntoResponse, IntoResponseParts, Response, ResponseParts};
 use http::request::Parts;
-use idem_core::{Problem, Store};
+use idem_core::render::Problem;
+use idem_core::Store;
 use std::convert::Infallible;
 
 /// Extracts the reservation of the request being executed. Outside the layer (the route is not

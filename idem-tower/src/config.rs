@@ -3,7 +3,8 @@
 use http::header::HeaderName;
 use http::request::Parts;
 use http::Method;
-use idem_core::{Problem, StoredResponse};
+use idem_core::render::Problem;
+use idem_core::StoredResponse;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -118,7 +119,7 @@ impl Config {
         match problem.retry_after {
             Some(after) => response.with_header(
                 "retry-after",
-                idem_core::retry_after_secs(after).to_string(),
+                idem_core::render::retry_after_secs(after).to_string(),
             ),
             None => response,
         }

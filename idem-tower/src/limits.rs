@@ -3,7 +3,8 @@
 
 use crate::consumer::ConsumerError;
 use http::Method;
-use idem_core::{Problem, Scope};
+use idem_core::render::Problem;
+use idem_core::Scope;
 
 /// Where the route a key is scoped to comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

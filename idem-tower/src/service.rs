@@ -16,9 +16,11 @@ use http::request::Parts;
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, Full};
+use idem_core::render::problem;
+use idem_core::render::Problem;
 use idem_core::{
-    problem, Answer, Context, Error, Failure, Field, Idempotency, InFlightAnswer, Outcome, Problem,
-    Reply, RunError, Store, StoredResponse,
+    Answer, Context, Error, Failure, Field, Idempotency, InFlightAnswer, Outcome, Reply, RunError,
+    Store, StoredResponse,
 };
 use std::fmt;
 use std::future::Future;
@@ -178,7 +180,7 @@ where
                     tracing::error!(target: "idem_tower", route, %error, "idempotency: bad scope");
                     error.problem().clone()
                 }
-                error => error.problem(),
+                error => idem_core::render::problem_for(&error),
             };
             let response = config.render(&problem);
             return finish(
@@ -377,16 +379,18 @@ fn respond<S: Store>(
     let (response, echo) = match result {
         Ok(Outcome::Executed(stored)) => (stored, true),
         Ok(Outcome::Refused(response)) => (response, false),
-        Ok(Outcome::Answered(answer @ Answer::Replay(_))) => (answer.to_http(policy), true),
+        Ok(Outcome::Answered(answer @ Answer::Replay(_))) => {
+            (idem_core::render::answer(&answer, policy), true)
+        }
         Ok(Outcome::Answered(Answer::InFlight { retry_after })) => {
             // The time left on the lease, capped: a 409 and a 202 alike.
             let answer = Answer::InFlight {
                 retry_after: retry_after.min(config.max_retry_after),
             };
-            let response = match answer.problem(policy) {
+            let response = match idem_core::render::answer_problem(&answer, policy) {
                 Some(problem) => config.render(&problem),
                 None => {
-                    let accepted = answer.to_http(policy);
+                    let accepted = idem_core::render::answer(&answer, policy);
                     match location {
                         Some(location) => accepted.with_header(LOCATION.as_str(), location),
                         None => accepted,
@@ -396,13 +400,16 @@ fn respond<S: Store>(
             (response, false)
         }
         Ok(Outcome::Answered(answer)) => {
-            let response = match answer.problem(policy) {
+            let response = match idem_core::render::answer_problem(&answer, policy) {
                 Some(problem) => config.render(&problem),
-                None => answer.to_http(policy),
+                None => idem_core::render::answer(&answer, policy),
             };
             (response, false)
         }
-        Err(RunError::Idem(error)) => (config.render(&error.problem()), false),
+        Err(RunError::Idem(error)) => (
+            config.render(&idem_core::render::problem_for(&error)),
+            false,
+        ),
         Err(RunError::Released(Unstored::Released(response))) => (response, false),
         Err(RunError::Unknown { error, response }) => {
             tracing::error!(target: "idem_tower", error = %describe(&error), "idempotency: outcome unknown, stored");

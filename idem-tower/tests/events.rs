@@ -11,11 +11,11 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Request as HttpRequest, StatusCode};
 use axum::routing::post;
 use axum::Router;
-use idem_core::metrics::Metrics;
 use idem_core::{
     Begin, Event, EventKind, Failure, Idempotency, Observer, Outcome, Policy, Request,
     StoredResponse,
 };
+use idem_metrics::Metrics;
 use idem_sqlite::{SqliteIdempotency, SqliteStore};
 use idem_tower::IdempotencyLayer;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -348,7 +348,7 @@ fn requests_total(
     let mut totals = HashMap::new();
     for (key, _, _, value) in snapshotter.snapshot().into_vec() {
         let (_, key) = key.into_parts();
-        if key.name() != idem_core::metrics::REQUESTS_TOTAL {
+        if key.name() != idem_metrics::REQUESTS_TOTAL {
             continue;
         }
         let label = |name: &str| {

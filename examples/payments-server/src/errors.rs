@@ -7,8 +7,9 @@ use axum::http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use idem::render::Problem;
 use idem::tower::NothingHappened;
-use idem::{Problem, StoredResponse};
+use idem::StoredResponse;
 use serde::Serialize;
 use serving::Refusal;
 

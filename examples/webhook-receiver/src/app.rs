@@ -19,8 +19,9 @@ use idem::inbox::{
     now_unix, Ack, Audit, AuditEntry, Delivery, EventContext, GitHubScheme, Inbox, Receipt,
     ShopifyScheme, SignatureError, SignatureScheme, StandardWebhooks,
 };
+use idem::render::Problem;
 use idem::sqlite::SqliteStore;
-use idem::{Problem, Timestamp};
+use idem::Timestamp;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use serving::{buffer_body, test_delay, BodyGate, Limits, Refusal, Tasks};
@@ -160,7 +161,13 @@ async fn stripe_webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: B
     {
         Ok(recorded) => recorded,
         Err(error) => {
-            log_delivery(&event, "rejected", "-", error.http_status(), started);
+            log_delivery(
+                &event,
+                "rejected",
+                "-",
+                idem::render::status_for(&error),
+                started,
+            );
             return error.into_response();
         }
     };
@@ -192,7 +199,7 @@ async fn stripe_webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: B
         Err(error) => {
             // The store is down: never process unprotected. 503, Stripe delivers again.
             tracing::error!(source = STRIPE, event = event.id, %error, "the inbox's store failed");
-            let http = error.to_http();
+            let http = idem::render::error(&error);
             log_delivery(&event, "unavailable", "-", http.status, started);
             http.into_response()
         }

@@ -5,7 +5,7 @@
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use idem::problem;
+use idem::render::problem;
 use serving::{run_logged, Ended, Tasks};
 
 /// Middleware: runs the rest of the stack on a task of `tasks` that logs one line when the

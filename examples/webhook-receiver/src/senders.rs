@@ -97,7 +97,7 @@ async fn receive(
     {
         Ok(recorded) => recorded,
         Err(error) => {
-            log("rejected", error.http_status());
+            log("rejected", idem::render::status_for(&error));
             return error.into_response();
         }
     };
@@ -120,7 +120,7 @@ async fn receive(
         Err(error) => {
             // The store is down: never process unprotected. 503, the sender delivers again.
             tracing::error!(source, event = received.event_id, %error, "the inbox's store failed");
-            let http = error.to_http();
+            let http = idem::render::error(&error);
             log("unavailable", http.status);
             http.into_response()
         }

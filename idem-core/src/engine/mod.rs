@@ -25,7 +25,7 @@ use crate::error::{Error, Field, StoreErrorKind};
 use crate::event::{Event, EventKind, Observer, Observers, Operation, TracingObserver};
 use crate::lease::{deadline_after, Lease};
 use crate::policy::Policy;
-use crate::problem::problem;
+use crate::render::problem;
 use crate::request::{Request, RequestBuilder};
 use crate::response::StoredResponse;
 use crate::scope::RecordId;

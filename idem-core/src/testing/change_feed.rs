@@ -61,7 +61,7 @@ pub enum FeedFault {
 
 /// How the change-feed scenarios get two processes' stores of one backend, and act on the
 /// waiting process's feed.
-#[crate::async_trait]
+#[crate::store::async_trait]
 pub trait ChangeFeedHarness: Send + Sync + 'static {
     /// The store under test.
     type Store: Store + 'static;

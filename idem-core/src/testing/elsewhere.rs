@@ -6,6 +6,9 @@ use crate::error::Error;
 use crate::request::Request;
 use crate::scope::RecordId;
 use crate::store::Changes;
+use crate::store::Inspected;
+use crate::store::ListingOrder;
+use crate::store::Operator;
 use crate::store::{Capabilities, Completion, Lease, ListQuery, Page, Record, Stats, Store};
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -57,12 +60,6 @@ impl<S: Store + 'static> Store for Elsewhere<S> {
     async fn read_answer(&self, request: &Request) -> Result<Option<crate::Answer>, Error> {
         self.0.read_answer(request).await
     }
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-        self.0.list(query).await
-    }
-    async fn stats(&self) -> Result<Stats, Error> {
-        self.0.stats().await
-    }
     /// The store's, without its [`process_gate`](Capabilities::process_gate): another process
     /// neither shares this one's claims nor claims in them (a store with a process gate keeps
     /// other processes off its table; a test of that opens a second store).
@@ -75,5 +72,21 @@ impl<S: Store + 'static> Store for Elsewhere<S> {
     // Another process has a feed of its own on the same server.
     fn watch(&self, changes: Changes) -> bool {
         self.0.watch(changes)
+    }
+}
+
+#[async_trait]
+impl<S: Operator + 'static> Operator for Elsewhere<S> {
+    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
+        self.0.inspect(id).await
+    }
+    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+        self.0.list(query).await
+    }
+    async fn stats(&self) -> Result<Stats, Error> {
+        self.0.stats().await
+    }
+    fn listing_order(&self) -> ListingOrder {
+        self.0.listing_order()
     }
 }

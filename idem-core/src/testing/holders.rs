@@ -7,11 +7,12 @@
 
 use super::listing::{engine, reserve};
 use super::{policy, request, unique_consumer, LEASE, SHORT_RETENTION};
-use crate::store::{Inspected, Store};
+use crate::store::Inspected;
+use crate::store::Operator;
 use crate::{Begin, Holder, RecordId, StoredResponse};
 use std::time::Duration;
 
-async fn inspected<S: Store + ?Sized>(store: &S, id: &RecordId) -> Inspected {
+async fn inspected<S: Operator + ?Sized>(store: &S, id: &RecordId) -> Inspected {
     store
         .inspect(id)
         .await
@@ -25,7 +26,7 @@ async fn inspected<S: Store + ?Sized>(store: &S, id: &RecordId) -> Inspected {
 /// records the taker's holder and a later reservation time; a start over after the retention
 /// by `first` clears the completion time and records `first`'s holder again. Called by each
 /// store's own tests, with two handles of its kind.
-pub async fn c11_a_takeover_and_a_start_over_record_the_new_holder<S: Store + 'static>(
+pub async fn c11_a_takeover_and_a_start_over_record_the_new_holder<S: Operator + 'static>(
     first: S,
     second: S,
     second_holder: &Holder,

@@ -2,6 +2,7 @@
 //! orphans a crash left (C9) and the records a retention keeps (C10).
 
 use super::{policy, request, request_on, unique_consumer, Harness, LEASE, SHORT_RETENTION};
+use crate::store::Operator;
 use crate::store::{
     Cursor, Expiry, ListQuery, Listed, ListedState, ListingOrder, Selection, Store,
 };
@@ -43,7 +44,7 @@ pub(super) async fn completed<S: Store + 'static>(
 /// Every page of `query`, `limit` records at a time, in the selection's order: checks that no
 /// page is over the limit and that the listing ends. A scan store's pages are put in the
 /// selection's order here, and a record its scan returned twice is kept once.
-pub(super) async fn every_page<S: Store + ?Sized>(
+pub(super) async fn every_page<S: Operator + ?Sized>(
     store: &S,
     query: ListQuery,
     limit: usize,
@@ -59,7 +60,7 @@ pub(super) async fn every_page<S: Store + ?Sized>(
         );
         all.extend(page.records);
         let Some(next) = page.next else {
-            if store.capabilities().listing == ListingOrder::Scan {
+            if store.listing_order() == ListingOrder::Scan {
                 in_selection_order(query.selection(), &mut all);
             }
             let mut ids: Vec<_> = all.iter().map(|r| &r.id).collect();

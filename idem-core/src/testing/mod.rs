@@ -12,7 +12,7 @@
 //!
 //! struct Memory;
 //!
-//! #[idem_core::async_trait]
+//! #[idem_core::store::async_trait]
 //! impl Harness for Memory {
 //!     type Store = MemoryStore;
 //!     async fn store(&self) -> MemoryStore {
@@ -39,7 +39,6 @@
 //! **One list.** The scenarios are listed once, in `scenario_list!`; a unit test checks that
 //! every `pub async fn` of the scenario files is on it, so none can silently never run.
 
-pub mod audit;
 mod change_feed;
 mod elsewhere;
 mod heartbeat;
@@ -62,15 +61,23 @@ pub use transact::*;
 pub use transactional::*;
 pub use waiting::*;
 
-use crate::store::{Completion, Store};
+/// Sets `lease`'s local deadline (the engine's estimate of when it ends, by the monotonic
+/// clock) to `at`: a lease past it gets one attempt at each completion, no retry. For tests of
+/// code outside idem-core that watch the engine's retries (its metrics, its events).
+pub fn set_local_deadline(lease: &mut crate::Lease, at: std::time::Instant) {
+    lease.set_local_deadline(at);
+}
+
+use crate::store::Completion;
+use crate::store::Operator;
 use crate::{Error, FencingToken, Fingerprint, IdempotencyKey, Policy, RecordId, Request, Scope};
 use std::time::Duration;
 
 /// How the suite gets stores of one backend.
-#[crate::async_trait]
+#[crate::store::async_trait]
 pub trait Harness: Send + Sync + 'static {
     /// The store under test.
-    type Store: Store + 'static;
+    type Store: Operator + 'static;
 
     /// A store on a namespace that no other call of `store` returns (a new table or schema, a
     /// new key prefix, a new `MemoryStore`); several stores may share a server and a pool.
@@ -88,7 +95,7 @@ pub trait Harness: Send + Sync + 'static {
 
 /// What the transactional scenarios need from a SQL store: the business effect and the
 /// completion in one transaction of the store's own database.
-#[crate::async_trait]
+#[crate::store::async_trait]
 pub trait TransactionalHarness: Harness {
     /// In one transaction: insert one business row for `intent`, then write `completion` with
     /// the store's `complete_in`; then commit if `commit` and `complete_in` succeeded, else roll

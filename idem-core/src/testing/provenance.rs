@@ -4,7 +4,8 @@
 
 use super::listing::{completed, engine, every_page, fresh, reserve};
 use super::{policy, request, request_on, unique_consumer, Harness, LEASE};
-use crate::store::{Inspected, ListQuery, ListedState, ListingOrder, Selection, Store};
+use crate::store::Operator;
+use crate::store::{Inspected, ListQuery, ListedState, ListingOrder, Selection};
 use crate::{Begin, Holder, RecordId, StoredResponse, Timestamp};
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use std::time::Duration;
 /// deadline and the reservation time to the millisecond, each rounded on its own.
 const ROUNDING: Duration = Duration::from_millis(1);
 
-async fn inspected<S: Store + ?Sized>(store: &S, id: &RecordId) -> Inspected {
+async fn inspected<S: Operator + ?Sized>(store: &S, id: &RecordId) -> Inspected {
     store
         .inspect(id)
         .await
@@ -180,7 +181,7 @@ pub async fn c02_lookup_by_key_finds_every_consumer_and_route_bounded<H: Harness
         assert_eq!(r.holder.known(), Some(Holder::this_process()), "{r:?}");
         assert_eq!(r.completed_at.is_some(), !in_progress, "{r:?}");
     }
-    if store.capabilities().listing == ListingOrder::Selection {
+    if store.listing_order() == ListingOrder::Selection {
         let first = store
             .list(&ListQuery::key(key).expect("valid key").limit(limit))
             .await

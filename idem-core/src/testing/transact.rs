@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 pub const AT_ONCE: Duration = Duration::from_secs(3);
 
 /// What the scenarios need from a SQL store's transactional closure.
-#[crate::async_trait]
+#[crate::store::async_trait]
 pub trait TransactHarness: TransactionalHarness
 where
     Self::Store: Transactional,

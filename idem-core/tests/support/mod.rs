@@ -2,10 +2,10 @@
 // Each test binary uses a part of it.
 #![allow(dead_code)]
 
+use idem_core::store::async_trait;
+use idem_core::store::Operator;
 use idem_core::store::{Completion, Lease, ListQuery, Page, Record, Stats};
-use idem_core::{
-    async_trait, Begin, Error, MemoryStore, RecordId, Request, Store, StoreErrorKind, Timestamp,
-};
+use idem_core::{Begin, Error, MemoryStore, RecordId, Request, Store, StoreErrorKind, Timestamp};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -77,6 +77,10 @@ impl Store for Faulty {
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         self.inner.lookup(id).await
     }
+}
+
+#[async_trait]
+impl Operator for Faulty {
     async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
         self.inner.list(query).await
     }

@@ -101,7 +101,7 @@ impl Pg {
     }
 }
 
-#[idem_core::async_trait]
+#[idem_core::store::async_trait]
 impl Harness for Pg {
     type Store = PgStore;
 
@@ -141,7 +141,7 @@ impl Harness for Pg {
     }
 }
 
-#[idem_core::async_trait]
+#[idem_core::store::async_trait]
 impl TransactionalHarness for Pg {
     async fn effect_then_complete(
         &self,
@@ -179,7 +179,7 @@ impl TransactionalHarness for Pg {
     }
 }
 
-#[idem_core::async_trait]
+#[idem_core::store::async_trait]
 impl TransactHarness for Pg {
     async fn store_for(&self, _commits: Commits) -> PgStore {
         self.store().await

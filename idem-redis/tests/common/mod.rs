@@ -118,7 +118,7 @@ impl Redis {
     }
 }
 
-#[idem_core::async_trait]
+#[idem_core::store::async_trait]
 impl Harness for Redis {
     type Store = RedisStore;
 

@@ -240,7 +240,7 @@ impl Seen {
             Ok(Ok(other)) => panic!("{key}: {other:?}"),
             Ok(Err(RunError::Idem(error))) => {
                 assert!(
-                    error.is_retryable() && error.http_status() == 503,
+                    error.is_retryable() && idem_core::render::status_for(&error) == 503,
                     "{key}: a store error must be a retryable 503: {error}"
                 );
                 self.slowest_refusal = self.slowest_refusal.max(took);
@@ -249,7 +249,7 @@ impl Seen {
             }
             Ok(Err(error)) => {
                 assert!(
-                    error.http_status() >= 500,
+                    idem_core::render::run_error_status(&error) >= 500,
                     "{key}: once the effect may have run, never a 4xx: {error}"
                 );
                 self.errors.push((now, error.to_string()));

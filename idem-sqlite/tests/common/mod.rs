@@ -34,7 +34,7 @@ pub async fn store() -> SqliteStore {
 /// binaries and processes never see each other's records (a purge included).
 pub struct Sqlite;
 
-#[idem_core::async_trait]
+#[idem_core::store::async_trait]
 impl Harness for Sqlite {
     type Store = SqliteStore;
 
@@ -85,7 +85,7 @@ impl Harness for Sqlite {
     }
 }
 
-#[idem_core::async_trait]
+#[idem_core::store::async_trait]
 impl TransactionalHarness for Sqlite {
     async fn effect_then_complete(
         &self,
@@ -133,7 +133,7 @@ impl TransactionalHarness for Sqlite {
 /// in-process claims included.
 pub struct SqliteOneCommit;
 
-#[idem_core::async_trait]
+#[idem_core::store::async_trait]
 impl Harness for SqliteOneCommit {
     type Store = SqliteStore;
 
@@ -150,7 +150,7 @@ impl Harness for SqliteOneCommit {
     }
 }
 
-#[idem_core::async_trait]
+#[idem_core::store::async_trait]
 impl TransactHarness for Sqlite {
     /// For one commit, a store that holds its (new) table alone.
     async fn store_for(&self, commits: Commits) -> SqliteStore {

@@ -19,9 +19,10 @@ use http::request::Parts;
 use http::{HeaderMap, Request, Response};
 use http_body::Body;
 use http_body_util::Full;
+use idem_core::render::Problem;
 use idem_core::{
-    Answer, Context, Error, Failure, Field, Idempotency, Outcome, Policy, Problem, Reply, RunError,
-    Store, StoredResponse,
+    Answer, Context, Error, Failure, Field, Idempotency, Outcome, Policy, Reply, RunError, Store,
+    StoredResponse,
 };
 use std::fmt;
 use std::future::Future;
@@ -284,7 +285,7 @@ where
         crate::key::from_headers(&parts.headers, &config.key_metadata).map_err(|e| rejected(&e))?;
     if from_metadata.is_none() && method.key_from_message.is_none() && method.required {
         // No key can come from the message: refused before the body is read, as HTTP does.
-        return Err(rejected(&Error::invalid(Field::Key, "missing")));
+        return Err(rejected(&Error::KeyMissing));
     }
     // The message and its 5-byte prefix; the limit reported is the policy's, on the message.
     let max = idem.policy().max_body_bytes;
@@ -622,7 +623,10 @@ fn respond<S: Store>(
             Ok(answer) => (answer, extra.into_iter().flatten().collect()),
             Err(error) => {
                 tracing::error!(target: "idem_tower", %error, "idempotency: undecodable stored answer");
-                (problem_answer(&error.problem()), Vec::new())
+                (
+                    problem_answer(&idem_core::render::problem_for(&error)),
+                    Vec::new(),
+                )
             }
         }
     };
@@ -642,10 +646,14 @@ fn respond<S: Store>(
             )
             .with_retry_after(retry_after.min(config.max_retry_after)),
         ),
-        Ok(Outcome::Answered(answer)) => match answer.problem(idem.policy()) {
-            Some(p) => problem(&p),
-            None => problem(&Error::CorruptRecord("unexpected answer".into()).problem()),
-        },
+        Ok(Outcome::Answered(answer)) => {
+            match idem_core::render::answer_problem(&answer, idem.policy()) {
+                Some(p) => problem(&p),
+                None => problem(&idem_core::render::problem_for(&Error::CorruptRecord(
+                    "unexpected answer".into(),
+                ))),
+            }
+        }
         Err(RunError::Idem(error)) => problem(&problem_of(&error)),
         Err(RunError::Unknown { error, response }) => {
             tracing::error!(target: "idem_tower", %error, "idempotency: outcome unknown, stored");
@@ -671,17 +679,16 @@ fn respond<S: Store>(
 /// The problem for one of idem's errors, worded for gRPC where the HTTP one names a header:
 /// built from the error itself (its field and reason), never from the HTTP wording.
 fn problem_of(error: &Error) -> Problem {
-    let mut problem = error.problem();
-    if let Error::InvalidInput {
-        field: Field::Key,
-        reason,
-    } = error
-    {
-        problem.detail = if reason == "missing" {
-            "This method requires an idempotency key (the idempotency-key metadata entry, or the request's own field).".into()
-        } else {
-            format!("Invalid idempotency key: {reason}.")
-        };
+    let mut problem = idem_core::render::problem_for(error);
+    match error {
+        Error::KeyMissing => {
+            problem.detail = "This method requires an idempotency key (the idempotency-key metadata entry, or the request's own field).".into();
+        }
+        Error::InvalidInput {
+            field: Field::Key,
+            reason,
+        } => problem.detail = format!("Invalid idempotency key: {reason}."),
+        _ => {}
     }
     problem
 }
@@ -700,7 +707,7 @@ pub(crate) fn problem_answer(problem: &Problem) -> GrpcAnswer {
             )
             .with_trailer(
                 "retry-after",
-                idem_core::retry_after_secs(delay).to_string(),
+                idem_core::render::retry_after_secs(delay).to_string(),
             ),
         None => answer,
     }

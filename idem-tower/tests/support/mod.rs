@@ -10,10 +10,12 @@ use axum::Router;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
+use idem_core::store::async_trait;
+use idem_core::store::Operator;
 use idem_core::store::{Capabilities, Completion, Lease, ListQuery, Page, Record, Stats};
 use idem_core::{
-    async_trait, Begin, Error, Idempotency, Policy, RecordId, Request as IdemRequest, Store,
-    StoreErrorKind, Timestamp,
+    Begin, Error, Idempotency, Policy, RecordId, Request as IdemRequest, Store, StoreErrorKind,
+    Timestamp,
 };
 use idem_sqlite::SqliteStore;
 use idem_tower::{ConsumerError, Handled};
@@ -340,6 +342,13 @@ impl<S: Store> Store for Decorated<S> {
         self.up()?;
         self.inner.lookup(id).await
     }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+}
+
+#[async_trait]
+impl<S: Operator> Operator for Decorated<S> {
     async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
         self.up()?;
         self.inner.list(query).await
@@ -347,9 +356,6 @@ impl<S: Store> Store for Decorated<S> {
     async fn stats(&self) -> Result<Stats, Error> {
         self.up()?;
         self.inner.stats().await
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
     }
 }
 

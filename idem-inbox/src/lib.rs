@@ -23,7 +23,7 @@
 //!    transaction.
 //!
 //! ```
-//! use idem_core::inbox::{Ack, Delivery, Inbox, MemoryAudit, SignatureScheme};
+//! use idem_inbox::{Ack, Delivery, Inbox, MemoryAudit, SignatureScheme};
 //! use idem_core::{Idempotency, MemoryStore};
 //! use std::sync::Arc;
 //! # #[tokio::main]
@@ -32,7 +32,7 @@
 //! let inbox = Inbox::new(Idempotency::new(MemoryStore::new())).with_audit(Arc::new(MemoryAudit::default()));
 //!
 //! let body = br#"{"id":"evt_1","type":"payment_intent.succeeded"}"#;
-//! let now = idem_core::inbox::now_unix();
+//! let now = idem_inbox::now_unix();
 //! let header = scheme.sign(body, now); // what the provider sends in its signature header
 //! let delivery = Delivery::verified(&scheme, "stripe", Some(&header), body, now)?;
 //! let event = inbox.event(&delivery, b"evt_1")?;
@@ -46,14 +46,18 @@
 //! ```
 
 mod audit;
+#[cfg(feature = "axum")]
+mod axum;
 mod body_signed;
 mod headers;
 mod mac;
 mod scheme;
 pub mod schemes;
 pub mod signature;
+#[cfg(feature = "testing")]
+pub mod testing;
 
-pub use audit::{Audit, AuditEntry, AuditOutcome, MemoryAudit};
+pub use audit::{event_key, Audit, AuditEntry, AuditOutcome, MemoryAudit};
 pub use headers::Headers;
 pub use scheme::{VerifiedEvent, WebhookScheme};
 pub use schemes::github::GitHubScheme;
@@ -62,18 +66,18 @@ pub use schemes::standard_webhooks::StandardWebhooks;
 pub use schemes::stripe::StripeScheme;
 pub use signature::{now_unix, SignatureError, SignatureScheme};
 
-use crate::answer::Answer;
-use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::completion::Completion;
-use crate::engine::{Context, Idempotency};
-use crate::error::Error;
-use crate::lease::Lease;
-use crate::outcome::{Failure, Outcome, Reply, RunError};
-use crate::problem::Problem;
-use crate::request::Request;
-use crate::response::StoredResponse;
-use crate::store::Store;
-use crate::unwind::CatchUnwind;
+use idem_core::render::Problem;
+use idem_core::store::CatchUnwind;
+use idem_core::store::Completion;
+use idem_core::store::Lease;
+use idem_core::Answer;
+use idem_core::Error;
+use idem_core::Request;
+use idem_core::Store;
+use idem_core::StoredResponse;
+use idem_core::{Clock, SystemClock, Timestamp};
+use idem_core::{Context, Idempotency};
+use idem_core::{Failure, Outcome, Reply, RunError};
 use std::fmt;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -107,7 +111,7 @@ impl<'a> Delivery<'a> {
     /// delivery id, for the logs).
     ///
     /// ```
-    /// use idem_core::inbox::{Delivery, SignatureError, StandardWebhooks};
+    /// use idem_inbox::{Delivery, SignatureError, StandardWebhooks};
     /// let scheme = StandardWebhooks::new(["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])?;
     /// let body = br#"{"type":"invoice.paid"}"#;
     /// let signature = scheme.sign("msg_1", 1_700_000_000, body);
@@ -219,7 +223,7 @@ impl<S: Store> EventContext<S> {
     /// another for another source or event id (see [`Lease::downstream_key`]).
     ///
     /// ```
-    /// use idem_core::inbox::{Ack, Delivery, Inbox};
+    /// use idem_inbox::{Ack, Delivery, Inbox};
     /// use idem_core::{Idempotency, MemoryStore};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), idem_core::Error> {
@@ -393,12 +397,12 @@ impl<S: Store + 'static> Inbox<S> {
     /// [`event`](Self::event) for a JSON payload whose sender changes some fields from one
     /// delivery of the same event to the next (Stripe's `pending_webhooks`, a delivery
     /// attempt counter): the fingerprint is the canonical JSON without the `volatile` fields
-    /// (paths as in [`canonical_json`](crate::canonical_json)), so a redelivery is a duplicate
+    /// (paths as in [`canonical_json`](idem_core::canonical_json)), so a redelivery is a duplicate
     /// and only a change of meaning is a conflict. A payload that is not valid JSON is
     /// fingerprinted raw.
     ///
     /// ```
-    /// use idem_core::inbox::{Delivery, Inbox};
+    /// use idem_inbox::{Delivery, Inbox};
     /// use idem_core::{Idempotency, MemoryStore};
     /// let inbox = Inbox::new(Idempotency::new(MemoryStore::new()));
     /// let first = br#"{"id":"evt_1","amount":5,"pending_webhooks":2}"#;
@@ -416,7 +420,7 @@ impl<S: Store + 'static> Inbox<S> {
     ) -> Result<Event, Error> {
         match self.build(delivery, event_id, Some(volatile)) {
             Err(Error::InvalidInput {
-                field: crate::error::Field::Body,
+                field: idem_core::Field::Body,
                 ..
             }) => self.build(delivery, event_id, None),
             built => built,
@@ -511,6 +515,7 @@ impl<S: Store + 'static> Inbox<S> {
             Err(RunError::Incomplete(error) | RunError::InDoubt(error)) => {
                 Receipt::Failed(error.to_string())
             }
+            Err(other) => Receipt::Failed(other.to_string()),
         };
         self.audit_settled(event, &receipt).await;
         Ok(receipt)
@@ -577,7 +582,7 @@ impl<S: Store + 'static> Inbox<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::MemoryStore;
+    use idem_core::MemoryStore;
     use std::sync::Mutex;
 
     /// The downstream key a handler sees for `id` from `source`, the handler failing when

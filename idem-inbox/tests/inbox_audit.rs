@@ -2,10 +2,10 @@
 //! an event processed out of the caller's sight ends processed, counts are exact, ranges and
 //! purges are bounded right.
 
-use idem_core::inbox::{
+use idem_core::{Idempotency, ManualClock, MemoryStore, Policy, Store, Timestamp};
+use idem_inbox::{
     Ack, Audit, AuditEntry, AuditOutcome, Delivery, Event, Inbox, MemoryAudit, Receipt,
 };
-use idem_core::{Idempotency, ManualClock, MemoryStore, Policy, Store, Timestamp};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,7 +136,7 @@ async fn c08_audit_lost_first_write_then_duplicate_ends_processed() {
         inner: MemoryAudit,
         fail_next: AtomicUsize,
     }
-    #[idem_core::async_trait]
+    #[idem_core::store::async_trait]
     impl Audit for Flaky {
         async fn delivered(
             &self,

@@ -1,11 +1,11 @@
 //! The inbox (docs/inbox.md): each event processed once, whatever the deliveries; verified
 //! before anything is recorded; another payload under the same id never processed.
 
-use idem_core::inbox::{
+use idem_core::{Idempotency, MemoryStore, Timestamp};
+use idem_inbox::{
     Ack, Audit, AuditOutcome, Delivery, Inbox, MemoryAudit, Receipt, SignatureError,
     SignatureScheme,
 };
-use idem_core::{Idempotency, MemoryStore, Timestamp};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,7 +41,7 @@ async fn deliver(
         .expect("the store answers")
 }
 
-async fn entries(audit: &MemoryAudit) -> Vec<idem_core::inbox::AuditEntry> {
+async fn entries(audit: &MemoryAudit) -> Vec<idem_inbox::AuditEntry> {
     audit
         .query(
             "stripe",

@@ -1,11 +1,21 @@
 //! The inbox's audit trail: every event's source, id, deliveries and outcome, kept for a
 //! retention and queryable per source and time range.
 
-use crate::clock::Timestamp;
-use crate::error::Error;
 use async_trait::async_trait;
+use idem_core::Error;
+use idem_core::Timestamp;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
+
+/// The key an audit entry is stored under for `event_id`: its blake3 digest (part of the SQL
+/// stores' stored format: every audit table keys its rows by it).
+///
+/// ```
+/// assert_eq!(idem_inbox::event_key(b"evt_1"), *blake3::hash(b"evt_1").as_bytes());
+/// ```
+pub fn event_key(event_id: &[u8]) -> [u8; 32] {
+    *blake3::hash(event_id).as_bytes()
+}
 
 /// What became of an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -79,7 +89,7 @@ impl AuditEntry {
     /// processed yet. Stores fill the other fields from their rows.
     ///
     /// ```
-    /// use idem_core::inbox::{AuditEntry, AuditOutcome};
+    /// use idem_inbox::{AuditEntry, AuditOutcome};
     /// let entry = AuditEntry::new("stripe", b"evt_1", idem_core::Timestamp::from_millis(5));
     /// assert_eq!((entry.deliveries, entry.outcome), (1, AuditOutcome::Received));
     /// ```
@@ -142,7 +152,7 @@ pub trait Audit: Send + Sync + 'static {
 /// The audit trail in memory (tests, single-process tools; the reference implementation).
 ///
 /// ```
-/// use idem_core::inbox::{Audit, AuditOutcome, MemoryAudit};
+/// use idem_inbox::{Audit, AuditOutcome, MemoryAudit};
 /// use idem_core::Timestamp;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), idem_core::Error> {

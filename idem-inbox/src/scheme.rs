@@ -17,7 +17,7 @@ use super::signature::SignatureError;
 /// What a delivery whose origin was verified says about its event.
 ///
 /// ```
-/// use idem_core::inbox::VerifiedEvent;
+/// use idem_inbox::VerifiedEvent;
 /// let event = VerifiedEvent::new(Some("push 5c1f...".into()), Some("push".into()), None)
 ///     .with_delivery_id(Some("72d3162e".into()));
 /// assert_eq!(event.event_id(), Some("push 5c1f..."));
@@ -55,7 +55,7 @@ impl VerifiedEvent {
     /// `X-Shopify-Event-Id`, `webhook-id`), for logs and audit.
     ///
     /// ```
-    /// use idem_core::inbox::VerifiedEvent;
+    /// use idem_inbox::VerifiedEvent;
     /// let event = VerifiedEvent::new(None, None, None).with_delivery_id(Some("d-1".into()));
     /// assert_eq!(event.delivery_id(), Some("d-1"));
     /// ```
@@ -108,7 +108,7 @@ impl VerifiedEvent {
 ///   captured delivery replayed with other unsigned headers must not make a new event.
 ///
 /// ```
-/// use idem_core::inbox::{GitHubScheme, WebhookScheme};
+/// use idem_inbox::{GitHubScheme, WebhookScheme};
 /// let scheme = GitHubScheme::new(["It's a Secret to Everybody"])?;
 /// let signature = scheme.sign(b"Hello, World!");
 /// let headers = [

@@ -11,7 +11,7 @@ use super::signature::{SignatureError, MAX_EVENT_ID_LEN, MAX_HEADER_LEN};
 /// Request headers, looked up by name.
 ///
 /// ```
-/// use idem_core::inbox::Headers;
+/// use idem_inbox::Headers;
 /// let headers = [("X-GitHub-Event", "push"), ("x-github-delivery", "72d3162e")];
 /// assert_eq!(headers.values("x-github-event"), vec![&b"push"[..]]);
 /// assert!(headers.values("x-hub-signature-256").is_empty());

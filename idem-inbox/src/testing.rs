@@ -1,11 +1,11 @@
 //! The audit trail's conformance scenarios (the `Audit` contract of
-//! [`inbox::Audit`](crate::inbox::Audit)): one `pub async fn` per clause, run against
-//! [`MemoryAudit`](crate::inbox::MemoryAudit) and every store's audit table, so that the SQL
+//! [`Audit`](crate::Audit)): one `pub async fn` per clause, run against
+//! [`MemoryAudit`](crate::MemoryAudit) and every store's audit table, so that the SQL
 //! versions are proven to behave as the reference. Each scenario takes a fresh trail.
 #![allow(missing_docs)]
 
-use crate::inbox::{Audit, AuditEntry, AuditOutcome};
-use crate::Timestamp;
+use crate::{Audit, AuditEntry, AuditOutcome};
+use idem_core::Timestamp;
 use std::sync::Arc;
 
 pub fn at(ms: u64) -> Timestamp {

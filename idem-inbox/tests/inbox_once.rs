@@ -2,8 +2,8 @@
 //! failing and panicking handlers, dropped callers, acknowledgements that were never committed,
 //! and what each receipt tells the sender.
 
-use idem_core::inbox::{Ack, Delivery, Inbox, MemoryAudit, Receipt};
 use idem_core::{Idempotency, MemoryStore, Policy, Store};
+use idem_inbox::{Ack, Delivery, Inbox, MemoryAudit, Receipt};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +21,7 @@ fn short_lease() -> Inbox<MemoryStore> {
     inbox_with(Policy::default().lease(Duration::from_millis(200)))
 }
 
-fn event(inbox: &Inbox<MemoryStore>, id: &[u8], body: &'static [u8]) -> idem_core::inbox::Event {
+fn event(inbox: &Inbox<MemoryStore>, id: &[u8], body: &'static [u8]) -> idem_inbox::Event {
     inbox
         .event(&Delivery::trusted("stripe", body), id)
         .expect("event")
@@ -29,7 +29,7 @@ fn event(inbox: &Inbox<MemoryStore>, id: &[u8], body: &'static [u8]) -> idem_cor
 
 async fn done(
     inbox: &Inbox<MemoryStore>,
-    ev: &idem_core::inbox::Event,
+    ev: &idem_inbox::Event,
     runs: &Arc<AtomicUsize>,
 ) -> Receipt {
     let runs = Arc::clone(runs);

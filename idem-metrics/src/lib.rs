@@ -1,12 +1,14 @@
-//! Metrics through the [`metrics`] facade (feature `metrics`, off by default): [`Metrics`], an
-//! [`Observer`] of the engine's events (C16). Every metric is derived from the events the engine
+//! # idem-metrics
+//!
+//! Metrics through the [`metrics`] facade (in the `idem` facade: feature `metrics`): [`Metrics`], an
+//! [`Observer`](idem_core::Observer) of the engine's events (C16). Every metric is derived from the events the engine
 //! emits for tracing too, whichever way it is called (closure, transactional closure, guard, the
-//! HTTP layer): one vocabulary, [`EventKind::name`], and no store call of its own.
+//! HTTP layer): one vocabulary, [`EventKind::name`](idem_core::EventKind::name), and no store call of its own.
 //!
 //! Give the observer to the engine; everything else stays the same:
 //!
 //! ```
-//! use idem_core::metrics::Metrics;
+//! use idem_metrics::Metrics;
 //! use idem_core::{Begin, Idempotency, StoredResponse};
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), idem_core::Error> {
@@ -63,7 +65,7 @@
 //!   execution). Calls the engine does not make (`list`, `stats`, by the `idem` command) are
 //!   not measured.
 //! - `kind` of `idem_store_errors_total`: `unavailable` (a call past
-//!   [`Policy::store_timeout`](crate::Policy::store_timeout) included), `transaction_conflict`,
+//!   [`Policy::store_timeout`](idem_core::Policy::store_timeout) included), `transaction_conflict`,
 //!   `misconfigured`, `other` (the [`StoreErrorKind`] of an [`Error::Store`]), `corrupt_record`
 //!   ([`Error::CorruptRecord`]), or `invalid_input` (a store refusing input, rare). A fenced call
 //!   (`complete`, `release`, `renew`, `transaction`) refused with [`Error::LeaseLost`] is the
@@ -84,12 +86,12 @@
 //! deleted) rather than counting twice; that holder's late `lease_lost` is then taken as its own
 //! end, not the new holder's (the events carry the execution's fencing token). Every
 //! acquisition the engine drives ends with exactly one end event, so the gauge is exact for
-//! [`Idempotency::run`](crate::Idempotency::run), the transactional closure
-//! ([`Idempotency::transact`](crate::Idempotency::transact), the SQL stores'
+//! [`Idempotency::run`](idem_core::Idempotency::run), the transactional closure
+//! ([`Idempotency::transact`](idem_core::Idempotency::transact), the SQL stores'
 //! `run_in_transaction`, whose acquisition is reported while the effect runs) and the HTTP
 //! layer, and for guard-style callers that end every lease with `complete`, `release`, or,
 //! after committing a completion written in their own transaction (`complete_in`),
-//! [`Idempotency::committed`](crate::Idempotency::committed).
+//! [`Idempotency::committed`](idem_core::Idempotency::committed).
 //!
 //! A guard-style caller that drops a lease without any of them emits no end: its record stays
 //! in the gauge until this process reserves the same record again (a retry taking the orphan
@@ -99,10 +101,10 @@
 //! processes for a fleet. Its value is set, not incremented: give each [`Metrics`] in a process
 //! its own store name, or give several engines the same one in an `Arc`.
 
-use crate::error::{Error, StoreErrorKind};
-use crate::event::{Event, EventKind, Observer, Operation};
-use crate::scope::RecordId;
-use crate::token::FencingToken;
+use idem_core::FencingToken;
+use idem_core::RecordId;
+use idem_core::{Error, StoreErrorKind};
+use idem_core::{Event, EventKind, Observer, Operation};
 use metrics::{Label, Unit};
 use std::collections::HashMap;
 use std::fmt;
@@ -124,7 +126,7 @@ pub const IN_PROGRESS: &str = "idem_in_progress";
 /// order of [`EventKind::ALL`].
 ///
 /// ```
-/// use idem_core::metrics::OUTCOMES;
+/// use idem_metrics::OUTCOMES;
 /// use idem_core::EventKind;
 /// assert!(OUTCOMES.contains(&EventKind::Replayed));
 /// assert!(!OUTCOMES.contains(&EventKind::StoreCall));
@@ -148,7 +150,7 @@ pub const OUTCOMES: &[EventKind] = &[
 /// call it again if the recorder is installed after the observer was made.
 ///
 /// ```
-/// idem_core::metrics::describe();
+/// idem_metrics::describe();
 /// ```
 pub fn describe() {
     let outcomes: Vec<&str> = OUTCOMES.iter().map(|kind| kind.name()).collect();
@@ -184,11 +186,11 @@ pub fn describe() {
 
 /// The [`Observer`] that records the engine's events as metrics: the names, units and labels
 /// are in the [module docs](self). Set it on the engine with
-/// [`IdempotencyBuilder::observer`](crate::IdempotencyBuilder::observer); several engines may
+/// [`IdempotencyBuilder::observer`](idem_core::IdempotencyBuilder::observer); several engines may
 /// share one in an `Arc`.
 ///
 /// ```
-/// use idem_core::metrics::Metrics;
+/// use idem_metrics::Metrics;
 /// use idem_core::{Idempotency, MemoryStore};
 /// use std::sync::Arc;
 ///
@@ -225,7 +227,7 @@ impl Metrics {
     /// the metrics to the current recorder.
     ///
     /// ```
-    /// let metrics = idem_core::metrics::Metrics::new("postgres");
+    /// let metrics = idem_metrics::Metrics::new("postgres");
     /// assert_eq!(metrics.store(), "postgres");
     /// ```
     pub fn new(store: &'static str) -> Self {
@@ -241,7 +243,7 @@ impl Metrics {
     /// the routes given to requests are concrete paths rather than templates.
     ///
     /// ```
-    /// let metrics = idem_core::metrics::Metrics::new("sqlite").with_route_label(false);
+    /// let metrics = idem_metrics::Metrics::new("sqlite").with_route_label(false);
     /// assert!(!metrics.has_route_label());
     /// ```
     pub fn with_route_label(mut self, on: bool) -> Self {
@@ -263,7 +265,7 @@ impl Metrics {
     /// `idem_in_progress` gauges add up to).
     ///
     /// ```
-    /// assert_eq!(idem_core::metrics::Metrics::new("memory").in_progress(), 0);
+    /// assert_eq!(idem_metrics::Metrics::new("memory").in_progress(), 0);
     /// ```
     pub fn in_progress(&self) -> u64 {
         self.held().per_route.values().sum()
@@ -409,7 +411,8 @@ fn error_kind(operation: Operation, error: &Error) -> Option<&'static str> {
             StoreErrorKind::Unavailable => "unavailable",
             StoreErrorKind::TransactionConflict => "transaction_conflict",
             StoreErrorKind::Misconfigured => "misconfigured",
-            StoreErrorKind::Other => "other",
+            // StoreErrorKind::Other, and any kind a later idem-core adds.
+            _ => "other",
         },
         Error::CorruptRecord(_) => "corrupt_record",
         Error::InvalidInput { .. } | Error::BodyTooLarge { .. } => "invalid_input",
@@ -422,28 +425,29 @@ fn error_kind(operation: Operation, error: &Error) -> Option<&'static str> {
             // fault.
             _ => "other",
         },
+        _ => "other",
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::answer::Answer;
-    use crate::begin::Begin;
-    use crate::clock::{ManualClock, Timestamp};
-    use crate::completion::Completion;
-    use crate::decision::Acquire;
-    use crate::engine::Idempotency;
-    use crate::lease::Lease;
-    use crate::memory::MemoryStore;
-    use crate::outcome::{Failure, Outcome, RunError};
-    use crate::policy::Policy;
-    use crate::record::Record;
-    use crate::request::Request;
-    use crate::response::StoredResponse;
-    use crate::store::{ListQuery, Page, Stats, Store};
-    use crate::token::FencingToken;
     use async_trait::async_trait;
+    use idem_core::store::Acquire;
+    use idem_core::store::Completion;
+    use idem_core::store::Lease;
+    use idem_core::store::Record;
+    use idem_core::store::Store;
+    use idem_core::Answer;
+    use idem_core::Begin;
+    use idem_core::FencingToken;
+    use idem_core::Idempotency;
+    use idem_core::MemoryStore;
+    use idem_core::Policy;
+    use idem_core::Request;
+    use idem_core::StoredResponse;
+    use idem_core::{Failure, Outcome, RunError};
+    use idem_core::{ManualClock, Timestamp};
     use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
     use std::future::Future;
     use std::sync::Arc;
@@ -944,7 +948,7 @@ mod tests {
             let (store, clock) = clocked();
             let (idem, metrics) = engine(Arc::clone(&store));
             // Another process (no metrics of this one) reserved and crashed.
-            let crashed = Idempotency::new(crate::testing::Elsewhere::new(store));
+            let crashed = Idempotency::new(idem_core::testing::Elsewhere::new(store));
             let first = request(&idem, "key-1", b"{}");
             drop(acquire(&crashed, &first).await);
             clock.advance(idem.policy().lease + Duration::from_secs(1));
@@ -1001,7 +1005,7 @@ mod tests {
         recorded(|snapshotter| async move {
             let (store, clock) = clocked();
             let (idem, metrics) = engine(Arc::clone(&store));
-            let other = Idempotency::new(crate::testing::Elsewhere::new(store));
+            let other = Idempotency::new(idem_core::testing::Elsewhere::new(store));
             let first = request(&idem, "key-1", b"{}");
             let duplicate = first.clone();
             let lease = idem.policy().lease;
@@ -1206,12 +1210,6 @@ mod tests {
         async fn lookup(&self, _: &RecordId) -> Result<Option<Record>, Error> {
             Err((self.fail)())
         }
-        async fn list(&self, _: &ListQuery) -> Result<Page, Error> {
-            Err((self.fail)())
-        }
-        async fn stats(&self) -> Result<Stats, Error> {
-            Err((self.fail)())
-        }
     }
 
     /// The events an engine emitted, as a second observer sees them.
@@ -1290,7 +1288,7 @@ mod tests {
             ),
             (
                 "invalid_input",
-                || Error::invalid(crate::Field::Response, "too large"),
+                || Error::invalid(idem_core::Field::Response, "too large"),
                 false,
             ),
         ];
@@ -1321,7 +1319,7 @@ mod tests {
                     Acquire::Fresh,
                 );
                 // Past its local deadline: one attempt at each completion, no retry.
-                lease.set_local_deadline(Instant::now());
+                idem_core::testing::set_local_deadline(&mut lease, Instant::now());
                 assert!(idem.begin(&request).await.is_err());
                 assert!(idem
                     .complete(lease.clone(), StoredResponse::new(201, "ok"))

@@ -13,18 +13,16 @@
 //! signed either): handlers take the event's meaning from the verified body. The delivery GUID
 //! is kept as [`VerifiedEvent::delivery_id`], for logs and audit.
 
-use crate::inbox::body_signed::{body_key, verify_body_signature};
-use crate::inbox::headers::{event_id, required, Headers};
-use crate::inbox::mac::{
-    debug_without_secrets, decode_hex_mac, split_secrets, to_hex, Keys, MAC_LEN,
-};
-use crate::inbox::scheme::{VerifiedEvent, WebhookScheme};
-use crate::inbox::signature::SignatureError;
+use crate::body_signed::{body_key, verify_body_signature};
+use crate::headers::{event_id, required, Headers};
+use crate::mac::{debug_without_secrets, decode_hex_mac, split_secrets, to_hex, Keys, MAC_LEN};
+use crate::scheme::{VerifiedEvent, WebhookScheme};
+use crate::signature::SignatureError;
 #[cfg(any(doc, test))]
-use crate::inbox::signature::MAX_EVENT_ID_LEN;
-use crate::Error;
+use crate::signature::MAX_EVENT_ID_LEN;
+use idem_core::Error;
 #[cfg(any(doc, test))]
-use crate::Field;
+use idem_core::Field;
 
 /// The signature header.
 pub const GITHUB_SIGNATURE_HEADER: &str = "x-hub-signature-256";
@@ -39,7 +37,7 @@ pub const GITHUB_EVENT_HEADER: &str = "x-github-event";
 /// secret.
 ///
 /// ```
-/// use idem_core::inbox::{GitHubScheme, SignatureError, WebhookScheme};
+/// use idem_inbox::{GitHubScheme, SignatureError, WebhookScheme};
 /// let receiver = GitHubScheme::from_comma_separated("new secret, old secret")?;
 /// let signed_before = GitHubScheme::new(["old secret"])?.sign(b"{}");
 /// let headers = [
@@ -66,7 +64,7 @@ impl GitHubScheme {
     /// since anyone who guesses it can sign deliveries.
     ///
     /// ```
-    /// use idem_core::inbox::GitHubScheme;
+    /// use idem_inbox::GitHubScheme;
     /// assert!(GitHubScheme::new(["s3cret"]).is_ok());
     /// assert!(GitHubScheme::new([""]).is_err());
     /// ```
@@ -82,7 +80,7 @@ impl GitHubScheme {
     /// to [`new`](Self::new).
     ///
     /// ```
-    /// use idem_core::inbox::GitHubScheme;
+    /// use idem_inbox::GitHubScheme;
     /// let a = GitHubScheme::from_comma_separated(" new ,old,")?;
     /// assert_eq!(a.sign(b"x"), GitHubScheme::new(["new"])?.sign(b"x"));
     /// assert!(GitHubScheme::from_comma_separated(" , ").is_err());
@@ -96,7 +94,7 @@ impl GitHubScheme {
     /// `sha256=<64 lowercase hex digits>`. For tests and fixtures.
     ///
     /// ```
-    /// use idem_core::inbox::GitHubScheme;
+    /// use idem_inbox::GitHubScheme;
     /// // The example of GitHub's "Validating webhook deliveries".
     /// let scheme = GitHubScheme::new(["It's a Secret to Everybody"])?;
     /// assert_eq!(
@@ -339,8 +337,8 @@ mod tests {
     /// three times under new `X-GitHub-Delivery` values runs its effect once.
     #[tokio::test]
     async fn a_replay_under_new_delivery_ids_is_a_duplicate_with_no_second_effect() -> TestResult {
-        use crate::inbox::{Ack, Delivery, Inbox, Receipt};
-        use crate::{Idempotency, MemoryStore};
+        use crate::{Ack, Delivery, Inbox, Receipt};
+        use idem_core::{Idempotency, MemoryStore};
         use std::sync::atomic::{AtomicUsize, Ordering};
         use std::sync::Arc;
 

@@ -1,8 +1,8 @@
 //! Origin verification and event identity under attack (docs/inbox.md, "Wiring a provider"):
 //! header tricks, tolerance edges, rotation, look-alike sources and ids, volatile fields.
 
-use idem_core::inbox::{Ack, Delivery, Inbox, Receipt, SignatureError, SignatureScheme};
 use idem_core::{Idempotency, MemoryStore};
+use idem_inbox::{Ack, Delivery, Inbox, Receipt, SignatureError, SignatureScheme};
 use std::time::Duration;
 use tokio::time::timeout;
 
@@ -118,9 +118,9 @@ fn header_size_edges_and_odd_bytes() {
     let s = scheme(&["whsec_a"]);
     let good = s.sign(BODY, T);
     // Padded to exactly the limit: parsed; one byte over: refused before parsing.
-    let pad = idem_core::inbox::signature::MAX_HEADER_LEN - good.len() - 1;
+    let pad = idem_inbox::signature::MAX_HEADER_LEN - good.len() - 1;
     let at_limit = format!("{good},{}", "x".repeat(pad));
-    assert_eq!(at_limit.len(), idem_core::inbox::signature::MAX_HEADER_LEN);
+    assert_eq!(at_limit.len(), idem_inbox::signature::MAX_HEADER_LEN);
     assert_eq!(s.verify(Some(&at_limit), BODY, T), Ok(()));
     let over = format!("{at_limit}x");
     assert_eq!(

@@ -1,12 +1,10 @@
 //! axum integration (feature `axum`): what idem answers, as axum responses.
 //!
-//! Every answer idem renders is a [`StoredResponse`] (a replay, a problem, an inbox receipt's
-//! answer); these impls send it as it is, so a handler returns it without converting it by
-//! hand: `receipt.into_response()`, `error.into_response()`.
+//! Every answer idem renders is a [`StoredResponse`] (a replay or a problem); these impls send it as it is, so a handler returns it without converting it by
+//! hand: `stored.into_response()`, `error.into_response()`.
 
+use super::problem::Problem;
 use crate::error::Error;
-use crate::inbox::Receipt;
-use crate::problem::Problem;
 use crate::response::StoredResponse;
 use axum_core::body::Body;
 use axum_core::response::{IntoResponse, Response};
@@ -33,34 +31,11 @@ impl IntoResponse for StoredResponse {
     }
 }
 
-/// [`Receipt::to_http`]: 200 for a processed event or a duplicate (marked
-/// `Idempotent-Replayed: true`), 409 + `Retry-After` in progress, 422 for another payload under
-/// the same id, 500 for a failure the sender retries.
-///
-/// ```
-/// use axum_core::response::IntoResponse;
-/// use idem_core::inbox::{Ack, Delivery, Inbox};
-/// use idem_core::{Idempotency, MemoryStore};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idem_core::Error> {
-/// let inbox = Inbox::new(Idempotency::new(MemoryStore::new()));
-/// let event = inbox.event(&Delivery::trusted("stripe", b"{}"), b"evt_1")?;
-/// let receipt = inbox.receive(&event, |_ctx| async { Ok::<_, std::io::Error>(Ack::Done) }).await?;
-/// assert_eq!(receipt.into_response().status(), 200);
-/// # Ok(())
-/// # }
-/// ```
-impl IntoResponse for Receipt {
-    fn into_response(self) -> Response {
-        self.to_http().into_response()
-    }
-}
-
 /// The problem as RFC 9457 `application/problem+json` ([`Problem::to_response`]).
 ///
 /// ```
 /// use axum_core::response::IntoResponse;
-/// use idem_core::Problem;
+/// use idem_core::render::Problem;
 /// let response = Problem::new(400, "event-invalid", "The payload is not an event.", false).into_response();
 /// assert_eq!(response.status(), 400);
 /// assert_eq!(response.headers()["content-type"], "application/problem+json");
@@ -82,7 +57,7 @@ impl IntoResponse for Problem {
 /// ```
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
-        self.to_http().into_response()
+        crate::render::error(&self).into_response()
     }
 }
 
@@ -115,21 +90,6 @@ mod tests {
         assert_eq!(response.headers().len(), 1);
     }
 
-    #[test]
-    fn c07_a_duplicate_receipt_is_marked_as_a_replay() {
-        let receipt = Receipt::Duplicate(StoredResponse::new(200, "ok"));
-        let response = receipt.into_response();
-        assert_eq!(response.status(), StatusCode::OK);
-        assert_eq!(response.headers()["idempotent-replayed"], "true");
-        let in_progress = Receipt::InProgress {
-            retry_after: std::time::Duration::from_secs(2),
-        }
-        .into_response();
-        assert_eq!(in_progress.status(), StatusCode::CONFLICT);
-        assert_eq!(in_progress.headers()["retry-after"], "2");
-    }
-
-    /// The whole body of a response whose body is in memory.
     fn read_body(response: Response) -> Vec<u8> {
         use http_body::Body as _;
         let mut body = response.into_body();

@@ -14,16 +14,16 @@
 
 use std::time::Duration;
 
-use crate::inbox::headers::{event_id, required, single, Headers};
-use crate::inbox::mac::{
+use crate::headers::{event_id, required, single, Headers};
+use crate::mac::{
     debug_without_secrets, decode_base64_mac, decode_base64_secret, split_secrets, to_base64, Keys,
     MAC_LEN,
 };
-use crate::inbox::scheme::{VerifiedEvent, WebhookScheme};
-use crate::inbox::signature::{
+use crate::scheme::{VerifiedEvent, WebhookScheme};
+use crate::signature::{
     check_time, parse_unix_secs, secs_i64, SignatureError, DEFAULT_TOLERANCE, MAX_SIGNATURES,
 };
-use crate::{Error, Field};
+use idem_core::{Error, Field};
 
 /// The message id: the event id, the same on every attempt.
 pub const WEBHOOK_ID_HEADER: &str = "webhook-id";
@@ -100,7 +100,7 @@ impl HeaderSet {
 /// [`SignatureError::Future`]); the default is [`DEFAULT_TOLERANCE`] (5 minutes), theirs.
 ///
 /// ```
-/// use idem_core::inbox::{SignatureError, StandardWebhooks, WebhookScheme};
+/// use idem_inbox::{SignatureError, StandardWebhooks, WebhookScheme};
 /// let scheme = StandardWebhooks::new(["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])?;
 /// let signature = scheme.sign("msg_1", 1_700_000_000, b"{}");
 /// let headers = [
@@ -132,7 +132,7 @@ impl StandardWebhooks {
     /// ones, anything shorter is refused as guessable.
     ///
     /// ```
-    /// use idem_core::inbox::StandardWebhooks;
+    /// use idem_inbox::StandardWebhooks;
     /// assert!(StandardWebhooks::new(["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]).is_ok());
     /// assert!(StandardWebhooks::new(["MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]).is_ok());
     /// assert!(StandardWebhooks::new(["whsec_"]).is_err());
@@ -172,7 +172,7 @@ impl StandardWebhooks {
     /// spaces around each trimmed, empty items skipped.
     ///
     /// ```
-    /// use idem_core::inbox::StandardWebhooks;
+    /// use idem_inbox::StandardWebhooks;
     /// let both = StandardWebhooks::from_comma_separated(
     ///     "whsec_bmV3LXNlY3JldC1mb3Itcm90YXRpb24h, whsec_b2xkLXNlY3JldC1mb3Itcm90YXRpb24h",
     /// )?;
@@ -188,7 +188,7 @@ impl StandardWebhooks {
     /// dropped). `Duration::ZERO` accepts only a timestamp equal to now.
     ///
     /// ```
-    /// use idem_core::inbox::StandardWebhooks;
+    /// use idem_inbox::StandardWebhooks;
     /// use std::time::Duration;
     /// let scheme = StandardWebhooks::new(["whsec_bmV3LXNlY3JldC1mb3Itcm90YXRpb24h"])?
     ///     .tolerance(Duration::from_secs(60));
@@ -211,7 +211,7 @@ impl StandardWebhooks {
     /// reference libraries' `sign` produces. For tests and fixtures.
     ///
     /// ```
-    /// use idem_core::inbox::StandardWebhooks;
+    /// use idem_inbox::StandardWebhooks;
     /// // The reference Python library's test_sign_function.
     /// let scheme = StandardWebhooks::new(["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])?;
     /// assert_eq!(
@@ -230,7 +230,7 @@ impl StandardWebhooks {
     /// sender sends during a rotation.
     ///
     /// ```
-    /// use idem_core::inbox::StandardWebhooks;
+    /// use idem_inbox::StandardWebhooks;
     /// let sender = StandardWebhooks::new(["whsec_bmV3LXNlY3JldC1mb3Itcm90YXRpb24h", "whsec_b2xkLXNlY3JldC1mb3Itcm90YXRpb24h"])?;
     /// assert_eq!(sender.sign_with_all_secrets("m", 1, b"").matches("v1,").count(), 2);
     /// # Ok::<(), idem_core::Error>(())

@@ -48,7 +48,7 @@ pub(crate) fn body_key(event_name: &str, body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inbox::mac::decode_hex_mac;
+    use crate::mac::decode_hex_mac;
 
     fn hex(value: &str) -> Result<[u8; MAC_LEN], SignatureError> {
         decode_hex_mac(value).ok_or(SignatureError::Malformed("not hex"))
@@ -67,9 +67,9 @@ mod tests {
     }
 
     #[test]
-    fn the_signature_header_is_required_decoded_and_checked() -> Result<(), crate::Error> {
+    fn the_signature_header_is_required_decoded_and_checked() -> Result<(), idem_core::Error> {
         let keys = Keys::new(["k"], "secret")?;
-        let good = crate::inbox::mac::to_hex(&keys.first_mac(&[b"body"]));
+        let good = crate::mac::to_hex(&keys.first_mac(&[b"body"]));
         let check = |value: &str, body: &[u8]| {
             verify_body_signature(&keys, &[("sig", value)], "sig", hex, body)
         };

@@ -6,18 +6,16 @@
 
 use std::time::Duration;
 
-use crate::inbox::headers::{single, Headers};
-use crate::inbox::mac::{
-    debug_without_secrets, decode_hex_mac, split_secrets, to_hex, Keys, MAC_LEN,
-};
-use crate::inbox::scheme::{VerifiedEvent, WebhookScheme};
-use crate::inbox::signature::{
+use crate::headers::{single, Headers};
+use crate::mac::{debug_without_secrets, decode_hex_mac, split_secrets, to_hex, Keys, MAC_LEN};
+use crate::scheme::{VerifiedEvent, WebhookScheme};
+use crate::signature::{
     check_time, parse_unix_secs, secs_i64, SignatureError, DEFAULT_TOLERANCE, MAX_HEADER_LEN,
     MAX_SIGNATURES,
 };
-use crate::Error;
+use idem_core::Error;
 #[cfg(any(doc, test))]
-use crate::Field;
+use idem_core::Field;
 
 /// The header Stripe signs its deliveries in.
 pub const STRIPE_SIGNATURE_HEADER: &str = "stripe-signature";
@@ -28,7 +26,7 @@ pub const STRIPE_SIGNATURE_HEADER: &str = "stripe-signature";
 /// Stripe's libraries use it. `Debug` never shows the secrets.
 ///
 /// ```
-/// use idem_core::inbox::StripeScheme;
+/// use idem_inbox::StripeScheme;
 /// use std::time::Duration;
 ///
 /// // During a rotation, configure both the new and the old secret.
@@ -56,7 +54,7 @@ impl StripeScheme {
     /// secret is empty.
     ///
     /// ```
-    /// use idem_core::inbox::StripeScheme;
+    /// use idem_inbox::StripeScheme;
     /// assert!(StripeScheme::new(["whsec_a", "whsec_b"]).is_ok());
     /// assert!(StripeScheme::new(Vec::<&str>::new()).is_err());
     /// assert!(StripeScheme::new(["whsec_a", ""]).is_err());
@@ -73,7 +71,7 @@ impl StripeScheme {
     /// least one secret must remain (see [`new`](Self::new)).
     ///
     /// ```
-    /// use idem_core::inbox::StripeScheme;
+    /// use idem_inbox::StripeScheme;
     /// let a = StripeScheme::from_comma_separated(" whsec_a ,whsec_b,")?;
     /// let b = StripeScheme::new(["whsec_a", "whsec_b"])?;
     /// assert_eq!(a.sign(b"x", 1), b.sign(b"x", 1));
@@ -89,7 +87,7 @@ impl StripeScheme {
     /// one second more does not. `Duration::ZERO` accepts only `t == now`.
     ///
     /// ```
-    /// use idem_core::inbox::StripeScheme;
+    /// use idem_inbox::StripeScheme;
     /// use std::time::Duration;
     /// let scheme = StripeScheme::new(["whsec_a"])?.tolerance(Duration::from_secs(10));
     /// assert_eq!(scheme.tolerance_secs(), 10);
@@ -104,7 +102,7 @@ impl StripeScheme {
     /// The tolerance in whole seconds.
     ///
     /// ```
-    /// use idem_core::inbox::StripeScheme;
+    /// use idem_inbox::StripeScheme;
     /// assert_eq!(StripeScheme::new(["whsec_a"])?.tolerance_secs(), 300);
     /// # Ok::<(), idem_core::Error>(())
     /// ```
@@ -114,14 +112,14 @@ impl StripeScheme {
 
     /// Checks `header` (the value of e.g. `Stripe-Signature`, `None` when the request has
     /// none) against the raw `body` at `now_unix` (unix seconds; pass
-    /// [`now_unix()`](crate::inbox::now_unix) in production, a fixed value in tests).
+    /// [`now_unix()`](crate::now_unix) in production, a fixed value in tests).
     ///
     /// The signature is checked before the time, so [`SignatureError::Stale`] and
     /// [`SignatureError::Future`] are only ever reported for authentic deliveries; a forged
     /// header gets [`SignatureError::Mismatch`] whatever its `t`.
     ///
     /// ```
-    /// use idem_core::inbox::{SignatureError, StripeScheme};
+    /// use idem_inbox::{SignatureError, StripeScheme};
     /// let scheme = StripeScheme::new(["whsec_a"])?;
     /// let header = scheme.sign(b"{}", 1_000);
     /// assert_eq!(scheme.verify(Some(&header), b"{}", 1_300), Ok(()));
@@ -155,7 +153,7 @@ impl StripeScheme {
     /// [`verify`](Self::verify) refuses as malformed.
     ///
     /// ```
-    /// use idem_core::inbox::StripeScheme;
+    /// use idem_inbox::StripeScheme;
     /// let header = StripeScheme::new(["whsec_test_secret"])?.sign(b"", 1);
     /// assert_eq!(header, "t=1,v1=72a0d5db585ba2c43502db342967281f0d98f88ad9a739d64b64b0e90ec5b49c");
     /// # Ok::<(), idem_core::Error>(())
@@ -172,7 +170,7 @@ impl StripeScheme {
     /// during a rotation, `t=<t>,v1=<hex>,v1=<hex>`.
     ///
     /// ```
-    /// use idem_core::inbox::StripeScheme;
+    /// use idem_inbox::StripeScheme;
     /// let sender = StripeScheme::new(["whsec_new", "whsec_old"])?;
     /// let header = sender.sign_with_all_secrets(b"{}", 1_000);
     /// assert_eq!(header.matches(",v1=").count(), 2);

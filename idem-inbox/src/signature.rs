@@ -17,7 +17,7 @@
 //! ([`MAX_HEADER_LEN`], [`MAX_SIGNATURES`]).
 //!
 //! ```
-//! use idem_core::inbox::signature::{SignatureError, SignatureScheme};
+//! use idem_inbox::signature::{SignatureError, SignatureScheme};
 //!
 //! let scheme = SignatureScheme::from_comma_separated("whsec_new, whsec_old")?;
 //! let body = br#"{"id":"evt_1"}"#;
@@ -54,7 +54,7 @@ pub const MAX_EVENT_ID_LEN: usize = 255;
 /// Why a delivery's signature was refused. Every variant is the sender's problem (400).
 ///
 /// ```
-/// use idem_core::inbox::signature::SignatureError;
+/// use idem_inbox::signature::SignatureError;
 /// let err = SignatureError::Stale { age_secs: 301 };
 /// assert_eq!(err.http_status(), 400);
 /// assert_eq!(err.to_string(), "signature timestamp is 301 s old, over the tolerance");
@@ -103,7 +103,7 @@ impl SignatureError {
     /// expects a 400 for a delivery that fails verification, and retries it).
     ///
     /// ```
-    /// use idem_core::inbox::signature::SignatureError;
+    /// use idem_inbox::signature::SignatureError;
     /// assert_eq!(SignatureError::Mismatch.http_status(), 400);
     /// assert_eq!(SignatureError::Missing.http_status(), 400);
     /// ```
@@ -123,7 +123,7 @@ impl SignatureError {
 /// The current time in unix seconds (negative before 1970), from the system clock.
 ///
 /// ```
-/// let now = idem_core::inbox::signature::now_unix();
+/// let now = idem_inbox::signature::now_unix();
 /// assert!(now > 1_600_000_000);
 /// ```
 pub fn now_unix() -> i64 {

@@ -8,7 +8,7 @@ use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::{Error, Field};
+use idem_core::{Error, Field};
 
 /// HMAC-SHA256.
 pub(crate) type HmacSha256 = Hmac<Sha256>;
@@ -134,7 +134,7 @@ pub(crate) fn split_secrets(secrets: &str) -> impl Iterator<Item = &str> {
 
 /// `mac` as lowercase hex.
 pub(crate) fn to_hex(mac: &[u8]) -> String {
-    crate::hex::lower(mac)
+    mac.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// 64 hex digits (either case) into 32 bytes.

@@ -77,10 +77,9 @@ fn c16_the_table_of_events_names_every_event_kind_and_no_other() {
     }
 }
 
-#[cfg(feature = "metrics")]
 #[test]
 fn c16_the_table_of_events_marks_exactly_the_metric_outcomes() {
-    use idem_core::metrics::OUTCOMES;
+    use idem_metrics::OUTCOMES;
     let doc = operations_md();
     let rows = event_rows(&doc);
     let marked: Vec<&str> = rows

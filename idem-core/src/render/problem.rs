@@ -14,7 +14,7 @@ pub const PROBLEM_BASE: &str = "https://idem.rs/problems/";
 /// Stripe-style `{"error": {..}}`) renders it itself from the fields.
 ///
 /// ```
-/// use idem_core::Problem;
+/// use idem_core::render::Problem;
 /// use std::time::Duration;
 /// let busy = Problem::new(409, "request-in-progress", "Still running.", true)
 ///     .with_retry_after(Duration::from_millis(1200));
@@ -95,7 +95,7 @@ impl Problem {
 /// [`Problem::new`] + [`Problem::to_response`]).
 ///
 /// ```
-/// let p = idem_core::problem(503, "store-unavailable", "Try again later.", true);
+/// let p = idem_core::render::problem(503, "store-unavailable", "Try again later.", true);
 /// assert_eq!(p.header("content-type"), Some(&b"application/problem+json"[..]));
 /// assert!(String::from_utf8_lossy(&p.body).contains("\"retryable\":true"));
 /// ```
@@ -106,7 +106,7 @@ pub fn problem(status: u16, kind: &'static str, detail: &str, retryable: bool) -
 /// `Retry-After` in whole seconds, rounded up and at least 1 (C5).
 ///
 /// ```
-/// use idem_core::retry_after_secs;
+/// use idem_core::render::retry_after_secs;
 /// use std::time::Duration;
 /// assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
 /// assert_eq!(retry_after_secs(Duration::from_millis(1500)), 2);

@@ -17,16 +17,16 @@
 //! `X-Shopify-Event-Id`, when sent, is kept as [`VerifiedEvent::delivery_id`], for logs and
 //! audit.
 
-use crate::inbox::body_signed::{body_key, verify_body_signature};
-use crate::inbox::headers::{event_id, required, single, Headers};
-use crate::inbox::mac::{
+use crate::body_signed::{body_key, verify_body_signature};
+use crate::headers::{event_id, required, single, Headers};
+use crate::mac::{
     debug_without_secrets, decode_base64_mac, split_secrets, to_base64, Keys, MAC_LEN,
 };
-use crate::inbox::scheme::{VerifiedEvent, WebhookScheme};
-use crate::inbox::signature::SignatureError;
-use crate::Error;
+use crate::scheme::{VerifiedEvent, WebhookScheme};
+use crate::signature::SignatureError;
+use idem_core::Error;
 #[cfg(any(doc, test))]
-use crate::Field;
+use idem_core::Field;
 
 /// The signature header.
 pub const SHOPIFY_HMAC_HEADER: &str = "x-shopify-hmac-sha256";
@@ -40,7 +40,7 @@ pub const SHOPIFY_TOPIC_HEADER: &str = "x-shopify-topic";
 /// client secret is rotated. `Debug` never shows a secret.
 ///
 /// ```
-/// use idem_core::inbox::{ShopifyScheme, WebhookScheme};
+/// use idem_inbox::{ShopifyScheme, WebhookScheme};
 /// let scheme = ShopifyScheme::new(["shpss_secret"])?;
 /// let body = br#"{"id":820982911946154508}"#;
 /// let hmac = scheme.sign(body);
@@ -69,7 +69,7 @@ impl ShopifyScheme {
     /// your own choosing should be random and at least 32 bytes long.
     ///
     /// ```
-    /// use idem_core::inbox::ShopifyScheme;
+    /// use idem_inbox::ShopifyScheme;
     /// assert!(ShopifyScheme::new(["shpss_a", "shpss_b"]).is_ok());
     /// assert!(ShopifyScheme::new(Vec::<&str>::new()).is_err());
     /// ```
@@ -84,7 +84,7 @@ impl ShopifyScheme {
     /// [`new`](Self::new)).
     ///
     /// ```
-    /// use idem_core::inbox::ShopifyScheme;
+    /// use idem_inbox::ShopifyScheme;
     /// let a = ShopifyScheme::from_comma_separated("new, old")?;
     /// assert_eq!(a.sign(b"x"), ShopifyScheme::new(["new"])?.sign(b"x"));
     /// # Ok::<(), idem_core::Error>(())
@@ -97,7 +97,7 @@ impl ShopifyScheme {
     /// secret: 44 characters of standard, padded base64. For tests and fixtures.
     ///
     /// ```
-    /// use idem_core::inbox::ShopifyScheme;
+    /// use idem_inbox::ShopifyScheme;
     /// let hmac = ShopifyScheme::new(["hush"])?.sign(b"{}");
     /// assert_eq!(hmac.len(), 44);
     /// assert!(hmac.ends_with('='));
@@ -116,7 +116,7 @@ impl WebhookScheme for ShopifyScheme {
     /// Checks `X-Shopify-Hmac-Sha256` (required: 44 characters of standard padded base64)
     /// against the body under every secret, then reads `X-Shopify-Topic` (required) and
     /// `X-Shopify-Event-Id` (optional), both without blanks and at most
-    /// [`MAX_EVENT_ID_LEN`](crate::inbox::signature::MAX_EVENT_ID_LEN) bytes. The event id is
+    /// [`MAX_EVENT_ID_LEN`](crate::signature::MAX_EVENT_ID_LEN) bytes. The event id is
     /// `<topic> <blake3 hex of the body>`, its type the topic, the delivery id
     /// `X-Shopify-Event-Id`. `now_unix` is unused: Shopify signs no time.
     fn verify(
@@ -243,8 +243,8 @@ mod tests {
     /// under new event ids and webhook ids runs its effect once.
     #[tokio::test]
     async fn a_replay_under_new_event_ids_is_a_duplicate_with_no_second_effect() -> TestResult {
-        use crate::inbox::{Ack, Delivery, Inbox, Receipt};
-        use crate::{Idempotency, MemoryStore};
+        use crate::{Ack, Delivery, Inbox, Receipt};
+        use idem_core::{Idempotency, MemoryStore};
         use std::sync::atomic::{AtomicUsize, Ordering};
         use std::sync::Arc;
 
