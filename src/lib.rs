@@ -9,7 +9,7 @@
 //!
 //! | feature | module | store |
 //! |---|---|---|
-//! | `sqlite` (default) | `sqlite` | `SqliteStore`: embedded, completion in the effect's transaction |
+//! | `sqlite` (default) | `sqlite` | `SqliteStore`: embedded, completion in the effect's transaction (`sqlite-system`: the same, linked against the system's libsqlite3) |
 //! | `postgres` | `postgres` | `PgStore`: PostgreSQL (sqlx), completion in the effect's transaction |
 //! | `redis` | `redis` | `RedisStore`: one Redis or a cluster; not atomic with the effect, for reversible effects |
 //!
@@ -31,6 +31,7 @@
 //! ```
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use idem_core::{
     canonical_json, is_always_stored, is_never_stored, render, waiting_now, Answer, Begin, Clock,
@@ -44,11 +45,13 @@ pub use idem_core::{
 /// Inbound events (webhooks) processed once when the sender chooses the key: the inbox, its
 /// signature check and its audit trail (feature `inbox`); see [`idem_inbox`].
 #[cfg(feature = "inbox")]
+#[cfg_attr(docsrs, doc(cfg(feature = "inbox")))]
 pub use idem_inbox as inbox;
 
 /// Metrics through the `metrics` facade (feature `metrics`): the `Metrics` observer of the
 /// engine's events; see [`idem_metrics`].
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use idem_metrics as metrics;
 
 /// For store writers: the [`Store`] trait and what implementing it takes; see
@@ -60,19 +63,22 @@ pub mod store {
 }
 
 /// The embedded SQLite store (feature `sqlite`, on by default); see [`idem_sqlite`].
-#[cfg(feature = "sqlite")]
+#[cfg(feature = "sqlite-system")]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "sqlite-system"))))]
 pub mod sqlite {
     pub use idem_sqlite::*;
 }
 
 /// The PostgreSQL store (feature `postgres`); see [`idem_postgres`].
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres {
     pub use idem_postgres::*;
 }
 
 /// The Redis store (feature `redis`), for reversible effects only; see [`idem_redis`].
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis {
     pub use idem_redis::*;
 }
@@ -80,6 +86,7 @@ pub mod redis {
 /// The HTTP layer (feature `tower`; `axum` adds the axum integration, `tonic` the gRPC layer);
 /// see [`idem_tower`].
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower {
     pub use idem_tower::*;
 }

@@ -11,6 +11,9 @@
 //! - [`raw`]: the hand-written baselines, one module per store;
 //! - [`stores`]: the stores and their baselines, on the servers `scripts/services.sh` starts;
 //! - [`report`]: the results, for the chart (`cargo run -p idem-benches --bin chart`).
+// A bench harness, never published: its sides hold drivers' connections and closures that
+// have no Debug of their own, and nothing prints them.
+#![allow(missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
 pub mod exercise;

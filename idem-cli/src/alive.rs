@@ -7,7 +7,7 @@ use std::path::Path;
 
 /// What this machine can say about a holder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Liveness {
+pub(crate) enum Liveness {
     /// The process with the holder's pid runs here and started when the holder did.
     Alive,
     /// No process with the holder's pid runs here, or only its zombie: the process is gone
@@ -29,7 +29,7 @@ pub enum Liveness {
 
 impl Liveness {
     /// As the tables and JSON print it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Liveness::Alive => "alive",
             Liveness::Dead => "dead",
@@ -42,7 +42,7 @@ impl Liveness {
 }
 
 /// Whether `holder` still runs, as the process `here` (on this machine) sees it.
-pub fn liveness(holder: &Holder, here: &Holder) -> Liveness {
+pub(crate) fn liveness(holder: &Holder, here: &Holder) -> Liveness {
     let same = |a: Option<&str>, b: Option<&str>| a.is_some() && a == b;
     if holder.host() != here.host()
         || !same(holder.boot_id(), here.boot_id())
@@ -77,7 +77,7 @@ pub fn liveness(holder: &Holder, here: &Holder) -> Liveness {
 
 /// [`liveness`] as this process sees it (its host, boot and namespace computed as idem
 /// computes a holder's).
-pub fn liveness_here(holder: &Holder) -> Liveness {
+pub(crate) fn liveness_here(holder: &Holder) -> Liveness {
     liveness(holder, Holder::this_process())
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 /// Reads never change a record, and a stored body is printed only with `inspect --body`.
 #[derive(Debug, Parser)]
 #[command(name = "idem", version, about, long_about = None)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Where the records are: sqlite://PATH (sqlite:///abs/path), postgres://…, redis://… or
     /// redis+cluster://host:port,host:port
     #[arg(long, env = "IDEM_URL", global = true, hide_env_values = true)]
@@ -47,7 +47,7 @@ pub struct Cli {
 
 /// The commands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Apply the schema (SQLite, PostgreSQL), or print it with --print.
     Migrate {
         /// Print the SQL instead of applying it; touches nothing.
@@ -111,7 +111,7 @@ pub enum Command {
 
 /// Refreshing a command's answer.
 #[derive(Debug, Args)]
-pub struct WatchArgs {
+pub(crate) struct WatchArgs {
     /// Run again every SECS seconds until Ctrl-C (the screen is cleared between runs only on a
     /// terminal; a store error is printed and the next run tries again).
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
@@ -120,7 +120,7 @@ pub struct WatchArgs {
 
 /// Paging of a listing.
 #[derive(Debug, Args)]
-pub struct PageArgs {
+pub(crate) struct PageArgs {
     /// Records per page (1..=1000).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub limit: u16,

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 /// The most records a lookup by key shows.
-pub const KEY_LOOKUP_MAX: usize = 50;
+pub(crate) const KEY_LOOKUP_MAX: usize = 50;
 
 /// What a lookup by key says beside its answer.
 const SHARED_KEYS: &str = "keys are chosen by clients: two clients may send the same key, and each (consumer, route, key) is a record of its own (C2)";
@@ -44,7 +44,7 @@ async fn within<T>(call: impl Future<Output = Result<T, Error>>) -> Result<T, Er
 
 /// How a command ended, for the exit status.
 #[derive(Debug)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// The command line was wrong (exit 2).
     Usage(String),
     /// The store refused or failed (exit 1).
@@ -79,7 +79,7 @@ impl From<std::io::Error> for Failure {
 }
 
 /// Where a command writes: the answer on `out`, progress and notes on `err`.
-pub struct Io<'a> {
+pub(crate) struct Io<'a> {
     /// The answer (a table or one JSON document).
     pub out: &'a mut dyn Write,
     /// Progress, notes, the next cursor of a table listing.
@@ -98,7 +98,7 @@ impl Io<'_> {
 }
 
 /// Runs the command the command line names.
-pub async fn run(cli: Cli, io: &mut Io<'_>) -> Result<(), Failure> {
+pub(crate) async fn run(cli: Cli, io: &mut Io<'_>) -> Result<(), Failure> {
     let url = cli
         .url
         .as_deref()

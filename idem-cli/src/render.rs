@@ -9,16 +9,16 @@ use idem_core::store::{
 use idem_core::{Holder, Timestamp};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 /// An instant as RFC 3339 in UTC, to the millisecond.
-pub fn time(at: Timestamp) -> String {
+pub(crate) fn time(at: Timestamp) -> String {
     let system = UNIX_EPOCH + Duration::from_millis(at.as_millis());
     humantime::format_rfc3339_millis(system).to_string()
 }
 
 /// How far `at` is from `now`: `in 4m 59s` or `3m 2s ago`, to the second.
-pub fn relative(at: Timestamp, now: Timestamp) -> String {
+pub(crate) fn relative(at: Timestamp, now: Timestamp) -> String {
     let seconds = |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs()));
     if at > now {
         format!("in {}", seconds(at.saturating_since(now)))
@@ -28,11 +28,8 @@ pub fn relative(at: Timestamp, now: Timestamp) -> String {
 }
 
 /// This machine's clock, for the ages shown beside the store's instants.
-pub fn now() -> Timestamp {
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    Timestamp::from_millis(ms)
+pub(crate) fn now() -> Timestamp {
+    idem_core::Clock::now(&idem_core::SystemClock)
 }
 
 /// Whether a terminal could act on `c` instead of showing it: control characters (C0, DEL,
@@ -45,7 +42,7 @@ fn hostile(c: char) -> bool {
 /// A JSON document on one line, with every character a terminal could act on written as a
 /// `\uXXXX` escape (JSON escapes C0 controls itself; the others can only occur inside strings,
 /// where the escape means the same character).
-pub fn json_text(value: &Value) -> String {
+pub(crate) fn json_text(value: &Value) -> String {
     let mut out = String::new();
     for c in value.to_string().chars() {
         if hostile(c) && !c.is_ascii() {
@@ -62,7 +59,7 @@ pub fn json_text(value: &Value) -> String {
 
 /// `text` with control and bidirectional-formatting characters escaped (`\u{1b}`), the rest
 /// as it is.
-pub fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         if hostile(c) {
@@ -75,7 +72,7 @@ pub fn printable(text: &str) -> String {
 }
 
 /// Bytes shown as escaped text when they are UTF-8, else as hex.
-pub fn printable_bytes(bytes: &[u8]) -> String {
+pub(crate) fn printable_bytes(bytes: &[u8]) -> String {
     match std::str::from_utf8(bytes) {
         Ok(text) => printable(text),
         Err(_) => format!("(not UTF-8) hex {}", hex(bytes)),
@@ -83,7 +80,7 @@ pub fn printable_bytes(bytes: &[u8]) -> String {
 }
 
 /// Lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes
         .iter()
         .fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
@@ -102,14 +99,14 @@ fn bytes_json(bytes: &[u8]) -> Value {
 
 /// Rows under headers, each column as wide as its widest cell.
 #[derive(Debug)]
-pub struct Table {
+pub(crate) struct Table {
     headers: Vec<&'static str>,
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
     /// An empty table with these columns.
-    pub fn new(headers: &[&'static str]) -> Self {
+    pub(crate) fn new(headers: &[&'static str]) -> Self {
         Self {
             headers: headers.to_vec(),
             rows: Vec::new(),
@@ -117,12 +114,12 @@ impl Table {
     }
 
     /// Adds a row (cells already printable).
-    pub fn row(&mut self, cells: Vec<String>) {
+    pub(crate) fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
     }
 
     /// The table as text, one line per row, cells separated by two spaces.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let width = |i: usize| {
             self.rows
                 .iter()
@@ -155,11 +152,11 @@ impl Table {
 }
 
 /// The columns of a pending (in-progress) listing.
-pub const PENDING_COLUMNS: &[&str] = &[
+pub(crate) const PENDING_COLUMNS: &[&str] = &[
     "RESERVED", "AGE", "LEASE", "HOLDER", "ALIVE", "CONSUMER", "ROUTE", "KEY",
 ];
 /// The columns of the records of one key.
-pub const KEY_COLUMNS: &[&str] = &[
+pub(crate) const KEY_COLUMNS: &[&str] = &[
     "CONSUMER",
     "ROUTE",
     "STATE",
@@ -171,7 +168,7 @@ pub const KEY_COLUMNS: &[&str] = &[
 
 /// A holder as a table cell: `pid 4242 on web-1`, `unknown` for a record written before
 /// the store kept it, `unreadable (…)` for one this version does not read.
-pub fn holder_cell(holder: &Noted<Holder>) -> String {
+pub(crate) fn holder_cell(holder: &Noted<Holder>) -> String {
     match holder {
         Noted::Known(h) => printable(&format!("pid {} on {}", h.pid(), h.host())),
         other => printable(&other.to_string()),
@@ -207,7 +204,7 @@ fn holder_json(holder: &Noted<Holder>, in_progress: bool) -> Value {
 }
 
 /// The records of one key as a table row.
-pub fn key_row(record: &Listed, now: Timestamp) -> Vec<String> {
+pub(crate) fn key_row(record: &Listed, now: Timestamp) -> Vec<String> {
     let in_progress = matches!(record.state, ListedState::InProgress { .. });
     let state = match record.state {
         ListedState::InProgress { lease_until } if lease_until > now => "in progress".to_owned(),
@@ -230,10 +227,10 @@ pub fn key_row(record: &Listed, now: Timestamp) -> Vec<String> {
     ]
 }
 /// The columns of a completed listing.
-pub const COMPLETED_COLUMNS: &[&str] = &["ROUTE", "KEY", "STATUS", "RESERVED", "EXPIRES"];
+pub(crate) const COMPLETED_COLUMNS: &[&str] = &["ROUTE", "KEY", "STATUS", "RESERVED", "EXPIRES"];
 
 /// A listed record as a table row of its selection's columns.
-pub fn listed_row(record: &Listed, now: Timestamp) -> Vec<String> {
+pub(crate) fn listed_row(record: &Listed, now: Timestamp) -> Vec<String> {
     let reserved = record.reserved_at.map_or("unknown".to_owned(), time);
     match record.state {
         ListedState::InProgress { lease_until } => vec![
@@ -263,7 +260,7 @@ pub fn listed_row(record: &Listed, now: Timestamp) -> Vec<String> {
 }
 
 /// A listed record as JSON.
-pub fn listed_json(record: &Listed) -> Value {
+pub(crate) fn listed_json(record: &Listed) -> Value {
     let mut value = json!({
         "consumer": record.id.consumer(),
         "route": record.id.route(),
@@ -295,7 +292,7 @@ pub fn listed_json(record: &Listed) -> Value {
 }
 
 /// One record as `inspect` shows it: a two-column table, the body only when asked.
-pub fn record_text(inspected: &Inspected, now: Timestamp, with_body: bool) -> String {
+pub(crate) fn record_text(inspected: &Inspected, now: Timestamp, with_body: bool) -> String {
     let (record, provenance) = (&inspected.record, &inspected.provenance);
     let mut table = Table::new(&["FIELD", "VALUE"]);
     let mut field = |name: &str, value: String| table.row(vec![name.to_owned(), value]);
@@ -401,7 +398,7 @@ fn provenance_json(provenance: &Provenance, in_progress: bool) -> Value {
 }
 
 /// One record as JSON, with its provenance; `body` only when asked.
-pub fn inspected_json(inspected: &Inspected, now: Timestamp, with_body: bool) -> Value {
+pub(crate) fn inspected_json(inspected: &Inspected, now: Timestamp, with_body: bool) -> Value {
     let mut value = record_json(&inspected.record, now, with_body);
     merge(
         &mut value,
@@ -454,7 +451,7 @@ fn record_json(record: &Record, now: Timestamp, with_body: bool) -> Value {
 }
 
 /// The counts as a table.
-pub fn stats_text(stats: &Stats) -> String {
+pub(crate) fn stats_text(stats: &Stats) -> String {
     let mut table = Table::new(&["RECORDS", "COUNT"]);
     for (name, count) in [
         ("in progress", stats.in_progress),
@@ -479,7 +476,7 @@ pub fn stats_text(stats: &Stats) -> String {
 }
 
 /// The counts as JSON.
-pub fn stats_json(stats: &Stats) -> Value {
+pub(crate) fn stats_json(stats: &Stats) -> Value {
     json!({
         "now": time(stats.now),
         "now_ms": stats.now.as_millis(),

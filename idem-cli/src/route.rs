@@ -6,7 +6,7 @@
 /// all digits (`42`), a UUID, a prefixed id (`ch_3MmlLrLkdIwHu7ix`, `cus_9s6XKzkNRiz8i3`), or a
 /// long hex or base-62 token with digits in it. `None` when every segment could be a
 /// template's.
-pub fn looks_concrete(route: &str) -> Option<&str> {
+pub(crate) fn looks_concrete(route: &str) -> Option<&str> {
     let path = route.split_once(' ').map_or(route, |(_, path)| path);
     let path = path.split(['?', '#']).next().unwrap_or(path);
     path.split('/').find(|segment| is_id(segment))

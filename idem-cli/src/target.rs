@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 /// A store's location, from `--url`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// A SQLite file.
     Sqlite(PathBuf),
     /// A PostgreSQL server (the URL as given: it may hold a password, so it is never printed).
@@ -22,7 +22,7 @@ pub enum Target {
 
 /// The names of the store's table, schema or key prefix, where the command line set them.
 #[derive(Debug, Clone, Default)]
-pub struct Names {
+pub(crate) struct Names {
     /// `--table`.
     pub table: Option<String>,
     /// `--schema`.
@@ -33,14 +33,14 @@ pub struct Names {
 
 /// A mistake on the command line: exit status 2.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Usage(pub String);
+pub(crate) struct Usage(pub String);
 
 impl Target {
     /// Reads `--url`: `sqlite://PATH` (relative) or `sqlite:///PATH` (absolute), `postgres://…`
     /// or `postgresql://…`, `redis://…` or `rediss://…`, and
     /// `redis+cluster://[user:password@]host:port,host:port,…` for a Redis Cluster (any of its
     /// nodes; the credentials apply to each).
-    pub fn parse(url: &str) -> Result<Self, Usage> {
+    pub(crate) fn parse(url: &str) -> Result<Self, Usage> {
         let (scheme, rest) = url.split_once("://").unwrap_or(("", ""));
         match scheme.to_ascii_lowercase().as_str() {
             "sqlite" => {
@@ -77,7 +77,7 @@ impl Target {
 
     /// Refuses a name the target does not have (a `--schema` for SQLite...), or one its store
     /// would refuse.
-    pub fn check(&self, names: &Names) -> Result<(), Usage> {
+    pub(crate) fn check(&self, names: &Names) -> Result<(), Usage> {
         self.fits(names)?;
         let invalid = |flag: &'static str| move |e: Error| Usage(format!("{flag}: {e}"));
         match self {
@@ -121,7 +121,7 @@ impl Target {
     /// Opens the store without changing anything: a SQLite file must exist and its table be
     /// at the current schema version (an application's release owns its schema; `idem migrate`
     /// upgrades it on purpose).
-    pub async fn open(&self, names: &Names) -> Result<Box<dyn Operator>, Error> {
+    pub(crate) async fn open(&self, names: &Names) -> Result<Box<dyn Operator>, Error> {
         Ok(match self {
             Target::Sqlite(path) if !path.exists() => {
                 return Err(Error::invalid(
@@ -156,7 +156,7 @@ impl Target {
 
     /// Applies the schema: creates a SQLite file if needed and brings the table up to date, or
     /// runs the PostgreSQL migrations. `None` for Redis, which has no schema.
-    pub async fn migrate(&self, names: &Names) -> Result<Option<()>, Error> {
+    pub(crate) async fn migrate(&self, names: &Names) -> Result<Option<()>, Error> {
         match self {
             Target::Sqlite(path) => {
                 with(SqliteStore::builder(path), &names.table, |b, t| b.table(t))
@@ -171,7 +171,7 @@ impl Target {
     }
 
     /// The schema's SQL for the target's table, or `None` for Redis.
-    pub fn schema_sql(&self, names: &Names) -> Result<Option<String>, Error> {
+    pub(crate) fn schema_sql(&self, names: &Names) -> Result<Option<String>, Error> {
         let table = names.table.as_deref().unwrap_or("idem_records");
         match self {
             Target::Sqlite(_) => {

@@ -98,6 +98,7 @@
 //! `Retry-After`), 501 and the other configuration 5xx are not, `Stripe-Should-Retry` is not
 //! read, the jitter is full rather than "half to full" and the pause has no 0.5 s floor, PUT
 //! and DELETE are keyed too, and there is a total deadline.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
 mod client;

@@ -38,9 +38,39 @@ impl Timestamp {
 impl std::ops::Add<Duration> for Timestamp {
     type Output = Timestamp;
     fn add(self, rhs: Duration) -> Timestamp {
-        let millis = u64::try_from(rhs.as_millis()).unwrap_or(u64::MAX);
-        Timestamp(self.0.saturating_add(millis))
+        Timestamp(self.0.saturating_add(millis_u64(rhs)))
     }
+}
+
+/// `duration` in whole milliseconds, saturating far in the future.
+fn millis_u64(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// For stores: `duration` in whole milliseconds as the signed integer a store binds (an SQL
+/// `bigint`, a Redis `PX`), saturating far in the future.
+///
+/// ```
+/// use idem_core::store::duration_millis;
+/// use std::time::Duration;
+/// assert_eq!(duration_millis(Duration::from_millis(1_500)), 1_500);
+/// assert_eq!(duration_millis(Duration::MAX), i64::MAX);
+/// ```
+pub fn duration_millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// For stores: `at` in milliseconds since the Unix epoch as the signed integer a store keeps,
+/// saturating far in the future.
+///
+/// ```
+/// use idem_core::store::timestamp_millis;
+/// use idem_core::Timestamp;
+/// assert_eq!(timestamp_millis(Timestamp::from_millis(42)), 42);
+/// assert_eq!(timestamp_millis(Timestamp::from_millis(u64::MAX)), i64::MAX);
+/// ```
+pub fn timestamp_millis(at: Timestamp) -> i64 {
+    i64::try_from(at.as_millis()).unwrap_or(i64::MAX)
 }
 
 impl fmt::Debug for Timestamp {
@@ -67,7 +97,7 @@ impl Clock for SystemClock {
         let since = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
-        Timestamp(u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+        Timestamp(millis_u64(since))
     }
 }
 
@@ -92,8 +122,7 @@ impl ManualClock {
 
     /// Moves the clock forward.
     pub fn advance(&self, by: Duration) {
-        let millis = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
-        self.0.fetch_add(millis, Ordering::SeqCst);
+        self.0.fetch_add(millis_u64(by), Ordering::SeqCst);
     }
 
     /// Sets the clock.

@@ -52,7 +52,7 @@ const MAX_HOST_LEN: usize = 255;
 const MAX_BOOT_ID_LEN: usize = 64;
 
 /// How much of an unreadable stored value an error or an `unreadable (…)` note repeats.
-pub const SHOWN_CHARS: usize = 64;
+pub(crate) const SHOWN_CHARS: usize = 64;
 
 /// At most `SHOWN_CHARS` characters of `text`, escaped as Rust debug output (control
 /// characters included), with `…` where it was cut.

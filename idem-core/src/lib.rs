@@ -11,9 +11,12 @@
 //!   detached from the caller's future) or guard style ([`Idempotency::begin`]); what it
 //!   answers without running anything is one type, [`Answer`].
 //! - The [`Store`] trait backends implement, with what implementing it takes in [`store`]
-//!   (the pure decision [`store::decide`], the fence [`store::check_fence`]), and
-//!   [`MemoryStore`] as the reference.
+//!   (the pure decision [`store::decide`], the fence [`store::check_fence`]), the optional
+//!   [`store::Operator`] trait for what operators see, and [`MemoryStore`] as the reference.
+//! - [`render`]: the one module that renders errors and answers as HTTP (problem+json).
 //! - With feature `testing`: the conformance suite every store runs (`testing`).
+//!
+//! Inbound webhooks are the `idem-inbox` crate, metrics the `idem-metrics` crate.
 //!
 //! The rules C1..C16 and the state machine are in the repository's docs/state-machine.md.
 //!
@@ -38,6 +41,7 @@
 //! # }
 //! ```
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod answer;
 mod backoff;
@@ -76,6 +80,7 @@ mod unwind;
 mod wire_key;
 
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
 pub use answer::Answer;

@@ -172,6 +172,7 @@ impl MemoryStore {
     /// Overwrites the stored response bytes of a completed record, to test that corrupt records
     /// are typed errors (C12). Returns whether a completed record was there.
     #[cfg(feature = "testing")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
     pub fn overwrite_stored_response(&self, id: &RecordId, bytes: Vec<u8>) -> bool {
         match self.lock().get_mut(id) {
             Some(Entry {

@@ -179,7 +179,7 @@ impl<T: std::fmt::Display> std::fmt::Display for Noted<T> {
     }
 }
 
-/// A record as [`Store::inspect`](crate::Store::inspect) reads it: the record whole, and its
+/// A record as [`Operator::inspect`](crate::store::Operator::inspect) reads it: the record whole, and its
 /// [`Provenance`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inspected {

@@ -186,7 +186,7 @@ fn is_template(route: &str) -> bool {
 /// assert_eq!(request.id().route(), "POST /v1/charges");
 ///
 /// let missing = Request::builder("acct_42", "POST", "/v1/charges").body(body).build();
-/// assert_eq!(missing.unwrap_err().http_status(), 400);
+/// assert!(matches!(missing, Err(Error::KeyMissing)));
 /// # Ok::<(), Error>(())
 /// ```
 #[derive(Debug, Clone)]

@@ -11,6 +11,7 @@
 #[doc(inline)]
 pub use crate::__idem_feed_report as feed_report;
 pub use crate::changes::{digest_from_hex, digest_to_hex, Changes};
+pub use crate::clock::{duration_millis, timestamp_millis};
 pub use crate::completion::Completion;
 pub use crate::decision::{check_fence, decide, Acquire, Decision};
 pub use crate::engine::on_heartbeat_thread;
@@ -208,7 +209,7 @@ pub trait Store: Send + Sync {
 pub trait Operator: Store {
     /// Reads the record for inspection, expired or not, with its [`Provenance`]: when its
     /// reservation was made and its completion landed, and which process holds it (rule 1).
-    /// Does not change anything. Default: [`lookup`](Self::lookup) with an unknown provenance,
+    /// Does not change anything. Default: [`Store::lookup`] with an unknown provenance,
     /// right for a store that keeps none.
     async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
         Ok(self.lookup(id).await?.map(|record| Inspected {

@@ -16,6 +16,7 @@ use std::task::{Context, Poll};
 /// assert!(caught.is_err());
 /// # }
 /// ```
+#[derive(Debug)]
 pub struct CatchUnwind<F>(Option<Pin<Box<F>>>);
 
 impl<F: Future> CatchUnwind<F> {

@@ -29,7 +29,7 @@ impl IdempotencyKey {
     /// assert!(IdempotencyKey::from_header(b"q83vEg==").is_err());
     /// assert_eq!(IdempotencyKey::from_header(b"\"q83vEg==\"")?.as_str(), "q83vEg==");
     /// for refused in [&b"a,b"[..], b"a, b", b"k;p=1", b"\"k\";p=1", b"k(x)", b"k=v", b"mid\"quote"] {
-    ///     assert_eq!(IdempotencyKey::from_header(refused).unwrap_err().http_status(), 400);
+    ///     assert_eq!(idem_core::render::status_for(&IdempotencyKey::from_header(refused).unwrap_err()), 400);
     /// }
     /// # Ok::<(), idem_core::Error>(())
     /// ```

@@ -21,6 +21,7 @@ use axum_core::response::{IntoResponse, Response};
 /// # Ok(())
 /// # }
 /// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 impl IntoResponse for Receipt {
     fn into_response(self) -> Response {
         self.to_http().into_response()

@@ -50,6 +50,7 @@ impl<N: AsRef<str>, V: AsRef<[u8]>> Headers for Vec<(N, V)> {
 }
 
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 impl Headers for http::HeaderMap {
     fn values(&self, name: &str) -> Vec<&[u8]> {
         self.get_all(name)

@@ -44,6 +44,7 @@
 //! # Ok(())
 //! # }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod audit;
 #[cfg(feature = "axum")]
@@ -55,6 +56,7 @@ mod scheme;
 pub mod schemes;
 pub mod signature;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
 pub use audit::{event_key, Audit, AuditEntry, AuditOutcome, MemoryAudit};

@@ -1,5 +1,5 @@
 //! The audit trail's conformance scenarios (the `Audit` contract of
-//! [`Audit`](crate::Audit)): one `pub async fn` per clause, run against
+//! [`Audit`]): one `pub async fn` per clause, run against
 //! [`MemoryAudit`](crate::MemoryAudit) and every store's audit table, so that the SQL
 //! versions are proven to behave as the reference. Each scenario takes a fresh trail.
 #![allow(missing_docs)]

@@ -1,9 +1,9 @@
 //! # idem-metrics
 //!
 //! Metrics through the [`metrics`] facade (in the `idem` facade: feature `metrics`): [`Metrics`], an
-//! [`Observer`](idem_core::Observer) of the engine's events (C16). Every metric is derived from the events the engine
+//! [`Observer`] of the engine's events (C16). Every metric is derived from the events the engine
 //! emits for tracing too, whichever way it is called (closure, transactional closure, guard, the
-//! HTTP layer): one vocabulary, [`EventKind::name`](idem_core::EventKind::name), and no store call of its own.
+//! HTTP layer): one vocabulary, [`EventKind::name`], and no store call of its own.
 //!
 //! Give the observer to the engine; everything else stays the same:
 //!
@@ -100,6 +100,7 @@
 //! by processes that crashed (orphans), nor other processes' executions: sum it over the
 //! processes for a fleet. Its value is set, not incremented: give each [`Metrics`] in a process
 //! its own store name, or give several engines the same one in an `Arc`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use idem_core::FencingToken;
 use idem_core::RecordId;
@@ -415,7 +416,9 @@ fn error_kind(operation: Operation, error: &Error) -> Option<&'static str> {
             _ => "other",
         },
         Error::CorruptRecord(_) => "corrupt_record",
-        Error::InvalidInput { .. } | Error::BodyTooLarge { .. } => "invalid_input",
+        Error::KeyMissing | Error::InvalidInput { .. } | Error::BodyTooLarge { .. } => {
+            "invalid_input"
+        }
         Error::LeaseLost => match operation {
             Operation::Complete
             | Operation::Release

@@ -6,6 +6,7 @@ use crate::params::{execute, fetch_all, Param, StatementMode};
 use crate::sql::strip_comments;
 use crate::store::PgStore;
 use idem_core::store::async_trait;
+use idem_core::store::timestamp_millis;
 use idem_core::{Error, Timestamp};
 use idem_inbox::{event_key, Audit, AuditEntry, AuditOutcome};
 use sqlx::postgres::PgRow;
@@ -182,11 +183,6 @@ impl PgAudit {
     }
 }
 
-/// Milliseconds as PostgreSQL's bigint (saturating far in the future).
-fn millis(at: Timestamp) -> i64 {
-    i64::try_from(at.as_millis()).unwrap_or(i64::MAX)
-}
-
 #[async_trait]
 impl Audit for PgAudit {
     async fn delivered(&self, source: &str, event_id: &[u8], at: Timestamp) -> Result<(), Error> {
@@ -197,7 +193,7 @@ impl Audit for PgAudit {
                 Param::Text(source),
                 Param::Bytes(&key),
                 Param::Bytes(event_id),
-                Param::Int(millis(at)),
+                Param::Int(timestamp_millis(at)),
             ],
         )
         .await?;
@@ -218,7 +214,7 @@ impl Audit for PgAudit {
                 Param::Text(source),
                 Param::Bytes(&key),
                 Param::Int(outcome.code()),
-                Param::Int(millis(at)),
+                Param::Int(timestamp_millis(at)),
             ],
         )
         .await?;
@@ -250,8 +246,8 @@ impl Audit for PgAudit {
             &self.sql.query,
             &[
                 Param::Text(source),
-                Param::Int(millis(from)),
-                Param::Int(millis(to)),
+                Param::Int(timestamp_millis(from)),
+                Param::Int(timestamp_millis(to)),
                 Param::Int(limit),
             ],
         )
@@ -264,7 +260,7 @@ impl Audit for PgAudit {
         let purged = self
             .execute(
                 &self.sql.purge,
-                &[Param::Int(millis(before)), Param::Int(limit)],
+                &[Param::Int(timestamp_millis(before)), Param::Int(limit)],
             )
             .await?;
         Ok(usize::try_from(purged).unwrap_or(usize::MAX))

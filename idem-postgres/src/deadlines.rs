@@ -63,9 +63,7 @@ impl Deadlines {
 
 /// Whole milliseconds, at least 1, at most PostgreSQL's largest timeout (`i32::MAX` ms).
 fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis())
-        .unwrap_or(i64::MAX)
-        .clamp(1, i64::from(i32::MAX))
+    idem_core::store::duration_millis(duration).clamp(1, i64::from(i32::MAX))
 }
 
 #[cfg(test)]

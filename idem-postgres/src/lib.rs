@@ -21,7 +21,7 @@
 //!         Ok::<_, sqlx::Error>(StoredResponse::new(201, r#"{"charged":2500}"#))
 //!     }))
 //!     .await?;
-//! let http = outcome.to_http(idem.policy()); // executed, or a replay, 409 or 422
+//! let http = idem_core::render::outcome(&outcome, idem.policy()); // executed, or a replay, 409 or 422
 //! # let _ = http;
 //! # Ok(())
 //! # }
@@ -35,6 +35,7 @@
 //! See the repository's docs/stores.md ("PostgreSQL") for the schema, the isolation levels, the
 //! round trips of each path, purge, and running behind PgBouncer.
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod announce;
 #[cfg(feature = "inbox")]

@@ -6,6 +6,7 @@ use crate::gate::GateKeys;
 use crate::params::{execute_after, fetch_all_after, Param, StatementMode};
 use crate::row;
 use crate::sql::Statements;
+use idem_core::store::duration_millis;
 use idem_core::store::{
     decide, Acquire, Completion, Cursor, Decision, Inspected, Lease, ListQuery, Page, Record,
     RecordState, Selection, Stats,
@@ -99,10 +100,6 @@ pub(crate) struct Ops {
     pub(crate) gate_namespace: String,
 }
 
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
 fn timestamp(ms: i64) -> Result<Timestamp, Error> {
     u64::try_from(ms)
         .map(Timestamp::from_millis)
@@ -164,7 +161,7 @@ impl Ops {
                     key,
                     Param::Bytes(fingerprint),
                     Param::Bytes(token.as_bytes()),
-                    Param::Int(millis(lease_for)),
+                    Param::Int(duration_millis(lease_for)),
                     Param::Text(holder),
                     Param::Int(gate.record),
                     Param::Int(gate.fingerprint),
@@ -263,7 +260,7 @@ impl Ops {
                 key,
                 Param::Bytes(request.fingerprint().as_bytes()),
                 Param::Bytes(token.as_bytes()),
-                Param::Int(millis(lease_for)),
+                Param::Int(duration_millis(lease_for)),
                 Param::Bytes(previous.as_bytes()),
                 Param::Int(i64::from(completed)),
                 Param::Text(holder),
@@ -329,7 +326,7 @@ impl Ops {
                     key,
                     Param::Bytes(token.as_bytes()),
                     Param::Bytes(completion.encoded()),
-                    Param::Int(millis(completion.retain_for())),
+                    Param::Int(duration_millis(completion.retain_for())),
                 ],
             )
             .await?,
@@ -375,7 +372,7 @@ impl Ops {
                 route,
                 key,
                 Param::Bytes(token.as_bytes()),
-                Param::Int(millis(lease_for)),
+                Param::Int(duration_millis(lease_for)),
             ],
         )
         .await?;
@@ -470,7 +467,7 @@ impl Ops {
                 let params = [
                     // Older than every record (they are all after 1970) without leaving
                     // PostgreSQL's timestamp range, however long the age asked.
-                    Param::Int(millis(*older_than).min(MAX_AGE_MS)),
+                    Param::Int(duration_millis(*older_than).min(MAX_AGE_MS)),
                     Param::Int(at),
                     Param::Text(consumer),
                     Param::Text(route),

@@ -10,12 +10,12 @@ mod common;
 mod support;
 
 use common::{pg_url, SCHEMA};
+use fault_proxy::Fault;
 use idem_core::{FencingToken, Policy};
 use idem_postgres::PgStore;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::bench::{answered, tally, Bench};
-use support::fault_proxy::Fault;
 
 /// The engine's deadline for one store call.
 const STORE_TIMEOUT: Duration = Duration::from_millis(700);

@@ -10,12 +10,12 @@ mod common;
 mod support;
 
 use common::{bouncer_url, pg_url, SCHEMA};
+use fault_proxy::{Fault, FaultProxy};
 use idem_core::testing::{waiting_engine, ChangeFeedHarness, FeedFault, Rounds};
 use idem_core::FencingToken;
 use idem_postgres::sqlx::{self, AssertSqlSafe};
 use idem_postgres::{PgStore, PgStoreBuilder, StatementMode};
 use std::time::Duration;
-use support::fault_proxy::{Fault, FaultProxy};
 
 /// A new table's name in [`SCHEMA`].
 fn new_table() -> String {

@@ -9,12 +9,12 @@ mod common;
 mod support;
 
 use common::{pg_url, SCHEMA};
+use fault_proxy::Fault;
 use idem_core::{FencingToken, Policy};
 use idem_postgres::PgStore;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::bench::{answered, kind, tally, unavailable, Bench};
-use support::fault_proxy::Fault;
 
 const STORE_TIMEOUT: Duration = Duration::from_millis(700);
 /// Each piece, each way: a round trip takes twice this, far past the deadline.

@@ -10,13 +10,13 @@ mod common;
 mod support;
 
 use common::{pg_url, SCHEMA};
+use fault_proxy::Orphan;
 use idem_core::{FencingToken, Policy, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe, Connection, PgConnection, Row};
 use idem_postgres::{PgIdempotency, PgStore};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::bench::{kind, tally, unavailable, Bench, Charged};
-use support::fault_proxy::Orphan;
 
 const STORE_TIMEOUT: Duration = Duration::from_millis(700);
 const STATEMENT_TIMEOUT: Duration = Duration::from_millis(500);

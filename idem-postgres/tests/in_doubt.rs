@@ -8,6 +8,7 @@ mod common;
 mod support;
 
 use common::{pg_url, SCHEMA};
+use fault_proxy::{Fault, FaultProxy, Hold, LoseAnswer, COMMIT_QUERY};
 use idem_core::{
     Answer, Begin, Commits, FencingToken, Idempotency, Outcome, Policy, Request, RunError,
     StoredResponse,
@@ -15,7 +16,6 @@ use idem_core::{
 use idem_postgres::sqlx::{self, AssertSqlSafe, Connection, PgConnection, Row};
 use idem_postgres::{EffectFuture, PgIdempotency, PgStore};
 use std::time::{Duration, Instant};
-use support::fault_proxy::{Fault, FaultProxy, Hold, LoseAnswer, COMMIT_QUERY};
 
 /// The engine's deadline for one store call.
 const STORE_TIMEOUT: Duration = Duration::from_millis(800);

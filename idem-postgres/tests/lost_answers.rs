@@ -6,12 +6,12 @@ mod common;
 mod support;
 
 use common::{pg_url, SCHEMA};
+use fault_proxy::{FaultProxy, LoseAnswer};
 use idem_core::store::Acquire;
 use idem_core::{Answer, Begin, Error, FencingToken, Idempotency, Request, Store, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe, Connection, PgConnection, Row};
 use idem_postgres::{PgStore, StatementMode};
 use std::time::Duration;
-use support::fault_proxy::{FaultProxy, LoseAnswer};
 
 const LEASE: Duration = Duration::from_secs(30);
 

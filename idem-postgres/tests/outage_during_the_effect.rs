@@ -8,13 +8,13 @@ mod common;
 mod support;
 
 use common::{pg_url, SCHEMA};
+use fault_proxy::{Direction, Fault};
 use idem_core::{Error, FencingToken, Outcome, Policy, RunError, StoreErrorKind, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe};
 use idem_postgres::{PgIdempotency, PgStore};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::bench::{kind, Bench, Charged};
-use support::fault_proxy::{Direction, Fault};
 
 const STORE_TIMEOUT: Duration = Duration::from_millis(700);
 const LEASE: Duration = Duration::from_secs(20);

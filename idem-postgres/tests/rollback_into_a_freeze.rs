@@ -7,12 +7,12 @@ mod common;
 mod support;
 
 use common::{pg_url, SCHEMA};
+use fault_proxy::{Fault, FaultProxy};
 use idem_core::{FencingToken, Idempotency, Outcome, Policy, Request, RunError, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe, Connection, PgConnection};
 use idem_postgres::{PgIdempotency, PgStore};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::fault_proxy::{Fault, FaultProxy};
 
 const STORE_TIMEOUT: Duration = Duration::from_millis(800);
 const LEASE: Duration = Duration::from_secs(30);

@@ -8,13 +8,13 @@ mod common;
 mod support;
 
 use common::{pg_url, SCHEMA};
+use fault_proxy::Fault;
 use idem_core::StoredResponse;
 use idem_core::{Answer, Begin, Failure, FencingToken, Idempotency, Outcome, Policy, RunError};
 use idem_postgres::PgStore;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::fault_proxy::Fault;
 
 const LEASE: Duration = Duration::from_secs(1);
 const STORE_TIMEOUT: Duration = Duration::from_millis(300);

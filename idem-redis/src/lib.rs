@@ -73,7 +73,7 @@
 //!
 //! ## Listing and stats: by scan
 //!
-//! Redis keeps no index by age or consumer, so [`Store::list`](idem_core::Store::list) scans:
+//! Redis keeps no index by age or consumer, so [`Operator::list`](idem_core::store::Operator::list) scans:
 //! `SCAN` with `MATCH <prefix>:*` (glob characters of the prefix escaped) on the one Redis, or
 //! on every master of a Cluster in turn, reading each key found with a script that returns its
 //! fields and the first bytes of its response (the status), never the body. So a listing comes
@@ -83,7 +83,7 @@
 //! end); a record present for the whole listing appears at least once, possibly twice. The
 //! selection is applied by each node's clock. The cursor names the Cluster master it scans: a
 //! listing across a failover or a resharding may have to start again.
-//! [`Store::stats`](idem_core::Store::stats) **scans the whole prefix** (every master), in
+//! [`Operator::stats`](idem_core::store::Operator::stats) **scans the whole prefix** (every master), in
 //! batches of a few hundred keys: its time grows with the number of records, an operator's
 //! command, not a health check. Its counts are approximate while records come and go: `SCAN`
 //! may return a key twice when the keyspace shrinks during the scan, and records written or
@@ -110,6 +110,7 @@
 //! # }
 //! ```
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod conn;
 mod connections;

@@ -9,6 +9,7 @@ use crate::listing::Scanner;
 use crate::record::{self, integer, text, timestamp};
 use crate::scripts::scripts;
 use idem_core::store::async_trait;
+use idem_core::store::duration_millis;
 use idem_core::store::Operator;
 use idem_core::store::{
     decide, digest_to_hex, Acquire, Capabilities, Changes, Completion, Decision, Expiry, Inspected,
@@ -397,10 +398,6 @@ async fn refuse_eviction(conn: &Conn) -> Result<(), Error> {
     Ok(())
 }
 
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 impl RedisStore {
     /// Starts configuring a store.
     pub fn builder() -> RedisStoreBuilder {
@@ -450,8 +447,8 @@ impl RedisStore {
             .arg(if completed { "1" } else { "0" })
             .arg(request.fingerprint().as_bytes().as_slice())
             .arg(token.as_bytes().as_slice())
-            .arg(millis(lease_for))
-            .arg(millis(self.grace))
+            .arg(duration_millis(lease_for))
+            .arg(duration_millis(self.grace))
             .arg(record::triple(request.id()))
             .arg(&*self.holder);
         match self.conns.invoke(&invocation).await? {
@@ -493,8 +490,8 @@ impl Store for RedisStore {
                 .key(&key)
                 .arg(request.fingerprint().as_bytes().as_slice())
                 .arg(token.as_bytes().as_slice())
-                .arg(millis(lease_for))
-                .arg(millis(self.grace))
+                .arg(duration_millis(lease_for))
+                .arg(duration_millis(self.grace))
                 .arg(record::triple(request.id()))
                 .arg(&*self.holder);
             let reply = match self.conns.invoke(&invocation).await {
@@ -563,7 +560,7 @@ impl Store for RedisStore {
             .key(self.key_of(completion.id()))
             .arg(completion.token().as_bytes().as_slice())
             .arg(completion.encoded())
-            .arg(millis(completion.retain_for()));
+            .arg(duration_millis(completion.retain_for()));
         self.fenced(&invocation).await
     }
 
@@ -580,8 +577,8 @@ impl Store for RedisStore {
         invocation
             .key(self.key_of(lease.id()))
             .arg(lease.token().as_bytes().as_slice())
-            .arg(millis(lease_for))
-            .arg(millis(self.grace));
+            .arg(duration_millis(lease_for))
+            .arg(duration_millis(self.grace));
         match self.conns.invoke(&invocation).await? {
             Value::Nil => Err(Error::LeaseLost),
             until => timestamp(integer(&until, "deadline")?),

@@ -5,8 +5,23 @@ use crate::connection::open_all;
 use crate::error::BACKEND;
 use crate::store::SqliteStore;
 use idem_core::{Clock, Error, Field, StoreErrorKind};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+
+impl SqliteStore {
+    /// Starts configuring a store on the SQLite file at `path` (created if missing).
+    pub fn builder(path: impl Into<PathBuf>) -> SqliteStoreBuilder {
+        SqliteStoreBuilder {
+            config: SqliteConfig::new(path.into()),
+        }
+    }
+
+    /// Opens a store at `path` with the default settings.
+    pub async fn open(path: impl Into<PathBuf>) -> Result<Self, Error> {
+        Self::builder(path).open().await
+    }
+}
 
 /// Settings for [`SqliteStore`]; see [`SqliteStore::builder`].
 ///

@@ -35,6 +35,7 @@
 //! Durability is SQLite's, with WAL and the [`Synchronous`] setting you choose; records live
 //! in the table `idem_records` unless configured otherwise (see [`schema_sql`]).
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "inbox")]
 mod audit;

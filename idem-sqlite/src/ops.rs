@@ -4,6 +4,7 @@
 use crate::error::store_error;
 use crate::row;
 use crate::sql::Statements;
+use idem_core::store::duration_millis;
 use idem_core::store::{
     decide, Acquire, Completion, Cursor, Decision, Inspected, Lease, ListQuery, Page, Record,
     Selection, Stats,
@@ -277,8 +278,7 @@ pub(crate) fn list(
     let mut records = Vec::with_capacity(limit);
     match query.selection() {
         Selection::InProgress { older_than } => {
-            let cutoff = millis(now)
-                .saturating_sub(i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX));
+            let cutoff = millis(now).saturating_sub(duration_millis(*older_than));
             let at = after
                 .as_ref()
                 .map_or(-1, |p| i64::try_from(p.reserved_at).unwrap_or(i64::MAX));
@@ -371,9 +371,7 @@ fn execute(conn: &Connection, statement: &str, params: impl Params) -> Result<us
 }
 
 /// Milliseconds as SQLite's signed integer (saturating far in the future).
-pub(crate) fn millis(at: Timestamp) -> i64 {
-    i64::try_from(at.as_millis()).unwrap_or(i64::MAX)
-}
+pub(crate) use idem_core::store::timestamp_millis as millis;
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,5 @@
 //! `SqliteStore`: the embedded store, and its `Store` implementation.
 
-use crate::builder::SqliteStoreBuilder;
 use crate::config::SqliteConfig;
 use crate::connection::connect;
 use crate::error::store_error;
@@ -15,14 +14,13 @@ use idem_core::store::{
 };
 use idem_core::{Answer, Begin, Error, Holder, RecordId, Request, Store, Timestamp};
 use rusqlite::{Connection, Transaction};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// An idem [`Store`] in a SQLite file, with completion inside the caller's transaction.
 ///
 /// - The reservation commits on its own, before the effect, with one compare-and-set statement
-///   (C4); with one commit (C15, [`SqliteStoreBuilder::one_commit`] and
+///   (C4); with one commit (C15, [`SqliteStoreBuilder::one_commit`](crate::SqliteStoreBuilder::one_commit) and
 ///   [`run_in_one_transaction`](crate::SqliteIdempotency::run_in_one_transaction)) it is the
 ///   first statement of the effect's transaction instead. Writes go through one writer connection, owned by a thread of its own that takes the
 ///   queued writes back to back; replays, in-flight answers and mismatches are read on reader
@@ -37,7 +35,7 @@ use std::time::Duration;
 ///   queues its call and awaits the reply, one hop per call. A call whose caller's future is
 ///   dropped before it starts is not run; one that started runs to its end. The database is in
 ///   WAL mode with a busy timeout.
-/// - Time is the process clock (C11), injectable with [`SqliteStoreBuilder::clock`].
+/// - Time is the process clock (C11), injectable with [`SqliteStoreBuilder::clock`](crate::SqliteStoreBuilder::clock).
 ///
 /// Cloning is cheap: clones share the connections.
 ///
@@ -68,18 +66,6 @@ pub(crate) struct Inner {
 }
 
 impl SqliteStore {
-    /// Starts configuring a store on the SQLite file at `path` (created if missing).
-    pub fn builder(path: impl Into<PathBuf>) -> SqliteStoreBuilder {
-        SqliteStoreBuilder {
-            config: SqliteConfig::new(path.into()),
-        }
-    }
-
-    /// Opens a store at `path` with the default settings.
-    pub async fn open(path: impl Into<PathBuf>) -> Result<Self, Error> {
-        Self::builder(path).open().await
-    }
-
     pub(crate) fn from_parts(
         config: SqliteConfig,
         writer: Connection,

@@ -2,7 +2,6 @@
 
 use crate::config::{Config, ServerErrors};
 use crate::consumer::ConsumerError;
-use crate::service::Idempotent;
 use http::header::HeaderName;
 use http::request::Parts;
 use http::Method;
@@ -10,9 +9,8 @@ use idem_core::render::Problem;
 use idem_core::{Idempotency, StoredResponse};
 use std::fmt;
 use std::sync::Arc;
-use tower_layer::Layer;
 
-/// A tower [`Layer`] that makes the endpoints under it idempotent (docs/http.md).
+/// A tower [`Layer`](tower_layer::Layer) that makes the endpoints under it idempotent (docs/http.md).
 ///
 /// For each `POST` or `PATCH` (configurable) it reads the `Idempotency-Key` header, scopes the
 /// key to the consumer that `consumer` finds in the request (an authenticated account, never
@@ -133,7 +131,8 @@ impl<S, C> IdempotencyLayer<S, C> {
     /// problem's status is kept.
     ///
     /// ```
-    /// # use idem_core::{Idempotency, MemoryStore, Problem, StoredResponse};
+    /// # use idem_core::render::Problem;
+    /// # use idem_core::{Idempotency, MemoryStore, StoredResponse};
     /// # use idem_tower::{ConsumerError, IdempotencyLayer};
     /// # let idem = Idempotency::new(MemoryStore::new());
     /// let layer = IdempotencyLayer::new(idem, |_: &http::request::Parts| Ok::<_, ConsumerError>("acct".into()))
@@ -188,13 +187,5 @@ impl<S: fmt::Debug, C> fmt::Debug for IdempotencyLayer<S, C> {
             .field("idem", &self.idem)
             .field("config", &self.config)
             .finish_non_exhaustive()
-    }
-}
-
-impl<Inner, S, C> Layer<Inner> for IdempotencyLayer<S, C> {
-    type Service = Idempotent<Inner, S, C>;
-
-    fn layer(&self, inner: Inner) -> Self::Service {
-        Idempotent::new(inner, self.clone())
     }
 }

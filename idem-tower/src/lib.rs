@@ -46,9 +46,11 @@
 //! server (docs/grpc.md): the key from metadata or from the request message (AIP-155
 //! `request_id`), answers stored with their trailers and replayed byte for byte.
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "axum")]
 mod axum;
+pub mod bounds;
 mod config;
 mod consumer;
 mod convert;
@@ -67,8 +69,9 @@ mod sqlite;
 pub use config::{ServerErrors, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_RETRY_AFTER};
 pub use consumer::ConsumerError;
 pub use convert::{BoxError, RequestBody};
-pub use disposition::{Disposition, Handled};
+pub use disposition::Handled;
 #[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 pub use grpc::{
     grpc_code_of, grpc_happened, grpc_nothing_happened, http_status_of, GrpcAnswer,
     GrpcIdempotencyLayer, GrpcIdempotent, GrpcMethod, DEFAULT_GRPC_REFUSALS,

@@ -1,11 +1,12 @@
 //! `Idempotent`: the service the layer wraps around an application's.
 
+use crate::bounds::{IncomingBody, OutgoingBody, ProtectedService};
 use crate::config::{Config, Protection, ServerErrors};
 use crate::consumer::ConsumerError;
 use crate::convert::{
     read_request_body, read_response, to_http, BoxError, RequestBody, ResponseReadError,
 };
-use crate::disposition::{Disposition, Handled};
+use crate::disposition::Handled;
 use crate::layer::IdempotencyLayer;
 use crate::limits::{check_consumer, check_path, RouteFrom};
 use crate::marker::{Completed, Happened, NothingHappened};
@@ -18,6 +19,7 @@ use http_body::Body;
 use http_body_util::{BodyExt, Full};
 use idem_core::render::problem;
 use idem_core::render::Problem;
+use idem_core::EventKind;
 use idem_core::{
     Answer, Context, Error, Failure, Field, Idempotency, InFlightAnswer, Outcome, Reply, RunError,
     Store, StoredResponse,
@@ -28,11 +30,21 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
+use tower_layer::Layer;
 use tower_service::Service;
 use tracing::Instrument;
 
 /// The future of [`Idempotent`]'s responses.
 pub type ResponseFuture<RB, E> = Pin<Box<dyn Future<Output = Result<Response<RB>, E>> + Send>>;
+
+/// The layer wraps an application's service in an [`Idempotent`].
+impl<Inner, S, C> Layer<Inner> for IdempotencyLayer<S, C> {
+    type Service = Idempotent<Inner, S, C>;
+
+    fn layer(&self, inner: Inner) -> Self::Service {
+        Idempotent::new(inner, self.clone())
+    }
+}
 
 /// The service [`IdempotencyLayer`] wraps around an application's (see the layer's docs).
 pub struct Idempotent<Inner, S, C> {
@@ -69,14 +81,11 @@ impl<Inner: fmt::Debug, S: fmt::Debug, C> fmt::Debug for Idempotent<Inner, S, C>
 
 impl<Inner, S, C, B, RB> Service<Request<B>> for Idempotent<Inner, S, C>
 where
-    Inner: Service<Request<RequestBody>, Response = Response<RB>> + Clone + Send + 'static,
-    Inner::Future: Send + 'static,
-    Inner::Error: fmt::Display + Send + 'static,
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-    RB: Body + From<Bytes> + Send + 'static,
-    RB::Data: Send,
-    RB::Error: Into<BoxError>,
+    // The response type names `RB` for the impl; the rest of what the layer needs of the
+    // service is `ProtectedService`, written once.
+    Inner: Service<Request<RequestBody>, Response = Response<RB>> + ProtectedService<RB> + Clone,
+    B: IncomingBody,
+    RB: OutgoingBody,
     S: Store + 'static,
     C: Fn(&Parts) -> Result<String, ConsumerError> + Send + Sync + 'static,
 {
@@ -132,14 +141,9 @@ async fn protect<Inner, S, C, B, RB>(
     request: Request<B>,
 ) -> Response<RB>
 where
-    Inner: Service<Request<RequestBody>, Response = Response<RB>> + Send + 'static,
-    Inner::Future: Send + 'static,
-    Inner::Error: fmt::Display + Send + 'static,
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-    RB: Body + From<Bytes> + Send + 'static,
-    RB::Data: Send,
-    RB::Error: Into<BoxError>,
+    Inner: ProtectedService<RB>,
+    B: IncomingBody,
+    RB: OutgoingBody,
     S: Store + 'static,
     C: Fn(&Parts) -> Result<String, ConsumerError> + Send + Sync + 'static,
 {
@@ -151,7 +155,7 @@ where
     if let Err(problem) = check_path(&parts.method, &route, from) {
         tracing::warn!(target: "idem_tower", len = route.len(), "idempotency: path too long");
         let response = config.render(&problem);
-        return finish(response, None, Disposition::Rejected, None, &route, started);
+        return finish(response, None, EventKind::Rejected, None, &route, started);
     }
     let consumer = match (layer.consumer)(&parts).and_then(|c| check_consumer(&c).map(|()| c)) {
         Ok(consumer) => {
@@ -161,7 +165,7 @@ where
         Err(error) => {
             tracing::warn!(target: "idem_tower", route, %error, "idempotency: no consumer");
             let response = config.render(error.problem());
-            return finish(response, None, Disposition::Rejected, None, &route, started);
+            return finish(response, None, EventKind::Rejected, None, &route, started);
         }
     };
     let prepared = prepare(&layer.idem, config, &parts, body, &consumer, &route).await;
@@ -186,7 +190,7 @@ where
             return finish(
                 response,
                 None,
-                Disposition::Rejected,
+                EventKind::Rejected,
                 Some(consumer),
                 &route,
                 started,
@@ -370,7 +374,7 @@ fn respond<S: Store>(
     config: &Config,
     result: Result<Outcome, RunError<Unstored>>,
     location: Option<String>,
-) -> (StoredResponse, bool, Disposition) {
+) -> (StoredResponse, bool, EventKind) {
     let policy = idem.policy();
     let disposition = match &result {
         Ok(outcome) => outcome.kind(),
@@ -466,7 +470,7 @@ pub(crate) fn unknown() -> Problem {
 fn finish<RB: From<Bytes>>(
     response: StoredResponse,
     echo: Option<(&HeaderName, &HeaderValue)>,
-    disposition: Disposition,
+    disposition: EventKind,
     consumer: Option<String>,
     route: &str,
     started: Instant,

@@ -12,8 +12,8 @@ use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
 use idem_core::{Idempotency, MemoryStore, Policy, Store};
 use idem_tower::{
-    grpc_happened, grpc_nothing_happened, ConsumerError, Disposition, GrpcIdempotencyLayer,
-    GrpcMethod, Handled, Happened, NothingHappened, DEFAULT_GRPC_REFUSALS,
+    grpc_happened, grpc_nothing_happened, ConsumerError, GrpcIdempotencyLayer, GrpcMethod, Handled,
+    Happened, NothingHappened, DEFAULT_GRPC_REFUSALS,
 };
 use prost::Message;
 use std::convert::Infallible;
@@ -240,7 +240,7 @@ async fn c07_a_replay_has_the_same_body_bytes_and_trailers_and_is_marked() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert_eq!(
         replay.handled.map(|h| h.disposition),
-        Some(Disposition::Replayed)
+        Some(idem_core::EventKind::Replayed)
     );
 }
 

@@ -10,7 +10,7 @@ use axum::routing::{get, post, put};
 use axum::Router;
 use idem_core::render::Problem;
 use idem_core::{Idempotency, InFlightAnswer, MemoryStore, Policy, Store, StoredResponse};
-use idem_tower::{ConsumerError, Disposition, IdempotencyLayer, NothingHappened, ServerErrors};
+use idem_tower::{ConsumerError, IdempotencyLayer, NothingHappened, ServerErrors};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -89,7 +89,7 @@ async fn c07_a_replay_is_the_stored_response_byte_for_byte_and_marked() {
     );
     assert_eq!(
         first.handled.as_ref().map(|h| h.disposition),
-        Some(Disposition::Executed)
+        Some(idem_core::EventKind::Executed)
     );
 
     let replay = send(
@@ -106,7 +106,7 @@ async fn c07_a_replay_is_the_stored_response_byte_for_byte_and_marked() {
     assert_eq!(header(&replay, "x-request-id"), None, "not allow-listed");
     assert_eq!(
         replay.handled.map(|h| h.disposition),
-        Some(Disposition::Replayed)
+        Some(idem_core::EventKind::Replayed)
     );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
@@ -193,7 +193,7 @@ async fn c03_another_body_path_or_query_is_a_422_and_the_original_still_replays(
         assert_eq!(header(&reused, "cache-control"), Some("no-store"));
         assert_eq!(
             reused.handled.map(|h| h.disposition),
-            Some(Disposition::Mismatch)
+            Some(idem_core::EventKind::Mismatch)
         );
     }
     let again = send(
@@ -468,7 +468,7 @@ async fn c08_nothing_happened_releases_the_key_so_the_retry_runs() {
     );
     assert_eq!(
         failed.handled.map(|h| h.disposition),
-        Some(Disposition::Released)
+        Some(idem_core::EventKind::Released)
     );
     let retry = send(&app, request(Method::POST, "/v1/charges", Some(KEY), "{}")).await;
     assert_eq!(retry.status, StatusCode::CREATED);

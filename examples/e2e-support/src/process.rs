@@ -12,6 +12,7 @@ const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
 
 /// A running server child process. Dropping it kills the process (SIGKILL) and reaps it; a
 /// panicking test also gets the tail of the server's log printed.
+#[derive(Debug)]
 pub struct ServerProcess {
     name: String,
     child: Option<Child>,

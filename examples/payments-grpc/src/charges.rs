@@ -19,6 +19,7 @@ pub const ACCOUNT: &str = "x-account";
 pub const TEST_DELAY: &str = "x-test-delay-ms";
 
 /// The handlers, over the database that also holds the idempotency records.
+#[derive(Debug)]
 pub struct Charges<B> {
     backend: B,
     test_hooks: bool,

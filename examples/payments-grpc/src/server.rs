@@ -20,6 +20,7 @@ use tonic_prost::ProstCodec;
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// `payments.v1.Charges` as a tower service, for `tonic::transport::Server::add_service`.
+#[derive(Debug)]
 pub struct ChargesServer<B> {
     charges: Arc<Charges<B>>,
 }

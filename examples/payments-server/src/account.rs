@@ -7,13 +7,13 @@ use axum::response::{IntoResponse, Response};
 use idem::tower::ConsumerError;
 
 /// The account of requests that carry no API key (the demo accepts them).
-pub const ANONYMOUS: &str = "acct_anonymous";
+pub(crate) const ANONYMOUS: &str = "acct_anonymous";
 
 /// The account a request belongs to: derived from its API key (`Authorization: Bearer sk_...`,
 /// or Basic with the key as user name, as `curl -u sk_test_123:` sends it), never the key
 /// itself, so logs never hold a credential. No `Authorization` at all is the anonymous account;
 /// a malformed one is refused (401).
-pub fn account(parts: &Parts) -> Result<String, ConsumerError> {
+pub(crate) fn account(parts: &Parts) -> Result<String, ConsumerError> {
     let Some(value) = parts.headers.get(AUTHORIZATION) else {
         return Ok(ANONYMOUS.to_owned());
     };
@@ -66,7 +66,7 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
 
 /// The account as an extractor, for the endpoints outside the idempotency layer (reads).
 #[derive(Debug, Clone)]
-pub struct Account(pub String);
+pub(crate) struct Account(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for Account {
     type Rejection = Response;

@@ -19,7 +19,7 @@ use serving::{buffer_body, test_delay, BodyGate, Limits, Tasks};
 use std::sync::Arc;
 
 /// What the handlers share.
-pub struct App<B> {
+pub(crate) struct App<B> {
     pub backend: B,
     pub test_hooks: bool,
 }
@@ -27,7 +27,12 @@ pub struct App<B> {
 /// The API over `backend`: `POST /v1/charges` behind the idempotency layer, the reads beside
 /// it, and with `test_hooks` the test endpoints. Every request runs on a task of `tasks`, its
 /// body read first within `limits`.
-pub fn router<B: Backend>(backend: B, test_hooks: bool, limits: &Limits, tasks: Tasks) -> Router {
+pub(crate) fn router<B: Backend>(
+    backend: B,
+    test_hooks: bool,
+    limits: &Limits,
+    tasks: Tasks,
+) -> Router {
     let gate = BodyGate::new(
         backend.idem().policy().max_body_bytes,
         limits.body_timeout,

@@ -8,11 +8,11 @@ use serde::Serialize;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The largest amount accepted, in the currency's smallest unit (Stripe's eight digits).
-pub const MAX_AMOUNT: i64 = 99_999_999;
+pub(crate) const MAX_AMOUNT: i64 = 99_999_999;
 
 /// A charge as requested, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewCharge {
+pub(crate) struct NewCharge {
     pub amount: i64,
     pub currency: String,
     pub description: Option<String>,
@@ -20,7 +20,7 @@ pub struct NewCharge {
 
 /// A charge as stored and answered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Charge {
+pub(crate) struct Charge {
     pub id: String,
     pub object: &'static str,
     pub amount: i64,
@@ -34,7 +34,7 @@ pub struct Charge {
 
 impl Charge {
     /// A new charge with a fresh id, created now.
-    pub fn create(new: NewCharge) -> Self {
+    pub(crate) fn create(new: NewCharge) -> Self {
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
@@ -43,7 +43,7 @@ impl Charge {
     }
 
     /// A charge read back from the database.
-    pub fn from_row(
+    pub(crate) fn from_row(
         id: String,
         amount: i64,
         currency: String,
@@ -64,7 +64,7 @@ impl Charge {
     }
 
     /// The 200 answer for it, as stored for the idempotency key.
-    pub fn response(&self) -> StoredResponse {
+    pub(crate) fn response(&self) -> StoredResponse {
         let body = serde_json::to_vec(self).unwrap_or_default();
         StoredResponse::new(200, body).with_header("content-type", "application/json")
     }
@@ -89,7 +89,7 @@ fn new_id() -> String {
 impl NewCharge {
     /// Parses a form-encoded body (what Stripe's client libraries send) or a JSON one, by
     /// `Content-Type` (form when absent). Unknown parameters are ignored.
-    pub fn parse(headers: &HeaderMap, body: &[u8]) -> Result<Self, ApiError> {
+    pub(crate) fn parse(headers: &HeaderMap, body: &[u8]) -> Result<Self, ApiError> {
         let content_type = headers
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())

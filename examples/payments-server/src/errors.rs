@@ -14,14 +14,14 @@ use serde::Serialize;
 use serving::Refusal;
 
 /// The challenges of a 401: the API key as a Bearer token, or as the Basic user name.
-pub const CHALLENGES: [&str; 2] = [
+pub(crate) const CHALLENGES: [&str; 2] = [
     "Bearer realm=\"payments\"",
     "Basic realm=\"payments\", charset=\"UTF-8\"",
 ];
 
 /// An API error, as Stripe's clients expect it.
 #[derive(Debug, Clone, Serialize)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     #[serde(skip)]
     pub status: StatusCode,
     #[serde(rename = "type")]
@@ -39,7 +39,11 @@ struct Envelope<'a> {
 
 impl ApiError {
     /// A 400 `invalid_request_error`.
-    pub fn invalid(code: &str, param: Option<&'static str>, message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(
+        code: &str,
+        param: Option<&'static str>,
+        message: impl Into<String>,
+    ) -> Self {
         Self {
             status: StatusCode::BAD_REQUEST,
             kind: "invalid_request_error",
@@ -50,7 +54,7 @@ impl ApiError {
     }
 
     /// A 404 `resource_missing`.
-    pub fn missing(what: &str, id: &str) -> Self {
+    pub(crate) fn missing(what: &str, id: &str) -> Self {
         Self {
             status: StatusCode::NOT_FOUND,
             code: "resource_missing".to_owned(),
@@ -60,7 +64,7 @@ impl ApiError {
     }
 
     /// A 401 `authentication_error`: the `Authorization` header is malformed.
-    pub fn unauthenticated() -> Self {
+    pub(crate) fn unauthenticated() -> Self {
         Self {
             status: StatusCode::UNAUTHORIZED,
             kind: "authentication_error",
@@ -72,7 +76,7 @@ impl ApiError {
     }
 
     /// A 503 `api_error` with `Retry-After`: the database is unreachable or busy; retry.
-    pub fn unavailable() -> Self {
+    pub(crate) fn unavailable() -> Self {
         Self {
             status: StatusCode::SERVICE_UNAVAILABLE,
             kind: "api_error",
@@ -85,7 +89,7 @@ impl ApiError {
 
     /// A 405 `invalid_request_error`: the path exists, not with this method (the router adds
     /// `Allow`).
-    pub fn method_not_allowed() -> Self {
+    pub(crate) fn method_not_allowed() -> Self {
         Self {
             status: StatusCode::METHOD_NOT_ALLOWED,
             code: "method_not_allowed".to_owned(),
@@ -99,7 +103,7 @@ impl ApiError {
 
     /// The answer to a request whose body was refused before routing (too large, too slow,
     /// no room to buffer it, broken).
-    pub fn refused_body(refusal: Refusal) -> Self {
+    pub(crate) fn refused_body(refusal: Refusal) -> Self {
         let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::BAD_REQUEST);
         match refusal {
             Refusal::TooLarge { limit } => Self {
@@ -136,7 +140,7 @@ impl ApiError {
     }
 
     /// A 500 `api_error`: the server failed (nothing is said of the cause).
-    pub fn internal() -> Self {
+    pub(crate) fn internal() -> Self {
         Self {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             kind: "api_error",
@@ -153,7 +157,7 @@ impl ApiError {
     /// The error as a response that releases the idempotency key: nothing happened (a request
     /// refused before its effect, or a transaction that rolled back), so a corrected retry
     /// may run with the same key, as Stripe does for requests that fail validation.
-    pub fn nothing_happened(self) -> Response {
+    pub(crate) fn nothing_happened(self) -> Response {
         (NothingHappened, self).into_response()
     }
 }
@@ -194,13 +198,13 @@ impl IntoResponse for ApiError {
 }
 
 /// A refused body in Stripe's shape (the [`serving::BodyGate`]'s renderer).
-pub fn render_refusal(refusal: Refusal) -> Response {
+pub(crate) fn render_refusal(refusal: Refusal) -> Response {
     ApiError::refused_body(refusal).into_response()
 }
 
 /// The idempotency layer's problems in Stripe's shape. A 409 for a request in flight stays
 /// retryable: no header tells clients not to retry it.
-pub fn render_problem(problem: &Problem) -> StoredResponse {
+pub(crate) fn render_problem(problem: &Problem) -> StoredResponse {
     let (kind, code) = match problem.kind {
         "idempotency-key-missing" => ("invalid_request_error", "idempotency_key_missing"),
         "idempotency-key-invalid" => ("invalid_request_error", "idempotency_key_invalid"),

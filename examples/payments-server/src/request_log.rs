@@ -13,7 +13,11 @@ use serving::{run_logged, Ended, Tasks};
 /// request ends: method, path, status, what idempotency did, the key's consumer (an account
 /// id, never the API key), the latency, and whether the client was still there. Never the
 /// idempotency key, a body or a credential.
-pub async fn log_request(State(tasks): State<Tasks>, request: Request, next: Next) -> Response {
+pub(crate) async fn log_request(
+    State(tasks): State<Tasks>,
+    request: Request,
+    next: Next,
+) -> Response {
     run_logged(&tasks, request, next, log_line, || {
         ApiError::internal().into_response()
     })

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// What the server runs with.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Where it listens (`--addr`, `IDEM_ADDR`; default 127.0.0.1:8080).
     pub addr: SocketAddr,
     /// The database (`--database`, `DATABASE_URL`): a SQLite file (default `payments.db`) or a
@@ -23,7 +23,7 @@ pub struct Settings {
 
 /// Where charges and idempotency records live.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Database {
+pub(crate) enum Database {
     /// An embedded SQLite file.
     Sqlite(String),
     /// A PostgreSQL server.
@@ -41,7 +41,7 @@ impl Database {
     }
 
     /// Says which database, without a password.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Database::Sqlite(path) => format!("SQLite file {path}"),
             Database::Postgres(url) => {
@@ -85,12 +85,12 @@ fn usage() -> String {
 
 impl Settings {
     /// From `args` (without the program name) and the environment.
-    pub fn from_args(args: impl IntoIterator<Item = String>) -> Result<Self, String> {
+    pub(crate) fn from_args(args: impl IntoIterator<Item = String>) -> Result<Self, String> {
         Self::from_args_and_env(args, |name| std::env::var(name).ok())
     }
 
     /// From `args` and the variables `env` gives (tests pass their own).
-    pub fn from_args_and_env(
+    pub(crate) fn from_args_and_env(
         args: impl IntoIterator<Item = String>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {

@@ -54,6 +54,7 @@ impl Refusal {
 }
 
 /// The settings and the shared budget of [`buffer_body`].
+#[derive(Debug)]
 pub struct BodyGate {
     budget: Arc<Semaphore>,
     max_body: usize,

@@ -29,7 +29,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The inbox's source for Stripe's events.
-pub const STRIPE: &str = "stripe";
+pub(crate) const STRIPE: &str = "stripe";
 /// Fields of Stripe's event object that change between deliveries of one event, left out of
 /// its fingerprint.
 const VOLATILE_FIELDS: &[&str] = &["pending_webhooks"];
@@ -38,7 +38,7 @@ const VOLATILE_FIELDS: &[&str] = &["pending_webhooks"];
 const MAX_AUDIT_LIMIT: usize = 1000;
 
 /// What the handlers share.
-pub struct App {
+pub(crate) struct App {
     /// The inbox over the SQLite store.
     pub inbox: Inbox<SqliteStore>,
     /// Stripe's signing secrets (`POST /webhooks/stripe` when set).
@@ -56,7 +56,7 @@ pub struct App {
 }
 
 /// The routes. Every request runs on a task of `tasks`, its body read first within `limits`.
-pub fn router(app: Arc<App>, limits: &Limits, tasks: Tasks) -> Router {
+pub(crate) fn router(app: Arc<App>, limits: &Limits, tasks: Tasks) -> Router {
     let body_limit = app.inbox.idem().policy().max_body_bytes;
     let gate = BodyGate::new(
         body_limit,

@@ -19,14 +19,14 @@ CREATE TABLE IF NOT EXISTS received_events (
 CREATE INDEX IF NOT EXISTS received_events_by_source ON received_events (source, event_id);";
 
 /// Creates the table (what exists is kept).
-pub async fn open(store: &SqliteStore) -> Result<(), BoxError> {
+pub(crate) async fn open(store: &SqliteStore) -> Result<(), BoxError> {
     store.try_call(|db| db.execute_batch(SCHEMA)).await?;
     Ok(())
 }
 
 /// An event to record.
 #[derive(Debug, Clone)]
-pub struct Received {
+pub(crate) struct Received {
     /// The inbox's source (`github`, `shopify`, `standard-webhooks`).
     pub source: &'static str,
     /// The sender's event id.
@@ -37,7 +37,7 @@ pub struct Received {
 
 /// Records `event` and writes the inbox's acknowledgement (`completion`, with `complete_in`)
 /// in one transaction: both commit, or neither.
-pub async fn record(
+pub(crate) async fn record(
     store: &SqliteStore,
     completion: Completion,
     event: Received,
@@ -58,7 +58,7 @@ pub async fn record(
 }
 
 /// How many rows `source` has, and how many distinct event ids among them (test hooks).
-pub async fn counts(store: &SqliteStore, source: String) -> Result<(i64, i64), BoxError> {
+pub(crate) async fn counts(store: &SqliteStore, source: String) -> Result<(i64, i64), BoxError> {
     let store = store.clone();
     tokio::task::spawn_blocking(move || -> Result<(i64, i64), BoxError> {
         let db = store.connect()?;

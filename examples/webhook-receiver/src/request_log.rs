@@ -12,7 +12,11 @@ use serving::{run_logged, Ended, Tasks};
 /// request ends: method, path, status, latency, and whether the sender was still there.
 /// Never a body, a header or a secret (a delivery's event and outcome are in its own
 /// `delivery` line).
-pub async fn log_request(State(tasks): State<Tasks>, request: Request, next: Next) -> Response {
+pub(crate) async fn log_request(
+    State(tasks): State<Tasks>,
+    request: Request,
+    next: Next,
+) -> Response {
     run_logged(&tasks, request, next, log_line, || {
         problem(500, "internal", "The request failed.", false).into_response()
     })

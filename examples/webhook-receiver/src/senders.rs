@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// `POST /webhooks/standard`.
-pub async fn standard_webhook(
+pub(crate) async fn standard_webhook(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     body: Bytes,
@@ -34,7 +34,7 @@ pub async fn standard_webhook(
 }
 
 /// `POST /webhooks/github`.
-pub async fn github_webhook(
+pub(crate) async fn github_webhook(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     body: Bytes,
@@ -46,7 +46,7 @@ pub async fn github_webhook(
 }
 
 /// `POST /webhooks/shopify`.
-pub async fn shopify_webhook(
+pub(crate) async fn shopify_webhook(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     body: Bytes,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// What the receiver runs with.
 #[derive(Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Where it listens (`--addr`, `IDEM_ADDR`; default 127.0.0.1:8081).
     pub addr: SocketAddr,
     /// The SQLite file (`--database`, `DATABASE_URL`; default `webhooks.db`): the inbox's
@@ -113,12 +113,12 @@ fn usage() -> String {
 
 impl Settings {
     /// From `args` (without the program name) and the process environment.
-    pub fn from_args(args: impl IntoIterator<Item = String>) -> Result<Self, String> {
+    pub(crate) fn from_args(args: impl IntoIterator<Item = String>) -> Result<Self, String> {
         Self::from_args_and_env(args, |name| std::env::var(name).ok())
     }
 
     /// From `args` and the variables `env` gives (tests pass their own).
-    pub fn from_args_and_env(
+    pub(crate) fn from_args_and_env(
         args: impl IntoIterator<Item = String>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A failure of the shop's own SQL (the transaction rolled back; the event stays retryable).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS products (
@@ -58,14 +58,14 @@ const PRODUCTS: [(&str, &str, i64); 4] = [
 ];
 
 /// Units of each product in stock at the first start.
-pub const SEEDED_STOCK: i64 = 10_000;
+pub(crate) const SEEDED_STOCK: i64 = 10_000;
 
 /// Orders `ord_1` ..= `ord_{SEEDED_ORDERS}` exist at start.
-pub const SEEDED_ORDERS: u32 = 1000;
+pub(crate) const SEEDED_ORDERS: u32 = 1000;
 
 /// What a `payment_intent.succeeded` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Effect {
+pub(crate) enum Effect {
     /// The order got its invoice and its stock was taken.
     Invoiced {
         /// The invoice (`in_...`).
@@ -85,7 +85,7 @@ pub enum Effect {
 
 impl Effect {
     /// A stable name for the log.
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             Effect::Invoiced { .. } => "invoiced",
             Effect::UnknownOrder => "unknown_order",
@@ -98,7 +98,7 @@ impl Effect {
 
 /// The payment a `payment_intent.succeeded` reports, for [`invoice`].
 #[derive(Debug, Clone)]
-pub struct PaidOrder {
+pub(crate) struct PaidOrder {
     /// The event (`evt_...`), kept on the invoice.
     pub event_id: String,
     /// The payment intent (`pi_...`).
@@ -112,7 +112,7 @@ pub struct PaidOrder {
 }
 
 /// Creates the tables and seeds the products and orders (what exists is kept).
-pub async fn open(store: &SqliteStore) -> Result<(), BoxError> {
+pub(crate) async fn open(store: &SqliteStore) -> Result<(), BoxError> {
     store
         .try_call(|db| {
             db.execute_batch(SCHEMA)?;
@@ -140,7 +140,7 @@ pub async fn open(store: &SqliteStore) -> Result<(), BoxError> {
 /// The audit trail, in a table beside the inbox's records (`idem_records_inbox_audit`): it
 /// survives restarts. It is written beside the processing, not in its transaction: a failure
 /// to write it is logged and never fails a delivery.
-pub async fn open_audit(store: &SqliteStore) -> Result<Arc<dyn Audit>, BoxError> {
+pub(crate) async fn open_audit(store: &SqliteStore) -> Result<Arc<dyn Audit>, BoxError> {
     Ok(Arc::new(SqliteAudit::open(store).await?))
 }
 
@@ -148,7 +148,7 @@ pub async fn open_audit(store: &SqliteStore) -> Result<Arc<dyn Audit>, BoxError>
 /// the stock and the inbox's acknowledgement (`completion`, written with `complete_in`) commit
 /// together, or roll back together. An unknown order, or one already invoiced, commits the
 /// acknowledgement alone.
-pub async fn invoice(
+pub(crate) async fn invoice(
     store: &SqliteStore,
     completion: Completion,
     paid: PaidOrder,
@@ -236,7 +236,7 @@ pub async fn invoice(
 }
 
 /// The invoices, and the units they took from stock (test hooks).
-pub async fn invoice_counts(store: &SqliteStore) -> Result<(i64, i64), BoxError> {
+pub(crate) async fn invoice_counts(store: &SqliteStore) -> Result<(i64, i64), BoxError> {
     read(store, |db| {
         let invoices = db.query_row("SELECT count(*) FROM invoices", [], |row| row.get(0))?;
         let sold = db.query_row(

@@ -9,14 +9,14 @@
 use serde_json::Value;
 
 /// The event type that issues an invoice.
-pub const PAYMENT_SUCCEEDED: &str = "payment_intent.succeeded";
+pub(crate) const PAYMENT_SUCCEEDED: &str = "payment_intent.succeeded";
 
 /// The longest event id accepted (Stripe's are about 30 characters).
 const MAX_ID_LEN: usize = 255;
 
 /// The parts of an event the receiver uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StripeEvent {
+pub(crate) struct StripeEvent {
     /// The event id (`evt_...`): the inbox's key.
     pub id: String,
     /// The event type (`payment_intent.succeeded`); empty when the body has none.
@@ -27,7 +27,7 @@ pub struct StripeEvent {
 
 /// A succeeded payment intent.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Payment {
+pub(crate) struct Payment {
     /// The payment intent (`pi_...`).
     pub intent: String,
     /// `metadata.order_id`, set by the checkout that created the payment intent.
@@ -40,7 +40,7 @@ pub struct Payment {
 
 /// Why a verified body is not an event the receiver can key (answered 400).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InvalidEvent {
+pub(crate) enum InvalidEvent {
     /// Not JSON.
     NotJson,
     /// JSON, but not an object with a non-empty string `id` of at most 255 bytes.
@@ -49,7 +49,7 @@ pub enum InvalidEvent {
 
 impl InvalidEvent {
     /// A sentence for the sender.
-    pub fn detail(&self) -> &'static str {
+    pub(crate) fn detail(&self) -> &'static str {
         match self {
             InvalidEvent::NotJson => "The body is not JSON.",
             InvalidEvent::NoId => "The event has no string `id`.",
@@ -59,7 +59,7 @@ impl InvalidEvent {
 
 impl StripeEvent {
     /// Parses a verified body.
-    pub fn parse(body: &[u8]) -> Result<Self, InvalidEvent> {
+    pub(crate) fn parse(body: &[u8]) -> Result<Self, InvalidEvent> {
         let value: Value = serde_json::from_slice(body).map_err(|_| InvalidEvent::NotJson)?;
         let id = value
             .get("id")

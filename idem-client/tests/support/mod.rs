@@ -4,4 +4,4 @@
 
 #![allow(dead_code)]
 
-pub mod scripted;
+pub(crate) mod scripted;

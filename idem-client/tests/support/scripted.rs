@@ -9,7 +9,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// What the server does with one connection.
 #[derive(Clone, Debug)]
-pub enum Step {
+pub(crate) enum Step {
     /// Reads the request, answers `status` with these extra headers and `body`, closes.
     Answer(u16, Vec<(&'static str, String)>, &'static str),
     /// Reads the request and never answers (holds the connection for a minute).
@@ -39,19 +39,19 @@ pub enum Step {
 
 impl Step {
     /// An answer with no extra header and a small body.
-    pub fn status(status: u16) -> Step {
+    pub(crate) fn status(status: u16) -> Step {
         Step::Answer(status, Vec::new(), "{}")
     }
 
     /// An answer with one extra header.
-    pub fn with_header(status: u16, name: &'static str, value: &str) -> Step {
+    pub(crate) fn with_header(status: u16, name: &'static str, value: &str) -> Step {
         Step::Answer(status, vec![(name, value.to_owned())], "{}")
     }
 }
 
 /// One request as received.
 #[derive(Clone, Debug)]
-pub struct Received {
+pub(crate) struct Received {
     /// The request line, e.g. `POST /x HTTP/1.1`.
     pub line: String,
     /// Header names (lower case) and values.
@@ -62,7 +62,7 @@ pub struct Received {
 
 impl Received {
     /// A header's value, if present.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n == name)
@@ -71,7 +71,7 @@ impl Received {
 }
 
 /// The scripted server.
-pub struct Scripted {
+pub(crate) struct Scripted {
     /// `http://127.0.0.1:PORT`.
     pub base_url: String,
     connections: Arc<Mutex<u32>>,
@@ -81,7 +81,7 @@ pub struct Scripted {
 
 impl Scripted {
     /// Starts a server answering with `steps` in order, then with the last one forever.
-    pub async fn start(steps: Vec<Step>) -> Scripted {
+    pub(crate) async fn start(steps: Vec<Step>) -> Scripted {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind a local listener");
@@ -121,17 +121,17 @@ impl Scripted {
     }
 
     /// `base_url` + `path`.
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url)
     }
 
     /// Connections accepted so far.
-    pub fn connections(&self) -> u32 {
+    pub(crate) fn connections(&self) -> u32 {
         *self.connections.lock().expect("lock")
     }
 
     /// Requests received so far.
-    pub fn received(&self) -> Vec<Received> {
+    pub(crate) fn received(&self) -> Vec<Received> {
         self.received.lock().expect("lock").clone()
     }
 }

@@ -732,7 +732,7 @@ impl<S: Store> Idempotency<S> {
     /// let idem = Idempotency::new(MemoryStore::new());
     /// idem.shutdown().await;
     /// let request = idem.request("acct_1", "POST", "/charges").key(Some("k")).body(b"{}").build()?;
-    /// assert_eq!(idem.begin(&request).await.unwrap_err().http_status(), 503);
+    /// assert_eq!(idem_core::render::status_for(&idem.begin(&request).await.unwrap_err()), 503);
     /// # Ok(())
     /// # }
     /// ```

@@ -25,6 +25,7 @@ use axum_core::response::{IntoResponse, Response};
 /// assert_eq!(response.status(), 201);
 /// assert_eq!(response.headers()["idempotent-replayed"], "true");
 /// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 impl IntoResponse for StoredResponse {
     fn into_response(self) -> Response {
         self.into_http(Body::from)
@@ -40,13 +41,14 @@ impl IntoResponse for StoredResponse {
 /// assert_eq!(response.status(), 400);
 /// assert_eq!(response.headers()["content-type"], "application/problem+json");
 /// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         self.to_response().into_response()
     }
 }
 
-/// [`Error::to_http`]: the error's problem with its status (400 for a bad key, 413, 503 with
+/// [`render::error`](super::error): the error's problem with its status (400 for a bad key, 413, 503 with
 /// `Retry-After` for a store that is down...), so a handler can answer idem's errors with `?`.
 ///
 /// ```
@@ -55,6 +57,7 @@ impl IntoResponse for Problem {
 /// let error = IdempotencyKey::new("").expect_err("an empty key");
 /// assert_eq!(error.into_response().status(), 400);
 /// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         crate::render::error(&self).into_response()

@@ -21,6 +21,7 @@ impl StoredResponse {
     /// assert_eq!(response.headers()["content-type"], "text/plain");
     /// assert_eq!(response.body(), b"charged");
     /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
     pub fn into_http<B>(self, body: impl FnOnce(Vec<u8>) -> B) -> Response<B> {
         let status = match StatusCode::from_u16(self.status) {
             Ok(status) if (100..=599).contains(&self.status) => status,

@@ -8,8 +8,8 @@ pub const PROBLEM_BASE: &str = "https://idem.rs/problems/";
 
 /// A problem idem answers with (docs/state-machine.md, HTTP mapping): a 400 for a bad key, 413,
 /// 422 for a reused key, 409 in flight, 503 when the store is down, a 500 once an effect may
-/// have run. The answers ([`Answer::problem`](crate::Answer::problem)) and errors
-/// ([`Error::problem`](crate::Error::problem)) say which; [`to_response`](Self::to_response)
+/// have run. [`answer_problem`](super::answer_problem) and
+/// [`problem_for`](super::problem_for) say which; [`to_response`](Self::to_response)
 /// renders it as `application/problem+json`, and an application that wants its own shape (a
 /// Stripe-style `{"error": {..}}`) renders it itself from the fields.
 ///

@@ -12,7 +12,7 @@ use std::time::Duration;
 /// A [`MemoryStore`] that misbehaves on demand. Without `one_process` it has no identity, so
 /// two engines over it play two processes sharing a store (each its own live executions).
 #[derive(Default)]
-pub struct Faulty {
+pub(crate) struct Faulty {
     pub inner: MemoryStore,
     /// Engines over it are one process's (`Store::identity` forwarded).
     pub one_process: bool,
@@ -30,7 +30,7 @@ pub struct Faulty {
 }
 
 /// A store that cannot be reached.
-pub fn down() -> Error {
+pub(crate) fn down() -> Error {
     Error::store("test", StoreErrorKind::Unavailable, "connection refused")
 }
 

@@ -9,7 +9,7 @@ use idem_postgres::sqlx::{self, AssertSqlSafe, PgPool};
 use idem_postgres::{Isolation, PgEffect, PgStore, StatementMode};
 
 /// The schema every test table lives in.
-pub const SCHEMA: &str = "idem_test";
+pub(crate) const SCHEMA: &str = "idem_test";
 
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
@@ -18,17 +18,17 @@ fn env(name: &str) -> String {
 }
 
 /// The PostgreSQL server.
-pub fn pg_url() -> String {
+pub(crate) fn pg_url() -> String {
     env("IDEM_PG_URL")
 }
 
 /// The PgBouncer (transaction mode) in front of it.
-pub fn bouncer_url() -> String {
+pub(crate) fn bouncer_url() -> String {
     env("IDEM_PGBOUNCER_URL")
 }
 
 /// A store on a new table of [`SCHEMA`], migrated, with a small pool.
-pub async fn store_on(url: &str, mode: StatementMode, isolation: Isolation) -> PgStore {
+pub(crate) async fn store_on(url: &str, mode: StatementMode, isolation: Isolation) -> PgStore {
     let table = format!("t_{}", FencingToken::generate());
     let mut builder = PgStore::builder()
         .schema(SCHEMA)
@@ -48,7 +48,7 @@ pub async fn store_on(url: &str, mode: StatementMode, isolation: Isolation) -> P
 
 /// The business table of the tests: one row per charge, by intent. Call it after a store's
 /// `migrate`, which creates the schema.
-pub async fn business_table(pool: &PgPool) {
+pub(crate) async fn business_table(pool: &PgPool) {
     // Concurrent CREATE ... IF NOT EXISTS can still collide in the catalog: serialize them.
     let mut tx = pool.begin().await.expect("begin");
     sqlx::raw_sql(
@@ -62,7 +62,7 @@ pub async fn business_table(pool: &PgPool) {
 }
 
 /// How many charges exist for `intent`.
-pub async fn charges(pool: &PgPool, intent: &str) -> i64 {
+pub(crate) async fn charges(pool: &PgPool, intent: &str) -> i64 {
     let query = format!(
         "SELECT COUNT(*) FROM idem_test.charges WHERE intent = '{}'",
         intent.replace('\'', "''")
@@ -77,14 +77,14 @@ pub async fn charges(pool: &PgPool, intent: &str) -> i64 {
 
 /// The conformance harness: every store is a new table, so scenarios, binaries and processes
 /// never see each other's records.
-pub struct Pg {
+pub(crate) struct Pg {
     pub url: String,
     pub mode: StatementMode,
     pub isolation: Isolation,
 }
 
 impl Pg {
-    pub fn direct(isolation: Isolation) -> Self {
+    pub(crate) fn direct(isolation: Isolation) -> Self {
         Self {
             url: pg_url(),
             mode: StatementMode::Prepared,
@@ -92,7 +92,7 @@ impl Pg {
         }
     }
 
-    pub fn bouncer() -> Self {
+    pub(crate) fn bouncer() -> Self {
         Self {
             url: bouncer_url(),
             mode: StatementMode::Simple,

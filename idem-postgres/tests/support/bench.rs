@@ -2,7 +2,7 @@
 //! what the network fault tests share. Charges are counted on connections straight to the
 //! server, so a fault never hides one.
 
-use super::fault_proxy::FaultProxy;
+use fault_proxy::FaultProxy;
 use idem_core::{Answer, FencingToken, Idempotency, Outcome, Policy, Request, RunError};
 use idem_core::{Error, StoreErrorKind, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe, Connection, PgConnection, Row};
@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What one transactional charge answered.
-pub type Charged = Result<Outcome, RunError<sqlx::Error>>;
+pub(crate) type Charged = Result<Outcome, RunError<sqlx::Error>>;
 
 /// An engine over a store reached through a fault proxy.
-pub struct Bench {
+pub(crate) struct Bench {
     pub proxy: Arc<FaultProxy>,
     pub idem: Idempotency<PgStore>,
     /// The server, straight (no proxy).
@@ -29,7 +29,12 @@ pub struct Bench {
 impl Bench {
     /// A bench on the server of `url` (through a new proxy), the store built by `builder` on a
     /// new table of `schema`, the engine with `policy`.
-    pub async fn new(url: &str, schema: &str, builder: PgStoreBuilder, policy: Policy) -> Self {
+    pub(crate) async fn new(
+        url: &str,
+        schema: &str,
+        builder: PgStoreBuilder,
+        policy: Policy,
+    ) -> Self {
         let (proxy, through) = super::proxied(url).await;
         let store = builder
             .schema(schema)
@@ -58,7 +63,7 @@ impl Bench {
     }
 
     /// A charge request for `key`.
-    pub fn request(&self, key: &str) -> Request {
+    pub(crate) fn request(&self, key: &str) -> Request {
         self.idem
             .request("acct", "POST", "/charges")
             .key(Some(key))
@@ -68,7 +73,7 @@ impl Bench {
     }
 
     /// The INSERT of a charge for `request`, for an effect.
-    pub fn insert(&self, request: &Request) -> (String, String) {
+    pub(crate) fn insert(&self, request: &Request) -> (String, String) {
         (
             format!(
                 "INSERT INTO {} (intent) VALUES ($1) RETURNING id",
@@ -79,7 +84,7 @@ impl Bench {
     }
 
     /// The charge, in the transaction of the engine's transactional closure.
-    pub async fn charge(&self, request: &Request) -> Charged {
+    pub(crate) async fn charge(&self, request: &Request) -> Charged {
         let (insert, intent) = self.insert(request);
         self.idem
             .run_in_transaction(request, move |tx, _lease| {
@@ -95,7 +100,7 @@ impl Bench {
     }
 
     /// Runs `statement` on a connection straight to the server.
-    pub async fn direct(&self, statement: &str) {
+    pub(crate) async fn direct(&self, statement: &str) {
         let mut conn = PgConnection::connect(&self.direct_url)
             .await
             .expect("connect");
@@ -106,7 +111,7 @@ impl Bench {
     }
 
     /// How many charges each intent has, read straight from the server.
-    pub async fn charges_by_intent(&self) -> HashMap<String, i64> {
+    pub(crate) async fn charges_by_intent(&self) -> HashMap<String, i64> {
         let mut conn = PgConnection::connect(&self.direct_url)
             .await
             .expect("connect");
@@ -129,7 +134,7 @@ impl Bench {
     }
 
     /// How many charges `request` has.
-    pub async fn charges_of(&self, request: &Request) -> i64 {
+    pub(crate) async fn charges_of(&self, request: &Request) -> i64 {
         self.charges_by_intent()
             .await
             .get(request.id().key())
@@ -139,7 +144,7 @@ impl Bench {
 
     /// Charges `request` until it is executed or replayed, at most until `within` has passed,
     /// `retry_every` between attempts; what each attempt answered, and how long it took.
-    pub async fn charge_until_answered(
+    pub(crate) async fn charge_until_answered(
         &self,
         request: &Request,
         retry_every: Duration,
@@ -162,7 +167,7 @@ impl Bench {
 }
 
 /// Whether `charged` is the request's answer for good: executed, or replayed.
-pub fn answered(charged: &Charged) -> bool {
+pub(crate) fn answered(charged: &Charged) -> bool {
     matches!(
         charged,
         Ok(Outcome::Executed(_)) | Ok(Outcome::Answered(Answer::Replay(_)))
@@ -170,7 +175,7 @@ pub fn answered(charged: &Charged) -> bool {
 }
 
 /// Whether `charged` is a store-unavailable error: a 503 with `Retry-After`.
-pub fn unavailable(charged: &Charged) -> bool {
+pub(crate) fn unavailable(charged: &Charged) -> bool {
     matches!(
         charged,
         Err(RunError::Idem(Error::Store(e))) if e.kind() == StoreErrorKind::Unavailable
@@ -178,7 +183,7 @@ pub fn unavailable(charged: &Charged) -> bool {
 }
 
 /// A short account of what `charged` is, for the test's report.
-pub fn kind(charged: &Charged) -> String {
+pub(crate) fn kind(charged: &Charged) -> String {
     match charged {
         Ok(Outcome::Executed(_)) => "executed".into(),
         Ok(Outcome::Answered(Answer::Replay(_))) => "replayed".into(),
@@ -196,7 +201,7 @@ pub fn kind(charged: &Charged) -> String {
 }
 
 /// Counts of each kind of answer, sorted, for the test's report.
-pub fn tally<'a>(answers: impl IntoIterator<Item = &'a Charged>) -> Vec<(String, usize)> {
+pub(crate) fn tally<'a>(answers: impl IntoIterator<Item = &'a Charged>) -> Vec<(String, usize)> {
     let mut counts: HashMap<String, usize> = HashMap::new();
     for charged in answers {
         *counts.entry(kind(charged)).or_default() += 1;

@@ -2,15 +2,14 @@
 // Each test binary uses a part of it.
 #![allow(dead_code, unused_imports)]
 
-pub use fault_proxy;
-pub mod bench;
-pub mod pg_url;
-pub mod private_bouncer;
+pub(crate) mod bench;
+pub(crate) mod pg_url;
+pub(crate) mod private_bouncer;
 
 use fault_proxy::FaultProxy;
 
 /// A proxy in front of the server of the PostgreSQL `url`, and the same URL through it.
-pub async fn proxied(url: &str) -> (FaultProxy, String) {
+pub(crate) async fn proxied(url: &str) -> (FaultProxy, String) {
     let proxy = FaultProxy::start(pg_url::authority(url))
         .await
         .expect("start the fault proxy");

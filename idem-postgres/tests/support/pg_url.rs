@@ -1,7 +1,7 @@
 //! Pointing a PostgreSQL URL at another address (a fault proxy in front of the server).
 
 /// The `host:port` of `url` (`postgres://user:pass@host:port/db?…`).
-pub fn authority(url: &str) -> &str {
+pub(crate) fn authority(url: &str) -> &str {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
     let authority = &rest[..end];
@@ -12,7 +12,7 @@ pub fn authority(url: &str) -> &str {
 
 /// `url` with its `host:port` replaced by `authority`, everything else (user, password,
 /// database, parameters) kept.
-pub fn with_authority(url: &str, authority: &str) -> String {
+pub(crate) fn with_authority(url: &str, authority: &str) -> String {
     let old = self::authority(url);
     let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
     let end = rest.find(['/', '?']).unwrap_or(rest.len());

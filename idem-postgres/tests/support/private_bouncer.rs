@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
 
 /// A running PgBouncer; dropping it stops it.
-pub struct PrivateBouncer {
+pub(crate) struct PrivateBouncer {
     _child: Child,
     _dir: TempDir,
     url: String,
@@ -19,7 +19,7 @@ pub struct PrivateBouncer {
 impl PrivateBouncer {
     /// A PgBouncer in transaction mode, `server_connections` server connections at most, in
     /// front of `database` on the server of the PostgreSQL `server_url`.
-    pub async fn start(server_url: &str, database: &str, server_connections: u32) -> Self {
+    pub(crate) async fn start(server_url: &str, database: &str, server_connections: u32) -> Self {
         let authority = pg_url::authority(server_url);
         let (host, port) = authority.rsplit_once(':').unwrap_or((authority, "5432"));
         let user = server_url
@@ -78,7 +78,7 @@ impl PrivateBouncer {
     }
 
     /// Where clients connect.
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         &self.url
     }
 }

@@ -15,12 +15,12 @@ fn env(name: &str) -> String {
 }
 
 /// The single Redis.
-pub fn redis_url() -> String {
+pub(crate) fn redis_url() -> String {
     env("IDEM_REDIS_URL")
 }
 
 /// The cluster's nodes.
-pub fn cluster_nodes() -> Vec<String> {
+pub(crate) fn cluster_nodes() -> Vec<String> {
     env("IDEM_REDIS_CLUSTER_NODES")
         .split(',')
         .map(str::to_owned)
@@ -28,7 +28,7 @@ pub fn cluster_nodes() -> Vec<String> {
 }
 
 /// A free loopback port.
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -37,7 +37,7 @@ pub fn free_port() -> u16 {
 
 /// A redis-server of the test's own on `port` (installed by scripts/test; missing, the test
 /// fails), with its files in `dir` and `args` added; waits until it accepts connections.
-pub fn start_server(port: u16, dir: &std::path::Path, args: &[&str]) -> std::process::Child {
+pub(crate) fn start_server(port: u16, dir: &std::path::Path, args: &[&str]) -> std::process::Child {
     let mut child = std::process::Command::new("redis-server")
         .args([
             "--port",
@@ -65,7 +65,7 @@ pub fn start_server(port: u16, dir: &std::path::Path, args: &[&str]) -> std::pro
 }
 
 /// A new directory under the temporary directory.
-pub fn temp_dir() -> std::path::PathBuf {
+pub(crate) fn temp_dir() -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("idem-redis-{}", FencingToken::generate()));
     std::fs::create_dir_all(&dir).expect("dir");
     dir
@@ -74,18 +74,18 @@ pub fn temp_dir() -> std::path::PathBuf {
 /// Every store gets a key prefix of its own, and a grace short enough that expired records
 /// leave within the suite's waits (10 s) yet long enough that an orphan is still there, past its
 /// lease, for the scenarios that list it (C9).
-pub struct Redis {
+pub(crate) struct Redis {
     pub cluster: bool,
 }
 
 impl Redis {
-    pub async fn store(&self) -> RedisStore {
+    pub(crate) async fn store(&self) -> RedisStore {
         self.connect(RedisStore::builder().prefix(&format!("t{}", FencingToken::generate())))
             .await
     }
 
     /// A store with `builder`'s settings and the suite's grace, on this server.
-    pub async fn connect(&self, builder: RedisStoreBuilder) -> RedisStore {
+    pub(crate) async fn connect(&self, builder: RedisStoreBuilder) -> RedisStore {
         let builder = builder.grace(Duration::from_secs(2));
         if self.cluster {
             let nodes = cluster_nodes();
@@ -101,7 +101,7 @@ impl Redis {
 
     /// Runs a command of the test's own on this server (routed by its key on the cluster):
     /// to write what the store would not.
-    pub async fn raw<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+    pub(crate) async fn raw<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
         if self.cluster {
             let client =
                 redis::cluster::ClusterClient::new(cluster_nodes()).expect("cluster client");

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 /// How the clients behave.
 #[derive(Debug, Clone, Copy)]
-pub struct Clients {
+pub(crate) struct Clients {
     /// How many run at once.
     pub tasks: usize,
     /// How long a client waits before it retries an error or an in-flight answer.
@@ -23,7 +23,7 @@ pub struct Clients {
 
 /// What a run saw.
 #[derive(Debug, Default)]
-pub struct Seen {
+pub(crate) struct Seen {
     /// Handler runs per key.
     pub effects: HashMap<String, usize>,
     /// Keys answered (executed or replayed), and the keys never answered.
@@ -44,14 +44,14 @@ pub struct Seen {
 
 impl Seen {
     /// Keys whose handler ran more than once.
-    pub fn duplicates(&self) -> Vec<(&String, &usize)> {
+    pub(crate) fn duplicates(&self) -> Vec<(&String, &usize)> {
         let mut twice: Vec<_> = self.effects.iter().filter(|(_, n)| **n > 1).collect();
         twice.sort();
         twice
     }
 
     /// How long after `ended` the last error came (zero if none did).
-    pub fn recovery_after(&self, ended: Instant) -> Duration {
+    pub(crate) fn recovery_after(&self, ended: Instant) -> Duration {
         self.errors
             .iter()
             .map(|(at, _)| at.saturating_duration_since(ended))
@@ -60,12 +60,12 @@ impl Seen {
     }
 
     /// Calls answered after `at`.
-    pub fn answered_after(&self, at: Instant) -> usize {
+    pub(crate) fn answered_after(&self, at: Instant) -> usize {
         self.answers.iter().filter(|a| **a > at).count()
     }
 
     /// One line for the test's output.
-    pub fn summary(&self, fault_ended: Instant) -> String {
+    pub(crate) fn summary(&self, fault_ended: Instant) -> String {
         let last_error = self
             .errors
             .last()
@@ -93,7 +93,7 @@ impl Seen {
 type Counters = Mutex<HashMap<String, Arc<AtomicUsize>>>;
 
 /// A running load: stop it to get what it saw.
-pub struct Load {
+pub(crate) struct Load {
     stop: Arc<AtomicBool>,
     seen: Arc<Mutex<Seen>>,
     counters: Arc<Counters>,
@@ -106,7 +106,7 @@ fn lock(seen: &Mutex<Seen>) -> std::sync::MutexGuard<'_, Seen> {
 
 impl Load {
     /// Starts `clients` against `idem`, their keys under `consumer`.
-    pub fn start<S: Store + 'static>(
+    pub(crate) fn start<S: Store + 'static>(
         idem: &Idempotency<S>,
         consumer: &str,
         clients: Clients,
@@ -139,7 +139,7 @@ impl Load {
 
     /// Stops the clients (each finishes its key, or gives up on it), waits for the executions
     /// still running on `idem` (at most ten seconds), and returns what the clients saw.
-    pub async fn stop<S: Store + 'static>(self, idem: &Idempotency<S>) -> Seen {
+    pub(crate) async fn stop<S: Store + 'static>(self, idem: &Idempotency<S>) -> Seen {
         self.stop.store(true, Ordering::SeqCst);
         for task in self.tasks {
             task.await.expect("a client task");

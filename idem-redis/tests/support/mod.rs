@@ -2,7 +2,7 @@
 //! what they see, and the run of one fault under their load.
 #![allow(dead_code)]
 
-pub mod load;
-pub mod private_cluster;
-pub mod redis_cli;
-pub mod under_load;
+pub(crate) mod load;
+pub(crate) mod private_cluster;
+pub(crate) mod redis_cli;
+pub(crate) mod under_load;

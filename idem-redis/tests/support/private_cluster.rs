@@ -21,7 +21,7 @@ struct Node {
 }
 
 /// A running three-master cluster; see the [module](self).
-pub struct PrivateCluster {
+pub(crate) struct PrivateCluster {
     nodes: Vec<Node>,
     root: PathBuf,
 }
@@ -88,7 +88,7 @@ impl Node {
 impl PrivateCluster {
     /// Starts three masters and joins them (`redis-cli --cluster create`, slots spread evenly),
     /// then waits for `cluster_state:ok` on every node.
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let root = std::env::temp_dir().join(format!(
             "idem-redis-cluster-{}",
             idem_core::FencingToken::generate()
@@ -129,12 +129,12 @@ impl PrivateCluster {
     }
 
     /// The masters' ports, in the order they were started.
-    pub fn ports(&self) -> Vec<u16> {
+    pub(crate) fn ports(&self) -> Vec<u16> {
         self.nodes.iter().map(|n| n.port).collect()
     }
 
     /// The seed URLs a store connects through.
-    pub fn urls(&self) -> Vec<String> {
+    pub(crate) fn urls(&self) -> Vec<String> {
         self.ports()
             .iter()
             .map(|p| format!("redis://127.0.0.1:{p}"))
@@ -142,7 +142,7 @@ impl PrivateCluster {
     }
 
     /// Whether every running node says `cluster_state:ok` and agrees every slot is served.
-    pub fn is_ok(&self) -> bool {
+    pub(crate) fn is_ok(&self) -> bool {
         self.nodes.iter().filter(|n| n.process.is_some()).all(|n| {
             let port = n.port.to_string();
             let out = redis_cli(&["-h", "127.0.0.1", "-p", &port, "cluster", "info"]);
@@ -152,28 +152,28 @@ impl PrivateCluster {
     }
 
     /// Waits for [`is_ok`](Self::is_ok), at most `limit`.
-    pub fn wait_ok(&self, limit: Duration) {
+    pub(crate) fn wait_ok(&self, limit: Duration) {
         wait_for(limit, "cluster_state:ok on every node", || self.is_ok());
     }
 
     /// `kill -9` of node `i` (its files are kept).
-    pub fn kill(&mut self, i: usize) {
+    pub(crate) fn kill(&mut self, i: usize) {
         self.nodes[i].kill();
     }
 
     /// Starts node `i` again: the same port, the same `nodes.conf` and append-only file, so it
     /// rejoins as the master it was.
-    pub fn restart(&mut self, i: usize) {
+    pub(crate) fn restart(&mut self, i: usize) {
         self.nodes[i].start();
     }
 
     /// The id of node `i` in the cluster.
-    pub fn node_id(&self, i: usize) -> String {
+    pub(crate) fn node_id(&self, i: usize) -> String {
         cli(self.nodes[i].port, &["cluster", "myid"])
     }
 
     /// How many slots node `i` serves, by its own account.
-    pub fn slot_count(&self, i: usize) -> usize {
+    pub(crate) fn slot_count(&self, i: usize) -> usize {
         cli(self.nodes[i].port, &["cluster", "nodes"])
             .lines()
             .find(|line| line.contains("myself"))
@@ -195,7 +195,7 @@ impl PrivateCluster {
 
     /// Moves `count` slots from node `from` to node `to` with `redis-cli --cluster reshard`
     /// (keys migrated with them), then waits for the cluster to agree.
-    pub fn reshard(&self, from: usize, to: usize, count: usize) {
+    pub(crate) fn reshard(&self, from: usize, to: usize, count: usize) {
         let seed = format!("127.0.0.1:{}", self.nodes[0].port);
         let (from, to, count) = (self.node_id(from), self.node_id(to), count.to_string());
         let out = redis_cli(&[
@@ -225,7 +225,7 @@ impl PrivateCluster {
     /// Waits until every node gives the same slot map (`CLUSTER SLOTS`): a reshard has ended
     /// once the topology it made is the one every node tells its clients, not when the tool
     /// that moved the slots returns (the last nodes learn it by gossip).
-    pub fn wait_converged(&self, limit: Duration) {
+    pub(crate) fn wait_converged(&self, limit: Duration) {
         wait_for(limit, "one slot map on every node", || {
             let maps: Vec<String> = self
                 .nodes
@@ -238,7 +238,7 @@ impl PrivateCluster {
 
     /// `DEBUG SLEEP seconds` on node `i`, sent from a thread of its own: the node freezes for
     /// that long. Returns once the node has stopped answering.
-    pub fn freeze(&self, i: usize, seconds: f64) -> std::thread::JoinHandle<()> {
+    pub(crate) fn freeze(&self, i: usize, seconds: f64) -> std::thread::JoinHandle<()> {
         freeze_port(self.nodes[i].port, seconds)
     }
 }

@@ -5,7 +5,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Runs `redis-cli` with `args`, its output kept.
-pub fn redis_cli(args: &[&str]) -> Output {
+pub(crate) fn redis_cli(args: &[&str]) -> Output {
     Command::new("redis-cli")
         .args(args)
         .stdin(Stdio::null())
@@ -14,7 +14,7 @@ pub fn redis_cli(args: &[&str]) -> Output {
 }
 
 /// `redis-cli -p port args…`, its standard output as text; a failure to run is a panic.
-pub fn cli(port: u16, args: &[&str]) -> String {
+pub(crate) fn cli(port: u16, args: &[&str]) -> String {
     let port = port.to_string();
     let mut all = vec!["-h", "127.0.0.1", "-p", &port];
     all.extend_from_slice(args);
@@ -28,7 +28,7 @@ pub fn cli(port: u16, args: &[&str]) -> String {
 }
 
 /// Waits until `ready` holds, at most `limit`; past it, a panic naming `what`.
-pub fn wait_for(limit: Duration, what: &str, mut ready: impl FnMut() -> bool) {
+pub(crate) fn wait_for(limit: Duration, what: &str, mut ready: impl FnMut() -> bool) {
     let started = Instant::now();
     while !ready() {
         assert!(started.elapsed() < limit, "waited {limit:?} for {what}");
@@ -38,7 +38,7 @@ pub fn wait_for(limit: Duration, what: &str, mut ready: impl FnMut() -> bool) {
 
 /// `DEBUG SLEEP seconds` on the Redis at `port`, from a thread of its own; returns once the
 /// server has stopped answering (a PING of its own times out).
-pub fn freeze_port(port: u16, seconds: f64) -> std::thread::JoinHandle<()> {
+pub(crate) fn freeze_port(port: u16, seconds: f64) -> std::thread::JoinHandle<()> {
     let sleeper = std::thread::spawn(move || {
         let _ = cli(port, &["debug", "sleep", &seconds.to_string()]);
     });

@@ -10,11 +10,11 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// The store's response and connection timeouts: short, so faults show within a test.
-pub const STORE_TIMEOUTS: Duration = Duration::from_millis(300);
+pub(crate) const STORE_TIMEOUTS: Duration = Duration::from_millis(300);
 /// The engine's bound on every store call (`Policy::store_timeout`): the deadline.
-pub const DEADLINE: Duration = Duration::from_secs(1);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(1);
 const LEASE: Duration = Duration::from_secs(3);
-pub const CLIENTS: Clients = Clients {
+pub(crate) const CLIENTS: Clients = Clients {
     tasks: 64,
     retry: Duration::from_millis(200),
     // An execution whose completion cannot be written keeps its caller for the lease (C8).
@@ -30,7 +30,7 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Holds the binary's other fault tests off while it lives; shows the store's own warnings
 /// (a connection rebuilt) in the test's output.
-pub fn one_at_a_time() -> MutexGuard<'static, ()> {
+pub(crate) fn one_at_a_time() -> MutexGuard<'static, ()> {
     let _ = tracing_subscriber::fmt()
         .with_env_filter("idem_redis=warn")
         .with_test_writer()
@@ -39,7 +39,7 @@ pub fn one_at_a_time() -> MutexGuard<'static, ()> {
 }
 
 /// A runtime for a fault test: two workers, as the machines the tests run on.
-pub fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -48,7 +48,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// The store's settings: a prefix of its own, the short timeouts.
-pub fn store_settings() -> RedisStoreBuilder {
+pub(crate) fn store_settings() -> RedisStoreBuilder {
     idem_redis::RedisStore::builder()
         .prefix(&format!("t{}", FencingToken::generate()))
         .response_timeout(STORE_TIMEOUTS)
@@ -56,7 +56,7 @@ pub fn store_settings() -> RedisStoreBuilder {
 }
 
 /// The engine over `store`, its store calls bounded by [`DEADLINE`].
-pub fn engine<S: Store + 'static>(store: S) -> Idempotency<S> {
+pub(crate) fn engine<S: Store + 'static>(store: S) -> Idempotency<S> {
     let policy = Policy::default().lease(LEASE).store_timeout(DEADLINE);
     Idempotency::with_policy(store, policy).expect("a valid policy")
 }
@@ -64,7 +64,7 @@ pub fn engine<S: Store + 'static>(store: S) -> Idempotency<S> {
 /// Runs the clients on `idem`, injects `fault` on a blocking thread once they are going (it
 /// returns when the fault ended), lets them go on for a while, prints what they saw and checks
 /// it (see the [module](self)). Returns what they saw and when the fault ended.
-pub async fn through<S: Store + 'static, T: Send + 'static>(
+pub(crate) async fn through<S: Store + 'static, T: Send + 'static>(
     name: &str,
     idem: &Idempotency<S>,
     fault: impl FnOnce() -> (T, Instant) + Send + 'static,

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 /// The database file of this process: `IDEM_SQLITE_DB` if set, else a file in a temporary
 /// directory that lives as long as the process (under `TMPDIR`, which `scripts/test` points at
 /// a directory it removes afterwards).
-pub fn db_path() -> PathBuf {
+pub(crate) fn db_path() -> PathBuf {
     if let Some(path) = std::env::var_os("IDEM_SQLITE_DB") {
         return PathBuf::from(path);
     }
@@ -26,13 +26,13 @@ pub fn db_path() -> PathBuf {
 }
 
 /// A new store on the shared file, on the default table.
-pub async fn store() -> SqliteStore {
+pub(crate) async fn store() -> SqliteStore {
     SqliteStore::open(db_path()).await.expect("open store")
 }
 
 /// The conformance harness: every store is a new table of the shared file, so scenarios, test
 /// binaries and processes never see each other's records (a purge included).
-pub struct Sqlite;
+pub(crate) struct Sqlite;
 
 #[idem_core::store::async_trait]
 impl Harness for Sqlite {
@@ -131,7 +131,7 @@ impl TransactionalHarness for Sqlite {
 /// The conformance harness on stores opened for one commit (each the only store reserving in
 /// its new table): everything else must behave exactly as on any store, the engine's
 /// in-process claims included.
-pub struct SqliteOneCommit;
+pub(crate) struct SqliteOneCommit;
 
 #[idem_core::store::async_trait]
 impl Harness for SqliteOneCommit {
@@ -189,7 +189,7 @@ impl TransactHarness for Sqlite {
 }
 
 /// Creates the business table of the tests, once per file.
-pub async fn with_charges(store: &SqliteStore) {
+pub(crate) async fn with_charges(store: &SqliteStore) {
     store
         .try_call(|db| {
             db.execute_batch(
@@ -205,7 +205,7 @@ pub async fn with_charges(store: &SqliteStore) {
 }
 
 /// How many charges were written for `intent`.
-pub async fn charges(store: &SqliteStore, intent: &str) -> i64 {
+pub(crate) async fn charges(store: &SqliteStore, intent: &str) -> i64 {
     let intent = intent.to_owned();
     store
         .try_call(move |db| {

@@ -6,9 +6,10 @@ use super::details::retry_details;
 use super::frame::{single_message, FrameError};
 use super::layer::GrpcIdempotencyLayer;
 use super::status::grpc_code_of;
+use crate::bounds::IncomingBody;
 use crate::consumer::ConsumerError;
 use crate::convert::{read_request_body, BoxError, ResponseReadError};
-use crate::disposition::{Disposition, Handled};
+use crate::disposition::Handled;
 use crate::limits::check_consumer;
 use crate::marker::{Completed, Happened, NothingHappened};
 use crate::reservation::Reservation;
@@ -20,6 +21,7 @@ use http::{HeaderMap, Request, Response};
 use http_body::Body;
 use http_body_util::Full;
 use idem_core::render::Problem;
+use idem_core::EventKind;
 use idem_core::{
     Answer, Context, Error, Failure, Field, Idempotency, Outcome, Policy, Reply, RunError, Store,
     StoredResponse,
@@ -73,8 +75,7 @@ where
     Inner: Service<Request<GrpcBody>, Response = Response<RB>> + Clone + Send + 'static,
     Inner::Future: Send + 'static,
     Inner::Error: fmt::Display + Send + 'static,
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
+    B: IncomingBody,
     RB: Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError>,
     S: Store + 'static,
@@ -124,8 +125,7 @@ fn pass_through<Inner, B, RB>(
 where
     Inner: Service<Request<GrpcBody>, Response = Response<RB>>,
     Inner::Future: Send + 'static,
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
+    B: IncomingBody,
     RB: Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError>,
 {
@@ -138,7 +138,7 @@ struct Answered {
     answer: GrpcAnswer,
     /// Metadata added to the head: `idempotent-replayed`, the key's echo.
     extra: Vec<(HeaderName, HeaderValue)>,
-    disposition: Disposition,
+    disposition: EventKind,
     consumer: Option<String>,
 }
 
@@ -148,7 +148,7 @@ impl Answered {
         Self {
             answer: GrpcAnswer::error(code, message),
             extra: Vec::new(),
-            disposition: Disposition::Rejected,
+            disposition: EventKind::Rejected,
             consumer,
         }
     }
@@ -157,7 +157,7 @@ impl Answered {
         Self {
             answer: problem_answer(problem),
             extra: Vec::new(),
-            disposition: Disposition::Rejected,
+            disposition: EventKind::Rejected,
             consumer,
         }
     }
@@ -174,8 +174,7 @@ where
     Inner: Service<Request<GrpcBody>, Response = Response<RB>> + Send + 'static,
     Inner::Future: Send + 'static,
     Inner::Error: fmt::Display + Send + 'static,
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
+    B: IncomingBody,
     RB: Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError>,
     S: Store + 'static,

@@ -12,7 +12,9 @@ use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use idem_core::store::async_trait;
 use idem_core::store::Operator;
-use idem_core::store::{Capabilities, Completion, Lease, ListQuery, Page, Record, Stats};
+use idem_core::store::{
+    Capabilities, Completion, Inspected, Lease, ListQuery, ListingOrder, Page, Record, Stats,
+};
 use idem_core::{
     Begin, Error, Idempotency, Policy, RecordId, Request as IdemRequest, Store, StoreErrorKind,
     Timestamp,
@@ -32,7 +34,7 @@ use tower::{Service, ServiceExt};
 // Consumers.
 
 /// The consumer is the `x-account` header; a request without one is unauthenticated.
-pub fn header_account(req: &http::request::Parts) -> Result<String, ConsumerError> {
+pub(crate) fn header_account(req: &http::request::Parts) -> Result<String, ConsumerError> {
     req.headers
         .get("x-account")
         .and_then(|v| v.to_str().ok())
@@ -41,19 +43,19 @@ pub fn header_account(req: &http::request::Parts) -> Result<String, ConsumerErro
 }
 
 /// Every request belongs to one consumer, `acct_1`.
-pub fn fixed_account(_: &http::request::Parts) -> Result<String, ConsumerError> {
+pub(crate) fn fixed_account(_: &http::request::Parts) -> Result<String, ConsumerError> {
     Ok("acct_1".to_owned())
 }
 
 /// An engine on `store` with the default policy but for its lease.
-pub fn with_lease<S: Store>(store: S, lease: Duration) -> Idempotency<S> {
+pub(crate) fn with_lease<S: Store>(store: S, lease: Duration) -> Idempotency<S> {
     Idempotency::with_policy(store, Policy::default().lease(lease)).expect("policy")
 }
 
 // Requests through a service, in process.
 
 /// A request with the `headers` given, in order, then `Idempotency-Key: key` when there is one.
-pub fn build_request<M>(
+pub(crate) fn build_request<M>(
     method: M,
     uri: &str,
     headers: &[(&str, &str)],
@@ -78,7 +80,7 @@ where
 
 /// A whole answer: status, headers, the body as text, and what the layer did.
 #[derive(Debug)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub body: String,
@@ -87,7 +89,7 @@ pub struct Reply {
 
 /// Sends `request` through (a clone of) `service` and reads the whole answer, however long
 /// it takes.
-pub async fn send<S, B, RB>(service: &S, request: Request<B>) -> Reply
+pub(crate) async fn send<S, B, RB>(service: &S, request: Request<B>) -> Reply
 where
     S: Service<Request<B>, Response = Response<RB>, Error = Infallible> + Clone,
     RB: http_body::Body,
@@ -97,7 +99,7 @@ where
 }
 
 /// [`send`], failing the test if the answer has not come within 10 s.
-pub async fn send_in_time<S, B, RB>(service: &S, request: Request<B>) -> Reply
+pub(crate) async fn send_in_time<S, B, RB>(service: &S, request: Request<B>) -> Reply
 where
     S: Service<Request<B>, Response = Response<RB>, Error = Infallible> + Clone,
     RB: http_body::Body,
@@ -107,7 +109,11 @@ where
 }
 
 /// [`send`], failing the test if the answer has not come within `limit`.
-pub async fn send_within<S, B, RB>(limit: Duration, service: &S, request: Request<B>) -> Reply
+pub(crate) async fn send_within<S, B, RB>(
+    limit: Duration,
+    service: &S,
+    request: Request<B>,
+) -> Reply
 where
     S: Service<Request<B>, Response = Response<RB>, Error = Infallible> + Clone,
     RB: http_body::Body,
@@ -143,12 +149,12 @@ where
 }
 
 /// The header `name` of `reply`, if it is text.
-pub fn header<'a>(reply: &'a Reply, name: &str) -> Option<&'a str> {
+pub(crate) fn header<'a>(reply: &'a Reply, name: &str) -> Option<&'a str> {
     reply.headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// The `type` of the problem (RFC 9457) `reply` carries.
-pub fn problem_type(reply: &Reply) -> String {
+pub(crate) fn problem_type(reply: &Reply) -> String {
     let value: serde_json::Value = serde_json::from_str(&reply.body).expect("a problem body");
     value["type"].as_str().unwrap_or_default().to_owned()
 }
@@ -156,7 +162,7 @@ pub fn problem_type(reply: &Reply) -> String {
 // A real server, and raw HTTP/1.1 over TCP.
 
 /// Serves `app` on a free local port, on a task of its own.
-pub async fn serve(app: Router) -> SocketAddr {
+pub(crate) async fn serve(app: Router) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -167,7 +173,7 @@ pub async fn serve(app: Router) -> SocketAddr {
 
 /// A POST as raw HTTP/1.1: the `headers` given, in order, then `Content-Length` and
 /// `Connection: close`, then `body`.
-pub fn raw_post(path: &str, headers: &[(&str, &str)], body: &str) -> String {
+pub(crate) fn raw_post(path: &str, headers: &[(&str, &str)], body: &str) -> String {
     let mut request = format!("POST {path} HTTP/1.1\r\n");
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
@@ -180,7 +186,7 @@ pub fn raw_post(path: &str, headers: &[(&str, &str)], body: &str) -> String {
 }
 
 /// Connects to `addr` and writes `request`; the connection stays open for the caller.
-pub async fn connect_and_write(addr: SocketAddr, request: &[u8]) -> TcpStream {
+pub(crate) async fn connect_and_write(addr: SocketAddr, request: &[u8]) -> TcpStream {
     let mut stream = TcpStream::connect(addr).await.expect("connect");
     stream.write_all(request).await.expect("write");
     stream
@@ -188,7 +194,7 @@ pub async fn connect_and_write(addr: SocketAddr, request: &[u8]) -> TcpStream {
 
 /// Sends a raw `request` and reads the whole response (20 s at most): its status (0 when
 /// there is none, e.g. the connection was dropped) and its text.
-pub async fn exchange(addr: SocketAddr, request: &str) -> (u16, String) {
+pub(crate) async fn exchange(addr: SocketAddr, request: &str) -> (u16, String) {
     let fut = async {
         let mut s = connect_and_write(addr, request.as_bytes()).await;
         let mut out = Vec::new();
@@ -202,7 +208,7 @@ pub async fn exchange(addr: SocketAddr, request: &str) -> (u16, String) {
 }
 
 /// Reads from `s` until the status line is in, and returns its status (0 when there is none).
-pub async fn read_status(s: &mut TcpStream) -> u16 {
+pub(crate) async fn read_status(s: &mut TcpStream) -> u16 {
     let mut buf = vec![0u8; 4096];
     let mut got = Vec::new();
     while got.len() < 12 {
@@ -216,7 +222,7 @@ pub async fn read_status(s: &mut TcpStream) -> u16 {
 }
 
 /// The status of a raw HTTP/1.1 response, 0 when it has no status line.
-pub fn status_of(response: &str) -> u16 {
+pub(crate) fn status_of(response: &str) -> u16 {
     response
         .get(9..12)
         .and_then(|s| s.parse().ok())
@@ -226,7 +232,7 @@ pub fn status_of(response: &str) -> u16 {
 // A SQLite shop: the store's records and the application's `charges` in one database.
 
 /// A SQLite store in `dir/shop.db`, with a `charges` table beside its records.
-pub async fn shop_db(dir: &Path) -> SqliteStore {
+pub(crate) async fn shop_db(dir: &Path) -> SqliteStore {
     let sqlite = SqliteStore::open(dir.join("shop.db")).await.expect("open");
     sqlite
         .try_call(|db| {
@@ -238,7 +244,7 @@ pub async fn shop_db(dir: &Path) -> SqliteStore {
 }
 
 /// How many rows `charges` has.
-pub async fn charge_rows(sqlite: &SqliteStore) -> i64 {
+pub(crate) async fn charge_rows(sqlite: &SqliteStore) -> i64 {
     sqlite
         .try_call(|db| db.query_row("SELECT count(*) FROM charges", [], |r| r.get(0)))
         .await
@@ -250,7 +256,7 @@ pub async fn charge_rows(sqlite: &SqliteStore) -> i64 {
 /// A store that delegates to `inner`, with the twist a test asks for: `complete` slow, the
 /// completions counted (always), or the store down altogether.
 #[derive(Debug, Clone)]
-pub struct Decorated<S> {
+pub(crate) struct Decorated<S> {
     inner: S,
     complete_delay: Option<Duration>,
     completes: Arc<AtomicUsize>,
@@ -266,7 +272,7 @@ impl AsRef<SqliteStore> for Decorated<SqliteStore> {
 
 impl<S> Decorated<S> {
     /// `inner` as it is (its completions counted).
-    pub fn new(inner: S) -> Self {
+    pub(crate) fn new(inner: S) -> Self {
         Self {
             inner,
             complete_delay: None,
@@ -277,25 +283,25 @@ impl<S> Decorated<S> {
 
     /// `complete` first waits `delay`: a large response over a slow link, a loaded database,
     /// a SQLite write waiting for the lock; every other operation, `renew` included, is fast.
-    pub fn slow_complete(mut self, delay: Duration) -> Self {
+    pub(crate) fn slow_complete(mut self, delay: Duration) -> Self {
         self.complete_delay = Some(delay);
         self
     }
 
     /// Counts the completions the engine writes through this store into `completes`.
-    pub fn count_completes(mut self, completes: Arc<AtomicUsize>) -> Self {
+    pub(crate) fn count_completes(mut self, completes: Arc<AtomicUsize>) -> Self {
         self.completes = completes;
         self
     }
 
     /// Every operation fails: the store is unavailable.
-    pub fn down(mut self) -> Self {
+    pub(crate) fn down(mut self) -> Self {
         self.down = true;
         self
     }
 
     /// The store decorated.
-    pub fn inner(&self) -> &S {
+    pub(crate) fn inner(&self) -> &S {
         &self.inner
     }
 
@@ -357,19 +363,28 @@ impl<S: Operator> Operator for Decorated<S> {
         self.up()?;
         self.inner.stats().await
     }
+    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
+        self.up()?;
+        self.inner.inspect(id).await
+    }
+    fn listing_order(&self) -> ListingOrder {
+        self.inner.listing_order()
+    }
 }
 
 // A scripted body.
 
 /// A body that arrives in `frames`, one a poll, without a length. An `Err` frame fails the
 /// body, at that poll and every later one.
-pub struct Frames {
+pub(crate) struct Frames {
     frames: Vec<Result<&'static str, &'static str>>,
     next: usize,
 }
 
 impl Frames {
-    pub fn new(frames: impl IntoIterator<Item = Result<&'static str, &'static str>>) -> Self {
+    pub(crate) fn new(
+        frames: impl IntoIterator<Item = Result<&'static str, &'static str>>,
+    ) -> Self {
         Self {
             frames: frames.into_iter().collect(),
             next: 0,

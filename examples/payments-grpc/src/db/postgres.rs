@@ -9,6 +9,7 @@ use idem_tower::Reservation;
 
 /// PostgreSQL: the charge and its completion (`PgStore::complete_in`) in one transaction from
 /// the store's pool.
+#[derive(Debug)]
 pub struct Postgres {
     idem: Idempotency<PgStore>,
 }

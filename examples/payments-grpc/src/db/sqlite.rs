@@ -9,6 +9,7 @@ use idem_tower::Reservation;
 
 /// SQLite: the charge and its completion in one `BEGIN IMMEDIATE` transaction on the store's
 /// writer (`Reservation::sqlite_transaction`).
+#[derive(Debug)]
 pub struct Sqlite {
     idem: Idempotency<SqliteStore>,
 }

@@ -5,9 +5,9 @@ mod postgres;
 mod sqlite;
 mod unavailable;
 
-pub use postgres::Postgres;
-pub use sqlite::Sqlite;
-pub use unavailable::{is_unavailable, Unreachable, READ_DEADLINE};
+pub(crate) use postgres::Postgres;
+pub(crate) use sqlite::Sqlite;
+pub(crate) use unavailable::{is_unavailable, Unreachable, READ_DEADLINE};
 
 use crate::charge::Charge;
 use idem::tower::Reservation;
@@ -16,11 +16,11 @@ use std::time::Duration;
 
 /// A database failure (logged; the client sees a 503 when [`is_unavailable`], else a 500,
 /// without the cause).
-pub type DbError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type DbError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The charges table and the idempotency store of one database.
 #[async_trait::async_trait]
-pub trait Backend: Send + Sync + 'static {
+pub(crate) trait Backend: Send + Sync + 'static {
     /// The idempotency store on the same database.
     type Store: Store + 'static;
 

@@ -21,13 +21,13 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
 CREATE INDEX IF NOT EXISTS charges_by_account ON charges (account, seq)";
 
 /// PostgreSQL: the charge and the completion in one transaction from the store's pool.
-pub struct Postgres {
+pub(crate) struct Postgres {
     idem: Idempotency<PgStore>,
 }
 
 impl Postgres {
     /// Connects, migrates the idempotency table and creates the charges table.
-    pub async fn connect(url: &str, policy: Policy) -> Result<Self, DbError> {
+    pub(crate) async fn connect(url: &str, policy: Policy) -> Result<Self, DbError> {
         let store = PgStore::connect(url).await?;
         store.migrate().await?;
         sqlx::raw_sql(SCHEMA).execute(store.pool()).await?;

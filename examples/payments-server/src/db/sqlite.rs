@@ -21,13 +21,13 @@ CREATE INDEX IF NOT EXISTS charges_by_account ON charges (account, seq);";
 
 /// SQLite: writes on the store's writer connection (SQLite has one writer), reads on the
 /// store's reader connections (`SqliteStore::read`), which WAL never blocks.
-pub struct Sqlite {
+pub(crate) struct Sqlite {
     idem: Idempotency<SqliteStore>,
 }
 
 impl Sqlite {
     /// Opens (or creates) the file, with the charges table.
-    pub async fn open(path: &str, policy: Policy) -> Result<Self, DbError> {
+    pub(crate) async fn open(path: &str, policy: Policy) -> Result<Self, DbError> {
         let store = SqliteStore::open(path).await?;
         store.try_call(|db| db.execute_batch(SCHEMA)).await?;
         Ok(Self {

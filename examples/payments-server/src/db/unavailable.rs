@@ -11,12 +11,12 @@ use std::time::Duration;
 
 /// How long a read may take before it is given up as unavailable: a frozen or blackholed
 /// database answers 503 within it, never a hang.
-pub const READ_DEADLINE: Duration = Duration::from_secs(5);
+pub(crate) const READ_DEADLINE: Duration = Duration::from_secs(5);
 
 /// The database could not be reached in time: no connection, or no answer within
 /// [`READ_DEADLINE`]. Always unavailable.
 #[derive(Debug)]
-pub struct Unreachable(pub String);
+pub(crate) struct Unreachable(pub String);
 
 impl fmt::Display for Unreachable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -29,7 +29,7 @@ impl std::error::Error for Unreachable {}
 /// Whether a failure is the database being unreachable or busy (a retry later may succeed),
 /// rather than a fault of the request or the code. A sqlx or rusqlite error is judged as the
 /// store judges its own: transient (unavailable, or a transaction conflict) or not.
-pub fn is_unavailable(error: &DbError) -> bool {
+pub(crate) fn is_unavailable(error: &DbError) -> bool {
     if error.downcast_ref::<Unreachable>().is_some() {
         return true;
     }

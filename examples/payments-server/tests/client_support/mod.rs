@@ -3,5 +3,5 @@
 
 #![allow(dead_code)]
 
-pub mod payments;
-pub mod proxy;
+pub(crate) mod payments;
+pub(crate) mod proxy;

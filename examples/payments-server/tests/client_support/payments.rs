@@ -8,22 +8,22 @@ use std::time::Duration;
 use tokio::process::Command;
 
 /// The API key the tests authenticate with.
-pub const API_KEY: &str = "sk_test_idem_client";
+pub(crate) const API_KEY: &str = "sk_test_idem_client";
 
 /// The `payments-server` binary cargo built for these tests.
-pub fn binary() -> &'static Path {
+pub(crate) fn binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_payments-server"))
 }
 
 /// A temporary directory with the server's SQLite file and logs.
-pub struct World {
+pub(crate) struct World {
     dir: tempfile::TempDir,
     servers: u32,
 }
 
 impl World {
     /// A fresh directory.
-    pub fn new() -> World {
+    pub(crate) fn new() -> World {
         World {
             dir: tempfile::tempdir().expect("a temp dir"),
             servers: 0,
@@ -31,13 +31,13 @@ impl World {
     }
 
     /// The SQLite file.
-    pub fn database(&self) -> PathBuf {
+    pub(crate) fn database(&self) -> PathBuf {
         self.dir.path().join("payments.db")
     }
 
     /// Starts the server on the world's file, on `port` (0: any free port), with the lease
     /// `lease_ms`.
-    pub async fn start(&mut self, port: u16, lease_ms: u64) -> ServerProcess {
+    pub(crate) async fn start(&mut self, port: u16, lease_ms: u64) -> ServerProcess {
         let binary = tokio::task::spawn_blocking(binary)
             .await
             .expect("building the payments server");
@@ -60,7 +60,7 @@ impl World {
 }
 
 /// The port `server` listens on.
-pub fn port(server: &ServerProcess) -> u16 {
+pub(crate) fn port(server: &ServerProcess) -> u16 {
     server
         .addr()
         .rsplit(':')
@@ -70,7 +70,7 @@ pub fn port(server: &ServerProcess) -> u16 {
 }
 
 /// Committed charges, from the server's own `GET /test/charges/count`.
-pub async fn charge_count(server: &ServerProcess) -> u64 {
+pub(crate) async fn charge_count(server: &ServerProcess) -> u64 {
     let reply = Reply::fetch(
         reqwest::Client::new()
             .get(server.url("/test/charges/count"))
@@ -86,7 +86,7 @@ pub async fn charge_count(server: &ServerProcess) -> u64 {
 }
 
 /// The charges listed by the server's API (`GET /v1/charges?limit=100`).
-pub async fn listed_charges(server: &ServerProcess) -> Vec<serde_json::Value> {
+pub(crate) async fn listed_charges(server: &ServerProcess) -> Vec<serde_json::Value> {
     let reply = Reply::fetch(
         reqwest::Client::new()
             .get(server.url("/v1/charges?limit=100"))

@@ -11,7 +11,7 @@ use tokio::net::{TcpListener, TcpStream};
 type Stream = Arc<Mutex<Vec<u8>>>;
 
 /// The proxy.
-pub struct Proxy {
+pub(crate) struct Proxy {
     /// `http://127.0.0.1:PORT` of the proxy.
     pub base_url: String,
     streams: Arc<Mutex<Vec<Stream>>>,
@@ -21,7 +21,7 @@ pub struct Proxy {
 impl Proxy {
     /// A proxy to `upstream` (`127.0.0.1:PORT`, connected anew for every connection) that
     /// swallows what the server sends back on the first `swallow` connections.
-    pub async fn start(upstream: &str, swallow: u32) -> Proxy {
+    pub(crate) async fn start(upstream: &str, swallow: u32) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the proxy");
@@ -51,13 +51,13 @@ impl Proxy {
     }
 
     /// `base_url` + `path`.
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url)
     }
 
     /// Every request head line seen, e.g. `POST /v1/charges HTTP/1.1`, with the value of its
     /// `Idempotency-Key` header (if any), in order per connection.
-    pub fn requests(&self) -> Vec<(String, Option<String>)> {
+    pub(crate) fn requests(&self) -> Vec<(String, Option<String>)> {
         let mut out = Vec::new();
         for log in self.streams.lock().expect("lock").iter() {
             let bytes = log.lock().expect("lock").clone();
@@ -67,7 +67,7 @@ impl Proxy {
     }
 
     /// The keys of every `POST` seen.
-    pub fn post_keys(&self) -> Vec<Option<String>> {
+    pub(crate) fn post_keys(&self) -> Vec<Option<String>> {
         self.requests()
             .into_iter()
             .filter(|(line, _)| line.starts_with("POST "))
@@ -79,7 +79,7 @@ impl Proxy {
 /// The requests on one connection, framed by their `Content-Length` (the only framing the
 /// client's buffered bodies use): each request line with its `Idempotency-Key` value. A
 /// request whose head or body is incomplete ends the list.
-pub fn parse_requests(bytes: &[u8]) -> Vec<(String, Option<String>)> {
+pub(crate) fn parse_requests(bytes: &[u8]) -> Vec<(String, Option<String>)> {
     let mut out = Vec::new();
     let mut rest = bytes;
     while let Some(end) = rest.windows(4).position(|w| w == b"\r\n\r\n") {

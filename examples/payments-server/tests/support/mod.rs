@@ -26,7 +26,7 @@ macro_rules! on_both_backends {
     };
 }
 
-pub use e2e_support::{error_chain, random_u64, Reply, ServerProcess};
+pub(crate) use e2e_support::{error_chain, random_u64, Reply, ServerProcess};
 
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -37,10 +37,10 @@ use std::time::{Duration, Instant};
 use tokio::process::Command;
 
 /// The API key every test authenticates with (unless it tests scoping).
-pub const API_KEY: &str = "sk_test_e2e";
+pub(crate) const API_KEY: &str = "sk_test_e2e";
 
 /// A fresh idempotency key, unique across tests and runs.
-pub fn new_key(label: &str) -> String {
+pub(crate) fn new_key(label: &str) -> String {
     format!("e2e-{label}-{:016x}", random_u64())
 }
 
@@ -50,7 +50,7 @@ pub fn new_key(label: &str) -> String {
 
 /// The store the server runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
+pub(crate) enum Backend {
     /// A fresh SQLite file in the test's temp dir.
     Sqlite,
     /// A fresh database on the PostgreSQL server at `IDEM_PG_URL`.
@@ -64,7 +64,7 @@ struct PgDatabase {
 
 /// One test's world: a temp dir (server logs, the SQLite file) and the database the servers
 /// are given. Dropping it removes the dir and drops the PostgreSQL database.
-pub struct TestEnv {
+pub(crate) struct TestEnv {
     /// The backend.
     pub backend: Backend,
     /// The temp dir (under `std::env::temp_dir()`), removed on drop.
@@ -77,7 +77,7 @@ pub struct TestEnv {
 
 impl TestEnv {
     /// A fresh environment for the test `test` on `backend`.
-    pub async fn new(backend: Backend, test: &str) -> TestEnv {
+    pub(crate) async fn new(backend: Backend, test: &str) -> TestEnv {
         let unique = format!("{:016x}", random_u64());
         let dir =
             std::env::temp_dir().join(format!("idem-e2e-{test}-{}-{unique}", std::process::id()));
@@ -119,7 +119,7 @@ impl TestEnv {
 
     /// PostgreSQL only: makes the test's database refuse connections and ends the ones it has
     /// (`allow = false`), or lets it accept them again (`allow = true`).
-    pub async fn set_pg_connections_allowed(&self, allow: bool) {
+    pub(crate) async fn set_pg_connections_allowed(&self, allow: bool) {
         let pg = self
             .pg
             .as_ref()
@@ -160,7 +160,7 @@ impl Drop for TestEnv {
 }
 
 /// `url` with its database (path) replaced by `database`, the query string kept.
-pub fn url_with_database(url: &str, database: &str) -> String {
+pub(crate) fn url_with_database(url: &str, database: &str) -> String {
     let (base, query) = match url.find('?') {
         Some(i) => (&url[..i], &url[i..]),
         None => (url, ""),
@@ -236,7 +236,7 @@ fn drop_pg_database(pg: PgDatabase) {
 
 /// A running `payments-server` child process with the test hooks on ([`ServerProcess`]:
 /// always killed, its log tail printed when a test panics).
-pub struct Server(ServerProcess);
+pub(crate) struct Server(ServerProcess);
 
 impl std::ops::Deref for Server {
     type Target = ServerProcess;
@@ -255,18 +255,18 @@ impl Server {
     /// Starts the server on `env`'s database with the test hooks on, `--addr 127.0.0.1:0`, and
     /// the lease `lease_ms` when given (else the server's default); waits for its
     /// `listening on http://127.0.0.1:PORT` line on stdout.
-    pub async fn start(env: &TestEnv, lease_ms: Option<u64>) -> Server {
+    pub(crate) async fn start(env: &TestEnv, lease_ms: Option<u64>) -> Server {
         Server::start_on(env, &env.database, lease_ms).await
     }
 
     /// [`Server::start`] with `database` as `--database` (another spelling of `env`'s).
-    pub async fn start_on(env: &TestEnv, database: &str, lease_ms: Option<u64>) -> Server {
+    pub(crate) async fn start_on(env: &TestEnv, database: &str, lease_ms: Option<u64>) -> Server {
         Server::start_with(env, database, lease_ms, &[]).await
     }
 
     /// [`Server::start_on`] with more settings in the environment (`IDEM_HEADER_TIMEOUT_MS`,
     /// ...).
-    pub async fn start_with(
+    pub(crate) async fn start_with(
         env: &TestEnv,
         database: &str,
         lease_ms: Option<u64>,
@@ -299,7 +299,7 @@ impl Server {
     }
 
     /// A client for this server (authenticated with [`API_KEY`]).
-    pub fn api(&self) -> Api {
+    pub(crate) fn api(&self) -> Api {
         Api::new(&self.base_url)
     }
 }
@@ -310,7 +310,7 @@ impl Server {
 
 /// A request body.
 #[derive(Clone, Debug)]
-pub enum Body {
+pub(crate) enum Body {
     /// `application/x-www-form-urlencoded`.
     Form(Vec<(String, String)>),
     /// `application/json`.
@@ -319,7 +319,7 @@ pub enum Body {
 
 /// A `POST /v1/charges`.
 #[derive(Clone, Debug)]
-pub struct ChargeRequest {
+pub(crate) struct ChargeRequest {
     /// The `Idempotency-Key` header, if any.
     pub key: Option<String>,
     /// The body.
@@ -334,7 +334,7 @@ pub struct ChargeRequest {
 
 impl ChargeRequest {
     /// A form-encoded charge of `amount` USD cents under `key`.
-    pub fn form(key: &str, amount: i64) -> ChargeRequest {
+    pub(crate) fn form(key: &str, amount: i64) -> ChargeRequest {
         ChargeRequest {
             key: Some(key.to_owned()),
             body: Body::Form(vec![
@@ -349,7 +349,7 @@ impl ChargeRequest {
     }
 
     /// A form-encoded request with exactly these fields.
-    pub fn form_fields(key: &str, fields: &[(&str, &str)]) -> ChargeRequest {
+    pub(crate) fn form_fields(key: &str, fields: &[(&str, &str)]) -> ChargeRequest {
         ChargeRequest {
             key: Some(key.to_owned()),
             body: Body::Form(
@@ -365,7 +365,7 @@ impl ChargeRequest {
     }
 
     /// A JSON request with this body.
-    pub fn json(key: &str, body: Value) -> ChargeRequest {
+    pub(crate) fn json(key: &str, body: Value) -> ChargeRequest {
         ChargeRequest {
             key: Some(key.to_owned()),
             body: Body::Json(body),
@@ -376,31 +376,31 @@ impl ChargeRequest {
     }
 
     /// With `X-Test-Delay-Ms: ms`.
-    pub fn with_delay(mut self, ms: u64) -> ChargeRequest {
+    pub(crate) fn with_delay(mut self, ms: u64) -> ChargeRequest {
         self.delay_ms = Some(ms);
         self
     }
 
     /// Without `X-Test-Delay-Ms` (same key and body).
-    pub fn without_delay(mut self) -> ChargeRequest {
+    pub(crate) fn without_delay(mut self) -> ChargeRequest {
         self.delay_ms = None;
         self
     }
 
     /// Without an `Idempotency-Key`.
-    pub fn without_key(mut self) -> ChargeRequest {
+    pub(crate) fn without_key(mut self) -> ChargeRequest {
         self.key = None;
         self
     }
 
     /// The API key sent as the Basic user name (`curl -u key:`).
-    pub fn with_basic_auth(mut self) -> ChargeRequest {
+    pub(crate) fn with_basic_auth(mut self) -> ChargeRequest {
         self.basic_auth = true;
         self
     }
 
     /// Authenticated with `api_key`, or anonymous with `None`.
-    pub fn with_api_key(mut self, api_key: Option<&str>) -> ChargeRequest {
+    pub(crate) fn with_api_key(mut self, api_key: Option<&str>) -> ChargeRequest {
         self.api_key = api_key.map(str::to_owned);
         self
     }
@@ -408,7 +408,7 @@ impl ChargeRequest {
 
 /// What one attempt of the retrying client ended with.
 #[derive(Clone, Debug)]
-pub enum Attempt {
+pub(crate) enum Attempt {
     /// No complete answer within the per-attempt timeout.
     Timeout(Duration),
     /// A connection or protocol error.
@@ -426,7 +426,7 @@ pub enum Attempt {
 
 /// The end of a retried request: the final (non-retryable) answer and every attempt.
 #[derive(Debug)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// The final answer.
     pub reply: Reply,
     /// Every attempt, the last one included.
@@ -435,7 +435,7 @@ pub struct Outcome {
 
 impl Outcome {
     /// How many attempts got `status`.
-    pub fn count_status(&self, status: u16) -> usize {
+    pub(crate) fn count_status(&self, status: u16) -> usize {
         self.attempts
             .iter()
             .filter(|a| matches!(a, Attempt::Status { status: s, .. } if *s == status))
@@ -443,7 +443,7 @@ impl Outcome {
     }
 
     /// The attempts in one line, e.g. `timeout(500ms) 409(retry-after 1, 2ms) 200(3ms)`.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let parts: Vec<String> = self
             .attempts
             .iter()
@@ -464,7 +464,7 @@ impl Outcome {
     }
 
     /// How many attempts timed out.
-    pub fn timeouts(&self) -> usize {
+    pub(crate) fn timeouts(&self) -> usize {
         self.attempts
             .iter()
             .filter(|a| matches!(a, Attempt::Timeout(_)))
@@ -474,7 +474,7 @@ impl Outcome {
 
 /// The retrying client's settings.
 #[derive(Clone, Debug)]
-pub struct RetryPolicy {
+pub(crate) struct RetryPolicy {
     /// Per-attempt timeout (whole request and body).
     pub attempt_timeout: Duration,
     /// The first backoff; doubled after each failed attempt.
@@ -501,13 +501,13 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// With this per-attempt timeout.
-    pub fn attempt_timeout(mut self, timeout: Duration) -> RetryPolicy {
+    pub(crate) fn attempt_timeout(mut self, timeout: Duration) -> RetryPolicy {
         self.attempt_timeout = timeout;
         self
     }
 
     /// With this overall deadline.
-    pub fn deadline(mut self, deadline: Duration) -> RetryPolicy {
+    pub(crate) fn deadline(mut self, deadline: Duration) -> RetryPolicy {
         self.deadline = deadline;
         self
     }
@@ -530,7 +530,7 @@ impl RetryPolicy {
 }
 
 /// Whether an answer with this status is retried (with the same key).
-pub fn is_retryable(status: StatusCode) -> bool {
+pub(crate) fn is_retryable(status: StatusCode) -> bool {
     status == StatusCode::CONFLICT
         || status == StatusCode::TOO_MANY_REQUESTS
         || status.is_server_error()
@@ -538,14 +538,14 @@ pub fn is_retryable(status: StatusCode) -> bool {
 
 /// An HTTP client for one server.
 #[derive(Clone)]
-pub struct Api {
+pub(crate) struct Api {
     http: reqwest::Client,
     base_url: String,
 }
 
 impl Api {
     /// A client for the server at `base_url`.
-    pub fn new(base_url: &str) -> Api {
+    pub(crate) fn new(base_url: &str) -> Api {
         let http = reqwest::Client::builder()
             .no_proxy()
             .connect_timeout(Duration::from_secs(2))
@@ -558,7 +558,7 @@ impl Api {
     }
 
     /// One attempt of `req`, no retry.
-    pub async fn send_once(
+    pub(crate) async fn send_once(
         &self,
         req: &ChargeRequest,
         timeout: Duration,
@@ -588,7 +588,7 @@ impl Api {
     }
 
     /// One attempt of `req` that must get an answer (no transport error, no timeout).
-    pub async fn post_raw(&self, req: &ChargeRequest) -> Reply {
+    pub(crate) async fn post_raw(&self, req: &ChargeRequest) -> Reply {
         self.send_once(req, Duration::from_secs(30))
             .await
             .unwrap_or_else(|e| panic!("POST /v1/charges failed: {}", error_chain(&e)))
@@ -597,7 +597,7 @@ impl Api {
     /// `req` the way a production client sends it: retried with the same key on timeouts,
     /// connection errors, 409, 429 and 5xx, with capped exponential backoff honouring
     /// `Retry-After`; panics (with every attempt) past the policy's deadline.
-    pub async fn post_charge(&self, req: &ChargeRequest, policy: &RetryPolicy) -> Outcome {
+    pub(crate) async fn post_charge(&self, req: &ChargeRequest, policy: &RetryPolicy) -> Outcome {
         let started = Instant::now();
         let mut attempts = Vec::new();
         let mut last_reply: Option<Reply> = None;
@@ -648,7 +648,7 @@ impl Api {
     }
 
     /// `GET path` (authenticated), which must get an answer.
-    pub async fn get(&self, path: &str) -> Reply {
+    pub(crate) async fn get(&self, path: &str) -> Reply {
         let request = self
             .http
             .get(format!("{}{path}", self.base_url))
@@ -661,7 +661,7 @@ impl Api {
 
     /// One request of `method` to `path` with `headers` and `body` (no authentication unless
     /// a header gives it), which must get an answer.
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -682,7 +682,7 @@ impl Api {
     }
 
     /// The committed rows in the charges table (`GET /test/charges/count`).
-    pub async fn charge_count(&self) -> u64 {
+    pub(crate) async fn charge_count(&self) -> u64 {
         let reply = self.get("/test/charges/count").await;
         assert_eq!(
             reply.status,
@@ -704,7 +704,7 @@ impl Api {
 // ------------------------------------------------------------------------------------------
 
 /// Asserts `reply` is a 200 charge of `amount` in `currency`; returns its JSON.
-pub fn assert_charge(reply: &Reply, amount: i64, currency: &str) -> Value {
+pub(crate) fn assert_charge(reply: &Reply, amount: i64, currency: &str) -> Value {
     assert_eq!(
         reply.status,
         StatusCode::OK,
@@ -746,7 +746,7 @@ pub fn assert_charge(reply: &Reply, amount: i64, currency: &str) -> Value {
 /// Asserts a Stripe-shaped error: `status`, `error.type` = `kind`, `error.code` = `code`
 /// Asserts `reply` is a 503 with `Retry-After` and a Stripe-shaped error (`error.type`);
 /// `what` says which request, in the messages.
-pub fn assert_unavailable(reply: &Reply, what: &str) {
+pub(crate) fn assert_unavailable(reply: &Reply, what: &str) {
     assert_eq!(
         reply.status,
         StatusCode::SERVICE_UNAVAILABLE,
@@ -766,7 +766,7 @@ pub fn assert_unavailable(reply: &Reply, what: &str) {
 }
 
 /// (when given), a string `error.message`; returns the JSON.
-pub fn assert_error(reply: &Reply, status: u16, kind: &str, code: Option<&str>) -> Value {
+pub(crate) fn assert_error(reply: &Reply, status: u16, kind: &str, code: Option<&str>) -> Value {
     assert_eq!(
         reply.status.as_u16(),
         status,
@@ -804,7 +804,7 @@ pub fn assert_error(reply: &Reply, status: u16, kind: &str, code: Option<&str>) 
 
 /// Asserts the 409 of a duplicate of a running request: at once (< 1 s), `Retry-After`,
 /// an idempotency error body, and no `Stripe-Should-Retry: false`.
-pub fn assert_in_flight_conflict(reply: &Reply) {
+pub(crate) fn assert_in_flight_conflict(reply: &Reply) {
     assert_error(reply, 409, "idempotency_error", None);
     assert!(
         reply.latency < Duration::from_secs(1),
@@ -839,10 +839,10 @@ pub fn assert_in_flight_conflict(reply: &Reply) {
 // ------------------------------------------------------------------------------------------
 
 /// A request running on a task of its own: its answer, or its transport error as text.
-pub type Flight = tokio::task::JoinHandle<Result<Reply, String>>;
+pub(crate) type Flight = tokio::task::JoinHandle<Result<Reply, String>>;
 
 /// Sends `req` once on a task of its own (no retry), with a long timeout.
-pub fn spawn_once(api: &Api, req: &ChargeRequest) -> Flight {
+pub(crate) fn spawn_once(api: &Api, req: &ChargeRequest) -> Flight {
     let api = api.clone();
     let req = req.clone();
     tokio::spawn(async move {
@@ -854,7 +854,7 @@ pub fn spawn_once(api: &Api, req: &ChargeRequest) -> Flight {
 
 /// A 409 seen while one identical request runs, and the requests still in flight (the one
 /// executing among them).
-pub struct InFlight {
+pub(crate) struct InFlight {
     /// The first 409 answer.
     pub conflict: Reply,
     /// The requests not finished when the 409 came.
@@ -865,7 +865,7 @@ pub struct InFlight {
 /// identical duplicate every `every` until one of them gets a 409 — whichever of them reached
 /// the server first is the executing one. Panics if any gets another answer first, or if no
 /// 409 comes within `within`.
-pub async fn fire_until_conflict(
+pub(crate) async fn fire_until_conflict(
     api: &Api,
     req: &ChargeRequest,
     every: Duration,
@@ -915,7 +915,7 @@ pub async fn fire_until_conflict(
 }
 
 /// Awaits every flight, each within `within` overall.
-pub async fn land_all(flights: Vec<Flight>, within: Duration) -> Vec<Result<Reply, String>> {
+pub(crate) async fn land_all(flights: Vec<Flight>, within: Duration) -> Vec<Result<Reply, String>> {
     let deadline = tokio::time::Instant::now() + within;
     let mut out = Vec::new();
     for flight in flights {

@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-pub use e2e_support::{error_chain, random_u64, Reply, ServerProcess};
+pub(crate) use e2e_support::{error_chain, random_u64, Reply, ServerProcess};
 
 use idem::inbox::SignatureScheme;
 use reqwest::StatusCode;
@@ -20,7 +20,7 @@ use tokio::process::Command;
 const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
 
 /// Shuffles `items` in place (Fisher-Yates).
-pub fn shuffle<T>(items: &mut [T]) {
+pub(crate) fn shuffle<T>(items: &mut [T]) {
     for i in (1..items.len()).rev() {
         let j = (random_u64() % (i as u64 + 1)) as usize;
         items.swap(i, j);
@@ -28,7 +28,7 @@ pub fn shuffle<T>(items: &mut [T]) {
 }
 
 /// The current unix time in seconds.
-pub fn now_unix() -> i64 {
+pub(crate) fn now_unix() -> i64 {
     idem::inbox::now_unix()
 }
 
@@ -37,7 +37,7 @@ pub fn now_unix() -> i64 {
 // ------------------------------------------------------------------------------------------
 
 /// One test's world: a temp dir (server logs, the SQLite file), removed on drop.
-pub struct TestEnv {
+pub(crate) struct TestEnv {
     /// The temp dir (under `std::env::temp_dir()`).
     pub dir: PathBuf,
     /// What the server gets as `--database`.
@@ -47,7 +47,7 @@ pub struct TestEnv {
 
 impl TestEnv {
     /// A fresh environment for the test `test`.
-    pub fn new(test: &str) -> TestEnv {
+    pub(crate) fn new(test: &str) -> TestEnv {
         let dir = std::env::temp_dir().join(format!(
             "idem-webhooks-{test}-{}-{:016x}",
             std::process::id(),
@@ -72,7 +72,7 @@ impl Drop for TestEnv {
 
 /// A running `webhook-receiver` child process with the test hooks on ([`ServerProcess`]:
 /// always killed, its log tail printed when a test panics).
-pub struct Server(ServerProcess);
+pub(crate) struct Server(ServerProcess);
 
 impl std::ops::Deref for Server {
     type Target = ServerProcess;
@@ -88,7 +88,7 @@ impl std::ops::DerefMut for Server {
 }
 
 /// How a server process ended before it listened.
-pub struct Refused {
+pub(crate) struct Refused {
     /// Its exit status.
     pub status: ExitStatus,
     /// Its stderr.
@@ -125,13 +125,13 @@ fn command(env: &TestEnv, secrets: Option<&str>) -> Command {
 impl Server {
     /// Starts the receiver on `env`'s database with `WEBHOOK_SECRET=secrets` and the test
     /// hooks on, `--addr 127.0.0.1:0`; waits for its `listening on http://127.0.0.1:PORT`.
-    pub async fn start(env: &TestEnv, secrets: &str) -> Server {
+    pub(crate) async fn start(env: &TestEnv, secrets: &str) -> Server {
         Server::start_with(env, secrets, &[]).await
     }
 
     /// [`Server::start`] with more settings in the environment (`IDEM_HEADER_TIMEOUT_MS`,
     /// ...).
-    pub async fn start_with(env: &TestEnv, secrets: &str, vars: &[(&str, &str)]) -> Server {
+    pub(crate) async fn start_with(env: &TestEnv, secrets: &str, vars: &[(&str, &str)]) -> Server {
         let index = env.servers.fetch_add(1, Ordering::Relaxed);
         let log = env.dir.join(format!("server-{index}.log"));
         let mut command = command(env, Some(secrets));
@@ -140,7 +140,7 @@ impl Server {
     }
 
     /// Starts the receiver with `WEBHOOK_SECRET` unset; it must exit before listening.
-    pub async fn start_without_secret(env: &TestEnv) -> Refused {
+    pub(crate) async fn start_without_secret(env: &TestEnv) -> Refused {
         let log = env.dir.join("refused.log");
         let log_file = std::fs::File::create(&log).expect("the log file");
         let child = command(env, None)
@@ -165,7 +165,7 @@ impl Server {
     }
 
     /// A sender (Stripe) for this server.
-    pub fn sender(&self) -> Sender {
+    pub(crate) fn sender(&self) -> Sender {
         Sender::new(&self.base_url)
     }
 }
@@ -176,7 +176,7 @@ impl Server {
 
 /// A Stripe-shaped event body, serialised once: every delivery of it sends these bytes.
 #[derive(Clone, Debug)]
-pub struct Event {
+pub(crate) struct Event {
     /// `evt_...`.
     pub id: String,
     /// The raw body.
@@ -185,7 +185,7 @@ pub struct Event {
 
 impl Event {
     /// A `payment_intent.succeeded` for `order_id` of `amount` euro cents.
-    pub fn payment_succeeded(id: &str, order_id: &str, amount: i64) -> Event {
+    pub(crate) fn payment_succeeded(id: &str, order_id: &str, amount: i64) -> Event {
         Event::from_json(json!({
             "id": id,
             "object": "event",
@@ -208,7 +208,7 @@ impl Event {
     }
 
     /// An event of `kind` about a customer.
-    pub fn other(id: &str, kind: &str) -> Event {
+    pub(crate) fn other(id: &str, kind: &str) -> Event {
         Event::from_json(json!({
             "id": id,
             "object": "event",
@@ -220,7 +220,7 @@ impl Event {
     }
 
     /// An event with this exact JSON body.
-    pub fn from_json(body: Value) -> Event {
+    pub(crate) fn from_json(body: Value) -> Event {
         Event {
             id: body["id"].as_str().unwrap_or_default().to_owned(),
             body: serde_json::to_vec(&body).expect("json"),
@@ -229,19 +229,19 @@ impl Event {
 }
 
 /// A fresh event id, unique across tests and runs.
-pub fn new_event_id(label: &str) -> String {
+pub(crate) fn new_event_id(label: &str) -> String {
     format!("evt_{label}_{:016x}", random_u64())
 }
 
 /// The amount of seeded order `ord_n` (see src/shop.rs): the unit price of product
 /// `(n - 1) mod 4` times `1 + (n - 1) mod 3`.
-pub fn order_amount(n: u32) -> i64 {
+pub(crate) fn order_amount(n: u32) -> i64 {
     const UNIT: [i64; 4] = [850, 1200, 4500, 3200];
     UNIT[(n as usize - 1) % 4] * (1 + i64::from((n - 1) % 3))
 }
 
 /// The quantity of seeded order `ord_n`.
-pub fn order_quantity(n: u32) -> i64 {
+pub(crate) fn order_quantity(n: u32) -> i64 {
     1 + i64::from((n - 1) % 3)
 }
 
@@ -251,7 +251,7 @@ pub fn order_quantity(n: u32) -> i64 {
 
 /// What one delivery (with its retries) ended with.
 #[derive(Debug)]
-pub struct Delivered {
+pub(crate) struct Delivered {
     /// The final answer (a 2xx, or a 4xx other than 409).
     pub reply: Reply,
     /// The status of every attempt that got an answer, the last one included.
@@ -262,14 +262,14 @@ pub struct Delivered {
 
 /// Sends events to one receiver as Stripe does.
 #[derive(Clone)]
-pub struct Sender {
+pub(crate) struct Sender {
     http: reqwest::Client,
     base_url: String,
 }
 
 impl Sender {
     /// A sender for the receiver at `base_url`.
-    pub fn new(base_url: &str) -> Sender {
+    pub(crate) fn new(base_url: &str) -> Sender {
         let http = reqwest::Client::builder()
             .no_proxy()
             .connect_timeout(Duration::from_secs(2))
@@ -283,7 +283,7 @@ impl Sender {
 
     /// One `POST /webhooks/stripe` of `body` with `Stripe-Signature: signature` (none when
     /// `None`) and the extra `headers`; no retry.
-    pub async fn post(
+    pub(crate) async fn post(
         &self,
         body: &[u8],
         signature: Option<&str>,
@@ -294,7 +294,7 @@ impl Sender {
     }
 
     /// [`Sender::post`] that gives up (and hangs up) after `timeout`.
-    pub async fn post_within(
+    pub(crate) async fn post_within(
         &self,
         body: &[u8],
         signature: Option<&str>,
@@ -321,7 +321,7 @@ impl Sender {
     }
 
     /// One attempt of `event`, signed now with `scheme`'s first secret.
-    pub async fn deliver_once(&self, event: &Event, scheme: &SignatureScheme) -> Reply {
+    pub(crate) async fn deliver_once(&self, event: &Event, scheme: &SignatureScheme) -> Reply {
         let signature = scheme.sign(&event.body, now_unix());
         self.post(&event.body, Some(&signature), &[])
             .await
@@ -331,7 +331,7 @@ impl Sender {
     /// Delivers `event` until the receiver answers other than 409 or 5xx, re-signing each
     /// attempt with a fresh timestamp, as Stripe does; backs off (Retry-After honoured up to
     /// 200 ms, so that tests stay fast). Panics past `deadline`.
-    pub async fn deliver(
+    pub(crate) async fn deliver(
         &self,
         event: &Event,
         scheme: &SignatureScheme,
@@ -384,7 +384,7 @@ impl Sender {
     }
 
     /// `GET path`, which must answer 200 with JSON.
-    pub async fn get_json(&self, path: &str) -> Value {
+    pub(crate) async fn get_json(&self, path: &str) -> Value {
         let reply = self.get(path).await;
         assert_eq!(
             reply.status,
@@ -396,12 +396,12 @@ impl Sender {
     }
 
     /// `GET path`, whatever it answers.
-    pub async fn get_reply(&self, path: &str) -> Reply {
+    pub(crate) async fn get_reply(&self, path: &str) -> Reply {
         self.get(path).await
     }
 
     /// One request of `method` to `path` with `body`, whatever it answers.
-    pub async fn send(&self, method: reqwest::Method, path: &str, body: Vec<u8>) -> Reply {
+    pub(crate) async fn send(&self, method: reqwest::Method, path: &str, body: Vec<u8>) -> Reply {
         let request = self
             .http
             .request(method.clone(), format!("{}{path}", self.base_url))
@@ -413,27 +413,27 @@ impl Sender {
     }
 
     /// The invoices committed (`GET /test/invoices/count`).
-    pub async fn invoice_count(&self) -> u64 {
+    pub(crate) async fn invoice_count(&self) -> u64 {
         self.get_json("/test/invoices/count").await["count"]
             .as_u64()
             .expect("a count")
     }
 
     /// The units the invoices took from stock (`GET /test/invoices/count`).
-    pub async fn units_sold(&self) -> i64 {
+    pub(crate) async fn units_sold(&self) -> i64 {
         self.get_json("/test/invoices/count").await["units_sold"]
             .as_i64()
             .expect("units_sold")
     }
 
     /// Stripe's audit trail (`GET /test/audit?source=stripe`).
-    pub async fn audit(&self) -> Vec<Value> {
+    pub(crate) async fn audit(&self) -> Vec<Value> {
         let page = self.get_json("/test/audit?source=stripe").await;
         page["entries"].as_array().cloned().expect("entries")
     }
 
     /// The audit entry of `event_id`, if any.
-    pub async fn audit_entry(&self, event_id: &str) -> Option<Value> {
+    pub(crate) async fn audit_entry(&self, event_id: &str) -> Option<Value> {
         self.audit()
             .await
             .into_iter()
@@ -442,7 +442,7 @@ impl Sender {
 }
 
 /// Asserts `reply` is a problem (RFC 9457) of `status` and `kind`.
-pub fn assert_problem(reply: &Reply, status: u16, kind: &str) {
+pub(crate) fn assert_problem(reply: &Reply, status: u16, kind: &str) {
     assert_eq!(reply.status.as_u16(), status, "{}", reply.describe());
     assert_eq!(
         reply.header("content-type").as_deref(),
