@@ -73,6 +73,7 @@ mod request;
 mod response;
 mod scope;
 pub mod store;
+mod timeout;
 mod token;
 mod transactional;
 mod unique;

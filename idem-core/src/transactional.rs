@@ -248,7 +248,7 @@ impl Execution {
         let timeout = self.inner.hooks.store_timeout();
         let result = match tokio::time::timeout(timeout, call).await {
             Ok(result) => result,
-            Err(_) => Err(crate::engine::timed_out(operation, timeout)),
+            Err(_) => Err(crate::timeout::timed_out(operation, timeout)),
         };
         let event = Event::new(EventKind::StoreCall)
             .of(operation)

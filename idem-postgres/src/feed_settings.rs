@@ -1,6 +1,6 @@
 //! How a store's change feed is configured beyond the core's
 //! [`FeedSettings`](idem_core::store::FeedSettings): the channel's name, and the listener's own
-//! connection (see [`crate::feed`]).
+//! connection (see `store/feed.rs`).
 
 use crate::config::validate_identifier;
 use idem_core::store::FeedSettings;

@@ -46,7 +46,6 @@ mod connections;
 mod deadlines;
 mod effect_connection;
 mod error;
-mod feed;
 mod feed_settings;
 mod gate;
 mod migrate;

@@ -1,5 +1,7 @@
 //! `PgStore`: the PostgreSQL store, its builder, and its `Store` implementation.
 
+mod feed;
+
 use crate::config::{validate_identifier, validate_table_name, Isolation, PgConfig};
 use crate::connections::Connections;
 use crate::error::store_error;
@@ -82,7 +84,7 @@ pub(crate) struct Inner {
     pub(crate) effects_on_pool: bool,
     pub(crate) ops: Ops,
     pub(crate) config: PgConfig,
-    /// The change feed's settings (`crate::feed`).
+    /// The change feed's settings (`store/feed.rs`).
     pub(crate) feed: FeedSettings,
     /// Where the change feed's listener connects.
     pub(crate) listener: ListenerOptions,
@@ -585,9 +587,9 @@ impl Store for PgStore {
         }));
     }
 
-    /// Starts the change feed (`crate::feed`) on a task of the current runtime.
+    /// Starts the change feed (`store/feed.rs`) on a task of the current runtime.
     fn watch(&self, changes: Changes) -> bool {
-        self.inner.feed.enabled && crate::feed::feed(&self.inner, changes).spawn()
+        self.inner.feed.enabled && feed::feed(&self.inner, changes).spawn()
     }
 }
 

@@ -30,6 +30,7 @@ use crate::request::{Request, RequestBuilder};
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use crate::store::Store;
+pub(crate) use crate::timeout::{is_timed_out, timed_out};
 use gate::Gate;
 use live::Live;
 use std::fmt;
@@ -199,38 +200,6 @@ impl<S: Store> IdempotencyBuilder<S> {
 pub(crate) const FIRST_BACKOFF: Duration = Duration::from_millis(5);
 /// The longest wait between two attempts.
 pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(1);
-
-/// The error of a store call that did not answer within `timeout` (C13).
-pub(crate) fn timed_out(operation: Operation, timeout: Duration) -> Error {
-    Error::store(
-        "idem",
-        StoreErrorKind::Unavailable,
-        TimedOut(format!(
-            "the store did not answer {} within {timeout:?} (store_timeout)",
-            operation.name()
-        )),
-    )
-}
-
-/// The source of [`timed_out`]'s error: tells the engine's own deadline from the store's
-/// failures.
-#[derive(Debug)]
-struct TimedOut(String);
-
-impl fmt::Display for TimedOut {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for TimedOut {}
-
-/// Whether `error` is a store call cut off by the engine's deadline.
-pub(crate) fn is_timed_out(error: &Error) -> bool {
-    error
-        .as_store()
-        .is_some_and(|e| e.source_ref().downcast_ref::<TimedOut>().is_some())
-}
 
 /// The error of a request refused because the engine is shutting down.
 fn shutting_down() -> Error {

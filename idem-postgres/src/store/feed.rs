@@ -13,7 +13,7 @@
 //!   `<channel>_<16 random hex digits>`, a channel only this listener follows.
 //! - Each replacement is a warn log on target `idem_postgres`.
 
-use crate::store::{Inner, PgStore};
+use super::{Inner, PgStore};
 use idem_core::store::{Changes, Feed, Listen, Received};
 use idem_core::Error;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};

@@ -1,0 +1,39 @@
+//! The engine's deadline on a store call (C13): the error of a call that did not answer in
+//! time, and how to tell it from the store's own failures.
+
+use crate::error::{Error, StoreErrorKind};
+use crate::event::Operation;
+use std::fmt;
+use std::time::Duration;
+
+/// The error of a store call that did not answer within `timeout` (C13).
+pub(crate) fn timed_out(operation: Operation, timeout: Duration) -> Error {
+    Error::store(
+        "idem",
+        StoreErrorKind::Unavailable,
+        TimedOut(format!(
+            "the store did not answer {} within {timeout:?} (store_timeout)",
+            operation.name()
+        )),
+    )
+}
+
+/// The source of [`timed_out`]'s error: tells the engine's own deadline from the store's
+/// failures.
+#[derive(Debug)]
+struct TimedOut(String);
+
+impl fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TimedOut {}
+
+/// Whether `error` is a store call cut off by the engine's deadline.
+pub(crate) fn is_timed_out(error: &Error) -> bool {
+    error
+        .as_store()
+        .is_some_and(|e| e.source_ref().downcast_ref::<TimedOut>().is_some())
+}
