@@ -116,13 +116,13 @@ fn bench_decide(c: &mut Criterion) {
             "absent_acquire",
             None,
             &mine,
-            Decision::Acquire(Acquire::Fresh),
+            Decision::Acquired(Acquire::Fresh),
         ),
         (
             "in_progress_in_flight",
             Some(in_progress(live)),
             &mine,
-            Decision::Answer(Answer::InFlight {
+            Decision::Answered(Answer::InFlight {
                 retry_after: Duration::from_secs(30),
             }),
         ),
@@ -130,19 +130,19 @@ fn bench_decide(c: &mut Criterion) {
             "completed_replay",
             Some(completed.clone()),
             &mine,
-            Decision::Answer(Answer::Replay(&stored[..])),
+            Decision::Answered(Answer::Replay(&stored[..])),
         ),
         (
             "completed_mismatch",
             Some(completed.clone()),
             &other,
-            Decision::Answer(Answer::Mismatch),
+            Decision::Answered(Answer::Mismatch),
         ),
         (
             "expired_lease_take_over",
             Some(in_progress(past)),
             &mine,
-            Decision::Acquire(Acquire::TakeOver { previous: token }),
+            Decision::Acquired(Acquire::TakeOver { previous: token }),
         ),
     ];
     for (name, record, fingerprint, expected) in cases {

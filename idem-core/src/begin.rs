@@ -1,10 +1,16 @@
-//! What a reservation attempt returns: a lease to run the effect under, or an answer.
+//! What a request gets at the start: it acquires the record, or it is answered.
 
 use crate::answer::Answer;
 use crate::lease::Lease;
+use crate::response::StoredResponse;
 
-/// The outcome of [`Store::reserve`](crate::Store::reserve) and
-/// [`Idempotency::begin`](crate::Idempotency::begin).
+/// What a request gets at the start: it acquires the record (`A`), or it is answered without
+/// running anything (an [`Answer`]). One enum for every layer of the state machine:
+///
+/// - `Begin` (a [`Lease`] and a stored response): what [`Store::reserve`](crate::Store::reserve)
+///   and [`Idempotency::begin`](crate::Idempotency::begin) return;
+/// - [`Decision`](crate::store::Decision) (`Begin<Acquire, R>`): what the pure
+///   [`decide`](crate::store::decide) says, before a store applies it.
 ///
 /// ```
 /// use idem_core::{Answer, Begin, Idempotency, MemoryStore};
@@ -20,10 +26,10 @@ use crate::lease::Lease;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
-pub enum Begin {
-    /// The caller holds the record: run the effect, then complete (or release if nothing
-    /// happened).
-    Acquired(Lease),
+pub enum Begin<A = Lease, R = StoredResponse> {
+    /// The caller acquires the record: run the effect, then complete (or release if nothing
+    /// happened). For a decision, how it acquires ([`Acquire`](crate::store::Acquire)).
+    Acquired(A),
     /// The caller is answered without running anything: a replay, in flight, or a mismatch.
-    Answered(Answer),
+    Answered(Answer<R>),
 }

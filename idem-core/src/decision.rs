@@ -3,20 +3,18 @@
 //! re-implements them.
 
 use crate::answer::Answer;
+use crate::begin::Begin;
 use crate::clock::Timestamp;
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
 use crate::record::{Record, RecordState};
 use crate::token::FencingToken;
 
-/// What an incoming request gets, given the current record: acquire it, or an [`Answer`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision<R = crate::StoredResponse> {
-    /// The caller acquires the record with a fresh token and runs the effect (C4).
-    Acquire(Acquire),
-    /// The caller is answered without running anything (replay, in flight, mismatch).
-    Answer(Answer<R>),
-}
+/// What an incoming request gets, given the current record: it acquires the record with a
+/// fresh token and runs the effect ([`Begin::Acquired`], saying how, C4), or it is answered
+/// without running anything ([`Begin::Answered`]: replay, in flight, mismatch). The same enum
+/// as a reservation's, with how it acquires in place of the lease.
+pub type Decision<R = crate::StoredResponse> = Begin<Acquire, R>;
 
 /// Why a caller acquires, and which record (if any) the new reservation replaces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +69,7 @@ impl Acquire {
 /// use idem_core::{Fingerprint, Timestamp};
 /// let fp = Fingerprint::builder().body(b"x").finish();
 /// let none: Option<idem_core::store::Record> = None;
-/// assert_eq!(decide(none, &fp, Timestamp::from_millis(0)), Decision::Acquire(Acquire::Fresh));
+/// assert_eq!(decide(none, &fp, Timestamp::from_millis(0)), Decision::Acquired(Acquire::Fresh));
 /// ```
 pub fn decide<R>(
     current: Option<Record<R>>,
@@ -79,19 +77,19 @@ pub fn decide<R>(
     now: Timestamp,
 ) -> Decision<R> {
     let Some(record) = current else {
-        return Decision::Acquire(Acquire::Fresh);
+        return Decision::Acquired(Acquire::Fresh);
     };
     if !record.is_live(now) {
         let previous = record.token;
-        return Decision::Acquire(match record.state {
+        return Decision::Acquired(match record.state {
             RecordState::InProgress { .. } => Acquire::TakeOver { previous },
             RecordState::Completed { .. } => Acquire::StartOver { previous },
         });
     }
     if record.fingerprint != *fingerprint {
-        return Decision::Answer(Answer::Mismatch);
+        return Decision::Answered(Answer::Mismatch);
     }
-    Decision::Answer(match record.state {
+    Decision::Answered(match record.state {
         RecordState::InProgress { lease_until } => Answer::InFlight {
             retry_after: lease_until.saturating_since(now),
         },
@@ -153,7 +151,7 @@ mod tests {
     fn c04_absent_acquires_fresh() {
         assert_eq!(
             decide::<StoredResponse>(None, &fp(b"a"), at(5)),
-            Decision::Acquire(Acquire::Fresh)
+            Decision::Acquired(Acquire::Fresh)
         );
     }
 
@@ -162,7 +160,7 @@ mod tests {
         let t = FencingToken::generate();
         assert_eq!(
             decide(Some(in_progress(b"a", t, 1_000)), &fp(b"a"), at(400)),
-            Decision::Answer(Answer::InFlight {
+            Decision::Answered(Answer::InFlight {
                 retry_after: Duration::from_millis(600)
             })
         );
@@ -173,7 +171,7 @@ mod tests {
         let t = FencingToken::generate();
         assert_eq!(
             decide(Some(in_progress(b"a", t, 1_000)), &fp(b"b"), at(400)),
-            Decision::Answer(Answer::Mismatch)
+            Decision::Answered(Answer::Mismatch)
         );
     }
 
@@ -182,7 +180,7 @@ mod tests {
         let t = FencingToken::generate();
         assert_eq!(
             decide(Some(completed(b"a", t, 1_000)), &fp(b"a"), at(999)),
-            Decision::Answer(Answer::Replay(StoredResponse::new(201, "done")))
+            Decision::Answered(Answer::Replay(StoredResponse::new(201, "done")))
         );
     }
 
@@ -191,14 +189,14 @@ mod tests {
         let t = FencingToken::generate();
         assert_eq!(
             decide(Some(completed(b"a", t, 1_000)), &fp(b"b"), at(0)),
-            Decision::Answer(Answer::Mismatch)
+            Decision::Answered(Answer::Mismatch)
         );
     }
 
     #[test]
     fn c09_expired_in_progress_is_taken_over_at_the_deadline() {
         let t = FencingToken::generate();
-        let expect = Decision::Acquire(Acquire::TakeOver { previous: t });
+        let expect = Decision::Acquired(Acquire::TakeOver { previous: t });
         assert_eq!(
             decide(Some(in_progress(b"a", t, 1_000)), &fp(b"a"), at(1_000)),
             expect
@@ -212,7 +210,7 @@ mod tests {
     #[test]
     fn c10_expired_completed_starts_over_at_the_deadline() {
         let t = FencingToken::generate();
-        let expect = Decision::Acquire(Acquire::StartOver { previous: t });
+        let expect = Decision::Acquired(Acquire::StartOver { previous: t });
         assert_eq!(
             decide(Some(completed(b"a", t, 1_000)), &fp(b"a"), at(1_000)),
             expect
@@ -223,7 +221,7 @@ mod tests {
         );
         assert_eq!(
             expect,
-            Decision::Acquire(Acquire::StartOver { previous: t })
+            Decision::Acquired(Acquire::StartOver { previous: t })
         );
         assert_eq!(Acquire::StartOver { previous: t }.replaces(), Some(t));
         assert_eq!(Acquire::Fresh.replaces(), None);

@@ -219,10 +219,10 @@ impl Store for MemoryStore {
         let now = self.clock.now();
         let current = records.get(request.id()).map(Entry::view);
         let acquired = match decide(current, request.fingerprint(), now) {
-            Decision::Answer(answer) => {
+            Decision::Answered(answer) => {
                 return Ok(Begin::Answered(answer.try_map(StoredResponse::decode)?))
             }
-            Decision::Acquire(acquired) => acquired,
+            Decision::Acquired(acquired) => acquired,
         };
         // Under the lock, the record replaced is the one the decision saw.
         let lease = Lease::new(request, FencingToken::generate(), now + lease_for, acquired);

@@ -200,12 +200,12 @@ impl Ops {
                 return Ok(Begin::Acquired(lease));
             }
             let acquired = match decide(Some(current), request.fingerprint(), timestamp(now)?) {
-                Decision::Answer(answer) => {
+                Decision::Answered(answer) => {
                     let answer = answer
                         .try_map(|response| StoredResponse::decode(&row::fetched(response)?))?;
                     return Ok(Begin::Answered(answer));
                 }
-                Decision::Acquire(acquired) => acquired,
+                Decision::Acquired(acquired) => acquired,
             };
             // Until its answer arrives, the compare-and-set may have written the token.
             reservation.replacing = Some(acquired);

@@ -532,7 +532,7 @@ impl Store for RedisStore {
             fields.drain(..2);
             let current = record::decode(fields, request.id())?;
             let acquired = match decide(Some(current), request.fingerprint(), now) {
-                Decision::Answer(answer) => {
+                Decision::Answered(answer) => {
                     return Ok(Begin::Answered(answer.try_map(|response| {
                         StoredResponse::decode(&response.ok_or_else(|| {
                             Error::CorruptRecord(
@@ -541,7 +541,7 @@ impl Store for RedisStore {
                         })?)
                     })?))
                 }
-                Decision::Acquire(acquired) => acquired,
+                Decision::Acquired(acquired) => acquired,
             };
             if let Some(lease) = self.replace(&key, request, acquired, lease_for).await? {
                 return Ok(Begin::Acquired(lease));

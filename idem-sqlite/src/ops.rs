@@ -84,8 +84,8 @@ pub(crate) fn decide_on(
         .map(row::decode_head)
         .transpose()?;
     Ok(match decide(current, request.fingerprint(), now) {
-        Decision::Acquire(how) => Decision::Acquire(how),
-        Decision::Answer(answer) => Decision::Answer(answer.try_map(row::decode_response)?),
+        Decision::Acquired(how) => Decision::Acquired(how),
+        Decision::Answered(answer) => Decision::Answered(answer.try_map(row::decode_response)?),
     })
 }
 
@@ -122,8 +122,8 @@ pub(crate) fn reserve_as(
     for _ in 0..MAX_ATTEMPTS {
         let now = clock.now();
         let acquired = match decide_on(conn, sql, request, now)? {
-            Decision::Answer(answer) => return Ok(Begin::Answered(answer)),
-            Decision::Acquire(acquired) => acquired,
+            Decision::Answered(answer) => return Ok(Begin::Answered(answer)),
+            Decision::Acquired(acquired) => acquired,
         };
         if let Some(lease) = try_acquire(conn, sql, request, acquired, now, lease_for, holder)? {
             return Ok(Begin::Acquired(lease));

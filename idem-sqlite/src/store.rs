@@ -204,8 +204,8 @@ impl Decide for Reserving {
     fn answer(self, conn: &mut Connection) -> Result<Self::Output, Self> {
         let now = self.inner.config.clock.now();
         match ops::decide_on(conn, &self.inner.sql, &self.request, now) {
-            Ok(Decision::Answer(answer)) => Ok(Ok(Begin::Answered(answer))),
-            Ok(Decision::Acquire(_)) => Err(self),
+            Ok(Decision::Answered(answer)) => Ok(Ok(Begin::Answered(answer))),
+            Ok(Decision::Acquired(_)) => Err(self),
             Err(error) => Ok(Err(error)),
         }
     }
@@ -257,8 +257,8 @@ impl Store for SqliteStore {
             .read(move |conn| {
                 let now = inner.config.clock.now();
                 match ops::decide_on(conn, &inner.sql, &request, now)? {
-                    Decision::Answer(answer) => Ok(Some(answer)),
-                    Decision::Acquire(_) => Ok(None),
+                    Decision::Answered(answer) => Ok(Some(answer)),
+                    Decision::Acquired(_) => Ok(None),
                 }
             })
             .await?

@@ -222,8 +222,8 @@ impl<E: Send + 'static> Decide for Transacting<E> {
     fn answer(self, conn: &mut rusqlite::Connection) -> Result<Self::Output, Self> {
         let inner = &self.inner;
         match ops::decide_on(conn, &inner.sql, &self.request, inner.config.clock.now()) {
-            Ok(Decision::Answer(answer)) => Ok(Ok(Transacted::Answered(answer, self.effect))),
-            Ok(Decision::Acquire(_)) => Err(self),
+            Ok(Decision::Answered(answer)) => Ok(Ok(Transacted::Answered(answer, self.effect))),
+            Ok(Decision::Acquired(_)) => Err(self),
             Err(error) => Ok(Err(error)),
         }
     }
