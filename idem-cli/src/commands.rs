@@ -171,17 +171,19 @@ async fn open(target: &Target, names: &Names) -> Result<Box<dyn Operator>, Failu
     within(target.open(names)).await.map_err(opening)
 }
 
-/// A failure to open the store; a table newer than this command gets the advice that helps.
+/// A failure to open the store; a table at another schema version than this command's gets
+/// the advice that helps.
 fn opening(error: Error) -> Failure {
-    match error {
-        Error::InvalidInput {
-            field: Field::Config,
-            reason,
-        } if reason.contains("newer than this") => Failure::Idem(Error::invalid(
+    match &error {
+        Error::SchemaVersion { found, expected, .. } if found > expected => Failure::Idem(Error::invalid(
             Field::Config,
-            format!("{reason}. This idem command is older than the table: upgrade the command (the idem-cli of the release that migrated the table); `idem migrate` cannot help"),
+            format!("{error}. This idem command is older than the table: upgrade the command (the idem-cli of the release that migrated the table); `idem migrate` cannot help"),
         )),
-        other => Failure::Idem(other),
+        Error::SchemaVersion { .. } => Failure::Idem(Error::invalid(
+            Field::Config,
+            format!("{error}: migrate first (`idem migrate`, or deploy the release that migrates it)"),
+        )),
+        _ => Failure::Idem(error),
     }
 }
 

@@ -229,17 +229,12 @@ async fn check_postgres_version(store: &PgStore, names: &Names) -> Result<(), Er
         0
     };
     let current = idem_postgres::SCHEMA_VERSION;
-    if applied > current {
-        return Err(Error::invalid(
-            Field::Config,
-            format!("table {schema}.{table} has schema version {applied}, newer than this command's {current}. This idem command is older than the table: upgrade the command (the idem-cli of the release that migrated the table); `idem migrate` cannot help"),
-        ));
-    }
-    if applied < current {
-        return Err(Error::invalid(
-            Field::Config,
-            format!("table {schema}.{table} has schema version {applied}, older than this command's {current}: migrate first (`idem migrate`, or deploy the release that migrates it)"),
-        ));
+    if applied != current {
+        return Err(Error::SchemaVersion {
+            table: format!("{schema}.{table}"),
+            found: applied,
+            expected: current,
+        });
     }
     Ok(())
 }

@@ -88,6 +88,36 @@ pub enum Error {
     /// A stored record that cannot be decoded (C12). Never treated as absent.
     #[error("corrupt idempotency record: {0}")]
     CorruptRecord(String),
+    /// The store's table is not at the schema version this code uses: `found` 0 means there is
+    /// no table (apply the schema); below `expected`, migrate it; above, a newer release
+    /// migrated it and this program must be upgraded (migrating cannot help). Nothing was
+    /// read or written.
+    ///
+    /// ```
+    /// use idem_core::Error;
+    /// let newer = Error::SchemaVersion { table: "idem_records".into(), found: 9, expected: 3 };
+    /// assert!(newer.to_string().contains("upgrade this program"));
+    /// ```
+    #[error("{}", schema_version_message(table, *found, *expected))]
+    SchemaVersion {
+        /// The table, as the store names it.
+        table: String,
+        /// The version applied to it (0: none).
+        found: i64,
+        /// The version this code uses.
+        expected: i64,
+    },
+}
+
+/// What [`Error::SchemaVersion`] says, with the advice that helps.
+fn schema_version_message(table: &str, found: i64, expected: i64) -> String {
+    if found == 0 {
+        format!("no idem table {table} in this database (apply the schema first)")
+    } else if found < expected {
+        format!("table {table} has schema version {found}; this release uses {expected} (migrate it first)")
+    } else {
+        format!("table {table} has schema version {found}, newer than this release knows ({expected}): a newer release migrated it; upgrade this program (migrating cannot help)")
+    }
 }
 
 impl Error {

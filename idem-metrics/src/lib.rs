@@ -416,6 +416,7 @@ fn error_kind(operation: Operation, error: &Error) -> Option<&'static str> {
             _ => "other",
         },
         Error::CorruptRecord(_) => "corrupt_record",
+        Error::SchemaVersion { .. } => "misconfigured",
         Error::KeyMissing | Error::InvalidInput { .. } | Error::BodyTooLarge { .. } => {
             "invalid_input"
         }

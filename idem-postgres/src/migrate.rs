@@ -6,7 +6,7 @@ use crate::error::{is_lock_timeout, store_error};
 use crate::params::{execute, fetch_all, Param, StatementMode};
 use crate::sql::{for_table, INDEX_IN_PROGRESS, INDEX_KEY, MIGRATION_FILES};
 use crate::store::PgStore;
-use idem_core::{Error, Field};
+use idem_core::Error;
 use sqlx::{AssertSqlSafe, Row};
 use std::time::Duration;
 
@@ -85,10 +85,11 @@ impl PgStore {
             None => 0,
         };
         if applied > SCHEMA_VERSION {
-            return Err(Error::invalid(
-                Field::Config,
-                format!("table {qualified} has schema version {applied}; this idem-postgres knows up to {SCHEMA_VERSION}: a newer release migrated it; upgrade this program"),
-            ));
+            return Err(Error::SchemaVersion {
+                table: qualified,
+                found: applied,
+                expected: SCHEMA_VERSION,
+            });
         }
         for (version, sql) in MIGRATION_FILES.iter().filter(|(v, _)| *v > applied) {
             sqlx::raw_sql(AssertSqlSafe(for_table(sql, schema, table)))

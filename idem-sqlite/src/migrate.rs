@@ -3,7 +3,7 @@
 
 use crate::error::{is_busy, store_error};
 use crate::sql::{for_table, Step, MIGRATIONS, MIGRATIONS_TABLE, SCHEMA};
-use idem_core::{Error, Field};
+use idem_core::Error;
 use rusqlite::{params, Connection, TransactionBehavior};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -23,10 +23,11 @@ pub(crate) fn migrate(conn: &mut Connection, table: &str) -> Result<(), Error> {
     tx.execute_batch(MIGRATIONS_TABLE).map_err(store_error)?;
     let applied = applied_version(&tx, table)?;
     if applied > SCHEMA_VERSION {
-        return Err(Error::invalid(
-            Field::Config,
-            format!("table {table} has schema version {applied}; this idem-sqlite knows up to {SCHEMA_VERSION}: a newer release migrated it; upgrade this program"),
-        ));
+        return Err(Error::SchemaVersion {
+            table: table.to_owned(),
+            found: applied,
+            expected: SCHEMA_VERSION,
+        });
     }
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -67,18 +68,16 @@ pub(crate) fn require_current(conn: &Connection, table: &str) -> Result<(), Erro
     match applied_version(conn, table) {
         Ok(SCHEMA_VERSION) => Ok(()),
         Err(error) if is_busy(&error) => Err(error),
-        Ok(0) | Err(_) => Err(Error::invalid(
-            Field::Config,
-            format!("no idem table {table} in this database (apply the schema first)"),
-        )),
-        Ok(other) if other > SCHEMA_VERSION => Err(Error::invalid(
-            Field::Config,
-            format!("table {table} has schema version {other}, newer than this idem-sqlite knows ({SCHEMA_VERSION}): a newer release migrated it; upgrade this program (migrating cannot help)"),
-        )),
-        Ok(other) => Err(Error::invalid(
-            Field::Config,
-            format!("table {table} has schema version {other}; this idem-sqlite uses {SCHEMA_VERSION} (migrate it first)"),
-        )),
+        Ok(found) => Err(Error::SchemaVersion {
+            table: table.to_owned(),
+            found,
+            expected: SCHEMA_VERSION,
+        }),
+        Err(_) => Err(Error::SchemaVersion {
+            table: table.to_owned(),
+            found: 0,
+            expected: SCHEMA_VERSION,
+        }),
     }
 }
 

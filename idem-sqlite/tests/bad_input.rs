@@ -180,7 +180,11 @@ async fn a_schema_from_a_newer_release_is_refused() {
         .expect("call")
         .expect("insert");
     let err = SqliteStore::open(&path).await.expect_err("newer schema");
-    assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+    assert!(
+        matches!(err, Error::SchemaVersion { found, expected, .. } if found == SCHEMA_VERSION + 1 && expected == SCHEMA_VERSION),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("upgrade this program"), "{err}");
 }
 
 #[tokio::test]

@@ -53,7 +53,7 @@ pub fn status_for(error: &Error) -> u16 {
         Error::KeyMissing | Error::InvalidInput { .. } => 400,
         Error::BodyTooLarge { .. } => 413,
         Error::Store(_) => 503,
-        Error::LeaseLost | Error::CorruptRecord(_) => 500,
+        Error::LeaseLost | Error::CorruptRecord(_) | Error::SchemaVersion { .. } => 500,
     }
 }
 
@@ -91,7 +91,7 @@ pub fn problem_for(error: &Error) -> Problem {
             "store-unavailable",
             "The idempotency store is unavailable; retry later.".to_owned(),
         ),
-        Error::LeaseLost | Error::CorruptRecord(_) => {
+        Error::LeaseLost | Error::CorruptRecord(_) | Error::SchemaVersion { .. } => {
             ("internal", "The request could not be completed.".to_owned())
         }
     };
