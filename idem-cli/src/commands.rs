@@ -174,17 +174,22 @@ async fn open(target: &Target, names: &Names) -> Result<Box<dyn Operator>, Failu
 /// A failure to open the store; a table at another schema version than this command's gets
 /// the advice that helps.
 fn opening(error: Error) -> Failure {
-    match &error {
-        Error::SchemaVersion { found, expected, .. } if found > expected => Failure::Idem(Error::invalid(
-            Field::Config,
-            format!("{error}. This idem command is older than the table: upgrade the command (the idem-cli of the release that migrated the table); `idem migrate` cannot help"),
-        )),
-        Error::SchemaVersion { .. } => Failure::Idem(Error::invalid(
-            Field::Config,
-            format!("{error}: migrate first (`idem migrate`, or deploy the release that migrates it)"),
-        )),
-        _ => Failure::Idem(error),
-    }
+    let Error::SchemaVersion {
+        table,
+        found,
+        expected,
+    } = &error
+    else {
+        return Failure::Idem(error);
+    };
+    let advice = if found > expected {
+        format!("table {table} has schema version {found}, newer than this command's {expected}. This idem command is older than the table: upgrade the command (the idem-cli of the release that migrated the table); `idem migrate` cannot help")
+    } else if *found == 0 {
+        format!("no idem table {table} in this database: migrate first (`idem migrate`, or deploy the release that migrates it)")
+    } else {
+        format!("table {table} has schema version {found}, older than this command's {expected}: migrate first (`idem migrate`, or deploy the release that migrates it)")
+    };
+    Failure::Idem(Error::invalid(Field::Config, advice))
 }
 
 /// A command `--watch` can run again and again.
@@ -272,9 +277,12 @@ fn interrupt() -> Result<Interrupt, Failure> {
 /// Whether a store error may go away by itself (a store down or not answering, a corrupt
 /// record being fixed), so that a watch tries again; a configuration or usage mistake does not,
 /// and neither does a table of another schema version than this command's (older: migrate
-/// first; newer: upgrade the command), which is reported as a configuration error.
+/// first; newer: upgrade the command).
 fn heals(error: &Error) -> bool {
-    !matches!(error, Error::InvalidInput { .. })
+    !matches!(
+        error,
+        Error::InvalidInput { .. } | Error::KeyMissing | Error::SchemaVersion { .. }
+    )
 }
 
 async fn once(store: &dyn Operator, what: &Watched, io: &mut Io<'_>) -> Result<(), Failure> {

@@ -199,8 +199,9 @@ async fn postgres(url: &str, names: &Names) -> Result<PgStore, Error> {
 }
 
 /// The table's schema version, read from its schema's migrations table (0 when none was ever
-/// applied); a version other than this command's is a configuration error with the advice that
-/// helps: upgrade the command for a newer table, `idem migrate` for an older one.
+/// applied); a version other than this command's is an [`Error::SchemaVersion`], to which the
+/// command adds the advice that helps (upgrade the command for a newer table, `idem migrate`
+/// for an older one).
 async fn check_postgres_version(store: &PgStore, names: &Names) -> Result<(), Error> {
     use idem_postgres::sqlx::{self, AssertSqlSafe, Row};
     let schema = names.schema.as_deref().unwrap_or("public");

@@ -169,8 +169,9 @@ pub enum StoreErrorKind {
     /// The caller's transaction lost a conflict (serialization failure, deadlock): **the whole
     /// transaction**, effect included, must be retried; it has rolled back.
     TransactionConflict,
-    /// The store is not set up as idem needs (missing table, wrong password, no permission,
-    /// schema too new). Retrying does not help until an operator acts.
+    /// The store is not set up as idem needs (missing table, wrong password, no permission).
+    /// Retrying does not help until an operator acts. (A table at another schema version is
+    /// [`Error::SchemaVersion`].)
     Misconfigured,
     /// Any other failure of the backend.
     Other,

@@ -54,7 +54,7 @@ use std::time::Duration;
 ///    that does not decode is [`Error::CorruptRecord`], never "absent"; the response needs
 ///    decoding only for a replay), call [`decide`] with it, the request's fingerprint and `now`.
 ///    An answer ([`Begin::Answered`]) is returned as it is, nothing written. For
-///    [`Begin::Acquired`] with how it acquires, write an in-progress record
+///    `Decision::Acquired(how)`, write an in-progress record
 ///    with a fresh [`FencingToken`](crate::FencingToken) and the deadline `now + lease_for`, and
 ///    return [`Begin::Acquired`] with a [`Lease::new`] carrying both; replace an old record
 ///    only if it is still the one the decision saw: it carries

@@ -66,7 +66,8 @@
 //!   not measured.
 //! - `kind` of `idem_store_errors_total`: `unavailable` (a call past
 //!   [`Policy::store_timeout`](idem_core::Policy::store_timeout) included), `transaction_conflict`,
-//!   `misconfigured`, `other` (the [`StoreErrorKind`] of an [`Error::Store`]), `corrupt_record`
+//!   `misconfigured`, `other` (the [`StoreErrorKind`] of an [`Error::Store`]; a table at another
+//!   schema version, [`Error::SchemaVersion`], counts as `misconfigured`), `corrupt_record`
 //!   ([`Error::CorruptRecord`]), or `invalid_input` (a store refusing input, rare). A fenced call
 //!   (`complete`, `release`, `renew`, `transaction`) refused with [`Error::LeaseLost`] is the
 //!   fence working, not an error: it is timed, and its outcome is counted where the engine

@@ -85,8 +85,8 @@ impl SqliteStoreBuilder {
     /// default, `true`). With `false`, opening neither creates nor changes anything: the file
     /// must exist, be in WAL mode (an idem store always puts its file in WAL mode, so another
     /// file is refused, not switched) and the table be at
-    /// [`SCHEMA_VERSION`](crate::SCHEMA_VERSION), else opening fails with
-    /// [`Error::InvalidInput`] (for a tool that reads a database an application owns, such as
+    /// [`SCHEMA_VERSION`](crate::SCHEMA_VERSION), else opening fails ([`Error::InvalidInput`]
+    /// for a file not in WAL mode, [`Error::SchemaVersion`] for a table at another version; for a tool that reads a database an application owns, such as
     /// the `idem` command, which must not upgrade a schema under a running release).
     pub fn migrate(mut self, migrate: bool) -> Self {
         self.config.migrate = migrate;

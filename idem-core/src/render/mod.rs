@@ -41,7 +41,8 @@ use std::time::Duration;
 const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// The HTTP status of `error` at the edge: 400 bad input or a missing key, 413 a body over the
-/// limit, 503 a store failure (C13), 500 a lost lease or a corrupt record (server faults).
+/// limit, 503 a store failure (C13), 500 a lost lease, a corrupt record or a table at another
+/// schema version (server faults: a retry cannot help, and the schema is the deployment's).
 ///
 /// ```
 /// use idem_core::{render, Error, StoreErrorKind};
