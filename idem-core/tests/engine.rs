@@ -1,13 +1,10 @@
 //! Engine behaviour that no healthy store can show: a store that is down (C13), completions
 //! that fail after the effect ran (C8).
 
-use idem_core::store::async_trait;
-use idem_core::store::Operator;
-use idem_core::store::{Completion, Lease, ListQuery, Page, Record, Stats};
-use idem_core::Begin;
+use idem_core::store::{async_trait, Completion, Lease, ListQuery, Operator, Page, Record, Stats};
 use idem_core::{
-    Answer, Error, Failure, Idempotency, MemoryStore, Outcome, Policy, RecordId, Request, RunError,
-    Store, StoreErrorKind, StoredResponse, Timestamp,
+    Answer, Begin, Error, Failure, Idempotency, MemoryStore, Outcome, Policy, RecordId, Request,
+    RunError, Store, StoreErrorKind, StoredResponse, Timestamp,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -103,9 +103,7 @@
 //! its own store name, or give several engines the same one in an `Arc`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-use idem_core::FencingToken;
-use idem_core::RecordId;
-use idem_core::{Error, StoreErrorKind};
+use idem_core::{Error, FencingToken, RecordId, StoreErrorKind};
 use idem_core::{Event, EventKind, Observer, Operation};
 use metrics::{Label, Unit};
 use std::collections::HashMap;

@@ -6,10 +6,9 @@ use crate::gate::GateKeys;
 use crate::params::{execute_after, fetch_all_after, Param, StatementMode};
 use crate::row;
 use crate::sql::Statements;
-use idem_core::store::duration_millis;
 use idem_core::store::{
-    decide, Acquire, Completion, Cursor, Decision, Inspected, Lease, ListQuery, Page, Record,
-    RecordState, Selection, Stats,
+    decide, duration_millis, Acquire, Completion, Cursor, Decision, Inspected, Lease, ListQuery,
+    Page, Record, RecordState, Selection, Stats,
 };
 use idem_core::{
     Answer, Begin, Error, FencingToken, Field, RecordId, Request, StoreErrorKind, StoredResponse,

@@ -10,11 +10,9 @@ use crate::ops::{Ops, Reservation};
 use crate::params::StatementMode;
 use crate::session;
 use crate::sql::Statements;
-use idem_core::store::async_trait;
-use idem_core::store::Operator;
 use idem_core::store::{
-    digest_to_hex, Capabilities, Changes, Completion, FeedSettings, Inspected, Lease, ListQuery,
-    Page, Record, Stats,
+    async_trait, digest_to_hex, Capabilities, Changes, Completion, FeedSettings, Inspected, Lease,
+    ListQuery, Operator, Page, Record, Stats,
 };
 use idem_core::{Begin, Error, Holder, RecordId, Request, Store, Timestamp};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

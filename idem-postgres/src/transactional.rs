@@ -13,8 +13,9 @@ use crate::params::{fetch_all, Param};
 use crate::row;
 use crate::session;
 use crate::store::PgStore;
-use idem_core::store::async_trait;
-use idem_core::store::{CatchUnwind, Execution, Lease, Record, Transacted, Transactional, TxEnd};
+use idem_core::store::{
+    async_trait, CatchUnwind, Execution, Lease, Record, Transacted, Transactional, TxEnd,
+};
 use idem_core::{
     Begin, Commits, Error, Idempotency, Operation, Outcome, RecordId, Request, RunError, Store,
     StoreErrorKind, StoredResponse,

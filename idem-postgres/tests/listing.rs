@@ -5,8 +5,7 @@
 mod common;
 
 use common::{pg_url, SCHEMA};
-use idem_core::store::Operator;
-use idem_core::store::{ListQuery, ListedState, Store};
+use idem_core::store::{ListQuery, ListedState, Operator, Store};
 use idem_core::{FencingToken, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe, Row};
 use idem_postgres::{PgStore, SCHEMA_VERSION};

@@ -9,8 +9,9 @@ mod support;
 
 use common::{pg_url, SCHEMA};
 use fault_proxy::Fault;
-use idem_core::StoredResponse;
-use idem_core::{Answer, Begin, Failure, FencingToken, Idempotency, Outcome, Policy, RunError};
+use idem_core::{
+    Answer, Begin, Failure, FencingToken, Idempotency, Outcome, Policy, RunError, StoredResponse,
+};
 use idem_postgres::PgStore;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

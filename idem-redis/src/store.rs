@@ -8,12 +8,10 @@ use crate::feed_settings::{self, FeedSettings};
 use crate::listing::Scanner;
 use crate::record::{self, integer, text, timestamp};
 use crate::scripts::scripts;
-use idem_core::store::async_trait;
-use idem_core::store::duration_millis;
-use idem_core::store::Operator;
 use idem_core::store::{
-    decide, digest_to_hex, Acquire, Capabilities, Changes, Completion, Decision, Expiry, Inspected,
-    Lease, ListQuery, ListingOrder, Page, Record, Stats,
+    async_trait, decide, digest_to_hex, duration_millis, Acquire, Capabilities, Changes,
+    Completion, Decision, Expiry, Inspected, Lease, ListQuery, ListingOrder, Operator, Page,
+    Record, Stats,
 };
 use idem_core::{
     Begin, Error, FencingToken, Field, Holder, RecordId, Request, Store, StoreErrorKind,

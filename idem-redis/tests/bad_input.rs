@@ -6,8 +6,7 @@
 mod common;
 
 use common::{free_port, start_server, temp_dir, Redis};
-use idem_core::store::Operator;
-use idem_core::store::{ListQuery, Store};
+use idem_core::store::{ListQuery, Operator, Store};
 use idem_core::testing::{request, unique_consumer};
 use idem_core::{Answer, Begin, Error, Field, Idempotency, Policy, StoreErrorKind, StoredResponse};
 use idem_redis::redis;

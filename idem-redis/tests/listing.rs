@@ -7,8 +7,7 @@
 mod common;
 
 use common::{free_port, start_server, temp_dir, Redis};
-use idem_core::store::Operator;
-use idem_core::store::{ListQuery, Listed, ListedState, Store};
+use idem_core::store::{ListQuery, Listed, ListedState, Operator, Store};
 use idem_core::testing::{request, request_on, unique_consumer};
 use idem_core::{Begin, Error, FencingToken, Idempotency, Policy, RecordId, StoredResponse};
 use idem_redis::redis;

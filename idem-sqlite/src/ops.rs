@@ -4,10 +4,9 @@
 use crate::error::store_error;
 use crate::row;
 use crate::sql::Statements;
-use idem_core::store::duration_millis;
 use idem_core::store::{
-    decide, Acquire, Completion, Cursor, Decision, Inspected, Lease, ListQuery, Page, Record,
-    Selection, Stats,
+    decide, duration_millis, Acquire, Completion, Cursor, Decision, Inspected, Lease, ListQuery,
+    Page, Record, Selection, Stats,
 };
 use idem_core::{Begin, Clock, Error, FencingToken, Field, Holder, RecordId, Request, Timestamp};
 use rusqlite::{params, Connection, Params};

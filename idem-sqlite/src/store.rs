@@ -7,10 +7,9 @@ use crate::ops;
 use crate::pool::{Decide, Pool};
 use crate::process_lock::ProcessLock;
 use crate::sql::Statements;
-use idem_core::store::async_trait;
-use idem_core::store::Operator;
 use idem_core::store::{
-    Capabilities, Completion, Decision, Inspected, Lease, ListQuery, Page, Record, Stats,
+    async_trait, Capabilities, Completion, Decision, Inspected, Lease, ListQuery, Operator, Page,
+    Record, Stats,
 };
 use idem_core::{Answer, Begin, Error, Holder, RecordId, Request, Store, Timestamp};
 use rusqlite::{Connection, Transaction};

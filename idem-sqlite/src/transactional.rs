@@ -8,8 +8,7 @@ use crate::error::{store_error, BACKEND};
 use crate::ops;
 use crate::pool::Decide;
 use crate::SqliteStore;
-use idem_core::store::async_trait;
-use idem_core::store::{Decision, Execution, Lease, Transacted, Transactional, TxEnd};
+use idem_core::store::{async_trait, Decision, Execution, Lease, Transacted, Transactional, TxEnd};
 use idem_core::{
     Begin, Commits, Error, Idempotency, Outcome, Request, RunError, StoreErrorKind, StoredResponse,
 };

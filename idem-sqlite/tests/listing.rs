@@ -2,8 +2,7 @@
 //! migrated in place and its records list with an unknown age, and the listings read indexes,
 //! never the whole table.
 
-use idem_core::store::Operator;
-use idem_core::store::{ListQuery, ListedState, Store};
+use idem_core::store::{ListQuery, ListedState, Operator, Store};
 use idem_core::{IdempotencyKey, RecordId, Scope};
 use idem_sqlite::rusqlite::{params, Connection};
 use idem_sqlite::{SqliteStore, SCHEMA_VERSION};

@@ -4,8 +4,7 @@
 mod common;
 
 use common::{charges, with_charges};
-use idem_core::store::Operator;
-use idem_core::store::{Capabilities, Completion, Lease, ListQuery, Page, Record, Stats};
+use idem_core::store::{Capabilities, Completion, Lease, ListQuery, Operator, Page, Record, Stats};
 use idem_core::{
     Answer, Begin, Commits, Error, Idempotency, Outcome, Policy, RecordId, Request, RunError,
     Store, StoreErrorKind, StoredResponse, Timestamp,

@@ -2,8 +2,7 @@
 //! on a version-1 table by a shell that goes on after an error, and a version-1 table whose new
 //! column something else already added.
 
-use idem_core::store::Operator;
-use idem_core::store::{ListQuery, Store};
+use idem_core::store::{ListQuery, Operator, Store};
 use idem_core::Request;
 use idem_sqlite::rusqlite::{params, Connection};
 use idem_sqlite::{schema_sql, SqliteStore};

@@ -19,10 +19,9 @@ use http_body::Body;
 use http_body_util::{BodyExt, Full};
 use idem_core::render::problem;
 use idem_core::render::Problem;
-use idem_core::EventKind;
 use idem_core::{
-    Answer, Context, Error, Failure, Field, Idempotency, InFlightAnswer, Outcome, Reply, RunError,
-    Store, StoredResponse,
+    Answer, Context, Error, EventKind, Failure, Field, Idempotency, InFlightAnswer, Outcome, Reply,
+    RunError, Store, StoredResponse,
 };
 use std::fmt;
 use std::future::Future;

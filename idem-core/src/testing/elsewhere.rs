@@ -5,11 +5,10 @@ use crate::clock::Timestamp;
 use crate::error::Error;
 use crate::request::Request;
 use crate::scope::RecordId;
-use crate::store::Changes;
-use crate::store::Inspected;
-use crate::store::ListingOrder;
-use crate::store::Operator;
-use crate::store::{Capabilities, Completion, Lease, ListQuery, Page, Record, Stats, Store};
+use crate::store::{
+    Capabilities, Changes, Completion, Inspected, Lease, ListQuery, ListingOrder, Operator, Page,
+    Record, Stats, Store,
+};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;

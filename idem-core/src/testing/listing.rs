@@ -2,9 +2,8 @@
 //! orphans a crash left (C9) and the records a retention keeps (C10).
 
 use super::{policy, request, request_on, unique_consumer, Harness, LEASE, SHORT_RETENTION};
-use crate::store::Operator;
 use crate::store::{
-    Cursor, Expiry, ListQuery, Listed, ListedState, ListingOrder, Selection, Store,
+    Cursor, Expiry, ListQuery, Listed, ListedState, ListingOrder, Operator, Selection, Store,
 };
 use crate::{Begin, Error, Field, Idempotency, Policy, Request, StoredResponse};
 use std::sync::Arc;

@@ -4,8 +4,7 @@
 
 use super::listing::{completed, engine, every_page, fresh, reserve};
 use super::{policy, request, request_on, unique_consumer, Harness, LEASE};
-use crate::store::Operator;
-use crate::store::{Inspected, ListQuery, ListedState, ListingOrder, Selection};
+use crate::store::{Inspected, ListQuery, ListedState, ListingOrder, Operator, Selection};
 use crate::{Begin, Holder, RecordId, StoredResponse, Timestamp};
 use std::time::Duration;
 

@@ -2,9 +2,7 @@
 // Each test binary uses a part of it.
 #![allow(dead_code)]
 
-use idem_core::store::async_trait;
-use idem_core::store::Operator;
-use idem_core::store::{Completion, Lease, ListQuery, Page, Record, Stats};
+use idem_core::store::{async_trait, Completion, Lease, ListQuery, Operator, Page, Record, Stats};
 use idem_core::{Begin, Error, MemoryStore, RecordId, Request, Store, StoreErrorKind, Timestamp};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;

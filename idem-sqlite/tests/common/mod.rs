@@ -4,8 +4,7 @@
 
 use idem_core::store::Completion;
 use idem_core::testing::{Harness, Script, TransactHarness, TransactionalHarness};
-use idem_core::Commits;
-use idem_core::{Error, FencingToken, RecordId};
+use idem_core::{Commits, Error, FencingToken, RecordId};
 use idem_sqlite::rusqlite::TransactionBehavior;
 use idem_sqlite::SqliteEffect;
 use idem_sqlite::SqliteStore;

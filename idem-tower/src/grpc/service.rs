@@ -21,10 +21,9 @@ use http::{HeaderMap, Request, Response};
 use http_body::Body;
 use http_body_util::Full;
 use idem_core::render::Problem;
-use idem_core::EventKind;
 use idem_core::{
-    Answer, Context, Error, Failure, Field, Idempotency, Outcome, Policy, Reply, RunError, Store,
-    StoredResponse,
+    Answer, Context, Error, EventKind, Failure, Field, Idempotency, Outcome, Policy, Reply,
+    RunError, Store, StoredResponse,
 };
 use std::fmt;
 use std::future::Future;

@@ -10,10 +10,9 @@ use axum::Router;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use idem_core::store::async_trait;
-use idem_core::store::Operator;
 use idem_core::store::{
-    Capabilities, Completion, Inspected, Lease, ListQuery, ListingOrder, Page, Record, Stats,
+    async_trait, Capabilities, Completion, Inspected, Lease, ListQuery, ListingOrder, Operator,
+    Page, Record, Stats,
 };
 use idem_core::{
     Begin, Error, Idempotency, Policy, RecordId, Request as IdemRequest, Store, StoreErrorKind,
