@@ -1,6 +1,7 @@
 //! A completion the engine prepared: what a store writes when a request completes.
 
 use crate::lease::Lease;
+use crate::reconcile::doubt::Doubt;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use crate::token::FencingToken;
@@ -39,6 +40,7 @@ struct Parts {
     response: StoredResponse,
     encoded: Vec<u8>,
     retain_for: Duration,
+    doubt: Option<Vec<u8>>,
 }
 
 impl Completion {
@@ -55,7 +57,23 @@ impl Completion {
             response,
             encoded,
             retain_for,
+            doubt: None,
         }))
+    }
+
+    /// The same completion, marked in doubt: the answer of an execution whose outcome is
+    /// unknown (C8), which a reconciler settles (docs/state-machine.md, "Records in doubt").
+    pub(crate) fn in_doubt(self, doubt: &Doubt) -> Self {
+        let mut parts = Arc::try_unwrap(self.0).unwrap_or_else(|shared| Parts {
+            id: shared.id.clone(),
+            token: shared.token,
+            response: shared.response.clone(),
+            encoded: shared.encoded.clone(),
+            retain_for: shared.retain_for,
+            doubt: None,
+        });
+        parts.doubt = Some(doubt.encode());
+        Self(Arc::new(parts))
     }
 
     /// The record to complete.
@@ -76,6 +94,14 @@ impl Completion {
     /// The response in its stored encoding (what the store writes).
     pub fn encoded(&self) -> &[u8] {
         &self.0.encoded
+    }
+
+    /// The mark of an answer whose outcome is unknown, encoded ([`Doubt::encode`]), or `None`
+    /// for an answer that is the execution's own. A store writes it with the completion and
+    /// makes the record due for reconciliation at once (its `check_at` is the completion's
+    /// `now`); a completion without one clears any mark.
+    pub fn doubt(&self) -> Option<&[u8]> {
+        self.0.doubt.as_deref()
     }
 
     /// How long the completed record is replayed (C10).

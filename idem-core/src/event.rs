@@ -60,6 +60,16 @@ pub enum EventKind {
     /// A commit whose outcome could not be told within the bound: the effect and its completion
     /// committed together, or neither did; the key is kept in progress until the lease passes.
     InDoubt,
+    /// A record in doubt was settled: the real answer is stored in place of the answer in doubt
+    /// (docs/state-machine.md, "Records in doubt").
+    DoubtSettled,
+    /// A record in doubt was released: its effect did not happen, the next retry executes.
+    DoubtReleased,
+    /// A record in doubt is still unknown: checked again after a backoff.
+    DoubtDeferred,
+    /// A decision about a record in doubt lost its race: the record changed since it was read
+    /// (another reconciler decided, or its retention passed); nothing was written.
+    DoubtContested,
     /// Expired records were deleted ([`Event::count`] of them) (C10).
     Purged,
     /// One call to the store ended: its [`Event::operation`], latency and error if any.
@@ -86,6 +96,10 @@ impl EventKind {
         EventKind::LeaseLost,
         EventKind::OutcomeUnknown,
         EventKind::InDoubt,
+        EventKind::DoubtSettled,
+        EventKind::DoubtReleased,
+        EventKind::DoubtDeferred,
+        EventKind::DoubtContested,
         EventKind::Purged,
         EventKind::StoreCall,
     ];
@@ -111,6 +125,10 @@ impl EventKind {
             EventKind::LeaseLost => "lease_lost",
             EventKind::OutcomeUnknown => "outcome_unknown",
             EventKind::InDoubt => "in_doubt",
+            EventKind::DoubtSettled => "doubt_settled",
+            EventKind::DoubtReleased => "doubt_released",
+            EventKind::DoubtDeferred => "doubt_deferred",
+            EventKind::DoubtContested => "doubt_contested",
             EventKind::Purged => "purged",
             EventKind::StoreCall => "store_call",
         }
@@ -189,6 +207,12 @@ pub enum Operation {
     Lookup,
     /// A transactional execution: reservation, effect, completion and commit (SQL stores).
     Transaction,
+    /// `Operator::inspect` (a reconciler reading a record in doubt).
+    Inspect,
+    /// `Operator::list` (a reconciler listing the records in doubt).
+    List,
+    /// `Store::resolve` (a decision about a record in doubt).
+    Resolve,
 }
 
 impl Operation {
@@ -201,6 +225,9 @@ impl Operation {
         Operation::Purge,
         Operation::Lookup,
         Operation::Transaction,
+        Operation::Inspect,
+        Operation::List,
+        Operation::Resolve,
     ];
 
     /// The operation's name, a metric's `operation` label.
@@ -213,6 +240,9 @@ impl Operation {
             Operation::Purge => "purge",
             Operation::Lookup => "lookup",
             Operation::Transaction => "transaction",
+            Operation::Inspect => "inspect",
+            Operation::List => "list",
+            Operation::Resolve => "resolve",
         }
     }
 }
@@ -405,6 +435,7 @@ impl Observer for TracingObserver {
                     | EventKind::LeaseLost
                     | EventKind::InDoubt
                     | EventKind::OutcomeUnknown
+                    | EventKind::DoubtContested
             );
         let level = if failed {
             tracing::Level::WARN

@@ -67,6 +67,7 @@ mod memory;
 mod outcome;
 mod policy;
 mod purger;
+pub mod reconcile;
 mod record;
 pub mod render;
 mod request;

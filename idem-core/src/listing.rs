@@ -10,6 +10,7 @@ use crate::clock::Timestamp;
 use crate::error::{Error, Field};
 use crate::holder::Holder;
 use crate::key::IdempotencyKey;
+use crate::reconcile::doubt::Doubt;
 use crate::record::Noted;
 use crate::scope::{check_part, RecordId, Scope};
 use std::fmt;
@@ -63,6 +64,14 @@ pub enum Selection {
         /// The key.
         key: String,
     },
+    /// The live completed records whose answer is in doubt (C8; docs/state-machine.md,
+    /// "Records in doubt"), oldest first like [`InProgress`](Self::InProgress): by reservation
+    /// time, then consumer, route, key. With `due`, only those whose next check time has come
+    /// by the store's clock (what a reconciler works on).
+    InDoubt {
+        /// Only the records due for a check.
+        due: bool,
+    },
 }
 
 impl ListQuery {
@@ -74,6 +83,22 @@ impl ListQuery {
     /// In-progress records reserved at least `older_than` ago.
     pub fn in_progress(older_than: Duration) -> Self {
         Self::new(Selection::InProgress { older_than })
+    }
+
+    /// The records in doubt, due or not ([`Selection::InDoubt`]).
+    ///
+    /// ```
+    /// use idem_core::store::{ListQuery, Selection};
+    /// assert_eq!(ListQuery::in_doubt().selection(), &Selection::InDoubt { due: false });
+    /// assert_eq!(ListQuery::due_for_reconciliation().selection(), &Selection::InDoubt { due: true });
+    /// ```
+    pub fn in_doubt() -> Self {
+        Self::new(Selection::InDoubt { due: false })
+    }
+
+    /// The records in doubt whose next check time has come: a reconciler's work.
+    pub fn due_for_reconciliation() -> Self {
+        Self::new(Selection::InDoubt { due: true })
     }
 
     /// The completed records of `consumer` (validated like [`Scope`]'s consumer).
@@ -115,7 +140,7 @@ impl ListQuery {
         check_part(Field::Route, route, Scope::MAX_ROUTE_LEN)?;
         match &mut self.selection {
             Selection::Completed { route: r, .. } => *r = Some(route.to_owned()),
-            Selection::InProgress { .. } | Selection::Key { .. } => {
+            Selection::InProgress { .. } | Selection::Key { .. } | Selection::InDoubt { .. } => {
                 return Err(Error::invalid(
                     Field::Route,
                     "a route filter applies to completed records only",
@@ -170,6 +195,11 @@ pub struct Listed {
     pub holder: Noted<Holder>,
     /// In progress or completed, with its deadline.
     pub state: ListedState,
+    /// For a completed record whose answer is in doubt, its mark (unreadable where what is
+    /// stored does not decode); `None` otherwise.
+    pub doubt: Option<Noted<Doubt>>,
+    /// For a record in doubt, when it is next due for a check, by the store's clock.
+    pub check_at: Option<Timestamp>,
 }
 
 /// A listed record's state.
@@ -354,6 +384,9 @@ pub struct Stats {
     pub expired: u64,
     /// When the oldest in-progress record (live or orphaned) was reserved, if any has a time.
     pub oldest_in_progress: Option<Timestamp>,
+    /// Completed and replayed with an answer in doubt (counted in `completed` as well): what a
+    /// reconciler or an operator has still to settle.
+    pub in_doubt: u64,
 }
 
 impl Stats {
@@ -387,6 +420,8 @@ mod tests {
             state: ListedState::InProgress {
                 lease_until: Timestamp::from_millis(9),
             },
+            doubt: None,
+            check_at: None,
         }
     }
 

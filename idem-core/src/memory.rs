@@ -8,6 +8,7 @@ use crate::fingerprint::Fingerprint;
 use crate::holder::Holder;
 use crate::lease::Lease;
 use crate::listing::{Cursor, ListQuery, Listed, ListedState, Page, Selection, Stats};
+use crate::reconcile::{Change, Doubt, Reconciliation, Resolution};
 use crate::record::{Inspected, Noted, Provenance, Record, RecordState};
 use crate::request::Request;
 use crate::response::StoredResponse;
@@ -36,9 +37,15 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct MemoryStore {
     records: Mutex<HashMap<RecordId, Entry>>,
+    /// The audit trail of records in doubt: (at, entry, kept until), oldest first. Locked
+    /// after `records` when both are.
+    trail: Mutex<Trail>,
     clock: Arc<dyn Clock>,
     holder: Holder,
 }
+
+/// Each record's audit entries: (at, the entry as encoded, kept until), oldest first.
+type Trail = HashMap<RecordId, Vec<(Timestamp, Vec<u8>, Timestamp)>>;
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -48,6 +55,8 @@ struct Entry {
     completed_at: Option<Timestamp>,
     holder: Holder,
     state: EntryState,
+    /// The mark of an answer in doubt, encoded, and when it is next due for a check.
+    doubt: Option<(Vec<u8>, Timestamp)>,
 }
 
 #[derive(Debug, Clone)]
@@ -101,9 +110,23 @@ impl Entry {
         }
     }
 
+    /// Whether the entry is a live completed record in doubt at `now`.
+    fn in_doubt(&self, now: Timestamp) -> bool {
+        self.doubt.is_some()
+            && matches!(self.state, EntryState::Completed { expires_at, .. } if expires_at > now)
+    }
+
     /// The entry as a listing shows it (the status only, never the body).
     fn listed(&self, id: &RecordId) -> Result<Listed, Error> {
         Ok(Listed {
+            doubt: self
+                .doubt
+                .as_ref()
+                .map(|(doubt, _)| match Doubt::decode(doubt) {
+                    Ok(doubt) => Noted::Known(doubt),
+                    Err(error) => Noted::Unreadable(error.to_string()),
+                }),
+            check_at: self.doubt.as_ref().map(|(_, at)| *at),
             id: id.clone(),
             reserved_at: Some(self.reserved_at),
             completed_at: self.completed_at,
@@ -140,6 +163,7 @@ impl MemoryStore {
     pub fn with_clock(clock: impl Clock + 'static) -> Self {
         Self {
             records: Mutex::new(HashMap::new()),
+            trail: Mutex::new(HashMap::new()),
             clock: Arc::new(clock),
             holder: Holder::this_process().clone(),
         }
@@ -193,6 +217,13 @@ impl MemoryStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    fn lock_trail(&self) -> MutexGuard<'_, Trail> {
+        // Every write is one push or retain: a poisoned map is still consistent.
+        self.trail
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     fn fenced<T>(
         &self,
         id: &RecordId,
@@ -236,6 +267,7 @@ impl Store for MemoryStore {
                 state: EntryState::InProgress {
                     lease_until: lease.lease_until(),
                 },
+                doubt: None,
             },
         );
         Ok(Begin::Acquired(lease))
@@ -249,6 +281,7 @@ impl Store for MemoryStore {
                 response: completion.encoded().to_vec(),
                 expires_at: now + retain_for,
             };
+            entry.doubt = completion.doubt().map(|doubt| (doubt.to_vec(), now));
         })
     }
 
@@ -282,7 +315,59 @@ impl Store for MemoryStore {
         for id in &expired {
             records.remove(id);
         }
-        Ok(expired.len())
+        let mut purged = expired.len();
+        drop(records);
+        let mut trail = self.lock_trail();
+        trail.retain(|_, entries| {
+            entries.retain(|(_, _, until)| {
+                let keep = *until > now || purged >= limit;
+                purged += usize::from(!keep);
+                keep
+            });
+            !entries.is_empty()
+        });
+        Ok(purged)
+    }
+
+    async fn resolve(&self, resolution: &Resolution) -> Result<bool, Error> {
+        let mut records = self.lock();
+        let now = self.clock.now();
+        let id = resolution.id();
+        let Some(entry) = records.get_mut(id) else {
+            return Ok(false);
+        };
+        let marked = entry.doubt.as_ref().map(|(doubt, _)| doubt.as_slice());
+        if !entry.in_doubt(now)
+            || entry.token != resolution.token()
+            || marked != Some(resolution.read_doubt())
+        {
+            return Ok(false);
+        }
+        match resolution.change() {
+            Change::Settle {
+                response,
+                retain_for,
+            } => {
+                entry.state = EntryState::Completed {
+                    response: response.clone(),
+                    expires_at: now + *retain_for,
+                };
+                entry.doubt = None;
+            }
+            Change::Release => {
+                records.remove(id);
+            }
+            Change::Defer { doubt, retry_after } => {
+                entry.doubt = Some((doubt.clone(), now + *retry_after));
+            }
+        }
+        let until = now + resolution.keep_entry_for();
+        self.lock_trail().entry(id.clone()).or_default().push((
+            now,
+            resolution.entry().to_vec(),
+            until,
+        ));
+        Ok(true)
     }
 
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
@@ -299,6 +384,12 @@ impl Operator for MemoryStore {
                 Ok(Inspected {
                     record: entry.decode()?,
                     provenance: entry.provenance(),
+                    doubt: entry
+                        .doubt
+                        .as_ref()
+                        .map(|(doubt, _)| Doubt::decode(doubt))
+                        .transpose()?,
+                    check_at: entry.doubt.as_ref().map(|(_, at)| *at),
                 })
             })
             .transpose()
@@ -320,11 +411,17 @@ impl Operator for MemoryStore {
                         && entry.deadline() > now
                 }
                 (Selection::Key { key }, _) => id.key() == key,
+                (Selection::InDoubt { due }, EntryState::Completed { .. }) => {
+                    entry.in_doubt(now)
+                        && (!due || entry.doubt.as_ref().is_some_and(|(_, at)| *at <= now))
+                }
                 _ => false,
             })
             .map(|(id, entry)| {
                 let at = match query.selection() {
-                    Selection::InProgress { .. } => entry.reserved_at.as_millis(),
+                    Selection::InProgress { .. } | Selection::InDoubt { .. } => {
+                        entry.reserved_at.as_millis()
+                    }
                     _ => 0,
                 };
                 // A key's listing orders by consumer then route: the key is the same in all.
@@ -333,7 +430,7 @@ impl Operator for MemoryStore {
             .filter(|(order, _, _)| {
                 after.as_ref().is_none_or(|p| {
                     let at = match query.selection() {
-                        Selection::InProgress { .. } => p.reserved_at,
+                        Selection::InProgress { .. } | Selection::InDoubt { .. } => p.reserved_at,
                         _ => 0,
                     };
                     *order > (at, p.id.consumer(), p.id.route(), p.id.key())
@@ -355,6 +452,7 @@ impl Operator for MemoryStore {
         let mut stats = Stats::at(now);
         for entry in records.values() {
             let live = entry.deadline() > now;
+            stats.in_doubt += u64::from(entry.in_doubt(now));
             match (&entry.state, live) {
                 (EntryState::InProgress { .. }, true) => stats.in_progress += 1,
                 (EntryState::InProgress { .. }, false) => stats.orphaned += 1,
@@ -370,5 +468,20 @@ impl Operator for MemoryStore {
             }
         }
         Ok(stats)
+    }
+    async fn reconciliations(&self, id: &RecordId) -> Result<Vec<Reconciliation>, Error> {
+        let now = self.clock.now();
+        let trail = self.lock_trail();
+        let kept: Vec<_> = trail
+            .get(id)
+            .into_iter()
+            .flatten()
+            .filter(|(_, _, until)| *until > now)
+            .collect();
+        let skip = kept.len().saturating_sub(ListQuery::MAX_LIMIT);
+        kept.into_iter()
+            .skip(skip)
+            .map(|(at, entry, _)| Reconciliation::decode(*at, entry))
+            .collect()
     }
 }

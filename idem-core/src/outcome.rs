@@ -88,9 +88,13 @@ impl From<Completion> for Reply {
 ///   call was refused before it was sent): the reservation is released and a retry runs.
 /// - [`Failure::unknown`] (also what `?` and `From` give): the effect may have happened (an
 ///   upstream timeout: the card may have been charged). The key is kept and a 500 problem is
-///   stored and replayed, so nothing re-runs blind; reconcile, then the retention frees the key.
+///   stored and replayed, so nothing re-runs blind, until a reconciler settles or releases it
+///   (or the retention frees the key).
 /// - [`Failure::unknown_with`]: the same, storing your own answer (for example a 202 that points
 ///   at a status resource while you reconcile).
+///
+/// An unknown outcome's answer is stored marked in doubt, with what [`noting`](Self::noting)
+/// attached, for a reconciler to settle ([`reconcile`](crate::reconcile)).
 ///
 /// The default is the one that cannot run an effect twice.
 ///
@@ -109,7 +113,10 @@ pub struct Failure<E> {
 #[derive(Debug)]
 pub(crate) enum Meaning {
     NothingHappened,
-    Unknown(Option<StoredResponse>),
+    Unknown {
+        response: Option<StoredResponse>,
+        note: String,
+    },
 }
 
 impl<E> Failure<E> {
@@ -125,7 +132,10 @@ impl<E> Failure<E> {
     pub fn unknown(error: E) -> Self {
         Self {
             error,
-            meaning: Meaning::Unknown(None),
+            meaning: Meaning::Unknown {
+                response: None,
+                note: String::new(),
+            },
         }
     }
 
@@ -133,8 +143,29 @@ impl<E> Failure<E> {
     pub fn unknown_with(error: E, response: StoredResponse) -> Self {
         Self {
             error,
-            meaning: Meaning::Unknown(Some(response)),
+            meaning: Meaning::Unknown {
+                response: Some(response),
+                note: String::new(),
+            },
         }
+    }
+
+    /// For an unknown outcome: what a reconciler needs to ask the provider later (its own
+    /// idempotency key, a request id), kept with the answer in doubt
+    /// ([`Doubt::note`](crate::reconcile::Doubt::note), at most
+    /// [`Doubt::MAX_NOTE`](crate::reconcile::Doubt::MAX_NOTE) bytes). Nothing for a failure
+    /// where nothing happened.
+    ///
+    /// ```
+    /// use idem_core::Failure;
+    /// let failure = Failure::unknown("card network timed out").noting("network request req_81");
+    /// assert!(!failure.releases());
+    /// ```
+    pub fn noting(mut self, note: impl Into<String>) -> Self {
+        if let Meaning::Unknown { note: kept, .. } = &mut self.meaning {
+            *kept = note.into();
+        }
+        self
     }
 
     /// Whether the key is given back.

@@ -119,6 +119,11 @@ pub struct Policy {
     /// How many commits a transactional execution makes for a fresh key (C15). Default
     /// [`Commits::Two`]; [`Commits::One`] only for effects that live entirely in the database.
     pub commits: Commits,
+    /// How long the audit trail of a record in doubt is kept: each reconciliation decision
+    /// ([`Reconciliation`](crate::reconcile::Reconciliation)) stays readable for this long after it was
+    /// made, whatever became of the record (docs/state-machine.md, "Records in doubt").
+    /// Default 90 days.
+    pub audit_retention: Duration,
 }
 
 impl Default for Policy {
@@ -134,6 +139,7 @@ impl Default for Policy {
             refusals: Policy::DEFAULT_REFUSALS.to_vec(),
             max_waiters: 1024,
             commits: Commits::Two,
+            audit_retention: Duration::from_secs(90 * 24 * 3600),
         }
     }
 }
@@ -161,6 +167,12 @@ impl Policy {
     /// Sets the lease.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
+        self
+    }
+
+    /// Sets how long reconciliation decisions are kept ([`audit_retention`](Self::audit_retention)).
+    pub fn audit_retention(mut self, keep: Duration) -> Self {
+        self.audit_retention = keep;
         self
     }
 

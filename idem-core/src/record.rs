@@ -3,6 +3,7 @@
 use crate::clock::Timestamp;
 use crate::fingerprint::Fingerprint;
 use crate::holder::Holder;
+use crate::reconcile::doubt::Doubt;
 use crate::response::StoredResponse;
 use crate::token::FencingToken;
 
@@ -187,4 +188,8 @@ pub struct Inspected {
     pub record: Record,
     /// When and by whom.
     pub provenance: Provenance,
+    /// For a completed record whose answer is in doubt, its mark (C8); `None` otherwise.
+    pub doubt: Option<Doubt>,
+    /// For a record in doubt, when it is next due for a check, by the store's clock.
+    pub check_at: Option<Timestamp>,
 }

@@ -20,6 +20,7 @@ pub use crate::lease::Lease;
 pub use crate::listing::{
     Cursor, ListQuery, Listed, ListedState, Page, Position, Selection, Stats,
 };
+pub use crate::reconcile::{Change, Resolution};
 pub use crate::record::{Inspected, Noted, Provenance, Record, RecordState};
 pub use crate::transactional::{Execution, Transacted, Transactional, TxEnd};
 pub use crate::unique::{unresolved_insert_or_fetch, InsertOrFetch};
@@ -31,6 +32,7 @@ use crate::answer::Answer;
 use crate::begin::Begin;
 use crate::clock::Timestamp;
 use crate::error::Error;
+use crate::reconcile::Reconciliation;
 use crate::request::Request;
 use crate::scope::RecordId;
 use std::sync::Arc;
@@ -78,7 +80,19 @@ use std::time::Duration;
 /// 5. **Errors are errors.** A backend failure is [`Error::Store`] with the backend's name, its
 ///    [`StoreErrorKind`](crate::StoreErrorKind) and its own error as the source (C13), never a
 ///    made-up outcome; nothing is written when an error is returned before the write.
-/// 6. **One record can be read.** `lookup` reads one record as stored, expired or not, and
+/// 6. **Records in doubt are marked.** `complete` keeps [`Completion::doubt`] beside the
+///    answer, due for a check at `now`, or clears any mark when it has none; a takeover or a
+///    start-over of the record clears it too (the new execution is not in doubt).
+/// 7. **Records in doubt are decided fenced** (docs/state-machine.md, "Records in doubt").
+///    `resolve` applies a [`Resolution`] only if the record is completed, live at `now`, carries
+///    [`Resolution::token`] and its mark is exactly [`Resolution::read_doubt`]. It then makes
+///    the [`Change`] (settle: the new answer, no mark, retained until `now + retain_for`;
+///    release: the record deleted; defer: the new mark, due at `now + retry_after`) and keeps
+///    [`Resolution::entry`] in the record's audit trail at `now` until
+///    `now + keep_entry_for`, in one atomic step, and returns `true`. Otherwise it writes
+///    nothing, no entry either, and returns `false`: of two deciders that read one mark, one
+///    wins. Purging deletes expired audit entries as well (rule 4).
+/// 8. **One record can be read.** `lookup` reads one record as stored, expired or not, and
 ///    writes nothing. What operators need beyond it (listing, counting, who holds a record) is
 ///    the optional [`Operator`] trait.
 ///
@@ -122,6 +136,10 @@ pub trait Store: Send + Sync {
 
     /// Deletes at most `limit` expired records; returns how many (rule 4).
     async fn purge_expired(&self, limit: usize) -> Result<usize, Error>;
+
+    /// Applies a decision about a record in doubt, if the record still carries the mark it was
+    /// read with; returns whether it did (rule 7).
+    async fn resolve(&self, resolution: &Resolution) -> Result<bool, Error>;
 
     /// Reads the record for inspection, expired or not. Does not change anything.
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error>;
@@ -191,6 +209,11 @@ pub trait Store: Send + Sync {
 ///    order [`listing_order`](Self::listing_order) says, never a body, and a [`Page::next`]
 ///    cursor while more may follow (a position store makes it with [`Cursor::after_record`]).
 /// 3. `stats` counts by state at the store's `now`.
+/// 4. `inspect` and `list` give a record in doubt's mark and next check time
+///    ([`Inspected::doubt`], [`Listed::doubt`]); `reconciliations` returns the audit trail of
+///    one (consumer, route, key): its unexpired entries, oldest first, at most the newest
+///    [`ListQuery::MAX_LIMIT`], whatever became of the record (a released record's trail
+///    stays).
 ///
 /// ```
 /// use idem_core::store::{ListQuery, Operator};
@@ -215,8 +238,14 @@ pub trait Operator: Store {
         Ok(self.lookup(id).await?.map(|record| Inspected {
             record,
             provenance: Provenance::default(),
+            doubt: None,
+            check_at: None,
         }))
     }
+
+    /// The audit trail of one record: every reconciliation decision kept, oldest first
+    /// (rule 4). Does not change anything.
+    async fn reconciliations(&self, id: &RecordId) -> Result<Vec<Reconciliation>, Error>;
 
     /// Lists records for operators, one bounded page at a time (rule 2). Does not change
     /// anything.
@@ -340,6 +369,9 @@ macro_rules! forward_store {
             async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
                 (**self).purge_expired(limit).await
             }
+            async fn resolve(&self, resolution: &Resolution) -> Result<bool, Error> {
+                (**self).resolve(resolution).await
+            }
             async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
                 (**self).lookup(id).await
             }
@@ -371,6 +403,9 @@ macro_rules! forward_store {
             }
             async fn stats(&self) -> Result<Stats, Error> {
                 (**self).stats().await
+            }
+            async fn reconciliations(&self, id: &RecordId) -> Result<Vec<Reconciliation>, Error> {
+                (**self).reconciliations(id).await
             }
             fn listing_order(&self) -> ListingOrder {
                 (**self).listing_order()

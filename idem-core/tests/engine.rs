@@ -97,6 +97,9 @@ impl Store for Flaky {
         }
         self.inner.lookup(id).await
     }
+    async fn resolve(&self, r: &idem_core::store::Resolution) -> Result<bool, Error> {
+        self.inner.resolve(r).await
+    }
 }
 
 #[async_trait]
@@ -106,6 +109,12 @@ impl Operator for Flaky {
     }
     async fn stats(&self) -> Result<Stats, Error> {
         self.inner.stats().await
+    }
+    async fn reconciliations(
+        &self,
+        id: &RecordId,
+    ) -> Result<Vec<idem_core::reconcile::Reconciliation>, Error> {
+        self.inner.reconciliations(id).await
     }
 }
 

@@ -40,6 +40,7 @@
 //! | `idem_store_errors_total` | counter | errors | `store`, `operation`, `kind` | store calls that failed, by operation and kind (below) |
 //! | `idem_store_duration_seconds` | histogram | seconds | `store`, `operation` | the time of every store call the engine made, failed or not |
 //! | `idem_purged_total` | counter | records | `store` | expired records deleted by `purge_expired` |
+//! | `idem_reconciliations_total` | counter | decisions | `store`, `route`, `decision` | decisions about records in doubt (below) |
 //! | `idem_in_progress` | gauge | reservations | `store`, `route` | reservations this process holds (below) |
 //!
 //! Labels:
@@ -62,8 +63,8 @@
 //!   their own.
 //! - `operation`: the [`Operation::name`] of a `store_call` event: `reserve`, `complete`,
 //!   `release`, `renew`, `purge`, `lookup` or `transaction` (a SQL store's transactional
-//!   execution). Calls the engine does not make (`list`, `stats`, by the `idem` command) are
-//!   not measured.
+//!   execution), and a reconciliation's `list`, `inspect` and `resolve`. Calls the engine does
+//!   not make (`stats`, and the listings of the `idem` command) are not measured.
 //! - `kind` of `idem_store_errors_total`: `unavailable` (a call past
 //!   [`Policy::store_timeout`](idem_core::Policy::store_timeout) included), `transaction_conflict`,
 //!   `misconfigured`, `other` (the [`StoreErrorKind`] of an [`Error::Store`]; a table at another
@@ -72,6 +73,13 @@
 //!   (`complete`, `release`, `renew`, `transaction`) refused with [`Error::LeaseLost`] is the
 //!   fence working, not an error: it is timed, and its outcome is counted where the engine
 //!   reports it.
+//!
+//! - `decision` of `idem_reconciliations_total`: what a reconciler or an operator decided about a
+//!   record in doubt ([`idem_core::reconcile`]): `settled` (the real answer stored), `released`
+//!   (the key given back), `deferred` (still unknown, checked again later) or `contested` (the
+//!   record changed since it was read: nothing written). Records put in doubt are the
+//!   `outcome_unknown` outcomes of `idem_requests_total`; those still in doubt are what
+//!   `idem stats` counts.
 //!
 //! No metric carries the idempotency key or the consumer: their number has no bound.
 //!
@@ -120,6 +128,8 @@ pub const STORE_DURATION_SECONDS: &str = "idem_store_duration_seconds";
 pub const PURGED_TOTAL: &str = "idem_purged_total";
 /// Gauge of the reservations this process holds: labels `store`, `route`.
 pub const IN_PROGRESS: &str = "idem_in_progress";
+/// The counter of decisions about records in doubt, by `decision`.
+pub const RECONCILIATIONS_TOTAL: &str = "idem_reconciliations_total";
 
 /// The events counted in `idem_requests_total`, whose [`EventKind::name`] is the `outcome`
 /// label: the answers that ran nothing, the acquisitions and the ends of an execution, in the
@@ -176,6 +186,11 @@ pub fn describe() {
         PURGED_TOTAL,
         Unit::Count,
         "Expired idempotency records deleted."
+    );
+    metrics::describe_counter!(
+        RECONCILIATIONS_TOTAL,
+        Unit::Count,
+        "Decisions about idempotency records in doubt: settled, released, deferred, contested."
     );
     metrics::describe_gauge!(
         IN_PROGRESS,
@@ -290,6 +305,25 @@ impl Metrics {
         metrics::counter!(REQUESTS_TOTAL, labels).increment(1);
     }
 
+    fn reconciliation(&self, event: &Event<'_>) {
+        let decision = match event.kind() {
+            EventKind::DoubtSettled => "settled",
+            EventKind::DoubtReleased => "released",
+            EventKind::DoubtDeferred => "deferred",
+            _ => "contested",
+        };
+        let mut labels = Vec::with_capacity(3);
+        labels.push(Label::new("store", self.store));
+        if self.route_label {
+            let route = event
+                .id()
+                .map_or_else(String::new, |id| id.route().to_owned());
+            labels.push(Label::new("route", route));
+        }
+        labels.push(Label::new("decision", decision));
+        metrics::counter!(RECONCILIATIONS_TOTAL, labels).increment(1);
+    }
+
     fn store_call(&self, event: &Event<'_>) {
         // The engine names the operation of every store call; one without is not recorded
         // rather than recorded under a name that is no operation.
@@ -377,6 +411,10 @@ impl Observer for Metrics {
             EventKind::Purged => {
                 metrics::counter!(PURGED_TOTAL, "store" => self.store).increment(event.count());
             }
+            EventKind::DoubtSettled
+            | EventKind::DoubtReleased
+            | EventKind::DoubtDeferred
+            | EventKind::DoubtContested => self.reconciliation(event),
             _ => {
                 if OUTCOMES.contains(&kind) {
                     self.count(event);
@@ -1211,6 +1249,9 @@ mod tests {
             Err((self.fail)())
         }
         async fn lookup(&self, _: &RecordId) -> Result<Option<Record>, Error> {
+            Err((self.fail)())
+        }
+        async fn resolve(&self, _: &idem_core::store::Resolution) -> Result<bool, Error> {
             Err((self.fail)())
         }
     }

@@ -1,6 +1,6 @@
 //! axum integration (feature `axum`): the reservation as an extractor, the markers as responses.
 
-use crate::marker::{Completed, Happened, NothingHappened};
+use crate::marker::{Completed, Happened, NothingHappened, OutcomeUnknown};
 use crate::reservation::Reservation;
 use axum_core::extract::{FromRequestParts, OptionalFromRequestParts};
 use axum_core::response::{IntoResponse, IntoResponseParts, Response, ResponseParts};
@@ -70,6 +70,15 @@ impl IntoResponseParts for NothingHappened {
 }
 
 impl IntoResponseParts for Happened {
+    type Error = Infallible;
+
+    fn into_response_parts(self, mut res: ResponseParts) -> Result<ResponseParts, Self::Error> {
+        res.extensions_mut().insert(self);
+        Ok(res)
+    }
+}
+
+impl IntoResponseParts for OutcomeUnknown {
     type Error = Infallible;
 
     fn into_response_parts(self, mut res: ResponseParts) -> Result<ResponseParts, Self::Error> {

@@ -77,6 +77,6 @@ pub use grpc::{
     GrpcIdempotencyLayer, GrpcIdempotent, GrpcMethod, DEFAULT_GRPC_REFUSALS,
 };
 pub use layer::IdempotencyLayer;
-pub use marker::{Completed, Happened, NothingHappened};
+pub use marker::{Completed, Happened, NothingHappened, OutcomeUnknown};
 pub use reservation::Reservation;
 pub use service::{Idempotent, ResponseFuture};

@@ -37,6 +37,36 @@ pub struct NothingHappened;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Happened;
 
+/// A response extension by which a handler says its effect's outcome is unknown (an upstream
+/// call timed out after it was sent: the card may have been charged). The layer stores the
+/// response (a 500 problem, or a 202 pointing at a status resource) marked in doubt with
+/// [`note`](Self::note), replays it to every retry, and never runs the effect again blind; a
+/// reconciler (`idem_core::reconcile`) or an operator (`idem doubt`) settles it with the real
+/// answer or releases the key (C8; docs/state-machine.md, "Records in doubt"). Any status may
+/// carry it.
+///
+/// ```
+/// use idem_tower::OutcomeUnknown;
+/// let mut response = http::Response::new(String::from("the card network did not answer"));
+/// *response.status_mut() = http::StatusCode::BAD_GATEWAY;
+/// response.extensions_mut().insert(OutcomeUnknown::noting("network key idem_3f2a"));
+/// ```
+///
+/// With axum it is a response part: `(StatusCode::BAD_GATEWAY, OutcomeUnknown::noting(key), Json(error))`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OutcomeUnknown {
+    /// What a reconciler needs to ask the provider later (its idempotency key, a request id),
+    /// kept with the answer in doubt.
+    pub note: String,
+}
+
+impl OutcomeUnknown {
+    /// The marker with `note`.
+    pub fn noting(note: impl Into<String>) -> Self {
+        Self { note: note.into() }
+    }
+}
+
 /// The response of a handler that completed the record **inside its own transaction** (with a
 /// SQL store's `complete_in` and [`Reservation::completion`](crate::Reservation::completion))
 /// and committed it. The layer checks that the record carries this completion and sends the

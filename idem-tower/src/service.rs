@@ -9,7 +9,7 @@ use crate::convert::{
 use crate::disposition::Handled;
 use crate::layer::IdempotencyLayer;
 use crate::limits::{check_consumer, check_path, RouteFrom};
-use crate::marker::{Completed, Happened, NothingHappened};
+use crate::marker::{Completed, Happened, NothingHappened, OutcomeUnknown};
 use crate::reservation::Reservation;
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, LOCATION};
@@ -354,6 +354,10 @@ where
             return Err(Failure::unknown(Unstored::Failed(error)));
         }
     };
+    if let Some(OutcomeUnknown { note }) = head.extensions.get::<OutcomeUnknown>() {
+        let error = Unstored::Failed("the handler said its outcome is unknown".to_owned());
+        return Err(Failure::unknown_with(error, stored).noting(note.clone()));
+    }
     if head.extensions.get::<NothingHappened>().is_some()
         || (rules.server_errors == ServerErrors::Release && head.status.is_server_error())
     {

@@ -25,6 +25,7 @@ use crate::error::{Error, Field, StoreErrorKind};
 use crate::event::{Event, EventKind, Observer, Observers, Operation, TracingObserver};
 use crate::lease::{deadline_after, Lease};
 use crate::policy::Policy;
+use crate::reconcile::Doubt;
 use crate::render::problem;
 use crate::request::{Request, RequestBuilder};
 use crate::response::StoredResponse;
@@ -516,6 +517,19 @@ impl<S: Store> Idempotency<S> {
             }
         };
         Completion::new(lease, response, encoded, policy.retention)
+    }
+
+    /// The completion of an execution whose outcome is unknown (C8): `response` (the 500
+    /// problem of an unknown outcome unless the handler chose one) marked with `doubt`, for a
+    /// reconciler to settle (docs/state-machine.md, "Records in doubt").
+    pub(crate) fn doubtful_completion(
+        &self,
+        lease: &Lease,
+        response: Option<StoredResponse>,
+        doubt: Doubt,
+    ) -> Completion {
+        self.completion(lease, response.unwrap_or_else(outcome_unknown))
+            .in_doubt(&doubt)
     }
 
     /// Stores the response and completes the record, if the lease still holds (C6); returns the

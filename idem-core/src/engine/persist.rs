@@ -4,12 +4,13 @@
 //! its own) when the store cannot be written for now: a slow store never turns into a second
 //! execution.
 
-use super::{is_timed_out, outcome_unknown, pause, Idempotency, FIRST_BACKOFF, MAX_BACKOFF};
+use super::{is_timed_out, pause, Idempotency, FIRST_BACKOFF, MAX_BACKOFF};
 use crate::answer::Answer;
 use crate::completion::Completion;
 use crate::error::Error;
 use crate::event::{Event, EventKind, Operation};
 use crate::lease::Lease;
+use crate::reconcile::{Doubt, DoubtCause};
 use crate::record::RecordState;
 use crate::response::StoredResponse;
 use crate::store::Store;
@@ -32,7 +33,11 @@ impl<S: Store> Idempotency<S> {
                         .of_lease(lease)
                         .failed(&error),
                 );
-                let fallback = self.completion(lease, outcome_unknown());
+                let fallback = self.doubtful_completion(
+                    lease,
+                    None,
+                    Doubt::new(DoubtCause::CompletionRefused, ""),
+                );
                 self.persist(&fallback, deadline, None).await
             }
             result => result,
@@ -217,7 +222,11 @@ impl<S: Store + 'static> Idempotency<S> {
                         Err(error) if is_timed_out(&error) => {}
                         result => return (stored, result),
                     }
-                    let fallback = self.completion(lease, outcome_unknown());
+                    let fallback = self.doubtful_completion(
+                        lease,
+                        None,
+                        Doubt::new(DoubtCause::CompletionRefused, ""),
+                    );
                     match self
                         .persist(&fallback, None, Some(TIMEOUTS_BEFORE_FALLBACK))
                         .await
@@ -240,7 +249,11 @@ impl<S: Store + 'static> Idempotency<S> {
                         EventKind::OutcomeUnknown,
                         self.store_completion(
                             lease,
-                            self.completion(lease, outcome_unknown()),
+                            self.doubtful_completion(
+                                lease,
+                                None,
+                                Doubt::new(DoubtCause::CompletionRefused, ""),
+                            ),
                             None,
                         )
                         .await,

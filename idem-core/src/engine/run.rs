@@ -2,13 +2,14 @@
 
 use super::detach::{Boxed, Detach};
 use super::wait::{is_in_flight, Attempt};
-use super::{has_timers, needs_timers, outcome_unknown, shutting_down, Idempotency};
+use super::{has_timers, needs_timers, shutting_down, Idempotency};
 use crate::begin::Begin;
 use crate::completion::Completion;
 use crate::error::Error;
 use crate::event::{Event, EventKind};
 use crate::lease::Lease;
 use crate::outcome::{Failure, Meaning, Outcome, Reply, RunError};
+use crate::reconcile::{Doubt, DoubtCause};
 use crate::request::Request;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
@@ -175,7 +176,8 @@ impl<S: Store + 'static> Idempotency<S> {
         match result {
             Ok(result) => self.settle(lease, result, hold).await,
             Err(panic) => {
-                let completion = self.completion(&lease, outcome_unknown());
+                let completion =
+                    self.doubtful_completion(&lease, None, Doubt::new(DoubtCause::Panicked, ""));
                 // The panic is what the caller must see; a failed completion goes on trying.
                 let _ = self
                     .stored_or_continued(lease, completion, EventKind::OutcomeUnknown, hold)
@@ -259,9 +261,9 @@ impl<S: Store + 'static> Idempotency<S> {
                     drop(hold);
                     Err(RunError::Released(error))
                 }
-                (error, Meaning::Unknown(response)) => {
-                    let response = response.unwrap_or_else(outcome_unknown);
-                    let completion = self.completion(&lease, response);
+                (error, Meaning::Unknown { response, note }) => {
+                    let doubt = Doubt::new(DoubtCause::Failure, note);
+                    let completion = self.doubtful_completion(&lease, response, doubt);
                     let stored = self
                         .stored_or_continued(lease, completion, EventKind::OutcomeUnknown, hold)
                         .await;
@@ -343,7 +345,8 @@ impl<S: Store + 'static> Idempotency<S> {
             route = lease.id().route(),
             "idem.run: the handler returned a completion that is not stored; storing a 500"
         );
-        let fallback = self.completion(lease, outcome_unknown());
+        let fallback =
+            self.doubtful_completion(lease, None, Doubt::new(DoubtCause::CompletionMissing, ""));
         // Like every completion: past the lease it goes on on its own task.
         let stored = self
             .stored_or_continued(lease.clone(), fallback, EventKind::OutcomeUnknown, hold)

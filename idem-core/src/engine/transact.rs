@@ -4,7 +4,7 @@
 //! provably rolled back, kept in progress when that cannot be told (C8).
 
 use super::wait::{is_in_flight, Attempt};
-use super::{acquire_kind, answer_kind, has_timers, needs_timers, outcome_unknown, Idempotency};
+use super::{acquire_kind, answer_kind, has_timers, needs_timers, Idempotency};
 use crate::answer::Answer;
 use crate::completion::Completion;
 use crate::error::Error;
@@ -12,6 +12,7 @@ use crate::event::{Event, EventKind, Operation};
 use crate::lease::{deadline_after, Lease};
 use crate::outcome::{Outcome, RunError};
 use crate::policy::Commits;
+use crate::reconcile::{Doubt, DoubtCause};
 use crate::record::RecordState;
 use crate::request::Request;
 use crate::response::StoredResponse;
@@ -312,7 +313,9 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 let _ = self.release(lease).await;
                 Err(RunError::Idem(error))
             }
-            TxEnd::InDoubt { completion, error } => self.resolve(lease, completion, error).await,
+            TxEnd::InDoubt { completion, error } => {
+                self.resolve_commit(lease, completion, error).await
+            }
             TxEnd::Panicked(panic) => {
                 let _ = self.release(lease).await;
                 resume_unwind(panic)
@@ -332,7 +335,8 @@ impl<S: Transactional + 'static> Idempotency<S> {
         error: Error,
         held: Option<Box<Held>>,
     ) -> Result<Outcome, RunError<E>> {
-        let completion = self.completion(&lease, outcome_unknown());
+        let completion =
+            self.doubtful_completion(&lease, None, Doubt::new(DoubtCause::Abandoned, ""));
         let _ = self
             .stored_or_continued(lease, completion, EventKind::OutcomeUnknown, held)
             .await;
@@ -424,7 +428,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
     /// under this lease's token, it committed; anything else, it rolled back (a committed
     /// completion carries the token for the whole retention). Unreadable within the store
     /// timeout: in doubt, and the key stays in progress until its lease passes.
-    async fn resolve<E>(
+    async fn resolve_commit<E>(
         &self,
         lease: Lease,
         completion: Completion,

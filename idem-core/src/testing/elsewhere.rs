@@ -53,6 +53,9 @@ impl<S: Store + 'static> Store for Elsewhere<S> {
     async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
         self.0.purge_expired(limit).await
     }
+    async fn resolve(&self, resolution: &crate::store::Resolution) -> Result<bool, Error> {
+        self.0.resolve(resolution).await
+    }
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         self.0.lookup(id).await
     }
@@ -84,6 +87,12 @@ impl<S: Operator + 'static> Operator for Elsewhere<S> {
     }
     async fn stats(&self) -> Result<Stats, Error> {
         self.0.stats().await
+    }
+    async fn reconciliations(
+        &self,
+        id: &RecordId,
+    ) -> Result<Vec<crate::reconcile::Reconciliation>, Error> {
+        self.0.reconciliations(id).await
     }
     fn listing_order(&self) -> ListingOrder {
         self.0.listing_order()

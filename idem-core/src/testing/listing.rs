@@ -78,7 +78,7 @@ fn in_selection_order(selection: &Selection, records: &mut Vec<Listed>) {
     records.sort_by(|a, b| {
         let order = |r: &Listed| {
             let at = match selection {
-                Selection::InProgress { .. } => r.reserved_at,
+                Selection::InProgress { .. } | Selection::InDoubt { .. } => r.reserved_at,
                 _ => None,
             };
             (

@@ -45,6 +45,7 @@ mod heartbeat;
 mod holders;
 mod listing;
 mod provenance;
+mod reconcile;
 mod scenarios;
 mod transact;
 mod transactional;
@@ -56,6 +57,7 @@ pub use heartbeat::*;
 pub use holders::c11_a_takeover_and_a_start_over_record_the_new_holder;
 pub use listing::*;
 pub use provenance::*;
+pub use reconcile::*;
 pub use scenarios::*;
 pub use transact::*;
 pub use transactional::*;
@@ -189,6 +191,14 @@ macro_rules! __idem_conformance_scenarios {
             c11_reservation_time_and_holder_are_recorded_on_reserve_and_takeover,
             c11_completion_time_is_recorded_on_complete,
             c02_lookup_by_key_finds_every_consumer_and_route_bounded,
+            c08_doubt_an_unknown_outcome_is_marked_and_listed_oldest_first,
+            c08_doubt_settling_stores_the_real_answer_and_the_retry_replays_it,
+            c08_doubt_releasing_lets_the_retry_execute_once,
+            c08_doubt_still_unknown_backs_off_and_counts_attempts,
+            c06_doubt_racing_reconcilers_decide_once,
+            c06_doubt_a_decision_about_an_old_execution_cannot_touch_a_new_one,
+            c08_doubt_a_pass_settles_and_releases_what_the_reconciler_found,
+            c10_doubt_past_its_retention_the_key_is_new_and_not_in_doubt,
         }
     };
 }
@@ -347,6 +357,7 @@ mod tests {
         defined.extend(public_fns(include_str!("listing.rs")));
         defined.extend(public_fns(include_str!("waiting.rs")));
         defined.extend(public_fns(include_str!("provenance.rs")));
+        defined.extend(public_fns(include_str!("reconcile.rs")));
         defined.sort_unstable();
         let mut listed = listed.to_vec();
         listed.sort_unstable();

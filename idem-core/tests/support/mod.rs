@@ -75,6 +75,9 @@ impl Store for Faulty {
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         self.inner.lookup(id).await
     }
+    async fn resolve(&self, r: &idem_core::store::Resolution) -> Result<bool, Error> {
+        self.inner.resolve(r).await
+    }
 }
 
 #[async_trait]
@@ -84,5 +87,11 @@ impl Operator for Faulty {
     }
     async fn stats(&self) -> Result<Stats, Error> {
         self.inner.stats().await
+    }
+    async fn reconciliations(
+        &self,
+        id: &RecordId,
+    ) -> Result<Vec<idem_core::reconcile::Reconciliation>, Error> {
+        self.inner.reconciliations(id).await
     }
 }

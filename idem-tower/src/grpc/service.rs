@@ -11,7 +11,7 @@ use crate::consumer::ConsumerError;
 use crate::convert::{read_request_body, BoxError, ResponseReadError};
 use crate::disposition::Handled;
 use crate::limits::check_consumer;
-use crate::marker::{Completed, Happened, NothingHappened};
+use crate::marker::{Completed, Happened, NothingHappened, OutcomeUnknown};
 use crate::reservation::Reservation;
 use crate::service::ResponseFuture;
 use bytes::Bytes;
@@ -467,6 +467,10 @@ where
     let code = answer.code();
     let stored = answer.into_stored();
     let marked = super::mark::meaning(&head.extensions);
+    if let Some(OutcomeUnknown { note }) = head.extensions.get::<OutcomeUnknown>() {
+        let error = "the method said its outcome is unknown".to_owned();
+        return Err(Failure::unknown_with(error, stored).noting(note.clone()));
+    }
     if head.extensions.get::<NothingHappened>().is_some() || marked == Some(false) {
         return Ok(Reply::Refused(stored));
     }

@@ -347,6 +347,10 @@ impl<S: Store> Store for Decorated<S> {
         self.up()?;
         self.inner.lookup(id).await
     }
+    async fn resolve(&self, resolution: &idem_core::store::Resolution) -> Result<bool, Error> {
+        self.up()?;
+        self.inner.resolve(resolution).await
+    }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
@@ -361,6 +365,13 @@ impl<S: Operator> Operator for Decorated<S> {
     async fn stats(&self) -> Result<Stats, Error> {
         self.up()?;
         self.inner.stats().await
+    }
+    async fn reconciliations(
+        &self,
+        id: &RecordId,
+    ) -> Result<Vec<idem_core::reconcile::Reconciliation>, Error> {
+        self.up()?;
+        self.inner.reconciliations(id).await
     }
     async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
         self.up()?;

@@ -1,0 +1,91 @@
+//! One record in doubt, as a reconciler reads it.
+
+use super::doubt::Doubt;
+use crate::clock::Timestamp;
+use crate::fingerprint::Fingerprint;
+use crate::record::{Inspected, RecordState};
+use crate::response::StoredResponse;
+use crate::scope::RecordId;
+use crate::token::FencingToken;
+
+/// A completed record whose answer is in doubt, read whole: what a reconciler needs to ask the
+/// provider (the triple, the request's fingerprint, the handler's [`note`](Doubt::note), the
+/// [`downstream_key`](Self::downstream_key) the handler sent), and what it was answered so far.
+///
+/// Read it with [`Idempotency::in_doubt`](crate::Idempotency::in_doubt); a decision about it is
+/// applied only while the record still carries the mark as read here (two deciders that read
+/// it, one wins).
+///
+/// ```
+/// use idem_core::reconcile::InDoubt;
+/// use idem_core::{Failure, Idempotency, MemoryStore, StoredResponse};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let idem = Idempotency::new(MemoryStore::new());
+/// let request = idem.request("acct_1", "POST", "/charges").key(Some("k1")).body(b"{}").build()?;
+/// let _ = idem.run(&request, |_ctx| async {
+///     Err::<StoredResponse, _>(Failure::unknown("network timed out").noting("auth 3f2a"))
+/// }).await;
+/// let case: InDoubt = idem.in_doubt(request.id()).await?.expect("in doubt");
+/// assert_eq!(case.answer.status, 500);
+/// assert_eq!(case.doubt.note, "auth 3f2a");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InDoubt {
+    /// The record's (consumer, route, key).
+    pub id: RecordId,
+    /// The fingerprint of the request that executed (C3).
+    pub fingerprint: Fingerprint,
+    /// The token of the execution in doubt.
+    pub token: FencingToken,
+    /// The answer in doubt, as replayed to every retry until the record is settled.
+    pub answer: StoredResponse,
+    /// Why, what the handler attached, how many checks found it still unknown.
+    pub doubt: Doubt,
+    /// When the execution's reservation was made, if the store knows.
+    pub reserved_at: Option<Timestamp>,
+    /// When the answer in doubt was stored, if the store knows.
+    pub completed_at: Option<Timestamp>,
+    /// When the key is new again unless the record is settled first (C10).
+    pub expires_at: Timestamp,
+    /// When the record is next due for a check.
+    pub check_at: Option<Timestamp>,
+    /// The mark as stored: what a decision is fenced on.
+    pub(crate) read: Vec<u8>,
+}
+
+impl InDoubt {
+    /// The record in doubt that `inspected` (the record of `id`) is, or `None` for one that is
+    /// not (in progress, completed with its own answer).
+    pub fn from_inspected(id: RecordId, inspected: Inspected) -> Option<InDoubt> {
+        let doubt = inspected.doubt?;
+        let RecordState::Completed {
+            response,
+            expires_at,
+        } = inspected.record.state
+        else {
+            return None;
+        };
+        Some(InDoubt {
+            id,
+            fingerprint: inspected.record.fingerprint,
+            token: inspected.record.token,
+            answer: response,
+            read: doubt.encode(),
+            doubt,
+            reserved_at: inspected.provenance.reserved_at,
+            completed_at: inspected.provenance.completed_at,
+            expires_at,
+            check_at: inspected.check_at,
+        })
+    }
+
+    /// The idempotency key the handler was given for its downstream call
+    /// ([`Context::downstream_key`](crate::Context::downstream_key)): what to ask the provider
+    /// by.
+    pub fn downstream_key(&self) -> String {
+        crate::lease::downstream_key(&self.id)
+    }
+}

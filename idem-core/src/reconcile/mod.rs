@@ -1,0 +1,369 @@
+//! Records in doubt and their reconciliation (docs/state-machine.md, "Records in doubt").
+//!
+//! An execution whose outcome is unknown (the card network timed out after the request was
+//! sent) keeps its key with an answer in doubt (C8): a 500, or the handler's own answer, marked
+//! with a [`Doubt`]. Nothing re-runs blind; the other half is here: a [`Reconcile`] function of
+//! the application asks the provider about each record in doubt and says what it found
+//! ([`Finding`]): the effect happened ([`Verdict::Settled`]: its real answer replaces the one in
+//! doubt), it did not ([`Verdict::NotHappened`]: the key is released and the next retry runs),
+//! or nobody knows yet ([`Verdict::StillUnknown`]: asked again after a backoff).
+//!
+//! Every decision is one fenced compare-and-set on the mark of doubt it read
+//! ([`Store::resolve`]): two reconcilers, or a reconciler and an operator, that read one record
+//! never both win; a record released and executed again carries another token, which no
+//! decision about the old execution can touch. Each applied decision leaves an entry
+//! ([`Reconciliation`]) in the store's audit trail in the same atomic step, readable with
+//! [`Operator::reconciliations`] and the `idem doubt` commands.
+//!
+//! ```
+//! use idem_core::reconcile::{Finding, InDoubt};
+//! use idem_core::{Answer, Failure, Idempotency, MemoryStore, Outcome, StoredResponse};
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let idem = Idempotency::new(MemoryStore::new());
+//! let request = idem.request("acct_1", "POST", "/charges").key(Some("k1")).body(b"{}").build()?;
+//! // The card network timed out after the request was sent: the outcome is unknown.
+//! let first = idem.run(&request, |_ctx| async {
+//!     Err::<StoredResponse, _>(Failure::unknown("card network timed out"))
+//! }).await;
+//! assert!(first.is_err());
+//!
+//! // The reconciler asks the network by the key the handler sent it: it did charge.
+//! let report = idem.reconcile_now(&|case: InDoubt| async move {
+//!     Finding::settled(StoredResponse::new(201, r#"{"id":"ch_1"}"#))
+//!         .asked(format!("GET /authorizations/{}", case.downstream_key()))
+//!         .answered("captured")
+//! }).await?;
+//! assert_eq!(report.settled, 1);
+//!
+//! // The client's retry gets the real charge; nothing ran again.
+//! let retry = idem.run(&request, |_ctx| async {
+//!     Ok::<_, Failure<std::io::Error>>(StoredResponse::new(201, "never sent"))
+//! }).await?;
+//! assert!(matches!(retry, Outcome::Answered(Answer::Replay(r)) if r.body == br#"{"id":"ch_1"}"#));
+//! assert_eq!(idem.store().reconciliations(request.id()).await?.len(), 1);
+//! # use idem_core::store::Operator;
+//! # Ok(())
+//! # }
+//! ```
+
+pub(crate) mod doubt;
+mod finding;
+mod in_doubt;
+mod resolution;
+mod runner;
+mod trail;
+
+pub use doubt::{Doubt, DoubtCause};
+pub use finding::{Finding, Verdict};
+pub use in_doubt::InDoubt;
+pub use resolution::{Change, Resolution};
+pub use runner::Reconciling;
+pub use trail::{Decided, Reconciliation};
+
+use crate::engine::Idempotency;
+use crate::error::Error;
+use crate::event::{Event, EventKind, Operation};
+use crate::holder::Holder;
+use crate::listing::ListQuery;
+use crate::response::StoredResponse;
+use crate::scope::RecordId;
+use crate::store::{Operator, Store};
+use crate::unwind::CatchUnwind;
+use async_trait::async_trait;
+use std::future::Future;
+use std::time::Duration;
+
+/// The application's side of a reconciliation: asks the provider about one record in doubt
+/// and says what it found. Any `Fn(InDoubt) -> impl Future<Output = Finding>` is one.
+///
+/// A check that fails (the provider is down) is a [`Finding::still_unknown`], with what failed
+/// as its [`answered`](Finding::answered) text; one that panics, or gives no answer within
+/// [`CHECK_DEADLINE`], is taken as still unknown.
+#[async_trait]
+pub trait Reconcile: Send + Sync {
+    /// What became of `case`'s effect.
+    async fn check(&self, case: InDoubt) -> Finding;
+}
+
+#[async_trait]
+impl<F, Fut> Reconcile for F
+where
+    F: Fn(InDoubt) -> Fut + Send + Sync,
+    Fut: Future<Output = Finding> + Send,
+{
+    async fn check(&self, case: InDoubt) -> Finding {
+        self(case).await
+    }
+}
+
+/// The longest one [`Reconcile::check`] may take: past it the record is taken as still unknown
+/// and the pass goes on (every wait has a deadline).
+pub const CHECK_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The most records one pass checks ([`Idempotency::reconcile_now`]); the rest wait for the
+/// next pass.
+pub const MAX_PER_PASS: usize = 1000;
+
+/// When a record found still unknown at its `attempt`-th check is due again, unless the
+/// finding said ([`Finding::retry_after`]): 30 s, doubling at each attempt, at most an hour.
+///
+/// ```
+/// use idem_core::reconcile::backoff;
+/// use std::time::Duration;
+/// assert_eq!(backoff(1), Duration::from_secs(30));
+/// assert_eq!(backoff(2), Duration::from_secs(60));
+/// assert_eq!(backoff(40), Duration::from_secs(3600));
+/// ```
+pub fn backoff(attempt: u32) -> Duration {
+    let first = Duration::from_secs(30);
+    let max = Duration::from_secs(3600);
+    let doublings = attempt.saturating_sub(1).min(16);
+    first.saturating_mul(1 << doublings).min(max)
+}
+
+/// What one decision about a record in doubt did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Resolved {
+    /// The real answer is stored (as here, filtered by the policy) and replayed.
+    Settled(StoredResponse),
+    /// The key was released: the next retry executes.
+    Released,
+    /// Still unknown; due again after `retry_after`.
+    Deferred {
+        /// How many checks found it unknown, this one included.
+        attempt: u32,
+        /// When it is due again.
+        retry_after: Duration,
+    },
+    /// The record changed since it was read (another decider won, or its retention passed):
+    /// nothing was written.
+    Contested,
+}
+
+/// What one reconciliation pass did ([`Idempotency::reconcile_now`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Reconciled {
+    /// Records checked with the reconciler.
+    pub checked: usize,
+    /// Settled with their real answer.
+    pub settled: usize,
+    /// Released.
+    pub released: usize,
+    /// Still unknown, due again later.
+    pub deferred: usize,
+    /// Decided by someone else first (nothing written).
+    pub contested: usize,
+    /// Not decided: the store failed, or the settled answer could not be stored.
+    pub failed: usize,
+}
+
+impl Reconciled {
+    fn count(&mut self, resolved: &Resolved) {
+        match resolved {
+            Resolved::Settled(_) => self.settled += 1,
+            Resolved::Released => self.released += 1,
+            Resolved::Deferred { .. } => self.deferred += 1,
+            Resolved::Contested => self.contested += 1,
+        }
+    }
+}
+
+/// Who decides in a reconciliation pass of this process, in the audit trail.
+fn reconciler_name() -> String {
+    format!("reconciler {}", Holder::this_process())
+}
+
+impl<S: Store> Idempotency<S> {
+    /// Applies `finding` to the record in doubt `case`, as decided `by` (a name for the audit
+    /// trail: an operator, a reconciler): settles it with its real answer, releases its key,
+    /// or defers it, in one fenced step with its audit entry ([`Store::resolve`]). If the record
+    /// changed since `case` was read, nothing is written and the answer is
+    /// [`Resolved::Contested`]. A settled answer that cannot be stored (a status outside
+    /// 100..=599, a header with a control character) is [`Error::InvalidInput`], nothing
+    /// written.
+    ///
+    /// ```
+    /// use idem_core::reconcile::{Finding, Resolved};
+    /// use idem_core::{Failure, Idempotency, MemoryStore, StoredResponse};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let idem = Idempotency::new(MemoryStore::new());
+    /// let request = idem.request("acct_1", "POST", "/charges").key(Some("k1")).body(b"{}").build()?;
+    /// let _ = idem.run(&request, |_ctx| async {
+    ///     Err::<StoredResponse, _>(Failure::unknown("network timed out"))
+    /// }).await;
+    /// let case = idem.in_doubt(request.id()).await?.expect("in doubt");
+    /// let finding = Finding::not_happened().answered("no authorization in the dashboard");
+    /// assert_eq!(idem.resolve(&case, finding.clone(), "operator alice").await?, Resolved::Released);
+    /// // The same case again: the record is gone, the decision loses.
+    /// assert_eq!(idem.resolve(&case, finding, "operator bob").await?, Resolved::Contested);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn resolve(
+        &self,
+        case: &InDoubt,
+        finding: Finding,
+        by: &str,
+    ) -> Result<Resolved, Error> {
+        let policy = self.policy();
+        let (verdict, asked, answer) = finding.into_parts();
+        let (change, decided, resolved) = match verdict {
+            Verdict::Settled(response) => {
+                let response = policy.prepare(response)?;
+                let encoded = response.encode()?;
+                (
+                    Change::Settle {
+                        response: encoded,
+                        retain_for: policy.retention,
+                    },
+                    Decided::Settled {
+                        status: response.status,
+                    },
+                    Resolved::Settled(response),
+                )
+            }
+            Verdict::NotHappened => (Change::Release, Decided::Released, Resolved::Released),
+            Verdict::StillUnknown { retry_after } => {
+                let attempt = case.doubt.attempts.saturating_add(1);
+                let retry_after = retry_after.unwrap_or_else(|| backoff(attempt));
+                let doubt = Doubt {
+                    attempts: attempt,
+                    ..case.doubt.clone()
+                };
+                (
+                    Change::Defer {
+                        doubt: doubt.encode(),
+                        retry_after,
+                    },
+                    Decided::StillUnknown {
+                        attempt,
+                        retry_after,
+                    },
+                    Resolved::Deferred {
+                        attempt,
+                        retry_after,
+                    },
+                )
+            }
+        };
+        let entry = Reconciliation {
+            at: crate::clock::Timestamp::from_millis(0),
+            token: case.token,
+            by: doubt::bounded(by.to_owned(), 256),
+            decided,
+            asked,
+            answer,
+        };
+        let resolution = Resolution {
+            id: case.id.clone(),
+            token: case.token,
+            read: case.read.clone(),
+            change,
+            entry: entry.encode(),
+            keep_entry_for: policy.audit_retention,
+        };
+        let applied = self
+            .call(
+                Operation::Resolve,
+                Some(&case.id),
+                self.store().resolve(&resolution),
+            )
+            .await?;
+        let (kind, resolved) = match (applied, resolved) {
+            (false, _) => (EventKind::DoubtContested, Resolved::Contested),
+            (true, resolved @ Resolved::Settled(_)) => (EventKind::DoubtSettled, resolved),
+            (true, resolved @ Resolved::Released) => (EventKind::DoubtReleased, resolved),
+            (true, resolved) => (EventKind::DoubtDeferred, resolved),
+        };
+        self.emit(Event::new(kind).about(&case.id).held_by(case.token));
+        Ok(resolved)
+    }
+}
+
+impl<S: Operator> Idempotency<S> {
+    /// The record `id` if its answer is in doubt, read now; `None` if there is none or it is
+    /// not in doubt (in progress, settled, released).
+    pub async fn in_doubt(&self, id: &RecordId) -> Result<Option<InDoubt>, Error> {
+        let inspected = self
+            .call(Operation::Inspect, Some(id), self.store().inspect(id))
+            .await?;
+        Ok(inspected.and_then(|inspected| InDoubt::from_inspected(id.clone(), inspected)))
+    }
+
+    /// One reconciliation pass, now: every record in doubt that is due for a check (oldest
+    /// first, at most [`MAX_PER_PASS`]) is read, checked with `reconciler` and decided
+    /// ([`resolve`](Self::resolve)) as `reconciler <this process>`. A record that cannot be
+    /// read or decided is counted as failed and the pass goes on; a listing that fails ends
+    /// the pass with its error. Run it from several processes at once if you like: each
+    /// record is decided once.
+    pub async fn reconcile_now<R: Reconcile + ?Sized>(
+        &self,
+        reconciler: &R,
+    ) -> Result<Reconciled, Error> {
+        let by = reconciler_name();
+        let mut report = Reconciled::default();
+        let mut query = ListQuery::due_for_reconciliation();
+        loop {
+            let page = self
+                .call(Operation::List, None, self.store().list(&query))
+                .await?;
+            for listed in page.records {
+                if report.checked >= MAX_PER_PASS {
+                    return Ok(report);
+                }
+                let case = match self.in_doubt(&listed.id).await {
+                    // Decided since it was listed (or listed twice by a scanning store).
+                    Ok(Some(case)) if case.check_at == listed.check_at => case,
+                    Ok(_) => continue,
+                    Err(error) => {
+                        tracing::warn!(target: "idem", %error, "idem.reconcile: a record in doubt could not be read");
+                        report.failed += 1;
+                        continue;
+                    }
+                };
+                report.checked += 1;
+                let finding = checked(reconciler, case.clone()).await;
+                match self.resolve(&case, finding, &by).await {
+                    Ok(resolved) => report.count(&resolved),
+                    Err(error) => {
+                        tracing::warn!(
+                            target: "idem",
+                            consumer = case.id.consumer(),
+                            route = case.id.route(),
+                            %error,
+                            "idem.reconcile: a decision could not be stored"
+                        );
+                        report.failed += 1;
+                    }
+                }
+            }
+            match page.next {
+                Some(cursor) => query = ListQuery::due_for_reconciliation().after(cursor),
+                None => return Ok(report),
+            }
+        }
+    }
+}
+
+/// The reconciler's finding for `case`, within [`CHECK_DEADLINE`]; a panic or no answer is
+/// still unknown.
+async fn checked<R: Reconcile + ?Sized>(reconciler: &R, case: InDoubt) -> Finding {
+    let check = CatchUnwind::new(reconciler.check(case));
+    let result = if crate::engine::has_timers() {
+        tokio::time::timeout(CHECK_DEADLINE, check).await
+    } else {
+        Ok(check.await)
+    };
+    match result {
+        Ok(Ok(finding)) => finding,
+        Ok(Err(_panic)) => Finding::still_unknown().answered("the reconciler panicked"),
+        Err(_) => Finding::still_unknown().answered(format!(
+            "the reconciler gave no answer within {} s",
+            CHECK_DEADLINE.as_secs()
+        )),
+    }
+}
