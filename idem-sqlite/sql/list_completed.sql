@@ -3,7 +3,7 @@
 -- (empty strings for the first page), by route then key along the primary key, at most ?6
 -- rows. Only the first 4 bytes of the response: its status, never its body.
 SELECT consumer, route, key, reserved_at, deadline, substr(response, 1, 4), completed_at, substr(holder, 1, 300),
-       state
+       state, doubt, doubt_check_at
 FROM idem_records
 WHERE consumer = ?1 AND state = 1 AND deadline > ?2 AND (?3 IS NULL OR route = ?3)
   AND (route, key) > (?4, ?5)

@@ -4,8 +4,8 @@
 -- ?8 (now). A late completion or a renewal moves the deadline or the state, so it is never
 -- overwritten; a clock stepped back cannot turn a completed record into a takeover.
 -- 0 rows = the record changed. A takeover is a new reservation: reserved_at is now, the holder
--- is the taker (?10), and no completion has landed.
+-- is the taker (?10), no completion has landed, and the new execution is not in doubt.
 UPDATE idem_records
 SET fingerprint = ?4, token = ?5, state = 0, deadline = ?6, response = NULL, reserved_at = ?8,
-    completed_at = NULL, holder = ?10
+    completed_at = NULL, holder = ?10, doubt = NULL, doubt_check_at = NULL
 WHERE consumer = ?1 AND route = ?2 AND key = ?3 AND token = ?7 AND deadline <= ?8 AND state = ?9

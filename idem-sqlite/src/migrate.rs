@@ -8,7 +8,7 @@ use rusqlite::{params, Connection, TransactionBehavior};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The schema version this crate writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Applies the migrations `table` is missing, in one write transaction, and records them in
 /// `idem_schema_migrations`. A table migrated by a newer version of this crate is refused.

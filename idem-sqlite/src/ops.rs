@@ -4,12 +4,13 @@
 use crate::error::store_error;
 use crate::row;
 use crate::sql::Statements;
+use idem_core::reconcile::Reconciliation;
 use idem_core::store::{
-    decide, duration_millis, Acquire, Completion, Cursor, Decision, Inspected, Lease, ListQuery,
-    Page, Record, Selection, Stats,
+    decide, duration_millis, Acquire, Change, Completion, Cursor, Decision, Inspected, Lease,
+    ListQuery, Page, Record, Resolution, Selection, Stats,
 };
 use idem_core::{Begin, Clock, Error, FencingToken, Field, Holder, RecordId, Request, Timestamp};
-use rusqlite::{params, Connection, Params};
+use rusqlite::{params, Connection, Params, TransactionBehavior};
 use std::time::Duration;
 
 /// How many times a reservation re-reads after losing a compare-and-set. Each loss means another
@@ -35,7 +36,8 @@ pub(crate) fn select(
         .transpose()
 }
 
-/// The full record, response decoded, with its provenance (for `inspect`).
+/// The full record, response decoded, with its provenance and its mark of doubt (for
+/// `inspect`).
 pub(crate) fn inspect(
     conn: &Connection,
     sql: &Statements,
@@ -52,7 +54,13 @@ pub(crate) fn inspect(
         .map(|found| {
             let record = row::decode(found)?;
             let provenance = row::decode_provenance(found, 6, 7, record.is_completed());
-            Ok(Inspected { record, provenance })
+            let (doubt, check_at) = row::decode_doubt(found, 9)?;
+            Ok(Inspected {
+                record,
+                provenance,
+                doubt,
+                check_at,
+            })
         })
         .transpose()
 }
@@ -187,7 +195,8 @@ fn try_acquire(
     Ok((written == 1).then(|| Lease::new(request, token, until, acquired)))
 }
 
-/// Fenced completion (C6) on `conn`, which may be inside the caller's transaction.
+/// Fenced completion (C6) on `conn`, which may be inside the caller's transaction, with the
+/// completion's mark of doubt, due for a check at `now`, or none (store rule 6).
 pub(crate) fn complete(
     conn: &Connection,
     sql: &Statements,
@@ -205,7 +214,8 @@ pub(crate) fn complete(
             completion.token().as_bytes(),
             completion.encoded(),
             millis(now + completion.retain_for()),
-            millis(now)
+            millis(now),
+            completion.doubt()
         ],
     )
 }
@@ -249,15 +259,137 @@ pub(crate) fn renew(
     Ok(until)
 }
 
-/// One bounded batch of expired records (C10).
+/// One bounded batch of expired records (C10), then of expired audit entries with what is left
+/// of `limit` (store rule 7): at most `limit` rows in all.
 pub(crate) fn purge_expired(
     conn: &Connection,
     sql: &Statements,
     now: Timestamp,
     limit: usize,
 ) -> Result<usize, Error> {
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    execute(conn, &sql.purge_expired, params![millis(now), limit])
+    let bound = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    let records = execute(conn, &sql.purge_expired, params![millis(now), bound(limit)])?;
+    let left = limit.saturating_sub(records);
+    if left == 0 {
+        return Ok(records);
+    }
+    let entries = execute(
+        conn,
+        &sql.reconciliations_purge,
+        params![millis(now), bound(left)],
+    )?;
+    Ok(records + entries)
+}
+
+/// A decision about a record in doubt (store rule 7), in one write transaction: the change,
+/// fenced on the record's token, its liveness at the store's `now` and the mark as the decider
+/// read it; then, if it changed the record, the audit entry. `false`, nothing written, when the
+/// record changed since it was read.
+pub(crate) fn resolve(
+    conn: &mut Connection,
+    sql: &Statements,
+    clock: &dyn Clock,
+    resolution: &Resolution,
+) -> Result<bool, Error> {
+    // The write lock first, then the clock: `now` is the time the change is made at.
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(store_error)?;
+    let now = clock.now();
+    let id = resolution.id();
+    let (consumer, route, key) = (id.consumer(), id.route(), id.key());
+    let token = resolution.token();
+    let fence = (token.as_bytes(), millis(now), resolution.read_doubt());
+    let changed = match resolution.change() {
+        Change::Settle {
+            response,
+            retain_for,
+        } => execute(
+            &tx,
+            &sql.resolve_settle,
+            params![
+                consumer,
+                route,
+                key,
+                fence.0,
+                fence.1,
+                fence.2,
+                response,
+                millis(now + *retain_for)
+            ],
+        )?,
+        Change::Release => execute(
+            &tx,
+            &sql.resolve_release,
+            params![consumer, route, key, fence.0, fence.1, fence.2],
+        )?,
+        Change::Defer { doubt, retry_after } => execute(
+            &tx,
+            &sql.resolve_defer,
+            params![
+                consumer,
+                route,
+                key,
+                fence.0,
+                fence.1,
+                fence.2,
+                doubt,
+                millis(now + *retry_after)
+            ],
+        )?,
+        _ => {
+            return Err(Error::invalid(
+                Field::Config,
+                "a change of a record in doubt this store does not know",
+            ))
+        }
+    };
+    if changed != 1 {
+        // Dropped: rolled back, though nothing was written.
+        return Ok(false);
+    }
+    execute(
+        &tx,
+        &sql.reconciliation_insert,
+        params![
+            consumer,
+            route,
+            key,
+            millis(now),
+            resolution.entry(),
+            millis(now + resolution.keep_entry_for())
+        ],
+    )?;
+    tx.commit().map_err(store_error)?;
+    Ok(true)
+}
+
+/// The audit trail of `id` at `now` (Operator rule 4): its unexpired entries, the newest
+/// [`ListQuery::MAX_LIMIT`], oldest first.
+pub(crate) fn reconciliations(
+    conn: &Connection,
+    sql: &Statements,
+    now: Timestamp,
+    id: &RecordId,
+) -> Result<Vec<Reconciliation>, Error> {
+    let limit = i64::try_from(ListQuery::MAX_LIMIT).unwrap_or(i64::MAX);
+    let mut stmt = conn
+        .prepare_cached(&sql.reconciliations_query)
+        .map_err(store_error)?;
+    let mut rows = stmt
+        .query(params![
+            id.consumer(),
+            id.route(),
+            id.key(),
+            millis(now),
+            limit
+        ])
+        .map_err(store_error)?;
+    let mut entries = Vec::new();
+    while let Some(found) = rows.next().map_err(store_error)? {
+        entries.push(row::decode_reconciliation(found)?);
+    }
+    Ok(entries)
 }
 
 /// One page of a listing (store rule 6), at `now`.
@@ -275,12 +407,13 @@ pub(crate) fn list(
         (p.id.consumer(), p.id.route(), p.id.key())
     });
     let mut records = Vec::with_capacity(limit);
+    // The position's reservation time, in the listings ordered by it (-1 for the first page).
+    let at = after
+        .as_ref()
+        .map_or(-1, |p| i64::try_from(p.reserved_at).unwrap_or(i64::MAX));
     match query.selection() {
         Selection::InProgress { older_than } => {
             let cutoff = millis(now).saturating_sub(duration_millis(*older_than));
-            let at = after
-                .as_ref()
-                .map_or(-1, |p| i64::try_from(p.reserved_at).unwrap_or(i64::MAX));
             let mut stmt = conn
                 .prepare_cached(&sql.list_in_progress)
                 .map_err(store_error)?;
@@ -314,6 +447,25 @@ pub(crate) fn list(
                 records.push(row::decode_listed(row)?);
             }
         }
+        Selection::InDoubt { due } => {
+            let mut stmt = conn
+                .prepare_cached(&sql.list_in_doubt)
+                .map_err(store_error)?;
+            let mut rows = stmt
+                .query(params![
+                    millis(now),
+                    i64::from(*due),
+                    at,
+                    consumer,
+                    route,
+                    key,
+                    fetch
+                ])
+                .map_err(store_error)?;
+            while let Some(row) = rows.next().map_err(store_error)? {
+                records.push(row::decode_listed(row)?);
+            }
+        }
         _ => return Err(unknown_selection()),
     }
     Ok(Page::from_fetched(records, limit))
@@ -338,17 +490,19 @@ pub(crate) fn stats(conn: &Connection, sql: &Statements, now: Timestamp) -> Resu
                     row.get::<_, i64>(2)?,
                     row.get::<_, i64>(3)?,
                     row.get::<_, Option<i64>>(4)?,
+                    row.get::<_, i64>(5)?,
                 ))
             })
         })
         .map_err(store_error)?;
-    let (in_progress, orphaned, completed, expired, oldest) = counts;
+    let (in_progress, orphaned, completed, expired, oldest, in_doubt) = counts;
     let count = |n: i64| u64::try_from(n).unwrap_or(0);
     let mut stats = Stats::at(now);
     stats.in_progress = count(in_progress);
     stats.orphaned = count(orphaned);
     stats.completed = count(completed);
     stats.expired = count(expired);
+    stats.in_doubt = count(in_doubt);
     stats.oldest_in_progress = oldest
         .and_then(|at| u64::try_from(at).ok())
         .map(Timestamp::from_millis);

@@ -6,6 +6,7 @@
 //! was fetched (`decide_record.sql` fetches it only when it can be replayed).
 
 use crate::error::store_error;
+use idem_core::reconcile::{Doubt, Reconciliation};
 use idem_core::store::{Listed, ListedState, Noted, Provenance, Record, RecordState};
 use idem_core::{
     Error, FencingToken, Fingerprint, IdempotencyKey, RecordId, Scope, StoredResponse, Timestamp,
@@ -87,9 +88,60 @@ pub(crate) fn decode_provenance(
     }
 }
 
-/// Decodes a listing row (`list_in_progress.sql`, `list_completed.sql`, `list_key.sql`):
-/// consumer, route, key, reserved_at (0 for unknown), deadline, for a completed record the
-/// first bytes of its response (enough for its status), completed_at, holder, and state.
+/// Decodes the mark of an answer in doubt at column `index` and its check time at `index + 1`
+/// (`select_inspected.sql`), for `inspect`: `None` for a record without a mark; a mark that
+/// does not decode, or a check time that is not a time, is [`Error::CorruptRecord`] (a
+/// reconciler decides on them).
+pub(crate) fn decode_doubt(
+    row: &Row<'_>,
+    index: usize,
+) -> Result<(Option<Doubt>, Option<Timestamp>), Error> {
+    let doubt = match value(row, index)? {
+        ValueRef::Null => return Ok((None, None)),
+        ValueRef::Blob(bytes) => Doubt::decode(bytes)?,
+        other => {
+            return Err(corrupt(format!(
+                "doubt column holds {:?}",
+                other.data_type()
+            )))
+        }
+    };
+    let check_at = match value(row, index + 1)? {
+        ValueRef::Null => None,
+        ValueRef::Integer(at) => Some(millis_at(at, "doubt_check_at")?),
+        other => {
+            return Err(corrupt(format!(
+                "doubt_check_at column holds {:?}",
+                other.data_type()
+            )))
+        }
+    };
+    Ok((Some(doubt), check_at))
+}
+
+/// [`decode_doubt`] for a listing, which never fails on it: a mark that does not decode is
+/// [`Noted::Unreadable`], a check time that is not a time is unknown.
+fn listed_doubt(row: &Row<'_>, index: usize) -> (Option<Noted<Doubt>>, Option<Timestamp>) {
+    let doubt = match row.get_ref(index) {
+        Ok(ValueRef::Null) => return (None, None),
+        Ok(ValueRef::Blob(bytes)) => match Doubt::decode(bytes) {
+            Ok(doubt) => Noted::Known(doubt),
+            Err(error) => Noted::Unreadable(error.to_string()),
+        },
+        Ok(other) => Noted::Unreadable(format!("a {} value", other.data_type())),
+        Err(error) => Noted::Unreadable(error.to_string()),
+    };
+    let check_at = match row.get_ref(index + 1) {
+        Ok(ValueRef::Integer(at)) => u64::try_from(at).ok().map(Timestamp::from_millis),
+        _ => None,
+    };
+    (Some(doubt), check_at)
+}
+
+/// Decodes a listing row (`list_in_progress.sql`, `list_completed.sql`, `list_key.sql`,
+/// `list_in_doubt.sql`): consumer, route, key, reserved_at (0 for unknown), deadline, for a
+/// completed record the first bytes of its response (enough for its status), completed_at,
+/// holder, state, and the mark of an answer in doubt with its check time (NULL for none).
 pub(crate) fn decode_listed(row: &Row<'_>) -> Result<Listed, Error> {
     let text = |index: usize, name: &str| match value(row, index)? {
         ValueRef::Text(bytes) => {
@@ -117,13 +169,23 @@ pub(crate) fn decode_listed(row: &Row<'_>) -> Result<Listed, Error> {
         other => return Err(corrupt(format!("state {other}"))),
     };
     let provenance = decode_provenance(row, 3, 6, matches!(state, ListedState::Completed { .. }));
+    let (doubt, check_at) = listed_doubt(row, 9);
     Ok(Listed {
         id,
         reserved_at: provenance.reserved_at,
         completed_at: provenance.completed_at,
         holder: provenance.holder,
         state,
+        doubt,
+        check_at,
     })
+}
+
+/// Decodes an audit trail row (`reconciliations_query.sql`): when the decision was applied and
+/// the entry's bytes; anything else is [`Error::CorruptRecord`].
+pub(crate) fn decode_reconciliation(row: &Row<'_>) -> Result<Reconciliation, Error> {
+    let at = millis_at(integer(row, 0, "at")?, "at")?;
+    Reconciliation::decode(at, blob(row, 1, "entry")?)
 }
 
 fn millis_at(ms: i64, name: &str) -> Result<Timestamp, Error> {

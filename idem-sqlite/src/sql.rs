@@ -56,6 +56,21 @@ pub(crate) const MIGRATIONS: &[(i64, &[Step])] = &[
             Step::Sql(include_str!("../sql/migrations/0003_key_index.sql")),
         ],
     ),
+    (
+        4,
+        &[
+            Step::AddColumn {
+                column: "doubt",
+                sql: include_str!("../sql/migrations/0004_doubt.sql"),
+            },
+            Step::AddColumn {
+                column: "doubt_check_at",
+                sql: include_str!("../sql/migrations/0004_doubt_check_at.sql"),
+            },
+            Step::Sql(include_str!("../sql/migrations/0004_in_doubt_index.sql")),
+            Step::Sql(include_str!("../sql/migrations/0004_reconciliations.sql")),
+        ],
+    ),
 ];
 
 /// Every statement, with the configured table name in place of `idem_records`.
@@ -73,7 +88,14 @@ pub(crate) struct Statements {
     pub(crate) list_in_progress: String,
     pub(crate) list_completed: String,
     pub(crate) list_key: String,
+    pub(crate) list_in_doubt: String,
     pub(crate) stats: String,
+    pub(crate) resolve_settle: String,
+    pub(crate) resolve_release: String,
+    pub(crate) resolve_defer: String,
+    pub(crate) reconciliation_insert: String,
+    pub(crate) reconciliations_query: String,
+    pub(crate) reconciliations_purge: String,
 }
 
 impl Statements {
@@ -93,7 +115,14 @@ impl Statements {
             list_in_progress: sql(include_str!("../sql/list_in_progress.sql")),
             list_completed: sql(include_str!("../sql/list_completed.sql")),
             list_key: sql(include_str!("../sql/list_key.sql")),
+            list_in_doubt: sql(include_str!("../sql/list_in_doubt.sql")),
             stats: sql(include_str!("../sql/stats.sql")),
+            resolve_settle: sql(include_str!("../sql/resolve_settle.sql")),
+            resolve_release: sql(include_str!("../sql/resolve_release.sql")),
+            resolve_defer: sql(include_str!("../sql/resolve_defer.sql")),
+            reconciliation_insert: sql(include_str!("../sql/reconciliation_insert.sql")),
+            reconciliations_query: sql(include_str!("../sql/reconciliations_query.sql")),
+            reconciliations_purge: sql(include_str!("../sql/reconciliations_purge.sql")),
         }
     }
 }
@@ -107,7 +136,8 @@ fn without_comment_lines(sql: &str) -> String {
         .join("\n")
 }
 
-/// Puts `table` in place of the default table name (index names follow: `<table>_deadline`).
+/// Puts `table` in place of the default table name (index names follow: `<table>_deadline`, and
+/// the audit trail's table: `<table>_reconciliations`).
 /// A plain textual replacement: `idem_schema_migrations`, which does not contain the default
 /// name, is left as it is, so every table's versions are kept in the one migrations table.
 pub(crate) fn for_table(sql: &str, table: &str) -> String {

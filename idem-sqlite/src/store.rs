@@ -7,9 +7,10 @@ use crate::ops;
 use crate::pool::{Decide, Pool};
 use crate::process_lock::ProcessLock;
 use crate::sql::Statements;
+use idem_core::reconcile::Reconciliation;
 use idem_core::store::{
     async_trait, Capabilities, Completion, Decision, Inspected, Lease, ListQuery, Operator, Page,
-    Record, Stats,
+    Record, Resolution, Stats,
 };
 use idem_core::{Answer, Begin, Error, Holder, RecordId, Request, Store, Timestamp};
 use rusqlite::{Connection, Transaction};
@@ -298,6 +299,16 @@ impl Store for SqliteStore {
         .await
     }
 
+    /// On the writer, in one `IMMEDIATE` transaction: the fenced change and its audit entry
+    /// commit together, or nothing is written (store rule 7).
+    async fn resolve(&self, resolution: &Resolution) -> Result<bool, Error> {
+        let (inner, resolution) = (Arc::clone(&self.inner), resolution.clone());
+        self.call(move |conn| {
+            ops::resolve(conn, &inner.sql, inner.config.clock.as_ref(), &resolution)
+        })
+        .await?
+    }
+
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         let (inner, id) = (Arc::clone(&self.inner), id.clone());
         self.inner
@@ -328,6 +339,13 @@ impl Operator for SqliteStore {
         self.inner
             .pool
             .read(move |conn| ops::stats(conn, &inner.sql, inner.config.clock.now()))
+            .await?
+    }
+    async fn reconciliations(&self, id: &RecordId) -> Result<Vec<Reconciliation>, Error> {
+        let (inner, id) = (Arc::clone(&self.inner), id.clone());
+        self.inner
+            .pool
+            .read(move |conn| ops::reconciliations(conn, &inner.sql, inner.config.clock.now(), &id))
             .await?
     }
 }

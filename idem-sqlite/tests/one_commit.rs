@@ -352,6 +352,9 @@ impl Store for WithoutIdentity {
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         self.0.lookup(id).await
     }
+    async fn resolve(&self, resolution: &idem_core::store::Resolution) -> Result<bool, Error> {
+        self.0.resolve(resolution).await
+    }
     fn capabilities(&self) -> Capabilities {
         self.0.capabilities()
     }
@@ -364,6 +367,12 @@ impl Operator for WithoutIdentity {
     }
     async fn stats(&self) -> Result<Stats, Error> {
         self.0.stats().await
+    }
+    async fn reconciliations(
+        &self,
+        id: &RecordId,
+    ) -> Result<Vec<idem_core::reconcile::Reconciliation>, Error> {
+        self.0.reconciliations(id).await
     }
 }
 

@@ -21,6 +21,24 @@ fn v1_schema_sql(table: &str) -> String {
     V1_SCHEMA.replace("idem_records", table)
 }
 
+/// The migrations of versions 1 to 3 for `table`, in order, and those versions recorded: a
+/// table as the version-3 release's store left it.
+fn v3_tables_sql(table: &str) -> String {
+    [
+        include_str!("../sql/migrations_table.sql"),
+        V1_SCHEMA,
+        include_str!("../sql/migrations/0002_reservation_time.sql"),
+        include_str!("../sql/migrations/0002_in_progress_index.sql"),
+        include_str!("../sql/migrations/0003_completed_at.sql"),
+        include_str!("../sql/migrations/0003_holder.sql"),
+        include_str!("../sql/migrations/0003_key_index.sql"),
+        "INSERT INTO idem_schema_migrations (table_name, version, applied_at) \
+         VALUES ('idem_records', 1, 0), ('idem_records', 2, 0), ('idem_records', 3, 0);",
+    ]
+    .join("\n")
+    .replace("idem_records", table)
+}
+
 /// Everything that defines the database's tables and indexes, one line per fact, sorted: every
 /// object in `sqlite_master`, every table's columns (`pragma_table_info`: name, type, not null,
 /// default, primary key, in order), and every index's flags (unique, origin, partial), key
@@ -153,12 +171,20 @@ async fn the_migrations_and_the_schema_script_build_the_same_tables_and_indexes(
             .open()
             .await
             .expect("open upgrades");
+        // The migrations from version 3, as the store upgrades a table to records in doubt.
+        let from_v3 = dir.path().join(format!("from-v3-{table}.db"));
+        apply_by_hand(&from_v3, &v3_tables_sql(table));
+        SqliteStore::builder(&from_v3)
+            .table(table)
+            .open()
+            .await
+            .expect("open upgrades from version 3");
         // The script, by hand.
         let scripted = dir.path().join(format!("scripted-{table}.db"));
         apply_by_hand(&scripted, &schema_sql(table));
 
-        let [migrated, upgraded, scripted] =
-            [migrated, upgraded, scripted].map(|path| Connection::open(path).expect("open"));
+        let [migrated, upgraded, from_v3, scripted] = [migrated, upgraded, from_v3, scripted]
+            .map(|path| Connection::open(path).expect("open"));
         let expected = shape(&migrated);
         // What the comparison is about is there: the column, the partial index, the bookkeeping.
         let has = |wanted: &dyn Fn(&String) -> bool| expected.iter().any(wanted);
@@ -175,13 +201,37 @@ async fn the_migrations_and_the_schema_script_build_the_same_tables_and_indexes(
             has(&|l| l.starts_with("column idem_schema_migrations.version:")),
             "{expected:#?}"
         );
+        // Version 4: the mark of doubt, its partial index, the audit trail and its indexes.
+        for column in ["doubt", "doubt_check_at"] {
+            assert!(
+                has(&|l| l.starts_with(&format!("column {table}.{column}:"))),
+                "{expected:#?}"
+            );
+        }
+        let in_doubt = format!("index {table}_in_doubt: ");
+        assert!(
+            has(&|l| l.starts_with(&in_doubt) && l.ends_with("partial=1")),
+            "{expected:#?}"
+        );
+        for line in [
+            format!("table {table}_reconciliations on {table}_reconciliations"),
+            format!("index {table}_reconciliations_record on {table}_reconciliations"),
+            format!("index {table}_reconciliations_kept on {table}_reconciliations"),
+        ] {
+            assert!(has(&|l| *l == line), "{line}: {expected:#?}");
+        }
         assert_eq!(
             shape(&upgraded),
             expected,
             "{table}: upgraded from version 1"
         );
+        assert_eq!(
+            shape(&from_v3),
+            expected,
+            "{table}: upgraded from version 3"
+        );
         assert_eq!(shape(&scripted), expected, "{table}: schema_sql");
-        for db in [&migrated, &upgraded, &scripted] {
+        for db in [&migrated, &upgraded, &from_v3, &scripted] {
             assert_eq!(versions(db, table), every_version(), "{table}");
         }
     }
