@@ -5,11 +5,13 @@
 -- the protocol's own reads (which do not even fetch it). Returns false, or {version,
 -- fingerprint, token, state, deadline, triple, whether a response is stored (1 or 0), response
 -- or false}, and with ARGV[1] '1' also {reserved at, completed at, the first 300 bytes of the
--- holder} (each false when the record does not have it: written before it was kept). A value
--- that is not one of our hashes fails the read (WRONGTYPE).
+-- holder, the mark of doubt, when it is next due} (each false when the record does not have it:
+-- written before it was kept, or not in doubt). A value that is not one of our hashes fails the
+-- read (WRONGTYPE).
 local rec
 if ARGV[1] == '1' then
-  rec = redis.call('HMGET', KEYS[1], 'v', 'fp', 'tok', 'st', 'dl', 'id', 'resp', 'at', 'ca', 'h')
+  rec = redis.call('HMGET', KEYS[1], 'v', 'fp', 'tok', 'st', 'dl', 'id', 'resp', 'at', 'ca', 'h',
+    'dbt', 'dca')
 else
   rec = redis.call('HMGET', KEYS[1], 'v', 'fp', 'tok', 'st', 'dl', 'id', 'resp')
 end
@@ -26,5 +28,7 @@ if ARGV[1] == '1' then
   out[9] = rec[8]
   out[10] = rec[9]
   out[11] = rec[10] and string.sub(rec[10], 1, 300)
+  out[12] = rec[11]
+  out[13] = rec[12]
 end
 return out

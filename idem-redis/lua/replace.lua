@@ -2,7 +2,8 @@
 -- the decision saw: it still carries the previous token, is in the state the decision saw and
 -- is expired by Redis's clock. A late completion or a renewal changes the state or the
 -- deadline, so it is never overwritten. A takeover is a new reservation: 'at' is Redis's now, the
--- holder ('h') is the taker, and no completion time ('ca') is kept.
+-- holder ('h') is the taker, and no completion time ('ca') is kept. Nor is a mark of doubt
+-- ('dbt', 'dca'): the new execution is not in doubt (store rule 6); the DEL clears them.
 -- KEYS[1] the record. ARGV: 1 previous token, 2 previous state ('0' or '1'), 3 fingerprint,
 -- 4 new token, 5 lease ms, 6 grace ms, 7 the triple, 8 the holder.
 -- Returns the new deadline, or false when the record changed.

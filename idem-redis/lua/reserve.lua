@@ -5,7 +5,8 @@
 -- runs. One key: runs unchanged on a Redis Cluster.
 -- KEYS[1] the record. ARGV: 1 fingerprint, 2 new token, 3 lease ms, 4 grace ms, 5 the triple,
 -- 6 the holder (the reserving process). A new record carries when it was reserved ('at', Redis's
--- now) and its holder ('h'), for operators; neither takes part in a decision.
+-- now) and its holder ('h'), for operators; neither takes part in a decision. A new record is
+-- not in doubt: it has no mark ('dbt', 'dca'; store rule 6).
 -- Returns {'inserted', now, deadline} or {'existing', now, version, fingerprint, token, state,
 -- deadline, triple, whether a response is stored (1 or 0), response or false}; the response only
 -- for the same fingerprint on a completed record (the one case it is replayed), so an answer

@@ -24,16 +24,31 @@
 //!
 //! One key per record: `<prefix>:<hex of the blake3 digest of the length-prefixed (consumer,
 //! route, key)>` (default prefix `idem`), so no two triples share a key (C2) and every operation
-//! touches one key, which is what a Redis Cluster needs. The value is a hash: `v` (the version of
+//! touches one key (a decision about a record in doubt: the record and its audit trail, in one
+//! hash slot), which is what a Redis Cluster needs. The value is a hash: `v` (the version of
 //! this layout, `1`), `fp` (fingerprint), `tok` (fencing token), `st` (0 in progress, 1
 //! completed), `dl` (deadline, ms since the epoch, Redis's clock), `id` (the triple, checked on
 //! every read), `at` (when the current reservation was made, fresh or taken over, ms since the
-//! epoch, Redis's clock; kept by completion and renewal), `resp` (the stored response). Its TTL
+//! epoch, Redis's clock; kept by completion and renewal), `resp` (the stored response), and for
+//! an answer in doubt (docs/state-machine.md, "Records in doubt") `dbt` (its mark, as
+//! [`Doubt::encode`](idem_core::reconcile::Doubt::encode) writes it) and `dca` (when it is next
+//! due for a check, ms since the epoch, Redis's clock). Its TTL
 //! is the lease plus a grace period while in progress, the retention once completed; a value
 //! that does not decode is an error, never a new execution, and so is one whose state and
 //! response disagree (in progress with a response, completed without one), on every read (C12). A record written before `at` was
 //! kept has none (the version is still `1`: the field is optional): it lists with no
-//! reservation time, and counts as reserved at the epoch, as in the SQL stores.
+//! reservation time, and counts as reserved at the epoch, as in the SQL stores. Nor do `dbt` and
+//! `dca` change the version: a record without them is not in doubt, and a release that does not
+//! know them replays the answer in doubt as it is (its takeovers and start-overs delete them
+//! with the record, store rule 6).
+//!
+//! A record's audit trail, the reconciliation decisions about it, is a list beside it in the
+//! same hash slot, `{<record key>}:audit` ([`RedisStore::audit_key_of`]), so a decision and its
+//! entry are one script on a Cluster too: each element is `<at>:<kept until>:` (ms, Redis's
+//! clock) and the entry as
+//! [`Reconciliation::encode`](idem_core::reconcile::Reconciliation::encode) writes it. It keeps
+//! the newest 1000 elements and outlives the record; Redis deletes it once its longest-kept
+//! entry has passed (an entry past its own time may stay that long: it is no longer read).
 //!
 //! Every operation is one Lua script (in `idem-redis/lua/`), one round trip; the decision is
 //! `idem_core`'s, in Rust: the scripts only read, apply a compare-and-set, and write.
@@ -112,6 +127,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod audit;
 mod conn;
 mod connections;
 mod error;
@@ -119,6 +135,7 @@ mod feed;
 mod feed_settings;
 mod listing;
 mod record;
+mod resolve;
 mod scripts;
 mod store;
 mod supervised;

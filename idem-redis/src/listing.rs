@@ -3,7 +3,10 @@
 //! `SCAN <cursor> MATCH <escaped prefix>:* COUNT <n> TYPE hash` on one node at a time (every
 //! master of a Cluster in turn, in address order), reads each key found with `lua/list.lua`
 //! (once per key, pipelined to the node that holds it; never a body), and filters by the
-//! selection at that node's `TIME`.
+//! selection at that node's `TIME`. The records' audit trails (`{<prefix>:<digest>}:audit`,
+//! lists) match neither the pattern nor the type, and would fail the check of a record key
+//! (`<prefix>:` and 64 hex digits) besides: neither a listing nor the counts take one for a
+//! record.
 //!
 //! A listing's [`Cursor`] is `s.<scan cursor>` on one Redis and `s.<scan cursor>@<host>:<port>`
 //! on a Cluster (the master being scanned), with `e` for a scan cursor once that node's scan
@@ -313,13 +316,24 @@ fn selects(selection: &Selection, record: &Listed, now: Timestamp) -> bool {
         }
         // Every state, expired or not, as a lookup of each would read it.
         (Selection::Key { key }, _) => record.id.key() == key,
+        // A mark without its check time (a hand edit) is due: never left unchecked.
+        (Selection::InDoubt { due }, ListedState::Completed { .. }) => {
+            in_doubt(record, now) && (!due || record.check_at.is_none_or(|at| at <= now))
+        }
         _ => false,
     }
+}
+
+/// Whether `record` is a live completed record marked in doubt at `now` (readable mark or not).
+fn in_doubt(record: &Listed, now: Timestamp) -> bool {
+    record.doubt.is_some()
+        && matches!(record.state, ListedState::Completed { expires_at, .. } if expires_at > now)
 }
 
 /// Counts `record` in `stats` by its state at `now`.
 fn count(stats: &mut Stats, record: &Listed, now: Timestamp) {
     let live = record.state.deadline() > now;
+    stats.in_doubt += u64::from(in_doubt(record, now));
     match (&record.state, live) {
         (ListedState::InProgress { .. }, true) => stats.in_progress += 1,
         (ListedState::InProgress { .. }, false) => stats.orphaned += 1,

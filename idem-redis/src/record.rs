@@ -1,13 +1,16 @@
 //! The stored form of a record, read back: every field is checked, and anything that is not
 //! what the store writes is `CorruptRecord` (C12), never "absent".
 
+use idem_core::reconcile::Doubt;
 use idem_core::store::{Listed, ListedState, Noted, Provenance, Record, RecordState};
 use idem_core::{
     Error, FencingToken, Fingerprint, IdempotencyKey, RecordId, Scope, StoredResponse, Timestamp,
 };
 use redis::Value;
 
-/// The version of the stored form.
+/// The version of the stored form. Fields added since (`at`, `h`, `ca`, and the mark of doubt
+/// `dbt` with its check time `dca`) are optional: a record without them is read all the same,
+/// and a release that does not know them reads the rest, so the version stays.
 pub(crate) const VERSION: &[u8] = b"1";
 
 fn corrupt(why: impl Into<String>) -> Error {
@@ -162,11 +165,48 @@ pub(crate) fn shown_for(provenance: Provenance, completed: bool) -> Provenance {
     }
 }
 
+/// The mark of doubt (`dbt`) and its next check time (`dca`) as `inspect` reads them: both
+/// `None` when the record is not in doubt; a mark that does not decode, or a check time that is
+/// not a time, is [`Error::CorruptRecord`].
+pub(crate) fn doubt(
+    mark: &Value,
+    check_at: &Value,
+) -> Result<(Option<Doubt>, Option<Timestamp>), Error> {
+    if *mark == Value::Nil {
+        return Ok((None, None));
+    }
+    let doubt = Doubt::decode(text(mark, "mark of doubt")?)?;
+    let check_at = match check_at {
+        Value::Nil => None,
+        at => Some(timestamp(integer(at, "check time")?)?),
+    };
+    Ok((Some(doubt), check_at))
+}
+
+/// The same for a listing, which never fails on it: a mark that does not decode is
+/// [`Noted::Unreadable`], a check time that is not a time is unknown.
+fn listed_doubt(mark: &Value, check_at: &Value) -> (Option<Noted<Doubt>>, Option<Timestamp>) {
+    let doubt = match mark {
+        Value::Nil => return (None, None),
+        mark => match text(mark, "mark of doubt").and_then(Doubt::decode) {
+            Ok(doubt) => Noted::Known(doubt),
+            Err(error) => Noted::Unreadable(error.to_string()),
+        },
+    };
+    let check_at = match check_at {
+        Value::Nil => None,
+        at => integer(at, "check time").and_then(timestamp).ok(),
+    };
+    (Some(doubt), check_at)
+}
+
 /// Decodes what `lua/list.lua` read at `key` (`[version, state, deadline, triple, reserved at,
-/// first bytes of the response, completed at, holder]`) into what a listing shows, never a
-/// body. The stored triple must hash to `key` under `prefix`, as a lookup checks it.
+/// first bytes of the response, completed at, holder, mark of doubt, check time]`) into what a
+/// listing shows, never a body. The stored triple must hash to `key` under `prefix`, as a
+/// lookup checks it.
 pub(crate) fn listed(fields: &[Value], prefix: &str, at_key: &str) -> Result<Listed, Error> {
-    let [version, state, deadline, stored_id, reserved_at, status, completed_at, holder] = fields
+    let [version, state, deadline, stored_id, reserved_at, status, completed_at, holder, mark, check_at] =
+        fields
     else {
         return Err(corrupt(format!("{} fields", fields.len())));
     };
@@ -191,6 +231,7 @@ pub(crate) fn listed(fields: &[Value], prefix: &str, at_key: &str) -> Result<Lis
         },
         (other, _) => return Err(corrupt(format!("state {other:?}"))),
     };
+    let (doubt, check_at) = listed_doubt(mark, check_at);
     Ok(Listed {
         id,
         reserved_at: provenance.reserved_at,
@@ -199,6 +240,8 @@ pub(crate) fn listed(fields: &[Value], prefix: &str, at_key: &str) -> Result<Lis
             .filter(|_| matches!(state, ListedState::Completed { .. })),
         holder: provenance.holder,
         state,
+        doubt,
+        check_at,
     })
 }
 
@@ -288,6 +331,39 @@ mod tests {
         ] {
             assert!(!is_triple_of(&bad, &mine), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn c12_a_mark_of_doubt_is_read_strictly_by_inspect_and_never_fails_a_listing() {
+        use idem_core::reconcile::DoubtCause;
+        let mark = Doubt::new(DoubtCause::Panicked, "note");
+        let stored = Value::BulkString(mark.encode());
+        let at = Value::BulkString(b"1700000000000".to_vec());
+        let when = Some(Timestamp::from_millis(1_700_000_000_000));
+        assert_eq!(
+            doubt(&stored, &at).expect("reads"),
+            (Some(mark.clone()), when)
+        );
+        assert_eq!(listed_doubt(&stored, &at), (Some(Noted::Known(mark)), when));
+        assert_eq!(doubt(&Value::Nil, &at).expect("reads"), (None, None));
+        assert_eq!(listed_doubt(&Value::Nil, &at), (None, None));
+
+        let garbage = Value::BulkString(b"D\x01".to_vec());
+        let odd_time = Value::BulkString(b"soon".to_vec());
+        for (mark, check_at) in [(&garbage, &at), (&stored, &odd_time)] {
+            assert!(
+                matches!(doubt(mark, check_at), Err(Error::CorruptRecord(_))),
+                "{mark:?} {check_at:?}"
+            );
+        }
+        assert!(matches!(
+            listed_doubt(&garbage, &at),
+            (Some(Noted::Unreadable(_)), Some(_))
+        ));
+        assert!(matches!(
+            listed_doubt(&stored, &odd_time),
+            (Some(Noted::Known(_)), None)
+        ));
     }
 
     #[test]

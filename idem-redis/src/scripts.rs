@@ -1,4 +1,5 @@
-//! The Lua scripts beside this crate, one per operation, each touching exactly one key.
+//! The Lua scripts beside this crate, one per operation, each touching the keys of one hash slot
+//! (one key, or a record and its audit trail).
 //! `redis::Script` runs them with EVALSHA and falls back to sending the body after a NOSCRIPT.
 
 use redis::Script;
@@ -12,6 +13,8 @@ pub(crate) struct Scripts {
     pub(crate) renew: Script,
     pub(crate) lookup: Script,
     pub(crate) list: Script,
+    pub(crate) resolve: Script,
+    pub(crate) reconciliations: Script,
 }
 
 pub(crate) fn scripts() -> &'static Scripts {
@@ -24,5 +27,7 @@ pub(crate) fn scripts() -> &'static Scripts {
         renew: Script::new(include_str!("../lua/renew.lua")),
         lookup: Script::new(include_str!("../lua/lookup.lua")),
         list: Script::new(include_str!("../lua/list.lua")),
+        resolve: Script::new(include_str!("../lua/resolve.lua")),
+        reconciliations: Script::new(include_str!("../lua/reconciliations.lua")),
     })
 }

@@ -1,5 +1,6 @@
 //! `RedisStore`: the store, its builder, and its `Store` implementation.
 
+use crate::audit::{self, Element};
 use crate::conn::{Conn, Opener};
 use crate::connections::{Connections, Timeouts};
 use crate::error::{classify, store_error, unexpected, BACKEND};
@@ -8,10 +9,11 @@ use crate::feed_settings::{self, FeedSettings};
 use crate::listing::Scanner;
 use crate::record::{self, integer, text, timestamp};
 use crate::scripts::scripts;
+use idem_core::reconcile::Reconciliation;
 use idem_core::store::{
     async_trait, decide, digest_to_hex, duration_millis, Acquire, Capabilities, Changes,
     Completion, Decision, Expiry, Inspected, Lease, ListQuery, ListingOrder, Operator, Page,
-    Record, Stats,
+    Record, Resolution, Stats,
 };
 use idem_core::{
     Begin, Error, FencingToken, Field, Holder, RecordId, Request, Store, StoreErrorKind,
@@ -421,6 +423,21 @@ impl RedisStore {
         record::key(&self.prefix, id)
     }
 
+    /// The key of a record's audit trail (the reconciliation decisions about it): a list in the
+    /// record's hash slot, `{<record key>}:audit`, so that a decision and its entry are one
+    /// script on a Cluster too. It outlives the record (a released record's trail stays), each
+    /// entry kept for the policy's [`audit_retention`](idem_core::Policy::audit_retention).
+    ///
+    /// ```
+    /// # async fn demo(store: idem_redis::RedisStore, id: idem_core::RecordId) {
+    /// let trail = store.audit_key_of(&id);
+    /// assert_eq!(trail, format!("{{{}}}:audit", store.key_of(&id)));
+    /// # }
+    /// ```
+    pub fn audit_key_of(&self, id: &RecordId) -> String {
+        audit::key(&self.key_of(id))
+    }
+
     fn scanner(&self) -> Scanner<'_> {
         Scanner::new(&self.conns, &self.prefix)
     }
@@ -558,7 +575,8 @@ impl Store for RedisStore {
             .key(self.key_of(completion.id()))
             .arg(completion.token().as_bytes().as_slice())
             .arg(completion.encoded())
-            .arg(duration_millis(completion.retain_for()));
+            .arg(duration_millis(completion.retain_for()))
+            .arg(completion.doubt().unwrap_or_default());
         self.fenced(&invocation).await
     }
 
@@ -586,6 +604,25 @@ impl Store for RedisStore {
     /// Redis deletes expired records itself: nothing to purge.
     async fn purge_expired(&self, _limit: usize) -> Result<usize, Error> {
         Ok(0)
+    }
+
+    /// `lua/resolve.lua` on the record and its audit trail (one hash slot): fenced on the
+    /// token, the mark as read and the record being live and completed by Redis's clock; the
+    /// change and the entry in one script.
+    async fn resolve(&self, resolution: &Resolution) -> Result<bool, Error> {
+        let record_key = self.key_of(resolution.id());
+        let trail_key = audit::key(&record_key);
+        let mut invocation = scripts().resolve.prepare_invoke();
+        crate::resolve::prepare(&mut invocation, resolution, &record_key, &trail_key);
+        match integer(&self.conns.invoke(&invocation).await?, "resolve result")? {
+            1 => Ok(true),
+            0 => Ok(false),
+            other => Err(Error::store(
+                BACKEND,
+                StoreErrorKind::Other,
+                format!("resolve returned {other}"),
+            )),
+        }
     }
 
     /// The record's protocol fields only: what operators read beside it (its holder, its
@@ -654,8 +691,19 @@ impl Operator for RedisStore {
         match self.conns.invoke(&invocation).await? {
             Value::Nil => Ok(None),
             Value::Array(mut fields) => {
-                let (Some(holder), Some(completed_at), Some(reserved_at)) =
-                    (fields.pop(), fields.pop(), fields.pop())
+                let (
+                    Some(check_at),
+                    Some(mark),
+                    Some(holder),
+                    Some(completed_at),
+                    Some(reserved_at),
+                ) = (
+                    fields.pop(),
+                    fields.pop(),
+                    fields.pop(),
+                    fields.pop(),
+                    fields.pop(),
+                )
                 else {
                     return Err(unexpected("lookup", &Value::Array(fields)));
                 };
@@ -664,7 +712,13 @@ impl Operator for RedisStore {
                     record::provenance(&reserved_at, &completed_at, &holder),
                     record.is_completed(),
                 );
-                Ok(Some(Inspected { record, provenance }))
+                let (doubt, check_at) = record::doubt(&mark, &check_at)?;
+                Ok(Some(Inspected {
+                    record,
+                    provenance,
+                    doubt,
+                    check_at,
+                }))
             }
             other => Err(unexpected("lookup", &other)),
         }
@@ -677,6 +731,31 @@ impl Operator for RedisStore {
     /// A `SCAN` of the whole prefix (every master of a Cluster), read in pipelined batches.
     async fn stats(&self) -> Result<Stats, Error> {
         self.scanner().stats().await
+    }
+
+    /// The audit trail's list (`lua/reconciliations.lua`, one read with Redis's clock): its
+    /// elements still kept, oldest first, at most the newest [`ListQuery::MAX_LIMIT`] (the list
+    /// keeps no more). An element that does not decode is [`Error::CorruptRecord`].
+    async fn reconciliations(&self, id: &RecordId) -> Result<Vec<Reconciliation>, Error> {
+        let mut invocation = scripts().reconciliations.prepare_invoke();
+        invocation.key(self.audit_key_of(id));
+        let reply = self.conns.invoke(&invocation).await?;
+        let bad = || unexpected("reconciliations", &reply);
+        let Value::Array(parts) = &reply else {
+            return Err(bad());
+        };
+        let [now, Value::Array(elements)] = parts.as_slice() else {
+            return Err(bad());
+        };
+        let now = timestamp(integer(now, "now")?)?;
+        let mut kept = Vec::with_capacity(elements.len());
+        for element in elements {
+            let element = Element::parse(text(element, "audit entry")?)?;
+            if element.kept_until > now {
+                kept.push(element.decode()?);
+            }
+        }
+        Ok(kept)
     }
 }
 
