@@ -72,6 +72,10 @@ impl Completion {
             retain_for: shared.retain_for,
             doubt: None,
         });
+        let doubt = Doubt {
+            token: parts.token,
+            ..doubt.clone()
+        };
         parts.doubt = Some(doubt.encode());
         Self(Arc::new(parts))
     }

@@ -3,6 +3,7 @@
 //! settles it (docs/state-machine.md, "Records in doubt").
 
 use crate::error::Error;
+use crate::token::FencingToken;
 use std::fmt;
 
 /// Why the engine stored an "outcome unknown" answer: the execution may have had its effect,
@@ -104,30 +105,39 @@ pub struct Doubt {
     pub note: String,
     /// How many reconciliations found the outcome still unknown.
     pub attempts: u32,
+    /// The token of the execution in doubt, set when the engine stores the mark: a mark on a
+    /// record that carries another token (left by a release that did not know marks, after a
+    /// start over) is not about that record's execution, which is then not in doubt.
+    pub token: FencingToken,
 }
 
 const MAGIC: u8 = b'D';
 const VERSION: u8 = 1;
+/// The fixed part: magic, version, cause, token, attempts, note length.
+const HEAD: usize = 3 + 16 + 4 + 2;
 
 impl Doubt {
     /// The longest note kept, in bytes; a longer one is cut at a character boundary.
     pub const MAX_NOTE: usize = 1024;
 
-    /// A fresh mark, with no attempt yet; `note` is cut to [`MAX_NOTE`](Self::MAX_NOTE) bytes.
+    /// A fresh mark, with no attempt yet and no token (the engine sets the execution's when it
+    /// stores it); `note` is cut to [`MAX_NOTE`](Self::MAX_NOTE) bytes.
     pub fn new(cause: DoubtCause, note: impl Into<String>) -> Self {
         Self {
             cause,
             note: bounded(note.into(), Self::MAX_NOTE),
             attempts: 0,
+            token: FencingToken::from_bytes([0; 16]),
         }
     }
 
-    /// The stored form: `b'D'`, version `1`, the cause's code, attempts `u32`, note length
-    /// `u16` and the note (UTF-8), big-endian.
+    /// The stored form: `b'D'`, version `1`, the cause's code, the token (16 bytes), attempts
+    /// `u32`, note length `u16` and the note (UTF-8), big-endian.
     pub fn encode(&self) -> Vec<u8> {
         let note = bounded(self.note.clone(), Self::MAX_NOTE);
-        let mut out = Vec::with_capacity(9 + note.len());
+        let mut out = Vec::with_capacity(HEAD + note.len());
         out.extend([MAGIC, VERSION, self.cause.code()]);
+        out.extend(self.token.as_bytes());
         out.extend(self.attempts.to_be_bytes());
         // At most MAX_NOTE (1024) bytes: fits a u16.
         out.extend((note.len() as u16).to_be_bytes());
@@ -139,14 +149,15 @@ impl Doubt {
     pub fn decode(bytes: &[u8]) -> Result<Self, Error> {
         let corrupt = |why: &str| Error::CorruptRecord(format!("stored doubt: {why}"));
         let (head, rest) = bytes
-            .split_at_checked(9)
+            .split_at_checked(HEAD)
             .ok_or_else(|| corrupt("truncated"))?;
         if head[..2] != [MAGIC, VERSION] {
             return Err(corrupt("unknown magic or version"));
         }
         let cause = DoubtCause::from_code(head[2]).ok_or_else(|| corrupt("unknown cause"))?;
-        let attempts = u32::from_be_bytes([head[3], head[4], head[5], head[6]]);
-        let len = usize::from(u16::from_be_bytes([head[7], head[8]]));
+        let token = FencingToken::from_slice(&head[3..19])?;
+        let attempts = u32::from_be_bytes([head[19], head[20], head[21], head[22]]);
+        let len = usize::from(u16::from_be_bytes([head[23], head[24]]));
         if rest.len() != len || len > Self::MAX_NOTE {
             return Err(corrupt("note length"));
         }
@@ -157,6 +168,7 @@ impl Doubt {
             cause,
             note,
             attempts,
+            token,
         })
     }
 }
@@ -193,7 +205,7 @@ mod tests {
 
         #[test]
         fn the_encoding_is_canonical(note in ".{0,40}", attempts in any::<u32>(), cause in 0usize..5) {
-            let doubt = Doubt { cause: DoubtCause::ALL[cause], note, attempts };
+            let doubt = Doubt { cause: DoubtCause::ALL[cause], note, attempts, token: FencingToken::generate() };
             let encoded = doubt.encode();
             let decoded = Doubt::decode(&encoded).expect("decodes");
             prop_assert_eq!(decoded.encode(), encoded);

@@ -61,6 +61,10 @@ impl InDoubt {
     /// not (in progress, completed with its own answer).
     pub fn from_inspected(id: RecordId, inspected: Inspected) -> Option<InDoubt> {
         let doubt = inspected.doubt?;
+        // A mark about another execution (left by a release that did not know marks).
+        if doubt.token != inspected.record.token {
+            return None;
+        }
         let RecordState::Completed {
             response,
             expires_at,
@@ -87,5 +91,48 @@ impl InDoubt {
     /// by.
     pub fn downstream_key(&self) -> String {
         crate::lease::downstream_key(&self.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Provenance, Record};
+    use crate::reconcile::DoubtCause;
+    use crate::{IdempotencyKey, Scope};
+
+    fn inspected(record_token: FencingToken, doubt_token: FencingToken) -> Inspected {
+        Inspected {
+            record: Record {
+                fingerprint: Fingerprint::builder().body(b"{}").finish(),
+                token: record_token,
+                state: RecordState::Completed {
+                    response: StoredResponse::new(500, "in doubt"),
+                    expires_at: Timestamp::from_millis(10),
+                },
+            },
+            provenance: Provenance::default(),
+            doubt: Some(Doubt {
+                token: doubt_token,
+                ..Doubt::new(DoubtCause::Failure, "n")
+            }),
+            check_at: Some(Timestamp::from_millis(1)),
+        }
+    }
+
+    fn id() -> RecordId {
+        RecordId::new(
+            Scope::new("acct", "POST /charges").expect("valid"),
+            IdempotencyKey::new("k").expect("valid"),
+        )
+    }
+
+    #[test]
+    fn c08_a_mark_about_another_execution_is_not_doubt() {
+        let token = FencingToken::generate();
+        assert!(InDoubt::from_inspected(id(), inspected(token, token)).is_some());
+        // A start over by a release that did not clear marks: the record has a new token.
+        let stale = inspected(FencingToken::generate(), token);
+        assert!(InDoubt::from_inspected(id(), stale).is_none());
     }
 }
