@@ -86,7 +86,11 @@ async fn c06_a_decision_on_a_mark_that_changed_writes_nothing() {
     // A mark edited behind the reader's back (another release, a hand edit): no decision read
     // before the edit applies.
     let before_edit = now;
-    let edited = Doubt::new(DoubtCause::Failure, "edited").encode();
+    let edited = Doubt {
+        token: before_edit.token,
+        ..Doubt::new(DoubtCause::Failure, "edited")
+    }
+    .encode();
     Connection::open(&path)
         .expect("open")
         .execute("UPDATE idem_records SET doubt = ?1", params![edited])
