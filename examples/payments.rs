@@ -12,17 +12,25 @@
 //!   that must run again after a crash cannot charge the card twice;
 //! - the lease (1 s) is renewed on a heartbeat while the network is slow, so no retry takes the
 //!   key over from a charge that is still running;
-//! - the charge row and the idempotency completion commit in one SQLite transaction.
+//! - the charge row and the idempotency completion commit in one SQLite transaction;
+//! - when the network's answer never comes (the call times out after the request was sent),
+//!   the handler says the outcome is unknown: the key is kept with a 500 answer in doubt, and
+//!   a reconciler asks the network later by the same derived key, then settles the record with
+//!   the real charge or releases the key (docs/state-machine.md, "Records in doubt").
 //!
 //! The client times out and retries, fires concurrent duplicates, reuses a key with another
-//! amount, meets a network slower than the lease, and retries after the server died mid-charge.
-//! The last lines check that cards were charged once per intent (counted at the network, the
-//! downstream effect) and that the local table agrees.
+//! amount, meets a network slower than the lease, retries after the server died mid-charge, and
+//! meets a network whose answer is lost, or that never got the charge. The last lines check that
+//! cards were charged once per intent (counted at the network, the downstream effect) and that
+//! the local table agrees.
 
+use idem::reconcile::{Decided, Finding, InDoubt, Reconciled};
 use idem::sqlite::rusqlite::{params, TransactionBehavior};
 use idem::sqlite::SqliteStore;
+use idem::store::Operator;
 use idem::{
-    Answer, Begin, Context, Failure, Idempotency, Outcome, Policy, RunError, StoredResponse,
+    Answer, Begin, Context, Failure, Idempotency, Outcome, Policy, Request, RunError,
+    StoredResponse,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,30 +39,77 @@ use std::time::Duration;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// What goes wrong with the next call to the card network (once).
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    #[default]
+    None,
+    /// The network charges the card, and its answer never arrives.
+    AnswerLost,
+    /// The request never reaches the network.
+    Unreachable,
+}
+
 /// The card network: slow, and idempotent by the key its callers send (as real ones are).
 #[derive(Default)]
 struct CardNetwork {
     latency_ms: AtomicUsize,
+    /// How long the service waits for an answer (its HTTP client's timeout).
+    timeout_ms: AtomicUsize,
+    /// Authorisation requests the network received.
     calls: AtomicUsize,
+    /// Lookups by key (a reconciler asking what became of a request).
+    lookups: AtomicUsize,
+    fault: Mutex<Fault>,
     /// Authorisations by downstream key: each one is money taken from a card.
     authorised: Mutex<HashMap<String, (String, i64)>>,
 }
 
 impl CardNetwork {
     async fn authorise(&self, key: &str, amount: i64) -> Result<String, String> {
+        let fault = self
+            .fault
+            .lock()
+            .map(|mut fault| std::mem::take(&mut *fault))
+            .unwrap_or_default();
+        if fault == Fault::Unreachable {
+            std::future::pending::<()>().await;
+        }
         self.calls.fetch_add(1, Ordering::SeqCst);
         let latency = self.latency_ms.load(Ordering::SeqCst) as u64;
         tokio::time::sleep(Duration::from_millis(latency)).await;
-        let mut authorised = self.authorised.lock().map_err(|e| e.to_string())?;
-        let next = authorised.len() + 1;
-        let (id, charged) = authorised
-            .entry(key.to_owned())
-            .or_insert_with(|| (format!("auth_{next}"), amount))
-            .clone();
+        let (id, charged) = {
+            let mut authorised = self.authorised.lock().map_err(|e| e.to_string())?;
+            let next = authorised.len() + 1;
+            authorised
+                .entry(key.to_owned())
+                .or_insert_with(|| (format!("auth_{next}"), amount))
+                .clone()
+        };
+        if fault == Fault::AnswerLost {
+            std::future::pending::<()>().await;
+        }
         if charged != amount {
             return Err(format!("key {key} was used for {charged}, not {amount}"));
         }
         Ok(id)
+    }
+
+    /// `GET /v1/authorizations?idempotency_key=...`: the authorisation made under `key`, if any.
+    fn lookup(&self, key: &str) -> Result<Option<(String, i64)>, String> {
+        self.lookups.fetch_add(1, Ordering::SeqCst);
+        let authorised = self.authorised.lock().map_err(|e| e.to_string())?;
+        Ok(authorised.get(key).cloned())
+    }
+
+    fn fail_next(&self, fault: Fault) {
+        if let Ok(mut next) = self.fault.lock() {
+            *next = fault;
+        }
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.load(Ordering::SeqCst) as u64)
     }
 
     fn cards_charged(&self) -> usize {
@@ -67,10 +122,12 @@ impl CardNetwork {
 
 /// What the service answers, as an HTTP server would put it on the wire.
 fn wire(status: u16, replayed: bool, retry_after: Option<&[u8]>, body: &[u8]) -> String {
+    let problem = problem_title(body);
     let outcome = match (status, replayed) {
         (_, true) => "replayed",
         (409, _) => "in flight",
         (422, _) => "mismatch",
+        (500, _) if problem.as_deref() == Some("outcome-unknown") => "in doubt",
         (s, _) if s < 400 => "executed",
         _ => "error",
     };
@@ -78,12 +135,19 @@ fn wire(status: u16, replayed: bool, retry_after: Option<&[u8]>, body: &[u8]) ->
         Some(secs) => format!("{status} (Retry-After: {})", String::from_utf8_lossy(secs)),
         None => status.to_string(),
     };
-    let body = if replayed || outcome == "executed" {
-        String::from_utf8_lossy(body).into_owned()
-    } else {
-        String::new()
+    let body = match problem {
+        Some(title) if replayed || outcome == "in doubt" => format!("problem {title}"),
+        _ if replayed || outcome == "executed" => String::from_utf8_lossy(body).into_owned(),
+        _ => String::new(),
     };
     format!("{outcome:<10} {status:<21} {body}")
+}
+
+/// The `title` of an RFC 9457 problem body (`outcome-unknown`), if `body` is one.
+fn problem_title(body: &[u8]) -> Option<String> {
+    let problem = serde_json::from_slice::<serde_json::Value>(body).ok()?;
+    problem["type"].as_str()?;
+    problem["title"].as_str().map(str::to_owned)
 }
 
 /// The charge service.
@@ -97,25 +161,15 @@ impl Service {
     /// `POST /v1/charges` with an `Idempotency-Key` header and `{"amount": cents}`: what goes
     /// on the wire.
     async fn charge(&self, key: &str, body: &str) -> String {
-        let request = match self
-            .idem
-            .request("acct_demo", "POST", "/v1/charges")
-            .key(Some(key))
-            .json_body(body.as_bytes(), &["/client_sent_at"])
-            .build()
-        {
+        let request = match self.request(key, body) {
             Ok(request) => request,
             Err(error) => return wire(idem::render::status_for(&error), false, None, b""),
         };
         let amount = amount_of(body);
         let network = Arc::clone(&self.network);
-        // The charge downstream carries a key derived from the record's identity.
-        let downstream_key = hex(&request.id().digest()[..12]);
         let outcome = self
             .idem
-            .run(&request, move |ctx| {
-                charge_card(ctx, network, downstream_key, amount)
-            })
+            .run(&request, move |ctx| charge_card(ctx, network, amount))
             .await;
         match outcome {
             Ok(Outcome::Executed(sent) | Outcome::Refused(sent)) => {
@@ -131,7 +185,9 @@ impl Service {
                     &http.body,
                 )
             }
-            Err(RunError::Unknown { response, .. }) => wire(response.status, false, None, b""),
+            Err(RunError::Unknown { response, .. }) => {
+                wire(response.status, false, None, &response.body)
+            }
             Err(error) => wire(idem::render::run_error_status(&error), false, None, b""),
         }
     }
@@ -140,23 +196,117 @@ impl Service {
     /// authorised, no local commit and no answer (the real SIGKILL test is
     /// idem-sqlite/tests/crash.rs).
     async fn charge_and_die(&self, key: &str, body: &str) -> String {
-        let Ok(request) = self
-            .idem
+        let Ok(request) = self.request(key, body) else {
+            return "bad request".to_owned();
+        };
+        if let Ok(Begin::Acquired(lease)) = self.idem.begin(&request).await {
+            let _ = self
+                .network
+                .authorise(&lease.downstream_key(), amount_of(body))
+                .await;
+        }
+        format!("{:<10} {:<21}", "no answer", "-")
+    }
+
+    /// The idempotent request of a charge: the client's JSON, its send time left out of the
+    /// fingerprint.
+    fn request(&self, key: &str, body: &str) -> Result<Request, idem::Error> {
+        self.idem
             .request("acct_demo", "POST", "/v1/charges")
             .key(Some(key))
             .json_body(body.as_bytes(), &["/client_sent_at"])
             .build()
-        else {
-            return "bad request".to_owned();
-        };
-        if let Ok(Begin::Acquired(_lease)) = self.idem.begin(&request).await {
-            let downstream_key = hex(&request.id().digest()[..12]);
-            let _ = self
-                .network
-                .authorise(&downstream_key, amount_of(body))
-                .await;
+    }
+
+    /// The reconciler: asks the card network what became of a charge in doubt, by the key the
+    /// handler sent it.
+    async fn check(&self, case: InDoubt) -> Finding {
+        let key = case.downstream_key();
+        let asked = format!("GET /v1/authorizations?idempotency_key={key}");
+        match self.network.lookup(&key) {
+            Err(error) => Finding::still_unknown().asked(asked).answered(error),
+            Ok(None) => Finding::not_happened()
+                .asked(asked)
+                .answered("no authorisation under this key"),
+            Ok(Some((id, amount))) => {
+                // The charge row is a step of its own, before the settlement: keyed by the
+                // authorisation, so a pass that dies between the two writes it once.
+                let auth = id.clone();
+                let recorded = self
+                    .idem
+                    .store()
+                    .try_call(move |db| {
+                        db.execute(
+                            "INSERT INTO charges (amount, authorization_id) VALUES (?1, ?2) \
+                             ON CONFLICT (authorization_id) DO NOTHING",
+                            params![amount, auth],
+                        )
+                    })
+                    .await;
+                match recorded {
+                    Ok(_) => Finding::settled(charge_response(&id, amount))
+                        .asked(asked)
+                        .answered(format!("{id}, {amount} authorised")),
+                    Err(error) => Finding::still_unknown().asked(asked).answered(format!(
+                        "{id} found; the charge row could not be written: {error}"
+                    )),
+                }
+            }
         }
-        format!("{:<10} {:<21}", "no answer", "-")
+    }
+
+    /// One reconciliation pass over the records in doubt, as a wire-like line.
+    async fn reconcile(&self) -> String {
+        let pass = self
+            .idem
+            .reconcile_now(&|case: InDoubt| self.check(case))
+            .await;
+        let summary = match pass {
+            Ok(Reconciled {
+                checked,
+                settled,
+                released,
+                deferred,
+                failed,
+                ..
+            }) => {
+                let did = [
+                    ("settled", settled),
+                    ("released", released),
+                    ("still unknown", deferred),
+                    ("failed", failed),
+                ];
+                let did: Vec<_> = did
+                    .iter()
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(what, n)| format!("{n} {what}"))
+                    .collect();
+                format!("{checked} checked: {}", did.join(", "))
+            }
+            Err(error) => format!("failed: {error}"),
+        };
+        format!("{:<10} {:<21} {summary}", "reconciled", "-")
+    }
+
+    /// The audit trail of the record of `key`: one entry per decision about it.
+    async fn print_trail(&self, key: &str, body: &str) -> Result<(), BoxError> {
+        let request = self.request(key, body)?;
+        let trail = self.idem.store().reconciliations(request.id()).await?;
+        println!("  the audit trail of {key}:");
+        for entry in trail {
+            let decided = match entry.decided {
+                Decided::Settled { status } => format!("settled with {status}"),
+                Decided::StillUnknown { attempt, .. } => format!("still unknown (#{attempt})"),
+                other => other.name().to_owned(),
+            };
+            println!(
+                "    {} UTC  by {}: {decided}",
+                time_of_day(entry.at.as_millis()),
+                entry.by
+            );
+            println!("      asked {} -> {}", entry.asked, entry.answer);
+        }
+        Ok(())
     }
 
     async fn charges(&self) -> i64 {
@@ -173,15 +323,24 @@ impl Service {
 async fn charge_card(
     mut ctx: Context<SqliteStore>,
     network: Arc<CardNetwork>,
-    downstream_key: String,
     amount: i64,
 ) -> Result<idem::Completion, Failure<BoxError>> {
     let heartbeat = ctx.idem().policy().lease / 3;
+    // The charge downstream carries a key derived from the record's identity: the same on
+    // every retry and takeover, and what a reconciler asks the network by.
+    let downstream_key = ctx.downstream_key();
     let call = network.authorise(&downstream_key, amount);
-    tokio::pin!(call);
+    let deadline = tokio::time::sleep(network.timeout());
+    tokio::pin!(call, deadline);
     let authorisation = loop {
         tokio::select! {
             result = &mut call => break result,
+            _ = &mut deadline => {
+                // The request went out and no answer came: the card may have been charged.
+                // The key stays taken, in doubt, until a reconciler asks the network.
+                return Err(Failure::unknown("the card network timed out".into())
+                    .noting(downstream_key.as_str()));
+            }
             _ = tokio::time::sleep(heartbeat) => {
                 // Lost means another attempt holds the key: stop; the network's key keeps the
                 // card from being charged twice whatever happens next.
@@ -189,11 +348,13 @@ async fn charge_card(
             }
         }
     };
-    let response = match authorisation {
-        Ok(id) => StoredResponse::new(201, format!("{{\"charge\":\"{id}\",\"amount\":{amount}}}"))
-            .with_header("content-type", "application/json"),
+    let (response, authorised) = match authorisation {
+        Ok(id) => (charge_response(&id, amount), Some(id)),
         // A decline is an answer: stored and replayed.
-        Err(reason) => StoredResponse::new(402, format!("{{\"error\":\"{reason}\"}}")),
+        Err(reason) => (
+            StoredResponse::new(402, format!("{{\"error\":\"{reason}\"}}")),
+            None,
+        ),
     };
     let completion = ctx.completion(response);
     let store = ctx.idem().store().clone();
@@ -201,8 +362,11 @@ async fn charge_card(
     let local = store
         .call(move |db| -> Result<(), BoxError> {
             let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            if written.response().status == 201 {
-                tx.execute("INSERT INTO charges (amount) VALUES (?1)", params![amount])?;
+            if let Some(id) = authorised {
+                tx.execute(
+                    "INSERT INTO charges (amount, authorization_id) VALUES (?1, ?2)",
+                    params![amount, id],
+                )?;
             }
             writer.complete_in(&tx, &written)?; // lease lost: roll back
             tx.commit()?;
@@ -218,6 +382,15 @@ async fn charge_card(
     }
 }
 
+/// The service's answer to an authorised charge (the handler's, and the reconciler's).
+fn charge_response(authorisation: &str, amount: i64) -> StoredResponse {
+    StoredResponse::new(
+        201,
+        format!("{{\"charge\":\"{authorisation}\",\"amount\":{amount}}}"),
+    )
+    .with_header("content-type", "application/json")
+}
+
 fn amount_of(body: &str) -> i64 {
     serde_json::from_str::<serde_json::Value>(body)
         .ok()
@@ -225,8 +398,11 @@ fn amount_of(body: &str) -> i64 {
         .unwrap_or(0)
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// `HH:MM:SS.mmm` (UTC) of a timestamp in milliseconds since the epoch.
+fn time_of_day(millis: u64) -> String {
+    let (secs, ms) = (millis / 1000, millis % 1000);
+    let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
+    format!("{h:02}:{m:02}:{s:02}.{ms:03}")
 }
 
 /// One attempt of the client: it waits at most `patience`, then drops the request, as a client
@@ -253,7 +429,8 @@ async fn main() -> Result<(), BoxError> {
     store
         .try_call(|db| {
             db.execute_batch(
-                "CREATE TABLE charges (id INTEGER PRIMARY KEY, amount INTEGER NOT NULL)",
+                "CREATE TABLE charges (id INTEGER PRIMARY KEY, amount INTEGER NOT NULL, \
+                 authorization_id TEXT NOT NULL UNIQUE)",
             )
         })
         .await?;
@@ -261,6 +438,7 @@ async fn main() -> Result<(), BoxError> {
     let idem = Idempotency::with_policy(store, Policy::default().lease(lease))?;
     let network = Arc::new(CardNetwork::default());
     network.latency_ms.store(300, Ordering::SeqCst);
+    network.timeout_ms.store(3_000, Ordering::SeqCst);
     let service = Service {
         idem,
         network: Arc::clone(&network),
@@ -377,6 +555,68 @@ async fn main() -> Result<(), BoxError> {
     );
     let line = attempt(&service, "key-crash", body, patient).await;
     row("4  once more", &line, service.charges().await, &network);
+
+    println!(
+        "\n6. The card network charges the card and its answer never arrives (the call times out)"
+    );
+    intents += 1;
+    // The service waits 500 ms here, to keep the demo short.
+    network.timeout_ms.store(500, Ordering::SeqCst);
+    let calls = network.calls.load(Ordering::SeqCst);
+    let lookups = network.lookups.load(Ordering::SeqCst);
+    let body = r#"{"amount": 3100}"#;
+    network.fail_next(Fault::AnswerLost);
+    let line = attempt(&service, "key-lost", body, patient).await;
+    row(
+        "1  the call times out",
+        &line,
+        service.charges().await,
+        &network,
+    );
+    let line = attempt(&service, "key-lost", body, patient).await;
+    row("2  a retry", &line, service.charges().await, &network);
+    let line = service.reconcile().await;
+    row(
+        "3  the reconciler asks",
+        &line,
+        service.charges().await,
+        &network,
+    );
+    let line = attempt(&service, "key-lost", body, patient).await;
+    row(
+        "4  the next retry",
+        &line,
+        service.charges().await,
+        &network,
+    );
+    println!(
+        "  at the network: authorisation requests {}, lookups {}",
+        network.calls.load(Ordering::SeqCst) - calls,
+        network.lookups.load(Ordering::SeqCst) - lookups
+    );
+    service.print_trail("key-lost", body).await?;
+
+    println!("\n7. The card network never receives the charge (the call times out before it)");
+    intents += 1;
+    let body = r#"{"amount": 5600}"#;
+    network.fail_next(Fault::Unreachable);
+    let line = attempt(&service, "key-unreached", body, patient).await;
+    row(
+        "1  the call times out",
+        &line,
+        service.charges().await,
+        &network,
+    );
+    let line = service.reconcile().await;
+    row(
+        "2  the reconciler asks",
+        &line,
+        service.charges().await,
+        &network,
+    );
+    let line = attempt(&service, "key-unreached", body, patient).await;
+    row("3  a retry", &line, service.charges().await, &network);
+    network.timeout_ms.store(3_000, Ordering::SeqCst);
 
     let (local, cards) = (service.charges().await, network.cards_charged());
     let calls = network.calls.load(Ordering::SeqCst);
