@@ -293,13 +293,15 @@ impl Policy {
 
     /// Checks that the settings make sense: a lease of 1 ms ..= [`MAX_LEASE`](Self::MAX_LEASE)
     /// and a retention of 1 ms ..= [`MAX_RETENTION`](Self::MAX_RETENTION) (stores keep
-    /// milliseconds), a body limit and a purge batch above zero.
+    /// milliseconds), an audit retention of 1 s ..= `MAX_RETENTION`, a body limit and a purge
+    /// batch above zero.
     ///
     /// ```
     /// use idem_core::Policy;
     /// use std::time::Duration;
     /// assert!(Policy::default().lease(Duration::MAX).validate().is_err());
     /// assert!(Policy::default().lease(Duration::ZERO).validate().is_err());
+    /// assert!(Policy::default().audit_retention(Duration::ZERO).validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<(), Error> {
         let ms = Duration::from_millis(1);
@@ -313,6 +315,15 @@ impl Policy {
             return Err(Error::invalid(
                 Field::Config,
                 "retention must be between 1 ms and ten years",
+            ));
+        }
+        if self.audit_retention < Duration::from_secs(1)
+            || self.audit_retention > Self::MAX_RETENTION
+        {
+            // An entry kept no time at all would be a decision applied with no trail.
+            return Err(Error::invalid(
+                Field::Config,
+                "audit_retention must be between 1 s and ten years",
             ));
         }
         if self.max_body_bytes == 0 {

@@ -97,8 +97,8 @@ impl InDoubt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Provenance, Record};
     use crate::reconcile::DoubtCause;
+    use crate::record::{Provenance, Record};
     use crate::{IdempotencyKey, Scope};
 
     fn inspected(record_token: FencingToken, doubt_token: FencingToken) -> Inspected {

@@ -62,7 +62,7 @@ pub use runner::Reconciling;
 pub use trail::{Decided, Reconciliation};
 
 use crate::engine::Idempotency;
-use crate::error::Error;
+use crate::error::{Error, Field};
 use crate::event::{Event, EventKind, Operation};
 use crate::holder::Holder;
 use crate::listing::ListQuery;
@@ -228,7 +228,14 @@ impl<S: Store> Idempotency<S> {
             }
             Verdict::NotHappened => (Change::Release, Decided::Released, Resolved::Released),
             Verdict::StillUnknown { retry_after } => {
-                let attempt = case.doubt.attempts.saturating_add(1);
+                // Every decision changes the mark (that is what fences the next one): a mark
+                // that cannot count one more attempt is settled or released, not deferred.
+                let attempt = case.doubt.attempts.checked_add(1).ok_or_else(|| {
+                    Error::invalid(
+                        Field::Config,
+                        "this record was found still unknown too often to defer it again: settle or release it",
+                    )
+                })?;
                 let retry_after = retry_after.unwrap_or_else(|| backoff(attempt));
                 let doubt = Doubt {
                     attempts: attempt,
@@ -286,7 +293,11 @@ impl<S: Store> Idempotency<S> {
 
 impl<S: Operator> Idempotency<S> {
     /// The record `id` if its answer is in doubt, read now; `None` if there is none or it is
-    /// not in doubt (in progress, settled, released).
+    /// not in doubt (in progress, settled, released, or marked about an earlier execution).
+    /// Read as stored: a record whose retention passed but that is not purged yet is returned
+    /// (see [`InDoubt::expires_at`]), and a decision about it is contested, as about any
+    /// expired record. A mark that does not decode is [`Error::CorruptRecord`]: the record
+    /// keeps replaying its answer until its retention passes, and no decision can be made.
     pub async fn in_doubt(&self, id: &RecordId) -> Result<Option<InDoubt>, Error> {
         let inspected = self
             .call(Operation::Inspect, Some(id), self.store().inspect(id))
