@@ -5,7 +5,10 @@ use std::time::Duration;
 
 /// Inspect and maintain idem's idempotency records in SQLite, PostgreSQL or Redis.
 ///
-/// Reads never change a record, and a stored body is printed only with `inspect --body`.
+/// Every command only reads, except four: `migrate` (the schema), `purge` (expired records),
+/// and `doubt settle` and `doubt release`, the only ones that change a live record (a record in
+/// doubt, through the library's fenced path, leaving an audit entry). A stored body is printed
+/// only with `inspect --body`.
 #[derive(Debug, Parser)]
 #[command(name = "idem", version, about, long_about = None)]
 pub(crate) struct Cli {
@@ -102,11 +105,110 @@ pub(crate) enum Command {
         #[arg(long)]
         all: bool,
     },
-    /// Count the records by state (reads every record).
+    /// Count the records by state, records in doubt among them (reads every record).
     Stats {
         #[command(flatten)]
         watch: WatchArgs,
     },
+    /// Records in doubt: completed with an answer whose outcome is unknown (the provider timed
+    /// out after the request was sent), replayed to every retry until someone finds out what
+    /// happened. List and show them (reads), or settle or release one (writes: the only
+    /// commands besides purge and migrate that change a record).
+    Doubt {
+        /// What to do with them.
+        #[command(subcommand)]
+        command: DoubtCommand,
+    },
+}
+
+/// The `doubt` commands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum DoubtCommand {
+    /// List the live records in doubt, oldest first: the answer replayed meanwhile, why it is
+    /// in doubt, how many checks found it still unknown, when it is next due and when it
+    /// expires. Reads only.
+    List {
+        /// Only those whose next check time has come (what a reconciler works on).
+        #[arg(long)]
+        due: bool,
+        #[command(flatten)]
+        page: PageArgs,
+    },
+    /// Show one record in doubt (its answer, cause, note, attempts, next check, the key the
+    /// handler sent downstream) and its whole audit trail. A record no longer in doubt (settled,
+    /// released) still shows its trail. Reads only; exits 3 when there is neither record nor
+    /// trail.
+    Show {
+        #[command(flatten)]
+        record: RecordArgs,
+    },
+    /// The effect happened (you checked the provider): store its real answer in place of the
+    /// one in doubt. Every retry replays it from now on, for --retention. Writes the record and
+    /// an audit entry; exits 3 when the record is not in doubt, 4 when it changed since it was
+    /// read (someone else decided first: nothing written).
+    Settle {
+        #[command(flatten)]
+        record: RecordArgs,
+        /// The real answer's status (100..=599).
+        #[arg(long, value_parser = clap::value_parser!(u16).range(100..=599))]
+        status: u16,
+        /// The real answer's body, as text (default: empty).
+        #[arg(long, conflicts_with = "body_file")]
+        body: Option<String>,
+        /// The real answer's body, read from a file (`-` reads stdin).
+        #[arg(long, value_name = "PATH")]
+        body_file: Option<std::path::PathBuf>,
+        /// A header of the real answer, `Name: value`; repeat for more. A header that is never
+        /// stored (Set-Cookie, rate limits...) is refused. Replays carry the headers that give
+        /// the body its meaning (Content-Type, Content-Encoding, Location...) and those the
+        /// application's policy stores (`Policy::stored_headers`); any other is kept but not
+        /// replayed.
+        #[arg(long = "header", value_name = "NAME: VALUE")]
+        headers: Vec<String>,
+        /// How long the settled answer is replayed, from now (the library's default
+        /// retention is 24h).
+        #[arg(long, default_value = "24h", value_parser = parse_duration)]
+        retention: Duration,
+        #[command(flatten)]
+        decision: DecisionArgs,
+    },
+    /// The effect did not happen (you checked the provider): delete the record, so that the
+    /// next retry with this key executes. Writes (and an audit entry); exits 3 when the record
+    /// is not in doubt, 4 when it changed since it was read (nothing written).
+    Release {
+        #[command(flatten)]
+        record: RecordArgs,
+        #[command(flatten)]
+        decision: DecisionArgs,
+    },
+}
+
+/// One record, by its (consumer, route, key).
+#[derive(Debug, Args)]
+pub(crate) struct RecordArgs {
+    /// The consumer (the authenticated caller the key belongs to).
+    pub consumer: String,
+    /// The route, as the application names it (the template).
+    pub route: String,
+    /// The idempotency key.
+    pub key: String,
+}
+
+/// What goes into the audit trail with a decision.
+#[derive(Debug, Args)]
+pub(crate) struct DecisionArgs {
+    /// Why: what you found (kept in the audit trail as the answer). Required.
+    #[arg(long)]
+    pub reason: String,
+    /// What you asked or looked at (kept in the audit trail).
+    #[arg(long, default_value = "operator check")]
+    pub asked: String,
+    /// Who decides, for the audit trail (default `operator $USER`).
+    #[arg(long)]
+    pub by: Option<String>,
+    /// How long the audit entry is kept (the library's default is 90 days).
+    #[arg(long, default_value = "90days", value_parser = parse_duration)]
+    pub audit_retention: Duration,
 }
 
 /// Refreshing a command's answer.

@@ -27,7 +27,7 @@ static SCAN_BUDGET: OnceLock<Duration> = OnceLock::new();
 
 /// `call`, or a store error (unavailable) once it has taken longer than `--timeout`: a store
 /// that accepts a connection and never answers does not hang the command.
-async fn within<T>(call: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+pub(crate) async fn within<T>(call: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
     let limit = *CALL_DEADLINE.get_or_init(|| Duration::from_secs(10));
     match tokio::time::timeout(limit, call).await {
         Ok(result) => result,
@@ -49,14 +49,18 @@ pub(crate) enum Failure {
     Usage(String),
     /// The store refused or failed (exit 1).
     Idem(Error),
-    /// `inspect` found no record (exit 3).
+    /// `inspect` found no record, `doubt show` neither record nor trail, `doubt settle` or
+    /// `doubt release` no record in doubt (exit 3); what was missing is already said.
     NotFound,
+    /// `doubt settle` or `doubt release` lost: the record changed since it was read (exit 4);
+    /// already said.
+    Contested,
     /// Writing the output failed (a closed pipe): exit 1, nothing to add.
     Output(std::io::Error),
 }
 
 /// Input the command line gave that idem refuses (a key, a consumer, a cursor): exit 2.
-fn usage(error: Error) -> Failure {
+pub(crate) fn usage(error: Error) -> Failure {
     Failure::Usage(error.to_string())
 }
 
@@ -91,7 +95,8 @@ pub(crate) struct Io<'a> {
 }
 
 impl Io<'_> {
-    fn json(&mut self, value: &Value) -> Result<(), Failure> {
+    /// Writes `value` as one JSON document on `out`.
+    pub(crate) fn json(&mut self, value: &Value) -> Result<(), Failure> {
         writeln!(self.out, "{}", render::json_text(value))?;
         Ok(())
     }
@@ -121,10 +126,7 @@ pub(crate) async fn run(cli: Cli, io: &mut Io<'_>) -> Result<(), Failure> {
             body,
         } => match (route, key) {
             (Some(route), Some(key)) => {
-                let id = RecordId::new(
-                    Scope::new(&consumer_or_key, &route).map_err(usage)?,
-                    IdempotencyKey::new(&key).map_err(usage)?,
-                );
+                let id = record_id(&consumer_or_key, &route, &key)?;
                 let store = open(&target, &names).await?;
                 inspect(&*store, &id, body, io).await
             }
@@ -164,7 +166,19 @@ pub(crate) async fn run(cli: Cli, io: &mut Io<'_>) -> Result<(), Failure> {
         Command::Stats { watch } => {
             watching(&target, &names, &Watched::Stats, watch.watch, io).await
         }
+        Command::Doubt { command } => {
+            let store = open(&target, &names).await?;
+            crate::doubt::run(store, command, cli.timeout, io).await
+        }
     }
+}
+
+/// The record of (`consumer`, `route`, `key`), each checked as idem checks them (exit 2 if not).
+pub(crate) fn record_id(consumer: &str, route: &str, key: &str) -> Result<RecordId, Failure> {
+    Ok(RecordId::new(
+        Scope::new(consumer, route).map_err(usage)?,
+        IdempotencyKey::new(key).map_err(usage)?,
+    ))
 }
 
 async fn open(target: &Target, names: &Names) -> Result<Box<dyn Operator>, Failure> {
@@ -506,12 +520,13 @@ async fn not_found_hints(
     Ok(())
 }
 
-async fn list(
+/// The records of `query` a listing shows: one page from `--after`, or every page with
+/// `--all`, each record once; and the cursor of the next page.
+pub(crate) async fn fetch(
     store: &dyn Operator,
     query: ListQuery,
     page: &PageArgs,
-    io: &mut Io<'_>,
-) -> Result<(), Failure> {
+) -> Result<(Vec<Listed>, Option<Cursor>), Failure> {
     let mut query = query.limit(usize::from(page.limit));
     if let Some(after) = &page.after {
         query = query.after(Cursor::new(after.clone()));
@@ -539,6 +554,16 @@ async fn list(
             next => break next,
         }
     };
+    Ok((records, next))
+}
+
+async fn list(
+    store: &dyn Operator,
+    query: ListQuery,
+    page: &PageArgs,
+    io: &mut Io<'_>,
+) -> Result<(), Failure> {
+    let (records, next) = fetch(store, query.clone(), page).await?;
     if io.json {
         let records: Vec<Value> = records.iter().map(render::listed_json).collect();
         return io.json(&json!({ "records": records, "next": next.map(|c| c.to_string()) }));

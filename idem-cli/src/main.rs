@@ -7,16 +7,32 @@
 //! idem --url postgres://app@db/app purge --all
 //! idem --url sqlite://idem.db stats --watch 5
 //! idem --url sqlite://idem.db inspect 5f1c…
+//! idem --url postgres://app@db/app doubt list --due
+//! idem --url postgres://app@db/app doubt show acct_42 "POST /v1/charges" 5f1c…
+//! idem --url postgres://app@db/app doubt settle acct_42 "POST /v1/charges" 5f1c… \
+//!     --status 201 --body-file charge.json --header 'Content-Type: application/json' \
+//!     --reason "captured as ch_1 in the provider's dashboard"
+//! idem --url postgres://app@db/app doubt release acct_42 "POST /v1/charges" 5f1c… \
+//!     --reason "no authorization under this key in the provider's dashboard"
 //! ```
 //!
 //! Exit status: 0 done (a watch stopped by Ctrl-C too), 1 the store failed or refused, 2 a
-//! mistake on the command line, 3 `inspect` found no record. Reads change nothing (a SQLite file is neither created nor
-//! migrated except by `migrate`), and a stored body is printed only with `inspect --body`.
-//! docs/operations.md shows the commands at work.
+//! mistake on the command line, 3 `inspect` found no record (`doubt show`: neither record nor
+//! audit trail; `doubt settle`, `doubt release`: no record in doubt), 4 `doubt settle` or
+//! `doubt release` found the record changed since it read it (someone else decided first;
+//! nothing written).
+//!
+//! Every command only reads (a SQLite file is neither created nor migrated except by
+//! `migrate`), except `migrate` (the schema), `purge` (expired records) and `doubt settle` and
+//! `doubt release`, the only commands that change a live record: each decides one record in
+//! doubt through the library's one fenced path (`Idempotency::resolve`), which writes the
+//! decision and its audit entry together, or nothing if the record changed meanwhile. A stored
+//! body is printed only with `inspect --body`. docs/operations.md shows the commands at work.
 
 mod alive;
 mod cli;
 mod commands;
+mod doubt;
 mod render;
 mod route;
 mod target;
@@ -66,6 +82,7 @@ fn main() -> ExitCode {
     match runtime.block_on(commands::run(cli, &mut io)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::NotFound) => ExitCode::from(3),
+        Err(Failure::Contested) => ExitCode::from(4),
         Err(Failure::Usage(why)) => {
             eprintln!("idem: {why}");
             ExitCode::from(2)

@@ -3,6 +3,7 @@
 //! reaches a terminal, so a stored value cannot move the cursor or rewrite the screen.
 
 use crate::alive::liveness_here;
+use idem_core::reconcile::Doubt;
 use idem_core::store::{
     Inspected, Listed, ListedState, Noted, Provenance, Record, RecordState, Stats,
 };
@@ -90,7 +91,7 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 }
 
 /// Bytes as a JSON string when they are UTF-8, else as `{"hex": …}`.
-fn bytes_json(bytes: &[u8]) -> Value {
+pub(crate) fn bytes_json(bytes: &[u8]) -> Value {
     match std::str::from_utf8(bytes) {
         Ok(text) => json!(text),
         Err(_) => json!({ "hex": hex(bytes) }),
@@ -210,7 +211,7 @@ pub(crate) fn key_row(record: &Listed, now: Timestamp) -> Vec<String> {
         ListedState::InProgress { lease_until } if lease_until > now => "in progress".to_owned(),
         ListedState::InProgress { .. } => "orphaned".to_owned(),
         ListedState::Completed { status, expires_at } if expires_at > now => {
-            format!("completed {status}")
+            format!("completed {status}{}", in_doubt_suffix(record))
         }
         ListedState::Completed { status, .. } => format!("expired {status}"),
     };
@@ -226,6 +227,16 @@ pub(crate) fn key_row(record: &Listed, now: Timestamp) -> Vec<String> {
         alive_cell(&record.holder, in_progress),
     ]
 }
+
+/// ` in doubt` for a listed record whose answer is in doubt, else nothing.
+fn in_doubt_suffix(record: &Listed) -> &'static str {
+    if record.doubt.is_some() {
+        " in doubt"
+    } else {
+        ""
+    }
+}
+
 /// The columns of a completed listing.
 pub(crate) const COMPLETED_COLUMNS: &[&str] = &["ROUTE", "KEY", "STATUS", "RESERVED", "EXPIRES"];
 
@@ -252,7 +263,7 @@ pub(crate) fn listed_row(record: &Listed, now: Timestamp) -> Vec<String> {
         ListedState::Completed { status, expires_at } => vec![
             printable(record.id.route()),
             printable(record.id.key()),
-            status.to_string(),
+            format!("{status}{}", in_doubt_suffix(record)),
             reserved,
             format!("{} ({})", time(expires_at), relative(expires_at, now)),
         ],
@@ -288,7 +299,35 @@ pub(crate) fn listed_json(record: &Listed) -> Value {
         }),
     };
     merge(&mut value, fields);
+    if let Some(doubt) = &record.doubt {
+        merge(
+            &mut value,
+            json!({
+                "doubt": noted_doubt_json(doubt),
+                "check_at": record.check_at.map(time),
+                "check_at_ms": record.check_at.map(Timestamp::as_millis),
+            }),
+        );
+    }
     value
+}
+
+/// A mark of doubt as JSON: cause, note, attempts.
+pub(crate) fn doubt_json(doubt: &Doubt) -> Value {
+    json!({
+        "cause": doubt.cause.name(),
+        "note": doubt.note,
+        "attempts": doubt.attempts,
+    })
+}
+
+/// A listed mark of doubt as JSON: the mark, or `{"unreadable": …}`, or null.
+fn noted_doubt_json(doubt: &Noted<Doubt>) -> Value {
+    match doubt {
+        Noted::Known(doubt) => doubt_json(doubt),
+        Noted::Unreadable(why) => json!({ "unreadable": why }),
+        Noted::Unknown => Value::Null,
+    }
 }
 
 /// One record as `inspect` shows it: a two-column table, the body only when asked.
@@ -346,6 +385,15 @@ pub(crate) fn record_text(inspected: &Inspected, now: Timestamp, with_body: bool
                     format!("{} bytes (--body prints it)", response.body.len())
                 },
             );
+            if let Some(doubt) = &inspected.doubt {
+                field(
+                    "in doubt",
+                    format!(
+                        "{} (`idem doubt show` for its note and audit trail)",
+                        doubt.cause
+                    ),
+                );
+            }
         }
     }
     let at = |t: Option<Timestamp>, none: &str| {
@@ -404,6 +452,14 @@ pub(crate) fn inspected_json(inspected: &Inspected, now: Timestamp, with_body: b
         &mut value,
         provenance_json(&inspected.provenance, inspected.record.is_in_progress()),
     );
+    merge(
+        &mut value,
+        json!({
+            "doubt": inspected.doubt.as_ref().map(doubt_json),
+            "check_at": inspected.check_at.map(time),
+            "check_at_ms": inspected.check_at.map(Timestamp::as_millis),
+        }),
+    );
     value
 }
 
@@ -457,6 +513,7 @@ pub(crate) fn stats_text(stats: &Stats) -> String {
         ("in progress", stats.in_progress),
         ("orphaned (lease passed)", stats.orphaned),
         ("completed", stats.completed),
+        ("in doubt (counted in completed)", stats.in_doubt),
         ("expired (awaiting purge)", stats.expired),
         ("total", stats.total()),
     ] {
@@ -471,6 +528,13 @@ pub(crate) fn stats_text(stats: &Stats) -> String {
             relative(oldest, stats.now)
         );
     }
+    if stats.in_doubt > 0 {
+        let _ = writeln!(
+            out,
+            "{} in doubt: `idem doubt list` lists them",
+            stats.in_doubt
+        );
+    }
     let _ = writeln!(out, "counted at {} by the store's clock", time(stats.now));
     out
 }
@@ -483,6 +547,7 @@ pub(crate) fn stats_json(stats: &Stats) -> Value {
         "in_progress": stats.in_progress,
         "orphaned": stats.orphaned,
         "completed": stats.completed,
+        "in_doubt": stats.in_doubt,
         "expired": stats.expired,
         "total": stats.total(),
         "oldest_in_progress": stats.oldest_in_progress.map(time),

@@ -3,10 +3,10 @@
 //! is a failure, never a skip). Records are written through the library, then read, listed,
 //! counted and purged through the command.
 
-use idem_core::store::Store;
+use idem_core::store::{Operator, Store};
 use idem_core::{
-    Begin, FencingToken, Fingerprint, Holder, Idempotency, IdempotencyKey, Policy, RecordId,
-    Request, Scope, StoredResponse,
+    Answer, Begin, Failure, FencingToken, Fingerprint, Holder, Idempotency, IdempotencyKey,
+    Outcome, Policy, RecordId, Request, Scope, StoredResponse,
 };
 use idem_postgres::PgStore;
 use idem_redis::RedisStore;
@@ -32,9 +32,15 @@ impl Run {
 
 /// Runs `idem` with `args` (and no IDEM_URL from the environment).
 fn idem(args: &[&str]) -> Run {
+    idem_with(args, &[])
+}
+
+/// Runs `idem` with `args` and these environment variables (and no IDEM_URL).
+fn idem_with(args: &[&str], vars: &[(&str, &str)]) -> Run {
     let output = Command::new(env!("CARGO_BIN_EXE_idem"))
         .args(args)
         .env_remove("IDEM_URL")
+        .envs(vars.iter().copied())
         .output()
         .expect("run idem");
     Run {
@@ -801,8 +807,18 @@ where
         "counted before the error and after it: {}",
         run.out
     );
-    let (_, last) = run.out.rsplit_once("every 1s").expect("refreshes");
-    assert!(last.contains("counted at"), "recovered: {}", run.out);
+    // Ctrl-C stops a run wherever it is, so the last refresh may be cut short: the one before
+    // it is whole.
+    let refreshes: Vec<&str> = run.out.split("every 1s").collect();
+    assert!(
+        refreshes
+            .iter()
+            .rev()
+            .take(2)
+            .any(|r| r.contains("counted at")),
+        "recovered: {}",
+        run.out
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1062,4 +1078,415 @@ fn ctrl_c_ends_a_watch_that_waits_for_a_frozen_store() {
         started.elapsed()
     );
     assert_eq!(run.code, 0, "Ctrl-C ends a watch: {}", run.err);
+}
+
+/// Executes `request` on `idem` with a handler whose outcome is unknown (the provider timed out
+/// after the call was sent): the record is kept in doubt, with `note`.
+async fn in_doubt<S: Store + 'static>(
+    idem: &Idempotency<S>,
+    request: &Request,
+    note: &'static str,
+) {
+    let run = idem
+        .run(request, move |_| async move {
+            Err::<StoredResponse, _>(Failure::unknown("timeout").noting(note))
+        })
+        .await;
+    assert!(run.is_err(), "an unknown outcome is an error: {run:?}");
+}
+
+/// Executes `request` on `idem` with a handler that answers 200 `again`.
+async fn retry<S: Store + 'static>(idem: &Idempotency<S>, request: &Request) -> Outcome {
+    idem.run(request, |_| async {
+        Ok::<_, Failure<std::io::Error>>(StoredResponse::new(200, "again"))
+    })
+    .await
+    .expect("run")
+}
+
+/// The `doubt` commands on every store: records in doubt listed, shown, settled and released
+/// by an operator through the library's fenced path, the audit trail kept; `expires` says
+/// whether an expired record stays readable (SQL) or is gone (Redis's TTL).
+async fn decides_records_in_doubt<S: Operator + 'static>(
+    store: S,
+    base: &[&str],
+    consumer: &str,
+    expires: bool,
+) {
+    let cmd = |extra: &[&str]| idem_with(&[base, extra].concat(), &[("USER", "tester")]);
+    let idem = Idempotency::new(std::sync::Arc::new(store));
+    let (a, b) = (request(consumer, "doubt-a"), request(consumer, "doubt-b"));
+    in_doubt(&idem, &a, "net key a").await;
+    in_doubt(&idem, &b, "net key b").await;
+    let done = request(consumer, "sure");
+    assert!(matches!(retry(&idem, &done).await, Outcome::Executed(_)));
+    let downstream = idem
+        .in_doubt(a.id())
+        .await
+        .expect("read")
+        .expect("in doubt")
+        .downstream_key();
+
+    // list: both, oldest first, with their cause; paged like the other listings.
+    let listed = cmd(&["--json", "doubt", "list", "--all"]);
+    assert_eq!(listed.code, 0, "{}", listed.err);
+    let listed = listed.json();
+    assert_eq!(keys(&listed), ["doubt-a", "doubt-b"], "{listed}");
+    for record in listed["records"].as_array().expect("records") {
+        assert_eq!(record["status"], 500, "{record}");
+        assert_eq!(record["doubt"]["cause"], "handler_failure", "{record}");
+        assert_eq!(record["doubt"]["attempts"], 0, "{record}");
+        assert!(record["check_at_ms"].is_u64(), "{record}");
+    }
+    let due = cmd(&["--json", "doubt", "list", "--due", "--all"]).json();
+    assert_eq!(keys(&due), ["doubt-a", "doubt-b"], "due at once: {due}");
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    for _ in 0..100_000 {
+        let mut args = vec!["--json", "doubt", "list", "--limit", "1"];
+        if let Some(cursor) = &after {
+            args.extend(["--after", cursor.as_str()]);
+        }
+        let page = cmd(&args).json();
+        assert!(page["records"].as_array().expect("records").len() <= 1);
+        seen.extend(keys(&page));
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["doubt-a", "doubt-b"]);
+    let table = cmd(&["doubt", "list", "--all"]);
+    assert!(table.out.starts_with("RESERVED"), "{}", table.out);
+    for expected in [
+        "CAUSE",
+        "NEXT CHECK",
+        "doubt-a",
+        "doubt-b",
+        "handler_failure",
+        "500",
+    ] {
+        assert!(table.out.contains(expected), "{expected}: {}", table.out);
+    }
+    assert!(!table.out.contains("sure"), "not in doubt: {}", table.out);
+    let stats = cmd(&["--json", "stats"]).json();
+    assert_eq!(stats["in_doubt"], 2, "{stats}");
+    assert!(cmd(&["stats"]).out.contains("in doubt"));
+
+    // show: the record in doubt, and no trail yet.
+    let shown = cmd(&["doubt", "show", consumer, ROUTE, "doubt-a"]);
+    assert_eq!(shown.code, 0, "{}", shown.err);
+    for expected in [
+        "handler_failure",
+        "net key a",
+        &downstream,
+        "500",
+        "not checked yet",
+    ] {
+        assert!(shown.out.contains(expected), "{expected}: {}", shown.out);
+    }
+    assert!(shown.err.contains("no audit trail"), "{}", shown.err);
+    let json = cmd(&["--json", "doubt", "show", consumer, ROUTE, "doubt-a"]).json();
+    assert_eq!(
+        (&json["in_doubt"], &json["state"]),
+        (&Value::Bool(true), &Value::from("in_doubt"))
+    );
+    assert_eq!(json["record"]["doubt"]["note"], "net key a", "{json}");
+    assert_eq!(
+        json["record"]["downstream_key"],
+        downstream.as_str(),
+        "{json}"
+    );
+    assert_eq!(json["trail"], Value::Array(Vec::new()), "{json}");
+
+    // Mistakes write nothing.
+    for mistake in [
+        vec![
+            "doubt", "settle", consumer, ROUTE, "doubt-a", "--status", "201",
+        ],
+        vec![
+            "doubt", "settle", consumer, ROUTE, "doubt-a", "--status", "201", "--reason", " ",
+        ],
+        vec![
+            "doubt", "settle", consumer, ROUTE, "doubt-a", "--status", "99", "--reason", "x",
+        ],
+        vec![
+            "doubt",
+            "settle",
+            consumer,
+            ROUTE,
+            "doubt-a",
+            "--status",
+            "201",
+            "--reason",
+            "x",
+            "--header",
+            "Set-Cookie: s=1",
+        ],
+        vec![
+            "doubt", "release", consumer, ROUTE, "bad key", "--reason", "x",
+        ],
+    ] {
+        let run = cmd(&mistake);
+        assert_eq!(run.code, 2, "{mistake:?}: {}", run.err);
+    }
+    assert_eq!(cmd(&["--json", "stats"]).json()["in_doubt"], 2);
+
+    // settle: the real answer, replayed from now on; the trail says who and why.
+    let settled = cmd(&[
+        "doubt",
+        "settle",
+        consumer,
+        ROUTE,
+        "doubt-a",
+        "--status",
+        "201",
+        "--body",
+        r#"{"id":"ch_1"}"#,
+        "--header",
+        "Content-Type: application/json",
+        "--header",
+        "X-Provider-Id: ch_1",
+        "--reason",
+        "captured as ch_1 in the dashboard",
+        "--by",
+        "operator alice",
+    ]);
+    assert_eq!(settled.code, 0, "{}", settled.err);
+    assert!(settled.out.contains("settled 201"), "{}", settled.out);
+    match retry(&idem, &a).await {
+        Outcome::Answered(Answer::Replay(response)) => {
+            assert_eq!(response.status, 201);
+            assert_eq!(response.body, br#"{"id":"ch_1"}"#);
+            assert_eq!(
+                response.header("content-type"),
+                Some(&b"application/json"[..])
+            );
+            assert_eq!(
+                response.header("x-provider-id"),
+                None,
+                "replayed only where the application's policy stores it"
+            );
+        }
+        other => panic!("the settled answer is replayed: {other:?}"),
+    }
+    let stored = cmd(&["inspect", consumer, ROUTE, "doubt-a"]);
+    assert!(
+        stored.out.contains("x-provider-id: ch_1") && stored.out.contains("201"),
+        "stored as given: {}",
+        stored.out
+    );
+    let trail = cmd(&["doubt", "show", consumer, ROUTE, "doubt-a"]);
+    assert_eq!(trail.code, 0, "{}", trail.err);
+    assert!(trail.err.contains("not in doubt"), "{}", trail.err);
+    for expected in [
+        "settled 201",
+        "operator alice",
+        "captured as ch_1 in the dashboard",
+        "operator check",
+    ] {
+        assert!(trail.out.contains(expected), "{expected}: {}", trail.out);
+    }
+    let json = cmd(&["--json", "doubt", "show", consumer, ROUTE, "doubt-a"]).json();
+    assert_eq!(
+        (&json["in_doubt"], &json["state"]),
+        (&Value::Bool(false), &Value::from("completed"))
+    );
+    let entries = json["trail"].as_array().expect("trail");
+    assert_eq!(entries.len(), 1, "{json}");
+    assert_eq!(entries[0]["decision"], "settled");
+    assert_eq!(entries[0]["status"], 201);
+    assert_eq!(entries[0]["by"], "operator alice");
+    assert_eq!(entries[0]["answer"], "captured as ch_1 in the dashboard");
+    assert_eq!(entries[0]["asked"], "operator check");
+
+    // The same decision again: the record is no longer in doubt.
+    let again = cmd(&[
+        "--json", "doubt", "settle", consumer, ROUTE, "doubt-a", "--status", "201", "--reason",
+        "twice",
+    ]);
+    assert_eq!(again.code, 3, "{}", again.err);
+    assert_eq!(again.json()["in_doubt"], false);
+    let again = cmd(&[
+        "doubt", "settle", consumer, ROUTE, "doubt-a", "--status", "201", "--reason", "twice",
+    ]);
+    assert_eq!(again.code, 3);
+    assert!(again.err.contains("not in doubt"), "{}", again.err);
+    assert_eq!(
+        cmd(&["--json", "doubt", "show", consumer, ROUTE, "doubt-a"]).json()["trail"]
+            .as_array()
+            .map(Vec::len),
+        Some(1),
+        "a decision that was not made leaves no entry"
+    );
+
+    // release: the record is gone, the retry executes, the trail stays.
+    let released = cmd(&[
+        "--json",
+        "doubt",
+        "release",
+        consumer,
+        ROUTE,
+        "doubt-b",
+        "--reason",
+        "no authorization under this key",
+        "--asked",
+        "card network dashboard",
+    ]);
+    assert_eq!(released.code, 0, "{}", released.err);
+    let released = released.json();
+    assert_eq!(released["decision"], "released", "{released}");
+    assert_eq!(
+        released["by"], "operator tester",
+        "by defaults to operator $USER"
+    );
+    assert_eq!(
+        cmd(&["inspect", consumer, ROUTE, "doubt-b"]).code,
+        3,
+        "released: no record"
+    );
+    let gone = cmd(&["doubt", "show", consumer, ROUTE, "doubt-b"]);
+    assert_eq!(gone.code, 0, "the trail is still there: {}", gone.err);
+    for expected in [
+        "released",
+        "operator tester",
+        "no authorization under this key",
+        "card network dashboard",
+    ] {
+        assert!(gone.out.contains(expected), "{expected}: {}", gone.out);
+    }
+    assert!(
+        gone.err.contains("not in doubt") && gone.err.contains("no record"),
+        "{}",
+        gone.err
+    );
+    assert!(
+        matches!(retry(&idem, &b).await, Outcome::Executed(_)),
+        "the retry executes"
+    );
+    let json = cmd(&["--json", "doubt", "show", consumer, ROUTE, "doubt-b"]).json();
+    assert_eq!(json["state"], "completed", "{json}");
+    assert_eq!(json["trail"][0]["decision"], "released", "{json}");
+    let nothing = cmd(&["doubt", "show", consumer, ROUTE, "never-used"]);
+    assert_eq!(nothing.code, 3, "neither record nor trail: {}", nothing.err);
+    assert_eq!(cmd(&["--json", "stats"]).json()["in_doubt"], 0);
+    let empty = cmd(&["doubt", "list", "--all"]);
+    assert!(
+        empty.out.is_empty() && empty.err.contains("no records in doubt"),
+        "{}",
+        empty.err
+    );
+
+    // A record whose retention passed between the read and the decision: the store refuses
+    // the decision, nothing is written (on Redis the record is gone by its TTL: not in doubt).
+    let short = Idempotency::with_policy(
+        idem.store().clone(),
+        Policy::default().retention(Duration::from_millis(300)),
+    )
+    .expect("policy");
+    let late = request(consumer, "doubt-late");
+    in_doubt(&short, &late, "net key late").await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let lost = cmd(&[
+        "doubt",
+        "release",
+        consumer,
+        ROUTE,
+        "doubt-late",
+        "--reason",
+        "too late",
+    ]);
+    if expires {
+        assert_eq!(lost.code, 3, "{}", lost.err);
+    } else {
+        assert_eq!(lost.code, 4, "{}", lost.err);
+        assert!(
+            lost.err.contains("changed since it was read"),
+            "{}",
+            lost.err
+        );
+        let json = cmd(&[
+            "--json",
+            "doubt",
+            "settle",
+            consumer,
+            ROUTE,
+            "doubt-late",
+            "--status",
+            "201",
+            "--reason",
+            "too late",
+        ]);
+        assert_eq!(json.code, 4, "{}", json.err);
+        assert_eq!(json.json()["decision"], "contested");
+    }
+    let untouched = cmd(&["--json", "doubt", "show", consumer, ROUTE, "doubt-late"]).json();
+    assert_eq!(untouched["trail"], Value::Array(Vec::new()), "{untouched}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_records_in_doubt_are_listed_shown_settled_and_released() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("doubt.db");
+    let url = format!("sqlite://{}", path.display());
+    assert_eq!(idem(&["--url", &url, "migrate"]).code, 0);
+    let store = SqliteStore::builder(&path).open().await.expect("open");
+    decides_records_in_doubt(store, &["--url", &url], "acct_sqlite", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_records_in_doubt_are_listed_shown_settled_and_released() {
+    let url = env("IDEM_PG_URL");
+    let schema = format!("cli_{}", FencingToken::generate());
+    let base = ["--url", url.as_str(), "--schema", schema.as_str()];
+    assert_eq!(idem(&[&base[..], &["migrate"]].concat()).code, 0);
+    let store = PgStore::builder()
+        .schema(&schema)
+        .connect(&url)
+        .await
+        .expect("connect");
+    decides_records_in_doubt(store, &base, "acct_pg", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_records_in_doubt_are_listed_shown_settled_and_released() {
+    let url = env("IDEM_REDIS_URL");
+    let prefix = format!("cli{}", FencingToken::generate());
+    let store = RedisStore::builder()
+        .prefix(&prefix)
+        .connect(&url)
+        .await
+        .expect("connect");
+    decides_records_in_doubt(
+        store,
+        &["--url", &url, "--prefix", &prefix],
+        "acct_redis",
+        true,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_records_in_doubt_are_listed_shown_settled_and_released() {
+    let nodes = env("IDEM_REDIS_CLUSTER_NODES");
+    let nodes: Vec<&str> = nodes.split(',').collect();
+    let hosts: Vec<&str> = nodes
+        .iter()
+        .map(|n| n.trim_start_matches("redis://"))
+        .collect();
+    let url = format!("redis+cluster://{}", hosts.join(","));
+    let prefix = format!("cli{}", FencingToken::generate());
+    let store = RedisStore::builder()
+        .prefix(&prefix)
+        .connect_cluster(&nodes)
+        .await
+        .expect("connect");
+    decides_records_in_doubt(
+        store,
+        &["--url", &url, "--prefix", &prefix],
+        "acct_cluster",
+        true,
+    )
+    .await;
 }
