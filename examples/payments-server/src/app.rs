@@ -1,10 +1,13 @@
 //! The HTTP API: routes, the idempotency layer in front of them, bodies read within their
-//! deadline and budget, one log line per request.
+//! deadline and budget, one log line per request. A charge is authorised at the card network
+//! first, then recorded in one transaction with its idempotency completion.
 
 use crate::account::{account, Account};
 use crate::charge::{Charge, NewCharge};
 use crate::db::{is_unavailable, Backend, DbError};
 use crate::errors::{render_problem, render_refusal, ApiError};
+use crate::network::{CallError, Fault, Network};
+use crate::reconcile::{report_json, Reconciler};
 use crate::request_log::log_request;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -20,15 +23,17 @@ use std::sync::Arc;
 
 /// What the handlers share.
 pub(crate) struct App<B> {
-    pub backend: B,
+    pub backend: Arc<B>,
+    pub network: Arc<Network>,
     pub test_hooks: bool,
 }
 
-/// The API over `backend`: `POST /v1/charges` behind the idempotency layer, the reads beside
-/// it, and with `test_hooks` the test endpoints. Every request runs on a task of `tasks`, its
-/// body read first within `limits`.
+/// The API over `backend` and `network`: `POST /v1/charges` behind the idempotency layer, the
+/// reads beside it, and with `test_hooks` the test endpoints. Every request runs on a task of
+/// `tasks`, its body read first within `limits`.
 pub(crate) fn router<B: Backend>(
-    backend: B,
+    backend: Arc<B>,
+    network: Arc<Network>,
     test_hooks: bool,
     limits: &Limits,
     tasks: Tasks,
@@ -43,6 +48,7 @@ pub(crate) fn router<B: Backend>(
         IdempotencyLayer::new(backend.idem().clone(), account).render_problems(render_problem);
     let app = Arc::new(App {
         backend,
+        network,
         test_hooks,
     });
     let mut router = Router::new()
@@ -54,9 +60,19 @@ pub(crate) fn router<B: Backend>(
     if test_hooks {
         router = router.route("/test/charges/count", get(count_charges::<B>));
     }
-    router
+    router = router
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed().into_response() })
-        .route_layer(layer)
+        .route_layer(layer);
+    if test_hooks {
+        // Outside the idempotency layer: test hooks, not charges.
+        router = router
+            .route(
+                "/test/network/authorizations/count",
+                get(count_authorizations::<B>),
+            )
+            .route("/test/reconcile", post(reconcile_now::<B>));
+    }
+    router
         .fallback(|| async { ApiError::missing("route", "unknown").into_response() })
         .with_state(app)
         .layer(middleware::from_fn_with_state(gate, buffer_body))
@@ -75,9 +91,13 @@ fn read_failed(error: &DbError, what: &str) -> Response {
     }
 }
 
-/// `POST /v1/charges`: the charge row and the idempotency completion in one transaction. A
-/// request that fails validation or whose transaction rolls back releases its key (nothing
-/// happened), as Stripe does; the layer stores and replays everything else.
+/// `POST /v1/charges`: the authorization at the card network under the request's downstream
+/// key, then the charge row and the idempotency completion in one transaction. A request that
+/// fails validation or whose transaction rolls back releases its key (nothing happened), as
+/// Stripe does: the network's authorization stays, and the retry gets the same one under the
+/// same key. A network that does not answer leaves the charge in doubt: a 502 stored marked
+/// in doubt and replayed until the reconciler settles it. The layer stores and replays
+/// everything else.
 async fn create_charge<B: Backend>(
     State(app): State<Arc<App<B>>>,
     Account(account): Account,
@@ -90,10 +110,23 @@ async fn create_charge<B: Backend>(
         Err(error) => return error.nothing_happened(),
     };
     let delay = app.test_hooks.then(|| test_delay(&headers)).flatten();
-    let charge = Charge::create(new);
-    // What a call to a card network would carry as its own idempotency key: the same on every
-    // retry and takeover of this request, scoped by account, route and key.
-    tracing::debug!(charge = %charge.id, downstream_key = %reservation.downstream_key(), "charging");
+    let fault = app
+        .test_hooks
+        .then(|| Fault::from_headers(&headers))
+        .flatten();
+    // The card network's idempotency key: the same on every retry and takeover of this
+    // request, scoped by account, route and key.
+    let downstream_key = reservation.downstream_key();
+    let authorization = match app.network.authorize(&downstream_key, &new, fault).await {
+        Ok(authorization) => authorization,
+        Err(CallError::NoAnswer) => {
+            tracing::warn!(%downstream_key, "the card network did not answer; the charge is in doubt");
+            return ApiError::network_no_answer().outcome_unknown(downstream_key);
+        }
+        Err(CallError::KeyReused) => return ApiError::network_key_reused().nothing_happened(),
+    };
+    let charge = Charge::authorized(&authorization);
+    tracing::debug!(charge = %charge.id, authorization = %authorization.id, %downstream_key, "authorised");
     match app
         .backend
         .create(&reservation, &account, &charge, delay)
@@ -156,6 +189,21 @@ async fn list_charges<B: Backend>(
         }))
         .into_response(),
         Err(error) => read_failed(&error, "listing charges"),
+    }
+}
+
+/// `GET /test/network/authorizations/count` (test hooks only): the card network's
+/// authorizations.
+async fn count_authorizations<B: Backend>(State(app): State<Arc<App<B>>>) -> Response {
+    Json(serde_json::json!({ "count": app.network.count() })).into_response()
+}
+
+/// `POST /test/reconcile` (test hooks only): one reconciliation pass now; its report.
+async fn reconcile_now<B: Backend>(State(app): State<Arc<App<B>>>) -> Response {
+    let reconciler = Reconciler::new(app.backend.clone(), app.network.clone());
+    match app.backend.idem().reconcile_now(&reconciler).await {
+        Ok(report) => Json(report_json(&report)).into_response(),
+        Err(error) => read_failed(&(Box::new(error) as DbError), "reconciling"),
     }
 }
 

@@ -1,11 +1,11 @@
 //! A charge: what a client asks for, how it is checked, and what it answers.
 
 use crate::errors::ApiError;
+use crate::network::Authorization;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::HeaderMap;
 use idem::StoredResponse;
 use serde::Serialize;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The largest amount accepted, in the currency's smallest unit (Stripe's eight digits).
 pub(crate) const MAX_AMOUNT: i64 = 99_999_999;
@@ -18,7 +18,7 @@ pub(crate) struct NewCharge {
     pub description: Option<String>,
 }
 
-/// A charge as stored and answered.
+/// A charge as stored and answered: the record of an authorization of the card network.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct Charge {
     pub id: String,
@@ -30,16 +30,27 @@ pub(crate) struct Charge {
     pub livemode: bool,
     pub paid: bool,
     pub status: &'static str,
+    /// The card network's authorization (none on rows written before the network existed).
+    pub authorization: Option<String>,
 }
 
 impl Charge {
-    /// A new charge with a fresh id, created now.
-    pub(crate) fn create(new: NewCharge) -> Self {
-        let created = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-            .unwrap_or(0);
-        Self::from_row(new_id(), new.amount, new.currency, new.description, created)
+    /// The charge that records `authorization`: its id is derived from the authorization's
+    /// (`auth_X` is charged as `ch_X`), so one authorization is one charge row however many
+    /// times it is recorded (by the handler, by the reconciler after a crash).
+    pub(crate) fn authorized(authorization: &Authorization) -> Self {
+        let suffix = authorization
+            .id
+            .strip_prefix("auth_")
+            .unwrap_or(&authorization.id);
+        Self::from_row(
+            format!("ch_{suffix}"),
+            authorization.amount,
+            authorization.currency.clone(),
+            authorization.description.clone(),
+            authorization.created,
+            Some(authorization.id.clone()),
+        )
     }
 
     /// A charge read back from the database.
@@ -49,6 +60,7 @@ impl Charge {
         currency: String,
         description: Option<String>,
         created: i64,
+        authorization: Option<String>,
     ) -> Self {
         Self {
             id,
@@ -60,30 +72,16 @@ impl Charge {
             livemode: false,
             paid: true,
             status: "succeeded",
+            authorization,
         }
     }
 
-    /// The 200 answer for it, as stored for the idempotency key.
+    /// The 200 answer for it, as stored for the idempotency key (by the handler, or by the
+    /// reconciler that settles a charge in doubt: the same bytes for the same row).
     pub(crate) fn response(&self) -> StoredResponse {
         let body = serde_json::to_vec(self).unwrap_or_default();
         StoredResponse::new(200, body).with_header("content-type", "application/json")
     }
-}
-
-/// `ch_` and 24 random letters and digits.
-fn new_id() -> String {
-    const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-    let mut bytes = [0u8; 24];
-    if getrandom::fill(&mut bytes).is_err() {
-        // No system randomness: a hash of the time and a counter is still unique here.
-        let seed = format!("{:?}{:?}", SystemTime::now(), std::thread::current().id());
-        bytes.copy_from_slice(&blake3::hash(seed.as_bytes()).as_bytes()[..24]);
-    }
-    let id: String = bytes
-        .iter()
-        .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
-        .collect();
-    format!("ch_{id}")
 }
 
 impl NewCharge {
@@ -252,6 +250,32 @@ mod tests {
         .expect("json");
         assert_eq!(form, json);
         assert_eq!(form.currency, "usd");
+    }
+
+    #[test]
+    fn one_authorization_is_one_charge_and_one_answer() {
+        let authorization = crate::network::Authorization {
+            id: "auth_0123456789abcdefghijklmn".into(),
+            amount: 4242,
+            currency: "usd".into(),
+            description: None,
+            created: 1_700_000_000,
+        };
+        let charge = Charge::authorized(&authorization);
+        assert_eq!(charge.id, "ch_0123456789abcdefghijklmn");
+        assert_eq!(
+            charge.authorization.as_deref(),
+            Some(authorization.id.as_str())
+        );
+        // The handler's answer and the reconciler's (from the row) are the same bytes.
+        assert_eq!(
+            charge.response(),
+            Charge::authorized(&authorization).response()
+        );
+        let body: serde_json::Value =
+            serde_json::from_slice(&charge.response().body).expect("json");
+        assert_eq!(body["authorization"], "auth_0123456789abcdefghijklmn");
+        assert_eq!(body["created"], 1_700_000_000);
     }
 
     #[test]

@@ -1,14 +1,15 @@
 //! Errors in Stripe's shape: `{"error": {"type": .., "code": .., "message": .., "param": ..}}`.
-//! Every 401 names the schemes the server accepts in `WWW-Authenticate`; a 405 is also an RFC
-//! 9457 problem (`application/problem+json`, with the `error` object beside `type`, `title`,
-//! `status` and `detail`); a 503 carries `Retry-After`.
+//! Every 401 names the schemes the server accepts in `WWW-Authenticate`; a 405 and the 502 of a
+//! card network that did not answer are also RFC 9457 problems (`application/problem+json`,
+//! with the `error` object beside `type`, `title`, `status` and `detail`); a 503 carries
+//! `Retry-After`.
 
 use axum::http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use idem::render::Problem;
-use idem::tower::NothingHappened;
+use idem::tower::{NothingHappened, OutcomeUnknown};
 use idem::StoredResponse;
 use serde::Serialize;
 use serving::Refusal;
@@ -139,6 +140,37 @@ impl ApiError {
         }
     }
 
+    /// A 502 `api_error`: the card network did not answer the authorization in time, so the
+    /// card may have been charged. Stored in doubt ([`outcome_unknown`](Self::outcome_unknown))
+    /// and replayed to every retry with the key until the reconciler settles it.
+    pub(crate) fn network_no_answer() -> Self {
+        Self {
+            status: StatusCode::BAD_GATEWAY,
+            kind: "api_error",
+            code: "card_network_timeout".to_owned(),
+            message: "The card network did not answer; the charge may have gone through. Do not \
+                      retry with another key: retries with this idempotency key get this answer \
+                      until the charge is reconciled, then the charge if it was made."
+                .to_owned(),
+            param: None,
+        }
+    }
+
+    /// A 409 `idempotency_error`: the card network already authorised another charge under
+    /// this request's key (its key was released after a failure and reused with other
+    /// parameters); nothing was charged.
+    pub(crate) fn network_key_reused() -> Self {
+        Self {
+            status: StatusCode::CONFLICT,
+            kind: "idempotency_error",
+            code: "network_key_reused".to_owned(),
+            message: "The card network already authorised another charge under this idempotency \
+                      key; retry with the original parameters, or use another key."
+                .to_owned(),
+            param: None,
+        }
+    }
+
     /// A 500 `api_error`: the server failed (nothing is said of the cause).
     pub(crate) fn internal() -> Self {
         Self {
@@ -160,14 +192,30 @@ impl ApiError {
     pub(crate) fn nothing_happened(self) -> Response {
         (NothingHappened, self).into_response()
     }
+
+    /// The error as a response whose outcome is unknown: the layer stores it marked in doubt
+    /// with `note` (what the reconciler asks the card network by) and replays it to every
+    /// retry; the effect never runs again blind (C8).
+    pub(crate) fn outcome_unknown(self, note: String) -> Response {
+        (OutcomeUnknown::noting(note), self).into_response()
+    }
+
+    /// The problem kind of an error that is also an RFC 9457 problem.
+    fn problem_kind(&self) -> Option<&'static str> {
+        match self.status {
+            StatusCode::METHOD_NOT_ALLOWED => Some("method-not-allowed"),
+            StatusCode::BAD_GATEWAY => Some("outcome-unknown"),
+            _ => None,
+        }
+    }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = if self.status == StatusCode::METHOD_NOT_ALLOWED {
+        let mut response = if let Some(kind) = self.problem_kind() {
             // A problem (RFC 9457) that is also a Stripe error: `type`, `title`, `status`,
             // `detail`, and the `error` object Stripe's clients read.
-            let problem = Problem::new(405, "method-not-allowed", &self.message, false);
+            let problem = Problem::new(self.status.as_u16(), kind, &self.message, false);
             let body = serde_json::json!({
                 "type": problem.type_uri(),
                 "title": problem.kind,

@@ -14,21 +14,36 @@
 //! (`--max-buffered-body-bytes`, default 16 MiB, then 503); `--help` lists every setting and
 //! its environment variable. Every request runs to its end on a task of its own and logs one
 //! `request` line, also when its client hung up (`client="gone"`).
+//!
+//! Each charge is authorised first at a simulated card network inside the server
+//! (`network`), under the request's downstream key (the same on every retry of one request):
+//! the network charges a key once. When the network does not answer in time, the charge may
+//! have gone through: the client gets a 502 (`card_network_timeout`) that is stored marked in
+//! doubt and replayed to every retry with the key, never a second charge. A reconciler
+//! (`reconcile`) asks the network about each record in doubt every `--reconcile-every` seconds
+//! (default 30; 0 turns it off): the charge was authorised (the row is recorded and every
+//! retry gets the real charge), or it was not (the key is released and the next retry
+//! charges).
 
 mod account;
 mod app;
 mod charge;
 mod db;
 mod errors;
+mod network;
+mod reconcile;
 mod request_log;
 mod settings;
 
 use db::{Backend, Postgres, Sqlite};
 use idem::Policy;
+use network::Network;
+use reconcile::Reconciler;
 use serving::Tasks;
 use settings::{Database, Settings};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[tokio::main]
@@ -61,13 +76,14 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 async fn serve(settings: Settings) -> Result<(), BoxError> {
     if settings.test_hooks {
-        tracing::warn!("IDEM_TEST_HOOKS=1: TEST HOOKS ARE ON (X-Test-Delay-Ms, GET /test/charges/count). Never in production.");
+        tracing::warn!("IDEM_TEST_HOOKS=1: TEST HOOKS ARE ON (X-Test-Delay-Ms, X-Test-Network, GET /test/charges/count, GET /test/network/authorizations/count, POST /test/reconcile). Never in production.");
     }
     let policy = Policy::default().lease(settings.lease);
     let limits = &settings.limits;
     tracing::info!(
         database = settings.database.describe(),
         lease_ms = settings.lease.as_millis() as u64,
+        reconcile_every_s = settings.reconcile_every.map_or(0, |every| every.as_secs()),
         header_timeout_ms = limits.header_timeout.as_millis() as u64,
         body_timeout_ms = limits.body_timeout.as_millis() as u64,
         max_connections = limits.max_connections,
@@ -82,16 +98,28 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
 
 async fn run<B: Backend>(backend: B, settings: &Settings) -> Result<(), BoxError> {
     let idem = backend.idem().clone();
-    let purger = idem.purge_every(Duration::from_secs(60));
+    let backend = Arc::new(backend);
+    let network = Arc::new(Network::new());
     let listener = tokio::net::TcpListener::bind(settings.addr).await?;
     let addr = listener.local_addr()?;
+    let purger = idem.purge_every(Duration::from_secs(60));
+    // The records in doubt are settled from the network's answers, now and every period.
+    let reconciling = settings.reconcile_every.map(|every| {
+        idem.reconcile_every(every, Reconciler::new(backend.clone(), network.clone()))
+    });
     // The one line on stdout: where to reach the server (scripts and tests read it).
     println!("listening on http://{addr}");
     std::io::stdout().flush()?;
     tracing::info!(%addr, "listening");
     let gate = idem.clone();
     let (tasks, drained) = Tasks::new();
-    let app = app::router(backend, settings.test_hooks, &settings.limits, tasks);
+    let app = app::router(
+        backend,
+        network,
+        settings.test_hooks,
+        &settings.limits,
+        tasks,
+    );
     serving::serve(listener, app, &settings.limits, async move {
         serving::shutdown_signal().await;
         // Requests still arriving on open connections start nothing: 503, Retry-After.
@@ -101,6 +129,9 @@ async fn run<B: Backend>(backend: B, settings: &Settings) -> Result<(), BoxError
     // Requests whose clients went away finish, store their responses and log their lines
     // before we exit.
     drained.wait().await;
+    if let Some(reconciling) = reconciling {
+        reconciling.stop().await;
+    }
     idem.shutdown().await;
     purger.stop().await;
     tracing::info!("stopped");

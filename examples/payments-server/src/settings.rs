@@ -17,6 +17,10 @@ pub(crate) struct Settings {
     /// What a connection and a request may cost (`--header-timeout-ms`,
     /// `--body-timeout-ms`, `--max-connections`, `--max-buffered-body-bytes`).
     pub limits: Limits,
+    /// How often the reconciler asks the card network about the charges in doubt
+    /// (`--reconcile-every`, `IDEM_RECONCILE_EVERY`, in seconds; default 30); `None` (0) runs
+    /// no reconciler.
+    pub reconcile_every: Option<Duration>,
     /// Test hooks (`IDEM_TEST_HOOKS=1` only).
     pub test_hooks: bool,
 }
@@ -66,18 +70,30 @@ const FLAGS: &[Flag] = &[
         name: "--lease-ms",
         env: "IDEM_LEASE_MS",
     },
+    Flag {
+        name: "--reconcile-every",
+        env: "IDEM_RECONCILE_EVERY",
+    },
 ];
+
+/// The reconciler's default period, in seconds.
+const RECONCILE_EVERY_S: u64 = 30;
 
 /// The help text.
 fn usage() -> String {
     format!(
-        "usage: payments-server [--addr ADDR] [--database PATH|URL] [--lease-ms N]
+        "usage: payments-server [--addr ADDR] [--database PATH|URL] [--lease-ms N] [--reconcile-every S]
                        {}
   --addr                     where to listen (env IDEM_ADDR; default 127.0.0.1:8080)
   --database                 a SQLite file (default payments.db) or a postgres:// URL (env DATABASE_URL)
   --lease-ms                 the idempotency lease in milliseconds (env IDEM_LEASE_MS; default 60000)
+  --reconcile-every          how often, in seconds, to ask the card network about the charges in
+                             doubt and settle them (env IDEM_RECONCILE_EVERY; default {RECONCILE_EVERY_S};
+                             0: never)
 {}
-  IDEM_TEST_HOOKS=1 enables the test hooks (X-Test-Delay-Ms, GET /test/charges/count)",
+  IDEM_TEST_HOOKS=1 enables the test hooks (X-Test-Delay-Ms, X-Test-Network:
+  timeout-after-charging|timeout-before-charging, GET /test/charges/count,
+  GET /test/network/authorizations/count, POST /test/reconcile)",
         Limits::SYNOPSIS,
         Limits::usage("client", 27)
     )
@@ -107,12 +123,19 @@ impl Settings {
                 .map_err(|e| format!("--lease-ms {ms}: {e}\n{}", usage()))?,
             None => 60_000,
         };
+        let reconcile_s: u64 = match flags.get("--reconcile-every") {
+            Some(s) => s
+                .parse()
+                .map_err(|e| format!("--reconcile-every {s}: {e}\n{}", usage()))?,
+            None => RECONCILE_EVERY_S,
+        };
         let limits = Limits::from_flags(&flags).map_err(|e| format!("{e}\n{}", usage()))?;
         Ok(Self {
             addr,
             database: Database::parse(flags.get("--database").unwrap_or("payments.db")),
             lease: Duration::from_millis(lease_ms),
             limits,
+            reconcile_every: (reconcile_s > 0).then(|| Duration::from_secs(reconcile_s)),
             test_hooks: env("IDEM_TEST_HOOKS").as_deref() == Some("1"),
         })
     }
@@ -153,7 +176,25 @@ mod tests {
             Database::Sqlite("charges.db".into())
         );
         assert!(parse(&["--nope"], &[]).is_err());
+        assert_eq!(s.reconcile_every, Some(Duration::from_secs(30)));
         assert!(parse(&["--addr"], &[]).is_err());
+    }
+
+    #[test]
+    fn the_reconciler_period_is_seconds_and_zero_turns_it_off() {
+        let every =
+            |args: &[&str], env: &[(&str, &str)]| parse(args, env).map(|s| s.reconcile_every);
+        assert_eq!(
+            every(&["--reconcile-every", "5"], &[]),
+            Ok(Some(Duration::from_secs(5)))
+        );
+        assert_eq!(
+            every(&[], &[("IDEM_RECONCILE_EVERY", "7")]),
+            Ok(Some(Duration::from_secs(7)))
+        );
+        assert_eq!(every(&["--reconcile-every=0"], &[]), Ok(None));
+        let err = every(&["--reconcile-every", "soon"], &[]).expect_err("not seconds");
+        assert!(err.contains("--reconcile-every soon"), "{err}");
     }
 
     #[test]

@@ -4,7 +4,10 @@
 //! at `IDEM_PG_URL`, which must be set: the PostgreSQL tests fail without it).
 //!
 //! Each idempotency scenario asserts exactly one committed charge row (`GET
-//! /test/charges/count`, `IDEM_TEST_HOOKS=1`) and one body for every 200 the client saw.
+//! /test/charges/count`, `IDEM_TEST_HOOKS=1`) and one body for every 200 the client saw. The
+//! `doubt_*` scenarios make the server's card network time out (`X-Test-Network`) and
+//! reconcile the charge in doubt (`POST /test/reconcile`, or the server's own reconciler); they
+//! print what the client saw at each step (`--nocapture` shows it).
 
 #[macro_use]
 mod support;
@@ -15,8 +18,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 use support::{
     assert_charge, assert_error, assert_in_flight_conflict, assert_unavailable,
-    fire_until_conflict, land_all, new_key, Attempt, Backend, ChargeRequest, RetryPolicy, Server,
-    TestEnv,
+    fire_until_conflict, land_all, new_key, Attempt, Backend, ChargeRequest, NetworkFault,
+    RetryPolicy, Server, TestEnv,
 };
 
 on_both_backends! {
@@ -53,6 +56,18 @@ on_both_backends! {
     sigterm_drains_then_restart_replays =>
         sqlite_sigterm_drains_then_restart_replays,
         postgres_sigterm_drains_then_restart_replays;
+    doubt_network_timed_out_after_charging_is_settled =>
+        sqlite_doubt_network_timed_out_after_charging_is_settled,
+        postgres_doubt_network_timed_out_after_charging_is_settled;
+    doubt_network_timed_out_before_charging_is_released =>
+        sqlite_doubt_network_timed_out_before_charging_is_released,
+        postgres_doubt_network_timed_out_before_charging_is_released;
+    doubt_two_reconcilers_at_once_settle_once =>
+        sqlite_doubt_two_reconcilers_at_once_settle_once,
+        postgres_doubt_two_reconcilers_at_once_settle_once;
+    doubt_the_servers_own_reconciler_settles =>
+        sqlite_doubt_the_servers_own_reconciler_settles,
+        postgres_doubt_the_servers_own_reconciler_settles;
 }
 
 /// Asserts `replay` is the replay of `original`: same status, byte-identical body,
@@ -736,4 +751,308 @@ async fn postgres_store_outage_is_503_then_recovers() {
         2,
         "the warm-up charge and exactly one more"
     );
+}
+
+/// The server on `env`'s database without its own reconciler (`IDEM_RECONCILE_EVERY=0`): only
+/// the test's `POST /test/reconcile` decides the records in doubt.
+async fn start_without_reconciler(env: &TestEnv) -> Server {
+    Server::start_with(env, &env.database, None, &[("IDEM_RECONCILE_EVERY", "0")]).await
+}
+
+/// Prints what the client saw at `step`: the status, whether it was a replay, the body.
+fn show(backend: Backend, step: &str, reply: &support::Reply) {
+    println!(
+        "[{backend:?}] {step}: {} (Idempotent-Replayed: {})\n    {}",
+        reply.status,
+        reply
+            .header("idempotent-replayed")
+            .unwrap_or_else(|| "-".to_owned()),
+        reply.text()
+    );
+}
+
+/// Prints the card network's authorizations and the charge rows, and asserts one of each.
+async fn show_and_assert_one_charge(backend: Backend, api: &support::Api) {
+    let (authorizations, rows) = (api.authorization_count().await, api.charge_count().await);
+    println!(
+        "[{backend:?}] end: {authorizations} authorization(s) at the network, {rows} charge row(s)"
+    );
+    assert_eq!(authorizations, 1, "exactly one authorization");
+    assert_eq!(rows, 1, "exactly one charge row");
+}
+
+/// Prints a reconciliation pass's report.
+fn show_report(backend: Backend, step: &str, report: &serde_json::Value) {
+    println!("[{backend:?}] {step}: POST /test/reconcile -> {report}");
+}
+
+/// Asserts `reply` is the answer of a charge in doubt: a 502 problem that is also a Stripe
+/// error (`api_error`, `card_network_timeout`), saying the charge may have gone through and
+/// not to retry with another key.
+fn assert_in_doubt(reply: &support::Reply) {
+    assert_eq!(
+        reply.status,
+        StatusCode::BAD_GATEWAY,
+        "the answer in doubt is a 502: {}",
+        reply.describe()
+    );
+    assert_eq!(
+        reply.header("content-type").as_deref(),
+        Some("application/problem+json"),
+        "{}",
+        reply.describe()
+    );
+    let body = assert_error(reply, 502, "api_error", Some("card_network_timeout"));
+    assert_eq!(body["status"], 502, "{}", reply.describe());
+    assert!(
+        body["type"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("/outcome-unknown")),
+        "{}",
+        reply.describe()
+    );
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("may have gone through") && message.contains("another key"),
+        "{}",
+        reply.describe()
+    );
+}
+
+/// Asserts a pass's report: these counts, every other one 0.
+fn assert_report(report: &serde_json::Value, expected: &[(&str, u64)]) {
+    for field in [
+        "checked",
+        "settled",
+        "released",
+        "deferred",
+        "contested",
+        "failed",
+    ] {
+        let want = expected
+            .iter()
+            .find(|(name, _)| *name == field)
+            .map_or(0, |(_, n)| *n);
+        assert_eq!(report[field].as_u64(), Some(want), "{field}: {report}");
+    }
+}
+
+/// Asserts GET /v1/charges/{id} answers `charge` as it was answered to the client.
+async fn assert_retrievable(api: &support::Api, charge: &serde_json::Value) {
+    let id = charge["id"].as_str().expect("checked by assert_charge");
+    let got = api.get(&format!("/v1/charges/{id}")).await;
+    assert_eq!(got.status, StatusCode::OK, "{}", got.describe());
+    assert_eq!(
+        &got.json(),
+        charge,
+        "GET /v1/charges/{id}: {}",
+        got.describe()
+    );
+}
+
+/// The card network records the authorization and the handler's call times out: the client
+/// gets the 502 in doubt, and so does its retry (a replay: nothing charged again). The
+/// reconciler finds the authorization, records the charge and settles the record: the
+/// client's retry gets the real charge, replayed. One authorization, one charge row.
+async fn doubt_network_timed_out_after_charging_is_settled(backend: Backend) {
+    let env = TestEnv::new(backend, "doubt-after").await;
+    let server = start_without_reconciler(&env).await;
+    let api = server.api();
+    let key = new_key("doubt-after");
+    let req =
+        ChargeRequest::form(&key, 4242).with_network_fault(NetworkFault::TimeoutAfterCharging);
+    let retry = req.clone().without_network_fault();
+
+    let first = api.post_raw(&req).await;
+    show(
+        backend,
+        "1. charge; the network charged, then timed out",
+        &first,
+    );
+    assert_in_doubt(&first);
+    assert!(!first.replayed(), "{}", first.describe());
+    assert_eq!(api.authorization_count().await, 1, "the network charged");
+    assert_eq!(api.charge_count().await, 0, "no charge row yet");
+
+    let before = api.post_raw(&retry).await;
+    show(backend, "2. retry before reconciliation", &before);
+    assert_replay_of(&before, &first, &key);
+    assert_eq!(
+        api.authorization_count().await,
+        1,
+        "the retry charged nothing"
+    );
+
+    let report = api.reconcile().await;
+    show_report(backend, "3. reconcile", &report);
+    assert_report(&report, &[("checked", 1), ("settled", 1)]);
+    assert_eq!(
+        api.charge_count().await,
+        1,
+        "the reconciler recorded the charge"
+    );
+
+    let settled = api.post_raw(&retry).await;
+    show(backend, "4. retry after reconciliation", &settled);
+    let charge = assert_charge(&settled, 4242, "usd");
+    assert!(
+        settled.replayed(),
+        "the settled answer is replayed: {}",
+        settled.describe()
+    );
+    assert_eq!(
+        settled.header("idempotency-key").as_deref(),
+        Some(key.as_str())
+    );
+    let authorization = charge["authorization"].as_str().unwrap_or_default();
+    assert!(authorization.starts_with("auth_"), "{}", settled.describe());
+    assert_eq!(
+        charge["id"].as_str().and_then(|id| id.strip_prefix("ch_")),
+        authorization.strip_prefix("auth_"),
+        "the charge is the authorization's: {}",
+        settled.describe()
+    );
+    assert_eq!(charge["description"], format!("e2e charge {key}"));
+    assert_retrievable(&api, &charge).await;
+
+    let again = api.post_raw(&retry).await;
+    assert_replay_of(&again, &settled, &key);
+    let report = api.reconcile().await;
+    show_report(backend, "5. reconcile again", &report);
+    assert_report(&report, &[]);
+    show_and_assert_one_charge(backend, &api).await;
+}
+
+/// The handler's call times out before the network charged: the client gets the 502 in
+/// doubt. The reconciler finds no authorization and releases the key: the client's retry
+/// charges, live. One authorization, one charge row.
+async fn doubt_network_timed_out_before_charging_is_released(backend: Backend) {
+    let env = TestEnv::new(backend, "doubt-before").await;
+    let server = start_without_reconciler(&env).await;
+    let api = server.api();
+    let key = new_key("doubt-before");
+    let req =
+        ChargeRequest::form(&key, 4242).with_network_fault(NetworkFault::TimeoutBeforeCharging);
+    let retry = req.clone().without_network_fault();
+
+    let first = api.post_raw(&req).await;
+    show(
+        backend,
+        "1. charge; the network timed out before charging",
+        &first,
+    );
+    assert_in_doubt(&first);
+    assert_eq!(
+        api.authorization_count().await,
+        0,
+        "the network charged nothing"
+    );
+
+    let before = api.post_raw(&retry).await;
+    show(backend, "2. retry before reconciliation", &before);
+    assert_replay_of(&before, &first, &key);
+    assert_eq!(
+        api.authorization_count().await,
+        0,
+        "the retry charged nothing"
+    );
+
+    let report = api.reconcile().await;
+    show_report(backend, "3. reconcile", &report);
+    assert_report(&report, &[("checked", 1), ("released", 1)]);
+    assert_eq!(api.charge_count().await, 0, "nothing recorded");
+
+    let executed = api.post_raw(&retry).await;
+    show(backend, "4. retry after reconciliation", &executed);
+    let charge = assert_charge(&executed, 4242, "usd");
+    assert!(
+        !executed.replayed(),
+        "the released key executes the retry live: {}",
+        executed.describe()
+    );
+    assert!(charge["authorization"]
+        .as_str()
+        .is_some_and(|a| a.starts_with("auth_")));
+    assert_retrievable(&api, &charge).await;
+
+    let replay = api.post_raw(&retry).await;
+    show(backend, "5. retry again", &replay);
+    assert_replay_of(&replay, &executed, &key);
+    show_and_assert_one_charge(backend, &api).await;
+}
+
+/// Two reconciliation passes at once over one record in doubt: one settles it, the other
+/// decides nothing (it lost the race, or found nothing left to check); one charge row.
+async fn doubt_two_reconcilers_at_once_settle_once(backend: Backend) {
+    let env = TestEnv::new(backend, "doubt-race").await;
+    let server = start_without_reconciler(&env).await;
+    let api = server.api();
+    let key = new_key("doubt-race");
+    let req =
+        ChargeRequest::form(&key, 4242).with_network_fault(NetworkFault::TimeoutAfterCharging);
+
+    let first = api.post_raw(&req).await;
+    show(
+        backend,
+        "1. charge; the network charged, then timed out",
+        &first,
+    );
+    assert_in_doubt(&first);
+
+    let (one, other) = tokio::join!(api.reconcile(), api.reconcile());
+    show_report(backend, "2a. reconcile", &one);
+    show_report(backend, "2b. reconcile at the same time", &other);
+    let (winner, loser) = if one["settled"] == 1 {
+        (one, other)
+    } else {
+        (other, one)
+    };
+    assert_report(&winner, &[("checked", 1), ("settled", 1)]);
+    let lost = loser
+        == json!({"checked": 1, "settled": 0, "released": 0, "deferred": 0, "contested": 1, "failed": 0});
+    let late = loser["checked"] == 0;
+    assert!(lost || late, "the other pass decides nothing: {loser}");
+    if late {
+        assert_report(&loser, &[]);
+    }
+
+    let settled = api.post_raw(&req.without_network_fault()).await;
+    show(backend, "3. retry", &settled);
+    assert_charge(&settled, 4242, "usd");
+    assert!(settled.replayed(), "{}", settled.describe());
+    show_and_assert_one_charge(backend, &api).await;
+}
+
+/// The server's own reconciler (every second here) settles a charge in doubt without anyone
+/// asking: the client's retries get the 502 until then, and the real charge after.
+async fn doubt_the_servers_own_reconciler_settles(backend: Backend) {
+    let env = TestEnv::new(backend, "doubt-background").await;
+    let server =
+        Server::start_with(&env, &env.database, None, &[("IDEM_RECONCILE_EVERY", "1")]).await;
+    let api = server.api();
+    let key = new_key("doubt-background");
+    let req =
+        ChargeRequest::form(&key, 4242).with_network_fault(NetworkFault::TimeoutAfterCharging);
+    let retry = req.clone().without_network_fault();
+
+    let first = api.post_raw(&req).await;
+    show(
+        backend,
+        "1. charge; the network charged, then timed out",
+        &first,
+    );
+    assert_in_doubt(&first);
+
+    let last = e2e_support::poll(
+        40,
+        Duration::from_millis(250),
+        || api.post_raw(&retry),
+        |reply| reply.status != StatusCode::BAD_GATEWAY,
+    )
+    .await;
+    show(backend, "2. retry once the server reconciled", &last);
+    assert_charge(&last, 4242, "usd");
+    assert!(last.replayed(), "{}", last.describe());
+    assert_report(&api.reconcile().await, &[]);
+    show_and_assert_one_charge(backend, &api).await;
 }

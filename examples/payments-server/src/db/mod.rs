@@ -1,5 +1,6 @@
 //! Where charges live: the same API on SQLite and on PostgreSQL. Each backend writes a charge
-//! and its idempotency completion in one transaction.
+//! and its idempotency completion in one transaction, or (the reconciler's write) a charge
+//! alone, idempotently by its id. The SQL is in `sql/<backend>/*.sql`.
 
 mod postgres;
 mod sqlite;
@@ -10,8 +11,9 @@ pub(crate) use sqlite::Sqlite;
 pub(crate) use unavailable::{is_unavailable, Unreachable, READ_DEADLINE};
 
 use crate::charge::Charge;
+use idem::store::Operator;
 use idem::tower::Reservation;
-use idem::{Completion, Idempotency, Store};
+use idem::{Completion, Idempotency};
 use std::time::Duration;
 
 /// A database failure (logged; the client sees a 503 when [`is_unavailable`], else a 500,
@@ -21,8 +23,9 @@ pub(crate) type DbError = Box<dyn std::error::Error + Send + Sync>;
 /// The charges table and the idempotency store of one database.
 #[async_trait::async_trait]
 pub(crate) trait Backend: Send + Sync + 'static {
-    /// The idempotency store on the same database.
-    type Store: Store + 'static;
+    /// The idempotency store on the same database (an [`Operator`]: the reconciler lists
+    /// and settles its records in doubt).
+    type Store: Operator + 'static;
 
     /// The idempotency engine over it.
     fn idem(&self) -> &Idempotency<Self::Store>;
@@ -37,6 +40,13 @@ pub(crate) trait Backend: Send + Sync + 'static {
         charge: &Charge,
         delay: Option<Duration>,
     ) -> Result<Completion, DbError>;
+
+    /// Inserts `charge` for `account` unless a charge with its id is there already, and
+    /// answers the row as stored: the reconciler's record of an authorization whose handler
+    /// never heard back from the network. Settling the record in doubt is a separate step, so
+    /// a crash between the two must not make a second row at the next pass: the charge's id
+    /// is derived from its authorization's, and a second insert of it inserts nothing.
+    async fn record(&self, account: &str, charge: &Charge) -> Result<Charge, DbError>;
 
     /// One of `account`'s charges.
     async fn get(&self, account: &str, id: &str) -> Result<Option<Charge>, DbError>;

@@ -9,16 +9,12 @@ use idem::{Completion, Idempotency, Policy};
 use std::time::Duration;
 use tokio::time::error::Elapsed;
 
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
-    seq bigserial PRIMARY KEY,
-    id text NOT NULL UNIQUE,
-    account text NOT NULL,
-    amount bigint NOT NULL,
-    currency text NOT NULL,
-    description text,
-    created bigint NOT NULL
-);
-CREATE INDEX IF NOT EXISTS charges_by_account ON charges (account, seq)";
+const SCHEMA: &str = include_str!("sql/postgres/schema.sql");
+const INSERT: &str = include_str!("sql/postgres/insert.sql");
+const INSERT_IF_ABSENT: &str = include_str!("sql/postgres/insert_if_absent.sql");
+const GET: &str = include_str!("sql/postgres/get.sql");
+const LIST: &str = include_str!("sql/postgres/list.sql");
+const COUNT: &str = include_str!("sql/postgres/count.sql");
 
 /// PostgreSQL: the charge and the completion in one transaction from the store's pool.
 pub(crate) struct Postgres {
@@ -36,9 +32,10 @@ impl Postgres {
         })
     }
 
-    /// A pooled connection for a read, within [`READ_DEADLINE`]. A connection that cannot be
-    /// had (refused, reset, the database not accepting connections, no answer) is
-    /// [`Unreachable`]; a wrong password, database name or TLS setting stays what it is.
+    /// A pooled connection for a read (or the reconciler's insert), within [`READ_DEADLINE`]. A
+    /// connection that cannot be had (refused, reset, the database not accepting connections,
+    /// no answer) is [`Unreachable`]; a wrong password, database name or TLS setting stays
+    /// what it is.
     async fn reader(&self) -> Result<PoolConnection<sqlx::Postgres>, DbError> {
         match tokio::time::timeout(READ_DEADLINE, self.idem.store().pool().acquire()).await {
             Err(_) => Err(Box::new(Unreachable(format!(
@@ -94,7 +91,24 @@ fn charge_of(row: &sqlx::postgres::PgRow) -> Result<Charge, sqlx::Error> {
         row.try_get("currency")?,
         row.try_get("description")?,
         row.try_get("created")?,
+        row.try_get("authorization_id")?,
     ))
+}
+
+/// `sql` ([`INSERT`] or [`INSERT_IF_ABSENT`]) with `charge` of `account` bound.
+fn insert<'q>(
+    sql: &'static str,
+    account: &'q str,
+    charge: &'q Charge,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(sql)
+        .bind(&charge.id)
+        .bind(account)
+        .bind(charge.amount)
+        .bind(&charge.currency)
+        .bind(&charge.description)
+        .bind(charge.created)
+        .bind(&charge.authorization)
 }
 
 #[async_trait::async_trait]
@@ -115,17 +129,7 @@ impl Backend for Postgres {
         let completion = reservation.completion(charge.response());
         let store = self.idem.store();
         let mut tx = store.pool().begin().await?;
-        sqlx::query(
-            "INSERT INTO charges (id, account, amount, currency, description, created) VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(&charge.id)
-        .bind(account)
-        .bind(charge.amount)
-        .bind(&charge.currency)
-        .bind(&charge.description)
-        .bind(charge.created)
-        .execute(&mut *tx)
-        .await?;
+        insert(INSERT, account, charge).execute(&mut *tx).await?;
         if let Some(delay) = delay {
             tokio::time::sleep(delay).await;
         }
@@ -134,13 +138,25 @@ impl Backend for Postgres {
         Ok(completion)
     }
 
+    async fn record(&self, account: &str, charge: &Charge) -> Result<Charge, DbError> {
+        let mut conn = self.reader().await?;
+        let outcome = tokio::time::timeout(
+            READ_DEADLINE,
+            insert(INSERT_IF_ABSENT, account, charge).execute(&mut *conn),
+        )
+        .await;
+        settle(&mut conn, outcome)?;
+        let query = sqlx::query(GET).bind(&charge.id).bind(account);
+        let outcome = tokio::time::timeout(READ_DEADLINE, query.fetch_optional(&mut *conn)).await;
+        match settle(&mut conn, outcome)? {
+            Some(row) => Ok(charge_of(&row)?),
+            None => Err("the charge's id is another account's".into()),
+        }
+    }
+
     async fn get(&self, account: &str, id: &str) -> Result<Option<Charge>, DbError> {
         let mut conn = self.reader().await?;
-        let query = sqlx::query(
-            "SELECT id, amount, currency, description, created FROM charges WHERE id = $1 AND account = $2",
-        )
-        .bind(id)
-        .bind(account);
+        let query = sqlx::query(GET).bind(id).bind(account);
         let outcome = tokio::time::timeout(READ_DEADLINE, query.fetch_optional(&mut *conn)).await;
         let row = settle(&mut conn, outcome)?;
         Ok(row.as_ref().map(charge_of).transpose()?)
@@ -148,11 +164,7 @@ impl Backend for Postgres {
 
     async fn list(&self, account: &str, limit: u32) -> Result<(Vec<Charge>, bool), DbError> {
         let mut conn = self.reader().await?;
-        let query = sqlx::query(
-            "SELECT id, amount, currency, description, created FROM charges WHERE account = $1 ORDER BY seq DESC LIMIT $2",
-        )
-        .bind(account)
-        .bind(i64::from(limit) + 1);
+        let query = sqlx::query(LIST).bind(account).bind(i64::from(limit) + 1);
         let outcome = tokio::time::timeout(READ_DEADLINE, query.fetch_all(&mut *conn)).await;
         let rows = settle(&mut conn, outcome)?;
         let mut charges = rows.iter().map(charge_of).collect::<Result<Vec<_>, _>>()?;
@@ -163,7 +175,7 @@ impl Backend for Postgres {
 
     async fn count(&self) -> Result<i64, DbError> {
         let mut conn = self.reader().await?;
-        let query = sqlx::query_scalar("SELECT count(*) FROM charges");
+        let query = sqlx::query_scalar(COUNT);
         let outcome = tokio::time::timeout(READ_DEADLINE, query.fetch_one(&mut *conn)).await;
         settle(&mut conn, outcome)
     }

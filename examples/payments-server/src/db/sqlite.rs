@@ -8,16 +8,14 @@ use idem::tower::Reservation;
 use idem::{Completion, Idempotency, Policy};
 use std::time::Duration;
 
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    account TEXT NOT NULL,
-    amount INTEGER NOT NULL,
-    currency TEXT NOT NULL,
-    description TEXT,
-    created INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS charges_by_account ON charges (account, seq);";
+const SCHEMA: &str = include_str!("sql/sqlite/schema.sql");
+const HAS_AUTHORIZATION_COLUMN: &str = include_str!("sql/sqlite/has_authorization_column.sql");
+const ADD_AUTHORIZATION_COLUMN: &str = include_str!("sql/sqlite/add_authorization_column.sql");
+const INSERT: &str = include_str!("sql/sqlite/insert.sql");
+const INSERT_IF_ABSENT: &str = include_str!("sql/sqlite/insert_if_absent.sql");
+const GET: &str = include_str!("sql/sqlite/get.sql");
+const LIST: &str = include_str!("sql/sqlite/list.sql");
+const COUNT: &str = include_str!("sql/sqlite/count.sql");
 
 /// SQLite: writes on the store's writer connection (SQLite has one writer), reads on the
 /// store's reader connections (`SqliteStore::read`), which WAL never blocks.
@@ -29,7 +27,17 @@ impl Sqlite {
     /// Opens (or creates) the file, with the charges table.
     pub(crate) async fn open(path: &str, policy: Policy) -> Result<Self, DbError> {
         let store = SqliteStore::open(path).await?;
-        store.try_call(|db| db.execute_batch(SCHEMA)).await?;
+        store
+            .try_call(|db| {
+                db.execute_batch(SCHEMA)?;
+                // A file made before the card network: its charges get the column.
+                let has: i64 = db.query_row(HAS_AUTHORIZATION_COLUMN, [], |row| row.get(0))?;
+                if has == 0 {
+                    db.execute_batch(ADD_AUTHORIZATION_COLUMN)?;
+                }
+                Ok(())
+            })
+            .await?;
         Ok(Self {
             idem: Idempotency::with_policy(store, policy)?,
         })
@@ -57,7 +65,26 @@ fn charge_of(row: &Row<'_>) -> idem::sqlite::rusqlite::Result<Charge> {
         row.get(2)?,
         row.get(3)?,
         row.get(4)?,
+        row.get(5)?,
     ))
+}
+
+/// `charge` of `account` as the parameters of [`INSERT`] and [`INSERT_IF_ABSENT`].
+fn insert(
+    db: &Connection,
+    sql: &str,
+    account: &str,
+    charge: &Charge,
+) -> idem::sqlite::rusqlite::Result<usize> {
+    db.prepare_cached(sql)?.execute(params![
+        charge.id,
+        account,
+        charge.amount,
+        charge.currency,
+        charge.description,
+        charge.created,
+        charge.authorization
+    ])
 }
 
 #[async_trait::async_trait]
@@ -80,10 +107,7 @@ impl Backend for Sqlite {
         // commit (or nothing, and the key released by the layer).
         reservation
             .sqlite_transaction(move |tx| -> Result<_, DbError> {
-                tx.execute(
-                    "INSERT INTO charges (id, account, amount, currency, description, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                    params![charge.id, account, charge.amount, charge.currency, charge.description, charge.created],
-                )?;
+                insert(tx, INSERT, &account, &charge)?;
                 if let Some(delay) = delay {
                     std::thread::sleep(delay);
                 }
@@ -93,13 +117,28 @@ impl Backend for Sqlite {
             .map(|completed| completed.0)
     }
 
+    async fn record(&self, account: &str, charge: &Charge) -> Result<Charge, DbError> {
+        let (account, charge) = (account.to_owned(), charge.clone());
+        // On the writer: the insert (or nothing, the row being there) and the read of the row
+        // as stored.
+        let stored = self
+            .idem
+            .store()
+            .try_call(move |db| {
+                insert(db, INSERT_IF_ABSENT, &account, &charge)?;
+                db.prepare_cached(GET)?
+                    .query_row(params![charge.id, account], charge_of)
+                    .optional()
+            })
+            .await?;
+        stored.ok_or_else(|| "the charge's id is another account's".into())
+    }
+
     async fn get(&self, account: &str, id: &str) -> Result<Option<Charge>, DbError> {
         let (account, id) = (account.to_owned(), id.to_owned());
         self.read(move |db| {
             Ok(db
-                .prepare_cached(
-                    "SELECT id, amount, currency, description, created FROM charges WHERE id = ?1 AND account = ?2",
-                )?
+                .prepare_cached(GET)?
                 .query_row(params![id, account], charge_of)
                 .optional()?)
         })
@@ -109,9 +148,7 @@ impl Backend for Sqlite {
     async fn list(&self, account: &str, limit: u32) -> Result<(Vec<Charge>, bool), DbError> {
         let account = account.to_owned();
         self.read(move |db| {
-            let mut statement = db.prepare_cached(
-                "SELECT id, amount, currency, description, created FROM charges WHERE account = ?1 ORDER BY seq DESC LIMIT ?2",
-            )?;
+            let mut statement = db.prepare_cached(LIST)?;
             let mut charges = statement
                 .query_map(params![account, i64::from(limit) + 1], charge_of)?
                 .collect::<Result<Vec<_>, _>>()?;
@@ -123,7 +160,72 @@ impl Backend for Sqlite {
     }
 
     async fn count(&self) -> Result<i64, DbError> {
-        self.read(|db| Ok(db.query_row("SELECT count(*) FROM charges", [], |row| row.get(0))?))
+        self.read(|db| Ok(db.query_row(COUNT, [], |row| row.get(0))?))
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::Authorization;
+
+    fn authorization() -> Authorization {
+        Authorization {
+            id: "auth_0123456789abcdefghijklmn".into(),
+            amount: 4242,
+            currency: "usd".into(),
+            description: Some("Tea for two".into()),
+            created: 1_700_000_000,
+        }
+    }
+
+    async fn open(dir: &tempfile::TempDir) -> Sqlite {
+        let path = dir.path().join("charges.db");
+        Sqlite::open(&path.display().to_string(), Policy::default())
+            .await
+            .expect("open")
+    }
+
+    #[tokio::test]
+    async fn recording_an_authorization_twice_makes_one_row() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = open(&dir).await;
+        let charge = Charge::authorized(&authorization());
+        assert_eq!(charge.id, "ch_0123456789abcdefghijklmn");
+        assert_eq!(db.record("acct_1", &charge).await.expect("first"), charge);
+        // The next pass after a crash between the insert and the settlement.
+        assert_eq!(db.record("acct_1", &charge).await.expect("again"), charge);
+        assert_eq!(db.count().await.expect("count"), 1);
+        assert!(
+            db.record("acct_2", &charge).await.is_err(),
+            "another account's id"
+        );
+        assert_eq!(
+            db.get("acct_1", &charge.id).await.expect("get"),
+            Some(charge)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_file_from_before_the_network_gets_its_column() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let old = Connection::open(dir.path().join("charges.db")).expect("old file");
+        old.execute_batch(include_str!("sql/sqlite/schema_before_network.sql"))
+            .expect("old schema");
+        drop(old);
+        let db = open(&dir).await;
+        let before = db
+            .get("acct_1", "ch_old")
+            .await
+            .expect("get")
+            .expect("kept");
+        assert_eq!(before.authorization, None);
+        let charge = Charge::authorized(&authorization());
+        assert_eq!(db.record("acct_1", &charge).await.expect("record"), charge);
+        assert_eq!(db.count().await.expect("count"), 2);
+        // Opened again: the column is there already.
+        drop(db);
+        assert_eq!(open(&dir).await.count().await.expect("count"), 2);
     }
 }

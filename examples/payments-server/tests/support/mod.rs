@@ -286,6 +286,7 @@ impl Server {
             .env_remove("IDEM_ADDR")
             .env_remove("DATABASE_URL")
             .env_remove("IDEM_LEASE_MS")
+            .env_remove("IDEM_RECONCILE_EVERY")
             .env_remove("IDEM_HEADER_TIMEOUT_MS")
             .env_remove("IDEM_BODY_TIMEOUT_MS")
             .env_remove("IDEM_MAX_CONNECTIONS")
@@ -326,6 +327,8 @@ pub(crate) struct ChargeRequest {
     pub body: Body,
     /// `X-Test-Delay-Ms`, if any.
     pub delay_ms: Option<u64>,
+    /// `X-Test-Network` (how the card network fails the call), if any.
+    pub network_fault: Option<NetworkFault>,
     /// The API key, if any (anonymous without).
     pub api_key: Option<String>,
     /// Send the API key as the Basic user name instead of a Bearer token.
@@ -343,6 +346,7 @@ impl ChargeRequest {
                 ("description".to_owned(), format!("e2e charge {key}")),
             ]),
             delay_ms: None,
+            network_fault: None,
             api_key: Some(API_KEY.to_owned()),
             basic_auth: false,
         }
@@ -359,6 +363,7 @@ impl ChargeRequest {
                     .collect(),
             ),
             delay_ms: None,
+            network_fault: None,
             api_key: Some(API_KEY.to_owned()),
             basic_auth: false,
         }
@@ -370,6 +375,7 @@ impl ChargeRequest {
             key: Some(key.to_owned()),
             body: Body::Json(body),
             delay_ms: None,
+            network_fault: None,
             api_key: Some(API_KEY.to_owned()),
             basic_auth: false,
         }
@@ -378,6 +384,18 @@ impl ChargeRequest {
     /// With `X-Test-Delay-Ms: ms`.
     pub(crate) fn with_delay(mut self, ms: u64) -> ChargeRequest {
         self.delay_ms = Some(ms);
+        self
+    }
+
+    /// With `X-Test-Network` asking the card network for `fault`.
+    pub(crate) fn with_network_fault(mut self, fault: NetworkFault) -> ChargeRequest {
+        self.network_fault = Some(fault);
+        self
+    }
+
+    /// Without `X-Test-Network` (same key and body).
+    pub(crate) fn without_network_fault(mut self) -> ChargeRequest {
+        self.network_fault = None;
         self
     }
 
@@ -403,6 +421,25 @@ impl ChargeRequest {
     pub(crate) fn with_api_key(mut self, api_key: Option<&str>) -> ChargeRequest {
         self.api_key = api_key.map(str::to_owned);
         self
+    }
+}
+
+/// How the server's simulated card network fails a call (`X-Test-Network`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NetworkFault {
+    /// It records the authorization, and the handler's call times out.
+    TimeoutAfterCharging,
+    /// It records nothing, and the handler's call times out.
+    TimeoutBeforeCharging,
+}
+
+impl NetworkFault {
+    /// The header's value.
+    pub(crate) fn header(self) -> &'static str {
+        match self {
+            NetworkFault::TimeoutAfterCharging => "timeout-after-charging",
+            NetworkFault::TimeoutBeforeCharging => "timeout-before-charging",
+        }
     }
 }
 
@@ -580,6 +617,9 @@ impl Api {
         if let Some(ms) = req.delay_ms {
             builder = builder.header("X-Test-Delay-Ms", ms.to_string());
         }
+        if let Some(fault) = req.network_fault {
+            builder = builder.header("X-Test-Network", fault.header());
+        }
         builder = match &req.body {
             Body::Form(fields) => builder.form(fields),
             Body::Json(value) => builder.json(value),
@@ -679,6 +719,45 @@ impl Api {
         Reply::fetch(request)
             .await
             .unwrap_or_else(|e| panic!("{method} {path} failed: {}", error_chain(&e)))
+    }
+
+    /// The authorizations the server's card network made (`GET
+    /// /test/network/authorizations/count`).
+    pub(crate) async fn authorization_count(&self) -> u64 {
+        let reply = self.get("/test/network/authorizations/count").await;
+        assert_eq!(
+            reply.status,
+            StatusCode::OK,
+            "GET /test/network/authorizations/count: {}",
+            reply.describe()
+        );
+        reply.json()["count"].as_u64().unwrap_or_else(|| {
+            panic!(
+                "GET /test/network/authorizations/count: no non-negative integer `count`: {}",
+                reply.describe()
+            )
+        })
+    }
+
+    /// One reconciliation pass now (`POST /test/reconcile`): its report (`checked`, `settled`,
+    /// `released`, `deferred`, `contested`, `failed`).
+    pub(crate) async fn reconcile(&self) -> Value {
+        let reply = self
+            .send(reqwest::Method::POST, "/test/reconcile", &[], Vec::new())
+            .await;
+        assert_eq!(
+            reply.status,
+            StatusCode::OK,
+            "POST /test/reconcile: {}",
+            reply.describe()
+        );
+        let report = reply.json();
+        assert!(
+            report["checked"].is_u64(),
+            "POST /test/reconcile: no report: {}",
+            reply.describe()
+        );
+        report
     }
 
     /// The committed rows in the charges table (`GET /test/charges/count`).
