@@ -9,11 +9,16 @@
 -- whatever the session or the caller's transaction said; it stays set for the rest of the
 -- transaction.
 -- The store writes its configured lock deadline in place of '3s' (the default).
--- $1..$3 the record, $4 token, $5 encoded response, $6 retention in milliseconds.
+-- The mark of an answer in doubt ($7, NULL for the execution's own answer) is written with it,
+-- due for a check at the completion's moment; NULL clears any mark and its check time (store
+-- rule 6).
+-- $1..$3 the record, $4 token, $5 encoded response, $6 retention in milliseconds, $7 the mark
+-- of doubt or NULL.
 UPDATE idem_records
-SET state = 1, response = $5,
-    (deadline, completed_at) = (
-        SELECT clock.now + $6 * interval '1 millisecond', date_trunc('milliseconds', clock.now)
+SET state = 1, response = $5, doubt = $7::bytea,
+    (deadline, completed_at, doubt_check_at) = (
+        SELECT clock.now + $6 * interval '1 millisecond', date_trunc('milliseconds', clock.now),
+               CASE WHEN $7::bytea IS NOT NULL THEN date_trunc('milliseconds', clock.now) END
         FROM (SELECT clock_timestamp() AS now) AS clock
     )
 WHERE consumer = $1 AND route = $2 AND key = $3 AND token = $4 AND state = 0

@@ -2,13 +2,15 @@
 -- the server's clock, oldest first, strictly after the position ($2 reserved_at in ms, $3
 -- consumer, $4 route, $5 key) (-1 and empty strings for the first page), at most $6 rows. The
 -- partial index `idem_records_in_progress` holds exactly these rows, in this order; the moment
--- is computed once so that the planner uses it.
+-- is computed once so that the planner uses it. The mark of doubt and its check time come along
+-- (NULL: a new reservation is not in doubt), as in every listing.
 SELECT consumer, route, key,
        round(extract(epoch FROM reserved_at) * 1000)::bigint AS reserved_ms,
        CASE WHEN isfinite(deadline) THEN floor(extract(epoch FROM deadline) * 1000)::bigint END AS deadline_ms,
        NULL::bytea AS status_prefix,
        round(extract(epoch FROM completed_at) * 1000)::bigint AS completed_ms,
-       substr(holder, 1, 300) AS holder, state
+       substr(holder, 1, 300) AS holder, state,
+       doubt, round(extract(epoch FROM doubt_check_at) * 1000)::bigint AS doubt_check_ms
 FROM idem_records
 WHERE state = 0
   AND reserved_at <= (SELECT clock_timestamp()) - $1 * interval '1 millisecond'

@@ -4,7 +4,8 @@
 -- server's clock. A late completion or a renewal moves the state or the deadline, so it is never
 -- overwritten. A takeover is a new reservation: reserved_at is now, the holder is the taker
 -- ($9), and no completion has landed; its deadline and reserved_at are one reading of
--- clock_timestamp() (a row sub-select). The row is taken with
+-- clock_timestamp() (a row sub-select); the new execution is not in doubt, so any mark of the
+-- old one is cleared (store rule 6). The row is taken with
 -- SKIP LOCKED: if another transaction holds it (the old
 -- holder's completion being committed right now), this never waits; it reports the row busy and
 -- the caller answers in flight (C5).
@@ -23,7 +24,7 @@ replaced AS (
             SELECT clock.now + $6 * interval '1 millisecond', date_trunc('milliseconds', clock.now)
             FROM (SELECT clock_timestamp() AS now) AS clock
         ),
-        completed_at = NULL, holder = $9::text
+        completed_at = NULL, holder = $9::text, doubt = NULL, doubt_check_at = NULL
     WHERE ctid IN (SELECT ctid FROM target)
       AND token = $7 AND state = $8 AND deadline <= clock_timestamp()
     RETURNING deadline

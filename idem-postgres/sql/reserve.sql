@@ -21,10 +21,10 @@
 --   (in flight) from a one-commit execution of another body (mismatch). The locks are tried,
 --   never waited for, and in this order: nested CASE expressions, evaluated in order, in one
 --   CTE.
--- * `inserted` writes a fresh in-progress row only when no row is visible and the gate is open;
---   the primary key decides a race with a concurrent reservation (ON CONFLICT DO NOTHING). A row
---   committed after this statement's snapshot (read committed) shows up as neither: the caller
---   runs the statement again, and then reads it.
+-- * `inserted` writes a fresh in-progress row, not in doubt (store rule 6), only when no row is
+--   visible and the gate is open; the primary key decides a race with a concurrent reservation
+--   (ON CONFLICT DO NOTHING). A row committed after this statement's snapshot (read committed)
+--   shows up as neither: the caller runs the statement again, and then reads it.
 -- * The response is fetched only for the same fingerprint (the only case it can be replayed), so
 --   a mismatch or an in-flight answer costs the same whatever the stored body's size.
 -- * Time is the server's (C11): clock_timestamp() is the moment this statement runs, and the
@@ -63,9 +63,10 @@ gate AS (
     END AS verdict
 ),
 inserted AS (
-    INSERT INTO idem_records (consumer, route, key, fingerprint, token, state, deadline, reserved_at, holder)
+    INSERT INTO idem_records (consumer, route, key, fingerprint, token, state, deadline, reserved_at, holder,
+                              doubt, doubt_check_at)
     SELECT $1, $2, $3, $4, $5, 0, clock.now + $6 * interval '1 millisecond',
-           date_trunc('milliseconds', clock.now), $7::text
+           date_trunc('milliseconds', clock.now), $7::text, NULL::bytea, NULL::timestamptz
     FROM clock, gate
     WHERE gate.verdict = 'open' AND NOT EXISTS (SELECT 1 FROM existing)
     ON CONFLICT (consumer, route, key) DO NOTHING

@@ -1,11 +1,13 @@
 -- The record as stored, for inspect (no lock, no write): select_record.sql's columns, then for
--- operators when it was reserved ('epoch' unknown) and completed, and its holder (version 3).
+-- operators when it was reserved ('epoch' unknown) and completed, and its holder (version 3),
+-- and the mark of an answer in doubt with its next check time (version 4).
 -- `lookup` keeps to select_record.sql, so it reads a table a migration has not reached yet.
 SELECT fingerprint, token, state,
        CASE WHEN isfinite(deadline) THEN floor(extract(epoch FROM deadline) * 1000)::bigint END AS deadline_ms,
        response,
        round(extract(epoch FROM reserved_at) * 1000)::bigint AS reserved_ms,
        round(extract(epoch FROM completed_at) * 1000)::bigint AS completed_ms,
-       substr(holder, 1, 300) AS holder
+       substr(holder, 1, 300) AS holder,
+       doubt, round(extract(epoch FROM doubt_check_at) * 1000)::bigint AS doubt_check_ms
 FROM idem_records
 WHERE consumer = $1 AND route = $2 AND key = $3

@@ -57,21 +57,29 @@ impl Default for PgConfig {
     }
 }
 
-/// Checks a store table's name: a valid identifier ([`validate_identifier`]) whose index names
-/// (`<table>_deadline`, `<table>_in_progress`) are valid identifiers too, so PostgreSQL never
-/// cuts one at 63 bytes: at most 51 bytes.
+/// The longest store table name: its longest derived name, the audit trail's
+/// `<table>_reconciliations`, must fit PostgreSQL's 63 bytes.
+const MAX_TABLE_NAME: usize = 63 - "_reconciliations".len();
+
+/// Checks a store table's name: a valid identifier ([`validate_identifier`]) whose derived names
+/// (its indexes, `<table>_in_progress`..., and the audit trail of records in doubt beside it,
+/// `<table>_reconciliations`) are valid identifiers too, so PostgreSQL never cuts one at 63
+/// bytes: at most 47 bytes.
 ///
 /// ```
 /// assert!(idem_postgres::validate_table_name("idem_records").is_ok());
-/// assert!(idem_postgres::validate_table_name(&"t".repeat(52)).is_err());
+/// assert!(idem_postgres::validate_table_name(&"t".repeat(47)).is_ok());
+/// assert!(idem_postgres::validate_table_name(&"t".repeat(48)).is_err());
 /// ```
 pub fn validate_table_name(table: &str) -> Result<(), Error> {
     validate_identifier(table)?;
-    crate::sql::index_names(table).try_for_each(|name| {
+    crate::sql::derived_names(table).try_for_each(|name| {
         validate_identifier(&name).map_err(|_| {
             Error::invalid(
                 Field::Config,
-                format!("table name {table:?} is too long for its index names (at most 51 bytes)"),
+                format!(
+                    "table name {table:?} is too long for its index and audit trail names (at most {MAX_TABLE_NAME} bytes)"
+                ),
             )
         })
     })

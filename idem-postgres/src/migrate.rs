@@ -4,14 +4,14 @@
 use crate::config::{validate_identifier, validate_table_name};
 use crate::error::{is_lock_timeout, store_error};
 use crate::params::{execute, fetch_all, Param, StatementMode};
-use crate::sql::{for_table, INDEX_IN_PROGRESS, INDEX_KEY, MIGRATION_FILES};
+use crate::sql::{for_table, INDEX_IN_DOUBT, INDEX_IN_PROGRESS, INDEX_KEY, MIGRATION_FILES};
 use crate::store::PgStore;
 use idem_core::Error;
 use sqlx::{AssertSqlSafe, Row};
 use std::time::Duration;
 
 /// The schema version this crate writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// How often a migration tries again to take a table lock another transaction holds (each try
 /// waits at most `migration_lock_timeout.sql`'s 100 ms, then pauses).
@@ -35,7 +35,9 @@ impl PgStore {
     /// a process that finds another building returns at once. Such a build waits for every
     /// transaction older than itself in the database (a `pg_dump`, a long report), so on a large
     /// or busy database run it as a deploy step (`idem migrate`) before the instances start;
-    /// they then find it done. A build that fails (a `statement_timeout`, a cancel) is logged
+    /// they then find it done. The same goes for the index of a lookup by key and the one of the
+    /// records in doubt; the audit trail of records in doubt is a new table, created with its
+    /// indexes by its migration. A build that fails (a `statement_timeout`, a cancel) is logged
     /// (target `idem`, warn) and does not fail the call: the table works without the index
     /// (listings of pending records read it whole), and the next call builds it again.
     pub async fn migrate(&self) -> Result<(), Error> {
@@ -107,7 +109,8 @@ impl PgStore {
         tx.commit().await.map_err(store_error)
     }
 
-    /// Builds the listing indexes (in progress by age, records by key) that are missing, or
+    /// Builds the listing indexes (in progress by age, records by key, in doubt by age) that are
+    /// missing, or
     /// again where an interrupted build left one invalid: `CONCURRENTLY`, outside any
     /// transaction, one builder at a time across processes.
     /// A process that finds another building returns at once. A build that fails (a
@@ -138,7 +141,7 @@ impl PgStore {
             None => false,
         };
         if !locked {
-            tracing::debug!(target: "idem", table = %qualified, "another process builds the in-progress index");
+            tracing::debug!(target: "idem", table = %qualified, "another process builds the listing indexes");
             return holder.rollback().await.map_err(store_error);
         }
         let indexes = [
@@ -151,6 +154,11 @@ impl PgStore {
                 "key",
                 &inner.ops.sql.index_drop_key,
                 &inner.ops.sql.index_key,
+            ),
+            (
+                "in_doubt",
+                &inner.ops.sql.index_drop_in_doubt,
+                &inner.ops.sql.index_in_doubt,
             ),
         ];
         for (suffix, drop_sql, create_sql) in indexes {
@@ -225,17 +233,19 @@ impl PgStore {
 }
 
 /// The whole schema for `schema.table`, to apply from your own migration tool (the names are
-/// checked by [`validate_identifier`]; the table leaves room for its index names, at most 51
-/// bytes). One script that runs in a transaction and can run again. Its `ALTER TABLE` holds the
-/// table's exclusive lock until the commit and its last statement builds the in-progress index
-/// with a plain `CREATE INDEX`, so the table's reads and writes wait for the whole script:
-/// instant on a new or small table; on a large live one use [`PgStore::migrate`], which waits
-/// for locks briefly and builds the index `CONCURRENTLY`.
+/// checked by [`validate_identifier`]; the table leaves room for the names derived from it, its
+/// indexes and `<table>_reconciliations`, at most 47 bytes). One script that runs in a
+/// transaction and can run again. Its `ALTER TABLE` holds the table's exclusive lock until the
+/// commit and its last statements build the listing indexes with a plain `CREATE INDEX`, so the
+/// table's reads and writes wait for the whole script: instant on a new or small table; on a
+/// large live one use [`PgStore::migrate`], which waits for locks briefly and builds the indexes
+/// `CONCURRENTLY`.
 ///
 /// ```
 /// let sql = idem_postgres::schema_sql("billing", "idem_records")?;
 /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"billing\".\"idem_records\""));
 /// assert!(sql.contains("CREATE INDEX IF NOT EXISTS \"idem_records_in_progress\""));
+/// assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"billing\".\"idem_records_reconciliations\""));
 /// # Ok::<(), idem_core::Error>(())
 /// ```
 pub fn schema_sql(schema: &str, table: &str) -> Result<String, Error> {
@@ -244,10 +254,11 @@ pub fn schema_sql(schema: &str, table: &str) -> Result<String, Error> {
     // The concurrent build cannot run in a transaction, where a migration tool runs a script.
     let index = INDEX_IN_PROGRESS.replace("CREATE INDEX CONCURRENTLY", "CREATE INDEX");
     let key_index = INDEX_KEY.replace("CREATE INDEX CONCURRENTLY", "CREATE INDEX");
+    let doubt_index = INDEX_IN_DOUBT.replace("CREATE INDEX CONCURRENTLY", "CREATE INDEX");
     Ok(MIGRATION_FILES
         .iter()
         .map(|(_, sql)| *sql)
-        .chain([index.as_str(), key_index.as_str()])
+        .chain([index.as_str(), key_index.as_str(), doubt_index.as_str()])
         .map(|sql| {
             format!(
                 "{};",

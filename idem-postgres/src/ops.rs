@@ -6,9 +6,10 @@ use crate::gate::GateKeys;
 use crate::params::{execute_after, fetch_all_after, Param, StatementMode};
 use crate::row;
 use crate::sql::Statements;
+use idem_core::reconcile::Reconciliation;
 use idem_core::store::{
-    decide, duration_millis, Acquire, Completion, Cursor, Decision, Inspected, Lease, ListQuery,
-    Page, Record, RecordState, Selection, Stats,
+    decide, duration_millis, Acquire, Change, Completion, Cursor, Decision, Inspected, Lease,
+    ListQuery, Page, Record, RecordState, Resolution, Selection, Stats,
 };
 use idem_core::{
     Answer, Begin, Error, FencingToken, Field, RecordId, Request, StoreErrorKind, StoredResponse,
@@ -326,6 +327,7 @@ impl Ops {
                     Param::Bytes(token.as_bytes()),
                     Param::Bytes(completion.encoded()),
                     Param::Int(duration_millis(completion.retain_for())),
+                    Param::MaybeBytes(completion.doubt()),
                 ],
             )
             .await?,
@@ -382,22 +384,113 @@ impl Ops {
         timestamp(until)
     }
 
-    /// One bounded batch of expired records (C10).
+    /// One bounded batch of expired records (C10), then of expired audit entries with what is
+    /// left of `limit` (store rules 4 and 7): at most `limit` rows in all, each batch one
+    /// statement.
     pub(crate) async fn purge_expired(
         &self,
         conn: &mut PgConnection,
         limit: usize,
     ) -> Result<usize, Error> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let deleted = execute_after(
+        let bound = |n: usize| Param::Int(i64::try_from(n).unwrap_or(i64::MAX));
+        let deleted = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        let records = deleted(
+            execute_after(
+                conn,
+                self.mode,
+                &self.preamble,
+                &self.sql.purge_expired,
+                &[bound(limit)],
+            )
+            .await?,
+        );
+        let left = limit.saturating_sub(records);
+        if left == 0 {
+            return Ok(records);
+        }
+        let entries = deleted(
+            execute_after(
+                conn,
+                self.mode,
+                &self.preamble,
+                &self.sql.reconciliations_purge,
+                &[bound(left)],
+            )
+            .await?,
+        );
+        Ok(records.saturating_add(entries))
+    }
+
+    /// A decision about a record in doubt (store rule 7): one statement (`resolve_*.sql`) makes
+    /// the change, fenced on the record's token, its liveness by the server's clock and the
+    /// mark as the decider read it, and keeps the audit entry, so both commit or neither does,
+    /// with no transaction of its own (it runs behind PgBouncer in transaction mode too).
+    /// `false`, nothing written, when the record changed since it was read.
+    pub(crate) async fn resolve(
+        &self,
+        conn: &mut PgConnection,
+        resolution: &Resolution,
+    ) -> Result<bool, Error> {
+        let [consumer, route, key] = id_params(resolution.id());
+        let token = resolution.token();
+        let fence = [
+            consumer,
+            route,
+            key,
+            Param::Bytes(token.as_bytes()),
+            Param::Bytes(resolution.read_doubt()),
+            Param::Bytes(resolution.entry()),
+            Param::Int(duration_millis(resolution.keep_entry_for())),
+        ];
+        let (sql, change) = match resolution.change() {
+            Change::Settle {
+                response,
+                retain_for,
+            } => (
+                &self.sql.resolve_settle,
+                vec![
+                    Param::Bytes(response),
+                    Param::Int(duration_millis(*retain_for)),
+                ],
+            ),
+            Change::Release => (&self.sql.resolve_release, Vec::new()),
+            Change::Defer { doubt, retry_after } => (
+                &self.sql.resolve_defer,
+                vec![
+                    Param::Bytes(doubt),
+                    Param::Int(duration_millis(*retry_after)),
+                ],
+            ),
+            _ => {
+                return Err(Error::invalid(
+                    Field::Config,
+                    "a change of a record in doubt this store does not know",
+                ))
+            }
+        };
+        let params: Vec<Param<'_>> = fence.into_iter().chain(change).collect();
+        let entries = execute_after(conn, self.mode, &self.preamble, sql, &params).await?;
+        Ok(entries == 1)
+    }
+
+    /// The audit trail of `id` (Operator rule 4): its unexpired entries by the server's clock,
+    /// the newest [`ListQuery::MAX_LIMIT`], oldest first.
+    pub(crate) async fn reconciliations(
+        &self,
+        conn: &mut PgConnection,
+        id: &RecordId,
+    ) -> Result<Vec<Reconciliation>, Error> {
+        let [consumer, route, key] = id_params(id);
+        let limit = Param::Int(i64::try_from(ListQuery::MAX_LIMIT).unwrap_or(i64::MAX));
+        let rows = fetch_all_after(
             conn,
             self.mode,
             &self.preamble,
-            &self.sql.purge_expired,
-            &[Param::Int(limit)],
+            &self.sql.reconciliations_query,
+            &[consumer, route, key, limit],
         )
         .await?;
-        Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
+        rows.iter().map(row::decode_reconciliation).collect()
     }
 
     /// The record as stored, response decoded.
@@ -422,7 +515,8 @@ impl Ops {
             .map(Some)
     }
 
-    /// The record as stored, response decoded, with its provenance.
+    /// The record as stored, response decoded, with its provenance and its mark of doubt (a
+    /// mark that does not decode is [`Error::CorruptRecord`]: a reconciler decides on it).
     pub(crate) async fn inspect(
         &self,
         conn: &mut PgConnection,
@@ -442,7 +536,13 @@ impl Ops {
         let record = row::decode(found)?
             .try_map_response(|response| StoredResponse::decode(&row::fetched(response)?))?;
         let provenance = row::decode_provenance(found, record.is_completed());
-        Ok(Some(Inspected { record, provenance }))
+        let (doubt, check_at) = row::decode_doubt(found)?;
+        Ok(Some(Inspected {
+            record,
+            provenance,
+            doubt,
+            check_at,
+        }))
     }
 
     /// One page of a listing (store rule 6), by the server's clock.
@@ -458,11 +558,12 @@ impl Ops {
         let (consumer, route, key) = after.as_ref().map_or(("", "", ""), |p| {
             (p.id.consumer(), p.id.route(), p.id.key())
         });
+        // The position's reservation time, in the listings ordered by it (-1 for the first page).
+        let at = after
+            .as_ref()
+            .map_or(-1, |p| i64::try_from(p.reserved_at).unwrap_or(i64::MAX));
         let rows = match query.selection() {
             Selection::InProgress { older_than } => {
-                let at = after
-                    .as_ref()
-                    .map_or(-1, |p| i64::try_from(p.reserved_at).unwrap_or(i64::MAX));
                 let params = [
                     // Older than every record (they are all after 1970) without leaving
                     // PostgreSQL's timestamp range, however long the age asked.
@@ -512,6 +613,24 @@ impl Ops {
                 fetch_all_after(conn, self.mode, &self.preamble, &self.sql.list_key, &params)
                     .await?
             }
+            Selection::InDoubt { due } => {
+                let params = [
+                    Param::Bool(*due),
+                    Param::Int(at),
+                    Param::Text(consumer),
+                    Param::Text(route),
+                    Param::Text(key),
+                    fetch,
+                ];
+                fetch_all_after(
+                    conn,
+                    self.mode,
+                    &self.preamble,
+                    &self.sql.list_in_doubt,
+                    &params,
+                )
+                .await?
+            }
             _ => {
                 return Err(Error::invalid(
                     Field::Config,
@@ -526,7 +645,8 @@ impl Ops {
         Ok(Page::from_fetched(records, limit))
     }
 
-    /// Records by state at the server's now (store rule 6): one pass over the table.
+    /// Records by state at the server's now (store rule 6), the live ones in doubt among them:
+    /// one pass over the table.
     pub(crate) async fn stats(&self, conn: &mut PgConnection) -> Result<Stats, Error> {
         let rows = fetch_all_after(conn, self.mode, &self.preamble, &self.sql.stats, &[]).await?;
         let found = rows.first().ok_or_else(|| {
@@ -541,6 +661,7 @@ impl Ops {
         stats.orphaned = count(get("orphaned")?);
         stats.completed = count(get("completed")?);
         stats.expired = count(get("expired")?);
+        stats.in_doubt = count(get("in_doubt")?);
         let oldest: Option<i64> = found
             .try_get("oldest_ms")
             .map_err(crate::error::store_error)?;

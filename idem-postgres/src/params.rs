@@ -27,6 +27,9 @@ pub enum StatementMode {
 pub(crate) enum Param<'a> {
     Text(&'a str),
     Bytes(&'a [u8]),
+    /// Bytes, or SQL `NULL` (a `bytea` NULL when bound; write `$n::bytea` in the statement so
+    /// that the simple protocol's `NULL` has the type too).
+    MaybeBytes(Option<&'a [u8]>),
     Int(i64),
     Bool(bool),
 }
@@ -108,6 +111,7 @@ fn arguments(params: &[Param<'_>]) -> Result<PgArguments, Error> {
         match *param {
             Param::Text(text) => args.add(text),
             Param::Bytes(bytes) => args.add(bytes),
+            Param::MaybeBytes(bytes) => args.add(bytes),
             Param::Int(n) => args.add(n),
             Param::Bool(b) => args.add(b),
         }
@@ -119,7 +123,7 @@ fn arguments(params: &[Param<'_>]) -> Result<PgArguments, Error> {
 /// Writes the parameters into the statement as literals, in one pass over the statement (so a
 /// value that contains `$2` is never substituted again): `$n` becomes a quoted text literal (an
 /// `E''` string, quotes doubled and backslashes escaped, which holds whatever
-/// `backslash_quote` says), `decode('…', 'hex')` for bytes, the
+/// `backslash_quote` says), `decode('…', 'hex')` for bytes (`NULL` for none), the
 /// digits of an integer, or `true`/`false`. The values are the store's own (validated ids, digests, encoded
 /// responses); text never contains NUL (scope parts and keys refuse control characters).
 pub(crate) fn inline(sql: &str, params: &[Param<'_>]) -> String {
@@ -157,7 +161,7 @@ fn write_literal(out: &mut String, param: Param<'_>) {
             }
             out.push('\'');
         }
-        Param::Bytes(bytes) => {
+        Param::Bytes(bytes) | Param::MaybeBytes(Some(bytes)) => {
             out.push_str("decode('");
             for b in bytes {
                 out.push(char::from(HEX[usize::from(b >> 4)]));
@@ -165,6 +169,7 @@ fn write_literal(out: &mut String, param: Param<'_>) {
             }
             out.push_str("', 'hex')");
         }
+        Param::MaybeBytes(None) => out.push_str("NULL"),
         Param::Int(n) => out.push_str(&n.to_string()),
         Param::Bool(b) => out.push_str(if b { "true" } else { "false" }),
     }
@@ -179,7 +184,7 @@ mod tests {
     #[test]
     fn c12_literals_cannot_break_out_of_their_quotes() {
         let sql = inline(
-            "SELECT $1, $2, $3, $10, $11",
+            "SELECT $1, $2, $3, $10, $11, $12, $13",
             &[
                 Param::Text("a'b\\c'); DROP TABLE x; -- $2"),
                 Param::Bytes(&[0, 255]),
@@ -192,11 +197,13 @@ mod tests {
                 Param::Int(0),
                 Param::Int(10),
                 Param::Bool(true),
+                Param::MaybeBytes(Some(&[1])),
+                Param::MaybeBytes(None),
             ],
         );
         assert_eq!(
             sql,
-            "SELECT E'a''b\\\\c''); DROP TABLE x; -- $2', decode('00ff', 'hex'), -5, 10, true"
+            "SELECT E'a''b\\\\c''); DROP TABLE x; -- $2', decode('00ff', 'hex'), -5, 10, true, decode('01', 'hex'), NULL"
         );
     }
 }

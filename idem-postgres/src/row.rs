@@ -2,6 +2,7 @@
 //! what the store writes is `CorruptRecord` (C12), never "absent".
 
 use crate::error::store_error;
+use idem_core::reconcile::{Doubt, Reconciliation};
 use idem_core::store::{Listed, ListedState, Noted, Provenance, Record, RecordState};
 use idem_core::{
     Error, FencingToken, Fingerprint, IdempotencyKey, RecordId, Scope, StoredResponse, Timestamp,
@@ -65,9 +66,60 @@ pub(crate) fn decode_provenance(row: &PgRow, is_completed: bool) -> Provenance {
     }
 }
 
-/// Reads a listing row (`list_in_progress.sql`, `list_completed.sql`, `list_key.sql`):
-/// consumer, route, key, state, deadline_ms, status_prefix (the first bytes of a completed
-/// record's response), and the provenance columns.
+/// Reads the mark of an answer in doubt and its check time, by name (`doubt`,
+/// `doubt_check_ms`), for `inspect`: `None` for a record without a mark; a mark that does not
+/// decode, or a check time that is not a time, is [`Error::CorruptRecord`] (a reconciler
+/// decides on them).
+pub(crate) fn decode_doubt(row: &PgRow) -> Result<(Option<Doubt>, Option<Timestamp>), Error> {
+    let doubt: Option<Vec<u8>> = row.try_get("doubt").map_err(corrupt_or_store)?;
+    let Some(doubt) = doubt else {
+        return Ok((None, None));
+    };
+    let doubt = Doubt::decode(&doubt)?;
+    let check_ms: Option<i64> = row.try_get("doubt_check_ms").map_err(corrupt_or_store)?;
+    let check_at = check_ms
+        .map(|ms| {
+            u64::try_from(ms)
+                .map(Timestamp::from_millis)
+                .map_err(|_| corrupt(format!("doubt_check_at {ms} before 1970")))
+        })
+        .transpose()?;
+    Ok((Some(doubt), check_at))
+}
+
+/// [`decode_doubt`] for a listing, which never fails on it: a mark that does not decode is
+/// [`Noted::Unreadable`], a check time that is not a time is unknown.
+fn listed_doubt(row: &PgRow) -> (Option<Noted<Doubt>>, Option<Timestamp>) {
+    let doubt = match row.try_get::<Option<Vec<u8>>, _>("doubt") {
+        Ok(None) => return (None, None),
+        Ok(Some(bytes)) => match Doubt::decode(&bytes) {
+            Ok(doubt) => Noted::Known(doubt),
+            Err(error) => Noted::Unreadable(error.to_string()),
+        },
+        Err(error) => Noted::Unreadable(error.to_string()),
+    };
+    let check_ms: Option<i64> = row.try_get("doubt_check_ms").ok().flatten();
+    let check_at = check_ms
+        .and_then(|ms| u64::try_from(ms).ok())
+        .map(Timestamp::from_millis);
+    (Some(doubt), check_at)
+}
+
+/// Reads an audit trail row (`reconciliations_query.sql`): when the decision was applied
+/// (`at_ms`) and the entry's bytes; anything else is [`Error::CorruptRecord`].
+pub(crate) fn decode_reconciliation(row: &PgRow) -> Result<Reconciliation, Error> {
+    let at: i64 = row.try_get("at_ms").map_err(corrupt_or_store)?;
+    let at = u64::try_from(at)
+        .map(Timestamp::from_millis)
+        .map_err(|_| corrupt(format!("reconciliation at {at} before 1970")))?;
+    let entry: Vec<u8> = row.try_get("entry").map_err(corrupt_or_store)?;
+    Reconciliation::decode(at, &entry)
+}
+
+/// Reads a listing row (`list_in_progress.sql`, `list_completed.sql`, `list_key.sql`,
+/// `list_in_doubt.sql`): consumer, route, key, state, deadline_ms, status_prefix (the first
+/// bytes of a completed record's response), the provenance columns, and the mark of an answer in
+/// doubt with its check time (NULL for none).
 pub(crate) fn decode_listed(row: &PgRow) -> Result<Listed, Error> {
     let text =
         |name: &str| -> Result<String, Error> { row.try_get(name).map_err(corrupt_or_store) };
@@ -97,12 +149,15 @@ pub(crate) fn decode_listed(row: &PgRow) -> Result<Listed, Error> {
         (other, _) => return Err(corrupt(format!("state {other}"))),
     };
     let provenance = decode_provenance(row, matches!(state, ListedState::Completed { .. }));
+    let (doubt, check_at) = listed_doubt(row);
     Ok(Listed {
         id,
         reserved_at: provenance.reserved_at,
         completed_at: provenance.completed_at,
         holder: provenance.holder,
         state,
+        doubt,
+        check_at,
     })
 }
 

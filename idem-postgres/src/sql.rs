@@ -5,8 +5,19 @@ use crate::deadlines::Deadlines;
 /// The table name the `.sql` files are written with.
 const DEFAULT_TABLE: &str = "idem_records";
 /// The index names the migrations are written with: `idem_records_<suffix>`, which become
-/// `<table>_<suffix>`.
-const INDEX_SUFFIXES: &[&str] = &["deadline", "in_progress", "key"];
+/// `<table>_<suffix>` (the audit trail's indexes too: `trail_…`, short, so that a table name
+/// that leaves room for the trail's own leaves room for them).
+const INDEX_SUFFIXES: &[&str] = &[
+    "deadline",
+    "in_progress",
+    "key",
+    "in_doubt",
+    "trail_record",
+    "trail_kept",
+];
+/// The tables beside the records the migrations are written with: `idem_records_<suffix>`,
+/// which become `"schema"."<table>_<suffix>"`: the audit trail of records in doubt.
+const TABLE_SUFFIXES: &[&str] = &["reconciliations"];
 /// The migrations table the `.sql` files are written with.
 const MIGRATIONS: &str = "idem_schema_migrations";
 /// The schema qualifier the `.sql` files are written with, where a name needs one (`DROP INDEX`).
@@ -35,18 +46,26 @@ pub(crate) const MIGRATION_FILES: &[(i64, &str)] = &[
         3,
         include_str!("../sql/migrations/0003_completion_time_and_holder.sql"),
     ),
+    (
+        4,
+        include_str!("../sql/migrations/0004_records_in_doubt.sql"),
+    ),
 ];
 
 /// The index built after the migrations, concurrently, outside a transaction.
 pub(crate) const INDEX_IN_PROGRESS: &str = include_str!("../sql/index_in_progress.sql");
 /// The index of a lookup by key, built the same way.
 pub(crate) const INDEX_KEY: &str = include_str!("../sql/index_key.sql");
+/// The index of the in-doubt listing, built the same way.
+pub(crate) const INDEX_IN_DOUBT: &str = include_str!("../sql/index_in_doubt.sql");
 
-/// The names of the table's indexes, `<table>_<suffix>`: each must be a valid identifier too, or
-/// PostgreSQL would cut it at 63 bytes and two cut names could meet.
-pub(crate) fn index_names(table: &str) -> impl Iterator<Item = String> + '_ {
+/// The names of the table's indexes and of the tables beside it, `<table>_<suffix>`: each must
+/// be a valid identifier too, or PostgreSQL would cut it at 63 bytes and two cut names could
+/// meet.
+pub(crate) fn derived_names(table: &str) -> impl Iterator<Item = String> + '_ {
     INDEX_SUFFIXES
         .iter()
+        .chain(TABLE_SUFFIXES)
         .map(move |suffix| format!("{table}_{suffix}"))
 }
 
@@ -66,6 +85,12 @@ pub(crate) struct Statements {
     pub(crate) list_completed: String,
     pub(crate) list_key: String,
     pub(crate) stats: String,
+    pub(crate) list_in_doubt: String,
+    pub(crate) resolve_settle: String,
+    pub(crate) resolve_release: String,
+    pub(crate) resolve_defer: String,
+    pub(crate) reconciliations_query: String,
+    pub(crate) reconciliations_purge: String,
     pub(crate) migrations_table: String,
     pub(crate) migrations_applied: String,
     pub(crate) migration_record: String,
@@ -75,6 +100,8 @@ pub(crate) struct Statements {
     pub(crate) index_drop_in_progress: String,
     pub(crate) index_key: String,
     pub(crate) index_drop_key: String,
+    pub(crate) index_in_doubt: String,
+    pub(crate) index_drop_in_doubt: String,
     pub(crate) index_valid: String,
     pub(crate) index_lock: String,
 }
@@ -103,6 +130,12 @@ impl Statements {
             list_completed: sql(include_str!("../sql/list_completed.sql")),
             list_key: sql(include_str!("../sql/list_key.sql")),
             stats: sql(include_str!("../sql/stats.sql")),
+            list_in_doubt: sql(include_str!("../sql/list_in_doubt.sql")),
+            resolve_settle: sql(include_str!("../sql/resolve_settle.sql")),
+            resolve_release: sql(include_str!("../sql/resolve_release.sql")),
+            resolve_defer: sql(include_str!("../sql/resolve_defer.sql")),
+            reconciliations_query: sql(include_str!("../sql/reconciliations_query.sql")),
+            reconciliations_purge: sql(include_str!("../sql/reconciliations_purge.sql")),
             migrations_table: sql(include_str!("../sql/migrations_table.sql")),
             migrations_applied: sql(include_str!("../sql/migrations_applied.sql")),
             migration_record: sql(include_str!("../sql/migration_record.sql")),
@@ -114,6 +147,8 @@ impl Statements {
             index_drop_in_progress: sql(include_str!("../sql/index_drop_in_progress.sql")),
             index_key: sql(INDEX_KEY),
             index_drop_key: sql(include_str!("../sql/index_drop_key.sql")),
+            index_in_doubt: sql(INDEX_IN_DOUBT),
+            index_drop_in_doubt: sql(include_str!("../sql/index_drop_in_doubt.sql")),
             index_valid: strip_comments(include_str!("../sql/index_valid.sql")),
             index_lock: strip_comments(include_str!("../sql/index_lock.sql")),
         }
@@ -135,9 +170,12 @@ pub(crate) fn strip_comments(sql: &str) -> String {
 }
 
 /// Puts `"schema"."table"` in place of `idem_records`, `"table_<suffix>"` in place of each
-/// index name `idem_records_<suffix>` (an index lives in its table's schema), and
+/// index name `idem_records_<suffix>` (an index lives in its table's schema),
+/// `"schema"."table_<suffix>"` in place of each table beside it (`idem_records_reconciliations`),
 /// `"schema".idem_schema_migrations` in place of the migrations table, and `"schema".` in place
-/// of `idem_schema.`. Names are quoted, so a name that is also a keyword (`user`) works.
+/// of `idem_schema.`. Each default name is marked first and put in place once, so a configured
+/// name that contains a default is not replaced again. Names are quoted, so a name that is also
+/// a keyword (`user`) works.
 pub(crate) fn for_table(sql: &str, schema: &str, table: &str) -> String {
     const MIGRATIONS_MARK: &str = "\u{1}migrations\u{1}";
     let mut sql = sql.replace(MIGRATIONS, MIGRATIONS_MARK);
@@ -145,6 +183,12 @@ pub(crate) fn for_table(sql: &str, schema: &str, table: &str) -> String {
         sql = sql.replace(
             &format!("{DEFAULT_TABLE}_{suffix}"),
             &format!("\u{1}{suffix}\u{1}"),
+        );
+    }
+    for suffix in TABLE_SUFFIXES {
+        sql = sql.replace(
+            &format!("{DEFAULT_TABLE}_{suffix}"),
+            &format!("\u{2}{suffix}\u{2}"),
         );
     }
     let mut sql = sql
@@ -155,6 +199,12 @@ pub(crate) fn for_table(sql: &str, schema: &str, table: &str) -> String {
         sql = sql.replace(
             &format!("\u{1}{suffix}\u{1}"),
             &format!("\"{table}_{suffix}\""),
+        );
+    }
+    for suffix in TABLE_SUFFIXES {
+        sql = sql.replace(
+            &format!("\u{2}{suffix}\u{2}"),
+            &format!("\"{schema}\".\"{table}_{suffix}\""),
         );
     }
     sql
@@ -186,6 +236,33 @@ mod tests {
         let complete = strip_comments(include_str!("../sql/complete.sql"));
         assert!(!complete.contains("--") && !complete.contains("encoded response"));
         assert!(complete.starts_with("UPDATE idem_records"));
+    }
+
+    #[test]
+    fn the_audit_trail_and_its_indexes_follow_the_table() {
+        let migration = for_table(MIGRATION_FILES[3].1, "billing", "t");
+        assert!(migration.contains("ALTER TABLE \"billing\".\"t\"\n"));
+        assert!(
+            migration.contains("CREATE TABLE IF NOT EXISTS \"billing\".\"t_reconciliations\" (")
+        );
+        assert!(migration.contains(
+            "CREATE INDEX IF NOT EXISTS \"t_trail_record\"\n    ON \"billing\".\"t_reconciliations\" (consumer"
+        ));
+        assert!(migration
+            .contains("\"t_trail_kept\"\n    ON \"billing\".\"t_reconciliations\" (kept_until)"));
+        // A configured name holding the default is put in place once.
+        let settle = for_table(
+            include_str!("../sql/resolve_settle.sql"),
+            "s",
+            "idem_records_reconciliations",
+        );
+        assert!(
+            settle.contains("INSERT INTO \"s\".\"idem_records_reconciliations_reconciliations\" (")
+        );
+        assert!(settle.contains("UPDATE \"s\".\"idem_records_reconciliations\"\n"));
+        let index = for_table(INDEX_IN_DOUBT, "billing", "t");
+        assert!(index.contains("\"t_in_doubt\"\n    ON \"billing\".\"t\" (reserved_at"));
+        assert!(derived_names("t").any(|name| name == "t_reconciliations"));
     }
 
     #[test]

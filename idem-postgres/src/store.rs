@@ -10,9 +10,10 @@ use crate::ops::{Ops, Reservation};
 use crate::params::StatementMode;
 use crate::session;
 use crate::sql::Statements;
+use idem_core::reconcile::Reconciliation;
 use idem_core::store::{
     async_trait, digest_to_hex, Capabilities, Changes, Completion, FeedSettings, Inspected, Lease,
-    ListQuery, Operator, Page, Record, Stats,
+    ListQuery, Operator, Page, Record, Resolution, Stats,
 };
 use idem_core::{Begin, Error, Holder, RecordId, Request, Store, Timestamp};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -128,8 +129,9 @@ impl PgStoreBuilder {
     }
 
     /// The table (default `idem_records`), checked by
-    /// [`validate_identifier`](crate::validate_identifier) and at most 51 bytes (its index
-    /// names, `<table>_in_progress`, must fit PostgreSQL's 63). Put it in the schema of your
+    /// [`validate_identifier`](crate::validate_identifier) and at most 47 bytes (the names
+    /// derived from it, its indexes and the audit trail of records in doubt,
+    /// `<table>_reconciliations`, must fit PostgreSQL's 63). Put it in the schema of your
     /// business tables: the completion shares their transactions.
     pub fn table(mut self, table: &str) -> Self {
         self.config.table = table.to_owned();
@@ -551,6 +553,12 @@ impl Store for PgStore {
         on_connection!(self, |conn| self.inner.ops.purge_expired(conn, limit))
     }
 
+    /// One statement (`sql/resolve_*.sql`): the fenced change and its audit entry, atomic
+    /// without a transaction of its own.
+    async fn resolve(&self, resolution: &Resolution) -> Result<bool, Error> {
+        on_connection!(self, |conn| self.inner.ops.resolve(conn, resolution))
+    }
+
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         on_connection!(self, |conn| self.inner.ops.select(conn, id))
     }
@@ -601,5 +609,8 @@ impl Operator for PgStore {
     }
     async fn stats(&self) -> Result<Stats, Error> {
         on_connection!(self, |conn| self.inner.ops.stats(conn))
+    }
+    async fn reconciliations(&self, id: &RecordId) -> Result<Vec<Reconciliation>, Error> {
+        on_connection!(self, |conn| self.inner.ops.reconciliations(conn, id))
     }
 }

@@ -122,7 +122,6 @@ async fn listings_read_an_index_in_their_order() {
         .await
         .expect("connect");
     store.migrate().await.expect("migrate");
-    let table = store.table();
     for (statement, index, literals) in [
         (
             include_str!("../sql/list_in_progress.sql"),
@@ -140,26 +139,65 @@ async fn listings_read_an_index_in_their_order() {
             "_key",
             ["'k'", "''", "''", "10"].as_slice(),
         ),
+        // An operator's page of the records in doubt.
+        (
+            include_str!("../sql/list_in_doubt.sql"),
+            "_in_doubt",
+            ["false", "-1", "''", "''", "''", "10"].as_slice(),
+        ),
     ] {
-        let mut sql = statement.replace("idem_records", &table);
-        for (i, literal) in literals.iter().enumerate().rev() {
-            sql = sql.replace(&format!("${}", i + 1), literal);
-        }
-        // A tiny table is cheaper to scan: forbid that, to see whether an index serves.
-        let plan = in_schema(
-            store.pool(),
-            SCHEMA,
-            &format!("SET enable_seqscan = off; EXPLAIN {sql}; RESET enable_seqscan"),
-        )
-        .await
-        .iter()
-        .map(|row| row.get::<String, _>(0))
-        .collect::<Vec<_>>()
-        .join("\n");
+        let plan = plan(&store, statement, literals).await;
         assert!(plan.contains(index), "{plan}");
         assert!(!plan.contains("Sort"), "a listing sorts:\n{plan}");
         assert!(!plan.contains("Seq Scan"), "{plan}");
     }
+    // A reconciler's page of the records in doubt that are due reads the in-doubt index (it may
+    // sort the due ones it finds there); a record's audit trail reads its newest entries along
+    // the trail's index and sorts only those; the purge finds expired entries through the other.
+    for (statement, index, literals) in [
+        (
+            include_str!("../sql/list_in_doubt.sql"),
+            "_in_doubt",
+            ["true", "-1", "''", "''", "''", "10"].as_slice(),
+        ),
+        (
+            include_str!("../sql/reconciliations_query.sql"),
+            "_trail_record",
+            ["'acct'", "'POST /charges'", "'k'", "100"].as_slice(),
+        ),
+        (
+            include_str!("../sql/reconciliations_purge.sql"),
+            "_trail_kept",
+            ["10"].as_slice(),
+        ),
+    ] {
+        let plan = plan(&store, statement, literals).await;
+        assert!(plan.contains(index), "{plan}");
+        assert!(!plan.contains("Seq Scan"), "{plan}");
+    }
+}
+
+/// The plan of one of the store's statements on `store`'s table, with `literals` for `$1..`.
+async fn plan(store: &PgStore, statement: &str, literals: &[&str]) -> String {
+    let table = store.table();
+    let trail = format!("{}_reconciliations\"", &table[..table.len() - 1]);
+    let mut sql = statement
+        .replace("idem_records_reconciliations", &trail)
+        .replace("idem_records", &table);
+    for (i, literal) in literals.iter().enumerate().rev() {
+        sql = sql.replace(&format!("${}", i + 1), literal);
+    }
+    // A tiny table is cheaper to scan: forbid that, to see whether an index serves.
+    in_schema(
+        store.pool(),
+        SCHEMA,
+        &format!("SET enable_seqscan = off; EXPLAIN {sql}; RESET enable_seqscan"),
+    )
+    .await
+    .iter()
+    .map(|row| row.get::<String, _>(0))
+    .collect::<Vec<_>>()
+    .join("\n")
 }
 
 /// C5 while migrating: a migration on a live table never makes reads queue for long behind it,
@@ -254,8 +292,9 @@ async fn any_age_can_be_asked_and_long_table_names_are_refused() {
             .expect("any age can be asked");
         assert_eq!(page.records.len(), listed, "{age:?}");
     }
-    let longest = "t".repeat(51);
-    let too_long = "t".repeat(52);
+    // The longest derived name is the audit trail's, `<table>_reconciliations`.
+    let longest = "t".repeat(47);
+    let too_long = "t".repeat(48);
     assert!(idem_postgres::schema_sql("public", &longest).is_ok());
     assert!(idem_postgres::schema_sql("public", &too_long).is_err());
     let refused = PgStore::builder()

@@ -44,12 +44,16 @@ async fn store(url: &str, schema: &str, mode: StatementMode) -> PgStore {
         .expect("connect")
 }
 
-/// Whether both listing indexes the migration builds concurrently exist and are valid: `Some`
-/// of both valid when both exist, `None` while one is missing.
+/// Whether the listing indexes the migration builds concurrently exist and are valid: `Some`
+/// of all valid when all exist, `None` while one is missing.
 async fn index_state(schema: &str) -> Option<bool> {
     let mut conn = PgConnection::connect(&pg_url()).await.expect("connect");
     let mut valid = true;
-    for index in ["idem_records_in_progress", "idem_records_key"] {
+    for index in [
+        "idem_records_in_progress",
+        "idem_records_key",
+        "idem_records_in_doubt",
+    ] {
         let state: Option<bool> = sqlx::query_scalar(
             "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass($1)",
         )

@@ -1,0 +1,3 @@
+-- An in-doubt index left INVALID by an interrupted concurrent build: dropped without blocking
+-- traffic, so that index_in_doubt.sql builds it again.
+DROP INDEX CONCURRENTLY IF EXISTS idem_schema.idem_records_in_doubt
