@@ -37,7 +37,7 @@ pub(crate) fn now() -> Timestamp {
 /// C1) and the invisible or bidirectional formatting ones.
 fn hostile(c: char) -> bool {
     c.is_control()
-        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// A JSON document on one line, with every character a terminal could act on written as a
@@ -570,6 +570,8 @@ mod tests {
         assert_eq!(printable("ok é 💳"), "ok é 💳");
         assert_eq!(printable("\u{1b}[2Jx"), "\\u{1b}[2Jx");
         assert_eq!(printable("a\u{202e}b\nc"), "a\\u{202e}b\\u{a}c");
+        // Line and paragraph separators break a line on some terminals and viewers.
+        assert_eq!(printable("a\u{2028}b\u{2029}"), "a\\u{2028}b\\u{2029}");
         assert_eq!(printable_bytes(&[0xff, 0x00]), "(not UTF-8) hex ff00");
     }
 

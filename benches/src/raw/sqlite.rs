@@ -27,7 +27,8 @@ const CHARGES: &str =
 const CHARGE: &str = "INSERT INTO bench_charges (cents) VALUES (?1)";
 const RESERVE: &str = "INSERT INTO idem_records (consumer, route, key, fingerprint, token, state, deadline, response, reserved_at, holder) \
                        VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, NULL, ?7, ?8) ON CONFLICT (consumer, route, key) DO NOTHING";
-const COMPLETE: &str = "UPDATE idem_records SET state = 1, response = ?5, deadline = ?6, completed_at = ?7 \
+const COMPLETE: &str = "UPDATE idem_records SET state = 1, response = ?5, deadline = ?6, completed_at = ?7, \
+                        doubt = NULL, doubt_check_at = NULL \
                         WHERE consumer = ?1 AND route = ?2 AND key = ?3 AND token = ?4 AND state = 0";
 /// The read of a duplicate: the response column only for a completed row of the same
 /// fingerprint (a replay).

@@ -6,7 +6,7 @@ use super::{not_in_doubt, render::decided_text};
 use crate::cli::DecisionArgs;
 use crate::commands::{usage, within, Failure, Io};
 use crate::render::{bytes_json, now, printable};
-use idem_core::reconcile::{Decided, Finding, Resolved};
+use idem_core::reconcile::{Decided, Finding, Reconciliation, Resolved};
 use idem_core::store::Operator;
 use idem_core::{is_never_stored, Error, Idempotency, Policy, RecordId, StoredResponse};
 use serde_json::{json, Value};
@@ -106,9 +106,23 @@ impl Decision {
                 _ => "operator".to_owned(),
             },
         };
+        // What the trail keeps is what the report says: longer texts are refused, not cut.
+        let asked = args.asked;
+        for (flag, text, max) in [
+            ("--reason", &reason, Finding::MAX_TEXT),
+            ("--asked", &asked, Finding::MAX_TEXT),
+            ("--by", &by, Reconciliation::MAX_BY),
+        ] {
+            if text.len() > max {
+                return Err(Failure::Usage(format!(
+                    "{flag} is {} bytes: the audit trail keeps at most {max}",
+                    text.len()
+                )));
+            }
+        }
         Ok(Self {
             by,
-            asked: args.asked,
+            asked,
             reason,
             audit_retention: args.audit_retention,
             timeout,
@@ -239,7 +253,12 @@ fn report(
             "consumer": id.consumer(),
             "route": id.route(),
             "key": id.key(),
-            "in_doubt": decided.is_none(),
+            // Unknown for a lost decision: whoever won may have settled, released or deferred.
+            "in_doubt": match resolved {
+                Resolved::Deferred { .. } => json!(true),
+                Resolved::Contested => Value::Null,
+                _ => json!(false),
+            },
             "decision": decided.as_ref().map_or("contested", Decided::name),
             "by": decision.by,
             "asked": decision.asked,
@@ -336,6 +355,11 @@ mod tests {
         let timeout = Duration::from_secs(10);
         assert!(Decision::from_flags(args("  ", None), timeout).is_err());
         assert!(Decision::from_flags(args("seen", Some(" ")), timeout).is_err());
+        // What the trail would cut is refused: the report says what is kept.
+        let long = "x".repeat(Finding::MAX_TEXT + 1);
+        assert!(Decision::from_flags(args(&long, None), timeout).is_err());
+        let long_by = "y".repeat(Reconciliation::MAX_BY + 1);
+        assert!(Decision::from_flags(args("seen", Some(&long_by)), timeout).is_err());
         let decision = Decision::from_flags(args(" seen ", Some("alice")), timeout)
             .unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(

@@ -9,7 +9,7 @@
 //! or nobody knows yet ([`Verdict::StillUnknown`]: asked again after a backoff).
 //!
 //! Every decision is one fenced compare-and-set on the mark of doubt it read
-//! ([`Store::resolve`]): two reconcilers, or a reconciler and an operator, that read one record
+//! ([`Store::resolve`](crate::Store::resolve)): two reconcilers, or a reconciler and an operator, that read one record
 //! never both win; a record released and executed again carries another token, which no
 //! decision about the old execution can touch. Each applied decision leaves an entry
 //! ([`Reconciliation`]) in the store's audit trail in the same atomic step, readable with
@@ -68,7 +68,7 @@ use crate::holder::Holder;
 use crate::listing::ListQuery;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
-use crate::store::{Operator, Store};
+use crate::store::Operator;
 use crate::unwind::CatchUnwind;
 use async_trait::async_trait;
 use std::future::Future;
@@ -176,12 +176,36 @@ fn reconciler_name() -> String {
     format!("reconciler {}", Holder::this_process())
 }
 
-impl<S: Store> Idempotency<S> {
+/// A random number for one decision ([`Reconciliation::nonce`]).
+fn nonce() -> u64 {
+    let bytes = *crate::token::FencingToken::generate().as_bytes();
+    let mut half = [0u8; 8];
+    half.copy_from_slice(&bytes[..8]);
+    u64::from_be_bytes(half)
+}
+
+impl<S: Operator> Idempotency<S> {
+    /// Whether the trail of `id` holds `entry` (its token and nonce): the decision applied.
+    async fn decision_landed(&self, id: &RecordId, entry: &Reconciliation) -> Result<bool, Error> {
+        let trail = self
+            .call(
+                Operation::Inspect,
+                Some(id),
+                self.store().reconciliations(id),
+            )
+            .await?;
+        Ok(trail
+            .iter()
+            .any(|kept| kept.token == entry.token && kept.nonce == entry.nonce))
+    }
+
     /// Applies `finding` to the record in doubt `case`, as decided `by` (a name for the audit
     /// trail: an operator, a reconciler): settles it with its real answer, releases its key,
-    /// or defers it, in one fenced step with its audit entry ([`Store::resolve`]). If the record
+    /// or defers it, in one fenced step with its audit entry ([`Store::resolve`](crate::Store::resolve)). If the record
     /// changed since `case` was read, nothing is written and the answer is
-    /// [`Resolved::Contested`]. A settled answer that cannot be stored (a status outside
+    /// [`Resolved::Contested`]; a decision that applied but whose answer the store lost (and
+    /// that it tried again) is told by its own entry in the trail, so it is reported applied.
+    /// A settled answer that cannot be stored (a status outside
     /// 100..=599, a header with a control character) is [`Error::InvalidInput`], nothing
     /// written.
     ///
@@ -260,10 +284,11 @@ impl<S: Store> Idempotency<S> {
         let entry = Reconciliation {
             at: crate::clock::Timestamp::from_millis(0),
             token: case.token,
-            by: doubt::bounded(by.to_owned(), 256),
+            by: doubt::bounded(by.to_owned(), Reconciliation::MAX_BY),
             decided,
             asked,
             answer,
+            nonce: nonce(),
         };
         let resolution = Resolution {
             id: case.id.clone(),
@@ -273,13 +298,18 @@ impl<S: Store> Idempotency<S> {
             entry: entry.encode(),
             keep_entry_for: policy.audit_retention,
         };
-        let applied = self
+        let mut applied = self
             .call(
                 Operation::Resolve,
                 Some(&case.id),
                 self.store().resolve(&resolution),
             )
             .await?;
+        if !applied {
+            // A store that lost the answer of an attempt that applied, and tried again, finds
+            // the mark changed: by this decision, if the trail has its entry.
+            applied = self.decision_landed(&case.id, &entry).await?;
+        }
         let (kind, resolved) = match (applied, resolved) {
             (false, _) => (EventKind::DoubtContested, Resolved::Contested),
             (true, resolved @ Resolved::Settled(_)) => (EventKind::DoubtSettled, resolved),

@@ -23,6 +23,7 @@ use std::time::Duration;
 ///     decided: Decided::Released,
 ///     asked: "card network dashboard".into(),
 ///     answer: "no authorization under this key".into(),
+///     nonce: 7,
 /// };
 /// assert_eq!(Reconciliation::decode(entry.at, &entry.encode())?, entry);
 /// # Ok::<(), idem_core::Error>(())
@@ -33,7 +34,8 @@ pub struct Reconciliation {
     pub at: Timestamp,
     /// The token of the execution in doubt it decided about.
     pub token: FencingToken,
-    /// Who decided: a reconciler (`reconciler <process>`) or an operator.
+    /// Who decided: a reconciler (`reconciler <process>`) or an operator; at most
+    /// [`MAX_BY`](Self::MAX_BY) bytes.
     pub by: String,
     /// What was decided.
     pub decided: Decided,
@@ -41,6 +43,10 @@ pub struct Reconciliation {
     pub asked: String,
     /// What the provider answered, or the operator's reason.
     pub answer: String,
+    /// A number drawn at random for this decision, which tells it apart from any other with
+    /// the same words (the engine recognises its own entry by it when a store's answer was
+    /// lost after the decision applied).
+    pub nonce: u64,
 }
 
 /// A decision of the audit trail.
@@ -78,14 +84,18 @@ const MAGIC: u8 = b'A';
 const VERSION: u8 = 1;
 
 impl Reconciliation {
+    /// The longest [`by`](Self::by) kept, in bytes.
+    pub const MAX_BY: usize = 256;
+
     /// The stored form of everything but [`at`](Self::at), which the store keeps itself:
-    /// `b'A'`, version `1`, the token (16 bytes), the decision (a tag byte: 1 settled with a
+    /// `b'A'`, version `1`, the token (16 bytes), the nonce `u64`, the decision (a tag byte: 1 settled with a
     /// status `u16`, 2 released, 3 still unknown with the attempt `u32` and the delay in
     /// milliseconds `u64`), then `by`, `asked` and `answer`, each a `u16` length and UTF-8.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + self.by.len() + self.asked.len() + self.answer.len());
         out.extend([MAGIC, VERSION]);
         out.extend(self.token.as_bytes());
+        out.extend(self.nonce.to_be_bytes());
         match self.decided {
             Decided::Settled { status } => {
                 out.push(1);
@@ -118,6 +128,7 @@ impl Reconciliation {
             return Err(corrupt("unknown magic or version"));
         }
         let token = FencingToken::from_slice(r.take(16)?)?;
+        let nonce = u64::from_be_bytes(r.array()?);
         let decided = match r.take(1)?[0] {
             1 => Decided::Settled {
                 status: u16::from_be_bytes(r.array()?),
@@ -146,6 +157,7 @@ impl Reconciliation {
             decided,
             asked,
             answer,
+            nonce,
         })
     }
 }
@@ -191,7 +203,7 @@ mod tests {
                 1 => Decided::Released,
                 _ => Decided::StillUnknown { attempt: n, retry_after: Duration::from_millis(ms) },
             };
-            let entry = Reconciliation { at: Timestamp::from_millis(7), token: FencingToken::generate(), by, decided, asked, answer };
+            let entry = Reconciliation { at: Timestamp::from_millis(7), token: FencingToken::generate(), by, decided, asked, answer, nonce: n.into() };
             prop_assert_eq!(Reconciliation::decode(entry.at, &entry.encode()).expect("decodes"), entry);
         }
     }

@@ -1,0 +1,104 @@
+//! A decision about a record in doubt whose store applied it, lost the answer and tried again
+//! (a pooled connection found dead after the commit) is reported as applied, not contested: the
+//! engine recognises its own entry in the audit trail (docs/state-machine.md, "Records in
+//! doubt"). A decision someone else made first is still contested.
+
+use idem_core::reconcile::{Finding, Reconciliation, Resolved};
+use idem_core::store::{
+    async_trait, Completion, Inspected, ListQuery, Operator, Page, Record, Resolution, Stats,
+};
+use idem_core::{
+    Begin, Error, Failure, Idempotency, Lease, MemoryStore, RecordId, Request, Store,
+    StoredResponse, Timestamp,
+};
+use std::time::Duration;
+
+/// The memory store, whose `resolve` runs twice and answers the second run: the answer of the
+/// first, which applied, was lost.
+struct LosesResolveAnswers(MemoryStore);
+
+#[async_trait]
+impl Store for LosesResolveAnswers {
+    async fn reserve(&self, r: &Request, l: Duration) -> Result<Begin, Error> {
+        self.0.reserve(r, l).await
+    }
+    async fn complete(&self, c: &Completion) -> Result<(), Error> {
+        self.0.complete(c).await
+    }
+    async fn release(&self, l: &Lease) -> Result<(), Error> {
+        self.0.release(l).await
+    }
+    async fn renew(&self, l: &Lease, d: Duration) -> Result<Timestamp, Error> {
+        self.0.renew(l, d).await
+    }
+    async fn purge_expired(&self, n: usize) -> Result<usize, Error> {
+        self.0.purge_expired(n).await
+    }
+    async fn resolve(&self, r: &Resolution) -> Result<bool, Error> {
+        let _lost = self.0.resolve(r).await?;
+        self.0.resolve(r).await
+    }
+    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+        self.0.lookup(id).await
+    }
+}
+
+#[async_trait]
+impl Operator for LosesResolveAnswers {
+    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
+        self.0.inspect(id).await
+    }
+    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+        self.0.list(query).await
+    }
+    async fn stats(&self) -> Result<Stats, Error> {
+        self.0.stats().await
+    }
+    async fn reconciliations(&self, id: &RecordId) -> Result<Vec<Reconciliation>, Error> {
+        self.0.reconciliations(id).await
+    }
+}
+
+#[tokio::test]
+async fn c08_a_decision_whose_answer_was_lost_is_reported_applied() {
+    let idem = Idempotency::new(LosesResolveAnswers(MemoryStore::new()));
+    let request = idem
+        .request("acct_1", "POST", "/charges")
+        .key(Some("k1"))
+        .body(b"{}")
+        .build()
+        .expect("request");
+    let _ = idem
+        .run(&request, |_ctx| async {
+            Err::<StoredResponse, _>(Failure::unknown("network timed out"))
+        })
+        .await;
+    let case = idem
+        .in_doubt(request.id())
+        .await
+        .expect("read")
+        .expect("in doubt");
+    let settled = Finding::settled(StoredResponse::new(201, "charged"));
+    let resolved = idem
+        .resolve(&case, settled, "reconciler")
+        .await
+        .expect("resolve");
+    assert!(
+        matches!(resolved, Resolved::Settled(ref r) if r.status == 201),
+        "its own decision, applied: {resolved:?}"
+    );
+    // Someone else's decision came first: the same stale read is contested now.
+    let late = idem
+        .resolve(&case, Finding::not_happened(), "another")
+        .await
+        .expect("resolve");
+    assert_eq!(late, Resolved::Contested);
+    assert_eq!(
+        idem.store()
+            .reconciliations(request.id())
+            .await
+            .expect("trail")
+            .len(),
+        1
+    );
+}
