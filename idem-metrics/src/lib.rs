@@ -1071,6 +1071,60 @@ mod tests {
     }
 
     #[test]
+    fn c16_decisions_about_records_in_doubt_are_counted_by_decision() {
+        recorded(|snapshotter| async move {
+            let (idem, _metrics) = engine(MemoryStore::new());
+            for key in ["key-1", "key-2"] {
+                let ran = idem
+                    .run(&request(&idem, key, b"{}"), |_ctx| async {
+                        Err::<StoredResponse, _>(Failure::unknown(boom()))
+                    })
+                    .await;
+                assert!(matches!(ran, Err(RunError::Unknown { .. })));
+            }
+            let settle = idem_core::reconcile::Finding::settled(StoredResponse::new(201, "ok"));
+            let first = request(&idem, "key-1", b"{}");
+            let case = idem
+                .in_doubt(first.id())
+                .await
+                .expect("read")
+                .expect("in doubt");
+            idem.resolve(&case, settle.clone(), "test")
+                .await
+                .expect("settled");
+            idem.resolve(&case, settle, "late")
+                .await
+                .expect("contested");
+            let second = request(&idem, "key-2", b"{}");
+            let case = idem
+                .in_doubt(second.id())
+                .await
+                .expect("read")
+                .expect("in doubt");
+            let unknown = idem_core::reconcile::Finding::still_unknown();
+            idem.resolve(&case, unknown, "test")
+                .await
+                .expect("deferred");
+            let seen = Seen::now(&snapshotter);
+            let decision =
+                |d: &'static str| [("store", "memory"), ("route", ROUTE), ("decision", d)];
+            assert_eq!(seen.counter(RECONCILIATIONS_TOTAL, &decision("settled")), 1);
+            assert_eq!(
+                seen.counter(RECONCILIATIONS_TOTAL, &decision("contested")),
+                1
+            );
+            assert_eq!(
+                seen.counter(RECONCILIATIONS_TOTAL, &decision("deferred")),
+                1
+            );
+            assert!(seen
+                .row(RECONCILIATIONS_TOTAL, &decision("released"))
+                .is_none());
+            assert_eq!(seen.counter(REQUESTS_TOTAL, &outcome("outcome_unknown")), 2);
+        });
+    }
+
+    #[test]
     fn c16_run_outcome_unknown_keeps_the_key_and_ends_the_execution() {
         recorded(|snapshotter| async move {
             let (idem, metrics) = engine(MemoryStore::new());
