@@ -162,7 +162,7 @@ async fn the_trail_shares_its_records_slot_and_keeps_each_entry_for_its_own_rete
         }
 
         let long = engine(&store, policy().audit_retention(Duration::from_secs(3600)));
-        let short = engine(&store, policy().audit_retention(Duration::from_millis(300)));
+        let short = engine(&store, policy().audit_retention(Duration::from_secs(1)));
         into_doubt(&long, &charge).await;
         let first = case(&long, &charge).await;
         let deferred = long
@@ -190,7 +190,7 @@ async fn the_trail_shares_its_records_slot_and_keeps_each_entry_for_its_own_rete
             "the longest-kept entry sets the trail's life: {ttl}"
         );
 
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        tokio::time::sleep(Duration::from_millis(1200)).await;
         let trail = store.reconciliations(charge.id()).await.expect("trail");
         let by: Vec<&str> = trail.iter().map(|e| e.by.as_str()).collect();
         assert_eq!(by, ["kept long"], "the short entry's time has passed");
