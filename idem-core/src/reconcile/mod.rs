@@ -178,10 +178,9 @@ fn reconciler_name() -> String {
 
 /// A random number for one decision ([`Reconciliation::nonce`]).
 fn nonce() -> u64 {
-    let bytes = *crate::token::FencingToken::generate().as_bytes();
-    let mut half = [0u8; 8];
-    half.copy_from_slice(&bytes[..8]);
-    u64::from_be_bytes(half)
+    // A fresh token is 16 random bytes; half of them is plenty for one record's trail.
+    let [a, b, c, d, e, f, g, h, ..] = *crate::token::FencingToken::generate().as_bytes();
+    u64::from_be_bytes([a, b, c, d, e, f, g, h])
 }
 
 impl<S: Operator> Idempotency<S> {
@@ -319,9 +318,7 @@ impl<S: Operator> Idempotency<S> {
         self.emit(Event::new(kind).about(&case.id).held_by(case.token));
         Ok(resolved)
     }
-}
 
-impl<S: Operator> Idempotency<S> {
     /// The record `id` if its answer is in doubt, read now; `None` if there is none or it is
     /// not in doubt (in progress, settled, released, or marked about an earlier execution).
     /// Read as stored: a record whose retention passed but that is not purged yet is returned
