@@ -1,7 +1,7 @@
 //! A completion the engine prepared: what a store writes when a request completes.
 
+use crate::doubt::Doubt;
 use crate::lease::Lease;
-use crate::reconcile::doubt::Doubt;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use crate::token::FencingToken;

@@ -1,12 +1,50 @@
 //! The right to run a request's effect.
 
 use crate::clock::Timestamp;
-use crate::decision::Acquire;
 use crate::fingerprint::Fingerprint;
 use crate::request::Request;
 use crate::scope::RecordId;
 use crate::token::FencingToken;
 use std::time::{Duration, Instant};
+
+/// Why a caller acquires, and which record (if any) the new reservation replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquire {
+    /// No record: insert one.
+    Fresh,
+    /// An orphaned in-progress record whose lease passed (C9): replace it if it still carries
+    /// `previous`, is still in progress and still expired; its holder is fenced out from then on.
+    TakeOver {
+        /// The token of the orphaned reservation.
+        previous: FencingToken,
+    },
+    /// A completed record whose retention passed (C10): the key is new again. Replace it if it
+    /// still carries `previous`, is still completed and still expired.
+    StartOver {
+        /// The token of the expired record.
+        previous: FencingToken,
+    },
+}
+
+impl Acquire {
+    /// The token of the record being replaced, if any: a store's compare-and-set condition.
+    pub fn replaces(&self) -> Option<FencingToken> {
+        match self {
+            Acquire::Fresh => None,
+            Acquire::TakeOver { previous } | Acquire::StartOver { previous } => Some(*previous),
+        }
+    }
+
+    /// Whether the record being replaced must be completed (a start over) rather than in
+    /// progress (a takeover): the state half of the compare-and-set. `None` for a fresh key.
+    pub fn replaces_completed(&self) -> Option<bool> {
+        match self {
+            Acquire::Fresh => None,
+            Acquire::TakeOver { .. } => Some(false),
+            Acquire::StartOver { .. } => Some(true),
+        }
+    }
+}
 
 /// The right to run a request's effect, held until completion, release or the deadline.
 ///

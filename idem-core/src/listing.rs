@@ -7,10 +7,10 @@
 //! reads one record whole.
 
 use crate::clock::Timestamp;
+use crate::doubt::Doubt;
 use crate::error::{Error, Field};
 use crate::holder::Holder;
 use crate::key::IdempotencyKey;
-use crate::reconcile::doubt::Doubt;
 use crate::record::Noted;
 use crate::scope::{check_part, RecordId, Scope};
 use std::fmt;

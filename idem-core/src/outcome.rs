@@ -152,8 +152,8 @@ impl<E> Failure<E> {
 
     /// For an unknown outcome: what a reconciler needs to ask the provider later (its own
     /// idempotency key, a request id), kept with the answer in doubt
-    /// ([`Doubt::note`](crate::reconcile::Doubt::note), at most
-    /// [`Doubt::MAX_NOTE`](crate::reconcile::Doubt::MAX_NOTE) bytes). Nothing for a failure
+    /// ([`Doubt::note`](crate::doubt::Doubt::note), at most
+    /// [`Doubt::MAX_NOTE`](crate::doubt::Doubt::MAX_NOTE) bytes). Nothing for a failure
     /// where nothing happened.
     ///
     /// ```

@@ -120,7 +120,7 @@ pub struct Policy {
     /// [`Commits::Two`]; [`Commits::One`] only for effects that live entirely in the database.
     pub commits: Commits,
     /// How long the audit trail of a record in doubt is kept: each reconciliation decision
-    /// ([`Reconciliation`](crate::reconcile::Reconciliation)) stays readable for this long after it was
+    /// ([`Reconciliation`](crate::trail::Reconciliation)) stays readable for this long after it was
     /// made, whatever became of the record (docs/state-machine.md, "Records in doubt").
     /// Default 90 days.
     pub audit_retention: Duration,

@@ -1,9 +1,9 @@
 //! A stored record, as a store reads it back.
 
 use crate::clock::Timestamp;
+use crate::doubt::Doubt;
 use crate::fingerprint::Fingerprint;
 use crate::holder::Holder;
-use crate::reconcile::doubt::Doubt;
 use crate::response::StoredResponse;
 use crate::token::FencingToken;
 

@@ -7,27 +7,11 @@ use super::Idempotency;
 use crate::error::Error;
 use crate::lease::Lease;
 use crate::store::Store;
-use std::cell::Cell;
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 use tokio::runtime::Handle;
 use tracing::Instrument;
-
-thread_local! {
-    static ON_HEARTBEAT: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Whether the current thread is the engine's heartbeat thread: a network store that keeps
-/// connections per runtime uses connections of its own for the renewals made there (the
-/// application's runtime may be blocked, and its sockets with it).
-///
-/// ```
-/// assert!(!idem_core::store::on_heartbeat_thread());
-/// ```
-pub fn on_heartbeat_thread() -> bool {
-    ON_HEARTBEAT.with(Cell::get)
-}
 
 /// The heartbeat runtime, started on first use; `None` if no thread or runtime could be made
 /// (the heartbeat then runs on the caller's runtime).
@@ -39,7 +23,7 @@ fn runtime() -> Option<&'static Handle> {
             std::thread::Builder::new()
                 .name("idem-heartbeat".to_owned())
                 .spawn(move || {
-                    ON_HEARTBEAT.with(|on| on.set(true));
+                    crate::heartbeat_thread::mark_this_thread();
                     match tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()

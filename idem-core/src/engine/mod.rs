@@ -13,20 +13,20 @@ mod run;
 mod transact;
 mod wait;
 
-pub use heartbeat::{on_heartbeat_thread, KeepAlive};
+pub use heartbeat::KeepAlive;
 pub use run::Context;
 pub use wait::waiting_now;
 
 use crate::answer::Answer;
 use crate::begin::Begin;
 use crate::completion::Completion;
-use crate::decision::Acquire;
+use crate::doubt::Doubt;
 use crate::error::{Error, Field, StoreErrorKind};
 use crate::event::{Event, EventKind, Observer, Observers, Operation, TracingObserver};
+use crate::lease::Acquire;
 use crate::lease::{deadline_after, Lease};
 use crate::policy::Policy;
-use crate::reconcile::Doubt;
-use crate::render::problem;
+use crate::problem::Problem;
 use crate::request::{Request, RequestBuilder};
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
@@ -504,12 +504,7 @@ impl<S: Store> Idempotency<S> {
                     %error,
                     "idem.completion: the handler's response cannot be stored; storing a 500"
                 );
-                let fallback = problem(
-                    500,
-                    "invalid-response",
-                    "The server produced a response that could not be stored.",
-                    false,
-                );
+                let fallback = Problem::invalid_response().to_response();
                 // Filtered like any response, so that what is sent is what a replay sends.
                 let fallback = policy.prepare(fallback.clone()).unwrap_or(fallback);
                 let encoded = fallback.encode().unwrap_or_default();
@@ -784,12 +779,7 @@ pub(crate) fn answer_kind(answer: &Answer) -> EventKind {
 
 /// The answer stored when a handler's outcome is unknown.
 pub(crate) fn outcome_unknown() -> StoredResponse {
-    problem(
-        500,
-        "outcome-unknown",
-        "The request failed and may have taken effect; it will not be run again with this key.",
-        false,
-    )
+    Problem::outcome_unknown().to_response()
 }
 
 /// Whether the current Tokio runtime has a time driver (a timer can be made). Tokio has no

@@ -7,10 +7,10 @@
 use super::{is_timed_out, pause, Idempotency, FIRST_BACKOFF, MAX_BACKOFF};
 use crate::answer::Answer;
 use crate::completion::Completion;
+use crate::doubt::{Doubt, DoubtCause};
 use crate::error::Error;
 use crate::event::{Event, EventKind, Operation};
 use crate::lease::Lease;
-use crate::reconcile::{Doubt, DoubtCause};
 use crate::record::RecordState;
 use crate::response::StoredResponse;
 use crate::store::Store;

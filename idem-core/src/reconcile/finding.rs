@@ -1,6 +1,6 @@
 //! What a reconciler found out about one record in doubt.
 
-use crate::reconcile::doubt::bounded;
+use crate::doubt::bounded;
 use crate::response::StoredResponse;
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! One record in doubt, as a reconciler reads it.
 
-use super::doubt::Doubt;
 use crate::clock::Timestamp;
+use crate::doubt::Doubt;
 use crate::fingerprint::Fingerprint;
 use crate::record::{Inspected, RecordState};
 use crate::response::StoredResponse;

@@ -47,19 +47,16 @@
 //! # }
 //! ```
 
-pub(crate) mod doubt;
 mod finding;
 mod in_doubt;
-mod resolution;
 mod runner;
-mod trail;
 
-pub use doubt::{Doubt, DoubtCause};
+pub use crate::doubt::{Doubt, DoubtCause};
+pub use crate::resolution::{Change, Resolution};
+pub use crate::trail::{Decided, Reconciliation};
 pub use finding::{Finding, Verdict};
 pub use in_doubt::InDoubt;
-pub use resolution::{Change, Resolution};
 pub use runner::Reconciling;
-pub use trail::{Decided, Reconciliation};
 
 use crate::engine::Idempotency;
 use crate::error::{Error, Field};
@@ -283,7 +280,7 @@ impl<S: Operator> Idempotency<S> {
         let entry = Reconciliation {
             at: crate::clock::Timestamp::from_millis(0),
             token: case.token,
-            by: doubt::bounded(by.to_owned(), Reconciliation::MAX_BY),
+            by: crate::doubt::bounded(by.to_owned(), Reconciliation::MAX_BY),
             decided,
             asked,
             answer,

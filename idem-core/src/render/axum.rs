@@ -3,8 +3,8 @@
 //! Every answer idem renders is a [`StoredResponse`] (a replay or a problem); these impls send it as it is, so a handler returns it without converting it by
 //! hand: `stored.into_response()`, `error.into_response()`.
 
-use super::problem::Problem;
 use crate::error::Error;
+use crate::problem::Problem;
 use crate::response::StoredResponse;
 use axum_core::body::Body;
 use axum_core::response::{IntoResponse, Response};

@@ -26,9 +26,8 @@
 mod axum;
 #[cfg(feature = "http")]
 mod into_http;
-mod problem;
 
-pub use problem::{problem, retry_after_secs, Problem, PROBLEM_BASE};
+pub use crate::problem::{problem, retry_after_secs, Problem, PROBLEM_BASE};
 
 use crate::answer::Answer;
 use crate::error::{Error, Field};

@@ -40,7 +40,7 @@ pub enum Change {
     /// Keep the answer; replace the mark with `doubt` (one more attempt) and make the record
     /// due again at `now + retry_after`.
     Defer {
-        /// The new mark, encoded ([`Doubt::encode`](crate::reconcile::Doubt::encode)).
+        /// The new mark, encoded ([`Doubt::encode`](crate::doubt::Doubt::encode)).
         doubt: Vec<u8>,
         /// When it is due again, from now.
         retry_after: Duration,
@@ -68,7 +68,7 @@ impl Resolution {
         &self.change
     }
 
-    /// The audit entry ([`Reconciliation::encode`](crate::reconcile::Reconciliation::encode)), to keep
+    /// The audit entry ([`Reconciliation::encode`](crate::trail::Reconciliation::encode)), to keep
     /// with the store's `now`.
     pub fn entry(&self) -> &[u8] {
         &self.entry

@@ -13,28 +13,32 @@ pub use crate::__idem_feed_report as feed_report;
 pub use crate::changes::{digest_from_hex, digest_to_hex, Changes};
 pub use crate::clock::{duration_millis, timestamp_millis};
 pub use crate::completion::Completion;
-pub use crate::decision::{check_fence, decide, Acquire, Decision};
-pub use crate::engine::on_heartbeat_thread;
+pub use crate::decision::{check_fence, decide, Decision};
 pub use crate::feed::{Feed, FeedEvent, FeedSettings, Listen, Received};
+pub use crate::heartbeat_thread::on_heartbeat_thread;
+pub use crate::lease::Acquire;
 pub use crate::lease::Lease;
 pub use crate::listing::{
     Cursor, ListQuery, Listed, ListedState, Page, Position, Selection, Stats,
 };
-pub use crate::reconcile::{Change, Resolution};
 pub use crate::record::{Inspected, Noted, Provenance, Record, RecordState};
-pub use crate::transactional::{Execution, Transacted, Transactional, TxEnd};
+pub use crate::resolution::{Change, Resolution};
+mod transactional;
+
 pub use crate::unique::{unresolved_insert_or_fetch, InsertOrFetch};
 pub use crate::unwind::CatchUnwind;
 /// Re-exported so that stores implement [`Store`] with the same macro version.
 pub use async_trait::async_trait;
+pub(crate) use transactional::Hooks;
+pub use transactional::{Execution, Transacted, Transactional, TxEnd};
 
 use crate::answer::Answer;
 use crate::begin::Begin;
 use crate::clock::Timestamp;
 use crate::error::Error;
-use crate::reconcile::Reconciliation;
 use crate::request::Request;
 use crate::scope::RecordId;
+use crate::trail::Reconciliation;
 use std::sync::Arc;
 use std::time::Duration;
 

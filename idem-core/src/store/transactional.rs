@@ -3,6 +3,7 @@
 //! heartbeat, release, classification of a commit in doubt, events) is the engine's, written
 //! once in `Idempotency::transact`; a store implements only its transaction mechanics.
 
+use super::Store;
 use crate::answer::Answer;
 use crate::completion::Completion;
 use crate::error::Error;
@@ -13,7 +14,6 @@ use crate::record::Record;
 use crate::request::Request;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
-use crate::store::Store;
 use async_trait::async_trait;
 use std::any::Any;
 use std::fmt;

@@ -113,7 +113,7 @@ impl Reconciliation {
             }
         }
         for text in [&self.by, &self.asked, &self.answer] {
-            let text = crate::reconcile::doubt::bounded(text.clone(), usize::from(u16::MAX));
+            let text = crate::doubt::bounded(text.clone(), usize::from(u16::MAX));
             out.extend((text.len() as u16).to_be_bytes());
             out.extend(text.as_bytes());
         }

@@ -8,8 +8,8 @@ pub const PROBLEM_BASE: &str = "https://idem.rs/problems/";
 
 /// A problem idem answers with (docs/state-machine.md, HTTP mapping): a 400 for a bad key, 413,
 /// 422 for a reused key, 409 in flight, 503 when the store is down, a 500 once an effect may
-/// have run. [`answer_problem`](super::answer_problem) and
-/// [`problem_for`](super::problem_for) say which; [`to_response`](Self::to_response)
+/// have run. [`answer_problem`](crate::render::answer_problem) and
+/// [`problem_for`](crate::render::problem_for) say which; [`to_response`](Self::to_response)
 /// renders it as `application/problem+json`, and an application that wants its own shape (a
 /// Stripe-style `{"error": {..}}`) renders it itself from the fields.
 ///
@@ -42,6 +42,32 @@ pub struct Problem {
 }
 
 impl Problem {
+    /// What a client is told when its request may have taken effect and the outcome is unknown
+    /// (C8): the one text of the engine's stored 500 and of the layers.
+    pub const OUTCOME_UNKNOWN: &'static str =
+        "The request failed and may have taken effect; do not send it again with another key.";
+
+    /// The problem stored for an outcome unknown (C8): a 500, not retryable, kind
+    /// `outcome-unknown`.
+    ///
+    /// ```
+    /// let p = idem_core::render::Problem::outcome_unknown();
+    /// assert_eq!((p.status, p.kind, p.retryable), (500, "outcome-unknown", false));
+    /// ```
+    pub fn outcome_unknown() -> Self {
+        Self::new(500, "outcome-unknown", Self::OUTCOME_UNKNOWN, false)
+    }
+
+    /// The problem stored in place of a handler's response that cannot be stored (an invalid
+    /// status or header): a 500, not retryable, kind `invalid-response`. The effect may have run.
+    pub fn invalid_response() -> Self {
+        Self::new(
+            500,
+            "invalid-response",
+            "The server produced a response that could not be stored.",
+            false,
+        )
+    }
     /// A problem without `Retry-After`.
     pub fn new(
         status: u16,
