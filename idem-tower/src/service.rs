@@ -460,12 +460,7 @@ pub(crate) fn pending() -> Problem {
 
 /// The problem for an execution whose result could not be recorded: the effect may have run.
 pub(crate) fn unknown() -> Problem {
-    Problem::new(
-        500,
-        "outcome-unknown",
-        "The request failed and may have taken effect.",
-        false,
-    )
+    Problem::outcome_unknown()
 }
 
 /// The response sent: the key echoed where it belongs, what was done in the extensions, and

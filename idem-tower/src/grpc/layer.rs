@@ -1,7 +1,7 @@
 //! [`GrpcIdempotencyLayer`]: the tower layer for tonic servers and its settings.
 
 use super::config::{GrpcConfig, GrpcMethod};
-use super::service::GrpcIdempotent;
+use super::service::{GrpcIdempotent, Shared};
 use crate::consumer::ConsumerError;
 use http::header::HeaderName;
 use http::request::Parts;
@@ -144,6 +144,13 @@ impl<Inner, S, C> Layer<Inner> for GrpcIdempotencyLayer<S, C> {
     type Service = GrpcIdempotent<Inner, S, C>;
 
     fn layer(&self, inner: Inner) -> Self::Service {
-        GrpcIdempotent::new(inner, self.clone())
+        GrpcIdempotent::new(
+            inner,
+            Shared {
+                idem: self.idem.clone(),
+                consumer: Arc::clone(&self.consumer),
+                config: self.config.clone(),
+            },
+        )
     }
 }

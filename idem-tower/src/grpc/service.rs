@@ -4,7 +4,6 @@ use super::answer::GrpcAnswer;
 use super::config::{GrpcConfig, GrpcMethod};
 use super::details::retry_details;
 use super::frame::{single_message, FrameError};
-use super::layer::GrpcIdempotencyLayer;
 use super::status::grpc_code_of;
 use crate::bounds::IncomingBody;
 use crate::consumer::ConsumerError;
@@ -34,14 +33,31 @@ use tonic::Code;
 use tower_service::Service;
 use tracing::Instrument;
 
-/// The service [`GrpcIdempotencyLayer`] wraps around a tonic server's (see the layer's docs).
+/// What every call of the service reads: the engine, the consumer function and the
+/// configuration the layer was given.
+pub(crate) struct Shared<S, C> {
+    pub(crate) idem: Idempotency<S>,
+    pub(crate) consumer: Arc<C>,
+    pub(crate) config: GrpcConfig,
+}
+
+impl<S: fmt::Debug, C> fmt::Debug for Shared<S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared")
+            .field("idem", &self.idem)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The service [`GrpcIdempotencyLayer`](crate::GrpcIdempotencyLayer) wraps around a tonic server's (see the layer's docs).
 pub struct GrpcIdempotent<Inner, S, C> {
     inner: Inner,
-    layer: Arc<GrpcIdempotencyLayer<S, C>>,
+    layer: Arc<Shared<S, C>>,
 }
 
 impl<Inner, S, C> GrpcIdempotent<Inner, S, C> {
-    pub(crate) fn new(inner: Inner, layer: GrpcIdempotencyLayer<S, C>) -> Self {
+    pub(crate) fn new(inner: Inner, layer: Shared<S, C>) -> Self {
         Self {
             inner,
             layer: Arc::new(layer),
@@ -164,7 +180,7 @@ impl Answered {
 
 /// A protected call, from its head to the answer sent.
 async fn protect<Inner, S, C, B, RB>(
-    layer: Arc<GrpcIdempotencyLayer<S, C>>,
+    layer: Arc<Shared<S, C>>,
     inner: Inner,
     method: GrpcMethod,
     request: Request<B>,
@@ -250,7 +266,7 @@ enum Prepared {
 /// Everything checked before anything is recorded: the consumer, the key (C1), the message
 /// (C12: one, uncompressed, within the limit), the request as idem sees it (C2, C3).
 async fn prepare<S: Store, C, B>(
-    layer: &GrpcIdempotencyLayer<S, C>,
+    layer: &Shared<S, C>,
     method: &GrpcMethod,
     parts: &Parts,
     body: B,
@@ -485,10 +501,7 @@ where
 
 /// An outcome unknown (C8): the key kept, an `INTERNAL` answer stored for it.
 fn unknown(error: String) -> Failure<String> {
-    let answer = GrpcAnswer::error(
-        Code::Internal,
-        "The request failed and may have taken effect.",
-    );
+    let answer = GrpcAnswer::error(Code::Internal, Problem::OUTCOME_UNKNOWN);
     Failure::unknown_with(error, answer.into_stored())
 }
 
