@@ -1,15 +1,16 @@
 //! What each command does: read or maintain the store, and say what it found.
 
 use crate::cli::{Cli, Command, PageArgs};
+use crate::failure::{usage, Failure};
+use crate::io::Io;
 use crate::render::{self, Table, COMPLETED_COLUMNS, KEY_COLUMNS, PENDING_COLUMNS};
 use crate::route::looks_concrete;
+use crate::store_call::{fetch, record_id, within};
 use crate::target::{Names, Target, Usage};
-use idem_core::store::{Cursor, Expiry, ListQuery, Listed, ListingOrder, Operator, Page};
-use idem_core::{Error, Field, IdempotencyKey, RecordId, Scope, StoreErrorKind};
+use idem_core::store::{Expiry, ListQuery, Listed, ListingOrder, Operator};
+use idem_core::{Error, Field, RecordId};
 use serde_json::{json, Value};
 use std::collections::HashSet;
-use std::future::Future;
-use std::io::Write;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -19,88 +20,8 @@ pub(crate) const KEY_LOOKUP_MAX: usize = 50;
 /// What a lookup by key says beside its answer.
 const SHARED_KEYS: &str = "keys are chosen by clients: two clients may send the same key, and each (consumer, route, key) is a record of its own (C2)";
 
-/// The most each call to the store may take (`--timeout`), set once per run.
-static CALL_DEADLINE: OnceLock<Duration> = OnceLock::new();
-
 /// The most `inspect KEY` spends on a scanning store (`--scan-budget`), set once per run.
 static SCAN_BUDGET: OnceLock<Duration> = OnceLock::new();
-
-/// `call`, or a store error (unavailable) once it has taken longer than `--timeout`: a store
-/// that accepts a connection and never answers does not hang the command.
-pub(crate) async fn within<T>(call: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
-    let limit = *CALL_DEADLINE.get_or_init(|| Duration::from_secs(10));
-    match tokio::time::timeout(limit, call).await {
-        Ok(result) => result,
-        Err(_) => Err(Error::store(
-            "idem",
-            StoreErrorKind::Unavailable,
-            format!(
-                "the store did not answer within {}s (--timeout)",
-                limit.as_secs()
-            ),
-        )),
-    }
-}
-
-/// How a command ended, for the exit status.
-#[derive(Debug)]
-pub(crate) enum Failure {
-    /// The command line was wrong (exit 2).
-    Usage(String),
-    /// The store refused or failed (exit 1).
-    Idem(Error),
-    /// `inspect` found no record, `doubt show` neither record nor trail, `doubt settle` or
-    /// `doubt release` no record in doubt (exit 3); what was missing is already said.
-    NotFound,
-    /// `doubt settle` or `doubt release` lost: the record changed since it was read (exit 4);
-    /// already said.
-    Contested,
-    /// Writing the output failed (a closed pipe): exit 1, nothing to add.
-    Output(std::io::Error),
-}
-
-/// Input the command line gave that idem refuses (a key, a consumer, a cursor): exit 2.
-pub(crate) fn usage(error: Error) -> Failure {
-    Failure::Usage(error.to_string())
-}
-
-impl From<Error> for Failure {
-    fn from(error: Error) -> Self {
-        Failure::Idem(error)
-    }
-}
-
-impl From<Usage> for Failure {
-    fn from(usage: Usage) -> Self {
-        Failure::Usage(usage.0)
-    }
-}
-
-impl From<std::io::Error> for Failure {
-    fn from(error: std::io::Error) -> Self {
-        Failure::Output(error)
-    }
-}
-
-/// Where a command writes: the answer on `out`, progress and notes on `err`.
-pub(crate) struct Io<'a> {
-    /// The answer (a table or one JSON document).
-    pub out: &'a mut dyn Write,
-    /// Progress, notes, the next cursor of a table listing.
-    pub err: &'a mut dyn Write,
-    /// `--json`.
-    pub json: bool,
-    /// Whether `out` is a terminal (a watch clears the screen between runs only then).
-    pub terminal: bool,
-}
-
-impl Io<'_> {
-    /// Writes `value` as one JSON document on `out`.
-    pub(crate) fn json(&mut self, value: &Value) -> Result<(), Failure> {
-        writeln!(self.out, "{}", render::json_text(value))?;
-        Ok(())
-    }
-}
 
 /// Runs the command the command line names.
 pub(crate) async fn run(cli: Cli, io: &mut Io<'_>) -> Result<(), Failure> {
@@ -115,7 +36,7 @@ pub(crate) async fn run(cli: Cli, io: &mut Io<'_>) -> Result<(), Failure> {
         prefix: cli.prefix,
     };
     target.check(&names)?;
-    let _ = CALL_DEADLINE.set(Duration::from_secs(cli.timeout));
+    crate::store_call::set_deadline(Duration::from_secs(cli.timeout));
     let _ = SCAN_BUDGET.set(Duration::from_secs(cli.scan_budget));
     match cli.command {
         Command::Migrate { print } => migrate(&target, &names, print, io).await,
@@ -171,14 +92,6 @@ pub(crate) async fn run(cli: Cli, io: &mut Io<'_>) -> Result<(), Failure> {
             crate::doubt::run(store, command, cli.timeout, io).await
         }
     }
-}
-
-/// The record of (`consumer`, `route`, `key`), each checked as idem checks them (exit 2 if not).
-pub(crate) fn record_id(consumer: &str, route: &str, key: &str) -> Result<RecordId, Failure> {
-    Ok(RecordId::new(
-        Scope::new(consumer, route).map_err(usage)?,
-        IdempotencyKey::new(key).map_err(usage)?,
-    ))
 }
 
 async fn open(target: &Target, names: &Names) -> Result<Box<dyn Operator>, Failure> {
@@ -518,43 +431,6 @@ async fn not_found_hints(
         )?;
     }
     Ok(())
-}
-
-/// The records of `query` a listing shows: one page from `--after`, or every page with
-/// `--all`, each record once; and the cursor of the next page.
-pub(crate) async fn fetch(
-    store: &dyn Operator,
-    query: ListQuery,
-    page: &PageArgs,
-) -> Result<(Vec<Listed>, Option<Cursor>), Failure> {
-    let mut query = query.limit(usize::from(page.limit));
-    if let Some(after) = &page.after {
-        query = query.after(Cursor::new(after.clone()));
-    }
-    let mut records: Vec<Listed> = Vec::new();
-    // A scanning store (Redis) may return a record on two pages: show it once.
-    let mut seen = HashSet::new();
-    let next = loop {
-        let Page {
-            records: found,
-            next,
-        } = within(store.list(&query))
-            .await
-            .map_err(|error| match error {
-                // A cursor the store did not make came from the command line.
-                Error::InvalidInput {
-                    field: Field::Cursor,
-                    ..
-                } => usage(error),
-                other => Failure::Idem(other),
-            })?;
-        records.extend(found.into_iter().filter(|r| seen.insert(r.id.clone())));
-        match next {
-            Some(next) if page.all => query = query.after(next),
-            next => break next,
-        }
-    };
-    Ok((records, next))
 }
 
 async fn list(

@@ -33,12 +33,16 @@ mod alive;
 mod cli;
 mod commands;
 mod doubt;
+mod failure;
+mod io;
 mod render;
 mod route;
+mod store_call;
 mod target;
 
 use clap::Parser;
-use commands::{Failure, Io};
+use failure::Failure;
+use io::Io;
 use std::error::Error as _;
 use std::io::IsTerminal;
 use std::process::ExitCode;

@@ -4,8 +4,10 @@
 
 use super::{not_in_doubt, render::decided_text};
 use crate::cli::DecisionArgs;
-use crate::commands::{usage, within, Failure, Io};
+use crate::failure::{usage, Failure};
+use crate::io::Io;
 use crate::render::{bytes_json, now, printable};
+use crate::store_call::within;
 use idem_core::reconcile::{Decided, Finding, Reconciliation, Resolved};
 use idem_core::store::Operator;
 use idem_core::{is_never_stored, Error, Idempotency, Policy, RecordId, StoredResponse};

@@ -7,8 +7,10 @@ mod decide;
 mod render;
 
 use crate::cli::{DoubtCommand, PageArgs};
-use crate::commands::{fetch, record_id, within, Failure, Io};
+use crate::failure::Failure;
+use crate::io::Io;
 use crate::render::{now, printable, Table};
+use crate::store_call::{fetch, record_id, within};
 use idem_core::reconcile::InDoubt;
 use idem_core::store::{Inspected, ListQuery, ListingOrder, Operator, RecordState};
 use idem_core::{RecordId, Timestamp};
