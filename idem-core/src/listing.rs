@@ -11,7 +11,7 @@ use crate::doubt::Doubt;
 use crate::error::{Error, Field};
 use crate::holder::Holder;
 use crate::key::IdempotencyKey;
-use crate::record::Noted;
+use crate::record::{Noted, Provenance, Record};
 use crate::scope::{check_part, RecordId, Scope};
 use std::fmt;
 use std::time::Duration;
@@ -402,6 +402,20 @@ impl Stats {
     pub fn total(&self) -> u64 {
         self.in_progress + self.orphaned + self.completed + self.expired
     }
+}
+
+/// A record as [`Operator::inspect`](crate::store::Operator::inspect) reads it: the record whole, and its
+/// [`Provenance`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspected {
+    /// The record, response decoded.
+    pub record: Record,
+    /// When and by whom.
+    pub provenance: Provenance,
+    /// For a completed record whose answer is in doubt, its mark (C8); `None` otherwise.
+    pub doubt: Option<Doubt>,
+    /// For a record in doubt, when it is next due for a check, by the store's clock.
+    pub check_at: Option<Timestamp>,
 }
 
 #[cfg(test)]

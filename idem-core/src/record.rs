@@ -1,7 +1,6 @@
 //! A stored record, as a store reads it back.
 
 use crate::clock::Timestamp;
-use crate::doubt::Doubt;
 use crate::fingerprint::Fingerprint;
 use crate::holder::Holder;
 use crate::response::StoredResponse;
@@ -178,18 +177,4 @@ impl<T: std::fmt::Display> std::fmt::Display for Noted<T> {
             Noted::Unreadable(why) => write!(f, "unreadable ({why})"),
         }
     }
-}
-
-/// A record as [`Operator::inspect`](crate::store::Operator::inspect) reads it: the record whole, and its
-/// [`Provenance`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Inspected {
-    /// The record, response decoded.
-    pub record: Record,
-    /// When and by whom.
-    pub provenance: Provenance,
-    /// For a completed record whose answer is in doubt, its mark (C8); `None` otherwise.
-    pub doubt: Option<Doubt>,
-    /// For a record in doubt, when it is next due for a check, by the store's clock.
-    pub check_at: Option<Timestamp>,
 }

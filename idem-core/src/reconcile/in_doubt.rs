@@ -3,7 +3,8 @@
 use crate::clock::Timestamp;
 use crate::doubt::Doubt;
 use crate::fingerprint::Fingerprint;
-use crate::record::{Inspected, RecordState};
+use crate::listing::Inspected;
+use crate::record::RecordState;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use crate::token::FencingToken;

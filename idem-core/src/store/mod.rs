@@ -19,9 +19,9 @@ pub use crate::heartbeat_thread::on_heartbeat_thread;
 pub use crate::lease::Acquire;
 pub use crate::lease::Lease;
 pub use crate::listing::{
-    Cursor, ListQuery, Listed, ListedState, Page, Position, Selection, Stats,
+    Cursor, Inspected, ListQuery, Listed, ListedState, Page, Position, Selection, Stats,
 };
-pub use crate::record::{Inspected, Noted, Provenance, Record, RecordState};
+pub use crate::record::{Noted, Provenance, Record, RecordState};
 pub use crate::resolution::{Change, Resolution};
 mod transactional;
 
