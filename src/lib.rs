@@ -67,6 +67,10 @@ pub mod store {
 #[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "sqlite-system"))))]
 pub mod sqlite {
     pub use idem_sqlite::*;
+    // The inbox's audit trail beside the store's records (idem-inbox's, with `inbox`).
+    #[cfg(feature = "inbox")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "inbox")))]
+    pub use idem_inbox::SqliteAudit;
 }
 
 /// The PostgreSQL store (feature `postgres`); see [`idem_postgres`].
@@ -74,6 +78,10 @@ pub mod sqlite {
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres {
     pub use idem_postgres::*;
+    // The inbox's audit trail beside the store's records (idem-inbox's, with `inbox`).
+    #[cfg(feature = "inbox")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "inbox")))]
+    pub use idem_inbox::PgAudit;
 }
 
 /// The Redis store (feature `redis`), for reversible effects only; see [`idem_redis`].

@@ -1,6 +1,16 @@
 //! The inbox's audit trail: every event's source, id, deliveries and outcome, kept for a
 //! retention and queryable per source and time range.
 
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+#[cfg(feature = "postgres")]
+pub use postgres::PgAudit;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteAudit;
+
 use async_trait::async_trait;
 use idem_core::Error;
 use idem_core::Timestamp;
@@ -108,7 +118,8 @@ impl AuditEntry {
 }
 
 /// Where the inbox writes its audit trail: one entry per (source, event id). Implemented by
-/// [`MemoryAudit`] and by the SQL stores (a table beside their records).
+/// [`MemoryAudit`], and on the SQL stores by `SqliteAudit` and `PgAudit` (features `sqlite`
+/// and `postgres`: a table beside their records).
 ///
 /// # Contract
 /// - [`delivered`](Self::delivered) creates the entry at the first delivery (outcome

@@ -59,6 +59,12 @@ pub mod signature;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use audit::PgAudit;
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use audit::SqliteAudit;
 pub use audit::{event_key, Audit, AuditEntry, AuditOutcome, MemoryAudit};
 pub use headers::Headers;
 pub use scheme::{VerifiedEvent, WebhookScheme};

@@ -6,8 +6,19 @@ use idem_core::{Error, StoreErrorKind};
 pub(crate) const BACKEND: &str = "postgres";
 
 /// Maps a sqlx error into idem's, its kind from [`classify`] and the sqlx error kept as the
-/// source (docs/state-machine.md C13).
-pub(crate) fn store_error(error: sqlx::Error) -> Error {
+/// source (docs/state-machine.md C13): the error the store returns for its own statements, for
+/// a crate that runs statements of its own beside them (the inbox's audit trail, the outbox) on
+/// the store's [`pool`](crate::PgStore::pool) or in the effect's transaction.
+///
+/// ```
+/// use idem_core::StoreErrorKind;
+/// use idem_postgres::store_error;
+///
+/// let error = store_error(sqlx::Error::PoolTimedOut);
+/// let store = error.as_store().expect("a store error");
+/// assert_eq!((store.backend(), store.kind()), ("postgres", StoreErrorKind::Unavailable));
+/// ```
+pub fn store_error(error: sqlx::Error) -> Error {
     Error::store(BACKEND, classify(&error), error)
 }
 

@@ -38,8 +38,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod announce;
-#[cfg(feature = "inbox")]
-mod audit;
+mod beside;
 mod broken_effect;
 mod config;
 mod connections;
@@ -58,14 +57,11 @@ mod store;
 mod transactional;
 mod unique;
 
-#[cfg(feature = "inbox")]
-#[cfg_attr(docsrs, doc(cfg(feature = "inbox")))]
-pub use audit::PgAudit;
 pub use config::{validate_identifier, validate_table_name, Isolation};
-pub use error::{classify, is_transient};
+pub use error::{classify, is_transient, store_error};
 pub use idem_core::store::InsertOrFetch;
 pub use migrate::{schema_sql, SCHEMA_VERSION};
-pub use params::StatementMode;
+pub use params::{Param, StatementMode};
 pub use store::{PgStore, PgStoreBuilder};
 pub use transactional::{EffectFuture, PgEffect, PgIdempotency, PgTransactional};
 pub use unique::{insert_or_fetch, unique_violation};

@@ -22,15 +22,29 @@ pub enum StatementMode {
     Simple,
 }
 
-/// One parameter of one of the store's own statements.
+/// One parameter of a statement: of the store's own, or of one run with
+/// [`PgStore::execute`](crate::PgStore::execute) or [`PgStore::fetch_all`](crate::PgStore::fetch_all).
+/// Bound as the Rust type says, or written into the statement as a literal with the simple
+/// protocol ([`StatementMode::Simple`]).
+///
+/// ```
+/// use idem_postgres::Param;
+/// let params = [Param::Text("stripe"), Param::Bytes(b"evt_1"), Param::Int(42)];
+/// # let _ = params;
+/// ```
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Param<'a> {
+#[non_exhaustive]
+pub enum Param<'a> {
+    /// `text` (never containing NUL, which PostgreSQL's text cannot hold).
     Text(&'a str),
+    /// `bytea`.
     Bytes(&'a [u8]),
     /// Bytes, or SQL `NULL` (a `bytea` NULL when bound; write `$n::bytea` in the statement so
     /// that the simple protocol's `NULL` has the type too).
     MaybeBytes(Option<&'a [u8]>),
+    /// `bigint`.
     Int(i64),
+    /// `boolean`.
     Bool(bool),
 }
 

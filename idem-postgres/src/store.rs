@@ -434,6 +434,29 @@ impl PgStore {
         )
     }
 
+    /// The schema the records' table lives in, as configured and unquoted (`public`): where a
+    /// crate that keeps tables beside the records (the inbox's audit trail) puts its own.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), idem_core::Error> {
+    /// let store = idem_postgres::PgStore::builder().schema("billing").table("webhooks")
+    ///     .connect("postgres://app@localhost/payments").await?;
+    /// assert_eq!((store.schema(), store.table_name()), ("billing", "webhooks"));
+    /// assert_eq!(store.table(), "\"billing\".\"webhooks\"");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn schema(&self) -> &str {
+        &self.inner.config.schema
+    }
+
+    /// The records' table's name, as configured, unquoted and without its schema
+    /// (`idem_records`): what a crate that keeps tables beside the records derives their names
+    /// from (`<table>_inbox_audit`). [`table`](Self::table) is the name to write in SQL.
+    pub fn table_name(&self) -> &str {
+        &self.inner.config.table
+    }
+
     /// The isolation level `run_in_transaction` uses.
     pub fn isolation(&self) -> Isolation {
         self.inner.config.isolation

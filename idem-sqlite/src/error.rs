@@ -7,8 +7,29 @@ use rusqlite::ErrorCode;
 pub(crate) const BACKEND: &str = "sqlite";
 
 /// Maps a rusqlite error into idem's, its kind from [`classify`] and the rusqlite error kept as
-/// the source (docs/state-machine.md C13).
-pub(crate) fn store_error(error: rusqlite::Error) -> Error {
+/// the source (docs/state-machine.md C13): the error the store returns for its own statements
+/// ([`SqliteStore::try_call`](crate::SqliteStore::try_call) maps with it), for a crate that runs
+/// statements of its own on the store's database (the inbox's audit trail, the outbox), in
+/// [`call`](crate::SqliteStore::call), [`read`](crate::SqliteStore::read) or on a connection of
+/// its own ([`connect`](crate::SqliteStore::connect)).
+///
+/// ```
+/// use idem_core::StoreErrorKind;
+/// use idem_sqlite::{store_error, SqliteStore};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), idem_core::Error> {
+/// # let dir = tempfile::tempdir().expect("temp dir");
+/// let store = SqliteStore::open(dir.path().join("idem.db")).await?;
+/// let read = store
+///     .read(|db| db.query_row("SELECT COUNT(*) FROM no_such_table", [], |row| row.get::<_, i64>(0)))
+///     .await?
+///     .map_err(store_error);
+/// let error = read.expect_err("no such table");
+/// assert_eq!(error.as_store().map(|e| (e.backend(), e.kind())), Some(("sqlite", StoreErrorKind::Misconfigured)));
+/// # Ok(())
+/// # }
+/// ```
+pub fn store_error(error: rusqlite::Error) -> Error {
     Error::store(BACKEND, classify(&error), error)
 }
 

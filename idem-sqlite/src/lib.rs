@@ -37,8 +37,6 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-#[cfg(feature = "inbox")]
-mod audit;
 mod builder;
 mod claim;
 mod commit_watch;
@@ -57,12 +55,9 @@ mod store;
 mod transactional;
 mod unique;
 
-#[cfg(feature = "inbox")]
-#[cfg_attr(docsrs, doc(cfg(feature = "inbox")))]
-pub use audit::SqliteAudit;
 pub use builder::SqliteStoreBuilder;
 pub use config::{validate_table_name, Synchronous};
-pub use error::{classify, is_transient};
+pub use error::{classify, is_transient, store_error};
 pub use idem_core::store::InsertOrFetch;
 pub use migrate::{schema_sql, SCHEMA_VERSION};
 pub use store::SqliteStore;

@@ -1,16 +1,12 @@
-//! `PgAudit`: the inbox's audit trail in a table beside the store's records.
+//! `PgAudit`: the inbox's audit trail in a table beside a PostgreSQL store's records.
 
-use crate::config::validate_identifier;
-use crate::error::store_error;
-use crate::params::{execute, fetch_all, Param, StatementMode};
-use crate::sql::strip_comments;
-use crate::store::PgStore;
+use crate::{event_key, Audit, AuditEntry, AuditOutcome};
 use idem_core::store::async_trait;
 use idem_core::store::timestamp_millis;
 use idem_core::{Error, Timestamp};
-use idem_inbox::{event_key, Audit, AuditEntry, AuditOutcome};
-use sqlx::postgres::PgRow;
-use sqlx::{AssertSqlSafe, PgPool, Row};
+use idem_postgres::sqlx::postgres::PgRow;
+use idem_postgres::sqlx::{self, AssertSqlSafe, Row};
+use idem_postgres::{store_error, validate_identifier, Param, PgStore};
 
 /// What the audit table's name adds to the store's table name.
 const SUFFIX: &str = "_inbox_audit";
@@ -34,18 +30,20 @@ struct Statements {
 
 impl Statements {
     /// `schema` and `table` (the store's) must name identifiers that
-    /// [`names`] accepted.
+    /// [`names`] accepted. The statements keep their comments: [`PgStore::execute`] removes
+    /// them from each it sends; the schema's, sent as they are, carry them to the server,
+    /// which ignores them.
     fn new(schema: &str, table: &str) -> Self {
-        let sql = |text: &str| strip_comments(&for_audit(text, schema, table));
+        let sql = |text: &str| for_audit(text, schema, table);
         Self {
-            table: sql(include_str!("../sql/audit_table.sql")),
-            index_source: sql(include_str!("../sql/audit_index_source.sql")),
-            index_received: sql(include_str!("../sql/audit_index_received.sql")),
-            delivered: sql(include_str!("../sql/audit_delivered.sql")),
-            settled: sql(include_str!("../sql/audit_settled.sql")),
-            conflicted: sql(include_str!("../sql/audit_conflicted.sql")),
-            query: sql(include_str!("../sql/audit_query.sql")),
-            purge: sql(include_str!("../sql/audit_purge.sql")),
+            table: sql(include_str!("../../sql/postgres/audit_table.sql")),
+            index_source: sql(include_str!("../../sql/postgres/audit_index_source.sql")),
+            index_received: sql(include_str!("../../sql/postgres/audit_index_received.sql")),
+            delivered: sql(include_str!("../../sql/postgres/audit_delivered.sql")),
+            settled: sql(include_str!("../../sql/postgres/audit_settled.sql")),
+            conflicted: sql(include_str!("../../sql/postgres/audit_conflicted.sql")),
+            query: sql(include_str!("../../sql/postgres/audit_query.sql")),
+            purge: sql(include_str!("../../sql/postgres/audit_purge.sql")),
         }
     }
 }
@@ -89,8 +87,9 @@ fn for_audit(sql: &str, schema: &str, table: &str) -> String {
 /// - One row per (source, event id). The id is the sender's, of any bytes and any length: the
 ///   row's key is its blake3 digest, and the id itself is kept exactly as sent (`bytea`).
 /// - Every operation is one statement on the store's pool ([`PgStore::pool`]), sent as the
-///   store sends its own ([`StatementMode`]), so it also runs behind PgBouncer. A first
-///   delivery racing another is decided by the primary key: both count.
+///   store sends its own ([`PgStore::execute`]: [`StatementMode`](idem_postgres::StatementMode)),
+///   so it also runs behind PgBouncer. A first delivery racing another is decided by the
+///   primary key: both count.
 /// - Times are `bigint` milliseconds since the Unix epoch: the ones the inbox passes (its
 ///   clock; the server's is not needed), kept exactly as given and compared as integers, the
 ///   same as in the SQLite store. A stored value the audit does not write (a negative time, an
@@ -99,9 +98,9 @@ fn for_audit(sql: &str, schema: &str, table: &str) -> String {
 /// Cloning is cheap: clones share the pool.
 ///
 /// ```no_run
-/// use idem_inbox::{Audit, AuditOutcome};
+/// use idem_inbox::{Audit, AuditOutcome, PgAudit};
 /// use idem_core::Timestamp;
-/// use idem_postgres::{PgAudit, PgStore};
+/// use idem_postgres::PgStore;
 /// # async fn demo() -> Result<(), idem_core::Error> {
 /// let store = PgStore::connect("postgres://app@localhost/payments").await?;
 /// store.migrate().await?;
@@ -117,8 +116,7 @@ fn for_audit(sql: &str, schema: &str, table: &str) -> String {
 /// With an inbox: `Inbox::new(idem).with_audit(Arc::new(audit))`.
 #[derive(Debug, Clone)]
 pub struct PgAudit {
-    pool: PgPool,
-    mode: StatementMode,
+    store: PgStore,
     table: String,
     sql: std::sync::Arc<Statements>,
 }
@@ -126,35 +124,27 @@ pub struct PgAudit {
 impl PgAudit {
     /// The audit trail of `store`: creates the table `<store table>_inbox_audit` and its
     /// indexes in the store's schema if they do not exist, in one transaction under the store's
-    /// migration lock (several processes may open at once). The schema must exist (the store's
-    /// [`migrate`](PgStore::migrate) creates it). The table's and indexes' names must pass
-    /// [`validate_identifier`](crate::validate_identifier) (a store table of at most 42 bytes),
-    /// else [`Error::InvalidInput`].
+    /// migration lock ([`PgStore::lock_migrations`]: several processes may open at once). The
+    /// schema must exist (the store's [`migrate`](PgStore::migrate) creates it). The table's
+    /// and indexes' names must pass [`validate_identifier`] (a store table of at most 42
+    /// bytes), else [`Error::InvalidInput`].
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), idem_core::Error> {
     /// let store = idem_postgres::PgStore::builder().schema("billing").table("webhooks")
     ///     .connect("postgres://app@localhost/payments").await?;
     /// store.migrate().await?;
-    /// let audit = idem_postgres::PgAudit::open(&store).await?;
+    /// let audit = idem_inbox::PgAudit::open(&store).await?;
     /// assert_eq!(audit.table(), "\"billing\".\"webhooks_inbox_audit\"");
     /// # Ok(())
     /// # }
     /// ```
     pub async fn open(store: &PgStore) -> Result<PgAudit, Error> {
-        let inner = &store.inner;
-        let (schema, table) = (&inner.config.schema, &inner.config.table);
+        let (schema, table) = (store.schema(), store.table_name());
         let [audit_table, ..] = names(table)?;
         let sql = Statements::new(schema, table);
-        let mode = inner.ops.mode;
-        let mut tx = inner.pool.begin().await.map_err(store_error)?;
-        execute(
-            &mut tx,
-            mode,
-            &inner.ops.sql.migration_lock,
-            &[Param::Text(schema)],
-        )
-        .await?;
+        let mut tx = store.pool().begin().await.map_err(store_error)?;
+        store.lock_migrations(&mut tx).await?;
         for statement in [&sql.table, &sql.index_source, &sql.index_received] {
             sqlx::raw_sql(AssertSqlSafe(statement.clone()))
                 .execute(&mut *tx)
@@ -163,8 +153,7 @@ impl PgAudit {
         }
         tx.commit().await.map_err(store_error)?;
         Ok(PgAudit {
-            pool: inner.pool.clone(),
-            mode,
+            store: store.clone(),
             table: format!("\"{schema}\".\"{audit_table}\""),
             sql: std::sync::Arc::new(sql),
         })
@@ -178,8 +167,8 @@ impl PgAudit {
 
     /// Runs one statement on a connection of the pool; returns how many rows it changed.
     async fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<u64, Error> {
-        let mut conn = self.pool.acquire().await.map_err(store_error)?;
-        execute(&mut conn, self.mode, sql, params).await
+        let mut conn = self.store.pool().acquire().await.map_err(store_error)?;
+        self.store.execute(&mut conn, sql, params).await
     }
 }
 
@@ -239,19 +228,20 @@ impl Audit for PgAudit {
         limit: usize,
     ) -> Result<Vec<AuditEntry>, Error> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut conn = self.pool.acquire().await.map_err(store_error)?;
-        let rows = fetch_all(
-            &mut conn,
-            self.mode,
-            &self.sql.query,
-            &[
-                Param::Text(source),
-                Param::Int(timestamp_millis(from)),
-                Param::Int(timestamp_millis(to)),
-                Param::Int(limit),
-            ],
-        )
-        .await?;
+        let mut conn = self.store.pool().acquire().await.map_err(store_error)?;
+        let rows = self
+            .store
+            .fetch_all(
+                &mut conn,
+                &self.sql.query,
+                &[
+                    Param::Text(source),
+                    Param::Int(timestamp_millis(from)),
+                    Param::Int(timestamp_millis(to)),
+                    Param::Int(limit),
+                ],
+            )
+            .await?;
         rows.iter().map(|row| decode(row, source)).collect()
     }
 
@@ -318,15 +308,23 @@ mod tests {
     #[test]
     fn names_are_put_in_place_once() {
         let sql = Statements::new("billing", "idem_records_inbox_audit");
-        assert!(sql.table.starts_with(
-            "CREATE TABLE IF NOT EXISTS \"billing\".\"idem_records_inbox_audit_inbox_audit\" ("
+        assert!(sql.table.contains(
+            "\nCREATE TABLE IF NOT EXISTS \"billing\".\"idem_records_inbox_audit_inbox_audit\" ("
         ));
-        assert_eq!(
-            sql.index_source,
-            "CREATE INDEX IF NOT EXISTS \"idem_records_inbox_audit_inbox_audit_source\"\n\
-             ON \"billing\".\"idem_records_inbox_audit_inbox_audit\" (source, first_received, event_key)"
+        assert!(
+            sql.index_source.ends_with(
+                "\nCREATE INDEX IF NOT EXISTS \"idem_records_inbox_audit_inbox_audit_source\"\n\
+                 ON \"billing\".\"idem_records_inbox_audit_inbox_audit\" (source, first_received, event_key)\n"
+            ),
+            "{}",
+            sql.index_source
         );
-        assert!(!sql.purge.contains("--"));
+        assert_eq!(
+            sql.purge
+                .matches("\"billing\".\"idem_records_inbox_audit_inbox_audit\"")
+                .count(),
+            2
+        );
         assert!(names(&"t".repeat(42)).is_ok());
         assert!(names(&"t".repeat(43)).is_err());
     }

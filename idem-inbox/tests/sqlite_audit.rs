@@ -1,20 +1,32 @@
 //! The inbox's audit trail on SQLite: every clause of the `Audit` contract
-//! (idem_inbox::Audit), each a scenario run on `SqliteAudit` and on the reference
-//! `MemoryAudit`, which must read the same. Every SQLite trail is a new store table of the
-//! shared test file, so tests never see each other's entries (a purge included).
-#![cfg(feature = "inbox")]
-
-mod common;
+//! (idem_inbox::Audit), each a scenario run on `SqliteAudit`, which must read the same as the
+//! reference `MemoryAudit` (tests/memory_audit.rs runs the scenarios on it). Every SQLite trail
+//! is a new store table of the shared test file, so tests never see each other's entries (a
+//! purge included).
+#![cfg(feature = "sqlite")]
 
 use idem_core::{Error, FencingToken, StoreErrorKind};
 use idem_inbox::testing::*;
-use idem_inbox::{Audit, MemoryAudit};
-use idem_sqlite::{SqliteAudit, SqliteStore};
-use std::sync::Arc;
+use idem_inbox::{Audit, MemoryAudit, SqliteAudit};
+use idem_sqlite::SqliteStore;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+/// The database file of this process: `IDEM_SQLITE_DB` if set, else a file in a temporary
+/// directory that lives as long as the process.
+fn db_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("IDEM_SQLITE_DB") {
+        return PathBuf::from(path);
+    }
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().expect("temp dir"))
+        .path()
+        .join("idem-test.db")
+}
 
 /// A store on a new table of the shared file.
 async fn store_on(table: &str) -> SqliteStore {
-    SqliteStore::builder(common::db_path())
+    SqliteStore::builder(db_path())
         .table(table)
         .readers(1)
         .open()
@@ -188,20 +200,4 @@ async fn sqlite_a_missing_table_is_a_misconfigured_store_error() {
             Some(StoreErrorKind::Misconfigured)
         );
     }
-}
-
-// The same scenarios on the reference.
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_audit_passes_the_same_scenarios() {
-    first_delivery_creates_the_entry_and_later_ones_count(&MemoryAudit::default()).await;
-    settled_processed_is_final_and_failed_does_not_overwrite_it(&MemoryAudit::default()).await;
-    conflicts_are_counted_without_changing_the_outcome(&MemoryAudit::default()).await;
-    query_lists_a_source_in_its_time_range_oldest_first_up_to_the_limit(&MemoryAudit::default())
-        .await;
-    purge_deletes_a_bounded_batch_first_received_before_the_time(&MemoryAudit::default()).await;
-    event_ids_of_any_bytes_round_trip_exactly(&MemoryAudit::default()).await;
-    two_sources_with_the_same_event_id_are_separate(&MemoryAudit::default()).await;
-    sixteen_concurrent_deliveries_count_exactly_sixteen(vec![Arc::new(MemoryAudit::default())])
-        .await;
 }

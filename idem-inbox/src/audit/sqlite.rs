@@ -1,22 +1,23 @@
-//! `SqliteAudit`: the inbox's audit trail in a table beside the store's records.
+//! `SqliteAudit`: the inbox's audit trail in a table beside a SQLite store's records.
 
-use crate::config::validate_table_name;
-use crate::error::{store_error, BACKEND};
-use crate::ops::millis;
-use crate::sql::for_table;
-use crate::store::SqliteStore;
-use idem_core::store::async_trait;
+use crate::{event_key, Audit, AuditEntry, AuditOutcome};
+use idem_core::store::{async_trait, timestamp_millis as millis};
 use idem_core::{Error, StoreErrorKind, Timestamp};
-use idem_inbox::{event_key, Audit, AuditEntry, AuditOutcome};
-use rusqlite::types::ValueRef;
-use rusqlite::{params, Connection, Row, TransactionBehavior};
+use idem_sqlite::rusqlite::types::ValueRef;
+use idem_sqlite::rusqlite::{self, params, Connection, Row, TransactionBehavior};
+use idem_sqlite::{store_error, validate_table_name, SqliteStore};
 use std::sync::Arc;
 use tokio::sync::Mutex as AsyncMutex;
 
 /// What the audit table's name adds to the store's table name.
 const SUFFIX: &str = "_inbox_audit";
+/// The audit table's name the `.sql` files are written with (the store's default table,
+/// `idem_records`, and [`SUFFIX`]); its indexes' names begin with it.
+const DEFAULT_TABLE: &str = "idem_records_inbox_audit";
+/// The backend name of idem-sqlite's errors, for a read that did not finish.
+const BACKEND: &str = "sqlite";
 
-/// The audit trail's statements, with the store's table name in place of `idem_records`.
+/// The audit trail's statements, with the audit table's name in place of the default.
 #[derive(Debug)]
 struct Statements {
     table: String,
@@ -32,16 +33,17 @@ struct Statements {
 impl Statements {
     /// `table` is the store's table, already validated.
     fn for_table(table: &str) -> Self {
-        let sql = |text: &str| for_table(text, table);
+        let audit = format!("{table}{SUFFIX}");
+        let sql = |text: &str| text.replace(DEFAULT_TABLE, &audit);
         Self {
-            table: sql(include_str!("../sql/audit_table.sql")),
-            index_source: sql(include_str!("../sql/audit_index_source.sql")),
-            index_received: sql(include_str!("../sql/audit_index_received.sql")),
-            delivered: sql(include_str!("../sql/audit_delivered.sql")),
-            settled: sql(include_str!("../sql/audit_settled.sql")),
-            conflicted: sql(include_str!("../sql/audit_conflicted.sql")),
-            query: sql(include_str!("../sql/audit_query.sql")),
-            purge: sql(include_str!("../sql/audit_purge.sql")),
+            table: sql(include_str!("../../sql/sqlite/audit_table.sql")),
+            index_source: sql(include_str!("../../sql/sqlite/audit_index_source.sql")),
+            index_received: sql(include_str!("../../sql/sqlite/audit_index_received.sql")),
+            delivered: sql(include_str!("../../sql/sqlite/audit_delivered.sql")),
+            settled: sql(include_str!("../../sql/sqlite/audit_settled.sql")),
+            conflicted: sql(include_str!("../../sql/sqlite/audit_conflicted.sql")),
+            query: sql(include_str!("../../sql/sqlite/audit_query.sql")),
+            purge: sql(include_str!("../../sql/sqlite/audit_purge.sql")),
         }
     }
 }
@@ -53,9 +55,9 @@ impl Statements {
 /// - One row per (source, event id). The id is the sender's, of any bytes and any length: the
 ///   row's key is its blake3 digest, and the id itself is kept exactly as sent.
 /// - Every write is one statement on the store's writer, queued with the store's own writes
-///   ([`SqliteStore::call`]); reads run on a connection of the audit's own, so a long query
-///   never holds the writer nor the store's readers. Both run on Tokio's blocking pool, never
-///   on the async executor.
+///   ([`SqliteStore::try_call`]); reads run on a connection of the audit's own
+///   ([`SqliteStore::connect`]), so a long query never holds the writer nor the store's
+///   readers. Neither runs on the async executor.
 /// - Times are the ones the inbox passes, in ms since the Unix epoch; a stored value that is
 ///   not what the audit writes (a negative time, an unknown outcome) is
 ///   [`Error::CorruptRecord`].
@@ -63,9 +65,9 @@ impl Statements {
 /// Cloning is cheap: clones share the reading connection.
 ///
 /// ```
-/// use idem_inbox::{Audit, AuditOutcome};
+/// use idem_inbox::{Audit, AuditOutcome, SqliteAudit};
 /// use idem_core::Timestamp;
-/// use idem_sqlite::{SqliteAudit, SqliteStore};
+/// use idem_sqlite::SqliteStore;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), idem_core::Error> {
 /// # let dir = tempfile::tempdir().expect("temp dir");
@@ -98,15 +100,15 @@ struct Inner {
 impl SqliteAudit {
     /// The audit trail of `store`: creates the table `<store table>_inbox_audit` and its
     /// indexes if they do not exist, on the store's writer. The table's name must pass
-    /// [`validate_table_name`](crate::validate_table_name) (a store table of at most 51 bytes),
-    /// else [`Error::InvalidInput`].
+    /// [`validate_table_name`] (a store table of at most 51 bytes), else
+    /// [`Error::InvalidInput`].
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), idem_core::Error> {
     /// # let dir = tempfile::tempdir().expect("temp dir");
     /// let store = idem_sqlite::SqliteStore::builder(dir.path().join("idem.db")).table("webhooks").open().await?;
-    /// let audit = idem_sqlite::SqliteAudit::open(&store).await?;
+    /// let audit = idem_inbox::SqliteAudit::open(&store).await?;
     /// assert_eq!(audit.table(), "webhooks_inbox_audit");
     /// # Ok(())
     /// # }

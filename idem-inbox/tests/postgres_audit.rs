@@ -1,28 +1,58 @@
 //! The inbox's audit trail on PostgreSQL: every clause of the `Audit` contract
-//! (idem_inbox::Audit), each a scenario run on `PgAudit` (the same scenarios as the
-//! SQLite store's tests/audit.rs, which also runs them on the reference `MemoryAudit`), and a
+//! (idem_inbox::Audit), each a scenario run on `PgAudit` (the same scenarios as
+//! tests/sqlite_audit.rs, and tests/memory_audit.rs on the reference `MemoryAudit`), and a
 //! mixed history that must read the same as on the reference. Every trail is a new store table
 //! of the test schema; the server is `IDEM_PG_URL` (a missing server is a failure, never a
 //! skip), and PgBouncer `IDEM_PGBOUNCER_URL` for the simple protocol.
-#![cfg(feature = "inbox")]
+#![cfg(feature = "postgres")]
 
-mod common;
-
-use idem_core::{Error, StoreErrorKind};
+use idem_core::{Error, FencingToken, StoreErrorKind};
 use idem_inbox::testing::*;
-use idem_inbox::{Audit, MemoryAudit};
+use idem_inbox::{Audit, MemoryAudit, PgAudit};
 use idem_postgres::sqlx::{self, AssertSqlSafe};
-use idem_postgres::{Isolation, PgAudit, PgStore, StatementMode};
+use idem_postgres::{Isolation, PgStore, StatementMode};
 use std::sync::Arc;
+
+/// The schema every test table lives in (the store's own tests use it too).
+const SCHEMA: &str = "idem_test";
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run `bash scripts/test`, which starts PostgreSQL and PgBouncer, or set it to a server of your own")
+    })
+}
+
+/// The PostgreSQL server.
+fn pg_url() -> String {
+    env("IDEM_PG_URL")
+}
+
+/// The PgBouncer (transaction mode) in front of it.
+fn bouncer_url() -> String {
+    env("IDEM_PGBOUNCER_URL")
+}
+
+/// A store on a new table of [`SCHEMA`], migrated, with a small pool.
+async fn store_on(url: &str, mode: StatementMode) -> PgStore {
+    let table = format!("t_{}", FencingToken::generate());
+    let mut builder = PgStore::builder()
+        .schema(SCHEMA)
+        .table(&table)
+        .statements(mode)
+        .isolation(Isolation::ReadCommitted)
+        .max_connections(8);
+    if mode == StatementMode::Simple {
+        // Behind PgBouncer in transaction mode: the change feed's LISTEN needs the server.
+        builder = builder.listener_url(&pg_url());
+    }
+    let store = builder.connect(url).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    store
+}
 
 /// A store on a new table of the test schema, through the server (prepared statements).
 async fn store() -> PgStore {
-    common::store_on(
-        &common::pg_url(),
-        StatementMode::Prepared,
-        Isolation::ReadCommitted,
-    )
-    .await
+    store_on(&pg_url(), StatementMode::Prepared).await
 }
 
 /// A new trail: a new store table, and its audit table.
@@ -32,12 +62,7 @@ async fn pg() -> PgAudit {
 
 /// A new trail through PgBouncer in transaction mode: the simple protocol, values as literals.
 async fn bouncer() -> PgAudit {
-    let store = common::store_on(
-        &common::bouncer_url(),
-        StatementMode::Simple,
-        Isolation::ReadCommitted,
-    )
-    .await;
+    let store = store_on(&bouncer_url(), StatementMode::Simple).await;
     PgAudit::open(&store).await.expect("open audit")
 }
 
@@ -190,10 +215,10 @@ async fn pg_an_unreadable_row_is_corrupt_record_never_a_panic() {
 #[tokio::test]
 async fn pg_a_table_name_too_long_for_its_trail_is_invalid_input() {
     let store = PgStore::builder()
-        .schema(common::SCHEMA)
+        .schema(SCHEMA)
         .table(&format!("t{}", "x".repeat(42)))
         .max_connections(1)
-        .connect(&common::pg_url())
+        .connect(&pg_url())
         .await
         .expect("connect");
     let refused = PgAudit::open(&store).await;
