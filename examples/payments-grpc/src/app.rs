@@ -2,16 +2,34 @@
 
 use crate::charges::{Charges, ACCOUNT};
 use crate::db::Backend;
-use crate::proto::{request_id, CreateChargeRequest, CREATE_CHARGE};
-use crate::server::ChargesServer;
+use crate::proto::charges_server::ChargesServer;
+use crate::proto::CreateChargeRequest;
 use idem::Idempotency;
 use idem_tower::{ConsumerError, GrpcIdempotencyLayer, GrpcMethod};
+use prost::Message;
 use std::future::Future;
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The path of `CreateCharge`, the method the layer protects.
+pub const CREATE_CHARGE: &str = "/payments.v1.Charges/CreateCharge";
+
+/// The AIP-155 key of an encoded `CreateChargeRequest`: its `request_id`, when set.
+///
+/// ```
+/// use payments_grpc::app::request_id;
+/// use payments_grpc::proto::CreateChargeRequest;
+/// use prost::Message;
+/// let request = CreateChargeRequest { amount: 1, request_id: "req-1".into(), ..Default::default() };
+/// assert_eq!(request_id(&request.encode_to_vec()).as_deref(), Some("req-1"));
+/// ```
+pub fn request_id(message: &[u8]) -> Option<String> {
+    let request = CreateChargeRequest::decode(message).ok()?;
+    (!request.request_id.is_empty()).then_some(request.request_id)
+}
 
 /// How the layer finds a call's consumer.
 pub type Consumer = fn(&http::request::Parts) -> Result<String, ConsumerError>;
@@ -56,4 +74,15 @@ pub async fn serve<B: Backend>(
         .await?;
     idem.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::charges_server::SERVICE_NAME;
+
+    #[test]
+    fn create_charge_is_a_method_of_the_generated_service() {
+        assert_eq!(CREATE_CHARGE, format!("/{SERVICE_NAME}/CreateCharge"));
+    }
 }

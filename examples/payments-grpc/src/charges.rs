@@ -1,7 +1,9 @@
-//! The `Charges` service's handlers: `CreateCharge` writes the charge and its idempotency
-//! completion in one transaction of the database; `GetCharge` reads one back.
+//! The `Charges` service's handlers, the generated `charges_server::Charges` trait implemented:
+//! `CreateCharge` writes the charge and its idempotency completion in one transaction of the
+//! database; `GetCharge` reads one back.
 
 use crate::db::Backend;
+use crate::proto::charges_server;
 use crate::proto::{Charge, CreateChargeRequest, GetChargeRequest};
 use idem_tower::{grpc_nothing_happened, Completed, GrpcAnswer, Reservation};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,11 +35,14 @@ impl<B: Backend> Charges<B> {
             test_hooks,
         }
     }
+}
 
+#[tonic::async_trait]
+impl<B: Backend> charges_server::Charges for Charges<B> {
     /// `CreateCharge`: checks the request (a refusal, `INVALID_ARGUMENT`, releases the key),
     /// then inserts the charge and completes the reservation in one transaction, and answers
     /// with what was stored.
-    pub async fn create_charge(
+    async fn create_charge(
         &self,
         request: Request<CreateChargeRequest>,
     ) -> Result<Response<Charge>, Status> {
@@ -96,7 +101,7 @@ impl<B: Backend> Charges<B> {
     }
 
     /// `GetCharge`: the account's charge by id, or `NOT_FOUND`.
-    pub async fn get_charge(
+    async fn get_charge(
         &self,
         request: Request<GetChargeRequest>,
     ) -> Result<Response<Charge>, Status> {

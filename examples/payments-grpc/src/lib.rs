@@ -5,8 +5,8 @@
 //! `CreateCharge` takes its key from the request's `request_id` field (AIP-155) or from the
 //! `idempotency-key` metadata entry; it writes the charge and the key's completion in one
 //! transaction, so both commit or neither does: SQLite by default, PostgreSQL when
-//! `--database` is a `postgres://` URL. The messages and the tonic plumbing
-//! are written by hand: no `protoc`, no build script.
+//! `--database` is a `postgres://` URL. The messages, the server trait and the client are
+//! generated at build time from `charges.proto` ([`proto`]): no `protoc` needed.
 //!
 //! ```sh
 //! cargo run -p payments-grpc -- --addr 127.0.0.1:50051
@@ -14,7 +14,5 @@
 
 pub mod app;
 pub mod charges;
-pub mod client;
 pub mod db;
 pub mod proto;
-pub mod server;

@@ -5,8 +5,9 @@ use bytes::Bytes;
 use e2e_support::ServerProcess;
 use http_body_util::BodyExt;
 use idem::sqlite::rusqlite::{params, Connection};
-use payments_grpc::client::ChargesClient;
-use payments_grpc::proto::{Charge, CreateChargeRequest, GetChargeRequest, CREATE_CHARGE};
+use payments_grpc::app::CREATE_CHARGE;
+use payments_grpc::proto::charges_client::ChargesClient;
+use payments_grpc::proto::{Charge, CreateChargeRequest, GetChargeRequest};
 use prost::Message;
 use sqlx::Connection as _;
 use std::time::{Duration, Instant};
@@ -80,7 +81,7 @@ impl Server {
         }
     }
 
-    async fn client(&self) -> ChargesClient {
+    async fn client(&self) -> ChargesClient<Channel> {
         ChargesClient::connect(self.process.base_url.clone())
             .await
             .expect("connects")
@@ -242,7 +243,7 @@ fn slow(mut request: Request<CreateChargeRequest>, ms: u64) -> Request<CreateCha
 
 /// Sends `make()` until it is not `ABORTED` (in flight), waiting as the server says.
 async fn retry_until_answered(
-    client: &mut ChargesClient,
+    client: &mut ChargesClient<Channel>,
     make: impl Fn() -> Request<CreateChargeRequest>,
 ) -> Result<tonic::Response<Charge>, Status> {
     let deadline = Instant::now() + Duration::from_secs(30);
