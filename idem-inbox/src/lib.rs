@@ -72,7 +72,9 @@ pub use schemes::github::GitHubScheme;
 pub use schemes::shopify::ShopifyScheme;
 pub use schemes::standard_webhooks::StandardWebhooks;
 pub use schemes::stripe::StripeScheme;
-pub use signature::{now_unix, SignatureError, SignatureScheme};
+/// Stripe's scheme ([`StripeScheme`]) under the name it had when it was the inbox's only one.
+pub use schemes::stripe::StripeScheme as SignatureScheme;
+pub use signature::{now_unix, SignatureError};
 
 use idem_core::render::Problem;
 use idem_core::store::CatchUnwind;

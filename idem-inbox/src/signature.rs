@@ -1,8 +1,9 @@
 //! Origin verification of webhook deliveries, before anything is recorded: the errors and
-//! limits every scheme shares, and Stripe's scheme under its first name.
+//! limits every scheme shares.
 //!
-//! Stripe's scheme, which many senders copy, is [`StripeScheme`](super::StripeScheme), also
-//! reachable here as [`SignatureScheme`]. The sender puts a header such as
+//! Stripe's scheme, which many senders copy, is [`StripeScheme`](crate::StripeScheme), also
+//! named [`SignatureScheme`](crate::SignatureScheme) at the crate's root (its first name). The
+//! sender puts a header such as
 //! `Stripe-Signature: t=1700000000,v1=5257a8…,v1=9f0c1e…` on every delivery:
 //!
 //! - `t` is the time of signing, in unix seconds;
@@ -17,7 +18,7 @@
 //! ([`MAX_HEADER_LEN`], [`MAX_SIGNATURES`]).
 //!
 //! ```
-//! use idem_inbox::signature::{SignatureError, SignatureScheme};
+//! use idem_inbox::{SignatureError, SignatureScheme};
 //!
 //! let scheme = SignatureScheme::from_comma_separated("whsec_new, whsec_old")?;
 //! let body = br#"{"id":"evt_1"}"#;
@@ -29,10 +30,6 @@
 //! ```
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// Stripe's scheme ([`StripeScheme`](super::StripeScheme)) under the name it had when it was
-/// the inbox's only one.
-pub use super::schemes::stripe::StripeScheme as SignatureScheme;
 
 /// The tolerance a new timestamped scheme starts with: 300 seconds, Stripe's default and the
 /// Standard Webhooks reference libraries'.
