@@ -92,7 +92,8 @@ pub struct TransportFailure {
     pub status: Option<StatusCode>,
     /// The attempts made.
     pub attempts: u32,
-    /// The key every attempt carried.
+    /// The key every attempt carried; `None` for a safe method (GET, HEAD, OPTIONS, TRACE)
+    /// sent without one.
     pub key: Option<IdempotencyKey>,
     /// Why the client stopped.
     pub stop: Stop,
@@ -263,12 +264,33 @@ impl Error {
         }
     }
 
-    /// The key the attempts carried, if any were made with one.
+    /// The key every attempt carried. `None` when no attempt was made (refused before a key
+    /// was chosen: [`Error::attempts`] is 0), or when the method is a safe one (GET, HEAD,
+    /// OPTIONS, TRACE) sent without a key.
     pub fn key(&self) -> Option<&IdempotencyKey> {
         match self {
             Error::Status(failure) => failure.response.key.as_ref(),
             Error::Transport(failure) => failure.key.as_ref(),
             _ => None,
+        }
+    }
+
+    /// The crate's error inside an error of a `reqwest_middleware` chain, when the
+    /// [`IdempotencyMiddleware`](crate::IdempotencyMiddleware) made it (an operation whose
+    /// last attempt got no answer, a refused key); `None` for reqwest's own errors and those
+    /// of other middleware.
+    ///
+    /// ```
+    /// use idem_client::{reqwest_middleware, Error, Outcome};
+    ///
+    /// let chained = reqwest_middleware::Error::middleware(Error::StreamingBody);
+    /// let error = Error::in_middleware(&chained).expect("the crate's error");
+    /// assert_eq!(error.outcome(), Outcome::NotExecuted);
+    /// ```
+    pub fn in_middleware(error: &reqwest_middleware::Error) -> Option<&Error> {
+        match error {
+            reqwest_middleware::Error::Middleware(error) => error.downcast_ref::<Error>(),
+            reqwest_middleware::Error::Reqwest(_) => None,
         }
     }
 

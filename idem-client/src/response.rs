@@ -126,8 +126,9 @@ impl Response {
         self.attempts
     }
 
-    /// The idempotency key every attempt carried; `None` for a method idempotent by HTTP sent
-    /// without one.
+    /// The idempotency key every attempt carried. `None` exactly when the method is a safe one
+    /// (GET, HEAD, OPTIONS, TRACE: [`is_safe_method`](crate::is_safe_method)) and the caller
+    /// gave no key: such a request is sent without one. Every other method always has one.
     pub fn key(&self) -> Option<&IdempotencyKey> {
         self.key.as_ref()
     }
@@ -145,8 +146,21 @@ impl Response {
     }
 }
 
-/// Whether `headers` say `Idempotent-Replayed: true` (any case, surrounding spaces ignored).
-pub(crate) fn is_replayed(headers: &HeaderMap) -> bool {
+/// Whether `headers` say `Idempotent-Replayed: true` (any case, surrounding spaces ignored):
+/// the server replayed the operation's stored answer. [`Response::replayed`] for the client's
+/// answers; this for a `reqwest::Response` that came through the
+/// [`IdempotencyMiddleware`](crate::IdempotencyMiddleware).
+///
+/// ```
+/// use idem_client::is_replayed;
+/// use idem_client::reqwest::header::{HeaderMap, HeaderValue};
+///
+/// let mut headers = HeaderMap::new();
+/// assert!(!is_replayed(&headers));
+/// headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+/// assert!(is_replayed(&headers));
+/// ```
+pub fn is_replayed(headers: &HeaderMap) -> bool {
     headers.get_all(REPLAYED_HEADER).iter().any(|value| {
         value
             .to_str()
