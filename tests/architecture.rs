@@ -102,15 +102,29 @@ fn the_values_and_the_decision_import_nothing_above_them() {
         .map(|name| {
             let path = core_file(name);
             let code = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
-            let code = code.split("#[cfg(test)]").next().unwrap_or_default().to_owned();
+            let code = code
+                .split("#[cfg(test)]")
+                .next()
+                .unwrap_or_default()
+                .to_owned();
             (path, code)
         })
         .collect();
     let found = violations(
         &files,
         &[
-            "store", "engine", "reconcile", "render", "memory", "testing", "purger", "listing",
-            "feed", "changes", "event", "outcome",
+            "store",
+            "engine",
+            "reconcile",
+            "render",
+            "memory",
+            "testing",
+            "purger",
+            "listing",
+            "feed",
+            "changes",
+            "event",
+            "outcome",
         ],
     );
     assert!(found.is_empty(), "{found:#?}");
@@ -123,7 +137,14 @@ fn the_store_traits_import_nothing_of_the_engine() {
     assert!(!files.is_empty());
     let found = violations(
         &files,
-        &["engine", "reconcile", "render", "memory", "testing", "purger"],
+        &[
+            "engine",
+            "reconcile",
+            "render",
+            "memory",
+            "testing",
+            "purger",
+        ],
     );
     assert!(found.is_empty(), "{found:#?}");
 }
@@ -135,7 +156,14 @@ fn the_engine_imports_no_rendering_and_no_operations() {
     assert!(!files.is_empty());
     let found = violations(
         &files,
-        &["render", "reconcile", "listing", "purger", "memory", "testing"],
+        &[
+            "render",
+            "reconcile",
+            "listing",
+            "purger",
+            "memory",
+            "testing",
+        ],
     );
     assert!(found.is_empty(), "{found:#?}");
 }
