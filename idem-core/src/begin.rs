@@ -7,8 +7,9 @@ use crate::response::StoredResponse;
 /// What a request gets at the start: it acquires the record (`A`), or it is answered without
 /// running anything (an [`Answer`]). One enum for every layer of the state machine:
 ///
-/// - `Begin` (a [`Lease`] and a stored response): what [`Store::reserve`](crate::Store::reserve)
-///   and [`Idempotency::begin`](crate::Idempotency::begin) return;
+/// - `Begin` (a [`Lease`] and a stored response): what a reservation ends in
+///   ([`Reservation`](crate::store::Reservation)) and [`Idempotency::begin`](crate::Idempotency::begin)
+///   returns;
 /// - [`Decision`](crate::store::Decision) (`Begin<Acquire, R>`): what the pure
 ///   [`decide`](crate::store::decide) says, before a store applies it.
 ///

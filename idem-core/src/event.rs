@@ -193,7 +193,7 @@ impl fmt::Display for EventKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Operation {
-    /// `Store::reserve`.
+    /// A reservation: its `Store::reserve` and `Store::replace` steps.
     Reserve,
     /// `Store::complete`.
     Complete,

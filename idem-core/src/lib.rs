@@ -74,6 +74,7 @@ pub mod reconcile;
 mod record;
 pub mod render;
 mod request;
+mod reservation;
 mod resolution;
 mod response;
 mod scope;

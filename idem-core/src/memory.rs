@@ -1,8 +1,7 @@
 //! The reference store: in process memory, correct under real concurrency.
 
-use crate::begin::Begin;
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::decision::{check_fence, decide, Decision};
+use crate::decision::check_fence;
 use crate::doubt::Doubt;
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
@@ -11,11 +10,10 @@ use crate::lease::Lease;
 use crate::listing::Inspected;
 use crate::listing::{Cursor, ListQuery, Listed, ListedState, Page, Selection, Stats};
 use crate::record::{Noted, Provenance, Record, RecordState};
-use crate::request::Request;
 use crate::resolution::{Change, Resolution};
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
-use crate::store::{Completion, Operator, Store};
+use crate::store::{Acquire, Claim, Completion, Operator, Replaced, Reserved, Store};
 use crate::token::FencingToken;
 use crate::trail::Reconciliation;
 use async_trait::async_trait;
@@ -212,6 +210,19 @@ impl MemoryStore {
         }
     }
 
+    /// The in-progress entry a reservation writes.
+    fn reservation(&self, claim: &Claim<'_>, now: Timestamp, until: Timestamp) -> Entry {
+        Entry {
+            fingerprint: *claim.fingerprint(),
+            token: claim.token(),
+            reserved_at: now,
+            completed_at: None,
+            holder: self.holder.clone(),
+            state: EntryState::InProgress { lease_until: until },
+            doubt: None,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<RecordId, Entry>> {
         // A panic while holding the lock cannot leave a half-written entry (every write is
         // one insert or remove), so a poisoned map is still consistent.
@@ -247,33 +258,41 @@ impl Store for MemoryStore {
         Some(std::ptr::from_ref(&self.records) as usize)
     }
 
-    async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
+    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
         let mut records = self.lock();
         let now = self.clock.now();
-        let current = records.get(request.id()).map(Entry::view);
-        let acquired = match decide(current, request.fingerprint(), now) {
-            Decision::Answered(answer) => {
-                return Ok(Begin::Answered(answer.try_map(StoredResponse::decode)?))
-            }
-            Decision::Acquired(acquired) => acquired,
+        if let Some(entry) = records.get(claim.id()) {
+            // The response is read only for the same request (the only one it can be replayed
+            // to), as a SQL store selects it.
+            let same = entry.fingerprint == *claim.fingerprint();
+            let record = entry
+                .view()
+                .try_map_response(|r| Ok::<_, Error>(same.then(|| r.to_vec())))?;
+            return Ok(Reserved::Found { record, now });
+        }
+        let until = now + claim.lease_for();
+        records.insert(claim.id().clone(), self.reservation(claim, now, until));
+        Ok(Reserved::Inserted { until })
+    }
+
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+        let mut records = self.lock();
+        let now = self.clock.now();
+        let (Some(previous), Some(completed)) = (acquire.replaces(), acquire.replaces_completed())
+        else {
+            return Ok(Replaced::Changed);
         };
-        // Under the lock, the record replaced is the one the decision saw.
-        let lease = Lease::new(request, FencingToken::generate(), now + lease_for, acquired);
-        records.insert(
-            request.id().clone(),
-            Entry {
-                fingerprint: *request.fingerprint(),
-                token: lease.token(),
-                reserved_at: now,
-                completed_at: None,
-                holder: self.holder.clone(),
-                state: EntryState::InProgress {
-                    lease_until: lease.lease_until(),
-                },
-                doubt: None,
-            },
-        );
-        Ok(Begin::Acquired(lease))
+        // Under the lock: the record is replaced only if it is still the one the decision saw.
+        let still = records.get(claim.id()).is_some_and(|entry| {
+            let record = entry.view();
+            record.token == previous && record.is_completed() == completed && !record.is_live(now)
+        });
+        if !still {
+            return Ok(Replaced::Changed);
+        }
+        let until = now + claim.lease_for();
+        records.insert(claim.id().clone(), self.reservation(claim, now, until));
+        Ok(Replaced::Replaced { until })
     }
 
     async fn complete(&self, completion: &Completion) -> Result<(), Error> {

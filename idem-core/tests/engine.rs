@@ -1,7 +1,10 @@
 //! Engine behaviour that no healthy store can show: a store that is down (C13), completions
 //! that fail after the effect ran (C8).
 
-use idem_core::store::{async_trait, Completion, Lease, ListQuery, Operator, Page, Record, Stats};
+use idem_core::store::{
+    async_trait, Acquire, Claim, Completion, Lease, ListQuery, Operator, Page, Record, Replaced,
+    Reserved, Stats,
+};
 use idem_core::{
     Answer, Begin, Error, Failure, Idempotency, MemoryStore, Outcome, Policy, RecordId, Request,
     RunError, Store, StoreErrorKind, StoredResponse, Timestamp,
@@ -49,18 +52,21 @@ fn take(counter: &AtomicUsize) -> bool {
 
 #[async_trait]
 impl Store for Flaky {
-    async fn reserve(&self, r: &Request, l: Duration) -> Result<Begin, Error> {
+    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
         if self.reserve_fails {
             return Err(down());
         }
         if self.reserve_hangs {
             std::future::pending::<()>().await;
         }
-        let reserved = self.inner.reserve(r, l).await;
+        let reserved = self.inner.reserve(claim).await;
         if take(&self.slow_reserves) {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         reserved
+    }
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+        self.inner.replace(claim, acquire).await
     }
     async fn complete(&self, c: &Completion) -> Result<(), Error> {
         self.completes.fetch_add(1, Ordering::SeqCst);

@@ -5,11 +5,11 @@
 
 use idem_core::reconcile::{Finding, Reconciliation, Resolved};
 use idem_core::store::{
-    async_trait, Completion, Inspected, ListQuery, Operator, Page, Record, Resolution, Stats,
+    async_trait, Acquire, Claim, Completion, Inspected, ListQuery, Operator, Page, Record,
+    Replaced, Reserved, Resolution, Stats,
 };
 use idem_core::{
-    Begin, Error, Failure, Idempotency, Lease, MemoryStore, RecordId, Request, Store,
-    StoredResponse, Timestamp,
+    Error, Failure, Idempotency, Lease, MemoryStore, RecordId, Store, StoredResponse, Timestamp,
 };
 use std::time::Duration;
 
@@ -19,8 +19,11 @@ struct LosesResolveAnswers(MemoryStore);
 
 #[async_trait]
 impl Store for LosesResolveAnswers {
-    async fn reserve(&self, r: &Request, l: Duration) -> Result<Begin, Error> {
-        self.0.reserve(r, l).await
+    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
+        self.0.reserve(claim).await
+    }
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+        self.0.replace(claim, acquire).await
     }
     async fn complete(&self, c: &Completion) -> Result<(), Error> {
         self.0.complete(c).await

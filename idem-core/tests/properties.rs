@@ -2,7 +2,7 @@
 //! renew, purge and clock advances on `MemoryStore`, checked step by step against a simple
 //! model written independently of `idem_core::decide`.
 
-use idem_core::store::Acquire;
+use idem_core::store::{Acquire, Reservation};
 use idem_core::{
     Answer, Begin, Error, Fingerprint, Idempotency, IdempotencyKey, Lease, ManualClock,
     MemoryStore, Policy, RecordId, Request, Scope, Store, StoredResponse, Timestamp,
@@ -92,8 +92,9 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         for op in ops {
             match op {
                 Op::Begin { key, body } => {
-                    let got = store
-                        .reserve(&request(key, body), lease)
+                    let req = request(key, body);
+                    let got = Reservation::new(&req, lease)
+                        .run(&mut &store)
                         .await
                         .expect("reserve");
                     let live = model.get(&key).filter(|slot| now < slot.until()).cloned();

@@ -474,11 +474,11 @@ fn error_kind(operation: Operation, error: &Error) -> Option<&'static str> {
 mod tests {
     use super::*;
     use async_trait::async_trait;
-    use idem_core::store::Acquire;
     use idem_core::store::Completion;
     use idem_core::store::Lease;
     use idem_core::store::Record;
     use idem_core::store::Store;
+    use idem_core::store::{Acquire, Claim, Replaced, Reserved};
     use idem_core::Answer;
     use idem_core::Begin;
     use idem_core::FencingToken;
@@ -1284,7 +1284,10 @@ mod tests {
 
     #[async_trait]
     impl Store for Failing {
-        async fn reserve(&self, _: &Request, _: Duration) -> Result<Begin, Error> {
+        async fn reserve(&self, _: &Claim<'_>) -> Result<Reserved, Error> {
+            Err((self.fail)())
+        }
+        async fn replace(&self, _: &Claim<'_>, _: Acquire) -> Result<Replaced, Error> {
             Err((self.fail)())
         }
         async fn complete(&self, _: &Completion) -> Result<(), Error> {

@@ -8,83 +8,17 @@ use crate::row;
 use crate::sql::Statements;
 use idem_core::reconcile::Reconciliation;
 use idem_core::store::{
-    decide, duration_millis, Acquire, Change, Completion, Cursor, Decision, Inspected, Lease,
-    ListQuery, Page, Record, RecordState, Resolution, Selection, Stats,
+    duration_millis, Acquire, Change, Completion, Cursor, Inspected, Lease, ListQuery, Page,
+    Record, Replaced, Reserved, Resolution, Selection, Stats,
 };
 use idem_core::{
-    Answer, Begin, Error, FencingToken, Field, RecordId, Request, StoreErrorKind, StoredResponse,
-    Timestamp,
+    Error, FencingToken, Field, RecordId, Request, StoreErrorKind, StoredResponse, Timestamp,
 };
 use sqlx::{PgConnection, Row};
 use std::time::Duration;
 
-/// How many times a reservation runs again after a race (a row committed after its snapshot, or
-/// a lost compare-and-set). Each race means another caller wrote a live record, so the next
-/// attempt answers; the bound only guards against a server that misbehaves.
-const MAX_ATTEMPTS: usize = 8;
-
-/// What a takeover's compare-and-set found.
-enum Replaced {
-    /// The record was replaced: the new lease.
-    Lease(Lease),
-    /// The record changed since it was read (completed, renewed, taken over, gone): read again.
-    Changed,
-    /// Another transaction holds the row right now.
-    Busy,
-}
-
 /// The longest age a listing asks PostgreSQL about: two centuries, in milliseconds.
 const MAX_AGE_MS: i64 = 200 * 366 * 24 * 3600 * 1000;
-
-/// The `Retry-After` of a duplicate that finds the record held by a transaction: one
-/// committing a completion, or a one-commit execution's (whose remaining time is unknown).
-const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
-
-/// One call of `Store::reserve`, across all its attempts: the statements of the loop below and
-/// the retry on a fresh connection when a reused one failed (`on_connection!`).
-///
-/// Every attempt sends the same token, generated once before the first. A write whose answer
-/// was lost (the connection dropped after the server committed the INSERT or the takeover) left
-/// a record carrying this very token; the next attempt recognises it as its own reservation
-/// instead of answering "in flight" for a whole lease while nothing runs (C4, C5).
-#[derive(Debug)]
-pub(crate) struct Reservation {
-    /// The token every attempt writes.
-    token: FencingToken,
-    /// How the last write sent with the token meant to acquire, while its outcome is unknown: a
-    /// takeover or a start over. `None`: the only write that can have left the token is a
-    /// fresh insert.
-    replacing: Option<Acquire>,
-}
-
-impl Reservation {
-    /// A reservation with a token of its own, before its first attempt.
-    pub(crate) fn new() -> Self {
-        Self {
-            token: FencingToken::generate(),
-            replacing: None,
-        }
-    }
-
-    /// The lease for `current` if it is this reservation's own record: it carries the token,
-    /// is in progress, and has the request's fingerprint. Its deadline is the row's, and it was
-    /// acquired the way the attempt that wrote it meant to.
-    fn own(&self, request: &Request, current: &Record<Option<Vec<u8>>>) -> Option<Lease> {
-        match current.state {
-            RecordState::InProgress { lease_until }
-                if current.token == self.token && current.fingerprint == *request.fingerprint() =>
-            {
-                Some(Lease::new(
-                    request,
-                    self.token,
-                    lease_until,
-                    self.replacing.unwrap_or(Acquire::Fresh),
-                ))
-            }
-            _ => None,
-        }
-    }
-}
 
 /// The statements and how to send them.
 #[derive(Debug)]
@@ -115,29 +49,26 @@ fn id_params(id: &RecordId) -> [Param<'_>; 3] {
 }
 
 impl Ops {
-    /// Reserve (C4, C5): one statement that returns the current record or inserts a fresh one;
-    /// the core decides on a current record; a takeover or start over is one compare-and-set
-    /// statement more. Every statement writes `reservation`'s token, so that a record it wrote
-    /// on an earlier attempt whose answer was lost is recognised as its own.
+    /// One reservation step (C4, C5): one statement that returns the current record or
+    /// inserts a fresh one carrying `token` (the engine decides on a record found).
     ///
     /// `one_commit` (C15): `conn` is in the execution's transaction, and the reservation (a
     /// fresh one, or a takeover's row lock) holds until that transaction ends; a fresh key takes
     /// its gate's locks exclusively (`sql/reserve.sql`). A record another one-commit execution
-    /// holds (its reservation not committed yet) is answered at once either way: in flight for
-    /// the same request, mismatch for another body.
+    /// holds (its reservation not committed yet) is reported held: for the same request, or
+    /// for another body.
     pub(crate) async fn reserve(
         &self,
         conn: &mut PgConnection,
         request: &Request,
+        token: FencingToken,
         lease_for: Duration,
-        reservation: &mut Reservation,
         one_commit: bool,
-    ) -> Result<Begin, Error> {
+    ) -> Result<Reserved, Error> {
         let id = request.id();
         let [consumer, route, key] = id_params(id);
         let fingerprint = request.fingerprint().as_bytes();
         let gate = GateKeys::of(&self.gate_namespace, id, request.fingerprint());
-        let token = reservation.token;
         // Inside the execution's transaction nothing of the store's session settings is sent:
         // `SET TRANSACTION` would change the effect's isolation and `SET LOCAL` its timeouts
         // until COMMIT. The engine's deadline bounds the statement instead, as for
@@ -149,91 +80,58 @@ impl Ops {
         };
         // Which process reserves, for operators; never part of a decision.
         let holder = self.holder.as_str();
-        for _ in 0..MAX_ATTEMPTS {
-            let rows = fetch_all_after(
-                conn,
-                self.mode,
-                preamble,
-                &self.sql.reserve,
-                &[
-                    consumer,
-                    route,
-                    key,
-                    Param::Bytes(fingerprint),
-                    Param::Bytes(token.as_bytes()),
-                    Param::Int(duration_millis(lease_for)),
-                    Param::Text(holder),
-                    Param::Int(gate.record),
-                    Param::Int(gate.fingerprint),
-                    Param::Bool(one_commit),
-                ],
-            )
-            .await?;
-            // No row: a reservation committed after this statement's snapshot. Run it again.
-            let Some(found) = rows.first() else { continue };
-            let source: String = found.try_get("source").map_err(crate::error::store_error)?;
+        let rows = fetch_all_after(
+            conn,
+            self.mode,
+            preamble,
+            &self.sql.reserve,
+            &[
+                consumer,
+                route,
+                key,
+                Param::Bytes(fingerprint),
+                Param::Bytes(token.as_bytes()),
+                Param::Int(duration_millis(lease_for)),
+                Param::Text(holder),
+                Param::Int(gate.record),
+                Param::Int(gate.fingerprint),
+                Param::Bool(one_commit),
+            ],
+        )
+        .await?;
+        // No row: a reservation committed after this statement's snapshot.
+        let Some(found) = rows.first() else {
+            return Ok(Reserved::Raced);
+        };
+        let source: String = found.try_get("source").map_err(crate::error::store_error)?;
+        match source.as_str() {
             // A one-commit execution's transaction holds the record (its reservation is not
-            // committed yet): how long it still runs is unknown.
-            if source == "held_same" {
-                return Ok(Begin::Answered(Answer::InFlight {
-                    retry_after: BUSY_RETRY_AFTER,
-                }));
-            }
-            if source == "held_other" {
-                return Ok(Begin::Answered(Answer::Mismatch));
-            }
-            if source == "inserted" {
+            // committed yet).
+            "held_same" => Ok(Reserved::Held { same_request: true }),
+            "held_other" => Ok(Reserved::Held {
+                same_request: false,
+            }),
+            "inserted" => {
                 let until: i64 = found
                     .try_get("deadline_ms")
                     .map_err(crate::error::store_error)?;
-                return Ok(Begin::Acquired(Lease::new(
-                    request,
-                    token,
-                    timestamp(until)?,
-                    Acquire::Fresh,
-                )));
+                Ok(Reserved::Inserted {
+                    until: timestamp(until)?,
+                })
             }
-            let now: i64 = found.try_get("now_ms").map_err(crate::error::store_error)?;
-            let current = row::decode(found)?;
-            // Our own reservation, written by an attempt whose answer was lost.
-            if let Some(lease) = reservation.own(request, &current) {
-                return Ok(Begin::Acquired(lease));
-            }
-            let acquired = match decide(Some(current), request.fingerprint(), timestamp(now)?) {
-                Decision::Answered(answer) => {
-                    let answer = answer
-                        .try_map(|response| StoredResponse::decode(&row::fetched(response)?))?;
-                    return Ok(Begin::Answered(answer));
-                }
-                Decision::Acquired(acquired) => acquired,
-            };
-            // Until its answer arrives, the compare-and-set may have written the token.
-            reservation.replacing = Some(acquired);
-            let replaced = self
-                .replace(conn, preamble, request, token, acquired, lease_for)
-                .await?;
-            match replaced {
-                Replaced::Lease(lease) => return Ok(Begin::Acquired(lease)),
-                // Another transaction holds the row (its holder committing a completion right
-                // now): never wait for it (C5); the answer will be there in a moment.
-                Replaced::Busy => {
-                    return Ok(Begin::Answered(Answer::InFlight {
-                        retry_after: BUSY_RETRY_AFTER,
-                    }))
-                }
-                // Nothing written: a record carrying the token can only be a fresh insert.
-                Replaced::Changed => reservation.replacing = None,
+            _ => {
+                let now: i64 = found.try_get("now_ms").map_err(crate::error::store_error)?;
+                Ok(Reserved::Found {
+                    record: row::decode(found)?,
+                    now: timestamp(now)?,
+                })
             }
         }
-        Err(Error::store(
-            BACKEND,
-            StoreErrorKind::Other,
-            "reservation kept losing its race",
-        ))
     }
 
-    /// The compare-and-set of a takeover or a start over, writing `token`.
-    async fn replace(
+    /// The compare-and-set of a takeover or a start over, writing `token`; `preamble` is empty
+    /// inside the execution's transaction.
+    pub(crate) async fn replace(
         &self,
         conn: &mut PgConnection,
         preamble: &str,
@@ -279,9 +177,9 @@ impl Ops {
             .try_get("deadline_ms")
             .map_err(crate::error::store_error)?;
         Ok(match (taken, until) {
-            (_, Some(until)) => {
-                Replaced::Lease(Lease::new(request, token, timestamp(until)?, acquired))
-            }
+            (_, Some(until)) => Replaced::Replaced {
+                until: timestamp(until)?,
+            },
             (false, None) => Replaced::Busy,
             (true, None) => Replaced::Changed,
         })

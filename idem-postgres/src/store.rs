@@ -6,16 +6,16 @@ use crate::config::{validate_identifier, validate_table_name, Isolation, PgConfi
 use crate::connections::Connections;
 use crate::error::store_error;
 use crate::feed_settings::{self, ListenerOptions, ListenerTarget};
-use crate::ops::{Ops, Reservation};
+use crate::ops::Ops;
 use crate::params::StatementMode;
 use crate::session;
 use crate::sql::Statements;
 use idem_core::reconcile::Reconciliation;
 use idem_core::store::{
-    async_trait, digest_to_hex, Capabilities, Changes, Completion, FeedSettings, Inspected, Lease,
-    ListQuery, Operator, Page, Record, Resolution, Stats,
+    async_trait, digest_to_hex, Acquire, Capabilities, Changes, Claim, Completion, FeedSettings,
+    Inspected, Lease, ListQuery, Operator, Page, Record, Replaced, Reserved, Resolution, Stats,
 };
-use idem_core::{Begin, Error, Holder, RecordId, Request, Store, Timestamp};
+use idem_core::{Error, Holder, RecordId, Store, Timestamp};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool};
 use std::sync::Arc;
@@ -547,16 +547,25 @@ impl Store for PgStore {
         Some(Arc::as_ptr(&self.inner).cast::<()>() as usize)
     }
 
-    async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
-        // One token for the whole call, the retry on a fresh connection included: a record
-        // written by an attempt whose answer was lost carries it and is recognised as ours.
-        let mut reservation = Reservation::new();
+    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
         on_connection!(self, |conn| self.inner.ops.reserve(
             conn,
-            request,
-            lease_for,
-            &mut reservation,
+            claim.request(),
+            claim.token(),
+            claim.lease_for(),
             false
+        ))
+    }
+
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+        let preamble = self.inner.ops.preamble.as_str();
+        on_connection!(self, |conn| self.inner.ops.replace(
+            conn,
+            preamble,
+            claim.request(),
+            claim.token(),
+            acquire,
+            claim.lease_for()
         ))
     }
 

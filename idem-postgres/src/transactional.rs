@@ -8,16 +8,17 @@ use crate::config::Isolation;
 use crate::effect_connection::EffectConnection;
 use crate::error::{is_broken_link, store_error, BACKEND};
 use crate::gate::GateKeys;
-use crate::ops::Reservation;
+use crate::ops::Ops;
 use crate::params::{fetch_all, Param};
 use crate::row;
 use crate::session;
 use crate::store::PgStore;
 use idem_core::store::{
-    async_trait, CatchUnwind, Execution, Lease, Record, Transacted, Transactional, TxEnd,
+    async_trait, Acquire, CatchUnwind, Claim, Execution, Lease, Record, Replaced, Reservation,
+    Reserved, Steps, Transacted, Transactional, TxEnd,
 };
 use idem_core::{
-    Begin, Commits, Error, Idempotency, Operation, Outcome, RecordId, Request, RunError, Store,
+    Begin, Commits, Error, Idempotency, Operation, Outcome, RecordId, Request, RunError,
     StoreErrorKind, StoredResponse,
 };
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
@@ -247,7 +248,7 @@ impl Transactional for PgStore {
             .bounded(
                 Operation::Reserve,
                 request.id(),
-                self.reserve(request, execution.lease_for()),
+                Reservation::new(request, execution.lease_for()).run(&mut &*self),
             )
             .await?;
         let lease = match reserved {
@@ -375,14 +376,11 @@ impl PgStore {
                 Start::Reserved(lease) => break (tx, lease.clone()),
                 Start::Reserve(request) => *request,
             };
-            let mut reservation = Reservation::new();
-            let reserve = self.inner.ops.reserve(
-                &mut tx,
-                request,
-                execution.lease_for(),
-                &mut reservation,
-                true,
-            );
+            let mut steps = OneCommit {
+                ops: &self.inner.ops,
+                conn: &mut tx,
+            };
+            let reserve = Reservation::new(request, execution.lease_for()).run(&mut steps);
             match execution.bounded(Operation::Reserve, id, reserve).await {
                 Ok(Begin::Acquired(lease)) => break (tx, execution.acquired(lease)),
                 // Nothing was written: the transaction ends, its gate's locks with it.
@@ -606,4 +604,40 @@ async fn settled_on(
     row::decode(found)?
         .try_map_response(|response| StoredResponse::decode(&row::fetched(response)?))
         .map(Some)
+}
+
+/// The reservation's steps inside a one-commit execution's transaction (C15): its gate's locks
+/// and its reservation last until that transaction ends; nothing of the store's session
+/// settings is sent.
+struct OneCommit<'t> {
+    ops: &'t Ops,
+    conn: &'t mut PgConnection,
+}
+
+#[async_trait]
+impl Steps for OneCommit<'_> {
+    async fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error> {
+        self.ops
+            .reserve(
+                self.conn,
+                claim.request(),
+                claim.token(),
+                claim.lease_for(),
+                true,
+            )
+            .await
+    }
+
+    async fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+        self.ops
+            .replace(
+                self.conn,
+                "",
+                claim.request(),
+                claim.token(),
+                acquire,
+                claim.lease_for(),
+            )
+            .await
+    }
 }

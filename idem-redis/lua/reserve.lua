@@ -31,12 +31,6 @@ local stored = 0
 if rec[7] then
   stored = 1
 end
--- Our own token: this same call ran before and its answer was lost (a timeout, a dropped
--- connection), and the caller sends it again. The record is the caller's reservation (unless
--- it also holds a response: then it is corrupt, and the caller is told so).
-if rec[3] == ARGV[2] and rec[4] == '0' and stored == 0 then
-  return {'inserted', now, tonumber(rec[5])}
-end
 local response = false
 if rec[2] == ARGV[1] and rec[4] == '1' then
   response = rec[7]

@@ -11,21 +11,14 @@ use crate::record::{self, integer, text, timestamp};
 use crate::scripts::scripts;
 use idem_core::reconcile::Reconciliation;
 use idem_core::store::{
-    async_trait, decide, digest_to_hex, duration_millis, Acquire, Capabilities, Changes,
-    Completion, Decision, Expiry, Inspected, Lease, ListQuery, ListingOrder, Operator, Page,
-    Record, Resolution, Stats,
+    async_trait, digest_to_hex, duration_millis, Acquire, Capabilities, Changes, Claim, Completion,
+    Expiry, Inspected, Lease, ListQuery, ListingOrder, Operator, Page, Record, Replaced, Reserved,
+    Resolution, Stats,
 };
-use idem_core::{
-    Begin, Error, FencingToken, Field, Holder, RecordId, Request, Store, StoreErrorKind,
-    StoredResponse, Timestamp,
-};
+use idem_core::{Error, Field, Holder, RecordId, Store, StoreErrorKind, StoredResponse, Timestamp};
 use redis::{ScriptInvocation, Value};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// How many times a reservation reads again after losing a compare-and-set; each loss means
-/// another caller wrote a live record, so the next read answers.
-const MAX_ATTEMPTS: usize = 8;
 
 /// The longest grace accepted: deadlines and TTLs stay exact in Lua's numbers (doubles).
 const MAX_GRACE: Duration = Duration::from_secs(24 * 3600);
@@ -442,41 +435,6 @@ impl RedisStore {
         Scanner::new(&self.conns, &self.prefix)
     }
 
-    async fn replace(
-        &self,
-        key: &str,
-        request: &Request,
-        acquired: Acquire,
-        lease_for: Duration,
-    ) -> Result<Option<Lease>, Error> {
-        let (Some(previous), Some(completed)) =
-            (acquired.replaces(), acquired.replaces_completed())
-        else {
-            return Ok(None);
-        };
-        let token = FencingToken::generate();
-        let mut invocation = scripts().replace.prepare_invoke();
-        invocation
-            .key(key)
-            .arg(previous.as_bytes().as_slice())
-            .arg(if completed { "1" } else { "0" })
-            .arg(request.fingerprint().as_bytes().as_slice())
-            .arg(token.as_bytes().as_slice())
-            .arg(duration_millis(lease_for))
-            .arg(duration_millis(self.grace))
-            .arg(record::triple(request.id()))
-            .arg(&*self.holder);
-        match self.conns.invoke(&invocation).await? {
-            Value::Nil => Ok(None),
-            until => Ok(Some(Lease::new(
-                request,
-                token,
-                timestamp(integer(&until, "deadline")?)?,
-                acquired,
-            ))),
-        }
-    }
-
     async fn fenced(&self, invocation: &ScriptInvocation<'_>) -> Result<(), Error> {
         match integer(&self.conns.invoke(invocation).await?, "fenced result")? {
             1 => Ok(()),
@@ -493,80 +451,76 @@ impl Store for RedisStore {
         Some(Arc::as_ptr(&self.conns).cast::<()>() as usize)
     }
 
-    async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
+    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
+        let request = claim.request();
         let key = self.key_of(request.id());
-        let (mut resend, mut resent) = (None, false);
-        for _ in 0..MAX_ATTEMPTS {
-            // After a lost answer the same token is sent again: the script recognises the
-            // reservation it wrote (never a key held by nobody until the lease passes).
-            let token = resend.take().unwrap_or_else(FencingToken::generate);
-            let mut invocation = scripts().reserve.prepare_invoke();
-            invocation
-                .key(&key)
-                .arg(request.fingerprint().as_bytes().as_slice())
-                .arg(token.as_bytes().as_slice())
-                .arg(duration_millis(lease_for))
-                .arg(duration_millis(self.grace))
-                .arg(record::triple(request.id()))
-                .arg(&*self.holder);
-            let reply = match self.conns.invoke(&invocation).await {
-                Ok(reply) => reply,
-                Err(error) if error.is_retryable() && !resent => {
-                    (resend, resent) = (Some(token), true);
-                    continue;
-                }
-                Err(error) => return Err(error),
-            };
-            let Value::Array(mut fields) = reply else {
-                return Err(unexpected("reserve", &reply));
-            };
-            let (Some(source), Some(now)) = (fields.first(), fields.get(1)) else {
-                return Err(Error::store(
+        // Every step of a reservation sends the claim's token: after a lost answer the script
+        // recognises the reservation it wrote (never a key held by nobody until the lease
+        // passes).
+        let mut invocation = scripts().reserve.prepare_invoke();
+        invocation
+            .key(&key)
+            .arg(request.fingerprint().as_bytes().as_slice())
+            .arg(claim.token().as_bytes().as_slice())
+            .arg(duration_millis(claim.lease_for()))
+            .arg(duration_millis(self.grace))
+            .arg(record::triple(request.id()))
+            .arg(&*self.holder);
+        let reply = self.conns.invoke(&invocation).await?;
+        let Value::Array(mut fields) = reply else {
+            return Err(unexpected("reserve", &reply));
+        };
+        let (Some(source), Some(now)) = (fields.first(), fields.get(1)) else {
+            return Err(Error::store(
+                BACKEND,
+                StoreErrorKind::Other,
+                "reserve returned too few fields",
+            ));
+        };
+        let now = timestamp(integer(now, "now")?)?;
+        if text(source, "source")? == b"inserted" {
+            let until = fields.get(2).ok_or_else(|| {
+                Error::store(
                     BACKEND,
                     StoreErrorKind::Other,
-                    "reserve returned too few fields",
-                ));
-            };
-            let now = timestamp(integer(now, "now")?)?;
-            if text(source, "source")? == b"inserted" {
-                let until = fields.get(2).ok_or_else(|| {
-                    Error::store(
-                        BACKEND,
-                        StoreErrorKind::Other,
-                        "reserve returned no deadline",
-                    )
-                })?;
-                return Ok(Begin::Acquired(Lease::new(
-                    request,
-                    token,
-                    timestamp(integer(until, "deadline")?)?,
-                    Acquire::Fresh,
-                )));
-            }
-            // The record's fields, moved (a stored response is not copied).
-            fields.drain(..2);
-            let current = record::decode(fields, request.id())?;
-            let acquired = match decide(Some(current), request.fingerprint(), now) {
-                Decision::Answered(answer) => {
-                    return Ok(Begin::Answered(answer.try_map(|response| {
-                        StoredResponse::decode(&response.ok_or_else(|| {
-                            Error::CorruptRecord(
-                                "redis record: a completed record without a response".to_owned(),
-                            )
-                        })?)
-                    })?))
-                }
-                Decision::Acquired(acquired) => acquired,
-            };
-            if let Some(lease) = self.replace(&key, request, acquired, lease_for).await? {
-                return Ok(Begin::Acquired(lease));
-            }
+                    "reserve returned no deadline",
+                )
+            })?;
+            return Ok(Reserved::Inserted {
+                until: timestamp(integer(until, "deadline")?)?,
+            });
         }
-        Err(Error::store(
-            BACKEND,
-            StoreErrorKind::Other,
-            "reservation kept losing its compare-and-set",
-        ))
+        // The record's fields, moved (a stored response is not copied).
+        fields.drain(..2);
+        Ok(Reserved::Found {
+            record: record::decode(fields, request.id())?,
+            now,
+        })
+    }
+
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+        let (Some(previous), Some(completed)) = (acquire.replaces(), acquire.replaces_completed())
+        else {
+            return Ok(Replaced::Changed);
+        };
+        let request = claim.request();
+        let mut invocation = scripts().replace.prepare_invoke();
+        invocation
+            .key(self.key_of(request.id()))
+            .arg(previous.as_bytes().as_slice())
+            .arg(if completed { "1" } else { "0" })
+            .arg(request.fingerprint().as_bytes().as_slice())
+            .arg(claim.token().as_bytes().as_slice())
+            .arg(duration_millis(claim.lease_for()))
+            .arg(duration_millis(self.grace))
+            .arg(record::triple(request.id()))
+            .arg(&*self.holder);
+        match self.conns.invoke(&invocation).await? {
+            Value::Nil => Ok(Replaced::Changed),
+            until => Ok(Replaced::Replaced {
+                until: timestamp(integer(&until, "deadline")?)?,
+            }),
+        }
     }
 
     async fn complete(&self, completion: &Completion) -> Result<(), Error> {

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{free_port, start_server, temp_dir, Redis};
-use idem_core::store::{ListQuery, Operator, Store};
+use idem_core::store::{ListQuery, Operator, Store, StoreExt};
 use idem_core::testing::{request, unique_consumer};
 use idem_core::{Answer, Begin, Error, Field, Idempotency, Policy, StoreErrorKind, StoredResponse};
 use idem_redis::redis;
@@ -56,7 +56,7 @@ async fn c12_in_progress_record_with_a_response_is_corrupt() {
 
             let other = request(&consumer, "k", b"{\"another\":1}");
             for (which, req) in [("same body", &same), ("another body", &other)] {
-                let reserved = store.reserve(req, LEASE).await;
+                let reserved = store.reservation(req, LEASE).await;
                 assert!(
                     matches!(reserved, Err(Error::CorruptRecord(_))),
                     "{case}, reserve with the {which}: {reserved:?}"
@@ -107,7 +107,7 @@ async fn c12_a_foreign_value_under_a_record_key_is_an_error_and_stays() {
         let () = redis
             .raw(redis::cmd("SET").arg(&key).arg("not a record"))
             .await;
-        let reserved = store.reserve(&string, LEASE).await;
+        let reserved = store.reservation(&string, LEASE).await;
         assert!(
             matches!(&reserved, Err(Error::CorruptRecord(why)) if why.contains("WRONGTYPE")),
             "{case}, reserve over a string: {reserved:?}"
@@ -132,7 +132,7 @@ async fn c12_a_foreign_value_under_a_record_key_is_an_error_and_stays() {
             .await;
         assert_eq!(added, 1, "a hash of one field of someone else's");
         let before = hash(&redis, &key).await;
-        let reserved = store.reserve(&other, LEASE).await;
+        let reserved = store.reservation(&other, LEASE).await;
         assert!(
             matches!(reserved, Err(Error::CorruptRecord(_))),
             "{case}, reserve over a foreign hash: {reserved:?}"
@@ -233,7 +233,10 @@ async fn c13_a_frozen_redis_is_an_error_within_the_deadline() {
     let consumer = unique_consumer("frozen");
     let mut leases = Vec::new();
     for key in ["to-complete", "to-release", "to-renew"] {
-        match store.reserve(&request(&consumer, key, b"{}"), LEASE).await {
+        match store
+            .reservation(&request(&consumer, key, b"{}"), LEASE)
+            .await
+        {
             Ok(Begin::Acquired(lease)) => leases.push(lease),
             other => panic!("a fresh key is acquired: {other:?}"),
         }
@@ -272,7 +275,7 @@ async fn c13_a_frozen_redis_is_an_error_within_the_deadline() {
         .connect(&url);
     let (connect, reserve, complete, release, renew, lookup, list, stats) = tokio::join!(
         timed(connecting),
-        timed(store.reserve(&frozen, LEASE)),
+        timed(store.reservation(&frozen, LEASE)),
         timed(store.complete(&completion)),
         timed(store.release(&to_release)),
         timed(store.renew(&to_renew, LEASE)),
@@ -314,7 +317,7 @@ async fn c13_a_frozen_redis_is_an_error_within_the_deadline() {
         .expect("DEBUG SLEEP");
     // The reservation sent while Redis slept ran when it woke up (its answer was lost): the key
     // is held by that lease, or free; never an error.
-    let again = store.reserve(&frozen, LEASE).await;
+    let again = store.reservation(&frozen, LEASE).await;
     assert!(
         matches!(
             again,
@@ -324,7 +327,10 @@ async fn c13_a_frozen_redis_is_an_error_within_the_deadline() {
     );
     let fresh = request(&consumer, "after", b"{}");
     assert!(
-        matches!(store.reserve(&fresh, LEASE).await, Ok(Begin::Acquired(_))),
+        matches!(
+            store.reservation(&fresh, LEASE).await,
+            Ok(Begin::Acquired(_))
+        ),
         "a fresh key after Redis woke up"
     );
     assert!(
@@ -356,7 +362,7 @@ async fn c13_a_call_that_must_reconnect_to_a_frozen_redis_is_an_error_within_the
     let consumer = unique_consumer("reconnect");
     let warm = request(&consumer, "warm", b"{}");
     assert!(matches!(
-        store.reserve(&warm, LEASE).await,
+        store.reservation(&warm, LEASE).await,
         Ok(Begin::Acquired(_))
     ));
 
@@ -398,7 +404,7 @@ async fn c13_a_call_that_must_reconnect_to_a_frozen_redis_is_an_error_within_the
             (
                 "reserve",
                 4 * TIMEOUT,
-                timed(store.reserve(&id, LEASE)).await,
+                timed(store.reservation(&id, LEASE)).await,
             ),
         ] {
             let Err((error, took)) = outcome else {
@@ -424,7 +430,7 @@ async fn c13_a_call_that_must_reconnect_to_a_frozen_redis_is_an_error_within_the
     let fresh = request(&consumer, "after", b"{}");
     let mut answered = None;
     for _ in 0..20 {
-        match store.reserve(&fresh, LEASE).await {
+        match store.reservation(&fresh, LEASE).await {
             Ok(begin) => {
                 answered = Some(begin);
                 break;

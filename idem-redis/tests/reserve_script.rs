@@ -1,8 +1,9 @@
 //! `lua/reserve.lua` by itself, on the single Redis: what each path of the one read returns.
 //! The store's own behaviour is proven by the conformance suite; these pin the script's reply,
 //! which the store decodes (`src/record.rs`), on the paths the suite cannot reach from outside:
-//! a reservation sent again with its own token after a lost answer (C4), and which replies carry
-//! the stored response (only a replay's, C7) while every reply says whether one is stored (C12).
+//! a reservation sent again with its own token after a lost answer reports the record it wrote
+//! and writes nothing (the engine recognises it, C4, C16), and which replies carry the stored
+//! response (only a replay's, C7) while every reply says whether one is stored (C12).
 
 mod common;
 
@@ -85,7 +86,7 @@ fn int(value: &Value) -> i64 {
 }
 
 #[tokio::test]
-async fn c04_a_reservation_sent_again_with_its_own_token_is_the_callers() {
+async fn c04_a_reservation_sent_again_with_its_own_token_reports_its_record() {
     let mut conn = conn().await;
     let key = fresh_key();
     let token = FencingToken::generate();
@@ -97,10 +98,14 @@ async fn c04_a_reservation_sent_again_with_its_own_token_is_the_callers() {
         int(&first[1]) + LEASE_MS,
         "the deadline is Redis's now plus the lease (C11)"
     );
+    // The script reports the record as it is (the engine recognises its own token): nothing
+    // is written again, the deadline is unchanged.
     let again = reserve(&mut conn, &key, b"fp-a", &token).await;
+    assert_eq!(text(&again[0]), b"existing", "{again:?}");
+    assert_eq!(text(&again[4]), token.as_bytes().as_slice());
     assert_eq!(
-        (text(&again[0]), int(&again[2])),
-        (b"inserted".as_slice(), deadline),
+        text(&again[6]),
+        deadline.to_string().as_bytes(),
         "the same reservation, its deadline unchanged"
     );
     let other = reserve(&mut conn, &key, b"fp-a", &FencingToken::generate()).await;

@@ -6,17 +6,12 @@ use crate::row;
 use crate::sql::Statements;
 use idem_core::reconcile::Reconciliation;
 use idem_core::store::{
-    decide, duration_millis, Acquire, Change, Completion, Cursor, Decision, Inspected, Lease,
-    ListQuery, Page, Record, Resolution, Selection, Stats,
+    duration_millis, Acquire, BlockingSteps, Change, Claim, Completion, Cursor, Inspected, Lease,
+    ListQuery, Page, Record, Replaced, Reservation, Reserved, Resolution, Selection, Stats,
 };
 use idem_core::{Begin, Clock, Error, FencingToken, Field, Holder, RecordId, Request, Timestamp};
 use rusqlite::{params, Connection, Params, TransactionBehavior};
 use std::time::Duration;
-
-/// How many times a reservation re-reads after losing a compare-and-set. Each loss means another
-/// caller wrote a live record, so the next read answers without writing; the bound only guards
-/// against a store that misbehaves.
-const MAX_ATTEMPTS: usize = 8;
 
 /// The full record, response decoded (for `lookup`).
 pub(crate) fn select(
@@ -65,14 +60,67 @@ pub(crate) fn inspect(
         .transpose()
 }
 
-/// Reads the record and lets the core decide at `now`: the answer (the stored response decoded
-/// only for a replay), or how to acquire. A read: no write lock.
-pub(crate) fn decide_on(
+/// A whole reservation on `conn`, in this hop: the core's protocol ([`Reservation`]) driven
+/// over this store's steps. `conn` is the writer's connection, or a one-commit transaction.
+pub(crate) fn reserve(
+    conn: &Connection,
+    sql: &Statements,
+    clock: &dyn Clock,
+    request: &Request,
+    lease_for: Duration,
+) -> Result<Begin, Error> {
+    Reservation::new(request, lease_for).run_blocking(&mut Steps {
+        conn,
+        sql,
+        clock,
+        holder: Holder::this_process_encoded(),
+    })
+}
+
+/// This store's reservation steps on one connection.
+pub(crate) struct Steps<'c> {
+    pub(crate) conn: &'c Connection,
+    pub(crate) sql: &'c Statements,
+    pub(crate) clock: &'c dyn Clock,
+    /// The stored [`Holder`] each reservation records, for operators; never part of a decision.
+    pub(crate) holder: &'c str,
+}
+
+impl BlockingSteps for Steps<'_> {
+    fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error> {
+        reserve_step(
+            self.conn,
+            self.sql,
+            self.clock.now(),
+            claim.request(),
+            claim.token(),
+            claim.lease_for(),
+            self.holder,
+        )
+    }
+
+    fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+        replace_step(
+            self.conn,
+            self.sql,
+            self.clock.now(),
+            claim.request(),
+            claim.token(),
+            claim.lease_for(),
+            acquire,
+            self.holder,
+        )
+    }
+}
+
+/// The record of `request` as it is at `now`, its response read only for the request's
+/// fingerprint; `None` when there is none. A read: no write lock.
+pub(crate) fn found(
     conn: &Connection,
     sql: &Statements,
     request: &Request,
     now: Timestamp,
-) -> Result<Decision, Error> {
+) -> Result<Option<Reserved>, Error> {
     let id = request.id();
     let mut stmt = conn
         .prepare_cached(&sql.decide_record)
@@ -85,114 +133,93 @@ pub(crate) fn decide_on(
             request.fingerprint().as_bytes()
         ])
         .map_err(store_error)?;
-    let current = rows
-        .next()
-        .map_err(store_error)?
-        .map(row::decode_head)
-        .transpose()?;
-    Ok(match decide(current, request.fingerprint(), now) {
-        Decision::Acquired(how) => Decision::Acquired(how),
-        Decision::Answered(answer) => Decision::Answered(answer.try_map(row::decode_response)?),
+    let Some(row) = rows.next().map_err(store_error)? else {
+        return Ok(None);
+    };
+    let record =
+        row::decode_head(row)?.try_map_response(|r| Ok::<_, Error>(r.map(<[u8]>::to_vec)))?;
+    Ok(Some(Reserved::Found { record, now }))
+}
+
+/// One reservation step (C4): the record as it is, or a fresh in-progress record carrying
+/// `token` (the unique constraint decides a race with another process: nothing written, the
+/// race reported). No explicit transaction: a reservation commits on its own, before the
+/// effect, so duplicates see it at once.
+pub(crate) fn reserve_step(
+    conn: &Connection,
+    sql: &Statements,
+    now: Timestamp,
+    request: &Request,
+    token: FencingToken,
+    lease_for: Duration,
+    holder: &str,
+) -> Result<Reserved, Error> {
+    if let Some(found) = found(conn, sql, request, now)? {
+        return Ok(found);
+    }
+    let id = request.id();
+    let until = now + lease_for;
+    let written = execute(
+        conn,
+        &sql.insert_reservation,
+        params![
+            id.consumer(),
+            id.route(),
+            id.key(),
+            request.fingerprint().as_bytes(),
+            token.as_bytes(),
+            millis(until),
+            millis(now),
+            holder
+        ],
+    )?;
+    Ok(if written == 1 {
+        Reserved::Inserted { until }
+    } else {
+        Reserved::Raced
     })
 }
 
-/// Reads, lets the core decide, and applies an acquisition with one compare-and-set statement
-/// (C4): the unique constraint for a fresh record; the previous token, state and expiry for a
-/// takeover or a start over. No explicit transaction: a reservation commits on its own, before
-/// the effect, so duplicates see it at once.
-pub(crate) fn reserve(
+/// The compare-and-set of a takeover (C9) or a start over (C10): the previous token, state and
+/// expiry the decision saw.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn replace_step(
     conn: &Connection,
     sql: &Statements,
-    clock: &dyn Clock,
-    request: &Request,
-    lease_for: Duration,
-) -> Result<Begin, Error> {
-    reserve_as(
-        conn,
-        sql,
-        clock,
-        request,
-        lease_for,
-        Holder::this_process_encoded(),
-    )
-}
-
-/// [`reserve`], recording `holder` (a stored [`Holder`]) as the reservation's maker.
-pub(crate) fn reserve_as(
-    conn: &Connection,
-    sql: &Statements,
-    clock: &dyn Clock,
-    request: &Request,
-    lease_for: Duration,
-    holder: &str,
-) -> Result<Begin, Error> {
-    for _ in 0..MAX_ATTEMPTS {
-        let now = clock.now();
-        let acquired = match decide_on(conn, sql, request, now)? {
-            Decision::Answered(answer) => return Ok(Begin::Answered(answer)),
-            Decision::Acquired(acquired) => acquired,
-        };
-        if let Some(lease) = try_acquire(conn, sql, request, acquired, now, lease_for, holder)? {
-            return Ok(Begin::Acquired(lease));
-        }
-    }
-    Err(Error::store(
-        crate::error::BACKEND,
-        idem_core::StoreErrorKind::Other,
-        "reservation kept losing its compare-and-set",
-    ))
-}
-
-/// The compare-and-set of an acquisition; `None` when another caller changed the record first.
-fn try_acquire(
-    conn: &Connection,
-    sql: &Statements,
-    request: &Request,
-    acquired: Acquire,
     now: Timestamp,
+    request: &Request,
+    token: FencingToken,
     lease_for: Duration,
+    acquire: Acquire,
     holder: &str,
-) -> Result<Option<Lease>, Error> {
-    let id = request.id();
-    let token = FencingToken::generate();
-    let until = now + lease_for;
-    let (consumer, route, key) = (id.consumer(), id.route(), id.key());
-    let fingerprint = request.fingerprint().as_bytes();
-    // Which process reserves (`holder`), for operators (`inspect`, `pending`); never part of a
-    // decision.
-    let written = match (acquired.replaces(), acquired.replaces_completed()) {
-        (Some(previous), Some(completed)) => execute(
-            conn,
-            &sql.replace_reservation,
-            params![
-                consumer,
-                route,
-                key,
-                fingerprint,
-                token.as_bytes(),
-                millis(until),
-                previous.as_bytes(),
-                millis(now),
-                i64::from(completed),
-                holder,
-            ],
-        )?,
-        _ => execute(
-            conn,
-            &sql.insert_reservation,
-            params![
-                consumer,
-                route,
-                key,
-                fingerprint,
-                token.as_bytes(),
-                millis(until),
-                millis(now),
-                holder
-            ],
-        )?,
+) -> Result<Replaced, Error> {
+    let (Some(previous), Some(completed)) = (acquire.replaces(), acquire.replaces_completed())
+    else {
+        return Ok(Replaced::Changed);
     };
-    Ok((written == 1).then(|| Lease::new(request, token, until, acquired)))
+    let id = request.id();
+    let until = now + lease_for;
+    let written = execute(
+        conn,
+        &sql.replace_reservation,
+        params![
+            id.consumer(),
+            id.route(),
+            id.key(),
+            request.fingerprint().as_bytes(),
+            token.as_bytes(),
+            millis(until),
+            previous.as_bytes(),
+            millis(now),
+            i64::from(completed),
+            holder,
+        ],
+    )?;
+    Ok(if written == 1 {
+        Replaced::Replaced { until }
+    } else {
+        Replaced::Changed
+    })
 }
 
 /// Fenced completion (C6) on `conn`, which may be inside the caller's transaction, with the
@@ -570,30 +597,36 @@ mod tests {
         .expect("complete");
         let later = Timestamp::from_millis(2_000);
         let previous = lease.token();
-        let taken = try_acquire(
+        let taken = replace_step(
             &conn,
             &sql,
-            &req,
-            Acquire::TakeOver { previous },
             later,
+            &req,
+            FencingToken::generate(),
             Duration::from_secs(1),
+            Acquire::TakeOver { previous },
+            Holder::this_process_encoded(),
+        )
+        .expect("cas");
+        assert_eq!(
+            taken,
+            Replaced::Changed,
+            "a completed record was taken over as an orphan"
+        );
+        let started = replace_step(
+            &conn,
+            &sql,
+            later,
+            &req,
+            FencingToken::generate(),
+            Duration::from_secs(1),
+            Acquire::StartOver { previous },
             Holder::this_process_encoded(),
         )
         .expect("cas");
         assert!(
-            taken.is_none(),
-            "a completed record was taken over as an orphan"
+            matches!(started, Replaced::Replaced { .. }),
+            "an expired completed record starts over"
         );
-        let started = try_acquire(
-            &conn,
-            &sql,
-            &req,
-            Acquire::StartOver { previous },
-            later,
-            Duration::from_secs(1),
-            Holder::this_process_encoded(),
-        )
-        .expect("cas");
-        assert!(started.is_some(), "an expired completed record starts over");
     }
 }

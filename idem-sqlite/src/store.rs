@@ -9,10 +9,10 @@ use crate::process_lock::ProcessLock;
 use crate::sql::Statements;
 use idem_core::reconcile::Reconciliation;
 use idem_core::store::{
-    async_trait, Capabilities, Completion, Decision, Inspected, Lease, ListQuery, Operator, Page,
-    Record, Resolution, Stats,
+    async_trait, Acquire, Capabilities, Claim, Completion, Inspected, Lease, ListQuery, Operator,
+    Page, Record, Replaced, Reserved, Resolution, Stats,
 };
-use idem_core::{Answer, Begin, Error, Holder, RecordId, Request, Store, Timestamp};
+use idem_core::{Answer, Error, FencingToken, Holder, RecordId, Request, Store, Timestamp};
 use rusqlite::{Connection, Transaction};
 use std::sync::Arc;
 use std::time::Duration;
@@ -189,34 +189,37 @@ impl SqliteStore {
     }
 }
 
-/// A reservation, decided where its statement runs (C5): an answer on a reader when the writer
-/// is busy, the acquisition on the writer.
+/// A reservation step, made where its statement runs (C5): a record found on a reader when the
+/// writer is busy, never queueing for the writer to report it; no record: on the writer, the
+/// record or a fresh one.
 struct Reserving {
     inner: Arc<Inner>,
     request: Request,
+    token: FencingToken,
     lease_for: Duration,
     holder: Arc<str>,
 }
 
 impl Decide for Reserving {
-    type Output = Result<Begin, Error>;
+    type Output = Result<Reserved, Error>;
 
     fn answer(self, conn: &mut Connection) -> Result<Self::Output, Self> {
         let now = self.inner.config.clock.now();
-        match ops::decide_on(conn, &self.inner.sql, &self.request, now) {
-            Ok(Decision::Answered(answer)) => Ok(Ok(Begin::Answered(answer))),
-            Ok(Decision::Acquired(_)) => Err(self),
+        match ops::found(conn, &self.inner.sql, &self.request, now) {
+            Ok(Some(found)) => Ok(Ok(found)),
+            Ok(None) => Err(self),
             Err(error) => Ok(Err(error)),
         }
     }
 
     fn write(self, conn: &mut Connection) -> Self::Output {
         let inner = &self.inner;
-        ops::reserve_as(
+        ops::reserve_step(
             conn,
             &inner.sql,
-            inner.config.clock.as_ref(),
+            inner.config.clock.now(),
             &self.request,
+            self.token,
             self.lease_for,
             &self.holder,
         )
@@ -238,15 +241,30 @@ impl Store for SqliteStore {
         Capabilities::default().with_process_gate(self.inner.lock.one_commit())
     }
 
-    async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
+    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
         self.inner.lock.reserving()?;
         let reserving = Reserving {
             inner: Arc::clone(&self.inner),
-            request: request.clone(),
-            lease_for,
+            request: claim.request().clone(),
+            token: claim.token(),
+            lease_for: claim.lease_for(),
             holder: Arc::clone(&self.holder),
         };
         self.inner.pool.decide(reserving, None).await?
+    }
+
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+        self.inner.lock.reserving()?;
+        let (request, token, lease_for) =
+            (claim.request().clone(), claim.token(), claim.lease_for());
+        let holder = Arc::clone(&self.holder);
+        self.on_writer(move |conn, inner| {
+            let now = inner.config.clock.now();
+            ops::replace_step(
+                conn, &inner.sql, now, &request, token, lease_for, acquire, &holder,
+            )
+        })
+        .await
     }
 
     /// On a reader, which no writer ever holds: the committed record and the engine's decision.
@@ -256,10 +274,8 @@ impl Store for SqliteStore {
             .pool
             .read(move |conn| {
                 let now = inner.config.clock.now();
-                match ops::decide_on(conn, &inner.sql, &request, now)? {
-                    Decision::Answered(answer) => Ok(Some(answer)),
-                    Decision::Acquired(_) => Ok(None),
-                }
+                ops::found(conn, &inner.sql, &request, now)?
+                    .map_or(Ok(None), |found| found.answer(request.fingerprint()))
             })
             .await?
     }

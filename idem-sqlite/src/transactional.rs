@@ -8,7 +8,7 @@ use crate::error::{store_error, BACKEND};
 use crate::ops;
 use crate::pool::Decide;
 use crate::SqliteStore;
-use idem_core::store::{async_trait, Decision, Execution, Lease, Transacted, Transactional, TxEnd};
+use idem_core::store::{async_trait, Execution, Lease, Transacted, Transactional, TxEnd};
 use idem_core::{
     Begin, Commits, Error, Idempotency, Outcome, Request, RunError, StoreErrorKind, StoredResponse,
 };
@@ -220,9 +220,13 @@ impl<E: Send + 'static> Decide for Transacting<E> {
 
     fn answer(self, conn: &mut rusqlite::Connection) -> Result<Self::Output, Self> {
         let inner = &self.inner;
-        match ops::decide_on(conn, &inner.sql, &self.request, inner.config.clock.now()) {
-            Ok(Decision::Answered(answer)) => Ok(Ok(Transacted::Answered(answer, self.effect))),
-            Ok(Decision::Acquired(_)) => Err(self),
+        let now = inner.config.clock.now();
+        let answer = ops::found(conn, &inner.sql, &self.request, now).and_then(|found| {
+            found.map_or(Ok(None), |found| found.answer(self.request.fingerprint()))
+        });
+        match answer {
+            Ok(Some(answer)) => Ok(Ok(Transacted::Answered(answer, self.effect))),
+            Ok(None) => Err(self),
             Err(error) => Ok(Err(error)),
         }
     }

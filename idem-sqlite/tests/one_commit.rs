@@ -4,7 +4,10 @@
 mod common;
 
 use common::{charges, with_charges};
-use idem_core::store::{Capabilities, Completion, Lease, ListQuery, Operator, Page, Record, Stats};
+use idem_core::store::{
+    Acquire, Capabilities, Claim, Completion, Lease, ListQuery, Operator, Page, Record, Replaced,
+    Reserved, Stats, StoreExt,
+};
 use idem_core::{
     Answer, Begin, Commits, Error, Idempotency, Outcome, Policy, RecordId, Request, RunError,
     Store, StoreErrorKind, StoredResponse, Timestamp,
@@ -128,7 +131,7 @@ async fn c15_a_store_opened_for_one_commit_holds_its_table_alone() {
     let two = SqliteStore::open(&path)
         .await
         .expect("open for two commits");
-    let reserved = two.reserve(&req, Duration::from_secs(5)).await;
+    let reserved = two.reservation(&req, Duration::from_secs(5)).await;
     let Err(refused) = reserved else {
         panic!("a store for two commits reserved in a table held for one: {reserved:?}");
     };
@@ -141,7 +144,7 @@ async fn c15_a_store_opened_for_one_commit_holds_its_table_alone() {
         .await
         .expect("another table");
     assert!(matches!(
-        other_table.reserve(&req, Duration::from_secs(5)).await,
+        other_table.reservation(&req, Duration::from_secs(5)).await,
         Ok(Begin::Acquired(_))
     ));
 
@@ -334,8 +337,11 @@ struct WithoutIdentity(SqliteStore);
 
 #[idem_core::store::async_trait]
 impl Store for WithoutIdentity {
-    async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
-        self.0.reserve(request, lease_for).await
+    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
+        self.0.reserve(claim).await
+    }
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+        self.0.replace(claim, acquire).await
     }
     async fn complete(&self, completion: &Completion) -> Result<(), Error> {
         self.0.complete(completion).await

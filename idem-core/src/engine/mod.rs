@@ -30,6 +30,7 @@ use crate::problem::Problem;
 use crate::request::{Request, RequestBuilder};
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
+use crate::store::Reservation;
 use crate::store::Store;
 pub(crate) use crate::timeout::{is_timed_out, timed_out};
 use gate::Gate;
@@ -469,7 +470,7 @@ impl<S: Store> Idempotency<S> {
             .call(
                 Operation::Reserve,
                 Some(request.id()),
-                self.inner.store.reserve(request, lease_for),
+                Reservation::new(request, lease_for).run(&mut &self.inner.store),
             )
             .await?;
         match reserved {

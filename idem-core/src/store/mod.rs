@@ -22,6 +22,9 @@ pub use crate::listing::{
     Cursor, Inspected, ListQuery, Listed, ListedState, Page, Position, Selection, Stats,
 };
 pub use crate::record::{Noted, Provenance, Record, RecordState};
+pub use crate::reservation::{
+    BlockingSteps, Claim, Replaced, Reservation, Reserved, Step, Steps, BUSY_RETRY_AFTER,
+};
 pub use crate::resolution::{Change, Resolution};
 mod transactional;
 
@@ -56,23 +59,24 @@ use std::time::Duration;
 /// 1. **One clock.** Every `now` comes from one authority: the database server's clock for
 ///    servers, an injectable [`Clock`](crate::Clock) for local stores (C11). Deadlines are
 ///    exclusive: a record whose deadline is `<= now` has expired.
-/// 2. **`reserve` decides atomically.** Read the current record for `request.id()` (a record
-///    that does not decode is [`Error::CorruptRecord`], never "absent"; the response needs
-///    decoding only for a replay), call [`decide`] with it, the request's fingerprint and `now`.
-///    An answer ([`Begin::Answered`]) is returned as it is, nothing written. For
-///    `Decision::Acquired(how)`, write an in-progress record
-///    with a fresh [`FencingToken`](crate::FencingToken) and the deadline `now + lease_for`, and
-///    return [`Begin::Acquired`] with a [`Lease::new`] carrying both; replace an old record
-///    only if it is still the one the decision saw: it carries
-///    [`Acquire::replaces`], is in the state [`Acquire::replaces_completed`] says, and is still
-///    expired at `now` (a late completion or a renewal by the old holder keeps the token but
-///    moves the deadline, and must not be overwritten). The read and the write are one atomic
-///    step (a transaction holding the write lock, or compare-and-set statements that re-read
-///    when they lose, or a Lua script...): of N concurrent callers on one id exactly one
-///    acquires (C4). A store that runs the decision
-///    elsewhere (in SQL or Lua) must give the same answers; the suite checks that it does.
-///    `reserve` never waits for a running holder, nor for another writer of the store, to
-///    answer a duplicate (C5): answers that write nothing read without taking a write lock.
+/// 2. **`reserve` and `replace` are one atomic step each, and never decide or loop** (C4,
+///    C16). `reserve` writes a fresh in-progress record carrying [`Claim::token`] with the
+///    deadline `now + lease_for` when there is no record at all ([`Reserved::Inserted`]), and
+///    otherwise reports the record as it is and `now`, writing nothing ([`Reserved::Found`]:
+///    an expired record is reported too; the engine decides). A record that does not decode is
+///    [`Error::CorruptRecord`], never "absent"; its response is read only for the claim's
+///    fingerprint. A store whose read can miss a record committed after its snapshot reports
+///    [`Reserved::Raced`]; one that keeps one-commit executions' uncommitted reservations
+///    apart reports [`Reserved::Held`]. `replace` is the compare-and-set of a takeover or a
+///    start over: it writes a record carrying the claim's token with the deadline
+///    `now + lease_for` only if the record still carries [`Acquire::replaces`], is in the
+///    state [`Acquire::replaces_completed`] says and is still expired at `now` (a late
+///    completion or a renewal keeps the token but moves the deadline, and must not be
+///    overwritten): [`Replaced::Replaced`]; otherwise [`Replaced::Changed`], or
+///    [`Replaced::Busy`] when another transaction holds the row (never waited for). Of N
+///    concurrent callers on one id exactly one acquires. Neither waits for a running holder,
+///    nor for another writer of the store, to answer a duplicate (C5). The engine runs the
+///    protocol over these steps ([`Reservation`]); a store never re-reads after a lost race.
 /// 3. **`complete`, `release` and `renew` are fenced** with [`check_fence`]: they act only if
 ///    the record still carries the token and is in progress, else [`Error::LeaseLost`] and
 ///    nothing changes (C6). `complete` stores [`Completion::encoded`] with the deadline
@@ -107,26 +111,35 @@ use std::time::Duration;
 /// # Example
 ///
 /// ```
-/// use idem_core::{Answer, Begin, Idempotency, MemoryStore, Request, Store, StoredResponse};
+/// use idem_core::store::{Reservation, Reserved};
+/// use idem_core::{Idempotency, MemoryStore, Request, Store};
 /// use std::time::Duration;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), idem_core::Error> {
 /// let idem = Idempotency::new(MemoryStore::new());
 /// let store = idem.store();
 /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k1")).body(b"100").build()?;
-/// let Begin::Acquired(lease) = store.reserve(&request, Duration::from_secs(60)).await? else {
-///     unreachable!("a fresh key is acquired")
+/// let reservation = Reservation::new(&request, Duration::from_secs(60));
+/// let Reserved::Inserted { until } = store.reserve(reservation.claim()).await? else {
+///     unreachable!("a fresh key is inserted")
 /// };
-/// store.complete(&idem.completion(&lease, StoredResponse::new(201, "ok"))).await?;
-/// let again = store.reserve(&request, Duration::from_secs(60)).await?;
-/// assert_eq!(again, Begin::Answered(Answer::Replay(StoredResponse::new(201, "ok"))));
+/// // A second step finds the record this reservation wrote, and writes nothing.
+/// let Reserved::Found { record, .. } = store.reserve(reservation.claim()).await? else {
+///     unreachable!("the record is there")
+/// };
+/// assert_eq!(record.token, reservation.claim().token());
+/// assert_eq!(record.deadline(), until);
 /// # Ok(())
 /// # }
 /// ```
 #[async_trait]
 pub trait Store: Send + Sync {
-    /// Reserves `request.id` for `lease_for`, or says why not (rule 2).
-    async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error>;
+    /// One reservation step: a fresh record carrying the claim's token, or the record there is
+    /// (rule 2).
+    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error>;
+
+    /// The compare-and-set of a takeover or a start over, as `acquire` says (rule 2).
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error>;
 
     /// Stores the completion's response and marks the record completed for its retention, if
     /// the record still carries its token and is in progress (rule 3).
@@ -349,6 +362,44 @@ pub enum Expiry {
     ServerTtl,
 }
 
+/// Conveniences over any [`Store`], built from its steps.
+#[async_trait]
+pub trait StoreExt: Store {
+    /// A whole reservation of `request` for `lease_for`: the protocol's one loop
+    /// ([`Reservation::run`]) over this store's steps, without the engine around it (no
+    /// admission, no events, no deadline). Tools and tests use it; applications call
+    /// [`Idempotency::begin`](crate::Idempotency::begin).
+    ///
+    /// ```
+    /// use idem_core::store::StoreExt;
+    /// use idem_core::{Begin, MemoryStore, Request};
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), idem_core::Error> {
+    /// let store = MemoryStore::new();
+    /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k1")).body(b"1").build()?;
+    /// assert!(matches!(store.reservation(&request, Duration::from_secs(60)).await?, Begin::Acquired(_)));
+    /// assert!(matches!(store.reservation(&request, Duration::from_secs(60)).await?, Begin::Answered(_)));
+    /// # Ok(()) }
+    /// ```
+    async fn reservation(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
+        Reservation::new(request, lease_for).run(&mut &*self).await
+    }
+}
+
+impl<S: Store + ?Sized> StoreExt for S {}
+
+/// A store runs a reservation's steps one call each (what the engine drives).
+#[async_trait]
+impl<S: Store + ?Sized> Steps for &S {
+    async fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error> {
+        (**self).reserve(claim).await
+    }
+    async fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+        (**self).replace(claim, acquire).await
+    }
+}
+
 /// Forwards every method of [`Store`] and [`Operator`] through a pointer to a store: `Arc<S>`,
 /// `Box<S>`, `&S`. `clippy::missing_trait_methods` is denied on each impl, so a method added to
 /// a trait with a default cannot be left to the default here (which would silently drop a
@@ -358,8 +409,11 @@ macro_rules! forward_store {
         #[deny(clippy::missing_trait_methods)]
         #[async_trait]
         impl<S: Store + ?Sized> Store for $pointer {
-            async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
-                (**self).reserve(request, lease_for).await
+            async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
+                (**self).reserve(claim).await
+            }
+            async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+                (**self).replace(claim, acquire).await
             }
             async fn complete(&self, completion: &Completion) -> Result<(), Error> {
                 (**self).complete(completion).await

@@ -1,13 +1,12 @@
 //! A store seen from another process, for tests that play two processes in one.
 
-use crate::begin::Begin;
 use crate::clock::Timestamp;
 use crate::error::Error;
 use crate::request::Request;
 use crate::scope::RecordId;
 use crate::store::{
-    Capabilities, Changes, Completion, Inspected, Lease, ListQuery, ListingOrder, Operator, Page,
-    Record, Stats, Store,
+    Acquire, Capabilities, Changes, Claim, Completion, Inspected, Lease, ListQuery, ListingOrder,
+    Operator, Page, Record, Replaced, Reserved, Stats, Store,
 };
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -38,8 +37,11 @@ impl<S> Elsewhere<S> {
 
 #[async_trait]
 impl<S: Store + 'static> Store for Elsewhere<S> {
-    async fn reserve(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
-        self.0.reserve(request, lease_for).await
+    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
+        self.0.reserve(claim).await
+    }
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+        self.0.replace(claim, acquire).await
     }
     async fn complete(&self, completion: &Completion) -> Result<(), Error> {
         self.0.complete(completion).await

@@ -185,6 +185,7 @@ macro_rules! __idem_conformance_scenarios {
             c12_engine_enforces_its_body_limit_however_the_request_was_built,
             c12_corrupt_record_is_a_typed_error,
             c12_an_in_progress_record_with_a_response_is_corrupt,
+            c16_a_store_step_reports_what_it_found_and_never_loops,
             c09_in_progress_records_are_listed_by_age,
             c10_completed_records_are_listed_per_consumer,
             c10_stats_count_records_by_state,

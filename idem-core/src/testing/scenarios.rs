@@ -2,10 +2,10 @@
 //! works on a store of its own namespace.
 
 use super::{policy, request, request_on, unique_consumer, Harness, LEASE, SHORT_RETENTION};
-use crate::store::{Acquire, Expiry, Lease, Store};
+use crate::store::{Acquire, Expiry, Lease, Replaced, Reservation, Reserved, Store};
 use crate::{
-    Answer, Begin, Error, Failure, Field, Idempotency, Outcome, Policy, RecordId, Reply, Request,
-    RunError, Scope, StoredResponse,
+    Answer, Begin, Error, Failure, FencingToken, Field, Idempotency, Outcome, Policy, RecordId,
+    Reply, Request, RunError, Scope, StoredResponse,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -1203,7 +1203,7 @@ pub async fn c12_an_in_progress_record_with_a_response_is_corrupt<H: Harness>(ha
         return; // the store's records cannot hold that state
     }
     assert!(matches!(
-        store.reserve(&req, LEASE).await,
+        store.reserve(Reservation::new(&req, LEASE).claim()).await,
         Err(Error::CorruptRecord(_))
     ));
     assert!(matches!(
@@ -1248,4 +1248,72 @@ pub async fn c12_corrupt_record_is_a_typed_error<H: Harness>(harness: &H) {
         "{outcome:?}"
     );
     assert_eq!(ran.load(Ordering::SeqCst), 0);
+}
+
+/// C16: a store call is one atomic step that reports what it found; the engine decides and
+/// loops. `reserve` writes a fresh record with the claim's token, then reports it as it is;
+/// on an expired record it reports the record and writes nothing (no takeover of its own);
+/// `replace` with a view that is no longer true writes nothing and says so, once.
+pub async fn c16_a_store_step_reports_what_it_found_and_never_loops<H: Harness>(harness: &H) {
+    let store = fresh(harness).await;
+    let req = request(&unique_consumer("c16s"), "k", b"{}");
+    let first = Reservation::new(&req, LEASE);
+    let mine = first.claim().token();
+    let until = match store.reserve(first.claim()).await.expect("reserve") {
+        Reserved::Inserted { until } => until,
+        other => panic!("a fresh key is inserted: {other:?}"),
+    };
+    match store.reserve(first.claim()).await.expect("reserve again") {
+        Reserved::Found { record, .. } => {
+            assert_eq!(record.token, mine);
+            assert_eq!(record.deadline(), until);
+            assert!(record.is_in_progress());
+        }
+        other => panic!("the record is found, not written again: {other:?}"),
+    }
+    tokio::time::sleep(LEASE + Duration::from_millis(50)).await;
+    let second = Reservation::new(&req, LEASE);
+    match store
+        .reserve(second.claim())
+        .await
+        .expect("reserve expired")
+    {
+        Reserved::Found { record, now } => {
+            assert_eq!(record.token, mine, "an expired record is reported as it is");
+            assert!(!record.is_live(now));
+        }
+        other => panic!("an expired record is reported, never taken over: {other:?}"),
+    }
+    let still = store.lookup(req.id()).await.expect("lookup");
+    assert_eq!(still.map(|r| r.token), Some(mine), "reserve wrote nothing");
+    let stale = Acquire::TakeOver {
+        previous: FencingToken::generate(),
+    };
+    assert_eq!(
+        store.replace(second.claim(), stale).await.expect("replace"),
+        Replaced::Changed,
+        "another token: nothing written"
+    );
+    let wrong_state = Acquire::StartOver { previous: mine };
+    assert_eq!(
+        store
+            .replace(second.claim(), wrong_state)
+            .await
+            .expect("replace"),
+        Replaced::Changed,
+        "in progress, not completed: nothing written"
+    );
+    let still = store.lookup(req.id()).await.expect("lookup");
+    assert_eq!(still.map(|r| r.token), Some(mine));
+    let takeover = Acquire::TakeOver { previous: mine };
+    match store
+        .replace(second.claim(), takeover)
+        .await
+        .expect("replace")
+    {
+        Replaced::Replaced { .. } => {}
+        other => panic!("the record the decision saw is replaced: {other:?}"),
+    }
+    let now = store.lookup(req.id()).await.expect("lookup");
+    assert_eq!(now.map(|r| r.token), Some(second.claim().token()));
 }

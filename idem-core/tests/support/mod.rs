@@ -2,8 +2,11 @@
 // Each test binary uses a part of it.
 #![allow(dead_code)]
 
-use idem_core::store::{async_trait, Completion, Lease, ListQuery, Operator, Page, Record, Stats};
-use idem_core::{Begin, Error, MemoryStore, RecordId, Request, Store, StoreErrorKind, Timestamp};
+use idem_core::store::{
+    async_trait, Acquire, Claim, Completion, Lease, ListQuery, Operator, Page, Record, Replaced,
+    Reserved, Stats,
+};
+use idem_core::{Error, MemoryStore, RecordId, Store, StoreErrorKind, Timestamp};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -44,12 +47,15 @@ impl Store for Faulty {
     fn identity(&self) -> Option<usize> {
         self.one_process.then(|| self.inner.identity()).flatten()
     }
-    async fn reserve(&self, r: &Request, l: Duration) -> Result<Begin, Error> {
-        let reserved = self.inner.reserve(r, l).await;
+    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
+        let reserved = self.inner.reserve(claim).await;
         if take(&self.slow_reserves) {
             tokio::time::sleep(self.reserve_answer_after).await;
         }
         reserved
+    }
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+        self.inner.replace(claim, acquire).await
     }
     async fn complete(&self, c: &Completion) -> Result<(), Error> {
         if self.unwritable.load(Ordering::SeqCst) {

@@ -11,13 +11,10 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use idem_core::store::{
-    async_trait, Capabilities, Completion, Inspected, Lease, ListQuery, ListingOrder, Operator,
-    Page, Record, Stats,
+    async_trait, Acquire, Capabilities, Claim, Completion, Inspected, Lease, ListQuery,
+    ListingOrder, Operator, Page, Record, Replaced, Reserved, Stats,
 };
-use idem_core::{
-    Begin, Error, Idempotency, Policy, RecordId, Request as IdemRequest, Store, StoreErrorKind,
-    Timestamp,
-};
+use idem_core::{Error, Idempotency, Policy, RecordId, Store, StoreErrorKind, Timestamp};
 use idem_sqlite::SqliteStore;
 use idem_tower::{ConsumerError, Handled};
 use std::convert::Infallible;
@@ -319,9 +316,13 @@ impl<S> Decorated<S> {
 
 #[async_trait]
 impl<S: Store> Store for Decorated<S> {
-    async fn reserve(&self, request: &IdemRequest, lease_for: Duration) -> Result<Begin, Error> {
+    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
         self.up()?;
-        self.inner.reserve(request, lease_for).await
+        self.inner.reserve(claim).await
+    }
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+        self.up()?;
+        self.inner.replace(claim, acquire).await
     }
     async fn complete(&self, completion: &Completion) -> Result<(), Error> {
         self.up()?;

@@ -1,0 +1,583 @@
+//! The reservation's protocol (C4, C5, C9, C10), written once: which store step comes next and
+//! what a step's result means. Stores make one atomic step per call and say what they found
+//! ([`Reserved`], [`Replaced`]); [`Reservation`] decides (with [`decide`]) and says what to do
+//! next ([`Step`]). The engine drives it over the async store calls; a store that runs the
+//! steps in one hop (SQLite's writer thread, a one-commit transaction) drives the same
+//! [`Reservation`] in place, so the loop and the decisions stay here.
+
+use crate::answer::Answer;
+use crate::begin::Begin;
+use crate::clock::Timestamp;
+use crate::decision::{decide, Decision};
+use crate::error::{Error, StoreErrorKind};
+use crate::fingerprint::Fingerprint;
+use crate::lease::{Acquire, Lease};
+use crate::record::{Record, RecordState};
+use crate::request::Request;
+use crate::response::StoredResponse;
+use crate::scope::RecordId;
+use crate::token::FencingToken;
+use async_trait::async_trait;
+use std::time::Duration;
+
+/// How many reservation steps one request may take: each race lost means another caller wrote a
+/// live record, so the next step answers; the bound only guards against a misbehaving store.
+const MAX_STEPS: usize = 16;
+
+/// The `Retry-After` of a duplicate that finds the record held by another transaction (a
+/// holder committing its completion right now, or a one-commit execution whose remaining time
+/// is unknown).
+pub const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// What every step of one reservation writes: the request, the lease asked for, and one token
+/// made before the first step. A write whose answer was lost (the link dropped after the store
+/// applied it) left a record carrying this very token; the next step recognises it as this
+/// reservation's own instead of answering "in flight" for a whole lease while nothing runs.
+#[derive(Debug, Clone)]
+pub struct Claim<'a> {
+    request: &'a Request,
+    token: FencingToken,
+    lease_for: Duration,
+}
+
+impl<'a> Claim<'a> {
+    /// The request being reserved.
+    pub fn request(&self) -> &'a Request {
+        self.request
+    }
+
+    /// The record's identity (consumer, route, key).
+    pub fn id(&self) -> &'a RecordId {
+        self.request.id()
+    }
+
+    /// The request's fingerprint, written with the reservation.
+    pub fn fingerprint(&self) -> &'a Fingerprint {
+        self.request.fingerprint()
+    }
+
+    /// The token every write of this reservation carries.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// How long the lease lasts from the moment the store writes it (by the store's clock).
+    pub fn lease_for(&self) -> Duration {
+        self.lease_for
+    }
+}
+
+/// What one reservation step ([`Store::reserve`](crate::Store::reserve)) found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reserved {
+    /// There was no record: a fresh in-progress record carrying the claim's token was written,
+    /// live until `until` (C4).
+    Inserted {
+        /// The lease's deadline, by the store's clock.
+        until: Timestamp,
+    },
+    /// A record exists, as it was read, and `now` by the store's clock; nothing was written.
+    /// Its response is read only when its fingerprint is the claim's (the only case it can be
+    /// replayed); `None` otherwise.
+    Found {
+        /// The record, its response still encoded.
+        record: Record<Option<Vec<u8>>>,
+        /// The store's time of the read (C11).
+        now: Timestamp,
+    },
+    /// Another transaction holds the key and has not committed (a one-commit execution, C15):
+    /// for the same request (answered in flight) or for another body (a mismatch, C3).
+    Held {
+        /// Whether the holder runs this very request (same fingerprint).
+        same_request: bool,
+    },
+    /// A record committed after the step's snapshot was neither seen nor overwritten: the race
+    /// was lost, nothing was written. The next step reads it.
+    Raced,
+}
+
+impl Reserved {
+    /// What this step answers a request with `fingerprint` without writing anything: the
+    /// decision's answer for a record found (its response decoded for a replay), `None` when
+    /// the request would acquire (no record, or an expired one). A store that reads on
+    /// connections no writer holds answers duplicates this way (C5).
+    pub fn answer(self, fingerprint: &Fingerprint) -> Result<Option<Answer>, Error> {
+        match self {
+            Reserved::Found { record, now } => match decide(Some(record), fingerprint, now) {
+                Decision::Answered(answer) => Ok(Some(answer.try_map(decode_replay)?)),
+                Decision::Acquired(_) => Ok(None),
+            },
+            Reserved::Held { same_request: true } => Ok(Some(Answer::InFlight {
+                retry_after: BUSY_RETRY_AFTER,
+            })),
+            Reserved::Held {
+                same_request: false,
+            } => Ok(Some(Answer::Mismatch)),
+            Reserved::Inserted { .. } | Reserved::Raced => Ok(None),
+        }
+    }
+}
+
+/// The response of a replay, decoded: a completed record of the same request always has one.
+fn decode_replay(response: Option<Vec<u8>>) -> Result<StoredResponse, Error> {
+    let response = response.ok_or_else(|| {
+        Error::CorruptRecord("a completed record of the same request without a response".to_owned())
+    })?;
+    StoredResponse::decode(&response)
+}
+
+/// What one compare-and-set of a takeover or a start over
+/// ([`Store::replace`](crate::Store::replace)) found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Replaced {
+    /// The record the decision saw was replaced by one carrying the claim's token, live until
+    /// `until`.
+    Replaced {
+        /// The new lease's deadline, by the store's clock.
+        until: Timestamp,
+    },
+    /// Another transaction holds the record right now (its holder committing): never waited
+    /// for (C5).
+    Busy,
+    /// The record is no longer the one the decision saw (completed, renewed, taken over,
+    /// gone): nothing was written.
+    Changed,
+}
+
+/// The next thing to do for a reservation.
+#[derive(Debug)]
+#[must_use]
+pub enum Step {
+    /// Call [`Store::reserve`](crate::Store::reserve) with the claim.
+    Reserve,
+    /// Call [`Store::replace`](crate::Store::replace) with the claim and how it acquires.
+    Replace(Acquire),
+    /// The reservation is decided.
+    Done(Begin),
+}
+
+/// One request's reservation, across all its steps: the claim, how the last write meant to
+/// acquire, and the steps taken.
+///
+/// ```
+/// use idem_core::store::{Reservation, Reserved, Step};
+/// use idem_core::{Begin, Request, Timestamp};
+/// use std::time::Duration;
+/// # fn main() -> Result<(), idem_core::Error> {
+/// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k1")).body(b"{}").build()?;
+/// let mut reservation = Reservation::new(&request, Duration::from_secs(60));
+/// let until = Timestamp::from_millis(60_000);
+/// // The store inserted a fresh record: the request acquired it.
+/// let Step::Done(Begin::Acquired(lease)) = reservation.reserved(Reserved::Inserted { until })? else {
+///     unreachable!()
+/// };
+/// assert_eq!(lease.token(), reservation.claim().token());
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Reservation<'a> {
+    claim: Claim<'a>,
+    /// How the last compare-and-set sent with the token meant to acquire (a takeover or a
+    /// start over). `None`: the only write that can have left the token is a fresh insert.
+    replacing: Option<Acquire>,
+    steps: usize,
+    errors: usize,
+}
+
+impl<'a> Reservation<'a> {
+    /// A reservation of `request` for a lease of `lease_for`, with a fresh token; its first
+    /// step is [`Step::Reserve`].
+    pub fn new(request: &'a Request, lease_for: Duration) -> Self {
+        Self {
+            claim: Claim {
+                request,
+                token: FencingToken::generate(),
+                lease_for,
+            },
+            replacing: None,
+            steps: 0,
+            errors: 0,
+        }
+    }
+
+    /// What every step writes.
+    pub fn claim(&self) -> &Claim<'a> {
+        &self.claim
+    }
+
+    /// The next step after [`Store::reserve`](crate::Store::reserve) answered `reserved`.
+    pub fn reserved(&mut self, reserved: Reserved) -> Result<Step, Error> {
+        match reserved {
+            Reserved::Inserted { until } => Ok(self.acquired(until, Acquire::Fresh)),
+            Reserved::Held { same_request: true } => {
+                Ok(Step::Done(Begin::Answered(Answer::InFlight {
+                    retry_after: BUSY_RETRY_AFTER,
+                })))
+            }
+            Reserved::Held {
+                same_request: false,
+            } => Ok(Step::Done(Begin::Answered(Answer::Mismatch))),
+            Reserved::Raced => self.again(),
+            Reserved::Found { record, now } => {
+                if let Some(step) = self.own(&record) {
+                    return Ok(step);
+                }
+                match decide(Some(record), self.claim.fingerprint(), now) {
+                    Decision::Answered(answer) => {
+                        Ok(Step::Done(Begin::Answered(answer.try_map(decode_replay)?)))
+                    }
+                    Decision::Acquired(acquire) => {
+                        self.count()?;
+                        // Until its answer arrives, the compare-and-set may have written the
+                        // token.
+                        self.replacing = Some(acquire);
+                        Ok(Step::Replace(acquire))
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next step after [`Store::replace`](crate::Store::replace) answered `replaced`.
+    pub fn replaced(&mut self, replaced: Replaced) -> Result<Step, Error> {
+        match replaced {
+            Replaced::Replaced { until } => {
+                let acquire = self.replacing.unwrap_or(Acquire::Fresh);
+                Ok(self.acquired(until, acquire))
+            }
+            Replaced::Busy => Ok(Step::Done(Begin::Answered(Answer::InFlight {
+                retry_after: BUSY_RETRY_AFTER,
+            }))),
+            // Nothing written by this step; but a store that sent the step again on a fresh
+            // link after losing its answer reports the change its first send made. How the
+            // replace meant to acquire is kept: a record found later carrying the token was
+            // written by it (or, rarely, by a fresh insert after the record vanished).
+            Replaced::Changed => self.again(),
+        }
+    }
+
+    /// The next step after a step failed with `error`: once, a store that was unavailable (a
+    /// link that dropped, a timeout) is tried again from [`Step::Reserve`] with the same token
+    /// (a write whose answer was lost is then recognised as this reservation's); otherwise the
+    /// error is the reservation's. A transaction conflict is never tried again here: the
+    /// transaction it happened in has rolled back, and only its owner can begin another.
+    pub fn failed(&mut self, error: Error) -> Result<Step, Error> {
+        let unavailable = error
+            .as_store()
+            .is_some_and(|e| e.kind() == StoreErrorKind::Unavailable);
+        if unavailable && self.errors == 0 {
+            self.errors += 1;
+            self.count()?;
+            return Ok(Step::Reserve);
+        }
+        Err(error)
+    }
+
+    fn acquired(&self, until: Timestamp, acquire: Acquire) -> Step {
+        Step::Done(Begin::Acquired(Lease::new(
+            self.claim.request,
+            self.claim.token,
+            until,
+            acquire,
+        )))
+    }
+
+    /// The lease for `record` if it is this reservation's own: it carries the token, is in
+    /// progress, and has the request's fingerprint. It was acquired the way the write that
+    /// left it meant to.
+    fn own(&self, record: &Record<Option<Vec<u8>>>) -> Option<Step> {
+        match record.state {
+            RecordState::InProgress { lease_until }
+                if record.token == self.claim.token
+                    && record.fingerprint == *self.claim.fingerprint() =>
+            {
+                let acquire = self.replacing.unwrap_or(Acquire::Fresh);
+                Some(self.acquired(lease_until, acquire))
+            }
+            _ => None,
+        }
+    }
+
+    fn again(&mut self) -> Result<Step, Error> {
+        self.count()?;
+        Ok(Step::Reserve)
+    }
+
+    fn count(&mut self) -> Result<(), Error> {
+        self.steps += 1;
+        if self.steps >= MAX_STEPS {
+            return Err(Error::store(
+                "idem",
+                StoreErrorKind::Other,
+                "the reservation kept losing its race",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The two steps of a reservation, as something that can run them: a [`Store`](crate::Store)
+/// (what the engine drives), or a store's own connection inside one transaction (a one-commit
+/// execution). [`Reservation::run`] drives them.
+#[async_trait]
+pub trait Steps: Send {
+    /// One [`Store::reserve`](crate::Store::reserve) step.
+    async fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error>;
+    /// One [`Store::replace`](crate::Store::replace) step.
+    async fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error>;
+}
+
+/// The two steps of a reservation run synchronously, where a store runs them in one hop (the
+/// SQLite writer's thread). [`Reservation::run_blocking`] drives them.
+pub trait BlockingSteps {
+    /// One reservation step, as [`Store::reserve`](crate::Store::reserve) says.
+    fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error>;
+    /// One compare-and-set, as [`Store::replace`](crate::Store::replace) says.
+    fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error>;
+}
+
+impl Reservation<'_> {
+    /// Runs the reservation to its end over `steps`: the protocol's one loop.
+    pub async fn run(mut self, steps: &mut (impl Steps + ?Sized)) -> Result<Begin, Error> {
+        let mut step = Step::Reserve;
+        loop {
+            step = match step {
+                Step::Reserve => match steps.reserve(&self.claim).await {
+                    Ok(reserved) => self.reserved(reserved)?,
+                    Err(error) => self.failed(error)?,
+                },
+                Step::Replace(acquire) => match steps.replace(&self.claim, acquire).await {
+                    Ok(replaced) => self.replaced(replaced)?,
+                    Err(error) => self.failed(error)?,
+                },
+                Step::Done(begin) => return Ok(begin),
+            }
+        }
+    }
+
+    /// [`run`](Self::run), for steps that run synchronously in one hop.
+    pub fn run_blocking(
+        mut self,
+        steps: &mut (impl BlockingSteps + ?Sized),
+    ) -> Result<Begin, Error> {
+        let mut step = Step::Reserve;
+        loop {
+            step = match step {
+                Step::Reserve => match steps.reserve(&self.claim) {
+                    Ok(reserved) => self.reserved(reserved)?,
+                    Err(error) => self.failed(error)?,
+                },
+                Step::Replace(acquire) => match steps.replace(&self.claim, acquire) {
+                    Ok(replaced) => self.replaced(replaced)?,
+                    Err(error) => self.failed(error)?,
+                },
+                Step::Done(begin) => return Ok(begin),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::response::StoredResponse;
+
+    fn request(body: &[u8]) -> Request {
+        Request::builder("acct", "POST", "/x")
+            .key(Some("k"))
+            .body(body)
+            .build()
+            .expect("a valid request")
+    }
+
+    fn in_progress(token: FencingToken, fingerprint: Fingerprint, until: u64) -> Reserved {
+        Reserved::Found {
+            record: Record {
+                fingerprint,
+                token,
+                state: RecordState::InProgress {
+                    lease_until: Timestamp::from_millis(until),
+                },
+            },
+            now: Timestamp::from_millis(1_000),
+        }
+    }
+
+    #[test]
+    fn c04_an_inserted_record_is_acquired_fresh_with_the_claims_token() {
+        let req = request(b"{}");
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let until = Timestamp::from_millis(61_000);
+        match r.reserved(Reserved::Inserted { until }) {
+            Ok(Step::Done(Begin::Acquired(lease))) => {
+                assert_eq!(lease.token(), r.claim().token());
+                assert_eq!(lease.lease_until(), until);
+                assert_eq!(lease.acquired(), Acquire::Fresh);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn c05_a_live_record_of_the_same_request_is_in_flight() {
+        let req = request(b"{}");
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let found = in_progress(FencingToken::generate(), *req.fingerprint(), 5_000);
+        match r.reserved(found) {
+            Ok(Step::Done(Begin::Answered(Answer::InFlight { retry_after }))) => {
+                assert_eq!(retry_after, Duration::from_secs(4));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn c03_a_live_record_of_another_body_is_a_mismatch() {
+        let req = request(b"{}");
+        let other = request(b"{\"a\":1}");
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let found = in_progress(FencingToken::generate(), *other.fingerprint(), 5_000);
+        assert!(matches!(
+            r.reserved(found),
+            Ok(Step::Done(Begin::Answered(Answer::Mismatch)))
+        ));
+    }
+
+    #[test]
+    fn c07_a_completed_record_replays_its_decoded_response() {
+        let req = request(b"{}");
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let response = StoredResponse::new(201, "made");
+        let found = Reserved::Found {
+            record: Record {
+                fingerprint: *req.fingerprint(),
+                token: FencingToken::generate(),
+                state: RecordState::Completed {
+                    response: Some(response.encode().expect("encodable")),
+                    expires_at: Timestamp::from_millis(9_000),
+                },
+            },
+            now: Timestamp::from_millis(1_000),
+        };
+        match r.reserved(found) {
+            Ok(Step::Done(Begin::Answered(Answer::Replay(replayed)))) => {
+                assert_eq!(replayed, response);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn c12_a_completed_record_of_the_same_request_without_its_response_is_corrupt() {
+        let req = request(b"{}");
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let found = Reserved::Found {
+            record: Record {
+                fingerprint: *req.fingerprint(),
+                token: FencingToken::generate(),
+                state: RecordState::Completed {
+                    response: None,
+                    expires_at: Timestamp::from_millis(9_000),
+                },
+            },
+            now: Timestamp::from_millis(1_000),
+        };
+        assert!(matches!(r.reserved(found), Err(Error::CorruptRecord(_))));
+    }
+
+    #[test]
+    fn c09_an_expired_record_is_replaced_and_a_lost_race_reads_again() {
+        let req = request(b"{}");
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let previous = FencingToken::generate();
+        let found = in_progress(previous, *req.fingerprint(), 500);
+        match r.reserved(found) {
+            Ok(Step::Replace(Acquire::TakeOver { previous: p })) => assert_eq!(p, previous),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(r.replaced(Replaced::Changed), Ok(Step::Reserve)));
+        let until = Timestamp::from_millis(61_000);
+        let found = in_progress(previous, *req.fingerprint(), 500);
+        assert!(matches!(r.reserved(found), Ok(Step::Replace(_))));
+        match r.replaced(Replaced::Replaced { until }) {
+            Ok(Step::Done(Begin::Acquired(lease))) => {
+                assert_eq!(lease.acquired(), Acquire::TakeOver { previous });
+                assert_eq!(lease.token(), r.claim().token());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn c05_a_busy_row_or_a_held_key_is_answered_at_once() {
+        let req = request(b"{}");
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        assert!(matches!(
+            r.replaced(Replaced::Busy),
+            Ok(Step::Done(Begin::Answered(Answer::InFlight { .. })))
+        ));
+        assert!(matches!(
+            r.reserved(Reserved::Held { same_request: true }),
+            Ok(Step::Done(Begin::Answered(Answer::InFlight { .. })))
+        ));
+        assert!(matches!(
+            r.reserved(Reserved::Held {
+                same_request: false
+            }),
+            Ok(Step::Done(Begin::Answered(Answer::Mismatch)))
+        ));
+    }
+
+    #[test]
+    fn c04_a_record_carrying_the_claims_token_is_this_reservations_own() {
+        let req = request(b"{}");
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let previous = FencingToken::generate();
+        // The takeover's answer was lost: the link failed after the store applied it.
+        let found = in_progress(previous, *req.fingerprint(), 500);
+        assert!(matches!(r.reserved(found), Ok(Step::Replace(_))));
+        let lost = Error::store("test", StoreErrorKind::Unavailable, "reset");
+        assert!(matches!(r.failed(lost), Ok(Step::Reserve)));
+        let mine = in_progress(r.claim().token(), *req.fingerprint(), 61_000);
+        match r.reserved(mine) {
+            Ok(Step::Done(Begin::Acquired(lease))) => {
+                assert_eq!(lease.acquired(), Acquire::TakeOver { previous });
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn c13_a_second_failure_or_a_permanent_one_is_the_reservations_error() {
+        let req = request(b"{}");
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let unavailable = || Error::store("test", StoreErrorKind::Unavailable, "reset");
+        assert!(matches!(r.failed(unavailable()), Ok(Step::Reserve)));
+        assert!(r.failed(unavailable()).is_err());
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let misconfigured = Error::store("test", StoreErrorKind::Misconfigured, "no table");
+        assert!(r.failed(misconfigured).is_err());
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let conflict = Error::store("test", StoreErrorKind::TransactionConflict, "40001");
+        assert!(
+            r.failed(conflict).is_err(),
+            "its transaction has rolled back"
+        );
+    }
+
+    #[test]
+    fn c04_endless_races_end_in_an_error() {
+        let req = request(b"{}");
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let mut last = Ok(Step::Reserve);
+        for _ in 0..MAX_STEPS {
+            last = r.reserved(Reserved::Raced);
+            if last.is_err() {
+                break;
+            }
+        }
+        assert!(last.is_err());
+    }
+}
