@@ -184,6 +184,8 @@ pub struct Reservation<'a> {
     replacing: Option<Acquire>,
     steps: usize,
     errors: usize,
+    /// How many failed steps may be tried again: 1, or 0 where a step cannot be sent again.
+    retries: usize,
 }
 
 impl<'a> Reservation<'a> {
@@ -199,6 +201,19 @@ impl<'a> Reservation<'a> {
             replacing: None,
             steps: 0,
             errors: 0,
+            retries: 1,
+        }
+    }
+
+    /// [`new`](Self::new), for steps that must never be sent again after a failure: steps
+    /// inside a transaction the reservation cannot begin again (a one-commit execution's:
+    /// PostgreSQL aborted it; SQLite may have rolled it back and gone on in autocommit, where a
+    /// step sent again would commit the reservation alone, C15), or on a link that never loses
+    /// an answer (a local file). A failed step is the reservation's error.
+    pub fn without_retry(request: &'a Request, lease_for: Duration) -> Self {
+        Self {
+            retries: 0,
+            ..Self::new(request, lease_for)
         }
     }
 
@@ -267,7 +282,7 @@ impl<'a> Reservation<'a> {
         let unavailable = error
             .as_store()
             .is_some_and(|e| e.kind() == StoreErrorKind::Unavailable);
-        if unavailable && self.errors == 0 {
+        if unavailable && self.errors < self.retries {
             self.errors += 1;
             self.count()?;
             return Ok(Step::Reserve);
@@ -565,6 +580,14 @@ mod tests {
             r.failed(conflict).is_err(),
             "its transaction has rolled back"
         );
+    }
+
+    #[test]
+    fn c15_a_reservation_without_retry_returns_the_first_failure() {
+        let req = request(b"{}");
+        let mut r = Reservation::without_retry(&req, Duration::from_secs(60));
+        let unavailable = Error::store("test", StoreErrorKind::Unavailable, "disk full");
+        assert!(r.failed(unavailable).is_err());
     }
 
     #[test]

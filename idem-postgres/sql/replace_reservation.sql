@@ -10,8 +10,9 @@
 -- holder's completion being committed right now), this never waits; it reports the row busy and
 -- the caller answers in flight (C5).
 -- $1..$3 the record, $4 fingerprint, $5 new token, $6 lease in milliseconds, $7 previous token,
--- $8 previous state, $9 the holder. Returns one row: whether the row could be taken, and the new deadline if
--- it was replaced.
+-- $8 previous state, $9 the holder. Returns one row: whether the row could be taken, whether
+-- there is a row at all (one gone since the decision read it is a change, not a busy row), and
+-- the new deadline if it was replaced.
 WITH target AS (
     SELECT ctid FROM idem_records
     WHERE consumer = $1 AND route = $2 AND key = $3
@@ -30,4 +31,5 @@ replaced AS (
     RETURNING deadline
 )
 SELECT EXISTS (SELECT 1 FROM target) AS taken,
+       EXISTS (SELECT 1 FROM idem_records WHERE consumer = $1 AND route = $2 AND key = $3) AS present,
        (SELECT floor(extract(epoch FROM deadline) * 1000)::bigint FROM replaced) AS deadline_ms

@@ -173,15 +173,20 @@ impl Ops {
             )
         })?;
         let taken: bool = found.try_get("taken").map_err(crate::error::store_error)?;
+        let present: bool = found
+            .try_get("present")
+            .map_err(crate::error::store_error)?;
         let until: Option<i64> = found
             .try_get("deadline_ms")
             .map_err(crate::error::store_error)?;
-        Ok(match (taken, until) {
-            (_, Some(until)) => Replaced::Replaced {
+        Ok(match (taken, present, until) {
+            (_, _, Some(until)) => Replaced::Replaced {
                 until: timestamp(until)?,
             },
-            (false, None) => Replaced::Busy,
-            (true, None) => Replaced::Changed,
+            // Another transaction holds the row (its holder committing right now).
+            (false, true, None) => Replaced::Busy,
+            // Not the record the decision saw any more, or gone since it read it.
+            (true, _, None) | (false, false, None) => Replaced::Changed,
         })
     }
 

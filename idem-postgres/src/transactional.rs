@@ -380,7 +380,9 @@ impl PgStore {
                 ops: &self.inner.ops,
                 conn: &mut tx,
             };
-            let reserve = Reservation::new(request, execution.lease_for()).run(&mut steps);
+            // Never a step sent again on a transaction a failure aborted (C15).
+            let reserve =
+                Reservation::without_retry(request, execution.lease_for()).run(&mut steps);
             match execution.bounded(Operation::Reserve, id, reserve).await {
                 Ok(Begin::Acquired(lease)) => break (tx, execution.acquired(lease)),
                 // Nothing was written: the transaction ends, its gate's locks with it.

@@ -61,7 +61,10 @@ pub(crate) fn inspect(
 }
 
 /// A whole reservation on `conn`, in this hop: the core's protocol ([`Reservation`]) driven
-/// over this store's steps. `conn` is the writer's connection, or a one-commit transaction.
+/// over this store's steps. `conn` is the writer's connection, or a one-commit transaction. A
+/// failed step is never sent again: a local file loses no answer, and SQLite may have rolled a
+/// one-commit transaction back under the failure (a full disk), where a step sent again would
+/// commit the reservation alone (C15).
 pub(crate) fn reserve(
     conn: &Connection,
     sql: &Statements,
@@ -69,12 +72,17 @@ pub(crate) fn reserve(
     request: &Request,
     lease_for: Duration,
 ) -> Result<Begin, Error> {
-    Reservation::new(request, lease_for).run_blocking(&mut Steps {
+    reservation(request, lease_for).run_blocking(&mut Steps {
         conn,
         sql,
         clock,
         holder: Holder::this_process_encoded(),
     })
+}
+
+/// The reservation this store runs in one hop: without a step sent again (see [`reserve`]).
+pub(crate) fn reservation(request: &Request, lease_for: Duration) -> Reservation<'_> {
+    Reservation::without_retry(request, lease_for)
 }
 
 /// This store's reservation steps on one connection.
@@ -627,6 +635,112 @@ mod tests {
         assert!(
             matches!(started, Replaced::Replaced { .. }),
             "an expired completed record starts over"
+        );
+    }
+}
+
+#[cfg(test)]
+mod one_commit_after_a_failed_step {
+    use super::*;
+    use idem_core::{Fingerprint, IdempotencyKey, Scope};
+
+    fn request(key: &str) -> Request {
+        let id = RecordId::new(
+            Scope::new("acct", "POST /charges").expect("scope"),
+            IdempotencyKey::new(key).expect("key"),
+        );
+        Request::from_parts(id, Fingerprint::builder().body(b"{}").finish(), 2)
+    }
+
+    /// The store's steps, with a real SQLITE_FULL on the first insert (a page limit on a full
+    /// page), lifted right after it: a transient failure.
+    struct FullOnce<'c> {
+        steps: Steps<'c>,
+        failed: bool,
+    }
+
+    impl BlockingSteps for FullOnce<'_> {
+        fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error> {
+            if self.failed {
+                return self.steps.reserve(claim);
+            }
+            self.failed = true;
+            let conn = self.steps.conn;
+            let pages: i64 = conn
+                .query_row("PRAGMA page_count", [], |r| r.get(0))
+                .expect("page_count");
+            conn.pragma_update(None, "max_page_count", pages)
+                .expect("limit");
+            let result = self.steps.reserve(claim);
+            conn.pragma_update(None, "max_page_count", 1_073_741_823_i64)
+                .expect("unlimit");
+            result
+        }
+
+        fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+            self.steps.replace(claim, acquire)
+        }
+    }
+
+    /// C15: SQLite rolls a one-commit transaction back under a full disk and goes on in
+    /// autocommit; the reservation's failed step is never sent again there, where it would
+    /// commit the reservation alone and every statement of the effect after it. The execution
+    /// fails, and its rollback leaves nothing.
+    #[test]
+    fn c15_a_failed_step_inside_a_one_commit_transaction_is_not_sent_again() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("full.db");
+        let mut conn = Connection::open(&path).expect("db");
+        conn.execute_batch(&crate::schema_sql("idem_records"))
+            .expect("schema");
+        conn.execute_batch("CREATE TABLE charges (id INTEGER PRIMARY KEY, amount INTEGER)")
+            .expect("charges");
+        let sql = Statements::for_table("idem_records");
+        let clock = idem_core::ManualClock::new(Timestamp::from_millis(1_000));
+        // Fill the table's last page, so that the next reservation needs a new page.
+        for i in 0.. {
+            let pages: i64 = conn
+                .query_row("PRAGMA page_count", [], |r| r.get(0))
+                .expect("page_count");
+            conn.pragma_update(None, "max_page_count", pages)
+                .expect("limit");
+            let filled = reserve(
+                &conn,
+                &sql,
+                &clock,
+                &request(&format!("f{i:05}")),
+                Duration::from_secs(60),
+            );
+            conn.pragma_update(None, "max_page_count", 1_073_741_823_i64)
+                .expect("unlimit");
+            if filled.is_err() {
+                break;
+            }
+        }
+        let req = request("k00000");
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .expect("begin immediate");
+        let begun = reservation(&req, Duration::from_secs(60)).run_blocking(&mut FullOnce {
+            steps: Steps {
+                conn: &tx,
+                sql: &sql,
+                clock: &clock,
+                holder: Holder::this_process_encoded(),
+            },
+            failed: false,
+        });
+        assert!(
+            begun.is_err(),
+            "the failure is the reservation's: {begun:?}"
+        );
+        drop(tx);
+        let other = Connection::open(&path).expect("other");
+        let count = |sql: &str| -> i64 { other.query_row(sql, [], |r| r.get(0)).expect("count") };
+        assert_eq!(
+            count("SELECT COUNT(*) FROM idem_records WHERE key = 'k00000'"),
+            0,
+            "nothing of the execution is left (C15)"
         );
     }
 }

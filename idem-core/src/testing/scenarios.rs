@@ -1306,14 +1306,24 @@ pub async fn c16_a_store_step_reports_what_it_found_and_never_loops<H: Harness>(
     let still = store.lookup(req.id()).await.expect("lookup");
     assert_eq!(still.map(|r| r.token), Some(mine));
     let takeover = Acquire::TakeOver { previous: mine };
-    match store
-        .replace(second.claim(), takeover)
-        .await
-        .expect("replace")
-    {
-        Replaced::Replaced { .. } => {}
+    let replaced = store.replace(second.claim(), takeover).await;
+    let until = match replaced.expect("replace") {
+        Replaced::Replaced { until } => until,
         other => panic!("the record the decision saw is replaced: {other:?}"),
-    }
+    };
     let now = store.lookup(req.id()).await.expect("lookup");
     assert_eq!(now.map(|r| r.token), Some(second.claim().token()));
+    // A record gone since a decision read it is a change, never a busy row.
+    let lease = Lease::new(&req, second.claim().token(), until, takeover);
+    store.release(&lease).await.expect("release");
+    let third = Reservation::new(&req, LEASE);
+    let gone = Acquire::TakeOver {
+        previous: second.claim().token(),
+    };
+    assert_eq!(
+        store.replace(third.claim(), gone).await.expect("replace"),
+        Replaced::Changed,
+        "a record gone: nothing written"
+    );
+    assert_eq!(store.lookup(req.id()).await.expect("lookup"), None);
 }
