@@ -2,6 +2,7 @@
 //! and its idempotency completion in one transaction, or (the reconciler's write) a charge
 //! alone, idempotently by its id. The SQL is in `sql/<backend>/*.sql`.
 
+mod pg_charge;
 mod postgres;
 mod sqlite;
 mod unavailable;

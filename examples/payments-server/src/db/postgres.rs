@@ -1,5 +1,6 @@
 //! Charges on PostgreSQL, beside the idempotency records.
 
+use super::pg_charge::charge_and_complete;
 use super::{is_unavailable, Backend, DbError, Unreachable, READ_DEADLINE};
 use crate::charge::Charge;
 use idem::postgres::sqlx::{self, pool::PoolConnection, Row};
@@ -126,16 +127,14 @@ impl Backend for Postgres {
         charge: &Charge,
         delay: Option<Duration>,
     ) -> Result<Completion, DbError> {
-        let completion = reservation.completion(charge.response());
-        let store = self.idem.store();
-        let mut tx = store.pool().begin().await?;
-        insert(INSERT, account, charge).execute(&mut *tx).await?;
-        if let Some(delay) = delay {
-            tokio::time::sleep(delay).await;
-        }
-        store.complete_in(&mut tx, &completion).await?;
-        tx.commit().await?;
-        Ok(completion)
+        // The layer's engine is a clone of `self.idem`: the same store and pool.
+        charge_and_complete(
+            reservation,
+            insert(INSERT, account, charge),
+            charge.response(),
+            delay,
+        )
+        .await
     }
 
     async fn record(&self, account: &str, charge: &Charge) -> Result<Charge, DbError> {

@@ -1,0 +1,34 @@
+//! The completion in the handler's own transaction, on PostgreSQL: the charge's row and the
+//! idempotency completion commit together or not at all (C6). docs/http.md ("The completion in
+//! the handler's own transaction") shows this form and links here; it uses only the public API
+//! of idem (features `postgres` and `axum`) and sqlx.
+
+use idem::postgres::sqlx::{self, postgres::PgArguments, query::Query};
+use idem::postgres::PgStore;
+use idem::tower::Reservation;
+use idem::{Completion, StoredResponse};
+use std::time::Duration;
+
+/// Runs `effect` (the charge's `INSERT`) and completes `reservation` with `response` in one
+/// transaction on the store's pool, then commits. Any error before the commit rolls both back:
+/// the handler answers it marked `NothingHappened`, and the key is released (fenced, so a commit
+/// that did land stays completed). A completion fenced out (`LeaseLost`: another attempt took the
+/// lease over) is such an error. `delay` (a test hook) sleeps between the two, inside the
+/// transaction.
+pub(crate) async fn charge_and_complete(
+    reservation: &Reservation<PgStore>,
+    effect: Query<'_, sqlx::Postgres, PgArguments>,
+    response: StoredResponse,
+    delay: Option<Duration>,
+) -> Result<Completion, Box<dyn std::error::Error + Send + Sync>> {
+    let completion = reservation.completion(response); // filtered by the policy (C7)
+    let store = reservation.idem().store();
+    let mut tx = store.pool().begin().await?;
+    effect.execute(&mut *tx).await?;
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
+    store.complete_in(&mut tx, &completion).await?; // fenced (C6)
+    tx.commit().await?;
+    Ok(completion)
+}
