@@ -33,6 +33,9 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(doctest)]
+mod doctests;
+
 pub use idem_core::{
     canonical_json, is_always_stored, is_never_stored, reconcile, render, waiting_now, Answer,
     Begin, Clock, Commits, Completion, Context, Error, Event, EventKind, Failure, FencingToken,
