@@ -1,9 +1,8 @@
 //! The pages of docs/ whose Rust examples are compiled and run as doctests, one item per page,
 //! so that what a page shows is what compiles. docs/http.md and README.md are included from
-//! lib.rs, docs/client.md from idem-client (whose API it shows). docs/grpc.md is not here yet:
-//! its example uses the code generated in examples/payments-grpc, and tonic and prost, none of
-//! which the facade depends on. Each item names the features its page's examples need; the
-//! workspace runs `cargo test -p idem --doc --all-features`.
+//! lib.rs, docs/client.md from idem-client (whose API it shows), docs/grpc.md from
+//! examples/payments-grpc (whose generated code it uses). Each item names the features its
+//! page's examples need; the workspace runs `cargo test -p idem --doc --all-features`.
 
 #[doc = include_str!("../docs/architecture.md")]
 pub struct ArchitectureMd;

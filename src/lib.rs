@@ -103,7 +103,7 @@ pub mod tower {
 }
 
 /// docs/http.md's Rust examples, compiled and run as doctests so they cannot rot.
-#[cfg(all(doctest, feature = "axum"))]
+#[cfg(all(doctest, feature = "axum", feature = "sqlite", feature = "postgres"))]
 #[doc = include_str!("../docs/http.md")]
 pub struct HttpDocDoctests;
 

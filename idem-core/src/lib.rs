@@ -18,7 +18,7 @@
 //!
 //! Inbound webhooks are the `idem-inbox` crate, metrics the `idem-metrics` crate.
 //!
-//! The rules C1..C16 and the state machine are in the repository's docs/state-machine.md.
+//! The rules C1..C17 and the state machine are in the repository's docs/state-machine.md.
 //!
 //! ```
 //! use idem_core::{Answer, Begin, Idempotency, MemoryStore, StoredResponse};

@@ -16,3 +16,8 @@ pub mod app;
 pub mod charges;
 pub mod db;
 pub mod proto;
+
+/// docs/grpc.md's Rust example, compiled as a doctest here, where the code it uses is.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/grpc.md")]
+pub struct GrpcMd;

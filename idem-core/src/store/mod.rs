@@ -54,7 +54,7 @@ use std::time::Duration;
 /// # Contract
 ///
 /// A store that passes the conformance suite (`idem_core::testing`) keeps these rules
-/// (docs/state-machine.md names them C1..C16):
+/// (docs/state-machine.md names them C1..C17):
 ///
 /// 1. **One clock.** Every `now` comes from one authority: the database server's clock for
 ///    servers, an injectable [`Clock`](crate::Clock) for local stores (C11). Deadlines are
