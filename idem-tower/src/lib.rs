@@ -63,8 +63,7 @@ mod limits;
 mod marker;
 mod reservation;
 mod service;
-#[cfg(feature = "sqlite")]
-mod sqlite;
+mod transaction;
 
 pub use config::{ServerErrors, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_RETRY_AFTER};
 pub use consumer::ConsumerError;

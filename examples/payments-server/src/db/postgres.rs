@@ -6,7 +6,7 @@ use crate::charge::Charge;
 use idem::postgres::sqlx::{self, pool::PoolConnection, Row};
 use idem::postgres::PgStore;
 use idem::tower::Reservation;
-use idem::{Completion, Idempotency, Policy};
+use idem::{Completion, Idempotency, Policy, RunError};
 use std::time::Duration;
 use tokio::time::error::Elapsed;
 
@@ -126,8 +126,9 @@ impl Backend for Postgres {
         account: &str,
         charge: &Charge,
         delay: Option<Duration>,
-    ) -> Result<Completion, DbError> {
-        // The layer's engine is a clone of `self.idem`: the same store and pool.
+    ) -> Result<Completion, RunError<DbError>> {
+        // The layer's engine is a clone of `self.idem`: the same store and pool. A failure
+        // rolled the transaction back: nothing happened (the layer gives the key back).
         charge_and_complete(
             reservation,
             insert(INSERT, account, charge),
@@ -135,6 +136,7 @@ impl Backend for Postgres {
             delay,
         )
         .await
+        .map_err(RunError::Released)
     }
 
     async fn record(&self, account: &str, charge: &Charge) -> Result<Charge, DbError> {

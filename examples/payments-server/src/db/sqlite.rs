@@ -5,7 +5,7 @@ use crate::charge::Charge;
 use idem::sqlite::rusqlite::{params, Connection, OptionalExtension, Row};
 use idem::sqlite::SqliteStore;
 use idem::tower::Reservation;
-use idem::{Completion, Idempotency, Policy};
+use idem::{Completion, Idempotency, Policy, RunError};
 use std::time::Duration;
 
 const SCHEMA: &str = include_str!("sql/sqlite/schema.sql");
@@ -101,18 +101,18 @@ impl Backend for Sqlite {
         account: &str,
         charge: &Charge,
         delay: Option<Duration>,
-    ) -> Result<Completion, DbError> {
+    ) -> Result<Completion, RunError<DbError>> {
         let (account, charge) = (account.to_owned(), charge.clone());
         // One call: the writer, an IMMEDIATE transaction, the charge and its completion, one
-        // commit (or nothing, and the key released by the layer).
+        // commit (or nothing, and the key given back by the engine).
         reservation
-            .sqlite_transaction(move |tx| -> Result<_, DbError> {
+            .transaction(Box::new(move |tx, _lease| -> Result<_, DbError> {
                 insert(tx, INSERT, &account, &charge)?;
                 if let Some(delay) = delay {
                     std::thread::sleep(delay);
                 }
                 Ok(charge.response())
-            })
+            }))
             .await
             .map(|completed| completed.0)
     }
