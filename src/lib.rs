@@ -37,9 +37,9 @@
 mod doctests;
 
 pub use idem_core::{
-    canonical_json, is_always_stored, is_never_stored, reconcile, render, waiting_now, Answer,
-    Begin, Clock, Commits, Completion, Context, Error, Event, EventKind, Failure, FencingToken,
-    Field, Fingerprint, FingerprintBuilder, Idempotency, IdempotencyBuilder, IdempotencyKey,
+    canonical_json, is_always_stored, is_never_stored, reconcile, waiting_now, Answer, Begin,
+    Clock, Commits, Completion, Context, Error, Event, EventKind, Failure, FencingToken, Field,
+    Fingerprint, FingerprintBuilder, Idempotency, IdempotencyBuilder, IdempotencyKey,
     InFlightAnswer, KeepAlive, Lease, ManualClock, MemoryStore, Observer, Operation, Outcome,
     Policy, Purger, RecordId, Reply, Request, RequestBuilder, RunError, Scope, Store, StoreError,
     StoreErrorKind, StoredResponse, SystemClock, Timestamp, TracingObserver,

@@ -241,3 +241,15 @@ fn idem_core_depends_on_no_idem_crate() {
         "idem-core depends on {deps:?}"
     );
 }
+
+/// idem-core has no HTTP, axum or tower dependency or feature: rendering is idem-tower's.
+#[test]
+fn idem_core_depends_on_no_http_crate() {
+    let manifest = root().join("idem-core").join("Cargo.toml");
+    let text = fs::read_to_string(&manifest).expect("idem-core's Cargo.toml");
+    for line in text.lines().map(str::trim) {
+        for forbidden in ["http", "axum", "tower"] {
+            assert!(!line.starts_with(forbidden), "idem-core: {line}");
+        }
+    }
+}
