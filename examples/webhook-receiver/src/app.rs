@@ -20,8 +20,8 @@ use idem::inbox::{
     ShopifyScheme, SignatureError, SignatureScheme, StandardWebhooks,
 };
 use idem::sqlite::SqliteStore;
+use idem::store::Timestamp;
 use idem::tower::{render::Problem, Http};
-use idem::Timestamp;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use serving::{buffer_body, test_delay, BodyGate, Limits, Refusal, Tasks};

@@ -8,7 +8,8 @@ pub use postgres::Postgres;
 pub use sqlite::Sqlite;
 
 use crate::proto::Charge;
-use idem::{Completion, Idempotency, RunError, Store, StoredResponse};
+use idem::store::Store;
+use idem::{Completion, Idempotency, RunError, StoredResponse};
 use idem_tower::Reservation;
 
 /// An error of the database.
