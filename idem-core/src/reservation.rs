@@ -149,7 +149,7 @@ pub enum Replaced {
 /// The next thing to do for a reservation.
 #[derive(Debug)]
 #[must_use]
-pub enum Step {
+enum Step {
     /// Call [`Store::reserve`](crate::Store::reserve) with the claim.
     Reserve,
     /// Call [`Store::replace`](crate::Store::replace) with the claim and how it acquires.
@@ -159,21 +159,30 @@ pub enum Step {
 }
 
 /// One request's reservation, across all its steps: the claim, how the last write meant to
-/// acquire, and the steps taken.
+/// acquire, and the steps taken. A store runs it over its two steps ([`run`](Self::run),
+/// [`run_blocking`](Self::run_blocking)): it decides and loops, the steps only report.
 ///
 /// ```
-/// use idem_core::store::{Reservation, Reserved, Step};
-/// use idem_core::{Begin, Request, Timestamp};
+/// use idem_core::store::{Acquire, BlockingSteps, Claim, Replaced, Reservation, Reserved};
+/// use idem_core::{Begin, Error, Request, Timestamp};
 /// use std::time::Duration;
-/// # fn main() -> Result<(), idem_core::Error> {
+///
+/// /// A store that finds no record and inserts a fresh one.
+/// struct Empty;
+/// impl BlockingSteps for Empty {
+///     fn reserve(&mut self, _claim: &Claim<'_>) -> Result<Reserved, Error> {
+///         Ok(Reserved::Inserted { until: Timestamp::from_millis(60_000) })
+///     }
+///     fn replace(&mut self, _claim: &Claim<'_>, _acquire: Acquire) -> Result<Replaced, Error> {
+///         Ok(Replaced::Changed)
+///     }
+/// }
+/// # fn main() -> Result<(), Error> {
 /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k1")).body(b"{}").build()?;
-/// let mut reservation = Reservation::new(&request, Duration::from_secs(60));
-/// let until = Timestamp::from_millis(60_000);
-/// // The store inserted a fresh record: the request acquired it.
-/// let Step::Done(Begin::Acquired(lease)) = reservation.reserved(Reserved::Inserted { until })? else {
-///     unreachable!()
-/// };
-/// assert_eq!(lease.token(), reservation.claim().token());
+/// let reservation = Reservation::new(&request, Duration::from_secs(60));
+/// let token = reservation.claim().token();
+/// let Begin::Acquired(lease) = reservation.run_blocking(&mut Empty)? else { unreachable!() };
+/// assert_eq!(lease.token(), token);
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
@@ -190,7 +199,7 @@ pub struct Reservation<'a> {
 
 impl<'a> Reservation<'a> {
     /// A reservation of `request` for a lease of `lease_for`, with a fresh token; its first
-    /// step is [`Step::Reserve`].
+    /// step is a [`Store::reserve`](crate::Store::reserve).
     pub fn new(request: &'a Request, lease_for: Duration) -> Self {
         Self {
             claim: Claim {
@@ -223,7 +232,7 @@ impl<'a> Reservation<'a> {
     }
 
     /// The next step after [`Store::reserve`](crate::Store::reserve) answered `reserved`.
-    pub fn reserved(&mut self, reserved: Reserved) -> Result<Step, Error> {
+    fn reserved(&mut self, reserved: Reserved) -> Result<Step, Error> {
         match reserved {
             Reserved::Inserted { until } => Ok(self.acquired(until, Acquire::Fresh)),
             Reserved::Held { same_request: true } => {
@@ -256,7 +265,7 @@ impl<'a> Reservation<'a> {
     }
 
     /// The next step after [`Store::replace`](crate::Store::replace) answered `replaced`.
-    pub fn replaced(&mut self, replaced: Replaced) -> Result<Step, Error> {
+    fn replaced(&mut self, replaced: Replaced) -> Result<Step, Error> {
         match replaced {
             Replaced::Replaced { until } => {
                 let acquire = self.replacing.unwrap_or(Acquire::Fresh);
@@ -278,7 +287,7 @@ impl<'a> Reservation<'a> {
     /// (a write whose answer was lost is then recognised as this reservation's); otherwise the
     /// error is the reservation's. A transaction conflict is never tried again here: the
     /// transaction it happened in has rolled back, and only its owner can begin another.
-    pub fn failed(&mut self, error: Error) -> Result<Step, Error> {
+    fn failed(&mut self, error: Error) -> Result<Step, Error> {
         let unavailable = error
             .as_store()
             .is_some_and(|e| e.kind() == StoreErrorKind::Unavailable);

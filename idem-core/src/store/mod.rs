@@ -23,7 +23,7 @@ pub use crate::listing::{
 };
 pub use crate::record::{Noted, Provenance, Record, RecordState};
 pub use crate::reservation::{
-    BlockingSteps, Claim, Replaced, Reservation, Reserved, Step, Steps, BUSY_RETRY_AFTER,
+    BlockingSteps, Claim, Replaced, Reservation, Reserved, Steps, BUSY_RETRY_AFTER,
 };
 pub use crate::resolution::{Change, Resolution};
 mod transactional;
