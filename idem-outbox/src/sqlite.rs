@@ -1,0 +1,406 @@
+//! `SqliteOutbox`: the outbox in a SQLite store's file.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use idem_sqlite::rusqlite::{params, OptionalExtension, Row, Transaction};
+use idem_sqlite::{store_error, SqliteStore};
+use tokio::sync::Notify;
+
+use crate::claim::{millis, Claimed, Record};
+use crate::inspect::{attempt_info, delivery_info};
+use crate::message::headers_from_stored;
+use crate::{
+    AttemptInfo, Counts, DeliveryInfo, Dispatcher, Endpoint, Message, MessageId, OutboxError,
+    DEFAULT_MAX_PAYLOAD,
+};
+
+/// The outbox's statements.
+mod sql {
+    pub(super) const SCHEMA: &str = include_str!("../sql/sqlite/schema.sql");
+    pub(super) const ENDPOINT_UPSERT: &str = include_str!("../sql/sqlite/endpoint_upsert.sql");
+    pub(super) const ENDPOINT_SELECT: &str = include_str!("../sql/sqlite/endpoint_select.sql");
+    pub(super) const ENQUEUE: &str = include_str!("../sql/sqlite/enqueue.sql");
+    pub(super) const CLAIM: &str = include_str!("../sql/sqlite/claim.sql");
+    pub(super) const RECORD: &str = include_str!("../sql/sqlite/record.sql");
+    pub(super) const ATTEMPT_INSERT: &str = include_str!("../sql/sqlite/attempt_insert.sql");
+    pub(super) const ENDPOINT_HEALTH: &str = include_str!("../sql/sqlite/endpoint_health.sql");
+    pub(super) const DELIVERIES_OF: &str = include_str!("../sql/sqlite/deliveries_of.sql");
+    pub(super) const ATTEMPTS_OF: &str = include_str!("../sql/sqlite/attempts_of.sql");
+    pub(super) const COUNTS: &str = include_str!("../sql/sqlite/counts.sql");
+}
+
+/// The outbox in the file of a [`SqliteStore`], beside its records: messages are enqueued in
+/// the effect's transaction on the store's writer (`run_in_transaction`'s `tx`), so the
+/// effect, its idempotency record and its messages commit together or not at all (C17).
+///
+/// Its dispatchers claim due deliveries on the store's writer (SQLite's single writer orders
+/// the claims); a dispatcher of this process is woken by each enqueue and claims right after
+/// the enqueuing transaction ends, one in another process polls. Times are the process
+/// clock's, as the SQLite store's (C11). Cloning is cheap.
+///
+/// ```
+/// use idem_core::{Idempotency, StoredResponse};
+/// use idem_outbox::{Endpoint, Message, SqliteOutbox};
+/// use idem_sqlite::{SqliteIdempotency, SqliteStore};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let store = SqliteStore::open(dir.path().join("shop.db")).await?;
+/// let outbox = SqliteOutbox::open(&store).await?;
+/// outbox.register(&Endpoint::new("merchant", "https://merchant.example/hooks", ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])?).await?;
+/// let idem = Idempotency::new(store);
+/// let request = idem.request("acct_1", "POST", "/charges").key(Some("k-1")).body(b"{}").build()?;
+/// let sender = outbox.clone();
+/// idem.run_in_transaction(&request, move |tx, _lease| {
+///     // ... the charge's own rows ...
+///     sender.enqueue(tx, &Message::json(&serde_json::json!({"type": "charge.succeeded"}))?.to("merchant"))?;
+///     Ok::<_, idem_outbox::OutboxError>(StoredResponse::new(201, "charged"))
+/// }).await?;
+/// assert_eq!(outbox.counts().await?.pending, 1);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SqliteOutbox {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: SqliteStore,
+    /// The database file, to tell the store's transactions from others.
+    path: Option<String>,
+    max_payload: usize,
+    wake: Arc<Notify>,
+}
+
+/// Now, in ms since the Unix epoch, from the process clock.
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(millis)
+        .unwrap_or(0)
+}
+
+impl SqliteOutbox {
+    /// The outbox of `store`'s file: creates its tables if they do not exist (on the store's
+    /// writer).
+    pub async fn open(store: &SqliteStore) -> Result<Self, OutboxError> {
+        store.try_call(|db| db.execute_batch(sql::SCHEMA)).await?;
+        let path = store.read(|db| db.path().map(str::to_owned)).await?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store: store.clone(),
+                path,
+                max_payload: DEFAULT_MAX_PAYLOAD,
+                wake: Arc::new(Notify::new()),
+            }),
+        })
+    }
+
+    /// The same outbox with another payload limit (default [`DEFAULT_MAX_PAYLOAD`], 256 KiB).
+    #[must_use]
+    pub fn max_payload(self, bytes: usize) -> Self {
+        let inner = &self.inner;
+        Self {
+            inner: Arc::new(Inner {
+                store: inner.store.clone(),
+                path: inner.path.clone(),
+                max_payload: bytes,
+                wake: Arc::clone(&inner.wake),
+            }),
+        }
+    }
+
+    /// Registers `endpoint` under its name, or replaces the one of that name (its failures
+    /// forgotten).
+    pub async fn register(&self, endpoint: &Endpoint) -> Result<(), OutboxError> {
+        let e = endpoint.clone();
+        self.inner
+            .store
+            .try_call(move |db| {
+                db.execute(
+                    sql::ENDPOINT_UPSERT,
+                    params![
+                        e.name,
+                        e.url.as_str(),
+                        e.stored_secrets(),
+                        millis(e.timeout),
+                        e.schedule.to_stored(),
+                        e.enabled,
+                        now_ms()
+                    ],
+                )
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// The endpoint registered as `name`.
+    pub async fn endpoint(&self, name: &str) -> Result<Option<Endpoint>, OutboxError> {
+        let name = name.to_owned();
+        let row = self
+            .inner
+            .store
+            .read(move |db| {
+                db.query_row(sql::ENDPOINT_SELECT, [name], |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?,
+                        row.get::<_, i64>(3)?,
+                        row.get::<_, String>(4)?,
+                        row.get::<_, bool>(5)?,
+                    ))
+                })
+                .optional()
+            })
+            .await?
+            .map_err(store_error)?;
+        row.map(|(name, url, secrets, timeout, schedule, enabled)| {
+            Endpoint::from_stored(name, &url, &secrets, timeout, &schedule, enabled)
+        })
+        .transpose()
+    }
+
+    /// Enqueues `message` **in the effect's transaction** `tx`: one statement, one delivery per
+    /// endpoint it names, all due at once; they commit with the effect or vanish with it. A
+    /// dispatcher of this process is woken and claims them once the transaction ends.
+    ///
+    /// Refused, nothing written: an invalid message or a payload over the limit, an endpoint
+    /// that is not registered ([`OutboxError::UnknownEndpoint`]), a transaction on another
+    /// database than the store's ([`OutboxError::NotInEffectTransaction`]).
+    pub fn enqueue(
+        &self,
+        tx: &Transaction<'_>,
+        message: &Message,
+    ) -> Result<MessageId, OutboxError> {
+        message.check(self.inner.max_payload)?;
+        if tx.path() != self.inner.path.as_deref() {
+            return Err(OutboxError::NotInEffectTransaction(
+                "the transaction is not on the outbox's SQLite database",
+            ));
+        }
+        let inserted = tx
+            .execute(
+                sql::ENQUEUE,
+                params![
+                    message.id().as_str(),
+                    message.payload(),
+                    message.content_type(),
+                    message.stored_headers(),
+                    now_ms(),
+                    message.stored_endpoints()
+                ],
+            )
+            .map_err(store_error)?;
+        if inserted != message.endpoints().len() {
+            return Err(OutboxError::UnknownEndpoint(message.endpoints().join(", ")));
+        }
+        self.inner.wake.notify_waiters();
+        Ok(message.id().clone())
+    }
+
+    /// The deliveries of message `id`, by endpoint name.
+    pub async fn deliveries(&self, id: &MessageId) -> Result<Vec<DeliveryInfo>, OutboxError> {
+        let id = id.as_str().to_owned();
+        let rows = self
+            .inner
+            .store
+            .read(move |db| {
+                let mut statement = db.prepare_cached(sql::DELIVERIES_OF)?;
+                let rows = statement.query_map([id], |row| {
+                    Ok((
+                        row.get::<_, i64>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?,
+                        row.get::<_, i64>(3)?,
+                        row.get::<_, Option<i64>>(4)?,
+                        row.get::<_, Option<String>>(5)?,
+                    ))
+                })?;
+                rows.collect::<Result<Vec<_>, _>>()
+            })
+            .await?
+            .map_err(store_error)?;
+        rows.into_iter()
+            .map(|(id, endpoint, state, attempts, status, error)| {
+                delivery_info(id, endpoint, &state, attempts, status, error)
+            })
+            .collect()
+    }
+
+    /// The recorded attempts of delivery `delivery` ([`DeliveryInfo::id`]), in order.
+    pub async fn attempts(&self, delivery: i64) -> Result<Vec<AttemptInfo>, OutboxError> {
+        let rows = self
+            .inner
+            .store
+            .read(move |db| {
+                let mut statement = db.prepare_cached(sql::ATTEMPTS_OF)?;
+                let rows = statement.query_map([delivery], attempt_row)?;
+                rows.collect::<Result<Vec<_>, _>>()
+            })
+            .await?
+            .map_err(store_error)?;
+        rows.into_iter().collect()
+    }
+
+    /// How many deliveries are pending, delayed and dead.
+    pub async fn counts(&self) -> Result<Counts, OutboxError> {
+        let now = now_ms();
+        let (pending, delayed, dead) = self
+            .inner
+            .store
+            .read(move |db| {
+                db.query_row(sql::COUNTS, [now], |row| {
+                    Ok((
+                        row.get::<_, i64>(0)?,
+                        row.get::<_, i64>(1)?,
+                        row.get::<_, i64>(2)?,
+                    ))
+                })
+            })
+            .await?
+            .map_err(store_error)?;
+        let count =
+            |n: i64| u64::try_from(n).map_err(|_| OutboxError::Corrupt("a negative count".into()));
+        Ok(Counts {
+            pending: count(pending)?,
+            delayed: count(delayed)?,
+            dead: count(dead)?,
+        })
+    }
+
+    /// A dispatcher of this outbox (not started).
+    pub fn dispatcher(&self) -> Dispatcher {
+        Dispatcher::new(crate::backend::Backend::Sqlite(self.clone()))
+    }
+
+    pub(crate) fn wake(&self) -> Arc<Notify> {
+        Arc::clone(&self.inner.wake)
+    }
+
+    /// Claims up to `limit` due deliveries for `lease` under `token`.
+    pub(crate) async fn claim(
+        &self,
+        token: &str,
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Claimed>, OutboxError> {
+        let token = token.to_owned();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .inner
+            .store
+            .try_call(move |db| {
+                let mut statement = db.prepare_cached(sql::CLAIM)?;
+                let rows =
+                    statement.query_map(params![token, now_ms(), millis(lease), limit], |row| {
+                        Ok((
+                            row.get::<_, i64>(0)?,
+                            row.get::<_, String>(1)?,
+                            row.get::<_, String>(2)?,
+                            row.get::<_, Vec<u8>>(3)?,
+                            row.get::<_, String>(4)?,
+                            row.get::<_, String>(5)?,
+                            row.get::<_, i64>(6)?,
+                        ))
+                    })?;
+                rows.collect::<Result<Vec<_>, _>>()
+            })
+            .await?;
+        rows.into_iter()
+            .map(
+                |(id, message_id, endpoint, payload, content_type, headers, attempt)| {
+                    Ok(Claimed {
+                        id,
+                        message_id: MessageId::from_stored(message_id),
+                        endpoint,
+                        payload,
+                        content_type,
+                        headers: headers_from_stored(&headers)?,
+                        attempt: u32::try_from(attempt)
+                            .map_err(|_| OutboxError::Corrupt("attempts".into()))?,
+                    })
+                },
+            )
+            .collect()
+    }
+
+    /// Records an attempt's end under its claim: `false` when the claim is no longer the
+    /// delivery's (nothing written).
+    pub(crate) async fn record(&self, record: &Record) -> Result<bool, OutboxError> {
+        let r = record.clone();
+        let recorded = self
+            .inner
+            .store
+            .try_call(move |db| {
+                let tx = db.transaction()?;
+                let now = now_ms();
+                let changed = tx.execute(
+                    sql::RECORD,
+                    params![
+                        r.delivery,
+                        r.token,
+                        r.state.as_str(),
+                        now.saturating_add(millis(r.delay)),
+                        r.status,
+                        r.error,
+                        now
+                    ],
+                )?;
+                if changed == 1 {
+                    tx.execute(
+                        sql::ATTEMPT_INSERT,
+                        params![
+                            r.delivery,
+                            now.saturating_sub(millis(r.duration)),
+                            millis(r.duration),
+                            r.status,
+                            r.error,
+                            r.response
+                        ],
+                    )?;
+                }
+                tx.commit()?;
+                Ok(changed == 1)
+            })
+            .await?;
+        Ok(recorded)
+    }
+
+    /// Notes an attempt's success or failure on its endpoint, disabling it once it has failed
+    /// for `disable_after`.
+    pub(crate) async fn health(
+        &self,
+        endpoint: &str,
+        ok: bool,
+        disable_after: Duration,
+    ) -> Result<(), OutboxError> {
+        let endpoint = endpoint.to_owned();
+        self.inner
+            .store
+            .try_call(move |db| {
+                db.execute(
+                    sql::ENDPOINT_HEALTH,
+                    params![endpoint, ok, now_ms(), millis(disable_after)],
+                )
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+fn attempt_row(row: &Row<'_>) -> idem_sqlite::rusqlite::Result<Result<AttemptInfo, OutboxError>> {
+    let attempt: i64 = row.get(0)?;
+    let status: Option<i64> = row.get(3)?;
+    Ok(attempt_info(
+        attempt,
+        row.get(1)?,
+        row.get(2)?,
+        status,
+        row.get(4)?,
+        row.get::<_, Option<Vec<u8>>>(5)?.unwrap_or_default(),
+    ))
+}
