@@ -367,3 +367,84 @@ impl PgOutbox {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::claim::DeliveryState;
+    use idem_postgres::sqlx::Executor;
+
+    fn record(delivery: i64, token: &str, status: u16) -> Record {
+        Record {
+            delivery,
+            token: token.to_owned(),
+            state: DeliveryState::Delivered,
+            delay: Duration::ZERO,
+            status: Some(status),
+            error: None,
+            response: b"ok".to_vec(),
+            duration: Duration::from_millis(3),
+        }
+    }
+
+    /// A new database on `IDEM_PG_URL` (a missing server fails the test).
+    async fn fresh_database() -> Result<String, Box<dyn std::error::Error>> {
+        let base = std::env::var("IDEM_PG_URL")
+            .map_err(|_| "IDEM_PG_URL: start the servers (scripts/services.sh)")?;
+        let name = format!(
+            "outbox_unit_{}",
+            &MessageId::generate().as_str()[4..].replace('-', "")
+        );
+        let mut conn = PgConnection::connect(&base).await?;
+        conn.execute(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .await?;
+        let slash = base.rfind('/').ok_or("IDEM_PG_URL names no database")?;
+        Ok(format!("{}/{name}", &base[..slash]))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn c17_pg_a_stale_claim_cannot_record_over_a_newer_one(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let store = PgStore::connect(&fresh_database().await?).await?;
+        store.migrate().await?;
+        let outbox = PgOutbox::open(&store).await?;
+        outbox
+            .register(&Endpoint::new(
+                "m",
+                "http://127.0.0.1:9/",
+                ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+            )?)
+            .await?;
+        let mut tx = store.pool().begin().await?;
+        let id = outbox
+            .enqueue(&mut tx, &Message::bytes("a/b", "x").to("m"))
+            .await?;
+        tx.commit().await?;
+        let first = outbox.claim("old", Duration::from_millis(100), 10).await?;
+        assert_eq!(first.len(), 1);
+        assert!(outbox
+            .claim("other", Duration::from_millis(100), 10)
+            .await?
+            .is_empty());
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let second = outbox.claim("new", Duration::from_secs(60), 10).await?;
+        assert_eq!((second.len(), second[0].attempt), (1, 2));
+        assert!(!outbox.record(&record(first[0].id, "old", 500)).await?);
+        assert!(outbox.record(&record(second[0].id, "new", 200)).await?);
+        assert!(!outbox.record(&record(second[0].id, "new", 200)).await?);
+        let delivery = &outbox.deliveries(&id).await?[0];
+        assert_eq!(
+            (delivery.state, delivery.last_status),
+            (DeliveryState::Delivered, Some(200))
+        );
+        let attempts = outbox.attempts(delivery.id).await?;
+        assert_eq!(
+            attempts
+                .iter()
+                .map(|a| (a.attempt, a.status))
+                .collect::<Vec<_>>(),
+            [(2, Some(200))]
+        );
+        Ok(())
+    }
+}

@@ -404,3 +404,74 @@ fn attempt_row(row: &Row<'_>) -> idem_sqlite::rusqlite::Result<Result<AttemptInf
         row.get::<_, Option<Vec<u8>>>(5)?.unwrap_or_default(),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::claim::DeliveryState;
+
+    fn record(delivery: i64, token: &str, status: u16) -> Record {
+        Record {
+            delivery,
+            token: token.to_owned(),
+            state: DeliveryState::Delivered,
+            delay: Duration::ZERO,
+            status: Some(status),
+            error: None,
+            response: b"ok".to_vec(),
+            duration: Duration::from_millis(3),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn c17_a_stale_claim_cannot_record_over_a_newer_one(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = SqliteStore::open(dir.path().join("fence.db")).await?;
+        let outbox = SqliteOutbox::open(&store).await?;
+        outbox
+            .register(&Endpoint::new(
+                "m",
+                "http://127.0.0.1:9/",
+                ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+            )?)
+            .await?;
+        let sender = outbox.clone();
+        let id = store
+            .call(move |db| {
+                let tx = db.transaction().map_err(store_error)?;
+                let id = sender.enqueue(&tx, &Message::bytes("a/b", "x").to("m"))?;
+                tx.commit().map_err(store_error)?;
+                Ok::<_, OutboxError>(id)
+            })
+            .await??;
+        let first = outbox.claim("old", Duration::from_millis(100), 10).await?;
+        assert_eq!(first.len(), 1);
+        // Claimed: no other dispatcher gets it while the claim lasts.
+        assert!(outbox
+            .claim("other", Duration::from_millis(100), 10)
+            .await?
+            .is_empty());
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let second = outbox.claim("new", Duration::from_secs(60), 10).await?;
+        assert_eq!((second.len(), second[0].attempt), (1, 2));
+        // The stale dispatcher's result changes nothing; the newer one's lands once.
+        assert!(!outbox.record(&record(first[0].id, "old", 500)).await?);
+        assert!(outbox.record(&record(second[0].id, "new", 200)).await?);
+        assert!(!outbox.record(&record(second[0].id, "new", 200)).await?);
+        let delivery = &outbox.deliveries(&id).await?[0];
+        assert_eq!(
+            (delivery.state, delivery.last_status),
+            (DeliveryState::Delivered, Some(200))
+        );
+        let attempts = outbox.attempts(delivery.id).await?;
+        assert_eq!(
+            attempts
+                .iter()
+                .map(|a| (a.attempt, a.status))
+                .collect::<Vec<_>>(),
+            [(2, Some(200))]
+        );
+        Ok(())
+    }
+}
