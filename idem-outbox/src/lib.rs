@@ -64,3 +64,9 @@ pub use schedule::{Schedule, MAX_RETRIES};
 pub use sqlite::SqliteOutbox;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use transport::STORED_RESPONSE;
+
+/// docs/outbox.md, whose examples compile as this crate's doctests (only when doctests are
+/// built, so the package needs no file outside it).
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/outbox.md")]
+pub struct OutboxMd;
