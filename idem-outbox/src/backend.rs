@@ -65,6 +65,16 @@ impl Backend {
         }
     }
 
+    #[cfg(feature = "metrics")]
+    pub(crate) async fn oldest_pending_age(&self) -> Result<Option<Duration>, OutboxError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(outbox) => outbox.oldest_pending_age().await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(outbox) => outbox.oldest_pending_age().await,
+        }
+    }
+
     /// What wakes a dispatcher when a message is enqueued, and the task that listens for it
     /// (PostgreSQL's `LISTEN`), if any.
     pub(crate) fn waker(&self) -> (Arc<Notify>, Option<JoinHandle<()>>) {
@@ -79,4 +89,15 @@ impl Backend {
             }
         }
     }
+}
+
+/// `call` within `deadline`: [`OutboxError::Timeout`] when it runs out (a frozen database is
+/// an error, never a hang).
+pub(crate) async fn bounded<T>(
+    deadline: Duration,
+    call: impl std::future::Future<Output = Result<T, OutboxError>>,
+) -> Result<T, OutboxError> {
+    tokio::time::timeout(deadline, call)
+        .await
+        .unwrap_or(Err(OutboxError::Timeout(deadline)))
 }

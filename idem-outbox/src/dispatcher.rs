@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::address::AddressPolicy;
-use crate::backend::Backend;
+use crate::backend::{bounded, Backend};
 use crate::claim::{Claimed, DeliveryState, Record};
 use crate::event::{DeadReason, OutboxEvent, OutboxEventKind};
 use crate::transport::{Sent, Transport};
@@ -67,6 +67,7 @@ pub struct Dispatcher {
     poll: Duration,
     policy: AddressPolicy,
     disable_after: Duration,
+    store_timeout: Duration,
     observer: Option<Observer>,
     transport: Arc<OnceLock<Transport>>,
 }
@@ -80,6 +81,7 @@ impl fmt::Debug for Dispatcher {
             .field("poll", &self.poll)
             .field("policy", &self.policy)
             .field("disable_after", &self.disable_after)
+            .field("store_timeout", &self.store_timeout)
             .finish()
     }
 }
@@ -93,6 +95,7 @@ impl Dispatcher {
             poll: Duration::from_secs(1),
             policy: AddressPolicy::default(),
             disable_after: Duration::from_secs(5 * 24 * 3600),
+            store_timeout: Duration::from_secs(10),
             observer: None,
             transport: Arc::new(OnceLock::new()),
         }
@@ -149,6 +152,14 @@ impl Dispatcher {
         self
     }
 
+    /// The deadline of each of its database calls (default 10 s): a database that does not
+    /// answer is an error (logged, the claim or the record tried again later), never a hang.
+    #[must_use]
+    pub fn store_timeout(mut self, deadline: Duration) -> Self {
+        self.store_timeout = deadline.max(Duration::from_millis(1));
+        self
+    }
+
     /// Calls `observer` with each attempt's [`OutboxEvent`] (a dead delivery's included).
     #[must_use]
     pub fn on_event(mut self, observer: impl Fn(&OutboxEvent) + Send + Sync + 'static) -> Self {
@@ -171,7 +182,11 @@ impl Dispatcher {
         let transport = self.transport()?;
         let token = claim_token();
         let claimed_at = Instant::now();
-        let claimed = self.backend.claim(&token, self.lease, self.batch).await?;
+        let claimed = bounded(
+            self.store_timeout,
+            self.backend.claim(&token, self.lease, self.batch),
+        )
+        .await?;
         let count = claimed.len();
         if count == 0 {
             return Ok(0);
@@ -239,7 +254,7 @@ impl Dispatcher {
             response: sent.response.clone(),
             duration: sent.duration,
         };
-        let kind = match self.backend.record(&record).await {
+        let kind = match bounded(self.store_timeout, self.backend.record(&record)).await {
             Ok(true) => kind,
             Ok(false) => OutboxEventKind::Fenced,
             Err(error) => {
@@ -267,6 +282,8 @@ impl Dispatcher {
             kind,
         };
         report(&event, sent.error.as_deref());
+        #[cfg(feature = "metrics")]
+        crate::metrics::attempt(&event, sent.duration);
         if let Some(observer) = &self.observer {
             observer(&event);
         }
@@ -287,7 +304,17 @@ impl Dispatcher {
     }
 
     async fn run(self, wake: Arc<Notify>, stop: Arc<Notify>) {
+        #[cfg(feature = "metrics")]
+        let mut gauged = Instant::now() - self.poll;
         loop {
+            #[cfg(feature = "metrics")]
+            if gauged.elapsed() >= self.poll {
+                gauged = Instant::now();
+                match bounded(self.store_timeout, self.backend.oldest_pending_age()).await {
+                    Ok(age) => crate::metrics::oldest_pending(age),
+                    Err(error) => tracing::warn!(%error, "outbox oldest pending age not read"),
+                }
+            }
             let notified = wake.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();

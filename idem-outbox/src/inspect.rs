@@ -1,12 +1,14 @@
 //! What an operator reads of the outbox: a message's deliveries and their attempts, counts.
 
-use crate::{DeliveryState, OutboxError};
+use crate::{DeliveryState, MessageId, OutboxError};
 
 /// One delivery of a message, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryInfo {
     /// Its row id (the key of its attempts).
     pub id: i64,
+    /// The message.
+    pub message_id: MessageId,
     /// The endpoint's name.
     pub endpoint: String,
     /// Its state.
@@ -36,6 +38,25 @@ pub struct AttemptInfo {
     pub response: Vec<u8>,
 }
 
+/// How long delivered and dead deliveries are kept before [`purge`](
+/// crate::SqliteOutbox::purge) deletes them, with their attempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Delivered ones: 7 days by default.
+    pub delivered: std::time::Duration,
+    /// Dead ones, kept longer for an operator: 30 days by default.
+    pub dead: std::time::Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            delivered: std::time::Duration::from_secs(7 * 24 * 3600),
+            dead: std::time::Duration::from_secs(30 * 24 * 3600),
+        }
+    }
+}
+
 /// How many deliveries wait, and how many are dead.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
@@ -50,6 +71,7 @@ pub struct Counts {
 /// A delivery's row, checked.
 pub(crate) fn delivery_info(
     id: i64,
+    message_id: String,
     endpoint: String,
     state: &str,
     attempts: i64,
@@ -59,6 +81,7 @@ pub(crate) fn delivery_info(
     let corrupt = |what: &str| OutboxError::Corrupt(format!("delivery {id}: {what}"));
     Ok(DeliveryInfo {
         id,
+        message_id: MessageId::from_stored(message_id),
         endpoint,
         state: DeliveryState::from_stored(state).ok_or_else(|| corrupt("state"))?,
         attempts: u32::try_from(attempts).map_err(|_| corrupt("attempts"))?,

@@ -24,6 +24,8 @@
 //! a secret that is not `whsec_<base64>`, a payload over the limit
 //! ([`DEFAULT_MAX_PAYLOAD`], 256 KiB, configurable), an unknown endpoint.
 #![forbid(unsafe_code)]
+// Without a store feature there is no outbox to dispatch: the types and checks only.
+#![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod address;
@@ -38,6 +40,9 @@ mod event;
 mod id;
 mod inspect;
 mod message;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod schedule;
@@ -53,7 +58,7 @@ pub use endpoint::{Endpoint, DEFAULT_TIMEOUT, MAX_NAME_LEN};
 pub use error::OutboxError;
 pub use event::{DeadReason, OutboxEvent, OutboxEventKind};
 pub use id::MessageId;
-pub use inspect::{AttemptInfo, Counts, DeliveryInfo};
+pub use inspect::{AttemptInfo, Counts, DeliveryInfo, Retention};
 pub use message::{Message, DEFAULT_MAX_PAYLOAD, MAX_HEADERS};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

@@ -12,8 +12,8 @@ use crate::claim::{millis, Claimed, Record};
 use crate::inspect::{attempt_info, delivery_info};
 use crate::message::headers_from_stored;
 use crate::{
-    AttemptInfo, Counts, DeliveryInfo, Dispatcher, Endpoint, Message, MessageId, OutboxError,
-    DEFAULT_MAX_PAYLOAD,
+    AttemptInfo, Counts, DeliveryInfo, DeliveryState, Dispatcher, Endpoint, Message, MessageId,
+    OutboxError, Retention, DEFAULT_MAX_PAYLOAD,
 };
 
 /// The outbox's statements.
@@ -28,6 +28,35 @@ mod sql {
     pub(super) const DELIVERIES_OF: &str = include_str!("../sql/postgres/deliveries_of.sql");
     pub(super) const ATTEMPTS_OF: &str = include_str!("../sql/postgres/attempts_of.sql");
     pub(super) const COUNTS: &str = include_str!("../sql/postgres/counts.sql");
+    pub(super) const LIST: &str = include_str!("../sql/postgres/list.sql");
+    pub(super) const REQUEUE: &str = include_str!("../sql/postgres/requeue.sql");
+    pub(super) const PURGE: &str = include_str!("../sql/postgres/purge.sql");
+    pub(super) const OLDEST_PENDING: &str = include_str!("../sql/postgres/oldest_pending.sql");
+}
+
+/// A delivery's row, checked.
+fn delivery_row(row: &PgRow) -> Result<DeliveryInfo, OutboxError> {
+    let get = || -> Result<_, sqlx::Error> {
+        Ok((
+            row.try_get::<i64, _>(0)?,
+            row.try_get::<String, _>(1)?,
+            row.try_get::<String, _>(2)?,
+            row.try_get::<String, _>(3)?,
+            row.try_get::<i32, _>(4)?,
+            row.try_get::<Option<i32>, _>(5)?,
+            row.try_get::<Option<String>, _>(6)?,
+        ))
+    };
+    let (id, message_id, endpoint, state, attempts, status, error) = get().map_err(store_error)?;
+    delivery_info(
+        id,
+        message_id,
+        endpoint,
+        &state,
+        attempts.into(),
+        status.map(i64::from),
+        error,
+    )
 }
 
 /// The channel enqueues notify and dispatchers listen on.
@@ -186,29 +215,74 @@ impl PgOutbox {
             .fetch_all(self.inner.store.pool())
             .await
             .map_err(store_error)?;
-        rows.iter()
-            .map(|row| {
-                let get = || -> Result<_, sqlx::Error> {
-                    Ok((
-                        row.try_get::<i64, _>(0)?,
-                        row.try_get::<String, _>(1)?,
-                        row.try_get::<String, _>(2)?,
-                        row.try_get::<i32, _>(3)?,
-                        row.try_get::<Option<i32>, _>(4)?,
-                        row.try_get::<Option<String>, _>(5)?,
-                    ))
-                };
-                let (id, endpoint, state, attempts, status, error) = get().map_err(store_error)?;
-                delivery_info(
-                    id,
-                    endpoint,
-                    &state,
-                    attempts.into(),
-                    status.map(i64::from),
-                    error,
-                )
-            })
-            .collect()
+        rows.iter().map(delivery_row).collect()
+    }
+
+    /// Up to `limit` deliveries in `state`, oldest first (an operator's list).
+    pub async fn list(
+        &self,
+        state: DeliveryState,
+        limit: usize,
+    ) -> Result<Vec<DeliveryInfo>, OutboxError> {
+        let rows = sqlx::query(sql::LIST)
+            .bind(state.as_str())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(self.inner.store.pool())
+            .await
+            .map_err(store_error)?;
+        rows.iter().map(delivery_row).collect()
+    }
+
+    /// Attempts message `id` again at once, with a fresh schedule and the same id, on each of
+    /// its dead deliveries: how many.
+    pub async fn retry(&self, id: &MessageId) -> Result<u64, OutboxError> {
+        self.requeue(id, true).await
+    }
+
+    /// Attempts message `id` again at once, with a fresh schedule and the same id, on each of
+    /// its deliveries that no dispatcher holds, delivered ones included: how many.
+    pub async fn replay(&self, id: &MessageId) -> Result<u64, OutboxError> {
+        self.requeue(id, false).await
+    }
+
+    async fn requeue(&self, id: &MessageId, dead_only: bool) -> Result<u64, OutboxError> {
+        let mut tx = self.inner.store.pool().begin().await.map_err(store_error)?;
+        let changed = sqlx::query(sql::REQUEUE)
+            .bind(id.as_str())
+            .bind(dead_only)
+            .execute(&mut *tx)
+            .await
+            .map_err(store_error)?
+            .rows_affected();
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(CHANNEL)
+            .execute(&mut *tx)
+            .await
+            .map_err(store_error)?;
+        tx.commit().await.map_err(store_error)?;
+        Ok(changed)
+    }
+
+    /// Deletes at most `batch` deliveries delivered, or dead, longer ago than `retention`
+    /// says, with their attempts: how many (call it until it returns less than `batch`).
+    pub async fn purge(&self, retention: Retention, batch: usize) -> Result<u64, OutboxError> {
+        let purged: i64 = sqlx::query_scalar(sql::PURGE)
+            .bind(millis(retention.delivered))
+            .bind(millis(retention.dead))
+            .bind(i64::try_from(batch).unwrap_or(i64::MAX))
+            .fetch_one(self.inner.store.pool())
+            .await
+            .map_err(store_error)?;
+        Ok(u64::try_from(purged).unwrap_or(0))
+    }
+
+    /// How long ago the oldest pending delivery was enqueued (`None`: none is pending).
+    pub async fn oldest_pending_age(&self) -> Result<Option<Duration>, OutboxError> {
+        let age: Option<i64> = sqlx::query_scalar(sql::OLDEST_PENDING)
+            .fetch_one(self.inner.store.pool())
+            .await
+            .map_err(store_error)?;
+        Ok(age.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
     }
 
     /// The recorded attempts of delivery `delivery` ([`DeliveryInfo::id`]), in order.

@@ -11,8 +11,8 @@ use crate::claim::{millis, Claimed, Record};
 use crate::inspect::{attempt_info, delivery_info};
 use crate::message::headers_from_stored;
 use crate::{
-    AttemptInfo, Counts, DeliveryInfo, Dispatcher, Endpoint, Message, MessageId, OutboxError,
-    DEFAULT_MAX_PAYLOAD,
+    AttemptInfo, Counts, DeliveryInfo, DeliveryState, Dispatcher, Endpoint, Message, MessageId,
+    OutboxError, Retention, DEFAULT_MAX_PAYLOAD,
 };
 
 /// The outbox's statements.
@@ -28,6 +28,11 @@ mod sql {
     pub(super) const DELIVERIES_OF: &str = include_str!("../sql/sqlite/deliveries_of.sql");
     pub(super) const ATTEMPTS_OF: &str = include_str!("../sql/sqlite/attempts_of.sql");
     pub(super) const COUNTS: &str = include_str!("../sql/sqlite/counts.sql");
+    pub(super) const LIST: &str = include_str!("../sql/sqlite/list.sql");
+    pub(super) const REQUEUE: &str = include_str!("../sql/sqlite/requeue.sql");
+    pub(super) const PURGE_ATTEMPTS: &str = include_str!("../sql/sqlite/purge_attempts.sql");
+    pub(super) const PURGE_DELIVERIES: &str = include_str!("../sql/sqlite/purge_deliveries.sql");
+    pub(super) const OLDEST_PENDING: &str = include_str!("../sql/sqlite/oldest_pending.sql");
 }
 
 /// The outbox in the file of a [`SqliteStore`], beside its records: messages are enqueued in
@@ -205,30 +210,102 @@ impl SqliteOutbox {
     /// The deliveries of message `id`, by endpoint name.
     pub async fn deliveries(&self, id: &MessageId) -> Result<Vec<DeliveryInfo>, OutboxError> {
         let id = id.as_str().to_owned();
-        let rows = self
+        self.delivery_rows(move |db| {
+            let mut statement = db.prepare_cached(sql::DELIVERIES_OF)?;
+            let rows = statement.query_map([id], delivery_row)?;
+            rows.collect()
+        })
+        .await
+    }
+
+    /// Up to `limit` deliveries in `state`, oldest first (an operator's list).
+    pub async fn list(
+        &self,
+        state: DeliveryState,
+        limit: usize,
+    ) -> Result<Vec<DeliveryInfo>, OutboxError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.delivery_rows(move |db| {
+            let mut statement = db.prepare_cached(sql::LIST)?;
+            let rows = statement.query_map(params![state.as_str(), limit], delivery_row)?;
+            rows.collect()
+        })
+        .await
+    }
+
+    async fn delivery_rows<F>(&self, read: F) -> Result<Vec<DeliveryInfo>, OutboxError>
+    where
+        F: FnOnce(
+                &idem_sqlite::rusqlite::Connection,
+            ) -> idem_sqlite::rusqlite::Result<Vec<DeliveryRow>>
+            + Send
+            + 'static,
+    {
+        let rows = self.inner.store.read(read).await?.map_err(store_error)?;
+        rows.into_iter()
+            .map(
+                |(id, message_id, endpoint, state, attempts, status, error)| {
+                    delivery_info(id, message_id, endpoint, &state, attempts, status, error)
+                },
+            )
+            .collect()
+    }
+
+    /// Attempts message `id` again at once, with a fresh schedule and the same id, on each of
+    /// its dead deliveries: how many.
+    pub async fn retry(&self, id: &MessageId) -> Result<u64, OutboxError> {
+        self.requeue(id, true).await
+    }
+
+    /// Attempts message `id` again at once, with a fresh schedule and the same id, on each of
+    /// its deliveries that no dispatcher holds, delivered ones included: how many.
+    pub async fn replay(&self, id: &MessageId) -> Result<u64, OutboxError> {
+        self.requeue(id, false).await
+    }
+
+    async fn requeue(&self, id: &MessageId, dead_only: bool) -> Result<u64, OutboxError> {
+        let id = id.as_str().to_owned();
+        let changed = self
             .inner
             .store
-            .read(move |db| {
-                let mut statement = db.prepare_cached(sql::DELIVERIES_OF)?;
-                let rows = statement.query_map([id], |row| {
-                    Ok((
-                        row.get::<_, i64>(0)?,
-                        row.get::<_, String>(1)?,
-                        row.get::<_, String>(2)?,
-                        row.get::<_, i64>(3)?,
-                        row.get::<_, Option<i64>>(4)?,
-                        row.get::<_, Option<String>>(5)?,
-                    ))
-                })?;
-                rows.collect::<Result<Vec<_>, _>>()
+            .try_call(move |db| db.execute(sql::REQUEUE, params![id, now_ms(), dead_only]))
+            .await?;
+        self.inner.wake.notify_waiters();
+        Ok(u64::try_from(changed).unwrap_or(u64::MAX))
+    }
+
+    /// Deletes at most `batch` deliveries delivered, or dead, longer ago than `retention`
+    /// says, with their attempts: how many (call it until it returns less than `batch`).
+    pub async fn purge(&self, retention: Retention, batch: usize) -> Result<u64, OutboxError> {
+        let now = now_ms();
+        let delivered = now.saturating_sub(millis(retention.delivered));
+        let dead = now.saturating_sub(millis(retention.dead));
+        let batch = i64::try_from(batch).unwrap_or(i64::MAX);
+        let purged = self
+            .inner
+            .store
+            .try_call(move |db| {
+                let tx = db.transaction()?;
+                tx.execute(sql::PURGE_ATTEMPTS, params![delivered, dead, batch])?;
+                let purged = tx.execute(sql::PURGE_DELIVERIES, params![delivered, dead, batch])?;
+                tx.commit()?;
+                Ok(purged)
             })
+            .await?;
+        Ok(u64::try_from(purged).unwrap_or(u64::MAX))
+    }
+
+    /// How long ago the oldest pending delivery was enqueued (`None`: none is pending).
+    pub async fn oldest_pending_age(&self) -> Result<Option<Duration>, OutboxError> {
+        let oldest: Option<i64> = self
+            .inner
+            .store
+            .read(|db| db.query_row(sql::OLDEST_PENDING, [], |row| row.get(0)))
             .await?
             .map_err(store_error)?;
-        rows.into_iter()
-            .map(|(id, endpoint, state, attempts, status, error)| {
-                delivery_info(id, endpoint, &state, attempts, status, error)
-            })
-            .collect()
+        Ok(oldest.map(|at| {
+            Duration::from_millis(u64::try_from(now_ms().saturating_sub(at)).unwrap_or(0))
+        }))
     }
 
     /// The recorded attempts of delivery `delivery` ([`DeliveryInfo::id`]), in order.
@@ -390,6 +467,29 @@ impl SqliteOutbox {
             .await?;
         Ok(())
     }
+}
+
+/// A delivery's columns, as read.
+type DeliveryRow = (
+    i64,
+    String,
+    String,
+    String,
+    i64,
+    Option<i64>,
+    Option<String>,
+);
+
+fn delivery_row(row: &Row<'_>) -> idem_sqlite::rusqlite::Result<DeliveryRow> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
+        row.get(6)?,
+    ))
 }
 
 fn attempt_row(row: &Row<'_>) -> idem_sqlite::rusqlite::Result<Result<AttemptInfo, OutboxError>> {

@@ -313,3 +313,62 @@ async fn c17_pg_first_attempt_starts_within_100ms_p50_on_an_idle_dispatcher() {
     eprintln!("pg: latency from commit to first attempt: p50 {median:?}, all {latencies:?}");
     assert!(median < Duration::from_millis(100), "{median:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_operators_retry_replay_and_purge_with_the_same_id() {
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    let receiver = Receiver::start().await;
+    receiver.plan(|p| p.statuses.extend([500]));
+    outbox
+        .register(&endpoint(
+            "merchant",
+            &receiver.url(),
+            quick(0, Duration::from_millis(10)),
+        ))
+        .await
+        .expect("registered");
+    let dispatcher = outbox.dispatcher().allow_loopback(true);
+    let id = enqueue(&store, &outbox, "merchant", 1).await;
+    assert!(outbox.oldest_pending_age().await.expect("age").is_some());
+    dispatcher.dispatch_due().await.expect("dispatched");
+    assert_eq!(
+        outbox
+            .list(DeliveryState::Dead, 10)
+            .await
+            .expect("listed")
+            .len(),
+        1
+    );
+    assert_eq!(outbox.counts().await.expect("counts").dead, 1);
+    assert_eq!(outbox.retry(&id).await.expect("retried"), 1);
+    dispatcher.dispatch_due().await.expect("dispatched");
+    assert_eq!(outbox.replay(&id).await.expect("replayed"), 1);
+    dispatcher.dispatch_due().await.expect("dispatched");
+    assert_eq!(receiver.received().len(), 3);
+    assert_eq!(receiver.effects().get(id.as_str()), Some(&1));
+    let delivery = &outbox.deliveries(&id).await.expect("deliveries")[0];
+    assert_eq!(delivery.state, DeliveryState::Delivered);
+    assert_eq!(
+        outbox.attempts(delivery.id).await.expect("attempts").len(),
+        3
+    );
+    assert_eq!(
+        outbox
+            .purge(idem_outbox::Retention::default(), 100)
+            .await
+            .expect("purged"),
+        0
+    );
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let now = idem_outbox::Retention {
+        delivered: Duration::ZERO,
+        dead: Duration::from_secs(3600),
+    };
+    assert_eq!(outbox.purge(now, 100).await.expect("purged"), 1);
+    assert!(outbox
+        .attempts(delivery.id)
+        .await
+        .expect("attempts")
+        .is_empty());
+}

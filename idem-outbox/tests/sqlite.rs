@@ -414,3 +414,138 @@ async fn c17_loopback_is_refused_unless_allowed() {
         assert!(delivery.last_error.is_some(), "{delivery:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_operators_list_retry_replay_and_purge_with_the_same_id() {
+    let shop = shop().await;
+    let receiver = Receiver::start().await;
+    receiver.plan(|p| p.statuses.extend([500]));
+    shop.outbox
+        .register(&endpoint(
+            "merchant",
+            &receiver.url(),
+            quick(0, Duration::from_millis(10)),
+        ))
+        .await
+        .expect("registered");
+    let dispatcher = shop.outbox.dispatcher().allow_loopback(true);
+    let id = enqueue(&shop, "merchant", 1).await;
+    assert!(shop
+        .outbox
+        .oldest_pending_age()
+        .await
+        .expect("age")
+        .is_some());
+    dispatcher.dispatch_due().await.expect("dispatched");
+    assert_eq!(shop.outbox.oldest_pending_age().await.expect("age"), None);
+    let dead = shop
+        .outbox
+        .list(DeliveryState::Dead, 10)
+        .await
+        .expect("listed");
+    assert_eq!((dead.len(), &dead[0].message_id), (1, &id));
+
+    // Retry: a fresh schedule, the same id, delivered this time.
+    assert_eq!(shop.outbox.retry(&id).await.expect("retried"), 1);
+    assert_eq!(
+        shop.outbox.retry(&id).await.expect("retried"),
+        0,
+        "no longer dead"
+    );
+    dispatcher.dispatch_due().await.expect("dispatched");
+    // Replay of a delivered message: one more attempt, same id; the receiver deduplicates.
+    assert_eq!(shop.outbox.replay(&id).await.expect("replayed"), 1);
+    dispatcher.dispatch_due().await.expect("dispatched");
+    let received = receiver.received();
+    assert_eq!(received.len(), 3);
+    assert!(received.iter().all(|r| r.id == id.as_str()));
+    assert_eq!(receiver.effects().get(id.as_str()), Some(&1));
+    let delivery = &shop.outbox.deliveries(&id).await.expect("deliveries")[0];
+    assert_eq!(delivery.state, DeliveryState::Delivered);
+    let attempts = shop.outbox.attempts(delivery.id).await.expect("attempts");
+    assert_eq!(
+        attempts.iter().map(|a| a.status).collect::<Vec<_>>(),
+        [Some(500), Some(200), Some(200)]
+    );
+
+    // Kept for its retention, then purged with its attempts.
+    let keep = idem_outbox::Retention::default();
+    assert_eq!(shop.outbox.purge(keep, 100).await.expect("purged"), 0);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let now = idem_outbox::Retention {
+        delivered: Duration::ZERO,
+        dead: Duration::from_secs(3600),
+    };
+    assert_eq!(shop.outbox.purge(now, 100).await.expect("purged"), 1);
+    assert!(shop
+        .outbox
+        .deliveries(&id)
+        .await
+        .expect("deliveries")
+        .is_empty());
+    assert!(shop
+        .outbox
+        .attempts(delivery.id)
+        .await
+        .expect("attempts")
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_an_endpoint_failing_for_too_long_is_disabled_and_its_deliveries_wait() {
+    let shop = shop().await;
+    let addr = free_addr().await;
+    shop.outbox
+        .register(&endpoint(
+            "merchant",
+            &format!("http://{addr}/hooks"),
+            quick(10, Duration::from_millis(1)),
+        ))
+        .await
+        .expect("registered");
+    let dispatcher = shop
+        .outbox
+        .dispatcher()
+        .allow_loopback(true)
+        .disable_after(Duration::from_millis(30));
+    let id = enqueue(&shop, "merchant", 1).await;
+    dispatcher.dispatch_due().await.expect("dispatched");
+    assert!(shop
+        .outbox
+        .endpoint("merchant")
+        .await
+        .expect("read")
+        .expect("there")
+        .is_enabled());
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    dispatcher.dispatch_due().await.expect("dispatched");
+    let endpoint = shop
+        .outbox
+        .endpoint("merchant")
+        .await
+        .expect("read")
+        .expect("there");
+    assert!(
+        !endpoint.is_enabled(),
+        "disabled after failing for longer than allowed"
+    );
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(
+        dispatcher.dispatch_due().await.expect("dispatched"),
+        0,
+        "its deliveries wait"
+    );
+    let delivery = &shop.outbox.deliveries(&id).await.expect("deliveries")[0];
+    assert_eq!(
+        (delivery.state, delivery.attempts),
+        (DeliveryState::Pending, 2)
+    );
+    // Enabled again (registered anew), its deliveries go on.
+    let receiver = Receiver::start_on(addr).await;
+    shop.outbox
+        .register(&endpoint.enabled(true))
+        .await
+        .expect("registered");
+    assert_eq!(dispatcher.dispatch_due().await.expect("dispatched"), 1);
+    assert_eq!(receiver.effects().get(id.as_str()), Some(&1));
+}

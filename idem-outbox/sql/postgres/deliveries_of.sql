@@ -1,4 +1,4 @@
-SELECT id, endpoint, state, attempts, last_status, last_error
+SELECT id, message_id, endpoint, state, attempts, last_status, last_error
 FROM idem_outbox_deliveries
 WHERE message_id = $1
 ORDER BY endpoint

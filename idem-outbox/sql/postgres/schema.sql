@@ -5,7 +5,7 @@ CREATE TABLE IF NOT EXISTS idem_outbox_endpoints (
     -- whsec_ secrets, comma separated; the first signs first.
     secrets       text        NOT NULL,
     timeout_ms    bigint      NOT NULL,
-    -- The delays between attempts, ms, comma separated.
+    -- The schedule: its jitter, a semicolon, the delays between attempts in ms, comma separated.
     schedule_ms   text        NOT NULL,
     enabled       boolean     NOT NULL,
     -- Since when every attempt failed (NULL: the last one succeeded).
@@ -39,7 +39,9 @@ CREATE TABLE IF NOT EXISTS idem_outbox_deliveries (
 CREATE INDEX IF NOT EXISTS idem_outbox_deliveries_due
     ON idem_outbox_deliveries (next_at) WHERE state = 'pending';
 
+-- Attempt numbers start again at 1 when an operator retries or replays a delivery.
 CREATE TABLE IF NOT EXISTS idem_outbox_attempts (
+    id          bigserial   PRIMARY KEY,
     delivery_id bigint      NOT NULL,
     attempt     integer     NOT NULL,
     started_at  timestamptz NOT NULL,
@@ -47,6 +49,11 @@ CREATE TABLE IF NOT EXISTS idem_outbox_attempts (
     status      integer,
     error       text,
     -- The first KiB of the response body.
-    response    bytea,
-    PRIMARY KEY (delivery_id, attempt)
+    response    bytea
 );
+
+CREATE INDEX IF NOT EXISTS idem_outbox_attempts_delivery
+    ON idem_outbox_attempts (delivery_id);
+
+CREATE INDEX IF NOT EXISTS idem_outbox_deliveries_finished
+    ON idem_outbox_deliveries (state, finished_at) WHERE state <> 'pending';

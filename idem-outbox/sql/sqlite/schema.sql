@@ -6,7 +6,7 @@ CREATE TABLE IF NOT EXISTS idem_outbox_endpoints (
     -- whsec_ secrets, comma separated; the first signs first.
     secrets       TEXT    NOT NULL,
     timeout_ms    INTEGER NOT NULL,
-    -- The delays between attempts, ms, comma separated.
+    -- The schedule: its jitter, a semicolon, the delays between attempts in ms, comma separated.
     schedule_ms   TEXT    NOT NULL,
     enabled       INTEGER NOT NULL,
     -- Since when every attempt failed (NULL: the last one succeeded).
@@ -40,7 +40,9 @@ CREATE TABLE IF NOT EXISTS idem_outbox_deliveries (
 CREATE INDEX IF NOT EXISTS idem_outbox_deliveries_due
     ON idem_outbox_deliveries (next_at) WHERE state = 'pending';
 
+-- Attempt numbers start again at 1 when an operator retries or replays a delivery.
 CREATE TABLE IF NOT EXISTS idem_outbox_attempts (
+    id          INTEGER PRIMARY KEY,
     delivery_id INTEGER NOT NULL,
     attempt     INTEGER NOT NULL,
     started_at  INTEGER NOT NULL,
@@ -48,6 +50,11 @@ CREATE TABLE IF NOT EXISTS idem_outbox_attempts (
     status      INTEGER,
     error       TEXT,
     -- The first KiB of the response body.
-    response    BLOB,
-    PRIMARY KEY (delivery_id, attempt)
+    response    BLOB
 );
+
+CREATE INDEX IF NOT EXISTS idem_outbox_attempts_delivery
+    ON idem_outbox_attempts (delivery_id);
+
+CREATE INDEX IF NOT EXISTS idem_outbox_deliveries_finished
+    ON idem_outbox_deliveries (state, finished_at) WHERE state <> 'pending';
