@@ -51,20 +51,6 @@ impl Backend {
         }
     }
 
-    pub(crate) async fn health(
-        &self,
-        endpoint: &str,
-        ok: bool,
-        disable_after: Duration,
-    ) -> Result<(), OutboxError> {
-        match self {
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite(outbox) => outbox.health(endpoint, ok, disable_after).await,
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(outbox) => outbox.health(endpoint, ok, disable_after).await,
-        }
-    }
-
     #[cfg(feature = "metrics")]
     pub(crate) async fn oldest_pending_age(&self) -> Result<Option<Duration>, OutboxError> {
         match self {

@@ -61,6 +61,10 @@ pub(crate) struct Record {
     pub(crate) error: Option<String>,
     pub(crate) response: Vec<u8>,
     pub(crate) duration: Duration,
+    /// The endpoint's name, to note the attempt's success or failure on it.
+    pub(crate) endpoint: String,
+    /// How long the endpoint may fail every attempt before it is disabled.
+    pub(crate) disable_after: Duration,
 }
 
 /// Whole milliseconds of `d`, saturating.

@@ -3,7 +3,8 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -18,6 +19,13 @@ use crate::{Endpoint, OutboxError};
 
 /// The longest a receiver's `Retry-After` may push an attempt back: one day.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// How long a dispatcher keeps an endpoint's settings it read: a change (a new URL, secret,
+/// schedule) takes effect within this.
+pub const ENDPOINT_CACHE: Duration = Duration::from_secs(1);
+
+/// Endpoints read, with when.
+type Endpoints = Arc<Mutex<HashMap<String, (Instant, Endpoint)>>>;
 
 /// What is called with each [`OutboxEvent`].
 pub type Observer = Arc<dyn Fn(&OutboxEvent) + Send + Sync>;
@@ -70,6 +78,7 @@ pub struct Dispatcher {
     store_timeout: Duration,
     observer: Option<Observer>,
     transport: Arc<OnceLock<Transport>>,
+    endpoints: Endpoints,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -98,6 +107,7 @@ impl Dispatcher {
             store_timeout: Duration::from_secs(10),
             observer: None,
             transport: Arc::new(OnceLock::new()),
+            endpoints: Arc::default(),
         }
     }
 
@@ -197,11 +207,7 @@ impl Dispatcher {
         let mut endpoints: HashMap<String, Result<Option<Endpoint>, String>> = HashMap::new();
         for claim in &claimed {
             if !endpoints.contains_key(&claim.endpoint) {
-                let found = self
-                    .backend
-                    .endpoint(&claim.endpoint)
-                    .await
-                    .map_err(|e| e.to_string());
+                let found = self.endpoint(&claim.endpoint).await;
                 endpoints.insert(claim.endpoint.clone(), found);
             }
         }
@@ -218,6 +224,33 @@ impl Dispatcher {
         }
         while attempts.join_next().await.is_some() {}
         Ok(count)
+    }
+
+    /// The endpoint `name`, read at most [`ENDPOINT_CACHE`] ago.
+    async fn endpoint(&self, name: &str) -> Result<Option<Endpoint>, String> {
+        let cached = {
+            let cache = self
+                .endpoints
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            cache
+                .get(name)
+                .filter(|(read, _)| read.elapsed() < ENDPOINT_CACHE)
+                .map(|(_, endpoint)| endpoint.clone())
+        };
+        if let Some(endpoint) = cached {
+            return Ok(Some(endpoint));
+        }
+        let found = bounded(self.store_timeout, self.backend.endpoint(name))
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(endpoint) = &found {
+            self.endpoints
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(name.to_owned(), (Instant::now(), endpoint.clone()));
+        }
+        Ok(found)
     }
 
     /// One attempt of `claim`, recorded under `token`.
@@ -253,6 +286,8 @@ impl Dispatcher {
             error: sent.error.clone(),
             response: sent.response.clone(),
             duration: sent.duration,
+            endpoint: endpoint.name.clone(),
+            disable_after: self.disable_after,
         };
         let kind = match bounded(self.store_timeout, self.backend.record(&record)).await {
             Ok(true) => kind,
@@ -264,16 +299,6 @@ impl Dispatcher {
                 return;
             }
         };
-        if kind != OutboxEventKind::Fenced {
-            let ok = state == DeliveryState::Delivered;
-            if let Err(error) = self
-                .backend
-                .health(&endpoint.name, ok, self.disable_after)
-                .await
-            {
-                tracing::warn!(endpoint = %endpoint.name, %error, "outbox endpoint health not recorded");
-            }
-        }
         let event = OutboxEvent {
             message_id: claim.message_id,
             endpoint: claim.endpoint,
@@ -295,15 +320,17 @@ impl Dispatcher {
         self.transport()?;
         let (wake, listener) = self.backend.waker();
         let stop = Arc::new(Notify::new());
-        let task = tokio::spawn(self.run(wake, Arc::clone(&stop)));
+        let stopping = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(self.run(wake, Arc::clone(&stop), Arc::clone(&stopping)));
         Ok(Dispatching {
             stop,
+            stopping,
             task: Some(task),
             listener,
         })
     }
 
-    async fn run(self, wake: Arc<Notify>, stop: Arc<Notify>) {
+    async fn run(self, wake: Arc<Notify>, stop: Arc<Notify>, stopping: Arc<AtomicBool>) {
         #[cfg(feature = "metrics")]
         let mut gauged = Instant::now() - self.poll;
         loop {
@@ -326,6 +353,9 @@ impl Dispatcher {
                     self.poll
                 }
             };
+            if stopping.load(Ordering::Acquire) {
+                return;
+            }
             if pause.is_zero() {
                 tokio::task::yield_now().await;
                 continue;
@@ -344,6 +374,7 @@ impl Dispatcher {
 #[derive(Debug)]
 pub struct Dispatching {
     stop: Arc<Notify>,
+    stopping: Arc<AtomicBool>,
     task: Option<JoinHandle<()>>,
     listener: Option<JoinHandle<()>>,
 }
@@ -351,6 +382,7 @@ pub struct Dispatching {
 impl Dispatching {
     /// Stops once the running attempts are recorded (their timeouts bound the wait).
     pub async fn stop(mut self) {
+        self.stopping.store(true, Ordering::Release);
         self.stop.notify_one();
         if let Some(task) = self.task.take() {
             let _ = task.await;

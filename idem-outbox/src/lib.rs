@@ -53,7 +53,7 @@ mod transport;
 
 pub use claim::DeliveryState;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub use dispatcher::{Dispatcher, Dispatching, Observer, MAX_RETRY_AFTER};
+pub use dispatcher::{Dispatcher, Dispatching, Observer, ENDPOINT_CACHE, MAX_RETRY_AFTER};
 pub use endpoint::{Endpoint, DEFAULT_TIMEOUT, MAX_NAME_LEN};
 pub use error::OutboxError;
 pub use event::{DeadReason, OutboxEvent, OutboxEventKind};

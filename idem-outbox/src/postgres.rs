@@ -24,7 +24,6 @@ mod sql {
     pub(super) const ENQUEUE: &str = include_str!("../sql/postgres/enqueue.sql");
     pub(super) const CLAIM: &str = include_str!("../sql/postgres/claim.sql");
     pub(super) const RECORD: &str = include_str!("../sql/postgres/record.sql");
-    pub(super) const ENDPOINT_HEALTH: &str = include_str!("../sql/postgres/endpoint_health.sql");
     pub(super) const DELIVERIES_OF: &str = include_str!("../sql/postgres/deliveries_of.sql");
     pub(super) const ATTEMPTS_OF: &str = include_str!("../sql/postgres/attempts_of.sql");
     pub(super) const COUNTS: &str = include_str!("../sql/postgres/counts.sql");
@@ -405,8 +404,8 @@ impl PgOutbox {
             .collect()
     }
 
-    /// Records an attempt's end and the attempt under its claim, in one statement: `false`
-    /// when the claim is no longer the delivery's (nothing written).
+    /// Records an attempt's end, the attempt and its endpoint's health under its claim, in one
+    /// statement: `false` when the claim is no longer the delivery's (nothing written).
     pub(crate) async fn record(&self, record: &Record) -> Result<bool, OutboxError> {
         let done = sqlx::query(sql::RECORD)
             .bind(record.delivery)
@@ -417,28 +416,12 @@ impl PgOutbox {
             .bind(&record.error)
             .bind(millis(record.duration))
             .bind(&record.response)
+            .bind(record.state == DeliveryState::Delivered)
+            .bind(millis(record.disable_after))
             .execute(self.inner.store.pool())
             .await
             .map_err(store_error)?;
         Ok(done.rows_affected() == 1)
-    }
-
-    /// Notes an attempt's success or failure on its endpoint, disabling it once it has failed
-    /// for `disable_after`.
-    pub(crate) async fn health(
-        &self,
-        endpoint: &str,
-        ok: bool,
-        disable_after: Duration,
-    ) -> Result<(), OutboxError> {
-        sqlx::query(sql::ENDPOINT_HEALTH)
-            .bind(endpoint)
-            .bind(ok)
-            .bind(millis(disable_after))
-            .execute(self.inner.store.pool())
-            .await
-            .map_err(store_error)?;
-        Ok(())
     }
 }
 
@@ -458,6 +441,8 @@ mod tests {
             error: None,
             response: b"ok".to_vec(),
             duration: Duration::from_millis(3),
+            endpoint: "m".to_owned(),
+            disable_after: Duration::from_secs(60),
         }
     }
 

@@ -405,8 +405,8 @@ impl SqliteOutbox {
             .collect()
     }
 
-    /// Records an attempt's end under its claim: `false` when the claim is no longer the
-    /// delivery's (nothing written).
+    /// Records an attempt's end, the attempt and its endpoint's health under its claim, in one
+    /// transaction: `false` when the claim is no longer the delivery's (nothing written).
     pub(crate) async fn record(&self, record: &Record) -> Result<bool, OutboxError> {
         let r = record.clone();
         let recorded = self
@@ -439,33 +439,17 @@ impl SqliteOutbox {
                             r.response
                         ],
                     )?;
+                    let ok = r.state == DeliveryState::Delivered;
+                    tx.execute(
+                        sql::ENDPOINT_HEALTH,
+                        params![r.endpoint, ok, now, millis(r.disable_after)],
+                    )?;
                 }
                 tx.commit()?;
                 Ok(changed == 1)
             })
             .await?;
         Ok(recorded)
-    }
-
-    /// Notes an attempt's success or failure on its endpoint, disabling it once it has failed
-    /// for `disable_after`.
-    pub(crate) async fn health(
-        &self,
-        endpoint: &str,
-        ok: bool,
-        disable_after: Duration,
-    ) -> Result<(), OutboxError> {
-        let endpoint = endpoint.to_owned();
-        self.inner
-            .store
-            .try_call(move |db| {
-                db.execute(
-                    sql::ENDPOINT_HEALTH,
-                    params![endpoint, ok, now_ms(), millis(disable_after)],
-                )
-            })
-            .await?;
-        Ok(())
     }
 }
 
@@ -520,6 +504,8 @@ mod tests {
             error: None,
             response: b"ok".to_vec(),
             duration: Duration::from_millis(3),
+            endpoint: "m".to_owned(),
+            disable_after: Duration::from_secs(60),
         }
     }
 

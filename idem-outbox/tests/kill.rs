@@ -70,7 +70,8 @@ async fn c17_killed_dispatcher_the_receiver_gets_the_same_id_again_and_processes
         .stdout(Stdio::null())
         .spawn()
         .expect("a child dispatcher");
-    let got_it = receiver.wait_for(1, Duration::from_secs(20)).await;
+    // Processed by the receiver (its answer held): now the child dies before recording.
+    let got_it = receiver.wait_for_effects(1, Duration::from_secs(20)).await;
     child.kill().expect("killed");
     let _ = child.wait();
     assert!(got_it, "the child delivered");
