@@ -61,7 +61,9 @@ pub(crate) struct Record {
     pub(crate) error: Option<String>,
     pub(crate) response: Vec<u8>,
     pub(crate) duration: Duration,
-    /// The endpoint's name, to note the attempt's success or failure on it.
+    /// The endpoint's name, to note the attempt's success or failure on it (PostgreSQL's
+    /// statement reads it from the delivery's row).
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) endpoint: String,
     /// How long the endpoint may fail every attempt before it is disabled.
     pub(crate) disable_after: Duration,
