@@ -37,6 +37,9 @@ pub(crate) struct Webhook {
     pub url: String,
     /// Its `whsec_` secrets, the first signing first.
     pub secrets: Vec<String>,
+    /// How long a dispatcher's claim on a delivery lasts: the server's lease (`--lease-ms`),
+    /// after which a delivery whose server died is attempted again.
+    pub lease: Duration,
 }
 
 /// Where charges and idempotency records live.
@@ -108,7 +111,8 @@ fn usage() -> String {
                        [--webhook-url URL --webhook-secret whsec_...] {}
   --addr                     where to listen (env IDEM_ADDR; default 127.0.0.1:8080)
   --database                 a SQLite file (default payments.db) or a postgres:// URL (env DATABASE_URL)
-  --lease-ms                 the idempotency lease in milliseconds (env IDEM_LEASE_MS; default 60000)
+  --lease-ms                 the idempotency lease in milliseconds, also the claim on a webhook's
+                             delivery (env IDEM_LEASE_MS; default 60000)
   --reconcile-every          how often, in seconds, to ask the card network about the charges in
                              doubt and settle them (env IDEM_RECONCILE_EVERY; default {RECONCILE_EVERY_S};
                              0: never)
@@ -166,6 +170,7 @@ impl Settings {
                     .filter(|s| !s.is_empty())
                     .map(str::to_owned)
                     .collect(),
+                lease: Duration::from_millis(lease_ms),
             }),
             _ => {
                 return Err(format!(
@@ -254,6 +259,7 @@ mod tests {
             Some(Webhook {
                 url: "http://127.0.0.1:8081/webhooks/standard".into(),
                 secrets: vec!["whsec_a".into(), "whsec_b".into()],
+                lease: Duration::from_secs(60),
             })
         );
         assert!(parse(&["--webhook-url", "http://x/"], &[]).is_err());

@@ -15,10 +15,13 @@ pub(crate) fn endpoint(webhook: &Webhook) -> Result<Endpoint, OutboxError> {
     Endpoint::new(ENDPOINT, &webhook.url, &webhook.secrets)
 }
 
-/// Starts delivering. The demo's receiver runs beside the server: loopback is allowed (other
-/// private and link-local addresses are not).
-pub(crate) fn start(dispatcher: Dispatcher) -> Result<Dispatching, OutboxError> {
-    dispatcher.allow_loopback(true).start()
+/// Starts delivering, each claim lasting the server's lease. The demo's receiver runs beside
+/// the server: loopback is allowed (other private and link-local addresses are not).
+pub(crate) fn start(dispatcher: Dispatcher, webhook: &Webhook) -> Result<Dispatching, OutboxError> {
+    dispatcher
+        .lease(webhook.lease)?
+        .allow_loopback(true)
+        .start()
 }
 
 /// The `charge.succeeded` event of `charge`, for the merchant's endpoint; none unless it

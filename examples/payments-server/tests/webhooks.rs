@@ -97,3 +97,83 @@ async fn charge_succeeded_is_delivered_once_signed(backend: Backend) {
 on_both_backends! {
     charge_succeeded_is_delivered_once_signed => c17_sqlite_charge_succeeded_is_delivered_once_signed, c17_postgres_charge_succeeded_is_delivered_once_signed;
 }
+
+/// The server killed (SIGKILL) after the receiver got the event and before the attempt was
+/// recorded: the restarted server delivers it again, with the same `webhook-id`.
+async fn killed_after_the_receiver_got_it(backend: Backend) {
+    const LEASE_MS: u64 = 2000;
+    let env = TestEnv::new(backend, "webhook-killed").await;
+    let log = Log::default();
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let url = format!(
+        "http://{}/webhooks/standard",
+        listener.local_addr().expect("an address")
+    );
+    let (seen, holding) = (Arc::clone(&log), Arc::clone(&hold));
+    let app = axum::Router::new().fallback(move |headers: HeaderMap, body: Bytes| {
+        let (seen, holding) = (Arc::clone(&seen), Arc::clone(&holding));
+        async move {
+            seen.lock().expect("log").push((headers, body));
+            // The first answer never comes in time: the server dies meanwhile.
+            if holding.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            }
+            "ok"
+        }
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let vars = [
+        ("IDEM_WEBHOOK_URL", url.as_str()),
+        ("IDEM_WEBHOOK_SECRET", SECRET),
+    ];
+    let mut server = Server::start_with(&env, &env.database, Some(LEASE_MS), &vars).await;
+    let reply = server
+        .api()
+        .post_raw(&ChargeRequest::form(&new_key("killed-webhook"), 4242))
+        .await;
+    let charge = reply.json();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while log.lock().expect("log").is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(log.lock().expect("log").len(), 1, "the receiver got it");
+    server.kill().await;
+
+    let _restarted = Server::start_with(&env, &env.database, Some(LEASE_MS), &vars).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while log.lock().expect("log").len() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let received = log.lock().expect("log").clone();
+    assert_eq!(
+        received.len(),
+        2,
+        "delivered again once its claim ran out, and only once"
+    );
+    let ids: Vec<_> = received
+        .iter()
+        .map(|(headers, _)| {
+            headers
+                .get("webhook-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        })
+        .collect();
+    assert!(
+        ids[0].is_some() && ids[0] == ids[1],
+        "the same webhook-id: {ids:?}"
+    );
+    let event: serde_json::Value = serde_json::from_slice(&received[1].1).expect("JSON");
+    assert_eq!(event["data"]["object"]["id"], charge["id"]);
+    eprintln!("{backend:?} killed: messages 1, requests 2, one webhook-id, lost 0");
+}
+
+on_both_backends! {
+    killed_after_the_receiver_got_it => c17_sqlite_server_killed_after_the_receiver_got_it, c17_postgres_server_killed_after_the_receiver_got_it;
+}

@@ -42,7 +42,7 @@ impl Postgres {
             Some(webhook) => {
                 let outbox = PgOutbox::open(&store).await?;
                 outbox.register(&webhooks::endpoint(webhook)?).await?;
-                let dispatching = webhooks::start(outbox.dispatcher())?;
+                let dispatching = webhooks::start(outbox.dispatcher(), webhook)?;
                 Some((outbox, dispatching))
             }
             None => None,

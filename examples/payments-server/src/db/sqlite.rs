@@ -51,7 +51,7 @@ impl Sqlite {
             Some(webhook) => {
                 let outbox = SqliteOutbox::open(&store).await?;
                 outbox.register(&webhooks::endpoint(webhook)?).await?;
-                let dispatching = webhooks::start(outbox.dispatcher())?;
+                let dispatching = webhooks::start(outbox.dispatcher(), webhook)?;
                 Some((outbox, dispatching))
             }
             None => None,
