@@ -163,7 +163,8 @@ impl Service {
     async fn charge(&self, key: &str, body: &str) -> String {
         let request = match self.request(key, body) {
             Ok(request) => request,
-            Err(error) => return wire(idem::render::status_for(&error), false, None, b""),
+            // A bad key or a body over the limit: nothing ran.
+            Err(error) => return format!("refused    {error}"),
         };
         let amount = amount_of(body);
         let network = Arc::clone(&self.network);
@@ -175,20 +176,19 @@ impl Service {
             Ok(Outcome::Executed(sent) | Outcome::Refused(sent)) => {
                 wire(sent.status, false, None, &sent.body)
             }
-            Ok(Outcome::Answered(answer)) => {
-                let http = idem::render::answer(&answer, self.idem.policy());
-                let replayed = matches!(answer, Answer::Replay(_));
-                wire(
-                    http.status,
-                    replayed,
-                    http.header("retry-after"),
-                    &http.body,
-                )
+            // What the HTTP layer (`idem::tower`) answers in place of running the charge.
+            Ok(Outcome::Answered(Answer::Replay(stored))) => {
+                wire(stored.status, true, None, &stored.body)
             }
+            Ok(Outcome::Answered(Answer::InFlight { retry_after })) => {
+                let secs = retry_after.as_millis().div_ceil(1000).max(1).to_string();
+                wire(409, false, Some(secs.as_bytes()), b"")
+            }
+            Ok(Outcome::Answered(Answer::Mismatch)) => wire(422, false, None, b""),
             Err(RunError::Unknown { response, .. }) => {
                 wire(response.status, false, None, &response.body)
             }
-            Err(error) => wire(idem::render::run_error_status(&error), false, None, b""),
+            Err(error) => format!("failed     {error}"),
         }
     }
 

@@ -4,8 +4,8 @@
 //! network forces it to; the effect happens once and the client always sees the same answer.
 //!
 //! This facade re-exports what applications use of [`idem_core`] at its root (the engine, the
-//! request, the answers, the reference memory store), what store writers use as [`store`], and
-//! each backend as a module chosen by Cargo feature:
+//! request, the answers, the reference memory store), what records and stores are made of as
+//! [`store`], the engine's [`events`], and each backend as a module chosen by Cargo feature:
 //!
 //! | feature | module | store |
 //! |---|---|---|
@@ -37,13 +37,16 @@
 mod doctests;
 
 pub use idem_core::{
-    canonical_json, is_always_stored, is_never_stored, reconcile, render, waiting_now, Answer,
-    Begin, Clock, Commits, Completion, Context, Error, Event, EventKind, Failure, FencingToken,
-    Field, Fingerprint, FingerprintBuilder, Idempotency, IdempotencyBuilder, IdempotencyKey,
-    InFlightAnswer, KeepAlive, Lease, ManualClock, MemoryStore, Observer, Operation, Outcome,
-    Policy, Purger, RecordId, Reply, Request, RequestBuilder, RunError, Scope, Store, StoreError,
-    StoreErrorKind, StoredResponse, SystemClock, Timestamp, TracingObserver,
+    reconcile, Answer, Begin, Commits, Completion, Context, Error, Failure, Idempotency,
+    IdempotencyBuilder, IdempotencyKey, InFlightAnswer, KeepAlive, Lease, MemoryStore, Outcome,
+    Policy, Reply, Request, RequestBuilder, RunError, StoredResponse,
 };
+
+/// What the engine reports as it runs (C16): events, their observers (tracing's by default, the
+/// `metrics` feature's), and the count of duplicates waiting now.
+pub mod events {
+    pub use idem_core::{waiting_now, Event, EventKind, Observer, Operation, TracingObserver};
+}
 
 /// Inbound events (webhooks) processed once when the sender chooses the key: the inbox, its
 /// signature check and its audit trail (feature `inbox`); see [`idem_inbox`].
@@ -57,12 +60,16 @@ pub use idem_inbox as inbox;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use idem_metrics as metrics;
 
-/// For store writers: the [`Store`] trait and what implementing it takes; see
-/// [`idem_core::store`].
+/// What records are made of and what stores take, for store writers and for code generic over
+/// a store: the [`Store`](idem_core::Store) trait and its contract, records, tokens,
+/// fingerprints, clocks, the store errors; see [`idem_core::store`].
 pub mod store {
     pub use idem_core::store::*;
-    /// Who holds a reservation (this process), as stores record it for operators.
-    pub use idem_core::Holder;
+    pub use idem_core::{
+        canonical_json, is_always_stored, is_never_stored, Clock, FencingToken, Field, Fingerprint,
+        FingerprintBuilder, Holder, ManualClock, Purger, RecordId, Scope, Store, StoreError,
+        StoreErrorKind, SystemClock, Timestamp,
+    };
 }
 
 /// The embedded SQLite store (feature `sqlite`, on by default); see [`idem_sqlite`].

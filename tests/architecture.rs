@@ -170,6 +170,18 @@ fn the_engine_imports_no_rendering_and_no_operations() {
 
 /// The idem crates a package's Cargo.toml depends on, in any dependency table.
 fn idem_dependencies(package: &str) -> Vec<String> {
+    dependencies_in(package, |table| table.contains("dependencies"))
+}
+
+/// The idem crates a package's library depends on: its tests' and examples' are left out.
+fn library_dependencies(package: &str) -> Vec<String> {
+    dependencies_in(package, |table| {
+        table.contains("dependencies") && !table.contains("dev-dependencies")
+    })
+}
+
+/// The idem crates of the dependency tables `wanted` picks by their header.
+fn dependencies_in(package: &str, wanted: impl Fn(&str) -> bool) -> Vec<String> {
     let manifest = root().join(package).join("Cargo.toml");
     let text = fs::read_to_string(&manifest).unwrap_or_else(|e| panic!("{package}: {e}"));
     let mut found = Vec::new();
@@ -177,7 +189,7 @@ fn idem_dependencies(package: &str) -> Vec<String> {
     for line in text.lines() {
         let line = line.trim();
         if line.starts_with('[') {
-            in_dependencies = line.contains("dependencies");
+            in_dependencies = wanted(line);
             continue;
         }
         if in_dependencies && line.starts_with("idem-") {
@@ -206,6 +218,20 @@ fn no_store_crate_depends_on_the_inbox_or_the_outbox() {
     }
 }
 
+/// idem-tower reaches the SQL stores through `Transactional`: its library depends on no store
+/// crate (its tests run on a real one).
+#[test]
+fn idem_tower_depends_on_no_store_crate() {
+    let deps = library_dependencies("idem-tower");
+    assert!(deps.contains(&"idem-core".to_owned()), "{deps:?}");
+    for store in ["idem-sqlite", "idem-postgres", "idem-redis"] {
+        assert!(
+            !deps.contains(&store.to_owned()),
+            "idem-tower depends on {store}"
+        );
+    }
+}
+
 /// idem-core depends on no other idem crate, and on no HTTP or tower crate.
 #[test]
 fn idem_core_depends_on_no_idem_crate() {
@@ -214,4 +240,16 @@ fn idem_core_depends_on_no_idem_crate() {
         deps.iter().all(|d| d == "idem-core"),
         "idem-core depends on {deps:?}"
     );
+}
+
+/// idem-core has no HTTP, axum or tower dependency or feature: rendering is idem-tower's.
+#[test]
+fn idem_core_depends_on_no_http_crate() {
+    let manifest = root().join("idem-core").join("Cargo.toml");
+    let text = fs::read_to_string(&manifest).expect("idem-core's Cargo.toml");
+    for line in text.lines().map(str::trim) {
+        for forbidden in ["http", "axum", "tower"] {
+            assert!(!line.starts_with(forbidden), "idem-core: {line}");
+        }
+    }
 }

@@ -42,11 +42,9 @@ use criterion::{
     Throughput,
 };
 use idem::store::{decide, Acquire, Decision, Record, RecordState};
+use idem::store::{FencingToken, Fingerprint, Timestamp};
 use idem::tower::{ConsumerError, IdempotencyLayer};
-use idem::{
-    Answer, Begin, FencingToken, Fingerprint, Idempotency, MemoryStore, Request, StoredResponse,
-    Timestamp,
-};
+use idem::{Answer, Begin, Idempotency, MemoryStore, Request, StoredResponse};
 use std::future::Future;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -107,7 +107,7 @@ async fn sqlite(dir: &tempfile::TempDir) -> Grown {
 async fn postgres() -> Grown {
     let url = server_url("IDEM_PG_URL");
     let store = PgStore::builder()
-        .table(&format!("grown_{}", idem::FencingToken::generate()))
+        .table(&format!("grown_{}", idem::store::FencingToken::generate()))
         .max_connections(POOL)
         .connect(&url)
         .await

@@ -34,7 +34,8 @@
 use criterion::{criterion_group, criterion_main, Bencher, Criterion};
 use http::uri::PathAndQuery;
 use idem::sqlite::SqliteStore;
-use idem::{Idempotency, MemoryStore, Store};
+use idem::store::Store;
+use idem::{Idempotency, MemoryStore};
 use idem_benches::harness::{measure, Mode, Op, OpFuture, Row};
 use idem_benches::report::{self, Cell};
 use idem_tower::{ConsumerError, GrpcIdempotencyLayer, GrpcMethod};

@@ -14,8 +14,9 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use idem::postgres::PgStore;
 use idem::redis::RedisStore;
 use idem::sqlite::SqliteStore;
+use idem::store::Store;
 use idem::{
-    Answer, Begin, Idempotency, InFlightAnswer, MemoryStore, Policy, Request, Store, StoredResponse,
+    Answer, Begin, Idempotency, InFlightAnswer, MemoryStore, Policy, Request, StoredResponse,
 };
 use idem_benches::stores::server_url;
 use std::sync::Arc;
@@ -54,7 +55,7 @@ struct Pair<A: Store, B: Store> {
 
 /// Waits until `n` duplicates of this process are waiting (their first read answered).
 async fn parked(n: usize) {
-    while idem::waiting_now() < n {
+    while idem::events::waiting_now() < n {
         tokio::task::yield_now().await;
     }
 }
@@ -65,7 +66,7 @@ async fn round<A: Store + 'static, B: Store + 'static>(
     consumer: &str,
     i: u64,
 ) -> Duration {
-    let key = format!("k{i}-{}", idem::FencingToken::generate());
+    let key = format!("k{i}-{}", idem::store::FencingToken::generate());
     let original = request(&pair.original, consumer, &key);
     let Begin::Acquired(lease) = pair.original.begin(&original).await.expect("begin") else {
         panic!("a fresh key is acquired");
@@ -100,7 +101,7 @@ fn bench_pair<A: Store + 'static, B: Store + 'static>(
     rt: &Runtime,
     pair: Pair<A, B>,
 ) {
-    let consumer = format!("acct_{}", idem::FencingToken::generate());
+    let consumer = format!("acct_{}", idem::store::FencingToken::generate());
     c.bench_function(
         &format!("wait/answer_after_completion/{}", pair.name),
         |b| {
@@ -144,7 +145,7 @@ fn ten_thousand(c: &mut Criterion, rt: &Runtime) {
             async move {
                 let mut total = Duration::ZERO;
                 for i in 0..iters {
-                    let key = format!("storm{i}-{}", idem::FencingToken::generate());
+                    let key = format!("storm{i}-{}", idem::store::FencingToken::generate());
                     let req = request(idem, consumer, &key);
                     let Begin::Acquired(lease) = idem.begin(&req).await.expect("begin") else {
                         panic!("acquired");
@@ -220,7 +221,7 @@ fn benches(c: &mut Criterion) {
     );
     let (pg, pg_elsewhere) = rt.block_on(async {
         let url = server_url("IDEM_PG_URL");
-        let table = format!("wait_{}", idem::FencingToken::generate());
+        let table = format!("wait_{}", idem::store::FencingToken::generate());
         let one = PgStore::builder()
             .table(&table)
             .connect(&url)

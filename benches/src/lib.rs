@@ -6,7 +6,7 @@
 //!
 //! - [`harness`]: the sides, the paths, the concurrency table (alternating rounds, medians),
 //!   quick mode;
-//! - [`library`]: the library's side, written once over any [`idem::Store`];
+//! - [`library`]: the library's side, written once over any [`idem::store::Store`];
 //! - [`transaction`]: the money path, `run_in_transaction` on the SQL stores;
 //! - [`raw`]: the hand-written baselines, one module per store;
 //! - [`stores`]: the stores and their baselines, on the servers `scripts/services.sh` starts;

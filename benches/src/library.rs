@@ -2,7 +2,8 @@
 //! store's own effect-and-completion for a fresh key.
 
 use crate::harness::{Op, Path, Side};
-use idem::{Answer, Begin, Idempotency, Lease, Policy, Request, Store, StoredResponse};
+use idem::store::Store;
+use idem::{Answer, Begin, Idempotency, Lease, Policy, Request, StoredResponse};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,7 +76,7 @@ pub fn engine<S: Store>(store: S, lease: Duration) -> Idempotency<S> {
 
 /// A consumer of its own, so several sides share a server without meeting.
 pub fn new_consumer() -> String {
-    format!("bench_{}", idem::FencingToken::generate())
+    format!("bench_{}", idem::store::FencingToken::generate())
 }
 
 /// A request of `consumer` for `key` with `body`, as the benches send it.
@@ -101,7 +102,7 @@ impl Requests {
     pub fn new(prefix: &str) -> Self {
         Self {
             engine: Idempotency::new(idem::MemoryStore::new()),
-            consumer: format!("{prefix}_{}", idem::FencingToken::generate()).into(),
+            consumer: format!("{prefix}_{}", idem::store::FencingToken::generate()).into(),
             next: Arc::new(AtomicU64::new(0)),
         }
     }

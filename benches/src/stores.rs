@@ -204,7 +204,7 @@ impl Charge for PgStore {
 /// `PgStore` on a table of its own (pool of [`POOL`]) and the same work by hand with sqlx.
 pub async fn postgres() -> Subject {
     let url = server_url("IDEM_PG_URL");
-    let table = format!("bench_{}", idem::FencingToken::generate());
+    let table = format!("bench_{}", idem::store::FencingToken::generate());
     let store = PgStore::builder()
         .table(&table)
         .max_connections(POOL)

@@ -5,7 +5,8 @@
 
 use crate::harness::{Op, Path};
 use crate::library::{engine, new_consumer, request, BODY, LEASE};
-use idem::{Answer, Commits, Idempotency, Outcome, Request, Store};
+use idem::store::Store;
+use idem::{Answer, Commits, Idempotency, Outcome, Request};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

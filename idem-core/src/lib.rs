@@ -13,7 +13,8 @@
 //! - The [`Store`] trait backends implement, with what implementing it takes in [`store`]
 //!   (the pure decision [`store::decide`], the fence [`store::check_fence`]), the optional
 //!   [`store::Operator`] trait for what operators see, and [`MemoryStore`] as the reference.
-//! - [`render`]: the one module that renders errors and answers as HTTP (problem+json).
+//! - [`problem`]: the RFC 9457 problem the engine stores when an outcome is unknown; idem-tower
+//!   renders errors and answers as HTTP.
 //! - With feature `testing`: the conformance suite every store runs (`testing`).
 //!
 //! Inbound webhooks are the `idem-inbox` crate, metrics the `idem-metrics` crate.
@@ -33,8 +34,8 @@
 //!         assert_eq!(sent.status, 201);
 //!     }
 //!     Begin::Answered(answer) => {
-//!         // replay, 409 in flight, or 422 mismatch, rendered as HTTP:
-//!         let _http = idem_core::render::answer(&answer, idem.policy());
+//!         // a replay, in flight, or a mismatch (idem-tower renders it as HTTP)
+//!         let _answer: Answer = answer;
 //!     }
 //! }
 //! # Ok(())
@@ -68,11 +69,10 @@ mod listing;
 mod memory;
 mod outcome;
 mod policy;
-mod problem;
+pub mod problem;
 mod purger;
 pub mod reconcile;
 mod record;
-pub mod render;
 mod request;
 mod reservation;
 mod resolution;

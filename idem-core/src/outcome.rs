@@ -9,9 +9,9 @@ use crate::response::StoredResponse;
 /// The result of [`Idempotency::run`](crate::Idempotency::run) when nothing failed.
 ///
 /// ```
-/// use idem_core::{Answer, Outcome, Policy, StoredResponse};
-/// let policy = Policy::default();
-/// assert_eq!(idem_core::render::outcome_status(&Outcome::Executed(StoredResponse::new(201, "")), &policy), 201);
+/// use idem_core::{Answer, Outcome, StoredResponse};
+/// let executed = Outcome::Executed(StoredResponse::new(201, ""));
+/// assert_eq!(executed.response().map(|r| r.status), Some(201));
 /// assert_eq!(Outcome::Answered(Answer::Mismatch).response(), None);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,4 +1,6 @@
-//! An answer that is not a handler's: an RFC 9457 problem, before it is rendered.
+//! An answer that is not a handler's: an RFC 9457 problem, as a value. The engine stores one when
+//! an outcome is unknown; idem-tower (`idem_tower::render`) says which problem answers each
+//! error and answer.
 
 use crate::response::StoredResponse;
 use std::time::Duration;
@@ -8,13 +10,13 @@ pub const PROBLEM_BASE: &str = "https://idem.rs/problems/";
 
 /// A problem idem answers with (docs/state-machine.md, HTTP mapping): a 400 for a bad key, 413,
 /// 422 for a reused key, 409 in flight, 503 when the store is down, a 500 once an effect may
-/// have run. [`answer_problem`](crate::render::answer_problem) and
-/// [`problem_for`](crate::render::problem_for) say which; [`to_response`](Self::to_response)
-/// renders it as `application/problem+json`, and an application that wants its own shape (a
-/// Stripe-style `{"error": {..}}`) renders it itself from the fields.
+/// have run. idem-tower's `render::answer_problem` and `render::problem_for` say which;
+/// [`to_response`](Self::to_response) renders it as `application/problem+json`, and an
+/// application that wants its own shape (a Stripe-style `{"error": {..}}`) renders it itself
+/// from the fields.
 ///
 /// ```
-/// use idem_core::render::Problem;
+/// use idem_core::problem::Problem;
 /// use std::time::Duration;
 /// let busy = Problem::new(409, "request-in-progress", "Still running.", true)
 ///     .with_retry_after(Duration::from_millis(1200));
@@ -51,7 +53,7 @@ impl Problem {
     /// `outcome-unknown`.
     ///
     /// ```
-    /// let p = idem_core::render::Problem::outcome_unknown();
+    /// let p = idem_core::problem::Problem::outcome_unknown();
     /// assert_eq!((p.status, p.kind, p.retryable), (500, "outcome-unknown", false));
     /// ```
     pub fn outcome_unknown() -> Self {
@@ -117,22 +119,10 @@ impl Problem {
     }
 }
 
-/// An RFC 9457 problem response: `type` is [`PROBLEM_BASE`] + `kind` (shorthand for
-/// [`Problem::new`] + [`Problem::to_response`]).
-///
-/// ```
-/// let p = idem_core::render::problem(503, "store-unavailable", "Try again later.", true);
-/// assert_eq!(p.header("content-type"), Some(&b"application/problem+json"[..]));
-/// assert!(String::from_utf8_lossy(&p.body).contains("\"retryable\":true"));
-/// ```
-pub fn problem(status: u16, kind: &'static str, detail: &str, retryable: bool) -> StoredResponse {
-    Problem::new(status, kind, detail, retryable).to_response()
-}
-
 /// `Retry-After` in whole seconds, rounded up and at least 1 (C5).
 ///
 /// ```
-/// use idem_core::render::retry_after_secs;
+/// use idem_core::problem::retry_after_secs;
 /// use std::time::Duration;
 /// assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
 /// assert_eq!(retry_after_secs(Duration::from_millis(1500)), 2);

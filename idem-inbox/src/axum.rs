@@ -2,6 +2,7 @@
 //! handler returns it as it is (`receipt.into_response()`).
 
 use crate::Receipt;
+use axum_core::body::Body;
 use axum_core::response::{IntoResponse, Response};
 
 /// [`Receipt::to_http`](crate::Receipt::to_http): 200 for a processed event or a duplicate (marked
@@ -24,7 +25,7 @@ use axum_core::response::{IntoResponse, Response};
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 impl IntoResponse for Receipt {
     fn into_response(self) -> Response {
-        self.to_http().into_response()
+        idem_tower::render::into_http(self.to_http(), Body::from)
     }
 }
 

@@ -75,7 +75,7 @@ pub use schemes::stripe::StripeScheme;
 pub use schemes::stripe::StripeScheme as SignatureScheme;
 pub use signature::{now_unix, SignatureError};
 
-use idem_core::render::Problem;
+use idem_core::problem::Problem;
 use idem_core::store::CatchUnwind;
 use idem_core::store::Completion;
 use idem_core::store::Lease;

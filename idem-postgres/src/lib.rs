@@ -21,8 +21,8 @@
 //!         Ok::<_, sqlx::Error>(StoredResponse::new(201, r#"{"charged":2500}"#))
 //!     }))
 //!     .await?;
-//! let http = idem_core::render::outcome(&outcome, idem.policy()); // executed, or a replay, 409 or 422
-//! # let _ = http;
+//! let sent = outcome.response(); // executed or a replay; `None` in flight or for a mismatch
+//! # let _ = sent;
 //! # Ok(())
 //! # }
 //! ```

@@ -259,6 +259,22 @@ impl Transactional for PgStore {
             .await
     }
 
+    /// The transaction on one of the store's connections for transactions, as for a lease
+    /// acquired by [`transact`](Transactional::transact).
+    async fn complete_in_transaction<E: Send + 'static>(
+        &self,
+        lease: &Lease,
+        effect: PgEffect<E>,
+        execution: Execution,
+    ) -> Result<TxEnd<E>, Error> {
+        let start = Start::Reserved(lease.clone());
+        match self.in_transaction(start, effect, &execution).await? {
+            Transacted::Acquired { end, .. } => Ok(end),
+            // A held lease is never answered: nothing reserves here.
+            Transacted::Answered(..) => Err(Error::LeaseLost),
+        }
+    }
+
     async fn settled(&self, id: &RecordId, wait: Duration) -> Result<Option<Record>, Error> {
         let mut held = self.connections().get().await?;
         let result = settled_on(

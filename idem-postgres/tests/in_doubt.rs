@@ -10,7 +10,7 @@ mod support;
 use common::{pg_url, SCHEMA};
 use fault_proxy::{Fault, FaultProxy, Hold, LoseAnswer, COMMIT_QUERY};
 use idem_core::{
-    Answer, Begin, Commits, FencingToken, Idempotency, Outcome, Policy, Request, RunError,
+    Answer, Begin, Commits, Error, FencingToken, Idempotency, Outcome, Policy, Request, RunError,
     StoredResponse,
 };
 use idem_postgres::sqlx::{self, AssertSqlSafe, Connection, PgConnection, Row};
@@ -189,15 +189,9 @@ fn replayed(outcome: &Charged, what: &str) -> Vec<u8> {
 }
 
 /// Asserts an in-flight answer (409).
-fn assert_in_flight(bench: &Bench, outcome: &Charged, what: &str) {
+fn assert_in_flight(outcome: &Charged, what: &str) {
     match outcome {
-        Ok(outcome @ Outcome::Answered(Answer::InFlight { .. })) => {
-            assert_eq!(
-                idem_core::render::outcome_status(outcome, bench.idem.policy()),
-                409,
-                "{what}"
-            )
-        }
+        Ok(Outcome::Answered(Answer::InFlight { .. })) => {}
         other => panic!("{what}: expected in flight, got {other:?}"),
     }
 }
@@ -218,9 +212,7 @@ async fn held_commit_with(bench: &Bench, request: &Request, commits: Commits) {
     eprintln!("held COMMIT: answered {first:?} after {took:?}");
     assert_eq!(bench.proxy.requests_held(), 1, "the COMMIT was held");
     match &first {
-        Err(error @ RunError::InDoubt(_)) => {
-            assert_eq!(idem_core::render::run_error_status(error), 500)
-        }
+        Err(RunError::InDoubt(_)) => {}
         other => panic!("a COMMIT that never reached the server and still may: got {other:?}"),
     }
     assert!(
@@ -268,11 +260,7 @@ async fn c08_a_commit_in_doubt_is_never_reported_as_nothing_ran() {
     let request = bench.request(&format!("held-{}", FencingToken::generate()));
     held_commit(&bench, &request).await;
     let duplicate = bench.charge(&request).await;
-    assert_in_flight(
-        &bench,
-        &duplicate,
-        "a duplicate while the commit is in doubt",
-    );
+    assert_in_flight(&duplicate, "a duplicate while the commit is in doubt");
     assert!(bench.charges(&request).await.is_empty(), "no charge yet");
 
     bench.proxy.set(Fault::PassThrough);
@@ -298,11 +286,7 @@ async fn c15_a_one_commit_in_doubt_is_never_reported_as_nothing_ran() {
     let request = bench.request(&format!("held-once-{}", FencingToken::generate()));
     held_commit_with(&bench, &request, Commits::One).await;
     let duplicate = bench.charge_with(&request, Commits::One).await;
-    assert_in_flight(
-        &bench,
-        &duplicate,
-        "a duplicate while the one commit is in doubt",
-    );
+    assert_in_flight(&duplicate, "a duplicate while the one commit is in doubt");
     bench.proxy.set(Fault::PassThrough);
     let ids = bench
         .await_charges(&request, 1, Duration::from_secs(5))
@@ -329,7 +313,7 @@ async fn c08_a_commit_in_doubt_that_rolls_back_runs_once_after_the_lease() {
     let killed = Instant::now();
     assert!(bench.charges(&request).await.is_empty(), "rolled back");
     let duplicate = bench.charge(&request).await;
-    assert_in_flight(&bench, &duplicate, "a retry while the lease lasts");
+    assert_in_flight(&duplicate, "a retry while the lease lasts");
 
     let until = killed + LEASE + Duration::from_secs(5);
     let retried = loop {
@@ -368,7 +352,7 @@ async fn c13_a_frozen_server_is_a_503_within_the_deadline_and_recovers() {
         let took = started.elapsed();
         eprintln!("frozen, {what}: {begun:?} after {took:?}");
         match &begun {
-            Err(error) => assert_eq!(idem_core::render::status_for(error), 503, "{what}: {error}"),
+            Err(error) => assert!(matches!(error, Error::Store(_)), "{what}: {error}"),
             Ok(other) => panic!("{what} while the server is frozen: got {other:?}"),
         }
         assert!(
@@ -430,7 +414,7 @@ async fn c13_a_reservation_sent_into_the_freeze_never_runs_twice() {
     bench.proxy.set(Fault::Freeze);
     let begun = bench.idem.begin(&fresh).await;
     match &begun {
-        Err(error) => assert_eq!(idem_core::render::status_for(error), 503, "{error}"),
+        Err(error) => assert!(matches!(error, Error::Store(_)), "{error}"),
         Ok(other) => panic!("a fresh key while the server is frozen: got {other:?}"),
     }
     bench.proxy.set(Fault::PassThrough);

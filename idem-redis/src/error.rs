@@ -106,7 +106,6 @@ mod tests {
             "{error}"
         );
         assert!(error.is_retryable(), "{error}");
-        assert_eq!(idem_core::render::status_for(&error), 503);
         let source = error
             .as_store()
             .and_then(std::error::Error::source)

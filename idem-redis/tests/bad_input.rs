@@ -302,11 +302,6 @@ async fn c13_a_frozen_redis_is_an_error_within_the_deadline() {
             "{name}: {error}"
         );
         assert!(error.is_retryable(), "{name}: {error}");
-        assert_eq!(
-            idem_core::render::status_for(&error),
-            503,
-            "{name}: {error}"
-        );
         assert!(took < Duration::from_millis(1500), "{name} took {took:?}");
     }
     assert!(asked.elapsed() < FROZEN, "the calls waited for Redis");

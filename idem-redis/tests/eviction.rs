@@ -89,7 +89,7 @@ async fn c13_a_redis_that_stops_answering_is_an_error_within_the_response_timeou
         "took {:?}",
         asked.elapsed()
     );
-    assert_eq!(idem_core::render::status_for(&error), 503, "{error}");
+    assert!(matches!(error, Error::Store(_)), "{error}");
     let _ = server.kill();
     let _ = server.wait();
     let _ = std::fs::remove_dir_all(dir);

@@ -7,7 +7,7 @@
 //!
 //! ```
 //! use idem_core::{Begin, Idempotency, StoredResponse};
-//! use idem_sqlite::SqliteStore;
+//! use idem_sqlite::{rusqlite, SqliteStore};
 //! type BoxError = Box<dyn std::error::Error + Send + Sync>;
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), BoxError> {
@@ -18,10 +18,10 @@
 //! if let Begin::Acquired(lease) = idem.begin(&request).await? {
 //!     // The business write and the completion in one transaction on the writer, off the
 //!     // async executor; an error (a lost lease included) rolled both back.
-//!     let completion = idem.store().complete_in_transaction(&idem, &lease, |tx| {
+//!     let completion = idem.complete_transaction(&lease, Box::new(|tx, _lease| {
 //!         tx.execute("INSERT INTO orders DEFAULT VALUES", [])?;
-//!         Ok::<_, BoxError>(StoredResponse::new(201, "created"))
-//!     }).await?;
+//!         Ok::<_, rusqlite::Error>(StoredResponse::new(201, "created"))
+//!     })).await?;
 //!     idem.committed(&completion);
 //!     assert_eq!(completion.response().status, 201);
 //! }
@@ -43,7 +43,6 @@ mod commit_watch;
 mod config;
 mod connection;
 mod error;
-mod in_transaction;
 mod lane;
 mod migrate;
 mod ops;

@@ -203,6 +203,55 @@ impl Transactional for SqliteStore {
         let wait = transacting.execution.store_timeout();
         self.inner.pool.decide(transacting, Some(wait)).await?
     }
+
+    /// On the writer, in one hop: `BEGIN IMMEDIATE`, the effect, the completion, `COMMIT`.
+    async fn complete_in_transaction<E: Send + 'static>(
+        &self,
+        lease: &Lease,
+        effect: SqliteEffect<E>,
+        execution: Execution,
+    ) -> Result<TxEnd<E>, Error> {
+        let inner = Arc::clone(&self.inner);
+        let lease = lease.clone();
+        let wait = execution.store_timeout();
+        self.inner
+            .pool
+            .write_within(wait, move |conn| {
+                within_store_timeout(conn, &inner, &execution, |conn| {
+                    let watch = CommitWatch::start(conn);
+                    Ok(
+                        match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+                            Ok(tx) => {
+                                effect_then_commit(tx, &inner, &lease, effect, &execution, &watch)
+                            }
+                            Err(error) => TxEnd::RolledBack(store_error(error)),
+                        },
+                    )
+                })
+            })
+            .await?
+    }
+}
+
+/// `work` with another process's write lock waited for at most the engine's store timeout
+/// (C13), not the store's whole busy timeout at each step. Set only when it is shorter, so that
+/// an answer costs no two calls into SQLite.
+fn within_store_timeout<T>(
+    conn: &mut rusqlite::Connection,
+    inner: &crate::store::Inner,
+    execution: &Execution,
+    work: impl FnOnce(&mut rusqlite::Connection) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let busy = execution.store_timeout();
+    let shorter = busy < inner.config.busy_timeout;
+    if shorter {
+        conn.busy_timeout(busy).map_err(store_error)?;
+    }
+    let result = work(conn);
+    if shorter {
+        let _ = conn.busy_timeout(inner.config.busy_timeout);
+    }
+    result
 }
 
 /// The reservation and the effect's transaction, decided where their statements run: a
@@ -238,24 +287,10 @@ impl<E: Send + 'static> Decide for Transacting<E> {
             effect,
             execution,
         } = self;
-        // Another process's write lock is waited for at most the engine's store timeout here
-        // (C13), not the store's whole busy timeout at each step. Set only when it is shorter,
-        // so that an answer costs no two calls into SQLite.
-        let busy = execution.store_timeout();
-        let shorter = busy < inner.config.busy_timeout;
-        let result = (|| {
-            if shorter {
-                conn.busy_timeout(busy).map_err(store_error)?;
-            }
-            match execution.commits() {
-                Commits::One => transact_once_on(conn, &inner, &request, effect, &execution),
-                _ => transact_on(conn, &inner, &request, effect, &execution),
-            }
-        })();
-        if shorter {
-            let _ = conn.busy_timeout(inner.config.busy_timeout);
-        }
-        result
+        within_store_timeout(conn, &inner, &execution, |conn| match execution.commits() {
+            Commits::One => transact_once_on(conn, &inner, &request, effect, &execution),
+            _ => transact_on(conn, &inner, &request, effect, &execution),
+        })
     }
 }
 

@@ -1,13 +1,14 @@
-//! `SqliteStore::complete_in_transaction` (C6, C8): for a caller that holds a lease, the effect
-//! and its completion in one transaction on the writer, one flat result.
+//! `Idempotency::complete_transaction` on SQLite (C6, C8): for a caller that holds a lease
+//! (the guard style, a handler under the HTTP layer), the effect and its completion in one
+//! transaction on the writer; the engine says what the end means for the key.
 
 mod common;
 
 use common::{charges, db_path, with_charges};
 use idem_core::store::Lease;
 use idem_core::{
-    Answer, Begin, Error, FencingToken, Idempotency, ManualClock, Policy, Request, StoredResponse,
-    Timestamp,
+    Answer, Begin, Error, FencingToken, Idempotency, ManualClock, Policy, Request, RunError,
+    StoredResponse, Timestamp,
 };
 use idem_sqlite::SqliteStore;
 use std::time::Duration;
@@ -40,26 +41,41 @@ async fn acquire(idem: &Idempotency<SqliteStore>, intent: &str) -> Lease {
     }
 }
 
-/// The charge for `intent`, inserted in the transaction.
+/// The charge for `intent`, inserted in the transaction; then `after` runs in it.
+async fn charge_then(
+    idem: &Idempotency<SqliteStore>,
+    lease: &Lease,
+    intent: &str,
+    after: fn(&rusqlite::Transaction<'_>) -> Result<(), BoxError>,
+) -> Result<idem_core::Completion, RunError<BoxError>> {
+    let intent = intent.to_owned();
+    idem.complete_transaction(
+        lease,
+        Box::new(move |tx: &rusqlite::Transaction<'_>, _: &Lease| {
+            tx.execute(
+                "INSERT INTO charges (intent, cents) VALUES (?1, 2500)",
+                [&intent],
+            )?;
+            after(tx)?;
+            Ok(StoredResponse::new(201, "charged").with_header("set-cookie", "s=1"))
+        }),
+    )
+    .await
+}
+
+/// The charge for `intent`, failing after the insert when `fail`.
 async fn charge(
     idem: &Idempotency<SqliteStore>,
     lease: &Lease,
     intent: &str,
     fail: bool,
-) -> Result<idem_core::Completion, BoxError> {
-    let intent = intent.to_owned();
-    idem.store()
-        .complete_in_transaction(idem, lease, move |tx| {
-            tx.execute(
-                "INSERT INTO charges (intent, cents) VALUES (?1, 2500)",
-                [&intent],
-            )?;
-            if fail {
-                return Err(BoxError::from("declined after the insert"));
-            }
-            Ok(StoredResponse::new(201, "charged").with_header("set-cookie", "s=1"))
-        })
-        .await
+) -> Result<idem_core::Completion, RunError<BoxError>> {
+    let after: fn(&rusqlite::Transaction<'_>) -> Result<(), BoxError> = if fail {
+        |_| Err(BoxError::from("declined after the insert"))
+    } else {
+        |_| Ok(())
+    };
+    charge_then(idem, lease, intent, after).await
 }
 
 fn unique(name: &str) -> String {
@@ -67,7 +83,7 @@ fn unique(name: &str) -> String {
 }
 
 #[tokio::test]
-async fn c06_complete_in_transaction_commits_the_effect_with_its_completion() {
+async fn c06_complete_transaction_commits_the_effect_with_its_completion() {
     let clock = ManualClock::new(Timestamp::from_millis(1_000_000));
     let idem = engine(&clock).await;
     let intent = unique("commit");
@@ -86,23 +102,43 @@ async fn c06_complete_in_transaction_commits_the_effect_with_its_completion() {
 }
 
 #[tokio::test]
-async fn c08_an_effects_error_rolls_back_and_is_returned_as_it_is() {
+async fn c08_an_effects_error_rolls_back_and_gives_the_key_back() {
     let clock = ManualClock::new(Timestamp::from_millis(1_000_000));
     let idem = engine(&clock).await;
     let intent = unique("fail");
     let lease = acquire(&idem, &intent).await;
-    let error = charge(&idem, &lease, &intent, true)
-        .await
-        .expect_err("the effect failed");
-    assert_eq!(error.to_string(), "declined after the insert");
+    match charge(&idem, &lease, &intent, true).await {
+        Err(RunError::Released(error)) => {
+            assert_eq!(error.to_string(), "declined after the insert")
+        }
+        other => panic!("expected the effect's error, key given back: {other:?}"),
+    }
     assert_eq!(charges(idem.store(), &intent).await, 0, "rolled back");
-    // Nothing completed: the lease still holds, for the caller to release.
-    idem.release(lease).await.expect("released");
+    // Nothing happened: the engine gave the key back, so the retry acquires at once.
     let again = acquire(&idem, &intent).await;
     charge(&idem, &again, &intent, false)
         .await
         .expect("the retry runs");
     assert_eq!(charges(idem.store(), &intent).await, 1);
+}
+
+/// An effect that commits by itself may have happened: the key is kept with the 500 of an
+/// unknown outcome, never given back, and the retry replays it instead of charging again.
+#[tokio::test]
+async fn c08_an_effect_that_commits_by_itself_keeps_the_key() {
+    let clock = ManualClock::new(Timestamp::from_millis(1_000_000));
+    let idem = engine(&clock).await;
+    let intent = unique("self-commit");
+    let lease = acquire(&idem, &intent).await;
+    let ended = charge_then(&idem, &lease, &intent, |tx| Ok(tx.execute_batch("COMMIT")?)).await;
+    assert!(matches!(ended, Err(RunError::InDoubt(_))), "{ended:?}");
+    assert_eq!(charges(idem.store(), &intent).await, 1);
+    for _ in 0..2 {
+        match idem.begin(&request(&idem, &intent)).await.expect("begin") {
+            Begin::Answered(Answer::Replay(replay)) => assert_eq!(replay.status, 500),
+            other => panic!("expected the answer in doubt: {other:?}"),
+        }
+    }
 }
 
 #[tokio::test]
@@ -113,12 +149,10 @@ async fn c06_a_lease_lost_to_a_takeover_rolls_the_effect_back() {
     let stale = acquire(&idem, &intent).await;
     clock.advance(Duration::from_secs(2));
     let _takeover = acquire(&idem, &intent).await;
-    let error = charge(&idem, &stale, &intent, false)
-        .await
-        .expect_err("fenced out");
+    let ended = charge(&idem, &stale, &intent, false).await;
     assert!(
-        matches!(error.downcast_ref::<Error>(), Some(Error::LeaseLost)),
-        "{error}"
+        matches!(ended, Err(RunError::Idem(Error::LeaseLost))),
+        "{ended:?}"
     );
     assert_eq!(
         charges(idem.store(), &intent).await,

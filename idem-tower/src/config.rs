@@ -1,9 +1,9 @@
 //! What the layer protects and how it answers: everything an application may configure.
 
+use crate::render::Problem;
 use http::header::HeaderName;
 use http::request::Parts;
 use http::Method;
-use idem_core::render::Problem;
 use idem_core::StoredResponse;
 use std::fmt;
 use std::sync::Arc;
@@ -119,7 +119,7 @@ impl Config {
         match problem.retry_after {
             Some(after) => response.with_header(
                 "retry-after",
-                idem_core::render::retry_after_secs(after).to_string(),
+                crate::render::retry_after_secs(after).to_string(),
             ),
             None => response,
         }

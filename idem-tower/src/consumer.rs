@@ -1,6 +1,6 @@
 //! Whose key it is: the consumer a request's key is scoped to (C2).
 
-use idem_core::render::Problem;
+use crate::render::Problem;
 use std::fmt;
 
 /// Why the layer could not tell which consumer (an authenticated account, a tenant) a request

@@ -83,7 +83,7 @@ where
     Ok(stored)
 }
 
-/// An `http` response from a stored (or rendered) one ([`StoredResponse::into_http`]).
+/// An `http` response from a stored (or rendered) one ([`crate::render::into_http`]).
 pub(crate) fn to_http<RB: From<Bytes>>(stored: StoredResponse) -> Response<RB> {
-    stored.into_http(|body| RB::from(Bytes::from(body)))
+    crate::render::into_http(stored, |body| RB::from(Bytes::from(body)))
 }

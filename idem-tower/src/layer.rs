@@ -2,10 +2,10 @@
 
 use crate::config::{Config, ServerErrors};
 use crate::consumer::ConsumerError;
+use crate::render::Problem;
 use http::header::HeaderName;
 use http::request::Parts;
 use http::Method;
-use idem_core::render::Problem;
 use idem_core::{Idempotency, StoredResponse};
 use std::fmt;
 use std::sync::Arc;
@@ -131,7 +131,7 @@ impl<S, C> IdempotencyLayer<S, C> {
     /// problem's status is kept.
     ///
     /// ```
-    /// # use idem_core::render::Problem;
+    /// # use idem_tower::render::Problem;
     /// # use idem_core::{Idempotency, MemoryStore, StoredResponse};
     /// # use idem_tower::{ConsumerError, IdempotencyLayer};
     /// # let idem = Idempotency::new(MemoryStore::new());

@@ -45,6 +45,9 @@
 //! With feature `tonic`, [`GrpcIdempotencyLayer`] does the same for the unary methods of a tonic
 //! server (docs/grpc.md): the key from metadata or from the request message (AIP-155
 //! `request_id`), answers stored with their trailers and replayed byte for byte.
+//!
+//! [`render`] turns idem's errors and answers into HTTP for handlers that call the engine
+//! themselves; with feature `axum`, `Http(..)` sends them as axum responses.
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -61,11 +64,14 @@ mod key;
 mod layer;
 mod limits;
 mod marker;
+pub mod render;
 mod reservation;
 mod service;
-#[cfg(feature = "sqlite")]
-mod sqlite;
+mod transaction;
 
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub use axum::Http;
 pub use config::{ServerErrors, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_RETRY_AFTER};
 pub use consumer::ConsumerError;
 pub use convert::{BoxError, RequestBody};

@@ -2,8 +2,8 @@
 //! is the client's error, answered before anything is read or recorded.
 
 use crate::consumer::ConsumerError;
+use crate::render::Problem;
 use http::Method;
-use idem_core::render::Problem;
 use idem_core::Scope;
 
 /// Where the route a key is scoped to comes from.

@@ -10,6 +10,8 @@ use crate::disposition::Handled;
 use crate::layer::IdempotencyLayer;
 use crate::limits::{check_consumer, check_path, RouteFrom};
 use crate::marker::{Completed, Happened, NothingHappened, OutcomeUnknown};
+use crate::render::problem;
+use crate::render::Problem;
 use crate::reservation::Reservation;
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, LOCATION};
@@ -17,8 +19,6 @@ use http::request::Parts;
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, Full};
-use idem_core::render::problem;
-use idem_core::render::Problem;
 use idem_core::{
     Answer, Context, Error, EventKind, Failure, Field, Idempotency, InFlightAnswer, Outcome, Reply,
     RunError, Store, StoredResponse,
@@ -183,7 +183,7 @@ where
                     tracing::error!(target: "idem_tower", route, %error, "idempotency: bad scope");
                     error.problem().clone()
                 }
-                error => idem_core::render::problem_for(&error),
+                error => crate::render::problem_for(&error),
             };
             let response = config.render(&problem);
             return finish(
@@ -387,17 +387,17 @@ fn respond<S: Store>(
         Ok(Outcome::Executed(stored)) => (stored, true),
         Ok(Outcome::Refused(response)) => (response, false),
         Ok(Outcome::Answered(answer @ Answer::Replay(_))) => {
-            (idem_core::render::answer(&answer, policy), true)
+            (crate::render::answer(&answer, policy), true)
         }
         Ok(Outcome::Answered(Answer::InFlight { retry_after })) => {
             // The time left on the lease, capped: a 409 and a 202 alike.
             let answer = Answer::InFlight {
                 retry_after: retry_after.min(config.max_retry_after),
             };
-            let response = match idem_core::render::answer_problem(&answer, policy) {
+            let response = match crate::render::answer_problem(&answer, policy) {
                 Some(problem) => config.render(&problem),
                 None => {
-                    let accepted = idem_core::render::answer(&answer, policy);
+                    let accepted = crate::render::answer(&answer, policy);
                     match location {
                         Some(location) => accepted.with_header(LOCATION.as_str(), location),
                         None => accepted,
@@ -407,16 +407,13 @@ fn respond<S: Store>(
             (response, false)
         }
         Ok(Outcome::Answered(answer)) => {
-            let response = match idem_core::render::answer_problem(&answer, policy) {
+            let response = match crate::render::answer_problem(&answer, policy) {
                 Some(problem) => config.render(&problem),
-                None => idem_core::render::answer(&answer, policy),
+                None => crate::render::answer(&answer, policy),
             };
             (response, false)
         }
-        Err(RunError::Idem(error)) => (
-            config.render(&idem_core::render::problem_for(&error)),
-            false,
-        ),
+        Err(RunError::Idem(error)) => (config.render(&crate::render::problem_for(&error)), false),
         Err(RunError::Released(Unstored::Released(response))) => (response, false),
         Err(RunError::Unknown { error, response }) => {
             tracing::error!(target: "idem_tower", error = %describe(&error), "idempotency: outcome unknown, stored");

@@ -118,7 +118,7 @@ async fn c05_a_wait_that_ends_before_the_original_is_a_409_with_retry_after() {
     assert!(header(&second, "retry-after").is_some(), "Retry-After");
     assert_eq!(
         problem_type(&second),
-        format!("{}request-in-progress", idem_core::render::PROBLEM_BASE)
+        format!("{}request-in-progress", idem_tower::render::PROBLEM_BASE)
     );
     assert!(
         took >= wait,

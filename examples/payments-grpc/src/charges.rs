@@ -5,6 +5,7 @@
 use crate::db::Backend;
 use crate::proto::charges_server;
 use crate::proto::{Charge, CreateChargeRequest, GetChargeRequest};
+use idem::RunError;
 use idem_tower::{grpc_nothing_happened, Completed, GrpcAnswer, Reservation};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -90,10 +91,17 @@ impl<B: Backend> charges_server::Charges for Charges<B> {
             .backend
             .create(&reservation, &account, &charge, answer)
             .await
-            .map_err(|error| {
+            .map_err(|error| match error {
                 // Rolled back: nothing happened, the key is released and a retry runs.
-                tracing::warn!(%error, "the charge was not recorded");
-                grpc_nothing_happened(Status::unavailable("the charge was not recorded; retry"))
+                RunError::Released(_) | RunError::Idem(_) => {
+                    tracing::warn!(%error, "the charge was not recorded");
+                    grpc_nothing_happened(Status::unavailable("the charge was not recorded; retry"))
+                }
+                // It may have happened: the key keeps the answer in doubt (C8).
+                _ => {
+                    tracing::error!(%error, "the charge's transaction may have committed");
+                    Status::internal("the outcome of the charge is unknown")
+                }
             })?;
         let mut response = Response::new(charge);
         response.extensions_mut().insert(Completed(completion));

@@ -17,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use idem::tower::{Completed, IdempotencyLayer, Reservation};
+use idem::RunError;
 use serde::Deserialize;
 use serving::{buffer_body, test_delay, BodyGate, Limits, Tasks};
 use std::sync::Arc;
@@ -133,13 +134,22 @@ async fn create_charge<B: Backend>(
         .await
     {
         Ok(completion) => Completed(completion).into_response(),
-        Err(error) if is_unavailable(&error) => {
+        Err(RunError::Released(error)) if is_unavailable(&error) => {
             tracing::warn!(%error, "the database is unavailable; the charge rolled back");
             ApiError::unavailable().nothing_happened()
         }
-        Err(error) => {
+        Err(RunError::Idem(error)) if error.is_retryable() => {
+            tracing::warn!(%error, "the database is unavailable; the charge rolled back");
+            ApiError::unavailable().nothing_happened()
+        }
+        Err(error @ (RunError::Released(_) | RunError::Idem(_))) => {
             tracing::error!(%error, "the charge transaction failed and rolled back");
             ApiError::internal().nothing_happened()
+        }
+        // It may have happened: the key keeps the answer in doubt (C8), never given back.
+        Err(error) => {
+            tracing::error!(%error, "the charge's transaction may have committed");
+            ApiError::internal().into_response()
         }
     }
 }

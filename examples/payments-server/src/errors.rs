@@ -8,7 +8,7 @@ use axum::http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use idem::render::Problem;
+use idem::tower::render::Problem;
 use idem::tower::{NothingHappened, OutcomeUnknown};
 use idem::StoredResponse;
 use serde::Serialize;

@@ -19,9 +19,9 @@ use idem::inbox::{
     now_unix, Ack, Audit, AuditEntry, Delivery, EventContext, GitHubScheme, Inbox, Receipt,
     ShopifyScheme, SignatureError, SignatureScheme, StandardWebhooks,
 };
-use idem::render::Problem;
 use idem::sqlite::SqliteStore;
-use idem::Timestamp;
+use idem::store::Timestamp;
+use idem::tower::{render::Problem, Http};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use serving::{buffer_body, test_delay, BodyGate, Limits, Refusal, Tasks};
@@ -128,7 +128,7 @@ fn render_refusal(refusal: Refusal) -> Response {
     if refusal == Refusal::Busy {
         problem = problem.with_retry_after(Duration::from_secs(1));
     }
-    problem.into_response()
+    Http(problem).into_response()
 }
 
 /// `POST /webhooks/stripe`: verify, key, process once, answer what the receipt says.
@@ -165,10 +165,10 @@ async fn stripe_webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: B
                 &event,
                 "rejected",
                 "-",
-                idem::render::status_for(&error),
+                idem::tower::render::status_for(&error),
                 started,
             );
-            return error.into_response();
+            return Http(error).into_response();
         }
     };
 
@@ -194,14 +194,14 @@ async fn stripe_webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: B
                 tracing::warn!(source = STRIPE, event = event.id, %reason, "the handler failed and rolled back; Stripe will deliver again");
             }
             log_delivery(&event, outcome(&receipt), effect, http.status, started);
-            http.into_response()
+            Http(http).into_response()
         }
         Err(error) => {
             // The store is down: never process unprotected. 503, Stripe delivers again.
             tracing::error!(source = STRIPE, event = event.id, %error, "the inbox's store failed");
-            let http = idem::render::error(&error);
+            let http = idem::tower::render::error(&error);
             log_delivery(&event, "unavailable", "-", http.status, started);
-            http.into_response()
+            Http(http).into_response()
         }
     }
 }
@@ -348,7 +348,7 @@ fn invalid_event(invalid: InvalidEvent, started: Instant) -> Response {
 }
 
 pub(crate) fn problem(status: u16, kind: &'static str, detail: &str) -> Response {
-    Problem::new(status, kind, detail, false).into_response()
+    Http(Problem::new(status, kind, detail, false)).into_response()
 }
 
 /// `GET /audit` and `GET /test/audit` parameters.
@@ -420,7 +420,7 @@ async fn audit_page(app: &App, params: AuditParams, max_limit: usize) -> Respons
         .into_response(),
         Err(error) => {
             tracing::error!(%error, "reading the audit trail failed");
-            error.into_response()
+            Http(error).into_response()
         }
     }
 }

@@ -5,7 +5,7 @@
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use idem::render::problem;
+use idem::tower::{render::problem, Http};
 use serving::{run_logged, Ended, Tasks};
 
 /// Middleware: runs the rest of the stack on a task of `tasks` that logs one line when the
@@ -18,7 +18,7 @@ pub(crate) async fn log_request(
     next: Next,
 ) -> Response {
     run_logged(&tasks, request, next, log_line, || {
-        problem(500, "internal", "The request failed.", false).into_response()
+        Http(problem(500, "internal", "The request failed.", false)).into_response()
     })
     .await
 }

@@ -17,6 +17,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use idem::inbox::{now_unix, Ack, Delivery, EventContext, Receipt, WebhookScheme};
 use idem::sqlite::SqliteStore;
+use idem::tower::Http;
 use serving::test_delay;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -97,8 +98,8 @@ async fn receive(
     {
         Ok(recorded) => recorded,
         Err(error) => {
-            log("rejected", idem::render::status_for(&error));
-            return error.into_response();
+            log("rejected", idem::tower::render::status_for(&error));
+            return Http(error).into_response();
         }
     };
 
@@ -115,14 +116,14 @@ async fn receive(
                 tracing::warn!(source, event = received.event_id, %reason, "the handler failed and rolled back; the sender will deliver again");
             }
             log(outcome(&receipt), http.status);
-            http.into_response()
+            Http(http).into_response()
         }
         Err(error) => {
             // The store is down: never process unprotected. 503, the sender delivers again.
             tracing::error!(source, event = received.event_id, %error, "the inbox's store failed");
-            let http = idem::render::error(&error);
+            let http = idem::tower::render::error(&error);
             log("unavailable", http.status);
-            http.into_response()
+            Http(http).into_response()
         }
     }
 }

@@ -8,7 +8,7 @@ use super::{acquire_kind, answer_kind, has_timers, needs_timers, Idempotency};
 use crate::answer::Answer;
 use crate::completion::Completion;
 use crate::doubt::{Doubt, DoubtCause};
-use crate::error::Error;
+use crate::error::{Error, Field};
 use crate::event::{Event, EventKind, Operation};
 use crate::lease::{deadline_after, Lease};
 use crate::outcome::{Outcome, RunError};
@@ -18,6 +18,7 @@ use crate::request::Request;
 use crate::response::StoredResponse;
 use crate::store::{Execution, Hooks, Transacted, Transactional, TxEnd};
 use std::any::Any;
+use std::future::Future;
 use std::panic::resume_unwind;
 use std::time::{Duration, Instant};
 
@@ -296,9 +297,76 @@ impl<S: Transactional + 'static> Idempotency<S> {
         }
         match end {
             TxEnd::Committed(completion) => Ok(self.executed(&lease, completion, started)),
+            TxEnd::InDoubt { completion, error } => {
+                self.resolve_commit(lease, completion, error).await
+            }
+            end => Err(self.not_committed(lease, end, held).await),
+        }
+    }
+
+    /// The guard style's transactional completion: `effect` and the completion of `lease`,
+    /// which the caller holds (from [`begin`](Self::begin); under the HTTP layer, its
+    /// `Reservation`), in one transaction of the store, committed together (C6). What each end
+    /// means is what it means for [`transact`](Self::transact):
+    ///
+    /// - committed: the [`Completion`] as stored; report it with [`committed`](Self::committed)
+    ///   once answered (the HTTP layer does, from its `Completed`);
+    /// - the effect's error: rolled back, the key given back, [`RunError::Released`];
+    /// - a store failure before the commit: rolled back, the key given back where still ours,
+    ///   [`RunError::Idem`];
+    /// - a commit whose answer was lost: the record tells; committed, the completion; rolled
+    ///   back, [`RunError::Idem`]; untold within the store timeout, [`RunError::InDoubt`];
+    /// - an effect that may have acted outside the transaction (abandoned at the store's
+    ///   deadline, or committed by itself): the key is kept with the 500 of an unknown outcome
+    ///   (C8), [`RunError::InDoubt`];
+    /// - a panic in the effect: rolled back, the key given back, the panic resumes here.
+    ///
+    /// Only [`RunError::Released`] and [`RunError::Idem`] mean nothing happened.
+    pub fn complete_transaction<E: Send + 'static>(
+        &self,
+        lease: &Lease,
+        effect: S::Effect<E>,
+    ) -> impl Future<Output = Result<Completion, RunError<E>>> + Send + 'static {
+        let (engine, lease) = (self.clone(), lease.clone());
+        async move {
+            let hooks = EngineHooks {
+                engine: engine.clone(),
+                started: Instant::now(),
+                commits: Commits::Two,
+            };
+            let ended = engine
+                .inner
+                .store
+                .complete_in_transaction(&lease, effect, Execution::new(hooks))
+                .await;
+            match ended {
+                Ok(TxEnd::Committed(completion)) => Ok(completion),
+                Ok(TxEnd::InDoubt { completion, error }) => engine
+                    .resolve_commit(lease, completion.clone(), error)
+                    .await
+                    .map(|_| completion),
+                Ok(end) => Err(engine.not_committed(lease, end, None).await),
+                // No transaction began: nothing ran.
+                Err(error) => Err(engine
+                    .not_committed(lease, TxEnd::RolledBack(error), None)
+                    .await),
+            }
+        }
+    }
+
+    /// What an end that did not commit means for the key (two commits): given back when
+    /// nothing happened, kept with the 500 of an unknown outcome when the effect may have acted
+    /// outside its transaction (C8).
+    async fn not_committed<E>(
+        &self,
+        lease: Lease,
+        end: TxEnd<E>,
+        held: Option<Box<Held>>,
+    ) -> RunError<E> {
+        match end {
             TxEnd::EffectFailed(error) => {
                 let _ = self.release(lease).await;
-                Err(RunError::Released(error))
+                RunError::Released(error)
             }
             TxEnd::RolledBack(Error::LeaseLost) => {
                 self.emit(
@@ -306,15 +374,12 @@ impl<S: Transactional + 'static> Idempotency<S> {
                         .of_lease(&lease)
                         .failed(&Error::LeaseLost),
                 );
-                Err(RunError::Idem(Error::LeaseLost))
+                RunError::Idem(Error::LeaseLost)
             }
             TxEnd::RolledBack(error) => {
                 // Fenced: after a lost lease this changes nothing.
                 let _ = self.release(lease).await;
-                Err(RunError::Idem(error))
-            }
-            TxEnd::InDoubt { completion, error } => {
-                self.resolve_commit(lease, completion, error).await
+                RunError::Idem(error)
             }
             TxEnd::Panicked(panic) => {
                 let _ = self.release(lease).await;
@@ -322,6 +387,13 @@ impl<S: Transactional + 'static> Idempotency<S> {
             }
             // What the effect did outside its transaction is unknown: never given back (C8).
             TxEnd::Abandoned(error) | TxEnd::CommittedByTheEffect(error) => {
+                self.kept_unknown(lease, error, held).await
+            }
+            // The callers answer a commit, told or in doubt, before they get here; one that
+            // did arrive is never given back either (the fenced write then changes nothing).
+            TxEnd::InDoubt { error, .. } => self.kept_unknown(lease, error, held).await,
+            TxEnd::Committed(_) => {
+                let error = Error::invalid(Field::Config, "a committed end taken for a failed one");
                 self.kept_unknown(lease, error, held).await
             }
         }
@@ -334,13 +406,13 @@ impl<S: Transactional + 'static> Idempotency<S> {
         lease: Lease,
         error: Error,
         held: Option<Box<Held>>,
-    ) -> Result<Outcome, RunError<E>> {
+    ) -> RunError<E> {
         let completion =
             self.doubtful_completion(&lease, None, Doubt::new(DoubtCause::Abandoned, ""));
         let _ = self
             .stored_or_continued(lease, completion, EventKind::OutcomeUnknown, held)
             .await;
-        Err(RunError::InDoubt(error))
+        RunError::InDoubt(error)
     }
 
     /// A committed execution: reported, and its response as stored.
@@ -381,7 +453,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 Err(RunError::Idem(error))
             }
             // The effect's own COMMIT made the reservation a record: it is answered as one.
-            TxEnd::CommittedByTheEffect(error) => self.kept_unknown(lease, error, held).await,
+            TxEnd::CommittedByTheEffect(error) => Err(self.kept_unknown(lease, error, held).await),
             TxEnd::Panicked(panic) => {
                 rolled_back(None);
                 resume_unwind(panic)

@@ -68,6 +68,20 @@ pub trait Transactional: Store {
         execution: Execution,
     ) -> Result<Transacted<E, Self::Effect<E>>, Error>;
 
+    /// The effect and the completion of `lease`, which the caller already holds (the guard
+    /// style: a handler under the HTTP layer), in one transaction: the acquired half of
+    /// [`transact`](Self::transact). Opens a transaction, runs the effect in it, writes
+    /// [`Execution::completion`] of its response with the fenced completion statement, commits,
+    /// and says what became of the transaction. `Err` only when no transaction began (nothing
+    /// ran). It never releases or decides: the engine does, from the [`TxEnd`]
+    /// (`Idempotency::complete_transaction`).
+    async fn complete_in_transaction<E: Send + 'static>(
+        &self,
+        lease: &Lease,
+        effect: Self::Effect<E>,
+        execution: Execution,
+    ) -> Result<TxEnd<E>, Error>;
+
     /// Reads the record once no transaction holds it, waiting at most `wait` for one that does:
     /// what tells a commit in doubt from a rolled-back one. That includes a one-commit
     /// transaction (C15) whose reservation nobody else sees yet: "no record" must mean it
@@ -294,6 +308,17 @@ impl<S: Transactional + ?Sized> Transactional for Arc<S> {
         execution: Execution,
     ) -> Result<Transacted<E, Self::Effect<E>>, Error> {
         (**self).transact(request, effect, execution).await
+    }
+
+    async fn complete_in_transaction<E: Send + 'static>(
+        &self,
+        lease: &Lease,
+        effect: Self::Effect<E>,
+        execution: Execution,
+    ) -> Result<TxEnd<E>, Error> {
+        (**self)
+            .complete_in_transaction(lease, effect, execution)
+            .await
     }
 
     async fn settled(&self, id: &RecordId, wait: Duration) -> Result<Option<Record>, Error> {

@@ -226,6 +226,7 @@ macro_rules! __idem_transact_scenarios {
     ($($args:tt)*) => {
         $crate::__idem_dispatch! { [$($args)*]
             txc_c06_executed_then_replayed,
+            txc_c06_a_held_lease_completes_in_one_transaction,
             txc_c08_an_effect_error_rolls_back_and_the_retry_runs,
             txc_c08_a_panicking_effect_rolls_back_and_the_retry_runs,
             txc_c05_a_duplicate_is_answered_at_once_while_the_effect_runs,

@@ -88,7 +88,7 @@ pub async fn c01_invalid_key_is_rejected_and_nothing_is_written<H: Harness>(harn
             ),
         };
         assert!(expected, "{bad:?}: {err:?}");
-        assert_eq!(crate::render::status_for(&err), 400);
+        assert!(!err.is_retryable(), "{bad:?}");
     }
     let good = idem
         .request(&consumer, "POST", "/charges")
@@ -235,7 +235,6 @@ pub async fn c03_mismatch_on_completed_runs_nothing_and_keeps_the_record<H: Harn
         .await
         .expect("run");
     assert_eq!(outcome, Outcome::Answered(Answer::Mismatch));
-    assert_eq!(crate::render::outcome_status(&outcome, idem.policy()), 422);
     assert_eq!(ran.load(Ordering::SeqCst), 0);
     assert_eq!(store.lookup(first.id()).await.expect("lookup"), before);
     assert_eq!(
@@ -585,10 +584,6 @@ pub async fn c08_error_status_response_is_stored_and_replayed<H: Harness>(harnes
             let outcome = run_counted(&idem, &req, &calls, declined.clone())
                 .await
                 .expect("run");
-            assert_eq!(
-                crate::render::outcome_status(&outcome, idem.policy()),
-                status
-            );
             assert_eq!(outcome.response(), Some(&declined));
             assert_eq!(
                 matches!(outcome, Outcome::Answered(Answer::Replay(_))),
@@ -649,7 +644,7 @@ pub async fn c08_a_refusal_before_execution_releases_the_key_and_the_corrected_r
             })
             .await
             .expect("run");
-        assert_eq!(crate::render::outcome_status(&outcome, idem.policy()), 422);
+        assert_eq!(outcome.response().map(|r| r.status), Some(422));
     }
     assert_eq!(
         calls.load(Ordering::SeqCst),
@@ -1146,7 +1141,6 @@ pub async fn c12_oversized_body_is_rejected_and_nothing_is_written<H: Harness>(h
     assert!(
         matches!(err, Error::BodyTooLarge { limit: l, actual } if l == limit && actual == limit + 1)
     );
-    assert_eq!(crate::render::status_for(&err), 413);
     let id = RecordId::new(
         Scope::new(&consumer, "POST /charges").expect("scope"),
         crate::IdempotencyKey::new("k").expect("key"),

@@ -198,6 +198,44 @@ where
     assert_eq!(harness.business_rows(&store, &intent).await, 1);
 }
 
+/// C6, C8: for a lease the caller holds (the guard style; a handler under the HTTP layer), the
+/// effect and its completion commit together ([`Idempotency::complete_transaction`]). The
+/// effect's error rolls its transaction back and gives the key back, so the next `begin`
+/// acquires; the committed one is replayed; one business row.
+pub async fn txc_c06_a_held_lease_completes_in_one_transaction<H: TransactHarness>(
+    harness: &H,
+    commits: Commits,
+) where
+    H::Store: Transactional,
+{
+    let (store, idem) = setup(harness, commits).await;
+    let intent = unique_consumer("txc-held");
+    let req = request(&intent, "k", b"{\"cents\":700}");
+    let acquire = |begun: Result<Begin, crate::Error>| match begun {
+        Ok(Begin::Acquired(lease)) => lease,
+        other => panic!("expected to acquire: {other:?}"),
+    };
+    let lease = acquire(idem.begin(&req).await);
+    let failed = idem
+        .complete_transaction(&lease, harness.effect(&intent, Script::fail()))
+        .await;
+    assert!(matches!(failed, Err(RunError::Released(_))), "{failed:?}");
+    assert_eq!(harness.business_rows(&store, &intent).await, 0);
+    let lease = acquire(idem.begin(&req).await);
+    let effect = harness.effect(&intent, Script::respond(charged("a")));
+    let completion = match idem.complete_transaction(&lease, effect).await {
+        Ok(completion) => completion,
+        Err(error) => panic!("expected the commit: {error:?}"),
+    };
+    idem.committed(&completion);
+    assert_eq!(*completion.response(), charged("a"));
+    match idem.begin(&req).await {
+        Ok(Begin::Answered(Answer::Replay(replayed))) => assert_eq!(replayed, charged("a")),
+        other => panic!("expected the replay: {other:?}"),
+    }
+    assert_eq!(harness.business_rows(&store, &intent).await, 1);
+}
+
 /// C8, C15: the effect's error rolls its transaction back: no business row, the key free at
 /// once, and the retry executes once.
 pub async fn txc_c08_an_effect_error_rolls_back_and_the_retry_runs<H: TransactHarness>(

@@ -2,7 +2,7 @@
 //! each until it is answered, every handler run counted per key; and what the run saw: effects
 //! per key, the slowest call, every store error with its time.
 
-use idem_core::{Answer, Failure, Idempotency, Outcome, RunError, Store, StoredResponse};
+use idem_core::{Answer, Error, Failure, Idempotency, Outcome, RunError, Store, StoredResponse};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -240,8 +240,8 @@ impl Seen {
             Ok(Ok(other)) => panic!("{key}: {other:?}"),
             Ok(Err(RunError::Idem(error))) => {
                 assert!(
-                    error.is_retryable() && idem_core::render::status_for(&error) == 503,
-                    "{key}: a store error must be a retryable 503: {error}"
+                    error.is_retryable() && matches!(error, Error::Store(_)),
+                    "{key}: a store error must be retryable: {error}"
                 );
                 self.slowest_refusal = self.slowest_refusal.max(took);
                 self.errors.push((now, error.to_string()));
@@ -249,7 +249,7 @@ impl Seen {
             }
             Ok(Err(error)) => {
                 assert!(
-                    idem_core::render::run_error_status(&error) >= 500,
+                    !matches!(&error, RunError::Unknown { response, .. } if response.status < 500),
                     "{key}: once the effect may have run, never a 4xx: {error}"
                 );
                 self.errors.push((now, error.to_string()));

@@ -11,6 +11,7 @@ use crate::convert::{read_request_body, BoxError, ResponseReadError};
 use crate::disposition::Handled;
 use crate::limits::check_consumer;
 use crate::marker::{Completed, Happened, NothingHappened, OutcomeUnknown};
+use crate::render::Problem;
 use crate::reservation::Reservation;
 use crate::service::ResponseFuture;
 use bytes::Bytes;
@@ -19,7 +20,6 @@ use http::request::Parts;
 use http::{HeaderMap, Request, Response};
 use http_body::Body;
 use http_body_util::Full;
-use idem_core::render::Problem;
 use idem_core::{
     Answer, Context, Error, EventKind, Failure, Field, Idempotency, Outcome, Policy, Reply,
     RunError, Store, StoredResponse,
@@ -639,7 +639,7 @@ fn respond<S: Store>(
             Err(error) => {
                 tracing::error!(target: "idem_tower", %error, "idempotency: undecodable stored answer");
                 (
-                    problem_answer(&idem_core::render::problem_for(&error)),
+                    problem_answer(&crate::render::problem_for(&error)),
                     Vec::new(),
                 )
             }
@@ -662,9 +662,9 @@ fn respond<S: Store>(
             .with_retry_after(retry_after.min(config.max_retry_after)),
         ),
         Ok(Outcome::Answered(answer)) => {
-            match idem_core::render::answer_problem(&answer, idem.policy()) {
+            match crate::render::answer_problem(&answer, idem.policy()) {
                 Some(p) => problem(&p),
-                None => problem(&idem_core::render::problem_for(&Error::CorruptRecord(
+                None => problem(&crate::render::problem_for(&Error::CorruptRecord(
                     "unexpected answer".into(),
                 ))),
             }
@@ -694,7 +694,7 @@ fn respond<S: Store>(
 /// The problem for one of idem's errors, worded for gRPC where the HTTP one names a header:
 /// built from the error itself (its field and reason), never from the HTTP wording.
 fn problem_of(error: &Error) -> Problem {
-    let mut problem = idem_core::render::problem_for(error);
+    let mut problem = crate::render::problem_for(error);
     match error {
         Error::KeyMissing => {
             problem.detail = "This method requires an idempotency key (the idempotency-key metadata entry, or the request's own field).".into();
@@ -722,7 +722,7 @@ pub(crate) fn problem_answer(problem: &Problem) -> GrpcAnswer {
             )
             .with_trailer(
                 "retry-after",
-                idem_core::render::retry_after_secs(delay).to_string(),
+                crate::render::retry_after_secs(delay).to_string(),
             ),
         None => answer,
     }

@@ -1,7 +1,7 @@
 //! The gRPC status table: the layer's answers as gRPC codes, the handler's codes as refusals or
 //! stored answers (C8), and each code's HTTP equivalent.
 
-use idem_core::render::Problem;
+use crate::render::Problem;
 use tonic::Code;
 
 /// The gRPC code of one of the layer's problems (docs/grpc.md, the mapping table):
@@ -18,7 +18,7 @@ use tonic::Code;
 /// | store unavailable (C13) | 503 | `UNAVAILABLE` (+ `RetryInfo`) |
 ///
 /// ```
-/// use idem_core::render::Problem;
+/// use idem_tower::render::Problem;
 /// use idem_tower::grpc_code_of;
 /// let reused = Problem::new(422, "idempotency-key-reused", "reused", false);
 /// assert_eq!(grpc_code_of(&reused), tonic::Code::FailedPrecondition);

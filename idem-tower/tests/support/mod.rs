@@ -11,8 +11,9 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use idem_core::store::{
-    async_trait, Acquire, Capabilities, Claim, Completion, Inspected, Lease, ListQuery,
-    ListingOrder, Operator, Page, Record, Replaced, Reserved, Stats,
+    async_trait, Acquire, Capabilities, Claim, Completion, Execution, Inspected, Lease, ListQuery,
+    ListingOrder, Operator, Page, Record, Replaced, Reserved, Stats, Transacted, Transactional,
+    TxEnd,
 };
 use idem_core::{Error, Idempotency, Policy, RecordId, Store, StoreErrorKind, Timestamp};
 use idem_sqlite::SqliteStore;
@@ -259,10 +260,37 @@ pub(crate) struct Decorated<S> {
     down: bool,
 }
 
-/// The SQLite store underneath, for `Reservation::sqlite_transaction`.
-impl AsRef<SqliteStore> for Decorated<SqliteStore> {
-    fn as_ref(&self) -> &SqliteStore {
-        &self.inner
+/// The store underneath's transactions, for `Reservation::transaction`.
+#[async_trait]
+impl<S: Transactional> Transactional for Decorated<S> {
+    type Effect<E: Send + 'static> = S::Effect<E>;
+
+    fn renews_during_transaction(&self) -> bool {
+        self.inner.renews_during_transaction()
+    }
+
+    async fn transact<E: Send + 'static>(
+        &self,
+        request: &idem_core::Request,
+        effect: Self::Effect<E>,
+        execution: Execution,
+    ) -> Result<Transacted<E, Self::Effect<E>>, Error> {
+        self.inner.transact(request, effect, execution).await
+    }
+
+    async fn complete_in_transaction<E: Send + 'static>(
+        &self,
+        lease: &Lease,
+        effect: Self::Effect<E>,
+        execution: Execution,
+    ) -> Result<TxEnd<E>, Error> {
+        self.inner
+            .complete_in_transaction(lease, effect, execution)
+            .await
+    }
+
+    async fn settled(&self, id: &RecordId, wait: Duration) -> Result<Option<Record>, Error> {
+        self.inner.settled(id, wait).await
     }
 }
 

@@ -8,7 +8,8 @@ pub use postgres::Postgres;
 pub use sqlite::Sqlite;
 
 use crate::proto::Charge;
-use idem::{Completion, Idempotency, Store, StoredResponse};
+use idem::store::Store;
+use idem::{Completion, Idempotency, RunError, StoredResponse};
 use idem_tower::Reservation;
 
 /// An error of the database.
@@ -27,14 +28,16 @@ pub trait Backend: Send + Sync + 'static {
     fn idem(&self) -> &Idempotency<Self::Store>;
 
     /// Inserts `charge` for `account` and completes `reservation` with `answer`, in one
-    /// transaction: both commit or neither does (C6).
+    /// transaction: both commit or neither does (C6). [`RunError::Released`] and
+    /// [`RunError::Idem`]: rolled back, nothing happened; [`RunError::InDoubt`]: it may have
+    /// happened, the key is kept.
     async fn create(
         &self,
         reservation: &Reservation<Self::Store>,
         account: &str,
         charge: &Charge,
         answer: StoredResponse,
-    ) -> Result<Completion, DbError>;
+    ) -> Result<Completion, RunError<DbError>>;
 
     /// The account's charge `id`.
     async fn get(&self, account: &str, id: &str) -> Result<Option<Charge>, DbError>;

@@ -4,7 +4,7 @@ use super::{Backend, DbError, TABLE};
 use crate::proto::Charge;
 use idem::postgres::sqlx::{self, Row};
 use idem::postgres::PgStore;
-use idem::{Completion, Idempotency, Policy, StoredResponse};
+use idem::{Completion, Idempotency, Policy, RunError, StoredResponse};
 use idem_tower::Reservation;
 
 /// PostgreSQL: the charge and its completion (`PgStore::complete_in`) in one transaction from
@@ -53,6 +53,26 @@ impl Backend for Postgres {
         account: &str,
         charge: &Charge,
         answer: StoredResponse,
+    ) -> Result<Completion, RunError<DbError>> {
+        // A failure rolled the transaction back: nothing happened (the layer gives the key back).
+        self.charge(reservation, account, charge, answer)
+            .await
+            .map_err(RunError::Released)
+    }
+
+    async fn get(&self, account: &str, id: &str) -> Result<Option<Charge>, DbError> {
+        self.read(account, id).await
+    }
+}
+
+impl Postgres {
+    /// The charge and the completion of `reservation` with `answer` in one transaction.
+    async fn charge(
+        &self,
+        reservation: &Reservation<PgStore>,
+        account: &str,
+        charge: &Charge,
+        answer: StoredResponse,
     ) -> Result<Completion, DbError> {
         let completion = reservation.completion(answer);
         let store = self.idem.store();
@@ -73,7 +93,8 @@ impl Backend for Postgres {
         Ok(completion)
     }
 
-    async fn get(&self, account: &str, id: &str) -> Result<Option<Charge>, DbError> {
+    /// The account's charge `id`.
+    async fn read(&self, account: &str, id: &str) -> Result<Option<Charge>, DbError> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT id, amount, currency, description, created FROM {TABLE} WHERE id = $1 AND account = $2"
         )))

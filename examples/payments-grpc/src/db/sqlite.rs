@@ -4,11 +4,11 @@ use super::{Backend, DbError, TABLE};
 use crate::proto::Charge;
 use idem::sqlite::rusqlite::{params, OptionalExtension};
 use idem::sqlite::SqliteStore;
-use idem::{Completion, Idempotency, Policy, StoredResponse};
+use idem::{Completion, Idempotency, Policy, RunError, StoredResponse};
 use idem_tower::Reservation;
 
 /// SQLite: the charge and its completion in one `BEGIN IMMEDIATE` transaction on the store's
-/// writer (`Reservation::sqlite_transaction`).
+/// writer (`Reservation::transaction`).
 #[derive(Debug)]
 pub struct Sqlite {
     idem: Idempotency<SqliteStore>,
@@ -50,16 +50,16 @@ impl Backend for Sqlite {
         account: &str,
         charge: &Charge,
         answer: StoredResponse,
-    ) -> Result<Completion, DbError> {
+    ) -> Result<Completion, RunError<DbError>> {
         let (account, row) = (account.to_owned(), charge.clone());
         let completed = reservation
-            .sqlite_transaction(move |tx| -> Result<_, DbError> {
+            .transaction(Box::new(move |tx, _lease| -> Result<_, DbError> {
                 tx.execute(
                     &format!("INSERT INTO {TABLE} (id, account, amount, currency, description, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
                     params![row.id, account, row.amount, row.currency, row.description, row.created],
                 )?;
                 Ok(answer)
-            })
+            }))
             .await?;
         Ok(completed.0)
     }

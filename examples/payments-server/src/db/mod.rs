@@ -14,7 +14,7 @@ pub(crate) use unavailable::{is_unavailable, Unreachable, READ_DEADLINE};
 use crate::charge::Charge;
 use idem::store::Operator;
 use idem::tower::Reservation;
-use idem::{Completion, Idempotency};
+use idem::{Completion, Idempotency, RunError};
 use std::time::Duration;
 
 /// A database failure (logged; the client sees a 503 when [`is_unavailable`], else a 500,
@@ -33,14 +33,15 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// Inserts `charge` for `account` and completes the reservation with its response, in
     /// one transaction: both commit or neither does. `delay` (a test hook) sleeps between
-    /// the two, inside the transaction.
+    /// the two, inside the transaction. [`RunError::Released`] and [`RunError::Idem`]: rolled
+    /// back, nothing happened; [`RunError::InDoubt`]: it may have happened, the key is kept.
     async fn create(
         &self,
         reservation: &Reservation<Self::Store>,
         account: &str,
         charge: &Charge,
         delay: Option<Duration>,
-    ) -> Result<Completion, DbError>;
+    ) -> Result<Completion, RunError<DbError>>;
 
     /// Inserts `charge` for `account` unless a charge with its id is there already, and
     /// answers the row as stored: the reconciler's record of an authorization whose handler

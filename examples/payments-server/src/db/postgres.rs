@@ -8,7 +8,7 @@ use crate::webhooks;
 use idem::postgres::sqlx::{self, pool::PoolConnection, Row};
 use idem::postgres::PgStore;
 use idem::tower::Reservation;
-use idem::{Completion, Idempotency, Policy};
+use idem::{Completion, Idempotency, Policy, RunError};
 use idem_outbox::{Dispatching, PgOutbox};
 use std::time::Duration;
 use tokio::time::error::Elapsed;
@@ -146,10 +146,13 @@ impl Backend for Postgres {
         account: &str,
         charge: &Charge,
         delay: Option<Duration>,
-    ) -> Result<Completion, DbError> {
-        // The layer's engine is a clone of `self.idem`: the same store and pool.
+    ) -> Result<Completion, RunError<DbError>> {
+        // The layer's engine is a clone of `self.idem`: the same store and pool. A failure
+        // rolled the transaction back: nothing happened (the layer gives the key back).
         let webhook = match &self.webhooks {
-            Some((outbox, _)) => webhooks::charge_succeeded(charge)?.map(|event| (outbox, event)),
+            Some((outbox, _)) => webhooks::charge_succeeded(charge)
+                .map_err(|e| RunError::Released(e.into()))?
+                .map(|event| (outbox, event)),
             None => None,
         };
         charge_and_complete(
@@ -160,6 +163,7 @@ impl Backend for Postgres {
             delay,
         )
         .await
+        .map_err(RunError::Released)
     }
 
     async fn record(&self, account: &str, charge: &Charge) -> Result<Charge, DbError> {

@@ -7,7 +7,7 @@ use crate::webhooks;
 use idem::sqlite::rusqlite::{params, Connection, OptionalExtension, Row};
 use idem::sqlite::SqliteStore;
 use idem::tower::Reservation;
-use idem::{Completion, Idempotency, Policy};
+use idem::{Completion, Idempotency, Policy, RunError};
 use idem_outbox::{Dispatching, SqliteOutbox};
 use std::time::Duration;
 
@@ -120,13 +120,13 @@ impl Backend for Sqlite {
         account: &str,
         charge: &Charge,
         delay: Option<Duration>,
-    ) -> Result<Completion, DbError> {
+    ) -> Result<Completion, RunError<DbError>> {
         let (account, charge) = (account.to_owned(), charge.clone());
         let outbox = self.webhooks.as_ref().map(|(outbox, _)| outbox.clone());
         // One call: the writer, an IMMEDIATE transaction, the charge, its webhook and its
-        // completion, one commit (or nothing, and the key released by the layer).
+        // completion, one commit (or nothing, and the key given back by the engine).
         reservation
-            .sqlite_transaction(move |tx| -> Result<_, DbError> {
+            .transaction(Box::new(move |tx, _lease| -> Result<_, DbError> {
                 insert(tx, INSERT, &account, &charge)?;
                 if let (Some(outbox), Some(event)) = (&outbox, webhooks::charge_succeeded(&charge)?)
                 {
@@ -136,7 +136,7 @@ impl Backend for Sqlite {
                     std::thread::sleep(delay);
                 }
                 Ok(charge.response())
-            })
+            }))
             .await
             .map(|completed| completed.0)
     }

@@ -84,10 +84,14 @@ mod tests {
     #[test]
     fn a_store_error_is_judged_by_the_store() {
         let store = |kind| boxed(idem::Error::store("postgres", kind, "cause"));
-        assert!(is_unavailable(&store(idem::StoreErrorKind::Unavailable)));
         assert!(is_unavailable(&store(
-            idem::StoreErrorKind::TransactionConflict
+            idem::store::StoreErrorKind::Unavailable
         )));
-        assert!(!is_unavailable(&store(idem::StoreErrorKind::Misconfigured)));
+        assert!(is_unavailable(&store(
+            idem::store::StoreErrorKind::TransactionConflict
+        )));
+        assert!(!is_unavailable(&store(
+            idem::store::StoreErrorKind::Misconfigured
+        )));
     }
 }

@@ -1,12 +1,14 @@
 //! The one place that renders what idem answers as HTTP (the HTTP mapping of
 //! docs/state-machine.md): errors and answers become an RFC 9457 [`Problem`] or a
-//! [`StoredResponse`]. The types themselves ([`Error`], [`Answer`], [`Outcome`], [`RunError`])
-//! carry meaning only; the HTTP layer, the gRPC layer, the inbox and the examples all render
-//! through these functions, and an application with its own error shape (Stripe's
-//! `{"error": {...}}`) renders the same [`Problem`] its own way.
+//! [`StoredResponse`], and a [`StoredResponse`] an `http` response ([`into_http`]). The types
+//! themselves ([`Error`], [`Answer`], [`Outcome`], [`RunError`]) carry meaning only; the HTTP
+//! layer, the gRPC layer, the inbox and the examples all render through these functions, and an
+//! application with its own error shape (Stripe's `{"error": {...}}`) renders the same
+//! [`Problem`] its own way.
 //!
 //! ```
-//! use idem_core::{render, Answer, Error, IdempotencyKey, Policy, StoredResponse};
+//! use idem_core::{Answer, Error, IdempotencyKey, Policy, StoredResponse};
+//! use idem_tower::render;
 //! use std::time::Duration;
 //! let policy = Policy::default();
 //! let missing = IdempotencyKey::required(None).unwrap_err();
@@ -22,18 +24,12 @@
 //! assert_eq!(render::answer_status(&Answer::<StoredResponse>::Mismatch, &policy), 422);
 //! ```
 
-#[cfg(feature = "axum")]
-mod axum;
-#[cfg(feature = "http")]
 mod into_http;
 
-pub use crate::problem::{problem, retry_after_secs, Problem, PROBLEM_BASE};
+pub use idem_core::problem::{retry_after_secs, Problem, PROBLEM_BASE};
+pub use into_http::into_http;
 
-use crate::answer::Answer;
-use crate::error::{Error, Field};
-use crate::outcome::{Outcome, RunError};
-use crate::policy::{InFlightAnswer, Policy};
-use crate::response::StoredResponse;
+use idem_core::{Answer, Error, Field, InFlightAnswer, Outcome, Policy, RunError, StoredResponse};
 use std::time::Duration;
 
 /// How long a client is told to wait before retrying after a store failure (C13).
@@ -44,7 +40,8 @@ const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// schema version (server faults: a retry cannot help, and the schema is the deployment's).
 ///
 /// ```
-/// use idem_core::{render, Error, StoreErrorKind};
+/// use idem_core::{Error, StoreErrorKind};
+/// use idem_tower::render;
 /// assert_eq!(render::status_for(&Error::store("redis", StoreErrorKind::Unavailable, "down")), 503);
 /// assert_eq!(render::status_for(&Error::LeaseLost), 500);
 /// ```
@@ -53,8 +50,21 @@ pub fn status_for(error: &Error) -> u16 {
         Error::KeyMissing | Error::InvalidInput { .. } => 400,
         Error::BodyTooLarge { .. } => 413,
         Error::Store(_) => 503,
-        Error::LeaseLost | Error::CorruptRecord(_) | Error::SchemaVersion { .. } => 500,
+        // A lost lease, a corrupt record, a table at another schema version: server faults.
+        _ => 500,
     }
+}
+
+/// An RFC 9457 problem response: `type` is [`PROBLEM_BASE`] + `kind` (shorthand for
+/// [`Problem::new`] + [`Problem::to_response`]).
+///
+/// ```
+/// let p = idem_tower::render::problem(503, "store-unavailable", "Try again later.", true);
+/// assert_eq!(p.header("content-type"), Some(&b"application/problem+json"[..]));
+/// assert!(String::from_utf8_lossy(&p.body).contains("\"retryable\":true"));
+/// ```
+pub fn problem(status: u16, kind: &'static str, detail: &str, retryable: bool) -> StoredResponse {
+    Problem::new(status, kind, detail, retryable).to_response()
 }
 
 /// The problem (RFC 9457) to answer `error` with: 400 `idempotency-key-missing` /
@@ -63,7 +73,8 @@ pub fn status_for(error: &Error) -> u16 {
 /// it never echoes the body.
 ///
 /// ```
-/// use idem_core::{render, IdempotencyKey};
+/// use idem_core::IdempotencyKey;
+/// use idem_tower::render;
 /// let p = render::problem_for(&IdempotencyKey::new("has space").unwrap_err());
 /// assert_eq!((p.status, p.kind), (400, "idempotency-key-invalid"));
 /// ```
@@ -91,9 +102,7 @@ pub fn problem_for(error: &Error) -> Problem {
             "store-unavailable",
             "The idempotency store is unavailable; retry later.".to_owned(),
         ),
-        Error::LeaseLost | Error::CorruptRecord(_) | Error::SchemaVersion { .. } => {
-            ("internal", "The request could not be completed.".to_owned())
-        }
+        _ => ("internal", "The request could not be completed.".to_owned()),
     };
     let problem = Problem::new(status_for(error), kind, detail, error.is_retryable());
     match error {
@@ -105,7 +114,8 @@ pub fn problem_for(error: &Error) -> Problem {
 /// The problem response for `error`: [`problem_for`], as `application/problem+json`.
 ///
 /// ```
-/// use idem_core::{render, IdempotencyKey};
+/// use idem_core::IdempotencyKey;
+/// use idem_tower::render;
 /// let http = render::error(&IdempotencyKey::required(None).unwrap_err());
 /// assert_eq!(http.status, 400);
 /// assert!(String::from_utf8_lossy(&http.body).contains("idempotency-key-missing"));
@@ -171,10 +181,11 @@ pub fn answer(answer: &Answer, policy: &Policy) -> StoredResponse {
     }
 }
 
-/// The HTTP status of an outcome of [`Idempotency::run`](crate::Idempotency::run).
+/// The HTTP status of an outcome of [`Idempotency::run`](idem_core::Idempotency::run).
 ///
 /// ```
-/// use idem_core::{render, Answer, Outcome, Policy, StoredResponse};
+/// use idem_core::{Answer, Outcome, Policy, StoredResponse};
+/// use idem_tower::render;
 /// let policy = Policy::default();
 /// assert_eq!(render::outcome_status(&Outcome::Executed(StoredResponse::new(201, "")), &policy), 201);
 /// assert_eq!(render::outcome_status(&Outcome::Answered(Answer::Mismatch), &policy), 422);
@@ -200,7 +211,8 @@ pub fn outcome(outcome: &Outcome, policy: &Policy) -> StoredResponse {
 /// C8).
 ///
 /// ```
-/// use idem_core::{render, Error, RunError};
+/// use idem_core::{Error, RunError};
+/// use idem_tower::render;
 /// assert_eq!(render::run_error_status(&RunError::<()>::Idem(Error::KeyMissing)), 400);
 /// assert_eq!(render::run_error_status(&RunError::Released(())), 500);
 /// ```
@@ -208,14 +220,14 @@ pub fn run_error_status<E>(error: &RunError<E>) -> u16 {
     match error {
         RunError::Idem(e) => status_for(e),
         RunError::Unknown { response, .. } => response.status,
-        RunError::Released(_) | RunError::Incomplete(_) | RunError::InDoubt(_) => 500,
+        _ => 500,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::StoreErrorKind;
+    use idem_core::StoreErrorKind;
 
     #[test]
     fn c13_a_store_failure_is_a_503_with_retry_after() {
