@@ -24,7 +24,7 @@
 //! cards were charged once per intent (counted at the network, the downstream effect) and that
 //! the local table agrees.
 
-use idem::reconcile::{Decided, Finding, InDoubt, Reconciled};
+use idem::ops::{Decided, Finding, InDoubt, Reconciled};
 use idem::sqlite::rusqlite::{params, TransactionBehavior};
 use idem::sqlite::SqliteStore;
 use idem::store::Operator;
@@ -257,10 +257,7 @@ impl Service {
 
     /// One reconciliation pass over the records in doubt, as a wire-like line.
     async fn reconcile(&self) -> String {
-        let pass = self
-            .idem
-            .reconcile_now(&|case: InDoubt| self.check(case))
-            .await;
+        let pass = idem::ops::reconcile_now(&self.idem, &|case: InDoubt| self.check(case)).await;
         let summary = match pass {
             Ok(Reconciled {
                 checked,

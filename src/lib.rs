@@ -37,10 +37,17 @@
 mod doctests;
 
 pub use idem_core::{
-    reconcile, Answer, Begin, Commits, Completion, Context, Error, Failure, Idempotency,
-    IdempotencyBuilder, IdempotencyKey, InFlightAnswer, KeepAlive, Lease, MemoryStore, Outcome,
-    Policy, Reply, Request, RequestBuilder, RunError, StoredResponse,
+    Answer, Begin, Commits, Completion, Context, Error, Failure, Idempotency, IdempotencyBuilder,
+    IdempotencyKey, InFlightAnswer, KeepAlive, Lease, MemoryStore, Outcome, Policy, Reply, Request,
+    RequestBuilder, RunError, StoredResponse,
 };
+
+/// Operations beside the engine: records in doubt and their reconciliation
+/// ([`idem_core::reconcile`]), the reconciler's and the purge's periodic runs ([`idem_ops`]).
+pub mod ops {
+    pub use idem_core::reconcile::*;
+    pub use idem_ops::*;
+}
 
 /// What the engine reports as it runs (C16): events, their observers (tracing's by default, the
 /// `metrics` feature's), and the count of duplicates waiting now.
@@ -67,7 +74,7 @@ pub mod store {
     pub use idem_core::store::*;
     pub use idem_core::{
         canonical_json, is_always_stored, is_never_stored, Clock, FencingToken, Field, Fingerprint,
-        FingerprintBuilder, Holder, ManualClock, Purger, RecordId, Scope, Store, StoreError,
+        FingerprintBuilder, Holder, ManualClock, RecordId, Scope, Store, StoreError,
         StoreErrorKind, SystemClock, Timestamp,
     };
 }

@@ -445,38 +445,6 @@ fn c08_run_without_timers_refuses_before_anything_runs() {
     assert_eq!(record, None, "nothing reserved");
 }
 
-#[tokio::test]
-async fn c10_the_purger_purges_every_period_until_stopped() {
-    let clock = idem_core::ManualClock::new(idem_core::Timestamp::from_millis(1_000_000));
-    let idem = Idempotency::with_policy(
-        MemoryStore::with_clock(clock.clone()),
-        Policy::default()
-            .lease(Duration::from_secs(1))
-            .purge_batch(2),
-    )
-    .expect("policy");
-    for i in 0..5 {
-        let request = idem
-            .request("acct", "POST", "/charges")
-            .key(Some(&format!("k{i}")))
-            .body(b"{}")
-            .build()
-            .expect("request");
-        let _ = idem.begin(&request).await.expect("begin");
-    }
-    clock.advance(Duration::from_secs(2));
-    let purger = idem.purge_every(Duration::from_millis(20));
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !idem.store().is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the purger did not purge"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    purger.stop().await;
-}
-
 /// Polls `idem` with `request` until it replays (or `within` passes); returns the replay.
 async fn replayed(
     idem: &Idempotency<Flaky>,

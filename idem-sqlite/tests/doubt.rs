@@ -224,10 +224,10 @@ async fn c12_an_unreadable_mark_is_corrupt_to_inspect_and_takes_no_listing_down(
             _ => panic!("{record:?}"),
         }
     }
-    let report = idem
-        .reconcile_now(&|_case: InDoubt| async { Finding::not_happened() })
-        .await
-        .expect("pass");
+    let report =
+        idem_ops::reconcile_now(&idem, &|_case: InDoubt| async { Finding::not_happened() })
+            .await
+            .expect("pass");
     assert_eq!((report.released, report.failed), (1, 1), "{report:?}");
 }
 

@@ -211,7 +211,7 @@ async fn count_authorizations<B: Backend>(State(app): State<Arc<App<B>>>) -> Res
 /// `POST /test/reconcile` (test hooks only): one reconciliation pass now; its report.
 async fn reconcile_now<B: Backend>(State(app): State<Arc<App<B>>>) -> Response {
     let reconciler = Reconciler::new(app.backend.clone(), app.network.clone());
-    match app.backend.idem().reconcile_now(&reconciler).await {
+    match idem::ops::reconcile_now(app.backend.idem(), &reconciler).await {
         Ok(report) => Json(report_json(&report)).into_response(),
         Err(error) => read_failed(&(Box::new(error) as DbError), "reconciling"),
     }

@@ -117,10 +117,14 @@ async fn run<B: Backend>(backend: B, settings: &Settings) -> Result<(), BoxError
     let network = Arc::new(Network::new());
     let listener = tokio::net::TcpListener::bind(settings.addr).await?;
     let addr = listener.local_addr()?;
-    let purger = idem.purge_every(Duration::from_secs(60));
+    let purger = idem::ops::purge_every(&idem, Duration::from_secs(60));
     // The records in doubt are settled from the network's answers, now and every period.
     let reconciling = settings.reconcile_every.map(|every| {
-        idem.reconcile_every(every, Reconciler::new(backend.clone(), network.clone()))
+        idem::ops::reconcile_every(
+            &idem,
+            every,
+            Reconciler::new(backend.clone(), network.clone()),
+        )
     });
     // The one line on stdout: where to reach the server (scripts and tests read it).
     println!("listening on http://{addr}");

@@ -18,7 +18,7 @@
 use crate::charge::Charge;
 use crate::db::{is_unavailable, Backend};
 use crate::network::{Authorization, Network};
-use idem::reconcile::{Finding, InDoubt, Reconcile, Reconciled};
+use idem::ops::{Finding, InDoubt, Reconcile, Reconciled};
 use std::sync::Arc;
 
 /// The reconciler: the card network to ask, the database to record charges in.

@@ -116,7 +116,7 @@
 //!   three days of automatic redeliveries; a manual resend older than that is still caught by
 //!   the order's unique invoice.
 //! - The audit trail is purged hourly of entries first received longer ago than
-//!   `--audit-retention-days`; expired inbox records every ten minutes (`idem.purge_every`).
+//!   `--audit-retention-days`; expired inbox records every ten minutes (`idem::ops::purge_every`).
 
 mod app;
 mod events;
@@ -218,7 +218,7 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
     let idem = Idempotency::with_policy(store, policy)?;
     let inbox = Inbox::new(idem.clone()).with_audit(Arc::clone(&audit));
 
-    let record_purger = idem.purge_every(RECORD_PURGE_PERIOD);
+    let record_purger = idem::ops::purge_every(&idem, RECORD_PURGE_PERIOD);
     let audit_purger = AuditPurger::start(inbox.clone(), settings.audit_retention);
 
     let listener = tokio::net::TcpListener::bind(settings.addr).await?;

@@ -280,8 +280,24 @@ impl<S: Store> Idempotency<S> {
         self.inner.observers.emit(event);
     }
 
-    /// Runs one store call within the policy's deadline (C13) and reports it.
-    pub(crate) async fn call<T, F>(
+    /// Runs one store call within the policy's deadline (C13) and reports it as a
+    /// [`StoreCall`](EventKind::StoreCall) event (C16): for code beside the engine that calls
+    /// the store itself (idem-ops' runners, an operator's tool).
+    ///
+    /// ```
+    /// use idem_core::store::{ListQuery, Operator};
+    /// use idem_core::{Idempotency, MemoryStore, Operation};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), idem_core::Error> {
+    /// let idem = Idempotency::new(MemoryStore::new());
+    /// let page = idem
+    ///     .store_call(Operation::List, None, idem.store().list(&ListQuery::in_doubt()))
+    ///     .await?;
+    /// assert!(page.records.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn store_call<T, F>(
         &self,
         operation: Operation,
         id: Option<&RecordId>,
@@ -368,7 +384,7 @@ impl<S: Store> Idempotency<S> {
             Err(met) => met,
         };
         let committed = self
-            .call(
+            .store_call(
                 Operation::Lookup,
                 Some(request.id()),
                 self.inner.store.read_answer(request),
@@ -467,7 +483,7 @@ impl<S: Store> Idempotency<S> {
         };
         let lease_for = self.inner.policy.lease;
         let reserved = self
-            .call(
+            .store_call(
                 Operation::Reserve,
                 Some(request.id()),
                 Reservation::new(request, lease_for).run(&mut &self.inner.store),
@@ -595,7 +611,7 @@ impl<S: Store> Idempotency<S> {
     /// when the effect did not happen.
     pub async fn release(&self, lease: Lease) -> Result<(), Error> {
         let result = self
-            .call(
+            .store_call(
                 Operation::Release,
                 Some(lease.id()),
                 self.inner.store.release(&lease),
@@ -638,7 +654,7 @@ impl<S: Store> Idempotency<S> {
         let started = Instant::now();
         let lease_for = self.inner.policy.lease;
         let result = self
-            .call(
+            .store_call(
                 Operation::Renew,
                 Some(lease.id()),
                 self.inner.store.renew(lease, lease_for),
@@ -663,7 +679,7 @@ impl<S: Store> Idempotency<S> {
     /// Call it periodically (docs/stores.md, "Purge").
     pub async fn purge_expired(&self) -> Result<usize, Error> {
         let result = self
-            .call(
+            .store_call(
                 Operation::Purge,
                 None,
                 self.inner

@@ -462,7 +462,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 let wait = self.policy().store_timeout;
                 let id = lease.id();
                 let settled = self
-                    .call(
+                    .store_call(
                         Operation::Lookup,
                         Some(id),
                         self.inner.store.settled(id, wait.mul_f32(0.8)),
@@ -509,7 +509,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
         let id = lease.id();
         let wait = self.policy().store_timeout;
         let settled = self
-            .call(
+            .store_call(
                 Operation::Lookup,
                 Some(id),
                 self.inner.store.settled(id, wait.mul_f32(0.8)),

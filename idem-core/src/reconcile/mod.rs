@@ -2,9 +2,9 @@
 //!
 //! An execution whose outcome is unknown (the card network timed out after the request was
 //! sent) keeps its key with an answer in doubt (C8): a 500, or the handler's own answer, marked
-//! with a [`Doubt`]. Nothing re-runs blind; the other half is here: a [`Reconcile`] function of
-//! the application asks the provider about each record in doubt and says what it found
-//! ([`Finding`]): the effect happened ([`Verdict::Settled`]: its real answer replaces the one in
+//! with a [`Doubt`]. Nothing re-runs blind; the other half is here: the application asks the
+//! provider about each record in doubt (idem-ops runs its check periodically) and says what it
+//! found ([`Finding`]): the effect happened ([`Verdict::Settled`]: its real answer replaces the one in
 //! doubt), it did not ([`Verdict::NotHappened`]: the key is released and the next retry runs),
 //! or nobody knows yet ([`Verdict::StillUnknown`]: asked again after a backoff).
 //!
@@ -16,7 +16,7 @@
 //! [`Operator::reconciliations`] and the `idem doubt` commands.
 //!
 //! ```
-//! use idem_core::reconcile::{Finding, InDoubt};
+//! use idem_core::reconcile::{Finding, Resolved};
 //! use idem_core::{Answer, Failure, Idempotency, MemoryStore, Outcome, StoredResponse};
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -29,12 +29,11 @@
 //! assert!(first.is_err());
 //!
 //! // The reconciler asks the network by the key the handler sent it: it did charge.
-//! let report = idem.reconcile_now(&|case: InDoubt| async move {
-//!     Finding::settled(StoredResponse::new(201, r#"{"id":"ch_1"}"#))
-//!         .asked(format!("GET /authorizations/{}", case.downstream_key()))
-//!         .answered("captured")
-//! }).await?;
-//! assert_eq!(report.settled, 1);
+//! let case = idem.in_doubt(request.id()).await?.expect("in doubt");
+//! let finding = Finding::settled(StoredResponse::new(201, r#"{"id":"ch_1"}"#))
+//!     .asked(format!("GET /authorizations/{}", case.downstream_key()))
+//!     .answered("captured");
+//! assert!(matches!(idem.resolve(&case, finding, "reconciler").await?, Resolved::Settled(_)));
 //!
 //! // The client's retry gets the real charge; nothing ran again.
 //! let retry = idem.run(&request, |_ctx| async {
@@ -49,58 +48,20 @@
 
 mod finding;
 mod in_doubt;
-mod runner;
 
 pub use crate::doubt::{Doubt, DoubtCause};
 pub use crate::resolution::{Change, Resolution};
 pub use crate::trail::{Decided, Reconciliation};
 pub use finding::{Finding, Verdict};
 pub use in_doubt::InDoubt;
-pub use runner::Reconciling;
 
 use crate::engine::Idempotency;
 use crate::error::{Error, Field};
 use crate::event::{Event, EventKind, Operation};
-use crate::holder::Holder;
-use crate::listing::ListQuery;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use crate::store::Operator;
-use crate::unwind::CatchUnwind;
-use async_trait::async_trait;
-use std::future::Future;
 use std::time::Duration;
-
-/// The application's side of a reconciliation: asks the provider about one record in doubt
-/// and says what it found. Any `Fn(InDoubt) -> impl Future<Output = Finding>` is one.
-///
-/// A check that fails (the provider is down) is a [`Finding::still_unknown`], with what failed
-/// as its [`answered`](Finding::answered) text; one that panics, or gives no answer within
-/// [`CHECK_DEADLINE`], is taken as still unknown.
-#[async_trait]
-pub trait Reconcile: Send + Sync {
-    /// What became of `case`'s effect.
-    async fn check(&self, case: InDoubt) -> Finding;
-}
-
-#[async_trait]
-impl<F, Fut> Reconcile for F
-where
-    F: Fn(InDoubt) -> Fut + Send + Sync,
-    Fut: Future<Output = Finding> + Send,
-{
-    async fn check(&self, case: InDoubt) -> Finding {
-        self(case).await
-    }
-}
-
-/// The longest one [`Reconcile::check`] may take: past it the record is taken as still unknown
-/// and the pass goes on (every wait has a deadline).
-pub const CHECK_DEADLINE: Duration = Duration::from_secs(30);
-
-/// The most records one pass checks ([`Idempotency::reconcile_now`]); the rest wait for the
-/// next pass.
-pub const MAX_PER_PASS: usize = 1000;
 
 /// When a record found still unknown at its `attempt`-th check is due again, unless the
 /// finding said ([`Finding::retry_after`]): 30 s, doubling at each attempt, at most an hour.
@@ -139,40 +100,6 @@ pub enum Resolved {
     Contested,
 }
 
-/// What one reconciliation pass did ([`Idempotency::reconcile_now`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct Reconciled {
-    /// Records checked with the reconciler.
-    pub checked: usize,
-    /// Settled with their real answer.
-    pub settled: usize,
-    /// Released.
-    pub released: usize,
-    /// Still unknown, due again later.
-    pub deferred: usize,
-    /// Decided by someone else first (nothing written).
-    pub contested: usize,
-    /// Not decided: the store failed, or the settled answer could not be stored.
-    pub failed: usize,
-}
-
-impl Reconciled {
-    fn count(&mut self, resolved: &Resolved) {
-        match resolved {
-            Resolved::Settled(_) => self.settled += 1,
-            Resolved::Released => self.released += 1,
-            Resolved::Deferred { .. } => self.deferred += 1,
-            Resolved::Contested => self.contested += 1,
-        }
-    }
-}
-
-/// Who decides in a reconciliation pass of this process, in the audit trail.
-fn reconciler_name() -> String {
-    format!("reconciler {}", Holder::this_process())
-}
-
 /// A random number for one decision ([`Reconciliation::nonce`]).
 fn nonce() -> u64 {
     // A fresh token is 16 random bytes; half of them is plenty for one record's trail.
@@ -184,7 +111,7 @@ impl<S: Operator> Idempotency<S> {
     /// Whether the trail of `id` holds `entry` (its token and nonce): the decision applied.
     async fn decision_landed(&self, id: &RecordId, entry: &Reconciliation) -> Result<bool, Error> {
         let trail = self
-            .call(
+            .store_call(
                 Operation::Inspect,
                 Some(id),
                 self.store().reconciliations(id),
@@ -295,7 +222,7 @@ impl<S: Operator> Idempotency<S> {
             keep_entry_for: policy.audit_retention,
         };
         let mut applied = self
-            .call(
+            .store_call(
                 Operation::Resolve,
                 Some(&case.id),
                 self.store().resolve(&resolution),
@@ -324,81 +251,8 @@ impl<S: Operator> Idempotency<S> {
     /// keeps replaying its answer until its retention passes, and no decision can be made.
     pub async fn in_doubt(&self, id: &RecordId) -> Result<Option<InDoubt>, Error> {
         let inspected = self
-            .call(Operation::Inspect, Some(id), self.store().inspect(id))
+            .store_call(Operation::Inspect, Some(id), self.store().inspect(id))
             .await?;
         Ok(inspected.and_then(|inspected| InDoubt::from_inspected(id.clone(), inspected)))
-    }
-
-    /// One reconciliation pass, now: every record in doubt that is due for a check (oldest
-    /// first, at most [`MAX_PER_PASS`]) is read, checked with `reconciler` and decided
-    /// ([`resolve`](Self::resolve)) as `reconciler <this process>`. A record that cannot be
-    /// read or decided is counted as failed and the pass goes on; a listing that fails ends
-    /// the pass with its error. Run it from several processes at once if you like: each
-    /// record is decided once.
-    pub async fn reconcile_now<R: Reconcile + ?Sized>(
-        &self,
-        reconciler: &R,
-    ) -> Result<Reconciled, Error> {
-        let by = reconciler_name();
-        let mut report = Reconciled::default();
-        let mut query = ListQuery::due_for_reconciliation();
-        loop {
-            let page = self
-                .call(Operation::List, None, self.store().list(&query))
-                .await?;
-            for listed in page.records {
-                if report.checked >= MAX_PER_PASS {
-                    return Ok(report);
-                }
-                let case = match self.in_doubt(&listed.id).await {
-                    // Decided since it was listed (or listed twice by a scanning store).
-                    Ok(Some(case)) if case.check_at == listed.check_at => case,
-                    Ok(_) => continue,
-                    Err(error) => {
-                        tracing::warn!(target: "idem", %error, "idem.reconcile: a record in doubt could not be read");
-                        report.failed += 1;
-                        continue;
-                    }
-                };
-                report.checked += 1;
-                let finding = checked(reconciler, case.clone()).await;
-                match self.resolve(&case, finding, &by).await {
-                    Ok(resolved) => report.count(&resolved),
-                    Err(error) => {
-                        tracing::warn!(
-                            target: "idem",
-                            consumer = case.id.consumer(),
-                            route = case.id.route(),
-                            %error,
-                            "idem.reconcile: a decision could not be stored"
-                        );
-                        report.failed += 1;
-                    }
-                }
-            }
-            match page.next {
-                Some(cursor) => query = ListQuery::due_for_reconciliation().after(cursor),
-                None => return Ok(report),
-            }
-        }
-    }
-}
-
-/// The reconciler's finding for `case`, within [`CHECK_DEADLINE`]; a panic or no answer is
-/// still unknown.
-async fn checked<R: Reconcile + ?Sized>(reconciler: &R, case: InDoubt) -> Finding {
-    let check = CatchUnwind::new(reconciler.check(case));
-    let result = if crate::engine::has_timers() {
-        tokio::time::timeout(CHECK_DEADLINE, check).await
-    } else {
-        Ok(check.await)
-    };
-    match result {
-        Ok(Ok(finding)) => finding,
-        Ok(Err(_panic)) => Finding::still_unknown().answered("the reconciler panicked"),
-        Err(_) => Finding::still_unknown().answered(format!(
-            "the reconciler gave no answer within {} s",
-            CHECK_DEADLINE.as_secs()
-        )),
     }
 }
