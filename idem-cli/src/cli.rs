@@ -5,10 +5,12 @@ use std::time::Duration;
 
 /// Inspect and maintain idem's idempotency records in SQLite, PostgreSQL or Redis.
 ///
-/// Every command only reads, except four: `migrate` (the schema), `purge` (expired records),
-/// and `doubt settle` and `doubt release`, the only ones that change a live record (a record in
-/// doubt, through the library's fenced path, leaving an audit entry). A stored body is printed
-/// only with `inspect --body`.
+/// Every command only reads, except: `migrate` (the schema), `purge` (expired records),
+/// `doubt settle` and `doubt release`, the only ones that change a live record (a record in
+/// doubt, through the library's fenced path, leaving an audit entry), and `outbox retry`,
+/// `outbox replay` and `outbox purge` (the outbox's deliveries; every `outbox` command creates
+/// the outbox's tables when they are absent). A stored body is printed only with
+/// `inspect --body`.
 #[derive(Debug, Parser)]
 #[command(name = "idem", version, about, long_about = None)]
 pub(crate) struct Cli {
@@ -118,6 +120,60 @@ pub(crate) enum Command {
         /// What to do with them.
         #[command(subcommand)]
         command: DoubtCommand,
+    },
+    /// The outbox's deliveries (SQLite, PostgreSQL): count, list, inspect a message's
+    /// attempts (reads), retry a dead message or replay one, purge old ones (writes).
+    Outbox {
+        /// What to do.
+        #[command(subcommand)]
+        command: OutboxCommand,
+    },
+}
+
+/// The `outbox` commands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum OutboxCommand {
+    /// Count pending (due now), delayed (due later or being attempted) and dead deliveries,
+    /// and the age of the oldest pending one.
+    Counts,
+    /// List deliveries in one state, oldest first.
+    List {
+        /// pending, delivered or dead.
+        #[arg(long, default_value = "dead")]
+        state: String,
+        /// The most listed.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// Show a message's deliveries and every recorded attempt. Exits 3 when there is none.
+    Inspect {
+        /// The message id (msg_...), its webhook-id.
+        message_id: String,
+    },
+    /// Attempt a message's dead deliveries again, at once, with a fresh schedule and the same
+    /// id. Exits 3 when none was dead.
+    Retry {
+        /// The message id (msg_...).
+        message_id: String,
+    },
+    /// Attempt every delivery of a message again (delivered ones included) with the same id:
+    /// receivers deduplicate on it. Exits 3 when none could be.
+    Replay {
+        /// The message id (msg_...).
+        message_id: String,
+    },
+    /// Delete delivered deliveries older than --delivered-for and dead ones older than
+    /// --dead-for, with their attempts, in batches until none is left.
+    Purge {
+        /// How long delivered ones are kept.
+        #[arg(long, default_value = "7days", value_parser = parse_duration)]
+        delivered_for: Duration,
+        /// How long dead ones are kept.
+        #[arg(long, default_value = "30days", value_parser = parse_duration)]
+        dead_for: Duration,
+        /// Deliveries deleted per batch.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        batch: u32,
     },
 }
 

@@ -91,6 +91,7 @@ pub(crate) async fn run(cli: Cli, io: &mut Io<'_>) -> Result<(), Failure> {
             let store = open(&target, &names).await?;
             crate::doubt::run(store, command, cli.timeout, io).await
         }
+        Command::Outbox { command } => crate::outbox::run(&target, &names, command, io).await,
     }
 }
 

@@ -35,6 +35,7 @@ mod commands;
 mod doubt;
 mod failure;
 mod io;
+mod outbox;
 mod render;
 mod route;
 mod store_call;

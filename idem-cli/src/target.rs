@@ -154,6 +154,32 @@ impl Target {
         })
     }
 
+    /// The SQLite store, for the outbox beside it (the file must exist).
+    pub(crate) async fn open_sqlite(&self, names: &Names) -> Result<SqliteStore, Error> {
+        match self {
+            Target::Sqlite(path) if path.exists() => {
+                with(SqliteStore::builder(path), &names.table, |b, t| b.table(t))
+                    .readers(1)
+                    .migrate(false)
+                    .open()
+                    .await
+            }
+            Target::Sqlite(path) => Err(Error::invalid(
+                Field::Config,
+                format!("no SQLite database at {}", path.display()),
+            )),
+            _ => Err(Error::invalid(Field::Config, "not a SQLite target")),
+        }
+    }
+
+    /// The PostgreSQL store, for the outbox beside it.
+    pub(crate) async fn open_postgres(&self, names: &Names) -> Result<PgStore, Error> {
+        match self {
+            Target::Postgres(url) => postgres(url, names).await,
+            _ => Err(Error::invalid(Field::Config, "not a PostgreSQL target")),
+        }
+    }
+
     /// Applies the schema: creates a SQLite file if needed and brings the table up to date, or
     /// runs the PostgreSQL migrations. `None` for Redis, which has no schema.
     pub(crate) async fn migrate(&self, names: &Names) -> Result<Option<()>, Error> {

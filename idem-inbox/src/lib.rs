@@ -50,11 +50,11 @@ mod audit;
 #[cfg(feature = "axum")]
 mod axum;
 mod body_signed;
-mod headers;
-mod mac;
-mod scheme;
 pub mod schemes;
-pub mod signature;
+// The signing and verifying shared with idem-outbox: idem-signature's, re-exported where the
+// inbox always had them.
+pub use idem_signature::signature;
+use idem_signature::{headers, mac, scheme};
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
@@ -66,8 +66,7 @@ pub use audit::PgAudit;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use audit::SqliteAudit;
 pub use audit::{event_key, Audit, AuditEntry, AuditOutcome, MemoryAudit};
-pub use headers::Headers;
-pub use scheme::{VerifiedEvent, WebhookScheme};
+pub use idem_signature::{Headers, VerifiedEvent, WebhookScheme};
 pub use schemes::github::GitHubScheme;
 pub use schemes::shopify::ShopifyScheme;
 pub use schemes::standard_webhooks::StandardWebhooks;

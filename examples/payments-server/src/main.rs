@@ -24,6 +24,13 @@
 //! (default 30; 0 turns it off): the charge was authorised (the row is recorded and every
 //! retry gets the real charge), or it was not (the key is released and the next retry
 //! charges).
+//!
+//! With `--webhook-url URL --webhook-secret whsec_...` (or `IDEM_WEBHOOK_URL`,
+//! `IDEM_WEBHOOK_SECRET`) each succeeded charge emits a `charge.succeeded` event (the charge
+//! under `data.object`) through the outbox: enqueued in the charge's own transaction,
+//! delivered at least once, signed (Standard Webhooks), with one `webhook-id` on every
+//! attempt; examples/webhook-receiver verifies and processes it once at
+//! `/webhooks/standard` (docs/outbox.md).
 
 mod account;
 mod app;
@@ -34,6 +41,7 @@ mod network;
 mod reconcile;
 mod request_log;
 mod settings;
+mod webhooks;
 
 use db::{Backend, Postgres, Sqlite};
 use idem::Policy;
@@ -84,6 +92,7 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
         database = settings.database.describe(),
         lease_ms = settings.lease.as_millis() as u64,
         reconcile_every_s = settings.reconcile_every.map_or(0, |every| every.as_secs()),
+        webhook_url = settings.webhook.as_ref().map_or("", |w| w.url.as_str()),
         header_timeout_ms = limits.header_timeout.as_millis() as u64,
         body_timeout_ms = limits.body_timeout.as_millis() as u64,
         max_connections = limits.max_connections,
@@ -91,8 +100,14 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
         "opening"
     );
     match &settings.database {
-        Database::Sqlite(path) => run(Sqlite::open(path, policy).await?, &settings).await,
-        Database::Postgres(url) => run(Postgres::connect(url, policy).await?, &settings).await,
+        Database::Sqlite(path) => {
+            let backend = Sqlite::open(path, policy, settings.webhook.as_ref()).await?;
+            run(backend, &settings).await
+        }
+        Database::Postgres(url) => {
+            let backend = Postgres::connect(url, policy, settings.webhook.as_ref()).await?;
+            run(backend, &settings).await
+        }
     }
 }
 

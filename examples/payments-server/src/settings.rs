@@ -21,8 +21,25 @@ pub(crate) struct Settings {
     /// (`--reconcile-every`, `IDEM_RECONCILE_EVERY`, in seconds; default 30); `None` (0) runs
     /// no reconciler.
     pub reconcile_every: Option<Duration>,
+    /// Where each succeeded charge's `charge.succeeded` event is delivered through the
+    /// outbox (`--webhook-url`, `IDEM_WEBHOOK_URL`), signed with `--webhook-secret`
+    /// (`IDEM_WEBHOOK_SECRET`, `whsec_...`; several, comma separated, during a rotation); both
+    /// or neither.
+    pub webhook: Option<Webhook>,
     /// Test hooks (`IDEM_TEST_HOOKS=1` only).
     pub test_hooks: bool,
+}
+
+/// The merchant's webhook endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Webhook {
+    /// Its absolute http(s) URL.
+    pub url: String,
+    /// Its `whsec_` secrets, the first signing first.
+    pub secrets: Vec<String>,
+    /// How long a dispatcher's claim on a delivery lasts: the server's lease (`--lease-ms`),
+    /// after which a delivery whose server died is attempted again.
+    pub lease: Duration,
 }
 
 /// Where charges and idempotency records live.
@@ -74,6 +91,14 @@ const FLAGS: &[Flag] = &[
         name: "--reconcile-every",
         env: "IDEM_RECONCILE_EVERY",
     },
+    Flag {
+        name: "--webhook-url",
+        env: "IDEM_WEBHOOK_URL",
+    },
+    Flag {
+        name: "--webhook-secret",
+        env: "IDEM_WEBHOOK_SECRET",
+    },
 ];
 
 /// The reconciler's default period, in seconds.
@@ -83,13 +108,18 @@ const RECONCILE_EVERY_S: u64 = 30;
 fn usage() -> String {
     format!(
         "usage: payments-server [--addr ADDR] [--database PATH|URL] [--lease-ms N] [--reconcile-every S]
-                       {}
+                       [--webhook-url URL --webhook-secret whsec_...] {}
   --addr                     where to listen (env IDEM_ADDR; default 127.0.0.1:8080)
   --database                 a SQLite file (default payments.db) or a postgres:// URL (env DATABASE_URL)
-  --lease-ms                 the idempotency lease in milliseconds (env IDEM_LEASE_MS; default 60000)
+  --lease-ms                 the idempotency lease in milliseconds, also the claim on a webhook's
+                             delivery (env IDEM_LEASE_MS; default 60000)
   --reconcile-every          how often, in seconds, to ask the card network about the charges in
                              doubt and settle them (env IDEM_RECONCILE_EVERY; default {RECONCILE_EVERY_S};
                              0: never)
+  --webhook-url              where each succeeded charge's charge.succeeded event is delivered, through
+                             the outbox, at least once (env IDEM_WEBHOOK_URL; default: none)
+  --webhook-secret           its Standard Webhooks secret(s), whsec_..., comma separated during a
+                             rotation (env IDEM_WEBHOOK_SECRET; required with --webhook-url)
 {}
   IDEM_TEST_HOOKS=1 enables the test hooks (X-Test-Delay-Ms, X-Test-Network:
   timeout-after-charging|timeout-before-charging, GET /test/charges/count,
@@ -130,12 +160,32 @@ impl Settings {
             None => RECONCILE_EVERY_S,
         };
         let limits = Limits::from_flags(&flags).map_err(|e| format!("{e}\n{}", usage()))?;
+        let webhook = match (flags.get("--webhook-url"), flags.get("--webhook-secret")) {
+            (None, None) => None,
+            (Some(url), Some(secrets)) => Some(Webhook {
+                url: url.to_owned(),
+                secrets: secrets
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+                lease: Duration::from_millis(lease_ms),
+            }),
+            _ => {
+                return Err(format!(
+                    "--webhook-url and --webhook-secret go together\n{}",
+                    usage()
+                ))
+            }
+        };
         Ok(Self {
             addr,
             database: Database::parse(flags.get("--database").unwrap_or("payments.db")),
             lease: Duration::from_millis(lease_ms),
             limits,
             reconcile_every: (reconcile_s > 0).then(|| Duration::from_secs(reconcile_s)),
+            webhook,
             test_hooks: env("IDEM_TEST_HOOKS").as_deref() == Some("1"),
         })
     }
@@ -195,6 +245,26 @@ mod tests {
         assert_eq!(every(&["--reconcile-every=0"], &[]), Ok(None));
         let err = every(&["--reconcile-every", "soon"], &[]).expect_err("not seconds");
         assert!(err.contains("--reconcile-every soon"), "{err}");
+    }
+
+    #[test]
+    fn webhook_flags_or_env_go_together() -> Result<(), String> {
+        assert_eq!(parse(&[], &[])?.webhook, None);
+        let both = parse(
+            &["--webhook-url", "http://127.0.0.1:8081/webhooks/standard"],
+            &[("IDEM_WEBHOOK_SECRET", "whsec_a, whsec_b")],
+        )?;
+        assert_eq!(
+            both.webhook,
+            Some(Webhook {
+                url: "http://127.0.0.1:8081/webhooks/standard".into(),
+                secrets: vec!["whsec_a".into(), "whsec_b".into()],
+                lease: Duration::from_secs(60),
+            })
+        );
+        assert!(parse(&["--webhook-url", "http://x/"], &[]).is_err());
+        assert!(parse(&[], &[("IDEM_WEBHOOK_SECRET", "whsec_a")]).is_err());
+        Ok(())
     }
 
     #[test]

@@ -15,7 +15,7 @@
 
 use crate::body_signed::{body_key, verify_body_signature};
 use crate::headers::{event_id, required, Headers};
-use crate::mac::{debug_without_secrets, decode_hex_mac, split_secrets, to_hex, Keys, MAC_LEN};
+use crate::mac::{decode_hex_mac, split_secrets, to_hex, Keys, MAC_LEN};
 use crate::scheme::{VerifiedEvent, WebhookScheme};
 use crate::signature::SignatureError;
 #[cfg(any(doc, test))]
@@ -23,6 +23,7 @@ use crate::signature::MAX_EVENT_ID_LEN;
 use idem_core::Error;
 #[cfg(any(doc, test))]
 use idem_core::Field;
+use idem_signature::debug_without_secrets;
 
 /// The signature header.
 pub const GITHUB_SIGNATURE_HEADER: &str = "x-hub-signature-256";

@@ -2,5 +2,6 @@
 
 pub mod github;
 pub mod shopify;
-pub mod standard_webhooks;
+/// The Standard Webhooks scheme, shared with idem-outbox (idem-signature).
+pub use idem_signature::standard_webhooks;
 pub mod stripe;

@@ -19,14 +19,13 @@
 
 use crate::body_signed::{body_key, verify_body_signature};
 use crate::headers::{event_id, required, single, Headers};
-use crate::mac::{
-    debug_without_secrets, decode_base64_mac, split_secrets, to_base64, Keys, MAC_LEN,
-};
+use crate::mac::{decode_base64_mac, split_secrets, to_base64, Keys, MAC_LEN};
 use crate::scheme::{VerifiedEvent, WebhookScheme};
 use crate::signature::SignatureError;
 use idem_core::Error;
 #[cfg(any(doc, test))]
 use idem_core::Field;
+use idem_signature::debug_without_secrets;
 
 /// The signature header.
 pub const SHOPIFY_HMAC_HEADER: &str = "x-shopify-hmac-sha256";

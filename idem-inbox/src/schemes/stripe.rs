@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::headers::{single, Headers};
-use crate::mac::{debug_without_secrets, decode_hex_mac, split_secrets, to_hex, Keys, MAC_LEN};
+use crate::mac::{decode_hex_mac, split_secrets, to_hex, Keys, MAC_LEN};
 use crate::scheme::{VerifiedEvent, WebhookScheme};
 use crate::signature::{
     check_time, parse_unix_secs, secs_i64, SignatureError, DEFAULT_TOLERANCE, MAX_HEADER_LEN,
@@ -16,6 +16,7 @@ use crate::signature::{
 use idem_core::Error;
 #[cfg(any(doc, test))]
 use idem_core::Field;
+use idem_signature::debug_without_secrets;
 
 /// The header Stripe signs its deliveries in.
 pub const STRIPE_SIGNATURE_HEADER: &str = "stripe-signature";

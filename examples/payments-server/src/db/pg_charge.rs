@@ -7,17 +7,20 @@ use idem::postgres::sqlx::{self, postgres::PgArguments, query::Query};
 use idem::postgres::PgStore;
 use idem::tower::Reservation;
 use idem::{Completion, StoredResponse};
+use idem_outbox::{Message, PgOutbox};
 use std::time::Duration;
 
 /// Runs `effect` (the charge's `INSERT`) and completes `reservation` with `response` in one
 /// transaction on the store's pool, then commits. Any error before the commit rolls both back:
 /// the handler answers it marked `NothingHappened`, and the key is released (fenced, so a commit
 /// that did land stays completed). A completion fenced out (`LeaseLost`: another attempt took the
-/// lease over) is such an error. `delay` (a test hook) sleeps between the two, inside the
-/// transaction.
+/// lease over) is such an error. `webhook` (the charge's event and its outbox) is enqueued in
+/// the same transaction. `delay` (a test hook) sleeps between the effect and the completion,
+/// inside the transaction.
 pub(crate) async fn charge_and_complete(
     reservation: &Reservation<PgStore>,
     effect: Query<'_, sqlx::Postgres, PgArguments>,
+    webhook: Option<(&PgOutbox, Message)>,
     response: StoredResponse,
     delay: Option<Duration>,
 ) -> Result<Completion, Box<dyn std::error::Error + Send + Sync>> {
@@ -25,6 +28,9 @@ pub(crate) async fn charge_and_complete(
     let store = reservation.idem().store();
     let mut tx = store.pool().begin().await?;
     effect.execute(&mut *tx).await?;
+    if let Some((outbox, event)) = webhook {
+        outbox.enqueue(&mut tx, &event).await?; // committed with the charge, or not at all
+    }
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;
     }

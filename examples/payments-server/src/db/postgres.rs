@@ -3,10 +3,13 @@
 use super::pg_charge::charge_and_complete;
 use super::{is_unavailable, Backend, DbError, Unreachable, READ_DEADLINE};
 use crate::charge::Charge;
+use crate::settings::Webhook;
+use crate::webhooks;
 use idem::postgres::sqlx::{self, pool::PoolConnection, Row};
 use idem::postgres::PgStore;
 use idem::tower::Reservation;
 use idem::{Completion, Idempotency, Policy, RunError};
+use idem_outbox::{Dispatching, PgOutbox};
 use std::time::Duration;
 use tokio::time::error::Elapsed;
 
@@ -20,16 +23,33 @@ const COUNT: &str = include_str!("sql/postgres/count.sql");
 /// PostgreSQL: the charge and the completion in one transaction from the store's pool.
 pub(crate) struct Postgres {
     idem: Idempotency<PgStore>,
+    /// The outbox of the merchant's webhooks, when the server has one, and its dispatcher.
+    webhooks: Option<(PgOutbox, Dispatching)>,
 }
 
 impl Postgres {
-    /// Connects, migrates the idempotency table and creates the charges table.
-    pub(crate) async fn connect(url: &str, policy: Policy) -> Result<Self, DbError> {
+    /// Connects, migrates the idempotency table, creates the charges table, and opens the
+    /// outbox of `webhook`.
+    pub(crate) async fn connect(
+        url: &str,
+        policy: Policy,
+        webhook: Option<&Webhook>,
+    ) -> Result<Self, DbError> {
         let store = PgStore::connect(url).await?;
         store.migrate().await?;
         sqlx::raw_sql(SCHEMA).execute(store.pool()).await?;
+        let webhooks = match webhook {
+            Some(webhook) => {
+                let outbox = PgOutbox::open(&store).await?;
+                outbox.register(&webhooks::endpoint(webhook)?).await?;
+                let dispatching = webhooks::start(outbox.dispatcher(), webhook)?;
+                Some((outbox, dispatching))
+            }
+            None => None,
+        };
         Ok(Self {
             idem: Idempotency::with_policy(store, policy)?,
+            webhooks,
         })
     }
 
@@ -129,9 +149,16 @@ impl Backend for Postgres {
     ) -> Result<Completion, RunError<DbError>> {
         // The layer's engine is a clone of `self.idem`: the same store and pool. A failure
         // rolled the transaction back: nothing happened (the layer gives the key back).
+        let webhook = match &self.webhooks {
+            Some((outbox, _)) => webhooks::charge_succeeded(charge)
+                .map_err(|e| RunError::Released(e.into()))?
+                .map(|event| (outbox, event)),
+            None => None,
+        };
         charge_and_complete(
             reservation,
             insert(INSERT, account, charge),
+            webhook,
             charge.response(),
             delay,
         )

@@ -2,10 +2,13 @@
 
 use super::{Backend, DbError, Unreachable, READ_DEADLINE};
 use crate::charge::Charge;
+use crate::settings::Webhook;
+use crate::webhooks;
 use idem::sqlite::rusqlite::{params, Connection, OptionalExtension, Row};
 use idem::sqlite::SqliteStore;
 use idem::tower::Reservation;
 use idem::{Completion, Idempotency, Policy, RunError};
+use idem_outbox::{Dispatching, SqliteOutbox};
 use std::time::Duration;
 
 const SCHEMA: &str = include_str!("sql/sqlite/schema.sql");
@@ -21,11 +24,17 @@ const COUNT: &str = include_str!("sql/sqlite/count.sql");
 /// store's reader connections (`SqliteStore::read`), which WAL never blocks.
 pub(crate) struct Sqlite {
     idem: Idempotency<SqliteStore>,
+    /// The outbox of the merchant's webhooks, when the server has one, and its dispatcher.
+    webhooks: Option<(SqliteOutbox, Dispatching)>,
 }
 
 impl Sqlite {
-    /// Opens (or creates) the file, with the charges table.
-    pub(crate) async fn open(path: &str, policy: Policy) -> Result<Self, DbError> {
+    /// Opens (or creates) the file, with the charges table, and the outbox of `webhook`.
+    pub(crate) async fn open(
+        path: &str,
+        policy: Policy,
+        webhook: Option<&Webhook>,
+    ) -> Result<Self, DbError> {
         let store = SqliteStore::open(path).await?;
         store
             .try_call(|db| {
@@ -38,8 +47,18 @@ impl Sqlite {
                 Ok(())
             })
             .await?;
+        let webhooks = match webhook {
+            Some(webhook) => {
+                let outbox = SqliteOutbox::open(&store).await?;
+                outbox.register(&webhooks::endpoint(webhook)?).await?;
+                let dispatching = webhooks::start(outbox.dispatcher(), webhook)?;
+                Some((outbox, dispatching))
+            }
+            None => None,
+        };
         Ok(Self {
             idem: Idempotency::with_policy(store, policy)?,
+            webhooks,
         })
     }
 
@@ -103,11 +122,16 @@ impl Backend for Sqlite {
         delay: Option<Duration>,
     ) -> Result<Completion, RunError<DbError>> {
         let (account, charge) = (account.to_owned(), charge.clone());
-        // One call: the writer, an IMMEDIATE transaction, the charge and its completion, one
-        // commit (or nothing, and the key given back by the engine).
+        let outbox = self.webhooks.as_ref().map(|(outbox, _)| outbox.clone());
+        // One call: the writer, an IMMEDIATE transaction, the charge, its webhook and its
+        // completion, one commit (or nothing, and the key given back by the engine).
         reservation
             .transaction(Box::new(move |tx, _lease| -> Result<_, DbError> {
                 insert(tx, INSERT, &account, &charge)?;
+                if let (Some(outbox), Some(event)) = (&outbox, webhooks::charge_succeeded(&charge)?)
+                {
+                    outbox.enqueue(tx, &event)?;
+                }
                 if let Some(delay) = delay {
                     std::thread::sleep(delay);
                 }
@@ -182,7 +206,7 @@ mod tests {
 
     async fn open(dir: &tempfile::TempDir) -> Sqlite {
         let path = dir.path().join("charges.db");
-        Sqlite::open(&path.display().to_string(), Policy::default())
+        Sqlite::open(&path.display().to_string(), Policy::default(), None)
             .await
             .expect("open")
     }

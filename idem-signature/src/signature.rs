@@ -1,31 +1,20 @@
 //! Origin verification of webhook deliveries, before anything is recorded: the errors and
-//! limits every scheme shares.
+//! limits every scheme shares, and the helpers for timestamped schemes.
 //!
-//! Stripe's scheme, which many senders copy, is [`StripeScheme`](crate::StripeScheme), also
-//! named [`SignatureScheme`](crate::SignatureScheme) at the crate's root (its first name). The
-//! sender puts a header such as
-//! `Stripe-Signature: t=1700000000,v1=5257a8…,v1=9f0c1e…` on every delivery:
-//!
-//! - `t` is the time of signing, in unix seconds;
-//! - each `v1` is the lowercase hex HMAC-SHA256, keyed with one of the endpoint's secrets, of
-//!   the bytes `"<t>.<raw body>"` (the `t` value as sent, a dot, the body exactly as received).
-//!   During a secret rotation the sender signs with each of its active secrets, hence several
-//!   `v1` entries; other schemes (`v0=`, ...) are ignored.
-//!
-//! The other senders' schemes ([`StandardWebhooks`](super::StandardWebhooks),
-//! [`GitHubScheme`](super::GitHubScheme), [`ShopifyScheme`](super::ShopifyScheme)) report
-//! their failures with the same [`SignatureError`] and keep the same bounds
-//! ([`MAX_HEADER_LEN`], [`MAX_SIGNATURES`]).
+//! Every scheme (this crate's [`StandardWebhooks`](crate::StandardWebhooks), idem-inbox's
+//! Stripe, GitHub and Shopify schemes) reports its failures with the same [`SignatureError`]
+//! and keeps the same bounds ([`MAX_HEADER_LEN`], [`MAX_SIGNATURES`]).
 //!
 //! ```
-//! use idem_inbox::{SignatureError, SignatureScheme};
+//! use idem_signature::{SignatureError, StandardWebhooks, WebhookScheme};
 //!
-//! let scheme = SignatureScheme::from_comma_separated("whsec_new, whsec_old")?;
+//! let scheme = StandardWebhooks::from_comma_separated("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")?;
 //! let body = br#"{"id":"evt_1"}"#;
-//! let header = scheme.sign(body, 1_700_000_000); // what the sender puts on the request
-//! assert_eq!(scheme.verify(Some(&header), body, 1_700_000_010), Ok(()));
-//! assert_eq!(scheme.verify(Some(&header), b"{}", 1_700_000_010), Err(SignatureError::Mismatch));
-//! assert_eq!(scheme.verify(None, body, 1_700_000_010), Err(SignatureError::Missing));
+//! let signature = scheme.sign("msg_1", 1_700_000_000, body);
+//! let headers = [("webhook-id", "msg_1"), ("webhook-timestamp", "1700000000"), ("webhook-signature", signature.as_str())];
+//! assert!(scheme.verify(&headers, body, 1_700_000_010).is_ok());
+//! assert_eq!(scheme.verify(&headers, b"{}", 1_700_000_010).err(), Some(SignatureError::Mismatch));
+//! assert_eq!(scheme.verify(&headers[..2].to_vec(), body, 1_700_000_010).err(), Some(SignatureError::Missing));
 //! # Ok::<(), idem_core::Error>(())
 //! ```
 
@@ -51,7 +40,7 @@ pub const MAX_EVENT_ID_LEN: usize = 255;
 /// Why a delivery's signature was refused. Every variant is the sender's problem (400).
 ///
 /// ```
-/// use idem_inbox::signature::SignatureError;
+/// use idem_signature::signature::SignatureError;
 /// let err = SignatureError::Stale { age_secs: 301 };
 /// assert_eq!(err.http_status(), 400);
 /// assert_eq!(err.to_string(), "signature timestamp is 301 s old, over the tolerance");
@@ -100,7 +89,7 @@ impl SignatureError {
     /// expects a 400 for a delivery that fails verification, and retries it).
     ///
     /// ```
-    /// use idem_inbox::signature::SignatureError;
+    /// use idem_signature::signature::SignatureError;
     /// assert_eq!(SignatureError::Mismatch.http_status(), 400);
     /// assert_eq!(SignatureError::Missing.http_status(), 400);
     /// ```
@@ -120,7 +109,7 @@ impl SignatureError {
 /// The current time in unix seconds (negative before 1970), from the system clock.
 ///
 /// ```
-/// let now = idem_inbox::signature::now_unix();
+/// let now = idem_signature::signature::now_unix();
 /// assert!(now > 1_600_000_000);
 /// ```
 pub fn now_unix() -> i64 {
@@ -131,7 +120,7 @@ pub fn now_unix() -> i64 {
 }
 
 /// Whole seconds of `d`, saturating at `i64::MAX`.
-pub(crate) fn secs_i64(d: Duration) -> i64 {
+pub fn secs_i64(d: Duration) -> i64 {
     i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
 }
 
@@ -139,7 +128,7 @@ pub(crate) fn secs_i64(d: Duration) -> i64 {
 /// `0`), fitting an `i64`. Canonical, so the signed bytes (the time as sent) are the same as
 /// those of senders that re-format the parsed number (Stripe's libraries and the Standard
 /// Webhooks reference libraries do).
-pub(crate) fn parse_unix_secs(value: &str) -> Option<i64> {
+pub fn parse_unix_secs(value: &str) -> Option<i64> {
     let bytes = value.as_bytes();
     let canonical = !bytes.is_empty()
         && bytes.iter().all(u8::is_ascii_digit)
@@ -153,7 +142,7 @@ pub(crate) fn parse_unix_secs(value: &str) -> Option<i64> {
 /// Judges a signing time `t` against `now_unix` with a tolerance of `tolerance_secs`: exactly
 /// at the tolerance (either way) passes, one second more is [`SignatureError::Stale`] or
 /// [`SignatureError::Future`]. Saturating, so extreme values never overflow.
-pub(crate) fn check_time(t: i64, now_unix: i64, tolerance_secs: i64) -> Result<(), SignatureError> {
+pub fn check_time(t: i64, now_unix: i64, tolerance_secs: i64) -> Result<(), SignatureError> {
     let age = now_unix.saturating_sub(t);
     if age > tolerance_secs {
         return Err(SignatureError::Stale { age_secs: age });

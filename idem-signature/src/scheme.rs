@@ -2,12 +2,10 @@
 //! [`WebhookScheme`] trait the inbox takes, and what a verified delivery tells
 //! ([`VerifiedEvent`]).
 //!
-//! Four implementations come with the inbox (docs/inbox.md has a section on each):
-//! [`StripeScheme`](super::StripeScheme) (`Stripe-Signature`),
-//! [`StandardWebhooks`](super::StandardWebhooks) (`webhook-id`, `webhook-timestamp`,
-//! `webhook-signature`, or Svix's `svix-*`), [`GitHubScheme`](super::GitHubScheme)
-//! (`X-Hub-Signature-256`, `X-GitHub-Event`) and [`ShopifyScheme`](super::ShopifyScheme)
-//! (`X-Shopify-Hmac-Sha256`, `X-Shopify-Topic`).
+//! This crate implements [`StandardWebhooks`](crate::StandardWebhooks) (`webhook-id`,
+//! `webhook-timestamp`, `webhook-signature`, or Svix's `svix-*`), the scheme idem-outbox signs
+//! with; idem-inbox adds Stripe's (`Stripe-Signature`), GitHub's (`X-Hub-Signature-256`) and
+//! Shopify's (`X-Shopify-Hmac-Sha256`).
 
 use std::fmt;
 
@@ -17,7 +15,7 @@ use super::signature::SignatureError;
 /// What a delivery whose origin was verified says about its event.
 ///
 /// ```
-/// use idem_inbox::VerifiedEvent;
+/// use idem_signature::VerifiedEvent;
 /// let event = VerifiedEvent::new(Some("push 5c1f...".into()), Some("push".into()), None)
 ///     .with_delivery_id(Some("72d3162e".into()));
 /// assert_eq!(event.event_id(), Some("push 5c1f..."));
@@ -55,7 +53,7 @@ impl VerifiedEvent {
     /// `X-Shopify-Event-Id`, `webhook-id`), for logs and audit.
     ///
     /// ```
-    /// use idem_inbox::VerifiedEvent;
+    /// use idem_signature::VerifiedEvent;
     /// let event = VerifiedEvent::new(None, None, None).with_delivery_id(Some("d-1".into()));
     /// assert_eq!(event.delivery_id(), Some("d-1"));
     /// ```
@@ -108,19 +106,17 @@ impl VerifiedEvent {
 ///   captured delivery replayed with other unsigned headers must not make a new event.
 ///
 /// ```
-/// use idem_inbox::{GitHubScheme, WebhookScheme};
-/// let scheme = GitHubScheme::new(["It's a Secret to Everybody"])?;
-/// let signature = scheme.sign(b"Hello, World!");
+/// use idem_signature::{StandardWebhooks, WebhookScheme};
+/// let scheme = StandardWebhooks::new(["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])?;
+/// let signature = scheme.sign("msg_1", 1_700_000_000, b"{}");
 /// let headers = [
-///     ("X-Hub-Signature-256", signature.as_str()),
-///     ("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958"),
-///     ("X-GitHub-Event", "ping"),
+///     ("webhook-id", "msg_1"),
+///     ("webhook-timestamp", "1700000000"),
+///     ("webhook-signature", signature.as_str()),
 /// ];
-/// let event = scheme.verify(&headers, b"Hello, World!", 0)?;
-/// // The key is the event's name and the body's digest; the delivery id is for the logs.
-/// assert!(event.event_id().is_some_and(|id| id.starts_with("ping ")));
-/// assert_eq!(event.delivery_id(), Some("72d3162e-cc78-11e3-81ab-4c9367dc0958"));
-/// assert_eq!(scheme.name(), "github");
+/// let event = scheme.verify(&headers, b"{}", 1_700_000_000)?;
+/// assert_eq!(event.event_id(), Some("msg_1"));
+/// assert_eq!(scheme.name(), "standard-webhooks");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub trait WebhookScheme: fmt::Debug + Send + Sync {

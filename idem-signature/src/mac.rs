@@ -1,4 +1,4 @@
-//! HMAC-SHA256 under one or more secrets, as every scheme of the inbox uses it: keys made once
+//! HMAC-SHA256 under one or more secrets, as every webhook scheme uses it: keys made once
 //! from the configured secrets, a constant-time check of candidates against every key (no early
 //! exit), and the hex and base64 forms senders put in their headers.
 
@@ -11,10 +11,10 @@ use sha2::Sha256;
 use idem_core::{Error, Field};
 
 /// HMAC-SHA256.
-pub(crate) type HmacSha256 = Hmac<Sha256>;
+pub type HmacSha256 = Hmac<Sha256>;
 
 /// The length of an HMAC-SHA256 in bytes.
-pub(crate) const MAC_LEN: usize = 32;
+pub const MAC_LEN: usize = 32;
 
 /// Standard base64 (RFC 4648 §4) that accepts the padding or its absence and non-zero unused
 /// bits in the last character: for secrets, read as leniently as the Standard Webhooks
@@ -26,14 +26,22 @@ const STANDARD_ANY_PADDING: GeneralPurpose = GeneralPurpose::new(
         .with_decode_allow_trailing_bits(true),
 );
 
-/// One HMAC state per secret, already keyed; never empty.
+/// One HMAC state per secret, already keyed; never empty. `Debug` shows how many, never one.
 #[derive(Clone)]
-pub(crate) struct Keys(Vec<HmacSha256>);
+pub struct Keys(Vec<HmacSha256>);
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys")
+            .field("secrets", &self.0.len())
+            .finish()
+    }
+}
 
 impl Keys {
     /// Keys for `secrets` (raw key bytes). [`Error::InvalidInput`] on [`Field::Config`] when
     /// there is none or one is empty; `what` names the secrets in the message.
-    pub(crate) fn new(
+    pub fn new(
         secrets: impl IntoIterator<Item = impl AsRef<[u8]>>,
         what: &str,
     ) -> Result<Self, Error> {
@@ -58,17 +66,22 @@ impl Keys {
     }
 
     /// How many secrets.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// Never: a `Keys` holds at least one secret (for the convention that `len` comes with it).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// The MAC of the concatenated `parts` under every key, in order.
-    pub(crate) fn macs(&self, parts: &[&[u8]]) -> Vec<[u8; MAC_LEN]> {
+    pub fn macs(&self, parts: &[&[u8]]) -> Vec<[u8; MAC_LEN]> {
         self.0.iter().map(|key| mac_of(key, parts)).collect()
     }
 
     /// The MAC of the concatenated `parts` under the first key.
-    pub(crate) fn first_mac(&self, parts: &[&[u8]]) -> [u8; MAC_LEN] {
+    pub fn first_mac(&self, parts: &[&[u8]]) -> [u8; MAC_LEN] {
         // Never empty (checked in `new`); `take(1)` keeps this free of indexing.
         self.0
             .iter()
@@ -82,7 +95,7 @@ impl Keys {
     /// candidate is checked against every key in constant time, without stopping at a match:
     /// the time taken does not tell which secret or candidate matched, nor how many bytes of a
     /// forgery were right.
-    pub(crate) fn any_matches(&self, parts: &[&[u8]], candidates: &[[u8; MAC_LEN]]) -> bool {
+    pub fn any_matches(&self, parts: &[&[u8]], candidates: &[[u8; MAC_LEN]]) -> bool {
         let mut matched = false;
         for key in &self.0 {
             let mut mac = key.clone();
@@ -100,6 +113,8 @@ impl Keys {
 
 /// `impl Debug` for a scheme holding its secrets in a `keys: Keys` field: shows how many
 /// secrets, never one, and the named plain fields.
+#[doc(hidden)]
+#[macro_export]
 macro_rules! debug_without_secrets {
     ($scheme:ident $(, $field:ident)*) => {
         impl std::fmt::Debug for $scheme {
@@ -112,7 +127,6 @@ macro_rules! debug_without_secrets {
         }
     };
 }
-pub(crate) use debug_without_secrets;
 
 /// The MAC of the concatenated `parts` under `key`.
 fn mac_of(key: &HmacSha256, parts: &[&[u8]]) -> [u8; MAC_LEN] {
@@ -125,7 +139,7 @@ fn mac_of(key: &HmacSha256, parts: &[&[u8]]) -> [u8; MAC_LEN] {
 
 /// Splits a comma-separated list of secrets as kept in one environment variable: spaces
 /// around each are trimmed, empty items skipped.
-pub(crate) fn split_secrets(secrets: &str) -> impl Iterator<Item = &str> {
+pub fn split_secrets(secrets: &str) -> impl Iterator<Item = &str> {
     secrets
         .split(',')
         .map(str::trim)
@@ -133,12 +147,12 @@ pub(crate) fn split_secrets(secrets: &str) -> impl Iterator<Item = &str> {
 }
 
 /// `mac` as lowercase hex.
-pub(crate) fn to_hex(mac: &[u8]) -> String {
+pub fn to_hex(mac: &[u8]) -> String {
     mac.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// 64 hex digits (either case) into 32 bytes.
-pub(crate) fn decode_hex_mac(value: &str) -> Option<[u8; MAC_LEN]> {
+pub fn decode_hex_mac(value: &str) -> Option<[u8; MAC_LEN]> {
     fn nibble(c: u8) -> Option<u8> {
         match c {
             b'0'..=b'9' => Some(c - b'0'),
@@ -163,13 +177,13 @@ pub(crate) fn decode_hex_mac(value: &str) -> Option<[u8; MAC_LEN]> {
 }
 
 /// `mac` in standard base64 with padding (44 characters for 32 bytes).
-pub(crate) fn to_base64(mac: &[u8]) -> String {
+pub fn to_base64(mac: &[u8]) -> String {
     STANDARD.encode(mac)
 }
 
 /// Standard padded base64 of exactly 32 bytes (44 characters) into the bytes; anything else
 /// (another alphabet, no padding, another length, a byte that is not base64) is `None`.
-pub(crate) fn decode_base64_mac(value: &str) -> Option<[u8; MAC_LEN]> {
+pub fn decode_base64_mac(value: &str) -> Option<[u8; MAC_LEN]> {
     // 32 bytes are 44 characters; refusing other lengths first bounds the work.
     if value.len() != 44 {
         return None;
@@ -182,7 +196,7 @@ pub(crate) fn decode_base64_mac(value: &str) -> Option<[u8; MAC_LEN]> {
 }
 
 /// Standard base64, padded or not, into bytes (for secrets).
-pub(crate) fn decode_base64_secret(value: &str) -> Option<Vec<u8>> {
+pub fn decode_base64_secret(value: &str) -> Option<Vec<u8>> {
     STANDARD_ANY_PADDING.decode(value).ok()
 }
 

@@ -11,7 +11,7 @@ use super::signature::{SignatureError, MAX_EVENT_ID_LEN, MAX_HEADER_LEN};
 /// Request headers, looked up by name.
 ///
 /// ```
-/// use idem_inbox::Headers;
+/// use idem_signature::Headers;
 /// let headers = [("X-GitHub-Event", "push"), ("x-github-delivery", "72d3162e")];
 /// assert_eq!(headers.values("x-github-event"), vec![&b"push"[..]]);
 /// assert!(headers.values("x-hub-signature-256").is_empty());
@@ -63,10 +63,7 @@ impl Headers for http::HeaderMap {
 /// The one value of header `name`, trimmed of surrounding spaces and tabs: `Ok(None)` when
 /// absent, [`SignatureError::Malformed`] when it is sent more than once, is longer than
 /// [`MAX_HEADER_LEN`] bytes, or holds a byte that is neither visible ASCII nor a space or tab.
-pub(crate) fn single<'h>(
-    headers: &'h dyn Headers,
-    name: &str,
-) -> Result<Option<&'h str>, SignatureError> {
+pub fn single<'h>(headers: &'h dyn Headers, name: &str) -> Result<Option<&'h str>, SignatureError> {
     let values = headers.values(name);
     let value = match values.as_slice() {
         [] => return Ok(None),
@@ -90,7 +87,7 @@ pub(crate) fn single<'h>(
 
 /// The one value of the required header `name`, as [`single`], and
 /// [`SignatureError::MissingHeader`] when it is absent or empty.
-pub(crate) fn required<'h>(
+pub fn required<'h>(
     headers: &'h dyn Headers,
     name: &'static str,
 ) -> Result<&'h str, SignatureError> {
@@ -103,7 +100,7 @@ pub(crate) fn required<'h>(
 /// An id or name header's value (`webhook-id`, `X-GitHub-Delivery`, `X-GitHub-Event`,
 /// `X-Shopify-Topic`, ...) as the inbox may use it: at most [`MAX_EVENT_ID_LEN`] bytes, no
 /// blank inside (so that a name joined to another part by a space stays unambiguous).
-pub(crate) fn event_id(value: &str) -> Result<String, SignatureError> {
+pub fn event_id(value: &str) -> Result<String, SignatureError> {
     if value.len() > MAX_EVENT_ID_LEN {
         return Err(SignatureError::Malformed("event id too long"));
     }

@@ -14,10 +14,10 @@
 
 use std::time::Duration;
 
+use crate::debug_without_secrets;
 use crate::headers::{event_id, required, single, Headers};
 use crate::mac::{
-    debug_without_secrets, decode_base64_mac, decode_base64_secret, split_secrets, to_base64, Keys,
-    MAC_LEN,
+    decode_base64_mac, decode_base64_secret, split_secrets, to_base64, Keys, MAC_LEN,
 };
 use crate::scheme::{VerifiedEvent, WebhookScheme};
 use crate::signature::{
@@ -100,7 +100,7 @@ impl HeaderSet {
 /// [`SignatureError::Future`]); the default is [`DEFAULT_TOLERANCE`] (5 minutes), theirs.
 ///
 /// ```
-/// use idem_inbox::{SignatureError, StandardWebhooks, WebhookScheme};
+/// use idem_signature::{SignatureError, StandardWebhooks, WebhookScheme};
 /// let scheme = StandardWebhooks::new(["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])?;
 /// let signature = scheme.sign("msg_1", 1_700_000_000, b"{}");
 /// let headers = [
@@ -132,7 +132,7 @@ impl StandardWebhooks {
     /// ones, anything shorter is refused as guessable.
     ///
     /// ```
-    /// use idem_inbox::StandardWebhooks;
+    /// use idem_signature::StandardWebhooks;
     /// assert!(StandardWebhooks::new(["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]).is_ok());
     /// assert!(StandardWebhooks::new(["MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]).is_ok());
     /// assert!(StandardWebhooks::new(["whsec_"]).is_err());
@@ -172,7 +172,7 @@ impl StandardWebhooks {
     /// spaces around each trimmed, empty items skipped.
     ///
     /// ```
-    /// use idem_inbox::StandardWebhooks;
+    /// use idem_signature::StandardWebhooks;
     /// let both = StandardWebhooks::from_comma_separated(
     ///     "whsec_bmV3LXNlY3JldC1mb3Itcm90YXRpb24h, whsec_b2xkLXNlY3JldC1mb3Itcm90YXRpb24h",
     /// )?;
@@ -188,7 +188,7 @@ impl StandardWebhooks {
     /// dropped). `Duration::ZERO` accepts only a timestamp equal to now.
     ///
     /// ```
-    /// use idem_inbox::StandardWebhooks;
+    /// use idem_signature::StandardWebhooks;
     /// use std::time::Duration;
     /// let scheme = StandardWebhooks::new(["whsec_bmV3LXNlY3JldC1mb3Itcm90YXRpb24h"])?
     ///     .tolerance(Duration::from_secs(60));
@@ -211,7 +211,7 @@ impl StandardWebhooks {
     /// reference libraries' `sign` produces. For tests and fixtures.
     ///
     /// ```
-    /// use idem_inbox::StandardWebhooks;
+    /// use idem_signature::StandardWebhooks;
     /// // The reference Python library's test_sign_function.
     /// let scheme = StandardWebhooks::new(["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])?;
     /// assert_eq!(
@@ -230,7 +230,7 @@ impl StandardWebhooks {
     /// sender sends during a rotation.
     ///
     /// ```
-    /// use idem_inbox::StandardWebhooks;
+    /// use idem_signature::StandardWebhooks;
     /// let sender = StandardWebhooks::new(["whsec_bmV3LXNlY3JldC1mb3Itcm90YXRpb24h", "whsec_b2xkLXNlY3JldC1mb3Itcm90YXRpb24h"])?;
     /// assert_eq!(sender.sign_with_all_secrets("m", 1, b"").matches("v1,").count(), 2);
     /// # Ok::<(), idem_core::Error>(())

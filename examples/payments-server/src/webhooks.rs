@@ -1,0 +1,42 @@
+//! The merchant's webhooks: each succeeded charge's `charge.succeeded` event (Stripe's shape:
+//! the charge under `data.object`), enqueued through the outbox in the charge's own
+//! transaction and delivered at least once, signed (Standard Webhooks), always with the same
+//! `webhook-id` (docs/outbox.md).
+
+use crate::charge::Charge;
+use crate::settings::Webhook;
+use idem_outbox::{Dispatcher, Dispatching, Endpoint, Message, OutboxError};
+
+/// The endpoint's name in the outbox.
+pub(crate) const ENDPOINT: &str = "merchant";
+
+/// The endpoint `webhook` describes.
+pub(crate) fn endpoint(webhook: &Webhook) -> Result<Endpoint, OutboxError> {
+    Endpoint::new(ENDPOINT, &webhook.url, &webhook.secrets)
+}
+
+/// Starts delivering, each claim lasting the server's lease. The demo's receiver runs beside
+/// the server: loopback is allowed (other private and link-local addresses are not).
+pub(crate) fn start(dispatcher: Dispatcher, webhook: &Webhook) -> Result<Dispatching, OutboxError> {
+    dispatcher
+        .lease(webhook.lease)?
+        .allow_loopback(true)
+        .start()
+}
+
+/// The `charge.succeeded` event of `charge`, for the merchant's endpoint; none unless it
+/// succeeded. Its id is the charge's (one such event per charge).
+pub(crate) fn charge_succeeded(charge: &Charge) -> Result<Option<Message>, OutboxError> {
+    if charge.status != "succeeded" {
+        return Ok(None);
+    }
+    let event = serde_json::json!({
+        "id": format!("evt_{}", charge.id.trim_start_matches("ch_")),
+        "object": "event",
+        "type": "charge.succeeded",
+        "created": charge.created,
+        "livemode": charge.livemode,
+        "data": { "object": charge },
+    });
+    Ok(Some(Message::json(&event)?.to(ENDPOINT)))
+}

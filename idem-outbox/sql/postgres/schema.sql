@@ -1,0 +1,59 @@
+-- The outbox's tables beside a PostgreSQL store's records. Times are the server's.
+CREATE TABLE IF NOT EXISTS idem_outbox_endpoints (
+    name          text        PRIMARY KEY,
+    url           text        NOT NULL,
+    -- whsec_ secrets, comma separated; the first signs first.
+    secrets       text        NOT NULL,
+    timeout_ms    bigint      NOT NULL,
+    -- The schedule: its jitter, a semicolon, the delays between attempts in ms, comma separated.
+    schedule_ms   text        NOT NULL,
+    enabled       boolean     NOT NULL,
+    -- Since when every attempt failed (NULL: the last one succeeded).
+    failing_since timestamptz,
+    updated_at    timestamptz NOT NULL
+);
+
+-- One row per (message, endpoint): the message travels with each of its deliveries.
+CREATE TABLE IF NOT EXISTS idem_outbox_deliveries (
+    id           bigserial   PRIMARY KEY,
+    message_id   text        NOT NULL,
+    endpoint     text        NOT NULL,
+    payload      bytea       NOT NULL,
+    content_type text        NOT NULL,
+    -- The message's own headers, a JSON array of [name, value] pairs.
+    headers      text        NOT NULL,
+    created_at   timestamptz NOT NULL,
+    -- pending, delivered or dead.
+    state        text        NOT NULL,
+    -- Pending: when it is due; claimed: when the claim runs out.
+    next_at      timestamptz NOT NULL,
+    attempts     integer     NOT NULL,
+    -- The claim that may record the running attempt (NULL: not claimed).
+    claim_token  text,
+    last_status  integer,
+    last_error   text,
+    finished_at  timestamptz,
+    UNIQUE (message_id, endpoint)
+);
+
+CREATE INDEX IF NOT EXISTS idem_outbox_deliveries_due
+    ON idem_outbox_deliveries (next_at) WHERE state = 'pending';
+
+-- Attempt numbers start again at 1 when an operator retries or replays a delivery.
+CREATE TABLE IF NOT EXISTS idem_outbox_attempts (
+    id          bigserial   PRIMARY KEY,
+    delivery_id bigint      NOT NULL,
+    attempt     integer     NOT NULL,
+    started_at  timestamptz NOT NULL,
+    duration_ms bigint      NOT NULL,
+    status      integer,
+    error       text,
+    -- The first KiB of the response body.
+    response    bytea
+);
+
+CREATE INDEX IF NOT EXISTS idem_outbox_attempts_delivery
+    ON idem_outbox_attempts (delivery_id);
+
+CREATE INDEX IF NOT EXISTS idem_outbox_deliveries_finished
+    ON idem_outbox_deliveries (state, finished_at) WHERE state <> 'pending';

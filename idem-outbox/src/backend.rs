@@ -1,0 +1,89 @@
+//! The database a dispatcher works on: one of the SQL stores' outboxes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::claim::{Claimed, Record};
+use crate::{Endpoint, OutboxError};
+
+/// An outbox a dispatcher claims from and records to.
+#[derive(Debug, Clone)]
+pub(crate) enum Backend {
+    #[cfg(feature = "sqlite")]
+    Sqlite(crate::SqliteOutbox),
+    #[cfg(feature = "postgres")]
+    Postgres(crate::PgOutbox),
+}
+
+impl Backend {
+    pub(crate) async fn claim(
+        &self,
+        token: &str,
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Claimed>, OutboxError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(outbox) => outbox.claim(token, lease, limit).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(outbox) => outbox.claim(token, lease, limit).await,
+        }
+    }
+
+    pub(crate) async fn record(&self, record: &Record) -> Result<bool, OutboxError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(outbox) => outbox.record(record).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(outbox) => outbox.record(record).await,
+        }
+    }
+
+    pub(crate) async fn endpoint(&self, name: &str) -> Result<Option<Endpoint>, OutboxError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(outbox) => outbox.endpoint(name).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(outbox) => outbox.endpoint(name).await,
+        }
+    }
+
+    #[cfg(feature = "metrics")]
+    pub(crate) async fn oldest_pending_age(&self) -> Result<Option<Duration>, OutboxError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(outbox) => outbox.oldest_pending_age().await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(outbox) => outbox.oldest_pending_age().await,
+        }
+    }
+
+    /// What wakes a dispatcher when a message is enqueued, and the task that listens for it
+    /// (PostgreSQL's `LISTEN`), if any.
+    pub(crate) fn waker(&self) -> (Arc<Notify>, Option<JoinHandle<()>>) {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(outbox) => (outbox.wake(), None),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(outbox) => {
+                let wake = Arc::new(Notify::new());
+                let task = tokio::spawn(outbox.clone().listen(Arc::clone(&wake)));
+                (wake, Some(task))
+            }
+        }
+    }
+}
+
+/// `call` within `deadline`: [`OutboxError::Timeout`] when it runs out (a frozen database is
+/// an error, never a hang).
+pub(crate) async fn bounded<T>(
+    deadline: Duration,
+    call: impl std::future::Future<Output = Result<T, OutboxError>>,
+) -> Result<T, OutboxError> {
+    tokio::time::timeout(deadline, call)
+        .await
+        .unwrap_or(Err(OutboxError::Timeout(deadline)))
+}

@@ -1,0 +1,75 @@
+//! A delivery a dispatcher claimed, and what it records of its attempt.
+
+use std::time::Duration;
+
+use crate::MessageId;
+
+/// A delivery claimed under a token, with its message.
+#[derive(Debug, Clone)]
+pub(crate) struct Claimed {
+    pub(crate) id: i64,
+    pub(crate) message_id: MessageId,
+    pub(crate) endpoint: String,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) content_type: String,
+    pub(crate) headers: Vec<(String, String)>,
+    /// The number of this attempt (1 for the first).
+    pub(crate) attempt: u32,
+}
+
+/// A delivery's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DeliveryState {
+    /// Waiting for an attempt (now, later, or one running).
+    Pending,
+    /// A 2xx answered an attempt.
+    Delivered,
+    /// Its schedule ran out, or the receiver said stop (`410 Gone`,
+    /// `webhook-delivery: abort-message`): kept, never attempted again by itself.
+    Dead,
+}
+
+impl DeliveryState {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Pending => "pending",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::Dead => "dead",
+        }
+    }
+
+    pub(crate) fn from_stored(text: &str) -> Option<Self> {
+        match text {
+            "pending" => Some(DeliveryState::Pending),
+            "delivered" => Some(DeliveryState::Delivered),
+            "dead" => Some(DeliveryState::Dead),
+            _ => None,
+        }
+    }
+}
+
+/// What an attempt's end writes, fenced by the claim's token.
+#[derive(Debug, Clone)]
+pub(crate) struct Record {
+    pub(crate) delivery: i64,
+    pub(crate) token: String,
+    pub(crate) state: DeliveryState,
+    /// From now until the delivery is due again (pending only).
+    pub(crate) delay: Duration,
+    pub(crate) status: Option<u16>,
+    pub(crate) error: Option<String>,
+    pub(crate) response: Vec<u8>,
+    pub(crate) duration: Duration,
+    /// The endpoint's name, to note the attempt's success or failure on it (PostgreSQL's
+    /// statement reads it from the delivery's row).
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) endpoint: String,
+    /// How long the endpoint may fail every attempt before it is disabled.
+    pub(crate) disable_after: Duration,
+}
+
+/// Whole milliseconds of `d`, saturating.
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

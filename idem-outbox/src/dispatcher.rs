@@ -1,0 +1,579 @@
+//! The dispatcher: claims due deliveries with a lease, delivers them, records each attempt
+//! under its claim.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::address::AddressPolicy;
+use crate::backend::{bounded, Backend};
+use crate::claim::{Claimed, DeliveryState, Record};
+use crate::event::{DeadReason, OutboxEvent, OutboxEventKind};
+use crate::transport::{Sent, Transport};
+use crate::{Endpoint, OutboxError};
+
+/// The longest a receiver's `Retry-After` may push an attempt back: one day.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// How long a dispatcher keeps an endpoint's settings it read: a change (a new URL, secret,
+/// schedule) takes effect within this.
+pub const ENDPOINT_CACHE: Duration = Duration::from_secs(1);
+
+/// Endpoints read, with when.
+type Endpoints = Arc<Mutex<HashMap<String, (Instant, Endpoint)>>>;
+
+/// What is called with each [`OutboxEvent`].
+pub type Observer = Arc<dyn Fn(&OutboxEvent) + Send + Sync>;
+
+/// Delivers an outbox's messages: claims due deliveries for a lease (several dispatchers, in
+/// any number of processes, share the work: a delivery is claimed by one at a time), sends
+/// each signed (Standard Webhooks, signed afresh on every attempt, `webhook-id` the message's
+/// stable id), and records each attempt under its claim, so a dispatcher whose claim ran out
+/// cannot overwrite a newer one's result (C17).
+///
+/// - Each attempt ends before the claim's last quarter (its timeout is the endpoint's, cut
+///   shorter when the claim runs out sooner), so two dispatchers never deliver one message at
+///   the same moment.
+/// - A 2xx delivers; anything else (3xx included: redirects are never followed), a transport
+///   error or a timeout fails, and the delivery is tried again on the endpoint's [`Schedule`](
+///   crate::Schedule), later if the receiver's `Retry-After` says so. `410 Gone` and
+///   `webhook-delivery: abort-message` stop it; a delivery whose schedule runs out is dead,
+///   kept and reported ([`OutboxEventKind::Dead`]). An endpoint failing for
+///   [`disable_after`](Self::disable_after) (default 5 days) is disabled.
+/// - Loopback, private and link-local addresses are refused unless allowed; TLS certificates
+///   are verified; only the first KiB of a response body is read and stored.
+/// - Woken by each enqueue (in process for SQLite, `LISTEN`/`NOTIFY` for PostgreSQL), it
+///   polls besides, every [`poll_interval`](Self::poll_interval).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let store = idem_sqlite::SqliteStore::open(dir.path().join("a.db")).await?;
+/// # let outbox = idem_outbox::SqliteOutbox::open(&store).await?;
+/// use std::time::Duration;
+/// let dispatching = outbox
+///     .dispatcher()
+///     .lease(Duration::from_secs(60))?
+///     .on_event(|event| println!("{event:?}"))
+///     .start()?;
+/// // ... serve ...
+/// dispatching.stop().await;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Dispatcher {
+    backend: Backend,
+    lease: Duration,
+    batch: usize,
+    poll: Duration,
+    policy: AddressPolicy,
+    disable_after: Duration,
+    store_timeout: Duration,
+    observer: Option<Observer>,
+    transport: Arc<OnceLock<Transport>>,
+    endpoints: Endpoints,
+}
+
+impl fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("backend", &self.backend)
+            .field("lease", &self.lease)
+            .field("batch", &self.batch)
+            .field("poll", &self.poll)
+            .field("policy", &self.policy)
+            .field("disable_after", &self.disable_after)
+            .field("store_timeout", &self.store_timeout)
+            .finish()
+    }
+}
+
+impl Dispatcher {
+    pub(crate) fn new(backend: Backend) -> Self {
+        Self {
+            backend,
+            lease: Duration::from_secs(60),
+            batch: 16,
+            poll: Duration::from_secs(1),
+            policy: AddressPolicy::default(),
+            disable_after: Duration::from_secs(5 * 24 * 3600),
+            store_timeout: Duration::from_secs(10),
+            observer: None,
+            transport: Arc::new(OnceLock::new()),
+            endpoints: Arc::default(),
+        }
+    }
+
+    /// How long a claim lasts (default 60 s, at least 100 ms): a delivery whose dispatcher
+    /// died is attempted again once it runs out. Attempts end within its first three
+    /// quarters.
+    pub fn lease(mut self, lease: Duration) -> Result<Self, OutboxError> {
+        if lease < Duration::from_millis(100) {
+            return Err(OutboxError::InvalidSetting(
+                "a claim's lease is at least 100 ms",
+            ));
+        }
+        self.lease = lease;
+        Ok(self)
+    }
+
+    /// How many deliveries one claim takes, delivered concurrently (default 16, at least 1).
+    #[must_use]
+    pub fn batch(mut self, batch: usize) -> Self {
+        self.batch = batch.max(1);
+        self
+    }
+
+    /// How often it looks for due deliveries when nothing wakes it (default 1 s; retries come
+    /// due this way).
+    #[must_use]
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Allows loopback addresses (tests, a receiver on the same host).
+    #[must_use]
+    pub fn allow_loopback(mut self, allow: bool) -> Self {
+        self.policy.allow_loopback = allow;
+        self.transport = Arc::new(OnceLock::new());
+        self
+    }
+
+    /// Allows private and link-local addresses (receivers inside one network).
+    #[must_use]
+    pub fn allow_private(mut self, allow: bool) -> Self {
+        self.policy.allow_private = allow;
+        self.transport = Arc::new(OnceLock::new());
+        self
+    }
+
+    /// How long an endpoint may fail every attempt before it is disabled (default 5 days).
+    #[must_use]
+    pub fn disable_after(mut self, after: Duration) -> Self {
+        self.disable_after = after;
+        self
+    }
+
+    /// The deadline of each of its database calls (default 10 s): a database that does not
+    /// answer is an error (logged, the claim or the record tried again later), never a hang.
+    #[must_use]
+    pub fn store_timeout(mut self, deadline: Duration) -> Self {
+        self.store_timeout = deadline.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Calls `observer` with each attempt's [`OutboxEvent`] (a dead delivery's included).
+    #[must_use]
+    pub fn on_event(mut self, observer: impl Fn(&OutboxEvent) + Send + Sync + 'static) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    fn transport(&self) -> Result<Transport, OutboxError> {
+        if let Some(transport) = self.transport.get() {
+            return Ok(transport.clone());
+        }
+        let transport =
+            Transport::new(self.policy).map_err(|e| OutboxError::InvalidSetting(leak_free(&e)))?;
+        Ok(self.transport.get_or_init(|| transport).clone())
+    }
+
+    /// Claims due deliveries once and delivers them: how many it claimed. What [`start`](
+    /// Self::start) runs in a loop; for tests and tools.
+    pub async fn dispatch_due(&self) -> Result<usize, OutboxError> {
+        let transport = self.transport()?;
+        let token = claim_token();
+        let claimed_at = Instant::now();
+        let claimed = bounded(
+            self.store_timeout,
+            self.backend.claim(&token, self.lease, self.batch),
+        )
+        .await?;
+        let count = claimed.len();
+        if count == 0 {
+            return Ok(0);
+        }
+        // Ends every attempt in the claim's first three quarters: the claim was taken after
+        // `claimed_at`, so it outlives this deadline by a quarter of the lease at least.
+        let deadline = claimed_at + self.lease.mul_f64(0.75);
+        let mut endpoints: HashMap<String, Result<Option<Endpoint>, String>> = HashMap::new();
+        for claim in &claimed {
+            if !endpoints.contains_key(&claim.endpoint) {
+                let found = self.endpoint(&claim.endpoint).await;
+                endpoints.insert(claim.endpoint.clone(), found);
+            }
+        }
+        let mut attempts = JoinSet::new();
+        for claim in claimed {
+            let endpoint = endpoints.get(&claim.endpoint).cloned().unwrap_or(Ok(None));
+            let this = self.clone();
+            let transport = transport.clone();
+            let token = token.clone();
+            attempts.spawn(async move {
+                this.attempt(&transport, endpoint, claim, &token, deadline)
+                    .await;
+            });
+        }
+        while attempts.join_next().await.is_some() {}
+        Ok(count)
+    }
+
+    /// The endpoint `name`, read at most [`ENDPOINT_CACHE`] ago.
+    async fn endpoint(&self, name: &str) -> Result<Option<Endpoint>, String> {
+        let cached = {
+            let cache = self
+                .endpoints
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            cache
+                .get(name)
+                .filter(|(read, _)| read.elapsed() < ENDPOINT_CACHE)
+                .map(|(_, endpoint)| endpoint.clone())
+        };
+        if let Some(endpoint) = cached {
+            return Ok(Some(endpoint));
+        }
+        let found = bounded(self.store_timeout, self.backend.endpoint(name))
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(endpoint) = &found {
+            self.endpoints
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(name.to_owned(), (Instant::now(), endpoint.clone()));
+        }
+        Ok(found)
+    }
+
+    /// One attempt of `claim`, recorded under `token`.
+    async fn attempt(
+        &self,
+        transport: &Transport,
+        endpoint: Result<Option<Endpoint>, String>,
+        claim: Claimed,
+        token: &str,
+        deadline: Instant,
+    ) {
+        let endpoint = match endpoint {
+            Ok(Some(endpoint)) => endpoint,
+            // Not readable now: the claim runs out and the delivery is tried again.
+            Ok(None) | Err(_) => {
+                tracing::warn!(message_id = %claim.message_id, endpoint = %claim.endpoint, "outbox endpoint unreadable; attempt skipped");
+                return;
+            }
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining < Duration::from_millis(5) {
+            return;
+        }
+        let timeout = endpoint.timeout.min(remaining);
+        let sent = transport.send(&endpoint, &claim, timeout).await;
+        let (state, delay, kind) = verdict(&sent, claim.attempt, &endpoint);
+        let record = Record {
+            delivery: claim.id,
+            token: token.to_owned(),
+            state,
+            delay,
+            status: sent.status,
+            error: sent.error.clone(),
+            response: sent.response.clone(),
+            duration: sent.duration,
+            endpoint: endpoint.name.clone(),
+            disable_after: self.disable_after,
+        };
+        let kind = match bounded(self.store_timeout, self.backend.record(&record)).await {
+            Ok(true) => kind,
+            Ok(false) => OutboxEventKind::Fenced,
+            Err(error) => {
+                // Unrecorded: the claim runs out and the delivery is attempted again (at least
+                // once), with the same id.
+                tracing::warn!(message_id = %claim.message_id, %error, "outbox attempt not recorded");
+                return;
+            }
+        };
+        let event = OutboxEvent {
+            message_id: claim.message_id,
+            endpoint: claim.endpoint,
+            attempt: claim.attempt,
+            status: sent.status,
+            kind,
+        };
+        report(&event, sent.error.as_deref());
+        #[cfg(feature = "metrics")]
+        crate::metrics::attempt(&event, sent.duration);
+        if let Some(observer) = &self.observer {
+            observer(&event);
+        }
+    }
+
+    /// Starts dispatching on the current tokio runtime until [`Dispatching::stop`] (or the
+    /// handle is dropped).
+    pub fn start(self) -> Result<Dispatching, OutboxError> {
+        self.transport()?;
+        let (wake, listener) = self.backend.waker();
+        let stop = Arc::new(Notify::new());
+        let stopping = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(self.run(wake, Arc::clone(&stop), Arc::clone(&stopping)));
+        Ok(Dispatching {
+            stop,
+            stopping,
+            task: Some(task),
+            listener,
+        })
+    }
+
+    async fn run(self, wake: Arc<Notify>, stop: Arc<Notify>, stopping: Arc<AtomicBool>) {
+        #[cfg(feature = "metrics")]
+        let mut gauged = Instant::now() - self.poll;
+        loop {
+            #[cfg(feature = "metrics")]
+            if gauged.elapsed() >= self.poll {
+                gauged = Instant::now();
+                match bounded(self.store_timeout, self.backend.oldest_pending_age()).await {
+                    Ok(age) => crate::metrics::oldest_pending(age),
+                    Err(error) => tracing::warn!(%error, "outbox oldest pending age not read"),
+                }
+            }
+            let notified = wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let pause = match self.dispatch_due().await {
+                Ok(0) => self.poll,
+                Ok(_) => Duration::ZERO,
+                Err(error) => {
+                    tracing::warn!(%error, "outbox claim failed");
+                    self.poll
+                }
+            };
+            if stopping.load(Ordering::Acquire) {
+                return;
+            }
+            if pause.is_zero() {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep(pause) => {}
+                () = stop.notified() => return,
+            }
+        }
+    }
+}
+
+/// A running dispatcher. Dropping it stops it at once; [`stop`](Self::stop) lets the running
+/// attempts end and be recorded first.
+#[derive(Debug)]
+pub struct Dispatching {
+    stop: Arc<Notify>,
+    stopping: Arc<AtomicBool>,
+    task: Option<JoinHandle<()>>,
+    listener: Option<JoinHandle<()>>,
+}
+
+impl Dispatching {
+    /// Stops once the running attempts are recorded (their timeouts bound the wait).
+    pub async fn stop(mut self) {
+        self.stopping.store(true, Ordering::Release);
+        self.stop.notify_one();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Dispatching {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        if let Some(listener) = self.listener.take() {
+            listener.abort();
+        }
+    }
+}
+
+/// What an attempt's result makes of the delivery: its state, the delay until it is due
+/// again, the event.
+fn verdict(
+    sent: &Sent,
+    attempt: u32,
+    endpoint: &Endpoint,
+) -> (DeliveryState, Duration, OutboxEventKind) {
+    let dead = |reason| {
+        (
+            DeliveryState::Dead,
+            Duration::ZERO,
+            OutboxEventKind::Dead(reason),
+        )
+    };
+    match sent.status {
+        Some(status) if (200..300).contains(&status) => {
+            return (
+                DeliveryState::Delivered,
+                Duration::ZERO,
+                OutboxEventKind::Delivered,
+            )
+        }
+        Some(410) => return dead(DeadReason::Gone),
+        _ if sent.abort => return dead(DeadReason::Aborted),
+        _ => {}
+    }
+    match endpoint.schedule.delay_after(attempt) {
+        Some(delay) => {
+            let delay = sent
+                .retry_after
+                .map_or(delay, |asked| delay.max(asked.min(MAX_RETRY_AFTER)));
+            (
+                DeliveryState::Pending,
+                delay,
+                OutboxEventKind::Retrying(delay),
+            )
+        }
+        None => dead(DeadReason::Exhausted),
+    }
+}
+
+fn report(event: &OutboxEvent, error: Option<&str>) {
+    let (id, endpoint, attempt, status) = (
+        event.message_id.as_str(),
+        event.endpoint.as_str(),
+        event.attempt,
+        event.status,
+    );
+    match &event.kind {
+        OutboxEventKind::Delivered => {
+            tracing::debug!(
+                message_id = id,
+                endpoint,
+                attempt,
+                ?status,
+                "outbox message delivered"
+            );
+        }
+        OutboxEventKind::Retrying(delay) => {
+            tracing::info!(
+                message_id = id,
+                endpoint,
+                attempt,
+                ?status,
+                ?error,
+                ?delay,
+                "outbox attempt failed; retrying"
+            );
+        }
+        OutboxEventKind::Dead(reason) => {
+            tracing::error!(
+                message_id = id,
+                endpoint,
+                attempt,
+                ?status,
+                ?error,
+                ?reason,
+                "outbox delivery dead"
+            );
+        }
+        OutboxEventKind::Fenced => {
+            tracing::warn!(
+                message_id = id,
+                endpoint,
+                attempt,
+                "outbox attempt fenced out: its claim had run out"
+            );
+        }
+    }
+}
+
+/// A fresh claim token.
+fn claim_token() -> String {
+    crate::id::random_bytes::<16>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A static description of a client that could not be built (its cause is logged).
+fn leak_free(error: &str) -> &'static str {
+    tracing::error!(%error, "outbox HTTP client could not be built");
+    "the HTTP client could not be built (TLS backend)"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sent(status: Option<u16>, retry_after: Option<u64>, abort: bool) -> Sent {
+        Sent {
+            status,
+            error: None,
+            response: Vec::new(),
+            retry_after: retry_after.map(Duration::from_secs),
+            abort,
+            duration: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn c17_any_non_2xx_fails_410_and_abort_stop_exhausted_is_dead() -> Result<(), OutboxError> {
+        let schedule = crate::Schedule::new([Duration::from_secs(5)])?.jitter(0.0)?;
+        let endpoint = Endpoint::new(
+            "m",
+            "https://m.example/",
+            ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+        )?
+        .schedule(schedule);
+        let five = Duration::from_secs(5);
+        assert_eq!(
+            verdict(&sent(Some(204), None, false), 1, &endpoint).0,
+            DeliveryState::Delivered
+        );
+        for status in [301, 302, 400, 429, 500, 503] {
+            assert_eq!(
+                verdict(&sent(Some(status), None, false), 1, &endpoint),
+                (
+                    DeliveryState::Pending,
+                    five,
+                    OutboxEventKind::Retrying(five)
+                )
+            );
+        }
+        assert_eq!(
+            verdict(&sent(None, None, false), 1, &endpoint).0,
+            DeliveryState::Pending
+        );
+        assert_eq!(
+            verdict(&sent(Some(410), None, false), 1, &endpoint).2,
+            OutboxEventKind::Dead(DeadReason::Gone)
+        );
+        assert_eq!(
+            verdict(&sent(Some(500), None, true), 1, &endpoint).2,
+            OutboxEventKind::Dead(DeadReason::Aborted)
+        );
+        assert_eq!(
+            verdict(&sent(Some(500), None, false), 2, &endpoint).2,
+            OutboxEventKind::Dead(DeadReason::Exhausted)
+        );
+        // Retry-After stretches a delay, never shortens it, and is capped.
+        assert_eq!(
+            verdict(&sent(Some(503), Some(60), false), 1, &endpoint).1,
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            verdict(&sent(Some(503), Some(1), false), 1, &endpoint).1,
+            five
+        );
+        assert_eq!(
+            verdict(&sent(Some(503), Some(10_000_000), false), 1, &endpoint).1,
+            MAX_RETRY_AFTER
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,509 @@
+//! `PgOutbox`: the outbox in a PostgreSQL store's database.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_postgres::sqlx::postgres::{PgConnection, PgListener, PgRow};
+use idem_postgres::sqlx::{self, AssertSqlSafe, Connection, Row};
+use idem_postgres::{store_error, PgStore};
+use tokio::sync::Notify;
+
+use crate::claim::{millis, Claimed, Record};
+use crate::inspect::{attempt_info, delivery_info};
+use crate::message::headers_from_stored;
+use crate::{
+    AttemptInfo, Counts, DeliveryInfo, DeliveryState, Dispatcher, Endpoint, Message, MessageId,
+    OutboxError, Retention, DEFAULT_MAX_PAYLOAD,
+};
+
+/// The outbox's statements.
+mod sql {
+    pub(super) const SCHEMA: &str = include_str!("../sql/postgres/schema.sql");
+    pub(super) const ENDPOINT_UPSERT: &str = include_str!("../sql/postgres/endpoint_upsert.sql");
+    pub(super) const ENDPOINT_SELECT: &str = include_str!("../sql/postgres/endpoint_select.sql");
+    pub(super) const ENQUEUE: &str = include_str!("../sql/postgres/enqueue.sql");
+    pub(super) const CLAIM: &str = include_str!("../sql/postgres/claim.sql");
+    pub(super) const RECORD: &str = include_str!("../sql/postgres/record.sql");
+    pub(super) const DELIVERIES_OF: &str = include_str!("../sql/postgres/deliveries_of.sql");
+    pub(super) const ATTEMPTS_OF: &str = include_str!("../sql/postgres/attempts_of.sql");
+    pub(super) const COUNTS: &str = include_str!("../sql/postgres/counts.sql");
+    pub(super) const LIST: &str = include_str!("../sql/postgres/list.sql");
+    pub(super) const REQUEUE: &str = include_str!("../sql/postgres/requeue.sql");
+    pub(super) const PURGE: &str = include_str!("../sql/postgres/purge.sql");
+    pub(super) const OLDEST_PENDING: &str = include_str!("../sql/postgres/oldest_pending.sql");
+}
+
+/// A delivery's row, checked.
+fn delivery_row(row: &PgRow) -> Result<DeliveryInfo, OutboxError> {
+    let get = || -> Result<_, sqlx::Error> {
+        Ok((
+            row.try_get::<i64, _>(0)?,
+            row.try_get::<String, _>(1)?,
+            row.try_get::<String, _>(2)?,
+            row.try_get::<String, _>(3)?,
+            row.try_get::<i32, _>(4)?,
+            row.try_get::<Option<i32>, _>(5)?,
+            row.try_get::<Option<String>, _>(6)?,
+        ))
+    };
+    let (id, message_id, endpoint, state, attempts, status, error) = get().map_err(store_error)?;
+    delivery_info(
+        id,
+        message_id,
+        endpoint,
+        &state,
+        attempts.into(),
+        status.map(i64::from),
+        error,
+    )
+}
+
+/// The channel enqueues notify and dispatchers listen on.
+pub const CHANNEL: &str = "idem_outbox";
+
+/// The outbox in the database of a [`PgStore`], beside its records: messages are enqueued in
+/// the effect's transaction (`run_in_transaction`'s connection), so the effect, its
+/// idempotency record and its messages commit together or not at all (C17).
+///
+/// Dispatchers in any number of processes claim due deliveries with `FOR UPDATE SKIP LOCKED`
+/// and a lease; each is woken by the enqueue's notification (`LISTEN`/`NOTIFY`, sent by
+/// PostgreSQL when the enqueuing transaction commits) and polls besides. Times are the
+/// server's (C11). Cloning is cheap.
+///
+/// ```no_run
+/// use idem_core::{Idempotency, StoredResponse};
+/// use idem_outbox::{Endpoint, Message, PgOutbox};
+/// use idem_postgres::{PgIdempotency, PgStore};
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = PgStore::connect("postgres://app@localhost/payments").await?;
+/// let outbox = PgOutbox::open(&store).await?;
+/// outbox.register(&Endpoint::new("merchant", "https://merchant.example/hooks", ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])?).await?;
+/// let _dispatching = outbox.dispatcher().start()?;
+/// let idem = Idempotency::new(store);
+/// let request = idem.request("acct_1", "POST", "/charges").key(Some("k-1")).body(b"{}").build()?;
+/// let sender = outbox.clone();
+/// idem.run_in_transaction(&request, move |tx, _lease| Box::pin(async move {
+///     // ... the charge's own rows ...
+///     let message = Message::json(&serde_json::json!({"type": "charge.succeeded"}))?.to("merchant");
+///     sender.enqueue(&mut *tx, &message).await?;
+///     Ok::<_, idem_outbox::OutboxError>(StoredResponse::new(201, "charged"))
+/// })).await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct PgOutbox {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: PgStore,
+    max_payload: usize,
+}
+
+impl PgOutbox {
+    /// The outbox of `store`'s database: creates its tables if they do not exist, under the
+    /// store's migration lock.
+    pub async fn open(store: &PgStore) -> Result<Self, OutboxError> {
+        let mut tx = store.pool().begin().await.map_err(store_error)?;
+        store.lock_migrations(&mut tx).await?;
+        sqlx::raw_sql(AssertSqlSafe(sql::SCHEMA))
+            .execute(&mut *tx)
+            .await
+            .map_err(store_error)?;
+        tx.commit().await.map_err(store_error)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store: store.clone(),
+                max_payload: DEFAULT_MAX_PAYLOAD,
+            }),
+        })
+    }
+
+    /// The same outbox with another payload limit (default [`DEFAULT_MAX_PAYLOAD`], 256 KiB).
+    #[must_use]
+    pub fn max_payload(self, bytes: usize) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store: self.inner.store.clone(),
+                max_payload: bytes,
+            }),
+        }
+    }
+
+    /// Registers `endpoint` under its name, or replaces the one of that name (its failures
+    /// forgotten).
+    pub async fn register(&self, endpoint: &Endpoint) -> Result<(), OutboxError> {
+        sqlx::query(sql::ENDPOINT_UPSERT)
+            .bind(&endpoint.name)
+            .bind(endpoint.url.as_str())
+            .bind(endpoint.stored_secrets())
+            .bind(millis(endpoint.timeout))
+            .bind(endpoint.schedule.to_stored())
+            .bind(endpoint.enabled)
+            .execute(self.inner.store.pool())
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    /// The endpoint registered as `name`.
+    pub async fn endpoint(&self, name: &str) -> Result<Option<Endpoint>, OutboxError> {
+        let row = sqlx::query(sql::ENDPOINT_SELECT)
+            .bind(name)
+            .fetch_optional(self.inner.store.pool())
+            .await
+            .map_err(store_error)?;
+        row.map(|row| {
+            let get = |row: &PgRow| -> Result<_, sqlx::Error> {
+                Ok((
+                    row.try_get::<String, _>(0)?,
+                    row.try_get::<String, _>(1)?,
+                    row.try_get::<String, _>(2)?,
+                    row.try_get::<i64, _>(3)?,
+                    row.try_get::<String, _>(4)?,
+                    row.try_get::<bool, _>(5)?,
+                ))
+            };
+            let (name, url, secrets, timeout, schedule, enabled) =
+                get(&row).map_err(store_error)?;
+            Endpoint::from_stored(name, &url, &secrets, timeout, &schedule, enabled)
+        })
+        .transpose()
+    }
+
+    /// Enqueues `message` **in the effect's transaction** on `conn`: one statement, one
+    /// delivery per endpoint it names, all due at once; they commit with the effect or vanish
+    /// with it, and the dispatchers are notified when it commits.
+    ///
+    /// Refused, nothing written: an invalid message or a payload over the limit, an endpoint
+    /// that is not registered ([`OutboxError::UnknownEndpoint`]), a connection outside a
+    /// transaction ([`OutboxError::NotInEffectTransaction`]: the message would commit alone).
+    pub async fn enqueue(
+        &self,
+        conn: &mut PgConnection,
+        message: &Message,
+    ) -> Result<MessageId, OutboxError> {
+        message.check(self.inner.max_payload)?;
+        if !conn.is_in_transaction() {
+            return Err(OutboxError::NotInEffectTransaction(
+                "the connection is not in a transaction",
+            ));
+        }
+        let inserted: i64 = sqlx::query_scalar(sql::ENQUEUE)
+            .bind(message.id().as_str())
+            .bind(message.payload())
+            .bind(message.content_type())
+            .bind(message.stored_headers())
+            .bind(message.endpoints())
+            .bind(CHANNEL)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(store_error)?;
+        if usize::try_from(inserted).ok() != Some(message.endpoints().len()) {
+            return Err(OutboxError::UnknownEndpoint(message.endpoints().join(", ")));
+        }
+        Ok(message.id().clone())
+    }
+
+    /// The deliveries of message `id`, by endpoint name.
+    pub async fn deliveries(&self, id: &MessageId) -> Result<Vec<DeliveryInfo>, OutboxError> {
+        let rows = sqlx::query(sql::DELIVERIES_OF)
+            .bind(id.as_str())
+            .fetch_all(self.inner.store.pool())
+            .await
+            .map_err(store_error)?;
+        rows.iter().map(delivery_row).collect()
+    }
+
+    /// Up to `limit` deliveries in `state`, oldest first (an operator's list).
+    pub async fn list(
+        &self,
+        state: DeliveryState,
+        limit: usize,
+    ) -> Result<Vec<DeliveryInfo>, OutboxError> {
+        let rows = sqlx::query(sql::LIST)
+            .bind(state.as_str())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(self.inner.store.pool())
+            .await
+            .map_err(store_error)?;
+        rows.iter().map(delivery_row).collect()
+    }
+
+    /// Attempts message `id` again at once, with a fresh schedule and the same id, on each of
+    /// its dead deliveries: how many.
+    pub async fn retry(&self, id: &MessageId) -> Result<u64, OutboxError> {
+        self.requeue(id, true).await
+    }
+
+    /// Attempts message `id` again at once, with a fresh schedule and the same id, on each of
+    /// its deliveries that no dispatcher holds, delivered ones included: how many.
+    pub async fn replay(&self, id: &MessageId) -> Result<u64, OutboxError> {
+        self.requeue(id, false).await
+    }
+
+    async fn requeue(&self, id: &MessageId, dead_only: bool) -> Result<u64, OutboxError> {
+        let mut tx = self.inner.store.pool().begin().await.map_err(store_error)?;
+        let changed = sqlx::query(sql::REQUEUE)
+            .bind(id.as_str())
+            .bind(dead_only)
+            .execute(&mut *tx)
+            .await
+            .map_err(store_error)?
+            .rows_affected();
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(CHANNEL)
+            .execute(&mut *tx)
+            .await
+            .map_err(store_error)?;
+        tx.commit().await.map_err(store_error)?;
+        Ok(changed)
+    }
+
+    /// Deletes at most `batch` deliveries delivered, or dead, longer ago than `retention`
+    /// says, with their attempts: how many (call it until it returns less than `batch`).
+    pub async fn purge(&self, retention: Retention, batch: usize) -> Result<u64, OutboxError> {
+        let purged: i64 = sqlx::query_scalar(sql::PURGE)
+            .bind(millis(retention.delivered))
+            .bind(millis(retention.dead))
+            .bind(i64::try_from(batch).unwrap_or(i64::MAX))
+            .fetch_one(self.inner.store.pool())
+            .await
+            .map_err(store_error)?;
+        Ok(u64::try_from(purged).unwrap_or(0))
+    }
+
+    /// How long ago the oldest pending delivery was enqueued (`None`: none is pending).
+    pub async fn oldest_pending_age(&self) -> Result<Option<Duration>, OutboxError> {
+        let age: Option<i64> = sqlx::query_scalar(sql::OLDEST_PENDING)
+            .fetch_one(self.inner.store.pool())
+            .await
+            .map_err(store_error)?;
+        Ok(age.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
+    }
+
+    /// The recorded attempts of delivery `delivery` ([`DeliveryInfo::id`]), in order.
+    pub async fn attempts(&self, delivery: i64) -> Result<Vec<AttemptInfo>, OutboxError> {
+        let rows = sqlx::query(sql::ATTEMPTS_OF)
+            .bind(delivery)
+            .fetch_all(self.inner.store.pool())
+            .await
+            .map_err(store_error)?;
+        rows.iter()
+            .map(|row| {
+                let get = || -> Result<_, sqlx::Error> {
+                    Ok((
+                        row.try_get::<i32, _>(0)?,
+                        row.try_get::<i64, _>(1)?,
+                        row.try_get::<i64, _>(2)?,
+                        row.try_get::<Option<i32>, _>(3)?,
+                        row.try_get::<Option<String>, _>(4)?,
+                        row.try_get::<Option<Vec<u8>>, _>(5)?,
+                    ))
+                };
+                let (attempt, started, duration, status, error, response) =
+                    get().map_err(store_error)?;
+                attempt_info(
+                    attempt.into(),
+                    started,
+                    duration,
+                    status.map(i64::from),
+                    error,
+                    response.unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    /// How many deliveries are pending, delayed and dead.
+    pub async fn counts(&self) -> Result<Counts, OutboxError> {
+        let row = sqlx::query(sql::COUNTS)
+            .fetch_one(self.inner.store.pool())
+            .await
+            .map_err(store_error)?;
+        let count = |i: usize| -> Result<u64, OutboxError> {
+            let n: i64 = row.try_get(i).map_err(store_error)?;
+            u64::try_from(n).map_err(|_| OutboxError::Corrupt("a negative count".into()))
+        };
+        Ok(Counts {
+            pending: count(0)?,
+            delayed: count(1)?,
+            dead: count(2)?,
+        })
+    }
+
+    /// A dispatcher of this outbox (not started).
+    pub fn dispatcher(&self) -> Dispatcher {
+        Dispatcher::new(crate::backend::Backend::Postgres(self.clone()))
+    }
+
+    /// Listens for enqueues and wakes `wake` on each, until the task is aborted; on a lost
+    /// connection, listens again (the dispatcher polls meanwhile).
+    pub(crate) async fn listen(self, wake: Arc<Notify>) {
+        loop {
+            let listener = async {
+                let mut listener = PgListener::connect_with(self.inner.store.pool()).await?;
+                listener.listen(CHANNEL).await?;
+                // Deliveries committed while not listening are found by the next claim.
+                wake.notify_waiters();
+                loop {
+                    listener.recv().await?;
+                    wake.notify_waiters();
+                }
+            };
+            let result: Result<(), sqlx::Error> = listener.await;
+            if let Err(error) = result {
+                tracing::warn!(%error, "outbox listener lost; listening again in 1 s");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// Claims up to `limit` due deliveries for `lease` under `token`.
+    pub(crate) async fn claim(
+        &self,
+        token: &str,
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Claimed>, OutboxError> {
+        let rows = sqlx::query(sql::CLAIM)
+            .bind(token)
+            .bind(millis(lease))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(self.inner.store.pool())
+            .await
+            .map_err(store_error)?;
+        rows.iter()
+            .map(|row| {
+                let get = || -> Result<_, sqlx::Error> {
+                    Ok((
+                        row.try_get::<i64, _>(0)?,
+                        row.try_get::<String, _>(1)?,
+                        row.try_get::<String, _>(2)?,
+                        row.try_get::<Vec<u8>, _>(3)?,
+                        row.try_get::<String, _>(4)?,
+                        row.try_get::<String, _>(5)?,
+                        row.try_get::<i32, _>(6)?,
+                    ))
+                };
+                let (id, message_id, endpoint, payload, content_type, headers, attempt) =
+                    get().map_err(store_error)?;
+                Ok(Claimed {
+                    id,
+                    message_id: MessageId::from_stored(message_id),
+                    endpoint,
+                    payload,
+                    content_type,
+                    headers: headers_from_stored(&headers)?,
+                    attempt: u32::try_from(attempt)
+                        .map_err(|_| OutboxError::Corrupt("attempts".into()))?,
+                })
+            })
+            .collect()
+    }
+
+    /// Records an attempt's end, the attempt and its endpoint's health under its claim, in one
+    /// statement: `false` when the claim is no longer the delivery's (nothing written).
+    pub(crate) async fn record(&self, record: &Record) -> Result<bool, OutboxError> {
+        let done = sqlx::query(sql::RECORD)
+            .bind(record.delivery)
+            .bind(&record.token)
+            .bind(record.state.as_str())
+            .bind(millis(record.delay))
+            .bind(record.status.map(i32::from))
+            .bind(&record.error)
+            .bind(millis(record.duration))
+            .bind(&record.response)
+            .bind(record.state == DeliveryState::Delivered)
+            .bind(millis(record.disable_after))
+            .execute(self.inner.store.pool())
+            .await
+            .map_err(store_error)?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::claim::DeliveryState;
+    use idem_postgres::sqlx::Executor;
+
+    fn record(delivery: i64, token: &str, status: u16) -> Record {
+        Record {
+            delivery,
+            token: token.to_owned(),
+            state: DeliveryState::Delivered,
+            delay: Duration::ZERO,
+            status: Some(status),
+            error: None,
+            response: b"ok".to_vec(),
+            duration: Duration::from_millis(3),
+            endpoint: "m".to_owned(),
+            disable_after: Duration::from_secs(60),
+        }
+    }
+
+    /// A new database on `IDEM_PG_URL` (a missing server fails the test).
+    async fn fresh_database() -> Result<String, Box<dyn std::error::Error>> {
+        let base = std::env::var("IDEM_PG_URL")
+            .map_err(|_| "IDEM_PG_URL: start the servers (scripts/services.sh)")?;
+        let name = format!(
+            "outbox_unit_{}",
+            &MessageId::generate().as_str()[4..].replace('-', "")
+        );
+        let mut conn = PgConnection::connect(&base).await?;
+        conn.execute(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .await?;
+        let slash = base.rfind('/').ok_or("IDEM_PG_URL names no database")?;
+        Ok(format!("{}/{name}", &base[..slash]))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn c17_pg_a_stale_claim_cannot_record_over_a_newer_one(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let store = PgStore::connect(&fresh_database().await?).await?;
+        store.migrate().await?;
+        let outbox = PgOutbox::open(&store).await?;
+        outbox
+            .register(&Endpoint::new(
+                "m",
+                "http://127.0.0.1:9/",
+                ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+            )?)
+            .await?;
+        let mut tx = store.pool().begin().await?;
+        let id = outbox
+            .enqueue(&mut tx, &Message::bytes("a/b", "x").to("m"))
+            .await?;
+        tx.commit().await?;
+        let first = outbox.claim("old", Duration::from_millis(100), 10).await?;
+        assert_eq!(first.len(), 1);
+        assert!(outbox
+            .claim("other", Duration::from_millis(100), 10)
+            .await?
+            .is_empty());
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let second = outbox.claim("new", Duration::from_secs(60), 10).await?;
+        assert_eq!((second.len(), second[0].attempt), (1, 2));
+        assert!(!outbox.record(&record(first[0].id, "old", 500)).await?);
+        assert!(outbox.record(&record(second[0].id, "new", 200)).await?);
+        assert!(!outbox.record(&record(second[0].id, "new", 200)).await?);
+        let delivery = &outbox.deliveries(&id).await?[0];
+        assert_eq!(
+            (delivery.state, delivery.last_status),
+            (DeliveryState::Delivered, Some(200))
+        );
+        let attempts = outbox.attempts(delivery.id).await?;
+        assert_eq!(
+            attempts
+                .iter()
+                .map(|a| (a.attempt, a.status))
+                .collect::<Vec<_>>(),
+            [(2, Some(200))]
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,159 @@
+//! One HTTP attempt: the signed request, its bounded response, what it says.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::address::{literal_ip, AddressPolicy, GuardedResolver};
+use crate::claim::Claimed;
+use crate::Endpoint;
+
+/// How much of a response body is stored with its attempt: the first KiB.
+pub const STORED_RESPONSE: usize = 1024;
+
+/// What one attempt got.
+#[derive(Debug)]
+pub(crate) struct Sent {
+    /// The response's status, if one came.
+    pub(crate) status: Option<u16>,
+    /// Why there was no usable answer (a transport error, a timeout, a refused address).
+    pub(crate) error: Option<String>,
+    /// The first KiB of the response body.
+    pub(crate) response: Vec<u8>,
+    /// A `Retry-After` in seconds the receiver sent.
+    pub(crate) retry_after: Option<Duration>,
+    /// The receiver sent `webhook-delivery: abort-message`.
+    pub(crate) abort: bool,
+    /// How long it took.
+    pub(crate) duration: Duration,
+}
+
+/// The HTTP client of a dispatcher: no redirects, the address policy in its resolver.
+#[derive(Debug, Clone)]
+pub(crate) struct Transport {
+    client: reqwest::Client,
+    policy: AddressPolicy,
+}
+
+impl Transport {
+    pub(crate) fn new(policy: AddressPolicy) -> Result<Self, String> {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(Arc::new(GuardedResolver { policy }))
+            .user_agent(concat!("idem-outbox/", env!("CARGO_PKG_VERSION")))
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| e.to_string())?;
+        Ok(Self { client, policy })
+    }
+
+    /// Sends `claimed` to `endpoint`, signed now, within `timeout`.
+    pub(crate) async fn send(
+        &self,
+        endpoint: &Endpoint,
+        claimed: &Claimed,
+        timeout: Duration,
+    ) -> Sent {
+        let started = Instant::now();
+        let failed = |error: String| Sent {
+            status: None,
+            error: Some(error),
+            response: Vec::new(),
+            retry_after: None,
+            abort: false,
+            duration: started.elapsed(),
+        };
+        if let Some(ip) = literal_ip(&endpoint.url) {
+            if !self.policy.allows(ip) {
+                return failed(format!("the address {ip} is not allowed"));
+            }
+        }
+        let headers = match signed_headers(endpoint, claimed) {
+            Ok(headers) => headers,
+            Err(error) => return failed(error),
+        };
+        let request = self
+            .client
+            .post(endpoint.url.clone())
+            .headers(headers)
+            .body(claimed.payload.clone())
+            .timeout(timeout);
+        let attempt = async {
+            let mut response = request.send().await.map_err(|e| describe(&e))?;
+            let status = response.status().as_u16();
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            let abort = response
+                .headers()
+                .get("webhook-delivery")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("abort-message"));
+            let mut body = Vec::new();
+            // Only the first KiB is read: the rest is never downloaded.
+            while body.len() < STORED_RESPONSE {
+                match response.chunk().await {
+                    Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            body.truncate(STORED_RESPONSE);
+            Ok::<_, String>((status, retry_after, abort, body))
+        };
+        // reqwest's timeout covers the whole attempt; this one bounds it in any case.
+        match tokio::time::timeout(timeout, attempt).await {
+            Ok(Ok((status, retry_after, abort, response))) => Sent {
+                status: Some(status),
+                error: None,
+                response,
+                retry_after,
+                abort,
+                duration: started.elapsed(),
+            },
+            Ok(Err(error)) => failed(error),
+            Err(_) => failed(format!("timed out after {timeout:?}")),
+        }
+    }
+}
+
+/// The message's headers, its content type and the Standard Webhooks headers, signed now
+/// under every secret of the endpoint.
+fn signed_headers(endpoint: &Endpoint, claimed: &Claimed) -> Result<HeaderMap, String> {
+    let timestamp = idem_signature::now_unix();
+    let signature = endpoint.signer.sign_with_all_secrets(
+        claimed.message_id.as_str(),
+        timestamp,
+        &claimed.payload,
+    );
+    let mut headers = HeaderMap::new();
+    let mut put = |name: &str, value: &str| -> Result<(), String> {
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| e.to_string())?;
+        let value = HeaderValue::from_str(value).map_err(|e| e.to_string())?;
+        headers.insert(name, value);
+        Ok(())
+    };
+    for (name, value) in &claimed.headers {
+        put(name, value)?;
+    }
+    put("content-type", &claimed.content_type)?;
+    put("webhook-id", claimed.message_id.as_str())?;
+    put("webhook-timestamp", &timestamp.to_string())?;
+    put("webhook-signature", &signature)?;
+    Ok(headers)
+}
+
+/// A transport error with its causes.
+fn describe(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

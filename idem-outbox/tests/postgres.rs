@@ -1,0 +1,374 @@
+//! The outbox on PostgreSQL: enqueued in the effect's transaction, several dispatchers on one
+//! database, woken by LISTEN/NOTIFY. Each test has a database of its own on `IDEM_PG_URL` (a
+//! missing server is a failure, never a skip).
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use idem_core::{Idempotency, Outcome, RunError, StoredResponse};
+use idem_outbox::{DeliveryState, Message, MessageId, OutboxError, PgOutbox};
+use idem_postgres::sqlx::{self, Connection};
+use idem_postgres::PgIdempotency;
+use support::*;
+
+/// Enqueues one message per `endpoint` in a transaction of its own.
+async fn enqueue(
+    store: &idem_postgres::PgStore,
+    outbox: &PgOutbox,
+    endpoint: &str,
+    n: usize,
+) -> MessageId {
+    let mut tx = store.pool().begin().await.expect("a transaction");
+    let message = Message::json(&serde_json::json!({"type": "charge.succeeded", "n": n}))
+        .expect("json")
+        .to(endpoint);
+    let id = outbox.enqueue(&mut tx, &message).await.expect("enqueued");
+    tx.commit().await.expect("committed");
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_rolled_back_effect_sends_nothing_and_committed_one_is_delivered() {
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    let receiver = Receiver::start().await;
+    outbox
+        .register(&endpoint(
+            "merchant",
+            &receiver.url(),
+            quick(3, Duration::from_millis(50)),
+        ))
+        .await
+        .expect("registered");
+    let dispatching = outbox
+        .dispatcher()
+        .allow_loopback(true)
+        .start()
+        .expect("started");
+    sqlx::query("CREATE TABLE charges (id bigserial PRIMARY KEY, cents bigint)")
+        .execute(store.pool())
+        .await
+        .expect("a table");
+    let idem = Idempotency::new(store.clone());
+
+    let sender = outbox.clone();
+    let request = idem
+        .request("acct_1", "POST", "/charges")
+        .key(Some("k-1"))
+        .body(b"{}")
+        .build()
+        .expect("a request");
+    let failed = idem
+        .run_in_transaction(&request, move |tx, _lease| {
+            Box::pin(async move {
+                sqlx::query("INSERT INTO charges (cents) VALUES (500)")
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let message = Message::bytes("text/plain", "rolled back").to("merchant");
+                sender
+                    .enqueue(&mut *tx, &message)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Err::<StoredResponse, String>("declined".into())
+            })
+        })
+        .await;
+    assert!(matches!(failed, Err(RunError::Released(_))), "{failed:?}");
+
+    let sender = outbox.clone();
+    let request = idem
+        .request("acct_1", "POST", "/charges")
+        .key(Some("k-2"))
+        .body(b"{}")
+        .build()
+        .expect("a request");
+    let outcome = idem
+        .run_in_transaction(&request, move |tx, _lease| {
+            Box::pin(async move {
+                sqlx::query("INSERT INTO charges (cents) VALUES (700)")
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let message = Message::bytes("text/plain", "committed").to("merchant");
+                let id = sender
+                    .enqueue(&mut *tx, &message)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>(StoredResponse::new(201, id.to_string()))
+            })
+        })
+        .await;
+    let Ok(Outcome::Executed(response)) = outcome else {
+        panic!("{outcome:?}");
+    };
+    let id = String::from_utf8(response.body).expect("an id");
+    assert!(receiver.wait_for(1, Duration::from_secs(5)).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let received = receiver.received();
+    assert_eq!(received.len(), 1, "only the committed message is sent");
+    assert_eq!(
+        (received[0].id.as_str(), received[0].body.as_slice()),
+        (id.as_str(), &b"committed"[..])
+    );
+    assert!(received[0].verified);
+    let delivery = &outbox
+        .deliveries(&MessageId::from_stored(id))
+        .await
+        .expect("deliveries")[0];
+    assert_eq!(delivery.state, DeliveryState::Delivered);
+    dispatching.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c14_pg_a_connection_outside_a_transaction_or_an_unknown_endpoint_writes_nothing() {
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    outbox
+        .register(&endpoint(
+            "merchant",
+            "http://127.0.0.1:9/hooks",
+            quick(1, Duration::from_millis(10)),
+        ))
+        .await
+        .expect("registered");
+    let mut conn = store.pool().acquire().await.expect("a connection");
+    let refused = outbox
+        .enqueue(&mut conn, &Message::bytes("a/b", "x").to("merchant"))
+        .await;
+    assert!(
+        matches!(refused, Err(OutboxError::NotInEffectTransaction(_))),
+        "{refused:?}"
+    );
+    let mut tx = conn.begin().await.expect("a transaction");
+    let unknown = outbox
+        .enqueue(
+            &mut tx,
+            &Message::bytes("a/b", "x").to("merchant").to("nobody"),
+        )
+        .await;
+    assert!(
+        matches!(unknown, Err(OutboxError::UnknownEndpoint(_))),
+        "{unknown:?}"
+    );
+    tx.commit().await.expect("committed");
+    let counts = outbox.counts().await.expect("counts");
+    assert_eq!((counts.pending, counts.delayed, counts.dead), (0, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_receiver_down_then_back_gets_everything() {
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    let addr = free_addr().await;
+    let down_url = format!("http://{addr}/hooks");
+    outbox
+        .register(&endpoint(
+            "merchant",
+            &down_url,
+            quick(60, Duration::from_millis(100)),
+        ))
+        .await
+        .expect("registered");
+    let dispatching = outbox
+        .dispatcher()
+        .allow_loopback(true)
+        .poll_interval(Duration::from_millis(50))
+        .start()
+        .expect("started");
+    let mut ids = HashSet::new();
+    for n in 0..30 {
+        ids.insert(enqueue(&store, &outbox, "merchant", n).await.to_string());
+    }
+    // Down for a while: every attempt fails, nothing is lost.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let receiver = Receiver::start_on(addr).await;
+    assert!(
+        receiver
+            .wait_for_effects(ids.len(), Duration::from_secs(10))
+            .await
+    );
+    dispatching.stop().await;
+    let effects = receiver.effects();
+    let processed: HashSet<String> = effects.keys().cloned().collect();
+    assert_eq!(processed, ids, "every message delivered");
+    assert!(effects.values().all(|n| *n == 1), "each processed once");
+    let mut retried = 0;
+    for id in &ids {
+        let delivery = &outbox
+            .deliveries(&MessageId::from_stored(id.clone()))
+            .await
+            .expect("deliveries")[0];
+        assert_eq!(delivery.state, DeliveryState::Delivered);
+        retried += usize::from(delivery.attempts > 1);
+    }
+    eprintln!(
+        "pg outage: messages {}, received {}, processed {}, duplicates processed 0, lost 0, retried {retried}",
+        ids.len(),
+        receiver.received().len(),
+        processed.len()
+    );
+    assert!(retried > 0, "the outage made attempts fail");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_three_dispatchers_deliver_every_message_none_concurrently() {
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    let receiver = Receiver::start().await;
+    receiver.plan(|p| {
+        p.hold_every = Duration::from_millis(5);
+        // Some failures, so that retries interleave with first attempts.
+        p.statuses.extend([500, 200, 200, 503, 200, 200, 200, 500]);
+    });
+    outbox
+        .register(&endpoint(
+            "merchant",
+            &receiver.url(),
+            quick(20, Duration::from_millis(30)),
+        ))
+        .await
+        .expect("registered");
+    let mut dispatchers = Vec::new();
+    for _ in 0..3 {
+        let (_, other) = pg_outbox(&url).await;
+        dispatchers.push(
+            other
+                .dispatcher()
+                .allow_loopback(true)
+                .batch(4)
+                .poll_interval(Duration::from_millis(20))
+                .lease(Duration::from_secs(5))
+                .expect("a lease")
+                .start()
+                .expect("started"),
+        );
+    }
+    let mut ids = HashSet::new();
+    for n in 0..150 {
+        ids.insert(enqueue(&store, &outbox, "merchant", n).await.to_string());
+    }
+    assert!(
+        receiver
+            .wait_for_effects(ids.len(), Duration::from_secs(30))
+            .await
+    );
+    for dispatching in dispatchers {
+        dispatching.stop().await;
+    }
+    let effects = receiver.effects();
+    assert_eq!(effects.keys().cloned().collect::<HashSet<_>>(), ids);
+    assert!(effects.values().all(|n| *n == 1));
+    assert_eq!(
+        receiver.overlaps(),
+        0,
+        "no message delivered by two dispatchers at once"
+    );
+    let received = receiver.received().len();
+    eprintln!(
+        "pg three dispatchers: messages {}, requests {received}, overlaps 0, lost 0",
+        ids.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_first_attempt_starts_within_100ms_p50_on_an_idle_dispatcher() {
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    let receiver = Receiver::start().await;
+    outbox
+        .register(&endpoint(
+            "merchant",
+            &receiver.url(),
+            quick(3, Duration::from_millis(50)),
+        ))
+        .await
+        .expect("registered");
+    let dispatching = outbox
+        .dispatcher()
+        .allow_loopback(true)
+        .poll_interval(Duration::from_secs(5))
+        .start()
+        .expect("started");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut latencies = Vec::new();
+    for n in 0..20 {
+        let mut tx = store.pool().begin().await.expect("a transaction");
+        let message = Message::bytes("text/plain", format!("{n}")).to("merchant");
+        outbox.enqueue(&mut tx, &message).await.expect("enqueued");
+        let committed = Instant::now();
+        tx.commit().await.expect("committed");
+        assert!(receiver.wait_for(n + 1, Duration::from_secs(5)).await);
+        latencies.push(
+            receiver.received()[n]
+                .at
+                .saturating_duration_since(committed),
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    dispatching.stop().await;
+    let median = p50(latencies.clone());
+    eprintln!("pg: latency from commit to first attempt: p50 {median:?}, all {latencies:?}");
+    assert!(median < Duration::from_millis(100), "{median:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_operators_retry_replay_and_purge_with_the_same_id() {
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    let receiver = Receiver::start().await;
+    receiver.plan(|p| p.statuses.extend([500]));
+    outbox
+        .register(&endpoint(
+            "merchant",
+            &receiver.url(),
+            quick(0, Duration::from_millis(10)),
+        ))
+        .await
+        .expect("registered");
+    let dispatcher = outbox.dispatcher().allow_loopback(true);
+    let id = enqueue(&store, &outbox, "merchant", 1).await;
+    assert!(outbox.oldest_pending_age().await.expect("age").is_some());
+    dispatcher.dispatch_due().await.expect("dispatched");
+    assert_eq!(
+        outbox
+            .list(DeliveryState::Dead, 10)
+            .await
+            .expect("listed")
+            .len(),
+        1
+    );
+    assert_eq!(outbox.counts().await.expect("counts").dead, 1);
+    assert_eq!(outbox.retry(&id).await.expect("retried"), 1);
+    dispatcher.dispatch_due().await.expect("dispatched");
+    assert_eq!(outbox.replay(&id).await.expect("replayed"), 1);
+    dispatcher.dispatch_due().await.expect("dispatched");
+    assert_eq!(receiver.received().len(), 3);
+    assert_eq!(receiver.effects().get(id.as_str()), Some(&1));
+    let delivery = &outbox.deliveries(&id).await.expect("deliveries")[0];
+    assert_eq!(delivery.state, DeliveryState::Delivered);
+    assert_eq!(
+        outbox.attempts(delivery.id).await.expect("attempts").len(),
+        3
+    );
+    assert_eq!(
+        outbox
+            .purge(idem_outbox::Retention::default(), 100)
+            .await
+            .expect("purged"),
+        0
+    );
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let now = idem_outbox::Retention {
+        delivered: Duration::ZERO,
+        dead: Duration::from_secs(3600),
+    };
+    assert_eq!(outbox.purge(now, 100).await.expect("purged"), 1);
+    assert!(outbox
+        .attempts(delivery.id)
+        .await
+        .expect("attempts")
+        .is_empty());
+}
