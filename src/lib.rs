@@ -53,6 +53,12 @@ pub mod ops {
 /// `metrics` feature's), and the count of duplicates waiting now.
 pub mod events {
     pub use idem_core::{waiting_now, Event, EventKind, Observer, Operation, TracingObserver};
+
+    /// Metrics through the `metrics` facade (feature `metrics`): the `Metrics` observer of the
+    /// engine's events; see [`idem_metrics`].
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub use idem_metrics as metrics;
 }
 
 /// Inbound events (webhooks) processed once when the sender chooses the key: the inbox, its
@@ -61,11 +67,11 @@ pub mod events {
 #[cfg_attr(docsrs, doc(cfg(feature = "inbox")))]
 pub use idem_inbox as inbox;
 
-/// Metrics through the `metrics` facade (feature `metrics`): the `Metrics` observer of the
-/// engine's events; see [`idem_metrics`].
-#[cfg(feature = "metrics")]
-#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-pub use idem_metrics as metrics;
+/// Outbound messages an effect sends, enqueued in its transaction and delivered signed with a
+/// stable id (feature `outbox`; C17); see [`idem_outbox`].
+#[cfg(feature = "outbox")]
+#[cfg_attr(docsrs, doc(cfg(feature = "outbox")))]
+pub use idem_outbox as outbox;
 
 /// What records are made of and what stores take, for store writers and for code generic over
 /// a store: the [`Store`](idem_core::Store) trait and its contract, records, tokens,
