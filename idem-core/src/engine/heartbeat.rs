@@ -112,6 +112,10 @@ impl<S: Store + 'static> Idempotency<S> {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone();
+            // Its effect's transaction is open on a store where a renewal would fail it.
+            if self.inner.live.renewals_paused(lease.token()) {
+                continue;
+            }
             match self.renew_lease(&mut lease).await {
                 Ok(()) => *shared.lock().unwrap_or_else(PoisonError::into_inner) = lease,
                 Err(Error::LeaseLost) => return,

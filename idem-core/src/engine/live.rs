@@ -10,7 +10,7 @@ use crate::lease::Lease;
 use crate::request::Request;
 use crate::scope::RecordId;
 use crate::token::FencingToken;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,9 @@ pub(crate) struct Live(Arc<Registry>);
 #[derive(Debug, Default)]
 struct Registry {
     held: Mutex<HashMap<RecordId, Holder>>,
+    /// The executions whose heartbeat waits while their effect's transaction is open (a store
+    /// where renewing then would fail the transaction).
+    paused: Mutex<HashSet<FencingToken>>,
     /// The records being reserved through the engine right now, on a store with a
     /// [`process_gate`](crate::store::Capabilities::process_gate).
     claims: Mutex<HashMap<RecordId, Claims>>,
@@ -162,6 +165,29 @@ impl Live {
     }
 
     /// The waiters of this store's records in this process.
+    /// Renewals of `lease` wait until the returned guard is dropped: its effect's transaction
+    /// is open on a store where a renewal from another connection would fail it.
+    pub(crate) fn pause_renewals(&self, lease: &Lease) -> Paused {
+        self.0
+            .paused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(lease.token());
+        Paused {
+            live: self.clone(),
+            token: lease.token(),
+        }
+    }
+
+    /// Whether renewals of the execution holding `token` wait.
+    pub(crate) fn renewals_paused(&self, token: FencingToken) -> bool {
+        self.0
+            .paused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&token)
+    }
+
     pub(crate) fn wakeups(&self) -> &Arc<Wakeups> {
         &self.0.wakeups
     }
@@ -169,6 +195,24 @@ impl Live {
     /// Whether the store's change feed runs: started by `start` the first time it is asked.
     pub(crate) fn feed(&self, start: impl FnOnce() -> bool) -> bool {
         *self.0.feed.get_or_init(start)
+    }
+}
+
+/// Renewals of one execution wait while this lives ([`Live::pause_renewals`]).
+#[derive(Debug)]
+pub(crate) struct Paused {
+    live: Live,
+    token: FencingToken,
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        self.live
+            .0
+            .paused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.token);
     }
 }
 

@@ -322,6 +322,13 @@ impl<S: Transactional + 'static> Idempotency<S> {
     /// - a panic in the effect: rolled back, the key given back, the panic resumes here.
     ///
     /// Only [`RunError::Released`] and [`RunError::Idem`] mean nothing happened.
+    ///
+    /// While the transaction is open, the lease's heartbeat (the HTTP layer's, or a
+    /// [`keep_alive`](Self::keep_alive)) waits where the store says a renewal from another
+    /// connection would fail it ([`Transactional::renews_during_transaction`]: SQLite, and
+    /// PostgreSQL above READ COMMITTED), as in [`transact`](Self::transact): keep such a
+    /// transaction shorter than the lease. The effect must not end the transaction itself:
+    /// SQLite tells a COMMIT or a ROLLBACK it ran; PostgreSQL tells neither.
     pub fn complete_transaction<E: Send + 'static>(
         &self,
         lease: &Lease,
@@ -334,11 +341,16 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 started: Instant::now(),
                 commits: Commits::Two,
             };
+            // The caller's heartbeat (the HTTP layer's) waits while the transaction is open
+            // where a renewal from another connection would fail it (as `transact` does).
+            let paused = (!engine.store().renews_during_transaction())
+                .then(|| engine.inner.live.pause_renewals(&lease));
             let ended = engine
                 .inner
                 .store
                 .complete_in_transaction(&lease, effect, Execution::new(hooks))
                 .await;
+            drop(paused);
             match ended {
                 Ok(TxEnd::Committed(completion)) => Ok(completion),
                 Ok(TxEnd::InDoubt { completion, error }) => engine
