@@ -476,26 +476,27 @@ on_both_backends! {
 }
 
 /// The server is killed (SIGKILL) after the receiver processed the event and before the
-/// attempt was recorded: a proxy in front of the receiver holds the answer back for a second.
+/// attempt was recorded: a proxy in front of the receiver delays each way by two seconds, so
+/// the receiver's answer is still on its way when the test sees the event processed.
 /// The restarted server delivers it again once its claim ran out, with the same `webhook-id`;
 /// the receiver acknowledges the duplicate without running it again.
 async fn killed_before_the_record_redelivers_the_same_id(backend: Backend) {
-    // The claim is the lease; an attempt may take three quarters of it (4.5 s), more than
-    // the proxy's two one-way delays.
-    const LEASE_MS: u64 = 6000;
+    // The claim is the lease; an attempt may take three quarters of it (6.75 s), more than
+    // the proxy's two one-way delays (4 s).
+    const LEASE_MS: u64 = 9000;
     let env = TestEnv::new(backend, "outbox-e2e-killed").await;
     let receiver = Receiver::start(&env, 0).await;
     let proxy = FaultProxy::start(receiver.process.addr())
         .await
         .expect("a proxy");
-    proxy.set(Fault::Delay(Duration::from_secs(1)));
+    proxy.set(Fault::Delay(Duration::from_secs(2)));
     let url = format!("http://{}/webhooks/standard", proxy.addr());
     let mut server = start_with_flags(&env, &url, Some(LEASE_MS)).await;
 
     let (_, charge) = charge(&server, 5000).await;
     let message = the_message_of(&env, &charge).await;
     let processed = poll(
-        400,
+        600,
         Duration::from_millis(10),
         || receiver.executions(),
         |c| c.0 >= 1,
