@@ -5,7 +5,7 @@
 //! processed there once (one row in its `received_events`, one entry in its audit trail), with
 //! the message's stable id as `webhook-id`: after a replay of the request, after an outage of
 //! the receiver, and after the server was killed between the receiver's answer and the
-//! attempt's record. On SQLite and on PostgreSQL.
+//! attempt's record; signed with both secrets during a rotation. On SQLite and on PostgreSQL.
 //!
 //! What each side shows: the server's outbox (its database: the message's id, its payload,
 //! its delivery's state and attempts) and the receiver's test hooks (`GET /test/events/count`:
@@ -88,8 +88,13 @@ struct Receiver {
 static RECEIVERS: AtomicU32 = AtomicU32::new(0);
 
 impl Receiver {
-    /// Starts it on `port` (0: a free one).
+    /// Starts it on `port` (0: a free one), verifying with [`SECRET`].
     async fn start(env: &TestEnv, port: u16) -> Receiver {
+        Receiver::start_verifying(env, port, SECRET).await
+    }
+
+    /// Starts it on `port` (0: a free one), verifying with `secrets`.
+    async fn start_verifying(env: &TestEnv, port: u16, secrets: &str) -> Receiver {
         let index = RECEIVERS.fetch_add(1, Ordering::Relaxed);
         let log = env.dir.join(format!("receiver-{index}.log"));
         let mut cmd = Command::new(receiver_binary());
@@ -97,7 +102,7 @@ impl Receiver {
             .arg(format!("127.0.0.1:{port}"))
             .arg("--database")
             .arg(env.dir.join("webhooks.db"))
-            .env("STANDARD_WEBHOOK_SECRET", SECRET)
+            .env("STANDARD_WEBHOOK_SECRET", secrets)
             .env("IDEM_TEST_HOOKS", "1")
             .env("RUST_LOG", "info,idem=warn")
             .env_remove("WEBHOOK_SECRET")
@@ -347,10 +352,15 @@ async fn charge(server: &Server, amount: i64) -> (ChargeRequest, Value) {
 
 /// The payments server with `--webhook-url url --webhook-secret SECRET`.
 async fn start_with_flags(env: &TestEnv, url: &str, lease_ms: Option<u64>) -> Server {
+    start_signing(env, url, lease_ms, SECRET).await
+}
+
+/// The payments server with `--webhook-url url --webhook-secret secrets`.
+async fn start_signing(env: &TestEnv, url: &str, lease_ms: Option<u64>, secrets: &str) -> Server {
     Server::start_with_args(
         env,
         lease_ms,
-        &["--webhook-url", url, "--webhook-secret", SECRET],
+        &["--webhook-url", url, "--webhook-secret", secrets],
     )
     .await
 }
@@ -551,4 +561,56 @@ async fn killed_before_the_record_redelivers_the_same_id(backend: Backend) {
 
 on_both_backends! {
     killed_before_the_record_redelivers_the_same_id => c17_sqlite_server_killed_before_the_record_redelivers_the_same_id_processed_once, c17_postgres_server_killed_before_the_record_redelivers_the_same_id_processed_once;
+}
+
+/// During a rotation the server signs with both secrets (`--webhook-secret new,old`): a
+/// receiver that knows only the old one, and one that knows only the new one, each verify
+/// the event and process it once; one that knows neither refuses it (400) and runs nothing.
+async fn a_rotation_signs_with_both_secrets(backend: Backend) {
+    const NEW: &str = "whsec_bmV3LXNlY3JldC1mb3Itcm90YXRpb24h";
+    for (label, known) in [("old", SECRET), ("new", NEW)] {
+        let env = TestEnv::new(backend, &format!("outbox-e2e-rotation-{label}")).await;
+        let receiver = Receiver::start_verifying(&env, 0, known).await;
+        let both = format!("{NEW},{SECRET}");
+        let server = start_signing(&env, &receiver.webhook_url(), None, &both).await;
+        let (_, charge) = charge(&server, 2500).await;
+        let message = the_message_of(&env, &charge).await;
+        let delivered = delivered(&env, DELIVERED_WITHIN).await;
+        assert_eq!(
+            (delivered.attempts, delivered.last_status),
+            (1, Some(200)),
+            "a receiver knowing only the {label} secret verified it: {delivered:?}"
+        );
+        assert_processed_once(&receiver, &message, 1).await;
+    }
+    // The control: a receiver that knows neither refuses it, and processes nothing.
+    const OTHER: &str = "whsec_b3RoZXItc2VjcmV0LW5vdC1zaWduZWQh";
+    let env = TestEnv::new(backend, "outbox-e2e-rotation-other").await;
+    let receiver = Receiver::start_verifying(&env, 0, OTHER).await;
+    let server = start_signing(
+        &env,
+        &receiver.webhook_url(),
+        None,
+        &format!("{NEW},{SECRET}"),
+    )
+    .await;
+    charge(&server, 2500).await;
+    let refused = poll(
+        200,
+        Duration::from_millis(20),
+        || outbox(&env),
+        |d| d.len() == 1 && d[0].last_status.is_some(),
+    )
+    .await;
+    assert_eq!(
+        (refused[0].state.as_str(), refused[0].last_status),
+        ("pending", Some(400)),
+        "a receiver knowing neither secret refuses the signature: {refused:?}"
+    );
+    assert_eq!(receiver.executions().await, (0, 0), "nothing processed");
+    eprintln!("{backend:?}: signed with new and old, verified by either alone, by no other");
+}
+
+on_both_backends! {
+    a_rotation_signs_with_both_secrets => c17_sqlite_a_rotation_signs_with_both_secrets, c17_postgres_a_rotation_signs_with_both_secrets;
 }
