@@ -272,6 +272,25 @@ impl Server {
         lease_ms: Option<u64>,
         vars: &[(&str, &str)],
     ) -> Server {
+        Server::start_full(env, database, lease_ms, &[], vars).await
+    }
+
+    /// [`Server::start`] with more flags (`--webhook-url URL`, ...).
+    pub(crate) async fn start_with_args(
+        env: &TestEnv,
+        lease_ms: Option<u64>,
+        args: &[&str],
+    ) -> Server {
+        Server::start_full(env, &env.database, lease_ms, args, &[]).await
+    }
+
+    async fn start_full(
+        env: &TestEnv,
+        database: &str,
+        lease_ms: Option<u64>,
+        args: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Server {
         let index = env.next_server_index();
         let log = env.dir.join(format!("server-{index}.log"));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_payments-server"));
@@ -282,6 +301,7 @@ impl Server {
         if let Some(ms) = lease_ms {
             cmd.arg("--lease-ms").arg(ms.to_string());
         }
+        cmd.args(args);
         cmd.env("IDEM_TEST_HOOKS", "1")
             .env_remove("IDEM_ADDR")
             .env_remove("DATABASE_URL")
@@ -291,6 +311,8 @@ impl Server {
             .env_remove("IDEM_BODY_TIMEOUT_MS")
             .env_remove("IDEM_MAX_CONNECTIONS")
             .env_remove("IDEM_MAX_BUFFERED_BODY_BYTES")
+            .env_remove("IDEM_WEBHOOK_URL")
+            .env_remove("IDEM_WEBHOOK_SECRET")
             .envs(vars.iter().copied())
             .current_dir(&env.dir);
         Server(
