@@ -7,7 +7,8 @@
 //!   `Dispatcher::dispatch_due`, against a hand-written loop: claim a batch with
 //!   `FOR UPDATE SKIP LOCKED`, sign (idem-signature), POST them at once with reqwest, mark each
 //!   delivered (and the same loop writing each attempt's row, as the outbox does). Same batch
-//!   (16), same client settings. Printed: messages per second and the ratios (target >= 0.80).
+//!   (16), same client settings (no redirects, 30 s idle connections, a 15 s request timeout).
+//!   Printed: messages per second and the ratios (target >= 0.80).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,6 +22,8 @@ use tokio::runtime::Runtime;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const BATCH: usize = 16;
+/// An endpoint's default attempt timeout, which the dispatcher puts on each request.
+const ATTEMPT_TIMEOUT: Duration = idem_outbox::DEFAULT_TIMEOUT;
 const DRAIN: usize = 200;
 const RAW_SCHEMA: &str =
     "CREATE TABLE IF NOT EXISTS raw_outbox (id bigserial PRIMARY KEY, message_id text NOT NULL, \
@@ -227,6 +230,7 @@ async fn drain_raw(
                     .header("webhook-timestamp", now.to_string())
                     .header("webhook-signature", signature)
                     .body(body)
+                    .timeout(ATTEMPT_TIMEOUT)
                     .send()
                     .await
                     .expect("sent");
@@ -264,8 +268,13 @@ async fn drain_raw(
 
 fn dispatch(rt: &Runtime, bench: &Arc<Bench>) {
     let dispatcher = bench.outbox.dispatcher().allow_loopback(true).batch(BATCH);
+    // The dispatcher's client settings: no redirects, idle connections kept 30 s, its user
+    // agent; each request bounded by the endpoint's timeout (the dispatcher's resolver is not
+    // consulted for an address literal like the receiver's).
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .user_agent("idem-outbox-bench")
         .build()
         .expect("a client");
     let signer = StandardWebhooks::new([SECRET]).expect("a secret");

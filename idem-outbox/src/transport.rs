@@ -12,6 +12,10 @@ use crate::Endpoint;
 /// How much of a response body is stored with its attempt: the first KiB.
 pub const STORED_RESPONSE: usize = 1024;
 
+/// How much of a response body an attempt reads at most (the first [`STORED_RESPONSE`] bytes
+/// kept, the rest dropped): a body that ends within it leaves its connection reusable.
+const DRAINED_RESPONSE: usize = 64 * 1024;
+
 /// What one attempt got.
 #[derive(Debug)]
 pub(crate) struct Sent {
@@ -94,14 +98,20 @@ impl Transport {
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|v| v.trim().eq_ignore_ascii_case("abort-message"));
             let mut body = Vec::new();
-            // Only the first KiB is read: the rest is never downloaded.
-            while body.len() < STORED_RESPONSE {
+            let mut read = 0;
+            // The first KiB is kept. The rest is read and dropped up to `DRAINED_RESPONSE`, so
+            // a connection whose body ends there goes back to the pool for the next attempt (a
+            // response dropped unread closes it); a longer body is never downloaded.
+            while read < DRAINED_RESPONSE {
                 match response.chunk().await {
-                    Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                    Ok(Some(chunk)) => {
+                        read += chunk.len();
+                        let room = STORED_RESPONSE.saturating_sub(body.len());
+                        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                    }
                     Ok(None) | Err(_) => break,
                 }
             }
-            body.truncate(STORED_RESPONSE);
             Ok::<_, String>((status, retry_after, abort, body))
         };
         // reqwest's timeout covers the whole attempt; this one bounds it in any case.
