@@ -13,7 +13,7 @@ use crate::record::{Noted, Provenance, Record, RecordState};
 use crate::resolution::{Change, Resolution};
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
-use crate::store::{Acquire, Claim, Completion, Operator, Replaced, Reserved, Store};
+use crate::store::{Acquire, Claim, Completion, Operator, Reserved, Store};
 use crate::token::FencingToken;
 use crate::trail::Reconciliation;
 use async_trait::async_trait;
@@ -272,15 +272,15 @@ impl Store for MemoryStore {
         }
         let until = now + claim.lease_for();
         records.insert(claim.id().clone(), self.reservation(claim, now, until));
-        Ok(Reserved::Inserted { until })
+        Ok(Reserved::Written { until })
     }
 
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
         let mut records = self.lock();
         let now = self.clock.now();
         let (Some(previous), Some(completed)) = (acquire.replaces(), acquire.replaces_completed())
         else {
-            return Ok(Replaced::Changed);
+            return Ok(Reserved::Lost);
         };
         // Under the lock: the record is replaced only if it is still the one the decision saw.
         let still = records.get(claim.id()).is_some_and(|entry| {
@@ -288,11 +288,11 @@ impl Store for MemoryStore {
             record.token == previous && record.is_completed() == completed && !record.is_live(now)
         });
         if !still {
-            return Ok(Replaced::Changed);
+            return Ok(Reserved::Lost);
         }
         let until = now + claim.lease_for();
         records.insert(claim.id().clone(), self.reservation(claim, now, until));
-        Ok(Replaced::Replaced { until })
+        Ok(Reserved::Written { until })
     }
 
     async fn complete(&self, completion: &Completion) -> Result<(), Error> {

@@ -1,6 +1,6 @@
 //! The reservation's protocol (C4, C5, C9, C10), written once: which store step comes next and
 //! what a step's result means. Stores make one atomic step per call and say what they found
-//! ([`Reserved`], [`Replaced`]); [`Reservation`] decides (with [`decide`]) and says what to do
+//! ([`Reserved`]); [`Reservation`] decides (with [`decide`]) and says what to do
 //! next ([`Step`]). The engine drives it over the async store calls; a store that runs the
 //! steps in one hop (SQLite's writer thread, a one-commit transaction) drives the same
 //! [`Reservation`] in place, so the loop and the decisions stay here.
@@ -67,34 +67,38 @@ impl<'a> Claim<'a> {
     }
 }
 
-/// What one reservation step ([`Store::reserve`](crate::Store::reserve)) found.
+/// What one reservation step found: a [`Store::reserve`](crate::Store::reserve) or a
+/// [`Store::replace`](crate::Store::replace). Each step is one atomic statement or script that
+/// reports what it found, a lost race included; the engine decides what comes next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Reserved {
-    /// There was no record: a fresh in-progress record carrying the claim's token was written,
-    /// live until `until` (C4).
-    Inserted {
+    /// The step wrote a record carrying the claim's token, live until `until`: a fresh insert
+    /// where there was no record (C4), or the compare-and-set of a takeover or a start over.
+    Written {
         /// The lease's deadline, by the store's clock.
         until: Timestamp,
     },
-    /// A record exists, as it was read, and `now` by the store's clock; nothing was written.
-    /// Its response is read only when its fingerprint is the claim's (the only case it can be
-    /// replayed); `None` otherwise.
+    /// `reserve` only: a record exists, as it was read, and `now` by the store's clock; nothing
+    /// was written. Its response is read only when its fingerprint is the claim's (the only
+    /// case it can be replayed); `None` otherwise.
     Found {
         /// The record, its response still encoded.
         record: Record<Option<Vec<u8>>>,
         /// The store's time of the read (C11).
         now: Timestamp,
     },
-    /// Another transaction holds the key and has not committed (a one-commit execution, C15):
-    /// for the same request (answered in flight) or for another body (a mismatch, C3).
+    /// Another transaction holds the record and has not committed (a one-commit execution,
+    /// C15, or a holder committing right now): never waited for (C5). Answered in flight, or a
+    /// mismatch (C3) when the store knows that the holder runs another body.
     Held {
-        /// Whether the holder runs this very request (same fingerprint).
-        same_request: bool,
+        /// Whether the holder is known to run another body.
+        mismatch: bool,
     },
-    /// A record committed after the step's snapshot was neither seen nor overwritten: the race
-    /// was lost, nothing was written. The next step reads it.
-    Raced,
+    /// The race was lost and nothing was written: a record committed after the step's snapshot
+    /// (`reserve`), or the record is no longer the one the decision saw (`replace`: completed,
+    /// renewed, taken over, gone). The next step reads it.
+    Lost,
 }
 
 impl Reserved {
@@ -108,13 +112,19 @@ impl Reserved {
                 Decision::Answered(answer) => Ok(Some(answer.try_map(decode_replay)?)),
                 Decision::Acquired(_) => Ok(None),
             },
-            Reserved::Held { same_request: true } => Ok(Some(Answer::InFlight {
-                retry_after: BUSY_RETRY_AFTER,
-            })),
-            Reserved::Held {
-                same_request: false,
-            } => Ok(Some(Answer::Mismatch)),
-            Reserved::Inserted { .. } | Reserved::Raced => Ok(None),
+            Reserved::Held { mismatch } => Ok(Some(held(mismatch))),
+            Reserved::Written { .. } | Reserved::Lost => Ok(None),
+        }
+    }
+}
+
+/// The answer to a duplicate of a record another transaction holds.
+fn held(mismatch: bool) -> Answer {
+    if mismatch {
+        Answer::Mismatch
+    } else {
+        Answer::InFlight {
+            retry_after: BUSY_RETRY_AFTER,
         }
     }
 }
@@ -125,25 +135,6 @@ fn decode_replay(response: Option<Vec<u8>>) -> Result<StoredResponse, Error> {
         Error::CorruptRecord("a completed record of the same request without a response".to_owned())
     })?;
     StoredResponse::decode(&response)
-}
-
-/// What one compare-and-set of a takeover or a start over
-/// ([`Store::replace`](crate::Store::replace)) found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Replaced {
-    /// The record the decision saw was replaced by one carrying the claim's token, live until
-    /// `until`.
-    Replaced {
-        /// The new lease's deadline, by the store's clock.
-        until: Timestamp,
-    },
-    /// Another transaction holds the record right now (its holder committing): never waited
-    /// for (C5).
-    Busy,
-    /// The record is no longer the one the decision saw (completed, renewed, taken over,
-    /// gone): nothing was written.
-    Changed,
 }
 
 /// The next thing to do for a reservation.
@@ -163,7 +154,7 @@ enum Step {
 /// [`run_blocking`](Self::run_blocking)): it decides and loops, the steps only report.
 ///
 /// ```
-/// use idem_core::store::{Acquire, BlockingSteps, Claim, Replaced, Reservation, Reserved};
+/// use idem_core::store::{Acquire, BlockingSteps, Claim, Reservation, Reserved};
 /// use idem_core::{Begin, Error, Request, Timestamp};
 /// use std::time::Duration;
 ///
@@ -171,10 +162,10 @@ enum Step {
 /// struct Empty;
 /// impl BlockingSteps for Empty {
 ///     fn reserve(&mut self, _claim: &Claim<'_>) -> Result<Reserved, Error> {
-///         Ok(Reserved::Inserted { until: Timestamp::from_millis(60_000) })
+///         Ok(Reserved::Written { until: Timestamp::from_millis(60_000) })
 ///     }
-///     fn replace(&mut self, _claim: &Claim<'_>, _acquire: Acquire) -> Result<Replaced, Error> {
-///         Ok(Replaced::Changed)
+///     fn replace(&mut self, _claim: &Claim<'_>, _acquire: Acquire) -> Result<Reserved, Error> {
+///         Ok(Reserved::Lost)
 ///     }
 /// }
 /// # fn main() -> Result<(), Error> {
@@ -231,19 +222,21 @@ impl<'a> Reservation<'a> {
         &self.claim
     }
 
-    /// The next step after [`Store::reserve`](crate::Store::reserve) answered `reserved`.
-    fn reserved(&mut self, reserved: Reserved) -> Result<Step, Error> {
+    /// The next step after a step answered `reserved`; `replacing` says whether that step was
+    /// a [`Store::replace`](crate::Store::replace).
+    fn next(&mut self, reserved: Reserved, replacing: bool) -> Result<Step, Error> {
         match reserved {
-            Reserved::Inserted { until } => Ok(self.acquired(until, Acquire::Fresh)),
-            Reserved::Held { same_request: true } => {
-                Ok(Step::Done(Begin::Answered(Answer::InFlight {
-                    retry_after: BUSY_RETRY_AFTER,
-                })))
+            Reserved::Written { until } if replacing => {
+                let acquire = self.replacing.unwrap_or(Acquire::Fresh);
+                Ok(self.acquired(until, acquire))
             }
-            Reserved::Held {
-                same_request: false,
-            } => Ok(Step::Done(Begin::Answered(Answer::Mismatch))),
-            Reserved::Raced => self.again(),
+            Reserved::Written { until } => Ok(self.acquired(until, Acquire::Fresh)),
+            Reserved::Held { mismatch } => Ok(Step::Done(Begin::Answered(held(mismatch)))),
+            // Nothing written by this step; but a store that sent a replace again on a fresh
+            // link after losing its answer reports the change its first send made. How the
+            // replace meant to acquire is kept: a record found later carrying the token was
+            // written by it (or, rarely, by a fresh insert after the record vanished).
+            Reserved::Lost => self.again(),
             Reserved::Found { record, now } => {
                 if let Some(step) = self.own(&record) {
                     return Ok(step);
@@ -261,24 +254,6 @@ impl<'a> Reservation<'a> {
                     }
                 }
             }
-        }
-    }
-
-    /// The next step after [`Store::replace`](crate::Store::replace) answered `replaced`.
-    fn replaced(&mut self, replaced: Replaced) -> Result<Step, Error> {
-        match replaced {
-            Replaced::Replaced { until } => {
-                let acquire = self.replacing.unwrap_or(Acquire::Fresh);
-                Ok(self.acquired(until, acquire))
-            }
-            Replaced::Busy => Ok(Step::Done(Begin::Answered(Answer::InFlight {
-                retry_after: BUSY_RETRY_AFTER,
-            }))),
-            // Nothing written by this step; but a store that sent the step again on a fresh
-            // link after losing its answer reports the change its first send made. How the
-            // replace meant to acquire is kept: a record found later carrying the token was
-            // written by it (or, rarely, by a fresh insert after the record vanished).
-            Replaced::Changed => self.again(),
         }
     }
 
@@ -350,7 +325,7 @@ pub trait Steps: Send {
     /// One [`Store::reserve`](crate::Store::reserve) step.
     async fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error>;
     /// One [`Store::replace`](crate::Store::replace) step.
-    async fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error>;
+    async fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error>;
 }
 
 /// The two steps of a reservation run synchronously, where a store runs them in one hop (the
@@ -359,7 +334,7 @@ pub trait BlockingSteps {
     /// One reservation step, as [`Store::reserve`](crate::Store::reserve) says.
     fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error>;
     /// One compare-and-set, as [`Store::replace`](crate::Store::replace) says.
-    fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error>;
+    fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error>;
 }
 
 impl Reservation<'_> {
@@ -369,11 +344,11 @@ impl Reservation<'_> {
         loop {
             step = match step {
                 Step::Reserve => match steps.reserve(&self.claim).await {
-                    Ok(reserved) => self.reserved(reserved)?,
+                    Ok(reserved) => self.next(reserved, false)?,
                     Err(error) => self.failed(error)?,
                 },
                 Step::Replace(acquire) => match steps.replace(&self.claim, acquire).await {
-                    Ok(replaced) => self.replaced(replaced)?,
+                    Ok(reserved) => self.next(reserved, true)?,
                     Err(error) => self.failed(error)?,
                 },
                 Step::Done(begin) => return Ok(begin),
@@ -390,11 +365,11 @@ impl Reservation<'_> {
         loop {
             step = match step {
                 Step::Reserve => match steps.reserve(&self.claim) {
-                    Ok(reserved) => self.reserved(reserved)?,
+                    Ok(reserved) => self.next(reserved, false)?,
                     Err(error) => self.failed(error)?,
                 },
                 Step::Replace(acquire) => match steps.replace(&self.claim, acquire) {
-                    Ok(replaced) => self.replaced(replaced)?,
+                    Ok(reserved) => self.next(reserved, true)?,
                     Err(error) => self.failed(error)?,
                 },
                 Step::Done(begin) => return Ok(begin),
@@ -434,7 +409,7 @@ mod tests {
         let req = request(b"{}");
         let mut r = Reservation::new(&req, Duration::from_secs(60));
         let until = Timestamp::from_millis(61_000);
-        match r.reserved(Reserved::Inserted { until }) {
+        match r.next(Reserved::Written { until }, false) {
             Ok(Step::Done(Begin::Acquired(lease))) => {
                 assert_eq!(lease.token(), r.claim().token());
                 assert_eq!(lease.lease_until(), until);
@@ -449,7 +424,7 @@ mod tests {
         let req = request(b"{}");
         let mut r = Reservation::new(&req, Duration::from_secs(60));
         let found = in_progress(FencingToken::generate(), *req.fingerprint(), 5_000);
-        match r.reserved(found) {
+        match r.next(found, false) {
             Ok(Step::Done(Begin::Answered(Answer::InFlight { retry_after }))) => {
                 assert_eq!(retry_after, Duration::from_secs(4));
             }
@@ -464,7 +439,7 @@ mod tests {
         let mut r = Reservation::new(&req, Duration::from_secs(60));
         let found = in_progress(FencingToken::generate(), *other.fingerprint(), 5_000);
         assert!(matches!(
-            r.reserved(found),
+            r.next(found, false),
             Ok(Step::Done(Begin::Answered(Answer::Mismatch)))
         ));
     }
@@ -485,7 +460,7 @@ mod tests {
             },
             now: Timestamp::from_millis(1_000),
         };
-        match r.reserved(found) {
+        match r.next(found, false) {
             Ok(Step::Done(Begin::Answered(Answer::Replay(replayed)))) => {
                 assert_eq!(replayed, response);
             }
@@ -508,7 +483,7 @@ mod tests {
             },
             now: Timestamp::from_millis(1_000),
         };
-        assert!(matches!(r.reserved(found), Err(Error::CorruptRecord(_))));
+        assert!(matches!(r.next(found, false), Err(Error::CorruptRecord(_))));
     }
 
     #[test]
@@ -517,15 +492,15 @@ mod tests {
         let mut r = Reservation::new(&req, Duration::from_secs(60));
         let previous = FencingToken::generate();
         let found = in_progress(previous, *req.fingerprint(), 500);
-        match r.reserved(found) {
+        match r.next(found, false) {
             Ok(Step::Replace(Acquire::TakeOver { previous: p })) => assert_eq!(p, previous),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(r.replaced(Replaced::Changed), Ok(Step::Reserve)));
+        assert!(matches!(r.next(Reserved::Lost, true), Ok(Step::Reserve)));
         let until = Timestamp::from_millis(61_000);
         let found = in_progress(previous, *req.fingerprint(), 500);
-        assert!(matches!(r.reserved(found), Ok(Step::Replace(_))));
-        match r.replaced(Replaced::Replaced { until }) {
+        assert!(matches!(r.next(found, false), Ok(Step::Replace(_))));
+        match r.next(Reserved::Written { until }, true) {
             Ok(Step::Done(Begin::Acquired(lease))) => {
                 assert_eq!(lease.acquired(), Acquire::TakeOver { previous });
                 assert_eq!(lease.token(), r.claim().token());
@@ -539,17 +514,15 @@ mod tests {
         let req = request(b"{}");
         let mut r = Reservation::new(&req, Duration::from_secs(60));
         assert!(matches!(
-            r.replaced(Replaced::Busy),
+            r.next(Reserved::Held { mismatch: false }, true),
             Ok(Step::Done(Begin::Answered(Answer::InFlight { .. })))
         ));
         assert!(matches!(
-            r.reserved(Reserved::Held { same_request: true }),
+            r.next(Reserved::Held { mismatch: false }, false),
             Ok(Step::Done(Begin::Answered(Answer::InFlight { .. })))
         ));
         assert!(matches!(
-            r.reserved(Reserved::Held {
-                same_request: false
-            }),
+            r.next(Reserved::Held { mismatch: true }, false),
             Ok(Step::Done(Begin::Answered(Answer::Mismatch)))
         ));
     }
@@ -561,11 +534,11 @@ mod tests {
         let previous = FencingToken::generate();
         // The takeover's answer was lost: the link failed after the store applied it.
         let found = in_progress(previous, *req.fingerprint(), 500);
-        assert!(matches!(r.reserved(found), Ok(Step::Replace(_))));
+        assert!(matches!(r.next(found, false), Ok(Step::Replace(_))));
         let lost = Error::store("test", StoreErrorKind::Unavailable, "reset");
         assert!(matches!(r.failed(lost), Ok(Step::Reserve)));
         let mine = in_progress(r.claim().token(), *req.fingerprint(), 61_000);
-        match r.reserved(mine) {
+        match r.next(mine, false) {
             Ok(Step::Done(Begin::Acquired(lease))) => {
                 assert_eq!(lease.acquired(), Acquire::TakeOver { previous });
             }
@@ -605,7 +578,7 @@ mod tests {
         let mut r = Reservation::new(&req, Duration::from_secs(60));
         let mut last = Ok(Step::Reserve);
         for _ in 0..MAX_STEPS {
-            last = r.reserved(Reserved::Raced);
+            last = r.next(Reserved::Lost, false);
             if last.is_err() {
                 break;
             }

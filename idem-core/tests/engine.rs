@@ -2,8 +2,8 @@
 //! that fail after the effect ran (C8).
 
 use idem_core::store::{
-    async_trait, Acquire, Claim, Completion, Lease, ListQuery, Operator, Page, Record, Replaced,
-    Reserved, Stats,
+    async_trait, Acquire, Claim, Completion, Lease, ListQuery, Operator, Page, Record, Reserved,
+    Stats,
 };
 use idem_core::{
     Answer, Begin, Error, Failure, Idempotency, MemoryStore, Outcome, Policy, RecordId, Request,
@@ -65,7 +65,7 @@ impl Store for Flaky {
         }
         reserved
     }
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
         self.inner.replace(claim, acquire).await
     }
     async fn complete(&self, c: &Completion) -> Result<(), Error> {

@@ -6,7 +6,7 @@
 use idem_core::reconcile::{Finding, Reconciliation, Resolved};
 use idem_core::store::{
     async_trait, Acquire, Claim, Completion, Inspected, ListQuery, Operator, Page, Record,
-    Replaced, Reserved, Resolution, Stats,
+    Reserved, Resolution, Stats,
 };
 use idem_core::{
     Error, Failure, Idempotency, Lease, MemoryStore, RecordId, Store, StoredResponse, Timestamp,
@@ -22,7 +22,7 @@ impl Store for LosesResolveAnswers {
     async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
         self.0.reserve(claim).await
     }
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
         self.0.replace(claim, acquire).await
     }
     async fn complete(&self, c: &Completion) -> Result<(), Error> {

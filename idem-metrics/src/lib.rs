@@ -478,7 +478,7 @@ mod tests {
     use idem_core::store::Lease;
     use idem_core::store::Record;
     use idem_core::store::Store;
-    use idem_core::store::{Acquire, Claim, Replaced, Reserved};
+    use idem_core::store::{Acquire, Claim, Reserved};
     use idem_core::Answer;
     use idem_core::Begin;
     use idem_core::FencingToken;
@@ -1287,7 +1287,7 @@ mod tests {
         async fn reserve(&self, _: &Claim<'_>) -> Result<Reserved, Error> {
             Err((self.fail)())
         }
-        async fn replace(&self, _: &Claim<'_>, _: Acquire) -> Result<Replaced, Error> {
+        async fn replace(&self, _: &Claim<'_>, _: Acquire) -> Result<Reserved, Error> {
             Err((self.fail)())
         }
         async fn complete(&self, _: &Completion) -> Result<(), Error> {

@@ -9,7 +9,7 @@ use crate::sql::Statements;
 use idem_core::reconcile::Reconciliation;
 use idem_core::store::{
     duration_millis, Acquire, Change, Completion, Cursor, Inspected, Lease, ListQuery, Page,
-    Record, Replaced, Reserved, Resolution, Selection, Stats,
+    Record, Reserved, Resolution, Selection, Stats,
 };
 use idem_core::{
     Error, FencingToken, Field, RecordId, Request, StoreErrorKind, StoredResponse, Timestamp,
@@ -101,21 +101,19 @@ impl Ops {
         .await?;
         // No row: a reservation committed after this statement's snapshot.
         let Some(found) = rows.first() else {
-            return Ok(Reserved::Raced);
+            return Ok(Reserved::Lost);
         };
         let source: String = found.try_get("source").map_err(crate::error::store_error)?;
         match source.as_str() {
             // A one-commit execution's transaction holds the record (its reservation is not
             // committed yet).
-            "held_same" => Ok(Reserved::Held { same_request: true }),
-            "held_other" => Ok(Reserved::Held {
-                same_request: false,
-            }),
+            "held_same" => Ok(Reserved::Held { mismatch: false }),
+            "held_other" => Ok(Reserved::Held { mismatch: true }),
             "inserted" => {
                 let until: i64 = found
                     .try_get("deadline_ms")
                     .map_err(crate::error::store_error)?;
-                Ok(Reserved::Inserted {
+                Ok(Reserved::Written {
                     until: timestamp(until)?,
                 })
             }
@@ -139,11 +137,11 @@ impl Ops {
         token: FencingToken,
         acquired: Acquire,
         lease_for: Duration,
-    ) -> Result<Replaced, Error> {
+    ) -> Result<Reserved, Error> {
         let (Some(previous), Some(completed)) =
             (acquired.replaces(), acquired.replaces_completed())
         else {
-            return Ok(Replaced::Changed);
+            return Ok(Reserved::Lost);
         };
         let [consumer, route, key] = id_params(request.id());
         let holder = self.holder.as_str();
@@ -180,13 +178,13 @@ impl Ops {
             .try_get("deadline_ms")
             .map_err(crate::error::store_error)?;
         Ok(match (taken, present, until) {
-            (_, _, Some(until)) => Replaced::Replaced {
+            (_, _, Some(until)) => Reserved::Written {
                 until: timestamp(until)?,
             },
             // Another transaction holds the row (its holder committing right now).
-            (false, true, None) => Replaced::Busy,
+            (false, true, None) => Reserved::Held { mismatch: false },
             // Not the record the decision saw any more, or gone since it read it.
-            (true, _, None) | (false, false, None) => Replaced::Changed,
+            (true, _, None) | (false, false, None) => Reserved::Lost,
         })
     }
 

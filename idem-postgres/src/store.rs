@@ -13,7 +13,7 @@ use crate::sql::Statements;
 use idem_core::reconcile::Reconciliation;
 use idem_core::store::{
     async_trait, digest_to_hex, Acquire, Capabilities, Changes, Claim, Completion, FeedSettings,
-    Inspected, Lease, ListQuery, Operator, Page, Record, Replaced, Reserved, Resolution, Stats,
+    Inspected, Lease, ListQuery, Operator, Page, Record, Reserved, Resolution, Stats,
 };
 use idem_core::{Error, Holder, RecordId, Store, Timestamp};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -557,7 +557,7 @@ impl Store for PgStore {
         ))
     }
 
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
         let preamble = self.inner.ops.preamble.as_str();
         on_connection!(self, |conn| self.inner.ops.replace(
             conn,

@@ -14,8 +14,8 @@ use crate::row;
 use crate::session;
 use crate::store::PgStore;
 use idem_core::store::{
-    async_trait, Acquire, CatchUnwind, Claim, Execution, Lease, Record, Replaced, Reservation,
-    Reserved, Steps, Transacted, Transactional, TxEnd,
+    async_trait, Acquire, CatchUnwind, Claim, Execution, Lease, Record, Reservation, Reserved,
+    Steps, Transacted, Transactional, TxEnd,
 };
 use idem_core::{
     Begin, Commits, Error, Idempotency, Operation, Outcome, RecordId, Request, RunError,
@@ -646,7 +646,7 @@ impl Steps for OneCommit<'_> {
             .await
     }
 
-    async fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+    async fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
         self.ops
             .replace(
                 self.conn,

@@ -12,7 +12,7 @@ use crate::scripts::scripts;
 use idem_core::reconcile::Reconciliation;
 use idem_core::store::{
     async_trait, digest_to_hex, duration_millis, Acquire, Capabilities, Changes, Claim, Completion,
-    Expiry, Inspected, Lease, ListQuery, ListingOrder, Operator, Page, Record, Replaced, Reserved,
+    Expiry, Inspected, Lease, ListQuery, ListingOrder, Operator, Page, Record, Reserved,
     Resolution, Stats,
 };
 use idem_core::{Error, Field, Holder, RecordId, Store, StoreErrorKind, StoredResponse, Timestamp};
@@ -486,7 +486,7 @@ impl Store for RedisStore {
                     "reserve returned no deadline",
                 )
             })?;
-            return Ok(Reserved::Inserted {
+            return Ok(Reserved::Written {
                 until: timestamp(integer(until, "deadline")?)?,
             });
         }
@@ -498,10 +498,10 @@ impl Store for RedisStore {
         })
     }
 
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
         let (Some(previous), Some(completed)) = (acquire.replaces(), acquire.replaces_completed())
         else {
-            return Ok(Replaced::Changed);
+            return Ok(Reserved::Lost);
         };
         let request = claim.request();
         let mut invocation = scripts().replace.prepare_invoke();
@@ -516,8 +516,8 @@ impl Store for RedisStore {
             .arg(record::triple(request.id()))
             .arg(&*self.holder);
         match self.conns.invoke(&invocation).await? {
-            Value::Nil => Ok(Replaced::Changed),
-            until => Ok(Replaced::Replaced {
+            Value::Nil => Ok(Reserved::Lost),
+            until => Ok(Reserved::Written {
                 until: timestamp(integer(&until, "deadline")?)?,
             }),
         }

@@ -7,7 +7,7 @@ use crate::sql::Statements;
 use idem_core::reconcile::Reconciliation;
 use idem_core::store::{
     duration_millis, Acquire, BlockingSteps, Change, Claim, Completion, Cursor, Inspected, Lease,
-    ListQuery, Page, Record, Replaced, Reservation, Reserved, Resolution, Selection, Stats,
+    ListQuery, Page, Record, Reservation, Reserved, Resolution, Selection, Stats,
 };
 use idem_core::{Begin, Clock, Error, FencingToken, Field, Holder, RecordId, Request, Timestamp};
 use rusqlite::{params, Connection, Params, TransactionBehavior};
@@ -107,7 +107,7 @@ impl BlockingSteps for Steps<'_> {
         )
     }
 
-    fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+    fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
         replace_step(
             self.conn,
             self.sql,
@@ -182,9 +182,9 @@ pub(crate) fn reserve_step(
         ],
     )?;
     Ok(if written == 1 {
-        Reserved::Inserted { until }
+        Reserved::Written { until }
     } else {
-        Reserved::Raced
+        Reserved::Lost
     })
 }
 
@@ -200,10 +200,10 @@ pub(crate) fn replace_step(
     lease_for: Duration,
     acquire: Acquire,
     holder: &str,
-) -> Result<Replaced, Error> {
+) -> Result<Reserved, Error> {
     let (Some(previous), Some(completed)) = (acquire.replaces(), acquire.replaces_completed())
     else {
-        return Ok(Replaced::Changed);
+        return Ok(Reserved::Lost);
     };
     let id = request.id();
     let until = now + lease_for;
@@ -224,9 +224,9 @@ pub(crate) fn replace_step(
         ],
     )?;
     Ok(if written == 1 {
-        Replaced::Replaced { until }
+        Reserved::Written { until }
     } else {
-        Replaced::Changed
+        Reserved::Lost
     })
 }
 
@@ -618,7 +618,7 @@ mod tests {
         .expect("cas");
         assert_eq!(
             taken,
-            Replaced::Changed,
+            Reserved::Lost,
             "a completed record was taken over as an orphan"
         );
         let started = replace_step(
@@ -633,7 +633,7 @@ mod tests {
         )
         .expect("cas");
         assert!(
-            matches!(started, Replaced::Replaced { .. }),
+            matches!(started, Reserved::Written { .. }),
             "an expired completed record starts over"
         );
     }
@@ -677,7 +677,7 @@ mod one_commit_after_a_failed_step {
             result
         }
 
-        fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+        fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
             self.steps.replace(claim, acquire)
         }
     }

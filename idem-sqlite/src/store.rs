@@ -10,7 +10,7 @@ use crate::sql::Statements;
 use idem_core::reconcile::Reconciliation;
 use idem_core::store::{
     async_trait, Acquire, Capabilities, Claim, Completion, Inspected, Lease, ListQuery, Operator,
-    Page, Record, Replaced, Reserved, Resolution, Stats,
+    Page, Record, Reserved, Resolution, Stats,
 };
 use idem_core::{Answer, Error, FencingToken, Holder, RecordId, Request, Store, Timestamp};
 use rusqlite::{Connection, Transaction};
@@ -253,7 +253,7 @@ impl Store for SqliteStore {
         self.inner.pool.decide(reserving, None).await?
     }
 
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
         self.inner.lock.reserving()?;
         let (request, token, lease_for) =
             (claim.request().clone(), claim.token(), claim.lease_for());

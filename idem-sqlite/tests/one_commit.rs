@@ -5,8 +5,8 @@ mod common;
 
 use common::{charges, with_charges};
 use idem_core::store::{
-    Acquire, Capabilities, Claim, Completion, Lease, ListQuery, Operator, Page, Record, Replaced,
-    Reserved, Stats, StoreExt,
+    Acquire, Capabilities, Claim, Completion, Lease, ListQuery, Operator, Page, Record, Reserved,
+    Stats, StoreExt,
 };
 use idem_core::{
     Answer, Begin, Commits, Error, Idempotency, Outcome, Policy, RecordId, Request, RunError,
@@ -340,7 +340,7 @@ impl Store for WithoutIdentity {
     async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
         self.0.reserve(claim).await
     }
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
         self.0.replace(claim, acquire).await
     }
     async fn complete(&self, completion: &Completion) -> Result<(), Error> {

@@ -23,7 +23,7 @@ pub use crate::listing::{
 };
 pub use crate::record::{Noted, Provenance, Record, RecordState};
 pub use crate::reservation::{
-    BlockingSteps, Claim, Replaced, Reservation, Reserved, Steps, BUSY_RETRY_AFTER,
+    BlockingSteps, Claim, Reservation, Reserved, Steps, BUSY_RETRY_AFTER,
 };
 pub use crate::resolution::{Change, Resolution};
 mod transactional;
@@ -60,20 +60,20 @@ use std::time::Duration;
 ///    servers, an injectable [`Clock`](crate::Clock) for local stores (C11). Deadlines are
 ///    exclusive: a record whose deadline is `<= now` has expired.
 /// 2. **`reserve` and `replace` are one atomic step each, and never decide or loop** (C4,
-///    C16). `reserve` writes a fresh in-progress record carrying [`Claim::token`] with the
-///    deadline `now + lease_for` when there is no record at all ([`Reserved::Inserted`]), and
+///    C16); both answer a [`Reserved`]. `reserve` writes a fresh in-progress record carrying [`Claim::token`] with the
+///    deadline `now + lease_for` when there is no record at all ([`Reserved::Written`]), and
 ///    otherwise reports the record as it is and `now`, writing nothing ([`Reserved::Found`]:
 ///    an expired record is reported too; the engine decides). A record that does not decode is
 ///    [`Error::CorruptRecord`], never "absent"; its response is read only for the claim's
 ///    fingerprint. A store whose read can miss a record committed after its snapshot reports
-///    [`Reserved::Raced`]; one that keeps one-commit executions' uncommitted reservations
+///    [`Reserved::Lost`]; one that keeps one-commit executions' uncommitted reservations
 ///    apart reports [`Reserved::Held`]. `replace` is the compare-and-set of a takeover or a
 ///    start over: it writes a record carrying the claim's token with the deadline
 ///    `now + lease_for` only if the record still carries [`Acquire::replaces`], is in the
 ///    state [`Acquire::replaces_completed`] says and is still expired at `now` (a late
 ///    completion or a renewal keeps the token but moves the deadline, and must not be
-///    overwritten): [`Replaced::Replaced`]; otherwise [`Replaced::Changed`], or
-///    [`Replaced::Busy`] when another transaction holds the row (never waited for). Of N
+///    overwritten): [`Reserved::Written`]; otherwise [`Reserved::Lost`], or
+///    [`Reserved::Held`] when another transaction holds the row (never waited for). Of N
 ///    concurrent callers on one id exactly one acquires. Neither waits for a running holder,
 ///    nor for another writer of the store, to answer a duplicate (C5). The engine runs the
 ///    protocol over these steps ([`Reservation`]); a store never re-reads after a lost race.
@@ -120,7 +120,7 @@ use std::time::Duration;
 /// let store = idem.store();
 /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k1")).body(b"100").build()?;
 /// let reservation = Reservation::new(&request, Duration::from_secs(60));
-/// let Reserved::Inserted { until } = store.reserve(reservation.claim()).await? else {
+/// let Reserved::Written { until } = store.reserve(reservation.claim()).await? else {
 ///     unreachable!("a fresh key is inserted")
 /// };
 /// // A second step finds the record this reservation wrote, and writes nothing.
@@ -139,7 +139,7 @@ pub trait Store: Send + Sync {
     async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error>;
 
     /// The compare-and-set of a takeover or a start over, as `acquire` says (rule 2).
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error>;
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error>;
 
     /// Stores the completion's response and marks the record completed for its retention, if
     /// the record still carries its token and is in progress (rule 3).
@@ -395,7 +395,7 @@ impl<S: Store + ?Sized> Steps for &S {
     async fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error> {
         (**self).reserve(claim).await
     }
-    async fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+    async fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
         (**self).replace(claim, acquire).await
     }
 }
@@ -412,7 +412,7 @@ macro_rules! forward_store {
             async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
                 (**self).reserve(claim).await
             }
-            async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+            async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
                 (**self).replace(claim, acquire).await
             }
             async fn complete(&self, completion: &Completion) -> Result<(), Error> {

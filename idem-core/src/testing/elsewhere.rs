@@ -6,7 +6,7 @@ use crate::request::Request;
 use crate::scope::RecordId;
 use crate::store::{
     Acquire, Capabilities, Changes, Claim, Completion, Inspected, Lease, ListQuery, ListingOrder,
-    Operator, Page, Record, Replaced, Reserved, Stats, Store,
+    Operator, Page, Record, Reserved, Stats, Store,
 };
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -40,7 +40,7 @@ impl<S: Store + 'static> Store for Elsewhere<S> {
     async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
         self.0.reserve(claim).await
     }
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
         self.0.replace(claim, acquire).await
     }
     async fn complete(&self, completion: &Completion) -> Result<(), Error> {

@@ -2,7 +2,7 @@
 //! works on a store of its own namespace.
 
 use super::{policy, request, request_on, unique_consumer, Harness, LEASE, SHORT_RETENTION};
-use crate::store::{Acquire, Expiry, Lease, Replaced, Reservation, Reserved, Store};
+use crate::store::{Acquire, Expiry, Lease, Reservation, Reserved, Store};
 use crate::{
     Answer, Begin, Error, Failure, FencingToken, Field, Idempotency, Outcome, Policy, RecordId,
     Reply, Request, RunError, Scope, StoredResponse,
@@ -1254,7 +1254,7 @@ pub async fn c16_a_store_step_reports_what_it_found_and_never_loops<H: Harness>(
     let first = Reservation::new(&req, LEASE);
     let mine = first.claim().token();
     let until = match store.reserve(first.claim()).await.expect("reserve") {
-        Reserved::Inserted { until } => until,
+        Reserved::Written { until } => until,
         other => panic!("a fresh key is inserted: {other:?}"),
     };
     match store.reserve(first.claim()).await.expect("reserve again") {
@@ -1285,7 +1285,7 @@ pub async fn c16_a_store_step_reports_what_it_found_and_never_loops<H: Harness>(
     };
     assert_eq!(
         store.replace(second.claim(), stale).await.expect("replace"),
-        Replaced::Changed,
+        Reserved::Lost,
         "another token: nothing written"
     );
     let wrong_state = Acquire::StartOver { previous: mine };
@@ -1294,7 +1294,7 @@ pub async fn c16_a_store_step_reports_what_it_found_and_never_loops<H: Harness>(
             .replace(second.claim(), wrong_state)
             .await
             .expect("replace"),
-        Replaced::Changed,
+        Reserved::Lost,
         "in progress, not completed: nothing written"
     );
     let still = store.lookup(req.id()).await.expect("lookup");
@@ -1302,7 +1302,7 @@ pub async fn c16_a_store_step_reports_what_it_found_and_never_loops<H: Harness>(
     let takeover = Acquire::TakeOver { previous: mine };
     let replaced = store.replace(second.claim(), takeover).await;
     let until = match replaced.expect("replace") {
-        Replaced::Replaced { until } => until,
+        Reserved::Written { until } => until,
         other => panic!("the record the decision saw is replaced: {other:?}"),
     };
     let now = store.lookup(req.id()).await.expect("lookup");
@@ -1316,7 +1316,7 @@ pub async fn c16_a_store_step_reports_what_it_found_and_never_loops<H: Harness>(
     };
     assert_eq!(
         store.replace(third.claim(), gone).await.expect("replace"),
-        Replaced::Changed,
+        Reserved::Lost,
         "a record gone: nothing written"
     );
     assert_eq!(store.lookup(req.id()).await.expect("lookup"), None);

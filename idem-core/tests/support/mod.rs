@@ -3,8 +3,8 @@
 #![allow(dead_code)]
 
 use idem_core::store::{
-    async_trait, Acquire, Claim, Completion, Lease, ListQuery, Operator, Page, Record, Replaced,
-    Reserved, Stats,
+    async_trait, Acquire, Claim, Completion, Lease, ListQuery, Operator, Page, Record, Reserved,
+    Stats,
 };
 use idem_core::{Error, MemoryStore, RecordId, Store, StoreErrorKind, Timestamp};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -54,7 +54,7 @@ impl Store for Faulty {
         }
         reserved
     }
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
         self.inner.replace(claim, acquire).await
     }
     async fn complete(&self, c: &Completion) -> Result<(), Error> {

@@ -12,8 +12,7 @@ use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use idem_core::store::{
     async_trait, Acquire, Capabilities, Claim, Completion, Execution, Inspected, Lease, ListQuery,
-    ListingOrder, Operator, Page, Record, Replaced, Reserved, Stats, Transacted, Transactional,
-    TxEnd,
+    ListingOrder, Operator, Page, Record, Reserved, Stats, Transacted, Transactional, TxEnd,
 };
 use idem_core::{Error, Idempotency, Policy, RecordId, Store, StoreErrorKind, Timestamp};
 use idem_sqlite::SqliteStore;
@@ -348,7 +347,7 @@ impl<S: Store> Store for Decorated<S> {
         self.up()?;
         self.inner.reserve(claim).await
     }
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Replaced, Error> {
+    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
         self.up()?;
         self.inner.replace(claim, acquire).await
     }
