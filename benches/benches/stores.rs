@@ -13,7 +13,7 @@
 //!    p50 / p99 per side, the sides in alternating rounds, medians of the rounds, and the
 //!    ratio library / raw; on the SQL stores also the money path, `run_in_transaction`, on
 //!    fresh keys and replays (`tx_fresh_key`, `tx_replay`) against the same baselines, and with
-//!    one commit per fresh key (`tx1_fresh_key`, `run_in_one_transaction`, C15); written
+//!    one commit per fresh key (`tx1_fresh_key`, one-commit `run_in_transaction`, C15); written
 //!    to `target/idem-bench/stores.jsonl` for the chart.
 //!
 //! `IDEM_BENCH_STORES=sqlite,postgres` limits the stores; `IDEM_BENCH_TABLE=off|only`;
@@ -171,7 +171,7 @@ fn table(rt: &Runtime, mode: &Mode, subjects: &[Subject]) {
             };
             for &path in paths {
                 // The library through `run_in_transaction` (with one commit:
-                // `run_in_one_transaction`), against the baselines of the same path.
+                // one-commit `run_in_transaction`), against the baselines of the same path.
                 let mut sides = vec![("library", rt.block_on(transacting.op(path, 100)))];
                 sides.extend(ops(&subject.sides[1..], path));
                 let name = transaction::path_name(path, commits);

@@ -1,6 +1,6 @@
 //! WAL flushes and commits per fresh key on PostgreSQL, counted by the server (`pg_stat_wal`,
 //! `pg_stat_database`): the hand-written two-commit floor, `run_in_transaction` (two commits)
-//! and `run_in_one_transaction` (one, C15), `n` fresh keys each, one caller (docs/benchmarks.md,
+//! and one-commit `run_in_transaction` (one, C15), `n` fresh keys each, one caller (docs/benchmarks.md,
 //! "One commit per fresh key").
 //!
 //! ```text

@@ -98,8 +98,8 @@ impl Charge for SqliteStore {
             tx.execute(SQLITE_CHARGE, [2500])?;
             Ok(response(size))
         });
-        // `run_in_transaction` or `run_in_one_transaction`, by `commits`.
-        idem.transact_with(request, effect, commits)
+        // `run_in_transaction`, in `commits`.
+        idem.transact(&request.clone().with_commits(commits), effect)
             .await
             .expect("run_in_transaction")
     }
@@ -194,8 +194,8 @@ impl Charge for PgStore {
                 Ok(response(size))
             })
         });
-        // `run_in_transaction` or `run_in_one_transaction`, by `commits`.
-        idem.transact_with(request, effect, commits)
+        // `run_in_transaction`, in `commits`.
+        idem.transact(&request.clone().with_commits(commits), effect)
             .await
             .expect("run_in_transaction")
     }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 /// The paths measured through `run_in_transaction`.
 pub const PATHS: [Path; 2] = [Path::Fresh, Path::Replay];
 
-/// The paths measured with one commit (C15, `run_in_one_transaction`): a fresh key; a replay
+/// The paths measured with one commit (C15, one-commit `run_in_transaction`): a fresh key; a replay
 /// is the same read as with two.
 pub const ONE_COMMIT_PATHS: [Path; 1] = [Path::Fresh];
 
@@ -30,7 +30,7 @@ pub fn path_name(path: Path, commits: Commits) -> String {
 /// A store whose engine runs an effect and its completion in one transaction.
 #[async_trait::async_trait]
 pub trait Charge: Store + Clone + 'static {
-    /// `run_in_transaction` for `request` (`run_in_one_transaction` with [`Commits::One`]),
+    /// `run_in_transaction` for `request` (`with_commits(Commits::One)`),
     /// its effect one business insert answered with a response of `size` bytes
     /// ([`response`](crate::library::response)).
     async fn charge(

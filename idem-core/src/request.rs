@@ -3,7 +3,7 @@
 use crate::error::{Error, Field};
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
-use crate::policy::Policy;
+use crate::policy::{Commits, Policy};
 use crate::scope::{RecordId, Scope};
 use std::fmt;
 use std::sync::Arc;
@@ -27,11 +27,12 @@ use std::sync::Arc;
 #[derive(Clone, PartialEq, Eq)]
 pub struct Request(Arc<Parts>);
 
-#[derive(PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 struct Parts {
     id: RecordId,
     fingerprint: Fingerprint,
     body_len: usize,
+    commits: Option<Commits>,
 }
 
 impl fmt::Debug for Request {
@@ -40,6 +41,7 @@ impl fmt::Debug for Request {
             .field("id", &self.0.id)
             .field("fingerprint", &self.0.fingerprint)
             .field("body_len", &self.0.body_len)
+            .field("commits", &self.0.commits)
             .finish()
     }
 }
@@ -52,6 +54,7 @@ impl Request {
             id,
             fingerprint,
             body_len,
+            commits: None,
         }))
     }
 
@@ -84,6 +87,30 @@ impl Request {
     /// The size of the body, in bytes.
     pub fn body_len(&self) -> usize {
         self.0.body_len
+    }
+
+    /// This request, made in `commits` by a transactional execution (C15), whatever the
+    /// engine's [`Policy::commits`] says. [`Commits::One`] makes reservation, effect and
+    /// completion one transaction (the SQL stores' transactional closures); the guard and the
+    /// plain closure commit the reservation before the effect, and refuse it.
+    ///
+    /// ```
+    /// use idem_core::{Commits, Request};
+    /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k1")).build()?;
+    /// assert_eq!(request.commits(), None);
+    /// let request = request.with_commits(Commits::One);
+    /// assert_eq!(request.commits(), Some(Commits::One));
+    /// # Ok::<(), idem_core::Error>(())
+    /// ```
+    pub fn with_commits(mut self, commits: Commits) -> Self {
+        Arc::make_mut(&mut self.0).commits = Some(commits);
+        self
+    }
+
+    /// How many commits a transactional execution of this request makes, where the caller
+    /// chose ([`with_commits`](Self::with_commits)); `None`: the engine's policy decides.
+    pub fn commits(&self) -> Option<Commits> {
+        self.0.commits
     }
 }
 
@@ -313,10 +340,11 @@ impl<'a> RequestBuilder<'a> {
             Canonical::Form => fingerprint.form_body(self.body)?,
             Canonical::Raw => fingerprint.body(self.body),
         };
-        Ok(Request::from_parts(
-            RecordId::new(scope, key),
-            fingerprint.finish(),
-            self.body.len(),
-        ))
+        Ok(Request(Arc::new(Parts {
+            id: RecordId::new(scope, key),
+            fingerprint: fingerprint.finish(),
+            body_len: self.body.len(),
+            commits: None,
+        })))
     }
 }

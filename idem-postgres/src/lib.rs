@@ -28,8 +28,9 @@
 //! ```
 //!
 //! An effect that lives entirely in this database may make one commit instead of two (C15):
-//! [`PgIdempotency::run_in_one_transaction`] (or [`Policy::commits`](idem_core::Policy::commits)
-//! for every `run_in_transaction` of an engine) reserves inside the effect's transaction, so that
+//! [`PgIdempotency::run_in_transaction`] of a request made
+//! [`with_commits(Commits::One)`](idem_core::Request::with_commits) (or of every request, under
+//! [`Policy::commits`](idem_core::Policy::commits)) reserves inside the effect's transaction, so that
 //! nothing of the execution exists until it commits.
 //!
 //! See the repository's docs/stores.md ("PostgreSQL") for the schema, the isolation levels, the

@@ -81,19 +81,10 @@ pub trait PgIdempotency {
     /// - A commit whose answer the connection lost: the record, read once no transaction holds
     ///   it, tells whether it committed ([`Outcome::Executed`]) or not (released); if that
     ///   cannot be told within the store timeout, [`RunError::InDoubt`] and the key is kept.
-    fn run_in_transaction<F, E>(
-        &self,
-        request: &Request,
-        effect: F,
-    ) -> impl Future<Output = Result<Outcome, RunError<E>>> + Send
-    where
-        F: for<'c> FnOnce(&'c mut PgConnection, &'c Lease) -> EffectFuture<'c, E> + Send + 'static,
-        E: Send + 'static;
-
-    /// [`run_in_transaction`](Self::run_in_transaction) in one commit (C15), for this request
-    /// whatever the engine's policy says ([`Idempotency::transact_with`] with
-    /// [`Commits::One`]; [`Policy::commits`](idem_core::Policy::commits) makes every
-    /// `run_in_transaction` of an engine so). The transaction begins first and reserves the key
+    ///
+    /// **One commit** (C15): a request made [`with_commits`](
+    /// idem_core::Request::with_commits)`(Commits::One)` (or every request, under
+    /// [`Policy::commits`](idem_core::Policy::commits)). The transaction begins first and reserves the key
     /// as its first statement; reservation, effect and completion then commit together, once,
     /// or not at all. A fresh key costs one commit (one WAL flush) instead of two, in the same
     /// round trips (BEGIN, reserve, the effect's statements, completion, COMMIT); an answer
@@ -104,7 +95,7 @@ pub trait PgIdempotency {
     /// effect past the transaction timeout or a crash of the process roll everything back, and
     /// the key is free at once, so the retry runs the effect again. An effect that calls out
     /// (a card network, an e-mail, a message broker) must not use it: a charge made before a
-    /// crash would be made again. Use [`run_in_transaction`](Self::run_in_transaction) for it.
+    /// crash would be made again. Build its request without one commit.
     ///
     /// A duplicate that arrives while the transaction runs is answered at once, never waits
     /// for it (C5): in flight (with a `Retry-After` of one second: how long the transaction
@@ -132,14 +123,15 @@ pub trait PgIdempotency {
     /// happened; unreadable, [`RunError::InDoubt`] (a retry replays or runs once).
     ///
     /// ```no_run
-    /// use idem_core::{Idempotency, Outcome, StoredResponse};
+    /// use idem_core::{Commits, Idempotency, Outcome, StoredResponse};
     /// use idem_postgres::{PgIdempotency, PgStore};
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     /// let idem = Idempotency::new(PgStore::connect("postgres://app@localhost/payments").await?);
-    /// let request = idem.request("acct_1", "POST", "/transfers").key(Some("k-1")).body(b"{\"cents\":500}").build()?;
+    /// let request = idem.request("acct_1", "POST", "/transfers").key(Some("k-1"))
+    ///     .body(b"{\"cents\":500}").build()?.with_commits(Commits::One);
     /// // Both accounts live in this database: nothing leaves it.
     /// let outcome = idem
-    ///     .run_in_one_transaction(&request, |tx, _lease| Box::pin(async move {
+    ///     .run_in_transaction(&request, |tx, _lease| Box::pin(async move {
     ///         sqlx::query("UPDATE accounts SET cents = cents - 500 WHERE id = 1")
     ///             .execute(&mut *tx)
     ///             .await?;
@@ -153,7 +145,7 @@ pub trait PgIdempotency {
     /// # Ok(())
     /// # }
     /// ```
-    fn run_in_one_transaction<F, E>(
+    fn run_in_transaction<F, E>(
         &self,
         request: &Request,
         effect: F,
@@ -193,18 +185,6 @@ impl<S: PgTransactional + 'static> PgIdempotency for Idempotency<S> {
         E: Send + 'static,
     {
         self.transact(request, S::effect(Box::new(effect)))
-    }
-
-    fn run_in_one_transaction<F, E>(
-        &self,
-        request: &Request,
-        effect: F,
-    ) -> impl Future<Output = Result<Outcome, RunError<E>>> + Send
-    where
-        F: for<'c> FnOnce(&'c mut PgConnection, &'c Lease) -> EffectFuture<'c, E> + Send + 'static,
-        E: Send + 'static,
-    {
-        self.transact_with(request, S::effect(Box::new(effect)), Commits::One)
     }
 }
 

@@ -5,7 +5,9 @@
 mod common;
 
 use common::{charges, pg_url, SCHEMA};
-use idem_core::{Answer, Begin, Idempotency, Outcome, Policy, Request, Store, StoredResponse};
+use idem_core::{
+    Answer, Begin, Commits, Idempotency, Outcome, Policy, Request, Store, StoredResponse,
+};
 use idem_postgres::sqlx::{self, AssertSqlSafe};
 use idem_postgres::{PgIdempotency, PgStore};
 use std::io::{BufRead, BufReader};
@@ -100,7 +102,7 @@ async fn crash_child() {
             let idem = engine_with(table, ONE_COMMIT_LEASE).await;
             let request = self::request(&idem, &intent);
             let _ = idem
-                .run_in_one_transaction(&request, move |tx, _| {
+                .run_in_transaction(&request.clone().with_commits(Commits::One), move |tx, _| {
                     Box::pin(async move {
                         let charged = insert_charge(tx, &intent).await;
                         println!("READY");
@@ -253,7 +255,7 @@ async fn c15_one_commit_killed_mid_effect_leaves_nothing_and_the_retry_runs_at_o
     let outcome = loop {
         let i = intent.clone();
         let outcome = idem
-            .run_in_one_transaction(&request, move |tx, _| {
+            .run_in_transaction(&request.clone().with_commits(Commits::One), move |tx, _| {
                 Box::pin(async move { insert_charge(tx, &i).await })
             })
             .await
@@ -275,7 +277,7 @@ async fn c15_one_commit_killed_mid_effect_leaves_nothing_and_the_retry_runs_at_o
     assert!(killed.elapsed() < ONE_COMMIT_LEASE / 4, "no lease wait");
     let i = intent.clone();
     let again = idem
-        .run_in_one_transaction(&request, move |tx, _| {
+        .run_in_transaction(&request.clone().with_commits(Commits::One), move |tx, _| {
             Box::pin(async move { insert_charge(tx, &i).await })
         })
         .await

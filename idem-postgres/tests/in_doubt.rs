@@ -90,7 +90,10 @@ impl Bench {
         match commits {
             Commits::One => {
                 self.idem
-                    .run_in_one_transaction(request, move |tx, _| insert_charge(tx, insert, intent))
+                    .run_in_transaction(
+                        &request.clone().with_commits(Commits::One),
+                        move |tx, _| insert_charge(tx, insert, intent),
+                    )
                     .await
             }
             _ => {

@@ -47,8 +47,10 @@ async fn charge(
     let intent = intent.to_owned();
     match commits {
         Commits::One => {
-            idem.run_in_one_transaction(request, move |tx, _| insert_charge(tx, intent))
-                .await
+            idem.run_in_transaction(&request.clone().with_commits(Commits::One), move |tx, _| {
+                insert_charge(tx, intent)
+            })
+            .await
         }
         _ => {
             idem.run_in_transaction(request, move |tx, _| insert_charge(tx, intent))
@@ -95,7 +97,7 @@ async fn commits_writing(pool: &PgPool, table: &str, from: &str) -> i64 {
     row.try_get(0).expect("a count")
 }
 
-/// C15: a fresh key through `run_in_one_transaction` is one commit that writes the record
+/// C15: a fresh key through one-commit `run_in_transaction` is one commit that writes the record
 /// (reservation and completion in it), where `run_in_transaction` makes two (the reservation,
 /// then the effect with its completion), read from the server's write-ahead log.
 #[tokio::test]
@@ -130,7 +132,7 @@ async fn c15_a_fresh_key_costs_one_commit_and_two_with_two_commits() {
 /// C5, C3, C15: while a one-commit execution's transaction is open (its reservation not
 /// committed), duplicates through another store over the same table (its own pool) are
 /// answered at once, never wait for it: in flight for the same request, mismatch for another
-/// body, through `run_in_one_transaction`, `run_in_transaction` and `begin` (the two-commit
+/// body, through one-commit `run_in_transaction`, `run_in_transaction` and `begin` (the two-commit
 /// reservation) alike. After the commit, both stores replay; one business row.
 #[tokio::test]
 async fn c05_another_store_is_answered_at_once_while_one_commit_runs() {
@@ -147,7 +149,7 @@ async fn c05_another_store_is_answered_at_once_while_one_commit_runs() {
     let (engine, owned, held_intent) = (idem.clone(), req.clone(), intent.clone());
     let first = tokio::spawn(async move {
         engine
-            .run_in_one_transaction(&owned, move |tx, _| {
+            .run_in_transaction(&owned.clone().with_commits(Commits::One), move |tx, _| {
                 Box::pin(async move {
                     sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
                         .bind(held_intent)
@@ -234,18 +236,21 @@ async fn c09_a_one_commit_takeover_keeps_others_in_flight_until_it_commits() {
     let (engine, owned, held_intent) = (idem.clone(), req.clone(), intent.clone());
     let first = tokio::spawn(async move {
         engine
-            .run_in_one_transaction(&owned, move |tx, lease| {
-                let acquired = lease.acquired();
-                Box::pin(async move {
-                    sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
-                        .bind(held_intent)
-                        .execute(&mut *tx)
-                        .await?;
-                    let _ = started.send(());
-                    let _ = on_go.await;
-                    Ok::<_, sqlx::Error>(StoredResponse::new(201, format!("{acquired:?}")))
-                })
-            })
+            .run_in_transaction(
+                &owned.clone().with_commits(Commits::One),
+                move |tx, lease| {
+                    let acquired = lease.acquired();
+                    Box::pin(async move {
+                        sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
+                            .bind(held_intent)
+                            .execute(&mut *tx)
+                            .await?;
+                        let _ = started.send(());
+                        let _ = on_go.await;
+                        Ok::<_, sqlx::Error>(StoredResponse::new(201, format!("{acquired:?}")))
+                    })
+                },
+            )
             .await
     });
     on_start.await.expect("the effect started");
@@ -293,7 +298,7 @@ async fn effect_settings(idem: &Idempotency<PgStore>, commits: Commits) -> Strin
             Ok(StoredResponse::new(201, seen))
         })
     });
-    match idem.transact_with(&req, effect, commits).await {
+    match idem.transact(&req.with_commits(commits), effect).await {
         Ok(Outcome::Executed(r)) => String::from_utf8_lossy(&r.body).into_owned(),
         other => panic!("{commits:?}: {other:?}"),
     }
@@ -335,7 +340,7 @@ async fn c15_one_commit_at_serializable_is_refused_and_runs_nothing() {
     let idem = Idempotency::new(store);
     let req = request(&idem, &format!("ser-{}", FencingToken::generate()), b"{}");
     let outcome = idem
-        .run_in_one_transaction(&req, |_tx, _lease| {
+        .run_in_transaction(&req.clone().with_commits(Commits::One), |_tx, _lease| {
             Box::pin(async { Ok::<_, sqlx::Error>(StoredResponse::new(201, "ran")) })
         })
         .await;
@@ -363,7 +368,7 @@ async fn c02_a_one_commit_execution_in_another_table_leaves_its_keys_alone() {
     let (engine, owned) = (ia.clone(), request(&ia, &key, b"{}"));
     let first = tokio::spawn(async move {
         engine
-            .run_in_one_transaction(&owned, move |_tx, _| {
+            .run_in_transaction(&owned.clone().with_commits(Commits::One), move |_tx, _| {
                 Box::pin(async move {
                     let _ = started.send(());
                     let _ = on_go.await;
@@ -374,9 +379,10 @@ async fn c02_a_one_commit_execution_in_another_table_leaves_its_keys_alone() {
     });
     on_start.await.expect("the effect started");
     let in_b = ib
-        .run_in_one_transaction(&request(&ib, &key, b"{\"other\":1}"), |_tx, _| {
-            Box::pin(async { Ok::<_, sqlx::Error>(StoredResponse::new(201, "b")) })
-        })
+        .run_in_transaction(
+            &request(&ib, &key, b"{\"other\":1}").with_commits(Commits::One),
+            |_tx, _| Box::pin(async { Ok::<_, sqlx::Error>(StoredResponse::new(201, "b")) }),
+        )
         .await;
     let fresh_in_b = ib.begin(&request(&ib, &format!("{key}-2"), b"{}")).await;
     go.send(()).expect("go");

@@ -3,7 +3,7 @@
 //! simple one). Each is one round trip. The counts are what docs/stores.md states: one per
 //! answer, and a fresh key on the money path (`run_in_transaction`) five: the reservation, then
 //! BEGIN, the effect's statement, the completion and COMMIT on the store's own connection,
-//! with no ping of a pool around them. In one commit (`run_in_one_transaction`, C15) a fresh
+//! with no ping of a pool around them. In one commit (one-commit `run_in_transaction`, C15) a fresh
 //! key is five as well (BEGIN, the reservation, the effect's statement, the completion, COMMIT)
 //! and an answer three (BEGIN, the reservation, ROLLBACK).
 
@@ -228,7 +228,11 @@ async fn charge_in(
         .build()
         .expect("request");
     match commits {
-        Commits::One => money.run_in_one_transaction(&request, select_one).await,
+        Commits::One => {
+            money
+                .run_in_transaction(&request.clone().with_commits(Commits::One), select_one)
+                .await
+        }
         _ => money.run_in_transaction(&request, select_one).await,
     }
     .map_err(|error: RunError<sqlx::Error>| error.to_string())
@@ -287,7 +291,7 @@ async fn count_money_path(mode: StatementMode, store: &PgStore, turns: &AtomicUs
     count_one_commit(mode, &money, turns).await;
 }
 
-/// `run_in_one_transaction` (C15): a fresh key in 5 round trips (BEGIN, the reservation, the
+/// one-commit `run_in_transaction` (C15): a fresh key in 5 round trips (BEGIN, the reservation, the
 /// effect, the completion, COMMIT: sqlx's transaction sends its BEGIN alone), an answer in 3
 /// (BEGIN, the reservation, ROLLBACK); a two-commit duplicate of the key is still answered
 /// in 1.
@@ -317,7 +321,7 @@ async fn count_one_commit(mode: StatementMode, money: &Idempotency<PgStore>, tur
         "{duplicate:?}"
     );
     println!(
-        "{mode:?} run_in_one_transaction: fresh {fresh_turns}, replay {replay_turns}, mismatch {mismatch_turns}; two-commit duplicate {duplicate_turns}"
+        "{mode:?} one-commit run_in_transaction: fresh {fresh_turns}, replay {replay_turns}, mismatch {mismatch_turns}; two-commit duplicate {duplicate_turns}"
     );
     assert_eq!(
         fresh_turns, 5,

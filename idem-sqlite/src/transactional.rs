@@ -65,18 +65,10 @@ pub trait SqliteIdempotency {
     /// answered in flight even past the lease. Another process sharing the file sees the lease
     /// pass and may take the record over: its takeover waits for the write lock, and fails to
     /// fence out a completion that committed first.
-    fn run_in_transaction<F, E>(
-        &self,
-        request: &Request,
-        effect: F,
-    ) -> impl Future<Output = Result<Outcome, RunError<E>>> + Send
-    where
-        F: FnOnce(&Transaction<'_>, &Lease) -> Result<StoredResponse, E> + Send + 'static,
-        E: Send + 'static;
-
-    /// [`run_in_transaction`](Self::run_in_transaction) with **one commit** for this request
-    /// (C15, [`Commits::One`]; a policy with [`Policy::commits`](idem_core::Policy::commits)
-    /// makes every `run_in_transaction` of the engine so): the reservation is written in the
+    ///
+    /// **One commit** (C15): a request made [`with_commits`](
+    /// idem_core::Request::with_commits)`(Commits::One)` (or every request, under
+    /// [`Policy::commits`](idem_core::Policy::commits)): the reservation is written in the
     /// effect's transaction (`BEGIN IMMEDIATE`, the reservation, the effect, the completion,
     /// `COMMIT`), so a fresh key costs one commit, and until it commits nothing of the
     /// execution exists. The effect's error, a panic, a failed commit or a crash roll it all
@@ -84,7 +76,7 @@ pub trait SqliteIdempotency {
     /// meanwhile is answered in flight (or mismatch) at once by the engine's in-process claims.
     ///
     /// **Only for an effect that lives entirely in this database.** An effect that calls
-    /// anything outside it (a card network, a mail server) must use `run_in_transaction`: if
+    /// anything outside it (a card network, a mail server) must not use one commit: if
     /// its transaction is lost, nothing remembers the call, and the retry makes it again.
     ///
     /// The store must be opened with [`SqliteStoreBuilder::one_commit`](
@@ -93,7 +85,7 @@ pub trait SqliteIdempotency {
     /// a [`StoreErrorKind::Misconfigured`] error).
     ///
     /// ```
-    /// use idem_core::{Idempotency, Outcome, StoredResponse};
+    /// use idem_core::{Commits, Idempotency, Outcome, StoredResponse};
     /// use idem_sqlite::{SqliteIdempotency, SqliteStore};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -101,9 +93,10 @@ pub trait SqliteIdempotency {
     /// let store = SqliteStore::builder(dir.path().join("shop.db")).one_commit(true).open().await?;
     /// store.try_call(|db| db.execute_batch("CREATE TABLE orders (id INTEGER PRIMARY KEY)")).await?;
     /// let idem = Idempotency::new(store);
-    /// let request = idem.request("acct_1", "POST", "/orders").key(Some("o-1")).body(b"{}").build()?;
+    /// let request = idem.request("acct_1", "POST", "/orders").key(Some("o-1")).body(b"{}")
+    ///     .build()?.with_commits(Commits::One);
     /// let outcome = idem
-    ///     .run_in_one_transaction(&request, |tx, _lease| {
+    ///     .run_in_transaction(&request, |tx, _lease| {
     ///         tx.execute("INSERT INTO orders DEFAULT VALUES", [])?;
     ///         Ok::<_, rusqlite::Error>(StoredResponse::new(201, "created"))
     ///     })
@@ -112,7 +105,7 @@ pub trait SqliteIdempotency {
     /// # Ok(())
     /// # }
     /// ```
-    fn run_in_one_transaction<F, E>(
+    fn run_in_transaction<F, E>(
         &self,
         request: &Request,
         effect: F,
@@ -152,18 +145,6 @@ impl<S: SqliteTransactional + 'static> SqliteIdempotency for Idempotency<S> {
         E: Send + 'static,
     {
         self.transact(request, S::effect(Box::new(effect)))
-    }
-
-    fn run_in_one_transaction<F, E>(
-        &self,
-        request: &Request,
-        effect: F,
-    ) -> impl Future<Output = Result<Outcome, RunError<E>>> + Send
-    where
-        F: FnOnce(&Transaction<'_>, &Lease) -> Result<StoredResponse, E> + Send + 'static,
-        E: Send + 'static,
-    {
-        self.transact_with(request, S::effect(Box::new(effect)), Commits::One)
     }
 }
 

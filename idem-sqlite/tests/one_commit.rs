@@ -72,7 +72,9 @@ async fn c05_a_duplicate_of_an_execution_queued_for_the_writer_is_answered_at_on
     let (engine, owned) = (idem.clone(), first_request.clone());
     let first = tokio::spawn(async move {
         engine
-            .run_in_one_transaction(&owned, |tx, _| charge(tx, "queued"))
+            .run_in_transaction(&owned.clone().with_commits(Commits::One), |tx, _| {
+                charge(tx, "queued")
+            })
             .await
     });
     // Time for the execution to claim its record and queue (a loaded machine included).
@@ -81,9 +83,10 @@ async fn c05_a_duplicate_of_an_execution_queued_for_the_writer_is_answered_at_on
     let started = Instant::now();
     let duplicate = idem.begin(&request(&idem, "k", b"{\"cents\":100}")).await;
     let mismatch = idem
-        .run_in_one_transaction(&request(&idem, "k", b"{\"cents\":999}"), |tx, _| {
-            charge(tx, "queued")
-        })
+        .run_in_transaction(
+            &request(&idem, "k", b"{\"cents\":999}").with_commits(Commits::One),
+            |tx, _| charge(tx, "queued"),
+        )
         .await;
     let took = started.elapsed();
     assert!(
@@ -208,7 +211,7 @@ async fn c15_nothing_of_a_one_commit_execution_is_visible_before_it_commits() {
     let (engine, owned) = (idem.clone(), req.clone());
     let first = tokio::spawn(async move {
         engine
-            .run_in_one_transaction(&owned, move |tx, _| {
+            .run_in_transaction(&owned.clone().with_commits(Commits::One), move |tx, _| {
                 let response = charge(tx, "invisible")?;
                 let _ = started_tx.send(());
                 let _ = go_rx.recv_timeout(Duration::from_secs(10));
@@ -291,7 +294,9 @@ async fn c07_a_completed_key_replays_while_another_request_of_it_holds_its_claim
     let original = request(&idem, "done", b"{\"a\":1}");
     let other_body = request(&idem, "done", b"{\"b\":2}");
     let done = idem
-        .run_in_one_transaction(&original, |tx, _| charge(tx, "done"))
+        .run_in_transaction(&original.clone().with_commits(Commits::One), |tx, _| {
+            charge(tx, "done")
+        })
         .await;
     assert!(matches!(done, Ok(Outcome::Executed(_))), "{done:?}");
     for claimant in [other_body.clone(), original.clone()] {
@@ -302,13 +307,17 @@ async fn c07_a_completed_key_replays_while_another_request_of_it_holds_its_claim
         let (engine, owned) = (idem.clone(), claimant);
         let queued = tokio::spawn(async move {
             engine
-                .run_in_one_transaction(&owned, |tx, _| charge(tx, "done"))
+                .run_in_transaction(&owned.clone().with_commits(Commits::One), |tx, _| {
+                    charge(tx, "done")
+                })
                 .await
         });
         tokio::time::sleep(Duration::from_millis(200)).await;
         let begun = idem.begin(&original).await;
         let closure = idem
-            .run_in_one_transaction(&original, |tx, _| charge(tx, "done"))
+            .run_in_transaction(&original.clone().with_commits(Commits::One), |tx, _| {
+                charge(tx, "done")
+            })
             .await;
         outside.execute_batch("ROLLBACK").expect("let go");
         let queued = queued.await.expect("the claimant");
@@ -422,26 +431,24 @@ async fn c08_an_effect_that_commits_by_itself_keeps_the_key() {
         let req = request(&idem, &intent, b"{}");
         let effect_intent = intent.clone();
         let first = idem
-            .transact_with(
-                &req,
+            .transact(
+                &req.clone().with_commits(commits),
                 Box::new(move |tx: &rusqlite::Transaction<'_>, _: &Lease| {
                     let response = charge(tx, &effect_intent)?;
                     tx.execute_batch("COMMIT")?;
                     Ok::<_, rusqlite::Error>(response)
                 }),
-                commits,
             )
             .await;
         assert!(matches!(first, Err(RunError::InDoubt(_))), "{first:?}");
         for _ in 0..2 {
             let again_intent = intent.clone();
             let retry = idem
-                .transact_with(
-                    &req,
+                .transact(
+                    &req.clone().with_commits(commits),
                     Box::new(move |tx: &rusqlite::Transaction<'_>, _: &Lease| {
                         charge(tx, &again_intent)
                     }),
-                    commits,
                 )
                 .await;
             assert!(

@@ -25,7 +25,7 @@ use crate::error::{Error, Field, StoreErrorKind};
 use crate::event::{Event, EventKind, Observer, Observers, Operation, TracingObserver};
 use crate::lease::Acquire;
 use crate::lease::{deadline_after, Lease};
-use crate::policy::Policy;
+use crate::policy::{Commits, Policy};
 use crate::problem::Problem;
 use crate::request::{Request, RequestBuilder};
 use crate::response::StoredResponse;
@@ -474,6 +474,14 @@ impl<S: Store> Idempotency<S> {
     }
 
     async fn reserve(&self, request: &Request, started: Instant) -> Result<Begin, Error> {
+        if request.commits() == Some(Commits::One) {
+            // The reservation would commit before the effect: refused rather than made two.
+            return Err(Error::invalid(
+                Field::Config,
+                "one commit (C15) needs a transactional closure: the guard and the plain \
+                 closure commit the reservation before the effect",
+            ));
+        }
         if let Some(answer) = self.answer_before_store(request)? {
             return Ok(Begin::Answered(answer));
         }

@@ -104,36 +104,24 @@ impl<S: Transactional + 'static> Idempotency<S> {
     /// execution waits for its end (C5): its replay, or this effect run if the original rolled
     /// back; the wait holds neither a connection nor the writer.
     ///
-    /// It makes the policy's [`commits`](crate::Policy::commits); see [`transact_with`](
-    /// Self::transact_with) for one commit.
+    /// It makes the request's [`commits`](crate::Request::with_commits), else the policy's
+    /// ([`Policy::commits`](crate::Policy::commits)). With [`Commits::One`] (C15),
+    /// reservation, effect and completion are one transaction: a fresh key costs one commit,
+    /// and until it commits nothing of the execution exists. The effect's error, a store
+    /// failure before the commit, a panic or a crash roll everything back, so the key is free
+    /// at once (there is nothing to give back) and the retry runs as if it were the first; the
+    /// effect must therefore live entirely in the database. A duplicate that arrives meanwhile
+    /// is answered in flight or mismatch at once, as with two commits. An effect abandoned at
+    /// the store's transaction timeout rolls back the same way ([`RunError::Idem`], store
+    /// unavailable). A commit whose answer was lost is told by the record: completed under
+    /// this execution's token, it committed; otherwise nothing happened; if the record cannot
+    /// be read, [`RunError::InDoubt`] (a retry then replays what committed or runs once).
     pub async fn transact<E: Send + 'static>(
         &self,
         request: &Request,
         effect: S::Effect<E>,
     ) -> Result<Outcome, RunError<E>> {
-        self.transact_with(request, effect, self.policy().commits)
-            .await
-    }
-
-    /// [`transact`](Self::transact) with `commits` for this request, whatever the policy says.
-    ///
-    /// With [`Commits::One`] (C15), reservation, effect and completion are one transaction: a
-    /// fresh key costs one commit, and until it commits nothing of the execution exists. The
-    /// effect's error, a store failure before the commit, a panic or a crash roll everything
-    /// back, so the key is free at once (there is nothing to give back) and the retry runs as
-    /// if it were the first; the effect must therefore live entirely in the database. A
-    /// duplicate that arrives meanwhile is answered in flight or mismatch at once, as in
-    /// [`Commits::Two`]. An effect abandoned at the store's transaction timeout rolls back
-    /// the same way ([`RunError::Idem`], store unavailable). A commit whose answer was lost is
-    /// told by the record: completed under this execution's token, it committed; otherwise
-    /// nothing happened; if the record cannot be read, [`RunError::InDoubt`] (a retry then
-    /// replays what committed or runs once).
-    pub async fn transact_with<E: Send + 'static>(
-        &self,
-        request: &Request,
-        effect: S::Effect<E>,
-        commits: Commits,
-    ) -> Result<Outcome, RunError<E>> {
+        let commits = request.commits().unwrap_or(self.policy().commits);
         if !has_timers() {
             return Err(RunError::Idem(needs_timers()));
         }
