@@ -15,7 +15,7 @@ use crate::session;
 use crate::store::PgStore;
 use idem_core::store::{
     async_trait, Acquire, CatchUnwind, Claim, Execution, Lease, Record, Reservation, Reserved,
-    Steps, Transacted, Transactional, TxEnd,
+    Steps, Transactional, TxEnd,
 };
 use idem_core::{
     Begin, Commits, Error, Idempotency, Operation, Outcome, RecordId, Request, RunError,
@@ -208,7 +208,7 @@ impl Transactional for PgStore {
         request: &Request,
         effect: PgEffect<E>,
         execution: Execution,
-    ) -> Result<Transacted<E, Self::Effect<E>>, Error> {
+    ) -> Result<TxEnd<E, Self::Effect<E>>, Error> {
         if execution.commits() == Commits::One {
             if self.isolation() == Isolation::Serializable {
                 return Err(Error::store(
@@ -232,7 +232,7 @@ impl Transactional for PgStore {
             )
             .await?;
         let lease = match reserved {
-            Begin::Answered(answer) => return Ok(Transacted::Answered(answer, effect)),
+            Begin::Answered(answer) => return Ok(TxEnd::Answered(answer, effect)),
             Begin::Acquired(lease) => execution.acquired(lease),
         };
         self.in_transaction(Start::Reserved(lease), effect, &execution)
@@ -248,10 +248,14 @@ impl Transactional for PgStore {
         execution: Execution,
     ) -> Result<TxEnd<E>, Error> {
         let start = Start::Reserved(lease.clone());
-        match self.in_transaction(start, effect, &execution).await? {
-            Transacted::Acquired { end, .. } => Ok(end),
+        match self
+            .in_transaction(start, effect, &execution)
+            .await?
+            .acquired()
+        {
+            Ok(end) => Ok(end),
             // A held lease is never answered: nothing reserves here.
-            Transacted::Answered(..) => Err(Error::LeaseLost),
+            Err(_) => Err(Error::LeaseLost),
         }
     }
 
@@ -285,7 +289,7 @@ impl PgStore {
         start: Start<'_>,
         effect: PgEffect<E>,
         execution: &Execution,
-    ) -> Result<Transacted<E, PgEffect<E>>, Error> {
+    ) -> Result<TxEnd<E, PgEffect<E>>, Error> {
         let mut effect = effect;
         let conns = &self.inner.tx_conns;
         // A connection that died while idle fails its BEGIN at once: nothing ran, so the
@@ -353,7 +357,7 @@ impl PgStore {
         start: &Start<'_>,
         effect: PgEffect<E>,
         execution: &Execution,
-    ) -> Result<(Transacted<E, PgEffect<E>>, bool), NotBegun<E>> {
+    ) -> Result<(TxEnd<E, PgEffect<E>>, bool), NotBegun<E>> {
         let id = start.id();
         let deadlines = &self.inner.config.deadlines;
         let statement = session::effect_begin(self.isolation().begin_statement(), deadlines);
@@ -384,7 +388,7 @@ impl PgStore {
                 // Nothing was written: the transaction ends, its gate's locks with it.
                 Ok(Begin::Answered(answer)) => {
                     let clean = roll_back(tx, execution).await.is_ok();
-                    return Ok((Transacted::Answered(answer, effect), clean));
+                    return Ok((TxEnd::Answered(answer, effect), clean));
                 }
                 // At REPEATABLE READ or SERIALIZABLE the transaction's snapshot is taken as the
                 // reservation starts: a reservation of the key committed after it (the gate
@@ -401,7 +405,7 @@ impl PgStore {
             }
         };
         let (end, clean) = self.effect_in(tx, &lease, effect, execution).await;
-        Ok((Transacted::Acquired { lease, end }, clean))
+        Ok((end, clean))
     }
 
     /// The effect, its completion and the commit in `tx`, under `lease`: the transaction's end
@@ -412,7 +416,7 @@ impl PgStore {
         lease: &Lease,
         effect: PgEffect<E>,
         execution: &Execution,
-    ) -> (TxEnd<E>, bool) {
+    ) -> (TxEnd<E, PgEffect<E>>, bool) {
         let id = lease.id();
         let deadlines = &self.inner.config.deadlines;
         // The effect's own statements have no deadline of the store's, and a connection whose
@@ -521,12 +525,9 @@ impl Start<'_> {
 
     /// What a transaction that could not begin (or reserve) did: with two commits, the
     /// acquired execution rolled back; with one, nothing was acquired.
-    fn failed<E>(self, error: Error) -> Result<Transacted<E, PgEffect<E>>, Error> {
+    fn failed<E>(self, error: Error) -> Result<TxEnd<E, PgEffect<E>>, Error> {
         match self {
-            Start::Reserved(lease) => Ok(Transacted::Acquired {
-                lease,
-                end: TxEnd::RolledBack(error),
-            }),
+            Start::Reserved(_) => Ok(TxEnd::RolledBack(error)),
             Start::Reserve(_) => Err(error),
         }
     }

@@ -8,7 +8,7 @@ use crate::error::{store_error, BACKEND};
 use crate::ops;
 use crate::pool::Decide;
 use crate::SqliteStore;
-use idem_core::store::{async_trait, Execution, Lease, Transacted, Transactional, TxEnd};
+use idem_core::store::{async_trait, Execution, Lease, Transactional, TxEnd};
 use idem_core::{
     Begin, Commits, Error, Idempotency, Outcome, Request, RunError, StoreErrorKind, StoredResponse,
 };
@@ -162,7 +162,7 @@ impl Transactional for SqliteStore {
         request: &Request,
         effect: SqliteEffect<E>,
         execution: Execution,
-    ) -> Result<Transacted<E, SqliteEffect<E>>, Error> {
+    ) -> Result<TxEnd<E, SqliteEffect<E>>, Error> {
         self.inner.lock.reserving()?;
         if execution.commits() == Commits::One && !self.inner.lock.one_commit() {
             return Err(Error::store(
@@ -246,7 +246,7 @@ struct Transacting<E: Send + 'static> {
 }
 
 impl<E: Send + 'static> Decide for Transacting<E> {
-    type Output = Result<Transacted<E, SqliteEffect<E>>, Error>;
+    type Output = Result<TxEnd<E, SqliteEffect<E>>, Error>;
 
     fn answer(self, conn: &mut rusqlite::Connection) -> Result<Self::Output, Self> {
         let inner = &self.inner;
@@ -255,7 +255,7 @@ impl<E: Send + 'static> Decide for Transacting<E> {
             found.map_or(Ok(None), |found| found.answer(self.request.fingerprint()))
         });
         match answer {
-            Ok(Some(answer)) => Ok(Ok(Transacted::Answered(answer, self.effect))),
+            Ok(Some(answer)) => Ok(Ok(TxEnd::Answered(answer, self.effect))),
             Ok(None) => Err(self),
             Err(error) => Ok(Err(error)),
         }
@@ -282,10 +282,10 @@ fn transact_on<E>(
     req: &Request,
     effect: SqliteEffect<E>,
     execution: &Execution,
-) -> Result<Transacted<E, SqliteEffect<E>>, Error> {
+) -> Result<TxEnd<E, SqliteEffect<E>>, Error> {
     let clock = inner.config.clock.as_ref();
     let reserved = match ops::reserve(conn, &inner.sql, clock, req, execution.lease_for())? {
-        Begin::Answered(answer) => return Ok(Transacted::Answered(answer, effect)),
+        Begin::Answered(answer) => return Ok(TxEnd::Answered(answer, effect)),
         Begin::Acquired(lease) => lease,
     };
     // The reservation is committed: from here every way out, a panic in the engine's own hooks
@@ -300,7 +300,7 @@ fn transact_on<E>(
         Ok(tx) => effect_then_commit(tx, inner, &lease, effect, execution, &watch),
         Err(error) => TxEnd::RolledBack(store_error(error)),
     };
-    Ok(Transacted::Acquired { lease, end })
+    Ok(end)
 }
 
 /// Reservation, effect, completion and commit in one transaction, on the writer (C15). Until
@@ -312,48 +312,45 @@ fn transact_once_on<E>(
     req: &Request,
     effect: SqliteEffect<E>,
     execution: &Execution,
-) -> Result<Transacted<E, SqliteEffect<E>>, Error> {
+) -> Result<TxEnd<E, SqliteEffect<E>>, Error> {
     let clock = inner.config.clock.as_ref();
     let watch = CommitWatch::start(conn);
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(store_error)?;
     let reserved = match ops::reserve(&tx, &inner.sql, clock, req, execution.lease_for())? {
-        Begin::Answered(answer) => return Ok(Transacted::Answered(answer, effect)),
+        Begin::Answered(answer) => return Ok(TxEnd::Answered(answer, effect)),
         Begin::Acquired(lease) => lease,
     };
     let lease = match acquired(execution, reserved) {
         Ok(lease) => lease,
         Err(panicked) => return Ok(*panicked),
     };
-    let end = effect_then_commit(tx, inner, &lease, effect, execution, &watch);
-    Ok(Transacted::Acquired { lease, end })
+    Ok(effect_then_commit(
+        tx, inner, &lease, effect, execution, &watch,
+    ))
 }
 
 /// [`Execution::acquired`] for `reserved`, or, if the engine's hooks panicked (an application's
-/// observer), the acquired execution ended by that panic.
+/// observer, once the engine registered the lease), the acquired execution ended by that panic.
 fn acquired<E>(
     execution: &Execution,
     reserved: Lease,
-) -> Result<Lease, Box<Transacted<E, SqliteEffect<E>>>> {
-    catch_unwind(AssertUnwindSafe(|| execution.acquired(reserved.clone()))).map_err(|panic| {
-        Box::new(Transacted::Acquired {
-            lease: reserved,
-            end: TxEnd::Panicked(panic),
-        })
-    })
+) -> Result<Lease, Box<TxEnd<E, SqliteEffect<E>>>> {
+    catch_unwind(AssertUnwindSafe(|| execution.acquired(reserved)))
+        .map_err(|panic| Box::new(TxEnd::Panicked(panic)))
 }
 
 /// The effect in `tx`, then its completion, then the commit; `watch` sees the commits of
 /// `tx`'s connection since before `tx` began.
-fn effect_then_commit<E>(
+fn effect_then_commit<E, F>(
     tx: Transaction<'_>,
     inner: &crate::store::Inner,
     lease: &Lease,
     effect: SqliteEffect<E>,
     execution: &Execution,
     watch: &CommitWatch,
-) -> TxEnd<E> {
+) -> TxEnd<E, F> {
     let clock = inner.config.clock.as_ref();
     let ran = catch_unwind(AssertUnwindSafe(|| effect(&tx, lease)));
     // Whatever the effect answered, what it committed by itself is there (C8).

@@ -8,7 +8,7 @@ use super::{acquire_kind, answer_kind, has_timers, needs_timers, Idempotency};
 use crate::answer::Answer;
 use crate::completion::Completion;
 use crate::doubt::{Doubt, DoubtCause};
-use crate::error::{Error, Field};
+use crate::error::{Error, Field, StoreErrorKind};
 use crate::event::{Event, EventKind, Operation};
 use crate::lease::{deadline_after, Lease};
 use crate::outcome::{Outcome, RunError};
@@ -16,7 +16,7 @@ use crate::policy::Commits;
 use crate::record::RecordState;
 use crate::request::Request;
 use crate::response::StoredResponse;
-use crate::store::{Execution, Hooks, Transacted, Transactional, TxEnd};
+use crate::store::{Execution, Hooks, Transactional, TxEnd};
 use std::any::Any;
 use std::future::Future;
 use std::panic::resume_unwind;
@@ -53,9 +53,6 @@ impl<S: Transactional + 'static> Hooks for EngineHooks<S> {
 
     fn acquired(&self, mut lease: Lease) -> (Lease, Box<dyn Any + Send>) {
         lease.set_local_deadline(deadline_after(self.started, self.lease_for()));
-        // Reported now, while the effect runs (an execution under way is visible).
-        self.engine
-            .emit(Event::new(acquire_kind(lease.acquired())).of_lease(&lease));
         let live = self.engine.inner.live.hold(&lease);
         // Renewing from another connection while the effect's transaction is open is only
         // safe where it neither waits for that transaction nor makes it fail (the store says).
@@ -71,6 +68,12 @@ impl<S: Transactional + 'static> Hooks for EngineHooks<S> {
             _keeper: keeper,
         };
         (lease, Box::new(held))
+    }
+
+    fn report_acquired(&self, lease: &Lease) {
+        // Reported now, while the effect runs (an execution under way is visible).
+        self.engine
+            .emit(Event::new(acquire_kind(lease.acquired())).of_lease(lease));
     }
 
     fn completion(&self, lease: &Lease, response: StoredResponse) -> Completion {
@@ -190,8 +193,8 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 let held = execution
                     .take_acquired()
                     .and_then(|held| held.downcast::<Held>().ok());
-                let acquired = match result {
-                    Ok(Transacted::Answered(answer, effect)) => {
+                let acquired = match result.map(TxEnd::acquired) {
+                    Ok(Err((answer, effect))) => {
                         return match engine.screen(answer) {
                             Ok(answer) => {
                                 engine.answered(owned.id(), started, answer, effect, quiet)
@@ -207,7 +210,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
                             }
                         };
                     }
-                    Ok(Transacted::Acquired { lease, end }) => Ok((lease, end)),
+                    Ok(Ok(end)) => Ok(end),
                     Err(error) => Err(error),
                 };
                 // Boxed on this path only: an answer (a replay) does not carry the size of
@@ -255,17 +258,34 @@ impl<S: Transactional + 'static> Idempotency<S> {
         &self,
         request: &Request,
         started: Instant,
-        acquired: Result<(Lease, TxEnd<E>), Error>,
+        acquired: Result<TxEnd<E>, Error>,
         held: Option<Box<Held>>,
         commits: Commits,
     ) -> Result<Outcome, RunError<E>> {
         let id = request.id();
-        let reported = held.is_some();
         let (lease, end) = match (acquired, held.as_ref()) {
-            (Ok(acquired), _) => acquired,
+            (Ok(end), Some(held)) => (held.lease.clone(), end),
             // Failed after acquiring, without saying how the transaction ended: it did not
             // commit (no commit was attempted), so it rolled back.
             (Err(error), Some(held)) => (held.lease.clone(), TxEnd::RolledBack(error)),
+            (Ok(_), None) => {
+                // The store ran an execution without saying it acquired: the engine knows no
+                // lease to conclude with. Whatever committed is in the record, which a retry
+                // reads; nothing is given back.
+                let error = Error::store(
+                    "idem",
+                    StoreErrorKind::Misconfigured,
+                    "the store ended a transactional execution without calling \
+                     Execution::acquired",
+                );
+                self.emit(
+                    Event::new(EventKind::Rejected)
+                        .about(id)
+                        .took(started.elapsed())
+                        .failed(&error),
+                );
+                return Err(RunError::Idem(error));
+            }
             (Err(error), None) => {
                 self.emit(
                     Event::new(EventKind::Rejected)
@@ -276,10 +296,6 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 return Err(RunError::Idem(error));
             }
         };
-        if !reported {
-            // A store that did not call `Execution::acquired`: reported late rather than never.
-            self.emit(Event::new(acquire_kind(lease.acquired())).of_lease(&lease));
-        }
         if commits == Commits::One {
             return self.concluded_once(lease, end, started, held).await;
         }

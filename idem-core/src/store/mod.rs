@@ -33,7 +33,7 @@ pub use crate::unwind::CatchUnwind;
 /// Re-exported so that stores implement [`Store`] with the same macro version.
 pub use async_trait::async_trait;
 pub(crate) use transactional::Hooks;
-pub use transactional::{Execution, Transacted, Transactional, TxEnd};
+pub use transactional::{Execution, Transactional, TxEnd};
 
 use crate::answer::Answer;
 use crate::begin::Begin;

@@ -16,6 +16,7 @@ use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use async_trait::async_trait;
 use std::any::Any;
+use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -29,10 +30,11 @@ use std::time::{Duration, Instant};
 /// step as [`Store::reserve`], answering duplicates without waiting for a writer, C5), and:
 ///
 /// - when the reservation is answered (replay, in flight, mismatch), returns
-///   [`Transacted::Answered`] without running the effect, and gives the effect back (a
+///   [`TxEnd::Answered`] without running the effect, and gives the effect back (a
 ///   duplicate that waits for its original runs it if the original gives the key back, C5);
-/// - when it is acquired, calls [`Execution::acquired`] at once (before the effect), opens a
-///   transaction, runs the effect in it, writes [`Execution::completion`] of its response in the
+/// - when it is acquired, calls [`Execution::acquired`] at once (before the effect: that is
+///   how the engine learns the lease; an end without it is refused as a misconfigured store),
+///   opens a transaction, runs the effect in it, writes [`Execution::completion`] of its response in the
 ///   same transaction with the fenced completion statement, commits, and says what became of the
 ///   transaction in a [`TxEnd`]: committed, rolled back (the effect with it), or in doubt (the
 ///   commit was sent and its answer lost).
@@ -66,7 +68,7 @@ pub trait Transactional: Store {
         request: &Request,
         effect: Self::Effect<E>,
         execution: Execution,
-    ) -> Result<Transacted<E, Self::Effect<E>>, Error>;
+    ) -> Result<TxEnd<E, Self::Effect<E>>, Error>;
 
     /// The effect and the completion of `lease`, which the caller already holds (the guard
     /// style: a handler under the HTTP layer), in one transaction: the acquired half of
@@ -93,24 +95,15 @@ pub trait Transactional: Store {
     }
 }
 
-/// What [`Transactional::transact`] did, with an effect of type `F`.
+/// How a transactional execution ended: answered without running the effect, or what became
+/// of the effect's transaction. `F` is the effect given back with an answer: only
+/// [`Transactional::transact`] reserves, so only it answers (for
+/// [`Transactional::complete_in_transaction`], `F` is [`Infallible`]).
 #[must_use]
-pub enum Transacted<E, F> {
+pub enum TxEnd<E, F = Infallible> {
     /// Answered without running the effect (not yet screened by the engine), which is given
     /// back.
     Answered(Answer, F),
-    /// Acquired `lease` and ran the effect; `end` says what became of its transaction.
-    Acquired {
-        /// The lease the effect ran under.
-        lease: Lease,
-        /// The transaction's end.
-        end: TxEnd<E>,
-    },
-}
-
-/// What became of the effect's transaction.
-#[must_use]
-pub enum TxEnd<E> {
     /// Committed with this completion: the effect happened and its answer is stored.
     Committed(Completion),
     /// The effect returned its error; the transaction rolled back, nothing happened.
@@ -141,22 +134,33 @@ pub enum TxEnd<E> {
     CommittedByTheEffect(Error),
 }
 
-impl<E, F> fmt::Debug for Transacted<E, F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Transacted::Answered(answer, _) => f.debug_tuple("Answered").field(answer).finish(),
-            Transacted::Acquired { lease, end } => f
-                .debug_struct("Acquired")
-                .field("lease", lease)
-                .field("end", end)
-                .finish(),
-        }
+impl<E, F> TxEnd<E, F> {
+    /// The end of an acquired execution, or the answer and the effect given back.
+    ///
+    /// ```
+    /// use idem_core::store::TxEnd;
+    /// use idem_core::Answer;
+    /// let answered: TxEnd<(), &str> = TxEnd::Answered(Answer::Mismatch, "the effect");
+    /// assert!(matches!(answered.acquired(), Err((Answer::Mismatch, "the effect"))));
+    /// ```
+    pub fn acquired(self) -> Result<TxEnd<E>, (Answer, F)> {
+        Ok(match self {
+            TxEnd::Answered(answer, effect) => return Err((answer, effect)),
+            TxEnd::Committed(completion) => TxEnd::Committed(completion),
+            TxEnd::EffectFailed(error) => TxEnd::EffectFailed(error),
+            TxEnd::RolledBack(error) => TxEnd::RolledBack(error),
+            TxEnd::InDoubt { completion, error } => TxEnd::InDoubt { completion, error },
+            TxEnd::Panicked(panic) => TxEnd::Panicked(panic),
+            TxEnd::Abandoned(error) => TxEnd::Abandoned(error),
+            TxEnd::CommittedByTheEffect(error) => TxEnd::CommittedByTheEffect(error),
+        })
     }
 }
 
-impl<E> fmt::Debug for TxEnd<E> {
+impl<E, F> fmt::Debug for TxEnd<E, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            TxEnd::Answered(answer, _) => f.debug_tuple("Answered").field(answer).finish(),
             TxEnd::Committed(c) => f.debug_tuple("Committed").field(c).finish(),
             TxEnd::EffectFailed(_) => f.write_str("EffectFailed(..)"),
             TxEnd::RolledBack(e) => f.debug_tuple("RolledBack").field(e).finish(),
@@ -191,6 +195,8 @@ pub(crate) trait Hooks: Send + Sync {
     fn lease_for(&self) -> Duration;
     fn store_timeout(&self) -> Duration;
     fn acquired(&self, lease: Lease) -> (Lease, Box<dyn Any + Send>);
+    /// Reports the acquisition (an application's observer runs: it may panic).
+    fn report_acquired(&self, lease: &Lease);
     fn completion(&self, lease: &Lease, response: StoredResponse) -> Completion;
     fn emit(&self, event: Event<'_>);
 }
@@ -236,6 +242,9 @@ impl Execution {
             .acquired
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(held);
+        // After the lease is registered: an observer that panics here ends an execution the
+        // engine knows, and concludes.
+        self.inner.hooks.report_acquired(&lease);
         lease
     }
 
@@ -306,7 +315,7 @@ impl<S: Transactional + ?Sized> Transactional for Arc<S> {
         request: &Request,
         effect: Self::Effect<E>,
         execution: Execution,
-    ) -> Result<Transacted<E, Self::Effect<E>>, Error> {
+    ) -> Result<TxEnd<E, Self::Effect<E>>, Error> {
         (**self).transact(request, effect, execution).await
     }
 

@@ -12,7 +12,7 @@ use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use idem_core::store::{
     async_trait, Acquire, Capabilities, Claim, Completion, Execution, Inspected, Lease, ListQuery,
-    ListingOrder, Operator, Page, Record, Reserved, Stats, Transacted, Transactional, TxEnd,
+    ListingOrder, Operator, Page, Record, Reserved, Stats, Transactional, TxEnd,
 };
 use idem_core::{Error, Idempotency, Policy, RecordId, Store, StoreErrorKind, Timestamp};
 use idem_sqlite::SqliteStore;
@@ -273,7 +273,7 @@ impl<S: Transactional> Transactional for Decorated<S> {
         request: &idem_core::Request,
         effect: Self::Effect<E>,
         execution: Execution,
-    ) -> Result<Transacted<E, Self::Effect<E>>, Error> {
+    ) -> Result<TxEnd<E, Self::Effect<E>>, Error> {
         self.inner.transact(request, effect, execution).await
     }
 
