@@ -79,7 +79,7 @@ pub use idem_outbox as outbox;
 pub mod store {
     pub use idem_core::store::*;
     pub use idem_core::{
-        canonical_json, is_always_stored, is_never_stored, Clock, FencingToken, Field, Fingerprint,
+        is_always_stored, is_never_stored, Canonical, Clock, FencingToken, Field, Fingerprint,
         FingerprintBuilder, Holder, ManualClock, RecordId, Scope, Store, StoreError,
         StoreErrorKind, SystemClock, Timestamp,
     };
@@ -114,8 +114,9 @@ pub mod redis {
     pub use idem_redis::*;
 }
 
-/// The HTTP layer (feature `tower`; `axum` adds the axum integration, `tonic` the gRPC layer);
-/// see [`idem_tower`].
+/// The HTTP layer (feature `tower`; `axum` adds the axum integration, `tonic` the gRPC layer)
+/// and its canonical bodies (`canonical::canonical_json`, `canonical::canonical_form`); see
+/// [`idem_tower`].
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower {
