@@ -28,6 +28,7 @@ use idem::ops::{Decided, Finding, InDoubt, Reconciled};
 use idem::sqlite::rusqlite::{params, TransactionBehavior};
 use idem::sqlite::SqliteStore;
 use idem::store::Operator;
+use idem::tower::canonical::{canonical_json, Canonical};
 use idem::{
     Answer, Begin, Context, Failure, Idempotency, Outcome, Policy, Request, RunError,
     StoredResponse,
@@ -208,13 +209,15 @@ impl Service {
         format!("{:<10} {:<21}", "no answer", "-")
     }
 
-    /// The idempotent request of a charge: the client's JSON, its send time left out of the
-    /// fingerprint.
+    /// The idempotent request of a charge: the client's JSON in canonical form (what the HTTP
+    /// layer makes of it), its send time left out of the fingerprint.
     fn request(&self, key: &str, body: &str) -> Result<Request, idem::Error> {
+        let canonical = canonical_json(body.as_bytes(), &["/client_sent_at"])?;
         self.idem
             .request("acct_demo", "POST", "/v1/charges")
             .key(Some(key))
-            .json_body(body.as_bytes(), &["/client_sent_at"])
+            .body(body.as_bytes())
+            .canonical_body(&canonical, Canonical::Json)
             .build()
     }
 

@@ -13,7 +13,7 @@
 //! | `postgres` | `postgres` | `PgStore`: PostgreSQL (sqlx), completion in the effect's transaction |
 //! | `redis` | `redis` | `RedisStore`: one Redis or a cluster; not atomic with the effect, for reversible effects |
 //!
-//! and the HTTP layer: feature `tower` gives `idem::tower::IdempotencyLayer` for any tower or
+//! and the HTTP layer: feature `tower` (on by default) gives `idem::tower::IdempotencyLayer` for any tower or
 //! hyper service; feature `axum` adds its axum integration (the `Reservation` extractor).
 //!
 //! ```
@@ -79,7 +79,7 @@ pub use idem_outbox as outbox;
 pub mod store {
     pub use idem_core::store::*;
     pub use idem_core::{
-        canonical_json, is_always_stored, is_never_stored, Clock, FencingToken, Field, Fingerprint,
+        is_always_stored, is_never_stored, Canonical, Clock, FencingToken, Field, Fingerprint,
         FingerprintBuilder, Holder, ManualClock, RecordId, Scope, Store, StoreError,
         StoreErrorKind, SystemClock, Timestamp,
     };
@@ -114,8 +114,9 @@ pub mod redis {
     pub use idem_redis::*;
 }
 
-/// The HTTP layer (feature `tower`; `axum` adds the axum integration, `tonic` the gRPC layer);
-/// see [`idem_tower`].
+/// The HTTP layer (feature `tower`; `axum` adds the axum integration, `tonic` the gRPC layer)
+/// and its canonical bodies (`canonical::canonical_json`, `canonical::canonical_form`); see
+/// [`idem_tower`].
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower {

@@ -77,8 +77,6 @@ fn the_values_and_the_decision_import_nothing_above_them() {
         "wire_key.rs",
         "scope.rs",
         "fingerprint.rs",
-        "json.rs",
-        "form.rs",
         "token.rs",
         "clock.rs",
         "response.rs",

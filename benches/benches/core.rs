@@ -43,6 +43,7 @@ use criterion::{
 };
 use idem::store::{decide, Acquire, Decision, Record, RecordState};
 use idem::store::{FencingToken, Fingerprint, Timestamp};
+use idem::tower::canonical::{canonical_json, Canonical};
 use idem::tower::{ConsumerError, IdempotencyLayer};
 use idem::{Answer, Begin, Idempotency, MemoryStore, Request, StoredResponse};
 use std::future::Future;
@@ -234,11 +235,12 @@ fn bench_fingerprint(c: &mut Criterion) {
         });
         group.bench_with_input(BenchmarkId::new("builder_json", label), body, |b, body| {
             b.iter(|| {
+                let canonical =
+                    canonical_json(black_box(body), &[]).expect("the document is valid JSON");
                 Fingerprint::builder()
                     .method("POST")
                     .path(ROUTE)
-                    .json_body(black_box(body), &[])
-                    .expect("the document is valid JSON")
+                    .canonical_body(&canonical, Canonical::Json)
                     .finish()
             });
         });
@@ -253,9 +255,12 @@ fn bench_fingerprint(c: &mut Criterion) {
         });
         group.bench_with_input(BenchmarkId::new("request_json", label), body, |b, body| {
             b.iter(|| {
+                let canonical =
+                    canonical_json(black_box(body), &[]).expect("the document is valid JSON");
                 Request::builder(CONSUMER, "POST", ROUTE)
                     .key(Some("k-0001"))
-                    .json_body(black_box(body), &[])
+                    .body(body)
+                    .canonical_body(&canonical, Canonical::Json)
                     .build()
                     .expect("a valid request")
             });

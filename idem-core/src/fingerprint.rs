@@ -1,9 +1,6 @@
 //! What a request means (C3): a blake3 digest over its length-prefixed parts.
 
 use crate::error::Error;
-use crate::form::canonical_form;
-use crate::json::canonical_json;
-use std::borrow::Cow;
 use std::fmt;
 
 /// A 32-byte blake3 digest of a request's meaning: method, concrete path and query, the media
@@ -66,26 +63,33 @@ pub struct FingerprintBuilder<'a> {
     headers: Vec<(String, Vec<u8>)>,
     /// The media type of `Content-Type`, normalised; empty when the request named none.
     media_type: String,
-    body: Cow<'a, [u8]>,
-    /// Raw bytes, canonical JSON or a canonical form: domains that never collide.
-    domain: Domain,
+    body: &'a [u8],
+    /// Raw bytes (`None`), canonical JSON or a canonical form: domains that never collide.
+    canonical: Option<Canonical>,
 }
 
-/// What the body bytes are, each its own tag in the digest.
-#[derive(Debug, Default, Clone, Copy)]
-enum Domain {
-    #[default]
-    Raw,
+/// What an already canonicalised body is, each its own domain of the fingerprint (C3): a
+/// canonical body never shares a digest with raw bytes that happen to equal it, nor a canonical
+/// JSON body with a canonical form. idem does not parse bodies here: the HTTP layer makes them
+/// canonical (idem-tower's `canonical::canonical_json` and `canonical::canonical_form`) and
+/// gives the bytes with their kind to [`FingerprintBuilder::canonical_body`] or
+/// [`RequestBuilder::canonical_body`](crate::RequestBuilder::canonical_body).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Canonical {
+    /// Canonical JSON: object keys sorted, no whitespace, one escaping, volatile fields removed.
     Json,
+    /// A canonical `application/x-www-form-urlencoded` body: fields sorted by name, one
+    /// percent-encoding.
     Form,
 }
 
-impl Domain {
-    fn tag(self) -> u8 {
-        match self {
-            Self::Raw => b'B',
-            Self::Json => b'J',
-            Self::Form => b'F',
+impl Canonical {
+    /// The body's tag in the digest; raw bytes are `B`.
+    fn tag(canonical: Option<Self>) -> u8 {
+        match canonical {
+            None => b'B',
+            Some(Self::Json) => b'J',
+            Some(Self::Form) => b'F',
         }
     }
 }
@@ -133,43 +137,30 @@ impl<'a> FingerprintBuilder<'a> {
 
     /// The raw body bytes.
     pub fn body(mut self, body: &'a [u8]) -> Self {
-        self.body = Cow::Borrowed(body);
-        self.domain = Domain::Raw;
+        self.body = body;
+        self.canonical = None;
         self
     }
 
-    /// A JSON body, canonicalised first (object keys sorted, whitespace dropped) and with the
-    /// named volatile fields removed, so that `{"a":1, "b":2}` and `{"b":2,"a":1}` are the same
-    /// request. See [`canonical_json`] for the path syntax.
+    /// A body already made canonical, hashed in the domain of its kind (C3): so that
+    /// `{"a":1, "b":2}` and `{"b":2,"a":1}` are the same request, the caller gives the canonical
+    /// bytes of both (idem-tower's `canonical::canonical_json`, volatile fields removed, or
+    /// `canonical::canonical_form`). The bytes are hashed as given: idem does not check that
+    /// they are canonical.
     ///
     /// ```
-    /// use idem_core::Fingerprint;
-    /// let one = Fingerprint::builder().json_body(br#"{"amount":100,"sent_at":"10:00"}"#, &["sent_at"])?.finish();
-    /// let two = Fingerprint::builder().json_body(br#"{ "sent_at":"10:01", "amount":100 }"#, &["sent_at"])?.finish();
-    /// assert_eq!(one, two);
-    /// # Ok::<(), idem_core::Error>(())
+    /// use idem_core::{Canonical, Fingerprint};
+    /// let canonical = br#"{"amount":100}"#;
+    /// let json = Fingerprint::builder().canonical_body(canonical, Canonical::Json).finish();
+    /// let form = Fingerprint::builder().canonical_body(canonical, Canonical::Form).finish();
+    /// let raw = Fingerprint::builder().body(canonical).finish();
+    /// assert_ne!(json, raw);
+    /// assert_ne!(json, form);
     /// ```
-    pub fn json_body(mut self, body: &[u8], exclude: &[&str]) -> Result<Self, Error> {
-        self.body = Cow::Owned(canonical_json(body, exclude)?);
-        self.domain = Domain::Json;
-        Ok(self)
-    }
-
-    /// An `application/x-www-form-urlencoded` body, canonicalised first (fields sorted by name,
-    /// percent-encoding normalised), so that `b=2&a=1` and `a=1&b=%32` are the same request.
-    /// See [`canonical_form`].
-    ///
-    /// ```
-    /// use idem_core::Fingerprint;
-    /// let one = Fingerprint::builder().form_body(b"amount=100&currency=eur")?.finish();
-    /// let two = Fingerprint::builder().form_body(b"currency=%65ur&amount=100")?.finish();
-    /// assert_eq!(one, two);
-    /// # Ok::<(), idem_core::Error>(())
-    /// ```
-    pub fn form_body(mut self, body: &[u8]) -> Result<Self, Error> {
-        self.body = Cow::Owned(canonical_form(body)?);
-        self.domain = Domain::Form;
-        Ok(self)
+    pub fn canonical_body(mut self, canonical: &'a [u8], kind: Canonical) -> Self {
+        self.body = canonical;
+        self.canonical = Some(kind);
+        self
     }
 
     /// Computes the digest.
@@ -189,7 +180,7 @@ impl<'a> FingerprintBuilder<'a> {
             part(&mut hasher, b'V', value);
         }
         // A canonical body and raw bytes that happen to equal it are different requests.
-        part(&mut hasher, self.domain.tag(), &self.body);
+        part(&mut hasher, Canonical::tag(self.canonical), self.body);
         Fingerprint(*hasher.finalize().as_bytes())
     }
 }
@@ -233,8 +224,7 @@ mod tests {
         assert_ne!(fp("POS", "T/a", b""), fp("POST", "/a", b""));
         assert_ne!(fp("POST", "/a", b""), fp("PUT", "/a", b""));
         let canonical = Fingerprint::builder()
-            .json_body(br#"{"b":1, "a":2}"#, &[])
-            .expect("json")
+            .canonical_body(br#"{"a":2,"b":1}"#, Canonical::Json)
             .finish();
         let raw = Fingerprint::builder().body(br#"{"a":2,"b":1}"#).finish();
         assert_ne!(
@@ -299,16 +289,14 @@ mod tests {
     #[test]
     fn c03_canonical_forms_and_raw_bytes_are_separate_domains() {
         let form = Fingerprint::builder()
-            .form_body(b"b=2&a=1")
-            .expect("form")
+            .canonical_body(b"a=1&b=2", Canonical::Form)
             .finish();
-        let reordered = Fingerprint::builder()
-            .form_body(b"a=1&b=%32")
-            .expect("form")
+        let json = Fingerprint::builder()
+            .canonical_body(b"a=1&b=2", Canonical::Json)
             .finish();
         let raw = Fingerprint::builder().body(b"a=1&b=2").finish();
-        assert_eq!(form, reordered);
         assert_ne!(form, raw);
+        assert_ne!(form, json);
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! always sees the same answer.
 //!
 //! - Types with their rules: [`IdempotencyKey`] (C1), [`Scope`] and [`RecordId`] (C2),
-//!   [`Fingerprint`], [`canonical_json`] and [`canonical_form`] (C3), [`StoredResponse`] (C7), [`Policy`],
-//!   [`Clock`] (C11), [`FencingToken`] (C6).
+//!   [`Fingerprint`] and [`Canonical`] (C3), [`StoredResponse`] (C7), [`Policy`], [`Clock`]
+//!   (C11), [`FencingToken`] (C6). Bodies are hashed as given: canonicalising one by its media
+//!   type (canonical JSON, canonical forms) is HTTP, idem-tower's `canonical` module.
 //! - The engine [`Idempotency`] that applications call, closure style ([`Idempotency::run`],
 //!   detached from the caller's future) or guard style ([`Idempotency::begin`]); what it
 //!   answers without running anything is one type, [`Answer`].
@@ -58,11 +59,9 @@ mod error;
 mod event;
 mod feed;
 mod fingerprint;
-mod form;
 mod heartbeat_thread;
 mod hex;
 mod holder;
-mod json;
 mod key;
 mod lease;
 mod listing;
@@ -97,10 +96,8 @@ pub use engine::{waiting_now, Context, Idempotency, IdempotencyBuilder, KeepAliv
 pub use error::{Error, Field, StoreError, StoreErrorKind};
 pub use event::{Event, EventKind, Observer, Operation, TracingObserver};
 pub use fingerprint::media_type;
-pub use fingerprint::{Fingerprint, FingerprintBuilder};
-pub use form::canonical_form;
+pub use fingerprint::{Canonical, Fingerprint, FingerprintBuilder};
 pub use holder::Holder;
-pub use json::canonical_json;
 pub use key::IdempotencyKey;
 pub use lease::Lease;
 pub use memory::MemoryStore;

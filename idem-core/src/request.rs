@@ -1,7 +1,7 @@
 //! An incoming request as idem sees it: its record id and its fingerprint.
 
 use crate::error::{Error, Field};
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{Canonical, Fingerprint};
 use crate::key::IdempotencyKey;
 use crate::policy::{Commits, Policy};
 use crate::scope::{RecordId, Scope};
@@ -69,7 +69,7 @@ impl Request {
             headers: Vec::new(),
             content_type: None,
             body: &[],
-            canonical: Canonical::Raw,
+            canonical: None,
             max_body_bytes: Policy::DEFAULT_MAX_BODY_BYTES,
         }
     }
@@ -137,14 +137,17 @@ mod tests {
 
     #[test]
     fn c03_the_content_type_and_the_form_order_count_as_they_should() {
+        // The canonical form of both bodies, as idem-tower makes it.
+        let canonical = b"amount=100&currency=usd";
         let build = |content_type: &str, body: &'static [u8], form: bool| {
             let builder = Request::builder("acct", "POST", "/v1/charges")
                 .key(Some("k"))
-                .content_type(content_type);
+                .content_type(content_type)
+                .body(body);
             let builder = if form {
-                builder.form_body(body)
+                builder.canonical_body(canonical, Canonical::Form)
             } else {
-                builder.body(body)
+                builder
             };
             builder.build().expect("a request")
         };
@@ -154,6 +157,11 @@ mod tests {
         let as_text = build("text/plain", b"amount=100&currency=usd", false);
         assert_eq!(as_form.fingerprint(), reordered.fingerprint());
         assert_ne!(as_form.fingerprint(), as_text.fingerprint());
+        assert_eq!(
+            reordered.body_len(),
+            23,
+            "the body as received counts, not its canonical form"
+        );
     }
 
     #[test]
@@ -204,11 +212,14 @@ fn is_template(route: &str) -> bool {
 /// that a forgotten `.path()` cannot let one resource replay another's answer.
 ///
 /// ```
-/// use idem_core::{Error, Request};
+/// use idem_core::{Canonical, Error, Request};
 /// let body = br#"{"amount": 1000, "currency": "eur"}"#;
+/// // What idem-tower's `canonical::canonical_json(body, &["/metadata/sent_at"])` makes of it.
+/// let canonical = br#"{"amount":1000,"currency":"eur"}"#;
 /// let request = Request::builder("acct_42", "POST", "/v1/charges")
 ///     .key(Some("4f1c2a40-0f0e-4b43-9d2b-7c0b7e0f6b11"))
-///     .json_body(body, &["/metadata/sent_at"])
+///     .body(body)
+///     .canonical_body(canonical, Canonical::Json)
 ///     .build()?;
 /// assert_eq!(request.id().route(), "POST /v1/charges");
 ///
@@ -226,19 +237,9 @@ pub struct RequestBuilder<'a> {
     headers: Vec<(&'a str, &'a [u8])>,
     content_type: Option<&'a str>,
     body: &'a [u8],
-    canonical: Canonical<'a>,
+    /// What the fingerprint hashes instead of the body, and its kind.
+    canonical: Option<(&'a [u8], Canonical)>,
     max_body_bytes: usize,
-}
-
-/// How the body is read for the fingerprint.
-#[derive(Debug, Clone, Copy)]
-enum Canonical<'a> {
-    /// Byte for byte.
-    Raw,
-    /// Canonical JSON, these volatile fields excluded.
-    Json(&'a [&'a str]),
-    /// A canonical form.
-    Form,
 }
 
 impl<'a> RequestBuilder<'a> {
@@ -268,27 +269,22 @@ impl<'a> RequestBuilder<'a> {
         self
     }
 
-    /// The raw body.
+    /// The body as received: the body limit and [`Request::body_len`] count it, and the
+    /// fingerprint hashes it byte for byte unless [`canonical_body`](Self::canonical_body)
+    /// gives what to hash instead.
     pub fn body(mut self, body: &'a [u8]) -> Self {
         self.body = body;
-        self.canonical = Canonical::Raw;
         self
     }
 
-    /// A JSON body, canonicalised and with volatile fields excluded (see
-    /// [`canonical_json`](crate::canonical_json)).
-    pub fn json_body(mut self, body: &'a [u8], exclude: &'a [&'a str]) -> Self {
-        self.body = body;
-        self.canonical = Canonical::Json(exclude);
-        self
-    }
-
-    /// An `application/x-www-form-urlencoded` body, canonicalised (see
-    /// [`canonical_form`](crate::canonical_form)): a retry that sends its fields in another
-    /// order is the same request.
-    pub fn form_body(mut self, body: &'a [u8]) -> Self {
-        self.body = body;
-        self.canonical = Canonical::Form;
+    /// The body made canonical (idem-tower's `canonical::canonical_json`, volatile fields
+    /// removed, or `canonical::canonical_form`), which the fingerprint hashes in the domain of
+    /// its kind instead of the body's bytes (see
+    /// [`FingerprintBuilder::canonical_body`](crate::FingerprintBuilder::canonical_body)): a
+    /// retry that re-encodes its JSON or reorders its form is the same request. Give the body
+    /// as received to [`body`](Self::body) as well: its size is what the limit checks.
+    pub fn canonical_body(mut self, canonical: &'a [u8], kind: Canonical) -> Self {
+        self.canonical = Some((canonical, kind));
         self
     }
 
@@ -336,9 +332,8 @@ impl<'a> RequestBuilder<'a> {
             fingerprint = fingerprint.header(name, value);
         }
         fingerprint = match self.canonical {
-            Canonical::Json(exclude) => fingerprint.json_body(self.body, exclude)?,
-            Canonical::Form => fingerprint.form_body(self.body)?,
-            Canonical::Raw => fingerprint.body(self.body),
+            Some((canonical, kind)) => fingerprint.canonical_body(canonical, kind),
+            None => fingerprint.body(self.body),
         };
         Ok(Request(Arc::new(Parts {
             id: RecordId::new(scope, key),

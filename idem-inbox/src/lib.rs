@@ -401,7 +401,7 @@ impl<S: Store + 'static> Inbox<S> {
     /// [`event`](Self::event) for a JSON payload whose sender changes some fields from one
     /// delivery of the same event to the next (Stripe's `pending_webhooks`, a delivery
     /// attempt counter): the fingerprint is the canonical JSON without the `volatile` fields
-    /// (paths as in [`canonical_json`](idem_core::canonical_json)), so a redelivery is a duplicate
+    /// (paths as in [`canonical_json`](idem_tower::canonical::canonical_json)), so a redelivery is a duplicate
     /// and only a change of meaning is a conflict. A payload that is not valid JSON is
     /// fingerprinted raw.
     ///
@@ -422,32 +422,31 @@ impl<S: Store + 'static> Inbox<S> {
         event_id: &[u8],
         volatile: &[&str],
     ) -> Result<Event, Error> {
-        match self.build(delivery, event_id, Some(volatile)) {
-            Err(Error::InvalidInput {
-                field: idem_core::Field::Body,
-                ..
-            }) => self.build(delivery, event_id, None),
-            built => built,
-        }
+        // Over the limit: refused by the builder before anything is parsed.
+        let canonical = (delivery.payload.len() <= self.idem.policy().max_body_bytes)
+            .then(|| idem_tower::canonical::canonical_json(delivery.payload, volatile).ok())
+            .flatten();
+        self.build(delivery, event_id, canonical.as_deref())
     }
 
+    /// The event's request; `canonical` is the payload's canonical JSON, when it has one.
     fn build(
         &self,
         delivery: &Delivery<'_>,
         event_id: &[u8],
-        json: Option<&[&str]>,
+        canonical: Option<&[u8]>,
     ) -> Result<Event, Error> {
         let key = blake3::hash(event_id).to_hex();
-        let builder = self
+        let mut builder = self
             .idem
             .request(delivery.source, "EVENT", ROUTE)
-            .key(Some(key.as_str()));
-        let request = match json {
-            Some(volatile) => builder.json_body(delivery.payload, volatile).build()?,
-            None => builder.body(delivery.payload).build()?,
-        };
+            .key(Some(key.as_str()))
+            .body(delivery.payload);
+        if let Some(canonical) = canonical {
+            builder = builder.canonical_body(canonical, idem_core::Canonical::Json);
+        }
         Ok(Event {
-            request,
+            request: builder.build()?,
             source: delivery.source.to_owned(),
             id: event_id.to_vec(),
         })

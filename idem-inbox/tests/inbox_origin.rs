@@ -221,7 +221,7 @@ async fn lookalike_sources_and_ids_never_collide() {
 /// between), the inbox answers 422 `event-id-reused` to a genuine redelivery: a processed event
 /// is never acknowledged (Stripe retries for three days and flags the endpoint), and an event
 /// in flight gets a non-retryable answer. The fingerprint should ignore sender-volatile fields
-/// (the engine has `json_body(body, exclude)`).
+/// (`Inbox::event_json` names them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c03_a_redelivery_differing_only_in_a_volatile_field_is_a_duplicate() {
     timeout(Duration::from_secs(20), async {
@@ -260,4 +260,46 @@ async fn c03_a_redelivery_differing_only_in_a_volatile_field_is_a_duplicate() {
     })
     .await
     .expect("bounded");
+}
+
+/// The fingerprints of events, pinned (C3): an event's record stored before canonical JSON moved
+/// from idem-core to idem-tower must still match its redelivery. A change here is a breaking
+/// change, not an edit of this test.
+#[test]
+fn c03_golden_event_fingerprints() {
+    let hex = |event: &idem_inbox::Event| -> String {
+        event
+            .request()
+            .fingerprint()
+            .as_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let inbox = Inbox::new(Idempotency::new(MemoryStore::new()));
+    let json = inbox
+        .event_json(
+            &Delivery::trusted(
+                "stripe",
+                br#"{"id":"evt_1","amount":5,"pending_webhooks":2}"#,
+            ),
+            b"evt_1",
+            &["pending_webhooks"],
+        )
+        .expect("event");
+    assert_eq!(
+        hex(&json),
+        "133d36a42aaac7d631aad949dc2d410132d6ff914e52784f79806e7475b4f097"
+    );
+    let raw = inbox
+        .event_json(
+            &Delivery::trusted("stripe", b"not json"),
+            b"evt_2",
+            &["pending_webhooks"],
+        )
+        .expect("event");
+    assert_eq!(
+        hex(&raw),
+        "fec4f3f5c7d9dc568082743fed0e9d79a38fc2e7cb8a49efe1716db6030647fd"
+    );
 }

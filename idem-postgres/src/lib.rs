@@ -13,7 +13,7 @@
 //! let idem = Idempotency::new(store);
 //! let request = idem.request("acct_42", "POST", "/v1/charges")
 //!     .key(Some("8e03978e-40d5-43e8-bc93-6894a57f9324"))
-//!     .json_body(br#"{"cents": 2500}"#, &[])
+//!     .body(br#"{"cents": 2500}"#)
 //!     .build()?;
 //! let outcome = idem
 //!     .run_in_transaction(&request, |tx, _lease| Box::pin(async move {

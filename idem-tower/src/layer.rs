@@ -94,8 +94,9 @@ impl<S, C> IdempotencyLayer<S, C> {
 
     /// Fingerprints JSON bodies (`application/json`, `+json`) in canonical form, so that a
     /// retry that re-encodes its JSON (another key order, other whitespace) is the same
-    /// request; the parts named in `exclude` (JSON Pointers, see `idem_core::canonical_json`:
-    /// a client timestamp, say) are left out. A body that does not canonicalise (not JSON,
+    /// request; the parts named in `exclude` (JSON Pointers, see
+    /// [`canonical_json`](crate::canonical::canonical_json): a client timestamp, say) are left
+    /// out. A body that does not canonicalise (not JSON,
     /// duplicate keys, nested too deep) is fingerprinted as it is.
     pub fn canonical_json(mut self, exclude: &[&str]) -> Self {
         self.config.canonical_json = Some(exclude.iter().map(|s| (*s).to_owned()).collect());
@@ -104,8 +105,9 @@ impl<S, C> IdempotencyLayer<S, C> {
 
     /// Whether form bodies (`application/x-www-form-urlencoded`) are fingerprinted in canonical
     /// form (default: yes), so that a retry that sends its fields in another order or
-    /// percent-encodes them otherwise is the same request (see `idem_core::canonical_form`).
-    /// A form that does not canonicalise (a broken `%` escape) is fingerprinted as it is.
+    /// percent-encodes them otherwise is the same request (see
+    /// [`canonical_form`](crate::canonical::canonical_form)). A form that does not canonicalise
+    /// (a broken `%` escape) is fingerprinted as it is.
     /// Whatever this says, the body's media type is part of the fingerprint (C3): the same
     /// bytes sent as JSON and as a form are two requests.
     pub fn canonical_form(mut self, canonical: bool) -> Self {

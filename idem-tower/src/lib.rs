@@ -46,6 +46,10 @@
 //! server (docs/grpc.md): the key from metadata or from the request message (AIP-155
 //! `request_id`), answers stored with their trailers and replayed byte for byte.
 //!
+//! [`canonical`] makes a body canonical by its media type (canonical JSON, canonical forms), so
+//! that a re-encoded retry is the same request (C3); the layer does it for the media types it
+//! is told to.
+//!
 //! [`render`] turns idem's errors and answers into HTTP for handlers that call the engine
 //! themselves; with feature `axum`, `Http(..)` sends them as axum responses.
 #![forbid(unsafe_code)]
@@ -54,6 +58,7 @@
 #[cfg(feature = "axum")]
 mod axum;
 pub mod bounds;
+pub mod canonical;
 mod config;
 mod consumer;
 mod convert;

@@ -263,28 +263,19 @@ where
             builder = builder.header(name.as_str(), value.as_bytes());
         }
     }
-    let exclude: Vec<&str> = config
+    let exclude: Option<Vec<&str>> = config
         .canonical_json
-        .iter()
-        .flatten()
-        .map(String::as_str)
-        .collect();
+        .as_ref()
+        .map(|exclude| exclude.iter().map(String::as_str).collect());
     let media = content_type.map(idem_core::media_type).unwrap_or_default();
-    let canonical = if config.canonical_json.is_some() && is_json(&media) {
-        Some(builder.clone().json_body(&body, &exclude))
-    } else if config.canonical_form && media == "application/x-www-form-urlencoded" {
-        Some(builder.clone().form_body(&body))
-    } else {
-        None
-    };
     // A body that does not canonicalise is fingerprinted as it is.
-    let request = match canonical.map(|b| b.build()) {
-        Some(Err(Error::InvalidInput {
-            field: Field::Body, ..
-        }))
-        | None => builder.body(&body).build(),
-        Some(built) => built,
-    }?;
+    let canonical =
+        crate::canonical::by_media_type(&media, &body, exclude.as_deref(), config.canonical_form);
+    builder = builder.body(&body);
+    if let Some((canonical, kind)) = &canonical {
+        builder = builder.canonical_body(canonical, *kind);
+    }
+    let request = builder.build()?;
     let header = parts
         .headers
         .get(&config.key_header)
@@ -518,9 +509,4 @@ fn original_uri(parts: &Parts) -> &http::Uri {
         return &original.0;
     }
     &parts.uri
-}
-
-/// Whether a media type is JSON (`application/json` or a `+json` type).
-fn is_json(media: &str) -> bool {
-    media == "application/json" || media.ends_with("+json")
 }

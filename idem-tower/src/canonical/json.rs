@@ -1,4 +1,4 @@
-//! Canonical JSON for fingerprints (C3).
+//! Canonical JSON: one JSON body, one byte string (C3).
 //!
 //! A small strict RFC 8259 parser and a canonical writer, written by hand so that the canonical
 //! form depends on nothing but this file: no number type, no Cargo feature of any other crate
@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 
-use crate::error::{Error, Field};
+use idem_core::{Error, Field};
 
 /// The deepest nesting of arrays and objects accepted (the outermost one is level 1).
 const MAX_DEPTH: usize = 128;
@@ -49,7 +49,7 @@ const MAX_DEPTH: usize = 128;
 /// what is wrong and at which byte offset, and never quotes the body.
 ///
 /// ```
-/// use idem_core::canonical_json;
+/// use idem_tower::canonical::canonical_json;
 /// let out = canonical_json(br#"{ "b": [1, {"y":1,"x":2}], "a": "\u00e9", "t": 9 }"#, &["t"])?;
 /// assert_eq!(out, "{\"a\":\"é\",\"b\":[1,{\"x\":2,\"y\":1}]}".as_bytes());
 /// assert_ne!(canonical_json(b"18446744073709551616", &[])?, canonical_json(b"18446744073709551617", &[])?);

@@ -1,7 +1,7 @@
-//! Canonical form bodies for fingerprints (C3): `application/x-www-form-urlencoded` as
-//! [`canonical_json`](crate::canonical_json) is for JSON.
+//! Canonical forms: one `application/x-www-form-urlencoded` body, one byte string (C3), as
+//! [`canonical_json`](super::canonical_json) is for JSON.
 
-use crate::error::{Error, Field};
+use idem_core::{Error, Field};
 
 /// Canonicalises an `application/x-www-form-urlencoded` body for fingerprinting (C3), so that
 /// one form always gives the same bytes whatever order its fields were sent in and however its
@@ -19,7 +19,7 @@ use crate::error::{Error, Field};
 /// So `b=2&a=%7e` and `a=~&b=2` are the same request; `a=1&a=2` and `a=2&a=1` are not.
 ///
 /// ```
-/// use idem_core::canonical_form;
+/// use idem_tower::canonical::canonical_form;
 /// let sent = canonical_form(b"currency=eur&amount=1000&note=caf%C3%A9+au+lait")?;
 /// let resent = canonical_form("amount=1000&note=café au lait&currency=eur".as_bytes())?;
 /// assert_eq!(sent, resent);

@@ -8,7 +8,7 @@
 //! expected value here is therefore a breaking change: it needs a new fingerprint version (or a
 //! migration), not an edit of this table.
 
-use idem_core::canonical_json;
+use idem_tower::canonical::canonical_json;
 
 /// One pinned case: a name, the body as sent, the exclusions, the exact canonical bytes.
 type Case = (

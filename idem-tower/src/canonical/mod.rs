@@ -1,0 +1,70 @@
+//! Canonical bodies (C3): what a body means, as one byte string, by its media type. A retry
+//! that re-encodes its JSON (another key order, other whitespace or escaping) or sends its form
+//! fields in another order is the same request, because the fingerprint hashes the canonical
+//! bytes, not the bytes as sent.
+//!
+//! - [`canonical_json`]: a strict RFC 8259 body, keys sorted, whitespace dropped, one escaping,
+//!   the volatile fields the caller names removed;
+//! - [`canonical_form`]: an `application/x-www-form-urlencoded` body, fields sorted by name,
+//!   one percent-encoding.
+//!
+//! The layer calls them for the media types it is told to ([`IdempotencyLayer::canonical_json`](crate::IdempotencyLayer::canonical_json),
+//! [`IdempotencyLayer::canonical_form`](crate::IdempotencyLayer::canonical_form)); code that builds
+//! its requests itself gives their output to the engine's request builder with its kind, and
+//! the body as received for the size limit:
+//!
+//! ```
+//! use idem_core::{Idempotency, MemoryStore};
+//! use idem_tower::canonical::{canonical_json, Canonical};
+//! let idem = Idempotency::new(MemoryStore::new());
+//! let build = |body: &[u8]| -> Result<_, idem_core::Error> {
+//!     let canonical = canonical_json(body, &["/client_sent_at"])?;
+//!     idem.request("acct_42", "POST", "/v1/charges")
+//!         .key(Some("k-1"))
+//!         .body(body)
+//!         .canonical_body(&canonical, Canonical::Json)
+//!         .build()
+//! };
+//! let sent = build(br#"{"amount": 100, "client_sent_at": "10:00"}"#)?;
+//! let resent = build(br#"{"client_sent_at":"10:01","amount":100}"#)?;
+//! assert_eq!(sent.fingerprint(), resent.fingerprint());
+//! # Ok::<(), idem_core::Error>(())
+//! ```
+//!
+//! The canonical bytes are pinned by golden tests: stored fingerprints must keep matching
+//! their retries, so no output of these functions may ever change.
+
+mod form;
+mod json;
+
+pub use form::canonical_form;
+/// What the request builders take with canonical bytes (idem-core's).
+pub use idem_core::Canonical;
+pub use json::canonical_json;
+
+/// The canonical body of `body` sent as `media` (a normalised media type), if the layer's
+/// settings canonicalise that media type and the body canonicalises: JSON (`application/json`,
+/// `+json`) when `json` names its volatile fields, a form when `form` is on.
+pub(crate) fn by_media_type(
+    media: &str,
+    body: &[u8],
+    json: Option<&[&str]>,
+    form: bool,
+) -> Option<(Vec<u8>, Canonical)> {
+    if let Some(exclude) = json.filter(|_| is_json(media)) {
+        return canonical_json(body, exclude)
+            .ok()
+            .map(|canonical| (canonical, Canonical::Json));
+    }
+    if form && media == "application/x-www-form-urlencoded" {
+        return canonical_form(body)
+            .ok()
+            .map(|canonical| (canonical, Canonical::Form));
+    }
+    None
+}
+
+/// `application/json` and the structured syntax suffix `+json` (RFC 6839).
+fn is_json(media: &str) -> bool {
+    media == "application/json" || media.ends_with("+json")
+}
