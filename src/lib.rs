@@ -43,9 +43,9 @@ pub use idem_core::{
 };
 
 /// Operations beside the engine: records in doubt and their reconciliation
-/// ([`idem_core::reconcile`]), the reconciler's and the purge's periodic runs ([`idem_ops`]).
+/// ([`idem_ops::reconcile`]), the reconciler's and the purge's periodic runs ([`idem_ops`]).
 pub mod ops {
-    pub use idem_core::reconcile::*;
+    pub use idem_ops::reconcile::*;
     pub use idem_ops::*;
 }
 

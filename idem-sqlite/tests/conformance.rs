@@ -5,6 +5,7 @@
 mod common;
 
 idem_core::conformance_tests!(common::Sqlite);
+idem_ops::operator_tests!(common::Sqlite);
 idem_core::transactional_tests!(common::Sqlite);
 idem_core::transact_tests!(common::Sqlite);
 

@@ -3,8 +3,7 @@
 #![allow(dead_code)]
 
 use idem_core::store::{
-    async_trait, Acquire, Claim, Completion, Lease, ListQuery, Operator, Page, Record, Replaced,
-    Reserved, Stats,
+    async_trait, Acquire, Claim, Completion, Lease, Record, Replaced, Reserved,
 };
 use idem_core::{Error, MemoryStore, RecordId, Store, StoreErrorKind, Timestamp};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -83,21 +82,5 @@ impl Store for Faulty {
     }
     async fn resolve(&self, r: &idem_core::store::Resolution) -> Result<bool, Error> {
         self.inner.resolve(r).await
-    }
-}
-
-#[async_trait]
-impl Operator for Faulty {
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-        self.inner.list(query).await
-    }
-    async fn stats(&self) -> Result<Stats, Error> {
-        self.inner.stats().await
-    }
-    async fn reconciliations(
-        &self,
-        id: &RecordId,
-    ) -> Result<Vec<idem_core::reconcile::Reconciliation>, Error> {
-        self.inner.reconciliations(id).await
     }
 }
