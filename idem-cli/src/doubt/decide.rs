@@ -173,7 +173,7 @@ pub(super) async fn release(
     decide(store, id, policy, Finding::not_happened(), &decision, io).await
 }
 
-/// Reads the record in doubt, applies `finding` to it with [`Idempotency::resolve`], and says
+/// Reads the record in doubt, applies `finding` to it with [`resolve`], and says
 /// what happened.
 async fn decide(
     store: Box<dyn Operator>,

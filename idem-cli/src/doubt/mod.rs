@@ -1,6 +1,6 @@
 //! `idem doubt`: the records in doubt (C8; docs/state-machine.md, "Records in doubt"). `list`
 //! and `show` read; `settle` and `release` decide one record through the library's one fenced
-//! path ([`Idempotency::resolve`](idem_core::Idempotency::resolve)), which writes the decision
+//! path ([`resolve`](idem_ops::reconcile::resolve)), which writes the decision
 //! and its audit entry in one step, or nothing if the record changed since it was read.
 
 mod decide;
