@@ -75,7 +75,7 @@
 //!   reports it.
 //!
 //! - `decision` of `idem_reconciliations_total`: what a reconciler or an operator decided about a
-//!   record in doubt ([`idem_ops::reconcile`]): `settled` (the real answer stored), `released`
+//!   record in doubt (idem-ops' `reconcile`): `settled` (the real answer stored), `released`
 //!   (the key given back), `deferred` (still unknown, checked again later) or `contested` (the
 //!   record changed since it was read: nothing written). Records put in doubt are the
 //!   `outcome_unknown` outcomes of `idem_requests_total`; those still in doubt are what

@@ -1,7 +1,7 @@
 //! A store's change feed, supervised (C5, C13): the loop that delivers what other processes
 //! announce ([`Store::announce`](idem_core::Store::announce)) to this process's waiting duplicates
 //! ([`Changes::changed`]) for as long as an engine of the store lives ([`Changes::is_closed`],
-//! checked every [`CHECK_EVERY`]). A store gives it its mechanics through [`Listen`]: how to
+//! checked every half second). A store gives it its mechanics through [`Listen`]: how to
 //! open a listener, receive on it, and send a ping the way its announcements travel; the rest
 //! is here, once for every store.
 //!

@@ -22,12 +22,12 @@ use std::sync::Arc;
 ///    records when each reservation (fresh or taken over) was made and which process made it
 ///    ([`Holder::this_process`](idem_core::Holder::this_process)), and when each completion landed,
 ///    by the store's one clock.
-/// 2. `list` returns at most [`ListQuery::limit_value`] records of the [`Selection`] in the
+/// 2. `list` returns at most [`ListQuery::limit_value`] records of the [`Selection`](crate::Selection) in the
 ///    order [`listing_order`](Self::listing_order) says, never a body, and a [`Page::next`]
-///    cursor while more may follow (a position store makes it with [`Cursor::after_record`]).
+///    cursor while more may follow (a position store makes it with [`Cursor::after_record`](crate::Cursor::after_record)).
 /// 3. `stats` counts by state at the store's `now`.
 /// 4. `inspect` and `list` give a record in doubt's mark and next check time
-///    ([`Inspected::doubt`], [`Listed::doubt`]); `reconciliations` returns the audit trail of
+///    ([`Inspected::doubt`], [`Listed::doubt`](crate::Listed::doubt)); `reconciliations` returns the audit trail of
 ///    one (consumer, route, key): its unexpired entries, oldest first, at most the newest
 ///    [`ListQuery::MAX_LIMIT`], whatever became of the record (a released record's trail
 ///    stays).
@@ -83,7 +83,7 @@ pub trait Operator: Store {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ListingOrder {
-    /// The [`Selection`]'s order across pages, each record once: the store reads an index from
+    /// The [`Selection`](crate::Selection)'s order across pages, each record once: the store reads an index from
     /// the cursor's position.
     Selection,
     /// The server's scan order (Redis `SCAN`): each call does a bounded amount of work, a page

@@ -4,7 +4,7 @@
 //!
 //! A store crate that runs idem-core's suite (`idem_core::testing::Harness`) stamps these
 //! scenarios for the same harness with [`operator_tests!`](crate::operator_tests), one
-//! `#[tokio::test]` each; its store implements [`Operator`](crate::Operator):
+//! `#[tokio::test]` each; its store implements [`Operator`]:
 //!
 //! ```
 //! use idem_core::testing::Harness;
