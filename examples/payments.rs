@@ -24,10 +24,10 @@
 //! cards were charged once per intent (counted at the network, the downstream effect) and that
 //! the local table agrees.
 
+use idem::ops::Operator;
 use idem::ops::{Decided, Finding, InDoubt, Reconciled};
 use idem::sqlite::rusqlite::{params, TransactionBehavior};
 use idem::sqlite::SqliteStore;
-use idem::store::Operator;
 use idem::tower::canonical::{canonical_json, Canonical};
 use idem::{
     Answer, Begin, Context, Failure, Idempotency, Outcome, Policy, Request, RunError,

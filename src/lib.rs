@@ -42,10 +42,12 @@ pub use idem_core::{
     RequestBuilder, RunError, StoredResponse,
 };
 
-/// Operations beside the engine: records in doubt and their reconciliation
-/// ([`idem_core::reconcile`]), the reconciler's and the purge's periodic runs ([`idem_ops`]).
+/// Operations beside the engine ([`idem_ops`]): the operator reads ([`Operator`](idem_ops::Operator):
+/// list, stats, inspect, the audit trail), records in doubt and their reconciliation
+/// ([`idem_ops::reconcile`], its items re-exported here), the reconciler's and the purge's
+/// periodic runs, and the change-feed loop of the server stores ([`idem_ops::feed`]).
 pub mod ops {
-    pub use idem_core::reconcile::*;
+    pub use idem_ops::reconcile::*;
     pub use idem_ops::*;
 }
 

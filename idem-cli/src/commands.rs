@@ -7,8 +7,9 @@ use crate::render::{self, Table, COMPLETED_COLUMNS, KEY_COLUMNS, PENDING_COLUMNS
 use crate::route::looks_concrete;
 use crate::store_call::{fetch, record_id, within};
 use crate::target::{Names, Target, Usage};
-use idem_core::store::{Expiry, ListQuery, Listed, ListingOrder, Operator};
+use idem_core::store::Expiry;
 use idem_core::{Error, Field, RecordId};
+use idem_ops::{ListQuery, Listed, ListingOrder, Operator};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::sync::OnceLock;
@@ -445,10 +446,7 @@ async fn list(
         let records: Vec<Value> = records.iter().map(render::listed_json).collect();
         return io.json(&json!({ "records": records, "next": next.map(|c| c.to_string()) }));
     }
-    let in_progress = matches!(
-        query.selection(),
-        idem_core::store::Selection::InProgress { .. }
-    );
+    let in_progress = matches!(query.selection(), idem_ops::Selection::InProgress { .. });
     let mut table = Table::new(if in_progress {
         PENDING_COLUMNS
     } else {

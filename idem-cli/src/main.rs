@@ -25,7 +25,7 @@
 //! Every command only reads (a SQLite file is neither created nor migrated except by
 //! `migrate`), except `migrate` (the schema), `purge` (expired records) and `doubt settle` and
 //! `doubt release`, the only commands that change a live record: each decides one record in
-//! doubt through the library's one fenced path (`Idempotency::resolve`), which writes the
+//! doubt through the library's one fenced path (`idem_ops::reconcile::resolve`), which writes the
 //! decision and its audit entry together, or nothing if the record changed meanwhile. A stored
 //! body is printed only with `inspect --body`. docs/operations.md shows the commands at work.
 

@@ -3,11 +3,11 @@
 //! reaches a terminal, so a stored value cannot move the cursor or rewrite the screen.
 
 use crate::alive::liveness_here;
-use idem_core::reconcile::Doubt;
-use idem_core::store::{
-    Inspected, Listed, ListedState, Noted, Provenance, Record, RecordState, Stats,
-};
+use idem_core::store::Doubt;
+use idem_core::store::{Record, RecordState};
 use idem_core::{Holder, Timestamp};
+use idem_ops::{Inspected, Listed, ListedState, Stats};
+use idem_ops::{Noted, Provenance};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};

@@ -2,8 +2,8 @@
 
 use crate::cli::PageArgs;
 use crate::failure::{usage, Failure};
-use idem_core::store::{Cursor, ListQuery, Listed, Operator, Page};
 use idem_core::{Error, Field, IdempotencyKey, RecordId, Scope, StoreErrorKind};
+use idem_ops::{Cursor, ListQuery, Listed, Operator, Page};
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::OnceLock;

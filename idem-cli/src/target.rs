@@ -1,7 +1,7 @@
 //! Where the records are: the URL and names the command line gave, and the store they open.
 
-use idem_core::store::Operator;
 use idem_core::{Error, Field};
+use idem_ops::Operator;
 use idem_postgres::{PgStore, StatementMode};
 use idem_redis::RedisStore;
 use idem_sqlite::SqliteStore;

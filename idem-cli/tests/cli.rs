@@ -3,11 +3,12 @@
 //! is a failure, never a skip). Records are written through the library, then read, listed,
 //! counted and purged through the command.
 
-use idem_core::store::{Operator, Store};
+use idem_core::store::Store;
 use idem_core::{
     Answer, Begin, Failure, FencingToken, Fingerprint, Holder, Idempotency, IdempotencyKey,
     Outcome, Policy, RecordId, Request, Scope, StoredResponse,
 };
+use idem_ops::Operator;
 use idem_postgres::PgStore;
 use idem_redis::RedisStore;
 use idem_sqlite::SqliteStore;
@@ -1120,8 +1121,7 @@ async fn decides_records_in_doubt<S: Operator + 'static>(
     in_doubt(&idem, &b, "net key b").await;
     let done = request(consumer, "sure");
     assert!(matches!(retry(&idem, &done).await, Outcome::Executed(_)));
-    let downstream = idem
-        .in_doubt(a.id())
+    let downstream = idem_ops::reconcile::in_doubt(&idem, a.id())
         .await
         .expect("read")
         .expect("in doubt")

@@ -10,7 +10,7 @@ use std::fmt;
 /// and nobody knows whether it did.
 ///
 /// ```
-/// use idem_core::reconcile::DoubtCause;
+/// use idem_core::store::DoubtCause;
 /// assert_eq!(DoubtCause::Failure.name(), "handler_failure");
 /// assert_eq!(DoubtCause::from_name("panicked"), Some(DoubtCause::Panicked));
 /// ```
@@ -89,7 +89,7 @@ impl fmt::Display for DoubtCause {
 /// writes, so a doubt decoded and encoded again is the same bytes.
 ///
 /// ```
-/// use idem_core::reconcile::{Doubt, DoubtCause};
+/// use idem_core::store::{Doubt, DoubtCause};
 /// let doubt = Doubt::new(DoubtCause::Failure, "network key 3f2a");
 /// assert_eq!(Doubt::decode(&doubt.encode())?, doubt);
 /// assert_eq!(doubt.attempts, 0);

@@ -166,20 +166,9 @@ impl Lease {
     }
 }
 
-/// The prefix of every [`Lease::downstream_key`].
-const DOWNSTREAM_PREFIX: &str = "idem_";
-
-/// How many bytes of the digest a downstream key carries (128 bits: no two records of a
-/// store's lifetime share one).
-const DOWNSTREAM_BYTES: usize = 16;
-
-/// [`Lease::downstream_key`] of the record `id`: blake3 in key-derivation mode under a context
-/// of its own (so it is unrelated to [`RecordId::digest`], which a store may keep), over the
-/// three parts each prefixed with its length.
+/// [`Lease::downstream_key`] of the record `id` ([`RecordId::downstream_key`]).
 pub(crate) fn downstream_key(id: &RecordId) -> String {
-    let digest = id.hashed("idem 2026 downstream idempotency key v1");
-    let hex = crate::hex::lower(&digest.as_bytes()[..DOWNSTREAM_BYTES]);
-    format!("{DOWNSTREAM_PREFIX}{hex}")
+    id.downstream_key()
 }
 
 /// `start + lease`, saturating far in the future: the local deadline of a lease taken or

@@ -12,13 +12,17 @@
 //!   detached from the caller's future) or guard style ([`Idempotency::begin`]); what it
 //!   answers without running anything is one type, [`Answer`].
 //! - The [`Store`] trait backends implement, with what implementing it takes in [`store`]
-//!   (the pure decision [`store::decide`], the fence [`store::check_fence`]), the optional
-//!   [`store::Operator`] trait for what operators see, and [`MemoryStore`] as the reference.
+//!   (the pure decision [`store::decide`], the fence [`store::check_fence`], a record's
+//!   [`store::Doubt`] and the audit trail's [`store::Reconciliation`]), and [`MemoryStore`] as
+//!   the reference.
 //! - [`problem`]: the RFC 9457 problem the engine stores when an outcome is unknown; idem-tower
 //!   renders errors and answers as HTTP.
 //! - With feature `testing`: the conformance suite every store runs (`testing`).
 //!
-//! Inbound webhooks are the `idem-inbox` crate, metrics the `idem-metrics` crate.
+//! Operations beside the engine are the `idem-ops` crate: the operator reads (the `Operator`
+//! trait: inspect, list, stats, the reconciliation trail), the reconciliation of records in
+//! doubt, the purger, and the change-feed loop the server stores' `Store::watch` runs. Inbound
+//! webhooks are the `idem-inbox` crate, metrics the `idem-metrics` crate.
 //!
 //! The rules C1..C17 and the state machine are in the repository's docs/state-machine.md.
 //!
@@ -46,7 +50,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod answer;
-mod backoff;
 mod begin;
 mod changes;
 mod clock;
@@ -57,19 +60,16 @@ mod doubt;
 mod engine;
 mod error;
 mod event;
-mod feed;
 mod fingerprint;
 mod heartbeat_thread;
 mod hex;
 mod holder;
 mod key;
 mod lease;
-mod listing;
 mod memory;
 mod outcome;
 mod policy;
 pub mod problem;
-pub mod reconcile;
 mod record;
 mod request;
 mod reservation;
@@ -100,7 +100,7 @@ pub use fingerprint::{Canonical, Fingerprint, FingerprintBuilder};
 pub use holder::Holder;
 pub use key::IdempotencyKey;
 pub use lease::Lease;
-pub use memory::MemoryStore;
+pub use memory::{MemoryRecord, MemoryStore};
 pub use outcome::{Failure, Outcome, Reply, RunError};
 pub use policy::{Commits, InFlightAnswer, Policy};
 pub use request::{Request, RequestBuilder};
@@ -108,7 +108,3 @@ pub use response::{is_always_stored, is_never_stored, StoredResponse};
 pub use scope::{RecordId, Scope};
 pub use store::Store;
 pub use token::FencingToken;
-
-/// For [`store::feed_report`]'s logs.
-#[doc(hidden)]
-pub use tracing as __tracing;

@@ -2,20 +2,16 @@
 
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::decision::check_fence;
-use crate::doubt::Doubt;
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
 use crate::holder::Holder;
 use crate::lease::Lease;
-use crate::listing::Inspected;
-use crate::listing::{Cursor, ListQuery, Listed, ListedState, Page, Selection, Stats};
-use crate::record::{Noted, Provenance, Record, RecordState};
+use crate::record::{Record, RecordState};
 use crate::resolution::{Change, Resolution};
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
-use crate::store::{Acquire, Claim, Completion, Operator, Reserved, Store};
+use crate::store::{Acquire, Claim, Completion, Reserved, Store};
 use crate::token::FencingToken;
-use crate::trail::Reconciliation;
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -43,6 +39,24 @@ pub struct MemoryStore {
     trail: Mutex<Trail>,
     clock: Arc<dyn Clock>,
     holder: Holder,
+}
+
+/// One record as a [`MemoryStore`] holds it: for reads beside the protocol (idem-ops'
+/// operator reads of the memory store).
+#[derive(Debug, Clone)]
+pub struct MemoryRecord {
+    /// The record's (consumer, route, key).
+    pub id: RecordId,
+    /// The record, its response still encoded.
+    pub record: Record<Vec<u8>>,
+    /// When its current reservation (fresh or a takeover) was made, by the store's clock.
+    pub reserved_at: Timestamp,
+    /// When its completion landed, by the store's clock; `None` in progress.
+    pub completed_at: Option<Timestamp>,
+    /// The process that made its current reservation.
+    pub holder: Holder,
+    /// For a record in doubt: its mark, encoded, and when it is next due for a check.
+    pub doubt: Option<(Vec<u8>, Timestamp)>,
 }
 
 /// Each record's audit entries: (at, the entry as encoded, kept until), oldest first.
@@ -96,11 +110,29 @@ impl Entry {
         self.view().try_map_response(StoredResponse::decode)
     }
 
-    fn provenance(&self) -> Provenance {
-        Provenance {
-            reserved_at: Some(self.reserved_at),
+    fn kept(&self, id: &RecordId) -> MemoryRecord {
+        MemoryRecord {
+            id: id.clone(),
+            record: Record {
+                fingerprint: self.fingerprint,
+                token: self.token,
+                state: match &self.state {
+                    EntryState::InProgress { lease_until } => RecordState::InProgress {
+                        lease_until: *lease_until,
+                    },
+                    EntryState::Completed {
+                        response,
+                        expires_at,
+                    } => RecordState::Completed {
+                        response: response.clone(),
+                        expires_at: *expires_at,
+                    },
+                },
+            },
+            reserved_at: self.reserved_at,
             completed_at: self.completed_at,
-            holder: Noted::Known(self.holder.clone()),
+            holder: self.holder.clone(),
+            doubt: self.doubt.clone(),
         }
     }
 
@@ -115,36 +147,6 @@ impl Entry {
     fn in_doubt(&self, now: Timestamp) -> bool {
         self.doubt.is_some()
             && matches!(self.state, EntryState::Completed { expires_at, .. } if expires_at > now)
-    }
-
-    /// The entry as a listing shows it (the status only, never the body).
-    fn listed(&self, id: &RecordId) -> Result<Listed, Error> {
-        Ok(Listed {
-            doubt: self
-                .doubt
-                .as_ref()
-                .map(|(doubt, _)| match Doubt::decode(doubt) {
-                    Ok(doubt) => Noted::Known(doubt),
-                    Err(error) => Noted::Unreadable(error.to_string()),
-                }),
-            check_at: self.doubt.as_ref().map(|(_, at)| *at),
-            id: id.clone(),
-            reserved_at: Some(self.reserved_at),
-            completed_at: self.completed_at,
-            holder: Noted::Known(self.holder.clone()),
-            state: match &self.state {
-                EntryState::InProgress { lease_until } => ListedState::InProgress {
-                    lease_until: *lease_until,
-                },
-                EntryState::Completed {
-                    response,
-                    expires_at,
-                } => ListedState::Completed {
-                    status: StoredResponse::status_of(response)?,
-                    expires_at: *expires_at,
-                },
-            },
-        })
     }
 }
 
@@ -191,6 +193,43 @@ impl MemoryStore {
     /// Whether no record is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The store's `now`, by its clock.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// Every record held, expired or not, in no order: what reads beside the protocol
+    /// (idem-ops' operator reads) look at.
+    ///
+    /// ```
+    /// use idem_core::MemoryStore;
+    /// assert!(MemoryStore::new().records().is_empty());
+    /// ```
+    pub fn records(&self) -> Vec<MemoryRecord> {
+        self.lock()
+            .iter()
+            .map(|(id, entry)| entry.kept(id))
+            .collect()
+    }
+
+    /// The record `id` as held, expired or not.
+    pub fn record(&self, id: &RecordId) -> Option<MemoryRecord> {
+        self.lock().get(id).map(|entry| entry.kept(id))
+    }
+
+    /// The audit trail of `id` at the store's `now`: each unexpired entry with when it was
+    /// kept, oldest first, as [`Store::resolve`] wrote it.
+    pub fn trail(&self, id: &RecordId) -> Vec<(Timestamp, Vec<u8>)> {
+        let now = self.clock.now();
+        self.lock_trail()
+            .get(id)
+            .into_iter()
+            .flatten()
+            .filter(|(_, _, until)| *until > now)
+            .map(|(at, entry, _)| (*at, entry.clone()))
+            .collect()
     }
 
     /// Overwrites the stored response bytes of a completed record, to test that corrupt records
@@ -394,116 +433,5 @@ impl Store for MemoryStore {
 
     async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         self.lock().get(id).map(Entry::decode).transpose()
-    }
-}
-
-#[async_trait]
-impl Operator for MemoryStore {
-    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
-        self.lock()
-            .get(id)
-            .map(|entry| {
-                Ok(Inspected {
-                    record: entry.decode()?,
-                    provenance: entry.provenance(),
-                    doubt: entry
-                        .doubt
-                        .as_ref()
-                        .map(|(doubt, _)| Doubt::decode(doubt))
-                        .transpose()?,
-                    check_at: entry.doubt.as_ref().map(|(_, at)| *at),
-                })
-            })
-            .transpose()
-    }
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-        let after = query.cursor().map(Cursor::position).transpose()?;
-        let records = self.lock();
-        let now = self.clock.now();
-        // The selection's order as a sort key, compared with the cursor's position.
-        let mut selected: Vec<((u64, &str, &str, &str), &RecordId, &Entry)> = records
-            .iter()
-            .filter(|(id, entry)| match (query.selection(), &entry.state) {
-                (Selection::InProgress { older_than }, EntryState::InProgress { .. }) => {
-                    entry.reserved_at + *older_than <= now
-                }
-                (Selection::Completed { consumer, route }, EntryState::Completed { .. }) => {
-                    id.consumer() == consumer
-                        && route.as_deref().is_none_or(|r| r == id.route())
-                        && entry.deadline() > now
-                }
-                (Selection::Key { key }, _) => id.key() == key,
-                (Selection::InDoubt { due }, EntryState::Completed { .. }) => {
-                    entry.in_doubt(now)
-                        && (!due || entry.doubt.as_ref().is_some_and(|(_, at)| *at <= now))
-                }
-                _ => false,
-            })
-            .map(|(id, entry)| {
-                let at = match query.selection() {
-                    Selection::InProgress { .. } | Selection::InDoubt { .. } => {
-                        entry.reserved_at.as_millis()
-                    }
-                    _ => 0,
-                };
-                // A key's listing orders by consumer then route: the key is the same in all.
-                ((at, id.consumer(), id.route(), id.key()), id, entry)
-            })
-            .filter(|(order, _, _)| {
-                after.as_ref().is_none_or(|p| {
-                    let at = match query.selection() {
-                        Selection::InProgress { .. } | Selection::InDoubt { .. } => p.reserved_at,
-                        _ => 0,
-                    };
-                    *order > (at, p.id.consumer(), p.id.route(), p.id.key())
-                })
-            })
-            .collect();
-        selected.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let limit = query.limit_value();
-        let fetched = selected
-            .iter()
-            .take(limit.saturating_add(1))
-            .map(|(_, id, entry)| entry.listed(id))
-            .collect::<Result<Vec<_>, Error>>()?;
-        Ok(Page::from_fetched(fetched, limit))
-    }
-    async fn stats(&self) -> Result<Stats, Error> {
-        let records = self.lock();
-        let now = self.clock.now();
-        let mut stats = Stats::at(now);
-        for entry in records.values() {
-            let live = entry.deadline() > now;
-            stats.in_doubt += u64::from(entry.in_doubt(now));
-            match (&entry.state, live) {
-                (EntryState::InProgress { .. }, true) => stats.in_progress += 1,
-                (EntryState::InProgress { .. }, false) => stats.orphaned += 1,
-                (EntryState::Completed { .. }, true) => stats.completed += 1,
-                (EntryState::Completed { .. }, false) => stats.expired += 1,
-            }
-            if matches!(entry.state, EntryState::InProgress { .. }) {
-                stats.oldest_in_progress = Some(
-                    stats
-                        .oldest_in_progress
-                        .map_or(entry.reserved_at, |t| t.min(entry.reserved_at)),
-                );
-            }
-        }
-        Ok(stats)
-    }
-    async fn reconciliations(&self, id: &RecordId) -> Result<Vec<Reconciliation>, Error> {
-        let now = self.clock.now();
-        let trail = self.lock_trail();
-        let kept: Vec<_> = trail
-            .get(id)
-            .into_iter()
-            .flatten()
-            .filter(|(_, _, until)| *until > now)
-            .collect();
-        let skip = kept.len().saturating_sub(ListQuery::MAX_LIMIT);
-        kept.into_iter()
-            .skip(skip)
-            .map(|(at, entry, _)| Reconciliation::decode(*at, entry))
-            .collect()
     }
 }

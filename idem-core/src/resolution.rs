@@ -9,9 +9,9 @@ use std::time::Duration;
 /// [`Store`](crate::Store)): the change, fenced on the record's token and on the mark of doubt
 /// as the decider read it, and the audit entry to keep with it.
 ///
-/// Only the engine makes one ([`Idempotency::resolve`](crate::Idempotency::resolve)), from a
-/// [`Finding`](crate::reconcile::Finding) about an [`InDoubt`](crate::reconcile::InDoubt) it read, so every change of
-/// a record in doubt goes through the engine's one path and its events (C16).
+/// idem-ops' `resolve` makes one from a finding about a record in doubt it read, and applies it
+/// through [`Idempotency::store_call`](crate::Idempotency::store_call), so every change of a
+/// record in doubt goes through one path and reports its events (C16).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolution {
     pub(crate) id: RecordId,
@@ -40,7 +40,7 @@ pub enum Change {
     /// Keep the answer; replace the mark with `doubt` (one more attempt) and make the record
     /// due again at `now + retry_after`.
     Defer {
-        /// The new mark, encoded ([`Doubt::encode`](crate::doubt::Doubt::encode)).
+        /// The new mark, encoded ([`Doubt::encode`](crate::store::Doubt::encode)).
         doubt: Vec<u8>,
         /// When it is due again, from now.
         retry_after: Duration,
@@ -48,6 +48,28 @@ pub enum Change {
 }
 
 impl Resolution {
+    /// A decision about the record `id` that still carries `token` and the mark `read_doubt`
+    /// (encoded as [`Doubt::encode`](crate::store::Doubt::encode) writes it): make `change`,
+    /// and keep `entry` ([`Reconciliation::encode`](crate::store::Reconciliation::encode)) in
+    /// its audit trail for `keep_entry_for`.
+    pub fn new(
+        id: RecordId,
+        token: FencingToken,
+        read_doubt: Vec<u8>,
+        change: Change,
+        entry: Vec<u8>,
+        keep_entry_for: Duration,
+    ) -> Self {
+        Self {
+            id,
+            token,
+            read: read_doubt,
+            change,
+            entry,
+            keep_entry_for,
+        }
+    }
+
     /// The record decided about.
     pub fn id(&self) -> &RecordId {
         &self.id
@@ -68,7 +90,7 @@ impl Resolution {
         &self.change
     }
 
-    /// The audit entry ([`Reconciliation::encode`](crate::trail::Reconciliation::encode)), to keep
+    /// The audit entry ([`Reconciliation::encode`](crate::store::Reconciliation::encode)), to keep
     /// with the store's `now`.
     pub fn entry(&self) -> &[u8] {
         &self.entry

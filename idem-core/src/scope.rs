@@ -50,6 +50,29 @@ impl Scope {
     pub fn route(&self) -> &str {
         &self.route
     }
+
+    /// Checks `consumer` as [`Scope::new`] does, without making a scope (for a query that
+    /// names a consumer alone).
+    ///
+    /// ```
+    /// use idem_core::Scope;
+    /// assert!(Scope::check_consumer("acct_42").is_ok());
+    /// assert!(Scope::check_consumer("").is_err());
+    /// ```
+    pub fn check_consumer(consumer: &str) -> Result<(), Error> {
+        check_part(Field::Consumer, consumer, Self::MAX_CONSUMER_LEN)
+    }
+
+    /// Checks `route` as [`Scope::new`] does, without making a scope.
+    ///
+    /// ```
+    /// use idem_core::Scope;
+    /// assert!(Scope::check_route("POST /v1/charges").is_ok());
+    /// assert!(Scope::check_route("").is_err());
+    /// ```
+    pub fn check_route(route: &str) -> Result<(), Error> {
+        check_part(Field::Route, route, Self::MAX_ROUTE_LEN)
+    }
 }
 
 pub(crate) fn check_part(field: Field, value: &str, max: usize) -> Result<(), Error> {
@@ -89,6 +112,12 @@ pub struct RecordId {
     pub key: IdempotencyKey,
 }
 
+/// The prefix of every [`RecordId::downstream_key`].
+const DOWNSTREAM_PREFIX: &str = "idem_";
+
+/// How many bytes of the digest a downstream key carries.
+const DOWNSTREAM_BYTES: usize = 16;
+
 impl RecordId {
     /// Puts the triple together.
     pub fn new(scope: Scope, key: IdempotencyKey) -> Self {
@@ -114,6 +143,18 @@ impl RecordId {
     /// flat key (Redis). Different triples give different digests.
     pub fn digest(&self) -> [u8; 32] {
         *self.hashed("idem 2026 record id v1").as_bytes()
+    }
+
+    /// The idempotency key a handler of this record is given for its downstream call
+    /// ([`Lease::downstream_key`](crate::Lease::downstream_key)): what a reconciler asks the
+    /// provider by. blake3 in key-derivation mode under a context of its own (so it is
+    /// unrelated to [`digest`](Self::digest), which a store may keep), over the three parts
+    /// each prefixed with its length; 128 bits of it, so no two records of a store's lifetime
+    /// share one.
+    pub fn downstream_key(&self) -> String {
+        let digest = self.hashed("idem 2026 downstream idempotency key v1");
+        let hex = crate::hex::lower(&digest.as_bytes()[..DOWNSTREAM_BYTES]);
+        format!("{DOWNSTREAM_PREFIX}{hex}")
     }
 
     /// blake3 in derive-key mode with `context`, over each part of the triple as its length

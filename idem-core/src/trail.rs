@@ -14,7 +14,7 @@ use std::time::Duration;
 /// [`decode`](Self::decode).
 ///
 /// ```
-/// use idem_core::reconcile::{Decided, Reconciliation};
+/// use idem_core::store::{Decided, Reconciliation};
 /// use idem_core::{FencingToken, Timestamp};
 /// let entry = Reconciliation {
 ///     at: Timestamp::from_millis(1_700_000_000_000),

@@ -1,10 +1,7 @@
 //! Engine behaviour that no healthy store can show: a store that is down (C13), completions
 //! that fail after the effect ran (C8).
 
-use idem_core::store::{
-    async_trait, Acquire, Claim, Completion, Lease, ListQuery, Operator, Page, Record, Reserved,
-    Stats,
-};
+use idem_core::store::{async_trait, Acquire, Claim, Completion, Lease, Record, Reserved};
 use idem_core::{
     Answer, Begin, Error, Failure, Idempotency, MemoryStore, Outcome, Policy, RecordId, Request,
     RunError, Store, StoreErrorKind, StoredResponse, Timestamp,
@@ -105,22 +102,6 @@ impl Store for Flaky {
     }
     async fn resolve(&self, r: &idem_core::store::Resolution) -> Result<bool, Error> {
         self.inner.resolve(r).await
-    }
-}
-
-#[async_trait]
-impl Operator for Flaky {
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-        self.inner.list(query).await
-    }
-    async fn stats(&self) -> Result<Stats, Error> {
-        self.inner.stats().await
-    }
-    async fn reconciliations(
-        &self,
-        id: &RecordId,
-    ) -> Result<Vec<idem_core::reconcile::Reconciliation>, Error> {
-        self.inner.reconciliations(id).await
     }
 }
 

@@ -75,7 +75,7 @@
 //!   reports it.
 //!
 //! - `decision` of `idem_reconciliations_total`: what a reconciler or an operator decided about a
-//!   record in doubt ([`idem_core::reconcile`]): `settled` (the real answer stored), `released`
+//!   record in doubt (idem-ops' `reconcile`): `settled` (the real answer stored), `released`
 //!   (the key given back), `deferred` (still unknown, checked again later) or `contested` (the
 //!   record changed since it was read: nothing written). Records put in doubt are the
 //!   `outcome_unknown` outcomes of `idem_requests_total`; those still in doubt are what
@@ -1082,27 +1082,25 @@ mod tests {
                     .await;
                 assert!(matches!(ran, Err(RunError::Unknown { .. })));
             }
-            let settle = idem_core::reconcile::Finding::settled(StoredResponse::new(201, "ok"));
+            let settle = idem_ops::reconcile::Finding::settled(StoredResponse::new(201, "ok"));
             let first = request(&idem, "key-1", b"{}");
-            let case = idem
-                .in_doubt(first.id())
+            let case = idem_ops::reconcile::in_doubt(&idem, first.id())
                 .await
                 .expect("read")
                 .expect("in doubt");
-            idem.resolve(&case, settle.clone(), "test")
+            idem_ops::reconcile::resolve(&idem, &case, settle.clone(), "test")
                 .await
                 .expect("settled");
-            idem.resolve(&case, settle, "late")
+            idem_ops::reconcile::resolve(&idem, &case, settle, "late")
                 .await
                 .expect("contested");
             let second = request(&idem, "key-2", b"{}");
-            let case = idem
-                .in_doubt(second.id())
+            let case = idem_ops::reconcile::in_doubt(&idem, second.id())
                 .await
                 .expect("read")
                 .expect("in doubt");
-            let unknown = idem_core::reconcile::Finding::still_unknown();
-            idem.resolve(&case, unknown, "test")
+            let unknown = idem_ops::reconcile::Finding::still_unknown();
+            idem_ops::reconcile::resolve(&idem, &case, unknown, "test")
                 .await
                 .expect("deferred");
             let seen = Seen::now(&snapshotter);

@@ -1,13 +1,15 @@
 //! # idem-ops
 //!
-//! What runs beside the engine, on tasks of its own: the periodic purge of expired records
-//! (C10) and the reconciler of records in doubt (C8; docs/state-machine.md, "Records in
-//! doubt"). The engine never needs them; they use it and the store's operator reads
-//! ([`Operator`](idem_core::store::Operator)), never the other way.
+//! What sits beside the engine: the operator reads of a store ([`Operator`]: inspect, list,
+//! stats, the reconciliation trail), the decisions about records in doubt ([`reconcile`]), the
+//! tasks that run on their own (the periodic purge of expired records, C10, and the reconciler
+//! of records in doubt, C8; docs/state-machine.md, "Records in doubt"), and the change-feed
+//! loop the server stores run for [`Store::watch`](idem_core::Store::watch) ([`feed`]). The
+//! engine never needs any of it; the arrows point from here to idem-core, never back.
 //!
 //! ```
-//! use idem_core::reconcile::{Finding, InDoubt};
 //! use idem_core::{Failure, Idempotency, MemoryStore, StoredResponse};
+//! use idem_ops::reconcile::{Finding, InDoubt};
 //! use std::time::Duration;
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -36,12 +38,32 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod backoff;
+pub mod feed;
+mod listing;
+mod memory;
+mod operator;
 mod periodic;
+mod provenance;
 mod purge;
-mod reconcile;
+pub mod reconcile;
+mod reconciler;
 
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
+
+pub use listing::{
+    Cursor, Inspected, ListQuery, Listed, ListedState, Page, Position, Selection, Stats,
+};
+pub use operator::{ListingOrder, Operator};
 pub use periodic::Periodic;
+pub use provenance::{Noted, Provenance};
 pub use purge::purge_every;
-pub use reconcile::{
+pub use reconciler::{
     reconcile_every, reconcile_now, Reconcile, Reconciled, CHECK_DEADLINE, MAX_PER_PASS,
 };
+
+/// For [`feed_report`]'s logs.
+#[doc(hidden)]
+pub use tracing as __tracing;

@@ -1,9 +1,9 @@
 //! The runners beside the engine: the periodic purge (C10) and reconciliation passes (C8).
 
-use idem_core::reconcile::{Finding, InDoubt};
 use idem_core::{
     Failure, Idempotency, ManualClock, MemoryStore, Policy, Request, StoredResponse, Timestamp,
 };
+use idem_ops::reconcile::{Finding, InDoubt};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,8 +93,7 @@ async fn c08_a_reconciler_that_panics_leaves_the_record_in_doubt() {
     .await
     .expect("a pass");
     assert_eq!((report.checked, report.deferred), (1, 1), "{report:?}");
-    let case = idem
-        .in_doubt(request(&idem, "k").id())
+    let case = idem_ops::reconcile::in_doubt(&idem, request(&idem, "k").id())
         .await
         .expect("read")
         .expect("still in doubt");

@@ -1,10 +1,10 @@
 //! How a store's change feed is configured beyond the core's
-//! [`FeedSettings`](idem_core::store::FeedSettings): the channel's name, and the listener's own
+//! [`FeedSettings`](idem_ops::feed::FeedSettings): the channel's name, and the listener's own
 //! connection (see `store/feed.rs`).
 
 use crate::config::validate_identifier;
-use idem_core::store::FeedSettings;
 use idem_core::{Error, Field};
+use idem_ops::feed::FeedSettings;
 use sqlx::postgres::PgConnectOptions;
 
 /// The channel announcements travel on by default.

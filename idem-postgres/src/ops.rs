@@ -6,14 +6,14 @@ use crate::gate::GateKeys;
 use crate::params::{execute_after, fetch_all_after, Param, StatementMode};
 use crate::row;
 use crate::sql::Statements;
-use idem_core::reconcile::Reconciliation;
+use idem_core::store::Reconciliation;
 use idem_core::store::{
-    duration_millis, Acquire, Change, Completion, Cursor, Inspected, Lease, ListQuery, Page,
-    Record, Reserved, Resolution, Selection, Stats,
+    duration_millis, Acquire, Change, Completion, Lease, Record, Reserved, Resolution,
 };
 use idem_core::{
     Error, FencingToken, Field, RecordId, Request, StoreErrorKind, StoredResponse, Timestamp,
 };
+use idem_ops::{Cursor, Inspected, ListQuery, Page, Selection, Stats};
 use sqlx::{PgConnection, Row};
 use std::time::Duration;
 

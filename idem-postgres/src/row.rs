@@ -2,11 +2,13 @@
 //! what the store writes is `CorruptRecord` (C12), never "absent".
 
 use crate::error::store_error;
-use idem_core::reconcile::{Doubt, Reconciliation};
-use idem_core::store::{Listed, ListedState, Noted, Provenance, Record, RecordState};
+use idem_core::store::{Doubt, Reconciliation};
+use idem_core::store::{Record, RecordState};
 use idem_core::{
     Error, FencingToken, Fingerprint, IdempotencyKey, RecordId, Scope, StoredResponse, Timestamp,
 };
+use idem_ops::{Listed, ListedState};
+use idem_ops::{Noted, Provenance};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 

@@ -10,12 +10,14 @@ use crate::ops::Ops;
 use crate::params::StatementMode;
 use crate::session;
 use crate::sql::Statements;
-use idem_core::reconcile::Reconciliation;
+use idem_core::store::Reconciliation;
 use idem_core::store::{
-    async_trait, digest_to_hex, Acquire, Capabilities, Changes, Claim, Completion, FeedSettings,
-    Inspected, Lease, ListQuery, Operator, Page, Record, Reserved, Resolution, Stats,
+    async_trait, digest_to_hex, Acquire, Capabilities, Changes, Claim, Completion, Lease, Record,
+    Reserved, Resolution,
 };
 use idem_core::{Error, Holder, RecordId, Store, Timestamp};
+use idem_ops::feed::FeedSettings;
+use idem_ops::{Inspected, ListQuery, Operator, Page, Stats};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool};
 use std::sync::Arc;

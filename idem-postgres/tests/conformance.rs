@@ -8,6 +8,7 @@ use common::Pg;
 use idem_postgres::Isolation;
 
 idem_core::conformance_tests!(Pg::direct(Isolation::ReadCommitted));
+idem_ops::operator_tests!(Pg::direct(Isolation::ReadCommitted));
 
 mod read_committed {
     use super::*;

@@ -6,9 +6,11 @@
 mod common;
 
 use common::{bouncer_url, pg_url, store_on};
-use idem_core::reconcile::{Doubt, Finding, InDoubt, Resolved};
-use idem_core::store::{ListQuery, Operator, RecordState, Store};
+use idem_core::store::Doubt;
+use idem_core::store::{RecordState, Store};
 use idem_core::{Failure, FencingToken, Idempotency, Request, StoredResponse};
+use idem_ops::reconcile::{Decided, Finding, InDoubt};
+use idem_ops::{ListQuery, Operator};
 use idem_postgres::sqlx::{self, AssertSqlSafe, Row};
 use idem_postgres::{Isolation, PgStore, StatementMode, SCHEMA_VERSION};
 
@@ -54,7 +56,7 @@ async fn in_doubt(idem: &Idempotency<PgStore>, request: &Request) -> InDoubt {
             Err::<StoredResponse, _>(Failure::unknown("the provider timed out").noting("net-1"))
         })
         .await;
-    idem.in_doubt(request.id())
+    idem_ops::reconcile::in_doubt(idem, request.id())
         .await
         .expect("read")
         .expect("in doubt")
@@ -92,14 +94,12 @@ async fn a_decision_is_fenced_on_the_mark_as_read(store: PgStore) {
         Finding::still_unknown(),
     ];
     for finding in findings {
-        let resolved = idem
-            .resolve(&read, finding.clone(), "operator")
+        let resolved = idem_ops::reconcile::resolve(&idem, &read, finding.clone(), "operator")
             .await
             .expect("resolve");
-        assert_eq!(resolved, Resolved::Contested, "{finding:?}");
+        assert_eq!(resolved, None, "{finding:?}");
         assert_eq!(entries(&store).await, 0, "no entry for {finding:?}");
-        let now = idem
-            .in_doubt(charge.id())
+        let now = idem_ops::reconcile::in_doubt(&idem, charge.id())
             .await
             .expect("read")
             .expect("still in doubt");
@@ -108,15 +108,18 @@ async fn a_decision_is_fenced_on_the_mark_as_read(store: PgStore) {
     }
     // The mark as read again: the decision applies, with its one entry.
     set_mark(&store, &charge, &read.doubt.encode()).await;
-    let resolved = idem
-        .resolve(
-            &read,
-            Finding::settled(StoredResponse::new(201, "charged")),
-            "operator",
-        )
-        .await
-        .expect("resolve");
-    assert!(matches!(resolved, Resolved::Settled(_)), "{resolved:?}");
+    let resolved = idem_ops::reconcile::resolve(
+        &idem,
+        &read,
+        Finding::settled(StoredResponse::new(201, "charged")),
+        "operator",
+    )
+    .await
+    .expect("resolve");
+    assert!(
+        matches!(resolved, Some(Decided::Settled { .. })),
+        "{resolved:?}"
+    );
     assert_eq!(entries(&store).await, 1);
     let record = store
         .lookup(charge.id())
@@ -126,11 +129,10 @@ async fn a_decision_is_fenced_on_the_mark_as_read(store: PgStore) {
     assert!(
         matches!(&record.state, RecordState::Completed { response, .. } if response.status == 201)
     );
-    let again = idem
-        .resolve(&read, Finding::not_happened(), "operator")
+    let again = idem_ops::reconcile::resolve(&idem, &read, Finding::not_happened(), "operator")
         .await
         .expect("resolve");
-    assert_eq!(again, Resolved::Contested, "no mark left to decide on");
+    assert_eq!(again, None, "no mark left to decide on");
     assert_eq!(entries(&store).await, 1);
 }
 
@@ -160,11 +162,11 @@ async fn c10_the_purge_deletes_expired_entries_within_its_bound() {
     for i in 0..3 {
         let charge = request(&idem, &format!("purge-{i}"));
         let case = in_doubt(&idem, &charge).await;
-        let resolved = idem
-            .resolve(&case, Finding::not_happened(), "operator")
-            .await
-            .expect("resolve");
-        assert_eq!(resolved, Resolved::Released);
+        let resolved =
+            idem_ops::reconcile::resolve(&idem, &case, Finding::not_happened(), "operator")
+                .await
+                .expect("resolve");
+        assert_eq!(resolved, Some(Decided::Released));
     }
     assert_eq!(entries(&store).await, 3);
     assert_eq!(store.purge_expired(10).await.expect("purge"), 0, "kept");
@@ -349,11 +351,10 @@ async fn a_version_3_table_with_rows_migrates_to_version_4_and_keeps_them() {
     assert_eq!(listed.records.len(), 1);
     assert_eq!(listed.records[0].check_at, case.check_at);
     assert_eq!(store.stats().await.expect("stats").in_doubt, 1);
-    let resolved = idem
-        .resolve(&case, Finding::not_happened(), "operator")
+    let resolved = idem_ops::reconcile::resolve(&idem, &case, Finding::not_happened(), "operator")
         .await
         .expect("resolve");
-    assert_eq!(resolved, Resolved::Released);
+    assert_eq!(resolved, Some(Decided::Released));
     assert_eq!(
         store
             .reconciliations(charge.id())

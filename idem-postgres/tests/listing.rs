@@ -5,8 +5,9 @@
 mod common;
 
 use common::{pg_url, SCHEMA};
-use idem_core::store::{ListQuery, ListedState, Operator, Store};
+use idem_core::store::Store;
 use idem_core::{FencingToken, StoredResponse};
+use idem_ops::{ListQuery, ListedState, Operator};
 use idem_postgres::sqlx::{self, AssertSqlSafe, Row};
 use idem_postgres::{PgStore, SCHEMA_VERSION};
 use std::time::Duration;
@@ -374,8 +375,6 @@ async fn c11_a_takeover_by_another_process_records_the_taker() {
         .connect(&pg_url())
         .await
         .expect("connect");
-    idem_core::testing::c11_a_takeover_and_a_start_over_record_the_new_holder(
-        first, second, &other,
-    )
-    .await;
+    idem_ops::testing::c11_a_takeover_and_a_start_over_record_the_new_holder(first, second, &other)
+        .await;
 }

@@ -4,5 +4,6 @@
 mod common;
 
 idem_core::conformance_tests!(common::Pg::bouncer());
+idem_ops::operator_tests!(common::Pg::bouncer());
 idem_core::transactional_tests!(common::Pg::bouncer());
 idem_core::transact_tests!(common::Pg::bouncer());

@@ -5,7 +5,7 @@
 //! longest-kept element, and a reader skips the elements whose own time has passed.
 
 use crate::record::timestamp;
-use idem_core::reconcile::Reconciliation;
+use idem_core::store::Reconciliation;
 use idem_core::{Error, Timestamp};
 
 /// The key of the audit trail of the record at `record_key`, in the same hash slot.

@@ -2,7 +2,7 @@
 //! what other processes announce (`PUBLISH <channel> <digest>`), and pings published through
 //! the store's connection. The supervision (pings every interval, the ping deadline,
 //! resubscription with back-off, [`Changes::missed`] after every (re)subscription, the end once
-//! the engines are gone) is the core's [`Feed`](idem_core::store::Feed).
+//! the engines are gone) is the core's [`Feed`](idem_ops::feed::Feed).
 //!
 //! - **Its own connection.** The subscription is a connection of its own (RESP2 pub/sub),
 //!   outside the store's supervised connection, which no waiter holds. On a Redis Cluster a
@@ -15,8 +15,9 @@
 use crate::connections::Connections;
 use crate::feed_settings::{ping_prefix, FeedSettings};
 use futures_core::Stream;
-use idem_core::store::{Changes, Feed, Listen, Received};
+use idem_core::store::Changes;
 use idem_core::Error;
+use idem_ops::feed::{Feed, Listen, Received};
 use redis::aio::{PubSubSink, PubSubStream};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -109,7 +110,7 @@ impl Listen for RedisListen {
         conns.publish(&channel, &payload).await
     }
 
-    idem_core::store::feed_report!(
+    idem_ops::feed_report!(
         target: "idem_redis",
         replacing: "the change feed's subscription failed: subscribing again",
         ping_not_sent: "the change feed's ping could not be published",

@@ -1,10 +1,10 @@
 //! How a store's change feed is configured beyond the core's
-//! [`FeedSettings`](idem_core::store::FeedSettings): the channel's name and the ping channel's
+//! [`FeedSettings`](idem_ops::feed::FeedSettings): the channel's name and the ping channel's
 //! (see [`crate::feed`]).
 
 use idem_core::{Error, Field};
 
-pub(crate) use idem_core::store::FeedSettings;
+pub(crate) use idem_ops::feed::FeedSettings;
 
 /// The channel announcements travel on by default.
 pub(crate) const DEFAULT_CHANNEL: &str = "idem:changes";

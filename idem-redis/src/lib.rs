@@ -31,7 +31,7 @@
 //! every read), `at` (when the current reservation was made, fresh or taken over, ms since the
 //! epoch, Redis's clock; kept by completion and renewal), `resp` (the stored response), and for
 //! an answer in doubt (docs/state-machine.md, "Records in doubt") `dbt` (its mark, as
-//! [`Doubt::encode`](idem_core::reconcile::Doubt::encode) writes it) and `dca` (when it is next
+//! [`Doubt::encode`](idem_core::store::Doubt::encode) writes it) and `dca` (when it is next
 //! due for a check, ms since the epoch, Redis's clock). Its TTL
 //! is the lease plus a grace period while in progress, the retention once completed; a value
 //! that does not decode is an error, never a new execution, and so is one whose state and
@@ -46,7 +46,7 @@
 //! same hash slot, `{<record key>}:audit` ([`RedisStore::audit_key_of`]), so a decision and its
 //! entry are one script on a Cluster too: each element is `<at>:<kept until>:` (ms, Redis's
 //! clock) and the entry as
-//! [`Reconciliation::encode`](idem_core::reconcile::Reconciliation::encode) writes it. It keeps
+//! [`Reconciliation::encode`](idem_core::store::Reconciliation::encode) writes it. It keeps
 //! the newest 1000 elements and outlives the record; Redis deletes it once its longest-kept
 //! entry has passed (an entry past its own time may stay that long: it is no longer read).
 //!
@@ -88,17 +88,17 @@
 //!
 //! ## Listing and stats: by scan
 //!
-//! Redis keeps no index by age or consumer, so [`Operator::list`](idem_core::store::Operator::list) scans:
+//! Redis keeps no index by age or consumer, so [`Operator::list`](idem_ops::Operator::list) scans:
 //! `SCAN` with `MATCH <prefix>:*` (glob characters of the prefix escaped) on the one Redis, or
 //! on every master of a Cluster in turn, reading each key found with a script that returns its
 //! fields and the first bytes of its response (the status), never the body. So a listing comes
-//! **in scan order**, not by age or route ([`ListingOrder::Scan`](idem_core::store::ListingOrder));
+//! **in scan order**, not by age or route ([`ListingOrder::Scan`](idem_ops::ListingOrder));
 //! each page is **bounded**: at most the limit's records, from a bounded number of scan steps,
 //! so a page may be short or even empty before the listing ends (`next` is `None` only at the
 //! end); a record present for the whole listing appears at least once, possibly twice. The
 //! selection is applied by each node's clock. The cursor names the Cluster master it scans: a
 //! listing across a failover or a resharding may have to start again.
-//! [`Operator::stats`](idem_core::store::Operator::stats) **scans the whole prefix** (every master), in
+//! [`Operator::stats`](idem_ops::Operator::stats) **scans the whole prefix** (every master), in
 //! batches of a few hundred keys: its time grows with the number of records, an operator's
 //! command, not a health check. Its counts are approximate while records come and go: `SCAN`
 //! may return a key twice when the keyspace shrinks during the scan, and records written or

@@ -19,8 +19,8 @@ use crate::connections::Connections;
 use crate::error::{unexpected, BACKEND};
 use crate::record::{self, bytes, integer, timestamp};
 use crate::scripts::scripts;
-use idem_core::store::{Cursor, ListQuery, Listed, ListedState, Page, Selection, Stats};
 use idem_core::{Error, Field, StoreErrorKind, Timestamp};
+use idem_ops::{Cursor, ListQuery, Listed, ListedState, Page, Selection, Stats};
 use redis::{ServerErrorKind, Value};
 
 /// How many scan steps one `list` call takes at most (fewer once its page is full or the

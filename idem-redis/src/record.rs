@@ -1,11 +1,13 @@
 //! The stored form of a record, read back: every field is checked, and anything that is not
 //! what the store writes is `CorruptRecord` (C12), never "absent".
 
-use idem_core::reconcile::Doubt;
-use idem_core::store::{Listed, ListedState, Noted, Provenance, Record, RecordState};
+use idem_core::store::Doubt;
+use idem_core::store::{Record, RecordState};
 use idem_core::{
     Error, FencingToken, Fingerprint, IdempotencyKey, RecordId, Scope, StoredResponse, Timestamp,
 };
+use idem_ops::{Listed, ListedState};
+use idem_ops::{Noted, Provenance};
 use redis::Value;
 
 /// The version of the stored form. Fields added since (`at`, `h`, `ca`, and the mark of doubt
@@ -335,7 +337,7 @@ mod tests {
 
     #[test]
     fn c12_a_mark_of_doubt_is_read_strictly_by_inspect_and_never_fails_a_listing() {
-        use idem_core::reconcile::DoubtCause;
+        use idem_core::store::DoubtCause;
         let mark = Doubt::new(DoubtCause::Panicked, "note");
         let stored = Value::BulkString(mark.encode());
         let at = Value::BulkString(b"1700000000000".to_vec());

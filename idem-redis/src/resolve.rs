@@ -1,7 +1,8 @@
 //! A decision about a record in doubt (store rule 7), as `lua/resolve.lua` takes it: the fence
 //! (token, mark as read), the change, and the audit entry with how long it is kept.
 
-use idem_core::store::{duration_millis, Change, ListQuery, Resolution};
+use idem_core::store::{duration_millis, Change, Resolution};
+use idem_ops::ListQuery;
 use redis::ScriptInvocation;
 use std::time::Duration;
 

@@ -9,13 +9,13 @@ use crate::feed_settings::{self, FeedSettings};
 use crate::listing::Scanner;
 use crate::record::{self, integer, text, timestamp};
 use crate::scripts::scripts;
-use idem_core::reconcile::Reconciliation;
+use idem_core::store::Reconciliation;
 use idem_core::store::{
     async_trait, digest_to_hex, duration_millis, Acquire, Capabilities, Changes, Claim, Completion,
-    Expiry, Inspected, Lease, ListQuery, ListingOrder, Operator, Page, Record, Reserved,
-    Resolution, Stats,
+    Expiry, Lease, Record, Reserved, Resolution,
 };
 use idem_core::{Error, Field, Holder, RecordId, Store, StoreErrorKind, StoredResponse, Timestamp};
+use idem_ops::{Inspected, ListQuery, ListingOrder, Operator, Page, Stats};
 use redis::{ScriptInvocation, Value};
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,9 +6,10 @@
 mod common;
 
 use common::{free_port, start_server, temp_dir, Redis};
-use idem_core::store::{ListQuery, Operator, Store, StoreExt};
+use idem_core::store::{Store, StoreExt};
 use idem_core::testing::{request, unique_consumer};
 use idem_core::{Answer, Begin, Error, Field, Idempotency, Policy, StoreErrorKind, StoredResponse};
+use idem_ops::{ListQuery, Operator};
 use idem_redis::redis;
 use idem_redis::RedisStore;
 use std::collections::BTreeMap;

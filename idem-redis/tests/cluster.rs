@@ -4,3 +4,4 @@
 mod common;
 
 idem_core::conformance_tests!(common::Redis { cluster: true });
+idem_ops::operator_tests!(common::Redis { cluster: true });

@@ -3,3 +3,4 @@
 mod common;
 
 idem_core::conformance_tests!(common::Redis { cluster: false });
+idem_ops::operator_tests!(common::Redis { cluster: false });

@@ -8,12 +8,14 @@
 mod common;
 
 use common::Redis;
-use idem_core::reconcile::{Finding, InDoubt, Resolved};
-use idem_core::store::{ListQuery, Listed, Noted, Operator, Store};
+use idem_core::store::Store;
 use idem_core::testing::{request, unique_consumer};
 use idem_core::{
     Begin, Error, Failure, FencingToken, Idempotency, Policy, Request, StoredResponse,
 };
+use idem_ops::reconcile::{Decided, Finding, InDoubt};
+use idem_ops::Noted;
+use idem_ops::{ListQuery, Listed, Operator};
 use idem_redis::redis;
 use idem_redis::RedisStore;
 use std::time::Duration;
@@ -39,7 +41,7 @@ async fn into_doubt(idem: &Idempotency<RedisStore>, request: &Request) {
 }
 
 async fn case(idem: &Idempotency<RedisStore>, request: &Request) -> InDoubt {
-    idem.in_doubt(request.id())
+    idem_ops::reconcile::in_doubt(idem, request.id())
         .await
         .expect("read")
         .expect("the record is in doubt")
@@ -91,12 +93,12 @@ async fn c06_a_decision_on_a_mark_that_changed_writes_nothing() {
         let read = case(&idem, &charge).await;
         assert_eq!(trail_len(&redis, &store, &charge).await, 0);
 
-        let deferred = idem
-            .resolve(&read, Finding::still_unknown(), "reconciler a")
-            .await
-            .expect("resolve");
+        let deferred =
+            idem_ops::reconcile::resolve(&idem, &read, Finding::still_unknown(), "reconciler a")
+                .await
+                .expect("resolve");
         assert!(
-            matches!(deferred, Resolved::Deferred { attempt: 1, .. }),
+            matches!(deferred, Some(Decided::StillUnknown { attempt: 1, .. })),
             "{deferred:?}"
         );
         assert_eq!(trail_len(&redis, &store, &charge).await, 1);
@@ -114,16 +116,10 @@ async fn c06_a_decision_on_a_mark_that_changed_writes_nothing() {
                 Finding::not_happened(),
                 Finding::still_unknown(),
             ] {
-                let lost = idem
-                    .resolve(loser, finding, "reconciler b")
+                let lost = idem_ops::reconcile::resolve(&idem, loser, finding, "reconciler b")
                     .await
                     .expect("resolve");
-                assert_eq!(
-                    lost,
-                    Resolved::Contested,
-                    "cluster {}: {what}",
-                    redis.cluster
-                );
+                assert_eq!(lost, None, "cluster {}: {what}", redis.cluster);
             }
         }
         assert_eq!(
@@ -165,20 +161,20 @@ async fn the_trail_shares_its_records_slot_and_keeps_each_entry_for_its_own_rete
         let short = engine(&store, policy().audit_retention(Duration::from_secs(1)));
         into_doubt(&long, &charge).await;
         let first = case(&long, &charge).await;
-        let deferred = long
-            .resolve(&first, Finding::still_unknown(), "kept long")
-            .await
-            .expect("resolve");
+        let deferred =
+            idem_ops::reconcile::resolve(&long, &first, Finding::still_unknown(), "kept long")
+                .await
+                .expect("resolve");
         assert!(
-            matches!(deferred, Resolved::Deferred { .. }),
+            matches!(deferred, Some(Decided::StillUnknown { .. })),
             "{deferred:?}"
         );
         let second = case(&short, &charge).await;
-        let released = short
-            .resolve(&second, Finding::not_happened(), "kept short")
-            .await
-            .expect("resolve");
-        assert_eq!(released, Resolved::Released);
+        let released =
+            idem_ops::reconcile::resolve(&short, &second, Finding::not_happened(), "kept short")
+                .await
+                .expect("resolve");
+        assert_eq!(released, Some(Decided::Released));
         assert!(store.lookup(charge.id()).await.expect("lookup").is_none());
 
         let trail = store.reconciliations(charge.id()).await.expect("trail");
@@ -222,9 +218,8 @@ async fn c12_a_foreign_value_under_the_trails_key_fails_the_decision_with_nothin
                     .arg("not a trail"),
             )
             .await;
-        let failed = idem
-            .resolve(&read, Finding::not_happened(), "operator")
-            .await;
+        let failed =
+            idem_ops::reconcile::resolve(&idem, &read, Finding::not_happened(), "operator").await;
         assert!(
             matches!(&failed, Err(Error::CorruptRecord(why)) if why.contains("WRONGTYPE")),
             "cluster {}: {failed:?}",

@@ -7,9 +7,10 @@
 mod common;
 
 use common::{free_port, start_server, temp_dir, Redis};
-use idem_core::store::{ListQuery, Listed, ListedState, Operator, Store};
+use idem_core::store::Store;
 use idem_core::testing::{request, request_on, unique_consumer};
 use idem_core::{Begin, Error, FencingToken, Idempotency, Policy, RecordId, StoredResponse};
+use idem_ops::{ListQuery, Listed, ListedState, Operator};
 use idem_redis::redis;
 use idem_redis::RedisStore;
 use std::collections::HashSet;
@@ -339,7 +340,7 @@ async fn a_call_reads_a_bounded_number_of_keys_whatever_the_cursor_carries() {
             text.push('.');
             text.push_str(&digest);
         }
-        idem_core::store::Cursor::new(text)
+        idem_ops::Cursor::new(text)
     };
     let huge = ListQuery::in_progress(Duration::ZERO)
         .limit(1)
@@ -372,7 +373,7 @@ async fn a_call_reads_a_bounded_number_of_keys_whatever_the_cursor_carries() {
 /// `inspect` shows the same.
 #[tokio::test]
 async fn an_unreadable_holder_changes_no_decision_and_takes_no_listing_down() {
-    use idem_core::store::Noted;
+    use idem_ops::Noted;
     for redis in BOTH {
         let store = redis.store().await;
         let consumer = unique_consumer("holder");
@@ -436,7 +437,7 @@ async fn c11_a_takeover_by_another_process_records_the_taker() {
         let second = redis
             .connect(RedisStore::builder().prefix(&prefix).holder(other.clone()))
             .await;
-        idem_core::testing::c11_a_takeover_and_a_start_over_record_the_new_holder(
+        idem_ops::testing::c11_a_takeover_and_a_start_over_record_the_new_holder(
             first, second, &other,
         )
         .await;

@@ -4,12 +4,13 @@
 use crate::error::store_error;
 use crate::row;
 use crate::sql::Statements;
-use idem_core::reconcile::Reconciliation;
+use idem_core::store::Reconciliation;
 use idem_core::store::{
-    duration_millis, Acquire, BlockingSteps, Change, Claim, Completion, Cursor, Inspected, Lease,
-    ListQuery, Page, Record, Reservation, Reserved, Resolution, Selection, Stats,
+    duration_millis, Acquire, BlockingSteps, Change, Claim, Completion, Lease, Record, Reservation,
+    Reserved, Resolution,
 };
 use idem_core::{Begin, Clock, Error, FencingToken, Field, Holder, RecordId, Request, Timestamp};
+use idem_ops::{Cursor, Inspected, ListQuery, Page, Selection, Stats};
 use rusqlite::{params, Connection, Params, TransactionBehavior};
 use std::time::Duration;
 

@@ -6,11 +6,13 @@
 //! was fetched (`decide_record.sql` fetches it only when it can be replayed).
 
 use crate::error::store_error;
-use idem_core::reconcile::{Doubt, Reconciliation};
-use idem_core::store::{Listed, ListedState, Noted, Provenance, Record, RecordState};
+use idem_core::store::{Doubt, Reconciliation};
+use idem_core::store::{Record, RecordState};
 use idem_core::{
     Error, FencingToken, Fingerprint, IdempotencyKey, RecordId, Scope, StoredResponse, Timestamp,
 };
+use idem_ops::{Listed, ListedState};
+use idem_ops::{Noted, Provenance};
 use rusqlite::types::ValueRef;
 use rusqlite::Row;
 

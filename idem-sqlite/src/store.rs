@@ -7,12 +7,12 @@ use crate::ops;
 use crate::pool::{Decide, Pool};
 use crate::process_lock::ProcessLock;
 use crate::sql::Statements;
-use idem_core::reconcile::Reconciliation;
+use idem_core::store::Reconciliation;
 use idem_core::store::{
-    async_trait, Acquire, Capabilities, Claim, Completion, Inspected, Lease, ListQuery, Operator,
-    Page, Record, Reserved, Resolution, Stats,
+    async_trait, Acquire, Capabilities, Claim, Completion, Lease, Record, Reserved, Resolution,
 };
 use idem_core::{Answer, Error, FencingToken, Holder, RecordId, Request, Store, Timestamp};
+use idem_ops::{Inspected, ListQuery, Operator, Page, Stats};
 use rusqlite::{Connection, Transaction};
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,6 +5,7 @@
 mod common;
 
 idem_core::conformance_tests!(common::Sqlite);
+idem_ops::operator_tests!(common::Sqlite);
 idem_core::transactional_tests!(common::Sqlite);
 idem_core::transact_tests!(common::Sqlite);
 
@@ -49,7 +50,11 @@ fn suite_from_two_processes_at_once_on_one_file() {
         );
         let conformance: &[&str] = idem_core::__idem_conformance_scenarios!(names);
         let transactional: &[&str] = idem_core::__idem_transactional_scenarios!(names);
-        let expected = format!("{} passed", conformance.len() + transactional.len());
+        let operator: &[&str] = idem_ops::__idem_operator_scenarios!(names);
+        let expected = format!(
+            "{} passed",
+            conformance.len() + operator.len() + transactional.len()
+        );
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(stdout.contains(&expected), "expected {expected}:\n{stdout}");
     }

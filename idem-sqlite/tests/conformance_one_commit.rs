@@ -4,3 +4,4 @@
 mod common;
 
 idem_core::conformance_tests!(common::SqliteOneCommit);
+idem_ops::operator_tests!(common::SqliteOneCommit);

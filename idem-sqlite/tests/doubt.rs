@@ -3,12 +3,15 @@
 //! leaves no audit row when it loses, the purge deletes expired audit rows within its limit, an
 //! unreadable mark takes no listing down, and the in-doubt statements read their indexes.
 
-use idem_core::reconcile::{Doubt, DoubtCause, Finding, InDoubt, Resolved};
-use idem_core::store::{ListQuery, Noted, Operator, Store};
+use idem_core::store::Store;
+use idem_core::store::{Doubt, DoubtCause};
 use idem_core::testing::{request, unique_consumer};
 use idem_core::{
     Error, Failure, Idempotency, ManualClock, Outcome, Policy, Request, StoredResponse, Timestamp,
 };
+use idem_ops::reconcile::{Decided, Finding, InDoubt};
+use idem_ops::Noted;
+use idem_ops::{ListQuery, Operator};
 use idem_sqlite::rusqlite::{params, Connection};
 use idem_sqlite::SqliteStore;
 use std::path::Path;
@@ -25,7 +28,7 @@ async fn into_doubt(idem: &Idempotency<SqliteStore>, request: &Request) {
 }
 
 async fn case(idem: &Idempotency<SqliteStore>, request: &Request) -> InDoubt {
-    idem.in_doubt(request.id())
+    idem_ops::reconcile::in_doubt(idem, request.id())
         .await
         .expect("read")
         .expect("the record is in doubt")
@@ -57,12 +60,12 @@ async fn c06_a_decision_on_a_mark_that_changed_writes_nothing() {
     let stale = case(&idem, &charge).await;
     let read = case(&idem, &charge).await;
 
-    let deferred = idem
-        .resolve(&read, Finding::still_unknown(), "reconciler a")
-        .await
-        .expect("resolve");
+    let deferred =
+        idem_ops::reconcile::resolve(&idem, &read, Finding::still_unknown(), "reconciler a")
+            .await
+            .expect("resolve");
     assert!(
-        matches!(deferred, Resolved::Deferred { attempt: 1, .. }),
+        matches!(deferred, Some(Decided::StillUnknown { attempt: 1, .. })),
         "{deferred:?}"
     );
     assert_eq!(audit_rows(&path), 1);
@@ -73,11 +76,10 @@ async fn c06_a_decision_on_a_mark_that_changed_writes_nothing() {
         Finding::not_happened(),
         Finding::still_unknown(),
     ] {
-        let lost = idem
-            .resolve(&stale, finding, "reconciler b")
+        let lost = idem_ops::reconcile::resolve(&idem, &stale, finding, "reconciler b")
             .await
             .expect("resolve");
-        assert_eq!(lost, Resolved::Contested);
+        assert_eq!(lost, None);
     }
     assert_eq!(audit_rows(&path), 1, "a lost decision left an audit row");
     let now = case(&idem, &charge).await;
@@ -95,11 +97,11 @@ async fn c06_a_decision_on_a_mark_that_changed_writes_nothing() {
         .expect("open")
         .execute("UPDATE idem_records SET doubt = ?1", params![edited])
         .expect("hand edit");
-    let lost = idem
-        .resolve(&before_edit, Finding::not_happened(), "operator")
-        .await
-        .expect("resolve");
-    assert_eq!(lost, Resolved::Contested);
+    let lost =
+        idem_ops::reconcile::resolve(&idem, &before_edit, Finding::not_happened(), "operator")
+            .await
+            .expect("resolve");
+    assert_eq!(lost, None);
     assert!(store.lookup(charge.id()).await.expect("lookup").is_some());
     assert_eq!(audit_rows(&path), 1);
     let trail = store.reconciliations(charge.id()).await.expect("trail");
@@ -109,11 +111,10 @@ async fn c06_a_decision_on_a_mark_that_changed_writes_nothing() {
     // Read again, the edited mark is what a decision is fenced on.
     let fresh = case(&idem, &charge).await;
     assert_eq!(fresh.doubt.note, "edited");
-    let released = idem
-        .resolve(&fresh, Finding::not_happened(), "operator")
+    let released = idem_ops::reconcile::resolve(&idem, &fresh, Finding::not_happened(), "operator")
         .await
         .expect("resolve");
-    assert_eq!(released, Resolved::Released);
+    assert_eq!(released, Some(Decided::Released));
     assert!(store.lookup(charge.id()).await.expect("lookup").is_none());
     assert_eq!(audit_rows(&path), 2);
 }
@@ -140,12 +141,12 @@ async fn the_purge_deletes_expired_audit_rows_within_its_limit() {
     for charge in &doubtful {
         into_doubt(&idem, charge).await;
         let read = case(&idem, charge).await;
-        let resolved = idem
-            .resolve(&read, Finding::still_unknown(), "reconciler")
-            .await
-            .expect("resolve");
+        let resolved =
+            idem_ops::reconcile::resolve(&idem, &read, Finding::still_unknown(), "reconciler")
+                .await
+                .expect("resolve");
         assert!(
-            matches!(resolved, Resolved::Deferred { .. }),
+            matches!(resolved, Some(Decided::StillUnknown { .. })),
             "{resolved:?}"
         );
     }

@@ -2,8 +2,9 @@
 //! migrated in place and its records list with an unknown age, and the listings read indexes,
 //! never the whole table.
 
-use idem_core::store::{ListQuery, ListedState, Operator, Store};
+use idem_core::store::Store;
 use idem_core::{IdempotencyKey, RecordId, Scope};
+use idem_ops::{ListQuery, ListedState, Operator};
 use idem_sqlite::rusqlite::{params, Connection};
 use idem_sqlite::{SqliteStore, SCHEMA_VERSION};
 use std::time::Duration;
@@ -270,9 +271,9 @@ async fn a_table_rolled_back_to_version_1_upgrades_again() {
 /// others list as before, and the engine's reads ignore it.
 #[tokio::test]
 async fn an_unreadable_holder_takes_no_listing_down() {
-    use idem_core::store::Noted;
     use idem_core::testing::{request, unique_consumer};
     use idem_core::{Begin, Idempotency, Policy};
+    use idem_ops::Noted;
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("holder.db");
     let store = SqliteStore::open(&path).await.expect("open");
@@ -336,8 +337,6 @@ async fn c11_a_takeover_by_another_process_records_the_taker() {
         .expect("open");
     let other = idem_core::Holder::new("web-2.example", 4242, 7, Some(99));
     let second = first.with_holder(&other);
-    idem_core::testing::c11_a_takeover_and_a_start_over_record_the_new_holder(
-        first, second, &other,
-    )
-    .await;
+    idem_ops::testing::c11_a_takeover_and_a_start_over_record_the_new_holder(first, second, &other)
+        .await;
 }

@@ -5,13 +5,13 @@ mod common;
 
 use common::{charges, with_charges};
 use idem_core::store::{
-    Acquire, Capabilities, Claim, Completion, Lease, ListQuery, Operator, Page, Record, Reserved,
-    Stats, StoreExt,
+    Acquire, Capabilities, Claim, Completion, Lease, Record, Reserved, StoreExt,
 };
 use idem_core::{
     Answer, Begin, Commits, Error, Idempotency, Outcome, Policy, RecordId, Request, RunError,
     Store, StoreErrorKind, StoredResponse, Timestamp,
 };
+use idem_ops::{ListQuery, Operator, Page, Stats};
 use idem_sqlite::{SqliteIdempotency, SqliteStore};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -386,7 +386,7 @@ impl Operator for WithoutIdentity {
     async fn reconciliations(
         &self,
         id: &RecordId,
-    ) -> Result<Vec<idem_core::reconcile::Reconciliation>, Error> {
+    ) -> Result<Vec<idem_core::store::Reconciliation>, Error> {
         self.0.reconciliations(id).await
     }
 }

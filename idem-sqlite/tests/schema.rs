@@ -3,7 +3,7 @@
 //! hand. Both must build the same table, the script must be repeatable, and a database created
 //! from it must open as up to date.
 
-use idem_core::store::Operator;
+use idem_ops::Operator;
 use idem_sqlite::rusqlite::{params, Connection};
 use idem_sqlite::{schema_sql, SqliteStore, SCHEMA_VERSION};
 use std::path::Path;

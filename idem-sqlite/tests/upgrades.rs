@@ -3,8 +3,9 @@
 //! whose new column something else already added, a version-3 table with rows upgraded to
 //! records in doubt (version 4), and a table rolled back from version 4.
 
-use idem_core::store::{ListQuery, Operator, StoreExt};
+use idem_core::store::StoreExt;
 use idem_core::Request;
+use idem_ops::{ListQuery, Operator};
 use idem_sqlite::rusqlite::{params, Connection};
 use idem_sqlite::{schema_sql, SqliteStore};
 use std::path::Path;
@@ -169,9 +170,9 @@ fn id(key: &str) -> idem_core::RecordId {
 /// is kept as it was, and the upgraded table takes records in doubt and their decisions.
 #[tokio::test]
 async fn a_version_3_table_with_rows_is_upgraded_to_4_and_keeps_them() {
-    use idem_core::reconcile::{Finding, Resolved};
     use idem_core::store::RecordState;
     use idem_core::{Failure, Idempotency, StoredResponse};
+    use idem_ops::reconcile::{Decided, Finding};
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("v3.db");
     version_3_file(&path);
@@ -197,10 +198,7 @@ async fn a_version_3_table_with_rows_is_upgraded_to_4_and_keeps_them() {
         done.provenance.completed_at,
         Some(idem_core::Timestamp::from_millis(1_700_000_000_500))
     );
-    assert!(matches!(
-        done.provenance.holder,
-        idem_core::store::Noted::Known(_)
-    ));
+    assert!(matches!(done.provenance.holder, idem_ops::Noted::Known(_)));
     let running = store
         .inspect(&id("v3-running"))
         .await
@@ -261,20 +259,22 @@ async fn a_version_3_table_with_rows_is_upgraded_to_4_and_keeps_them() {
         })
         .await;
     assert!(first.is_err());
-    let case = idem
-        .in_doubt(charge.id())
+    let case = idem_ops::reconcile::in_doubt(&idem, charge.id())
         .await
         .expect("read")
         .expect("in doubt");
-    let settled = idem
-        .resolve(
-            &case,
-            Finding::settled(StoredResponse::new(201, "real")),
-            "op",
-        )
-        .await
-        .expect("resolve");
-    assert!(matches!(settled, Resolved::Settled(_)), "{settled:?}");
+    let settled = idem_ops::reconcile::resolve(
+        &idem,
+        &case,
+        Finding::settled(StoredResponse::new(201, "real")),
+        "op",
+    )
+    .await
+    .expect("resolve");
+    assert!(
+        matches!(settled, Some(Decided::Settled { .. })),
+        "{settled:?}"
+    );
     assert_eq!(
         store
             .reconciliations(charge.id())
@@ -319,8 +319,8 @@ async fn the_script_on_a_version_3_table_never_records_version_4_without_its_col
 /// failing on the columns, and a record in doubt and its trail are kept through it.
 #[tokio::test]
 async fn a_table_rolled_back_to_version_3_upgrades_again_and_keeps_its_records_in_doubt() {
-    use idem_core::reconcile::Finding;
     use idem_core::{Failure, Idempotency, StoredResponse};
+    use idem_ops::reconcile::Finding;
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("rolled-back-4.db");
     let store = SqliteStore::open(&path).await.expect("create");
@@ -336,12 +336,11 @@ async fn a_table_rolled_back_to_version_3_upgrades_again_and_keeps_its_records_i
         })
         .await;
     assert!(first.is_err());
-    let case = idem
-        .in_doubt(charge.id())
+    let case = idem_ops::reconcile::in_doubt(&idem, charge.id())
         .await
         .expect("read")
         .expect("in doubt");
-    idem.resolve(&case, Finding::still_unknown(), "op")
+    idem_ops::reconcile::resolve(&idem, &case, Finding::still_unknown(), "op")
         .await
         .expect("defer");
     drop((idem, store));
@@ -355,8 +354,7 @@ async fn a_table_rolled_back_to_version_3_upgrades_again_and_keeps_its_records_i
 
     let store = SqliteStore::open(&path).await.expect("upgrades again");
     let idem = Idempotency::new(store.clone());
-    let kept = idem
-        .in_doubt(charge.id())
+    let kept = idem_ops::reconcile::in_doubt(&idem, charge.id())
         .await
         .expect("read")
         .expect("still in doubt");

@@ -41,7 +41,7 @@ pub struct Happened;
 /// call timed out after it was sent: the card may have been charged). The layer stores the
 /// response (a 500 problem, or a 202 pointing at a status resource) marked in doubt with
 /// [`note`](Self::note), replays it to every retry, and never runs the effect again blind; a
-/// reconciler (`idem_core::reconcile`) or an operator (`idem doubt`) settles it with the real
+/// reconciler (`idem_ops::reconcile`) or an operator (`idem doubt`) settles it with the real
 /// answer or releases the key (C8; docs/state-machine.md, "Records in doubt"). Any status may
 /// carry it.
 ///

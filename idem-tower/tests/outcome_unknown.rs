@@ -9,9 +9,9 @@ mod support;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
-use idem_core::reconcile::{Finding, Resolved};
-use idem_core::store::{ListQuery, Operator};
 use idem_core::{Idempotency, MemoryStore, StoredResponse};
+use idem_ops::reconcile::{Decided, Finding};
+use idem_ops::{ListQuery, Operator};
 use idem_tower::{IdempotencyLayer, OutcomeUnknown};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -80,19 +80,20 @@ async fn c08_an_outcome_unknown_response_is_stored_in_doubt_and_settled_by_the_r
 
     let listed = store.list(&ListQuery::in_doubt()).await.expect("list");
     assert_eq!(listed.records.len(), 1, "{listed:?}");
-    let case = idem
-        .in_doubt(&listed.records[0].id)
+    let case = idem_ops::reconcile::in_doubt(&idem, &listed.records[0].id)
         .await
         .expect("read")
         .expect("in doubt");
     assert_eq!(case.doubt.note, "provider key pk_1");
     assert_eq!(case.answer.status, 502);
     let settled = Finding::settled(StoredResponse::new(201, "charge pk_1"));
-    let resolved = idem
-        .resolve(&case, settled, "reconciler")
+    let resolved = idem_ops::reconcile::resolve(&idem, &case, settled, "reconciler")
         .await
         .expect("resolve");
-    assert!(matches!(resolved, Resolved::Settled(_)), "{resolved:?}");
+    assert!(
+        matches!(resolved, Some(Decided::Settled { .. })),
+        "{resolved:?}"
+    );
 
     let after = send_in_time(&app, charge("k-doubt")).await;
     assert_eq!(
@@ -116,16 +117,14 @@ async fn c08_a_released_record_in_doubt_executes_once_on_the_retry() {
     let first = send_in_time(&app, charge("k-never")).await;
     assert_eq!(first.status, StatusCode::BAD_GATEWAY);
     let listed = store.list(&ListQuery::in_doubt()).await.expect("list");
-    let case = idem
-        .in_doubt(&listed.records[0].id)
+    let case = idem_ops::reconcile::in_doubt(&idem, &listed.records[0].id)
         .await
         .expect("read")
         .expect("in doubt");
-    let released = idem
-        .resolve(&case, Finding::not_happened(), "operator")
+    let released = idem_ops::reconcile::resolve(&idem, &case, Finding::not_happened(), "operator")
         .await
         .expect("resolve");
-    assert_eq!(released, Resolved::Released);
+    assert_eq!(released, Some(Decided::Released));
 
     let (a, b) = tokio::join!(
         send_in_time(&app, charge("k-never")),

@@ -1,5 +1,5 @@
 //! `doubt settle` and `doubt release`: an operator's decision about one record in doubt,
-//! applied by the library's one fenced path ([`Idempotency::resolve`]), never by writing the
+//! applied by the library's one fenced path ([`resolve`]), never by writing the
 //! store directly. Of two deciders that read one record, one wins; the other is told.
 
 use super::{not_in_doubt, render::decided_text};
@@ -8,9 +8,10 @@ use crate::failure::{usage, Failure};
 use crate::io::Io;
 use crate::render::{bytes_json, now, printable};
 use crate::store_call::within;
-use idem_core::reconcile::{Decided, Finding, Reconciliation, Resolved};
-use idem_core::store::Operator;
+use idem_core::store::{Decided, Reconciliation};
 use idem_core::{is_never_stored, Error, Idempotency, Policy, RecordId, StoredResponse};
+use idem_ops::reconcile::{in_doubt, resolve, Finding, Verdict};
+use idem_ops::Operator;
 use serde_json::{json, Value};
 use std::io::Read;
 use std::path::PathBuf;
@@ -172,7 +173,7 @@ pub(super) async fn release(
     decide(store, id, policy, Finding::not_happened(), &decision, io).await
 }
 
-/// Reads the record in doubt, applies `finding` to it with [`Idempotency::resolve`], and says
+/// Reads the record in doubt, applies `finding` to it with [`resolve`], and says
 /// what happened.
 async fn decide(
     store: Box<dyn Operator>,
@@ -187,7 +188,7 @@ async fn decide(
         .without_tracing()
         .build()
         .map_err(|e| Failure::Usage(format!("--retention or --audit-retention: {e}")))?;
-    let Some(case) = within(idem.in_doubt(id)).await? else {
+    let Some(case) = within(in_doubt(&idem, id)).await? else {
         let inspected = within(idem.store().inspect(id)).await?;
         let what = not_in_doubt(inspected.as_ref(), now());
         if io.json {
@@ -210,8 +211,13 @@ async fn decide(
     let finding = finding
         .asked(decision.asked.clone())
         .answered(decision.reason.clone());
-    let resolved = match within(idem.resolve(&case, finding, &decision.by)).await {
-        Ok(resolved) => resolved,
+    // The real answer as the store keeps it (filtered by the policy), for the report.
+    let settled = match finding.verdict() {
+        Verdict::Settled(response) => idem.policy().prepare(response.clone()).ok(),
+        _ => None,
+    };
+    let decided = match within(resolve(&idem, &case, finding, &decision.by)).await {
+        Ok(decided) => decided,
         // A settled answer the library cannot store (a header value with a control character).
         Err(error @ Error::InvalidInput { .. }) => return Err(usage(error)),
         Err(error) => {
@@ -222,51 +228,46 @@ async fn decide(
             return Err(Failure::Idem(error));
         }
     };
-    report(id, &resolved, decision, idem.policy().retention, io)
+    let settled = settled.filter(|_| matches!(decided, Some(Decided::Settled { .. })));
+    report(
+        id,
+        decided,
+        settled.as_ref(),
+        decision,
+        idem.policy().retention,
+        io,
+    )
 }
 
 /// Says what the decision did; a lost one (the record changed since it was read) ends with
 /// [`Failure::Contested`].
 fn report(
     id: &RecordId,
-    resolved: &Resolved,
+    decided: Option<Decided>,
+    settled: Option<&StoredResponse>,
     decision: &Decision,
     retention: Duration,
     io: &mut Io<'_>,
 ) -> Result<(), Failure> {
     let retention_text =
         humantime::format_duration(Duration::from_secs(retention.as_secs())).to_string();
-    let decided = match resolved {
-        Resolved::Settled(response) => Some(Decided::Settled {
-            status: response.status,
-        }),
-        Resolved::Released => Some(Decided::Released),
-        Resolved::Deferred {
-            attempt,
-            retry_after,
-        } => Some(Decided::StillUnknown {
-            attempt: *attempt,
-            retry_after: *retry_after,
-        }),
-        _ => None,
-    };
     if io.json {
         let mut value = json!({
             "consumer": id.consumer(),
             "route": id.route(),
             "key": id.key(),
             // Unknown for a lost decision: whoever won may have settled, released or deferred.
-            "in_doubt": match resolved {
-                Resolved::Deferred { .. } => json!(true),
-                Resolved::Contested => Value::Null,
-                _ => json!(false),
+            "in_doubt": match decided {
+                Some(Decided::StillUnknown { .. }) => json!(true),
+                None => Value::Null,
+                Some(_) => json!(false),
             },
             "decision": decided.as_ref().map_or("contested", Decided::name),
             "by": decision.by,
             "asked": decision.asked,
             "answer": decision.reason,
         });
-        if let (Resolved::Settled(response), Value::Object(map)) = (resolved, &mut value) {
+        if let (Some(response), Value::Object(map)) = (settled, &mut value) {
             let headers: Vec<Value> = response
                 .headers
                 .iter()
@@ -288,8 +289,8 @@ fn report(
             printable(id.route()),
             printable(id.key())
         );
-        match (resolved, &decided) {
-            (Resolved::Settled(response), Some(decided)) => {
+        match (settled, &decided) {
+            (Some(response), Some(decided @ Decided::Settled { .. })) => {
                 writeln!(io.out, "{}: {record}", decided_text(decided))?;
                 writeln!(
                     io.out,
@@ -300,7 +301,7 @@ fn report(
                     response.body.len()
                 )?;
             }
-            (Resolved::Released, Some(decided)) => {
+            (_, Some(decided @ Decided::Released)) => {
                 writeln!(io.out, "{}: {record}", decided_text(decided))?;
                 writeln!(
                     io.out,

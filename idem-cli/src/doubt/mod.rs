@@ -1,6 +1,6 @@
 //! `idem doubt`: the records in doubt (C8; docs/state-machine.md, "Records in doubt"). `list`
 //! and `show` read; `settle` and `release` decide one record through the library's one fenced
-//! path ([`Idempotency::resolve`](idem_core::Idempotency::resolve)), which writes the decision
+//! path ([`resolve`](idem_ops::reconcile::resolve)), which writes the decision
 //! and its audit entry in one step, or nothing if the record changed since it was read.
 
 mod decide;
@@ -11,9 +11,10 @@ use crate::failure::Failure;
 use crate::io::Io;
 use crate::render::{now, printable, Table};
 use crate::store_call::{fetch, record_id, within};
-use idem_core::reconcile::InDoubt;
-use idem_core::store::{Inspected, ListQuery, ListingOrder, Operator, RecordState};
+use idem_core::store::RecordState;
 use idem_core::{RecordId, Timestamp};
+use idem_ops::reconcile::InDoubt;
+use idem_ops::{Inspected, ListQuery, ListingOrder, Operator};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -68,7 +69,7 @@ async fn list(
     if store.listing_order() == ListingOrder::Scan {
         // A scanning store (Redis) lists in its scan's order: what was fetched, oldest first.
         records.sort_by(|a, b| {
-            let at = |r: &idem_core::store::Listed| r.reserved_at.map_or(0, Timestamp::as_millis);
+            let at = |r: &idem_ops::Listed| r.reserved_at.map_or(0, Timestamp::as_millis);
             (at(a), a.id.consumer(), a.id.route(), a.id.key()).cmp(&(
                 at(b),
                 b.id.consumer(),

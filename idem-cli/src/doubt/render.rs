@@ -4,9 +4,11 @@
 use crate::render::{
     bytes_json, doubt_json, hex, printable, printable_bytes, relative, time, Table,
 };
-use idem_core::reconcile::{Decided, Doubt, InDoubt, Reconciliation};
-use idem_core::store::{Listed, ListedState, Noted};
+use idem_core::store::{Decided, Doubt, Reconciliation};
 use idem_core::Timestamp;
+use idem_ops::reconcile::InDoubt;
+use idem_ops::Noted;
+use idem_ops::{Listed, ListedState};
 use serde_json::{json, Value};
 use std::time::Duration;
 

@@ -267,7 +267,9 @@ impl<S: Store> Idempotency<S> {
 
     /// Sends `event` to the observers. A completion that landed and a reservation given
     /// back also wake the duplicates waiting for their record ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)).
-    pub(crate) fn emit(&self, event: Event<'_>) {
+    /// Code beside the engine that changes records itself (idem-ops' reconciliation) reports
+    /// its decisions with it.
+    pub fn emit(&self, event: Event<'_>) {
         if matches!(
             event.kind(),
             EventKind::CompletionLanded | EventKind::Released
@@ -285,15 +287,15 @@ impl<S: Store> Idempotency<S> {
     /// the store itself (idem-ops' runners, an operator's tool).
     ///
     /// ```
-    /// use idem_core::store::{ListQuery, Operator};
-    /// use idem_core::{Idempotency, MemoryStore, Operation};
+    /// use idem_core::{Idempotency, MemoryStore, Operation, Store};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), idem_core::Error> {
     /// let idem = Idempotency::new(MemoryStore::new());
-    /// let page = idem
-    ///     .store_call(Operation::List, None, idem.store().list(&ListQuery::in_doubt()))
+    /// let request = idem.request("acct_1", "POST", "/charges").key(Some("k1")).build()?;
+    /// let record = idem
+    ///     .store_call(Operation::Lookup, Some(request.id()), idem.store().lookup(request.id()))
     ///     .await?;
-    /// assert!(page.records.is_empty());
+    /// assert!(record.is_none());
     /// # Ok(())
     /// # }
     /// ```

@@ -8,24 +8,20 @@
 //! [`Lease`] for each reservation. The conformance suite (`idem_core::testing`, feature
 //! `testing`) proves a store keeps the contract below.
 
-#[doc(inline)]
-pub use crate::__idem_feed_report as feed_report;
 pub use crate::changes::{digest_from_hex, digest_to_hex, Changes};
 pub use crate::clock::{duration_millis, timestamp_millis};
 pub use crate::completion::Completion;
 pub use crate::decision::{check_fence, decide, Decision};
-pub use crate::feed::{Feed, FeedEvent, FeedSettings, Listen, Received};
+pub use crate::doubt::{Doubt, DoubtCause};
 pub use crate::heartbeat_thread::on_heartbeat_thread;
 pub use crate::lease::Acquire;
 pub use crate::lease::Lease;
-pub use crate::listing::{
-    Cursor, Inspected, ListQuery, Listed, ListedState, Page, Position, Selection, Stats,
-};
-pub use crate::record::{Noted, Provenance, Record, RecordState};
+pub use crate::record::{Record, RecordState};
 pub use crate::reservation::{
     BlockingSteps, Claim, Reservation, Reserved, Steps, BUSY_RETRY_AFTER,
 };
 pub use crate::resolution::{Change, Resolution};
+pub use crate::trail::{Decided, Reconciliation};
 mod transactional;
 
 pub use crate::unique::{unresolved_insert_or_fetch, InsertOrFetch};
@@ -41,7 +37,6 @@ use crate::clock::Timestamp;
 use crate::error::Error;
 use crate::request::Request;
 use crate::scope::RecordId;
-use crate::trail::Reconciliation;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -101,8 +96,8 @@ use std::time::Duration;
 ///    nothing, no entry either, and returns `false`: of two deciders that read one mark, one
 ///    wins. Purging deletes expired audit entries as well (rule 4).
 /// 8. **One record can be read.** `lookup` reads one record as stored, expired or not, and
-///    writes nothing. What operators need beyond it (listing, counting, who holds a record) is
-///    the optional [`Operator`] trait.
+///    writes nothing. What operators need beyond it (listing, counting, who holds a record, the
+///    audit trail) is idem-ops' optional `Operator` trait, which the engine never needs.
 ///
 /// A SQL store additionally writes a [`Completion`] inside the caller's transaction, so the
 /// effect and the completion commit together (C6); that method is the store's own, not this
@@ -210,75 +205,6 @@ pub trait Store: Send + Sync {
     }
 }
 
-/// What operators need of a store beyond the protocol: one record with who holds it, bounded
-/// pages of records, counts by state. Optional: the engine never calls it; the `idem` command,
-/// the operator docs (docs/operations.md) and the conformance suite's listing scenarios do.
-///
-/// # Contract
-///
-/// None of these methods writes.
-///
-/// 1. `inspect` reads one record as [`Store::lookup`] does, with its [`Provenance`]: a store
-///    records when each reservation (fresh or taken over) was made and which process made it
-///    ([`Holder::this_process`](crate::Holder::this_process)), and when each completion landed,
-///    by the store's one clock.
-/// 2. `list` returns at most [`ListQuery::limit_value`] records of the [`Selection`] in the
-///    order [`listing_order`](Self::listing_order) says, never a body, and a [`Page::next`]
-///    cursor while more may follow (a position store makes it with [`Cursor::after_record`]).
-/// 3. `stats` counts by state at the store's `now`.
-/// 4. `inspect` and `list` give a record in doubt's mark and next check time
-///    ([`Inspected::doubt`], [`Listed::doubt`]); `reconciliations` returns the audit trail of
-///    one (consumer, route, key): its unexpired entries, oldest first, at most the newest
-///    [`ListQuery::MAX_LIMIT`], whatever became of the record (a released record's trail
-///    stays).
-///
-/// ```
-/// use idem_core::store::{ListQuery, Operator};
-/// use idem_core::{Idempotency, MemoryStore};
-/// use std::time::Duration;
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idem_core::Error> {
-/// let store = MemoryStore::new();
-/// let page = store.list(&ListQuery::in_progress(Duration::ZERO)).await?;
-/// assert!(page.records.is_empty() && page.next.is_none());
-/// assert_eq!(store.stats().await?.total(), 0);
-/// # Ok(())
-/// # }
-/// ```
-#[async_trait]
-pub trait Operator: Store {
-    /// Reads the record for inspection, expired or not, with its [`Provenance`]: when its
-    /// reservation was made and its completion landed, and which process holds it (rule 1).
-    /// Does not change anything. Default: [`Store::lookup`] with an unknown provenance,
-    /// right for a store that keeps none.
-    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
-        Ok(self.lookup(id).await?.map(|record| Inspected {
-            record,
-            provenance: Provenance::default(),
-            doubt: None,
-            check_at: None,
-        }))
-    }
-
-    /// The audit trail of one record: every reconciliation decision kept, oldest first
-    /// (rule 4). Does not change anything.
-    async fn reconciliations(&self, id: &RecordId) -> Result<Vec<Reconciliation>, Error>;
-
-    /// Lists records for operators, one bounded page at a time (rule 2). Does not change
-    /// anything.
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error>;
-
-    /// Counts the records by state at the store's `now` . Reads every record: an
-    /// operator's command, not a health check to run every second (rule 3).
-    async fn stats(&self) -> Result<Stats, Error>;
-
-    /// In which order [`list`](Self::list) returns a selection (default
-    /// [`ListingOrder::Selection`]).
-    fn listing_order(&self) -> ListingOrder {
-        ListingOrder::Selection
-    }
-}
-
 /// What a store declares about itself, so that the engine, operators and the conformance suite
 /// treat it right.
 ///
@@ -338,19 +264,6 @@ impl Capabilities {
     }
 }
 
-/// In which order an [`Operator::list`] returns records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ListingOrder {
-    /// The [`Selection`]'s order across pages, each record once: the store reads an index from
-    /// the cursor's position.
-    Selection,
-    /// The server's scan order (Redis `SCAN`): each call does a bounded amount of work, a page
-    /// may hold fewer records than the limit (even none) before the end, and a record present
-    /// for the whole listing appears at least once, in any order, possibly twice.
-    Scan,
-}
-
 /// How expired records leave a store (C10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -400,7 +313,7 @@ impl<S: Store + ?Sized> Steps for &S {
     }
 }
 
-/// Forwards every method of [`Store`] and [`Operator`] through a pointer to a store: `Arc<S>`,
+/// Forwards every method of [`Store`] through a pointer to a store: `Arc<S>`,
 /// `Box<S>`, `&S`. `clippy::missing_trait_methods` is denied on each impl, so a method added to
 /// a trait with a default cannot be left to the default here (which would silently drop a
 /// store's own version of it).
@@ -450,25 +363,6 @@ macro_rules! forward_store {
             }
         }
 
-        #[deny(clippy::missing_trait_methods)]
-        #[async_trait]
-        impl<S: Operator + ?Sized> Operator for $pointer {
-            async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
-                (**self).inspect(id).await
-            }
-            async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-                (**self).list(query).await
-            }
-            async fn stats(&self) -> Result<Stats, Error> {
-                (**self).stats().await
-            }
-            async fn reconciliations(&self, id: &RecordId) -> Result<Vec<Reconciliation>, Error> {
-                (**self).reconciliations(id).await
-            }
-            fn listing_order(&self) -> ListingOrder {
-                (**self).listing_order()
-            }
-        }
     )+};
 }
 

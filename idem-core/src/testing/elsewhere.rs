@@ -5,8 +5,7 @@ use crate::error::Error;
 use crate::request::Request;
 use crate::scope::RecordId;
 use crate::store::{
-    Acquire, Capabilities, Changes, Claim, Completion, Inspected, Lease, ListQuery, ListingOrder,
-    Operator, Page, Record, Reserved, Stats, Store,
+    Acquire, Capabilities, Changes, Claim, Completion, Lease, Record, Reserved, Store,
 };
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -76,27 +75,5 @@ impl<S: Store + 'static> Store for Elsewhere<S> {
     // Another process has a feed of its own on the same server.
     fn watch(&self, changes: Changes) -> bool {
         self.0.watch(changes)
-    }
-}
-
-#[async_trait]
-impl<S: Operator + 'static> Operator for Elsewhere<S> {
-    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
-        self.0.inspect(id).await
-    }
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-        self.0.list(query).await
-    }
-    async fn stats(&self) -> Result<Stats, Error> {
-        self.0.stats().await
-    }
-    async fn reconciliations(
-        &self,
-        id: &RecordId,
-    ) -> Result<Vec<crate::reconcile::Reconciliation>, Error> {
-        self.0.reconciliations(id).await
-    }
-    fn listing_order(&self) -> ListingOrder {
-        self.0.listing_order()
     }
 }

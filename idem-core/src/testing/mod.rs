@@ -42,10 +42,6 @@
 mod change_feed;
 mod elsewhere;
 mod heartbeat;
-mod holders;
-mod listing;
-mod provenance;
-mod reconcile;
 mod scenarios;
 mod transact;
 mod transactional;
@@ -54,10 +50,6 @@ mod waiting;
 pub use change_feed::*;
 pub use elsewhere::Elsewhere;
 pub use heartbeat::*;
-pub use holders::c11_a_takeover_and_a_start_over_record_the_new_holder;
-pub use listing::*;
-pub use provenance::*;
-pub use reconcile::*;
 pub use scenarios::*;
 pub use transact::*;
 pub use transactional::*;
@@ -70,8 +62,7 @@ pub fn set_local_deadline(lease: &mut crate::Lease, at: std::time::Instant) {
     lease.set_local_deadline(at);
 }
 
-use crate::store::Completion;
-use crate::store::Operator;
+use crate::store::{Completion, Store};
 use crate::{Error, FencingToken, Fingerprint, IdempotencyKey, Policy, RecordId, Request, Scope};
 use std::time::Duration;
 
@@ -79,7 +70,7 @@ use std::time::Duration;
 #[crate::store::async_trait]
 pub trait Harness: Send + Sync + 'static {
     /// The store under test.
-    type Store: Operator + 'static;
+    type Store: Store + 'static;
 
     /// A store on a namespace that no other call of `store` returns (a new table or schema, a
     /// new key prefix, a new `MemoryStore`); several stores may share a server and a pool.
@@ -186,20 +177,6 @@ macro_rules! __idem_conformance_scenarios {
             c12_corrupt_record_is_a_typed_error,
             c12_an_in_progress_record_with_a_response_is_corrupt,
             c16_a_store_step_reports_what_it_found_and_never_loops,
-            c09_in_progress_records_are_listed_by_age,
-            c10_completed_records_are_listed_per_consumer,
-            c10_stats_count_records_by_state,
-            c11_reservation_time_and_holder_are_recorded_on_reserve_and_takeover,
-            c11_completion_time_is_recorded_on_complete,
-            c02_lookup_by_key_finds_every_consumer_and_route_bounded,
-            c08_doubt_an_unknown_outcome_is_marked_and_listed_oldest_first,
-            c08_doubt_settling_stores_the_real_answer_and_the_retry_replays_it,
-            c08_doubt_releasing_lets_the_retry_execute_once,
-            c08_doubt_still_unknown_backs_off_and_counts_attempts,
-            c06_doubt_racing_reconcilers_decide_once,
-            c06_doubt_a_decision_about_an_old_execution_cannot_touch_a_new_one,
-            c08_doubt_a_pass_settles_and_releases_what_the_reconciler_found,
-            c10_doubt_past_its_retention_the_key_is_new_and_not_in_doubt,
         }
     };
 }
@@ -356,10 +333,7 @@ mod tests {
         let listed: &[&str] = crate::__idem_conformance_scenarios!(names);
         let tx_listed: &[&str] = crate::__idem_transactional_scenarios!(names);
         let mut defined = public_fns(include_str!("scenarios.rs"));
-        defined.extend(public_fns(include_str!("listing.rs")));
         defined.extend(public_fns(include_str!("waiting.rs")));
-        defined.extend(public_fns(include_str!("provenance.rs")));
-        defined.extend(public_fns(include_str!("reconcile.rs")));
         defined.sort_unstable();
         let mut listed = listed.to_vec();
         listed.sort_unstable();

@@ -2,10 +2,7 @@
 // Each test binary uses a part of it.
 #![allow(dead_code)]
 
-use idem_core::store::{
-    async_trait, Acquire, Claim, Completion, Lease, ListQuery, Operator, Page, Record, Reserved,
-    Stats,
-};
+use idem_core::store::{async_trait, Acquire, Claim, Completion, Lease, Record, Reserved};
 use idem_core::{Error, MemoryStore, RecordId, Store, StoreErrorKind, Timestamp};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -83,21 +80,5 @@ impl Store for Faulty {
     }
     async fn resolve(&self, r: &idem_core::store::Resolution) -> Result<bool, Error> {
         self.inner.resolve(r).await
-    }
-}
-
-#[async_trait]
-impl Operator for Faulty {
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-        self.inner.list(query).await
-    }
-    async fn stats(&self) -> Result<Stats, Error> {
-        self.inner.stats().await
-    }
-    async fn reconciliations(
-        &self,
-        id: &RecordId,
-    ) -> Result<Vec<idem_core::reconcile::Reconciliation>, Error> {
-        self.inner.reconciliations(id).await
     }
 }

@@ -2,7 +2,7 @@
 //! pings sent by `pg_notify` through the store's connections. The supervision (pings every
 //! interval, the ping deadline, reconnection with back-off, [`Changes::missed`] after every
 //! (re)connection, the end once the engines are gone) is the core's
-//! [`Feed`](idem_core::store::Feed).
+//! [`Feed`](idem_ops::feed::Feed).
 //!
 //! - **Its own connection.** The listener is one session of its own, outside the store's
 //!   connections and pool (none is held while duplicates wait), opened with the listener's
@@ -14,8 +14,9 @@
 //! - Each replacement is a warn log on target `idem_postgres`.
 
 use super::{Inner, PgStore};
-use idem_core::store::{Changes, Feed, Listen, Received};
+use idem_core::store::Changes;
 use idem_core::Error;
+use idem_ops::feed::{Feed, Listen, Received};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,7 +88,7 @@ impl Listen for PgListen {
         PgStore { inner }.notify(&channel, &payload).await
     }
 
-    idem_core::store::feed_report!(
+    idem_ops::feed_report!(
         target: "idem_postgres",
         replacing: "the change feed's listener failed: connecting again",
         ping_not_sent: "the change feed's ping could not be sent",

@@ -11,10 +11,11 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use idem_core::store::{
-    async_trait, Acquire, Capabilities, Claim, Completion, Execution, Inspected, Lease, ListQuery,
-    ListingOrder, Operator, Page, Record, Reserved, Stats, Transactional, TxEnd,
+    async_trait, Acquire, Capabilities, Claim, Completion, Execution, Lease, Record, Reserved,
+    Transactional, TxEnd,
 };
 use idem_core::{Error, Idempotency, Policy, RecordId, Store, StoreErrorKind, Timestamp};
+use idem_ops::{Inspected, ListQuery, ListingOrder, Operator, Page, Stats};
 use idem_sqlite::SqliteStore;
 use idem_tower::{ConsumerError, Handled};
 use std::convert::Infallible;
@@ -397,7 +398,7 @@ impl<S: Operator> Operator for Decorated<S> {
     async fn reconciliations(
         &self,
         id: &RecordId,
-    ) -> Result<Vec<idem_core::reconcile::Reconciliation>, Error> {
+    ) -> Result<Vec<idem_core::store::Reconciliation>, Error> {
         self.up()?;
         self.inner.reconciliations(id).await
     }

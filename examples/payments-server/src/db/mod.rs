@@ -12,7 +12,7 @@ pub(crate) use sqlite::Sqlite;
 pub(crate) use unavailable::{is_unavailable, Unreachable, READ_DEADLINE};
 
 use crate::charge::Charge;
-use idem::store::Operator;
+use idem::ops::Operator;
 use idem::tower::Reservation;
 use idem::{Completion, Idempotency, RunError};
 use std::time::Duration;

@@ -3,13 +3,12 @@
 //! second handle that records another holder (a builder's `holder`), outside the [`Harness`]
 //! suite.
 //!
-//! [`Harness`]: super::Harness
+//! [`Harness`]: super::OperatorHarness
 
 use super::listing::{engine, reserve};
 use super::{policy, request, unique_consumer, LEASE, SHORT_RETENTION};
-use crate::store::Inspected;
-use crate::store::Operator;
-use crate::{Begin, Holder, RecordId, StoredResponse};
+use crate::{Inspected, Operator};
+use idem_core::{Begin, Holder, RecordId, StoredResponse};
 use std::time::Duration;
 
 async fn inspected<S: Operator + ?Sized>(store: &S, id: &RecordId) -> Inspected {

@@ -1,16 +1,14 @@
 //! A decision about a record in doubt whose store applied it, lost the answer and tried again
 //! (a pooled connection found dead after the commit) is reported as applied, not contested: the
-//! engine recognises its own entry in the audit trail (docs/state-machine.md, "Records in
+//! decision recognises its own entry in the audit trail (docs/state-machine.md, "Records in
 //! doubt"). A decision someone else made first is still contested.
 
-use idem_core::reconcile::{Finding, Reconciliation, Resolved};
-use idem_core::store::{
-    async_trait, Acquire, Claim, Completion, Inspected, ListQuery, Operator, Page, Record,
-    Reserved, Resolution, Stats,
-};
+use idem_core::store::{async_trait, Acquire, Claim, Completion, Record, Reserved, Resolution};
 use idem_core::{
     Error, Failure, Idempotency, Lease, MemoryStore, RecordId, Store, StoredResponse, Timestamp,
 };
+use idem_ops::reconcile::{in_doubt, resolve, Decided, Finding, Reconciliation};
+use idem_ops::{Inspected, ListQuery, Operator, Page, Stats};
 use std::time::Duration;
 
 /// The memory store, whose `resolve` runs twice and answers the second run: the answer of the
@@ -76,26 +74,23 @@ async fn c08_a_decision_whose_answer_was_lost_is_reported_applied() {
             Err::<StoredResponse, _>(Failure::unknown("network timed out"))
         })
         .await;
-    let case = idem
-        .in_doubt(request.id())
+    let case = in_doubt(&idem, request.id())
         .await
         .expect("read")
         .expect("in doubt");
     let settled = Finding::settled(StoredResponse::new(201, "charged"));
-    let resolved = idem
-        .resolve(&case, settled, "reconciler")
+    let resolved = resolve(&idem, &case, settled, "reconciler")
         .await
         .expect("resolve");
     assert!(
-        matches!(resolved, Resolved::Settled(ref r) if r.status == 201),
+        resolved == Some(Decided::Settled { status: 201 }),
         "its own decision, applied: {resolved:?}"
     );
     // Someone else's decision came first: the same stale read is contested now.
-    let late = idem
-        .resolve(&case, Finding::not_happened(), "another")
+    let late = resolve(&idem, &case, Finding::not_happened(), "another")
         .await
         .expect("resolve");
-    assert_eq!(late, Resolved::Contested);
+    assert_eq!(late, None);
     assert_eq!(
         idem.store()
             .reconciliations(request.id())

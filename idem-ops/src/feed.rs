@@ -1,7 +1,7 @@
 //! A store's change feed, supervised (C5, C13): the loop that delivers what other processes
-//! announce ([`Store::announce`](crate::Store::announce)) to this process's waiting duplicates
+//! announce ([`Store::announce`](idem_core::Store::announce)) to this process's waiting duplicates
 //! ([`Changes::changed`]) for as long as an engine of the store lives ([`Changes::is_closed`],
-//! checked every [`CHECK_EVERY`]). A store gives it its mechanics through [`Listen`]: how to
+//! checked every half second). A store gives it its mechanics through [`Listen`]: how to
 //! open a listener, receive on it, and send a ping the way its announcements travel; the rest
 //! is here, once for every store.
 //!
@@ -12,7 +12,7 @@
 //!   the listener is dead: it is dropped and another opened. A ping the store could not send
 //!   proves nothing about the listener and is not held against it.
 //! - **Reconnection.** A lost, silent or unopenable listener is replaced after a delay that
-//!   starts at 100 ms and doubles up to 5 s ([`crate::backoff`]), back to 100 ms once a
+//!   starts at 100 ms and doubles up to 5 s (`backoff.rs`), back to 100 ms once a
 //!   connection proved healthy (its ping arrived). After every (re)connection the feed calls
 //!   [`Changes::missed`]: announcements may have been lost meanwhile, so every waiter reads its
 //!   record again. Each replacement is reported to the store ([`FeedEvent::Replacing`]).
@@ -20,9 +20,8 @@
 //!   ([`Changes::missed`]) rather than miss one.
 
 use crate::backoff::Backoff;
-use crate::changes::{digest_from_hex, Changes};
-use crate::error::{Error, Field};
-use crate::token::FencingToken;
+use idem_core::store::{digest_from_hex, Changes};
+use idem_core::{Error, FencingToken, Field};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
@@ -57,7 +56,7 @@ impl std::fmt::Display for PingError {
 /// rest is checked by [`validate`](Self::validate).
 ///
 /// ```
-/// use idem_core::store::FeedSettings;
+/// use idem_ops::feed::FeedSettings;
 /// use std::time::Duration;
 /// let mut settings = FeedSettings::new("changes");
 /// assert!(settings.enabled);
@@ -138,7 +137,8 @@ pub enum FeedEvent<'a> {
 /// its announcements travel (for the pings).
 ///
 /// ```
-/// use idem_core::store::{Changes, Feed, FeedEvent, FeedSettings, Listen, Received};
+/// use idem_core::store::Changes;
+/// use idem_ops::feed::{Feed, FeedEvent, FeedSettings, Listen, Received};
 /// use idem_core::Error;
 /// use std::sync::Arc;
 ///
@@ -211,18 +211,18 @@ pub trait Listen: Send + Sync + 'static {
 /// field `error`, each with the store's own words.
 ///
 /// ```
-/// use idem_core::store::Received;
+/// use idem_ops::feed::Received;
 /// use idem_core::Error;
 /// use std::sync::Arc;
 /// # struct Deaf;
-/// impl idem_core::store::Listen for Deaf {
+/// impl idem_ops::feed::Listen for Deaf {
 ///     // connect, receive, ping ...
 /// #   type Listener = ();
 /// #   type Store = ();
 /// #   async fn connect(&mut self, _: [&str; 2]) -> Result<(), String> { Err(String::new()) }
 /// #   async fn receive(&self, _: &mut ()) -> Result<Option<Received>, String> { Ok(None) }
 /// #   async fn ping(_: Arc<()>, _: String, _: String) -> Result<(), Error> { Ok(()) }
-///     idem_core::store::feed_report!(
+///     idem_ops::feed_report!(
 ///         target: "deaf_store",
 ///         replacing: "the change feed's listener failed: connecting again",
 ///         ping_not_sent: "the change feed's ping could not be sent",
@@ -230,13 +230,12 @@ pub trait Listen: Send + Sync + 'static {
 /// }
 /// # fn main() {}
 /// ```
-#[doc(hidden)]
 #[macro_export]
-macro_rules! __idem_feed_report {
+macro_rules! feed_report {
     (target: $target:literal, replacing: $replacing:literal, ping_not_sent: $ping:literal $(,)?) => {
-        fn report(&self, event: $crate::store::FeedEvent<'_>) {
+        fn report(&self, event: $crate::feed::FeedEvent<'_>) {
             match event {
-                $crate::store::FeedEvent::Replacing {
+                $crate::feed::FeedEvent::Replacing {
                     channel,
                     why,
                     retry_in,
@@ -247,7 +246,7 @@ macro_rules! __idem_feed_report {
                     retry_in = ?retry_in,
                     $replacing
                 ),
-                $crate::store::FeedEvent::PingNotSent { error } => {
+                $crate::feed::FeedEvent::PingNotSent { error } => {
                     $crate::__tracing::debug!(target: $target, %error, $ping)
                 }
                 _ => {}
@@ -319,7 +318,7 @@ impl<L: Listen> Feed<L> {
     }
 
     /// Runs the feed on a task of the current Tokio runtime; false (and nothing runs) outside
-    /// one. What [`Store::watch`](crate::Store::watch) returns.
+    /// one. What [`Store::watch`](idem_core::Store::watch) returns.
     pub fn spawn(self) -> bool {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return false;
@@ -492,7 +491,6 @@ fn deliver(changes: &Changes, payload: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::changes::Wakeups;
     use std::sync::Mutex;
     use tokio::sync::mpsc;
 
@@ -525,8 +523,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn c05_an_announcement_wakes_its_waiter_and_the_feed_stops_with_its_engines() {
-        let wakeups = Arc::new(Wakeups::default());
+    async fn c13_the_feed_connects_and_stops_once_its_engines_are_gone() {
+        // Waking waiters by announcement is the change-feed conformance scenarios' (run by
+        // the PostgreSQL and Redis stores); here, the loop's own life.
         let (sent, inbox) = mpsc::unbounded_channel();
         let sent = Arc::new(sent);
         let connects = Arc::new(Mutex::new(0));
@@ -539,25 +538,16 @@ mod tests {
             Arc::downgrade(&sent),
             &FeedSettings::new("changes"),
             "changes_ping_",
-            Changes::of(&wakeups),
+            Changes::closed(),
         );
-        let running = tokio::spawn(feed.run());
-        let mut subscription = wakeups.subscribe([3; 32]);
-        subscription.arm();
         sent.send(Received {
             channel: "changes".to_owned(),
-            payload: crate::store::digest_to_hex(&[3; 32]).into_bytes(),
+            payload: idem_core::store::digest_to_hex(&[3; 32]).into_bytes(),
         })
         .expect("the loopback");
-        tokio::time::timeout(Duration::from_secs(2), subscription.woken())
+        tokio::time::timeout(Duration::from_secs(2), feed.run())
             .await
-            .expect("woken by the announcement");
-        assert_eq!(*connects.lock().expect("the count"), 1);
-        drop(subscription);
-        drop(wakeups);
-        tokio::time::timeout(Duration::from_secs(2), running)
-            .await
-            .expect("the feed stops once its engines are gone")
-            .expect("the feed ran");
+            .expect("the feed stops once its engines are gone");
+        assert!(*connects.lock().expect("the count") <= 1);
     }
 }

@@ -3,23 +3,19 @@
 //!
 //! A listing is read-only, bounded ([`ListQuery::MAX_LIMIT`] records a call) and paginated: a
 //! [`Page`] carries the [`Cursor`] of the next page, `None` at the end. It never carries a
-//! stored body (a completed record shows its status); [`Store::lookup`](crate::Store::lookup)
+//! stored body (a completed record shows its status); [`Store::lookup`](idem_core::Store::lookup)
 //! reads one record whole.
 
-use crate::clock::Timestamp;
-use crate::doubt::Doubt;
-use crate::error::{Error, Field};
-use crate::holder::Holder;
-use crate::key::IdempotencyKey;
-use crate::record::{Noted, Provenance, Record};
-use crate::scope::{check_part, RecordId, Scope};
+use crate::provenance::{Noted, Provenance};
+use idem_core::store::{Doubt, Record};
+use idem_core::{Error, Field, Holder, IdempotencyKey, RecordId, Scope, Timestamp};
 use std::fmt;
 use std::time::Duration;
 
 /// Which records to list, how many, and from where.
 ///
 /// ```
-/// use idem_core::store::{ListQuery, Selection};
+/// use idem_ops::{ListQuery, Selection};
 /// use std::time::Duration;
 /// let stuck = ListQuery::in_progress(Duration::from_secs(300)).limit(50);
 /// assert_eq!(stuck.selection(), &Selection::InProgress { older_than: Duration::from_secs(300) });
@@ -57,7 +53,7 @@ pub enum Selection {
         route: Option<String>,
     },
     /// Every record with this idempotency key, under any consumer and route, in any state,
-    /// expired or not (what [`Store::lookup`](crate::Store::lookup) would read for each), by
+    /// expired or not (what [`Store::lookup`](idem_core::Store::lookup) would read for each), by
     /// consumer then route. Keys are chosen by clients: records of two clients may share one,
     /// and each is still its own record (C2).
     Key {
@@ -88,7 +84,7 @@ impl ListQuery {
     /// The records in doubt, due or not ([`Selection::InDoubt`]).
     ///
     /// ```
-    /// use idem_core::store::{ListQuery, Selection};
+    /// use idem_ops::{ListQuery, Selection};
     /// assert_eq!(ListQuery::in_doubt().selection(), &Selection::InDoubt { due: false });
     /// assert_eq!(ListQuery::due_for_reconciliation().selection(), &Selection::InDoubt { due: true });
     /// ```
@@ -103,7 +99,7 @@ impl ListQuery {
 
     /// The completed records of `consumer` (validated like [`Scope`]'s consumer).
     pub fn completed(consumer: &str) -> Result<Self, Error> {
-        check_part(Field::Consumer, consumer, Scope::MAX_CONSUMER_LEN)?;
+        Scope::check_consumer(consumer)?;
         Ok(Self::new(Selection::Completed {
             consumer: consumer.to_owned(),
             route: None,
@@ -114,7 +110,7 @@ impl ListQuery {
     /// routes.
     ///
     /// ```
-    /// use idem_core::store::{ListQuery, Selection};
+    /// use idem_ops::{ListQuery, Selection};
     /// let q = ListQuery::key("order-42")?;
     /// assert_eq!(q.selection(), &Selection::Key { key: "order-42".into() });
     /// assert!(ListQuery::key("bad key").is_err());
@@ -137,7 +133,7 @@ impl ListQuery {
 
     /// Only `route` (validated like [`Scope`]'s route); only for completed records.
     pub fn route(mut self, route: &str) -> Result<Self, Error> {
-        check_part(Field::Route, route, Scope::MAX_ROUTE_LEN)?;
+        Scope::check_route(route)?;
         match &mut self.selection {
             Selection::Completed { route: r, .. } => *r = Some(route.to_owned()),
             Selection::InProgress { .. } | Selection::Key { .. } | Selection::InDoubt { .. } => {
@@ -246,7 +242,7 @@ impl Page {
     /// record kept.
     ///
     /// ```
-    /// use idem_core::store::Page;
+    /// use idem_ops::Page;
     /// assert_eq!(Page::from_fetched(Vec::new(), 10), Page::default());
     /// ```
     pub fn from_fetched(mut fetched: Vec<Listed>, limit: usize) -> Page {
@@ -267,7 +263,7 @@ impl Page {
 /// elsewhere; it never changes anything.
 ///
 /// ```
-/// use idem_core::store::Cursor;
+/// use idem_ops::Cursor;
 /// let cursor = Cursor::new("s.0.17");
 /// assert_eq!(cursor.as_str(), "s.0.17");
 /// assert_eq!(cursor.to_string(), "s.0.17");
@@ -365,7 +361,7 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
 /// records come and go, so its figures are approximate under traffic.
 ///
 /// ```
-/// use idem_core::store::Stats;
+/// use idem_ops::Stats;
 /// let stats = Stats::default();
 /// assert_eq!(stats.total(), 0);
 /// ```
@@ -404,7 +400,7 @@ impl Stats {
     }
 }
 
-/// A record as [`Operator::inspect`](crate::store::Operator::inspect) reads it: the record whole, and its
+/// A record as [`Operator::inspect`](crate::Operator::inspect) reads it: the record whole, and its
 /// [`Provenance`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inspected {

@@ -1,15 +1,16 @@
 //! The conformance scenarios of what operators see (`list`, `stats`; store rule 6): the
 //! orphans a crash left (C9) and the records a retention keeps (C10).
 
-use super::{policy, request, request_on, unique_consumer, Harness, LEASE, SHORT_RETENTION};
-use crate::store::{
-    Cursor, Expiry, ListQuery, Listed, ListedState, ListingOrder, Operator, Selection, Store,
+use super::{
+    policy, request, request_on, unique_consumer, OperatorHarness, LEASE, SHORT_RETENTION,
 };
-use crate::{Begin, Error, Field, Idempotency, Policy, Request, StoredResponse};
+use crate::{Cursor, ListQuery, Listed, ListedState, ListingOrder, Operator, Selection};
+use idem_core::store::{Expiry, Store};
+use idem_core::{Begin, Error, Field, Idempotency, Policy, Request, StoredResponse};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(super) async fn fresh<H: Harness>(harness: &H) -> Arc<H::Store> {
+pub(super) async fn fresh<H: OperatorHarness>(harness: &H) -> Arc<H::Store> {
     Arc::new(harness.store().await)
 }
 
@@ -101,7 +102,7 @@ fn keys(listed: &[Listed]) -> Vec<&str> {
 /// passed, never a completed one; a takeover is a new reservation with a new age; a page never
 /// exceeds its limit and the pages cover the listing once; a cursor the store did not make is
 /// refused.
-pub async fn c09_in_progress_records_are_listed_by_age<H: Harness>(harness: &H) {
+pub async fn c09_in_progress_records_are_listed_by_age<H: OperatorHarness>(harness: &H) {
     let store = fresh(harness).await;
     let short = engine(&store, policy());
     let long = engine(&store, policy().lease(Duration::from_secs(3600)));
@@ -169,7 +170,7 @@ pub async fn c09_in_progress_records_are_listed_by_age<H: Harness>(harness: &H) 
 
 /// C10: a consumer's live completed records are listed with their status, never their body,
 /// on every route or one, and never another consumer's, an in-progress one or an expired one.
-pub async fn c10_completed_records_are_listed_per_consumer<H: Harness>(harness: &H) {
+pub async fn c10_completed_records_are_listed_per_consumer<H: OperatorHarness>(harness: &H) {
     let store = fresh(harness).await;
     let idem = engine(&store, policy());
     let short = engine(&store, policy().retention(SHORT_RETENTION));
@@ -218,7 +219,7 @@ pub async fn c10_completed_records_are_listed_per_consumer<H: Harness>(harness: 
 /// C9, C10: `stats` counts the namespace's records by state at the store's clock: live and
 /// orphaned in-progress records, live and expired completed ones (a TTL store may have deleted
 /// the expired ones already), and the oldest reservation in progress.
-pub async fn c10_stats_count_records_by_state<H: Harness>(harness: &H) {
+pub async fn c10_stats_count_records_by_state<H: OperatorHarness>(harness: &H) {
     let store = fresh(harness).await;
     let long = engine(&store, policy().lease(Duration::from_secs(3600)));
     let short = engine(&store, policy().retention(SHORT_RETENTION));

@@ -1,25 +1,20 @@
 //! One record in doubt, as a reconciler reads it.
 
-use crate::clock::Timestamp;
-use crate::doubt::Doubt;
-use crate::fingerprint::Fingerprint;
 use crate::listing::Inspected;
-use crate::record::RecordState;
-use crate::response::StoredResponse;
-use crate::scope::RecordId;
-use crate::token::FencingToken;
+use idem_core::store::{Doubt, RecordState};
+use idem_core::{FencingToken, Fingerprint, RecordId, StoredResponse, Timestamp};
 
 /// A completed record whose answer is in doubt, read whole: what a reconciler needs to ask the
 /// provider (the triple, the request's fingerprint, the handler's [`note`](Doubt::note), the
 /// [`downstream_key`](Self::downstream_key) the handler sent), and what it was answered so far.
 ///
-/// Read it with [`Idempotency::in_doubt`](crate::Idempotency::in_doubt); a decision about it is
+/// Read it with [`in_doubt`](super::in_doubt); a decision about it is
 /// applied only while the record still carries the mark as read here (two deciders that read
 /// it, one wins).
 ///
 /// ```
-/// use idem_core::reconcile::InDoubt;
 /// use idem_core::{Failure, Idempotency, MemoryStore, StoredResponse};
+/// use idem_ops::reconcile::{in_doubt, InDoubt};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let idem = Idempotency::new(MemoryStore::new());
@@ -27,7 +22,7 @@ use crate::token::FencingToken;
 /// let _ = idem.run(&request, |_ctx| async {
 ///     Err::<StoredResponse, _>(Failure::unknown("network timed out").noting("auth 3f2a"))
 /// }).await;
-/// let case: InDoubt = idem.in_doubt(request.id()).await?.expect("in doubt");
+/// let case: InDoubt = in_doubt(&idem, request.id()).await?.expect("in doubt");
 /// assert_eq!(case.answer.status, 500);
 /// assert_eq!(case.doubt.note, "auth 3f2a");
 /// # Ok(())
@@ -54,7 +49,7 @@ pub struct InDoubt {
     /// When the record is next due for a check.
     pub check_at: Option<Timestamp>,
     /// The mark as stored: what a decision is fenced on.
-    pub(crate) read: Vec<u8>,
+    pub(super) read: Vec<u8>,
 }
 
 impl InDoubt {
@@ -88,19 +83,19 @@ impl InDoubt {
     }
 
     /// The idempotency key the handler was given for its downstream call
-    /// ([`Context::downstream_key`](crate::Context::downstream_key)): what to ask the provider
-    /// by.
+    /// ([`Context::downstream_key`](idem_core::Context::downstream_key)): what to ask the
+    /// provider by.
     pub fn downstream_key(&self) -> String {
-        crate::lease::downstream_key(&self.id)
+        self.id.downstream_key()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::DoubtCause;
-    use crate::record::{Provenance, Record};
-    use crate::{IdempotencyKey, Scope};
+    use crate::Provenance;
+    use idem_core::store::{DoubtCause, Record};
+    use idem_core::{IdempotencyKey, Scope};
 
     fn inspected(record_token: FencingToken, doubt_token: FencingToken) -> Inspected {
         Inspected {

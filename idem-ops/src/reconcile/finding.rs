@@ -1,14 +1,13 @@
 //! What a reconciler found out about one record in doubt.
 
-use crate::doubt::bounded;
-use crate::response::StoredResponse;
+use idem_core::StoredResponse;
 use std::time::Duration;
 
 /// What a reconciler (or an operator) found out about a record in doubt, asking the provider:
 /// the [`Verdict`], what it asked and what it was told, for the audit trail.
 ///
 /// ```
-/// use idem_core::reconcile::{Finding, Verdict};
+/// use idem_ops::reconcile::{Finding, Verdict};
 /// use idem_core::StoredResponse;
 /// let found = Finding::settled(StoredResponse::new(201, r#"{"id":"ch_1"}"#))
 ///     .asked("GET /v1/authorizations?idempotency_key=3f2a")
@@ -34,7 +33,7 @@ pub enum Verdict {
     /// The effect did not happen: the key is released and the next retry executes (C8).
     NotHappened,
     /// Nobody can tell yet: ask again later, after `retry_after` if set, else after the
-    /// reconciler's backoff ([`backoff`](crate::reconcile::backoff)).
+    /// reconciler's backoff ([`backoff`](super::backoff)).
     StillUnknown {
         /// When to ask again, if the provider said.
         retry_after: Option<Duration>,
@@ -115,7 +114,19 @@ impl Finding {
         &self.answer
     }
 
-    pub(crate) fn into_parts(self) -> (Verdict, String, String) {
+    pub(super) fn into_parts(self) -> (Verdict, String, String) {
         (self.verdict, self.asked, self.answer)
     }
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+pub(super) fn bounded(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
 }

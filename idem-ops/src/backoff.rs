@@ -1,4 +1,4 @@
-//! How long a change feed ([`crate::store::Feed`]) waits before it connects again after its
+//! How long a change feed ([`crate::feed::Feed`]) waits before it connects again after its
 //! listener failed or could not be opened: [`MIN`] at first, doubling up to [`MAX`], back to
 //! [`MIN`] once a connection proved healthy (a ping arrived on it).
 

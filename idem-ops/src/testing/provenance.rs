@@ -3,9 +3,9 @@
 //! process holds it, and every record of one key across consumers and routes (C2).
 
 use super::listing::{completed, engine, every_page, fresh, reserve};
-use super::{policy, request, request_on, unique_consumer, Harness, LEASE};
-use crate::store::{Inspected, ListQuery, ListedState, ListingOrder, Operator, Selection};
-use crate::{Begin, Holder, RecordId, StoredResponse, Timestamp};
+use super::{policy, request, request_on, unique_consumer, OperatorHarness, LEASE};
+use crate::{Inspected, ListQuery, ListedState, ListingOrder, Operator, Selection};
+use idem_core::{Begin, Holder, RecordId, StoredResponse, Timestamp};
 use std::time::Duration;
 
 /// The most a store's two readings of one instant may differ by: a server store keeps the
@@ -22,7 +22,7 @@ async fn inspected<S: Operator + ?Sized>(store: &S, id: &RecordId) -> Inspected 
 
 fn lease_until(inspected: &Inspected) -> Timestamp {
     match inspected.record.state {
-        crate::store::RecordState::InProgress { lease_until } => lease_until,
+        idem_core::store::RecordState::InProgress { lease_until } => lease_until,
         ref other => panic!("expected in progress, got {other:?}"),
     }
 }
@@ -31,7 +31,9 @@ fn lease_until(inspected: &Inspected) -> Timestamp {
 /// lease: the deadline is the reservation time plus the lease), and which process made it
 /// (this one); a takeover is a new reservation, with a later time and the taker as holder; the
 /// pending listing shows the same.
-pub async fn c11_reservation_time_and_holder_are_recorded_on_reserve_and_takeover<H: Harness>(
+pub async fn c11_reservation_time_and_holder_are_recorded_on_reserve_and_takeover<
+    H: OperatorHarness,
+>(
     harness: &H,
 ) {
     let store = fresh(harness).await;
@@ -85,7 +87,7 @@ pub async fn c11_reservation_time_and_holder_are_recorded_on_reserve_and_takeove
 /// C11: a completion records when it landed, by the store's clock (the retention runs from
 /// it), and keeps the reservation's time and holder; a start over after the retention clears
 /// it. The completed listing shows the same times.
-pub async fn c11_completion_time_is_recorded_on_complete<H: Harness>(harness: &H) {
+pub async fn c11_completion_time_is_recorded_on_complete<H: OperatorHarness>(harness: &H) {
     let store = fresh(harness).await;
     let retention = Duration::from_secs(3600);
     let idem = engine(&store, policy().retention(retention));
@@ -109,7 +111,7 @@ pub async fn c11_completion_time_is_recorded_on_complete<H: Harness>(harness: &H
         landed.saturating_since(reserved) + ROUNDING >= pause,
         "completed after the pause, by the same clock: {done:?}"
     );
-    let crate::store::RecordState::Completed { expires_at, .. } = done.record.state else {
+    let idem_core::store::RecordState::Completed { expires_at, .. } = done.record.state else {
         panic!("completed: {done:?}");
     };
     let kept = expires_at.saturating_since(landed);
@@ -131,7 +133,9 @@ pub async fn c11_completion_time_is_recorded_on_complete<H: Harness>(harness: &H
 /// C2: the records of one key under every consumer and route are found by the key alone, in
 /// every state, each once, by consumer then route, a bounded page at a time; records of other
 /// keys are not; a key refused by C1 is refused here too.
-pub async fn c02_lookup_by_key_finds_every_consumer_and_route_bounded<H: Harness>(harness: &H) {
+pub async fn c02_lookup_by_key_finds_every_consumer_and_route_bounded<H: OperatorHarness>(
+    harness: &H,
+) {
     let store = fresh(harness).await;
     let idem = engine(&store, policy().lease(Duration::from_secs(3600)));
     let key = "shared-key";

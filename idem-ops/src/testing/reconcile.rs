@@ -3,10 +3,12 @@
 //! deferred, and decided once however many deciders race.
 
 use super::listing::{engine, every_page, fresh};
-use super::{policy, request, unique_consumer, Harness, SHORT_RETENTION};
-use crate::reconcile::{Decided, DoubtCause, Finding, InDoubt, Reconciliation, Resolved};
-use crate::store::{ListQuery, ListedState, Noted, Operator, Store};
-use crate::{Answer, Failure, Idempotency, Outcome, Request, RunError, StoredResponse};
+use super::{policy, request, unique_consumer, OperatorHarness, SHORT_RETENTION};
+use crate::reconcile::{self, Decided, DoubtCause, Finding, InDoubt, Reconciliation};
+use crate::Noted;
+use crate::{ListQuery, ListedState, Operator};
+use idem_core::store::Store;
+use idem_core::{Answer, Failure, Idempotency, Outcome, Request, RunError, StoredResponse};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,7 +46,7 @@ async fn run_counted<S: Store + 'static>(
 }
 
 async fn case<S: Operator + 'static>(idem: &Idempotency<S>, request: &Request) -> InDoubt {
-    idem.in_doubt(request.id())
+    reconcile::in_doubt(idem, request.id())
         .await
         .expect("read")
         .expect("the record is in doubt")
@@ -60,20 +62,19 @@ async fn trail<S: Operator>(store: &S, request: &Request) -> Vec<Reconciliation>
 /// A reconciliation pass by hand (idem-ops runs the real one over the same calls): every
 /// record the store lists as due for a check is read and decided with `check`'s finding. The
 /// decisions, in listing order.
-async fn decide_due<S, F>(idem: &Idempotency<S>, check: F) -> Vec<Resolved>
+async fn decide_due<S, F>(idem: &Idempotency<S>, check: F) -> Vec<Option<Decided>>
 where
     S: Operator + 'static,
     F: Fn(&InDoubt) -> Finding,
 {
     let mut decided = Vec::new();
     for listed in every_page(idem.store(), ListQuery::due_for_reconciliation(), 10).await {
-        if let Some(case) = idem
-            .in_doubt(&listed.id)
+        if let Some(case) = reconcile::in_doubt(idem, &listed.id)
             .await
             .expect("read a record in doubt")
         {
             let finding = check(&case);
-            let resolved = idem.resolve(&case, finding, "reconciler pass").await;
+            let resolved = reconcile::resolve(idem, &case, finding, "reconciler pass").await;
             decided.push(resolved.expect("a decision stored"));
         }
     }
@@ -84,7 +85,7 @@ where
 /// due for a check at once; only such records are listed in doubt, oldest first, a page at a
 /// time; they are counted apart in the stats; the record read whole gives what a reconciler
 /// needs (the answer, the fingerprint, the key the handler sent downstream).
-pub async fn c08_doubt_an_unknown_outcome_is_marked_and_listed_oldest_first<H: Harness>(
+pub async fn c08_doubt_an_unknown_outcome_is_marked_and_listed_oldest_first<H: OperatorHarness>(
     harness: &H,
 ) {
     let store = fresh(harness).await;
@@ -137,13 +138,13 @@ pub async fn c08_doubt_an_unknown_outcome_is_marked_and_listed_oldest_first<H: H
     assert_eq!(first.answer.status, 500);
     assert_eq!(first.doubt.note, "provider key 0");
     assert_eq!(first.fingerprint, *doubtful[0].fingerprint());
-    assert_eq!(
-        first.downstream_key(),
-        crate::lease::downstream_key(doubtful[0].id())
-    );
+    assert_eq!(first.downstream_key(), doubtful[0].id().downstream_key());
     assert!(first.completed_at.is_some() && first.reserved_at.is_some());
     assert!(
-        idem.in_doubt(fine_500.id()).await.expect("read").is_none(),
+        reconcile::in_doubt(&idem, fine_500.id())
+            .await
+            .expect("read")
+            .is_none(),
         "a handler's own 500 is not in doubt"
     );
     assert!(trail(&*store, &doubtful[0]).await.is_empty());
@@ -152,7 +153,9 @@ pub async fn c08_doubt_an_unknown_outcome_is_marked_and_listed_oldest_first<H: H
 /// C8, C7: settling a record in doubt stores the real answer in its place; every retry replays
 /// it and nothing runs again; the record leaves the listing; the audit trail has the decision,
 /// by whom, what was asked and answered, about which execution.
-pub async fn c08_doubt_settling_stores_the_real_answer_and_the_retry_replays_it<H: Harness>(
+pub async fn c08_doubt_settling_stores_the_real_answer_and_the_retry_replays_it<
+    H: OperatorHarness,
+>(
     harness: &H,
 ) {
     let store = fresh(harness).await;
@@ -173,12 +176,11 @@ pub async fn c08_doubt_settling_stores_the_real_answer_and_the_retry_replays_it<
     let finding = Finding::settled(real.clone())
         .asked("GET /authorizations/auth-1")
         .answered("captured");
-    let resolved = idem
-        .resolve(&case, finding, "reconciler test")
+    let resolved = reconcile::resolve(&idem, &case, finding, "reconciler test")
         .await
         .expect("resolve");
     assert!(
-        matches!(&resolved, Resolved::Settled(r) if r.status == 201),
+        resolved == Some(Decided::Settled { status: 201 }),
         "{resolved:?}"
     );
 
@@ -188,7 +190,10 @@ pub async fn c08_doubt_settling_stores_the_real_answer_and_the_retry_replays_it<
         other => panic!("expected the settled answer replayed, got {other:?}"),
     }
     assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran again");
-    assert!(idem.in_doubt(charge.id()).await.expect("read").is_none());
+    assert!(reconcile::in_doubt(&idem, charge.id())
+        .await
+        .expect("read")
+        .is_none());
     assert!(every_page(&*store, ListQuery::in_doubt(), 10)
         .await
         .is_empty());
@@ -214,7 +219,7 @@ pub async fn c08_doubt_settling_stores_the_real_answer_and_the_retry_replays_it<
 
 /// C8: releasing a record in doubt (its effect did not happen) gives the key back: the next
 /// retry executes, once; the audit trail of the released record stays.
-pub async fn c08_doubt_releasing_lets_the_retry_execute_once<H: Harness>(harness: &H) {
+pub async fn c08_doubt_releasing_lets_the_retry_execute_once<H: OperatorHarness>(harness: &H) {
     let store = fresh(harness).await;
     let idem = engine(&store, policy());
     let consumer = unique_consumer("c08r");
@@ -223,10 +228,10 @@ pub async fn c08_doubt_releasing_lets_the_retry_execute_once<H: Harness>(harness
     let case = case(&idem, &charge).await;
     let finding = Finding::not_happened().answered("no authorization under this key");
     assert_eq!(
-        idem.resolve(&case, finding, "operator alice")
+        reconcile::resolve(&idem, &case, finding, "operator alice")
             .await
             .expect("resolve"),
-        Resolved::Released
+        Some(Decided::Released)
     );
     assert!(store.lookup(charge.id()).await.expect("lookup").is_none());
 
@@ -240,7 +245,10 @@ pub async fn c08_doubt_releasing_lets_the_retry_execute_once<H: Harness>(harness
         1,
         "the retry executes once: {a:?} {b:?}"
     );
-    assert!(idem.in_doubt(charge.id()).await.expect("read").is_none());
+    assert!(reconcile::in_doubt(&idem, charge.id())
+        .await
+        .expect("read")
+        .is_none());
 
     let entries = trail(&*store, &charge).await;
     assert_eq!(
@@ -255,7 +263,9 @@ pub async fn c08_doubt_releasing_lets_the_retry_execute_once<H: Harness>(harness
 
 /// C8: a record still unknown keeps its answer and is due again only after its backoff; each
 /// check counts an attempt and leaves an entry; a reconciliation pass checks only what is due.
-pub async fn c08_doubt_still_unknown_backs_off_and_counts_attempts<H: Harness>(harness: &H) {
+pub async fn c08_doubt_still_unknown_backs_off_and_counts_attempts<H: OperatorHarness>(
+    harness: &H,
+) {
     let store = fresh(harness).await;
     let idem = engine(&store, policy());
     let consumer = unique_consumer("c08u");
@@ -266,16 +276,15 @@ pub async fn c08_doubt_still_unknown_backs_off_and_counts_attempts<H: Harness>(h
     let finding = Finding::still_unknown()
         .answered("provider unreachable")
         .retry_after(later);
-    let resolved = idem
-        .resolve(&first, finding, "reconciler test")
+    let resolved = reconcile::resolve(&idem, &first, finding, "reconciler test")
         .await
         .expect("resolve");
     assert_eq!(
         resolved,
-        Resolved::Deferred {
+        Some(Decided::StillUnknown {
             attempt: 1,
             retry_after: later
-        }
+        })
     );
     let deferred = case(&idem, &charge).await;
     assert_eq!(deferred.doubt.attempts, 1);
@@ -305,7 +314,7 @@ pub async fn c08_doubt_still_unknown_backs_off_and_counts_attempts<H: Harness>(h
     tokio::time::sleep(later + Duration::from_millis(100)).await;
     let due = decide_due(&idem, still).await;
     assert!(
-        matches!(due[..], [Resolved::Deferred { attempt: 2, .. }]),
+        matches!(due[..], [Some(Decided::StillUnknown { attempt: 2, .. })]),
         "{due:?}"
     );
     assert_eq!(case(&idem, &charge).await.doubt.attempts, 2);
@@ -331,7 +340,7 @@ pub async fn c08_doubt_still_unknown_backs_off_and_counts_attempts<H: Harness>(h
 /// C6, C8: deciders racing on one record in doubt (reconcilers in several processes, an
 /// operator) each read the same mark; exactly one decision is applied and recorded, whatever
 /// the others decided, round after round.
-pub async fn c06_doubt_racing_reconcilers_decide_once<H: Harness>(harness: &H) {
+pub async fn c06_doubt_racing_reconcilers_decide_once<H: OperatorHarness>(harness: &H) {
     let store = fresh(harness).await;
     let idem = engine(&store, policy());
     let consumer = unique_consumer("c06d");
@@ -348,14 +357,14 @@ pub async fn c06_doubt_racing_reconcilers_decide_once<H: Harness>(harness: &H) {
                     1 => Finding::not_happened(),
                     _ => Finding::still_unknown(),
                 };
-                idem.resolve(&read, finding, &format!("decider {i}")).await
+                reconcile::resolve(&idem, &read, finding, &format!("decider {i}")).await
             })
         });
         let mut won = Vec::new();
         for decider in deciders.collect::<Vec<_>>() {
             let resolved = decider.await.expect("no panic").expect("resolve");
-            if resolved != Resolved::Contested {
-                won.push(resolved);
+            if let Some(decided) = resolved {
+                won.push(decided);
             }
         }
         assert_eq!(won.len(), 1, "round {round}: one decision wins: {won:?}");
@@ -363,15 +372,19 @@ pub async fn c06_doubt_racing_reconcilers_decide_once<H: Harness>(harness: &H) {
         assert_eq!(entries.len(), 1, "round {round}: one entry: {entries:?}");
         let now = store.lookup(charge.id()).await.expect("lookup");
         match (&won[0], entries[0].decided) {
-            (Resolved::Settled(r), Decided::Settled { status: 201 }) => {
+            (Decided::Settled { status: 201 }, Decided::Settled { status: 201 }) => {
                 let record = now.expect("settled record");
                 assert!(matches!(
                     record.state,
-                    crate::store::RecordState::Completed { ref response, .. } if response == r
+                    idem_core::store::RecordState::Completed { ref response, .. }
+                        if response.status == 201 && response.body.starts_with(b"settled by ")
                 ));
             }
-            (Resolved::Released, Decided::Released) => assert!(now.is_none()),
-            (Resolved::Deferred { attempt: 1, .. }, Decided::StillUnknown { attempt: 1, .. }) => {
+            (Decided::Released, Decided::Released) => assert!(now.is_none()),
+            (
+                Decided::StillUnknown { attempt: 1, .. },
+                Decided::StillUnknown { attempt: 1, .. },
+            ) => {
                 assert_eq!(case(&idem, &charge).await.doubt.attempts, 1);
             }
             (won, entry) => panic!("round {round}: {won:?} recorded as {entry:?}"),
@@ -382,7 +395,9 @@ pub async fn c06_doubt_racing_reconcilers_decide_once<H: Harness>(harness: &H) {
 /// C6, C9: a decision about an execution in doubt cannot touch the next execution of its key:
 /// once released and run again (even into doubt again), the record carries another token, and
 /// the old decision is contested, nothing written.
-pub async fn c06_doubt_a_decision_about_an_old_execution_cannot_touch_a_new_one<H: Harness>(
+pub async fn c06_doubt_a_decision_about_an_old_execution_cannot_touch_a_new_one<
+    H: OperatorHarness,
+>(
     harness: &H,
 ) {
     let store = fresh(harness).await;
@@ -392,20 +407,20 @@ pub async fn c06_doubt_a_decision_about_an_old_execution_cannot_touch_a_new_one<
     in_doubt(&idem, &charge, "first").await;
     let old = case(&idem, &charge).await;
     assert_eq!(
-        idem.resolve(&old, Finding::not_happened(), "operator")
+        reconcile::resolve(&idem, &old, Finding::not_happened(), "operator")
             .await
             .expect("release"),
-        Resolved::Released
+        Some(Decided::Released)
     );
     in_doubt(&idem, &charge, "second").await;
     let new = case(&idem, &charge).await;
     assert_ne!(new.token, old.token);
     let late = Finding::settled(StoredResponse::new(201, "late"));
     assert_eq!(
-        idem.resolve(&old, late, "a late reconciler")
+        reconcile::resolve(&idem, &old, late, "a late reconciler")
             .await
             .expect("resolve"),
-        Resolved::Contested
+        None
     );
     let still = case(&idem, &charge).await;
     assert_eq!(
@@ -421,7 +436,7 @@ pub async fn c06_doubt_a_decision_about_an_old_execution_cannot_touch_a_new_one<
 
 /// C8: a reconciliation pass checks every record in doubt that is due, and only those, and
 /// applies what the reconciler found for each: one settled, one released.
-pub async fn c08_doubt_a_pass_settles_and_releases_what_the_reconciler_found<H: Harness>(
+pub async fn c08_doubt_a_pass_settles_and_releases_what_the_reconciler_found<H: OperatorHarness>(
     harness: &H,
 ) {
     let store = fresh(harness).await;
@@ -451,11 +466,11 @@ pub async fn c08_doubt_a_pass_settles_and_releases_what_the_reconciler_found<H: 
     let decided = decide_due(&idem, &check).await;
     let settled = decided
         .iter()
-        .filter(|d| matches!(d, Resolved::Settled(_)))
+        .filter(|d| matches!(d, Some(Decided::Settled { .. })))
         .count();
     let released = decided
         .iter()
-        .filter(|d| matches!(d, Resolved::Released))
+        .filter(|d| matches!(d, Some(Decided::Released)))
         .count();
     assert_eq!((decided.len(), settled, released), (2, 1, 1), "{decided:?}");
     let seen: Vec<String> = seen
@@ -483,13 +498,15 @@ pub async fn c08_doubt_a_pass_settles_and_releases_what_the_reconciler_found<H: 
     );
     let entry = &trail(&*store, &charged).await[0];
     assert!(entry.by.starts_with("reconciler "), "{entry:?}");
-    assert_eq!(entry.asked, crate::lease::downstream_key(charged.id()));
+    assert_eq!(entry.asked, charged.id().downstream_key());
 }
 
 /// C10: a record in doubt whose retention passed behaves as absent: it leaves the listing, a
 /// decision about it is contested, and the retry that starts the key over executes, with no
 /// mark of the old doubt.
-pub async fn c10_doubt_past_its_retention_the_key_is_new_and_not_in_doubt<H: Harness>(harness: &H) {
+pub async fn c10_doubt_past_its_retention_the_key_is_new_and_not_in_doubt<H: OperatorHarness>(
+    harness: &H,
+) {
     let store = fresh(harness).await;
     let idem = engine(&store, policy().retention(SHORT_RETENTION));
     let consumer = unique_consumer("c10d");
@@ -502,19 +519,23 @@ pub async fn c10_doubt_past_its_retention_the_key_is_new_and_not_in_doubt<H: Har
         .is_empty());
     assert_eq!(store.stats().await.expect("stats").in_doubt, 0);
     assert_eq!(
-        idem.resolve(
+        reconcile::resolve(
+            &idem,
             &old,
             Finding::settled(StoredResponse::new(201, "late")),
             "late"
         )
         .await
         .expect("resolve"),
-        Resolved::Contested
+        None
     );
     let runs = Arc::new(AtomicUsize::new(0));
     let rerun = run_counted(&idem, &charge, &runs, 201).await;
     assert!(matches!(rerun, Outcome::Executed(_)), "{rerun:?}");
-    assert!(idem.in_doubt(charge.id()).await.expect("read").is_none());
+    assert!(reconcile::in_doubt(&idem, charge.id())
+        .await
+        .expect("read")
+        .is_none());
     let inspected = store
         .inspect(charge.id())
         .await

@@ -1,11 +1,13 @@
 //! The reconciler of records in doubt: passes that check each record due with the
 //! application's [`Reconcile`] and apply what it found with the engine's one decision path
-//! ([`Idempotency::resolve`]).
+//! ([`resolve`]).
 
+use crate::listing::ListQuery;
+use crate::operator::Operator;
 use crate::periodic::Periodic;
+use crate::reconcile::{in_doubt, resolve, Decided, Finding, InDoubt};
 use async_trait::async_trait;
-use idem_core::reconcile::{Finding, InDoubt, Resolved};
-use idem_core::store::{CatchUnwind, ListQuery, Operator};
+use idem_core::store::CatchUnwind;
 use idem_core::{Error, Holder, Idempotency, Operation};
 use std::future::Future;
 use std::time::Duration;
@@ -59,26 +61,26 @@ pub struct Reconciled {
 }
 
 impl Reconciled {
-    fn count(&mut self, resolved: &Resolved) {
-        match resolved {
-            Resolved::Settled(_) => self.settled += 1,
-            Resolved::Released => self.released += 1,
-            Resolved::Deferred { .. } => self.deferred += 1,
-            _ => self.contested += 1,
+    fn count(&mut self, decided: Option<Decided>) {
+        match decided {
+            Some(Decided::Settled { .. }) => self.settled += 1,
+            Some(Decided::Released) => self.released += 1,
+            Some(_) => self.deferred += 1,
+            None => self.contested += 1,
         }
     }
 }
 
 /// One reconciliation pass, now: every record in doubt that is due for a check (oldest
 /// first, at most [`MAX_PER_PASS`]) is read, checked with `reconciler` and decided
-/// ([`Idempotency::resolve`]) as `reconciler <this process>`. A record that cannot be read or
+/// ([`resolve`]) as `reconciler <this process>`. A record that cannot be read or
 /// decided is counted as failed and the pass goes on; a listing that fails ends the pass with
 /// its error. Run it from several processes at once if you like: each record is decided once.
 /// Needs a Tokio runtime with its time driver (a check has a deadline).
 ///
 /// ```
-/// use idem_core::reconcile::{Finding, InDoubt};
 /// use idem_core::{Failure, Idempotency, MemoryStore, StoredResponse};
+/// use idem_ops::reconcile::{Finding, InDoubt};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let idem = Idempotency::new(MemoryStore::new());
@@ -109,7 +111,7 @@ where
             if report.checked >= MAX_PER_PASS {
                 return Ok(report);
             }
-            let case = match idem.in_doubt(&listed.id).await {
+            let case = match in_doubt(idem, &listed.id).await {
                 // Decided since it was listed (or listed twice by a scanning store).
                 Ok(Some(case)) if case.check_at == listed.check_at => case,
                 Ok(_) => continue,
@@ -121,8 +123,8 @@ where
             };
             report.checked += 1;
             let finding = checked(reconciler, case.clone()).await;
-            match idem.resolve(&case, finding, &by).await {
-                Ok(resolved) => report.count(&resolved),
+            match resolve(idem, &case, finding, &by).await {
+                Ok(decided) => report.count(decided),
                 Err(error) => {
                     tracing::warn!(
                         target: "idem",

@@ -1,0 +1,99 @@
+//! The time a store call may take (C13): what is left of the store budget, as an instant.
+
+use crate::event::Operation;
+use crate::timeout::timed_out;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// The instant by which a store call answers, or fails as unavailable (C13).
+///
+/// Every [`Store`](crate::Store) method takes one. The engine makes it from the request's store
+/// budget ([`Policy::store_timeout`](crate::Policy::store_timeout)); a tool that calls a store
+/// directly makes its own, or takes [`Deadline::default`] (the default budget from now). A
+/// store waits for nothing (a connection, the writer, a server's answer) past it: a call that
+/// is still waiting then is dropped, its connection with it, and answers
+/// [`StoreErrorKind::Unavailable`](crate::StoreErrorKind::Unavailable).
+///
+/// ```
+/// use idem_core::store::Deadline;
+/// use std::time::Duration;
+/// let deadline = Deadline::after(Duration::from_secs(2));
+/// assert!(deadline.remaining() <= Duration::from_secs(2));
+/// assert!(Deadline::after(Duration::ZERO).remaining().is_zero());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Deadline(Instant);
+
+impl Deadline {
+    /// The default store budget: five seconds, [`Policy::store_timeout`](
+    /// crate::Policy::store_timeout)'s default.
+    pub const DEFAULT_BUDGET: Duration = Duration::from_secs(5);
+
+    /// `budget` from now.
+    pub fn after(budget: Duration) -> Self {
+        let now = Instant::now();
+        Self(now.checked_add(budget).unwrap_or(now + Duration::from_secs(86_400)))
+    }
+
+    /// The deadline at `instant`.
+    pub fn at(instant: Instant) -> Self {
+        Self(instant)
+    }
+
+    /// The instant.
+    pub fn instant(self) -> Instant {
+        self.0
+    }
+
+    /// What is left of it (zero once it passed).
+    pub fn remaining(self) -> Duration {
+        self.0.saturating_duration_since(Instant::now())
+    }
+
+    /// `call`, dropped at the deadline: then the store is unavailable for `operation` (C13).
+    /// Where there is no timer (no Tokio runtime with its time driver: the guard style on
+    /// another executor), the call runs unbounded by this deadline, as the store's own
+    /// timeouts bound it.
+    ///
+    /// ```
+    /// use idem_core::store::Deadline;
+    /// use idem_core::{Operation, StoreErrorKind};
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let never = std::future::pending::<Result<(), idem_core::Error>>();
+    /// let error = Deadline::after(Duration::from_millis(10))
+    ///     .bound(Operation::Lookup, never)
+    ///     .await
+    ///     .unwrap_err();
+    /// assert_eq!(error.as_store().map(|e| e.kind()), Some(StoreErrorKind::Unavailable));
+    /// # }
+    /// ```
+    pub async fn bound<T, F>(self, operation: Operation, call: F) -> Result<T, crate::Error>
+    where
+        F: Future<Output = Result<T, crate::Error>>,
+    {
+        let Some(timer) = timer_at(self.0) else {
+            return call.await;
+        };
+        let budget = self.remaining();
+        tokio::select! {
+            biased;
+            result = call => result,
+            () = timer => Err(timed_out(operation, budget)),
+        }
+    }
+}
+
+impl Default for Deadline {
+    /// [`DEFAULT_BUDGET`](Self::DEFAULT_BUDGET) from now.
+    fn default() -> Self {
+        Self::after(Self::DEFAULT_BUDGET)
+    }
+}
+
+/// A timer firing at `instant`, where there is a Tokio time driver.
+fn timer_at(instant: Instant) -> Option<tokio::time::Sleep> {
+    let instant = tokio::time::Instant::from_std(instant);
+    std::panic::catch_unwind(|| tokio::time::sleep_until(instant)).ok()
+}
