@@ -94,7 +94,7 @@ impl From<Completion> for Reply {
 ///   at a status resource while you reconcile).
 ///
 /// An unknown outcome's answer is stored marked in doubt, with what [`noting`](Self::noting)
-/// attached, for a reconciler to settle ([`reconcile`](crate::reconcile)).
+/// attached, for a reconciler to settle (idem-ops' `reconcile`).
 ///
 /// The default is the one that cannot run an effect twice.
 ///

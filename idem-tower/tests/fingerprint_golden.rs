@@ -102,7 +102,7 @@ async fn c03_golden_fingerprints_through_the_layer() {
     use axum::body::Body;
     use axum::routing::post;
     use axum::Router;
-    use idem_core::store::Operator;
+    use idem_ops::Operator;
     use idem_core::{Idempotency, IdempotencyKey, MemoryStore, RecordId, Scope};
     use std::sync::Arc;
     use tower::ServiceExt;
