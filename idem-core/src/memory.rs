@@ -110,25 +110,14 @@ impl Entry {
         self.view().try_map_response(StoredResponse::decode)
     }
 
-    fn kept(&self, id: &RecordId) -> MemoryRecord {
+    /// The entry as [`MemoryStore::records`] shows it.
+    fn shown(&self, id: &RecordId) -> MemoryRecord {
+        let Ok(record) = self
+            .view()
+            .try_map_response(|response| Ok::<_, std::convert::Infallible>(response.to_vec()));
         MemoryRecord {
             id: id.clone(),
-            record: Record {
-                fingerprint: self.fingerprint,
-                token: self.token,
-                state: match &self.state {
-                    EntryState::InProgress { lease_until } => RecordState::InProgress {
-                        lease_until: *lease_until,
-                    },
-                    EntryState::Completed {
-                        response,
-                        expires_at,
-                    } => RecordState::Completed {
-                        response: response.clone(),
-                        expires_at: *expires_at,
-                    },
-                },
-            },
+            record,
             reserved_at: self.reserved_at,
             completed_at: self.completed_at,
             holder: self.holder.clone(),
@@ -210,13 +199,13 @@ impl MemoryStore {
     pub fn records(&self) -> Vec<MemoryRecord> {
         self.lock()
             .iter()
-            .map(|(id, entry)| entry.kept(id))
+            .map(|(id, entry)| entry.shown(id))
             .collect()
     }
 
     /// The record `id` as held, expired or not.
     pub fn record(&self, id: &RecordId) -> Option<MemoryRecord> {
-        self.lock().get(id).map(|entry| entry.kept(id))
+        self.lock().get(id).map(|entry| entry.shown(id))
     }
 
     /// The audit trail of `id` at the store's `now`: each unexpired entry with when it was
