@@ -361,13 +361,14 @@ impl PgOutbox {
         }
     }
 
-    /// Claims up to `limit` due deliveries for `lease` under `token`.
+    /// Claims up to `limit` due deliveries for `lease` under `token`: the claimed ones, and how
+    /// many due ones it set aside for `lease` because their endpoint is disabled.
     pub(crate) async fn claim(
         &self,
         token: &str,
         lease: Duration,
         limit: usize,
-    ) -> Result<Vec<Claimed>, OutboxError> {
+    ) -> Result<(Vec<Claimed>, usize), OutboxError> {
         let rows = sqlx::query(sql::CLAIM)
             .bind(token)
             .bind(millis(lease))
@@ -375,33 +376,39 @@ impl PgOutbox {
             .fetch_all(self.inner.store.pool())
             .await
             .map_err(store_error)?;
-        rows.iter()
-            .map(|row| {
-                let get = || -> Result<_, sqlx::Error> {
-                    Ok((
-                        row.try_get::<i64, _>(0)?,
-                        row.try_get::<String, _>(1)?,
-                        row.try_get::<String, _>(2)?,
-                        row.try_get::<Vec<u8>, _>(3)?,
-                        row.try_get::<String, _>(4)?,
-                        row.try_get::<String, _>(5)?,
-                        row.try_get::<i32, _>(6)?,
-                    ))
-                };
-                let (id, message_id, endpoint, payload, content_type, headers, attempt) =
-                    get().map_err(store_error)?;
-                Ok(Claimed {
-                    id,
-                    message_id: MessageId::from_stored(message_id),
-                    endpoint,
-                    payload,
-                    content_type,
-                    headers: headers_from_stored(&headers)?,
-                    attempt: u32::try_from(attempt)
-                        .map_err(|_| OutboxError::Corrupt("attempts".into()))?,
-                })
-            })
-            .collect()
+        let mut set_aside = 0;
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let get = || -> Result<_, sqlx::Error> {
+                Ok((
+                    row.try_get::<i64, _>(0)?,
+                    row.try_get::<String, _>(1)?,
+                    row.try_get::<String, _>(2)?,
+                    row.try_get::<Vec<u8>, _>(3)?,
+                    row.try_get::<String, _>(4)?,
+                    row.try_get::<String, _>(5)?,
+                    row.try_get::<i32, _>(6)?,
+                    row.try_get::<bool, _>(7)?,
+                ))
+            };
+            let (id, message_id, endpoint, payload, content_type, headers, attempt, enabled) =
+                get().map_err(store_error)?;
+            if !enabled {
+                set_aside += 1;
+                continue;
+            }
+            claimed.push(Claimed {
+                id,
+                message_id: MessageId::from_stored(message_id),
+                endpoint,
+                payload,
+                content_type,
+                headers: headers_from_stored(&headers)?,
+                attempt: u32::try_from(attempt)
+                    .map_err(|_| OutboxError::Corrupt("attempts".into()))?,
+            });
+        }
+        Ok((claimed, set_aside))
     }
 
     /// Records an attempt's end, the attempt and its endpoint's health under its claim, in one
@@ -479,14 +486,15 @@ mod tests {
             .enqueue(&mut tx, &Message::bytes("a/b", "x").to("m"))
             .await?;
         tx.commit().await?;
-        let first = outbox.claim("old", Duration::from_millis(100), 10).await?;
+        let (first, _) = outbox.claim("old", Duration::from_millis(100), 10).await?;
         assert_eq!(first.len(), 1);
         assert!(outbox
             .claim("other", Duration::from_millis(100), 10)
             .await?
+            .0
             .is_empty());
         tokio::time::sleep(Duration::from_millis(150)).await;
-        let second = outbox.claim("new", Duration::from_secs(60), 10).await?;
+        let (second, _) = outbox.claim("new", Duration::from_secs(60), 10).await?;
         assert_eq!((second.len(), second[0].attempt), (1, 2));
         assert!(!outbox.record(&record(first[0].id, "old", 500)).await?);
         assert!(outbox.record(&record(second[0].id, "new", 200)).await?);

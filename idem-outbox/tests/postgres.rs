@@ -372,3 +372,58 @@ async fn c17_pg_operators_retry_replay_and_purge_with_the_same_id() {
         .expect("attempts")
         .is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_a_disabled_endpoints_deliveries_wait_without_holding_up_others() {
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    let receiver = Receiver::start().await;
+    let schedule = || quick(3, Duration::from_millis(50));
+    let disabled = endpoint("disabled", &receiver.url(), schedule()).enabled(false);
+    outbox.register(&disabled).await.expect("registered");
+    outbox
+        .register(&endpoint("merchant", &receiver.url(), schedule()))
+        .await
+        .expect("registered");
+    // The disabled endpoint's deliveries are due first, more than a claim takes.
+    let mut waiting = Vec::new();
+    for n in 0..40 {
+        waiting.push(enqueue(&store, &outbox, "disabled", n).await);
+    }
+    let mut ids = HashSet::new();
+    for n in 0..5 {
+        ids.insert(enqueue(&store, &outbox, "merchant", n).await.to_string());
+    }
+    let dispatcher = outbox.dispatcher().allow_loopback(true).batch(16);
+    let mut taken = 0;
+    for _ in 0..10 {
+        taken += dispatcher.dispatch_due().await.expect("dispatched");
+    }
+    assert_eq!(
+        taken, 45,
+        "each due delivery taken once: 40 set aside, 5 sent"
+    );
+    let received: HashSet<String> = receiver.received().into_iter().map(|r| r.id).collect();
+    assert_eq!(
+        received, ids,
+        "the enabled endpoint's messages, and only them"
+    );
+    for id in &waiting {
+        let delivery = &outbox.deliveries(id).await.expect("deliveries")[0];
+        assert_eq!(
+            (delivery.state, delivery.attempts),
+            (DeliveryState::Pending, 0),
+            "waiting, never attempted"
+        );
+    }
+    // Enabled again, its deliveries are due at once (not after the lease they were set aside).
+    outbox
+        .register(&disabled.enabled(true))
+        .await
+        .expect("registered");
+    for _ in 0..5 {
+        dispatcher.dispatch_due().await.expect("dispatched");
+    }
+    assert_eq!(receiver.received().len(), 45, "every message delivered");
+    assert!(receiver.effects().values().all(|n| *n == 1));
+}
