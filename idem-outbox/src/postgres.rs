@@ -339,25 +339,37 @@ impl PgOutbox {
         Dispatcher::new(crate::backend::Backend::Postgres(self.clone()))
     }
 
-    /// Listens for enqueues and wakes `wake` on each, until the task is aborted; on a lost
-    /// connection, listens again (the dispatcher polls meanwhile).
+    /// Listens for enqueues and wakes `wake` on each, until the task is aborted. A lost
+    /// connection is replaced (at once when it had been listening, then every second while
+    /// the database refuses), and each new one wakes `wake` as it starts listening: what was
+    /// committed while nobody listened is found by the claim that follows, not by the next
+    /// poll.
     pub(crate) async fn listen(self, wake: Arc<Notify>) {
         loop {
-            let listener = async {
+            let mut listening = false;
+            let result: Result<(), sqlx::Error> = async {
                 let mut listener = PgListener::connect_with(self.inner.store.pool()).await?;
                 listener.listen(CHANNEL).await?;
-                // Deliveries committed while not listening are found by the next claim.
+                listening = true;
                 wake.notify_waiters();
                 loop {
-                    listener.recv().await?;
+                    // `None`: the connection was lost and a new one listens already.
+                    if listener.try_recv().await?.is_none() {
+                        tracing::warn!("outbox listener's connection lost; listening again");
+                    }
                     wake.notify_waiters();
                 }
-            };
-            let result: Result<(), sqlx::Error> = listener.await;
-            if let Err(error) = result {
-                tracing::warn!(%error, "outbox listener lost; listening again in 1 s");
             }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            .await;
+            if let Err(error) = result {
+                tracing::warn!(%error, "outbox listener lost; listening again");
+            }
+            let pause = if listening {
+                Duration::from_millis(50)
+            } else {
+                Duration::from_secs(1)
+            };
+            tokio::time::sleep(pause).await;
         }
     }
 
