@@ -23,8 +23,8 @@ pub(crate) fn endpoint(webhook: &Webhook) -> Result<Endpoint, OutboxError> {
 
 /// Starts delivering, each claim lasting the server's lease. The demo's receiver runs beside
 /// the server: loopback is allowed (other private and link-local addresses are not). Under a
-/// test schedule the dispatcher also polls as often as its shortest delay (at least every
-/// 20 ms), so a retry starts when it is due rather than at the next second.
+/// test schedule the dispatcher also polls as often as its shortest delay (kept between 20 ms
+/// and 1 s), so a retry starts when it is due rather than at the next second.
 pub(crate) fn start(dispatcher: Dispatcher, webhook: &Webhook) -> Result<Dispatching, OutboxError> {
     let mut dispatcher = dispatcher.lease(webhook.lease)?.allow_loopback(true);
     if let Some(shortest) = webhook.test_schedule.as_ref().and_then(|d| d.iter().min()) {
