@@ -19,15 +19,17 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
+    /// Claims up to `limit` due deliveries: the claimed ones, and how many due ones of disabled
+    /// endpoints were set aside instead.
     pub(crate) async fn claim(
         &self,
         token: &str,
         lease: Duration,
         limit: usize,
-    ) -> Result<Vec<Claimed>, OutboxError> {
+    ) -> Result<(Vec<Claimed>, usize), OutboxError> {
         match self {
             #[cfg(feature = "sqlite")]
-            Backend::Sqlite(outbox) => outbox.claim(token, lease, limit).await,
+            Backend::Sqlite(outbox) => Ok((outbox.claim(token, lease, limit).await?, 0)),
             #[cfg(feature = "postgres")]
             Backend::Postgres(outbox) => outbox.claim(token, lease, limit).await,
         }

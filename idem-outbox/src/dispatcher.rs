@@ -187,20 +187,21 @@ impl Dispatcher {
         Ok(self.transport.get_or_init(|| transport).clone())
     }
 
-    /// Claims due deliveries once and delivers them: how many it claimed. What [`start`](
-    /// Self::start) runs in a loop; for tests and tools.
+    /// Claims due deliveries once and delivers them: how many due deliveries it took (those
+    /// it attempted, and on PostgreSQL those of a disabled endpoint it set aside for a lease).
+    /// What [`start`](Self::start) runs in a loop; for tests and tools.
     pub async fn dispatch_due(&self) -> Result<usize, OutboxError> {
         let transport = self.transport()?;
         let token = claim_token();
         let claimed_at = Instant::now();
-        let claimed = bounded(
+        let (claimed, set_aside) = bounded(
             self.store_timeout,
             self.backend.claim(&token, self.lease, self.batch),
         )
         .await?;
-        let count = claimed.len();
-        if count == 0 {
-            return Ok(0);
+        let count = claimed.len() + set_aside;
+        if claimed.is_empty() {
+            return Ok(count);
         }
         // Ends every attempt in the claim's first three quarters: the claim was taken after
         // `claimed_at`, so it outlives this deadline by a quarter of the lease at least.

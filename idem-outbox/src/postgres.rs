@@ -339,35 +339,48 @@ impl PgOutbox {
         Dispatcher::new(crate::backend::Backend::Postgres(self.clone()))
     }
 
-    /// Listens for enqueues and wakes `wake` on each, until the task is aborted; on a lost
-    /// connection, listens again (the dispatcher polls meanwhile).
+    /// Listens for enqueues and wakes `wake` on each, until the task is aborted. A lost
+    /// connection is replaced (at once when it had been listening, then every second while
+    /// the database refuses), and each new one wakes `wake` as it starts listening: what was
+    /// committed while nobody listened is found by the claim that follows, not by the next
+    /// poll.
     pub(crate) async fn listen(self, wake: Arc<Notify>) {
         loop {
-            let listener = async {
+            let mut listening = false;
+            let result: Result<(), sqlx::Error> = async {
                 let mut listener = PgListener::connect_with(self.inner.store.pool()).await?;
                 listener.listen(CHANNEL).await?;
-                // Deliveries committed while not listening are found by the next claim.
+                listening = true;
                 wake.notify_waiters();
                 loop {
-                    listener.recv().await?;
+                    // `None`: the connection was lost and a new one listens already.
+                    if listener.try_recv().await?.is_none() {
+                        tracing::warn!("outbox listener's connection lost; listening again");
+                    }
                     wake.notify_waiters();
                 }
-            };
-            let result: Result<(), sqlx::Error> = listener.await;
-            if let Err(error) = result {
-                tracing::warn!(%error, "outbox listener lost; listening again in 1 s");
             }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            .await;
+            if let Err(error) = result {
+                tracing::warn!(%error, "outbox listener lost; listening again");
+            }
+            let pause = if listening {
+                Duration::from_millis(50)
+            } else {
+                Duration::from_secs(1)
+            };
+            tokio::time::sleep(pause).await;
         }
     }
 
-    /// Claims up to `limit` due deliveries for `lease` under `token`.
+    /// Claims up to `limit` due deliveries for `lease` under `token`: the claimed ones, and how
+    /// many due ones it set aside for `lease` because their endpoint is disabled.
     pub(crate) async fn claim(
         &self,
         token: &str,
         lease: Duration,
         limit: usize,
-    ) -> Result<Vec<Claimed>, OutboxError> {
+    ) -> Result<(Vec<Claimed>, usize), OutboxError> {
         let rows = sqlx::query(sql::CLAIM)
             .bind(token)
             .bind(millis(lease))
@@ -375,33 +388,39 @@ impl PgOutbox {
             .fetch_all(self.inner.store.pool())
             .await
             .map_err(store_error)?;
-        rows.iter()
-            .map(|row| {
-                let get = || -> Result<_, sqlx::Error> {
-                    Ok((
-                        row.try_get::<i64, _>(0)?,
-                        row.try_get::<String, _>(1)?,
-                        row.try_get::<String, _>(2)?,
-                        row.try_get::<Vec<u8>, _>(3)?,
-                        row.try_get::<String, _>(4)?,
-                        row.try_get::<String, _>(5)?,
-                        row.try_get::<i32, _>(6)?,
-                    ))
-                };
-                let (id, message_id, endpoint, payload, content_type, headers, attempt) =
-                    get().map_err(store_error)?;
-                Ok(Claimed {
-                    id,
-                    message_id: MessageId::from_stored(message_id),
-                    endpoint,
-                    payload,
-                    content_type,
-                    headers: headers_from_stored(&headers)?,
-                    attempt: u32::try_from(attempt)
-                        .map_err(|_| OutboxError::Corrupt("attempts".into()))?,
-                })
-            })
-            .collect()
+        let mut set_aside = 0;
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let get = || -> Result<_, sqlx::Error> {
+                Ok((
+                    row.try_get::<i64, _>(0)?,
+                    row.try_get::<String, _>(1)?,
+                    row.try_get::<String, _>(2)?,
+                    row.try_get::<Vec<u8>, _>(3)?,
+                    row.try_get::<String, _>(4)?,
+                    row.try_get::<String, _>(5)?,
+                    row.try_get::<i32, _>(6)?,
+                    row.try_get::<bool, _>(7)?,
+                ))
+            };
+            let (id, message_id, endpoint, payload, content_type, headers, attempt, enabled) =
+                get().map_err(store_error)?;
+            if !enabled {
+                set_aside += 1;
+                continue;
+            }
+            claimed.push(Claimed {
+                id,
+                message_id: MessageId::from_stored(message_id),
+                endpoint,
+                payload,
+                content_type,
+                headers: headers_from_stored(&headers)?,
+                attempt: u32::try_from(attempt)
+                    .map_err(|_| OutboxError::Corrupt("attempts".into()))?,
+            });
+        }
+        Ok((claimed, set_aside))
     }
 
     /// Records an attempt's end, the attempt and its endpoint's health under its claim, in one
@@ -479,14 +498,15 @@ mod tests {
             .enqueue(&mut tx, &Message::bytes("a/b", "x").to("m"))
             .await?;
         tx.commit().await?;
-        let first = outbox.claim("old", Duration::from_millis(100), 10).await?;
+        let (first, _) = outbox.claim("old", Duration::from_millis(100), 10).await?;
         assert_eq!(first.len(), 1);
         assert!(outbox
             .claim("other", Duration::from_millis(100), 10)
             .await?
+            .0
             .is_empty());
         tokio::time::sleep(Duration::from_millis(150)).await;
-        let second = outbox.claim("new", Duration::from_secs(60), 10).await?;
+        let (second, _) = outbox.claim("new", Duration::from_secs(60), 10).await?;
         assert_eq!((second.len(), second[0].attempt), (1, 2));
         assert!(!outbox.record(&record(first[0].id, "old", 500)).await?);
         assert!(outbox.record(&record(second[0].id, "new", 200)).await?);

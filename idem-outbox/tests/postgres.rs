@@ -372,3 +372,146 @@ async fn c17_pg_operators_retry_replay_and_purge_with_the_same_id() {
         .expect("attempts")
         .is_empty());
 }
+
+/// The backend pids of the connections listening on the outbox's channel in `url`'s database.
+async fn listeners(store: &idem_postgres::PgStore) -> Vec<i32> {
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%'",
+    )
+    .fetch_all(store.pool())
+    .await
+    .expect("pg_stat_activity")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_a_lost_listen_connection_still_wakes_the_dispatcher_promptly() {
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    let receiver = Receiver::start().await;
+    outbox
+        .register(&endpoint(
+            "merchant",
+            &receiver.url(),
+            quick(3, Duration::from_millis(50)),
+        ))
+        .await
+        .expect("registered");
+    // A poll far longer than the test: only the wake-up can deliver in time.
+    let dispatching = outbox
+        .dispatcher()
+        .allow_loopback(true)
+        .poll_interval(Duration::from_secs(60))
+        .start()
+        .expect("started");
+    let mut listening = Vec::new();
+    for _ in 0..100 {
+        listening = listeners(&store).await;
+        if !listening.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(listening.len(), 1, "the dispatcher listens: {listening:?}");
+    enqueue(&store, &outbox, "merchant", 0).await;
+    assert!(receiver.wait_for(1, Duration::from_secs(2)).await);
+
+    // The listening connection dies (an operator, a proxy, a failover).
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(listening[0])
+        .fetch_one(store.pool())
+        .await
+        .expect("terminated");
+    assert!(killed);
+    let committed = Instant::now();
+    enqueue(&store, &outbox, "merchant", 1).await;
+    assert!(
+        receiver.wait_for(2, Duration::from_secs(3)).await,
+        "a message committed after the LISTEN connection died is delivered without waiting \
+         for the 60 s poll"
+    );
+    let latency = receiver.received()[1]
+        .at
+        .saturating_duration_since(committed);
+    // The listener is back: the next message is woken by its notification again.
+    let mut again = Vec::new();
+    for _ in 0..100 {
+        again = listeners(&store).await;
+        if !again.is_empty() && again != listening {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        again.len() == 1 && again != listening,
+        "listening again on a new connection: {again:?} (was {listening:?})"
+    );
+    let committed = Instant::now();
+    enqueue(&store, &outbox, "merchant", 2).await;
+    assert!(receiver.wait_for(3, Duration::from_secs(2)).await);
+    let next = receiver.received()[2]
+        .at
+        .saturating_duration_since(committed);
+    dispatching.stop().await;
+    eprintln!(
+        "pg lost LISTEN connection: delivered {latency:?} after the commit; the next one {next:?}"
+    );
+    assert!(
+        latency < Duration::from_millis(500) && next < Duration::from_millis(500),
+        "{latency:?}, {next:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_a_disabled_endpoints_deliveries_wait_without_holding_up_others() {
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    let receiver = Receiver::start().await;
+    let schedule = || quick(3, Duration::from_millis(50));
+    let disabled = endpoint("disabled", &receiver.url(), schedule()).enabled(false);
+    outbox.register(&disabled).await.expect("registered");
+    outbox
+        .register(&endpoint("merchant", &receiver.url(), schedule()))
+        .await
+        .expect("registered");
+    // The disabled endpoint's deliveries are due first, more than a claim takes.
+    let mut waiting = Vec::new();
+    for n in 0..40 {
+        waiting.push(enqueue(&store, &outbox, "disabled", n).await);
+    }
+    let mut ids = HashSet::new();
+    for n in 0..5 {
+        ids.insert(enqueue(&store, &outbox, "merchant", n).await.to_string());
+    }
+    let dispatcher = outbox.dispatcher().allow_loopback(true).batch(16);
+    let mut taken = 0;
+    for _ in 0..10 {
+        taken += dispatcher.dispatch_due().await.expect("dispatched");
+    }
+    assert_eq!(
+        taken, 45,
+        "each due delivery taken once: 40 set aside, 5 sent"
+    );
+    let received: HashSet<String> = receiver.received().into_iter().map(|r| r.id).collect();
+    assert_eq!(
+        received, ids,
+        "the enabled endpoint's messages, and only them"
+    );
+    for id in &waiting {
+        let delivery = &outbox.deliveries(id).await.expect("deliveries")[0];
+        assert_eq!(
+            (delivery.state, delivery.attempts),
+            (DeliveryState::Pending, 0),
+            "waiting, never attempted"
+        );
+    }
+    // Enabled again, its deliveries are due at once (not after the lease they were set aside).
+    outbox
+        .register(&disabled.enabled(true))
+        .await
+        .expect("registered");
+    for _ in 0..5 {
+        dispatcher.dispatch_due().await.expect("dispatched");
+    }
+    assert_eq!(receiver.received().len(), 45, "every message delivered");
+    assert!(receiver.effects().values().all(|n| *n == 1));
+}

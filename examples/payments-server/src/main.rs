@@ -30,7 +30,9 @@
 //! under `data.object`) through the outbox: enqueued in the charge's own transaction,
 //! delivered at least once, signed (Standard Webhooks), with one `webhook-id` on every
 //! attempt; examples/webhook-receiver verifies and processes it once at
-//! `/webhooks/standard` (docs/outbox.md).
+//! `/webhooks/standard` (docs/outbox.md). For tests only, with `IDEM_TEST_HOOKS=1`,
+//! `--test-webhook-schedule-ms 200,200,...` (`IDEM_TEST_WEBHOOK_SCHEDULE_MS`) replaces the
+//! outbox's retry schedule (5 s, 5 min, 30 min, ...) by short unjittered delays.
 
 mod account;
 mod app;

@@ -40,6 +40,10 @@ pub(crate) struct Webhook {
     /// How long a dispatcher's claim on a delivery lasts: the server's lease (`--lease-ms`),
     /// after which a delivery whose server died is attempted again.
     pub lease: Duration,
+    /// For tests only: the delays between attempts instead of the outbox's default schedule
+    /// (`--test-webhook-schedule-ms`, `IDEM_TEST_WEBHOOK_SCHEDULE_MS`, milliseconds, comma
+    /// separated, unjittered; refused without `IDEM_TEST_HOOKS=1`).
+    pub test_schedule: Option<Vec<Duration>>,
 }
 
 /// Where charges and idempotency records live.
@@ -99,6 +103,10 @@ const FLAGS: &[Flag] = &[
         name: "--webhook-secret",
         env: "IDEM_WEBHOOK_SECRET",
     },
+    Flag {
+        name: "--test-webhook-schedule-ms",
+        env: "IDEM_TEST_WEBHOOK_SCHEDULE_MS",
+    },
 ];
 
 /// The reconciler's default period, in seconds.
@@ -120,6 +128,10 @@ fn usage() -> String {
                              the outbox, at least once (env IDEM_WEBHOOK_URL; default: none)
   --webhook-secret           its Standard Webhooks secret(s), whsec_..., comma separated during a
                              rotation (env IDEM_WEBHOOK_SECRET; required with --webhook-url)
+  --test-webhook-schedule-ms FOR TESTS ONLY (needs IDEM_TEST_HOOKS=1): the delays between a
+                             webhook's attempts in milliseconds, comma separated, unjittered,
+                             instead of the default schedule (5 s, 5 min, 30 min, 2 h, 5 h, 10 h,
+                             10 h), e.g. 200,200,200 (env IDEM_TEST_WEBHOOK_SCHEDULE_MS)
 {}
   IDEM_TEST_HOOKS=1 enables the test hooks (X-Test-Delay-Ms, X-Test-Network:
   timeout-after-charging|timeout-before-charging, GET /test/charges/count,
@@ -160,6 +172,22 @@ impl Settings {
             None => RECONCILE_EVERY_S,
         };
         let limits = Limits::from_flags(&flags).map_err(|e| format!("{e}\n{}", usage()))?;
+        let test_hooks = env("IDEM_TEST_HOOKS").as_deref() == Some("1");
+        let test_schedule = match flags.get("--test-webhook-schedule-ms") {
+            None => None,
+            Some(_) if !test_hooks => {
+                return Err(format!(
+                    "--test-webhook-schedule-ms is for tests only: it needs IDEM_TEST_HOOKS=1\n{}",
+                    usage()
+                ))
+            }
+            Some(list) => Some(
+                list.split(',')
+                    .map(|ms| ms.trim().parse::<u64>().map(Duration::from_millis))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("--test-webhook-schedule-ms {list}: {e}\n{}", usage()))?,
+            ),
+        };
         let webhook = match (flags.get("--webhook-url"), flags.get("--webhook-secret")) {
             (None, None) => None,
             (Some(url), Some(secrets)) => Some(Webhook {
@@ -171,6 +199,7 @@ impl Settings {
                     .map(str::to_owned)
                     .collect(),
                 lease: Duration::from_millis(lease_ms),
+                test_schedule,
             }),
             _ => {
                 return Err(format!(
@@ -186,7 +215,7 @@ impl Settings {
             limits,
             reconcile_every: (reconcile_s > 0).then(|| Duration::from_secs(reconcile_s)),
             webhook,
-            test_hooks: env("IDEM_TEST_HOOKS").as_deref() == Some("1"),
+            test_hooks,
         })
     }
 }
@@ -260,10 +289,41 @@ mod tests {
                 url: "http://127.0.0.1:8081/webhooks/standard".into(),
                 secrets: vec!["whsec_a".into(), "whsec_b".into()],
                 lease: Duration::from_secs(60),
+                test_schedule: None,
             })
         );
         assert!(parse(&["--webhook-url", "http://x/"], &[]).is_err());
         assert!(parse(&[], &[("IDEM_WEBHOOK_SECRET", "whsec_a")]).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn a_test_schedule_needs_the_test_hooks() -> Result<(), String> {
+        let webhook = [
+            "--webhook-url",
+            "http://127.0.0.1:8081/webhooks/standard",
+            "--webhook-secret",
+            "whsec_a",
+        ];
+        let with = |extra: &[&str], env: &[(&str, &str)]| {
+            let args: Vec<&str> = webhook.iter().chain(extra).copied().collect();
+            parse(&args, env)
+        };
+        let hooks = [("IDEM_TEST_HOOKS", "1")];
+        let short = with(&["--test-webhook-schedule-ms", "200, 300"], &hooks)?;
+        assert_eq!(
+            short.webhook.and_then(|w| w.test_schedule),
+            Some(vec![Duration::from_millis(200), Duration::from_millis(300)])
+        );
+        let err = with(&["--test-webhook-schedule-ms", "200"], &[]).expect_err("tests only");
+        assert!(err.contains("IDEM_TEST_HOOKS=1"), "{err}");
+        assert!(with(&["--test-webhook-schedule-ms", "soon"], &hooks).is_err());
+        assert!(
+            with(&[], &[("IDEM_TEST_WEBHOOK_SCHEDULE_MS", "100"), hooks[0]])?
+                .webhook
+                .and_then(|w| w.test_schedule)
+                .is_some()
+        );
         Ok(())
     }
 

@@ -2,23 +2,24 @@
 //! `--webhook-url http://127.0.0.1:PORT/webhooks/standard --webhook-secret whsec_...` and the
 //! webhook receiver with `STANDARD_WEBHOOK_SECRET` set to the same secret. Each succeeded charge
 //! is delivered through the outbox as one `charge.succeeded`, verified by the receiver and
-//! processed there once (one row in its `received_events`, one entry in its audit trail), with
-//! the message's stable id as `webhook-id`: after a replay of the request, after an outage of
-//! the receiver, and after the server was killed between the receiver's answer and the
-//! attempt's record; signed with both secrets during a rotation. On SQLite and on PostgreSQL.
+//! processed there once (one row in its `received_events`, one entry in its audit trail, and
+//! its effect: the charge marked paid once in the receiver's `paid_charges`), with the
+//! message's stable id as `webhook-id`: after a replay of the request, after an outage of the
+//! receiver, and after the server was killed between the receiver's answer and the attempt's
+//! record; signed with both secrets during a rotation. On SQLite and on PostgreSQL.
 //!
 //! What each side shows: the server's outbox (its database: the message's id, its payload,
 //! its delivery's state and attempts) and the receiver's test hooks (`GET /test/events/count`:
-//! the event's executions; `GET /test/audit`: its id as received in `webhook-id`, its
-//! deliveries, its outcome). The receiver verifies the signature over the body before it
+//! the event's executions; `GET /test/paid-charges`: each charge marked paid and how many
+//! times; `GET /test/audit`: its id as received in `webhook-id`, its deliveries, its outcome). The receiver verifies the signature over the body before it
 //! records anything, so an event processed under the message's id is the message's payload.
 //!
 //! The receiver is the binary cargo built beside this test: `cargo build -p webhook-receiver`
 //! first (`cargo test --workspace` builds it).
 //!
-//! The server has no setting for the retry schedule: its outbox retries on the default
-//! schedule (at once, then 5 s ±20 %, then 5 min, ...), so the outage test keeps the receiver
-//! down for less than the 4 s before the second attempt.
+//! The outage test gives the server a short retry schedule (`--test-webhook-schedule-ms`, a
+//! test hook) instead of the default one (at once, then 5 s ±20 %, then 5 min, ...), so the
+//! receiver stays down through several attempts and the test waits a second, not minutes.
 
 #[macro_use]
 mod support;
@@ -168,6 +169,25 @@ impl Receiver {
         )
     }
 
+    /// The charges the receiver marked paid: charge id -> (event id, event type, times
+    /// processed).
+    async fn paid_charges(&self) -> Vec<(String, String, String, u64)> {
+        let paid = self.get_json("/test/paid-charges").await;
+        paid["charges"]
+            .as_array()
+            .expect("charges")
+            .iter()
+            .map(|c| {
+                (
+                    c["charge_id"].as_str().expect("charge_id").to_owned(),
+                    c["event_id"].as_str().expect("event_id").to_owned(),
+                    c["event_type"].as_str().expect("event_type").to_owned(),
+                    c["processed"].as_u64().expect("processed"),
+                )
+            })
+            .collect()
+    }
+
     /// The audit trail of the Standard Webhooks route.
     async fn audit(&self) -> Vec<Value> {
         self.get_json(&format!("/test/audit?source={SOURCE}")).await["entries"]
@@ -311,8 +331,31 @@ async fn delivered(env: &TestEnv, within: Duration) -> Delivery {
     deliveries[0].clone()
 }
 
+/// Asserts the receiver marked the charge of each of `messages` paid exactly once, by that
+/// message (its `webhook-id`), and no other charge.
+async fn assert_each_charge_paid_once(receiver: &Receiver, messages: &[Delivery]) {
+    let mut expected: Vec<(String, String, String, u64)> = messages
+        .iter()
+        .map(|m| {
+            (
+                m.charge_id.clone(),
+                m.message_id.clone(),
+                "charge.succeeded".to_owned(),
+                1,
+            )
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(
+        receiver.paid_charges().await,
+        expected,
+        "each charge marked paid once, by its message (charge, event, type, times processed)"
+    );
+}
+
 /// Asserts the receiver processed `message` once, having received it `deliveries` times
-/// under its `webhook-id`, and nothing else.
+/// under its `webhook-id`, and nothing else: one execution, one audit entry, its charge marked
+/// paid once.
 async fn assert_processed_once(receiver: &Receiver, message: &Delivery, deliveries: u64) {
     let (executions, distinct) = receiver.executions().await;
     assert_eq!(
@@ -339,6 +382,7 @@ async fn assert_processed_once(receiver: &Receiver, message: &Delivery, deliveri
         entry["conflicts"], 0,
         "the same payload every time: {entry}"
     );
+    assert_each_charge_paid_once(receiver, std::slice::from_ref(message)).await;
 }
 
 /// A succeeded charge of `amount` under a fresh key: the request and the charge.
@@ -431,58 +475,100 @@ on_both_backends! {
     a_replay_sends_nothing_more => c17_sqlite_a_replayed_charge_request_sends_no_second_event, c17_postgres_a_replayed_charge_request_sends_no_second_event;
 }
 
-/// The receiver is down when the charge is made: the first attempt fails (connection
-/// refused, recorded); the receiver comes back on its port and the next attempt (5 s on the
-/// default schedule) delivers the event, processed once.
-async fn a_receiver_down_then_back_gets_it_once(backend: Backend) {
+/// The receiver is down when five charges are made: their attempts fail (connection refused,
+/// recorded) on a short test schedule (every 200 ms); the receiver comes back on its port after
+/// a while and the next attempts deliver every event, each processed once and each charge
+/// marked paid once.
+async fn a_receiver_down_then_back_gets_everything_once(backend: Backend) {
+    const CHARGES: usize = 5;
     let env = TestEnv::new(backend, "outbox-e2e-outage").await;
     let mut receiver = Receiver::start(&env, 0).await;
     let port = receiver.port();
     let url = receiver.webhook_url();
-    let server = start_with_flags(&env, &url, None).await;
+    let server = Server::start_with_args(
+        &env,
+        None,
+        &[
+            "--webhook-url",
+            &url,
+            "--webhook-secret",
+            SECRET,
+            "--test-webhook-schedule-ms",
+            &["200"; 30].join(","),
+        ],
+    )
+    .await;
     receiver.process.kill().await;
     drop(receiver);
 
-    let (_, charge) = charge(&server, 3100).await;
-    let message = the_message_of(&env, &charge).await;
-    let first_failed = poll(
-        200,
+    let mut charges = Vec::new();
+    for n in 0..CHARGES {
+        charges.push(charge(&server, 3100 + n as i64).await.1);
+    }
+    // Down for a while: every message failed three times or more, recorded, none lost.
+    let failed = poll(
+        300,
         Duration::from_millis(20),
         || outbox(&env),
-        |d| d.len() == 1 && d[0].last_error.is_some(),
+        |d| d.len() == CHARGES && d.iter().all(|d| d.attempts >= 3 && d.last_error.is_some()),
     )
     .await;
     let down_since = Instant::now();
-    let first = &first_failed[0];
     assert!(
-        first.state == "pending" && first.attempts == 1 && first.last_status.is_none(),
-        "the first attempt failed, recorded, without an answer: {first:?}"
+        failed.len() == CHARGES
+            && failed
+                .iter()
+                .all(|d| d.state == "pending" && d.last_status.is_none()),
+        "every message's attempts failed without an answer, recorded: {failed:#?}"
     );
 
     let receiver = Receiver::start(&env, port).await;
     let back_after = down_since.elapsed();
+    let every = Duration::from_millis(50);
+    let deliveries = poll(
+        200,
+        every,
+        || outbox(&env),
+        |d| d.len() == CHARGES && d.iter().all(|d| d.state == "delivered"),
+    )
+    .await;
     assert!(
-        back_after < Duration::from_secs(4),
-        "the receiver took {back_after:?} to come back: past the earliest second attempt \
-         (5 s - 20 %), the next one is 5 minutes later"
+        deliveries.len() == CHARGES
+            && deliveries
+                .iter()
+                .all(|d| d.state == "delivered" && d.last_status == Some(200)),
+        "every message delivered once the receiver was back: {deliveries:#?}"
     );
-    let delivered = delivered(&env, Duration::from_secs(15)).await;
+    let mut charge_ids: Vec<&str> = charges.iter().filter_map(|c| c["id"].as_str()).collect();
+    let mut delivered_ids: Vec<&str> = deliveries.iter().map(|d| d.charge_id.as_str()).collect();
+    charge_ids.sort_unstable();
+    delivered_ids.sort_unstable();
+    assert_eq!(delivered_ids, charge_ids, "one message per charge");
+    let (executions, distinct) = receiver.executions().await;
     assert_eq!(
-        (delivered.attempts, delivered.last_status),
-        (2, Some(200)),
-        "delivered at the second attempt: {delivered:?}"
+        (executions, distinct),
+        (CHARGES as u64, CHARGES as u64),
+        "each event processed once"
     );
-    assert_processed_once(&receiver, &message, 1).await;
+    let audit = receiver.audit().await;
+    assert!(
+        audit.len() == CHARGES
+            && audit
+                .iter()
+                .all(|e| e["outcome"] == "processed" && e["deliveries"] == 1),
+        "each event received once, processed: {audit:#?}"
+    );
+    assert_each_charge_paid_once(&receiver, &deliveries).await;
+    let attempts: i64 = deliveries.iter().map(|d| d.attempts).sum();
     eprintln!(
-        "{backend:?}: receiver down {back_after:?}, {} delivered at attempt 2 after {:?}, \
-         processed once, lost 0",
-        message.message_id,
-        down_since.elapsed()
+        "{backend:?}: receiver down (back {back_after:?} after every message failed three times); \
+         messages {CHARGES}, attempts {attempts}, delivered {CHARGES}, processed {executions}, \
+         duplicates processed 0, charges paid once {CHARGES}, lost 0"
     );
 }
 
 on_both_backends! {
-    a_receiver_down_then_back_gets_it_once => c17_sqlite_a_receiver_down_then_back_gets_the_event_once, c17_postgres_a_receiver_down_then_back_gets_the_event_once;
+    a_receiver_down_then_back_gets_everything_once => c17_sqlite_a_receiver_down_then_back_gets_every_event_once, c17_postgres_a_receiver_down_then_back_gets_every_event_once;
 }
 
 /// The server is killed (SIGKILL) after the receiver processed the event and before the
@@ -608,6 +694,10 @@ async fn a_rotation_signs_with_both_secrets(backend: Backend) {
         "a receiver knowing neither secret refuses the signature: {refused:?}"
     );
     assert_eq!(receiver.executions().await, (0, 0), "nothing processed");
+    assert!(
+        receiver.paid_charges().await.is_empty(),
+        "no charge marked paid"
+    );
     eprintln!("{backend:?}: signed with new and old, verified by either alone, by no other");
 }
 

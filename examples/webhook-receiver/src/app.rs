@@ -3,6 +3,7 @@
 //! bodies read within their deadline and budget, one log line per request and one per
 //! delivery.
 
+use crate::charges;
 use crate::events;
 use crate::request_log::log_request;
 use crate::senders;
@@ -82,6 +83,7 @@ pub(crate) fn router(app: Arc<App>, limits: &Limits, tasks: Tasks) -> Router {
         router = router
             .route("/test/invoices/count", get(invoice_count))
             .route("/test/events/count", get(event_count))
+            .route("/test/paid-charges", get(paid_charges))
             .route("/test/audit", get(test_audit));
     }
     router
@@ -454,6 +456,31 @@ async fn event_count(State(app): State<Arc<App>>, Query(params): Query<CountPara
         Err(error) => {
             tracing::error!(%error, "counting events failed");
             problem(500, "internal", "Counting events failed.")
+        }
+    }
+}
+
+/// `GET /test/paid-charges` (test hooks only): `{"count": charges, "charges": [{"charge_id",
+/// "event_id", "event_type", "processed"}]}`, by charge id: the charges a Standard Webhooks
+/// `charge.succeeded` marked paid, and how many times each was processed.
+async fn paid_charges(State(app): State<Arc<App>>) -> Response {
+    match charges::list(app.inbox.idem().store()).await {
+        Ok(rows) => Json(json!({
+            "count": rows.len(),
+            "charges": rows
+                .iter()
+                .map(|(charge_id, event_id, event_type, processed)| json!({
+                    "charge_id": charge_id,
+                    "event_id": event_id,
+                    "event_type": event_type,
+                    "processed": processed,
+                }))
+                .collect::<Vec<_>>(),
+        }))
+        .into_response(),
+        Err(error) => {
+            tracing::error!(%error, "listing paid charges failed");
+            problem(500, "internal", "Listing paid charges failed.")
         }
     }
 }

@@ -1,8 +1,11 @@
 //! The effect of the other senders' events (Standard Webhooks, GitHub, Shopify): one row in
 //! `received_events` per processed event, written in ONE SQLite transaction with the inbox's
 //! acknowledgement. The table has no unique constraint on purpose: a second execution of one
-//! event would show as a second row, so its row count is the number of times events ran.
+//! event would show as a second row, so its row count is the number of times events ran. A
+//! Standard Webhooks `charge.succeeded` also marks its charge paid (`charges.rs`) in the same
+//! transaction.
 
+use crate::charges::{self, PaidCharge};
 use crate::shop::BoxError;
 use idem::sqlite::rusqlite::{params, TransactionBehavior};
 use idem::sqlite::SqliteStore;
@@ -33,10 +36,12 @@ pub(crate) struct Received {
     pub event_id: String,
     /// Its type, when the sender names one.
     pub event_type: Option<String>,
+    /// The charge it reports paid (a Standard Webhooks `charge.succeeded`).
+    pub paid: Option<PaidCharge>,
 }
 
-/// Records `event` and writes the inbox's acknowledgement (`completion`, with `complete_in`)
-/// in one transaction: both commit, or neither.
+/// Records `event` (and marks its charge paid, if it reports one) and writes the inbox's
+/// acknowledgement (`completion`, with `complete_in`) in one transaction: all commit, or none.
 pub(crate) async fn record(
     store: &SqliteStore,
     completion: Completion,
@@ -46,10 +51,14 @@ pub(crate) async fn record(
     store
         .call(move |db| -> Result<(), BoxError> {
             let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = unix_now();
             tx.execute(
                 "INSERT INTO received_events (source, event_id, event_type, received) VALUES (?1, ?2, ?3, ?4)",
-                params![event.source, event.event_id, event.event_type, unix_now()],
+                params![event.source, event.event_id, event.event_type, now],
             )?;
+            if let Some(paid) = &event.paid {
+                charges::mark_paid(&tx, paid, &event.event_id, now)?;
+            }
             writer.complete_in(&tx, &completion)?; // LeaseLost: roll back
             tx.commit()?;
             Ok(())

@@ -3,7 +3,9 @@
 //! orders issues exactly one invoice and takes the order's items from stock, however often and
 //! in whatever order Stripe delivers it. The events of Standard Webhooks (Svix), GitHub and
 //! Shopify are received the same way on routes of their own, each recorded once in
-//! `received_events` (docs/inbox.md, "The example receiver's routes").
+//! `received_events` (docs/inbox.md, "The example receiver's routes"); a Standard Webhooks
+//! `charge.succeeded` (the payments server's, through its outbox) also marks its charge
+//! (`data.object.id`) paid in `paid_charges`, in the same transaction.
 //!
 //! # Run it
 //!
@@ -105,7 +107,9 @@
 //! - With `IDEM_TEST_HOOKS=1` (never in production; logged loudly at start):
 //!   `GET /test/invoices/count` (`{"count": N, "units_sold": U}`),
 //!   `GET /test/events/count?source=github` (`{"count": rows, "distinct": ids}` of
-//!   `received_events`), `GET /test/audit?source=stripe`
+//!   `received_events`), `GET /test/paid-charges` (the charges a Standard Webhooks
+//!   `charge.succeeded` marked paid, each with how many times it was processed: the
+//!   effect a second processing would show), `GET /test/audit?source=stripe`
 //!   (the whole trail), the request header `X-Test-Crash-After-Commit: 1`, which aborts the
 //!   process right after an invoice's transaction committed and before the answer, and
 //!   `X-Test-Delay-Ms: N`, which makes the handler sleep before processing.
@@ -119,6 +123,7 @@
 //!   `--audit-retention-days`; expired inbox records every ten minutes (`idem::ops::purge_every`).
 
 mod app;
+mod charges;
 mod events;
 mod request_log;
 mod senders;
@@ -185,7 +190,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 async fn serve(settings: Settings) -> Result<(), BoxError> {
     if settings.test_hooks {
         tracing::warn!(
-            "IDEM_TEST_HOOKS=1: TEST HOOKS ARE ON (GET /test/invoices/count, GET /test/audit, \
+            "IDEM_TEST_HOOKS=1: TEST HOOKS ARE ON (GET /test/invoices/count, GET /test/paid-charges, GET /test/audit, \
              X-Test-Delay-Ms, X-Test-Crash-After-Commit ABORTS THE PROCESS). Never in production."
         );
     }
@@ -208,6 +213,7 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
     let store = SqliteStore::open(&settings.database).await?;
     shop::open(&store).await?;
     events::open(&store).await?;
+    charges::open(&store).await?;
     let audit = shop::open_audit(&store).await?;
     // The inbox's policy: a 30 s lease by default (a delivery whose process died blocks its
     // event for that long, then a redelivery runs it; the engine renews it while a handler

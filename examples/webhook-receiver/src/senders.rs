@@ -9,6 +9,7 @@
 //! is logged, never keyed on.
 
 use crate::app::{bad_signature, outcome, problem, App};
+use crate::charges::PaidCharge;
 use crate::events::{self, Received};
 use crate::shop::BoxError;
 use axum::body::Bytes;
@@ -21,6 +22,9 @@ use idem::tower::Http;
 use serving::test_delay;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The Standard Webhooks scheme's inbox source.
+const STANDARD_WEBHOOKS: &str = "standard-webhooks";
 
 /// `POST /webhooks/standard`.
 pub(crate) async fn standard_webhook(
@@ -80,10 +84,15 @@ async fn receive(
     let Some(id) = verified.event_id().map(str::to_owned) else {
         return problem(400, "event-invalid", "The delivery names no event.");
     };
+    // The body is verified: a Standard Webhooks `charge.succeeded` marks its charge paid.
+    let paid = (source == STANDARD_WEBHOOKS)
+        .then(|| PaidCharge::from_body(&body))
+        .flatten();
     let received = Received {
         source,
         event_id: id,
         event_type: verified.event_type().map(str::to_owned),
+        paid,
     };
     let delivery_id = verified.delivery_id().unwrap_or("-").to_owned();
     let log = |outcome: &str, status: u16| {

@@ -39,9 +39,11 @@ CREATE TABLE IF NOT EXISTS idem_outbox_deliveries (
 CREATE INDEX IF NOT EXISTS idem_outbox_deliveries_due
     ON idem_outbox_deliveries (next_at) WHERE state = 'pending';
 
--- Attempt numbers start again at 1 when an operator retries or replays a delivery.
+-- Attempt numbers start again at 1 when an operator retries or replays a delivery. Keyed by
+-- delivery first: the one index serves a delivery's attempts in order and the purge, so
+-- recording an attempt writes one index entry, not two.
 CREATE TABLE IF NOT EXISTS idem_outbox_attempts (
-    id          bigserial   PRIMARY KEY,
+    id          bigserial   NOT NULL,
     delivery_id bigint      NOT NULL,
     attempt     integer     NOT NULL,
     started_at  timestamptz NOT NULL,
@@ -49,11 +51,9 @@ CREATE TABLE IF NOT EXISTS idem_outbox_attempts (
     status      integer,
     error       text,
     -- The first KiB of the response body.
-    response    bytea
+    response    bytea,
+    PRIMARY KEY (delivery_id, id)
 );
-
-CREATE INDEX IF NOT EXISTS idem_outbox_attempts_delivery
-    ON idem_outbox_attempts (delivery_id);
 
 CREATE INDEX IF NOT EXISTS idem_outbox_deliveries_finished
     ON idem_outbox_deliveries (state, finished_at) WHERE state <> 'pending';

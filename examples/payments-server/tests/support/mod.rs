@@ -313,6 +313,7 @@ impl Server {
             .env_remove("IDEM_MAX_BUFFERED_BODY_BYTES")
             .env_remove("IDEM_WEBHOOK_URL")
             .env_remove("IDEM_WEBHOOK_SECRET")
+            .env_remove("IDEM_TEST_WEBHOOK_SCHEDULE_MS")
             .envs(vars.iter().copied())
             .current_dir(&env.dir);
         Server(
