@@ -2,6 +2,7 @@
 //! store's own effect-and-completion for a fresh key.
 
 use crate::harness::{Op, Path, Side};
+use idem::store::Deadline;
 use idem::store::Store;
 use idem::{Answer, Begin, Idempotency, Lease, Policy, Request, StoredResponse};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -224,6 +225,10 @@ impl<S: Store + Clone + 'static> Side for Library<S> {
     }
 
     async fn purge(&self, n: usize) -> usize {
-        self.expiring.store().purge_expired(n).await.expect("purge")
+        self.expiring
+            .store()
+            .purge_expired(n, Deadline::default())
+            .await
+            .expect("purge")
     }
 }

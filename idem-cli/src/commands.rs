@@ -7,6 +7,7 @@ use crate::render::{self, Table, COMPLETED_COLUMNS, KEY_COLUMNS, PENDING_COLUMNS
 use crate::route::looks_concrete;
 use crate::store_call::{fetch, record_id, within};
 use crate::target::{Names, Target, Usage};
+use idem_core::store::Deadline;
 use idem_core::store::Expiry;
 use idem_core::{Error, Field, RecordId};
 use idem_ops::{ListQuery, Listed, ListingOrder, Operator};
@@ -483,7 +484,7 @@ async fn purge(
     let batch = usize::try_from(batch).unwrap_or(usize::MAX);
     let (mut purged, mut batches) = (0usize, 0usize);
     loop {
-        let deleted = within(store.purge_expired(batch)).await?;
+        let deleted = within(store.purge_expired(batch, Deadline::default())).await?;
         purged += deleted;
         batches += 1;
         if !io.json {

@@ -32,7 +32,10 @@ impl Deadline {
     /// `budget` from now.
     pub fn after(budget: Duration) -> Self {
         let now = Instant::now();
-        Self(now.checked_add(budget).unwrap_or(now + Duration::from_secs(86_400)))
+        Self(
+            now.checked_add(budget)
+                .unwrap_or(now + Duration::from_secs(86_400)),
+        )
     }
 
     /// The deadline at `instant`.

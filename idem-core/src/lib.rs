@@ -55,6 +55,7 @@ mod changes;
 mod clock;
 mod codec;
 mod completion;
+mod deadline;
 mod decision;
 mod doubt;
 mod engine;

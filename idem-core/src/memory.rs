@@ -10,6 +10,7 @@ use crate::record::{Record, RecordState};
 use crate::resolution::{Change, Resolution};
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
+use crate::store::Deadline;
 use crate::store::{Acquire, Claim, Completion, Reserved, Store};
 use crate::token::FencingToken;
 use async_trait::async_trait;
@@ -286,7 +287,7 @@ impl Store for MemoryStore {
         Some(std::ptr::from_ref(&self.records) as usize)
     }
 
-    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
+    async fn reserve(&self, claim: &Claim<'_>, _deadline: Deadline) -> Result<Reserved, Error> {
         let mut records = self.lock();
         let now = self.clock.now();
         if let Some(entry) = records.get(claim.id()) {
@@ -303,7 +304,12 @@ impl Store for MemoryStore {
         Ok(Reserved::Written { until })
     }
 
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
+    async fn replace(
+        &self,
+        claim: &Claim<'_>,
+        acquire: Acquire,
+        _deadline: Deadline,
+    ) -> Result<Reserved, Error> {
         let mut records = self.lock();
         let now = self.clock.now();
         let (Some(previous), Some(completed)) = (acquire.replaces(), acquire.replaces_completed())
@@ -323,7 +329,7 @@ impl Store for MemoryStore {
         Ok(Reserved::Written { until })
     }
 
-    async fn complete(&self, completion: &Completion) -> Result<(), Error> {
+    async fn complete(&self, completion: &Completion, _deadline: Deadline) -> Result<(), Error> {
         let retain_for = completion.retain_for();
         self.fenced(completion.id(), &completion.token(), |entry, now| {
             entry.completed_at = Some(now);
@@ -335,7 +341,7 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn release(&self, lease: &Lease) -> Result<(), Error> {
+    async fn release(&self, lease: &Lease, _deadline: Deadline) -> Result<(), Error> {
         let mut records = self.lock();
         check_fence(
             records.get(lease.id()).map(Entry::view).as_ref(),
@@ -345,7 +351,12 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
+    async fn renew(
+        &self,
+        lease: &Lease,
+        lease_for: Duration,
+        _deadline: Deadline,
+    ) -> Result<Timestamp, Error> {
         self.fenced(lease.id(), &lease.token(), |entry, now| {
             let lease_until = now + lease_for;
             entry.state = EntryState::InProgress { lease_until };
@@ -353,7 +364,7 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
+    async fn purge_expired(&self, limit: usize, _deadline: Deadline) -> Result<usize, Error> {
         let mut records = self.lock();
         let now = self.clock.now();
         let expired: Vec<RecordId> = records
@@ -379,7 +390,7 @@ impl Store for MemoryStore {
         Ok(purged)
     }
 
-    async fn resolve(&self, resolution: &Resolution) -> Result<bool, Error> {
+    async fn resolve(&self, resolution: &Resolution, _deadline: Deadline) -> Result<bool, Error> {
         let mut records = self.lock();
         let now = self.clock.now();
         let id = resolution.id();
@@ -420,7 +431,7 @@ impl Store for MemoryStore {
         Ok(true)
     }
 
-    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+    async fn lookup(&self, id: &RecordId, _deadline: Deadline) -> Result<Option<Record>, Error> {
         self.lock().get(id).map(Entry::decode).transpose()
     }
 }

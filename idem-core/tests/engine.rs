@@ -1,6 +1,7 @@
 //! Engine behaviour that no healthy store can show: a store that is down (C13), completions
 //! that fail after the effect ran (C8).
 
+use idem_core::store::Deadline;
 use idem_core::store::{async_trait, Acquire, Claim, Completion, Lease, Record, Reserved};
 use idem_core::{
     Answer, Begin, Error, Failure, Idempotency, MemoryStore, Outcome, Policy, RecordId, Request,
@@ -49,23 +50,28 @@ fn take(counter: &AtomicUsize) -> bool {
 
 #[async_trait]
 impl Store for Flaky {
-    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
+    async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
         if self.reserve_fails {
             return Err(down());
         }
         if self.reserve_hangs {
             std::future::pending::<()>().await;
         }
-        let reserved = self.inner.reserve(claim).await;
+        let reserved = self.inner.reserve(claim, deadline).await;
         if take(&self.slow_reserves) {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         reserved
     }
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
-        self.inner.replace(claim, acquire).await
+    async fn replace(
+        &self,
+        claim: &Claim<'_>,
+        acquire: Acquire,
+        deadline: Deadline,
+    ) -> Result<Reserved, Error> {
+        self.inner.replace(claim, acquire, deadline).await
     }
-    async fn complete(&self, c: &Completion) -> Result<(), Error> {
+    async fn complete(&self, c: &Completion, deadline: Deadline) -> Result<(), Error> {
         self.completes.fetch_add(1, Ordering::SeqCst);
         if take(&self.failing_completes) {
             return Err(down());
@@ -74,34 +80,38 @@ impl Store for Flaky {
             return Err(Error::store("test", StoreErrorKind::Other, "blob too big"));
         }
         if take(&self.lost_answers) {
-            self.inner.complete(c).await?;
+            self.inner.complete(c, deadline).await?;
             return Err(down());
         }
-        self.inner.complete(c).await
+        self.inner.complete(c, deadline).await
     }
-    async fn release(&self, l: &Lease) -> Result<(), Error> {
+    async fn release(&self, l: &Lease, deadline: Deadline) -> Result<(), Error> {
         if self.release_fails {
             return Err(down());
         }
-        self.inner.release(l).await
+        self.inner.release(l, deadline).await
     }
-    async fn renew(&self, l: &Lease, d: Duration) -> Result<Timestamp, Error> {
+    async fn renew(&self, l: &Lease, d: Duration, deadline: Deadline) -> Result<Timestamp, Error> {
         if take(&self.failing_renews) {
             return Err(down());
         }
-        self.inner.renew(l, d).await
+        self.inner.renew(l, d, deadline).await
     }
-    async fn purge_expired(&self, n: usize) -> Result<usize, Error> {
-        self.inner.purge_expired(n).await
+    async fn purge_expired(&self, n: usize, deadline: Deadline) -> Result<usize, Error> {
+        self.inner.purge_expired(n, deadline).await
     }
-    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+    async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error> {
         if take(&self.failing_lookups) {
             return Err(down());
         }
-        self.inner.lookup(id).await
+        self.inner.lookup(id, deadline).await
     }
-    async fn resolve(&self, r: &idem_core::store::Resolution) -> Result<bool, Error> {
-        self.inner.resolve(r).await
+    async fn resolve(
+        &self,
+        r: &idem_core::store::Resolution,
+        deadline: Deadline,
+    ) -> Result<bool, Error> {
+        self.inner.resolve(r, deadline).await
     }
 }
 
@@ -218,7 +228,7 @@ async fn c08_store_down_for_the_whole_lease_is_a_500_and_the_key_is_not_given_ba
     // Not released: within the lease a retry is in flight, never a second run.
     let record = idem
         .store()
-        .lookup(request.id())
+        .lookup(request.id(), Deadline::default())
         .await
         .expect("lookup")
         .expect("still reserved");
@@ -362,7 +372,7 @@ async fn c08_a_failed_read_of_a_written_completion_is_retried_not_taken_for_a_mi
             ctx.idem()
                 .store()
                 .inner
-                .complete(&completion)
+                .complete(&completion, Deadline::default())
                 .await
                 .expect("write");
             Ok::<_, Failure<&'static str>>(completion)
@@ -395,7 +405,7 @@ async fn c08_drain_waits_for_executions_whose_callers_went_away() {
     idem.drain().await;
     let record = idem
         .store()
-        .lookup(request.id())
+        .lookup(request.id(), Deadline::default())
         .await
         .expect("lookup")
         .expect("record");
@@ -421,7 +431,7 @@ fn c08_run_without_timers_refuses_before_anything_runs() {
     );
     assert_eq!(effects.load(Ordering::SeqCst), 0);
     let record = rt
-        .block_on(idem.store().lookup(request.id()))
+        .block_on(idem.store().lookup(request.id(), Deadline::default()))
         .expect("lookup");
     assert_eq!(record, None, "nothing reserved");
 }
@@ -461,7 +471,11 @@ async fn c08_a_store_unwritable_past_the_lease_never_turns_into_a_second_executi
     let first = run(&idem, &request, &effects).await;
     assert!(matches!(first, Err(RunError::Incomplete(_))), "{first:?}");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let record = idem.store().lookup(request.id()).await.expect("lookup");
+    let record = idem
+        .store()
+        .lookup(request.id(), Deadline::default())
+        .await
+        .expect("lookup");
     assert!(
         record.is_some_and(|r| r.is_in_progress()),
         "the lease passed in the store"
@@ -563,7 +577,7 @@ async fn c07_an_answer_already_stored_under_the_execution_is_what_it_answers() {
             let completion = ctx.completion(StoredResponse::new(201, "stored"));
             ctx.idem()
                 .store()
-                .complete(&completion)
+                .complete(&completion, Deadline::default())
                 .await
                 .map_err(Failure::unknown)?;
             Ok::<_, Failure<Error>>(StoredResponse::new(200, "returned"))

@@ -1,5 +1,6 @@
 //! C15: one commit is an option of the request, honoured only where it can be kept.
 
+use idem_core::store::Deadline;
 use idem_core::{Commits, Error, Failure, Idempotency, MemoryStore, Store, StoredResponse};
 
 /// The guard and the plain closure commit the reservation before the effect: a request that
@@ -28,7 +29,7 @@ async fn c15_a_one_commit_request_is_refused_by_the_guard_and_the_plain_closure(
     assert!(ran.is_err(), "{ran:?}");
     assert!(
         idem.store()
-            .lookup(request.id())
+            .lookup(request.id(), Deadline::default())
             .await
             .expect("lookup")
             .is_none(),

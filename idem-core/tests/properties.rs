@@ -2,6 +2,7 @@
 //! renew, purge and clock advances on `MemoryStore`, checked step by step against a simple
 //! model written independently of `idem_core::decide`.
 
+use idem_core::store::Deadline;
 use idem_core::store::{Acquire, Reservation};
 use idem_core::{
     Answer, Begin, Error, Fingerprint, Idempotency, IdempotencyKey, Lease, ManualClock,
@@ -94,7 +95,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 Op::Begin { key, body } => {
                     let req = request(key, body);
                     let got = Reservation::new(&req, lease)
-                        .run(&mut &store)
+                        .run(&mut (&store, Deadline::default()))
                         .await
                         .expect("reserve");
                     let live = model.get(&key).filter(|slot| now < slot.until()).cloned();
@@ -150,7 +151,9 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     let holder = handle % handles.len();
                     let (key, l) = handles[holder].clone();
                     let response = StoredResponse::new(200, format!("holder {holder}"));
-                    let got = store.complete(&idem.completion(&l, response.clone())).await;
+                    let got = store
+                        .complete(&idem.completion(&l, response.clone()), Deadline::default())
+                        .await;
                     match model.get(&key) {
                         Some(Slot::Running {
                             holder: h, body, ..
@@ -173,7 +176,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 Op::Release { handle } => {
                     let holder = handle % handles.len();
                     let (key, l) = handles[holder].clone();
-                    let got = store.release(&l).await;
+                    let got = store.release(&l, Deadline::default()).await;
                     match model.get(&key) {
                         Some(Slot::Running { holder: h, .. }) if *h == holder => {
                             prop_assert!(got.is_ok());
@@ -185,7 +188,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 Op::Renew { handle } => {
                     let holder = handle % handles.len();
                     let (key, l) = handles[holder].clone();
-                    let got = store.renew(&l, lease).await;
+                    let got = store.renew(&l, lease, Deadline::default()).await;
                     match model.get_mut(&key) {
                         Some(Slot::Running {
                             holder: h, until, ..
@@ -206,7 +209,10 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         .filter(|(_, s)| s.until() <= now)
                         .map(|(k, _)| *k)
                         .collect();
-                    let purged = store.purge_expired(usize::MAX).await.expect("purge");
+                    let purged = store
+                        .purge_expired(usize::MAX, Deadline::default())
+                        .await
+                        .expect("purge");
                     prop_assert_eq!(purged, expired.len());
                     for key in expired {
                         model.remove(&key);

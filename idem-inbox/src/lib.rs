@@ -53,6 +53,7 @@ mod body_signed;
 pub mod schemes;
 // The signing and verifying shared with idem-outbox: idem-signature's, re-exported where the
 // inbox always had them.
+use idem_core::store::Deadline;
 pub use idem_signature::signature;
 use idem_signature::{headers, mac, scheme};
 #[cfg(feature = "testing")]
@@ -283,7 +284,7 @@ async fn written<S: Store>(ctx: &Context<S>, completion: &Completion) -> bool {
         return false;
     }
     matches!(
-        ctx.idem().store().lookup(lease.id()).await,
+        ctx.idem().store().lookup(lease.id(), Deadline::default()).await,
         Ok(Some(record)) if record.is_completed_by(&lease.token())
     )
 }

@@ -2,6 +2,7 @@
 //! an event processed out of the caller's sight ends processed, counts are exact, ranges and
 //! purges are bounded right.
 
+use idem_core::store::Deadline;
 use idem_core::{Idempotency, ManualClock, MemoryStore, Policy, Store, Timestamp};
 use idem_inbox::{
     Ack, Audit, AuditEntry, AuditOutcome, Delivery, Event, Inbox, MemoryAudit, Receipt,
@@ -108,7 +109,11 @@ async fn c08_audit_error_after_commit_then_duplicate_ends_processed() {
         let first = inbox
             .receive(&ev, |ctx| async move {
                 let c = ctx.completion();
-                ctx.idem().store().complete(&c).await.expect("committed");
+                ctx.idem()
+                    .store()
+                    .complete(&c, Deadline::default())
+                    .await
+                    .expect("committed");
                 Err::<Ack, _>("a step after the commit failed")
             })
             .await

@@ -2,6 +2,7 @@
 //! failing and panicking handlers, dropped callers, acknowledgements that were never committed,
 //! and what each receipt tells the sender.
 
+use idem_core::store::Deadline;
 use idem_core::{Idempotency, MemoryStore, Policy, Store};
 use idem_inbox::{Ack, Delivery, Inbox, MemoryAudit, Receipt};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -108,7 +109,7 @@ async fn c06_written_ack_of_another_event_is_not_processed() {
                 let completion = ctx.completion();
                 ctx.idem()
                     .store()
-                    .complete(&completion)
+                    .complete(&completion, Deadline::default())
                     .await
                     .expect("write B");
                 *s.lock().expect("lock") = Some(completion.clone());
@@ -294,7 +295,11 @@ async fn c04_error_after_commit_never_runs_twice() {
         let r = inbox
             .receive(&ev, |ctx| async move {
                 let c = ctx.completion();
-                ctx.idem().store().complete(&c).await.expect("write");
+                ctx.idem()
+                    .store()
+                    .complete(&c, Deadline::default())
+                    .await
+                    .expect("write");
                 Err::<Ack, _>("failed after the commit")
             })
             .await

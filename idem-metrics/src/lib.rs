@@ -478,7 +478,7 @@ mod tests {
     use idem_core::store::Lease;
     use idem_core::store::Record;
     use idem_core::store::Store;
-    use idem_core::store::{Acquire, Claim, Reserved};
+    use idem_core::store::{Acquire, Claim, Deadline, Reserved};
     use idem_core::Answer;
     use idem_core::Begin;
     use idem_core::FencingToken;
@@ -1151,7 +1151,7 @@ mod tests {
                     let completion = ctx.completion(StoredResponse::new(201, "ok"));
                     ctx.idem()
                         .store()
-                        .complete(&completion)
+                        .complete(&completion, Deadline::default())
                         .await
                         .map_err(Failure::unknown)?;
                     Ok::<_, Failure<Error>>(completion)
@@ -1282,31 +1282,45 @@ mod tests {
 
     #[async_trait]
     impl Store for Failing {
-        async fn reserve(&self, _: &Claim<'_>) -> Result<Reserved, Error> {
+        async fn reserve(&self, _: &Claim<'_>, _deadline: Deadline) -> Result<Reserved, Error> {
             Err((self.fail)())
         }
-        async fn replace(&self, _: &Claim<'_>, _: Acquire) -> Result<Reserved, Error> {
+        async fn replace(
+            &self,
+            _: &Claim<'_>,
+            _: Acquire,
+            _deadline: Deadline,
+        ) -> Result<Reserved, Error> {
             Err((self.fail)())
         }
-        async fn complete(&self, _: &Completion) -> Result<(), Error> {
+        async fn complete(&self, _: &Completion, _deadline: Deadline) -> Result<(), Error> {
             if self.lose_leases {
                 return Err(Error::LeaseLost);
             }
             Err((self.fail)())
         }
-        async fn release(&self, _: &Lease) -> Result<(), Error> {
+        async fn release(&self, _: &Lease, _deadline: Deadline) -> Result<(), Error> {
             Err((self.fail)())
         }
-        async fn renew(&self, _: &Lease, _: Duration) -> Result<Timestamp, Error> {
+        async fn renew(
+            &self,
+            _: &Lease,
+            _: Duration,
+            _deadline: Deadline,
+        ) -> Result<Timestamp, Error> {
             Err((self.fail)())
         }
-        async fn purge_expired(&self, _: usize) -> Result<usize, Error> {
+        async fn purge_expired(&self, _: usize, _deadline: Deadline) -> Result<usize, Error> {
             Err((self.fail)())
         }
-        async fn lookup(&self, _: &RecordId) -> Result<Option<Record>, Error> {
+        async fn lookup(&self, _: &RecordId, _deadline: Deadline) -> Result<Option<Record>, Error> {
             Err((self.fail)())
         }
-        async fn resolve(&self, _: &idem_core::store::Resolution) -> Result<bool, Error> {
+        async fn resolve(
+            &self,
+            _: &idem_core::store::Resolution,
+            _deadline: Deadline,
+        ) -> Result<bool, Error> {
             Err((self.fail)())
         }
     }
@@ -1582,7 +1596,7 @@ mod tests {
                     let completion = ctx.completion(StoredResponse::new(201, "ok"));
                     ctx.idem()
                         .store()
-                        .complete(&completion)
+                        .complete(&completion, Deadline::default())
                         .await
                         .map_err(Failure::unknown)?;
                     Ok::<_, Failure<Error>>(completion)

@@ -5,6 +5,7 @@
 use crate::listing::{Inspected, ListQuery, Page, Stats};
 use crate::provenance::Provenance;
 use async_trait::async_trait;
+use idem_core::store::Deadline;
 use idem_core::store::{Reconciliation, Store};
 use idem_core::{Error, RecordId};
 
@@ -52,12 +53,15 @@ pub trait Operator: Store {
     /// Does not change anything. Default: [`Store::lookup`] with an unknown provenance,
     /// right for a store that keeps none.
     async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
-        Ok(self.lookup(id).await?.map(|record| Inspected {
-            record,
-            provenance: Provenance::default(),
-            doubt: None,
-            check_at: None,
-        }))
+        Ok(self
+            .lookup(id, Deadline::default())
+            .await?
+            .map(|record| Inspected {
+                record,
+                provenance: Provenance::default(),
+                doubt: None,
+                check_at: None,
+            }))
     }
 
     /// The audit trail of one record: every reconciliation decision kept, oldest first

@@ -105,7 +105,7 @@ where
     let mut query = ListQuery::due_for_reconciliation();
     loop {
         let page = idem
-            .store_call(Operation::List, None, idem.store().list(&query))
+            .store_call(Operation::List, None, |_| idem.store().list(&query))
             .await?;
         for listed in page.records {
             if report.checked >= MAX_PER_PASS {

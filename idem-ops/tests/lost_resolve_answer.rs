@@ -3,6 +3,7 @@
 //! decision recognises its own entry in the audit trail (docs/state-machine.md, "Records in
 //! doubt"). A decision someone else made first is still contested.
 
+use idem_core::store::Deadline;
 use idem_core::store::{async_trait, Acquire, Claim, Completion, Record, Reserved, Resolution};
 use idem_core::{
     Error, Failure, Idempotency, Lease, MemoryStore, RecordId, Store, StoredResponse, Timestamp,
@@ -17,30 +18,35 @@ struct LosesResolveAnswers(MemoryStore);
 
 #[async_trait]
 impl Store for LosesResolveAnswers {
-    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
-        self.0.reserve(claim).await
+    async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
+        self.0.reserve(claim, deadline).await
     }
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
-        self.0.replace(claim, acquire).await
+    async fn replace(
+        &self,
+        claim: &Claim<'_>,
+        acquire: Acquire,
+        deadline: Deadline,
+    ) -> Result<Reserved, Error> {
+        self.0.replace(claim, acquire, deadline).await
     }
-    async fn complete(&self, c: &Completion) -> Result<(), Error> {
-        self.0.complete(c).await
+    async fn complete(&self, c: &Completion, deadline: Deadline) -> Result<(), Error> {
+        self.0.complete(c, deadline).await
     }
-    async fn release(&self, l: &Lease) -> Result<(), Error> {
-        self.0.release(l).await
+    async fn release(&self, l: &Lease, deadline: Deadline) -> Result<(), Error> {
+        self.0.release(l, deadline).await
     }
-    async fn renew(&self, l: &Lease, d: Duration) -> Result<Timestamp, Error> {
-        self.0.renew(l, d).await
+    async fn renew(&self, l: &Lease, d: Duration, deadline: Deadline) -> Result<Timestamp, Error> {
+        self.0.renew(l, d, deadline).await
     }
-    async fn purge_expired(&self, n: usize) -> Result<usize, Error> {
-        self.0.purge_expired(n).await
+    async fn purge_expired(&self, n: usize, deadline: Deadline) -> Result<usize, Error> {
+        self.0.purge_expired(n, deadline).await
     }
-    async fn resolve(&self, r: &Resolution) -> Result<bool, Error> {
-        let _lost = self.0.resolve(r).await?;
-        self.0.resolve(r).await
+    async fn resolve(&self, r: &Resolution, deadline: Deadline) -> Result<bool, Error> {
+        let _lost = self.0.resolve(r, deadline).await?;
+        self.0.resolve(r, deadline).await
     }
-    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        self.0.lookup(id).await
+    async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error> {
+        self.0.lookup(id, deadline).await
     }
 }
 

@@ -10,11 +10,13 @@ use crate::ops::Ops;
 use crate::params::StatementMode;
 use crate::session;
 use crate::sql::Statements;
+use idem_core::store::Deadline;
 use idem_core::store::Reconciliation;
 use idem_core::store::{
     async_trait, digest_to_hex, Acquire, Capabilities, Changes, Claim, Completion, Lease, Record,
     Reserved, Resolution,
 };
+use idem_core::Operation;
 use idem_core::{Error, Holder, RecordId, Store, Timestamp};
 use idem_ops::feed::FeedSettings;
 use idem_ops::{Inspected, ListQuery, Operator, Page, Stats};
@@ -549,52 +551,94 @@ impl Store for PgStore {
         Some(Arc::as_ptr(&self.inner).cast::<()>() as usize)
     }
 
-    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
-        on_connection!(self, |conn| self.inner.ops.reserve(
-            conn,
-            claim.request(),
-            claim.token(),
-            claim.lease_for(),
-            false
-        ))
+    async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
+        deadline
+            .bound(Operation::Reserve, async {
+                on_connection!(self, |conn| self.inner.ops.reserve(
+                    conn,
+                    claim.request(),
+                    claim.token(),
+                    claim.lease_for(),
+                    false
+                ))
+            })
+            .await
     }
 
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
-        let preamble = self.inner.ops.preamble.as_str();
-        on_connection!(self, |conn| self.inner.ops.replace(
-            conn,
-            preamble,
-            claim.request(),
-            claim.token(),
-            acquire,
-            claim.lease_for()
-        ))
+    async fn replace(
+        &self,
+        claim: &Claim<'_>,
+        acquire: Acquire,
+        deadline: Deadline,
+    ) -> Result<Reserved, Error> {
+        deadline
+            .bound(Operation::Reserve, async {
+                let preamble = self.inner.ops.preamble.as_str();
+                on_connection!(self, |conn| self.inner.ops.replace(
+                    conn,
+                    preamble,
+                    claim.request(),
+                    claim.token(),
+                    acquire,
+                    claim.lease_for()
+                ))
+            })
+            .await
     }
 
-    async fn complete(&self, completion: &Completion) -> Result<(), Error> {
-        on_connection!(self, |conn| self.inner.ops.complete(conn, completion))
+    async fn complete(&self, completion: &Completion, deadline: Deadline) -> Result<(), Error> {
+        deadline
+            .bound(Operation::Complete, async {
+                on_connection!(self, |conn| self.inner.ops.complete(conn, completion))
+            })
+            .await
     }
 
-    async fn release(&self, lease: &Lease) -> Result<(), Error> {
-        on_connection!(self, |conn| self.inner.ops.release(conn, lease))
+    async fn release(&self, lease: &Lease, deadline: Deadline) -> Result<(), Error> {
+        deadline
+            .bound(Operation::Release, async {
+                on_connection!(self, |conn| self.inner.ops.release(conn, lease))
+            })
+            .await
     }
 
-    async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
-        on_connection!(self, |conn| self.inner.ops.renew(conn, lease, lease_for))
+    async fn renew(
+        &self,
+        lease: &Lease,
+        lease_for: Duration,
+        deadline: Deadline,
+    ) -> Result<Timestamp, Error> {
+        deadline
+            .bound(Operation::Renew, async {
+                on_connection!(self, |conn| self.inner.ops.renew(conn, lease, lease_for))
+            })
+            .await
     }
 
-    async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
-        on_connection!(self, |conn| self.inner.ops.purge_expired(conn, limit))
+    async fn purge_expired(&self, limit: usize, deadline: Deadline) -> Result<usize, Error> {
+        deadline
+            .bound(Operation::Purge, async {
+                on_connection!(self, |conn| self.inner.ops.purge_expired(conn, limit))
+            })
+            .await
     }
 
     /// One statement (`sql/resolve_*.sql`): the fenced change and its audit entry, atomic
     /// without a transaction of its own.
-    async fn resolve(&self, resolution: &Resolution) -> Result<bool, Error> {
-        on_connection!(self, |conn| self.inner.ops.resolve(conn, resolution))
+    async fn resolve(&self, resolution: &Resolution, deadline: Deadline) -> Result<bool, Error> {
+        deadline
+            .bound(Operation::Resolve, async {
+                on_connection!(self, |conn| self.inner.ops.resolve(conn, resolution))
+            })
+            .await
     }
 
-    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        on_connection!(self, |conn| self.inner.ops.select(conn, id))
+    async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error> {
+        deadline
+            .bound(Operation::Lookup, async {
+                on_connection!(self, |conn| self.inner.ops.select(conn, id))
+            })
+            .await
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -224,12 +224,12 @@ impl Transactional for PgStore {
                 .in_transaction(Start::Reserve(request), effect, &execution)
                 .await;
         }
+        let lease_for = execution.lease_for();
         let reserved = execution
-            .bounded(
-                Operation::Reserve,
-                request.id(),
-                Reservation::new(request, execution.lease_for()).run(&mut &*self),
-            )
+            .bounded(Operation::Reserve, request.id(), |deadline| async move {
+                let mut steps = (self, deadline);
+                Reservation::new(request, lease_for).run(&mut steps).await
+            })
             .await?;
         let lease = match reserved {
             Begin::Answered(answer) => return Ok(TxEnd::Answered(answer, effect)),
@@ -309,7 +309,7 @@ impl PgStore {
                 Ok(EffectConnection::own(held))
             };
             let mut conn = match execution
-                .bounded(Operation::Transaction, start.id(), acquire)
+                .bounded(Operation::Transaction, start.id(), |_| acquire)
                 .await
             {
                 Ok(conn) => conn,
@@ -368,7 +368,10 @@ impl PgStore {
                     .await
                     .map_err(store_error)
             };
-            let mut tx = match execution.bounded(Operation::Transaction, id, begin).await {
+            let mut tx = match execution
+                .bounded(Operation::Transaction, id, |_| begin)
+                .await
+            {
                 Ok(tx) => tx,
                 Err(error) => return Err(NotBegun { effect, error }),
             };
@@ -383,7 +386,7 @@ impl PgStore {
             // Never a step sent again on a transaction a failure aborted (C15).
             let reserve =
                 Reservation::without_retry(request, execution.lease_for()).run(&mut steps);
-            match execution.bounded(Operation::Reserve, id, reserve).await {
+            match execution.bounded(Operation::Reserve, id, |_| reserve).await {
                 Ok(Begin::Acquired(lease)) => break (tx, execution.acquired(lease)),
                 // Nothing was written: the transaction ends, its gate's locks with it.
                 Ok(Begin::Answered(answer)) => {
@@ -459,11 +462,9 @@ impl PgStore {
         };
         let completion = execution.completion(lease, response);
         let written = execution
-            .bounded(
-                Operation::Complete,
-                id,
-                self.inner.ops.complete_in(&mut tx, &completion),
-            )
+            .bounded(Operation::Complete, id, |_| {
+                self.inner.ops.complete_in(&mut tx, &completion)
+            })
             .await;
         if let Err(error) = written {
             let clean = roll_back(tx, execution).await.is_ok();

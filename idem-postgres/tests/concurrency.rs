@@ -5,6 +5,7 @@
 mod common;
 
 use common::{charges, store_on};
+use idem_core::store::Deadline;
 use idem_core::{Answer, Begin, Idempotency, Outcome, Policy, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe};
 use idem_postgres::{Isolation, PgIdempotency, PgStore, StatementMode};
@@ -194,7 +195,7 @@ async fn c10_purge_never_waits_for_a_held_row() {
         .await
         .expect("lock");
     let started = Instant::now();
-    let purged = idem_core::Store::purge_expired(&store, 100)
+    let purged = idem_core::Store::purge_expired(&store, 100, Deadline::default())
         .await
         .expect("purge");
     assert!(
@@ -204,7 +205,7 @@ async fn c10_purge_never_waits_for_a_held_row() {
     assert_eq!(purged, 2, "the held row is skipped");
     tx.rollback().await.expect("rollback");
     assert_eq!(
-        idem_core::Store::purge_expired(&store, 100)
+        idem_core::Store::purge_expired(&store, 100, Deadline::default())
             .await
             .expect("purge"),
         1

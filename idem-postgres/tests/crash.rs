@@ -5,6 +5,7 @@
 mod common;
 
 use common::{charges, pg_url, SCHEMA};
+use idem_core::store::Deadline;
 use idem_core::{
     Answer, Begin, Commits, Idempotency, Outcome, Policy, Request, Store, StoredResponse,
 };
@@ -238,7 +239,7 @@ async fn c15_one_commit_killed_mid_effect_leaves_nothing_and_the_retry_runs_at_o
     let request = request(&idem, &intent);
     assert!(
         idem.store()
-            .lookup(request.id())
+            .lookup(request.id(), Deadline::default())
             .await
             .expect("lookup")
             .is_none(),
@@ -404,7 +405,7 @@ async fn c06_terminated_backend_mid_transaction_leaves_nothing() {
     let result = running.await.expect("task");
     assert!(result.is_err(), "the effect's transaction died: {result:?}");
     assert_eq!(charges(idem.store().pool(), &intent).await, 0);
-    let record = idem_core::Store::lookup(idem.store(), request.id())
+    let record = idem_core::Store::lookup(idem.store(), request.id(), Deadline::default())
         .await
         .expect("lookup");
     assert!(

@@ -6,6 +6,7 @@
 mod common;
 
 use common::{bouncer_url, pg_url, store_on};
+use idem_core::store::Deadline;
 use idem_core::store::Doubt;
 use idem_core::store::{RecordState, Store};
 use idem_core::{Failure, FencingToken, Idempotency, Request, StoredResponse};
@@ -122,7 +123,7 @@ async fn a_decision_is_fenced_on_the_mark_as_read(store: PgStore) {
     );
     assert_eq!(entries(&store).await, 1);
     let record = store
-        .lookup(charge.id())
+        .lookup(charge.id(), Deadline::default())
         .await
         .expect("lookup")
         .expect("settled");
@@ -169,7 +170,14 @@ async fn c10_the_purge_deletes_expired_entries_within_its_bound() {
         assert_eq!(resolved, Some(Decided::Released));
     }
     assert_eq!(entries(&store).await, 3);
-    assert_eq!(store.purge_expired(10).await.expect("purge"), 0, "kept");
+    assert_eq!(
+        store
+            .purge_expired(10, Deadline::default())
+            .await
+            .expect("purge"),
+        0,
+        "kept"
+    );
     // Their retention passed (the policy keeps them at least a second).
     run(
         &store,
@@ -188,9 +196,22 @@ async fn c10_the_purge_deletes_expired_entries_within_its_bound() {
             .is_empty(),
         "an expired entry is not shown"
     );
-    assert_eq!(store.purge_expired(2).await.expect("purge"), 2, "bounded");
+    assert_eq!(
+        store
+            .purge_expired(2, Deadline::default())
+            .await
+            .expect("purge"),
+        2,
+        "bounded"
+    );
     assert_eq!(entries(&store).await, 1);
-    assert_eq!(store.purge_expired(2).await.expect("purge"), 1);
+    assert_eq!(
+        store
+            .purge_expired(2, Deadline::default())
+            .await
+            .expect("purge"),
+        1
+    );
     assert_eq!(entries(&store).await, 0);
 }
 
@@ -263,7 +284,12 @@ async fn a_version_3_table_with_rows_migrates_to_version_4_and_keeps_them() {
     let before: Vec<_> = {
         let mut records = Vec::new();
         for key in ["running", "done", "expired"] {
-            records.push(store.lookup(&id(key)).await.expect("lookup"));
+            records.push(
+                store
+                    .lookup(&id(key), Deadline::default())
+                    .await
+                    .expect("lookup"),
+            );
         }
         records
     };
@@ -293,7 +319,10 @@ async fn a_version_3_table_with_rows_migrates_to_version_4_and_keeps_them() {
         );
     }
     for (key, was) in ["running", "done", "expired"].iter().zip(&before) {
-        let now = store.lookup(&id(key)).await.expect("lookup");
+        let now = store
+            .lookup(&id(key), Deadline::default())
+            .await
+            .expect("lookup");
         assert_eq!(&now, was, "{key} kept as it was");
         let inspected = store
             .inspect(&id(key))
@@ -366,7 +395,14 @@ async fn a_version_3_table_with_rows_migrates_to_version_4_and_keeps_them() {
 
     store.migrate().await.expect("again");
     for (key, was) in ["running", "done", "expired"].iter().zip(&before) {
-        assert_eq!(&store.lookup(&id(key)).await.expect("lookup"), was, "{key}");
+        assert_eq!(
+            &store
+                .lookup(&id(key), Deadline::default())
+                .await
+                .expect("lookup"),
+            was,
+            "{key}"
+        );
     }
 }
 

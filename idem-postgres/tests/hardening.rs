@@ -5,6 +5,7 @@
 mod common;
 
 use common::{charges, pg_url, store_on, SCHEMA};
+use idem_core::store::Deadline;
 use idem_core::{Answer, Begin, Error, Idempotency, Outcome, Policy, Store, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe, Row};
 use idem_postgres::{Isolation, PgIdempotency, PgStore, StatementMode};
@@ -300,7 +301,7 @@ async fn c12_an_infinite_deadline_is_a_corrupt_record() {
         Err(Error::CorruptRecord(_))
     ));
     assert!(matches!(
-        store.lookup(req.id()).await,
+        store.lookup(req.id(), Deadline::default()).await,
         Err(Error::CorruptRecord(_))
     ));
     let _ = SCHEMA;

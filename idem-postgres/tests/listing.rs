@@ -5,6 +5,7 @@
 mod common;
 
 use common::{pg_url, SCHEMA};
+use idem_core::store::Deadline;
 use idem_core::store::Store;
 use idem_core::{FencingToken, StoredResponse};
 use idem_ops::{ListQuery, ListedState, Operator};
@@ -227,10 +228,13 @@ async fn migrating_a_live_table_never_holds_reads_long() {
     let until = std::time::Instant::now() + Duration::from_secs(2);
     while std::time::Instant::now() < until {
         let started = std::time::Instant::now();
-        tokio::time::timeout(Duration::from_secs(1), store.lookup(&id))
-            .await
-            .expect("a lookup waited a second behind the migration")
-            .expect("lookup");
+        tokio::time::timeout(
+            Duration::from_secs(1),
+            store.lookup(&id, Deadline::default()),
+        )
+        .await
+        .expect("a lookup waited a second behind the migration")
+        .expect("lookup");
         slowest = slowest.max(started.elapsed());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

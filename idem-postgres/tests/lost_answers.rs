@@ -7,6 +7,7 @@ mod support;
 
 use common::{pg_url, SCHEMA};
 use fault_proxy::{FaultProxy, LoseAnswer};
+use idem_core::store::Deadline;
 use idem_core::store::{Acquire, StoreExt};
 use idem_core::{Answer, Begin, Error, FencingToken, Idempotency, Request, Store, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe, Connection, PgConnection, Row};
@@ -102,16 +103,25 @@ async fn assert_recognised(
         )],
         "{mode:?}: one record, in progress, carrying the lease"
     );
-    let duplicate = store.reservation(req, LEASE).await.expect("duplicate");
+    let duplicate = store
+        .reservation(req, LEASE, Deadline::default())
+        .await
+        .expect("duplicate");
     assert!(
         matches!(duplicate, Begin::Answered(Answer::InFlight { .. })),
         "{mode:?}: another caller is answered in flight, got {duplicate:?}"
     );
     store
-        .complete(&idem.completion(&lease, StoredResponse::new(201, "charged")))
+        .complete(
+            &idem.completion(&lease, StoredResponse::new(201, "charged")),
+            Deadline::default(),
+        )
         .await
         .expect("the recognised lease completes");
-    let replay = store.reservation(req, LEASE).await.expect("replay");
+    let replay = store
+        .reservation(req, LEASE, Deadline::default())
+        .await
+        .expect("replay");
     assert!(
         matches!(&replay, Begin::Answered(Answer::Replay(r)) if r.body == b"charged"),
         "{mode:?}: replayed, got {replay:?}"
@@ -131,7 +141,7 @@ async fn c04_a_reservation_whose_answer_was_lost_is_recognised() {
         // The key is a parameter of the reservation: in its Bind message, or its query text.
         proxy.set(LoseAnswer::to(key.as_bytes()));
         let connections = proxy.connections();
-        let begun = store.reservation(&req, LEASE).await;
+        let begun = store.reservation(&req, LEASE, Deadline::default()).await;
         assert_eq!(proxy.answers_lost(), 1, "{mode:?}: the answer was lost");
         assert_eq!(
             proxy.connections(),
@@ -152,7 +162,7 @@ async fn c09_a_takeover_whose_answer_was_lost_is_recognised() {
         let idem = Idempotency::new(store.clone());
         let req = request(&idem, &format!("orphan-{}", FencingToken::generate()));
         let Begin::Acquired(orphan) = store
-            .reservation(&req, Duration::from_millis(50))
+            .reservation(&req, Duration::from_millis(50), Deadline::default())
             .await
             .expect("reserve")
         else {
@@ -161,10 +171,13 @@ async fn c09_a_takeover_whose_answer_was_lost_is_recognised() {
         tokio::time::sleep(Duration::from_millis(200)).await;
         // Only the takeover's compare-and-set carries the orphan's token.
         proxy.set(LoseAnswer::to(on_the_wire(mode, orphan.token().as_bytes())));
-        let begun = store.reservation(&req, LEASE).await;
+        let begun = store.reservation(&req, LEASE, Deadline::default()).await;
         assert_eq!(proxy.answers_lost(), 1, "{mode:?}: the answer was lost");
         let late = store
-            .complete(&idem.completion(&orphan, StoredResponse::new(201, "late")))
+            .complete(
+                &idem.completion(&orphan, StoredResponse::new(201, "late")),
+                Deadline::default(),
+            )
             .await;
         assert!(
             matches!(late, Err(Error::LeaseLost)),

@@ -5,6 +5,7 @@
 mod common;
 
 use common::{bouncer_url, business_table, charges, pg_url, store_on, SCHEMA};
+use idem_core::store::Deadline;
 use idem_core::{Answer, Begin, Commits, FencingToken, Idempotency, Outcome, Request};
 use idem_core::{RunError, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe, PgPool, Row};
@@ -348,10 +349,12 @@ async fn c15_one_commit_at_serializable_is_refused_and_runs_nothing() {
         panic!("not refused: {outcome:?}");
     };
     assert_eq!(error.kind(), idem_core::StoreErrorKind::Misconfigured);
-    assert!(idem_core::Store::lookup(idem.store(), req.id())
-        .await
-        .expect("lookup")
-        .is_none());
+    assert!(
+        idem_core::Store::lookup(idem.store(), req.id(), Deadline::default())
+            .await
+            .expect("lookup")
+            .is_none()
+    );
 }
 
 /// C2, C15: two stores on two tables of one database are unrelated: a one-commit execution of

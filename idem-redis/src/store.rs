@@ -9,11 +9,13 @@ use crate::feed_settings::{self, FeedSettings};
 use crate::listing::Scanner;
 use crate::record::{self, integer, text, timestamp};
 use crate::scripts::scripts;
+use idem_core::store::Deadline;
 use idem_core::store::Reconciliation;
 use idem_core::store::{
     async_trait, digest_to_hex, duration_millis, Acquire, Capabilities, Changes, Claim, Completion,
     Expiry, Lease, Record, Reserved, Resolution,
 };
+use idem_core::Operation;
 use idem_core::{Error, Field, Holder, RecordId, Store, StoreErrorKind, StoredResponse, Timestamp};
 use idem_ops::{Inspected, ListQuery, ListingOrder, Operator, Page, Stats};
 use redis::{ScriptInvocation, Value};
@@ -451,144 +453,183 @@ impl Store for RedisStore {
         Some(Arc::as_ptr(&self.conns).cast::<()>() as usize)
     }
 
-    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
-        let request = claim.request();
-        let key = self.key_of(request.id());
-        // Every step of a reservation sends the claim's token: after a lost answer the script
-        // recognises the reservation it wrote (never a key held by nobody until the lease
-        // passes).
-        let mut invocation = scripts().reserve.prepare_invoke();
-        invocation
-            .key(&key)
-            .arg(request.fingerprint().as_bytes().as_slice())
-            .arg(claim.token().as_bytes().as_slice())
-            .arg(duration_millis(claim.lease_for()))
-            .arg(duration_millis(self.grace))
-            .arg(record::triple(request.id()))
-            .arg(&*self.holder);
-        let reply = self.conns.invoke(&invocation).await?;
-        let Value::Array(mut fields) = reply else {
-            return Err(unexpected("reserve", &reply));
-        };
-        let (Some(source), Some(now)) = (fields.first(), fields.get(1)) else {
-            return Err(Error::store(
-                BACKEND,
-                StoreErrorKind::Other,
-                "reserve returned too few fields",
-            ));
-        };
-        let now = timestamp(integer(now, "now")?)?;
-        if text(source, "source")? == b"inserted" {
-            let until = fields.get(2).ok_or_else(|| {
-                Error::store(
-                    BACKEND,
-                    StoreErrorKind::Other,
-                    "reserve returned no deadline",
-                )
-            })?;
-            return Ok(Reserved::Written {
-                until: timestamp(integer(until, "deadline")?)?,
-            });
-        }
-        // The record's fields, moved (a stored response is not copied).
-        fields.drain(..2);
-        Ok(Reserved::Found {
-            record: record::decode(fields, request.id())?,
-            now,
-        })
+    async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
+        deadline
+            .bound(Operation::Reserve, async {
+                let request = claim.request();
+                let key = self.key_of(request.id());
+                // Every step of a reservation sends the claim's token: after a lost answer the script
+                // recognises the reservation it wrote (never a key held by nobody until the lease
+                // passes).
+                let mut invocation = scripts().reserve.prepare_invoke();
+                invocation
+                    .key(&key)
+                    .arg(request.fingerprint().as_bytes().as_slice())
+                    .arg(claim.token().as_bytes().as_slice())
+                    .arg(duration_millis(claim.lease_for()))
+                    .arg(duration_millis(self.grace))
+                    .arg(record::triple(request.id()))
+                    .arg(&*self.holder);
+                let reply = self.conns.invoke(&invocation).await?;
+                let Value::Array(mut fields) = reply else {
+                    return Err(unexpected("reserve", &reply));
+                };
+                let (Some(source), Some(now)) = (fields.first(), fields.get(1)) else {
+                    return Err(Error::store(
+                        BACKEND,
+                        StoreErrorKind::Other,
+                        "reserve returned too few fields",
+                    ));
+                };
+                let now = timestamp(integer(now, "now")?)?;
+                if text(source, "source")? == b"inserted" {
+                    let until = fields.get(2).ok_or_else(|| {
+                        Error::store(
+                            BACKEND,
+                            StoreErrorKind::Other,
+                            "reserve returned no deadline",
+                        )
+                    })?;
+                    return Ok(Reserved::Written {
+                        until: timestamp(integer(until, "deadline")?)?,
+                    });
+                }
+                // The record's fields, moved (a stored response is not copied).
+                fields.drain(..2);
+                Ok(Reserved::Found {
+                    record: record::decode(fields, request.id())?,
+                    now,
+                })
+            })
+            .await
     }
 
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
-        let (Some(previous), Some(completed)) = (acquire.replaces(), acquire.replaces_completed())
-        else {
-            return Ok(Reserved::Lost);
-        };
-        let request = claim.request();
-        let mut invocation = scripts().replace.prepare_invoke();
-        invocation
-            .key(self.key_of(request.id()))
-            .arg(previous.as_bytes().as_slice())
-            .arg(if completed { "1" } else { "0" })
-            .arg(request.fingerprint().as_bytes().as_slice())
-            .arg(claim.token().as_bytes().as_slice())
-            .arg(duration_millis(claim.lease_for()))
-            .arg(duration_millis(self.grace))
-            .arg(record::triple(request.id()))
-            .arg(&*self.holder);
-        match self.conns.invoke(&invocation).await? {
-            Value::Nil => Ok(Reserved::Lost),
-            until => Ok(Reserved::Written {
-                until: timestamp(integer(&until, "deadline")?)?,
-            }),
-        }
+    async fn replace(
+        &self,
+        claim: &Claim<'_>,
+        acquire: Acquire,
+        deadline: Deadline,
+    ) -> Result<Reserved, Error> {
+        deadline
+            .bound(Operation::Reserve, async {
+                let (Some(previous), Some(completed)) =
+                    (acquire.replaces(), acquire.replaces_completed())
+                else {
+                    return Ok(Reserved::Lost);
+                };
+                let request = claim.request();
+                let mut invocation = scripts().replace.prepare_invoke();
+                invocation
+                    .key(self.key_of(request.id()))
+                    .arg(previous.as_bytes().as_slice())
+                    .arg(if completed { "1" } else { "0" })
+                    .arg(request.fingerprint().as_bytes().as_slice())
+                    .arg(claim.token().as_bytes().as_slice())
+                    .arg(duration_millis(claim.lease_for()))
+                    .arg(duration_millis(self.grace))
+                    .arg(record::triple(request.id()))
+                    .arg(&*self.holder);
+                match self.conns.invoke(&invocation).await? {
+                    Value::Nil => Ok(Reserved::Lost),
+                    until => Ok(Reserved::Written {
+                        until: timestamp(integer(&until, "deadline")?)?,
+                    }),
+                }
+            })
+            .await
     }
 
-    async fn complete(&self, completion: &Completion) -> Result<(), Error> {
-        let mut invocation = scripts().complete.prepare_invoke();
-        invocation
-            .key(self.key_of(completion.id()))
-            .arg(completion.token().as_bytes().as_slice())
-            .arg(completion.encoded())
-            .arg(duration_millis(completion.retain_for()))
-            .arg(completion.doubt().unwrap_or_default());
-        self.fenced(&invocation).await
+    async fn complete(&self, completion: &Completion, deadline: Deadline) -> Result<(), Error> {
+        deadline
+            .bound(Operation::Complete, async {
+                let mut invocation = scripts().complete.prepare_invoke();
+                invocation
+                    .key(self.key_of(completion.id()))
+                    .arg(completion.token().as_bytes().as_slice())
+                    .arg(completion.encoded())
+                    .arg(duration_millis(completion.retain_for()))
+                    .arg(completion.doubt().unwrap_or_default());
+                self.fenced(&invocation).await
+            })
+            .await
     }
 
-    async fn release(&self, lease: &Lease) -> Result<(), Error> {
-        let mut invocation = scripts().release.prepare_invoke();
-        invocation
-            .key(self.key_of(lease.id()))
-            .arg(lease.token().as_bytes().as_slice());
-        self.fenced(&invocation).await
+    async fn release(&self, lease: &Lease, deadline: Deadline) -> Result<(), Error> {
+        deadline
+            .bound(Operation::Release, async {
+                let mut invocation = scripts().release.prepare_invoke();
+                invocation
+                    .key(self.key_of(lease.id()))
+                    .arg(lease.token().as_bytes().as_slice());
+                self.fenced(&invocation).await
+            })
+            .await
     }
 
-    async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
-        let mut invocation = scripts().renew.prepare_invoke();
-        invocation
-            .key(self.key_of(lease.id()))
-            .arg(lease.token().as_bytes().as_slice())
-            .arg(duration_millis(lease_for))
-            .arg(duration_millis(self.grace));
-        match self.conns.invoke(&invocation).await? {
-            Value::Nil => Err(Error::LeaseLost),
-            until => timestamp(integer(&until, "deadline")?),
-        }
+    async fn renew(
+        &self,
+        lease: &Lease,
+        lease_for: Duration,
+        deadline: Deadline,
+    ) -> Result<Timestamp, Error> {
+        deadline
+            .bound(Operation::Renew, async {
+                let mut invocation = scripts().renew.prepare_invoke();
+                invocation
+                    .key(self.key_of(lease.id()))
+                    .arg(lease.token().as_bytes().as_slice())
+                    .arg(duration_millis(lease_for))
+                    .arg(duration_millis(self.grace));
+                match self.conns.invoke(&invocation).await? {
+                    Value::Nil => Err(Error::LeaseLost),
+                    until => timestamp(integer(&until, "deadline")?),
+                }
+            })
+            .await
     }
 
     /// Redis deletes expired records itself: nothing to purge.
-    async fn purge_expired(&self, _limit: usize) -> Result<usize, Error> {
-        Ok(0)
+    async fn purge_expired(&self, _limit: usize, deadline: Deadline) -> Result<usize, Error> {
+        deadline.bound(Operation::Purge, async { Ok(0) }).await
     }
 
     /// `lua/resolve.lua` on the record and its audit trail (one hash slot): fenced on the
     /// token, the mark as read and the record being live and completed by Redis's clock; the
     /// change and the entry in one script.
-    async fn resolve(&self, resolution: &Resolution) -> Result<bool, Error> {
-        let record_key = self.key_of(resolution.id());
-        let trail_key = audit::key(&record_key);
-        let mut invocation = scripts().resolve.prepare_invoke();
-        crate::resolve::prepare(&mut invocation, resolution, &record_key, &trail_key);
-        match integer(&self.conns.invoke(&invocation).await?, "resolve result")? {
-            1 => Ok(true),
-            0 => Ok(false),
-            other => Err(Error::store(
-                BACKEND,
-                StoreErrorKind::Other,
-                format!("resolve returned {other}"),
-            )),
-        }
+    async fn resolve(&self, resolution: &Resolution, deadline: Deadline) -> Result<bool, Error> {
+        deadline
+            .bound(Operation::Resolve, async {
+                let record_key = self.key_of(resolution.id());
+                let trail_key = audit::key(&record_key);
+                let mut invocation = scripts().resolve.prepare_invoke();
+                crate::resolve::prepare(&mut invocation, resolution, &record_key, &trail_key);
+                match integer(&self.conns.invoke(&invocation).await?, "resolve result")? {
+                    1 => Ok(true),
+                    0 => Ok(false),
+                    other => Err(Error::store(
+                        BACKEND,
+                        StoreErrorKind::Other,
+                        format!("resolve returned {other}"),
+                    )),
+                }
+            })
+            .await
     }
 
     /// The record's protocol fields only: what operators read beside it (its holder, its
     /// times) is not even fetched, so no value of theirs can change what the engine decides.
-    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        let mut invocation = scripts().lookup.prepare_invoke();
-        invocation.key(self.key_of(id));
-        match self.conns.invoke(&invocation).await? {
-            Value::Nil => Ok(None),
-            Value::Array(fields) => Ok(Some(decoded_record(fields, id)?)),
-            other => Err(unexpected("lookup", &other)),
-        }
+    async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error> {
+        deadline
+            .bound(Operation::Lookup, async {
+                let mut invocation = scripts().lookup.prepare_invoke();
+                invocation.key(self.key_of(id));
+                match self.conns.invoke(&invocation).await? {
+                    Value::Nil => Ok(None),
+                    Value::Array(fields) => Ok(Some(decoded_record(fields, id)?)),
+                    other => Err(unexpected("lookup", &other)),
+                }
+            })
+            .await
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -6,6 +6,7 @@
 mod common;
 
 use common::{free_port, start_server, temp_dir, Redis};
+use idem_core::store::Deadline;
 use idem_core::store::{Store, StoreExt};
 use idem_core::testing::{request, unique_consumer};
 use idem_core::{Answer, Begin, Error, Field, Idempotency, Policy, StoreErrorKind, StoredResponse};
@@ -57,13 +58,13 @@ async fn c12_in_progress_record_with_a_response_is_corrupt() {
 
             let other = request(&consumer, "k", b"{\"another\":1}");
             for (which, req) in [("same body", &same), ("another body", &other)] {
-                let reserved = store.reservation(req, LEASE).await;
+                let reserved = store.reservation(req, LEASE, Deadline::default()).await;
                 assert!(
                     matches!(reserved, Err(Error::CorruptRecord(_))),
                     "{case}, reserve with the {which}: {reserved:?}"
                 );
             }
-            let looked = store.lookup(same.id()).await;
+            let looked = store.lookup(same.id(), Deadline::default()).await;
             assert!(
                 matches!(looked, Err(Error::CorruptRecord(_))),
                 "{case}, lookup: {looked:?}"
@@ -108,12 +109,12 @@ async fn c12_a_foreign_value_under_a_record_key_is_an_error_and_stays() {
         let () = redis
             .raw(redis::cmd("SET").arg(&key).arg("not a record"))
             .await;
-        let reserved = store.reservation(&string, LEASE).await;
+        let reserved = store.reservation(&string, LEASE, Deadline::default()).await;
         assert!(
             matches!(&reserved, Err(Error::CorruptRecord(why)) if why.contains("WRONGTYPE")),
             "{case}, reserve over a string: {reserved:?}"
         );
-        let looked = store.lookup(string.id()).await;
+        let looked = store.lookup(string.id(), Deadline::default()).await;
         assert!(
             matches!(&looked, Err(Error::CorruptRecord(why)) if why.contains("WRONGTYPE")),
             "{case}, lookup of a string: {looked:?}"
@@ -133,7 +134,7 @@ async fn c12_a_foreign_value_under_a_record_key_is_an_error_and_stays() {
             .await;
         assert_eq!(added, 1, "a hash of one field of someone else's");
         let before = hash(&redis, &key).await;
-        let reserved = store.reservation(&other, LEASE).await;
+        let reserved = store.reservation(&other, LEASE, Deadline::default()).await;
         assert!(
             matches!(reserved, Err(Error::CorruptRecord(_))),
             "{case}, reserve over a foreign hash: {reserved:?}"
@@ -142,7 +143,10 @@ async fn c12_a_foreign_value_under_a_record_key_is_an_error_and_stays() {
             let looked = if inspect {
                 store.inspect(other.id()).await.map(|found| found.is_some())
             } else {
-                store.lookup(other.id()).await.map(|found| found.is_some())
+                store
+                    .lookup(other.id(), Deadline::default())
+                    .await
+                    .map(|found| found.is_some())
             };
             assert!(
                 matches!(looked, Err(Error::CorruptRecord(_))),
@@ -235,7 +239,7 @@ async fn c13_a_frozen_redis_is_an_error_within_the_deadline() {
     let mut leases = Vec::new();
     for key in ["to-complete", "to-release", "to-renew"] {
         match store
-            .reservation(&request(&consumer, key, b"{}"), LEASE)
+            .reservation(&request(&consumer, key, b"{}"), LEASE, Deadline::default())
             .await
         {
             Ok(Begin::Acquired(lease)) => leases.push(lease),
@@ -276,11 +280,11 @@ async fn c13_a_frozen_redis_is_an_error_within_the_deadline() {
         .connect(&url);
     let (connect, reserve, complete, release, renew, lookup, list, stats) = tokio::join!(
         timed(connecting),
-        timed(store.reservation(&frozen, LEASE)),
-        timed(store.complete(&completion)),
-        timed(store.release(&to_release)),
-        timed(store.renew(&to_renew, LEASE)),
-        timed(store.lookup(frozen.id())),
+        timed(store.reservation(&frozen, LEASE, Deadline::default())),
+        timed(store.complete(&completion, Deadline::default())),
+        timed(store.release(&to_release, Deadline::default())),
+        timed(store.renew(&to_renew, LEASE, Deadline::default())),
+        timed(store.lookup(frozen.id(), Deadline::default())),
         timed(store.list(&in_progress)),
         timed(store.stats()),
     );
@@ -313,7 +317,7 @@ async fn c13_a_frozen_redis_is_an_error_within_the_deadline() {
         .expect("DEBUG SLEEP");
     // The reservation sent while Redis slept ran when it woke up (its answer was lost): the key
     // is held by that lease, or free; never an error.
-    let again = store.reservation(&frozen, LEASE).await;
+    let again = store.reservation(&frozen, LEASE, Deadline::default()).await;
     assert!(
         matches!(
             again,
@@ -324,13 +328,17 @@ async fn c13_a_frozen_redis_is_an_error_within_the_deadline() {
     let fresh = request(&consumer, "after", b"{}");
     assert!(
         matches!(
-            store.reservation(&fresh, LEASE).await,
+            store.reservation(&fresh, LEASE, Deadline::default()).await,
             Ok(Begin::Acquired(_))
         ),
         "a fresh key after Redis woke up"
     );
     assert!(
-        store.lookup(fresh.id()).await.expect("lookup").is_some(),
+        store
+            .lookup(fresh.id(), Deadline::default())
+            .await
+            .expect("lookup")
+            .is_some(),
         "the reservation is stored"
     );
 }
@@ -358,7 +366,7 @@ async fn c13_a_call_that_must_reconnect_to_a_frozen_redis_is_an_error_within_the
     let consumer = unique_consumer("reconnect");
     let warm = request(&consumer, "warm", b"{}");
     assert!(matches!(
-        store.reservation(&warm, LEASE).await,
+        store.reservation(&warm, LEASE, Deadline::default()).await,
         Ok(Begin::Acquired(_))
     ));
 
@@ -396,11 +404,15 @@ async fn c13_a_call_that_must_reconnect_to_a_frozen_redis_is_an_error_within_the
     for i in 0..3 {
         let id = request(&consumer, &format!("k{i}"), b"{}");
         for (name, bound, outcome) in [
-            ("lookup", 2 * TIMEOUT, timed(store.lookup(id.id())).await),
+            (
+                "lookup",
+                2 * TIMEOUT,
+                timed(store.lookup(id.id(), Deadline::default())).await,
+            ),
             (
                 "reserve",
                 4 * TIMEOUT,
-                timed(store.reservation(&id, LEASE)).await,
+                timed(store.reservation(&id, LEASE, Deadline::default())).await,
             ),
         ] {
             let Err((error, took)) = outcome else {
@@ -426,7 +438,7 @@ async fn c13_a_call_that_must_reconnect_to_a_frozen_redis_is_an_error_within_the
     let fresh = request(&consumer, "after", b"{}");
     let mut answered = None;
     for _ in 0..20 {
-        match store.reservation(&fresh, LEASE).await {
+        match store.reservation(&fresh, LEASE, Deadline::default()).await {
             Ok(begin) => {
                 answered = Some(begin);
                 break;

@@ -8,6 +8,7 @@
 mod common;
 
 use common::Redis;
+use idem_core::store::Deadline;
 use idem_core::store::Store;
 use idem_core::testing::{request, unique_consumer};
 use idem_core::{
@@ -175,7 +176,11 @@ async fn the_trail_shares_its_records_slot_and_keeps_each_entry_for_its_own_rete
                 .await
                 .expect("resolve");
         assert_eq!(released, Some(Decided::Released));
-        assert!(store.lookup(charge.id()).await.expect("lookup").is_none());
+        assert!(store
+            .lookup(charge.id(), Deadline::default())
+            .await
+            .expect("lookup")
+            .is_none());
 
         let trail = store.reconciliations(charge.id()).await.expect("trail");
         let by: Vec<&str> = trail.iter().map(|e| e.by.as_str()).collect();

@@ -7,6 +7,7 @@
 mod common;
 
 use common::{free_port, start_server, temp_dir, Redis};
+use idem_core::store::Deadline;
 use idem_core::store::Store;
 use idem_core::testing::{request, request_on, unique_consumer};
 use idem_core::{Begin, Error, FencingToken, Idempotency, Policy, RecordId, StoredResponse};
@@ -400,7 +401,10 @@ async fn an_unreadable_holder_changes_no_decision_and_takes_no_listing_down() {
                     .arg(&hostile),
             )
             .await;
-        let in_flight = store.lookup(req.id()).await.expect("a protocol read");
+        let in_flight = store
+            .lookup(req.id(), Deadline::default())
+            .await
+            .expect("a protocol read");
         assert!(in_flight.is_some_and(|r| r.is_in_progress()));
         let pending = every_page(&store, in_progress(), 10).await;
         let row = pending

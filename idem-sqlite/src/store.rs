@@ -7,10 +7,12 @@ use crate::ops;
 use crate::pool::{Decide, Pool};
 use crate::process_lock::ProcessLock;
 use crate::sql::Statements;
+use idem_core::store::Deadline;
 use idem_core::store::Reconciliation;
 use idem_core::store::{
     async_trait, Acquire, Capabilities, Claim, Completion, Lease, Record, Reserved, Resolution,
 };
+use idem_core::Operation;
 use idem_core::{Answer, Error, FencingToken, Holder, RecordId, Request, Store, Timestamp};
 use idem_ops::{Inspected, ListQuery, Operator, Page, Stats};
 use rusqlite::{Connection, Transaction};
@@ -241,96 +243,146 @@ impl Store for SqliteStore {
         Capabilities::default().with_process_gate(self.inner.lock.one_commit())
     }
 
-    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
-        self.inner.lock.reserving()?;
-        let reserving = Reserving {
-            inner: Arc::clone(&self.inner),
-            request: claim.request().clone(),
-            token: claim.token(),
-            lease_for: claim.lease_for(),
-            holder: Arc::clone(&self.holder),
-        };
-        self.inner.pool.decide(reserving, None).await?
-    }
-
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
-        self.inner.lock.reserving()?;
-        let (request, token, lease_for) =
-            (claim.request().clone(), claim.token(), claim.lease_for());
-        let holder = Arc::clone(&self.holder);
-        self.on_writer(move |conn, inner| {
-            let now = inner.config.clock.now();
-            ops::replace_step(
-                conn, &inner.sql, now, &request, token, lease_for, acquire, &holder,
-            )
-        })
-        .await
-    }
-
-    /// On a reader, which no writer ever holds: the committed record and the engine's decision.
-    async fn read_answer(&self, request: &Request) -> Result<Option<Answer>, Error> {
-        let (inner, request) = (Arc::clone(&self.inner), request.clone());
-        self.inner
-            .pool
-            .read(move |conn| {
-                let now = inner.config.clock.now();
-                ops::found(conn, &inner.sql, &request, now)?
-                    .map_or(Ok(None), |found| found.answer(request.fingerprint()))
+    async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
+        deadline
+            .bound(Operation::Reserve, async {
+                self.inner.lock.reserving()?;
+                let reserving = Reserving {
+                    inner: Arc::clone(&self.inner),
+                    request: claim.request().clone(),
+                    token: claim.token(),
+                    lease_for: claim.lease_for(),
+                    holder: Arc::clone(&self.holder),
+                };
+                self.inner.pool.decide(reserving, None).await?
             })
-            .await?
-    }
-
-    async fn complete(&self, completion: &Completion) -> Result<(), Error> {
-        let completion = completion.clone();
-        self.on_writer(move |conn, inner| {
-            ops::complete(conn, &inner.sql, inner.config.clock.now(), &completion)
-        })
-        .await
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<(), Error> {
-        let lease = lease.clone();
-        self.on_writer(move |conn, inner| ops::release(conn, &inner.sql, &lease))
             .await
     }
 
-    async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
-        let lease = lease.clone();
-        self.on_writer(move |conn, inner| {
-            ops::renew(
-                conn,
-                &inner.sql,
-                inner.config.clock.now(),
-                &lease,
-                lease_for,
-            )
-        })
-        .await
+    async fn replace(
+        &self,
+        claim: &Claim<'_>,
+        acquire: Acquire,
+        deadline: Deadline,
+    ) -> Result<Reserved, Error> {
+        deadline
+            .bound(Operation::Reserve, async {
+                self.inner.lock.reserving()?;
+                let (request, token, lease_for) =
+                    (claim.request().clone(), claim.token(), claim.lease_for());
+                let holder = Arc::clone(&self.holder);
+                self.on_writer(move |conn, inner| {
+                    let now = inner.config.clock.now();
+                    ops::replace_step(
+                        conn, &inner.sql, now, &request, token, lease_for, acquire, &holder,
+                    )
+                })
+                .await
+            })
+            .await
     }
 
-    async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
-        self.on_writer(move |conn, inner| {
-            ops::purge_expired(conn, &inner.sql, inner.config.clock.now(), limit)
-        })
-        .await
+    /// On a reader, which no writer ever holds: the committed record and the engine's decision.
+    async fn read_answer(
+        &self,
+        request: &Request,
+        deadline: Deadline,
+    ) -> Result<Option<Answer>, Error> {
+        deadline
+            .bound(Operation::Lookup, async {
+                let (inner, request) = (Arc::clone(&self.inner), request.clone());
+                self.inner
+                    .pool
+                    .read(move |conn| {
+                        let now = inner.config.clock.now();
+                        ops::found(conn, &inner.sql, &request, now)?
+                            .map_or(Ok(None), |found| found.answer(request.fingerprint()))
+                    })
+                    .await?
+            })
+            .await
+    }
+
+    async fn complete(&self, completion: &Completion, deadline: Deadline) -> Result<(), Error> {
+        deadline
+            .bound(Operation::Complete, async {
+                let completion = completion.clone();
+                self.on_writer(move |conn, inner| {
+                    ops::complete(conn, &inner.sql, inner.config.clock.now(), &completion)
+                })
+                .await
+            })
+            .await
+    }
+
+    async fn release(&self, lease: &Lease, deadline: Deadline) -> Result<(), Error> {
+        deadline
+            .bound(Operation::Release, async {
+                let lease = lease.clone();
+                self.on_writer(move |conn, inner| ops::release(conn, &inner.sql, &lease))
+                    .await
+            })
+            .await
+    }
+
+    async fn renew(
+        &self,
+        lease: &Lease,
+        lease_for: Duration,
+        deadline: Deadline,
+    ) -> Result<Timestamp, Error> {
+        deadline
+            .bound(Operation::Renew, async {
+                let lease = lease.clone();
+                self.on_writer(move |conn, inner| {
+                    ops::renew(
+                        conn,
+                        &inner.sql,
+                        inner.config.clock.now(),
+                        &lease,
+                        lease_for,
+                    )
+                })
+                .await
+            })
+            .await
+    }
+
+    async fn purge_expired(&self, limit: usize, deadline: Deadline) -> Result<usize, Error> {
+        deadline
+            .bound(Operation::Purge, async {
+                self.on_writer(move |conn, inner| {
+                    ops::purge_expired(conn, &inner.sql, inner.config.clock.now(), limit)
+                })
+                .await
+            })
+            .await
     }
 
     /// On the writer, in one `IMMEDIATE` transaction: the fenced change and its audit entry
     /// commit together, or nothing is written (store rule 7).
-    async fn resolve(&self, resolution: &Resolution) -> Result<bool, Error> {
-        let (inner, resolution) = (Arc::clone(&self.inner), resolution.clone());
-        self.call(move |conn| {
-            ops::resolve(conn, &inner.sql, inner.config.clock.as_ref(), &resolution)
-        })
-        .await?
+    async fn resolve(&self, resolution: &Resolution, deadline: Deadline) -> Result<bool, Error> {
+        deadline
+            .bound(Operation::Resolve, async {
+                let (inner, resolution) = (Arc::clone(&self.inner), resolution.clone());
+                self.call(move |conn| {
+                    ops::resolve(conn, &inner.sql, inner.config.clock.as_ref(), &resolution)
+                })
+                .await?
+            })
+            .await
     }
 
-    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        let (inner, id) = (Arc::clone(&self.inner), id.clone());
-        self.inner
-            .pool
-            .read(move |conn| ops::select(conn, &inner.sql, &id))
-            .await?
+    async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error> {
+        deadline
+            .bound(Operation::Lookup, async {
+                let (inner, id) = (Arc::clone(&self.inner), id.clone());
+                self.inner
+                    .pool
+                    .read(move |conn| ops::select(conn, &inner.sql, &id))
+                    .await?
+            })
+            .await
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod common;
 
+use idem_core::store::Deadline;
 use idem_core::{
     Begin, Error, Failure, Idempotency, Policy, Request, RunError, Store, StoreErrorKind,
     StoredResponse,
@@ -95,7 +96,10 @@ async fn c12_every_corrupted_column_is_a_typed_error_and_nothing_runs() {
         );
         assert_eq!(ran.load(Ordering::SeqCst), 0, "{assignment}");
         assert!(
-            matches!(store.lookup(req.id()).await, Err(Error::CorruptRecord(_))),
+            matches!(
+                store.lookup(req.id(), Deadline::default()).await,
+                Err(Error::CorruptRecord(_))
+            ),
             "{assignment}"
         );
         let after = raw_row(&store, &req).await;

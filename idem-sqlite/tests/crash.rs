@@ -10,6 +10,7 @@
 mod common;
 
 use common::{charges, with_charges};
+use idem_core::store::Deadline;
 use idem_core::{Answer, Begin, Commits, Idempotency, Outcome, Policy, Request, StoredResponse};
 use idem_sqlite::{SqliteIdempotency, SqliteStore};
 use std::io::{BufRead, BufReader};
@@ -212,7 +213,7 @@ async fn c15_killed_in_a_one_commit_execution_leaves_nothing_and_the_retry_runs_
     let idem = Idempotency::with_policy(store, Policy::default().lease(LEASE)).expect("policy");
     assert_eq!(charges(idem.store(), &intent).await, 0, "nothing committed");
     let request = request(&idem, &intent);
-    let record = idem_core::Store::lookup(idem.store(), request.id())
+    let record = idem_core::Store::lookup(idem.store(), request.id(), Deadline::default())
         .await
         .expect("lookup");
     assert!(record.is_none(), "no record is left: {record:?}");

@@ -3,6 +3,7 @@
 //! leaves no audit row when it loses, the purge deletes expired audit rows within its limit, an
 //! unreadable mark takes no listing down, and the in-doubt statements read their indexes.
 
+use idem_core::store::Deadline;
 use idem_core::store::Store;
 use idem_core::store::{Doubt, DoubtCause};
 use idem_core::testing::{request, unique_consumer};
@@ -102,7 +103,11 @@ async fn c06_a_decision_on_a_mark_that_changed_writes_nothing() {
             .await
             .expect("resolve");
     assert_eq!(lost, None);
-    assert!(store.lookup(charge.id()).await.expect("lookup").is_some());
+    assert!(store
+        .lookup(charge.id(), Deadline::default())
+        .await
+        .expect("lookup")
+        .is_some());
     assert_eq!(audit_rows(&path), 1);
     let trail = store.reconciliations(charge.id()).await.expect("trail");
     assert_eq!(trail.len(), 1, "{trail:?}");
@@ -115,7 +120,11 @@ async fn c06_a_decision_on_a_mark_that_changed_writes_nothing() {
         .await
         .expect("resolve");
     assert_eq!(released, Some(Decided::Released));
-    assert!(store.lookup(charge.id()).await.expect("lookup").is_none());
+    assert!(store
+        .lookup(charge.id(), Deadline::default())
+        .await
+        .expect("lookup")
+        .is_none());
     assert_eq!(audit_rows(&path), 2);
 }
 
@@ -161,7 +170,13 @@ async fn the_purge_deletes_expired_audit_rows_within_its_limit() {
         .expect("run");
     assert!(matches!(plain, Outcome::Executed(_)), "{plain:?}");
     assert_eq!(audit_rows(&path), 3);
-    assert_eq!(store.purge_expired(10).await.expect("purge"), 0);
+    assert_eq!(
+        store
+            .purge_expired(10, Deadline::default())
+            .await
+            .expect("purge"),
+        0
+    );
 
     clock.advance(Duration::from_secs(2));
     assert!(
@@ -173,14 +188,29 @@ async fn the_purge_deletes_expired_audit_rows_within_its_limit() {
         "an expired entry is not in the trail"
     );
     assert_eq!(
-        store.purge_expired(2).await.expect("purge"),
+        store
+            .purge_expired(2, Deadline::default())
+            .await
+            .expect("purge"),
         2,
         "the record and one entry"
     );
     assert_eq!(audit_rows(&path), 2);
-    assert_eq!(store.purge_expired(10).await.expect("purge"), 2);
+    assert_eq!(
+        store
+            .purge_expired(10, Deadline::default())
+            .await
+            .expect("purge"),
+        2
+    );
     assert_eq!(audit_rows(&path), 0);
-    assert_eq!(store.purge_expired(10).await.expect("purge"), 0);
+    assert_eq!(
+        store
+            .purge_expired(10, Deadline::default())
+            .await
+            .expect("purge"),
+        0
+    );
     assert_eq!(
         store.stats().await.expect("stats").in_doubt,
         3,

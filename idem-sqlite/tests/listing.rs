@@ -2,6 +2,7 @@
 //! migrated in place and its records list with an unknown age, and the listings read indexes,
 //! never the whole table.
 
+use idem_core::store::Deadline;
 use idem_core::store::Store;
 use idem_core::{IdempotencyKey, RecordId, Scope};
 use idem_ops::{ListQuery, ListedState, Operator};
@@ -90,7 +91,11 @@ async fn a_version_1_table_is_migrated_and_its_records_list_without_an_age() {
         Scope::new("acct", "POST /charges").expect("scope"),
         IdempotencyKey::new("old-done").expect("key"),
     );
-    assert!(store.lookup(&id).await.expect("lookup").is_some());
+    assert!(store
+        .lookup(&id, Deadline::default())
+        .await
+        .expect("lookup")
+        .is_some());
 }
 
 #[tokio::test]
@@ -323,7 +328,11 @@ async fn an_unreadable_holder_takes_no_listing_down() {
         .expect("inspect")
         .expect("there");
     assert!(matches!(inspected.provenance.holder, Noted::Unreadable(_)));
-    assert!(store.lookup(&ids[1]).await.expect("lookup").is_some());
+    assert!(store
+        .lookup(&ids[1], Deadline::default())
+        .await
+        .expect("lookup")
+        .is_some());
 }
 
 /// C11 across processes: a takeover through a handle that records another holder records the

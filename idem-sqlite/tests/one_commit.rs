@@ -4,6 +4,7 @@
 mod common;
 
 use common::{charges, with_charges};
+use idem_core::store::Deadline;
 use idem_core::store::{
     Acquire, Capabilities, Claim, Completion, Lease, Record, Reserved, StoreExt,
 };
@@ -134,12 +135,18 @@ async fn c15_a_store_opened_for_one_commit_holds_its_table_alone() {
     let two = SqliteStore::open(&path)
         .await
         .expect("open for two commits");
-    let reserved = two.reservation(&req, Duration::from_secs(5)).await;
+    let reserved = two
+        .reservation(&req, Duration::from_secs(5), Deadline::default())
+        .await;
     let Err(refused) = reserved else {
         panic!("a store for two commits reserved in a table held for one: {reserved:?}");
     };
     assert_eq!(store_kind(&refused), Some(StoreErrorKind::Misconfigured));
-    assert!(two.lookup(req.id()).await.expect("reads work").is_none());
+    assert!(two
+        .lookup(req.id(), Deadline::default())
+        .await
+        .expect("reads work")
+        .is_none());
 
     let other_table = SqliteStore::builder(&path)
         .table("other_records")
@@ -147,7 +154,9 @@ async fn c15_a_store_opened_for_one_commit_holds_its_table_alone() {
         .await
         .expect("another table");
     assert!(matches!(
-        other_table.reservation(&req, Duration::from_secs(5)).await,
+        other_table
+            .reservation(&req, Duration::from_secs(5), Deadline::default())
+            .await,
         Ok(Begin::Acquired(_))
     ));
 
@@ -193,7 +202,11 @@ async fn c15_one_commit_on_a_store_not_opened_for_it_is_refused_and_runs_nothing
     };
     assert_eq!(store_kind(&error), Some(StoreErrorKind::Misconfigured));
     assert_eq!(charges(&store, "refused").await, 0);
-    assert!(store.lookup(req.id()).await.expect("lookup").is_none());
+    assert!(store
+        .lookup(req.id(), Deadline::default())
+        .await
+        .expect("lookup")
+        .is_none());
 }
 
 /// C15: a one-commit fresh key is one write transaction: the reservation is not committed on
@@ -346,29 +359,43 @@ struct WithoutIdentity(SqliteStore);
 
 #[idem_core::store::async_trait]
 impl Store for WithoutIdentity {
-    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
-        self.0.reserve(claim).await
+    async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
+        self.0.reserve(claim, deadline).await
     }
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
-        self.0.replace(claim, acquire).await
+    async fn replace(
+        &self,
+        claim: &Claim<'_>,
+        acquire: Acquire,
+        deadline: Deadline,
+    ) -> Result<Reserved, Error> {
+        self.0.replace(claim, acquire, deadline).await
     }
-    async fn complete(&self, completion: &Completion) -> Result<(), Error> {
-        self.0.complete(completion).await
+    async fn complete(&self, completion: &Completion, deadline: Deadline) -> Result<(), Error> {
+        self.0.complete(completion, deadline).await
     }
-    async fn release(&self, lease: &Lease) -> Result<(), Error> {
-        self.0.release(lease).await
+    async fn release(&self, lease: &Lease, deadline: Deadline) -> Result<(), Error> {
+        self.0.release(lease, deadline).await
     }
-    async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
-        self.0.renew(lease, lease_for).await
+    async fn renew(
+        &self,
+        lease: &Lease,
+        lease_for: Duration,
+        deadline: Deadline,
+    ) -> Result<Timestamp, Error> {
+        self.0.renew(lease, lease_for, deadline).await
     }
-    async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
-        self.0.purge_expired(limit).await
+    async fn purge_expired(&self, limit: usize, deadline: Deadline) -> Result<usize, Error> {
+        self.0.purge_expired(limit, deadline).await
     }
-    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        self.0.lookup(id).await
+    async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error> {
+        self.0.lookup(id, deadline).await
     }
-    async fn resolve(&self, resolution: &idem_core::store::Resolution) -> Result<bool, Error> {
-        self.0.resolve(resolution).await
+    async fn resolve(
+        &self,
+        resolution: &idem_core::store::Resolution,
+        deadline: Deadline,
+    ) -> Result<bool, Error> {
+        self.0.resolve(resolution, deadline).await
     }
     fn capabilities(&self) -> Capabilities {
         self.0.capabilities()

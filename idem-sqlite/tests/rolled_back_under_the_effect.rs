@@ -6,6 +6,7 @@
 mod common;
 
 use common::db_path;
+use idem_core::store::Deadline;
 use idem_core::{Answer, Begin, FencingToken, Idempotency, Outcome, Policy, Store, StoredResponse};
 use idem_core::{Event, EventKind, Observer};
 use idem_sqlite::{SqliteIdempotency, SqliteStore};
@@ -91,7 +92,11 @@ async fn c06_a_transaction_sqlite_rolled_back_under_the_effect_never_completes_t
             .expect("count")
     };
     let events = kinds.0.lock().expect("not poisoned").clone();
-    let record = idem.store().lookup(request.id()).await.expect("lookup");
+    let record = idem
+        .store()
+        .lookup(request.id(), Deadline::default())
+        .await
+        .expect("lookup");
     let completed = record.as_ref().is_some_and(|r| !r.is_in_progress());
     let retry = idem.begin(&request).await.expect("begin");
     eprintln!(

@@ -5,6 +5,7 @@
 mod common;
 
 use common::{charges, store, with_charges};
+use idem_core::store::Deadline;
 use idem_core::{Answer, Begin, Idempotency, Outcome, Policy, Request, RunError, StoredResponse};
 use idem_sqlite::{SqliteIdempotency, SqliteStore};
 use std::time::Duration;
@@ -82,7 +83,7 @@ async fn c08_effect_error_rolls_back_and_releases_so_the_retry_runs_once() {
     assert!(matches!(failed, Err(RunError::Released(ref m)) if m == "fraud check unavailable"));
     assert_eq!(charges(idem.store(), &intent).await, 0);
     assert_eq!(
-        idem_core::Store::lookup(idem.store(), request.id())
+        idem_core::Store::lookup(idem.store(), request.id(), Deadline::default())
             .await
             .expect("lookup"),
         None

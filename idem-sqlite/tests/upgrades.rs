@@ -3,6 +3,7 @@
 //! whose new column something else already added, a version-3 table with rows upgraded to
 //! records in doubt (version 4), and a table rolled back from version 4.
 
+use idem_core::store::Deadline;
 use idem_core::store::StoreExt;
 use idem_core::Request;
 use idem_ops::{ListQuery, Operator};
@@ -65,7 +66,9 @@ async fn the_script_on_a_version_1_table_never_records_version_2_without_its_col
         .body(b"1")
         .build()
         .expect("request");
-    let reserved = store.reservation(&request, Duration::from_secs(60)).await;
+    let reserved = store
+        .reservation(&request, Duration::from_secs(60), Deadline::default())
+        .await;
     assert!(
         reserved.is_ok(),
         "the store opened as up to date but cannot reserve: {reserved:?}"

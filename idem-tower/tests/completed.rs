@@ -8,6 +8,7 @@ use axum::http::{Request, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
+use idem_core::store::Deadline;
 use idem_core::{Completion, Idempotency, MemoryStore, Store, StoredResponse};
 use idem_tower::{Completed, IdempotencyLayer, Reservation};
 use std::sync::{Arc, Mutex};
@@ -29,7 +30,7 @@ async fn c07_a_completed_reply_sends_the_stored_response() {
                 reservation
                     .idem()
                     .store()
-                    .complete(&stored)
+                    .complete(&stored, Deadline::default())
                     .await
                     .expect("complete");
                 let other = reservation.completion(StoredResponse::new(201, "charged"));
@@ -69,7 +70,7 @@ async fn c06_a_completion_from_another_request_is_a_stored_500() {
                             reservation
                                 .idem()
                                 .store()
-                                .complete(&c)
+                                .complete(&c, Deadline::default())
                                 .await
                                 .expect("complete");
                             *s.lock().expect("lock") = Some(c.clone());

@@ -102,8 +102,8 @@ async fn c03_golden_fingerprints_through_the_layer() {
     use axum::body::Body;
     use axum::routing::post;
     use axum::Router;
-    use idem_ops::Operator;
     use idem_core::{Idempotency, IdempotencyKey, MemoryStore, RecordId, Scope};
+    use idem_ops::Operator;
     use std::sync::Arc;
     use tower::ServiceExt;
 

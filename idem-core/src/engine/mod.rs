@@ -30,9 +30,10 @@ use crate::problem::Problem;
 use crate::request::{Request, RequestBuilder};
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
+use crate::store::Deadline;
 use crate::store::Reservation;
 use crate::store::Store;
-pub(crate) use crate::timeout::{is_timed_out, timed_out};
+pub(crate) use crate::timeout::is_timed_out;
 use gate::Gate;
 use live::Live;
 use std::fmt;
@@ -284,7 +285,8 @@ impl<S: Store> Idempotency<S> {
 
     /// Runs one store call within the policy's deadline (C13) and reports it as a
     /// [`StoreCall`](EventKind::StoreCall) event (C16): for code beside the engine that calls
-    /// the store itself (idem-ops' runners, an operator's tool).
+    /// the store itself (idem-ops' runners, an operator's tool). `call` gets the
+    /// [`Deadline`] to pass to the store.
     ///
     /// ```
     /// use idem_core::{Idempotency, MemoryStore, Operation, Store};
@@ -293,34 +295,29 @@ impl<S: Store> Idempotency<S> {
     /// let idem = Idempotency::new(MemoryStore::new());
     /// let request = idem.request("acct_1", "POST", "/charges").key(Some("k1")).build()?;
     /// let record = idem
-    ///     .store_call(Operation::Lookup, Some(request.id()), idem.store().lookup(request.id()))
+    ///     .store_call(Operation::Lookup, Some(request.id()), |deadline| {
+    ///         idem.store().lookup(request.id(), deadline)
+    ///     })
     ///     .await?;
     /// assert!(record.is_none());
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn store_call<T, F>(
+    pub async fn store_call<T, F, C>(
         &self,
         operation: Operation,
         id: Option<&RecordId>,
-        call: F,
+        call: C,
     ) -> Result<T, Error>
     where
+        C: FnOnce(Deadline) -> F,
         F: Future<Output = Result<T, Error>>,
     {
         let started = Instant::now();
-        let timeout = self.inner.policy.store_timeout;
-        // Guard style may run on a runtime without a time driver (or none): no deadline there.
-        // The one timer made here is both the question "is there a time driver?" and the
-        // deadline.
-        let result = match timer(timeout) {
-            Some(deadline) => tokio::select! {
-                biased;
-                result = call => result,
-                () = deadline => Err(timed_out(operation, timeout)),
-            },
-            None => call.await,
-        };
+        let deadline = Deadline::after(self.inner.policy.store_timeout);
+        // Guard style may run on a runtime without a time driver (or none): the deadline
+        // bounds nothing there but the store's own waits.
+        let result = deadline.bound(operation, call(deadline)).await;
         let mut event = Event::new(EventKind::StoreCall)
             .of(operation)
             .took(started.elapsed());
@@ -386,11 +383,9 @@ impl<S: Store> Idempotency<S> {
             Err(met) => met,
         };
         let committed = self
-            .store_call(
-                Operation::Lookup,
-                Some(request.id()),
-                self.inner.store.read_answer(request),
-            )
+            .store_call(Operation::Lookup, Some(request.id()), |deadline| {
+                self.inner.store.read_answer(request, deadline)
+            })
             .await?;
         Ok(Err(match committed {
             Some(answer) => self.screen(answer)?,
@@ -496,7 +491,10 @@ impl<S: Store> Idempotency<S> {
             .store_call(
                 Operation::Reserve,
                 Some(request.id()),
-                Reservation::new(request, lease_for).run(&mut &self.inner.store),
+                |deadline| async move {
+                    let mut steps = (&self.inner.store, deadline);
+                    Reservation::new(request, lease_for).run(&mut steps).await
+                },
             )
             .await?;
         match reserved {
@@ -621,11 +619,9 @@ impl<S: Store> Idempotency<S> {
     /// when the effect did not happen.
     pub async fn release(&self, lease: Lease) -> Result<(), Error> {
         let result = self
-            .store_call(
-                Operation::Release,
-                Some(lease.id()),
-                self.inner.store.release(&lease),
-            )
+            .store_call(Operation::Release, Some(lease.id()), |deadline| {
+                self.inner.store.release(&lease, deadline)
+            })
             .await;
         match &result {
             Ok(()) => self.emit(Event::new(EventKind::Released).of_lease(&lease)),
@@ -664,11 +660,9 @@ impl<S: Store> Idempotency<S> {
         let started = Instant::now();
         let lease_for = self.inner.policy.lease;
         let result = self
-            .store_call(
-                Operation::Renew,
-                Some(lease.id()),
-                self.inner.store.renew(lease, lease_for),
-            )
+            .store_call(Operation::Renew, Some(lease.id()), |deadline| {
+                self.inner.store.renew(lease, lease_for, deadline)
+            })
             .await;
         match result {
             Ok(until) => {
@@ -689,13 +683,11 @@ impl<S: Store> Idempotency<S> {
     /// Call it periodically (docs/stores.md, "Purge").
     pub async fn purge_expired(&self) -> Result<usize, Error> {
         let result = self
-            .store_call(
-                Operation::Purge,
-                None,
+            .store_call(Operation::Purge, None, |deadline| {
                 self.inner
                     .store
-                    .purge_expired(self.inner.policy.purge_batch),
-            )
+                    .purge_expired(self.inner.policy.purge_batch, deadline)
+            })
             .await;
         if let Ok(purged) = result {
             let count = u64::try_from(purged).unwrap_or(u64::MAX);

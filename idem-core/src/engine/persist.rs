@@ -59,7 +59,9 @@ impl<S: Store> Idempotency<S> {
         loop {
             let started = Instant::now();
             let attempt = self
-                .store_call(Operation::Complete, Some(id), store.complete(completion))
+                .store_call(Operation::Complete, Some(id), |deadline| {
+                    store.complete(completion, deadline)
+                })
                 .await;
             let error = match attempt {
                 Ok(()) => {
@@ -134,7 +136,9 @@ impl<S: Store> Idempotency<S> {
         let mut backoff = FIRST_BACKOFF;
         let record = loop {
             match self
-                .store_call(Operation::Lookup, Some(id), self.inner.store.lookup(id))
+                .store_call(Operation::Lookup, Some(id), |deadline| {
+                    self.inner.store.lookup(id, deadline)
+                })
                 .await
             {
                 Ok(record) => break record?,
@@ -213,7 +217,9 @@ impl<S: Store + 'static> Idempotency<S> {
                     // (a read now, and the completion cut off once more right after it).
                     let id = lease.id();
                     let probe = self
-                        .store_call(Operation::Lookup, Some(id), self.inner.store.lookup(id))
+                        .store_call(Operation::Lookup, Some(id), |deadline| {
+                            self.inner.store.lookup(id, deadline)
+                        })
                         .await;
                     if probe.is_err() {
                         continue;

@@ -478,11 +478,9 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 let wait = self.policy().store_timeout;
                 let id = lease.id();
                 let settled = self
-                    .store_call(
-                        Operation::Lookup,
-                        Some(id),
-                        self.inner.store.settled(id, wait.mul_f32(0.8)),
-                    )
+                    .store_call(Operation::Lookup, Some(id), |_| {
+                        self.inner.store.settled(id, wait.mul_f32(0.8))
+                    })
                     .await;
                 match settled {
                     Ok(Some(record))
@@ -525,11 +523,9 @@ impl<S: Transactional + 'static> Idempotency<S> {
         let id = lease.id();
         let wait = self.policy().store_timeout;
         let settled = self
-            .store_call(
-                Operation::Lookup,
-                Some(id),
-                self.inner.store.settled(id, wait.mul_f32(0.8)),
-            )
+            .store_call(Operation::Lookup, Some(id), |_| {
+                self.inner.store.settled(id, wait.mul_f32(0.8))
+            })
             .await;
         match settled {
             Ok(Some(record)) if record.token == lease.token() => match record.state {

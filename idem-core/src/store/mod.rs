@@ -11,6 +11,7 @@
 pub use crate::changes::{digest_from_hex, digest_to_hex, Changes};
 pub use crate::clock::{duration_millis, timestamp_millis};
 pub use crate::completion::Completion;
+pub use crate::deadline::Deadline;
 pub use crate::decision::{check_fence, decide, Decision};
 pub use crate::doubt::{Doubt, DoubtCause};
 pub use crate::heartbeat_thread::on_heartbeat_thread;
@@ -131,30 +132,40 @@ use std::time::Duration;
 pub trait Store: Send + Sync {
     /// One reservation step: a fresh record carrying the claim's token, or the record there is
     /// (rule 2).
-    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error>;
+    async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error>;
 
     /// The compare-and-set of a takeover or a start over, as `acquire` says (rule 2).
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error>;
+    async fn replace(
+        &self,
+        claim: &Claim<'_>,
+        acquire: Acquire,
+        deadline: Deadline,
+    ) -> Result<Reserved, Error>;
 
     /// Stores the completion's response and marks the record completed for its retention, if
     /// the record still carries its token and is in progress (rule 3).
-    async fn complete(&self, completion: &Completion) -> Result<(), Error>;
+    async fn complete(&self, completion: &Completion, deadline: Deadline) -> Result<(), Error>;
 
     /// Deletes the reservation, if `lease` still holds, so that a retry can run (rule 3).
-    async fn release(&self, lease: &Lease) -> Result<(), Error>;
+    async fn release(&self, lease: &Lease, deadline: Deadline) -> Result<(), Error>;
 
     /// Extends the lease to `now + lease_for`, if it still holds; returns the new deadline (rule 3).
-    async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error>;
+    async fn renew(
+        &self,
+        lease: &Lease,
+        lease_for: Duration,
+        deadline: Deadline,
+    ) -> Result<Timestamp, Error>;
 
     /// Deletes at most `limit` expired records; returns how many (rule 4).
-    async fn purge_expired(&self, limit: usize) -> Result<usize, Error>;
+    async fn purge_expired(&self, limit: usize, deadline: Deadline) -> Result<usize, Error>;
 
     /// Applies a decision about a record in doubt, if the record still carries the mark it was
     /// read with; returns whether it did (rule 7).
-    async fn resolve(&self, resolution: &Resolution) -> Result<bool, Error>;
+    async fn resolve(&self, resolution: &Resolution, deadline: Deadline) -> Result<bool, Error>;
 
     /// Reads the record for inspection, expired or not. Does not change anything.
-    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error>;
+    async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error>;
 
     /// What a reservation of `request` would answer from the record as committed, without
     /// writing anything and without waiting for any writer: `Some` for a replay, an in-flight
@@ -164,8 +175,12 @@ pub trait Store: Send + Sync {
     /// a reservation's in-process claim meets another one
     /// ([`Capabilities::process_gate`]), so that a completed record is still replayed then.
     /// Default `None` (a store without a process gate is never asked).
-    async fn read_answer(&self, request: &Request) -> Result<Option<Answer>, Error> {
-        let _ = request;
+    async fn read_answer(
+        &self,
+        request: &Request,
+        deadline: Deadline,
+    ) -> Result<Option<Answer>, Error> {
+        let _ = (request, deadline);
         Ok(None)
     }
 
@@ -278,38 +293,47 @@ pub enum Expiry {
 /// Conveniences over any [`Store`], built from its steps.
 #[async_trait]
 pub trait StoreExt: Store {
-    /// A whole reservation of `request` for `lease_for`: the protocol's one loop
+    /// A whole reservation of `request` for `lease_for`, each step within `deadline`: the
+    /// protocol's one loop
     /// ([`Reservation::run`]) over this store's steps, without the engine around it (no
     /// admission, no events, no deadline). Tools and tests use it; applications call
     /// [`Idempotency::begin`](crate::Idempotency::begin).
     ///
     /// ```
-    /// use idem_core::store::StoreExt;
+    /// use idem_core::store::{Deadline, StoreExt};
     /// use idem_core::{Begin, MemoryStore, Request};
     /// use std::time::Duration;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), idem_core::Error> {
     /// let store = MemoryStore::new();
     /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k1")).body(b"1").build()?;
-    /// assert!(matches!(store.reservation(&request, Duration::from_secs(60)).await?, Begin::Acquired(_)));
-    /// assert!(matches!(store.reservation(&request, Duration::from_secs(60)).await?, Begin::Answered(_)));
+    /// assert!(matches!(store.reservation(&request, Duration::from_secs(60), Deadline::default()).await?, Begin::Acquired(_)));
+    /// assert!(matches!(store.reservation(&request, Duration::from_secs(60), Deadline::default()).await?, Begin::Answered(_)));
     /// # Ok(()) }
     /// ```
-    async fn reservation(&self, request: &Request, lease_for: Duration) -> Result<Begin, Error> {
-        Reservation::new(request, lease_for).run(&mut &*self).await
+    async fn reservation(
+        &self,
+        request: &Request,
+        lease_for: Duration,
+        deadline: Deadline,
+    ) -> Result<Begin, Error> {
+        Reservation::new(request, lease_for)
+            .run(&mut (self, deadline))
+            .await
     }
 }
 
 impl<S: Store + ?Sized> StoreExt for S {}
 
-/// A store runs a reservation's steps one call each (what the engine drives).
+/// A store runs a reservation's steps one call each, each within the deadline (what the engine
+/// drives).
 #[async_trait]
-impl<S: Store + ?Sized> Steps for &S {
+impl<S: Store + ?Sized> Steps for (&S, Deadline) {
     async fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error> {
-        (**self).reserve(claim).await
+        self.0.reserve(claim, self.1).await
     }
     async fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
-        (**self).replace(claim, acquire).await
+        self.0.replace(claim, acquire, self.1).await
     }
 }
 
@@ -322,32 +346,46 @@ macro_rules! forward_store {
         #[deny(clippy::missing_trait_methods)]
         #[async_trait]
         impl<S: Store + ?Sized> Store for $pointer {
-            async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
-                (**self).reserve(claim).await
+            async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
+                (**self).reserve(claim, deadline).await
             }
-            async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
-                (**self).replace(claim, acquire).await
+            async fn replace(
+        &self,
+        claim: &Claim<'_>,
+        acquire: Acquire,
+        deadline: Deadline,
+    ) -> Result<Reserved, Error> {
+                (**self).replace(claim, acquire, deadline).await
             }
-            async fn complete(&self, completion: &Completion) -> Result<(), Error> {
-                (**self).complete(completion).await
+            async fn complete(&self, completion: &Completion, deadline: Deadline) -> Result<(), Error> {
+                (**self).complete(completion, deadline).await
             }
-            async fn release(&self, lease: &Lease) -> Result<(), Error> {
-                (**self).release(lease).await
+            async fn release(&self, lease: &Lease, deadline: Deadline) -> Result<(), Error> {
+                (**self).release(lease, deadline).await
             }
-            async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
-                (**self).renew(lease, lease_for).await
+            async fn renew(
+        &self,
+        lease: &Lease,
+        lease_for: Duration,
+        deadline: Deadline,
+    ) -> Result<Timestamp, Error> {
+                (**self).renew(lease, lease_for, deadline).await
             }
-            async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
-                (**self).purge_expired(limit).await
+            async fn purge_expired(&self, limit: usize, deadline: Deadline) -> Result<usize, Error> {
+                (**self).purge_expired(limit, deadline).await
             }
-            async fn resolve(&self, resolution: &Resolution) -> Result<bool, Error> {
-                (**self).resolve(resolution).await
+            async fn resolve(&self, resolution: &Resolution, deadline: Deadline) -> Result<bool, Error> {
+                (**self).resolve(resolution, deadline).await
             }
-            async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-                (**self).lookup(id).await
+            async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error> {
+                (**self).lookup(id, deadline).await
             }
-            async fn read_answer(&self, request: &Request) -> Result<Option<Answer>, Error> {
-                (**self).read_answer(request).await
+            async fn read_answer(
+        &self,
+        request: &Request,
+        deadline: Deadline,
+    ) -> Result<Option<Answer>, Error> {
+                (**self).read_answer(request, deadline).await
             }
             fn capabilities(&self) -> Capabilities {
                 (**self).capabilities()

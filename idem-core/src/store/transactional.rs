@@ -14,6 +14,7 @@ use crate::record::Record;
 use crate::request::Request;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
+use crate::store::Deadline;
 use async_trait::async_trait;
 use std::any::Any;
 use std::convert::Infallible;
@@ -91,7 +92,7 @@ pub trait Transactional: Store {
     /// whose commits are never in doubt).
     async fn settled(&self, id: &RecordId, wait: Duration) -> Result<Option<Record>, Error> {
         let _ = wait;
-        self.lookup(id).await
+        self.lookup(id, Deadline::default()).await
     }
 }
 
@@ -256,23 +257,22 @@ impl Execution {
     }
 
     /// Runs one store call of `operation` about `id` within the engine's deadline
-    /// ([`Policy::store_timeout`](crate::Policy::store_timeout)): past it, the call is dropped
-    /// (its connection with it) and the store is unavailable (C13). Emits the call's event.
-    pub async fn bounded<T, F>(
+    /// ([`Policy::store_timeout`](crate::Policy::store_timeout)): `call` gets the [`Deadline`]
+    /// to pass to the store; past it, the call is dropped (its connection with it) and the store
+    /// is unavailable (C13). Emits the call's event.
+    pub async fn bounded<T, F, C>(
         &self,
         operation: Operation,
         id: &RecordId,
-        call: F,
+        call: C,
     ) -> Result<T, Error>
     where
+        C: FnOnce(Deadline) -> F,
         F: Future<Output = Result<T, Error>> + Send,
     {
         let started = Instant::now();
-        let timeout = self.inner.hooks.store_timeout();
-        let result = match tokio::time::timeout(timeout, call).await {
-            Ok(result) => result,
-            Err(_) => Err(crate::timeout::timed_out(operation, timeout)),
-        };
+        let deadline = Deadline::after(self.inner.hooks.store_timeout());
+        let result = deadline.bound(operation, call(deadline)).await;
         let event = Event::new(EventKind::StoreCall)
             .of(operation)
             .about(id)

@@ -4,6 +4,7 @@ use crate::clock::Timestamp;
 use crate::error::Error;
 use crate::request::Request;
 use crate::scope::RecordId;
+use crate::store::Deadline;
 use crate::store::{
     Acquire, Capabilities, Changes, Claim, Completion, Lease, Record, Reserved, Store,
 };
@@ -36,32 +37,50 @@ impl<S> Elsewhere<S> {
 
 #[async_trait]
 impl<S: Store + 'static> Store for Elsewhere<S> {
-    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
-        self.0.reserve(claim).await
+    async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
+        self.0.reserve(claim, deadline).await
     }
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
-        self.0.replace(claim, acquire).await
+    async fn replace(
+        &self,
+        claim: &Claim<'_>,
+        acquire: Acquire,
+        deadline: Deadline,
+    ) -> Result<Reserved, Error> {
+        self.0.replace(claim, acquire, deadline).await
     }
-    async fn complete(&self, completion: &Completion) -> Result<(), Error> {
-        self.0.complete(completion).await
+    async fn complete(&self, completion: &Completion, deadline: Deadline) -> Result<(), Error> {
+        self.0.complete(completion, deadline).await
     }
-    async fn release(&self, lease: &Lease) -> Result<(), Error> {
-        self.0.release(lease).await
+    async fn release(&self, lease: &Lease, deadline: Deadline) -> Result<(), Error> {
+        self.0.release(lease, deadline).await
     }
-    async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
-        self.0.renew(lease, lease_for).await
+    async fn renew(
+        &self,
+        lease: &Lease,
+        lease_for: Duration,
+        deadline: Deadline,
+    ) -> Result<Timestamp, Error> {
+        self.0.renew(lease, lease_for, deadline).await
     }
-    async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
-        self.0.purge_expired(limit).await
+    async fn purge_expired(&self, limit: usize, deadline: Deadline) -> Result<usize, Error> {
+        self.0.purge_expired(limit, deadline).await
     }
-    async fn resolve(&self, resolution: &crate::store::Resolution) -> Result<bool, Error> {
-        self.0.resolve(resolution).await
+    async fn resolve(
+        &self,
+        resolution: &crate::store::Resolution,
+        deadline: Deadline,
+    ) -> Result<bool, Error> {
+        self.0.resolve(resolution, deadline).await
     }
-    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        self.0.lookup(id).await
+    async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error> {
+        self.0.lookup(id, deadline).await
     }
-    async fn read_answer(&self, request: &Request) -> Result<Option<crate::Answer>, Error> {
-        self.0.read_answer(request).await
+    async fn read_answer(
+        &self,
+        request: &Request,
+        deadline: Deadline,
+    ) -> Result<Option<crate::Answer>, Error> {
+        self.0.read_answer(request, deadline).await
     }
     /// The store's, without its [`process_gate`](Capabilities::process_gate): another process
     /// neither shares this one's claims nor claims in them (a store with a process gate keeps

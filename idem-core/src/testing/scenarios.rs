@@ -2,6 +2,7 @@
 //! works on a store of its own namespace.
 
 use super::{policy, request, request_on, unique_consumer, Harness, LEASE, SHORT_RETENTION};
+use crate::store::Deadline;
 use crate::store::{Acquire, Expiry, Lease, Reservation, Reserved, Store};
 use crate::{
     Answer, Begin, Error, Failure, FencingToken, Field, Idempotency, Outcome, Policy, RecordId,
@@ -96,7 +97,13 @@ pub async fn c01_invalid_key_is_rejected_and_nothing_is_written<H: Harness>(harn
         .body(b"{}")
         .build()
         .expect("valid");
-    assert_eq!(store.lookup(good.id()).await.expect("lookup"), None);
+    assert_eq!(
+        store
+            .lookup(good.id(), Deadline::default())
+            .await
+            .expect("lookup"),
+        None
+    );
     assert_eq!(acquire(&idem, &good).await.acquired(), Acquire::Fresh);
 }
 
@@ -227,7 +234,10 @@ pub async fn c03_mismatch_on_completed_runs_nothing_and_keeps_the_record<H: Harn
     idem.complete(lease, charge("100 charged"))
         .await
         .expect("complete");
-    let before = store.lookup(first.id()).await.expect("lookup");
+    let before = store
+        .lookup(first.id(), Deadline::default())
+        .await
+        .expect("lookup");
 
     let reused = request(&consumer, "k", b"{\"amount\":200}");
     let ran = counter();
@@ -236,7 +246,13 @@ pub async fn c03_mismatch_on_completed_runs_nothing_and_keeps_the_record<H: Harn
         .expect("run");
     assert_eq!(outcome, Outcome::Answered(Answer::Mismatch));
     assert_eq!(ran.load(Ordering::SeqCst), 0);
-    assert_eq!(store.lookup(first.id()).await.expect("lookup"), before);
+    assert_eq!(
+        store
+            .lookup(first.id(), Deadline::default())
+            .await
+            .expect("lookup"),
+        before
+    );
     assert_eq!(
         idem.begin(&first).await.expect("begin"),
         replay(charge("100 charged"))
@@ -261,7 +277,7 @@ pub async fn c03_mismatch_beats_in_flight<H: Harness>(harness: &H) {
         Begin::Answered(Answer::InFlight { .. })
     ));
     let record = store
-        .lookup(first.id())
+        .lookup(first.id(), Deadline::default())
         .await
         .expect("lookup")
         .expect("present");
@@ -392,7 +408,10 @@ pub async fn c06_completion_is_fenced_and_happens_once<H: Harness>(harness: &H) 
         .expect("complete");
     assert!(matches!(
         store
-            .complete(&idem.completion(&lease, charge("second")))
+            .complete(
+                &idem.completion(&lease, charge("second")),
+                Deadline::default()
+            )
             .await,
         Err(Error::LeaseLost)
     ));
@@ -453,7 +472,7 @@ pub async fn c07_sequential_replay_same_bytes_no_new_effect<H: Harness>(harness:
     let other = request(&unique_consumer("c07s"), "k", b"{}");
     let lease = acquire(&idem, &other).await;
     store
-        .complete(&idem.completion(&lease, full))
+        .complete(&idem.completion(&lease, full), Deadline::default())
         .await
         .expect("complete");
     let Begin::Answered(Answer::Replay(stored)) = idem.begin(&other).await.expect("begin") else {
@@ -515,7 +534,13 @@ pub async fn c08_nothing_happened_releases_and_retry_runs_once<H: Harness>(harne
         failed,
         Err(RunError::Released("card declined before sending"))
     ));
-    assert_eq!(store.lookup(req.id()).await.expect("lookup"), None);
+    assert_eq!(
+        store
+            .lookup(req.id(), Deadline::default())
+            .await
+            .expect("lookup"),
+        None
+    );
     let executed = run_counted(&idem, &req, &calls, charge("charged"))
         .await
         .expect("run");
@@ -819,7 +844,7 @@ pub async fn c09_orphan_is_taken_over_and_stale_holder_fenced_out<H: Harness>(ha
         Err(Error::LeaseLost)
     ));
     let record = store
-        .lookup(req.id())
+        .lookup(req.id(), Deadline::default())
         .await
         .expect("lookup")
         .expect("the new holder's record");
@@ -899,7 +924,7 @@ pub async fn c09_late_completion_and_takeover_never_both_win<H: Harness>(harness
                 barrier.wait().await;
                 // One attempt on the store itself: the engine's retries are not under test.
                 let completion = idem.completion(&holder, charge("late"));
-                let completed = store.complete(&completion).await;
+                let completed = store.complete(&completion, Deadline::default()).await;
                 let mut acquired = 0;
                 for taker in takers {
                     match taker.await.expect("task") {
@@ -1084,7 +1109,10 @@ pub async fn c10_expired_records_leave_in_bounded_batches<H: Harness>(harness: &
     tokio::time::sleep(SHORT_RETENTION + Duration::from_millis(100)).await;
     match store.capabilities().expiry {
         Expiry::Purge => {
-            let first = store.purge_expired(2).await.expect("purge");
+            let first = store
+                .purge_expired(2, Deadline::default())
+                .await
+                .expect("purge");
             assert_eq!(first, 2, "a batch is full while expired records remain");
             let mut rounds = 0;
             loop {
@@ -1092,13 +1120,22 @@ pub async fn c10_expired_records_leave_in_bounded_batches<H: Harness>(harness: &
                 if left == 0 {
                     break;
                 }
-                let purged = store.purge_expired(2).await.expect("purge");
+                let purged = store
+                    .purge_expired(2, Deadline::default())
+                    .await
+                    .expect("purge");
                 assert!(purged <= 2, "purged {purged} with a limit of 2");
                 assert!(purged > 0, "{left} expired records left but nothing purged");
                 rounds += 1;
                 assert!(rounds < 100, "purge does not converge");
             }
-            assert_eq!(store.purge_expired(2).await.expect("purge"), 0);
+            assert_eq!(
+                store
+                    .purge_expired(2, Deadline::default())
+                    .await
+                    .expect("purge"),
+                0
+            );
         }
         Expiry::ServerTtl => {
             let deadline = Instant::now() + Duration::from_secs(10);
@@ -1110,7 +1147,11 @@ pub async fn c10_expired_records_leave_in_bounded_batches<H: Harness>(harness: &
     }
     for id in &live {
         assert!(
-            store.lookup(id).await.expect("lookup").is_some(),
+            store
+                .lookup(id, Deadline::default())
+                .await
+                .expect("lookup")
+                .is_some(),
             "live record {id:?} left"
         );
     }
@@ -1119,7 +1160,13 @@ pub async fn c10_expired_records_leave_in_bounded_batches<H: Harness>(harness: &
 async fn count_present<S: Store>(store: &S, ids: &[RecordId]) -> usize {
     let mut present = 0;
     for id in ids {
-        present += usize::from(store.lookup(id).await.expect("lookup").is_some());
+        present += usize::from(
+            store
+                .lookup(id, Deadline::default())
+                .await
+                .expect("lookup")
+                .is_some(),
+        );
     }
     present
 }
@@ -1145,7 +1192,13 @@ pub async fn c12_oversized_body_is_rejected_and_nothing_is_written<H: Harness>(h
         Scope::new(&consumer, "POST /charges").expect("scope"),
         crate::IdempotencyKey::new("k").expect("key"),
     );
-    assert_eq!(store.lookup(&id).await.expect("lookup"), None);
+    assert_eq!(
+        store
+            .lookup(&id, Deadline::default())
+            .await
+            .expect("lookup"),
+        None
+    );
     let at_limit = idem
         .request(&consumer, "POST", "/charges")
         .key(Some("k"))
@@ -1182,7 +1235,13 @@ pub async fn c12_engine_enforces_its_body_limit_however_the_request_was_built<H:
         Err(RunError::Idem(Error::BodyTooLarge { .. }))
     ));
     assert_eq!(calls.load(Ordering::SeqCst), 0);
-    assert_eq!(store.lookup(req.id()).await.expect("lookup"), None);
+    assert_eq!(
+        store
+            .lookup(req.id(), Deadline::default())
+            .await
+            .expect("lookup"),
+        None
+    );
 }
 
 /// C12: an in-progress record that also carries a response is inconsistent: every store answers
@@ -1197,11 +1256,13 @@ pub async fn c12_an_in_progress_record_with_a_response_is_corrupt<H: Harness>(ha
         return; // the store's records cannot hold that state
     }
     assert!(matches!(
-        store.reserve(Reservation::new(&req, LEASE).claim()).await,
+        store
+            .reserve(Reservation::new(&req, LEASE).claim(), Deadline::default())
+            .await,
         Err(Error::CorruptRecord(_))
     ));
     assert!(matches!(
-        store.lookup(req.id()).await,
+        store.lookup(req.id(), Deadline::default()).await,
         Err(Error::CorruptRecord(_))
     ));
     // Past its lease too: an expired corrupt record is not an orphan to take over.
@@ -1232,7 +1293,7 @@ pub async fn c12_corrupt_record_is_a_typed_error<H: Harness>(harness: &H) {
         Err(Error::CorruptRecord(_))
     ));
     assert!(matches!(
-        store.lookup(req.id()).await,
+        store.lookup(req.id(), Deadline::default()).await,
         Err(Error::CorruptRecord(_))
     ));
     let ran = counter();
@@ -1253,11 +1314,19 @@ pub async fn c16_a_store_step_reports_what_it_found_and_never_loops<H: Harness>(
     let req = request(&unique_consumer("c16s"), "k", b"{}");
     let first = Reservation::new(&req, LEASE);
     let mine = first.claim().token();
-    let until = match store.reserve(first.claim()).await.expect("reserve") {
+    let until = match store
+        .reserve(first.claim(), Deadline::default())
+        .await
+        .expect("reserve")
+    {
         Reserved::Written { until } => until,
         other => panic!("a fresh key is inserted: {other:?}"),
     };
-    match store.reserve(first.claim()).await.expect("reserve again") {
+    match store
+        .reserve(first.claim(), Deadline::default())
+        .await
+        .expect("reserve again")
+    {
         Reserved::Found { record, .. } => {
             assert_eq!(record.token, mine);
             assert_eq!(record.deadline(), until);
@@ -1268,7 +1337,7 @@ pub async fn c16_a_store_step_reports_what_it_found_and_never_loops<H: Harness>(
     tokio::time::sleep(LEASE + Duration::from_millis(50)).await;
     let second = Reservation::new(&req, LEASE);
     match store
-        .reserve(second.claim())
+        .reserve(second.claim(), Deadline::default())
         .await
         .expect("reserve expired")
     {
@@ -1278,46 +1347,72 @@ pub async fn c16_a_store_step_reports_what_it_found_and_never_loops<H: Harness>(
         }
         other => panic!("an expired record is reported, never taken over: {other:?}"),
     }
-    let still = store.lookup(req.id()).await.expect("lookup");
+    let still = store
+        .lookup(req.id(), Deadline::default())
+        .await
+        .expect("lookup");
     assert_eq!(still.map(|r| r.token), Some(mine), "reserve wrote nothing");
     let stale = Acquire::TakeOver {
         previous: FencingToken::generate(),
     };
     assert_eq!(
-        store.replace(second.claim(), stale).await.expect("replace"),
+        store
+            .replace(second.claim(), stale, Deadline::default())
+            .await
+            .expect("replace"),
         Reserved::Lost,
         "another token: nothing written"
     );
     let wrong_state = Acquire::StartOver { previous: mine };
     assert_eq!(
         store
-            .replace(second.claim(), wrong_state)
+            .replace(second.claim(), wrong_state, Deadline::default())
             .await
             .expect("replace"),
         Reserved::Lost,
         "in progress, not completed: nothing written"
     );
-    let still = store.lookup(req.id()).await.expect("lookup");
+    let still = store
+        .lookup(req.id(), Deadline::default())
+        .await
+        .expect("lookup");
     assert_eq!(still.map(|r| r.token), Some(mine));
     let takeover = Acquire::TakeOver { previous: mine };
-    let replaced = store.replace(second.claim(), takeover).await;
+    let replaced = store
+        .replace(second.claim(), takeover, Deadline::default())
+        .await;
     let until = match replaced.expect("replace") {
         Reserved::Written { until } => until,
         other => panic!("the record the decision saw is replaced: {other:?}"),
     };
-    let now = store.lookup(req.id()).await.expect("lookup");
+    let now = store
+        .lookup(req.id(), Deadline::default())
+        .await
+        .expect("lookup");
     assert_eq!(now.map(|r| r.token), Some(second.claim().token()));
     // A record gone since a decision read it is a change, never a busy row.
     let lease = Lease::new(&req, second.claim().token(), until, takeover);
-    store.release(&lease).await.expect("release");
+    store
+        .release(&lease, Deadline::default())
+        .await
+        .expect("release");
     let third = Reservation::new(&req, LEASE);
     let gone = Acquire::TakeOver {
         previous: second.claim().token(),
     };
     assert_eq!(
-        store.replace(third.claim(), gone).await.expect("replace"),
+        store
+            .replace(third.claim(), gone, Deadline::default())
+            .await
+            .expect("replace"),
         Reserved::Lost,
         "a record gone: nothing written"
     );
-    assert_eq!(store.lookup(req.id()).await.expect("lookup"), None);
+    assert_eq!(
+        store
+            .lookup(req.id(), Deadline::default())
+            .await
+            .expect("lookup"),
+        None
+    );
 }

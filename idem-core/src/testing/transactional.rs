@@ -3,6 +3,7 @@
 //! [`TransactionalHarness`] by every SQL store.
 
 use super::{policy, request, unique_consumer, TransactionalHarness, LEASE};
+use crate::store::Deadline;
 use crate::store::{Lease, Store};
 use crate::{Answer, Begin, Error, Idempotency, Request, StoredResponse};
 use std::sync::Arc;
@@ -68,7 +69,7 @@ pub async fn tx_c06_rollback_leaves_neither_effect_nor_completion<H: Transaction
         .expect("complete_in inside the rolled-back transaction");
     assert_eq!(harness.business_rows(&store, &intent).await, 0);
     let record = store
-        .lookup(req.id())
+        .lookup(req.id(), Deadline::default())
         .await
         .expect("lookup")
         .expect("record");

@@ -2,6 +2,7 @@
 // Each test binary uses a part of it.
 #![allow(dead_code)]
 
+use idem_core::store::Deadline;
 use idem_core::store::{async_trait, Acquire, Claim, Completion, Lease, Record, Reserved};
 use idem_core::{Error, MemoryStore, RecordId, Store, StoreErrorKind, Timestamp};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -44,41 +45,50 @@ impl Store for Faulty {
     fn identity(&self) -> Option<usize> {
         self.one_process.then(|| self.inner.identity()).flatten()
     }
-    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
-        let reserved = self.inner.reserve(claim).await;
+    async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
+        let reserved = self.inner.reserve(claim, deadline).await;
         if take(&self.slow_reserves) {
             tokio::time::sleep(self.reserve_answer_after).await;
         }
         reserved
     }
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
-        self.inner.replace(claim, acquire).await
+    async fn replace(
+        &self,
+        claim: &Claim<'_>,
+        acquire: Acquire,
+        deadline: Deadline,
+    ) -> Result<Reserved, Error> {
+        self.inner.replace(claim, acquire, deadline).await
     }
-    async fn complete(&self, c: &Completion) -> Result<(), Error> {
+    async fn complete(&self, c: &Completion, deadline: Deadline) -> Result<(), Error> {
         if self.unwritable.load(Ordering::SeqCst) {
             return Err(down());
         }
         if self.slow_above.is_some_and(|max| c.encoded().len() > max) {
             tokio::time::sleep(self.slow_for).await;
         }
-        self.inner.complete(c).await
+        self.inner.complete(c, deadline).await
     }
-    async fn release(&self, l: &Lease) -> Result<(), Error> {
-        self.inner.release(l).await
+    async fn release(&self, l: &Lease, deadline: Deadline) -> Result<(), Error> {
+        self.inner.release(l, deadline).await
     }
-    async fn renew(&self, l: &Lease, d: Duration) -> Result<Timestamp, Error> {
+    async fn renew(&self, l: &Lease, d: Duration, deadline: Deadline) -> Result<Timestamp, Error> {
         if self.unwritable.load(Ordering::SeqCst) || take(&self.failing_renews) {
             return Err(down());
         }
-        self.inner.renew(l, d).await
+        self.inner.renew(l, d, deadline).await
     }
-    async fn purge_expired(&self, n: usize) -> Result<usize, Error> {
-        self.inner.purge_expired(n).await
+    async fn purge_expired(&self, n: usize, deadline: Deadline) -> Result<usize, Error> {
+        self.inner.purge_expired(n, deadline).await
     }
-    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        self.inner.lookup(id).await
+    async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error> {
+        self.inner.lookup(id, deadline).await
     }
-    async fn resolve(&self, r: &idem_core::store::Resolution) -> Result<bool, Error> {
-        self.inner.resolve(r).await
+    async fn resolve(
+        &self,
+        r: &idem_core::store::Resolution,
+        deadline: Deadline,
+    ) -> Result<bool, Error> {
+        self.inner.resolve(r, deadline).await
     }
 }

@@ -93,11 +93,9 @@ async fn decision_landed<S: Operator>(
     entry: &Reconciliation,
 ) -> Result<bool, Error> {
     let trail = idem
-        .store_call(
-            Operation::Inspect,
-            Some(id),
-            idem.store().reconciliations(id),
-        )
+        .store_call(Operation::Inspect, Some(id), |_| {
+            idem.store().reconciliations(id)
+        })
         .await?;
     Ok(trail
         .iter()
@@ -200,11 +198,9 @@ pub async fn resolve<S: Operator>(
         policy.audit_retention,
     );
     let mut applied = idem
-        .store_call(
-            Operation::Resolve,
-            Some(&case.id),
-            idem.store().resolve(&resolution),
-        )
+        .store_call(Operation::Resolve, Some(&case.id), |deadline| {
+            idem.store().resolve(&resolution, deadline)
+        })
         .await?;
     if !applied {
         // A store that lost the answer of an attempt that applied, and tried again, finds
@@ -232,7 +228,7 @@ pub async fn in_doubt<S: Operator>(
     id: &RecordId,
 ) -> Result<Option<InDoubt>, Error> {
     let inspected = idem
-        .store_call(Operation::Inspect, Some(id), idem.store().inspect(id))
+        .store_call(Operation::Inspect, Some(id), |_| idem.store().inspect(id))
         .await?;
     Ok(inspected.and_then(|inspected| InDoubt::from_inspected(id.clone(), inspected)))
 }

@@ -7,6 +7,7 @@ use super::{policy, request, unique_consumer, OperatorHarness, SHORT_RETENTION};
 use crate::reconcile::{self, Decided, DoubtCause, Finding, InDoubt, Reconciliation};
 use crate::Noted;
 use crate::{ListQuery, ListedState, Operator};
+use idem_core::store::Deadline;
 use idem_core::store::Store;
 use idem_core::{Answer, Failure, Idempotency, Outcome, Request, RunError, StoredResponse};
 use std::collections::BTreeSet;
@@ -233,7 +234,11 @@ pub async fn c08_doubt_releasing_lets_the_retry_execute_once<H: OperatorHarness>
             .expect("resolve"),
         Some(Decided::Released)
     );
-    assert!(store.lookup(charge.id()).await.expect("lookup").is_none());
+    assert!(store
+        .lookup(charge.id(), Deadline::default())
+        .await
+        .expect("lookup")
+        .is_none());
 
     let runs = Arc::new(AtomicUsize::new(0));
     let (a, b) = tokio::join!(
@@ -370,7 +375,10 @@ pub async fn c06_doubt_racing_reconcilers_decide_once<H: OperatorHarness>(harnes
         assert_eq!(won.len(), 1, "round {round}: one decision wins: {won:?}");
         let entries = trail(&*store, &charge).await;
         assert_eq!(entries.len(), 1, "round {round}: one entry: {entries:?}");
-        let now = store.lookup(charge.id()).await.expect("lookup");
+        let now = store
+            .lookup(charge.id(), Deadline::default())
+            .await
+            .expect("lookup");
         match (&won[0], entries[0].decided) {
             (Decided::Settled { status: 201 }, Decided::Settled { status: 201 }) => {
                 let record = now.expect("settled record");

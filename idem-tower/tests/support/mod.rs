@@ -10,6 +10,7 @@ use axum::Router;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
+use idem_core::store::Deadline;
 use idem_core::store::{
     async_trait, Acquire, Capabilities, Claim, Completion, Execution, Lease, Record, Reserved,
     Transactional, TxEnd,
@@ -344,41 +345,55 @@ impl<S> Decorated<S> {
 
 #[async_trait]
 impl<S: Store> Store for Decorated<S> {
-    async fn reserve(&self, claim: &Claim<'_>) -> Result<Reserved, Error> {
+    async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
         self.up()?;
-        self.inner.reserve(claim).await
+        self.inner.reserve(claim, deadline).await
     }
-    async fn replace(&self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
+    async fn replace(
+        &self,
+        claim: &Claim<'_>,
+        acquire: Acquire,
+        deadline: Deadline,
+    ) -> Result<Reserved, Error> {
         self.up()?;
-        self.inner.replace(claim, acquire).await
+        self.inner.replace(claim, acquire, deadline).await
     }
-    async fn complete(&self, completion: &Completion) -> Result<(), Error> {
+    async fn complete(&self, completion: &Completion, deadline: Deadline) -> Result<(), Error> {
         self.up()?;
         if let Some(delay) = self.complete_delay {
             tokio::time::sleep(delay).await;
         }
         self.completes.fetch_add(1, Ordering::SeqCst);
-        self.inner.complete(completion).await
+        self.inner.complete(completion, deadline).await
     }
-    async fn release(&self, lease: &Lease) -> Result<(), Error> {
+    async fn release(&self, lease: &Lease, deadline: Deadline) -> Result<(), Error> {
         self.up()?;
-        self.inner.release(lease).await
+        self.inner.release(lease, deadline).await
     }
-    async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Timestamp, Error> {
+    async fn renew(
+        &self,
+        lease: &Lease,
+        lease_for: Duration,
+        deadline: Deadline,
+    ) -> Result<Timestamp, Error> {
         self.up()?;
-        self.inner.renew(lease, lease_for).await
+        self.inner.renew(lease, lease_for, deadline).await
     }
-    async fn purge_expired(&self, limit: usize) -> Result<usize, Error> {
+    async fn purge_expired(&self, limit: usize, deadline: Deadline) -> Result<usize, Error> {
         self.up()?;
-        self.inner.purge_expired(limit).await
+        self.inner.purge_expired(limit, deadline).await
     }
-    async fn lookup(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+    async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error> {
         self.up()?;
-        self.inner.lookup(id).await
+        self.inner.lookup(id, deadline).await
     }
-    async fn resolve(&self, resolution: &idem_core::store::Resolution) -> Result<bool, Error> {
+    async fn resolve(
+        &self,
+        resolution: &idem_core::store::Resolution,
+        deadline: Deadline,
+    ) -> Result<bool, Error> {
         self.up()?;
-        self.inner.resolve(resolution).await
+        self.inner.resolve(resolution, deadline).await
     }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
