@@ -599,7 +599,7 @@ impl<S: Store> Idempotency<S> {
     /// let Begin::Acquired(lease) = idem.begin(&request).await? else { unreachable!() };
     /// let completion = idem.completion(&lease, StoredResponse::new(201, "charged"));
     /// // ... in a SQL store: the effect and `complete_in(&mut tx, &completion)`, then commit ...
-    /// # idem.store().complete(&completion).await?;
+    /// # idem.store().complete(&completion, idem_core::store::Deadline::default()).await?;
     /// idem.committed(&completion);
     /// # Ok(())
     /// # }

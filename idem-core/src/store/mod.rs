@@ -107,7 +107,7 @@ use std::time::Duration;
 /// # Example
 ///
 /// ```
-/// use idem_core::store::{Reservation, Reserved};
+/// use idem_core::store::{Deadline, Reservation, Reserved};
 /// use idem_core::{Idempotency, MemoryStore, Request, Store};
 /// use std::time::Duration;
 /// # #[tokio::main(flavor = "current_thread")]
@@ -116,11 +116,12 @@ use std::time::Duration;
 /// let store = idem.store();
 /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k1")).body(b"100").build()?;
 /// let reservation = Reservation::new(&request, Duration::from_secs(60));
-/// let Reserved::Written { until } = store.reserve(reservation.claim()).await? else {
+/// let deadline = Deadline::default(); // the engine's: what is left of the request's budget
+/// let Reserved::Written { until } = store.reserve(reservation.claim(), deadline).await? else {
 ///     unreachable!("a fresh key is inserted")
 /// };
 /// // A second step finds the record this reservation wrote, and writes nothing.
-/// let Reserved::Found { record, .. } = store.reserve(reservation.claim()).await? else {
+/// let Reserved::Found { record, .. } = store.reserve(reservation.claim(), deadline).await? else {
 ///     unreachable!("the record is there")
 /// };
 /// assert_eq!(record.token, reservation.claim().token());
