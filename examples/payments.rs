@@ -28,6 +28,7 @@ use idem::ops::Operator;
 use idem::ops::{Decided, Finding, InDoubt, Reconciled};
 use idem::sqlite::rusqlite::{params, TransactionBehavior};
 use idem::sqlite::SqliteStore;
+use idem::store::Deadline;
 use idem::tower::canonical::{canonical_json, Canonical};
 use idem::{
     Answer, Begin, Context, Failure, Idempotency, Outcome, Policy, Request, RunError,
@@ -291,7 +292,11 @@ impl Service {
     /// The audit trail of the record of `key`: one entry per decision about it.
     async fn print_trail(&self, key: &str, body: &str) -> Result<(), BoxError> {
         let request = self.request(key, body)?;
-        let trail = self.idem.store().reconciliations(request.id()).await?;
+        let trail = self
+            .idem
+            .store()
+            .reconciliations(request.id(), Deadline::default())
+            .await?;
         println!("  the audit trail of {key}:");
         for entry in trail {
             let decided = match entry.decided {

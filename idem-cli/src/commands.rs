@@ -5,9 +5,9 @@ use crate::failure::{usage, Failure};
 use crate::io::Io;
 use crate::render::{self, Table, COMPLETED_COLUMNS, KEY_COLUMNS, PENDING_COLUMNS};
 use crate::route::looks_concrete;
+use crate::store_call::deadline;
 use crate::store_call::{fetch, record_id, within};
 use crate::target::{Names, Target, Usage};
-use idem_core::store::Deadline;
 use idem_core::store::Expiry;
 use idem_core::{Error, Field, RecordId};
 use idem_ops::{ListQuery, Listed, ListingOrder, Operator};
@@ -219,7 +219,7 @@ async fn once(store: &dyn Operator, what: &Watched, io: &mut Io<'_>) -> Result<(
     match what {
         Watched::Pending(query, page) => list(store, query.clone(), page, io).await,
         Watched::Stats => {
-            let stats = within(store.stats()).await?;
+            let stats = within(store.stats(deadline())).await?;
             if io.json {
                 io.json(&render::stats_json(&stats))
             } else {
@@ -266,7 +266,7 @@ async fn inspect(
     body: bool,
     io: &mut Io<'_>,
 ) -> Result<(), Failure> {
-    let Some(record) = within(store.inspect(id)).await? else {
+    let Some(record) = within(store.inspect(id, deadline())).await? else {
         if io.json {
             io.json(&Value::Null)?;
         } else {
@@ -304,7 +304,7 @@ async fn records_of_key(
     let mut seen = HashSet::new();
     let mut stopped = false;
     loop {
-        let page = within(store.list(&query)).await?;
+        let page = within(store.list(&query, deadline())).await?;
         found.extend(
             page.records
                 .into_iter()
@@ -343,7 +343,7 @@ async fn inspect_key(
     }
     let now = render::now();
     let single = match records.as_slice() {
-        [only] => within(store.inspect(&only.id)).await?,
+        [only] => within(store.inspect(&only.id, deadline())).await?,
         _ => None,
     };
     if io.json {
@@ -484,7 +484,7 @@ async fn purge(
     let batch = usize::try_from(batch).unwrap_or(usize::MAX);
     let (mut purged, mut batches) = (0usize, 0usize);
     loop {
-        let deleted = within(store.purge_expired(batch, Deadline::default())).await?;
+        let deleted = within(store.purge_expired(batch, deadline())).await?;
         purged += deleted;
         batches += 1;
         if !io.json {

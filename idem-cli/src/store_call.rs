@@ -2,6 +2,7 @@
 
 use crate::cli::PageArgs;
 use crate::failure::{usage, Failure};
+use idem_core::store::Deadline;
 use idem_core::{Error, Field, IdempotencyKey, RecordId, Scope, StoreErrorKind};
 use idem_ops::{Cursor, ListQuery, Listed, Operator, Page};
 use std::collections::HashSet;
@@ -15,6 +16,11 @@ static CALL_DEADLINE: OnceLock<Duration> = OnceLock::new();
 /// Sets `--timeout` for this run (once; later calls change nothing).
 pub(crate) fn set_deadline(limit: Duration) {
     let _ = CALL_DEADLINE.set(limit);
+}
+
+/// The deadline of one store call made now: `--timeout` from now.
+pub(crate) fn deadline() -> Deadline {
+    Deadline::after(*CALL_DEADLINE.get_or_init(|| Duration::from_secs(10)))
 }
 
 /// `call`, or a store error (unavailable) once it has taken longer than `--timeout`: a store
@@ -60,7 +66,7 @@ pub(crate) async fn fetch(
         let Page {
             records: found,
             next,
-        } = within(store.list(&query))
+        } = within(store.list(&query, deadline()))
             .await
             .map_err(|error| match error {
                 // A cursor the store did not make came from the command line.

@@ -5,6 +5,7 @@ use crate::listing::{Cursor, Inspected, ListQuery, Listed, ListedState, Page, Se
 use crate::operator::Operator;
 use crate::provenance::{Noted, Provenance};
 use async_trait::async_trait;
+use idem_core::store::Deadline;
 use idem_core::store::{Doubt, Reconciliation, RecordState};
 use idem_core::{Error, MemoryRecord, MemoryStore, RecordId, StoredResponse, Timestamp};
 
@@ -54,7 +55,11 @@ fn provenance(kept: &MemoryRecord) -> Provenance {
 
 #[async_trait]
 impl Operator for MemoryStore {
-    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
+    async fn inspect(
+        &self,
+        id: &RecordId,
+        _deadline: Deadline,
+    ) -> Result<Option<Inspected>, Error> {
         self.record(id)
             .map(|kept| {
                 let provenance = provenance(&kept);
@@ -73,7 +78,7 @@ impl Operator for MemoryStore {
             })
             .transpose()
     }
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+    async fn list(&self, query: &ListQuery, _deadline: Deadline) -> Result<Page, Error> {
         let after = query.cursor().map(Cursor::position).transpose()?;
         let records = self.records();
         let now = self.now();
@@ -126,7 +131,7 @@ impl Operator for MemoryStore {
             .collect::<Result<Vec<_>, Error>>()?;
         Ok(Page::from_fetched(fetched, limit))
     }
-    async fn stats(&self) -> Result<Stats, Error> {
+    async fn stats(&self, _deadline: Deadline) -> Result<Stats, Error> {
         let records = self.records();
         let now = self.now();
         let mut stats = Stats::at(now);
@@ -146,7 +151,11 @@ impl Operator for MemoryStore {
         }
         Ok(stats)
     }
-    async fn reconciliations(&self, id: &RecordId) -> Result<Vec<Reconciliation>, Error> {
+    async fn reconciliations(
+        &self,
+        id: &RecordId,
+        _deadline: Deadline,
+    ) -> Result<Vec<Reconciliation>, Error> {
         let kept = self.trail(id);
         let skip = kept.len().saturating_sub(ListQuery::MAX_LIMIT);
         kept.into_iter()

@@ -35,14 +35,16 @@ use std::sync::Arc;
 ///
 /// ```
 /// use idem_ops::{ListQuery, Operator};
+/// use idem_core::store::Deadline;
 /// use idem_core::MemoryStore;
 /// use std::time::Duration;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), idem_core::Error> {
 /// let store = MemoryStore::new();
-/// let page = store.list(&ListQuery::in_progress(Duration::ZERO)).await?;
+/// let query = ListQuery::in_progress(Duration::ZERO);
+/// let page = store.list(&query, Deadline::default()).await?;
 /// assert!(page.records.is_empty() && page.next.is_none());
-/// assert_eq!(store.stats().await?.total(), 0);
+/// assert_eq!(store.stats(Deadline::default()).await?.total(), 0);
 /// # Ok(())
 /// # }
 /// ```
@@ -52,29 +54,30 @@ pub trait Operator: Store {
     /// reservation was made and its completion landed, and which process holds it (rule 1).
     /// Does not change anything. Default: [`Store::lookup`] with an unknown provenance,
     /// right for a store that keeps none.
-    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
-        Ok(self
-            .lookup(id, Deadline::default())
-            .await?
-            .map(|record| Inspected {
-                record,
-                provenance: Provenance::default(),
-                doubt: None,
-                check_at: None,
-            }))
+    async fn inspect(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Inspected>, Error> {
+        Ok(self.lookup(id, deadline).await?.map(|record| Inspected {
+            record,
+            provenance: Provenance::default(),
+            doubt: None,
+            check_at: None,
+        }))
     }
 
     /// The audit trail of one record: every reconciliation decision kept, oldest first
     /// (rule 4). Does not change anything.
-    async fn reconciliations(&self, id: &RecordId) -> Result<Vec<Reconciliation>, Error>;
+    async fn reconciliations(
+        &self,
+        id: &RecordId,
+        deadline: Deadline,
+    ) -> Result<Vec<Reconciliation>, Error>;
 
     /// Lists records for operators, one bounded page at a time (rule 2). Does not change
     /// anything.
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error>;
+    async fn list(&self, query: &ListQuery, deadline: Deadline) -> Result<Page, Error>;
 
     /// Counts the records by state at the store's `now` . Reads every record: an
     /// operator's command, not a health check to run every second (rule 3).
-    async fn stats(&self) -> Result<Stats, Error>;
+    async fn stats(&self, deadline: Deadline) -> Result<Stats, Error>;
 
     /// In which order [`list`](Self::list) returns a selection (default
     /// [`ListingOrder::Selection`]).
@@ -105,17 +108,17 @@ macro_rules! forward_operator {
         #[deny(clippy::missing_trait_methods)]
         #[async_trait]
         impl<S: Operator + ?Sized> Operator for $pointer {
-            async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
-                (**self).inspect(id).await
+            async fn inspect(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Inspected>, Error> {
+                (**self).inspect(id, deadline).await
             }
-            async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-                (**self).list(query).await
+            async fn list(&self, query: &ListQuery, deadline: Deadline) -> Result<Page, Error> {
+                (**self).list(query, deadline).await
             }
-            async fn stats(&self) -> Result<Stats, Error> {
-                (**self).stats().await
+            async fn stats(&self, deadline: Deadline) -> Result<Stats, Error> {
+                (**self).stats(deadline).await
             }
-            async fn reconciliations(&self, id: &RecordId) -> Result<Vec<Reconciliation>, Error> {
-                (**self).reconciliations(id).await
+            async fn reconciliations(&self, id: &RecordId, deadline: Deadline) -> Result<Vec<Reconciliation>, Error> {
+                (**self).reconciliations(id, deadline).await
             }
             fn listing_order(&self) -> ListingOrder {
                 (**self).listing_order()

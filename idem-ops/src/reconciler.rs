@@ -105,7 +105,9 @@ where
     let mut query = ListQuery::due_for_reconciliation();
     loop {
         let page = idem
-            .store_call(Operation::List, None, |_| idem.store().list(&query))
+            .store_call(Operation::List, None, |deadline| {
+                idem.store().list(&query, deadline)
+            })
             .await?;
         for listed in page.records {
             if report.checked >= MAX_PER_PASS {

@@ -52,17 +52,21 @@ impl Store for LosesResolveAnswers {
 
 #[async_trait]
 impl Operator for LosesResolveAnswers {
-    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
-        self.0.inspect(id).await
+    async fn inspect(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Inspected>, Error> {
+        self.0.inspect(id, deadline).await
     }
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-        self.0.list(query).await
+    async fn list(&self, query: &ListQuery, deadline: Deadline) -> Result<Page, Error> {
+        self.0.list(query, deadline).await
     }
-    async fn stats(&self) -> Result<Stats, Error> {
-        self.0.stats().await
+    async fn stats(&self, deadline: Deadline) -> Result<Stats, Error> {
+        self.0.stats(deadline).await
     }
-    async fn reconciliations(&self, id: &RecordId) -> Result<Vec<Reconciliation>, Error> {
-        self.0.reconciliations(id).await
+    async fn reconciliations(
+        &self,
+        id: &RecordId,
+        deadline: Deadline,
+    ) -> Result<Vec<Reconciliation>, Error> {
+        self.0.reconciliations(id, deadline).await
     }
 }
 
@@ -99,7 +103,7 @@ async fn c08_a_decision_whose_answer_was_lost_is_reported_applied() {
     assert_eq!(late, None);
     assert_eq!(
         idem.store()
-            .reconciliations(request.id())
+            .reconciliations(request.id(), Deadline::default())
             .await
             .expect("trail")
             .len(),

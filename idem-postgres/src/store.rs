@@ -679,16 +679,36 @@ impl Store for PgStore {
 
 #[async_trait]
 impl Operator for PgStore {
-    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
-        on_connection!(self, |conn| self.inner.ops.inspect(conn, id))
+    async fn inspect(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Inspected>, Error> {
+        deadline
+            .bound(Operation::Inspect, async {
+                on_connection!(self, |conn| self.inner.ops.inspect(conn, id))
+            })
+            .await
     }
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-        on_connection!(self, |conn| self.inner.ops.list(conn, query))
+    async fn list(&self, query: &ListQuery, deadline: Deadline) -> Result<Page, Error> {
+        deadline
+            .bound(Operation::List, async {
+                on_connection!(self, |conn| self.inner.ops.list(conn, query))
+            })
+            .await
     }
-    async fn stats(&self) -> Result<Stats, Error> {
-        on_connection!(self, |conn| self.inner.ops.stats(conn))
+    async fn stats(&self, deadline: Deadline) -> Result<Stats, Error> {
+        deadline
+            .bound(Operation::List, async {
+                on_connection!(self, |conn| self.inner.ops.stats(conn))
+            })
+            .await
     }
-    async fn reconciliations(&self, id: &RecordId) -> Result<Vec<Reconciliation>, Error> {
-        on_connection!(self, |conn| self.inner.ops.reconciliations(conn, id))
+    async fn reconciliations(
+        &self,
+        id: &RecordId,
+        deadline: Deadline,
+    ) -> Result<Vec<Reconciliation>, Error> {
+        deadline
+            .bound(Operation::Inspect, async {
+                on_connection!(self, |conn| self.inner.ops.reconciliations(conn, id))
+            })
+            .await
     }
 }

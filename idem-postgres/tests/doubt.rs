@@ -190,7 +190,7 @@ async fn c10_the_purge_deletes_expired_entries_within_its_bound() {
     let first = request(&idem, "purge-0");
     assert!(
         store
-            .reconciliations(first.id())
+            .reconciliations(first.id(), Deadline::default())
             .await
             .expect("trail")
             .is_empty(),
@@ -325,7 +325,7 @@ async fn a_version_3_table_with_rows_migrates_to_version_4_and_keeps_them() {
             .expect("lookup");
         assert_eq!(&now, was, "{key} kept as it was");
         let inspected = store
-            .inspect(&id(key))
+            .inspect(&id(key), Deadline::default())
             .await
             .expect("inspect")
             .expect("kept");
@@ -340,7 +340,7 @@ async fn a_version_3_table_with_rows_migrates_to_version_4_and_keeps_them() {
     )
     .await;
     assert_eq!(marked[0].get::<i64, _>(0), 0);
-    let stats = store.stats().await.expect("stats");
+    let stats = store.stats(Deadline::default()).await.expect("stats");
     assert_eq!(
         (
             stats.in_progress,
@@ -351,13 +351,16 @@ async fn a_version_3_table_with_rows_migrates_to_version_4_and_keeps_them() {
         (1, 1, 1, 0)
     );
     assert!(store
-        .list(&ListQuery::in_doubt())
+        .list(&ListQuery::in_doubt(), Deadline::default())
         .await
         .expect("list")
         .records
         .is_empty());
     let listed = store
-        .list(&ListQuery::completed("acct").expect("consumer"))
+        .list(
+            &ListQuery::completed("acct").expect("consumer"),
+            Deadline::default(),
+        )
         .await
         .expect("list");
     assert_eq!(listed.records.len(), 1);
@@ -376,17 +379,27 @@ async fn a_version_3_table_with_rows_migrates_to_version_4_and_keeps_them() {
         .build()
         .expect("request");
     let case = in_doubt(&idem, &charge).await;
-    let listed = store.list(&ListQuery::in_doubt()).await.expect("list");
+    let listed = store
+        .list(&ListQuery::in_doubt(), Deadline::default())
+        .await
+        .expect("list");
     assert_eq!(listed.records.len(), 1);
     assert_eq!(listed.records[0].check_at, case.check_at);
-    assert_eq!(store.stats().await.expect("stats").in_doubt, 1);
+    assert_eq!(
+        store
+            .stats(Deadline::default())
+            .await
+            .expect("stats")
+            .in_doubt,
+        1
+    );
     let resolved = idem_ops::reconcile::resolve(&idem, &case, Finding::not_happened(), "operator")
         .await
         .expect("resolve");
     assert_eq!(resolved, Some(Decided::Released));
     assert_eq!(
         store
-            .reconciliations(charge.id())
+            .reconciliations(charge.id(), Deadline::default())
             .await
             .expect("trail")
             .len(),

@@ -83,9 +83,10 @@ async fn a_version_1_table_is_migrated_and_its_records_list_without_an_age() {
         .await
         .expect("migrates version 1 to the current version");
     let pending = store
-        .list(&ListQuery::in_progress(Duration::from_secs(
-            365 * 24 * 3600,
-        )))
+        .list(
+            &ListQuery::in_progress(Duration::from_secs(365 * 24 * 3600)),
+            Deadline::default(),
+        )
         .await
         .expect("list");
     let [record] = pending.records.as_slice() else {
@@ -94,7 +95,10 @@ async fn a_version_1_table_is_migrated_and_its_records_list_without_an_age() {
     assert_eq!(record.id.key(), "old-running");
     assert_eq!(record.reserved_at, None, "its age is unknown, so it is old");
     let done = store
-        .list(&ListQuery::completed("acct").expect("consumer"))
+        .list(
+            &ListQuery::completed("acct").expect("consumer"),
+            Deadline::default(),
+        )
         .await
         .expect("list");
     assert_eq!(done.records.len(), 1);
@@ -102,7 +106,7 @@ async fn a_version_1_table_is_migrated_and_its_records_list_without_an_age() {
         done.records[0].state,
         ListedState::Completed { status: 201, .. }
     ));
-    let stats = store.stats().await.expect("stats");
+    let stats = store.stats(Deadline::default()).await.expect("stats");
     assert_eq!((stats.in_progress, stats.completed), (1, 1));
     assert_eq!(stats.oldest_in_progress, None);
     let version: i64 = in_schema(
@@ -292,7 +296,7 @@ async fn any_age_can_be_asked_and_long_table_names_are_refused() {
     ];
     for (age, listed) in ages {
         let page = store
-            .list(&ListQuery::in_progress(age))
+            .list(&ListQuery::in_progress(age), Deadline::default())
             .await
             .expect("any age can be asked");
         assert_eq!(page.records.len(), listed, "{age:?}");
@@ -355,7 +359,14 @@ async fn the_schema_script_runs_in_a_transaction_and_again() {
     }
     store.migrate().await.expect("migrate");
     assert_eq!(index_is_valid(&store, &schema).await, Some(true));
-    assert_eq!(store.stats().await.expect("stats").total(), 0);
+    assert_eq!(
+        store
+            .stats(Deadline::default())
+            .await
+            .expect("stats")
+            .total(),
+        0
+    );
 }
 
 /// C11 across processes: a takeover by another process (a second store on the same table with

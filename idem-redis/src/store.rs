@@ -680,77 +680,93 @@ impl Operator for RedisStore {
         ListingOrder::Scan
     }
 
-    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
-        let mut invocation = scripts().lookup.prepare_invoke();
-        invocation.key(self.key_of(id)).arg("1");
-        match self.conns.invoke(&invocation).await? {
-            Value::Nil => Ok(None),
-            Value::Array(mut fields) => {
-                let (
-                    Some(check_at),
-                    Some(mark),
-                    Some(holder),
-                    Some(completed_at),
-                    Some(reserved_at),
-                ) = (
-                    fields.pop(),
-                    fields.pop(),
-                    fields.pop(),
-                    fields.pop(),
-                    fields.pop(),
-                )
-                else {
-                    return Err(unexpected("lookup", &Value::Array(fields)));
-                };
-                let record = decoded_record(fields, id)?;
-                let provenance = record::shown_for(
-                    record::provenance(&reserved_at, &completed_at, &holder),
-                    record.is_completed(),
-                );
-                let (doubt, check_at) = record::doubt(&mark, &check_at)?;
-                Ok(Some(Inspected {
-                    record,
-                    provenance,
-                    doubt,
-                    check_at,
-                }))
-            }
-            other => Err(unexpected("lookup", &other)),
-        }
+    async fn inspect(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Inspected>, Error> {
+        deadline
+            .bound(Operation::Inspect, async {
+                let mut invocation = scripts().lookup.prepare_invoke();
+                invocation.key(self.key_of(id)).arg("1");
+                match self.conns.invoke(&invocation).await? {
+                    Value::Nil => Ok(None),
+                    Value::Array(mut fields) => {
+                        let (
+                            Some(check_at),
+                            Some(mark),
+                            Some(holder),
+                            Some(completed_at),
+                            Some(reserved_at),
+                        ) = (
+                            fields.pop(),
+                            fields.pop(),
+                            fields.pop(),
+                            fields.pop(),
+                            fields.pop(),
+                        )
+                        else {
+                            return Err(unexpected("lookup", &Value::Array(fields)));
+                        };
+                        let record = decoded_record(fields, id)?;
+                        let provenance = record::shown_for(
+                            record::provenance(&reserved_at, &completed_at, &holder),
+                            record.is_completed(),
+                        );
+                        let (doubt, check_at) = record::doubt(&mark, &check_at)?;
+                        Ok(Some(Inspected {
+                            record,
+                            provenance,
+                            doubt,
+                            check_at,
+                        }))
+                    }
+                    other => Err(unexpected("lookup", &other)),
+                }
+            })
+            .await
     }
     /// By `SCAN` of the prefix (every master of a Cluster in turn): bounded work per call, in
     /// the server's order, a page possibly short or empty before the end (see the crate docs).
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-        self.scanner().list(query).await
+    async fn list(&self, query: &ListQuery, deadline: Deadline) -> Result<Page, Error> {
+        deadline
+            .bound(Operation::List, async { self.scanner().list(query).await })
+            .await
     }
     /// A `SCAN` of the whole prefix (every master of a Cluster), read in pipelined batches.
-    async fn stats(&self) -> Result<Stats, Error> {
-        self.scanner().stats().await
+    async fn stats(&self, deadline: Deadline) -> Result<Stats, Error> {
+        deadline
+            .bound(Operation::List, async { self.scanner().stats().await })
+            .await
     }
 
     /// The audit trail's list (`lua/reconciliations.lua`, one read with Redis's clock): its
     /// elements still kept, oldest first, at most the newest [`ListQuery::MAX_LIMIT`] (the list
     /// keeps no more). An element that does not decode is [`Error::CorruptRecord`].
-    async fn reconciliations(&self, id: &RecordId) -> Result<Vec<Reconciliation>, Error> {
-        let mut invocation = scripts().reconciliations.prepare_invoke();
-        invocation.key(self.audit_key_of(id));
-        let reply = self.conns.invoke(&invocation).await?;
-        let bad = || unexpected("reconciliations", &reply);
-        let Value::Array(parts) = &reply else {
-            return Err(bad());
-        };
-        let [now, Value::Array(elements)] = parts.as_slice() else {
-            return Err(bad());
-        };
-        let now = timestamp(integer(now, "now")?)?;
-        let mut kept = Vec::with_capacity(elements.len());
-        for element in elements {
-            let element = Element::parse(text(element, "audit entry")?)?;
-            if element.kept_until > now {
-                kept.push(element.decode()?);
-            }
-        }
-        Ok(kept)
+    async fn reconciliations(
+        &self,
+        id: &RecordId,
+        deadline: Deadline,
+    ) -> Result<Vec<Reconciliation>, Error> {
+        deadline
+            .bound(Operation::Inspect, async {
+                let mut invocation = scripts().reconciliations.prepare_invoke();
+                invocation.key(self.audit_key_of(id));
+                let reply = self.conns.invoke(&invocation).await?;
+                let bad = || unexpected("reconciliations", &reply);
+                let Value::Array(parts) = &reply else {
+                    return Err(bad());
+                };
+                let [now, Value::Array(elements)] = parts.as_slice() else {
+                    return Err(bad());
+                };
+                let now = timestamp(integer(now, "now")?)?;
+                let mut kept = Vec::with_capacity(elements.len());
+                for element in elements {
+                    let element = Element::parse(text(element, "audit entry")?)?;
+                    if element.kept_until > now {
+                        kept.push(element.decode()?);
+                    }
+                }
+                Ok(kept)
+            })
+            .await
     }
 }
 

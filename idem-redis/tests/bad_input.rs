@@ -79,7 +79,7 @@ async fn c12_in_progress_record_with_a_response_is_corrupt() {
                     "{case}, list: {listed:?}"
                 );
             }
-            let stats = store.stats().await;
+            let stats = store.stats(Deadline::default()).await;
             assert!(
                 matches!(stats, Err(Error::CorruptRecord(_))),
                 "{case}, stats: {stats:?}"
@@ -141,7 +141,10 @@ async fn c12_a_foreign_value_under_a_record_key_is_an_error_and_stays() {
         );
         for inspect in [false, true] {
             let looked = if inspect {
-                store.inspect(other.id()).await.map(|found| found.is_some())
+                store
+                    .inspect(other.id(), Deadline::default())
+                    .await
+                    .map(|found| found.is_some())
             } else {
                 store
                     .lookup(other.id(), Deadline::default())
@@ -165,7 +168,7 @@ async fn c12_a_foreign_value_under_a_record_key_is_an_error_and_stays() {
 async fn every_page(store: &RedisStore, query: ListQuery) -> Result<(), Error> {
     let mut query = query.limit(100);
     for _ in 0..100_000 {
-        match store.list(&query).await?.next {
+        match store.list(&query, Deadline::default()).await?.next {
             Some(next) => query = query.after(next),
             None => return Ok(()),
         }
@@ -285,8 +288,8 @@ async fn c13_a_frozen_redis_is_an_error_within_the_deadline() {
         timed(store.release(&to_release, Deadline::default())),
         timed(store.renew(&to_renew, LEASE, Deadline::default())),
         timed(store.lookup(frozen.id(), Deadline::default())),
-        timed(store.list(&in_progress)),
-        timed(store.stats()),
+        timed(store.list(&in_progress, Deadline::default())),
+        timed(store.stats(Deadline::default())),
     );
     for (name, outcome) in [
         ("connect", connect),

@@ -69,7 +69,7 @@ async fn every_page(store: &RedisStore, query: ListQuery) -> Vec<Listed> {
     let mut query = query.limit(100);
     let mut all = Vec::new();
     for _ in 0..100_000 {
-        let page = store.list(&query).await.expect("list");
+        let page = store.list(&query, Deadline::default()).await.expect("list");
         all.extend(page.records);
         match page.next {
             Some(next) => query = query.after(next),
@@ -135,7 +135,10 @@ async fn c06_a_decision_on_a_mark_that_changed_writes_nothing() {
             "cluster {}: the record is as the winner left it",
             redis.cluster
         );
-        let trail = store.reconciliations(charge.id()).await.expect("trail");
+        let trail = store
+            .reconciliations(charge.id(), Deadline::default())
+            .await
+            .expect("trail");
         assert_eq!(trail.len(), 1, "{trail:?}");
         assert_eq!(trail[0].by, "reconciler a");
     }
@@ -182,7 +185,10 @@ async fn the_trail_shares_its_records_slot_and_keeps_each_entry_for_its_own_rete
             .expect("lookup")
             .is_none());
 
-        let trail = store.reconciliations(charge.id()).await.expect("trail");
+        let trail = store
+            .reconciliations(charge.id(), Deadline::default())
+            .await
+            .expect("trail");
         let by: Vec<&str> = trail.iter().map(|e| e.by.as_str()).collect();
         assert_eq!(by, ["kept long", "kept short"], "oldest first");
         let ttl: i64 = redis.raw(redis::cmd("PTTL").arg(&trail_key)).await;
@@ -192,7 +198,10 @@ async fn the_trail_shares_its_records_slot_and_keeps_each_entry_for_its_own_rete
         );
 
         tokio::time::sleep(Duration::from_millis(1200)).await;
-        let trail = store.reconciliations(charge.id()).await.expect("trail");
+        let trail = store
+            .reconciliations(charge.id(), Deadline::default())
+            .await
+            .expect("trail");
         let by: Vec<&str> = trail.iter().map(|e| e.by.as_str()).collect();
         assert_eq!(by, ["kept long"], "the short entry's time has passed");
         assert_eq!(trail_len(&redis, &store, &charge).await, 2, "still stored");
@@ -201,7 +210,14 @@ async fn the_trail_shares_its_records_slot_and_keeps_each_entry_for_its_own_rete
         assert!(every_page(&store, ListQuery::key("k").expect("key"))
             .await
             .is_empty());
-        assert_eq!(store.stats().await.expect("stats").total(), 0);
+        assert_eq!(
+            store
+                .stats(Deadline::default())
+                .await
+                .expect("stats")
+                .total(),
+            0
+        );
     }
 }
 
@@ -231,7 +247,9 @@ async fn c12_a_foreign_value_under_the_trails_key_fails_the_decision_with_nothin
             redis.cluster
         );
         assert_eq!(fields(&redis, &store, &charge).await, before);
-        let read_trail = store.reconciliations(charge.id()).await;
+        let read_trail = store
+            .reconciliations(charge.id(), Deadline::default())
+            .await;
         assert!(
             matches!(read_trail, Err(Error::CorruptRecord(_))),
             "{read_trail:?}"
@@ -276,8 +294,15 @@ async fn c12_an_unreadable_mark_lists_as_unreadable_and_inspect_says_corrupt() {
             1,
             "a mark without a readable check time is due"
         );
-        assert_eq!(store.stats().await.expect("stats").in_doubt, 1);
-        let inspected = store.inspect(charge.id()).await;
+        assert_eq!(
+            store
+                .stats(Deadline::default())
+                .await
+                .expect("stats")
+                .in_doubt,
+            1
+        );
+        let inspected = store.inspect(charge.id(), Deadline::default()).await;
         assert!(
             matches!(inspected, Err(Error::CorruptRecord(_))),
             "{inspected:?}"
@@ -290,7 +315,9 @@ async fn c12_an_unreadable_mark_lists_as_unreadable_and_inspect_says_corrupt() {
                     .arg("no times here"),
             )
             .await;
-        let trail = store.reconciliations(charge.id()).await;
+        let trail = store
+            .reconciliations(charge.id(), Deadline::default())
+            .await;
         assert!(matches!(trail, Err(Error::CorruptRecord(_))), "{trail:?}");
     }
 }
@@ -330,7 +357,7 @@ async fn a_completion_without_doubt_clears_a_mark() {
             redis.cluster
         );
         let inspected = store
-            .inspect(charge.id())
+            .inspect(charge.id(), Deadline::default())
             .await
             .expect("inspect")
             .expect("there");
@@ -339,7 +366,7 @@ async fn a_completion_without_doubt_clears_a_mark() {
         let doubtful = request(&unique_consumer("clear"), "d", b"{}");
         into_doubt(&idem, &doubtful).await;
         let inspected = store
-            .inspect(doubtful.id())
+            .inspect(doubtful.id(), Deadline::default())
             .await
             .expect("inspect")
             .expect("there");

@@ -63,7 +63,7 @@ async fn try_every_page(
     let mut query = query.limit(limit);
     let mut all = Vec::new();
     for _ in 0..100_000 {
-        let page = store.list(&query).await?;
+        let page = store.list(&query, Deadline::default()).await?;
         assert!(
             page.records.len() <= limit,
             "{} > {limit}",
@@ -110,7 +110,14 @@ async fn a_prefix_with_glob_characters_lists_its_own_records_only() {
             let listed = every_page(store, in_progress(), 100).await;
             let keys: Vec<&str> = listed.iter().map(|r| r.id.key()).collect();
             assert_eq!(keys, [format!("k{i}")], "prefix {:?}", prefixes[i]);
-            assert_eq!(store.stats().await.expect("stats").total(), 1);
+            assert_eq!(
+                store
+                    .stats(Deadline::default())
+                    .await
+                    .expect("stats")
+                    .total(),
+                1
+            );
         }
     }
 }
@@ -162,7 +169,7 @@ async fn a_record_written_before_reservation_times_lists_without_one() {
             ListedState::Completed { status: 201, .. }
         ));
 
-        let stats = store.stats().await.expect("stats");
+        let stats = store.stats(Deadline::default()).await.expect("stats");
         assert_eq!((stats.in_progress, stats.completed), (2, 1), "{stats:?}");
         let oldest = stats.oldest_in_progress.expect("the new record has a time");
         assert!(oldest <= stats.now, "{stats:?}");
@@ -187,7 +194,11 @@ async fn pages_stay_within_their_limit_and_the_listing_covers_every_record() {
         let none = every_page(&store, ListQuery::completed(&consumer).expect("valid"), 7).await;
         assert!(none.is_empty(), "{none:?}");
         assert_eq!(
-            store.stats().await.expect("stats").in_progress,
+            store
+                .stats(Deadline::default())
+                .await
+                .expect("stats")
+                .in_progress,
             250,
             "cluster: {}",
             redis.cluster
@@ -233,7 +244,7 @@ async fn a_listing_never_transfers_a_body() {
 
     let before = sent(&mut conn).await;
     let listed = every_page(&store, ListQuery::completed(&consumer).expect("valid"), 10).await;
-    let stats = store.stats().await.expect("stats");
+    let stats = store.stats(Deadline::default()).await.expect("stats");
     let after = sent(&mut conn).await;
     assert!(matches!(
         listed.as_slice(),
@@ -295,7 +306,7 @@ async fn a_record_that_does_not_decode_is_a_corrupt_record() {
                     "{field}={value:?} on {selection:?}: {listed:?}"
                 );
             }
-            let stats = store.stats().await;
+            let stats = store.stats(Deadline::default()).await;
             assert!(matches!(stats, Err(Error::CorruptRecord(_))), "{stats:?}");
         }
     }
@@ -347,7 +358,7 @@ async fn a_call_reads_a_bounded_number_of_keys_whatever_the_cursor_carries() {
         .limit(1)
         .after(cursor(200_000));
     assert!(matches!(
-        store.list(&huge).await,
+        store.list(&huge, Deadline::default()).await,
         Err(Error::InvalidInput { .. })
     ));
     // 10 000 leftovers, none of them a record: each call reads a few steps' worth and hands
@@ -357,7 +368,7 @@ async fn a_call_reads_a_bounded_number_of_keys_whatever_the_cursor_carries() {
         .after(cursor(10_000));
     let mut calls = 0;
     loop {
-        let page = store.list(&query).await.expect("list");
+        let page = store.list(&query, Deadline::default()).await.expect("list");
         calls += 1;
         match page.next {
             Some(next) => query = query.after(next),
@@ -415,12 +426,15 @@ async fn an_unreadable_holder_changes_no_decision_and_takes_no_listing_down() {
             panic!("an unreadable holder: {row:?}");
         };
         assert!(why.len() < 400, "bounded: {why}");
-        store.stats().await.expect("counts despite the holder");
+        store
+            .stats(Deadline::default())
+            .await
+            .expect("counts despite the holder");
         idem.complete(lease, StoredResponse::new(201, "ok"))
             .await
             .expect("the completion lands whatever the holder");
         let inspected = store
-            .inspect(req.id())
+            .inspect(req.id(), Deadline::default())
             .await
             .expect("inspect")
             .expect("there");

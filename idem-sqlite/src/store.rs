@@ -388,32 +388,54 @@ impl Store for SqliteStore {
 
 #[async_trait]
 impl Operator for SqliteStore {
-    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
-        let (inner, id) = (Arc::clone(&self.inner), id.clone());
-        self.inner
-            .pool
-            .read(move |conn| ops::inspect(conn, &inner.sql, &id))
-            .await?
+    async fn inspect(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Inspected>, Error> {
+        deadline
+            .bound(Operation::Inspect, async {
+                let (inner, id) = (Arc::clone(&self.inner), id.clone());
+                self.inner
+                    .pool
+                    .read(move |conn| ops::inspect(conn, &inner.sql, &id))
+                    .await?
+            })
+            .await
     }
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-        let (inner, query) = (Arc::clone(&self.inner), query.clone());
-        self.inner
-            .pool
-            .read(move |conn| ops::list(conn, &inner.sql, inner.config.clock.now(), &query))
-            .await?
+    async fn list(&self, query: &ListQuery, deadline: Deadline) -> Result<Page, Error> {
+        deadline
+            .bound(Operation::List, async {
+                let (inner, query) = (Arc::clone(&self.inner), query.clone());
+                self.inner
+                    .pool
+                    .read(move |conn| ops::list(conn, &inner.sql, inner.config.clock.now(), &query))
+                    .await?
+            })
+            .await
     }
-    async fn stats(&self) -> Result<Stats, Error> {
-        let inner = Arc::clone(&self.inner);
-        self.inner
-            .pool
-            .read(move |conn| ops::stats(conn, &inner.sql, inner.config.clock.now()))
-            .await?
+    async fn stats(&self, deadline: Deadline) -> Result<Stats, Error> {
+        deadline
+            .bound(Operation::List, async {
+                let inner = Arc::clone(&self.inner);
+                self.inner
+                    .pool
+                    .read(move |conn| ops::stats(conn, &inner.sql, inner.config.clock.now()))
+                    .await?
+            })
+            .await
     }
-    async fn reconciliations(&self, id: &RecordId) -> Result<Vec<Reconciliation>, Error> {
-        let (inner, id) = (Arc::clone(&self.inner), id.clone());
-        self.inner
-            .pool
-            .read(move |conn| ops::reconciliations(conn, &inner.sql, inner.config.clock.now(), &id))
-            .await?
+    async fn reconciliations(
+        &self,
+        id: &RecordId,
+        deadline: Deadline,
+    ) -> Result<Vec<Reconciliation>, Error> {
+        deadline
+            .bound(Operation::Inspect, async {
+                let (inner, id) = (Arc::clone(&self.inner), id.clone());
+                self.inner
+                    .pool
+                    .read(move |conn| {
+                        ops::reconciliations(conn, &inner.sql, inner.config.clock.now(), &id)
+                    })
+                    .await?
+            })
+            .await
     }
 }

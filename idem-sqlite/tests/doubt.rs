@@ -109,7 +109,10 @@ async fn c06_a_decision_on_a_mark_that_changed_writes_nothing() {
         .expect("lookup")
         .is_some());
     assert_eq!(audit_rows(&path), 1);
-    let trail = store.reconciliations(charge.id()).await.expect("trail");
+    let trail = store
+        .reconciliations(charge.id(), Deadline::default())
+        .await
+        .expect("trail");
     assert_eq!(trail.len(), 1, "{trail:?}");
     assert_eq!(trail[0].by, "reconciler a");
 
@@ -181,7 +184,7 @@ async fn the_purge_deletes_expired_audit_rows_within_its_limit() {
     clock.advance(Duration::from_secs(2));
     assert!(
         store
-            .reconciliations(doubtful[0].id())
+            .reconciliations(doubtful[0].id(), Deadline::default())
             .await
             .expect("trail")
             .is_empty(),
@@ -212,7 +215,11 @@ async fn the_purge_deletes_expired_audit_rows_within_its_limit() {
         0
     );
     assert_eq!(
-        store.stats().await.expect("stats").in_doubt,
+        store
+            .stats(Deadline::default())
+            .await
+            .expect("stats")
+            .in_doubt,
         3,
         "the records in doubt stay"
     );
@@ -242,10 +249,13 @@ async fn c12_an_unreadable_mark_is_corrupt_to_inspect_and_takes_no_listing_down(
         )
         .expect("hand edit");
 
-    let err = store.inspect(bad.id()).await.expect_err("corrupt");
+    let err = store
+        .inspect(bad.id(), Deadline::default())
+        .await
+        .expect_err("corrupt");
     assert!(matches!(err, Error::CorruptRecord(_)), "{err:?}");
     let page = store
-        .list(&ListQuery::in_doubt().limit(10))
+        .list(&ListQuery::in_doubt().limit(10), Deadline::default())
         .await
         .expect("a listing despite the mark");
     assert_eq!(page.records.len(), 2, "{page:?}");

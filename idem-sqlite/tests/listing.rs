@@ -51,9 +51,10 @@ async fn a_version_1_table_is_migrated_and_its_records_list_without_an_age() {
     let store = SqliteStore::open(&path).await.expect("open migrates");
 
     let pending = store
-        .list(&ListQuery::in_progress(Duration::from_secs(
-            365 * 24 * 3600,
-        )))
+        .list(
+            &ListQuery::in_progress(Duration::from_secs(365 * 24 * 3600)),
+            Deadline::default(),
+        )
         .await
         .expect("list");
     let [record] = pending.records.as_slice() else {
@@ -63,7 +64,10 @@ async fn a_version_1_table_is_migrated_and_its_records_list_without_an_age() {
     assert_eq!(record.reserved_at, None, "its age is unknown, so it is old");
 
     let done = store
-        .list(&ListQuery::completed("acct").expect("consumer"))
+        .list(
+            &ListQuery::completed("acct").expect("consumer"),
+            Deadline::default(),
+        )
         .await
         .expect("list");
     assert_eq!(done.records.len(), 1);
@@ -71,7 +75,7 @@ async fn a_version_1_table_is_migrated_and_its_records_list_without_an_age() {
         done.records[0].state,
         ListedState::Completed { status: 201, .. }
     ));
-    let stats = store.stats().await.expect("stats");
+    let stats = store.stats(Deadline::default()).await.expect("stats");
     assert_eq!((stats.in_progress, stats.completed), (1, 1));
     assert_eq!(
         stats.oldest_in_progress, None,
@@ -258,7 +262,7 @@ async fn a_table_rolled_back_to_version_1_upgrades_again() {
         )
         .expect("roll back");
     let store = SqliteStore::open(&path).await.expect("upgrades again");
-    let stats = store.stats().await.expect("stats");
+    let stats = store.stats(Deadline::default()).await.expect("stats");
     assert_eq!(stats.total(), 0);
     let version: i64 = Connection::open(&path)
         .expect("open")
@@ -309,7 +313,10 @@ async fn an_unreadable_holder_takes_no_listing_down() {
     )
     .expect("hand edit");
     let page = store
-        .list(&ListQuery::in_progress(Duration::ZERO).limit(10))
+        .list(
+            &ListQuery::in_progress(Duration::ZERO).limit(10),
+            Deadline::default(),
+        )
         .await
         .expect("a listing despite the holders");
     assert_eq!(page.records.len(), 3, "{page:?}");
@@ -323,7 +330,7 @@ async fn an_unreadable_holder_takes_no_listing_down() {
         }
     }
     let inspected = store
-        .inspect(&ids[0])
+        .inspect(&ids[0], Deadline::default())
         .await
         .expect("inspect")
         .expect("there");

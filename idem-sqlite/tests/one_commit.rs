@@ -404,17 +404,18 @@ impl Store for WithoutIdentity {
 
 #[idem_core::store::async_trait]
 impl Operator for WithoutIdentity {
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
-        self.0.list(query).await
+    async fn list(&self, query: &ListQuery, deadline: Deadline) -> Result<Page, Error> {
+        self.0.list(query, deadline).await
     }
-    async fn stats(&self) -> Result<Stats, Error> {
-        self.0.stats().await
+    async fn stats(&self, deadline: Deadline) -> Result<Stats, Error> {
+        self.0.stats(deadline).await
     }
     async fn reconciliations(
         &self,
         id: &RecordId,
+        deadline: Deadline,
     ) -> Result<Vec<idem_core::store::Reconciliation>, Error> {
-        self.0.reconciliations(id).await
+        self.0.reconciliations(id, deadline).await
     }
 }
 

@@ -3,6 +3,7 @@
 //! hand. Both must build the same table, the script must be repeatable, and a database created
 //! from it must open as up to date.
 
+use idem_core::store::Deadline;
 use idem_ops::Operator;
 use idem_sqlite::rusqlite::{params, Connection};
 use idem_sqlite::{schema_sql, SqliteStore, SCHEMA_VERSION};
@@ -290,7 +291,10 @@ async fn a_database_created_from_the_schema_script_opens_up_to_date_and_runs_no_
             .open()
             .await
             .expect("a database created from schema_sql opens");
-        store.stats().await.expect("the table is usable");
+        store
+            .stats(Deadline::default())
+            .await
+            .expect("the table is usable");
         drop(store);
         let db = Connection::open(&path).expect("open");
         assert_eq!(shape(&db), before, "{table}: opening changed the schema");
@@ -331,7 +335,7 @@ async fn a_table_applied_by_hand_from_the_version_1_script_is_upgraded_when_open
             .open()
             .await
             .expect("a version-1 table with no recorded version is upgraded");
-        let stats = store.stats().await.expect("stats");
+        let stats = store.stats(Deadline::default()).await.expect("stats");
         assert_eq!(stats.in_progress, 1, "{table}: the row is kept");
         drop(store);
         let db = Connection::open(&path).expect("open");

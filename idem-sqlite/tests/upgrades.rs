@@ -91,7 +91,7 @@ async fn a_column_already_there_is_skipped_and_the_rest_of_its_version_runs() {
         .expect("column by hand");
     let store = SqliteStore::builder(&path).open().await.expect("opens");
     store
-        .list(&ListQuery::in_progress(Duration::ZERO))
+        .list(&ListQuery::in_progress(Duration::ZERO), Deadline::default())
         .await
         .expect("list");
     drop(store);
@@ -181,14 +181,14 @@ async fn a_version_3_table_with_rows_is_upgraded_to_4_and_keeps_them() {
     version_3_file(&path);
     let store = SqliteStore::open(&path).await.expect("opens and upgrades");
 
-    let stats = store.stats().await.expect("stats");
+    let stats = store.stats(Deadline::default()).await.expect("stats");
     assert_eq!(
         (stats.in_progress, stats.completed, stats.in_doubt),
         (1, 1, 0),
         "{stats:?}"
     );
     let done = store
-        .inspect(&id("v3-done"))
+        .inspect(&id("v3-done"), Deadline::default())
         .await
         .expect("inspect")
         .expect("the completed row is kept");
@@ -203,13 +203,13 @@ async fn a_version_3_table_with_rows_is_upgraded_to_4_and_keeps_them() {
     );
     assert!(matches!(done.provenance.holder, idem_ops::Noted::Known(_)));
     let running = store
-        .inspect(&id("v3-running"))
+        .inspect(&id("v3-running"), Deadline::default())
         .await
         .expect("inspect")
         .expect("the in-progress row is kept");
     assert!(running.record.is_in_progress());
     assert!(store
-        .list(&ListQuery::in_doubt())
+        .list(&ListQuery::in_doubt(), Deadline::default())
         .await
         .expect("list")
         .records
@@ -280,13 +280,20 @@ async fn a_version_3_table_with_rows_is_upgraded_to_4_and_keeps_them() {
     );
     assert_eq!(
         store
-            .reconciliations(charge.id())
+            .reconciliations(charge.id(), Deadline::default())
             .await
             .expect("trail")
             .len(),
         1
     );
-    assert_eq!(store.stats().await.expect("stats").completed, 2);
+    assert_eq!(
+        store
+            .stats(Deadline::default())
+            .await
+            .expect("stats")
+            .completed,
+        2
+    );
 }
 
 /// The repeatable script on a version-3 table (piped into `sqlite3` on an existing database):
@@ -308,9 +315,16 @@ async fn the_script_on_a_version_3_table_never_records_version_4_without_its_col
     assert_eq!(recorded, 3, "version 4 recorded without its columns");
     drop(db);
     let store = SqliteStore::builder(&path).open().await.expect("opens");
-    assert_eq!(store.stats().await.expect("stats").total(), 2);
+    assert_eq!(
+        store
+            .stats(Deadline::default())
+            .await
+            .expect("stats")
+            .total(),
+        2
+    );
     assert!(store
-        .list(&ListQuery::in_doubt())
+        .list(&ListQuery::in_doubt(), Deadline::default())
         .await
         .expect("the in-doubt listing reads the new columns")
         .records
@@ -364,7 +378,7 @@ async fn a_table_rolled_back_to_version_3_upgrades_again_and_keeps_its_records_i
     assert_eq!(kept.doubt.attempts, 1);
     assert_eq!(
         store
-            .reconciliations(charge.id())
+            .reconciliations(charge.id(), Deadline::default())
             .await
             .expect("trail")
             .len(),

@@ -6,6 +6,7 @@
 //! expected value here is a breaking change (every retained key's retry would get 422), not an
 //! edit of this table.
 
+use idem_core::store::Deadline;
 use idem_core::{Canonical, Fingerprint, Request};
 use idem_tower::canonical::{canonical_form, canonical_json};
 
@@ -158,7 +159,7 @@ async fn c03_golden_fingerprints_through_the_layer() {
             IdempotencyKey::new(key).expect("a key"),
         );
         let record = store
-            .inspect(&id)
+            .inspect(&id, Deadline::default())
             .await
             .expect("inspect")
             .expect("stored")

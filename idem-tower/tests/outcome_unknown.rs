@@ -9,6 +9,7 @@ mod support;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
+use idem_core::store::Deadline;
 use idem_core::{Idempotency, MemoryStore, StoredResponse};
 use idem_ops::reconcile::{Decided, Finding};
 use idem_ops::{ListQuery, Operator};
@@ -78,7 +79,10 @@ async fn c08_an_outcome_unknown_response_is_stored_in_doubt_and_settled_by_the_r
     );
     assert_eq!(executed.load(Ordering::SeqCst), 1, "nothing ran again");
 
-    let listed = store.list(&ListQuery::in_doubt()).await.expect("list");
+    let listed = store
+        .list(&ListQuery::in_doubt(), Deadline::default())
+        .await
+        .expect("list");
     assert_eq!(listed.records.len(), 1, "{listed:?}");
     let case = idem_ops::reconcile::in_doubt(&idem, &listed.records[0].id)
         .await
@@ -116,7 +120,10 @@ async fn c08_a_released_record_in_doubt_executes_once_on_the_retry() {
 
     let first = send_in_time(&app, charge("k-never")).await;
     assert_eq!(first.status, StatusCode::BAD_GATEWAY);
-    let listed = store.list(&ListQuery::in_doubt()).await.expect("list");
+    let listed = store
+        .list(&ListQuery::in_doubt(), Deadline::default())
+        .await
+        .expect("list");
     let case = idem_ops::reconcile::in_doubt(&idem, &listed.records[0].id)
         .await
         .expect("read")

@@ -7,6 +7,7 @@ use crate::cli::DecisionArgs;
 use crate::failure::{usage, Failure};
 use crate::io::Io;
 use crate::render::{bytes_json, now, printable};
+use crate::store_call::deadline;
 use crate::store_call::within;
 use idem_core::store::{Decided, Reconciliation};
 use idem_core::{is_never_stored, Error, Idempotency, Policy, RecordId, StoredResponse};
@@ -189,7 +190,7 @@ async fn decide(
         .build()
         .map_err(|e| Failure::Usage(format!("--retention or --audit-retention: {e}")))?;
     let Some(case) = within(in_doubt(&idem, id)).await? else {
-        let inspected = within(idem.store().inspect(id)).await?;
+        let inspected = within(idem.store().inspect(id, deadline())).await?;
         let what = not_in_doubt(inspected.as_ref(), now());
         if io.json {
             io.json(&json!({

@@ -10,6 +10,7 @@ use crate::cli::{DoubtCommand, PageArgs};
 use crate::failure::Failure;
 use crate::io::Io;
 use crate::render::{now, printable, Table};
+use crate::store_call::deadline;
 use crate::store_call::{fetch, record_id, within};
 use idem_core::store::RecordState;
 use idem_core::{RecordId, Timestamp};
@@ -140,8 +141,8 @@ fn state_name(inspected: Option<&Inspected>) -> &'static str {
 
 /// `doubt show`: the record in doubt and its audit trail; a record not in doubt, its trail.
 async fn show(store: &dyn Operator, id: &RecordId, io: &mut Io<'_>) -> Result<(), Failure> {
-    let inspected = within(store.inspect(id)).await?;
-    let trail = within(store.reconciliations(id)).await?;
+    let inspected = within(store.inspect(id, deadline())).await?;
+    let trail = within(store.reconciliations(id, deadline())).await?;
     let now = now();
     let case = inspected
         .clone()

@@ -20,6 +20,7 @@
 //! ```
 //! use idem_core::{Answer, Failure, Idempotency, MemoryStore, Outcome, StoredResponse};
 //! use idem_ops::reconcile::{in_doubt, resolve, Decided, Finding};
+//! use idem_core::store::Deadline;
 //! use idem_ops::Operator;
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -44,7 +45,8 @@
 //!     Ok::<_, Failure<std::io::Error>>(StoredResponse::new(201, "never sent"))
 //! }).await?;
 //! assert!(matches!(retry, Outcome::Answered(Answer::Replay(r)) if r.body == br#"{"id":"ch_1"}"#));
-//! assert_eq!(idem.store().reconciliations(request.id()).await?.len(), 1);
+//! let trail = idem.store().reconciliations(request.id(), Deadline::default()).await?;
+//! assert_eq!(trail.len(), 1);
 //! # Ok(())
 //! # }
 //! ```
@@ -93,8 +95,8 @@ async fn decision_landed<S: Operator>(
     entry: &Reconciliation,
 ) -> Result<bool, Error> {
     let trail = idem
-        .store_call(Operation::Inspect, Some(id), |_| {
-            idem.store().reconciliations(id)
+        .store_call(Operation::Inspect, Some(id), |deadline| {
+            idem.store().reconciliations(id, deadline)
         })
         .await?;
     Ok(trail
@@ -228,7 +230,9 @@ pub async fn in_doubt<S: Operator>(
     id: &RecordId,
 ) -> Result<Option<InDoubt>, Error> {
     let inspected = idem
-        .store_call(Operation::Inspect, Some(id), |_| idem.store().inspect(id))
+        .store_call(Operation::Inspect, Some(id), |deadline| {
+            idem.store().inspect(id, deadline)
+        })
         .await?;
     Ok(inspected.and_then(|inspected| InDoubt::from_inspected(id.clone(), inspected)))
 }

@@ -8,12 +8,13 @@
 use super::listing::{engine, reserve};
 use super::{policy, request, unique_consumer, LEASE, SHORT_RETENTION};
 use crate::{Inspected, Operator};
+use idem_core::store::Deadline;
 use idem_core::{Begin, Holder, RecordId, StoredResponse};
 use std::time::Duration;
 
 async fn inspected<S: Operator + ?Sized>(store: &S, id: &RecordId) -> Inspected {
     store
-        .inspect(id)
+        .inspect(id, Deadline::default())
         .await
         .expect("inspect")
         .expect("the record is there")

@@ -5,6 +5,7 @@ use super::{
     policy, request, request_on, unique_consumer, OperatorHarness, LEASE, SHORT_RETENTION,
 };
 use crate::{Cursor, ListQuery, Listed, ListedState, ListingOrder, Operator, Selection};
+use idem_core::store::Deadline;
 use idem_core::store::{Expiry, Store};
 use idem_core::{Begin, Error, Field, Idempotency, Policy, Request, StoredResponse};
 use std::sync::Arc;
@@ -52,7 +53,7 @@ pub(super) async fn every_page<S: Operator + ?Sized>(
     let mut all: Vec<Listed> = Vec::new();
     let mut query = query.limit(limit);
     for _ in 0..10_000 {
-        let page = store.list(&query).await.expect("list");
+        let page = store.list(&query, Deadline::default()).await.expect("list");
         assert!(
             page.records.len() <= limit,
             "{} records on a page of {limit}",
@@ -144,7 +145,7 @@ pub async fn c09_in_progress_records_are_listed_by_age<H: OperatorHarness>(harne
         ["orphan", "running", "young"],
         "the fresh one is too young"
     );
-    let stats = store.stats().await.expect("stats");
+    let stats = store.stats(Deadline::default()).await.expect("stats");
     match aged[0].state {
         ListedState::InProgress { lease_until } => assert!(lease_until <= stats.now),
         other => panic!("{other:?}"),
@@ -158,7 +159,7 @@ pub async fn c09_in_progress_records_are_listed_by_age<H: OperatorHarness>(harne
     let foreign = ListQuery::in_progress(Duration::ZERO).after(Cursor::new("not a cursor"));
     assert!(
         matches!(
-            store.list(&foreign).await,
+            store.list(&foreign, Deadline::default()).await,
             Err(Error::InvalidInput {
                 field: Field::Cursor,
                 ..
@@ -224,7 +225,7 @@ pub async fn c10_stats_count_records_by_state<H: OperatorHarness>(harness: &H) {
     let long = engine(&store, policy().lease(Duration::from_secs(3600)));
     let short = engine(&store, policy().retention(SHORT_RETENTION));
     let consumer = unique_consumer("c10s");
-    let empty = store.stats().await.expect("stats");
+    let empty = store.stats(Deadline::default()).await.expect("stats");
     assert_eq!(empty.total(), 0, "a fresh namespace: {empty:?}");
     assert_eq!(empty.oldest_in_progress, None);
 
@@ -240,7 +241,7 @@ pub async fn c10_stats_count_records_by_state<H: OperatorHarness>(harness: &H) {
     }
     tokio::time::sleep(SHORT_RETENTION.max(LEASE) + Duration::from_millis(100)).await;
 
-    let stats = store.stats().await.expect("stats");
+    let stats = store.stats(Deadline::default()).await.expect("stats");
     assert_eq!((stats.in_progress, stats.completed), (2, 3), "{stats:?}");
     match store.capabilities().expiry {
         Expiry::Purge => assert_eq!((stats.orphaned, stats.expired), (1, 2), "{stats:?}"),

@@ -5,6 +5,7 @@
 use super::listing::{completed, engine, every_page, fresh, reserve};
 use super::{policy, request, request_on, unique_consumer, OperatorHarness, LEASE};
 use crate::{Inspected, ListQuery, ListedState, ListingOrder, Operator, Selection};
+use idem_core::store::Deadline;
 use idem_core::{Begin, Holder, RecordId, StoredResponse, Timestamp};
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ const ROUNDING: Duration = Duration::from_millis(1);
 
 async fn inspected<S: Operator + ?Sized>(store: &S, id: &RecordId) -> Inspected {
     store
-        .inspect(id)
+        .inspect(id, Deadline::default())
         .await
         .expect("inspect")
         .expect("the record is there")
@@ -186,7 +187,10 @@ pub async fn c02_lookup_by_key_finds_every_consumer_and_route_bounded<H: Operato
     }
     if store.listing_order() == ListingOrder::Selection {
         let first = store
-            .list(&ListQuery::key(key).expect("valid key").limit(limit))
+            .list(
+                &ListQuery::key(key).expect("valid key").limit(limit),
+                Deadline::default(),
+            )
             .await
             .expect("list");
         assert_eq!(first.records.len(), limit, "a full first page");

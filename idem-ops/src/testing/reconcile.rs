@@ -55,7 +55,7 @@ async fn case<S: Operator + 'static>(idem: &Idempotency<S>, request: &Request) -
 
 async fn trail<S: Operator>(store: &S, request: &Request) -> Vec<Reconciliation> {
     store
-        .reconciliations(request.id())
+        .reconciliations(request.id(), Deadline::default())
         .await
         .expect("the audit trail reads")
 }
@@ -128,7 +128,7 @@ pub async fn c08_doubt_an_unknown_outcome_is_marked_and_listed_oldest_first<H: O
     let due = every_page(&*store, ListQuery::due_for_reconciliation(), 10).await;
     assert_eq!(due.len(), 3, "due for a check at once: {due:?}");
 
-    let stats = store.stats().await.expect("stats");
+    let stats = store.stats(Deadline::default()).await.expect("stats");
     assert_eq!(stats.in_doubt, 3, "{stats:?}");
     assert_eq!(
         stats.completed, 5,
@@ -198,9 +198,16 @@ pub async fn c08_doubt_settling_stores_the_real_answer_and_the_retry_replays_it<
     assert!(every_page(&*store, ListQuery::in_doubt(), 10)
         .await
         .is_empty());
-    assert_eq!(store.stats().await.expect("stats").in_doubt, 0);
+    assert_eq!(
+        store
+            .stats(Deadline::default())
+            .await
+            .expect("stats")
+            .in_doubt,
+        0
+    );
     let inspected = store
-        .inspect(charge.id())
+        .inspect(charge.id(), Deadline::default())
         .await
         .expect("inspect")
         .expect("the record stays");
@@ -525,7 +532,14 @@ pub async fn c10_doubt_past_its_retention_the_key_is_new_and_not_in_doubt<H: Ope
     assert!(every_page(&*store, ListQuery::in_doubt(), 10)
         .await
         .is_empty());
-    assert_eq!(store.stats().await.expect("stats").in_doubt, 0);
+    assert_eq!(
+        store
+            .stats(Deadline::default())
+            .await
+            .expect("stats")
+            .in_doubt,
+        0
+    );
     assert_eq!(
         reconcile::resolve(
             &idem,
@@ -545,7 +559,7 @@ pub async fn c10_doubt_past_its_retention_the_key_is_new_and_not_in_doubt<H: Ope
         .expect("read")
         .is_none());
     let inspected = store
-        .inspect(charge.id())
+        .inspect(charge.id(), Deadline::default())
         .await
         .expect("inspect")
         .expect("record");

@@ -402,24 +402,25 @@ impl<S: Store> Store for Decorated<S> {
 
 #[async_trait]
 impl<S: Operator> Operator for Decorated<S> {
-    async fn list(&self, query: &ListQuery) -> Result<Page, Error> {
+    async fn list(&self, query: &ListQuery, deadline: Deadline) -> Result<Page, Error> {
         self.up()?;
-        self.inner.list(query).await
+        self.inner.list(query, deadline).await
     }
-    async fn stats(&self) -> Result<Stats, Error> {
+    async fn stats(&self, deadline: Deadline) -> Result<Stats, Error> {
         self.up()?;
-        self.inner.stats().await
+        self.inner.stats(deadline).await
     }
     async fn reconciliations(
         &self,
         id: &RecordId,
+        deadline: Deadline,
     ) -> Result<Vec<idem_core::store::Reconciliation>, Error> {
         self.up()?;
-        self.inner.reconciliations(id).await
+        self.inner.reconciliations(id, deadline).await
     }
-    async fn inspect(&self, id: &RecordId) -> Result<Option<Inspected>, Error> {
+    async fn inspect(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Inspected>, Error> {
         self.up()?;
-        self.inner.inspect(id).await
+        self.inner.inspect(id, deadline).await
     }
     fn listing_order(&self) -> ListingOrder {
         self.inner.listing_order()
