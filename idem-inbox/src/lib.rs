@@ -53,7 +53,6 @@ mod body_signed;
 pub mod schemes;
 // The signing and verifying shared with idem-outbox: idem-signature's, re-exported where the
 // inbox always had them.
-use idem_core::store::Deadline;
 pub use idem_signature::signature;
 use idem_signature::{headers, mac, scheme};
 #[cfg(feature = "testing")]
@@ -80,7 +79,9 @@ use idem_core::problem::Problem;
 use idem_core::store::CatchUnwind;
 use idem_core::store::Completion;
 use idem_core::store::Lease;
-use idem_core::{Answer, Clock, Error, Request, Store, StoredResponse, SystemClock, Timestamp};
+use idem_core::{
+    Answer, Clock, Error, Operation, Request, Store, StoredResponse, SystemClock, Timestamp,
+};
 use idem_core::{Context, Idempotency};
 use idem_core::{Failure, Outcome, Reply, RunError};
 use std::fmt;
@@ -283,10 +284,14 @@ async fn written<S: Store>(ctx: &Context<S>, completion: &Completion) -> bool {
     if completion.id() != lease.id() || completion.token() != lease.token() {
         return false;
     }
-    matches!(
-        ctx.idem().store().lookup(lease.id(), Deadline::default()).await,
-        Ok(Some(record)) if record.is_completed_by(&lease.token())
-    )
+    // Within the engine's store deadline, reported as the engine's own calls are.
+    let idem = ctx.idem();
+    let read = idem
+        .store_call(Operation::Lookup, Some(lease.id()), |deadline| {
+            idem.store().lookup(lease.id(), deadline)
+        })
+        .await;
+    matches!(read, Ok(Some(record)) if record.is_completed_by(&lease.token()))
 }
 
 /// The response stored for a processed event: what every duplicate gets.
