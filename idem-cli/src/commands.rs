@@ -8,7 +8,6 @@ use crate::route::looks_concrete;
 use crate::store_call::deadline;
 use crate::store_call::{fetch, record_id, within};
 use crate::target::{Names, Target, Usage};
-use idem_core::store::Expiry;
 use idem_core::{Error, Field, RecordId};
 use idem_ops::{ListQuery, Listed, ListingOrder, Operator};
 use serde_json::{json, Value};
@@ -474,7 +473,7 @@ async fn purge(
     all: bool,
     io: &mut Io<'_>,
 ) -> Result<(), Failure> {
-    if store.capabilities().expiry == Expiry::ServerTtl {
+    if store.capabilities().server_ttl {
         note(
             io,
             "this store expires records by itself (a TTL): nothing to purge",

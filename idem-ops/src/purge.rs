@@ -1,13 +1,12 @@
 //! Purging expired records periodically (C10).
 
 use crate::periodic::Periodic;
-use idem_core::store::Expiry;
 use idem_core::{Idempotency, Store};
 use std::time::Duration;
 
 /// Purges `idem`'s expired records every `period`, on a task of its own, in batches of the
 /// policy's `purge_batch` until a batch comes back short (so a backlog drains at once). A
-/// store whose records expire by themselves ([`Expiry::ServerTtl`], Redis) needs nothing: the
+/// store whose records expire by themselves ([`Capabilities::server_ttl`](idem_core::store::Capabilities::server_ttl), Redis) needs nothing: the
 /// task idles until stopped. A failed purge is logged and tried again at the next period.
 ///
 /// ```
@@ -23,7 +22,7 @@ use std::time::Duration;
 /// ```
 pub fn purge_every<S: Store + 'static>(idem: &Idempotency<S>, period: Duration) -> Periodic {
     let idem = idem.clone();
-    let ttl = idem.store().capabilities().expiry == Expiry::ServerTtl;
+    let ttl = idem.store().capabilities().server_ttl;
     Periodic::spawn(period, move |stopped| {
         let idem = idem.clone();
         async move {

@@ -13,7 +13,7 @@ use idem_core::store::Deadline;
 use idem_core::store::Reconciliation;
 use idem_core::store::{
     async_trait, digest_to_hex, duration_millis, Acquire, Capabilities, Changes, Claim, Completion,
-    Expiry, Lease, Record, Reserved, Resolution,
+    Lease, Record, Reserved, Resolution,
 };
 use idem_core::Operation;
 use idem_core::{Error, Field, Holder, RecordId, Store, StoreErrorKind, StoredResponse, Timestamp};
@@ -38,7 +38,7 @@ const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
 /// record is one Lua script on one key (one round trip; EVALSHA, with the body sent again after
 /// a NOSCRIPT); time is Redis's own clock (`TIME`), never the application's (C11); records
 /// expire by themselves (a TTL of their deadline plus a grace), so no purge is needed
-/// ([`Expiry::ServerTtl`]). `list` and `stats` scan the prefix ([`ListingOrder::Scan`]; see
+/// ([`Capabilities::server_ttl`]). `list` and `stats` scan the prefix ([`ListingOrder::Scan`]; see
 /// the crate documentation).
 ///
 /// Renewals cannot be starved by the application (C9): a call made on the engine's heartbeat
@@ -634,7 +634,7 @@ impl Store for RedisStore {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
-            .with_expiry(Expiry::ServerTtl)
+            .with_server_ttl(true)
             .with_change_feed(self.feed.enabled)
     }
 

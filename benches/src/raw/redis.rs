@@ -21,7 +21,7 @@
 //! this side does not implement it: it panics if one comes up.
 //!
 //! Redis deletes expired records itself (a TTL on every record; the store's expiry is
-//! `Expiry::ServerTtl` and its `purge_expired` returns 0): this side's purge does nothing and
+//! `Capabilities::server_ttl` and its `purge_expired` returns 0): this side's purge does nothing and
 //! returns 0 too.
 
 use crate::harness::{Op, Path, Side};
@@ -313,7 +313,7 @@ impl Side for RawRedis {
     }
 
     /// Nothing to purge: Redis expires records by their TTL (the store's expiry is
-    /// `Expiry::ServerTtl`, its `purge_expired` returns 0).
+    /// `Capabilities::server_ttl`, its `purge_expired` returns 0).
     async fn purge(&self, _n: usize) -> usize {
         0
     }

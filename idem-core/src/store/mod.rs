@@ -225,14 +225,16 @@ pub trait Store: Send + Sync {
 /// treat it right.
 ///
 /// ```
-/// use idem_core::store::{Capabilities, Expiry};
-/// assert_eq!(Capabilities::default().expiry, Expiry::Purge);
+/// use idem_core::store::Capabilities;
+/// assert!(!Capabilities::default().server_ttl);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Capabilities {
-    /// How expired records leave the store.
-    pub expiry: Expiry,
+    /// Whether the server deletes expired records by itself (a TTL, C10): then
+    /// [`Store::purge_expired`] deletes nothing and nobody needs to call it. Unset: call
+    /// `purge_expired` periodically, it deletes them in bounded batches.
+    pub server_ttl: bool,
     /// Whether [`Store::announce`] tells other processes anything (the engine calls it only
     /// then) and [`Store::watch`] has a feed.
     pub change_feed: bool,
@@ -253,7 +255,7 @@ pub struct Capabilities {
 impl Default for Capabilities {
     fn default() -> Self {
         Self {
-            expiry: Expiry::Purge,
+            server_ttl: false,
             change_feed: false,
             process_gate: false,
         }
@@ -261,9 +263,9 @@ impl Default for Capabilities {
 }
 
 impl Capabilities {
-    /// Capabilities with `expiry`.
-    pub fn with_expiry(mut self, expiry: Expiry) -> Self {
-        self.expiry = expiry;
+    /// Capabilities with [`server_ttl`](Self::server_ttl).
+    pub fn with_server_ttl(mut self, server_ttl: bool) -> Self {
+        self.server_ttl = server_ttl;
         self
     }
 
@@ -278,17 +280,6 @@ impl Capabilities {
         self.process_gate = process_gate;
         self
     }
-}
-
-/// How expired records leave a store (C10).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Expiry {
-    /// `purge_expired` deletes them in bounded batches; call it periodically.
-    Purge,
-    /// The server deletes them by itself (a TTL); `purge_expired` deletes nothing and is not
-    /// needed.
-    ServerTtl,
 }
 
 /// Conveniences over any [`Store`], built from its steps.
