@@ -29,7 +29,7 @@ use idem::ops::{Decided, Finding, InDoubt, Reconciled};
 use idem::sqlite::rusqlite::{params, TransactionBehavior};
 use idem::sqlite::SqliteStore;
 use idem::store::Deadline;
-use idem::tower::canonical::{canonical_json, Canonical};
+use idem::tower::canonical::canonical_json;
 use idem::{
     Answer, Begin, Context, Failure, Idempotency, Outcome, Policy, Request, RunError,
     StoredResponse,
@@ -218,7 +218,7 @@ impl Service {
             .request("acct_demo", "POST", "/v1/charges")
             .key(Some(key))
             .body(body.as_bytes())
-            .canonical_body(&canonical, Canonical::Json)
+            .canonical_json(&canonical)
             .build()
     }
 

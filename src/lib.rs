@@ -81,7 +81,7 @@ pub use idem_outbox as outbox;
 pub mod store {
     pub use idem_core::store::*;
     pub use idem_core::{
-        is_always_stored, is_never_stored, Canonical, Clock, FencingToken, Field, Fingerprint,
+        is_always_stored, is_never_stored, Clock, FencingToken, Field, Fingerprint,
         FingerprintBuilder, Holder, ManualClock, RecordId, Scope, Store, StoreError,
         StoreErrorKind, SystemClock, Timestamp,
     };

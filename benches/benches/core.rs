@@ -43,7 +43,7 @@ use criterion::{
 };
 use idem::store::{decide, Acquire, Decision, Record, RecordState};
 use idem::store::{FencingToken, Fingerprint, Timestamp};
-use idem::tower::canonical::{canonical_json, Canonical};
+use idem::tower::canonical::canonical_json;
 use idem::tower::{ConsumerError, IdempotencyLayer};
 use idem::{Answer, Begin, Idempotency, MemoryStore, Request, StoredResponse};
 use std::future::Future;
@@ -240,7 +240,7 @@ fn bench_fingerprint(c: &mut Criterion) {
                 Fingerprint::builder()
                     .method("POST")
                     .path(ROUTE)
-                    .canonical_body(&canonical, Canonical::Json)
+                    .canonical_json(&canonical)
                     .finish()
             });
         });
@@ -260,7 +260,7 @@ fn bench_fingerprint(c: &mut Criterion) {
                 Request::builder(CONSUMER, "POST", ROUTE)
                     .key(Some("k-0001"))
                     .body(body)
-                    .canonical_body(&canonical, Canonical::Json)
+                    .canonical_json(&canonical)
                     .build()
                     .expect("a valid request")
             });

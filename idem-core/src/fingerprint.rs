@@ -64,32 +64,32 @@ pub struct FingerprintBuilder<'a> {
     /// The media type of `Content-Type`, normalised; empty when the request named none.
     media_type: String,
     body: &'a [u8],
-    /// Raw bytes (`None`), canonical JSON or a canonical form: domains that never collide.
-    canonical: Option<Canonical>,
+    /// Raw bytes, canonical JSON or a canonical form: domains that never collide.
+    domain: Domain,
 }
 
-/// What an already canonicalised body is, each its own domain of the fingerprint (C3): a
-/// canonical body never shares a digest with raw bytes that happen to equal it, nor a canonical
-/// JSON body with a canonical form. idem does not parse bodies here: the HTTP layer makes them
-/// canonical (idem-tower's `canonical::canonical_json` and `canonical::canonical_form`) and
-/// gives the bytes with their kind to [`FingerprintBuilder::canonical_body`] or
-/// [`RequestBuilder::canonical_body`](crate::RequestBuilder::canonical_body).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Canonical {
-    /// Canonical JSON: object keys sorted, no whitespace, one escaping, volatile fields removed.
+/// What the body's bytes are, each its own domain of the digest (C3): a canonical body never
+/// shares a digest with raw bytes that happen to equal it, nor canonical JSON with a canonical
+/// form. idem does not parse bodies: the HTTP layer makes them canonical (idem-tower's
+/// `canonical` module).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub(crate) enum Domain {
+    /// The bytes as sent.
+    #[default]
+    Raw,
+    /// Canonical JSON: keys sorted, no whitespace, one escaping, volatile fields removed.
     Json,
-    /// A canonical `application/x-www-form-urlencoded` body: fields sorted by name, one
-    /// percent-encoding.
+    /// A canonical `application/x-www-form-urlencoded` body: fields sorted, one encoding.
     Form,
 }
 
-impl Canonical {
-    /// The body's tag in the digest; raw bytes are `B`.
-    fn tag(canonical: Option<Self>) -> u8 {
-        match canonical {
-            None => b'B',
-            Some(Self::Json) => b'J',
-            Some(Self::Form) => b'F',
+impl Domain {
+    /// The body's tag in the digest.
+    fn tag(self) -> u8 {
+        match self {
+            Domain::Raw => b'B',
+            Domain::Json => b'J',
+            Domain::Form => b'F',
         }
     }
 }
@@ -136,30 +136,37 @@ impl<'a> FingerprintBuilder<'a> {
     }
 
     /// The raw body bytes.
-    pub fn body(mut self, body: &'a [u8]) -> Self {
-        self.body = body;
-        self.canonical = None;
-        self
+    pub fn body(self, body: &'a [u8]) -> Self {
+        self.in_domain(body, Domain::Raw)
     }
 
-    /// A body already made canonical, hashed in the domain of its kind (C3): so that
-    /// `{"a":1, "b":2}` and `{"b":2,"a":1}` are the same request, the caller gives the canonical
-    /// bytes of both (idem-tower's `canonical::canonical_json`, volatile fields removed, or
-    /// `canonical::canonical_form`). The bytes are hashed as given: idem does not check that
-    /// they are canonical.
+    /// A JSON body already made canonical (idem-tower's `canonical::canonical_json`, volatile
+    /// fields removed), hashed in a domain of its own (C3): `{"a":1, "b":2}` and
+    /// `{"b":2,"a":1}` give the same bytes, so they are the same request. The bytes are hashed
+    /// as given: idem does not check that they are canonical.
     ///
     /// ```
-    /// use idem_core::{Canonical, Fingerprint};
+    /// use idem_core::Fingerprint;
     /// let canonical = br#"{"amount":100}"#;
-    /// let json = Fingerprint::builder().canonical_body(canonical, Canonical::Json).finish();
-    /// let form = Fingerprint::builder().canonical_body(canonical, Canonical::Form).finish();
+    /// let json = Fingerprint::builder().canonical_json(canonical).finish();
+    /// let form = Fingerprint::builder().canonical_form(canonical).finish();
     /// let raw = Fingerprint::builder().body(canonical).finish();
     /// assert_ne!(json, raw);
     /// assert_ne!(json, form);
     /// ```
-    pub fn canonical_body(mut self, canonical: &'a [u8], kind: Canonical) -> Self {
-        self.body = canonical;
-        self.canonical = Some(kind);
+    pub fn canonical_json(self, canonical: &'a [u8]) -> Self {
+        self.in_domain(canonical, Domain::Json)
+    }
+
+    /// A form body already made canonical (idem-tower's `canonical::canonical_form`), hashed in
+    /// a domain of its own (C3), as [`canonical_json`](Self::canonical_json) does for JSON.
+    pub fn canonical_form(self, canonical: &'a [u8]) -> Self {
+        self.in_domain(canonical, Domain::Form)
+    }
+
+    pub(crate) fn in_domain(mut self, body: &'a [u8], domain: Domain) -> Self {
+        self.body = body;
+        self.domain = domain;
         self
     }
 
@@ -180,7 +187,7 @@ impl<'a> FingerprintBuilder<'a> {
             part(&mut hasher, b'V', value);
         }
         // A canonical body and raw bytes that happen to equal it are different requests.
-        part(&mut hasher, Canonical::tag(self.canonical), self.body);
+        part(&mut hasher, self.domain.tag(), self.body);
         Fingerprint(*hasher.finalize().as_bytes())
     }
 }
@@ -224,7 +231,7 @@ mod tests {
         assert_ne!(fp("POS", "T/a", b""), fp("POST", "/a", b""));
         assert_ne!(fp("POST", "/a", b""), fp("PUT", "/a", b""));
         let canonical = Fingerprint::builder()
-            .canonical_body(br#"{"a":2,"b":1}"#, Canonical::Json)
+            .canonical_json(br#"{"a":2,"b":1}"#)
             .finish();
         let raw = Fingerprint::builder().body(br#"{"a":2,"b":1}"#).finish();
         assert_ne!(
@@ -288,12 +295,8 @@ mod tests {
 
     #[test]
     fn c03_canonical_forms_and_raw_bytes_are_separate_domains() {
-        let form = Fingerprint::builder()
-            .canonical_body(b"a=1&b=2", Canonical::Form)
-            .finish();
-        let json = Fingerprint::builder()
-            .canonical_body(b"a=1&b=2", Canonical::Json)
-            .finish();
+        let form = Fingerprint::builder().canonical_form(b"a=1&b=2").finish();
+        let json = Fingerprint::builder().canonical_json(b"a=1&b=2").finish();
         let raw = Fingerprint::builder().body(b"a=1&b=2").finish();
         assert_ne!(form, raw);
         assert_ne!(form, json);

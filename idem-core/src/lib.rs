@@ -5,7 +5,7 @@
 //! always sees the same answer.
 //!
 //! - Types with their rules: [`IdempotencyKey`] (C1), [`Scope`] and [`RecordId`] (C2),
-//!   [`Fingerprint`] and [`Canonical`] (C3), [`StoredResponse`] (C7), [`Policy`], [`Clock`]
+//!   [`Fingerprint`] (C3), [`StoredResponse`] (C7), [`Policy`], [`Clock`]
 //!   (C11), [`FencingToken`] (C6). Bodies are hashed as given: canonicalising one by its media
 //!   type (canonical JSON, canonical forms) is HTTP, idem-tower's `canonical` module.
 //! - The engine [`Idempotency`] that applications call, closure style ([`Idempotency::run`],
@@ -97,7 +97,7 @@ pub use engine::{waiting_now, Context, Idempotency, IdempotencyBuilder, KeepAliv
 pub use error::{Error, Field, StoreError, StoreErrorKind};
 pub use event::{Event, EventKind, Observer, Operation, TracingObserver};
 pub use fingerprint::media_type;
-pub use fingerprint::{Canonical, Fingerprint, FingerprintBuilder};
+pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use holder::Holder;
 pub use key::IdempotencyKey;
 pub use lease::Lease;

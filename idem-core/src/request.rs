@@ -1,7 +1,7 @@
 //! An incoming request as idem sees it: its record id and its fingerprint.
 
 use crate::error::{Error, Field};
-use crate::fingerprint::{Canonical, Fingerprint};
+use crate::fingerprint::{Domain, Fingerprint};
 use crate::key::IdempotencyKey;
 use crate::policy::{Commits, Policy};
 use crate::scope::{RecordId, Scope};
@@ -145,7 +145,7 @@ mod tests {
                 .content_type(content_type)
                 .body(body);
             let builder = if form {
-                builder.canonical_body(canonical, Canonical::Form)
+                builder.canonical_form(canonical)
             } else {
                 builder
             };
@@ -212,14 +212,14 @@ fn is_template(route: &str) -> bool {
 /// that a forgotten `.path()` cannot let one resource replay another's answer.
 ///
 /// ```
-/// use idem_core::{Canonical, Error, Request};
+/// use idem_core::{Error, Request};
 /// let body = br#"{"amount": 1000, "currency": "eur"}"#;
 /// // What idem-tower's `canonical::canonical_json(body, &["/metadata/sent_at"])` makes of it.
 /// let canonical = br#"{"amount":1000,"currency":"eur"}"#;
 /// let request = Request::builder("acct_42", "POST", "/v1/charges")
 ///     .key(Some("4f1c2a40-0f0e-4b43-9d2b-7c0b7e0f6b11"))
 ///     .body(body)
-///     .canonical_body(canonical, Canonical::Json)
+///     .canonical_json(canonical)
 ///     .build()?;
 /// assert_eq!(request.id().route(), "POST /v1/charges");
 ///
@@ -237,8 +237,8 @@ pub struct RequestBuilder<'a> {
     headers: Vec<(&'a str, &'a [u8])>,
     content_type: Option<&'a str>,
     body: &'a [u8],
-    /// What the fingerprint hashes instead of the body, and its kind.
-    canonical: Option<(&'a [u8], Canonical)>,
+    /// What the fingerprint hashes instead of the body, and its domain.
+    canonical: Option<(&'a [u8], Domain)>,
     max_body_bytes: usize,
 }
 
@@ -270,21 +270,28 @@ impl<'a> RequestBuilder<'a> {
     }
 
     /// The body as received: the body limit and [`Request::body_len`] count it, and the
-    /// fingerprint hashes it byte for byte unless [`canonical_body`](Self::canonical_body)
-    /// gives what to hash instead.
+    /// fingerprint hashes it byte for byte unless [`canonical_json`](Self::canonical_json) or
+    /// [`canonical_form`](Self::canonical_form) gives what to hash instead.
     pub fn body(mut self, body: &'a [u8]) -> Self {
         self.body = body;
         self
     }
 
-    /// The body made canonical (idem-tower's `canonical::canonical_json`, volatile fields
-    /// removed, or `canonical::canonical_form`), which the fingerprint hashes in the domain of
-    /// its kind instead of the body's bytes (see
-    /// [`FingerprintBuilder::canonical_body`](crate::FingerprintBuilder::canonical_body)): a
-    /// retry that re-encodes its JSON or reorders its form is the same request. Give the body
-    /// as received to [`body`](Self::body) as well: its size is what the limit checks.
-    pub fn canonical_body(mut self, canonical: &'a [u8], kind: Canonical) -> Self {
-        self.canonical = Some((canonical, kind));
+    /// The JSON body made canonical (idem-tower's `canonical::canonical_json`, volatile fields
+    /// removed), which the fingerprint hashes instead of the body's bytes
+    /// ([`FingerprintBuilder::canonical_json`](crate::FingerprintBuilder::canonical_json)): a
+    /// retry that re-encodes its JSON is the same request. Give the body as received to
+    /// [`body`](Self::body) as well: its size is what the limit checks.
+    pub fn canonical_json(mut self, canonical: &'a [u8]) -> Self {
+        self.canonical = Some((canonical, Domain::Json));
+        self
+    }
+
+    /// The form body made canonical (idem-tower's `canonical::canonical_form`), as
+    /// [`canonical_json`](Self::canonical_json) does for JSON: a retry that reorders its
+    /// fields is the same request.
+    pub fn canonical_form(mut self, canonical: &'a [u8]) -> Self {
+        self.canonical = Some((canonical, Domain::Form));
         self
     }
 
@@ -332,7 +339,7 @@ impl<'a> RequestBuilder<'a> {
             fingerprint = fingerprint.header(name, value);
         }
         fingerprint = match self.canonical {
-            Some((canonical, kind)) => fingerprint.canonical_body(canonical, kind),
+            Some((canonical, domain)) => fingerprint.in_domain(canonical, domain),
             None => fingerprint.body(self.body),
         };
         Ok(Request(Arc::new(Parts {

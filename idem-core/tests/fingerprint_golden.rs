@@ -8,7 +8,7 @@
 //! fingerprint version, not an edit of this table. idem-tower's `fingerprint_golden.rs` pins the
 //! same digests from the bodies as sent, through its canonicalisation.
 
-use idem_core::{Canonical, Fingerprint, Request};
+use idem_core::{Fingerprint, Request};
 
 fn hex(fingerprint: &Fingerprint) -> String {
     fingerprint
@@ -62,17 +62,14 @@ fn c03_golden_canonical_json_fingerprints() {
         .method("POST")
         .path("/v1/charges")
         .media_type("application/json")
-        .canonical_body(
-            r#"{"a":"é","amount":1e2,"b":[1,{"x":2,"y":1}]}"#.as_bytes(),
-            Canonical::Json,
-        )
+        .canonical_json(r#"{"a":"é","amount":1e2,"b":[1,{"x":2,"y":1}]}"#.as_bytes())
         .finish();
     assert_eq!(
         hex(&json),
         "9454c0066f37784ced23cde28710eec22d0d96242da5c6036984915c2985d1b3"
     );
     let plain = Fingerprint::builder()
-        .canonical_body(br#"{"amount":100}"#, Canonical::Json)
+        .canonical_json(br#"{"amount":100}"#)
         .finish();
     assert_eq!(
         hex(&plain),
@@ -86,10 +83,7 @@ fn c03_golden_canonical_json_fingerprints() {
         .content_type("Application/JSON; charset=utf-8")
         .header("x-tenant", b"t1")
         .body(body)
-        .canonical_body(
-            br#"{"amount":1000,"currency":"eur","metadata":{"order":7}}"#,
-            Canonical::Json,
-        )
+        .canonical_json(br#"{"amount":1000,"currency":"eur","metadata":{"order":7}}"#)
         .build()
         .expect("a request");
     assert_eq!(
@@ -105,18 +99,13 @@ fn c03_golden_canonical_form_fingerprints() {
         .method("POST")
         .path("/v1/charges")
         .media_type("application/x-www-form-urlencoded")
-        .canonical_body(
-            b"amount=1000&currency=eur&note=caf%C3%A9+au+lait",
-            Canonical::Form,
-        )
+        .canonical_form(b"amount=1000&currency=eur&note=caf%C3%A9+au+lait")
         .finish();
     assert_eq!(
         hex(&form),
         "31eb6d763c10ee288d1ca08f3fc429d7106d6ab70382425134a57fed6ff239fc"
     );
-    let plain = Fingerprint::builder()
-        .canonical_body(b"a=%7E&b=2", Canonical::Form)
-        .finish();
+    let plain = Fingerprint::builder().canonical_form(b"a=%7E&b=2").finish();
     assert_eq!(
         hex(&plain),
         "b4db6372c48c92a620fd962c871b20c580d01a4fc3c4791b0aa317717d3bfee5"
@@ -125,7 +114,7 @@ fn c03_golden_canonical_form_fingerprints() {
         .key(Some("k-1"))
         .content_type("application/x-www-form-urlencoded")
         .body(b"currency=usd&amount=100&flag")
-        .canonical_body(b"amount=100&currency=usd&flag=", Canonical::Form)
+        .canonical_form(b"amount=100&currency=usd&flag=")
         .build()
         .expect("a request");
     assert_eq!(

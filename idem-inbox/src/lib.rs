@@ -449,7 +449,7 @@ impl<S: Store + 'static> Inbox<S> {
             .key(Some(key.as_str()))
             .body(delivery.payload);
         if let Some(canonical) = canonical {
-            builder = builder.canonical_body(canonical, idem_core::Canonical::Json);
+            builder = builder.canonical_json(canonical);
         }
         Ok(Event {
             request: builder.build()?,

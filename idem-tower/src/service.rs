@@ -272,9 +272,11 @@ where
     let canonical =
         crate::canonical::by_media_type(&media, &body, exclude.as_deref(), config.canonical_form);
     builder = builder.body(&body);
-    if let Some((canonical, kind)) = &canonical {
-        builder = builder.canonical_body(canonical, *kind);
-    }
+    builder = match &canonical {
+        Some(crate::canonical::Canonical::Json(bytes)) => builder.canonical_json(bytes),
+        Some(crate::canonical::Canonical::Form(bytes)) => builder.canonical_form(bytes),
+        None => builder,
+    };
     let request = builder.build()?;
     let header = parts
         .headers

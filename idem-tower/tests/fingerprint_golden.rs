@@ -7,7 +7,7 @@
 //! edit of this table.
 
 use idem_core::store::Deadline;
-use idem_core::{Canonical, Fingerprint, Request};
+use idem_core::{Fingerprint, Request};
 use idem_tower::canonical::{canonical_form, canonical_json};
 
 fn hex(fingerprint: &Fingerprint) -> String {
@@ -26,16 +26,14 @@ fn c03_golden_canonical_json_fingerprints_from_the_body_as_sent() {
         .method("POST")
         .path("/v1/charges")
         .media_type("application/json")
-        .canonical_body(&canonical, Canonical::Json)
+        .canonical_json(&canonical)
         .finish();
     assert_eq!(
         hex(&json),
         "9454c0066f37784ced23cde28710eec22d0d96242da5c6036984915c2985d1b3"
     );
     let canonical = canonical_json(br#"{"amount":100}"#, &[]).expect("JSON");
-    let plain = Fingerprint::builder()
-        .canonical_body(&canonical, Canonical::Json)
-        .finish();
+    let plain = Fingerprint::builder().canonical_json(&canonical).finish();
     assert_eq!(
         hex(&plain),
         "bd99addd46c771e8bf95a5e4fb387d48f3ae1f334384003fcd8b3657edc5ba43"
@@ -49,7 +47,7 @@ fn c03_golden_canonical_json_fingerprints_from_the_body_as_sent() {
         .content_type("Application/JSON; charset=utf-8")
         .header("x-tenant", b"t1")
         .body(body)
-        .canonical_body(&canonical, Canonical::Json)
+        .canonical_json(&canonical)
         .build()
         .expect("a request");
     assert_eq!(
@@ -66,16 +64,14 @@ fn c03_golden_canonical_form_fingerprints_from_the_body_as_sent() {
         .method("POST")
         .path("/v1/charges")
         .media_type("application/x-www-form-urlencoded")
-        .canonical_body(&canonical, Canonical::Form)
+        .canonical_form(&canonical)
         .finish();
     assert_eq!(
         hex(&form),
         "31eb6d763c10ee288d1ca08f3fc429d7106d6ab70382425134a57fed6ff239fc"
     );
     let canonical = canonical_form(b"b=2&a=%7e").expect("a form");
-    let plain = Fingerprint::builder()
-        .canonical_body(&canonical, Canonical::Form)
-        .finish();
+    let plain = Fingerprint::builder().canonical_form(&canonical).finish();
     assert_eq!(
         hex(&plain),
         "b4db6372c48c92a620fd962c871b20c580d01a4fc3c4791b0aa317717d3bfee5"
@@ -86,7 +82,7 @@ fn c03_golden_canonical_form_fingerprints_from_the_body_as_sent() {
         .key(Some("k-1"))
         .content_type("application/x-www-form-urlencoded")
         .body(body)
-        .canonical_body(&canonical, Canonical::Form)
+        .canonical_form(&canonical)
         .build()
         .expect("a request");
     assert_eq!(

@@ -10,19 +10,19 @@
 //!
 //! The layer calls them for the media types it is told to ([`IdempotencyLayer::canonical_json`](crate::IdempotencyLayer::canonical_json),
 //! [`IdempotencyLayer::canonical_form`](crate::IdempotencyLayer::canonical_form)); code that builds
-//! its requests itself gives their output to the engine's request builder with its kind, and
-//! the body as received for the size limit:
+//! its requests itself gives their output to the engine's request builder, and the body as
+//! received for the size limit:
 //!
 //! ```
 //! use idem_core::{Idempotency, MemoryStore};
-//! use idem_tower::canonical::{canonical_json, Canonical};
+//! use idem_tower::canonical::canonical_json;
 //! let idem = Idempotency::new(MemoryStore::new());
 //! let build = |body: &[u8]| -> Result<_, idem_core::Error> {
 //!     let canonical = canonical_json(body, &["/client_sent_at"])?;
 //!     idem.request("acct_42", "POST", "/v1/charges")
 //!         .key(Some("k-1"))
 //!         .body(body)
-//!         .canonical_body(&canonical, Canonical::Json)
+//!         .canonical_json(&canonical)
 //!         .build()
 //! };
 //! let sent = build(br#"{"amount": 100, "client_sent_at": "10:00"}"#)?;
@@ -38,9 +38,13 @@ mod form;
 mod json;
 
 pub use form::canonical_form;
-/// What the request builders take with canonical bytes (idem-core's).
-pub use idem_core::Canonical;
 pub use json::canonical_json;
+
+/// A body made canonical, and which kind it is.
+pub(crate) enum Canonical {
+    Json(Vec<u8>),
+    Form(Vec<u8>),
+}
 
 /// The canonical body of `body` sent as `media` (a normalised media type), if the layer's
 /// settings canonicalise that media type and the body canonicalises: JSON (`application/json`,
@@ -50,16 +54,12 @@ pub(crate) fn by_media_type(
     body: &[u8],
     json: Option<&[&str]>,
     form: bool,
-) -> Option<(Vec<u8>, Canonical)> {
+) -> Option<Canonical> {
     if let Some(exclude) = json.filter(|_| is_json(media)) {
-        return canonical_json(body, exclude)
-            .ok()
-            .map(|canonical| (canonical, Canonical::Json));
+        return canonical_json(body, exclude).ok().map(Canonical::Json);
     }
     if form && media == "application/x-www-form-urlencoded" {
-        return canonical_form(body)
-            .ok()
-            .map(|canonical| (canonical, Canonical::Form));
+        return canonical_form(body).ok().map(Canonical::Form);
     }
     None
 }
