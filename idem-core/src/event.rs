@@ -1,7 +1,5 @@
-//! The engine's one stream of events (C16): every way of calling the engine emits the same
-//! [`Event`]s, at each decision and step of the protocol, to the [`Observer`]s the application
-//! set. Tracing ([`TracingObserver`], on by default), metrics (the `idem-metrics` crate, the facade's feature
-//! `metrics`) and the HTTP layer's disposition all read this one vocabulary: [`EventKind::name`].
+//! The engine's one stream of [`Event`]s (C16), sent to the application's [`Observer`]s. Tracing
+//! ([`TracingObserver`]), `idem-metrics` and the HTTP layer read one vocabulary: [`EventKind::name`].
 
 use crate::error::Error;
 use crate::lease::Lease;
@@ -11,8 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// What happened at one step of the protocol. The [`name`](Self::name)s are the one list used by
-/// tracing, metrics, the HTTP layer and docs/operations.md.
+/// What happened at one step of the protocol; [`name`](Self::name)s are docs/operations.md's list.
 ///
 /// ```
 /// use idem_core::EventKind;
@@ -22,8 +19,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum EventKind {
-    /// Refused before anything was recorded: bad input (400, 413), the store unavailable (503),
-    /// the engine shutting down (503). Nothing ran.
+    /// Refused before anything was recorded (400, 413, 503). Nothing ran.
     Rejected,
     /// Answered with the stored response of a completed request (C7). Nothing ran.
     Replayed,
@@ -54,21 +50,18 @@ pub enum EventKind {
     LeaseRenewed,
     /// The lease was taken by another attempt: this execution is fenced out (C6).
     LeaseLost,
-    /// The handler's outcome is unknown: the key is kept with a 500 (or the handler's own
-    /// answer) stored, so nothing re-runs blind (C8).
+    /// The handler's outcome is unknown: a 500 (or the handler's answer) is stored (C8).
     OutcomeUnknown,
-    /// A commit whose outcome could not be told within the bound: the effect and its completion
-    /// committed together, or neither did; the key is kept in progress until the lease passes.
+    /// A commit's outcome is unknown (effect and completion both or neither); the key stays
+    /// in progress until the lease passes.
     InDoubt,
-    /// A record in doubt was settled: the real answer is stored in place of the answer in doubt
-    /// (docs/state-machine.md, "Records in doubt").
+    /// A record in doubt was settled with its real answer (docs/state-machine.md).
     DoubtSettled,
     /// A record in doubt was released: its effect did not happen, the next retry executes.
     DoubtReleased,
     /// A record in doubt is still unknown: checked again after a backoff.
     DoubtDeferred,
-    /// A decision about a record in doubt lost its race: the record changed since it was read
-    /// (another reconciler decided, or its retention passed); nothing was written.
+    /// A decision about a record in doubt lost its race to a change; nothing was written.
     DoubtContested,
     /// Expired records were deleted ([`Event::count`] of them) (C10).
     Purged,
@@ -104,8 +97,7 @@ impl EventKind {
         EventKind::StoreCall,
     ];
 
-    /// The kind's one name (snake case): a tracing event's `outcome`, a metric's `outcome`
-    /// label, the HTTP layer's disposition.
+    /// The snake-case name: tracing's and metrics' `outcome`, the HTTP layer's disposition.
     pub fn name(self) -> &'static str {
         match self {
             EventKind::Rejected => "rejected",
@@ -147,9 +139,7 @@ impl EventKind {
         )
     }
 
-    /// Whether this kind ends an execution of this process: every acquisition the engine
-    /// drives ends with exactly one of these (its answer stored, given back, fenced out, or
-    /// left unknown or in doubt).
+    /// Whether this kind ends an execution; each acquisition the engine drives ends with one.
     pub fn ends_execution(self) -> bool {
         matches!(
             self,
@@ -161,8 +151,7 @@ impl EventKind {
         )
     }
 
-    /// Whether this kind answers a request (the last event of a call of the engine's closure
-    /// forms and of `begin` when nothing is acquired).
+    /// Whether this kind answers a request (the last event of a closure call or an answered `begin`).
     pub fn is_answer(self) -> bool {
         matches!(
             self,
@@ -247,8 +236,7 @@ impl Operation {
     }
 }
 
-/// One event of the engine: what happened, to which record, how long it took, and the error if
-/// the step failed.
+/// One event: what happened, to which record, how long it took, and any error.
 ///
 /// ```
 /// use idem_core::{Event, EventKind};
@@ -329,8 +317,7 @@ impl<'a> Event<'a> {
         self.kind
     }
 
-    /// The record, if the event is about one. Observers must not put its key (nor, where it
-    /// identifies a customer, its consumer) into metric labels.
+    /// The record, if any. Never put its key (or a customer's consumer) in metric labels.
     pub fn id(&self) -> Option<&'a RecordId> {
         self.id
     }
@@ -350,9 +337,8 @@ impl<'a> Event<'a> {
         self.operation
     }
 
-    /// The fencing token of the execution the event is about, where there is one (an
-    /// acquisition, the steps and the end of an execution): tells two executions of one record
-    /// apart. Never a label: it is unique per execution.
+    /// The token of the execution the event is about, if any: tells executions apart. Never a
+    /// label (unique per execution).
     pub fn token(&self) -> Option<FencingToken> {
         self.token
     }
@@ -363,8 +349,7 @@ impl<'a> Event<'a> {
     }
 }
 
-/// Receives the engine's events. Called inline, on the task that takes the step: keep it cheap
-/// and never block (count, log, hand off to a channel).
+/// Receives the engine's events inline, on the step's task: keep it cheap, never block.
 ///
 /// ```
 /// use idem_core::{Event, EventKind, Idempotency, MemoryStore, Observer};
@@ -418,10 +403,9 @@ impl fmt::Debug for Observers {
     }
 }
 
-/// The observer that turns events into `tracing` events on target `idem` (on by default): one
-/// event named `idem.<name>` (`idem.replayed`, `idem.executed`, ...) with fields `outcome` (the
-/// kind's name), `consumer`, `route`, `latency_us` and `error`, inside the caller's span. Store
-/// calls are at trace level, failures at warn, the rest at debug. Never the key.
+/// Events as `tracing` events on target `idem` (on by default): `idem.<name>` with `outcome`,
+/// `consumer`, `route`, `latency_us` and `error`, in the caller's span. Store calls at trace,
+/// failures at warn, the rest at debug. Never the key.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TracingObserver;
 
@@ -444,8 +428,7 @@ impl Observer for TracingObserver {
         } else {
             tracing::Level::DEBUG
         };
-        // Nothing is computed for an event no subscriber wants (the common case at these
-        // levels): the engine emits one per step.
+        // Nothing is computed for an event no subscriber wants (the common case).
         let wanted = match level {
             tracing::Level::WARN => tracing::enabled!(target: "idem", tracing::Level::WARN),
             tracing::Level::TRACE => tracing::enabled!(target: "idem", tracing::Level::TRACE),
