@@ -12,14 +12,12 @@ pub(crate) struct Gate(Arc<Inner>);
 struct Inner {
     running: AtomicUsize,
     closing: AtomicBool,
-    /// How many `drained` calls wait: the last execution to end wakes them only if there are
-    /// any (an execution ending with nobody draining costs no lock).
+    /// How many `drained` calls wait (the last execution wakes them only if any).
     drainers: AtomicUsize,
     idle: Notify,
 }
 
-/// One execution under way, counted from before its reservation until it ended (its completion
-/// landed, was released, or was given up), whatever became of its caller.
+/// One execution under way, from before its reservation to its end, whatever its caller does.
 #[derive(Debug)]
 pub(crate) struct Running(Arc<Inner>);
 
@@ -35,8 +33,7 @@ impl Gate {
         Some(running)
     }
 
-    /// Counts the continuation of an execution already admitted (it must finish even during a
-    /// shutdown).
+    /// Counts the continuation of an admitted execution, even during a shutdown.
     pub(crate) fn enter_always(&self) -> Running {
         self.0.running.fetch_add(1, Ordering::SeqCst);
         Running(Arc::clone(&self.0))
@@ -70,8 +67,7 @@ impl Gate {
     }
 }
 
-/// One `drained` call waiting, counted in `drainers` while it lives (a drain cancelled midway
-/// included).
+/// One `drained` call, counted in `drainers` while it lives (cancelled or not).
 struct Drainer<'a>(&'a Inner);
 
 impl<'a> Drainer<'a> {
