@@ -2,6 +2,7 @@
 //! handler from a dead one. Stores write [`Holder::this_process`] (or their own) with every
 //! reservation and takeover, as [`Holder::encode`]; older records have none.
 
+use crate::doubt::bounded;
 use crate::error::Error;
 use crate::token::FencingToken;
 use std::fmt;
@@ -69,7 +70,7 @@ impl Holder {
             host: if cleaned.is_empty() {
                 "unknown".to_owned()
             } else {
-                cut(&cleaned, MAX_HOST_LEN).to_owned()
+                bounded(cleaned, MAX_HOST_LEN)
             },
             pid,
             start_id,
@@ -226,14 +227,6 @@ impl Holder {
             pid_namespace,
         })
     }
-}
-
-fn cut(text: &str, max: usize) -> &str {
-    let mut end = max.min(text.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 fn valid_boot_id(id: &str) -> bool {
