@@ -18,6 +18,7 @@ pub use wait::waiting_now;
 use crate::answer::Answer;
 use crate::begin::Begin;
 use crate::completion::Completion;
+use crate::deadline::timer_at;
 use crate::doubt::Doubt;
 use crate::error::{Error, Field, StoreErrorKind};
 use crate::event::{Event, EventKind, Observer, Observers, Operation, TracingObserver};
@@ -748,12 +749,7 @@ pub(crate) fn outcome_unknown() -> StoredResponse {
 
 /// Whether the current Tokio runtime has a time driver (without one, making a timer panics).
 pub(crate) fn has_timers() -> bool {
-    timer(Duration::ZERO).is_some()
-}
-
-/// A timer that fires after `d`, if the current Tokio runtime has a time driver.
-fn timer(d: Duration) -> Option<tokio::time::Sleep> {
-    std::panic::catch_unwind(|| tokio::time::sleep(d)).ok()
+    timer_at(Instant::now()).is_some()
 }
 
 /// Waits `d`: on Tokio's timer, else its blocking pool, else (no Tokio) this thread.
