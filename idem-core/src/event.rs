@@ -9,7 +9,29 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// What happened at one step of the protocol; [`name`](Self::name)s are docs/operations.md's list.
+/// An enum, its `ALL` values in order and their snake-case `name`s, from one table.
+macro_rules! named_enum {
+    ($(#[$meta:meta])* $vis:vis enum $enum:ident {
+        $($(#[$doc:meta])* $variant:ident => $name:literal,)*
+    }) => {
+        $(#[$meta])*
+        $vis enum $enum { $($(#[$doc])* $variant,)* }
+
+        impl $enum {
+            /// Every value, in the order of the docs.
+            pub const ALL: &'static [$enum] = &[$($enum::$variant),*];
+
+            /// The value's one name (snake case).
+            pub fn name(self) -> &'static str {
+                match self { $($enum::$variant => $name,)* }
+            }
+        }
+    };
+}
+
+named_enum! {
+/// What happened at one step of the protocol. The [`name`](Self::name)s are docs/operations.md's
+/// list: tracing's and metrics' `outcome`, the HTTP layer's disposition.
 ///
 /// ```
 /// use idem_core::EventKind;
@@ -20,112 +42,57 @@ use std::time::Duration;
 #[non_exhaustive]
 pub enum EventKind {
     /// Refused before anything was recorded (400, 413, 503). Nothing ran.
-    Rejected,
+    Rejected => "rejected",
     /// Answered with the stored response of a completed request (C7). Nothing ran.
-    Replayed,
+    Replayed => "replayed",
     /// Answered "in flight": another execution holds the key (C5). Nothing ran.
-    InFlight,
+    InFlight => "in_flight",
     /// Answered "mismatch": the key was used with another request (C3). Nothing ran.
-    Mismatch,
+    Mismatch => "mismatch",
     /// A duplicate waited for its original to end ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait),
     /// C5), for [`Event::elapsed`]; the answer that followed is reported as usual.
-    Waited,
+    Waited => "waited",
     /// A fresh reservation (C4).
-    Acquired,
+    Acquired => "acquired",
     /// An orphan's lease had passed; its record was taken over with a new token (C9).
-    TakenOver,
+    TakenOver => "taken_over",
     /// A completed record's retention had passed; the key started over (C10).
-    StartedOver,
+    StartedOver => "started_over",
     /// The execution ended with its response stored: what every retry replays (C6, C7).
-    Executed,
+    Executed => "executed",
     /// A completion was written (by the engine, or inside the effect's transaction).
-    CompletionLanded,
+    CompletionLanded => "completion_landed",
     /// Writing a completion failed in a way a retry may fix; it is tried again (C8).
-    CompletionRetried,
+    CompletionRetried => "completion_retried",
     /// The store refused a completion for good; a 500 is stored in its place (C8).
-    CompletionRefused,
+    CompletionRefused => "completion_refused",
     /// The reservation was given back: nothing happened, a retry runs (C8).
-    Released,
+    Released => "released",
     /// The lease was extended (C9).
-    LeaseRenewed,
+    LeaseRenewed => "lease_renewed",
     /// The lease was taken by another attempt: this execution is fenced out (C6).
-    LeaseLost,
+    LeaseLost => "lease_lost",
     /// The handler's outcome is unknown: a 500 (or the handler's answer) is stored (C8).
-    OutcomeUnknown,
+    OutcomeUnknown => "outcome_unknown",
     /// A commit's outcome is unknown (effect and completion both or neither); the key stays
     /// in progress until the lease passes.
-    InDoubt,
+    InDoubt => "in_doubt",
     /// A record in doubt was settled with its real answer (docs/state-machine.md).
-    DoubtSettled,
+    DoubtSettled => "doubt_settled",
     /// A record in doubt was released: its effect did not happen, the next retry executes.
-    DoubtReleased,
+    DoubtReleased => "doubt_released",
     /// A record in doubt is still unknown: checked again after a backoff.
-    DoubtDeferred,
+    DoubtDeferred => "doubt_deferred",
     /// A decision about a record in doubt lost its race to a change; nothing was written.
-    DoubtContested,
+    DoubtContested => "doubt_contested",
     /// Expired records were deleted ([`Event::count`] of them) (C10).
-    Purged,
+    Purged => "purged",
     /// One call to the store ended: its [`Event::operation`], latency and error if any.
-    StoreCall,
+    StoreCall => "store_call",
+}
 }
 
 impl EventKind {
-    /// Every kind, in the order of the docs.
-    pub const ALL: &'static [EventKind] = &[
-        EventKind::Rejected,
-        EventKind::Replayed,
-        EventKind::InFlight,
-        EventKind::Mismatch,
-        EventKind::Waited,
-        EventKind::Acquired,
-        EventKind::TakenOver,
-        EventKind::StartedOver,
-        EventKind::Executed,
-        EventKind::CompletionLanded,
-        EventKind::CompletionRetried,
-        EventKind::CompletionRefused,
-        EventKind::Released,
-        EventKind::LeaseRenewed,
-        EventKind::LeaseLost,
-        EventKind::OutcomeUnknown,
-        EventKind::InDoubt,
-        EventKind::DoubtSettled,
-        EventKind::DoubtReleased,
-        EventKind::DoubtDeferred,
-        EventKind::DoubtContested,
-        EventKind::Purged,
-        EventKind::StoreCall,
-    ];
-
-    /// The snake-case name: tracing's and metrics' `outcome`, the HTTP layer's disposition.
-    pub fn name(self) -> &'static str {
-        match self {
-            EventKind::Rejected => "rejected",
-            EventKind::Replayed => "replayed",
-            EventKind::InFlight => "in_flight",
-            EventKind::Mismatch => "mismatch",
-            EventKind::Waited => "waited",
-            EventKind::Acquired => "acquired",
-            EventKind::TakenOver => "taken_over",
-            EventKind::StartedOver => "started_over",
-            EventKind::Executed => "executed",
-            EventKind::CompletionLanded => "completion_landed",
-            EventKind::CompletionRetried => "completion_retried",
-            EventKind::CompletionRefused => "completion_refused",
-            EventKind::Released => "released",
-            EventKind::LeaseRenewed => "lease_renewed",
-            EventKind::LeaseLost => "lease_lost",
-            EventKind::OutcomeUnknown => "outcome_unknown",
-            EventKind::InDoubt => "in_doubt",
-            EventKind::DoubtSettled => "doubt_settled",
-            EventKind::DoubtReleased => "doubt_released",
-            EventKind::DoubtDeferred => "doubt_deferred",
-            EventKind::DoubtContested => "doubt_contested",
-            EventKind::Purged => "purged",
-            EventKind::StoreCall => "store_call",
-        }
-    }
-
     /// The kind named `name`, if any.
     pub fn from_name(name: &str) -> Option<EventKind> {
         EventKind::ALL.iter().copied().find(|k| k.name() == name)
@@ -174,7 +141,9 @@ impl fmt::Display for EventKind {
     }
 }
 
-/// Which store call a [`EventKind::StoreCall`] event reports.
+named_enum! {
+/// Which store call a [`EventKind::StoreCall`] event reports; its [`name`](Self::name) is a
+/// metric's `operation` label.
 ///
 /// ```
 /// assert_eq!(idem_core::Operation::Reserve.name(), "reserve");
@@ -183,57 +152,26 @@ impl fmt::Display for EventKind {
 #[non_exhaustive]
 pub enum Operation {
     /// A reservation: its `Store::reserve` and `Store::replace` steps.
-    Reserve,
+    Reserve => "reserve",
     /// `Store::complete`.
-    Complete,
+    Complete => "complete",
     /// `Store::release`.
-    Release,
+    Release => "release",
     /// `Store::renew`.
-    Renew,
+    Renew => "renew",
     /// `Store::purge_expired`.
-    Purge,
+    Purge => "purge",
     /// `Store::lookup` (the engine's check of what landed).
-    Lookup,
+    Lookup => "lookup",
     /// A transactional execution: reservation, effect, completion and commit (SQL stores).
-    Transaction,
+    Transaction => "transaction",
     /// `Operator::inspect` (a reconciler reading a record in doubt).
-    Inspect,
+    Inspect => "inspect",
     /// `Operator::list` (a reconciler listing the records in doubt).
-    List,
+    List => "list",
     /// `Store::resolve` (a decision about a record in doubt).
-    Resolve,
+    Resolve => "resolve",
 }
-
-impl Operation {
-    /// Every operation.
-    pub const ALL: &'static [Operation] = &[
-        Operation::Reserve,
-        Operation::Complete,
-        Operation::Release,
-        Operation::Renew,
-        Operation::Purge,
-        Operation::Lookup,
-        Operation::Transaction,
-        Operation::Inspect,
-        Operation::List,
-        Operation::Resolve,
-    ];
-
-    /// The operation's name, a metric's `operation` label.
-    pub fn name(self) -> &'static str {
-        match self {
-            Operation::Reserve => "reserve",
-            Operation::Complete => "complete",
-            Operation::Release => "release",
-            Operation::Renew => "renew",
-            Operation::Purge => "purge",
-            Operation::Lookup => "lookup",
-            Operation::Transaction => "transaction",
-            Operation::Inspect => "inspect",
-            Operation::List => "list",
-            Operation::Resolve => "resolve",
-        }
-    }
 }
 
 /// One event: what happened, to which record, how long it took, and any error.

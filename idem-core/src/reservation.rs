@@ -250,6 +250,14 @@ impl<'a> Reservation<'a> {
         Err(error)
     }
 
+    /// The next step after a step's `result`; `replacing`: it was a `replace`.
+    fn after(&mut self, result: Result<Reserved, Error>, replacing: bool) -> Result<Step, Error> {
+        match result {
+            Ok(reserved) => self.next(reserved, replacing),
+            Err(error) => self.failed(error),
+        }
+    }
+
     fn acquired(&self, until: Timestamp, acquire: Acquire) -> Step {
         Step::Done(Begin::Acquired(Lease::new(
             self.claim.request,
@@ -315,14 +323,10 @@ impl Reservation<'_> {
         let mut step = Step::Reserve;
         loop {
             step = match step {
-                Step::Reserve => match steps.reserve(&self.claim).await {
-                    Ok(reserved) => self.next(reserved, false)?,
-                    Err(error) => self.failed(error)?,
-                },
-                Step::Replace(acquire) => match steps.replace(&self.claim, acquire).await {
-                    Ok(reserved) => self.next(reserved, true)?,
-                    Err(error) => self.failed(error)?,
-                },
+                Step::Reserve => self.after(steps.reserve(&self.claim).await, false)?,
+                Step::Replace(acquire) => {
+                    self.after(steps.replace(&self.claim, acquire).await, true)?
+                }
                 Step::Done(begin) => return Ok(begin),
             }
         }
@@ -336,14 +340,8 @@ impl Reservation<'_> {
         let mut step = Step::Reserve;
         loop {
             step = match step {
-                Step::Reserve => match steps.reserve(&self.claim) {
-                    Ok(reserved) => self.next(reserved, false)?,
-                    Err(error) => self.failed(error)?,
-                },
-                Step::Replace(acquire) => match steps.replace(&self.claim, acquire) {
-                    Ok(reserved) => self.next(reserved, true)?,
-                    Err(error) => self.failed(error)?,
-                },
+                Step::Reserve => self.after(steps.reserve(&self.claim), false)?,
+                Step::Replace(acquire) => self.after(steps.replace(&self.claim, acquire), true)?,
                 Step::Done(begin) => return Ok(begin),
             }
         }
