@@ -4,9 +4,10 @@ use crate::answer::Answer;
 use crate::lease::Lease;
 use crate::response::StoredResponse;
 
-/// What a request gets at the start: the record (`A`), or an [`Answer`]. With a [`Lease`]: what
-/// a [`Reservation`](crate::store::Reservation) and [`Idempotency::begin`](crate::Idempotency::begin)
-/// return; as [`Decision`](crate::store::Decision), what [`decide`](crate::store::decide) says.
+/// What a request gets at the start: the record (`A`), or an [`Answer`]. With a [`Lease`]:
+/// what a [`Reservation`](crate::store::Reservation) and
+/// [`Idempotency::begin`](crate::Idempotency::begin) return; as
+/// [`Decision`](crate::store::Decision), what [`decide`](crate::store::decide) says.
 ///
 /// ```
 /// use idem_core::{Answer, Begin, Idempotency, MemoryStore};
@@ -23,7 +24,7 @@ use crate::response::StoredResponse;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
 pub enum Begin<A = Lease, R = StoredResponse> {
-    /// Acquired: run the effect, then complete (or release). For a decision, an
+    /// Run the effect, then complete or release. For a decision, an
     /// [`Acquire`](crate::store::Acquire).
     Acquired(A),
     /// Answered without running anything.

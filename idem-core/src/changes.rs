@@ -154,8 +154,7 @@ impl Changes {
         Changes(Weak::new())
     }
 
-    /// The record with this [`digest`](crate::RecordId::digest) changed elsewhere: its waiters
-    /// read it again.
+    /// The record with this [`digest`](crate::RecordId::digest) changed: its waiters reread it.
     pub fn changed(&self, digest: &[u8; 32]) {
         if let Some(wakeups) = self.0.upgrade() {
             wakeups.wake(digest);

@@ -47,8 +47,7 @@ fn millis_u64(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// For stores: `duration` in whole milliseconds as a signed integer (SQL `bigint`, Redis `PX`),
-/// saturating.
+/// For stores: `duration` in whole milliseconds, saturating (SQL `bigint`, Redis `PX`).
 ///
 /// ```
 /// use idem_core::store::duration_millis;

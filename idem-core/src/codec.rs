@@ -40,8 +40,7 @@ impl StoredResponse {
         Ok(out)
     }
 
-    /// The status from the first [`STATUS_PREFIX_LEN`](Self::STATUS_PREFIX_LEN) bytes (or
-    /// more), for listings.
+    /// The status, from the first [`STATUS_PREFIX_LEN`](Self::STATUS_PREFIX_LEN) bytes.
     ///
     /// ```
     /// use idem_core::StoredResponse;

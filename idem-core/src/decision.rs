@@ -1,5 +1,4 @@
-//! The pure decision logic (docs/state-machine.md): no I/O, no clock. Every store applies it;
-//! none re-implements it.
+//! The pure decision logic (docs/state-machine.md), no I/O, no clock; every store applies it.
 
 use crate::answer::Answer;
 use crate::begin::Begin;
@@ -55,8 +54,7 @@ pub fn decide<R>(
     })
 }
 
-/// The fence of complete, release and renew (C6, C9): the record still carries `token`, in
-/// progress. An expired lease nobody took over still passes.
+/// The fence of complete, release, renew (C6, C9): `token`, in progress (expired or not).
 ///
 /// ```
 /// use idem_core::store::{check_fence, Record};

@@ -1,5 +1,4 @@
-//! The mark stored beside an "outcome unknown" answer (C8), for a reconciler to find and settle
-//! (docs/state-machine.md, "Records in doubt").
+//! The mark beside an "outcome unknown" answer (C8; docs/state-machine.md, "Records in doubt").
 
 use crate::error::Error;
 use crate::token::FencingToken;
@@ -90,8 +89,7 @@ impl fmt::Display for DoubtCause {
 pub struct Doubt {
     /// Why the outcome is unknown.
     pub cause: DoubtCause,
-    /// What the handler attached ([`Failure::noting`](crate::Failure::noting)), at most
-    /// [`MAX_NOTE`](Self::MAX_NOTE) bytes; empty if nothing.
+    /// [`Failure::noting`](crate::Failure::noting), at most [`MAX_NOTE`](Self::MAX_NOTE) bytes.
     pub note: String,
     /// How many reconciliations found the outcome still unknown.
     pub attempts: u32,

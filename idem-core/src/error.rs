@@ -159,8 +159,7 @@ impl Error {
 pub enum StoreErrorKind {
     /// Unreachable, connection dropped, timed out or busy. Retrying later may help.
     Unavailable,
-    /// The caller's transaction lost a conflict and rolled back: retry **the whole
-    /// transaction**, effect included.
+    /// The transaction lost a conflict and rolled back: retry **all of it**, effect included.
     TransactionConflict,
     /// Not set up as idem needs (table, password, permission): an operator must act. Another
     /// schema version is [`Error::SchemaVersion`].

@@ -1,5 +1,5 @@
-//! The engine's one stream of [`Event`]s (C16), sent to the application's [`Observer`]s. Tracing
-//! ([`TracingObserver`]), `idem-metrics` and the HTTP layer read one vocabulary: [`EventKind::name`].
+//! The engine's one stream of [`Event`]s (C16), sent to the application's [`Observer`]s.
+//! Tracing ([`TracingObserver`]), `idem-metrics` and the HTTP layer share [`EventKind::name`].
 
 use crate::error::Error;
 use crate::lease::Lease;
@@ -74,8 +74,7 @@ pub enum EventKind {
     LeaseLost => "lease_lost",
     /// The handler's outcome is unknown: a 500 (or the handler's answer) is stored (C8).
     OutcomeUnknown => "outcome_unknown",
-    /// A commit's outcome is unknown (effect and completion both or neither); the key stays
-    /// in progress until the lease passes.
+    /// A commit's outcome is unknown; the key stays in progress until the lease passes.
     InDoubt => "in_doubt",
     /// A record in doubt was settled with its real answer (docs/state-machine.md).
     DoubtSettled => "doubt_settled",
@@ -118,7 +117,7 @@ impl EventKind {
         )
     }
 
-    /// Whether this kind answers a request (the last event of a closure call or an answered `begin`).
+    /// Whether this kind answers a request (a closure call's or answered `begin`'s last event).
     pub fn is_answer(self) -> bool {
         matches!(
             self,
@@ -275,8 +274,7 @@ impl<'a> Event<'a> {
         self.operation
     }
 
-    /// The token of the execution the event is about, if any: tells executions apart. Never a
-    /// label (unique per execution).
+    /// The token of the execution, if any: tells executions apart. Never a metric label.
     pub fn token(&self) -> Option<FencingToken> {
         self.token
     }

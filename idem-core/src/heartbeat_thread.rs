@@ -6,8 +6,7 @@ thread_local! {
     static ON_HEARTBEAT: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Whether this is the heartbeat thread, where a store with per-runtime connections renews
-/// through its own (the application's runtime may be blocked).
+/// Whether this is the heartbeat thread (a store with per-runtime connections uses its own).
 ///
 /// ```
 /// assert!(!idem_core::store::on_heartbeat_thread());

@@ -98,8 +98,7 @@ impl Holder {
         self
     }
 
-    /// This process, computed once: host (`/proc/sys/kernel/hostname`, `HOSTNAME`, `unknown`),
-    /// [`std::process::id`], a random start id, and what else the system reports.
+    /// This process, computed once (host from `/proc/sys/kernel/hostname` or `HOSTNAME`).
     pub fn this_process() -> &'static Holder {
         static THIS: OnceLock<Holder> = OnceLock::new();
         THIS.get_or_init(|| {
@@ -178,8 +177,7 @@ impl Holder {
         )
     }
 
-    /// Reads the stored form back; anything else is [`Error::CorruptRecord`] (showing at most
-    /// 64 characters).
+    /// Reads the stored form back; anything else is [`Error::CorruptRecord`].
     pub fn decode(text: &str) -> Result<Self, Error> {
         let bad = || Error::CorruptRecord(format!("stored holder {}", shown(text)));
         let (version, rest) = text.split_once(' ').ok_or_else(bad)?;

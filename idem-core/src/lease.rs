@@ -68,14 +68,12 @@ pub struct Lease {
     token: FencingToken,
     lease_until: Timestamp,
     acquired: Acquire,
-    /// The engine's estimate of the lease's end by the monotonic clock, measured from before
-    /// the reservation was sent.
+    /// The engine's estimate of the lease's end by the monotonic clock.
     local_deadline: Option<Instant>,
 }
 
 impl Lease {
-    /// The lease of an in-progress record a store wrote for `request` with `token`, until
-    /// `lease_until` (store time).
+    /// The lease of the record a store wrote for `request` with `token` (store time).
     pub fn new(
         request: &Request,
         token: FencingToken,

@@ -49,8 +49,7 @@ impl Outcome {
     }
 }
 
-/// A [`run`](crate::Idempotency::run) handler's success: a response to store, or a
-/// [`Completion`] it wrote in its own transaction (`complete_in`).
+/// A [`run`](crate::Idempotency::run) handler's success: a response, or a written [`Completion`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
     /// Store this response, unless its status is a [`Policy::refusals`](crate::Policy::refusals)

@@ -1,5 +1,4 @@
-//! An RFC 9457 problem as a value: stored for an unknown outcome; `idem_tower::render` maps
-//! errors and answers to them.
+//! An RFC 9457 problem as a value; `idem_tower::render` maps errors and answers to them.
 
 use crate::response::StoredResponse;
 use std::time::Duration;

@@ -17,8 +17,7 @@ use crate::token::FencingToken;
 use async_trait::async_trait;
 use std::time::Duration;
 
-/// How many steps one reservation may take (a guard against a misbehaving store: a lost race
-/// means a live record, which the next step answers).
+/// How many steps one reservation may take: a guard against a misbehaving store.
 const MAX_STEPS: usize = 16;
 
 /// The `Retry-After` of a duplicate of a record another transaction holds.
@@ -86,8 +85,7 @@ pub enum Reserved {
         /// Whether the holder is known to run another body.
         mismatch: bool,
     },
-    /// The race was lost, nothing written: the record changed since the snapshot or the
-    /// decision. The next step reads it.
+    /// The race was lost, nothing written: the record changed. The next step reads it.
     Lost,
 }
 
@@ -137,8 +135,7 @@ enum Step {
     Done(Begin),
 }
 
-/// One request's reservation across its steps. [`run`](Self::run) and
-/// [`run_blocking`](Self::run_blocking) decide and loop; the steps only report.
+/// One request's reservation across its steps: it decides and loops, the steps only report.
 ///
 /// ```
 /// use idem_core::store::{Acquire, BlockingSteps, Claim, Reservation, Reserved};
@@ -309,7 +306,7 @@ pub trait Steps: Send {
     async fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error>;
 }
 
-/// A reservation's two steps run synchronously in one hop. [`Reservation::run_blocking`] drives them.
+/// A reservation's two steps, run synchronously in one hop by [`Reservation::run_blocking`].
 pub trait BlockingSteps {
     /// One reservation step, as [`Store::reserve`](crate::Store::reserve) says.
     fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error>;

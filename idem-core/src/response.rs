@@ -104,8 +104,7 @@ pub fn is_always_stored(name: &str) -> bool {
     ALWAYS.iter().any(|h| h.eq_ignore_ascii_case(name))
 }
 
-/// Headers that are never stored nor replayed, whatever the allow-list says (C7): cookies,
-/// dates, credentials, rate-limit state, and hop-by-hop framing.
+/// Headers never stored (C7): cookies, dates, credentials, rate limits, hop-by-hop framing.
 ///
 /// ```
 /// use idem_core::is_never_stored;

@@ -138,9 +138,8 @@ impl RecordId {
         *self.hashed("idem 2026 record id v1").as_bytes()
     }
 
-    /// The key for this record's downstream calls ([`Lease::downstream_key`](crate::Lease::downstream_key)):
-    /// 128 bits of blake3 over the length-prefixed triple under a context of its own,
-    /// unrelated to [`digest`](Self::digest).
+    /// [`Lease::downstream_key`](crate::Lease::downstream_key): 128 bits of blake3 over the
+    /// length-prefixed triple, under a context unrelated to [`digest`](Self::digest).
     pub fn downstream_key(&self) -> String {
         let digest = self.hashed("idem 2026 downstream idempotency key v1");
         let hex = crate::hex::lower(&digest.as_bytes()[..DOWNSTREAM_BYTES]);

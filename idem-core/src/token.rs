@@ -58,8 +58,7 @@ impl FencingToken {
     }
 }
 
-/// Without OS randomness (never on supported systems): a keyed hash, pid, time and counter,
-/// hashed; pid and time separate forked workers.
+/// Without OS randomness: a keyed hash, pid, time and counter (pid and time split forks).
 fn fallback_random() -> [u8; 16] {
     use std::hash::{BuildHasher, Hasher};
     use std::sync::atomic::{AtomicU64, Ordering};

@@ -6,8 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-/// A future whose panic becomes `Err(payload)`, so a store's panicking effect ends as
-/// `TxEnd::Panicked`.
+/// A future whose panic becomes `Err(payload)`: a store's effect then ends as `TxEnd::Panicked`.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -29,8 +28,7 @@ impl<F: Future> CatchUnwind<F> {
 impl<F: Future> Future for CatchUnwind<F> {
     type Output = Result<F::Output, Box<dyn Any + Send>>;
 
-    /// Panics while polling and while dropping the finished future are both caught, so the
-    /// outcome is recorded as unknown (C8).
+    /// Catches panics while polling and while dropping the finished future (C8).
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let Some(inner) = self.0.as_mut() else {
             panic!("CatchUnwind polled after it finished");

@@ -1,5 +1,4 @@
-//! The shutdown gate: counts the executions under way, refuses new ones once shutdown began, and
-//! lets `drain` wait for the rest.
+//! The shutdown gate: counts executions, refuses new ones once closing, lets `drain` wait.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -154,8 +154,7 @@ impl Live {
         }
     }
 
-    /// Renewals of `lease` wait until the guard drops (its transaction is open on a store where
-    /// a renewal would fail it).
+    /// Renewals of `lease` wait until the guard drops (a renewal would fail its transaction).
     pub(crate) fn pause_renewals(&self, lease: &Lease) -> Paused {
         lock(&self.0.paused).insert(lease.token());
         Paused {

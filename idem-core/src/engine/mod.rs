@@ -163,8 +163,7 @@ impl<S: Store> IdempotencyBuilder<S> {
         self
     }
 
-    /// Adds an observer of the engine's events, after those already set ([`TracingObserver`]
-    /// is the first, unless [`without_tracing`](Self::without_tracing)).
+    /// Adds an observer after those set ([`TracingObserver`] first, unless removed).
     pub fn observer(mut self, observer: impl Observer) -> Self {
         self.observers.push(Arc::new(observer));
         self
@@ -372,8 +371,8 @@ impl<S: Store> Idempotency<S> {
         }))
     }
 
-    /// Filters and checks a replay again before sending (C7, C12), whatever policy wrote it;
-    /// a failed check is [`Error::CorruptRecord`]. An in-flight `retry_after` is capped at the lease.
+    /// Filters and checks a replay again before sending (C7, C12), whatever policy wrote it
+    /// (failing: [`Error::CorruptRecord`]). An in-flight `retry_after` is capped at the lease.
     fn screen(&self, answer: Answer) -> Result<Answer, Error> {
         let policy = &self.inner.policy;
         let mut stored = match answer {
@@ -399,13 +398,9 @@ impl<S: Store> Idempotency<S> {
                 Event::new(acquire_kind(lease.acquired())).of_lease(lease)
             }
             Ok(Begin::Answered(answer)) => Event::new(answer_kind(answer)).about(id),
-            Err(_) => Event::new(EventKind::Rejected).about(id),
-        }
-        .took(started.elapsed());
-        match result {
-            Err(error) => self.emit(event.failed(error)),
-            Ok(_) => self.emit(event),
-        }
+            Err(error) => Event::new(EventKind::Rejected).about(id).failed(error),
+        };
+        self.emit(event.took(started.elapsed()));
     }
 
     /// Reserves the request, or answers it (replay, in flight, mismatch). A body over the
@@ -535,8 +530,7 @@ impl<S: Store> Idempotency<S> {
         result
     }
 
-    /// Reports an execution's one end event: `stored` if the answer was stored, else outcome
-    /// unknown (a lost lease was reported where found).
+    /// Reports an execution's one end: `stored` if its answer was stored, else outcome unknown.
     fn report_end(&self, lease: &Lease, stored: EventKind, result: &Result<StoredResponse, Error>) {
         match result {
             Ok(_) => self.emit(Event::new(stored).of_lease(lease)),
@@ -688,8 +682,7 @@ impl<S: Store> Idempotency<S> {
         self.drain().await;
     }
 
-    /// [`shutdown`](Self::shutdown), waiting at most `grace`; returns how many executions were
-    /// still running (left to their lease, C9).
+    /// [`shutdown`](Self::shutdown) within `grace`; returns how many were left to their lease.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -164,8 +164,7 @@ impl<S: Store> Idempotency<S> {
 }
 
 impl<S: Store + 'static> Idempotency<S> {
-    /// Keeps storing `completion` on its own task until it lands or the lease is taken (C8);
-    /// `hold` lives as long. [`drain`](Self::drain) waits for it.
+    /// Keeps storing `completion` on its own task (C8), with `hold`; [`drain`](Self::drain) waits.
     pub(crate) fn keep_completing<H: Send + 'static>(
         &self,
         lease: Lease,

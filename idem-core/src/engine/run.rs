@@ -29,9 +29,9 @@ impl<S: Store + 'static> Idempotency<S> {
     /// Answered requests never call `handler`. Needs a Tokio runtime with its time driver.
     ///
     /// **Cancellation.** Dropping this future does not cancel a started execution: it goes on as
-    /// its own task to its completion or release. The handler must not rely on the caller's
-    /// task-locals; a future kept but never polled again holds its key. [`shutdown`](Self::shutdown)
-    /// or [`drain`](Self::drain) waits for such executions.
+    /// its own task to its completion or release ([`shutdown`](Self::shutdown) and
+    /// [`drain`](Self::drain) wait for it). The handler must not rely on the caller's
+    /// task-locals; a future kept but never polled again holds its key.
     ///
     /// **Waiting** ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)): a duplicate waits
     /// for the original's end and replays it, or runs `handler` if the key was given back or the
@@ -169,8 +169,7 @@ impl<S: Store + 'static> Idempotency<S> {
         }
     }
 
-    /// Before the handler: a half-gone lease is renewed first; a lost one runs nothing
-    /// (answered in flight).
+    /// Before the handler: renews a half-gone lease; a lost one runs nothing (in flight).
     async fn still_held<E>(&self, mut lease: Lease) -> Result<Lease, Result<Outcome, RunError<E>>> {
         let half = self.inner.policy.lease / 2;
         let left = |lease: &Lease| {
@@ -355,8 +354,7 @@ impl<S> Context<S> {
         lock(&self.lease).clone()
     }
 
-    /// The key for a downstream provider, the same on every retry and takeover
-    /// ([`Lease::downstream_key`]).
+    /// The key for a downstream provider ([`Lease::downstream_key`]).
     pub fn downstream_key(&self) -> String {
         lock(&self.lease).downstream_key()
     }

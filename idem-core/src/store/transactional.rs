@@ -48,8 +48,7 @@ pub trait Transactional: Store {
     /// The effect: a closure given the store's transaction and the lease.
     type Effect<E: Send + 'static>: Send + 'static;
 
-    /// Whether the lease may be renewed from another connection while the effect's transaction
-    /// is open (without waiting for it or failing it).
+    /// Whether another connection may renew the lease while the effect's transaction is open.
     fn renews_during_transaction(&self) -> bool;
 
     /// Reserve, then effect, completion and commit in one transaction (see the contract).
@@ -183,8 +182,7 @@ impl Execution {
         }
     }
 
-    /// How many commits (C15). With [`Commits::One`] the store reserves inside its transaction
-    /// (see [`Transactional`]).
+    /// How many commits (C15): [`Commits::One`] reserves inside the transaction.
     pub fn commits(&self) -> Commits {
         self.inner.hooks.commits()
     }
@@ -194,8 +192,7 @@ impl Execution {
         self.inner.hooks.lease_for()
     }
 
-    /// The deadline of one store call ([`Policy::store_timeout`](crate::Policy::store_timeout)),
-    /// after which the store answers unavailable (C13).
+    /// One store call's budget ([`Policy::store_timeout`](crate::Policy::store_timeout), C13).
     pub fn store_timeout(&self) -> Duration {
         self.inner.hooks.store_timeout()
     }
