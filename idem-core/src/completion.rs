@@ -31,7 +31,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completion(Arc<Parts>);
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Parts {
     id: RecordId,
     token: FencingToken,
@@ -61,14 +61,7 @@ impl Completion {
 
     /// The same completion marked in doubt (C8; docs/state-machine.md, "Records in doubt").
     pub(crate) fn in_doubt(self, doubt: &Doubt) -> Self {
-        let mut parts = Arc::try_unwrap(self.0).unwrap_or_else(|shared| Parts {
-            id: shared.id.clone(),
-            token: shared.token,
-            response: shared.response.clone(),
-            encoded: shared.encoded.clone(),
-            retain_for: shared.retain_for,
-            doubt: None,
-        });
+        let mut parts = Arc::unwrap_or_clone(self.0);
         let doubt = Doubt {
             token: parts.token,
             ..doubt.clone()

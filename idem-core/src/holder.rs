@@ -8,11 +8,9 @@ use crate::token::FencingToken;
 use std::fmt;
 use std::sync::OnceLock;
 
-/// The process that made a reservation.
-///
-/// `start_id` is random per process: same host and pid, another start id, another process.
-/// `started` (Linux: field 22 of `/proc/self/stat`), `boot_id` and `pid_namespace` let a tool on
-/// the same machine tell whether the process with that pid is still the holder.
+/// The process that made a reservation. `start_id` is random per process (a reused pid gets
+/// another); `started` (Linux: field 22 of `/proc/self/stat`), `boot_id` and `pid_namespace` let a
+/// tool on the same machine tell whether the process with that pid is still the holder.
 ///
 /// ```
 /// use idem_core::Holder;

@@ -116,13 +116,12 @@ impl Lease {
     }
 
     /// The idempotency key for a downstream provider: `idem_` and 32 lowercase hex digits (37
-    /// characters; Stripe takes 255, Adyen 64, Square's `CreatePayment` 45).
-    ///
-    /// Derived from the record alone ([`RecordId::downstream_key`], C2), pinned across
-    /// processes and releases: the same on every retry and takeover, so a re-run effect is
-    /// answered by the provider, not done twice; different for another consumer, route or key.
-    /// It reveals neither key nor account. A key reused after retention gets the same one: keep
-    /// the retention at least the provider's (Stripe: 24 h, the default).
+    /// characters; Stripe takes 255, Adyen 64, Square's `CreatePayment` 45). Derived from the
+    /// record alone ([`RecordId::downstream_key`], C2) and pinned: the same on every retry and
+    /// takeover, so the provider answers a re-run effect instead of doing it twice; another for
+    /// another consumer, route or key; revealing neither key nor account. A key reused after
+    /// retention gets the same one: retain at least as long as the provider (Stripe: 24 h, the
+    /// default).
     ///
     /// ```
     /// use idem_core::store::{Acquire, Lease};

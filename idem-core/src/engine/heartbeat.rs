@@ -22,17 +22,12 @@ fn runtime() -> Option<&'static Handle> {
                 .name("idem-heartbeat".to_owned())
                 .spawn(move || {
                     crate::heartbeat_thread::mark_this_thread();
-                    match tokio::runtime::Builder::new_current_thread()
+                    let runtime = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
-                        .build()
-                    {
-                        Ok(runtime) => {
-                            let _ = sent.send(Some(runtime.handle().clone()));
-                            runtime.block_on(std::future::pending::<()>());
-                        }
-                        Err(_) => {
-                            let _ = sent.send(None);
-                        }
+                        .build();
+                    let _ = sent.send(runtime.as_ref().ok().map(|r| r.handle().clone()));
+                    if let Ok(runtime) = runtime {
+                        runtime.block_on(std::future::pending::<()>());
                     }
                 })
                 .ok()?;

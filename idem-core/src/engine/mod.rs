@@ -578,19 +578,15 @@ impl<S: Store> Idempotency<S> {
                 self.inner.store.release(&lease, deadline)
             })
             .await;
+        // A failed release leaves the key to its lease: still the end of this execution.
+        let kind = match &result {
+            Err(Error::LeaseLost) => EventKind::LeaseLost,
+            _ => EventKind::Released,
+        };
+        let event = Event::new(kind).of_lease(&lease);
         match &result {
-            Ok(()) => self.emit(Event::new(EventKind::Released).of_lease(&lease)),
-            Err(error @ Error::LeaseLost) => self.emit(
-                Event::new(EventKind::LeaseLost)
-                    .of_lease(&lease)
-                    .failed(error),
-            ),
-            // The reservation passes with its lease: still the end of this execution.
-            Err(error) => self.emit(
-                Event::new(EventKind::Released)
-                    .of_lease(&lease)
-                    .failed(error),
-            ),
+            Ok(()) => self.emit(event),
+            Err(error) => self.emit(event.failed(error)),
         }
         result
     }
@@ -612,12 +608,11 @@ impl<S: Store> Idempotency<S> {
     pub(crate) async fn renew_lease(&self, lease: &mut Lease) -> Result<(), Error> {
         let started = Instant::now();
         let lease_for = self.inner.policy.lease;
-        let result = self
+        let until = self
             .store_call(Operation::Renew, Some(lease.id()), |deadline| {
                 self.inner.store.renew(lease, lease_for, deadline)
             })
-            .await;
-        let until = result?;
+            .await?;
         lease.renewed(until, deadline_after(started, lease_for));
         self.inner.live.renewed(lease);
         self.emit(
