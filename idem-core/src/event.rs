@@ -357,50 +357,38 @@ impl Observer for TracingObserver {
                     | EventKind::OutcomeUnknown
                     | EventKind::DoubtContested
             );
-        let level = if failed {
-            tracing::Level::WARN
-        } else if kind == EventKind::StoreCall {
-            tracing::Level::TRACE
-        } else {
-            tracing::Level::DEBUG
-        };
-        // Nothing is computed for an event no subscriber wants (the common case).
-        let wanted = match level {
-            tracing::Level::WARN => tracing::enabled!(target: "idem", tracing::Level::WARN),
-            tracing::Level::TRACE => tracing::enabled!(target: "idem", tracing::Level::TRACE),
-            _ => tracing::enabled!(target: "idem", tracing::Level::DEBUG),
-        };
-        if !wanted {
-            return;
-        }
-        let (consumer, route) = event
-            .id()
-            .map_or(("-", "-"), |id| (id.consumer(), id.route()));
-        let latency_us = u64::try_from(event.elapsed().as_micros()).unwrap_or(u64::MAX);
-        let operation = event.operation().map(Operation::name);
-        let count = (kind == EventKind::Purged).then(|| event.count());
-        let error = event.error().map(tracing::field::display);
         macro_rules! emit {
             ($level:expr) => {
-                tracing::event!(
-                    target: "idem",
-                    $level,
-                    outcome = kind.name(),
-                    operation,
-                    consumer,
-                    route,
-                    latency_us,
-                    count,
-                    error,
-                    "idem.{}",
-                    kind.name()
-                )
+                // Nothing is computed for an event no subscriber wants (the common case).
+                if tracing::enabled!(target: "idem", $level) {
+                    let (consumer, route) = event
+                        .id()
+                        .map_or(("-", "-"), |id| (id.consumer(), id.route()));
+                    let latency_us =
+                        u64::try_from(event.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    let count = (kind == EventKind::Purged).then(|| event.count());
+                    tracing::event!(
+                        target: "idem",
+                        $level,
+                        outcome = kind.name(),
+                        operation = event.operation().map(Operation::name),
+                        consumer,
+                        route,
+                        latency_us,
+                        count,
+                        error = event.error().map(tracing::field::display),
+                        "idem.{}",
+                        kind.name()
+                    )
+                }
             };
         }
-        match level {
-            tracing::Level::WARN => emit!(tracing::Level::WARN),
-            tracing::Level::TRACE => emit!(tracing::Level::TRACE),
-            _ => emit!(tracing::Level::DEBUG),
+        if failed {
+            emit!(tracing::Level::WARN)
+        } else if kind == EventKind::StoreCall {
+            emit!(tracing::Level::TRACE)
+        } else {
+            emit!(tracing::Level::DEBUG)
         }
     }
 }

@@ -129,13 +129,12 @@ impl<E> Failure<E> {
 
     /// The outcome is unknown: keep the key and store `response`.
     pub fn unknown_with(error: E, response: StoredResponse) -> Self {
-        Self {
-            error,
-            meaning: Meaning::Unknown {
-                response: Some(response),
-                note: String::new(),
-            },
-        }
+        let mut failure = Self::unknown(error);
+        failure.meaning = Meaning::Unknown {
+            response: Some(response),
+            note: String::new(),
+        };
+        failure
     }
 
     /// For an unknown outcome: what a reconciler needs (a provider's request id), kept as

@@ -312,22 +312,13 @@ impl<S: Store> Idempotency<S> {
         result
     }
 
-    /// The body limit, however the request was built (C12).
-    fn admit(&self, request: &Request) -> Result<(), Error> {
-        let limit = self.inner.policy.max_body_bytes;
-        if request.body_len() > limit {
-            return Err(Error::BodyTooLarge {
-                limit,
-                actual: request.body_len(),
-            });
-        }
-        Ok(())
-    }
-
-    /// Answers before the store: body limit (413), shutdown (503), a duplicate of an
-    /// execution running here (in flight or mismatch from memory, C5).
+    /// Answers before the store: body limit however the request was built (413, C12),
+    /// shutdown (503), a duplicate of an execution running here (from memory, C5).
     fn answer_before_store(&self, request: &Request) -> Result<Option<Answer>, Error> {
-        self.admit(request)?;
+        let (limit, actual) = (self.inner.policy.max_body_bytes, request.body_len());
+        if actual > limit {
+            return Err(Error::BodyTooLarge { limit, actual });
+        }
         if self.inner.gate.is_closing() {
             return Err(shutting_down());
         }
