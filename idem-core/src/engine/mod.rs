@@ -552,14 +552,10 @@ impl<S: Store> Idempotency<S> {
     /// # }
     /// ```
     pub fn committed(&self, completion: &Completion) {
-        let id = completion.id();
-        let token = completion.token();
-        self.emit(
-            Event::new(EventKind::CompletionLanded)
-                .about(id)
-                .held_by(token),
-        );
-        self.emit(Event::new(EventKind::Executed).about(id).held_by(token));
+        let (id, token) = (completion.id(), completion.token());
+        for kind in [EventKind::CompletionLanded, EventKind::Executed] {
+            self.emit(Event::new(kind).about(id).held_by(token));
+        }
     }
 
     /// Gives the reservation up for a retry (C8) if the lease holds. Only if no effect happened.

@@ -45,7 +45,8 @@ impl<S: Store> Idempotency<S> {
         timeouts: Option<u32>,
     ) -> Result<StoredResponse, Error> {
         let store = &self.inner.store;
-        let id = completion.id();
+        let (id, token) = (completion.id(), completion.token());
+        let event = |kind| Event::new(kind).about(id).held_by(token);
         let mut backoff = FIRST_BACKOFF;
         let mut timed_out = 0u32;
         loop {
@@ -57,12 +58,7 @@ impl<S: Store> Idempotency<S> {
                 .await;
             let error = match attempt {
                 Ok(()) => {
-                    self.emit(
-                        Event::new(EventKind::CompletionLanded)
-                            .about(id)
-                            .held_by(completion.token())
-                            .took(started.elapsed()),
-                    );
+                    self.emit(event(EventKind::CompletionLanded).took(started.elapsed()));
                     return Ok(completion.response().clone());
                 }
                 Err(Error::LeaseLost) => return self.landed(completion).await,
@@ -79,12 +75,7 @@ impl<S: Store> Idempotency<S> {
             {
                 return Err(error);
             }
-            self.emit(
-                Event::new(EventKind::CompletionRetried)
-                    .about(id)
-                    .held_by(completion.token())
-                    .failed(&error),
-            );
+            self.emit(event(EventKind::CompletionRetried).failed(&error));
             pause(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
@@ -93,22 +84,15 @@ impl<S: Store> Idempotency<S> {
     /// After a fenced-out write: if an earlier attempt landed under this token, the stored
     /// response is the answer (what retries replay); otherwise the lease was lost.
     async fn landed(&self, completion: &Completion) -> Result<StoredResponse, Error> {
-        match self.stored_under(completion.id(), completion).await {
+        let (id, token) = (completion.id(), completion.token());
+        let event = |kind| Event::new(kind).about(id).held_by(token);
+        match self.stored_under(id, completion).await {
             Some(stored) => {
-                self.emit(
-                    Event::new(EventKind::CompletionLanded)
-                        .about(completion.id())
-                        .held_by(completion.token()),
-                );
+                self.emit(event(EventKind::CompletionLanded));
                 Ok(stored)
             }
             None => {
-                self.emit(
-                    Event::new(EventKind::LeaseLost)
-                        .about(completion.id())
-                        .held_by(completion.token())
-                        .failed(&Error::LeaseLost),
-                );
+                self.emit(event(EventKind::LeaseLost).failed(&Error::LeaseLost));
                 Err(Error::LeaseLost)
             }
         }

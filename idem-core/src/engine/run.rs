@@ -216,9 +216,13 @@ impl<S: Store + 'static> Idempotency<S> {
         match result {
             Ok(reply) => match reply.into() {
                 Reply::Respond(response) if self.inner.policy.is_refusal(response.status) => {
-                    self.refuse(lease, response, hold).await
+                    self.give_back(lease, hold, Ok(Outcome::Refused(response)))
+                        .await
                 }
-                Reply::Refused(response) => self.refuse(lease, response, hold).await,
+                Reply::Refused(response) => {
+                    self.give_back(lease, hold, Ok(Outcome::Refused(response)))
+                        .await
+                }
                 Reply::Respond(response) | Reply::Executed(response) => {
                     let completion = self.completion(&lease, response);
                     let stored = self
@@ -231,10 +235,8 @@ impl<S: Store + 'static> Idempotency<S> {
             },
             Err(failure) => match failure.into_parts() {
                 (error, Meaning::NothingHappened) => {
-                    // A failed release leaves the key to its lease (reported by `release`).
-                    let _ = self.release(lease).await;
-                    drop(hold);
-                    Err(RunError::Released(error))
+                    self.give_back(lease, hold, Err(RunError::Released(error)))
+                        .await
                 }
                 (error, Meaning::Unknown { response, note }) => {
                     let doubt = Doubt::new(DoubtCause::Failure, note);
@@ -251,17 +253,12 @@ impl<S: Store + 'static> Idempotency<S> {
         }
     }
 
-    /// A refused request (C8): nothing stored, the key released (fenced), `response` sent.
-    async fn refuse<E, H>(
-        &self,
-        lease: Lease,
-        response: StoredResponse,
-        hold: H,
-    ) -> Result<Outcome, RunError<E>> {
-        // A failed release leaves the key to its lease (reported by `release`).
+    /// Nothing happened (C8): the key goes back (fenced), then `answer`. A failed release leaves
+    /// the key to its lease (reported by `release`).
+    async fn give_back<T, H>(&self, lease: Lease, hold: H, answer: T) -> T {
         let _ = self.release(lease).await;
         drop(hold);
-        Ok(Outcome::Refused(response))
+        answer
     }
 
     /// Stores `completion` within the lease and reports the end (`stored`); past the lease, the
@@ -302,8 +299,9 @@ impl<S: Store + 'static> Idempotency<S> {
         let ours = completion.id() == lease.id() && completion.token() == lease.token();
         if ours {
             if let Some(stored) = self.stored_under(lease.id(), &completion).await {
-                self.emit(Event::new(EventKind::CompletionLanded).of_lease(lease));
-                self.emit(Event::new(EventKind::Executed).of_lease(lease));
+                for kind in [EventKind::CompletionLanded, EventKind::Executed] {
+                    self.emit(Event::new(kind).of_lease(lease));
+                }
                 return Ok(Outcome::Executed(stored));
             }
         }
