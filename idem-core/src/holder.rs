@@ -96,7 +96,8 @@ impl Holder {
         self
     }
 
-    /// This process, computed once (host from `/proc/sys/kernel/hostname` or `HOSTNAME`).
+    /// This process, computed once: [`std::process::id`], host from `/proc/sys/kernel/hostname`
+    /// or `HOSTNAME`.
     pub fn this_process() -> &'static Holder {
         static THIS: OnceLock<Holder> = OnceLock::new();
         THIS.get_or_init(|| {

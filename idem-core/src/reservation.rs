@@ -135,7 +135,8 @@ enum Step {
     Done(Begin),
 }
 
-/// One request's reservation across its steps: it decides and loops, the steps only report.
+/// One request's reservation across its steps. [`run`](Self::run) and
+/// [`run_blocking`](Self::run_blocking) decide and loop; the steps only report.
 ///
 /// ```
 /// use idem_core::store::{Acquire, BlockingSteps, Claim, Reservation, Reserved};

@@ -1,6 +1,7 @@
-//! `Idempotency<S>`: what applications call. Guard ([`Idempotency::begin`]), closure
-//! ([`Idempotency::run`]) and transactional closure ([`Idempotency::transact`]) share one
-//! admission, reservation, completion and stream of [`Event`]s (C16).
+//! `Idempotency<S>`: what applications call. Guard ([`Idempotency::begin`],
+//! [`Idempotency::complete`]), closure ([`Idempotency::run`]) and transactional closure
+//! ([`Idempotency::transact`]) share one admission, reservation, completion and stream of
+//! [`Event`]s (C16).
 
 mod detach;
 mod gate;
@@ -163,7 +164,8 @@ impl<S: Store> IdempotencyBuilder<S> {
         self
     }
 
-    /// Adds an observer after those set ([`TracingObserver`] first, unless removed).
+    /// Adds an observer after those set ([`TracingObserver`] first, unless
+    /// [`without_tracing`](Self::without_tracing)).
     pub fn observer(mut self, observer: impl Observer) -> Self {
         self.observers.push(Arc::new(observer));
         self

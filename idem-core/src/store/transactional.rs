@@ -34,10 +34,10 @@ use std::time::{Duration, Instant};
 ///   as misconfigured), runs the effect in a transaction with the fenced write of
 ///   [`Execution::completion`], commits, and reports the [`TxEnd`].
 ///
-/// With [`Commits::One`] (C15) it reserves inside the transaction: all commits once or not at
-/// all. Duplicates are still answered at once: the reservation statement sees the holding
-/// transaction (PostgreSQL: an advisory lock), or the store declares a
-/// [`process_gate`](crate::store::Capabilities::process_gate). A store that can do neither
+/// When [`Execution::commits`] is [`Commits::One`] (C15) it reserves inside the transaction:
+/// all commits once or not at all. Duplicates are still answered at once: the reservation
+/// statement sees the holding transaction (PostgreSQL: an advisory lock), or the store declares
+/// a [`process_gate`](crate::store::Capabilities::process_gate). A store that can do neither
 /// refuses the mode before anything runs
 /// ([`StoreErrorKind::Misconfigured`](crate::StoreErrorKind::Misconfigured)).
 ///
@@ -76,8 +76,9 @@ pub trait Transactional: Store {
     }
 }
 
-/// How a transactional execution ended. `F`: the effect given back with an answer
-/// ([`Infallible`] for [`Transactional::complete_in_transaction`], which never answers).
+/// How a transactional execution ended. `F`: the effect given back with an answer (only
+/// [`Transactional::transact`] answers; [`Infallible`] for
+/// [`Transactional::complete_in_transaction`]).
 #[must_use]
 pub enum TxEnd<E, F = Infallible> {
     /// Answered (not yet screened); the effect is given back.
