@@ -206,15 +206,17 @@ impl<'a> Reservation<'a> {
     /// The next step after `reserved`; `replacing`: it was a `replace`.
     fn next(&mut self, reserved: Reserved, replacing: bool) -> Result<Step, Error> {
         match reserved {
-            Reserved::Written { until } if replacing => {
-                let acquire = self.replacing.unwrap_or(Acquire::Fresh);
-                Ok(self.acquired(until, acquire))
+            Reserved::Written { until } => {
+                let acquire = self.replacing.filter(|_| replacing);
+                Ok(self.acquired(until, acquire.unwrap_or(Acquire::Fresh)))
             }
-            Reserved::Written { until } => Ok(self.acquired(until, Acquire::Fresh)),
             Reserved::Held { mismatch } => Ok(Step::Done(Begin::Answered(held(mismatch)))),
             // `replacing` is kept: a record found later with the token was written by an
             // earlier send of the replace.
-            Reserved::Lost => self.again(),
+            Reserved::Lost => {
+                self.count()?;
+                Ok(Step::Reserve)
+            }
             Reserved::Found { record, now } => {
                 if let Some(step) = self.own(&record) {
                     return Ok(step);
@@ -277,11 +279,6 @@ impl<'a> Reservation<'a> {
             }
             _ => None,
         }
-    }
-
-    fn again(&mut self) -> Result<Step, Error> {
-        self.count()?;
-        Ok(Step::Reserve)
     }
 
     fn count(&mut self) -> Result<(), Error> {

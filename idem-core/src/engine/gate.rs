@@ -25,11 +25,8 @@ impl Gate {
     pub(crate) fn enter(&self) -> Option<Running> {
         let running = self.enter_always();
         // SeqCst on both sides: a shutdown that set `closing` before this count either sees the
-        // count (and waits for it) or this sees `closing` (and backs out).
-        if self.0.closing.load(Ordering::SeqCst) {
-            return None;
-        }
-        Some(running)
+        // count (and waits for it) or this sees `closing` (and backs out, dropping the count).
+        (!self.0.closing.load(Ordering::SeqCst)).then_some(running)
     }
 
     /// Counts the continuation of an admitted execution, even during a shutdown.
