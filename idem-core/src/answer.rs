@@ -3,12 +3,8 @@
 use crate::response::StoredResponse;
 use std::time::Duration;
 
-/// What a request gets when its handler must not run (C3, C5, C7): one type, rendered the same
-/// way by every caller (the engine, the HTTP layer, an inbox).
-///
-/// `R` is the stored response: [`StoredResponse`] for applications; a store may decide on a
-/// record whose response is still undecoded (`Answer<&[u8]>`) and decode only what it replays,
-/// with [`Answer::try_map`].
+/// What a request gets when its handler must not run (C3, C5, C7), for every caller alike. `R`:
+/// [`StoredResponse`], or undecoded bytes a store decodes with [`Answer::try_map`] to replay.
 ///
 /// ```
 /// use idem_core::{Answer, StoredResponse};
@@ -33,8 +29,7 @@ pub enum Answer<R = StoredResponse> {
 }
 
 impl<R> Answer<R> {
-    /// Converts the stored response, keeping the other variants; for example decodes the bytes
-    /// a store read, only when the answer is a replay.
+    /// Converts a replay's response (decodes it, say); other variants are kept.
     pub fn try_map<T, E>(self, f: impl FnOnce(R) -> Result<T, E>) -> Result<Answer<T>, E> {
         Ok(match self {
             Answer::Replay(r) => Answer::Replay(f(r)?),

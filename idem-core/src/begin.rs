@@ -4,14 +4,10 @@ use crate::answer::Answer;
 use crate::lease::Lease;
 use crate::response::StoredResponse;
 
-/// What a request gets at the start: it acquires the record (`A`), or it is answered without
-/// running anything (an [`Answer`]). One enum for every layer of the state machine:
-///
-/// - `Begin` (a [`Lease`] and a stored response): what a reservation ends in
-///   ([`Reservation`](crate::store::Reservation)) and [`Idempotency::begin`](crate::Idempotency::begin)
-///   returns;
-/// - [`Decision`](crate::store::Decision) (`Begin<Acquire, R>`): what the pure
-///   [`decide`](crate::store::decide) says, before a store applies it.
+/// What a request gets at the start: the record (`A`), or an [`Answer`]. With a [`Lease`]:
+/// what a [`Reservation`](crate::store::Reservation) and
+/// [`Idempotency::begin`](crate::Idempotency::begin) return; as
+/// [`Decision`](crate::store::Decision), what [`decide`](crate::store::decide) says.
 ///
 /// ```
 /// use idem_core::{Answer, Begin, Idempotency, MemoryStore};
@@ -28,9 +24,9 @@ use crate::response::StoredResponse;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
 pub enum Begin<A = Lease, R = StoredResponse> {
-    /// The caller acquires the record: run the effect, then complete (or release if nothing
-    /// happened). For a decision, how it acquires ([`Acquire`](crate::store::Acquire)).
+    /// Run the effect, then complete or release. For a decision, an
+    /// [`Acquire`](crate::store::Acquire).
     Acquired(A),
-    /// The caller is answered without running anything: a replay, in flight, or a mismatch.
+    /// Answered without running anything.
     Answered(Answer<R>),
 }

@@ -1,9 +1,7 @@
-//! How a duplicate that waits for its original learns that the original ended (C5, the opt-in
-//! bounded wait of [`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)): the engine wakes it
-//! when an execution of this process ends, and a store with a change feed
-//! ([`Store::watch`](crate::Store::watch)) wakes it when another process announces one
-//! ([`Store::announce`](crate::Store::announce)). A waiter holds no store connection and no
-//! thread: it is a future parked on a [`Notify`] of its record.
+//! How a waiting duplicate ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait), C5) learns
+//! its original ended: from the engine for this process, from a change feed
+//! ([`Store::watch`](crate::Store::watch), [`Store::announce`](crate::Store::announce)) for
+//! others. A waiter is a future parked on its record's [`Notify`]: no connection, no thread.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -13,8 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
 
-/// The waiters of one store in this process, by record digest
-/// ([`RecordId::digest`](crate::RecordId::digest)).
+/// The waiters of one store in this process, by [`RecordId::digest`](crate::RecordId::digest).
 #[derive(Debug, Default)]
 pub(crate) struct Wakeups {
     /// How many subscriptions are open: a wake-up with none costs one atomic read.
@@ -80,9 +77,8 @@ pub(crate) struct Subscription {
 }
 
 impl Subscription {
-    /// Starts listening: a wake-up from now on is kept for the next [`woken`](Self::woken),
-    /// even one that comes before it is awaited. Arm, then read the record, then wait: no
-    /// change between the read and the wait is missed.
+    /// Keeps any wake-up from now for the next [`woken`](Self::woken). Arm, read, then wait:
+    /// no change in between is missed.
     pub(crate) fn arm(&mut self) {
         let mut notified = Box::pin(Arc::clone(&self.notify).notified_owned());
         notified.as_mut().enable();
@@ -107,8 +103,7 @@ impl Drop for Subscription {
             .records
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        // Counted under the lock: the last subscription of the record removes its entry, however
-        // many drop at once.
+        // Under the lock: the last subscription removes the entry.
         if let Some(entry) = records.get_mut(&self.digest) {
             entry.1 -= 1;
             if entry.1 == 0 {
@@ -128,10 +123,9 @@ impl fmt::Debug for Subscription {
     }
 }
 
-/// Where a store's change feed delivers what other processes announce
-/// ([`Store::announce`](crate::Store::announce)), given to [`Store::watch`](crate::Store::watch).
-/// Cheap to clone; it does not keep the engine alive: once every engine of the store is gone,
-/// [`is_closed`](Self::is_closed) says so and the feed may stop.
+/// Where a change feed ([`Store::watch`](crate::Store::watch)) delivers other processes'
+/// [`announce`](crate::Store::announce)ments. Cheap to clone; does not keep engines alive
+/// ([`is_closed`](Self::is_closed) once they are gone).
 ///
 /// ```
 /// use idem_core::store::Changes;
@@ -155,22 +149,19 @@ impl Changes {
         Changes(Arc::downgrade(wakeups))
     }
 
-    /// A handle whose engines are gone: every call does nothing, [`is_closed`](Self::is_closed)
-    /// is true. For tests and examples of a feed.
+    /// A handle whose engines are gone (calls do nothing), for tests and examples.
     pub fn closed() -> Self {
         Changes(Weak::new())
     }
 
-    /// The record whose [`digest`](crate::RecordId::digest) is `digest` changed in another
-    /// process (completed or released): its waiters read it again.
+    /// The record with this [`digest`](crate::RecordId::digest) changed: its waiters reread it.
     pub fn changed(&self, digest: &[u8; 32]) {
         if let Some(wakeups) = self.0.upgrade() {
             wakeups.wake(digest);
         }
     }
 
-    /// The feed may have missed announcements (it reconnected, or it received one it cannot
-    /// read): every waiter reads its record again.
+    /// The feed may have missed announcements: every waiter reads its record again.
     pub fn missed(&self) {
         if let Some(wakeups) = self.0.upgrade() {
             wakeups.wake_all();

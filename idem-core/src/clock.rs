@@ -47,8 +47,7 @@ fn millis_u64(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// For stores: `duration` in whole milliseconds as the signed integer a store binds (an SQL
-/// `bigint`, a Redis `PX`), saturating far in the future.
+/// For stores: `duration` in whole milliseconds, saturating (SQL `bigint`, Redis `PX`).
 ///
 /// ```
 /// use idem_core::store::duration_millis;
@@ -60,8 +59,7 @@ pub fn duration_millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// For stores: `at` in milliseconds since the Unix epoch as the signed integer a store keeps,
-/// saturating far in the future.
+/// For stores: `at` in milliseconds since the epoch as a signed integer, saturating.
 ///
 /// ```
 /// use idem_core::store::timestamp_millis;
@@ -79,10 +77,8 @@ impl fmt::Debug for Timestamp {
     }
 }
 
-/// Where a local-clock store (memory, SQLite) reads `now` from.
-///
-/// Servers with their own clock (PostgreSQL, Redis) ignore it and use the server's time, so that
-/// application servers with skewed clocks cannot disagree about a lease (C11).
+/// Where a local-clock store (memory, SQLite) reads `now` from. Server stores (PostgreSQL,
+/// Redis) use the server's time, so skewed application clocks never disagree on a lease (C11).
 pub trait Clock: Send + Sync + fmt::Debug {
     /// The current time.
     fn now(&self) -> Timestamp;

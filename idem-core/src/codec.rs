@@ -1,8 +1,6 @@
-//! The stored form of a response: a small versioned binary encoding (C12).
-//!
-//! Layout (all integers big-endian): `b'I'`, version `1`, status `u16`, header count `u16`,
-//! then per header name length `u16`, name, value length `u32`, value; then body length `u32`
-//! and body. The encoding must be consumed exactly: trailing or missing bytes are corruption.
+//! The stored form of a response (C12), big-endian: `b'I'`, version `1`, status `u16`, header
+//! count `u16`, per header name length `u16`, name, value length `u32`, value; body length
+//! `u32`, body. Trailing or missing bytes are corruption.
 
 use crate::error::{Error, Field};
 use crate::response::StoredResponse;
@@ -42,10 +40,7 @@ impl StoredResponse {
         Ok(out)
     }
 
-    /// The status of an encoded response, from its first [`STATUS_PREFIX_LEN`] bytes (or
-    /// more): what a listing shows without reading the body.
-    ///
-    /// [`STATUS_PREFIX_LEN`]: StoredResponse::STATUS_PREFIX_LEN
+    /// The status, from the first [`STATUS_PREFIX_LEN`](Self::STATUS_PREFIX_LEN) bytes.
     ///
     /// ```
     /// use idem_core::StoredResponse;

@@ -8,13 +8,11 @@ use crate::token::FencingToken;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A response ready to be stored as a record's completion (C6, C7): filtered by the policy's
-/// header rules, validated, encoded, for one lease, with the policy's retention.
-///
-/// Only the engine makes one ([`Idempotency::completion`](crate::Idempotency::completion)), so
-/// no public path can store a response that did not pass the policy's filter. A store writes
-/// [`encoded`](Self::encoded) with the deadline `now + retain_for`, fenced on
-/// [`token`](Self::token); a SQL store writes it inside the caller's transaction.
+/// A response ready to store as a record's completion (C6, C7): filtered, validated, encoded,
+/// for one lease. Only the engine makes one
+/// ([`Idempotency::completion`](crate::Idempotency::completion)): nothing unfiltered is stored.
+/// A store writes [`encoded`](Self::encoded) until `now + retain_for`, fenced on
+/// [`token`](Self::token).
 ///
 /// ```
 /// use idem_core::{Begin, Idempotency, MemoryStore, StoredResponse};
@@ -33,7 +31,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completion(Arc<Parts>);
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Parts {
     id: RecordId,
     token: FencingToken,
@@ -61,17 +59,9 @@ impl Completion {
         }))
     }
 
-    /// The same completion, marked in doubt: the answer of an execution whose outcome is
-    /// unknown (C8), which a reconciler settles (docs/state-machine.md, "Records in doubt").
+    /// The same completion marked in doubt (C8; docs/state-machine.md, "Records in doubt").
     pub(crate) fn in_doubt(self, doubt: &Doubt) -> Self {
-        let mut parts = Arc::try_unwrap(self.0).unwrap_or_else(|shared| Parts {
-            id: shared.id.clone(),
-            token: shared.token,
-            response: shared.response.clone(),
-            encoded: shared.encoded.clone(),
-            retain_for: shared.retain_for,
-            doubt: None,
-        });
+        let mut parts = Arc::unwrap_or_clone(self.0);
         let doubt = Doubt {
             token: parts.token,
             ..doubt.clone()
@@ -100,10 +90,8 @@ impl Completion {
         &self.0.encoded
     }
 
-    /// The mark of an answer whose outcome is unknown, encoded ([`Doubt::encode`]), or `None`
-    /// for an answer that is the execution's own. A store writes it with the completion and
-    /// makes the record due for reconciliation at once (its `check_at` is the completion's
-    /// `now`); a completion without one clears any mark.
+    /// The [`Doubt::encode`]d mark of an unknown outcome, or `None`. A store writes it with the
+    /// completion, due for reconciliation at once (`check_at` = `now`); `None` clears any mark.
     pub fn doubt(&self) -> Option<&[u8]> {
         self.0.doubt.as_deref()
     }

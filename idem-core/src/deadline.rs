@@ -5,13 +5,10 @@ use crate::timeout::timed_out;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-/// The instant by which a store call answers, or fails as unavailable (C13).
-///
-/// Every [`Store`](crate::Store) method takes one. The engine makes it from the request's store
-/// budget ([`Policy::store_timeout`](crate::Policy::store_timeout)); a tool that calls a store
-/// directly makes its own, or takes [`Deadline::default`] (the default budget from now). A
-/// store waits for nothing (a connection, the writer, a server's answer) past it: a call that
-/// is still waiting then is dropped, its connection with it, and answers
+/// The instant by which a store call answers, or fails as unavailable (C13). Every
+/// [`Store`](crate::Store) method takes one: the engine's from
+/// [`Policy::store_timeout`](crate::Policy::store_timeout), a tool's own or [`Deadline::default`].
+/// Past it the call is dropped with its connection and answers
 /// [`StoreErrorKind::Unavailable`](crate::StoreErrorKind::Unavailable).
 ///
 /// ```
@@ -25,8 +22,7 @@ use std::time::{Duration, Instant};
 pub struct Deadline(Instant);
 
 impl Deadline {
-    /// The default store budget: five seconds, [`Policy::store_timeout`](
-    /// crate::Policy::store_timeout)'s default.
+    /// Five seconds, [`Policy::store_timeout`](crate::Policy::store_timeout)'s default.
     pub const DEFAULT_BUDGET: Duration = Duration::from_secs(5);
 
     /// `budget` from now.
@@ -53,10 +49,8 @@ impl Deadline {
         self.0.saturating_duration_since(Instant::now())
     }
 
-    /// `call`, dropped at the deadline: then the store is unavailable for `operation` (C13).
-    /// Where there is no timer (no Tokio runtime with its time driver: the guard style on
-    /// another executor), the call runs unbounded by this deadline, as the store's own
-    /// timeouts bound it.
+    /// `call`, dropped at the deadline: the store is then unavailable for `operation` (C13).
+    /// Without a Tokio time driver only the store's own timeouts bound it.
     ///
     /// ```
     /// use idem_core::store::Deadline;
@@ -96,7 +90,7 @@ impl Default for Deadline {
 }
 
 /// A timer firing at `instant`, where there is a Tokio time driver.
-fn timer_at(instant: Instant) -> Option<tokio::time::Sleep> {
+pub(crate) fn timer_at(instant: Instant) -> Option<tokio::time::Sleep> {
     let instant = tokio::time::Instant::from_std(instant);
     std::panic::catch_unwind(|| tokio::time::sleep_until(instant)).ok()
 }

@@ -1,6 +1,4 @@
-//! The pure decision logic of idem (docs/state-machine.md). No I/O, no clock: given what is
-//! stored and when, it says what happens. Every store applies these decisions; none
-//! re-implements them.
+//! The pure decision logic (docs/state-machine.md), no I/O, no clock; every store applies it.
 
 use crate::answer::Answer;
 use crate::begin::Begin;
@@ -11,18 +9,15 @@ use crate::lease::Acquire;
 use crate::record::{Record, RecordState};
 use crate::token::FencingToken;
 
-/// What an incoming request gets, given the current record: it acquires the record with a
-/// fresh token and runs the effect ([`Begin::Acquired`], saying how, C4), or it is answered
-/// without running anything ([`Begin::Answered`]: replay, in flight, mismatch). The same enum
-/// as a reservation's, with how it acquires in place of the lease.
+/// What a request gets given the current record: acquire, and how ([`Begin::Acquired`], C4), or
+/// an answer ([`Begin::Answered`]). A reservation's enum with [`Acquire`] in place of the lease.
 pub type Decision<R = crate::StoredResponse> = Begin<Acquire, R>;
 
 /// Decides what a request with `fingerprint` gets at `now`, given the `current` record.
 ///
-/// - no record, or a record past its deadline: acquire (fresh, take over, start over);
-///   an expired record behaves as absent whatever its fingerprint (C9, C10);
-/// - a live record with another fingerprint: [`Answer::Mismatch`], in every state, so
-///   422 wins over 409 (C3);
+/// - no record, or one past its deadline whatever its fingerprint: acquire (C9, C10);
+/// - a live record with another fingerprint: [`Answer::Mismatch`] in any state (422 before
+///   409, C3);
 /// - a live in-progress record: [`Answer::InFlight`] with the time left on its lease (C5);
 /// - a live completed record: [`Answer::Replay`] of its response (C7).
 ///
@@ -59,9 +54,7 @@ pub fn decide<R>(
     })
 }
 
-/// The fence of complete, release and renew (C6, C9): the record must still carry `token`
-/// and be in progress. An expired lease that nobody took over still carries the token, so its
-/// holder may still finish; once taken over, released, completed or purged, it may not.
+/// The fence of complete, release, renew (C6, C9): `token`, in progress (expired or not).
 ///
 /// ```
 /// use idem_core::store::{check_fence, Record};

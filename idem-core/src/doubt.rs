@@ -1,13 +1,10 @@
-//! The mark of a stored answer whose outcome is unknown (C8): what the engine stores beside an
-//! "outcome unknown" answer so that a reconciler (or an operator) finds the record again and
-//! settles it (docs/state-machine.md, "Records in doubt").
+//! The mark beside an "outcome unknown" answer (C8; docs/state-machine.md, "Records in doubt").
 
 use crate::error::Error;
 use crate::token::FencingToken;
 use std::fmt;
 
-/// Why the engine stored an "outcome unknown" answer: the execution may have had its effect,
-/// and nobody knows whether it did.
+/// Why the engine stored an "outcome unknown" answer.
 ///
 /// ```
 /// use idem_core::store::DoubtCause;
@@ -17,19 +14,15 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DoubtCause {
-    /// The handler said so ([`Failure::unknown`](crate::Failure::unknown), or an error turned
-    /// into a failure by `?`): an upstream call timed out, say.
+    /// The handler said so ([`Failure::unknown`](crate::Failure::unknown), or `?`).
     Failure,
     /// The handler panicked.
     Panicked,
-    /// The handler returned a completion it said it wrote in its transaction, and the record
-    /// did not carry it.
+    /// The record lacks the completion the handler said it wrote.
     CompletionMissing,
-    /// The store refused the handler's answer for good (or could not take it within its
-    /// deadline past the lease): the effect ran, its answer is lost.
+    /// The store refused the answer for good (or timed out past the lease): the answer is lost.
     CompletionRefused,
-    /// A transactional effect may have acted outside its transaction (it was abandoned, or it
-    /// committed by itself).
+    /// A transactional effect was abandoned or committed by itself.
     Abandoned,
 }
 
@@ -79,14 +72,10 @@ impl fmt::Display for DoubtCause {
     }
 }
 
-/// The mark of a record in doubt: why its outcome is unknown, what the handler attached when
-/// it gave up (the provider's own idempotency key, a request id: what a reconciler needs to ask
-/// the provider), and how many reconciliations found it still unknown.
-///
-/// A store keeps it beside the stored answer, in the encoding of [`encode`](Self::encode), and
-/// changes it only as a [`Resolution`](crate::store::Resolution) says, fenced on the encoding it
-/// read. The encoding is canonical: [`decode`](Self::decode) accepts exactly what `encode`
-/// writes, so a doubt decoded and encoded again is the same bytes.
+/// The mark of a record in doubt: cause, the handler's note, reconciliation attempts. Stores keep
+/// its [`encode`](Self::encode)d form and change it only as a
+/// [`Resolution`](crate::store::Resolution) says, fenced on the bytes read. The encoding is
+/// canonical: [`decode`](Self::decode) accepts exactly what `encode` writes.
 ///
 /// ```
 /// use idem_core::store::{Doubt, DoubtCause};
@@ -100,14 +89,12 @@ impl fmt::Display for DoubtCause {
 pub struct Doubt {
     /// Why the outcome is unknown.
     pub cause: DoubtCause,
-    /// What the handler attached ([`Failure::noting`](crate::Failure::noting)), at most
-    /// [`MAX_NOTE`](Self::MAX_NOTE) bytes; empty if nothing.
+    /// [`Failure::noting`](crate::Failure::noting), at most [`MAX_NOTE`](Self::MAX_NOTE) bytes.
     pub note: String,
     /// How many reconciliations found the outcome still unknown.
     pub attempts: u32,
-    /// The token of the execution in doubt, set when the engine stores the mark: a mark on a
-    /// record that carries another token (left by a release that did not know marks, after a
-    /// start over) is not about that record's execution, which is then not in doubt.
+    /// The execution in doubt, set when the engine stores the mark. A mark on a record with
+    /// another token is stale: that record is not in doubt.
     pub token: FencingToken,
 }
 
@@ -120,8 +107,7 @@ impl Doubt {
     /// The longest note kept, in bytes; a longer one is cut at a character boundary.
     pub const MAX_NOTE: usize = 1024;
 
-    /// A fresh mark, with no attempt yet and no token (the engine sets the execution's when it
-    /// stores it); `note` is cut to [`MAX_NOTE`](Self::MAX_NOTE) bytes.
+    /// A fresh mark, no attempts, no token yet; `note` cut to [`MAX_NOTE`](Self::MAX_NOTE) bytes.
     pub fn new(cause: DoubtCause, note: impl Into<String>) -> Self {
         Self {
             cause,
@@ -131,8 +117,8 @@ impl Doubt {
         }
     }
 
-    /// The stored form: `b'D'`, version `1`, the cause's code, the token (16 bytes), attempts
-    /// `u32`, note length `u16` and the note (UTF-8), big-endian.
+    /// `b'D'`, version `1`, cause code, token (16 bytes), attempts `u32`, note length `u16`,
+    /// note (UTF-8); big-endian.
     pub fn encode(&self) -> Vec<u8> {
         let note = bounded(self.note.clone(), Self::MAX_NOTE);
         let mut out = Vec::with_capacity(HEAD + note.len());

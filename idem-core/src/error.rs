@@ -44,9 +44,9 @@ impl fmt::Display for Field {
 
 /// Everything that can go wrong in idem.
 ///
-/// Outcomes of the protocol (replay, in flight, mismatch) are *values*
-/// ([`Answer`](crate::Answer)), not errors. An error always means the request was not
-/// (and must not be) executed under protection, or that a completion did not land.
+/// Replay, in flight and mismatch are values ([`Answer`](crate::Answer)), not errors. An error
+/// means the request was not (and must not be) executed under protection, or a completion did
+/// not land.
 ///
 /// ```
 /// use idem_core::{Error, IdempotencyKey};
@@ -76,22 +76,18 @@ pub enum Error {
         /// The size that was offered.
         actual: usize,
     },
-    /// The lease no longer carries this caller's token (C6, C9): it expired and
-    /// was taken over, was released, or the record was already completed.
-    /// On SQL stores the caller's transaction must roll back.
+    /// The record no longer carries this caller's token (C6, C9): taken over, released or
+    /// completed. On SQL stores the caller's transaction must roll back.
     #[error("lease lost: the record no longer carries this caller's fencing token")]
     LeaseLost,
-    /// The store failed (C13): which backend, what kind of failure, and the backend's own error.
-    /// Never run the effect unprotected.
+    /// The store failed (C13). Never run the effect unprotected.
     #[error(transparent)]
     Store(#[from] StoreError),
     /// A stored record that cannot be decoded (C12). Never treated as absent.
     #[error("corrupt idempotency record: {0}")]
     CorruptRecord(String),
-    /// The store's table is not at the schema version this code uses: `found` 0 means there is
-    /// no table (apply the schema); below `expected`, migrate it; above, a newer release
-    /// migrated it and this program must be upgraded (migrating cannot help). Nothing was
-    /// read or written.
+    /// The store's table is at another schema version: `found` 0, no table (apply the schema);
+    /// below `expected`, migrate; above, upgrade this program. Nothing was read or written.
     ///
     /// ```
     /// use idem_core::Error;
@@ -146,9 +142,8 @@ impl Error {
         }
     }
 
-    /// Whether the same request may succeed if it is tried again later: a transient store
-    /// failure, or a lost lease (the record's new holder will answer). Bad input, a corrupt
-    /// record and a misconfigured store need a person.
+    /// Whether a later retry may succeed: a transient store failure or a lost lease (the new
+    /// holder answers). Bad input, corrupt records and misconfiguration need a person.
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Store(e) => e.is_retryable(),
@@ -158,20 +153,16 @@ impl Error {
     }
 }
 
-/// What kind of store failure an [`Error::Store`] is: whether a retry can help, and what must be
-/// retried.
+/// What kind of failure an [`Error::Store`] is: whether a retry helps, and what to retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum StoreErrorKind {
-    /// The store cannot be reached or dropped the connection (refused, reset, timed out, busy
-    /// past its timeout). Retrying later may help.
+    /// Unreachable, connection dropped, timed out or busy. Retrying later may help.
     Unavailable,
-    /// The caller's transaction lost a conflict (serialization failure, deadlock): **the whole
-    /// transaction**, effect included, must be retried; it has rolled back.
+    /// The transaction lost a conflict and rolled back: retry **all of it**, effect included.
     TransactionConflict,
-    /// The store is not set up as idem needs (missing table, wrong password, no permission).
-    /// Retrying does not help until an operator acts. (A table at another schema version is
-    /// [`Error::SchemaVersion`].)
+    /// Not set up as idem needs (table, password, permission): an operator must act. Another
+    /// schema version is [`Error::SchemaVersion`].
     Misconfigured,
     /// Any other failure of the backend.
     Other,

@@ -1,7 +1,5 @@
-//! The engine's one stream of events (C16): every way of calling the engine emits the same
-//! [`Event`]s, at each decision and step of the protocol, to the [`Observer`]s the application
-//! set. Tracing ([`TracingObserver`], on by default), metrics (the `idem-metrics` crate, the facade's feature
-//! `metrics`) and the HTTP layer's disposition all read this one vocabulary: [`EventKind::name`].
+//! The engine's one stream of [`Event`]s (C16), sent to the application's [`Observer`]s.
+//! Tracing ([`TracingObserver`]), `idem-metrics` and the HTTP layer share [`EventKind::name`].
 
 use crate::error::Error;
 use crate::lease::Lease;
@@ -11,8 +9,29 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// What happened at one step of the protocol. The [`name`](Self::name)s are the one list used by
-/// tracing, metrics, the HTTP layer and docs/operations.md.
+/// An enum, its `ALL` values in order and their snake-case `name`s, from one table.
+macro_rules! named_enum {
+    ($(#[$meta:meta])* $vis:vis enum $enum:ident {
+        $($(#[$doc:meta])* $variant:ident => $name:literal,)*
+    }) => {
+        $(#[$meta])*
+        $vis enum $enum { $($(#[$doc])* $variant,)* }
+
+        impl $enum {
+            /// Every value, in the order of the docs.
+            pub const ALL: &'static [$enum] = &[$($enum::$variant),*];
+
+            /// The value's one name (snake case).
+            pub fn name(self) -> &'static str {
+                match self { $($enum::$variant => $name,)* }
+            }
+        }
+    };
+}
+
+named_enum! {
+/// What happened at one step of the protocol. The [`name`](Self::name)s are docs/operations.md's
+/// list: tracing's and metrics' `outcome`, the HTTP layer's disposition.
 ///
 /// ```
 /// use idem_core::EventKind;
@@ -22,118 +41,57 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum EventKind {
-    /// Refused before anything was recorded: bad input (400, 413), the store unavailable (503),
-    /// the engine shutting down (503). Nothing ran.
-    Rejected,
+    /// Refused before anything was recorded (400, 413, 503). Nothing ran.
+    Rejected => "rejected",
     /// Answered with the stored response of a completed request (C7). Nothing ran.
-    Replayed,
+    Replayed => "replayed",
     /// Answered "in flight": another execution holds the key (C5). Nothing ran.
-    InFlight,
+    InFlight => "in_flight",
     /// Answered "mismatch": the key was used with another request (C3). Nothing ran.
-    Mismatch,
+    Mismatch => "mismatch",
     /// A duplicate waited for its original to end ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait),
     /// C5), for [`Event::elapsed`]; the answer that followed is reported as usual.
-    Waited,
+    Waited => "waited",
     /// A fresh reservation (C4).
-    Acquired,
+    Acquired => "acquired",
     /// An orphan's lease had passed; its record was taken over with a new token (C9).
-    TakenOver,
+    TakenOver => "taken_over",
     /// A completed record's retention had passed; the key started over (C10).
-    StartedOver,
+    StartedOver => "started_over",
     /// The execution ended with its response stored: what every retry replays (C6, C7).
-    Executed,
+    Executed => "executed",
     /// A completion was written (by the engine, or inside the effect's transaction).
-    CompletionLanded,
+    CompletionLanded => "completion_landed",
     /// Writing a completion failed in a way a retry may fix; it is tried again (C8).
-    CompletionRetried,
+    CompletionRetried => "completion_retried",
     /// The store refused a completion for good; a 500 is stored in its place (C8).
-    CompletionRefused,
+    CompletionRefused => "completion_refused",
     /// The reservation was given back: nothing happened, a retry runs (C8).
-    Released,
+    Released => "released",
     /// The lease was extended (C9).
-    LeaseRenewed,
+    LeaseRenewed => "lease_renewed",
     /// The lease was taken by another attempt: this execution is fenced out (C6).
-    LeaseLost,
-    /// The handler's outcome is unknown: the key is kept with a 500 (or the handler's own
-    /// answer) stored, so nothing re-runs blind (C8).
-    OutcomeUnknown,
-    /// A commit whose outcome could not be told within the bound: the effect and its completion
-    /// committed together, or neither did; the key is kept in progress until the lease passes.
-    InDoubt,
-    /// A record in doubt was settled: the real answer is stored in place of the answer in doubt
-    /// (docs/state-machine.md, "Records in doubt").
-    DoubtSettled,
+    LeaseLost => "lease_lost",
+    /// The handler's outcome is unknown: a 500 (or the handler's answer) is stored (C8).
+    OutcomeUnknown => "outcome_unknown",
+    /// A commit's outcome is unknown; the key stays in progress until the lease passes.
+    InDoubt => "in_doubt",
+    /// A record in doubt was settled with its real answer (docs/state-machine.md).
+    DoubtSettled => "doubt_settled",
     /// A record in doubt was released: its effect did not happen, the next retry executes.
-    DoubtReleased,
+    DoubtReleased => "doubt_released",
     /// A record in doubt is still unknown: checked again after a backoff.
-    DoubtDeferred,
-    /// A decision about a record in doubt lost its race: the record changed since it was read
-    /// (another reconciler decided, or its retention passed); nothing was written.
-    DoubtContested,
+    DoubtDeferred => "doubt_deferred",
+    /// A decision about a record in doubt lost its race to a change; nothing was written.
+    DoubtContested => "doubt_contested",
     /// Expired records were deleted ([`Event::count`] of them) (C10).
-    Purged,
+    Purged => "purged",
     /// One call to the store ended: its [`Event::operation`], latency and error if any.
-    StoreCall,
+    StoreCall => "store_call",
+}
 }
 
 impl EventKind {
-    /// Every kind, in the order of the docs.
-    pub const ALL: &'static [EventKind] = &[
-        EventKind::Rejected,
-        EventKind::Replayed,
-        EventKind::InFlight,
-        EventKind::Mismatch,
-        EventKind::Waited,
-        EventKind::Acquired,
-        EventKind::TakenOver,
-        EventKind::StartedOver,
-        EventKind::Executed,
-        EventKind::CompletionLanded,
-        EventKind::CompletionRetried,
-        EventKind::CompletionRefused,
-        EventKind::Released,
-        EventKind::LeaseRenewed,
-        EventKind::LeaseLost,
-        EventKind::OutcomeUnknown,
-        EventKind::InDoubt,
-        EventKind::DoubtSettled,
-        EventKind::DoubtReleased,
-        EventKind::DoubtDeferred,
-        EventKind::DoubtContested,
-        EventKind::Purged,
-        EventKind::StoreCall,
-    ];
-
-    /// The kind's one name (snake case): a tracing event's `outcome`, a metric's `outcome`
-    /// label, the HTTP layer's disposition.
-    pub fn name(self) -> &'static str {
-        match self {
-            EventKind::Rejected => "rejected",
-            EventKind::Replayed => "replayed",
-            EventKind::InFlight => "in_flight",
-            EventKind::Mismatch => "mismatch",
-            EventKind::Waited => "waited",
-            EventKind::Acquired => "acquired",
-            EventKind::TakenOver => "taken_over",
-            EventKind::StartedOver => "started_over",
-            EventKind::Executed => "executed",
-            EventKind::CompletionLanded => "completion_landed",
-            EventKind::CompletionRetried => "completion_retried",
-            EventKind::CompletionRefused => "completion_refused",
-            EventKind::Released => "released",
-            EventKind::LeaseRenewed => "lease_renewed",
-            EventKind::LeaseLost => "lease_lost",
-            EventKind::OutcomeUnknown => "outcome_unknown",
-            EventKind::InDoubt => "in_doubt",
-            EventKind::DoubtSettled => "doubt_settled",
-            EventKind::DoubtReleased => "doubt_released",
-            EventKind::DoubtDeferred => "doubt_deferred",
-            EventKind::DoubtContested => "doubt_contested",
-            EventKind::Purged => "purged",
-            EventKind::StoreCall => "store_call",
-        }
-    }
-
     /// The kind named `name`, if any.
     pub fn from_name(name: &str) -> Option<EventKind> {
         EventKind::ALL.iter().copied().find(|k| k.name() == name)
@@ -147,9 +105,7 @@ impl EventKind {
         )
     }
 
-    /// Whether this kind ends an execution of this process: every acquisition the engine
-    /// drives ends with exactly one of these (its answer stored, given back, fenced out, or
-    /// left unknown or in doubt).
+    /// Whether this kind ends an execution; each acquisition the engine drives ends with one.
     pub fn ends_execution(self) -> bool {
         matches!(
             self,
@@ -161,8 +117,7 @@ impl EventKind {
         )
     }
 
-    /// Whether this kind answers a request (the last event of a call of the engine's closure
-    /// forms and of `begin` when nothing is acquired).
+    /// Whether this kind answers a request (a closure call's or answered `begin`'s last event).
     pub fn is_answer(self) -> bool {
         matches!(
             self,
@@ -185,7 +140,9 @@ impl fmt::Display for EventKind {
     }
 }
 
-/// Which store call a [`EventKind::StoreCall`] event reports.
+named_enum! {
+/// Which store call a [`EventKind::StoreCall`] event reports; its [`name`](Self::name) is a
+/// metric's `operation` label.
 ///
 /// ```
 /// assert_eq!(idem_core::Operation::Reserve.name(), "reserve");
@@ -194,61 +151,29 @@ impl fmt::Display for EventKind {
 #[non_exhaustive]
 pub enum Operation {
     /// A reservation: its `Store::reserve` and `Store::replace` steps.
-    Reserve,
+    Reserve => "reserve",
     /// `Store::complete`.
-    Complete,
+    Complete => "complete",
     /// `Store::release`.
-    Release,
+    Release => "release",
     /// `Store::renew`.
-    Renew,
+    Renew => "renew",
     /// `Store::purge_expired`.
-    Purge,
+    Purge => "purge",
     /// `Store::lookup` (the engine's check of what landed).
-    Lookup,
+    Lookup => "lookup",
     /// A transactional execution: reservation, effect, completion and commit (SQL stores).
-    Transaction,
+    Transaction => "transaction",
     /// `Operator::inspect` (a reconciler reading a record in doubt).
-    Inspect,
+    Inspect => "inspect",
     /// `Operator::list` (a reconciler listing the records in doubt).
-    List,
+    List => "list",
     /// `Store::resolve` (a decision about a record in doubt).
-    Resolve,
+    Resolve => "resolve",
+}
 }
 
-impl Operation {
-    /// Every operation.
-    pub const ALL: &'static [Operation] = &[
-        Operation::Reserve,
-        Operation::Complete,
-        Operation::Release,
-        Operation::Renew,
-        Operation::Purge,
-        Operation::Lookup,
-        Operation::Transaction,
-        Operation::Inspect,
-        Operation::List,
-        Operation::Resolve,
-    ];
-
-    /// The operation's name, a metric's `operation` label.
-    pub fn name(self) -> &'static str {
-        match self {
-            Operation::Reserve => "reserve",
-            Operation::Complete => "complete",
-            Operation::Release => "release",
-            Operation::Renew => "renew",
-            Operation::Purge => "purge",
-            Operation::Lookup => "lookup",
-            Operation::Transaction => "transaction",
-            Operation::Inspect => "inspect",
-            Operation::List => "list",
-            Operation::Resolve => "resolve",
-        }
-    }
-}
-
-/// One event of the engine: what happened, to which record, how long it took, and the error if
-/// the step failed.
+/// One event: what happened, to which record, how long it took, and any error.
 ///
 /// ```
 /// use idem_core::{Event, EventKind};
@@ -329,8 +254,7 @@ impl<'a> Event<'a> {
         self.kind
     }
 
-    /// The record, if the event is about one. Observers must not put its key (nor, where it
-    /// identifies a customer, its consumer) into metric labels.
+    /// The record, if any. Never put its key (or a customer's consumer) in metric labels.
     pub fn id(&self) -> Option<&'a RecordId> {
         self.id
     }
@@ -350,9 +274,7 @@ impl<'a> Event<'a> {
         self.operation
     }
 
-    /// The fencing token of the execution the event is about, where there is one (an
-    /// acquisition, the steps and the end of an execution): tells two executions of one record
-    /// apart. Never a label: it is unique per execution.
+    /// The token of the execution, if any: tells executions apart. Never a metric label.
     pub fn token(&self) -> Option<FencingToken> {
         self.token
     }
@@ -363,8 +285,7 @@ impl<'a> Event<'a> {
     }
 }
 
-/// Receives the engine's events. Called inline, on the task that takes the step: keep it cheap
-/// and never block (count, log, hand off to a channel).
+/// Receives the engine's events inline, on the step's task: keep it cheap, never block.
 ///
 /// ```
 /// use idem_core::{Event, EventKind, Idempotency, MemoryStore, Observer};
@@ -418,10 +339,9 @@ impl fmt::Debug for Observers {
     }
 }
 
-/// The observer that turns events into `tracing` events on target `idem` (on by default): one
-/// event named `idem.<name>` (`idem.replayed`, `idem.executed`, ...) with fields `outcome` (the
-/// kind's name), `consumer`, `route`, `latency_us` and `error`, inside the caller's span. Store
-/// calls are at trace level, failures at warn, the rest at debug. Never the key.
+/// Events as `tracing` events on target `idem` (on by default): `idem.<name>` with `outcome`,
+/// `consumer`, `route`, `latency_us` and `error`, in the caller's span. Store calls at trace,
+/// failures at warn, the rest at debug. Never the key.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TracingObserver;
 
@@ -437,51 +357,38 @@ impl Observer for TracingObserver {
                     | EventKind::OutcomeUnknown
                     | EventKind::DoubtContested
             );
-        let level = if failed {
-            tracing::Level::WARN
-        } else if kind == EventKind::StoreCall {
-            tracing::Level::TRACE
-        } else {
-            tracing::Level::DEBUG
-        };
-        // Nothing is computed for an event no subscriber wants (the common case at these
-        // levels): the engine emits one per step.
-        let wanted = match level {
-            tracing::Level::WARN => tracing::enabled!(target: "idem", tracing::Level::WARN),
-            tracing::Level::TRACE => tracing::enabled!(target: "idem", tracing::Level::TRACE),
-            _ => tracing::enabled!(target: "idem", tracing::Level::DEBUG),
-        };
-        if !wanted {
-            return;
-        }
-        let (consumer, route) = event
-            .id()
-            .map_or(("-", "-"), |id| (id.consumer(), id.route()));
-        let latency_us = u64::try_from(event.elapsed().as_micros()).unwrap_or(u64::MAX);
-        let operation = event.operation().map(Operation::name);
-        let count = (kind == EventKind::Purged).then(|| event.count());
-        let error = event.error().map(tracing::field::display);
         macro_rules! emit {
             ($level:expr) => {
-                tracing::event!(
-                    target: "idem",
-                    $level,
-                    outcome = kind.name(),
-                    operation,
-                    consumer,
-                    route,
-                    latency_us,
-                    count,
-                    error,
-                    "idem.{}",
-                    kind.name()
-                )
+                // Nothing is computed for an event no subscriber wants (the common case).
+                if tracing::enabled!(target: "idem", $level) {
+                    let (consumer, route) = event
+                        .id()
+                        .map_or(("-", "-"), |id| (id.consumer(), id.route()));
+                    let latency_us =
+                        u64::try_from(event.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    let count = (kind == EventKind::Purged).then(|| event.count());
+                    tracing::event!(
+                        target: "idem",
+                        $level,
+                        outcome = kind.name(),
+                        operation = event.operation().map(Operation::name),
+                        consumer,
+                        route,
+                        latency_us,
+                        count,
+                        error = event.error().map(tracing::field::display),
+                        "idem.{}",
+                        kind.name()
+                    )
+                }
             };
         }
-        match level {
-            tracing::Level::WARN => emit!(tracing::Level::WARN),
-            tracing::Level::TRACE => emit!(tracing::Level::TRACE),
-            _ => emit!(tracing::Level::DEBUG),
+        if failed {
+            emit!(tracing::Level::WARN)
+        } else if kind == EventKind::StoreCall {
+            emit!(tracing::Level::TRACE)
+        } else {
+            emit!(tracing::Level::DEBUG)
         }
     }
 }

@@ -1,5 +1,4 @@
-//! Which thread the engine's heartbeat runs on: a network store that keeps connections per
-//! runtime asks it, to renew through connections of its own there.
+//! Which thread the engine's heartbeat runs on.
 
 use std::cell::Cell;
 
@@ -7,9 +6,7 @@ thread_local! {
     static ON_HEARTBEAT: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Whether the current thread is the engine's heartbeat thread: a network store that keeps
-/// connections per runtime uses connections of its own for the renewals made there (the
-/// application's runtime may be blocked, and its sockets with it).
+/// Whether this is the heartbeat thread (a store with per-runtime connections uses its own).
 ///
 /// ```
 /// assert!(!idem_core::store::on_heartbeat_thread());
@@ -18,7 +15,7 @@ pub fn on_heartbeat_thread() -> bool {
     ON_HEARTBEAT.with(Cell::get)
 }
 
-/// Marks the current thread as the heartbeat's (the engine does, once, on the thread it starts).
+/// Marks the current thread as the heartbeat's.
 pub(crate) fn mark_this_thread() {
     ON_HEARTBEAT.with(|on| on.set(true));
 }

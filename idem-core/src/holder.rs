@@ -1,24 +1,16 @@
-//! Who holds a reservation: the host, the process id and a start id drawn once per process, so
-//! that an operator can tell a hung handler from a dead one before its lease passes.
-//!
-//! Stores write [`Holder::this_process`] with every reservation and takeover (or the holder a
-//! store was built with), in the stored form [`Holder::encode`] gives (one text value); a record
-//! written before stores kept it has none (unknown).
+//! Who holds a reservation (host, pid, a start id per process), so an operator can tell a hung
+//! handler from a dead one. Stores write [`Holder::this_process`] (or their own) with every
+//! reservation and takeover, as [`Holder::encode`]; older records have none.
 
+use crate::doubt::bounded;
 use crate::error::Error;
 use crate::token::FencingToken;
 use std::fmt;
 use std::sync::OnceLock;
 
-/// The process that made a reservation.
-///
-/// `start_id` is random, drawn once per process: two records with the same host and pid but
-/// different start ids were made by two processes (the pid was reused). `started` is the
-/// process's start time as the kernel reports it (on Linux, clock ticks since boot, the 22nd
-/// field of `/proc/self/stat`), where it can be read; `boot_id` (Linux:
-/// `/proc/sys/kernel/random/boot_id`) and `pid_namespace` (the inode of `/proc/self/ns/pid`)
-/// say which machine boot and which pid namespace the pid belongs to. With them, a tool on the
-/// same machine and namespace can tell whether the process with that pid is still the holder.
+/// The process that made a reservation. `start_id` is random per process (a reused pid gets
+/// another); `started` (Linux: field 22 of `/proc/self/stat`), `boot_id` and `pid_namespace` let a
+/// tool on the same machine tell whether the process with that pid is still the holder.
 ///
 /// ```
 /// use idem_core::Holder;
@@ -39,23 +31,19 @@ pub struct Holder {
     pid_namespace: Option<u64>,
 }
 
-/// The first word of the first stored form (no boot id, no namespace), still read.
+/// The first stored form (no boot id, no namespace), still read.
 const VERSION_1: &str = "h1";
-
-/// The first word of the stored form written now.
+/// The stored form written now.
 const VERSION_2: &str = "h2";
-
-/// The longest host name kept (a longer one is cut at a character boundary) or read.
+/// The longest host name kept or read.
 const MAX_HOST_LEN: usize = 255;
-
 /// The longest boot id read (a UUID is 36 characters).
 const MAX_BOOT_ID_LEN: usize = 64;
 
 /// How much of an unreadable stored value an error or an `unreadable (…)` note repeats.
 pub(crate) const SHOWN_CHARS: usize = 64;
 
-/// At most `SHOWN_CHARS` characters of `text`, escaped as Rust debug output (control
-/// characters included), with `…` where it was cut.
+/// At most `SHOWN_CHARS` characters of `text`, debug-escaped, with `…` where cut.
 pub(crate) fn shown(text: &str) -> String {
     let mut cut: String = text.chars().take(SHOWN_CHARS).collect();
     if cut.len() < text.len() {
@@ -65,9 +53,8 @@ pub(crate) fn shown(text: &str) -> String {
 }
 
 impl Holder {
-    /// A holder from its parts; `host` is trimmed, cut to 255 bytes, stripped of control
-    /// characters, and `unknown` when empty. Its boot id and pid namespace are unknown (see
-    /// [`with_machine`](Self::with_machine)).
+    /// A holder from its parts; `host` trimmed, cut to 255 bytes, without control characters,
+    /// `unknown` if empty. Boot id and namespace unknown ([`with_machine`](Self::with_machine)).
     ///
     /// ```
     /// use idem_core::Holder;
@@ -81,7 +68,7 @@ impl Holder {
             host: if cleaned.is_empty() {
                 "unknown".to_owned()
             } else {
-                cut(&cleaned, MAX_HOST_LEN).to_owned()
+                bounded(cleaned, MAX_HOST_LEN)
             },
             pid,
             start_id,
@@ -91,8 +78,7 @@ impl Holder {
         }
     }
 
-    /// The same holder with the machine boot and pid namespace it runs in (a boot id that is
-    /// empty, longer than 64 bytes or not a single word is dropped as unknown).
+    /// With boot id and pid namespace (an empty, over-64-byte or multi-word boot id is dropped).
     ///
     /// ```
     /// use idem_core::Holder;
@@ -110,9 +96,8 @@ impl Holder {
         self
     }
 
-    /// This process, computed once: the host name from `/proc/sys/kernel/hostname` or the
-    /// `HOSTNAME` environment variable (else `unknown`), [`std::process::id`], a random start
-    /// id, and the start time, boot id and pid namespace where the system reports them.
+    /// This process, computed once: [`std::process::id`], host from `/proc/sys/kernel/hostname`
+    /// or `HOSTNAME`.
     pub fn this_process() -> &'static Holder {
         static THIS: OnceLock<Holder> = OnceLock::new();
         THIS.get_or_init(|| {
@@ -177,10 +162,8 @@ impl Holder {
         self.pid_namespace
     }
 
-    /// The stored form: `h2 <pid> <start id, 16 hex digits> <start time or -> <boot id or ->
-    /// <pid namespace or -> <host>`, one line of text (the host last, so it may hold spaces).
-    /// The older form `h1 <pid> <start id> <start time or -> <host>` is still read, with an
-    /// unknown boot id and namespace.
+    /// The stored form, one line: `h2 <pid> <start id, 16 hex> <started|-> <boot id|->
+    /// <namespace|-> <host>` (host last: it may hold spaces). `h1` (no boot id, namespace) is read.
     pub fn encode(&self) -> String {
         let started = self.started.map_or("-".to_owned(), |s| s.to_string());
         let namespace = self.pid_namespace.map_or("-".to_owned(), |n| n.to_string());
@@ -193,9 +176,7 @@ impl Holder {
         )
     }
 
-    /// Reads the stored form back; anything else (another version, a host longer than 255
-    /// bytes or with control characters) is [`Error::CorruptRecord`], naming at most 64
-    /// characters of the value.
+    /// Reads the stored form back; anything else is [`Error::CorruptRecord`].
     pub fn decode(text: &str) -> Result<Self, Error> {
         let bad = || Error::CorruptRecord(format!("stored holder {}", shown(text)));
         let (version, rest) = text.split_once(' ').ok_or_else(bad)?;
@@ -245,14 +226,6 @@ impl Holder {
     }
 }
 
-fn cut(text: &str, max: usize) -> &str {
-    let mut end = max.min(text.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
 fn valid_boot_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= MAX_BOOT_ID_LEN
@@ -271,9 +244,7 @@ impl fmt::Display for Holder {
     }
 }
 
-/// The start time of process `pid` as the kernel reports it: on Linux the 22nd field of
-/// `/proc/<pid>/stat` (clock ticks since boot), `None` where it cannot be read (another
-/// system, no such process).
+/// Process `pid`'s start time: field 22 of `/proc/<pid>/stat` (ticks since boot), if readable.
 fn process_started(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may hold spaces: count after its end.

@@ -12,14 +12,14 @@ use std::time::{Duration, Instant};
 pub enum Acquire {
     /// No record: insert one.
     Fresh,
-    /// An orphaned in-progress record whose lease passed (C9): replace it if it still carries
-    /// `previous`, is still in progress and still expired; its holder is fenced out from then on.
+    /// An orphan whose lease passed (C9): replace it if it still carries `previous`, in
+    /// progress and expired; its holder is fenced out.
     TakeOver {
         /// The token of the orphaned reservation.
         previous: FencingToken,
     },
-    /// A completed record whose retention passed (C10): the key is new again. Replace it if it
-    /// still carries `previous`, is still completed and still expired.
+    /// A completed record whose retention passed (C10): replace it if it still carries
+    /// `previous`, completed and expired.
     StartOver {
         /// The token of the expired record.
         previous: FencingToken,
@@ -35,8 +35,8 @@ impl Acquire {
         }
     }
 
-    /// Whether the record being replaced must be completed (a start over) rather than in
-    /// progress (a takeover): the state half of the compare-and-set. `None` for a fresh key.
+    /// Whether the replaced record must be completed (start over) or in progress (takeover):
+    /// the compare-and-set's state half. `None` for a fresh key.
     pub fn replaces_completed(&self) -> Option<bool> {
         match self {
             Acquire::Fresh => None,
@@ -48,9 +48,8 @@ impl Acquire {
 
 /// The right to run a request's effect, held until completion, release or the deadline.
 ///
-/// A store makes it when it writes a reservation ([`Lease::new`], with the token it wrote and the
-/// deadline in the store's own time, which a server store may learn from the server); the engine
-/// hands it to the caller, who completes or releases with it.
+/// A store makes it when it writes a reservation ([`Lease::new`], deadline in the store's time);
+/// the caller completes or releases with it.
 ///
 /// ```
 /// use idem_core::store::{Acquire, Lease};
@@ -69,14 +68,12 @@ pub struct Lease {
     token: FencingToken,
     lease_until: Timestamp,
     acquired: Acquire,
-    /// When the lease ends by this process's monotonic clock, as far as the engine knows (set
-    /// by the engine from the policy's lease, measured from before the reservation was sent).
+    /// The engine's estimate of the lease's end by the monotonic clock.
     local_deadline: Option<Instant>,
 }
 
 impl Lease {
-    /// The lease a store hands out after writing an in-progress record for `request` carrying
-    /// `token`, with `lease_until` as its deadline in the store's time.
+    /// The lease of the record a store wrote for `request` with `token` (store time).
     pub fn new(
         request: &Request,
         token: FencingToken,
@@ -118,23 +115,13 @@ impl Lease {
         self.acquired
     }
 
-    /// The idempotency key to send to a downstream provider (a card network, a payment
-    /// provider's API) for this record's effect: `idem_` and 32 lowercase hex digits, 37
-    /// characters in all.
-    ///
-    /// It is derived from the record alone (consumer, route and key, each length-prefixed,
-    /// hashed with blake3, C2): the same on every retry and every takeover of the record, so
-    /// a takeover after a crash that re-runs the effect sends the provider the same key and the
-    /// provider answers the first call's result instead of charging twice; and different for
-    /// another consumer, route or key, so two accounts that happen to pick the same key never
-    /// share a provider's record. It tells the provider nothing of the client's key or the
-    /// account. The derivation is pinned: the same in every process and every release.
-    ///
-    /// Its characters (`a-z`, `0-9`, `_`) and length fit the providers' idempotency keys
-    /// (Stripe takes up to 255 characters, Adyen 64, Square's `CreatePayment` 45). After the
-    /// record's retention the client's key is new again here and gets the same
-    /// downstream key: keep the retention at least as long as the provider's (Stripe: 24 h,
-    /// the default).
+    /// The idempotency key for a downstream provider: `idem_` and 32 lowercase hex digits (37
+    /// characters; Stripe takes 255, Adyen 64, Square's `CreatePayment` 45). Derived from the
+    /// record alone ([`RecordId::downstream_key`], C2) and pinned: the same on every retry and
+    /// takeover, so the provider answers a re-run effect instead of doing it twice; another for
+    /// another consumer, route or key; revealing neither key nor account. A key reused after
+    /// retention gets the same one: retain at least as long as the provider (Stripe: 24 h, the
+    /// default).
     ///
     /// ```
     /// use idem_core::store::{Acquire, Lease};
@@ -148,7 +135,7 @@ impl Lease {
     /// # Ok::<(), idem_core::Error>(())
     /// ```
     pub fn downstream_key(&self) -> String {
-        downstream_key(&self.id)
+        self.id.downstream_key()
     }
 
     pub(crate) fn renewed(&mut self, lease_until: Timestamp, local_deadline: Instant) {
@@ -166,13 +153,7 @@ impl Lease {
     }
 }
 
-/// [`Lease::downstream_key`] of the record `id` ([`RecordId::downstream_key`]).
-pub(crate) fn downstream_key(id: &RecordId) -> String {
-    id.downstream_key()
-}
-
-/// `start + lease`, saturating far in the future: the local deadline of a lease taken or
-/// renewed at `start` (the engine's, and the metrics decorator's view of it).
+/// `start + lease` (saturating a year on): the local deadline of a lease taken at `start`.
 pub(crate) fn deadline_after(start: Instant, lease: Duration) -> Instant {
     start
         .checked_add(lease)
@@ -182,6 +163,10 @@ pub(crate) fn deadline_after(start: Instant, lease: Duration) -> Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn downstream_key(id: &RecordId) -> String {
+        id.downstream_key()
+    }
     use crate::scope::tests::id;
 
     /// Pinned: a provider keeps the key it was sent for a day or more, so a record retried

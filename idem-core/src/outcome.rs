@@ -19,9 +19,8 @@ use crate::response::StoredResponse;
 pub enum Outcome {
     /// The handler ran now; this is its response as stored.
     Executed(StoredResponse),
-    /// The handler refused the request before it executed (a status of
-    /// [`Policy::refusals`](crate::Policy::refusals), or [`Reply::Refused`]): its response, not stored; the key was
-    /// released, so a corrected retry with the same key executes (C8).
+    /// Refused before it executed ([`Policy::refusals`](crate::Policy::refusals) or
+    /// [`Reply::Refused`]): not stored, key released; a corrected retry executes (C8).
     Refused(StoredResponse),
     /// The handler did not run: a replay, in flight, or a mismatch.
     Answered(Answer),
@@ -38,8 +37,7 @@ impl Outcome {
         }
     }
 
-    /// What the engine did, in the vocabulary of its events (C16): the HTTP layer's
-    /// disposition.
+    /// What the engine did as an event kind (C16): the HTTP layer's disposition.
     pub fn kind(&self) -> EventKind {
         match self {
             Outcome::Executed(_) => EventKind::Executed,
@@ -51,20 +49,15 @@ impl Outcome {
     }
 }
 
-/// What a [`run`](crate::Idempotency::run) handler returns on success: a response for the
-/// engine to complete with, or a [`Completion`] the handler already wrote inside its own
-/// transaction (with a SQL store's `complete_in`).
+/// A [`run`](crate::Idempotency::run) handler's success: a response, or a written [`Completion`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
-    /// Complete the record with this response (the engine stores it), unless its status is a
-    /// refusal of the policy ([`Policy::refusals`](crate::Policy::refusals): 400, 422, ...), which says the request was
-    /// refused before it executed: then it is sent, not stored, and the key released.
+    /// Store this response, unless its status is a [`Policy::refusals`](crate::Policy::refusals)
+    /// one: then it is sent, not stored, and the key released.
     Respond(StoredResponse),
-    /// Complete the record with this response whatever its status: the effect happened (a
-    /// 422 after a charge went through is stored and replayed).
+    /// Store this response whatever its status: the effect happened.
     Executed(StoredResponse),
-    /// Send this response, store nothing and release the key whatever its status: nothing
-    /// happened (the request failed validation; the client may correct it and retry).
+    /// Send this response, store nothing, release the key whatever its status: nothing happened.
     Refused(StoredResponse),
     /// The handler wrote this completion in the effect's transaction and committed it.
     Completed(Completion),
@@ -84,19 +77,14 @@ impl From<Completion> for Reply {
 
 /// A handler's error, with what it means for the key (C8).
 ///
-/// - [`Failure::nothing_happened`]: the effect did not happen (its transaction rolled back, the
-///   call was refused before it was sent): the reservation is released and a retry runs.
-/// - [`Failure::unknown`] (also what `?` and `From` give): the effect may have happened (an
-///   upstream timeout: the card may have been charged). The key is kept and a 500 problem is
-///   stored and replayed, so nothing re-runs blind, until a reconciler settles or releases it
-///   (or the retention frees the key).
-/// - [`Failure::unknown_with`]: the same, storing your own answer (for example a 202 that points
-///   at a status resource while you reconcile).
+/// - [`Failure::nothing_happened`]: no effect; the key is released and a retry runs.
+/// - [`Failure::unknown`] (what `?` gives, the default: it never runs an effect twice): the
+///   effect may have happened. A 500 problem is stored and replayed until a reconciler settles
+///   it or the retention passes.
+/// - [`Failure::unknown_with`]: the same, storing your own answer (a 202, say).
 ///
-/// An unknown outcome's answer is stored marked in doubt, with what [`noting`](Self::noting)
-/// attached, for a reconciler to settle (idem-ops' `reconcile`).
-///
-/// The default is the one that cannot run an effect twice.
+/// An unknown outcome is stored in doubt with its [`noting`](Self::noting), for idem-ops'
+/// `reconcile`.
 ///
 /// ```
 /// use idem_core::Failure;
@@ -141,20 +129,17 @@ impl<E> Failure<E> {
 
     /// The outcome is unknown: keep the key and store `response`.
     pub fn unknown_with(error: E, response: StoredResponse) -> Self {
-        Self {
-            error,
-            meaning: Meaning::Unknown {
-                response: Some(response),
-                note: String::new(),
-            },
-        }
+        let mut failure = Self::unknown(error);
+        failure.meaning = Meaning::Unknown {
+            response: Some(response),
+            note: String::new(),
+        };
+        failure
     }
 
-    /// For an unknown outcome: what a reconciler needs to ask the provider later (its own
-    /// idempotency key, a request id), kept with the answer in doubt
-    /// ([`Doubt::note`](crate::doubt::Doubt::note), at most
-    /// [`Doubt::MAX_NOTE`](crate::doubt::Doubt::MAX_NOTE) bytes). Nothing for a failure
-    /// where nothing happened.
+    /// For an unknown outcome: what a reconciler needs (a provider's request id), kept as
+    /// [`Doubt::note`](crate::doubt::Doubt::note) (at most
+    /// [`Doubt::MAX_NOTE`](crate::doubt::Doubt::MAX_NOTE) bytes).
     ///
     /// ```
     /// use idem_core::Failure;
@@ -193,16 +178,13 @@ impl<E> From<E> for Failure<E> {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunError<E> {
-    /// Nothing ran: idem refused the request or failed before the handler (bad key 400, body
-    /// too large 413, store down 503...).
+    /// Nothing ran: refused or failed before the handler (400, 413, 503...).
     #[error(transparent)]
     Idem(Error),
-    /// The handler said nothing happened ([`Failure::nothing_happened`]); the key was released
-    /// (if that failed, the reservation passes with its lease) and a retry runs.
+    /// [`Failure::nothing_happened`]: the key was released (or passes with its lease).
     #[error("handler failed, nothing happened: {0}")]
     Released(E),
-    /// The handler's outcome is unknown; the key is kept and `response` was stored: send it,
-    /// every retry gets it too.
+    /// Outcome unknown: `response` is stored; send it, as every retry gets it.
     #[error("handler failed, outcome unknown: {error}")]
     Unknown {
         /// The handler's error.
@@ -210,22 +192,18 @@ pub enum RunError<E> {
         /// The answer stored for the key (a 500 problem unless the handler chose one).
         response: StoredResponse,
     },
-    /// The effect may have run but its completion could not be stored within the lease (the
-    /// store stayed down, or the lease was taken over). Answer 500: the outcome is unknown.
+    /// The effect may have run but its completion was not stored within the lease. Answer 500.
     #[error("completion not stored after the effect: {0}")]
     Incomplete(Error),
-    /// The effect's transaction was committed and the commit's answer lost, and the record
-    /// could not tell within the store timeout whether it committed: the effect and its
-    /// completion took effect together, or neither did. The key is kept in progress: a retry is
-    /// answered in flight, then the stored response if it committed, or runs once the lease
-    /// has passed if it did not. Answer 500, marked retryable.
+    /// The commit's answer was lost and the record did not tell in time: effect and completion
+    /// committed together or not at all. Retries get in flight, then the replay or, once the
+    /// lease passed, a new execution. Answer 500, retryable.
     #[error("commit outcome unknown: {0}")]
     InDoubt(Error),
 }
 
 impl<E> RunError<E> {
-    /// What the engine did, in the vocabulary of its events (C16): the HTTP layer's
-    /// disposition.
+    /// What the engine did as an event kind (C16): the HTTP layer's disposition.
     ///
     /// ```
     /// use idem_core::{Error, EventKind, RunError};

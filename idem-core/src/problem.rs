@@ -1,6 +1,4 @@
-//! An answer that is not a handler's: an RFC 9457 problem, as a value. The engine stores one when
-//! an outcome is unknown; idem-tower (`idem_tower::render`) says which problem answers each
-//! error and answer.
+//! An RFC 9457 problem as a value; `idem_tower::render` maps errors and answers to them.
 
 use crate::response::StoredResponse;
 use std::time::Duration;
@@ -8,12 +6,9 @@ use std::time::Duration;
 /// The problem type URIs of the answers and errors (RFC 9457), under this prefix.
 pub const PROBLEM_BASE: &str = "https://idem.rs/problems/";
 
-/// A problem idem answers with (docs/state-machine.md, HTTP mapping): a 400 for a bad key, 413,
-/// 422 for a reused key, 409 in flight, 503 when the store is down, a 500 once an effect may
-/// have run. idem-tower's `render::answer_problem` and `render::problem_for` say which;
-/// [`to_response`](Self::to_response) renders it as `application/problem+json`, and an
-/// application that wants its own shape (a Stripe-style `{"error": {..}}`) renders it itself
-/// from the fields.
+/// A problem idem answers with (docs/state-machine.md, "HTTP mapping").
+/// [`to_response`](Self::to_response) renders `application/problem+json`; another shape can be
+/// rendered from the fields.
 ///
 /// ```
 /// use idem_core::problem::Problem;
@@ -32,8 +27,7 @@ pub const PROBLEM_BASE: &str = "https://idem.rs/problems/";
 pub struct Problem {
     /// The HTTP status.
     pub status: u16,
-    /// The stable name of the problem (`idempotency-key-reused`); the `type` URI is
-    /// [`PROBLEM_BASE`] + `kind`.
+    /// The stable name (`idempotency-key-reused`); `type` is [`PROBLEM_BASE`] + `kind`.
     pub kind: &'static str,
     /// A sentence safe to show a client: it never echoes the request's body or key.
     pub detail: String,
@@ -44,13 +38,11 @@ pub struct Problem {
 }
 
 impl Problem {
-    /// What a client is told when its request may have taken effect and the outcome is unknown
-    /// (C8): the one text of the engine's stored 500 and of the layers.
+    /// The one text of an unknown outcome (C8), stored and sent by the engine and the layers.
     pub const OUTCOME_UNKNOWN: &'static str =
         "The request failed and may have taken effect; do not send it again with another key.";
 
-    /// The problem stored for an outcome unknown (C8): a 500, not retryable, kind
-    /// `outcome-unknown`.
+    /// The stored 500 of an unknown outcome (C8), not retryable.
     ///
     /// ```
     /// let p = idem_core::problem::Problem::outcome_unknown();
@@ -60,8 +52,7 @@ impl Problem {
         Self::new(500, "outcome-unknown", Self::OUTCOME_UNKNOWN, false)
     }
 
-    /// The problem stored in place of a handler's response that cannot be stored (an invalid
-    /// status or header): a 500, not retryable, kind `invalid-response`. The effect may have run.
+    /// The stored 500 in place of a response that cannot be stored, not retryable.
     pub fn invalid_response() -> Self {
         Self::new(
             500,
@@ -97,9 +88,8 @@ impl Problem {
         format!("{PROBLEM_BASE}{}", self.kind)
     }
 
-    /// The RFC 9457 rendering: an `application/problem+json` body with `type`, `title`,
-    /// `status`, `detail` and `retryable`, `Cache-Control: no-store`, and `Retry-After` when
-    /// set.
+    /// `application/problem+json` with `type`, `title`, `status`, `detail`, `retryable`;
+    /// `Cache-Control: no-store`, and `Retry-After` when set.
     pub fn to_response(&self) -> StoredResponse {
         let body = format!(
             "{{\"type\":\"{}\",\"title\":\"{}\",\"status\":{},\"detail\":\"{}\",\"retryable\":{}}}",

@@ -5,12 +5,8 @@ use crate::fingerprint::Fingerprint;
 use crate::response::StoredResponse;
 use crate::token::FencingToken;
 
-/// One record: the fingerprint of the request that created it, the fencing token of its
-/// current holder, and its state.
-///
-/// `R` is the stored response: decoded ([`StoredResponse`], the default) or as the store read it
-/// (for example `&[u8]`), so that a store decides on a record without decoding a response it
-/// will not replay (a mismatch or an in-flight answer costs the same whatever the body's size).
+/// One record: its request's fingerprint, its holder's token, its state. `R` is the response,
+/// decoded ([`StoredResponse`]) or as read (`&[u8]`), so a store decodes only what it replays.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record<R = StoredResponse> {
     /// The fingerprint of the request that reserved the record (C3).
@@ -39,8 +35,7 @@ pub enum RecordState<R = StoredResponse> {
 }
 
 impl<R> Record<R> {
-    /// The instant after which the record behaves as absent (an orphaned lease or an expired
-    /// retention): `lease_until` or `expires_at`.
+    /// `lease_until` or `expires_at`: from then on the record behaves as absent.
     pub fn deadline(&self) -> Timestamp {
         match &self.state {
             RecordState::InProgress { lease_until } => *lease_until,
@@ -48,8 +43,7 @@ impl<R> Record<R> {
         }
     }
 
-    /// Whether the record still counts at `now`: a deadline is exclusive, so at
-    /// `now == deadline` the record has expired.
+    /// Whether the record counts at `now` (deadlines are exclusive: expired at `now == deadline`).
     pub fn is_live(&self, now: Timestamp) -> bool {
         now < self.deadline()
     }
@@ -64,14 +58,12 @@ impl<R> Record<R> {
         matches!(self.state, RecordState::Completed { .. })
     }
 
-    /// Whether the record is completed by the holder of `token`: a completion of that
-    /// reservation landed (only its holder can complete it, C6).
+    /// Whether the holder of `token` completed the record (C6).
     pub fn is_completed_by(&self, token: &FencingToken) -> bool {
         self.token == *token && self.is_completed()
     }
 
-    /// Converts the stored response (for example decodes the bytes a store read), keeping the
-    /// rest of the record.
+    /// Converts the stored response (decodes it, say), keeping the rest.
     pub fn try_map_response<T, E>(self, f: impl FnOnce(R) -> Result<T, E>) -> Result<Record<T>, E> {
         let state = match self.state {
             RecordState::InProgress { lease_until } => RecordState::InProgress { lease_until },

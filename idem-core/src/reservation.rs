@@ -1,9 +1,6 @@
-//! The reservation's protocol (C4, C5, C9, C10), written once: which store step comes next and
-//! what a step's result means. Stores make one atomic step per call and say what they found
-//! ([`Reserved`]); [`Reservation`] decides (with [`decide`]) and says what to do
-//! next ([`Step`]). The engine drives it over the async store calls; a store that runs the
-//! steps in one hop (SQLite's writer thread, a one-commit transaction) drives the same
-//! [`Reservation`] in place, so the loop and the decisions stay here.
+//! The reservation's protocol (C4, C5, C9, C10), written once. Stores make one atomic step per
+//! call and report it ([`Reserved`]); [`Reservation`] decides ([`decide`]) the next [`Step`]. A
+//! store that runs the steps in one hop drives the same [`Reservation`] in place.
 
 use crate::answer::Answer;
 use crate::begin::Begin;
@@ -20,19 +17,15 @@ use crate::token::FencingToken;
 use async_trait::async_trait;
 use std::time::Duration;
 
-/// How many reservation steps one request may take: each race lost means another caller wrote a
-/// live record, so the next step answers; the bound only guards against a misbehaving store.
+/// How many steps one reservation may take: a guard against a misbehaving store.
 const MAX_STEPS: usize = 16;
 
-/// The `Retry-After` of a duplicate that finds the record held by another transaction (a
-/// holder committing its completion right now, or a one-commit execution whose remaining time
-/// is unknown).
+/// The `Retry-After` of a duplicate of a record another transaction holds.
 pub const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// What every step of one reservation writes: the request, the lease asked for, and one token
-/// made before the first step. A write whose answer was lost (the link dropped after the store
-/// applied it) left a record carrying this very token; the next step recognises it as this
-/// reservation's own instead of answering "in flight" for a whole lease while nothing runs.
+/// What every step of one reservation writes: the request, the lease, and one token made before
+/// the first step. A write whose answer was lost left a record with this token; the next step
+/// recognises it as its own rather than answering "in flight".
 #[derive(Debug, Clone)]
 pub struct Claim<'a> {
     request: &'a Request,
@@ -67,45 +60,38 @@ impl<'a> Claim<'a> {
     }
 }
 
-/// What one reservation step found: a [`Store::reserve`](crate::Store::reserve) or a
-/// [`Store::replace`](crate::Store::replace). Each step is one atomic statement or script that
-/// reports what it found, a lost race included; the engine decides what comes next.
+/// What one atomic [`Store::reserve`](crate::Store::reserve) or
+/// [`Store::replace`](crate::Store::replace) step found, a lost race included.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Reserved {
-    /// The step wrote a record carrying the claim's token, live until `until`: a fresh insert
-    /// where there was no record (C4), or the compare-and-set of a takeover or a start over.
+    /// The step wrote the claim's token, live until `until`: a fresh insert (C4), or a
+    /// takeover's or start over's compare-and-set.
     Written {
         /// The lease's deadline, by the store's clock.
         until: Timestamp,
     },
-    /// `reserve` only: a record exists, as it was read, and `now` by the store's clock; nothing
-    /// was written. Its response is read only when its fingerprint is the claim's (the only
-    /// case it can be replayed); `None` otherwise.
+    /// `reserve` only: a record as read, and `now`; nothing written. Its response is read only
+    /// when the fingerprint is the claim's (else `None`).
     Found {
         /// The record, its response still encoded.
         record: Record<Option<Vec<u8>>>,
         /// The store's time of the read (C11).
         now: Timestamp,
     },
-    /// Another transaction holds the record and has not committed (a one-commit execution,
-    /// C15, or a holder committing right now): never waited for (C5). Answered in flight, or a
-    /// mismatch (C3) when the store knows that the holder runs another body.
+    /// An uncommitted transaction holds the record (C15): never waited for (C5). In flight, or
+    /// mismatch (C3) if the holder is known to run another body.
     Held {
         /// Whether the holder is known to run another body.
         mismatch: bool,
     },
-    /// The race was lost and nothing was written: a record committed after the step's snapshot
-    /// (`reserve`), or the record is no longer the one the decision saw (`replace`: completed,
-    /// renewed, taken over, gone). The next step reads it.
+    /// The race was lost, nothing written: the record changed. The next step reads it.
     Lost,
 }
 
 impl Reserved {
-    /// What this step answers a request with `fingerprint` without writing anything: the
-    /// decision's answer for a record found (its response decoded for a replay), `None` when
-    /// the request would acquire (no record, or an expired one). A store that reads on
-    /// connections no writer holds answers duplicates this way (C5).
+    /// The answer for `fingerprint` without writing (a replay decoded), `None` if the request
+    /// would acquire. How a store's readers answer duplicates (C5).
     pub fn answer(self, fingerprint: &Fingerprint) -> Result<Option<Answer>, Error> {
         match self {
             Reserved::Found { record, now } => match decide(Some(record), fingerprint, now) {
@@ -129,7 +115,7 @@ fn held(mismatch: bool) -> Answer {
     }
 }
 
-/// The response of a replay, decoded: a completed record of the same request always has one.
+/// A replay's response, decoded (a completed record always has one).
 fn decode_replay(response: Option<Vec<u8>>) -> Result<StoredResponse, Error> {
     let response = response.ok_or_else(|| {
         Error::CorruptRecord("a completed record of the same request without a response".to_owned())
@@ -149,9 +135,8 @@ enum Step {
     Done(Begin),
 }
 
-/// One request's reservation, across all its steps: the claim, how the last write meant to
-/// acquire, and the steps taken. A store runs it over its two steps ([`run`](Self::run),
-/// [`run_blocking`](Self::run_blocking)): it decides and loops, the steps only report.
+/// One request's reservation across its steps. [`run`](Self::run) and
+/// [`run_blocking`](Self::run_blocking) decide and loop; the steps only report.
 ///
 /// ```
 /// use idem_core::store::{Acquire, BlockingSteps, Claim, Reservation, Reserved};
@@ -179,8 +164,7 @@ enum Step {
 #[derive(Debug)]
 pub struct Reservation<'a> {
     claim: Claim<'a>,
-    /// How the last compare-and-set sent with the token meant to acquire (a takeover or a
-    /// start over). `None`: the only write that can have left the token is a fresh insert.
+    /// How the last compare-and-set meant to acquire; `None`: only a fresh insert.
     replacing: Option<Acquire>,
     steps: usize,
     errors: usize,
@@ -189,8 +173,7 @@ pub struct Reservation<'a> {
 }
 
 impl<'a> Reservation<'a> {
-    /// A reservation of `request` for a lease of `lease_for`, with a fresh token; its first
-    /// step is a [`Store::reserve`](crate::Store::reserve).
+    /// A reservation of `request` for `lease_for`, with a fresh token.
     pub fn new(request: &'a Request, lease_for: Duration) -> Self {
         Self {
             claim: Claim {
@@ -205,11 +188,9 @@ impl<'a> Reservation<'a> {
         }
     }
 
-    /// [`new`](Self::new), for steps that must never be sent again after a failure: steps
-    /// inside a transaction the reservation cannot begin again (a one-commit execution's:
-    /// PostgreSQL aborted it; SQLite may have rolled it back and gone on in autocommit, where a
-    /// step sent again would commit the reservation alone, C15), or on a link that never loses
-    /// an answer (a local file). A failed step is the reservation's error.
+    /// [`new`](Self::new) for steps never sent again after a failure: inside a transaction it
+    /// cannot begin again (one commit, C15), or on a link that never loses an answer. A failed
+    /// step is the reservation's error.
     pub fn without_retry(request: &'a Request, lease_for: Duration) -> Self {
         Self {
             retries: 0,
@@ -222,21 +203,20 @@ impl<'a> Reservation<'a> {
         &self.claim
     }
 
-    /// The next step after a step answered `reserved`; `replacing` says whether that step was
-    /// a [`Store::replace`](crate::Store::replace).
+    /// The next step after `reserved`; `replacing`: it was a `replace`.
     fn next(&mut self, reserved: Reserved, replacing: bool) -> Result<Step, Error> {
         match reserved {
-            Reserved::Written { until } if replacing => {
-                let acquire = self.replacing.unwrap_or(Acquire::Fresh);
-                Ok(self.acquired(until, acquire))
+            Reserved::Written { until } => {
+                let acquire = self.replacing.filter(|_| replacing);
+                Ok(self.acquired(until, acquire.unwrap_or(Acquire::Fresh)))
             }
-            Reserved::Written { until } => Ok(self.acquired(until, Acquire::Fresh)),
             Reserved::Held { mismatch } => Ok(Step::Done(Begin::Answered(held(mismatch)))),
-            // Nothing written by this step; but a store that sent a replace again on a fresh
-            // link after losing its answer reports the change its first send made. How the
-            // replace meant to acquire is kept: a record found later carrying the token was
-            // written by it (or, rarely, by a fresh insert after the record vanished).
-            Reserved::Lost => self.again(),
+            // `replacing` is kept: a record found later with the token was written by an
+            // earlier send of the replace.
+            Reserved::Lost => {
+                self.count()?;
+                Ok(Step::Reserve)
+            }
             Reserved::Found { record, now } => {
                 if let Some(step) = self.own(&record) {
                     return Ok(step);
@@ -247,8 +227,7 @@ impl<'a> Reservation<'a> {
                     }
                     Decision::Acquired(acquire) => {
                         self.count()?;
-                        // Until its answer arrives, the compare-and-set may have written the
-                        // token.
+                        // From now on the compare-and-set may have written the token.
                         self.replacing = Some(acquire);
                         Ok(Step::Replace(acquire))
                     }
@@ -257,11 +236,8 @@ impl<'a> Reservation<'a> {
         }
     }
 
-    /// The next step after a step failed with `error`: once, a store that was unavailable (a
-    /// link that dropped, a timeout) is tried again from [`Step::Reserve`] with the same token
-    /// (a write whose answer was lost is then recognised as this reservation's); otherwise the
-    /// error is the reservation's. A transaction conflict is never tried again here: the
-    /// transaction it happened in has rolled back, and only its owner can begin another.
+    /// After `error`: an unavailable store is tried again once from [`Step::Reserve`] with the
+    /// same token; anything else (a transaction conflict included) is the reservation's error.
     fn failed(&mut self, error: Error) -> Result<Step, Error> {
         let unavailable = error
             .as_store()
@@ -274,6 +250,14 @@ impl<'a> Reservation<'a> {
         Err(error)
     }
 
+    /// The next step after a step's `result`; `replacing`: it was a `replace`.
+    fn after(&mut self, result: Result<Reserved, Error>, replacing: bool) -> Result<Step, Error> {
+        match result {
+            Ok(reserved) => self.next(reserved, replacing),
+            Err(error) => self.failed(error),
+        }
+    }
+
     fn acquired(&self, until: Timestamp, acquire: Acquire) -> Step {
         Step::Done(Begin::Acquired(Lease::new(
             self.claim.request,
@@ -283,9 +267,7 @@ impl<'a> Reservation<'a> {
         )))
     }
 
-    /// The lease for `record` if it is this reservation's own: it carries the token, is in
-    /// progress, and has the request's fingerprint. It was acquired the way the write that
-    /// left it meant to.
+    /// The lease for `record` if it is this reservation's own (token, in progress, fingerprint).
     fn own(&self, record: &Record<Option<Vec<u8>>>) -> Option<Step> {
         match record.state {
             RecordState::InProgress { lease_until }
@@ -297,11 +279,6 @@ impl<'a> Reservation<'a> {
             }
             _ => None,
         }
-    }
-
-    fn again(&mut self) -> Result<Step, Error> {
-        self.count()?;
-        Ok(Step::Reserve)
     }
 
     fn count(&mut self) -> Result<(), Error> {
@@ -317,9 +294,8 @@ impl<'a> Reservation<'a> {
     }
 }
 
-/// The two steps of a reservation, as something that can run them: a [`Store`](crate::Store)
-/// (what the engine drives), or a store's own connection inside one transaction (a one-commit
-/// execution). [`Reservation::run`] drives them.
+/// A reservation's two steps: a [`Store`](crate::Store), or a store's connection inside one
+/// transaction (one commit). [`Reservation::run`] drives them.
 #[async_trait]
 pub trait Steps: Send {
     /// One [`Store::reserve`](crate::Store::reserve) step.
@@ -328,8 +304,7 @@ pub trait Steps: Send {
     async fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error>;
 }
 
-/// The two steps of a reservation run synchronously, where a store runs them in one hop (the
-/// SQLite writer's thread). [`Reservation::run_blocking`] drives them.
+/// A reservation's two steps, run synchronously in one hop by [`Reservation::run_blocking`].
 pub trait BlockingSteps {
     /// One reservation step, as [`Store::reserve`](crate::Store::reserve) says.
     fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error>;
@@ -343,14 +318,10 @@ impl Reservation<'_> {
         let mut step = Step::Reserve;
         loop {
             step = match step {
-                Step::Reserve => match steps.reserve(&self.claim).await {
-                    Ok(reserved) => self.next(reserved, false)?,
-                    Err(error) => self.failed(error)?,
-                },
-                Step::Replace(acquire) => match steps.replace(&self.claim, acquire).await {
-                    Ok(reserved) => self.next(reserved, true)?,
-                    Err(error) => self.failed(error)?,
-                },
+                Step::Reserve => self.after(steps.reserve(&self.claim).await, false)?,
+                Step::Replace(acquire) => {
+                    self.after(steps.replace(&self.claim, acquire).await, true)?
+                }
                 Step::Done(begin) => return Ok(begin),
             }
         }
@@ -364,14 +335,8 @@ impl Reservation<'_> {
         let mut step = Step::Reserve;
         loop {
             step = match step {
-                Step::Reserve => match steps.reserve(&self.claim) {
-                    Ok(reserved) => self.next(reserved, false)?,
-                    Err(error) => self.failed(error)?,
-                },
-                Step::Replace(acquire) => match steps.replace(&self.claim, acquire) {
-                    Ok(reserved) => self.next(reserved, true)?,
-                    Err(error) => self.failed(error)?,
-                },
+                Step::Reserve => self.after(steps.reserve(&self.claim), false)?,
+                Step::Replace(acquire) => self.after(steps.replace(&self.claim, acquire), true)?,
                 Step::Done(begin) => return Ok(begin),
             }
         }

@@ -4,9 +4,8 @@ use crate::error::{Error, Field};
 
 /// A response as stored and replayed: status, allow-listed headers, body, byte for byte.
 ///
-/// Any status the handler chose is stored (a 402 decline is replayed as a 402, C8). Which
-/// headers survive is decided by [`Policy::stored_headers`](crate::Policy::stored_headers)
-/// and, whatever the policy says, [`is_never_stored`] headers are dropped (C7).
+/// Any status is stored (a 402 replays as a 402, C8). Headers: those of
+/// [`Policy::stored_headers`](crate::Policy::stored_headers), never the [`is_never_stored`] (C7).
 ///
 /// ```
 /// use idem_core::StoredResponse;
@@ -65,8 +64,7 @@ impl StoredResponse {
                     format!("header name {name:?}"),
                 ));
             }
-            // RFC 9110 field-value: visible characters, space, tab and obs-text; no control
-            // character an HTTP library would refuse to send (CR, LF, NUL, DEL...).
+            // RFC 9110 field-value: no control character but tab (CR, LF, NUL, DEL...).
             if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
                 return Err(Error::invalid(
                     Field::Header,
@@ -77,8 +75,7 @@ impl StoredResponse {
         Ok(())
     }
 
-    /// Keeps only the headers whose lower-cased name `allowed` accepts and that are not
-    /// [`is_never_stored`]; names are lower-cased.
+    /// Lower-cases the names and keeps those `allowed` accepts and not [`is_never_stored`].
     pub fn retain_headers(&mut self, allowed: impl Fn(&str) -> bool) {
         for (name, _) in &mut self.headers {
             name.make_ascii_lowercase();
@@ -88,9 +85,8 @@ impl StoredResponse {
     }
 }
 
-/// Headers that give a body its meaning, so they always travel with a stored body (C7), whatever
-/// the allow-list says: `Content-Type`, `Content-Encoding`, `Content-Language`, `Location`,
-/// `Content-Location`. A gzip body is never replayed labelled as something else.
+/// Headers that give a body its meaning, stored with it whatever the allow-list says (C7):
+/// `Content-Type`, `Content-Encoding`, `Content-Language`, `Location`, `Content-Location`.
 ///
 /// ```
 /// use idem_core::is_always_stored;
@@ -108,8 +104,7 @@ pub fn is_always_stored(name: &str) -> bool {
     ALWAYS.iter().any(|h| h.eq_ignore_ascii_case(name))
 }
 
-/// Headers that are never stored nor replayed, whatever the allow-list says (C7): cookies,
-/// dates, credentials, rate-limit state, and hop-by-hop framing.
+/// Headers never stored (C7): cookies, dates, credentials, rate limits, hop-by-hop framing.
 ///
 /// ```
 /// use idem_core::is_never_stored;

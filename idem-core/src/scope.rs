@@ -5,12 +5,9 @@ use crate::key::IdempotencyKey;
 
 /// The consumer and route a key lives under (C2).
 ///
-/// Equal keys under a different consumer or route are unrelated records. The consumer is
-/// whatever identifies the authenticated caller (an account id, an API key id); the route is
-/// the operation (`"POST /v1/charges"`).
-///
-/// Both are 1..=[`Scope::MAX_CONSUMER_LEN`] / [`Scope::MAX_ROUTE_LEN`] bytes of UTF-8 without
-/// control characters.
+/// Equal keys under another consumer (the authenticated caller) or route (the operation,
+/// `"POST /v1/charges"`) are unrelated records. Each part is 1..=[`Scope::MAX_CONSUMER_LEN`] /
+/// [`Scope::MAX_ROUTE_LEN`] bytes of UTF-8 without control characters.
 ///
 /// ```
 /// use idem_core::Scope;
@@ -51,8 +48,7 @@ impl Scope {
         &self.route
     }
 
-    /// Checks `consumer` as [`Scope::new`] does, without making a scope (for a query that
-    /// names a consumer alone).
+    /// Checks `consumer` as [`Scope::new`] does, without making a scope.
     ///
     /// ```
     /// use idem_core::Scope;
@@ -93,8 +89,7 @@ pub(crate) fn check_part(field: Field, value: &str, max: usize) -> Result<(), Er
 
 /// The identity of one record: the triple (consumer, route, key).
 ///
-/// Stores keep the three parts in separate columns, or use [`RecordId::digest`], whose
-/// length-prefixed encoding cannot make two different triples collide.
+/// Stores keep the parts in columns, or use [`RecordId::digest`] (no two triples collide).
 ///
 /// ```
 /// use idem_core::{IdempotencyKey, RecordId, Scope};
@@ -114,7 +109,6 @@ pub struct RecordId {
 
 /// The prefix of every [`RecordId::downstream_key`].
 const DOWNSTREAM_PREFIX: &str = "idem_";
-
 /// How many bytes of the digest a downstream key carries.
 const DOWNSTREAM_BYTES: usize = 16;
 
@@ -139,26 +133,20 @@ impl RecordId {
         self.key.as_str()
     }
 
-    /// A 32-byte blake3 digest of the length-prefixed triple, for stores that need one
-    /// flat key (Redis). Different triples give different digests.
+    /// A 32-byte blake3 digest of the triple, for a flat key (Redis); no two triples collide.
     pub fn digest(&self) -> [u8; 32] {
         *self.hashed("idem 2026 record id v1").as_bytes()
     }
 
-    /// The idempotency key a handler of this record is given for its downstream call
-    /// ([`Lease::downstream_key`](crate::Lease::downstream_key)): what a reconciler asks the
-    /// provider by. blake3 in key-derivation mode under a context of its own (so it is
-    /// unrelated to [`digest`](Self::digest), which a store may keep), over the three parts
-    /// each prefixed with its length; 128 bits of it, so no two records of a store's lifetime
-    /// share one.
+    /// [`Lease::downstream_key`](crate::Lease::downstream_key): 128 bits of blake3 over the
+    /// length-prefixed triple, under a context unrelated to [`digest`](Self::digest).
     pub fn downstream_key(&self) -> String {
         let digest = self.hashed("idem 2026 downstream idempotency key v1");
         let hex = crate::hex::lower(&digest.as_bytes()[..DOWNSTREAM_BYTES]);
         format!("{DOWNSTREAM_PREFIX}{hex}")
     }
 
-    /// blake3 in derive-key mode with `context`, over each part of the triple as its length
-    /// (u64, little-endian) and its bytes: no two triples hash alike by joining (C2).
+    /// blake3 derive-key with `context` over each part's length (u64 LE) and bytes (C2).
     pub(crate) fn hashed(&self, context: &str) -> blake3::Hash {
         let mut hasher = blake3::Hasher::new_derive_key(context);
         for part in [self.consumer(), self.route(), self.key()] {

@@ -1,5 +1,4 @@
-//! The engine's deadline on a store call (C13): the error of a call that did not answer in
-//! time, and how to tell it from the store's own failures.
+//! The error of a store call cut off by the engine's deadline (C13), told from store failures.
 
 use crate::error::{Error, StoreErrorKind};
 use crate::event::Operation;
@@ -18,8 +17,7 @@ pub(crate) fn timed_out(operation: Operation, timeout: Duration) -> Error {
     )
 }
 
-/// The source of [`timed_out`]'s error: tells the engine's own deadline from the store's
-/// failures.
+/// The source of [`timed_out`]'s error.
 #[derive(Debug)]
 struct TimedOut(String);
 

@@ -3,12 +3,9 @@
 use crate::error::Error;
 use std::fmt;
 
-/// A 128-bit token written with every reservation or takeover. Only the holder of the token
-/// the record still carries may complete, release or renew it.
-///
-/// Every token is 16 fresh bytes from the operating system's random source: no seed or counter
-/// lives in the process, so pre-forked workers (a process forked after it made tokens) never
-/// share one.
+/// A 128-bit token written with every reservation or takeover; only the holder of the record's
+/// current token may complete, release or renew it. 16 fresh bytes from the OS's random source,
+/// with no state in the process, so forked workers never share one.
 ///
 /// ```
 /// use idem_core::FencingToken;
@@ -61,8 +58,7 @@ impl FencingToken {
     }
 }
 
-/// Without OS randomness (it does not fail on supported systems): std's randomly keyed hasher,
-/// the process id, the time and a counter, hashed. The pid and the time separate forked workers.
+/// Without OS randomness: a keyed hash, pid, time and counter (pid and time split forks).
 fn fallback_random() -> [u8; 16] {
     use std::hash::{BuildHasher, Hasher};
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -81,10 +77,7 @@ fn fallback_random() -> [u8; 16] {
 
 impl fmt::Display for FencingToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in &self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        f.write_str(&crate::hex::lower(&self.0))
     }
 }
 

@@ -6,8 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-/// Polls the inner future inside `catch_unwind`: a panic becomes `Err(payload)`. For a store's
-/// transaction mechanics, so that a panicking effect ends as `TxEnd::Panicked`.
+/// A future whose panic becomes `Err(payload)`: a store's effect then ends as `TxEnd::Panicked`.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -29,9 +28,7 @@ impl<F: Future> CatchUnwind<F> {
 impl<F: Future> Future for CatchUnwind<F> {
     type Output = Result<F::Output, Box<dyn Any + Send>>;
 
-    /// A panic while the future is polled, and one while it is dropped once it has finished
-    /// (a value whose `Drop` panics), are both caught: either way the engine records the
-    /// outcome as unknown instead of unwinding past its completion (C8).
+    /// Catches panics while polling and while dropping the finished future (C8).
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let Some(inner) = self.0.as_mut() else {
             panic!("CatchUnwind polled after it finished");

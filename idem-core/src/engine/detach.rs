@@ -1,8 +1,6 @@
-//! An execution that outlives its caller (C8), without a task of its own while the caller
-//! waits: it is polled in the caller's task, and handed to the runtime to be finished only when
-//! the caller's future is dropped before it ended (a client that disconnected). A replay or an
-//! in-flight answer thus costs no spawn, no extra wake-up and no hop between worker threads,
-//! and an execution whose caller went away still completes or releases its key.
+//! An execution that outlives its caller (C8): polled in the caller's task, handed to the
+//! runtime only if the caller's future is dropped first. An answer costs no spawn; an abandoned
+//! execution still completes or releases its key.
 
 use std::future::Future;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -11,12 +9,10 @@ use std::task::{Context, Poll};
 use tokio::runtime::Handle;
 use tracing::Instrument;
 
-/// Boxed where it is made, so that neither the caller nor a task it moves to copies it again,
-/// and so that it can move to a task of its own after it was first polled.
+/// Boxed where made: never copied again, and movable to a task after its first poll.
 pub(crate) type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-/// A future that finishes even when dropped: see the module docs. `G` lives as long as the
-/// future does, on whichever task finishes it (the shutdown gate's count of the execution).
+/// A future that finishes even when dropped. `G` (the gate's count) lives as long, wherever.
 pub(crate) struct Detach<T: Send + 'static, G: Send + 'static> {
     /// `None` once it ended (or panicked): nothing is left to hand over.
     future: Option<Boxed<T>>,
@@ -27,8 +23,7 @@ pub(crate) struct Detach<T: Send + 'static, G: Send + 'static> {
 }
 
 impl<T: Send + 'static, G: Send + 'static> Detach<T, G> {
-    /// Wraps `future`, to be finished on `runtime` with `guard` if it is dropped before it
-    /// ends.
+    /// Wraps `future`, finished on `runtime` with `guard` if dropped before it ends.
     pub(crate) fn new(future: Boxed<T>, guard: G, runtime: Handle) -> Self {
         Self {
             future: Some(future),
@@ -66,8 +61,8 @@ impl<T: Send + 'static, G: Send + 'static + Unpin> Future for Detach<T, G> {
 impl<T: Send + 'static, G: Send + 'static> Drop for Detach<T, G> {
     fn drop(&mut self) {
         if let Some(future) = self.future.take() {
-            // A runtime that is shutting down cancels the task at once: its executions were
-            // for `drain` to wait for, and what is left of them is the store's lease (C9).
+            // A runtime shutting down cancels it at once (`drain` was for that); the lease
+            // remains (C9).
             let span = std::mem::replace(&mut self.span, tracing::Span::none());
             let guard = self.guard.take();
             let rest = async move {

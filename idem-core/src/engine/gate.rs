@@ -1,5 +1,4 @@
-//! The shutdown gate: counts the executions under way, refuses new ones once shutdown began, and
-//! lets `drain` wait for the rest.
+//! The shutdown gate: counts executions, refuses new ones once closing, lets `drain` wait.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -12,14 +11,12 @@ pub(crate) struct Gate(Arc<Inner>);
 struct Inner {
     running: AtomicUsize,
     closing: AtomicBool,
-    /// How many `drained` calls wait: the last execution to end wakes them only if there are
-    /// any (an execution ending with nobody draining costs no lock).
+    /// How many `drained` calls wait (the last execution wakes them only if any).
     drainers: AtomicUsize,
     idle: Notify,
 }
 
-/// One execution under way, counted from before its reservation until it ended (its completion
-/// landed, was released, or was given up), whatever became of its caller.
+/// One execution under way, from before its reservation to its end, whatever its caller does.
 #[derive(Debug)]
 pub(crate) struct Running(Arc<Inner>);
 
@@ -28,15 +25,11 @@ impl Gate {
     pub(crate) fn enter(&self) -> Option<Running> {
         let running = self.enter_always();
         // SeqCst on both sides: a shutdown that set `closing` before this count either sees the
-        // count (and waits for it) or this sees `closing` (and backs out).
-        if self.0.closing.load(Ordering::SeqCst) {
-            return None;
-        }
-        Some(running)
+        // count (and waits for it) or this sees `closing` (and backs out, dropping the count).
+        (!self.0.closing.load(Ordering::SeqCst)).then_some(running)
     }
 
-    /// Counts the continuation of an execution already admitted (it must finish even during a
-    /// shutdown).
+    /// Counts the continuation of an admitted execution, even during a shutdown.
     pub(crate) fn enter_always(&self) -> Running {
         self.0.running.fetch_add(1, Ordering::SeqCst);
         Running(Arc::clone(&self.0))
@@ -70,8 +63,7 @@ impl Gate {
     }
 }
 
-/// One `drained` call waiting, counted in `drainers` while it lives (a drain cancelled midway
-/// included).
+/// One `drained` call, counted in `drainers` while it lives (cancelled or not).
 struct Drainer<'a>(&'a Inner);
 
 impl<'a> Drainer<'a> {

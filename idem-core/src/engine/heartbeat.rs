@@ -1,20 +1,18 @@
-//! Keeping a running execution's lease alive (C9), from a place the application cannot starve:
-//! renewals run on a runtime of their own, on a dedicated thread, so handlers that block every
-//! worker of the application's runtime for longer than the lease never let a live execution look
-//! orphaned to another instance.
+//! Keeping a running execution's lease alive (C9) from a runtime on a thread of its own, so
+//! handlers blocking every application worker never make a live execution look orphaned.
 
+use super::live::lock;
 use super::Idempotency;
 use crate::error::Error;
 use crate::lease::Lease;
 use crate::store::Store;
 use std::future::Future;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::runtime::Handle;
 use tracing::Instrument;
 
-/// The heartbeat runtime, started on first use; `None` if no thread or runtime could be made
-/// (the heartbeat then runs on the caller's runtime).
+/// The heartbeat runtime, started on first use; `None` if it could not be made.
 fn runtime() -> Option<&'static Handle> {
     static RUNTIME: OnceLock<Option<Handle>> = OnceLock::new();
     RUNTIME
@@ -24,17 +22,12 @@ fn runtime() -> Option<&'static Handle> {
                 .name("idem-heartbeat".to_owned())
                 .spawn(move || {
                     crate::heartbeat_thread::mark_this_thread();
-                    match tokio::runtime::Builder::new_current_thread()
+                    let runtime = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
-                        .build()
-                    {
-                        Ok(runtime) => {
-                            let _ = sent.send(Some(runtime.handle().clone()));
-                            runtime.block_on(std::future::pending::<()>());
-                        }
-                        Err(_) => {
-                            let _ = sent.send(None);
-                        }
+                        .build();
+                    let _ = sent.send(runtime.as_ref().ok().map(|r| r.handle().clone()));
+                    if let Ok(runtime) = runtime {
+                        runtime.block_on(std::future::pending::<()>());
                     }
                 })
                 .ok()?;
@@ -54,8 +47,7 @@ where
     }
 }
 
-/// A lease kept alive by a heartbeat; see [`Idempotency::keep_alive`]. Dropping it stops the
-/// heartbeat.
+/// A lease kept alive by [`Idempotency::keep_alive`] until dropped.
 #[derive(Debug)]
 pub struct KeepAlive {
     pub(super) lease: Arc<Mutex<Lease>>,
@@ -65,10 +57,7 @@ pub struct KeepAlive {
 impl KeepAlive {
     /// The lease as of its last renewal.
     pub fn lease(&self) -> Lease {
-        self.lease
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        lock(&self.lease).clone()
     }
 }
 
@@ -79,11 +68,9 @@ impl Drop for KeepAlive {
 }
 
 impl<S: Store + 'static> Idempotency<S> {
-    /// Keeps `lease` alive while the returned guard lives: renews it on a heartbeat, every third
-    /// of the policy's lease, until the guard is dropped or the lease is lost (C9). The
-    /// renewals run on the engine's heartbeat thread, which the application's handlers cannot
-    /// block. The engine does it for every execution it drives; this is for guard-style
-    /// callers around an effect that may outlast the lease.
+    /// Renews `lease` every third of the policy's lease, on the engine's heartbeat thread,
+    /// until the guard drops or the lease is lost (C9). For guard-style effects that may outlast
+    /// the lease; the engine does it for the executions it drives.
     pub fn keep_alive(&self, lease: Lease) -> KeepAlive {
         let lease = Arc::new(Mutex::new(lease));
         let beat = spawn_beat(
@@ -97,27 +84,21 @@ impl<S: Store + 'static> Idempotency<S> {
     /// Renews the shared lease every third of the policy's lease until aborted or lost.
     async fn heartbeat(self, shared: Arc<Mutex<Lease>>) {
         let period = (self.policy().lease / 3).max(Duration::from_millis(1));
-        // The first beat comes sooner when the lease is already partly gone (an execution that
-        // began late), at half of what is left.
-        let left = shared
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        // A partly gone lease is first renewed at half of what is left.
+        let left = lock(&shared)
             .local_deadline()
             .map(|d| d.saturating_duration_since(std::time::Instant::now()));
         let mut wait = left.map_or(period, |left| period.min(left / 2));
         loop {
             tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
             wait = period;
-            let mut lease = shared
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
+            let mut lease = lock(&shared).clone();
             // Its effect's transaction is open on a store where a renewal would fail it.
             if self.inner.live.renewals_paused(lease.token()) {
                 continue;
             }
             match self.renew_lease(&mut lease).await {
-                Ok(()) => *shared.lock().unwrap_or_else(PoisonError::into_inner) = lease,
+                Ok(()) => *lock(&shared) = lease,
                 Err(Error::LeaseLost) => return,
                 Err(_) => {} // the store is down: try again next beat
             }

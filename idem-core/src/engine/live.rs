@@ -1,7 +1,5 @@
-//! The leases this process holds for executions the engine drives: a duplicate of one of them
-//! is answered in flight (or mismatch) from memory, without the store (C5). The process knows
-//! its holder is alive, even when the store cannot be written and the lease passed there, so a
-//! same-process retry never takes over a live execution nor queues for a busy writer.
+//! The leases this process holds: a duplicate of one is answered in flight (or mismatch) from
+//! memory (C5). A same-process retry never takes over a live execution, even past its lease.
 
 use crate::answer::Answer;
 use crate::changes::Wakeups;
@@ -11,25 +9,27 @@ use crate::request::Request;
 use crate::scope::RecordId;
 use crate::token::FencingToken;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-/// The `Retry-After` of an in-flight answer whose holder is past its lease (its completion is
-/// still being written).
+/// The `Retry-After` of an in-flight answer whose holder is past its lease.
 const PAST_LEASE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Live(Arc<Registry>);
 
+/// Locks `mutex`, whose data stays valid after a panic.
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// The live executions of one store, by record, and the duplicates waiting for them.
 #[derive(Debug, Default)]
 struct Registry {
     held: Mutex<HashMap<RecordId, Holder>>,
-    /// The executions whose heartbeat waits while their effect's transaction is open (a store
-    /// where renewing then would fail the transaction).
+    /// The executions whose heartbeat waits while their effect's transaction is open.
     paused: Mutex<HashSet<FencingToken>>,
-    /// The records being reserved through the engine right now, on a store with a
-    /// [`process_gate`](crate::store::Capabilities::process_gate).
+    /// The records being reserved now ([`process_gate`](crate::store::Capabilities::process_gate)).
     claims: Mutex<HashMap<RecordId, Claims>>,
     wakeups: Arc<Wakeups>,
     /// Whether the store's change feed was started (`Some`), and whether there is one.
@@ -48,8 +48,7 @@ struct Holder {
 struct Claims {
     /// Reservations of either kind that may commit on their own (two commits), or reads.
     shared: usize,
-    /// A one-commit execution (C15), with its fingerprint: its reservation is uncommitted
-    /// until its effect commits, so nobody else may reach the store for this record.
+    /// A one-commit execution (C15) and its fingerprint: nobody else may reach the store.
     exclusive: Option<Fingerprint>,
 }
 
@@ -70,18 +69,14 @@ pub(crate) struct Held {
 }
 
 impl Live {
-    /// The registry of the store whose [`identity`](crate::Store::identity) is `identity`,
-    /// shared by every engine of this process over that store (or a clone of it); a registry
-    /// of its own without one.
+    /// The registry every engine of this process shares over the store with this
+    /// [`identity`](crate::Store::identity); a registry of its own without one.
     pub(crate) fn of_store(identity: Option<usize>) -> Live {
         static SHARED: OnceLock<Mutex<HashMap<usize, Weak<Registry>>>> = OnceLock::new();
         let Some(identity) = identity else {
             return Live::default();
         };
-        let mut shared = SHARED
-            .get_or_init(Mutex::default)
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut shared = lock(SHARED.get_or_init(Mutex::default));
         // Registries whose engines are all gone are forgotten as others are made.
         shared.retain(|_, registry| registry.strong_count() > 0);
         if let Some(registry) = shared.get(&identity).and_then(Weak::upgrade) {
@@ -94,7 +89,7 @@ impl Live {
 
     /// The answer to `request` if this process runs an execution of its record now.
     pub(crate) fn answer(&self, request: &Request, lease: Duration) -> Option<Answer> {
-        let map = self.0.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = lock(&self.0.held);
         let holder = map.get(request.id())?;
         if holder.fingerprint != *request.fingerprint() {
             return Some(Answer::Mismatch);
@@ -111,15 +106,14 @@ impl Live {
         Some(Answer::InFlight { retry_after })
     }
 
-    /// Claims `request`'s record before the store is asked: `exclusive` for a one-commit
-    /// execution (C15), shared for anything else. A shared claim that meets an exclusive one is
-    /// answered from it (in flight, or mismatch for another fingerprint); an exclusive claim
-    /// that meets any other is answered in flight: somebody is reserving the record now.
+    /// Claims `request`'s record before the store: `exclusive` for one commit (C15). Meeting an
+    /// exclusive claim: in flight, or mismatch for another fingerprint. An exclusive claim
+    /// meeting any other: in flight.
     pub(crate) fn claim(&self, request: &Request, exclusive: bool) -> Result<Claim, Answer> {
         let in_flight = Answer::InFlight {
             retry_after: PAST_LEASE_RETRY_AFTER,
         };
-        let mut claims = self.0.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut claims = lock(&self.0.claims);
         let claims = claims.entry(request.id().clone()).or_default();
         match (claims.exclusive, exclusive) {
             (Some(held), _) if held != *request.fingerprint() => return Err(Answer::Mismatch),
@@ -142,11 +136,7 @@ impl Live {
             token: lease.token(),
             deadline: lease.local_deadline(),
         };
-        self.0
-            .held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(lease.id().clone(), holder);
+        lock(&self.0.held).insert(lease.id().clone(), holder);
         Held {
             live: self.clone(),
             id: lease.id().clone(),
@@ -156,7 +146,7 @@ impl Live {
 
     /// Moves the registered deadline of `lease` after a renewal.
     pub(crate) fn renewed(&self, lease: &Lease) {
-        let mut map = self.0.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = lock(&self.0.held);
         if let Some(holder) = map.get_mut(lease.id()) {
             if holder.token == lease.token() {
                 holder.deadline = lease.local_deadline();
@@ -164,15 +154,9 @@ impl Live {
         }
     }
 
-    /// The waiters of this store's records in this process.
-    /// Renewals of `lease` wait until the returned guard is dropped: its effect's transaction
-    /// is open on a store where a renewal from another connection would fail it.
+    /// Renewals of `lease` wait until the guard drops (a renewal would fail its transaction).
     pub(crate) fn pause_renewals(&self, lease: &Lease) -> Paused {
-        self.0
-            .paused
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(lease.token());
+        lock(&self.0.paused).insert(lease.token());
         Paused {
             live: self.clone(),
             token: lease.token(),
@@ -181,11 +165,7 @@ impl Live {
 
     /// Whether renewals of the execution holding `token` wait.
     pub(crate) fn renewals_paused(&self, token: FencingToken) -> bool {
-        self.0
-            .paused
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains(&token)
+        lock(&self.0.paused).contains(&token)
     }
 
     pub(crate) fn wakeups(&self) -> &Arc<Wakeups> {
@@ -207,22 +187,14 @@ pub(crate) struct Paused {
 
 impl Drop for Paused {
     fn drop(&mut self) {
-        self.live
-            .0
-            .paused
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.token);
+        lock(&self.live.0.paused).remove(&self.token);
     }
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
         let registry = &self.live.0;
-        let mut claims = registry
-            .claims
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut claims = lock(&registry.claims);
         if let Some(claimed) = claims.get_mut(&self.id) {
             if self.exclusive {
                 claimed.exclusive = None;
@@ -243,12 +215,7 @@ impl Drop for Claim {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let mut map = self
-            .live
-            .0
-            .held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut map = lock(&self.live.0.held);
         let ended = map.get(&self.id).is_some_and(|h| h.token == self.token);
         if ended {
             map.remove(&self.id);

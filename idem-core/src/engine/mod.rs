@@ -1,8 +1,7 @@
-//! `Idempotency<S>`: what applications call. The engine owns every path of the protocol
-//! (C16): the guard style ([`Idempotency::begin`], [`Idempotency::complete`]), the closure style
-//! ([`Idempotency::run`]) and the transactional closure of SQL stores
-//! ([`Idempotency::transact`]) share one admission, one reservation, one way of storing a
-//! completion and one stream of [`Event`]s.
+//! `Idempotency<S>`: what applications call. Guard ([`Idempotency::begin`],
+//! [`Idempotency::complete`]), closure ([`Idempotency::run`]) and transactional closure
+//! ([`Idempotency::transact`]) share one admission, reservation, completion and stream of
+//! [`Event`]s (C16).
 
 mod detach;
 mod gate;
@@ -20,6 +19,7 @@ pub use wait::waiting_now;
 use crate::answer::Answer;
 use crate::begin::Begin;
 use crate::completion::Completion;
+use crate::deadline::timer_at;
 use crate::doubt::Doubt;
 use crate::error::{Error, Field, StoreErrorKind};
 use crate::event::{Event, EventKind, Observer, Observers, Operation, TracingObserver};
@@ -45,18 +45,14 @@ use wait::{is_in_flight, Attempt};
 /// The idempotency engine: a [`Store`], a [`Policy`] and the [`Observer`]s of its events.
 /// Cloning is cheap (one `Arc`).
 ///
-/// Three ways to call it, one protocol:
-///
-/// - **closure**: [`run`](Self::run) reserves, runs the handler, completes or releases;
-///   dropping the future that awaits it (a client disconnecting from a hyper or axum server)
-///   does not cancel an execution that has started, which goes on as a task of its own (C8).
-/// - **transactional closure** (SQL stores): [`transact`](Self::transact), what the stores'
-///   `run_in_transaction` calls: the effect and its completion in one transaction.
-/// - **guard**: [`begin`](Self::begin) → [`Begin::Acquired`] → run the effect →
-///   [`complete`](Self::complete) (or [`release`](Self::release) when nothing happened). SQL
-///   stores write a [`completion`](Self::completion) inside the effect's own transaction. A
-///   guard-style caller that can be cancelled between the effect and `complete` must protect
-///   that stretch itself (a transaction does: the effect vanishes with it).
+/// - **closure**: [`run`](Self::run) reserves, runs the handler, completes or releases. A
+///   started execution runs on as its own task if the caller's future is dropped (C8).
+/// - **transactional closure** (SQL stores' `run_in_transaction`): [`transact`](Self::transact),
+///   the effect and its completion in one transaction.
+/// - **guard**: [`begin`](Self::begin) → [`Begin::Acquired`] → effect →
+///   [`complete`](Self::complete), or [`release`](Self::release) if nothing happened. SQL stores
+///   write a [`completion`](Self::completion) in the effect's transaction. The caller protects
+///   the stretch between effect and `complete` from cancellation (a transaction does).
 ///
 /// ```
 /// use idem_core::{Answer, Idempotency, MemoryStore, Outcome, StoredResponse};
@@ -90,8 +86,7 @@ struct Shared<S> {
     observers: Observers,
     gate: Gate,
     live: Live,
-    /// The store's [`process_gate`](crate::store::Capabilities::process_gate): whether
-    /// reservations claim their record in this process first.
+    /// The store's [`process_gate`](crate::store::Capabilities::process_gate).
     process_gate: ProcessGate,
 }
 
@@ -102,9 +97,8 @@ enum ProcessGate {
     Off,
     /// Claims in the registry every engine over this store shares.
     On,
-    /// The store has one but no [`identity`](Store::identity): engines over it (over a wrapper
-    /// that does not forward it, say) could not share their claims, so reservations are
-    /// refused rather than left to wait for another engine's one-commit transaction.
+    /// The store has one but no [`identity`](Store::identity) to share claims by (a wrapper
+    /// that does not forward it): reservations are refused.
     Unshareable,
 }
 
@@ -170,8 +164,8 @@ impl<S: Store> IdempotencyBuilder<S> {
         self
     }
 
-    /// Adds an observer of the engine's events, after those already set ([`TracingObserver`]
-    /// is the first, unless [`without_tracing`](Self::without_tracing)).
+    /// Adds an observer after those set ([`TracingObserver`] first, unless
+    /// [`without_tracing`](Self::without_tracing)).
     pub fn observer(mut self, observer: impl Observer) -> Self {
         self.observers.push(Arc::new(observer));
         self
@@ -186,7 +180,11 @@ impl<S: Store> IdempotencyBuilder<S> {
     /// The engine, its policy checked by [`Policy::validate`].
     pub fn build(self) -> Result<Idempotency<S>, Error> {
         self.policy.validate()?;
-        Ok(Idempotency {
+        Ok(self.assemble())
+    }
+
+    fn assemble(self) -> Idempotency<S> {
+        Idempotency {
             inner: Arc::new(Shared {
                 live: Live::of_store(self.store.identity()),
                 process_gate: ProcessGate::of(&self.store),
@@ -195,7 +193,7 @@ impl<S: Store> IdempotencyBuilder<S> {
                 observers: self.observers,
                 gate: Gate::default(),
             }),
-        })
+        }
     }
 }
 
@@ -216,18 +214,7 @@ fn shutting_down() -> Error {
 impl<S: Store> Idempotency<S> {
     /// An engine with the default [`Policy`] and the [`TracingObserver`].
     pub fn new(store: S) -> Self {
-        let mut observers = Observers::default();
-        observers.push(Arc::new(TracingObserver));
-        Self {
-            inner: Arc::new(Shared {
-                live: Live::of_store(store.identity()),
-                process_gate: ProcessGate::of(&store),
-                store,
-                policy: Policy::default(),
-                observers,
-                gate: Gate::default(),
-            }),
-        }
+        Self::builder(store).assemble()
     }
 
     /// An engine with `policy`, checked by [`Policy::validate`].
@@ -266,10 +253,9 @@ impl<S: Store> Idempotency<S> {
         Request::builder(consumer, method, route).max_body_bytes(self.inner.policy.max_body_bytes)
     }
 
-    /// Sends `event` to the observers. A completion that landed and a reservation given
-    /// back also wake the duplicates waiting for their record ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)).
-    /// Code beside the engine that changes records itself (idem-ops' reconciliation) reports
-    /// its decisions with it.
+    /// Sends `event` to the observers; a landed completion or a release also wakes the
+    /// duplicates waiting for their record ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)).
+    /// For code beside the engine that changes records (idem-ops' reconciliation).
     pub fn emit(&self, event: Event<'_>) {
         if matches!(
             event.kind(),
@@ -283,10 +269,8 @@ impl<S: Store> Idempotency<S> {
         self.inner.observers.emit(event);
     }
 
-    /// Runs one store call within the policy's deadline (C13) and reports it as a
-    /// [`StoreCall`](EventKind::StoreCall) event (C16): for code beside the engine that calls
-    /// the store itself (idem-ops' runners, an operator's tool). `call` gets the
-    /// [`Deadline`] to pass to the store.
+    /// Runs one store call within the policy's deadline (C13), reported as a
+    /// [`StoreCall`](EventKind::StoreCall) event (C16). `call` gets the [`Deadline`] to pass on.
     ///
     /// ```
     /// use idem_core::{Idempotency, MemoryStore, Operation, Store};
@@ -315,8 +299,7 @@ impl<S: Store> Idempotency<S> {
     {
         let started = Instant::now();
         let deadline = Deadline::after(self.inner.policy.store_timeout);
-        // Guard style may run on a runtime without a time driver (or none): the deadline
-        // bounds nothing there but the store's own waits.
+        // Without a time driver (guard style) only the store's own waits are bounded.
         let result = deadline.bound(operation, call(deadline)).await;
         let mut event = Event::new(EventKind::StoreCall)
             .of(operation)
@@ -331,35 +314,23 @@ impl<S: Store> Idempotency<S> {
         result
     }
 
-    /// The body limit, however the request was built (C12).
-    fn admit(&self, request: &Request) -> Result<(), Error> {
-        let limit = self.inner.policy.max_body_bytes;
-        if request.body_len() > limit {
-            return Err(Error::BodyTooLarge {
-                limit,
-                actual: request.body_len(),
-            });
-        }
-        Ok(())
-    }
-
-    /// What is answered before the store is asked: the body limit (413), the shutdown gate
-    /// (503), and a duplicate of an execution this process is running (in flight or mismatch
-    /// from memory, C5).
+    /// Answers before the store: body limit however the request was built (413, C12),
+    /// shutdown (503), a duplicate of an execution running here (from memory, C5).
     fn answer_before_store(&self, request: &Request) -> Result<Option<Answer>, Error> {
-        self.admit(request)?;
+        let (limit, actual) = (self.inner.policy.max_body_bytes, request.body_len());
+        if actual > limit {
+            return Err(Error::BodyTooLarge { limit, actual });
+        }
         if self.inner.gate.is_closing() {
             return Err(shutting_down());
         }
         Ok(self.inner.live.answer(request, self.inner.policy.lease))
     }
 
-    /// Claims `request`'s record in this process before the store is asked, on a store with a
-    /// [`process_gate`](crate::store::Capabilities::process_gate) (`Ok(None)` on any other):
-    /// `exclusive` for a one-commit execution (C15). `Err(answer)`: the claim met a one-commit
-    /// execution of the record (or, exclusive, any other reservation): the record as committed
-    /// answers if it can (a replay, a live reservation, a mismatch with it), else the claim it
-    /// met does (in flight, or mismatch with its fingerprint). Never waits for a writer.
+    /// Claims the record in this process on a store with a
+    /// [`process_gate`](crate::store::Capabilities::process_gate) (else `Ok(None)`); `exclusive`
+    /// for one commit (C15). `Err(answer)`: the claim met a one-commit execution (or, exclusive,
+    /// any reservation); the committed record answers if it can, else the claim met. Never waits.
     async fn claim(
         &self,
         request: &Request,
@@ -393,11 +364,8 @@ impl<S: Store> Idempotency<S> {
         }))
     }
 
-    /// Filters and checks a replayed response again before it is sent (C7, C12): a record
-    /// written under another policy, or by hand, can neither leak a cookie nor inject a header;
-    /// one that fails the check is [`Error::CorruptRecord`]. An in-flight answer's
-    /// `retry_after` is at most the lease (a store that read its clock a moment before another
-    /// process reserved can compute a little more).
+    /// Filters and checks a replay again before sending (C7, C12), whatever policy wrote it
+    /// (failing: [`Error::CorruptRecord`]). An in-flight `retry_after` is capped at the lease.
     fn screen(&self, answer: Answer) -> Result<Answer, Error> {
         let policy = &self.inner.policy;
         let mut stored = match answer {
@@ -423,23 +391,16 @@ impl<S: Store> Idempotency<S> {
                 Event::new(acquire_kind(lease.acquired())).of_lease(lease)
             }
             Ok(Begin::Answered(answer)) => Event::new(answer_kind(answer)).about(id),
-            Err(_) => Event::new(EventKind::Rejected).about(id),
-        }
-        .took(started.elapsed());
-        match result {
-            Err(error) => self.emit(event.failed(error)),
-            Ok(_) => self.emit(event),
-        }
+            Err(error) => Event::new(EventKind::Rejected).about(id).failed(error),
+        };
+        self.emit(event.took(started.elapsed()));
     }
 
-    /// Reserves the request, or answers it without running anything (replay, in flight,
-    /// mismatch). A body over the policy's limit is [`Error::BodyTooLarge`] however the
-    /// request was built, and nothing is written (C12). During a [`shutdown`](Self::shutdown)
-    /// it is refused (store unavailable, 503).
-    ///
-    /// Under a policy that waits ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)), a
-    /// duplicate of a running execution waits for its end (C5) and gets what it left: the
-    /// replay, or the reservation if the key was given back or its lease passed.
+    /// Reserves the request, or answers it (replay, in flight, mismatch). A body over the
+    /// limit is [`Error::BodyTooLarge`], nothing written (C12); during a
+    /// [`shutdown`](Self::shutdown) it is refused (503).
+    /// Under [`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait), a
+    /// duplicate waits for the running execution's end (C5): a replay, or the reservation.
     pub async fn begin(&self, request: &Request) -> Result<Begin, Error> {
         self.with_wait(request.id(), (), |(), quiet| {
             self.begin_once(request, quiet)
@@ -447,8 +408,7 @@ impl<S: Store> Idempotency<S> {
         .await
     }
 
-    /// One attempt of [`begin`](Self::begin); `quiet`: an in-flight answer is not reported
-    /// (the wait reports how it ended).
+    /// One attempt of [`begin`](Self::begin); `quiet`: in flight is left to the wait to report.
     async fn begin_once(
         &self,
         request: &Request,
@@ -506,14 +466,10 @@ impl<S: Store> Idempotency<S> {
         }
     }
 
-    /// The completion of `lease` with `response`, as it will be stored and sent: headers
-    /// filtered by the policy (C7), validated, encoded. A response that cannot be stored (a
-    /// status outside 100..=599, a header value with CR or LF, a header name that is not a
-    /// token) becomes a stored 500 problem: the effect may have run, so the key is never given
-    /// back for it and the client never sees a 4xx for a server's fault (C8).
-    ///
-    /// A SQL store writes it inside the effect's transaction (`complete_in`); [`complete`](
-    /// Self::complete) writes it on its own.
+    /// The completion of `lease` with `response` as stored and sent: headers filtered (C7),
+    /// validated, encoded. A response that cannot be stored becomes a stored 500 problem, never
+    /// a released key (C8). SQL stores write it with `complete_in`; [`complete`](Self::complete)
+    /// writes it on its own.
     pub fn completion(&self, lease: &Lease, response: StoredResponse) -> Completion {
         let policy = &self.inner.policy;
         let prepared = policy
@@ -539,9 +495,8 @@ impl<S: Store> Idempotency<S> {
         Completion::new(lease, response, encoded, policy.retention)
     }
 
-    /// The completion of an execution whose outcome is unknown (C8): `response` (the 500
-    /// problem of an unknown outcome unless the handler chose one) marked with `doubt`, for a
-    /// reconciler to settle (docs/state-machine.md, "Records in doubt").
+    /// The completion of an unknown outcome (C8): `response` (default: the 500 problem) marked
+    /// with `doubt` for a reconciler (docs/state-machine.md, "Records in doubt").
     pub(crate) fn doubtful_completion(
         &self,
         lease: &Lease,
@@ -552,12 +507,9 @@ impl<S: Store> Idempotency<S> {
             .in_doubt(&doubt)
     }
 
-    /// Stores the response and completes the record, if the lease still holds (C6); returns the
-    /// response as stored (see [`completion`](Self::completion)).
-    ///
-    /// A store failure is retried with backoff while the lease lasts, and a retry that finds its
-    /// own earlier attempt landed succeeds: the effect has run, so the key must not pass to a
-    /// takeover while the completion can still be stored (C8).
+    /// Completes the record if the lease holds (C6); returns the response as stored (see
+    /// [`completion`](Self::completion)). Store failures are retried with backoff while the
+    /// lease lasts; a retry finding its own earlier write succeeds (C8).
     pub async fn complete(
         &self,
         lease: Lease,
@@ -571,9 +523,7 @@ impl<S: Store> Idempotency<S> {
         result
     }
 
-    /// Reports how an execution ended once its answer was stored (`stored`, the execution's
-    /// kind: executed, or outcome unknown) or could not be (outcome unknown); a lost lease was
-    /// reported where it was found. Each acquisition ends with exactly one such event.
+    /// Reports an execution's one end: `stored` if its answer was stored, else outcome unknown.
     fn report_end(&self, lease: &Lease, stored: EventKind, result: &Result<StoredResponse, Error>) {
         match result {
             Ok(_) => self.emit(Event::new(stored).of_lease(lease)),
@@ -586,9 +536,8 @@ impl<S: Store> Idempotency<S> {
         }
     }
 
-    /// For guard-style callers that wrote `completion` inside their own transaction (a SQL
-    /// store's `complete_in`) and committed it: reports the execution's end (its completion
-    /// landed; executed), as the engine's own paths do (C16). Call it after the commit.
+    /// Reports the end of a guard-style execution whose caller committed `completion` in its
+    /// own transaction (`complete_in`), as the engine's paths do (C16). Call it after the commit.
     ///
     /// ```
     /// use idem_core::{Begin, Idempotency, MemoryStore, Store, StoredResponse};
@@ -605,43 +554,33 @@ impl<S: Store> Idempotency<S> {
     /// # }
     /// ```
     pub fn committed(&self, completion: &Completion) {
-        let id = completion.id();
-        let token = completion.token();
-        self.emit(
-            Event::new(EventKind::CompletionLanded)
-                .about(id)
-                .held_by(token),
-        );
-        self.emit(Event::new(EventKind::Executed).about(id).held_by(token));
+        let (id, token) = (completion.id(), completion.token());
+        for kind in [EventKind::CompletionLanded, EventKind::Executed] {
+            self.emit(Event::new(kind).about(id).held_by(token));
+        }
     }
 
-    /// Gives the reservation up so a retry can run (C8), if the lease still holds. Call it only
-    /// when the effect did not happen.
+    /// Gives the reservation up for a retry (C8) if the lease holds. Only if no effect happened.
     pub async fn release(&self, lease: Lease) -> Result<(), Error> {
         let result = self
             .store_call(Operation::Release, Some(lease.id()), |deadline| {
                 self.inner.store.release(&lease, deadline)
             })
             .await;
+        // A failed release leaves the key to its lease: still the end of this execution.
+        let kind = match &result {
+            Err(Error::LeaseLost) => EventKind::LeaseLost,
+            _ => EventKind::Released,
+        };
+        let event = Event::new(kind).of_lease(&lease);
         match &result {
-            Ok(()) => self.emit(Event::new(EventKind::Released).of_lease(&lease)),
-            Err(error @ Error::LeaseLost) => self.emit(
-                Event::new(EventKind::LeaseLost)
-                    .of_lease(&lease)
-                    .failed(error),
-            ),
-            // The reservation passes with its lease: still the end of this execution.
-            Err(error) => self.emit(
-                Event::new(EventKind::Released)
-                    .of_lease(&lease)
-                    .failed(error),
-            ),
+            Ok(()) => self.emit(event),
+            Err(error) => self.emit(event.failed(error)),
         }
         result
     }
 
-    /// Extends a long handler's lease by the policy's lease from now (C9), if it still holds.
-    /// A lost lease ends a guard-style execution: it is reported (`lease_lost`).
+    /// Extends the lease by the policy's lease from now (C9) if it holds; a loss is reported.
     pub async fn renew(&self, lease: &mut Lease) -> Result<(), Error> {
         let result = self.renew_lease(lease).await;
         if let Err(error @ Error::LeaseLost) = &result {
@@ -654,29 +593,23 @@ impl<S: Store> Idempotency<S> {
         result
     }
 
-    /// Renews `lease`; a lost lease is the caller's to report (an execution the engine drives
-    /// reports it where it ends).
+    /// Renews `lease`; a lost lease is the caller's to report.
     pub(crate) async fn renew_lease(&self, lease: &mut Lease) -> Result<(), Error> {
         let started = Instant::now();
         let lease_for = self.inner.policy.lease;
-        let result = self
+        let until = self
             .store_call(Operation::Renew, Some(lease.id()), |deadline| {
                 self.inner.store.renew(lease, lease_for, deadline)
             })
-            .await;
-        match result {
-            Ok(until) => {
-                lease.renewed(until, deadline_after(started, lease_for));
-                self.inner.live.renewed(lease);
-                self.emit(
-                    Event::new(EventKind::LeaseRenewed)
-                        .of_lease(lease)
-                        .took(started.elapsed()),
-                );
-                Ok(())
-            }
-            Err(error) => Err(error),
-        }
+            .await?;
+        lease.renewed(until, deadline_after(started, lease_for));
+        self.inner.live.renewed(lease);
+        self.emit(
+            Event::new(EventKind::LeaseRenewed)
+                .of_lease(lease)
+                .took(started.elapsed()),
+        );
+        Ok(())
     }
 
     /// Deletes one batch of expired records (at most [`Policy::purge_batch`]); returns how many.
@@ -697,13 +630,9 @@ impl<S: Store> Idempotency<S> {
     }
 
     /// Waits until every execution the engine drives ([`run`](Self::run),
-    /// [`transact`](Self::transact), the HTTP layer) has finished, including those whose
-    /// callers went away and completions still being written. Call it on shutdown, after the
-    /// server stopped accepting requests and before the runtime stops: a runtime that shuts
-    /// down cancels the tasks still running, and their effects would then be left to a
-    /// takeover. [`shutdown`](Self::shutdown) also refuses new executions first: without it,
-    /// a request not yet admitted (a duplicate still waiting for its original, for one) may
-    /// start an execution after `drain` returned.
+    /// [`transact`](Self::transact), the HTTP layer) has finished, detached ones included. Call it
+    /// after the server stops accepting and before the runtime stops. Without
+    /// [`shutdown`](Self::shutdown)'s refusal, an execution may still start after it returns.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -717,10 +646,8 @@ impl<S: Store> Idempotency<S> {
         self.inner.gate.drained().await;
     }
 
-    /// Shuts the engine down: from now on every request is refused with "store unavailable"
-    /// (503 with `Retry-After`: the client retries, on another instance), then waits for the
-    /// executions under way to finish ([`drain`](Self::drain)). An execution that was admitted
-    /// before runs to its end; none starts after.
+    /// Refuses every request from now on ("store unavailable", 503 with `Retry-After`), then
+    /// [`drain`](Self::drain)s: admitted executions finish, none starts.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -739,9 +666,7 @@ impl<S: Store> Idempotency<S> {
         self.drain().await;
     }
 
-    /// [`shutdown`](Self::shutdown), waiting at most `grace` for the executions under way;
-    /// returns how many were still running when it gave up (0: all finished). Those are left
-    /// to their lease (C9): give the grace more than your slowest handler.
+    /// [`shutdown`](Self::shutdown) within `grace`; returns how many were left to their lease.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -758,11 +683,8 @@ impl<S: Store> Idempotency<S> {
         }
     }
 
-    /// The first half of [`shutdown`](Self::shutdown), without waiting: from now on every
-    /// request is refused with "store unavailable" (503 with `Retry-After`). For servers whose
-    /// own graceful shutdown drains connections: close when the signal arrives, so requests
-    /// still arriving on open connections start nothing, then [`drain`](Self::drain) once the
-    /// server stopped.
+    /// [`shutdown`](Self::shutdown)'s refusal without the wait, for servers that drain their
+    /// own connections: close on the signal, [`drain`](Self::drain) once the server stopped.
     ///
     /// ```
     /// let idem = idem_core::Idempotency::new(idem_core::MemoryStore::new());
@@ -802,19 +724,12 @@ pub(crate) fn outcome_unknown() -> StoredResponse {
     Problem::outcome_unknown().to_response()
 }
 
-/// Whether the current Tokio runtime has a time driver (a timer can be made). Tokio has no
-/// question for it: making a timer without one panics (the panic hook prints it once).
+/// Whether the current Tokio runtime has a time driver (without one, making a timer panics).
 pub(crate) fn has_timers() -> bool {
-    timer(Duration::ZERO).is_some()
+    timer_at(Instant::now()).is_some()
 }
 
-/// A timer that fires after `d`, if the current Tokio runtime has a time driver.
-fn timer(d: Duration) -> Option<tokio::time::Sleep> {
-    std::panic::catch_unwind(|| tokio::time::sleep(d)).ok()
-}
-
-/// Waits `d` between two completion attempts: on Tokio's timer where there is one, else on
-/// the blocking pool, else (no Tokio at all, guard style on another executor) on this thread.
+/// Waits `d`: on Tokio's timer, else its blocking pool, else (no Tokio) this thread.
 pub(crate) async fn pause(d: Duration) {
     if tokio::runtime::Handle::try_current().is_err() {
         std::thread::sleep(d);

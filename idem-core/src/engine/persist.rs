@@ -1,8 +1,6 @@
-//! Storing a completion once the effect may have run (C6, C8): retried while a retry may help,
-//! recognised when an earlier attempt landed and only its answer was lost, replaced by a stored
-//! 500 when the store refuses it for good, and continued past the caller's answer (on a task of
-//! its own) when the store cannot be written for now: a slow store never turns into a second
-//! execution.
+//! Storing a completion once the effect may have run (C6, C8): retried, recognised when an
+//! earlier attempt landed, replaced by a stored 500 when refused for good, continued on its own
+//! task past the caller's answer. A slow store never causes a second execution.
 
 use super::{is_timed_out, pause, Idempotency, FIRST_BACKOFF, MAX_BACKOFF};
 use crate::answer::Answer;
@@ -17,9 +15,8 @@ use crate::store::Store;
 use std::time::Instant;
 
 impl<S: Store> Idempotency<S> {
-    /// Stores `completion` for `lease`, trying until `deadline` (for ever with `None`); returns
-    /// the response as stored. A completion the store refuses for good is replaced by a stored
-    /// 500 (the effect has run: the key must not pass to a takeover, C8).
+    /// Stores `completion`, trying until `deadline` (`None`: for ever); returns the response as
+    /// stored. One refused for good is replaced by a stored 500 (C8).
     pub(crate) async fn store_completion(
         &self,
         lease: &Lease,
@@ -33,19 +30,14 @@ impl<S: Store> Idempotency<S> {
                         .of_lease(lease)
                         .failed(&error),
                 );
-                let fallback = self.doubtful_completion(
-                    lease,
-                    None,
-                    Doubt::new(DoubtCause::CompletionRefused, ""),
-                );
-                self.persist(&fallback, deadline, None).await
+                self.persist(&self.refused_fallback(lease), deadline, None)
+                    .await
             }
             result => result,
         }
     }
 
-    /// Writes `completion`, retrying what a retry may fix until `deadline`, or until
-    /// `timeouts` attempts in a row were cut off by the engine's deadline.
+    /// Writes `completion`, retrying until `deadline` or `timeouts` timeouts in a row.
     async fn persist(
         &self,
         completion: &Completion,
@@ -53,7 +45,8 @@ impl<S: Store> Idempotency<S> {
         timeouts: Option<u32>,
     ) -> Result<StoredResponse, Error> {
         let store = &self.inner.store;
-        let id = completion.id();
+        let (id, token) = (completion.id(), completion.token());
+        let event = |kind| Event::new(kind).about(id).held_by(token);
         let mut backoff = FIRST_BACKOFF;
         let mut timed_out = 0u32;
         loop {
@@ -65,12 +58,7 @@ impl<S: Store> Idempotency<S> {
                 .await;
             let error = match attempt {
                 Ok(()) => {
-                    self.emit(
-                        Event::new(EventKind::CompletionLanded)
-                            .about(id)
-                            .held_by(completion.token())
-                            .took(started.elapsed()),
-                    );
+                    self.emit(event(EventKind::CompletionLanded).took(started.elapsed()));
                     return Ok(completion.response().clone());
                 }
                 Err(Error::LeaseLost) => return self.landed(completion).await,
@@ -87,46 +75,31 @@ impl<S: Store> Idempotency<S> {
             {
                 return Err(error);
             }
-            self.emit(
-                Event::new(EventKind::CompletionRetried)
-                    .about(id)
-                    .held_by(completion.token())
-                    .failed(&error),
-            );
+            self.emit(event(EventKind::CompletionRetried).failed(&error));
             pause(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
 
-    /// After a refused completion: an earlier attempt of this execution (its answer lost, or
-    /// written in the effect's own transaction) may have landed. The record then carries this
-    /// token, completed: what every retry replays is what was stored, so that is the answer,
-    /// even if it differs from the response at hand. Otherwise the lease was lost.
+    /// After a fenced-out write: if an earlier attempt landed under this token, the stored
+    /// response is the answer (what retries replay); otherwise the lease was lost.
     async fn landed(&self, completion: &Completion) -> Result<StoredResponse, Error> {
-        match self.stored_under(completion.id(), completion).await {
+        let (id, token) = (completion.id(), completion.token());
+        let event = |kind| Event::new(kind).about(id).held_by(token);
+        match self.stored_under(id, completion).await {
             Some(stored) => {
-                self.emit(
-                    Event::new(EventKind::CompletionLanded)
-                        .about(completion.id())
-                        .held_by(completion.token()),
-                );
+                self.emit(event(EventKind::CompletionLanded));
                 Ok(stored)
             }
             None => {
-                self.emit(
-                    Event::new(EventKind::LeaseLost)
-                        .about(completion.id())
-                        .held_by(completion.token())
-                        .failed(&Error::LeaseLost),
-                );
+                self.emit(event(EventKind::LeaseLost).failed(&Error::LeaseLost));
                 Err(Error::LeaseLost)
             }
         }
     }
 
-    /// The response stored for the record of `completion` under its token, screened as a
-    /// replay is, if the record is completed under it. Store failures are retried for a
-    /// while: a completion that landed must not be taken for a lost one because a read failed.
+    /// The response completed under `completion`'s token, screened as a replay. Read failures
+    /// are retried for a while: a failed read must not make a landed completion look lost.
     pub(crate) async fn stored_under(
         &self,
         id: &crate::scope::RecordId,
@@ -167,12 +140,15 @@ impl<S: Store> Idempotency<S> {
             _ => None,
         }
     }
+
+    /// The stored 500 in place of a completion the store refused (C8).
+    fn refused_fallback(&self, lease: &Lease) -> Completion {
+        self.doubtful_completion(lease, None, Doubt::new(DoubtCause::CompletionRefused, ""))
+    }
 }
 
 impl<S: Store + 'static> Idempotency<S> {
-    /// Goes on storing `completion` on a task of its own, past the caller's answer, until it
-    /// lands or the lease is taken (C8); `hold` (the heartbeat, the live lease) lives as long.
-    /// [`drain`](Self::drain) waits for it.
+    /// Keeps storing `completion` on its own task (C8), with `hold`; [`drain`](Self::drain) waits.
     pub(crate) fn keep_completing<H: Send + 'static>(
         &self,
         lease: Lease,
@@ -196,10 +172,9 @@ impl<S: Store + 'static> Idempotency<S> {
         });
     }
 
-    /// Past the lease, until the completion lands or the lease is taken. A completion that
-    /// keeps being cut off by the store timeout while the store answers smaller writes (a large
-    /// response on a slow link) is replaced by the small stored 500 of C8, so that the key
-    /// resolves; while the store is slow or down for everything, the real one is tried again.
+    /// Past the lease, until the completion lands or the lease is taken. One that keeps timing
+    /// out while the store answers other calls is replaced by the small 500 of C8; a store slow
+    /// for everything gets the real one again.
     async fn complete_past_lease(
         &self,
         lease: &Lease,
@@ -212,9 +187,7 @@ impl<S: Store + 'static> Idempotency<S> {
                 .await
             {
                 Err(error) if is_timed_out(&error) => {
-                    // A store frozen or slow for everything is waited for with the real
-                    // completion: the 500 is only for one the store answers other calls beside
-                    // (a read now, and the completion cut off once more right after it).
+                    // The 500 only if a read succeeds and the completion times out again.
                     let id = lease.id();
                     let probe = self
                         .store_call(Operation::Lookup, Some(id), |deadline| {
@@ -228,11 +201,7 @@ impl<S: Store + 'static> Idempotency<S> {
                         Err(error) if is_timed_out(&error) => {}
                         result => return (stored, result),
                     }
-                    let fallback = self.doubtful_completion(
-                        lease,
-                        None,
-                        Doubt::new(DoubtCause::CompletionRefused, ""),
-                    );
+                    let fallback = self.refused_fallback(lease);
                     match self
                         .persist(&fallback, None, Some(TIMEOUTS_BEFORE_FALLBACK))
                         .await
@@ -251,19 +220,9 @@ impl<S: Store + 'static> Idempotency<S> {
                     }
                 }
                 Err(error) if !matches!(error, Error::LeaseLost) && !error.is_retryable() => {
-                    return (
-                        EventKind::OutcomeUnknown,
-                        self.store_completion(
-                            lease,
-                            self.doubtful_completion(
-                                lease,
-                                None,
-                                Doubt::new(DoubtCause::CompletionRefused, ""),
-                            ),
-                            None,
-                        )
-                        .await,
-                    );
+                    let fallback = self.refused_fallback(lease);
+                    let result = self.store_completion(lease, fallback, None).await;
+                    return (EventKind::OutcomeUnknown, result);
                 }
                 result => return (stored, result),
             }
@@ -271,6 +230,5 @@ impl<S: Store + 'static> Idempotency<S> {
     }
 }
 
-/// How many attempts in a row cut off by the store timeout, past the lease, before the small
-/// stored 500 is tried in place of a completion.
+/// Timeouts in a row, past the lease, before the small stored 500 is tried instead.
 const TIMEOUTS_BEFORE_FALLBACK: u32 = 3;

@@ -1,6 +1,7 @@
 //! The closure style: [`Idempotency::run`] and what its handler gets, [`Context`].
 
 use super::detach::{Boxed, Detach};
+use super::live::lock;
 use super::wait::{is_in_flight, Attempt};
 use super::{has_timers, needs_timers, shutting_down, Idempotency};
 use crate::begin::Begin;
@@ -18,48 +19,33 @@ use crate::unwind::CatchUnwind;
 use std::fmt;
 use std::future::Future;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 impl<S: Store + 'static> Idempotency<S> {
-    /// The closure style: begin; when acquired, run `handler`, then complete with its response
-    /// (a 402 decline, a 409 conflict, a 5xx are stored and replayed, C8), unless its status is
-    /// one of the policy's [`refusals`](crate::Policy::refusals) (400, 404, 422...: the request
-    /// was refused before it executed), which is answered as [`Outcome::Refused`], not stored,
-    /// the key released. **A handler that answers such a status after its effect ran must
-    /// return [`Reply::Executed`]**, else the retry runs the effect again. Replays, in-flight
-    /// duplicates and mismatches never call `handler`. Needs a Tokio runtime with its time driver (what
-    /// `#[tokio::main]` builds); without one nothing runs and the error says so.
+    /// Begins; when acquired, runs `handler` and stores its response (402, 409, 5xx are stored
+    /// and replayed, C8). A status among the policy's [`refusals`](crate::Policy::refusals) is
+    /// [`Outcome::Refused`]: not stored, key released. **A handler that answers such a status
+    /// after its effect ran must return [`Reply::Executed`]**, or a retry runs the effect again.
+    /// Answered requests never call `handler`. Needs a Tokio runtime with its time driver.
     ///
-    /// **Cancellation.** The execution outlives the future returned here: it is polled in the
-    /// caller's task while the caller waits, and if that future is dropped (the client
-    /// disconnected and the server dropped the request's future), the execution goes on as a
-    /// task of its own to its completion or release, and a retry gets its answer. So the
-    /// handler must not rely on the caller's task-locals, and a caller that keeps this future
-    /// must poll it to its end (or drop it): one kept but never polled again holds its key. Before the
-    /// runtime shuts down, [`shutdown`](Self::shutdown) or [`drain`](Self::drain) waits for
-    /// such executions.
+    /// **Cancellation.** Dropping this future does not cancel a started execution: it goes on as
+    /// its own task to its completion or release ([`shutdown`](Self::shutdown) and
+    /// [`drain`](Self::drain) wait for it). The handler must not rely on the caller's
+    /// task-locals; a future kept but never polled again holds its key.
     ///
-    /// **Waiting** (opt-in, [`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)): a duplicate
-    /// of a running execution waits for its end and gets its replay; if the original gave the
-    /// key back (or its lease passed), this `handler` runs instead; if the wait ends first, the
-    /// in-flight answer. Waiting holds no store connection and no thread; dropping this future
-    /// while it is parked cancels the wait, and nothing runs; a read of the record already
-    /// under way when it is dropped goes on like any request whose reservation was sent (C8):
-    /// if it acquires the key, the handler runs to its end.
+    /// **Waiting** ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)): a duplicate waits
+    /// for the original's end and replays it, or runs `handler` if the key was given back or the
+    /// lease passed; in flight if the wait ends first. It holds no connection or thread. Dropped
+    /// while parked, nothing runs; a read already sent goes on (C8).
     ///
-    /// **Lease.** While the handler runs, the engine renews its lease on a heartbeat (every third
-    /// of the policy's lease, from a thread of its own), so a slow handler is never taken over
-    /// while its process lives; [`Context::renew`] is there for handlers that want to know they
-    /// still hold it. A duplicate arriving in this process meanwhile is answered in flight
-    /// without asking the store.
+    /// **Lease.** A heartbeat renews it every third of the lease (C9); [`Context::renew`] tells a
+    /// handler it still holds it. Duplicates here are answered in flight from memory.
     ///
-    /// **Errors** (C8), see [`Failure`]: [`Failure::nothing_happened`] releases the key and
-    /// returns [`RunError::Released`]; any other error (what `?` gives) means the outcome is
-    /// unknown: a 500 problem (or the response given with [`Failure::unknown_with`]) is stored
-    /// for the key and returned in [`RunError::Unknown`]. A handler that panics is treated the
-    /// same (a 500 is stored), then the panic resumes in the caller. If a completion cannot be
-    /// stored within the lease, [`RunError::Incomplete`] (answer 500) while the engine goes on
-    /// trying on its own task until it lands or another attempt takes the lease.
+    /// **Errors** (C8, [`Failure`]): [`Failure::nothing_happened`] releases the key
+    /// ([`RunError::Released`]); any other error stores a 500 (or
+    /// [`Failure::unknown_with`]'s response) and returns [`RunError::Unknown`]. A panic stores a
+    /// 500, then resumes in the caller. A completion not stored within the lease is
+    /// [`RunError::Incomplete`] while the engine keeps trying on its own task.
     pub async fn run<F, Fut, R, E>(
         &self,
         request: &Request,
@@ -80,8 +66,7 @@ impl<S: Store + 'static> Idempotency<S> {
         .await
     }
 
-    /// One attempt of [`run`](Self::run): `handler` comes back unused with an in-flight answer
-    /// (not reported when `quiet`), for the next attempt of a wait.
+    /// One attempt of [`run`](Self::run): `handler` comes back unused when in flight.
     async fn run_once<F, Fut, R, E>(
         &self,
         request: &Request,
@@ -111,8 +96,7 @@ impl<S: Store + 'static> Idempotency<S> {
                     },
                     Ok(Begin::Answered(answer)) => Attempt::Done(Ok(Outcome::Answered(answer))),
                     Ok(Begin::Acquired(lease)) => {
-                        // Boxed on this path only: an answer does not carry the size of an
-                        // execution in its future.
+                        // Boxed here only: an answer's future stays small.
                         Attempt::Done(Box::pin(engine.execute(lease, handler)).await)
                     }
                 }
@@ -122,9 +106,8 @@ impl<S: Store + 'static> Idempotency<S> {
         .await
     }
 
-    /// Runs `execution` so that it outlives its caller ([`Detach`]), counted by the shutdown gate
-    /// (refused once shutdown began, with `refused` of the error): a dropped caller does not
-    /// cancel it (C8), and a panic in it resumes in the caller.
+    /// Runs `execution` so it outlives its caller ([`Detach`], C8), counted by the shutdown gate
+    /// (`refused` once shutdown began); a panic resumes in the caller.
     pub(crate) async fn execution<T>(
         &self,
         id: &RecordId,
@@ -152,9 +135,8 @@ impl<S: Store + 'static> Idempotency<S> {
         Fut: Future<Output = Result<R, Failure<E>>>,
         R: Into<Reply>,
     {
-        // The live lease and the heartbeat last until the completion, the release or the check
-        // has finished (or, past the lease, until the completion landed): the record of a live
-        // process must never look orphaned while its answer is being stored.
+        // The live lease and heartbeat last until the answer is stored or given back: a live
+        // process's record never looks orphaned.
         let live = self.inner.live.hold(&lease);
         let lease = match self.still_held(lease).await {
             Ok(lease) => lease,
@@ -187,16 +169,15 @@ impl<S: Store + 'static> Idempotency<S> {
         }
     }
 
-    /// Before the handler runs: a lease that is half gone (the execution's task waited behind a
-    /// busy or blocked worker after its reservation) is renewed first, and one that passed and
-    /// was taken never runs the handler: another attempt holds the key (answered in flight).
-    /// Nothing has run yet, so nothing is lost by not running.
+    /// Before the handler: renews a half-gone lease; a lost one runs nothing (in flight).
     async fn still_held<E>(&self, mut lease: Lease) -> Result<Lease, Result<Outcome, RunError<E>>> {
         let half = self.inner.policy.lease / 2;
-        let left = lease.local_deadline().map_or(half, |d| {
-            d.saturating_duration_since(std::time::Instant::now())
-        });
-        if left >= half {
+        let left = |lease: &Lease| {
+            lease.local_deadline().map_or(half, |d| {
+                d.saturating_duration_since(std::time::Instant::now())
+            })
+        };
+        if left(&lease) >= half {
             return Ok(lease);
         }
         match self.renew_lease(&mut lease).await {
@@ -212,15 +193,10 @@ impl<S: Store + 'static> Idempotency<S> {
                 })))
             }
             Err(error) => {
-                // The store did not say: run only if the heartbeat can renew before the lease
-                // ends (it tries at a third of the lease, sooner when less is left).
-                let left = lease.local_deadline().map_or(half, |d| {
-                    d.saturating_duration_since(std::time::Instant::now())
-                });
-                if left >= self.inner.policy.lease / 3 {
+                // Unknown: run only if the heartbeat can still renew in time.
+                if left(&lease) >= self.inner.policy.lease / 3 {
                     return Ok(lease);
                 }
-                // Too little left to run anything safely: nothing ran, the key goes back.
                 let _ = self.release(lease).await;
                 Err(Err(RunError::Idem(error)))
             }
@@ -240,9 +216,13 @@ impl<S: Store + 'static> Idempotency<S> {
         match result {
             Ok(reply) => match reply.into() {
                 Reply::Respond(response) if self.inner.policy.is_refusal(response.status) => {
-                    self.refuse(lease, response, hold).await
+                    self.give_back(lease, hold, Ok(Outcome::Refused(response)))
+                        .await
                 }
-                Reply::Refused(response) => self.refuse(lease, response, hold).await,
+                Reply::Refused(response) => {
+                    self.give_back(lease, hold, Ok(Outcome::Refused(response)))
+                        .await
+                }
                 Reply::Respond(response) | Reply::Executed(response) => {
                     let completion = self.completion(&lease, response);
                     let stored = self
@@ -255,11 +235,8 @@ impl<S: Store + 'static> Idempotency<S> {
             },
             Err(failure) => match failure.into_parts() {
                 (error, Meaning::NothingHappened) => {
-                    // A failed release only means the reservation passes with its lease
-                    // (reported by `release`); the handler said nothing happened.
-                    let _ = self.release(lease).await;
-                    drop(hold);
-                    Err(RunError::Released(error))
+                    self.give_back(lease, hold, Err(RunError::Released(error)))
+                        .await
                 }
                 (error, Meaning::Unknown { response, note }) => {
                     let doubt = Doubt::new(DoubtCause::Failure, note);
@@ -276,25 +253,16 @@ impl<S: Store + 'static> Idempotency<S> {
         }
     }
 
-    /// A request the handler refused before it executed (C8): nothing is stored, the key goes
-    /// back (fenced: a lost lease changes nothing), and the caller sends `response`.
-    async fn refuse<E, H>(
-        &self,
-        lease: Lease,
-        response: StoredResponse,
-        hold: H,
-    ) -> Result<Outcome, RunError<E>> {
-        // A failed release only means the reservation passes with its lease (reported by
-        // `release`); the answer is the handler's all the same.
+    /// Nothing happened (C8): the key goes back (fenced), then `answer`. A failed release leaves
+    /// the key to its lease (reported by `release`).
+    async fn give_back<T, H>(&self, lease: Lease, hold: H, answer: T) -> T {
         let _ = self.release(lease).await;
         drop(hold);
-        Ok(Outcome::Refused(response))
+        answer
     }
 
-    /// Stores `completion` within the lease and reports the execution's end (`stored`: what
-    /// kind of end a stored answer is); past the lease, the caller gets the error
-    /// ([`RunError::Incomplete`]) and the engine goes on trying on a task of its own, which
-    /// reports the end when it comes. `hold` (heartbeat, live lease) lives until then.
+    /// Stores `completion` within the lease and reports the end (`stored`); past the lease, the
+    /// error is returned and a task of its own keeps trying. `hold` lives until the end.
     pub(super) async fn stored_or_continued<H: Send + 'static>(
         &self,
         lease: Lease,
@@ -319,11 +287,8 @@ impl<S: Store + 'static> Idempotency<S> {
         }
     }
 
-    /// A handler returned a completion it says it wrote in its own transaction: check that the
-    /// record carries its token, completed, and send the response **as stored** (what every
-    /// retry gets, even if the handler returned another). If not (its transaction rolled back,
-    /// or it never wrote it), the outcome is unknown: a 500 is stored, never a success for an
-    /// unrecorded effect.
+    /// Checks a completion the handler wrote itself and sends the response **as stored**; if it
+    /// is not stored under its token, the outcome is unknown and a 500 is stored.
     async fn check_written<E, H: Send + 'static>(
         &self,
         lease: Lease,
@@ -334,8 +299,9 @@ impl<S: Store + 'static> Idempotency<S> {
         let ours = completion.id() == lease.id() && completion.token() == lease.token();
         if ours {
             if let Some(stored) = self.stored_under(lease.id(), &completion).await {
-                self.emit(Event::new(EventKind::CompletionLanded).of_lease(lease));
-                self.emit(Event::new(EventKind::Executed).of_lease(lease));
+                for kind in [EventKind::CompletionLanded, EventKind::Executed] {
+                    self.emit(Event::new(kind).of_lease(lease));
+                }
                 return Ok(Outcome::Executed(stored));
             }
         }
@@ -356,9 +322,8 @@ impl<S: Store + 'static> Idempotency<S> {
     }
 }
 
-/// What a [`run`](Idempotency::run) handler gets: the lease it runs under, a way to renew it
-/// when the work may outlast it (C9), and a way to complete inside its own transaction. Clones
-/// share the lease as the engine's heartbeat renews it.
+/// What a [`run`](Idempotency::run) handler gets: its lease (renewable, C9) and a way to
+/// complete in its own transaction. Clones share the lease the heartbeat renews.
 pub struct Context<S> {
     idem: Idempotency<S>,
     lease: Arc<Mutex<Lease>>,
@@ -384,19 +349,12 @@ impl<S> fmt::Debug for Context<S> {
 impl<S> Context<S> {
     /// The lease the handler runs under (as of its last renewal).
     pub fn lease(&self) -> Lease {
-        self.lease
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        lock(&self.lease).clone()
     }
 
-    /// The idempotency key to send a downstream provider for this request's effect: the
-    /// same on every retry and takeover of the record (see [`Lease::downstream_key`]).
+    /// The key for a downstream provider ([`Lease::downstream_key`]).
     pub fn downstream_key(&self) -> String {
-        self.lease
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .downstream_key()
+        lock(&self.lease).downstream_key()
     }
 }
 
@@ -406,17 +364,15 @@ impl<S: Store> Context<S> {
         &self.idem
     }
 
-    /// Extends the lease (heartbeat). [`Error::LeaseLost`] means another attempt took the
-    /// record over: stop, and do not commit the effect.
+    /// Extends the lease. [`Error::LeaseLost`]: another attempt took over; do not commit.
     pub async fn renew(&mut self) -> Result<(), Error> {
         let mut lease = self.lease();
         self.idem.renew_lease(&mut lease).await?;
-        *self.lease.lock().unwrap_or_else(PoisonError::into_inner) = lease;
+        *lock(&self.lease) = lease;
         Ok(())
     }
 
-    /// The completion of this lease with `response`, to write inside the effect's transaction
-    /// with a SQL store's `complete_in`; then return it from the handler ([`Reply::Completed`]).
+    /// The completion to write with `complete_in` and return as [`Reply::Completed`].
     pub fn completion(&self, response: StoredResponse) -> Completion {
         self.idem.completion(&self.lease(), response)
     }

@@ -1,7 +1,6 @@
-//! The capability a SQL store adds so that the engine can run an effect and its completion in
-//! one of the store's transactions (C6). The protocol around it (admission, detached execution,
-//! heartbeat, release, classification of a commit in doubt, events) is the engine's, written
-//! once in `Idempotency::transact`; a store implements only its transaction mechanics.
+//! What a SQL store adds so the engine runs an effect and its completion in one transaction
+//! (C6). The protocol around it is the engine's (`Idempotency::transact`); a store implements
+//! only its transaction mechanics.
 
 use super::Store;
 use crate::answer::Answer;
@@ -27,40 +26,29 @@ use std::time::{Duration, Instant};
 ///
 /// # Contract
 ///
-/// [`transact`](Self::transact) reserves `request` for [`Execution::lease_for`] (the same atomic
-/// step as [`Store::reserve`], answering duplicates without waiting for a writer, C5), and:
+/// [`transact`](Self::transact) reserves `request` for [`Execution::lease_for`] (as
+/// [`Store::reserve`], never waiting for a writer, C5), then:
 ///
-/// - when the reservation is answered (replay, in flight, mismatch), returns
-///   [`TxEnd::Answered`] without running the effect, and gives the effect back (a
-///   duplicate that waits for its original runs it if the original gives the key back, C5);
-/// - when it is acquired, calls [`Execution::acquired`] at once (before the effect: that is
-///   how the engine learns the lease; an end without it is refused as a misconfigured store),
-///   opens a transaction, runs the effect in it, writes [`Execution::completion`] of its response in the
-///   same transaction with the fenced completion statement, commits, and says what became of the
-///   transaction in a [`TxEnd`]: committed, rolled back (the effect with it), or in doubt (the
-///   commit was sent and its answer lost).
+/// - answered: returns [`TxEnd::Answered`] with the effect given back, unrun;
+/// - acquired: calls [`Execution::acquired`] before the effect (an end without it is refused
+///   as misconfigured), runs the effect in a transaction with the fenced write of
+///   [`Execution::completion`], commits, and reports the [`TxEnd`].
 ///
-/// When [`Execution::commits`] is [`Commits::One`] (C15), it opens the transaction first and
-/// reserves inside it, so that reservation, effect and completion commit once, together, or
-/// not at all. A duplicate must still be answered at once while that transaction runs, never
-/// wait on its uncommitted reservation: the store's reservation statement tells that a
-/// transaction holds the record (PostgreSQL: an advisory lock taken by every reservation), or
-/// the store declares a [`process_gate`](crate::store::Capabilities::process_gate) and the
-/// engine keeps duplicates away. A store that can do neither (or was not opened for it)
-/// refuses the mode before anything runs, with a [`StoreErrorKind::Misconfigured`](
-/// crate::StoreErrorKind::Misconfigured) error.
+/// When [`Execution::commits`] is [`Commits::One`] (C15) it reserves inside the transaction:
+/// all commits once or not at all. Duplicates are still answered at once: the reservation
+/// statement sees the holding transaction (PostgreSQL: an advisory lock), or the store declares
+/// a [`process_gate`](crate::store::Capabilities::process_gate). A store that can do neither
+/// refuses the mode before anything runs
+/// ([`StoreErrorKind::Misconfigured`](crate::StoreErrorKind::Misconfigured)).
 ///
-/// It never releases, retries, screens or decides: the engine does, from the [`TxEnd`]. Store
-/// calls that it makes on its own connections go through [`Execution::bounded`], so that they
-/// have the engine's deadline and emit its events.
+/// It never releases, retries, screens or decides: the engine does. Its own store calls go
+/// through [`Execution::bounded`] (the engine's deadline and events).
 #[async_trait]
 pub trait Transactional: Store {
-    /// The effect as this store runs it inside its transaction (a closure given the store's
-    /// transaction and the lease).
+    /// The effect: a closure given the store's transaction and the lease.
     type Effect<E: Send + 'static>: Send + 'static;
 
-    /// Whether the engine may renew the lease from another connection while the effect's
-    /// transaction is open (a renewal must neither wait for that transaction nor make it fail).
+    /// Whether another connection may renew the lease while the effect's transaction is open.
     fn renews_during_transaction(&self) -> bool;
 
     /// Reserve, then effect, completion and commit in one transaction (see the contract).
@@ -71,13 +59,8 @@ pub trait Transactional: Store {
         execution: Execution,
     ) -> Result<TxEnd<E, Self::Effect<E>>, Error>;
 
-    /// The effect and the completion of `lease`, which the caller already holds (the guard
-    /// style: a handler under the HTTP layer), in one transaction: the acquired half of
-    /// [`transact`](Self::transact). Opens a transaction, runs the effect in it, writes
-    /// [`Execution::completion`] of its response with the fenced completion statement, commits,
-    /// and says what became of the transaction. `Err` only when no transaction began (nothing
-    /// ran). It never releases or decides: the engine does, from the [`TxEnd`]
-    /// (`Idempotency::complete_transaction`).
+    /// The acquired half of [`transact`](Self::transact), for a `lease` the caller holds (guard
+    /// style). `Err` only when no transaction began. The engine decides from the [`TxEnd`].
     async fn complete_in_transaction<E: Send + 'static>(
         &self,
         lease: &Lease,
@@ -85,35 +68,28 @@ pub trait Transactional: Store {
         execution: Execution,
     ) -> Result<TxEnd<E>, Error>;
 
-    /// Reads the record once no transaction holds it, waiting at most `wait` for one that does:
-    /// what tells a commit in doubt from a rolled-back one. That includes a one-commit
-    /// transaction (C15) whose reservation nobody else sees yet: "no record" must mean it
-    /// rolled back, not that it is still open. The default reads it at once (right for a store
-    /// whose commits are never in doubt).
+    /// Reads the record once no transaction (one-commit ones included, C15) holds it, waiting
+    /// at most `wait`: tells a commit in doubt from a rollback. Default: reads at once.
     async fn settled(&self, id: &RecordId, wait: Duration) -> Result<Option<Record>, Error> {
         let _ = wait;
         self.lookup(id, Deadline::default()).await
     }
 }
 
-/// How a transactional execution ended: answered without running the effect, or what became
-/// of the effect's transaction. `F` is the effect given back with an answer: only
-/// [`Transactional::transact`] reserves, so only it answers (for
-/// [`Transactional::complete_in_transaction`], `F` is [`Infallible`]).
+/// How a transactional execution ended. `F`: the effect given back with an answer (only
+/// [`Transactional::transact`] answers; [`Infallible`] for
+/// [`Transactional::complete_in_transaction`]).
 #[must_use]
 pub enum TxEnd<E, F = Infallible> {
-    /// Answered without running the effect (not yet screened by the engine), which is given
-    /// back.
+    /// Answered (not yet screened); the effect is given back.
     Answered(Answer, F),
-    /// Committed with this completion: the effect happened and its answer is stored.
+    /// Committed: the effect happened and its answer is stored.
     Committed(Completion),
     /// The effect returned its error; the transaction rolled back, nothing happened.
     EffectFailed(E),
-    /// A store failure before the commit took effect (beginning the transaction, writing the
-    /// completion, including [`Error::LeaseLost`], a refused commit): rolled back.
+    /// A store failure before the commit ([`Error::LeaseLost`] included): rolled back.
     RolledBack(Error),
-    /// The commit was sent and its answer lost: the effect and the completion committed
-    /// together, or neither did.
+    /// The commit's answer was lost: effect and completion committed together, or neither.
     InDoubt {
         /// The completion the transaction wrote.
         completion: Completion,
@@ -122,16 +98,12 @@ pub enum TxEnd<E, F = Infallible> {
     },
     /// The effect panicked; the transaction rolled back. The panic resumes in the caller.
     Panicked(Box<dyn Any + Send>),
-    /// The effect did not reach its completion within the store's deadline and was dropped
-    /// before any COMMIT: its transaction rolled back, but what it did outside the database (a
-    /// call to a payment provider) is unknown. The key is kept (C8): the engine stores the 500
-    /// of an unknown outcome for it, and the caller gets [`RunError::InDoubt`](
-    /// crate::RunError::InDoubt).
+    /// The effect overran the store's deadline and was dropped before COMMIT: rolled back, but
+    /// its outside effects are unknown. The key is kept with the 500 of an unknown outcome (C8);
+    /// the caller gets [`RunError::InDoubt`](crate::RunError::InDoubt).
     Abandoned(Error),
-    /// The effect ended the transaction itself with a COMMIT (a misuse the store saw): what it
-    /// wrote is committed without its completion, and with one commit the reservation too. It
-    /// may have happened, so the key is kept (C8): the engine stores the 500 of an unknown
-    /// outcome, and the caller gets [`RunError::InDoubt`](crate::RunError::InDoubt).
+    /// The effect issued its own COMMIT (a misuse): its writes committed without the completion.
+    /// Kept as [`Abandoned`](Self::Abandoned) is (C8).
     CommittedByTheEffect(Error),
 }
 
@@ -177,8 +149,7 @@ impl<E, F> fmt::Debug for TxEnd<E, F> {
     }
 }
 
-/// The engine's side of one transactional execution, handed to [`Transactional::transact`].
-/// Only the engine makes one.
+/// The engine's side of one transactional execution; only the engine makes one.
 #[derive(Clone)]
 pub struct Execution {
     inner: Arc<Shared<dyn Hooks>>,
@@ -212,10 +183,7 @@ impl Execution {
         }
     }
 
-    /// How many commits this execution makes (C15). With [`Commits::One`] the store opens its
-    /// transaction first and reserves inside it, with the statement that keeps duplicates from
-    /// waiting on the uncommitted reservation; the engine then gives nothing back by itself
-    /// (a rollback leaves nothing to give back).
+    /// How many commits (C15): [`Commits::One`] reserves inside the transaction.
     pub fn commits(&self) -> Commits {
         self.inner.hooks.commits()
     }
@@ -225,17 +193,14 @@ impl Execution {
         self.inner.hooks.lease_for()
     }
 
-    /// The engine's deadline for one store call ([`Policy::store_timeout`](
-    /// crate::Policy::store_timeout)): the longest the store may wait for its own resources
-    /// (a connection, the writer) before it answers unavailable (C13).
+    /// One store call's budget ([`Policy::store_timeout`](crate::Policy::store_timeout), C13).
     pub fn store_timeout(&self) -> Duration {
         self.inner.hooks.store_timeout()
     }
 
-    /// Call once the reservation is written, before the effect: the engine registers the live
-    /// lease (so that duplicates in this process are answered in flight without the store) and
-    /// starts its heartbeat where [`Transactional::renews_during_transaction`]. Returns the
-    /// lease to run the effect under.
+    /// Call once the reservation is written, before the effect: registers the live lease and
+    /// starts the heartbeat (if [`Transactional::renews_during_transaction`]). Returns the lease
+    /// to run the effect under.
     pub fn acquired(&self, lease: Lease) -> Lease {
         let (lease, held) = self.inner.hooks.acquired(lease);
         *self
@@ -243,23 +208,18 @@ impl Execution {
             .acquired
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(held);
-        // After the lease is registered: an observer that panics here ends an execution the
-        // engine knows, and concludes.
+        // After registration: a panicking observer ends an execution the engine knows.
         self.inner.hooks.report_acquired(&lease);
         lease
     }
 
-    /// The completion of `lease` with the effect's `response`, as it will be stored and
-    /// replayed: headers filtered by the policy, validated, encoded; a response that cannot be
-    /// stored becomes a stored 500 (C7, C8).
+    /// The completion of `lease` with `response`, as `Idempotency::completion` makes it (C7, C8).
     pub fn completion(&self, lease: &Lease, response: StoredResponse) -> Completion {
         self.inner.hooks.completion(lease, response)
     }
 
-    /// Runs one store call of `operation` about `id` within the engine's deadline
-    /// ([`Policy::store_timeout`](crate::Policy::store_timeout)): `call` gets the [`Deadline`]
-    /// to pass to the store; past it, the call is dropped (its connection with it) and the store
-    /// is unavailable (C13). Emits the call's event.
+    /// Runs one store call within [`store_timeout`](Self::store_timeout) (C13): `call` gets the
+    /// [`Deadline`]; past it the call is dropped and the store is unavailable. Emits its event.
     pub async fn bounded<T, F, C>(
         &self,
         operation: Operation,
