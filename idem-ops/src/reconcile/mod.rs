@@ -59,7 +59,7 @@ pub use idem_core::store::{Decided, Doubt, DoubtCause, Reconciliation};
 pub use in_doubt::InDoubt;
 
 use crate::operator::Operator;
-use idem_core::store::{Change, Resolution};
+use idem_core::store::Resolution;
 use idem_core::Timestamp;
 use idem_core::{Error, Event, EventKind, FencingToken, Field, Idempotency, Operation, RecordId};
 use std::time::Duration;
@@ -141,21 +141,32 @@ pub async fn resolve<S: Operator>(
 ) -> Result<Option<Decided>, Error> {
     let policy = idem.policy();
     let (verdict, asked, answer) = finding.into_parts();
-    let (change, decided) = match verdict {
+    let entry = |decided| Reconciliation {
+        at: Timestamp::from_millis(0),
+        token: case.token,
+        by: finding::bounded(by.to_owned(), Reconciliation::MAX_BY),
+        decided,
+        asked,
+        answer,
+        nonce: nonce(),
+    };
+    let (id, read, keep_entry_for) = (case.id.clone(), case.read.clone(), policy.audit_retention);
+    let (entry, resolution) = match verdict {
         Verdict::Settled(response) => {
             let response = policy.prepare(response)?;
+            let entry = entry(Decided::Settled {
+                status: response.status,
+            });
             let encoded = response.encode()?;
-            (
-                Change::Settle {
-                    response: encoded,
-                    retain_for: policy.retention,
-                },
-                Decided::Settled {
-                    status: response.status,
-                },
-            )
+            let resolution =
+                Resolution::settle(id, read, &entry, encoded, policy.retention, keep_entry_for)?;
+            (entry, resolution)
         }
-        Verdict::NotHappened => (Change::Release, Decided::Released),
+        Verdict::NotHappened => {
+            let entry = entry(Decided::Released);
+            let resolution = Resolution::release(id, read, &entry, keep_entry_for)?;
+            (entry, resolution)
+        }
         Verdict::StillUnknown { retry_after } => {
             // Every decision changes the mark (that is what fences the next one): a mark
             // that cannot count one more attempt is settled or released, not deferred.
@@ -170,35 +181,15 @@ pub async fn resolve<S: Operator>(
                 attempts: attempt,
                 ..case.doubt.clone()
             };
-            (
-                Change::Defer {
-                    doubt: doubt.encode(),
-                    retry_after,
-                },
-                Decided::StillUnknown {
-                    attempt,
-                    retry_after,
-                },
-            )
+            let entry = entry(Decided::StillUnknown {
+                attempt,
+                retry_after,
+            });
+            let resolution = Resolution::defer(id, read, &entry, doubt.encode(), keep_entry_for)?;
+            (entry, resolution)
         }
     };
-    let entry = Reconciliation {
-        at: Timestamp::from_millis(0),
-        token: case.token,
-        by: finding::bounded(by.to_owned(), Reconciliation::MAX_BY),
-        decided,
-        asked,
-        answer,
-        nonce: nonce(),
-    };
-    let resolution = Resolution::new(
-        case.id.clone(),
-        case.token,
-        case.read.clone(),
-        change,
-        entry.encode(),
-        policy.audit_retention,
-    );
+    let decided = resolution.decided();
     let mut applied = idem
         .store_call(Operation::Resolve, Some(&case.id), |deadline| {
             idem.store().resolve(&resolution, deadline)
