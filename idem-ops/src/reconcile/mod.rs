@@ -5,10 +5,10 @@
 //! with a [`Doubt`]. Nothing re-runs blind; the other half is here: the application asks the
 //! provider about each record in doubt ([`reconcile_every`](crate::reconcile_every) runs its
 //! check periodically) and says what it found ([`Finding`]): the effect happened
-//! ([`Verdict::Settled`]: its real answer replaces the one in doubt), it did not
-//! ([`Verdict::NotHappened`]: the key is released and the next retry runs), or nobody knows yet
-//! ([`Verdict::StillUnknown`]: asked again after a backoff). [`in_doubt`] reads a record in
-//! doubt, [`resolve`] applies a finding about it.
+//! ([`Finding::settled`]: its real answer replaces the one in doubt), it did not
+//! ([`Finding::not_happened`]: the key is released and the next retry runs), or nobody knows
+//! yet ([`Finding::still_unknown`]: asked again after a backoff). [`in_doubt`] reads a record
+//! in doubt, [`resolve`] applies a finding about it and answers what was [`Decided`].
 //!
 //! Every decision is one fenced compare-and-set on the mark of doubt it read
 //! ([`Store::resolve`](idem_core::Store::resolve)): two reconcilers, or a reconciler and an
@@ -54,11 +54,12 @@
 mod finding;
 mod in_doubt;
 
-pub use finding::{Finding, Verdict};
+pub use finding::Finding;
 pub use idem_core::store::{Decided, Doubt, DoubtCause, Reconciliation};
 pub use in_doubt::InDoubt;
 
 use crate::operator::Operator;
+use finding::Found;
 use idem_core::store::Resolution;
 use idem_core::Timestamp;
 use idem_core::{Error, Event, EventKind, FencingToken, Field, Idempotency, Operation, RecordId};
@@ -140,7 +141,7 @@ pub async fn resolve<S: Operator>(
     by: &str,
 ) -> Result<Option<Decided>, Error> {
     let policy = idem.policy();
-    let (verdict, asked, answer) = finding.into_parts();
+    let (found, asked, answer) = finding.into_parts();
     let entry = |decided| Reconciliation {
         at: Timestamp::from_millis(0),
         token: case.token,
@@ -151,8 +152,8 @@ pub async fn resolve<S: Operator>(
         nonce: nonce(),
     };
     let (id, read, keep_entry_for) = (case.id.clone(), case.read.clone(), policy.audit_retention);
-    let (entry, resolution) = match verdict {
-        Verdict::Settled(response) => {
+    let (entry, resolution) = match found {
+        Found::Settled(response) => {
             let response = policy.prepare(response)?;
             let entry = entry(Decided::Settled {
                 status: response.status,
@@ -162,12 +163,12 @@ pub async fn resolve<S: Operator>(
                 Resolution::settle(id, read, &entry, encoded, policy.retention, keep_entry_for)?;
             (entry, resolution)
         }
-        Verdict::NotHappened => {
+        Found::NotHappened => {
             let entry = entry(Decided::Released);
             let resolution = Resolution::release(id, read, &entry, keep_entry_for)?;
             (entry, resolution)
         }
-        Verdict::StillUnknown { retry_after } => {
+        Found::StillUnknown(retry_after) => {
             // Every decision changes the mark (that is what fences the next one): a mark
             // that cannot count one more attempt is settled or released, not deferred.
             let attempt = case.doubt.attempts.checked_add(1).ok_or_else(|| {
