@@ -7,12 +7,13 @@ use crate::fingerprint::Fingerprint;
 use crate::holder::Holder;
 use crate::lease::Lease;
 use crate::record::{Record, RecordState};
-use crate::resolution::{Change, Resolution};
+use crate::resolution::Resolution;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use crate::store::Deadline;
 use crate::store::{Acquire, Claim, Completion, Reserved, Store};
 use crate::token::FencingToken;
+use crate::trail::Decided;
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -404,22 +405,19 @@ impl Store for MemoryStore {
         {
             return Ok(false);
         }
-        match resolution.change() {
-            Change::Settle {
-                response,
-                retain_for,
-            } => {
+        match resolution.decided() {
+            Decided::Settled { .. } => {
                 entry.state = EntryState::Completed {
-                    response: response.clone(),
-                    expires_at: now + *retain_for,
+                    response: resolution.response().to_vec(),
+                    expires_at: now + resolution.retain_for(),
                 };
                 entry.doubt = None;
             }
-            Change::Release => {
+            Decided::Released => {
                 records.remove(id);
             }
-            Change::Defer { doubt, retry_after } => {
-                entry.doubt = Some((doubt.clone(), now + *retry_after));
+            Decided::StillUnknown { retry_after, .. } => {
+                entry.doubt = Some((resolution.doubt().to_vec(), now + retry_after));
             }
         }
         let until = now + resolution.keep_entry_for();

@@ -1,73 +1,126 @@
 //! What a store applies when a record in doubt is decided: one fenced compare-and-set and one
 //! audit entry, in one atomic step.
 
+use crate::error::{Error, Field};
 use crate::scope::RecordId;
 use crate::token::FencingToken;
+use crate::trail::{Decided, Reconciliation};
 use std::time::Duration;
 
 /// A decision about a record in doubt, ready for the store (store rule 7 of
-/// [`Store`](crate::Store)): the change, fenced on the record's token and on the mark of doubt
-/// as the decider read it, and the audit entry to keep with it.
+/// [`Store`](crate::Store)): what was [`decided`](Self::decided), fenced on the record's token
+/// and on the mark of doubt as the decider read it, what the store writes for it, and the audit
+/// entry to keep with it. The decision is the one its entry records, so the two never disagree.
 ///
 /// idem-ops' `resolve` makes one from a finding about a record in doubt it read, and applies it
 /// through [`Idempotency::store_call`](crate::Idempotency::store_call), so every change of a
 /// record in doubt goes through one path and reports its events (C16).
+///
+/// A store matches on the decision and writes the bytes the accessors give:
+///
+/// ```
+/// use idem_core::store::{Decided, Reconciliation, Resolution};
+/// use idem_core::{FencingToken, IdempotencyKey, RecordId, Scope, Timestamp};
+/// use std::time::Duration;
+/// let (token, at, day) = (FencingToken::generate(), Timestamp::from_millis(0), Duration::from_secs(86_400));
+/// let decided = Decided::Settled { status: 201 };
+/// let entry = Reconciliation { at, token, by: "alice".into(), decided, asked: "".into(), answer: "".into(), nonce: 7 };
+/// let id = RecordId::new(Scope::new("acct_1", "POST /charges")?, IdempotencyKey::new("k1")?);
+/// let resolution = Resolution::settle(id, b"mark".to_vec(), &entry, b"201".to_vec(), day, day)?;
+/// match resolution.decided() {
+///     Decided::Settled { .. } => assert_eq!(resolution.response(), b"201"), // and retain_for()
+///     Decided::Released => unreachable!("delete the record"),
+///     Decided::StillUnknown { .. } => unreachable!("write doubt(), due after retry_after"),
+///     _ => unreachable!("a decision this store does not know: refuse it"),
+/// }
+/// assert_eq!((resolution.token(), resolution.entry()), (token, &entry.encode()[..]));
+/// # Ok::<(), idem_core::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolution {
-    pub(crate) id: RecordId,
-    pub(crate) token: FencingToken,
-    pub(crate) read: Vec<u8>,
-    pub(crate) change: Change,
-    pub(crate) entry: Vec<u8>,
-    pub(crate) keep_entry_for: Duration,
-}
-
-/// How a [`Resolution`] changes its record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Change {
-    /// Store `response` (encoded as [`StoredResponse::encode`](crate::StoredResponse::encode)
-    /// writes it) in place of the answer in doubt, clear the mark, and replay it until
-    /// `now + retain_for`.
-    Settle {
-        /// The real answer, encoded.
-        response: Vec<u8>,
-        /// Its retention from now.
-        retain_for: Duration,
-    },
-    /// Delete the record: the key is released (C8).
-    Release,
-    /// Keep the answer; replace the mark with `doubt` (one more attempt) and make the record
-    /// due again at `now + retry_after`.
-    Defer {
-        /// The new mark, encoded ([`Doubt::encode`](crate::store::Doubt::encode)).
-        doubt: Vec<u8>,
-        /// When it is due again, from now.
-        retry_after: Duration,
-    },
+    id: RecordId,
+    token: FencingToken,
+    read: Vec<u8>,
+    decided: Decided,
+    written: Vec<u8>,
+    retain_for: Duration,
+    entry: Vec<u8>,
+    keep_entry_for: Duration,
 }
 
 impl Resolution {
-    /// A decision about the record `id` that still carries `token` and the mark `read_doubt`
-    /// (encoded as [`Doubt::encode`](crate::store::Doubt::encode) writes it): make `change`,
-    /// and keep `entry` ([`Reconciliation::encode`](crate::store::Reconciliation::encode)) in
-    /// its audit trail for `keep_entry_for`.
-    pub fn new(
+    /// The effect happened: the record `id`, if it still carries `entry`'s token and the mark
+    /// `read_doubt` ([`Doubt::encode`](crate::store::Doubt::encode)), replays `response`
+    /// ([`StoredResponse::encode`](crate::StoredResponse::encode)) for `retain_for`, unmarked,
+    /// and keeps `entry` in its trail for `keep_entry_for`. [`Error::InvalidInput`] if `entry`
+    /// records another decision than [`Decided::Settled`]; so for the two below.
+    pub fn settle(
         id: RecordId,
-        token: FencingToken,
         read_doubt: Vec<u8>,
-        change: Change,
-        entry: Vec<u8>,
+        entry: &Reconciliation,
+        response: Vec<u8>,
+        retain_for: Duration,
         keep_entry_for: Duration,
-    ) -> Self {
-        Self {
+    ) -> Result<Self, Error> {
+        let written = (response, retain_for);
+        Self::of(id, read_doubt, entry, written, keep_entry_for, "settled")
+    }
+
+    /// The effect did not happen: the record is deleted, its key released (C8).
+    pub fn release(
+        id: RecordId,
+        read_doubt: Vec<u8>,
+        entry: &Reconciliation,
+        keep_entry_for: Duration,
+    ) -> Result<Self, Error> {
+        let written = (Vec::new(), Duration::ZERO);
+        Self::of(id, read_doubt, entry, written, keep_entry_for, "released")
+    }
+
+    /// Still unknown: the record keeps its answer, gets the mark `doubt` (one more attempt)
+    /// and is due again after the decision's `retry_after`.
+    pub fn defer(
+        id: RecordId,
+        read_doubt: Vec<u8>,
+        entry: &Reconciliation,
+        doubt: Vec<u8>,
+        keep_entry_for: Duration,
+    ) -> Result<Self, Error> {
+        let written = (doubt, Duration::ZERO);
+        Self::of(
             id,
-            token,
-            read: read_doubt,
-            change,
+            read_doubt,
             entry,
+            written,
             keep_entry_for,
+            "still_unknown",
+        )
+    }
+
+    fn of(
+        id: RecordId,
+        read_doubt: Vec<u8>,
+        entry: &Reconciliation,
+        (written, retain_for): (Vec<u8>, Duration),
+        keep_entry_for: Duration,
+        decision: &str,
+    ) -> Result<Self, Error> {
+        if entry.decided.name() != decision {
+            return Err(Error::invalid(
+                Field::Config,
+                format!("the entry records {}, not {decision}", entry.decided.name()),
+            ));
         }
+        Ok(Self {
+            id,
+            token: entry.token,
+            read: read_doubt,
+            decided: entry.decided,
+            written,
+            retain_for,
+            entry: entry.encode(),
+            keep_entry_for,
+        })
     }
 
     /// The record decided about.
@@ -75,7 +128,7 @@ impl Resolution {
         &self.id
     }
 
-    /// The token the record must still carry.
+    /// The token the record must still carry: the entry's.
     pub fn token(&self) -> FencingToken {
         self.token
     }
@@ -85,13 +138,34 @@ impl Resolution {
         &self.read
     }
 
-    /// The change.
-    pub fn change(&self) -> &Change {
-        &self.change
+    /// What was decided, as the entry records it: settle, release or defer (after its
+    /// `retry_after`).
+    pub fn decided(&self) -> Decided {
+        self.decided
     }
 
-    /// The audit entry ([`Reconciliation::encode`](crate::store::Reconciliation::encode)), to keep
-    /// with the store's `now`.
+    /// For a settle, the real answer to store, encoded; empty otherwise.
+    pub fn response(&self) -> &[u8] {
+        match self.decided {
+            Decided::Settled { .. } => &self.written,
+            _ => &[],
+        }
+    }
+
+    /// For a settle, how long the real answer is replayed from now; zero otherwise.
+    pub fn retain_for(&self) -> Duration {
+        self.retain_for
+    }
+
+    /// For a defer, the new mark, encoded; empty otherwise.
+    pub fn doubt(&self) -> &[u8] {
+        match self.decided {
+            Decided::StillUnknown { .. } => &self.written,
+            _ => &[],
+        }
+    }
+
+    /// The audit entry ([`Reconciliation::encode`]), to keep with the store's `now`.
     pub fn entry(&self) -> &[u8] {
         &self.entry
     }
@@ -99,5 +173,59 @@ impl Resolution {
     /// How long the entry is kept from now ([`Policy::audit_retention`](crate::Policy::audit_retention)).
     pub fn keep_entry_for(&self) -> Duration {
         self.keep_entry_for
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{IdempotencyKey, Scope, Timestamp};
+
+    fn entry(decided: Decided) -> Reconciliation {
+        Reconciliation {
+            at: Timestamp::from_millis(0),
+            token: FencingToken::generate(),
+            by: "reconciler".into(),
+            decided,
+            asked: String::new(),
+            answer: String::new(),
+            nonce: 1,
+        }
+    }
+
+    fn id() -> RecordId {
+        let scope = Scope::new("acct", "POST /charges").expect("scope");
+        RecordId::new(scope, IdempotencyKey::new("k").expect("key"))
+    }
+
+    #[test]
+    fn the_decision_is_the_entrys_and_only_its_bytes_are_written() {
+        let day = Duration::from_secs(86_400);
+        let retry_after = Duration::from_secs(30);
+        let deferred = entry(Decided::StillUnknown {
+            attempt: 2,
+            retry_after,
+        });
+        let defer = Resolution::defer(id(), b"old".to_vec(), &deferred, b"new".to_vec(), day)
+            .expect("a deferring entry");
+        assert_eq!(defer.decided(), deferred.decided);
+        assert_eq!((defer.doubt(), defer.response()), (&b"new"[..], &b""[..]));
+        assert_eq!(defer.entry(), deferred.encode());
+        assert_eq!(defer.token(), deferred.token);
+
+        let released = entry(Decided::Released);
+        let release = Resolution::release(id(), b"old".to_vec(), &released, day).expect("release");
+        assert_eq!((release.doubt(), release.response()), (&b""[..], &b""[..]));
+    }
+
+    #[test]
+    fn an_entry_that_records_another_decision_is_refused() {
+        let day = Duration::from_secs(86_400);
+        let released = entry(Decided::Released);
+        let settled = entry(Decided::Settled { status: 201 });
+        let settle = Resolution::settle(id(), Vec::new(), &released, Vec::new(), day, day);
+        assert!(matches!(settle, Err(Error::InvalidInput { .. })));
+        assert!(Resolution::release(id(), Vec::new(), &settled, day).is_err());
+        assert!(Resolution::defer(id(), Vec::new(), &settled, Vec::new(), day).is_err());
     }
 }

@@ -8,7 +8,7 @@ use crate::row;
 use crate::sql::Statements;
 use idem_core::store::Reconciliation;
 use idem_core::store::{
-    duration_millis, Acquire, Change, Completion, Lease, Record, Reserved, Resolution,
+    duration_millis, Acquire, Completion, Decided, Lease, Record, Reserved, Resolution,
 };
 use idem_core::{
     Error, FencingToken, Field, RecordId, Request, StoreErrorKind, StoredResponse, Timestamp,
@@ -343,29 +343,26 @@ impl Ops {
             Param::Bytes(resolution.entry()),
             Param::Int(duration_millis(resolution.keep_entry_for())),
         ];
-        let (sql, change) = match resolution.change() {
-            Change::Settle {
-                response,
-                retain_for,
-            } => (
+        let (sql, change) = match resolution.decided() {
+            Decided::Settled { .. } => (
                 &self.sql.resolve_settle,
                 vec![
-                    Param::Bytes(response),
-                    Param::Int(duration_millis(*retain_for)),
+                    Param::Bytes(resolution.response()),
+                    Param::Int(duration_millis(resolution.retain_for())),
                 ],
             ),
-            Change::Release => (&self.sql.resolve_release, Vec::new()),
-            Change::Defer { doubt, retry_after } => (
+            Decided::Released => (&self.sql.resolve_release, Vec::new()),
+            Decided::StillUnknown { retry_after, .. } => (
                 &self.sql.resolve_defer,
                 vec![
-                    Param::Bytes(doubt),
-                    Param::Int(duration_millis(*retry_after)),
+                    Param::Bytes(resolution.doubt()),
+                    Param::Int(duration_millis(retry_after)),
                 ],
             ),
             _ => {
                 return Err(Error::invalid(
                     Field::Config,
-                    "a change of a record in doubt this store does not know",
+                    "a decision about a record in doubt this store does not know",
                 ))
             }
         };

@@ -1,7 +1,7 @@
 //! A decision about a record in doubt (store rule 7), as `lua/resolve.lua` takes it: the fence
 //! (token, mark as read), the change, and the audit entry with how long it is kept.
 
-use idem_core::store::{duration_millis, Change, Resolution};
+use idem_core::store::{duration_millis, Decided, Resolution};
 use idem_ops::ListQuery;
 use redis::ScriptInvocation;
 use std::time::Duration;
@@ -23,14 +23,11 @@ pub(crate) fn prepare(
     record_key: &str,
     trail_key: &str,
 ) {
-    let (change, payload, delay): (&str, &[u8], i64) = match resolution.change() {
-        Change::Settle {
-            response,
-            retain_for,
-        } => ("s", response, millis(*retain_for)),
-        Change::Release => ("r", b"", 0),
-        Change::Defer { doubt, retry_after } => ("d", doubt, millis(*retry_after)),
-        // A change this release does not know: the script refuses it, nothing written.
+    let (change, payload, delay): (&str, &[u8], i64) = match resolution.decided() {
+        Decided::Settled { .. } => ("s", resolution.response(), millis(resolution.retain_for())),
+        Decided::Released => ("r", b"", 0),
+        Decided::StillUnknown { retry_after, .. } => ("d", resolution.doubt(), millis(retry_after)),
+        // A decision this release does not know: the script refuses it, nothing written.
         _ => ("?", b"", 0),
     };
     invocation

@@ -4,11 +4,11 @@
 use crate::error::store_error;
 use crate::row;
 use crate::sql::Statements;
-use idem_core::store::Reconciliation;
 use idem_core::store::{
-    duration_millis, Acquire, BlockingSteps, Change, Claim, Completion, Lease, Record, Reservation,
+    duration_millis, Acquire, BlockingSteps, Claim, Completion, Lease, Record, Reservation,
     Reserved, Resolution,
 };
+use idem_core::store::{Decided, Reconciliation};
 use idem_core::{Begin, Clock, Error, FencingToken, Field, Holder, RecordId, Request, Timestamp};
 use idem_ops::{Cursor, Inspected, ListQuery, Page, Selection, Stats};
 use rusqlite::{params, Connection, Params, TransactionBehavior};
@@ -336,11 +336,8 @@ pub(crate) fn resolve(
     let (consumer, route, key) = (id.consumer(), id.route(), id.key());
     let token = resolution.token();
     let fence = (token.as_bytes(), millis(now), resolution.read_doubt());
-    let changed = match resolution.change() {
-        Change::Settle {
-            response,
-            retain_for,
-        } => execute(
+    let changed = match resolution.decided() {
+        Decided::Settled { .. } => execute(
             &tx,
             &sql.resolve_settle,
             params![
@@ -350,16 +347,16 @@ pub(crate) fn resolve(
                 fence.0,
                 fence.1,
                 fence.2,
-                response,
-                millis(now + *retain_for)
+                resolution.response(),
+                millis(now + resolution.retain_for())
             ],
         )?,
-        Change::Release => execute(
+        Decided::Released => execute(
             &tx,
             &sql.resolve_release,
             params![consumer, route, key, fence.0, fence.1, fence.2],
         )?,
-        Change::Defer { doubt, retry_after } => execute(
+        Decided::StillUnknown { retry_after, .. } => execute(
             &tx,
             &sql.resolve_defer,
             params![
@@ -369,14 +366,14 @@ pub(crate) fn resolve(
                 fence.0,
                 fence.1,
                 fence.2,
-                doubt,
-                millis(now + *retry_after)
+                resolution.doubt(),
+                millis(now + retry_after)
             ],
         )?,
         _ => {
             return Err(Error::invalid(
                 Field::Config,
-                "a change of a record in doubt this store does not know",
+                "a decision about a record in doubt this store does not know",
             ))
         }
     };

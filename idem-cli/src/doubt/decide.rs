@@ -11,7 +11,7 @@ use crate::store_call::deadline;
 use crate::store_call::within;
 use idem_core::store::{Decided, Reconciliation};
 use idem_core::{is_never_stored, Error, Idempotency, Policy, RecordId, StoredResponse};
-use idem_ops::reconcile::{in_doubt, resolve, Finding, Verdict};
+use idem_ops::reconcile::{in_doubt, resolve, Finding};
 use idem_ops::Operator;
 use serde_json::{json, Value};
 use std::io::Read;
@@ -213,10 +213,9 @@ async fn decide(
         .asked(decision.asked.clone())
         .answered(decision.reason.clone());
     // The real answer as the store keeps it (filtered by the policy), for the report.
-    let settled = match finding.verdict() {
-        Verdict::Settled(response) => idem.policy().prepare(response.clone()).ok(),
-        _ => None,
-    };
+    let settled = finding
+        .response()
+        .and_then(|response| idem.policy().prepare(response.clone()).ok());
     let decided = match within(resolve(&idem, &case, finding, &decision.by)).await {
         Ok(decided) => decided,
         // A settled answer the library cannot store (a header value with a control character).

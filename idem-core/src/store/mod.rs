@@ -21,7 +21,7 @@ pub use crate::record::{Record, RecordState};
 pub use crate::reservation::{
     BlockingSteps, Claim, Reservation, Reserved, Steps, BUSY_RETRY_AFTER,
 };
-pub use crate::resolution::{Change, Resolution};
+pub use crate::resolution::Resolution;
 pub use crate::trail::{Decided, Reconciliation};
 mod transactional;
 
@@ -89,9 +89,10 @@ use std::time::Duration;
 ///    start-over of the record clears it too (the new execution is not in doubt).
 /// 7. **Records in doubt are decided fenced** (docs/state-machine.md, "Records in doubt").
 ///    `resolve` applies a [`Resolution`] only if the record is completed, live at `now`, carries
-///    [`Resolution::token`] and its mark is exactly [`Resolution::read_doubt`]. It then makes
-///    the [`Change`] (settle: the new answer, no mark, retained until `now + retain_for`;
-///    release: the record deleted; defer: the new mark, due at `now + retry_after`) and keeps
+///    [`Resolution::token`] and its mark is exactly [`Resolution::read_doubt`]. It then does
+///    what [`Resolution::decided`] says (settled: the new answer, no mark, retained until
+///    `now + retain_for`; released: the record deleted; still unknown: the new mark, due at
+///    `now + retry_after`) and keeps
 ///    [`Resolution::entry`] in the record's audit trail at `now` until
 ///    `now + keep_entry_for`, in one atomic step, and returns `true`. Otherwise it writes
 ///    nothing, no entry either, and returns `false`: of two deciders that read one mark, one

@@ -4,51 +4,39 @@ use idem_core::StoredResponse;
 use std::time::Duration;
 
 /// What a reconciler (or an operator) found out about a record in doubt, asking the provider:
-/// the [`Verdict`], what it asked and what it was told, for the audit trail.
+/// whether the effect [`happened`](Self::happened) (with its real answer if it did), what it
+/// asked and what it was told, for the audit trail.
 ///
 /// ```
-/// use idem_ops::reconcile::{Finding, Verdict};
+/// use idem_ops::reconcile::Finding;
 /// use idem_core::StoredResponse;
+/// use std::time::Duration;
 /// let found = Finding::settled(StoredResponse::new(201, r#"{"id":"ch_1"}"#))
 ///     .asked("GET /v1/authorizations?idempotency_key=3f2a")
 ///     .answered("captured as ch_1");
-/// assert!(matches!(found.verdict(), Verdict::Settled(r) if r.status == 201));
+/// assert_eq!(found.happened(), Some(true));
+/// assert_eq!(found.response().map(|r| r.status), Some(201));
 /// assert_eq!(found.question(), "GET /v1/authorizations?idempotency_key=3f2a");
-/// assert!(matches!(Finding::still_unknown().verdict(), Verdict::StillUnknown { retry_after: None }));
+/// assert_eq!(Finding::not_happened().happened(), Some(false));
+/// let unknown = Finding::still_unknown().retry_after(Duration::from_secs(5));
+/// assert_eq!((unknown.happened(), unknown.delay()), (None, Some(Duration::from_secs(5))));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
-    verdict: Verdict,
+    found: Found,
     asked: String,
     answer: String,
 }
 
-/// What became of a record in doubt's effect.
+/// What became of a record in doubt's effect: how [`resolve`](super::resolve) decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Verdict {
-    /// The effect happened: store this, the real answer, in place of the answer in doubt;
-    /// every retry replays it for the retention from now (C7, C10).
+pub(super) enum Found {
+    /// It happened: this real answer replaces the answer in doubt (C7, C10).
     Settled(StoredResponse),
-    /// The effect did not happen: the key is released and the next retry executes (C8).
+    /// It did not: the key is released (C8).
     NotHappened,
-    /// Nobody can tell yet: ask again later, after `retry_after` if set, else after the
-    /// reconciler's backoff ([`backoff`](super::backoff)).
-    StillUnknown {
-        /// When to ask again, if the provider said.
-        retry_after: Option<Duration>,
-    },
-}
-
-impl Verdict {
-    /// The verdict's name in the audit trail: `settled`, `released`, `still_unknown`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Verdict::Settled(_) => "settled",
-            Verdict::NotHappened => "released",
-            Verdict::StillUnknown { .. } => "still_unknown",
-        }
-    }
+    /// Nobody can tell yet: asked again after this delay, else after the backoff.
+    StillUnknown(Option<Duration>),
 }
 
 impl Finding {
@@ -58,22 +46,22 @@ impl Finding {
 
     /// The effect happened and `response` is its real answer.
     pub fn settled(response: StoredResponse) -> Self {
-        Self::of(Verdict::Settled(response))
+        Self::of(Found::Settled(response))
     }
 
     /// The effect did not happen: release the key.
     pub fn not_happened() -> Self {
-        Self::of(Verdict::NotHappened)
+        Self::of(Found::NotHappened)
     }
 
     /// Still unknown: ask again after the backoff.
     pub fn still_unknown() -> Self {
-        Self::of(Verdict::StillUnknown { retry_after: None })
+        Self::of(Found::StillUnknown(None))
     }
 
-    fn of(verdict: Verdict) -> Self {
+    fn of(found: Found) -> Self {
         Self {
-            verdict,
+            found,
             asked: String::new(),
             answer: String::new(),
         }
@@ -91,17 +79,39 @@ impl Finding {
         self
     }
 
-    /// For a [`Verdict::StillUnknown`]: ask again after `delay` instead of the backoff.
+    /// For a finding [`still_unknown`](Self::still_unknown): ask again after `delay` instead
+    /// of the backoff.
     pub fn retry_after(mut self, delay: Duration) -> Self {
-        if let Verdict::StillUnknown { retry_after } = &mut self.verdict {
+        if let Found::StillUnknown(retry_after) = &mut self.found {
             *retry_after = Some(delay);
         }
         self
     }
 
-    /// The verdict.
-    pub fn verdict(&self) -> &Verdict {
-        &self.verdict
+    /// Whether the effect happened: `Some(true)` [`settled`](Self::settled), `Some(false)`
+    /// [`not_happened`](Self::not_happened), `None` [`still_unknown`](Self::still_unknown).
+    pub fn happened(&self) -> Option<bool> {
+        match self.found {
+            Found::Settled(_) => Some(true),
+            Found::NotHappened => Some(false),
+            Found::StillUnknown(_) => None,
+        }
+    }
+
+    /// The real answer, if the effect happened.
+    pub fn response(&self) -> Option<&StoredResponse> {
+        match &self.found {
+            Found::Settled(response) => Some(response),
+            _ => None,
+        }
+    }
+
+    /// When to ask again, if still unknown and [`retry_after`](Self::retry_after) said.
+    pub fn delay(&self) -> Option<Duration> {
+        match self.found {
+            Found::StillUnknown(delay) => delay,
+            _ => None,
+        }
     }
 
     /// What was asked.
@@ -114,8 +124,8 @@ impl Finding {
         &self.answer
     }
 
-    pub(super) fn into_parts(self) -> (Verdict, String, String) {
-        (self.verdict, self.asked, self.answer)
+    pub(super) fn into_parts(self) -> (Found, String, String) {
+        (self.found, self.asked, self.answer)
     }
 }
 

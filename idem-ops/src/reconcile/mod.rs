@@ -5,10 +5,10 @@
 //! with a [`Doubt`]. Nothing re-runs blind; the other half is here: the application asks the
 //! provider about each record in doubt ([`reconcile_every`](crate::reconcile_every) runs its
 //! check periodically) and says what it found ([`Finding`]): the effect happened
-//! ([`Verdict::Settled`]: its real answer replaces the one in doubt), it did not
-//! ([`Verdict::NotHappened`]: the key is released and the next retry runs), or nobody knows yet
-//! ([`Verdict::StillUnknown`]: asked again after a backoff). [`in_doubt`] reads a record in
-//! doubt, [`resolve`] applies a finding about it.
+//! ([`Finding::settled`]: its real answer replaces the one in doubt), it did not
+//! ([`Finding::not_happened`]: the key is released and the next retry runs), or nobody knows
+//! yet ([`Finding::still_unknown`]: asked again after a backoff). [`in_doubt`] reads a record
+//! in doubt, [`resolve`] applies a finding about it and answers what was [`Decided`].
 //!
 //! Every decision is one fenced compare-and-set on the mark of doubt it read
 //! ([`Store::resolve`](idem_core::Store::resolve)): two reconcilers, or a reconciler and an
@@ -54,12 +54,13 @@
 mod finding;
 mod in_doubt;
 
-pub use finding::{Finding, Verdict};
+pub use finding::Finding;
 pub use idem_core::store::{Decided, Doubt, DoubtCause, Reconciliation};
 pub use in_doubt::InDoubt;
 
 use crate::operator::Operator;
-use idem_core::store::{Change, Resolution};
+use finding::Found;
+use idem_core::store::Resolution;
 use idem_core::Timestamp;
 use idem_core::{Error, Event, EventKind, FencingToken, Field, Idempotency, Operation, RecordId};
 use std::time::Duration;
@@ -140,23 +141,34 @@ pub async fn resolve<S: Operator>(
     by: &str,
 ) -> Result<Option<Decided>, Error> {
     let policy = idem.policy();
-    let (verdict, asked, answer) = finding.into_parts();
-    let (change, decided) = match verdict {
-        Verdict::Settled(response) => {
+    let (found, asked, answer) = finding.into_parts();
+    let entry = |decided| Reconciliation {
+        at: Timestamp::from_millis(0),
+        token: case.token,
+        by: finding::bounded(by.to_owned(), Reconciliation::MAX_BY),
+        decided,
+        asked,
+        answer,
+        nonce: nonce(),
+    };
+    let (id, read, keep_entry_for) = (case.id.clone(), case.read.clone(), policy.audit_retention);
+    let (entry, resolution) = match found {
+        Found::Settled(response) => {
             let response = policy.prepare(response)?;
+            let entry = entry(Decided::Settled {
+                status: response.status,
+            });
             let encoded = response.encode()?;
-            (
-                Change::Settle {
-                    response: encoded,
-                    retain_for: policy.retention,
-                },
-                Decided::Settled {
-                    status: response.status,
-                },
-            )
+            let resolution =
+                Resolution::settle(id, read, &entry, encoded, policy.retention, keep_entry_for)?;
+            (entry, resolution)
         }
-        Verdict::NotHappened => (Change::Release, Decided::Released),
-        Verdict::StillUnknown { retry_after } => {
+        Found::NotHappened => {
+            let entry = entry(Decided::Released);
+            let resolution = Resolution::release(id, read, &entry, keep_entry_for)?;
+            (entry, resolution)
+        }
+        Found::StillUnknown(retry_after) => {
             // Every decision changes the mark (that is what fences the next one): a mark
             // that cannot count one more attempt is settled or released, not deferred.
             let attempt = case.doubt.attempts.checked_add(1).ok_or_else(|| {
@@ -170,35 +182,15 @@ pub async fn resolve<S: Operator>(
                 attempts: attempt,
                 ..case.doubt.clone()
             };
-            (
-                Change::Defer {
-                    doubt: doubt.encode(),
-                    retry_after,
-                },
-                Decided::StillUnknown {
-                    attempt,
-                    retry_after,
-                },
-            )
+            let entry = entry(Decided::StillUnknown {
+                attempt,
+                retry_after,
+            });
+            let resolution = Resolution::defer(id, read, &entry, doubt.encode(), keep_entry_for)?;
+            (entry, resolution)
         }
     };
-    let entry = Reconciliation {
-        at: Timestamp::from_millis(0),
-        token: case.token,
-        by: finding::bounded(by.to_owned(), Reconciliation::MAX_BY),
-        decided,
-        asked,
-        answer,
-        nonce: nonce(),
-    };
-    let resolution = Resolution::new(
-        case.id.clone(),
-        case.token,
-        case.read.clone(),
-        change,
-        entry.encode(),
-        policy.audit_retention,
-    );
+    let decided = resolution.decided();
     let mut applied = idem
         .store_call(Operation::Resolve, Some(&case.id), |deadline| {
             idem.store().resolve(&resolution, deadline)
