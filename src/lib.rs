@@ -37,7 +37,7 @@
 mod doctests;
 
 pub use idem_core::{
-    Answer, Begin, Commits, Completion, Context, Error, Failure, Idempotency, IdempotencyBuilder,
+    Answer, Begin, Completion, Context, Error, Failure, Idempotency, IdempotencyBuilder,
     IdempotencyKey, InFlightAnswer, KeepAlive, Lease, MemoryStore, Outcome, Policy, Reply, Request,
     RequestBuilder, RunError, StoredResponse,
 };

@@ -44,32 +44,6 @@ impl InFlightAnswer {
     }
 }
 
-/// How many commits a transactional execution ([`Idempotency::transact`](
-/// crate::Idempotency::transact), a SQL store's `run_in_transaction`) makes for a fresh key.
-///
-/// ```
-/// use idem_core::{Commits, Policy};
-/// let policy = Policy::default().commits(Commits::One);
-/// assert_eq!(policy.commits, Commits::One);
-/// assert_eq!(Policy::default().commits, Commits::Two);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Commits {
-    /// The reservation commits on its own, then the effect and its completion commit together
-    /// (C4, C6): right for every effect, external calls included. The default.
-    #[default]
-    Two,
-    /// Reservation, effect and completion in one transaction, one commit per fresh key (C15):
-    /// **only for an effect that lives entirely in the same database**. Nothing of the
-    /// execution is visible until it commits, so a crash or a rollback leaves nothing and the
-    /// retry runs as if it were the first; a duplicate that arrives meanwhile is still answered
-    /// in flight (or mismatch) at once. An effect that calls anything outside the database (a
-    /// card network, an email) must not use it: if its transaction is lost, the call is not
-    /// remembered and a retry makes it again. The store must support it (docs/stores.md).
-    One,
-}
-
 /// The protocol's settings.
 ///
 /// ```
@@ -116,9 +90,28 @@ pub struct Policy {
     /// engine ([`InFlightAnswer::Wait`]); beyond it a duplicate is answered in flight at once,
     /// so a retry storm cannot pile up waiters. Default 1024.
     pub max_waiters: usize,
-    /// How many commits a transactional execution makes for a fresh key (C15). Default
-    /// [`Commits::Two`]; [`Commits::One`] only for effects that live entirely in the database.
-    pub commits: Commits,
+    /// Whether a transactional execution ([`Idempotency::transact`](
+    /// crate::Idempotency::transact), a SQL store's `run_in_transaction`) makes one commit per
+    /// fresh key instead of two (C15), unless its request says otherwise
+    /// ([`Request::with_one_commit`](crate::Request::with_one_commit)). Default `false`.
+    ///
+    /// With two commits (the default), the reservation commits on its own, then the effect and
+    /// its completion commit together (C4, C6): right for every effect, external calls
+    /// included. With one, reservation, effect and completion are one transaction: **only for
+    /// an effect that lives entirely in the same database**. Nothing of the execution is
+    /// visible until it commits, so a crash or a rollback leaves nothing and the retry runs as
+    /// if it were the first; a duplicate that arrives meanwhile is still answered in flight (or
+    /// mismatch) at once. An effect that calls anything outside the database (a card network,
+    /// an email) must not use it: if its transaction is lost, the call is not remembered and a
+    /// retry makes it again. The store must support it (docs/stores.md).
+    ///
+    /// ```
+    /// use idem_core::Policy;
+    /// let policy = Policy::default().one_commit(true);
+    /// assert!(policy.one_commit);
+    /// assert!(!Policy::default().one_commit);
+    /// ```
+    pub one_commit: bool,
     /// How long the audit trail of a record in doubt is kept: each reconciliation decision
     /// ([`Reconciliation`](crate::trail::Reconciliation)) stays readable for this long after it was
     /// made, whatever became of the record (docs/state-machine.md, "Records in doubt").
@@ -138,7 +131,7 @@ impl Default for Policy {
             store_timeout: Duration::from_secs(5),
             refusals: Policy::DEFAULT_REFUSALS.to_vec(),
             max_waiters: 1024,
-            commits: Commits::Two,
+            one_commit: false,
             audit_retention: Duration::from_secs(90 * 24 * 3600),
         }
     }
@@ -200,9 +193,10 @@ impl Policy {
         self
     }
 
-    /// Sets [`commits`](Self::commits).
-    pub fn commits(mut self, commits: Commits) -> Self {
-        self.commits = commits;
+    /// Sets [`one_commit`](Self::one_commit) (C15): `true` only for effects that live
+    /// entirely in the same database as the store.
+    pub fn one_commit(mut self, one: bool) -> Self {
+        self.one_commit = one;
         self
     }
 

@@ -25,7 +25,7 @@ use crate::error::{Error, Field, StoreErrorKind};
 use crate::event::{Event, EventKind, Observer, Observers, Operation, TracingObserver};
 use crate::lease::Acquire;
 use crate::lease::{deadline_after, Lease};
-use crate::policy::{Commits, Policy};
+use crate::policy::Policy;
 use crate::problem::Problem;
 use crate::request::{Request, RequestBuilder};
 use crate::response::StoredResponse;
@@ -471,7 +471,7 @@ impl<S: Store> Idempotency<S> {
     }
 
     async fn reserve(&self, request: &Request, started: Instant) -> Result<Begin, Error> {
-        if request.commits() == Some(Commits::One) {
+        if request.one_commit() == Some(true) {
             // The reservation would commit before the effect: refused rather than made two.
             return Err(Error::invalid(
                 Field::Config,

@@ -9,7 +9,6 @@ use crate::completion::Completion;
 use crate::error::Error;
 use crate::event::{Event, EventKind, Operation};
 use crate::lease::Lease;
-use crate::policy::Commits;
 use crate::record::Record;
 use crate::request::Request;
 use crate::response::StoredResponse;
@@ -40,7 +39,7 @@ use std::time::{Duration, Instant};
 ///   transaction in a [`TxEnd`]: committed, rolled back (the effect with it), or in doubt (the
 ///   commit was sent and its answer lost).
 ///
-/// When [`Execution::commits`] is [`Commits::One`] (C15), it opens the transaction first and
+/// When [`Execution::one_commit`] says so (C15), it opens the transaction first and
 /// reserves inside it, so that reservation, effect and completion commit once, together, or
 /// not at all. A duplicate must still be answered at once while that transaction runs, never
 /// wait on its uncommitted reservation: the store's reservation statement tells that a
@@ -192,7 +191,7 @@ struct Shared<H: ?Sized> {
 
 /// What the engine does at the store's call: implemented by the engine.
 pub(crate) trait Hooks: Send + Sync {
-    fn commits(&self) -> Commits;
+    fn one_commit(&self) -> bool;
     fn lease_for(&self) -> Duration;
     fn store_timeout(&self) -> Duration;
     fn acquired(&self, lease: Lease) -> (Lease, Box<dyn Any + Send>);
@@ -212,12 +211,12 @@ impl Execution {
         }
     }
 
-    /// How many commits this execution makes (C15). With [`Commits::One`] the store opens its
+    /// Whether this execution makes one commit instead of two (C15). If so, the store opens its
     /// transaction first and reserves inside it, with the statement that keeps duplicates from
     /// waiting on the uncommitted reservation; the engine then gives nothing back by itself
     /// (a rollback leaves nothing to give back).
-    pub fn commits(&self) -> Commits {
-        self.inner.hooks.commits()
+    pub fn one_commit(&self) -> bool {
+        self.inner.hooks.one_commit()
     }
 
     /// How long the reservation holds (the policy's lease).
