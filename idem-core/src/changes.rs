@@ -1,5 +1,5 @@
 //! How a duplicate that waits for its original learns that the original ended (C5, the opt-in
-//! bounded wait of [`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)): the engine wakes it
+//! bounded wait of [`Policy::wait_in_flight`](crate::Policy::wait_in_flight)): the engine wakes it
 //! when an execution of this process ends, and a store with a change feed
 //! ([`Store::watch`](crate::Store::watch)) wakes it when another process announces one
 //! ([`Store::announce`](crate::Store::announce)). A waiter holds no store connection and no

@@ -1,48 +1,8 @@
-//! The knobs of the protocol: lease, retention, body limit, in-flight answer, stored headers.
+//! The knobs of the protocol: lease, retention, body limit, in-flight wait, stored headers.
 
 use crate::error::{Error, Field};
 use crate::response::{is_always_stored, is_never_stored, StoredResponse};
 use std::time::Duration;
-
-/// How a duplicate that arrives while the first request is still running is answered (C5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum InFlightAnswer {
-    /// HTTP 409 with `Retry-After` (the default).
-    #[default]
-    Conflict,
-    /// HTTP 202 with the `Location` of a status resource, for asynchronous endpoints.
-    Accepted,
-    /// Wait up to this long for the original to end, then answer as it ended (its replay; or,
-    /// when it gave the key back, run this request), or 409 with `Retry-After` when the wait
-    /// ends first. Opt-in and bounded (C5): a waiter holds no store connection and no thread, it
-    /// is woken when the original ends (in this process at once; in another through the store's
-    /// change feed, [`Store::watch`](crate::Store::watch), else by reading the record again at
-    /// a growing interval), and at most [`Policy::max_waiters`] wait at once in a process
-    /// (beyond: 409 at once). The original's endpoint must use the same policy: only a policy
-    /// that waits announces its ends to other processes. At most
-    /// [`Policy::MAX_WAIT`](Policy::MAX_WAIT); an answer comes within `max` plus one read of
-    /// the record (itself bounded by [`Policy::store_timeout`]).
-    ///
-    /// ```
-    /// use idem_core::{InFlightAnswer, Policy};
-    /// use std::time::Duration;
-    /// let policy = Policy::default().in_flight(InFlightAnswer::Wait(Duration::from_secs(2)));
-    /// policy.validate()?;
-    /// # Ok::<(), idem_core::Error>(())
-    /// ```
-    Wait(Duration),
-}
-
-impl InFlightAnswer {
-    /// How long a duplicate waits for its original: `Some` for [`Wait`](Self::Wait).
-    pub fn wait(self) -> Option<Duration> {
-        match self {
-            InFlightAnswer::Wait(max) => Some(max),
-            _ => None,
-        }
-    }
-}
 
 /// The protocol's settings.
 ///
@@ -65,8 +25,30 @@ pub struct Policy {
     pub retention: Duration,
     /// The largest request body accepted (C12). Default 1 MiB.
     pub max_body_bytes: usize,
-    /// How an in-flight duplicate is answered (C5). Default 409.
-    pub in_flight: InFlightAnswer,
+    /// How long a duplicate that arrives while the first request is still running waits for
+    /// it to end (C5); `None` (the default): it is answered in flight at once (the HTTP layer's
+    /// 409 with `Retry-After`).
+    ///
+    /// With `Some(max)`, it waits up to `max`, then is answered as the original ended (its
+    /// replay; or, when it gave the key back, this request runs), or in flight when the wait
+    /// ends first. Opt-in and bounded: a waiter holds no store connection and no thread, it is
+    /// woken when the original ends (in this process at once; in another through the store's
+    /// change feed, [`Store::watch`](crate::Store::watch), else by reading the record again at
+    /// a growing interval), and at most [`max_waiters`](Self::max_waiters) wait at once in a
+    /// process (beyond: answered in flight at once). The original's endpoint must use the same
+    /// policy: only a policy that waits announces its ends to other processes. At most
+    /// [`MAX_WAIT`](Self::MAX_WAIT); an answer comes within `max` plus one read of the record
+    /// (itself bounded by [`store_timeout`](Self::store_timeout)).
+    ///
+    /// ```
+    /// use idem_core::Policy;
+    /// use std::time::Duration;
+    /// let policy = Policy::default().wait_in_flight(Duration::from_secs(2));
+    /// assert_eq!(policy.wait_in_flight, Some(Duration::from_secs(2)));
+    /// policy.validate()?;
+    /// # Ok::<(), idem_core::Error>(())
+    /// ```
+    pub wait_in_flight: Option<Duration>,
     /// Lower-case names of response headers stored and replayed (C7) besides those that give the
     /// body its meaning, which are always stored ([`is_always_stored`](crate::is_always_stored)).
     /// Headers that [`is_never_stored`](crate::is_never_stored) are dropped even if listed here.
@@ -87,7 +69,8 @@ pub struct Policy {
     /// and replayed). Default [`DEFAULT_REFUSALS`](Self::DEFAULT_REFUSALS).
     pub refusals: Vec<u16>,
     /// How many duplicates may wait for their original at once in this process, over every
-    /// engine ([`InFlightAnswer::Wait`]); beyond it a duplicate is answered in flight at once,
+    /// engine ([`wait_in_flight`](Self::wait_in_flight)); beyond it a duplicate is answered in
+    /// flight at once,
     /// so a retry storm cannot pile up waiters. Default 1024.
     pub max_waiters: usize,
     /// Whether a transactional execution ([`Idempotency::transact`](
@@ -125,7 +108,7 @@ impl Default for Policy {
             lease: Duration::from_secs(60),
             retention: Duration::from_secs(24 * 3600),
             max_body_bytes: Policy::DEFAULT_MAX_BODY_BYTES,
-            in_flight: InFlightAnswer::Conflict,
+            wait_in_flight: None,
             stored_headers: ["etag", "last-modified"].map(String::from).to_vec(),
             purge_batch: 1000,
             store_timeout: Duration::from_secs(5),
@@ -181,9 +164,10 @@ impl Policy {
         self
     }
 
-    /// Sets the in-flight answer.
-    pub fn in_flight(mut self, answer: InFlightAnswer) -> Self {
-        self.in_flight = answer;
+    /// Makes a duplicate in flight wait up to `max` for its original
+    /// ([`wait_in_flight`](Self::wait_in_flight), C5).
+    pub fn wait_in_flight(mut self, max: Duration) -> Self {
+        self.wait_in_flight = Some(max);
         self
     }
 
@@ -276,8 +260,8 @@ impl Policy {
         Ok(response)
     }
 
-    /// The longest wait for an original accepted ([`InFlightAnswer::Wait`]): a minute. A
-    /// client waits on its open request; beyond this, come back later.
+    /// The longest wait for an original accepted ([`wait_in_flight`](Self::wait_in_flight)): a
+    /// minute. A client waits on its open request; beyond this, come back later.
     pub const MAX_WAIT: Duration = Duration::from_secs(60);
 
     /// The longest lease accepted: a day (a longer handler renews its lease).
@@ -329,7 +313,7 @@ impl Policy {
         if self.purge_batch == 0 {
             return Err(Error::invalid(Field::Config, "purge_batch must be above 0"));
         }
-        if let Some(wait) = self.in_flight.wait() {
+        if let Some(wait) = self.wait_in_flight {
             if wait < ms || wait > Self::MAX_WAIT {
                 return Err(Error::invalid(
                     Field::Config,

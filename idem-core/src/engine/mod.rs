@@ -267,7 +267,7 @@ impl<S: Store> Idempotency<S> {
     }
 
     /// Sends `event` to the observers. A completion that landed and a reservation given
-    /// back also wake the duplicates waiting for their record ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)).
+    /// back also wake the duplicates waiting for their record ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight)).
     /// Code beside the engine that changes records itself (idem-ops' reconciliation) reports
     /// its decisions with it.
     pub fn emit(&self, event: Event<'_>) {
@@ -437,7 +437,7 @@ impl<S: Store> Idempotency<S> {
     /// request was built, and nothing is written (C12). During a [`shutdown`](Self::shutdown)
     /// it is refused (store unavailable, 503).
     ///
-    /// Under a policy that waits ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)), a
+    /// Under a policy that waits ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight)), a
     /// duplicate of a running execution waits for its end (C5) and gets what it left: the
     /// replay, or the reservation if the key was given back or its lease passed.
     pub async fn begin(&self, request: &Request) -> Result<Begin, Error> {

@@ -39,7 +39,7 @@ impl<S: Store + 'static> Idempotency<S> {
     /// runtime shuts down, [`shutdown`](Self::shutdown) or [`drain`](Self::drain) waits for
     /// such executions.
     ///
-    /// **Waiting** (opt-in, [`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)): a duplicate
+    /// **Waiting** (opt-in, [`Policy::wait_in_flight`](crate::Policy::wait_in_flight)): a duplicate
     /// of a running execution waits for its end and gets its replay; if the original gave the
     /// key back (or its lease passed), this `handler` runs instead; if the wait ends first, the
     /// in-flight answer. Waiting holds no store connection and no thread; dropping this future

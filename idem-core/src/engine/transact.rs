@@ -101,7 +101,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
     /// - a panic in the effect: rolled back, the key given back, the panic resumes here.
     ///
     /// Replays, in-flight answers and mismatches never run the effect. Under a policy that
-    /// waits ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)), a duplicate of a running
+    /// waits ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight)), a duplicate of a running
     /// execution waits for its end (C5): its replay, or this effect run if the original rolled
     /// back; the wait holds neither a connection nor the writer.
     ///
