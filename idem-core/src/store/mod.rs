@@ -228,7 +228,7 @@ pub trait Store: Send + Sync {
 /// use idem_core::store::Capabilities;
 /// assert!(!Capabilities::default().server_ttl);
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Capabilities {
     /// Whether the server deletes expired records by itself (a TTL, C10): then
@@ -250,16 +250,6 @@ pub struct Capabilities {
     /// [`identity`](Store::identity), by which every engine over it shares the claims: without
     /// one the engine refuses its reservations (a misconfigured-store error).
     pub process_gate: bool,
-}
-
-impl Default for Capabilities {
-    fn default() -> Self {
-        Self {
-            server_ttl: false,
-            change_feed: false,
-            process_gate: false,
-        }
-    }
 }
 
 impl Capabilities {
