@@ -37,9 +37,9 @@
 mod doctests;
 
 pub use idem_core::{
-    Answer, Begin, Commits, Completion, Context, Error, Failure, Idempotency, IdempotencyBuilder,
-    IdempotencyKey, InFlightAnswer, KeepAlive, Lease, MemoryStore, Outcome, Policy, Reply, Request,
-    RequestBuilder, RunError, StoredResponse,
+    Answer, Begin, Completion, Context, Error, Failure, Idempotency, IdempotencyBuilder,
+    IdempotencyKey, KeepAlive, Lease, MemoryStore, Outcome, Policy, Reply, Request, RequestBuilder,
+    RunError, StoredResponse,
 };
 
 /// Operations beside the engine ([`idem_ops`]): the operator reads ([`Operator`](idem_ops::Operator):

@@ -21,7 +21,6 @@
 //! --benches` or with `IDEM_BENCH_QUICK=1`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use idem::Commits;
 use idem_benches::harness::{measure, size_name, Mode, Path, Row};
 use idem_benches::harness::{Op, Side};
 use idem_benches::report;
@@ -154,18 +153,14 @@ fn table(rt: &Runtime, mode: &Mode, subjects: &[Subject]) {
             cells.extend(measure(rt, mode, &row));
         }
         let money_paths = [
-            (
-                &subject.in_transaction,
-                &transaction::PATHS[..],
-                Commits::Two,
-            ),
+            (&subject.in_transaction, &transaction::PATHS[..], false),
             (
                 &subject.one_commit,
                 &transaction::ONE_COMMIT_PATHS[..],
-                Commits::One,
+                true,
             ),
         ];
-        for (transacting, paths, commits) in money_paths {
+        for (transacting, paths, one_commit) in money_paths {
             let Some(transacting) = transacting else {
                 continue;
             };
@@ -174,7 +169,7 @@ fn table(rt: &Runtime, mode: &Mode, subjects: &[Subject]) {
                 // one-commit `run_in_transaction`), against the baselines of the same path.
                 let mut sides = vec![("library", rt.block_on(transacting.op(path, 100)))];
                 sides.extend(ops(&subject.sides[1..], path));
-                let name = transaction::path_name(path, commits);
+                let name = transaction::path_name(path, one_commit);
                 let row = Row {
                     store: subject.store,
                     path: &name,

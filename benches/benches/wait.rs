@@ -1,4 +1,4 @@
-//! The opt-in bounded wait of an in-flight duplicate (C5, `InFlightAnswer::Wait`; docs/http.md,
+//! The opt-in bounded wait of an in-flight duplicate (C5, `Policy::wait_in_flight`; docs/http.md,
 //! "Waiting for the original"): how long after the original's completion a waiting duplicate
 //! gets its replay, per store, in the same process and from another process (an engine over a
 //! store of its own, sharing nothing with the original's but the server: woken by the store's
@@ -15,9 +15,7 @@ use idem::postgres::PgStore;
 use idem::redis::RedisStore;
 use idem::sqlite::SqliteStore;
 use idem::store::Store;
-use idem::{
-    Answer, Begin, Idempotency, InFlightAnswer, MemoryStore, Policy, Request, StoredResponse,
-};
+use idem::{Answer, Begin, Idempotency, MemoryStore, Policy, Request, StoredResponse};
 use idem_benches::stores::server_url;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,7 +24,7 @@ use tokio::runtime::Runtime;
 /// The engines' policy: duplicates wait up to 5 s, up to 20,000 of them.
 fn policy() -> Policy {
     Policy::default()
-        .in_flight(InFlightAnswer::Wait(Duration::from_secs(5)))
+        .wait_in_flight(Duration::from_secs(5))
         .max_waiters(20_000)
 }
 

@@ -10,7 +10,7 @@ use crate::transaction::{Charge, InTransaction, Transacting};
 use idem::postgres::{sqlx, PgStore};
 use idem::redis::RedisStore;
 use idem::sqlite::{rusqlite, SqliteStore};
-use idem::{Commits, Idempotency, Lease, MemoryStore, Outcome, Request, StoredResponse};
+use idem::{Idempotency, Lease, MemoryStore, Outcome, Request, StoredResponse};
 use std::sync::Arc;
 
 /// The connections of a server store's pool, library and baseline alike.
@@ -92,19 +92,19 @@ impl Charge for SqliteStore {
         idem: &Idempotency<Self>,
         request: &Request,
         size: usize,
-        commits: Commits,
+        one_commit: bool,
     ) -> Outcome {
         let effect: idem::sqlite::SqliteEffect<rusqlite::Error> = Box::new(move |tx, _lease| {
             tx.execute(SQLITE_CHARGE, [2500])?;
             Ok(response(size))
         });
-        // `run_in_transaction`, in `commits`.
+        // `run_in_transaction`, in one commit if `one_commit`, else two.
         // The engine's policy makes two commits: only a one-commit run carries the option
         // (its copy of the request is the only allocation this adds to the measured path).
-        let one_commit;
-        let request = if commits == Commits::One {
-            one_commit = request.clone().with_commits(commits);
-            &one_commit
+        let owned;
+        let request = if one_commit {
+            owned = request.clone().with_one_commit(true);
+            &owned
         } else {
             request
         };
@@ -114,10 +114,10 @@ impl Charge for SqliteStore {
     }
 }
 
-/// A SQLite store on `path` with the benches' business table, opened for `commits`.
-async fn sqlite_store(path: &std::path::Path, commits: Commits) -> SqliteStore {
+/// A SQLite store on `path` with the benches' business table, opened for `one_commit`.
+async fn sqlite_store(path: &std::path::Path, one_commit: bool) -> SqliteStore {
     let store = SqliteStore::builder(path)
-        .one_commit(commits == Commits::One)
+        .one_commit(one_commit)
         .open()
         .await
         .expect("open");
@@ -135,8 +135,8 @@ async fn sqlite_store(path: &std::path::Path, commits: Commits) -> SqliteStore {
 /// hop), each on its own file in a temporary directory, same settings.
 pub async fn sqlite() -> Subject {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let store = sqlite_store(&dir.path().join("library.db"), Commits::Two).await;
-    let one_commit = sqlite_store(&dir.path().join("one_commit.db"), Commits::One).await;
+    let store = sqlite_store(&dir.path().join("library.db"), false).await;
+    let one_commit = sqlite_store(&dir.path().join("one_commit.db"), true).await;
     let sides: Vec<Arc<dyn Side>> = vec![
         Arc::new(Library::new(store.clone(), SqliteEffect)),
         Arc::new(raw::sqlite::RawSqlite::open(
@@ -155,8 +155,8 @@ pub async fn sqlite() -> Subject {
     Subject {
         store: "sqlite",
         sides,
-        in_transaction: Some(Arc::new(InTransaction::new(store, Commits::Two))),
-        one_commit: Some(Arc::new(InTransaction::new(one_commit, Commits::One))),
+        in_transaction: Some(Arc::new(InTransaction::new(store, false))),
+        one_commit: Some(Arc::new(InTransaction::new(one_commit, true))),
         _dir: Some(dir),
     }
 }
@@ -195,7 +195,7 @@ impl Charge for PgStore {
         idem: &Idempotency<Self>,
         request: &Request,
         size: usize,
-        commits: Commits,
+        one_commit: bool,
     ) -> Outcome {
         let effect: idem::postgres::PgEffect<sqlx::Error> = Box::new(move |tx, _lease| {
             Box::pin(async move {
@@ -203,13 +203,13 @@ impl Charge for PgStore {
                 Ok(response(size))
             })
         });
-        // `run_in_transaction`, in `commits`.
+        // `run_in_transaction`, in one commit if `one_commit`, else two.
         // The engine's policy makes two commits: only a one-commit run carries the option
         // (its copy of the request is the only allocation this adds to the measured path).
-        let one_commit;
-        let request = if commits == Commits::One {
-            one_commit = request.clone().with_commits(commits);
-            &one_commit
+        let owned;
+        let request = if one_commit {
+            owned = request.clone().with_one_commit(true);
+            &owned
         } else {
             request
         };
@@ -242,8 +242,8 @@ pub async fn postgres() -> Subject {
     Subject {
         store: "postgres",
         sides,
-        in_transaction: Some(Arc::new(InTransaction::new(store.clone(), Commits::Two))),
-        one_commit: Some(Arc::new(InTransaction::new(store, Commits::One))),
+        in_transaction: Some(Arc::new(InTransaction::new(store.clone(), false))),
+        one_commit: Some(Arc::new(InTransaction::new(store, true))),
         _dir: None,
     }
 }

@@ -6,7 +6,7 @@
 use crate::harness::{Op, Path};
 use crate::library::{engine, new_consumer, request, BODY, LEASE};
 use idem::store::Store;
-use idem::{Answer, Commits, Idempotency, Outcome, Request};
+use idem::{Answer, Idempotency, Outcome, Request};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,24 +20,25 @@ pub const ONE_COMMIT_PATHS: [Path; 1] = [Path::Fresh];
 
 /// The name of `path` through `run_in_transaction` in tables and results: `tx_fresh_key`,
 /// `tx_replay`; with one commit `tx1_fresh_key`.
-pub fn path_name(path: Path, commits: Commits) -> String {
-    match commits {
-        Commits::One => format!("tx1_{}", path.name()),
-        _ => format!("tx_{}", path.name()),
+pub fn path_name(path: Path, one_commit: bool) -> String {
+    if one_commit {
+        format!("tx1_{}", path.name())
+    } else {
+        format!("tx_{}", path.name())
     }
 }
 
 /// A store whose engine runs an effect and its completion in one transaction.
 #[async_trait::async_trait]
 pub trait Charge: Store + Clone + 'static {
-    /// `run_in_transaction` for `request` (`with_commits(Commits::One)`),
+    /// `run_in_transaction` for `request` (`with_one_commit(true)`),
     /// its effect one business insert answered with a response of `size` bytes
     /// ([`response`](crate::library::response)).
     async fn charge(
         idem: &Idempotency<Self>,
         request: &Request,
         size: usize,
-        commits: Commits,
+        one_commit: bool,
     ) -> Outcome;
 }
 
@@ -54,17 +55,17 @@ pub struct InTransaction<S> {
     idem: Idempotency<S>,
     consumer: String,
     next: Arc<AtomicU64>,
-    commits: Commits,
+    one_commit: bool,
 }
 
 impl<S: Charge> InTransaction<S> {
-    /// The money path over `store`, with `commits` per fresh key.
-    pub fn new(store: S, commits: Commits) -> Self {
+    /// The money path over `store`, in one commit per fresh key if `one_commit`, else two.
+    pub fn new(store: S, one_commit: bool) -> Self {
         Self {
             idem: engine(store, LEASE),
             consumer: new_consumer(),
             next: Arc::new(AtomicU64::new(0)),
-            commits,
+            one_commit,
         }
     }
 }
@@ -74,7 +75,7 @@ impl<S: Charge> Transacting for InTransaction<S> {
     async fn op(&self, path: Path, size: usize) -> Op {
         let idem = self.idem.clone();
         let consumer = self.consumer.clone();
-        let commits = self.commits;
+        let one_commit = self.one_commit;
         match path {
             Path::Fresh => {
                 let next = Arc::clone(&self.next);
@@ -83,7 +84,7 @@ impl<S: Charge> Transacting for InTransaction<S> {
                     let key = format!("fresh-{}", next.fetch_add(1, Ordering::Relaxed));
                     Box::pin(async move {
                         let request = request(&idem, &consumer, &key, BODY);
-                        match S::charge(&idem, &request, size, commits).await {
+                        match S::charge(&idem, &request, size, one_commit).await {
                             Outcome::Executed(stored) => {
                                 black_box(stored);
                             }
@@ -95,7 +96,7 @@ impl<S: Charge> Transacting for InTransaction<S> {
             Path::Replay => {
                 let key = format!("done-{}", self.next.fetch_add(1, Ordering::Relaxed));
                 let asked = Arc::new(request(&idem, &consumer, &key, BODY));
-                let first = S::charge(&idem, &asked, size, commits).await;
+                let first = S::charge(&idem, &asked, size, one_commit).await;
                 assert!(
                     matches!(first, Outcome::Executed(_)),
                     "a new key was answered"
@@ -103,7 +104,7 @@ impl<S: Charge> Transacting for InTransaction<S> {
                 Arc::new(move || {
                     let (idem, asked) = (idem.clone(), Arc::clone(&asked));
                     Box::pin(async move {
-                        match S::charge(&idem, &asked, size, commits).await {
+                        match S::charge(&idem, &asked, size, one_commit).await {
                             Outcome::Answered(Answer::Replay(stored)) => {
                                 black_box(stored);
                             }

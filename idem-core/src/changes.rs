@@ -1,4 +1,4 @@
-//! How a waiting duplicate ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait), C5) learns
+//! How a waiting duplicate ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight), C5) learns
 //! its original ended: from the engine for this process, from a change feed
 //! ([`Store::watch`](crate::Store::watch), [`Store::announce`](crate::Store::announce)) for
 //! others. A waiter is a future parked on its record's [`Notify`]: no connection, no thread.

@@ -49,7 +49,7 @@ pub enum EventKind {
     InFlight => "in_flight",
     /// Answered "mismatch": the key was used with another request (C3). Nothing ran.
     Mismatch => "mismatch",
-    /// A duplicate waited for its original to end ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait),
+    /// A duplicate waited for its original to end ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight),
     /// C5), for [`Event::elapsed`]; the answer that followed is reported as usual.
     Waited => "waited",
     /// A fresh reservation (C4).

@@ -103,7 +103,7 @@ pub use key::IdempotencyKey;
 pub use lease::Lease;
 pub use memory::{MemoryRecord, MemoryStore};
 pub use outcome::{Failure, Outcome, Reply, RunError};
-pub use policy::{Commits, InFlightAnswer, Policy};
+pub use policy::Policy;
 pub use request::{Request, RequestBuilder};
 pub use response::{is_always_stored, is_never_stored, StoredResponse};
 pub use scope::{RecordId, Scope};

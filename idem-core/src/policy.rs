@@ -1,74 +1,8 @@
-//! The knobs of the protocol: lease, retention, body limit, in-flight answer, stored headers.
+//! The knobs of the protocol: lease, retention, body limit, in-flight wait, stored headers.
 
 use crate::error::{Error, Field};
 use crate::response::{is_always_stored, is_never_stored, StoredResponse};
 use std::time::Duration;
-
-/// How a duplicate that arrives while the first request is still running is answered (C5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum InFlightAnswer {
-    /// HTTP 409 with `Retry-After` (the default).
-    #[default]
-    Conflict,
-    /// HTTP 202 with the `Location` of a status resource, for asynchronous endpoints.
-    Accepted,
-    /// Wait up to this long for the original to end, then answer as it ended (its replay; or,
-    /// when it gave the key back, run this request), or 409 with `Retry-After` when the wait
-    /// ends first. Opt-in and bounded (C5): a waiter holds no store connection and no thread, it
-    /// is woken when the original ends (in this process at once; in another through the store's
-    /// change feed, [`Store::watch`](crate::Store::watch), else by reading the record again at
-    /// a growing interval), and at most [`Policy::max_waiters`] wait at once in a process
-    /// (beyond: 409 at once). The original's endpoint must use the same policy: only a policy
-    /// that waits announces its ends to other processes. At most
-    /// [`Policy::MAX_WAIT`](Policy::MAX_WAIT); an answer comes within `max` plus one read of
-    /// the record (itself bounded by [`Policy::store_timeout`]).
-    ///
-    /// ```
-    /// use idem_core::{InFlightAnswer, Policy};
-    /// use std::time::Duration;
-    /// let policy = Policy::default().in_flight(InFlightAnswer::Wait(Duration::from_secs(2)));
-    /// policy.validate()?;
-    /// # Ok::<(), idem_core::Error>(())
-    /// ```
-    Wait(Duration),
-}
-
-impl InFlightAnswer {
-    /// How long a duplicate waits for its original: `Some` for [`Wait`](Self::Wait).
-    pub fn wait(self) -> Option<Duration> {
-        match self {
-            InFlightAnswer::Wait(max) => Some(max),
-            _ => None,
-        }
-    }
-}
-
-/// How many commits a transactional execution ([`Idempotency::transact`](
-/// crate::Idempotency::transact), a SQL store's `run_in_transaction`) makes for a fresh key.
-///
-/// ```
-/// use idem_core::{Commits, Policy};
-/// let policy = Policy::default().commits(Commits::One);
-/// assert_eq!(policy.commits, Commits::One);
-/// assert_eq!(Policy::default().commits, Commits::Two);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Commits {
-    /// The reservation commits on its own, then the effect and its completion commit together
-    /// (C4, C6): right for every effect, external calls included. The default.
-    #[default]
-    Two,
-    /// Reservation, effect and completion in one transaction, one commit per fresh key (C15):
-    /// **only for an effect that lives entirely in the same database**. Nothing of the
-    /// execution is visible until it commits, so a crash or a rollback leaves nothing and the
-    /// retry runs as if it were the first; a duplicate that arrives meanwhile is still answered
-    /// in flight (or mismatch) at once. An effect that calls anything outside the database (a
-    /// card network, an email) must not use it: if its transaction is lost, the call is not
-    /// remembered and a retry makes it again. The store must support it (docs/stores.md).
-    One,
-}
 
 /// The protocol's settings.
 ///
@@ -91,8 +25,30 @@ pub struct Policy {
     pub retention: Duration,
     /// The largest request body accepted (C12). Default 1 MiB.
     pub max_body_bytes: usize,
-    /// How an in-flight duplicate is answered (C5). Default 409.
-    pub in_flight: InFlightAnswer,
+    /// How long a duplicate that arrives while the first request is still running waits for
+    /// it to end (C5); `None` (the default): it is answered in flight at once (the HTTP layer's
+    /// 409 with `Retry-After`).
+    ///
+    /// With `Some(max)`, it waits up to `max`, then is answered as the original ended (its
+    /// replay; or, when it gave the key back, this request runs), or in flight when the wait
+    /// ends first. Opt-in and bounded: a waiter holds no store connection and no thread, it is
+    /// woken when the original ends (in this process at once; in another through the store's
+    /// change feed, [`Store::watch`](crate::Store::watch), else by reading the record again at
+    /// a growing interval), and at most [`max_waiters`](Self::max_waiters) wait at once in a
+    /// process (beyond: answered in flight at once). The original's endpoint must use the same
+    /// policy: only a policy that waits announces its ends to other processes. At most
+    /// [`MAX_WAIT`](Self::MAX_WAIT); an answer comes within `max` plus one read of the record
+    /// (itself bounded by [`store_timeout`](Self::store_timeout)).
+    ///
+    /// ```
+    /// use idem_core::Policy;
+    /// use std::time::Duration;
+    /// let policy = Policy::default().wait_in_flight(Duration::from_secs(2));
+    /// assert_eq!(policy.wait_in_flight, Some(Duration::from_secs(2)));
+    /// policy.validate()?;
+    /// # Ok::<(), idem_core::Error>(())
+    /// ```
+    pub wait_in_flight: Option<Duration>,
     /// Lower-case names of response headers stored and replayed (C7) besides those that give the
     /// body its meaning, which are always stored ([`is_always_stored`](crate::is_always_stored)).
     /// Headers that [`is_never_stored`](crate::is_never_stored) are dropped even if listed here.
@@ -113,12 +69,32 @@ pub struct Policy {
     /// and replayed). Default [`DEFAULT_REFUSALS`](Self::DEFAULT_REFUSALS).
     pub refusals: Vec<u16>,
     /// How many duplicates may wait for their original at once in this process, over every
-    /// engine ([`InFlightAnswer::Wait`]); beyond it a duplicate is answered in flight at once,
+    /// engine ([`wait_in_flight`](Self::wait_in_flight)); beyond it a duplicate is answered in
+    /// flight at once,
     /// so a retry storm cannot pile up waiters. Default 1024.
     pub max_waiters: usize,
-    /// How many commits a transactional execution makes for a fresh key (C15). Default
-    /// [`Commits::Two`]; [`Commits::One`] only for effects that live entirely in the database.
-    pub commits: Commits,
+    /// Whether a transactional execution ([`Idempotency::transact`](
+    /// crate::Idempotency::transact), a SQL store's `run_in_transaction`) makes one commit per
+    /// fresh key instead of two (C15), unless its request says otherwise
+    /// ([`Request::with_one_commit`](crate::Request::with_one_commit)). Default `false`.
+    ///
+    /// With two commits (the default), the reservation commits on its own, then the effect and
+    /// its completion commit together (C4, C6): right for every effect, external calls
+    /// included. With one, reservation, effect and completion are one transaction: **only for
+    /// an effect that lives entirely in the same database**. Nothing of the execution is
+    /// visible until it commits, so a crash or a rollback leaves nothing and the retry runs as
+    /// if it were the first; a duplicate that arrives meanwhile is still answered in flight (or
+    /// mismatch) at once. An effect that calls anything outside the database (a card network,
+    /// an email) must not use it: if its transaction is lost, the call is not remembered and a
+    /// retry makes it again. The store must support it (docs/stores.md).
+    ///
+    /// ```
+    /// use idem_core::Policy;
+    /// let policy = Policy::default().one_commit(true);
+    /// assert!(policy.one_commit);
+    /// assert!(!Policy::default().one_commit);
+    /// ```
+    pub one_commit: bool,
     /// How long the audit trail of a record in doubt is kept: each reconciliation decision
     /// ([`Reconciliation`](crate::trail::Reconciliation)) stays readable for this long after it was
     /// made, whatever became of the record (docs/state-machine.md, "Records in doubt").
@@ -132,13 +108,13 @@ impl Default for Policy {
             lease: Duration::from_secs(60),
             retention: Duration::from_secs(24 * 3600),
             max_body_bytes: Policy::DEFAULT_MAX_BODY_BYTES,
-            in_flight: InFlightAnswer::Conflict,
+            wait_in_flight: None,
             stored_headers: ["etag", "last-modified"].map(String::from).to_vec(),
             purge_batch: 1000,
             store_timeout: Duration::from_secs(5),
             refusals: Policy::DEFAULT_REFUSALS.to_vec(),
             max_waiters: 1024,
-            commits: Commits::Two,
+            one_commit: false,
             audit_retention: Duration::from_secs(90 * 24 * 3600),
         }
     }
@@ -188,9 +164,10 @@ impl Policy {
         self
     }
 
-    /// Sets the in-flight answer.
-    pub fn in_flight(mut self, answer: InFlightAnswer) -> Self {
-        self.in_flight = answer;
+    /// Makes a duplicate in flight wait up to `max` for its original
+    /// ([`wait_in_flight`](Self::wait_in_flight), C5).
+    pub fn wait_in_flight(mut self, max: Duration) -> Self {
+        self.wait_in_flight = Some(max);
         self
     }
 
@@ -200,9 +177,10 @@ impl Policy {
         self
     }
 
-    /// Sets [`commits`](Self::commits).
-    pub fn commits(mut self, commits: Commits) -> Self {
-        self.commits = commits;
+    /// Sets [`one_commit`](Self::one_commit) (C15): `true` only for effects that live
+    /// entirely in the same database as the store.
+    pub fn one_commit(mut self, one: bool) -> Self {
+        self.one_commit = one;
         self
     }
 
@@ -282,8 +260,8 @@ impl Policy {
         Ok(response)
     }
 
-    /// The longest wait for an original accepted ([`InFlightAnswer::Wait`]): a minute. A
-    /// client waits on its open request; beyond this, come back later.
+    /// The longest wait for an original accepted ([`wait_in_flight`](Self::wait_in_flight)): a
+    /// minute. A client waits on its open request; beyond this, come back later.
     pub const MAX_WAIT: Duration = Duration::from_secs(60);
 
     /// The longest lease accepted: a day (a longer handler renews its lease).
@@ -335,7 +313,7 @@ impl Policy {
         if self.purge_batch == 0 {
             return Err(Error::invalid(Field::Config, "purge_batch must be above 0"));
         }
-        if let Some(wait) = self.in_flight.wait() {
+        if let Some(wait) = self.wait_in_flight {
             if wait < ms || wait > Self::MAX_WAIT {
                 return Err(Error::invalid(
                     Field::Config,

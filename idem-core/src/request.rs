@@ -3,7 +3,7 @@
 use crate::error::{Error, Field};
 use crate::fingerprint::{Domain, Fingerprint};
 use crate::key::IdempotencyKey;
-use crate::policy::{Commits, Policy};
+use crate::policy::Policy;
 use crate::scope::{RecordId, Scope};
 use std::fmt;
 use std::sync::Arc;
@@ -32,7 +32,7 @@ struct Parts {
     id: RecordId,
     fingerprint: Fingerprint,
     body_len: usize,
-    commits: Option<Commits>,
+    one_commit: Option<bool>,
 }
 
 impl fmt::Debug for Request {
@@ -41,7 +41,7 @@ impl fmt::Debug for Request {
             .field("id", &self.0.id)
             .field("fingerprint", &self.0.fingerprint)
             .field("body_len", &self.0.body_len)
-            .field("commits", &self.0.commits)
+            .field("one_commit", &self.0.one_commit)
             .finish()
     }
 }
@@ -54,7 +54,7 @@ impl Request {
             id,
             fingerprint,
             body_len,
-            commits: None,
+            one_commit: None,
         }))
     }
 
@@ -89,28 +89,30 @@ impl Request {
         self.0.body_len
     }
 
-    /// This request, made in `commits` by a transactional execution (C15), whatever the
-    /// engine's [`Policy::commits`] says. [`Commits::One`] makes reservation, effect and
-    /// completion one transaction (the SQL stores' transactional closures); the guard and the
-    /// plain closure commit the reservation before the effect, and refuse it.
+    /// This request, made in one commit (`true`) or two by a transactional execution (C15),
+    /// whatever the engine's [`Policy::one_commit`] says. One commit makes reservation, effect
+    /// and completion one transaction (the SQL stores' transactional closures): **only for an
+    /// effect that lives entirely in the same database**, since a lost transaction forgets any
+    /// call made outside it and a retry makes it again. The guard and the plain closure commit
+    /// the reservation before the effect, and refuse a one-commit request.
     ///
     /// ```
-    /// use idem_core::{Commits, Request};
+    /// use idem_core::Request;
     /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k1")).build()?;
-    /// assert_eq!(request.commits(), None);
-    /// let request = request.with_commits(Commits::One);
-    /// assert_eq!(request.commits(), Some(Commits::One));
+    /// assert_eq!(request.one_commit(), None);
+    /// let request = request.with_one_commit(true);
+    /// assert_eq!(request.one_commit(), Some(true));
     /// # Ok::<(), idem_core::Error>(())
     /// ```
-    pub fn with_commits(mut self, commits: Commits) -> Self {
-        Arc::make_mut(&mut self.0).commits = Some(commits);
+    pub fn with_one_commit(mut self, one: bool) -> Self {
+        Arc::make_mut(&mut self.0).one_commit = Some(one);
         self
     }
 
-    /// How many commits a transactional execution of this request makes, where the caller
-    /// chose ([`with_commits`](Self::with_commits)); `None`: the engine's policy decides.
-    pub fn commits(&self) -> Option<Commits> {
-        self.0.commits
+    /// Whether a transactional execution of this request makes one commit, where the caller
+    /// chose ([`with_one_commit`](Self::with_one_commit)); `None`: the engine's policy decides.
+    pub fn one_commit(&self) -> Option<bool> {
+        self.0.one_commit
     }
 }
 
@@ -346,7 +348,7 @@ impl<'a> RequestBuilder<'a> {
             id: RecordId::new(scope, key),
             fingerprint: fingerprint.finish(),
             body_len: self.body.len(),
-            commits: None,
+            one_commit: None,
         })))
     }
 }

@@ -41,12 +41,12 @@ fn c13_guard_style_on_a_runtime_without_timers_answers_and_never_panics() {
 
 #[test]
 fn c05_a_waiting_policy_on_a_runtime_without_timers_answers_in_flight_at_once() {
-    use idem_core::{Answer, InFlightAnswer, Policy};
+    use idem_core::{Answer, Policy};
     use std::time::Duration;
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a runtime without the time driver");
-    let policy = Policy::default().in_flight(InFlightAnswer::Wait(Duration::from_millis(200)));
+    let policy = Policy::default().wait_in_flight(Duration::from_millis(200));
     let idem = Idempotency::with_policy(MemoryStore::new(), policy).expect("policy");
     let request = idem
         .request("acct", "POST", "/charges")

@@ -1,7 +1,7 @@
 //! C15: one commit is an option of the request, honoured only where it can be kept.
 
 use idem_core::store::Deadline;
-use idem_core::{Commits, Error, Failure, Idempotency, MemoryStore, Store, StoredResponse};
+use idem_core::{Error, Failure, Idempotency, MemoryStore, Store, StoredResponse};
 
 /// The guard and the plain closure commit the reservation before the effect: a request that
 /// asks for one commit is refused before anything is written, never run in two.
@@ -14,7 +14,7 @@ async fn c15_a_one_commit_request_is_refused_by_the_guard_and_the_plain_closure(
         .body(b"{}")
         .build()
         .expect("a request")
-        .with_commits(Commits::One);
+        .with_one_commit(true);
 
     let begun = idem.begin(&request).await;
     assert!(
@@ -37,7 +37,7 @@ async fn c15_a_one_commit_request_is_refused_by_the_guard_and_the_plain_closure(
     );
 
     // The same request in two commits runs.
-    let two = request.with_commits(Commits::Two);
+    let two = request.with_one_commit(false);
     let ran = idem
         .run(&two, |_ctx| async {
             Ok::<_, Failure<std::io::Error>>(StoredResponse::new(201, "made"))

@@ -3,8 +3,7 @@
 //! caller that goes away while it waits still ends as an answer, in flight.
 
 use idem_core::{
-    Event, EventKind, Failure, Idempotency, InFlightAnswer, MemoryStore, Observer, Policy,
-    StoredResponse,
+    Event, EventKind, Failure, Idempotency, MemoryStore, Observer, Policy, StoredResponse,
 };
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -34,7 +33,7 @@ impl Seen {
 /// An engine whose duplicates wait up to 5 s, reporting to `seen`, and a request to it.
 fn engine(seen: &Seen) -> (Idempotency<MemoryStore>, idem_core::Request) {
     let idem = Idempotency::builder(MemoryStore::new())
-        .policy(Policy::default().in_flight(InFlightAnswer::Wait(Duration::from_secs(5))))
+        .policy(Policy::default().wait_in_flight(Duration::from_secs(5)))
         .without_tracing()
         .observer(seen.clone())
         .build()

@@ -29,9 +29,9 @@
 //!
 //! An effect that lives entirely in this database may make one commit instead of two (C15):
 //! [`PgIdempotency::run_in_transaction`] of a request made
-//! [`with_commits(Commits::One)`](idem_core::Request::with_commits) (or of every request, under
-//! [`Policy::commits`](idem_core::Policy::commits)) reserves inside the effect's transaction, so that
-//! nothing of the execution exists until it commits.
+//! [`with_one_commit(true)`](idem_core::Request::with_one_commit) (or of every request, under
+//! [`Policy::one_commit`](idem_core::Policy::one_commit)) reserves inside the effect's
+//! transaction, so that nothing of the execution exists until it commits.
 //!
 //! See the repository's docs/stores.md ("PostgreSQL") for the schema, the isolation levels, the
 //! round trips of each path, purge, and running behind PgBouncer.

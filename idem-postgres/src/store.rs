@@ -49,7 +49,7 @@ use std::time::Duration;
 ///   statement, completion, COMMIT), an answer 1. A store built over your pool
 ///   ([`PgStoreBuilder::pool`]) runs the effects on that pool, in its sessions.
 /// - **A change feed** (C5): duplicates that wait for their original
-///   ([`InFlightAnswer::Wait`](idem_core::InFlightAnswer::Wait)) in other processes are woken by
+///   ([`Policy::wait_in_flight`](idem_core::Policy::wait_in_flight)) in other processes are woken by
 ///   its `pg_notify` announcements, through a `LISTEN` on a session of its own that finds its
 ///   own silence and reconnects by itself. See [`PgStoreBuilder::channel`] and the settings
 ///   after it (behind PgBouncer in transaction mode, [`PgStoreBuilder::listener_url`]).
@@ -242,7 +242,7 @@ impl PgStoreBuilder {
     /// database may use their own.
     ///
     /// The feed serves duplicates that wait for their original
-    /// ([`InFlightAnswer::Wait`](idem_core::InFlightAnswer::Wait), C5): when a record's
+    /// ([`Policy::wait_in_flight`](idem_core::Policy::wait_in_flight), C5): when a record's
     /// completion lands or it is released, the engine announces it with
     /// `pg_notify(channel, digest)` (`sql/announce.sql`, sent like every statement of the store,
     /// so it works behind PgBouncer in transaction mode), and each process's feed, a

@@ -18,8 +18,8 @@ use idem_core::store::{
     Steps, Transactional, TxEnd,
 };
 use idem_core::{
-    Begin, Commits, Error, Idempotency, Operation, Outcome, RecordId, Request, RunError,
-    StoreErrorKind, StoredResponse,
+    Begin, Error, Idempotency, Operation, Outcome, RecordId, Request, RunError, StoreErrorKind,
+    StoredResponse,
 };
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use std::future::Future;
@@ -82,13 +82,14 @@ pub trait PgIdempotency {
     ///   it, tells whether it committed ([`Outcome::Executed`]) or not (released); if that
     ///   cannot be told within the store timeout, [`RunError::InDoubt`] and the key is kept.
     ///
-    /// **One commit** (C15): a request made [`with_commits`](
-    /// idem_core::Request::with_commits)`(Commits::One)` (or every request, under
-    /// [`Policy::commits`](idem_core::Policy::commits)). The transaction begins first and reserves the key
-    /// as its first statement; reservation, effect and completion then commit together, once,
-    /// or not at all. A fresh key costs one commit (one WAL flush) instead of two, in the same
-    /// round trips (BEGIN, reserve, the effect's statements, completion, COMMIT); an answer
-    /// (replay, in flight, mismatch) costs three (BEGIN, reserve, ROLLBACK) instead of one.
+    /// **One commit** (C15): a request made [`with_one_commit`](
+    /// idem_core::Request::with_one_commit)`(true)` (or every request, under
+    /// [`Policy::one_commit`](idem_core::Policy::one_commit)). The transaction begins first and
+    /// reserves the key as its first statement; reservation, effect and completion then commit
+    /// together, once, or not at all. A fresh key costs one commit (one WAL flush) instead of
+    /// two, in the same round trips (BEGIN, reserve, the effect's statements, completion,
+    /// COMMIT); an answer (replay, in flight, mismatch) costs three (BEGIN, reserve, ROLLBACK)
+    /// instead of one.
     ///
     /// **Only for an effect that lives entirely in this database.** Until the commit nothing
     /// of the execution exists: the effect's error, a failure before the commit, a panic, an
@@ -123,12 +124,12 @@ pub trait PgIdempotency {
     /// happened; unreadable, [`RunError::InDoubt`] (a retry replays or runs once).
     ///
     /// ```no_run
-    /// use idem_core::{Commits, Idempotency, Outcome, StoredResponse};
+    /// use idem_core::{Idempotency, Outcome, StoredResponse};
     /// use idem_postgres::{PgIdempotency, PgStore};
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     /// let idem = Idempotency::new(PgStore::connect("postgres://app@localhost/payments").await?);
     /// let request = idem.request("acct_1", "POST", "/transfers").key(Some("k-1"))
-    ///     .body(b"{\"cents\":500}").build()?.with_commits(Commits::One);
+    ///     .body(b"{\"cents\":500}").build()?.with_one_commit(true);
     /// // Both accounts live in this database: nothing leaves it.
     /// let outcome = idem
     ///     .run_in_transaction(&request, |tx, _lease| Box::pin(async move {
@@ -209,7 +210,7 @@ impl Transactional for PgStore {
         effect: PgEffect<E>,
         execution: Execution,
     ) -> Result<TxEnd<E, Self::Effect<E>>, Error> {
-        if execution.commits() == Commits::One {
+        if execution.one_commit() {
             if self.isolation() == Isolation::Serializable {
                 return Err(Error::store(
                     BACKEND,

@@ -6,9 +6,7 @@ mod common;
 
 use common::{charges, pg_url, SCHEMA};
 use idem_core::store::Deadline;
-use idem_core::{
-    Answer, Begin, Commits, Idempotency, Outcome, Policy, Request, Store, StoredResponse,
-};
+use idem_core::{Answer, Begin, Idempotency, Outcome, Policy, Request, Store, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe};
 use idem_postgres::{PgIdempotency, PgStore};
 use std::io::{BufRead, BufReader};
@@ -103,7 +101,7 @@ async fn crash_child() {
             let idem = engine_with(table, ONE_COMMIT_LEASE).await;
             let request = self::request(&idem, &intent);
             let _ = idem
-                .run_in_transaction(&request.clone().with_commits(Commits::One), move |tx, _| {
+                .run_in_transaction(&request.clone().with_one_commit(true), move |tx, _| {
                     Box::pin(async move {
                         let charged = insert_charge(tx, &intent).await;
                         println!("READY");
@@ -256,7 +254,7 @@ async fn c15_one_commit_killed_mid_effect_leaves_nothing_and_the_retry_runs_at_o
     let outcome = loop {
         let i = intent.clone();
         let outcome = idem
-            .run_in_transaction(&request.clone().with_commits(Commits::One), move |tx, _| {
+            .run_in_transaction(&request.clone().with_one_commit(true), move |tx, _| {
                 Box::pin(async move { insert_charge(tx, &i).await })
             })
             .await
@@ -278,7 +276,7 @@ async fn c15_one_commit_killed_mid_effect_leaves_nothing_and_the_retry_runs_at_o
     assert!(killed.elapsed() < ONE_COMMIT_LEASE / 4, "no lease wait");
     let i = intent.clone();
     let again = idem
-        .run_in_transaction(&request.clone().with_commits(Commits::One), move |tx, _| {
+        .run_in_transaction(&request.clone().with_one_commit(true), move |tx, _| {
             Box::pin(async move { insert_charge(tx, &i).await })
         })
         .await

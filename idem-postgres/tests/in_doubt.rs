@@ -10,7 +10,7 @@ mod support;
 use common::{pg_url, SCHEMA};
 use fault_proxy::{Fault, FaultProxy, Hold, LoseAnswer, COMMIT_QUERY};
 use idem_core::{
-    Answer, Begin, Commits, Error, FencingToken, Idempotency, Outcome, Policy, Request, RunError,
+    Answer, Begin, Error, FencingToken, Idempotency, Outcome, Policy, Request, RunError,
     StoredResponse,
 };
 use idem_postgres::sqlx::{self, AssertSqlSafe, Connection, PgConnection, Row};
@@ -77,26 +77,25 @@ impl Bench {
 
     /// The charge, in the transaction of the engine's transactional closure.
     async fn charge(&self, request: &Request) -> Charged {
-        self.charge_with(request, Commits::Two).await
+        self.charge_with(request, false).await
     }
 
-    /// [`charge`](Self::charge) making `commits`.
-    async fn charge_with(&self, request: &Request, commits: Commits) -> Charged {
+    /// [`charge`](Self::charge) in one commit if `one_commit`, else two.
+    async fn charge_with(&self, request: &Request, one_commit: bool) -> Charged {
         let insert = format!(
             "INSERT INTO {} (intent) VALUES ($1) RETURNING id",
             self.charges
         );
         let intent = request.id().key().to_owned();
-        match commits {
-            Commits::One => {
+        match one_commit {
+            true => {
                 self.idem
-                    .run_in_transaction(
-                        &request.clone().with_commits(Commits::One),
-                        move |tx, _| insert_charge(tx, insert, intent),
-                    )
+                    .run_in_transaction(&request.clone().with_one_commit(true), move |tx, _| {
+                        insert_charge(tx, insert, intent)
+                    })
                     .await
             }
-            _ => {
+            false => {
                 self.idem
                     .run_in_transaction(request, move |tx, _| insert_charge(tx, insert, intent))
                     .await
@@ -203,14 +202,14 @@ fn assert_in_flight(outcome: &Charged, what: &str) {
 /// answered it in doubt (asserted: within [`IN_DOUBT_WITHIN`], a 500), the transaction still
 /// open on the server, holding the record.
 async fn held_commit(bench: &Bench, request: &Request) {
-    held_commit_with(bench, request, Commits::Two).await
+    held_commit_with(bench, request, false).await
 }
 
-/// [`held_commit`] making `commits`.
-async fn held_commit_with(bench: &Bench, request: &Request, commits: Commits) {
+/// [`held_commit`] in one commit if `one_commit`, else two.
+async fn held_commit_with(bench: &Bench, request: &Request, one_commit: bool) {
     bench.proxy.set(Hold::to(COMMIT_QUERY));
     let started = Instant::now();
-    let first = bench.charge_with(request, commits).await;
+    let first = bench.charge_with(request, one_commit).await;
     let took = started.elapsed();
     eprintln!("held COMMIT: answered {first:?} after {took:?}");
     assert_eq!(bench.proxy.requests_held(), 1, "the COMMIT was held");
@@ -287,15 +286,15 @@ async fn c08_a_commit_in_doubt_is_never_reported_as_nothing_ran() {
 async fn c15_a_one_commit_in_doubt_is_never_reported_as_nothing_ran() {
     let bench = Bench::new().await;
     let request = bench.request(&format!("held-once-{}", FencingToken::generate()));
-    held_commit_with(&bench, &request, Commits::One).await;
-    let duplicate = bench.charge_with(&request, Commits::One).await;
+    held_commit_with(&bench, &request, true).await;
+    let duplicate = bench.charge_with(&request, true).await;
     assert_in_flight(&duplicate, "a duplicate while the one commit is in doubt");
     bench.proxy.set(Fault::PassThrough);
     let ids = bench
         .await_charges(&request, 1, Duration::from_secs(5))
         .await;
     assert_eq!(ids.len(), 1, "the released COMMIT committed one charge");
-    let retry = bench.charge_with(&request, Commits::One).await;
+    let retry = bench.charge_with(&request, true).await;
     assert_eq!(
         replayed(&retry, "a retry after the commit landed"),
         format!("charge {}", ids[0]).into_bytes()

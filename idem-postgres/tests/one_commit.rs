@@ -6,7 +6,7 @@ mod common;
 
 use common::{bouncer_url, business_table, charges, pg_url, store_on, SCHEMA};
 use idem_core::store::Deadline;
-use idem_core::{Answer, Begin, Commits, FencingToken, Idempotency, Outcome, Request};
+use idem_core::{Answer, Begin, FencingToken, Idempotency, Outcome, Request};
 use idem_core::{RunError, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe, PgPool, Row};
 use idem_postgres::{EffectFuture, Isolation, PgIdempotency, PgStore, StatementMode};
@@ -38,22 +38,22 @@ fn request(idem: &Idempotency<PgStore>, key: &str, body: &[u8]) -> Request {
         .expect("request")
 }
 
-/// Runs `request` making `commits`, its effect one business row for `intent`.
+/// Runs `request` in one commit if `one_commit`, else two, its effect one business row for `intent`.
 async fn charge(
     idem: &Idempotency<PgStore>,
     request: &Request,
     intent: &str,
-    commits: Commits,
+    one_commit: bool,
 ) -> Result<Outcome, RunError<sqlx::Error>> {
     let intent = intent.to_owned();
-    match commits {
-        Commits::One => {
-            idem.run_in_transaction(&request.clone().with_commits(Commits::One), move |tx, _| {
+    match one_commit {
+        true => {
+            idem.run_in_transaction(&request.clone().with_one_commit(true), move |tx, _| {
                 insert_charge(tx, intent)
             })
             .await
         }
-        _ => {
+        false => {
             idem.run_in_transaction(request, move |tx, _| insert_charge(tx, intent))
                 .await
         }
@@ -115,16 +115,16 @@ async fn c15_a_fresh_key_costs_one_commit_and_two_with_two_commits() {
     .expect("pg_walinspect");
     tx.commit().await.expect("commit");
     let idem = Idempotency::new(store.clone());
-    for (commits, expected) in [(Commits::One, 1), (Commits::Two, 2)] {
-        let key = format!("{commits:?}-{}", FencingToken::generate());
+    for (one_commit, expected) in [(true, 1), (false, 2)] {
+        let key = format!("{one_commit}-{}", FencingToken::generate());
         let req = request(&idem, &key, b"{}");
         let from = wal_position(store.pool()).await;
-        let outcome = charge(&idem, &req, &key, commits).await;
+        let outcome = charge(&idem, &req, &key, one_commit).await;
         assert!(matches!(outcome, Ok(Outcome::Executed(_))), "{outcome:?}");
         assert_eq!(
             commits_writing(store.pool(), &table, &from).await,
             expected,
-            "{commits:?}: commits that wrote the record"
+            "{one_commit}: commits that wrote the record"
         );
         assert_eq!(charges(store.pool(), &key).await, 1);
     }
@@ -150,7 +150,7 @@ async fn c05_another_store_is_answered_at_once_while_one_commit_runs() {
     let (engine, owned, held_intent) = (idem.clone(), req.clone(), intent.clone());
     let first = tokio::spawn(async move {
         engine
-            .run_in_transaction(&owned.clone().with_commits(Commits::One), move |tx, _| {
+            .run_in_transaction(&owned.clone().with_one_commit(true), move |tx, _| {
                 Box::pin(async move {
                     sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
                         .bind(held_intent)
@@ -165,17 +165,18 @@ async fn c05_another_store_is_answered_at_once_while_one_commit_runs() {
     });
     on_start.await.expect("the effect started");
 
-    for commits in [Commits::One, Commits::Two] {
-        let answer = tokio::time::timeout(AT_ONCE, charge(&other, &same, &intent, commits)).await;
+    for one_commit in [true, false] {
+        let answer =
+            tokio::time::timeout(AT_ONCE, charge(&other, &same, &intent, one_commit)).await;
         assert!(
             matches!(answer, Ok(Ok(Outcome::Answered(Answer::InFlight { .. })))),
-            "{commits:?}: a duplicate was not in flight at once: {answer:?}"
+            "{one_commit}: a duplicate was not in flight at once: {answer:?}"
         );
         let answer =
-            tokio::time::timeout(AT_ONCE, charge(&other, &other_body, &intent, commits)).await;
+            tokio::time::timeout(AT_ONCE, charge(&other, &other_body, &intent, one_commit)).await;
         assert!(
             matches!(answer, Ok(Ok(Outcome::Answered(Answer::Mismatch)))),
-            "{commits:?}: another body was not a mismatch at once: {answer:?}"
+            "{one_commit}: another body was not a mismatch at once: {answer:?}"
         );
     }
     let begun = tokio::time::timeout(AT_ONCE, other.begin(&same)).await;
@@ -204,7 +205,7 @@ async fn c05_another_store_is_answered_at_once_while_one_commit_runs() {
         "another store after the commit: {begun:?}"
     );
     for engine in [&idem, &other] {
-        let again = charge(engine, &same, &intent, Commits::One).await;
+        let again = charge(engine, &same, &intent, true).await;
         assert!(
             matches!(&again, Ok(Outcome::Answered(Answer::Replay(r))) if r.body == b"held"[..]),
             "{again:?}"
@@ -237,21 +238,18 @@ async fn c09_a_one_commit_takeover_keeps_others_in_flight_until_it_commits() {
     let (engine, owned, held_intent) = (idem.clone(), req.clone(), intent.clone());
     let first = tokio::spawn(async move {
         engine
-            .run_in_transaction(
-                &owned.clone().with_commits(Commits::One),
-                move |tx, lease| {
-                    let acquired = lease.acquired();
-                    Box::pin(async move {
-                        sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
-                            .bind(held_intent)
-                            .execute(&mut *tx)
-                            .await?;
-                        let _ = started.send(());
-                        let _ = on_go.await;
-                        Ok::<_, sqlx::Error>(StoredResponse::new(201, format!("{acquired:?}")))
-                    })
-                },
-            )
+            .run_in_transaction(&owned.clone().with_one_commit(true), move |tx, lease| {
+                let acquired = lease.acquired();
+                Box::pin(async move {
+                    sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
+                        .bind(held_intent)
+                        .execute(&mut *tx)
+                        .await?;
+                    let _ = started.send(());
+                    let _ = on_go.await;
+                    Ok::<_, sqlx::Error>(StoredResponse::new(201, format!("{acquired:?}")))
+                })
+            })
             .await
     });
     on_start.await.expect("the effect started");
@@ -260,7 +258,7 @@ async fn c09_a_one_commit_takeover_keeps_others_in_flight_until_it_commits() {
         matches!(begun, Ok(Ok(Begin::Answered(Answer::InFlight { .. })))),
         "a two-commit duplicate during the takeover: {begun:?}"
     );
-    let answer = tokio::time::timeout(AT_ONCE, charge(&other, &same, &intent, Commits::One)).await;
+    let answer = tokio::time::timeout(AT_ONCE, charge(&other, &same, &intent, true)).await;
     assert!(
         matches!(answer, Ok(Ok(Outcome::Answered(Answer::InFlight { .. })))),
         "a one-commit duplicate during the takeover: {answer:?}"
@@ -282,8 +280,8 @@ async fn c09_a_one_commit_takeover_keeps_others_in_flight_until_it_commits() {
     assert_eq!(charges(here.pool(), &intent).await, 1);
 }
 
-/// What the effect's transaction runs under, with `commits`: its isolation and timeouts.
-async fn effect_settings(idem: &Idempotency<PgStore>, commits: Commits) -> String {
+/// What the effect's transaction runs under, in one commit or two: its isolation and timeouts.
+async fn effect_settings(idem: &Idempotency<PgStore>, one_commit: bool) -> String {
     let key = format!("iso-{}", FencingToken::generate());
     let req = request(idem, &key, b"{}");
     let effect: idem_postgres::PgEffect<sqlx::Error> = Box::new(move |tx, _lease| {
@@ -299,9 +297,12 @@ async fn effect_settings(idem: &Idempotency<PgStore>, commits: Commits) -> Strin
             Ok(StoredResponse::new(201, seen))
         })
     });
-    match idem.transact(&req.with_commits(commits), effect).await {
+    match idem
+        .transact(&req.with_one_commit(one_commit), effect)
+        .await
+    {
         Ok(Outcome::Executed(r)) => String::from_utf8_lossy(&r.body).into_owned(),
-        other => panic!("{commits:?}: {other:?}"),
+        other => panic!("{one_commit}: {other:?}"),
     }
 }
 
@@ -321,8 +322,8 @@ async fn c15_the_effect_runs_at_the_stores_isolation_and_settings_with_one_commi
     for (url, mode) in sides {
         for isolation in [Isolation::RepeatableRead, Isolation::ReadCommitted] {
             let idem = Idempotency::new(store_on(&url, mode, isolation).await);
-            let two = effect_settings(&idem, Commits::Two).await;
-            let one = effect_settings(&idem, Commits::One).await;
+            let two = effect_settings(&idem, false).await;
+            let one = effect_settings(&idem, true).await;
             assert_eq!(one, two, "{isolation:?}, {mode:?}");
             assert!(
                 one.ends_with("statement_timeout=0 / lock_timeout=0"),
@@ -341,7 +342,7 @@ async fn c15_one_commit_at_serializable_is_refused_and_runs_nothing() {
     let idem = Idempotency::new(store);
     let req = request(&idem, &format!("ser-{}", FencingToken::generate()), b"{}");
     let outcome = idem
-        .run_in_transaction(&req.clone().with_commits(Commits::One), |_tx, _lease| {
+        .run_in_transaction(&req.clone().with_one_commit(true), |_tx, _lease| {
             Box::pin(async { Ok::<_, sqlx::Error>(StoredResponse::new(201, "ran")) })
         })
         .await;
@@ -371,7 +372,7 @@ async fn c02_a_one_commit_execution_in_another_table_leaves_its_keys_alone() {
     let (engine, owned) = (ia.clone(), request(&ia, &key, b"{}"));
     let first = tokio::spawn(async move {
         engine
-            .run_in_transaction(&owned.clone().with_commits(Commits::One), move |_tx, _| {
+            .run_in_transaction(&owned.clone().with_one_commit(true), move |_tx, _| {
                 Box::pin(async move {
                     let _ = started.send(());
                     let _ = on_go.await;
@@ -383,7 +384,7 @@ async fn c02_a_one_commit_execution_in_another_table_leaves_its_keys_alone() {
     on_start.await.expect("the effect started");
     let in_b = ib
         .run_in_transaction(
-            &request(&ib, &key, b"{\"other\":1}").with_commits(Commits::One),
+            &request(&ib, &key, b"{\"other\":1}").with_one_commit(true),
             |_tx, _| Box::pin(async { Ok::<_, sqlx::Error>(StoredResponse::new(201, "b")) }),
         )
         .await;

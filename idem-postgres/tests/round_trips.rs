@@ -10,7 +10,7 @@
 mod common;
 
 use common::{pg_url, SCHEMA};
-use idem_core::{Answer, Begin, Commits, Idempotency, Outcome, Policy, RunError, StoredResponse};
+use idem_core::{Answer, Begin, Idempotency, Outcome, Policy, RunError, StoredResponse};
 use idem_postgres::PgIdempotency;
 use idem_postgres::{PgStore, StatementMode};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -200,7 +200,7 @@ async fn count_paths(mode: StatementMode) {
 
 /// The effect of the money path: one statement of its own in the transaction.
 async fn charge(money: &Idempotency<PgStore>, key: &str, body: &[u8]) -> Result<Outcome, String> {
-    charge_in(money, key, body, Commits::Two).await
+    charge_in(money, key, body, false).await
 }
 
 /// The effect: one statement of its own.
@@ -214,12 +214,12 @@ fn select_one<'c>(
     })
 }
 
-/// [`charge`] making `commits`.
+/// [`charge`] in one commit if `one_commit`, else two.
 async fn charge_in(
     money: &Idempotency<PgStore>,
     key: &str,
     body: &[u8],
-    commits: Commits,
+    one_commit: bool,
 ) -> Result<Outcome, String> {
     let request = money
         .request("acct", "POST", "/charges")
@@ -227,13 +227,13 @@ async fn charge_in(
         .body(body)
         .build()
         .expect("request");
-    match commits {
-        Commits::One => {
+    match one_commit {
+        true => {
             money
-                .run_in_transaction(&request.clone().with_commits(Commits::One), select_one)
+                .run_in_transaction(&request.clone().with_one_commit(true), select_one)
                 .await
         }
-        _ => money.run_in_transaction(&request, select_one).await,
+        false => money.run_in_transaction(&request, select_one).await,
     }
     .map_err(|error: RunError<sqlx::Error>| error.to_string())
 }
@@ -298,19 +298,18 @@ async fn count_money_path(mode: StatementMode, store: &PgStore, turns: &AtomicUs
 async fn count_one_commit(mode: StatementMode, money: &Idempotency<PgStore>, turns: &AtomicUsize) {
     for round in 0..2 {
         let warm = format!("once-warm-{round}");
-        let first = charge_in(money, &warm, b"{}", Commits::One).await;
+        let first = charge_in(money, &warm, b"{}", true).await;
         assert!(matches!(first, Ok(Outcome::Executed(_))), "{first:?}");
     }
-    let (fresh, fresh_turns) = measured(turns, charge_in(money, "once", b"{}", Commits::One)).await;
+    let (fresh, fresh_turns) = measured(turns, charge_in(money, "once", b"{}", true)).await;
     assert!(matches!(fresh, Ok(Outcome::Executed(_))), "{fresh:?}");
-    let (replay, replay_turns) =
-        measured(turns, charge_in(money, "once", b"{}", Commits::One)).await;
+    let (replay, replay_turns) = measured(turns, charge_in(money, "once", b"{}", true)).await;
     assert!(
         matches!(replay, Ok(Outcome::Answered(Answer::Replay(_)))),
         "{replay:?}"
     );
     let (mismatch, mismatch_turns) =
-        measured(turns, charge_in(money, "once", b"other", Commits::One)).await;
+        measured(turns, charge_in(money, "once", b"other", true)).await;
     assert!(
         matches!(mismatch, Ok(Outcome::Answered(Answer::Mismatch))),
         "{mismatch:?}"

@@ -79,7 +79,7 @@
 //! ## A change feed for waiting duplicates (C5)
 //!
 //! Duplicates that wait for their original
-//! ([`InFlightAnswer::Wait`](idem_core::InFlightAnswer::Wait)) in other processes are woken by
+//! ([`Policy::wait_in_flight`](idem_core::Policy::wait_in_flight)) in other processes are woken by
 //! its announcement, `PUBLISH <channel> <digest>` through the store's connection, received by
 //! each process's feed: a pub/sub connection of its own, which pings itself through the store
 //! to find a silent connection, and subscribes again (on a Cluster on the next seed node) with

@@ -218,7 +218,7 @@ impl RedisStoreBuilder {
     /// one Redis may use their own.
     ///
     /// The feed serves duplicates that wait for their original
-    /// ([`InFlightAnswer::Wait`](idem_core::InFlightAnswer::Wait), C5): when a record's
+    /// ([`Policy::wait_in_flight`](idem_core::Policy::wait_in_flight), C5): when a record's
     /// completion lands or it is released, the engine announces it with
     /// `PUBLISH <channel> <digest>` through the store's connection, and each process's feed, a
     /// pub/sub connection of its own `SUBSCRIBE`d to the channel, wakes the duplicates waiting

@@ -93,9 +93,9 @@ impl SqliteStoreBuilder {
         self
     }
 
-    /// Opens the store for one-commit executions (C15, [`Commits::One`](idem_core::Commits)):
-    /// reservation, effect and completion in one transaction, for effects that live entirely
-    /// in this database (default `false`).
+    /// Opens the store for one-commit executions (C15, [`Policy::one_commit`](
+    /// idem_core::Policy::one_commit)): reservation, effect and completion in one transaction,
+    /// for effects that live entirely in this database (default `false`).
     ///
     /// The reservation of such an execution stays uncommitted until its effect commits, so
     /// only this store's engine can answer a duplicate meanwhile (in flight or mismatch, at
@@ -108,14 +108,14 @@ impl SqliteStoreBuilder {
     /// waiting for the uncommitted reservation.
     ///
     /// ```
-    /// use idem_core::{Commits, Idempotency, Policy};
+    /// use idem_core::{Idempotency, Policy};
     /// use idem_sqlite::SqliteStore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), idem_core::Error> {
     /// let dir = tempfile::tempdir().expect("temp dir");
     /// let path = dir.path().join("shop.db");
     /// let store = SqliteStore::builder(&path).one_commit(true).open().await?;
-    /// let idem = Idempotency::with_policy(store, Policy::default().commits(Commits::One))?;
+    /// let idem = Idempotency::with_policy(store, Policy::default().one_commit(true))?;
     /// // A second store reserving in the same table is refused while this one is open.
     /// let other = SqliteStore::builder(&path).one_commit(true).open().await;
     /// assert!(other.is_err());

@@ -23,7 +23,7 @@ use std::time::Duration;
 ///
 /// - The reservation commits on its own, before the effect, with one compare-and-set statement
 ///   (C4); with one commit (C15, [`SqliteStoreBuilder::one_commit`](crate::SqliteStoreBuilder::one_commit) and
-///   a request made [`with_commits`](idem_core::Request::with_commits)`(Commits::One)`) it is the
+///   a request made [`with_one_commit`](idem_core::Request::with_one_commit)`(true)`) it is the
 ///   first statement of the effect's transaction instead. Writes go through one writer connection, owned by a thread of its own that takes the
 ///   queued writes back to back; replays, in-flight answers and mismatches are read on reader
 ///   connections (each on a thread of its own) that no writer holds, so they never wait for one

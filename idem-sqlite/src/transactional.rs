@@ -10,7 +10,7 @@ use crate::pool::Decide;
 use crate::SqliteStore;
 use idem_core::store::{async_trait, Execution, Lease, Transactional, TxEnd};
 use idem_core::{
-    Begin, Commits, Error, Idempotency, Outcome, Request, RunError, StoreErrorKind, StoredResponse,
+    Begin, Error, Idempotency, Outcome, Request, RunError, StoreErrorKind, StoredResponse,
 };
 use rusqlite::{Transaction, TransactionBehavior};
 use std::future::Future;
@@ -66,9 +66,9 @@ pub trait SqliteIdempotency {
     /// pass and may take the record over: its takeover waits for the write lock, and fails to
     /// fence out a completion that committed first.
     ///
-    /// **One commit** (C15): a request made [`with_commits`](
-    /// idem_core::Request::with_commits)`(Commits::One)` (or every request, under
-    /// [`Policy::commits`](idem_core::Policy::commits)): the reservation is written in the
+    /// **One commit** (C15): a request made [`with_one_commit`](
+    /// idem_core::Request::with_one_commit)`(true)` (or every request, under
+    /// [`Policy::one_commit`](idem_core::Policy::one_commit)): the reservation is written in the
     /// effect's transaction (`BEGIN IMMEDIATE`, the reservation, the effect, the completion,
     /// `COMMIT`), so a fresh key costs one commit, and until it commits nothing of the
     /// execution exists. The effect's error, a panic, a failed commit or a crash roll it all
@@ -85,7 +85,7 @@ pub trait SqliteIdempotency {
     /// a [`StoreErrorKind::Misconfigured`] error).
     ///
     /// ```
-    /// use idem_core::{Commits, Idempotency, Outcome, StoredResponse};
+    /// use idem_core::{Idempotency, Outcome, StoredResponse};
     /// use idem_sqlite::{SqliteIdempotency, SqliteStore};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -94,7 +94,7 @@ pub trait SqliteIdempotency {
     /// store.try_call(|db| db.execute_batch("CREATE TABLE orders (id INTEGER PRIMARY KEY)")).await?;
     /// let idem = Idempotency::new(store);
     /// let request = idem.request("acct_1", "POST", "/orders").key(Some("o-1")).body(b"{}")
-    ///     .build()?.with_commits(Commits::One);
+    ///     .build()?.with_one_commit(true);
     /// let outcome = idem
     ///     .run_in_transaction(&request, |tx, _lease| {
     ///         tx.execute("INSERT INTO orders DEFAULT VALUES", [])?;
@@ -164,7 +164,7 @@ impl Transactional for SqliteStore {
         execution: Execution,
     ) -> Result<TxEnd<E, SqliteEffect<E>>, Error> {
         self.inner.lock.reserving()?;
-        if execution.commits() == Commits::One && !self.inner.lock.one_commit() {
+        if execution.one_commit() && !self.inner.lock.one_commit() {
             return Err(Error::store(
                 BACKEND,
                 StoreErrorKind::Misconfigured,
@@ -268,9 +268,12 @@ impl<E: Send + 'static> Decide for Transacting<E> {
             effect,
             execution,
         } = self;
-        within_store_timeout(conn, &inner, &execution, |conn| match execution.commits() {
-            Commits::One => transact_once_on(conn, &inner, &request, effect, &execution),
-            _ => transact_on(conn, &inner, &request, effect, &execution),
+        within_store_timeout(conn, &inner, &execution, |conn| {
+            if execution.one_commit() {
+                transact_once_on(conn, &inner, &request, effect, &execution)
+            } else {
+                transact_on(conn, &inner, &request, effect, &execution)
+            }
         })
     }
 }

@@ -11,7 +11,7 @@ mod common;
 
 use common::{charges, with_charges};
 use idem_core::store::Deadline;
-use idem_core::{Answer, Begin, Commits, Idempotency, Outcome, Policy, Request, StoredResponse};
+use idem_core::{Answer, Begin, Idempotency, Outcome, Policy, Request, StoredResponse};
 use idem_sqlite::{SqliteIdempotency, SqliteStore};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -97,7 +97,7 @@ async fn crash_child() {
         }
         "one-commit" => {
             let _ = idem
-                .run_in_transaction(&request.clone().with_commits(Commits::One), move |tx, _| {
+                .run_in_transaction(&request.clone().with_one_commit(true), move |tx, _| {
                     let response = insert_charge(tx, &intent)?;
                     println!("READY");
                     std::thread::sleep(Duration::from_secs(60));
@@ -220,7 +220,7 @@ async fn c15_killed_in_a_one_commit_execution_leaves_nothing_and_the_retry_runs_
     for attempt in 0..3 {
         let i = intent.clone();
         let outcome = idem
-            .run_in_transaction(&request.clone().with_commits(Commits::One), move |tx, _| {
+            .run_in_transaction(&request.clone().with_one_commit(true), move |tx, _| {
                 insert_charge(tx, &i)
             })
             .await

@@ -9,8 +9,8 @@ use idem_core::store::{
     Acquire, Capabilities, Claim, Completion, Lease, Record, Reserved, StoreExt,
 };
 use idem_core::{
-    Answer, Begin, Commits, Error, Idempotency, Outcome, Policy, RecordId, Request, RunError,
-    Store, StoreErrorKind, StoredResponse, Timestamp,
+    Answer, Begin, Error, Idempotency, Outcome, Policy, RecordId, Request, RunError, Store,
+    StoreErrorKind, StoredResponse, Timestamp,
 };
 use idem_ops::{ListQuery, Operator, Page, Stats};
 use idem_sqlite::{SqliteIdempotency, SqliteStore};
@@ -73,7 +73,7 @@ async fn c05_a_duplicate_of_an_execution_queued_for_the_writer_is_answered_at_on
     let (engine, owned) = (idem.clone(), first_request.clone());
     let first = tokio::spawn(async move {
         engine
-            .run_in_transaction(&owned.clone().with_commits(Commits::One), |tx, _| {
+            .run_in_transaction(&owned.clone().with_one_commit(true), |tx, _| {
                 charge(tx, "queued")
             })
             .await
@@ -85,7 +85,7 @@ async fn c05_a_duplicate_of_an_execution_queued_for_the_writer_is_answered_at_on
     let duplicate = idem.begin(&request(&idem, "k", b"{\"cents\":100}")).await;
     let mismatch = idem
         .run_in_transaction(
-            &request(&idem, "k", b"{\"cents\":999}").with_commits(Commits::One),
+            &request(&idem, "k", b"{\"cents\":999}").with_one_commit(true),
             |tx, _| charge(tx, "queued"),
         )
         .await;
@@ -191,7 +191,7 @@ async fn c15_one_commit_on_a_store_not_opened_for_it_is_refused_and_runs_nothing
         .await
         .expect("open");
     with_charges(&store).await;
-    let idem = Idempotency::with_policy(store.clone(), Policy::default().commits(Commits::One))
+    let idem = Idempotency::with_policy(store.clone(), Policy::default().one_commit(true))
         .expect("policy");
     let req = request(&idem, "k", b"{}");
     let outcome = idem
@@ -224,7 +224,7 @@ async fn c15_nothing_of_a_one_commit_execution_is_visible_before_it_commits() {
     let (engine, owned) = (idem.clone(), req.clone());
     let first = tokio::spawn(async move {
         engine
-            .run_in_transaction(&owned.clone().with_commits(Commits::One), move |tx, _| {
+            .run_in_transaction(&owned.clone().with_one_commit(true), move |tx, _| {
                 let response = charge(tx, "invisible")?;
                 let _ = started_tx.send(());
                 let _ = go_rx.recv_timeout(Duration::from_secs(10));
@@ -307,7 +307,7 @@ async fn c07_a_completed_key_replays_while_another_request_of_it_holds_its_claim
     let original = request(&idem, "done", b"{\"a\":1}");
     let other_body = request(&idem, "done", b"{\"b\":2}");
     let done = idem
-        .run_in_transaction(&original.clone().with_commits(Commits::One), |tx, _| {
+        .run_in_transaction(&original.clone().with_one_commit(true), |tx, _| {
             charge(tx, "done")
         })
         .await;
@@ -320,7 +320,7 @@ async fn c07_a_completed_key_replays_while_another_request_of_it_holds_its_claim
         let (engine, owned) = (idem.clone(), claimant);
         let queued = tokio::spawn(async move {
             engine
-                .run_in_transaction(&owned.clone().with_commits(Commits::One), |tx, _| {
+                .run_in_transaction(&owned.clone().with_one_commit(true), |tx, _| {
                     charge(tx, "done")
                 })
                 .await
@@ -328,7 +328,7 @@ async fn c07_a_completed_key_replays_while_another_request_of_it_holds_its_claim
         tokio::time::sleep(Duration::from_millis(200)).await;
         let begun = idem.begin(&original).await;
         let closure = idem
-            .run_in_transaction(&original.clone().with_commits(Commits::One), |tx, _| {
+            .run_in_transaction(&original.clone().with_one_commit(true), |tx, _| {
                 charge(tx, "done")
             })
             .await;
@@ -451,16 +451,16 @@ async fn c08_an_effect_that_commits_by_itself_keeps_the_key() {
         .open()
         .await
         .expect("a table for two commits");
-    for (idem, commits) in [
-        (Idempotency::new(store.clone()), Commits::One),
-        (Idempotency::new(two.clone()), Commits::Two),
+    for (idem, one_commit) in [
+        (Idempotency::new(store.clone()), true),
+        (Idempotency::new(two.clone()), false),
     ] {
-        let intent = format!("self-{commits:?}");
+        let intent = format!("self-{one_commit}");
         let req = request(&idem, &intent, b"{}");
         let effect_intent = intent.clone();
         let first = idem
             .transact(
-                &req.clone().with_commits(commits),
+                &req.clone().with_one_commit(one_commit),
                 Box::new(move |tx: &rusqlite::Transaction<'_>, _: &Lease| {
                     let response = charge(tx, &effect_intent)?;
                     tx.execute_batch("COMMIT")?;
@@ -473,7 +473,7 @@ async fn c08_an_effect_that_commits_by_itself_keeps_the_key() {
             let again_intent = intent.clone();
             let retry = idem
                 .transact(
-                    &req.clone().with_commits(commits),
+                    &req.clone().with_one_commit(one_commit),
                     Box::new(move |tx: &rusqlite::Transaction<'_>, _: &Lease| {
                         charge(tx, &again_intent)
                     }),
@@ -481,10 +481,10 @@ async fn c08_an_effect_that_commits_by_itself_keeps_the_key() {
                 .await;
             assert!(
                 matches!(&retry, Ok(Outcome::Answered(Answer::Replay(r))) if r.status == 500),
-                "{commits:?}: {retry:?}"
+                "{one_commit}: {retry:?}"
             );
         }
-        assert_eq!(charges(&store, &intent).await, 1, "{commits:?}");
+        assert_eq!(charges(&store, &intent).await, 1, "{one_commit}");
     }
 }
 

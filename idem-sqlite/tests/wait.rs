@@ -1,4 +1,4 @@
-//! The opt-in bounded wait on the money path (C5, `InFlightAnswer::Wait`): a duplicate of a
+//! The opt-in bounded wait on the money path (C5, `Policy::wait_in_flight`): a duplicate of a
 //! `run_in_transaction` still running waits for it, holding neither the writer nor a reader,
 //! and gets its replay; a duplicate of one that rolled back runs its own effect, once. The
 //! shared waiting scenarios (closure and guard styles, in this process and another) run in
@@ -7,7 +7,7 @@
 mod common;
 
 use common::{charges, store, with_charges};
-use idem_core::{Answer, Idempotency, InFlightAnswer, Outcome, Policy, Request, StoredResponse};
+use idem_core::{Answer, Idempotency, Outcome, Policy, Request, StoredResponse};
 use idem_sqlite::{SqliteIdempotency, SqliteStore};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 async fn engine() -> Idempotency<SqliteStore> {
     let store = store().await;
     with_charges(&store).await;
-    let policy = Policy::default().in_flight(InFlightAnswer::Wait(Duration::from_secs(5)));
+    let policy = Policy::default().wait_in_flight(Duration::from_secs(5));
     Idempotency::with_policy(store, policy).expect("policy")
 }
 

@@ -42,7 +42,9 @@ pub(crate) struct Config {
     pub(crate) max_response_bytes: usize,
     pub(crate) server_errors: ServerErrors,
     pub(crate) render: Arc<Render>,
-    pub(crate) status_location: Option<Arc<StatusLocation>>,
+    /// `Some` on an asynchronous endpoint: an in-flight duplicate gets a 202 with the
+    /// `Location` this returns instead of a 409.
+    pub(crate) accept_in_flight: Option<Arc<StatusLocation>>,
     pub(crate) max_retry_after: Duration,
 }
 
@@ -61,7 +63,7 @@ impl Default for Config {
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             server_errors: ServerErrors::Store,
             render: Arc::new(|problem: &Problem| problem.to_response()),
-            status_location: None,
+            accept_in_flight: None,
             max_retry_after: DEFAULT_MAX_RETRY_AFTER,
         }
     }
@@ -138,6 +140,7 @@ impl fmt::Debug for Config {
             .field("max_response_bytes", &self.max_response_bytes)
             .field("server_errors", &self.server_errors)
             .field("max_retry_after", &self.max_retry_after)
+            .field("accept_in_flight", &self.accept_in_flight.is_some())
             .finish_non_exhaustive()
     }
 }

@@ -161,14 +161,23 @@ impl<S, C> IdempotencyLayer<S, C> {
         self
     }
 
-    /// For asynchronous endpoints (the policy's in-flight answer is `Accepted`): the `Location`
-    /// of the status resource sent with a 202 to a duplicate while the first request runs,
-    /// from the request and its key.
-    pub fn status_location(
+    /// For asynchronous endpoints: a duplicate that arrives while the first request runs gets
+    /// a 202 Accepted ([`render::accepted`](crate::render::accepted)) instead of the 409, with
+    /// `Retry-After` and the `Location` of the status resource that `location` returns for the
+    /// request and its key (none when it returns `None`, or a value that is not a header's).
+    ///
+    /// ```
+    /// # use idem_core::{Idempotency, MemoryStore};
+    /// # use idem_tower::{ConsumerError, IdempotencyLayer};
+    /// # let idem = Idempotency::new(MemoryStore::new());
+    /// let layer = IdempotencyLayer::new(idem, |_: &http::request::Parts| Ok::<_, ConsumerError>("acct".into()))
+    ///     .accept_in_flight(|_, key| Some(format!("/v1/operations/{key}")));
+    /// ```
+    pub fn accept_in_flight(
         mut self,
         location: impl Fn(&Parts, &str) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
-        self.config.status_location = Some(Arc::new(location));
+        self.config.accept_in_flight = Some(Arc::new(location));
         self
     }
 }

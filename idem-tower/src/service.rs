@@ -20,8 +20,8 @@ use http::{Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, Full};
 use idem_core::{
-    Answer, Context, Error, EventKind, Failure, Field, Idempotency, InFlightAnswer, Outcome, Reply,
-    RunError, Store, StoredResponse,
+    Answer, Context, Error, EventKind, Failure, Field, Idempotency, Outcome, Reply, RunError,
+    Store, StoredResponse,
 };
 use std::fmt;
 use std::future::Future;
@@ -196,10 +196,10 @@ where
             );
         }
     };
-    let location = match (&layer.idem.policy().in_flight, &config.status_location) {
-        (InFlightAnswer::Accepted, Some(location)) => location(&parts, &key.text),
-        _ => None,
-    };
+    let accepted = config
+        .accept_in_flight
+        .as_ref()
+        .map(|location| location(&parts, &key.text));
     let body = key.body;
     let rules = Rules {
         max_response: config.max_response_bytes,
@@ -209,7 +209,7 @@ where
         .idem
         .run(&request, move |ctx| execute(inner, parts, body, ctx, rules))
         .await;
-    let (response, echo, disposition) = respond(&layer.idem, config, result, location);
+    let (response, echo, disposition) = respond(config, result, accepted);
     let echo = echo.then_some((&config.key_header, &key.header));
     finish(response, echo, disposition, Some(consumer), &route, started)
 }
@@ -365,13 +365,12 @@ where
 }
 
 /// The response for the engine's result, whether it carries the key's echo, and what was done.
-fn respond<S: Store>(
-    idem: &Idempotency<S>,
+/// `accepted` is `Some` on an asynchronous endpoint, with the `Location` of its 202, if any.
+fn respond(
     config: &Config,
     result: Result<Outcome, RunError<Unstored>>,
-    location: Option<String>,
+    accepted: Option<Option<String>>,
 ) -> (StoredResponse, bool, EventKind) {
-    let policy = idem.policy();
     let disposition = match &result {
         Ok(outcome) => outcome.kind(),
         Err(error) => error.kind(),
@@ -379,30 +378,32 @@ fn respond<S: Store>(
     let (response, echo) = match result {
         Ok(Outcome::Executed(stored)) => (stored, true),
         Ok(Outcome::Refused(response)) => (response, false),
-        Ok(Outcome::Answered(answer @ Answer::Replay(_))) => {
-            (crate::render::answer(&answer, policy), true)
-        }
+        Ok(Outcome::Answered(answer @ Answer::Replay(_))) => (crate::render::answer(&answer), true),
         Ok(Outcome::Answered(Answer::InFlight { retry_after })) => {
             // The time left on the lease, capped: a 409 and a 202 alike.
-            let answer = Answer::InFlight {
-                retry_after: retry_after.min(config.max_retry_after),
-            };
-            let response = match crate::render::answer_problem(&answer, policy) {
-                Some(problem) => config.render(&problem),
-                None => {
-                    let accepted = crate::render::answer(&answer, policy);
+            let retry_after = retry_after.min(config.max_retry_after);
+            let response = match accepted {
+                Some(location) => {
+                    let accepted = crate::render::accepted(retry_after);
                     match location {
                         Some(location) => accepted.with_header(LOCATION.as_str(), location),
                         None => accepted,
+                    }
+                }
+                None => {
+                    let busy: Answer = Answer::InFlight { retry_after };
+                    match crate::render::answer_problem(&busy) {
+                        Some(problem) => config.render(&problem),
+                        None => crate::render::answer(&busy),
                     }
                 }
             };
             (response, false)
         }
         Ok(Outcome::Answered(answer)) => {
-            let response = match crate::render::answer_problem(&answer, policy) {
+            let response = match crate::render::answer_problem(&answer) {
                 Some(problem) => config.render(&problem),
-                None => crate::render::answer(&answer, policy),
+                None => crate::render::answer(&answer),
             };
             (response, false)
         }

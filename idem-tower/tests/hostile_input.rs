@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::routing::{any, post};
 use axum::Router;
-use idem_core::{Idempotency, InFlightAnswer, MemoryStore, Policy, StoredResponse};
+use idem_core::{Idempotency, MemoryStore, Policy, StoredResponse};
 use idem_tower::render::Problem;
 use idem_tower::{ConsumerError, IdempotencyLayer};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -108,11 +108,7 @@ async fn c07_never_stored_headers_are_neither_sent_live_nor_replayed() {
 async fn c07_crlf_in_location_or_renderer_is_dropped() {
     let gate = Arc::new(Notify::new());
     let g = Arc::clone(&gate);
-    let idem = Idempotency::with_policy(
-        MemoryStore::new(),
-        Policy::default().in_flight(InFlightAnswer::Accepted),
-    )
-    .expect("policy");
+    let idem = Idempotency::new(MemoryStore::new());
     let app: Router = Router::new()
         .route(
             "/v1/charges",
@@ -126,7 +122,7 @@ async fn c07_crlf_in_location_or_renderer_is_dropped() {
         )
         .route_layer(
             IdempotencyLayer::new(idem, header_account)
-                .status_location(|_, key| Some(format!("/status/{key}\r\nSet-Cookie: a=b")))
+                .accept_in_flight(|_, key| Some(format!("/status/{key}\r\nSet-Cookie: a=b")))
                 .render_problems(|p: &Problem| {
                     StoredResponse::new(p.status, "x").with_header("x-evil", "a\r\nSet-Cookie: b=c")
                 }),

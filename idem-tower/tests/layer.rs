@@ -8,7 +8,7 @@ use axum::http::{Method, Request, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
 use axum::Router;
-use idem_core::{Idempotency, InFlightAnswer, MemoryStore, Policy, Store, StoredResponse};
+use idem_core::{Idempotency, MemoryStore, Policy, Store, StoredResponse};
 use idem_tower::render::Problem;
 use idem_tower::{ConsumerError, IdempotencyLayer, NothingHappened, ServerErrors};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -334,11 +334,7 @@ async fn c05_an_asynchronous_endpoint_answers_202_with_the_status_location() {
     let release = Arc::new(Notify::new());
     let started = Arc::new(Notify::new());
     let (r, s) = (Arc::clone(&release), Arc::clone(&started));
-    let idem = Idempotency::with_policy(
-        MemoryStore::new(),
-        Policy::default().in_flight(InFlightAnswer::Accepted),
-    )
-    .expect("a policy");
+    let idem = Idempotency::new(MemoryStore::new());
     let app = Router::new()
         .route(
             "/v1/exports",
@@ -351,7 +347,7 @@ async fn c05_an_asynchronous_endpoint_answers_202_with_the_status_location() {
                 }
             }),
         )
-        .route_layer(layer(idem).status_location(|_, key| Some(format!("/v1/operations/{key}"))));
+        .route_layer(layer(idem).accept_in_flight(|_, key| Some(format!("/v1/operations/{key}"))));
     let first = tokio::spawn({
         let app = app.clone();
         async move { send(&app, request(Method::POST, "/v1/exports", Some(KEY), "{}")).await }

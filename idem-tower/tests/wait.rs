@@ -1,4 +1,4 @@
-//! The layer under a policy that waits (C5, `InFlightAnswer::Wait`, docs/http.md "Waiting for
+//! The layer under a policy that waits (C5, `Policy::wait_in_flight`, docs/http.md "Waiting for
 //! the original"): a duplicate sent while the original runs gets the original's response,
 //! marked as a replay, once it ends; a wait that ends first is the 409 with `Retry-After`; the
 //! handler runs once.
@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use axum::routing::post;
 use axum::Router;
-use idem_core::{Idempotency, InFlightAnswer, MemoryStore, Policy};
+use idem_core::{Idempotency, MemoryStore, Policy};
 use idem_tower::{ConsumerError, IdempotencyLayer};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -22,7 +22,7 @@ const KEY: &str = "0b7a2c44-5d1e-4f0e-9a43-1f7c9d2e8b10";
 
 /// A charges endpoint that takes `hold` (or until `go` is notified) and counts its executions.
 fn app(wait: Duration, calls: Arc<AtomicUsize>, go: Arc<Notify>) -> Router {
-    let policy = Policy::default().in_flight(InFlightAnswer::Wait(wait));
+    let policy = Policy::default().wait_in_flight(wait);
     let idem = Idempotency::with_policy(MemoryStore::new(), policy).expect("policy");
     let layer = IdempotencyLayer::new(
         idem,

@@ -25,7 +25,7 @@ use crate::error::{Error, Field, StoreErrorKind};
 use crate::event::{Event, EventKind, Observer, Observers, Operation, TracingObserver};
 use crate::lease::Acquire;
 use crate::lease::{deadline_after, Lease};
-use crate::policy::{Commits, Policy};
+use crate::policy::Policy;
 use crate::problem::Problem;
 use crate::request::{Request, RequestBuilder};
 use crate::response::StoredResponse;
@@ -254,7 +254,7 @@ impl<S: Store> Idempotency<S> {
     }
 
     /// Sends `event` to the observers; a landed completion or a release also wakes the
-    /// duplicates waiting for their record ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)).
+    /// duplicates waiting for their record ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight)).
     /// For code beside the engine that changes records (idem-ops' reconciliation).
     pub fn emit(&self, event: Event<'_>) {
         if matches!(
@@ -399,7 +399,7 @@ impl<S: Store> Idempotency<S> {
     /// Reserves the request, or answers it (replay, in flight, mismatch). A body over the
     /// limit is [`Error::BodyTooLarge`], nothing written (C12); during a
     /// [`shutdown`](Self::shutdown) it is refused (503).
-    /// Under [`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait), a
+    /// Under [`Policy::wait_in_flight`](crate::Policy::wait_in_flight), a
     /// duplicate waits for the running execution's end (C5): a replay, or the reservation.
     pub async fn begin(&self, request: &Request) -> Result<Begin, Error> {
         self.with_wait(request.id(), (), |(), quiet| {
@@ -431,7 +431,7 @@ impl<S: Store> Idempotency<S> {
     }
 
     async fn reserve(&self, request: &Request, started: Instant) -> Result<Begin, Error> {
-        if request.commits() == Some(Commits::One) {
+        if request.one_commit() == Some(true) {
             // The reservation would commit before the effect: refused rather than made two.
             return Err(Error::invalid(
                 Field::Config,

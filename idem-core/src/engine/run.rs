@@ -33,7 +33,7 @@ impl<S: Store + 'static> Idempotency<S> {
     /// [`drain`](Self::drain) wait for it). The handler must not rely on the caller's
     /// task-locals; a future kept but never polled again holds its key.
     ///
-    /// **Waiting** ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)): a duplicate waits
+    /// **Waiting** ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight)): a duplicate waits
     /// for the original's end and replays it, or runs `handler` if the key was given back or the
     /// lease passed; in flight if the wait ends first. It holds no connection or thread. Dropped
     /// while parked, nothing runs; a read already sent goes on (C8).

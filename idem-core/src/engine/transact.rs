@@ -12,7 +12,6 @@ use crate::error::{Error, Field, StoreErrorKind};
 use crate::event::{Event, EventKind, Operation};
 use crate::lease::{deadline_after, Lease};
 use crate::outcome::{Outcome, RunError};
-use crate::policy::Commits;
 use crate::record::RecordState;
 use crate::request::Request;
 use crate::response::StoredResponse;
@@ -35,12 +34,12 @@ struct Held {
 struct EngineHooks<S> {
     engine: Idempotency<S>,
     started: Instant,
-    commits: Commits,
+    one_commit: bool,
 }
 
 impl<S: Transactional + 'static> Hooks for EngineHooks<S> {
-    fn commits(&self) -> Commits {
-        self.commits
+    fn one_commit(&self) -> bool {
+        self.one_commit
     }
 
     fn lease_for(&self) -> Duration {
@@ -58,10 +57,9 @@ impl<S: Transactional + 'static> Hooks for EngineHooks<S> {
         // safe where it neither waits for that transaction nor makes it fail (the store says).
         // A one-commit reservation is not there to renew until it commits: what holds it is
         // the transaction itself, and nobody else can take it over meanwhile.
-        let keeper = (self.commits == Commits::Two
-            && self.engine.store().renews_during_transaction()
-            && has_timers())
-        .then(|| self.engine.keep_alive(lease.clone()));
+        let keeper =
+            (!self.one_commit && self.engine.store().renews_during_transaction() && has_timers())
+                .then(|| self.engine.keep_alive(lease.clone()));
         let held = Held {
             lease: lease.clone(),
             _live: live,
@@ -103,12 +101,13 @@ impl<S: Transactional + 'static> Idempotency<S> {
     /// - a panic in the effect: rolled back, the key given back, the panic resumes here.
     ///
     /// Replays, in-flight answers and mismatches never run the effect. Under a policy that
-    /// waits ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)), a duplicate of a running
+    /// waits ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight)), a duplicate of a running
     /// execution waits for its end (C5): its replay, or this effect run if the original rolled
     /// back; the wait holds neither a connection nor the writer.
     ///
-    /// It makes the request's [`commits`](crate::Request::with_commits), else the policy's
-    /// ([`Policy::commits`](crate::Policy::commits)). With [`Commits::One`] (C15),
+    /// It makes one commit if the request says so ([`Request::with_one_commit`](
+    /// crate::Request::with_one_commit)), else if the policy does ([`Policy::one_commit`](
+    /// crate::Policy::one_commit)). With one commit (C15),
     /// reservation, effect and completion are one transaction: a fresh key costs one commit,
     /// and until it commits nothing of the execution exists. The effect's error, a store
     /// failure before the commit, a panic or a crash roll everything back, so the key is free
@@ -124,12 +123,12 @@ impl<S: Transactional + 'static> Idempotency<S> {
         request: &Request,
         effect: S::Effect<E>,
     ) -> Result<Outcome, RunError<E>> {
-        let commits = request.commits().unwrap_or(self.policy().commits);
+        let one_commit = request.one_commit().unwrap_or(self.policy().one_commit);
         if !has_timers() {
             return Err(RunError::Idem(needs_timers()));
         }
         self.with_wait(request.id(), effect, |effect, quiet| {
-            self.transact_once(request, effect, commits, quiet)
+            self.transact_once(request, effect, one_commit, quiet)
         })
         .await
     }
@@ -140,7 +139,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
         &self,
         request: &Request,
         effect: S::Effect<E>,
-        commits: Commits,
+        one_commit: bool,
         quiet: bool,
     ) -> Attempt<S::Effect<E>, Result<Outcome, RunError<E>>> {
         let started = Instant::now();
@@ -158,7 +157,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
         }
         // Held for the whole execution: a one-commit reservation stays uncommitted until its
         // effect commits.
-        let claim = match self.claim(request, commits == Commits::One).await {
+        let claim = match self.claim(request, one_commit).await {
             Ok(Ok(claim)) => claim,
             Ok(Err(answer)) => {
                 return self.answered(request.id(), started, answer, effect, quiet);
@@ -182,7 +181,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 let hooks = EngineHooks {
                     engine: engine.clone(),
                     started,
-                    commits,
+                    one_commit,
                 };
                 let execution = Execution::new(hooks);
                 let result = engine
@@ -216,7 +215,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 // Boxed on this path only: an answer (a replay) does not carry the size of
                 // what follows an acquisition in its future.
                 Attempt::Done(
-                    Box::pin(engine.conclude(&owned, started, acquired, held, commits)).await,
+                    Box::pin(engine.conclude(&owned, started, acquired, held, one_commit)).await,
                 )
             }),
             |error| Attempt::Done(Err(RunError::Idem(error))),
@@ -260,7 +259,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
         started: Instant,
         acquired: Result<TxEnd<E>, Error>,
         held: Option<Box<Held>>,
-        commits: Commits,
+        one_commit: bool,
     ) -> Result<Outcome, RunError<E>> {
         let id = request.id();
         let (lease, end) = match (acquired, held.as_ref()) {
@@ -296,7 +295,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 return Err(RunError::Idem(error));
             }
         };
-        if commits == Commits::One {
+        if one_commit {
             return self.concluded_once(lease, end, started, held).await;
         }
         match end {
@@ -343,7 +342,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
             let hooks = EngineHooks {
                 engine: engine.clone(),
                 started: Instant::now(),
-                commits: Commits::Two,
+                one_commit: false,
             };
             // The caller's heartbeat (the HTTP layer's) waits while the transaction is open
             // where a renewal from another connection would fail it (as `transact` does).

@@ -1,4 +1,4 @@
-//! The opt-in bounded wait of a duplicate for its original (C5, [`InFlightAnswer::Wait`]):
+//! The opt-in bounded wait of a duplicate for its original (C5, [`Policy::wait_in_flight`]):
 //! while the answer is "in flight", the duplicate parks on its record's wake-ups (no store
 //! connection, no thread), reads the record again when woken (the original ended in this
 //! process, or another process announced it through the store's change feed) or when its
@@ -9,7 +9,7 @@
 //! wait report no in-flight answer of their own, so a request that waited is one answer in the
 //! events, after one `waited` event.
 //!
-//! [`InFlightAnswer::Wait`]: crate::InFlightAnswer::Wait
+//! [`Policy::wait_in_flight`]: crate::Policy::wait_in_flight
 //! [`Policy::max_waiters`]: crate::Policy::max_waiters
 
 use super::Idempotency;
@@ -114,13 +114,13 @@ pub fn waiting_now() -> usize {
 impl<S: Store> Idempotency<S> {
     /// Runs `attempt` (given what it needs, and whether it must keep an in-flight answer to
     /// itself) until it answers otherwise than "in flight" or, under a policy that waits
-    /// ([`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)), until the wait is over.
+    /// ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight)), until the wait is over.
     pub(crate) async fn with_wait<A, T, F, Fut>(&self, id: &RecordId, input: A, mut attempt: F) -> T
     where
         F: FnMut(A, bool) -> Fut,
         Fut: Future<Output = Attempt<A, T>>,
     {
-        let Some(max) = self.inner.policy.in_flight.wait() else {
+        let Some(max) = self.inner.policy.wait_in_flight else {
             return match attempt(input, false).await {
                 Attempt::Done(output) | Attempt::InFlight { output, .. } => output,
             };
@@ -203,8 +203,7 @@ impl<S: Store> Idempotency<S> {
         if wakeups.waiting() > 0 {
             wakeups.wake(&id.digest());
         }
-        if self.inner.policy.in_flight.wait().is_some()
-            && self.inner.store.capabilities().change_feed
+        if self.inner.policy.wait_in_flight.is_some() && self.inner.store.capabilities().change_feed
         {
             self.inner.store.announce(id);
         }

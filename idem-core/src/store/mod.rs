@@ -200,7 +200,7 @@ pub trait Store: Send + Sync {
     }
 
     /// Tells the duplicates waiting in other processes that the record `id` changed: its
-    /// completion landed or it was released (C5, [`InFlightAnswer::Wait`](crate::InFlightAnswer::Wait)).
+    /// completion landed or it was released (C5, [`Policy::wait_in_flight`](crate::Policy::wait_in_flight)).
     /// The engine calls it right after the change, only under a policy that waits and only if
     /// [`Capabilities::change_feed`]. It must return at once: a store sends the record's
     /// [`digest`](RecordId::digest) on a task of its own, within its deadlines (for example
@@ -229,7 +229,7 @@ pub trait Store: Send + Sync {
 /// use idem_core::store::Capabilities;
 /// assert!(!Capabilities::default().server_ttl);
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Capabilities {
     /// Whether the server deletes expired records by itself (a TTL, C10): then
@@ -240,10 +240,10 @@ pub struct Capabilities {
     /// then) and [`Store::watch`] has a feed.
     pub change_feed: bool,
     /// Whether this process alone writes the store's records, so that the engine keeps
-    /// duplicates of a one-commit execution ([`Commits::One`](crate::Commits::One), C15) away
-    /// from its uncommitted reservation itself: every reservation through the engine first
-    /// claims its record in this process, and a claim that meets a one-commit execution's is
-    /// answered at once without a write: from the record as committed
+    /// duplicates of a one-commit execution ([`Policy::one_commit`](crate::Policy::one_commit),
+    /// C15) away from its uncommitted reservation itself: every reservation through the engine
+    /// first claims its record in this process, and a claim that meets a one-commit execution's
+    /// is answered at once without a write: from the record as committed
     /// ([`Store::read_answer`], which such a store implements), else in flight (or mismatch
     /// with the claim's fingerprint). Set by a store whose statements cannot tell that a
     /// transaction holds a reservation (SQLite, opened for one commit); a store that can tell
@@ -251,16 +251,6 @@ pub struct Capabilities {
     /// [`identity`](Store::identity), by which every engine over it shares the claims: without
     /// one the engine refuses its reservations (a misconfigured-store error).
     pub process_gate: bool,
-}
-
-impl Default for Capabilities {
-    fn default() -> Self {
-        Self {
-            server_ttl: false,
-            change_feed: false,
-            process_gate: false,
-        }
-    }
 }
 
 impl Capabilities {

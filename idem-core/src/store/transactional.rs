@@ -8,7 +8,6 @@ use crate::completion::Completion;
 use crate::error::Error;
 use crate::event::{Event, EventKind, Operation};
 use crate::lease::Lease;
-use crate::policy::Commits;
 use crate::record::Record;
 use crate::request::Request;
 use crate::response::StoredResponse;
@@ -34,7 +33,7 @@ use std::time::{Duration, Instant};
 ///   as misconfigured), runs the effect in a transaction with the fenced write of
 ///   [`Execution::completion`], commits, and reports the [`TxEnd`].
 ///
-/// When [`Execution::commits`] is [`Commits::One`] (C15) it reserves inside the transaction:
+/// When [`Execution::one_commit`] says so (C15), it reserves inside the transaction:
 /// all commits once or not at all. Duplicates are still answered at once: the reservation
 /// statement sees the holding transaction (PostgreSQL: an advisory lock), or the store declares
 /// a [`process_gate`](crate::store::Capabilities::process_gate). A store that can do neither
@@ -163,7 +162,7 @@ struct Shared<H: ?Sized> {
 
 /// What the engine does at the store's call: implemented by the engine.
 pub(crate) trait Hooks: Send + Sync {
-    fn commits(&self) -> Commits;
+    fn one_commit(&self) -> bool;
     fn lease_for(&self) -> Duration;
     fn store_timeout(&self) -> Duration;
     fn acquired(&self, lease: Lease) -> (Lease, Box<dyn Any + Send>);
@@ -183,9 +182,9 @@ impl Execution {
         }
     }
 
-    /// How many commits (C15): [`Commits::One`] reserves inside the transaction.
-    pub fn commits(&self) -> Commits {
-        self.inner.hooks.commits()
+    /// Whether this execution makes one commit (C15): then it reserves inside the transaction.
+    pub fn one_commit(&self) -> bool {
+        self.inner.hooks.one_commit()
     }
 
     /// How long the reservation holds (the policy's lease).

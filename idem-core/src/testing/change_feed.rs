@@ -17,10 +17,7 @@
 //! [`change_feed_tests!`](crate::change_feed_tests); its own cases (a pooler, a cluster's
 //! nodes) use [`Rounds`].
 
-use crate::{
-    Answer, Failure, FencingToken, Idempotency, InFlightAnswer, Outcome, Policy, Store,
-    StoredResponse,
-};
+use crate::{Answer, Failure, FencingToken, Idempotency, Outcome, Policy, Store, StoredResponse};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -123,7 +120,7 @@ pub trait ChangeFeedHarness: Send + Sync + 'static {
 
 /// An engine whose duplicates wait up to 5 s for their original.
 pub fn waiting_engine<S: Store + 'static>(store: S) -> Idempotency<S> {
-    let policy = Policy::default().in_flight(InFlightAnswer::Wait(Duration::from_secs(5)));
+    let policy = Policy::default().wait_in_flight(Duration::from_secs(5));
     Idempotency::with_policy(store, policy).expect("a valid policy")
 }
 

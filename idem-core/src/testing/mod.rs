@@ -244,12 +244,12 @@ macro_rules! __idem_dispatch {
             }
         )+
     };
-    ([stamp_commits $harness:expr, $commits:expr] $($scenario:ident),+ $(,)?) => {
+    ([stamp_commits $harness:expr, $one_commit:expr] $($scenario:ident),+ $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $scenario() {
                 let harness = $harness;
-                $crate::testing::$scenario(&harness, $commits).await;
+                $crate::testing::$scenario(&harness, $one_commit).await;
             }
         )+
     };
@@ -292,19 +292,19 @@ macro_rules! transact_tests {
         mod two_commits {
             #[allow(unused_imports)]
             use super::*;
-            $crate::__idem_transact_scenarios!(stamp_commits $harness, $crate::Commits::Two);
+            $crate::__idem_transact_scenarios!(stamp_commits $harness, false);
         }
     };
     ($harness:expr $(,)?) => {
         mod two_commits {
             #[allow(unused_imports)]
             use super::*;
-            $crate::__idem_transact_scenarios!(stamp_commits $harness, $crate::Commits::Two);
+            $crate::__idem_transact_scenarios!(stamp_commits $harness, false);
         }
         mod one_commit {
             #[allow(unused_imports)]
             use super::*;
-            $crate::__idem_transact_scenarios!(stamp_commits $harness, $crate::Commits::One);
+            $crate::__idem_transact_scenarios!(stamp_commits $harness, true);
         }
     };
 }

@@ -6,7 +6,7 @@
 
 use super::{policy, request, unique_consumer, TransactionalHarness};
 use crate::store::Transactional;
-use crate::{Answer, Begin, Commits, Idempotency, Outcome, Request, RunError, StoredResponse};
+use crate::{Answer, Begin, Idempotency, Outcome, Request, RunError, StoredResponse};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,9 +22,9 @@ pub trait TransactHarness: TransactionalHarness
 where
     Self::Store: Transactional,
 {
-    /// A store for `commits` (a store may have to be opened for one commit), on a namespace of
-    /// its own as [`Harness::store`](super::Harness::store).
-    async fn store_for(&self, commits: Commits) -> Self::Store;
+    /// A store for one commit or two (a store may have to be opened for one commit), on a
+    /// namespace of its own as [`Harness::store`](super::Harness::store).
+    async fn store_for(&self, one_commit: bool) -> Self::Store;
 
     /// The effect the scenarios run: in the store's transaction, insert one business row for
     /// `intent` (as [`TransactionalHarness::effect_then_complete`] does), then call
@@ -37,10 +37,10 @@ where
     ) -> <Self::Store as Transactional>::Effect<String>;
 
     /// Whether an engine of another process may share the store as [`store_for`](
-    /// Self::store_for) opened it with `commits` (a store opened for one commit by a process
+    /// Self::store_for) opened it for `one_commit` (a store opened for one commit by a process
     /// that alone may write its file says no): then the scenarios also send duplicates through
     /// an [`Elsewhere`](super::Elsewhere) view of it.
-    fn shared_by_processes(&self, commits: Commits) -> bool;
+    fn shared_by_processes(&self, one_commit: bool) -> bool;
 }
 
 /// How the scenarios' effect ends, and whether it waits first.
@@ -148,13 +148,13 @@ impl Drop for ReleaseOnDrop {
 
 type Engine<H> = Idempotency<Arc<<H as super::Harness>::Store>>;
 
-async fn setup<H: TransactHarness>(harness: &H, commits: Commits) -> (Arc<H::Store>, Engine<H>)
+async fn setup<H: TransactHarness>(harness: &H, one_commit: bool) -> (Arc<H::Store>, Engine<H>)
 where
     H::Store: Transactional,
 {
-    let store = Arc::new(harness.store_for(commits).await);
-    let idem =
-        Idempotency::with_policy(Arc::clone(&store), policy().commits(commits)).expect("policy");
+    let store = Arc::new(harness.store_for(one_commit).await);
+    let idem = Idempotency::with_policy(Arc::clone(&store), policy().one_commit(one_commit))
+        .expect("policy");
     (store, idem)
 }
 
@@ -178,11 +178,11 @@ where
 
 /// C6, C15: the effect and its completion commit together; the retry replays byte for byte
 /// and writes no second business row.
-pub async fn txc_c06_executed_then_replayed<H: TransactHarness>(harness: &H, commits: Commits)
+pub async fn txc_c06_executed_then_replayed<H: TransactHarness>(harness: &H, one_commit: bool)
 where
     H::Store: Transactional,
 {
-    let (store, idem) = setup(harness, commits).await;
+    let (store, idem) = setup(harness, one_commit).await;
     let intent = unique_consumer("txc-replay");
     let req = request(&intent, "k", b"{\"cents\":500}");
     let first = transact(harness, &idem, &intent, &req, Script::respond(charged("a"))).await;
@@ -204,11 +204,11 @@ where
 /// acquires; the committed one is replayed; one business row.
 pub async fn txc_c06_a_held_lease_completes_in_one_transaction<H: TransactHarness>(
     harness: &H,
-    commits: Commits,
+    one_commit: bool,
 ) where
     H::Store: Transactional,
 {
-    let (store, idem) = setup(harness, commits).await;
+    let (store, idem) = setup(harness, one_commit).await;
     let intent = unique_consumer("txc-held");
     let req = request(&intent, "k", b"{\"cents\":700}");
     let acquire = |begun: Result<Begin, crate::Error>| match begun {
@@ -240,11 +240,11 @@ pub async fn txc_c06_a_held_lease_completes_in_one_transaction<H: TransactHarnes
 /// once, and the retry executes once.
 pub async fn txc_c08_an_effect_error_rolls_back_and_the_retry_runs<H: TransactHarness>(
     harness: &H,
-    commits: Commits,
+    one_commit: bool,
 ) where
     H::Store: Transactional,
 {
-    let (store, idem) = setup(harness, commits).await;
+    let (store, idem) = setup(harness, one_commit).await;
     let intent = unique_consumer("txc-fail");
     let req = request(&intent, "k", b"{\"cents\":600}");
     let failed = transact(harness, &idem, &intent, &req, Script::fail()).await;
@@ -266,11 +266,11 @@ pub async fn txc_c08_an_effect_error_rolls_back_and_the_retry_runs<H: TransactHa
 /// retry executes once.
 pub async fn txc_c08_a_panicking_effect_rolls_back_and_the_retry_runs<H: TransactHarness>(
     harness: &H,
-    commits: Commits,
+    one_commit: bool,
 ) where
     H::Store: Transactional,
 {
-    let (store, idem) = setup(harness, commits).await;
+    let (store, idem) = setup(harness, one_commit).await;
     let intent = unique_consumer("txc-panic");
     let req = request(&intent, "k", b"{\"cents\":650}");
     let effect = harness.effect(&intent, Script::panic());
@@ -300,11 +300,11 @@ pub async fn txc_c08_a_panicking_effect_rolls_back_and_the_retry_runs<H: Transac
 /// commits, and every duplicate replays: one business row.
 pub async fn txc_c05_a_duplicate_is_answered_at_once_while_the_effect_runs<H: TransactHarness>(
     harness: &H,
-    commits: Commits,
+    one_commit: bool,
 ) where
     H::Store: Transactional,
 {
-    let (store, idem) = setup(harness, commits).await;
+    let (store, idem) = setup(harness, one_commit).await;
     let intent = unique_consumer("txc-inflight");
     let req = request(&intent, "k", b"{\"cents\":700}");
     let other_body = request(&intent, "k", b"{\"cents\":701}");
@@ -321,14 +321,14 @@ pub async fn txc_c05_a_duplicate_is_answered_at_once_while_the_effect_runs<H: Tr
         ("this engine", idem.clone()),
         (
             "a second engine",
-            Idempotency::with_policy(Arc::clone(&store), policy().commits(commits))
+            Idempotency::with_policy(Arc::clone(&store), policy().one_commit(one_commit))
                 .expect("policy"),
         ),
     ];
-    let elsewhere = harness.shared_by_processes(commits).then(|| {
+    let elsewhere = harness.shared_by_processes(one_commit).then(|| {
         Idempotency::with_policy(
             Arc::new(super::Elsewhere::new(Arc::clone(&store))),
-            policy().commits(commits),
+            policy().one_commit(one_commit),
         )
         .expect("policy")
     });
@@ -391,11 +391,11 @@ pub async fn txc_c05_a_duplicate_is_answered_at_once_while_the_effect_runs<H: Tr
 /// business row; every other is answered (in flight or replay), none fails.
 pub async fn txc_c04_concurrent_executions_of_one_key_write_one_row<H: TransactHarness>(
     harness: &H,
-    commits: Commits,
+    one_commit: bool,
 ) where
     H::Store: Transactional,
 {
-    let (store, idem) = setup(harness, commits).await;
+    let (store, idem) = setup(harness, one_commit).await;
     let intent = unique_consumer("txc-storm");
     let req = request(&intent, "k", b"{\"cents\":800}");
     let tasks: Vec<_> = (0..16)

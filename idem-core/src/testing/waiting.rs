@@ -1,13 +1,10 @@
 //! The opt-in bounded wait of an in-flight duplicate for its original (C5,
-//! [`InFlightAnswer::Wait`]): the duplicate gets the original's answer when it ends (in this
+//! [`Policy::wait_in_flight`]): the duplicate gets the original's answer when it ends (in this
 //! process and in another), a wait ends in flight at its bound, a duplicate of an original that
 //! gave its key back runs, and waiters beyond the cap are answered at once.
 
 use super::{policy, request, unique_consumer, Elsewhere, Harness};
-use crate::{
-    Answer, Begin, Failure, Idempotency, InFlightAnswer, Outcome, Policy, Request, Store,
-    StoredResponse,
-};
+use crate::{Answer, Begin, Failure, Idempotency, Outcome, Policy, Request, Store, StoredResponse};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +12,7 @@ use tokio::sync::oneshot;
 
 /// A policy whose duplicates wait up to `max` (its lease renewed by the heartbeat meanwhile).
 fn waiting(max: Duration) -> Policy {
-    policy().in_flight(InFlightAnswer::Wait(max))
+    policy().wait_in_flight(max)
 }
 
 fn engine<S: Store + 'static>(store: S, policy: Policy) -> Idempotency<S> {

@@ -4,7 +4,7 @@
 
 use idem_core::store::Completion;
 use idem_core::testing::{Harness, Script, TransactHarness, TransactionalHarness};
-use idem_core::{Commits, Error, FencingToken, RecordId};
+use idem_core::{Error, FencingToken, RecordId};
 use idem_postgres::sqlx::{self, AssertSqlSafe, PgPool};
 use idem_postgres::{Isolation, PgEffect, PgStore, StatementMode};
 
@@ -181,7 +181,7 @@ impl TransactionalHarness for Pg {
 
 #[idem_core::store::async_trait]
 impl TransactHarness for Pg {
-    async fn store_for(&self, _commits: Commits) -> PgStore {
+    async fn store_for(&self, _one_commit: bool) -> PgStore {
         self.store().await
     }
 
@@ -203,7 +203,7 @@ impl TransactHarness for Pg {
         })
     }
 
-    fn shared_by_processes(&self, _commits: Commits) -> bool {
+    fn shared_by_processes(&self, _one_commit: bool) -> bool {
         true
     }
 }

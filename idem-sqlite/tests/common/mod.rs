@@ -4,7 +4,7 @@
 
 use idem_core::store::Completion;
 use idem_core::testing::{Harness, Script, TransactHarness, TransactionalHarness};
-use idem_core::{Commits, Error, FencingToken, RecordId};
+use idem_core::{Error, FencingToken, RecordId};
 use idem_sqlite::rusqlite::TransactionBehavior;
 use idem_sqlite::SqliteEffect;
 use idem_sqlite::SqliteStore;
@@ -137,7 +137,7 @@ impl Harness for SqliteOneCommit {
     type Store = SqliteStore;
 
     async fn store(&self) -> SqliteStore {
-        Sqlite.store_for(Commits::One).await
+        Sqlite.store_for(true).await
     }
 
     async fn corrupt_response(&self, store: &SqliteStore, id: &RecordId) {
@@ -152,12 +152,12 @@ impl Harness for SqliteOneCommit {
 #[idem_core::store::async_trait]
 impl TransactHarness for Sqlite {
     /// For one commit, a store that holds its (new) table alone.
-    async fn store_for(&self, commits: Commits) -> SqliteStore {
+    async fn store_for(&self, one_commit: bool) -> SqliteStore {
         let table = format!("conf_{}", FencingToken::generate());
         let store = SqliteStore::builder(db_path())
             .table(&table)
             .readers(2)
-            .one_commit(commits == Commits::One)
+            .one_commit(one_commit)
             .open()
             .await
             .expect("open store");
@@ -182,8 +182,8 @@ impl TransactHarness for Sqlite {
     }
 
     /// A store opened for one commit is the only one reserving in its table.
-    fn shared_by_processes(&self, commits: Commits) -> bool {
-        commits == Commits::Two
+    fn shared_by_processes(&self, one_commit: bool) -> bool {
+        !one_commit
     }
 }
 

@@ -228,7 +228,7 @@ where
                 .idem
                 .run(&request, move |ctx| execute(inner, parts, body, ctx, rules))
                 .await;
-            respond(&layer.idem, config, result, echo, consumer)
+            respond(config, result, echo, consumer)
         }
     };
     Ok(finish(answered))
@@ -618,8 +618,7 @@ where
 }
 
 /// The answer for the engine's result (C7, C8, the mapping of docs/grpc.md).
-fn respond<S: Store>(
-    idem: &Idempotency<S>,
+fn respond(
     config: &GrpcConfig,
     result: Result<Outcome, RunError<String>>,
     echo: Option<(HeaderName, HeaderValue)>,
@@ -661,14 +660,12 @@ fn respond<S: Store>(
             )
             .with_retry_after(retry_after.min(config.max_retry_after)),
         ),
-        Ok(Outcome::Answered(answer)) => {
-            match crate::render::answer_problem(&answer, idem.policy()) {
-                Some(p) => problem(&p),
-                None => problem(&crate::render::problem_for(&Error::CorruptRecord(
-                    "unexpected answer".into(),
-                ))),
-            }
-        }
+        Ok(Outcome::Answered(answer)) => match crate::render::answer_problem(&answer) {
+            Some(p) => problem(&p),
+            None => problem(&crate::render::problem_for(&Error::CorruptRecord(
+                "unexpected answer".into(),
+            ))),
+        },
         Err(RunError::Idem(error)) => problem(&problem_of(&error)),
         Err(RunError::Unknown { error, response }) => {
             tracing::error!(target: "idem_tower", %error, "idempotency: outcome unknown, stored");

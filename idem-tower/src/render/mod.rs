@@ -7,21 +7,20 @@
 //! [`Problem`] its own way.
 //!
 //! ```
-//! use idem_core::{Answer, Error, IdempotencyKey, Policy, StoredResponse};
+//! use idem_core::{Answer, Error, IdempotencyKey, StoredResponse};
 //! use idem_tower::render;
 //! use std::time::Duration;
-//! let policy = Policy::default();
 //! let missing = IdempotencyKey::required(None).unwrap_err();
 //! assert!(matches!(missing, Error::KeyMissing));
 //! assert_eq!(render::problem_for(&missing).kind, "idempotency-key-missing");
 //! assert_eq!(render::error(&missing).status, 400);
 //!
 //! let busy: Answer = Answer::InFlight { retry_after: Duration::from_millis(1500) };
-//! let http = render::answer(&busy, &policy);
+//! let http = render::answer(&busy);
 //! assert_eq!((http.status, http.header("retry-after")), (409, Some(&b"2"[..])));
-//! let replay = render::answer(&Answer::Replay(StoredResponse::new(402, "declined")), &policy);
+//! let replay = render::answer(&Answer::Replay(StoredResponse::new(402, "declined")));
 //! assert_eq!(replay.header("idempotent-replayed"), Some(&b"true"[..]));
-//! assert_eq!(render::answer_status(&Answer::<StoredResponse>::Mismatch, &policy), 422);
+//! assert_eq!(render::answer_status(&Answer::<StoredResponse>::Mismatch), 422);
 //! ```
 
 mod into_http;
@@ -29,7 +28,7 @@ mod into_http;
 pub use idem_core::problem::{retry_after_secs, Problem, PROBLEM_BASE};
 pub use into_http::into_http;
 
-use idem_core::{Answer, Error, Field, InFlightAnswer, Outcome, Policy, RunError, StoredResponse};
+use idem_core::{Answer, Error, Field, Outcome, RunError, StoredResponse};
 use std::time::Duration;
 
 /// How long a client is told to wait before retrying after a store failure (C13).
@@ -124,37 +123,30 @@ pub fn error(error: &Error) -> StoredResponse {
     problem_for(error).to_response()
 }
 
-/// The HTTP status of an answer: the stored one for a replay, 409 in flight (202 on an
-/// endpoint whose policy answers [`InFlightAnswer::Accepted`]), 422 for a mismatch.
-pub fn answer_status(answer: &Answer, policy: &Policy) -> u16 {
+/// The HTTP status of an answer: the stored one for a replay, 409 in flight (an asynchronous
+/// endpoint answers [`accepted`] instead), 422 for a mismatch.
+pub fn answer_status(answer: &Answer) -> u16 {
     match answer {
         Answer::Replay(r) => r.status,
-        Answer::InFlight { .. } => match policy.in_flight {
-            InFlightAnswer::Accepted => 202,
-            _ => 409,
-        },
+        Answer::InFlight { .. } => 409,
         Answer::Mismatch => 422,
     }
 }
 
 /// The problem of an answer that is one: 409 `request-in-progress` with `Retry-After`, 422
-/// `idempotency-key-reused`; `None` for a replay and for an in-flight answer of an
-/// asynchronous endpoint (a 202).
-pub fn answer_problem<R>(answer: &Answer<R>, policy: &Policy) -> Option<Problem> {
+/// `idempotency-key-reused`; `None` for a replay.
+pub fn answer_problem<R>(answer: &Answer<R>) -> Option<Problem> {
     match answer {
         Answer::Replay(_) => None,
-        Answer::InFlight { retry_after } => match policy.in_flight {
-            InFlightAnswer::Accepted => None,
-            _ => Some(
-                Problem::new(
-                    409,
-                    "request-in-progress",
-                    "A request with this idempotency key is still being processed.",
-                    true,
-                )
-                .with_retry_after(*retry_after),
-            ),
-        },
+        Answer::InFlight { retry_after } => Some(
+            Problem::new(
+                409,
+                "request-in-progress",
+                "A request with this idempotency key is still being processed.",
+                true,
+            )
+            .with_retry_after(*retry_after),
+        ),
         Answer::Mismatch => Some(Problem::new(
             422,
             "idempotency-key-reused",
@@ -165,44 +157,53 @@ pub fn answer_problem<R>(answer: &Answer<R>, policy: &Policy) -> Option<Problem>
 }
 
 /// The whole HTTP response of an answer: the stored response marked
-/// `Idempotent-Replayed: true` (C7), a 202 with `Retry-After` for an asynchronous endpoint,
-/// or the problem ([`answer_problem`]).
-pub fn answer(answer: &Answer, policy: &Policy) -> StoredResponse {
+/// `Idempotent-Replayed: true` (C7), or the problem ([`answer_problem`]).
+pub fn answer(answer: &Answer) -> StoredResponse {
     match answer {
         Answer::Replay(stored) => stored.clone().with_header("idempotent-replayed", "true"),
-        Answer::InFlight { retry_after } if policy.in_flight == InFlightAnswer::Accepted => {
-            StoredResponse::new(202, Vec::new())
-                .with_header("retry-after", retry_after_secs(*retry_after).to_string())
-                .with_header("cache-control", "no-store")
-        }
-        _ => answer_problem(answer, policy)
+        _ => answer_problem(answer)
             .map(|p| p.to_response())
             .unwrap_or_default(),
     }
 }
 
+/// What an asynchronous endpoint answers a duplicate in flight instead of the 409 (C5): a 202
+/// with `Retry-After`, to which the layer adds the `Location` of a status resource
+/// ([`IdempotencyLayer::accept_in_flight`](crate::IdempotencyLayer::accept_in_flight)).
+///
+/// ```
+/// use idem_tower::render;
+/// use std::time::Duration;
+/// let http = render::accepted(Duration::from_millis(200));
+/// assert_eq!((http.status, http.header("retry-after")), (202, Some(&b"1"[..])));
+/// ```
+pub fn accepted(retry_after: Duration) -> StoredResponse {
+    StoredResponse::new(202, Vec::new())
+        .with_header("retry-after", retry_after_secs(retry_after).to_string())
+        .with_header("cache-control", "no-store")
+}
+
 /// The HTTP status of an outcome of [`Idempotency::run`](idem_core::Idempotency::run).
 ///
 /// ```
-/// use idem_core::{Answer, Outcome, Policy, StoredResponse};
+/// use idem_core::{Answer, Outcome, StoredResponse};
 /// use idem_tower::render;
-/// let policy = Policy::default();
-/// assert_eq!(render::outcome_status(&Outcome::Executed(StoredResponse::new(201, "")), &policy), 201);
-/// assert_eq!(render::outcome_status(&Outcome::Answered(Answer::Mismatch), &policy), 422);
+/// assert_eq!(render::outcome_status(&Outcome::Executed(StoredResponse::new(201, ""))), 201);
+/// assert_eq!(render::outcome_status(&Outcome::Answered(Answer::Mismatch)), 422);
 /// ```
-pub fn outcome_status(outcome: &Outcome, policy: &Policy) -> u16 {
+pub fn outcome_status(outcome: &Outcome) -> u16 {
     match outcome {
         Outcome::Executed(r) | Outcome::Refused(r) => r.status,
-        Outcome::Answered(a) => answer_status(a, policy),
+        Outcome::Answered(a) => answer_status(a),
     }
 }
 
 /// The whole HTTP response of an outcome: the handler's response as it is, or the answer's
 /// ([`answer`]).
-pub fn outcome(outcome: &Outcome, policy: &Policy) -> StoredResponse {
+pub fn outcome(outcome: &Outcome) -> StoredResponse {
     match outcome {
         Outcome::Executed(r) | Outcome::Refused(r) => r.clone(),
-        Outcome::Answered(a) => answer(a, policy),
+        Outcome::Answered(a) => answer(a),
     }
 }
 
@@ -240,19 +241,12 @@ mod tests {
 
     #[test]
     fn c05_an_asynchronous_endpoint_answers_202_in_flight() {
-        let policy = Policy {
-            in_flight: InFlightAnswer::Accepted,
-            ..Policy::default()
-        };
-        let busy: Answer = Answer::InFlight {
-            retry_after: Duration::from_millis(200),
-        };
-        assert_eq!(answer_status(&busy, &policy), 202);
-        assert!(answer_problem(&busy, &policy).is_none());
-        let http = answer(&busy, &policy);
+        let http = accepted(Duration::from_millis(200));
         assert_eq!(
             (http.status, http.header("retry-after")),
             (202, Some(&b"1"[..]))
         );
+        assert_eq!(http.header("cache-control"), Some(&b"no-store"[..]));
+        assert!(http.body.is_empty());
     }
 }
