@@ -3,7 +3,6 @@
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::decision::check_fence;
 use crate::error::Error;
-use crate::fingerprint::Fingerprint;
 use crate::holder::Holder;
 use crate::lease::Lease;
 use crate::record::{Record, RecordState};
@@ -64,62 +63,29 @@ pub struct MemoryRecord {
 /// Each record's audit entries: (at, the entry as encoded, kept until), oldest first.
 type Trail = HashMap<RecordId, Vec<(Timestamp, Vec<u8>, Timestamp)>>;
 
+/// One record held, with what operators read beside it.
 #[derive(Debug, Clone)]
 struct Entry {
-    fingerprint: Fingerprint,
-    token: FencingToken,
+    record: Record<Vec<u8>>,
     reserved_at: Timestamp,
     completed_at: Option<Timestamp>,
     holder: Holder,
-    state: EntryState,
     /// The mark of an answer in doubt, encoded, and when it is next due for a check.
     doubt: Option<(Vec<u8>, Timestamp)>,
 }
 
-#[derive(Debug, Clone)]
-enum EntryState {
-    InProgress {
-        lease_until: Timestamp,
-    },
-    Completed {
-        response: Vec<u8>,
-        expires_at: Timestamp,
-    },
-}
-
 impl Entry {
-    /// The record with its response still encoded: what `decide` and `check_fence` look at.
-    fn view(&self) -> Record<&[u8]> {
-        Record {
-            fingerprint: self.fingerprint,
-            token: self.token,
-            state: match &self.state {
-                EntryState::InProgress { lease_until } => RecordState::InProgress {
-                    lease_until: *lease_until,
-                },
-                EntryState::Completed {
-                    response,
-                    expires_at,
-                } => RecordState::Completed {
-                    response: response.as_slice(),
-                    expires_at: *expires_at,
-                },
-            },
-        }
-    }
-
     fn decode(&self) -> Result<Record, Error> {
-        self.view().try_map_response(StoredResponse::decode)
+        self.record
+            .as_ref()
+            .try_map_response(|r| StoredResponse::decode(r))
     }
 
     /// The entry as [`MemoryStore::records`] shows it.
     fn shown(&self, id: &RecordId) -> MemoryRecord {
-        let Ok(record) = self
-            .view()
-            .try_map_response(|response| Ok::<_, std::convert::Infallible>(response.to_vec()));
         MemoryRecord {
             id: id.clone(),
-            record,
+            record: self.record.clone(),
             reserved_at: self.reserved_at,
             completed_at: self.completed_at,
             holder: self.holder.clone(),
@@ -127,17 +93,17 @@ impl Entry {
         }
     }
 
-    fn deadline(&self) -> Timestamp {
-        match &self.state {
-            EntryState::InProgress { lease_until } => *lease_until,
-            EntryState::Completed { expires_at, .. } => *expires_at,
-        }
-    }
-
     /// Whether the entry is a live completed record in doubt at `now`.
     fn in_doubt(&self, now: Timestamp) -> bool {
-        self.doubt.is_some()
-            && matches!(self.state, EntryState::Completed { expires_at, .. } if expires_at > now)
+        self.doubt.is_some() && self.record.is_completed() && self.record.is_live(now)
+    }
+
+    /// Completes the record with `response`, replayed until `expires_at`.
+    fn complete(&mut self, response: Vec<u8>, expires_at: Timestamp) {
+        self.record.state = RecordState::Completed {
+            response,
+            expires_at,
+        };
     }
 }
 
@@ -228,11 +194,8 @@ impl MemoryStore {
     #[cfg(feature = "testing")]
     #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
     pub fn overwrite_stored_response(&self, id: &RecordId, bytes: Vec<u8>) -> bool {
-        match self.lock().get_mut(id) {
-            Some(Entry {
-                state: EntryState::Completed { response, .. },
-                ..
-            }) => {
+        match self.lock().get_mut(id).map(|entry| &mut entry.record.state) {
+            Some(RecordState::Completed { response, .. }) => {
                 *response = bytes;
                 true
             }
@@ -243,12 +206,14 @@ impl MemoryStore {
     /// The in-progress entry a reservation writes.
     fn reservation(&self, claim: &Claim<'_>, now: Timestamp, until: Timestamp) -> Entry {
         Entry {
-            fingerprint: *claim.fingerprint(),
-            token: claim.token(),
+            record: Record {
+                fingerprint: *claim.fingerprint(),
+                token: claim.token(),
+                state: RecordState::InProgress { lease_until: until },
+            },
             reserved_at: now,
             completed_at: None,
             holder: self.holder.clone(),
-            state: EntryState::InProgress { lease_until: until },
             doubt: None,
         }
     }
@@ -276,7 +241,7 @@ impl MemoryStore {
     ) -> Result<T, Error> {
         let mut records = self.lock();
         let entry = records.get_mut(id);
-        check_fence(entry.as_ref().map(|e| e.view()).as_ref(), token)?;
+        check_fence(entry.as_ref().map(|e| &e.record), token)?;
         let entry = entry.ok_or(Error::LeaseLost)?;
         Ok(apply(entry, self.clock.now()))
     }
@@ -294,10 +259,11 @@ impl Store for MemoryStore {
         if let Some(entry) = records.get(claim.id()) {
             // The response is read only for the same request (the only one it can be replayed
             // to), as a SQL store selects it.
-            let same = entry.fingerprint == *claim.fingerprint();
+            let same = entry.record.fingerprint == *claim.fingerprint();
             let record = entry
-                .view()
-                .try_map_response(|r| Ok::<_, Error>(same.then(|| r.to_vec())))?;
+                .record
+                .as_ref()
+                .try_map_response(|r| Ok::<_, Error>(same.then(|| r.clone())))?;
             return Ok(Reserved::Found { record, now });
         }
         let until = now + claim.lease_for();
@@ -319,7 +285,7 @@ impl Store for MemoryStore {
         };
         // Under the lock: the record is replaced only if it is still the one the decision saw.
         let still = records.get(claim.id()).is_some_and(|entry| {
-            let record = entry.view();
+            let record = &entry.record;
             record.token == previous && record.is_completed() == completed && !record.is_live(now)
         });
         if !still {
@@ -334,20 +300,14 @@ impl Store for MemoryStore {
         let retain_for = completion.retain_for();
         self.fenced(completion.id(), &completion.token(), |entry, now| {
             entry.completed_at = Some(now);
-            entry.state = EntryState::Completed {
-                response: completion.encoded().to_vec(),
-                expires_at: now + retain_for,
-            };
+            entry.complete(completion.encoded().to_vec(), now + retain_for);
             entry.doubt = completion.doubt().map(|doubt| (doubt.to_vec(), now));
         })
     }
 
     async fn release(&self, lease: &Lease, _deadline: Deadline) -> Result<(), Error> {
         let mut records = self.lock();
-        check_fence(
-            records.get(lease.id()).map(Entry::view).as_ref(),
-            &lease.token(),
-        )?;
+        check_fence(records.get(lease.id()).map(|e| &e.record), &lease.token())?;
         records.remove(lease.id());
         Ok(())
     }
@@ -360,7 +320,7 @@ impl Store for MemoryStore {
     ) -> Result<Timestamp, Error> {
         self.fenced(lease.id(), &lease.token(), |entry, now| {
             let lease_until = now + lease_for;
-            entry.state = EntryState::InProgress { lease_until };
+            entry.record.state = RecordState::InProgress { lease_until };
             lease_until
         })
     }
@@ -370,7 +330,7 @@ impl Store for MemoryStore {
         let now = self.clock.now();
         let expired: Vec<RecordId> = records
             .iter()
-            .filter(|(_, entry)| entry.deadline() <= now)
+            .filter(|(_, entry)| !entry.record.is_live(now))
             .map(|(id, _)| id.clone())
             .take(limit)
             .collect();
@@ -400,17 +360,17 @@ impl Store for MemoryStore {
         };
         let marked = entry.doubt.as_ref().map(|(doubt, _)| doubt.as_slice());
         if !entry.in_doubt(now)
-            || entry.token != resolution.token()
+            || entry.record.token != resolution.token()
             || marked != Some(resolution.read_doubt())
         {
             return Ok(false);
         }
         match resolution.decided() {
             Decided::Settled { .. } => {
-                entry.state = EntryState::Completed {
-                    response: resolution.response().to_vec(),
-                    expires_at: now + resolution.retain_for(),
-                };
+                entry.complete(
+                    resolution.response().to_vec(),
+                    now + resolution.retain_for(),
+                );
                 entry.doubt = None;
             }
             Decided::Released => {

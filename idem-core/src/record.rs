@@ -63,6 +63,26 @@ impl<R> Record<R> {
         self.token == *token && self.is_completed()
     }
 
+    /// The record with a reference to its response.
+    pub fn as_ref(&self) -> Record<&R> {
+        Record {
+            fingerprint: self.fingerprint,
+            token: self.token,
+            state: match &self.state {
+                RecordState::InProgress { lease_until } => RecordState::InProgress {
+                    lease_until: *lease_until,
+                },
+                RecordState::Completed {
+                    response,
+                    expires_at,
+                } => RecordState::Completed {
+                    response,
+                    expires_at: *expires_at,
+                },
+            },
+        }
+    }
+
     /// Converts the stored response (decodes it, say), keeping the rest.
     pub fn try_map_response<T, E>(self, f: impl FnOnce(R) -> Result<T, E>) -> Result<Record<T>, E> {
         let state = match self.state {

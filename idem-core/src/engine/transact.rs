@@ -12,9 +12,10 @@ use crate::error::{Error, Field, StoreErrorKind};
 use crate::event::{Event, EventKind, Operation};
 use crate::lease::{deadline_after, Lease};
 use crate::outcome::{Outcome, RunError};
-use crate::record::RecordState;
+use crate::record::{Record, RecordState};
 use crate::request::Request;
 use crate::response::StoredResponse;
+use crate::scope::RecordId;
 use crate::store::{Execution, Hooks, Transactional, TxEnd};
 use std::any::Any;
 use std::future::Future;
@@ -84,40 +85,30 @@ impl<S: Transactional + 'static> Hooks for EngineHooks<S> {
 }
 
 impl<S: Transactional + 'static> Idempotency<S> {
-    /// The transactional closure, for SQL stores (their `run_in_transaction` calls it): reserve;
-    /// when acquired, run `effect` in a transaction of the store, write the completion in the
-    /// same transaction and commit (C6). The execution outlives its caller: a dropped caller
-    /// does not cancel it (it goes on as a task of its own, which [`drain`](Self::drain) waits
-    /// for, C8).
+    /// The transactional closure of SQL stores (their `run_in_transaction` calls it): reserve;
+    /// when acquired, run `effect` in a transaction of the store, write the completion in it
+    /// and commit (C6). A dropped caller does not cancel the execution: it goes on as a task
+    /// of its own, which [`drain`](Self::drain) waits for (C8).
     ///
     /// - committed: [`Outcome::Executed`] with the response as stored;
-    /// - the effect's error: the transaction rolled back, the effect with it; the key is given
-    ///   back and [`RunError::Released`] returned, so a retry runs;
-    /// - a store failure before the commit (a lost lease, a conflict, the store down): rolled
-    ///   back, the key given back where still ours, [`RunError::Idem`];
-    /// - a commit whose answer was lost: the record tells whether it committed
-    ///   ([`Outcome::Executed`]) or rolled back (given back, [`RunError::Idem`]); if that cannot
-    ///   be told within the store timeout, [`RunError::InDoubt`] and the key is kept;
+    /// - the effect's error: rolled back, the key given back, [`RunError::Released`];
+    /// - a store failure before the commit (lost lease, conflict, store down): rolled back,
+    ///   the key given back where still ours, [`RunError::Idem`];
+    /// - a commit whose answer was lost: the record tells ([`Outcome::Executed`], or given
+    ///   back and [`RunError::Idem`]); untold within the store timeout, [`RunError::InDoubt`]
+    ///   and the key is kept;
     /// - a panic in the effect: rolled back, the key given back, the panic resumes here.
     ///
-    /// Replays, in-flight answers and mismatches never run the effect. Under a policy that
-    /// waits ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight)), a duplicate of a running
-    /// execution waits for its end (C5): its replay, or this effect run if the original rolled
-    /// back; the wait holds neither a connection nor the writer.
+    /// Answers never run the effect; under [`Policy::wait_in_flight`](
+    /// crate::Policy::wait_in_flight) a duplicate waits for its original's end (C5).
     ///
-    /// It makes one commit if the request says so ([`Request::with_one_commit`](
-    /// crate::Request::with_one_commit)), else if the policy does ([`Policy::one_commit`](
-    /// crate::Policy::one_commit)). With one commit (C15),
-    /// reservation, effect and completion are one transaction: a fresh key costs one commit,
-    /// and until it commits nothing of the execution exists. The effect's error, a store
-    /// failure before the commit, a panic or a crash roll everything back, so the key is free
-    /// at once (there is nothing to give back) and the retry runs as if it were the first; the
-    /// effect must therefore live entirely in the database. A duplicate that arrives meanwhile
-    /// is answered in flight or mismatch at once, as with two commits. An effect abandoned at
-    /// the store's transaction timeout rolls back the same way ([`RunError::Idem`], store
-    /// unavailable). A commit whose answer was lost is told by the record: completed under
-    /// this execution's token, it committed; otherwise nothing happened; if the record cannot
-    /// be read, [`RunError::InDoubt`] (a retry then replays what committed or runs once).
+    /// One commit (C15) when the request says so ([`Request::with_one_commit`](
+    /// crate::Request::with_one_commit)), else the policy ([`Policy::one_commit`](
+    /// crate::Policy::one_commit)): reservation, effect and completion are one transaction, and
+    /// until it commits nothing of the execution exists. A rollback, a panic, a crash or an
+    /// effect abandoned at the transaction timeout leave the key free at once, so the retry
+    /// runs as the first did: the effect must live entirely in the database. A lost commit
+    /// answer is told by the record as above.
     pub async fn transact<E: Send + 'static>(
         &self,
         request: &Request,
@@ -145,12 +136,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
         let started = Instant::now();
         match self.answer_before_store(request) {
             Err(error) => {
-                self.emit(
-                    Event::new(EventKind::Rejected)
-                        .about(request.id())
-                        .failed(&error),
-                );
-                return Attempt::Done(Err(RunError::Idem(error)));
+                return Attempt::Done(Err(self.rejected(request.id(), started, error)));
             }
             Ok(Some(answer)) => return self.answered(request.id(), started, answer, effect, quiet),
             Ok(None) => {}
@@ -163,12 +149,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 return self.answered(request.id(), started, answer, effect, quiet);
             }
             Err(error) => {
-                self.emit(
-                    Event::new(EventKind::Rejected)
-                        .about(request.id())
-                        .failed(&error),
-                );
-                return Attempt::Done(Err(RunError::Idem(error)));
+                return Attempt::Done(Err(self.rejected(request.id(), started, error)));
             }
         };
         let engine = self.clone();
@@ -199,13 +180,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
                                 engine.answered(owned.id(), started, answer, effect, quiet)
                             }
                             Err(error) => {
-                                engine.emit(
-                                    Event::new(EventKind::Rejected)
-                                        .about(owned.id())
-                                        .took(started.elapsed())
-                                        .failed(&error),
-                                );
-                                Attempt::Done(Err(RunError::Idem(error)))
+                                Attempt::Done(Err(engine.rejected(owned.id(), started, error)))
                             }
                         };
                     }
@@ -227,7 +202,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
     /// in flight, the effect comes back for the next attempt of a wait.
     fn answered<F, E>(
         &self,
-        id: &crate::scope::RecordId,
+        id: &RecordId,
         started: Instant,
         answer: Answer,
         effect: F,
@@ -277,23 +252,9 @@ impl<S: Transactional + 'static> Idempotency<S> {
                     "the store ended a transactional execution without calling \
                      Execution::acquired",
                 );
-                self.emit(
-                    Event::new(EventKind::Rejected)
-                        .about(id)
-                        .took(started.elapsed())
-                        .failed(&error),
-                );
-                return Err(RunError::Idem(error));
+                return Err(self.rejected(id, started, error));
             }
-            (Err(error), None) => {
-                self.emit(
-                    Event::new(EventKind::Rejected)
-                        .about(id)
-                        .took(started.elapsed())
-                        .failed(&error),
-                );
-                return Err(RunError::Idem(error));
-            }
+            (Err(error), None) => return Err(self.rejected(id, started, error)),
         };
         if one_commit {
             return self.concluded_once(lease, end, started, held).await;
@@ -307,31 +268,18 @@ impl<S: Transactional + 'static> Idempotency<S> {
         }
     }
 
-    /// The guard style's transactional completion: `effect` and the completion of `lease`,
-    /// which the caller holds (from [`begin`](Self::begin); under the HTTP layer, its
-    /// `Reservation`), in one transaction of the store, committed together (C6). What each end
-    /// means is what it means for [`transact`](Self::transact):
+    /// The guard style's transactional completion: `effect` and the completion of `lease`
+    /// (from [`begin`](Self::begin); under the HTTP layer, its `Reservation`) in one
+    /// transaction, committed together (C6). The ends mean what they mean for
+    /// [`transact`](Self::transact): committed, the [`Completion`] as stored (report it with
+    /// [`committed`](Self::committed) once answered); an effect that may have acted outside
+    /// the transaction (abandoned at the store's deadline, or committed by itself) keeps the
+    /// key with the 500 of an unknown outcome (C8, [`RunError::InDoubt`]). Only
+    /// [`RunError::Released`] and [`RunError::Idem`] mean nothing happened.
     ///
-    /// - committed: the [`Completion`] as stored; report it with [`committed`](Self::committed)
-    ///   once answered (the HTTP layer does, from its `Completed`);
-    /// - the effect's error: rolled back, the key given back, [`RunError::Released`];
-    /// - a store failure before the commit: rolled back, the key given back where still ours,
-    ///   [`RunError::Idem`];
-    /// - a commit whose answer was lost: the record tells; committed, the completion; rolled
-    ///   back, [`RunError::Idem`]; untold within the store timeout, [`RunError::InDoubt`];
-    /// - an effect that may have acted outside the transaction (abandoned at the store's
-    ///   deadline, or committed by itself): the key is kept with the 500 of an unknown outcome
-    ///   (C8), [`RunError::InDoubt`];
-    /// - a panic in the effect: rolled back, the key given back, the panic resumes here.
-    ///
-    /// Only [`RunError::Released`] and [`RunError::Idem`] mean nothing happened.
-    ///
-    /// While the transaction is open, the lease's heartbeat (the HTTP layer's, or a
-    /// [`keep_alive`](Self::keep_alive)) waits where the store says a renewal from another
-    /// connection would fail it ([`Transactional::renews_during_transaction`]: SQLite, and
-    /// PostgreSQL above READ COMMITTED), as in [`transact`](Self::transact): keep such a
-    /// transaction shorter than the lease. The effect must not end the transaction itself:
-    /// SQLite tells a COMMIT or a ROLLBACK it ran; PostgreSQL tells neither.
+    /// While the transaction is open, the lease's heartbeat waits where a renewal from another
+    /// connection would fail it ([`Transactional::renews_during_transaction`]): keep such a
+    /// transaction shorter than the lease. The effect must not end the transaction itself.
     pub fn complete_transaction<E: Send + 'static>(
         &self,
         lease: &Lease,
@@ -430,6 +378,26 @@ impl<S: Transactional + 'static> Idempotency<S> {
         RunError::InDoubt(error)
     }
 
+    /// The record of `lease` once no transaction holds it, within the store timeout.
+    async fn settled(&self, lease: &Lease) -> Result<Option<Record>, Error> {
+        let (id, wait) = (lease.id(), self.policy().store_timeout);
+        self.store_call(Operation::Lookup, Some(id), |_| {
+            self.inner.store.settled(id, wait.mul_f32(0.8))
+        })
+        .await
+    }
+
+    /// Reports a request refused before anything ran.
+    fn rejected<E>(&self, id: &RecordId, started: Instant, error: Error) -> RunError<E> {
+        self.emit(
+            Event::new(EventKind::Rejected)
+                .about(id)
+                .took(started.elapsed())
+                .failed(&error),
+        );
+        RunError::Idem(error)
+    }
+
     /// A committed execution: reported, and its response as stored.
     fn executed(&self, lease: &Lease, completion: Completion, started: Instant) -> Outcome {
         self.emit(Event::new(EventKind::CompletionLanded).of_lease(lease));
@@ -474,21 +442,9 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 resume_unwind(panic)
             }
             TxEnd::InDoubt { completion, error } => {
-                let wait = self.policy().store_timeout;
-                let id = lease.id();
-                let settled = self
-                    .store_call(Operation::Lookup, Some(id), |_| {
-                        self.inner.store.settled(id, wait.mul_f32(0.8))
-                    })
-                    .await;
-                match settled {
-                    Ok(Some(record))
-                        if record.token == lease.token()
-                            && matches!(record.state, RecordState::Completed { .. }) =>
-                    {
-                        self.emit(Event::new(EventKind::CompletionLanded).of_lease(&lease));
-                        self.emit(Event::new(EventKind::Executed).of_lease(&lease));
-                        Ok(Outcome::Executed(completion.into_response()))
+                match self.settled(&lease).await {
+                    Ok(Some(record)) if record.is_completed_by(&lease.token()) => {
+                        Ok(self.executed(&lease, completion, started))
                     }
                     // Not committed: nothing of the execution exists, the key is free.
                     Ok(_) => {
@@ -519,14 +475,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
         completion: Completion,
         error: Error,
     ) -> Result<Outcome, RunError<E>> {
-        let id = lease.id();
-        let wait = self.policy().store_timeout;
-        let settled = self
-            .store_call(Operation::Lookup, Some(id), |_| {
-                self.inner.store.settled(id, wait.mul_f32(0.8))
-            })
-            .await;
-        match settled {
+        match self.settled(&lease).await {
             Ok(Some(record)) if record.token == lease.token() => match record.state {
                 RecordState::Completed { response, .. } => {
                     match self.screen(Answer::Replay(response)) {
