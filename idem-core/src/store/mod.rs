@@ -1,12 +1,10 @@
 //! For store writers: the [`Store`] trait and what implementing it takes.
 //!
 //! Applications use the crate root ([`Idempotency`](crate::Idempotency), [`Request`],
-//! [`Begin`], [`Answer`]...). A backend implements [`Store`] with
-//! the items here: it reads a [`Record`] (with its response still undecoded if it likes), lets
-//! [`decide`] choose, and applies the [`Decision`] atomically; it fences complete, release and
-//! renew with [`check_fence`] (or the same condition in one statement), and hands out a
-//! [`Lease`] for each reservation. The conformance suite (`idem_core::testing`, feature
-//! `testing`) proves a store keeps the contract below.
+//! [`Begin`], [`Answer`]...). A backend implements [`Store`]: each method is one atomic step
+//! (one statement, one script) that reports what it found, and the engine ([`Reservation`],
+//! [`decide`]) owns every loop and decision (C16). The conformance suite
+//! (`idem_core::testing`, feature `testing`) proves a store keeps the contract below.
 
 pub use crate::changes::{digest_from_hex, digest_to_hex, Changes};
 pub use crate::clock::{duration_millis, timestamp_millis};
@@ -169,14 +167,10 @@ pub trait Store: Send + Sync {
     /// Reads the record for inspection, expired or not. Does not change anything.
     async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error>;
 
-    /// What a reservation of `request` would answer from the record as committed, without
-    /// writing anything and without waiting for any writer: `Some` for a replay, an in-flight
-    /// answer or a mismatch, `None` where a reservation would acquire (no record, or one whose
-    /// lease or retention passed). Not decided by the store: it reads and lets
-    /// [`decide`] answer, as a reservation does. The engine asks it when
-    /// a reservation's in-process claim meets another one
-    /// ([`Capabilities::process_gate`]), so that a completed record is still replayed then.
-    /// Default `None` (a store without a process gate is never asked).
+    /// What [`decide`] answers from the record as committed, writing nothing and waiting for
+    /// no writer: `None` where a reservation would acquire. The engine asks it only of a store
+    /// with a [`Capabilities::process_gate`], when two claims meet in this process. Default
+    /// `None`.
     async fn read_answer(
         &self,
         request: &Request,
@@ -191,31 +185,27 @@ pub trait Store: Send + Sync {
         Capabilities::default()
     }
 
-    /// The same number for this store and every clone of it (the address of what they share),
-    /// `None` if the store cannot tell. Engines whose stores have one identity share their
-    /// registry of the executions running in this process, so that a duplicate reaching any of
-    /// them is answered in flight (C9); with `None`, each engine knows only its own.
+    /// One number for this store and its clones (the address of what they share): engines over
+    /// one identity share their registry of running executions, so a duplicate reaching any of
+    /// them is answered in flight (C9). Default `None`: each engine knows only its own.
     fn identity(&self) -> Option<usize> {
         None
     }
 
-    /// Tells the duplicates waiting in other processes that the record `id` changed: its
-    /// completion landed or it was released (C5, [`Policy::wait_in_flight`](crate::Policy::wait_in_flight)).
-    /// The engine calls it right after the change, only under a policy that waits and only if
-    /// [`Capabilities::change_feed`]. It must return at once: a store sends the record's
-    /// [`digest`](RecordId::digest) on a task of its own, within its deadlines (for example
-    /// PostgreSQL `NOTIFY`, Redis `PUBLISH`). An announcement that is lost only leaves the
-    /// waiters to their polling. Default: nothing.
+    /// Tells waiters in other processes that record `id` was completed or released (C5,
+    /// [`Policy::wait_in_flight`](crate::Policy::wait_in_flight)); called only with
+    /// [`Capabilities::change_feed`]. Returns at once: the store sends the
+    /// [`digest`](RecordId::digest) on a task of its own (PostgreSQL `NOTIFY`, Redis
+    /// `PUBLISH`). A lost announcement only leaves waiters to their polling. Default: nothing.
     fn announce(&self, id: &RecordId) {
         let _ = id;
     }
 
-    /// Starts delivering what other processes [`announce`](Self::announce) to `changes`, until
-    /// [`Changes::is_closed`]; returns whether this store has such a feed (waiters then read
-    /// their record again when woken, and poll only as a fallback). The engine calls it once
-    /// per store in a process, inside a Tokio runtime, the first time a duplicate waits. The
-    /// feed must survive its connection's faults by itself, and call [`Changes::missed`] when
-    /// it may have lost announcements (after a reconnection). Default: no feed.
+    /// Delivers what other processes [`announce`](Self::announce) to `changes` until
+    /// [`Changes::is_closed`]; returns whether the store has a feed. Called once per store in
+    /// a process, in a Tokio runtime, when a duplicate first waits. The feed survives its
+    /// connection's faults and calls [`Changes::missed`] when it may have lost announcements.
+    /// Default: no feed.
     fn watch(&self, changes: Changes) -> bool {
         let _ = changes;
         false
@@ -239,17 +229,13 @@ pub struct Capabilities {
     /// Whether [`Store::announce`] tells other processes anything (the engine calls it only
     /// then) and [`Store::watch`] has a feed.
     pub change_feed: bool,
-    /// Whether this process alone writes the store's records, so that the engine keeps
-    /// duplicates of a one-commit execution ([`Policy::one_commit`](crate::Policy::one_commit),
-    /// C15) away from its uncommitted reservation itself: every reservation through the engine
-    /// first claims its record in this process, and a claim that meets a one-commit execution's
-    /// is answered at once without a write: from the record as committed
-    /// ([`Store::read_answer`], which such a store implements), else in flight (or mismatch
-    /// with the claim's fingerprint). Set by a store whose statements cannot tell that a
-    /// transaction holds a reservation (SQLite, opened for one commit); a store that can tell
-    /// (PostgreSQL's advisory locks) leaves it unset. Such a store needs an
-    /// [`identity`](Store::identity), by which every engine over it shares the claims: without
-    /// one the engine refuses its reservations (a misconfigured-store error).
+    /// Whether this process alone writes the store's records, so the engine keeps duplicates
+    /// of a one-commit execution ([`Policy::one_commit`](crate::Policy::one_commit), C15) off
+    /// its uncommitted reservation: each reservation first claims its record in this process,
+    /// and a claim that meets another is answered without a write ([`Store::read_answer`],
+    /// else in flight or mismatch). For a store whose statements cannot see a transaction's
+    /// reservation (SQLite opened for one commit). It needs an [`identity`](Store::identity),
+    /// or the engine refuses its reservations as misconfigured.
     pub process_gate: bool,
 }
 
@@ -277,10 +263,8 @@ impl Capabilities {
 #[async_trait]
 pub trait StoreExt: Store {
     /// A whole reservation of `request` for `lease_for`, each step within `deadline`: the
-    /// protocol's one loop
-    /// ([`Reservation::run`]) over this store's steps, without the engine around it (no
-    /// admission, no events, no deadline). Tools and tests use it; applications call
-    /// [`Idempotency::begin`](crate::Idempotency::begin).
+    /// protocol's one loop ([`Reservation::run`]) without the engine (no admission, no events).
+    /// For tools and tests; applications call [`Idempotency::begin`](crate::Idempotency::begin).
     ///
     /// ```
     /// use idem_core::store::{Deadline, StoreExt};
