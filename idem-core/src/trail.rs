@@ -1,6 +1,7 @@
 //! The audit trail: one entry per reconciliation decision, kept by the store.
 
 use crate::clock::Timestamp;
+use crate::codec::Reader;
 use crate::error::Error;
 use crate::token::FencingToken;
 use std::time::Duration;
@@ -120,7 +121,7 @@ impl Reconciliation {
     /// Reads an entry the store kept at `at`; anything but what [`encode`](Self::encode) writes
     /// is [`Error::CorruptRecord`], never a panic.
     pub fn decode(at: Timestamp, bytes: &[u8]) -> Result<Self, Error> {
-        let mut r = Reader(bytes);
+        let mut r = Reader::new("stored reconciliation", bytes);
         if r.take(2)? != [MAGIC, VERSION] {
             return Err(corrupt("unknown magic or version"));
         }
@@ -144,7 +145,7 @@ impl Reconciliation {
                 .map_err(|_| corrupt("text is not UTF-8"))
         };
         let (by, asked, answer) = (text()?, text()?, text()?);
-        if !r.0.is_empty() {
+        if !r.rest.is_empty() {
             return Err(corrupt("trailing bytes"));
         }
         Ok(Self {
@@ -161,25 +162,6 @@ impl Reconciliation {
 
 fn corrupt(why: &str) -> Error {
     Error::CorruptRecord(format!("stored reconciliation: {why}"))
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], Error> {
-        let (head, rest) = self
-            .0
-            .split_at_checked(n)
-            .ok_or_else(|| corrupt("truncated"))?;
-        self.0 = rest;
-        Ok(head)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], Error> {
-        let mut out = [0u8; N];
-        out.copy_from_slice(self.take(N)?);
-        Ok(out)
-    }
 }
 
 #[cfg(test)]
