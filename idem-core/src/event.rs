@@ -338,7 +338,6 @@ impl fmt::Debug for Observers {
 /// Events as `tracing` events on target `idem` (on by default): `idem.<name>` with `outcome`,
 /// `consumer`, `route`, `latency_us` and `error`, in the caller's span; store calls at trace,
 /// failures at warn, the rest at debug. Never the key.
-
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TracingObserver;
 

@@ -153,7 +153,6 @@ impl<'a> FingerprintBuilder<'a> {
 
     /// A form body already made canonical (idem-tower's `canonical::canonical_form`), as
     /// [`canonical_json`](Self::canonical_json).
-
     pub fn canonical_form(self, canonical: &'a [u8]) -> Self {
         self.in_domain(canonical, Domain::Form)
     }

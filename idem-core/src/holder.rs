@@ -148,7 +148,6 @@ impl Holder {
     }
 
     /// The process's start time (Linux: field 22 of `/proc/<pid>/stat`), if it could be read.
-
     pub fn started(&self) -> Option<u64> {
         self.started
     }

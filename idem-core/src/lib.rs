@@ -18,7 +18,6 @@
 //!
 //! Beside the engine: `idem-ops` (operator reads, reconciliation of records in doubt, the
 //! purger, the change-feed loop), `idem-inbox` (inbound webhooks), `idem-metrics`.
-
 //!
 //! The rules C1..C17 and the state machine are in the repository's docs/state-machine.md.
 //!

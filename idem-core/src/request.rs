@@ -49,7 +49,6 @@ impl fmt::Debug for Request {
 impl Request {
     /// A request from a validated id, a fingerprint and its body's size (for callers that
     /// fingerprint requests themselves).
-
     pub fn from_parts(id: RecordId, fingerprint: Fingerprint, body_len: usize) -> Self {
         Self(Arc::new(Parts {
             id,

@@ -130,7 +130,6 @@ impl Resolution {
     }
 
     /// What was decided, as the entry records it.
-
     pub fn decided(&self) -> Decided {
         self.decided
     }

@@ -88,7 +88,6 @@ impl Reconciliation {
     /// the token (16 bytes), the nonce `u64`, the decision (tag 1 settled + status `u16`, 2
     /// released, 3 still unknown + attempt `u32` + delay in ms `u64`), then `by`, `asked` and
     /// `answer`, each a `u16` length and UTF-8.
-
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + self.by.len() + self.asked.len() + self.answer.len());
         out.extend([MAGIC, VERSION]);

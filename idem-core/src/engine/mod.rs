@@ -629,7 +629,6 @@ impl<S: Store> Idempotency<S> {
     /// Waits until every execution the engine drives has finished, detached ones included. Call
     /// it after the server stops accepting, before the runtime stops. Without
     /// [`shutdown`](Self::shutdown)'s refusal, an execution may still start after it returns.
-
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -178,18 +178,11 @@ impl<S: Store + 'static> Idempotency<S> {
         if left(&lease) >= half {
             return Ok(lease);
         }
-        match self.renew_lease(&mut lease).await {
+        match self.renew(&mut lease).await {
             Ok(()) => Ok(lease),
-            Err(Error::LeaseLost) => {
-                self.emit(
-                    Event::new(EventKind::LeaseLost)
-                        .of_lease(&lease)
-                        .failed(&Error::LeaseLost),
-                );
-                Err(Ok(Outcome::Answered(crate::Answer::InFlight {
-                    retry_after: std::time::Duration::from_secs(1).min(self.inner.policy.lease),
-                })))
-            }
+            Err(Error::LeaseLost) => Err(Ok(Outcome::Answered(crate::Answer::InFlight {
+                retry_after: std::time::Duration::from_secs(1).min(self.inner.policy.lease),
+            }))),
             Err(error) => {
                 // Unknown: run only if the heartbeat can still renew in time.
                 if left(&lease) >= self.inner.policy.lease / 3 {
@@ -261,7 +254,6 @@ impl<S: Store + 'static> Idempotency<S> {
 
     /// Stores `completion` within the lease and reports the end (`stored`); past it, returns the
     /// error while a task keeps trying. `hold` lives until the end.
-
     pub(super) async fn stored_or_continued<H: Send + 'static>(
         &self,
         lease: Lease,
