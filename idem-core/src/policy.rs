@@ -46,10 +46,9 @@ pub struct Policy {
     /// # Ok::<(), idem_core::Error>(())
     /// ```
     pub wait_in_flight: Option<Duration>,
-    /// Lower-case names of response headers stored and replayed (C7) besides those that give the
-    /// body its meaning, which are always stored ([`is_always_stored`](crate::is_always_stored)).
-    /// Headers that [`is_never_stored`](crate::is_never_stored) are dropped even if listed here.
-    /// Default: `etag`, `last-modified`.
+    /// Lower-case names of response headers stored and replayed (C7), besides
+    /// [`is_always_stored`](crate::is_always_stored) ones; never
+    /// [`is_never_stored`](crate::is_never_stored) ones. Default: `etag`, `last-modified`.
     pub stored_headers: Vec<String>,
     /// How many expired records one purge batch deletes at most (C10). Default 1000.
     pub purge_batch: usize,
@@ -57,10 +56,9 @@ pub struct Policy {
     /// unavailable" (503 with `Retry-After`, C13), never a hang. A completion cut off keeps
     /// trying on its own task (C8). Default 5 s.
     pub store_timeout: Duration,
-    /// Statuses of a request refused before it executed (C8): sent, not stored, key released,
-    /// so the client may correct it and retry with the same key. A handler overrides this with
-    /// [`Reply::Executed`](crate::Reply::Executed) (a 422 after its effect ran is stored).
-    /// Default [`DEFAULT_REFUSALS`](Self::DEFAULT_REFUSALS).
+    /// Statuses of a request refused before it executed (C8): sent, not stored, key released
+    /// for a corrected retry. [`Reply::Executed`](crate::Reply::Executed) overrides it (a 422
+    /// after the effect ran). Default [`DEFAULT_REFUSALS`](Self::DEFAULT_REFUSALS).
     pub refusals: Vec<u16>,
     /// How many duplicates may [`wait_in_flight`](Self::wait_in_flight) at once in this process,
     /// over every engine; the rest are answered in flight at once. Default 1024.

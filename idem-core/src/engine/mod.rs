@@ -1,7 +1,6 @@
-//! `Idempotency<S>`: what applications call. Guard ([`Idempotency::begin`],
-//! [`Idempotency::complete`]), closure ([`Idempotency::run`]) and transactional closure
-//! ([`Idempotency::transact`]) share one admission, reservation, completion and stream of
-//! [`Event`]s (C16).
+//! `Idempotency<S>`: what applications call. Guard ([`Idempotency::begin`]), closure
+//! ([`Idempotency::run`]) and transactional closure ([`Idempotency::transact`]) share one
+//! admission, reservation, completion and stream of [`Event`]s (C16).
 
 mod detach;
 mod gate;
