@@ -96,8 +96,7 @@ impl Live {
         }
         let left = holder
             .deadline
-            .map(|d| d.saturating_duration_since(Instant::now()))
-            .unwrap_or(lease);
+            .map_or(lease, |d| d.saturating_duration_since(Instant::now()));
         let retry_after = if left.is_zero() {
             PAST_LEASE_RETRY_AFTER
         } else {

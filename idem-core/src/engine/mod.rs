@@ -255,14 +255,12 @@ impl<S: Store> Idempotency<S> {
     /// duplicates waiting for the record. For code beside the engine that changes records
     /// (idem-ops' reconciliation).
     pub fn emit(&self, event: Event<'_>) {
-        if matches!(
+        let changed = matches!(
             event.kind(),
             EventKind::CompletionLanded | EventKind::Released
-        ) && event.error().is_none()
-        {
-            if let Some(id) = event.id() {
-                self.record_changed(id);
-            }
+        ) && event.error().is_none();
+        if let Some(id) = event.id().filter(|_| changed) {
+            self.record_changed(id);
         }
         self.inner.observers.emit(event);
     }
