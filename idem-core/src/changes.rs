@@ -1,7 +1,7 @@
 //! How a waiting duplicate ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight), C5) learns
-//! its original ended: from the engine for this process, from a change feed
-//! ([`Store::watch`](crate::Store::watch), [`Store::announce`](crate::Store::announce)) for
-//! others. A waiter is a future parked on its record's [`Notify`]: no connection, no thread.
+//! its original ended: from the engine in this process, from a change feed
+//! ([`Store::watch`](crate::Store::watch), [`Store::announce`](crate::Store::announce)) across
+//! processes. A waiter is a future parked on its record's [`Notify`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -200,11 +200,10 @@ pub fn digest_from_hex(text: &str) -> Option<[u8; 32]> {
     if bytes.len() != 64 {
         return None;
     }
-    let nibble = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
+    let nibble = |c: u8| {
+        char::from(c)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
     };
     let mut digest = [0u8; 32];
     for (i, pair) in bytes.chunks_exact(2).enumerate() {

@@ -50,7 +50,7 @@ impl StoredResponse {
     /// # Ok::<(), idem_core::Error>(())
     /// ```
     pub fn status_of(encoded: &[u8]) -> Result<u16, Error> {
-        let mut r = Reader(encoded);
+        let mut r = Reader::new("stored response", encoded);
         if r.take(2)? != [MAGIC, VERSION] {
             return Err(corrupt("unknown magic or version"));
         }
@@ -67,7 +67,8 @@ impl StoredResponse {
     /// Decodes a stored response; anything malformed is [`Error::CorruptRecord`], never a panic.
     pub fn decode(bytes: &[u8]) -> Result<Self, Error> {
         let status = Self::status_of(bytes)?;
-        let mut r = Reader(bytes.get(Self::STATUS_PREFIX_LEN..).unwrap_or_default());
+        let rest = bytes.get(Self::STATUS_PREFIX_LEN..).unwrap_or_default();
+        let mut r = Reader::new("stored response", rest);
         let count = u16::from_be_bytes(r.array()?);
         let mut headers = Vec::with_capacity(usize::from(count).min(64));
         for _ in 0..count {
@@ -80,8 +81,8 @@ impl StoredResponse {
         }
         let b = u32::from_be_bytes(r.array()?) as usize;
         let body = r.take(b)?.to_vec();
-        if !r.0.is_empty() {
-            return Err(corrupt(format!("{} trailing bytes", r.0.len())));
+        if !r.rest.is_empty() {
+            return Err(corrupt(format!("{} trailing bytes", r.rest.len())));
         }
         Ok(Self {
             status,
@@ -95,19 +96,28 @@ fn corrupt(why: impl Into<String>) -> Error {
     Error::CorruptRecord(format!("stored response: {}", why.into()))
 }
 
-struct Reader<'a>(&'a [u8]);
+/// Reads a stored form front to back; running short is corruption of `what`.
+pub(crate) struct Reader<'a> {
+    pub(crate) rest: &'a [u8],
+    what: &'static str,
+}
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], Error> {
-        if self.0.len() < n {
-            return Err(corrupt("truncated"));
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
+    pub(crate) fn new(what: &'static str, bytes: &'a [u8]) -> Self {
+        Self { rest: bytes, what }
+    }
+
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], Error> {
+        let what = self.what;
+        let (head, rest) = self
+            .rest
+            .split_at_checked(n)
+            .ok_or_else(|| Error::CorruptRecord(format!("{what}: truncated")))?;
+        self.rest = rest;
         Ok(head)
     }
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], Error> {
+    pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], Error> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N)?);
         Ok(out)

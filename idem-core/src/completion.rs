@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A response ready to store as a record's completion (C6, C7): filtered, validated, encoded,
-/// for one lease. Only the engine makes one
-/// ([`Idempotency::completion`](crate::Idempotency::completion)): nothing unfiltered is stored.
-/// A store writes [`encoded`](Self::encoded) until `now + retain_for`, fenced on
+/// for one lease. Only [`Idempotency::completion`](crate::Idempotency::completion) makes one. A
+/// store writes [`encoded`](Self::encoded) until `now + retain_for`, fenced on
 /// [`token`](Self::token).
 ///
 /// ```

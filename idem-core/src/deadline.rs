@@ -5,11 +5,10 @@ use crate::timeout::timed_out;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-/// The instant by which a store call answers, or fails as unavailable (C13). Every
-/// [`Store`](crate::Store) method takes one: the engine's from
-/// [`Policy::store_timeout`](crate::Policy::store_timeout), a tool's own or [`Deadline::default`].
-/// Past it the call is dropped with its connection and answers
-/// [`StoreErrorKind::Unavailable`](crate::StoreErrorKind::Unavailable).
+/// The instant by which a store call answers, or is dropped with its connection as
+/// [`StoreErrorKind::Unavailable`](crate::StoreErrorKind::Unavailable) (C13). Every
+/// [`Store`](crate::Store) method takes one (the engine's from
+/// [`Policy::store_timeout`](crate::Policy::store_timeout)).
 ///
 /// ```
 /// use idem_core::store::Deadline;

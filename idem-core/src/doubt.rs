@@ -72,10 +72,9 @@ impl fmt::Display for DoubtCause {
     }
 }
 
-/// The mark of a record in doubt: cause, the handler's note, reconciliation attempts. Stores keep
-/// its [`encode`](Self::encode)d form and change it only as a
-/// [`Resolution`](crate::store::Resolution) says, fenced on the bytes read. The encoding is
-/// canonical: [`decode`](Self::decode) accepts exactly what `encode` writes.
+/// The mark of a record in doubt. Stores keep its [`encode`](Self::encode)d form (canonical:
+/// [`decode`](Self::decode) accepts exactly it) and change it only as a
+/// [`Resolution`](crate::store::Resolution) says, fenced on the bytes read.
 ///
 /// ```
 /// use idem_core::store::{Doubt, DoubtCause};
@@ -93,8 +92,8 @@ pub struct Doubt {
     pub note: String,
     /// How many reconciliations found the outcome still unknown.
     pub attempts: u32,
-    /// The execution in doubt, set when the engine stores the mark. A mark on a record with
-    /// another token is stale: that record is not in doubt.
+    /// The execution in doubt, set when the engine stores the mark; under another token the
+    /// mark is stale.
     pub token: FencingToken,
 }
 

@@ -42,11 +42,9 @@ impl fmt::Display for Field {
     }
 }
 
-/// Everything that can go wrong in idem.
-///
-/// Replay, in flight and mismatch are values ([`Answer`](crate::Answer)), not errors. An error
-/// means the request was not (and must not be) executed under protection, or a completion did
-/// not land.
+/// Everything that can go wrong in idem: the request was not (and must not be) executed under
+/// protection, or a completion did not land. Replay, in flight and mismatch are
+/// [`Answer`](crate::Answer)s.
 ///
 /// ```
 /// use idem_core::{Error, IdempotencyKey};

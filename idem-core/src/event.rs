@@ -49,8 +49,8 @@ pub enum EventKind {
     InFlight => "in_flight",
     /// Answered "mismatch": the key was used with another request (C3). Nothing ran.
     Mismatch => "mismatch",
-    /// A duplicate waited for its original to end ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight),
-    /// C5), for [`Event::elapsed`]; the answer that followed is reported as usual.
+    /// A duplicate waited [`Event::elapsed`] for its original to end (C5,
+    /// [`Policy::wait_in_flight`](crate::Policy::wait_in_flight)); its answer follows.
     Waited => "waited",
     /// A fresh reservation (C4).
     Acquired => "acquired",
@@ -119,18 +119,14 @@ impl EventKind {
 
     /// Whether this kind answers a request (a closure call's or answered `begin`'s last event).
     pub fn is_answer(self) -> bool {
-        matches!(
-            self,
-            EventKind::Rejected
-                | EventKind::Replayed
-                | EventKind::InFlight
-                | EventKind::Mismatch
-                | EventKind::Executed
-                | EventKind::Released
-                | EventKind::LeaseLost
-                | EventKind::OutcomeUnknown
-                | EventKind::InDoubt
-        )
+        self.ends_execution()
+            || matches!(
+                self,
+                EventKind::Rejected
+                    | EventKind::Replayed
+                    | EventKind::InFlight
+                    | EventKind::Mismatch
+            )
     }
 }
 
@@ -340,7 +336,7 @@ impl fmt::Debug for Observers {
 }
 
 /// Events as `tracing` events on target `idem` (on by default): `idem.<name>` with `outcome`,
-/// `consumer`, `route`, `latency_us` and `error`, in the caller's span. Store calls at trace,
+/// `consumer`, `route`, `latency_us` and `error`, in the caller's span; store calls at trace,
 /// failures at warn, the rest at debug. Never the key.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TracingObserver;

@@ -3,12 +3,10 @@
 use crate::error::Error;
 use std::fmt;
 
-/// A 32-byte blake3 digest of a request's meaning: method, concrete path and query, the media
-/// type of its body, the headers the caller names, and the body (C3).
-///
-/// Each part is tagged and length-prefixed, so no two different requests share an encoding;
-/// the parts may be given in any order. Same key with another fingerprint is a
-/// [`Answer::Mismatch`](crate::Answer::Mismatch) (HTTP 422).
+/// A 32-byte blake3 digest of a request's meaning (C3): method, concrete path and query, body
+/// media type, the headers the caller names, and the body. Parts are tagged and
+/// length-prefixed (no two requests share an encoding) and may come in any order. Same key,
+/// other fingerprint: [`Answer::Mismatch`](crate::Answer::Mismatch) (HTTP 422).
 ///
 /// ```
 /// use idem_core::Fingerprint;
@@ -68,10 +66,9 @@ pub struct FingerprintBuilder<'a> {
     domain: Domain,
 }
 
-/// What the body's bytes are, each its own domain of the digest (C3): a canonical body never
-/// shares a digest with raw bytes that happen to equal it, nor canonical JSON with a canonical
-/// form. idem does not parse bodies: the HTTP layer makes them canonical (idem-tower's
-/// `canonical` module).
+/// What the body's bytes are, each its own domain of the digest (C3): raw bytes, canonical JSON
+/// and a canonical form never share a digest. The HTTP layer makes bodies canonical (idem-tower's
+/// `canonical` module); idem does not parse them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub(crate) enum Domain {
     /// The bytes as sent.
@@ -95,17 +92,15 @@ impl Domain {
 }
 
 impl<'a> FingerprintBuilder<'a> {
-    /// The HTTP method, normalised to upper case: `post` and `POST` are one request (C3), as
-    /// the HTTP layer protects them alike.
+    /// The HTTP method, in upper case: `post` and `POST` are one request (C3).
     pub fn method(mut self, method: &str) -> Self {
         self.method = method.to_ascii_uppercase().into_bytes();
         self
     }
 
-    /// The request's `Content-Type`: its media type counts (C3), so the same bytes sent as JSON
-    /// and as a form are two requests. Only the media type counts, in lower case (`type/subtype`),
-    /// not its parameters: `Application/JSON; charset=utf-8` is `application/json`. Not calling
-    /// it (no `Content-Type`) is a request of its own too.
+    /// The request's `Content-Type` (C3): the same bytes as JSON and as a form are two requests.
+    /// Only its [`media_type`] counts: `Application/JSON; charset=utf-8` is `application/json`.
+    /// No `Content-Type` (not calling it) is a request of its own too.
     ///
     /// ```
     /// use idem_core::Fingerprint;
@@ -127,8 +122,8 @@ impl<'a> FingerprintBuilder<'a> {
         self
     }
 
-    /// A header that is part of the request's meaning. Names are case-insensitive; the set of
-    /// headers is sorted, so the order they are named in does not matter.
+    /// A header that is part of the request's meaning. Names are case-insensitive; order does
+    /// not matter.
     pub fn header(mut self, name: &str, value: &[u8]) -> Self {
         self.headers
             .push((name.to_ascii_lowercase(), value.to_vec()));
@@ -140,10 +135,8 @@ impl<'a> FingerprintBuilder<'a> {
         self.in_domain(body, Domain::Raw)
     }
 
-    /// A JSON body already made canonical (idem-tower's `canonical::canonical_json`, volatile
-    /// fields removed), hashed in a domain of its own (C3): `{"a":1, "b":2}` and
-    /// `{"b":2,"a":1}` give the same bytes, so they are the same request. The bytes are hashed
-    /// as given: idem does not check that they are canonical.
+    /// A JSON body already made canonical (idem-tower's `canonical::canonical_json`), hashed in
+    /// a domain of its own (C3). The bytes are hashed as given, unchecked.
     ///
     /// ```
     /// use idem_core::Fingerprint;
@@ -158,8 +151,8 @@ impl<'a> FingerprintBuilder<'a> {
         self.in_domain(canonical, Domain::Json)
     }
 
-    /// A form body already made canonical (idem-tower's `canonical::canonical_form`), hashed in
-    /// a domain of its own (C3), as [`canonical_json`](Self::canonical_json) does for JSON.
+    /// A form body already made canonical (idem-tower's `canonical::canonical_form`), as
+    /// [`canonical_json`](Self::canonical_json).
     pub fn canonical_form(self, canonical: &'a [u8]) -> Self {
         self.in_domain(canonical, Domain::Form)
     }

@@ -9,8 +9,8 @@ use std::fmt;
 use std::sync::OnceLock;
 
 /// The process that made a reservation. `start_id` is random per process (a reused pid gets
-/// another); `started` (Linux: field 22 of `/proc/self/stat`), `boot_id` and `pid_namespace` let a
-/// tool on the same machine tell whether the process with that pid is still the holder.
+/// another); `started`, `boot_id` and `pid_namespace` let a tool on the same machine tell
+/// whether the process with that pid is still the holder.
 ///
 /// ```
 /// use idem_core::Holder;
@@ -147,7 +147,7 @@ impl Holder {
         self.start_id
     }
 
-    /// The process's start time as the kernel reports it, if it could be read.
+    /// The process's start time (Linux: field 22 of `/proc/<pid>/stat`), if it could be read.
     pub fn started(&self) -> Option<u64> {
         self.started
     }
@@ -193,21 +193,18 @@ impl Holder {
             return Err(bad());
         }
         let start_id = u64::from_str_radix(start_id, 16).map_err(|_| bad())?;
-        let started = match next()? {
-            "-" => None,
-            ticks => Some(ticks.parse().map_err(|_| bad())?),
+        let number = |field: &str| match field {
+            "-" => Ok(None),
+            n => n.parse().map(Some).map_err(|_| bad()),
         };
+        let started = number(next()?)?;
         let (boot_id, pid_namespace) = if version == VERSION_2 {
             let boot_id = match next()? {
                 "-" => None,
                 id if valid_boot_id(id) => Some(id.to_owned()),
                 _ => return Err(bad()),
             };
-            let namespace = match next()? {
-                "-" => None,
-                inode => Some(inode.parse().map_err(|_| bad())?),
-            };
-            (boot_id, namespace)
+            (boot_id, number(next()?)?)
         } else {
             (None, None)
         };

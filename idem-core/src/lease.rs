@@ -12,14 +12,14 @@ use std::time::{Duration, Instant};
 pub enum Acquire {
     /// No record: insert one.
     Fresh,
-    /// An orphan whose lease passed (C9): replace it if it still carries `previous`, in
-    /// progress and expired; its holder is fenced out.
+    /// An orphan whose lease passed (C9): replace it if still `previous`, in progress and
+    /// expired; its holder is fenced out.
     TakeOver {
         /// The token of the orphaned reservation.
         previous: FencingToken,
     },
-    /// A completed record whose retention passed (C10): replace it if it still carries
-    /// `previous`, completed and expired.
+    /// A completed record whose retention passed (C10): replace it if still `previous`,
+    /// completed and expired.
     StartOver {
         /// The token of the expired record.
         previous: FencingToken,
@@ -46,10 +46,8 @@ impl Acquire {
     }
 }
 
-/// The right to run a request's effect, held until completion, release or the deadline.
-///
-/// A store makes it when it writes a reservation ([`Lease::new`], deadline in the store's time);
-/// the caller completes or releases with it.
+/// The right to run a request's effect, held until completion, release or the deadline. A
+/// store makes it with a reservation ([`Lease::new`], deadline in the store's time).
 ///
 /// ```
 /// use idem_core::store::{Acquire, Lease};
@@ -116,12 +114,10 @@ impl Lease {
     }
 
     /// The idempotency key for a downstream provider: `idem_` and 32 lowercase hex digits (37
-    /// characters; Stripe takes 255, Adyen 64, Square's `CreatePayment` 45). Derived from the
-    /// record alone ([`RecordId::downstream_key`], C2) and pinned: the same on every retry and
-    /// takeover, so the provider answers a re-run effect instead of doing it twice; another for
-    /// another consumer, route or key; revealing neither key nor account. A key reused after
-    /// retention gets the same one: retain at least as long as the provider (Stripe: 24 h, the
-    /// default).
+    /// characters; Stripe takes 255, Adyen 64, Square 45). Derived from the record alone
+    /// ([`RecordId::downstream_key`], C2): the same on every retry and takeover, so the provider
+    /// dedupes a re-run effect; it reveals neither key nor account. A key reused after retention
+    /// gets the same one: retain at least as long as the provider (Stripe: 24 h, the default).
     ///
     /// ```
     /// use idem_core::store::{Acquire, Lease};

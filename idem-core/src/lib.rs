@@ -1,28 +1,23 @@
 //! # idem-core
 //!
 //! The framework-free heart of idem: make API requests idempotent, so that a client may retry
-//! a payment as often as its network forces it to and the effect happens once, and the client
+//! a payment as often as its network forces it to, the effect happens once, and the client
 //! always sees the same answer.
 //!
 //! - Types with their rules: [`IdempotencyKey`] (C1), [`Scope`] and [`RecordId`] (C2),
-//!   [`Fingerprint`] (C3), [`StoredResponse`] (C7), [`Policy`], [`Clock`]
-//!   (C11), [`FencingToken`] (C6). Bodies are hashed as given: canonicalising one by its media
-//!   type (canonical JSON, canonical forms) is HTTP, idem-tower's `canonical` module.
-//! - The engine [`Idempotency`] that applications call, closure style ([`Idempotency::run`],
-//!   detached from the caller's future) or guard style ([`Idempotency::begin`]); what it
-//!   answers without running anything is one type, [`Answer`].
-//! - The [`Store`] trait backends implement, with what implementing it takes in [`store`]
-//!   (the pure decision [`store::decide`], the fence [`store::check_fence`], a record's
-//!   [`store::Doubt`] and the audit trail's [`store::Reconciliation`]), and [`MemoryStore`] as
+//!   [`Fingerprint`] (C3), [`FencingToken`] (C6), [`StoredResponse`] (C7), [`Clock`] (C11),
+//!   [`Policy`]. Bodies are hashed as given; canonical forms are idem-tower's `canonical`.
+//! - The engine [`Idempotency`]: closure style ([`Idempotency::run`], detached from the
+//!   caller's future) or guard style ([`Idempotency::begin`]); an answer that ran nothing is
+//!   an [`Answer`].
+//! - The [`Store`] trait and, in [`store`], what implementing it takes ([`store::decide`],
+//!   [`store::check_fence`], [`store::Doubt`], [`store::Reconciliation`]); [`MemoryStore`] is
 //!   the reference.
-//! - [`problem`]: the RFC 9457 problem the engine stores when an outcome is unknown; idem-tower
-//!   renders errors and answers as HTTP.
+//! - [`problem`]: the RFC 9457 problem stored for an unknown outcome; idem-tower renders HTTP.
 //! - With feature `testing`: the conformance suite every store runs (`testing`).
 //!
-//! Operations beside the engine are the `idem-ops` crate: the operator reads (the `Operator`
-//! trait: inspect, list, stats, the reconciliation trail), the reconciliation of records in
-//! doubt, the purger, and the change-feed loop the server stores' `Store::watch` runs. Inbound
-//! webhooks are the `idem-inbox` crate, metrics the `idem-metrics` crate.
+//! Beside the engine: `idem-ops` (operator reads, reconciliation of records in doubt, the
+//! purger, the change-feed loop), `idem-inbox` (inbound webhooks), `idem-metrics`.
 //!
 //! The rules C1..C17 and the state machine are in the repository's docs/state-machine.md.
 //!

@@ -79,12 +79,9 @@ impl From<Completion> for Reply {
 ///
 /// - [`Failure::nothing_happened`]: no effect; the key is released and a retry runs.
 /// - [`Failure::unknown`] (what `?` gives, the default: it never runs an effect twice): the
-///   effect may have happened. A 500 problem is stored and replayed until a reconciler settles
-///   it or the retention passes.
+///   effect may have happened. A 500 problem is stored in doubt with its
+///   [`noting`](Self::noting), replayed until idem-ops' `reconcile` settles it or it expires.
 /// - [`Failure::unknown_with`]: the same, storing your own answer (a 202, say).
-///
-/// An unknown outcome is stored in doubt with its [`noting`](Self::noting), for idem-ops'
-/// `reconcile`.
 ///
 /// ```
 /// use idem_core::Failure;
@@ -195,9 +192,9 @@ pub enum RunError<E> {
     /// The effect may have run but its completion was not stored within the lease. Answer 500.
     #[error("completion not stored after the effect: {0}")]
     Incomplete(Error),
-    /// The commit's answer was lost and the record did not tell in time: effect and completion
-    /// committed together or not at all. Retries get in flight, then the replay or, once the
-    /// lease passed, a new execution. Answer 500, retryable.
+    /// The commit's answer was lost and the record did not tell in time (effect and completion
+    /// committed together or not at all). Retries get in flight, then the replay or a new
+    /// execution. Answer 500, retryable.
     #[error("commit outcome unknown: {0}")]
     InDoubt(Error),
 }

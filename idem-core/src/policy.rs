@@ -25,20 +25,17 @@ pub struct Policy {
     pub retention: Duration,
     /// The largest request body accepted (C12). Default 1 MiB.
     pub max_body_bytes: usize,
-    /// How long a duplicate that arrives while the first request is still running waits for
-    /// it to end (C5); `None` (the default): it is answered in flight at once (the HTTP layer's
-    /// 409 with `Retry-After`).
+    /// How long a duplicate of a running request waits for the original's end (C5). `None`
+    /// (default): it is answered in flight at once (409 with `Retry-After`).
     ///
-    /// With `Some(max)`, it waits up to `max`, then is answered as the original ended (its
-    /// replay; or, when it gave the key back, this request runs), or in flight when the wait
-    /// ends first. Opt-in and bounded: a waiter holds no store connection and no thread, it is
-    /// woken when the original ends (in this process at once; in another through the store's
-    /// change feed, [`Store::watch`](crate::Store::watch), else by reading the record again at
-    /// a growing interval), and at most [`max_waiters`](Self::max_waiters) wait at once in a
-    /// process (beyond: answered in flight at once). The original's endpoint must use the same
-    /// policy: only a policy that waits announces its ends to other processes. At most
-    /// [`MAX_WAIT`](Self::MAX_WAIT); an answer comes within `max` plus one read of the record
-    /// (itself bounded by [`store_timeout`](Self::store_timeout)).
+    /// `Some(max)`: it waits up to `max` (at most [`MAX_WAIT`](Self::MAX_WAIT)), then replays the
+    /// original, runs if the key was given back, or is answered in flight. A waiter holds no
+    /// connection or thread. It is woken at once in this process, from others through
+    /// [`Store::watch`](crate::Store::watch) or reads at a growing interval. At most
+    /// [`max_waiters`](Self::max_waiters) wait per process; the rest are answered in flight. Only
+    /// a waiting policy announces its ends to other processes: the original's endpoint must use
+    /// it too. The answer comes within `max` plus one read
+    /// ([`store_timeout`](Self::store_timeout)).
     ///
     /// ```
     /// use idem_core::Policy;
@@ -49,44 +46,32 @@ pub struct Policy {
     /// # Ok::<(), idem_core::Error>(())
     /// ```
     pub wait_in_flight: Option<Duration>,
-    /// Lower-case names of response headers stored and replayed (C7) besides those that give the
-    /// body its meaning, which are always stored ([`is_always_stored`](crate::is_always_stored)).
-    /// Headers that [`is_never_stored`](crate::is_never_stored) are dropped even if listed here.
-    /// Default: `etag`, `last-modified`.
+    /// Lower-case names of response headers stored and replayed (C7), besides
+    /// [`is_always_stored`](crate::is_always_stored) ones; never
+    /// [`is_never_stored`](crate::is_never_stored) ones. Default: `etag`, `last-modified`.
     pub stored_headers: Vec<String>,
     /// How many expired records one purge batch deletes at most (C10). Default 1000.
     pub purge_batch: usize,
-    /// The longest the engine waits for one store call (reserve, complete, release, renew,
-    /// lookup, purge) before it answers "store unavailable" (503 with `Retry-After`) and drops
-    /// the call (C13): a frozen or blackholed store is an error within it, never a hang. An
-    /// execution whose completion is cut off keeps trying on its own task (C8). Default 5 s.
+    /// The longest wait for one store call; then the call is dropped and answered "store
+    /// unavailable" (503 with `Retry-After`, C13), never a hang. A completion cut off keeps
+    /// trying on its own task (C8). Default 5 s.
     pub store_timeout: Duration,
-    /// The statuses that say a request was refused before it began executing (C8): a response
-    /// of the closure style or the HTTP layer with one of them is sent but not stored, and the
-    /// key is released, so the client may correct its request and retry with the same key (as
-    /// Stripe saves a result only once the endpoint began executing). A handler says otherwise
-    /// with [`Reply::Executed`](crate::Reply::Executed) (a 422 after its effect ran: stored
-    /// and replayed). Default [`DEFAULT_REFUSALS`](Self::DEFAULT_REFUSALS).
+    /// Statuses of a request refused before it executed (C8): sent, not stored, key released
+    /// for a corrected retry. [`Reply::Executed`](crate::Reply::Executed) overrides it (a 422
+    /// after the effect ran). Default [`DEFAULT_REFUSALS`](Self::DEFAULT_REFUSALS).
     pub refusals: Vec<u16>,
-    /// How many duplicates may wait for their original at once in this process, over every
-    /// engine ([`wait_in_flight`](Self::wait_in_flight)); beyond it a duplicate is answered in
-    /// flight at once,
-    /// so a retry storm cannot pile up waiters. Default 1024.
+    /// How many duplicates may [`wait_in_flight`](Self::wait_in_flight) at once in this process,
+    /// over every engine; the rest are answered in flight at once. Default 1024.
     pub max_waiters: usize,
     /// Whether a transactional execution ([`Idempotency::transact`](
     /// crate::Idempotency::transact), a SQL store's `run_in_transaction`) makes one commit per
     /// fresh key instead of two (C15), unless its request says otherwise
     /// ([`Request::with_one_commit`](crate::Request::with_one_commit)). Default `false`.
     ///
-    /// With two commits (the default), the reservation commits on its own, then the effect and
-    /// its completion commit together (C4, C6): right for every effect, external calls
-    /// included. With one, reservation, effect and completion are one transaction: **only for
-    /// an effect that lives entirely in the same database**. Nothing of the execution is
-    /// visible until it commits, so a crash or a rollback leaves nothing and the retry runs as
-    /// if it were the first; a duplicate that arrives meanwhile is still answered in flight (or
-    /// mismatch) at once. An effect that calls anything outside the database (a card network,
-    /// an email) must not use it: if its transaction is lost, the call is not remembered and a
-    /// retry makes it again. The store must support it (docs/stores.md).
+    /// Two commits suit every effect: the reservation, then effect and completion (C4, C6). One
+    /// commit is **only for an effect entirely in the same database**: a lost transaction leaves
+    /// nothing, so a retry would repeat an outside call (a card network, an email). Duplicates
+    /// meanwhile are still answered at once. The store must support it (docs/stores.md).
     ///
     /// ```
     /// use idem_core::Policy;
@@ -95,10 +80,8 @@ pub struct Policy {
     /// assert!(!Policy::default().one_commit);
     /// ```
     pub one_commit: bool,
-    /// How long the audit trail of a record in doubt is kept: each reconciliation decision
-    /// ([`Reconciliation`](crate::trail::Reconciliation)) stays readable for this long after it was
-    /// made, whatever became of the record (docs/state-machine.md, "Records in doubt").
-    /// Default 90 days.
+    /// How long each reconciliation decision ([`Reconciliation`](crate::trail::Reconciliation))
+    /// stays readable, whatever became of its record in doubt. Default 90 days.
     pub audit_retention: Duration,
 }
 
@@ -124,18 +107,12 @@ impl Policy {
     /// The default body limit: 1 MiB.
     pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 
-    /// The statuses of a request refused before it executed, released by default
-    /// ([`refusals`](Self::refusals)): 400 Bad Request, 401 Unauthorized, 403 Forbidden, 404 Not
-    /// Found, 405 Method Not Allowed, 406 Not Acceptable, 411 Length Required, 413 Content Too
-    /// Large, 414 URI Too Long, 415 Unsupported Media Type, 422 Unprocessable Content, 429 Too
-    /// Many Requests, 431 Request Header Fields Too Large. Every other status is stored and
-    /// replayed: a 402 card decline, a 409 business conflict, a 408 (a timeout inside the
-    /// handler: the effect may be under way), a 5xx (the effect may have run before it).
+    /// The default [`refusals`](Self::refusals). Every other status is stored and replayed: a
+    /// 402 decline, a 409 conflict, a 408 or a 5xx (the effect may have run).
     ///
-    /// **A handler that answers one of these after its effect ran** (a 404 for a follow-up
-    /// lookup after the charge) must say so ([`Reply::Executed`](crate::Reply::Executed), the
-    /// HTTP layer's `Happened`), or leave that status out of the policy: else the key is
-    /// released and the retry runs the effect again.
+    /// **A handler that answers one of these after its effect ran** (a 404 after the charge)
+    /// must return [`Reply::Executed`](crate::Reply::Executed) (the HTTP layer's `Happened`) or
+    /// drop the status from the policy, else a retry runs the effect again.
     pub const DEFAULT_REFUSALS: [u16; 13] = [
         400, 401, 403, 404, 405, 406, 411, 413, 414, 415, 422, 429, 431,
     ];
@@ -228,9 +205,8 @@ impl Policy {
         !is_never_stored(name) && self.allows_header(name)
     }
 
-    /// [`stores_header`](Self::stores_header) for a name that
-    /// [`StoredResponse::retain_headers`] has already checked against
-    /// [`is_never_stored`](crate::is_never_stored): asked once per header of every replay.
+    /// [`stores_header`](Self::stores_header) for a name already checked against
+    /// [`is_never_stored`](crate::is_never_stored) by [`StoredResponse::retain_headers`].
     pub(crate) fn allows_header(&self, name: &str) -> bool {
         is_always_stored(name)
             || self
@@ -239,10 +215,9 @@ impl Policy {
                 .any(|h| h.eq_ignore_ascii_case(name))
     }
 
-    /// The response as it is stored and replayed (C7): only the headers
-    /// [`stores_header`](Self::stores_header) accepts, names lower-cased; then validated. The
-    /// engine turns an invalid response into a stored 500 problem (C8), see
-    /// [`Idempotency::completion`](crate::Idempotency::completion).
+    /// The response as stored and replayed (C7): the headers [`stores_header`](Self::stores_header)
+    /// accepts, names lower-cased; validated. The engine stores a 500 problem for an invalid one
+    /// (C8, [`Idempotency::completion`](crate::Idempotency::completion)).
     ///
     /// ```
     /// use idem_core::{Policy, StoredResponse};
@@ -283,50 +258,25 @@ impl Policy {
     /// ```
     pub fn validate(&self) -> Result<(), Error> {
         let ms = Duration::from_millis(1);
-        if self.lease < ms || self.lease > Self::MAX_LEASE {
-            return Err(Error::invalid(
-                Field::Config,
-                "lease must be between 1 ms and a day",
-            ));
-        }
-        if self.retention < ms || self.retention > Self::MAX_RETENTION {
-            return Err(Error::invalid(
-                Field::Config,
-                "retention must be between 1 ms and ten years",
-            ));
-        }
-        if self.audit_retention < Duration::from_secs(1)
-            || self.audit_retention > Self::MAX_RETENTION
-        {
+        let wait = self.wait_in_flight.unwrap_or(ms);
+        let reason = if !(ms..=Self::MAX_LEASE).contains(&self.lease) {
+            "lease must be between 1 ms and a day"
+        } else if !(ms..=Self::MAX_RETENTION).contains(&self.retention) {
+            "retention must be between 1 ms and ten years"
+        } else if !(Duration::from_secs(1)..=Self::MAX_RETENTION).contains(&self.audit_retention) {
             // An entry kept no time at all would be a decision applied with no trail.
-            return Err(Error::invalid(
-                Field::Config,
-                "audit_retention must be between 1 s and ten years",
-            ));
-        }
-        if self.max_body_bytes == 0 {
-            return Err(Error::invalid(
-                Field::Config,
-                "max_body_bytes must be above 0",
-            ));
-        }
-        if self.purge_batch == 0 {
-            return Err(Error::invalid(Field::Config, "purge_batch must be above 0"));
-        }
-        if let Some(wait) = self.wait_in_flight {
-            if wait < ms || wait > Self::MAX_WAIT {
-                return Err(Error::invalid(
-                    Field::Config,
-                    "the in-flight wait must be between 1 ms and a minute",
-                ));
-            }
-        }
-        if self.store_timeout < ms || self.store_timeout > Self::MAX_LEASE {
-            return Err(Error::invalid(
-                Field::Config,
-                "store_timeout must be between 1 ms and a day",
-            ));
-        }
-        Ok(())
+            "audit_retention must be between 1 s and ten years"
+        } else if self.max_body_bytes == 0 {
+            "max_body_bytes must be above 0"
+        } else if self.purge_batch == 0 {
+            "purge_batch must be above 0"
+        } else if !(ms..=Self::MAX_WAIT).contains(&wait) {
+            "the in-flight wait must be between 1 ms and a minute"
+        } else if !(ms..=Self::MAX_LEASE).contains(&self.store_timeout) {
+            "store_timeout must be between 1 ms and a day"
+        } else {
+            return Ok(());
+        };
+        Err(Error::invalid(Field::Config, reason))
     }
 }

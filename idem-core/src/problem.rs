@@ -6,9 +6,8 @@ use std::time::Duration;
 /// The problem type URIs of the answers and errors (RFC 9457), under this prefix.
 pub const PROBLEM_BASE: &str = "https://idem.rs/problems/";
 
-/// A problem idem answers with (docs/state-machine.md, "HTTP mapping").
-/// [`to_response`](Self::to_response) renders `application/problem+json`; another shape can be
-/// rendered from the fields.
+/// A problem idem answers with (docs/state-machine.md, "HTTP mapping"), rendered by
+/// [`to_response`](Self::to_response) or from its fields.
 ///
 /// ```
 /// use idem_core::problem::Problem;

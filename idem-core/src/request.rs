@@ -8,8 +8,8 @@ use crate::scope::{RecordId, Scope};
 use std::fmt;
 use std::sync::Arc;
 
-/// A validated request: which record it addresses, what it means, and how large its body was
-/// (the engine enforces its policy's body limit on every request, however it was built, C12).
+/// A validated request: its record, its meaning, and its body's size (the engine enforces its
+/// body limit on every request, however built, C12).
 ///
 /// ```
 /// use idem_core::Request;
@@ -47,8 +47,8 @@ impl fmt::Debug for Request {
 }
 
 impl Request {
-    /// Puts a validated id, a fingerprint and the size of the body it was computed from
-    /// together (for callers that fingerprint requests themselves).
+    /// A request from a validated id, a fingerprint and its body's size (for callers that
+    /// fingerprint requests themselves).
     pub fn from_parts(id: RecordId, fingerprint: Fingerprint, body_len: usize) -> Self {
         Self(Arc::new(Parts {
             id,
@@ -90,11 +90,8 @@ impl Request {
     }
 
     /// This request, made in one commit (`true`) or two by a transactional execution (C15),
-    /// whatever the engine's [`Policy::one_commit`] says. One commit makes reservation, effect
-    /// and completion one transaction (the SQL stores' transactional closures): **only for an
-    /// effect that lives entirely in the same database**, since a lost transaction forgets any
-    /// call made outside it and a retry makes it again. The guard and the plain closure commit
-    /// the reservation before the effect, and refuse a one-commit request.
+    /// whatever [`Policy::one_commit`] (its caveat applies) says. The guard and the plain
+    /// closure commit the reservation before the effect, and refuse a one-commit request.
     ///
     /// ```
     /// use idem_core::Request;

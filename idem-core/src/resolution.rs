@@ -8,13 +8,11 @@ use crate::trail::{Decided, Reconciliation};
 use std::time::Duration;
 
 /// A decision about a record in doubt, ready for the store (store rule 7 of
-/// [`Store`](crate::Store)): what was [`decided`](Self::decided), fenced on the record's token
-/// and on the mark of doubt as the decider read it, what the store writes for it, and the audit
-/// entry to keep with it. The decision is the one its entry records, so the two never disagree.
-///
-/// idem-ops' `resolve` makes one from a finding about a record in doubt it read, and applies it
-/// through [`Idempotency::store_call`](crate::Idempotency::store_call), so every change of a
-/// record in doubt goes through one path and reports its events (C16).
+/// [`Store`](crate::Store)): what was [`decided`](Self::decided) (as its audit entry records
+/// it), fenced on the record's token and its mark of doubt as read, what to write, and the
+/// entry. idem-ops' `resolve` applies it through
+/// [`Idempotency::store_call`](crate::Idempotency::store_call): one path, its events reported
+/// (C16).
 ///
 /// A store matches on the decision and writes the bytes the accessors give:
 ///
@@ -51,9 +49,9 @@ pub struct Resolution {
 impl Resolution {
     /// The effect happened: the record `id`, if it still carries `entry`'s token and the mark
     /// `read_doubt` ([`Doubt::encode`](crate::store::Doubt::encode)), replays `response`
-    /// ([`StoredResponse::encode`](crate::StoredResponse::encode)) for `retain_for`, unmarked,
-    /// and keeps `entry` in its trail for `keep_entry_for`. [`Error::InvalidInput`] if `entry`
-    /// records another decision than [`Decided::Settled`]; so for the two below.
+    /// ([`StoredResponse::encode`](crate::StoredResponse::encode)) for `retain_for`, unmarked;
+    /// `entry` is kept for `keep_entry_for`. [`Error::InvalidInput`] if `entry` records another
+    /// decision (so for the two below).
     pub fn settle(
         id: RecordId,
         read_doubt: Vec<u8>,
@@ -86,15 +84,8 @@ impl Resolution {
         doubt: Vec<u8>,
         keep_entry_for: Duration,
     ) -> Result<Self, Error> {
-        let written = (doubt, Duration::ZERO);
-        Self::of(
-            id,
-            read_doubt,
-            entry,
-            written,
-            keep_entry_for,
-            "still_unknown",
-        )
+        let (written, decision) = ((doubt, Duration::ZERO), "still_unknown");
+        Self::of(id, read_doubt, entry, written, keep_entry_for, decision)
     }
 
     fn of(
@@ -138,8 +129,7 @@ impl Resolution {
         &self.read
     }
 
-    /// What was decided, as the entry records it: settle, release or defer (after its
-    /// `retry_after`).
+    /// What was decided, as the entry records it.
     pub fn decided(&self) -> Decided {
         self.decided
     }

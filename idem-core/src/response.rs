@@ -2,10 +2,9 @@
 
 use crate::error::{Error, Field};
 
-/// A response as stored and replayed: status, allow-listed headers, body, byte for byte.
-///
-/// Any status is stored (a 402 replays as a 402, C8). Headers: those of
-/// [`Policy::stored_headers`](crate::Policy::stored_headers), never the [`is_never_stored`] (C7).
+/// A response as stored and replayed byte for byte: any status (a 402 replays as a 402, C8),
+/// the [`Policy::stored_headers`](crate::Policy::stored_headers) but never the
+/// [`is_never_stored`] ones (C7), the body.
 ///
 /// ```
 /// use idem_core::StoredResponse;

@@ -3,11 +3,9 @@
 use crate::error::{Error, Field};
 use crate::key::IdempotencyKey;
 
-/// The consumer and route a key lives under (C2).
-///
-/// Equal keys under another consumer (the authenticated caller) or route (the operation,
-/// `"POST /v1/charges"`) are unrelated records. Each part is 1..=[`Scope::MAX_CONSUMER_LEN`] /
-/// [`Scope::MAX_ROUTE_LEN`] bytes of UTF-8 without control characters.
+/// The consumer (the authenticated caller) and route (the operation, `"POST /v1/charges"`) a
+/// key lives under (C2): equal keys under another scope are unrelated. Each part is
+/// 1..=[`Scope::MAX_CONSUMER_LEN`] / [`Scope::MAX_ROUTE_LEN`] bytes, no control characters.
 ///
 /// ```
 /// use idem_core::Scope;
@@ -87,9 +85,8 @@ pub(crate) fn check_part(field: Field, value: &str, max: usize) -> Result<(), Er
     Ok(())
 }
 
-/// The identity of one record: the triple (consumer, route, key).
-///
-/// Stores keep the parts in columns, or use [`RecordId::digest`] (no two triples collide).
+/// The identity of one record: (consumer, route, key). Stores keep the parts in columns, or
+/// use [`RecordId::digest`].
 ///
 /// ```
 /// use idem_core::{IdempotencyKey, RecordId, Scope};

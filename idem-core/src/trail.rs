@@ -1,17 +1,15 @@
 //! The audit trail: one entry per reconciliation decision, kept by the store.
 
 use crate::clock::Timestamp;
+use crate::codec::Reader;
 use crate::error::Error;
 use crate::token::FencingToken;
 use std::time::Duration;
 
-/// One decision about a record in doubt, as the store keeps it: when (by the store's clock,
-/// C11), about which execution (its token), by whom, what was decided, what was asked and what
-/// was answered. Written in the same atomic step as the change it records, so the trail has an
-/// entry for every change a reconciliation made, and none for one that lost its race.
-///
-/// A store keeps [`encode`](Self::encode)'s bytes with its own `now` and gives them back with
-/// [`decode`](Self::decode).
+/// One decision about a record in doubt, as the store keeps it (its clock, C11). Written in the
+/// same atomic step as the change it records: one entry per change a reconciliation made, none
+/// for one that lost its race. A store keeps [`encode`](Self::encode)'s bytes with its own
+/// `now` and gives them back with [`decode`](Self::decode).
 ///
 /// ```
 /// use idem_core::store::{Decided, Reconciliation};
@@ -43,9 +41,8 @@ pub struct Reconciliation {
     pub asked: String,
     /// What the provider answered, or the operator's reason.
     pub answer: String,
-    /// A number drawn at random for this decision, which tells it apart from any other with
-    /// the same words (the engine recognises its own entry by it when a store's answer was
-    /// lost after the decision applied).
+    /// A random number that tells this decision apart from any other with the same words (the
+    /// engine finds its own entry by it when the store's answer was lost).
     pub nonce: u64,
 }
 
@@ -87,10 +84,10 @@ impl Reconciliation {
     /// The longest [`by`](Self::by) kept, in bytes.
     pub const MAX_BY: usize = 256;
 
-    /// The stored form of everything but [`at`](Self::at), which the store keeps itself:
-    /// `b'A'`, version `1`, the token (16 bytes), the nonce `u64`, the decision (a tag byte: 1 settled with a
-    /// status `u16`, 2 released, 3 still unknown with the attempt `u32` and the delay in
-    /// milliseconds `u64`), then `by`, `asked` and `answer`, each a `u16` length and UTF-8.
+    /// The stored form of everything but [`at`](Self::at) (the store's): `b'A'`, version `1`,
+    /// the token (16 bytes), the nonce `u64`, the decision (tag 1 settled + status `u16`, 2
+    /// released, 3 still unknown + attempt `u32` + delay in ms `u64`), then `by`, `asked` and
+    /// `answer`, each a `u16` length and UTF-8.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + self.by.len() + self.asked.len() + self.answer.len());
         out.extend([MAGIC, VERSION]);
@@ -123,7 +120,7 @@ impl Reconciliation {
     /// Reads an entry the store kept at `at`; anything but what [`encode`](Self::encode) writes
     /// is [`Error::CorruptRecord`], never a panic.
     pub fn decode(at: Timestamp, bytes: &[u8]) -> Result<Self, Error> {
-        let mut r = Reader(bytes);
+        let mut r = Reader::new("stored reconciliation", bytes);
         if r.take(2)? != [MAGIC, VERSION] {
             return Err(corrupt("unknown magic or version"));
         }
@@ -147,7 +144,7 @@ impl Reconciliation {
                 .map_err(|_| corrupt("text is not UTF-8"))
         };
         let (by, asked, answer) = (text()?, text()?, text()?);
-        if !r.0.is_empty() {
+        if !r.rest.is_empty() {
             return Err(corrupt("trailing bytes"));
         }
         Ok(Self {
@@ -164,25 +161,6 @@ impl Reconciliation {
 
 fn corrupt(why: &str) -> Error {
     Error::CorruptRecord(format!("stored reconciliation: {why}"))
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], Error> {
-        let (head, rest) = self
-            .0
-            .split_at_checked(n)
-            .ok_or_else(|| corrupt("truncated"))?;
-        self.0 = rest;
-        Ok(head)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], Error> {
-        let mut out = [0u8; N];
-        out.copy_from_slice(self.take(N)?);
-        Ok(out)
-    }
 }
 
 #[cfg(test)]

@@ -1,24 +1,23 @@
 //! The answer of the unique-constraint alternative: an idempotent create without an
 //! idempotency table (each SQL store's `insert_or_fetch`).
 
-/// What a store's `insert_or_fetch` found (the unique-constraint alternative, the repository's
-/// docs/unique-constraint.md): the row, and whether this request created it.
+/// What a store's `insert_or_fetch` found (docs/unique-constraint.md): the row, and whether
+/// this request created it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "answer Inserted, Existing and Mismatch differently"]
 pub enum InsertOrFetch<T> {
     /// The row is new: this request created it (answer 201).
     Inserted(T),
-    /// The row existed and the request matches it: a retry (answer 200 with the body rendered
-    /// from the row, the same as the first answer's).
+    /// The row existed and the request matches it: a retry (answer 200, rendered from the row).
     Existing(T),
-    /// The row existed, created by a request with other parameters: the identifier is reused,
-    /// not retried (answer 422; never overwrite the row).
+    /// The row existed from a request with other parameters: a reused identifier (answer 422;
+    /// never overwrite the row).
     Mismatch(T),
 }
 
 impl<T> InsertOrFetch<T> {
-    /// A row that was there before this request: [`Existing`](Self::Existing) when the request
-    /// matches it, else [`Mismatch`](Self::Mismatch).
+    /// A row already there: [`Existing`](Self::Existing) if the request matches, else
+    /// [`Mismatch`](Self::Mismatch).
     ///
     /// ```
     /// use idem_core::store::InsertOrFetch;
@@ -33,8 +32,7 @@ impl<T> InsertOrFetch<T> {
         }
     }
 
-    /// The usual HTTP status: 201 for [`Inserted`](Self::Inserted), 200 for
-    /// [`Existing`](Self::Existing), 422 for [`Mismatch`](Self::Mismatch).
+    /// The usual HTTP status: 201, 200 or 422.
     ///
     /// ```
     /// use idem_core::store::InsertOrFetch;
@@ -57,7 +55,7 @@ impl<T> InsertOrFetch<T> {
         }
     }
 
-    /// The row, whichever request created it.
+    /// The row, owned.
     pub fn into_row(self) -> T {
         match self {
             Self::Inserted(row) | Self::Existing(row) | Self::Mismatch(row) => row,
@@ -65,8 +63,8 @@ impl<T> InsertOrFetch<T> {
     }
 }
 
-/// For store writers: the error of an `insert_or_fetch` whose INSERT inserted nothing and whose
-/// fetch found no row, `attempts` times in a row: its statements do not name the same key.
+/// For store writers: `insert_or_fetch`'s INSERT inserted nothing and its fetch found no row,
+/// `attempts` times: its statements do not name the same key.
 pub fn unresolved_insert_or_fetch(backend: &'static str, attempts: usize) -> crate::Error {
     crate::Error::store(
         backend,

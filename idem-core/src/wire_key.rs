@@ -5,20 +5,15 @@ use crate::error::{Error, Field};
 use crate::key::IdempotencyKey;
 
 impl IdempotencyKey {
-    /// Reads one `Idempotency-Key` header value (C1; draft-ietf-httpapi-idempotency-key-header
-    /// §2.1 makes it an RFC 8941 sf-string).
+    /// Reads one `Idempotency-Key` header value (C1; an RFC 8941 sf-string by
+    /// draft-ietf-httpapi-idempotency-key-header §2.1). Two forms spell the same key:
+    /// - an **sf-string**: `"..."`, `\"` and `\\` its only escapes, nothing after the quote;
+    /// - a **bare value** (an extension: clients send bare UUIDs): only `A-Z a-z 0-9` and
+    ///   ``! # $ % & ' * + - . ^ _ ` | ~ : /`` (RFC 9110 tokens and sf-token's `:` `/`).
     ///
-    /// Two forms are keys, and the same key when they spell it alike:
-    /// - an **sf-string**: `"..."`, with `\"` and `\\` as its only escapes, nothing after the
-    ///   closing quote;
-    /// - a **bare value** (an extension: a bare UUID is not an sf-string, and clients send them):
-    ///   only the token characters of RFC 9110 and the two more an sf-token allows, that is
-    ///   `A-Z a-z 0-9` and ``! # $ % & ' * + - . ^ _ ` | ~ : /``.
-    ///
-    /// Everything else is [`Error::InvalidInput`] (HTTP 400) with the reason, never a key: a
-    /// list (`a, b`), parameters (`k;p=1`, `"k";p=1`), `=`, parentheses, a quote inside a bare
-    /// value, a malformed sf-string; spaces and tabs around the value are ignored. The key's
-    /// own length and characters are then checked as [`IdempotencyKey::new`] does.
+    /// Everything else is [`Error::InvalidInput`] (HTTP 400) with the reason: a list, parameters,
+    /// `=`, parentheses, a quote inside a bare value, a malformed sf-string. Surrounding spaces
+    /// and tabs are ignored; then [`IdempotencyKey::new`]'s checks apply.
     ///
     /// ```
     /// use idem_core::IdempotencyKey;
@@ -72,9 +67,8 @@ fn bare(text: &str) -> Result<(), Error> {
     Err(Error::invalid(Field::Key, why))
 }
 
-/// The inside of an sf-string (RFC 8941 §3.3.3) whose opening quote was consumed: `\"` and
-/// `\\` are the only escapes, only visible ASCII and spaces inside, and nothing may follow the
-/// closing quote (no parameters).
+/// The inside of an sf-string (RFC 8941 §3.3.3) after its opening quote: `\"` and `\\` the
+/// only escapes, nothing after the closing quote.
 fn unquote(rest: &str) -> Result<String, Error> {
     let malformed =
         |why: &str| Error::invalid(Field::Key, format!("malformed quoted string: {why}"));

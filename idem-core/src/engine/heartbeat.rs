@@ -68,9 +68,8 @@ impl Drop for KeepAlive {
 }
 
 impl<S: Store + 'static> Idempotency<S> {
-    /// Renews `lease` every third of the policy's lease, on the engine's heartbeat thread,
-    /// until the guard drops or the lease is lost (C9). For guard-style effects that may outlast
-    /// the lease; the engine does it for the executions it drives.
+    /// Renews `lease` every third of the policy's lease on the heartbeat thread until the guard
+    /// drops or the lease is lost (C9). For guard-style effects; the engine's paths do it.
     pub fn keep_alive(&self, lease: Lease) -> KeepAlive {
         let lease = Arc::new(Mutex::new(lease));
         let beat = spawn_beat(

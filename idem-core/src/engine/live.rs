@@ -1,5 +1,5 @@
-//! The leases this process holds: a duplicate of one is answered in flight (or mismatch) from
-//! memory (C5). A same-process retry never takes over a live execution, even past its lease.
+//! The leases this process holds: a duplicate is answered in flight (or mismatch) from memory
+//! (C5), and never takes over a live execution, even past its lease.
 
 use crate::answer::Answer;
 use crate::changes::Wakeups;
@@ -96,8 +96,7 @@ impl Live {
         }
         let left = holder
             .deadline
-            .map(|d| d.saturating_duration_since(Instant::now()))
-            .unwrap_or(lease);
+            .map_or(lease, |d| d.saturating_duration_since(Instant::now()));
         let retry_after = if left.is_zero() {
             PAST_LEASE_RETRY_AFTER
         } else {
@@ -106,9 +105,9 @@ impl Live {
         Some(Answer::InFlight { retry_after })
     }
 
-    /// Claims `request`'s record before the store: `exclusive` for one commit (C15). Meeting an
-    /// exclusive claim: in flight, or mismatch for another fingerprint. An exclusive claim
-    /// meeting any other: in flight.
+    /// Claims `request`'s record before the store: `exclusive` for one commit (C15). Any claim
+    /// meeting an exclusive one, or an exclusive one meeting any: in flight (mismatch for
+    /// another fingerprint).
     pub(crate) fn claim(&self, request: &Request, exclusive: bool) -> Result<Claim, Answer> {
         let in_flight = Answer::InFlight {
             retry_after: PAST_LEASE_RETRY_AFTER,

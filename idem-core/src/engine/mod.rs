@@ -1,7 +1,6 @@
-//! `Idempotency<S>`: what applications call. Guard ([`Idempotency::begin`],
-//! [`Idempotency::complete`]), closure ([`Idempotency::run`]) and transactional closure
-//! ([`Idempotency::transact`]) share one admission, reservation, completion and stream of
-//! [`Event`]s (C16).
+//! `Idempotency<S>`: what applications call. Guard ([`Idempotency::begin`]), closure
+//! ([`Idempotency::run`]) and transactional closure ([`Idempotency::transact`]) share one
+//! admission, reservation, completion and stream of [`Event`]s (C16).
 
 mod detach;
 mod gate;
@@ -43,16 +42,15 @@ use std::time::{Duration, Instant};
 use wait::{is_in_flight, Attempt};
 
 /// The idempotency engine: a [`Store`], a [`Policy`] and the [`Observer`]s of its events.
-/// Cloning is cheap (one `Arc`).
+/// Cloning is cheap (one `Arc`). Its styles (docs/architecture.md, "One type per question"):
 ///
-/// - **closure**: [`run`](Self::run) reserves, runs the handler, completes or releases. A
-///   started execution runs on as its own task if the caller's future is dropped (C8).
-/// - **transactional closure** (SQL stores' `run_in_transaction`): [`transact`](Self::transact),
-///   the effect and its completion in one transaction.
-/// - **guard**: [`begin`](Self::begin) → [`Begin::Acquired`] → effect →
-///   [`complete`](Self::complete), or [`release`](Self::release) if nothing happened. SQL stores
-///   write a [`completion`](Self::completion) in the effect's transaction. The caller protects
-///   the stretch between effect and `complete` from cancellation (a transaction does).
+/// - **closure**: [`run`](Self::run); a started execution outlives a dropped caller (C8).
+/// - **transactional closure**: [`transact`](Self::transact) (SQL stores'
+///   `run_in_transaction`): effect and completion in one transaction.
+/// - **guard**: [`begin`](Self::begin) → effect → [`complete`](Self::complete) (SQL stores: a
+///   [`completion`](Self::completion) in the effect's transaction), or
+///   [`release`](Self::release) if nothing happened. The caller shields effect-to-`complete`
+///   from cancellation (a transaction does).
 ///
 /// ```
 /// use idem_core::{Answer, Idempotency, MemoryStore, Outcome, StoredResponse};
@@ -97,8 +95,8 @@ enum ProcessGate {
     Off,
     /// Claims in the registry every engine over this store shares.
     On,
-    /// The store has one but no [`identity`](Store::identity) to share claims by (a wrapper
-    /// that does not forward it): reservations are refused.
+    /// The store has one but no [`identity`](Store::identity) (a wrapper that does not forward
+    /// it): reservations are refused.
     Unshareable,
 }
 
@@ -254,17 +252,15 @@ impl<S: Store> Idempotency<S> {
     }
 
     /// Sends `event` to the observers; a landed completion or a release also wakes the
-    /// duplicates waiting for their record ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight)).
-    /// For code beside the engine that changes records (idem-ops' reconciliation).
+    /// duplicates waiting for the record. For code beside the engine that changes records
+    /// (idem-ops' reconciliation).
     pub fn emit(&self, event: Event<'_>) {
-        if matches!(
+        let changed = matches!(
             event.kind(),
             EventKind::CompletionLanded | EventKind::Released
-        ) && event.error().is_none()
-        {
-            if let Some(id) = event.id() {
-                self.record_changed(id);
-            }
+        ) && event.error().is_none();
+        if let Some(id) = event.id().filter(|_| changed) {
+            self.record_changed(id);
         }
         self.inner.observers.emit(event);
     }
@@ -327,10 +323,10 @@ impl<S: Store> Idempotency<S> {
         Ok(self.inner.live.answer(request, self.inner.policy.lease))
     }
 
-    /// Claims the record in this process on a store with a
+    /// Claims the record in this process if the store has a
     /// [`process_gate`](crate::store::Capabilities::process_gate) (else `Ok(None)`); `exclusive`
-    /// for one commit (C15). `Err(answer)`: the claim met a one-commit execution (or, exclusive,
-    /// any reservation); the committed record answers if it can, else the claim met. Never waits.
+    /// for one commit (C15). `Err(answer)`: another claim is in the way; the committed record
+    /// answers if it can, else that claim does. Never waits.
     async fn claim(
         &self,
         request: &Request,
@@ -365,7 +361,7 @@ impl<S: Store> Idempotency<S> {
     }
 
     /// Filters and checks a replay again before sending (C7, C12), whatever policy wrote it
-    /// (failing: [`Error::CorruptRecord`]). An in-flight `retry_after` is capped at the lease.
+    /// ([`Error::CorruptRecord`] if invalid). An in-flight `retry_after` is capped at the lease.
     fn screen(&self, answer: Answer) -> Result<Answer, Error> {
         let policy = &self.inner.policy;
         let mut stored = match answer {
@@ -396,11 +392,10 @@ impl<S: Store> Idempotency<S> {
         self.emit(event.took(started.elapsed()));
     }
 
-    /// Reserves the request, or answers it (replay, in flight, mismatch). A body over the
-    /// limit is [`Error::BodyTooLarge`], nothing written (C12); during a
-    /// [`shutdown`](Self::shutdown) it is refused (503).
-    /// Under [`Policy::wait_in_flight`](crate::Policy::wait_in_flight), a
-    /// duplicate waits for the running execution's end (C5): a replay, or the reservation.
+    /// Reserves the request, or answers it (replay, in flight, mismatch). A body over the limit
+    /// is [`Error::BodyTooLarge`], nothing written (C12); during a [`shutdown`](Self::shutdown)
+    /// it is refused (503). Under [`Policy::wait_in_flight`](crate::Policy::wait_in_flight) a
+    /// duplicate waits for the original's end (C5).
     pub async fn begin(&self, request: &Request) -> Result<Begin, Error> {
         self.with_wait(request.id(), (), |(), quiet| {
             self.begin_once(request, quiet)
@@ -467,9 +462,8 @@ impl<S: Store> Idempotency<S> {
     }
 
     /// The completion of `lease` with `response` as stored and sent: headers filtered (C7),
-    /// validated, encoded. A response that cannot be stored becomes a stored 500 problem, never
-    /// a released key (C8). SQL stores write it with `complete_in`; [`complete`](Self::complete)
-    /// writes it on its own.
+    /// validated, encoded. One that cannot be stored becomes a stored 500 problem, never a
+    /// released key (C8). SQL stores write it with `complete_in`.
     pub fn completion(&self, lease: &Lease, response: StoredResponse) -> Completion {
         let policy = &self.inner.policy;
         let prepared = policy
@@ -536,8 +530,8 @@ impl<S: Store> Idempotency<S> {
         }
     }
 
-    /// Reports the end of a guard-style execution whose caller committed `completion` in its
-    /// own transaction (`complete_in`), as the engine's paths do (C16). Call it after the commit.
+    /// Reports the end of a guard-style execution whose `completion` the caller committed
+    /// (`complete_in`), as the engine's paths do (C16). Call it after the commit.
     ///
     /// ```
     /// use idem_core::{Begin, Idempotency, MemoryStore, Store, StoredResponse};
@@ -629,9 +623,8 @@ impl<S: Store> Idempotency<S> {
         result
     }
 
-    /// Waits until every execution the engine drives ([`run`](Self::run),
-    /// [`transact`](Self::transact), the HTTP layer) has finished, detached ones included. Call it
-    /// after the server stops accepting and before the runtime stops. Without
+    /// Waits until every execution the engine drives has finished, detached ones included. Call
+    /// it after the server stops accepting, before the runtime stops. Without
     /// [`shutdown`](Self::shutdown)'s refusal, an execution may still start after it returns.
     ///
     /// ```

@@ -28,24 +28,22 @@ impl<S: Store + 'static> Idempotency<S> {
     /// after its effect ran must return [`Reply::Executed`]**, or a retry runs the effect again.
     /// Answered requests never call `handler`. Needs a Tokio runtime with its time driver.
     ///
-    /// **Cancellation.** Dropping this future does not cancel a started execution: it goes on as
-    /// its own task to its completion or release ([`shutdown`](Self::shutdown) and
-    /// [`drain`](Self::drain) wait for it). The handler must not rely on the caller's
-    /// task-locals; a future kept but never polled again holds its key.
+    /// **Cancellation.** Dropping this future does not cancel a started execution: it runs on as
+    /// its own task to completion or release ([`drain`](Self::drain) waits for it). The handler
+    /// must not rely on the caller's task-locals; a future kept but never polled holds its key.
     ///
-    /// **Waiting** ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight)): a duplicate waits
-    /// for the original's end and replays it, or runs `handler` if the key was given back or the
-    /// lease passed; in flight if the wait ends first. It holds no connection or thread. Dropped
-    /// while parked, nothing runs; a read already sent goes on (C8).
+    /// **Waiting** ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight)): a duplicate
+    /// replays the original's end, or runs `handler` if the key was given back or the lease
+    /// passed; in flight if the wait ends first. Dropped while parked, nothing runs (C8).
     ///
     /// **Lease.** A heartbeat renews it every third of the lease (C9); [`Context::renew`] tells a
-    /// handler it still holds it. Duplicates here are answered in flight from memory.
+    /// handler it still holds it.
     ///
     /// **Errors** (C8, [`Failure`]): [`Failure::nothing_happened`] releases the key
-    /// ([`RunError::Released`]); any other error stores a 500 (or
-    /// [`Failure::unknown_with`]'s response) and returns [`RunError::Unknown`]. A panic stores a
-    /// 500, then resumes in the caller. A completion not stored within the lease is
-    /// [`RunError::Incomplete`] while the engine keeps trying on its own task.
+    /// ([`RunError::Released`]); any other error stores a 500 (or [`Failure::unknown_with`]'s
+    /// response): [`RunError::Unknown`]. A panic stores a 500, then resumes in the caller. A
+    /// completion not stored within the lease is [`RunError::Incomplete`]; the engine keeps
+    /// trying on its own task.
     pub async fn run<F, Fut, R, E>(
         &self,
         request: &Request,
@@ -107,7 +105,7 @@ impl<S: Store + 'static> Idempotency<S> {
     }
 
     /// Runs `execution` so it outlives its caller ([`Detach`], C8), counted by the shutdown gate
-    /// (`refused` once shutdown began); a panic resumes in the caller.
+    /// (`refused` once it closed); a panic resumes in the caller.
     pub(crate) async fn execution<T>(
         &self,
         id: &RecordId,
@@ -180,18 +178,11 @@ impl<S: Store + 'static> Idempotency<S> {
         if left(&lease) >= half {
             return Ok(lease);
         }
-        match self.renew_lease(&mut lease).await {
+        match self.renew(&mut lease).await {
             Ok(()) => Ok(lease),
-            Err(Error::LeaseLost) => {
-                self.emit(
-                    Event::new(EventKind::LeaseLost)
-                        .of_lease(&lease)
-                        .failed(&Error::LeaseLost),
-                );
-                Err(Ok(Outcome::Answered(crate::Answer::InFlight {
-                    retry_after: std::time::Duration::from_secs(1).min(self.inner.policy.lease),
-                })))
-            }
+            Err(Error::LeaseLost) => Err(Ok(Outcome::Answered(crate::Answer::InFlight {
+                retry_after: std::time::Duration::from_secs(1).min(self.inner.policy.lease),
+            }))),
             Err(error) => {
                 // Unknown: run only if the heartbeat can still renew in time.
                 if left(&lease) >= self.inner.policy.lease / 3 {
@@ -253,16 +244,16 @@ impl<S: Store + 'static> Idempotency<S> {
         }
     }
 
-    /// Nothing happened (C8): the key goes back (fenced), then `answer`. A failed release leaves
-    /// the key to its lease (reported by `release`).
+    /// Nothing happened (C8): the key goes back (fenced; a failed release leaves it to its
+    /// lease), then `answer`.
     async fn give_back<T, H>(&self, lease: Lease, hold: H, answer: T) -> T {
         let _ = self.release(lease).await;
         drop(hold);
         answer
     }
 
-    /// Stores `completion` within the lease and reports the end (`stored`); past the lease, the
-    /// error is returned and a task of its own keeps trying. `hold` lives until the end.
+    /// Stores `completion` within the lease and reports the end (`stored`); past it, returns the
+    /// error while a task keeps trying. `hold` lives until the end.
     pub(super) async fn stored_or_continued<H: Send + 'static>(
         &self,
         lease: Lease,

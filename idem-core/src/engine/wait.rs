@@ -1,13 +1,11 @@
-//! The opt-in bounded wait of a duplicate for its original (C5, [`Policy::wait_in_flight`]):
-//! while the answer is "in flight", the duplicate parks on its record's wake-ups (no store
-//! connection, no thread), reads the record again when woken (the original ended in this
-//! process, or another process announced it through the store's change feed) or when its
-//! polling interval passes, and ends with the first answer that is not "in flight", or with
-//! "in flight" when its wait is over. At most [`Policy::max_waiters`] wait at once in a process.
+//! The opt-in bounded wait of a duplicate for its original (C5, [`Policy::wait_in_flight`]).
+//! While answered "in flight", it parks on its record's wake-ups (no connection, no thread) and
+//! reads the record again when woken or when its polling interval passes. It ends with the
+//! first other answer, or "in flight" when the wait is over. At most [`Policy::max_waiters`]
+//! wait at once in a process.
 //!
-//! Every path of the engine waits the same way ([`Idempotency::with_wait`]); the attempts of a
-//! wait report no in-flight answer of their own, so a request that waited is one answer in the
-//! events, after one `waited` event.
+//! Every path waits through [`Idempotency::with_wait`]. Its attempts report no in-flight answer
+//! of their own: a request that waited is one `waited` event, then one answer.
 //!
 //! [`Policy::wait_in_flight`]: crate::Policy::wait_in_flight
 //! [`Policy::max_waiters`]: crate::Policy::max_waiters
@@ -25,27 +23,20 @@ use std::time::{Duration, Instant};
 /// The duplicates waiting in this process, over every engine.
 static WAITERS: AtomicUsize = AtomicUsize::new(0);
 
-/// The polling interval of a waiter whose store has a change feed: a fallback for an
-/// announcement the feed lost.
+/// The polling interval with a change feed: a fallback for an announcement the feed lost.
 pub(crate) const FEED_POLL: Duration = Duration::from_secs(1);
-/// The first polling interval of a waiter whose store has no feed (another process's end is
-/// seen only by reading again); it doubles up to [`MAX_POLL`].
+/// The first polling interval without a feed; it doubles up to [`MAX_POLL`].
 pub(crate) const FIRST_POLL: Duration = Duration::from_millis(20);
-/// The longest polling interval of a waiter whose store has no feed.
+/// The longest polling interval without a feed.
 pub(crate) const MAX_POLL: Duration = Duration::from_millis(500);
 
-/// What one attempt of a request gave: its final result, or "in flight" with what it did not
-/// use (the handler, the effect) for the next attempt.
+/// What one attempt of a request gave.
 pub(crate) enum Attempt<A, T> {
     /// Answered otherwise than "in flight" (or not waiting): the caller's result.
     Done(T),
-    /// Answered "in flight"; `output` is the result to give if the wait ends now.
-    InFlight {
-        /// What the attempt did not use.
-        input: A,
-        /// The in-flight result.
-        output: T,
-    },
+    /// Answered "in flight": the unused `input` (handler, effect) for the next attempt, and the
+    /// `output` to give if the wait ends now.
+    InFlight { input: A, output: T },
 }
 
 /// One waiter, counted in [`WAITERS`] while it lives.
@@ -101,8 +92,8 @@ impl Waiting {
     }
 }
 
-/// How many duplicates wait for their original now in this process, over every engine: what
-/// [`Policy::max_waiters`](crate::Policy::max_waiters) caps. A gauge for operators.
+/// How many duplicates wait in this process now, over every engine (capped by
+/// [`Policy::max_waiters`](crate::Policy::max_waiters)). A gauge for operators.
 ///
 /// ```
 /// assert_eq!(idem_core::waiting_now(), 0);
@@ -112,9 +103,9 @@ pub fn waiting_now() -> usize {
 }
 
 impl<S: Store> Idempotency<S> {
-    /// Runs `attempt` (given what it needs, and whether it must keep an in-flight answer to
-    /// itself) until it answers otherwise than "in flight" or, under a policy that waits
-    /// ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight)), until the wait is over.
+    /// Runs `attempt(input, quiet)` until it answers otherwise than "in flight", or the wait of
+    /// [`Policy::wait_in_flight`](crate::Policy::wait_in_flight) is over (`quiet`: keep an
+    /// in-flight answer to itself).
     pub(crate) async fn with_wait<A, T, F, Fut>(&self, id: &RecordId, input: A, mut attempt: F) -> T
     where
         F: FnMut(A, bool) -> Fut,
@@ -133,14 +124,10 @@ impl<S: Store> Idempotency<S> {
             Attempt::Done(output) => return output,
             Attempt::InFlight { input, output } => (input, output),
         };
-        // A runtime without a timer (the guard style may run on one) cannot bound a wait:
-        // answered at once, as beyond the cap.
-        if !super::has_timers() {
-            self.emit(Event::new(EventKind::InFlight).about(id));
-            return output;
-        }
-        let Some(permit) = Permit::enter(self.inner.policy.max_waiters) else {
-            // Beyond the process's cap: in flight at once.
+        // Without a timer (the guard style may run on one) a wait cannot be bounded; beyond the
+        // process's cap none starts. Either way: in flight at once.
+        let cap = self.inner.policy.max_waiters;
+        let Some(permit) = super::has_timers().then(|| Permit::enter(cap)).flatten() else {
             self.emit(Event::new(EventKind::InFlight).about(id));
             return output;
         };
@@ -152,8 +139,7 @@ impl<S: Store> Idempotency<S> {
             feed,
             _permit: permit,
         };
-        // Reports the wait if the caller goes away while it is parked (a client that
-        // disconnected): it ended in flight, nothing ran.
+        // Reports the wait if the caller goes away while parked: in flight, nothing ran.
         let mut report = Unanswered {
             engine: self,
             id,
@@ -187,17 +173,16 @@ impl<S: Store> Idempotency<S> {
         }
     }
 
-    /// Whether this store's change feed runs in this process: started the first time it is
-    /// asked (inside a runtime), if the store has one.
+    /// Whether the store's change feed runs here; started on the first ask (in a runtime).
     fn change_feed(&self) -> bool {
         let store = &self.inner.store;
         let live = &self.inner.live;
         live.feed(|| store.capabilities().change_feed && store.watch(Changes::of(live.wakeups())))
     }
 
-    /// After a record changed (a completion landed, a reservation given back): wakes the
-    /// duplicates of this process waiting for it and, under a policy that waits, tells those
-    /// of other processes through the store ([`Store::announce`], which returns at once).
+    /// After a record changed (completed, given back): wakes this process's duplicates waiting
+    /// for it and, under a waiting policy, tells other processes ([`Store::announce`], which
+    /// returns at once).
     pub(crate) fn record_changed(&self, id: &RecordId) {
         let wakeups = self.inner.live.wakeups();
         if wakeups.waiting() > 0 {
@@ -219,32 +204,26 @@ struct Unanswered<'a, S> {
     parked: bool,
 }
 
-impl<S: Store> Unanswered<'_, S> {
+impl<S> Unanswered<'_, S> {
     /// The wait ran out after `waited`: in flight.
     fn ended(&mut self, waited: Duration) {
         self.parked = false;
-        self.engine
-            .emit(Event::new(EventKind::Waited).about(self.id).took(waited));
-        self.engine.emit(
-            Event::new(EventKind::InFlight)
-                .about(self.id)
-                .took(self.started.elapsed()),
-        );
+        self.report(waited);
+    }
+
+    /// Reports `waited`, then the in-flight answer.
+    fn report(&self, waited: Duration) {
+        let observers = &self.engine.inner.observers;
+        observers.emit(Event::new(EventKind::Waited).about(self.id).took(waited));
+        let answer = Event::new(EventKind::InFlight).about(self.id);
+        observers.emit(answer.took(self.started.elapsed()));
     }
 }
 
 impl<S> Drop for Unanswered<'_, S> {
     fn drop(&mut self) {
         if self.parked {
-            let waited = self.started.elapsed();
-            self.engine
-                .inner
-                .observers
-                .emit(Event::new(EventKind::Waited).about(self.id).took(waited));
-            self.engine
-                .inner
-                .observers
-                .emit(Event::new(EventKind::InFlight).about(self.id).took(waited));
+            self.report(self.started.elapsed());
         }
     }
 }

@@ -1,6 +1,5 @@
 //! What a SQL store adds so the engine runs an effect and its completion in one transaction
-//! (C6). The protocol around it is the engine's (`Idempotency::transact`); a store implements
-//! only its transaction mechanics.
+//! (C6). The protocol is the engine's (`Idempotency::transact`); a store adds the mechanics.
 
 use super::Store;
 use crate::answer::Answer;
@@ -33,15 +32,14 @@ use std::time::{Duration, Instant};
 ///   as misconfigured), runs the effect in a transaction with the fenced write of
 ///   [`Execution::completion`], commits, and reports the [`TxEnd`].
 ///
-/// When [`Execution::one_commit`] says so (C15), it reserves inside the transaction:
-/// all commits once or not at all. Duplicates are still answered at once: the reservation
-/// statement sees the holding transaction (PostgreSQL: an advisory lock), or the store declares
-/// a [`process_gate`](crate::store::Capabilities::process_gate). A store that can do neither
-/// refuses the mode before anything runs
-/// ([`StoreErrorKind::Misconfigured`](crate::StoreErrorKind::Misconfigured)).
+/// When [`Execution::one_commit`] says so (C15), it reserves inside the transaction: all
+/// commits once or not at all. Duplicates are still answered at once: the reservation sees the
+/// holding transaction (PostgreSQL: an advisory lock), or the store declares a
+/// [`process_gate`](crate::store::Capabilities::process_gate); else it refuses the mode before
+/// anything runs ([`StoreErrorKind::Misconfigured`](crate::StoreErrorKind::Misconfigured)).
 ///
-/// It never releases, retries, screens or decides: the engine does. Its own store calls go
-/// through [`Execution::bounded`] (the engine's deadline and events).
+/// It never releases, retries, screens or decides: the engine does. Its store calls go through
+/// [`Execution::bounded`].
 #[async_trait]
 pub trait Transactional: Store {
     /// The effect: a closure given the store's transaction and the lease.
@@ -97,12 +95,12 @@ pub enum TxEnd<E, F = Infallible> {
     },
     /// The effect panicked; the transaction rolled back. The panic resumes in the caller.
     Panicked(Box<dyn Any + Send>),
-    /// The effect overran the store's deadline and was dropped before COMMIT: rolled back, but
-    /// its outside effects are unknown. The key is kept with the 500 of an unknown outcome (C8);
-    /// the caller gets [`RunError::InDoubt`](crate::RunError::InDoubt).
+    /// The effect overran the store's deadline and was dropped before COMMIT: rolled back, its
+    /// outside effects unknown. The key keeps an unknown outcome's 500 (C8); the caller gets
+    /// [`RunError::InDoubt`](crate::RunError::InDoubt).
     Abandoned(Error),
-    /// The effect issued its own COMMIT (a misuse): its writes committed without the completion.
-    /// Kept as [`Abandoned`](Self::Abandoned) is (C8).
+    /// The effect issued its own COMMIT (a misuse), without the completion. Kept as
+    /// [`Abandoned`](Self::Abandoned) (C8).
     CommittedByTheEffect(Error),
 }
 
@@ -197,9 +195,8 @@ impl Execution {
         self.inner.hooks.store_timeout()
     }
 
-    /// Call once the reservation is written, before the effect: registers the live lease and
-    /// starts the heartbeat (if [`Transactional::renews_during_transaction`]). Returns the lease
-    /// to run the effect under.
+    /// Call once the reservation is written, before the effect: registers the live lease, starts
+    /// the heartbeat (if [`Transactional::renews_during_transaction`]), returns the lease to use.
     pub fn acquired(&self, lease: Lease) -> Lease {
         let (lease, held) = self.inner.hooks.acquired(lease);
         *self
@@ -217,8 +214,8 @@ impl Execution {
         self.inner.hooks.completion(lease, response)
     }
 
-    /// Runs one store call within [`store_timeout`](Self::store_timeout) (C13): `call` gets the
-    /// [`Deadline`]; past it the call is dropped and the store is unavailable. Emits its event.
+    /// Runs one store call within [`store_timeout`](Self::store_timeout) (C13), as
+    /// [`Idempotency::store_call`](crate::Idempotency::store_call) does.
     pub async fn bounded<T, F, C>(
         &self,
         operation: Operation,
