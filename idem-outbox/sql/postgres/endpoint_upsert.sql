@@ -16,6 +16,7 @@ WITH previous AS (
         updated_at = excluded.updated_at
 )
 UPDATE idem_outbox_deliveries
-SET next_at = now()
-WHERE endpoint = $1 AND state = 'pending' AND claim_token IS NULL AND next_at > now()
+SET next_at = least(next_at, now()), claimed_until = NULL
+WHERE endpoint = $1 AND state = 'pending' AND claim_token IS NULL
+  AND (next_at > now() OR claimed_until > now())
   AND $6 AND EXISTS (SELECT FROM previous WHERE NOT enabled)

@@ -5,6 +5,7 @@
 WITH recorded AS (
     UPDATE idem_outbox_deliveries
     SET state = $3, next_at = now() + $4 * interval '1 millisecond', claim_token = NULL,
+        claimed_until = NULL,
         last_status = $5, last_error = $6,
         finished_at = CASE WHEN $3 = 'pending' THEN NULL ELSE now() END
     WHERE id = $1 AND claim_token = $2
