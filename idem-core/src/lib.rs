@@ -13,7 +13,6 @@
 //! - The [`Store`] trait and, in [`store`], what implementing it takes ([`store::decide`],
 //!   [`store::check_fence`], [`store::Doubt`], [`store::Reconciliation`]); [`MemoryStore`] is
 //!   the reference.
-//! - [`problem`]: the RFC 9457 problem stored for an unknown outcome; idem-tower renders HTTP.
 //! - With feature `testing`: the conformance suite every store runs (`testing`).
 //!
 //! Beside the engine: `idem-ops` (operator reads, reconciliation of records in doubt, the
@@ -65,7 +64,7 @@ mod lease;
 mod memory;
 mod outcome;
 mod policy;
-pub mod problem;
+mod problem;
 mod record;
 mod request;
 mod reservation;

@@ -1,152 +1,25 @@
-//! An RFC 9457 problem as a value; `idem_tower::render` maps errors and answers to them.
+//! The answers the engine stores in place of a handler's (C8): RFC 9457 problems, as the bytes
+//! idem-tower's `render::Problem` makes of them (its tests pin them). The engine renders
+//! nothing else.
 
 use crate::response::StoredResponse;
-use std::time::Duration;
 
-/// The problem type URIs of the answers and errors (RFC 9457), under this prefix.
-pub const PROBLEM_BASE: &str = "https://idem.rs/problems/";
-
-/// A problem idem answers with (docs/state-machine.md, "HTTP mapping"), rendered by
-/// [`to_response`](Self::to_response) or from its fields.
-///
-/// ```
-/// use idem_core::problem::Problem;
-/// use std::time::Duration;
-/// let busy = Problem::new(409, "request-in-progress", "Still running.", true)
-///     .with_retry_after(Duration::from_millis(1200));
-/// assert_eq!(busy.type_uri(), "https://idem.rs/problems/request-in-progress");
-/// let http = busy.to_response();
-/// assert_eq!(http.status, 409);
-/// assert_eq!(http.header("retry-after"), Some(&b"2"[..]));
-/// assert_eq!(http.header("cache-control"), Some(&b"no-store"[..]));
-/// assert_eq!(http.header("content-type"), Some(&b"application/problem+json"[..]));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Problem {
-    /// The HTTP status.
-    pub status: u16,
-    /// The stable name (`idempotency-key-reused`); `type` is [`PROBLEM_BASE`] + `kind`.
-    pub kind: &'static str,
-    /// A sentence safe to show a client: it never echoes the request's body or key.
-    pub detail: String,
-    /// Whether the same request may succeed when sent again later.
-    pub retryable: bool,
-    /// When to try again (sent as `Retry-After`, whole seconds rounded up).
-    pub retry_after: Option<Duration>,
+/// The stored 500 of an unknown outcome (C8): the effect may have run.
+pub(crate) fn outcome_unknown() -> StoredResponse {
+    stored_500(
+        r#"{"type":"https://idem.rs/problems/outcome-unknown","title":"outcome-unknown","status":500,"detail":"The request failed and may have taken effect; do not send it again with another key.","retryable":false}"#,
+    )
 }
 
-impl Problem {
-    /// The one text of an unknown outcome (C8), stored and sent by the engine and the layers.
-    pub const OUTCOME_UNKNOWN: &'static str =
-        "The request failed and may have taken effect; do not send it again with another key.";
-
-    /// The stored 500 of an unknown outcome (C8), not retryable.
-    ///
-    /// ```
-    /// let p = idem_core::problem::Problem::outcome_unknown();
-    /// assert_eq!((p.status, p.kind, p.retryable), (500, "outcome-unknown", false));
-    /// ```
-    pub fn outcome_unknown() -> Self {
-        Self::new(500, "outcome-unknown", Self::OUTCOME_UNKNOWN, false)
-    }
-
-    /// The stored 500 in place of a response that cannot be stored, not retryable.
-    pub fn invalid_response() -> Self {
-        Self::new(
-            500,
-            "invalid-response",
-            "The server produced a response that could not be stored.",
-            false,
-        )
-    }
-    /// A problem without `Retry-After`.
-    pub fn new(
-        status: u16,
-        kind: &'static str,
-        detail: impl Into<String>,
-        retryable: bool,
-    ) -> Self {
-        Self {
-            status,
-            kind,
-            detail: detail.into(),
-            retryable,
-            retry_after: None,
-        }
-    }
-
-    /// The same problem with `Retry-After`.
-    pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
-        self.retry_after = Some(retry_after);
-        self
-    }
-
-    /// The `type` URI: [`PROBLEM_BASE`] + [`kind`](Self::kind).
-    pub fn type_uri(&self) -> String {
-        format!("{PROBLEM_BASE}{}", self.kind)
-    }
-
-    /// `application/problem+json` with `type`, `title`, `status`, `detail`, `retryable`;
-    /// `Cache-Control: no-store`, and `Retry-After` when set.
-    pub fn to_response(&self) -> StoredResponse {
-        let body = format!(
-            "{{\"type\":\"{}\",\"title\":\"{}\",\"status\":{},\"detail\":\"{}\",\"retryable\":{}}}",
-            json_escape(&self.type_uri()),
-            json_escape(self.kind),
-            self.status,
-            json_escape(&self.detail),
-            self.retryable
-        );
-        let response = StoredResponse::new(self.status, body)
-            .with_header("content-type", "application/problem+json")
-            .with_header("cache-control", "no-store");
-        match self.retry_after {
-            Some(after) => response.with_header("retry-after", retry_after_secs(after).to_string()),
-            None => response,
-        }
-    }
+/// The stored 500 in place of a response that cannot be stored.
+pub(crate) fn invalid_response() -> StoredResponse {
+    stored_500(
+        r#"{"type":"https://idem.rs/problems/invalid-response","title":"invalid-response","status":500,"detail":"The server produced a response that could not be stored.","retryable":false}"#,
+    )
 }
 
-/// `Retry-After` in whole seconds, rounded up and at least 1 (C5).
-///
-/// ```
-/// use idem_core::problem::retry_after_secs;
-/// use std::time::Duration;
-/// assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
-/// assert_eq!(retry_after_secs(Duration::from_millis(1500)), 2);
-/// ```
-pub fn retry_after_secs(retry_after: Duration) -> u64 {
-    u64::try_from(retry_after.as_millis().div_ceil(1000))
-        .unwrap_or(u64::MAX)
-        .max(1)
-}
-
-/// Escapes a string for a JSON string literal: quotes, backslashes and control characters.
-fn json_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_detail_with_quotes_and_control_characters_stays_valid_json() {
-        let p = Problem::new(400, "invalid-request", "a \"quoted\"\\ line\nbreak", false);
-        let body = String::from_utf8(p.to_response().body).expect("utf-8");
-        let value: serde_json::Value = serde_json::from_str(&body).expect("valid JSON");
-        assert_eq!(value["detail"], "a \"quoted\"\\ line\nbreak");
-        assert_eq!(value["status"], 400);
-        assert_eq!(value["type"], "https://idem.rs/problems/invalid-request");
-    }
+fn stored_500(body: &'static str) -> StoredResponse {
+    StoredResponse::new(500, body)
+        .with_header("content-type", "application/problem+json")
+        .with_header("cache-control", "no-store")
 }

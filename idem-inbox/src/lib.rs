@@ -75,7 +75,6 @@ pub use schemes::stripe::StripeScheme;
 pub use schemes::stripe::StripeScheme as SignatureScheme;
 pub use signature::{now_unix, SignatureError};
 
-use idem_core::problem::Problem;
 use idem_core::store::CatchUnwind;
 use idem_core::store::Completion;
 use idem_core::store::Lease;
@@ -84,6 +83,7 @@ use idem_core::{
 };
 use idem_core::{Context, Idempotency};
 use idem_core::{Failure, Outcome, Reply, RunError};
+use idem_tower::render::Problem;
 use std::fmt;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -25,7 +25,6 @@ use crate::event::{Event, EventKind, Observer, Observers, Operation, TracingObse
 use crate::lease::Acquire;
 use crate::lease::{deadline_after, Lease};
 use crate::policy::Policy;
-use crate::problem::Problem;
 use crate::request::{Request, RequestBuilder};
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
@@ -479,7 +478,7 @@ impl<S: Store> Idempotency<S> {
                     %error,
                     "idem.completion: the handler's response cannot be stored; storing a 500"
                 );
-                let fallback = Problem::invalid_response().to_response();
+                let fallback = crate::problem::invalid_response();
                 // Filtered like any response, so that what is sent is what a replay sends.
                 let fallback = policy.prepare(fallback.clone()).unwrap_or(fallback);
                 let encoded = fallback.encode().unwrap_or_default();
@@ -497,8 +496,11 @@ impl<S: Store> Idempotency<S> {
         response: Option<StoredResponse>,
         doubt: Doubt,
     ) -> Completion {
-        self.completion(lease, response.unwrap_or_else(outcome_unknown))
-            .in_doubt(&doubt)
+        self.completion(
+            lease,
+            response.unwrap_or_else(crate::problem::outcome_unknown),
+        )
+        .in_doubt(&doubt)
     }
 
     /// Completes the record if the lease holds (C6); returns the response as stored (see
@@ -710,11 +712,6 @@ pub(crate) fn answer_kind(answer: &Answer) -> EventKind {
         Answer::InFlight { .. } => EventKind::InFlight,
         Answer::Mismatch => EventKind::Mismatch,
     }
-}
-
-/// The answer stored when a handler's outcome is unknown.
-pub(crate) fn outcome_unknown() -> StoredResponse {
-    Problem::outcome_unknown().to_response()
 }
 
 /// Whether the current Tokio runtime has a time driver (without one, making a timer panics).

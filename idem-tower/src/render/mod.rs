@@ -25,8 +25,9 @@
 
 mod into_http;
 
-pub use idem_core::problem::{retry_after_secs, Problem, PROBLEM_BASE};
+mod problem;
 pub use into_http::into_http;
+pub use problem::{retry_after_secs, Problem, PROBLEM_BASE};
 
 use idem_core::{Answer, Error, Field, Outcome, RunError, StoredResponse};
 use std::time::Duration;
