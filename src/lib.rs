@@ -82,9 +82,10 @@ pub mod store {
     pub use idem_core::store::*;
     pub use idem_core::{
         is_always_stored, is_never_stored, Clock, FencingToken, Field, Fingerprint,
-        FingerprintBuilder, Holder, ManualClock, RecordId, Scope, Store, StoreError,
-        StoreErrorKind, SystemClock, Timestamp,
+        FingerprintBuilder, ManualClock, RecordId, Scope, Store, StoreError, StoreErrorKind,
+        SystemClock, Timestamp,
     };
+    pub use idem_ops::Holder;
 }
 
 /// The embedded SQLite store (feature `sqlite`, on by default); see [`idem_sqlite`].

@@ -1,7 +1,7 @@
 //! Whether the process that holds a reservation still runs, where this machine can tell: only
 //! on the holder's own host, machine boot and pid namespace, from `/proc`.
 
-use idem_core::Holder;
+use idem_ops::Holder;
 use std::io::ErrorKind;
 use std::path::Path;
 

@@ -5,7 +5,8 @@
 use crate::alive::liveness_here;
 use idem_core::store::Doubt;
 use idem_core::store::{Record, RecordState};
-use idem_core::{Holder, Timestamp};
+use idem_core::Timestamp;
+use idem_ops::Holder;
 use idem_ops::{Inspected, Listed, ListedState, Stats};
 use idem_ops::{Noted, Provenance};
 use serde_json::{json, Value};

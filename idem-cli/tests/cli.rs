@@ -5,9 +5,10 @@
 
 use idem_core::store::Store;
 use idem_core::{
-    Answer, Begin, Failure, FencingToken, Fingerprint, Holder, Idempotency, IdempotencyKey,
-    Outcome, Policy, RecordId, Request, Scope, StoredResponse,
+    Answer, Begin, Failure, FencingToken, Fingerprint, Idempotency, IdempotencyKey, Outcome,
+    Policy, RecordId, Request, Scope, StoredResponse,
 };
+use idem_ops::Holder;
 use idem_ops::Operator;
 use idem_postgres::PgStore;
 use idem_redis::RedisStore;

@@ -3,7 +3,6 @@
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::decision::check_fence;
 use crate::error::Error;
-use crate::holder::Holder;
 use crate::lease::Lease;
 use crate::record::{Record, RecordState};
 use crate::resolution::Resolution;
@@ -39,7 +38,6 @@ pub struct MemoryStore {
     /// after `records` when both are.
     trail: Mutex<Trail>,
     clock: Arc<dyn Clock>,
-    holder: Holder,
 }
 
 /// One record as a [`MemoryStore`] holds it: for reads beside the protocol (idem-ops'
@@ -54,8 +52,6 @@ pub struct MemoryRecord {
     pub reserved_at: Timestamp,
     /// When its completion landed, by the store's clock; `None` in progress.
     pub completed_at: Option<Timestamp>,
-    /// The process that made its current reservation.
-    pub holder: Holder,
     /// For a record in doubt: its mark, encoded, and when it is next due for a check.
     pub doubt: Option<(Vec<u8>, Timestamp)>,
 }
@@ -69,7 +65,6 @@ struct Entry {
     record: Record<Vec<u8>>,
     reserved_at: Timestamp,
     completed_at: Option<Timestamp>,
-    holder: Holder,
     /// The mark of an answer in doubt, encoded, and when it is next due for a check.
     doubt: Option<(Vec<u8>, Timestamp)>,
 }
@@ -88,7 +83,6 @@ impl Entry {
             record: self.record.clone(),
             reserved_at: self.reserved_at,
             completed_at: self.completed_at,
-            holder: self.holder.clone(),
             doubt: self.doubt.clone(),
         }
     }
@@ -125,21 +119,7 @@ impl MemoryStore {
             records: Mutex::new(HashMap::new()),
             trail: Mutex::new(HashMap::new()),
             clock: Arc::new(clock),
-            holder: Holder::this_process().clone(),
         }
-    }
-
-    /// The same store recording `holder` as the maker of its reservations instead of
-    /// [`Holder::this_process`] (to test what operators read).
-    ///
-    /// ```
-    /// use idem_core::{Holder, MemoryStore};
-    /// let other = Holder::new("web-2", 7, 1, None);
-    /// let _store = MemoryStore::new().with_holder(other);
-    /// ```
-    pub fn with_holder(mut self, holder: Holder) -> Self {
-        self.holder = holder;
-        self
     }
 
     /// How many records are held, expired or not.
@@ -213,7 +193,6 @@ impl MemoryStore {
             },
             reserved_at: now,
             completed_at: None,
-            holder: self.holder.clone(),
             doubt: None,
         }
     }

@@ -40,6 +40,7 @@
 
 mod backoff;
 pub mod feed;
+mod holder;
 mod listing;
 mod memory;
 mod operator;
@@ -53,6 +54,7 @@ mod reconciler;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
+pub use holder::Holder;
 pub use listing::{
     Cursor, Inspected, ListQuery, Listed, ListedState, Page, Position, Selection, Stats,
 };

@@ -7,8 +7,9 @@
 //! reads one record whole.
 
 use crate::provenance::{Noted, Provenance};
+use crate::Holder;
 use idem_core::store::{Doubt, Record};
-use idem_core::{Error, Field, Holder, IdempotencyKey, RecordId, Scope, Timestamp};
+use idem_core::{Error, Field, IdempotencyKey, RecordId, Scope, Timestamp};
 use std::fmt;
 use std::time::Duration;
 

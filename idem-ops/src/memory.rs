@@ -1,6 +1,7 @@
 //! The operator reads of the reference store, [`MemoryStore`], from what it holds
 //! ([`MemoryStore::records`], [`MemoryStore::trail`]).
 
+use crate::holder::Holder;
 use crate::listing::{Cursor, Inspected, ListQuery, Listed, ListedState, Page, Selection, Stats};
 use crate::operator::Operator;
 use crate::provenance::{Noted, Provenance};
@@ -28,7 +29,7 @@ fn listed(kept: &MemoryRecord) -> Result<Listed, Error> {
         id: kept.id.clone(),
         reserved_at: Some(kept.reserved_at),
         completed_at: kept.completed_at,
-        holder: Noted::Known(kept.holder.clone()),
+        holder: Noted::Known(Holder::this_process().clone()),
         state: match &kept.record.state {
             RecordState::InProgress { lease_until } => ListedState::InProgress {
                 lease_until: *lease_until,
@@ -49,7 +50,7 @@ fn provenance(kept: &MemoryRecord) -> Provenance {
     Provenance {
         reserved_at: Some(kept.reserved_at),
         completed_at: kept.completed_at,
-        holder: Noted::Known(kept.holder.clone()),
+        holder: Noted::Known(Holder::this_process().clone()),
     }
 }
 

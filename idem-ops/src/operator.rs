@@ -21,7 +21,7 @@ use std::sync::Arc;
 ///
 /// 1. `inspect` reads one record as [`Store::lookup`] does, with its [`Provenance`]: a store
 ///    records when each reservation (fresh or taken over) was made and which process made it
-///    ([`Holder::this_process`](idem_core::Holder::this_process)), and when each completion landed,
+///    ([`Holder::this_process`](crate::Holder::this_process)), and when each completion landed,
 ///    by the store's one clock.
 /// 2. `list` returns at most [`ListQuery::limit_value`] records of the [`Selection`](crate::Selection) in the
 ///    order [`listing_order`](Self::listing_order) says, never a body, and a [`Page::next`]

@@ -1,6 +1,7 @@
 //! What a store keeps beside a record for operators: when, and by which process.
 
-use idem_core::{Holder, Timestamp};
+use crate::Holder;
+use idem_core::Timestamp;
 
 /// What a store keeps beside a record for operators (store rule 6): when its current
 /// reservation was made, when its completion landed, and which process made the reservation.
@@ -31,7 +32,7 @@ pub struct Provenance {
 ///
 /// ```
 /// use idem_ops::Noted;
-/// use idem_core::Holder;
+/// use idem_ops::Holder;
 /// assert_eq!(Noted::holder(None), Noted::Unknown);
 /// let me = Holder::this_process();
 /// assert_eq!(Noted::holder(Some(&me.encode())).known(), Some(me));

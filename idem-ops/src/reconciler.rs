@@ -6,9 +6,10 @@ use crate::listing::ListQuery;
 use crate::operator::Operator;
 use crate::periodic::Periodic;
 use crate::reconcile::{in_doubt, resolve, Decided, Finding, InDoubt};
+use crate::Holder;
 use async_trait::async_trait;
 use idem_core::store::CatchUnwind;
-use idem_core::{Error, Holder, Idempotency, Operation};
+use idem_core::{Error, Idempotency, Operation};
 use std::future::Future;
 use std::time::Duration;
 

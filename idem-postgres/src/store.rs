@@ -17,8 +17,9 @@ use idem_core::store::{
     Reserved, Resolution,
 };
 use idem_core::Operation;
-use idem_core::{Error, Holder, RecordId, Store, Timestamp};
+use idem_core::{Error, RecordId, Store, Timestamp};
 use idem_ops::feed::FeedSettings;
+use idem_ops::Holder;
 use idem_ops::{Inspected, ListQuery, Operator, Page, Stats};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool};
@@ -306,7 +307,7 @@ impl PgStoreBuilder {
     /// [`Holder::this_process`]); a test gives another to stand for another process.
     ///
     /// ```
-    /// use idem_core::Holder;
+    /// use idem_ops::Holder;
     /// let _builder = idem_postgres::PgStore::builder().holder(Holder::new("web-2", 7, 1, None));
     /// ```
     pub fn holder(mut self, holder: Holder) -> Self {

@@ -226,7 +226,7 @@ async fn version_3_store() -> (PgStore, String) {
         .expect("connect");
     let done = StoredResponse::new(201, "{}").encode().expect("encode");
     let hex = done.iter().map(|b| format!("{b:02x}")).collect::<String>();
-    let holder = idem_core::Holder::this_process().encode();
+    let holder = idem_ops::Holder::this_process().encode();
     let hex_of = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("{b:02x}")).collect() };
     let fingerprint = hex_of(
         idem_core::Fingerprint::builder()

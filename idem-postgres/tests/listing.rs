@@ -382,7 +382,7 @@ async fn c11_a_takeover_by_another_process_records_the_taker() {
         .await
         .expect("connect");
     first.migrate().await.expect("migrate");
-    let other = idem_core::Holder::new("web-2.example", 4242, 7, Some(99));
+    let other = idem_ops::Holder::new("web-2.example", 4242, 7, Some(99));
     let second = PgStore::builder()
         .schema(SCHEMA)
         .table(&table)

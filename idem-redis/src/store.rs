@@ -16,7 +16,8 @@ use idem_core::store::{
     Lease, Record, Reserved, Resolution,
 };
 use idem_core::Operation;
-use idem_core::{Error, Field, Holder, RecordId, Store, StoreErrorKind, StoredResponse, Timestamp};
+use idem_core::{Error, Field, RecordId, Store, StoreErrorKind, StoredResponse, Timestamp};
+use idem_ops::Holder;
 use idem_ops::{Inspected, ListQuery, ListingOrder, Operator, Page, Stats};
 use redis::{ScriptInvocation, Value};
 use std::sync::Arc;
@@ -139,7 +140,7 @@ impl RedisStoreBuilder {
     /// [`Holder::this_process`]); a test gives another to stand for another process.
     ///
     /// ```
-    /// use idem_core::Holder;
+    /// use idem_ops::Holder;
     /// let _builder = idem_redis::RedisStore::builder().holder(Holder::new("web-2", 7, 1, None));
     /// ```
     pub fn holder(mut self, holder: Holder) -> Self {

@@ -451,7 +451,7 @@ async fn c11_a_takeover_by_another_process_records_the_taker() {
     for redis in BOTH {
         let prefix = format!("t{}", FencingToken::generate());
         let first = redis.connect(RedisStore::builder().prefix(&prefix)).await;
-        let other = idem_core::Holder::new("web-2.example", 4242, 7, Some(99));
+        let other = idem_ops::Holder::new("web-2.example", 4242, 7, Some(99));
         let second = redis
             .connect(RedisStore::builder().prefix(&prefix).holder(other.clone()))
             .await;

@@ -9,7 +9,8 @@ use idem_core::store::{
     Reserved, Resolution,
 };
 use idem_core::store::{Decided, Reconciliation};
-use idem_core::{Begin, Clock, Error, FencingToken, Field, Holder, RecordId, Request, Timestamp};
+use idem_core::{Begin, Clock, Error, FencingToken, Field, RecordId, Request, Timestamp};
+use idem_ops::Holder;
 use idem_ops::{Cursor, Inspected, ListQuery, Page, Selection, Stats};
 use rusqlite::{params, Connection, Params, TransactionBehavior};
 use std::time::Duration;

@@ -13,7 +13,8 @@ use idem_core::store::{
     async_trait, Acquire, Capabilities, Claim, Completion, Lease, Record, Reserved, Resolution,
 };
 use idem_core::Operation;
-use idem_core::{Answer, Error, FencingToken, Holder, RecordId, Request, Store, Timestamp};
+use idem_core::{Answer, Error, FencingToken, RecordId, Request, Store, Timestamp};
+use idem_ops::Holder;
 use idem_ops::{Inspected, ListQuery, Operator, Page, Stats};
 use rusqlite::{Connection, Transaction};
 use std::sync::Arc;
@@ -92,7 +93,7 @@ impl SqliteStore {
     ///
     /// ```
     /// # async fn demo() -> Result<(), idem_core::Error> {
-    /// use idem_core::Holder;
+    /// use idem_ops::Holder;
     /// let store = idem_sqlite::SqliteStore::open("records.db").await?;
     /// let _other = store.with_holder(&Holder::new("web-2", 7, 1, None));
     /// # Ok(())

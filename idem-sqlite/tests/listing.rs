@@ -351,7 +351,7 @@ async fn c11_a_takeover_by_another_process_records_the_taker() {
     let first = SqliteStore::open(dir.path().join("holders.db"))
         .await
         .expect("open");
-    let other = idem_core::Holder::new("web-2.example", 4242, 7, Some(99));
+    let other = idem_ops::Holder::new("web-2.example", 4242, 7, Some(99));
     let second = first.with_holder(&other);
     idem_ops::testing::c11_a_takeover_and_a_start_over_record_the_new_holder(first, second, &other)
         .await;

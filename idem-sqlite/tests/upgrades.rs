@@ -147,7 +147,7 @@ fn version_3_file(path: &Path) {
     let completed = idem_core::StoredResponse::new(201, "{\"id\":1}")
         .encode()
         .expect("encode");
-    let holder = idem_core::Holder::new("web-1", 7, 1, None).encode();
+    let holder = idem_ops::Holder::new("web-1", 7, 1, None).encode();
     for (key, state, response, completed_at) in [
         ("v3-running", 0, None, None),
         ("v3-done", 1, Some(completed), Some(1_700_000_000_500_i64)),

@@ -7,9 +7,10 @@
 
 use super::listing::{engine, reserve};
 use super::{policy, request, unique_consumer, LEASE, SHORT_RETENTION};
+use crate::Holder;
 use crate::{Inspected, Operator};
 use idem_core::store::Deadline;
-use idem_core::{Begin, Holder, RecordId, StoredResponse};
+use idem_core::{Begin, RecordId, StoredResponse};
 use std::time::Duration;
 
 async fn inspected<S: Operator + ?Sized>(store: &S, id: &RecordId) -> Inspected {

@@ -4,9 +4,10 @@
 
 use super::listing::{completed, engine, every_page, fresh, reserve};
 use super::{policy, request, request_on, unique_consumer, OperatorHarness, LEASE};
+use crate::Holder;
 use crate::{Inspected, ListQuery, ListedState, ListingOrder, Operator, Selection};
 use idem_core::store::Deadline;
-use idem_core::{Begin, Holder, RecordId, StoredResponse, Timestamp};
+use idem_core::{Begin, RecordId, StoredResponse, Timestamp};
 use std::time::Duration;
 
 /// The most a store's two readings of one instant may differ by: a server store keeps the

@@ -2,9 +2,7 @@
 //! handler from a dead one. Stores write [`Holder::this_process`] (or their own) with every
 //! reservation and takeover, as [`Holder::encode`]; older records have none.
 
-use crate::doubt::bounded;
-use crate::error::Error;
-use crate::token::FencingToken;
+use idem_core::{Error, FencingToken};
 use std::fmt;
 use std::sync::OnceLock;
 
@@ -13,7 +11,7 @@ use std::sync::OnceLock;
 /// whether the process with that pid is still the holder.
 ///
 /// ```
-/// use idem_core::Holder;
+/// use idem_ops::Holder;
 /// let me = Holder::this_process();
 /// assert_eq!(me.pid(), std::process::id());
 /// assert!(!me.host().is_empty());
@@ -57,18 +55,25 @@ impl Holder {
     /// `unknown` if empty. Boot id and namespace unknown ([`with_machine`](Self::with_machine)).
     ///
     /// ```
-    /// use idem_core::Holder;
+    /// use idem_ops::Holder;
     /// let h = Holder::new(" web-1\n", 42, 7, Some(1234));
     /// assert_eq!((h.host(), h.pid(), h.start_id(), h.started()), ("web-1", 42, 7, Some(1234)));
     /// assert_eq!(Holder::new("", 1, 1, None).host(), "unknown");
     /// ```
     pub fn new(host: &str, pid: u32, start_id: u64, started: Option<u64>) -> Self {
-        let cleaned: String = host.trim().chars().filter(|c| !c.is_control()).collect();
+        // At most MAX_HOST_LEN bytes, cut at a character boundary.
+        let mut len = 0;
+        let cleaned: String = (host.trim().chars().filter(|c| !c.is_control()))
+            .take_while(|c| {
+                len += c.len_utf8();
+                len <= MAX_HOST_LEN
+            })
+            .collect();
         Self {
             host: if cleaned.is_empty() {
                 "unknown".to_owned()
             } else {
-                bounded(cleaned, MAX_HOST_LEN)
+                cleaned
             },
             pid,
             start_id,
@@ -81,7 +86,7 @@ impl Holder {
     /// With boot id and pid namespace (an empty, over-64-byte or multi-word boot id is dropped).
     ///
     /// ```
-    /// use idem_core::Holder;
+    /// use idem_ops::Holder;
     /// let h = Holder::new("web-1", 42, 7, None).with_machine(Some("b00t"), Some(4026531836));
     /// assert_eq!((h.boot_id(), h.pid_namespace()), (Some("b00t"), Some(4026531836)));
     /// assert_eq!(Holder::decode(&h.encode())?, h);
@@ -124,7 +129,7 @@ impl Holder {
     /// [`this_process`](Self::this_process) in its stored form, formatted once.
     ///
     /// ```
-    /// use idem_core::Holder;
+    /// use idem_ops::Holder;
     /// assert_eq!(Holder::this_process_encoded(), Holder::this_process().encode());
     /// ```
     pub fn this_process_encoded() -> &'static str {
