@@ -367,22 +367,28 @@ struct AuditParams {
 /// at most 1000). An operator endpoint: keep it on an internal network or behind your admin
 /// authentication.
 async fn audit(State(app): State<Arc<App>>, Query(params): Query<AuditParams>) -> Response {
-    audit_page(&app, params, MAX_AUDIT_LIMIT).await
+    audit_page(&app, params, 100, MAX_AUDIT_LIMIT).await
 }
 
-/// `GET /test/audit?source=stripe` (test hooks only): like `/audit`, without the limit's cap.
+/// `GET /test/audit?source=stripe` (test hooks only): like `/audit`, every entry unless
+/// `limit` says otherwise (no default, no cap).
 async fn test_audit(State(app): State<Arc<App>>, Query(params): Query<AuditParams>) -> Response {
-    audit_page(&app, params, usize::MAX).await
+    audit_page(&app, params, u64::MAX, usize::MAX).await
 }
 
-async fn audit_page(app: &App, params: AuditParams, max_limit: usize) -> Response {
+async fn audit_page(
+    app: &App,
+    params: AuditParams,
+    default_limit: u64,
+    max_limit: usize,
+) -> Response {
     let number = |name: &'static str, value: Option<&str>, default: u64| match value {
         None => Ok(default),
         Some(text) => text.trim().parse::<u64>().map_err(|_| name),
     };
     let parsed = number("from", params.from.as_deref(), 0).and_then(|from| {
         let to = number("to", params.to.as_deref(), u64::MAX)?;
-        let limit = number("limit", params.limit.as_deref(), 100)?;
+        let limit = number("limit", params.limit.as_deref(), default_limit)?;
         Ok((from, to, limit))
     });
     let (from, to, limit) = match parsed {

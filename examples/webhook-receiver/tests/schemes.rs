@@ -695,3 +695,38 @@ async fn a_sender_without_a_secret_has_no_route() {
         .expect("an answer");
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.describe());
 }
+
+/// `GET /test/audit` lists every entry, past `/audit`'s default page of 100; `limit` still
+/// bounds it when given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_test_audit_lists_every_entry() {
+    let env = TestEnv::new("audit-all");
+    let server = start(&env).await;
+    let http = client();
+    let scheme = SignatureScheme::new([STRIPE_SECRET]).expect("a Stripe secret");
+    const EVENTS: usize = 105;
+    for i in 0..EVENTS {
+        let event = Event::other(&new_event_id(&format!("all{i}")), "customer.created");
+        let signature = scheme.sign(&event.body, now_unix());
+        let headers = vec![("stripe-signature".to_owned(), signature)];
+        let reply = post(&http, &server, "/webhooks/stripe", &headers, &event.body)
+            .await
+            .expect("an answer");
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.describe());
+    }
+    let all = Reply::fetch(http.get(server.url("/test/audit?source=stripe")))
+        .await
+        .expect("the audit trail")
+        .json();
+    assert_eq!(all["count"], EVENTS, "every entry: {}", all["count"]);
+    let page = Reply::fetch(http.get(server.url("/audit?source=stripe")))
+        .await
+        .expect("the audit page")
+        .json();
+    assert_eq!(page["count"], 100, "the operator endpoint's default page");
+    let bounded = Reply::fetch(http.get(server.url("/test/audit?source=stripe&limit=7")))
+        .await
+        .expect("the audit trail")
+        .json();
+    assert_eq!(bounded["count"], 7);
+}
