@@ -515,3 +515,40 @@ async fn c17_pg_a_disabled_endpoints_deliveries_wait_without_holding_up_others()
     assert_eq!(receiver.received().len(), 45, "every message delivered");
     assert!(receiver.effects().values().all(|n| *n == 1));
 }
+
+/// An outbox table made by an earlier build, without the claim's `claimed_until`, gets the
+/// column when the outbox opens, and its messages are delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_a_table_without_the_claim_column_gets_it_on_open() {
+    let url = fresh_database().await;
+    let (store, _) = pg_outbox(&url).await;
+    sqlx::raw_sql("ALTER TABLE idem_outbox_deliveries DROP COLUMN claimed_until")
+        .execute(store.pool())
+        .await
+        .expect("the earlier table");
+    let outbox = PgOutbox::open(&store).await.expect("opened again");
+    let (column,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM information_schema.columns \
+         WHERE table_name = 'idem_outbox_deliveries' AND column_name = 'claimed_until'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .expect("counted");
+    assert_eq!(column, 1, "the column is back");
+    let receiver = Receiver::start().await;
+    outbox
+        .register(&endpoint(
+            "merchant",
+            &receiver.url(),
+            quick(3, Duration::from_millis(50)),
+        ))
+        .await
+        .expect("registered");
+    let _dispatching = outbox
+        .dispatcher()
+        .allow_loopback(true)
+        .start()
+        .expect("started");
+    enqueue(&store, &outbox, "merchant", 1).await;
+    assert!(receiver.wait_for(1, Duration::from_secs(5)).await);
+}
