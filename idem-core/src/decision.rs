@@ -178,16 +178,15 @@ mod tests {
             expect,
             Decision::Acquired(Acquire::StartOver { previous: t })
         );
-        assert_eq!(Acquire::StartOver { previous: t }.replaces(), Some(t));
+        assert_eq!(
+            Acquire::StartOver { previous: t }.replaces(),
+            Some((t, true))
+        );
+        assert_eq!(
+            Acquire::TakeOver { previous: t }.replaces(),
+            Some((t, false))
+        );
         assert_eq!(Acquire::Fresh.replaces(), None);
-        assert_eq!(
-            Acquire::StartOver { previous: t }.replaces_completed(),
-            Some(true)
-        );
-        assert_eq!(
-            Acquire::TakeOver { previous: t }.replaces_completed(),
-            Some(false)
-        );
     }
 
     #[test]

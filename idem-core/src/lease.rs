@@ -27,21 +27,23 @@ pub enum Acquire {
 }
 
 impl Acquire {
-    /// The token of the record being replaced, if any: a store's compare-and-set condition.
-    pub fn replaces(&self) -> Option<FencingToken> {
-        match self {
+    /// The record being replaced, a store's compare-and-set condition: its token, and whether
+    /// it must be completed (a start over) rather than in progress (a takeover). `None` for a
+    /// fresh key.
+    ///
+    /// ```
+    /// use idem_core::store::Acquire;
+    /// use idem_core::FencingToken;
+    /// let previous = FencingToken::generate();
+    /// assert_eq!(Acquire::StartOver { previous }.replaces(), Some((previous, true)));
+    /// assert_eq!(Acquire::TakeOver { previous }.replaces(), Some((previous, false)));
+    /// assert_eq!(Acquire::Fresh.replaces(), None);
+    /// ```
+    pub fn replaces(&self) -> Option<(FencingToken, bool)> {
+        match *self {
             Acquire::Fresh => None,
-            Acquire::TakeOver { previous } | Acquire::StartOver { previous } => Some(*previous),
-        }
-    }
-
-    /// Whether the replaced record must be completed (start over) or in progress (takeover):
-    /// the compare-and-set's state half. `None` for a fresh key.
-    pub fn replaces_completed(&self) -> Option<bool> {
-        match self {
-            Acquire::Fresh => None,
-            Acquire::TakeOver { .. } => Some(false),
-            Acquire::StartOver { .. } => Some(true),
+            Acquire::TakeOver { previous } => Some((previous, false)),
+            Acquire::StartOver { previous } => Some((previous, true)),
         }
     }
 }

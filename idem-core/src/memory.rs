@@ -258,8 +258,7 @@ impl Store for MemoryStore {
     ) -> Result<Reserved, Error> {
         let mut records = self.lock();
         let now = self.clock.now();
-        let (Some(previous), Some(completed)) = (acquire.replaces(), acquire.replaces_completed())
-        else {
+        let Some((previous, completed)) = acquire.replaces() else {
             return Ok(Reserved::Lost);
         };
         // Under the lock: the record is replaced only if it is still the one the decision saw.

@@ -138,9 +138,7 @@ impl Ops {
         acquired: Acquire,
         lease_for: Duration,
     ) -> Result<Reserved, Error> {
-        let (Some(previous), Some(completed)) =
-            (acquired.replaces(), acquired.replaces_completed())
-        else {
+        let Some((previous, completed)) = acquired.replaces() else {
             return Ok(Reserved::Lost);
         };
         let [consumer, route, key] = id_params(request.id());

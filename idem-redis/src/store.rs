@@ -513,9 +513,7 @@ impl Store for RedisStore {
     ) -> Result<Reserved, Error> {
         deadline
             .bound(Operation::Reserve, async {
-                let (Some(previous), Some(completed)) =
-                    (acquire.replaces(), acquire.replaces_completed())
-                else {
+                let Some((previous, completed)) = acquire.replaces() else {
                     return Ok(Reserved::Lost);
                 };
                 let request = claim.request();

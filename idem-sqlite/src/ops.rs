@@ -203,8 +203,7 @@ pub(crate) fn replace_step(
     acquire: Acquire,
     holder: &str,
 ) -> Result<Reserved, Error> {
-    let (Some(previous), Some(completed)) = (acquire.replaces(), acquire.replaces_completed())
-    else {
+    let Some((previous, completed)) = acquire.replaces() else {
         return Ok(Reserved::Lost);
     };
     let id = request.id();

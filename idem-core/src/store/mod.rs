@@ -64,7 +64,7 @@ use std::time::Duration;
 ///    apart reports [`Reserved::Held`]. `replace` is the compare-and-set of a takeover or a
 ///    start over: it writes a record carrying the claim's token with the deadline
 ///    `now + lease_for` only if the record still carries [`Acquire::replaces`], is in the
-///    state [`Acquire::replaces_completed`] says and is still expired at `now` (a late
+///    state it says and is still expired at `now` (a late
 ///    completion or a renewal keeps the token but moves the deadline, and must not be
 ///    overwritten): [`Reserved::Written`]; otherwise [`Reserved::Lost`], or
 ///    [`Reserved::Held`] when another transaction holds the row (never waited for). Of N
