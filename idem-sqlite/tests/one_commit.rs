@@ -5,16 +5,15 @@ mod common;
 
 use common::{charges, with_charges};
 use idem_core::store::Deadline;
-use idem_core::store::{
-    Acquire, Capabilities, Claim, Completion, Lease, Record, Reserved, StoreExt,
-};
+use idem_core::store::{Lease, StoreExt};
+use idem_core::testing::Elsewhere;
 use idem_core::{
-    Answer, Begin, Error, Idempotency, Outcome, Policy, RecordId, Request, RunError, Store,
-    StoreErrorKind, StoredResponse, Timestamp,
+    Answer, Begin, Idempotency, Outcome, Policy, Request, RunError, Store, StoreErrorKind,
+    StoredResponse,
 };
-use idem_ops::{ListQuery, Operator, Page, Stats};
 use idem_sqlite::{SqliteIdempotency, SqliteStore};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 async fn one_commit_store(path: &Path) -> SqliteStore {
@@ -353,72 +352,6 @@ async fn c07_a_completed_key_replays_while_another_request_of_it_holds_its_claim
     assert_eq!(charges(&store, "done").await, 1);
 }
 
-/// A wrapper that forwards everything but the store's identity (the trait's default `None`).
-#[derive(Debug)]
-struct WithoutIdentity(SqliteStore);
-
-#[idem_core::store::async_trait]
-impl Store for WithoutIdentity {
-    async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
-        self.0.reserve(claim, deadline).await
-    }
-    async fn replace(
-        &self,
-        claim: &Claim<'_>,
-        acquire: Acquire,
-        deadline: Deadline,
-    ) -> Result<Reserved, Error> {
-        self.0.replace(claim, acquire, deadline).await
-    }
-    async fn complete(&self, completion: &Completion, deadline: Deadline) -> Result<(), Error> {
-        self.0.complete(completion, deadline).await
-    }
-    async fn release(&self, lease: &Lease, deadline: Deadline) -> Result<(), Error> {
-        self.0.release(lease, deadline).await
-    }
-    async fn renew(
-        &self,
-        lease: &Lease,
-        lease_for: Duration,
-        deadline: Deadline,
-    ) -> Result<Timestamp, Error> {
-        self.0.renew(lease, lease_for, deadline).await
-    }
-    async fn purge_expired(&self, limit: usize, deadline: Deadline) -> Result<usize, Error> {
-        self.0.purge_expired(limit, deadline).await
-    }
-    async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error> {
-        self.0.lookup(id, deadline).await
-    }
-    async fn resolve(
-        &self,
-        resolution: &idem_core::store::Resolution,
-        deadline: Deadline,
-    ) -> Result<bool, Error> {
-        self.0.resolve(resolution, deadline).await
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
-    }
-}
-
-#[idem_core::store::async_trait]
-impl Operator for WithoutIdentity {
-    async fn list(&self, query: &ListQuery, deadline: Deadline) -> Result<Page, Error> {
-        self.0.list(query, deadline).await
-    }
-    async fn stats(&self, deadline: Deadline) -> Result<Stats, Error> {
-        self.0.stats(deadline).await
-    }
-    async fn reconciliations(
-        &self,
-        id: &RecordId,
-        deadline: Deadline,
-    ) -> Result<Vec<idem_core::store::Reconciliation>, Error> {
-        self.0.reconciliations(id, deadline).await
-    }
-}
-
 /// C5, C15: an engine over a wrapper of a store opened for one commit that does not forward
 /// its identity could not share the claims: its reservations are refused, never left to wait
 /// for another engine's uncommitted transaction.
@@ -426,7 +359,7 @@ impl Operator for WithoutIdentity {
 async fn c05_an_engine_that_cannot_share_the_claims_refuses_instead_of_waiting() {
     let dir = tempfile::tempdir().expect("dir");
     let store = one_commit_store(&dir.path().join("wrapped.db")).await;
-    let wrapped = WithoutIdentity(store.clone());
+    let wrapped = Elsewhere::keeping_process_gate(Arc::new(store.clone()));
     assert!(wrapped.identity().is_none() && wrapped.capabilities().process_gate);
     let idem = Idempotency::new(wrapped);
     let started = Instant::now();

@@ -26,12 +26,19 @@ use std::time::Duration;
 /// assert!(Elsewhere::new(Arc::clone(&store)).identity().is_none());
 /// ```
 #[derive(Debug)]
-pub struct Elsewhere<S>(Arc<S>);
+pub struct Elsewhere<S>(Arc<S>, bool);
 
 impl<S> Elsewhere<S> {
     /// `store`, seen from another process.
     pub fn new(store: Arc<S>) -> Self {
-        Self(store)
+        Self(store, false)
+    }
+
+    /// `store` behind a wrapper that forwards every method but [`identity`](Store::identity),
+    /// its [`process_gate`](Capabilities::process_gate) included: the misconfiguration an
+    /// engine must refuse rather than let its claims go unshared.
+    pub fn keeping_process_gate(store: Arc<S>) -> Self {
+        Self(store, true)
     }
 }
 
@@ -82,11 +89,12 @@ impl<S: Store + 'static> Store for Elsewhere<S> {
     ) -> Result<Option<crate::Answer>, Error> {
         self.0.read_answer(request, deadline).await
     }
-    /// The store's, without its [`process_gate`](Capabilities::process_gate): another process
-    /// neither shares this one's claims nor claims in them (a store with a process gate keeps
-    /// other processes off its table; a test of that opens a second store).
+    /// The store's, without its [`process_gate`](Capabilities::process_gate) unless kept:
+    /// another process neither shares this one's claims nor claims in them (a store with a
+    /// process gate keeps other processes off its table; a test of that opens a second store).
     fn capabilities(&self) -> Capabilities {
-        self.0.capabilities().with_process_gate(false)
+        let capabilities = self.0.capabilities();
+        capabilities.with_process_gate(capabilities.process_gate && self.1)
     }
     fn announce(&self, id: &RecordId) {
         self.0.announce(id)
