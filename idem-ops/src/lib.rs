@@ -66,6 +66,8 @@ pub use reconciler::{
     reconcile_every, reconcile_now, Reconcile, Reconciled, CHECK_DEADLINE, MAX_PER_PASS,
 };
 
+#[doc(hidden)]
+pub use idem_core as __idem_core;
 /// For [`feed_report`]'s logs.
 #[doc(hidden)]
 pub use tracing as __tracing;

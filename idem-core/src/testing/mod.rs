@@ -228,7 +228,8 @@ macro_rules! __idem_change_feed_scenarios {
 
 /// What is done with a scenario list: `[stamp HARNESS]` stamps one `#[tokio::test]` per
 /// scenario (the harness expression is evaluated once per test), `[stamp_feed HARNESS]` the same
-/// on two workers (the change feeds'); `[names]` is the list of names.
+/// on two workers (the change feeds'), `[stamp_in CRATE, HARNESS]` the same for the scenarios of
+/// another crate's `testing` module (idem-ops'); `[names]` is the list of names.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __idem_dispatch {
@@ -254,11 +255,14 @@ macro_rules! __idem_dispatch {
         )+
     };
     ([stamp $harness:expr] $($scenario:ident),+ $(,)?) => {
+        $crate::__idem_dispatch! { [stamp_in $crate, $harness] $($scenario),+ }
+    };
+    ([stamp_in $krate:tt, $harness:expr] $($scenario:ident),+ $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $scenario() {
                 let harness = $harness;
-                $crate::testing::$scenario(&harness).await;
+                $krate::testing::$scenario(&harness).await;
             }
         )+
     };

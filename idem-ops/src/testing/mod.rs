@@ -60,13 +60,13 @@ where
 {
 }
 
-/// The one list of operator scenarios: calls `$crate::__idem_ops_dispatch!` with `$args` and
+/// The one list of operator scenarios: calls idem-core's `__idem_dispatch!` with `$args` and
 /// the names.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __idem_operator_scenarios {
     ($($args:tt)*) => {
-        $crate::__idem_ops_dispatch! { [$($args)*]
+        $crate::__idem_core::__idem_dispatch! { [$($args)*]
             c09_in_progress_records_are_listed_by_age,
             c10_completed_records_are_listed_per_consumer,
             c10_stats_count_records_by_state,
@@ -85,33 +85,13 @@ macro_rules! __idem_operator_scenarios {
     };
 }
 
-/// What is done with the scenario list: `[stamp HARNESS]` stamps one `#[tokio::test]` per
-/// scenario (the harness expression is evaluated once per test); `[names]` is the list of
-/// names.
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __idem_ops_dispatch {
-    ([names] $($scenario:ident),+ $(,)?) => {
-        &[$(stringify!($scenario)),+]
-    };
-    ([stamp $harness:expr] $($scenario:ident),+ $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $scenario() {
-                let harness = $harness;
-                $crate::testing::$scenario(&harness).await;
-            }
-        )+
-    };
-}
-
 /// Stamps one `#[tokio::test]` per operator scenario for a store, given an expression that
 /// yields its [`Harness`] (`tokio` with the `macros` and `rt-multi-thread` features must be a
 /// dev-dependency).
 #[macro_export]
 macro_rules! operator_tests {
     ($harness:expr $(,)?) => {
-        $crate::__idem_operator_scenarios!(stamp $harness);
+        $crate::__idem_operator_scenarios!(stamp_in $crate, $harness);
     };
 }
 
