@@ -69,10 +69,15 @@ impl Deadline {
     where
         F: Future<Output = Result<T, crate::Error>>,
     {
+        let budget = self.remaining();
+        // A spent budget starts nothing: a call polled once could still send its statement
+        // (a write nobody waits for) and lose its connection to the drop that follows.
+        if budget.is_zero() {
+            return Err(timed_out(operation, budget));
+        }
         let Some(timer) = timer_at(self.0) else {
             return call.await;
         };
-        let budget = self.remaining();
         tokio::select! {
             biased;
             result = call => result,
@@ -92,4 +97,33 @@ impl Default for Deadline {
 pub(crate) fn timer_at(instant: Instant) -> Option<tokio::time::Sleep> {
     let instant = tokio::time::Instant::from_std(instant);
     std::panic::catch_unwind(|| tokio::time::sleep_until(instant)).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::StoreErrorKind;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// C13: a call given a deadline that has passed is never polled, so it sends nothing (a
+    /// reservation retried after its budget ran out must not write a record nobody holds).
+    #[tokio::test]
+    async fn c13_a_spent_deadline_never_starts_the_call() {
+        let polled = AtomicBool::new(false);
+        let spent = Deadline::after(Duration::ZERO);
+        let result = spent
+            .bound(Operation::Reserve, async {
+                polled.store(true, Ordering::SeqCst);
+                Ok(())
+            })
+            .await;
+        assert!(!polled.load(Ordering::SeqCst), "the call was started");
+        let kind = result.expect_err("timed out").as_store().map(|e| e.kind());
+        assert_eq!(kind, Some(StoreErrorKind::Unavailable));
+        let live = Deadline::after(Duration::from_secs(5));
+        assert!(live
+            .bound(Operation::Reserve, async { Ok(()) })
+            .await
+            .is_ok());
+    }
 }

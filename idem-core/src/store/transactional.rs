@@ -68,8 +68,7 @@ pub trait Transactional: Store {
     /// Reads the record once no transaction (one-commit ones included, C15) holds it, waiting
     /// at most `wait`: tells a commit in doubt from a rollback. Default: reads at once.
     async fn settled(&self, id: &RecordId, wait: Duration) -> Result<Option<Record>, Error> {
-        let _ = wait;
-        self.lookup(id, Deadline::default()).await
+        self.lookup(id, Deadline::after(wait)).await
     }
 }
 
