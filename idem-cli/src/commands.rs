@@ -218,7 +218,7 @@ async fn once(store: &dyn Operator, what: &Watched, io: &mut Io<'_>) -> Result<(
     match what {
         Watched::Pending(query, page) => list(store, query.clone(), page, io).await,
         Watched::Stats => {
-            let stats = within(store.stats(deadline())).await?;
+            let stats = store.stats(deadline()).await?;
             if io.json {
                 io.json(&render::stats_json(&stats))
             } else {
@@ -265,7 +265,7 @@ async fn inspect(
     body: bool,
     io: &mut Io<'_>,
 ) -> Result<(), Failure> {
-    let Some(record) = within(store.inspect(id, deadline())).await? else {
+    let Some(record) = store.inspect(id, deadline()).await? else {
         if io.json {
             io.json(&Value::Null)?;
         } else {
@@ -303,7 +303,7 @@ async fn records_of_key(
     let mut seen = HashSet::new();
     let mut stopped = false;
     loop {
-        let page = within(store.list(&query, deadline())).await?;
+        let page = store.list(&query, deadline()).await?;
         found.extend(
             page.records
                 .into_iter()
@@ -342,7 +342,7 @@ async fn inspect_key(
     }
     let now = render::now();
     let single = match records.as_slice() {
-        [only] => within(store.inspect(&only.id, deadline())).await?,
+        [only] => store.inspect(&only.id, deadline()).await?,
         _ => None,
     };
     if io.json {
@@ -483,7 +483,7 @@ async fn purge(
     let batch = usize::try_from(batch).unwrap_or(usize::MAX);
     let (mut purged, mut batches) = (0usize, 0usize);
     loop {
-        let deleted = within(store.purge_expired(batch, deadline())).await?;
+        let deleted = store.purge_expired(batch, deadline()).await?;
         purged += deleted;
         batches += 1;
         if !io.json {

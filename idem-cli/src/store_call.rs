@@ -66,7 +66,8 @@ pub(crate) async fn fetch(
         let Page {
             records: found,
             next,
-        } = within(store.list(&query, deadline()))
+        } = store
+            .list(&query, deadline())
             .await
             .map_err(|error| match error {
                 // A cursor the store did not make came from the command line.

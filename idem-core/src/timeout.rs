@@ -11,7 +11,7 @@ pub(crate) fn timed_out(operation: Operation, timeout: Duration) -> Error {
         "idem",
         StoreErrorKind::Unavailable,
         TimedOut(format!(
-            "the store did not answer {} within {timeout:?} (store_timeout)",
+            "the store did not answer {} within {timeout:?}",
             operation.name()
         )),
     )

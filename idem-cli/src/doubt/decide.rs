@@ -190,7 +190,7 @@ async fn decide(
         .build()
         .map_err(|e| Failure::Usage(format!("--retention or --audit-retention: {e}")))?;
     let Some(case) = within(in_doubt(&idem, id)).await? else {
-        let inspected = within(idem.store().inspect(id, deadline())).await?;
+        let inspected = idem.store().inspect(id, deadline()).await?;
         let what = not_in_doubt(inspected.as_ref(), now());
         if io.json {
             io.json(&json!({

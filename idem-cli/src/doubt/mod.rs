@@ -11,7 +11,7 @@ use crate::failure::Failure;
 use crate::io::Io;
 use crate::render::{now, printable, Table};
 use crate::store_call::deadline;
-use crate::store_call::{fetch, record_id, within};
+use crate::store_call::{fetch, record_id};
 use idem_core::store::RecordState;
 use idem_core::{RecordId, Timestamp};
 use idem_ops::reconcile::InDoubt;
@@ -141,8 +141,8 @@ fn state_name(inspected: Option<&Inspected>) -> &'static str {
 
 /// `doubt show`: the record in doubt and its audit trail; a record not in doubt, its trail.
 async fn show(store: &dyn Operator, id: &RecordId, io: &mut Io<'_>) -> Result<(), Failure> {
-    let inspected = within(store.inspect(id, deadline())).await?;
-    let trail = within(store.reconciliations(id, deadline())).await?;
+    let inspected = store.inspect(id, deadline()).await?;
+    let trail = store.reconciliations(id, deadline()).await?;
     let now = now();
     let case = inspected
         .clone()
