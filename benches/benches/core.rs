@@ -115,7 +115,7 @@ fn bench_decide(c: &mut Criterion) {
             "absent_acquire",
             None,
             &mine,
-            Decision::Acquired(Acquire::Fresh),
+            Decision::Acquired(Acquire::FRESH),
         ),
         (
             "in_progress_in_flight",
@@ -141,7 +141,7 @@ fn bench_decide(c: &mut Criterion) {
             "expired_lease_take_over",
             Some(in_progress(past)),
             &mine,
-            Decision::Acquired(Acquire::TakeOver { previous: token }),
+            Decision::Acquired(Acquire::take_over(token)),
         ),
     ];
     for (name, record, fingerprint, expected) in cases {

@@ -26,7 +26,7 @@ pub type Decision<R = crate::StoredResponse> = Begin<Acquire, R>;
 /// use idem_core::{Fingerprint, Timestamp};
 /// let fp = Fingerprint::builder().body(b"x").finish();
 /// let none: Option<idem_core::store::Record> = None;
-/// assert_eq!(decide(none, &fp, Timestamp::from_millis(0)), Decision::Acquired(Acquire::Fresh));
+/// assert_eq!(decide(none, &fp, Timestamp::from_millis(0)), Decision::Acquired(Acquire::FRESH));
 /// ```
 pub fn decide<R>(
     current: Option<Record<R>>,
@@ -34,13 +34,13 @@ pub fn decide<R>(
     now: Timestamp,
 ) -> Decision<R> {
     let Some(record) = current else {
-        return Decision::Acquired(Acquire::Fresh);
+        return Decision::Acquired(Acquire::FRESH);
     };
     if !record.is_live(now) {
         let previous = record.token;
         return Decision::Acquired(match record.state {
-            RecordState::InProgress { .. } => Acquire::TakeOver { previous },
-            RecordState::Completed { .. } => Acquire::StartOver { previous },
+            RecordState::InProgress { .. } => Acquire::take_over(previous),
+            RecordState::Completed { .. } => Acquire::start_over(previous),
         });
     }
     if record.fingerprint != *fingerprint {
@@ -106,7 +106,7 @@ mod tests {
     fn c04_absent_acquires_fresh() {
         assert_eq!(
             decide::<StoredResponse>(None, &fp(b"a"), at(5)),
-            Decision::Acquired(Acquire::Fresh)
+            Decision::Acquired(Acquire::FRESH)
         );
     }
 
@@ -151,7 +151,7 @@ mod tests {
     #[test]
     fn c09_expired_in_progress_is_taken_over_at_the_deadline() {
         let t = FencingToken::generate();
-        let expect = Decision::Acquired(Acquire::TakeOver { previous: t });
+        let expect = Decision::Acquired(Acquire::take_over(t));
         assert_eq!(
             decide(Some(in_progress(b"a", t, 1_000)), &fp(b"a"), at(1_000)),
             expect
@@ -165,7 +165,7 @@ mod tests {
     #[test]
     fn c10_expired_completed_starts_over_at_the_deadline() {
         let t = FencingToken::generate();
-        let expect = Decision::Acquired(Acquire::StartOver { previous: t });
+        let expect = Decision::Acquired(Acquire::start_over(t));
         assert_eq!(
             decide(Some(completed(b"a", t, 1_000)), &fp(b"a"), at(1_000)),
             expect
@@ -174,19 +174,10 @@ mod tests {
             decide(Some(completed(b"a", t, 1_000)), &fp(b"z"), at(1_001)),
             expect
         );
-        assert_eq!(
-            expect,
-            Decision::Acquired(Acquire::StartOver { previous: t })
-        );
-        assert_eq!(
-            Acquire::StartOver { previous: t }.replaces(),
-            Some((t, true))
-        );
-        assert_eq!(
-            Acquire::TakeOver { previous: t }.replaces(),
-            Some((t, false))
-        );
-        assert_eq!(Acquire::Fresh.replaces(), None);
+        assert_eq!(expect, Decision::Acquired(Acquire::start_over(t)));
+        assert_eq!(Acquire::start_over(t).replaces(), Some((t, true)));
+        assert_eq!(Acquire::take_over(t).replaces(), Some((t, false)));
+        assert_eq!(Acquire::FRESH.replaces(), None);
     }
 
     #[test]

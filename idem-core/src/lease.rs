@@ -1,32 +1,61 @@
 //! The right to run a request's effect.
 
 use crate::clock::Timestamp;
+use crate::event::EventKind;
 use crate::fingerprint::Fingerprint;
 use crate::request::Request;
 use crate::scope::RecordId;
 use crate::token::FencingToken;
 use std::time::{Duration, Instant};
 
-/// Why a caller acquires, and which record (if any) the new reservation replaces.
+/// How a reservation acquires its record: the [`EventKind`] it reports
+/// ([`Acquired`](EventKind::Acquired) for a fresh key, [`TakenOver`](EventKind::TakenOver) for
+/// an orphan whose lease passed (C9), [`StartedOver`](EventKind::StartedOver) for a completed
+/// record whose retention passed (C10)), and the token of the record it replaces.
+///
+/// ```
+/// use idem_core::store::Acquire;
+/// use idem_core::{EventKind, FencingToken};
+/// let previous = FencingToken::generate();
+/// assert_eq!(Acquire::take_over(previous).kind(), EventKind::TakenOver);
+/// assert_eq!(Acquire::FRESH.kind(), EventKind::Acquired);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Acquire {
-    /// No record: insert one.
-    Fresh,
-    /// An orphan whose lease passed (C9): replace it if still `previous`, in progress and
-    /// expired; its holder is fenced out.
-    TakeOver {
-        /// The token of the orphaned reservation.
-        previous: FencingToken,
-    },
-    /// A completed record whose retention passed (C10): replace it if still `previous`,
-    /// completed and expired.
-    StartOver {
-        /// The token of the expired record.
-        previous: FencingToken,
-    },
+pub struct Acquire {
+    kind: EventKind,
+    previous: Option<FencingToken>,
 }
 
 impl Acquire {
+    /// No record: insert one.
+    pub const FRESH: Acquire = Acquire {
+        kind: EventKind::Acquired,
+        previous: None,
+    };
+
+    /// An orphan whose lease passed (C9): replace it if it still carries `previous`, in
+    /// progress and expired; its holder is fenced out.
+    pub fn take_over(previous: FencingToken) -> Self {
+        Self {
+            kind: EventKind::TakenOver,
+            previous: Some(previous),
+        }
+    }
+
+    /// A completed record whose retention passed (C10): replace it if it still carries
+    /// `previous`, completed and expired.
+    pub fn start_over(previous: FencingToken) -> Self {
+        Self {
+            kind: EventKind::StartedOver,
+            previous: Some(previous),
+        }
+    }
+
+    /// What the acquisition reports: `Acquired`, `TakenOver` or `StartedOver`.
+    pub fn kind(&self) -> EventKind {
+        self.kind
+    }
+
     /// The record being replaced, a store's compare-and-set condition: its token, and whether
     /// it must be completed (a start over) rather than in progress (a takeover). `None` for a
     /// fresh key.
@@ -35,16 +64,13 @@ impl Acquire {
     /// use idem_core::store::Acquire;
     /// use idem_core::FencingToken;
     /// let previous = FencingToken::generate();
-    /// assert_eq!(Acquire::StartOver { previous }.replaces(), Some((previous, true)));
-    /// assert_eq!(Acquire::TakeOver { previous }.replaces(), Some((previous, false)));
-    /// assert_eq!(Acquire::Fresh.replaces(), None);
+    /// assert_eq!(Acquire::start_over(previous).replaces(), Some((previous, true)));
+    /// assert_eq!(Acquire::take_over(previous).replaces(), Some((previous, false)));
+    /// assert_eq!(Acquire::FRESH.replaces(), None);
     /// ```
     pub fn replaces(&self) -> Option<(FencingToken, bool)> {
-        match *self {
-            Acquire::Fresh => None,
-            Acquire::TakeOver { previous } => Some((previous, false)),
-            Acquire::StartOver { previous } => Some((previous, true)),
-        }
+        self.previous
+            .map(|previous| (previous, self.kind == EventKind::StartedOver))
     }
 }
 
@@ -56,7 +82,7 @@ impl Acquire {
 /// use idem_core::{FencingToken, Request, Timestamp};
 /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k")).body(b"{}").build()?;
 /// let token = FencingToken::generate();
-/// let lease = Lease::new(&request, token, Timestamp::from_millis(60_000), Acquire::Fresh);
+/// let lease = Lease::new(&request, token, Timestamp::from_millis(60_000), Acquire::FRESH);
 /// assert_eq!(lease.token(), token);
 /// assert_eq!(lease.id(), request.id());
 /// # Ok::<(), idem_core::Error>(())
@@ -125,7 +151,7 @@ impl Lease {
     /// use idem_core::store::{Acquire, Lease};
     /// use idem_core::{FencingToken, Request, Timestamp};
     /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k")).body(b"{}").build()?;
-    /// let lease = |token| Lease::new(&request, token, Timestamp::from_millis(60_000), Acquire::Fresh);
+    /// let lease = |token| Lease::new(&request, token, Timestamp::from_millis(60_000), Acquire::FRESH);
     /// let (first, takeover) = (lease(FencingToken::generate()), lease(FencingToken::generate()));
     /// assert_eq!(first.downstream_key(), takeover.downstream_key());
     /// assert!(first.downstream_key().starts_with("idem_"));
@@ -271,12 +297,7 @@ mod tests {
         let Begin::Acquired(takeover) = idem.begin(&request("acct_1")).await.expect("begin") else {
             panic!("the lease passed: the retry takes over");
         };
-        assert_eq!(
-            takeover.acquired(),
-            Acquire::TakeOver {
-                previous: first.token()
-            }
-        );
+        assert_eq!(takeover.acquired(), Acquire::take_over(first.token()));
         assert_ne!(first.token(), takeover.token());
         assert_eq!(first.downstream_key(), takeover.downstream_key());
         let Begin::Acquired(other) = idem.begin(&request("acct_2")).await.expect("begin") else {

@@ -208,7 +208,7 @@ impl<'a> Reservation<'a> {
         match reserved {
             Reserved::Written { until } => {
                 let acquire = self.replacing.filter(|_| replacing);
-                Ok(self.acquired(until, acquire.unwrap_or(Acquire::Fresh)))
+                Ok(self.acquired(until, acquire.unwrap_or(Acquire::FRESH)))
             }
             Reserved::Held { mismatch } => Ok(Step::Done(Begin::Answered(held(mismatch)))),
             // `replacing` is kept: a record found later with the token was written by an
@@ -274,7 +274,7 @@ impl<'a> Reservation<'a> {
                 if record.token == self.claim.token
                     && record.fingerprint == *self.claim.fingerprint() =>
             {
-                let acquire = self.replacing.unwrap_or(Acquire::Fresh);
+                let acquire = self.replacing.unwrap_or(Acquire::FRESH);
                 Some(self.acquired(lease_until, acquire))
             }
             _ => None,
@@ -378,7 +378,7 @@ mod tests {
             Ok(Step::Done(Begin::Acquired(lease))) => {
                 assert_eq!(lease.token(), r.claim().token());
                 assert_eq!(lease.lease_until(), until);
-                assert_eq!(lease.acquired(), Acquire::Fresh);
+                assert_eq!(lease.acquired(), Acquire::FRESH);
             }
             other => panic!("{other:?}"),
         }
@@ -458,7 +458,7 @@ mod tests {
         let previous = FencingToken::generate();
         let found = in_progress(previous, *req.fingerprint(), 500);
         match r.next(found, false) {
-            Ok(Step::Replace(Acquire::TakeOver { previous: p })) => assert_eq!(p, previous),
+            Ok(Step::Replace(acquire)) => assert_eq!(acquire, Acquire::take_over(previous)),
             other => panic!("{other:?}"),
         }
         assert!(matches!(r.next(Reserved::Lost, true), Ok(Step::Reserve)));
@@ -467,7 +467,7 @@ mod tests {
         assert!(matches!(r.next(found, false), Ok(Step::Replace(_))));
         match r.next(Reserved::Written { until }, true) {
             Ok(Step::Done(Begin::Acquired(lease))) => {
-                assert_eq!(lease.acquired(), Acquire::TakeOver { previous });
+                assert_eq!(lease.acquired(), Acquire::take_over(previous));
                 assert_eq!(lease.token(), r.claim().token());
             }
             other => panic!("{other:?}"),
@@ -505,7 +505,7 @@ mod tests {
         let mine = in_progress(r.claim().token(), *req.fingerprint(), 61_000);
         match r.next(mine, false) {
             Ok(Step::Done(Begin::Acquired(lease))) => {
-                assert_eq!(lease.acquired(), Acquire::TakeOver { previous });
+                assert_eq!(lease.acquired(), Acquire::take_over(previous));
             }
             other => panic!("{other:?}"),
         }

@@ -3,7 +3,8 @@
 //! model written independently of `idem_core::decide`.
 
 use idem_core::store::Deadline;
-use idem_core::store::{Acquire, Reservation};
+use idem_core::store::Reservation;
+use idem_core::EventKind;
 use idem_core::{
     Answer, Begin, Error, Fingerprint, Idempotency, IdempotencyKey, Lease, ManualClock,
     MemoryStore, Policy, RecordId, Request, Scope, Store, StoredResponse, Timestamp,
@@ -106,10 +107,10 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                                 Some(Slot::Running { .. }) => "takeover",
                                 Some(Slot::Done { .. }) => "startover",
                             };
-                            let kind = match l.acquired() {
-                                Acquire::Fresh => "fresh",
-                                Acquire::TakeOver { .. } => "takeover",
-                                Acquire::StartOver { .. } => "startover",
+                            let kind = match l.acquired().kind() {
+                                EventKind::TakenOver => "takeover",
+                                EventKind::StartedOver => "startover",
+                                _ => "fresh",
                             };
                             prop_assert_eq!(kind, expected_kind);
                             prop_assert_eq!(l.lease_until().as_millis(), now + LEASE);

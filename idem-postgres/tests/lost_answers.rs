@@ -148,7 +148,7 @@ async fn c04_a_reservation_whose_answer_was_lost_is_recognised() {
             connections + 1,
             "{mode:?}: the store retried on one fresh connection"
         );
-        assert_recognised(&idem, &req, begun, Acquire::Fresh, mode).await;
+        assert_recognised(&idem, &req, begun, Acquire::FRESH, mode).await;
     }
 }
 
@@ -183,15 +183,6 @@ async fn c09_a_takeover_whose_answer_was_lost_is_recognised() {
             matches!(late, Err(Error::LeaseLost)),
             "{mode:?}: the orphan's holder is fenced out, got {late:?}"
         );
-        assert_recognised(
-            &idem,
-            &req,
-            begun,
-            Acquire::TakeOver {
-                previous: orphan.token(),
-            },
-            mode,
-        )
-        .await;
+        assert_recognised(&idem, &req, begun, Acquire::take_over(orphan.token()), mode).await;
     }
 }

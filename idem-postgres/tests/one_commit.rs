@@ -269,7 +269,7 @@ async fn c09_a_one_commit_takeover_keeps_others_in_flight_until_it_commits() {
         panic!("the takeover: {first:?}")
     };
     assert!(
-        String::from_utf8_lossy(&taken.body).contains("TakeOver"),
+        String::from_utf8_lossy(&taken.body).contains("TakenOver"),
         "acquired by a takeover: {taken:?}"
     );
     let begun = other.begin(&same).await;

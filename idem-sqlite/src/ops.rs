@@ -610,7 +610,7 @@ mod tests {
             &req,
             FencingToken::generate(),
             Duration::from_secs(1),
-            Acquire::TakeOver { previous },
+            Acquire::take_over(previous),
             Holder::this_process_encoded(),
         )
         .expect("cas");
@@ -626,7 +626,7 @@ mod tests {
             &req,
             FencingToken::generate(),
             Duration::from_secs(1),
-            Acquire::StartOver { previous },
+            Acquire::start_over(previous),
             Holder::this_process_encoded(),
         )
         .expect("cas");

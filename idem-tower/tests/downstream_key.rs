@@ -67,7 +67,7 @@ fn expected(account: &str) -> String {
         &request,
         FencingToken::generate(),
         Timestamp::from_millis(0),
-        Acquire::Fresh,
+        Acquire::FRESH,
     )
     .downstream_key()
 }

@@ -22,7 +22,6 @@ use crate::deadline::timer_at;
 use crate::doubt::Doubt;
 use crate::error::{Error, Field, StoreErrorKind};
 use crate::event::{Event, EventKind, Observer, Observers, Operation, TracingObserver};
-use crate::lease::Acquire;
 use crate::lease::{deadline_after, Lease};
 use crate::policy::Policy;
 use crate::request::{Request, RequestBuilder};
@@ -382,9 +381,7 @@ impl<S: Store> Idempotency<S> {
     /// Reports the answer to a request that ran nothing, or its acquisition.
     fn report_begin(&self, id: &RecordId, started: Instant, result: &Result<Begin, Error>) {
         let event = match result {
-            Ok(Begin::Acquired(lease)) => {
-                Event::new(acquire_kind(lease.acquired())).of_lease(lease)
-            }
+            Ok(Begin::Acquired(lease)) => Event::new(lease.acquired().kind()).of_lease(lease),
             Ok(Begin::Answered(answer)) => Event::new(answer_kind(answer)).about(id),
             Err(error) => Event::new(EventKind::Rejected).about(id).failed(error),
         };
@@ -693,15 +690,6 @@ impl<S: Store> Idempotency<S> {
     /// Whether [`shutdown`](Self::shutdown) began.
     pub fn is_shutting_down(&self) -> bool {
         self.inner.gate.is_closing()
-    }
-}
-
-/// The event of an acquisition.
-pub(crate) fn acquire_kind(acquired: Acquire) -> EventKind {
-    match acquired {
-        Acquire::Fresh => EventKind::Acquired,
-        Acquire::TakeOver { .. } => EventKind::TakenOver,
-        Acquire::StartOver { .. } => EventKind::StartedOver,
     }
 }
 

@@ -4,7 +4,7 @@
 //! provably rolled back, kept in progress when that cannot be told (C8).
 
 use super::wait::{is_in_flight, Attempt};
-use super::{acquire_kind, answer_kind, has_timers, needs_timers, Idempotency};
+use super::{answer_kind, has_timers, needs_timers, Idempotency};
 use crate::answer::Answer;
 use crate::completion::Completion;
 use crate::doubt::{Doubt, DoubtCause};
@@ -72,7 +72,7 @@ impl<S: Transactional + 'static> Hooks for EngineHooks<S> {
     fn report_acquired(&self, lease: &Lease) {
         // Reported now, while the effect runs (an execution under way is visible).
         self.engine
-            .emit(Event::new(acquire_kind(lease.acquired())).of_lease(lease));
+            .emit(Event::new(lease.acquired().kind()).of_lease(lease));
     }
 
     fn completion(&self, lease: &Lease, response: StoredResponse) -> Completion {

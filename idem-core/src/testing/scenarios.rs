@@ -5,8 +5,8 @@ use super::{policy, request, request_on, unique_consumer, Harness, LEASE, SHORT_
 use crate::store::Deadline;
 use crate::store::{Acquire, Lease, Reservation, Reserved, Store};
 use crate::{
-    Answer, Begin, Error, Failure, FencingToken, Field, Idempotency, Outcome, Policy, RecordId,
-    Reply, Request, RunError, Scope, StoredResponse,
+    Answer, Begin, Error, EventKind, Failure, FencingToken, Field, Idempotency, Outcome, Policy,
+    RecordId, Reply, Request, RunError, Scope, StoredResponse,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -104,7 +104,7 @@ pub async fn c01_invalid_key_is_rejected_and_nothing_is_written<H: Harness>(harn
             .expect("lookup"),
         None
     );
-    assert_eq!(acquire(&idem, &good).await.acquired(), Acquire::Fresh);
+    assert_eq!(acquire(&idem, &good).await.acquired(), Acquire::FRESH);
 }
 
 /// C2: the same key under another consumer or another route is another record: consumer B can
@@ -123,7 +123,7 @@ pub async fn c02_scopes_are_isolated<H: Harness>(harness: &H) {
     // B: same key, same body, and then another body: its own fresh record each time.
     let b_same = request(&b, "shared", b"{\"amount\":1}");
     let lease_b = acquire(&idem, &b_same).await;
-    assert_eq!(lease_b.acquired(), Acquire::Fresh);
+    assert_eq!(lease_b.acquired(), Acquire::FRESH);
     // While B holds its lease, A still replays its own response.
     assert_eq!(
         idem.begin(&done).await.expect("begin"),
@@ -131,13 +131,13 @@ pub async fn c02_scopes_are_isolated<H: Harness>(harness: &H) {
     );
     idem.release(lease_b).await.expect("release");
     let b_other = request(&b, "shared", b"{\"amount\":999}");
-    assert_eq!(acquire(&idem, &b_other).await.acquired(), Acquire::Fresh);
+    assert_eq!(acquire(&idem, &b_other).await.acquired(), Acquire::FRESH);
 
     // A, another route: unrelated.
     let other_route = request_on(&a, "POST /refunds", "shared", b"{\"amount\":1}");
     assert_eq!(
         acquire(&idem, &other_route).await.acquired(),
-        Acquire::Fresh
+        Acquire::FRESH
     );
 
     // A in flight on a key does not block B on the same key.
@@ -145,7 +145,7 @@ pub async fn c02_scopes_are_isolated<H: Harness>(harness: &H) {
     let _a_lease = acquire(&idem, &held).await;
     assert_eq!(
         acquire(&idem, &request(&b, "held", b"x")).await.acquired(),
-        Acquire::Fresh
+        Acquire::FRESH
     );
     assert!(matches!(
         idem.begin(&held).await.expect("begin"),
@@ -173,7 +173,7 @@ pub async fn c02_scope_parts_cannot_collide<H: Harness>(harness: &H) {
         let lease = acquire(&idem, &req).await;
         assert_eq!(
             lease.acquired(),
-            Acquire::Fresh,
+            Acquire::FRESH,
             "triple {i} collided with an earlier one"
         );
         idem.complete(lease, charge(&format!("triple {i}")))
@@ -824,12 +824,7 @@ pub async fn c09_orphan_is_taken_over_and_stale_holder_fenced_out<H: Harness>(ha
     tokio::time::sleep(LEASE + Duration::from_millis(100)).await;
 
     let fresh_lease = acquire(&idem, &req).await;
-    assert_eq!(
-        fresh_lease.acquired(),
-        Acquire::TakeOver {
-            previous: stale.token()
-        }
-    );
+    assert_eq!(fresh_lease.acquired(), Acquire::take_over(stale.token()));
     assert_ne!(fresh_lease.token(), stale.token());
     assert!(matches!(
         idem.complete(stale.clone(), charge("stale")).await,
@@ -887,12 +882,7 @@ pub async fn c09_concurrent_takeover_has_one_winner<H: Harness>(harness: &H) {
         }
     }
     assert_eq!(winners.len(), 1, "exactly one takes the orphan over");
-    assert_eq!(
-        winners[0].acquired(),
-        Acquire::TakeOver {
-            previous: orphan.token()
-        }
-    );
+    assert_eq!(winners[0].acquired(), Acquire::take_over(orphan.token()));
 }
 
 /// C9 (and C6): a holder whose lease passed completes at the very moment retries try to take
@@ -929,7 +919,7 @@ pub async fn c09_late_completion_and_takeover_never_both_win<H: Harness>(harness
                 for taker in takers {
                     match taker.await.expect("task") {
                         Begin::Acquired(lease) => {
-                            assert!(matches!(lease.acquired(), Acquire::TakeOver { .. }));
+                            assert!(lease.acquired().kind() == EventKind::TakenOver);
                             acquired += 1;
                         }
                         Begin::Answered(Answer::Replay(r)) => assert_eq!(r, charge("late")),
@@ -1051,7 +1041,10 @@ pub async fn c10_retention_passed_is_treated_as_new<H: Harness>(harness: &H) {
     tokio::time::sleep(SHORT_RETENTION + Duration::from_millis(100)).await;
     let again = acquire(&idem, &same).await;
     assert!(
-        matches!(again.acquired(), Acquire::StartOver { .. } | Acquire::Fresh),
+        matches!(
+            again.acquired().kind(),
+            EventKind::StartedOver | EventKind::Acquired
+        ),
         "{:?}",
         again.acquired()
     );
@@ -1062,8 +1055,8 @@ pub async fn c10_retention_passed_is_treated_as_new<H: Harness>(harness: &H) {
     );
     let reused = request(&consumer, "k2", b"{\"amount\":2}");
     assert!(matches!(
-        acquire(&idem, &reused).await.acquired(),
-        Acquire::StartOver { .. } | Acquire::Fresh
+        acquire(&idem, &reused).await.acquired().kind(),
+        EventKind::StartedOver | EventKind::Acquired
     ));
 }
 
@@ -1202,7 +1195,7 @@ pub async fn c12_oversized_body_is_rejected_and_nothing_is_written<H: Harness>(h
         .body(&big[..limit])
         .build()
         .expect("at the limit");
-    assert_eq!(acquire(&idem, &at_limit).await.acquired(), Acquire::Fresh);
+    assert_eq!(acquire(&idem, &at_limit).await.acquired(), Acquire::FRESH);
 }
 
 /// C12: the engine applies its own policy's body limit to every request, also one built without
@@ -1349,9 +1342,7 @@ pub async fn c16_a_store_step_reports_what_it_found_and_never_loops<H: Harness>(
         .await
         .expect("lookup");
     assert_eq!(still.map(|r| r.token), Some(mine), "reserve wrote nothing");
-    let stale = Acquire::TakeOver {
-        previous: FencingToken::generate(),
-    };
+    let stale = Acquire::take_over(FencingToken::generate());
     assert_eq!(
         store
             .replace(second.claim(), stale, Deadline::default())
@@ -1360,7 +1351,7 @@ pub async fn c16_a_store_step_reports_what_it_found_and_never_loops<H: Harness>(
         Reserved::Lost,
         "another token: nothing written"
     );
-    let wrong_state = Acquire::StartOver { previous: mine };
+    let wrong_state = Acquire::start_over(mine);
     assert_eq!(
         store
             .replace(second.claim(), wrong_state, Deadline::default())
@@ -1374,7 +1365,7 @@ pub async fn c16_a_store_step_reports_what_it_found_and_never_loops<H: Harness>(
         .await
         .expect("lookup");
     assert_eq!(still.map(|r| r.token), Some(mine));
-    let takeover = Acquire::TakeOver { previous: mine };
+    let takeover = Acquire::take_over(mine);
     let replaced = store
         .replace(second.claim(), takeover, Deadline::default())
         .await;
@@ -1394,9 +1385,7 @@ pub async fn c16_a_store_step_reports_what_it_found_and_never_loops<H: Harness>(
         .await
         .expect("release");
     let third = Reservation::new(&req, LEASE);
-    let gone = Acquire::TakeOver {
-        previous: second.claim().token(),
-    };
+    let gone = Acquire::take_over(second.claim().token());
     assert_eq!(
         store
             .replace(third.claim(), gone, Deadline::default())
