@@ -1,66 +1,27 @@
-//! The answer of the unique-constraint alternative: an idempotent create without an
-//! idempotency table (each SQL store's `insert_or_fetch`).
+//! The unique-constraint alternative: an idempotent create without an idempotency table (each
+//! SQL store's `insert_or_fetch`), answered as a reservation is.
 
-/// What a store's `insert_or_fetch` found (docs/unique-constraint.md): the row, and whether
-/// this request created it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[must_use = "answer Inserted, Existing and Mismatch differently"]
-pub enum InsertOrFetch<T> {
-    /// The row is new: this request created it (answer 201).
-    Inserted(T),
-    /// The row existed and the request matches it: a retry (answer 200, rendered from the row).
-    Existing(T),
-    /// The row existed from a request with other parameters: a reused identifier (answer 422;
-    /// never overwrite the row).
-    Mismatch(T),
-}
+use crate::answer::Answer;
+use crate::begin::Begin;
 
-impl<T> InsertOrFetch<T> {
-    /// A row already there: [`Existing`](Self::Existing) if the request matches, else
-    /// [`Mismatch`](Self::Mismatch).
-    ///
-    /// ```
-    /// use idem_core::store::InsertOrFetch;
-    /// assert_eq!(InsertOrFetch::found(7, true), InsertOrFetch::Existing(7));
-    /// assert_eq!(InsertOrFetch::found(7, false), InsertOrFetch::Mismatch(7));
-    /// ```
-    pub fn found(row: T, same_request: bool) -> Self {
-        if same_request {
-            Self::Existing(row)
-        } else {
-            Self::Mismatch(row)
-        }
-    }
-
-    /// The usual HTTP status: 201, 200 or 422.
-    ///
-    /// ```
-    /// use idem_core::store::InsertOrFetch;
-    /// assert_eq!(InsertOrFetch::Inserted(()).status(), 201);
-    /// assert_eq!(InsertOrFetch::Existing(()).status(), 200);
-    /// assert_eq!(InsertOrFetch::Mismatch(()).status(), 422);
-    /// ```
-    pub fn status(&self) -> u16 {
-        match self {
-            Self::Inserted(_) => 201,
-            Self::Existing(_) => 200,
-            Self::Mismatch(_) => 422,
-        }
-    }
-
-    /// The row, whichever request created it.
-    pub fn row(&self) -> &T {
-        match self {
-            Self::Inserted(row) | Self::Existing(row) | Self::Mismatch(row) => row,
-        }
-    }
-
-    /// The row, owned.
-    pub fn into_row(self) -> T {
-        match self {
-            Self::Inserted(row) | Self::Existing(row) | Self::Mismatch(row) => row,
-        }
-    }
+/// What `insert_or_fetch` answers, in a reservation's words: [`Begin::Acquired`] with the row
+/// this request inserted (201); for a row already there, a retry's
+/// [`Answer::Replay`] of it (200) if `same_request`, else [`Answer::Mismatch`] (422: a reused
+/// identifier; never overwrite the row). Never [`Answer::InFlight`]: a concurrent create waits
+/// for the row's transaction.
+///
+/// ```
+/// use idem_core::store::existing_row;
+/// use idem_core::{Answer, Begin};
+/// assert_eq!(existing_row(7, true), Begin::Answered(Answer::Replay(7)));
+/// assert_eq!(existing_row(7, false), Begin::Answered(Answer::Mismatch));
+/// ```
+pub fn existing_row<T>(row: T, same_request: bool) -> Begin<T, T> {
+    Begin::Answered(if same_request {
+        Answer::Replay(row)
+    } else {
+        Answer::Mismatch
+    })
 }
 
 /// For store writers: `insert_or_fetch`'s INSERT inserted nothing and its fetch found no row,

@@ -60,7 +60,6 @@ mod unique;
 
 pub use config::{validate_identifier, validate_table_name, Isolation};
 pub use error::{classify, is_transient, store_error};
-pub use idem_core::store::InsertOrFetch;
 pub use migrate::{schema_sql, SCHEMA_VERSION};
 pub use params::{Param, StatementMode};
 pub use store::{PgStore, PgStoreBuilder};

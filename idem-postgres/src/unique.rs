@@ -3,8 +3,9 @@
 //! reference). See [`insert_or_fetch`] and the repository's docs/unique-constraint.md.
 
 use crate::error::{store_error, BACKEND};
+use idem_core::store::existing_row;
 use idem_core::store::unresolved_insert_or_fetch;
-use idem_core::store::InsertOrFetch;
+use idem_core::Begin;
 use idem_core::Error;
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::QueryAs;
@@ -33,8 +34,9 @@ const UNIQUE_VIOLATION: &str = "23505";
 /// - `fetch` builds the caller's `SELECT .. WHERE key = ..` for the existing row.
 /// - `same_request` compares the existing row with what this request asked for (the
 ///   parameters stored on the row, or a fingerprint of the request stored in a column): `true`
-///   is a retry ([`InsertOrFetch::Existing`]), `false` a reuse of the identifier
-///   ([`InsertOrFetch::Mismatch`]). It is not asked about a row this request inserted.
+///   is a retry (the row replayed, [`Answer::Replay`](idem_core::Answer::Replay)), `false` a
+///   reuse of the identifier ([`Answer::Mismatch`](idem_core::Answer::Mismatch)). It is not
+///   asked about a row this request inserted ([`Begin::Acquired`]).
 ///
 /// `insert` and `fetch` build a query each time they are called
 /// (`|| sqlx::query_as(..).bind(..)`): if the conflicting row is deleted between the two
@@ -46,7 +48,8 @@ const UNIQUE_VIOLATION: &str = "23505";
 ///
 /// ```no_run
 /// use idem_postgres::sqlx::{self, postgres::PgRow, FromRow, PgPool, Row};
-/// use idem_postgres::{insert_or_fetch, InsertOrFetch};
+/// use idem_postgres::insert_or_fetch;
+/// use idem_core::{Answer, Begin};
 ///
 /// // CREATE TABLE orders (id bigserial PRIMARY KEY, partner_ref text NOT NULL UNIQUE, cents bigint NOT NULL);
 /// struct Order { id: i64, partner_ref: String, cents: i64 }
@@ -80,9 +83,9 @@ const UNIQUE_VIOLATION: &str = "23505";
 ///     // ... the rest of the create (order lines, an outbox message) in the same transaction ...
 ///     tx.commit().await?;
 ///     Ok(match created {
-///         InsertOrFetch::Inserted(order) => (201, order.to_json()),
-///         InsertOrFetch::Existing(order) => (200, order.to_json()),
-///         InsertOrFetch::Mismatch(_) => (422, r#"{"error":"partner_ref was used for another order"}"#.into()),
+///         Begin::Acquired(order) => (201, order.to_json()),
+///         Begin::Answered(Answer::Replay(order)) => (200, order.to_json()),
+///         Begin::Answered(_) => (422, r#"{"error":"partner_ref was used for another order"}"#.into()),
 ///     })
 /// }
 ///
@@ -130,7 +133,7 @@ pub async fn insert_or_fetch<'q, T, I, F, S>(
     mut insert: I,
     mut fetch: F,
     same_request: S,
-) -> Result<InsertOrFetch<T>, Error>
+) -> Result<Begin<T, T>, Error>
 where
     T: for<'r> FromRow<'r, PgRow> + Send + Unpin,
     I: FnMut() -> QueryAs<'q, Postgres, T, PgArguments>,
@@ -143,7 +146,7 @@ where
             .await
             .map_err(store_error)?
         {
-            return Ok(InsertOrFetch::Inserted(row));
+            return Ok(Begin::Acquired(row));
         }
         if let Some(row) = fetch()
             .fetch_optional(&mut *conn)
@@ -151,7 +154,7 @@ where
             .map_err(store_error)?
         {
             let same = same_request(&row);
-            return Ok(InsertOrFetch::found(row, same));
+            return Ok(existing_row(row, same));
         }
         // The conflicting row is gone (deleted and committed by another transaction between
         // the two statements): the key is free again.

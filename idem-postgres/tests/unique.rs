@@ -6,10 +6,10 @@
 
 mod common;
 
-use idem_core::{Error, FencingToken, StoreErrorKind};
+use idem_core::{Answer, Begin, Error, FencingToken, StoreErrorKind};
 use idem_postgres::sqlx::postgres::{PgPoolOptions, PgRow};
 use idem_postgres::sqlx::{self, AssertSqlSafe, FromRow, PgConnection, PgPool, Row};
-use idem_postgres::{insert_or_fetch, unique_violation, InsertOrFetch};
+use idem_postgres::{insert_or_fetch, unique_violation};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -46,7 +46,7 @@ impl Order {
 }
 
 /// An HTTP answer: status and body.
-type Answer = (u16, Vec<u8>);
+type Reply = (u16, Vec<u8>);
 
 /// A table of orders of its own in `idem_test`, and the statements on it.
 struct Shop {
@@ -107,7 +107,7 @@ impl Shop {
         partner_ref: &str,
         cents: i64,
         email: Option<&str>,
-    ) -> Result<Answer, Error> {
+    ) -> Result<Reply, Error> {
         assert!(partner_ref
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-'));
@@ -123,13 +123,11 @@ impl Shop {
             |order: &Order| order.cents == cents,
         )
         .await?;
-        let status = created.status();
         Ok(match created {
-            InsertOrFetch::Inserted(order) | InsertOrFetch::Existing(order) => {
-                (status, order.to_json())
-            }
-            InsertOrFetch::Mismatch(_) => (
-                status,
+            Begin::Acquired(order) => (201, order.to_json()),
+            Begin::Answered(Answer::Replay(order)) => (200, order.to_json()),
+            Begin::Answered(_) => (
+                422,
                 br#"{"error":"partner_ref was used for another order"}"#.to_vec(),
             ),
         })
@@ -142,14 +140,14 @@ impl Shop {
         partner_ref: &str,
         cents: i64,
         email: Option<&str>,
-    ) -> Result<Answer, Error> {
+    ) -> Result<Reply, Error> {
         let mut tx = self.pool.begin_with(begin).await.map_err(fail)?;
         let answer = self.create(&mut tx, partner_ref, cents, email).await?;
         tx.commit().await.map_err(fail)?;
         Ok(answer)
     }
 
-    async fn post(&self, partner_ref: &str, cents: i64) -> Result<Answer, Error> {
+    async fn post(&self, partner_ref: &str, cents: i64) -> Result<Reply, Error> {
         self.post_with("BEGIN", partner_ref, cents, None).await
     }
 
@@ -576,8 +574,10 @@ async fn a_row_deleted_between_the_insert_and_the_fetch_is_inserted_again() {
     .await
     .expect("insert_or_fetch");
     tx.commit().await.expect("commit");
-    assert!(matches!(created, InsertOrFetch::Inserted(_)), "{created:?}");
-    assert_eq!(created.row().partner_ref, "PO-5001");
+    let Begin::Acquired(created) = created else {
+        panic!("inserted on the retry: {created:?}");
+    };
+    assert_eq!(created.partner_ref, "PO-5001");
     assert_eq!(inserts.load(Ordering::SeqCst), 2);
     assert_eq!(fetches.load(Ordering::SeqCst), 1);
     assert_eq!(shop.rows("PO-5001").await, 1);

@@ -57,7 +57,6 @@ mod unique;
 pub use builder::SqliteStoreBuilder;
 pub use config::{validate_table_name, Synchronous};
 pub use error::{classify, is_transient, store_error};
-pub use idem_core::store::InsertOrFetch;
 pub use migrate::{schema_sql, SCHEMA_VERSION};
 pub use store::SqliteStore;
 pub use transactional::{SqliteEffect, SqliteIdempotency, SqliteTransactional};

@@ -3,8 +3,9 @@
 //! reference). See [`insert_or_fetch`] and the repository's docs/unique-constraint.md.
 
 use crate::error::{store_error, BACKEND};
+use idem_core::store::existing_row;
 use idem_core::store::unresolved_insert_or_fetch;
-use idem_core::store::InsertOrFetch;
+use idem_core::Begin;
 use idem_core::Error;
 use rusqlite::Connection;
 
@@ -28,8 +29,9 @@ const ATTEMPTS: usize = 3;
 /// - `fetch` runs the caller's `SELECT .. WHERE key = ..` for the existing row.
 /// - `same_request` compares the existing row with what this request asked for (the
 ///   parameters stored on the row, or a fingerprint of the request stored in a column): `true`
-///   is a retry ([`InsertOrFetch::Existing`]), `false` a reuse of the identifier
-///   ([`InsertOrFetch::Mismatch`]). It is not asked about a row this request inserted.
+///   is a retry (the row replayed, [`Answer::Replay`](idem_core::Answer::Replay)), `false` a
+///   reuse of the identifier ([`Answer::Mismatch`](idem_core::Answer::Mismatch)). It is not
+///   asked about a row this request inserted ([`Begin::Acquired`]).
 ///
 /// Run it in a write transaction (`TransactionBehavior::Immediate`) that also holds the rest of
 /// the create, and commit after: SQLite's single writer then makes it race-free (see below).
@@ -41,7 +43,8 @@ const ATTEMPTS: usize = 3;
 ///
 /// ```
 /// use idem_sqlite::rusqlite::{self, params, Connection, OptionalExtension, Row, TransactionBehavior};
-/// use idem_sqlite::{insert_or_fetch, InsertOrFetch, SqliteStore};
+/// use idem_sqlite::{insert_or_fetch, SqliteStore};
+/// use idem_core::{Answer, Begin};
 ///
 /// struct Order { id: i64, partner_ref: String, cents: i64 }
 ///
@@ -78,9 +81,9 @@ const ATTEMPTS: usize = 3;
 ///     )?;
 ///     tx.commit()?;
 ///     Ok(match created {
-///         InsertOrFetch::Inserted(order) => (201, order.to_json()),
-///         InsertOrFetch::Existing(order) => (200, order.to_json()),
-///         InsertOrFetch::Mismatch(_) => (422, r#"{"error":"partner_ref was used for another order"}"#.into()),
+///         Begin::Acquired(order) => (201, order.to_json()),
+///         Begin::Answered(Answer::Replay(order)) => (200, order.to_json()),
+///         Begin::Answered(_) => (422, r#"{"error":"partner_ref was used for another order"}"#.into()),
 ///     })
 /// }
 ///
@@ -132,7 +135,7 @@ pub fn insert_or_fetch<T, I, F, S>(
     mut insert: I,
     mut fetch: F,
     same_request: S,
-) -> Result<InsertOrFetch<T>, Error>
+) -> Result<Begin<T, T>, Error>
 where
     I: FnMut(&Connection) -> rusqlite::Result<Option<T>>,
     F: FnMut(&Connection) -> rusqlite::Result<Option<T>>,
@@ -140,11 +143,11 @@ where
 {
     for _ in 0..ATTEMPTS {
         if let Some(row) = insert(conn).map_err(store_error)? {
-            return Ok(InsertOrFetch::Inserted(row));
+            return Ok(Begin::Acquired(row));
         }
         if let Some(row) = fetch(conn).map_err(store_error)? {
             let same = same_request(&row);
-            return Ok(InsertOrFetch::found(row, same));
+            return Ok(existing_row(row, same));
         }
         // The conflicting row is gone (deleted by another connection between the two
         // statements, outside a transaction): the key is free again.

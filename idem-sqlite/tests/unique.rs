@@ -3,11 +3,11 @@
 //! concurrent creates over several connections giving one row, and another constraint's
 //! violation kept an error.
 
-use idem_core::{Error, StoreErrorKind};
+use idem_core::{Answer, Begin, Error, StoreErrorKind};
 use idem_sqlite::rusqlite::{
     self, params, Connection, OptionalExtension, Row, TransactionBehavior,
 };
-use idem_sqlite::{insert_or_fetch, unique_violation, InsertOrFetch, SqliteStore};
+use idem_sqlite::{insert_or_fetch, unique_violation, SqliteStore};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -55,7 +55,7 @@ impl Order {
 }
 
 /// An HTTP answer: status and body.
-type Answer = (u16, Vec<u8>);
+type Reply = (u16, Vec<u8>);
 
 /// `POST /orders` in the caller's connection: the insert-or-fetch and the answer.
 fn create_order(
@@ -63,7 +63,7 @@ fn create_order(
     partner_ref: &str,
     cents: i64,
     email: Option<&str>,
-) -> Result<Answer, Error> {
+) -> Result<Reply, Error> {
     assert!(partner_ref
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'-'));
@@ -79,13 +79,11 @@ fn create_order(
         },
         |order| order.cents == cents,
     )?;
-    let status = created.status();
     Ok(match created {
-        InsertOrFetch::Inserted(order) | InsertOrFetch::Existing(order) => {
-            (status, order.to_json())
-        }
-        InsertOrFetch::Mismatch(_) => (
-            status,
+        Begin::Acquired(order) => (201, order.to_json()),
+        Begin::Answered(Answer::Replay(order)) => (200, order.to_json()),
+        Begin::Answered(_) => (
+            422,
             br#"{"error":"partner_ref was used for another order"}"#.to_vec(),
         ),
     })
@@ -97,7 +95,7 @@ fn create_order_in_tx(
     behavior: TransactionBehavior,
     partner_ref: &str,
     cents: i64,
-) -> Result<Answer, Error> {
+) -> Result<Reply, Error> {
     let fail = |e| Error::store("sqlite", StoreErrorKind::Other, e);
     let tx = db.transaction_with_behavior(behavior).map_err(fail)?;
     let answer = create_order(&tx, partner_ref, cents, None)?;
@@ -132,7 +130,7 @@ async fn rows(store: &SqliteStore, partner_ref: &str) -> i64 {
         .expect("count")
 }
 
-async fn post(store: &SqliteStore, partner_ref: &str, cents: i64) -> Result<Answer, Error> {
+async fn post(store: &SqliteStore, partner_ref: &str, cents: i64) -> Result<Reply, Error> {
     let partner_ref = partner_ref.to_owned();
     store
         .call(move |db| create_order_in_tx(db, TransactionBehavior::Immediate, &partner_ref, cents))
@@ -395,8 +393,10 @@ async fn a_row_deleted_between_the_insert_and_the_fetch_is_inserted_again() {
         .await
         .expect("call")
         .expect("insert_or_fetch");
-    assert!(matches!(created, InsertOrFetch::Inserted(_)), "{created:?}");
-    assert_eq!(created.row().partner_ref, "PO-5001");
+    let Begin::Acquired(created) = created else {
+        panic!("inserted on the retry: {created:?}");
+    };
+    assert_eq!(created.partner_ref, "PO-5001");
     assert_eq!(inserts.load(Ordering::SeqCst), 2);
     assert_eq!(fetches.load(Ordering::SeqCst), 1);
     assert_eq!(rows(&store, "PO-5001").await, 1);

@@ -23,7 +23,7 @@ pub use crate::resolution::Resolution;
 pub use crate::trail::{Decided, Reconciliation};
 mod transactional;
 
-pub use crate::unique::{unresolved_insert_or_fetch, InsertOrFetch};
+pub use crate::unique::{existing_row, unresolved_insert_or_fetch};
 pub use crate::unwind::CatchUnwind;
 /// Re-exported so that stores implement [`Store`] with the same macro version.
 pub use async_trait::async_trait;
