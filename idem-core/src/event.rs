@@ -88,6 +88,9 @@ pub enum EventKind {
     Purged => "purged",
     /// One call to the store ended: its [`Event::operation`], latency and error if any.
     StoreCall => "store_call",
+    /// A request's store budget ran out (C13) at the step [`Event::operation`]; `elapsed` is
+    /// the budget. Before the effect the answer is store-down, after it "outcome unknown".
+    BudgetSpent => "budget_spent",
 }
 }
 

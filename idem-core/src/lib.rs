@@ -45,6 +45,7 @@
 
 mod answer;
 mod begin;
+mod budget;
 mod changes;
 mod clock;
 mod codec;

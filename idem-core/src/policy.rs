@@ -52,9 +52,13 @@ pub struct Policy {
     pub stored_headers: Vec<String>,
     /// How many expired records one purge batch deletes at most (C10). Default 1000.
     pub purge_batch: usize,
-    /// The longest wait for one store call; then the call is dropped and answered "store
-    /// unavailable" (503 with `Retry-After`, C13), never a hang. A completion cut off keeps
-    /// trying on its own task (C8). Default 5 s.
+    /// The store budget of one request (C13): the time the engine may wait on the store for
+    /// it, counted across every step (reservation, the store's share of the effect's
+    /// transaction, completion, retries, rollback); the handler's own time is the lease's.
+    /// Spent before the effect: "store unavailable" (503 with `Retry-After`), never a hang.
+    /// Spent after it: "outcome unknown" (C8) while the completion keeps trying on its own
+    /// task. A request may carry its own ([`Request::with_store_budget`](
+    /// crate::Request::with_store_budget)). Default 5 s.
     pub store_timeout: Duration,
     /// Statuses of a request refused before it executed (C8): sent, not stored, key released
     /// for a corrected retry. [`Reply::Executed`](crate::Reply::Executed) overrides it (a 422

@@ -7,6 +7,7 @@ use crate::policy::Policy;
 use crate::scope::{RecordId, Scope};
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A validated request: its record, its meaning, and its body's size (the engine enforces its
 /// body limit on every request, however built, C12).
@@ -33,6 +34,7 @@ struct Parts {
     fingerprint: Fingerprint,
     body_len: usize,
     one_commit: Option<bool>,
+    store_budget: Option<Duration>,
 }
 
 impl fmt::Debug for Request {
@@ -42,6 +44,7 @@ impl fmt::Debug for Request {
             .field("fingerprint", &self.0.fingerprint)
             .field("body_len", &self.0.body_len)
             .field("one_commit", &self.0.one_commit)
+            .field("store_budget", &self.0.store_budget)
             .finish()
     }
 }
@@ -55,6 +58,7 @@ impl Request {
             fingerprint,
             body_len,
             one_commit: None,
+            store_budget: None,
         }))
     }
 
@@ -110,6 +114,30 @@ impl Request {
     /// chose ([`with_one_commit`](Self::with_one_commit)); `None`: the engine's policy decides.
     pub fn one_commit(&self) -> Option<bool> {
         self.0.one_commit
+    }
+
+    /// The same request with its own store budget (C13): the time the engine may wait on the
+    /// store for it, across every step, in place of [`Policy::store_timeout`]. A caller's
+    /// deadline (gRPC's `grpc-timeout`, say) lowers it this way.
+    ///
+    /// ```
+    /// use idem_core::Request;
+    /// use std::time::Duration;
+    /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k")).build()?;
+    /// assert_eq!(request.store_budget(), None);
+    /// let request = request.with_store_budget(Duration::from_millis(800));
+    /// assert_eq!(request.store_budget(), Some(Duration::from_millis(800)));
+    /// # Ok::<(), idem_core::Error>(())
+    /// ```
+    pub fn with_store_budget(mut self, budget: Duration) -> Self {
+        Arc::make_mut(&mut self.0).store_budget = Some(budget);
+        self
+    }
+
+    /// The store budget the caller chose ([`with_store_budget`](Self::with_store_budget));
+    /// `None`: the policy's [`store_timeout`](Policy::store_timeout).
+    pub fn store_budget(&self) -> Option<Duration> {
+        self.0.store_budget
     }
 }
 
@@ -346,6 +374,7 @@ impl<'a> RequestBuilder<'a> {
             fingerprint: fingerprint.finish(),
             body_len: self.body.len(),
             one_commit: None,
+            store_budget: None,
         })))
     }
 }

@@ -126,6 +126,9 @@ pub const STORE_ERRORS_TOTAL: &str = "idem_store_errors_total";
 pub const STORE_DURATION_SECONDS: &str = "idem_store_duration_seconds";
 /// Counter of expired records deleted by `purge_expired`: label `store`.
 pub const PURGED_TOTAL: &str = "idem_purged_total";
+/// Counter of requests whose store budget ran out (C13): labels `store`, `operation` (the step
+/// that spent the rest).
+pub const BUDGET_SPENT_TOTAL: &str = "idem_store_budget_spent_total";
 /// Gauge of the reservations this process holds: labels `store`, `route`.
 pub const IN_PROGRESS: &str = "idem_in_progress";
 /// The counter of decisions about records in doubt, by `decision`.
@@ -186,6 +189,11 @@ pub fn describe() {
         PURGED_TOTAL,
         Unit::Count,
         "Expired idempotency records deleted."
+    );
+    metrics::describe_counter!(
+        BUDGET_SPENT_TOTAL,
+        Unit::Count,
+        "Requests whose idempotency store budget ran out, by the step that spent it."
     );
     metrics::describe_counter!(
         RECONCILIATIONS_TOTAL,
@@ -410,6 +418,11 @@ impl Observer for Metrics {
             EventKind::StoreCall => self.store_call(event),
             EventKind::Purged => {
                 metrics::counter!(PURGED_TOTAL, "store" => self.store).increment(event.count());
+            }
+            EventKind::BudgetSpent => {
+                let operation = event.operation().map_or("unknown", |o| o.name());
+                metrics::counter!(BUDGET_SPENT_TOTAL, "store" => self.store, "operation" => operation)
+                    .increment(1);
             }
             EventKind::DoubtSettled
             | EventKind::DoubtReleased

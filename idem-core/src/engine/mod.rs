@@ -17,6 +17,7 @@ pub use wait::waiting_now;
 
 use crate::answer::Answer;
 use crate::begin::Begin;
+use crate::budget::Budget;
 use crate::completion::Completion;
 use crate::deadline::timer_at;
 use crate::doubt::Doubt;
@@ -263,7 +264,7 @@ impl<S: Store> Idempotency<S> {
         self.inner.observers.emit(event);
     }
 
-    /// Runs one store call within the policy's deadline (C13), reported as a
+    /// Runs one store call within the policy's store budget (C13), reported as a
     /// [`StoreCall`](EventKind::StoreCall) event (C16). `call` gets the [`Deadline`] to pass on.
     ///
     /// ```
@@ -291,21 +292,40 @@ impl<S: Store> Idempotency<S> {
         C: FnOnce(Deadline) -> F,
         F: Future<Output = Result<T, Error>>,
     {
+        let budget = Budget::new(self.inner.policy.store_timeout);
+        self.spend(&budget, operation, id, call).await
+    }
+
+    /// The store budget of one request (C13): the request's own, else the policy's.
+    pub(crate) fn budget_for(&self, request: &Request) -> Arc<Budget> {
+        let total = request
+            .store_budget()
+            .unwrap_or(self.inner.policy.store_timeout);
+        Arc::new(Budget::new(total))
+    }
+
+    /// Runs one store call within what is left of `budget` ([`Budget::spend`]).
+    pub(crate) async fn spend<T, F, C>(
+        &self,
+        budget: &Budget,
+        operation: Operation,
+        id: Option<&RecordId>,
+        call: C,
+    ) -> Result<T, Error>
+    where
+        C: FnOnce(Deadline) -> F,
+        F: Future<Output = Result<T, Error>>,
+    {
+        budget
+            .spend(operation, id, call, |event| self.emit(event))
+            .await
+    }
+
+    /// Waits `pause` between two store steps of a request, charged to its `budget` (C13).
+    pub(crate) async fn pause_within(&self, budget: &Budget, pause: Duration) {
         let started = Instant::now();
-        let deadline = Deadline::after(self.inner.policy.store_timeout);
-        // Without a time driver (guard style) only the store's own waits are bounded.
-        let result = deadline.bound(operation, call(deadline)).await;
-        let mut event = Event::new(EventKind::StoreCall)
-            .of(operation)
-            .took(started.elapsed());
-        if let Some(id) = id {
-            event = event.about(id);
-        }
-        match &result {
-            Ok(_) => self.emit(event),
-            Err(error) => self.emit(event.failed(error)),
-        }
-        result
+        self::pause(pause).await;
+        budget.charge(started.elapsed());
     }
 
     /// Answers before the store: body limit however the request was built (413, C12),
@@ -329,6 +349,7 @@ impl<S: Store> Idempotency<S> {
         &self,
         request: &Request,
         exclusive: bool,
+        budget: &Budget,
     ) -> Result<Result<Option<live::Claim>, Answer>, Error> {
         match self.inner.process_gate {
             ProcessGate::Off => return Ok(Ok(None)),
@@ -348,7 +369,7 @@ impl<S: Store> Idempotency<S> {
             Err(met) => met,
         };
         let committed = self
-            .store_call(Operation::Lookup, Some(request.id()), |deadline| {
+            .spend(budget, Operation::Lookup, Some(request.id()), |deadline| {
                 self.inner.store.read_answer(request, deadline)
             })
             .await?;
@@ -391,10 +412,11 @@ impl<S: Store> Idempotency<S> {
     /// Reserves the request, or answers it (replay, in flight, mismatch). A body over the limit
     /// is [`Error::BodyTooLarge`], nothing written (C12); during a [`shutdown`](Self::shutdown)
     /// it is refused (503). Under [`Policy::wait_in_flight`](crate::Policy::wait_in_flight) a
-    /// duplicate waits for the original's end (C5).
+    /// duplicate waits for the original's end (C5). Its store steps share one budget (C13).
     pub async fn begin(&self, request: &Request) -> Result<Begin, Error> {
+        let budget = self.budget_for(request);
         self.with_wait(request.id(), (), |(), quiet| {
-            self.begin_once(request, quiet)
+            self.begin_once(request, quiet, &budget)
         })
         .await
     }
@@ -404,9 +426,10 @@ impl<S: Store> Idempotency<S> {
         &self,
         request: &Request,
         quiet: bool,
+        budget: &Budget,
     ) -> Attempt<(), Result<Begin, Error>> {
         let started = Instant::now();
-        let result = self.reserve(request, started).await;
+        let result = self.reserve(request, started, budget).await;
         let in_flight = matches!(&result, Ok(Begin::Answered(answer)) if is_in_flight(answer));
         if !(quiet && in_flight) {
             self.report_begin(request.id(), started, &result);
@@ -421,7 +444,12 @@ impl<S: Store> Idempotency<S> {
         }
     }
 
-    async fn reserve(&self, request: &Request, started: Instant) -> Result<Begin, Error> {
+    async fn reserve(
+        &self,
+        request: &Request,
+        started: Instant,
+        budget: &Budget,
+    ) -> Result<Begin, Error> {
         if request.one_commit() == Some(true) {
             // The reservation would commit before the effect: refused rather than made two.
             return Err(Error::invalid(
@@ -433,13 +461,14 @@ impl<S: Store> Idempotency<S> {
         if let Some(answer) = self.answer_before_store(request)? {
             return Ok(Begin::Answered(answer));
         }
-        let _claim = match self.claim(request, false).await? {
+        let _claim = match self.claim(request, false, budget).await? {
             Ok(claim) => claim,
             Err(answer) => return Ok(Begin::Answered(answer)),
         };
         let lease_for = self.inner.policy.lease;
         let reserved = self
-            .store_call(
+            .spend(
+                budget,
                 Operation::Reserve,
                 Some(request.id()),
                 |deadline| async move {
@@ -510,7 +539,7 @@ impl<S: Store> Idempotency<S> {
     ) -> Result<StoredResponse, Error> {
         let completion = self.completion(&lease, response);
         let result = self
-            .store_completion(&lease, completion, lease.local_deadline())
+            .store_completion(&lease, completion, lease.local_deadline(), None)
             .await;
         self.report_end(&lease, EventKind::Executed, &result);
         result
@@ -555,8 +584,15 @@ impl<S: Store> Idempotency<S> {
 
     /// Gives the reservation up for a retry (C8) if the lease holds. Only if no effect happened.
     pub async fn release(&self, lease: Lease) -> Result<(), Error> {
+        let budget = Budget::new(self.inner.policy.store_timeout);
+        self.release_within(lease, &budget).await
+    }
+
+    /// [`release`](Self::release) within what is left of a request's `budget` (C13): once it
+    /// is spent nothing is sent, and the key is left to its lease.
+    pub(crate) async fn release_within(&self, lease: Lease, budget: &Budget) -> Result<(), Error> {
         let result = self
-            .store_call(Operation::Release, Some(lease.id()), |deadline| {
+            .spend(budget, Operation::Release, Some(lease.id()), |deadline| {
                 self.inner.store.release(&lease, deadline)
             })
             .await;

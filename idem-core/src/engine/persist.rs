@@ -4,6 +4,7 @@
 
 use super::{is_timed_out, pause, Idempotency, FIRST_BACKOFF, MAX_BACKOFF};
 use crate::answer::Answer;
+use crate::budget::Budget;
 use crate::completion::Completion;
 use crate::doubt::{Doubt, DoubtCause};
 use crate::error::Error;
@@ -15,34 +16,38 @@ use crate::store::Store;
 use std::time::Instant;
 
 impl<S: Store> Idempotency<S> {
-    /// Stores `completion`, trying until `deadline` (`None`: for ever); returns the response as
-    /// stored. One refused for good is replaced by a stored 500 (C8).
+    /// Stores `completion`, trying until `deadline` (`None`: for ever) or until a request's
+    /// `budget` is spent (`None`: each call has the policy's); returns the response as stored.
+    /// One refused for good is replaced by a stored 500 (C8).
     pub(crate) async fn store_completion(
         &self,
         lease: &Lease,
         completion: Completion,
         deadline: Option<Instant>,
+        budget: Option<&Budget>,
     ) -> Result<StoredResponse, Error> {
-        match self.persist(&completion, deadline, None).await {
+        match self.persist(&completion, deadline, None, budget).await {
             Err(error) if !matches!(error, Error::LeaseLost) && !error.is_retryable() => {
                 self.emit(
                     Event::new(EventKind::CompletionRefused)
                         .of_lease(lease)
                         .failed(&error),
                 );
-                self.persist(&self.refused_fallback(lease), deadline, None)
+                self.persist(&self.refused_fallback(lease), deadline, None, budget)
                     .await
             }
             result => result,
         }
     }
 
-    /// Writes `completion`, retrying until `deadline` or `timeouts` timeouts in a row.
+    /// Writes `completion`, retrying until `deadline`, `timeouts` timeouts in a row, or the
+    /// request's `budget` is spent.
     async fn persist(
         &self,
         completion: &Completion,
         deadline: Option<Instant>,
         timeouts: Option<u32>,
+        budget: Option<&Budget>,
     ) -> Result<StoredResponse, Error> {
         let store = &self.inner.store;
         let (id, token) = (completion.id(), completion.token());
@@ -51,8 +56,16 @@ impl<S: Store> Idempotency<S> {
         let mut timed_out = 0u32;
         loop {
             let started = Instant::now();
+            let call_budget;
+            let budget_now = match budget {
+                Some(budget) => budget,
+                None => {
+                    call_budget = Budget::new(self.inner.policy.store_timeout);
+                    &call_budget
+                }
+            };
             let attempt = self
-                .store_call(Operation::Complete, Some(id), |deadline| {
+                .spend(budget_now, Operation::Complete, Some(id), |deadline| {
                     store.complete(completion, deadline)
                 })
                 .await;
@@ -61,7 +74,7 @@ impl<S: Store> Idempotency<S> {
                     self.emit(event(EventKind::CompletionLanded).took(started.elapsed()));
                     return Ok(completion.response().clone());
                 }
-                Err(Error::LeaseLost) => return self.landed(completion).await,
+                Err(Error::LeaseLost) => return self.landed(completion, budget).await,
                 Err(error) if error.is_retryable() => error,
                 Err(error) => return Err(error),
             };
@@ -72,21 +85,29 @@ impl<S: Store> Idempotency<S> {
             };
             if deadline.is_some_and(|d| Instant::now() + backoff >= d)
                 || timeouts.is_some_and(|most| timed_out >= most)
+                || budget.is_some_and(|b| b.remaining() <= backoff)
             {
                 return Err(error);
             }
             self.emit(event(EventKind::CompletionRetried).failed(&error));
-            pause(backoff).await;
+            match budget {
+                Some(budget) => self.pause_within(budget, backoff).await,
+                None => pause(backoff).await,
+            }
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
 
     /// After a fenced-out write: if an earlier attempt landed under this token, the stored
     /// response is the answer (what retries replay); otherwise the lease was lost.
-    async fn landed(&self, completion: &Completion) -> Result<StoredResponse, Error> {
+    async fn landed(
+        &self,
+        completion: &Completion,
+        budget: Option<&Budget>,
+    ) -> Result<StoredResponse, Error> {
         let (id, token) = (completion.id(), completion.token());
         let event = |kind| Event::new(kind).about(id).held_by(token);
-        match self.stored_under(id, completion).await {
+        match self.stored_under(id, completion, budget).await {
             Some(stored) => {
                 self.emit(event(EventKind::CompletionLanded));
                 Ok(stored)
@@ -99,24 +120,27 @@ impl<S: Store> Idempotency<S> {
     }
 
     /// The response completed under `completion`'s token, screened as a replay. Read failures
-    /// are retried for a while: a failed read must not make a landed completion look lost.
+    /// are retried within the request's `budget` (`None`: one store budget): a failed read
+    /// must not make a landed completion look lost.
     pub(crate) async fn stored_under(
         &self,
         id: &crate::scope::RecordId,
         completion: &Completion,
+        budget: Option<&Budget>,
     ) -> Option<StoredResponse> {
-        let until = Instant::now() + self.inner.policy.store_timeout;
+        let own = Budget::new(self.inner.policy.store_timeout);
+        let budget = budget.unwrap_or(&own);
         let mut backoff = FIRST_BACKOFF;
         let record = loop {
             match self
-                .store_call(Operation::Lookup, Some(id), |deadline| {
+                .spend(budget, Operation::Lookup, Some(id), |deadline| {
                     self.inner.store.lookup(id, deadline)
                 })
                 .await
             {
                 Ok(record) => break record?,
-                Err(error) if error.is_retryable() && Instant::now() + backoff < until => {
-                    pause(backoff).await;
+                Err(error) if error.is_retryable() && backoff < budget.remaining() => {
+                    self.pause_within(budget, backoff).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
                 Err(_) => return None,
@@ -183,7 +207,7 @@ impl<S: Store + 'static> Idempotency<S> {
     ) -> (EventKind, Result<StoredResponse, Error>) {
         loop {
             match self
-                .persist(&completion, None, Some(TIMEOUTS_BEFORE_FALLBACK))
+                .persist(&completion, None, Some(TIMEOUTS_BEFORE_FALLBACK), None)
                 .await
             {
                 Err(error) if is_timed_out(&error) => {
@@ -197,13 +221,13 @@ impl<S: Store + 'static> Idempotency<S> {
                     if probe.is_err() {
                         continue;
                     }
-                    match self.persist(&completion, None, Some(1)).await {
+                    match self.persist(&completion, None, Some(1), None).await {
                         Err(error) if is_timed_out(&error) => {}
                         result => return (stored, result),
                     }
                     let fallback = self.refused_fallback(lease);
                     match self
-                        .persist(&fallback, None, Some(TIMEOUTS_BEFORE_FALLBACK))
+                        .persist(&fallback, None, Some(TIMEOUTS_BEFORE_FALLBACK), None)
                         .await
                     {
                         Err(error) if is_timed_out(&error) => continue,
@@ -221,7 +245,7 @@ impl<S: Store + 'static> Idempotency<S> {
                 }
                 Err(error) if !matches!(error, Error::LeaseLost) && !error.is_retryable() => {
                     let fallback = self.refused_fallback(lease);
-                    let result = self.store_completion(lease, fallback, None).await;
+                    let result = self.store_completion(lease, fallback, None, None).await;
                     return (EventKind::OutcomeUnknown, result);
                 }
                 result => return (stored, result),

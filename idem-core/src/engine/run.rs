@@ -5,6 +5,7 @@ use super::live::lock;
 use super::wait::{is_in_flight, Attempt};
 use super::{has_timers, needs_timers, shutting_down, Idempotency};
 use crate::begin::Begin;
+use crate::budget::Budget;
 use crate::completion::Completion;
 use crate::doubt::{Doubt, DoubtCause};
 use crate::error::Error;
@@ -58,8 +59,9 @@ impl<S: Store + 'static> Idempotency<S> {
         if !has_timers() {
             return Err(RunError::Idem(needs_timers()));
         }
+        let budget = self.budget_for(request);
         self.with_wait(request.id(), handler, |handler, quiet| {
-            self.run_once(request, handler, quiet)
+            self.run_once(request, handler, quiet, &budget)
         })
         .await
     }
@@ -70,6 +72,7 @@ impl<S: Store + 'static> Idempotency<S> {
         request: &Request,
         handler: F,
         quiet: bool,
+        budget: &Arc<Budget>,
     ) -> Attempt<F, Result<Outcome, RunError<E>>>
     where
         F: FnOnce(Context<S>) -> Fut + Send + 'static,
@@ -79,11 +82,12 @@ impl<S: Store + 'static> Idempotency<S> {
     {
         let engine = self.clone();
         let owned = request.clone();
+        let budget = Arc::clone(budget);
         // Boxed here, once: the execution moves on as a pointer (see `detach`).
         self.execution(
             request.id(),
             Box::pin(async move {
-                let begun = match engine.begin_once(&owned, quiet).await {
+                let begun = match engine.begin_once(&owned, quiet, &budget).await {
                     Attempt::Done(begun) | Attempt::InFlight { output: begun, .. } => begun,
                 };
                 match begun {
@@ -95,7 +99,7 @@ impl<S: Store + 'static> Idempotency<S> {
                     Ok(Begin::Answered(answer)) => Attempt::Done(Ok(Outcome::Answered(answer))),
                     Ok(Begin::Acquired(lease)) => {
                         // Boxed here only: an answer's future stays small.
-                        Attempt::Done(Box::pin(engine.execute(lease, handler)).await)
+                        Attempt::Done(Box::pin(engine.execute(lease, handler, budget)).await)
                     }
                 }
             }),
@@ -127,7 +131,12 @@ impl<S: Store + 'static> Idempotency<S> {
         Detach::new(execution, running, runtime).await
     }
 
-    async fn execute<F, Fut, R, E>(self, lease: Lease, handler: F) -> Result<Outcome, RunError<E>>
+    async fn execute<F, Fut, R, E>(
+        self,
+        lease: Lease,
+        handler: F,
+        budget: Arc<Budget>,
+    ) -> Result<Outcome, RunError<E>>
     where
         F: FnOnce(Context<S>) -> Fut,
         Fut: Future<Output = Result<R, Failure<E>>>,
@@ -136,7 +145,8 @@ impl<S: Store + 'static> Idempotency<S> {
         // The live lease and heartbeat last until the answer is stored or given back: a live
         // process's record never looks orphaned.
         let live = self.inner.live.hold(&lease);
-        let lease = match self.still_held(lease).await {
+        let budget = &*budget;
+        let lease = match self.still_held(lease, budget).await {
             Ok(lease) => lease,
             Err(answer) => return answer,
         };
@@ -154,13 +164,13 @@ impl<S: Store + 'static> Idempotency<S> {
         let lease = keeper.lease();
         let hold = (keeper, live);
         match result {
-            Ok(result) => self.settle(lease, result, hold).await,
+            Ok(result) => self.settle(lease, result, hold, budget).await,
             Err(panic) => {
                 let completion =
                     self.doubtful_completion(&lease, None, Doubt::new(DoubtCause::Panicked, ""));
                 // The panic is what the caller must see; a failed completion goes on trying.
                 let _ = self
-                    .stored_or_continued(lease, completion, EventKind::OutcomeUnknown, hold)
+                    .stored_or_continued(lease, completion, EventKind::OutcomeUnknown, hold, budget)
                     .await;
                 resume_unwind(panic)
             }
@@ -168,7 +178,11 @@ impl<S: Store + 'static> Idempotency<S> {
     }
 
     /// Before the handler: renews a half-gone lease; a lost one runs nothing (in flight).
-    async fn still_held<E>(&self, mut lease: Lease) -> Result<Lease, Result<Outcome, RunError<E>>> {
+    async fn still_held<E>(
+        &self,
+        mut lease: Lease,
+        budget: &Budget,
+    ) -> Result<Lease, Result<Outcome, RunError<E>>> {
         let half = self.inner.policy.lease / 2;
         let left = |lease: &Lease| {
             lease.local_deadline().map_or(half, |d| {
@@ -188,7 +202,7 @@ impl<S: Store + 'static> Idempotency<S> {
                 if left(&lease) >= self.inner.policy.lease / 3 {
                     return Ok(lease);
                 }
-                let _ = self.release(lease).await;
+                let _ = self.release_within(lease, budget).await;
                 Err(Err(RunError::Idem(error)))
             }
         }
@@ -200,6 +214,7 @@ impl<S: Store + 'static> Idempotency<S> {
         lease: Lease,
         result: Result<R, Failure<E>>,
         hold: H,
+        budget: &Budget,
     ) -> Result<Outcome, RunError<E>>
     where
         R: Into<Reply>,
@@ -207,33 +222,41 @@ impl<S: Store + 'static> Idempotency<S> {
         match result {
             Ok(reply) => match reply.into() {
                 Reply::Respond(response) if self.inner.policy.is_refusal(response.status) => {
-                    self.give_back(lease, hold, Ok(Outcome::Refused(response)))
+                    self.give_back(lease, hold, Ok(Outcome::Refused(response)), budget)
                         .await
                 }
                 Reply::Refused(response) => {
-                    self.give_back(lease, hold, Ok(Outcome::Refused(response)))
+                    self.give_back(lease, hold, Ok(Outcome::Refused(response)), budget)
                         .await
                 }
                 Reply::Respond(response) | Reply::Executed(response) => {
                     let completion = self.completion(&lease, response);
                     let stored = self
-                        .stored_or_continued(lease, completion, EventKind::Executed, hold)
+                        .stored_or_continued(lease, completion, EventKind::Executed, hold, budget)
                         .await
                         .map_err(RunError::Incomplete)?;
                     Ok(Outcome::Executed(stored))
                 }
-                Reply::Completed(completion) => self.check_written(lease, completion, hold).await,
+                Reply::Completed(completion) => {
+                    self.check_written(lease, completion, hold, budget).await
+                }
             },
             Err(failure) => match failure.into_parts() {
                 (error, Meaning::NothingHappened) => {
-                    self.give_back(lease, hold, Err(RunError::Released(error)))
+                    self.give_back(lease, hold, Err(RunError::Released(error)), budget)
                         .await
                 }
                 (error, Meaning::Unknown { response, note }) => {
                     let doubt = Doubt::new(DoubtCause::Failure, note);
                     let completion = self.doubtful_completion(&lease, response, doubt);
                     let stored = self
-                        .stored_or_continued(lease, completion, EventKind::OutcomeUnknown, hold)
+                        .stored_or_continued(
+                            lease,
+                            completion,
+                            EventKind::OutcomeUnknown,
+                            hold,
+                            budget,
+                        )
                         .await;
                     Err(RunError::Unknown {
                         error,
@@ -246,24 +269,26 @@ impl<S: Store + 'static> Idempotency<S> {
 
     /// Nothing happened (C8): the key goes back (fenced; a failed release leaves it to its
     /// lease), then `answer`.
-    async fn give_back<T, H>(&self, lease: Lease, hold: H, answer: T) -> T {
-        let _ = self.release(lease).await;
+    async fn give_back<T, H>(&self, lease: Lease, hold: H, answer: T, budget: &Budget) -> T {
+        let _ = self.release_within(lease, budget).await;
         drop(hold);
         answer
     }
 
-    /// Stores `completion` within the lease and reports the end (`stored`); past it, returns the
-    /// error while a task keeps trying. `hold` lives until the end.
+    /// Stores `completion` within the lease and the request's `budget`, and reports the end
+    /// (`stored`); past either, returns the error (the caller answers "outcome unknown", C8)
+    /// while a task keeps trying. `hold` lives until the end.
     pub(super) async fn stored_or_continued<H: Send + 'static>(
         &self,
         lease: Lease,
         completion: Completion,
         stored: EventKind,
         hold: H,
+        budget: &Budget,
     ) -> Result<StoredResponse, Error> {
         let deadline = lease.local_deadline();
         let result = self
-            .store_completion(&lease, completion.clone(), deadline)
+            .store_completion(&lease, completion.clone(), deadline, Some(budget))
             .await;
         match result {
             Err(error) if error.is_retryable() && !matches!(error, Error::LeaseLost) => {
@@ -285,11 +310,15 @@ impl<S: Store + 'static> Idempotency<S> {
         lease: Lease,
         completion: Completion,
         hold: H,
+        budget: &Budget,
     ) -> Result<Outcome, RunError<E>> {
         let lease = &lease;
         let ours = completion.id() == lease.id() && completion.token() == lease.token();
         if ours {
-            if let Some(stored) = self.stored_under(lease.id(), &completion).await {
+            if let Some(stored) = self
+                .stored_under(lease.id(), &completion, Some(budget))
+                .await
+            {
                 for kind in [EventKind::CompletionLanded, EventKind::Executed] {
                     self.emit(Event::new(kind).of_lease(lease));
                 }
@@ -306,7 +335,13 @@ impl<S: Store + 'static> Idempotency<S> {
             self.doubtful_completion(lease, None, Doubt::new(DoubtCause::CompletionMissing, ""));
         // Like every completion: past the lease it goes on on its own task.
         let stored = self
-            .stored_or_continued(lease.clone(), fallback, EventKind::OutcomeUnknown, hold)
+            .stored_or_continued(
+                lease.clone(),
+                fallback,
+                EventKind::OutcomeUnknown,
+                hold,
+                budget,
+            )
             .await
             .map_err(RunError::Incomplete)?;
         Ok(Outcome::Executed(stored))

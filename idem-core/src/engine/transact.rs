@@ -6,6 +6,7 @@
 use super::wait::{is_in_flight, Attempt};
 use super::{answer_kind, has_timers, needs_timers, Idempotency};
 use crate::answer::Answer;
+use crate::budget::Budget;
 use crate::completion::Completion;
 use crate::doubt::{Doubt, DoubtCause};
 use crate::error::{Error, Field, StoreErrorKind};
@@ -20,6 +21,7 @@ use crate::store::{Execution, Hooks, Transactional, TxEnd};
 use std::any::Any;
 use std::future::Future;
 use std::panic::resume_unwind;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What the engine holds for an acquired transactional execution: the live lease (so that
@@ -36,6 +38,7 @@ struct EngineHooks<S> {
     engine: Idempotency<S>,
     started: Instant,
     one_commit: bool,
+    budget: Arc<Budget>,
 }
 
 impl<S: Transactional + 'static> Hooks for EngineHooks<S> {
@@ -47,8 +50,8 @@ impl<S: Transactional + 'static> Hooks for EngineHooks<S> {
         self.engine.policy().lease
     }
 
-    fn store_timeout(&self) -> Duration {
-        self.engine.policy().store_timeout
+    fn budget(&self) -> &Budget {
+        &self.budget
     }
 
     fn acquired(&self, mut lease: Lease) -> (Lease, Box<dyn Any + Send>) {
@@ -118,8 +121,9 @@ impl<S: Transactional + 'static> Idempotency<S> {
         if !has_timers() {
             return Err(RunError::Idem(needs_timers()));
         }
+        let budget = self.budget_for(request);
         self.with_wait(request.id(), effect, |effect, quiet| {
-            self.transact_once(request, effect, one_commit, quiet)
+            self.transact_once(request, effect, one_commit, quiet, &budget)
         })
         .await
     }
@@ -132,6 +136,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
         effect: S::Effect<E>,
         one_commit: bool,
         quiet: bool,
+        budget: &Arc<Budget>,
     ) -> Attempt<S::Effect<E>, Result<Outcome, RunError<E>>> {
         let started = Instant::now();
         match self.answer_before_store(request) {
@@ -143,7 +148,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
         }
         // Held for the whole execution: a one-commit reservation stays uncommitted until its
         // effect commits.
-        let claim = match self.claim(request, one_commit).await {
+        let claim = match self.claim(request, one_commit, budget).await {
             Ok(Ok(claim)) => claim,
             Ok(Err(answer)) => {
                 return self.answered(request.id(), started, answer, effect, quiet);
@@ -154,6 +159,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
         };
         let engine = self.clone();
         let owned = request.clone();
+        let budget = Arc::clone(budget);
         // Boxed here, once: the execution moves on as a pointer (see `detach`).
         self.execution(
             request.id(),
@@ -163,6 +169,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
                     engine: engine.clone(),
                     started,
                     one_commit,
+                    budget: Arc::clone(&budget),
                 };
                 let execution = Execution::new(hooks);
                 let result = engine
@@ -190,7 +197,8 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 // Boxed on this path only: an answer (a replay) does not carry the size of
                 // what follows an acquisition in its future.
                 Attempt::Done(
-                    Box::pin(engine.conclude(&owned, started, acquired, held, one_commit)).await,
+                    Box::pin(engine.conclude(&owned, started, acquired, held, one_commit, &budget))
+                        .await,
                 )
             }),
             |error| Attempt::Done(Err(RunError::Idem(error))),
@@ -235,6 +243,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
         acquired: Result<TxEnd<E>, Error>,
         held: Option<Box<Held>>,
         one_commit: bool,
+        budget: &Budget,
     ) -> Result<Outcome, RunError<E>> {
         let id = request.id();
         let (lease, end) = match (acquired, held.as_ref()) {
@@ -257,14 +266,14 @@ impl<S: Transactional + 'static> Idempotency<S> {
             (Err(error), None) => return Err(self.rejected(id, started, error)),
         };
         if one_commit {
-            return self.concluded_once(lease, end, started, held).await;
+            return self.concluded_once(lease, end, started, held, budget).await;
         }
         match end {
             TxEnd::Committed(completion) => Ok(self.executed(&lease, completion, started)),
             TxEnd::InDoubt { completion, error } => {
-                self.resolve_commit(lease, completion, error).await
+                self.resolve_commit(lease, completion, error, budget).await
             }
-            end => Err(self.not_committed(lease, end, held).await),
+            end => Err(self.not_committed(lease, end, held, budget).await),
         }
     }
 
@@ -286,11 +295,13 @@ impl<S: Transactional + 'static> Idempotency<S> {
         effect: S::Effect<E>,
     ) -> impl Future<Output = Result<Completion, RunError<E>>> + Send + 'static {
         let (engine, lease) = (self.clone(), lease.clone());
+        let budget = Arc::new(Budget::new(self.policy().store_timeout));
         async move {
             let hooks = EngineHooks {
                 engine: engine.clone(),
                 started: Instant::now(),
                 one_commit: false,
+                budget: Arc::clone(&budget),
             };
             // The caller's heartbeat (the HTTP layer's) waits while the transaction is open
             // where a renewal from another connection would fail it (as `transact` does).
@@ -305,13 +316,13 @@ impl<S: Transactional + 'static> Idempotency<S> {
             match ended {
                 Ok(TxEnd::Committed(completion)) => Ok(completion),
                 Ok(TxEnd::InDoubt { completion, error }) => engine
-                    .resolve_commit(lease, completion.clone(), error)
+                    .resolve_commit(lease, completion.clone(), error, &budget)
                     .await
                     .map(|_| completion),
-                Ok(end) => Err(engine.not_committed(lease, end, None).await),
+                Ok(end) => Err(engine.not_committed(lease, end, None, &budget).await),
                 // No transaction began: nothing ran.
                 Err(error) => Err(engine
-                    .not_committed(lease, TxEnd::RolledBack(error), None)
+                    .not_committed(lease, TxEnd::RolledBack(error), None, &budget)
                     .await),
             }
         }
@@ -325,10 +336,11 @@ impl<S: Transactional + 'static> Idempotency<S> {
         lease: Lease,
         end: TxEnd<E>,
         held: Option<Box<Held>>,
+        budget: &Budget,
     ) -> RunError<E> {
         match end {
             TxEnd::EffectFailed(error) => {
-                let _ = self.release(lease).await;
+                let _ = self.release_within(lease, budget).await;
                 RunError::Released(error)
             }
             TxEnd::RolledBack(Error::LeaseLost) => {
@@ -341,23 +353,23 @@ impl<S: Transactional + 'static> Idempotency<S> {
             }
             TxEnd::RolledBack(error) => {
                 // Fenced: after a lost lease this changes nothing.
-                let _ = self.release(lease).await;
+                let _ = self.release_within(lease, budget).await;
                 RunError::Idem(error)
             }
             TxEnd::Panicked(panic) => {
-                let _ = self.release(lease).await;
+                let _ = self.release_within(lease, budget).await;
                 resume_unwind(panic)
             }
             // What the effect did outside its transaction is unknown: never given back (C8).
             TxEnd::Abandoned(error) | TxEnd::CommittedByTheEffect(error) => {
-                self.kept_unknown(lease, error, held).await
+                self.kept_unknown(lease, error, held, budget).await
             }
             // The callers answer a commit, told or in doubt, before they get here; one that
             // did arrive is never given back either (the fenced write then changes nothing).
-            TxEnd::InDoubt { error, .. } => self.kept_unknown(lease, error, held).await,
+            TxEnd::InDoubt { error, .. } => self.kept_unknown(lease, error, held, budget).await,
             TxEnd::Committed(_) => {
                 let error = Error::invalid(Field::Config, "a committed end taken for a failed one");
-                self.kept_unknown(lease, error, held).await
+                self.kept_unknown(lease, error, held, budget).await
             }
         }
     }
@@ -369,20 +381,24 @@ impl<S: Transactional + 'static> Idempotency<S> {
         lease: Lease,
         error: Error,
         held: Option<Box<Held>>,
+        budget: &Budget,
     ) -> RunError<E> {
         let completion =
             self.doubtful_completion(&lease, None, Doubt::new(DoubtCause::Abandoned, ""));
         let _ = self
-            .stored_or_continued(lease, completion, EventKind::OutcomeUnknown, held)
+            .stored_or_continued(lease, completion, EventKind::OutcomeUnknown, held, budget)
             .await;
         RunError::InDoubt(error)
     }
 
-    /// The record of `lease` once no transaction holds it, within the store timeout.
-    async fn settled(&self, lease: &Lease) -> Result<Option<Record>, Error> {
-        let (id, wait) = (lease.id(), self.policy().store_timeout);
-        self.store_call(Operation::Lookup, Some(id), |_| {
-            self.inner.store.settled(id, wait.mul_f32(0.8))
+    /// The record of `lease` once no transaction holds it, within what is left of the
+    /// request's store budget.
+    async fn settled(&self, lease: &Lease, budget: &Budget) -> Result<Option<Record>, Error> {
+        let id = lease.id();
+        self.spend(budget, Operation::Lookup, Some(id), |deadline| {
+            self.inner
+                .store
+                .settled(id, deadline.remaining().mul_f32(0.8))
         })
         .await
     }
@@ -417,6 +433,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
         end: TxEnd<E>,
         started: Instant,
         held: Option<Box<Held>>,
+        budget: &Budget,
     ) -> Result<Outcome, RunError<E>> {
         let rolled_back = |error: Option<&Error>| {
             let event = Event::new(EventKind::Released).of_lease(&lease);
@@ -436,13 +453,15 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 Err(RunError::Idem(error))
             }
             // The effect's own COMMIT made the reservation a record: it is answered as one.
-            TxEnd::CommittedByTheEffect(error) => Err(self.kept_unknown(lease, error, held).await),
+            TxEnd::CommittedByTheEffect(error) => {
+                Err(self.kept_unknown(lease, error, held, budget).await)
+            }
             TxEnd::Panicked(panic) => {
                 rolled_back(None);
                 resume_unwind(panic)
             }
             TxEnd::InDoubt { completion, error } => {
-                match self.settled(&lease).await {
+                match self.settled(&lease, budget).await {
                     Ok(Some(record)) if record.is_completed_by(&lease.token()) => {
                         Ok(self.executed(&lease, completion, started))
                     }
@@ -474,8 +493,9 @@ impl<S: Transactional + 'static> Idempotency<S> {
         lease: Lease,
         completion: Completion,
         error: Error,
+        budget: &Budget,
     ) -> Result<Outcome, RunError<E>> {
-        match self.settled(&lease).await {
+        match self.settled(&lease, budget).await {
             Ok(Some(record)) if record.token == lease.token() => match record.state {
                 RecordState::Completed { response, .. } => {
                     match self.screen(Answer::Replay(response)) {
@@ -493,7 +513,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
                     }
                 }
                 RecordState::InProgress { .. } => {
-                    let _ = self.release(lease).await;
+                    let _ = self.release_within(lease, budget).await;
                     Err(RunError::Idem(error))
                 }
             },

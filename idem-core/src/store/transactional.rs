@@ -3,9 +3,10 @@
 
 use super::Store;
 use crate::answer::Answer;
+use crate::budget::Budget;
 use crate::completion::Completion;
 use crate::error::Error;
-use crate::event::{Event, EventKind, Operation};
+use crate::event::{Event, Operation};
 use crate::lease::Lease;
 use crate::record::Record;
 use crate::request::Request;
@@ -18,7 +19,7 @@ use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A store whose transactions can hold the effect and its completion (C6).
 ///
@@ -161,7 +162,7 @@ struct Shared<H: ?Sized> {
 pub(crate) trait Hooks: Send + Sync {
     fn one_commit(&self) -> bool;
     fn lease_for(&self) -> Duration;
-    fn store_timeout(&self) -> Duration;
+    fn budget(&self) -> &Budget;
     fn acquired(&self, lease: Lease) -> (Lease, Box<dyn Any + Send>);
     /// Reports the acquisition (an application's observer runs: it may panic).
     fn report_acquired(&self, lease: &Lease);
@@ -189,9 +190,12 @@ impl Execution {
         self.inner.hooks.lease_for()
     }
 
-    /// One store call's budget ([`Policy::store_timeout`](crate::Policy::store_timeout), C13).
+    /// What is left of the request's store budget (C13; [`Policy::store_timeout`](
+    /// crate::Policy::store_timeout), or the request's own): the longest the next store step
+    /// (a COMMIT, a ROLLBACK) may take. Once spent, drop the transaction and its connection
+    /// rather than wait on it.
     pub fn store_timeout(&self) -> Duration {
-        self.inner.hooks.store_timeout()
+        self.inner.hooks.budget().remaining()
     }
 
     /// Call once the reservation is written, before the effect: registers the live lease, starts
@@ -213,8 +217,8 @@ impl Execution {
         self.inner.hooks.completion(lease, response)
     }
 
-    /// Runs one store call within [`store_timeout`](Self::store_timeout) (C13), as
-    /// [`Idempotency::store_call`](crate::Idempotency::store_call) does.
+    /// Runs one store call within what is left of the request's store budget, charging it
+    /// (C13), reported as [`Idempotency::store_call`](crate::Idempotency::store_call) does.
     pub async fn bounded<T, F, C>(
         &self,
         operation: Operation,
@@ -225,18 +229,11 @@ impl Execution {
         C: FnOnce(Deadline) -> F,
         F: Future<Output = Result<T, Error>> + Send,
     {
-        let started = Instant::now();
-        let deadline = Deadline::after(self.inner.hooks.store_timeout());
-        let result = deadline.bound(operation, call(deadline)).await;
-        let event = Event::new(EventKind::StoreCall)
-            .of(operation)
-            .about(id)
-            .took(started.elapsed());
-        match &result {
-            Ok(_) => self.inner.hooks.emit(event),
-            Err(error) => self.inner.hooks.emit(event.failed(error)),
-        }
-        result
+        let hooks = &self.inner.hooks;
+        hooks
+            .budget()
+            .spend(operation, Some(id), call, |event| hooks.emit(event))
+            .await
     }
 
     /// What [`acquired`](Self::acquired) registered, taken back by the engine.

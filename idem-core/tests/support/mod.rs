@@ -26,11 +26,23 @@ pub(crate) struct Faulty {
     pub reserve_answer_after: Duration,
     /// How many of the next renewals fail.
     pub failing_renews: AtomicUsize,
+    /// Every call waits while this is set: a frozen server, or a network that swallows
+    /// everything (a blackhole). Only the engine's deadline ends the wait.
+    pub frozen: AtomicBool,
 }
 
 /// A store that cannot be reached.
 pub(crate) fn down() -> Error {
     Error::store("test", StoreErrorKind::Unavailable, "connection refused")
+}
+
+impl Faulty {
+    /// Waits while the store is frozen.
+    async fn thaw(&self) {
+        while self.frozen.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
 }
 
 /// Takes one from `counter` if it is above zero.
@@ -46,6 +58,7 @@ impl Store for Faulty {
         self.one_process.then(|| self.inner.identity()).flatten()
     }
     async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
+        self.thaw().await;
         let reserved = self.inner.reserve(claim, deadline).await;
         if take(&self.slow_reserves) {
             tokio::time::sleep(self.reserve_answer_after).await;
@@ -58,9 +71,11 @@ impl Store for Faulty {
         acquire: Acquire,
         deadline: Deadline,
     ) -> Result<Reserved, Error> {
+        self.thaw().await;
         self.inner.replace(claim, acquire, deadline).await
     }
     async fn complete(&self, c: &Completion, deadline: Deadline) -> Result<(), Error> {
+        self.thaw().await;
         if self.unwritable.load(Ordering::SeqCst) {
             return Err(down());
         }
@@ -70,6 +85,7 @@ impl Store for Faulty {
         self.inner.complete(c, deadline).await
     }
     async fn release(&self, l: &Lease, deadline: Deadline) -> Result<(), Error> {
+        self.thaw().await;
         self.inner.release(l, deadline).await
     }
     async fn renew(&self, l: &Lease, d: Duration, deadline: Deadline) -> Result<Timestamp, Error> {
@@ -82,6 +98,7 @@ impl Store for Faulty {
         self.inner.purge_expired(n, deadline).await
     }
     async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error> {
+        self.thaw().await;
         self.inner.lookup(id, deadline).await
     }
     async fn resolve(

@@ -1,0 +1,107 @@
+//! The store budget of one request (C13): the time the engine may wait on the store for it,
+//! counted across every store step (reservation, the store's share of the effect's
+//! transaction, completion, retries, rollback). The handler's own time is not counted: the
+//! lease bounds it.
+
+use crate::deadline::Deadline;
+use crate::error::Error;
+use crate::event::{Event, EventKind, Operation};
+use crate::scope::RecordId;
+use crate::timeout::is_timed_out;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// What is left of one request's store budget, shared by its steps.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    total: Duration,
+    spent_micros: AtomicU64,
+}
+
+impl Budget {
+    /// A budget of `total`.
+    pub(crate) fn new(total: Duration) -> Self {
+        Self {
+            total,
+            spent_micros: AtomicU64::new(0),
+        }
+    }
+
+    /// What is left (zero once spent).
+    pub(crate) fn remaining(&self) -> Duration {
+        let spent = Duration::from_micros(self.spent_micros.load(Ordering::Relaxed));
+        self.total.saturating_sub(spent)
+    }
+
+    /// Whether nothing is left.
+    pub(crate) fn is_spent(&self) -> bool {
+        self.remaining().is_zero()
+    }
+
+    /// The deadline of the next store step: what is left, from now.
+    pub(crate) fn deadline(&self) -> Deadline {
+        Deadline::after(self.remaining())
+    }
+
+    /// Counts `elapsed` waited on the store.
+    pub(crate) fn charge(&self, elapsed: Duration) {
+        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        self.spent_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// Runs one store call within what is left, charging the time waited, and `emit`s it as a
+    /// [`StoreCall`](EventKind::StoreCall) event and, when it spent the rest, a
+    /// [`BudgetSpent`](EventKind::BudgetSpent) one naming the step (C16). A spent budget
+    /// starts no call.
+    pub(crate) async fn spend<T, F, C>(
+        &self,
+        operation: Operation,
+        id: Option<&RecordId>,
+        call: C,
+        emit: impl Fn(Event<'_>),
+    ) -> Result<T, Error>
+    where
+        C: FnOnce(Deadline) -> F,
+        F: Future<Output = Result<T, Error>>,
+    {
+        let started = Instant::now();
+        let deadline = self.deadline();
+        // Without a time driver (guard style) only the store's own waits are bounded.
+        let result = deadline.bound(operation, call(deadline)).await;
+        let elapsed = started.elapsed();
+        self.charge(elapsed);
+        let about = |kind| {
+            let event = Event::new(kind).of(operation);
+            id.map_or(event, |id| event.about(id))
+        };
+        let event = about(EventKind::StoreCall).took(elapsed);
+        match &result {
+            Ok(_) => emit(event),
+            Err(error) => {
+                emit(event.failed(error));
+                if is_timed_out(error) && self.is_spent() {
+                    emit(about(EventKind::BudgetSpent).took(self.total).failed(error));
+                }
+            }
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// C13: every step draws from one budget; once spent, the next step's deadline has passed.
+    #[test]
+    fn c13_steps_share_one_budget() {
+        let budget = Budget::new(Duration::from_secs(5));
+        budget.charge(Duration::from_secs(2));
+        assert_eq!(budget.remaining(), Duration::from_secs(3));
+        assert!(budget.deadline().remaining() <= Duration::from_secs(3));
+        budget.charge(Duration::from_secs(4));
+        assert!(budget.is_spent());
+        assert!(budget.deadline().remaining().is_zero());
+    }
+}

@@ -1,0 +1,223 @@
+//! One store budget per request (C13): every store step of a request draws from it, the
+//! handler's time does not; spent before the effect, the answer is store-down, after it
+//! "outcome unknown" (C8) while the completion keeps trying on its own; a `budget_spent` event
+//! names the step that spent it (C16).
+
+mod support;
+
+use idem_core::{
+    Error, Event, EventKind, Failure, Idempotency, Observer, Operation, Outcome, Policy, Request,
+    RunError, StoreErrorKind, StoredResponse,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use support::Faulty;
+
+/// The policy's budget in these tests.
+const BUDGET: Duration = Duration::from_millis(400);
+/// Long: a completion that gave up within the budget is not waiting for the lease.
+const LEASE: Duration = Duration::from_secs(20);
+/// What a loaded two-core machine may add to an answer beyond its budget.
+const MARGIN: Duration = Duration::from_millis(600);
+
+/// One event seen: kind, step, time taken.
+type Seen = (EventKind, Option<Operation>, Duration);
+
+/// The store calls and budget-spent events seen.
+#[derive(Clone, Default)]
+struct Spent(Arc<Mutex<Vec<Seen>>>);
+
+impl Observer for Spent {
+    fn observe(&self, event: &Event<'_>) {
+        if matches!(event.kind(), EventKind::BudgetSpent | EventKind::StoreCall) {
+            self.0.lock().unwrap_or_else(PoisonError::into_inner).push((
+                event.kind(),
+                event.operation(),
+                event.elapsed(),
+            ));
+        }
+    }
+}
+
+impl Spent {
+    /// The steps that spent a budget.
+    fn steps(&self) -> Vec<Option<Operation>> {
+        self.seen(EventKind::BudgetSpent)
+            .map(|(op, _)| op)
+            .collect()
+    }
+
+    /// The time the store calls of `operation` took, together.
+    fn store_time(&self, operation: Operation) -> Duration {
+        self.seen(EventKind::StoreCall)
+            .filter(|(op, _)| *op == Some(operation))
+            .map(|(_, took)| took)
+            .sum()
+    }
+
+    fn seen(&self, kind: EventKind) -> impl Iterator<Item = (Option<Operation>, Duration)> {
+        let seen = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        seen.into_iter()
+            .filter(move |(k, _, _)| *k == kind)
+            .map(|(_, op, took)| (op, took))
+    }
+}
+
+fn engine(store: &Arc<Faulty>, spent: &Spent) -> Idempotency<Arc<Faulty>> {
+    Idempotency::builder(Arc::clone(store))
+        .policy(Policy::default().lease(LEASE).store_timeout(BUDGET))
+        .without_tracing()
+        .observer(spent.clone())
+        .build()
+        .expect("policy")
+}
+
+fn request(idem: &Idempotency<Arc<Faulty>>, key: &str) -> Request {
+    idem.request("acct", "POST", "/charges")
+        .key(Some(key))
+        .body(b"{\"amount\":100}")
+        .build()
+        .expect("valid")
+}
+
+/// A handler that counts its runs and, once run, freezes the store (`freeze`).
+async fn charge(
+    idem: &Idempotency<Arc<Faulty>>,
+    request: &Request,
+    store: &Arc<Faulty>,
+    runs: &Arc<AtomicUsize>,
+    freeze: bool,
+) -> Result<Outcome, RunError<&'static str>> {
+    let (store, runs) = (Arc::clone(store), Arc::clone(runs));
+    idem.run(request, move |_| async move {
+        runs.fetch_add(1, Ordering::SeqCst);
+        store.frozen.store(freeze, Ordering::SeqCst);
+        Ok::<_, Failure<&'static str>>(StoredResponse::new(201, "charged"))
+    })
+    .await
+}
+
+/// C13, C8: the store freezes once the effect ran. The caller is answered "outcome unknown"
+/// within one budget, not after the lease; the completion goes on by itself and lands when the
+/// store thaws, so the retry replays and the effect ran once.
+#[tokio::test]
+async fn c13_a_store_frozen_after_the_effect_answers_outcome_unknown_within_one_budget() {
+    let store = Arc::new(Faulty::default());
+    let spent = Spent::default();
+    let idem = engine(&store, &spent);
+    let req = request(&idem, "frozen-after-effect");
+    let runs = Arc::new(AtomicUsize::new(0));
+
+    let started = Instant::now();
+    let first = charge(&idem, &req, &store, &runs, true).await;
+    let took = started.elapsed();
+    assert!(matches!(first, Err(RunError::Incomplete(_))), "{first:?}");
+    assert!(took < BUDGET + MARGIN, "answered after {took:?}");
+    assert_eq!(spent.steps(), [Some(Operation::Complete)]);
+
+    store.frozen.store(false, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let retry = loop {
+        match charge(&idem, &req, &store, &runs, false).await {
+            Ok(Outcome::Answered(answer)) if !answer.is_replay() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => break other,
+        }
+    };
+    let replayed = retry.ok().and_then(|o| o.response().cloned());
+    assert_eq!(replayed, Some(StoredResponse::new(201, "charged")));
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the effect ran twice");
+}
+
+/// C13: frozen before anything ran, the request is store-down (retryable) within one budget,
+/// and the handler never runs.
+#[tokio::test]
+async fn c13_a_store_frozen_before_the_effect_is_store_down_within_one_budget() {
+    let store = Arc::new(Faulty::default());
+    let spent = Spent::default();
+    let idem = engine(&store, &spent);
+    let req = request(&idem, "frozen-before");
+    let runs = Arc::new(AtomicUsize::new(0));
+    store.frozen.store(true, Ordering::SeqCst);
+
+    let started = Instant::now();
+    let answer = charge(&idem, &req, &store, &runs, true).await;
+    let took = started.elapsed();
+    let Err(RunError::Idem(error)) = answer else {
+        panic!("store-down expected: {answer:?}");
+    };
+    assert_eq!(
+        error.as_store().map(|e| e.kind()),
+        Some(StoreErrorKind::Unavailable)
+    );
+    assert!(error.is_retryable());
+    assert!(took < BUDGET + MARGIN, "answered after {took:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert_eq!(spent.steps(), [Some(Operation::Reserve)]);
+}
+
+/// C13: the steps share one budget. A reservation that takes most of it leaves the completion
+/// only the rest: the request's store time stays within one budget, not one per step.
+#[tokio::test]
+async fn c13_the_steps_of_a_request_share_one_budget() {
+    let store = Arc::new(Faulty {
+        reserve_answer_after: BUDGET.mul_f32(0.7),
+        ..Faulty::default()
+    });
+    store.slow_reserves.store(1, Ordering::SeqCst);
+    let spent = Spent::default();
+    let idem = engine(&store, &spent);
+    let req = request(&idem, "shared-budget");
+    let runs = Arc::new(AtomicUsize::new(0));
+
+    let started = Instant::now();
+    let first = charge(&idem, &req, &store, &runs, true).await;
+    let took = started.elapsed();
+    store.frozen.store(false, Ordering::SeqCst);
+    assert!(matches!(first, Err(RunError::Incomplete(_))), "{first:?}");
+    assert!(took < BUDGET + MARGIN, "answered after {took:?}");
+    assert_eq!(spent.steps(), [Some(Operation::Complete)]);
+    // The completion had what the reservation left: with a budget per step it has it all.
+    let reserving = spent.store_time(Operation::Reserve);
+    let completing = spent.store_time(Operation::Complete);
+    assert!(reserving >= BUDGET.mul_f32(0.7), "{reserving:?}");
+    assert!(
+        completing <= BUDGET.saturating_sub(reserving) + Duration::from_millis(60),
+        "the completion waited {completing:?} after a reservation of {reserving:?}"
+    );
+}
+
+/// C13: a request's own budget (a caller's deadline) replaces the policy's.
+#[tokio::test]
+async fn c13_a_request_carries_its_own_budget() {
+    let store = Arc::new(Faulty::default());
+    let spent = Spent::default();
+    let idem = Idempotency::builder(Arc::clone(&store))
+        .policy(
+            Policy::default()
+                .lease(LEASE)
+                .store_timeout(Duration::from_secs(30)),
+        )
+        .without_tracing()
+        .observer(spent.clone())
+        .build()
+        .expect("policy");
+    let req = request(&idem, "own-budget").with_store_budget(BUDGET);
+    store.frozen.store(true, Ordering::SeqCst);
+
+    let started = Instant::now();
+    let begun = idem.begin(&req).await;
+    let took = started.elapsed();
+    assert!(
+        matches!(&begun, Err(Error::Store(e)) if e.kind() == StoreErrorKind::Unavailable),
+        "{begun:?}"
+    );
+    assert!(took < BUDGET + MARGIN, "answered after {took:?}");
+    assert_eq!(spent.steps(), [Some(Operation::Reserve)]);
+}
