@@ -1,7 +1,7 @@
 //! The right to run a request's effect.
 
 use crate::clock::Timestamp;
-use crate::event::EventKind;
+use crate::event_kind::EventKind;
 use crate::fingerprint::Fingerprint;
 use crate::request::Request;
 use crate::scope::RecordId;

@@ -56,6 +56,7 @@ mod doubt;
 mod engine;
 mod error;
 mod event;
+mod event_kind;
 mod fingerprint;
 mod heartbeat_thread;
 mod hex;
