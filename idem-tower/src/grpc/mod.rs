@@ -10,6 +10,7 @@ mod layer;
 mod mark;
 mod service;
 mod status;
+mod timeout;
 
 pub use answer::GrpcAnswer;
 pub use config::GrpcMethod;

@@ -5,6 +5,7 @@ use super::config::{GrpcConfig, GrpcMethod};
 use super::details::retry_details;
 use super::frame::{single_message, FrameError};
 use super::status::grpc_code_of;
+use super::timeout::grpc_timeout;
 use crate::bounds::IncomingBody;
 use crate::consumer::ConsumerError;
 use crate::convert::{read_request_body, BoxError, ResponseReadError};
@@ -224,6 +225,12 @@ where
             // accepts: the handler is not told of encodings, so tonic answers uncompressed
             // (identity), which every client reads.
             parts.headers.remove(GRPC_ACCEPT_ENCODING);
+            // The caller's deadline lowers the request's store budget (C13).
+            let budget = layer.idem.policy().store_timeout;
+            let request = match grpc_timeout(&parts.headers) {
+                Some(deadline) if deadline < budget => request.with_store_budget(deadline),
+                _ => request,
+            };
             let result = layer
                 .idem
                 .run(&request, move |ctx| execute(inner, parts, body, ctx, rules))
