@@ -1,7 +1,5 @@
 //! How a waiting duplicate ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight), C5) learns
-//! its original ended: from the engine in this process, from a change feed
-//! ([`Store::watch`](crate::Store::watch), [`Store::announce`](crate::Store::announce)) across
-//! processes. A waiter is a future parked on its record's [`Notify`].
+//! its original ended: a future parked on its record's [`Notify`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -124,17 +122,14 @@ impl fmt::Debug for Subscription {
 }
 
 /// Where a change feed ([`Store::watch`](crate::Store::watch)) delivers other processes'
-/// [`announce`](crate::Store::announce)ments. Cheap to clone; does not keep engines alive
-/// ([`is_closed`](Self::is_closed) once they are gone).
+/// [`announce`](crate::Store::announce)ments. Cheap to clone; does not keep engines alive.
 ///
 /// ```
 /// use idem_core::store::Changes;
-/// // A feed's loop, for each announcement it receives (the record's digest):
 /// fn deliver(changes: &Changes, payload: &str) {
 ///     match idem_core::store::digest_from_hex(payload) {
 ///         Some(digest) => changes.changed(&digest),
-///         // Not ours, or damaged: wake everyone rather than miss one.
-///         None => changes.missed(),
+///         None => changes.missed(), // damaged: wake everyone rather than miss one
 ///     }
 /// }
 /// let closed = Changes::closed();

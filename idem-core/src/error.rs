@@ -42,8 +42,7 @@ impl fmt::Display for Field {
     }
 }
 
-/// Everything that can go wrong in idem: the request was not (and must not be) executed under
-/// protection, or a completion did not land. Replay, in flight and mismatch are
+/// Everything that can go wrong in idem. Replay, in flight and mismatch are
 /// [`Answer`](crate::Answer)s.
 ///
 /// ```
@@ -84,8 +83,8 @@ pub enum Error {
     /// A stored record that cannot be decoded (C12). Never treated as absent.
     #[error("corrupt idempotency record: {0}")]
     CorruptRecord(String),
-    /// The store's table is at another schema version: `found` 0, no table (apply the schema);
-    /// below `expected`, migrate; above, upgrade this program. Nothing was read or written.
+    /// The store's table is at another schema version; its message says what to do. Nothing
+    /// was read or written.
     ///
     /// ```
     /// use idem_core::Error;
@@ -103,7 +102,6 @@ pub enum Error {
     },
 }
 
-/// What [`Error::SchemaVersion`] says, with the advice that helps.
 fn schema_version_message(table: &str, found: i64, expected: i64) -> String {
     if found == 0 {
         format!("no idem table {table} in this database (apply the schema first)")
@@ -159,8 +157,7 @@ pub enum StoreErrorKind {
     Unavailable,
     /// The transaction lost a conflict and rolled back: retry **all of it**, effect included.
     TransactionConflict,
-    /// Not set up as idem needs (table, password, permission): an operator must act. Another
-    /// schema version is [`Error::SchemaVersion`].
+    /// Not set up as idem needs (table, password, permission): an operator must act.
     Misconfigured,
     /// Any other failure of the backend.
     Other,
