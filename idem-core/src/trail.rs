@@ -6,23 +6,16 @@ use crate::error::Error;
 use crate::token::FencingToken;
 use std::time::Duration;
 
-/// One decision about a record in doubt, as the store keeps it (its clock, C11). Written in the
-/// same atomic step as the change it records: one entry per change a reconciliation made, none
-/// for one that lost its race. A store keeps [`encode`](Self::encode)'s bytes with its own
-/// `now` and gives them back with [`decode`](Self::decode).
+/// One decision about a record in doubt, as the audit trail keeps it: written in the atomic
+/// step of the change it records ([`Store::resolve`](crate::Store::resolve)), as
+/// [`encode`](Self::encode)'s bytes with the store's `now`.
 ///
 /// ```
 /// use idem_core::store::{Decided, Reconciliation};
 /// use idem_core::{FencingToken, Timestamp};
-/// let entry = Reconciliation {
-///     at: Timestamp::from_millis(1_700_000_000_000),
-///     token: FencingToken::generate(),
-///     by: "operator alice".into(),
-///     decided: Decided::Released,
-///     asked: "card network dashboard".into(),
-///     answer: "no authorization under this key".into(),
-///     nonce: 7,
-/// };
+/// let entry = Reconciliation { at: Timestamp::from_millis(1_700_000_000_000), token: FencingToken::generate(),
+///     by: "operator alice".into(), decided: Decided::Released, asked: "card network dashboard".into(),
+///     answer: "no authorization under this key".into(), nonce: 7 };
 /// assert_eq!(Reconciliation::decode(entry.at, &entry.encode())?, entry);
 /// # Ok::<(), idem_core::Error>(())
 /// ```
@@ -41,8 +34,7 @@ pub struct Reconciliation {
     pub asked: String,
     /// What the provider answered, or the operator's reason.
     pub answer: String,
-    /// A random number that tells this decision apart from any other with the same words (the
-    /// engine finds its own entry by it when the store's answer was lost).
+    /// A random number that tells this decision apart from any other with the same words.
     pub nonce: u64,
 }
 
@@ -57,7 +49,7 @@ pub enum Decided {
     },
     /// The effect did not happen; the key was released.
     Released,
-    /// Still unknown at this attempt; asked again after `retry_after`.
+    /// Still unknown; asked again after `retry_after`.
     StillUnknown {
         /// How many attempts found it unknown, this one included.
         attempt: u32,
@@ -117,8 +109,7 @@ impl Reconciliation {
         out
     }
 
-    /// Reads an entry the store kept at `at`; anything but what [`encode`](Self::encode) writes
-    /// is [`Error::CorruptRecord`], never a panic.
+    /// Reads an entry kept at `at`; anything else is [`Error::CorruptRecord`], never a panic.
     pub fn decode(at: Timestamp, bytes: &[u8]) -> Result<Self, Error> {
         let mut r = Reader::new("stored reconciliation", bytes);
         if r.take(2)? != [MAGIC, VERSION] {
