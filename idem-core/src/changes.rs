@@ -38,7 +38,6 @@ impl Wakeups {
         }
     }
 
-    /// Wakes the waiters of `digest`, if any.
     pub(crate) fn wake(&self, digest: &[u8; 32]) {
         if self.waiting.load(Ordering::Acquire) == 0 {
             return;
@@ -60,7 +59,6 @@ impl Wakeups {
         }
     }
 
-    /// How many waiters are registered.
     pub(crate) fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Acquire)
     }

@@ -123,11 +123,8 @@ fn decode_replay(response: Option<Vec<u8>>) -> Result<StoredResponse, Error> {
 #[derive(Debug)]
 #[must_use]
 enum Step {
-    /// Call [`Store::reserve`](crate::Store::reserve) with the claim.
     Reserve,
-    /// Call [`Store::replace`](crate::Store::replace) with the claim and how it acquires.
     Replace(Acquire),
-    /// The reservation is decided.
     Done(Begin),
 }
 
@@ -242,7 +239,6 @@ impl<'a> Reservation<'a> {
         Err(error)
     }
 
-    /// The next step after a step's `result`; `replacing`: it was a `replace`.
     fn after(&mut self, result: Result<Reserved, Error>, replacing: bool) -> Result<Step, Error> {
         match result {
             Ok(reserved) => self.next(reserved, replacing),

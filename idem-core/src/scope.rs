@@ -104,7 +104,6 @@ pub struct RecordId {
 }
 
 const DOWNSTREAM_PREFIX: &str = "idem_";
-/// How many bytes of the digest a downstream key carries.
 const DOWNSTREAM_BYTES: usize = 16;
 
 impl RecordId {

@@ -5,15 +5,12 @@ use crate::error::{Error, Field};
 use crate::key::IdempotencyKey;
 
 impl IdempotencyKey {
-    /// Reads one `Idempotency-Key` header value (C1; an RFC 8941 sf-string by
-    /// draft-ietf-httpapi-idempotency-key-header §2.1). Two forms spell the same key:
-    /// - an **sf-string**: `"..."`, `\"` and `\\` its only escapes, nothing after the quote;
-    /// - a **bare value** (an extension: clients send bare UUIDs): only `A-Z a-z 0-9` and
-    ///   ``! # $ % & ' * + - . ^ _ ` | ~ : /`` (RFC 9110 tokens and sf-token's `:` `/`).
-    ///
-    /// Everything else is [`Error::InvalidInput`] (HTTP 400) with the reason: a list, parameters,
-    /// `=`, parentheses, a quote inside a bare value, a malformed sf-string. Surrounding spaces
-    /// and tabs are ignored; then [`IdempotencyKey::new`]'s checks apply.
+    /// Reads one `Idempotency-Key` header value (C1). Two forms spell the same key: an RFC 8941
+    /// **sf-string** (`"..."`, `\"` and `\\` its only escapes, nothing after the quote), or a
+    /// **bare value** of RFC 9110 token characters, `:` and `/` (clients send bare UUIDs).
+    /// Everything else (a list, parameters, `=`, parentheses, a quote inside a bare value, a
+    /// malformed sf-string) is [`Error::InvalidInput`] with the reason. Surrounding spaces and
+    /// tabs are ignored; then [`IdempotencyKey::new`]'s checks apply.
     ///
     /// ```
     /// use idem_core::IdempotencyKey;
@@ -43,8 +40,7 @@ impl IdempotencyKey {
     }
 }
 
-/// Whether `c` may appear in a bare key: an RFC 9110 `tchar`, or `:` and `/` (RFC 8941
-/// sf-token).
+/// Whether `c` may appear in a bare key: an RFC 9110 `tchar`, `:` or `/` (RFC 8941 sf-token).
 fn is_bare(c: u8) -> bool {
     c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~:/".contains(&c)
 }
@@ -67,8 +63,7 @@ fn bare(text: &str) -> Result<(), Error> {
     Err(Error::invalid(Field::Key, why))
 }
 
-/// The inside of an sf-string (RFC 8941 §3.3.3) after its opening quote: `\"` and `\\` the
-/// only escapes, nothing after the closing quote.
+/// The inside of an sf-string (RFC 8941 §3.3.3) after its opening quote.
 fn unquote(rest: &str) -> Result<String, Error> {
     let malformed =
         |why: &str| Error::invalid(Field::Key, format!("malformed quoted string: {why}"));
