@@ -4,8 +4,8 @@ use crate::answer::Answer;
 use crate::lease::Lease;
 use crate::response::StoredResponse;
 
-/// What a request gets at the start: the record (a [`Lease`], or in a
-/// [`Decision`](crate::store::Decision) an `Acquire`), or an [`Answer`].
+/// What a request gets at the start: the record (`A`: a [`Lease`], or a decision's `Acquire`),
+/// or an [`Answer`].
 ///
 /// ```
 /// use idem_core::{Answer, Begin, Idempotency, MemoryStore};

@@ -119,8 +119,7 @@ impl fmt::Debug for Subscription {
     }
 }
 
-/// Where a change feed ([`Store::watch`](crate::Store::watch)) delivers other processes'
-/// [`announce`](crate::Store::announce)ments. Cheap to clone; does not keep engines alive.
+/// Where a [change feed](crate::Store::watch) delivers announcements; does not keep engines alive.
 ///
 /// ```
 /// use idem_core::store::Changes;

@@ -5,8 +5,7 @@ use crate::timeout::timed_out;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-/// The instant by which a store call answers, or is dropped with its connection as
-/// [`StoreErrorKind::Unavailable`](crate::StoreErrorKind::Unavailable) (C13).
+/// The instant by which a store call answers, or is dropped with its connection (C13).
 ///
 /// ```
 /// use idem_core::store::Deadline;

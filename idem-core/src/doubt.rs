@@ -1,6 +1,8 @@
 //! The mark beside an "outcome unknown" answer (C8; docs/state-machine.md, "Records in doubt").
 
 use crate::error::Error;
+#[cfg(doc)]
+use crate::store::Store;
 use crate::token::FencingToken;
 use std::fmt;
 
@@ -72,8 +74,7 @@ impl fmt::Display for DoubtCause {
     }
 }
 
-/// The mark of a record in doubt. Stores keep its [`encode`](Self::encode)d form and change it
-/// only as a [`Resolution`](crate::store::Resolution) says.
+/// The mark of a record in doubt, kept [`encode`](Self::encode)d (rule 6 of [`Store`]).
 ///
 /// ```
 /// use idem_core::store::{Doubt, DoubtCause};

@@ -42,8 +42,7 @@ impl fmt::Display for Field {
     }
 }
 
-/// Everything that can go wrong in idem. Replay, in flight and mismatch are
-/// [`Answer`](crate::Answer)s.
+/// Everything that can go wrong (replay, in flight, mismatch are [`Answer`](crate::Answer)s).
 ///
 /// ```
 /// use idem_core::{Error, IdempotencyKey};
@@ -83,8 +82,7 @@ pub enum Error {
     /// A stored record that cannot be decoded (C12). Never treated as absent.
     #[error("corrupt idempotency record: {0}")]
     CorruptRecord(String),
-    /// The store's table is at another schema version; its message says what to do. Nothing
-    /// was read or written.
+    /// The table is at another schema version (the message says what to do). Nothing was done.
     ///
     /// ```
     /// use idem_core::Error;

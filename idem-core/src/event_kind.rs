@@ -43,8 +43,7 @@ pub enum EventKind {
     InFlight => "in_flight",
     /// Answered "mismatch": the key was used with another request (C3). Nothing ran.
     Mismatch => "mismatch",
-    /// A duplicate waited [`elapsed`](crate::Event::elapsed) for its original (C5); its answer
-    /// follows.
+    /// A duplicate waited [`elapsed`](crate::Event::elapsed) for its original (C5).
     Waited => "waited",
     /// A fresh reservation (C4).
     Acquired => "acquired",
@@ -134,8 +133,7 @@ impl fmt::Display for EventKind {
 }
 
 named_enum! {
-/// Which store call an [`EventKind::StoreCall`] event reports; its [`name`](Self::name) is a
-/// metric's `operation` label.
+/// Which store call an [`EventKind::StoreCall`] reports: a metric's `operation` label.
 ///
 /// ```
 /// assert_eq!(idem_core::Operation::Reserve.name(), "reserve");

@@ -8,8 +8,7 @@ use crate::scope::RecordId;
 use crate::token::FencingToken;
 use std::time::{Duration, Instant};
 
-/// How a reservation acquires its record: the [`EventKind`] it reports, and the token of the
-/// record it replaces.
+/// How a reservation acquires its record: the [`EventKind`] it reports and what it replaces.
 ///
 /// ```
 /// use idem_core::store::Acquire;

@@ -156,8 +156,7 @@ impl MemoryStore {
             .collect()
     }
 
-    /// Overwrites a completed record's stored response, to test corrupt records (C12). Returns
-    /// whether a completed record was there.
+    /// Overwrites a completed record's stored response, to test corrupt records (C12).
     #[cfg(feature = "testing")]
     #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
     pub fn overwrite_stored_response(&self, id: &RecordId, bytes: Vec<u8>) -> bool {

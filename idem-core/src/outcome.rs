@@ -131,8 +131,7 @@ impl<E> Failure<E> {
         failure
     }
 
-    /// For an unknown outcome: what a reconciler needs (a provider's request id), kept as
-    /// [`Doubt::note`](crate::doubt::Doubt::note).
+    /// For an unknown outcome: what a reconciler needs ([`Doubt::note`](crate::store::Doubt)).
     ///
     /// ```
     /// use idem_core::Failure;

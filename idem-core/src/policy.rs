@@ -54,8 +54,8 @@ pub struct Policy {
     /// for a corrected retry. [`Reply::Executed`](crate::Reply::Executed) overrides it (a 422
     /// after the effect ran). Default [`DEFAULT_REFUSALS`](Self::DEFAULT_REFUSALS).
     pub refusals: Vec<u16>,
-    /// How many duplicates may [`wait_in_flight`](Self::wait_in_flight) at once in this process;
-    /// the rest are answered in flight. Default 1024.
+    /// How many duplicates may wait at once in this process; the rest are answered in flight.
+    /// Default 1024.
     pub max_waiters: usize,
     /// Whether a transactional execution ([`Idempotency::transact`](
     /// crate::Idempotency::transact)) makes one commit per fresh key instead of two (C15),
@@ -68,7 +68,7 @@ pub struct Policy {
     /// assert!(idem_core::Policy::default().one_commit(true).one_commit);
     /// ```
     pub one_commit: bool,
-    /// How long each [`Reconciliation`](crate::trail::Reconciliation) entry is kept. Default 90 days.
+    /// How long each [`Reconciliation`](crate::trail::Reconciliation) is kept. Default 90 days.
     pub audit_retention: Duration,
 }
 

@@ -58,8 +58,7 @@ impl<'a> Claim<'a> {
     }
 }
 
-/// What one atomic [`Store::reserve`](crate::Store::reserve) or
-/// [`Store::replace`](crate::Store::replace) step found, a lost race included.
+/// What one atomic step of a reservation did or found (rule 2 of [`Store`](crate::Store)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Reserved {
@@ -76,8 +75,7 @@ pub enum Reserved {
         /// The store's time of the read (C11).
         now: Timestamp,
     },
-    /// An uncommitted transaction holds the record (C15), never waited for (C5): in flight, or
-    /// mismatch (C3).
+    /// An uncommitted transaction holds the record (C15): in flight, or mismatch (C3).
     Held {
         /// Whether the holder is known to run another body.
         mismatch: bool,
@@ -282,8 +280,7 @@ impl<'a> Reservation<'a> {
     }
 }
 
-/// A reservation's two steps, driven by [`Reservation::run`]: a [`Store`](crate::Store), or a
-/// connection inside a one-commit transaction.
+/// A reservation's two steps, driven by [`Reservation::run`].
 #[async_trait]
 pub trait Steps: Send {
     /// One [`Store::reserve`](crate::Store::reserve) step.

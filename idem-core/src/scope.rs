@@ -132,8 +132,7 @@ impl RecordId {
         *self.hashed("idem 2026 record id v1").as_bytes()
     }
 
-    /// [`Lease::downstream_key`](crate::Lease::downstream_key): 128 bits of a hash unrelated
-    /// to [`digest`](Self::digest).
+    /// [`Lease::downstream_key`](crate::Lease::downstream_key), unrelated to the digest.
     pub fn downstream_key(&self) -> String {
         let digest = self.hashed("idem 2026 downstream idempotency key v1");
         let hex = crate::hex::lower(&digest.as_bytes()[..DOWNSTREAM_BYTES]);

@@ -1,5 +1,4 @@
-//! The key as it arrives on the wire (C1): the value of an `Idempotency-Key` header or of the
-//! same gRPC metadata, an RFC 8941 sf-string or a bare token, read into an [`IdempotencyKey`].
+//! The key as it arrives in an `Idempotency-Key` header or gRPC metadata (C1).
 
 use crate::error::{Error, Field};
 use crate::key::IdempotencyKey;

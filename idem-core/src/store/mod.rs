@@ -157,8 +157,8 @@ pub trait Store: Send + Sync {
         Capabilities::default()
     }
 
-    /// One number for this store and its clones: engines over one identity share their
-    /// registry of running executions (C9). Default `None`: each engine knows only its own.
+    /// One number for a store and its clones: their engines share running executions. Default
+    /// `None`.
     fn identity(&self) -> Option<usize> {
         None
     }
@@ -189,8 +189,7 @@ pub trait Store: Send + Sync {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Capabilities {
-    /// Whether the server deletes expired records by itself (a TTL, C10); unset, call
-    /// [`Store::purge_expired`] periodically.
+    /// Whether the server deletes expired records by itself (C10); else call `purge_expired`.
     pub server_ttl: bool,
     /// Whether [`Store::announce`] tells other processes anything and [`Store::watch`] has a feed.
     pub change_feed: bool,

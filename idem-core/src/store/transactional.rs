@@ -1,5 +1,4 @@
-//! What a SQL store adds so the engine runs an effect and its completion in one transaction
-//! (C6).
+//! What a SQL store adds to run an effect and its completion in one transaction (C6).
 
 use super::Store;
 use crate::answer::Answer;
@@ -92,8 +91,7 @@ pub enum TxEnd<E, F = Infallible> {
     /// The effect overran the store's deadline, dropped before COMMIT: outside effects unknown.
     /// The key keeps a 500 (C8); the caller gets [`RunError::InDoubt`](crate::RunError::InDoubt).
     Abandoned(Error),
-    /// The effect issued its own COMMIT (a misuse), without the completion. Kept as
-    /// [`Abandoned`](Self::Abandoned) (C8).
+    /// The effect issued its own COMMIT (a misuse): kept as [`Abandoned`](Self::Abandoned).
     CommittedByTheEffect(Error),
 }
 
@@ -209,8 +207,7 @@ impl Execution {
         self.inner.hooks.completion(lease, response)
     }
 
-    /// Runs one store call within the rest of the store budget, charging it (C13), reported as
-    /// [`Idempotency::store_call`](crate::Idempotency::store_call) does.
+    /// Runs one store call within the rest of the store budget, charging and reporting it (C13).
     pub async fn bounded<T, F, C>(
         &self,
         operation: Operation,
