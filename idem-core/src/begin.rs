@@ -9,8 +9,7 @@ use crate::response::StoredResponse;
 ///
 /// ```
 /// use idem_core::{Answer, Begin, Idempotency, MemoryStore};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idem_core::Error> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::Error> {
 /// let idem = Idempotency::new(MemoryStore::new());
 /// let request = idem.request("acct_1", "POST", "/charges").key(Some("k")).body(b"{}").build()?;
 /// let Begin::Acquired(_lease) = idem.begin(&request).await? else { unreachable!() };

@@ -1,5 +1,4 @@
-//! How a waiting duplicate ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight), C5) learns
-//! its original ended: a future parked on its record's [`Notify`].
+//! How a waiting duplicate (C5) learns its original ended: it parks on its record's [`Notify`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -64,7 +63,6 @@ impl Wakeups {
     }
 }
 
-/// One waiter's interest in one record.
 pub(crate) struct Subscription {
     wakeups: Arc<Wakeups>,
     digest: [u8; 32],

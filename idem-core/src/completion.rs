@@ -14,8 +14,7 @@ use std::time::Duration;
 ///
 /// ```
 /// use idem_core::{Begin, Idempotency, MemoryStore, StoredResponse};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idem_core::Error> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::Error> {
 /// let idem = Idempotency::new(MemoryStore::new());
 /// let request = idem.request("acct_1", "POST", "/charges").key(Some("k")).body(b"{}").build()?;
 /// let Begin::Acquired(lease) = idem.begin(&request).await? else { unreachable!() };

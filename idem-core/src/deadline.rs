@@ -52,8 +52,7 @@ impl Deadline {
     /// use idem_core::store::Deadline;
     /// use idem_core::{Operation, StoreErrorKind};
     /// use std::time::Duration;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let never = std::future::pending::<Result<(), idem_core::Error>>();
     /// let error = Deadline::after(Duration::from_millis(10)).bound(Operation::Lookup, never).await;
     /// let error = error.unwrap_err();

@@ -136,8 +136,7 @@ impl Error {
         }
     }
 
-    /// Whether a later retry may succeed: a transient store failure or a lost lease (the new
-    /// holder answers). Bad input, corrupt records and misconfiguration need a person.
+    /// Whether a later retry may succeed: a transient store failure or a lost lease.
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Store(e) => e.is_retryable(),

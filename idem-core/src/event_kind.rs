@@ -1,5 +1,4 @@
-//! The names of the engine's events (C16): what happened ([`EventKind`]) and which store call
-//! ([`Operation`]).
+//! The names of the engine's events (C16).
 
 use std::fmt;
 

@@ -163,7 +163,6 @@ impl Lease {
         self.local_deadline = Some(local_deadline);
     }
 
-    /// The engine's estimate of when the lease ends, by the monotonic clock.
     pub(crate) fn local_deadline(&self) -> Option<Instant> {
         self.local_deadline
     }

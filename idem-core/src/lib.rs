@@ -15,8 +15,7 @@
 //!
 //! ```
 //! use idem_core::{Begin, Idempotency, MemoryStore, StoredResponse};
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), idem_core::Error> {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::Error> {
 //! let idem = Idempotency::new(MemoryStore::new());
 //! let request = idem.request("acct_42", "POST", "/v1/refunds").key(Some("r-1")).body(b"{}").build()?;
 //! match idem.begin(&request).await? {

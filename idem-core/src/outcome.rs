@@ -52,8 +52,7 @@ impl Outcome {
 /// A [`run`](crate::Idempotency::run) handler's success: a response, or a written [`Completion`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
-    /// Store this response, unless its status is a [`Policy::refusals`](crate::Policy::refusals)
-    /// one: then it is sent, not stored, and the key released.
+    /// Store this response, unless its status is a refusal: then as [`Refused`](Self::Refused).
     Respond(StoredResponse),
     /// Store this response whatever its status: the effect happened.
     Executed(StoredResponse),
@@ -75,9 +74,8 @@ impl From<Completion> for Reply {
     }
 }
 
-/// A handler's error, with what it means for the key (C8): [`nothing_happened`](
-/// Self::nothing_happened) or [`unknown`](Self::unknown) (what `?` gives: it never runs an
-/// effect twice). An unknown outcome's answer is stored in doubt, replayed until idem-ops'
+/// A handler's error, with what it means for the key (C8). `?` gives [`unknown`](Self::unknown),
+/// which never runs an effect twice: its answer is stored in doubt, replayed until idem-ops'
 /// `reconcile` settles it or it expires.
 ///
 /// ```
@@ -131,7 +129,7 @@ impl<E> Failure<E> {
         failure
     }
 
-    /// For an unknown outcome: what a reconciler needs ([`Doubt::note`](crate::store::Doubt)).
+    /// For an unknown outcome: what a reconciler needs (a [`Doubt`](crate::store::Doubt)'s note).
     ///
     /// ```
     /// use idem_core::Failure;

@@ -38,9 +38,8 @@ pub struct Policy {
     /// assert!(policy.wait_in_flight.is_some() && policy.validate().is_ok());
     /// ```
     pub wait_in_flight: Option<Duration>,
-    /// Lower-case names of response headers stored and replayed (C7), besides
-    /// [`is_always_stored`](crate::is_always_stored) ones; never
-    /// [`is_never_stored`](crate::is_never_stored) ones. Default: `etag`, `last-modified`.
+    /// Lower-case names of response headers to store (C7, [`stores_header`](Self::stores_header)).
+    /// Default: `etag`, `last-modified`.
     pub stored_headers: Vec<String>,
     /// How many expired records one purge batch deletes at most (C10). Default 1000.
     pub purge_batch: usize,
@@ -51,8 +50,7 @@ pub struct Policy {
     /// ([`Request::with_store_budget`](crate::Request::with_store_budget)). Default 5 s.
     pub store_timeout: Duration,
     /// Statuses of a request refused before it executed (C8): sent, not stored, key released
-    /// for a corrected retry. [`Reply::Executed`](crate::Reply::Executed) overrides it (a 422
-    /// after the effect ran). Default [`DEFAULT_REFUSALS`](Self::DEFAULT_REFUSALS).
+    /// for a corrected retry. Default [`DEFAULT_REFUSALS`](Self::DEFAULT_REFUSALS).
     pub refusals: Vec<u16>,
     /// How many duplicates may wait at once in this process; the rest are answered in flight.
     /// Default 1024.

@@ -1,5 +1,4 @@
-//! The reservation's protocol (C4, C5, C9, C10), written once: stores report one atomic step
-//! per call ([`Reserved`]); [`Reservation`] decides the next [`Step`].
+//! The reservation's protocol (C4, C5, C9, C10), written once.
 
 use crate::answer::Answer;
 use crate::begin::Begin;
@@ -98,7 +97,6 @@ impl Reserved {
     }
 }
 
-/// The answer to a duplicate of a record another transaction holds.
 fn held(mismatch: bool) -> Answer {
     if mismatch {
         Answer::Mismatch
@@ -141,13 +139,12 @@ enum Step {
 ///         Ok(Reserved::Lost)
 ///     }
 /// }
-/// # fn main() -> Result<(), Error> {
 /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k1")).body(b"{}").build()?;
 /// let reservation = Reservation::new(&request, Duration::from_secs(60));
 /// let token = reservation.claim().token();
 /// let Begin::Acquired(lease) = reservation.run_blocking(&mut Empty)? else { unreachable!() };
 /// assert_eq!(lease.token(), token);
-/// # Ok(()) }
+/// # Ok::<(), Error>(())
 /// ```
 #[derive(Debug)]
 pub struct Reservation<'a> {

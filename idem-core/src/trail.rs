@@ -6,9 +6,8 @@ use crate::error::Error;
 use crate::token::FencingToken;
 use std::time::Duration;
 
-/// One decision about a record in doubt, as the audit trail keeps it: written in the atomic
-/// step of the change it records ([`Store::resolve`](crate::Store::resolve)), as
-/// [`encode`](Self::encode)'s bytes with the store's `now`.
+/// One decision about a record in doubt, as the audit trail keeps it (rule 7 of
+/// [`Store`](crate::Store)): [`encode`](Self::encode)'s bytes, with the store's `now`.
 ///
 /// ```
 /// use idem_core::store::{Decided, Reconciliation};
@@ -25,8 +24,7 @@ pub struct Reconciliation {
     pub at: Timestamp,
     /// The token of the execution in doubt it decided about.
     pub token: FencingToken,
-    /// Who decided: a reconciler (`reconciler <process>`) or an operator; at most
-    /// [`MAX_BY`](Self::MAX_BY) bytes.
+    /// Who decided (`reconciler <process>`, an operator), at most [`MAX_BY`](Self::MAX_BY) bytes.
     pub by: String,
     /// What was decided.
     pub decided: Decided,

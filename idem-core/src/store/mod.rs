@@ -39,12 +39,10 @@ use std::time::Duration;
 ///
 /// # Contract
 ///
-/// A store that passes the conformance suite (`idem_core::testing`) keeps these rules
-/// (docs/state-machine.md names them C1..C17):
+/// The conformance suite (`idem_core::testing`) checks these (C1..C17: docs/state-machine.md):
 ///
-/// 1. **One clock.** Every `now` comes from one authority: the database server's clock for
-///    servers, an injectable [`Clock`](crate::Clock) for local stores (C11). Deadlines are
-///    exclusive: a record whose deadline is `<= now` has expired.
+/// 1. **One clock** (C11): every `now` comes from the server, or from an injectable
+///    [`Clock`](crate::Clock) for local stores. A record whose deadline is `<= now` has expired.
 /// 2. **`reserve` and `replace` are one atomic step each, and never decide or loop** (C4,
 ///    C16): each reports what it did or found as a [`Reserved`]; the engine
 ///    ([`Reservation`]) takes the next step. `reserve` inserts an in-progress record carrying
@@ -62,9 +60,8 @@ use std::time::Duration;
 ///    `now + lease_for` and returns it (C9).
 /// 4. **Expired records behave as absent** (C10). `purge_expired` deletes at most `limit` of
 ///    them per call and returns how many, without blocking live traffic for long.
-/// 5. **Errors are errors.** A backend failure is [`Error::Store`] with the backend's name, its
-///    [`StoreErrorKind`](crate::StoreErrorKind) and its own error as the source (C13), never a
-///    made-up outcome; nothing is written when an error is returned before the write.
+/// 5. **Errors are errors** (C13): a backend failure is [`Error::Store`], never a made-up
+///    outcome; an error returned before the write leaves nothing written.
 /// 6. **Records in doubt are marked.** `complete` keeps [`Completion::doubt`] beside the
 ///    answer, or clears any mark when it has none; a takeover or a start over clears it too.
 /// 7. **Records in doubt are decided fenced** (docs/state-machine.md, "Records in doubt").
@@ -86,8 +83,7 @@ use std::time::Duration;
 /// use idem_core::store::{Deadline, Reservation, Reserved};
 /// use idem_core::{Idempotency, MemoryStore, Request, Store};
 /// use std::time::Duration;
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idem_core::Error> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::Error> {
 /// let idem = Idempotency::new(MemoryStore::new());
 /// let store = idem.store();
 /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k1")).body(b"100").build()?;
@@ -96,7 +92,6 @@ use std::time::Duration;
 /// let Reserved::Written { until } = store.reserve(reservation.claim(), deadline).await? else {
 ///     unreachable!("a fresh key is inserted")
 /// };
-/// // A second step finds the record this reservation wrote, and writes nothing.
 /// let Reserved::Found { record, .. } = store.reserve(reservation.claim(), deadline).await? else {
 ///     unreachable!("the record is there")
 /// };
@@ -224,15 +219,13 @@ impl Capabilities {
 /// Conveniences over any [`Store`], built from its steps.
 #[async_trait]
 pub trait StoreExt: Store {
-    /// A whole reservation ([`Reservation::run`]) without the engine's admission and events,
-    /// for tools and tests; applications call [`Idempotency::begin`](crate::Idempotency::begin).
+    /// A whole reservation ([`Reservation::run`]) without the engine, for tools and tests.
     ///
     /// ```
     /// use idem_core::store::{Deadline, StoreExt};
     /// use idem_core::{Begin, MemoryStore, Request};
     /// use std::time::Duration;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), idem_core::Error> {
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::Error> {
     /// let store = MemoryStore::new();
     /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k1")).body(b"1").build()?;
     /// assert!(matches!(store.reservation(&request, Duration::from_secs(60), Deadline::default()).await?, Begin::Acquired(_)));

@@ -24,11 +24,11 @@ use std::time::Duration;
 ///
 /// # Contract
 ///
-/// [`transact`](Self::transact) reserves `request` as [`Store::reserve`] does (C5). Answered,
-/// it returns [`TxEnd::Answered`] with the effect unrun. Acquired, it calls
-/// [`Execution::acquired`] before the effect (else the end is refused as misconfigured), runs
-/// the effect in a transaction with the fenced write of [`Execution::completion`], commits,
-/// and reports the [`TxEnd`]. With [`Execution::one_commit`] (C15) it reserves inside the
+/// [`transact`](Self::transact) reserves `request` as [`Store::reserve`] does (C5): answered,
+/// it returns the effect unrun; acquired, it calls [`Execution::acquired`] (else the end is
+/// refused), runs the effect in a transaction with the fenced write of
+/// [`Execution::completion`], commits, and reports the [`TxEnd`]; `Err` only when no
+/// transaction began. With [`Execution::one_commit`] (C15) it reserves inside the
 /// transaction, so all commits once or not at all, and duplicates are still answered at once:
 /// the reservation sees the holding transaction (PostgreSQL: an advisory lock), or the store
 /// has a [`process_gate`](crate::store::Capabilities::process_gate); else it refuses the mode
@@ -51,8 +51,7 @@ pub trait Transactional: Store {
         execution: Execution,
     ) -> Result<TxEnd<E, Self::Effect<E>>, Error>;
 
-    /// The acquired half of [`transact`](Self::transact), for a `lease` the caller holds. `Err`
-    /// only when no transaction began.
+    /// The acquired half of [`transact`](Self::transact), for a `lease` the caller holds.
     async fn complete_in_transaction<E: Send + 'static>(
         &self,
         lease: &Lease,
@@ -67,8 +66,7 @@ pub trait Transactional: Store {
     }
 }
 
-/// How a transactional execution ended. `F`: the effect given back with an answer
-/// ([`Infallible`] for [`Transactional::complete_in_transaction`]).
+/// How a transactional execution ended; `F`: the effect given back with an answer.
 #[must_use]
 pub enum TxEnd<E, F = Infallible> {
     /// Answered (not yet screened); the effect is given back.
