@@ -13,8 +13,7 @@ use crate::response::StoredResponse;
 /// let idem = Idempotency::new(MemoryStore::new());
 /// let request = idem.request("acct_1", "POST", "/charges").key(Some("k")).body(b"{}").build()?;
 /// let Begin::Acquired(_lease) = idem.begin(&request).await? else { unreachable!() };
-/// let again = idem.begin(&request).await?;
-/// assert!(matches!(again, Begin::Answered(Answer::InFlight { .. })));
+/// assert!(matches!(idem.begin(&request).await?, Begin::Answered(Answer::InFlight { .. })));
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,9 +8,8 @@ use crate::token::FencingToken;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A response ready to store as a record's completion (C6, C7): filtered, validated, encoded,
-/// for one lease. Only [`Idempotency::completion`](crate::Idempotency::completion) makes one;
-/// clones share the response and its encoding.
+/// A response ready to store for one lease (C6, C7): filtered, validated, encoded. Only
+/// [`Idempotency::completion`](crate::Idempotency::completion) makes one; clones share it.
 ///
 /// ```
 /// use idem_core::{Begin, Idempotency, MemoryStore, StoredResponse};

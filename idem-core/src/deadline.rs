@@ -54,8 +54,7 @@ impl Deadline {
     /// use std::time::Duration;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let never = std::future::pending::<Result<(), idem_core::Error>>();
-    /// let error = Deadline::after(Duration::from_millis(10)).bound(Operation::Lookup, never).await;
-    /// let error = error.unwrap_err();
+    /// let error = Deadline::after(Duration::from_millis(10)).bound(Operation::Lookup, never).await.unwrap_err();
     /// assert_eq!(error.as_store().map(|e| e.kind()), Some(StoreErrorKind::Unavailable));
     /// # }
     /// ```

@@ -178,8 +178,7 @@ impl fmt::Display for StoreErrorKind {
 /// let err = Error::store("sqlite", StoreErrorKind::Unavailable, "database is locked");
 /// assert!(matches!(err, Error::Store(_)) && err.is_retryable());
 /// let store = err.as_store().expect("a store error");
-/// assert_eq!(store.backend(), "sqlite");
-/// assert_eq!(store.kind(), StoreErrorKind::Unavailable);
+/// assert_eq!((store.backend(), store.kind()), ("sqlite", StoreErrorKind::Unavailable));
 /// assert_eq!(err.to_string(), "idempotency store sqlite unavailable: database is locked");
 /// ```
 #[derive(Debug, thiserror::Error)]

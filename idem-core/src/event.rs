@@ -128,7 +128,6 @@ impl<'a> Event<'a> {
 /// use idem_core::{Event, EventKind, Idempotency, MemoryStore, Observer};
 /// use std::sync::atomic::{AtomicUsize, Ordering};
 /// use std::sync::Arc;
-/// #[derive(Default)]
 /// struct CountReplays(AtomicUsize);
 /// impl Observer for CountReplays {
 ///     fn observe(&self, event: &Event<'_>) {
@@ -137,7 +136,7 @@ impl<'a> Event<'a> {
 ///         }
 ///     }
 /// }
-/// let replays = Arc::new(CountReplays::default());
+/// let replays = Arc::new(CountReplays(AtomicUsize::new(0)));
 /// let idem = Idempotency::builder(MemoryStore::new()).observer(replays.clone()).build()?;
 /// # Ok::<(), idem_core::Error>(())
 /// ```

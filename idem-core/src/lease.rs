@@ -134,10 +134,9 @@ impl Lease {
         self.acquired
     }
 
-    /// The idempotency key for a downstream provider, `idem_` and 32 hex digits, derived from
-    /// the record alone ([`RecordId::downstream_key`]): the same on every retry and takeover,
-    /// so the provider dedupes a re-run effect, and after retention too, so retain at least as
-    /// long as the provider (Stripe: 24 h, the default). It reveals neither key nor account.
+    /// The key for a downstream provider, `idem_` and 32 hex digits: the same on every retry,
+    /// takeover and after retention (retain at least as long as the provider; Stripe: 24 h, the
+    /// default), so the provider dedupes a re-run effect. It reveals no key or account.
     ///
     /// ```
     /// use idem_core::store::{Acquire, Lease};

@@ -1,5 +1,3 @@
-//! # idem-core
-//!
 //! The framework-free heart of idem: a client may retry a request as often as its network
 //! forces it to; the effect happens once, and the client always sees the same answer.
 //!

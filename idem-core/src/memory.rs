@@ -17,9 +17,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// The executable specification of the [`Store`] contract, in one process's memory: for tests,
-/// single-process tools, and as the model other stores are checked against. Each operation is
-/// one critical section; responses are kept encoded, as a database keeps them.
+/// The [`Store`] contract's executable specification, in memory: for tests, single-process
+/// tools, and the model other stores are checked against. Responses are kept encoded.
 ///
 /// ```
 /// use idem_core::{Idempotency, ManualClock, MemoryStore, Timestamp};

@@ -9,10 +9,8 @@ use std::time::Duration;
 /// ```
 /// use idem_core::Policy;
 /// use std::time::Duration;
-/// let policy = Policy::default()
-///     .lease(Duration::from_secs(30))
-///     .retention(Duration::from_secs(48 * 3600))
-///     .store_header("x-request-id");
+/// let policy = Policy::default().lease(Duration::from_secs(30)).store_header("x-request-id");
+/// let policy = policy.retention(Duration::from_secs(48 * 3600));
 /// assert_eq!(policy.max_body_bytes, 1024 * 1024);
 /// policy.validate()?;
 /// # Ok::<(), idem_core::Error>(())
@@ -26,11 +24,10 @@ pub struct Policy {
     /// The largest request body accepted (C12). Default 1 MiB.
     pub max_body_bytes: usize,
     /// How long a duplicate of a running request waits for the original's end (C5). `None`
-    /// (default): it is answered in flight at once (409 with `Retry-After`). `Some(max)`: it
-    /// waits up to `max` ([`MAX_WAIT`](Self::MAX_WAIT) at most) plus one read, holding no
-    /// connection or thread, then replays, runs if the key was given back, or is answered in
-    /// flight. It is woken at once in this process, from others through
-    /// [`Store::watch`](crate::Store::watch) or by reads at a growing interval. Only a waiting
+    /// (default): it is answered in flight at once. `Some(max)`: it waits up to `max` plus one
+    /// read, holding no connection or thread, then replays, runs if the key was given back, or
+    /// is answered in flight. Woken at once in this process, from others by
+    /// [`Store::watch`](crate::Store::watch) or reads at a growing interval. Only a waiting
     /// policy announces its ends, so the original's endpoint must use one too.
     ///
     /// ```
@@ -55,12 +52,11 @@ pub struct Policy {
     /// How many duplicates may wait at once in this process; the rest are answered in flight.
     /// Default 1024.
     pub max_waiters: usize,
-    /// Whether a transactional execution ([`Idempotency::transact`](
-    /// crate::Idempotency::transact)) makes one commit per fresh key instead of two (C15),
+    /// Whether a transactional execution makes one commit per fresh key instead of two (C15),
     /// unless its request says otherwise ([`Request::with_one_commit`](
-    /// crate::Request::with_one_commit)). Default `false`. One commit is **only for an effect
-    /// entirely in the store's database**: a lost transaction leaves nothing, so a retry would
-    /// repeat an outside call (a card network, an email). The store must support it.
+    /// crate::Request::with_one_commit)). Default `false`. **Only for an effect entirely in the
+    /// store's database**: a lost transaction leaves nothing, so a retry would repeat an
+    /// outside call (a card network, an email). The store must support it.
     ///
     /// ```
     /// assert!(idem_core::Policy::default().one_commit(true).one_commit);
@@ -92,10 +88,9 @@ impl Policy {
     /// The default body limit: 1 MiB.
     pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 
-    /// The default [`refusals`](Self::refusals); every other status (402, 409, 408, 5xx) is
-    /// stored. **A handler that answers one of these after its effect ran** (a 404 after the
-    /// charge) must return [`Reply::Executed`](crate::Reply::Executed) or drop the status from
-    /// the policy, else a retry runs the effect again.
+    /// The default [`refusals`](Self::refusals). **A handler that answers one of these after
+    /// its effect ran** (a 404 after the charge) must return [`Reply::Executed`](
+    /// crate::Reply::Executed) or drop the status, else a retry runs the effect again.
     pub const DEFAULT_REFUSALS: [u16; 13] = [
         400, 401, 403, 404, 405, 406, 411, 413, 414, 415, 422, 429, 431,
     ];
@@ -166,9 +161,7 @@ impl Policy {
     /// use idem_core::Policy;
     /// // An API whose 404 can follow an effect: stored like any other answer.
     /// let policy = Policy::default().refusals(Policy::DEFAULT_REFUSALS.into_iter().filter(|&s| s != 404));
-    /// assert!(policy.is_refusal(400));
-    /// assert!(!policy.is_refusal(404));
-    /// assert!(!policy.is_refusal(402));
+    /// assert!(policy.is_refusal(400) && !policy.is_refusal(404) && !policy.is_refusal(402));
     /// ```
     pub fn refusals(mut self, statuses: impl IntoIterator<Item = u16>) -> Self {
         self.refusals = statuses.into_iter().collect();
@@ -200,10 +193,8 @@ impl Policy {
     ///
     /// ```
     /// use idem_core::{Policy, StoredResponse};
-    /// let gz = StoredResponse::new(200, vec![0x1f, 0x8b])
-    ///     .with_header("Content-Encoding", "gzip")
-    ///     .with_header("Set-Cookie", "s=1")
-    ///     .with_header("X-Trace", "t");
+    /// let gz = StoredResponse::new(200, vec![0x1f, 0x8b]).with_header("Content-Encoding", "gzip");
+    /// let gz = gz.with_header("Set-Cookie", "s=1").with_header("X-Trace", "t");
     /// let stored = Policy::default().prepare(gz)?;
     /// assert_eq!(stored.headers, vec![("content-encoding".to_owned(), b"gzip".to_vec())]);
     /// # Ok::<(), idem_core::Error>(())
@@ -222,10 +213,9 @@ impl Policy {
     /// The longest retention accepted: ten years.
     pub const MAX_RETENTION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-    /// Checks the settings: lease 1 ms ..= [`MAX_LEASE`](Self::MAX_LEASE), retention 1 ms ..=
-    /// [`MAX_RETENTION`](Self::MAX_RETENTION), audit retention 1 s ..= `MAX_RETENTION`, wait
-    /// 1 ms ..= [`MAX_WAIT`](Self::MAX_WAIT), store timeout 1 ms ..= `MAX_LEASE`, body limit and
-    /// purge batch above zero.
+    /// Checks the bounds: lease and store timeout 1 ms ..= [`MAX_LEASE`](Self::MAX_LEASE),
+    /// retention 1 ms (audit retention 1 s) ..= [`MAX_RETENTION`](Self::MAX_RETENTION), wait
+    /// 1 ms ..= [`MAX_WAIT`](Self::MAX_WAIT), body limit and purge batch above zero.
     ///
     /// ```
     /// use idem_core::Policy;

@@ -21,8 +21,7 @@ const MAX_STEPS: usize = 16;
 /// The `Retry-After` of a duplicate of a record another transaction holds.
 pub const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// What every step of one reservation writes: the request, the lease, and one token, so that
-/// a write whose answer was lost is recognised as its own by the next step.
+/// What every step of a reservation writes, with one token: a lost write's record is its own.
 #[derive(Debug, Clone)]
 pub struct Claim<'a> {
     request: &'a Request,

@@ -6,9 +6,8 @@ use crate::token::FencingToken;
 use crate::trail::{Decided, Reconciliation};
 use std::time::Duration;
 
-/// A decision about a record in doubt, ready for [`Store::resolve`](crate::Store::resolve)
-/// (rule 7): the fence, what to write, and the audit entry. A store matches on the decision
-/// and writes the bytes the accessors give:
+/// A decision about a record in doubt for [`Store::resolve`](crate::Store::resolve) (rule 7):
+/// a store matches on the decision and writes the bytes the accessors give.
 ///
 /// ```
 /// use idem_core::store::{Decided, Reconciliation, Resolution};

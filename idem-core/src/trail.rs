@@ -6,8 +6,7 @@ use crate::error::Error;
 use crate::token::FencingToken;
 use std::time::Duration;
 
-/// One decision about a record in doubt, as the audit trail keeps it (rule 7 of
-/// [`Store`](crate::Store)): [`encode`](Self::encode)'s bytes, with the store's `now`.
+/// One decision about a record in doubt, kept in its audit trail with the store's `now`.
 ///
 /// ```
 /// use idem_core::store::{Decided, Reconciliation};

@@ -20,8 +20,7 @@ impl IdempotencyKey {
     /// assert!(IdempotencyKey::from_header(b"q83vEg==").is_err());
     /// assert_eq!(IdempotencyKey::from_header(b"\"q83vEg==\"")?.as_str(), "q83vEg==");
     /// for refused in [&b"a,b"[..], b"a, b", b"k;p=1", b"\"k\";p=1", b"k(x)", b"k=v", b"mid\"quote"] {
-    ///     let refused = IdempotencyKey::from_header(refused);
-    ///     assert!(matches!(refused, Err(idem_core::Error::InvalidInput { .. })));
+    ///     assert!(matches!(IdempotencyKey::from_header(refused), Err(idem_core::Error::InvalidInput { .. })));
     /// }
     /// # Ok::<(), idem_core::Error>(())
     /// ```

@@ -44,20 +44,18 @@ use std::time::Duration;
 /// 1. **One clock** (C11): every `now` comes from the server, or from an injectable
 ///    [`Clock`](crate::Clock) for local stores. A record whose deadline is `<= now` has expired.
 /// 2. **`reserve` and `replace` are one atomic step each, and never decide or loop** (C4,
-///    C16): each reports what it did or found as a [`Reserved`]; the engine
-///    ([`Reservation`]) takes the next step. `reserve` inserts an in-progress record carrying
-///    [`Claim::token`], due `now + lease_for`, where there is none; else it reports the record
-///    as it is, expired or not (one that does not decode is [`Error::CorruptRecord`], never
-///    absent). `replace` writes the same only if the record still carries
-///    [`Acquire::replaces`], in the state it says, and is still expired at `now` (a late
-///    completion or a renewal moves the deadline and must not be overwritten). Of N
-///    concurrent callers on one id exactly one acquires. Neither step waits for a running
-///    holder, nor for another writer of the store (C5).
-/// 3. **`complete`, `release` and `renew` are fenced** with [`check_fence`]: they act only if
-///    the record still carries the token and is in progress, else [`Error::LeaseLost`] and
-///    nothing changes (C6). `complete` stores [`Completion::encoded`] until `now + retain_for`
-///    (C7, C10); `release` deletes the record (C8); `renew` moves the lease's deadline to
-///    `now + lease_for` and returns it (C9).
+///    C16): each reports a [`Reserved`]; the engine ([`Reservation`]) takes the next step.
+///    `reserve` inserts an in-progress record carrying [`Claim::token`], due `now + lease_for`,
+///    where there is none; else it reports the record, expired or not (one that does not
+///    decode is [`Error::CorruptRecord`], never absent). `replace` writes the same only if the
+///    record still carries [`Acquire::replaces`], in the state it says, and is still expired
+///    at `now` (a late completion or a renewal moves the deadline). Of N concurrent callers
+///    on one id exactly one acquires. Neither step waits for a running holder, nor for another
+///    writer of the store (C5).
+/// 3. **`complete`, `release` and `renew` are fenced** ([`check_fence`], C6): they act only if
+///    the record still carries the token and is in progress, else [`Error::LeaseLost`].
+///    `complete` stores [`Completion::encoded`] until `now + retain_for` (C7, C10); `release`
+///    deletes the record (C8); `renew` moves the deadline to `now + lease_for` (C9).
 /// 4. **Expired records behave as absent** (C10). `purge_expired` deletes at most `limit` of
 ///    them per call and returns how many, without blocking live traffic for long.
 /// 5. **Errors are errors** (C13): a backend failure is [`Error::Store`], never a made-up
@@ -67,10 +65,9 @@ use std::time::Duration;
 /// 7. **Records in doubt are decided fenced** (docs/state-machine.md, "Records in doubt").
 ///    `resolve` applies a [`Resolution`] only if the record is completed, live at `now`,
 ///    carries [`Resolution::token`] and exactly the mark [`Resolution::read_doubt`]: in one
-///    atomic step it writes what [`Resolution::decided`] says, keeps [`Resolution::entry`] in
-///    the record's audit trail and returns `true`. Otherwise it writes nothing, no entry
-///    either, and returns `false`: of two deciders that read one mark, one wins. Purging
-///    deletes expired audit entries too.
+///    atomic step it writes what [`Resolution::decided`] says and keeps [`Resolution::entry`]
+///    in the record's audit trail. Otherwise it writes nothing, no entry either: of two
+///    deciders that read one mark, one wins. Purging deletes expired audit entries too.
 /// 8. **One record can be read.** `lookup` reads one record as stored, expired or not, and
 ///    writes nothing. Operators' other reads are idem-ops' `Operator` trait, not the engine's.
 ///
@@ -89,12 +86,8 @@ use std::time::Duration;
 /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k1")).body(b"100").build()?;
 /// let reservation = Reservation::new(&request, Duration::from_secs(60));
 /// let deadline = Deadline::default();
-/// let Reserved::Written { until } = store.reserve(reservation.claim(), deadline).await? else {
-///     unreachable!("a fresh key is inserted")
-/// };
-/// let Reserved::Found { record, .. } = store.reserve(reservation.claim(), deadline).await? else {
-///     unreachable!("the record is there")
-/// };
+/// let Reserved::Written { until } = store.reserve(reservation.claim(), deadline).await? else { panic!() };
+/// let Reserved::Found { record, .. } = store.reserve(reservation.claim(), deadline).await? else { panic!() };
 /// assert_eq!(record.token, reservation.claim().token());
 /// assert_eq!(record.deadline(), until);
 /// # Ok(()) }
@@ -135,9 +128,8 @@ pub trait Store: Send + Sync {
     /// Reads the record as stored (rule 8).
     async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error>;
 
-    /// What [`decide`] answers from the record as committed, writing nothing and waiting for
-    /// no writer; `None` where a reservation would acquire. Asked only with
-    /// [`Capabilities::process_gate`]. Default `None`.
+    /// What [`decide`] answers from the committed record, writing nothing and waiting for no
+    /// writer (only with [`Capabilities::process_gate`]); `None` where one would acquire.
     async fn read_answer(
         &self,
         request: &Request,
@@ -159,16 +151,15 @@ pub trait Store: Send + Sync {
     }
 
     /// Tells waiters in other processes that record `id` was completed or released (C5); only
-    /// with [`Capabilities::change_feed`]. Returns at once, sending the
-    /// [`digest`](RecordId::digest) on a task of its own (PostgreSQL `NOTIFY`, Redis `PUBLISH`);
-    /// a lost announcement leaves waiters to their polling. Default: nothing.
+    /// with [`Capabilities::change_feed`]. Returns at once, sending the [`RecordId::digest`] on a
+    /// task of its own (PostgreSQL `NOTIFY`, Redis `PUBLISH`). Default: nothing.
     fn announce(&self, id: &RecordId) {
         let _ = id;
     }
 
-    /// Delivers other processes' [`announce`](Self::announce)ments to `changes` until
-    /// [`Changes::is_closed`], surviving its connection's faults; returns whether the store has
-    /// a feed. Called once per store and process, in a Tokio runtime. Default: no feed.
+    /// Delivers other processes' [`announce`](Self::announce)ments to `changes` until it
+    /// [`is_closed`](Changes::is_closed), across connection faults; returns whether it has a
+    /// feed. Called once per store and process, in a Tokio runtime. Default: no feed.
     fn watch(&self, changes: Changes) -> bool {
         let _ = changes;
         false
@@ -188,11 +179,9 @@ pub struct Capabilities {
     pub server_ttl: bool,
     /// Whether [`Store::announce`] tells other processes anything and [`Store::watch`] has a feed.
     pub change_feed: bool,
-    /// Whether this process alone writes the records, so the engine keeps duplicates of a
-    /// one-commit execution (C15) off its uncommitted reservation: a reservation first claims
-    /// its record in this process, and a claim that meets another is answered without a write
-    /// ([`Store::read_answer`]). For SQLite opened for one commit. Needs an
-    /// [`identity`](Store::identity), or reservations are refused as misconfigured.
+    /// Whether this process alone writes the records (SQLite opened for one commit, C15): a
+    /// reservation first claims its record in this process, and a claim that meets another is
+    /// answered by [`Store::read_answer`]. Needs an [`identity`](Store::identity), else refused.
     pub process_gate: bool,
 }
 

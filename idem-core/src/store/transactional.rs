@@ -29,12 +29,11 @@ use std::time::Duration;
 /// refused), runs the effect in a transaction with the fenced write of
 /// [`Execution::completion`], commits, and reports the [`TxEnd`]; `Err` only when no
 /// transaction began. With [`Execution::one_commit`] (C15) it reserves inside the
-/// transaction, so all commits once or not at all, and duplicates are still answered at once:
+/// transaction (all commits once or not at all), and duplicates are still answered at once:
 /// the reservation sees the holding transaction (PostgreSQL: an advisory lock), or the store
 /// has a [`process_gate`](crate::store::Capabilities::process_gate); else it refuses the mode
-/// before anything runs ([`StoreErrorKind::Misconfigured`](crate::StoreErrorKind::Misconfigured)).
-/// It never releases, retries or decides: the engine does. Its store calls go through
-/// [`Execution::bounded`].
+/// ([`StoreErrorKind::Misconfigured`](crate::StoreErrorKind::Misconfigured)) before anything
+/// runs. It never releases, retries or decides; its store calls go through [`Execution::bounded`].
 #[async_trait]
 pub trait Transactional: Store {
     /// The effect: a closure given the store's transaction and the lease.
@@ -179,9 +178,8 @@ impl Execution {
         self.inner.hooks.lease_for()
     }
 
-    /// What is left of the request's [store budget](crate::Policy::store_timeout): the longest
-    /// the next step (a COMMIT, a ROLLBACK) may take. Once spent, drop the transaction and its
-    /// connection rather than wait on it.
+    /// What is left of the request's [store budget](crate::Policy::store_timeout) for the next
+    /// step (a COMMIT, a ROLLBACK). Once spent, drop the transaction and its connection.
     pub fn store_timeout(&self) -> Duration {
         self.inner.hooks.budget().remaining()
     }
