@@ -74,7 +74,8 @@ impl fmt::Display for DoubtCause {
     }
 }
 
-/// The mark of a record in doubt, kept [`encode`](Self::encode)d (rule 6 of [`Store`]).
+/// The mark of a record in doubt, kept [`encode`](Self::encode)d (rule 6 of [`Store`]); the form
+/// is canonical: [`decode`](Self::decode) accepts exactly it.
 ///
 /// ```
 /// use idem_core::store::{Doubt, DoubtCause};

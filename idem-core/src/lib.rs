@@ -1,5 +1,6 @@
 //! The framework-free heart of idem: a client may retry a request as often as its network
-//! forces it to; the effect happens once, and the client always sees the same answer.
+//! forces it to; the effect happens once, and the client always sees the same answer. The
+//! rules C1..C17 and the state machine are in the repository's docs/state-machine.md.
 //!
 //! - Types with their rules: [`IdempotencyKey`] (C1), [`Scope`] and [`RecordId`] (C2),
 //!   [`Fingerprint`] (C3), [`FencingToken`] (C6), [`StoredResponse`] (C7), [`Clock`] (C11),
@@ -8,8 +9,6 @@
 //!   ([`Idempotency::begin`]); an answer that ran nothing is an [`Answer`].
 //! - The [`Store`] trait and, in [`store`], what implementing it takes; [`MemoryStore`] is the
 //!   reference. With feature `testing`: the conformance suite every store runs (`testing`).
-//!
-//! The rules C1..C17 and the state machine are in the repository's docs/state-machine.md.
 //!
 //! ```
 //! use idem_core::{Begin, Idempotency, MemoryStore, StoredResponse};

@@ -75,7 +75,7 @@ impl From<Completion> for Reply {
 }
 
 /// A handler's error, with what it means for the key (C8). `?` gives [`unknown`](Self::unknown),
-/// which never runs an effect twice: its answer is replayed until reconciled or expired.
+/// which never runs an effect twice: its answer is stored in doubt until reconciled or expired.
 ///
 /// ```
 /// use idem_core::Failure;

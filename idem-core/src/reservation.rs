@@ -21,7 +21,8 @@ const MAX_STEPS: usize = 16;
 /// The `Retry-After` of a duplicate of a record another transaction holds.
 pub const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// What every step of a reservation writes, with one token: a lost write's record is its own.
+/// What every step of one reservation writes, with one token: the next step recognises a
+/// write whose answer was lost as its own.
 #[derive(Debug, Clone)]
 pub struct Claim<'a> {
     request: &'a Request,
@@ -65,8 +66,7 @@ pub enum Reserved {
         /// The lease's deadline, by the store's clock.
         until: Timestamp,
     },
-    /// `reserve` only: the record as read, and `now`; nothing written. Its response is read
-    /// only when the fingerprint is the claim's (else `None`).
+    /// `reserve` only, nothing written: the record (its response only for the same fingerprint).
     Found {
         /// The record, its response still encoded.
         record: Record<Option<Vec<u8>>>,
@@ -172,8 +172,8 @@ impl<'a> Reservation<'a> {
         }
     }
 
-    /// [`new`](Self::new) for steps never sent again after a failure (inside a one-commit
-    /// transaction, C15): a failed step is the reservation's error.
+    /// [`new`](Self::new) for steps never sent again after a failure (in a one-commit transaction,
+    /// C15, or where no answer is lost): a failed step is the reservation's error.
     pub fn without_retry(request: &'a Request, lease_for: Duration) -> Self {
         Self {
             retries: 0,

@@ -6,8 +6,9 @@ use crate::token::FencingToken;
 use crate::trail::{Decided, Reconciliation};
 use std::time::Duration;
 
-/// A decision about a record in doubt for [`Store::resolve`](crate::Store::resolve) (rule 7):
-/// a store matches on the decision and writes the bytes the accessors give.
+/// A decision about a record in doubt for [`Store::resolve`](crate::Store::resolve) (rule 7),
+/// applied through [`Idempotency::store_call`](crate::Idempotency::store_call) (C16). A store
+/// matches on the decision and writes the bytes the accessors give.
 ///
 /// ```
 /// use idem_core::store::{Decided, Reconciliation, Resolution};

@@ -31,7 +31,7 @@ pub struct Reconciliation {
     pub asked: String,
     /// What the provider answered, or the operator's reason.
     pub answer: String,
-    /// A random number that tells this decision apart from any other with the same words.
+    /// A random number that tells this decision apart, so the engine finds its own entry.
     pub nonce: u64,
 }
 

@@ -27,11 +27,11 @@ use std::time::Duration;
 /// [`transact`](Self::transact) reserves `request` as [`Store::reserve`] does (C5): answered,
 /// it returns the effect unrun; acquired, it calls [`Execution::acquired`] (else the end is
 /// refused), runs the effect in a transaction with the fenced write of
-/// [`Execution::completion`], commits, and reports the [`TxEnd`]; `Err` only when no
-/// transaction began. With [`Execution::one_commit`] (C15) it reserves inside the
-/// transaction (all commits once or not at all), and duplicates are still answered at once:
-/// the reservation sees the holding transaction (PostgreSQL: an advisory lock), or the store
-/// has a [`process_gate`](crate::store::Capabilities::process_gate); else it refuses the mode
+/// [`Execution::completion`], commits, and reports the [`TxEnd`]. With
+/// [`Execution::one_commit`] (C15) it reserves inside the transaction (all commits once or
+/// not at all), and duplicates are still answered at once: the reservation sees the holding
+/// transaction (PostgreSQL: an advisory lock), or the store has a
+/// [`process_gate`](crate::store::Capabilities::process_gate); else it refuses the mode
 /// ([`StoreErrorKind::Misconfigured`](crate::StoreErrorKind::Misconfigured)) before anything
 /// runs. It never releases, retries or decides; its store calls go through [`Execution::bounded`].
 #[async_trait]
@@ -50,7 +50,8 @@ pub trait Transactional: Store {
         execution: Execution,
     ) -> Result<TxEnd<E, Self::Effect<E>>, Error>;
 
-    /// The acquired half of [`transact`](Self::transact), for a `lease` the caller holds.
+    /// The acquired half of [`transact`](Self::transact), for a `lease` the caller holds; `Err`
+    /// only when no transaction began.
     async fn complete_in_transaction<E: Send + 'static>(
         &self,
         lease: &Lease,
