@@ -66,7 +66,7 @@ pub enum Reserved {
         /// The lease's deadline, by the store's clock.
         until: Timestamp,
     },
-    /// `reserve` only, nothing written: the record (its response only for the same fingerprint).
+    /// `reserve` only, nothing written: the record (its response only for the claim's fingerprint).
     Found {
         /// The record, its response still encoded.
         record: Record<Option<Vec<u8>>>,

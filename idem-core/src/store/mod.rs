@@ -128,8 +128,8 @@ pub trait Store: Send + Sync {
     /// Reads the record as stored (rule 8).
     async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error>;
 
-    /// What [`decide`] answers from the committed record, writing nothing and waiting for no
-    /// writer (only with [`Capabilities::process_gate`]); `None` where one would acquire.
+    /// What [`decide`] answers from the committed record, without writing or waiting for a
+    /// writer; `None` to acquire. Asked only of a [`Capabilities::process_gate`] store.
     async fn read_answer(
         &self,
         request: &Request,
