@@ -1,8 +1,6 @@
 //! The mark beside an "outcome unknown" answer (C8; docs/state-machine.md, "Records in doubt").
 
 use crate::error::Error;
-#[cfg(doc)]
-use crate::store::Store;
 use crate::token::FencingToken;
 use std::fmt;
 
@@ -74,8 +72,8 @@ impl fmt::Display for DoubtCause {
     }
 }
 
-/// The mark of a record in doubt, kept [`encode`](Self::encode)d (rule 6 of [`Store`]); the form
-/// is canonical: [`decode`](Self::decode) accepts exactly it.
+/// The mark of a record in doubt, kept [`encode`](Self::encode)d (rule 6 of
+/// [`Store`](crate::Store)) in a canonical form: [`decode`](Self::decode) accepts exactly it.
 ///
 /// ```
 /// use idem_core::store::{Doubt, DoubtCause};
