@@ -4,28 +4,22 @@ use crate::answer::Answer;
 use crate::lease::Lease;
 use crate::response::StoredResponse;
 
-/// What a request gets at the start: the record (`A`), or an [`Answer`]. With a [`Lease`]:
-/// what a [`Reservation`](crate::store::Reservation) and
-/// [`Idempotency::begin`](crate::Idempotency::begin) return; as
-/// [`Decision`](crate::store::Decision), what [`decide`](crate::store::decide) says.
+/// What a request gets at the start: the record (`A`: a [`Lease`], or a decision's `Acquire`),
+/// or an [`Answer`].
 ///
 /// ```
 /// use idem_core::{Answer, Begin, Idempotency, MemoryStore};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idem_core::Error> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::Error> {
 /// let idem = Idempotency::new(MemoryStore::new());
 /// let request = idem.request("acct_1", "POST", "/charges").key(Some("k")).body(b"{}").build()?;
 /// let Begin::Acquired(_lease) = idem.begin(&request).await? else { unreachable!() };
-/// let again = idem.begin(&request).await?;
-/// assert!(matches!(again, Begin::Answered(Answer::InFlight { .. })));
-/// # Ok(())
-/// # }
+/// assert!(matches!(idem.begin(&request).await?, Begin::Answered(Answer::InFlight { .. })));
+/// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
 pub enum Begin<A = Lease, R = StoredResponse> {
-    /// Run the effect, then complete or release. For a decision, an
-    /// [`Acquire`](crate::store::Acquire).
+    /// Run the effect, then complete or release.
     Acquired(A),
     /// Answered without running anything.
     Answered(Answer<R>),

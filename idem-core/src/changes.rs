@@ -1,7 +1,4 @@
-//! How a waiting duplicate ([`Policy::wait_in_flight`](crate::Policy::wait_in_flight), C5) learns
-//! its original ended: from the engine in this process, from a change feed
-//! ([`Store::watch`](crate::Store::watch), [`Store::announce`](crate::Store::announce)) across
-//! processes. A waiter is a future parked on its record's [`Notify`].
+//! How a waiting duplicate (C5) learns its original ended: it parks on its record's [`Notify`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -40,7 +37,6 @@ impl Wakeups {
         }
     }
 
-    /// Wakes the waiters of `digest`, if any.
     pub(crate) fn wake(&self, digest: &[u8; 32]) {
         if self.waiting.load(Ordering::Acquire) == 0 {
             return;
@@ -62,13 +58,11 @@ impl Wakeups {
         }
     }
 
-    /// How many waiters are registered.
     pub(crate) fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Acquire)
     }
 }
 
-/// One waiter's interest in one record.
 pub(crate) struct Subscription {
     wakeups: Arc<Wakeups>,
     digest: [u8; 32],
@@ -123,18 +117,14 @@ impl fmt::Debug for Subscription {
     }
 }
 
-/// Where a change feed ([`Store::watch`](crate::Store::watch)) delivers other processes'
-/// [`announce`](crate::Store::announce)ments. Cheap to clone; does not keep engines alive
-/// ([`is_closed`](Self::is_closed) once they are gone).
+/// Where a [change feed](crate::Store::watch) delivers announcements; does not keep engines alive.
 ///
 /// ```
 /// use idem_core::store::Changes;
-/// // A feed's loop, for each announcement it receives (the record's digest):
 /// fn deliver(changes: &Changes, payload: &str) {
 ///     match idem_core::store::digest_from_hex(payload) {
 ///         Some(digest) => changes.changed(&digest),
-///         // Not ours, or damaged: wake everyone rather than miss one.
-///         None => changes.missed(),
+///         None => changes.missed(), // damaged: wake everyone rather than miss one
 ///     }
 /// }
 /// let closed = Changes::closed();

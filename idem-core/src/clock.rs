@@ -42,7 +42,6 @@ impl std::ops::Add<Duration> for Timestamp {
     }
 }
 
-/// `duration` in whole milliseconds, saturating far in the future.
 fn millis_u64(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
@@ -77,8 +76,7 @@ impl fmt::Debug for Timestamp {
     }
 }
 
-/// Where a local-clock store (memory, SQLite) reads `now` from. Server stores (PostgreSQL,
-/// Redis) use the server's time, so skewed application clocks never disagree on a lease (C11).
+/// Where a local-clock store (memory, SQLite) reads `now` from (C11).
 pub trait Clock: Send + Sync + fmt::Debug {
     /// The current time.
     fn now(&self) -> Timestamp;

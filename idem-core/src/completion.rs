@@ -8,25 +8,19 @@ use crate::token::FencingToken;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A response ready to store as a record's completion (C6, C7): filtered, validated, encoded,
-/// for one lease. Only [`Idempotency::completion`](crate::Idempotency::completion) makes one. A
-/// store writes [`encoded`](Self::encoded) until `now + retain_for`, fenced on
-/// [`token`](Self::token).
+/// A response ready to store for one lease (C6, C7): filtered, validated, encoded. Only
+/// [`Idempotency::completion`](crate::Idempotency::completion) makes one; clones share it.
 ///
 /// ```
 /// use idem_core::{Begin, Idempotency, MemoryStore, StoredResponse};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idem_core::Error> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::Error> {
 /// let idem = Idempotency::new(MemoryStore::new());
 /// let request = idem.request("acct_1", "POST", "/charges").key(Some("k")).body(b"{}").build()?;
 /// let Begin::Acquired(lease) = idem.begin(&request).await? else { unreachable!() };
 /// let completion = idem.completion(&lease, StoredResponse::new(201, "ok").with_header("Set-Cookie", "s=1"));
 /// assert_eq!(completion.response().header("set-cookie"), None); // never stored (C7)
-/// # Ok(())
-/// # }
+/// # Ok(()) }
 /// ```
-///
-/// Cloning is cheap: clones share the response and its encoding.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completion(Arc<Parts>);
 
@@ -84,7 +78,7 @@ impl Completion {
         &self.0.response
     }
 
-    /// The response in its stored encoding (what the store writes).
+    /// The response in its stored encoding.
     pub fn encoded(&self) -> &[u8] {
         &self.0.encoded
     }

@@ -5,10 +5,7 @@ use crate::timeout::timed_out;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-/// The instant by which a store call answers, or is dropped with its connection as
-/// [`StoreErrorKind::Unavailable`](crate::StoreErrorKind::Unavailable) (C13). Every
-/// [`Store`](crate::Store) method takes one (the engine's from
-/// [`Policy::store_timeout`](crate::Policy::store_timeout)).
+/// The instant by which a store call answers, or is dropped with its connection (C13).
 ///
 /// ```
 /// use idem_core::store::Deadline;
@@ -55,13 +52,9 @@ impl Deadline {
     /// use idem_core::store::Deadline;
     /// use idem_core::{Operation, StoreErrorKind};
     /// use std::time::Duration;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let never = std::future::pending::<Result<(), idem_core::Error>>();
-    /// let error = Deadline::after(Duration::from_millis(10))
-    ///     .bound(Operation::Lookup, never)
-    ///     .await
-    ///     .unwrap_err();
+    /// let error = Deadline::after(Duration::from_millis(10)).bound(Operation::Lookup, never).await.unwrap_err();
     /// assert_eq!(error.as_store().map(|e| e.kind()), Some(StoreErrorKind::Unavailable));
     /// # }
     /// ```

@@ -72,9 +72,8 @@ impl fmt::Display for DoubtCause {
     }
 }
 
-/// The mark of a record in doubt. Stores keep its [`encode`](Self::encode)d form (canonical:
-/// [`decode`](Self::decode) accepts exactly it) and change it only as a
-/// [`Resolution`](crate::store::Resolution) says, fenced on the bytes read.
+/// The mark of a record in doubt, kept [`encode`](Self::encode)d (rule 6 of
+/// [`Store`](crate::Store)) in a canonical form: [`decode`](Self::decode) accepts exactly it.
 ///
 /// ```
 /// use idem_core::store::{Doubt, DoubtCause};
@@ -92,8 +91,7 @@ pub struct Doubt {
     pub note: String,
     /// How many reconciliations found the outcome still unknown.
     pub attempts: u32,
-    /// The execution in doubt, set when the engine stores the mark; under another token the
-    /// mark is stale.
+    /// The execution in doubt; under another token the mark is stale.
     pub token: FencingToken,
 }
 

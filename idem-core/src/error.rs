@@ -42,9 +42,7 @@ impl fmt::Display for Field {
     }
 }
 
-/// Everything that can go wrong in idem: the request was not (and must not be) executed under
-/// protection, or a completion did not land. Replay, in flight and mismatch are
-/// [`Answer`](crate::Answer)s.
+/// Everything that can go wrong (replay, in flight, mismatch are [`Answer`](crate::Answer)s).
 ///
 /// ```
 /// use idem_core::{Error, IdempotencyKey};
@@ -84,8 +82,7 @@ pub enum Error {
     /// A stored record that cannot be decoded (C12). Never treated as absent.
     #[error("corrupt idempotency record: {0}")]
     CorruptRecord(String),
-    /// The store's table is at another schema version: `found` 0, no table (apply the schema);
-    /// below `expected`, migrate; above, upgrade this program. Nothing was read or written.
+    /// The table is at another schema version (the message says what to do). Nothing was done.
     ///
     /// ```
     /// use idem_core::Error;
@@ -103,7 +100,6 @@ pub enum Error {
     },
 }
 
-/// What [`Error::SchemaVersion`] says, with the advice that helps.
 fn schema_version_message(table: &str, found: i64, expected: i64) -> String {
     if found == 0 {
         format!("no idem table {table} in this database (apply the schema first)")
@@ -140,8 +136,7 @@ impl Error {
         }
     }
 
-    /// Whether a later retry may succeed: a transient store failure or a lost lease (the new
-    /// holder answers). Bad input, corrupt records and misconfiguration need a person.
+    /// Whether a later retry may succeed: a transient store failure or a lost lease.
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Store(e) => e.is_retryable(),
@@ -159,8 +154,7 @@ pub enum StoreErrorKind {
     Unavailable,
     /// The transaction lost a conflict and rolled back: retry **all of it**, effect included.
     TransactionConflict,
-    /// Not set up as idem needs (table, password, permission): an operator must act. Another
-    /// schema version is [`Error::SchemaVersion`].
+    /// Not set up as idem needs (table, password, permission): an operator must act.
     Misconfigured,
     /// Any other failure of the backend.
     Other,
@@ -184,8 +178,7 @@ impl fmt::Display for StoreErrorKind {
 /// let err = Error::store("sqlite", StoreErrorKind::Unavailable, "database is locked");
 /// assert!(matches!(err, Error::Store(_)) && err.is_retryable());
 /// let store = err.as_store().expect("a store error");
-/// assert_eq!(store.backend(), "sqlite");
-/// assert_eq!(store.kind(), StoreErrorKind::Unavailable);
+/// assert_eq!((store.backend(), store.kind()), ("sqlite", StoreErrorKind::Unavailable));
 /// assert_eq!(err.to_string(), "idempotency store sqlite unavailable: database is locked");
 /// ```
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,4 @@
 //! The engine's one stream of [`Event`]s (C16), sent to the application's [`Observer`]s.
-//! Tracing ([`TracingObserver`]), `idem-metrics` and the HTTP layer share [`EventKind::name`].
 
 pub use crate::event_kind::{EventKind, Operation};
 
@@ -50,7 +49,7 @@ impl<'a> Event<'a> {
         self
     }
 
-    /// The same event about the execution holding `lease` (its record and its token).
+    /// The same event about `lease`'s record and token.
     pub fn of_lease(mut self, lease: &'a Lease) -> Self {
         self.id = Some(lease.id());
         self.token = Some(lease.token());
@@ -129,8 +128,6 @@ impl<'a> Event<'a> {
 /// use idem_core::{Event, EventKind, Idempotency, MemoryStore, Observer};
 /// use std::sync::atomic::{AtomicUsize, Ordering};
 /// use std::sync::Arc;
-///
-/// #[derive(Default)]
 /// struct CountReplays(AtomicUsize);
 /// impl Observer for CountReplays {
 ///     fn observe(&self, event: &Event<'_>) {
@@ -139,8 +136,7 @@ impl<'a> Event<'a> {
 ///         }
 ///     }
 /// }
-///
-/// let replays = Arc::new(CountReplays::default());
+/// let replays = Arc::new(CountReplays(AtomicUsize::new(0)));
 /// let idem = Idempotency::builder(MemoryStore::new()).observer(replays.clone()).build()?;
 /// # Ok::<(), idem_core::Error>(())
 /// ```
@@ -177,9 +173,9 @@ impl fmt::Debug for Observers {
     }
 }
 
-/// Events as `tracing` events on target `idem` (on by default): `idem.<name>` with `outcome`,
-/// `consumer`, `route`, `latency_us` and `error`, in the caller's span; store calls at trace,
-/// failures at warn, the rest at debug. Never the key.
+/// Events as `tracing` events `idem.<name>` on target `idem` (on by default), in the caller's
+/// span, with `outcome`, `consumer`, `route`, `latency_us` and `error`, never the key; store
+/// calls at trace, failures at warn, the rest at debug.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TracingObserver;
 

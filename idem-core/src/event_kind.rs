@@ -1,6 +1,4 @@
-//! The names of the engine's events (C16): what happened ([`EventKind`]) and which store call
-//! ([`Operation`]), one snake-case name each, shared by tracing, `idem-metrics` and the HTTP
-//! layer.
+//! The names of the engine's events (C16).
 
 use std::fmt;
 
@@ -25,8 +23,8 @@ macro_rules! named_enum {
 }
 
 named_enum! {
-/// What happened at one step of the protocol. The [`name`](Self::name)s are docs/operations.md's
-/// list: tracing's and metrics' `outcome`, the HTTP layer's disposition.
+/// What happened at one step of the protocol. Its [`name`](Self::name) is tracing's and
+/// metrics' `outcome` and the HTTP layer's disposition (docs/operations.md).
 ///
 /// ```
 /// use idem_core::EventKind;
@@ -44,8 +42,7 @@ pub enum EventKind {
     InFlight => "in_flight",
     /// Answered "mismatch": the key was used with another request (C3). Nothing ran.
     Mismatch => "mismatch",
-    /// A duplicate waited [`Event::elapsed`] for its original to end (C5,
-    /// [`Policy::wait_in_flight`](crate::Policy::wait_in_flight)); its answer follows.
+    /// A duplicate waited [`elapsed`](crate::Event::elapsed) for its original (C5).
     Waited => "waited",
     /// A fresh reservation (C4).
     Acquired => "acquired",
@@ -79,12 +76,12 @@ pub enum EventKind {
     DoubtDeferred => "doubt_deferred",
     /// A decision about a record in doubt lost its race to a change; nothing was written.
     DoubtContested => "doubt_contested",
-    /// Expired records were deleted ([`Event::count`] of them) (C10).
+    /// [`count`](crate::Event::count) expired records were deleted (C10).
     Purged => "purged",
-    /// One call to the store ended: its [`Event::operation`], latency and error if any.
+    /// One store call ended: its [`operation`](crate::Event::operation), latency and error.
     StoreCall => "store_call",
-    /// A request's store budget ran out (C13) at the step [`Event::operation`]; `elapsed` is
-    /// the budget. Before the effect the answer is store-down, after it "outcome unknown".
+    /// A request's store budget ([`Policy::store_timeout`](crate::Policy::store_timeout)) ran
+    /// out at the step [`operation`](crate::Event::operation); `elapsed` is the budget.
     BudgetSpent => "budget_spent",
 }
 }
@@ -135,8 +132,7 @@ impl fmt::Display for EventKind {
 }
 
 named_enum! {
-/// Which store call a [`EventKind::StoreCall`] event reports; its [`name`](Self::name) is a
-/// metric's `operation` label.
+/// Which store call an [`EventKind::StoreCall`] reports: a metric's `operation` label.
 ///
 /// ```
 /// assert_eq!(idem_core::Operation::Reserve.name(), "reserve");

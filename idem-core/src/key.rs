@@ -3,8 +3,8 @@
 use crate::error::{Error, Field};
 use std::fmt;
 
-/// A validated idempotency key: 1..=255 bytes of visible ASCII (0x21..=0x7E), made by the client
-/// (a UUID v4, say) and sent in `Idempotency-Key`. Anything else is rejected before the store.
+/// A client's idempotency key (a UUID v4, say): 1..=255 bytes of visible ASCII (0x21..=0x7E).
+/// Anything else is rejected before the store (C1).
 ///
 /// ```
 /// use idem_core::IdempotencyKey;

@@ -8,10 +8,7 @@ use crate::scope::RecordId;
 use crate::token::FencingToken;
 use std::time::{Duration, Instant};
 
-/// How a reservation acquires its record: the [`EventKind`] it reports
-/// ([`Acquired`](EventKind::Acquired) for a fresh key, [`TakenOver`](EventKind::TakenOver) for
-/// an orphan whose lease passed (C9), [`StartedOver`](EventKind::StartedOver) for a completed
-/// record whose retention passed (C10)), and the token of the record it replaces.
+/// How a reservation acquires its record: the [`EventKind`] it reports and what it replaces.
 ///
 /// ```
 /// use idem_core::store::Acquire;
@@ -33,8 +30,7 @@ impl Acquire {
         previous: None,
     };
 
-    /// An orphan whose lease passed (C9): replace it if it still carries `previous`, in
-    /// progress and expired; its holder is fenced out.
+    /// An orphan whose lease passed (C9): its holder `previous` is fenced out.
     pub fn take_over(previous: FencingToken) -> Self {
         Self {
             kind: EventKind::TakenOver,
@@ -42,8 +38,7 @@ impl Acquire {
         }
     }
 
-    /// A completed record whose retention passed (C10): replace it if it still carries
-    /// `previous`, completed and expired.
+    /// A completed record whose retention passed (C10).
     pub fn start_over(previous: FencingToken) -> Self {
         Self {
             kind: EventKind::StartedOver,
@@ -56,9 +51,8 @@ impl Acquire {
         self.kind
     }
 
-    /// The record being replaced, a store's compare-and-set condition: its token, and whether
-    /// it must be completed (a start over) rather than in progress (a takeover). `None` for a
-    /// fresh key.
+    /// A store's compare-and-set condition: the replaced record's token, and whether it must
+    /// be completed (a start over) rather than in progress (a takeover). `None` when fresh.
     ///
     /// ```
     /// use idem_core::store::Acquire;
@@ -74,8 +68,7 @@ impl Acquire {
     }
 }
 
-/// The right to run a request's effect, held until completion, release or the deadline. A
-/// store makes it with a reservation ([`Lease::new`], deadline in the store's time).
+/// The right to run a request's effect, held until completion, release or the deadline.
 ///
 /// ```
 /// use idem_core::store::{Acquire, Lease};
@@ -136,16 +129,14 @@ impl Lease {
         self.lease_until
     }
 
-    /// How it was acquired (fresh, takeover of an orphan, start over after retention).
+    /// How it was acquired.
     pub fn acquired(&self) -> Acquire {
         self.acquired
     }
 
-    /// The idempotency key for a downstream provider: `idem_` and 32 lowercase hex digits (37
-    /// characters; Stripe takes 255, Adyen 64, Square 45). Derived from the record alone
-    /// ([`RecordId::downstream_key`], C2): the same on every retry and takeover, so the provider
-    /// dedupes a re-run effect; it reveals neither key nor account. A key reused after retention
-    /// gets the same one: retain at least as long as the provider (Stripe: 24 h, the default).
+    /// The key for a downstream provider, `idem_` and 32 hex digits: the same on every retry,
+    /// takeover and after retention (retain at least as long as the provider; Stripe: 24 h, the
+    /// default), so the provider dedupes a re-run effect. It reveals no key or account.
     ///
     /// ```
     /// use idem_core::store::{Acquire, Lease};
@@ -171,7 +162,6 @@ impl Lease {
         self.local_deadline = Some(local_deadline);
     }
 
-    /// The engine's estimate of when the lease ends, by the monotonic clock.
     pub(crate) fn local_deadline(&self) -> Option<Instant> {
         self.local_deadline
     }

@@ -1,29 +1,18 @@
-//! # idem-core
-//!
-//! The framework-free heart of idem: make API requests idempotent, so that a client may retry
-//! a payment as often as its network forces it to, the effect happens once, and the client
-//! always sees the same answer.
+//! The framework-free heart of idem: a client may retry a request as often as its network
+//! forces it to; the effect happens once, and the client always sees the same answer. The
+//! rules C1..C17 and the state machine are in the repository's docs/state-machine.md.
 //!
 //! - Types with their rules: [`IdempotencyKey`] (C1), [`Scope`] and [`RecordId`] (C2),
 //!   [`Fingerprint`] (C3), [`FencingToken`] (C6), [`StoredResponse`] (C7), [`Clock`] (C11),
 //!   [`Policy`]. Bodies are hashed as given; canonical forms are idem-tower's `canonical`.
-//! - The engine [`Idempotency`]: closure style ([`Idempotency::run`], detached from the
-//!   caller's future) or guard style ([`Idempotency::begin`]); an answer that ran nothing is
-//!   an [`Answer`].
-//! - The [`Store`] trait and, in [`store`], what implementing it takes ([`store::decide`],
-//!   [`store::check_fence`], [`store::Doubt`], [`store::Reconciliation`]); [`MemoryStore`] is
-//!   the reference.
-//! - With feature `testing`: the conformance suite every store runs (`testing`).
-//!
-//! Beside the engine: `idem-ops` (operator reads, reconciliation of records in doubt, the
-//! purger, the change-feed loop), `idem-inbox` (inbound webhooks), `idem-metrics`.
-//!
-//! The rules C1..C17 and the state machine are in the repository's docs/state-machine.md.
+//! - The engine [`Idempotency`]: closure style ([`Idempotency::run`]) or guard style
+//!   ([`Idempotency::begin`]); an answer that ran nothing is an [`Answer`].
+//! - The [`Store`] trait and, in [`store`], what implementing it takes; [`MemoryStore`] is the
+//!   reference. With feature `testing`: the conformance suite every store runs (`testing`).
 //!
 //! ```
-//! use idem_core::{Answer, Begin, Idempotency, MemoryStore, StoredResponse};
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), idem_core::Error> {
+//! use idem_core::{Begin, Idempotency, MemoryStore, StoredResponse};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::Error> {
 //! let idem = Idempotency::new(MemoryStore::new());
 //! let request = idem.request("acct_42", "POST", "/v1/refunds").key(Some("r-1")).body(b"{}").build()?;
 //! match idem.begin(&request).await? {
@@ -32,13 +21,9 @@
 //!         let sent = idem.complete(lease, StoredResponse::new(201, "refunded")).await?;
 //!         assert_eq!(sent.status, 201);
 //!     }
-//!     Begin::Answered(answer) => {
-//!         // a replay, in flight, or a mismatch (idem-tower renders it as HTTP)
-//!         let _answer: Answer = answer;
-//!     }
+//!     Begin::Answered(_answer) => {} // a replay, in flight, or a mismatch
 //! }
-//! # Ok(())
-//! # }
+//! # Ok(()) }
 //! ```
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

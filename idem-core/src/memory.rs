@@ -17,13 +17,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// The executable specification of the [`Store`] contract, kept in one process's memory.
-///
-/// Every operation is one critical section under a mutex (never held across an `.await`), so
-/// the read, the decision and the write are atomic. Responses are kept encoded, as a database
-/// keeps them, so decoding is exercised the same way. Time comes from an injectable
-/// [`Clock`] (C11). Records vanish with the process: use it for tests, single-process tools,
-/// and as the model other stores are checked against.
+/// The [`Store`] contract's executable specification, in memory: for tests, single-process
+/// tools, and the model other stores are checked against. Responses are kept encoded.
 ///
 /// ```
 /// use idem_core::{Idempotency, ManualClock, MemoryStore, Timestamp};
@@ -34,14 +29,12 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct MemoryStore {
     records: Mutex<HashMap<RecordId, Entry>>,
-    /// The audit trail of records in doubt: (at, entry, kept until), oldest first. Locked
-    /// after `records` when both are.
+    /// Locked after `records` when both are.
     trail: Mutex<Trail>,
     clock: Arc<dyn Clock>,
 }
 
-/// One record as a [`MemoryStore`] holds it: for reads beside the protocol (idem-ops'
-/// operator reads of the memory store).
+/// One record as a [`MemoryStore`] holds it, for operator reads.
 #[derive(Debug, Clone)]
 pub struct MemoryRecord {
     /// The record's (consumer, route, key).
@@ -59,13 +52,11 @@ pub struct MemoryRecord {
 /// Each record's audit entries: (at, the entry as encoded, kept until), oldest first.
 type Trail = HashMap<RecordId, Vec<(Timestamp, Vec<u8>, Timestamp)>>;
 
-/// One record held, with what operators read beside it.
 #[derive(Debug, Clone)]
 struct Entry {
     record: Record<Vec<u8>>,
     reserved_at: Timestamp,
     completed_at: Option<Timestamp>,
-    /// The mark of an answer in doubt, encoded, and when it is next due for a check.
     doubt: Option<(Vec<u8>, Timestamp)>,
 }
 
@@ -76,7 +67,6 @@ impl Entry {
             .try_map_response(|r| StoredResponse::decode(r))
     }
 
-    /// The entry as [`MemoryStore::records`] shows it.
     fn shown(&self, id: &RecordId) -> MemoryRecord {
         MemoryRecord {
             id: id.clone(),
@@ -87,12 +77,10 @@ impl Entry {
         }
     }
 
-    /// Whether the entry is a live completed record in doubt at `now`.
     fn in_doubt(&self, now: Timestamp) -> bool {
         self.doubt.is_some() && self.record.is_completed() && self.record.is_live(now)
     }
 
-    /// Completes the record with `response`, replayed until `expires_at`.
     fn complete(&mut self, response: Vec<u8>, expires_at: Timestamp) {
         self.record.state = RecordState::Completed {
             response,
@@ -137,8 +125,7 @@ impl MemoryStore {
         self.clock.now()
     }
 
-    /// Every record held, expired or not, in no order: what reads beside the protocol
-    /// (idem-ops' operator reads) look at.
+    /// Every record held, expired or not, in no order.
     ///
     /// ```
     /// use idem_core::MemoryStore;
@@ -156,8 +143,7 @@ impl MemoryStore {
         self.lock().get(id).map(|entry| entry.shown(id))
     }
 
-    /// The audit trail of `id` at the store's `now`: each unexpired entry with when it was
-    /// kept, oldest first, as [`Store::resolve`] wrote it.
+    /// The unexpired audit trail of `id`, oldest first, as [`Store::resolve`] wrote it.
     pub fn trail(&self, id: &RecordId) -> Vec<(Timestamp, Vec<u8>)> {
         let now = self.clock.now();
         self.lock_trail()
@@ -169,8 +155,7 @@ impl MemoryStore {
             .collect()
     }
 
-    /// Overwrites the stored response bytes of a completed record, to test that corrupt records
-    /// are typed errors (C12). Returns whether a completed record was there.
+    /// Overwrites a completed record's stored response, to test corrupt records (C12).
     #[cfg(feature = "testing")]
     #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
     pub fn overwrite_stored_response(&self, id: &RecordId, bytes: Vec<u8>) -> bool {
@@ -183,7 +168,6 @@ impl MemoryStore {
         }
     }
 
-    /// The in-progress entry a reservation writes.
     fn reservation(&self, claim: &Claim<'_>, now: Timestamp, until: Timestamp) -> Entry {
         Entry {
             record: Record {
@@ -198,8 +182,7 @@ impl MemoryStore {
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<RecordId, Entry>> {
-        // A panic while holding the lock cannot leave a half-written entry (every write is
-        // one insert or remove), so a poisoned map is still consistent.
+        // Every write is one insert or remove: a poisoned map is still consistent.
         self.records
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -236,8 +219,7 @@ impl Store for MemoryStore {
         let mut records = self.lock();
         let now = self.clock.now();
         if let Some(entry) = records.get(claim.id()) {
-            // The response is read only for the same request (the only one it can be replayed
-            // to), as a SQL store selects it.
+            // The response is read only for the request it can be replayed to.
             let same = entry.record.fingerprint == *claim.fingerprint();
             let record = entry
                 .record

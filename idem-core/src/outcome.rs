@@ -19,8 +19,8 @@ use crate::response::StoredResponse;
 pub enum Outcome {
     /// The handler ran now; this is its response as stored.
     Executed(StoredResponse),
-    /// Refused before it executed ([`Policy::refusals`](crate::Policy::refusals) or
-    /// [`Reply::Refused`]): not stored, key released; a corrected retry executes (C8).
+    /// Refused before it executed ([`Policy::refusals`](crate::Policy::refusals),
+    /// [`Reply::Refused`]): not stored, key released (C8).
     Refused(StoredResponse),
     /// The handler did not run: a replay, in flight, or a mismatch.
     Answered(Answer),
@@ -52,8 +52,7 @@ impl Outcome {
 /// A [`run`](crate::Idempotency::run) handler's success: a response, or a written [`Completion`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
-    /// Store this response, unless its status is a [`Policy::refusals`](crate::Policy::refusals)
-    /// one: then it is sent, not stored, and the key released.
+    /// Store this response, unless its status is a refusal: then as [`Refused`](Self::Refused).
     Respond(StoredResponse),
     /// Store this response whatever its status: the effect happened.
     Executed(StoredResponse),
@@ -75,13 +74,8 @@ impl From<Completion> for Reply {
     }
 }
 
-/// A handler's error, with what it means for the key (C8).
-///
-/// - [`Failure::nothing_happened`]: no effect; the key is released and a retry runs.
-/// - [`Failure::unknown`] (what `?` gives, the default: it never runs an effect twice): the
-///   effect may have happened. A 500 problem is stored in doubt with its
-///   [`noting`](Self::noting), replayed until idem-ops' `reconcile` settles it or it expires.
-/// - [`Failure::unknown_with`]: the same, storing your own answer (a 202, say).
+/// A handler's error, with what it means for the key (C8). `?` gives [`unknown`](Self::unknown),
+/// which never runs an effect twice: its answer is stored in doubt until reconciled or expired.
 ///
 /// ```
 /// use idem_core::Failure;
@@ -124,7 +118,7 @@ impl<E> Failure<E> {
         }
     }
 
-    /// The outcome is unknown: keep the key and store `response`.
+    /// The outcome is unknown: keep the key and store `response` (a 202, say).
     pub fn unknown_with(error: E, response: StoredResponse) -> Self {
         let mut failure = Self::unknown(error);
         failure.meaning = Meaning::Unknown {
@@ -134,9 +128,7 @@ impl<E> Failure<E> {
         failure
     }
 
-    /// For an unknown outcome: what a reconciler needs (a provider's request id), kept as
-    /// [`Doubt::note`](crate::doubt::Doubt::note) (at most
-    /// [`Doubt::MAX_NOTE`](crate::doubt::Doubt::MAX_NOTE) bytes).
+    /// For an unknown outcome: what a reconciler needs (a [`Doubt`](crate::store::Doubt)'s note).
     ///
     /// ```
     /// use idem_core::Failure;
@@ -192,9 +184,8 @@ pub enum RunError<E> {
     /// The effect may have run but its completion was not stored within the lease. Answer 500.
     #[error("completion not stored after the effect: {0}")]
     Incomplete(Error),
-    /// The commit's answer was lost and the record did not tell in time (effect and completion
-    /// committed together or not at all). Retries get in flight, then the replay or a new
-    /// execution. Answer 500, retryable.
+    /// The commit's answer was lost and the record did not tell in time: effect and completion
+    /// committed together or not at all. Answer 500, retryable.
     #[error("commit outcome unknown: {0}")]
     InDoubt(Error),
 }

@@ -9,10 +9,8 @@ use std::time::Duration;
 /// ```
 /// use idem_core::Policy;
 /// use std::time::Duration;
-/// let policy = Policy::default()
-///     .lease(Duration::from_secs(30))
-///     .retention(Duration::from_secs(48 * 3600))
-///     .store_header("x-request-id");
+/// let policy = Policy::default().lease(Duration::from_secs(30)).store_header("x-request-id");
+/// let policy = policy.retention(Duration::from_secs(48 * 3600));
 /// assert_eq!(policy.max_body_bytes, 1024 * 1024);
 /// policy.validate()?;
 /// # Ok::<(), idem_core::Error>(())
@@ -26,66 +24,45 @@ pub struct Policy {
     /// The largest request body accepted (C12). Default 1 MiB.
     pub max_body_bytes: usize,
     /// How long a duplicate of a running request waits for the original's end (C5). `None`
-    /// (default): it is answered in flight at once (409 with `Retry-After`).
-    ///
-    /// `Some(max)`: it waits up to `max` (at most [`MAX_WAIT`](Self::MAX_WAIT)), then replays the
-    /// original, runs if the key was given back, or is answered in flight. A waiter holds no
-    /// connection or thread. It is woken at once in this process, from others through
-    /// [`Store::watch`](crate::Store::watch) or reads at a growing interval. At most
-    /// [`max_waiters`](Self::max_waiters) wait per process; the rest are answered in flight. Only
-    /// a waiting policy announces its ends to other processes: the original's endpoint must use
-    /// it too. The answer comes within `max` plus one read
-    /// ([`store_timeout`](Self::store_timeout)).
+    /// (default): it is answered in flight at once. `Some(max)`: it waits up to `max` plus one
+    /// read, holding no connection or thread, then replays, runs if the key was given back, or
+    /// is answered in flight. Woken at once in this process, from others by
+    /// [`Store::watch`](crate::Store::watch) or reads at a growing interval. Only a waiting
+    /// policy announces its ends, so the original's endpoint must use one too.
     ///
     /// ```
-    /// use idem_core::Policy;
-    /// use std::time::Duration;
-    /// let policy = Policy::default().wait_in_flight(Duration::from_secs(2));
-    /// assert_eq!(policy.wait_in_flight, Some(Duration::from_secs(2)));
-    /// policy.validate()?;
-    /// # Ok::<(), idem_core::Error>(())
+    /// let policy = idem_core::Policy::default().wait_in_flight(std::time::Duration::from_secs(2));
+    /// assert!(policy.wait_in_flight.is_some() && policy.validate().is_ok());
     /// ```
     pub wait_in_flight: Option<Duration>,
-    /// Lower-case names of response headers stored and replayed (C7), besides
-    /// [`is_always_stored`](crate::is_always_stored) ones; never
-    /// [`is_never_stored`](crate::is_never_stored) ones. Default: `etag`, `last-modified`.
+    /// Lower-case names of response headers to store (C7, [`stores_header`](Self::stores_header)).
+    /// Default: `etag`, `last-modified`.
     pub stored_headers: Vec<String>,
     /// How many expired records one purge batch deletes at most (C10). Default 1000.
     pub purge_batch: usize,
-    /// The store budget of one request (C13): the time the engine may wait on the store for
-    /// it, counted across every step (reservation, the store's share of the effect's
-    /// transaction, completion, retries, rollback); the handler's own time is the lease's.
-    /// Spent before the effect: "store unavailable" (503 with `Retry-After`), never a hang.
-    /// Spent after it: "outcome unknown" (C8) while the completion keeps trying on its own
-    /// task. A request may carry its own ([`Request::with_store_budget`](
-    /// crate::Request::with_store_budget)). Default 5 s.
+    /// The store budget of one request (C13), counted across every store step (reservation,
+    /// the effect's transaction, completion, retries, rollback); the handler's own time is the
+    /// lease's. Spent before the effect: 503; after it: "outcome unknown" (C8) while the
+    /// completion keeps trying on its own task. A request may carry its own
+    /// ([`Request::with_store_budget`](crate::Request::with_store_budget)). Default 5 s.
     pub store_timeout: Duration,
     /// Statuses of a request refused before it executed (C8): sent, not stored, key released
-    /// for a corrected retry. [`Reply::Executed`](crate::Reply::Executed) overrides it (a 422
-    /// after the effect ran). Default [`DEFAULT_REFUSALS`](Self::DEFAULT_REFUSALS).
+    /// for a corrected retry. Default [`DEFAULT_REFUSALS`](Self::DEFAULT_REFUSALS).
     pub refusals: Vec<u16>,
-    /// How many duplicates may [`wait_in_flight`](Self::wait_in_flight) at once in this process,
-    /// over every engine; the rest are answered in flight at once. Default 1024.
+    /// How many duplicates may wait at once in this process; the rest are answered in flight.
+    /// Default 1024.
     pub max_waiters: usize,
-    /// Whether a transactional execution ([`Idempotency::transact`](
-    /// crate::Idempotency::transact), a SQL store's `run_in_transaction`) makes one commit per
-    /// fresh key instead of two (C15), unless its request says otherwise
-    /// ([`Request::with_one_commit`](crate::Request::with_one_commit)). Default `false`.
-    ///
-    /// Two commits suit every effect: the reservation, then effect and completion (C4, C6). One
-    /// commit is **only for an effect entirely in the same database**: a lost transaction leaves
-    /// nothing, so a retry would repeat an outside call (a card network, an email). Duplicates
-    /// meanwhile are still answered at once. The store must support it (docs/stores.md).
+    /// Whether a transactional execution makes one commit per fresh key instead of two (C15),
+    /// unless its request says otherwise ([`Request::with_one_commit`](
+    /// crate::Request::with_one_commit)). Default `false`. **Only for an effect entirely in the
+    /// store's database**: a lost transaction leaves nothing, so a retry would repeat an
+    /// outside call (a card network, an email). The store must support it.
     ///
     /// ```
-    /// use idem_core::Policy;
-    /// let policy = Policy::default().one_commit(true);
-    /// assert!(policy.one_commit);
-    /// assert!(!Policy::default().one_commit);
+    /// assert!(idem_core::Policy::default().one_commit(true).one_commit);
     /// ```
     pub one_commit: bool,
-    /// How long each reconciliation decision ([`Reconciliation`](crate::trail::Reconciliation))
-    /// stays readable, whatever became of its record in doubt. Default 90 days.
+    /// How long each [`Reconciliation`](crate::trail::Reconciliation) is kept. Default 90 days.
     pub audit_retention: Duration,
 }
 
@@ -111,12 +88,9 @@ impl Policy {
     /// The default body limit: 1 MiB.
     pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 
-    /// The default [`refusals`](Self::refusals). Every other status is stored and replayed: a
-    /// 402 decline, a 409 conflict, a 408 or a 5xx (the effect may have run).
-    ///
-    /// **A handler that answers one of these after its effect ran** (a 404 after the charge)
-    /// must return [`Reply::Executed`](crate::Reply::Executed) (the HTTP layer's `Happened`) or
-    /// drop the status from the policy, else a retry runs the effect again.
+    /// The default [`refusals`](Self::refusals). **A handler that answers one of these after
+    /// its effect ran** (a 404 after the charge) must return [`Reply::Executed`](
+    /// crate::Reply::Executed) or drop the status, else a retry runs the effect again.
     pub const DEFAULT_REFUSALS: [u16; 13] = [
         400, 401, 403, 404, 405, 406, 411, 413, 414, 415, 422, 429, 431,
     ];
@@ -127,7 +101,7 @@ impl Policy {
         self
     }
 
-    /// Sets how long reconciliation decisions are kept ([`audit_retention`](Self::audit_retention)).
+    /// Sets [`audit_retention`](Self::audit_retention).
     pub fn audit_retention(mut self, keep: Duration) -> Self {
         self.audit_retention = keep;
         self
@@ -145,8 +119,7 @@ impl Policy {
         self
     }
 
-    /// Makes a duplicate in flight wait up to `max` for its original
-    /// ([`wait_in_flight`](Self::wait_in_flight), C5).
+    /// Sets [`wait_in_flight`](Self::wait_in_flight) to `Some(max)`.
     pub fn wait_in_flight(mut self, max: Duration) -> Self {
         self.wait_in_flight = Some(max);
         self
@@ -158,8 +131,7 @@ impl Policy {
         self
     }
 
-    /// Sets [`one_commit`](Self::one_commit) (C15): `true` only for effects that live
-    /// entirely in the same database as the store.
+    /// Sets [`one_commit`](Self::one_commit).
     pub fn one_commit(mut self, one: bool) -> Self {
         self.one_commit = one;
         self
@@ -189,9 +161,7 @@ impl Policy {
     /// use idem_core::Policy;
     /// // An API whose 404 can follow an effect: stored like any other answer.
     /// let policy = Policy::default().refusals(Policy::DEFAULT_REFUSALS.into_iter().filter(|&s| s != 404));
-    /// assert!(policy.is_refusal(400));
-    /// assert!(!policy.is_refusal(404));
-    /// assert!(!policy.is_refusal(402));
+    /// assert!(policy.is_refusal(400) && !policy.is_refusal(404) && !policy.is_refusal(402));
     /// ```
     pub fn refusals(mut self, statuses: impl IntoIterator<Item = u16>) -> Self {
         self.refusals = statuses.into_iter().collect();
@@ -203,14 +173,13 @@ impl Policy {
         self.refusals.contains(&status)
     }
 
-    /// Whether a header is stored with a response: one that gives the body its meaning, or one
-    /// on the allow-list, and never a [`is_never_stored`](crate::is_never_stored) one.
+    /// Whether a header is stored: [`is_always_stored`](crate::is_always_stored) or on the
+    /// allow-list, and not [`is_never_stored`](crate::is_never_stored).
     pub fn stores_header(&self, name: &str) -> bool {
         !is_never_stored(name) && self.allows_header(name)
     }
 
-    /// [`stores_header`](Self::stores_header) for a name already checked against
-    /// [`is_never_stored`](crate::is_never_stored) by [`StoredResponse::retain_headers`].
+    /// [`stores_header`](Self::stores_header) after [`StoredResponse::retain_headers`]' check.
     pub(crate) fn allows_header(&self, name: &str) -> bool {
         is_always_stored(name)
             || self
@@ -219,16 +188,13 @@ impl Policy {
                 .any(|h| h.eq_ignore_ascii_case(name))
     }
 
-    /// The response as stored and replayed (C7): the headers [`stores_header`](Self::stores_header)
-    /// accepts, names lower-cased; validated. The engine stores a 500 problem for an invalid one
-    /// (C8, [`Idempotency::completion`](crate::Idempotency::completion)).
+    /// The response as stored (C7): the headers [`stores_header`](Self::stores_header) accepts,
+    /// names lower-cased; validated (the engine stores a 500 for an invalid one, C8).
     ///
     /// ```
     /// use idem_core::{Policy, StoredResponse};
-    /// let gz = StoredResponse::new(200, vec![0x1f, 0x8b])
-    ///     .with_header("Content-Encoding", "gzip")
-    ///     .with_header("Set-Cookie", "s=1")
-    ///     .with_header("X-Trace", "t");
+    /// let gz = StoredResponse::new(200, vec![0x1f, 0x8b]).with_header("Content-Encoding", "gzip");
+    /// let gz = gz.with_header("Set-Cookie", "s=1").with_header("X-Trace", "t");
     /// let stored = Policy::default().prepare(gz)?;
     /// assert_eq!(stored.headers, vec![("content-encoding".to_owned(), b"gzip".to_vec())]);
     /// # Ok::<(), idem_core::Error>(())
@@ -239,8 +205,7 @@ impl Policy {
         Ok(response)
     }
 
-    /// The longest wait for an original accepted ([`wait_in_flight`](Self::wait_in_flight)): a
-    /// minute. A client waits on its open request; beyond this, come back later.
+    /// The longest [`wait_in_flight`](Self::wait_in_flight) accepted: a minute.
     pub const MAX_WAIT: Duration = Duration::from_secs(60);
 
     /// The longest lease accepted: a day (a longer handler renews its lease).
@@ -248,10 +213,9 @@ impl Policy {
     /// The longest retention accepted: ten years.
     pub const MAX_RETENTION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-    /// Checks that the settings make sense: a lease of 1 ms ..= [`MAX_LEASE`](Self::MAX_LEASE)
-    /// and a retention of 1 ms ..= [`MAX_RETENTION`](Self::MAX_RETENTION) (stores keep
-    /// milliseconds), an audit retention of 1 s ..= `MAX_RETENTION`, a body limit and a purge
-    /// batch above zero.
+    /// Checks the bounds: lease and store timeout 1 ms ..= [`MAX_LEASE`](Self::MAX_LEASE),
+    /// retention 1 ms (audit retention 1 s) ..= [`MAX_RETENTION`](Self::MAX_RETENTION), wait
+    /// 1 ms ..= [`MAX_WAIT`](Self::MAX_WAIT), body limit and purge batch above zero.
     ///
     /// ```
     /// use idem_core::Policy;

@@ -1,6 +1,4 @@
-//! The reservation's protocol (C4, C5, C9, C10), written once. Stores make one atomic step per
-//! call and report it ([`Reserved`]); [`Reservation`] decides ([`decide`]) the next [`Step`]. A
-//! store that runs the steps in one hop drives the same [`Reservation`] in place.
+//! The reservation's protocol (C4, C5, C9, C10), written once.
 
 use crate::answer::Answer;
 use crate::begin::Begin;
@@ -23,9 +21,8 @@ const MAX_STEPS: usize = 16;
 /// The `Retry-After` of a duplicate of a record another transaction holds.
 pub const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// What every step of one reservation writes: the request, the lease, and one token made before
-/// the first step. A write whose answer was lost left a record with this token; the next step
-/// recognises it as its own rather than answering "in flight".
+/// What every step of one reservation writes, with one token: the next step recognises a
+/// write whose answer was lost as its own.
 #[derive(Debug, Clone)]
 pub struct Claim<'a> {
     request: &'a Request,
@@ -54,44 +51,39 @@ impl<'a> Claim<'a> {
         self.token
     }
 
-    /// How long the lease lasts from the moment the store writes it (by the store's clock).
+    /// How long the lease lasts from the store's write, by its clock.
     pub fn lease_for(&self) -> Duration {
         self.lease_for
     }
 }
 
-/// What one atomic [`Store::reserve`](crate::Store::reserve) or
-/// [`Store::replace`](crate::Store::replace) step found, a lost race included.
+/// What one atomic step of a reservation did or found (rule 2 of [`Store`](crate::Store)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Reserved {
-    /// The step wrote the claim's token, live until `until`: a fresh insert (C4), or a
-    /// takeover's or start over's compare-and-set.
+    /// The step wrote the claim's record: a fresh insert (C4), or a replace.
     Written {
         /// The lease's deadline, by the store's clock.
         until: Timestamp,
     },
-    /// `reserve` only: a record as read, and `now`; nothing written. Its response is read only
-    /// when the fingerprint is the claim's (else `None`).
+    /// `reserve` only, nothing written: the record (its response only for the claim's fingerprint).
     Found {
         /// The record, its response still encoded.
         record: Record<Option<Vec<u8>>>,
         /// The store's time of the read (C11).
         now: Timestamp,
     },
-    /// An uncommitted transaction holds the record (C15): never waited for (C5). In flight, or
-    /// mismatch (C3) if the holder is known to run another body.
+    /// An uncommitted transaction holds the record (C15): in flight, or mismatch (C3).
     Held {
         /// Whether the holder is known to run another body.
         mismatch: bool,
     },
-    /// The race was lost, nothing written: the record changed. The next step reads it.
+    /// Nothing written: the record changed, or a read missed a commit after its snapshot.
     Lost,
 }
 
 impl Reserved {
-    /// The answer for `fingerprint` without writing (a replay decoded), `None` if the request
-    /// would acquire. How a store's readers answer duplicates (C5).
+    /// The answer for `fingerprint` without writing, `None` if the request would acquire.
     pub fn answer(self, fingerprint: &Fingerprint) -> Result<Option<Answer>, Error> {
         match self {
             Reserved::Found { record, now } => match decide(Some(record), fingerprint, now) {
@@ -104,7 +96,6 @@ impl Reserved {
     }
 }
 
-/// The answer to a duplicate of a record another transaction holds.
 fn held(mismatch: bool) -> Answer {
     if mismatch {
         Answer::Mismatch
@@ -127,24 +118,18 @@ fn decode_replay(response: Option<Vec<u8>>) -> Result<StoredResponse, Error> {
 #[derive(Debug)]
 #[must_use]
 enum Step {
-    /// Call [`Store::reserve`](crate::Store::reserve) with the claim.
     Reserve,
-    /// Call [`Store::replace`](crate::Store::replace) with the claim and how it acquires.
     Replace(Acquire),
-    /// The reservation is decided.
     Done(Begin),
 }
 
-/// One request's reservation across its steps. [`run`](Self::run) and
-/// [`run_blocking`](Self::run_blocking) decide and loop; the steps only report.
+/// One request's reservation across its steps: it decides and loops, the steps only report.
 ///
 /// ```
 /// use idem_core::store::{Acquire, BlockingSteps, Claim, Reservation, Reserved};
 /// use idem_core::{Begin, Error, Request, Timestamp};
 /// use std::time::Duration;
-///
-/// /// A store that finds no record and inserts a fresh one.
-/// struct Empty;
+/// struct Empty; // finds no record, inserts a fresh one
 /// impl BlockingSteps for Empty {
 ///     fn reserve(&mut self, _claim: &Claim<'_>) -> Result<Reserved, Error> {
 ///         Ok(Reserved::Written { until: Timestamp::from_millis(60_000) })
@@ -153,13 +138,12 @@ enum Step {
 ///         Ok(Reserved::Lost)
 ///     }
 /// }
-/// # fn main() -> Result<(), Error> {
 /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k1")).body(b"{}").build()?;
 /// let reservation = Reservation::new(&request, Duration::from_secs(60));
 /// let token = reservation.claim().token();
 /// let Begin::Acquired(lease) = reservation.run_blocking(&mut Empty)? else { unreachable!() };
 /// assert_eq!(lease.token(), token);
-/// # Ok(()) }
+/// # Ok::<(), Error>(())
 /// ```
 #[derive(Debug)]
 pub struct Reservation<'a> {
@@ -188,9 +172,8 @@ impl<'a> Reservation<'a> {
         }
     }
 
-    /// [`new`](Self::new) for steps never sent again after a failure: inside a transaction it
-    /// cannot begin again (one commit, C15), or on a link that never loses an answer. A failed
-    /// step is the reservation's error.
+    /// [`new`](Self::new) for steps never sent again after a failure (in a one-commit transaction,
+    /// C15, or where no answer is lost): a failed step is the reservation's error.
     pub fn without_retry(request: &'a Request, lease_for: Duration) -> Self {
         Self {
             retries: 0,
@@ -250,7 +233,6 @@ impl<'a> Reservation<'a> {
         Err(error)
     }
 
-    /// The next step after a step's `result`; `replacing`: it was a `replace`.
     fn after(&mut self, result: Result<Reserved, Error>, replacing: bool) -> Result<Step, Error> {
         match result {
             Ok(reserved) => self.next(reserved, replacing),
@@ -294,8 +276,7 @@ impl<'a> Reservation<'a> {
     }
 }
 
-/// A reservation's two steps: a [`Store`](crate::Store), or a store's connection inside one
-/// transaction (one commit). [`Reservation::run`] drives them.
+/// A reservation's two steps, driven by [`Reservation::run`].
 #[async_trait]
 pub trait Steps: Send {
     /// One [`Store::reserve`](crate::Store::reserve) step.
@@ -304,11 +285,11 @@ pub trait Steps: Send {
     async fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error>;
 }
 
-/// A reservation's two steps, run synchronously in one hop by [`Reservation::run_blocking`].
+/// A reservation's two steps, run synchronously by [`Reservation::run_blocking`].
 pub trait BlockingSteps {
-    /// One reservation step, as [`Store::reserve`](crate::Store::reserve) says.
+    /// One [`Store::reserve`](crate::Store::reserve) step.
     fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error>;
-    /// One compare-and-set, as [`Store::replace`](crate::Store::replace) says.
+    /// One [`Store::replace`](crate::Store::replace) step.
     fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error>;
 }
 

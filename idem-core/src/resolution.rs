@@ -1,5 +1,4 @@
-//! What a store applies when a record in doubt is decided: one fenced compare-and-set and one
-//! audit entry, in one atomic step.
+//! What a store applies when a record in doubt is decided.
 
 use crate::error::{Error, Field};
 use crate::scope::RecordId;
@@ -7,14 +6,9 @@ use crate::token::FencingToken;
 use crate::trail::{Decided, Reconciliation};
 use std::time::Duration;
 
-/// A decision about a record in doubt, ready for the store (store rule 7 of
-/// [`Store`](crate::Store)): what was [`decided`](Self::decided) (as its audit entry records
-/// it), fenced on the record's token and its mark of doubt as read, what to write, and the
-/// entry. idem-ops' `resolve` applies it through
-/// [`Idempotency::store_call`](crate::Idempotency::store_call): one path, its events reported
-/// (C16).
-///
-/// A store matches on the decision and writes the bytes the accessors give:
+/// A decision about a record in doubt for [`Store::resolve`](crate::Store::resolve) (rule 7),
+/// applied through [`Idempotency::store_call`](crate::Idempotency::store_call) (C16). A store
+/// matches on the decision and writes the bytes the accessors give.
 ///
 /// ```
 /// use idem_core::store::{Decided, Reconciliation, Resolution};
@@ -47,11 +41,9 @@ pub struct Resolution {
 }
 
 impl Resolution {
-    /// The effect happened: the record `id`, if it still carries `entry`'s token and the mark
-    /// `read_doubt` ([`Doubt::encode`](crate::store::Doubt::encode)), replays `response`
-    /// ([`StoredResponse::encode`](crate::StoredResponse::encode)) for `retain_for`, unmarked;
-    /// `entry` is kept for `keep_entry_for`. [`Error::InvalidInput`] if `entry` records another
-    /// decision (so for the two below).
+    /// The effect happened: `id` replays `response` for `retain_for`, unmarked, if it still
+    /// carries `entry`'s token and the mark `read_doubt`; `entry` is kept for `keep_entry_for`.
+    /// [`Error::InvalidInput`] if `entry` records another decision (so for the two below).
     pub fn settle(
         id: RecordId,
         read_doubt: Vec<u8>,

@@ -2,14 +2,12 @@
 
 use crate::error::{Error, Field};
 
-/// A response as stored and replayed byte for byte: any status (a 402 replays as a 402, C8),
-/// the [`Policy::stored_headers`](crate::Policy::stored_headers) but never the
-/// [`is_never_stored`] ones (C7), the body.
+/// A response as stored and replayed byte for byte (C7): any status (a 402 replays as a 402,
+/// C8), the [stored headers](crate::Policy::stores_header), the body.
 ///
 /// ```
 /// use idem_core::StoredResponse;
-/// let resp = StoredResponse::new(201, br#"{"id":"ch_1"}"#.to_vec())
-///     .with_header("Content-Type", "application/json");
+/// let resp = StoredResponse::new(201, r#"{"id":"ch_1"}"#).with_header("Content-Type", "application/json");
 /// assert_eq!(resp.status, 201);
 /// assert_eq!(resp.header("content-type"), Some(&b"application/json"[..]));
 /// ```

@@ -1,4 +1,4 @@
-//! Who a record belongs to (C2): the consumer, the route, and the full record identity.
+//! Who a record belongs to (C2).
 
 use crate::error::{Error, Field};
 use crate::key::IdempotencyKey;
@@ -85,8 +85,7 @@ pub(crate) fn check_part(field: Field, value: &str, max: usize) -> Result<(), Er
     Ok(())
 }
 
-/// The identity of one record: (consumer, route, key). Stores keep the parts in columns, or
-/// use [`RecordId::digest`].
+/// The identity of one record: (consumer, route, key).
 ///
 /// ```
 /// use idem_core::{IdempotencyKey, RecordId, Scope};
@@ -104,9 +103,7 @@ pub struct RecordId {
     pub key: IdempotencyKey,
 }
 
-/// The prefix of every [`RecordId::downstream_key`].
 const DOWNSTREAM_PREFIX: &str = "idem_";
-/// How many bytes of the digest a downstream key carries.
 const DOWNSTREAM_BYTES: usize = 16;
 
 impl RecordId {
@@ -130,13 +127,12 @@ impl RecordId {
         self.key.as_str()
     }
 
-    /// A 32-byte blake3 digest of the triple, for a flat key (Redis); no two triples collide.
+    /// A 32-byte digest of the triple, for a flat key (Redis); no two triples collide.
     pub fn digest(&self) -> [u8; 32] {
         *self.hashed("idem 2026 record id v1").as_bytes()
     }
 
-    /// [`Lease::downstream_key`](crate::Lease::downstream_key): 128 bits of blake3 over the
-    /// length-prefixed triple, under a context unrelated to [`digest`](Self::digest).
+    /// [`Lease::downstream_key`](crate::Lease::downstream_key), unrelated to the digest.
     pub fn downstream_key(&self) -> String {
         let digest = self.hashed("idem 2026 downstream idempotency key v1");
         let hex = crate::hex::lower(&digest.as_bytes()[..DOWNSTREAM_BYTES]);

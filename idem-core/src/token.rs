@@ -3,9 +3,8 @@
 use crate::error::Error;
 use std::fmt;
 
-/// A 128-bit token written with every reservation or takeover; only the holder of the record's
-/// current token may complete, release or renew it. 16 fresh bytes from the OS's random source,
-/// with no state in the process, so forked workers never share one.
+/// A 128-bit token written with every reservation or takeover; only its holder may complete,
+/// release or renew the record (C6). Fresh OS randomness, so forked workers never share one.
 ///
 /// ```
 /// use idem_core::FencingToken;

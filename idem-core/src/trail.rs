@@ -6,23 +6,14 @@ use crate::error::Error;
 use crate::token::FencingToken;
 use std::time::Duration;
 
-/// One decision about a record in doubt, as the store keeps it (its clock, C11). Written in the
-/// same atomic step as the change it records: one entry per change a reconciliation made, none
-/// for one that lost its race. A store keeps [`encode`](Self::encode)'s bytes with its own
-/// `now` and gives them back with [`decode`](Self::decode).
+/// One decision about a record in doubt, kept in its audit trail with the store's `now`.
 ///
 /// ```
 /// use idem_core::store::{Decided, Reconciliation};
 /// use idem_core::{FencingToken, Timestamp};
-/// let entry = Reconciliation {
-///     at: Timestamp::from_millis(1_700_000_000_000),
-///     token: FencingToken::generate(),
-///     by: "operator alice".into(),
-///     decided: Decided::Released,
-///     asked: "card network dashboard".into(),
-///     answer: "no authorization under this key".into(),
-///     nonce: 7,
-/// };
+/// let entry = Reconciliation { at: Timestamp::from_millis(1_700_000_000_000), token: FencingToken::generate(),
+///     by: "operator alice".into(), decided: Decided::Released, asked: "card network dashboard".into(),
+///     answer: "no authorization under this key".into(), nonce: 7 };
 /// assert_eq!(Reconciliation::decode(entry.at, &entry.encode())?, entry);
 /// # Ok::<(), idem_core::Error>(())
 /// ```
@@ -32,8 +23,7 @@ pub struct Reconciliation {
     pub at: Timestamp,
     /// The token of the execution in doubt it decided about.
     pub token: FencingToken,
-    /// Who decided: a reconciler (`reconciler <process>`) or an operator; at most
-    /// [`MAX_BY`](Self::MAX_BY) bytes.
+    /// Who decided (`reconciler <process>`, an operator), at most [`MAX_BY`](Self::MAX_BY) bytes.
     pub by: String,
     /// What was decided.
     pub decided: Decided,
@@ -41,8 +31,7 @@ pub struct Reconciliation {
     pub asked: String,
     /// What the provider answered, or the operator's reason.
     pub answer: String,
-    /// A random number that tells this decision apart from any other with the same words (the
-    /// engine finds its own entry by it when the store's answer was lost).
+    /// A random number that tells this decision apart, so the engine finds its own entry.
     pub nonce: u64,
 }
 
@@ -57,7 +46,7 @@ pub enum Decided {
     },
     /// The effect did not happen; the key was released.
     Released,
-    /// Still unknown at this attempt; asked again after `retry_after`.
+    /// Still unknown; asked again after `retry_after`.
     StillUnknown {
         /// How many attempts found it unknown, this one included.
         attempt: u32,
@@ -117,8 +106,7 @@ impl Reconciliation {
         out
     }
 
-    /// Reads an entry the store kept at `at`; anything but what [`encode`](Self::encode) writes
-    /// is [`Error::CorruptRecord`], never a panic.
+    /// Reads an entry kept at `at`; anything else is [`Error::CorruptRecord`], never a panic.
     pub fn decode(at: Timestamp, bytes: &[u8]) -> Result<Self, Error> {
         let mut r = Reader::new("stored reconciliation", bytes);
         if r.take(2)? != [MAGIC, VERSION] {

@@ -1,19 +1,15 @@
-//! The key as it arrives on the wire (C1): the value of an `Idempotency-Key` header or of the
-//! same gRPC metadata, an RFC 8941 sf-string or a bare token, read into an [`IdempotencyKey`].
+//! The key as it arrives in an `Idempotency-Key` header or gRPC metadata (C1).
 
 use crate::error::{Error, Field};
 use crate::key::IdempotencyKey;
 
 impl IdempotencyKey {
-    /// Reads one `Idempotency-Key` header value (C1; an RFC 8941 sf-string by
-    /// draft-ietf-httpapi-idempotency-key-header §2.1). Two forms spell the same key:
-    /// - an **sf-string**: `"..."`, `\"` and `\\` its only escapes, nothing after the quote;
-    /// - a **bare value** (an extension: clients send bare UUIDs): only `A-Z a-z 0-9` and
-    ///   ``! # $ % & ' * + - . ^ _ ` | ~ : /`` (RFC 9110 tokens and sf-token's `:` `/`).
-    ///
-    /// Everything else is [`Error::InvalidInput`] (HTTP 400) with the reason: a list, parameters,
-    /// `=`, parentheses, a quote inside a bare value, a malformed sf-string. Surrounding spaces
-    /// and tabs are ignored; then [`IdempotencyKey::new`]'s checks apply.
+    /// Reads one `Idempotency-Key` header value (C1). Two forms spell the same key: an RFC 8941
+    /// **sf-string** (`"..."`, `\"` and `\\` its only escapes, nothing after the quote), or a
+    /// **bare value** of RFC 9110 token characters, `:` and `/` (clients send bare UUIDs).
+    /// Everything else (a list, parameters, `=`, parentheses, a quote inside a bare value, a
+    /// malformed sf-string) is [`Error::InvalidInput`] with the reason. Surrounding spaces and
+    /// tabs are ignored; then [`IdempotencyKey::new`]'s checks apply.
     ///
     /// ```
     /// use idem_core::IdempotencyKey;
@@ -24,8 +20,7 @@ impl IdempotencyKey {
     /// assert!(IdempotencyKey::from_header(b"q83vEg==").is_err());
     /// assert_eq!(IdempotencyKey::from_header(b"\"q83vEg==\"")?.as_str(), "q83vEg==");
     /// for refused in [&b"a,b"[..], b"a, b", b"k;p=1", b"\"k\";p=1", b"k(x)", b"k=v", b"mid\"quote"] {
-    ///     let refused = IdempotencyKey::from_header(refused);
-    ///     assert!(matches!(refused, Err(idem_core::Error::InvalidInput { .. })));
+    ///     assert!(matches!(IdempotencyKey::from_header(refused), Err(idem_core::Error::InvalidInput { .. })));
     /// }
     /// # Ok::<(), idem_core::Error>(())
     /// ```
@@ -43,8 +38,7 @@ impl IdempotencyKey {
     }
 }
 
-/// Whether `c` may appear in a bare key: an RFC 9110 `tchar`, or `:` and `/` (RFC 8941
-/// sf-token).
+/// Whether `c` may appear in a bare key: an RFC 9110 `tchar`, `:` or `/` (RFC 8941 sf-token).
 fn is_bare(c: u8) -> bool {
     c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~:/".contains(&c)
 }
@@ -67,8 +61,7 @@ fn bare(text: &str) -> Result<(), Error> {
     Err(Error::invalid(Field::Key, why))
 }
 
-/// The inside of an sf-string (RFC 8941 §3.3.3) after its opening quote: `\"` and `\\` the
-/// only escapes, nothing after the closing quote.
+/// The inside of an sf-string (RFC 8941 §3.3.3) after its opening quote.
 fn unquote(rest: &str) -> Result<String, Error> {
     let malformed =
         |why: &str| Error::invalid(Field::Key, format!("malformed quoted string: {why}"));

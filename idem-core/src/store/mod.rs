@@ -1,10 +1,5 @@
-//! For store writers: the [`Store`] trait and what implementing it takes.
-//!
-//! Applications use the crate root ([`Idempotency`](crate::Idempotency), [`Request`],
-//! [`Begin`], [`Answer`]...). A backend implements [`Store`]: each method is one atomic step
-//! (one statement, one script) that reports what it found, and the engine ([`Reservation`],
-//! [`decide`]) owns every loop and decision (C16). The conformance suite
-//! (`idem_core::testing`, feature `testing`) proves a store keeps the contract below.
+//! For store writers: the [`Store`] trait, its contract and what it takes. Applications use
+//! the crate root ([`Idempotency`](crate::Idempotency), [`Request`], [`Begin`], [`Answer`]).
 
 pub use crate::changes::{digest_from_hex, digest_to_hex, Changes};
 pub use crate::clock::{duration_millis, timestamp_millis};
@@ -39,69 +34,45 @@ use crate::scope::RecordId;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Where idempotency records live.
-///
-/// Applications call [`Idempotency`](crate::Idempotency), which calls a store. A store holds
-/// records keyed by [`RecordId`] (consumer, route, key: keep them as separate columns or use
-/// [`RecordId::digest`]) and applies the core's decisions atomically.
+/// Where idempotency records live, keyed by [`RecordId`] (keep its parts in separate columns,
+/// or use [`RecordId::digest`]). [`Idempotency`](crate::Idempotency) calls it.
 ///
 /// # Contract
 ///
-/// A store that passes the conformance suite (`idem_core::testing`) keeps these rules
-/// (docs/state-machine.md names them C1..C17):
+/// The conformance suite (`idem_core::testing`) checks these (C1..C17: docs/state-machine.md):
 ///
-/// 1. **One clock.** Every `now` comes from one authority: the database server's clock for
-///    servers, an injectable [`Clock`](crate::Clock) for local stores (C11). Deadlines are
-///    exclusive: a record whose deadline is `<= now` has expired.
+/// 1. **One clock** (C11): every `now` comes from the server, or from an injectable
+///    [`Clock`](crate::Clock) for local stores. A record whose deadline is `<= now` has expired.
 /// 2. **`reserve` and `replace` are one atomic step each, and never decide or loop** (C4,
-///    C16); both answer a [`Reserved`]. `reserve` writes a fresh in-progress record carrying [`Claim::token`] with the
-///    deadline `now + lease_for` when there is no record at all ([`Reserved::Written`]), and
-///    otherwise reports the record as it is and `now`, writing nothing ([`Reserved::Found`]:
-///    an expired record is reported too; the engine decides). A record that does not decode is
-///    [`Error::CorruptRecord`], never "absent"; its response is read only for the claim's
-///    fingerprint. A store whose read can miss a record committed after its snapshot reports
-///    [`Reserved::Lost`]; one that keeps one-commit executions' uncommitted reservations
-///    apart reports [`Reserved::Held`]. `replace` is the compare-and-set of a takeover or a
-///    start over: it writes a record carrying the claim's token with the deadline
-///    `now + lease_for` only if the record still carries [`Acquire::replaces`], is in the
-///    state it says and is still expired at `now` (a late
-///    completion or a renewal keeps the token but moves the deadline, and must not be
-///    overwritten): [`Reserved::Written`]; otherwise [`Reserved::Lost`], or
-///    [`Reserved::Held`] when another transaction holds the row (never waited for). Of N
-///    concurrent callers on one id exactly one acquires. Neither waits for a running holder,
-///    nor for another writer of the store, to answer a duplicate (C5). The engine runs the
-///    protocol over these steps ([`Reservation`]); a store never re-reads after a lost race.
-/// 3. **`complete`, `release` and `renew` are fenced** with [`check_fence`]: they act only if
-///    the record still carries the token and is in progress, else [`Error::LeaseLost`] and
-///    nothing changes (C6). `complete` stores [`Completion::encoded`] with the deadline
-///    `now + retain_for` (C7, C10); `release` deletes the record (C8); `renew` moves the lease's
-///    deadline to `now + lease_for` and returns it (C9).
-/// 4. **Expired records behave as absent** (C10) and `purge_expired` deletes at most `limit`
-///    of them per call (completed past retention, in progress past the lease), returning how
-///    many it deleted, without blocking live traffic for long.
-/// 5. **Errors are errors.** A backend failure is [`Error::Store`] with the backend's name, its
-///    [`StoreErrorKind`](crate::StoreErrorKind) and its own error as the source (C13), never a
-///    made-up outcome; nothing is written when an error is returned before the write.
+///    C16): each reports a [`Reserved`]; the engine ([`Reservation`]) takes the next step.
+///    `reserve` inserts an in-progress record carrying [`Claim::token`], due `now + lease_for`,
+///    where there is none; else it reports the record, expired or not (one that does not
+///    decode is [`Error::CorruptRecord`], never absent). `replace` writes the same only if the
+///    record still carries [`Acquire::replaces`], in the state it says, and is still expired
+///    at `now` (a late completion or a renewal moves the deadline). Of N concurrent callers
+///    on one id exactly one acquires. Neither step waits for a running holder, nor for another
+///    writer of the store (C5).
+/// 3. **`complete`, `release` and `renew` are fenced** ([`check_fence`], C6): they act only if
+///    the record still carries the token and is in progress, else [`Error::LeaseLost`].
+///    `complete` stores [`Completion::encoded`] until `now + retain_for` (C7, C10); `release`
+///    deletes the record (C8); `renew` moves the deadline to `now + lease_for` (C9).
+/// 4. **Expired records behave as absent** (C10). `purge_expired` deletes at most `limit` of
+///    them per call and returns how many, without blocking live traffic for long.
+/// 5. **Errors are errors** (C13): a backend failure is [`Error::Store`], never a made-up
+///    outcome; an error returned before the write leaves nothing written.
 /// 6. **Records in doubt are marked.** `complete` keeps [`Completion::doubt`] beside the
-///    answer, due for a check at `now`, or clears any mark when it has none; a takeover or a
-///    start-over of the record clears it too (the new execution is not in doubt).
+///    answer, or clears any mark when it has none; a takeover or a start over clears it too.
 /// 7. **Records in doubt are decided fenced** (docs/state-machine.md, "Records in doubt").
-///    `resolve` applies a [`Resolution`] only if the record is completed, live at `now`, carries
-///    [`Resolution::token`] and its mark is exactly [`Resolution::read_doubt`]. It then does
-///    what [`Resolution::decided`] says (settled: the new answer, no mark, retained until
-///    `now + retain_for`; released: the record deleted; still unknown: the new mark, due at
-///    `now + retry_after`) and keeps
-///    [`Resolution::entry`] in the record's audit trail at `now` until
-///    `now + keep_entry_for`, in one atomic step, and returns `true`. Otherwise it writes
-///    nothing, no entry either, and returns `false`: of two deciders that read one mark, one
-///    wins. Purging deletes expired audit entries as well (rule 4).
+///    `resolve` applies a [`Resolution`] only if the record is completed, live at `now`,
+///    carries [`Resolution::token`] and exactly the mark [`Resolution::read_doubt`]: in one
+///    atomic step it writes what [`Resolution::decided`] says and keeps [`Resolution::entry`]
+///    in the record's audit trail. Otherwise it writes nothing, no entry either: of two
+///    deciders that read one mark, one wins. Purging deletes expired audit entries too.
 /// 8. **One record can be read.** `lookup` reads one record as stored, expired or not, and
-///    writes nothing. What operators need beyond it (listing, counting, who holds a record, the
-///    audit trail) is idem-ops' optional `Operator` trait, which the engine never needs.
+///    writes nothing. Operators' other reads are idem-ops' `Operator` trait, not the engine's.
 ///
-/// A SQL store additionally writes a [`Completion`] inside the caller's transaction, so the
-/// effect and the completion commit together (C6); that method is the store's own, not this
-/// trait's, and takes the same [`Completion`], which only the engine makes.
+/// A SQL store also writes a [`Completion`] inside the caller's transaction, so the effect and
+/// the completion commit together (C6): a method of its own, not of this trait.
 ///
 /// # Example
 ///
@@ -109,29 +80,21 @@ use std::time::Duration;
 /// use idem_core::store::{Deadline, Reservation, Reserved};
 /// use idem_core::{Idempotency, MemoryStore, Request, Store};
 /// use std::time::Duration;
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idem_core::Error> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::Error> {
 /// let idem = Idempotency::new(MemoryStore::new());
 /// let store = idem.store();
 /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k1")).body(b"100").build()?;
 /// let reservation = Reservation::new(&request, Duration::from_secs(60));
-/// let deadline = Deadline::default(); // the engine's: what is left of the request's budget
-/// let Reserved::Written { until } = store.reserve(reservation.claim(), deadline).await? else {
-///     unreachable!("a fresh key is inserted")
-/// };
-/// // A second step finds the record this reservation wrote, and writes nothing.
-/// let Reserved::Found { record, .. } = store.reserve(reservation.claim(), deadline).await? else {
-///     unreachable!("the record is there")
-/// };
+/// let deadline = Deadline::default();
+/// let Reserved::Written { until } = store.reserve(reservation.claim(), deadline).await? else { panic!() };
+/// let Reserved::Found { record, .. } = store.reserve(reservation.claim(), deadline).await? else { panic!() };
 /// assert_eq!(record.token, reservation.claim().token());
 /// assert_eq!(record.deadline(), until);
-/// # Ok(())
-/// # }
+/// # Ok(()) }
 /// ```
 #[async_trait]
 pub trait Store: Send + Sync {
-    /// One reservation step: a fresh record carrying the claim's token, or the record there is
-    /// (rule 2).
+    /// One reservation step: a fresh record, or the record there is (rule 2).
     async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error>;
 
     /// The compare-and-set of a takeover or a start over, as `acquire` says (rule 2).
@@ -142,14 +105,13 @@ pub trait Store: Send + Sync {
         deadline: Deadline,
     ) -> Result<Reserved, Error>;
 
-    /// Stores the completion's response and marks the record completed for its retention, if
-    /// the record still carries its token and is in progress (rule 3).
+    /// Completes the record with the completion's response, fenced (rule 3).
     async fn complete(&self, completion: &Completion, deadline: Deadline) -> Result<(), Error>;
 
-    /// Deletes the reservation, if `lease` still holds, so that a retry can run (rule 3).
+    /// Deletes the reservation, fenced, so that a retry can run (rule 3).
     async fn release(&self, lease: &Lease, deadline: Deadline) -> Result<(), Error>;
 
-    /// Extends the lease to `now + lease_for`, if it still holds; returns the new deadline (rule 3).
+    /// Extends the lease, fenced; returns the new deadline (rule 3).
     async fn renew(
         &self,
         lease: &Lease,
@@ -160,17 +122,14 @@ pub trait Store: Send + Sync {
     /// Deletes at most `limit` expired records; returns how many (rule 4).
     async fn purge_expired(&self, limit: usize, deadline: Deadline) -> Result<usize, Error>;
 
-    /// Applies a decision about a record in doubt, if the record still carries the mark it was
-    /// read with; returns whether it did (rule 7).
+    /// Applies a decision about a record in doubt, fenced; returns whether it did (rule 7).
     async fn resolve(&self, resolution: &Resolution, deadline: Deadline) -> Result<bool, Error>;
 
-    /// Reads the record for inspection, expired or not. Does not change anything.
+    /// Reads the record as stored (rule 8).
     async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error>;
 
-    /// What [`decide`] answers from the record as committed, writing nothing and waiting for
-    /// no writer: `None` where a reservation would acquire. The engine asks it only of a store
-    /// with a [`Capabilities::process_gate`], when two claims meet in this process. Default
-    /// `None`.
+    /// What [`decide`] answers from the committed record, without writing or waiting for a
+    /// writer; `None` to acquire. Asked only of a [`Capabilities::process_gate`] store.
     async fn read_answer(
         &self,
         request: &Request,
@@ -185,35 +144,29 @@ pub trait Store: Send + Sync {
         Capabilities::default()
     }
 
-    /// One number for this store and its clones (the address of what they share): engines over
-    /// one identity share their registry of running executions, so a duplicate reaching any of
-    /// them is answered in flight (C9). Default `None`: each engine knows only its own.
+    /// One number for a store and its clones: their engines share running executions. Default
+    /// `None`.
     fn identity(&self) -> Option<usize> {
         None
     }
 
-    /// Tells waiters in other processes that record `id` was completed or released (C5,
-    /// [`Policy::wait_in_flight`](crate::Policy::wait_in_flight)); called only with
-    /// [`Capabilities::change_feed`]. Returns at once: the store sends the
-    /// [`digest`](RecordId::digest) on a task of its own (PostgreSQL `NOTIFY`, Redis
-    /// `PUBLISH`). A lost announcement only leaves waiters to their polling. Default: nothing.
+    /// Tells waiters in other processes that record `id` was completed or released (C5); only
+    /// with [`Capabilities::change_feed`]. Returns at once, sending the [`RecordId::digest`] on a
+    /// task of its own (PostgreSQL `NOTIFY`, Redis `PUBLISH`). Default: nothing.
     fn announce(&self, id: &RecordId) {
         let _ = id;
     }
 
-    /// Delivers what other processes [`announce`](Self::announce) to `changes` until
-    /// [`Changes::is_closed`]; returns whether the store has a feed. Called once per store in
-    /// a process, in a Tokio runtime, when a duplicate first waits. The feed survives its
-    /// connection's faults and calls [`Changes::missed`] when it may have lost announcements.
-    /// Default: no feed.
+    /// Delivers other processes' [`announce`](Self::announce)ments to `changes` until it
+    /// [`is_closed`](Changes::is_closed), across connection faults; returns whether it has a
+    /// feed. Called once per store and process, in a Tokio runtime. Default: no feed.
     fn watch(&self, changes: Changes) -> bool {
         let _ = changes;
         false
     }
 }
 
-/// What a store declares about itself, so that the engine, operators and the conformance suite
-/// treat it right.
+/// What a store declares about itself.
 ///
 /// ```
 /// use idem_core::store::Capabilities;
@@ -222,20 +175,13 @@ pub trait Store: Send + Sync {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Capabilities {
-    /// Whether the server deletes expired records by itself (a TTL, C10): then
-    /// [`Store::purge_expired`] deletes nothing and nobody needs to call it. Unset: call
-    /// `purge_expired` periodically, it deletes them in bounded batches.
+    /// Whether the server deletes expired records by itself (C10); else call `purge_expired`.
     pub server_ttl: bool,
-    /// Whether [`Store::announce`] tells other processes anything (the engine calls it only
-    /// then) and [`Store::watch`] has a feed.
+    /// Whether [`Store::announce`] tells other processes anything and [`Store::watch`] has a feed.
     pub change_feed: bool,
-    /// Whether this process alone writes the store's records, so the engine keeps duplicates
-    /// of a one-commit execution ([`Policy::one_commit`](crate::Policy::one_commit), C15) off
-    /// its uncommitted reservation: each reservation first claims its record in this process,
-    /// and a claim that meets another is answered without a write ([`Store::read_answer`],
-    /// else in flight or mismatch). For a store whose statements cannot see a transaction's
-    /// reservation (SQLite opened for one commit). It needs an [`identity`](Store::identity),
-    /// or the engine refuses its reservations as misconfigured.
+    /// Whether this process alone writes the records (SQLite opened for one commit, C15): a
+    /// reservation first claims its record in this process, and a claim that meets another is
+    /// answered by [`Store::read_answer`]. Needs an [`identity`](Store::identity), else refused.
     pub process_gate: bool,
 }
 
@@ -262,16 +208,13 @@ impl Capabilities {
 /// Conveniences over any [`Store`], built from its steps.
 #[async_trait]
 pub trait StoreExt: Store {
-    /// A whole reservation of `request` for `lease_for`, each step within `deadline`: the
-    /// protocol's one loop ([`Reservation::run`]) without the engine (no admission, no events).
-    /// For tools and tests; applications call [`Idempotency::begin`](crate::Idempotency::begin).
+    /// A whole reservation ([`Reservation::run`]) without the engine, for tools and tests.
     ///
     /// ```
     /// use idem_core::store::{Deadline, StoreExt};
     /// use idem_core::{Begin, MemoryStore, Request};
     /// use std::time::Duration;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), idem_core::Error> {
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::Error> {
     /// let store = MemoryStore::new();
     /// let request = Request::builder("acct_1", "POST", "/charges").key(Some("k1")).body(b"1").build()?;
     /// assert!(matches!(store.reservation(&request, Duration::from_secs(60), Deadline::default()).await?, Begin::Acquired(_)));
@@ -292,8 +235,7 @@ pub trait StoreExt: Store {
 
 impl<S: Store + ?Sized> StoreExt for S {}
 
-/// A store runs a reservation's steps one call each, each within the deadline (what the engine
-/// drives).
+/// A store runs a reservation's steps one call each, each within the deadline.
 #[async_trait]
 impl<S: Store + ?Sized> Steps for (&S, Deadline) {
     async fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error> {
@@ -304,10 +246,8 @@ impl<S: Store + ?Sized> Steps for (&S, Deadline) {
     }
 }
 
-/// Forwards every method of [`Store`] through a pointer to a store: `Arc<S>`,
-/// `Box<S>`, `&S`. `clippy::missing_trait_methods` is denied on each impl, so a method added to
-/// a trait with a default cannot be left to the default here (which would silently drop a
-/// store's own version of it).
+/// Forwards every method of [`Store`] through `Arc<S>`, `Box<S>`, `&S`. The denied
+/// `clippy::missing_trait_methods` keeps a new default method from dropping a store's own.
 macro_rules! forward_store {
     ($($pointer:ty),+) => {$(
         #[deny(clippy::missing_trait_methods)]

@@ -1,5 +1,4 @@
-//! What a SQL store adds so the engine runs an effect and its completion in one transaction
-//! (C6). The protocol is the engine's (`Idempotency::transact`); a store adds the mechanics.
+//! What a SQL store adds to run an effect and its completion in one transaction (C6).
 
 use super::Store;
 use crate::answer::Answer;
@@ -25,22 +24,16 @@ use std::time::Duration;
 ///
 /// # Contract
 ///
-/// [`transact`](Self::transact) reserves `request` for [`Execution::lease_for`] (as
-/// [`Store::reserve`], never waiting for a writer, C5), then:
-///
-/// - answered: returns [`TxEnd::Answered`] with the effect given back, unrun;
-/// - acquired: calls [`Execution::acquired`] before the effect (an end without it is refused
-///   as misconfigured), runs the effect in a transaction with the fenced write of
-///   [`Execution::completion`], commits, and reports the [`TxEnd`].
-///
-/// When [`Execution::one_commit`] says so (C15), it reserves inside the transaction: all
-/// commits once or not at all. Duplicates are still answered at once: the reservation sees the
-/// holding transaction (PostgreSQL: an advisory lock), or the store declares a
-/// [`process_gate`](crate::store::Capabilities::process_gate); else it refuses the mode before
-/// anything runs ([`StoreErrorKind::Misconfigured`](crate::StoreErrorKind::Misconfigured)).
-///
-/// It never releases, retries, screens or decides: the engine does. Its store calls go through
-/// [`Execution::bounded`].
+/// [`transact`](Self::transact) reserves `request` as [`Store::reserve`] does (C5): answered,
+/// it returns the effect unrun; acquired, it calls [`Execution::acquired`] (else the end is
+/// refused), runs the effect in a transaction with the fenced write of
+/// [`Execution::completion`], commits, and reports the [`TxEnd`]. With
+/// [`Execution::one_commit`] (C15) it reserves inside the transaction (all commits once or
+/// not at all), and duplicates are still answered at once: the reservation sees the holding
+/// transaction (PostgreSQL: an advisory lock), or the store has a
+/// [`process_gate`](crate::store::Capabilities::process_gate); else it refuses the mode
+/// ([`StoreErrorKind::Misconfigured`](crate::StoreErrorKind::Misconfigured)) before anything
+/// runs. It never releases, retries or decides; its store calls go through [`Execution::bounded`].
 #[async_trait]
 pub trait Transactional: Store {
     /// The effect: a closure given the store's transaction and the lease.
@@ -57,8 +50,8 @@ pub trait Transactional: Store {
         execution: Execution,
     ) -> Result<TxEnd<E, Self::Effect<E>>, Error>;
 
-    /// The acquired half of [`transact`](Self::transact), for a `lease` the caller holds (guard
-    /// style). `Err` only when no transaction began. The engine decides from the [`TxEnd`].
+    /// The acquired half of [`transact`](Self::transact), for a `lease` the caller holds; `Err`
+    /// only when no transaction began.
     async fn complete_in_transaction<E: Send + 'static>(
         &self,
         lease: &Lease,
@@ -73,9 +66,7 @@ pub trait Transactional: Store {
     }
 }
 
-/// How a transactional execution ended. `F`: the effect given back with an answer (only
-/// [`Transactional::transact`] answers; [`Infallible`] for
-/// [`Transactional::complete_in_transaction`]).
+/// How a transactional execution ended; `F`: the effect given back with an answer.
 #[must_use]
 pub enum TxEnd<E, F = Infallible> {
     /// Answered (not yet screened); the effect is given back.
@@ -95,12 +86,10 @@ pub enum TxEnd<E, F = Infallible> {
     },
     /// The effect panicked; the transaction rolled back. The panic resumes in the caller.
     Panicked(Box<dyn Any + Send>),
-    /// The effect overran the store's deadline and was dropped before COMMIT: rolled back, its
-    /// outside effects unknown. The key keeps an unknown outcome's 500 (C8); the caller gets
-    /// [`RunError::InDoubt`](crate::RunError::InDoubt).
+    /// The effect overran the store's deadline, dropped before COMMIT: outside effects unknown.
+    /// The key keeps a 500 (C8); the caller gets [`RunError::InDoubt`](crate::RunError::InDoubt).
     Abandoned(Error),
-    /// The effect issued its own COMMIT (a misuse), without the completion. Kept as
-    /// [`Abandoned`](Self::Abandoned) (C8).
+    /// The effect issued its own COMMIT (a misuse): kept as [`Abandoned`](Self::Abandoned).
     CommittedByTheEffect(Error),
 }
 
@@ -190,16 +179,14 @@ impl Execution {
         self.inner.hooks.lease_for()
     }
 
-    /// What is left of the request's store budget (C13; [`Policy::store_timeout`](
-    /// crate::Policy::store_timeout), or the request's own): the longest the next store step
-    /// (a COMMIT, a ROLLBACK) may take. Once spent, drop the transaction and its connection
-    /// rather than wait on it.
+    /// What is left of the request's [store budget](crate::Policy::store_timeout) for the next
+    /// step (a COMMIT, a ROLLBACK). Once spent, drop the transaction and its connection.
     pub fn store_timeout(&self) -> Duration {
         self.inner.hooks.budget().remaining()
     }
 
-    /// Call once the reservation is written, before the effect: registers the live lease, starts
-    /// the heartbeat (if [`Transactional::renews_during_transaction`]), returns the lease to use.
+    /// Call once the reservation is written, before the effect: registers the lease, starts the
+    /// heartbeat if [`Transactional::renews_during_transaction`], returns the lease to use.
     pub fn acquired(&self, lease: Lease) -> Lease {
         let (lease, held) = self.inner.hooks.acquired(lease);
         *self
@@ -217,8 +204,7 @@ impl Execution {
         self.inner.hooks.completion(lease, response)
     }
 
-    /// Runs one store call within what is left of the request's store budget, charging it
-    /// (C13), reported as [`Idempotency::store_call`](crate::Idempotency::store_call) does.
+    /// Runs one store call within the rest of the store budget, charging and reporting it (C13).
     pub async fn bounded<T, F, C>(
         &self,
         operation: Operation,
