@@ -3,9 +3,11 @@
 //! connection (see `store/feed.rs`).
 
 use crate::config::validate_identifier;
+use crate::hosts::Hosts;
 use idem_core::{Error, Field};
 use idem_ops::feed::FeedSettings;
 use sqlx::postgres::PgConnectOptions;
+use std::sync::Arc;
 
 /// The channel announcements travel on by default.
 pub(crate) const DEFAULT_CHANNEL: &str = "idem_changes";
@@ -40,18 +42,41 @@ impl std::fmt::Debug for ListenerTarget {
     }
 }
 
-/// The listener's connect options, shown without their password.
+/// The listener's connect options, shown without their password: fixed ones, or the store's
+/// current host's (`crate::hosts`), so that the listener follows the store's failover.
 #[derive(Clone)]
-pub(crate) struct ListenerOptions(pub(crate) PgConnectOptions);
+pub(crate) enum ListenerOptions {
+    Fixed(Box<PgConnectOptions>),
+    Store(Arc<Hosts>),
+}
+
+impl ListenerOptions {
+    /// Where the listener connects now.
+    pub(crate) fn current(&self) -> PgConnectOptions {
+        match self {
+            ListenerOptions::Fixed(options) => (**options).clone(),
+            ListenerOptions::Store(hosts) => named(hosts.current_options()),
+        }
+    }
+}
 
 impl std::fmt::Debug for ListenerOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let options = self.current();
         f.debug_struct("ListenerOptions")
-            .field("host", &self.0.get_host())
-            .field("port", &self.0.get_port())
-            .field("database", &self.0.get_database())
-            .field("application_name", &self.0.get_application_name())
+            .field("host", &options.get_host())
+            .field("port", &options.get_port())
+            .field("database", &options.get_database())
+            .field("application_name", &options.get_application_name())
             .finish_non_exhaustive()
+    }
+}
+
+/// `options`, named [`LISTENER_APPLICATION`] unless they name themselves.
+fn named(options: PgConnectOptions) -> PgConnectOptions {
+    match options.get_application_name() {
+        Some(_) => options,
+        None => options.application_name(LISTENER_APPLICATION),
     }
 }
 
@@ -74,11 +99,11 @@ pub(crate) fn validate(settings: &FeedSettings) -> Result<(), Error> {
 }
 
 impl ListenerTarget {
-    /// The listener's connect options: the store's unless others were given, named
-    /// [`LISTENER_APPLICATION`] unless they name themselves.
-    pub(crate) fn options(&self, store: &PgConnectOptions) -> Result<ListenerOptions, Error> {
+    /// The listener's connect options: the store's current host's unless others were given,
+    /// named [`LISTENER_APPLICATION`] unless they name themselves.
+    pub(crate) fn options(&self, store: &Arc<Hosts>) -> Result<ListenerOptions, Error> {
         let options = match self {
-            ListenerTarget::Store => store.clone(),
+            ListenerTarget::Store => return Ok(ListenerOptions::Store(Arc::clone(store))),
             ListenerTarget::Url(url) => url.parse().map_err(|e: sqlx::Error| {
                 Error::invalid(
                     Field::Config,
@@ -87,10 +112,7 @@ impl ListenerTarget {
             })?,
             ListenerTarget::Options(options) => (**options).clone(),
         };
-        Ok(ListenerOptions(match options.get_application_name() {
-            Some(_) => options,
-            None => options.application_name(LISTENER_APPLICATION),
-        }))
+        Ok(ListenerOptions::Fixed(Box::new(named(options))))
     }
 }
 
@@ -118,11 +140,13 @@ mod tests {
 
     #[test]
     fn c05_the_listener_is_named_unless_it_names_itself() {
-        let store = PgConnectOptions::new().host("db").database("app");
+        let store = Arc::new(Hosts::single(
+            PgConnectOptions::new().host("db").database("app"),
+        ));
         let options = ListenerTarget::Store
             .options(&store)
             .expect("the store's options")
-            .0;
+            .current();
         assert_eq!(options.get_application_name(), Some(LISTENER_APPLICATION));
         assert_eq!(options.get_host(), "db");
         let own = ListenerTarget::Url(
@@ -130,7 +154,7 @@ mod tests {
         );
         let options = own.options(&store).expect("a URL");
         assert!(!format!("{options:?}").contains("secret"), "{options:?}");
-        let options = options.0;
+        let options = options.current();
         assert_eq!(options.get_application_name(), Some("mine"));
         assert_eq!(options.get_port(), 5433);
         assert!(

@@ -48,6 +48,8 @@ mod effect_connection;
 mod error;
 mod feed_settings;
 mod gate;
+mod hosts;
+mod hosts_url;
 mod migrate;
 mod ops;
 mod params;

@@ -1,0 +1,260 @@
+//! Where the store connects: one server, or a list of hosts (a primary and its standbys) of
+//! which the store follows the one that accepts writes (C13).
+//!
+//! - A new connection tries the hosts in order from the current one, each within its share of
+//!   the connect timeout; with `target_session_attrs=read-write` it stays only on a server whose
+//!   `transaction_read_only` is off (one round trip more per new connection), else it is closed
+//!   and the next host tried. The host that took it becomes the current one.
+//! - A connection that failed (a lost or silent link, a call cut off by its deadline, a
+//!   read-only error from a demoted server) moves the store to the next host. Every move starts
+//!   a new epoch: the connections of an older one are closed instead of reused, and the pool
+//!   the store built is pointed at the new host.
+//! - Nothing resolves a name here: sqlx resolves the host at each connect, so a DNS name that
+//!   moves to another address is followed too.
+
+use crate::error::{store_error, BACKEND};
+use crate::hosts_url::{HostPort, SessionAttrs, Target};
+use idem_core::{Error, StoreErrorKind};
+use sqlx::postgres::{PgConnectOptions, PgPool};
+use sqlx::{ConnectOptions, Connection, PgConnection, Row};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+/// Which host a connection was opened on, and in which epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Place {
+    index: usize,
+    epoch: u64,
+}
+
+/// The hosts of a store and the current one.
+#[derive(Debug)]
+pub(crate) struct Hosts {
+    options: PgConnectOptions,
+    /// Empty: `options` says where (one server).
+    hosts: Vec<HostPort>,
+    attrs: SessionAttrs,
+    current: Mutex<Place>,
+    /// The pool pointed at each new current host (the one the store built, not yours).
+    follower: Mutex<Option<PgPool>>,
+}
+
+impl Hosts {
+    pub(crate) fn new(target: Target) -> Self {
+        Self {
+            options: target.options,
+            hosts: target.hosts,
+            attrs: target.attrs,
+            current: Mutex::new(Place { index: 0, epoch: 0 }),
+            follower: Mutex::new(None),
+        }
+    }
+
+    /// One server, no check: what a pool's connect options say.
+    pub(crate) fn single(options: PgConnectOptions) -> Self {
+        Self::new(Target {
+            options,
+            hosts: Vec::new(),
+            attrs: SessionAttrs::Any,
+        })
+    }
+
+    /// Whether a new connection is checked for writes.
+    pub(crate) fn checks_writes(&self) -> bool {
+        self.attrs == SessionAttrs::ReadWrite
+    }
+
+    fn count(&self) -> usize {
+        self.hosts.len().max(1)
+    }
+
+    fn options_at(&self, index: usize) -> PgConnectOptions {
+        match self.hosts.get(index) {
+            Some(host) => self.options.clone().host(&host.host).port(host.port),
+            None => self.options.clone(),
+        }
+    }
+
+    /// Where the current host is now.
+    pub(crate) fn place(&self) -> Place {
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The connect options of the current host.
+    pub(crate) fn current_options(&self) -> PgConnectOptions {
+        self.options_at(self.place().index)
+    }
+
+    /// Whether a connection opened at `place` is of the current epoch.
+    pub(crate) fn is_current(&self, place: Place) -> bool {
+        self.place().epoch == place.epoch
+    }
+
+    /// Points `pool` at each new current host from now on.
+    pub(crate) fn follow(&self, pool: PgPool) {
+        *self.follower.lock().unwrap_or_else(PoisonError::into_inner) = Some(pool);
+    }
+
+    /// Stops pointing the pool (the store is gone; the pool's hook holds these hosts).
+    pub(crate) fn unfollow(&self) {
+        drop(
+            self.follower
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+    }
+
+    /// A connection opened at `place` failed: if that host is still the current one, the next
+    /// host becomes current, in a new epoch. One host: nothing moves.
+    pub(crate) fn failed(&self, place: Place) {
+        if self.hosts.len() < 2 {
+            return;
+        }
+        let moved = {
+            let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+            if current.epoch != place.epoch {
+                return;
+            }
+            *current = Place {
+                index: (place.index + 1) % self.hosts.len(),
+                epoch: place.epoch.wrapping_add(1),
+            };
+            current.index
+        };
+        self.moved(moved);
+    }
+
+    /// `index` took a connection: it becomes current, in a new epoch if it was not.
+    fn arrived(&self, index: usize) -> Place {
+        let (place, moved) = {
+            let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+            let moved = current.index != index;
+            if moved {
+                *current = Place {
+                    index,
+                    epoch: current.epoch.wrapping_add(1),
+                };
+            }
+            (*current, moved)
+        };
+        if moved {
+            self.moved(index);
+        }
+        place
+    }
+
+    fn moved(&self, index: usize) {
+        let options = self.options_at(index);
+        if let Some(host) = self.hosts.get(index) {
+            tracing::warn!(
+                target: "idem_postgres",
+                host = %host.host,
+                port = host.port,
+                "the store moves to another host"
+            );
+        }
+        if let Some(pool) = &*self.follower.lock().unwrap_or_else(PoisonError::into_inner) {
+            pool.set_connect_options(options);
+        }
+    }
+
+    /// A new connection, on the first host from the current one that takes it (and accepts
+    /// writes, if asked), each host within its share of `within`.
+    pub(crate) async fn connect(&self, within: Duration) -> Result<(PgConnection, Place), Error> {
+        let start = self.place().index;
+        let count = self.count();
+        let share = within / u32::try_from(count).unwrap_or(u32::MAX);
+        let mut last = None;
+        for step in 0..count {
+            let index = (start + step) % count;
+            let attempt = async {
+                let mut conn = self
+                    .options_at(index)
+                    .connect()
+                    .await
+                    .map_err(store_error)?;
+                if self.checks_writes() && read_only(&mut conn).await.map_err(store_error)? {
+                    let _ = conn.close().await;
+                    return Err(Error::store(
+                        BACKEND,
+                        StoreErrorKind::Unavailable,
+                        "the server accepts no writes (target_session_attrs=read-write)",
+                    ));
+                }
+                Ok(conn)
+            };
+            match tokio::time::timeout(share, attempt).await {
+                Ok(Ok(conn)) => return Ok((conn, self.arrived(index))),
+                Ok(Err(error)) => last = Some(error),
+                Err(_) => {
+                    last = Some(Error::store(
+                        BACKEND,
+                        StoreErrorKind::Unavailable,
+                        "connecting timed out",
+                    ));
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            Error::store(
+                BACKEND,
+                StoreErrorKind::Unavailable,
+                "no host to connect to",
+            )
+        }))
+    }
+}
+
+/// Whether the server of `conn` refuses writes (a standby, or `default_transaction_read_only`):
+/// sent as a simple query, so that it works behind a pooler too.
+pub(crate) async fn read_only(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    let row = sqlx::raw_sql("SHOW transaction_read_only")
+        .fetch_one(conn)
+        .await?;
+    Ok(row.try_get::<String, _>(0)? == "on")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hosts_url::parse;
+
+    fn hosts(url: &str) -> Hosts {
+        Hosts::new(parse(url).expect("a URL"))
+    }
+
+    #[test]
+    fn c13_a_failed_host_moves_the_store_to_the_next_once() {
+        let hosts = hosts("postgres://app@a:1,b:2,c:3/db?target_session_attrs=read-write");
+        let first = hosts.place();
+        assert_eq!(hosts.current_options().get_host(), "a");
+        hosts.failed(first);
+        assert_eq!(hosts.current_options().get_host(), "b");
+        assert!(!hosts.is_current(first), "a new epoch");
+        // Every connection of the old epoch reports it: the store moves once.
+        hosts.failed(first);
+        assert_eq!(hosts.current_options().get_host(), "b");
+        let second = hosts.place();
+        hosts.failed(second);
+        hosts.failed(hosts.place());
+        assert_eq!(hosts.current_options().get_host(), "a", "around the list");
+        assert_eq!(hosts.arrived(1).index, 1);
+        assert_eq!(hosts.current_options().get_port(), 2);
+    }
+
+    #[test]
+    fn c13_one_host_never_moves() {
+        let one = hosts("postgres://app@db:5433/payments");
+        let place = one.place();
+        one.failed(place);
+        assert!(one.is_current(place));
+        assert_eq!(
+            (
+                one.current_options().get_host(),
+                one.current_options().get_port()
+            ),
+            ("db", 5433)
+        );
+    }
+}
