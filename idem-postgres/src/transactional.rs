@@ -468,6 +468,14 @@ impl PgStore {
             })
             .await;
         if let Err(error) = written {
+            // A completion cut off by its deadline, or whose link failed, is not rolled back
+            // over that link (a silent one would hold the caller a store timeout more): the
+            // transaction is dropped with its connection, and the server rolls it back when
+            // the session ends (C13).
+            if is_broken_link(&error) {
+                drop(tx);
+                return (TxEnd::RolledBack(error), false);
+            }
             let clean = roll_back(tx, execution).await.is_ok();
             return (TxEnd::RolledBack(error), clean);
         }
