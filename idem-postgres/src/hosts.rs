@@ -6,9 +6,10 @@
 //!   `transaction_read_only` is off (one round trip more per new connection), else it is closed
 //!   and the next host tried. The host that took it becomes the current one.
 //! - A connection that failed (a lost or silent link, a call cut off by its deadline, a
-//!   read-only error from a demoted server) moves the store to the next host. Every move starts
-//!   a new epoch: the connections of an older one are closed instead of reused, and the pool
-//!   the store built is pointed at the new host.
+//!   read-only error from a demoted server) moves the store to the next host (with one host and
+//!   `read-write`, to the same name again, resolved anew). Every move starts a new epoch: the
+//!   connections of an older one are closed instead of reused, and the pool the store built is
+//!   pointed at the new host and closes its connections opened before the move.
 //! - Nothing resolves a name here: sqlx resolves the host at each connect, so a DNS name that
 //!   moves to another address is followed too.
 
@@ -18,13 +19,20 @@ use idem_core::{Error, StoreErrorKind};
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{ConnectOptions, Connection, PgConnection, Row};
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Which host a connection was opened on, and in which epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Place {
     index: usize,
     epoch: u64,
+}
+
+/// The current host, and when the store last moved.
+#[derive(Debug, Clone, Copy)]
+struct Current {
+    place: Place,
+    moved_at: Option<Instant>,
 }
 
 /// The hosts of a store and the current one.
@@ -34,7 +42,7 @@ pub(crate) struct Hosts {
     /// Empty: `options` says where (one server).
     hosts: Vec<HostPort>,
     attrs: SessionAttrs,
-    current: Mutex<Place>,
+    current: Mutex<Current>,
     /// The pool pointed at each new current host (the one the store built, not yours).
     follower: Mutex<Option<PgPool>>,
 }
@@ -45,7 +53,10 @@ impl Hosts {
             options: target.options,
             hosts: target.hosts,
             attrs: target.attrs,
-            current: Mutex::new(Place { index: 0, epoch: 0 }),
+            current: Mutex::new(Current {
+                place: Place { index: 0, epoch: 0 },
+                moved_at: None,
+            }),
             follower: Mutex::new(None),
         }
     }
@@ -75,9 +86,26 @@ impl Hosts {
         }
     }
 
+    fn current(&self) -> Current {
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Where the current host is now.
     pub(crate) fn place(&self) -> Place {
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner)
+        self.current().place
+    }
+
+    /// Whether a connection of the pool `age` old was opened before the store last moved.
+    pub(crate) fn opened_before_move(&self, age: Duration) -> bool {
+        self.current()
+            .moved_at
+            .is_some_and(|moved| age > moved.elapsed())
+    }
+
+    /// Whether a failure moves the store: several hosts, or one checked for writes (a DNS
+    /// name that may now lead elsewhere).
+    pub(crate) fn follows(&self) -> bool {
+        self.hosts.len() > 1 || self.checks_writes()
     }
 
     /// The connect options of the current host.
@@ -106,37 +134,43 @@ impl Hosts {
     }
 
     /// A connection opened at `place` failed: if that host is still the current one, the next
-    /// host becomes current, in a new epoch. One host: nothing moves.
+    /// host becomes current, in a new epoch. One host without a check for writes: nothing
+    /// moves, as with a plain URL.
     pub(crate) fn failed(&self, place: Place) {
-        if self.hosts.len() < 2 {
+        if !self.follows() {
             return;
         }
-        let moved = {
+        {
             let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-            if current.epoch != place.epoch {
+            if current.place.epoch != place.epoch {
                 return;
             }
-            *current = Place {
-                index: (place.index + 1) % self.hosts.len(),
-                epoch: place.epoch.wrapping_add(1),
+            *current = Current {
+                place: Place {
+                    index: (place.index + 1) % self.count(),
+                    epoch: place.epoch.wrapping_add(1),
+                },
+                moved_at: Some(Instant::now()),
             };
-            current.index
-        };
-        self.moved(moved);
+        }
+        self.moved(self.place().index);
     }
 
     /// `index` took a connection: it becomes current, in a new epoch if it was not.
     fn arrived(&self, index: usize) -> Place {
         let (place, moved) = {
             let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-            let moved = current.index != index;
+            let moved = current.place.index != index;
             if moved {
-                *current = Place {
-                    index,
-                    epoch: current.epoch.wrapping_add(1),
+                *current = Current {
+                    place: Place {
+                        index,
+                        epoch: current.place.epoch.wrapping_add(1),
+                    },
+                    moved_at: Some(Instant::now()),
                 };
             }
-            (*current, moved)
+            (current.place, moved)
         };
         if moved {
             self.moved(index);
@@ -146,14 +180,12 @@ impl Hosts {
 
     fn moved(&self, index: usize) {
         let options = self.options_at(index);
-        if let Some(host) = self.hosts.get(index) {
-            tracing::warn!(
-                target: "idem_postgres",
-                host = %host.host,
-                port = host.port,
-                "the store moves to another host"
-            );
-        }
+        tracing::warn!(
+            target: "idem_postgres",
+            host = %options.get_host(),
+            port = options.get_port(),
+            "a connection failed: the store's next connections go to this host"
+        );
         if let Some(pool) = &*self.follower.lock().unwrap_or_else(PoisonError::into_inner) {
             pool.set_connect_options(options);
         }
@@ -249,6 +281,14 @@ mod tests {
         let place = one.place();
         one.failed(place);
         assert!(one.is_current(place));
+        assert!(!one.opened_before_move(Duration::from_secs(3600)));
+        let checked = hosts("postgres://app@db:5433/payments?target_session_attrs=read-write");
+        let place = checked.place();
+        checked.failed(place);
+        assert!(!checked.is_current(place), "the name is resolved anew");
+        assert_eq!(checked.current_options().get_host(), "db");
+        assert!(checked.opened_before_move(Duration::from_secs(3600)));
+        assert!(!checked.opened_before_move(Duration::ZERO));
         assert_eq!(
             (
                 one.current_options().get_host(),

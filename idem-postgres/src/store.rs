@@ -365,6 +365,14 @@ impl PgStoreBuilder {
                 Box::pin(async move { writable(&hosts, conn).await })
             });
         }
+        if hosts.follows() {
+            // A connection opened before the store last moved may be on the old server.
+            let moves = Arc::clone(&hosts);
+            pool = pool.before_acquire(move |_, meta| {
+                let stale = moves.opened_before_move(meta.age);
+                Box::pin(async move { Ok(!stale) })
+            });
+        }
         let pool = pool.connect_lazy_with(hosts.current_options());
         hosts.follow(pool.clone());
         let store = PgStore::from_parts(pool, hosts, listener, self, false);
