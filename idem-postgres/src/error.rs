@@ -92,6 +92,23 @@ pub(crate) fn is_broken_link(error: &Error) -> bool {
     !server_deadline
 }
 
+/// The error of the effect's `BEGIN ..., READ WRITE`: a server in recovery (a standby, or a
+/// primary a failover demoted) refuses read-write mode with SQLSTATE 0A000. That is a
+/// connection on the wrong server, to close and replace ([`is_broken_link`]), like a write
+/// refused as read-only (25006).
+pub(crate) fn begin_error(error: sqlx::Error) -> Error {
+    let in_recovery = error
+        .as_database_error()
+        .and_then(|db| db.code())
+        .as_deref()
+        == Some("0A000");
+    if in_recovery {
+        Error::store(BACKEND, StoreErrorKind::Unavailable, error)
+    } else {
+        store_error(error)
+    }
+}
+
 /// Whether `error` is PostgreSQL's lock_not_available (SQLSTATE 55P03): a `lock_timeout`
 /// passed while waiting for a lock.
 pub(crate) fn is_lock_timeout(error: &Error) -> bool {

@@ -6,7 +6,7 @@
 use crate::broken_effect::broken_effect;
 use crate::config::Isolation;
 use crate::effect_connection::EffectConnection;
-use crate::error::{is_broken_link, store_error, BACKEND};
+use crate::error::{begin_error, is_broken_link, store_error, BACKEND};
 use crate::gate::GateKeys;
 use crate::ops::Ops;
 use crate::params::{fetch_all, Param};
@@ -361,13 +361,17 @@ impl PgStore {
     ) -> Result<(TxEnd<E, PgEffect<E>>, bool), NotBegun<E>> {
         let id = start.id();
         let deadlines = &self.inner.config.deadlines;
-        let statement = session::effect_begin(self.isolation().begin_statement(), deadlines);
+        let statement = session::effect_begin(
+            self.isolation().begin_statement(),
+            deadlines,
+            self.inner.hosts.checks_writes(),
+        );
         let mut conflicts = 0;
         let (tx, lease) = loop {
             let begin = async {
                 conn.begin_with(AssertSqlSafe(statement.as_str()))
                     .await
-                    .map_err(store_error)
+                    .map_err(begin_error)
             };
             let mut tx = match execution
                 .bounded(Operation::Transaction, id, |_| begin)
