@@ -264,6 +264,17 @@ async fn c13_a_read_only_host_is_skipped() {
         .connect(&standby_only)
         .await;
     assert!(refused.is_err(), "a read-only server only: refused");
+    // What the effect's `BEGIN ..., READ WRITE` meets on a server in recovery: a refusal the
+    // store takes for a connection on the wrong server.
+    let mut standby = PgConnection::connect(&PgPair::url(pair.standby_port))
+        .await
+        .expect("connect to the standby");
+    let begin = sqlx::raw_sql("BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE")
+        .execute(&mut standby)
+        .await
+        .expect_err("no read-write transaction in recovery");
+    let code = begin.as_database_error().and_then(|db| db.code());
+    assert_eq!(code.as_deref(), Some("0A000"), "{begin}");
     let any = format!(
         "{}?target_session_attrs=any",
         PgPair::url(pair.standby_port)
@@ -271,5 +282,80 @@ async fn c13_a_read_only_host_is_skipped() {
     assert!(
         PgStore::connect(&any).await.is_ok(),
         "any server, when any is asked for"
+    );
+}
+
+/// C13: the primary stops taking writes while it stays up (its sessions answer 25006, as a
+/// demoted server's would) and the standby is promoted: the calls in between are store errors
+/// (a 503, never a configuration error), and the store leaves the connections it had on the
+/// old server for the new primary by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_a_server_that_stops_taking_writes_is_left_for_the_promoted_standby() {
+    let pair = PgPair::start().await;
+    let url = PgPair::hosts_url(pair.primary_port, pair.standby_port);
+    let (idem, charges) = engine(&url).await;
+    let idem = Arc::new(idem);
+    // Several connections of each kind on the primary, given back to the store.
+    let mut before = Vec::new();
+    for n in 0..CONNECTIONS {
+        let (idem, charges) = (Arc::clone(&idem), charges.clone());
+        before.push(tokio::spawn(async move {
+            charge(&idem, &charges, &format!("before-{n}")).await
+        }));
+    }
+    for charged in before {
+        let charged = charged.await.expect("a charge");
+        assert!(answered(&charged), "charged on the primary: {charged:?}");
+    }
+
+    let mut conn = PgConnection::connect(&PgPair::url(pair.primary_port))
+        .await
+        .expect("connect to the primary");
+    for statement in [
+        "ALTER SYSTEM SET default_transaction_read_only = on",
+        "SELECT pg_reload_conf()",
+    ] {
+        sqlx::raw_sql(statement)
+            .execute(&mut conn)
+            .await
+            .expect(statement);
+    }
+    conn.close().await.expect("close");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    pair.promote_standby().await;
+    let promoted = Instant::now();
+
+    let mut attempts = 0;
+    let body = loop {
+        attempts += 1;
+        let started = Instant::now();
+        let charged = charge(&idem, &charges, &format!("after-{attempts}")).await;
+        assert!(
+            started.elapsed() <= CALL_BUDGET + MARGIN,
+            "answered within its budget: {:?}",
+            started.elapsed()
+        );
+        match charged {
+            Ok(Outcome::Executed(response)) => {
+                break String::from_utf8_lossy(&response.body).into_owned()
+            }
+            other => assert!(
+                support::bench::unavailable(&other),
+                "a store that cannot write yet is unavailable, not misconfigured: {other:?}"
+            ),
+        }
+        assert!(
+            promoted.elapsed() < 2 * STORE_TIMEOUT,
+            "the store never left the read-only server ({attempts} attempts)"
+        );
+        tokio::time::sleep(RETRY_EVERY).await;
+    };
+    eprintln!(
+        "left the read-only server {:?} after the promotion ({attempts} attempts)",
+        promoted.elapsed()
+    );
+    assert!(
+        body.ends_with(&format!(" {}", pair.standby_port)),
+        "the effect ran on the new primary: {body}"
     );
 }
