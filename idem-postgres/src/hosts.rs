@@ -36,7 +36,6 @@ struct Current {
 }
 
 /// The hosts of a store and the current one.
-#[derive(Debug)]
 pub(crate) struct Hosts {
     options: PgConnectOptions,
     /// Empty: `options` says where (one server).
@@ -45,6 +44,18 @@ pub(crate) struct Hosts {
     current: Mutex<Current>,
     /// The pool pointed at each new current host (the one the store built, not yours).
     follower: Mutex<Option<PgPool>>,
+}
+
+/// Never the connect options themselves: they may carry a password.
+impl std::fmt::Debug for Hosts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hosts")
+            .field("hosts", &self.hosts)
+            .field("attrs", &self.attrs)
+            .field("current", &self.current())
+            .field("database", &self.options.get_database())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Hosts {
@@ -272,6 +283,11 @@ mod tests {
         hosts.failed(hosts.place());
         assert_eq!(hosts.current_options().get_host(), "a", "around the list");
         assert_eq!(hosts.arrived(1).index, 1);
+        let shown = format!(
+            "{:?}",
+            super::Hosts::new(parse("postgres://u:secret@a,b/db").expect("a URL"))
+        );
+        assert!(!shown.contains("secret"), "{shown}");
         assert_eq!(hosts.current_options().get_port(), 2);
     }
 
