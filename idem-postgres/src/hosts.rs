@@ -18,7 +18,7 @@ use crate::hosts_url::{HostPort, SessionAttrs, Target};
 use idem_core::{Error, StoreErrorKind};
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{ConnectOptions, Connection, PgConnection, Row};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Which host a connection was opened on, and in which epoch.
@@ -44,6 +44,8 @@ pub(crate) struct Hosts {
     current: Mutex<Current>,
     /// The pool pointed at each new current host (the one the store built, not yours).
     follower: Mutex<Option<PgPool>>,
+    /// When the last search in the background started (`search_soon`).
+    searched_at: Mutex<Option<Instant>>,
 }
 
 /// Never the connect options themselves: they may carry a password.
@@ -69,6 +71,7 @@ impl Hosts {
                 moved_at: None,
             }),
             follower: Mutex::new(None),
+            searched_at: Mutex::new(None),
         }
     }
 
@@ -200,6 +203,32 @@ impl Hosts {
         if let Some(pool) = &*self.follower.lock().unwrap_or_else(PoisonError::into_inner) {
             pool.set_connect_options(options);
         }
+    }
+
+    /// Searches the hosts in the background for the current one (a connection opened and
+    /// closed), at most once per `within`: for a pool that has no connection, whose own
+    /// connects retry a host that refuses them until its acquire timeout. Without a Tokio
+    /// runtime, nothing.
+    pub(crate) fn search_soon(self: &Arc<Self>, within: Duration) {
+        {
+            let mut searched_at = self
+                .searched_at
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if searched_at.is_some_and(|at| at.elapsed() < within) {
+                return;
+            }
+            *searched_at = Some(Instant::now());
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let hosts = Arc::clone(self);
+        drop(runtime.spawn(async move {
+            if let Ok((conn, _)) = hosts.connect(within).await {
+                let _ = tokio::time::timeout(within, conn.close()).await;
+            }
+        }));
     }
 
     /// A new connection, on the first host from the current one that takes it (and accepts

@@ -47,6 +47,7 @@ mod deadlines;
 mod effect_connection;
 mod error;
 mod feed_settings;
+mod follow_pool;
 mod gate;
 mod hosts;
 mod hosts_url;

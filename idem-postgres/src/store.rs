@@ -5,6 +5,7 @@ mod feed;
 use crate::config::{validate_identifier, validate_table_name, Isolation, PgConfig};
 use crate::connections::Connections;
 use crate::feed_settings::{self, ListenerOptions, ListenerTarget};
+use crate::follow_pool;
 use crate::hosts::Hosts;
 use crate::hosts_url;
 use crate::ops::Ops;
@@ -354,26 +355,11 @@ impl PgStoreBuilder {
         feed_settings::validate(&self.feed)?;
         let hosts = Arc::new(Hosts::new(hosts_url::parse(url)?));
         let listener = self.listener.options(&hosts)?;
-        let mut pool = PgPoolOptions::new()
+        let pool = PgPoolOptions::new()
             .max_connections(self.max_connections)
             .acquire_timeout(self.acquire_timeout)
             .test_before_acquire(false);
-        if hosts.checks_writes() {
-            let check = Arc::clone(&hosts);
-            pool = pool.after_connect(move |conn, _| {
-                let hosts = Arc::clone(&check);
-                Box::pin(async move { writable(&hosts, conn).await })
-            });
-        }
-        if hosts.follows() {
-            // A connection opened before the store last moved may be on the old server.
-            let moves = Arc::clone(&hosts);
-            pool = pool.before_acquire(move |_, meta| {
-                let stale = moves.opened_before_move(meta.age);
-                Box::pin(async move { Ok(!stale) })
-            });
-        }
-        let pool = pool.connect_lazy_with(hosts.current_options());
+        let pool = follow_pool::hooks(&hosts, pool).connect_lazy_with(hosts.current_options());
         hosts.follow(pool.clone());
         let store = PgStore::from_parts(pool, hosts, listener, self, false);
         let probe = store.inner.conns.get().await?;
@@ -395,18 +381,6 @@ impl PgStoreBuilder {
         let listener = self.listener.options(&hosts)?;
         Ok(PgStore::from_parts(pool, hosts, listener, self, true))
     }
-}
-
-/// The pool's check of a new connection when writes are asked for: a read-only server's is
-/// refused (sqlx closes it and connects again, after a pause), and the store moves on.
-async fn writable(hosts: &Hosts, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    if crate::hosts::read_only(conn).await? {
-        hosts.failed(hosts.place());
-        return Err(sqlx::Error::Protocol(
-            "the server accepts no writes (target_session_attrs=read-write)".to_owned(),
-        ));
-    }
-    Ok(())
 }
 
 fn validate(config: &PgConfig) -> Result<(), Error> {
@@ -487,8 +461,13 @@ impl PgStore {
     /// round trip more per transaction). The effects of `run_in_transaction` run on the store's
     /// own connections, unless the store was built over your pool
     /// ([`PgStoreBuilder::pool`]): then on that pool, in the sessions it sets up.
+    ///
+    /// Built by [`PgStoreBuilder::connect`], it follows the store's hosts (a failover): asked
+    /// for while it has no connection, it has the store search its hosts in the background.
     pub fn pool(&self) -> &PgPool {
-        &self.inner.pool
+        let inner = &self.inner;
+        follow_pool::wanted(&inner.hosts, &inner.pool, inner.connect_within);
+        &inner.pool
     }
 
     /// The schema-qualified table the records live in, quoted (`"public"."idem_records"`).
