@@ -359,3 +359,51 @@ async fn c13_a_server_that_stops_taking_writes_is_left_for_the_promoted_standby(
         "the effect ran on the new primary: {body}"
     );
 }
+
+/// C13, C17: the pool the store built (your transactions, the outbox's and the inbox's
+/// statements) follows a promotion on its own, with no call of the store to find the new
+/// primary: asked for while its host refuses every connect, it has the store search its hosts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_the_store_s_pool_alone_follows_a_promotion() {
+    let pair = PgPair::start().await;
+    let url = PgPair::hosts_url(pair.primary_port, pair.standby_port);
+    let (idem, _charges) = engine(&url).await;
+    let store = idem.store();
+    let port = |pool| async move {
+        sqlx::query_as::<_, (String,)>("SELECT current_setting('port')")
+            .fetch_one(pool)
+            .await
+            .map(|(port,)| port)
+    };
+    assert_eq!(
+        port(store.pool()).await.expect("the pool on the primary"),
+        pair.primary_port.to_string()
+    );
+    pair.kill_primary().await;
+    pair.promote_standby().await;
+    let promoted = Instant::now();
+    let mut attempts = 0;
+    let on = loop {
+        attempts += 1;
+        let started = Instant::now();
+        let answer = port(store.pool()).await;
+        assert!(
+            started.elapsed() <= STORE_TIMEOUT + MARGIN,
+            "the pool answers within its acquire timeout: {:?}",
+            started.elapsed()
+        );
+        if let Ok(on) = answer {
+            break on;
+        }
+        assert!(
+            promoted.elapsed() < 2 * STORE_TIMEOUT,
+            "the pool never followed the promotion ({attempts} attempts): {answer:?}"
+        );
+        tokio::time::sleep(RETRY_EVERY).await;
+    };
+    eprintln!(
+        "the pool followed {:?} after the promotion ({attempts} attempts)",
+        promoted.elapsed()
+    );
+    assert_eq!(on, pair.standby_port.to_string(), "on the new primary");
+}
