@@ -170,6 +170,14 @@ impl Held<'_> {
     }
 }
 
+impl Held<'_> {
+    /// Closes the connection on purpose (its session was changed, or what ran on it failed
+    /// with the server's own answer): its host is not suspect.
+    pub(crate) fn close(mut self) {
+        drop(self.conn.take());
+    }
+}
+
 impl Drop for Held<'_> {
     /// Not given back: its statement failed on the link or was cut off mid-way (by the call's
     /// deadline, or its caller gone). The connection closes; its host is suspect.

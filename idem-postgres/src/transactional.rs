@@ -330,7 +330,12 @@ impl PgStore {
                     effect: back,
                     error,
                 }) => {
-                    if attempt > 0 || !is_broken_link(&error) {
+                    if !is_broken_link(&error) {
+                        // The server answered: the connection's host is not suspect.
+                        conn.close();
+                        return start.failed(error);
+                    }
+                    if attempt > 0 {
                         return start.failed(error);
                     }
                     effect = back;
