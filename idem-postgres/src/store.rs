@@ -56,6 +56,9 @@ use std::time::Duration;
 ///   its `pg_notify` announcements, through a `LISTEN` on a session of its own that finds its
 ///   own silence and reconnects by itself. See [`PgStoreBuilder::channel`] and the settings
 ///   after it (behind PgBouncer in transaction mode, [`PgStoreBuilder::listener_url`]).
+/// - **Failover** (C13): given a primary and its standbys (libpq's multi-host URL, see
+///   [`PgStoreBuilder::connect`]), it follows the one that accepts writes without a restart,
+///   its pool and its change feed with it.
 ///
 /// Cloning is cheap: clones share the pool.
 ///
