@@ -4,10 +4,12 @@
 
 use crate::config::validate_identifier;
 use crate::hosts::Hosts;
+use crate::hosts_url;
 use idem_core::{Error, Field};
 use idem_ops::feed::FeedSettings;
 use sqlx::postgres::PgConnectOptions;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The channel announcements travel on by default.
 pub(crate) const DEFAULT_CHANNEL: &str = "idem_changes";
@@ -42,12 +44,13 @@ impl std::fmt::Debug for ListenerTarget {
     }
 }
 
-/// The listener's connect options, shown without their password: fixed ones, or the store's
-/// current host's (`crate::hosts`), so that the listener follows the store's failover.
+/// The listener's connect options, shown without their password: fixed ones, or the current
+/// host of a list (`crate::hosts`: the store's, or the listener URL's own), so that the
+/// listener follows a failover.
 #[derive(Clone)]
 pub(crate) enum ListenerOptions {
     Fixed(Box<PgConnectOptions>),
-    Store(Arc<Hosts>),
+    Hosts(Arc<Hosts>),
 }
 
 impl ListenerOptions {
@@ -55,8 +58,19 @@ impl ListenerOptions {
     pub(crate) fn current(&self) -> PgConnectOptions {
         match self {
             ListenerOptions::Fixed(options) => (**options).clone(),
-            ListenerOptions::Store(hosts) => named(hosts.current_options()),
+            ListenerOptions::Hosts(hosts) => named(hosts.current_options()),
         }
+    }
+
+    /// Where the listener connects, the hosts searched first if there are several (or one
+    /// checked for writes): a `LISTEN` must reach the primary, where notifications are sent.
+    pub(crate) async fn find(&self, within: Duration) -> PgConnectOptions {
+        if let ListenerOptions::Hosts(hosts) = self {
+            if hosts.follows() {
+                hosts.search(within).await;
+            }
+        }
+        self.current()
     }
 }
 
@@ -99,17 +113,25 @@ pub(crate) fn validate(settings: &FeedSettings) -> Result<(), Error> {
 }
 
 impl ListenerTarget {
-    /// The listener's connect options: the store's current host's unless others were given,
-    /// named [`LISTENER_APPLICATION`] unless they name themselves.
+    /// The listener's connect options: the store's current host's unless others were given (a
+    /// URL may name several hosts, as the store's may), named [`LISTENER_APPLICATION`] unless
+    /// they name themselves.
     pub(crate) fn options(&self, store: &Arc<Hosts>) -> Result<ListenerOptions, Error> {
         let options = match self {
-            ListenerTarget::Store => return Ok(ListenerOptions::Store(Arc::clone(store))),
-            ListenerTarget::Url(url) => url.parse().map_err(|e: sqlx::Error| {
-                Error::invalid(
-                    Field::Config,
-                    format!("the change feed's listener URL does not parse: {e}"),
-                )
-            })?,
+            ListenerTarget::Store => return Ok(ListenerOptions::Hosts(Arc::clone(store))),
+            ListenerTarget::Url(url) => {
+                let target = hosts_url::parse(url).map_err(|e| {
+                    Error::invalid(
+                        Field::Config,
+                        format!("the change feed's listener URL does not parse: {e}"),
+                    )
+                })?;
+                let hosts = Hosts::new(target);
+                if hosts.follows() {
+                    return Ok(ListenerOptions::Hosts(Arc::new(hosts)));
+                }
+                hosts.current_options()
+            }
             ListenerTarget::Options(options) => (**options).clone(),
         };
         Ok(ListenerOptions::Fixed(Box::new(named(options))))
@@ -163,5 +185,13 @@ mod tests {
         );
         let bad = ListenerTarget::Url("postgres://u@h:notaport/db".to_owned());
         assert!(bad.options(&store).is_err());
+        let hosts = ListenerTarget::Url(
+            "postgres://u@direct1,direct2:5433/app?target_session_attrs=read-write".to_owned(),
+        );
+        let options = hosts.options(&store).expect("a multi-host URL");
+        assert!(matches!(options, ListenerOptions::Hosts(_)), "{options:?}");
+        let options = options.current();
+        assert_eq!((options.get_host(), options.get_port()), ("direct1", 5432));
+        assert_eq!(options.get_application_name(), Some(LISTENER_APPLICATION));
     }
 }

@@ -224,11 +224,14 @@ impl Hosts {
             return;
         };
         let hosts = Arc::clone(self);
-        drop(runtime.spawn(async move {
-            if let Ok((conn, _)) = hosts.connect(within).await {
-                let _ = tokio::time::timeout(within, conn.close()).await;
-            }
-        }));
+        drop(runtime.spawn(async move { hosts.search(within).await }));
+    }
+
+    /// Searches the hosts for the current one: a connection opened and closed.
+    pub(crate) async fn search(&self, within: Duration) {
+        if let Ok((conn, _)) = self.connect(within).await {
+            let _ = tokio::time::timeout(within, conn.close()).await;
+        }
     }
 
     /// A new connection, on the first host from the current one that takes it (and accepts

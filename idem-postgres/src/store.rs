@@ -285,7 +285,9 @@ impl PgStoreBuilder {
     /// here. It must reach the same database as the store (notifications do not cross
     /// databases). Parsed when the store connects; a URL that does not parse is then
     /// [`Error::InvalidInput`]. Without an `application_name` of its own, the listener's session
-    /// is named `idem_changes_feed`.
+    /// is named `idem_changes_feed`. It may name a primary and its standbys as
+    /// [`connect`](Self::connect)'s URL does: each new listener then finds the host that
+    /// accepts writes first (a `LISTEN` must be where the notifications are sent).
     pub fn listener_url(mut self, url: &str) -> Self {
         self.listener = ListenerTarget::Url(url.to_owned());
         self

@@ -50,15 +50,16 @@ impl Listen for PgListen {
     /// from a task sqlx spawns, which waits as long as the network does; the next listener
     /// does not depend on it.
     async fn connect(&mut self, channels: [&str; 2]) -> Result<PgListener, String> {
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .min_connections(0)
-            .max_lifetime(None)
-            .idle_timeout(None)
-            .test_before_acquire(false)
-            .acquire_timeout(self.connect_within)
-            .connect_lazy_with(self.listener.current());
         let open = async {
+            let options = self.listener.find(self.connect_within).await;
+            let pool = PgPoolOptions::new()
+                .max_connections(1)
+                .min_connections(0)
+                .max_lifetime(None)
+                .idle_timeout(None)
+                .test_before_acquire(false)
+                .acquire_timeout(self.connect_within)
+                .connect_lazy_with(options);
             let mut listener = PgListener::connect_with(&pool).await?;
             listener.ignore_pool_close_event(true);
             // A lost connection ends `try_recv` with `None`: the feed replaces the listener
