@@ -33,8 +33,8 @@ pub(crate) struct Connections {
     setup: Option<String>,
 }
 
-/// A connection taken from the stack; dropped without [`Held::finish`] giving it back, it is
-/// closed, and its host is taken for failed.
+/// A connection taken from the stack; dropped without [`Held::finish`] giving it back (nor
+/// [`Held::close`]), it is closed and its host is suspect (`Hosts::failed`).
 pub(crate) struct Held<'a> {
     conn: Option<PgConnection>,
     place: Place,
@@ -152,7 +152,8 @@ impl Held<'_> {
     /// Gives the connection back if `result` says its statement finished cleanly: any answer, or
     /// an error the server sent (the connection is still in sync: a statement or lock timeout
     /// the server enforced included). Lost or broken links, and a read-only server, close it
-    /// (on drop) and move the store to the next host; so is a connection of an older epoch.
+    /// (on drop) and move the store to the next host; a connection of an older epoch is closed
+    /// too.
     pub(crate) fn finish<T>(mut self, result: &Result<T, Error>) {
         let clean = !matches!(result, Err(e) if crate::error::is_broken_link(e));
         if !clean {
