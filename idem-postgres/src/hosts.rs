@@ -10,6 +10,8 @@
 //!   `read-write`, to the same name again, resolved anew). Every move starts a new epoch: the
 //!   connections of an older one are closed instead of reused, and the pool the store built is
 //!   pointed at the new host and closes its connections opened before the move.
+//! - A pool without connections while it is asked for, and each new change feed listener, have
+//!   the hosts searched first (`search_soon`, `search`), so that they too leave a dead host.
 //! - Nothing resolves a name here: sqlx resolves the host at each connect, so a DNS name that
 //!   moves to another address is followed too.
 
@@ -198,7 +200,7 @@ impl Hosts {
             target: "idem_postgres",
             host = %options.get_host(),
             port = options.get_port(),
-            "a connection failed: the store's next connections go to this host"
+            "the store's new connections go to this host"
         );
         if let Some(pool) = &*self.follower.lock().unwrap_or_else(PoisonError::into_inner) {
             pool.set_connect_options(options);
