@@ -10,29 +10,34 @@
 //! `run_in_transaction` run on a stack of their own, given back only after a transaction that
 //! ended cleanly; your own transactions use the sqlx pool
 //! ([`PgStore::pool`](crate::PgStore::pool)).
+//!
+//! Each connection remembers the host and the epoch it was opened in (`crate::hosts`): one that
+//! failed or was cut off moves the store to the next host, and one of an older epoch is closed
+//! instead of reused.
 
 use crate::error::{store_error, BACKEND};
+use crate::hosts::{Hosts, Place};
 use idem_core::{Error, StoreErrorKind};
-use sqlx::postgres::PgConnectOptions;
-use sqlx::{AssertSqlSafe, ConnectOptions, PgConnection};
-use std::sync::{Mutex, PoisonError};
+use sqlx::{AssertSqlSafe, PgConnection};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 #[derive(Debug)]
 pub(crate) struct Connections {
-    options: PgConnectOptions,
-    idle: Mutex<Vec<PgConnection>>,
+    hosts: Arc<Hosts>,
+    idle: Mutex<Vec<(PgConnection, Place)>>,
     permits: Semaphore,
     acquire_timeout: Duration,
     /// What a new connection runs first ([`session::connection_setup`](crate::session)).
     setup: Option<String>,
 }
 
-/// A connection taken from the stack; dropped without [`Held::finish`] giving it back, it is
-/// closed.
+/// A connection taken from the stack; dropped without [`Held::finish`] giving it back (nor
+/// [`Held::close`]), it is closed and its host is suspect (`Hosts::failed`).
 pub(crate) struct Held<'a> {
     conn: Option<PgConnection>,
+    place: Place,
     home: &'a Connections,
     _permit: SemaphorePermit<'a>,
     /// Whether it was opened for this call (else it waited in the stack, maybe for long).
@@ -41,13 +46,13 @@ pub(crate) struct Held<'a> {
 
 impl Connections {
     pub(crate) fn new(
-        options: PgConnectOptions,
+        hosts: Arc<Hosts>,
         max: u32,
         acquire_timeout: Duration,
         setup: Option<String>,
     ) -> Self {
         Self {
-            options,
+            hosts,
             idle: Mutex::new(Vec::new()),
             permits: Semaphore::new(usize::try_from(max.max(1)).unwrap_or(1)),
             acquire_timeout,
@@ -67,24 +72,33 @@ impl Connections {
 
     async fn take(&self, fresh_only: bool) -> Result<Held<'_>, Error> {
         let permit = self.permit().await?;
-        let idle = if fresh_only {
-            None
-        } else {
-            self.idle
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .pop()
-        };
-        let (conn, fresh) = match idle {
-            Some(conn) => (conn, false),
-            None => (self.open().await?, true),
+        let idle = if fresh_only { None } else { self.idle() };
+        let (conn, place, fresh) = match idle {
+            Some((conn, place)) => (conn, place, false),
+            None => {
+                let (conn, place) = self.open().await?;
+                (conn, place, true)
+            }
         };
         Ok(Held {
             conn: Some(conn),
+            place,
             home: self,
             _permit: permit,
             fresh,
         })
+    }
+
+    /// The connection given back last, closing those of an older epoch on the way.
+    fn idle(&self) -> Option<(PgConnection, Place)> {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        while let Some((conn, place)) = idle.pop() {
+            if self.hosts.is_current(place) {
+                return Some((conn, place));
+            }
+            drop(conn);
+        }
+        None
     }
 
     async fn permit(&self) -> Result<SemaphorePermit<'_>, Error> {
@@ -102,22 +116,25 @@ impl Connections {
 
     /// A new connection, set up for the store's statements (READ COMMITTED and the store's
     /// deadlines for its session, where it has a session of its own: `crate::session`).
-    async fn open(&self) -> Result<PgConnection, Error> {
+    async fn open(&self) -> Result<(PgConnection, Place), Error> {
         let connect = async {
-            let mut conn = self.options.connect().await?;
+            let (mut conn, place) = self.hosts.connect(self.acquire_timeout).await?;
             if let Some(setup) = &self.setup {
-                sqlx::raw_sql(AssertSqlSafe(setup.clone()))
+                let set_up = sqlx::raw_sql(AssertSqlSafe(setup.clone()))
                     .execute(&mut conn)
-                    .await?;
+                    .await;
+                if let Err(error) = set_up {
+                    self.hosts.failed(place);
+                    return Err(store_error(error));
+                }
             }
-            Ok::<_, sqlx::Error>(conn)
+            Ok((conn, place))
         };
         tokio::time::timeout(self.acquire_timeout, connect)
             .await
             .map_err(|_| {
                 Error::store(BACKEND, StoreErrorKind::Unavailable, "connecting timed out")
             })?
-            .map_err(store_error)
     }
 }
 
@@ -134,17 +151,40 @@ impl Held<'_> {
 
     /// Gives the connection back if `result` says its statement finished cleanly: any answer, or
     /// an error the server sent (the connection is still in sync: a statement or lock timeout
-    /// the server enforced included). Lost or broken links close it.
+    /// the server enforced included). Lost or broken links, and a read-only server, close it
+    /// (on drop) and move the store to the next host; a connection of an older epoch is closed
+    /// too.
     pub(crate) fn finish<T>(mut self, result: &Result<T, Error>) {
         let clean = !matches!(result, Err(e) if crate::error::is_broken_link(e));
-        if clean {
-            if let Some(conn) = self.conn.take() {
+        if !clean {
+            return;
+        }
+        if let Some(conn) = self.conn.take() {
+            if self.home.hosts.is_current(self.place) {
                 self.home
                     .idle
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .push(conn);
+                    .push((conn, self.place));
             }
+        }
+    }
+}
+
+impl Held<'_> {
+    /// Closes the connection on purpose (its session was changed, or what ran on it failed
+    /// with the server's own answer): its host is not suspect.
+    pub(crate) fn close(mut self) {
+        drop(self.conn.take());
+    }
+}
+
+impl Drop for Held<'_> {
+    /// Not given back: its statement failed on the link or was cut off mid-way (by the call's
+    /// deadline, or its caller gone). The connection closes; its host is suspect.
+    fn drop(&mut self) {
+        if self.conn.take().is_some() {
+            self.home.hosts.failed(self.place);
         }
     }
 }

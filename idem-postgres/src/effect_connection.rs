@@ -61,9 +61,20 @@ impl<'s> EffectConnection<'s> {
     }
 }
 
+impl EffectConnection<'_> {
+    /// Closes the connection on purpose: what ran on it failed with the server's own answer,
+    /// so its server is not suspect.
+    pub(crate) fn close(mut self) {
+        if let Some(held) = self.own.take() {
+            held.close();
+        }
+    }
+}
+
 impl Drop for EffectConnection<'_> {
     fn drop(&mut self) {
-        // A connection of the store's own (`self.own`) is closed by dropping it.
+        // A connection of the store's own (`self.own`) is closed by dropping it, its host then
+        // suspect (`crate::connections`).
         if let Some(conn) = self.pool.take() {
             // Closing the socket without a word: the server rolls back whatever was open.
             drop(conn.detach());

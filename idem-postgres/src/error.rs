@@ -28,10 +28,11 @@ pub fn store_error(error: sqlx::Error) -> Error {
 /// - a serialization failure or a deadlock (SQLSTATE 40001, 40P01) rolled the caller's
 ///   transaction back: retry the whole transaction ([`StoreErrorKind::TransactionConflict`]);
 /// - a refused or dropped connection, a protocol error, a server shutting down or starting, too
-///   many connections, a lock or statement timeout (class 08, 57P01..57P03, 53300, 55P03,
-///   57014), a pool that timed out or closed: retry later ([`StoreErrorKind::Unavailable`]);
-/// - a missing table or schema, a wrong password, no permission, a read-only transaction, a bad
-///   URL or TLS setup: an operator must act ([`StoreErrorKind::Misconfigured`]);
+///   many connections, a lock or statement timeout, a write on a read-only server (a standby,
+///   or a primary a failover demoted) (class 08, 57P01..57P03, 53300, 55P03, 57014, 25006), a
+///   pool that timed out or closed: retry later ([`StoreErrorKind::Unavailable`]);
+/// - a missing table or schema, a wrong password, no permission, a bad URL or TLS setup: an
+///   operator must act ([`StoreErrorKind::Misconfigured`]);
 /// - anything else (a unique violation, a row not found, a decoding error):
 ///   [`StoreErrorKind::Other`].
 ///
@@ -74,7 +75,8 @@ pub fn is_transient(error: &sqlx::Error) -> bool {
 /// Whether `error` says the link to the server may be out of sync or gone: unavailable, and not
 /// a deadline the server enforced on a session it keeps (a statement or lock timeout, answered
 /// in order). A lost connection, a protocol error, a deadline the engine enforced, a server
-/// ending the session: a connection that saw one is closed, never reused.
+/// ending the session, a read-only server (its session is on a server that can no longer take
+/// the store's writes): a connection that saw one is closed, never reused.
 pub(crate) fn is_broken_link(error: &Error) -> bool {
     let Some(store) = error.as_store() else {
         return false;
@@ -88,6 +90,23 @@ pub(crate) fn is_broken_link(error: &Error) -> bool {
         .and_then(|db| db.code())
         .is_some_and(|code| matches!(code.as_ref(), "55P03" | "57014"));
     !server_deadline
+}
+
+/// The error of the effect's `BEGIN ..., READ WRITE`: a server in recovery (a standby, or a
+/// primary a failover demoted) refuses read-write mode with SQLSTATE 0A000. That is a
+/// connection on the wrong server, to close and replace ([`is_broken_link`]), like a write
+/// refused as read-only (25006).
+pub(crate) fn begin_error(error: sqlx::Error) -> Error {
+    let in_recovery = error
+        .as_database_error()
+        .and_then(|db| db.code())
+        .as_deref()
+        == Some("0A000");
+    if in_recovery {
+        Error::store(BACKEND, StoreErrorKind::Unavailable, error)
+    } else {
+        store_error(error)
+    }
 }
 
 /// Whether `error` is PostgreSQL's lock_not_available (SQLSTATE 55P03): a `lock_timeout`
@@ -110,14 +129,17 @@ pub(crate) fn kind_of_sqlstate(code: &str) -> StoreErrorKind {
         "40001" | "40P01" => StoreErrorKind::TransactionConflict,
         // undefined_table, undefined_column, invalid_schema_name, undefined_function,
         // invalid_password, invalid_authorization_specification, invalid_catalog_name,
-        // insufficient_privilege, read_only_sql_transaction
-        "42P01" | "42703" | "3F000" | "42883" | "28P01" | "28000" | "3D000" | "42501" | "25006" => {
+        // insufficient_privilege
+        "42P01" | "42703" | "3F000" | "42883" | "28P01" | "28000" | "3D000" | "42501" => {
             StoreErrorKind::Misconfigured
         }
         // connection exceptions, admin/crash shutdown, cannot connect now, too many
-        // connections, lock_not_available, query_canceled (statement timeout)
+        // connections, lock_not_available, query_canceled (statement timeout),
+        // read_only_sql_transaction (a standby, or a primary demoted by a failover)
         c if c.starts_with("08") => StoreErrorKind::Unavailable,
-        "57P01" | "57P02" | "57P03" | "53300" | "55P03" | "57014" => StoreErrorKind::Unavailable,
+        "57P01" | "57P02" | "57P03" | "53300" | "55P03" | "57014" | "25006" => {
+            StoreErrorKind::Unavailable
+        }
         _ => StoreErrorKind::Other,
     }
 }
@@ -166,7 +188,7 @@ mod tests {
 
     #[test]
     fn c13_busy_servers_and_broken_links_are_transient() {
-        for code in ["53300", "55P03", "57014", "57P03", "08001"] {
+        for code in ["53300", "55P03", "57014", "57P03", "08001", "25006"] {
             assert_eq!(
                 kind_of_sqlstate(code),
                 StoreErrorKind::Unavailable,

@@ -3,9 +3,13 @@
 //! connection (see `store/feed.rs`).
 
 use crate::config::validate_identifier;
+use crate::hosts::Hosts;
+use crate::hosts_url;
 use idem_core::{Error, Field};
 use idem_ops::feed::FeedSettings;
 use sqlx::postgres::PgConnectOptions;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The channel announcements travel on by default.
 pub(crate) const DEFAULT_CHANNEL: &str = "idem_changes";
@@ -40,18 +44,53 @@ impl std::fmt::Debug for ListenerTarget {
     }
 }
 
-/// The listener's connect options, shown without their password.
+/// The listener's connect options, shown without their password: fixed ones, or the current
+/// host of a list (`crate::hosts`: the store's, or the listener URL's own), so that the
+/// listener follows a failover.
 #[derive(Clone)]
-pub(crate) struct ListenerOptions(pub(crate) PgConnectOptions);
+pub(crate) enum ListenerOptions {
+    Fixed(Box<PgConnectOptions>),
+    Hosts(Arc<Hosts>),
+}
+
+impl ListenerOptions {
+    /// Where the listener connects now.
+    pub(crate) fn current(&self) -> PgConnectOptions {
+        match self {
+            ListenerOptions::Fixed(options) => (**options).clone(),
+            ListenerOptions::Hosts(hosts) => named(hosts.current_options()),
+        }
+    }
+
+    /// Where the listener connects, the hosts searched first if there are several (or one
+    /// checked for writes): a `LISTEN` must reach the primary, where notifications are sent.
+    pub(crate) async fn find(&self, within: Duration) -> PgConnectOptions {
+        if let ListenerOptions::Hosts(hosts) = self {
+            if hosts.follows() {
+                hosts.search(within).await;
+            }
+        }
+        self.current()
+    }
+}
 
 impl std::fmt::Debug for ListenerOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let options = self.current();
         f.debug_struct("ListenerOptions")
-            .field("host", &self.0.get_host())
-            .field("port", &self.0.get_port())
-            .field("database", &self.0.get_database())
-            .field("application_name", &self.0.get_application_name())
+            .field("host", &options.get_host())
+            .field("port", &options.get_port())
+            .field("database", &options.get_database())
+            .field("application_name", &options.get_application_name())
             .finish_non_exhaustive()
+    }
+}
+
+/// `options`, named [`LISTENER_APPLICATION`] unless they name themselves.
+fn named(options: PgConnectOptions) -> PgConnectOptions {
+    match options.get_application_name() {
+        Some(_) => options,
+        None => options.application_name(LISTENER_APPLICATION),
     }
 }
 
@@ -74,23 +113,28 @@ pub(crate) fn validate(settings: &FeedSettings) -> Result<(), Error> {
 }
 
 impl ListenerTarget {
-    /// The listener's connect options: the store's unless others were given, named
-    /// [`LISTENER_APPLICATION`] unless they name themselves.
-    pub(crate) fn options(&self, store: &PgConnectOptions) -> Result<ListenerOptions, Error> {
+    /// The listener's connect options: the store's current host's unless others were given (a
+    /// URL may name several hosts, as the store's may), named [`LISTENER_APPLICATION`] unless
+    /// they name themselves.
+    pub(crate) fn options(&self, store: &Arc<Hosts>) -> Result<ListenerOptions, Error> {
         let options = match self {
-            ListenerTarget::Store => store.clone(),
-            ListenerTarget::Url(url) => url.parse().map_err(|e: sqlx::Error| {
-                Error::invalid(
-                    Field::Config,
-                    format!("the change feed's listener URL does not parse: {e}"),
-                )
-            })?,
+            ListenerTarget::Store => return Ok(ListenerOptions::Hosts(Arc::clone(store))),
+            ListenerTarget::Url(url) => {
+                let target = hosts_url::parse(url).map_err(|e| {
+                    Error::invalid(
+                        Field::Config,
+                        format!("the change feed's listener URL does not parse: {e}"),
+                    )
+                })?;
+                let hosts = Hosts::new(target);
+                if hosts.follows() {
+                    return Ok(ListenerOptions::Hosts(Arc::new(hosts)));
+                }
+                hosts.current_options()
+            }
             ListenerTarget::Options(options) => (**options).clone(),
         };
-        Ok(ListenerOptions(match options.get_application_name() {
-            Some(_) => options,
-            None => options.application_name(LISTENER_APPLICATION),
-        }))
+        Ok(ListenerOptions::Fixed(Box::new(named(options))))
     }
 }
 
@@ -118,11 +162,13 @@ mod tests {
 
     #[test]
     fn c05_the_listener_is_named_unless_it_names_itself() {
-        let store = PgConnectOptions::new().host("db").database("app");
+        let store = Arc::new(Hosts::single(
+            PgConnectOptions::new().host("db").database("app"),
+        ));
         let options = ListenerTarget::Store
             .options(&store)
             .expect("the store's options")
-            .0;
+            .current();
         assert_eq!(options.get_application_name(), Some(LISTENER_APPLICATION));
         assert_eq!(options.get_host(), "db");
         let own = ListenerTarget::Url(
@@ -130,7 +176,7 @@ mod tests {
         );
         let options = own.options(&store).expect("a URL");
         assert!(!format!("{options:?}").contains("secret"), "{options:?}");
-        let options = options.0;
+        let options = options.current();
         assert_eq!(options.get_application_name(), Some("mine"));
         assert_eq!(options.get_port(), 5433);
         assert!(
@@ -139,5 +185,13 @@ mod tests {
         );
         let bad = ListenerTarget::Url("postgres://u@h:notaport/db".to_owned());
         assert!(bad.options(&store).is_err());
+        let hosts = ListenerTarget::Url(
+            "postgres://u@direct1,direct2:5433/app?target_session_attrs=read-write".to_owned(),
+        );
+        let options = hosts.options(&store).expect("a multi-host URL");
+        assert!(matches!(options, ListenerOptions::Hosts(_)), "{options:?}");
+        let options = options.current();
+        assert_eq!((options.get_host(), options.get_port()), ("direct1", 5432));
+        assert_eq!(options.get_application_name(), Some(LISTENER_APPLICATION));
     }
 }

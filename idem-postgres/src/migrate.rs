@@ -217,7 +217,7 @@ impl PgStore {
                     .map(drop)
                     .map_err(store_error);
             }
-            drop(builder);
+            builder.close();
             if let Err(error) = built {
                 tracing::warn!(
                     target: "idem",

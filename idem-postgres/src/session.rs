@@ -43,10 +43,17 @@ pub(crate) fn statement_preamble(mode: StatementMode, deadlines: &Deadlines) -> 
 
 /// The `BEGIN` of the effect's transaction at `isolation`: the transaction may sit idle between
 /// statements at most the idle deadline, so a session whose client vanished mid-transaction
-/// (a half-open connection) is ended by the server, and the record's row with it.
-pub(crate) fn effect_begin(isolation_begin: &str, deadlines: &Deadlines) -> String {
+/// (a half-open connection) is ended by the server, and the record's row with it. When the
+/// store asks for a server that accepts writes, the transaction is `READ WRITE`: a server in
+/// recovery (a standby, a demoted primary) refuses it at once, before the effect runs.
+pub(crate) fn effect_begin(
+    isolation_begin: &str,
+    deadlines: &Deadlines,
+    read_write: bool,
+) -> String {
+    let mode = if read_write { ", READ WRITE" } else { "" };
     format!(
-        "{isolation_begin}; SET LOCAL idle_in_transaction_session_timeout = {}",
+        "{isolation_begin}{mode}; SET LOCAL idle_in_transaction_session_timeout = {}",
         deadlines.idle_in_transaction_ms()
     )
 }
@@ -74,8 +81,13 @@ mod tests {
         let setup = connection_setup(StatementMode::Prepared, &deadlines).unwrap_or_default();
         assert!(setup.contains("READ COMMITTED") && setup.contains("statement_timeout = 1500"));
         assert_eq!(
-            effect_begin("BEGIN ISOLATION LEVEL SERIALIZABLE", &deadlines),
+            effect_begin("BEGIN ISOLATION LEVEL SERIALIZABLE", &deadlines, false),
             "BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL idle_in_transaction_session_timeout = 300"
+        );
+        assert_eq!(
+            effect_begin("BEGIN ISOLATION LEVEL READ COMMITTED", &deadlines, true),
+            "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; \
+             SET LOCAL idle_in_transaction_session_timeout = 300"
         );
     }
 }

@@ -4,8 +4,10 @@ mod feed;
 
 use crate::config::{validate_identifier, validate_table_name, Isolation, PgConfig};
 use crate::connections::Connections;
-use crate::error::store_error;
 use crate::feed_settings::{self, ListenerOptions, ListenerTarget};
+use crate::follow_pool;
+use crate::hosts::Hosts;
+use crate::hosts_url;
 use crate::ops::Ops;
 use crate::params::StatementMode;
 use crate::session;
@@ -54,6 +56,9 @@ use std::time::Duration;
 ///   its `pg_notify` announcements, through a `LISTEN` on a session of its own that finds its
 ///   own silence and reconnects by itself. See [`PgStoreBuilder::channel`] and the settings
 ///   after it (behind PgBouncer in transaction mode, [`PgStoreBuilder::listener_url`]).
+/// - **Failover** (C13): given a primary and its standbys (libpq's multi-host URL, see
+///   [`PgStoreBuilder::connect`]), it follows the one that accepts writes without a restart,
+///   its pool and its change feed with it.
 ///
 /// Cloning is cheap: clones share the pool.
 ///
@@ -94,6 +99,15 @@ pub(crate) struct Inner {
     pub(crate) listener: ListenerOptions,
     /// How long opening a connection may take (the acquire timeout).
     pub(crate) connect_within: Duration,
+    /// Where the connections go (`crate::hosts`).
+    pub(crate) hosts: Arc<Hosts>,
+}
+
+impl Drop for Inner {
+    /// The pool's hook holds the hosts, which point the pool: the store's end breaks the cycle.
+    fn drop(&mut self) {
+        self.hosts.unfollow();
+    }
 }
 
 /// Settings for [`PgStore`]; see [`PgStore::builder`].
@@ -271,7 +285,9 @@ impl PgStoreBuilder {
     /// here. It must reach the same database as the store (notifications do not cross
     /// databases). Parsed when the store connects; a URL that does not parse is then
     /// [`Error::InvalidInput`]. Without an `application_name` of its own, the listener's session
-    /// is named `idem_changes_feed`.
+    /// is named `idem_changes_feed`. It may name a primary and its standbys as
+    /// [`connect`](Self::connect)'s URL does: each new listener then finds the host that
+    /// accepts writes first (a `LISTEN` must be where the notifications are sent).
     pub fn listener_url(mut self, url: &str) -> Self {
         self.listener = ListenerTarget::Url(url.to_owned());
         self
@@ -317,18 +333,40 @@ impl PgStoreBuilder {
 
     /// Connects to `url`: the store's own connections (up to
     /// [`max_connections`](Self::max_connections)), and a pool for your transactions that opens
-    /// connections when you first use it. Fails at once if the server cannot be reached.
+    /// connections when you first use it. Fails at once if no server can be reached.
+    ///
+    /// `url` may name several hosts, in libpq's form: `postgres://app@db1:5432,db2:5432/payments?
+    /// target_session_attrs=read-write` (a host without a port is on 5432). New connections try
+    /// the hosts in order from the current one; with `target_session_attrs=read-write` (or its
+    /// synonym `primary`) they stay only on a server that accepts writes. A connection that
+    /// fails (refused, lost, cut off by a call's deadline, or refused a write by a demoted
+    /// server) moves the store, its pool and its change feed to the next host, so that the store
+    /// follows a promotion without a restart (C13). `any` (the default) takes any server;
+    /// other values are [`Error::InvalidInput`].
+    ///
+    /// ```no_run
+    /// use idem_postgres::PgStore;
+    /// # async fn demo() -> Result<(), idem_core::Error> {
+    /// let store = PgStore::connect(
+    ///     "postgres://app@db1,db2:5433/payments?target_session_attrs=read-write",
+    /// )
+    /// .await?;
+    /// # let _ = store;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect(self, url: &str) -> Result<PgStore, Error> {
         validate(&self.config)?;
         feed_settings::validate(&self.feed)?;
-        let options: PgConnectOptions = url.parse().map_err(store_error)?;
-        let listener = self.listener.options(&options)?;
+        let hosts = Arc::new(Hosts::new(hosts_url::parse(url)?));
+        let listener = self.listener.options(&hosts)?;
         let pool = PgPoolOptions::new()
             .max_connections(self.max_connections)
             .acquire_timeout(self.acquire_timeout)
-            .test_before_acquire(false)
-            .connect_lazy_with(options.clone());
-        let store = PgStore::from_parts(pool, options, listener, self, false);
+            .test_before_acquire(false);
+        let pool = follow_pool::hooks(&hosts, pool).connect_lazy_with(hosts.current_options());
+        hosts.follow(pool.clone());
+        let store = PgStore::from_parts(pool, hosts, listener, self, false);
         let probe = store.inner.conns.get().await?;
         probe.finish::<()>(&Ok(()));
         Ok(store)
@@ -339,14 +377,14 @@ impl PgStoreBuilder {
     /// pool sets up (its `after_connect`: a role, a `search_path`, a tenant setting), at the
     /// cost of the ping sqlx sends when a connection comes back (6 round trips per fresh key
     /// instead of 5). The store opens its own connections for its own statements with the
-    /// pool's connect options. Build the pool with `test_before_acquire(false)` for your own
-    /// round trips' sake.
+    /// pool's connect options (one host: a list of hosts needs [`connect`](Self::connect)).
+    /// Build the pool with `test_before_acquire(false)` for your own round trips' sake.
     pub fn pool(self, pool: PgPool) -> Result<PgStore, Error> {
         validate(&self.config)?;
         feed_settings::validate(&self.feed)?;
-        let options = (*pool.connect_options()).clone();
-        let listener = self.listener.options(&options)?;
-        Ok(PgStore::from_parts(pool, options, listener, self, true))
+        let hosts = Arc::new(Hosts::single((*pool.connect_options()).clone()));
+        let listener = self.listener.options(&hosts)?;
+        Ok(PgStore::from_parts(pool, hosts, listener, self, true))
     }
 }
 
@@ -375,7 +413,7 @@ impl PgStore {
 
     fn from_parts(
         pool: PgPool,
-        options: PgConnectOptions,
+        hosts: Arc<Hosts>,
         listener: ListenerOptions,
         builder: PgStoreBuilder,
         effects_on_pool: bool,
@@ -390,19 +428,19 @@ impl PgStore {
         };
         let setup = session::connection_setup(config.statements, &config.deadlines);
         let beat_conns = Connections::new(
-            options.clone(),
+            Arc::clone(&hosts),
             BEAT_CONNECTIONS,
             builder.acquire_timeout,
             setup.clone(),
         );
         let tx_conns = Connections::new(
-            options.clone(),
+            Arc::clone(&hosts),
             builder.max_connections,
             builder.acquire_timeout,
             None,
         );
         let conns = Connections::new(
-            options,
+            Arc::clone(&hosts),
             builder.max_connections,
             builder.acquire_timeout,
             setup,
@@ -419,6 +457,7 @@ impl PgStore {
                 feed: builder.feed,
                 listener,
                 connect_within: builder.acquire_timeout,
+                hosts,
             }),
         }
     }
@@ -427,8 +466,13 @@ impl PgStore {
     /// round trip more per transaction). The effects of `run_in_transaction` run on the store's
     /// own connections, unless the store was built over your pool
     /// ([`PgStoreBuilder::pool`]): then on that pool, in the sessions it sets up.
+    ///
+    /// Built by [`PgStoreBuilder::connect`], it follows the store's hosts (a failover): asked
+    /// for while it has no connection, it has the store search its hosts in the background.
     pub fn pool(&self) -> &PgPool {
-        &self.inner.pool
+        let inner = &self.inner;
+        follow_pool::wanted(&inner.hosts, &inner.pool, inner.connect_within);
+        &inner.pool
     }
 
     /// The schema-qualified table the records live in, quoted (`"public"."idem_records"`).

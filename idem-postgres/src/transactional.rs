@@ -6,7 +6,7 @@
 use crate::broken_effect::broken_effect;
 use crate::config::Isolation;
 use crate::effect_connection::EffectConnection;
-use crate::error::{is_broken_link, store_error, BACKEND};
+use crate::error::{begin_error, is_broken_link, store_error, BACKEND};
 use crate::gate::GateKeys;
 use crate::ops::Ops;
 use crate::params::{fetch_all, Param};
@@ -330,7 +330,12 @@ impl PgStore {
                     effect: back,
                     error,
                 }) => {
-                    if attempt > 0 || !is_broken_link(&error) {
+                    if !is_broken_link(&error) {
+                        // The server answered: the connection's host is not suspect.
+                        conn.close();
+                        return start.failed(error);
+                    }
+                    if attempt > 0 {
                         return start.failed(error);
                     }
                     effect = back;
@@ -361,13 +366,17 @@ impl PgStore {
     ) -> Result<(TxEnd<E, PgEffect<E>>, bool), NotBegun<E>> {
         let id = start.id();
         let deadlines = &self.inner.config.deadlines;
-        let statement = session::effect_begin(self.isolation().begin_statement(), deadlines);
+        let statement = session::effect_begin(
+            self.isolation().begin_statement(),
+            deadlines,
+            self.inner.hosts.checks_writes(),
+        );
         let mut conflicts = 0;
         let (tx, lease) = loop {
             let begin = async {
                 conn.begin_with(AssertSqlSafe(statement.as_str()))
                     .await
-                    .map_err(store_error)
+                    .map_err(begin_error)
             };
             let mut tx = match execution
                 .bounded(Operation::Transaction, id, |_| begin)
@@ -468,6 +477,14 @@ impl PgStore {
             })
             .await;
         if let Err(error) = written {
+            // A completion cut off by its deadline, or whose link failed, is not rolled back
+            // over that link (a silent one would hold the caller a store timeout more): the
+            // transaction is dropped with its connection, and the server rolls it back when
+            // the session ends (C13).
+            if is_broken_link(&error) {
+                drop(tx);
+                return (TxEnd::RolledBack(error), false);
+            }
             let clean = roll_back(tx, execution).await.is_ok();
             return (TxEnd::RolledBack(error), clean);
         }

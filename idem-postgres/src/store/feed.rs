@@ -8,23 +8,24 @@
 //!   connections and pool (none is held while duplicates wait), opened with the listener's
 //!   connect options (the store's unless the builder was given others: LISTEN needs a session
 //!   of its own, so behind a pooler in transaction mode the listener must reach the server
-//!   directly).
+//!   directly), or the store's current host when it follows a failover.
 //! - **Pings** are `pg_notify` on the store's own connections, as announcements travel, to
 //!   `<channel>_<16 random hex digits>`, a channel only this listener follows.
 //! - Each replacement is a warn log on target `idem_postgres`.
 
 use super::{Inner, PgStore};
+use crate::feed_settings::ListenerOptions;
 use idem_core::store::Changes;
 use idem_core::Error;
 use idem_ops::feed::{Feed, Listen, Received};
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::postgres::{PgListener, PgPoolOptions};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The feed of the store `inner`, delivering to `changes`.
 pub(crate) fn feed(inner: &Arc<Inner>, changes: Changes) -> Feed<PgListen> {
     let listen = PgListen {
-        listener: inner.listener.0.clone(),
+        listener: inner.listener.clone(),
         connect_within: inner.connect_within,
     };
     let pings = format!("{}_", inner.feed.channel);
@@ -33,7 +34,7 @@ pub(crate) fn feed(inner: &Arc<Inner>, changes: Changes) -> Feed<PgListen> {
 
 /// How one store's feed listens and pings.
 pub(crate) struct PgListen {
-    listener: PgConnectOptions,
+    listener: ListenerOptions,
     /// How long opening the listener (connection and LISTEN) may take.
     connect_within: Duration,
 }
@@ -49,15 +50,16 @@ impl Listen for PgListen {
     /// from a task sqlx spawns, which waits as long as the network does; the next listener
     /// does not depend on it.
     async fn connect(&mut self, channels: [&str; 2]) -> Result<PgListener, String> {
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .min_connections(0)
-            .max_lifetime(None)
-            .idle_timeout(None)
-            .test_before_acquire(false)
-            .acquire_timeout(self.connect_within)
-            .connect_lazy_with(self.listener.clone());
         let open = async {
+            let options = self.listener.find(self.connect_within).await;
+            let pool = PgPoolOptions::new()
+                .max_connections(1)
+                .min_connections(0)
+                .max_lifetime(None)
+                .idle_timeout(None)
+                .test_before_acquire(false)
+                .acquire_timeout(self.connect_within)
+                .connect_lazy_with(options);
             let mut listener = PgListener::connect_with(&pool).await?;
             listener.ignore_pool_close_event(true);
             // A lost connection ends `try_recv` with `None`: the feed replaces the listener

@@ -3,6 +3,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub(crate) mod bench;
+pub(crate) mod pg_pair;
 pub(crate) mod pg_url;
 pub(crate) mod private_bouncer;
 
