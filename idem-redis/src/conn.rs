@@ -3,13 +3,17 @@
 //! master of a Cluster) and commands sent to one of them.
 
 use crate::error::{store_error, unexpected, BACKEND};
+use crate::sentinel::Sentinels;
 use idem_core::{Error, StoreErrorKind};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
+use redis::cluster_routing::{
+    MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+};
 use redis::{Cmd, FromRedisValue, Pipeline, RedisResult, ScriptInvocation, Value};
 use std::fmt;
+use std::time::Duration;
 
 /// A connection. Its socket is driven by a task of the runtime it was opened on (the manager's
 /// or the cluster client's), so a call made elsewhere waits for that runtime's workers.
@@ -21,10 +25,12 @@ pub(crate) enum Conn {
 
 /// What opens a [`Conn`]: the client, with the settings the store applies (response and
 /// connection timeouts, no hidden reconnect retries on one Redis), so every connection the
-/// store opens behaves the same.
+/// store opens behaves the same. Under Sentinel, the master the sentinels name at the time,
+/// with the settings of one Redis.
 pub(crate) enum Opener {
     Single(redis::Client, ConnectionManagerConfig),
     Cluster(ClusterClient),
+    Sentinel(Sentinels, ConnectionManagerConfig),
 }
 
 impl Opener {
@@ -36,6 +42,13 @@ impl Opener {
                 .await
                 .map(Conn::Single),
             Opener::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+            Opener::Sentinel(sentinels, config) => match sentinels.master().await {
+                Ok(client) => client
+                    .get_connection_manager_with_config(config.clone())
+                    .await
+                    .map(Conn::Single),
+                Err(error) => Err(error),
+            },
         }
         .map_err(store_error)
     }
@@ -82,6 +95,32 @@ impl Conn {
             Conn::Cluster(conn) => invocation.invoke_async(&mut conn.clone()).await,
         }
         .map_err(store_error)
+    }
+
+    /// `WAIT 1 <within>` where `key` lives (on a Cluster, its slot's master): how many
+    /// replicas acknowledged every write this connection made before it, after at most
+    /// `within` (more than zero: `WAIT 1 0` waits for ever).
+    pub(crate) async fn wait_for_replica(&self, key: &str, within: Duration) -> Result<i64, Error> {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(1)
+            .arg(u64::try_from(within.as_millis()).unwrap_or(u64::MAX).max(1));
+        let acknowledged = match self {
+            Conn::Single(conn) => cmd.query_async(&mut conn.clone()).await,
+            Conn::Cluster(conn) => {
+                let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
+                conn.clone()
+                    .route_command(
+                        cmd,
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                    )
+                    .await
+            }
+        }
+        .map_err(store_error)?;
+        match acknowledged {
+            Value::Int(count) => Ok(count),
+            other => Err(unexpected("WAIT", &other)),
+        }
     }
 
     /// The nodes that hold records, in order: the one Redis, or every master of the Cluster

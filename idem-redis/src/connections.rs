@@ -102,6 +102,13 @@ impl Connections {
             .await
     }
 
+    /// See [`Conn::wait_for_replica`]: on the connection the completion before it was
+    /// written on (a call made on the heartbeat thread never completes).
+    pub(crate) async fn wait_for_replica(&self, key: &str, within: Duration) -> Result<i64, Error> {
+        self.on(|conn| async move { conn.wait_for_replica(key, within).await })
+            .await
+    }
+
     /// See [`Conn::nodes`].
     pub(crate) async fn nodes(&self) -> Result<Vec<Node>, Error> {
         self.on(|conn| async move { conn.nodes().await }).await

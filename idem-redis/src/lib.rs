@@ -137,8 +137,10 @@ mod listing;
 mod record;
 mod resolve;
 mod scripts;
+mod sentinel;
 mod store;
 mod supervised;
+mod tcp;
 
 pub use error::{classify, is_transient};
 pub use store::{validate_prefix, RedisStore, RedisStoreBuilder};
