@@ -35,7 +35,7 @@ const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long establishing a connection may take by default (C13).
 const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// An idem [`Store`] in Redis, on one node or a Redis Cluster.
+/// An idem [`Store`] in Redis, on one node, a Redis Cluster or under Sentinel.
 ///
 /// **Not atomic with your effect** (C14): see the crate documentation. Every operation on a
 /// record is one Lua script on one key (one round trip; EVALSHA, with the body sent again after
