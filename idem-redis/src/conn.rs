@@ -11,7 +11,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{
     MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
 };
-use redis::{Cmd, FromRedisValue, Pipeline, RedisResult, ScriptInvocation, Value};
+use redis::{Cmd, ConnectionAddr, FromRedisValue, Pipeline, RedisResult, ScriptInvocation, Value};
 use std::fmt;
 use std::time::Duration;
 
@@ -21,6 +21,8 @@ use std::time::Duration;
 pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    /// The master the sentinels named when it was opened, and its address.
+    Sentinel(ConnectionManager, ConnectionAddr),
 }
 
 /// What opens a [`Conn`]: the client, with the settings the store applies (response and
@@ -43,10 +45,13 @@ impl Opener {
                 .map(Conn::Single),
             Opener::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
             Opener::Sentinel(sentinels, config) => match sentinels.master().await {
-                Ok(client) => client
-                    .get_connection_manager_with_config(config.clone())
-                    .await
-                    .map(Conn::Single),
+                Ok(client) => {
+                    let address = client.get_connection_info().addr().clone();
+                    client
+                        .get_connection_manager_with_config(config.clone())
+                        .await
+                        .map(|conn| Conn::Sentinel(conn, address))
+                }
                 Err(error) => Err(error),
             },
         }
@@ -81,17 +86,29 @@ pub(crate) fn answer(value: Value) -> Result<Value, Error> {
 }
 
 impl Conn {
+    /// The master's address, for a connection opened where the sentinels said it was.
+    pub(crate) fn sentinel_master(&self) -> Option<&ConnectionAddr> {
+        match self {
+            Conn::Sentinel(_, address) => Some(address),
+            Conn::Single(_) | Conn::Cluster(_) => None,
+        }
+    }
+
     /// Runs `cmd` where the client routes it, with redis-rs's own error.
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<T> {
         match self {
-            Conn::Single(conn) => cmd.query_async(&mut conn.clone()).await,
+            Conn::Single(conn) | Conn::Sentinel(conn, _) => {
+                cmd.query_async(&mut conn.clone()).await
+            }
             Conn::Cluster(conn) => cmd.query_async(&mut conn.clone()).await,
         }
     }
 
     pub(crate) async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, Error> {
         match self {
-            Conn::Single(conn) => invocation.invoke_async(&mut conn.clone()).await,
+            Conn::Single(conn) | Conn::Sentinel(conn, _) => {
+                invocation.invoke_async(&mut conn.clone()).await
+            }
             Conn::Cluster(conn) => invocation.invoke_async(&mut conn.clone()).await,
         }
         .map_err(store_error)
@@ -105,7 +122,9 @@ impl Conn {
         cmd.arg(1)
             .arg(u64::try_from(within.as_millis()).unwrap_or(u64::MAX).max(1));
         let acknowledged = match self {
-            Conn::Single(conn) => cmd.query_async(&mut conn.clone()).await,
+            Conn::Single(conn) | Conn::Sentinel(conn, _) => {
+                cmd.query_async(&mut conn.clone()).await
+            }
             Conn::Cluster(conn) => {
                 let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
                 conn.clone()
@@ -174,7 +193,9 @@ impl Conn {
     /// Runs `cmd` on `node`.
     pub(crate) async fn query_on(&self, node: &Node, cmd: &Cmd) -> Result<Value, Error> {
         match self {
-            Conn::Single(conn) => cmd.query_async(&mut conn.clone()).await,
+            Conn::Single(conn) | Conn::Sentinel(conn, _) => {
+                cmd.query_async(&mut conn.clone()).await
+            }
             Conn::Cluster(conn) => {
                 let route = RoutingInfo::SingleNode(Self::route(node)?);
                 conn.clone().route_command(cmd.clone(), route).await
@@ -192,7 +213,9 @@ impl Conn {
     ) -> Result<Vec<Value>, Error> {
         pipe.ignore_errors();
         match self {
-            Conn::Single(conn) => pipe.query_async(&mut conn.clone()).await,
+            Conn::Single(conn) | Conn::Sentinel(conn, _) => {
+                pipe.query_async(&mut conn.clone()).await
+            }
             Conn::Cluster(conn) => {
                 let count = pipe.len();
                 conn.clone()

@@ -82,6 +82,24 @@ impl Connections {
         matches!(self.store.opener(), Opener::Cluster(_))
     }
 
+    /// The sentinels name `host:port` as the master (`crate::follow`): the store's connection,
+    /// if it is on another master, is rebuilt at once (callers go on with it until the new one
+    /// is in place); the heartbeat's is forgotten, so its next call opens one on its thread.
+    pub(crate) fn follow(&self, host: &str, port: u16) {
+        let named = format!("{host}:{port}");
+        let elsewhere = |conn: Option<Arc<Conn>>| {
+            conn.as_deref()
+                .and_then(Conn::sentinel_master)
+                .is_some_and(|address| address.to_string() != named)
+        };
+        if elsewhere(self.store.current()) {
+            self.store.rebuild_now();
+        }
+        if elsewhere(self.beat.current()) {
+            self.beat.forget();
+        }
+    }
+
     /// Runs `op` on the connection for a call made here: the heartbeat's on the engine's
     /// heartbeat thread (opened now if there is none), the store's everywhere else.
     async fn on<T, F, Fut>(&self, op: F) -> Result<T, Error>

@@ -84,7 +84,10 @@
 //! [`RedisStoreBuilder::connect_sentinel`] takes the sentinels' addresses and the master's
 //! name. Each connection, rebuilt ones and the change feed's included, asks the sentinels
 //! where the master is; a master that died or was demoted (`READONLY`) fails calls
-//! unavailable, which rebuilds the connection at the master the sentinels promoted.
+//! unavailable, which rebuilds the connection at the master the sentinels promoted. A task
+//! asks a sentinel every second which master it names, and moves a connection that is on
+//! another one: a master still running after another was promoted is left within about a
+//! second, not when the sentinels demote it.
 //!
 //! ## A change feed for waiting duplicates (C5)
 //!
@@ -143,6 +146,7 @@ mod connections;
 mod error;
 mod feed;
 mod feed_settings;
+mod follow;
 mod listing;
 mod record;
 mod resolve;

@@ -10,6 +10,7 @@
 //! is down, or fails the `ROLE` check), so the rebuild fails and the next one follows after
 //! the back-off.
 
+use redis::aio::MultiplexedConnection;
 use redis::io::tcp::TcpSettings;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{ConnectionInfo, RedisResult};
@@ -59,5 +60,52 @@ impl Sentinels {
             SentinelServerType::Master,
         )?;
         Box::pin(async move { client.async_get_client().await }).await
+    }
+
+    /// The master's address as the first sentinel that answers names it (`SENTINEL
+    /// get-master-addr-by-name`, no check of the master: a cheap question, asked often),
+    /// through `asking`, a connection to one sentinel kept between questions (replaced by one
+    /// to the next sentinel when it fails). `None`: no sentinel knows the name.
+    pub(crate) async fn named_master(
+        &self,
+        asking: &mut Option<(usize, MultiplexedConnection)>,
+    ) -> RedisResult<Option<(String, u16)>> {
+        let mut cmd = redis::cmd("SENTINEL");
+        cmd.arg("get-master-addr-by-name").arg(&self.master);
+        let first = asking.as_ref().map_or(0, |(n, _)| *n);
+        let mut last_error = None;
+        for n in (first..first + self.sentinels.len()).map(|n| n % self.sentinels.len()) {
+            let mut conn = match asking.take() {
+                Some((at, conn)) if at == n => conn,
+                _ => match self.connect(n).await {
+                    Ok(conn) => conn,
+                    Err(error) => {
+                        last_error = Some(error);
+                        continue;
+                    }
+                },
+            };
+            match cmd.query_async::<Option<(String, u16)>>(&mut conn).await {
+                Ok(named) => {
+                    *asking = Some((n, conn));
+                    return Ok(named);
+                }
+                Err(error) => last_error = Some(error),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| {
+            redis::RedisError::from((redis::ErrorKind::EmptySentinelList, "no sentinel"))
+        }))
+    }
+
+    /// A connection to sentinel `n` (redis-rs's default timeouts: 1 s to connect, 500 ms an
+    /// answer).
+    async fn connect(&self, n: usize) -> RedisResult<MultiplexedConnection> {
+        let info = self.sentinels.get(n).cloned().ok_or_else(|| {
+            redis::RedisError::from((redis::ErrorKind::EmptySentinelList, "no sentinel"))
+        })?;
+        redis::Client::open(info)?
+            .get_multiplexed_async_connection()
+            .await
     }
 }

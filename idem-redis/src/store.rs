@@ -376,7 +376,10 @@ impl RedisStoreBuilder {
     /// master) is rebuilt, and every rebuild, like the change feed's subscription, asks the
     /// sentinels again. Until they have promoted a replica, calls are 503s within their
     /// deadline; after, the store answers again once its next rebuild is due (at most the
-    /// connection timeout, 2 s at most, see [`RedisStore`]). C14's failover loss stands: a
+    /// connection timeout, 2 s at most, see [`RedisStore`]). A master still running when
+    /// another is promoted (a manual failover, a healed partition) takes writes until the
+    /// sentinels demote it, seconds later; so a task of the store asks a sentinel every second
+    /// which master it names, and a connection on another one is rebuilt at once. C14's failover loss stands: a
     /// record the old master had not yet sent to the promoted replica is lost, and its
     /// effect may run again ([`wait_for_replica`](Self::wait_for_replica) narrows it).
     ///
@@ -405,8 +408,12 @@ impl RedisStoreBuilder {
         let sentinels = Sentinels::new(sentinels, master, &self.tcp()).map_err(store_error)?;
         let subscribers = Nodes::Sentinel(sentinels.clone());
         let config = self.single();
-        self.open(Opener::Sentinel(sentinels, config), subscribers)
-            .await
+        let within = self.connection_timeout + self.response_timeout;
+        let store = self
+            .open(Opener::Sentinel(sentinels.clone(), config), subscribers)
+            .await?;
+        crate::follow::spawn(Arc::downgrade(&store.conns), sentinels, within);
+        Ok(store)
     }
 
     /// Opens the store's connection (driven by the current runtime) and keeps `opener` for the
