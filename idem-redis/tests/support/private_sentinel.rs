@@ -191,6 +191,27 @@ impl PrivateSentinel {
         Instant::now()
     }
 
+    /// `SENTINEL FAILOVER`: the sentinels promote the replica and demote the master (still
+    /// running) to a replica of it; returns when it was asked.
+    pub(crate) fn fail_over(&self) -> Instant {
+        let asked = Instant::now();
+        let reply = cli(
+            self.sentinel_ports[0],
+            &["sentinel", "failover", MASTER_NAME],
+        );
+        assert_eq!(reply, "OK", "SENTINEL FAILOVER");
+        asked
+    }
+
+    /// Waits until the old master says it is a replica (`ROLE`), at most `limit`; returns
+    /// when it first did.
+    pub(crate) fn wait_demoted(&self, limit: Duration) -> Instant {
+        wait_for(limit, "the old master's demotion", || {
+            cli(self.master_port, &["role"]).starts_with("slave")
+        });
+        Instant::now()
+    }
+
     /// Waits until a sentinel names the replica as the master (`SENTINEL
     /// get-master-addr-by-name`), at most `limit`; returns when it first did.
     pub(crate) fn wait_promoted(&self, limit: Duration) -> Instant {
