@@ -8,6 +8,7 @@ use idem_core::{Failure, Idempotency, Outcome, Policy, StoredResponse};
 use idem_redis::redis;
 use idem_redis::RedisStore;
 use std::time::{Duration, Instant};
+use support::keepalive::every_connection_probed;
 use support::load::{Load, Seen};
 use support::private_sentinel::{PrivateSentinel, MASTER_NAME};
 use support::under_load::{
@@ -214,6 +215,7 @@ fn c13_c14_a_master_demoted_by_sentinel_and_the_store_follows_the_promotion() {
 /// The completion's `WAIT`: with the replica up, a completion is answered at once, and the
 /// replica holds it when the caller hears of it; with the replica stopped (`SIGSTOP`), the
 /// completion waits the whole `WAIT` for its acknowledgement, then counts anyway (logged).
+/// And a store under Sentinel has TCP keepalive on its connections.
 #[test]
 fn c14_a_completion_waits_for_a_replica_when_asked() {
     const WITHIN: Duration = Duration::from_millis(400);
@@ -284,6 +286,16 @@ fn c14_a_completion_waits_for_a_replica_when_asked() {
             .await
             .expect("joined")
             .expect("the replica continued");
+
+        // C13: the store's connections, to the master and to the sentinel it asks every
+        // second, have TCP keepalive (the test's own to the replica has none).
+        let mut ports = vec![setup.master_port()];
+        ports.extend_from_slice(setup.sentinel_ports());
+        let found = tokio::task::spawn_blocking(move || every_connection_probed(&ports))
+            .await
+            .expect("the socket table");
+        assert!(found >= 2, "the master's and a sentinel's: {found}");
+        drop(store);
     });
 }
 

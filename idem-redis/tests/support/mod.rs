@@ -2,6 +2,7 @@
 //! clients that count what they see, and the run of one fault under their load.
 #![allow(dead_code)]
 
+pub(crate) mod keepalive;
 pub(crate) mod load;
 pub(crate) mod private_cluster;
 pub(crate) mod private_sentinel;

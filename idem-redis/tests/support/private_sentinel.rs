@@ -165,6 +165,16 @@ impl PrivateSentinel {
         self.replica_port
     }
 
+    /// The master's port (the replica's, once it was promoted).
+    pub(crate) fn master_port(&self) -> u16 {
+        self.master_port
+    }
+
+    /// The sentinels' ports.
+    pub(crate) fn sentinel_ports(&self) -> &[u16] {
+        &self.sentinel_ports
+    }
+
     /// Stops the replica (`SIGSTOP`): it takes nothing from its master and acknowledges
     /// nothing until, `seconds` later, it is continued from the thread returned.
     pub(crate) fn stop_replica_for(&self, seconds: f64) -> std::thread::JoinHandle<()> {
