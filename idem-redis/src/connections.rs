@@ -65,6 +65,13 @@ pub(crate) struct Connections {
     beat: Supervised<Opener>,
 }
 
+/// Whether `conn` was opened on another master than `host:port` the sentinels named.
+fn elsewhere(conn: Option<Arc<Conn>>, host: &str, port: u16) -> bool {
+    conn.as_deref()
+        .and_then(Conn::sentinel_master)
+        .is_some_and(|address| address.to_string() != format!("{host}:{port}"))
+}
+
 impl Connections {
     pub(crate) fn new(conn: Conn, opener: Opener, timeouts: Timeouts) -> Self {
         let opener = Arc::new(opener);
@@ -86,18 +93,17 @@ impl Connections {
     /// if it is on another master, is rebuilt at once (callers go on with it until the new one
     /// is in place); the heartbeat's is forgotten, so its next call opens one on its thread.
     pub(crate) fn follow(&self, host: &str, port: u16) {
-        let named = format!("{host}:{port}");
-        let elsewhere = |conn: Option<Arc<Conn>>| {
-            conn.as_deref()
-                .and_then(Conn::sentinel_master)
-                .is_some_and(|address| address.to_string() != named)
-        };
-        if elsewhere(self.store.current()) {
+        if self.elsewhere(host, port) {
             self.store.rebuild_now();
         }
-        if elsewhere(self.beat.current()) {
+        if elsewhere(self.beat.current(), host, port) {
             self.beat.forget();
         }
+    }
+
+    /// Whether the store's connection is on another master than `host:port`.
+    pub(crate) fn elsewhere(&self, host: &str, port: u16) -> bool {
+        elsewhere(self.store.current(), host, port)
     }
 
     /// Runs `op` on the connection for a call made here: the heartbeat's on the engine's

@@ -7,10 +7,14 @@
 //! the replica it then becomes drops them (C14). So a task of the store asks a sentinel every
 //! [`FOLLOW_EVERY`] which master it names, and when a connection of the store is on another
 //! one, replaces it: writes go to the old master for at most about that long after the
-//! promotion is known to the sentinel asked.
+//! promotion is known to the sentinel asked. A replacement opened where the sentinels' full
+//! lookup says (the first sentinel, in order, naming a master that confirms its role), which
+//! may not be where the sentinel asked says: if the sentinel asked still names another master
+//! after its replacement, it is out of step, and the next sentinel is asked from then on, so a
+//! sentinel left behind by the others never makes the store rebuild every second.
 
 use crate::connections::Connections;
-use crate::sentinel::Sentinels;
+use crate::sentinel::{Asking, Sentinels};
 use std::sync::Weak;
 use std::time::Duration;
 
@@ -24,7 +28,9 @@ pub(crate) fn spawn(conns: Weak<Connections>, sentinels: Sentinels, within: Dura
         return;
     };
     drop(runtime.spawn(async move {
-        let mut asking = None;
+        let mut asking = Asking::default();
+        // The master named when the store's connection was last replaced for being elsewhere.
+        let mut replaced_for: Option<(String, u16)> = None;
         loop {
             tokio::time::sleep(FOLLOW_EVERY).await;
             if conns.strong_count() == 0 {
@@ -35,10 +41,20 @@ pub(crate) fn spawn(conns: Weak<Connections>, sentinels: Sentinels, within: Dura
                 return;
             };
             match named {
-                Ok(Ok(Some((host, port)))) => conns.follow(&host, port),
-                // No sentinel answered, or none knows the name: the connections' own failures
-                // rebuild them.
-                Ok(Ok(None) | Err(_)) | Err(_) => asking = None,
+                Ok(Ok(Some(named))) => {
+                    if !conns.elsewhere(&named.0, named.1) {
+                        replaced_for = None;
+                    } else if replaced_for.as_ref() == Some(&named) {
+                        asking.next();
+                        replaced_for = None;
+                    } else {
+                        conns.follow(&named.0, named.1);
+                        replaced_for = Some(named);
+                    }
+                }
+                // No sentinel answered, or the one asked does not know the name: the
+                // connections' own failures rebuild them.
+                Ok(Ok(None) | Err(_)) | Err(_) => asking.next(),
             }
         }
     }));

@@ -15,6 +15,22 @@ use redis::io::tcp::TcpSettings;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{ConnectionInfo, RedisResult};
 
+/// The sentinel a store asks which master it names, and a connection to it kept between
+/// questions.
+#[derive(Default)]
+pub(crate) struct Asking {
+    at: usize,
+    conn: Option<MultiplexedConnection>,
+}
+
+impl Asking {
+    /// Asks the next sentinel from now on.
+    pub(crate) fn next(&mut self) {
+        self.at = self.at.wrapping_add(1);
+        self.conn = None;
+    }
+}
+
 /// The sentinels of one master name; see the [module](self).
 #[derive(Debug, Clone)]
 pub(crate) struct Sentinels {
@@ -62,35 +78,37 @@ impl Sentinels {
         Box::pin(async move { client.async_get_client().await }).await
     }
 
-    /// The master's address as the first sentinel that answers names it (`SENTINEL
-    /// get-master-addr-by-name`, no check of the master: a cheap question, asked often),
-    /// through `asking`, a connection to one sentinel kept between questions (replaced by one
-    /// to the next sentinel when it fails). `None`: no sentinel knows the name.
+    /// The master's address as the sentinel `asking` names it (`SENTINEL
+    /// get-master-addr-by-name`, no check of the master: a cheap question, asked often), or
+    /// the next one that answers. `None`: the sentinel does not know the name.
     pub(crate) async fn named_master(
         &self,
-        asking: &mut Option<(usize, MultiplexedConnection)>,
+        asking: &mut Asking,
     ) -> RedisResult<Option<(String, u16)>> {
         let mut cmd = redis::cmd("SENTINEL");
         cmd.arg("get-master-addr-by-name").arg(&self.master);
-        let first = asking.as_ref().map_or(0, |(n, _)| *n);
         let mut last_error = None;
-        for n in (first..first + self.sentinels.len()).map(|n| n % self.sentinels.len()) {
-            let mut conn = match asking.take() {
-                Some((at, conn)) if at == n => conn,
-                _ => match self.connect(n).await {
+        for _ in 0..self.sentinels.len() {
+            let mut conn = match asking.conn.take() {
+                Some(conn) => conn,
+                None => match self.connect(asking.at % self.sentinels.len()).await {
                     Ok(conn) => conn,
                     Err(error) => {
                         last_error = Some(error);
+                        asking.next();
                         continue;
                     }
                 },
             };
             match cmd.query_async::<Option<(String, u16)>>(&mut conn).await {
                 Ok(named) => {
-                    *asking = Some((n, conn));
+                    asking.conn = Some(conn);
                     return Ok(named);
                 }
-                Err(error) => last_error = Some(error),
+                Err(error) => {
+                    last_error = Some(error);
+                    asking.next();
+                }
             }
         }
         Err(last_error.unwrap_or_else(|| {
