@@ -383,6 +383,9 @@ impl RedisStoreBuilder {
     /// record the old master had not yet sent to the promoted replica is lost, and its
     /// effect may run again ([`wait_for_replica`](Self::wait_for_replica) narrows it).
     ///
+    /// A sentinel's URL carries that sentinel's own settings (its password); the master is
+    /// connected to in plain TCP, database 0, without credentials.
+    ///
     /// ```no_run
     /// use idem_redis::RedisStore;
     /// # async fn demo() -> Result<(), idem_core::Error> {
