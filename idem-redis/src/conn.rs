@@ -3,13 +3,17 @@
 //! master of a Cluster) and commands sent to one of them.
 
 use crate::error::{store_error, unexpected, BACKEND};
+use crate::sentinel::Sentinels;
 use idem_core::{Error, StoreErrorKind};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Cmd, FromRedisValue, Pipeline, RedisResult, ScriptInvocation, Value};
+use redis::cluster_routing::{
+    MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+};
+use redis::{Cmd, ConnectionAddr, FromRedisValue, Pipeline, RedisResult, ScriptInvocation, Value};
 use std::fmt;
+use std::time::Duration;
 
 /// A connection. Its socket is driven by a task of the runtime it was opened on (the manager's
 /// or the cluster client's), so a call made elsewhere waits for that runtime's workers.
@@ -17,14 +21,18 @@ use std::fmt;
 pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    /// The master the sentinels named when it was opened, and its address.
+    Sentinel(ConnectionManager, ConnectionAddr),
 }
 
 /// What opens a [`Conn`]: the client, with the settings the store applies (response and
 /// connection timeouts, no hidden reconnect retries on one Redis), so every connection the
-/// store opens behaves the same.
+/// store opens behaves the same. Under Sentinel, the master the sentinels name at the time,
+/// with the settings of one Redis.
 pub(crate) enum Opener {
     Single(redis::Client, ConnectionManagerConfig),
     Cluster(ClusterClient),
+    Sentinel(Sentinels, ConnectionManagerConfig),
 }
 
 impl Opener {
@@ -36,6 +44,16 @@ impl Opener {
                 .await
                 .map(Conn::Single),
             Opener::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+            Opener::Sentinel(sentinels, config) => match sentinels.master().await {
+                Ok(client) => {
+                    let address = client.get_connection_info().addr().clone();
+                    client
+                        .get_connection_manager_with_config(config.clone())
+                        .await
+                        .map(|conn| Conn::Sentinel(conn, address))
+                }
+                Err(error) => Err(error),
+            },
         }
         .map_err(store_error)
     }
@@ -68,20 +86,60 @@ pub(crate) fn answer(value: Value) -> Result<Value, Error> {
 }
 
 impl Conn {
+    /// The master's address, for a connection opened where the sentinels said it was.
+    pub(crate) fn sentinel_master(&self) -> Option<&ConnectionAddr> {
+        match self {
+            Conn::Sentinel(_, address) => Some(address),
+            Conn::Single(_) | Conn::Cluster(_) => None,
+        }
+    }
+
     /// Runs `cmd` where the client routes it, with redis-rs's own error.
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<T> {
         match self {
-            Conn::Single(conn) => cmd.query_async(&mut conn.clone()).await,
+            Conn::Single(conn) | Conn::Sentinel(conn, _) => {
+                cmd.query_async(&mut conn.clone()).await
+            }
             Conn::Cluster(conn) => cmd.query_async(&mut conn.clone()).await,
         }
     }
 
     pub(crate) async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, Error> {
         match self {
-            Conn::Single(conn) => invocation.invoke_async(&mut conn.clone()).await,
+            Conn::Single(conn) | Conn::Sentinel(conn, _) => {
+                invocation.invoke_async(&mut conn.clone()).await
+            }
             Conn::Cluster(conn) => invocation.invoke_async(&mut conn.clone()).await,
         }
         .map_err(store_error)
+    }
+
+    /// `WAIT 1 <within>` where `key` lives (on a Cluster, its slot's master): how many
+    /// replicas acknowledged every write this connection made before it, after at most
+    /// `within` (more than zero: `WAIT 1 0` waits for ever).
+    pub(crate) async fn wait_for_replica(&self, key: &str, within: Duration) -> Result<i64, Error> {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(1)
+            .arg(u64::try_from(within.as_millis()).unwrap_or(u64::MAX).max(1));
+        let acknowledged = match self {
+            Conn::Single(conn) | Conn::Sentinel(conn, _) => {
+                cmd.query_async(&mut conn.clone()).await
+            }
+            Conn::Cluster(conn) => {
+                let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
+                conn.clone()
+                    .route_command(
+                        cmd,
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                    )
+                    .await
+            }
+        }
+        .map_err(store_error)?;
+        match acknowledged {
+            Value::Int(count) => Ok(count),
+            other => Err(unexpected("WAIT", &other)),
+        }
     }
 
     /// The nodes that hold records, in order: the one Redis, or every master of the Cluster
@@ -135,7 +193,9 @@ impl Conn {
     /// Runs `cmd` on `node`.
     pub(crate) async fn query_on(&self, node: &Node, cmd: &Cmd) -> Result<Value, Error> {
         match self {
-            Conn::Single(conn) => cmd.query_async(&mut conn.clone()).await,
+            Conn::Single(conn) | Conn::Sentinel(conn, _) => {
+                cmd.query_async(&mut conn.clone()).await
+            }
             Conn::Cluster(conn) => {
                 let route = RoutingInfo::SingleNode(Self::route(node)?);
                 conn.clone().route_command(cmd.clone(), route).await
@@ -153,7 +213,9 @@ impl Conn {
     ) -> Result<Vec<Value>, Error> {
         pipe.ignore_errors();
         match self {
-            Conn::Single(conn) => pipe.query_async(&mut conn.clone()).await,
+            Conn::Single(conn) | Conn::Sentinel(conn, _) => {
+                pipe.query_async(&mut conn.clone()).await
+            }
             Conn::Cluster(conn) => {
                 let count = pipe.len();
                 conn.clone()

@@ -65,6 +65,13 @@ pub(crate) struct Connections {
     beat: Supervised<Opener>,
 }
 
+/// Whether `conn` was opened on another master than `host:port` the sentinels named.
+fn elsewhere(conn: Option<Arc<Conn>>, host: &str, port: u16) -> bool {
+    conn.as_deref()
+        .and_then(Conn::sentinel_master)
+        .is_some_and(|address| address.to_string() != format!("{host}:{port}"))
+}
+
 impl Connections {
     pub(crate) fn new(conn: Conn, opener: Opener, timeouts: Timeouts) -> Self {
         let opener = Arc::new(opener);
@@ -80,6 +87,23 @@ impl Connections {
 
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.store.opener(), Opener::Cluster(_))
+    }
+
+    /// The sentinels name `host:port` as the master (`crate::follow`): the store's connection,
+    /// if it is on another master, is rebuilt at once (callers go on with it until the new one
+    /// is in place); the heartbeat's is forgotten, so its next call opens one on its thread.
+    pub(crate) fn follow(&self, host: &str, port: u16) {
+        if self.elsewhere(host, port) {
+            self.store.rebuild_now();
+        }
+        if elsewhere(self.beat.current(), host, port) {
+            self.beat.forget();
+        }
+    }
+
+    /// Whether the store's connection is on another master than `host:port`.
+    pub(crate) fn elsewhere(&self, host: &str, port: u16) -> bool {
+        elsewhere(self.store.current(), host, port)
     }
 
     /// Runs `op` on the connection for a call made here: the heartbeat's on the engine's
@@ -99,6 +123,13 @@ impl Connections {
     /// See [`Conn::invoke`].
     pub(crate) async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, Error> {
         self.on(|conn| async move { conn.invoke(invocation).await })
+            .await
+    }
+
+    /// See [`Conn::wait_for_replica`]: on the connection the completion before it was
+    /// written on (a call made on the heartbeat thread never completes).
+    pub(crate) async fn wait_for_replica(&self, key: &str, within: Duration) -> Result<i64, Error> {
+        self.on(|conn| async move { conn.wait_for_replica(key, within).await })
             .await
     }
 

@@ -30,7 +30,9 @@ pub(crate) fn store_error(error: redis::RedisError) -> Error {
 ///
 /// - a refused or dropped connection, a timeout (a call past its response timeout, a connection
 ///   past its connection timeout), a cluster that is down or moving slots, a server loading its
-///   data, a primary that is down, out of memory: retry later ([`StoreErrorKind::Unavailable`]);
+///   data, a primary that is down, a replica's `READONLY` (a master demoted by a failover),
+///   sentinels that name no master up (a failover under way), out of memory: retry later
+///   ([`StoreErrorKind::Unavailable`]);
 /// - a refused password, a client configuration redis-rs rejects: an operator must act
 ///   ([`StoreErrorKind::Misconfigured`]);
 /// - anything else: [`StoreErrorKind::Other`]. (The store itself reports a `WRONGTYPE` reply at a
@@ -58,14 +60,16 @@ pub fn classify(error: &redis::RedisError) -> StoreErrorKind {
         return StoreErrorKind::Unavailable;
     }
     match error.kind() {
-        redis::ErrorKind::AuthenticationFailed | redis::ErrorKind::InvalidClientConfig => {
-            StoreErrorKind::Misconfigured
-        }
-        redis::ErrorKind::Server(
+        redis::ErrorKind::AuthenticationFailed
+        | redis::ErrorKind::InvalidClientConfig
+        | redis::ErrorKind::EmptySentinelList => StoreErrorKind::Misconfigured,
+        redis::ErrorKind::MasterNameNotFoundBySentinel
+        | redis::ErrorKind::Server(
             redis::ServerErrorKind::BusyLoading
             | redis::ServerErrorKind::TryAgain
             | redis::ServerErrorKind::ClusterDown
-            | redis::ServerErrorKind::MasterDown,
+            | redis::ServerErrorKind::MasterDown
+            | redis::ServerErrorKind::ReadOnly,
         ) => StoreErrorKind::Unavailable,
         _ => StoreErrorKind::Other,
     }
@@ -114,6 +118,24 @@ mod tests {
             source.is_some_and(redis::RedisError::is_timeout),
             "the redis error is kept as the source: {source:?}"
         );
+    }
+
+    /// C13: a master demoted to a replica answers writes `READONLY`, and sentinels name no
+    /// master up while a failover is under way: both retry later, and both count towards the
+    /// rebuild that asks the sentinels again.
+    #[test]
+    fn c13_a_demoted_master_and_a_failover_under_way_are_unavailable() {
+        let read_only = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+            "You can't write against a read only replica.",
+        ));
+        let no_master = redis::RedisError::from((
+            redis::ErrorKind::MasterNameNotFoundBySentinel,
+            "Master with given name not found in sentinel",
+        ));
+        for error in [read_only, no_master] {
+            assert_eq!(classify(&error), StoreErrorKind::Unavailable, "{error}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 use crate::connections::Connections;
 use crate::feed_settings::{ping_prefix, FeedSettings};
+use crate::sentinel::Sentinels;
 use futures_core::Stream;
 use idem_core::store::Changes;
 use idem_core::Error;
@@ -26,10 +27,34 @@ use std::time::Duration;
 /// Where and how the feed subscribes.
 #[derive(Debug, Clone)]
 pub(crate) struct Subscribers {
-    /// The one Redis, or a Cluster's seed nodes, tried in turn.
-    pub(crate) clients: Vec<redis::Client>,
-    /// How long opening a subscription (connection and SUBSCRIBE) may take.
+    /// The nodes it subscribes on.
+    pub(crate) nodes: Nodes,
+    /// How long opening a subscription (the master's address asked, connection and
+    /// SUBSCRIBE) may take.
     pub(crate) connect_within: Duration,
+}
+
+/// The nodes a feed subscribes on.
+#[derive(Debug, Clone)]
+pub(crate) enum Nodes {
+    /// The one Redis, or a Cluster's seed nodes, tried in turn.
+    Fixed(Vec<redis::Client>),
+    /// The master the sentinels name each time a subscription is opened: after a failover,
+    /// the new one.
+    Sentinel(Sentinels),
+}
+
+impl Nodes {
+    /// The client of the `n`th subscription.
+    async fn client(&self, n: usize) -> Result<redis::Client, String> {
+        match self {
+            Nodes::Fixed(clients) => clients
+                .get(n % clients.len().max(1))
+                .cloned()
+                .ok_or_else(|| "no node to subscribe on".to_owned()),
+            Nodes::Sentinel(sentinels) => sentinels.master().await.map_err(|e| e.to_string()),
+        }
+    }
 }
 
 /// The feed of a store, delivering to `changes`.
@@ -72,16 +97,17 @@ impl Listen for RedisListen {
 
     /// A new pub/sub connection to the next seed node, subscribed to the channel and the pings.
     async fn connect(&mut self, channels: [&str; 2]) -> Result<Subscription, String> {
-        let clients = &self.subscribers.clients;
-        let Some(client) = clients.get(self.node % clients.len().max(1)) else {
-            return Err("no node to subscribe on".to_owned());
-        };
+        let (nodes, n) = (&self.subscribers.nodes, self.node);
         self.node = self.node.wrapping_add(1);
         let within = self.subscribers.connect_within;
         let open = async {
-            let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe(&channels).await?;
-            Ok::<_, redis::RedisError>(pubsub)
+            let client = nodes.client(n).await?;
+            let mut pubsub = client.get_async_pubsub().await.map_err(|e| e.to_string())?;
+            pubsub
+                .subscribe(&channels)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(pubsub)
         };
         match tokio::time::timeout(within, open).await {
             Ok(Ok(pubsub)) => {
@@ -91,7 +117,7 @@ impl Listen for RedisListen {
                     stream,
                 })
             }
-            Ok(Err(error)) => Err(error.to_string()),
+            Ok(Err(error)) => Err(error),
             Err(_) => Err(format!("no subscription within {within:?}")),
         }
     }

@@ -1,6 +1,6 @@
 //! # idem-redis
 //!
-//! The fast idem store, on one Redis or a Redis Cluster.
+//! The fast idem store, on one Redis, a Redis Cluster or Redis under Sentinel.
 //!
 //! ## Not for money: Redis is not in the same transaction as your effect (C14)
 //!
@@ -18,7 +18,9 @@
 //! `appendfsync everysec` (Redis's default AOF setting), a crash can lose the last second of
 //! reservations and completions; with `appendfsync always`, nothing acknowledged is lost. A
 //! failover to a replica can lose what the replica had not received yet (replication is
-//! asynchronous).
+//! asynchronous): a completion acknowledged to the caller, whose effect then runs again.
+//! [`RedisStoreBuilder::wait_for_replica`] narrows that window for completions; it does not
+//! close it.
 //!
 //! ## Layout
 //!
@@ -74,7 +76,18 @@
 //! client hearing of it (only ever a timeout), and a cluster connection that stops
 //! reconnecting after a master restart or a resharding under load. Each rebuild is logged at
 //! warn on target `idem_redis`. The heartbeat thread's connection is supervised the same way,
-//! rebuilt after its first unavailable failure.
+//! rebuilt after its first unavailable failure. Every connection has TCP keepalive and, on
+//! Linux, a TCP user timeout, so a peer gone silent closes it.
+//!
+//! ## Sentinel: a failover without a restart (C13)
+//!
+//! [`RedisStoreBuilder::connect_sentinel`] takes the sentinels' addresses and the master's
+//! name. Each connection, rebuilt ones and the change feed's included, asks the sentinels
+//! where the master is; a master that died or was demoted (`READONLY`) fails calls
+//! unavailable, which rebuilds the connection at the master the sentinels promoted. A task
+//! asks a sentinel every second which master it names, and moves a connection that is on
+//! another one: a master still running after another was promoted is left within about a
+//! second, not when the sentinels demote it.
 //!
 //! ## A change feed for waiting duplicates (C5)
 //!
@@ -133,12 +146,15 @@ mod connections;
 mod error;
 mod feed;
 mod feed_settings;
+mod follow;
 mod listing;
 mod record;
 mod resolve;
 mod scripts;
+mod sentinel;
 mod store;
 mod supervised;
+mod tcp;
 
 pub use error::{classify, is_transient};
 pub use store::{validate_prefix, RedisStore, RedisStoreBuilder};

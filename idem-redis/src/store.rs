@@ -4,11 +4,12 @@ use crate::audit::{self, Element};
 use crate::conn::{Conn, Opener};
 use crate::connections::{Connections, Timeouts};
 use crate::error::{classify, store_error, unexpected, BACKEND};
-use crate::feed::Subscribers;
+use crate::feed::{Nodes, Subscribers};
 use crate::feed_settings::{self, FeedSettings};
 use crate::listing::Scanner;
 use crate::record::{self, integer, text, timestamp};
 use crate::scripts::scripts;
+use crate::sentinel::Sentinels;
 use idem_core::store::Deadline;
 use idem_core::store::Reconciliation;
 use idem_core::store::{
@@ -19,6 +20,7 @@ use idem_core::Operation;
 use idem_core::{Error, Field, RecordId, Store, StoreErrorKind, StoredResponse, Timestamp};
 use idem_ops::Holder;
 use idem_ops::{Inspected, ListQuery, ListingOrder, Operator, Page, Stats};
+use redis::io::tcp::TcpSettings;
 use redis::{ScriptInvocation, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,7 +35,7 @@ const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long establishing a connection may take by default (C13).
 const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// An idem [`Store`] in Redis, on one node or a Redis Cluster.
+/// An idem [`Store`] in Redis, on one node, a Redis Cluster or under Sentinel.
 ///
 /// **Not atomic with your effect** (C14): see the crate documentation. Every operation on a
 /// record is one Lua script on one key (one round trip; EVALSHA, with the body sent again after
@@ -66,6 +68,8 @@ pub struct RedisStore {
     subscribers: Arc<Subscribers>,
     /// How long an announcement may take, cut off after it.
     announce_within: Duration,
+    /// How long a completion waits for a replica's acknowledgement, if it does.
+    wait_for_replica: Option<Duration>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -131,6 +135,7 @@ pub struct RedisStoreBuilder {
     response_timeout: Duration,
     connection_timeout: Duration,
     allow_eviction: bool,
+    wait_for_replica: Option<Duration>,
     feed: FeedSettings,
     holder: Holder,
 }
@@ -276,25 +281,69 @@ impl RedisStoreBuilder {
                 "the response and connection timeouts must be more than zero",
             ));
         }
+        if self
+            .wait_for_replica
+            .is_some_and(|within| within.is_zero() || within >= self.response_timeout)
+        {
+            return Err(Error::invalid(
+                Field::Config,
+                "the wait for a replica must be more than zero and less than the response timeout",
+            ));
+        }
         Ok(())
     }
 
-    /// Connects to one Redis (`redis://host:port/db`), with a connection manager that
-    /// reconnects by itself.
-    pub async fn connect(self, url: &str) -> Result<RedisStore, Error> {
-        self.validate()?;
-        let client = redis::Client::open(url).map_err(store_error)?;
-        // Bounded (C13): a call waits at most the response timeout for its answer, and a lost
-        // connection is re-established in one attempt of at most the connection timeout. No
-        // retries inside the manager: calls waiting on a reconnection would wait for every
-        // attempt and the back-off between them; a failed attempt is an error, and the next
-        // call starts a new one (the manager reconnects on an I/O error, a timed-out attempt
-        // included).
-        let config = redis::aio::ConnectionManagerConfig::new()
+    /// After each completion, waits up to `within` for one replica to acknowledge it
+    /// (`WAIT 1 <ms>`; default `None`: no wait). More than zero, less than the response
+    /// timeout.
+    ///
+    /// It narrows C14's failover loss: a completion a replica acknowledged survives the
+    /// promotion of that replica. It costs a round trip and the replication delay on every
+    /// completion, and `within` whenever no replica answers. It guarantees nothing: a
+    /// completion no replica acknowledged in time still counts (logged at warn), the
+    /// sentinels may promote a replica that did not acknowledge it, and a reservation is not
+    /// waited for, so a failover can still lose a record and run its effect again. A `WAIT`
+    /// that fails (the master lost) fails the completion, which the engine retries: on the new
+    /// master it lands, or is found landed.
+    ///
+    /// ```
+    /// use idem_redis::RedisStore;
+    /// use std::time::Duration;
+    /// let builder = RedisStore::builder().wait_for_replica(Some(Duration::from_millis(100)));
+    /// # let _ = builder;
+    /// ```
+    pub fn wait_for_replica(mut self, within: Option<Duration>) -> Self {
+        self.wait_for_replica = within;
+        self
+    }
+
+    /// The TCP settings of every connection (see `crate::tcp`).
+    fn tcp(&self) -> TcpSettings {
+        crate::tcp::settings(self.connection_timeout + self.response_timeout)
+    }
+
+    /// The settings of a connection to one Redis. Bounded (C13): a call waits at most the
+    /// response timeout for its answer, and a lost connection is re-established in one attempt
+    /// of at most the connection timeout. No retries inside the manager: calls waiting on a
+    /// reconnection would wait for every attempt and the back-off between them; a failed
+    /// attempt is an error, and the next call starts a new one (the manager reconnects on an
+    /// I/O error, a timed-out attempt included).
+    fn single(&self) -> redis::aio::ConnectionManagerConfig {
+        redis::aio::ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.response_timeout))
             .set_connection_timeout(Some(self.connection_timeout))
-            .set_number_of_retries(0);
-        let subscribers = vec![client.clone()];
+            .set_number_of_retries(0)
+    }
+
+    /// Connects to one Redis (`redis://host:port/db`), with a connection manager that
+    /// reconnects by itself. Every connection has TCP keepalive and, on Linux, a TCP user
+    /// timeout of one connection timeout plus one response timeout (at least 1 s), so a peer
+    /// gone silent closes it; so do a Cluster's and Sentinel's.
+    pub async fn connect(self, url: &str) -> Result<RedisStore, Error> {
+        self.validate()?;
+        let client = crate::tcp::client(url, &self.tcp()).map_err(store_error)?;
+        let subscribers = Nodes::Fixed(vec![client.clone()]);
+        let config = self.single();
         self.open(Opener::Single(client, config), subscribers).await
     }
 
@@ -302,9 +351,10 @@ impl RedisStoreBuilder {
     /// of these nodes at a time, moving to the next one when it fails.
     pub async fn connect_cluster(self, nodes: &[&str]) -> Result<RedisStore, Error> {
         self.validate()?;
+        let tcp = self.tcp();
         let subscribers = nodes
             .iter()
-            .map(|node| redis::Client::open(*node))
+            .map(|node| crate::tcp::client(node, &tcp))
             .collect::<Result<Vec<_>, _>>()
             .map_err(store_error)?;
         // Bounded (C13): the response timeout is also the cluster client's overall timeout of
@@ -313,18 +363,65 @@ impl RedisStoreBuilder {
             .response_timeout(self.response_timeout)
             .connection_timeout(self.connection_timeout)
             .retries(2)
+            .tcp_settings(tcp)
             .build()
             .map_err(store_error)?;
-        self.open(Opener::Cluster(client), subscribers).await
+        self.open(Opener::Cluster(client), Nodes::Fixed(subscribers))
+            .await
+    }
+
+    /// Connects to the master the sentinels at `sentinels` (`redis://host:26379`, asked in
+    /// this order) name `master`, and follows it through a failover (C13): a connection whose
+    /// calls keep failing unavailable (refused, lost, timed out, `READONLY` from a demoted
+    /// master) is rebuilt, and every rebuild, like the change feed's subscription, asks the
+    /// sentinels again. Until they have promoted a replica, calls are 503s within their
+    /// deadline; after, the store answers again once its next rebuild is due (at most the
+    /// connection timeout, 2 s at most, see [`RedisStore`]). A master still running when
+    /// another is promoted (a manual failover, a healed partition) takes writes until the
+    /// sentinels demote it, seconds later; so a task of the store asks a sentinel every second
+    /// which master it names, and a connection on another one is rebuilt at once. C14's failover loss stands: a
+    /// record the old master had not yet sent to the promoted replica is lost, and its
+    /// effect may run again ([`wait_for_replica`](Self::wait_for_replica) narrows it).
+    ///
+    /// A sentinel's URL carries that sentinel's own settings (its password); the master is
+    /// connected to in plain TCP, database 0, without credentials.
+    ///
+    /// ```no_run
+    /// use idem_redis::RedisStore;
+    /// # async fn demo() -> Result<(), idem_core::Error> {
+    /// let store = RedisStore::builder()
+    ///     .connect_sentinel(
+    ///         &["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///         "mymaster",
+    ///     )
+    ///     .await?;
+    /// # let _ = store;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect_sentinel(
+        self,
+        sentinels: &[&str],
+        master: &str,
+    ) -> Result<RedisStore, Error> {
+        self.validate()?;
+        if sentinels.is_empty() {
+            return Err(Error::invalid(Field::Config, "no sentinel to ask"));
+        }
+        let sentinels = Sentinels::new(sentinels, master, &self.tcp()).map_err(store_error)?;
+        let subscribers = Nodes::Sentinel(sentinels.clone());
+        let config = self.single();
+        let within = self.connection_timeout + self.response_timeout;
+        let store = self
+            .open(Opener::Sentinel(sentinels.clone(), config), subscribers)
+            .await?;
+        crate::follow::spawn(Arc::downgrade(&store.conns), sentinels, within);
+        Ok(store)
     }
 
     /// Opens the store's connection (driven by the current runtime) and keeps `opener` for the
     /// heartbeat's.
-    async fn open(
-        self,
-        opener: Opener,
-        subscribers: Vec<redis::Client>,
-    ) -> Result<RedisStore, Error> {
+    async fn open(self, opener: Opener, subscribers: Nodes) -> Result<RedisStore, Error> {
         // Bounded whatever the driver does (C13): a cluster client connects to every master.
         let deadline = self.connection_timeout + self.response_timeout;
         let conn = tokio::time::timeout(deadline, opener.open())
@@ -349,8 +446,9 @@ impl RedisStoreBuilder {
             grace: self.grace,
             holder: Arc::from(self.holder.encode()),
             feed: Arc::new(self.feed),
+            wait_for_replica: self.wait_for_replica,
             subscribers: Arc::new(Subscribers {
-                clients: subscribers,
+                nodes: subscribers,
                 connect_within: deadline,
             }),
             announce_within: deadline,
@@ -403,6 +501,7 @@ impl RedisStore {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             allow_eviction: false,
+            wait_for_replica: None,
             feed: feed_settings::default_settings(),
             holder: Holder::this_process().clone(),
         }
@@ -436,6 +535,19 @@ impl RedisStore {
 
     fn scanner(&self) -> Scanner<'_> {
         Scanner::new(&self.conns, &self.prefix)
+    }
+
+    /// After a completion at `key`: `WAIT 1 <within>`; no replica in time is a warning, a
+    /// failed `WAIT` the completion's error (see [`RedisStoreBuilder::wait_for_replica`]).
+    async fn replicated(&self, key: &str, within: Duration) -> Result<(), Error> {
+        if self.conns.wait_for_replica(key, within).await? < 1 {
+            tracing::warn!(
+                target: "idem_redis",
+                ?within,
+                "a completion was not acknowledged by a replica in time: a failover may lose it"
+            );
+        }
+        Ok(())
     }
 
     async fn fenced(&self, invocation: &ScriptInvocation<'_>) -> Result<(), Error> {
@@ -541,14 +653,19 @@ impl Store for RedisStore {
     async fn complete(&self, completion: &Completion, deadline: Deadline) -> Result<(), Error> {
         deadline
             .bound(Operation::Complete, async {
+                let key = self.key_of(completion.id());
                 let mut invocation = scripts().complete.prepare_invoke();
                 invocation
-                    .key(self.key_of(completion.id()))
+                    .key(&key)
                     .arg(completion.token().as_bytes().as_slice())
                     .arg(completion.encoded())
                     .arg(duration_millis(completion.retain_for()))
                     .arg(completion.doubt().unwrap_or_default());
-                self.fenced(&invocation).await
+                self.fenced(&invocation).await?;
+                match self.wait_for_replica {
+                    Some(within) => self.replicated(&key, within).await,
+                    None => Ok(()),
+                }
             })
             .await
     }

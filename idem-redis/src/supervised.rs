@@ -138,6 +138,34 @@ impl<O: Open> Supervised<O> {
         &self.shared.opener
     }
 
+    /// The connection in use, if there is one.
+    pub(crate) fn current(&self) -> Option<Arc<O::Conn>> {
+        self.shared.lock().current.clone()
+    }
+
+    /// Starts a rebuild now, failures or not, back-off or not (unless one is running): the
+    /// connection in use is known to be the wrong one (a master the sentinels no longer name).
+    pub(crate) fn rebuild_now(&self) {
+        let mut state = self.shared.lock();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if state.rebuilding {
+            return;
+        }
+        state.rebuilding = true;
+        state.failures = 0;
+        drop(state);
+        let shared = Arc::clone(&self.shared);
+        runtime.spawn(async move { shared.rebuild(Cause::Moved).await });
+    }
+
+    /// Forgets the connection in use: the next call opens one (a slot opened lazily, whose
+    /// connection must be opened by its own side).
+    pub(crate) fn forget(&self) {
+        self.shared.lock().current = None;
+    }
+
     /// How many rebuilds replaced the connection so far.
     #[cfg(test)]
     pub(crate) fn rebuilds(&self) -> u64 {
@@ -239,8 +267,17 @@ impl<O: Open> Supervised<O> {
         state.failures = 0;
         drop(state);
         let shared = Arc::clone(&self.shared);
-        runtime.spawn(async move { shared.rebuild().await });
+        runtime.spawn(async move { shared.rebuild(Cause::Failing).await });
     }
+}
+
+/// Why a connection is rebuilt, as its log says.
+#[derive(Debug, Clone, Copy)]
+enum Cause {
+    /// Its calls kept failing unavailable.
+    Failing,
+    /// It is on a master the sentinels no longer name.
+    Moved,
 }
 
 impl<O: Open> Shared<O> {
@@ -258,7 +295,7 @@ impl<O: Open> Shared<O> {
 
     /// Opens a new connection and puts it in place of the one in use (dropped once its last
     /// call ends); whatever came of it, the next rebuild waits for the back-off.
-    async fn rebuild(&self) {
+    async fn rebuild(&self, cause: Cause) {
         let _ends = RebuildEnds(self);
         let opened = tokio::time::timeout(self.settings.open_deadline, self.opener.open())
             .await
@@ -279,6 +316,11 @@ impl<O: Open> Shared<O> {
         };
         drop(state);
         match replaced {
+            Ok(rebuilds) if matches!(cause, Cause::Moved) => tracing::warn!(
+                target: "idem_redis",
+                rebuilds,
+                "the sentinels name another master: the Redis connection replaced by a new one"
+            ),
             Ok(rebuilds) => tracing::warn!(
                 target: "idem_redis",
                 rebuilds,
@@ -502,6 +544,26 @@ mod tests {
         );
         assert_eq!(used(&slot).await, 0, "an answer counts nothing");
         assert_eq!(slot.shared.lock().failures, 1);
+    }
+
+    /// C13: a connection known to be on the wrong master (the sentinels name another) is
+    /// rebuilt at once, with no failure and within the back-off; a lazy slot's forgotten
+    /// connection is opened again by its next call.
+    #[tokio::test]
+    async fn c13_a_rebuild_now_replaces_the_connection_without_failures() {
+        let fake = Fake::new(Duration::ZERO);
+        let slot = Supervised::new(0, Arc::clone(&fake), SETTINGS);
+        slot.rebuild_now();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(used(&slot).await, 1, "replaced without a failure");
+        slot.rebuild_now();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(used(&slot).await, 2, "the back-off does not hold it");
+        let lazy = Supervised::lazy(Arc::clone(&fake), SETTINGS);
+        assert_eq!(used(&lazy).await, 3);
+        lazy.forget();
+        assert!(lazy.current().is_none());
+        assert_eq!(used(&lazy).await, 4, "opened again by the next call");
     }
 
     /// A slot opened lazily opens on its first call; a failure that is not unavailable (a

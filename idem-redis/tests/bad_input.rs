@@ -478,3 +478,37 @@ async fn c13_a_zero_deadline_is_refused() {
         );
     }
 }
+
+/// A wait for a replica of zero (`WAIT 1 0` waits for ever) or as long as the response
+/// timeout (its answer would come after the call's deadline), and Sentinel without a sentinel
+/// to ask, are refused before connecting, as bad configuration.
+#[tokio::test]
+async fn c13_a_replica_wait_without_a_bound_and_sentinel_without_sentinels_are_refused() {
+    let refused = [
+        RedisStore::builder()
+            .wait_for_replica(Some(Duration::ZERO))
+            .connect(&common::redis_url())
+            .await,
+        RedisStore::builder()
+            .response_timeout(Duration::from_millis(500))
+            .wait_for_replica(Some(Duration::from_millis(500)))
+            .connect(&common::redis_url())
+            .await,
+        RedisStore::builder()
+            .connect_sentinel(&[], "mymaster")
+            .await,
+    ];
+    for refused in refused {
+        let refused = refused.map(|_| ());
+        assert!(
+            matches!(
+                refused,
+                Err(Error::InvalidInput {
+                    field: Field::Config,
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+    }
+}

@@ -26,6 +26,8 @@ pub(crate) struct Clients {
 pub(crate) struct Seen {
     /// Handler runs per key.
     pub effects: HashMap<String, usize>,
+    /// When each key's handler first ran.
+    pub first_run: HashMap<String, Instant>,
     /// Keys answered (executed or replayed), and the keys never answered.
     pub answered: usize,
     pub unanswered: Vec<String>,
@@ -89,8 +91,15 @@ impl Seen {
     }
 }
 
+/// One key's handler runs: how many, and when the first began.
+#[derive(Default)]
+struct Runs {
+    count: AtomicUsize,
+    first: std::sync::OnceLock<Instant>,
+}
+
 /// Each key's handler runs.
-type Counters = Mutex<HashMap<String, Arc<AtomicUsize>>>;
+type Counters = Mutex<HashMap<String, Arc<Runs>>>;
 
 /// A running load: stop it to get what it saw.
 pub(crate) struct Load {
@@ -153,7 +162,11 @@ impl Load {
         let counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
         seen.effects = counters
             .iter()
-            .map(|(key, runs)| (key.clone(), runs.load(Ordering::SeqCst)))
+            .map(|(key, runs)| (key.clone(), runs.count.load(Ordering::SeqCst)))
+            .collect();
+        seen.first_run = counters
+            .iter()
+            .filter_map(|(key, runs)| Some((key.clone(), *runs.first.get()?)))
             .collect();
         seen.answered = seen.effects.len() - seen.unanswered.len();
         seen
@@ -170,7 +183,7 @@ async fn client<S: Store + 'static>(
     clients: Clients,
     stop: &AtomicBool,
     seen: &Mutex<Seen>,
-    counters: &Mutex<HashMap<String, Arc<AtomicUsize>>>,
+    counters: &Counters,
 ) {
     let request = idem
         .request(consumer, "POST", "/v1/notifications")
@@ -178,7 +191,7 @@ async fn client<S: Store + 'static>(
         .body(b"{}")
         .build()
         .expect("a valid request");
-    let runs = Arc::new(AtomicUsize::new(0));
+    let runs = Arc::new(Runs::default());
     counters
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -198,7 +211,8 @@ async fn client<S: Store + 'static>(
         let result = tokio::time::timeout(
             clients.hang,
             idem.run(&request, move |_| async move {
-                runs.fetch_add(1, Ordering::SeqCst);
+                runs.first.get_or_init(Instant::now);
+                runs.count.fetch_add(1, Ordering::SeqCst);
                 Ok::<_, Failure<std::io::Error>>(StoredResponse::new(201, "sent"))
             }),
         )

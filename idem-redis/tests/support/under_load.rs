@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 pub(crate) const STORE_TIMEOUTS: Duration = Duration::from_millis(300);
 /// The engine's bound on every store call (`Policy::store_timeout`): the deadline.
 pub(crate) const DEADLINE: Duration = Duration::from_secs(1);
-const LEASE: Duration = Duration::from_secs(3);
+pub(crate) const LEASE: Duration = Duration::from_secs(3);
 pub(crate) const CLIENTS: Clients = Clients {
     tasks: 64,
     retry: Duration::from_millis(200),
