@@ -1,7 +1,7 @@
 //! A two-second blackhole under load (C13, C4): many retrying clients charge through
 //! `run_in_transaction`, on a store with a few connections (its own, and the pool that carries
 //! the effects' transactions), while the network between the store and PostgreSQL swallows
-//! everything for two seconds. Every call is answered within the deadline, nothing is charged
+//! everything for two seconds. Every call is answered within its budget, nothing is charged
 //! twice, and once the network is back the store answers again by itself, within two
 //! deadlines: no connection, of the store or of the pool, stays stuck in a statement the
 //! blackhole cut off.
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::bench::{answered, tally, Bench};
 
-/// The engine's deadline for one store call.
+/// The store budget of one request (C13).
 const STORE_TIMEOUT: Duration = Duration::from_millis(700);
 /// The store's own deadlines, below it.
 const STATEMENT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -32,10 +32,10 @@ const LEASE: Duration = Duration::from_secs(3);
 const BLACKHOLE: Duration = Duration::from_secs(2);
 /// How long a client waits between attempts.
 const RETRY_EVERY: Duration = Duration::from_millis(100);
-/// The longest one call may take: the effect is bounded by the transaction timeout, the steps
-/// around it by the store timeout (reserve, begin, completion, commit or rollback, the read of
-/// a commit in doubt, release: the slowest paths take three of them besides the effect).
-const CALL_DEADLINE: Duration = Duration::from_millis(3_000 + 3 * 700);
+/// The longest one call may take: the effect is bounded by the transaction timeout, every
+/// store step around it (reserve, begin, completion, commit or rollback, the read of a commit
+/// in doubt, release) by one store budget for them all (C13), plus what a loaded machine adds.
+const CALL_DEADLINE: Duration = Duration::from_millis(3_000 + 700 + 600);
 const TASKS: usize = 24;
 const KEYS_PER_TASK: usize = 6;
 const CONNECTIONS: u32 = 4;
@@ -164,7 +164,7 @@ async fn under_load(ending: Ending) {
         "every call answered within its deadline, the slowest took {slowest:?}"
     );
     assert!(
-        recovered <= 2 * CALL_DEADLINE,
-        "recovered within two deadlines of the network's return, took {recovered:?}"
+        recovered <= 2 * STORE_TIMEOUT + Duration::from_millis(600),
+        "recovered within two store budgets of the network's return, took {recovered:?}"
     );
 }
