@@ -212,7 +212,7 @@ impl<'a> Reservation<'a> {
             }
             // Held by another body: perhaps this request under its alternative fingerprint,
             // which only a step under that fingerprint can tell.
-            Reserved::Held { mismatch: true } if self.to_alternative(None) => {
+            Reserved::Held { mismatch: true } if self.switch_to_alternative(None) => {
                 self.count()?;
                 Ok(Step::Reserve)
             }
@@ -231,7 +231,9 @@ impl<'a> Reservation<'a> {
                 match decide(Some(record), self.claim.fingerprint(), now) {
                     // The record is this request's under its alternative fingerprint (C3): the
                     // next step reads it under that one, its response included.
-                    Decision::Answered(Answer::Mismatch) if self.to_alternative(Some(&stored)) => {
+                    Decision::Answered(Answer::Mismatch)
+                        if self.switch_to_alternative(Some(&stored)) =>
+                    {
                         self.count()?;
                         Ok(Step::Reserve)
                     }
@@ -282,7 +284,7 @@ impl<'a> Reservation<'a> {
 
     /// Moves the claim to the request's alternative fingerprint, once, when the record found
     /// carries it (`None`: a held record, whose fingerprint is not known).
-    fn to_alternative(&mut self, found: Option<&Fingerprint>) -> bool {
+    fn switch_to_alternative(&mut self, found: Option<&Fingerprint>) -> bool {
         let request: &'a Request = self.claim.request;
         match request.alternative() {
             Some(alternative) if found.is_none_or(|fp| fp == alternative.fingerprint()) => {
