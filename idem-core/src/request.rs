@@ -115,11 +115,11 @@ impl Request {
     }
 
     /// This request, also recognised in a record stored under `fingerprint` (C3): such a
-    /// record replays, is in flight or is taken over for it, never a mismatch. For a change of
+    /// record replays or is in flight for it, never a mismatch. For a change of
     /// how requests are fingerprinted, so that records stored under the old form keep their
-    /// retries (idem-tower gives a JSON body's raw form). The record a fresh reservation
-    /// writes carries [`fingerprint`](Self::fingerprint); a record found under the
-    /// alternative keeps it.
+    /// retries (idem-tower gives a JSON body's raw form). A reservation writes
+    /// [`fingerprint`](Self::fingerprint), except once it found a record under the alternative:
+    /// it then asks, and writes, under the alternative.
     ///
     /// ```
     /// use idem_core::Request;
