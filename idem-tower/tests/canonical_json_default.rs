@@ -316,3 +316,61 @@ async fn c12_hostile_json_is_answered_and_the_depth_limit_holds() {
     );
     assert_eq!(calls.load(Ordering::SeqCst), 5);
 }
+
+/// `Idempotency::transact` on SQLite answers a duplicate on a reader while the writer is busy
+/// (C5), from a read under the request's own fingerprint: the engine asks again under the
+/// alternative, so a record stored raw replays there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c03_a_transaction_on_sqlite_replays_a_raw_record_while_the_writer_is_busy() {
+    use idem_core::{Answer, Begin, Outcome, StoredResponse};
+    use idem_sqlite::rusqlite;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().expect("a directory");
+    let sqlite = SqliteStore::open(dir.path().join("idem.db"))
+        .await
+        .expect("open");
+    let idem = Idempotency::new(sqlite.clone());
+    let canonical = idem_tower::canonical::canonical_json(REENCODED.as_bytes(), &[]).expect("JSON");
+    let build = |body: &'static str| {
+        idem.request("acct_1", "POST", "/v1/charges")
+            .key(Some("k"))
+            .content_type("application/json")
+            .body(body.as_bytes())
+    };
+    let raw = build(SENT).build().expect("a request");
+    let Begin::Acquired(lease) = idem.begin(&raw).await.expect("begin") else {
+        panic!("a fresh key")
+    };
+    let earlier = StoredResponse::new(201, "earlier");
+    idem.complete(lease, earlier.clone())
+        .await
+        .expect("complete");
+
+    let (started, busy) = tokio::sync::oneshot::channel();
+    let writer = tokio::spawn({
+        let sqlite = sqlite.clone();
+        async move {
+            sqlite
+                .call(move |_| {
+                    let _ = started.send(());
+                    std::thread::sleep(Duration::from_millis(500));
+                })
+                .await
+        }
+    });
+    busy.await.expect("the writer is busy");
+    let retry = build(SENT)
+        .canonical_json(&canonical)
+        .build()
+        .expect("a request")
+        .with_alternative_fingerprint(*raw.fingerprint());
+    let effect: idem_sqlite::SqliteEffect<rusqlite::Error> =
+        Box::new(|_, _| Ok(StoredResponse::new(201, "again")));
+    let outcome = idem.transact(&retry, effect).await.expect("an outcome");
+    assert!(
+        matches!(&outcome, Outcome::Answered(Answer::Replay(r)) if r.body == earlier.body),
+        "{outcome:?}"
+    );
+    writer.await.expect("joined").expect("the writer's call");
+}
