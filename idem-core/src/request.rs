@@ -35,6 +35,8 @@ struct Parts {
     body_len: usize,
     one_commit: Option<bool>,
     store_budget: Option<Duration>,
+    /// This request under its alternative fingerprint (without one of its own).
+    alternative: Option<Request>,
 }
 
 impl fmt::Debug for Request {
@@ -45,6 +47,7 @@ impl fmt::Debug for Request {
             .field("body_len", &self.0.body_len)
             .field("one_commit", &self.0.one_commit)
             .field("store_budget", &self.0.store_budget)
+            .field("alternative", &self.alternative_fingerprint())
             .finish()
     }
 }
@@ -59,6 +62,7 @@ impl Request {
             body_len,
             one_commit: None,
             store_budget: None,
+            alternative: None,
         }))
     }
 
@@ -106,8 +110,60 @@ impl Request {
     /// # Ok::<(), idem_core::Error>(())
     /// ```
     pub fn with_one_commit(mut self, one: bool) -> Self {
-        Arc::make_mut(&mut self.0).one_commit = Some(one);
+        let parts = Arc::make_mut(&mut self.0);
+        parts.one_commit = Some(one);
+        if let Some(alternative) = &mut parts.alternative {
+            Arc::make_mut(&mut alternative.0).one_commit = Some(one);
+        }
         self
+    }
+
+    /// This request, also recognised in a record stored under `fingerprint` (C3): such a
+    /// record replays or is in flight for it, never a mismatch. For a change of
+    /// how requests are fingerprinted, so that records stored under the old form keep their
+    /// retries (idem-tower gives a JSON body's raw form). A reservation writes
+    /// [`fingerprint`](Self::fingerprint), except once it found a record under the alternative:
+    /// it then asks, and writes, under the alternative.
+    ///
+    /// ```
+    /// use idem_core::Request;
+    /// let build = |body: &'static [u8]| Request::builder("acct_1", "POST", "/charges").key(Some("k1")).body(body).build();
+    /// let (new, old) = (build(b"canonical")?, build(b"raw")?);
+    /// let new = new.with_alternative_fingerprint(*old.fingerprint());
+    /// assert!(new.accepts(old.fingerprint()));
+    /// assert_eq!(new.alternative_fingerprint(), Some(old.fingerprint()));
+    /// # Ok::<(), idem_core::Error>(())
+    /// ```
+    pub fn with_alternative_fingerprint(mut self, fingerprint: Fingerprint) -> Self {
+        let parts = Arc::make_mut(&mut self.0);
+        parts.alternative = (fingerprint != parts.fingerprint).then(|| {
+            Request(Arc::new(Parts {
+                id: parts.id.clone(),
+                fingerprint,
+                body_len: parts.body_len,
+                one_commit: parts.one_commit,
+                store_budget: parts.store_budget,
+                alternative: None,
+            }))
+        });
+        self
+    }
+
+    /// The fingerprint a stored record may also carry to be this request's
+    /// ([`with_alternative_fingerprint`](Self::with_alternative_fingerprint)).
+    pub fn alternative_fingerprint(&self) -> Option<&Fingerprint> {
+        self.alternative().map(Request::fingerprint)
+    }
+
+    /// Whether a record stored under `fingerprint` is this request's: its own fingerprint or
+    /// its alternative (C3).
+    pub fn accepts(&self, fingerprint: &Fingerprint) -> bool {
+        self.fingerprint() == fingerprint || self.alternative_fingerprint() == Some(fingerprint)
+    }
+
+    /// This request under its alternative fingerprint, which stores then read and write.
+    pub(crate) fn alternative(&self) -> Option<&Request> {
+        self.0.alternative.as_ref()
     }
 
     /// Whether a transactional execution of this request makes one commit, where the caller
@@ -188,6 +244,35 @@ mod tests {
             reordered.body_len(),
             23,
             "the body as received counts, not its canonical form"
+        );
+    }
+
+    #[test]
+    fn c03_an_alternative_fingerprint_follows_the_request() {
+        let build = |body: &'static [u8]| {
+            Request::builder("acct", "POST", "/v1/charges")
+                .key(Some("k"))
+                .body(body)
+                .build()
+                .expect("a request")
+        };
+        let (new, old, other) = (build(b"new"), build(b"old"), build(b"other"));
+        let both = new
+            .clone()
+            .with_alternative_fingerprint(*old.fingerprint())
+            .with_one_commit(true);
+        assert!(both.accepts(new.fingerprint()) && both.accepts(old.fingerprint()));
+        assert!(!both.accepts(other.fingerprint()));
+        let alternative = both.alternative().expect("an alternative");
+        assert_eq!(alternative.fingerprint(), old.fingerprint());
+        assert_eq!(alternative.id(), both.id());
+        assert_eq!(alternative.one_commit(), Some(true));
+        assert_eq!(alternative.alternative_fingerprint(), None);
+        let same = new.clone().with_alternative_fingerprint(*new.fingerprint());
+        assert_eq!(
+            same.alternative_fingerprint(),
+            None,
+            "its own is no alternative"
         );
     }
 
@@ -375,6 +460,7 @@ impl<'a> RequestBuilder<'a> {
             body_len: self.body.len(),
             one_commit: None,
             store_budget: None,
+            alternative: None,
         })))
     }
 }

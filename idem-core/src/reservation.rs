@@ -193,6 +193,12 @@ impl<'a> Reservation<'a> {
                 let acquire = self.replacing.filter(|_| replacing);
                 Ok(self.acquired(until, acquire.unwrap_or(Acquire::FRESH)))
             }
+            // Held by another body: perhaps this request under its alternative fingerprint,
+            // which only a step under that fingerprint can tell.
+            Reserved::Held { mismatch: true } if self.switch_to_alternative(None) => {
+                self.count()?;
+                Ok(Step::Reserve)
+            }
             Reserved::Held { mismatch } => Ok(Step::Done(Begin::Answered(held(mismatch)))),
             // `replacing` is kept: a record found later with the token was written by an
             // earlier send of the replace.
@@ -204,7 +210,16 @@ impl<'a> Reservation<'a> {
                 if let Some(step) = self.own(&record) {
                     return Ok(step);
                 }
+                let stored = record.fingerprint;
                 match decide(Some(record), self.claim.fingerprint(), now) {
+                    // The record is this request's under its alternative fingerprint (C3): the
+                    // next step reads it under that one, its response included.
+                    Decision::Answered(Answer::Mismatch)
+                        if self.switch_to_alternative(Some(&stored)) =>
+                    {
+                        self.count()?;
+                        Ok(Step::Reserve)
+                    }
                     Decision::Answered(answer) => {
                         Ok(Step::Done(Begin::Answered(answer.try_map(decode_replay)?)))
                     }
@@ -247,6 +262,19 @@ impl<'a> Reservation<'a> {
             until,
             acquire,
         )))
+    }
+
+    /// Moves the claim to the request's alternative fingerprint, once, when the record found
+    /// carries it (`None`: a held record, whose fingerprint is not known).
+    fn switch_to_alternative(&mut self, found: Option<&Fingerprint>) -> bool {
+        let request: &'a Request = self.claim.request;
+        match request.alternative() {
+            Some(alternative) if found.is_none_or(|fp| fp == alternative.fingerprint()) => {
+                self.claim.request = alternative;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The lease for `record` if it is this reservation's own (token, in progress, fingerprint).
@@ -530,5 +558,45 @@ mod tests {
             }
         }
         assert!(last.is_err());
+    }
+
+    #[test]
+    fn c03_a_record_under_the_alternative_fingerprint_is_read_again_under_it() {
+        let old = request(b"{ \"a\": 1 }");
+        let req = request(b"{\"a\":1}").with_alternative_fingerprint(*old.fingerprint());
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let found = in_progress(FencingToken::generate(), *old.fingerprint(), 5_000);
+        assert!(matches!(r.next(found.clone(), false), Ok(Step::Reserve)));
+        assert_eq!(
+            r.claim().fingerprint(),
+            old.fingerprint(),
+            "the next step's"
+        );
+        assert!(matches!(
+            r.next(found, false),
+            Ok(Step::Done(Begin::Answered(Answer::InFlight { .. })))
+        ));
+        // A third body is a mismatch, under either fingerprint.
+        let other = request(b"{\"a\":2}");
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let found = in_progress(FencingToken::generate(), *other.fingerprint(), 5_000);
+        assert!(matches!(
+            r.next(found, false),
+            Ok(Step::Done(Begin::Answered(Answer::Mismatch)))
+        ));
+        assert_eq!(r.claim().fingerprint(), req.fingerprint());
+    }
+
+    #[test]
+    fn c03_a_record_held_by_another_body_is_asked_once_under_the_alternative() {
+        let old = request(b"raw");
+        let req = request(b"canonical").with_alternative_fingerprint(*old.fingerprint());
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let held = Reserved::Held { mismatch: true };
+        assert!(matches!(r.next(held.clone(), false), Ok(Step::Reserve)));
+        assert!(matches!(
+            r.next(held, false),
+            Ok(Step::Done(Begin::Answered(Answer::Mismatch)))
+        ));
     }
 }

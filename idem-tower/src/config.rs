@@ -1,5 +1,6 @@
 //! What the layer protects and how it answers: everything an application may configure.
 
+use crate::canonical::JsonForm;
 use crate::render::Problem;
 use http::header::HeaderName;
 use http::request::Parts;
@@ -37,7 +38,9 @@ pub(crate) struct Config {
     pub(crate) required: Vec<Method>,
     pub(crate) optional: Vec<Method>,
     pub(crate) fingerprint_headers: Vec<HeaderName>,
-    pub(crate) canonical_json: Option<Vec<String>>,
+    pub(crate) json: JsonForm,
+    /// The parts of a JSON body its canonical form leaves out (JSON Pointers).
+    pub(crate) json_exclude: Vec<String>,
     pub(crate) canonical_form: bool,
     pub(crate) max_response_bytes: usize,
     pub(crate) server_errors: ServerErrors,
@@ -58,7 +61,8 @@ impl Default for Config {
             required: vec![Method::POST, Method::PATCH],
             optional: vec![Method::PUT, Method::DELETE],
             fingerprint_headers: Vec::new(),
-            canonical_json: None,
+            json: JsonForm::Canonical,
+            json_exclude: Vec::new(),
             canonical_form: true,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             server_errors: ServerErrors::Store,
@@ -135,7 +139,8 @@ impl fmt::Debug for Config {
             .field("required", &self.required)
             .field("optional", &self.optional)
             .field("fingerprint_headers", &self.fingerprint_headers)
-            .field("canonical_json", &self.canonical_json)
+            .field("json", &self.json)
+            .field("json_exclude", &self.json_exclude)
             .field("canonical_form", &self.canonical_form)
             .field("max_response_bytes", &self.max_response_bytes)
             .field("server_errors", &self.server_errors)

@@ -1,5 +1,6 @@
 //! `IdempotencyLayer`: the tower layer and its settings.
 
+use crate::canonical::JsonForm;
 use crate::config::{Config, ServerErrors};
 use crate::consumer::ConsumerError;
 use crate::render::Problem;
@@ -92,14 +93,54 @@ impl<S, C> IdempotencyLayer<S, C> {
         self
     }
 
-    /// Fingerprints JSON bodies (`application/json`, `+json`) in canonical form, so that a
-    /// retry that re-encodes its JSON (another key order, other whitespace) is the same
-    /// request; the parts named in `exclude` (JSON Pointers, see
-    /// [`canonical_json`](crate::canonical::canonical_json): a client timestamp, say) are left
-    /// out. A body that does not canonicalise (not JSON,
-    /// duplicate keys, nested too deep) is fingerprinted as it is.
+    /// Leaves the parts named in `exclude` out of a JSON body's canonical form (JSON
+    /// Pointers, see [`canonical_json`](crate::canonical::canonical_json): a client timestamp,
+    /// say). JSON bodies (`application/json`, `+json`, any parameters) are fingerprinted in
+    /// canonical form by default, so that a retry that re-encodes its JSON (another key order,
+    /// other whitespace) is the same request. A body that does not canonicalise (not JSON,
+    /// duplicate keys, nested too deep) is fingerprinted as it is. It undoes
+    /// [`raw_json`](Self::raw_json), not [`raw_json_records`](Self::raw_json_records).
     pub fn canonical_json(mut self, exclude: &[&str]) -> Self {
-        self.config.canonical_json = Some(exclude.iter().map(|s| (*s).to_owned()).collect());
+        if self.config.json == JsonForm::Raw {
+            self.config.json = JsonForm::Canonical;
+        }
+        self.config.json_exclude = exclude.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
+    /// Fingerprints JSON bodies byte for byte on this route: another key order or other
+    /// whitespace is another request (422 under one key). For routes where the bytes
+    /// themselves are the request (a signed document, say).
+    ///
+    /// ```
+    /// # use idem_core::{Idempotency, MemoryStore};
+    /// # use idem_tower::{ConsumerError, IdempotencyLayer};
+    /// # let idem = Idempotency::new(MemoryStore::new());
+    /// let layer = IdempotencyLayer::new(idem, |_: &http::request::Parts| Ok::<_, ConsumerError>("acct".into()))
+    ///     .raw_json();
+    /// ```
+    pub fn raw_json(mut self) -> Self {
+        self.config.json = JsonForm::Raw;
+        self
+    }
+
+    /// For the first step of an upgrade from byte-for-byte JSON fingerprints (CHANGELOG.md):
+    /// records are written under a JSON body's raw fingerprint, which processes of the previous
+    /// release match, and records under its canonical fingerprint (written by processes of this
+    /// release with the default) are this request's too. Once every process runs with it,
+    /// remove it.
+    ///
+    /// ```
+    /// # use idem_core::{Idempotency, MemoryStore};
+    /// # use idem_tower::{ConsumerError, IdempotencyLayer};
+    /// # let idem = Idempotency::new(MemoryStore::new());
+    /// // The upgrade's first deploy; the second removes the line.
+    /// let layer = IdempotencyLayer::new(idem, |_: &http::request::Parts| Ok::<_, ConsumerError>("acct".into()))
+    ///     .canonical_json(&["/client_sent_at"])
+    ///     .raw_json_records();
+    /// ```
+    pub fn raw_json_records(mut self) -> Self {
+        self.config.json = JsonForm::RawFirst;
         self
     }
 

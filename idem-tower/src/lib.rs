@@ -47,8 +47,8 @@
 //! `request_id`), answers stored with their trailers and replayed byte for byte.
 //!
 //! [`canonical`] makes a body canonical by its media type (canonical JSON, canonical forms), so
-//! that a re-encoded retry is the same request (C3); the layer does it for the media types it
-//! is told to.
+//! that a re-encoded retry is the same request (C3); the layer does it for JSON and forms by
+//! default.
 //!
 //! [`render`] turns idem's errors and answers into HTTP for handlers that call the engine
 //! themselves; with feature `axum`, `Http(..)` sends them as axum responses.

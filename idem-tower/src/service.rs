@@ -1,6 +1,7 @@
 //! `Idempotent`: the service the layer wraps around an application's.
 
 use crate::bounds::{IncomingBody, OutgoingBody, ProtectedService};
+use crate::canonical::JsonForm;
 use crate::config::{Config, Protection, ServerErrors};
 use crate::consumer::ConsumerError;
 use crate::convert::{
@@ -263,21 +264,12 @@ where
             builder = builder.header(name.as_str(), value.as_bytes());
         }
     }
-    let exclude: Option<Vec<&str>> = config
-        .canonical_json
-        .as_ref()
-        .map(|exclude| exclude.iter().map(String::as_str).collect());
+    let exclude: Vec<&str> = config.json_exclude.iter().map(String::as_str).collect();
+    let json = (config.json != JsonForm::Raw).then_some(exclude.as_slice());
     let media = content_type.map(idem_core::media_type).unwrap_or_default();
     // A body that does not canonicalise is fingerprinted as it is.
-    let canonical =
-        crate::canonical::by_media_type(&media, &body, exclude.as_deref(), config.canonical_form);
-    builder = builder.body(&body);
-    builder = match &canonical {
-        Some(crate::canonical::Canonical::Json(bytes)) => builder.canonical_json(bytes),
-        Some(crate::canonical::Canonical::Form(bytes)) => builder.canonical_form(bytes),
-        None => builder,
-    };
-    let request = builder.build()?;
+    let canonical = crate::canonical::by_media_type(&media, &body, json, config.canonical_form);
+    let request = crate::canonical::request(builder.body(&body), canonical.as_ref(), config.json)?;
     let header = parts
         .headers
         .get(&config.key_header)

@@ -91,7 +91,7 @@ impl Live {
     pub(crate) fn answer(&self, request: &Request, lease: Duration) -> Option<Answer> {
         let map = lock(&self.0.held);
         let holder = map.get(request.id())?;
-        if holder.fingerprint != *request.fingerprint() {
+        if !request.accepts(&holder.fingerprint) {
             return Some(Answer::Mismatch);
         }
         let left = holder
@@ -115,7 +115,7 @@ impl Live {
         let mut claims = lock(&self.0.claims);
         let claims = claims.entry(request.id().clone()).or_default();
         match (claims.exclusive, exclusive) {
-            (Some(held), _) if held != *request.fingerprint() => return Err(Answer::Mismatch),
+            (Some(held), _) if !request.accepts(&held) => return Err(Answer::Mismatch),
             (Some(_), _) => return Err(in_flight),
             (None, true) if claims.shared > 0 => return Err(in_flight),
             (None, true) => claims.exclusive = Some(*request.fingerprint()),

@@ -368,15 +368,27 @@ impl<S: Store> Idempotency<S> {
             Ok(claim) => return Ok(Ok(Some(claim))),
             Err(met) => met,
         };
-        let committed = self
-            .spend(budget, Operation::Lookup, Some(request.id()), |deadline| {
-                self.inner.store.read_answer(request, deadline)
-            })
-            .await?;
+        let mut committed = self.read_answer(request, budget).await?;
+        // A record under the request's alternative fingerprint is its own (C3).
+        if let (Some(Answer::Mismatch), Some(alternative)) = (&committed, request.alternative()) {
+            committed = self.read_answer(alternative, budget).await?;
+        }
         Ok(Err(match committed {
             Some(answer) => self.screen(answer)?,
             None => met,
         }))
+    }
+
+    /// The committed record's answer to `request`, if it has one (a store call).
+    async fn read_answer(
+        &self,
+        request: &Request,
+        budget: &Budget,
+    ) -> Result<Option<Answer>, Error> {
+        self.spend(budget, Operation::Lookup, Some(request.id()), |deadline| {
+            self.inner.store.read_answer(request, deadline)
+        })
+        .await
     }
 
     /// Filters and checks a replay again before sending (C7, C12), whatever policy wrote it

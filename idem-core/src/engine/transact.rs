@@ -172,11 +172,16 @@ impl<S: Transactional + 'static> Idempotency<S> {
                     budget: Arc::clone(&budget),
                 };
                 let execution = Execution::new(hooks);
-                let result = engine
-                    .inner
-                    .store
-                    .transact(&owned, effect, execution.clone())
-                    .await;
+                let store = &engine.inner.store;
+                let first = store.transact(&owned, effect, execution.clone()).await;
+                let result = match (first, owned.alternative()) {
+                    // A store that answered from a read under the request's own fingerprint
+                    // (C5) is asked again under its alternative, which is its own too (C3).
+                    (Ok(TxEnd::Answered(Answer::Mismatch, effect)), Some(alternative)) => {
+                        store.transact(alternative, effect, execution.clone()).await
+                    }
+                    (result, _) => result,
+                };
                 let held = execution
                     .take_acquired()
                     .and_then(|held| held.downcast::<Held>().ok());

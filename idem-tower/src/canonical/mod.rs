@@ -8,8 +8,8 @@
 //! - [`canonical_form`]: an `application/x-www-form-urlencoded` body, fields sorted by name,
 //!   one percent-encoding.
 //!
-//! The layer calls them for the media types it is told to ([`IdempotencyLayer::canonical_json`](crate::IdempotencyLayer::canonical_json),
-//! [`IdempotencyLayer::canonical_form`](crate::IdempotencyLayer::canonical_form)); code that builds
+//! The layer calls them for both media types by default ([`IdempotencyLayer::raw_json`](crate::IdempotencyLayer::raw_json),
+//! [`IdempotencyLayer::canonical_form`](crate::IdempotencyLayer::canonical_form) opt out); code that builds
 //! its requests itself gives their output to the engine's request builder, and the body as
 //! received for the size limit:
 //!
@@ -37,8 +37,21 @@
 mod form;
 mod json;
 
+use idem_core::{Error, Request, RequestBuilder};
+
 pub use form::canonical_form;
 pub use json::canonical_json;
+
+/// How the layer fingerprints JSON bodies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JsonForm {
+    /// Canonical, and a record under the raw form is the request's too (the default).
+    Canonical,
+    /// Byte for byte, nothing else accepted.
+    Raw,
+    /// Records written raw, and a record under the canonical form is the request's too.
+    RawFirst,
+}
 
 /// A body made canonical, and which kind it is.
 pub(crate) enum Canonical {
@@ -62,6 +75,30 @@ pub(crate) fn by_media_type(
         return canonical_form(body).ok().map(Canonical::Form);
     }
     None
+}
+
+/// The request `builder` makes (its body as received already given) for the `canonical` form
+/// of its body: a form's canonical fingerprint; a JSON body's raw and canonical fingerprints,
+/// one written, the other accepted in a stored record (C3), as `json` says.
+pub(crate) fn request(
+    builder: RequestBuilder<'_>,
+    canonical: Option<&Canonical>,
+    json: JsonForm,
+) -> Result<Request, Error> {
+    match canonical {
+        None => builder.build(),
+        Some(Canonical::Form(bytes)) => builder.canonical_form(bytes).build(),
+        Some(Canonical::Json(bytes)) => {
+            let raw = builder.clone().build()?;
+            let canonical = builder.canonical_json(bytes).build()?;
+            Ok(match json {
+                JsonForm::RawFirst => raw.with_alternative_fingerprint(*canonical.fingerprint()),
+                JsonForm::Canonical | JsonForm::Raw => {
+                    canonical.with_alternative_fingerprint(*raw.fingerprint())
+                }
+            })
+        }
+    }
 }
 
 /// `application/json` and the structured syntax suffix `+json` (RFC 6839).
