@@ -148,6 +148,8 @@ enum Step {
 #[derive(Debug)]
 pub struct Reservation<'a> {
     claim: Claim<'a>,
+    /// The request as built: every write is under its fingerprint, its alternative only reads.
+    primary: &'a Request,
     /// How the last compare-and-set meant to acquire; `None`: only a fresh insert.
     replacing: Option<Acquire>,
     steps: usize,
@@ -165,6 +167,7 @@ impl<'a> Reservation<'a> {
                 token: FencingToken::generate(),
                 lease_for,
             },
+            primary: request,
             replacing: None,
             steps: 0,
             errors: 0,
@@ -193,17 +196,18 @@ impl<'a> Reservation<'a> {
                 let acquire = self.replacing.filter(|_| replacing);
                 Ok(self.acquired(until, acquire.unwrap_or(Acquire::FRESH)))
             }
-            // Held by another body: perhaps this request under its alternative fingerprint,
-            // which only a step under that fingerprint can tell.
-            Reserved::Held { mismatch: true } if self.switch_to_alternative(None) => {
-                self.count()?;
-                Ok(Step::Reserve)
+            // Held by another body, perhaps this request under its alternative fingerprint:
+            // in flight, which a retry tells apart once the holder ends (never a write under
+            // the alternative, never a 422 it cannot be sure of).
+            Reserved::Held { mismatch } => {
+                let mismatch = mismatch && self.primary.alternative().is_none();
+                Ok(Step::Done(Begin::Answered(held(mismatch))))
             }
-            Reserved::Held { mismatch } => Ok(Step::Done(Begin::Answered(held(mismatch)))),
             // `replacing` is kept: a record found later with the token was written by an
-            // earlier send of the replace.
+            // earlier send of the replace. The record changed: read it again as built.
             Reserved::Lost => {
                 self.count()?;
+                self.claim.request = self.primary;
                 Ok(Step::Reserve)
             }
             Reserved::Found { record, now } => {
@@ -214,9 +218,7 @@ impl<'a> Reservation<'a> {
                 match decide(Some(record), self.claim.fingerprint(), now) {
                     // The record is this request's under its alternative fingerprint (C3): the
                     // next step reads it under that one, its response included.
-                    Decision::Answered(Answer::Mismatch)
-                        if self.switch_to_alternative(Some(&stored)) =>
-                    {
+                    Decision::Answered(Answer::Mismatch) if self.switch_to_alternative(&stored) => {
                         self.count()?;
                         Ok(Step::Reserve)
                     }
@@ -225,7 +227,9 @@ impl<'a> Reservation<'a> {
                     }
                     Decision::Acquired(acquire) => {
                         self.count()?;
-                        // From now on the compare-and-set may have written the token.
+                        // A new execution, written under the request's own fingerprint; from
+                        // now on the compare-and-set may have written the token.
+                        self.claim.request = self.primary;
                         self.replacing = Some(acquire);
                         Ok(Step::Replace(acquire))
                     }
@@ -264,12 +268,11 @@ impl<'a> Reservation<'a> {
         )))
     }
 
-    /// Moves the claim to the request's alternative fingerprint, once, when the record found
-    /// carries it (`None`: a held record, whose fingerprint is not known).
-    fn switch_to_alternative(&mut self, found: Option<&Fingerprint>) -> bool {
-        let request: &'a Request = self.claim.request;
-        match request.alternative() {
-            Some(alternative) if found.is_none_or(|fp| fp == alternative.fingerprint()) => {
+    /// Moves the claim to the request's alternative fingerprint when the record found carries
+    /// it: the next step reads that record, its response included.
+    fn switch_to_alternative(&mut self, found: &Fingerprint) -> bool {
+        match self.primary.alternative() {
+            Some(alternative) if found == alternative.fingerprint() => {
                 self.claim.request = alternative;
                 true
             }
@@ -587,16 +590,51 @@ mod tests {
         assert_eq!(r.claim().fingerprint(), req.fingerprint());
     }
 
+    /// C3, C5: a record held uncommitted by another body may be this request under its
+    /// alternative: in flight (a retry tells), never a 422 it cannot be sure of, and nothing
+    /// written under the alternative.
     #[test]
-    fn c03_a_record_held_by_another_body_is_asked_once_under_the_alternative() {
+    fn c03_a_record_held_by_another_body_is_in_flight_for_a_request_with_an_alternative() {
         let old = request(b"raw");
         let req = request(b"canonical").with_alternative_fingerprint(*old.fingerprint());
         let mut r = Reservation::new(&req, Duration::from_secs(60));
         let held = Reserved::Held { mismatch: true };
-        assert!(matches!(r.next(held.clone(), false), Ok(Step::Reserve)));
+        assert!(matches!(
+            r.next(held.clone(), false),
+            Ok(Step::Done(Begin::Answered(Answer::InFlight { .. })))
+        ));
+        assert_eq!(r.claim().fingerprint(), req.fingerprint());
+        let plain = request(b"canonical");
+        let mut r = Reservation::new(&plain, Duration::from_secs(60));
         assert!(matches!(
             r.next(held, false),
             Ok(Step::Done(Begin::Answered(Answer::Mismatch)))
         ));
+    }
+
+    /// C3: found under the alternative, an expired record is replaced under the request's own
+    /// fingerprint, and a record that changed is read again as the request was built.
+    #[test]
+    fn c03_writes_are_under_the_request_s_own_fingerprint() {
+        let old = request(b"raw");
+        let req = request(b"canonical").with_alternative_fingerprint(*old.fingerprint());
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let found = |now| Reserved::Found {
+            record: Record {
+                fingerprint: *old.fingerprint(),
+                token: FencingToken::generate(),
+                state: RecordState::InProgress {
+                    lease_until: Timestamp::from_millis(1_000),
+                },
+            },
+            now: Timestamp::from_millis(now),
+        };
+        assert!(matches!(r.next(found(0), false), Ok(Step::Reserve)));
+        assert_eq!(r.claim().fingerprint(), old.fingerprint());
+        assert!(matches!(r.next(Reserved::Lost, false), Ok(Step::Reserve)));
+        assert_eq!(r.claim().fingerprint(), req.fingerprint());
+        assert!(matches!(r.next(found(0), false), Ok(Step::Reserve)));
+        assert!(matches!(r.next(found(5_000), false), Ok(Step::Replace(_))));
+        assert_eq!(r.claim().fingerprint(), req.fingerprint());
     }
 }
