@@ -400,7 +400,7 @@ impl PgStore {
                 Ok(Begin::Acquired(lease)) => break (tx, execution.acquired(lease)),
                 // Nothing was written: the transaction ends, its gate's locks with it.
                 Ok(Begin::Answered(answer)) => {
-                    let clean = roll_back(tx, execution).await.is_ok();
+                    let clean = roll_back(tx, execution, id).await.is_ok();
                     return Ok((TxEnd::Answered(answer, effect), clean));
                 }
                 // At REPEATABLE READ or SERIALIZABLE the transaction's snapshot is taken as the
@@ -408,7 +408,7 @@ impl PgStore {
                 // was then free again) is a conflict for the insert, not a row to read. A
                 // transaction begun now sees it, and answers from it.
                 Err(error) if conflicts < MAX_CONFLICTS && is_conflict(&error) => {
-                    if roll_back(tx, execution).await.is_err() {
+                    if roll_back(tx, execution, id).await.is_err() {
                         return Err(NotBegun { effect, error });
                     }
                     conflicts += 1;
@@ -462,7 +462,7 @@ impl PgStore {
             // Nothing was committed either way; whether the database is still there says
             // what the caller is told: the effect's failure, or the store's (C13).
             Ok(Err(error)) => {
-                return match roll_back(tx, execution).await {
+                return match roll_back(tx, execution, id).await {
                     Ok(()) => (TxEnd::EffectFailed(error), true),
                     Err(broken) => (TxEnd::RolledBack(broken_effect(&error, broken)), false),
                 };
@@ -485,34 +485,32 @@ impl PgStore {
                 drop(tx);
                 return (TxEnd::RolledBack(error), false);
             }
-            let clean = roll_back(tx, execution).await.is_ok();
+            let clean = roll_back(tx, execution, id).await.is_ok();
             return (TxEnd::RolledBack(error), clean);
         }
-        let commit = async { tx.commit().await };
-        match tokio::time::timeout(execution.store_timeout(), commit).await {
-            Ok(Ok(())) => (TxEnd::Committed(completion), true),
+        // A spent budget sends no COMMIT: the transaction is dropped with its connection, and
+        // nothing of it commits (C13).
+        if execution.store_timeout().is_zero() {
+            drop(tx);
+            let spent = Error::store(
+                BACKEND,
+                StoreErrorKind::Unavailable,
+                "the request's store budget was spent before the COMMIT; nothing was committed",
+            );
+            return (TxEnd::RolledBack(spent), false);
+        }
+        let commit = async { tx.commit().await.map_err(store_error) };
+        match execution
+            .bounded(Operation::Transaction, id, |_| commit)
+            .await
+        {
+            Ok(()) => (TxEnd::Committed(completion), true),
             // Whatever the error, the record tells: a server's own error may come after the
-            // commit (a pooler whose server connection broke answers FATAL 08P01), and the
-            // connection may have failed after the COMMIT reached the server. The engine reads
-            // the record once no transaction holds it.
-            Ok(Err(error)) => (
-                TxEnd::InDoubt {
-                    completion,
-                    error: store_error(error),
-                },
-                false,
-            ),
-            Err(_) => (
-                TxEnd::InDoubt {
-                    completion,
-                    error: Error::store(
-                        BACKEND,
-                        StoreErrorKind::Unavailable,
-                        "the COMMIT was not answered within the store timeout",
-                    ),
-                },
-                false,
-            ),
+            // commit (a pooler whose server connection broke answers FATAL 08P01), the
+            // connection may have failed after the COMMIT reached the server, or the budget
+            // ran out while it was on its way. The engine reads the record once no transaction
+            // holds it.
+            Err(error) => (TxEnd::InDoubt { completion, error }, false),
         }
     }
 }
@@ -558,22 +556,19 @@ struct NotBegun<E> {
     error: Error,
 }
 
-/// Rolls `tx` back, waiting at most the store timeout: past it the transaction is dropped (its
-/// connection is then closed, and the server rolls back by itself: a frozen server never holds
-/// the caller, C13). `Err`: the ROLLBACK was not answered, the connection is not to be reused.
+/// Rolls `tx` back within what is left of the request's store budget, charged to it: past it
+/// the transaction is dropped (its connection is then closed, and the server rolls back by
+/// itself: a frozen server never holds the caller, C13). `Err`: the ROLLBACK was not answered,
+/// the connection is not to be reused.
 async fn roll_back(
     tx: sqlx::Transaction<'_, sqlx::Postgres>,
     execution: &Execution,
+    id: &RecordId,
 ) -> Result<(), Error> {
-    match tokio::time::timeout(execution.store_timeout(), tx.rollback()).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(error)) => Err(store_error(error)),
-        Err(_) => Err(Error::store(
-            BACKEND,
-            StoreErrorKind::Unavailable,
-            "the ROLLBACK was not answered within the store timeout",
-        )),
-    }
+    let rollback = async { tx.rollback().await.map_err(store_error) };
+    execution
+        .bounded(Operation::Transaction, id, |_| rollback)
+        .await
 }
 
 /// Reads the record with a share lock, waiting at most `wait` for a transaction that holds it
