@@ -172,6 +172,22 @@ impl<S: Store> Idempotency<S> {
 }
 
 impl<S: Store + 'static> Idempotency<S> {
+    /// Gives the key back (nothing happened, C8) within what is left of the request's
+    /// `budget`; once it is spent, on a task of its own with a budget of its own, so that the
+    /// corrected retry is not kept waiting for the lease.
+    pub(crate) async fn give_back_within(&self, lease: Lease, budget: &Budget) {
+        if !budget.is_spent() {
+            let _ = self.release_within(lease, budget).await;
+            return;
+        }
+        let engine = self.clone();
+        let running = self.inner.gate.enter_always();
+        tokio::spawn(async move {
+            let _running = running;
+            let _ = engine.release(lease).await;
+        });
+    }
+
     /// Keeps storing `completion` on its own task (C8), with `hold`; [`drain`](Self::drain) waits.
     pub(crate) fn keep_completing<H: Send + 'static>(
         &self,

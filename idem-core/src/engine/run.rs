@@ -202,7 +202,7 @@ impl<S: Store + 'static> Idempotency<S> {
                 if left(&lease) >= self.inner.policy.lease / 3 {
                     return Ok(lease);
                 }
-                let _ = self.release_within(lease, budget).await;
+                self.give_back_within(lease, budget).await;
                 Err(Err(RunError::Idem(error)))
             }
         }
@@ -270,7 +270,7 @@ impl<S: Store + 'static> Idempotency<S> {
     /// Nothing happened (C8): the key goes back (fenced; a failed release leaves it to its
     /// lease), then `answer`.
     async fn give_back<T, H>(&self, lease: Lease, hold: H, answer: T, budget: &Budget) -> T {
-        let _ = self.release_within(lease, budget).await;
+        self.give_back_within(lease, budget).await;
         drop(hold);
         answer
     }

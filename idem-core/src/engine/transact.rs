@@ -345,7 +345,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
     ) -> RunError<E> {
         match end {
             TxEnd::EffectFailed(error) => {
-                let _ = self.release_within(lease, budget).await;
+                self.give_back_within(lease, budget).await;
                 RunError::Released(error)
             }
             TxEnd::RolledBack(Error::LeaseLost) => {
@@ -358,11 +358,11 @@ impl<S: Transactional + 'static> Idempotency<S> {
             }
             TxEnd::RolledBack(error) => {
                 // Fenced: after a lost lease this changes nothing.
-                let _ = self.release_within(lease, budget).await;
+                self.give_back_within(lease, budget).await;
                 RunError::Idem(error)
             }
             TxEnd::Panicked(panic) => {
-                let _ = self.release_within(lease, budget).await;
+                self.give_back_within(lease, budget).await;
                 resume_unwind(panic)
             }
             // What the effect did outside its transaction is unknown: never given back (C8).
@@ -518,7 +518,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
                     }
                 }
                 RecordState::InProgress { .. } => {
-                    let _ = self.release_within(lease, budget).await;
+                    self.give_back_within(lease, budget).await;
                     Err(RunError::Idem(error))
                 }
             },
