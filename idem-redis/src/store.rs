@@ -540,7 +540,8 @@ impl RedisStore {
     /// After a completion at `key`: `WAIT 1 <within>`; no replica in time is a warning, a
     /// failed `WAIT` the completion's error (see [`RedisStoreBuilder::wait_for_replica`]).
     async fn replicated(&self, key: &str, within: Duration) -> Result<(), Error> {
-        if self.conns.wait_for_replica(key, within).await? < 1 {
+        if within < Duration::from_millis(1) || self.conns.wait_for_replica(key, within).await? < 1
+        {
             tracing::warn!(
                 target: "idem_redis",
                 ?within,
@@ -662,8 +663,13 @@ impl Store for RedisStore {
                     .arg(duration_millis(completion.retain_for()))
                     .arg(completion.doubt().unwrap_or_default());
                 self.fenced(&invocation).await?;
+                // The WAIT takes at most half of what is left of the call's deadline: a
+                // completion that landed is never turned into a timeout by its replica.
                 match self.wait_for_replica {
-                    Some(within) => self.replicated(&key, within).await,
+                    Some(within) => {
+                        let within = within.min(deadline.remaining() / 2);
+                        self.replicated(&key, within).await
+                    }
                     None => Ok(()),
                 }
             })
