@@ -13,7 +13,7 @@ const DEFAULT_PORT: u16 = 5432;
 /// Which servers a connection may stay on (libpq's `target_session_attrs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SessionAttrs {
-    /// Any server that takes the connection (`any`, the default).
+    /// Any server that takes the connection (`any`, the default for one host).
     Any,
     /// Only a server that accepts writes (`read-write`, or its synonym `primary`): a new
     /// connection whose `transaction_read_only` is on is closed and the next host tried.
@@ -102,10 +102,18 @@ pub(crate) fn parse(url: &str) -> Result<Target, Error> {
             .map(|entry| host_port(entry))
             .collect::<Result<_, _>>()?
     };
+    // Several hosts are a primary and its standbys: the store writes, so unless told
+    // otherwise it stays only on the one that takes writes (a standby would refuse every
+    // reservation and answer reads from behind).
+    let default = if hosts.is_empty() {
+        SessionAttrs::Any
+    } else {
+        SessionAttrs::ReadWrite
+    };
     Ok(Target {
         options,
         hosts,
-        attrs: attrs.unwrap_or(SessionAttrs::Any),
+        attrs: attrs.unwrap_or(default),
     })
 }
 
@@ -171,9 +179,16 @@ mod tests {
         assert_eq!(options.get_application_name(), Some("web"));
         let primary = parse("postgresql://app@a,b/db?target_session_attrs=primary").expect("a URL");
         assert_eq!(primary.attrs, SessionAttrs::ReadWrite);
-        let any = parse("postgres://app@a:1,b:2/db").expect("a URL");
+        let any = parse("postgres://app@a:1,b:2/db?target_session_attrs=any").expect("a URL");
         assert_eq!(any.attrs, SessionAttrs::Any);
         assert_eq!(hosts(&any), [("a", 1), ("b", 2)]);
+    }
+
+    /// C13: several hosts without `target_session_attrs` keep only the writable one.
+    #[test]
+    fn c13_several_hosts_are_read_write_unless_told_otherwise() {
+        let target = parse("postgres://app@a,b/db").expect("a URL");
+        assert_eq!(target.attrs, SessionAttrs::ReadWrite);
     }
 
     #[test]
