@@ -56,18 +56,15 @@ impl<S: Store> Idempotency<S> {
         let mut timed_out = 0u32;
         loop {
             let started = Instant::now();
-            let call_budget;
-            let budget_now = match budget {
-                Some(budget) => budget,
-                None => {
-                    call_budget = Budget::new(self.inner.policy.store_timeout);
-                    &call_budget
-                }
-            };
+            // Without a request's budget, each attempt has one of its own.
+            let own = Budget::new(self.inner.policy.store_timeout);
             let attempt = self
-                .spend(budget_now, Operation::Complete, Some(id), |deadline| {
-                    store.complete(completion, deadline)
-                })
+                .spend(
+                    budget.unwrap_or(&own),
+                    Operation::Complete,
+                    Some(id),
+                    |deadline| store.complete(completion, deadline),
+                )
                 .await;
             let error = match attempt {
                 Ok(()) => {

@@ -256,12 +256,7 @@ macro_rules! forward_store {
             async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
                 (**self).reserve(claim, deadline).await
             }
-            async fn replace(
-        &self,
-        claim: &Claim<'_>,
-        acquire: Acquire,
-        deadline: Deadline,
-    ) -> Result<Reserved, Error> {
+            async fn replace(&self, claim: &Claim<'_>, acquire: Acquire, deadline: Deadline) -> Result<Reserved, Error> {
                 (**self).replace(claim, acquire, deadline).await
             }
             async fn complete(&self, completion: &Completion, deadline: Deadline) -> Result<(), Error> {
@@ -270,12 +265,7 @@ macro_rules! forward_store {
             async fn release(&self, lease: &Lease, deadline: Deadline) -> Result<(), Error> {
                 (**self).release(lease, deadline).await
             }
-            async fn renew(
-        &self,
-        lease: &Lease,
-        lease_for: Duration,
-        deadline: Deadline,
-    ) -> Result<Timestamp, Error> {
+            async fn renew(&self, lease: &Lease, lease_for: Duration, deadline: Deadline) -> Result<Timestamp, Error> {
                 (**self).renew(lease, lease_for, deadline).await
             }
             async fn purge_expired(&self, limit: usize, deadline: Deadline) -> Result<usize, Error> {
@@ -287,11 +277,7 @@ macro_rules! forward_store {
             async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error> {
                 (**self).lookup(id, deadline).await
             }
-            async fn read_answer(
-        &self,
-        request: &Request,
-        deadline: Deadline,
-    ) -> Result<Option<Answer>, Error> {
+            async fn read_answer(&self, request: &Request, deadline: Deadline) -> Result<Option<Answer>, Error> {
                 (**self).read_answer(request, deadline).await
             }
             fn capabilities(&self) -> Capabilities {
