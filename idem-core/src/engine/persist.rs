@@ -105,26 +105,27 @@ impl<S: Store> Idempotency<S> {
         let (id, token) = (completion.id(), completion.token());
         let event = |kind| Event::new(kind).about(id).held_by(token);
         match self.stored_under(id, completion, budget).await {
-            Some(stored) => {
+            Ok(Some(stored)) => {
                 self.emit(event(EventKind::CompletionLanded));
                 Ok(stored)
             }
-            None => {
+            // Unread (budget spent, store down): it may have landed; a later attempt reads it.
+            Err(error) if error.is_retryable() => Err(error),
+            Ok(None) | Err(_) => {
                 self.emit(event(EventKind::LeaseLost).failed(&Error::LeaseLost));
                 Err(Error::LeaseLost)
             }
         }
     }
 
-    /// The response completed under `completion`'s token, screened as a replay. Read failures
-    /// are retried within the request's `budget` (`None`: one store budget): a failed read
-    /// must not make a landed completion look lost.
+    /// The response completed under `completion`'s token, screened as a replay. Read failures are
+    /// retried within `budget` (`None`: one of its own), then returned, never taken for "lost".
     pub(crate) async fn stored_under(
         &self,
         id: &crate::scope::RecordId,
         completion: &Completion,
         budget: Option<&Budget>,
-    ) -> Option<StoredResponse> {
+    ) -> Result<Option<StoredResponse>, Error> {
         let own = Budget::new(self.inner.policy.store_timeout);
         let budget = budget.unwrap_or(&own);
         let mut backoff = FIRST_BACKOFF;
@@ -135,12 +136,13 @@ impl<S: Store> Idempotency<S> {
                 })
                 .await
             {
-                Ok(record) => break record?,
+                Ok(Some(record)) => break record,
+                Ok(None) => return Ok(None),
                 Err(error) if error.is_retryable() && backoff < budget.remaining() => {
                     self.pause_within(budget, backoff).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
-                Err(_) => return None,
+                Err(error) => return Err(error),
             }
         };
         match record.state {
@@ -154,11 +156,11 @@ impl<S: Store> Idempotency<S> {
                     );
                 }
                 match self.screen(Answer::Replay(response)) {
-                    Ok(Answer::Replay(stored)) => Some(stored),
-                    _ => None,
+                    Ok(Answer::Replay(stored)) => Ok(Some(stored)),
+                    _ => Ok(None),
                 }
             }
-            _ => None,
+            _ => Ok(None),
         }
     }
 
@@ -171,18 +173,18 @@ impl<S: Store> Idempotency<S> {
 impl<S: Store + 'static> Idempotency<S> {
     /// Gives the key back (nothing happened, C8) within what is left of the request's
     /// `budget`; once it is spent, on a task of its own with a budget of its own, so that the
-    /// corrected retry is not kept waiting for the lease.
+    /// corrected retry is not kept waiting for the lease (without a runtime, it is).
     pub(crate) async fn give_back_within(&self, lease: Lease, budget: &Budget) {
-        if !budget.is_spent() {
-            let _ = self.release_within(lease, budget).await;
-            return;
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if budget.is_spent() => {
+                let (engine, running) = (self.clone(), self.inner.gate.enter_always());
+                runtime.spawn(async move {
+                    let _running = running;
+                    let _ = engine.release(lease).await;
+                });
+            }
+            _ => drop(self.release_within(lease, budget).await),
         }
-        let engine = self.clone();
-        let running = self.inner.gate.enter_always();
-        tokio::spawn(async move {
-            let _running = running;
-            let _ = engine.release(lease).await;
-        });
     }
 
     /// Keeps storing `completion` on its own task (C8), with `hold`; [`drain`](Self::drain) waits.

@@ -315,7 +315,7 @@ impl<S: Store + 'static> Idempotency<S> {
         let lease = &lease;
         let ours = completion.id() == lease.id() && completion.token() == lease.token();
         if ours {
-            if let Some(stored) = self
+            if let Ok(Some(stored)) = self
                 .stored_under(lease.id(), &completion, Some(budget))
                 .await
             {
