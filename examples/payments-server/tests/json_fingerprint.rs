@@ -8,7 +8,6 @@ mod support;
 
 use idem::store::Store;
 use idem::{Begin, Idempotency, StoredResponse};
-use reqwest::Method;
 use support::{assert_charge, new_key, Backend, Server, TestEnv, API_KEY};
 
 on_both_backends! {
@@ -22,18 +21,7 @@ on_both_backends! {
 
 /// A charge with `content_type` and `body` under `key`.
 async fn charge(api: &support::Api, key: &str, content_type: &str, body: &str) -> support::Reply {
-    let bearer = format!("Bearer {API_KEY}");
-    api.send(
-        Method::POST,
-        "/v1/charges",
-        &[
-            ("authorization", bearer.as_str()),
-            ("idempotency-key", key),
-            ("content-type", content_type),
-        ],
-        body.as_bytes().to_vec(),
-    )
-    .await
+    api.charge_as("POST", key, content_type, body).await
 }
 
 async fn c03_a_json_charge_re_encoded_replays(backend: Backend) {

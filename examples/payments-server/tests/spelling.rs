@@ -7,8 +7,7 @@
 #[macro_use]
 mod support;
 
-use reqwest::Method;
-use support::{assert_charge, assert_error, new_key, Backend, Server, TestEnv, API_KEY};
+use support::{assert_charge, assert_error, new_key, Backend, Server, TestEnv};
 
 on_both_backends! {
     c03_a_method_in_lower_case_shares_the_record =>
@@ -35,19 +34,7 @@ async fn charge(
     content_type: &str,
     body: &str,
 ) -> support::Reply {
-    let method = Method::from_bytes(method.as_bytes()).expect("a method token");
-    let bearer = format!("Bearer {API_KEY}");
-    api.send(
-        method,
-        "/v1/charges",
-        &[
-            ("authorization", bearer.as_str()),
-            ("idempotency-key", key),
-            ("content-type", content_type),
-        ],
-        body.as_bytes().to_vec(),
-    )
-    .await
+    api.charge_as(method, key, content_type, body).await
 }
 
 async fn c03_a_method_in_lower_case_shares_the_record(backend: Backend) {

@@ -744,6 +744,26 @@ impl Api {
             .unwrap_or_else(|e| panic!("{method} {path} failed: {}", error_chain(&e)))
     }
 
+    /// A charge (`POST /v1/charges`, authenticated) sent with `method` spelled as given,
+    /// `content_type` and `body`, under `key`.
+    pub(crate) async fn charge_as(
+        &self,
+        method: &str,
+        key: &str,
+        content_type: &str,
+        body: &str,
+    ) -> Reply {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method token");
+        let bearer = format!("Bearer {API_KEY}");
+        let headers = [
+            ("authorization", bearer.as_str()),
+            ("idempotency-key", key),
+            ("content-type", content_type),
+        ];
+        self.send(method, "/v1/charges", &headers, body.as_bytes().to_vec())
+            .await
+    }
+
     /// The authorizations the server's card network made (`GET
     /// /test/network/authorizations/count`).
     pub(crate) async fn authorization_count(&self) -> u64 {
