@@ -3,9 +3,9 @@
 //! its nodes, which they may not do to the cluster other tests share. A missing `redis-server`
 //! or `redis-cli` is a failure with the way out, never a skip.
 
-use super::redis_cli::{cli, freeze_port, redis_cli, wait_for};
+use super::redis_cli::{cli, free_port, freeze_port, kill, redis_cli, redis_server, wait_for};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 /// How long a node may go unreached before the cluster counts it as failed: short, so a test
@@ -26,61 +26,46 @@ pub(crate) struct PrivateCluster {
     root: PathBuf,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 impl Node {
     fn start(&mut self) {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--cluster-enabled",
-                "yes",
-                "--cluster-port",
-                &self.bus_port.to_string(),
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                &NODE_TIMEOUT_MS.to_string(),
-                "--save",
-                "",
-                // Nothing acknowledged is lost by a kill -9: the tests can demand one effect
-                // per key (C14's re-run needs a Redis that loses a record).
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--enable-debug-command",
-                "yes",
-                // A master whose every slot moved away stays a master (it would become a
-                // replica of the node that took them, and could not take them back).
-                "--cluster-allow-replica-migration",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(&self.dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server is not installed: run `bash scripts/test`, which installs it");
-        self.process = Some(child);
-        wait_for(
-            Duration::from_secs(5),
-            &format!("node {} to listen", self.port),
-            || std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok(),
-        );
+        let mut args: Vec<std::ffi::OsString> = [
+            "--port",
+            &self.port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--cluster-enabled",
+            "yes",
+            "--cluster-port",
+            &self.bus_port.to_string(),
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            &NODE_TIMEOUT_MS.to_string(),
+            "--save",
+            "",
+            // Nothing acknowledged is lost by a kill -9: the tests can demand one effect
+            // per key (C14's re-run needs a Redis that loses a record).
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--enable-debug-command",
+            "yes",
+            // A master whose every slot moved away stays a master (it would become a
+            // replica of the node that took them, and could not take them back).
+            "--cluster-allow-replica-migration",
+            "no",
+        ]
+        .iter()
+        .map(|arg| std::ffi::OsString::from(*arg))
+        .collect();
+        args.extend(["--dir".into(), self.dir.clone().into_os_string()]);
+        self.process = Some(redis_server(self.port, &args));
     }
 
     fn kill(&mut self) {
         if let Some(mut child) = self.process.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+            kill(&mut child);
         }
     }
 }

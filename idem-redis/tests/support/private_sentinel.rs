@@ -4,9 +4,9 @@
 //! (a failed test included). A missing `redis-server` or `redis-cli` is a failure with the
 //! way out, never a skip.
 
-use super::redis_cli::{cli, wait_for};
+use super::redis_cli::{cli, free_port, kill, redis_server, wait_for};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// The master's name in the sentinels' configuration.
@@ -29,36 +29,10 @@ pub(crate) struct PrivateSentinel {
     root: PathBuf,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn listening(port: u16) -> bool {
-    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-}
-
 /// `redis-server args…` with its files in `dir`, once it listens on `port`.
 fn server(port: u16, dir: &Path, args: &[&str]) -> Child {
     std::fs::create_dir_all(dir).expect("a server's directory");
-    let child = Command::new("redis-server")
-        .args(args)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server is not installed: run `bash scripts/test`, which installs it");
-    wait_for(
-        Duration::from_secs(5),
-        &format!("a server to listen on {port}"),
-        || listening(port),
-    );
-    child
-}
-
-fn kill(child: &mut Child) {
-    let _ = child.kill();
-    let _ = child.wait();
+    redis_server(port, args)
 }
 
 impl PrivateSentinel {

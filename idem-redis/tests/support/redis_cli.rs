@@ -1,7 +1,7 @@
 //! Driving redis-server from a test: `redis-cli` (a missing one is a failure with the way out,
 //! never a skip), waiting for a condition, and freezing a server with `DEBUG SLEEP`.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Runs `redis-cli` with `args`, its output kept.
@@ -64,4 +64,33 @@ pub(crate) fn freeze_port(port: u16, seconds: f64) -> std::thread::JoinHandle<()
         },
     );
     sleeper
+}
+
+/// A free loopback port.
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// `redis-server args…`, once it listens on `port` on loopback.
+pub(crate) fn redis_server<S: AsRef<std::ffi::OsStr>>(port: u16, args: &[S]) -> Child {
+    let child = Command::new("redis-server")
+        .args(args)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server is not installed: run `bash scripts/test`, which installs it");
+    wait_for(
+        Duration::from_secs(5),
+        &format!("a server to listen on {port}"),
+        || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    );
+    child
+}
+
+/// Kills `child` and waits for it.
+pub(crate) fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
 }
