@@ -109,8 +109,8 @@ impl<S: Store> Idempotency<S> {
                 self.emit(event(EventKind::CompletionLanded));
                 Ok(stored)
             }
-            // Unread (budget spent, store down): it may have landed; a later attempt reads it.
-            Err(error) if error.is_retryable() => Err(error),
+            // Unread, the budget spent: it may have landed; a later attempt reads it.
+            Err(error) if is_timed_out(&error) => Err(error),
             Ok(None) | Err(_) => {
                 self.emit(event(EventKind::LeaseLost).failed(&Error::LeaseLost));
                 Err(Error::LeaseLost)
