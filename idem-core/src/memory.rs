@@ -5,6 +5,7 @@ use crate::decision::check_fence;
 use crate::error::Error;
 use crate::lease::Lease;
 use crate::record::{Record, RecordState};
+use crate::request::Request;
 use crate::resolution::Resolution;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
@@ -209,8 +210,31 @@ impl MemoryStore {
     }
 }
 
+/// The record of `request` as a step reports it: its response only for the request it can be
+/// replayed to.
+fn found(
+    records: &HashMap<RecordId, Entry>,
+    request: &Request,
+    now: Timestamp,
+) -> Result<Option<Reserved>, Error> {
+    let Some(entry) = records.get(request.id()) else {
+        return Ok(None);
+    };
+    let same = entry.record.fingerprint == *request.fingerprint();
+    let record = entry
+        .record
+        .as_ref()
+        .try_map_response(|r| Ok::<_, Error>(same.then(|| r.clone())))?;
+    Ok(Some(Reserved::Found { record, now }))
+}
+
 #[async_trait]
 impl Store for MemoryStore {
+    async fn read(&self, request: &Request, _deadline: Deadline) -> Result<Reserved, Error> {
+        let records = self.lock();
+        Ok(found(&records, request, self.clock.now())?.unwrap_or(Reserved::Lost))
+    }
+
     fn identity(&self) -> Option<usize> {
         Some(std::ptr::from_ref(&self.records) as usize)
     }
@@ -218,14 +242,8 @@ impl Store for MemoryStore {
     async fn reserve(&self, claim: &Claim<'_>, _deadline: Deadline) -> Result<Reserved, Error> {
         let mut records = self.lock();
         let now = self.clock.now();
-        if let Some(entry) = records.get(claim.id()) {
-            // The response is read only for the request it can be replayed to.
-            let same = entry.record.fingerprint == *claim.fingerprint();
-            let record = entry
-                .record
-                .as_ref()
-                .try_map_response(|r| Ok::<_, Error>(same.then(|| r.clone())))?;
-            return Ok(Reserved::Found { record, now });
+        if let Some(found) = found(&records, claim.request(), now)? {
+            return Ok(found);
         }
         let until = now + claim.lease_for();
         records.insert(claim.id().clone(), self.reservation(claim, now, until));

@@ -78,7 +78,8 @@ pub enum Reserved {
         /// Whether the holder is known to run another body.
         mismatch: bool,
     },
-    /// Nothing written: the record changed, or a read missed a commit after its snapshot.
+    /// Nothing written, nothing to answer from: the record changed, a read missed a commit
+    /// after its snapshot, or [`read`](crate::Store::read) found no record.
     Lost,
 }
 
@@ -118,6 +119,7 @@ fn decode_replay(response: Option<Vec<u8>>) -> Result<StoredResponse, Error> {
 #[derive(Debug)]
 #[must_use]
 enum Step {
+    Read,
     Reserve,
     Replace(Acquire),
     Done(Begin),
@@ -156,6 +158,8 @@ pub struct Reservation<'a> {
     errors: usize,
     /// How many failed steps may be tried again: 1, or 0 where a step cannot be sent again.
     retries: usize,
+    /// Whether the steps read before they reserve ([`Steps::reads_first`]).
+    reads: bool,
 }
 
 impl<'a> Reservation<'a> {
@@ -172,6 +176,7 @@ impl<'a> Reservation<'a> {
             steps: 0,
             errors: 0,
             retries: 1,
+            reads: false,
         }
     }
 
@@ -220,7 +225,11 @@ impl<'a> Reservation<'a> {
                     // next step reads it under that one, its response included.
                     Decision::Answered(Answer::Mismatch) if self.switch_to_alternative(&stored) => {
                         self.count()?;
-                        Ok(Step::Reserve)
+                        Ok(if self.reads {
+                            Step::Read
+                        } else {
+                            Step::Reserve
+                        })
                     }
                     Decision::Answered(answer) => {
                         Ok(Step::Done(Begin::Answered(answer.try_map(decode_replay)?)))
@@ -307,9 +316,19 @@ impl<'a> Reservation<'a> {
     }
 }
 
-/// A reservation's two steps, driven by [`Reservation::run`].
+/// A reservation's steps, driven by [`Reservation::run`].
 #[async_trait]
 pub trait Steps: Send {
+    /// Whether a [`read`](Self::read) comes first: it answers a replay, an in-flight duplicate
+    /// or a mismatch, or takes over an expired record, without the reservation's write.
+    fn reads_first(&self) -> bool {
+        false
+    }
+    /// One [`Store::read`](crate::Store::read) step (asked only if [`reads_first`](Self::reads_first)).
+    async fn read(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error> {
+        let _ = claim;
+        Ok(Reserved::Lost)
+    }
     /// One [`Store::reserve`](crate::Store::reserve) step.
     async fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error>;
     /// One [`Store::replace`](crate::Store::replace) step.
@@ -327,9 +346,15 @@ pub trait BlockingSteps {
 impl Reservation<'_> {
     /// Runs the reservation to its end over `steps`: the protocol's one loop.
     pub async fn run(mut self, steps: &mut (impl Steps + ?Sized)) -> Result<Begin, Error> {
-        let mut step = Step::Reserve;
+        self.reads = steps.reads_first();
+        let mut step = if self.reads {
+            Step::Read
+        } else {
+            Step::Reserve
+        };
         loop {
             step = match step {
+                Step::Read => self.after(steps.read(&self.claim).await, false)?,
                 Step::Reserve => self.after(steps.reserve(&self.claim).await, false)?,
                 Step::Replace(acquire) => {
                     self.after(steps.replace(&self.claim, acquire).await, true)?
@@ -347,7 +372,7 @@ impl Reservation<'_> {
         let mut step = Step::Reserve;
         loop {
             step = match step {
-                Step::Reserve => self.after(steps.reserve(&self.claim), false)?,
+                Step::Read | Step::Reserve => self.after(steps.reserve(&self.claim), false)?,
                 Step::Replace(acquire) => self.after(steps.replace(&self.claim, acquire), true)?,
                 Step::Done(begin) => return Ok(begin),
             }

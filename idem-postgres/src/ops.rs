@@ -127,6 +127,33 @@ impl Ops {
         }
     }
 
+    /// The request's record as [`reserve`](Self::reserve) reports it, by a plain read that
+    /// writes nothing (`sql/read.sql`); `Lost` when there is none.
+    pub(crate) async fn read(
+        &self,
+        conn: &mut PgConnection,
+        request: &Request,
+    ) -> Result<Reserved, Error> {
+        let [consumer, route, key] = id_params(request.id());
+        let fingerprint = Param::Bytes(request.fingerprint().as_bytes());
+        let rows = fetch_all_after(
+            conn,
+            self.mode,
+            &self.preamble,
+            &self.sql.read,
+            &[consumer, route, key, fingerprint],
+        )
+        .await?;
+        let Some(found) = rows.first() else {
+            return Ok(Reserved::Lost);
+        };
+        let now: i64 = found.try_get("now_ms").map_err(crate::error::store_error)?;
+        Ok(Reserved::Found {
+            record: row::decode(found)?,
+            now: timestamp(now)?,
+        })
+    }
+
     /// The compare-and-set of a takeover or a start over, writing `token`; `preamble` is empty
     /// inside the execution's transaction.
     pub(crate) async fn replace(

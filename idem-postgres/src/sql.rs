@@ -72,6 +72,7 @@ pub(crate) fn derived_names(table: &str) -> impl Iterator<Item = String> + '_ {
 /// Every statement, with the configured schema and table in place of the defaults.
 #[derive(Debug)]
 pub(crate) struct Statements {
+    pub(crate) read: String,
     pub(crate) reserve: String,
     pub(crate) replace_reservation: String,
     pub(crate) complete: String,
@@ -114,6 +115,7 @@ impl Statements {
         let sql = |text: &str| strip_comments(&for_table(text, schema, table));
         let lock = deadlines.lock_ms();
         Self {
+            read: sql(include_str!("../sql/read.sql")),
             reserve: sql(include_str!("../sql/reserve.sql")),
             replace_reservation: sql(include_str!("../sql/replace_reservation.sql")),
             complete: with_lock_timeout(&sql(include_str!("../sql/complete.sql")), lock),

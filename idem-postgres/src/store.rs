@@ -19,7 +19,7 @@ use idem_core::store::{
     Reserved, Resolution,
 };
 use idem_core::Operation;
-use idem_core::{Error, RecordId, Store, Timestamp};
+use idem_core::{Error, RecordId, Request, Store, Timestamp};
 use idem_ops::feed::FeedSettings;
 use idem_ops::Holder;
 use idem_ops::{Inspected, ListQuery, Operator, Page, Stats};
@@ -101,6 +101,8 @@ pub(crate) struct Inner {
     pub(crate) connect_within: Duration,
     /// Where the connections go (`crate::hosts`).
     pub(crate) hosts: Arc<Hosts>,
+    /// Whether reservations read first ([`PgStoreBuilder::read_first`]).
+    pub(crate) read_first: bool,
 }
 
 impl Drop for Inner {
@@ -137,9 +139,26 @@ pub struct PgStoreBuilder {
     listener: ListenerTarget,
     /// The holder reservations record.
     holder: Holder,
+    /// Whether a reservation reads first ([`read_first`](Self::read_first)).
+    read_first: bool,
 }
 
 impl PgStoreBuilder {
+    /// Whether each reservation first reads its record by primary key (default true): a
+    /// replay, an in-flight duplicate or a mismatch then costs one plain `SELECT`, and a fresh
+    /// key that `SELECT` before its reservation statement (a round trip more, next to the
+    /// commit it pays anyway). False: one statement for every case, which reserves a fresh key
+    /// in one round trip and answers the others at about twice a read's server time
+    /// (docs/benchmarks.md).
+    ///
+    /// ```
+    /// let _builder = idem_postgres::PgStore::builder().read_first(false);
+    /// ```
+    pub fn read_first(mut self, read_first: bool) -> Self {
+        self.read_first = read_first;
+        self
+    }
+
     /// The schema of the table (default `public`), checked by
     /// [`validate_identifier`](crate::validate_identifier).
     pub fn schema(mut self, schema: &str) -> Self {
@@ -403,6 +422,7 @@ impl PgStore {
             feed: feed_settings::default_settings(),
             listener: ListenerTarget::Store,
             holder: Holder::this_process().clone(),
+            read_first: true,
         }
     }
 
@@ -458,6 +478,7 @@ impl PgStore {
                 listener,
                 connect_within: builder.acquire_timeout,
                 hosts,
+                read_first: builder.read_first,
             }),
         }
     }
@@ -596,6 +617,16 @@ impl Store for PgStore {
         Some(Arc::as_ptr(&self.inner).cast::<()>() as usize)
     }
 
+    /// One plain read by primary key (`sql/read.sql`), asked before every reservation
+    /// ([`Capabilities::read_first`]).
+    async fn read(&self, request: &Request, deadline: Deadline) -> Result<Reserved, Error> {
+        deadline
+            .bound(Operation::Lookup, async {
+                on_connection!(self, |conn| self.inner.ops.read(conn, request))
+            })
+            .await
+    }
+
     async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
         deadline
             .bound(Operation::Reserve, async {
@@ -687,7 +718,9 @@ impl Store for PgStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::default().with_change_feed(self.inner.feed.enabled)
+        Capabilities::default()
+            .with_change_feed(self.inner.feed.enabled)
+            .with_read_first(self.inner.read_first)
     }
 
     /// `pg_notify` of the record's digest on the feed's channel (`sql/announce.sql`), on one of

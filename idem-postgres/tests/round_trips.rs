@@ -1,9 +1,10 @@
 //! Round trips per path, counted on the wire: a loopback proxy between the store and the server
 //! counts the messages that end a client's turn (`Sync` of the extended protocol, `Query` of the
 //! simple one). Each is one round trip. The counts are what docs/stores.md states: one per
-//! answer, and a fresh key on the money path (`run_in_transaction`) five: the reservation, then
-//! BEGIN, the effect's statement, the completion and COMMIT on the store's own connection,
-//! with no ping of a pool around them. In one commit (one-commit `run_in_transaction`, C15) a fresh
+//! answer (the read, by default; the reservation statement with `read_first(false)`), and a
+//! fresh key on the money path (`run_in_transaction`) five: the reservation, then BEGIN, the
+//! effect's statement, the completion and COMMIT on the store's own connection, with no ping
+//! of a pool around them, and the read before them by default. In one commit (one-commit `run_in_transaction`, C15) a fresh
 //! key is five as well (BEGIN, the reservation, the effect's statement, the completion, COMMIT)
 //! and an answer three (BEGIN, the reservation, ROLLBACK).
 
@@ -78,7 +79,7 @@ async fn measured<T>(turns: &AtomicUsize, op: impl std::future::Future<Output = 
     (value, turns.load(Ordering::SeqCst) - before)
 }
 
-async fn count_paths(mode: StatementMode) {
+async fn count_paths(mode: StatementMode, read_first: bool) {
     let upstream = pg_url()
         .rsplit('@')
         .next()
@@ -90,6 +91,7 @@ async fn count_paths(mode: StatementMode) {
         .schema(SCHEMA)
         .table(&format!("rt_{}", idem_core::FencingToken::generate()))
         .statements(mode)
+        .read_first(read_first)
         .max_connections(1)
         .connect(&format!(
             "postgres://idem@127.0.0.1:{port}/postgres?sslmode=disable"
@@ -180,7 +182,12 @@ async fn count_paths(mode: StatementMode) {
     println!(
         "{mode:?}: fresh {fresh_turns}, in flight {in_flight_turns}, replay {replay_turns}, mismatch {mismatch_turns}, complete_in {complete_turns}, takeover {takeover_turns}, renew {renew_turns}, release {release_turns}"
     );
-    assert_eq!(fresh_turns, 1, "{mode:?}: a fresh key");
+    let read = usize::from(read_first);
+    assert_eq!(
+        fresh_turns,
+        1 + read,
+        "{mode:?}: a fresh key (a read first: {read_first})"
+    );
     assert_eq!(in_flight_turns, 1, "{mode:?}: an in-flight duplicate");
     assert_eq!(replay_turns, 1, "{mode:?}: a replay");
     assert_eq!(mismatch_turns, 1, "{mode:?}: a mismatch");
@@ -195,7 +202,7 @@ async fn count_paths(mode: StatementMode) {
     assert_eq!(renew_turns, 1, "{mode:?}: a renewal");
     assert_eq!(release_turns, 1, "{mode:?}: a release");
 
-    count_money_path(mode, &store, &turns).await;
+    count_money_path(mode, &store, &turns, read).await;
 }
 
 /// The effect of the money path: one statement of its own in the transaction.
@@ -238,8 +245,8 @@ async fn charge_in(
     .map_err(|error: RunError<sqlx::Error>| error.to_string())
 }
 
-/// `run_in_transaction`: 5 round trips for a fresh key, 1 for each answer.
-async fn count_money_path(mode: StatementMode, store: &PgStore, turns: &AtomicUsize) {
+/// `run_in_transaction`: 5 round trips for a fresh key (and `read` first), 1 for each answer.
+async fn count_money_path(mode: StatementMode, store: &PgStore, turns: &AtomicUsize, read: usize) {
     // The default lease: no renewal falls inside a measurement.
     let money = Idempotency::new(store.clone());
     // Warm the transaction's connection: its statements prepared once.
@@ -281,8 +288,9 @@ async fn count_money_path(mode: StatementMode, store: &PgStore, turns: &AtomicUs
         "{mode:?} run_in_transaction: fresh {fresh_turns}, replay {replay_turns}, mismatch {mismatch_turns}, in flight {in_flight_turns}"
     );
     assert_eq!(
-        fresh_turns, 5,
-        "{mode:?}: a fresh key (reserve; BEGIN, effect, completion, COMMIT)"
+        fresh_turns,
+        5 + read,
+        "{mode:?}: a fresh key ({read} read; reserve; BEGIN, effect, completion, COMMIT)"
     );
     assert_eq!(replay_turns, 1, "{mode:?}: a replay");
     assert_eq!(mismatch_turns, 1, "{mode:?}: a mismatch");
@@ -339,10 +347,15 @@ async fn count_one_commit(mode: StatementMode, money: &Idempotency<PgStore>, tur
 
 #[tokio::test]
 async fn one_round_trip_per_answer_with_prepared_statements() {
-    count_paths(StatementMode::Prepared).await;
+    count_paths(StatementMode::Prepared, true).await;
+}
+
+#[tokio::test]
+async fn one_round_trip_per_fresh_key_without_the_read_first() {
+    count_paths(StatementMode::Prepared, false).await;
 }
 
 #[tokio::test]
 async fn one_round_trip_per_answer_with_the_simple_protocol() {
-    count_paths(StatementMode::Simple).await;
+    count_paths(StatementMode::Simple, true).await;
 }

@@ -204,6 +204,17 @@ impl Conn {
         .map_err(store_error)
     }
 
+    /// Runs `pipe`, whose commands are on one key, where the key lives, in one round trip.
+    pub(crate) async fn pipeline(&self, pipe: &Pipeline) -> Result<Vec<Value>, Error> {
+        match self {
+            Conn::Single(conn) | Conn::Sentinel(conn, _) => {
+                pipe.query_async(&mut conn.clone()).await
+            }
+            Conn::Cluster(conn) => pipe.query_async(&mut conn.clone()).await,
+        }
+        .map_err(store_error)
+    }
+
     /// Runs `pipe` on `node` in one round trip: one answer per command, a command's error
     /// among them as [`Value::ServerError`] (see [`answer`]).
     pub(crate) async fn pipeline_on(

@@ -155,6 +155,12 @@ impl Connections {
             .map(drop)
     }
 
+    /// See [`Conn::pipeline`].
+    pub(crate) async fn pipeline(&self, pipe: &Pipeline) -> Result<Vec<Value>, Error> {
+        self.on(|conn| async move { conn.pipeline(pipe).await })
+            .await
+    }
+
     /// See [`Conn::pipeline_on`].
     pub(crate) async fn pipeline_on(
         &self,

@@ -2,9 +2,10 @@
 //! what the store writes is `CorruptRecord` (C12), never "absent".
 
 use idem_core::store::Doubt;
-use idem_core::store::{Record, RecordState};
+use idem_core::store::{Record, RecordState, Reserved};
 use idem_core::{
-    Error, FencingToken, Fingerprint, IdempotencyKey, RecordId, Scope, StoredResponse, Timestamp,
+    Error, FencingToken, Fingerprint, IdempotencyKey, RecordId, Request, Scope, StoredResponse,
+    Timestamp,
 };
 use idem_ops::{Listed, ListedState};
 use idem_ops::{Noted, Provenance};
@@ -253,6 +254,34 @@ pub(crate) fn listed(fields: &[Value], prefix: &str, at_key: &str) -> Result<Lis
 /// the SQL stores, a record whose state and response disagree (in progress with a response,
 /// completed without one) is corrupt, whether or not the response was fetched: never an
 /// in-flight answer, a mismatch, or a record to take over (C12).
+/// The record a plain read found (`RedisStore::read`: the replies to `HMGET v fp tok st dl id
+/// resp ex` and `PTTL`) as a reservation step reports it, its response only for the request's
+/// fingerprint; `Lost` for no record, and for one this read cannot date (no 'ex', no TTL) or
+/// that is not ours: the reservation's script reports those.
+pub(crate) fn read(replies: Vec<Value>, request: &Request) -> Result<Reserved, Error> {
+    let count = replies.len();
+    let Ok([Value::Array(mut fields), pttl]) = <[Value; 2]>::try_from(replies) else {
+        return Err(corrupt(format!("a read answered {count} replies")));
+    };
+    let (Some(expiry), Ok(pttl)) = (fields.pop(), integer(&pttl, "pttl")) else {
+        return Err(corrupt("a read answered too few fields"));
+    };
+    if matches!(fields.first(), None | Some(Value::Nil)) || expiry == Value::Nil || pttl < 0 {
+        return Ok(Reserved::Lost);
+    }
+    let now = timestamp(integer(&expiry, "expiry")?.saturating_sub(pttl))?;
+    let fingerprint = fields.get(1).unwrap_or(&Value::Nil);
+    let same = text(fingerprint, "fingerprint")? == request.fingerprint().as_bytes();
+    let response = fields.pop().unwrap_or(Value::Nil);
+    let stored = Value::Int(i64::from(response != Value::Nil));
+    fields.push(stored);
+    fields.push(if same { response } else { Value::Nil });
+    Ok(Reserved::Found {
+        record: decode(fields, request.id())?,
+        now,
+    })
+}
+
 pub(crate) fn decode(fields: Vec<Value>, id: &RecordId) -> Result<Record<Option<Vec<u8>>>, Error> {
     let count = fields.len();
     let Ok([version, fingerprint, token, state, deadline, stored_id, stored, response]) =

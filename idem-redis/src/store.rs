@@ -17,7 +17,9 @@ use idem_core::store::{
     Lease, Record, Reserved, Resolution,
 };
 use idem_core::Operation;
-use idem_core::{Error, Field, RecordId, Store, StoreErrorKind, StoredResponse, Timestamp};
+use idem_core::{
+    Error, Field, RecordId, Request, Store, StoreErrorKind, StoredResponse, Timestamp,
+};
 use idem_ops::Holder;
 use idem_ops::{Inspected, ListQuery, ListingOrder, Operator, Page, Stats};
 use redis::io::tcp::TcpSettings;
@@ -66,6 +68,8 @@ pub struct RedisStore {
     feed: Arc<FeedSettings>,
     /// Where the change feed subscribes.
     subscribers: Arc<Subscribers>,
+    /// Whether reservations read first ([`RedisStoreBuilder::read_first`]).
+    read_first: bool,
     /// How long an announcement may take, cut off after it.
     announce_within: Duration,
     /// How long a completion waits for a replica's acknowledgement, if it does.
@@ -138,9 +142,25 @@ pub struct RedisStoreBuilder {
     wait_for_replica: Option<Duration>,
     feed: FeedSettings,
     holder: Holder,
+    read_first: bool,
 }
 
 impl RedisStoreBuilder {
+    /// Whether each reservation first reads its record with `HMGET` and `PTTL`, no script
+    /// (default false): a replay, an in-flight duplicate or a mismatch then costs one read, and
+    /// a fresh key that read before its reservation script (three round trips with the
+    /// completion instead of two). For traffic made mostly of retries; the default suits the
+    /// fresh keys of emails and webhooks (docs/benchmarks.md). Records written before the
+    /// read could date them are left to the script.
+    ///
+    /// ```
+    /// let _builder = idem_redis::RedisStore::builder().read_first(true);
+    /// ```
+    pub fn read_first(mut self, read_first: bool) -> Self {
+        self.read_first = read_first;
+        self
+    }
+
     /// The holder each reservation records for operators (default
     /// [`Holder::this_process`]); a test gives another to stand for another process.
     ///
@@ -452,6 +472,7 @@ impl RedisStoreBuilder {
                 connect_within: deadline,
             }),
             announce_within: deadline,
+            read_first: self.read_first,
         })
     }
 }
@@ -504,6 +525,7 @@ impl RedisStore {
             wait_for_replica: None,
             feed: feed_settings::default_settings(),
             holder: Holder::this_process().clone(),
+            read_first: false,
         }
     }
 
@@ -565,6 +587,26 @@ impl Store for RedisStore {
     /// for every engine over them).
     fn identity(&self) -> Option<usize> {
         Some(Arc::as_ptr(&self.conns).cast::<()>() as usize)
+    }
+
+    /// The record by `HMGET` and `PTTL` in one round trip, no script: Redis's now is the key's
+    /// expiry as the scripts wrote it ('ex') less its remaining lifetime (C11). A record
+    /// without it (written before it was kept), or that is not ours, is left to `reserve`
+    /// (`Lost`), which reports it as it is.
+    async fn read(&self, request: &Request, deadline: Deadline) -> Result<Reserved, Error> {
+        deadline
+            .bound(Operation::Lookup, async {
+                let key = self.key_of(request.id());
+                let mut pipe = redis::pipe();
+                pipe.cmd("HMGET")
+                    .arg(&key)
+                    .arg(&["v", "fp", "tok", "st", "dl", "id", "resp", "ex"])
+                    .cmd("PTTL")
+                    .arg(&key);
+                let replies = self.conns.pipeline(&pipe).await?;
+                record::read(replies, request)
+            })
+            .await
     }
 
     async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
@@ -758,6 +800,7 @@ impl Store for RedisStore {
         Capabilities::default()
             .with_server_ttl(true)
             .with_change_feed(self.feed.enabled)
+            .with_read_first(self.read_first)
     }
 
     /// `PUBLISH <channel> <digest>` through the store's connection, from a task of its own

@@ -13,7 +13,7 @@ use idem_core::store::{
     async_trait, Acquire, Capabilities, Claim, Completion, Lease, Record, Reserved, Resolution,
 };
 use idem_core::Operation;
-use idem_core::{Answer, Error, FencingToken, RecordId, Request, Store, Timestamp};
+use idem_core::{Error, FencingToken, RecordId, Request, Store, Timestamp};
 use idem_ops::Holder;
 use idem_ops::{Inspected, ListQuery, Operator, Page, Stats};
 use rusqlite::{Connection, Transaction};
@@ -283,12 +283,8 @@ impl Store for SqliteStore {
             .await
     }
 
-    /// On a reader, which no writer ever holds: the committed record and the engine's decision.
-    async fn read_answer(
-        &self,
-        request: &Request,
-        deadline: Deadline,
-    ) -> Result<Option<Answer>, Error> {
+    /// On a reader, which no writer ever holds: the committed record.
+    async fn read(&self, request: &Request, deadline: Deadline) -> Result<Reserved, Error> {
         deadline
             .bound(Operation::Lookup, async {
                 let (inner, request) = (Arc::clone(&self.inner), request.clone());
@@ -296,8 +292,7 @@ impl Store for SqliteStore {
                     .pool
                     .read(move |conn| {
                         let now = inner.config.clock.now();
-                        ops::found(conn, &inner.sql, &request, now)?
-                            .map_or(Ok(None), |found| found.answer(request.fingerprint()))
+                        Ok(ops::found(conn, &inner.sql, &request, now)?.unwrap_or(Reserved::Lost))
                     })
                     .await?
             })

@@ -385,9 +385,15 @@ impl<S: Store> Idempotency<S> {
         request: &Request,
         budget: &Budget,
     ) -> Result<Option<Answer>, Error> {
-        self.spend(budget, Operation::Lookup, Some(request.id()), |deadline| {
-            self.inner.store.read_answer(request, deadline)
-        })
+        self.spend(
+            budget,
+            Operation::Lookup,
+            Some(request.id()),
+            |deadline| async move {
+                let found = self.inner.store.read(request, deadline).await?;
+                found.answer(request.fingerprint())
+            },
+        )
         .await
     }
 

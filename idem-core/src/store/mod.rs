@@ -25,7 +25,6 @@ pub use async_trait::async_trait;
 pub(crate) use transactional::Hooks;
 pub use transactional::{Execution, Transactional, TxEnd};
 
-use crate::answer::Answer;
 use crate::begin::Begin;
 use crate::clock::Timestamp;
 use crate::error::Error;
@@ -128,15 +127,13 @@ pub trait Store: Send + Sync {
     /// Reads the record as stored (rule 8).
     async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error>;
 
-    /// What [`decide`] answers from the committed record, without writing or waiting for a
-    /// writer; `None` to acquire. Asked only of a [`Capabilities::process_gate`] store.
-    async fn read_answer(
-        &self,
-        request: &Request,
-        deadline: Deadline,
-    ) -> Result<Option<Answer>, Error> {
+    /// Reads the request's record as [`reserve`](Self::reserve) reports it, writing nothing
+    /// and waiting for no writer (rule 8): `Found` (the response only for its fingerprint), or
+    /// `Lost` when there is none. Asked first where [`Capabilities::read_first`], and by a
+    /// [`Capabilities::process_gate`] store's claims. Default: `Lost`.
+    async fn read(&self, request: &Request, deadline: Deadline) -> Result<Reserved, Error> {
         let _ = (request, deadline);
-        Ok(None)
+        Ok(Reserved::Lost)
     }
 
     /// What this store does beyond the contract's core (default: [`Capabilities::default`]).
@@ -181,8 +178,11 @@ pub struct Capabilities {
     pub change_feed: bool,
     /// Whether this process alone writes the records (SQLite opened for one commit, C15): a
     /// reservation first claims its record in this process, and a claim that meets another is
-    /// answered by [`Store::read_answer`]. Needs an [`identity`](Store::identity), else refused.
+    /// answered by [`Store::read`]. Needs an [`identity`](Store::identity), else refused.
     pub process_gate: bool,
+    /// Whether [`Store::read`] costs less than [`Store::reserve`]: every reservation reads
+    /// first, and writes only when the read answers nothing (a fresh or an expired record).
+    pub read_first: bool,
 }
 
 impl Capabilities {
@@ -201,6 +201,12 @@ impl Capabilities {
     /// Capabilities with [`process_gate`](Self::process_gate).
     pub fn with_process_gate(mut self, process_gate: bool) -> Self {
         self.process_gate = process_gate;
+        self
+    }
+
+    /// Capabilities with [`read_first`](Self::read_first).
+    pub fn with_read_first(mut self, read_first: bool) -> Self {
+        self.read_first = read_first;
         self
     }
 }
@@ -238,6 +244,12 @@ impl<S: Store + ?Sized> StoreExt for S {}
 /// A store runs a reservation's steps one call each, each within the deadline.
 #[async_trait]
 impl<S: Store + ?Sized> Steps for (&S, Deadline) {
+    fn reads_first(&self) -> bool {
+        self.0.capabilities().read_first
+    }
+    async fn read(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error> {
+        self.0.read(claim.request(), self.1).await
+    }
     async fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error> {
         self.0.reserve(claim, self.1).await
     }
@@ -277,8 +289,8 @@ macro_rules! forward_store {
             async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error> {
                 (**self).lookup(id, deadline).await
             }
-            async fn read_answer(&self, request: &Request, deadline: Deadline) -> Result<Option<Answer>, Error> {
-                (**self).read_answer(request, deadline).await
+            async fn read(&self, request: &Request, deadline: Deadline) -> Result<Reserved, Error> {
+                (**self).read(request, deadline).await
             }
             fn capabilities(&self) -> Capabilities {
                 (**self).capabilities()

@@ -82,12 +82,12 @@ impl<S: Store + 'static> Store for Elsewhere<S> {
     async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error> {
         self.0.lookup(id, deadline).await
     }
-    async fn read_answer(
+    async fn read(
         &self,
         request: &Request,
         deadline: Deadline,
-    ) -> Result<Option<crate::Answer>, Error> {
-        self.0.read_answer(request, deadline).await
+    ) -> Result<crate::store::Reserved, Error> {
+        self.0.read(request, deadline).await
     }
     /// The store's, without its [`process_gate`](Capabilities::process_gate) unless kept:
     /// another process neither shares this one's claims nor claims in them (a store with a

@@ -42,6 +42,7 @@
 mod change_feed;
 mod elsewhere;
 mod heartbeat;
+mod read_first;
 mod scenarios;
 mod transact;
 mod transactional;
@@ -50,6 +51,7 @@ mod waiting;
 pub use change_feed::*;
 pub use elsewhere::Elsewhere;
 pub use heartbeat::*;
+pub use read_first::*;
 pub use scenarios::*;
 pub use transact::*;
 pub use transactional::*;
@@ -177,6 +179,8 @@ macro_rules! __idem_conformance_scenarios {
             c12_corrupt_record_is_a_typed_error,
             c12_an_in_progress_record_with_a_response_is_corrupt,
             c16_a_store_step_reports_what_it_found_and_never_loops,
+            c16_a_read_reports_the_record_and_writes_nothing,
+            c04_a_record_changed_after_the_read_is_decided_again,
         }
     };
 }
@@ -338,6 +342,7 @@ mod tests {
         let tx_listed: &[&str] = crate::__idem_transactional_scenarios!(names);
         let mut defined = public_fns(include_str!("scenarios.rs"));
         defined.extend(public_fns(include_str!("waiting.rs")));
+        defined.extend(public_fns(include_str!("read_first.rs")));
         defined.sort_unstable();
         let mut listed = listed.to_vec();
         listed.sort_unstable();

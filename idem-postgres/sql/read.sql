@@ -1,0 +1,12 @@
+-- The record as a reservation reports it, read first (a plain read by primary key: no lock, no
+-- write): a replay, an in-flight duplicate and a mismatch are answered by it, and only a fresh
+-- or an expired record goes on to reserve.sql or replace_reservation.sql. The response is
+-- fetched only for the same fingerprint ($4), as in reserve.sql; the time is the statement's
+-- (C11).
+-- $1..$3 the record, $4 the request's fingerprint. No row: no record.
+SELECT fingerprint, token, state,
+       CASE WHEN isfinite(deadline) THEN floor(extract(epoch FROM deadline) * 1000)::bigint END AS deadline_ms,
+       CASE WHEN fingerprint = $4 THEN response END AS response,
+       floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms
+FROM idem_records
+WHERE consumer = $1 AND route = $2 AND key = $3

@@ -1,0 +1,168 @@
+//! Commands per path, counted by a Redis of the test's own (`INFO commandstats`, which counts
+//! the commands a script runs too): a fresh key is the reservation script and the completion
+//! script; an answer one script, or with `read_first(true)` an `HMGET` and a `PTTL` sent
+//! together (one round trip, no script), and a fresh key that read before its two scripts.
+
+mod common;
+
+use common::{free_port, start_server, temp_dir};
+use idem_core::{Answer, Begin, Idempotency, StoredResponse};
+use idem_redis::redis;
+use idem_redis::RedisStore;
+use std::collections::BTreeMap;
+
+/// Calls per command since the last reset, without the counting's own `INFO` and `CONFIG`.
+async fn calls(conn: &mut redis::aio::MultiplexedConnection) -> BTreeMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO");
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(conn)
+        .await
+        .expect("CONFIG RESETSTAT");
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let count = stats
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            (!name.starts_with("info") && !name.starts_with("config"))
+                .then(|| (name.to_owned(), count))
+        })
+        .collect()
+}
+
+fn counted(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    pairs.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect()
+}
+
+/// The test's own server, stopped however the test ends.
+struct Server(std::process::Child, std::path::PathBuf);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+async fn count(read_first: bool) {
+    let dir = temp_dir();
+    let port = free_port();
+    let _server = Server(start_server(port, &dir, &[]), dir);
+    let url = format!("redis://127.0.0.1:{port}");
+    let store = RedisStore::builder()
+        .change_feed(false)
+        .read_first(read_first)
+        .connect(&url)
+        .await
+        .expect("connect");
+    let idem = Idempotency::new(store);
+    let client = redis::Client::open(url.as_str()).expect("client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let req = |body: &[u8]| {
+        idem.request("acct", "POST", "/charges")
+            .key(Some("k"))
+            .body(body)
+            .build()
+            .expect("request")
+    };
+    // Warm: the scripts loaded once (a first use costs a SCRIPT LOAD more).
+    let warm = idem
+        .request("acct", "POST", "/charges")
+        .key(Some("warm"))
+        .body(b"{}")
+        .build()
+        .expect("request");
+    let Ok(Begin::Acquired(lease)) = idem.begin(&warm).await else {
+        panic!("warm")
+    };
+    idem.complete(lease, StoredResponse::new(201, "ok"))
+        .await
+        .expect("complete");
+    assert!(matches!(idem.begin(&warm).await, Ok(Begin::Answered(_))));
+    calls(&mut conn).await;
+
+    let Ok(Begin::Acquired(lease)) = idem.begin(&req(b"{}")).await else {
+        panic!("fresh")
+    };
+    let fresh = calls(&mut conn).await;
+    assert!(matches!(
+        idem.begin(&req(b"{}")).await,
+        Ok(Begin::Answered(Answer::InFlight { .. }))
+    ));
+    let in_flight = calls(&mut conn).await;
+    idem.complete(lease, StoredResponse::new(201, "charged"))
+        .await
+        .expect("complete");
+    let complete = calls(&mut conn).await;
+    assert!(matches!(
+        idem.begin(&req(b"{}")).await,
+        Ok(Begin::Answered(Answer::Replay(_)))
+    ));
+    let replay = calls(&mut conn).await;
+    assert!(matches!(
+        idem.begin(&req(b"other")).await,
+        Ok(Begin::Answered(Answer::Mismatch))
+    ));
+    let mismatch = calls(&mut conn).await;
+
+    let read = [("hmget", 1), ("pttl", 1)];
+    // The reservation script when it finds a record: HMGET and TIME.
+    let script = [("evalsha", 1), ("hmget", 1), ("time", 1)];
+    let answer = counted(if read_first { &read } else { &script });
+    let fresh_expected = if read_first {
+        counted(&[
+            ("evalsha", 1),
+            ("exists", 1),
+            ("hmget", 2),
+            ("hset", 1),
+            ("pexpireat", 1),
+            ("pttl", 1),
+            ("time", 1),
+        ])
+    } else {
+        counted(&[
+            ("evalsha", 1),
+            ("exists", 1),
+            ("hmget", 1),
+            ("hset", 1),
+            ("pexpireat", 1),
+            ("time", 1),
+        ])
+    };
+    let complete_expected = counted(&[
+        ("evalsha", 1),
+        ("hdel", 1),
+        ("hmget", 1),
+        ("hset", 1),
+        ("pexpireat", 1),
+        ("time", 1),
+    ]);
+    println!("read_first {read_first}: fresh {fresh:?}, in flight {in_flight:?}, complete {complete:?}, replay {replay:?}, mismatch {mismatch:?}");
+    assert_eq!(fresh, fresh_expected, "a fresh key");
+    assert_eq!(complete, complete_expected, "a completion");
+    assert_eq!(in_flight, answer, "an in-flight duplicate");
+    assert_eq!(replay, answer, "a replay");
+    assert_eq!(mismatch, answer, "a mismatch");
+}
+
+#[tokio::test]
+async fn an_answer_is_one_script_and_a_fresh_key_two() {
+    count(false).await;
+}
+
+#[tokio::test]
+async fn with_read_first_an_answer_is_one_read_without_a_script() {
+    count(true).await;
+}
