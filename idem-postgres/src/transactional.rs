@@ -221,8 +221,7 @@ impl Transactional for PgStore {
                      READ, or two commits",
                 ));
             }
-            return self
-                .in_transaction(Start::Reserve(request), effect, &execution)
+            return Box::pin(self.in_transaction(Start::Reserve(request), effect, &execution))
                 .await;
         }
         let lease_for = execution.lease_for();
@@ -236,8 +235,9 @@ impl Transactional for PgStore {
             Begin::Answered(answer) => return Ok(TxEnd::Answered(answer, effect)),
             Begin::Acquired(lease) => execution.acquired(lease),
         };
-        self.in_transaction(Start::Reserved(lease), effect, &execution)
-            .await
+        // Boxed: the transaction's state (tens of KiB) is made only for an execution, so an
+        // answer moves a small future (async_trait boxes this one whole, by a copy).
+        Box::pin(self.in_transaction(Start::Reserved(lease), effect, &execution)).await
     }
 
     /// The transaction on one of the store's connections for transactions, as for a lease
