@@ -44,9 +44,16 @@ pub struct Library<S> {
     effect: Arc<dyn Effect<S>>,
     consumer: String,
     next: Arc<AtomicU64>,
+    /// The side's name: `library`, or another setting of the same store's.
+    name: &'static str,
 }
 
 impl<S: Store + Clone + 'static> Library<S> {
+    /// The same side under another `name` (the store in another setting).
+    pub fn named(self, name: &'static str) -> Self {
+        Self { name, ..self }
+    }
+
     /// The library over `store`, with `effect` for fresh keys.
     pub fn new(store: S, effect: impl Effect<S>) -> Self {
         Self {
@@ -55,6 +62,7 @@ impl<S: Store + Clone + 'static> Library<S> {
             effect: Arc::new(effect),
             consumer: new_consumer(),
             next: Arc::new(AtomicU64::new(0)),
+            name: "library",
         }
     }
 
@@ -140,7 +148,7 @@ pub fn response(size: usize) -> StoredResponse {
 #[async_trait::async_trait]
 impl<S: Store + Clone + 'static> Side for Library<S> {
     fn name(&self) -> &'static str {
-        "library"
+        self.name
     }
 
     async fn op(&self, path: Path, size: usize) -> Op {

@@ -219,6 +219,12 @@ impl Charge for PgStore {
     }
 }
 
+/// The library side with `PgStoreBuilder::read_first(false)`: one reservation statement for
+/// every path.
+pub const RESERVE_FIRST: &str = "library_reserve_first";
+/// The library side with `RedisStoreBuilder::read_first(true)`: a read before the script.
+pub const READ_FIRST: &str = "library_read_first";
+
 /// `PgStore` on a table of its own (pool of [`POOL`]) and the same work by hand with sqlx.
 pub async fn postgres() -> Subject {
     let url = server_url("IDEM_PG_URL");
@@ -230,6 +236,14 @@ pub async fn postgres() -> Subject {
         .await
         .expect("connect");
     store.migrate().await.expect("migrate");
+    // The other setting of the read before the reservation, on the same table.
+    let reserve_first = PgStore::builder()
+        .table(&table)
+        .max_connections(POOL)
+        .read_first(false)
+        .connect(&url)
+        .await
+        .expect("connect");
     sqlx::raw_sql("CREATE TABLE IF NOT EXISTS bench_charges (id bigserial PRIMARY KEY, cents bigint NOT NULL)")
         .execute(store.pool())
         .await
@@ -238,6 +252,7 @@ pub async fn postgres() -> Subject {
         Arc::new(Library::new(store.clone(), PgEffect)),
         Arc::new(raw::postgres::RawPostgres::connect(&url, POOL).await),
         Arc::new(raw::postgres_floor::FloorPostgres::connect(&url, POOL).await),
+        Arc::new(Library::new(reserve_first, PgEffect).named(RESERVE_FIRST)),
     ];
     Subject {
         store: "postgres",
@@ -252,10 +267,16 @@ pub async fn postgres() -> Subject {
 pub async fn redis() -> Subject {
     let url = server_url("IDEM_REDIS_URL");
     let store = RedisStore::connect(&url).await.expect("connect");
+    let read_first = RedisStore::builder()
+        .read_first(true)
+        .connect(&url)
+        .await
+        .expect("connect");
     let sides: Vec<Arc<dyn Side>> = vec![
         Arc::new(Library::new(store, CompleteOnly)),
         Arc::new(raw::redis::RawRedis::connect(&url).await),
         Arc::new(raw::redis_floor::FloorRedis::connect(&url).await),
+        Arc::new(Library::new(read_first, CompleteOnly).named(READ_FIRST)),
     ];
     Subject {
         store: "redis",
