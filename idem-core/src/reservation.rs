@@ -248,23 +248,24 @@ impl<'a> Reservation<'a> {
     }
 
     /// After `error`: an unavailable store is tried again once from [`Step::Reserve`] with the
-    /// same token; anything else (a transaction conflict included) is the reservation's error.
-    fn failed(&mut self, error: Error) -> Result<Step, Error> {
+    /// same token (a failed read, which wrote nothing, keeps that retry for the writes);
+    /// anything else (a transaction conflict included) is the reservation's error.
+    fn failed(&mut self, error: Error, reading: bool) -> Result<Step, Error> {
         let unavailable = error
             .as_store()
             .is_some_and(|e| e.kind() == StoreErrorKind::Unavailable);
-        if unavailable && self.errors < self.retries {
-            self.errors += 1;
+        if unavailable && (reading || self.errors < self.retries) {
+            self.errors += usize::from(!reading);
             self.count()?;
             return Ok(Step::Reserve);
         }
         Err(error)
     }
 
-    fn after(&mut self, result: Result<Reserved, Error>, replacing: bool) -> Result<Step, Error> {
+    fn after(&mut self, result: Result<Reserved, Error>, step: &Step) -> Result<Step, Error> {
         match result {
-            Ok(reserved) => self.next(reserved, replacing),
-            Err(error) => self.failed(error),
+            Ok(reserved) => self.next(reserved, matches!(step, Step::Replace(_))),
+            Err(error) => self.failed(error, matches!(step, Step::Read)),
         }
     }
 
@@ -354,10 +355,10 @@ impl Reservation<'_> {
         };
         loop {
             step = match step {
-                Step::Read => self.after(steps.read(&self.claim).await, false)?,
-                Step::Reserve => self.after(steps.reserve(&self.claim).await, false)?,
+                Step::Read => self.after(steps.read(&self.claim).await, &step)?,
+                Step::Reserve => self.after(steps.reserve(&self.claim).await, &step)?,
                 Step::Replace(acquire) => {
-                    self.after(steps.replace(&self.claim, acquire).await, true)?
+                    self.after(steps.replace(&self.claim, acquire).await, &step)?
                 }
                 Step::Done(begin) => return Ok(begin),
             }
@@ -372,8 +373,10 @@ impl Reservation<'_> {
         let mut step = Step::Reserve;
         loop {
             step = match step {
-                Step::Read | Step::Reserve => self.after(steps.reserve(&self.claim), false)?,
-                Step::Replace(acquire) => self.after(steps.replace(&self.claim, acquire), true)?,
+                Step::Read | Step::Reserve => {
+                    self.after(steps.reserve(&self.claim), &Step::Reserve)?
+                }
+                Step::Replace(acquire) => self.after(steps.replace(&self.claim, acquire), &step)?,
                 Step::Done(begin) => return Ok(begin),
             }
         }
@@ -538,7 +541,7 @@ mod tests {
         let found = in_progress(previous, *req.fingerprint(), 500);
         assert!(matches!(r.next(found, false), Ok(Step::Replace(_))));
         let lost = Error::store("test", StoreErrorKind::Unavailable, "reset");
-        assert!(matches!(r.failed(lost), Ok(Step::Reserve)));
+        assert!(matches!(r.failed(lost, false), Ok(Step::Reserve)));
         let mine = in_progress(r.claim().token(), *req.fingerprint(), 61_000);
         match r.next(mine, false) {
             Ok(Step::Done(Begin::Acquired(lease))) => {
@@ -553,17 +556,28 @@ mod tests {
         let req = request(b"{}");
         let mut r = Reservation::new(&req, Duration::from_secs(60));
         let unavailable = || Error::store("test", StoreErrorKind::Unavailable, "reset");
-        assert!(matches!(r.failed(unavailable()), Ok(Step::Reserve)));
-        assert!(r.failed(unavailable()).is_err());
+        assert!(matches!(r.failed(unavailable(), false), Ok(Step::Reserve)));
+        assert!(r.failed(unavailable(), false).is_err());
         let mut r = Reservation::new(&req, Duration::from_secs(60));
         let misconfigured = Error::store("test", StoreErrorKind::Misconfigured, "no table");
-        assert!(r.failed(misconfigured).is_err());
+        assert!(r.failed(misconfigured, false).is_err());
         let mut r = Reservation::new(&req, Duration::from_secs(60));
         let conflict = Error::store("test", StoreErrorKind::TransactionConflict, "40001");
         assert!(
-            r.failed(conflict).is_err(),
+            r.failed(conflict, false).is_err(),
             "its transaction has rolled back"
         );
+    }
+
+    #[test]
+    fn c13_a_failed_read_keeps_the_retry_for_the_writes() {
+        let req = request(b"{}");
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let unavailable = || Error::store("test", StoreErrorKind::Unavailable, "reset");
+        assert!(matches!(r.failed(unavailable(), true), Ok(Step::Reserve)));
+        // The reservation's answer lost: its retry finds the record as its own.
+        assert!(matches!(r.failed(unavailable(), false), Ok(Step::Reserve)));
+        assert!(r.failed(unavailable(), false).is_err());
     }
 
     #[test]
@@ -571,7 +585,7 @@ mod tests {
         let req = request(b"{}");
         let mut r = Reservation::without_retry(&req, Duration::from_secs(60));
         let unavailable = Error::store("test", StoreErrorKind::Unavailable, "disk full");
-        assert!(r.failed(unavailable).is_err());
+        assert!(r.failed(unavailable, false).is_err());
     }
 
     #[test]

@@ -17,7 +17,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dl = now + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'st', '1', 'resp', ARGV[2], 'dl', string.format('%d', dl),
-  'ca', string.format('%d', now), 'ex', string.format('%d', dl))
+  'ca', string.format('%d', now))
 if ARGV[4] and ARGV[4] ~= '' then
   redis.call('HSET', KEYS[1], 'dbt', ARGV[4], 'dca', string.format('%d', now))
 else

@@ -9,7 +9,6 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dl = now + tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 'dl', string.format('%d', dl), 'ex',
-  string.format('%d', dl + tonumber(ARGV[3])))
+redis.call('HSET', KEYS[1], 'dl', string.format('%d', dl))
 redis.call('PEXPIREAT', KEYS[1], dl + tonumber(ARGV[3]))
 return dl

@@ -16,7 +16,6 @@ end
 local dl = now + tonumber(ARGV[5])
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'v', '1', 'fp', ARGV[3], 'tok', ARGV[4], 'st', '0',
-  'dl', string.format('%d', dl), 'id', ARGV[7], 'at', string.format('%d', now), 'h', ARGV[8],
-  'ex', string.format('%d', dl + tonumber(ARGV[6])))
+  'dl', string.format('%d', dl), 'id', ARGV[7], 'at', string.format('%d', now), 'h', ARGV[8])
 redis.call('PEXPIREAT', KEYS[1], dl + tonumber(ARGV[6]))
 return dl

@@ -6,9 +6,7 @@
 -- KEYS[1] the record. ARGV: 1 fingerprint, 2 new token, 3 lease ms, 4 grace ms, 5 the triple,
 -- 6 the holder (the reserving process). A new record carries when it was reserved ('at', Redis's
 -- now) and its holder ('h'), for operators; neither takes part in a decision. A new record is
--- not in doubt: it has no mark ('dbt', 'dca'; store rule 6). Every script that sets the key's
--- expiry writes it in 'ex' too (Redis's ms), so that a plain read (`RedisStore::read`: HMGET and
--- PTTL, no script) knows Redis's now: 'ex' less the key's remaining lifetime.
+-- not in doubt: it has no mark ('dbt', 'dca'; store rule 6).
 -- Returns {'inserted', now, deadline} or {'existing', now, version, fingerprint, token, state,
 -- deadline, triple, whether a response is stored (1 or 0), response or false}; the response only
 -- for the same fingerprint on a completed record (the one case it is replayed), so an answer
@@ -25,8 +23,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if not rec[1] and redis.call('EXISTS', KEYS[1]) == 0 then
   local dl = now + tonumber(ARGV[3])
   redis.call('HSET', KEYS[1], 'v', '1', 'fp', ARGV[1], 'tok', ARGV[2], 'st', '0',
-    'dl', string.format('%d', dl), 'id', ARGV[5], 'at', string.format('%d', now), 'h', ARGV[6],
-    'ex', string.format('%d', dl + tonumber(ARGV[4])))
+    'dl', string.format('%d', dl), 'id', ARGV[5], 'at', string.format('%d', now), 'h', ARGV[6])
   redis.call('PEXPIREAT', KEYS[1], dl + tonumber(ARGV[4]))
   return {'inserted', now, dl}
 end

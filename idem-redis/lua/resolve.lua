@@ -32,8 +32,7 @@ end
 local change = ARGV[3]
 if change == 's' then
   local until_ = now + tonumber(ARGV[5])
-  redis.call('HSET', KEYS[1], 'resp', ARGV[4], 'dl', string.format('%d', until_), 'ex',
-    string.format('%d', until_))
+  redis.call('HSET', KEYS[1], 'resp', ARGV[4], 'dl', string.format('%d', until_))
   redis.call('HDEL', KEYS[1], 'dbt', 'dca')
   redis.call('PEXPIREAT', KEYS[1], until_)
 elseif change == 'r' then

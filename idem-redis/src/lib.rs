@@ -52,8 +52,9 @@
 //! the newest 1000 elements and outlives the record; Redis deletes it once its longest-kept
 //! entry has passed (an entry past its own time may stay that long: it is no longer read).
 //!
-//! Every operation is one Lua script (in `idem-redis/lua/`), one round trip; the decision is
-//! `idem_core`'s, in Rust: the scripts only read, apply a compare-and-set, and write.
+//! Every operation is one Lua script (in `idem-redis/lua/`), one round trip, but for the read
+//! of [`RedisStoreBuilder::read_first`] (`HMGET`, `PEXPIRETIME`, `PTTL` in one `MULTI`); the
+//! decision is `idem_core`'s, in Rust: the scripts only read, apply a compare-and-set, and write.
 //!
 //! ## Every call has a deadline (C13)
 //!

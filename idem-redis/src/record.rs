@@ -248,28 +248,20 @@ pub(crate) fn listed(fields: &[Value], prefix: &str, at_key: &str) -> Result<Lis
     })
 }
 
-/// Decodes `[version, fingerprint, token, state, deadline, triple, stored, response]` for `id`:
-/// `stored` says whether the record holds a response (1 or 0), `response` is that response
-/// where it was fetched (`None` where it was not), moved out of the reply, never copied. As in
-/// the SQL stores, a record whose state and response disagree (in progress with a response,
-/// completed without one) is corrupt, whether or not the response was fetched: never an
-/// in-flight answer, a mismatch, or a record to take over (C12).
 /// The record a plain read found (`RedisStore::read`: the replies to `HMGET v fp tok st dl id
-/// resp ex` and `PTTL`) as a reservation step reports it, its response only for the request's
-/// fingerprint; `Lost` for no record, and for one this read cannot date (no 'ex', no TTL) or
-/// that is not ours: the reservation's script reports those.
+/// resp`, `PEXPIRETIME` and `PTTL`) as a reservation step reports it, its response only for the
+/// request's fingerprint; `Lost` for no record, and for one that is not ours or has no expiry:
+/// the reservation's script reports those.
 pub(crate) fn read(replies: Vec<Value>, request: &Request) -> Result<Reserved, Error> {
     let count = replies.len();
-    let Ok([Value::Array(mut fields), pttl]) = <[Value; 2]>::try_from(replies) else {
+    let Ok([Value::Array(mut fields), expires, remaining]) = <[Value; 3]>::try_from(replies) else {
         return Err(corrupt(format!("a read answered {count} replies")));
     };
-    let (Some(expiry), Ok(pttl)) = (fields.pop(), integer(&pttl, "pttl")) else {
-        return Err(corrupt("a read answered too few fields"));
-    };
-    if matches!(fields.first(), None | Some(Value::Nil)) || expiry == Value::Nil || pttl < 0 {
+    let (expires, remaining) = (integer(&expires, "expiry")?, integer(&remaining, "ttl")?);
+    if matches!(fields.first(), None | Some(Value::Nil)) || expires < 0 || remaining < 0 {
         return Ok(Reserved::Lost);
     }
-    let now = timestamp(integer(&expiry, "expiry")?.saturating_sub(pttl))?;
+    let now = timestamp(expires.saturating_sub(remaining))?;
     let fingerprint = fields.get(1).unwrap_or(&Value::Nil);
     let same = text(fingerprint, "fingerprint")? == request.fingerprint().as_bytes();
     let response = fields.pop().unwrap_or(Value::Nil);
@@ -282,6 +274,12 @@ pub(crate) fn read(replies: Vec<Value>, request: &Request) -> Result<Reserved, E
     })
 }
 
+/// Decodes `[version, fingerprint, token, state, deadline, triple, stored, response]` for `id`:
+/// `stored` says whether the record holds a response (1 or 0), `response` is that response
+/// where it was fetched (`None` where it was not), moved out of the reply, never copied. As in
+/// the SQL stores, a record whose state and response disagree (in progress with a response,
+/// completed without one) is corrupt, whether or not the response was fetched: never an
+/// in-flight answer, a mismatch, or a record to take over (C12).
 pub(crate) fn decode(fields: Vec<Value>, id: &RecordId) -> Result<Record<Option<Vec<u8>>>, Error> {
     let count = fields.len();
     let Ok([version, fingerprint, token, state, deadline, stored_id, stored, response]) =

@@ -146,12 +146,13 @@ pub struct RedisStoreBuilder {
 }
 
 impl RedisStoreBuilder {
-    /// Whether each reservation first reads its record with `HMGET` and `PTTL`, no script
-    /// (default false): a replay, an in-flight duplicate or a mismatch then costs one read, and
-    /// a fresh key that read before its reservation script (three round trips with the
-    /// completion instead of two). For traffic made mostly of retries; the default suits the
-    /// fresh keys of emails and webhooks (docs/benchmarks.md). Records written before the
-    /// read could date them are left to the script.
+    /// Whether each reservation first reads its record, no script (default false): `HMGET`,
+    /// `PEXPIRETIME` and `PTTL` in one `MULTI` (Redis 7.0 or later), Redis's now being the
+    /// key's expiry less its remaining lifetime. A replay, an in-flight duplicate or a mismatch
+    /// then costs that read (a mismatch transfers the stored response, which the script does
+    /// not), and a fresh key that read before its reservation script (three round trips with
+    /// the completion instead of two). For traffic made mostly of retries; the default suits
+    /// the fresh keys of emails and webhooks (docs/benchmarks.md).
     ///
     /// ```
     /// let _builder = idem_redis::RedisStore::builder().read_first(true);
@@ -589,18 +590,21 @@ impl Store for RedisStore {
         Some(Arc::as_ptr(&self.conns).cast::<()>() as usize)
     }
 
-    /// The record by `HMGET` and `PTTL` in one round trip, no script: Redis's now is the key's
-    /// expiry as the scripts wrote it ('ex') less its remaining lifetime (C11). A record
-    /// without it (written before it was kept), or that is not ours, is left to `reserve`
-    /// (`Lost`), which reports it as it is.
+    /// The record by `HMGET`, `PEXPIRETIME` and `PTTL` in one `MULTI`/`EXEC` (one round trip,
+    /// atomic, no script; Redis 7.0 or later): Redis's now is the key's expiry less its
+    /// remaining lifetime (C11), whoever set them. A record that is not ours is left to
+    /// `reserve` (`Lost`), which reports it as it is.
     async fn read(&self, request: &Request, deadline: Deadline) -> Result<Reserved, Error> {
         deadline
             .bound(Operation::Lookup, async {
                 let key = self.key_of(request.id());
                 let mut pipe = redis::pipe();
-                pipe.cmd("HMGET")
+                pipe.atomic()
+                    .cmd("HMGET")
                     .arg(&key)
-                    .arg(&["v", "fp", "tok", "st", "dl", "id", "resp", "ex"])
+                    .arg(&["v", "fp", "tok", "st", "dl", "id", "resp"])
+                    .cmd("PEXPIRETIME")
+                    .arg(&key)
                     .cmd("PTTL")
                     .arg(&key);
                 let replies = self.conns.pipeline(&pipe).await?;

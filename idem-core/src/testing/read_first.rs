@@ -82,21 +82,38 @@ pub async fn c16_a_read_reports_the_record_and_writes_nothing<H: Harness>(harnes
     let Begin::Acquired(lease) = idem.begin(&req).await.expect("begin") else {
         panic!("a fresh key is acquired")
     };
-    let reads = match read(req.clone()).await {
+    // The store's clock before and after the read, as a reservation step reports it.
+    let reserved_now = || async {
+        let claim = Reservation::new(&req, LEASE);
+        match store.reserve(claim.claim(), Deadline::default()).await {
+            Ok(Reserved::Found { now, .. }) => now,
+            other => panic!("the record is found: {other:?}"),
+        }
+    };
+    let before = reserved_now().await;
+    let found = read(req.clone()).await;
+    let after = reserved_now().await;
+    let capabilities = store.capabilities();
+    let reads = match found {
         Reserved::Found { record, now } => {
             assert_eq!(record.token, lease.token());
             assert_eq!(record.fingerprint, *req.fingerprint());
             assert!(record.is_live(now) && record.is_in_progress());
+            assert!(
+                before <= now && now <= after,
+                "the store's now (C11): {before:?} {now:?} {after:?}"
+            );
             true
         }
         other => {
-            assert!(
-                !store.capabilities().read_first,
-                "a read-first store reads: {other:?}"
-            );
+            let asked = capabilities.read_first || capabilities.process_gate;
+            assert!(!asked, "a store asked to read reads: {other:?}");
             false
         }
     };
+    let untouched = store.lookup(req.id(), Deadline::default()).await;
+    let untouched = untouched.expect("lookup").map(|r| r.token);
+    assert_eq!(untouched, Some(lease.token()), "a read writes nothing");
     let response = StoredResponse::new(201, "charged");
     idem.complete(lease, response.clone())
         .await
