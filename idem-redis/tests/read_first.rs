@@ -10,7 +10,7 @@ mod common;
 use common::Redis;
 use idem_core::store::{Acquire, Deadline, StoreExt};
 use idem_core::testing::{policy, request, unique_consumer, LEASE, SHORT_RETENTION};
-use idem_core::{Answer, Begin, FencingToken, Idempotency, Store, StoredResponse};
+use idem_core::{Answer, Begin, FencingToken, Idempotency, StoredResponse};
 use idem_redis::redis;
 use idem_redis::RedisStore;
 use std::sync::Arc;
