@@ -1,5 +1,5 @@
 //! For store writers: the [`Store`] trait, its contract and what it takes. Applications use
-//! the crate root ([`Idempotency`](crate::Idempotency), [`Request`], [`Begin`], [`Answer`]).
+//! the crate root ([`Idempotency`](crate::Idempotency), [`Request`], [`Begin`], [`Answer`](crate::Answer)).
 
 pub use crate::changes::{digest_from_hex, digest_to_hex, Changes};
 pub use crate::clock::{duration_millis, timestamp_millis};
