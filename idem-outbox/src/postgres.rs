@@ -423,24 +423,52 @@ impl PgOutbox {
         Ok((claimed, set_aside))
     }
 
-    /// Records an attempt's end, the attempt and its endpoint's health under its claim, in one
-    /// statement: `false` when the claim is no longer the delivery's (nothing written).
-    pub(crate) async fn record(&self, record: &Record) -> Result<bool, OutboxError> {
-        let done = sqlx::query(sql::RECORD)
-            .bind(record.delivery)
-            .bind(&record.token)
-            .bind(record.state.as_str())
-            .bind(millis(record.delay))
-            .bind(record.status.map(i32::from))
-            .bind(&record.error)
-            .bind(millis(record.duration))
-            .bind(&record.response)
-            .bind(record.state == DeliveryState::Delivered)
-            .bind(millis(record.disable_after))
-            .execute(self.inner.store.pool())
+    /// Records attempts' ends, the attempts and their endpoints' health, each under its claim,
+    /// in one statement: for each record, `false` when its claim is no longer the delivery's
+    /// (nothing of it written).
+    pub(crate) async fn record(&self, records: &[Record]) -> Result<Vec<bool>, OutboxError> {
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        let n = records.len();
+        let (mut ids, mut tokens, mut states, mut delays) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let (mut statuses, mut errors, mut durations, mut responses, mut disable_after) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for record in records {
+            ids.push(record.delivery);
+            tokens.push(record.token.as_str());
+            states.push(record.state.as_str());
+            delays.push(millis(record.delay));
+            statuses.push(record.status.map(i32::from));
+            errors.push(record.error.as_deref());
+            durations.push(millis(record.duration));
+            responses.push(record.response.as_slice());
+            disable_after.push(millis(record.disable_after));
+        }
+        let recorded: Vec<i64> = sqlx::query_scalar(sql::RECORD)
+            .bind(&ids)
+            .bind(&tokens)
+            .bind(&states)
+            .bind(&delays)
+            .bind(&statuses)
+            .bind(&errors)
+            .bind(&durations)
+            .bind(&responses)
+            .bind(&disable_after)
+            .fetch_all(self.inner.store.pool())
             .await
             .map_err(store_error)?;
-        Ok(done.rows_affected() == 1)
+        Ok(ids.iter().map(|id| recorded.contains(id)).collect())
     }
 }
 
@@ -481,6 +509,93 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn c17_pg_one_statement_records_several_attempts_each_under_its_claim(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let store = PgStore::connect(&fresh_database().await?).await?;
+        store.migrate().await?;
+        let outbox = PgOutbox::open(&store).await?;
+        outbox
+            .register(&Endpoint::new(
+                "m",
+                "http://127.0.0.1:9/",
+                ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+            )?)
+            .await?;
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            let mut tx = store.pool().begin().await?;
+            ids.push(
+                outbox
+                    .enqueue(&mut tx, &Message::bytes("a/b", "x").to("m"))
+                    .await?,
+            );
+            tx.commit().await?;
+        }
+        let (claimed, _) = outbox.claim("t", Duration::from_secs(60), 10).await?;
+        let delivery = |id: &MessageId| claimed.iter().find(|c| &c.message_id == id).map(|c| c.id);
+        let (a, b, c) = (
+            delivery(&ids[0]).ok_or("claimed")?,
+            delivery(&ids[1]).ok_or("claimed")?,
+            delivery(&ids[2]).ok_or("claimed")?,
+        );
+        let failed = |id, token: &str, status| Record {
+            state: DeliveryState::Pending,
+            delay: Duration::from_secs(5),
+            ..record(id, token, status)
+        };
+        let failing = || async {
+            let row: (Option<bool>, bool) = sqlx::query_as(
+                "SELECT failing_since IS NOT NULL, enabled FROM idem_outbox_endpoints WHERE name = 'm'",
+            )
+            .fetch_one(store.pool())
+            .await?;
+            Ok::<_, sqlx::Error>(row)
+        };
+        // A stale token among them changes its delivery only; a success in the statement
+        // leaves the endpoint healthy.
+        assert_eq!(
+            outbox
+                .record(&[
+                    record(a, "t", 200),
+                    failed(b, "stale", 500),
+                    failed(c, "t", 503)
+                ])
+                .await?,
+            [true, false, true]
+        );
+        let states = |i: usize| {
+            let outbox = outbox.clone();
+            let id = ids[i].clone();
+            async move {
+                let d = outbox.deliveries(&id).await?.remove(0);
+                let attempts = outbox.attempts(d.id).await?;
+                Ok::<_, OutboxError>((d.state, d.last_status, attempts.len()))
+            }
+        };
+        assert_eq!(states(0).await?, (DeliveryState::Delivered, Some(200), 1));
+        assert_eq!(states(1).await?, (DeliveryState::Pending, None, 0));
+        assert_eq!(states(2).await?, (DeliveryState::Pending, Some(503), 1));
+        assert_eq!(failing().await?, (Some(false), true));
+        // Failures only: failing since now; failing longer than allowed: disabled.
+        assert_eq!(outbox.record(&[failed(b, "t", 500)]).await?, [true]);
+        assert_eq!(failing().await?, (Some(true), true));
+        let (again, _) = outbox.claim("u", Duration::from_secs(60), 10).await?;
+        assert!(again.is_empty(), "both pending ones are due in 5 s");
+        sqlx::query("UPDATE idem_outbox_deliveries SET claim_token = 'u' WHERE id = $1")
+            .bind(c)
+            .execute(store.pool())
+            .await?;
+        let late = Record {
+            disable_after: Duration::ZERO,
+            ..failed(c, "u", 500)
+        };
+        assert_eq!(outbox.record(&[late]).await?, [true]);
+        assert_eq!(failing().await?, (Some(true), false));
+        assert!(outbox.record(&[]).await?.is_empty());
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn c17_pg_a_stale_claim_cannot_record_over_a_newer_one(
     ) -> Result<(), Box<dyn std::error::Error>> {
         let store = PgStore::connect(&fresh_database().await?).await?;
@@ -508,9 +623,18 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(150)).await;
         let (second, _) = outbox.claim("new", Duration::from_secs(60), 10).await?;
         assert_eq!((second.len(), second[0].attempt), (1, 2));
-        assert!(!outbox.record(&record(first[0].id, "old", 500)).await?);
-        assert!(outbox.record(&record(second[0].id, "new", 200)).await?);
-        assert!(!outbox.record(&record(second[0].id, "new", 200)).await?);
+        assert_eq!(
+            outbox.record(&[record(first[0].id, "old", 500)]).await?,
+            [false]
+        );
+        assert_eq!(
+            outbox.record(&[record(second[0].id, "new", 200)]).await?,
+            [true]
+        );
+        assert_eq!(
+            outbox.record(&[record(second[0].id, "new", 200)]).await?,
+            [false]
+        );
         let delivery = &outbox.deliveries(&id).await?[0];
         assert_eq!(
             (delivery.state, delivery.last_status),
