@@ -62,8 +62,7 @@ pub(crate) struct Record {
     pub(crate) response: Vec<u8>,
     pub(crate) duration: Duration,
     /// The endpoint's name, to note the attempt's success or failure on it (PostgreSQL's
-    /// statement reads it from the delivery's row).
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    /// `record.sql` reads it from the delivery's row).
     pub(crate) endpoint: String,
     /// How long the endpoint may fail every attempt before it is disabled.
     pub(crate) disable_after: Duration,

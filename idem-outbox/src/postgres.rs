@@ -24,6 +24,9 @@ mod sql {
     pub(super) const ENQUEUE: &str = include_str!("../sql/postgres/enqueue.sql");
     pub(super) const CLAIM: &str = include_str!("../sql/postgres/claim.sql");
     pub(super) const RECORD: &str = include_str!("../sql/postgres/record.sql");
+    pub(super) const RECORD_DELIVERED: &str = include_str!("../sql/postgres/record_delivered.sql");
+    pub(super) const ENDPOINT_RECOVERED: &str =
+        include_str!("../sql/postgres/endpoint_recovered.sql");
     pub(super) const DELIVERIES_OF: &str = include_str!("../sql/postgres/deliveries_of.sql");
     pub(super) const ATTEMPTS_OF: &str = include_str!("../sql/postgres/attempts_of.sql");
     pub(super) const COUNTS: &str = include_str!("../sql/postgres/counts.sql");
@@ -425,10 +428,17 @@ impl PgOutbox {
 
     /// Records attempts' ends, the attempts and their endpoints' health, each under its claim,
     /// in one statement: for each record, `false` when its claim is no longer the delivery's
-    /// (nothing of it written).
+    /// (nothing of it written). Attempts that all delivered skip the health part, unless one
+    /// of their endpoints was failing: a second statement then clears it.
     pub(crate) async fn record(&self, records: &[Record]) -> Result<Vec<bool>, OutboxError> {
         if records.is_empty() {
             return Ok(Vec::new());
+        }
+        if records
+            .iter()
+            .all(|r| r.state == DeliveryState::Delivered && r.delay.is_zero())
+        {
+            return self.record_delivered(records).await;
         }
         let n = records.len();
         let (mut ids, mut tokens, mut states, mut delays) = (
@@ -469,6 +479,50 @@ impl PgOutbox {
             .await
             .map_err(store_error)?;
         Ok(ids.iter().map(|id| recorded.contains(id)).collect())
+    }
+
+    /// [`record`](Self::record) of attempts that all delivered.
+    async fn record_delivered(&self, records: &[Record]) -> Result<Vec<bool>, OutboxError> {
+        let ids: Vec<i64> = records.iter().map(|r| r.delivery).collect();
+        let tokens: Vec<&str> = records.iter().map(|r| r.token.as_str()).collect();
+        let statuses: Vec<Option<i32>> = records.iter().map(|r| r.status.map(i32::from)).collect();
+        let errors: Vec<Option<&str>> = records.iter().map(|r| r.error.as_deref()).collect();
+        let durations: Vec<i64> = records.iter().map(|r| millis(r.duration)).collect();
+        let responses: Vec<&[u8]> = records.iter().map(|r| r.response.as_slice()).collect();
+        let rows: Vec<(i64, Option<bool>)> = sqlx::query_as(sql::RECORD_DELIVERED)
+            .bind(&ids)
+            .bind(&tokens)
+            .bind(&statuses)
+            .bind(&errors)
+            .bind(&durations)
+            .bind(&responses)
+            .fetch_all(self.inner.store.pool())
+            .await
+            .map_err(store_error)?;
+        let recorded: Vec<bool> = ids
+            .iter()
+            .map(|id| rows.iter().any(|(row, _)| row == id))
+            .collect();
+        if rows.iter().any(|(_, failing)| *failing == Some(true)) {
+            // The attempts are recorded: an endpoint left marked failing is cleared by its next
+            // success, so this statement's failure is only logged.
+            let mut endpoints: Vec<&str> = records
+                .iter()
+                .zip(&recorded)
+                .filter(|(_, recorded)| **recorded)
+                .map(|(r, _)| r.endpoint.as_str())
+                .collect();
+            endpoints.sort_unstable();
+            endpoints.dedup();
+            if let Err(error) = sqlx::query(sql::ENDPOINT_RECOVERED)
+                .bind(&endpoints)
+                .execute(self.inner.store.pool())
+                .await
+            {
+                tracing::warn!(%error, "outbox endpoint's recovery not recorded");
+            }
+        }
+        Ok(recorded)
     }
 }
 
@@ -581,13 +635,21 @@ mod tests {
         assert_eq!(failing().await?, (Some(true), true));
         let (again, _) = outbox.claim("u", Duration::from_secs(60), 10).await?;
         assert!(again.is_empty(), "both pending ones are due in 5 s");
-        sqlx::query("UPDATE idem_outbox_deliveries SET claim_token = 'u' WHERE id = $1")
-            .bind(c)
-            .execute(store.pool())
-            .await?;
+        let hold = |id: i64, token: &'static str| {
+            sqlx::query("UPDATE idem_outbox_deliveries SET claim_token = $2 WHERE id = $1")
+                .bind(id)
+                .bind(token)
+                .execute(store.pool())
+        };
+        // A success on a failing endpoint clears it (attempts that all delivered).
+        hold(c, "u").await?;
+        assert_eq!(outbox.record(&[record(c, "u", 204)]).await?, [true]);
+        assert_eq!(states(2).await?, (DeliveryState::Delivered, Some(204), 2));
+        assert_eq!(failing().await?, (Some(false), true));
+        hold(b, "v").await?;
         let late = Record {
             disable_after: Duration::ZERO,
-            ..failed(c, "u", 500)
+            ..failed(b, "v", 500)
         };
         assert_eq!(outbox.record(&[late]).await?, [true]);
         assert_eq!(failing().await?, (Some(true), false));
