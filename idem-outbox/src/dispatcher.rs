@@ -40,9 +40,9 @@ pub type Observer = Arc<dyn Fn(&OutboxEvent) + Send + Sync>;
 /// stable id), and records each attempt under its claim, so a dispatcher whose claim ran out
 /// cannot overwrite a newer one's result (C17).
 ///
-/// - The attempts of one claim that end within [`RECORD_LINGER`] of each other are recorded
-///   together (one statement on PostgreSQL, one transaction on SQLite), each under its own
-///   claim; an attempt's event is reported once it is recorded.
+/// - An ended attempt waits up to [`RECORD_LINGER`] for the others of its claim; those that end
+///   meanwhile are recorded with it (one statement on PostgreSQL, one transaction on SQLite),
+///   each under its own claim. An attempt's event is reported once it is recorded.
 /// - Each attempt ends before the claim's last quarter (its timeout is the endpoint's, cut
 ///   shorter when the claim runs out sooner), so two dispatchers never deliver one message at
 ///   the same moment.
