@@ -344,6 +344,7 @@ impl Dispatcher {
                 error: sent.error,
                 response: sent.response,
                 duration: sent.duration,
+                ended: Instant::now(),
                 endpoint: endpoint.name,
                 disable_after: self.disable_after,
             },

@@ -454,6 +454,7 @@ impl PgOutbox {
             Vec::with_capacity(n),
             Vec::with_capacity(n),
         );
+        let mut started_ago = Vec::with_capacity(n);
         for record in records {
             ids.push(record.delivery);
             tokens.push(record.token.as_str());
@@ -462,6 +463,7 @@ impl PgOutbox {
             statuses.push(record.status.map(i32::from));
             errors.push(record.error.as_deref());
             durations.push(millis(record.duration));
+            started_ago.push(millis(record.started_ago()));
             responses.push(record.response.as_slice());
             disable_after.push(millis(record.disable_after));
         }
@@ -475,6 +477,7 @@ impl PgOutbox {
             .bind(&durations)
             .bind(&responses)
             .bind(&disable_after)
+            .bind(&started_ago)
             .fetch_all(self.inner.store.pool())
             .await
             .map_err(store_error)?;
@@ -488,6 +491,7 @@ impl PgOutbox {
         let statuses: Vec<Option<i32>> = records.iter().map(|r| r.status.map(i32::from)).collect();
         let errors: Vec<Option<&str>> = records.iter().map(|r| r.error.as_deref()).collect();
         let durations: Vec<i64> = records.iter().map(|r| millis(r.duration)).collect();
+        let started_ago: Vec<i64> = records.iter().map(|r| millis(r.started_ago())).collect();
         let responses: Vec<&[u8]> = records.iter().map(|r| r.response.as_slice()).collect();
         let rows: Vec<(i64, Option<bool>)> = sqlx::query_as(sql::RECORD_DELIVERED)
             .bind(&ids)
@@ -496,6 +500,7 @@ impl PgOutbox {
             .bind(&errors)
             .bind(&durations)
             .bind(&responses)
+            .bind(&started_ago)
             .fetch_all(self.inner.store.pool())
             .await
             .map_err(store_error)?;
@@ -542,6 +547,7 @@ mod tests {
             error: None,
             response: b"ok".to_vec(),
             duration: Duration::from_millis(3),
+            ended: std::time::Instant::now(),
             endpoint: "m".to_owned(),
             disable_after: Duration::from_secs(60),
         }
@@ -607,15 +613,29 @@ mod tests {
         };
         // A stale token among them changes its delivery only; a success in the statement
         // leaves the endpoint healthy.
+        // `a` ended two seconds before it is recorded: its start is told from its end.
+        let ended_before = Record {
+            ended: std::time::Instant::now()
+                .checked_sub(Duration::from_secs(2))
+                .ok_or("a monotonic clock two seconds old")?,
+            ..record(a, "t", 200)
+        };
         assert_eq!(
             outbox
-                .record(&[
-                    record(a, "t", 200),
-                    failed(b, "stale", 500),
-                    failed(c, "t", 503)
-                ])
+                .record(&[ended_before, failed(b, "stale", 500), failed(c, "t", 503)])
                 .await?,
             [true, false, true]
+        );
+        let now_ms = i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_millis(),
+        )?;
+        let started = outbox.attempts(a).await?[0].started_at_ms;
+        assert!(
+            (now_ms - 2_003 - started).abs() < 500,
+            "started {} ms before now",
+            now_ms - started
         );
         let states = |i: usize| {
             let outbox = outbox.clone();

@@ -438,7 +438,7 @@ impl SqliteOutbox {
                             sql::ATTEMPT_INSERT,
                             params![
                                 r.delivery,
-                                now.saturating_sub(millis(r.duration)),
+                                now.saturating_sub(millis(r.started_ago())),
                                 millis(r.duration),
                                 r.status,
                                 r.error,
@@ -512,6 +512,7 @@ mod tests {
             error: None,
             response: b"ok".to_vec(),
             duration: Duration::from_millis(3),
+            ended: std::time::Instant::now(),
             endpoint: "m".to_owned(),
             disable_after: Duration::from_secs(60),
         }

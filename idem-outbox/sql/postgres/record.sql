@@ -3,12 +3,14 @@
 -- others are recorded all the same). One row per attempt, in arrays of one length: $1 the
 -- delivery, $2 its claim's token, $3 the new state, $4 ms until it is due again, $5 the
 -- status, $6 the error, $7 the attempt's duration (ms), $8 the response's first KiB, $9 after
--- how many ms of failing the endpoint is disabled. Returns the deliveries recorded.
+-- how many ms of failing the endpoint is disabled, $10 how many ms ago the attempt started.
+-- Returns the deliveries recorded.
 WITH attempt AS (
     SELECT *
     FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::text[],
-                $7::bigint[], $8::bytea[], $9::bigint[])
-        AS a(id, token, state, delay_ms, status, error, duration_ms, response, disable_after_ms)
+                $7::bigint[], $8::bytea[], $9::bigint[], $10::bigint[])
+        AS a(id, token, state, delay_ms, status, error, duration_ms, response, disable_after_ms,
+             started_ago_ms)
 ), recorded AS (
     UPDATE idem_outbox_deliveries AS d
     SET state = a.state, next_at = now() + a.delay_ms * interval '1 millisecond',
@@ -18,7 +20,7 @@ WITH attempt AS (
     FROM attempt AS a
     WHERE d.id = a.id AND d.claim_token = a.token
     RETURNING d.id, d.attempts, d.endpoint, a.state, a.status, a.error, a.duration_ms,
-              a.response, a.disable_after_ms
+              a.response, a.disable_after_ms, a.started_ago_ms
 ), outcome AS (
     -- Per endpoint: whether one of its recorded attempts succeeded (the attempts of one
     -- statement ran at once: a success among them means the endpoint answers).
@@ -44,7 +46,7 @@ WITH attempt AS (
     WHERE e.name = c.name
 ), attempts AS (
     INSERT INTO idem_outbox_attempts (delivery_id, attempt, started_at, duration_ms, status, error, response)
-    SELECT id, attempts, now() - duration_ms * interval '1 millisecond', duration_ms, status, error, response
+    SELECT id, attempts, now() - started_ago_ms * interval '1 millisecond', duration_ms, status, error, response
     FROM recorded
 )
 SELECT id FROM recorded
