@@ -440,33 +440,16 @@ impl PgOutbox {
         {
             return self.record_delivered(records).await;
         }
-        let n = records.len();
-        let (mut ids, mut tokens, mut states, mut delays) = (
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-        );
-        let (mut statuses, mut errors, mut durations, mut responses, mut disable_after) = (
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-        );
-        let mut started_ago = Vec::with_capacity(n);
-        for record in records {
-            ids.push(record.delivery);
-            tokens.push(record.token.as_str());
-            states.push(record.state.as_str());
-            delays.push(millis(record.delay));
-            statuses.push(record.status.map(i32::from));
-            errors.push(record.error.as_deref());
-            durations.push(millis(record.duration));
-            started_ago.push(millis(record.started_ago()));
-            responses.push(record.response.as_slice());
-            disable_after.push(millis(record.disable_after));
-        }
+        let ids: Vec<i64> = records.iter().map(|r| r.delivery).collect();
+        let tokens: Vec<&str> = records.iter().map(|r| r.token.as_str()).collect();
+        let states: Vec<&str> = records.iter().map(|r| r.state.as_str()).collect();
+        let delays: Vec<i64> = records.iter().map(|r| millis(r.delay)).collect();
+        let statuses: Vec<Option<i32>> = records.iter().map(|r| r.status.map(i32::from)).collect();
+        let errors: Vec<Option<&str>> = records.iter().map(|r| r.error.as_deref()).collect();
+        let durations: Vec<i64> = records.iter().map(|r| millis(r.duration)).collect();
+        let responses: Vec<&[u8]> = records.iter().map(|r| r.response.as_slice()).collect();
+        let disable_after: Vec<i64> = records.iter().map(|r| millis(r.disable_after)).collect();
+        let started_ago: Vec<i64> = records.iter().map(|r| millis(r.started_ago())).collect();
         let recorded: Vec<i64> = sqlx::query_scalar(sql::RECORD)
             .bind(&ids)
             .bind(&tokens)
