@@ -35,12 +35,14 @@ impl Backend {
         }
     }
 
-    pub(crate) async fn record(&self, record: &Record) -> Result<bool, OutboxError> {
+    /// Records attempts, each under its claim, at once: for each, whether its claim was still
+    /// the delivery's (recorded).
+    pub(crate) async fn record(&self, records: &[Record]) -> Result<Vec<bool>, OutboxError> {
         match self {
             #[cfg(feature = "sqlite")]
-            Backend::Sqlite(outbox) => outbox.record(record).await,
+            Backend::Sqlite(outbox) => outbox.record(records).await,
             #[cfg(feature = "postgres")]
-            Backend::Postgres(outbox) => outbox.record(record).await,
+            Backend::Postgres(outbox) => outbox.record(records).await,
         }
     }
 

@@ -1,6 +1,6 @@
 //! A delivery a dispatcher claimed, and what it records of its attempt.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::MessageId;
 
@@ -61,12 +61,21 @@ pub(crate) struct Record {
     pub(crate) error: Option<String>,
     pub(crate) response: Vec<u8>,
     pub(crate) duration: Duration,
+    /// When it ended: it is recorded a little later (with the other attempts of its claim), and
+    /// its start is told from this.
+    pub(crate) ended: Instant,
     /// The endpoint's name, to note the attempt's success or failure on it (PostgreSQL's
-    /// statement reads it from the delivery's row).
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    /// `record.sql` reads it from the delivery's row).
     pub(crate) endpoint: String,
     /// How long the endpoint may fail every attempt before it is disabled.
     pub(crate) disable_after: Duration,
+}
+
+impl Record {
+    /// How long ago the attempt started, now.
+    pub(crate) fn started_ago(&self) -> Duration {
+        self.duration.saturating_add(self.ended.elapsed())
+    }
 }
 
 /// Whole milliseconds of `d`, saturating.

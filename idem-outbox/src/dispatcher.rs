@@ -24,6 +24,10 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// schedule) takes effect within this.
 pub const ENDPOINT_CACHE: Duration = Duration::from_secs(1);
 
+/// How long an ended attempt waits for the others of its claim before it is recorded: those
+/// ending meanwhile are recorded with it, in one statement.
+pub const RECORD_LINGER: Duration = Duration::from_millis(5);
+
 /// Endpoints read, with when.
 type Endpoints = Arc<Mutex<HashMap<String, (Instant, Endpoint)>>>;
 
@@ -36,6 +40,9 @@ pub type Observer = Arc<dyn Fn(&OutboxEvent) + Send + Sync>;
 /// stable id), and records each attempt under its claim, so a dispatcher whose claim ran out
 /// cannot overwrite a newer one's result (C17).
 ///
+/// - An ended attempt waits up to [`RECORD_LINGER`] for the others of its claim; those that end
+///   meanwhile are recorded with it (one statement on PostgreSQL, one transaction on SQLite),
+///   each under its own claim. An attempt's event is reported once it is recorded.
 /// - Each attempt ends before the claim's last quarter (its timeout is the endpoint's, cut
 ///   shorter when the claim runs out sooner), so two dispatchers never deliver one message at
 ///   the same moment.
@@ -221,11 +228,59 @@ impl Dispatcher {
             let token = token.clone();
             attempts.spawn(async move {
                 this.attempt(&transport, endpoint, claim, &token, deadline)
-                    .await;
+                    .await
             });
         }
-        while attempts.join_next().await.is_some() {}
+        // One statement records the attempts that end within `RECORD_LINGER` of the first
+        // unrecorded one (all of them when they end together), while the others go on.
+        let mut ended = Vec::new();
+        while let Some(first) = attempts.join_next().await {
+            ended.extend(first.ok().flatten());
+            let linger = tokio::time::sleep(RECORD_LINGER);
+            tokio::pin!(linger);
+            loop {
+                tokio::select! {
+                    next = attempts.join_next() => match next {
+                        Some(next) => ended.extend(next.ok().flatten()),
+                        None => break,
+                    },
+                    () = &mut linger => break,
+                }
+            }
+            self.record(std::mem::take(&mut ended)).await;
+        }
         Ok(count)
+    }
+
+    /// Records `ended` under their claims, then reports each.
+    async fn record(&self, ended: Vec<Attempted>) {
+        if ended.is_empty() {
+            return;
+        }
+        let (records, events): (Vec<Record>, Vec<OutboxEvent>) =
+            ended.into_iter().map(|a| (a.record, a.event)).unzip();
+        let recorded = match bounded(self.store_timeout, self.backend.record(&records)).await {
+            Ok(recorded) => recorded,
+            Err(error) => {
+                // Unrecorded: the claims run out and the deliveries are attempted again (at
+                // least once), with the same ids.
+                for event in &events {
+                    tracing::warn!(message_id = %event.message_id, %error, "outbox attempt not recorded");
+                }
+                return;
+            }
+        };
+        for ((mut event, record), recorded) in events.into_iter().zip(&records).zip(recorded) {
+            if !recorded {
+                event.kind = OutboxEventKind::Fenced;
+            }
+            report(&event, record.error.as_deref());
+            #[cfg(feature = "metrics")]
+            crate::metrics::attempt(&event, record.duration);
+            if let Some(observer) = &self.observer {
+                observer(&event);
+            }
+        }
     }
 
     /// The endpoint `name`, read at most [`ENDPOINT_CACHE`] ago.
@@ -255,7 +310,7 @@ impl Dispatcher {
         Ok(found)
     }
 
-    /// One attempt of `claim`, recorded under `token`.
+    /// One attempt of `claim`, to be recorded under `token` (none when it was not made).
     async fn attempt(
         &self,
         transport: &Transport,
@@ -263,57 +318,44 @@ impl Dispatcher {
         claim: Claimed,
         token: &str,
         deadline: Instant,
-    ) {
+    ) -> Option<Attempted> {
         let endpoint = match endpoint {
             Ok(Some(endpoint)) => endpoint,
             // Not readable now: the claim runs out and the delivery is tried again.
             Ok(None) | Err(_) => {
                 tracing::warn!(message_id = %claim.message_id, endpoint = %claim.endpoint, "outbox endpoint unreadable; attempt skipped");
-                return;
+                return None;
             }
         };
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining < Duration::from_millis(5) {
-            return;
+            return None;
         }
         let timeout = endpoint.timeout.min(remaining);
         let sent = transport.send(&endpoint, &claim, timeout).await;
         let (state, delay, kind) = verdict(&sent, claim.attempt, &endpoint);
-        let record = Record {
-            delivery: claim.id,
-            token: token.to_owned(),
-            state,
-            delay,
-            status: sent.status,
-            error: sent.error.clone(),
-            response: sent.response.clone(),
-            duration: sent.duration,
-            endpoint: endpoint.name.clone(),
-            disable_after: self.disable_after,
-        };
-        let kind = match bounded(self.store_timeout, self.backend.record(&record)).await {
-            Ok(true) => kind,
-            Ok(false) => OutboxEventKind::Fenced,
-            Err(error) => {
-                // Unrecorded: the claim runs out and the delivery is attempted again (at least
-                // once), with the same id.
-                tracing::warn!(message_id = %claim.message_id, %error, "outbox attempt not recorded");
-                return;
-            }
-        };
-        let event = OutboxEvent {
-            message_id: claim.message_id,
-            endpoint: claim.endpoint,
-            attempt: claim.attempt,
-            status: sent.status,
-            kind,
-        };
-        report(&event, sent.error.as_deref());
-        #[cfg(feature = "metrics")]
-        crate::metrics::attempt(&event, sent.duration);
-        if let Some(observer) = &self.observer {
-            observer(&event);
-        }
+        Some(Attempted {
+            record: Record {
+                delivery: claim.id,
+                token: token.to_owned(),
+                state,
+                delay,
+                status: sent.status,
+                error: sent.error,
+                response: sent.response,
+                duration: sent.duration,
+                ended: Instant::now(),
+                endpoint: endpoint.name,
+                disable_after: self.disable_after,
+            },
+            event: OutboxEvent {
+                message_id: claim.message_id,
+                endpoint: claim.endpoint,
+                attempt: claim.attempt,
+                status: sent.status,
+                kind,
+            },
+        })
     }
 
     /// Starts dispatching on the current tokio runtime until [`Dispatching::stop`] (or the
@@ -369,6 +411,12 @@ impl Dispatcher {
             }
         }
     }
+}
+
+/// An attempt made: what it records, and the event it reports once recorded.
+struct Attempted {
+    record: Record,
+    event: OutboxEvent,
 }
 
 /// A running dispatcher. Dropping it stops it at once; [`stop`](Self::stop) lets the running

@@ -53,7 +53,9 @@ mod transport;
 
 pub use claim::DeliveryState;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub use dispatcher::{Dispatcher, Dispatching, Observer, ENDPOINT_CACHE, MAX_RETRY_AFTER};
+pub use dispatcher::{
+    Dispatcher, Dispatching, Observer, ENDPOINT_CACHE, MAX_RETRY_AFTER, RECORD_LINGER,
+};
 pub use endpoint::{Endpoint, DEFAULT_TIMEOUT, MAX_NAME_LEN};
 pub use error::OutboxError;
 pub use event::{DeadReason, OutboxEvent, OutboxEventKind};

@@ -24,6 +24,9 @@ mod sql {
     pub(super) const ENQUEUE: &str = include_str!("../sql/postgres/enqueue.sql");
     pub(super) const CLAIM: &str = include_str!("../sql/postgres/claim.sql");
     pub(super) const RECORD: &str = include_str!("../sql/postgres/record.sql");
+    pub(super) const RECORD_DELIVERED: &str = include_str!("../sql/postgres/record_delivered.sql");
+    pub(super) const ENDPOINT_RECOVERED: &str =
+        include_str!("../sql/postgres/endpoint_recovered.sql");
     pub(super) const DELIVERIES_OF: &str = include_str!("../sql/postgres/deliveries_of.sql");
     pub(super) const ATTEMPTS_OF: &str = include_str!("../sql/postgres/attempts_of.sql");
     pub(super) const COUNTS: &str = include_str!("../sql/postgres/counts.sql");
@@ -423,24 +426,91 @@ impl PgOutbox {
         Ok((claimed, set_aside))
     }
 
-    /// Records an attempt's end, the attempt and its endpoint's health under its claim, in one
-    /// statement: `false` when the claim is no longer the delivery's (nothing written).
-    pub(crate) async fn record(&self, record: &Record) -> Result<bool, OutboxError> {
-        let done = sqlx::query(sql::RECORD)
-            .bind(record.delivery)
-            .bind(&record.token)
-            .bind(record.state.as_str())
-            .bind(millis(record.delay))
-            .bind(record.status.map(i32::from))
-            .bind(&record.error)
-            .bind(millis(record.duration))
-            .bind(&record.response)
-            .bind(record.state == DeliveryState::Delivered)
-            .bind(millis(record.disable_after))
-            .execute(self.inner.store.pool())
+    /// Records attempts' ends, the attempts and their endpoints' health, each under its claim,
+    /// in one statement: for each record, `false` when its claim is no longer the delivery's
+    /// (nothing of it written). Attempts that all delivered skip the health part, unless one
+    /// of their endpoints was failing: a second statement then clears it.
+    pub(crate) async fn record(&self, records: &[Record]) -> Result<Vec<bool>, OutboxError> {
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        if records
+            .iter()
+            .all(|r| r.state == DeliveryState::Delivered && r.delay.is_zero())
+        {
+            return self.record_delivered(records).await;
+        }
+        let ids: Vec<i64> = records.iter().map(|r| r.delivery).collect();
+        let tokens: Vec<&str> = records.iter().map(|r| r.token.as_str()).collect();
+        let states: Vec<&str> = records.iter().map(|r| r.state.as_str()).collect();
+        let delays: Vec<i64> = records.iter().map(|r| millis(r.delay)).collect();
+        let statuses: Vec<Option<i32>> = records.iter().map(|r| r.status.map(i32::from)).collect();
+        let errors: Vec<Option<&str>> = records.iter().map(|r| r.error.as_deref()).collect();
+        let durations: Vec<i64> = records.iter().map(|r| millis(r.duration)).collect();
+        let responses: Vec<&[u8]> = records.iter().map(|r| r.response.as_slice()).collect();
+        let disable_after: Vec<i64> = records.iter().map(|r| millis(r.disable_after)).collect();
+        let started_ago: Vec<i64> = records.iter().map(|r| millis(r.started_ago())).collect();
+        let recorded: Vec<i64> = sqlx::query_scalar(sql::RECORD)
+            .bind(&ids)
+            .bind(&tokens)
+            .bind(&states)
+            .bind(&delays)
+            .bind(&statuses)
+            .bind(&errors)
+            .bind(&durations)
+            .bind(&responses)
+            .bind(&disable_after)
+            .bind(&started_ago)
+            .fetch_all(self.inner.store.pool())
             .await
             .map_err(store_error)?;
-        Ok(done.rows_affected() == 1)
+        Ok(ids.iter().map(|id| recorded.contains(id)).collect())
+    }
+
+    /// [`record`](Self::record) of attempts that all delivered.
+    async fn record_delivered(&self, records: &[Record]) -> Result<Vec<bool>, OutboxError> {
+        let ids: Vec<i64> = records.iter().map(|r| r.delivery).collect();
+        let tokens: Vec<&str> = records.iter().map(|r| r.token.as_str()).collect();
+        let statuses: Vec<Option<i32>> = records.iter().map(|r| r.status.map(i32::from)).collect();
+        let errors: Vec<Option<&str>> = records.iter().map(|r| r.error.as_deref()).collect();
+        let durations: Vec<i64> = records.iter().map(|r| millis(r.duration)).collect();
+        let started_ago: Vec<i64> = records.iter().map(|r| millis(r.started_ago())).collect();
+        let responses: Vec<&[u8]> = records.iter().map(|r| r.response.as_slice()).collect();
+        let rows: Vec<(i64, Option<bool>)> = sqlx::query_as(sql::RECORD_DELIVERED)
+            .bind(&ids)
+            .bind(&tokens)
+            .bind(&statuses)
+            .bind(&errors)
+            .bind(&durations)
+            .bind(&responses)
+            .bind(&started_ago)
+            .fetch_all(self.inner.store.pool())
+            .await
+            .map_err(store_error)?;
+        let recorded: Vec<bool> = ids
+            .iter()
+            .map(|id| rows.iter().any(|(row, _)| row == id))
+            .collect();
+        if rows.iter().any(|(_, failing)| *failing == Some(true)) {
+            // The attempts are recorded: an endpoint left marked failing is cleared by its next
+            // success, so this statement's failure is only logged.
+            let mut endpoints: Vec<&str> = records
+                .iter()
+                .zip(&recorded)
+                .filter(|(_, recorded)| **recorded)
+                .map(|(r, _)| r.endpoint.as_str())
+                .collect();
+            endpoints.sort_unstable();
+            endpoints.dedup();
+            if let Err(error) = sqlx::query(sql::ENDPOINT_RECOVERED)
+                .bind(&endpoints)
+                .execute(self.inner.store.pool())
+                .await
+            {
+                tracing::warn!(%error, "outbox endpoint's recovery not recorded");
+            }
+        }
+        Ok(recorded)
     }
 }
 
@@ -460,6 +530,7 @@ mod tests {
             error: None,
             response: b"ok".to_vec(),
             duration: Duration::from_millis(3),
+            ended: std::time::Instant::now(),
             endpoint: "m".to_owned(),
             disable_after: Duration::from_secs(60),
         }
@@ -478,6 +549,115 @@ mod tests {
             .await?;
         let slash = base.rfind('/').ok_or("IDEM_PG_URL names no database")?;
         Ok(format!("{}/{name}", &base[..slash]))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn c17_pg_one_statement_records_several_attempts_each_under_its_claim(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let store = PgStore::connect(&fresh_database().await?).await?;
+        store.migrate().await?;
+        let outbox = PgOutbox::open(&store).await?;
+        outbox
+            .register(&Endpoint::new(
+                "m",
+                "http://127.0.0.1:9/",
+                ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+            )?)
+            .await?;
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            let mut tx = store.pool().begin().await?;
+            ids.push(
+                outbox
+                    .enqueue(&mut tx, &Message::bytes("a/b", "x").to("m"))
+                    .await?,
+            );
+            tx.commit().await?;
+        }
+        let (claimed, _) = outbox.claim("t", Duration::from_secs(60), 10).await?;
+        let delivery = |id: &MessageId| claimed.iter().find(|c| &c.message_id == id).map(|c| c.id);
+        let (a, b, c) = (
+            delivery(&ids[0]).ok_or("claimed")?,
+            delivery(&ids[1]).ok_or("claimed")?,
+            delivery(&ids[2]).ok_or("claimed")?,
+        );
+        let failed = |id, token: &str, status| Record {
+            state: DeliveryState::Pending,
+            delay: Duration::from_secs(5),
+            ..record(id, token, status)
+        };
+        let failing = || async {
+            let row: (Option<bool>, bool) = sqlx::query_as(
+                "SELECT failing_since IS NOT NULL, enabled FROM idem_outbox_endpoints WHERE name = 'm'",
+            )
+            .fetch_one(store.pool())
+            .await?;
+            Ok::<_, sqlx::Error>(row)
+        };
+        // A stale token among them changes its delivery only; a success in the statement
+        // leaves the endpoint healthy.
+        // `a` ended two seconds before it is recorded: its start is told from its end.
+        let ended_before = Record {
+            ended: std::time::Instant::now()
+                .checked_sub(Duration::from_secs(2))
+                .ok_or("a monotonic clock two seconds old")?,
+            ..record(a, "t", 200)
+        };
+        assert_eq!(
+            outbox
+                .record(&[ended_before, failed(b, "stale", 500), failed(c, "t", 503)])
+                .await?,
+            [true, false, true]
+        );
+        let now_ms = i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_millis(),
+        )?;
+        let started = outbox.attempts(a).await?[0].started_at_ms;
+        assert!(
+            (now_ms - 2_003 - started).abs() < 500,
+            "started {} ms before now",
+            now_ms - started
+        );
+        let states = |i: usize| {
+            let outbox = outbox.clone();
+            let id = ids[i].clone();
+            async move {
+                let d = outbox.deliveries(&id).await?.remove(0);
+                let attempts = outbox.attempts(d.id).await?;
+                Ok::<_, OutboxError>((d.state, d.last_status, attempts.len()))
+            }
+        };
+        assert_eq!(states(0).await?, (DeliveryState::Delivered, Some(200), 1));
+        assert_eq!(states(1).await?, (DeliveryState::Pending, None, 0));
+        assert_eq!(states(2).await?, (DeliveryState::Pending, Some(503), 1));
+        assert_eq!(failing().await?, (Some(false), true));
+        // Failures only: failing since now; failing longer than allowed: disabled.
+        assert_eq!(outbox.record(&[failed(b, "t", 500)]).await?, [true]);
+        assert_eq!(failing().await?, (Some(true), true));
+        let (again, _) = outbox.claim("u", Duration::from_secs(60), 10).await?;
+        assert!(again.is_empty(), "both pending ones are due in 5 s");
+        let hold = |id: i64, token: &'static str| {
+            sqlx::query("UPDATE idem_outbox_deliveries SET claim_token = $2 WHERE id = $1")
+                .bind(id)
+                .bind(token)
+                .execute(store.pool())
+        };
+        // A success on a failing endpoint clears it (attempts that all delivered).
+        hold(c, "u").await?;
+        assert_eq!(outbox.record(&[record(c, "u", 204)]).await?, [true]);
+        assert_eq!(states(2).await?, (DeliveryState::Delivered, Some(204), 2));
+        assert_eq!(failing().await?, (Some(false), true));
+        hold(b, "v").await?;
+        let late = Record {
+            disable_after: Duration::ZERO,
+            ..failed(b, "v", 500)
+        };
+        assert_eq!(outbox.record(&[late]).await?, [true]);
+        assert_eq!(failing().await?, (Some(true), false));
+        assert!(outbox.record(&[]).await?.is_empty());
+        Ok(())
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -508,9 +688,18 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(150)).await;
         let (second, _) = outbox.claim("new", Duration::from_secs(60), 10).await?;
         assert_eq!((second.len(), second[0].attempt), (1, 2));
-        assert!(!outbox.record(&record(first[0].id, "old", 500)).await?);
-        assert!(outbox.record(&record(second[0].id, "new", 200)).await?);
-        assert!(!outbox.record(&record(second[0].id, "new", 200)).await?);
+        assert_eq!(
+            outbox.record(&[record(first[0].id, "old", 500)]).await?,
+            [false]
+        );
+        assert_eq!(
+            outbox.record(&[record(second[0].id, "new", 200)]).await?,
+            [true]
+        );
+        assert_eq!(
+            outbox.record(&[record(second[0].id, "new", 200)]).await?,
+            [false]
+        );
         let delivery = &outbox.deliveries(&id).await?[0];
         assert_eq!(
             (delivery.state, delivery.last_status),

@@ -405,48 +405,56 @@ impl SqliteOutbox {
             .collect()
     }
 
-    /// Records an attempt's end, the attempt and its endpoint's health under its claim, in one
-    /// transaction: `false` when the claim is no longer the delivery's (nothing written).
-    pub(crate) async fn record(&self, record: &Record) -> Result<bool, OutboxError> {
-        let r = record.clone();
+    /// Records attempts' ends, the attempts and their endpoints' health, each under its claim,
+    /// in one transaction, in order: for each record, `false` when its claim is no longer the
+    /// delivery's (nothing of it written).
+    pub(crate) async fn record(&self, records: &[Record]) -> Result<Vec<bool>, OutboxError> {
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        let records = records.to_vec();
         let recorded = self
             .inner
             .store
             .try_call(move |db| {
                 let tx = db.transaction()?;
                 let now = now_ms();
-                let changed = tx.execute(
-                    sql::RECORD,
-                    params![
-                        r.delivery,
-                        r.token,
-                        r.state.as_str(),
-                        now.saturating_add(millis(r.delay)),
-                        r.status,
-                        r.error,
-                        now
-                    ],
-                )?;
-                if changed == 1 {
-                    tx.execute(
-                        sql::ATTEMPT_INSERT,
+                let mut recorded = Vec::with_capacity(records.len());
+                for r in &records {
+                    let changed = tx.execute(
+                        sql::RECORD,
                         params![
                             r.delivery,
-                            now.saturating_sub(millis(r.duration)),
-                            millis(r.duration),
+                            r.token,
+                            r.state.as_str(),
+                            now.saturating_add(millis(r.delay)),
                             r.status,
                             r.error,
-                            r.response
+                            now
                         ],
                     )?;
-                    let ok = r.state == DeliveryState::Delivered;
-                    tx.execute(
-                        sql::ENDPOINT_HEALTH,
-                        params![r.endpoint, ok, now, millis(r.disable_after)],
-                    )?;
+                    if changed == 1 {
+                        tx.execute(
+                            sql::ATTEMPT_INSERT,
+                            params![
+                                r.delivery,
+                                now.saturating_sub(millis(r.started_ago())),
+                                millis(r.duration),
+                                r.status,
+                                r.error,
+                                r.response
+                            ],
+                        )?;
+                        let ok = r.state == DeliveryState::Delivered;
+                        tx.execute(
+                            sql::ENDPOINT_HEALTH,
+                            params![r.endpoint, ok, now, millis(r.disable_after)],
+                        )?;
+                    }
+                    recorded.push(changed == 1);
                 }
                 tx.commit()?;
-                Ok(changed == 1)
+                Ok(recorded)
             })
             .await?;
         Ok(recorded)
@@ -504,6 +512,7 @@ mod tests {
             error: None,
             response: b"ok".to_vec(),
             duration: Duration::from_millis(3),
+            ended: std::time::Instant::now(),
             endpoint: "m".to_owned(),
             disable_after: Duration::from_secs(60),
         }
@@ -542,9 +551,18 @@ mod tests {
         let second = outbox.claim("new", Duration::from_secs(60), 10).await?;
         assert_eq!((second.len(), second[0].attempt), (1, 2));
         // The stale dispatcher's result changes nothing; the newer one's lands once.
-        assert!(!outbox.record(&record(first[0].id, "old", 500)).await?);
-        assert!(outbox.record(&record(second[0].id, "new", 200)).await?);
-        assert!(!outbox.record(&record(second[0].id, "new", 200)).await?);
+        assert_eq!(
+            outbox.record(&[record(first[0].id, "old", 500)]).await?,
+            [false]
+        );
+        assert_eq!(
+            outbox.record(&[record(second[0].id, "new", 200)]).await?,
+            [true]
+        );
+        assert_eq!(
+            outbox.record(&[record(second[0].id, "new", 200)]).await?,
+            [false]
+        );
         let delivery = &outbox.deliveries(&id).await?[0];
         assert_eq!(
             (delivery.state, delivery.last_status),
