@@ -140,6 +140,10 @@ impl<S: Store> Idempotency<S> {
                 Ok(None) => return Ok(None),
                 Err(error) if error.is_retryable() && backoff < budget.remaining() => {
                     self.pause_within(budget, backoff).await;
+                    // A pause that overslept the budget leaves the last failure the answer.
+                    if budget.is_spent() {
+                        return Err(error);
+                    }
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
                 Err(error) => return Err(error),
