@@ -219,10 +219,7 @@ impl Charge for PgStore {
     }
 }
 
-/// The library side with `PgStoreBuilder::read_first(false)`: one reservation statement for
-/// every path.
-pub const RESERVE_FIRST: &str = "library_reserve_first";
-/// The library side with `RedisStoreBuilder::read_first(true)`: a read before the script.
+/// The library side with the store's `read_first(true)`: a read before the reservation.
 pub const READ_FIRST: &str = "library_read_first";
 
 /// `PgStore` on a table of its own (pool of [`POOL`]) and the same work by hand with sqlx.
@@ -237,10 +234,10 @@ pub async fn postgres() -> Subject {
         .expect("connect");
     store.migrate().await.expect("migrate");
     // The other setting of the read before the reservation, on the same table.
-    let reserve_first = PgStore::builder()
+    let read_first = PgStore::builder()
         .table(&table)
         .max_connections(POOL)
-        .read_first(false)
+        .read_first(true)
         .connect(&url)
         .await
         .expect("connect");
@@ -252,7 +249,7 @@ pub async fn postgres() -> Subject {
         Arc::new(Library::new(store.clone(), PgEffect)),
         Arc::new(raw::postgres::RawPostgres::connect(&url, POOL).await),
         Arc::new(raw::postgres_floor::FloorPostgres::connect(&url, POOL).await),
-        Arc::new(Library::new(reserve_first, PgEffect).named(RESERVE_FIRST)),
+        Arc::new(Library::new(read_first, PgEffect).named(READ_FIRST)),
     ];
     Subject {
         store: "postgres",

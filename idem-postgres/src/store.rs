@@ -144,15 +144,15 @@ pub struct PgStoreBuilder {
 }
 
 impl PgStoreBuilder {
-    /// Whether each reservation first reads its record by primary key (default true): a
-    /// replay, an in-flight duplicate or a mismatch then costs one plain `SELECT`, and a fresh
-    /// key that `SELECT` before its reservation statement (a round trip more, next to the
-    /// commit it pays anyway). False: one statement for every case, which reserves a fresh key
-    /// in one round trip and answers the others at about twice a read's server time
-    /// (docs/benchmarks.md).
+    /// Whether each reservation first reads its record by primary key (default false): a
+    /// replay, an in-flight duplicate or a mismatch then costs one plain `SELECT` (about 1.7
+    /// times the answers a second), and a fresh key that `SELECT` before its reservation
+    /// statement (a round trip more: about 0.8 times the fresh keys a second). It wins when
+    /// about a third of the requests or more are answers (retry storms, a webhook inbox);
+    /// the default reserves every request with one statement (docs/benchmarks.md).
     ///
     /// ```
-    /// let _builder = idem_postgres::PgStore::builder().read_first(false);
+    /// let _builder = idem_postgres::PgStore::builder().read_first(true);
     /// ```
     pub fn read_first(mut self, read_first: bool) -> Self {
         self.read_first = read_first;
@@ -422,7 +422,7 @@ impl PgStore {
             feed: feed_settings::default_settings(),
             listener: ListenerTarget::Store,
             holder: Holder::this_process().clone(),
-            read_first: true,
+            read_first: false,
         }
     }
 

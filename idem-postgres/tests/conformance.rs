@@ -10,6 +10,13 @@ use idem_postgres::Isolation;
 idem_core::conformance_tests!(Pg::direct(Isolation::ReadCommitted));
 idem_ops::operator_tests!(Pg::direct(Isolation::ReadCommitted));
 
+/// Every reservation reading first (`PgStoreBuilder::read_first`).
+mod read_first {
+    use super::*;
+    idem_core::conformance_tests!(Pg::reading_first(Isolation::ReadCommitted));
+    idem_core::transact_tests!(Pg::reading_first(Isolation::ReadCommitted));
+}
+
 mod read_committed {
     use super::*;
     idem_core::transactional_tests!(Pg::direct(Isolation::ReadCommitted));

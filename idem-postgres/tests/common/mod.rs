@@ -81,6 +81,8 @@ pub(crate) struct Pg {
     pub url: String,
     pub mode: StatementMode,
     pub isolation: Isolation,
+    /// `PgStoreBuilder::read_first`.
+    pub read_first: bool,
 }
 
 impl Pg {
@@ -89,6 +91,15 @@ impl Pg {
             url: pg_url(),
             mode: StatementMode::Prepared,
             isolation,
+            read_first: false,
+        }
+    }
+
+    /// [`direct`](Self::direct), each reservation reading first.
+    pub(crate) fn reading_first(isolation: Isolation) -> Self {
+        Self {
+            read_first: true,
+            ..Self::direct(isolation)
         }
     }
 
@@ -97,6 +108,7 @@ impl Pg {
             url: bouncer_url(),
             mode: StatementMode::Simple,
             isolation: Isolation::ReadCommitted,
+            read_first: false,
         }
     }
 }
@@ -106,7 +118,22 @@ impl Harness for Pg {
     type Store = PgStore;
 
     async fn store(&self) -> PgStore {
-        store_on(&self.url, self.mode, self.isolation).await
+        if !self.read_first {
+            return store_on(&self.url, self.mode, self.isolation).await;
+        }
+        let table = format!("t_{}", FencingToken::generate());
+        let store = PgStore::builder()
+            .schema(SCHEMA)
+            .table(&table)
+            .isolation(self.isolation)
+            .max_connections(8)
+            .read_first(true)
+            .connect(&self.url)
+            .await
+            .expect("connect");
+        store.migrate().await.expect("migrate");
+        business_table(store.pool()).await;
+        store
     }
 
     async fn corrupt_response(&self, store: &PgStore, id: &RecordId) {
