@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{free_port, start_server, temp_dir, Redis};
+use common::{free_port, start_server, temp_dir, Redis, Server};
 use idem_core::store::Deadline;
 use idem_core::store::{Store, StoreExt};
 use idem_core::testing::{request, unique_consumer};
@@ -184,18 +184,6 @@ async fn timed<T>(
     match call.await {
         Ok(_) => Ok(()),
         Err(error) => Err((error, asked.elapsed())),
-    }
-}
-
-/// A redis-server of the test's own (DEBUG enabled, to freeze it), stopped and its files
-/// removed when dropped, even by a failing assertion.
-struct Server(std::process::Child, std::path::PathBuf);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.1);
     }
 }
 

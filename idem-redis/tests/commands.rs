@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{free_port, start_server, temp_dir};
+use common::{free_port, start_server, temp_dir, Server};
 use idem_core::{Answer, Begin, Idempotency, StoredResponse};
 use idem_redis::redis;
 use idem_redis::RedisStore;
@@ -40,17 +40,6 @@ async fn calls(conn: &mut redis::aio::MultiplexedConnection) -> BTreeMap<String,
 
 fn counted(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
     pairs.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect()
-}
-
-/// The test's own server, stopped however the test ends.
-struct Server(std::process::Child, std::path::PathBuf);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.1);
-    }
 }
 
 async fn count(read_first: bool) {

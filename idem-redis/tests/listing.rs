@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{free_port, start_server, temp_dir, Redis};
+use common::{free_port, start_server, temp_dir, Redis, Server};
 use idem_core::store::Deadline;
 use idem_core::store::Store;
 use idem_core::testing::{request, request_on, unique_consumer};
@@ -259,18 +259,6 @@ async fn a_listing_never_transfers_a_body() {
         "{} bytes sent for a listing of one 4 MiB body",
         after - before
     );
-}
-
-/// A redis-server of the test's own, stopped and its files removed when dropped, even by a
-/// failing assertion.
-struct Server(std::process::Child, std::path::PathBuf);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.1);
-    }
 }
 
 #[tokio::test]

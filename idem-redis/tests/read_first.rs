@@ -10,7 +10,7 @@ mod common;
 use common::Redis;
 use idem_core::store::{Acquire, Deadline, StoreExt};
 use idem_core::testing::{policy, request, unique_consumer, LEASE, SHORT_RETENTION};
-use idem_core::{Answer, Begin, FencingToken, Idempotency, StoredResponse};
+use idem_core::{Answer, Begin, FencingToken, Idempotency, Request, StoredResponse};
 use idem_redis::redis;
 use idem_redis::RedisStore;
 use std::sync::Arc;
@@ -34,75 +34,60 @@ fn kind(begin: &Begin) -> String {
     }
 }
 
-/// C10: a completed record past its retention behaves as absent. An operator extended the
-/// key's TTL (to keep it for a look, say): the script path starts over (TIME > 'dl'), the read
-/// path replays the expired response to the same body and answers 422 to another body.
-#[tokio::test]
-async fn c10_read_first_replays_a_record_past_retention_when_its_ttl_was_extended() {
-    let (reads, scripts) = pair().await;
-    let pol = policy().retention(SHORT_RETENTION);
-    let idem_reads = Idempotency::with_policy(Arc::clone(&reads), pol.clone()).expect("policy");
-    let idem_scripts = Idempotency::with_policy(Arc::clone(&scripts), pol).expect("policy");
-    let consumer = unique_consumer("rf-c10");
-
-    let mut outcomes = Vec::new();
-    for (name, idem, key) in [
-        ("reads", &idem_reads, "k1"),
-        ("scripts", &idem_scripts, "k2"),
-    ] {
-        let req = request(&consumer, key, b"{}");
-        let Begin::Acquired(lease) = idem.begin(&req).await.expect("begin") else {
-            panic!("fresh")
-        };
-        idem.complete(lease, StoredResponse::new(201, "old"))
-            .await
-            .expect("complete");
-        // The operator keeps the key a minute longer.
-        let set: i64 = Redis { cluster: false }
-            .raw(
-                redis::cmd("PEXPIRE")
-                    .arg(reads.key_of(req.id()))
-                    .arg(60_000),
-            )
-            .await;
-        assert_eq!(set, 1);
-        tokio::time::sleep(SHORT_RETENTION + Duration::from_millis(200)).await;
-        let same = idem.begin(&req).await.expect("begin again");
-        outcomes.push((name, kind(&same), same));
-    }
-    for (name, text, _) in &outcomes {
-        println!("{name}: {text}");
-    }
-    for (name, text, begin) in &outcomes {
-        assert!(
-            matches!(begin, Begin::Acquired(lease) if lease.acquired() != Acquire::FRESH),
-            "{name}: a record past its retention behaves as absent (C10): {text}"
-        );
-    }
-}
-
-/// C10 / C3: another body on an expired record is a new request, never a 422.
-#[tokio::test]
-async fn c10_read_first_answers_422_for_a_record_past_retention_when_its_ttl_was_extended() {
-    let (reads, _scripts) = pair().await;
-    let pol = policy().retention(SHORT_RETENTION);
-    let idem = Idempotency::with_policy(Arc::clone(&reads), pol).expect("policy");
-    let consumer = unique_consumer("rf-c10b");
-    let req = request(&consumer, "k", b"{}");
-    let Begin::Acquired(lease) = idem.begin(&req).await.expect("begin") else {
+/// Completes `req` under `idem`, then keeps its key a minute longer behind the store's back (an
+/// operator's `PEXPIRE`), and waits until its retention has passed.
+async fn completed_then_kept(
+    idem: &Idempotency<Arc<RedisStore>>,
+    store: &RedisStore,
+    req: &Request,
+) {
+    let Begin::Acquired(lease) = idem.begin(req).await.expect("begin") else {
         panic!("fresh")
     };
     idem.complete(lease, StoredResponse::new(201, "old"))
         .await
         .expect("complete");
-    let _: i64 = Redis { cluster: false }
+    let set: i64 = Redis { cluster: false }
         .raw(
             redis::cmd("PEXPIRE")
-                .arg(reads.key_of(req.id()))
+                .arg(store.key_of(req.id()))
                 .arg(60_000),
         )
         .await;
+    assert_eq!(set, 1);
     tokio::time::sleep(SHORT_RETENTION + Duration::from_millis(200)).await;
+}
+
+/// C10: a completed record past its retention behaves as absent, whoever extended its key's
+/// TTL: read first or not, the same body starts over.
+#[tokio::test]
+async fn c10_read_first_starts_over_a_record_past_retention_whose_ttl_was_extended() {
+    let (reads, scripts) = pair().await;
+    let pol = policy().retention(SHORT_RETENTION);
+    let consumer = unique_consumer("rf-c10");
+    for (name, store, key) in [("reads", &reads, "k1"), ("scripts", &scripts, "k2")] {
+        let idem = Idempotency::with_policy(Arc::clone(store), pol.clone()).expect("policy");
+        let req = request(&consumer, key, b"{}");
+        completed_then_kept(&idem, store, &req).await;
+        let same = idem.begin(&req).await.expect("begin again");
+        assert!(
+            matches!(&same, Begin::Acquired(lease) if lease.acquired() != Acquire::FRESH),
+            "{name}: a record past its retention behaves as absent (C10): {}",
+            kind(&same)
+        );
+    }
+}
+
+/// C10 / C3: another body on a record past its retention whose TTL was extended is a new
+/// request, never a 422.
+#[tokio::test]
+async fn c10_read_first_never_answers_422_for_a_record_past_retention() {
+    let (reads, _scripts) = pair().await;
+    let pol = policy().retention(SHORT_RETENTION);
+    let idem = Idempotency::with_policy(Arc::clone(&reads), pol).expect("policy");
+    let consumer = unique_consumer("rf-c10b");
+    let req = request(&consumer, "k", b"{}");
+    completed_then_kept(&idem, &reads, &req).await;
     let other = request(&consumer, "k", b"{\"other\":1}");
     let got = idem.begin(&other).await.expect("begin");
     assert!(
@@ -112,11 +97,11 @@ async fn c10_read_first_answers_422_for_a_record_past_retention_when_its_ttl_was
     );
 }
 
-/// C9: an orphan whose lease has passed is taken over by the next attempt. Its TTL was
-/// extended (an operator's `PEXPIRE`): the script
-/// path takes it over, the read path answers in flight for as long as the key lives.
+/// C9: an orphan whose lease has passed is taken over by the next attempt, read first or not,
+/// even when its key's TTL was extended (an operator's `PEXPIRE`): never answered in flight for
+/// as long as the key lives.
 #[tokio::test]
-async fn c09_read_first_never_takes_over_an_orphan_whose_ttl_was_extended() {
+async fn c09_read_first_takes_over_an_orphan_whose_ttl_was_extended() {
     let (reads, scripts) = pair().await;
     let consumer = unique_consumer("rf-c09");
     let mut outcomes = Vec::new();

@@ -64,6 +64,18 @@ pub(crate) fn start_server(port: u16, dir: &std::path::Path, args: &[&str]) -> s
     panic!("redis-server did not start on {port}");
 }
 
+/// A redis-server of the test's own ([`start_server`]) and its directory: stopped and the
+/// directory removed when dropped, even by a failing assertion.
+pub(crate) struct Server(pub std::process::Child, pub std::path::PathBuf);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
 /// A new directory under the temporary directory.
 pub(crate) fn temp_dir() -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("idem-redis-{}", FencingToken::generate()));
