@@ -1,6 +1,7 @@
 //! A completion the engine prepared: what a store writes when a request completes.
 
 use crate::doubt::Doubt;
+use crate::fingerprint::Fingerprint;
 use crate::lease::Lease;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
@@ -28,6 +29,7 @@ pub struct Completion(Arc<Parts>);
 struct Parts {
     id: RecordId,
     token: FencingToken,
+    fingerprint: Fingerprint,
     response: StoredResponse,
     encoded: Vec<u8>,
     retain_for: Duration,
@@ -45,6 +47,7 @@ impl Completion {
         Self(Arc::new(Parts {
             id: lease.id().clone(),
             token: lease.token(),
+            fingerprint: *lease.fingerprint(),
             response,
             encoded,
             retain_for,
@@ -71,6 +74,11 @@ impl Completion {
     /// The token the record must still carry (C6).
     pub fn token(&self) -> FencingToken {
         self.0.token
+    }
+
+    /// The fingerprint of the request it answers (C3).
+    pub(crate) fn fingerprint(&self) -> Fingerprint {
+        self.0.fingerprint
     }
 
     /// The response as stored: what the first caller sends, and every replay.

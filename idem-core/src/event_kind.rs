@@ -132,7 +132,8 @@ impl fmt::Display for EventKind {
 }
 
 named_enum! {
-/// Which store call an [`EventKind::StoreCall`] reports: a metric's `operation` label.
+/// Which store call an [`EventKind::StoreCall`] reports: a metric's `operation` label. On a
+/// `replayed` or `mismatch` event, [`Cache`](Self::Cache) says the answer came from memory.
 ///
 /// ```
 /// assert_eq!(idem_core::Operation::Reserve.name(), "reserve");
@@ -160,5 +161,7 @@ pub enum Operation {
     List => "list",
     /// `Store::resolve` (a decision about a record in doubt).
     Resolve => "resolve",
+    /// No store call: the engine's [`ReplayCache`](crate::ReplayCache) answered.
+    Cache => "cache",
 }
 }

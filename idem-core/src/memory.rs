@@ -225,7 +225,12 @@ fn found(
         .record
         .as_ref()
         .try_map_response(|r| Ok::<_, Error>(same.then(|| r.clone())))?;
-    Ok(Some(Reserved::Found { record, now }))
+    let in_doubt = entry.doubt.is_some();
+    Ok(Some(Reserved::Found {
+        record,
+        now,
+        in_doubt,
+    }))
 }
 
 #[async_trait]
@@ -237,6 +242,11 @@ impl Store for MemoryStore {
 
     fn identity(&self) -> Option<usize> {
         Some(std::ptr::from_ref(&self.records) as usize)
+    }
+
+    /// Never reconnects.
+    fn generation(&self) -> Option<u64> {
+        Some(0)
     }
 
     async fn reserve(&self, claim: &Claim<'_>, _deadline: Deadline) -> Result<Reserved, Error> {

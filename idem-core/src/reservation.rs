@@ -3,17 +3,19 @@
 use crate::answer::Answer;
 use crate::begin::Begin;
 use crate::clock::Timestamp;
+use crate::completion::Completion;
 use crate::decision::{decide, Decision};
 use crate::error::{Error, StoreErrorKind};
 use crate::fingerprint::Fingerprint;
 use crate::lease::{Acquire, Lease};
 use crate::record::{Record, RecordState};
+use crate::replay_cache::ReplayCache;
 use crate::request::Request;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use crate::token::FencingToken;
 use async_trait::async_trait;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How many steps one reservation may take: a guard against a misbehaving store.
 const MAX_STEPS: usize = 16;
@@ -72,6 +74,8 @@ pub enum Reserved {
         record: Record<Option<Vec<u8>>>,
         /// The store's time of the read (C11).
         now: Timestamp,
+        /// Whether the record carries a mark of doubt (store rule 6): its answer may change.
+        in_doubt: bool,
     },
     /// An uncommitted transaction holds the record (C15): in flight, or mismatch (C3).
     Held {
@@ -87,7 +91,7 @@ impl Reserved {
     /// The answer for `fingerprint` without writing, `None` if the request would acquire.
     pub fn answer(self, fingerprint: &Fingerprint) -> Result<Option<Answer>, Error> {
         match self {
-            Reserved::Found { record, now } => match decide(Some(record), fingerprint, now) {
+            Reserved::Found { record, now, .. } => match decide(Some(record), fingerprint, now) {
                 Decision::Answered(answer) => Ok(Some(answer.try_map(decode_replay)?)),
                 Decision::Acquired(_) => Ok(None),
             },
@@ -160,6 +164,30 @@ pub struct Reservation<'a> {
     retries: usize,
     /// Whether the steps read before they reserve ([`Steps::reads_first`]).
     reads: bool,
+    /// Where the replays the steps read are kept: the engine's cache, if it has one.
+    keep: Option<Keep>,
+}
+
+/// The engine's replay cache, with the store generation and the instant taken before a
+/// reservation's first step or a completion's write.
+#[derive(Debug, Clone)]
+pub(crate) struct Keep {
+    pub(crate) cache: ReplayCache,
+    pub(crate) generation: u64,
+    pub(crate) read_at: Instant,
+}
+
+impl Keep {
+    /// Keeps a completion written since `read_at`, unless it is in doubt.
+    pub(crate) fn completed(&self, completion: &Completion) {
+        if completion.doubt().is_none() {
+            let (id, fingerprint) = (completion.id(), completion.fingerprint());
+            let (response, left) = (completion.response(), completion.retain_for());
+            let (read_at, generation) = (self.read_at, self.generation);
+            self.cache
+                .keep(id, fingerprint, response, left, read_at, generation);
+        }
+    }
 }
 
 impl<'a> Reservation<'a> {
@@ -177,6 +205,7 @@ impl<'a> Reservation<'a> {
             errors: 0,
             retries: 1,
             reads: false,
+            keep: None,
         }
     }
 
@@ -187,6 +216,18 @@ impl<'a> Reservation<'a> {
             retries: 0,
             ..Self::new(request, lease_for)
         }
+    }
+
+    /// This reservation run for `execution` (a [`Transactional`](crate::store::Transactional)
+    /// store's): a replay it reads is kept in the engine's [`ReplayCache`], if it has one.
+    pub fn in_execution(self, execution: &crate::store::Execution) -> Self {
+        self.keeping(execution.keep())
+    }
+
+    /// [`Reservation`] keeping the replays it reads in `keep`.
+    pub(crate) fn keeping(mut self, keep: Option<Keep>) -> Self {
+        self.keep = keep;
+        self
     }
 
     /// What every step writes.
@@ -215,11 +256,16 @@ impl<'a> Reservation<'a> {
                 self.claim.request = self.primary;
                 Ok(Step::Reserve)
             }
-            Reserved::Found { record, now } => {
+            Reserved::Found {
+                record,
+                now,
+                in_doubt,
+            } => {
                 if let Some(step) = self.own(&record) {
                     return Ok(step);
                 }
                 let stored = record.fingerprint;
+                let left = record.deadline().saturating_since(now);
                 match decide(Some(record), self.claim.fingerprint(), now) {
                     // The record is this request's under its alternative fingerprint (C3): the
                     // next step reads it under that one, its response included.
@@ -232,7 +278,15 @@ impl<'a> Reservation<'a> {
                         })
                     }
                     Decision::Answered(answer) => {
-                        Ok(Step::Done(Begin::Answered(answer.try_map(decode_replay)?)))
+                        let answer = answer.try_map(decode_replay)?;
+                        if let (Answer::Replay(response), Some(keep), false) =
+                            (&answer, &self.keep, in_doubt)
+                        {
+                            let (id, read_at) = (self.primary.id(), keep.read_at);
+                            keep.cache
+                                .keep(id, stored, response, left, read_at, keep.generation);
+                        }
+                        Ok(Step::Done(Begin::Answered(answer)))
                     }
                     Decision::Acquired(acquire) => {
                         self.count()?;
@@ -406,6 +460,7 @@ mod tests {
                 },
             },
             now: Timestamp::from_millis(1_000),
+            in_doubt: false,
         }
     }
 
@@ -464,6 +519,7 @@ mod tests {
                 },
             },
             now: Timestamp::from_millis(1_000),
+            in_doubt: false,
         };
         match r.next(found, false) {
             Ok(Step::Done(Begin::Answered(Answer::Replay(replayed)))) => {
@@ -487,6 +543,7 @@ mod tests {
                 },
             },
             now: Timestamp::from_millis(1_000),
+            in_doubt: false,
         };
         assert!(matches!(r.next(found, false), Err(Error::CorruptRecord(_))));
     }
@@ -667,6 +724,7 @@ mod tests {
                 },
             },
             now: Timestamp::from_millis(now),
+            in_doubt: false,
         };
         assert!(matches!(r.next(found(0), false), Ok(Step::Reserve)));
         assert_eq!(r.claim().fingerprint(), old.fingerprint());

@@ -42,6 +42,7 @@
 //! | `idem_purged_total` | counter | records | `store` | expired records deleted by `purge_expired` |
 //! | `idem_reconciliations_total` | counter | decisions | `store`, `route`, `decision` | decisions about records in doubt (below) |
 //! | `idem_in_progress` | gauge | reservations | `store`, `route` | reservations this process holds (below) |
+//! | `idem_replay_cache_total` | counter | replays | `store`, `result` | replays answered from the engine's `ReplayCache` (`hit`) or by the store (`miss`; all of them without a cache) |
 //!
 //! Labels:
 //!
@@ -133,6 +134,9 @@ pub const BUDGET_SPENT_TOTAL: &str = "idem_store_budget_spent_total";
 pub const IN_PROGRESS: &str = "idem_in_progress";
 /// The counter of decisions about records in doubt, by `decision`.
 pub const RECONCILIATIONS_TOTAL: &str = "idem_reconciliations_total";
+/// Counter of replays by where they came from: labels `store`, `result` (`hit`: the engine's
+/// replay cache, `miss`: the store).
+pub const REPLAY_CACHE_TOTAL: &str = "idem_replay_cache_total";
 
 /// The events counted in `idem_requests_total`, whose [`EventKind::name`] is the `outcome`
 /// label: the answers that ran nothing, the acquisitions and the ends of an execution, in the
@@ -199,6 +203,11 @@ pub fn describe() {
         RECONCILIATIONS_TOTAL,
         Unit::Count,
         "Decisions about idempotency records in doubt: settled, released, deferred, contested."
+    );
+    metrics::describe_counter!(
+        REPLAY_CACHE_TOTAL,
+        Unit::Count,
+        "Idempotent replays answered from the process's replay cache (hit) or the store (miss)."
     );
     metrics::describe_gauge!(
         IN_PROGRESS,
@@ -431,6 +440,12 @@ impl Observer for Metrics {
             _ => {
                 if OUTCOMES.contains(&kind) {
                     self.count(event);
+                }
+                if kind == EventKind::Replayed {
+                    let hit = event.operation() == Some(Operation::Cache);
+                    let result = if hit { "hit" } else { "miss" };
+                    metrics::counter!(REPLAY_CACHE_TOTAL, "store" => self.store, "result" => result)
+                        .increment(1);
                 }
                 if let Some(id) = event.id() {
                     if kind.is_acquisition() {
@@ -1528,6 +1543,48 @@ mod tests {
                 kinds.len() as u64,
                 "a failed reservation is a rejected request"
             );
+        });
+    }
+
+    #[test]
+    fn c16_replays_are_counted_by_where_they_came_from() {
+        recorded(|snapshotter| async move {
+            let metrics = Metrics::new("memory");
+            let cache = idem_core::ReplayCache::new(10, 1 << 20);
+            let idem = Idempotency::builder(idem_core::MemoryStore::new())
+                .replay_cache(cache.clone())
+                .observer(metrics)
+                .build()
+                .expect("an engine");
+            let req = idem
+                .request("acct", "POST", "/charges")
+                .key(Some("k"))
+                .body(b"{}")
+                .build()
+                .expect("a request");
+            let Begin::Acquired(lease) = idem.begin(&req).await.expect("begin") else {
+                panic!("fresh")
+            };
+            idem.complete(lease, StoredResponse::new(201, "ok"))
+                .await
+                .expect("complete");
+            let replay = || async {
+                let begun = idem.begin(&req).await.expect("begin");
+                assert!(matches!(
+                    begun,
+                    Begin::Answered(idem_core::Answer::Replay(_))
+                ));
+            };
+            replay().await; // kept by the completion
+            cache.clear();
+            replay().await; // the store's, kept again
+            replay().await;
+            let seen = Seen::now(&snapshotter);
+            let hit = [("store", "memory"), ("result", "hit")];
+            let miss = [("store", "memory"), ("result", "miss")];
+            assert_eq!(seen.counter(REPLAY_CACHE_TOTAL, &hit), 2);
+            assert_eq!(seen.counter(REPLAY_CACHE_TOTAL, &miss), 1);
+            seen.assert_labels(REPLAY_CACHE_TOTAL, &["store", "result"], Unit::Count);
         });
     }
 

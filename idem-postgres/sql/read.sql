@@ -3,10 +3,12 @@
 -- or an expired record goes on to reserve.sql or replace_reservation.sql. The response is
 -- fetched only for the same fingerprint ($4), as in reserve.sql; the time is the statement's
 -- (C11).
--- $1..$3 the record, $4 the request's fingerprint. No row: no record.
+-- $1..$3 the record, $4 the request's fingerprint. No row: no record. `in_doubt`: whether it
+-- carries a mark of doubt (its answer may still change).
 SELECT fingerprint, token, state,
        CASE WHEN isfinite(deadline) THEN floor(extract(epoch FROM deadline) * 1000)::bigint END AS deadline_ms,
        CASE WHEN fingerprint = $4 THEN response END AS response,
-       floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms
+       floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms,
+       doubt IS NOT NULL AS in_doubt
 FROM idem_records
 WHERE consumer = $1 AND route = $2 AND key = $3

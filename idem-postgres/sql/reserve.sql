@@ -34,13 +34,14 @@
 -- holder (the reserving process, for operators; never part of a decision), $8 the record's lock
 -- key, $9 the record's and fingerprint's lock key, $10 whether this is a one-commit reservation.
 -- Returns one row: source ('existing', 'inserted', 'held_same' or 'held_other'), the record's
--- columns (NULL for a held record), and now.
+-- columns (NULL for a held record), now, and whether the record carries a mark of doubt.
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
 existing AS (
     SELECT fingerprint, token, state, deadline,
-           CASE WHEN fingerprint = $4 THEN response END AS response
+           CASE WHEN fingerprint = $4 THEN response END AS response,
+           doubt IS NOT NULL AS in_doubt
     FROM idem_records
     WHERE consumer = $1 AND route = $2 AND key = $3
 ),
@@ -75,16 +76,18 @@ inserted AS (
 SELECT 'existing' AS source, e.fingerprint, e.token, e.state,
        CASE WHEN isfinite(e.deadline) THEN floor(extract(epoch FROM e.deadline) * 1000)::bigint END AS deadline_ms,
        e.response,
-       floor(extract(epoch FROM c.now) * 1000)::bigint AS now_ms
+       floor(extract(epoch FROM c.now) * 1000)::bigint AS now_ms,
+       e.in_doubt
 FROM existing e, clock c
 UNION ALL
 SELECT 'inserted', i.fingerprint, i.token, i.state,
        floor(extract(epoch FROM i.deadline) * 1000)::bigint,
        i.response,
-       floor(extract(epoch FROM c.now) * 1000)::bigint
+       floor(extract(epoch FROM c.now) * 1000)::bigint,
+       false
 FROM inserted i, clock c
 UNION ALL
 SELECT g.verdict, NULL::bytea, NULL::bytea, NULL::smallint, NULL::bigint, NULL::bytea,
-       floor(extract(epoch FROM c.now) * 1000)::bigint
+       floor(extract(epoch FROM c.now) * 1000)::bigint, false
 FROM gate g, clock c
 WHERE g.verdict <> 'open'

@@ -20,6 +20,7 @@ use crate::hosts_url::{HostPort, SessionAttrs, Target};
 use idem_core::{Error, StoreErrorKind};
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{ConnectOptions, Connection, PgConnection, Row};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -48,6 +49,8 @@ pub(crate) struct Hosts {
     follower: Mutex<Option<PgPool>>,
     /// When the last search in the background started (`search_soon`).
     searched_at: Mutex<Option<Instant>>,
+    /// How many connections were opened: the store's generation (`Store::generation`).
+    opened: AtomicU64,
 }
 
 /// Never the connect options themselves: they may carry a password.
@@ -74,6 +77,7 @@ impl Hosts {
             }),
             follower: Mutex::new(None),
             searched_at: Mutex::new(None),
+            opened: AtomicU64::new(0),
         }
     }
 
@@ -229,6 +233,12 @@ impl Hosts {
         drop(runtime.spawn(async move { hosts.search(within).await }));
     }
 
+    /// How many connections were opened: a new one may be on a server (a restart, a promoted
+    /// standby) that lost commits an older one acknowledged.
+    pub(crate) fn opened(&self) -> u64 {
+        self.opened.load(Ordering::Acquire)
+    }
+
     /// Searches the hosts for the current one: a connection opened and closed.
     pub(crate) async fn search(&self, within: Duration) {
         if let Ok((conn, _)) = self.connect(within).await {
@@ -262,7 +272,10 @@ impl Hosts {
                 Ok(conn)
             };
             match tokio::time::timeout(share, attempt).await {
-                Ok(Ok(conn)) => return Ok((conn, self.arrived(index))),
+                Ok(Ok(conn)) => {
+                    self.opened.fetch_add(1, Ordering::AcqRel);
+                    return Ok((conn, self.arrived(index)));
+                }
                 Ok(Err(error)) => last = Some(error),
                 Err(_) => {
                     last = Some(Error::store(

@@ -14,6 +14,7 @@ use idem_core::{
     Error, FencingToken, Field, RecordId, Request, StoreErrorKind, StoredResponse, Timestamp,
 };
 use idem_ops::{Cursor, Inspected, ListQuery, Page, Selection, Stats};
+use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 use std::time::Duration;
 
@@ -117,13 +118,7 @@ impl Ops {
                     until: timestamp(until)?,
                 })
             }
-            _ => {
-                let now: i64 = found.try_get("now_ms").map_err(crate::error::store_error)?;
-                Ok(Reserved::Found {
-                    record: row::decode(found)?,
-                    now: timestamp(now)?,
-                })
-            }
+            _ => found_record(found),
         }
     }
 
@@ -144,14 +139,7 @@ impl Ops {
             &[consumer, route, key, fingerprint],
         )
         .await?;
-        let Some(found) = rows.first() else {
-            return Ok(Reserved::Lost);
-        };
-        let now: i64 = found.try_get("now_ms").map_err(crate::error::store_error)?;
-        Ok(Reserved::Found {
-            record: row::decode(found)?,
-            now: timestamp(now)?,
-        })
+        rows.first().map_or(Ok(Reserved::Lost), found_record)
     }
 
     /// The compare-and-set of a takeover or a start over, writing `token`; `preamble` is empty
@@ -599,4 +587,18 @@ fn fenced(changed: u64) -> Result<(), Error> {
         1 => Ok(()),
         _ => Err(Error::LeaseLost),
     }
+}
+
+/// A record a reservation step found (`sql/reserve.sql`, `sql/read.sql`), with the statement's
+/// time and whether it is in doubt.
+fn found_record(found: &PgRow) -> Result<Reserved, Error> {
+    let now: i64 = found.try_get("now_ms").map_err(crate::error::store_error)?;
+    let in_doubt: bool = found
+        .try_get("in_doubt")
+        .map_err(crate::error::store_error)?;
+    Ok(Reserved::Found {
+        record: row::decode(found)?,
+        now: timestamp(now)?,
+        in_doubt,
+    })
 }

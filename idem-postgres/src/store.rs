@@ -617,6 +617,12 @@ impl Store for PgStore {
         Some(Arc::as_ptr(&self.inner).cast::<()>() as usize)
     }
 
+    /// How many connections the store opened: every new one (a restart, a failover, a
+    /// connection replaced) empties the engine's replay cache.
+    fn generation(&self) -> Option<u64> {
+        Some(self.inner.hosts.opened())
+    }
+
     /// One plain read by primary key (`sql/read.sql`), asked before every reservation
     /// ([`Capabilities::read_first`]).
     async fn read(&self, request: &Request, deadline: Deadline) -> Result<Reserved, Error> {

@@ -224,11 +224,11 @@ impl Transactional for PgStore {
             return Box::pin(self.in_transaction(Start::Reserve(request), effect, &execution))
                 .await;
         }
-        let lease_for = execution.lease_for();
+        let reservation = Reservation::new(request, execution.lease_for()).in_execution(&execution);
         let reserved = execution
             .bounded(Operation::Reserve, request.id(), |deadline| async move {
                 let mut steps = (self, deadline);
-                Reservation::new(request, lease_for).run(&mut steps).await
+                reservation.run(&mut steps).await
             })
             .await?;
         let lease = match reserved {
@@ -394,8 +394,9 @@ impl PgStore {
                 conn: &mut tx,
             };
             // Never a step sent again on a transaction a failure aborted (C15).
-            let reserve =
-                Reservation::without_retry(request, execution.lease_for()).run(&mut steps);
+            let reserve = Reservation::without_retry(request, execution.lease_for())
+                .in_execution(execution)
+                .run(&mut steps);
             match execution.bounded(Operation::Reserve, id, |_| reserve).await {
                 Ok(Begin::Acquired(lease)) => break (tx, execution.acquired(lease)),
                 // Nothing was written: the transaction ends, its gate's locks with it.

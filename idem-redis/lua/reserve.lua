@@ -8,7 +8,8 @@
 -- now) and its holder ('h'), for operators; neither takes part in a decision. A new record is
 -- not in doubt: it has no mark ('dbt', 'dca'; store rule 6).
 -- Returns {'inserted', now, deadline} or {'existing', now, version, fingerprint, token, state,
--- deadline, triple, whether a response is stored (1 or 0), response or false}; the response only
+-- deadline, triple, whether a response is stored (1 or 0), response or false, whether it is in
+-- doubt (1 or 0: a mark 'dbt', its answer may still change)}; the response only
 -- for the same fingerprint on a completed record (the one case it is replayed), so an answer
 -- transfers the same whatever the body's size. Whether one is stored is said in every case: an
 -- in-progress record with a response, or a completed one without, is corrupt (C12).
@@ -16,7 +17,7 @@
 -- The record is read once, its response with it (one HMGET): a replay costs one read and the
 -- clock. A value that is not one of our hashes fails the read (WRONGTYPE): an error, never a
 -- new record.
-local rec = redis.call('HMGET', KEYS[1], 'v', 'fp', 'tok', 'st', 'dl', 'id', 'resp')
+local rec = redis.call('HMGET', KEYS[1], 'v', 'fp', 'tok', 'st', 'dl', 'id', 'resp', 'dbt')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- No version: no record, or a hash of someone else's (which is corrupt, never overwritten).
@@ -35,4 +36,8 @@ local response = false
 if rec[2] == ARGV[1] and rec[4] == '1' then
   response = rec[7]
 end
-return {'existing', now, rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], stored, response}
+local doubt = 0
+if rec[8] then
+  doubt = 1
+end
+return {'existing', now, rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], stored, response, doubt}

@@ -85,6 +85,11 @@ impl Connections {
         }
     }
 
+    /// A number that moves whenever a connection may have changed (`Store::generation`).
+    pub(crate) fn generation(&self) -> u64 {
+        self.store.changes().wrapping_add(self.beat.changes())
+    }
+
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.store.opener(), Opener::Cluster(_))
     }

@@ -249,7 +249,7 @@ pub(crate) fn listed(fields: &[Value], prefix: &str, at_key: &str) -> Result<Lis
 }
 
 /// The record a plain read found (`RedisStore::read`: the replies to `HMGET v fp tok st dl id
-/// resp`, `PEXPIRETIME` and `PTTL`) as a reservation step reports it, its response only for the
+/// dbt resp`, `PEXPIRETIME` and `PTTL`) as a reservation step reports it, its response only for the
 /// request's fingerprint; `Lost` for no record, and for one that is not ours or has no expiry:
 /// the reservation's script reports those.
 pub(crate) fn read(replies: Vec<Value>, request: &Request) -> Result<Reserved, Error> {
@@ -265,13 +265,23 @@ pub(crate) fn read(replies: Vec<Value>, request: &Request) -> Result<Reserved, E
     let fingerprint = fields.get(1).unwrap_or(&Value::Nil);
     let same = text(fingerprint, "fingerprint")? == request.fingerprint().as_bytes();
     let response = fields.pop().unwrap_or(Value::Nil);
+    let in_doubt = !matches!(fields.pop(), None | Some(Value::Nil));
     let stored = Value::Int(i64::from(response != Value::Nil));
     fields.push(stored);
     fields.push(if same { response } else { Value::Nil });
     Ok(Reserved::Found {
         record: decode(fields, request.id())?,
         now,
+        in_doubt,
     })
+}
+
+/// A 1 or 0 the reservation script answered.
+pub(crate) fn flag(value: Option<Value>, name: &str) -> Result<bool, Error> {
+    match value {
+        Some(value) => Ok(integer(&value, name)? == 1),
+        None => Err(corrupt(format!("no {name} flag"))),
+    }
 }
 
 /// Decodes `[version, fingerprint, token, state, deadline, triple, stored, response]` for `id`:

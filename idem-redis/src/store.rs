@@ -590,6 +590,13 @@ impl Store for RedisStore {
         Some(Arc::as_ptr(&self.conns).cast::<()>() as usize)
     }
 
+    /// Moves at every failure of a connection (after which the driver may reconnect, perhaps
+    /// to a restarted server or a promoted replica that lost writes), every rebuild: the
+    /// engine's replay cache is emptied.
+    fn generation(&self) -> Option<u64> {
+        Some(self.conns.generation())
+    }
+
     /// The record by `HMGET`, `PEXPIRETIME` and `PTTL` in one `MULTI`/`EXEC` (one round trip,
     /// atomic, no script; Redis 7.0 or later): Redis's now is the key's expiry less its
     /// remaining lifetime (C11), whoever set them. A record that is not ours is left to
@@ -602,7 +609,7 @@ impl Store for RedisStore {
                 pipe.atomic()
                     .cmd("HMGET")
                     .arg(&key)
-                    .arg(&["v", "fp", "tok", "st", "dl", "id", "resp"])
+                    .arg(&["v", "fp", "tok", "st", "dl", "id", "dbt", "resp"])
                     .cmd("PEXPIRETIME")
                     .arg(&key)
                     .cmd("PTTL")
@@ -656,9 +663,11 @@ impl Store for RedisStore {
                 }
                 // The record's fields, moved (a stored response is not copied).
                 fields.drain(..2);
+                let in_doubt = record::flag(fields.pop(), "doubt")?;
                 Ok(Reserved::Found {
                     record: record::decode(fields, request.id())?,
                     now,
+                    in_doubt,
                 })
             })
             .await

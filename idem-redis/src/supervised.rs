@@ -20,6 +20,7 @@
 
 use idem_core::{Error, StoreErrorKind};
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -78,6 +79,9 @@ struct Shared<O: Open> {
     opener: Arc<O>,
     settings: Settings,
     state: Mutex<State<O::Conn>>,
+    /// Failures, rebuilds and forgotten connections so far: after any of them the connection
+    /// may be a new one (the driver reconnects by itself after a failure).
+    changes: AtomicU64,
 }
 
 struct State<C> {
@@ -129,6 +133,7 @@ impl<O: Open> Supervised<O> {
                     backoff: MIN_BACKOFF,
                     rebuilds: 0,
                 }),
+                changes: AtomicU64::new(0),
             }),
         }
     }
@@ -164,6 +169,13 @@ impl<O: Open> Supervised<O> {
     /// connection must be opened by its own side).
     pub(crate) fn forget(&self) {
         self.shared.lock().current = None;
+        self.shared.changes.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A number that moves whenever the slot's connection may have changed: a failure (after
+    /// which the driver may reconnect), a rebuild, a connection forgotten.
+    pub(crate) fn changes(&self) -> u64 {
+        self.shared.changes.load(Ordering::Acquire)
     }
 
     /// How many rebuilds replaced the connection so far.
@@ -240,6 +252,7 @@ impl<O: Open> Supervised<O> {
     /// rebuild once they are enough, none is running and the back-off has passed. A failure
     /// of a connection already replaced does not count.
     fn failed(&self, conn: Option<&Arc<O::Conn>>) {
+        self.shared.changes.fetch_add(1, Ordering::AcqRel);
         let now = Instant::now();
         let mut state = self.shared.lock();
         if let (Some(failed), Some(current)) = (conn, &state.current) {
@@ -308,6 +321,7 @@ impl<O: Open> Shared<O> {
         let replaced = match opened {
             Ok(conn) => {
                 state.current = Some(Arc::new(conn));
+                self.changes.fetch_add(1, Ordering::AcqRel);
                 state.rebuilds += 1;
                 state.failures = 0;
                 Ok(state.rebuilds)

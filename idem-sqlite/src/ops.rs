@@ -71,10 +71,9 @@ pub(crate) fn reserve(
     conn: &Connection,
     sql: &Statements,
     clock: &dyn Clock,
-    request: &Request,
-    lease_for: Duration,
+    reservation: Reservation<'_>,
 ) -> Result<Begin, Error> {
-    reservation(request, lease_for).run_blocking(&mut Steps {
+    reservation.run_blocking(&mut Steps {
         conn,
         sql,
         clock,
@@ -148,7 +147,12 @@ pub(crate) fn found(
     };
     let record =
         row::decode_head(row)?.try_map_response(|r| Ok::<_, Error>(r.map(<[u8]>::to_vec)))?;
-    Ok(Some(Reserved::Found { record, now }))
+    let in_doubt = row::integer(row, 6, "doubt IS NOT NULL")? == 1;
+    Ok(Some(Reserved::Found {
+        record,
+        now,
+        in_doubt,
+    }))
 }
 
 /// One reservation step (C4): the record as it is, or a fresh in-progress record carrying
@@ -589,8 +593,7 @@ mod tests {
             &conn,
             &sql,
             &idem_core::ManualClock::new(now),
-            &req,
-            Duration::from_millis(10),
+            reservation(&req, Duration::from_millis(10)),
         )
         .expect("reserve") else {
             panic!("fresh");
@@ -706,8 +709,7 @@ mod one_commit_after_a_failed_step {
                 &conn,
                 &sql,
                 &clock,
-                &request(&format!("f{i:05}")),
-                Duration::from_secs(60),
+                reservation(&request(&format!("f{i:05}")), Duration::from_secs(60)),
             );
             conn.pragma_update(None, "max_page_count", 1_073_741_823_i64)
                 .expect("unlimit");

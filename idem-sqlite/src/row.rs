@@ -210,7 +210,7 @@ fn blob<'r>(row: &'r Row<'_>, index: usize, name: &str) -> Result<&'r [u8], Erro
     }
 }
 
-fn integer(row: &Row<'_>, index: usize, name: &str) -> Result<i64, Error> {
+pub(crate) fn integer(row: &Row<'_>, index: usize, name: &str) -> Result<i64, Error> {
     match value(row, index)? {
         ValueRef::Integer(n) => Ok(n),
         other => Err(corrupt(format!(

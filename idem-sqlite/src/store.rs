@@ -237,6 +237,11 @@ impl Store for SqliteStore {
         Some(Arc::as_ptr(&self.inner).cast::<()>() as usize)
     }
 
+    /// A file this store alone opened: nothing it acknowledged is lost while it runs.
+    fn generation(&self) -> Option<u64> {
+        Some(0)
+    }
+
     /// A store opened for one commit has a process gate: it alone reserves in its table, so
     /// the engine's in-process claims keep every duplicate of a one-commit execution away from
     /// its uncommitted reservation (C5, C15).

@@ -287,7 +287,7 @@ fn transact_on<E>(
     execution: &Execution,
 ) -> Result<TxEnd<E, SqliteEffect<E>>, Error> {
     let clock = inner.config.clock.as_ref();
-    let reserved = match ops::reserve(conn, &inner.sql, clock, req, execution.lease_for())? {
+    let reserved = match ops::reserve(conn, &inner.sql, clock, reservation(req, execution))? {
         Begin::Answered(answer) => return Ok(TxEnd::Answered(answer, effect)),
         Begin::Acquired(lease) => lease,
     };
@@ -321,7 +321,7 @@ fn transact_once_on<E>(
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(store_error)?;
-    let reserved = match ops::reserve(&tx, &inner.sql, clock, req, execution.lease_for())? {
+    let reserved = match ops::reserve(&tx, &inner.sql, clock, reservation(req, execution))? {
         Begin::Answered(answer) => return Ok(TxEnd::Answered(answer, effect)),
         Begin::Acquired(lease) => lease,
     };
@@ -405,4 +405,10 @@ pub(crate) fn rolled_back_under_the_effect() -> Error {
         StoreErrorKind::TransactionConflict,
         "SQLite rolled the effect's transaction back (a constraint or trigger that rolls back, or an I/O error); nothing was committed, retry the whole request",
     )
+}
+
+/// The reservation of `req` for `execution`, in one hop: a replay it reads is kept as the
+/// engine says.
+fn reservation<'a>(req: &'a Request, execution: &Execution) -> idem_core::store::Reservation<'a> {
+    ops::reservation(req, execution.lease_for()).in_execution(execution)
 }

@@ -25,7 +25,9 @@ use crate::error::{Error, Field, StoreErrorKind};
 use crate::event::{Event, EventKind, Observer, Observers, Operation, TracingObserver};
 use crate::lease::{deadline_after, Lease};
 use crate::policy::Policy;
+use crate::replay_cache::ReplayCache;
 use crate::request::{Request, RequestBuilder};
+use crate::reservation::Keep;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use crate::store::Deadline;
@@ -85,6 +87,7 @@ struct Shared<S> {
     live: Live,
     /// The store's [`process_gate`](crate::store::Capabilities::process_gate).
     process_gate: ProcessGate,
+    cache: Option<ReplayCache>,
 }
 
 /// Whether an engine's reservations claim their record in the process first.
@@ -143,6 +146,7 @@ pub struct IdempotencyBuilder<S> {
     store: S,
     policy: Policy,
     observers: Observers,
+    cache: Option<ReplayCache>,
 }
 
 impl<S: fmt::Debug> fmt::Debug for IdempotencyBuilder<S> {
@@ -168,6 +172,13 @@ impl<S: Store> IdempotencyBuilder<S> {
         self
     }
 
+    /// Answers replays from `cache`, in process memory, before the store ([`ReplayCache`]);
+    /// a store without a [`generation`](Store::generation) caches nothing.
+    pub fn replay_cache(mut self, cache: ReplayCache) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
     /// Removes the default [`TracingObserver`] (and any observer added before).
     pub fn without_tracing(mut self) -> Self {
         self.observers = Observers::default();
@@ -189,6 +200,7 @@ impl<S: Store> IdempotencyBuilder<S> {
                 policy: self.policy,
                 observers: self.observers,
                 gate: Gate::default(),
+                cache: self.cache,
             }),
         }
     }
@@ -227,6 +239,7 @@ impl<S: Store> Idempotency<S> {
             store,
             policy: Policy::default(),
             observers,
+            cache: None,
         }
     }
 
@@ -329,8 +342,12 @@ impl<S: Store> Idempotency<S> {
     }
 
     /// Answers before the store: body limit however the request was built (413, C12),
-    /// shutdown (503), a duplicate of an execution running here (from memory, C5).
-    fn answer_before_store(&self, request: &Request) -> Result<Option<Answer>, Error> {
+    /// shutdown (503), a completed request in the replay cache (C3, C7; from
+    /// [`Operation::Cache`]), a duplicate of an execution running here (from memory, C5).
+    fn answer_before_store(
+        &self,
+        request: &Request,
+    ) -> Result<Option<(Answer, Option<Operation>)>, Error> {
         let (limit, actual) = (self.inner.policy.max_body_bytes, request.body_len());
         if actual > limit {
             return Err(Error::BodyTooLarge { limit, actual });
@@ -338,7 +355,29 @@ impl<S: Store> Idempotency<S> {
         if self.inner.gate.is_closing() {
             return Err(shutting_down());
         }
-        Ok(self.inner.live.answer(request, self.inner.policy.lease))
+        if let Some(answer) = self.cached(request) {
+            return Ok(Some((answer, Some(Operation::Cache))));
+        }
+        let running = self.inner.live.answer(request, self.inner.policy.lease);
+        Ok(running.map(|answer| (answer, None)))
+    }
+
+    /// The replay cache's answer, screened; one that does not screen is left to the store.
+    fn cached(&self, request: &Request) -> Option<Answer> {
+        let cache = self.inner.cache.as_ref()?;
+        let answer = cache.answer(request, self.inner.store.generation()?)?;
+        self.screen(answer).ok()
+    }
+
+    /// Where the replay cache keeps what a reservation reads or a completion writes from now
+    /// on: `None` without a cache, or a store without a generation.
+    pub(crate) fn keep(&self) -> Option<Keep> {
+        let cache = self.inner.cache.as_ref()?;
+        Some(Keep {
+            generation: self.inner.store.generation()?,
+            cache: cache.clone(),
+            read_at: Instant::now(),
+        })
     }
 
     /// Claims the record in this process if the store has a
@@ -417,11 +456,17 @@ impl<S: Store> Idempotency<S> {
         Ok(Answer::Replay(stored))
     }
 
-    /// Reports the answer to a request that ran nothing, or its acquisition.
-    fn report_begin(&self, id: &RecordId, started: Instant, result: &Result<Begin, Error>) {
+    /// Reports the answer to a request that ran nothing (from `source`), or its acquisition.
+    fn report_begin(
+        &self,
+        id: &RecordId,
+        started: Instant,
+        result: &Result<Begin, Error>,
+        source: Option<Operation>,
+    ) {
         let event = match result {
             Ok(Begin::Acquired(lease)) => Event::new(lease.acquired().kind()).of_lease(lease),
-            Ok(Begin::Answered(answer)) => Event::new(answer_kind(answer)).about(id),
+            Ok(Begin::Answered(answer)) => answered(answer, id, source),
             Err(error) => Event::new(EventKind::Rejected).about(id).failed(error),
         };
         self.emit(event.took(started.elapsed()));
@@ -447,10 +492,13 @@ impl<S: Store> Idempotency<S> {
         budget: &Budget,
     ) -> Attempt<(), Result<Begin, Error>> {
         let started = Instant::now();
-        let result = self.reserve(request, started, budget).await;
+        let (result, source) = match self.reserve(request, started, budget).await {
+            Ok((begin, source)) => (Ok(begin), source),
+            Err(error) => (Err(error), None),
+        };
         let in_flight = matches!(&result, Ok(Begin::Answered(answer)) if is_in_flight(answer));
         if !(quiet && in_flight) {
-            self.report_begin(request.id(), started, &result);
+            self.report_begin(request.id(), started, &result, source);
         }
         if in_flight {
             Attempt::InFlight {
@@ -462,12 +510,13 @@ impl<S: Store> Idempotency<S> {
         }
     }
 
+    /// [`begin_once`](Self::begin_once)'s reservation, or its answer and where it came from.
     async fn reserve(
         &self,
         request: &Request,
         started: Instant,
         budget: &Budget,
-    ) -> Result<Begin, Error> {
+    ) -> Result<(Begin, Option<Operation>), Error> {
         if request.one_commit() == Some(true) {
             // The reservation would commit before the effect: refused rather than made two.
             return Err(Error::invalid(
@@ -476,14 +525,15 @@ impl<S: Store> Idempotency<S> {
                  closure commit the reservation before the effect",
             ));
         }
-        if let Some(answer) = self.answer_before_store(request)? {
-            return Ok(Begin::Answered(answer));
+        if let Some((answer, source)) = self.answer_before_store(request)? {
+            return Ok((Begin::Answered(answer), source));
         }
         let _claim = match self.claim(request, false, budget).await? {
             Ok(claim) => claim,
-            Err(answer) => return Ok(Begin::Answered(answer)),
+            Err(answer) => return Ok((Begin::Answered(answer), None)),
         };
         let lease_for = self.inner.policy.lease;
+        let keep = self.keep();
         let reserved = self
             .spend(
                 budget,
@@ -491,17 +541,19 @@ impl<S: Store> Idempotency<S> {
                 Some(request.id()),
                 |deadline| async move {
                     let mut steps = (&self.inner.store, deadline);
-                    Reservation::new(request, lease_for).run(&mut steps).await
+                    let reservation = Reservation::new(request, lease_for).keeping(keep);
+                    reservation.run(&mut steps).await
                 },
             )
             .await?;
-        match reserved {
+        let begin = match reserved {
             Begin::Acquired(mut lease) => {
                 lease.set_local_deadline(deadline_after(started, lease_for));
-                Ok(Begin::Acquired(lease))
+                Begin::Acquired(lease)
             }
-            Begin::Answered(answer) => self.screen(answer).map(Begin::Answered),
-        }
+            Begin::Answered(answer) => Begin::Answered(self.screen(answer)?),
+        };
+        Ok((begin, None))
     }
 
     /// The completion of `lease` with `response` as stored and sent: headers filtered (C7),
@@ -747,7 +799,20 @@ impl<S: Store> Idempotency<S> {
     }
 }
 
-/// The event of an answer that ran nothing.
+/// The event of an answer that ran nothing, given by `source` (`None`: the store).
+pub(crate) fn answered<'a>(
+    answer: &Answer,
+    id: &'a RecordId,
+    source: Option<Operation>,
+) -> Event<'a> {
+    let event = Event::new(answer_kind(answer)).about(id);
+    match source {
+        Some(operation) => event.of(operation),
+        None => event,
+    }
+}
+
+/// The event kind of an answer that ran nothing.
 pub(crate) fn answer_kind(answer: &Answer) -> EventKind {
     match answer {
         Answer::Replay(_) => EventKind::Replayed,

@@ -56,6 +56,7 @@ impl<S: Store> Idempotency<S> {
         let mut timed_out = 0u32;
         loop {
             let started = Instant::now();
+            let keep = self.keep();
             // Without a request's budget, each attempt has one of its own.
             let own = Budget::new(self.inner.policy.store_timeout);
             let attempt = self
@@ -68,6 +69,9 @@ impl<S: Store> Idempotency<S> {
                 .await;
             let error = match attempt {
                 Ok(()) => {
+                    if let Some(keep) = keep {
+                        keep.completed(completion);
+                    }
                     self.emit(event(EventKind::CompletionLanded).took(started.elapsed()));
                     return Ok(completion.response().clone());
                 }

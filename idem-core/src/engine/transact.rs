@@ -4,7 +4,7 @@
 //! provably rolled back, kept in progress when that cannot be told (C8).
 
 use super::wait::{is_in_flight, Attempt};
-use super::{answer_kind, has_timers, needs_timers, Idempotency};
+use super::{answered, has_timers, needs_timers, Idempotency};
 use crate::answer::Answer;
 use crate::budget::Budget;
 use crate::completion::Completion;
@@ -15,6 +15,7 @@ use crate::lease::{deadline_after, Lease};
 use crate::outcome::{Outcome, RunError};
 use crate::record::{Record, RecordState};
 use crate::request::Request;
+use crate::reservation::Keep;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use crate::store::{Execution, Hooks, Transactional, TxEnd};
@@ -31,6 +32,8 @@ struct Held {
     lease: Lease,
     _live: super::live::Held,
     _keeper: Option<super::KeepAlive>,
+    /// Where a committed answer is kept (the replay cache, as of before the execution).
+    keep: Option<Keep>,
 }
 
 /// The engine's hooks for one execution.
@@ -39,6 +42,7 @@ struct EngineHooks<S> {
     started: Instant,
     one_commit: bool,
     budget: Arc<Budget>,
+    keep: Option<Keep>,
 }
 
 impl<S: Transactional + 'static> Hooks for EngineHooks<S> {
@@ -68,6 +72,7 @@ impl<S: Transactional + 'static> Hooks for EngineHooks<S> {
             lease: lease.clone(),
             _live: live,
             _keeper: keeper,
+            keep: self.keep.clone(),
         };
         (lease, Box::new(held))
     }
@@ -84,6 +89,10 @@ impl<S: Transactional + 'static> Hooks for EngineHooks<S> {
 
     fn emit(&self, event: Event<'_>) {
         self.engine.emit(event)
+    }
+
+    fn keep(&self) -> Option<Keep> {
+        self.keep.clone()
     }
 }
 
@@ -143,7 +152,9 @@ impl<S: Transactional + 'static> Idempotency<S> {
             Err(error) => {
                 return Attempt::Done(Err(self.rejected(request.id(), started, error)));
             }
-            Ok(Some(answer)) => return self.answered(request.id(), started, answer, effect, quiet),
+            Ok(Some((answer, source))) => {
+                return self.answered(request.id(), started, (answer, source), effect, quiet)
+            }
             Ok(None) => {}
         }
         // Held for the whole execution: a one-commit reservation stays uncommitted until its
@@ -151,7 +162,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
         let claim = match self.claim(request, one_commit, budget).await {
             Ok(Ok(claim)) => claim,
             Ok(Err(answer)) => {
-                return self.answered(request.id(), started, answer, effect, quiet);
+                return self.answered(request.id(), started, (answer, None), effect, quiet);
             }
             Err(error) => {
                 return Attempt::Done(Err(self.rejected(request.id(), started, error)));
@@ -166,6 +177,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
             Box::pin(async move {
                 let _claim = claim;
                 let hooks = EngineHooks {
+                    keep: engine.keep(),
                     engine: engine.clone(),
                     started,
                     one_commit,
@@ -189,6 +201,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
                     Ok(Err((answer, effect))) => {
                         return match engine.screen(answer) {
                             Ok(answer) => {
+                                let answer = (answer, None);
                                 engine.answered(owned.id(), started, answer, effect, quiet)
                             }
                             Err(error) => {
@@ -211,23 +224,20 @@ impl<S: Transactional + 'static> Idempotency<S> {
         .await
     }
 
-    /// An answer that ran nothing (screened), reported unless it is "in flight" and `quiet`;
-    /// in flight, the effect comes back for the next attempt of a wait.
+    /// An answer that ran nothing (screened) and where it came from (`None`: the store),
+    /// reported unless it is "in flight" and `quiet`; in flight, the effect comes back for the
+    /// next attempt of a wait.
     fn answered<F, E>(
         &self,
         id: &RecordId,
         started: Instant,
-        answer: Answer,
+        (answer, source): (Answer, Option<Operation>),
         effect: F,
         quiet: bool,
     ) -> Attempt<F, Result<Outcome, RunError<E>>> {
         let in_flight = is_in_flight(&answer);
         if !(quiet && in_flight) {
-            self.emit(
-                Event::new(answer_kind(&answer))
-                    .about(id)
-                    .took(started.elapsed()),
-            );
+            self.emit(answered(&answer, id, source).took(started.elapsed()));
         }
         let output = Ok(Outcome::Answered(answer));
         if in_flight {
@@ -274,7 +284,9 @@ impl<S: Transactional + 'static> Idempotency<S> {
             return self.concluded_once(lease, end, started, held, budget).await;
         }
         match end {
-            TxEnd::Committed(completion) => Ok(self.executed(&lease, completion, started)),
+            TxEnd::Committed(completion) => {
+                Ok(self.executed(&lease, completion, started, held.as_deref()))
+            }
             TxEnd::InDoubt { completion, error } => {
                 self.resolve_commit(lease, completion, error, budget).await
             }
@@ -302,11 +314,13 @@ impl<S: Transactional + 'static> Idempotency<S> {
         let (engine, lease) = (self.clone(), lease.clone());
         let budget = Arc::new(Budget::new(self.policy().store_timeout));
         async move {
+            let keep = engine.keep();
             let hooks = EngineHooks {
                 engine: engine.clone(),
                 started: Instant::now(),
                 one_commit: false,
                 budget: Arc::clone(&budget),
+                keep: None,
             };
             // The caller's heartbeat (the HTTP layer's) waits while the transaction is open
             // where a renewal from another connection would fail it (as `transact` does).
@@ -319,7 +333,12 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 .await;
             drop(paused);
             match ended {
-                Ok(TxEnd::Committed(completion)) => Ok(completion),
+                Ok(TxEnd::Committed(completion)) => {
+                    if let Some(keep) = keep {
+                        keep.completed(&completion);
+                    }
+                    Ok(completion)
+                }
                 Ok(TxEnd::InDoubt { completion, error }) => engine
                     .resolve_commit(lease, completion.clone(), error, &budget)
                     .await
@@ -419,8 +438,17 @@ impl<S: Transactional + 'static> Idempotency<S> {
         RunError::Idem(error)
     }
 
-    /// A committed execution: reported, and its response as stored.
-    fn executed(&self, lease: &Lease, completion: Completion, started: Instant) -> Outcome {
+    /// A committed execution: reported, kept in the replay cache, and its response as stored.
+    fn executed(
+        &self,
+        lease: &Lease,
+        completion: Completion,
+        started: Instant,
+        held: Option<&Held>,
+    ) -> Outcome {
+        if let Some(keep) = held.and_then(|held| held.keep.as_ref()) {
+            keep.completed(&completion);
+        }
         self.emit(Event::new(EventKind::CompletionLanded).of_lease(lease));
         self.emit(
             Event::new(EventKind::Executed)
@@ -448,7 +476,9 @@ impl<S: Transactional + 'static> Idempotency<S> {
             });
         };
         match end {
-            TxEnd::Committed(completion) => Ok(self.executed(&lease, completion, started)),
+            TxEnd::Committed(completion) => {
+                Ok(self.executed(&lease, completion, started, held.as_deref()))
+            }
             TxEnd::EffectFailed(error) => {
                 rolled_back(None);
                 Err(RunError::Released(error))
@@ -468,7 +498,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
             TxEnd::InDoubt { completion, error } => {
                 match self.settled(&lease, budget).await {
                     Ok(Some(record)) if record.is_completed_by(&lease.token()) => {
-                        Ok(self.executed(&lease, completion, started))
+                        Ok(self.executed(&lease, completion, started, held.as_deref()))
                     }
                     // Not committed: nothing of the execution exists, the key is free.
                     Ok(_) => {

@@ -136,6 +136,14 @@ pub trait Store: Send + Sync {
         Ok(Reserved::Lost)
     }
 
+    /// A number that moves whenever the store may no longer hold a commit it acknowledged
+    /// before: it opened a new connection (a restart, a failover to a standby the last commits
+    /// had not reached). The engine's [`ReplayCache`](crate::ReplayCache) is emptied when it
+    /// moves. Default `None`: unknown, and nothing is cached.
+    fn generation(&self) -> Option<u64> {
+        None
+    }
+
     /// What this store does beyond the contract's core (default: [`Capabilities::default`]).
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
@@ -291,6 +299,9 @@ macro_rules! forward_store {
             }
             async fn read(&self, request: &Request, deadline: Deadline) -> Result<Reserved, Error> {
                 (**self).read(request, deadline).await
+            }
+            fn generation(&self) -> Option<u64> {
+                (**self).generation()
             }
             fn capabilities(&self) -> Capabilities {
                 (**self).capabilities()

@@ -9,6 +9,7 @@ use crate::event::{Event, Operation};
 use crate::lease::Lease;
 use crate::record::Record;
 use crate::request::Request;
+use crate::reservation::Keep;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use crate::store::Deadline;
@@ -157,6 +158,8 @@ pub(crate) trait Hooks: Send + Sync {
     fn report_acquired(&self, lease: &Lease);
     fn completion(&self, lease: &Lease, response: StoredResponse) -> Completion;
     fn emit(&self, event: Event<'_>);
+    /// Where the execution's reservation keeps the replays it reads.
+    fn keep(&self) -> Option<Keep>;
 }
 
 impl Execution {
@@ -220,6 +223,11 @@ impl Execution {
             .budget()
             .spend(operation, Some(id), call, |event| hooks.emit(event))
             .await
+    }
+
+    /// Where the execution's reservation keeps the replays it reads.
+    pub(crate) fn keep(&self) -> Option<Keep> {
+        self.inner.hooks.keep()
     }
 
     /// What [`acquired`](Self::acquired) registered, taken back by the engine.

@@ -43,6 +43,7 @@ mod change_feed;
 mod elsewhere;
 mod heartbeat;
 mod read_first;
+mod replay_cache;
 mod scenarios;
 mod transact;
 mod transactional;
@@ -52,6 +53,7 @@ pub use change_feed::*;
 pub use elsewhere::Elsewhere;
 pub use heartbeat::*;
 pub use read_first::*;
+pub use replay_cache::*;
 pub use scenarios::*;
 pub use transact::*;
 pub use transactional::*;
@@ -181,6 +183,8 @@ macro_rules! __idem_conformance_scenarios {
             c16_a_store_step_reports_what_it_found_and_never_loops,
             c16_a_read_reports_the_record_and_writes_nothing,
             c04_a_record_changed_after_the_read_is_decided_again,
+            c08_a_record_in_doubt_is_reported_in_doubt,
+            c07_the_replay_cache_answers_from_memory_never_a_record_in_doubt,
         }
     };
 }
@@ -343,6 +347,7 @@ mod tests {
         let mut defined = public_fns(include_str!("scenarios.rs"));
         defined.extend(public_fns(include_str!("waiting.rs")));
         defined.extend(public_fns(include_str!("read_first.rs")));
+        defined.extend(public_fns(include_str!("replay_cache.rs")));
         defined.sort_unstable();
         let mut listed = listed.to_vec();
         listed.sort_unstable();

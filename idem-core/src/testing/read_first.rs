@@ -95,7 +95,7 @@ pub async fn c16_a_read_reports_the_record_and_writes_nothing<H: Harness>(harnes
     let after = reserved_now().await;
     let capabilities = store.capabilities();
     let reads = match found {
-        Reserved::Found { record, now } => {
+        Reserved::Found { record, now, .. } => {
             assert_eq!(record.token, lease.token());
             assert_eq!(record.fingerprint, *req.fingerprint());
             assert!(record.is_live(now) && record.is_in_progress());
@@ -122,7 +122,7 @@ pub async fn c16_a_read_reports_the_record_and_writes_nothing<H: Harness>(harnes
         return;
     }
     match read(req.clone()).await {
-        Reserved::Found { record, now } => match record.state {
+        Reserved::Found { record, now, .. } => match record.state {
             RecordState::Completed {
                 response: Some(bytes),
                 expires_at,
@@ -144,7 +144,7 @@ pub async fn c16_a_read_reports_the_record_and_writes_nothing<H: Harness>(harnes
     }
     tokio::time::sleep(SHORT_RETENTION + Duration::from_millis(100)).await;
     match read(req.clone()).await {
-        Reserved::Found { record, now } => assert!(!record.is_live(now), "reported as it is"),
+        Reserved::Found { record, now, .. } => assert!(!record.is_live(now), "reported as it is"),
         // A store whose server deletes expired records by itself (C10).
         Reserved::Lost => assert!(store.capabilities().server_ttl),
         other => panic!("an expired record: {other:?}"),

@@ -1331,7 +1331,7 @@ pub async fn c16_a_store_step_reports_what_it_found_and_never_loops<H: Harness>(
         .await
         .expect("reserve expired")
     {
-        Reserved::Found { record, now } => {
+        Reserved::Found { record, now, .. } => {
             assert_eq!(record.token, mine, "an expired record is reported as it is");
             assert!(!record.is_live(now));
         }

@@ -1,0 +1,304 @@
+//! Completed answers kept in process memory: a replay answered with no store round trip.
+
+use crate::answer::Answer;
+use crate::fingerprint::Fingerprint;
+use crate::request::Request;
+use crate::response::StoredResponse;
+use crate::scope::RecordId;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What an entry costs beside its response's bytes: the key, the fingerprint, the bookkeeping.
+const ENTRY_OVERHEAD: u64 = 128;
+
+/// An opt-in cache of completed answers in front of the store, given to
+/// [`IdempotencyBuilder::replay_cache`](crate::IdempotencyBuilder::replay_cache): a retry of a
+/// completed request is answered from process memory (C7), another body under its key with
+/// 422 (C3), each reported as a [`Replayed`](crate::EventKind::Replayed) or
+/// [`Mismatch`](crate::EventKind::Mismatch) event of [`Operation::Cache`](crate::Operation::Cache)
+/// (C16).
+///
+/// - **Filled** by completed records a reservation read (a replay) and by completions this
+///   engine wrote; never by a record in doubt (docs/state-machine.md, "Records in doubt").
+/// - **Kept** until the record's retention ends by the store's clock (the time it has left
+///   when read, counted from before the read), less [`skew`](Self::skew), and at most
+///   [`max_age`](Self::max_age); bounded by entries and bytes, least used first out.
+/// - **Emptied** when the store's [`generation`](crate::Store::generation) moves (a new
+///   connection, a failover that may have lost the last commits); a store without one caches
+///   nothing. It answers during a store outage until the store reconnects.
+///
+/// ```
+/// use idem_core::{Idempotency, MemoryStore, ReplayCache};
+/// use std::time::Duration;
+/// let cache = ReplayCache::new(10_000, 64 << 20).max_age(Duration::from_secs(30));
+/// let idem = Idempotency::builder(MemoryStore::new()).replay_cache(cache).build()?;
+/// # Ok::<(), idem_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct ReplayCache {
+    entries: Arc<quick_cache::sync::Cache<[u8; 32], Arc<Entry>, Weight>>,
+    max_age: Duration,
+    skew: Duration,
+    /// The store generation the entries were read at.
+    generation: Arc<AtomicU64>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    fingerprint: Fingerprint,
+    response: StoredResponse,
+    until: Instant,
+    generation: u64,
+}
+
+/// Each entry weighs its bytes, and at least a share of the byte bound such that no more than
+/// the entry bound fit: one weight bounds both.
+#[derive(Debug, Clone)]
+struct Weight {
+    least: u64,
+}
+
+impl quick_cache::Weighter<[u8; 32], Arc<Entry>> for Weight {
+    fn weight(&self, _key: &[u8; 32], entry: &Arc<Entry>) -> u64 {
+        self.least.max(bytes(&entry.response))
+    }
+}
+
+fn bytes(response: &StoredResponse) -> u64 {
+    let headers: usize = response
+        .headers
+        .iter()
+        .map(|(name, value)| name.len() + value.len())
+        .sum();
+    let size = u64::try_from(response.body.len() + headers).unwrap_or(u64::MAX);
+    size.saturating_add(ENTRY_OVERHEAD)
+}
+
+impl ReplayCache {
+    /// A cache of at most `max_entries` answers and `max_bytes` bytes (bodies, headers and a
+    /// small overhead each), [`max_age`](Self::max_age) 60 s, [`skew`](Self::skew) 1 s.
+    pub fn new(max_entries: usize, max_bytes: u64) -> Self {
+        let max_entries = max_entries.max(1);
+        let count = u64::try_from(max_entries).unwrap_or(u64::MAX);
+        let max_bytes = max_bytes.max(ENTRY_OVERHEAD);
+        let least = (max_bytes / count).max(1);
+        Self {
+            entries: Arc::new(quick_cache::sync::Cache::with_weighter(
+                max_entries,
+                max_bytes,
+                Weight { least },
+            )),
+            max_age: Duration::from_secs(60),
+            skew: Duration::from_secs(1),
+            generation: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The longest an answer stays, whatever its retention: the bound on what an operator's
+    /// change made elsewhere (a record deleted by hand) leaves unseen here.
+    pub fn max_age(mut self, max_age: Duration) -> Self {
+        self.max_age = max_age;
+        self
+    }
+
+    /// How much sooner than its record an entry ends (default 1 s): room for the difference
+    /// between the store's clock rate and this process's, and a record's read in transit.
+    pub fn skew(mut self, skew: Duration) -> Self {
+        self.skew = skew;
+        self
+    }
+
+    /// How many answers it holds.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Empties the cache.
+    pub fn clear(&self) {
+        self.entries.clear();
+    }
+
+    /// The answer to `request` from memory, if its record is here: a replay for its own (or its
+    /// alternative) fingerprint, else a mismatch. `generation`: the store's now.
+    pub(crate) fn answer(&self, request: &Request, generation: u64) -> Option<Answer> {
+        self.follow(generation);
+        let key = request.id().digest();
+        let entry = self.entries.get(&key)?;
+        if entry.generation != generation || Instant::now() >= entry.until {
+            self.entries.remove(&key);
+            return None;
+        }
+        Some(if request.accepts(&entry.fingerprint) {
+            Answer::Replay(entry.response.clone())
+        } else {
+            Answer::Mismatch
+        })
+    }
+
+    /// Keeps `response`, completed under `fingerprint` for record `id` with `left` of its
+    /// retention as of `read_at`, read at store `generation` (both taken before the read).
+    pub(crate) fn keep(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+        response: &StoredResponse,
+        left: Duration,
+        read_at: Instant,
+        generation: u64,
+    ) {
+        let Some(left) = left.checked_sub(self.skew) else {
+            return;
+        };
+        let until = read_at + left.min(self.max_age);
+        if until <= Instant::now() || !self.follow(generation) {
+            return;
+        }
+        let entry = Entry {
+            fingerprint,
+            response: response.clone(),
+            until,
+            generation,
+        };
+        self.entries.insert(id.digest(), Arc::new(entry));
+    }
+
+    /// Empties the cache when the store's generation moved past the entries'; returns whether
+    /// `generation` is the current one (an older one keeps nothing).
+    fn follow(&self, generation: u64) -> bool {
+        let seen = self.generation.fetch_max(generation, Ordering::AcqRel);
+        if seen < generation {
+            self.entries.clear();
+        }
+        seen <= generation
+    }
+}
+
+impl std::fmt::Debug for ReplayCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayCache")
+            .field("entries", &self.entries.len())
+            .field("weight", &self.entries.weight())
+            .field("max_age", &self.max_age)
+            .field("skew", &self.skew)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(key: &str, body: &[u8]) -> Request {
+        Request::builder("acct", "POST", "/charges")
+            .key(Some(key))
+            .body(body)
+            .build()
+            .expect("a valid request")
+    }
+
+    fn keep(cache: &ReplayCache, request: &Request, left: Duration, generation: u64) {
+        let response = StoredResponse::new(201, "charged");
+        let fingerprint = *request.fingerprint();
+        cache.keep(
+            request.id(),
+            fingerprint,
+            &response,
+            left,
+            Instant::now(),
+            generation,
+        );
+    }
+
+    #[test]
+    fn c07_a_kept_answer_is_replayed_and_c03_another_body_is_a_mismatch() {
+        let cache = ReplayCache::new(10, 1 << 20);
+        let first = request("k", b"1");
+        keep(&cache, &first, Duration::from_secs(60), 0);
+        assert!(matches!(cache.answer(&first, 0), Some(Answer::Replay(r)) if r.body == b"charged"));
+        assert_eq!(cache.answer(&request("k", b"2"), 0), Some(Answer::Mismatch));
+        assert_eq!(cache.answer(&request("other", b"1"), 0), None);
+    }
+
+    #[test]
+    fn c10_an_answer_ends_before_its_record_by_the_skew() {
+        let cache = ReplayCache::new(10, 1 << 20).skew(Duration::from_millis(100));
+        let first = request("k", b"1");
+        keep(&cache, &first, Duration::from_millis(80), 0);
+        assert_eq!(
+            cache.answer(&first, 0),
+            None,
+            "less left than the skew: not kept"
+        );
+        keep(&cache, &first, Duration::from_millis(150), 0);
+        assert!(cache.answer(&first, 0).is_some());
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(
+            cache.answer(&first, 0),
+            None,
+            "ended 100 ms before its record"
+        );
+    }
+
+    #[test]
+    fn an_answer_ends_at_the_max_age() {
+        let cache = ReplayCache::new(10, 1 << 20).max_age(Duration::from_millis(30));
+        let first = request("k", b"1");
+        keep(&cache, &first, Duration::from_secs(3600), 0);
+        assert!(cache.answer(&first, 0).is_some());
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(cache.answer(&first, 0), None);
+    }
+
+    #[test]
+    fn c13_a_new_store_generation_empties_the_cache_and_an_old_read_keeps_nothing() {
+        let cache = ReplayCache::new(10, 1 << 20);
+        let (a, b) = (request("a", b"1"), request("b", b"1"));
+        keep(&cache, &a, Duration::from_secs(60), 3);
+        assert!(cache.answer(&a, 3).is_some());
+        assert_eq!(cache.answer(&b, 4), None);
+        assert!(
+            cache.is_empty(),
+            "the store reconnected: everything read before is gone"
+        );
+        keep(&cache, &a, Duration::from_secs(60), 3);
+        assert_eq!(
+            cache.answer(&a, 4),
+            None,
+            "read before the reconnection: not kept"
+        );
+    }
+
+    #[test]
+    fn entries_and_bytes_are_both_bounded() {
+        let by_count = ReplayCache::new(4, 1 << 30);
+        for i in 0..64 {
+            keep(
+                &by_count,
+                &request(&format!("k{i}"), b"1"),
+                Duration::from_secs(60),
+                0,
+            );
+        }
+        assert!(by_count.len() <= 4, "{} entries", by_count.len());
+
+        let by_bytes = ReplayCache::new(1_000_000, 64 * 1024);
+        let big = StoredResponse::new(200, vec![0u8; 10 * 1024]);
+        for i in 0..64 {
+            let r = request(&format!("k{i}"), b"1");
+            let fp = *r.fingerprint();
+            by_bytes.keep(r.id(), fp, &big, Duration::from_secs(60), Instant::now(), 0);
+        }
+        assert!(
+            by_bytes.len() <= 6,
+            "{} entries of 10 KiB in 64 KiB",
+            by_bytes.len()
+        );
+        assert!(by_bytes.entries.weight() <= 64 * 1024);
+    }
+}
