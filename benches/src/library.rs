@@ -54,6 +54,18 @@ impl<S: Store + Clone + 'static> Library<S> {
         Self { name, ..self }
     }
 
+    /// The same side with a [`ReplayCache`](idem::ReplayCache) that holds every key a bench
+    /// seeds (64 MiB, 1 M answers), named `name`.
+    pub fn cached(self, store: S, name: &'static str) -> Self {
+        let policy = Policy::default().lease(LEASE).purge_batch(1_000_000);
+        let idem = Idempotency::builder(store)
+            .policy(policy)
+            .replay_cache(idem::ReplayCache::new(1_000_000, 64 << 20))
+            .build()
+            .expect("policy");
+        Self { idem, name, ..self }
+    }
+
     /// The library over `store`, with `effect` for fresh keys.
     pub fn new(store: S, effect: impl Effect<S>) -> Self {
         Self {

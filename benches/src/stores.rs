@@ -151,6 +151,7 @@ pub async fn sqlite() -> Subject {
             &dir.path().join("inline.db"),
             Hops::Inline,
         )),
+        Arc::new(Library::new(store.clone(), SqliteEffect).cached(store.clone(), CACHED)),
     ];
     Subject {
         store: "sqlite",
@@ -219,8 +220,14 @@ impl Charge for PgStore {
     }
 }
 
-/// The library side with the store's `read_first(true)`: a read before the reservation.
+/// The library side with the store's `read_first(true)`: a read before the reservation while
+/// answers dominate (Redis; PostgreSQL's default).
 pub const READ_FIRST: &str = "library_read_first";
+/// The library side with the store's `read_first(false)`: never a read before the reservation
+/// (PostgreSQL).
+pub const RESERVE_FIRST: &str = "library_reserve_first";
+/// The library side with a replay cache (`ReplayCache`): replays from process memory.
+pub const CACHED: &str = "library_cached";
 
 /// `PgStore` on a table of its own (pool of [`POOL`]) and the same work by hand with sqlx.
 pub async fn postgres() -> Subject {
@@ -234,10 +241,10 @@ pub async fn postgres() -> Subject {
         .expect("connect");
     store.migrate().await.expect("migrate");
     // The other setting of the read before the reservation, on the same table.
-    let read_first = PgStore::builder()
+    let reserve_first = PgStore::builder()
         .table(&table)
         .max_connections(POOL)
-        .read_first(true)
+        .read_first(false)
         .connect(&url)
         .await
         .expect("connect");
@@ -249,7 +256,8 @@ pub async fn postgres() -> Subject {
         Arc::new(Library::new(store.clone(), PgEffect)),
         Arc::new(raw::postgres::RawPostgres::connect(&url, POOL).await),
         Arc::new(raw::postgres_floor::FloorPostgres::connect(&url, POOL).await),
-        Arc::new(Library::new(read_first, PgEffect).named(READ_FIRST)),
+        Arc::new(Library::new(reserve_first, PgEffect).named(RESERVE_FIRST)),
+        Arc::new(Library::new(store.clone(), PgEffect).cached(store.clone(), CACHED)),
     ];
     Subject {
         store: "postgres",
@@ -264,6 +272,7 @@ pub async fn postgres() -> Subject {
 pub async fn redis() -> Subject {
     let url = server_url("IDEM_REDIS_URL");
     let store = RedisStore::connect(&url).await.expect("connect");
+    let cached = Library::new(store.clone(), CompleteOnly).cached(store.clone(), CACHED);
     let read_first = RedisStore::builder()
         .read_first(true)
         .connect(&url)
@@ -274,6 +283,7 @@ pub async fn redis() -> Subject {
         Arc::new(raw::redis::RawRedis::connect(&url).await),
         Arc::new(raw::redis_floor::FloorRedis::connect(&url).await),
         Arc::new(Library::new(read_first, CompleteOnly).named(READ_FIRST)),
+        Arc::new(cached),
     ];
     Subject {
         store: "redis",

@@ -164,6 +164,8 @@ pub struct Reservation<'a> {
     retries: usize,
     /// Whether the steps read before they reserve ([`Steps::reads_first`]).
     reads: bool,
+    /// Whether to read first where the steps can (the engine's choice).
+    may_read: bool,
     /// Where the replays the steps read are kept: the engine's cache, if it has one.
     keep: Option<Keep>,
 }
@@ -205,6 +207,7 @@ impl<'a> Reservation<'a> {
             errors: 0,
             retries: 1,
             reads: false,
+            may_read: true,
             keep: None,
         }
     }
@@ -218,10 +221,10 @@ impl<'a> Reservation<'a> {
         }
     }
 
-    /// This reservation run for `execution` (a [`Transactional`](crate::store::Transactional)
-    /// store's): a replay it reads is kept in the engine's [`ReplayCache`], if it has one.
-    pub fn in_execution(self, execution: &crate::store::Execution) -> Self {
-        self.keeping(execution.keep())
+    /// [`Reservation`] reading first only if `may_read` (and its steps can).
+    pub(crate) fn reading_first(mut self, may_read: bool) -> Self {
+        self.may_read = may_read;
+        self
     }
 
     /// [`Reservation`] keeping the replays it reads in `keep`.
@@ -401,7 +404,7 @@ pub trait BlockingSteps {
 impl Reservation<'_> {
     /// Runs the reservation to its end over `steps`: the protocol's one loop.
     pub async fn run(mut self, steps: &mut (impl Steps + ?Sized)) -> Result<Begin, Error> {
-        self.reads = steps.reads_first();
+        self.reads = self.may_read && steps.reads_first();
         let mut step = if self.reads {
             Step::Read
         } else {

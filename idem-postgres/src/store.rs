@@ -144,12 +144,13 @@ pub struct PgStoreBuilder {
 }
 
 impl PgStoreBuilder {
-    /// Whether each reservation first reads its record by primary key (default false): a
+    /// Whether a reservation may first read its record by primary key (default true): a
     /// replay, an in-flight duplicate or a mismatch then costs one plain `SELECT` (about 1.7
     /// times the answers a second), and a fresh key that `SELECT` before its reservation
-    /// statement (a round trip more: about 0.8 times the fresh keys a second). It wins when
-    /// about a third of the requests or more are answers (retry storms, a webhook inbox);
-    /// the default reserves every request with one statement (docs/benchmarks.md).
+    /// statement (a round trip more). The engine reads first only while most of its recent
+    /// reservations were answers (retry storms, a webhook inbox), else reserves with one
+    /// statement ([`Capabilities::read_first`](idem_core::store::Capabilities::read_first));
+    /// `false`: always one statement (docs/benchmarks.md).
     ///
     /// ```
     /// let _builder = idem_postgres::PgStore::builder().read_first(true);
@@ -422,7 +423,7 @@ impl PgStore {
             feed: feed_settings::default_settings(),
             listener: ListenerTarget::Store,
             holder: Holder::this_process().clone(),
-            read_first: false,
+            read_first: true,
         }
     }
 

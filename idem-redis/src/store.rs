@@ -151,8 +151,10 @@ impl RedisStoreBuilder {
     /// key's expiry less its remaining lifetime. A replay, an in-flight duplicate or a mismatch
     /// then costs that read (a mismatch transfers the stored response, which the script does
     /// not), and a fresh key that read before its reservation script (three round trips with
-    /// the completion instead of two). For traffic made mostly of retries; the default suits
-    /// the fresh keys of emails and webhooks (docs/benchmarks.md).
+    /// the completion instead of two). The engine reads first only while most of its recent
+    /// reservations were answers ([`Capabilities::read_first`](
+    /// idem_core::store::Capabilities::read_first)); the default (never) suits the fresh keys
+    /// of emails and webhooks, the client's CPU being what bounds Redis (docs/benchmarks.md).
     ///
     /// ```
     /// let _builder = idem_redis::RedisStore::builder().read_first(true);

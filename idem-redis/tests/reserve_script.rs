@@ -143,7 +143,7 @@ async fn c07_only_a_replay_carries_the_response_and_every_reply_says_whether_one
     let token = FencingToken::generate();
     reserve(&mut conn, &key, b"fp-a", &token).await;
     let in_flight = reserve(&mut conn, &key, b"fp-a", &FencingToken::generate()).await;
-    assert_eq!(in_flight.len(), 10, "{in_flight:?}");
+    assert_eq!(in_flight.len(), 11, "{in_flight:?}");
     assert_eq!(
         (text(&in_flight[5]), int(&in_flight[8]), &in_flight[9]),
         (b"0".as_slice(), 0, &Value::Nil),
@@ -166,5 +166,19 @@ async fn c07_only_a_replay_carries_the_response_and_every_reply_says_whether_one
         text(&mismatch[7]),
         TRIPLE,
         "the triple travels for the check"
+    );
+    assert_eq!(int(&replay[10]), 0, "not in doubt");
+    let _: i64 = redis::cmd("HSET")
+        .arg(&key)
+        .arg("dbt")
+        .arg("a mark")
+        .query_async(&mut conn)
+        .await
+        .expect("HSET");
+    let doubtful = reserve(&mut conn, &key, b"fp-a", &FencingToken::generate()).await;
+    assert_eq!(
+        int(&doubtful[10]),
+        1,
+        "store rule 6: the mark travels with the record"
     );
 }

@@ -141,8 +141,8 @@ impl Inner {
             return Reply::Inserted;
         }
         let Ok(
-            [_, now, version, stored, _token, state, deadline, stored_id, has_response, response],
-        ) = <[Value; 10]>::try_from(fields)
+            [_, now, version, stored, _token, state, deadline, stored_id, has_response, response, _doubt],
+        ) = <[Value; 11]>::try_from(fields)
         else {
             panic!("reserve.lua returned another number of fields")
         };

@@ -6,6 +6,7 @@ mod detach;
 mod gate;
 mod heartbeat;
 mod live;
+mod mix;
 mod persist;
 mod run;
 mod transact;
@@ -36,6 +37,7 @@ use crate::store::Store;
 pub(crate) use crate::timeout::is_timed_out;
 use gate::Gate;
 use live::Live;
+use mix::AnswerMix;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -88,6 +90,8 @@ struct Shared<S> {
     /// The store's [`process_gate`](crate::store::Capabilities::process_gate).
     process_gate: ProcessGate,
     cache: Option<ReplayCache>,
+    /// Whether reservations read first, from how many recent ones were answers.
+    mix: AnswerMix,
 }
 
 /// Whether an engine's reservations claim their record in the process first.
@@ -201,6 +205,7 @@ impl<S: Store> IdempotencyBuilder<S> {
                 observers: self.observers,
                 gate: Gate::default(),
                 cache: self.cache,
+                mix: AnswerMix::default(),
             }),
         }
     }
@@ -541,11 +546,16 @@ impl<S: Store> Idempotency<S> {
                 Some(request.id()),
                 |deadline| async move {
                     let mut steps = (&self.inner.store, deadline);
-                    let reservation = Reservation::new(request, lease_for).keeping(keep);
+                    let reservation = Reservation::new(request, lease_for)
+                        .keeping(keep)
+                        .reading_first(self.inner.mix.reads_first());
                     reservation.run(&mut steps).await
                 },
             )
             .await?;
+        self.inner
+            .mix
+            .counted(matches!(reserved, Begin::Answered(_)));
         let begin = match reserved {
             Begin::Acquired(mut lease) => {
                 lease.set_local_deadline(deadline_after(started, lease_for));

@@ -94,6 +94,10 @@ impl<S: Transactional + 'static> Hooks for EngineHooks<S> {
     fn keep(&self) -> Option<Keep> {
         self.keep.clone()
     }
+
+    fn reads_first(&self) -> bool {
+        self.engine.inner.mix.reads_first()
+    }
 }
 
 impl<S: Transactional + 'static> Idempotency<S> {
@@ -194,6 +198,10 @@ impl<S: Transactional + 'static> Idempotency<S> {
                     }
                     (result, _) => result,
                 };
+                if let Ok(end) = &result {
+                    let answered = matches!(end, TxEnd::Answered(..));
+                    engine.inner.mix.counted(answered);
+                }
                 let held = execution
                     .take_acquired()
                     .and_then(|held| held.downcast::<Held>().ok());

@@ -9,7 +9,7 @@ use crate::event::{Event, Operation};
 use crate::lease::Lease;
 use crate::record::Record;
 use crate::request::Request;
-use crate::reservation::Keep;
+use crate::reservation::{Keep, Reservation};
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use crate::store::Deadline;
@@ -160,6 +160,8 @@ pub(crate) trait Hooks: Send + Sync {
     fn emit(&self, event: Event<'_>);
     /// Where the execution's reservation keeps the replays it reads.
     fn keep(&self) -> Option<Keep>;
+    /// Whether the execution's reservation reads first, where its steps can.
+    fn reads_first(&self) -> bool;
 }
 
 impl Execution {
@@ -225,11 +227,6 @@ impl Execution {
             .await
     }
 
-    /// Where the execution's reservation keeps the replays it reads.
-    pub(crate) fn keep(&self) -> Option<Keep> {
-        self.inner.hooks.keep()
-    }
-
     /// What [`acquired`](Self::acquired) registered, taken back by the engine.
     pub(crate) fn take_acquired(&self) -> Option<Box<dyn Any + Send>> {
         self.inner
@@ -245,6 +242,18 @@ impl fmt::Debug for Execution {
         f.debug_struct("Execution")
             .field("lease_for", &self.lease_for())
             .finish()
+    }
+}
+
+impl Reservation<'_> {
+    /// This reservation run for `execution` (a [`Transactional`] store's), as the engine
+    /// runs its own: reading first as it decides ([`Capabilities::read_first`](
+    /// crate::store::Capabilities::read_first)), and a replay it reads kept in its
+    /// [`ReplayCache`](crate::ReplayCache), if it has one.
+    pub fn in_execution(self, execution: &Execution) -> Self {
+        let hooks = &execution.inner.hooks;
+        self.keeping(hooks.keep())
+            .reading_first(hooks.reads_first())
     }
 }
 

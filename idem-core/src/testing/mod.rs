@@ -216,6 +216,7 @@ macro_rules! __idem_transact_scenarios {
             txc_c08_a_panicking_effect_rolls_back_and_the_retry_runs,
             txc_c05_a_duplicate_is_answered_at_once_while_the_effect_runs,
             txc_c04_concurrent_executions_of_one_key_write_one_row,
+            txc_c07_committed_answers_are_replayed_from_memory,
         }
     };
 }

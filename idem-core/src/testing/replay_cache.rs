@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 /// The answers an engine reported, and where they came from.
 #[derive(Default)]
-struct Answers(Mutex<Vec<(EventKind, Option<Operation>)>>);
+pub(super) struct Answers(Mutex<Vec<(EventKind, Option<Operation>)>>);
 
 impl Observer for Answers {
     fn observe(&self, event: &Event<'_>) {
@@ -24,7 +24,7 @@ impl Observer for Answers {
 }
 
 impl Answers {
-    fn last(&self) -> Option<(EventKind, Option<Operation>)> {
+    pub(super) fn last(&self) -> Option<(EventKind, Option<Operation>)> {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -35,9 +35,17 @@ impl Answers {
 
 /// An engine over `store` with a replay cache, and what it answers.
 fn cached<S: Store>(store: S) -> (Idempotency<S>, Arc<Answers>) {
+    cached_with(store, policy())
+}
+
+/// [`cached`] with `policy`.
+pub(super) fn cached_with<S: Store>(
+    store: S,
+    policy: crate::Policy,
+) -> (Idempotency<S>, Arc<Answers>) {
     let answers = Arc::new(Answers::default());
     let idem = Idempotency::builder(store)
-        .policy(policy())
+        .policy(policy)
         .replay_cache(ReplayCache::new(1_000, 1 << 20))
         .observer(Arc::clone(&answers))
         .build()

@@ -5,7 +5,7 @@
 //! ([`transact_tests!`](crate::transact_tests)).
 
 use super::{policy, request, unique_consumer, TransactionalHarness};
-use crate::store::Transactional;
+use crate::store::{Store, Transactional};
 use crate::{Answer, Begin, Idempotency, Outcome, Request, RunError, StoredResponse};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -195,6 +195,50 @@ where
         matches!(&retry, Ok(Outcome::Answered(Answer::Replay(r))) if *r == charged("a")),
         "{retry:?}"
     );
+    assert_eq!(harness.business_rows(&store, &intent).await, 1);
+}
+
+/// C7, C16 with a [`ReplayCache`](crate::ReplayCache): the answer a transactional execution
+/// committed is replayed from memory, and so is one another engine committed once its
+/// reservation read it; the effect runs once.
+pub async fn txc_c07_committed_answers_are_replayed_from_memory<H: TransactHarness>(
+    harness: &H,
+    one_commit: bool,
+) where
+    H::Store: Transactional,
+{
+    use super::replay_cache::cached_with;
+    use crate::{EventKind, Operation};
+    let store = Arc::new(harness.store_for(one_commit).await);
+    let engine = || cached_with(Arc::clone(&store), policy().one_commit(one_commit));
+    let ((idem, answers), (elsewhere, seen_elsewhere)) = (engine(), engine());
+    let intent = unique_consumer("txc-cache");
+    let req = request(&intent, "k", b"{\"cents\":500}");
+    let first = transact(harness, &idem, &intent, &req, Script::respond(charged("a"))).await;
+    assert!(matches!(first, Ok(Outcome::Executed(_))), "{first:?}");
+    let cached = store.generation().is_some();
+    for (engine, seen) in [(&idem, &answers), (&elsewhere, &seen_elsewhere)] {
+        let mut from_memory = false;
+        for _ in 0..3 {
+            let retry = transact(
+                harness,
+                engine,
+                &intent,
+                &req,
+                Script::respond(charged("b")),
+            );
+            let retry = retry.await;
+            assert!(
+                matches!(&retry, Ok(Outcome::Answered(Answer::Replay(r))) if *r == charged("a")),
+                "{retry:?}"
+            );
+            from_memory = seen.last() == Some((EventKind::Replayed, Some(Operation::Cache)));
+            if from_memory {
+                break;
+            }
+        }
+        assert_eq!(from_memory, cached, "answered from memory");
+    }
     assert_eq!(harness.business_rows(&store, &intent).await, 1);
 }
 

@@ -35,7 +35,8 @@ pub(crate) async fn store_on(url: &str, mode: StatementMode, isolation: Isolatio
         .table(&table)
         .statements(mode)
         .isolation(isolation)
-        .max_connections(8);
+        .max_connections(8)
+        .read_first(false);
     if mode == StatementMode::Simple {
         // Behind PgBouncer in transaction mode: the change feed's LISTEN needs the server.
         builder = builder.listener_url(&pg_url());
