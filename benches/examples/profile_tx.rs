@@ -1,11 +1,12 @@
 //! The money path called `n` times in a row, for counting instructions with callgrind: a count
 //! that a shared, noisy machine does not change (docs/benchmarks.md, "Instructions per call").
 //!
-//! `profile_tx <library|guard|raw> <replay|fresh> <n>`, with `STORE=sqlite` (the default),
+//! `profile_tx <library|one_commit|guard|raw|floor> <replay|fresh> <n>`, with `STORE=sqlite` (the default),
 //! `STORE=postgres` (then `IDEM_PG_URL`, as `scripts/services.sh` sets it) or `STORE=memory`
 //! (the engine's own cost: `guard` only). `library` is
-//! `run_in_transaction`, `guard` the guard style (`begin`, the effect and `complete_in` in the
-//! caller's transaction), `raw` the hand-written baseline of the same path. Instructions per
+//! `run_in_transaction`, `one_commit` the same in one commit (C15), `guard` the guard style
+//! (`begin`, the effect and `complete_in` in the caller's transaction), `raw` the hand-written
+//! baseline of the same path, `floor` the hand-written baseline of the fewest round trips. Instructions per
 //! call are the difference of two runs (say `n` = 500 and 1500) divided by the difference of
 //! their `n`, so that the set-up cancels out:
 //!
@@ -24,7 +25,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [side, path, n] = args.as_slice() else {
-        eprintln!("usage: profile_tx <library|guard|raw> <replay|fresh> <n>");
+        eprintln!("usage: profile_tx <library|one_commit|guard|raw|floor> <replay|fresh> <n>");
         return ExitCode::FAILURE;
     };
     let path = match path.as_str() {
@@ -42,9 +43,13 @@ fn main() -> ExitCode {
     let side = match side.as_str() {
         "library" => Side::Transaction,
         "guard" => Side::Guard,
+        "one_commit" => Side::OneCommit,
         "raw" => Side::Raw,
+        "floor" => Side::Floor,
         other => {
-            eprintln!("a side is `library`, `guard` or `raw`, not {other:?}");
+            eprintln!(
+                "a side is `library`, `one_commit`, `guard`, `raw` or `floor`, not {other:?}"
+            );
             return ExitCode::FAILURE;
         }
     };
@@ -65,10 +70,17 @@ fn main() -> ExitCode {
             Ok("memory") => stores::memory().await,
             _ => stores::sqlite().await,
         };
-        let op = match (side, &subject.in_transaction, subject.sides.as_slice()) {
-            (Side::Transaction, Some(transacting), _) => transacting.op(path, 100).await,
+        let transacting = match side {
+            Side::OneCommit => &subject.one_commit,
+            _ => &subject.in_transaction,
+        };
+        let op = match (side, transacting, subject.sides.as_slice()) {
+            (Side::Transaction | Side::OneCommit, Some(transacting), _) => {
+                transacting.op(path, 100).await
+            }
             (Side::Guard, _, [guard, ..]) => guard.op(path, 100).await,
             (Side::Raw, _, [_, raw, ..]) => raw.op(path, 100).await,
+            (Side::Floor, _, [_, _, floor, ..]) => floor.op(path, 100).await,
             _ => {
                 eprintln!("this store has no such side");
                 return ExitCode::FAILURE;
@@ -86,8 +98,12 @@ fn main() -> ExitCode {
 enum Side {
     /// `run_in_transaction`.
     Transaction,
+    /// One-commit `run_in_transaction` (C15).
+    OneCommit,
     /// `begin`, then `complete_in` inside the caller's transaction.
     Guard,
     /// The hand-written baseline.
     Raw,
+    /// The hand-written baseline of the fewest round trips.
+    Floor,
 }

@@ -1,8 +1,10 @@
 -- Pending records for operators (store rule 6): in progress and reserved at least $1 ms ago by
 -- the server's clock, oldest first, strictly after the position ($2 reserved_at in ms, $3
 -- consumer, $4 route, $5 key) (-1 and empty strings for the first page), at most $6 rows. The
--- partial index `idem_records_in_progress` holds exactly these rows, in this order; the moment
--- is computed once so that the planner uses it. The mark of doubt and its check time come along
+-- index `idem_records_reserved` holds every record in this order, the completed ones too (read
+-- and skipped; the planner may sort the in-progress rows it finds there): an index on `state`
+-- would make every completion a non-HOT update (migration 5). The moment is computed once so
+-- that the planner uses it. The mark of doubt and its check time come along
 -- (NULL: a new reservation is not in doubt), as in every listing.
 SELECT consumer, route, key,
        round(extract(epoch FROM reserved_at) * 1000)::bigint AS reserved_ms,

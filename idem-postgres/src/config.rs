@@ -62,7 +62,7 @@ impl Default for PgConfig {
 const MAX_TABLE_NAME: usize = 63 - "_reconciliations".len();
 
 /// Checks a store table's name: a valid identifier ([`validate_identifier`]) whose derived names
-/// (its indexes, `<table>_in_progress`..., and the audit trail of records in doubt beside it,
+/// (its indexes, `<table>_reserved`..., and the audit trail of records in doubt beside it,
 /// `<table>_reconciliations`) are valid identifiers too, so PostgreSQL never cuts one at 63
 /// bytes: at most 47 bytes.
 ///

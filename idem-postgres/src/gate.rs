@@ -28,18 +28,53 @@ use idem_core::{Fingerprint, RecordId};
 /// The two lock keys of one reservation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct GateKeys {
-    /// The record's key.
     pub(crate) record: i64,
-    /// The record's and fingerprint's key.
     pub(crate) fingerprint: i64,
 }
 
+/// The two derivations of one table's gate keys, with the table already absorbed: made once
+/// per store, cloned per reservation (a clone copies a hasher's state; a new derivation hashes
+/// its context first). The keys are exactly [`GateKeys::of`]'s.
+#[derive(Debug, Clone)]
+pub(crate) struct Gate {
+    record: blake3::Hasher,
+    with_fingerprint: blake3::Hasher,
+}
+
+impl Gate {
+    pub(crate) fn new(namespace: &str) -> Self {
+        let mut record = blake3::Hasher::new_derive_key(RECORD_CONTEXT);
+        table(&mut record, namespace);
+        let mut with_fingerprint = blake3::Hasher::new_derive_key(FINGERPRINT_CONTEXT);
+        table(&mut with_fingerprint, namespace);
+        Self {
+            record,
+            with_fingerprint,
+        }
+    }
+
+    /// The keys of `id` and `fingerprint` in this table.
+    pub(crate) fn keys(&self, id: &RecordId, fingerprint: &Fingerprint) -> GateKeys {
+        let digest = id.digest();
+        let mut record = self.record.clone();
+        record.update(&digest);
+        let mut with_fingerprint = self.with_fingerprint.clone();
+        with_fingerprint.update(&digest);
+        with_fingerprint.update(fingerprint.as_bytes());
+        GateKeys {
+            record: first_64_bits(&record.finalize()),
+            fingerprint: first_64_bits(&with_fingerprint.finalize()),
+        }
+    }
+}
+
+const RECORD_CONTEXT: &str = "idem-postgres 2026 gate record v2";
+const FINGERPRINT_CONTEXT: &str = "idem-postgres 2026 gate fingerprint v2";
+
 impl GateKeys {
-    /// The keys of `id` reserved with `fingerprint` in the table `namespace` (schema-qualified:
-    /// advisory locks are the whole database's, and two tables' records are unrelated).
+    #[cfg(test)]
     pub(crate) fn of(namespace: &str, id: &RecordId, fingerprint: &Fingerprint) -> Self {
-        let mut with_fingerprint =
-            blake3::Hasher::new_derive_key("idem-postgres 2026 gate fingerprint v2");
+        let mut with_fingerprint = blake3::Hasher::new_derive_key(FINGERPRINT_CONTEXT);
         in_table(&mut with_fingerprint, namespace, id);
         with_fingerprint.update(fingerprint.as_bytes());
         Self {
@@ -48,20 +83,20 @@ impl GateKeys {
         }
     }
 
-    /// The record's key of `id` in `namespace` (what waits for a one-commit execution of it to
-    /// end).
     pub(crate) fn record(namespace: &str, id: &RecordId) -> i64 {
-        let mut record = blake3::Hasher::new_derive_key("idem-postgres 2026 gate record v2");
+        let mut record = blake3::Hasher::new_derive_key(RECORD_CONTEXT);
         in_table(&mut record, namespace, id);
         first_64_bits(&record.finalize())
     }
 }
 
-/// The table's name (length-prefixed, so that no two tables' inputs run together) and the
-/// record id's digest.
-fn in_table(hasher: &mut blake3::Hasher, namespace: &str, id: &RecordId) {
+fn table(hasher: &mut blake3::Hasher, namespace: &str) {
     hasher.update(&(namespace.len() as u64).to_le_bytes());
     hasher.update(namespace.as_bytes());
+}
+
+fn in_table(hasher: &mut blake3::Hasher, namespace: &str, id: &RecordId) {
+    table(hasher, namespace);
     hasher.update(&id.digest());
 }
 
@@ -87,6 +122,12 @@ mod tests {
         (request.id().clone(), *request.fingerprint())
     }
 
+    /// The keys of `fingerprint_of("k-1", b"{}")` in `public.idem_records`.
+    const GOLDEN: GateKeys = GateKeys {
+        record: -946_163_856_806_479_808,
+        fingerprint: 8_627_687_960_950_826_148,
+    };
+
     #[test]
     fn c15_the_keys_tell_records_bodies_and_tables_apart() {
         let (id, same) = fingerprint_of("k-1", b"{}");
@@ -107,5 +148,16 @@ mod tests {
             keys.record, keys.fingerprint,
             "the two derivations are distinct"
         );
+        // The store's prepared derivations give the same keys (processes of both releases
+        // share the gate during a deploy).
+        let gate = Gate::new(table);
+        assert_eq!(gate.keys(&id, &same), keys);
+        assert_eq!(gate.keys(&id, &other), other_body);
+        assert_eq!(
+            Gate::new("tenant_2.idem_records").keys(&id, &same),
+            other_table
+        );
+        // The pinned values of this release's keys.
+        assert_eq!(keys, GOLDEN);
     }
 }

@@ -4,14 +4,17 @@
 use crate::config::{validate_identifier, validate_table_name};
 use crate::error::{is_lock_timeout, store_error};
 use crate::params::{execute, fetch_all, Param, StatementMode};
-use crate::sql::{for_table, INDEX_IN_DOUBT, INDEX_IN_PROGRESS, INDEX_KEY, MIGRATION_FILES};
+use crate::sql::{
+    for_table, INDEX_DROP_DEADLINE, INDEX_DROP_IN_PROGRESS, INDEX_IN_DOUBT, INDEX_KEY,
+    INDEX_RESERVED, MIGRATION_FILES,
+};
 use crate::store::PgStore;
 use idem_core::Error;
 use sqlx::{AssertSqlSafe, Row};
 use std::time::Duration;
 
 /// The schema version this crate writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// How often a migration tries again to take a table lock another transaction holds (each try
 /// waits at most `migration_lock_timeout.sql`'s 100 ms, then pauses).
@@ -146,9 +149,9 @@ impl PgStore {
         }
         let indexes = [
             (
-                "in_progress",
-                &inner.ops.sql.index_drop_in_progress,
-                &inner.ops.sql.index_in_progress,
+                "reserved",
+                &inner.ops.sql.index_drop_reserved,
+                &inner.ops.sql.index_reserved,
             ),
             (
                 "key",
@@ -162,18 +165,7 @@ impl PgStore {
             ),
         ];
         for (suffix, drop_sql, create_sql) in indexes {
-            let name = format!("\"{schema}\".\"{table}_{suffix}\"");
-            let rows = fetch_all(
-                &mut holder,
-                mode,
-                &inner.ops.sql.index_valid,
-                &[Param::Text(&name)],
-            )
-            .await?;
-            let valid: Option<bool> = match rows.first() {
-                Some(row) => Some(row.try_get(0).map_err(store_error)?),
-                None => None,
-            };
+            let valid = self.index_state(&mut holder, suffix).await?;
             // Under the lock, an invalid index is not being built by anyone: an interrupted
             // build.
             let statements: &[&str] = match valid {
@@ -183,7 +175,42 @@ impl PgStore {
             };
             self.build_index(&qualified, suffix, statements).await?;
         }
+        // The indexes of versions before 5 on columns the completion changes (they keep it from
+        // being a HOT update), once the index that replaces them is there.
+        if self.index_state(&mut holder, "reserved").await? == Some(true) {
+            let old = [
+                ("deadline", &inner.ops.sql.index_drop_deadline),
+                ("in_progress", &inner.ops.sql.index_drop_in_progress),
+            ];
+            for (suffix, drop_sql) in old {
+                if self.index_state(&mut holder, suffix).await?.is_some() {
+                    self.build_index(&qualified, suffix, &[drop_sql.as_str()])
+                        .await?;
+                }
+            }
+        }
         holder.commit().await.map_err(store_error)
+    }
+
+    /// Whether the index `<table>_<suffix>` exists (`None` if not), and is valid.
+    async fn index_state(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        suffix: &str,
+    ) -> Result<Option<bool>, Error> {
+        let (schema, table) = (&self.inner.config.schema, &self.inner.config.table);
+        let name = format!("\"{schema}\".\"{table}_{suffix}\"");
+        let rows = fetch_all(
+            conn,
+            self.inner.ops.mode,
+            &self.inner.ops.sql.index_valid,
+            &[Param::Text(&name)],
+        )
+        .await?;
+        match rows.first() {
+            Some(row) => Ok(Some(row.try_get(0).map_err(store_error)?)),
+            None => Ok(None),
+        }
     }
 
     /// Runs `statements` (a concurrent build, after a drop of an invalid index) on a
@@ -244,7 +271,7 @@ impl PgStore {
 /// ```
 /// let sql = idem_postgres::schema_sql("billing", "idem_records")?;
 /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"billing\".\"idem_records\""));
-/// assert!(sql.contains("CREATE INDEX IF NOT EXISTS \"idem_records_in_progress\""));
+/// assert!(sql.contains("CREATE INDEX IF NOT EXISTS \"idem_records_reserved\""));
 /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"billing\".\"idem_records_reconciliations\""));
 /// # Ok::<(), idem_core::Error>(())
 /// ```
@@ -252,13 +279,22 @@ pub fn schema_sql(schema: &str, table: &str) -> Result<String, Error> {
     validate_identifier(schema)?;
     validate_table_name(table)?;
     // The concurrent build cannot run in a transaction, where a migration tool runs a script.
-    let index = INDEX_IN_PROGRESS.replace("CREATE INDEX CONCURRENTLY", "CREATE INDEX");
+    let index = INDEX_RESERVED.replace("CREATE INDEX CONCURRENTLY", "CREATE INDEX");
     let key_index = INDEX_KEY.replace("CREATE INDEX CONCURRENTLY", "CREATE INDEX");
     let doubt_index = INDEX_IN_DOUBT.replace("CREATE INDEX CONCURRENTLY", "CREATE INDEX");
+    // The indexes of versions before 5 on columns the completion changes go.
+    let drop_deadline = INDEX_DROP_DEADLINE.replace("DROP INDEX CONCURRENTLY", "DROP INDEX");
+    let drop_in_progress = INDEX_DROP_IN_PROGRESS.replace("DROP INDEX CONCURRENTLY", "DROP INDEX");
     Ok(MIGRATION_FILES
         .iter()
         .map(|(_, sql)| *sql)
-        .chain([index.as_str(), key_index.as_str(), doubt_index.as_str()])
+        .chain([
+            index.as_str(),
+            key_index.as_str(),
+            doubt_index.as_str(),
+            drop_deadline.as_str(),
+            drop_in_progress.as_str(),
+        ])
         .map(|sql| {
             format!(
                 "{};",

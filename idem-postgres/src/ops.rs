@@ -2,7 +2,7 @@
 //! `idem_core::store::decide`; SQL reads and applies it atomically.
 
 use crate::error::BACKEND;
-use crate::gate::GateKeys;
+use crate::gate::Gate;
 use crate::params::{execute_after, fetch_all_after, Param, StatementMode};
 use crate::row;
 use crate::sql::Statements;
@@ -33,6 +33,8 @@ pub(crate) struct Ops {
     /// The records' table, schema-qualified: the gate's lock keys are the table's own
     /// (advisory locks are the whole database's).
     pub(crate) gate_namespace: String,
+    /// The gate's key derivations for that table, made once.
+    pub(crate) gate: Gate,
 }
 
 fn timestamp(ms: i64) -> Result<Timestamp, Error> {
@@ -69,7 +71,7 @@ impl Ops {
         let id = request.id();
         let [consumer, route, key] = id_params(id);
         let fingerprint = request.fingerprint().as_bytes();
-        let gate = GateKeys::of(&self.gate_namespace, id, request.fingerprint());
+        let gate = self.gate.keys(id, request.fingerprint());
         // Inside the execution's transaction nothing of the store's session settings is sent:
         // `SET TRANSACTION` would change the effect's isolation and `SET LOCAL` its timeouts
         // until COMMIT. The engine's deadline bounds the statement instead, as for

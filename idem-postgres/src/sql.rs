@@ -10,6 +10,7 @@ const DEFAULT_TABLE: &str = "idem_records";
 const INDEX_SUFFIXES: &[&str] = &[
     "deadline",
     "in_progress",
+    "reserved",
     "key",
     "in_doubt",
     "trail_record",
@@ -50,14 +51,21 @@ pub(crate) const MIGRATION_FILES: &[(i64, &str)] = &[
         4,
         include_str!("../sql/migrations/0004_records_in_doubt.sql"),
     ),
+    (5, include_str!("../sql/migrations/0005_hot_completion.sql")),
 ];
 
-/// The index built after the migrations, concurrently, outside a transaction.
-pub(crate) const INDEX_IN_PROGRESS: &str = include_str!("../sql/index_in_progress.sql");
+/// The index of purge and the in-progress listing, built after the migrations, concurrently,
+/// outside a transaction.
+pub(crate) const INDEX_RESERVED: &str = include_str!("../sql/index_reserved.sql");
 /// The index of a lookup by key, built the same way.
 pub(crate) const INDEX_KEY: &str = include_str!("../sql/index_key.sql");
 /// The index of the in-doubt listing, built the same way.
 pub(crate) const INDEX_IN_DOUBT: &str = include_str!("../sql/index_in_doubt.sql");
+/// The indexes of versions before 5 on columns the completion changes, dropped concurrently
+/// once `INDEX_RESERVED` is valid.
+pub(crate) const INDEX_DROP_DEADLINE: &str = include_str!("../sql/index_drop_deadline.sql");
+/// See [`INDEX_DROP_DEADLINE`].
+pub(crate) const INDEX_DROP_IN_PROGRESS: &str = include_str!("../sql/index_drop_in_progress.sql");
 
 /// The names of the table's indexes and of the tables beside it, `<table>_<suffix>`: each must
 /// be a valid identifier too, or PostgreSQL would cut it at 63 bytes and two cut names could
@@ -97,7 +105,9 @@ pub(crate) struct Statements {
     pub(crate) migration_record: String,
     pub(crate) migration_lock: String,
     pub(crate) migration_lock_timeout: String,
-    pub(crate) index_in_progress: String,
+    pub(crate) index_reserved: String,
+    pub(crate) index_drop_reserved: String,
+    pub(crate) index_drop_deadline: String,
     pub(crate) index_drop_in_progress: String,
     pub(crate) index_key: String,
     pub(crate) index_drop_key: String,
@@ -145,8 +155,10 @@ impl Statements {
             migration_lock_timeout: strip_comments(include_str!(
                 "../sql/migration_lock_timeout.sql"
             )),
-            index_in_progress: sql(INDEX_IN_PROGRESS),
-            index_drop_in_progress: sql(include_str!("../sql/index_drop_in_progress.sql")),
+            index_reserved: sql(INDEX_RESERVED),
+            index_drop_reserved: sql(include_str!("../sql/index_drop_reserved.sql")),
+            index_drop_deadline: sql(INDEX_DROP_DEADLINE),
+            index_drop_in_progress: sql(INDEX_DROP_IN_PROGRESS),
             index_key: sql(INDEX_KEY),
             index_drop_key: sql(include_str!("../sql/index_drop_key.sql")),
             index_in_doubt: sql(INDEX_IN_DOUBT),
@@ -223,16 +235,14 @@ mod tests {
         assert!(sql.contains(
             "CREATE INDEX IF NOT EXISTS \"idem_records_deadline\" ON \"billing\".\"idem_records\" (deadline)"
         ));
-        let index = for_table(INDEX_IN_PROGRESS, "billing", "t");
+        let index = for_table(INDEX_RESERVED, "billing", "t");
         assert!(index.contains(
-            "CREATE INDEX CONCURRENTLY IF NOT EXISTS \"t_in_progress\"\n    ON \"billing\".\"t\" (reserved_at"
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS \"t_reserved\"\n    ON \"billing\".\"t\" (reserved_at"
         ));
-        let drop = for_table(
-            include_str!("../sql/index_drop_in_progress.sql"),
-            "billing",
-            "t",
-        );
+        let drop = for_table(INDEX_DROP_IN_PROGRESS, "billing", "t");
         assert!(drop.contains("DROP INDEX CONCURRENTLY IF EXISTS \"billing\".\"t_in_progress\""));
+        let drop = for_table(INDEX_DROP_DEADLINE, "billing", "t");
+        assert!(drop.contains("DROP INDEX CONCURRENTLY IF EXISTS \"billing\".\"t_deadline\""));
         let applied = for_table(include_str!("../sql/migrations_applied.sql"), "s", "t");
         assert!(applied.contains("FROM \"s\".idem_schema_migrations"));
         let complete = strip_comments(include_str!("../sql/complete.sql"));

@@ -6,6 +6,7 @@ use crate::config::{validate_identifier, validate_table_name, Isolation, PgConfi
 use crate::connections::Connections;
 use crate::feed_settings::{self, ListenerOptions, ListenerTarget};
 use crate::follow_pool;
+use crate::gate::Gate;
 use crate::hosts::Hosts;
 use crate::hosts_url;
 use crate::ops::Ops;
@@ -446,6 +447,7 @@ impl PgStore {
             preamble: session::statement_preamble(config.statements, &config.deadlines),
             holder: builder.holder.encode(),
             gate_namespace: format!("{}.{}", config.schema, config.table),
+            gate: Gate::new(&format!("{}.{}", config.schema, config.table)),
         };
         let setup = session::connection_setup(config.statements, &config.deadlines);
         let beat_conns = Connections::new(

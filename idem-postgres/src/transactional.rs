@@ -297,7 +297,7 @@ impl PgStore {
         // transaction begins again, once, on another connection (a newly opened one of the
         // store's own).
         for attempt in 0..2 {
-            let acquire = async {
+            let acquire = Box::pin(async {
                 if self.inner.effects_on_pool {
                     let conn = self.pool().acquire().await.map_err(store_error)?;
                     return Ok(EffectConnection::pool(conn));
@@ -308,7 +308,7 @@ impl PgStore {
                     conns.get_fresh().await?
                 };
                 Ok(EffectConnection::own(held))
-            };
+            });
             let mut conn = match execution
                 .bounded(Operation::Transaction, start.id(), |_| acquire)
                 .await
@@ -316,10 +316,10 @@ impl PgStore {
                 Ok(conn) => conn,
                 Err(error) => return start.failed(error),
             };
-            match self
-                .transaction_on(conn.conn(), &start, effect, execution)
-                .await
-            {
+            // Boxed, as every step of the transaction below: a future holds a pointer to each
+            // step's state instead of the state itself, so that making one step's future does
+            // not copy the largest of them (sqlx's, several KiB) a level at a time.
+            match Box::pin(self.transaction_on(conn.conn(), &start, effect, execution)).await {
                 Ok((transacted, clean)) => {
                     if clean {
                         conn.keep();
@@ -373,11 +373,11 @@ impl PgStore {
         );
         let mut conflicts = 0;
         let (tx, lease) = loop {
-            let begin = async {
+            let begin = Box::pin(async {
                 conn.begin_with(AssertSqlSafe(statement.as_str()))
                     .await
                     .map_err(begin_error)
-            };
+            });
             let mut tx = match execution
                 .bounded(Operation::Transaction, id, |_| begin)
                 .await
@@ -394,14 +394,16 @@ impl PgStore {
                 conn: &mut tx,
             };
             // Never a step sent again on a transaction a failure aborted (C15).
-            let reserve = Reservation::without_retry(request, execution.lease_for())
-                .in_execution(execution)
-                .run(&mut steps);
+            let reserve = Box::pin(
+                Reservation::without_retry(request, execution.lease_for())
+                    .in_execution(execution)
+                    .run(&mut steps),
+            );
             match execution.bounded(Operation::Reserve, id, |_| reserve).await {
                 Ok(Begin::Acquired(lease)) => break (tx, execution.acquired(lease)),
                 // Nothing was written: the transaction ends, its gate's locks with it.
                 Ok(Begin::Answered(answer)) => {
-                    let clean = roll_back(tx, execution, id).await.is_ok();
+                    let clean = Box::pin(roll_back(tx, execution, id)).await.is_ok();
                     return Ok((TxEnd::Answered(answer, effect), clean));
                 }
                 // At REPEATABLE READ or SERIALIZABLE the transaction's snapshot is taken as the
@@ -409,7 +411,7 @@ impl PgStore {
                 // was then free again) is a conflict for the insert, not a row to read. A
                 // transaction begun now sees it, and answers from it.
                 Err(error) if conflicts < MAX_CONFLICTS && is_conflict(&error) => {
-                    if roll_back(tx, execution, id).await.is_err() {
+                    if Box::pin(roll_back(tx, execution, id)).await.is_err() {
                         return Err(NotBegun { effect, error });
                     }
                     conflicts += 1;
@@ -418,7 +420,7 @@ impl PgStore {
                 Err(error) => return Err(NotBegun { effect, error }),
             }
         };
-        let (end, clean) = self.effect_in(tx, &lease, effect, execution).await;
+        let (end, clean) = Box::pin(self.effect_in(tx, &lease, effect, execution)).await;
         Ok((end, clean))
     }
 
@@ -463,7 +465,7 @@ impl PgStore {
             // Nothing was committed either way; whether the database is still there says
             // what the caller is told: the effect's failure, or the store's (C13).
             Ok(Err(error)) => {
-                return match roll_back(tx, execution, id).await {
+                return match Box::pin(roll_back(tx, execution, id)).await {
                     Ok(()) => (TxEnd::EffectFailed(error), true),
                     Err(broken) => (TxEnd::RolledBack(broken_effect(&error, broken)), false),
                 };
@@ -474,7 +476,7 @@ impl PgStore {
         let completion = execution.completion(lease, response);
         let written = execution
             .bounded(Operation::Complete, id, |_| {
-                self.inner.ops.complete_in(&mut tx, &completion)
+                Box::pin(self.inner.ops.complete_in(&mut tx, &completion))
             })
             .await;
         if let Err(error) = written {
@@ -486,7 +488,7 @@ impl PgStore {
                 drop(tx);
                 return (TxEnd::RolledBack(error), false);
             }
-            let clean = roll_back(tx, execution, id).await.is_ok();
+            let clean = Box::pin(roll_back(tx, execution, id)).await.is_ok();
             return (TxEnd::RolledBack(error), clean);
         }
         // A spent budget sends no COMMIT: the transaction is dropped with its connection, and
@@ -500,7 +502,7 @@ impl PgStore {
             );
             return (TxEnd::RolledBack(spent), false);
         }
-        let commit = async { tx.commit().await.map_err(store_error) };
+        let commit = Box::pin(async { tx.commit().await.map_err(store_error) });
         match execution
             .bounded(Operation::Transaction, id, |_| commit)
             .await

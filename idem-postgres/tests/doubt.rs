@@ -295,7 +295,10 @@ async fn a_version_3_table_with_rows_migrates_to_version_4_and_keeps_them() {
     };
     assert!(before.iter().all(Option::is_some), "{before:?}");
 
-    store.migrate().await.expect("migrates version 3 to 4");
+    store
+        .migrate()
+        .await
+        .expect("migrates version 3 to the latest");
     let version: i64 = run(
         &store,
         &format!(
@@ -304,10 +307,18 @@ async fn a_version_3_table_with_rows_migrates_to_version_4_and_keeps_them() {
     )
     .await[0]
         .get(0);
-    assert_eq!((version, SCHEMA_VERSION), (4, 4));
+    assert_eq!((version, SCHEMA_VERSION), (5, 5));
+    // Version 5: the indexes on columns the completion changes are gone.
+    for index in ["idem_records_deadline", "idem_records_in_progress"] {
+        assert_eq!(
+            index_is_valid(&store, &schema, index).await,
+            None,
+            "{index}"
+        );
+    }
     for index in [
         "idem_records_in_doubt",
-        "idem_records_in_progress",
+        "idem_records_reserved",
         "idem_records_key",
         "idem_records_trail_record",
         "idem_records_trail_kept",

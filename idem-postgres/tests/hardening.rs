@@ -106,9 +106,9 @@ async fn c05_a_takeover_never_waits_for_a_late_completion() {
     );
 }
 
-/// C10: purge finds expired rows through the deadline index, not by scanning the table.
+/// C10: purge finds expired rows through the reservation-time index, not by scanning the table.
 #[tokio::test]
-async fn c10_purge_uses_the_deadline_index() {
+async fn c10_purge_uses_the_reserved_index() {
     let store = store_on(&pg_url(), StatementMode::Prepared, Isolation::ReadCommitted).await;
     let table = store.table();
     sql(
@@ -136,9 +136,50 @@ async fn c10_purge_uses_the_deadline_index() {
         .collect();
     let plan = plan.join("\n");
     assert!(
-        plan.contains("_deadline"),
-        "purge does not use the deadline index:\n{plan}"
+        plan.contains("_reserved") && !plan.contains("Seq Scan"),
+        "purge does not use the reservation-time index:\n{plan}"
     );
+}
+
+/// The completion is a HOT update (schema version 5): no index is on a column it changes, so
+/// it writes no index entry. Counted by the server on the completion's connection (counters
+/// that connection has not reported yet, read before and after).
+#[tokio::test]
+async fn the_completion_is_a_hot_update() {
+    let store = store_on(&pg_url(), StatementMode::Prepared, Isolation::ReadCommitted).await;
+    let idem = Idempotency::new(store.clone());
+    let counters = "SELECT pg_stat_get_xact_tuples_updated(to_regclass($1)), \
+                    pg_stat_get_xact_tuples_hot_updated(to_regclass($1))";
+    for n in 0..20 {
+        let req = request(&idem, &format!("hot-{n}"));
+        let Begin::Acquired(lease) = idem.begin(&req).await.expect("begin") else {
+            panic!("fresh");
+        };
+        let mut tx = store.pool().begin().await.expect("tx");
+        let before: (i64, i64) = sqlx::query_as(counters)
+            .bind(store.table())
+            .fetch_one(&mut *tx)
+            .await
+            .expect("counters");
+        store
+            .complete_in(
+                &mut tx,
+                &idem.completion(&lease, StoredResponse::new(201, "done")),
+            )
+            .await
+            .expect("completion");
+        let after: (i64, i64) = sqlx::query_as(counters)
+            .bind(store.table())
+            .fetch_one(&mut *tx)
+            .await
+            .expect("counters");
+        assert_eq!(
+            (after.0 - before.0, after.1 - before.1),
+            (1, 1),
+            "completion {n}: one update, HOT"
+        );
+        tx.commit().await.expect("commit");
+    }
 }
 
 /// C5: a database whose default isolation is SERIALIZABLE still answers concurrent duplicates

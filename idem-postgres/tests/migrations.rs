@@ -50,7 +50,7 @@ async fn index_state(schema: &str) -> Option<bool> {
     let mut conn = PgConnection::connect(&pg_url()).await.expect("connect");
     let mut valid = true;
     for index in [
-        "idem_records_in_progress",
+        "idem_records_reserved",
         "idem_records_key",
         "idem_records_in_doubt",
     ] {

@@ -1,0 +1,11 @@
+-- idem PostgreSQL schema, version 5: a completion that stays on its row's page (a HOT update).
+-- The completion changes `state`, `deadline` and the answer; an index on any column it changes
+-- (the deadline index of version 1, the in-progress index on `state`) makes PostgreSQL write a
+-- new entry in every index of the table, and the completion cost several times the update of
+-- a row indexed by its primary key alone. From this version the table's indexes are on columns
+-- the completion never changes: purge and the listings read `idem_records_reserved` (by
+-- reservation time, index_reserved.sql), and PgStore::migrate drops the two old indexes once
+-- it is built, without blocking writes. A fill factor leaves room on each page for the
+-- completed version of the rows an insert put there. Setting it changes the catalog only and
+-- rewrites nothing (it applies to pages filled from now on).
+ALTER TABLE idem_records SET (fillfactor = 90);
