@@ -16,6 +16,7 @@ use idem_core::{
 use idem_ops::{Cursor, Inspected, ListQuery, Page, Selection, Stats};
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 /// The longest age a listing asks PostgreSQL about: two centuries, in milliseconds.
@@ -35,6 +36,9 @@ pub(crate) struct Ops {
     pub(crate) gate_namespace: String,
     /// The gate's key derivations for that table, made once.
     pub(crate) gate: Gate,
+    /// Where the next purge's window starts (reservation time in ms, consumer, route, key):
+    /// after the last one's; `None`, from the oldest.
+    pub(crate) purge_from: Mutex<Option<(i64, String, String, String)>>,
 }
 
 fn timestamp(ms: i64) -> Result<Timestamp, Error> {
@@ -302,7 +306,7 @@ impl Ops {
 
     /// One bounded batch of expired records (C10), then of expired audit entries with what is
     /// left of `limit` (store rules 4 and 7): at most `limit` rows in all, each batch one
-    /// statement.
+    /// statement. The records' window starts where the last call's stopped (`purge_from`).
     pub(crate) async fn purge_expired(
         &self,
         conn: &mut PgConnection,
@@ -310,16 +314,53 @@ impl Ops {
     ) -> Result<usize, Error> {
         let bound = |n: usize| Param::Int(i64::try_from(n).unwrap_or(i64::MAX));
         let deleted = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
-        let records = deleted(
-            execute_after(
-                conn,
-                self.mode,
-                &self.preamble,
-                &self.sql.purge_expired,
-                &[bound(limit)],
-            )
-            .await?,
-        );
+        let from = self
+            .purge_from
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let (at, consumer, route, key) =
+            from.unwrap_or((-1, String::new(), String::new(), String::new()));
+        let rows = fetch_all_after(
+            conn,
+            self.mode,
+            &self.preamble,
+            &self.sql.purge_expired,
+            &[
+                bound(limit),
+                Param::Int(at),
+                Param::Text(&consumer),
+                Param::Text(&route),
+                Param::Text(&key),
+            ],
+        )
+        .await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| Error::store(BACKEND, StoreErrorKind::Other, "purge returned no row"))?;
+        let get = |name: &str| -> Result<Option<i64>, Error> {
+            row.try_get(name).map_err(crate::error::store_error)
+        };
+        let records = usize::try_from(get("purged")?.unwrap_or(0)).unwrap_or(0);
+        let scanned = usize::try_from(get("scanned")?.unwrap_or(0)).unwrap_or(0);
+        let last = match get("reserved_ms")? {
+            Some(at) => {
+                let text = |name: &str| -> Result<String, Error> {
+                    row.try_get(name).map_err(crate::error::store_error)
+                };
+                Some((at, text("consumer")?, text("route")?, text("key")?))
+            }
+            None => None,
+        };
+        // A full batch may have left expired records in the window: it is read again. A window
+        // short of its size reached the end: the next starts from the oldest.
+        if records < limit {
+            let next = last.filter(|_| scanned >= limit.saturating_mul(4));
+            *self
+                .purge_from
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = next;
+        }
         let left = limit.saturating_sub(records);
         if left == 0 {
             return Ok(records);

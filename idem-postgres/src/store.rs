@@ -448,6 +448,7 @@ impl PgStore {
             holder: builder.holder.encode(),
             gate_namespace: format!("{}.{}", config.schema, config.table),
             gate: Gate::new(&format!("{}.{}", config.schema, config.table)),
+            purge_from: std::sync::Mutex::new(None),
         };
         let setup = session::connection_setup(config.statements, &config.deadlines);
         let beat_conns = Connections::new(
