@@ -80,6 +80,13 @@ impl fmt::Debug for Timestamp {
 pub trait Clock: Send + Sync + fmt::Debug {
     /// The current time.
     fn now(&self) -> Timestamp;
+
+    /// Whether this is the process's wall clock, which runs with its monotonic clock (a
+    /// [`ReplayCache`](crate::ReplayCache) counts a record's retention on the latter). Default
+    /// false: a store on another clock caches nothing.
+    fn is_system(&self) -> bool {
+        false
+    }
 }
 
 /// The process's wall clock.
@@ -87,6 +94,10 @@ pub trait Clock: Send + Sync + fmt::Debug {
 pub struct SystemClock;
 
 impl Clock for SystemClock {
+    fn is_system(&self) -> bool {
+        true
+    }
+
     fn now(&self) -> Timestamp {
         let since = SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -244,9 +244,10 @@ impl Store for MemoryStore {
         Some(std::ptr::from_ref(&self.records) as usize)
     }
 
-    /// Never reconnects.
+    /// Never reconnects; `None` on a clock of its own (a retention counted by it is not the
+    /// process's).
     fn generation(&self) -> Option<u64> {
-        Some(0)
+        self.clock.is_system().then_some(0)
     }
 
     async fn reserve(&self, claim: &Claim<'_>, _deadline: Deadline) -> Result<Reserved, Error> {

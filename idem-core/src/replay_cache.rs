@@ -6,17 +6,24 @@ use crate::request::Request;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// What an entry costs beside its response's bytes: the key, the fingerprint, the bookkeeping.
-const ENTRY_OVERHEAD: u64 = 128;
+/// What an entry costs beside its response's bytes: the key, the fingerprint, the bookkeeping,
+/// the cache's slot; and each header's own.
+const ENTRY_OVERHEAD: u64 = 256;
+const HEADER_OVERHEAD: u64 = 48;
 
-/// An opt-in cache of completed answers in front of the store, given to
-/// [`IdempotencyBuilder::replay_cache`](crate::IdempotencyBuilder::replay_cache): a retry of a
-/// completed request is answered from process memory (C7), another body under its key with
-/// 422 (C3), each reported as a [`Replayed`](crate::EventKind::Replayed) or
-/// [`Mismatch`](crate::EventKind::Mismatch) event of [`Operation::Cache`](crate::Operation::Cache)
+/// How recently a store call must have succeeded, at the store's current generation, for the
+/// cache to answer: a store that went away and came back (a restart, a failover) is seen by
+/// the next call, which a cache answering alone would never make.
+const CONFIRMED_WITHIN: Duration = Duration::from_secs(1);
+
+/// An opt-in cache of completed answers in front of the store, given to one engine by
+/// [`IdempotencyBuilder::replay_cache`](crate::IdempotencyBuilder::replay_cache) (its clones
+/// share it): a retry of a completed request is answered from process memory (C7), another
+/// body under its key with 422 (C3), each reported as a [`Replayed`](crate::EventKind::Replayed)
+/// or [`Mismatch`](crate::EventKind::Mismatch) event of [`Operation::Cache`](crate::Operation::Cache)
 /// (C16).
 ///
 /// - **Filled** by completed records a reservation read (a replay) and by completions this
@@ -24,9 +31,10 @@ const ENTRY_OVERHEAD: u64 = 128;
 /// - **Kept** until the record's retention ends by the store's clock (the time it has left
 ///   when read, counted from before the read), less [`skew`](Self::skew), and at most
 ///   [`max_age`](Self::max_age); bounded by entries and bytes, least used first out.
-/// - **Emptied** when the store's [`generation`](crate::Store::generation) moves (a new
-///   connection, a failover that may have lost the last commits); a store without one caches
-///   nothing. It answers during a store outage until the store reconnects.
+/// - **Answering** only while a store call succeeded in the last second at the store's
+///   current [`generation`](crate::Store::generation), and **emptied** when that moves (a new
+///   connection, a new server behind it, a failover that may have lost the last commits); a
+///   store without one caches nothing.
 ///
 /// ```
 /// use idem_core::{Idempotency, MemoryStore, ReplayCache};
@@ -35,13 +43,18 @@ const ENTRY_OVERHEAD: u64 = 128;
 /// let idem = Idempotency::builder(MemoryStore::new()).replay_cache(cache).build()?;
 /// # Ok::<(), idem_core::Error>(())
 /// ```
-#[derive(Clone)]
 pub struct ReplayCache {
-    entries: Arc<quick_cache::sync::Cache<[u8; 32], Arc<Entry>, Weight>>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    entries: quick_cache::sync::Cache<[u8; 32], Arc<Entry>, Weight>,
     max_age: Duration,
     skew: Duration,
     /// The store generation the entries were read at.
-    generation: Arc<AtomicU64>,
+    generation: AtomicU64,
+    /// The last store call that succeeded: its generation, and when.
+    confirmed: Mutex<Option<(u64, Instant)>>,
 }
 
 #[derive(Debug)]
@@ -66,72 +79,100 @@ impl quick_cache::Weighter<[u8; 32], Arc<Entry>> for Weight {
 }
 
 fn bytes(response: &StoredResponse) -> u64 {
-    let headers: usize = response
+    let headers: u64 = response
         .headers
         .iter()
-        .map(|(name, value)| name.len() + value.len())
-        .sum();
-    let size = u64::try_from(response.body.len() + headers).unwrap_or(u64::MAX);
-    size.saturating_add(ENTRY_OVERHEAD)
+        .map(|(name, value)| {
+            let size = u64::try_from(name.len() + value.len()).unwrap_or(u64::MAX);
+            size.saturating_add(HEADER_OVERHEAD)
+        })
+        .fold(0, u64::saturating_add);
+    let body = u64::try_from(response.body.len()).unwrap_or(u64::MAX);
+    body.saturating_add(headers).saturating_add(ENTRY_OVERHEAD)
 }
 
 impl ReplayCache {
     /// A cache of at most `max_entries` answers and `max_bytes` bytes (bodies, headers and a
-    /// small overhead each), [`max_age`](Self::max_age) 60 s, [`skew`](Self::skew) 1 s.
+    /// few hundred bytes of overhead each), [`max_age`](Self::max_age) 60 s,
+    /// [`skew`](Self::skew) 1 s.
     pub fn new(max_entries: usize, max_bytes: u64) -> Self {
-        let max_entries = max_entries.max(1);
-        let count = u64::try_from(max_entries).unwrap_or(u64::MAX);
         let max_bytes = max_bytes.max(ENTRY_OVERHEAD);
+        // No more entries than the bytes hold: the cache's own slots (its estimate, and the
+        // keys of recently evicted entries it remembers) are sized by this number.
+        let fit = usize::try_from(max_bytes / ENTRY_OVERHEAD).unwrap_or(usize::MAX);
+        let max_entries = max_entries.clamp(1, fit.max(1));
+        let count = u64::try_from(max_entries).unwrap_or(u64::MAX);
         let least = (max_bytes / count).max(1);
         Self {
-            entries: Arc::new(quick_cache::sync::Cache::with_weighter(
-                max_entries,
-                max_bytes,
-                Weight { least },
-            )),
-            max_age: Duration::from_secs(60),
-            skew: Duration::from_secs(1),
-            generation: Arc::new(AtomicU64::new(0)),
+            shared: Arc::new(Shared {
+                entries: quick_cache::sync::Cache::with_weighter(
+                    max_entries,
+                    max_bytes,
+                    Weight { least },
+                ),
+                max_age: Duration::from_secs(60),
+                skew: Duration::from_secs(1),
+                generation: AtomicU64::new(0),
+                confirmed: Mutex::new(None),
+            }),
         }
     }
 
-    /// The longest an answer stays, whatever its retention: the bound on what an operator's
-    /// change made elsewhere (a record deleted by hand) leaves unseen here.
-    pub fn max_age(mut self, max_age: Duration) -> Self {
-        self.max_age = max_age;
-        self
+    /// The longest an answer stays, whatever its retention: the bound on what the store's
+    /// generation cannot show (an operator's change made elsewhere, a record deleted by hand,
+    /// a failover behind a pooler).
+    pub fn max_age(self, max_age: Duration) -> Self {
+        self.configured(|shared| shared.max_age = max_age)
     }
 
     /// How much sooner than its record an entry ends (default 1 s): room for the difference
     /// between the store's clock rate and this process's, and a record's read in transit.
-    pub fn skew(mut self, skew: Duration) -> Self {
-        self.skew = skew;
+    pub fn skew(self, skew: Duration) -> Self {
+        self.configured(|shared| shared.skew = skew)
+    }
+
+    fn configured(mut self, set: impl FnOnce(&mut Shared)) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            set(shared);
+        }
         self
     }
 
-    /// How many answers it holds.
-    pub fn len(&self) -> usize {
-        self.entries.len()
+    /// The same cache, for the engine's own use (its clones, a transactional execution).
+    pub(crate) fn share(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
     }
 
-    /// Whether it holds none.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+    /// A store call succeeded at `generation` just now.
+    pub(crate) fn confirm(&self, generation: u64) {
+        self.follow(generation);
+        *self.lock() = Some((generation, Instant::now()));
     }
 
-    /// Empties the cache.
-    pub fn clear(&self) {
-        self.entries.clear();
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(u64, Instant)>> {
+        self.shared
+            .confirmed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The answer to `request` from memory, if its record is here: a replay for its own (or its
     /// alternative) fingerprint, else a mismatch. `generation`: the store's now.
     pub(crate) fn answer(&self, request: &Request, generation: u64) -> Option<Answer> {
         self.follow(generation);
+        let confirmed = *self.lock();
+        let recent = confirmed
+            .is_some_and(|(seen, at)| seen == generation && at.elapsed() <= CONFIRMED_WITHIN);
+        if !recent {
+            return None;
+        }
         let key = request.id().digest();
-        let entry = self.entries.get(&key)?;
+        let entries = &self.shared.entries;
+        let entry = entries.get(&key)?;
         if entry.generation != generation || Instant::now() >= entry.until {
-            self.entries.remove(&key);
+            entries.remove(&key);
             return None;
         }
         Some(if request.accepts(&entry.fingerprint) {
@@ -152,10 +193,10 @@ impl ReplayCache {
         read_at: Instant,
         generation: u64,
     ) {
-        let Some(left) = left.checked_sub(self.skew) else {
+        let Some(left) = left.checked_sub(self.shared.skew) else {
             return;
         };
-        let until = read_at + left.min(self.max_age);
+        let until = read_at + left.min(self.shared.max_age);
         if until <= Instant::now() || !self.follow(generation) {
             return;
         }
@@ -165,27 +206,36 @@ impl ReplayCache {
             until,
             generation,
         };
-        self.entries.insert(id.digest(), Arc::new(entry));
+        self.shared.entries.insert(id.digest(), Arc::new(entry));
     }
 
     /// Empties the cache when the store's generation moved past the entries'; returns whether
     /// `generation` is the current one (an older one keeps nothing).
     fn follow(&self, generation: u64) -> bool {
-        let seen = self.generation.fetch_max(generation, Ordering::AcqRel);
+        let seen = self
+            .shared
+            .generation
+            .fetch_max(generation, Ordering::AcqRel);
         if seen < generation {
-            self.entries.clear();
+            self.shared.entries.clear();
         }
         seen <= generation
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.shared.entries.len()
     }
 }
 
 impl std::fmt::Debug for ReplayCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shared = &self.shared;
         f.debug_struct("ReplayCache")
-            .field("entries", &self.entries.len())
-            .field("weight", &self.entries.weight())
-            .field("max_age", &self.max_age)
-            .field("skew", &self.skew)
+            .field("entries", &shared.entries.len())
+            .field("weight", &shared.entries.weight())
+            .field("max_age", &shared.max_age)
+            .field("skew", &shared.skew)
             .finish()
     }
 }
@@ -203,6 +253,7 @@ mod tests {
     }
 
     fn keep(cache: &ReplayCache, request: &Request, left: Duration, generation: u64) {
+        cache.confirm(generation);
         let response = StoredResponse::new(201, "charged");
         let fingerprint = *request.fingerprint();
         cache.keep(
@@ -262,11 +313,22 @@ mod tests {
         keep(&cache, &a, Duration::from_secs(60), 3);
         assert!(cache.answer(&a, 3).is_some());
         assert_eq!(cache.answer(&b, 4), None);
-        assert!(
-            cache.is_empty(),
+        assert_eq!(
+            cache.len(),
+            0,
             "the store reconnected: everything read before is gone"
         );
-        keep(&cache, &a, Duration::from_secs(60), 3);
+        let response = StoredResponse::new(201, "x");
+        let now = Instant::now();
+        cache.keep(
+            a.id(),
+            *a.fingerprint(),
+            &response,
+            Duration::from_secs(60),
+            now,
+            3,
+        );
+        cache.confirm(4);
         assert_eq!(
             cache.answer(&a, 4),
             None,
@@ -288,6 +350,7 @@ mod tests {
         assert!(by_count.len() <= 4, "{} entries", by_count.len());
 
         let by_bytes = ReplayCache::new(1_000_000, 64 * 1024);
+        by_bytes.confirm(0);
         let big = StoredResponse::new(200, vec![0u8; 10 * 1024]);
         for i in 0..64 {
             let r = request(&format!("k{i}"), b"1");
@@ -299,6 +362,28 @@ mod tests {
             "{} entries of 10 KiB in 64 KiB",
             by_bytes.len()
         );
-        assert!(by_bytes.entries.weight() <= 64 * 1024);
+        assert!(by_bytes.shared.entries.weight() <= 64 * 1024);
+    }
+
+    #[test]
+    fn c13_without_a_recent_store_call_nothing_is_answered() {
+        let cache = ReplayCache::new(10, 1 << 20);
+        let first = request("k", b"1");
+        keep(&cache, &first, Duration::from_secs(60), 0);
+        assert!(cache.answer(&first, 0).is_some());
+        *cache.lock() = Some((
+            0,
+            Instant::now() - CONFIRMED_WITHIN - Duration::from_millis(1),
+        ));
+        assert_eq!(
+            cache.answer(&first, 0),
+            None,
+            "the store unseen for a second"
+        );
+        cache.confirm(0);
+        assert!(
+            cache.answer(&first, 0).is_some(),
+            "seen again, at the same generation"
+        );
     }
 }

@@ -172,11 +172,21 @@ pub struct Reservation<'a> {
 
 /// The engine's replay cache, with the store generation and the instant taken before a
 /// reservation's first step or a completion's write.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Keep {
     pub(crate) cache: ReplayCache,
     pub(crate) generation: u64,
     pub(crate) read_at: Instant,
+}
+
+impl Clone for Keep {
+    fn clone(&self) -> Self {
+        Self {
+            cache: self.cache.share(),
+            generation: self.generation,
+            read_at: self.read_at,
+        }
+    }
 }
 
 impl Keep {

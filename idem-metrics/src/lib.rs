@@ -1549,36 +1549,36 @@ mod tests {
     #[test]
     fn c16_replays_are_counted_by_where_they_came_from() {
         recorded(|snapshotter| async move {
-            let metrics = Metrics::new("memory");
-            let cache = idem_core::ReplayCache::new(10, 1 << 20);
-            let idem = Idempotency::builder(idem_core::MemoryStore::new())
-                .replay_cache(cache.clone())
-                .observer(metrics)
-                .build()
-                .expect("an engine");
-            let req = idem
+            let metrics = std::sync::Arc::new(Metrics::new("memory"));
+            let store = std::sync::Arc::new(idem_core::MemoryStore::new());
+            let engine = || {
+                Idempotency::builder(std::sync::Arc::clone(&store))
+                    .replay_cache(idem_core::ReplayCache::new(10, 1 << 20))
+                    .observer(std::sync::Arc::clone(&metrics))
+                    .build()
+                    .expect("an engine")
+            };
+            let (here, elsewhere) = (engine(), engine());
+            let req = here
                 .request("acct", "POST", "/charges")
                 .key(Some("k"))
                 .body(b"{}")
                 .build()
                 .expect("a request");
-            let Begin::Acquired(lease) = idem.begin(&req).await.expect("begin") else {
+            let Begin::Acquired(lease) = here.begin(&req).await.expect("begin") else {
                 panic!("fresh")
             };
-            idem.complete(lease, StoredResponse::new(201, "ok"))
+            here.complete(lease, StoredResponse::new(201, "ok"))
                 .await
                 .expect("complete");
-            let replay = || async {
-                let begun = idem.begin(&req).await.expect("begin");
+            for engine in [&here, &elsewhere, &elsewhere] {
+                let begun = engine.begin(&req).await.expect("begin");
                 assert!(matches!(
                     begun,
                     Begin::Answered(idem_core::Answer::Replay(_))
                 ));
-            };
-            replay().await; // kept by the completion
-            cache.clear();
-            replay().await; // the store's, kept again
-            replay().await;
+            }
+            // Here kept by the completion; elsewhere read from the store, then kept.
             let seen = Seen::now(&snapshotter);
             let hit = [("store", "memory"), ("result", "hit")];
             let miss = [("store", "memory"), ("result", "miss")];

@@ -34,9 +34,12 @@
 -- holder (the reserving process, for operators; never part of a decision), $8 the record's lock
 -- key, $9 the record's and fingerprint's lock key, $10 whether this is a one-commit reservation.
 -- Returns one row: source ('existing', 'inserted', 'held_same' or 'held_other'), the record's
--- columns (NULL for a held record), now, and whether the record carries a mark of doubt.
+-- columns (NULL for a held record), now, whether the record carries a mark of doubt, and when
+-- the server started (another server, or a restart: what this connection acknowledged before
+-- may be gone; the store's generation moves).
 WITH clock AS (
-    SELECT clock_timestamp() AS now
+    SELECT clock_timestamp() AS now,
+           floor(extract(epoch FROM pg_postmaster_start_time()) * 1000)::bigint AS server_ms
 ),
 existing AS (
     SELECT fingerprint, token, state, deadline,
@@ -77,17 +80,17 @@ SELECT 'existing' AS source, e.fingerprint, e.token, e.state,
        CASE WHEN isfinite(e.deadline) THEN floor(extract(epoch FROM e.deadline) * 1000)::bigint END AS deadline_ms,
        e.response,
        floor(extract(epoch FROM c.now) * 1000)::bigint AS now_ms,
-       e.in_doubt
+       e.in_doubt, c.server_ms
 FROM existing e, clock c
 UNION ALL
 SELECT 'inserted', i.fingerprint, i.token, i.state,
        floor(extract(epoch FROM i.deadline) * 1000)::bigint,
        i.response,
        floor(extract(epoch FROM c.now) * 1000)::bigint,
-       false
+       false, c.server_ms
 FROM inserted i, clock c
 UNION ALL
 SELECT g.verdict, NULL::bytea, NULL::bytea, NULL::smallint, NULL::bigint, NULL::bytea,
-       floor(extract(epoch FROM c.now) * 1000)::bigint, false
+       floor(extract(epoch FROM c.now) * 1000)::bigint, false, c.server_ms
 FROM gate g, clock c
 WHERE g.verdict <> 'open'

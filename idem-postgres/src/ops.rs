@@ -16,6 +16,7 @@ use idem_core::{
 use idem_ops::{Cursor, Inspected, ListQuery, Page, Selection, Stats};
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -39,6 +40,10 @@ pub(crate) struct Ops {
     /// Where the next purge's window starts (reservation time in ms, consumer, route, key):
     /// after the last one's; `None`, from the oldest.
     pub(crate) purge_from: Mutex<Option<(i64, String, String, String)>>,
+    /// When the server the last reservation step ran on started (ms; 0 before the first).
+    pub(crate) server_started: AtomicI64,
+    /// How many times that changed (a restart, a failover, even behind a pooler).
+    pub(crate) servers: AtomicU64,
 }
 
 fn timestamp(ms: i64) -> Result<Timestamp, Error> {
@@ -110,6 +115,7 @@ impl Ops {
         let Some(found) = rows.first() else {
             return Ok(Reserved::Lost);
         };
+        self.seen_server(found)?;
         let source: String = found.try_get("source").map_err(crate::error::store_error)?;
         match source.as_str() {
             // A one-commit execution's transaction holds the record (its reservation is not
@@ -145,7 +151,24 @@ impl Ops {
             &[consumer, route, key, fingerprint],
         )
         .await?;
-        rows.first().map_or(Ok(Reserved::Lost), found_record)
+        let Some(found) = rows.first() else {
+            return Ok(Reserved::Lost);
+        };
+        self.seen_server(found)?;
+        found_record(found)
+    }
+
+    /// Notes the start time of the server a step ran on (`server_ms`): another one than the
+    /// last step's moves the store's generation.
+    fn seen_server(&self, row: &PgRow) -> Result<(), Error> {
+        let started: i64 = row
+            .try_get("server_ms")
+            .map_err(crate::error::store_error)?;
+        let before = self.server_started.swap(started, Ordering::AcqRel);
+        if before != 0 && before != started {
+            self.servers.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(())
     }
 
     /// The compare-and-set of a takeover or a start over, writing `token`; `preamble` is empty

@@ -449,6 +449,8 @@ impl PgStore {
             gate_namespace: format!("{}.{}", config.schema, config.table),
             gate: Gate::new(&format!("{}.{}", config.schema, config.table)),
             purge_from: std::sync::Mutex::new(None),
+            server_started: std::sync::atomic::AtomicI64::new(0),
+            servers: std::sync::atomic::AtomicU64::new(0),
         };
         let setup = session::connection_setup(config.statements, &config.deadlines);
         let beat_conns = Connections::new(
@@ -621,10 +623,16 @@ impl Store for PgStore {
         Some(Arc::as_ptr(&self.inner).cast::<()>() as usize)
     }
 
-    /// How many connections the store opened: every new one (a restart, a failover, a
-    /// connection replaced) empties the engine's replay cache.
+    /// Moves with every connection the store opens (a restart, a failover, a connection
+    /// replaced) and every change of the server its reservations run on (its start time, seen
+    /// through a pooler too): the engine's replay cache is emptied.
     fn generation(&self) -> Option<u64> {
-        Some(self.inner.hosts.opened())
+        let servers = self
+            .inner
+            .ops
+            .servers
+            .load(std::sync::atomic::Ordering::Acquire);
+        Some(self.inner.hosts.opened().wrapping_add(servers))
     }
 
     /// One plain read by primary key (`sql/read.sql`), asked before every reservation

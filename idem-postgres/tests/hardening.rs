@@ -126,7 +126,11 @@ async fn c10_purge_uses_the_reserved_index() {
         .collect::<Vec<_>>()
         .join("\n")
         .replace("idem_records", &table)
-        .replace("$1", "1000");
+        .replace("$1", "1000")
+        .replace("$2", "-1")
+        .replace("$3", "''")
+        .replace("$4", "''")
+        .replace("$5", "''");
     let plan: Vec<String> = sqlx::raw_sql(AssertSqlSafe(format!("EXPLAIN {purge}")))
         .fetch_all(store.pool())
         .await

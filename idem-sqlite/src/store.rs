@@ -237,9 +237,10 @@ impl Store for SqliteStore {
         Some(Arc::as_ptr(&self.inner).cast::<()>() as usize)
     }
 
-    /// A file this store alone opened: nothing it acknowledged is lost while it runs.
+    /// A file: nothing it acknowledged is lost while it runs. `None` on a clock of its own
+    /// (a retention counted by it is not the process's).
     fn generation(&self) -> Option<u64> {
-        Some(0)
+        self.inner.config.clock.is_system().then_some(0)
     }
 
     /// A store opened for one commit has a process gate: it alone reserves in its table, so

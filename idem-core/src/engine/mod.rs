@@ -272,6 +272,9 @@ impl<S: Store> Idempotency<S> {
     /// duplicates waiting for the record. For code beside the engine that changes records
     /// (idem-ops' reconciliation).
     pub fn emit(&self, event: Event<'_>) {
+        if event.kind() == EventKind::StoreCall && event.error().is_none() {
+            self.store_answered();
+        }
         let changed = matches!(
             event.kind(),
             EventKind::CompletionLanded | EventKind::Released
@@ -367,6 +370,14 @@ impl<S: Store> Idempotency<S> {
         Ok(running.map(|answer| (answer, None)))
     }
 
+    /// A store call succeeded: the replay cache may answer at the store's generation.
+    pub(crate) fn store_answered(&self) {
+        if let (Some(cache), Some(generation)) = (&self.inner.cache, self.inner.store.generation())
+        {
+            cache.confirm(generation);
+        }
+    }
+
     /// The replay cache's answer, screened; one that does not screen is left to the store.
     fn cached(&self, request: &Request) -> Option<Answer> {
         let cache = self.inner.cache.as_ref()?;
@@ -380,7 +391,7 @@ impl<S: Store> Idempotency<S> {
         let cache = self.inner.cache.as_ref()?;
         Some(Keep {
             generation: self.inner.store.generation()?,
-            cache: cache.clone(),
+            cache: cache.share(),
             read_at: Instant::now(),
         })
     }

@@ -199,6 +199,8 @@ impl<S: Transactional + 'static> Idempotency<S> {
                     (result, _) => result,
                 };
                 if let Ok(end) = &result {
+                    // The store answered (its steps may not be reported one by one).
+                    engine.store_answered();
                     let answered = matches!(end, TxEnd::Answered(..));
                     engine.inner.mix.counted(answered);
                 }
