@@ -372,9 +372,10 @@ impl<S: Store> Idempotency<S> {
 
     /// A store call succeeded: the replay cache may answer at the store's generation.
     pub(crate) fn store_answered(&self) {
-        if let (Some(cache), Some(generation)) = (&self.inner.cache, self.inner.store.generation())
-        {
-            cache.confirm(generation);
+        if let Some(cache) = &self.inner.cache {
+            if let Some(generation) = self.inner.store.generation() {
+                cache.confirm(generation);
+            }
         }
     }
 
