@@ -428,14 +428,34 @@ impl Side for RawPostgres {
 
     async fn purge(&self, n: usize) -> usize {
         let mut held = self.inner.conns.get().await;
-        let deleted = sqlx::query(AssertSqlSafe(Arc::clone(&self.inner.purge)))
-            .bind(i64::try_from(n).unwrap_or(i64::MAX))
-            .execute(held.conn())
-            .await
-            .expect("purge_expired.sql")
-            .rows_affected();
+        // Window after window from the oldest record, as the store moves its window on, until
+        // `n` are deleted or a window comes back short (the end of the table).
+        let (mut purged, mut from) = (0, (-1_i64, String::new(), String::new(), String::new()));
+        while purged < n {
+            let batch = n - purged;
+            let row = sqlx::query(AssertSqlSafe(Arc::clone(&self.inner.purge)))
+                .bind(i64::try_from(batch).unwrap_or(i64::MAX))
+                .bind(from.0)
+                .bind(&from.1)
+                .bind(&from.2)
+                .bind(&from.3)
+                .fetch_one(held.conn())
+                .await
+                .expect("purge_expired.sql");
+            let count = |name: &str| row.try_get::<i64, _>(name).expect(name);
+            purged += usize::try_from(count("purged")).unwrap_or(0);
+            let scanned = usize::try_from(count("scanned")).unwrap_or(0);
+            let Ok(Some(at)) = row.try_get::<Option<i64>, _>("reserved_ms") else {
+                break;
+            };
+            if scanned < 4 * batch {
+                break;
+            }
+            let text = |name: &str| row.try_get::<String, _>(name).expect(name);
+            from = (at, text("consumer"), text("route"), text("key"));
+        }
         held.give_back();
-        usize::try_from(deleted).unwrap_or(usize::MAX)
+        purged
     }
 }
 
