@@ -2,7 +2,8 @@
 //! that a shared, noisy machine does not change (docs/benchmarks.md, "Instructions per call").
 //!
 //! `profile_tx <library|one_commit|guard|raw|floor> <replay|fresh> <n>`, with `STORE=sqlite` (the default),
-//! `STORE=postgres` (then `IDEM_PG_URL`, as `scripts/services.sh` sets it) or `STORE=memory`
+//! `STORE=postgres` (then `IDEM_PG_URL`, as `scripts/services.sh` sets it), `STORE=redis`
+//! (`IDEM_REDIS_URL`; its `guard` is the engine's `begin` and `complete`) or `STORE=memory`
 //! (the engine's own cost: `guard` only). `library` is
 //! `run_in_transaction`, `one_commit` the same in one commit (C15), `guard` the guard style
 //! (`begin`, the effect and `complete_in` in the caller's transaction), `raw` the hand-written
@@ -67,6 +68,7 @@ fn main() -> ExitCode {
     runtime.block_on(async {
         let subject = match std::env::var("STORE").as_deref() {
             Ok("postgres") => stores::postgres().await,
+            Ok("redis") => stores::redis().await,
             Ok("memory") => stores::memory().await,
             _ => stores::sqlite().await,
         };
