@@ -45,12 +45,12 @@ const CONFIRMED_WITHIN: Duration = Duration::from_secs(1);
 /// ```
 pub struct ReplayCache {
     shared: Arc<Shared>,
+    max_age: Duration,
+    skew: Duration,
 }
 
 struct Shared {
     entries: quick_cache::sync::Cache<[u8; 32], Arc<Entry>, Weight>,
-    max_age: Duration,
-    skew: Duration,
     /// The store generation the entries were read at.
     generation: AtomicU64,
     /// The last store call that succeeded: its generation, and when.
@@ -110,11 +110,11 @@ impl ReplayCache {
                     max_bytes,
                     Weight { least },
                 ),
-                max_age: Duration::from_secs(60),
-                skew: Duration::from_secs(1),
                 generation: AtomicU64::new(0),
                 confirmed: Mutex::new(None),
             }),
+            max_age: Duration::from_secs(60),
+            skew: Duration::from_secs(1),
         }
     }
 
@@ -122,26 +122,20 @@ impl ReplayCache {
     /// generation cannot show (an operator's change made elsewhere, a record deleted by hand,
     /// a failover behind a pooler).
     pub fn max_age(self, max_age: Duration) -> Self {
-        self.configured(|shared| shared.max_age = max_age)
+        Self { max_age, ..self }
     }
 
     /// How much sooner than its record an entry ends (default 1 s): room for the difference
     /// between the store's clock rate and this process's, and a record's read in transit.
     pub fn skew(self, skew: Duration) -> Self {
-        self.configured(|shared| shared.skew = skew)
-    }
-
-    fn configured(mut self, set: impl FnOnce(&mut Shared)) -> Self {
-        if let Some(shared) = Arc::get_mut(&mut self.shared) {
-            set(shared);
-        }
-        self
+        Self { skew, ..self }
     }
 
     /// The same cache, for the engine's own use (its clones, a transactional execution).
     pub(crate) fn share(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
+            ..*self
         }
     }
 
@@ -193,10 +187,10 @@ impl ReplayCache {
         read_at: Instant,
         generation: u64,
     ) {
-        let Some(left) = left.checked_sub(self.shared.skew) else {
+        let Some(left) = left.checked_sub(self.skew) else {
             return;
         };
-        let until = read_at + left.min(self.shared.max_age);
+        let until = read_at + left.min(self.max_age);
         if until <= Instant::now() || !self.follow(generation) {
             return;
         }
@@ -234,8 +228,8 @@ impl std::fmt::Debug for ReplayCache {
         f.debug_struct("ReplayCache")
             .field("entries", &shared.entries.len())
             .field("weight", &shared.entries.weight())
-            .field("max_age", &shared.max_age)
-            .field("skew", &shared.skew)
+            .field("max_age", &self.max_age)
+            .field("skew", &self.skew)
             .finish()
     }
 }

@@ -1,72 +1,16 @@
-//! The engine's replay cache and the store's generation (C13): a store that reconnected may
-//! have lost commits, so nothing read before is answered from memory after.
+//! The engine's replay cache and the store's health (C13): a store that reconnected may have
+//! lost commits, and one that went silent may have; nothing is answered from memory then.
 
-use idem_core::store::{
-    async_trait, Acquire, Capabilities, Changes, Claim, Completion, Deadline, Lease, Record,
-    Reserved, Resolution,
-};
+mod support;
+
 use idem_core::{
-    Answer, Begin, Error, Event, EventKind, Idempotency, MemoryStore, Observer, Operation,
-    RecordId, ReplayCache, Request, Store, StoredResponse, Timestamp,
+    Answer, Begin, Event, EventKind, Idempotency, Observer, Operation, Policy, ReplayCache,
+    Request, StoredResponse,
 };
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
-
-/// A memory store whose generation moves when told, and which counts its reservation steps.
-struct Moving {
-    inner: MemoryStore,
-    generation: AtomicU64,
-    steps: AtomicUsize,
-}
-
-#[async_trait]
-impl Store for Moving {
-    async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
-        self.steps.fetch_add(1, Ordering::SeqCst);
-        self.inner.reserve(claim, deadline).await
-    }
-    async fn replace(
-        &self,
-        claim: &Claim<'_>,
-        acquire: Acquire,
-        deadline: Deadline,
-    ) -> Result<Reserved, Error> {
-        self.inner.replace(claim, acquire, deadline).await
-    }
-    async fn complete(&self, completion: &Completion, deadline: Deadline) -> Result<(), Error> {
-        self.inner.complete(completion, deadline).await
-    }
-    async fn release(&self, lease: &Lease, deadline: Deadline) -> Result<(), Error> {
-        self.inner.release(lease, deadline).await
-    }
-    async fn renew(
-        &self,
-        lease: &Lease,
-        lease_for: Duration,
-        deadline: Deadline,
-    ) -> Result<Timestamp, Error> {
-        self.inner.renew(lease, lease_for, deadline).await
-    }
-    async fn purge_expired(&self, limit: usize, deadline: Deadline) -> Result<usize, Error> {
-        self.inner.purge_expired(limit, deadline).await
-    }
-    async fn resolve(&self, resolution: &Resolution, deadline: Deadline) -> Result<bool, Error> {
-        self.inner.resolve(resolution, deadline).await
-    }
-    async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error> {
-        self.inner.lookup(id, deadline).await
-    }
-    fn generation(&self) -> Option<u64> {
-        Some(self.generation.load(Ordering::SeqCst))
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn watch(&self, changes: Changes) -> bool {
-        self.inner.watch(changes)
-    }
-}
+use std::time::{Duration, Instant};
+use support::Faulty;
 
 #[derive(Default)]
 struct Sources(Mutex<Vec<Option<Operation>>>);
@@ -80,57 +24,62 @@ impl Observer for Sources {
     }
 }
 
-fn request(key: &str) -> Request {
-    Request::builder("acct", "POST", "/charges")
-        .key(Some(key))
-        .body(b"{}")
-        .build()
-        .expect("a valid request")
-}
-
-#[tokio::test]
-async fn c13_a_store_that_reconnected_answers_itself_until_read_again() {
-    let store = Arc::new(Moving {
-        inner: MemoryStore::new(),
-        generation: AtomicU64::new(7),
-        steps: AtomicUsize::new(0),
-    });
-    let sources = Arc::new(Sources::default());
-    let idem = Idempotency::builder(Arc::clone(&store))
+/// An engine with a replay cache over `store`, its store budget 300 ms; `k` completed.
+async fn completed(
+    store: &Arc<Faulty>,
+    sources: &Arc<Sources>,
+) -> (Idempotency<Arc<Faulty>>, Request) {
+    let idem = Idempotency::builder(Arc::clone(store))
+        .policy(Policy::default().store_timeout(Duration::from_millis(300)))
         .replay_cache(ReplayCache::new(100, 1 << 20))
-        .observer(Arc::clone(&sources))
+        .observer(Arc::clone(sources))
         .build()
         .expect("an engine");
-    let req = request("k");
+    let req = idem
+        .request("acct", "POST", "/charges")
+        .key(Some("k"))
+        .body(b"{}")
+        .build()
+        .expect("a valid request");
     let Begin::Acquired(lease) = idem.begin(&req).await.expect("begin") else {
         panic!("fresh")
     };
     idem.complete(lease, StoredResponse::new(201, "charged"))
         .await
         .expect("complete");
-    let replay = |idem: &Idempotency<Arc<Moving>>| {
-        let (idem, req) = (idem.clone(), req.clone());
-        async move {
-            match idem.begin(&req).await.expect("begin") {
-                Begin::Answered(Answer::Replay(stored)) => stored,
-                other => panic!("a replay: {other:?}"),
-            }
-        }
-    };
-    let steps = store.steps.load(Ordering::SeqCst);
-    assert_eq!(replay(&idem).await.body, b"charged");
-    assert_eq!(store.steps.load(Ordering::SeqCst), steps, "no store step");
+    (idem, req)
+}
+
+async fn replay(idem: &Idempotency<Arc<Faulty>>, req: &Request) -> StoredResponse {
+    match idem.begin(req).await.expect("begin") {
+        Begin::Answered(Answer::Replay(stored)) => stored,
+        other => panic!("a replay: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn c13_a_store_that_reconnected_answers_itself_until_read_again() {
+    let store = Arc::new(Faulty::default());
+    let sources = Arc::new(Sources::default());
+    let (idem, req) = completed(&store, &sources).await;
+    let steps = store.reserves.load(Ordering::SeqCst);
+    assert_eq!(replay(&idem, &req).await.body, b"charged");
+    assert_eq!(
+        store.reserves.load(Ordering::SeqCst),
+        steps,
+        "no store step"
+    );
 
     store.generation.fetch_add(1, Ordering::SeqCst);
-    assert_eq!(replay(&idem).await.body, b"charged");
+    assert_eq!(replay(&idem, &req).await.body, b"charged");
     assert_eq!(
-        store.steps.load(Ordering::SeqCst),
+        store.reserves.load(Ordering::SeqCst),
         steps + 1,
         "the store answered"
     );
-    assert_eq!(replay(&idem).await.body, b"charged");
+    assert_eq!(replay(&idem, &req).await.body, b"charged");
     assert_eq!(
-        store.steps.load(Ordering::SeqCst),
+        store.reserves.load(Ordering::SeqCst),
         steps + 1,
         "kept again once read"
     );
@@ -142,4 +91,38 @@ async fn c13_a_store_that_reconnected_answers_itself_until_read_again() {
         [cache, None, cache],
         "C16: each replay says where it came from"
     );
+}
+
+#[tokio::test]
+async fn c13_a_store_silent_for_a_second_is_asked_and_its_silence_is_a_503() {
+    let store = Arc::new(Faulty::default());
+    let sources = Arc::new(Sources::default());
+    let (idem, req) = completed(&store, &sources).await;
+    store.frozen.store(true, Ordering::SeqCst);
+    assert_eq!(
+        replay(&idem, &req).await.body,
+        b"charged",
+        "seen alive just now"
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let started = Instant::now();
+    let refused = idem
+        .begin(&req)
+        .await
+        .expect_err("the store is asked, and is silent");
+    assert!(refused.is_retryable(), "store down (503): {refused:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "within the store budget"
+    );
+    store.frozen.store(false, Ordering::SeqCst);
+    assert_eq!(
+        replay(&idem, &req).await.body,
+        b"charged",
+        "the store answers again"
+    );
+    assert_eq!(replay(&idem, &req).await.body, b"charged");
+    let seen = sources.0.lock().unwrap_or_else(PoisonError::into_inner);
+    let cache = Some(Operation::Cache);
+    assert_eq!(*seen, [cache, None, cache]);
 }

@@ -5,7 +5,7 @@
 use idem_core::store::Deadline;
 use idem_core::store::{async_trait, Acquire, Claim, Completion, Lease, Record, Reserved};
 use idem_core::{Error, MemoryStore, RecordId, Store, StoreErrorKind, Timestamp};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// A [`MemoryStore`] that misbehaves on demand. Without `one_process` it has no identity, so
@@ -29,6 +29,10 @@ pub(crate) struct Faulty {
     /// Every call waits while this is set: a frozen server, or a network that swallows
     /// everything (a blackhole). Only the engine's deadline ends the wait.
     pub frozen: AtomicBool,
+    /// `Store::generation`: moved by a test as a reconnection would.
+    pub generation: AtomicU64,
+    /// How many reservation steps reached the store.
+    pub reserves: AtomicUsize,
 }
 
 /// A store that cannot be reached.
@@ -57,7 +61,11 @@ impl Store for Faulty {
     fn identity(&self) -> Option<usize> {
         self.one_process.then(|| self.inner.identity()).flatten()
     }
+    fn generation(&self) -> Option<u64> {
+        Some(self.generation.load(Ordering::SeqCst))
+    }
     async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
+        self.reserves.fetch_add(1, Ordering::SeqCst);
         self.thaw().await;
         let reserved = self.inner.reserve(claim, deadline).await;
         if take(&self.slow_reserves) {
