@@ -5,7 +5,7 @@
 -- of an answer in doubt and its check time (NULL for none).
 SELECT consumer, route, key,
        round(extract(epoch FROM reserved_at) * 1000)::bigint AS reserved_ms,
-       CASE WHEN isfinite(deadline) THEN floor(extract(epoch FROM deadline) * 1000)::bigint END AS deadline_ms,
+       CASE WHEN isfinite(deadline) THEN floor(date_part('epoch', deadline) * 1000 + 0.0005)::bigint END AS deadline_ms,
        substring(response FROM 1 FOR 4) AS status_prefix,
        round(extract(epoch FROM completed_at) * 1000)::bigint AS completed_ms,
        substr(holder, 1, 300) AS holder, state,

@@ -5,7 +5,7 @@
 -- its check time (NULL for none).
 SELECT consumer, route, key, state,
        round(extract(epoch FROM reserved_at) * 1000)::bigint AS reserved_ms,
-       CASE WHEN isfinite(deadline) THEN floor(extract(epoch FROM deadline) * 1000)::bigint END AS deadline_ms,
+       CASE WHEN isfinite(deadline) THEN floor(date_part('epoch', deadline) * 1000 + 0.0005)::bigint END AS deadline_ms,
        CASE WHEN state = 1 THEN substring(response FROM 1 FOR 4) END AS status_prefix,
        round(extract(epoch FROM completed_at) * 1000)::bigint AS completed_ms,
        substr(holder, 1, 300) AS holder,

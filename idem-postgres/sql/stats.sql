@@ -4,7 +4,7 @@
 WITH clock AS (
     SELECT clock_timestamp() AS now
 )
-SELECT floor(extract(epoch FROM c.now) * 1000)::bigint AS now_ms,
+SELECT floor(date_part('epoch', c.now) * 1000 + 0.0005)::bigint AS now_ms,
        count(r.state) FILTER (WHERE r.state = 0 AND r.deadline > c.now) AS in_progress,
        count(r.state) FILTER (WHERE r.state = 0 AND r.deadline <= c.now) AS orphaned,
        count(r.state) FILTER (WHERE r.state = 1 AND r.deadline > c.now) AS completed,
