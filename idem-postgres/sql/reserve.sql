@@ -29,9 +29,9 @@
 --   a mismatch or an in-flight answer costs the same whatever the stored body's size.
 -- * Time is the server's (C11): clock_timestamp() is the moment this statement runs, and the
 --   reservation's time (reserved_at, to the millisecond) for operators. Milliseconds since the
---   epoch are `floor(date_part('epoch', t) * 1000 + 0.0005)`: a double, several times cheaper
---   than extract()'s numeric, and the same integer for every microsecond from 1970 to 2100
---   (the half microsecond covers what the double rounds away; tests/epoch_ms.rs).
+--   epoch are `floor(date_part('epoch', t) * 1000 + 0.0005)`: a double, cheaper than
+--   extract()'s numeric, and the same integer until 2106: the double's error stays under the
+--   half microsecond added (tests/epoch_ms.rs checks it around millisecond boundaries).
 --
 -- $1 consumer, $2 route, $3 key, $4 fingerprint, $5 new token, $6 lease in milliseconds, $7 the
 -- holder (the reserving process, for operators; never part of a decision), $8 the record's lock
