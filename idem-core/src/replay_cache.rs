@@ -6,7 +6,7 @@ use crate::request::Request;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What an entry costs beside its response's bytes: the key, the fingerprint, the bookkeeping,
@@ -53,8 +53,22 @@ struct Shared {
     entries: quick_cache::sync::Cache<[u8; 32], Arc<Entry>, Weight>,
     /// The store generation the entries were read at.
     generation: AtomicU64,
-    /// The last store call that succeeded: its generation, and when.
-    confirmed: Mutex<Option<(u64, Instant)>>,
+    /// The last store call that succeeded: its generation, and when (`since(born)`, 0 for
+    /// never), written when first then generation, read the other way round; atomics, so a hit
+    /// takes no lock.
+    confirmed_generation: AtomicU64,
+    confirmed_at: AtomicU64,
+    /// What `confirmed_at` counts from.
+    born: Instant,
+}
+
+impl Shared {
+    /// Nanoseconds from `born` to `at`, one more (0 stays "never").
+    fn since(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.born).as_nanos())
+            .unwrap_or(u64::MAX - 1)
+            .saturating_add(1)
+    }
 }
 
 #[derive(Debug)]
@@ -111,7 +125,13 @@ impl ReplayCache {
                     Weight { least },
                 ),
                 generation: AtomicU64::new(0),
-                confirmed: Mutex::new(None),
+                confirmed_generation: AtomicU64::new(0),
+                confirmed_at: AtomicU64::new(0),
+                // A minute back, so that an instant just before the cache was made still
+                // counts from it (`since` saturates at `born`).
+                born: Instant::now()
+                    .checked_sub(Duration::from_secs(60))
+                    .unwrap_or_else(Instant::now),
             }),
             max_age: Duration::from_secs(60),
             skew: Duration::from_secs(1),
@@ -139,27 +159,43 @@ impl ReplayCache {
         }
     }
 
-    /// A store call succeeded at `generation` just now.
+    /// A store call succeeded at `generation` just now (a call of an older generation, which
+    /// ended after the store moved on, confirms nothing).
     pub(crate) fn confirm(&self, generation: u64) {
-        self.follow(generation);
-        *self.lock() = Some((generation, Instant::now()));
+        self.confirm_at(generation, Instant::now());
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(u64, Instant)>> {
-        self.shared
-            .confirmed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    fn confirm_at(&self, generation: u64, at: Instant) {
+        if !self.follow(generation) {
+            return;
+        }
+        let shared = &self.shared;
+        shared
+            .confirmed_at
+            .store(shared.since(at), Ordering::Release);
+        shared
+            .confirmed_generation
+            .store(generation, Ordering::Release);
+    }
+
+    /// Whether a store call succeeded at `generation` within [`CONFIRMED_WITHIN`]. A
+    /// confirmation racing this read at another generation makes it answer no (never yes
+    /// without a success at this one).
+    fn confirmed(&self, generation: u64) -> bool {
+        let shared = &self.shared;
+        if shared.confirmed_generation.load(Ordering::Acquire) != generation {
+            return false;
+        }
+        let at = shared.confirmed_at.load(Ordering::Acquire);
+        let window = u64::try_from(CONFIRMED_WITHIN.as_nanos()).unwrap_or(u64::MAX);
+        at != 0 && shared.since(Instant::now()).saturating_sub(at) <= window
     }
 
     /// The answer to `request` from memory, if its record is here: a replay for its own (or its
     /// alternative) fingerprint, else a mismatch. `generation`: the store's now.
     pub(crate) fn answer(&self, request: &Request, generation: u64) -> Option<Answer> {
         self.follow(generation);
-        let confirmed = *self.lock();
-        let recent = confirmed
-            .is_some_and(|(seen, at)| seen == generation && at.elapsed() <= CONFIRMED_WITHIN);
-        if !recent {
+        if !self.confirmed(generation) {
             return None;
         }
         let key = request.id().digest();
@@ -365,10 +401,10 @@ mod tests {
         let first = request("k", b"1");
         keep(&cache, &first, Duration::from_secs(60), 0);
         assert!(cache.answer(&first, 0).is_some());
-        *cache.lock() = Some((
+        cache.confirm_at(
             0,
             Instant::now() - CONFIRMED_WITHIN - Duration::from_millis(1),
-        ));
+        );
         assert_eq!(
             cache.answer(&first, 0),
             None,
