@@ -179,8 +179,9 @@ impl ReplayCache {
     }
 
     /// Whether a store call succeeded at `generation` within [`CONFIRMED_WITHIN`]. A
-    /// confirmation racing this read at another generation makes it answer no (never yes
-    /// without a success at this one).
+    /// confirmation racing this read can pair its newer time with this generation only if the
+    /// store has moved past it: `follow` has then emptied this generation's entries, and none
+    /// is kept for it again, so nothing is answered from it.
     fn confirmed(&self, generation: u64) -> bool {
         let shared = &self.shared;
         if shared.confirmed_generation.load(Ordering::Acquire) != generation {
