@@ -68,7 +68,10 @@ impl Budget {
         let started = Instant::now();
         let deadline = self.deadline();
         // Without a time driver (guard style) only the store's own waits are bounded.
-        let result = deadline.bound(operation, call(deadline)).await;
+        // One timer for the whole call: the store's own `bound` inside starts none.
+        let result = deadline
+            .bound(operation, call(deadline.bounded_by_caller()))
+            .await;
         let elapsed = started.elapsed();
         self.charge(elapsed);
         let about = |kind| {

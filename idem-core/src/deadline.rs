@@ -15,7 +15,16 @@ use std::time::{Duration, Instant};
 /// assert!(Deadline::after(Duration::ZERO).remaining().is_zero());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Deadline(Instant);
+pub struct Deadline(Instant, Bounded);
+
+/// Who drops a call at its deadline: the call itself ([`Deadline::bound`] starts a timer), or
+/// the engine, which already races the whole store call against one timer of its own, so that
+/// the store's `bound` inside it starts none (one timer per store call, not two).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Bounded {
+    Here,
+    ByCaller,
+}
 
 impl Deadline {
     /// Five seconds, [`Policy::store_timeout`](crate::Policy::store_timeout)'s default.
@@ -27,12 +36,20 @@ impl Deadline {
         Self(
             now.checked_add(budget)
                 .unwrap_or(now + Duration::from_secs(86_400)),
+            Bounded::Here,
         )
     }
 
     /// The deadline at `instant`.
     pub fn at(instant: Instant) -> Self {
-        Self(instant)
+        Self(instant, Bounded::Here)
+    }
+
+    /// The same instant, for a call that the caller drops at it (the engine's own
+    /// [`bound`](Self::bound) around the whole store call): a `bound` inside starts no timer
+    /// of its own. It is never handed to a task that outlives the caller's bound.
+    pub(crate) fn bounded_by_caller(self) -> Self {
+        Self(self.0, Bounded::ByCaller)
     }
 
     /// The instant.
@@ -67,6 +84,9 @@ impl Deadline {
         // (a write nobody waits for) and lose its connection to the drop that follows.
         if budget.is_zero() {
             return Err(timed_out(operation, budget));
+        }
+        if self.1 == Bounded::ByCaller {
+            return call.await;
         }
         let Some(timer) = timer_at(self.0) else {
             return call.await;
@@ -118,5 +138,38 @@ mod tests {
             .bound(Operation::Reserve, async { Ok(()) })
             .await
             .is_ok());
+    }
+
+    /// C13: inside the engine's bound, a store's own `bound` starts no timer, and the call is
+    /// still dropped at the deadline (by the engine's one timer); a spent deadline still starts
+    /// nothing, and a deadline handed out to a direct caller keeps its own timer.
+    #[tokio::test]
+    async fn c13_one_timer_bounds_a_store_call_inside_the_engine() {
+        let deadline = Deadline::after(Duration::from_millis(20));
+        let inner = deadline.bounded_by_caller();
+        let never = std::future::pending::<Result<(), crate::Error>>();
+        let store_call = inner.bound(Operation::Lookup, never);
+        let error = deadline
+            .bound(Operation::Lookup, store_call)
+            .await
+            .expect_err("dropped at the deadline");
+        assert_eq!(
+            error.as_store().map(|e| e.kind()),
+            Some(StoreErrorKind::Unavailable)
+        );
+        assert!(inner.remaining().is_zero());
+
+        let polled = AtomicBool::new(false);
+        let started = inner
+            .bound(Operation::Reserve, async {
+                polled.store(true, Ordering::SeqCst);
+                Ok(())
+            })
+            .await;
+        assert!(started.is_err() && !polled.load(Ordering::SeqCst));
+
+        let direct = Deadline::after(Duration::from_millis(20));
+        let never = std::future::pending::<Result<(), crate::Error>>();
+        assert!(direct.bound(Operation::Lookup, never).await.is_err());
     }
 }
