@@ -9,12 +9,12 @@ use crate::params::{execute_after, Param};
 use crate::sql::strip_comments;
 use idem_core::Error;
 use sqlx::PgConnection;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// `sql/announce.sql`, without its comments.
-fn statement() -> &'static str {
-    static SQL: OnceLock<String> = OnceLock::new();
-    SQL.get_or_init(|| strip_comments(include_str!("../sql/announce.sql")))
+fn statement() -> &'static Arc<str> {
+    static SQL: OnceLock<Arc<str>> = OnceLock::new();
+    SQL.get_or_init(|| strip_comments(include_str!("../sql/announce.sql")).into())
 }
 
 impl Ops {

@@ -42,7 +42,13 @@ impl PgStore {
         sql: &str,
         params: &[Param<'_>],
     ) -> Result<u64, Error> {
-        execute(conn, self.inner.ops.mode, &strip_comments(sql), params).await
+        execute(
+            conn,
+            self.inner.ops.mode,
+            &strip_comments(sql).into(),
+            params,
+        )
+        .await
     }
 
     /// [`execute`](Self::execute) for a statement that returns rows: its rows.
@@ -66,7 +72,13 @@ impl PgStore {
         sql: &str,
         params: &[Param<'_>],
     ) -> Result<Vec<PgRow>, Error> {
-        fetch_all(conn, self.inner.ops.mode, &strip_comments(sql), params).await
+        fetch_all(
+            conn,
+            self.inner.ops.mode,
+            &strip_comments(sql).into(),
+            params,
+        )
+        .await
     }
 
     /// Takes the store's migration lock, one migrator per schema across processes, in the

@@ -170,8 +170,8 @@ impl PgStore {
             // build.
             let statements: &[&str] = match valid {
                 Some(true) => &[],
-                Some(false) => &[drop_sql.as_str(), create_sql.as_str()],
-                None => &[create_sql.as_str()],
+                Some(false) => &[&**drop_sql, &**create_sql],
+                None => &[&**create_sql],
             };
             self.build_index(&qualified, suffix, statements).await?;
         }
@@ -184,8 +184,7 @@ impl PgStore {
             ];
             for (suffix, drop_sql) in old {
                 if self.index_state(&mut holder, suffix).await?.is_some() {
-                    self.build_index(&qualified, suffix, &[drop_sql.as_str()])
-                        .await?;
+                    self.build_index(&qualified, suffix, &[&**drop_sql]).await?;
                 }
             }
         }

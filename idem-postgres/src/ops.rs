@@ -3,7 +3,7 @@
 
 use crate::error::BACKEND;
 use crate::gate::Gate;
-use crate::params::{execute_after, fetch_all_after, Param, StatementMode};
+use crate::params::{execute_after, fetch_all_after, fetch_optional_after, Param, StatementMode};
 use crate::row;
 use crate::sql::Statements;
 use idem_core::store::Reconciliation;
@@ -92,7 +92,7 @@ impl Ops {
         };
         // Which process reserves, for operators; never part of a decision.
         let holder = self.holder.as_str();
-        let rows = fetch_all_after(
+        let found = fetch_optional_after(
             conn,
             self.mode,
             preamble,
@@ -112,12 +112,12 @@ impl Ops {
         )
         .await?;
         // No row: a reservation committed after this statement's snapshot.
-        let Some(found) = rows.first() else {
+        let Some(found) = found else {
             return Ok(Reserved::Lost);
         };
-        self.seen_server(found)?;
-        let source: String = found.try_get("source").map_err(crate::error::store_error)?;
-        match source.as_str() {
+        self.seen_server(&found)?;
+        let source: &str = found.try_get("source").map_err(crate::error::store_error)?;
+        match source {
             // A one-commit execution's transaction holds the record (its reservation is not
             // committed yet).
             "held_same" => Ok(Reserved::Held { mismatch: false }),
@@ -130,7 +130,7 @@ impl Ops {
                     until: timestamp(until)?,
                 })
             }
-            _ => found_record(found),
+            _ => found_record(&found),
         }
     }
 
@@ -143,7 +143,7 @@ impl Ops {
     ) -> Result<Reserved, Error> {
         let [consumer, route, key] = id_params(request.id());
         let fingerprint = Param::Bytes(request.fingerprint().as_bytes());
-        let rows = fetch_all_after(
+        let found = fetch_optional_after(
             conn,
             self.mode,
             &self.preamble,
@@ -151,11 +151,11 @@ impl Ops {
             &[consumer, route, key, fingerprint],
         )
         .await?;
-        let Some(found) = rows.first() else {
+        let Some(found) = found else {
             return Ok(Reserved::Lost);
         };
-        self.seen_server(found)?;
-        found_record(found)
+        self.seen_server(&found)?;
+        found_record(&found)
     }
 
     /// Notes the start time of the server a step ran on (`server_ms`): another one than the

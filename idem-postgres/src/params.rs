@@ -6,6 +6,7 @@ use crate::error::store_error;
 use idem_core::Error;
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::{Arguments, AssertSqlSafe, PgConnection};
+use std::sync::Arc;
 
 /// How the store sends its statements; see [`PgStoreBuilder::statements`](crate::PgStoreBuilder::statements).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -53,7 +54,7 @@ pub enum Param<'a> {
 pub(crate) async fn fetch_all(
     conn: &mut PgConnection,
     mode: StatementMode,
-    sql: &str,
+    sql: &Arc<str>,
     params: &[Param<'_>],
 ) -> Result<Vec<PgRow>, Error> {
     fetch_all_after(conn, mode, "", sql, params).await
@@ -66,12 +67,12 @@ pub(crate) async fn fetch_all_after(
     conn: &mut PgConnection,
     mode: StatementMode,
     preamble: &str,
-    sql: &str,
+    sql: &Arc<str>,
     params: &[Param<'_>],
 ) -> Result<Vec<PgRow>, Error> {
     match mode {
         StatementMode::Prepared => {
-            sqlx::query_with(AssertSqlSafe(sql.to_owned()), arguments(params)?)
+            sqlx::query_with(AssertSqlSafe(Arc::clone(sql)), arguments(params)?)
                 .fetch_all(conn)
                 .await
         }
@@ -84,11 +85,36 @@ pub(crate) async fn fetch_all_after(
     .map_err(store_error)
 }
 
+/// Like [`fetch_all_after`], for a statement that returns one row at most: its row, or `None`.
+/// Every result of the statement is still read to its end (an error after the row is an error),
+/// without collecting rows into a list.
+pub(crate) async fn fetch_optional_after(
+    conn: &mut PgConnection,
+    mode: StatementMode,
+    preamble: &str,
+    sql: &Arc<str>,
+    params: &[Param<'_>],
+) -> Result<Option<PgRow>, Error> {
+    match mode {
+        StatementMode::Prepared => {
+            sqlx::query_with(AssertSqlSafe(Arc::clone(sql)), arguments(params)?)
+                .fetch_optional(conn)
+                .await
+        }
+        StatementMode::Simple => {
+            sqlx::raw_sql(AssertSqlSafe(format!("{preamble}{}", inline(sql, params))))
+                .fetch_optional(conn)
+                .await
+        }
+    }
+    .map_err(store_error)
+}
+
 /// Like [`fetch_all`], for a statement whose result is how many rows it changed.
 pub(crate) async fn execute(
     conn: &mut PgConnection,
     mode: StatementMode,
-    sql: &str,
+    sql: &Arc<str>,
     params: &[Param<'_>],
 ) -> Result<u64, Error> {
     execute_after(conn, mode, "", sql, params).await
@@ -100,12 +126,12 @@ pub(crate) async fn execute_after(
     conn: &mut PgConnection,
     mode: StatementMode,
     preamble: &str,
-    sql: &str,
+    sql: &Arc<str>,
     params: &[Param<'_>],
 ) -> Result<u64, Error> {
     match mode {
         StatementMode::Prepared => {
-            sqlx::query_with(AssertSqlSafe(sql.to_owned()), arguments(params)?)
+            sqlx::query_with(AssertSqlSafe(Arc::clone(sql)), arguments(params)?)
                 .execute(conn)
                 .await
         }

@@ -1,6 +1,7 @@
 //! The store's SQL, read from the `.sql` files beside this crate, for one schema and table.
 
 use crate::deadlines::Deadlines;
+use std::sync::Arc;
 
 /// The table name the `.sql` files are written with.
 const DEFAULT_TABLE: &str = "idem_records";
@@ -80,41 +81,41 @@ pub(crate) fn derived_names(table: &str) -> impl Iterator<Item = String> + '_ {
 /// Every statement, with the configured schema and table in place of the defaults.
 #[derive(Debug)]
 pub(crate) struct Statements {
-    pub(crate) read: String,
-    pub(crate) reserve: String,
-    pub(crate) replace_reservation: String,
-    pub(crate) complete: String,
-    pub(crate) release: String,
-    pub(crate) renew: String,
-    pub(crate) purge_expired: String,
-    pub(crate) select_record: String,
-    pub(crate) select_inspected: String,
-    pub(crate) select_settled: String,
-    pub(crate) list_in_progress: String,
-    pub(crate) list_completed: String,
-    pub(crate) list_key: String,
-    pub(crate) stats: String,
-    pub(crate) list_in_doubt: String,
-    pub(crate) resolve_settle: String,
-    pub(crate) resolve_release: String,
-    pub(crate) resolve_defer: String,
-    pub(crate) reconciliations_query: String,
-    pub(crate) reconciliations_purge: String,
-    pub(crate) migrations_table: String,
-    pub(crate) migrations_applied: String,
-    pub(crate) migration_record: String,
-    pub(crate) migration_lock: String,
-    pub(crate) migration_lock_timeout: String,
-    pub(crate) index_reserved: String,
-    pub(crate) index_drop_reserved: String,
-    pub(crate) index_drop_deadline: String,
-    pub(crate) index_drop_in_progress: String,
-    pub(crate) index_key: String,
-    pub(crate) index_drop_key: String,
-    pub(crate) index_in_doubt: String,
-    pub(crate) index_drop_in_doubt: String,
-    pub(crate) index_valid: String,
-    pub(crate) index_lock: String,
+    pub(crate) read: Arc<str>,
+    pub(crate) reserve: Arc<str>,
+    pub(crate) replace_reservation: Arc<str>,
+    pub(crate) complete: Arc<str>,
+    pub(crate) release: Arc<str>,
+    pub(crate) renew: Arc<str>,
+    pub(crate) purge_expired: Arc<str>,
+    pub(crate) select_record: Arc<str>,
+    pub(crate) select_inspected: Arc<str>,
+    pub(crate) select_settled: Arc<str>,
+    pub(crate) list_in_progress: Arc<str>,
+    pub(crate) list_completed: Arc<str>,
+    pub(crate) list_key: Arc<str>,
+    pub(crate) stats: Arc<str>,
+    pub(crate) list_in_doubt: Arc<str>,
+    pub(crate) resolve_settle: Arc<str>,
+    pub(crate) resolve_release: Arc<str>,
+    pub(crate) resolve_defer: Arc<str>,
+    pub(crate) reconciliations_query: Arc<str>,
+    pub(crate) reconciliations_purge: Arc<str>,
+    pub(crate) migrations_table: Arc<str>,
+    pub(crate) migrations_applied: Arc<str>,
+    pub(crate) migration_record: Arc<str>,
+    pub(crate) migration_lock: Arc<str>,
+    pub(crate) migration_lock_timeout: Arc<str>,
+    pub(crate) index_reserved: Arc<str>,
+    pub(crate) index_drop_reserved: Arc<str>,
+    pub(crate) index_drop_deadline: Arc<str>,
+    pub(crate) index_drop_in_progress: Arc<str>,
+    pub(crate) index_key: Arc<str>,
+    pub(crate) index_drop_key: Arc<str>,
+    pub(crate) index_in_doubt: Arc<str>,
+    pub(crate) index_drop_in_doubt: Arc<str>,
+    pub(crate) index_valid: Arc<str>,
+    pub(crate) index_lock: Arc<str>,
 }
 
 impl Statements {
@@ -122,18 +123,19 @@ impl Statements {
     /// fenced writes wait for a held row at most the `deadlines`' lock deadline (a renewal a
     /// quarter of it).
     pub(crate) fn new(schema: &str, table: &str, deadlines: &Deadlines) -> Self {
-        let sql = |text: &str| strip_comments(&for_table(text, schema, table));
+        let sql = |text: &str| strip_comments(&for_table(text, schema, table)).into();
         let lock = deadlines.lock_ms();
         Self {
             read: sql(include_str!("../sql/read.sql")),
             reserve: sql(include_str!("../sql/reserve.sql")),
             replace_reservation: sql(include_str!("../sql/replace_reservation.sql")),
-            complete: with_lock_timeout(&sql(include_str!("../sql/complete.sql")), lock),
-            release: with_lock_timeout(&sql(include_str!("../sql/release.sql")), lock),
+            complete: with_lock_timeout(&sql(include_str!("../sql/complete.sql")), lock).into(),
+            release: with_lock_timeout(&sql(include_str!("../sql/release.sql")), lock).into(),
             renew: with_lock_timeout(
                 &sql(include_str!("../sql/renew.sql")),
                 deadlines.renew_lock_ms(),
-            ),
+            )
+            .into(),
             purge_expired: sql(include_str!("../sql/purge_expired.sql")),
             select_record: sql(include_str!("../sql/select_record.sql")),
             select_inspected: sql(include_str!("../sql/select_inspected.sql")),
@@ -151,10 +153,11 @@ impl Statements {
             migrations_table: sql(include_str!("../sql/migrations_table.sql")),
             migrations_applied: sql(include_str!("../sql/migrations_applied.sql")),
             migration_record: sql(include_str!("../sql/migration_record.sql")),
-            migration_lock: strip_comments(include_str!("../sql/migration_lock.sql")),
+            migration_lock: strip_comments(include_str!("../sql/migration_lock.sql")).into(),
             migration_lock_timeout: strip_comments(include_str!(
                 "../sql/migration_lock_timeout.sql"
-            )),
+            ))
+            .into(),
             index_reserved: sql(INDEX_RESERVED),
             index_drop_reserved: sql(include_str!("../sql/index_drop_reserved.sql")),
             index_drop_deadline: sql(INDEX_DROP_DEADLINE),
@@ -163,8 +166,8 @@ impl Statements {
             index_drop_key: sql(include_str!("../sql/index_drop_key.sql")),
             index_in_doubt: sql(INDEX_IN_DOUBT),
             index_drop_in_doubt: sql(include_str!("../sql/index_drop_in_doubt.sql")),
-            index_valid: strip_comments(include_str!("../sql/index_valid.sql")),
-            index_lock: strip_comments(include_str!("../sql/index_lock.sql")),
+            index_valid: strip_comments(include_str!("../sql/index_valid.sql")).into(),
+            index_lock: strip_comments(include_str!("../sql/index_lock.sql")).into(),
         }
     }
 }

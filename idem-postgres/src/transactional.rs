@@ -578,7 +578,7 @@ async fn roll_back(
 /// (its row, or, for a one-commit execution, its gate's lock on the record).
 async fn settled_on(
     conn: &mut PgConnection,
-    statement: &str,
+    statement: &Arc<str>,
     store: &PgStore,
     id: &RecordId,
     wait: Duration,
