@@ -1,7 +1,7 @@
 //! The money path called `n` times in a row, for counting instructions with callgrind: a count
 //! that a shared, noisy machine does not change (docs/benchmarks.md, "Instructions per call").
 //!
-//! `profile_tx <library|one_commit|guard|raw|floor> <replay|fresh> <n>`, with `STORE=sqlite` (the default),
+//! `profile_tx <library|one_commit|guard|raw|floor> <replay|fresh|in_flight|mismatch> <n>`, with `STORE=sqlite` (the default),
 //! `STORE=postgres` (then `IDEM_PG_URL`, as `scripts/services.sh` sets it), `STORE=redis`
 //! (`IDEM_REDIS_URL`; its `guard` is the engine's `begin` and `complete`) or `STORE=memory`
 //! (the engine's own cost: `guard` only). `library` is
@@ -26,14 +26,16 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [side, path, n] = args.as_slice() else {
-        eprintln!("usage: profile_tx <library|one_commit|guard|raw|floor> <replay|fresh> <n>");
+        eprintln!("usage: profile_tx <library|one_commit|guard|raw|floor> <replay|fresh|in_flight|mismatch> <n>");
         return ExitCode::FAILURE;
     };
     let path = match path.as_str() {
         "replay" => Path::Replay,
         "fresh" => Path::Fresh,
+        "in_flight" => Path::InFlight,
+        "mismatch" => Path::Mismatch,
         other => {
-            eprintln!("a path is `replay` or `fresh`, not {other:?}");
+            eprintln!("a path is `replay`, `fresh`, `in_flight` or `mismatch`, not {other:?}");
             return ExitCode::FAILURE;
         }
     };
