@@ -287,7 +287,8 @@ impl<S: Store> Idempotency<S> {
 
     /// Runs one store call within the policy's store budget (C13), reported as a
     /// [`StoreCall`](EventKind::StoreCall) event (C16). `call` gets the [`Deadline`] to pass on to
-    /// the store calls it awaits: this call drops `call` at it, with one timer for all of them.
+    /// the store calls it awaits: this call drops `call` at it, with one timer for all of them
+    /// (a task spawned with it, outliving `call`, would have none).
     ///
     /// ```
     /// use idem_core::{Idempotency, MemoryStore, Operation, Store};

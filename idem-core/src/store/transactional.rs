@@ -210,6 +210,8 @@ impl Execution {
     }
 
     /// Runs one store call within the rest of the store budget, charging and reporting it (C13).
+    /// The [`Deadline`] `call` gets is enforced by this call, with one timer: pass it to the
+    /// store calls `call` awaits, never to a task that outlives it.
     pub async fn bounded<T, F, C>(
         &self,
         operation: Operation,
