@@ -49,6 +49,26 @@ pub enum Param<'a> {
     Bool(bool),
 }
 
+/// `sql` with `params` on `conn`, run by the executor method `$run` (`fetch_all`,
+/// `fetch_optional`, `execute`): bound to the prepared statement, or, with the simple protocol,
+/// written into it after `preamble` in one message.
+macro_rules! run_as {
+    ($run:ident, $conn:expr, $mode:expr, $preamble:expr, $sql:expr, $params:expr) => {
+        match $mode {
+            StatementMode::Prepared => {
+                sqlx::query_with(AssertSqlSafe(Arc::clone($sql)), arguments($params)?)
+                    .$run($conn)
+                    .await
+            }
+            StatementMode::Simple => {
+                let text = format!("{}{}", $preamble, inline($sql, $params));
+                sqlx::raw_sql(AssertSqlSafe(text)).$run($conn).await
+            }
+        }
+        .map_err(store_error)
+    };
+}
+
 /// Runs `sql` (one of the store's `.sql` files, with `$1..$n` placeholders) with `params` on
 /// `conn`; returns its rows.
 pub(crate) async fn fetch_all(
@@ -70,19 +90,7 @@ pub(crate) async fn fetch_all_after(
     sql: &Arc<str>,
     params: &[Param<'_>],
 ) -> Result<Vec<PgRow>, Error> {
-    match mode {
-        StatementMode::Prepared => {
-            sqlx::query_with(AssertSqlSafe(Arc::clone(sql)), arguments(params)?)
-                .fetch_all(conn)
-                .await
-        }
-        StatementMode::Simple => {
-            sqlx::raw_sql(AssertSqlSafe(format!("{preamble}{}", inline(sql, params))))
-                .fetch_all(conn)
-                .await
-        }
-    }
-    .map_err(store_error)
+    run_as!(fetch_all, conn, mode, preamble, sql, params)
 }
 
 /// Like [`fetch_all_after`], for a statement that returns one row at most: its row, or `None`.
@@ -95,19 +103,7 @@ pub(crate) async fn fetch_optional_after(
     sql: &Arc<str>,
     params: &[Param<'_>],
 ) -> Result<Option<PgRow>, Error> {
-    match mode {
-        StatementMode::Prepared => {
-            sqlx::query_with(AssertSqlSafe(Arc::clone(sql)), arguments(params)?)
-                .fetch_optional(conn)
-                .await
-        }
-        StatementMode::Simple => {
-            sqlx::raw_sql(AssertSqlSafe(format!("{preamble}{}", inline(sql, params))))
-                .fetch_optional(conn)
-                .await
-        }
-    }
-    .map_err(store_error)
+    run_as!(fetch_optional, conn, mode, preamble, sql, params)
 }
 
 /// Like [`fetch_all`], for a statement whose result is how many rows it changed.
@@ -129,20 +125,7 @@ pub(crate) async fn execute_after(
     sql: &Arc<str>,
     params: &[Param<'_>],
 ) -> Result<u64, Error> {
-    match mode {
-        StatementMode::Prepared => {
-            sqlx::query_with(AssertSqlSafe(Arc::clone(sql)), arguments(params)?)
-                .execute(conn)
-                .await
-        }
-        StatementMode::Simple => {
-            sqlx::raw_sql(AssertSqlSafe(format!("{preamble}{}", inline(sql, params))))
-                .execute(conn)
-                .await
-        }
-    }
-    .map(|done| done.rows_affected())
-    .map_err(store_error)
+    run_as!(execute, conn, mode, preamble, sql, params).map(|done| done.rows_affected())
 }
 
 fn arguments(params: &[Param<'_>]) -> Result<PgArguments, Error> {
