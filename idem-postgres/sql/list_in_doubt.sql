@@ -3,9 +3,10 @@
 -- position ($2 reserved_at in ms, $3 consumer, $4 route, $5 key) (-1 and empty strings for the
 -- first page), at most $6 rows: list_in_progress.sql's order and paging. The partial index
 -- `idem_records_in_doubt` holds exactly the rows with a mark, in this order; the moment is read
--- once. Completed is written `state <> 0` (the same under the table's CHECK): without statistics
--- the planner takes `state = 1` to match 0.5% of the rows and would rather sort than read the
--- index in order. Only the first 4 bytes of the response: its status, never its body.
+-- once. Completed is written `state <> 0` (the same for every row the store writes, 0 or 1):
+-- without statistics the planner takes `state = 1` to match 0.5% of the rows and would rather
+-- sort than read the index in order. Only the first 4 bytes of the response: its status, never
+-- its body.
 WITH clock AS (
     SELECT clock_timestamp() AS now
 )

@@ -14,7 +14,7 @@ use sqlx::{AssertSqlSafe, Row};
 use std::time::Duration;
 
 /// The schema version this crate writes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// How often a migration tries again to take a table lock another transaction holds (each try
 /// waits at most `migration_lock_timeout.sql`'s 100 ms, then pauses).

@@ -53,6 +53,7 @@ pub(crate) const MIGRATION_FILES: &[(i64, &str)] = &[
         include_str!("../sql/migrations/0004_records_in_doubt.sql"),
     ),
     (5, include_str!("../sql/migrations/0005_hot_completion.sql")),
+    (6, include_str!("../sql/migrations/0006_no_state_check.sql")),
 ];
 
 /// The index of purge and the in-progress listing, built after the migrations, concurrently,
