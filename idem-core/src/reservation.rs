@@ -30,6 +30,7 @@ pub struct Claim<'a> {
     request: &'a Request,
     token: FencingToken,
     lease_for: Duration,
+    fresh_first: bool,
 }
 
 impl<'a> Claim<'a> {
@@ -57,6 +58,15 @@ impl<'a> Claim<'a> {
     pub fn lease_for(&self) -> Duration {
         self.lease_for
     }
+
+    /// Whether this [`reserve`](crate::Store::reserve) may only write a fresh record: the
+    /// engine expects none (nearly all its recent reservations were fresh keys). A store may
+    /// then send its insert alone, cheaper than its whole reservation, and report
+    /// [`Reserved::Lost`] when it wrote nothing; the engine's next step is a whole
+    /// reservation. Never on a later step; ignoring it is always correct.
+    pub fn expects_fresh(&self) -> bool {
+        self.fresh_first
+    }
 }
 
 /// What one atomic step of a reservation did or found (rule 2 of [`Store`](crate::Store)).
@@ -83,7 +93,8 @@ pub enum Reserved {
         mismatch: bool,
     },
     /// Nothing written, nothing to answer from: the record changed, a read missed a commit
-    /// after its snapshot, or [`read`](crate::Store::read) found no record.
+    /// after its snapshot, [`read`](crate::Store::read) found no record, or a reserve that
+    /// [expected a fresh key](Claim::expects_fresh) wrote none.
     Lost,
 }
 
@@ -210,6 +221,7 @@ impl<'a> Reservation<'a> {
                 request,
                 token: FencingToken::generate(),
                 lease_for,
+                fresh_first: false,
             },
             primary: request,
             replacing: None,
@@ -234,6 +246,13 @@ impl<'a> Reservation<'a> {
     /// [`Reservation`] reading first only if `may_read` (and its steps can).
     pub(crate) fn reading_first(mut self, may_read: bool) -> Self {
         self.may_read = may_read;
+        self
+    }
+
+    /// [`Reservation`] whose first step, a reserve, [expects a fresh key](Claim::expects_fresh)
+    /// if `fresh` (and it does not read first).
+    pub(crate) fn inserting_first(mut self, fresh: bool) -> Self {
+        self.claim.fresh_first = fresh;
         self
     }
 
@@ -330,6 +349,8 @@ impl<'a> Reservation<'a> {
     }
 
     fn after(&mut self, result: Result<Reserved, Error>, step: &Step) -> Result<Step, Error> {
+        // Only the first step may expect a fresh key: whatever it found, the next reserves in full.
+        self.claim.fresh_first = false;
         match result {
             Ok(reserved) => self.next(reserved, matches!(step, Step::Replace(_))),
             Err(error) => self.failed(error, matches!(step, Step::Read)),
@@ -415,6 +436,7 @@ impl Reservation<'_> {
     /// Runs the reservation to its end over `steps`: the protocol's one loop.
     pub async fn run(mut self, steps: &mut (impl Steps + ?Sized)) -> Result<Begin, Error> {
         self.reads = self.may_read && steps.reads_first();
+        self.claim.fresh_first &= !self.reads;
         let mut step = if self.reads {
             Step::Read
         } else {
@@ -437,6 +459,7 @@ impl Reservation<'_> {
         mut self,
         steps: &mut (impl BlockingSteps + ?Sized),
     ) -> Result<Begin, Error> {
+        self.claim.fresh_first = false;
         let mut step = Step::Reserve;
         loop {
             step = match step {
@@ -475,6 +498,91 @@ mod tests {
             now: Timestamp::from_millis(1_000),
             in_doubt: false,
         }
+    }
+
+    /// Steps whose reserve answers from `replies` in turn and notes whether each claim expected
+    /// a fresh key.
+    struct Scripted {
+        replies: Vec<Reserved>,
+        expected: Vec<bool>,
+        reads: bool,
+    }
+
+    #[async_trait]
+    impl Steps for Scripted {
+        fn reads_first(&self) -> bool {
+            self.reads
+        }
+        async fn read(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error> {
+            self.reserve(claim).await
+        }
+        async fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error> {
+            self.expected.push(claim.expects_fresh());
+            Ok(self.replies.remove(0))
+        }
+        async fn replace(&mut self, _: &Claim<'_>, _: Acquire) -> Result<Reserved, Error> {
+            Ok(Reserved::Lost)
+        }
+    }
+
+    #[tokio::test]
+    async fn c04_only_the_first_reserve_expects_a_fresh_key_and_lost_reserves_in_full() {
+        let req = request(b"{}");
+        let response = StoredResponse::new(201, "made");
+        let completed = Reserved::Found {
+            record: Record {
+                fingerprint: *req.fingerprint(),
+                token: FencingToken::generate(),
+                state: RecordState::Completed {
+                    response: Some(response.encode().expect("encodable")),
+                    expires_at: Timestamp::from_millis(9_000),
+                },
+            },
+            now: Timestamp::from_millis(1_000),
+            in_doubt: false,
+        };
+        // The insert alone wrote nothing: the next step reserves in full and replays.
+        let mut steps = Scripted {
+            replies: vec![Reserved::Lost, completed.clone()],
+            expected: Vec::new(),
+            reads: false,
+        };
+        let begin = Reservation::new(&req, Duration::from_secs(60))
+            .inserting_first(true)
+            .run(&mut steps)
+            .await
+            .expect("answered");
+        assert_eq!(begin, Begin::Answered(Answer::Replay(response)));
+        assert_eq!(steps.expected, [true, false]);
+        // A reservation that reads first never expects a fresh key.
+        let mut steps = Scripted {
+            replies: vec![completed],
+            expected: Vec::new(),
+            reads: true,
+        };
+        let begin = Reservation::new(&req, Duration::from_secs(60))
+            .inserting_first(true)
+            .run(&mut steps)
+            .await
+            .expect("answered");
+        assert!(
+            matches!(begin, Begin::Answered(Answer::Replay(_))),
+            "{begin:?}"
+        );
+        assert_eq!(steps.expected, [false]);
+        // Not asked: never.
+        let until = Timestamp::from_millis(61_000);
+        let mut steps = Scripted {
+            replies: vec![Reserved::Written { until }],
+            expected: Vec::new(),
+            reads: false,
+        };
+        let begin = Reservation::new(&req, Duration::from_secs(60))
+            .run(&mut steps)
+            .await
+            .expect("acquired");
+        assert!(matches!(begin, Begin::Acquired(_)), "{begin:?}");
+        assert_eq!(steps.expected, [false]);
     }
 
     #[test]

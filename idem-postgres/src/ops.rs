@@ -8,7 +8,7 @@ use crate::row;
 use crate::sql::Statements;
 use idem_core::store::Reconciliation;
 use idem_core::store::{
-    duration_millis, Acquire, Completion, Decided, Lease, Record, Reserved, Resolution,
+    duration_millis, Acquire, Claim, Completion, Decided, Lease, Record, Reserved, Resolution,
 };
 use idem_core::{
     Error, FencingToken, Field, RecordId, Request, StoreErrorKind, StoredResponse, Timestamp,
@@ -69,14 +69,16 @@ impl Ops {
     /// its gate's locks exclusively (`sql/reserve.sql`). A record another one-commit execution
     /// holds (its reservation not committed yet) is reported held: for the same request, or
     /// for another body.
+    ///
+    /// A two-commit claim that [expects a fresh key](Claim::expects_fresh) sends the insert
+    /// alone (`sql/insert.sql`): `Lost` when it wrote nothing.
     pub(crate) async fn reserve(
         &self,
         conn: &mut PgConnection,
-        request: &Request,
-        token: FencingToken,
-        lease_for: Duration,
+        claim: &Claim<'_>,
         one_commit: bool,
     ) -> Result<Reserved, Error> {
+        let (request, token, lease_for) = (claim.request(), claim.token(), claim.lease_for());
         let id = request.id();
         let [consumer, route, key] = id_params(id);
         let fingerprint = request.fingerprint().as_bytes();
@@ -92,6 +94,11 @@ impl Ops {
         };
         // Which process reserves, for operators; never part of a decision.
         let holder = self.holder.as_str();
+        if claim.expects_fresh() && !one_commit {
+            return self
+                .insert(conn, preamble, request, token, lease_for, gate.record)
+                .await;
+        }
         let found = fetch_optional_after(
             conn,
             self.mode,
@@ -132,6 +139,47 @@ impl Ops {
             }
             _ => found_record(&found),
         }
+    }
+
+    /// A fresh record alone (`sql/insert.sql`): `Written`, or `Lost` when it wrote nothing (a
+    /// record is there, or a one-commit execution holds the key).
+    async fn insert(
+        &self,
+        conn: &mut PgConnection,
+        preamble: &str,
+        request: &Request,
+        token: FencingToken,
+        lease_for: Duration,
+        lock_key: i64,
+    ) -> Result<Reserved, Error> {
+        let [consumer, route, key] = id_params(request.id());
+        let written = fetch_optional_after(
+            conn,
+            self.mode,
+            preamble,
+            &self.sql.insert,
+            &[
+                consumer,
+                route,
+                key,
+                Param::Bytes(request.fingerprint().as_bytes()),
+                Param::Bytes(token.as_bytes()),
+                Param::Int(duration_millis(lease_for)),
+                Param::Text(self.holder.as_str()),
+                Param::Int(lock_key),
+            ],
+        )
+        .await?;
+        let Some(written) = written else {
+            return Ok(Reserved::Lost);
+        };
+        self.seen_server(&written)?;
+        let until: i64 = written
+            .try_get("deadline_ms")
+            .map_err(crate::error::store_error)?;
+        Ok(Reserved::Written {
+            until: timestamp(until)?,
+        })
     }
 
     /// The request's record as [`reserve`](Self::reserve) reports it, by a plain read that

@@ -83,6 +83,7 @@ pub(crate) fn derived_names(table: &str) -> impl Iterator<Item = String> + '_ {
 #[derive(Debug)]
 pub(crate) struct Statements {
     pub(crate) read: Arc<str>,
+    pub(crate) insert: Arc<str>,
     pub(crate) reserve: Arc<str>,
     pub(crate) replace_reservation: Arc<str>,
     pub(crate) complete: Arc<str>,
@@ -128,6 +129,7 @@ impl Statements {
         let lock = deadlines.lock_ms();
         Self {
             read: sql(include_str!("../sql/read.sql")),
+            insert: sql(include_str!("../sql/insert.sql")),
             reserve: sql(include_str!("../sql/reserve.sql")),
             replace_reservation: sql(include_str!("../sql/replace_reservation.sql")),
             complete: with_lock_timeout(&sql(include_str!("../sql/complete.sql")), lock).into(),

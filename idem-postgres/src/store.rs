@@ -648,13 +648,7 @@ impl Store for PgStore {
     async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
         deadline
             .bound(Operation::Reserve, async {
-                on_connection!(self, |conn| self.inner.ops.reserve(
-                    conn,
-                    claim.request(),
-                    claim.token(),
-                    claim.lease_for(),
-                    false
-                ))
+                on_connection!(self, |conn| self.inner.ops.reserve(conn, claim, false))
             })
             .await
     }

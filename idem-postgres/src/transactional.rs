@@ -633,15 +633,7 @@ struct OneCommit<'t> {
 #[async_trait]
 impl Steps for OneCommit<'_> {
     async fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error> {
-        self.ops
-            .reserve(
-                self.conn,
-                claim.request(),
-                claim.token(),
-                claim.lease_for(),
-                true,
-            )
-            .await
+        self.ops.reserve(self.conn, claim, true).await
     }
 
     async fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {

@@ -6,7 +6,9 @@
 //! statement, the completion and COMMIT on the store's own connection, with no ping of a pool
 //! around them, and with `read_first(true)` the read before them. In one commit (one-commit `run_in_transaction`, C15) a fresh
 //! key is five as well (BEGIN, the reservation, the effect's statement, the completion, COMMIT)
-//! and an answer three (BEGIN, the reservation, ROLLBACK).
+//! and an answer three (BEGIN, the reservation, ROLLBACK). An engine expecting fresh keys
+//! (nearly all its recent reservations were) reserves a fresh key with the insert alone, one
+//! round trip, and answers in two.
 
 mod common;
 
@@ -343,6 +345,99 @@ async fn count_one_commit(mode: StatementMode, money: &Idempotency<PgStore>, tur
         duplicate_turns, 1,
         "{mode:?}: a two-commit duplicate of a one-commit key"
     );
+}
+
+/// C4: an engine whose reservations were nearly all fresh keys expects one: a fresh key's
+/// reservation is `insert.sql` alone, one round trip; an answer is that insert, which writes
+/// nothing, then the reservation that reports the record: two, and the right answer.
+async fn count_fresh_first(mode: StatementMode) {
+    let upstream = pg_url()
+        .rsplit('@')
+        .next()
+        .and_then(|rest| rest.split('/').next())
+        .expect("host:port in IDEM_PG_URL")
+        .to_owned();
+    let (port, turns) = counting_proxy(upstream).await;
+    let store = PgStore::builder()
+        .schema(SCHEMA)
+        .table(&format!("rt_{}", idem_core::FencingToken::generate()))
+        .statements(mode)
+        .max_connections(1)
+        .connect(&format!(
+            "postgres://idem@127.0.0.1:{port}/postgres?sslmode=disable"
+        ))
+        .await
+        .expect("connect through the proxy");
+    store.migrate().await.expect("migrate");
+    let idem = Idempotency::new(store.clone());
+    let req = |key: &str, body: &[u8]| {
+        idem.request("acct", "POST", "/charges")
+            .key(Some(key))
+            .body(body)
+            .build()
+            .expect("request")
+    };
+    // Statements prepared once: the completion's, and the reservation's with a record there.
+    let warm = req("warm", b"{}");
+    let Ok(Begin::Acquired(lease)) = idem.begin(&warm).await else {
+        panic!("warm")
+    };
+    let _ = idem.begin(&warm).await;
+    let mut tx = store.pool().begin().await.expect("tx");
+    let completion = idem.completion(&lease, StoredResponse::new(201, "ok"));
+    store
+        .complete_in(&mut tx, &completion)
+        .await
+        .expect("complete");
+    tx.commit().await.expect("commit");
+    common::expecting_fresh_keys(&idem).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let fresh = req("fresh", b"{}");
+    let (begun, fresh_turns) = measured(&turns, idem.begin(&fresh)).await;
+    let Ok(Begin::Acquired(lease)) = begun else {
+        panic!("fresh: {begun:?}")
+    };
+    let (answer, in_flight_turns) = measured(&turns, idem.begin(&fresh)).await;
+    assert!(
+        matches!(answer, Ok(Begin::Answered(Answer::InFlight { .. }))),
+        "{answer:?}"
+    );
+    let mut tx = store.pool().begin().await.expect("tx");
+    let completion = idem.completion(&lease, StoredResponse::new(201, "charged"));
+    store
+        .complete_in(&mut tx, &completion)
+        .await
+        .expect("complete");
+    tx.commit().await.expect("commit");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (answer, replay_turns) = measured(&turns, idem.begin(&fresh)).await;
+    assert!(
+        matches!(&answer, Ok(Begin::Answered(Answer::Replay(r))) if r.body == b"charged"[..]),
+        "{answer:?}"
+    );
+    let (answer, mismatch_turns) = measured(&turns, idem.begin(&req("fresh", b"other"))).await;
+    assert!(
+        matches!(answer, Ok(Begin::Answered(Answer::Mismatch))),
+        "{answer:?}"
+    );
+    println!(
+        "{mode:?} expecting fresh keys: fresh {fresh_turns}, in flight {in_flight_turns}, replay {replay_turns}, mismatch {mismatch_turns}"
+    );
+    assert_eq!(fresh_turns, 1, "{mode:?}: a fresh key, the insert alone");
+    assert_eq!(in_flight_turns, 2, "{mode:?}: an in-flight duplicate");
+    assert_eq!(replay_turns, 2, "{mode:?}: a replay");
+    assert_eq!(mismatch_turns, 2, "{mode:?}: a mismatch");
+}
+
+#[tokio::test]
+async fn c04_expecting_fresh_keys_a_fresh_key_is_one_insert() {
+    count_fresh_first(StatementMode::Prepared).await;
+}
+
+#[tokio::test]
+async fn c04_expecting_fresh_keys_a_fresh_key_is_one_insert_with_the_simple_protocol() {
+    count_fresh_first(StatementMode::Simple).await;
 }
 
 #[tokio::test]

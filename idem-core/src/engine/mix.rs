@@ -1,4 +1,5 @@
-//! Whether a reservation reads first ([`Capabilities::read_first`](crate::store::Capabilities)):
+//! Whether a reservation reads first ([`Capabilities::read_first`](crate::store::Capabilities))
+//! or expects a fresh key ([`Claim::expects_fresh`](crate::store::Claim::expects_fresh)):
 //! decided by the share of recent reservations that were answers.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -11,6 +12,11 @@ const ENTER: u32 = ALL / 4 * 3;
 /// Below this share they reserve first again (apart from `ENTER`, so that a load near the
 /// line does not switch at every reservation).
 const LEAVE: u32 = ALL / 5 * 3;
+/// Below this share a reservation expects a fresh key (a store may send its insert alone: a
+/// fresh key saves the whole reservation's cost, an answer pays a round trip more).
+const FRESH_ENTER: u32 = ALL / 8;
+/// Above this share it reserves in full again.
+const FRESH_LEAVE: u32 = ALL / 4;
 /// How much one reservation moves the share: 1/32 (it follows a change of load within about
 /// a hundred reservations).
 const WEIGHT_SHIFT: u32 = 5;
@@ -22,6 +28,7 @@ const WEIGHT_SHIFT: u32 = 5;
 pub(crate) struct AnswerMix {
     share: AtomicU32,
     reading: AtomicBool,
+    fresh: AtomicBool,
 }
 
 impl Default for AnswerMix {
@@ -29,6 +36,7 @@ impl Default for AnswerMix {
         Self {
             share: AtomicU32::new(ALL),
             reading: AtomicBool::new(true),
+            fresh: AtomicBool::new(false),
         }
     }
 }
@@ -37,6 +45,11 @@ impl AnswerMix {
     /// Whether the next reservation reads first.
     pub(crate) fn reads_first(&self) -> bool {
         self.reading.load(Ordering::Relaxed)
+    }
+
+    /// Whether the next reservation expects a fresh key.
+    pub(crate) fn expects_fresh(&self) -> bool {
+        self.fresh.load(Ordering::Relaxed)
     }
 
     /// Counts one reservation: `answered` without a write, or acquired.
@@ -53,6 +66,11 @@ impl AnswerMix {
             self.reading.store(true, Ordering::Relaxed);
         } else if share <= LEAVE {
             self.reading.store(false, Ordering::Relaxed);
+        }
+        if share <= FRESH_ENTER {
+            self.fresh.store(true, Ordering::Relaxed);
+        } else if share >= FRESH_LEAVE {
+            self.fresh.store(false, Ordering::Relaxed);
         }
     }
 }
@@ -88,5 +106,32 @@ mod tests {
             mix.counted(i % 3 != 0);
         }
         assert!(!mix.reads_first(), "and stays off");
+    }
+
+    #[test]
+    fn c04_only_fresh_keys_make_a_reservation_expect_one() {
+        let mix = AnswerMix::default();
+        assert!(!mix.expects_fresh(), "starts reading");
+        let fresh = (1..=200).find(|_| {
+            mix.counted(false);
+            mix.expects_fresh()
+        });
+        assert!(fresh.is_some_and(|n| n <= 80), "{fresh:?} fresh keys");
+        assert!(!mix.reads_first());
+        // One answer in six: between the two lines, it keeps expecting fresh keys.
+        for i in 0..300 {
+            mix.counted(i % 6 == 0);
+        }
+        assert!(mix.expects_fresh(), "a few answers keep it");
+        // One in three: above the line to leave.
+        let answers = (1..=200).find(|i| {
+            mix.counted(i % 3 == 0);
+            !mix.expects_fresh()
+        });
+        assert!(answers.is_some(), "more answers turn it off");
+        for _ in 0..300 {
+            mix.counted(true);
+        }
+        assert!(mix.reads_first() && !mix.expects_fresh());
     }
 }

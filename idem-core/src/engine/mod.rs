@@ -562,7 +562,8 @@ impl<S: Store> Idempotency<S> {
                     let mut steps = (&self.inner.store, deadline);
                     let reservation = Reservation::new(request, lease_for)
                         .keeping(keep)
-                        .reading_first(self.inner.mix.reads_first());
+                        .reading_first(self.inner.mix.reads_first())
+                        .inserting_first(self.inner.mix.expects_fresh());
                     reservation.run(&mut steps).await
                 },
             )

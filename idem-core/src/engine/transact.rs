@@ -98,6 +98,10 @@ impl<S: Transactional + 'static> Hooks for EngineHooks<S> {
     fn reads_first(&self) -> bool {
         self.engine.inner.mix.reads_first()
     }
+
+    fn expects_fresh(&self) -> bool {
+        self.engine.inner.mix.expects_fresh()
+    }
 }
 
 impl<S: Transactional + 'static> Idempotency<S> {

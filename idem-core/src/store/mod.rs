@@ -50,7 +50,8 @@ use std::time::Duration;
 ///    record still carries [`Acquire::replaces`], in the state it says, and is still expired
 ///    at `now` (a late completion or a renewal moves the deadline). Of N concurrent callers
 ///    on one id exactly one acquires. Neither step waits for a running holder, nor for another
-///    writer of the store (C5).
+///    writer of the store (C5). A claim that [expects a fresh key](Claim::expects_fresh) may
+///    be given the insert alone: [`Reserved::Lost`] where it wrote nothing.
 /// 3. **`complete`, `release` and `renew` are fenced** ([`check_fence`], C6): they act only if
 ///    the record still carries the token and is in progress, else [`Error::LeaseLost`].
 ///    `complete` stores [`Completion::encoded`] until `now + retain_for` (C7, C10); `release`

@@ -162,6 +162,8 @@ pub(crate) trait Hooks: Send + Sync {
     fn keep(&self) -> Option<Keep>;
     /// Whether the execution's reservation reads first, where its steps can.
     fn reads_first(&self) -> bool;
+    /// Whether its first reserve [expects a fresh key](crate::store::Claim::expects_fresh).
+    fn expects_fresh(&self) -> bool;
 }
 
 impl Execution {
@@ -249,13 +251,15 @@ impl fmt::Debug for Execution {
 
 impl Reservation<'_> {
     /// This reservation run for `execution` (a [`Transactional`] store's), as the engine
-    /// runs its own: reading first as it decides ([`Capabilities::read_first`](
-    /// crate::store::Capabilities::read_first)), and a replay it reads kept in its
-    /// [`ReplayCache`](crate::ReplayCache), if it has one.
+    /// runs its own: reading first or expecting a fresh key as it decides
+    /// ([`Capabilities::read_first`](crate::store::Capabilities::read_first),
+    /// [`Claim::expects_fresh`](crate::store::Claim::expects_fresh)), and a replay it reads kept
+    /// in its [`ReplayCache`](crate::ReplayCache), if it has one.
     pub fn in_execution(self, execution: &Execution) -> Self {
         let hooks = &execution.inner.hooks;
         self.keeping(hooks.keep())
             .reading_first(hooks.reads_first())
+            .inserting_first(hooks.expects_fresh())
     }
 }
 

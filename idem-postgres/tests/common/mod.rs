@@ -235,3 +235,20 @@ impl TransactHarness for Pg {
         true
     }
 }
+
+/// Runs enough fresh keys through `idem` (each reserved, then given back) that its reservations
+/// expect fresh keys ([`Claim::expects_fresh`](idem_core::store::Claim::expects_fresh)): the
+/// store then sends its insert alone first.
+pub(crate) async fn expecting_fresh_keys(idem: &idem_core::Idempotency<PgStore>) {
+    for n in 0..100 {
+        let request = idem
+            .request("acct_warm", "POST", "/warm")
+            .key(Some(&format!("warm-{}-{n}", FencingToken::generate())))
+            .body(b"{}")
+            .build()
+            .expect("request");
+        if let Ok(idem_core::Begin::Acquired(lease)) = idem.begin(&request).await {
+            idem.release(lease).await.expect("release");
+        }
+    }
+}
