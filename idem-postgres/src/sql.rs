@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 /// The table name the `.sql` files are written with.
 const DEFAULT_TABLE: &str = "idem_records";
-/// The index names the migrations are written with: `idem_records_<suffix>`, which become
-/// `<table>_<suffix>` (the audit trail's indexes too: `trail_…`, short, so that a table name
-/// that leaves room for the trail's own leaves room for them).
+/// The index (and constraint) names the migrations are written with: `idem_records_<suffix>`,
+/// which become `<table>_<suffix>` (the audit trail's indexes too: `trail_…`, short, so that a
+/// table name that leaves room for the trail's own leaves room for them; `state_check`, the
+/// name PostgreSQL gave version 1's CHECK, dropped by version 6).
 const INDEX_SUFFIXES: &[&str] = &[
     "deadline",
     "in_progress",
@@ -16,6 +17,7 @@ const INDEX_SUFFIXES: &[&str] = &[
     "in_doubt",
     "trail_record",
     "trail_kept",
+    "state_check",
 ];
 /// The tables beside the records the migrations are written with: `idem_records_<suffix>`,
 /// which become `"schema"."<table>_<suffix>"`: the audit trail of records in doubt.

@@ -307,10 +307,16 @@ async fn a_version_3_table_with_rows_migrates_to_version_4_and_keeps_them() {
     };
     assert!(before.iter().all(Option::is_some), "{before:?}");
     let table = format!("\"{schema}\".idem_records");
+    // A constraint of the operator's own on the column, named like ours but for its prefix.
+    run(
+        &store,
+        &format!("ALTER TABLE {table} ADD CONSTRAINT app_state_check CHECK (state >= 0)"),
+    )
+    .await;
     assert_eq!(
         checks(&store, &table).await,
-        1,
-        "version 1's CHECK on state"
+        2,
+        "version 1's CHECK on state, and the operator's"
     );
 
     store
@@ -326,8 +332,16 @@ async fn a_version_3_table_with_rows_migrates_to_version_4_and_keeps_them() {
     .await[0]
         .get(0);
     assert_eq!((version, SCHEMA_VERSION), (6, 6));
-    // Version 6: no CHECK on state (every INSERT and UPDATE would parse it again).
-    assert_eq!(checks(&store, &table).await, 0);
+    // Version 6: not its CHECK on state (every INSERT and UPDATE would parse it again); the
+    // operator's stays.
+    assert_eq!(checks(&store, &table).await, 1);
+    let kept: String = run(
+        &store,
+        &format!("SELECT conname::text FROM pg_constraint WHERE conrelid = '{table}'::regclass AND contype = 'c'"),
+    )
+    .await[0]
+        .get(0);
+    assert_eq!(kept, "app_state_check");
     // Version 5: the indexes on columns the completion changes are gone.
     for index in ["idem_records_deadline", "idem_records_in_progress"] {
         assert_eq!(
