@@ -2,7 +2,7 @@
 //! `idem_core::store::decide`; SQL reads and applies it atomically.
 
 use crate::error::BACKEND;
-use crate::gate::Gate;
+use crate::gate::{Gate, GateKeys};
 use crate::params::{execute_after, fetch_all_after, fetch_optional_after, Param, StatementMode};
 use crate::row;
 use crate::sql::Statements;
@@ -70,8 +70,8 @@ impl Ops {
     /// holds (its reservation not committed yet) is reported held: for the same request, or
     /// for another body.
     ///
-    /// A two-commit claim that [expects a fresh key](Claim::expects_fresh) sends the insert
-    /// alone (`sql/insert.sql`): `Lost` when it wrote nothing.
+    /// A claim that [expects a fresh key](Claim::expects_fresh) sends the insert alone
+    /// (`sql/insert.sql`, the same gate): `Lost` when it wrote nothing.
     pub(crate) async fn reserve(
         &self,
         conn: &mut PgConnection,
@@ -94,10 +94,8 @@ impl Ops {
         };
         // Which process reserves, for operators; never part of a decision.
         let holder = self.holder.as_str();
-        if claim.expects_fresh() && !one_commit {
-            return self
-                .insert(conn, preamble, request, token, lease_for, gate.record)
-                .await;
+        if claim.expects_fresh() {
+            return self.insert(conn, preamble, claim, gate, one_commit).await;
         }
         let found = fetch_optional_after(
             conn,
@@ -147,11 +145,11 @@ impl Ops {
         &self,
         conn: &mut PgConnection,
         preamble: &str,
-        request: &Request,
-        token: FencingToken,
-        lease_for: Duration,
-        lock_key: i64,
+        claim: &Claim<'_>,
+        gate: GateKeys,
+        one_commit: bool,
     ) -> Result<Reserved, Error> {
+        let request = claim.request();
         let [consumer, route, key] = id_params(request.id());
         let written = fetch_optional_after(
             conn,
@@ -163,10 +161,12 @@ impl Ops {
                 route,
                 key,
                 Param::Bytes(request.fingerprint().as_bytes()),
-                Param::Bytes(token.as_bytes()),
-                Param::Int(duration_millis(lease_for)),
+                Param::Bytes(claim.token().as_bytes()),
+                Param::Int(duration_millis(claim.lease_for())),
                 Param::Text(self.holder.as_str()),
-                Param::Int(lock_key),
+                Param::Int(gate.record),
+                Param::Int(gate.fingerprint),
+                Param::Bool(one_commit),
             ],
         )
         .await?;

@@ -47,20 +47,23 @@ fn insert_charge(tx: &mut sqlx::PgConnection, intent: String) -> EffectFuture<'_
     })
 }
 
+/// `run_in_transaction` of `request`, in one commit if `one_commit` (C15), else two.
 async fn charge(
     idem: &Idempotency<PgStore>,
     request: &Request,
     intent: &str,
+    one_commit: bool,
 ) -> Result<Outcome, RunError<sqlx::Error>> {
     let intent = intent.to_owned();
-    idem.run_in_transaction(request, move |tx, _| insert_charge(tx, intent))
+    let request = request.clone().with_one_commit(one_commit);
+    idem.run_in_transaction(&request, move |tx, _| insert_charge(tx, intent))
         .await
 }
 
 /// C5, C15, C3: while a one-commit execution of another store holds the key (its reservation
 /// uncommitted), an engine expecting fresh keys is answered at once: in flight for the same
-/// body, mismatch for another, both by `begin` and by `run_in_transaction`; its insert never
-/// waits for the holder. After the commit it replays the holder's answer.
+/// body, mismatch for another, by `begin` and by `run_in_transaction` in two commits and in
+/// one; its insert never waits for the holder. After the commit it replays the holder's answer.
 #[tokio::test]
 async fn c05_expecting_fresh_keys_a_one_commit_holder_is_answered_at_once() {
     let table = format!("fresh_{}", FencingToken::generate());
@@ -102,16 +105,21 @@ async fn c05_expecting_fresh_keys_a_one_commit_holder_is_answered_at_once() {
         matches!(begun, Ok(Ok(Begin::Answered(Answer::Mismatch)))),
         "another body was not a mismatch at once: {begun:?}"
     );
-    let ran = tokio::time::timeout(AT_ONCE, charge(&other, &same, &intent)).await;
-    assert!(
-        matches!(ran, Ok(Ok(Outcome::Answered(Answer::InFlight { .. })))),
-        "run_in_transaction of the same body: {ran:?}"
-    );
-    let ran = tokio::time::timeout(AT_ONCE, charge(&other, &other_body, &intent)).await;
-    assert!(
-        matches!(ran, Ok(Ok(Outcome::Answered(Answer::Mismatch)))),
-        "run_in_transaction of another body: {ran:?}"
-    );
+    for one_commit in [false, true] {
+        // Answers move the engine towards leaving the mode: back into it first.
+        expecting_fresh_keys(&other).await;
+        let ran = tokio::time::timeout(AT_ONCE, charge(&other, &same, &intent, one_commit)).await;
+        assert!(
+            matches!(ran, Ok(Ok(Outcome::Answered(Answer::InFlight { .. })))),
+            "run_in_transaction of the same body (one commit: {one_commit}): {ran:?}"
+        );
+        let ran =
+            tokio::time::timeout(AT_ONCE, charge(&other, &other_body, &intent, one_commit)).await;
+        assert!(
+            matches!(ran, Ok(Ok(Outcome::Answered(Answer::Mismatch)))),
+            "run_in_transaction of another body (one commit: {one_commit}): {ran:?}"
+        );
+    }
     assert_eq!(
         charges(here.pool(), &intent).await,
         0,
@@ -129,8 +137,9 @@ async fn c05_expecting_fresh_keys_a_one_commit_holder_is_answered_at_once() {
     assert_eq!(charges(here.pool(), &intent).await, 1);
 }
 
-/// C4, C2: duplicates of fresh keys from two engines expecting fresh keys (two pools, several
-/// connections each), all at once: one execution per key, every other caller answered.
+/// C4, C15: duplicates of fresh keys from two engines expecting fresh keys (two pools, several
+/// connections each), in one commit and in two, all at once: one execution per key, every
+/// other caller answered.
 #[tokio::test]
 async fn c04_expecting_fresh_keys_concurrent_duplicates_execute_once() {
     let table = format!("fresh_{}", FencingToken::generate());
@@ -148,7 +157,7 @@ async fn c04_expecting_fresh_keys_concurrent_duplicates_execute_once() {
             let intent = intent.clone();
             callers.push(tokio::spawn(async move {
                 let req = request(&engine, &intent, b"{\"cents\":1}");
-                charge(&engine, &req, &intent).await
+                charge(&engine, &req, &intent, n % 4 < 2).await
             }));
         }
         let mut executed = 0;

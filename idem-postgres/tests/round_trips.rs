@@ -8,7 +8,7 @@
 //! key is five as well (BEGIN, the reservation, the effect's statement, the completion, COMMIT)
 //! and an answer three (BEGIN, the reservation, ROLLBACK). An engine expecting fresh keys
 //! (nearly all its recent reservations were) reserves a fresh key with the insert alone, one
-//! round trip, and answers in two.
+//! round trip, and answers in two (four in one commit).
 
 mod common;
 
@@ -428,6 +428,36 @@ async fn count_fresh_first(mode: StatementMode) {
     assert_eq!(in_flight_turns, 2, "{mode:?}: an in-flight duplicate");
     assert_eq!(replay_turns, 2, "{mode:?}: a replay");
     assert_eq!(mismatch_turns, 2, "{mode:?}: a mismatch");
+
+    // The money path, in two commits and in one (C15): the effect's statements prepared first.
+    for one_commit in [false, true] {
+        let warm = format!("money-warm-{one_commit}");
+        let first = charge_in(&idem, &warm, b"{}", one_commit).await;
+        assert!(matches!(first, Ok(Outcome::Executed(_))), "{first:?}");
+        let again = charge_in(&idem, &warm, b"{}", one_commit).await;
+        assert!(matches!(again, Ok(Outcome::Answered(_))), "{again:?}");
+    }
+    for (one_commit, fresh_expected, replay_expected) in [(false, 5, 2), (true, 5, 4)] {
+        common::expecting_fresh_keys(&idem).await;
+        let key = format!("money-{one_commit}");
+        let (fresh, fresh_turns) =
+            measured(&turns, charge_in(&idem, &key, b"{}", one_commit)).await;
+        assert!(matches!(fresh, Ok(Outcome::Executed(_))), "{fresh:?}");
+        let (replay, replay_turns) =
+            measured(&turns, charge_in(&idem, &key, b"{}", one_commit)).await;
+        assert!(
+            matches!(replay, Ok(Outcome::Answered(Answer::Replay(_)))),
+            "{replay:?}"
+        );
+        println!(
+            "{mode:?} expecting fresh keys, run_in_transaction (one commit: {one_commit}): fresh {fresh_turns}, replay {replay_turns}"
+        );
+        assert_eq!(
+            (fresh_turns, replay_turns),
+            (fresh_expected, replay_expected),
+            "{mode:?}, one commit {one_commit}: a fresh key (the insert, BEGIN, the effect, the completion, COMMIT) and a replay (two commits: the insert, the reservation; one: BEGIN, both, ROLLBACK)"
+        );
+    }
 }
 
 #[tokio::test]
