@@ -6,9 +6,10 @@
 --   before the gate: no lock is taken for a record that is there);
 -- * the gate is open, with reserve.sql's locks in reserve.sql's order: a two-commit
 --   reservation ($10 false) takes the record's key ($8) shared for this statement; a one-commit
---   one (C15, inside the execution's transaction) takes the fingerprint's key ($9), then the
---   record's, exclusively until that transaction ends. No one-commit execution then holds the
---   key with its uncommitted reservation.
+--   one (C15, inside the execution's transaction, at READ COMMITTED only: at REPEATABLE READ
+--   this statement would take the transaction's snapshot and reserve.sql, next, would decide on
+--   it) takes the fingerprint's key ($9), then the record's, exclusively until that transaction
+--   ends. No one-commit execution then holds the key with its uncommitted reservation.
 -- Otherwise it writes nothing and returns no row, and the engine's next step is reserve.sql,
 -- which reports what is there; the locks this one took are taken again there (they are
 -- re-entrant) and tell the same. One INSERT costs the server less than reserve.sql's CTEs

@@ -71,12 +71,16 @@ impl Ops {
     /// for another body.
     ///
     /// A claim that [expects a fresh key](Claim::expects_fresh) sends the insert alone
-    /// (`sql/insert.sql`, the same gate): `Lost` when it wrote nothing.
+    /// (`sql/insert.sql`, the same gate) where `insert_first`: `Lost` when it wrote nothing.
+    /// Not in a one-commit transaction at REPEATABLE READ: the insert would take the
+    /// transaction's snapshot, and the whole reservation after it would decide on that stale
+    /// one (a record committed in between is then a conflict, not a row to read).
     pub(crate) async fn reserve(
         &self,
         conn: &mut PgConnection,
         claim: &Claim<'_>,
         one_commit: bool,
+        insert_first: bool,
     ) -> Result<Reserved, Error> {
         let (request, token, lease_for) = (claim.request(), claim.token(), claim.lease_for());
         let id = request.id();
@@ -94,7 +98,7 @@ impl Ops {
         };
         // Which process reserves, for operators; never part of a decision.
         let holder = self.holder.as_str();
-        if claim.expects_fresh() {
+        if claim.expects_fresh() && insert_first {
             return self.insert(conn, preamble, claim, gate, one_commit).await;
         }
         let found = fetch_optional_after(

@@ -648,7 +648,10 @@ impl Store for PgStore {
     async fn reserve(&self, claim: &Claim<'_>, deadline: Deadline) -> Result<Reserved, Error> {
         deadline
             .bound(Operation::Reserve, async {
-                on_connection!(self, |conn| self.inner.ops.reserve(conn, claim, false))
+                on_connection!(self, |conn| self
+                    .inner
+                    .ops
+                    .reserve(conn, claim, false, true))
             })
             .await
     }

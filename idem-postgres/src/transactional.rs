@@ -392,6 +392,7 @@ impl PgStore {
             let mut steps = OneCommit {
                 ops: &self.inner.ops,
                 conn: &mut tx,
+                insert_first: self.isolation() == Isolation::ReadCommitted,
             };
             // Never a step sent again on a transaction a failure aborted (C15).
             let reserve = Box::pin(
@@ -628,12 +629,17 @@ async fn settled_on(
 struct OneCommit<'t> {
     ops: &'t Ops,
     conn: &'t mut PgConnection,
+    /// Whether a reserve expecting a fresh key sends the insert alone first: at READ
+    /// COMMITTED only, where each statement reads a snapshot of its own.
+    insert_first: bool,
 }
 
 #[async_trait]
 impl Steps for OneCommit<'_> {
     async fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error> {
-        self.ops.reserve(self.conn, claim, true).await
+        self.ops
+            .reserve(self.conn, claim, true, self.insert_first)
+            .await
     }
 
     async fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {

@@ -15,7 +15,7 @@ mod common;
 use common::{pg_url, SCHEMA};
 use idem_core::{Answer, Begin, Idempotency, Outcome, Policy, RunError, StoredResponse};
 use idem_postgres::PgIdempotency;
-use idem_postgres::{PgStore, StatementMode};
+use idem_postgres::{Isolation, PgStore, StatementMode};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -350,7 +350,7 @@ async fn count_one_commit(mode: StatementMode, money: &Idempotency<PgStore>, tur
 /// C4: an engine whose reservations were nearly all fresh keys expects one: a fresh key's
 /// reservation is `insert.sql` alone, one round trip; an answer is that insert, which writes
 /// nothing, then the reservation that reports the record: two, and the right answer.
-async fn count_fresh_first(mode: StatementMode) {
+async fn count_fresh_first(mode: StatementMode, isolation: Isolation) {
     let upstream = pg_url()
         .rsplit('@')
         .next()
@@ -362,6 +362,7 @@ async fn count_fresh_first(mode: StatementMode) {
         .schema(SCHEMA)
         .table(&format!("rt_{}", idem_core::FencingToken::generate()))
         .statements(mode)
+        .isolation(isolation)
         .max_connections(1)
         .connect(&format!(
             "postgres://idem@127.0.0.1:{port}/postgres?sslmode=disable"
@@ -437,7 +438,16 @@ async fn count_fresh_first(mode: StatementMode) {
         let again = charge_in(&idem, &warm, b"{}", one_commit).await;
         assert!(matches!(again, Ok(Outcome::Answered(_))), "{again:?}");
     }
-    for (one_commit, fresh_expected, replay_expected) in [(false, 5, 2), (true, 5, 4)] {
+    // In one commit at REPEATABLE READ the whole reservation comes first (the transaction's
+    // snapshot is its first statement's): BEGIN, the reservation, ROLLBACK.
+    let one_commit_replay = if isolation == Isolation::ReadCommitted {
+        4
+    } else {
+        3
+    };
+    for (one_commit, fresh_expected, replay_expected) in
+        [(false, 5, 2), (true, 5, one_commit_replay)]
+    {
         common::expecting_fresh_keys(&idem).await;
         let key = format!("money-{one_commit}");
         let (fresh, fresh_turns) =
@@ -450,24 +460,32 @@ async fn count_fresh_first(mode: StatementMode) {
             "{replay:?}"
         );
         println!(
-            "{mode:?} expecting fresh keys, run_in_transaction (one commit: {one_commit}): fresh {fresh_turns}, replay {replay_turns}"
+            "{mode:?} {isolation:?} expecting fresh keys, run_in_transaction (one commit: {one_commit}): fresh {fresh_turns}, replay {replay_turns}"
         );
         assert_eq!(
             (fresh_turns, replay_turns),
             (fresh_expected, replay_expected),
-            "{mode:?}, one commit {one_commit}: a fresh key (the insert, BEGIN, the effect, the completion, COMMIT) and a replay (two commits: the insert, the reservation; one: BEGIN, both, ROLLBACK)"
+            "{mode:?} {isolation:?}, one commit {one_commit}: a fresh key (the insert, BEGIN, the effect, the completion, COMMIT) and a replay (two commits: the insert, the reservation; one: BEGIN, both, ROLLBACK)"
         );
     }
 }
 
 #[tokio::test]
 async fn c04_expecting_fresh_keys_a_fresh_key_is_one_insert() {
-    count_fresh_first(StatementMode::Prepared).await;
+    count_fresh_first(StatementMode::Prepared, Isolation::ReadCommitted).await;
 }
 
 #[tokio::test]
 async fn c04_expecting_fresh_keys_a_fresh_key_is_one_insert_with_the_simple_protocol() {
-    count_fresh_first(StatementMode::Simple).await;
+    count_fresh_first(StatementMode::Simple, Isolation::ReadCommitted).await;
+}
+
+/// C15: at REPEATABLE READ a one-commit reservation never sends the insert alone first: it
+/// would take the transaction's snapshot, and the whole reservation after it would decide on
+/// that stale one.
+#[tokio::test]
+async fn c15_expecting_fresh_keys_at_repeatable_read_one_commit_reserves_in_full() {
+    count_fresh_first(StatementMode::Prepared, Isolation::RepeatableRead).await;
 }
 
 #[tokio::test]
