@@ -500,6 +500,22 @@ mod tests {
         }
     }
 
+    /// A live completed record of `req` carrying `response`.
+    fn completed(req: &Request, response: &StoredResponse) -> Reserved {
+        Reserved::Found {
+            record: Record {
+                fingerprint: *req.fingerprint(),
+                token: FencingToken::generate(),
+                state: RecordState::Completed {
+                    response: Some(response.encode().expect("encodable")),
+                    expires_at: Timestamp::from_millis(9_000),
+                },
+            },
+            now: Timestamp::from_millis(1_000),
+            in_doubt: false,
+        }
+    }
+
     /// Steps whose reserve answers from `replies` in turn and notes whether each claim expected
     /// a fresh key.
     struct Scripted {
@@ -529,18 +545,7 @@ mod tests {
     async fn c04_only_the_first_reserve_expects_a_fresh_key_and_lost_reserves_in_full() {
         let req = request(b"{}");
         let response = StoredResponse::new(201, "made");
-        let completed = Reserved::Found {
-            record: Record {
-                fingerprint: *req.fingerprint(),
-                token: FencingToken::generate(),
-                state: RecordState::Completed {
-                    response: Some(response.encode().expect("encodable")),
-                    expires_at: Timestamp::from_millis(9_000),
-                },
-            },
-            now: Timestamp::from_millis(1_000),
-            in_doubt: false,
-        };
+        let completed = completed(&req, &response);
         // The insert alone wrote nothing: the next step reserves in full and replays.
         let mut steps = Scripted {
             replies: vec![Reserved::Lost, completed.clone()],
@@ -630,18 +635,7 @@ mod tests {
         let req = request(b"{}");
         let mut r = Reservation::new(&req, Duration::from_secs(60));
         let response = StoredResponse::new(201, "made");
-        let found = Reserved::Found {
-            record: Record {
-                fingerprint: *req.fingerprint(),
-                token: FencingToken::generate(),
-                state: RecordState::Completed {
-                    response: Some(response.encode().expect("encodable")),
-                    expires_at: Timestamp::from_millis(9_000),
-                },
-            },
-            now: Timestamp::from_millis(1_000),
-            in_doubt: false,
-        };
+        let found = completed(&req, &response);
         match r.next(found, false) {
             Ok(Step::Done(Begin::Answered(Answer::Replay(replayed)))) => {
                 assert_eq!(replayed, response);

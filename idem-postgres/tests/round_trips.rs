@@ -81,7 +81,12 @@ async fn measured<T>(turns: &AtomicUsize, op: impl std::future::Future<Output = 
     (value, turns.load(Ordering::SeqCst) - before)
 }
 
-async fn count_paths(mode: StatementMode, read_first: bool) {
+/// A store on a new table, its one connection through a counting proxy: the store and the
+/// proxy's count of round trips.
+async fn proxied_store(
+    mode: StatementMode,
+    builder: impl FnOnce(idem_postgres::PgStoreBuilder) -> idem_postgres::PgStoreBuilder,
+) -> (PgStore, Arc<AtomicUsize>) {
     let upstream = pg_url()
         .rsplit('@')
         .next()
@@ -89,18 +94,24 @@ async fn count_paths(mode: StatementMode, read_first: bool) {
         .expect("host:port in IDEM_PG_URL")
         .to_owned();
     let (port, turns) = counting_proxy(upstream).await;
-    let store = PgStore::builder()
-        .schema(SCHEMA)
-        .table(&format!("rt_{}", idem_core::FencingToken::generate()))
-        .statements(mode)
-        .read_first(read_first)
-        .max_connections(1)
-        .connect(&format!(
-            "postgres://idem@127.0.0.1:{port}/postgres?sslmode=disable"
-        ))
-        .await
-        .expect("connect through the proxy");
+    let store = builder(
+        PgStore::builder()
+            .schema(SCHEMA)
+            .table(&format!("rt_{}", idem_core::FencingToken::generate()))
+            .statements(mode)
+            .max_connections(1),
+    )
+    .connect(&format!(
+        "postgres://idem@127.0.0.1:{port}/postgres?sslmode=disable"
+    ))
+    .await
+    .expect("connect through the proxy");
     store.migrate().await.expect("migrate");
+    (store, turns)
+}
+
+async fn count_paths(mode: StatementMode, read_first: bool) {
+    let (store, turns) = proxied_store(mode, |b| b.read_first(read_first)).await;
     let idem = Idempotency::with_policy(
         store.clone(),
         Policy::default().lease(Duration::from_millis(300)),
@@ -351,25 +362,7 @@ async fn count_one_commit(mode: StatementMode, money: &Idempotency<PgStore>, tur
 /// reservation is `insert.sql` alone, one round trip; an answer is that insert, which writes
 /// nothing, then the reservation that reports the record: two, and the right answer.
 async fn count_fresh_first(mode: StatementMode, isolation: Isolation) {
-    let upstream = pg_url()
-        .rsplit('@')
-        .next()
-        .and_then(|rest| rest.split('/').next())
-        .expect("host:port in IDEM_PG_URL")
-        .to_owned();
-    let (port, turns) = counting_proxy(upstream).await;
-    let store = PgStore::builder()
-        .schema(SCHEMA)
-        .table(&format!("rt_{}", idem_core::FencingToken::generate()))
-        .statements(mode)
-        .isolation(isolation)
-        .max_connections(1)
-        .connect(&format!(
-            "postgres://idem@127.0.0.1:{port}/postgres?sslmode=disable"
-        ))
-        .await
-        .expect("connect through the proxy");
-    store.migrate().await.expect("migrate");
+    let (store, turns) = proxied_store(mode, |b| b.isolation(isolation)).await;
     let idem = Idempotency::new(store.clone());
     let req = |key: &str, body: &[u8]| {
         idem.request("acct", "POST", "/charges")
