@@ -4,7 +4,7 @@
 //! (a failed test included). A missing `redis-server` or `redis-cli` is a failure with the
 //! way out, never a skip.
 
-use super::redis_cli::{cli, free_port, kill, redis_server, wait_for};
+use super::redis_cli::{cli, free_port, kill, redis_server, try_cli, wait_for};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -61,7 +61,8 @@ impl PrivateSentinel {
             &["--replicaof", "127.0.0.1", &master],
         ));
         wait_for(Duration::from_secs(10), "the replica's link", || {
-            cli(setup.replica_port, &["info", "replication"]).contains("master_link_status:up")
+            try_cli(setup.replica_port, &["info", "replication"])
+                .is_ok_and(|info| info.contains("master_link_status:up"))
         });
         for i in 0..setup.sentinel_ports.len() {
             let sentinel = setup.sentinel(i);
@@ -72,9 +73,10 @@ impl PrivateSentinel {
                 Duration::from_secs(20),
                 "every sentinel to see the replica and a quorum",
                 || {
-                    let replicas = cli(port, &["sentinel", "replicas", MASTER_NAME]);
-                    let quorum = cli(port, &["sentinel", "ckquorum", MASTER_NAME]);
-                    replicas.contains(&setup.replica_port.to_string()) && quorum.starts_with("OK")
+                    let replicas = try_cli(port, &["sentinel", "replicas", MASTER_NAME]);
+                    let quorum = try_cli(port, &["sentinel", "ckquorum", MASTER_NAME]);
+                    replicas.is_ok_and(|r| r.contains(&setup.replica_port.to_string()))
+                        && quorum.is_ok_and(|q| q.starts_with("OK"))
                 },
             );
         }
@@ -191,7 +193,7 @@ impl PrivateSentinel {
     /// when it first did.
     pub(crate) fn wait_demoted(&self, limit: Duration) -> Instant {
         wait_for(limit, "the old master's demotion", || {
-            cli(self.master_port, &["role"]).starts_with("slave")
+            try_cli(self.master_port, &["role"]).is_ok_and(|role| role.starts_with("slave"))
         });
         Instant::now()
     }
@@ -202,9 +204,8 @@ impl PrivateSentinel {
         let replica = self.replica_port.to_string();
         wait_for(limit, "the sentinels to promote the replica", || {
             self.sentinel_ports.iter().any(|&port| {
-                cli(port, &["sentinel", "get-master-addr-by-name", MASTER_NAME])
-                    .lines()
-                    .any(|line| line.trim() == replica)
+                try_cli(port, &["sentinel", "get-master-addr-by-name", MASTER_NAME])
+                    .is_ok_and(|addr| addr.lines().any(|line| line.trim() == replica))
             })
         });
         Instant::now()
