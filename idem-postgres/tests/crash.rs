@@ -15,6 +15,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const LEASE: Duration = Duration::from_millis(1500);
 const CHILD_ENV: &str = "IDEM_PG_CRASH_CHILD";
+/// Set for a child whose engine expects fresh keys (`Claim::expects_fresh`) when it reserves.
+const WARM_ENV: &str = "IDEM_PG_CRASH_WARM";
 /// The lease of the one-commit crash test: far longer than the test, so that a retry that
 /// runs proves the key was free at once, not after a lease.
 const ONE_COMMIT_LEASE: Duration = Duration::from_secs(120);
@@ -69,7 +71,11 @@ async fn crash_child() {
         parts.next().expect("table"),
         parts.next().expect("intent").to_owned(),
     );
+    let warm = std::env::var_os(WARM_ENV).is_some();
     let idem = engine(table).await;
+    if warm {
+        common::expecting_fresh_keys(&idem).await;
+    }
     let request = request(&idem, &intent);
     match mode {
         "before-commit" => {
@@ -99,6 +105,9 @@ async fn crash_child() {
         }
         "one-commit-hang" => {
             let idem = engine_with(table, ONE_COMMIT_LEASE).await;
+            if warm {
+                common::expecting_fresh_keys(&idem).await;
+            }
             let request = self::request(&idem, &intent);
             let _ = idem
                 .run_in_transaction(&request.clone().with_one_commit(true), move |tx, _| {
@@ -184,12 +193,35 @@ fn table() -> String {
 
 #[tokio::test]
 async fn c09_killed_before_commit_retry_after_lease_runs_once() {
+    killed_before_commit(false).await;
+}
+
+/// The same with both engines expecting fresh keys: the killed reservation was the insert
+/// alone (`sql/insert.sql`), and so is each retry's first step.
+#[tokio::test]
+async fn c09_c04_expecting_fresh_keys_killed_before_commit_retry_after_lease_runs_once() {
+    killed_before_commit(true).await;
+}
+
+/// Environment for a child that expects fresh keys when `warm`.
+fn warm_env(warm: bool) -> Vec<(&'static str, &'static str)> {
+    if warm {
+        vec![(WARM_ENV, "1")]
+    } else {
+        Vec::new()
+    }
+}
+
+async fn killed_before_commit(warm: bool) {
     let (table, intent) = (
         table(),
         format!("before-{}", idem_core::FencingToken::generate()),
     );
     let idem = engine(&table).await;
-    run_child_and_kill(&[], "before-commit", &table, &intent);
+    if warm {
+        common::expecting_fresh_keys(&idem).await;
+    }
+    run_child_and_kill(&warm_env(warm), "before-commit", &table, &intent);
 
     assert_eq!(
         charges(idem.store().pool(), &intent).await,
@@ -226,12 +258,25 @@ async fn c09_killed_before_commit_retry_after_lease_runs_once() {
 /// dead session, well within seconds) for a retry that executes once.
 #[tokio::test]
 async fn c15_one_commit_killed_mid_effect_leaves_nothing_and_the_retry_runs_at_once() {
+    one_commit_killed_mid_effect(false).await;
+}
+
+/// The same with both engines expecting fresh keys (the gate taken by the insert alone).
+#[tokio::test]
+async fn c15_c04_expecting_fresh_keys_one_commit_killed_mid_effect_leaves_nothing() {
+    one_commit_killed_mid_effect(true).await;
+}
+
+async fn one_commit_killed_mid_effect(warm: bool) {
     let (table, intent) = (
         table(),
         format!("once-{}", idem_core::FencingToken::generate()),
     );
     let idem = engine_with(&table, ONE_COMMIT_LEASE).await;
-    run_child_and_kill(&[], "one-commit-hang", &table, &intent);
+    if warm {
+        common::expecting_fresh_keys(&idem).await;
+    }
+    run_child_and_kill(&warm_env(warm), "one-commit-hang", &table, &intent);
     let killed = std::time::Instant::now();
 
     let request = request(&idem, &intent);
