@@ -1,10 +1,13 @@
 //! One commit (C15) on a real server, beyond the shared scenarios: what a fresh key costs in
 //! commits, measured in the server's write-ahead log, and duplicates from another store (its own
-//! pool, as another process has) while the one transaction is open.
+//! pool, as another process has) while the one transaction is open, also from an engine
+//! expecting fresh keys (its reservations send `insert.sql` alone first, C4).
 
 mod common;
 
-use common::{bouncer_url, business_table, charges, pg_url, store_on, SCHEMA};
+use common::{
+    bouncer_url, business_table, charges, expecting_fresh_keys, pg_url, store_on, SCHEMA,
+};
 use idem_core::store::Deadline;
 use idem_core::{Answer, Begin, FencingToken, Idempotency, Outcome, Request};
 use idem_core::{RunError, StoredResponse};
@@ -137,9 +140,27 @@ async fn c15_a_fresh_key_costs_one_commit_and_two_with_two_commits() {
 /// reservation) alike. After the commit, both stores replay; one business row.
 #[tokio::test]
 async fn c05_another_store_is_answered_at_once_while_one_commit_runs() {
+    another_store_while_one_commit_runs(false).await;
+}
+
+/// C5, C4, C15: the same with the other engine expecting fresh keys: each of its reservations
+/// sends the insert alone first, which never waits for the holder (the gate).
+#[tokio::test]
+async fn c05_c04_expecting_fresh_keys_another_store_is_answered_at_once_while_one_commit_runs() {
+    another_store_while_one_commit_runs(true).await;
+}
+
+/// The other engine is brought back into expecting fresh keys before each of its calls
+/// (answers move it out) when `warm`.
+async fn another_store_while_one_commit_runs(warm: bool) {
     let table = format!("once_{}", FencingToken::generate());
     let (here, there) = (store(&table).await, store(&table).await);
     let (idem, other) = (Idempotency::new(here.clone()), Idempotency::new(there));
+    let warm_up = || async {
+        if warm {
+            expecting_fresh_keys(&other).await;
+        }
+    };
     let intent = format!("two-stores-{}", FencingToken::generate());
     let req = request(&idem, &intent, b"{\"cents\":1}");
     let other_body = request(&other, &intent, b"{\"cents\":2}");
@@ -166,12 +187,14 @@ async fn c05_another_store_is_answered_at_once_while_one_commit_runs() {
     on_start.await.expect("the effect started");
 
     for one_commit in [true, false] {
+        warm_up().await;
         let answer =
             tokio::time::timeout(AT_ONCE, charge(&other, &same, &intent, one_commit)).await;
         assert!(
             matches!(answer, Ok(Ok(Outcome::Answered(Answer::InFlight { .. })))),
             "{one_commit}: a duplicate was not in flight at once: {answer:?}"
         );
+        warm_up().await;
         let answer =
             tokio::time::timeout(AT_ONCE, charge(&other, &other_body, &intent, one_commit)).await;
         assert!(
@@ -179,12 +202,14 @@ async fn c05_another_store_is_answered_at_once_while_one_commit_runs() {
             "{one_commit}: another body was not a mismatch at once: {answer:?}"
         );
     }
+    warm_up().await;
     let begun = tokio::time::timeout(AT_ONCE, other.begin(&same)).await;
     assert!(
         matches!(begun, Ok(Ok(Begin::Answered(Answer::InFlight { retry_after })))
             if retry_after <= Duration::from_secs(1)),
         "a two-commit reservation was not in flight at once: {begun:?}"
     );
+    warm_up().await;
     let begun = tokio::time::timeout(AT_ONCE, other.begin(&other_body)).await;
     assert!(
         matches!(begun, Ok(Ok(Begin::Answered(Answer::Mismatch)))),
@@ -400,4 +425,40 @@ async fn c02_a_one_commit_execution_in_another_table_leaves_its_keys_alone() {
         "{fresh_in_b:?}"
     );
     assert!(matches!(first, Ok(Outcome::Executed(_))), "{first:?}");
+}
+
+/// C4, C15: duplicates of fresh keys from two engines expecting fresh keys (two pools, several
+/// connections each), in one commit and in two, all at once: one execution per key, every
+/// other caller answered.
+#[tokio::test]
+async fn c04_expecting_fresh_keys_concurrent_duplicates_execute_once() {
+    let table = format!("fresh_{}", FencingToken::generate());
+    let (here, there) = (store(&table).await, store(&table).await);
+    let engines = [Idempotency::new(here.clone()), Idempotency::new(there)];
+    for round in 0..10 {
+        // A round's answers make an engine leave the mode: back into it first.
+        for engine in &engines {
+            expecting_fresh_keys(engine).await;
+        }
+        let intent = format!("race-{round}-{}", FencingToken::generate());
+        let mut callers = Vec::new();
+        for n in 0..16 {
+            let engine = engines[n % 2].clone();
+            let intent = intent.clone();
+            callers.push(tokio::spawn(async move {
+                let req = request(&engine, &intent, b"{\"cents\":1}");
+                charge(&engine, &req, &intent, n % 4 < 2).await
+            }));
+        }
+        let mut executed = 0;
+        for caller in callers {
+            match caller.await.expect("a caller") {
+                Ok(Outcome::Executed(_)) => executed += 1,
+                Ok(Outcome::Answered(Answer::InFlight { .. } | Answer::Replay(_))) => {}
+                other => panic!("round {round}: {other:?}"),
+            }
+        }
+        assert_eq!(executed, 1, "round {round}");
+        assert_eq!(charges(here.pool(), &intent).await, 1, "round {round}");
+    }
 }
