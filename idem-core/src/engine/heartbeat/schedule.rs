@@ -87,7 +87,7 @@ impl Schedule {
 
     /// Adds a lease whose first renewal is due after `first`.
     pub(super) fn add(&'static self, renew: Arc<dyn Renew>, first: Duration) -> Scheduled {
-        let due = Instant::now() + first;
+        let due = later(Instant::now(), first);
         let mut state = lock(&self.state);
         let id = state.next_id;
         state.next_id += 1;
@@ -145,7 +145,7 @@ impl Schedule {
             return;
         };
         entry.renewing = None;
-        let due = Instant::now() + entry.renew.period();
+        let due = later(Instant::now(), entry.renew.period());
         entry.due = Some(due);
         state.due.insert((due, id));
         self.wake_by(&mut state, due);
@@ -161,16 +161,17 @@ impl Schedule {
                 state.due.pop_first();
                 continue;
             };
-            if due > now + entry.renew.period() / 8 {
+            if due > later(now, entry.renew.period() / 8) {
                 break;
             }
             state.due.pop_first();
             entry.due = None;
             let renewal = entry.renew.renew();
-            // Spawned on this thread's runtime: it runs once the driver waits again.
+            // Spawned on this thread's runtime: it runs once the driver waits again. A panic
+            // (a store's bug) costs this renewal only: the next is due a period later.
             let task = self.runtime.spawn(async move {
-                let again = renewal.await;
-                self.renewed(id, again);
+                let again = crate::unwind::CatchUnwind::new(renewal).await;
+                self.renewed(id, again.unwrap_or(true));
             });
             entry.renewing = Some(task.abort_handle());
         }
@@ -182,7 +183,7 @@ impl Schedule {
             .due
             .first()
             .map(|&(due, _)| due)
-            .or(added.map(|p| now + p));
+            .or(added.map(|p| later(now, p)));
         state.wakes_at
     }
 
@@ -196,6 +197,15 @@ impl Schedule {
             }
         }
     }
+}
+
+/// `instant` plus `d`, never a panic: the driver renews every lease of the process, so nothing
+/// in it may fail (a lease's period is bounded by `Policy::MAX_LEASE` anyway).
+fn later(instant: Instant, d: Duration) -> Instant {
+    instant
+        .checked_add(d)
+        .or_else(|| instant.checked_add(Duration::from_secs(86_400)))
+        .unwrap_or(instant)
 }
 
 #[cfg(test)]
@@ -275,6 +285,26 @@ mod tests {
         wait(100);
         assert_eq!(beat.started(), renewed, "renewed after it was dropped");
         assert!(lock(&schedule.state).leases.is_empty());
+    }
+
+    #[test]
+    fn c09_a_renewal_that_panics_is_tried_again_a_period_later() {
+        struct Panicking(AtomicUsize);
+        impl Renew for Panicking {
+            fn period(&self) -> Duration {
+                Duration::from_millis(20)
+            }
+            fn renew(&self) -> Renewal {
+                self.0.fetch_add(1, Ordering::SeqCst);
+                Box::pin(async { panic!("a store's bug") })
+            }
+        }
+        let schedule = schedule();
+        let beat = Arc::new(Panicking(AtomicUsize::new(0)));
+        let _kept = schedule.add(beat.clone(), Duration::from_millis(20));
+        wait(200);
+        let tried = beat.0.load(Ordering::SeqCst);
+        assert!(tried >= 4, "{tried} renewals in 200 ms");
     }
 
     #[test]
