@@ -8,7 +8,7 @@ use super::Idempotency;
 use crate::error::Error;
 use crate::lease::Lease;
 use crate::store::Store;
-use schedule::{Renew, Renewal, Schedule, Scheduled};
+use schedule::{renew_caught, Renew, Renewal, Schedule, Scheduled};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tracing::Instrument;
@@ -126,11 +126,12 @@ impl<S: Store + 'static> Idempotency<S> {
                 _entry: schedule.add(beat, first),
             },
             None => Beating::Task(tokio::spawn(async move {
+                let beat: Arc<dyn Renew> = beat;
                 let mut wait = first;
                 loop {
                     tokio::time::sleep(wait).await;
                     wait = period;
-                    if !beat.renew().await {
+                    if !renew_caught(Arc::clone(&beat)).await {
                         return;
                     }
                 }

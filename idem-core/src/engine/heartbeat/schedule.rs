@@ -166,12 +166,11 @@ impl Schedule {
             }
             state.due.pop_first();
             entry.due = None;
-            let renewal = entry.renew.renew();
-            // Spawned on this thread's runtime: it runs once the driver waits again. A panic
-            // (a store's bug) costs this renewal only: the next is due a period later.
+            let renew = Arc::clone(&entry.renew);
+            // Spawned on this thread's runtime: it runs once the driver waits again.
             let task = self.runtime.spawn(async move {
-                let again = crate::unwind::CatchUnwind::new(renewal).await;
-                self.renewed(id, again.unwrap_or(true));
+                let again = renew_caught(renew).await;
+                self.renewed(id, again);
             });
             entry.renewing = Some(task.abort_handle());
         }
@@ -197,6 +196,14 @@ impl Schedule {
             }
         }
     }
+}
+
+/// One renewal by `renew`, `false` once its lease is lost. A panic (a store's bug), in making
+/// the renewal or in running it, costs this renewal only: the next is due a period later.
+pub(super) async fn renew_caught(renew: Arc<dyn Renew>) -> bool {
+    crate::unwind::CatchUnwind::new(async move { renew.renew().await })
+        .await
+        .unwrap_or(true)
 }
 
 /// `instant` plus `d`, never a panic: the driver renews every lease of the process, so nothing
@@ -305,6 +312,31 @@ mod tests {
         wait(200);
         let tried = beat.0.load(Ordering::SeqCst);
         assert!(tried >= 4, "{tried} renewals in 200 ms");
+    }
+
+    #[test]
+    fn c09_a_renewal_that_panics_as_it_is_made_stops_no_other_lease() {
+        struct PanicsAtOnce;
+        impl Renew for PanicsAtOnce {
+            fn period(&self) -> Duration {
+                Duration::from_millis(10)
+            }
+            fn renew(&self) -> Renewal {
+                panic!("a store's bug, before any future")
+            }
+        }
+        let schedule = schedule();
+        let other = Counting::new(20);
+        let _other = schedule.add(other.clone(), Duration::from_millis(20));
+        let _bad = schedule.add(Arc::new(PanicsAtOnce), Duration::from_millis(10));
+        wait(50);
+        let before = other.started();
+        wait(200);
+        assert!(
+            other.started() >= before + 5,
+            "the other lease was renewed {before} then {} times",
+            other.started()
+        );
     }
 
     #[test]
