@@ -2,7 +2,7 @@
 //! `idem_core::store::decide`; SQL reads and applies it atomically.
 
 use crate::error::BACKEND;
-use crate::gate::{Gate, GateKeys};
+use crate::gate::Gate;
 use crate::params::{execute_after, fetch_all_after, fetch_optional_after, Param, StatementMode};
 use crate::row;
 use crate::sql::Statements;
@@ -98,14 +98,18 @@ impl Ops {
         };
         // Which process reserves, for operators; never part of a decision.
         let holder = self.holder.as_str();
-        if claim.expects_fresh() && insert_first {
-            return self.insert(conn, preamble, claim, gate, one_commit).await;
-        }
+        // Both statements take the same parameters, $1..$10.
+        let alone = claim.expects_fresh() && insert_first;
+        let sql = if alone {
+            &self.sql.insert
+        } else {
+            &self.sql.reserve
+        };
         let found = fetch_optional_after(
             conn,
             self.mode,
             preamble,
-            &self.sql.reserve,
+            sql,
             &[
                 consumer,
                 route,
@@ -120,12 +124,17 @@ impl Ops {
             ],
         )
         .await?;
-        // No row: a reservation committed after this statement's snapshot.
+        // No row: the insert alone wrote nothing (a record is there, or a one-commit execution
+        // holds the key), or a reservation committed after this statement's snapshot.
         let Some(found) = found else {
             return Ok(Reserved::Lost);
         };
         self.seen_server(&found)?;
-        let source: &str = found.try_get("source").map_err(crate::error::store_error)?;
+        let source: &str = if alone {
+            "inserted"
+        } else {
+            found.try_get("source").map_err(crate::error::store_error)?
+        };
         match source {
             // A one-commit execution's transaction holds the record (its reservation is not
             // committed yet).
@@ -141,49 +150,6 @@ impl Ops {
             }
             _ => found_record(&found),
         }
-    }
-
-    /// A fresh record alone (`sql/insert.sql`): `Written`, or `Lost` when it wrote nothing (a
-    /// record is there, or a one-commit execution holds the key).
-    async fn insert(
-        &self,
-        conn: &mut PgConnection,
-        preamble: &str,
-        claim: &Claim<'_>,
-        gate: GateKeys,
-        one_commit: bool,
-    ) -> Result<Reserved, Error> {
-        let request = claim.request();
-        let [consumer, route, key] = id_params(request.id());
-        let written = fetch_optional_after(
-            conn,
-            self.mode,
-            preamble,
-            &self.sql.insert,
-            &[
-                consumer,
-                route,
-                key,
-                Param::Bytes(request.fingerprint().as_bytes()),
-                Param::Bytes(claim.token().as_bytes()),
-                Param::Int(duration_millis(claim.lease_for())),
-                Param::Text(self.holder.as_str()),
-                Param::Int(gate.record),
-                Param::Int(gate.fingerprint),
-                Param::Bool(one_commit),
-            ],
-        )
-        .await?;
-        let Some(written) = written else {
-            return Ok(Reserved::Lost);
-        };
-        self.seen_server(&written)?;
-        let until: i64 = written
-            .try_get("deadline_ms")
-            .map_err(crate::error::store_error)?;
-        Ok(Reserved::Written {
-            until: timestamp(until)?,
-        })
     }
 
     /// The request's record as [`reserve`](Self::reserve) reports it, by a plain read that
