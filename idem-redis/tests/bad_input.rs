@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{free_port, start_server, temp_dir, Redis, Server};
+use common::{start_on_free_port, temp_dir, Redis, Server};
 use idem_core::store::Deadline;
 use idem_core::store::{Store, StoreExt};
 use idem_core::testing::{request, unique_consumer};
@@ -212,11 +212,9 @@ async fn answers(client: &redis::Client) -> bool {
 #[tokio::test]
 async fn c13_a_frozen_redis_is_an_error_within_the_deadline() {
     const FROZEN: Duration = Duration::from_secs(3);
-    let (port, dir) = (free_port(), temp_dir());
-    let _server = Server(
-        start_server(port, &dir, &["--enable-debug-command", "yes"]),
-        dir,
-    );
+    let dir = temp_dir();
+    let (child, port) = start_on_free_port(&dir, &["--enable-debug-command", "yes"]);
+    let _server = Server(child, dir);
     let url = format!("redis://127.0.0.1:{port}");
     let store = RedisStore::builder()
         .response_timeout(Duration::from_millis(300))
@@ -342,11 +340,9 @@ async fn c13_a_frozen_redis_is_an_error_within_the_deadline() {
 async fn c13_a_call_that_must_reconnect_to_a_frozen_redis_is_an_error_within_the_deadline() {
     const FROZEN: Duration = Duration::from_secs(3);
     const TIMEOUT: Duration = Duration::from_millis(300);
-    let (port, dir) = (free_port(), temp_dir());
-    let _server = Server(
-        start_server(port, &dir, &["--enable-debug-command", "yes"]),
-        dir,
-    );
+    let dir = temp_dir();
+    let (child, port) = start_on_free_port(&dir, &["--enable-debug-command", "yes"]);
+    let _server = Server(child, dir);
     let url = format!("redis://127.0.0.1:{port}");
     let store = RedisStore::builder()
         .response_timeout(TIMEOUT)

@@ -10,7 +10,7 @@
 mod common;
 mod support;
 
-use common::{cluster_nodes, free_port, redis_url, start_server, temp_dir};
+use common::{cluster_nodes, redis_url, start_on_free_port, temp_dir};
 use fault_proxy::{Fault, FaultProxy};
 use idem_core::testing::{waiting_engine, ChangeFeedHarness, FeedFault, Rounds};
 use idem_core::{FencingToken, Idempotency};
@@ -86,8 +86,7 @@ struct Private {
 
 impl Private {
     fn start() -> Self {
-        let port = free_port();
-        let child = start_server(port, &temp_dir(), &[]);
+        let (child, port) = start_on_free_port(&temp_dir(), &[]);
         Self {
             child,
             url: format!("redis://127.0.0.1:{port}"),

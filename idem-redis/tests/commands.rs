@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{free_port, start_server, temp_dir, Server};
+use common::{start_on_free_port, temp_dir, Server};
 use idem_core::{Answer, Begin, Idempotency, StoredResponse};
 use idem_redis::redis;
 use idem_redis::RedisStore;
@@ -44,8 +44,8 @@ fn counted(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
 
 async fn count(read_first: bool) {
     let dir = temp_dir();
-    let port = free_port();
-    let _server = Server(start_server(port, &dir, &[]), dir);
+    let (child, port) = start_on_free_port(&dir, &[]);
+    let _server = Server(child, dir);
     let url = format!("redis://127.0.0.1:{port}");
     let store = RedisStore::builder()
         .change_feed(false)

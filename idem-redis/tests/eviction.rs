@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{free_port, start_server, temp_dir};
+use common::{start_on_free_port, temp_dir};
 use idem_core::{Error, Idempotency, StoreErrorKind};
 use idem_redis::redis;
 use idem_redis::RedisStore;
@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 #[tokio::test]
 async fn c14_a_redis_that_may_evict_records_is_refused_unless_allowed() {
-    let (port, dir) = (free_port(), temp_dir());
-    let mut server = start_server(port, &dir, &["--maxmemory-policy", "allkeys-lru"]);
+    let dir = temp_dir();
+    let (mut server, port) = start_on_free_port(&dir, &["--maxmemory-policy", "allkeys-lru"]);
     let url = format!("redis://127.0.0.1:{port}");
     let refused = RedisStore::connect(&url)
         .await
@@ -51,8 +51,8 @@ async fn c14_a_redis_that_may_evict_records_is_refused_unless_allowed() {
 
 #[tokio::test]
 async fn c13_a_redis_that_stops_answering_is_an_error_within_the_response_timeout() {
-    let (port, dir) = (free_port(), temp_dir());
-    let mut server = start_server(port, &dir, &[]);
+    let dir = temp_dir();
+    let (mut server, port) = start_on_free_port(&dir, &[]);
     let url = format!("redis://127.0.0.1:{port}");
     let store = RedisStore::builder()
         .response_timeout(Duration::from_millis(300))

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{free_port, start_server, temp_dir, Redis, Server};
+use common::{start_on_free_port, temp_dir, Redis, Server};
 use idem_core::store::Deadline;
 use idem_core::store::Store;
 use idem_core::testing::{request, request_on, unique_consumer};
@@ -208,8 +208,9 @@ async fn pages_stay_within_their_limit_and_the_listing_covers_every_record() {
 
 #[tokio::test]
 async fn a_listing_never_transfers_a_body() {
-    let (port, dir) = (free_port(), temp_dir());
-    let _server = Server(start_server(port, &dir, &[]), dir);
+    let dir = temp_dir();
+    let (child, port) = start_on_free_port(&dir, &[]);
+    let _server = Server(child, dir);
     let url = format!("redis://127.0.0.1:{port}");
     let store = RedisStore::connect(&url).await.expect("connect");
     let consumer = unique_consumer("body");

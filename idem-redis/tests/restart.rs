@@ -13,21 +13,20 @@ use std::time::Duration;
 
 mod common;
 
-use common::{free_port, temp_dir};
+use common::temp_dir;
 
-/// Starts redis-server with AOF, fsync on every write.
-fn start(port: u16, dir: &std::path::Path) -> Child {
-    common::start_server(
-        port,
-        dir,
-        &["--appendonly", "yes", "--appendfsync", "always"],
-    )
+/// redis-server with AOF, fsync on every write.
+const AOF: [&str; 4] = ["--appendonly", "yes", "--appendfsync", "always"];
+
+/// Starts redis-server with [`AOF`] again on `port`.
+fn restart(port: u16, dir: &std::path::Path) -> Child {
+    common::start_server(port, dir, &AOF)
 }
 
 #[tokio::test]
 async fn c09_a_restart_with_aof_keeps_the_lease_and_the_completion_lands() {
-    let (port, dir) = (free_port(), temp_dir());
-    let mut server = start(port, &dir);
+    let dir = temp_dir();
+    let (mut server, port) = common::start_on_free_port(&dir, &AOF);
     let store = RedisStore::connect(&format!("redis://127.0.0.1:{port}"))
         .await
         .expect("connect");
@@ -44,7 +43,7 @@ async fn c09_a_restart_with_aof_keeps_the_lease_and_the_completion_lands() {
     };
     server.kill().expect("SIGKILL");
     server.wait().expect("wait");
-    let mut server = start(port, &dir);
+    let mut server = restart(port, &dir);
     // In flight after the restart: the reservation was in the append-only file.
     let answer = loop {
         match idem.begin(&request).await {
@@ -74,8 +73,8 @@ async fn c09_a_restart_with_aof_keeps_the_lease_and_the_completion_lands() {
 
 #[tokio::test]
 async fn c13_a_killed_server_is_an_error_and_the_effect_never_runs() {
-    let (port, dir) = (free_port(), temp_dir());
-    let mut server = start(port, &dir);
+    let dir = temp_dir();
+    let (mut server, port) = common::start_on_free_port(&dir, &AOF);
     let store = RedisStore::connect(&format!("redis://127.0.0.1:{port}"))
         .await
         .expect("connect");

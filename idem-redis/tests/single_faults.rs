@@ -34,10 +34,11 @@ fn under_load(
     fault: impl FnOnce(&FaultProxy, u16, &mut Server) -> Instant + Send + 'static,
 ) -> Seen {
     let _one = one_at_a_time();
-    let (port, dir) = (common::free_port(), common::temp_dir());
+    let dir = common::temp_dir();
+    let (child, port) = common::start_on_free_port(&dir, &SERVER_ARGS);
     // Kept here, so that it outlives the fault and the load after it.
     let server = Arc::new(Mutex::new(Server {
-        child: Some(common::start_server(port, &dir, &SERVER_ARGS)),
+        child: Some(child),
         port,
         dir,
     }));

@@ -35,9 +35,31 @@ pub(crate) fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// A redis-server of the test's own on `port` (installed by scripts/test; missing, the test
-/// fails), with its files in `dir` and `args` added; waits until it accepts connections.
+/// A redis-server of the test's own on a free port (installed by scripts/test; missing, the
+/// test fails), with its files in `dir` and `args` added, and its port. A free port can be taken
+/// by a test running beside this one before the server binds it: then another port is tried.
+pub(crate) fn start_on_free_port(
+    dir: &std::path::Path,
+    args: &[&str],
+) -> (std::process::Child, u16) {
+    for _ in 0..5 {
+        let port = free_port();
+        if let Some(child) = try_start(port, dir, args) {
+            return (child, port);
+        }
+    }
+    panic!("redis-server did not start on five free ports in a row");
+}
+
+/// A redis-server of the test's own on `port` again (a restart), as [`start_on_free_port`].
 pub(crate) fn start_server(port: u16, dir: &std::path::Path, args: &[&str]) -> std::process::Child {
+    try_start(port, dir, args).unwrap_or_else(|| panic!("redis-server did not start on {port}"))
+}
+
+/// Starts redis-server and waits until it answers as itself: the server answering on `port`
+/// must report the child's process id, since another process may hold that port (then the
+/// child exits and `None` is returned).
+fn try_start(port: u16, dir: &std::path::Path, args: &[&str]) -> Option<std::process::Child> {
     let mut child = std::process::Command::new("redis-server")
         .args([
             "--port",
@@ -54,14 +76,40 @@ pub(crate) fn start_server(port: u16, dir: &std::path::Path, args: &[&str]) -> s
         .spawn()
         .expect("redis-server is not installed: run `bash scripts/test`");
     for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return child;
+        if !matches!(child.try_wait(), Ok(None)) {
+            break;
+        }
+        if process_id_on(port) == Some(child.id()) {
+            return Some(child);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = child.kill();
     let _ = child.wait();
-    panic!("redis-server did not start on {port}");
+    None
+}
+
+/// The process id the Redis on `port` reports (`INFO server`), if one answers.
+fn process_id_on(port: u16) -> Option<u32> {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    conn.write_all(b"INFO server\r\n").ok()?;
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = conn.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        seen.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&seen);
+        if let Some(rest) = text.split("process_id:").nth(1) {
+            if let Some((id, _)) = rest.split_once("\r\n") {
+                return id.trim().parse().ok();
+            }
+        }
+    }
 }
 
 /// A redis-server of the test's own ([`start_server`]) and its directory: stopped and the
