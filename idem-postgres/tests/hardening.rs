@@ -187,8 +187,9 @@ async fn the_completion_is_a_hot_update() {
 }
 
 /// C5: a database whose default isolation is SERIALIZABLE still answers concurrent duplicates
-/// (the store pins READ COMMITTED on its own connections): one acquires, the others are
-/// answered, none gets a serialization failure.
+/// (the store pins READ COMMITTED on its own connections and for the reservation before an
+/// effect's transaction): one acquires, the others are answered, none gets a serialization
+/// failure; with `run_in_transaction` too, where each effect runs once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn c05_a_stricter_default_isolation_does_not_turn_answers_into_errors() {
     let admin = PgStore::connect(&pg_url()).await.expect("connect");
@@ -227,6 +228,32 @@ async fn c05_a_stricter_default_isolation_does_not_turn_answers_into_errors() {
             }
         }
         assert_eq!(acquired, 1, "round {round}");
+    }
+    for round in 0..10 {
+        let req = request(&idem, &format!("money-{round}"));
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (idem, req) = (idem.clone(), req.clone());
+                tokio::spawn(async move {
+                    idem.run_in_transaction(&req, |tx, _| {
+                        Box::pin(async move {
+                            sqlx::query("SELECT 1").execute(&mut *tx).await?;
+                            Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
+                        })
+                    })
+                    .await
+                })
+            })
+            .collect();
+        let mut executed = 0;
+        for task in tasks {
+            match task.await.expect("task") {
+                Ok(Outcome::Executed(_)) => executed += 1,
+                Ok(Outcome::Answered(_)) => {}
+                other => panic!("money round {round}: {other:?}"),
+            }
+        }
+        assert_eq!(executed, 1, "money round {round}");
     }
 }
 
@@ -279,6 +306,16 @@ async fn c13_dead_idle_connections_are_replaced_without_failing_a_call() {
     for task in warm {
         let _ = task.await.expect("task").expect("begin");
     }
+    // And connections for transactions, where a fresh key's reservation runs too.
+    let charged: Vec<_> = (0..8)
+        .map(|i| {
+            let (idem, req) = (idem.clone(), request(&idem, &format!("warm-money-{i}")));
+            tokio::spawn(async move { idem.run_in_transaction(&req, select_one).await })
+        })
+        .collect();
+    for task in charged {
+        let _ = task.await.expect("task").expect("run_in_transaction");
+    }
     let admin = PgStore::connect(&pg_url()).await.expect("admin");
     sql(
         &admin,
@@ -295,6 +332,24 @@ async fn c13_dead_idle_connections_are_replaced_without_failing_a_call() {
             .await
             .expect("no failed call");
     }
+    for i in 0..12 {
+        let outcome = idem
+            .run_in_transaction(&request(&idem, &format!("money-after-{i}")), select_one)
+            .await
+            .expect("no failed call");
+        assert!(matches!(outcome, Outcome::Executed(_)), "{outcome:?}");
+    }
+}
+
+/// An effect of one statement.
+fn select_one<'c>(
+    tx: &'c mut sqlx::PgConnection,
+    _: &'c idem_core::Lease,
+) -> idem_postgres::EffectFuture<'c, sqlx::Error> {
+    Box::pin(async move {
+        sqlx::query("SELECT 1").execute(&mut *tx).await?;
+        Ok(StoredResponse::new(201, "charged"))
+    })
 }
 
 /// C8: drain waits for run_in_transaction executions whose callers went away.
@@ -350,4 +405,51 @@ async fn c12_an_infinite_deadline_is_a_corrupt_record() {
         Err(Error::CorruptRecord(_))
     ));
     let _ = SCHEMA;
+}
+
+/// C5: a duplicate sent through `run_in_transaction` while every connection for transactions
+/// runs an effect is answered at once: its reservation, which a fresh key runs on the
+/// connection its transaction begins on, takes one of the store's own connections instead of
+/// waiting for an effect to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c05_an_answer_never_waits_for_the_connections_effects_hold() {
+    let store = PgStore::builder()
+        .schema(SCHEMA)
+        .table(&format!("busy_{}", idem_core::FencingToken::generate()))
+        .max_connections(1)
+        .read_first(false)
+        .connect(&pg_url())
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    let idem = Idempotency::new(store);
+    let done = request(&idem, "done");
+    let first = idem.run_in_transaction(&done, select_one).await;
+    assert!(matches!(first, Ok(Outcome::Executed(_))), "{first:?}");
+    // The one connection for transactions, held by a slow effect.
+    let (started, running) = tokio::sync::oneshot::channel::<()>();
+    let slow = {
+        let (idem, req) = (idem.clone(), request(&idem, "slow"));
+        tokio::spawn(async move {
+            idem.run_in_transaction(&req, move |tx, _| {
+                Box::pin(async move {
+                    let _ = started.send(());
+                    sqlx::query("SELECT pg_sleep(2)").execute(&mut *tx).await?;
+                    Ok::<_, sqlx::Error>(StoredResponse::new(201, "slow"))
+                })
+            })
+            .await
+        })
+    };
+    running.await.expect("the slow effect started");
+    let asked = Instant::now();
+    let replay = idem.run_in_transaction(&done, select_one).await;
+    let waited = asked.elapsed();
+    assert!(
+        matches!(replay, Ok(Outcome::Answered(Answer::Replay(_)))),
+        "{replay:?}"
+    );
+    assert!(waited < Duration::from_secs(1), "answered after {waited:?}");
+    let slow = slow.await.expect("task");
+    assert!(matches!(slow, Ok(Outcome::Executed(_))), "{slow:?}");
 }
