@@ -70,25 +70,8 @@ impl Connections {
         self.take(true).await
     }
 
-    /// A connection (a newly opened one if `fresh_only`) if one is free now, without waiting
-    /// for another call to give one back.
-    pub(crate) async fn try_get(&self, fresh_only: bool) -> Result<Option<Held<'_>>, Error> {
-        let Ok(permit) = self.permits.try_acquire() else {
-            return Ok(None);
-        };
-        self.take_with(permit, fresh_only).await.map(Some)
-    }
-
     async fn take(&self, fresh_only: bool) -> Result<Held<'_>, Error> {
         let permit = self.permit().await?;
-        self.take_with(permit, fresh_only).await
-    }
-
-    async fn take_with<'a>(
-        &'a self,
-        permit: SemaphorePermit<'a>,
-        fresh_only: bool,
-    ) -> Result<Held<'a>, Error> {
         let idle = if fresh_only { None } else { self.idle() };
         let (conn, place, fresh) = match idle {
             Some((conn, place)) => (conn, place, false),

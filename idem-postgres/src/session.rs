@@ -26,29 +26,6 @@ pub(crate) fn connection_setup(mode: StatementMode, deadlines: &Deadlines) -> Op
     }
 }
 
-/// What a new connection for the effects' transactions runs before its first statement, if
-/// anything. Each fresh key's reservation runs on the connection its transaction runs on next
-/// (one connection, one server process per fresh key). With prepared statements that
-/// reservation reads its session, so the session's default isolation is READ COMMITTED, as
-/// the store's own; the effect's transaction is unchanged, since its `BEGIN` names its
-/// isolation ([`effect_begin`]). The session also carries the idle deadline of the
-/// transactions it runs, which are all effects' ([`effect_begin`] then sends none). Its other
-/// timeouts stay the database's, the role's and the connect options' (the reservation waits on
-/// no lock, and the engine's deadline bounds it).
-pub(crate) fn effect_connection_setup(
-    mode: StatementMode,
-    deadlines: &Deadlines,
-) -> Option<String> {
-    match mode {
-        StatementMode::Prepared => Some(format!(
-            "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED; \
-             SET idle_in_transaction_session_timeout = {}",
-            deadlines.idle_in_transaction_ms()
-        )),
-        StatementMode::Simple => None,
-    }
-}
-
 /// What precedes each of the store's own statements in its simple-query message (empty for
 /// prepared statements, whose session carries the settings). A message of several statements
 /// is one implicit transaction: the `SET LOCAL`s end with it.
@@ -66,21 +43,15 @@ pub(crate) fn statement_preamble(mode: StatementMode, deadlines: &Deadlines) -> 
 
 /// The `BEGIN` of the effect's transaction at `isolation`: the transaction may sit idle between
 /// statements at most the idle deadline, so a session whose client vanished mid-transaction
-/// (a half-open connection) is ended by the server, and the record's row with it; set for the
-/// transaction unless `session_idle` (its session carries it: [`effect_connection_setup`]).
-/// When the store asks for a server that accepts writes, the transaction is `READ WRITE`: a
-/// server in recovery (a standby, a demoted primary) refuses it at once, before the effect
-/// runs.
+/// (a half-open connection) is ended by the server, and the record's row with it. When the
+/// store asks for a server that accepts writes, the transaction is `READ WRITE`: a server in
+/// recovery (a standby, a demoted primary) refuses it at once, before the effect runs.
 pub(crate) fn effect_begin(
     isolation_begin: &str,
     deadlines: &Deadlines,
     read_write: bool,
-    session_idle: bool,
 ) -> String {
     let mode = if read_write { ", READ WRITE" } else { "" };
-    if session_idle {
-        return format!("{isolation_begin}{mode}");
-    }
     format!(
         "{isolation_begin}{mode}; SET LOCAL idle_in_transaction_session_timeout = {}",
         deadlines.idle_in_transaction_ms()
@@ -110,31 +81,13 @@ mod tests {
         let setup = connection_setup(StatementMode::Prepared, &deadlines).unwrap_or_default();
         assert!(setup.contains("READ COMMITTED") && setup.contains("statement_timeout = 1500"));
         assert_eq!(
-            effect_begin("BEGIN ISOLATION LEVEL SERIALIZABLE", &deadlines, false, false),
+            effect_begin("BEGIN ISOLATION LEVEL SERIALIZABLE", &deadlines, false),
             "BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL idle_in_transaction_session_timeout = 300"
         );
         assert_eq!(
-            effect_begin(
-                "BEGIN ISOLATION LEVEL READ COMMITTED",
-                &deadlines,
-                true,
-                false
-            ),
+            effect_begin("BEGIN ISOLATION LEVEL READ COMMITTED", &deadlines, true),
             "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; \
              SET LOCAL idle_in_transaction_session_timeout = 300"
-        );
-        // On the store's own connections with prepared statements, the session carries it.
-        let own = effect_connection_setup(StatementMode::Prepared, &deadlines).unwrap_or_default();
-        assert!(own.contains("READ COMMITTED") && own.contains("timeout = 300"));
-        assert!(effect_connection_setup(StatementMode::Simple, &deadlines).is_none());
-        assert_eq!(
-            effect_begin(
-                "BEGIN ISOLATION LEVEL READ COMMITTED",
-                &deadlines,
-                false,
-                true
-            ),
-            "BEGIN ISOLATION LEVEL READ COMMITTED"
         );
     }
 }

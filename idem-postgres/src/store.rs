@@ -84,11 +84,10 @@ pub(crate) struct Inner {
     /// there, so that their sockets are driven by the heartbeat's own runtime, which the
     /// application's handlers cannot block (C9).
     pub(crate) beat_conns: Connections,
-    /// Connections for the effects' transactions (`run_in_transaction`) and the reservations
-    /// before them: like the store's own, taken and given back without a round trip, but with
-    /// the timeouts the database, the role and the connect options give (the effect's
-    /// statements run under your settings, not the store's deadlines; `crate::session`); given
-    /// back only after a transaction that ended cleanly.
+    /// Connections for the effects' transactions (`run_in_transaction`): like the store's own,
+    /// taken and given back without a round trip, but with the session the database, the role
+    /// and the connect options give (the effect's statements run under your settings, not the
+    /// store's deadlines); given back only after a transaction that ended cleanly.
     pub(crate) tx_conns: Connections,
     /// Built over the application's pool ([`PgStoreBuilder::pool`]): the effects' transactions
     /// run on that pool, in the sessions it sets up (`crate::effect_connection`).
@@ -464,7 +463,7 @@ impl PgStore {
             Arc::clone(&hosts),
             builder.max_connections,
             builder.acquire_timeout,
-            session::effect_connection_setup(config.statements, &config.deadlines),
+            None,
         );
         let conns = Connections::new(
             Arc::clone(&hosts),

@@ -5,18 +5,17 @@
 
 use crate::broken_effect::broken_effect;
 use crate::config::Isolation;
-use crate::connections::Held;
 use crate::effect_connection::EffectConnection;
 use crate::error::{begin_error, is_broken_link, store_error, BACKEND};
 use crate::gate::GateKeys;
 use crate::ops::Ops;
-use crate::params::{fetch_all, Param, StatementMode};
+use crate::params::{fetch_all, Param};
 use crate::row;
 use crate::session;
 use crate::store::PgStore;
 use idem_core::store::{
-    async_trait, Acquire, CatchUnwind, Claim, Deadline, Execution, Lease, Record, Reservation,
-    Reserved, Steps, Store, Transactional, TxEnd,
+    async_trait, Acquire, CatchUnwind, Claim, Execution, Lease, Record, Reservation, Reserved,
+    Steps, Transactional, TxEnd,
 };
 use idem_core::{
     Begin, Error, Idempotency, Operation, Outcome, RecordId, Request, RunError, StoreErrorKind,
@@ -222,52 +221,23 @@ impl Transactional for PgStore {
                      READ, or two commits",
                 ));
             }
-            return Box::pin(self.in_transaction(
-                Start::Reserve(request),
-                effect,
-                &execution,
-                None,
-            ))
-            .await;
+            return Box::pin(self.in_transaction(Start::Reserve(request), effect, &execution))
+                .await;
         }
         let reservation = Reservation::new(request, execution.lease_for()).in_execution(&execution);
-        let (held, reserved) = execution
+        let reserved = execution
             .bounded(Operation::Reserve, request.id(), |deadline| async move {
-                if self.inner.effects_on_pool {
-                    let mut steps = (self, deadline);
-                    return Ok((None, reservation.run(&mut steps).await?));
-                }
-                let mut steps = BeforeTheEffect {
-                    store: self,
-                    deadline,
-                    held: None,
-                    broke: false,
-                };
-                let reserved = reservation.run(&mut steps).await;
-                match (steps.held, reserved) {
-                    (held, Ok(reserved)) => Ok((held, reserved)),
-                    (held, Err(error)) => {
-                        let failed = Err(error);
-                        if let Some(held) = held {
-                            held.finish(&failed);
-                        }
-                        failed
-                    }
-                }
+                let mut steps = (self, deadline);
+                reservation.run(&mut steps).await
             })
             .await?;
         let lease = match reserved {
-            Begin::Answered(answer) => {
-                if let Some(held) = held {
-                    held.give_back();
-                }
-                return Ok(TxEnd::Answered(answer, effect));
-            }
+            Begin::Answered(answer) => return Ok(TxEnd::Answered(answer, effect)),
             Begin::Acquired(lease) => execution.acquired(lease),
         };
         // Boxed: the transaction's state (tens of KiB) is made only for an execution, so an
         // answer moves a small future (async_trait boxes this one whole, by a copy).
-        Box::pin(self.in_transaction(Start::Reserved(lease), effect, &execution, held)).await
+        Box::pin(self.in_transaction(Start::Reserved(lease), effect, &execution)).await
     }
 
     /// The transaction on one of the store's connections for transactions, as for a lease
@@ -280,7 +250,7 @@ impl Transactional for PgStore {
     ) -> Result<TxEnd<E>, Error> {
         let start = Start::Reserved(lease.clone());
         match self
-            .in_transaction(start, effect, &execution, None)
+            .in_transaction(start, effect, &execution)
             .await?
             .acquired()
         {
@@ -314,27 +284,20 @@ impl PgStore {
     /// a round trip (sqlx's pool would ping it on its return: a message more per fresh key).
     ///
     /// `Err` only for a one-commit execution that never acquired (nothing of it exists); a
-    /// two-commit one says how its transaction failed in its [`TxEnd`]. `reserved_on`: the
-    /// connection the reservation just ran on, where the transaction begins.
-    async fn in_transaction<'s, E: Send + 'static>(
-        &'s self,
+    /// two-commit one says how its transaction failed in its [`TxEnd`].
+    async fn in_transaction<E: Send + 'static>(
+        &self,
         start: Start<'_>,
         effect: PgEffect<E>,
         execution: &Execution,
-        reserved_on: Option<Held<'s>>,
     ) -> Result<TxEnd<E, PgEffect<E>>, Error> {
         let mut effect = effect;
-        let mut reserved_on = reserved_on;
         let conns = &self.inner.tx_conns;
         // A connection that died while idle fails its BEGIN at once: nothing ran, so the
         // transaction begins again, once, on another connection (a newly opened one of the
         // store's own).
         for attempt in 0..2 {
-            let given = reserved_on.take();
             let acquire = Box::pin(async {
-                if let Some(held) = given {
-                    return Ok(EffectConnection::own(held));
-                }
                 if self.inner.effects_on_pool {
                     let conn = self.pool().acquire().await.map_err(store_error)?;
                     return Ok(EffectConnection::pool(conn));
@@ -403,16 +366,10 @@ impl PgStore {
     ) -> Result<(TxEnd<E, PgEffect<E>>, bool), NotBegun<E>> {
         let id = start.id();
         let deadlines = &self.inner.config.deadlines;
-        // The store's own connections with prepared statements carry the idle deadline in
-        // their session; behind a pooler in transaction mode, or on the application's pool,
-        // the transaction sets it.
-        let session_idle =
-            !self.inner.effects_on_pool && self.inner.ops.mode == StatementMode::Prepared;
         let statement = session::effect_begin(
             self.isolation().begin_statement(),
             deadlines,
             self.inner.hosts.checks_writes(),
-            session_idle,
         );
         let mut conflicts = 0;
         let (tx, lease) = loop {
@@ -664,59 +621,6 @@ async fn settled_on(
     row::decode(found)?
         .try_map_response(|response| StoredResponse::decode(&row::fetched(response)?))
         .map(Some)
-}
-
-/// A two-commit reservation's steps on one of the store's connections for transactions, the
-/// one its transaction then begins on: a fresh key costs one connection, one server process,
-/// as hand-written code does. When every one of them is busy (effects running), the
-/// reservation runs on the store's own connections instead, so that an answer never waits for
-/// an effect (C5). A read first and a takeover (`replace`, which may wait for a row) run on
-/// the store's own connections, under its deadlines. A connection whose link broke is closed,
-/// and the engine's retry runs on a newly opened one.
-struct BeforeTheEffect<'s> {
-    store: &'s PgStore,
-    deadline: Deadline,
-    held: Option<Held<'s>>,
-    /// A link broke under a step: the next one opens a new connection.
-    broke: bool,
-}
-
-#[async_trait]
-impl Steps for BeforeTheEffect<'_> {
-    fn reads_first(&self) -> bool {
-        self.store.capabilities().read_first
-    }
-
-    async fn read(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error> {
-        self.store.read(claim.request(), self.deadline).await
-    }
-
-    async fn reserve(&mut self, claim: &Claim<'_>) -> Result<Reserved, Error> {
-        let held = match &mut self.held {
-            Some(held) => held,
-            // After a broken link, a newly opened one.
-            None => match self.store.inner.tx_conns.try_get(self.broke).await? {
-                Some(held) => self.held.insert(held),
-                None => return self.store.reserve(claim, self.deadline).await,
-            },
-        };
-        let reserved = self
-            .store
-            .inner
-            .ops
-            .reserve(held.conn(), claim, false, true)
-            .await;
-        if matches!(&reserved, Err(error) if is_broken_link(error)) {
-            // Dropped: closed, its host suspect.
-            self.held = None;
-            self.broke = true;
-        }
-        reserved
-    }
-
-    async fn replace(&mut self, claim: &Claim<'_>, acquire: Acquire) -> Result<Reserved, Error> {
-        self.store.replace(claim, acquire, self.deadline).await
-    }
 }
 
 /// The reservation's steps inside a one-commit execution's transaction (C15): its gate's locks

@@ -187,9 +187,9 @@ async fn the_completion_is_a_hot_update() {
 }
 
 /// C5: a database whose default isolation is SERIALIZABLE still answers concurrent duplicates
-/// (the store pins READ COMMITTED on its own connections and for the reservation before an
-/// effect's transaction): one acquires, the others are answered, none gets a serialization
-/// failure; with `run_in_transaction` too, where each effect runs once.
+/// (the store pins READ COMMITTED on its own connections): one acquires, the others are
+/// answered, none gets a serialization failure; with `run_in_transaction` too, where each
+/// effect runs once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn c05_a_stricter_default_isolation_does_not_turn_answers_into_errors() {
     let admin = PgStore::connect(&pg_url()).await.expect("connect");
@@ -306,7 +306,7 @@ async fn c13_dead_idle_connections_are_replaced_without_failing_a_call() {
     for task in warm {
         let _ = task.await.expect("task").expect("begin");
     }
-    // And connections for transactions, where a fresh key's reservation runs too.
+    // And connections for transactions.
     let charged: Vec<_> = (0..8)
         .map(|i| {
             let (idem, req) = (idem.clone(), request(&idem, &format!("warm-money-{i}")));
@@ -408,9 +408,7 @@ async fn c12_an_infinite_deadline_is_a_corrupt_record() {
 }
 
 /// C5: a duplicate sent through `run_in_transaction` while every connection for transactions
-/// runs an effect is answered at once: its reservation, which a fresh key runs on the
-/// connection its transaction begins on, takes one of the store's own connections instead of
-/// waiting for an effect to end.
+/// runs an effect is answered at once: its reservation never waits for an effect to end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c05_an_answer_never_waits_for_the_connections_effects_hold() {
     let store = PgStore::builder()
