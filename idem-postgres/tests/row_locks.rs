@@ -9,7 +9,7 @@ mod common;
 mod support;
 
 use common::{pg_url, SCHEMA};
-use idem_core::{Failure, FencingToken, Outcome, Policy, RunError, StoredResponse};
+use idem_core::{Answer, Failure, FencingToken, Outcome, Policy, RunError, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe, Connection, PgConnection};
 use idem_postgres::{PgIdempotency, PgStore};
 use std::sync::Arc;
@@ -25,11 +25,14 @@ const IDLE_IN_TRANSACTION: Duration = Duration::from_millis(250);
 const LEASE: Duration = Duration::from_millis(1_500);
 const CONNECTIONS: u32 = 3;
 /// How long the other transaction holds the rows: several store timeouts.
-const LOCK_HELD: Duration = Duration::from_secs(6);
+const LOCK_HELD: Duration = Duration::from_secs(8);
 const RETRY_EVERY: Duration = Duration::from_millis(100);
 /// The longest a call may take: a completion that gives up at its lock deadline, a bounded
 /// rollback, a release that gives up at its lock deadline, and a margin.
 const CALL_DEADLINE: Duration = Duration::from_millis(1_800);
+/// How long a retrying client of an unrelated key keeps trying: a call, and the lease of a
+/// reservation that a call cut at its budget may have written all the same (C9, C13).
+const UNRELATED_WITHIN: Duration = Duration::from_millis(1_800 + 1_500);
 
 /// C13, C8: holders under `run` (completion on the store's connections, renewals on the
 /// heartbeat's) whose rows another transaction locks, more rows than the store has
@@ -145,15 +148,16 @@ async fn locked_rows(holders_run: Holders, locked: usize) {
     // Unrelated keys, while the rows stay locked: retrying clients, each answered. The holders'
     // completions, retried within their leases on the store's connections, each wait up to the
     // lock deadline: they can fill the connections for a whole budget, and an unrelated call
-    // then gets a 503 within its own (C13). The next attempt goes through: the key executes
-    // while the rows are still locked.
+    // then gets a 503 within its own (C13). A reservation that call sent may still have been
+    // written, which nobody holds: the retries are answered in flight until its lease ends
+    // (C9). The key then executes while the rows are still locked.
     let mut unrelated = Vec::new();
     let mut n = 0;
-    while locked_at.elapsed() + 2 * CALL_DEADLINE < LOCK_HELD {
+    while locked_at.elapsed() + UNRELATED_WITHIN + CALL_DEADLINE < LOCK_HELD {
         let request = bench.request(&format!("free-{run}-{n}"));
         n += 1;
         let attempts = bench
-            .charge_until_answered(&request, RETRY_EVERY, CALL_DEADLINE)
+            .charge_until_answered(&request, RETRY_EVERY, UNRELATED_WITHIN)
             .await;
         unrelated.push((request, attempts));
     }
@@ -195,10 +199,15 @@ async fn locked_rows(holders_run: Holders, locked: usize) {
             matches!(last, Ok(Outcome::Executed(_))),
             "an unrelated key ({key}) while the rows are locked: {attempts:?}"
         );
-        for (charged, took) in attempts {
+        for (i, (charged, took)) in attempts.iter().enumerate() {
+            let after_a_503 = attempts[..i].iter().any(|(c, _)| unavailable(c));
+            let in_flight = matches!(charged, Ok(Outcome::Answered(Answer::InFlight { .. })));
             assert!(
-                unavailable(charged) || matches!(charged, Ok(Outcome::Executed(_))),
-                "an unrelated key ({key}): executed, or a 503 to retry: {charged:?}"
+                unavailable(charged)
+                    || matches!(charged, Ok(Outcome::Executed(_)))
+                    || (in_flight && after_a_503),
+                "an unrelated key ({key}): executed, a 503 to retry, or in flight after a 503 \
+                 (its cut reservation): {charged:?}"
             );
             assert!(
                 *took <= CALL_DEADLINE,
