@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{charges, pg_url, store_on, SCHEMA};
+use common::{charges, pg_url, select_one, store_on, SCHEMA};
 use idem_core::store::Deadline;
 use idem_core::{Answer, Begin, Error, Idempotency, Outcome, Policy, Store, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe, Row};
@@ -332,17 +332,6 @@ async fn c13_dead_idle_connections_are_replaced_without_failing_a_call() {
             .expect("no failed call");
         assert!(matches!(outcome, Outcome::Executed(_)), "{outcome:?}");
     }
-}
-
-/// An effect of one statement.
-fn select_one<'c>(
-    tx: &'c mut sqlx::PgConnection,
-    _: &'c idem_core::Lease,
-) -> idem_postgres::EffectFuture<'c, sqlx::Error> {
-    Box::pin(async move {
-        sqlx::query("SELECT 1").execute(&mut *tx).await?;
-        Ok(StoredResponse::new(201, "charged"))
-    })
 }
 
 /// C8: drain waits for run_in_transaction executions whose callers went away.

@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{pg_url, SCHEMA};
+use common::{pg_url, select_one, SCHEMA};
 use idem_core::{Answer, Begin, Idempotency, Outcome, Policy, RunError, StoredResponse};
 use idem_postgres::PgIdempotency;
 use idem_postgres::{Isolation, PgStore, StatementMode};
@@ -221,17 +221,6 @@ async fn count_paths(mode: StatementMode, read_first: bool) {
 /// The effect of the money path: one statement of its own in the transaction.
 async fn charge(money: &Idempotency<PgStore>, key: &str, body: &[u8]) -> Result<Outcome, String> {
     charge_in(money, key, body, false).await
-}
-
-/// The effect: one statement of its own.
-fn select_one<'c>(
-    tx: &'c mut sqlx::PgConnection,
-    _lease: &'c idem_core::Lease,
-) -> idem_postgres::EffectFuture<'c, sqlx::Error> {
-    Box::pin(async move {
-        sqlx::query("SELECT 1").execute(&mut *tx).await?;
-        Ok(StoredResponse::new(201, "charged"))
-    })
 }
 
 /// [`charge`] in one commit if `one_commit`, else two.

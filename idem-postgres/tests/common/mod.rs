@@ -252,3 +252,14 @@ pub(crate) async fn expecting_fresh_keys(idem: &idem_core::Idempotency<PgStore>)
         }
     }
 }
+
+/// The money path's effect in the tests: one statement of its own, answered 201.
+pub(crate) fn select_one<'c>(
+    tx: &'c mut sqlx::PgConnection,
+    _lease: &'c idem_core::Lease,
+) -> idem_postgres::EffectFuture<'c, sqlx::Error> {
+    Box::pin(async move {
+        sqlx::query("SELECT 1").execute(&mut *tx).await?;
+        Ok(idem_core::StoredResponse::new(201, "charged"))
+    })
+}
