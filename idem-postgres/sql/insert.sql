@@ -18,7 +18,7 @@
 -- $1 consumer, $2 route, $3 key, $4 fingerprint, $5 new token, $6 lease in milliseconds, $7 the
 -- holder (for operators), $8 the record's lock key, $9 the record's and fingerprint's lock key,
 -- $10 whether this is a one-commit reservation. Returns the lease's deadline and when the
--- server started, in milliseconds as reserve.sql computes them; no row when nothing was written.
+-- server started, sent as reserve.sql sends instants; no row when nothing was written.
 INSERT INTO idem_records (consumer, route, key, fingerprint, token, state, deadline, reserved_at, holder,
                           doubt, doubt_check_at)
 SELECT $1, $2, $3, $4, $5, 0, clock.now + $6 * interval '1 millisecond',
@@ -31,5 +31,5 @@ WHERE NOT EXISTS (SELECT 1 FROM idem_records WHERE consumer = $1 AND route = $2 
           ELSE false
       END
 ON CONFLICT (consumer, route, key) DO NOTHING
-RETURNING floor(date_part('epoch', deadline) * 1000 + 0.0005)::bigint AS deadline_ms,
-          floor(date_part('epoch', pg_postmaster_start_time()) * 1000 + 0.0005)::bigint AS server_ms
+RETURNING timestamptz_send(deadline) AS deadline_at,
+          timestamptz_send(pg_postmaster_start_time()) AS server_at

@@ -7,4 +7,4 @@ UPDATE idem_records
 SET deadline = clock_timestamp() + $5 * interval '1 millisecond'
 WHERE consumer = $1 AND route = $2 AND key = $3 AND token = $4 AND state = 0
   AND (SELECT set_config('lock_timeout', '3s', true)) IS NOT NULL
-RETURNING CASE WHEN isfinite(deadline) THEN floor(date_part('epoch', deadline) * 1000 + 0.0005)::bigint END AS deadline_ms
+RETURNING timestamptz_send(deadline) AS deadline_at

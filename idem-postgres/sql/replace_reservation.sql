@@ -32,4 +32,4 @@ replaced AS (
 )
 SELECT EXISTS (SELECT 1 FROM target) AS taken,
        EXISTS (SELECT 1 FROM idem_records WHERE consumer = $1 AND route = $2 AND key = $3) AS present,
-       (SELECT floor(date_part('epoch', deadline) * 1000 + 0.0005)::bigint FROM replaced) AS deadline_ms
+       (SELECT timestamptz_send(deadline) FROM replaced) AS deadline_at

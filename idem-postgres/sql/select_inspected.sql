@@ -3,7 +3,7 @@
 -- and the mark of an answer in doubt with its next check time (version 4).
 -- `lookup` keeps to select_record.sql, so it reads a table a migration has not reached yet.
 SELECT fingerprint, token, state,
-       CASE WHEN isfinite(deadline) THEN floor(date_part('epoch', deadline) * 1000 + 0.0005)::bigint END AS deadline_ms,
+       timestamptz_send(deadline) AS deadline_at,
        response,
        round(extract(epoch FROM reserved_at) * 1000)::bigint AS reserved_ms,
        round(extract(epoch FROM completed_at) * 1000)::bigint AS completed_ms,

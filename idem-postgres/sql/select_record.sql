@@ -1,6 +1,6 @@
 -- The record as stored, for lookup (no lock, no write).
 SELECT fingerprint, token, state,
-       CASE WHEN isfinite(deadline) THEN floor(date_part('epoch', deadline) * 1000 + 0.0005)::bigint END AS deadline_ms,
+       timestamptz_send(deadline) AS deadline_at,
        response
 FROM idem_records
 WHERE consumer = $1 AND route = $2 AND key = $3

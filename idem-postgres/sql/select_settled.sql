@@ -5,7 +5,7 @@
 -- one-commit execution's fresh row is invisible until it commits (nothing to lock): the caller
 -- first waits, in the same transaction, for the record's gate lock (src/gate.rs).
 SELECT fingerprint, token, state,
-       CASE WHEN isfinite(deadline) THEN floor(date_part('epoch', deadline) * 1000 + 0.0005)::bigint END AS deadline_ms,
+       timestamptz_send(deadline) AS deadline_at,
        response
 FROM idem_records
 WHERE consumer = $1 AND route = $2 AND key = $3

@@ -46,6 +46,12 @@ pub(crate) struct Ops {
     pub(crate) servers: AtomicU64,
 }
 
+/// The finite instant in column `name` ([`row::instant`]); `NULL` or infinity is corrupt.
+fn required(row: &PgRow, name: &str) -> Result<i64, Error> {
+    row::instant(row, name)?
+        .ok_or_else(|| Error::CorruptRecord(format!("postgres: no finite {name}")))
+}
+
 fn timestamp(ms: i64) -> Result<Timestamp, Error> {
     u64::try_from(ms)
         .map(Timestamp::from_millis)
@@ -140,14 +146,9 @@ impl Ops {
             // committed yet).
             "held_same" => Ok(Reserved::Held { mismatch: false }),
             "held_other" => Ok(Reserved::Held { mismatch: true }),
-            "inserted" => {
-                let until: i64 = found
-                    .try_get("deadline_ms")
-                    .map_err(crate::error::store_error)?;
-                Ok(Reserved::Written {
-                    until: timestamp(until)?,
-                })
-            }
+            "inserted" => Ok(Reserved::Written {
+                until: timestamp(required(&found, "deadline_at")?)?,
+            }),
             _ => found_record(&found),
         }
     }
@@ -176,12 +177,10 @@ impl Ops {
         found_record(&found)
     }
 
-    /// Notes the start time of the server a step ran on (`server_ms`): another one than the
+    /// Notes the start time of the server a step ran on (`server_at`): another one than the
     /// last step's moves the store's generation.
     fn seen_server(&self, row: &PgRow) -> Result<(), Error> {
-        let started: i64 = row
-            .try_get("server_ms")
-            .map_err(crate::error::store_error)?;
+        let started = required(row, "server_at")?;
         let before = self.server_started.swap(started, Ordering::AcqRel);
         if before != 0 && before != started {
             self.servers.fetch_add(1, Ordering::AcqRel);
@@ -234,9 +233,7 @@ impl Ops {
         let present: bool = found
             .try_get("present")
             .map_err(crate::error::store_error)?;
-        let until: Option<i64> = found
-            .try_get("deadline_ms")
-            .map_err(crate::error::store_error)?;
+        let until = row::instant(found, "deadline_at")?;
         Ok(match (taken, present, until) {
             (_, _, Some(until)) => Reserved::Written {
                 until: timestamp(until)?,
@@ -339,10 +336,7 @@ impl Ops {
         )
         .await?;
         let found = rows.first().ok_or(Error::LeaseLost)?;
-        let until: i64 = found
-            .try_get("deadline_ms")
-            .map_err(crate::error::store_error)?;
-        timestamp(until)
+        timestamp(required(found, "deadline_at")?)
     }
 
     /// One bounded batch of expired records (C10), then of expired audit entries with what is
@@ -676,7 +670,7 @@ fn fenced(changed: u64) -> Result<(), Error> {
 /// A record a reservation step found (`sql/reserve.sql`, `sql/read.sql`), with the statement's
 /// time and whether it is in doubt.
 fn found_record(found: &PgRow) -> Result<Reserved, Error> {
-    let now: i64 = found.try_get("now_ms").map_err(crate::error::store_error)?;
+    let now = required(found, "now_at")?;
     let in_doubt: bool = found
         .try_get("in_doubt")
         .map_err(crate::error::store_error)?;

@@ -12,13 +12,43 @@ use idem_ops::{Noted, Provenance};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
-/// Reads fingerprint, token, state, deadline_ms and response (by name). The response is `None`
+/// PostgreSQL's epoch, 2000-01-01, in milliseconds after the Unix epoch.
+const POSTGRES_EPOCH_MS: i64 = 946_684_800_000;
+
+/// The instant in column `name`, which the statement sends as `timestamptz_send(t)`: the
+/// timestamp's 8-byte binary form (microseconds since 2000-01-01, big endian), whichever
+/// protocol carried it, so the server converts nothing. In milliseconds since the Unix epoch,
+/// rounded down; `None` for SQL `NULL` and for an infinite timestamp. Anything but 8 bytes is
+/// [`Error::CorruptRecord`].
+pub(crate) fn instant(row: &PgRow, name: &str) -> Result<Option<i64>, Error> {
+    let Some(sent) = row
+        .try_get::<Option<Vec<u8>>, _>(name)
+        .map_err(corrupt_or_store)?
+    else {
+        return Ok(None);
+    };
+    <[u8; 8]>::try_from(sent.as_slice())
+        .map(|bytes| unix_millis(i64::from_be_bytes(bytes)))
+        .map_err(|_| corrupt(format!("{name} is {} bytes, not a timestamp", sent.len())))
+}
+
+/// PostgreSQL's microseconds since 2000-01-01 as milliseconds since the Unix epoch, rounded
+/// down; `None` for `infinity` and `-infinity` (`i64::MAX`, `i64::MIN`).
+fn unix_millis(micros: i64) -> Option<i64> {
+    match micros {
+        i64::MAX | i64::MIN => None,
+        micros => Some(micros.div_euclid(1000) + POSTGRES_EPOCH_MS),
+    }
+}
+
+/// Reads fingerprint, token, state, deadline_at and response (by name). The response is `None`
 /// where the statement did not fetch it (another fingerprint, or in progress).
 pub(crate) fn decode(row: &PgRow) -> Result<Record<Option<Vec<u8>>>, Error> {
     let fingerprint: Vec<u8> = row.try_get("fingerprint").map_err(corrupt_or_store)?;
     let token: Vec<u8> = row.try_get("token").map_err(corrupt_or_store)?;
     let state: i16 = row.try_get("state").map_err(corrupt_or_store)?;
-    let deadline: i64 = row.try_get("deadline_ms").map_err(corrupt_or_store)?;
+    let deadline =
+        instant(row, "deadline_at")?.ok_or_else(|| corrupt("no finite deadline".to_owned()))?;
     let response: Option<Vec<u8>> = row.try_get("response").map_err(corrupt_or_store)?;
     let deadline = u64::try_from(deadline)
         .map(Timestamp::from_millis)
@@ -174,4 +204,24 @@ fn corrupt_or_store(error: sqlx::Error) -> Error {
 
 fn corrupt(why: String) -> Error {
     Error::CorruptRecord(format!("postgres row: {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unix_millis;
+
+    #[test]
+    fn c11_instants_are_rounded_down_to_the_millisecond() {
+        assert_eq!(unix_millis(0), Some(946_684_800_000), "2000-01-01");
+        assert_eq!(unix_millis(999), Some(946_684_800_000));
+        assert_eq!(unix_millis(1_000), Some(946_684_800_001));
+        assert_eq!(
+            unix_millis(-1),
+            Some(946_684_799_999),
+            "before 2000, down too"
+        );
+        assert_eq!(unix_millis(-946_684_800_000_000), Some(0), "the Unix epoch");
+        assert_eq!(unix_millis(i64::MAX), None, "infinity");
+        assert_eq!(unix_millis(i64::MIN), None, "-infinity");
+    }
 }

@@ -1,4 +1,4 @@
-//! The statements' milliseconds since the epoch (C11): `floor(date_part('epoch', t) * 1000 +
+//! The listings' milliseconds since the epoch (C11): `floor(date_part('epoch', t) * 1000 +
 //! 0.0005)`, a double, is the same integer as the exact `floor(extract(epoch FROM t) * 1000)`, a
 //! numeric, for every microsecond checked from 1970 to 2100. Without the half microsecond the
 //! double is a millisecond short on some exact millisecond boundaries (the test shows it), and
@@ -9,7 +9,7 @@ mod common;
 use common::pg_url;
 use idem_postgres::sqlx::{self, PgPool};
 
-/// The expression every statement uses (`sql/reserve.sql` says why), on `t`.
+/// The expression the listings use, on `t` (a decision's instants come as `timestamptz_send`).
 const FAST: &str = "floor(date_part('epoch', t) * 1000 + 0.0005)::bigint";
 const EXACT: &str = "floor(extract(epoch FROM t) * 1000)::bigint";
 const PLAIN: &str = "floor(date_part('epoch', t) * 1000)::bigint";
@@ -43,15 +43,52 @@ async fn c11_milliseconds_from_a_double_are_the_exact_ones() {
 }
 
 #[test]
-fn c11_every_statement_uses_the_checked_expression() {
+fn c11_decisions_read_instants_as_sent_and_listings_the_checked_expression() {
+    // What the engine decides on comes as `timestamptz_send` (the store rounds it down to the
+    // millisecond); nothing computes milliseconds from a double without the half microsecond.
     for (name, sql) in [
         ("reserve.sql", include_str!("../sql/reserve.sql")),
+        ("insert.sql", include_str!("../sql/insert.sql")),
         ("read.sql", include_str!("../sql/read.sql")),
+        (
+            "replace_reservation.sql",
+            include_str!("../sql/replace_reservation.sql"),
+        ),
+        ("renew.sql", include_str!("../sql/renew.sql")),
         (
             "select_record.sql",
             include_str!("../sql/select_record.sql"),
         ),
-        ("renew.sql", include_str!("../sql/renew.sql")),
+        (
+            "select_settled.sql",
+            include_str!("../sql/select_settled.sql"),
+        ),
+        (
+            "select_inspected.sql",
+            include_str!("../sql/select_inspected.sql"),
+        ),
+    ] {
+        let code: String = sql
+            .lines()
+            .map(|line| line.split("--").next().unwrap_or(""))
+            .collect();
+        assert!(code.contains("timestamptz_send("), "{name}");
+        assert!(!code.contains("date_part("), "{name}");
+    }
+    for (name, sql) in [
+        (
+            "list_completed.sql",
+            include_str!("../sql/list_completed.sql"),
+        ),
+        (
+            "list_in_doubt.sql",
+            include_str!("../sql/list_in_doubt.sql"),
+        ),
+        (
+            "list_in_progress.sql",
+            include_str!("../sql/list_in_progress.sql"),
+        ),
+        ("list_key.sql", include_str!("../sql/list_key.sql")),
     ] {
         assert!(!sql.contains("floor(extract("), "{name}");
         assert!(sql.contains("* 1000 + 0.0005)::bigint"), "{name}");

@@ -261,9 +261,12 @@ fn read(row: &sqlx::postgres::PgRow, fingerprint: &[u8]) -> Reply {
     if source == "inserted" {
         return Reply::Inserted;
     }
-    let now: i64 = row.try_get("now_ms").expect("now_ms");
-    let deadline: Option<i64> = row.try_get("deadline_ms").expect("deadline_ms");
-    let deadline = deadline.expect("a finite deadline");
+    // Instants come as `timestamptz_send`: microseconds since 2000-01-01, big endian.
+    let micros = |name: &str| -> i64 {
+        let sent: &[u8] = row.try_get(name).expect(name);
+        i64::from_be_bytes(sent.try_into().expect("8 bytes"))
+    };
+    let (now, deadline) = (micros("now_at"), micros("deadline_at"));
     if deadline <= now {
         return Reply::Expired;
     }
@@ -273,7 +276,7 @@ fn read(row: &sqlx::postgres::PgRow, fingerprint: &[u8]) -> Reply {
     }
     let state: i16 = row.try_get("state").expect("state");
     match state {
-        0 => Reply::InFlight(Duration::from_millis(
+        0 => Reply::InFlight(Duration::from_micros(
             u64::try_from(deadline - now).unwrap_or(0),
         )),
         1 => {
