@@ -1,12 +1,13 @@
 -- Fenced completion (C6): only the token holder of an in-progress record. With complete_in it
 -- runs in the caller's transaction, so the effect and the completion commit together. The
 -- retention runs from clock_timestamp(), the moment of this statement: inside a transaction,
--- now() is the transaction's start, which may be long before. completed_at is that moment too,
--- to the millisecond, for operators.
+-- now() is the transaction's start, which may be long before. completed_at (and a check time)
+-- is that moment too, read again microseconds later, to the millisecond, for operators.
 -- The row's filter first sets its transaction's lock_timeout (it runs on the row the scan
--- found, before the row is taken), so a row another transaction holds is waited for at most
--- that long (C13), whatever the session or the caller's transaction said; it stays set for the
--- rest of the transaction.
+-- found, before the row is taken, and again on a newer version after a wait), so a row another
+-- transaction holds is waited for at most that long (C13), whatever the session or the
+-- caller's transaction said; once a row was found it stays set for the rest of the
+-- transaction.
 -- One plain UPDATE on the record's index: no sub-select and no one-time filter, whose plan
 -- nodes PostgreSQL builds again at every execution (about 22 000 server instructions, a twentieth
 -- of a fresh key's: docs/benchmarks.md, "What bounds each store").
