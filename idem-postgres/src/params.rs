@@ -49,6 +49,19 @@ pub enum Param<'a> {
     Bool(bool),
 }
 
+impl Param<'_> {
+    /// The bytes this parameter takes in a bind message: its length, then its value.
+    fn encoded_len(&self) -> usize {
+        4 + match *self {
+            Param::Text(text) => text.len(),
+            Param::Bytes(bytes) => bytes.len(),
+            Param::MaybeBytes(bytes) => bytes.map_or(0, <[u8]>::len),
+            Param::Int(_) => 8,
+            Param::Bool(_) => 1,
+        }
+    }
+}
+
 /// `sql` with `params` on `conn`, run by the executor method `$run` (`fetch_all`,
 /// `fetch_optional`, `execute`): bound to the prepared statement, or, with the simple protocol,
 /// written into it after `preamble` in one message.
@@ -130,6 +143,9 @@ pub(crate) async fn execute_after(
 
 fn arguments(params: &[Param<'_>]) -> Result<PgArguments, Error> {
     let mut args = PgArguments::default();
+    // One allocation for the types and one for the values, each value after its 4-byte length:
+    // growing them one parameter at a time cost a fresh key about 3 000 instructions.
+    args.reserve(params.len(), params.iter().map(Param::encoded_len).sum());
     for param in params {
         match *param {
             Param::Text(text) => args.add(text),
