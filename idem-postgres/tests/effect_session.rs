@@ -73,3 +73,92 @@ async fn c06_the_effect_runs_on_a_session_set_up_as_the_pool_you_passed_sets_it_
          pool's after_connect set-up (tenant, search_path, role) is missing from its session"
     );
 }
+
+/// What an effect's transaction runs under, read from inside it.
+async fn effect_settings(idem: &Idempotency<PgStore>) -> (String, String) {
+    let request = idem
+        .request("acct_1", "POST", "/charges")
+        .key(Some(&format!("idle-{}", FencingToken::generate())))
+        .body(b"{}")
+        .build()
+        .expect("request");
+    let seen = Arc::new(Mutex::new(None::<(String, String)>));
+    let seen_in_effect = Arc::clone(&seen);
+    let outcome = idem
+        .run_in_transaction(&request, move |tx, _lease| {
+            Box::pin(async move {
+                let settings: (String, String) = sqlx::query_as(
+                    "SELECT current_setting('idle_in_transaction_session_timeout'), \
+                            current_setting('transaction_isolation')",
+                )
+                .fetch_one(&mut *tx)
+                .await?;
+                *seen_in_effect.lock().expect("not poisoned") = Some(settings);
+                Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
+            })
+        })
+        .await
+        .expect("run_in_transaction");
+    assert!(matches!(outcome, Outcome::Executed(_)), "{outcome:?}");
+    let settings = seen.lock().expect("not poisoned").clone();
+    settings.expect("the effect ran")
+}
+
+/// C13: every effect's transaction is bounded by the store's idle deadline and runs at its
+/// isolation level, on the store's own connections (the deadline set for their session when
+/// they open; the `BEGIN` alone), behind a pooler in transaction mode (`SET LOCAL` in each
+/// `BEGIN`) and on your pool (the same, nothing left in its sessions): the first transaction
+/// of a connection and the next ones on it alike.
+#[tokio::test]
+async fn c13_every_effects_transaction_carries_the_idle_deadline_and_isolation() {
+    let idle = std::time::Duration::from_millis(2_750);
+    let builder = || {
+        PgStore::builder()
+            .schema(SCHEMA)
+            .table(&format!("t_{}", FencingToken::generate()))
+            .max_connections(1)
+            .idle_in_transaction_timeout(idle)
+    };
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&pg_url())
+        .await
+        .expect("the business pool");
+    let stores = [
+        (
+            "own connections",
+            builder().connect(&pg_url()).await.expect("store"),
+        ),
+        (
+            "own connections, simple statements",
+            builder()
+                .statements(idem_postgres::StatementMode::Simple)
+                .connect(&pg_url())
+                .await
+                .expect("store"),
+        ),
+        ("your pool", builder().pool(pool.clone()).expect("store")),
+    ];
+    for (name, store) in stores {
+        store.migrate().await.expect("migrate");
+        let idem = Idempotency::new(store);
+        for round in 0..3 {
+            let (timeout, isolation) = effect_settings(&idem).await;
+            assert_eq!(
+                (timeout.as_str(), isolation.as_str()),
+                ("2750ms", "read committed"),
+                "{name}, transaction {round} of its connection"
+            );
+        }
+    }
+    // SET LOCAL: nothing stays in the sessions of your pool.
+    let (after,): (String,) =
+        sqlx::query_as("SELECT current_setting('idle_in_transaction_session_timeout')")
+            .fetch_one(&pool)
+            .await
+            .expect("the pool's session");
+    assert_ne!(
+        after, "2750ms",
+        "the idle deadline leaked into your pool's session"
+    );
+}
