@@ -60,11 +60,6 @@ impl Connections {
         }
     }
 
-    /// Whether a new connection runs a set-up of the store's first.
-    pub(crate) fn sets_up(&self) -> bool {
-        self.setup.is_some()
-    }
-
     /// A connection: the one given back last, or a new one.
     pub(crate) async fn get(&self) -> Result<Held<'_>, Error> {
         self.take(false).await

@@ -41,43 +41,20 @@ pub(crate) fn statement_preamble(mode: StatementMode, deadlines: &Deadlines) -> 
     }
 }
 
-/// What a new connection for the effects' transactions runs first, if anything: with prepared
-/// statements (a session of its own), the transaction's idle deadline, set once for the session
-/// instead of in every `BEGIN` ([`effect_begin`]). Nothing else: the effect's own statements
-/// run under the session's defaults, not the store's deadlines.
-pub(crate) fn effect_connection_setup(
-    mode: StatementMode,
-    deadlines: &Deadlines,
-) -> Option<String> {
-    match mode {
-        StatementMode::Prepared => Some(format!(
-            "SET idle_in_transaction_session_timeout = {}",
-            deadlines.idle_in_transaction_ms()
-        )),
-        StatementMode::Simple => None,
-    }
-}
-
 /// The `BEGIN` of the effect's transaction at `isolation`: the transaction may sit idle between
 /// statements at most the idle deadline, so a session whose client vanished mid-transaction
-/// (a half-open connection) is ended by the server, and the record's row with it. On a
-/// connection whose session already carries it ([`effect_connection_setup`]) the `BEGIN` is
-/// alone; otherwise (a pooler in transaction mode, the application's pool) a `SET LOCAL` in the
-/// same message sets it for this transaction. A `SET LOCAL` costs the server a fifth of a fresh
-/// key's `BEGIN` and `COMMIT` again in parsing, setting and restoring it (`bash
-/// scripts/server-instructions`, docs/benchmarks.md). When the store asks for a server that
-/// accepts writes, the transaction is `READ WRITE`: a server in recovery (a standby, a demoted
-/// primary) refuses it at once, before the effect runs.
+/// (a half-open connection) is ended by the server, and the record's row with it. Both are set
+/// for this transaction, whatever an effect before did to the session (a `RESET ALL`, a `SET`):
+/// set once per session, the deadline cost 13 600 fewer server instructions per fresh key, and
+/// one effect's `RESET ALL` turned it off for the connection's later transactions. When the
+/// store asks for a server that accepts writes, the transaction is `READ WRITE`: a server in
+/// recovery (a standby, a demoted primary) refuses it at once, before the effect runs.
 pub(crate) fn effect_begin(
     isolation_begin: &str,
     deadlines: &Deadlines,
     read_write: bool,
-    session_sets_idle: bool,
 ) -> String {
     let mode = if read_write { ", READ WRITE" } else { "" };
-    if session_sets_idle {
-        return format!("{isolation_begin}{mode}");
-    }
     format!(
         "{isolation_begin}{mode}; SET LOCAL idle_in_transaction_session_timeout = {}",
         deadlines.idle_in_transaction_ms()
@@ -107,33 +84,13 @@ mod tests {
         let setup = connection_setup(StatementMode::Prepared, &deadlines).unwrap_or_default();
         assert!(setup.contains("READ COMMITTED") && setup.contains("statement_timeout = 1500"));
         assert_eq!(
-            effect_begin("BEGIN ISOLATION LEVEL SERIALIZABLE", &deadlines, false, false),
+            effect_begin("BEGIN ISOLATION LEVEL SERIALIZABLE", &deadlines, false),
             "BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL idle_in_transaction_session_timeout = 300"
         );
         assert_eq!(
-            effect_begin(
-                "BEGIN ISOLATION LEVEL READ COMMITTED",
-                &deadlines,
-                true,
-                false
-            ),
+            effect_begin("BEGIN ISOLATION LEVEL READ COMMITTED", &deadlines, true),
             "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; \
              SET LOCAL idle_in_transaction_session_timeout = 300"
-        );
-        // A session of the store's own carries the idle deadline: the BEGIN is alone.
-        assert_eq!(
-            effect_connection_setup(StatementMode::Prepared, &deadlines).as_deref(),
-            Some("SET idle_in_transaction_session_timeout = 300")
-        );
-        assert!(effect_connection_setup(StatementMode::Simple, &deadlines).is_none());
-        assert_eq!(
-            effect_begin(
-                "BEGIN ISOLATION LEVEL READ COMMITTED",
-                &deadlines,
-                true,
-                true
-            ),
-            "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE"
         );
     }
 }

@@ -227,23 +227,16 @@ impl PgStoreBuilder {
     }
 
     /// The longest the transaction `run_in_transaction` opens may sit idle between statements
-    /// (PostgreSQL's `idle_in_transaction_session_timeout`; default 30 s, the transaction
-    /// timeout). A client that vanished mid-transaction (a half-open connection) leaves a
-    /// session the server believes in, holding the record's row; past this deadline the server
-    /// ends it and the transaction rolls back. Below [`lock_timeout`](Self::lock_timeout) the
-    /// release that follows such a failure outwaits it and the retry runs at once; above it
-    /// (the default) the record waits for its lease. Keep it at or above
-    /// [`transaction_timeout`](Self::transaction_timeout) if your effects pause between
-    /// statements (a provider's call inside the transaction): the server's deadline ends such
-    /// an effect with a broken connection, which releases its key, where the transaction
-    /// timeout keeps it with an unknown outcome (C8).
-    ///
-    /// The store's connections for transactions set it for their session when they open, so
-    /// that each `BEGIN` goes alone; behind a pooler in transaction mode
-    /// ([`StatementMode::Simple`]) and on your pool ([`pool`](Self::pool)) each
-    /// transaction sets it with `SET LOCAL`. An effect must not change it for its session
-    /// (`SET` without `LOCAL`, `RESET ALL`): the connection's later transactions would keep
-    /// the change.
+    /// (PostgreSQL's `idle_in_transaction_session_timeout`, set for that transaction only;
+    /// default 30 s, the transaction timeout). A client that vanished mid-transaction (a
+    /// half-open connection) leaves a session the server believes in, holding the record's row;
+    /// past this deadline the server ends it and the transaction rolls back. Below
+    /// [`lock_timeout`](Self::lock_timeout) the release that follows such a failure outwaits it
+    /// and the retry runs at once; above it (the default) the record waits for its lease.
+    /// Keep it at or above [`transaction_timeout`](Self::transaction_timeout) if your effects
+    /// pause between statements (a provider's call inside the transaction): the server's
+    /// deadline ends such an effect with a broken connection, which releases its key, where
+    /// the transaction timeout keeps it with an unknown outcome (C8).
     pub fn idle_in_transaction_timeout(mut self, timeout: Duration) -> Self {
         self.config.deadlines.idle_in_transaction = timeout;
         self
@@ -470,7 +463,7 @@ impl PgStore {
             Arc::clone(&hosts),
             builder.max_connections,
             builder.acquire_timeout,
-            session::effect_connection_setup(config.statements, &config.deadlines),
+            None,
         );
         let conns = Connections::new(
             Arc::clone(&hosts),

@@ -366,14 +366,10 @@ impl PgStore {
     ) -> Result<(TxEnd<E, PgEffect<E>>, bool), NotBegun<E>> {
         let id = start.id();
         let deadlines = &self.inner.config.deadlines;
-        // With prepared statements the store's own connections carry the idle deadline in
-        // their session (session::effect_connection_setup); behind a pooler in transaction mode
-        // and on the application's pool, the BEGIN sets it for its transaction.
         let statement = session::effect_begin(
             self.isolation().begin_statement(),
             deadlines,
             self.inner.hosts.checks_writes(),
-            !self.inner.effects_on_pool && self.inner.tx_conns.sets_up(),
         );
         let mut conflicts = 0;
         let (tx, lease) = loop {

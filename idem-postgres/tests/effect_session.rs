@@ -74,8 +74,9 @@ async fn c06_the_effect_runs_on_a_session_set_up_as_the_pool_you_passed_sets_it_
     );
 }
 
-/// What an effect's transaction runs under, read from inside it.
-async fn effect_settings(idem: &Idempotency<PgStore>) -> (String, String) {
+/// What an effect's transaction runs under, read from inside it; then the effect runs `tamper`
+/// (a change of its session's settings), and commits.
+async fn effect_settings(idem: &Idempotency<PgStore>, tamper: &'static str) -> (String, String) {
     let request = idem
         .request("acct_1", "POST", "/charges")
         .key(Some(&format!("idle-{}", FencingToken::generate())))
@@ -93,6 +94,7 @@ async fn effect_settings(idem: &Idempotency<PgStore>) -> (String, String) {
                 )
                 .fetch_one(&mut *tx)
                 .await?;
+                sqlx::raw_sql(tamper).execute(&mut *tx).await?;
                 *seen_in_effect.lock().expect("not poisoned") = Some(settings);
                 Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
             })
@@ -105,10 +107,10 @@ async fn effect_settings(idem: &Idempotency<PgStore>) -> (String, String) {
 }
 
 /// C13: every effect's transaction is bounded by the store's idle deadline and runs at its
-/// isolation level, on the store's own connections (the deadline set for their session when
-/// they open; the `BEGIN` alone), behind a pooler in transaction mode (`SET LOCAL` in each
-/// `BEGIN`) and on your pool (the same, nothing left in its sessions): the first transaction
-/// of a connection and the next ones on it alike.
+/// isolation level, on the store's own connections, with simple statements and on your pool:
+/// the first transaction of a connection and the next ones on it alike, whatever an effect
+/// before did to its session (`RESET ALL`, a `SET` of the deadline, committed), and nothing of
+/// the store's is left in your pool's sessions.
 #[tokio::test]
 async fn c13_every_effects_transaction_carries_the_idle_deadline_and_isolation() {
     let idle = std::time::Duration::from_millis(2_750);
@@ -142,8 +144,14 @@ async fn c13_every_effects_transaction_carries_the_idle_deadline_and_isolation()
     for (name, store) in stores {
         store.migrate().await.expect("migrate");
         let idem = Idempotency::new(store);
-        for round in 0..3 {
-            let (timeout, isolation) = effect_settings(&idem).await;
+        let tampers = [
+            "RESET ALL",
+            "SET idle_in_transaction_session_timeout = 0",
+            "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+            "SELECT 1",
+        ];
+        for (round, tamper) in tampers.into_iter().enumerate() {
+            let (timeout, isolation) = effect_settings(&idem, tamper).await;
             assert_eq!(
                 (timeout.as_str(), isolation.as_str()),
                 ("2750ms", "read committed"),
@@ -151,7 +159,7 @@ async fn c13_every_effects_transaction_carries_the_idle_deadline_and_isolation()
             );
         }
     }
-    // SET LOCAL: nothing stays in the sessions of your pool.
+    // SET LOCAL: the store's deadline never stays in the sessions of your pool.
     let (after,): (String,) =
         sqlx::query_as("SELECT current_setting('idle_in_transaction_session_timeout')")
             .fetch_one(&pool)
