@@ -1,6 +1,6 @@
 //! How a statement's parameters reach the server: bound to a prepared statement (the default),
 //! or written into the statement's text for the simple query protocol, which is what a
-//! connection pooler in transaction mode (PgBouncer before 1.21) can carry.
+//! connection pooler in transaction mode can carry.
 
 use crate::error::store_error;
 use idem_core::Error;
@@ -13,8 +13,11 @@ use std::sync::Arc;
 #[non_exhaustive]
 pub enum StatementMode {
     /// Prepared statements, cached per connection (the default): one round trip per statement
-    /// once a connection has prepared it. Needs a direct connection, or a pooler in session
-    /// mode, or PgBouncer 1.21+ with `max_prepared_statements`.
+    /// once a connection has prepared it. Needs a session of its own: a direct connection, or
+    /// a pooler in session mode. Not behind a pooler in transaction mode, even one that keeps
+    /// prepared statements (PgBouncer 1.21+ `max_prepared_statements`): the store's deadlines
+    /// and isolation level are then its sessions' settings, which would stay on server
+    /// connections other clients use and miss the ones its statements run on (C13).
     #[default]
     Prepared,
     /// The simple query protocol, parameters written into the statement as literals (text
