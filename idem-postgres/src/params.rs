@@ -15,9 +15,10 @@ pub enum StatementMode {
     /// Prepared statements, cached per connection (the default): one round trip per statement
     /// once a connection has prepared it. Needs a session of its own: a direct connection, or
     /// a pooler in session mode. Not behind a pooler in transaction mode, even one that keeps
-    /// prepared statements (PgBouncer 1.21+ `max_prepared_statements`): the store's deadlines
-    /// and isolation level are then its sessions' settings, which would stay on server
-    /// connections other clients use and miss the ones its statements run on (C13).
+    /// prepared statements (PgBouncer 1.21+ `max_prepared_statements`): the deadlines and
+    /// isolation level of the store's own statements are then its sessions' settings, which
+    /// would stay on server connections other clients use and miss the ones its statements
+    /// run on (C13).
     #[default]
     Prepared,
     /// The simple query protocol, parameters written into the statement as literals (text

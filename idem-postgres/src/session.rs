@@ -45,7 +45,7 @@ pub(crate) fn statement_preamble(mode: StatementMode, deadlines: &Deadlines) -> 
 /// statements at most the idle deadline, so a session whose client vanished mid-transaction
 /// (a half-open connection) is ended by the server, and the record's row with it. Both are set
 /// for this transaction, whatever an effect before did to the session (a `RESET ALL`, a `SET`):
-/// set once per session, the deadline cost 13 600 fewer server instructions per fresh key, and
+/// set once per session, the deadline cost 13 200 fewer server instructions per fresh key, and
 /// one effect's `RESET ALL` turned it off for the connection's later transactions. When the
 /// store asks for a server that accepts writes, the transaction is `READ WRITE`: a server in
 /// recovery (a standby, a demoted primary) refuses it at once, before the effect runs.

@@ -74,23 +74,27 @@ async fn c06_the_effect_runs_on_a_session_set_up_as_the_pool_you_passed_sets_it_
     );
 }
 
-/// What an effect's transaction runs under, read from inside it; then the effect runs `tamper`
-/// (a change of its session's settings), and commits.
-async fn effect_settings(idem: &Idempotency<PgStore>, tamper: &'static str) -> (String, String) {
+/// What an effect's transaction runs under (its idle deadline, its isolation level) and on which
+/// server session, read from inside it; then the effect runs `tamper` (a change of its
+/// session's settings), and commits.
+async fn effect_settings(
+    idem: &Idempotency<PgStore>,
+    tamper: &'static str,
+) -> (String, String, i32) {
     let request = idem
         .request("acct_1", "POST", "/charges")
         .key(Some(&format!("idle-{}", FencingToken::generate())))
         .body(b"{}")
         .build()
         .expect("request");
-    let seen = Arc::new(Mutex::new(None::<(String, String)>));
+    let seen = Arc::new(Mutex::new(None::<(String, String, i32)>));
     let seen_in_effect = Arc::clone(&seen);
     let outcome = idem
         .run_in_transaction(&request, move |tx, _lease| {
             Box::pin(async move {
-                let settings: (String, String) = sqlx::query_as(
+                let settings: (String, String, i32) = sqlx::query_as(
                     "SELECT current_setting('idle_in_transaction_session_timeout'), \
-                            current_setting('transaction_isolation')",
+                            current_setting('transaction_isolation'), pg_backend_pid()",
                 )
                 .fetch_one(&mut *tx)
                 .await?;
@@ -145,28 +149,41 @@ async fn c13_every_effects_transaction_carries_the_idle_deadline_and_isolation()
         store.migrate().await.expect("migrate");
         let idem = Idempotency::new(store);
         let tampers = [
+            "SELECT 1",
             "RESET ALL",
             "SET idle_in_transaction_session_timeout = 0",
             "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE",
             "SELECT 1",
         ];
+        let mut sessions = Vec::new();
         for (round, tamper) in tampers.into_iter().enumerate() {
-            let (timeout, isolation) = effect_settings(&idem, tamper).await;
+            let (timeout, isolation, session) = effect_settings(&idem, tamper).await;
             assert_eq!(
                 (timeout.as_str(), isolation.as_str()),
                 ("2750ms", "read committed"),
                 "{name}, transaction {round} of its connection"
             );
+            sessions.push(session);
+            if round == 0 && name == "your pool" {
+                // SET LOCAL: nothing of the store's stays in the sessions of your pool (read
+                // before any effect changed them).
+                let (after,): (String,) =
+                    sqlx::query_as("SELECT current_setting('idle_in_transaction_session_timeout')")
+                        .fetch_one(&pool)
+                        .await
+                        .expect("the pool's session");
+                assert_ne!(
+                    after, "2750ms",
+                    "the idle deadline leaked into your pool's session"
+                );
+            }
         }
+        sessions.dedup();
+        assert_eq!(
+            sessions.len(),
+            1,
+            "{name}: the effects did not share one connection, so the test proves nothing \
+             about a connection's later transactions"
+        );
     }
-    // SET LOCAL: the store's deadline never stays in the sessions of your pool.
-    let (after,): (String,) =
-        sqlx::query_as("SELECT current_setting('idle_in_transaction_session_timeout')")
-            .fetch_one(&pool)
-            .await
-            .expect("the pool's session");
-    assert_ne!(
-        after, "2750ms",
-        "the idle deadline leaked into your pool's session"
-    );
 }
