@@ -43,71 +43,52 @@ async fn c06_the_effect_runs_on_a_session_set_up_as_the_pool_you_passed_sets_it_
     assert_eq!(on_the_pool.as_deref(), Some("acct_1"));
 
     let idem = Idempotency::new(store);
-    let request = idem
-        .request("acct_1", "POST", "/charges")
-        .key(Some(&format!("tenant-{}", FencingToken::generate())))
-        .body(b"{}")
-        .build()
-        .expect("request");
-    let seen = Arc::new(Mutex::new(None::<Option<String>>));
-    let seen_in_effect = Arc::clone(&seen);
-    let outcome = idem
-        .run_in_transaction(&request, move |tx, _lease| {
-            Box::pin(async move {
-                let (tenant,): (Option<String>,) =
-                    sqlx::query_as("SELECT current_setting('idem_review.tenant', true)")
-                        .fetch_one(&mut *tx)
-                        .await?;
-                *seen_in_effect.lock().expect("not poisoned") = Some(tenant);
-                Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
-            })
-        })
-        .await
-        .expect("run_in_transaction");
-    assert!(matches!(outcome, Outcome::Executed(_)), "{outcome:?}");
-    let tenant = seen.lock().expect("not poisoned").clone();
+    let (tenant,): (Option<String>,) = read_in_effect(
+        &idem,
+        "SELECT current_setting('idem_review.tenant', true)",
+        "SELECT 1",
+    )
+    .await;
     assert_eq!(
-        tenant,
-        Some(Some("acct_1".to_owned())),
+        tenant.as_deref(),
+        Some("acct_1"),
         "the effect ran on a connection opened with the pool's connect options only: the \
          pool's after_connect set-up (tenant, search_path, role) is missing from its session"
     );
 }
 
-/// What an effect's transaction runs under (its idle deadline, its isolation level) and on which
-/// server session, read from inside it; then the effect runs `tamper` (a change of its
-/// session's settings), and commits.
-async fn effect_settings(
+/// Runs one fresh key through `run_in_transaction`, whose effect reads one row with `read`,
+/// then runs `tamper` (say, a change of its session's settings), and commits: the row read.
+async fn read_in_effect<T>(
     idem: &Idempotency<PgStore>,
+    read: &'static str,
     tamper: &'static str,
-) -> (String, String, i32) {
+) -> T
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Clone + Send + Unpin + 'static,
+{
     let request = idem
         .request("acct_1", "POST", "/charges")
-        .key(Some(&format!("idle-{}", FencingToken::generate())))
+        .key(Some(&format!("effect-{}", FencingToken::generate())))
         .body(b"{}")
         .build()
         .expect("request");
-    let seen = Arc::new(Mutex::new(None::<(String, String, i32)>));
+    let seen = Arc::new(Mutex::new(None::<T>));
     let seen_in_effect = Arc::clone(&seen);
     let outcome = idem
         .run_in_transaction(&request, move |tx, _lease| {
             Box::pin(async move {
-                let settings: (String, String, i32) = sqlx::query_as(
-                    "SELECT current_setting('idle_in_transaction_session_timeout'), \
-                            current_setting('transaction_isolation'), pg_backend_pid()",
-                )
-                .fetch_one(&mut *tx)
-                .await?;
+                let row: T = sqlx::query_as(read).fetch_one(&mut *tx).await?;
                 sqlx::raw_sql(tamper).execute(&mut *tx).await?;
-                *seen_in_effect.lock().expect("not poisoned") = Some(settings);
+                *seen_in_effect.lock().expect("not poisoned") = Some(row);
                 Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
             })
         })
         .await
         .expect("run_in_transaction");
     assert!(matches!(outcome, Outcome::Executed(_)), "{outcome:?}");
-    let settings = seen.lock().expect("not poisoned").clone();
-    settings.expect("the effect ran")
+    let row = seen.lock().expect("not poisoned").clone();
+    row.expect("the effect ran")
 }
 
 /// C13: every effect's transaction is bounded by the store's idle deadline and runs at its
@@ -157,7 +138,13 @@ async fn c13_every_effects_transaction_carries_the_idle_deadline_and_isolation()
         ];
         let mut sessions = Vec::new();
         for (round, tamper) in tampers.into_iter().enumerate() {
-            let (timeout, isolation, session) = effect_settings(&idem, tamper).await;
+            let (timeout, isolation, session): (String, String, i32) = read_in_effect(
+                &idem,
+                "SELECT current_setting('idle_in_transaction_session_timeout'), \
+                        current_setting('transaction_isolation'), pg_backend_pid()",
+                tamper,
+            )
+            .await;
             assert_eq!(
                 (timeout.as_str(), isolation.as_str()),
                 ("2750ms", "read committed"),
