@@ -46,12 +46,6 @@ pub(crate) struct Ops {
     pub(crate) servers: AtomicU64,
 }
 
-/// The finite instant in column `name` ([`row::instant`]); `NULL` or infinity is corrupt.
-fn required(row: &PgRow, name: &str) -> Result<i64, Error> {
-    row::instant(row, name)?
-        .ok_or_else(|| Error::CorruptRecord(format!("postgres: no finite {name}")))
-}
-
 fn timestamp(ms: i64) -> Result<Timestamp, Error> {
     u64::try_from(ms)
         .map(Timestamp::from_millis)
@@ -147,7 +141,7 @@ impl Ops {
             "held_same" => Ok(Reserved::Held { mismatch: false }),
             "held_other" => Ok(Reserved::Held { mismatch: true }),
             "inserted" => Ok(Reserved::Written {
-                until: timestamp(required(&found, "deadline_at")?)?,
+                until: timestamp(row::required_instant(&found, "deadline_at")?)?,
             }),
             _ => found_record(&found),
         }
@@ -180,7 +174,7 @@ impl Ops {
     /// Notes the start time of the server a step ran on (`server_at`): another one than the
     /// last step's moves the store's generation.
     fn seen_server(&self, row: &PgRow) -> Result<(), Error> {
-        let started = required(row, "server_at")?;
+        let started = row::required_instant(row, "server_at")?;
         let before = self.server_started.swap(started, Ordering::AcqRel);
         if before != 0 && before != started {
             self.servers.fetch_add(1, Ordering::AcqRel);
@@ -336,7 +330,7 @@ impl Ops {
         )
         .await?;
         let found = rows.first().ok_or(Error::LeaseLost)?;
-        timestamp(required(found, "deadline_at")?)
+        timestamp(row::required_instant(found, "deadline_at")?)
     }
 
     /// One bounded batch of expired records (C10), then of expired audit entries with what is
@@ -670,7 +664,7 @@ fn fenced(changed: u64) -> Result<(), Error> {
 /// A record a reservation step found (`sql/reserve.sql`, `sql/read.sql`), with the statement's
 /// time and whether it is in doubt.
 fn found_record(found: &PgRow) -> Result<Reserved, Error> {
-    let now = required(found, "now_at")?;
+    let now = row::required_instant(found, "now_at")?;
     let in_doubt: bool = found
         .try_get("in_doubt")
         .map_err(crate::error::store_error)?;

@@ -32,6 +32,12 @@ pub(crate) fn instant(row: &PgRow, name: &str) -> Result<Option<i64>, Error> {
         .map_err(|_| corrupt(format!("{name} is {} bytes, not a timestamp", sent.len())))
 }
 
+/// The finite instant in column `name` ([`instant`]); `NULL` or infinity is
+/// [`Error::CorruptRecord`]: every instant a decision reads is finite.
+pub(crate) fn required_instant(row: &PgRow, name: &str) -> Result<i64, Error> {
+    instant(row, name)?.ok_or_else(|| corrupt(format!("no finite {name}")))
+}
+
 /// PostgreSQL's microseconds since 2000-01-01 as milliseconds since the Unix epoch, rounded
 /// down; `None` for `infinity` and `-infinity` (`i64::MAX`, `i64::MIN`).
 fn unix_millis(micros: i64) -> Option<i64> {
@@ -47,8 +53,7 @@ pub(crate) fn decode(row: &PgRow) -> Result<Record<Option<Vec<u8>>>, Error> {
     let fingerprint: Vec<u8> = row.try_get("fingerprint").map_err(corrupt_or_store)?;
     let token: Vec<u8> = row.try_get("token").map_err(corrupt_or_store)?;
     let state: i16 = row.try_get("state").map_err(corrupt_or_store)?;
-    let deadline =
-        instant(row, "deadline_at")?.ok_or_else(|| corrupt("no finite deadline".to_owned()))?;
+    let deadline = required_instant(row, "deadline_at")?;
     let response: Option<Vec<u8>> = row.try_get("response").map_err(corrupt_or_store)?;
     let deadline = u64::try_from(deadline)
         .map(Timestamp::from_millis)
