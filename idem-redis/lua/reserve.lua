@@ -7,14 +7,15 @@
 -- 6 the holder (the reserving process). A new record carries when it was reserved ('at', Redis's
 -- now) and its holder ('h'), for operators; neither takes part in a decision. A new record is
 -- not in doubt: it has no mark ('dbt', 'dca'; store rule 6).
--- Returns 'inserted', now, deadline or 'existing', now, version, fingerprint, token, state,
--- deadline, triple, whether a response is stored (1 or 0), response or false, whether it is in
--- doubt (1 or 0: a mark 'dbt', its answer may still change); the response only for the same
--- fingerprint on a completed record (the one case it is replayed), so an answer transfers the
--- same whatever the body's size. Whether one is stored is said in every case: an in-progress
--- record with a response, or a completed one without, is corrupt (C12). The values are packed
--- by cmsgpack into one string: a client parses one reply value instead of up to eleven, and
--- Redis packs them in C for what writing them as an array costs it (src/packed.rs).
+-- Returns {packed, response}. Packed is 'inserted', now, deadline or 'existing', now, version,
+-- fingerprint, token, state, deadline, triple, whether a response is stored (1 or 0), whether
+-- it is in doubt (1 or 0: a mark 'dbt', its answer may still change), packed by cmsgpack into
+-- one string: a client parses one value instead of ten, and Redis packs them in C for what
+-- writing them as an array costs it (src/packed.rs). The response is false, or the stored one
+-- only for the same fingerprint on a completed record (the one case it is replayed), so an
+-- answer transfers the same whatever the body's size; it stays out of the packing, which would
+-- copy a large body again. Whether one is stored is said in every case: an in-progress record
+-- with a response, or a completed one without, is corrupt (C12).
 --
 -- The record is read once, its response with it (one HMGET): a replay costs one read and the
 -- clock. A value that is not one of our hashes fails the read (WRONGTYPE): an error, never a
@@ -28,7 +29,7 @@ if not rec[1] and redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'v', '1', 'fp', ARGV[1], 'tok', ARGV[2], 'st', '0',
     'dl', string.format('%d', dl), 'id', ARGV[5], 'at', string.format('%d', now), 'h', ARGV[6])
   redis.call('PEXPIREAT', KEYS[1], dl + tonumber(ARGV[4]))
-  return cmsgpack.pack('inserted', now, dl)
+  return {cmsgpack.pack('inserted', now, dl), false}
 end
 local stored = 0
 if rec[7] then
@@ -42,5 +43,5 @@ local doubt = 0
 if rec[8] then
   doubt = 1
 end
-return cmsgpack.pack('existing', now, rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], stored,
-  response, doubt)
+return {cmsgpack.pack('existing', now, rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], stored,
+  doubt), response}

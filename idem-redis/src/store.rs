@@ -640,7 +640,8 @@ impl Store for RedisStore {
                     .arg(duration_millis(self.grace))
                     .arg(record::triple(request.id()))
                     .arg(&*self.holder);
-                let mut fields = packed::unpack(&self.conns.invoke(&invocation).await?, "reserve")?;
+                let reply = self.conns.invoke(&invocation).await?;
+                let (mut fields, response) = packed::split(reply, "reserve")?;
                 let (Some(source), Some(now)) = (fields.first(), fields.get(1)) else {
                     return Err(Error::store(
                         BACKEND,
@@ -661,9 +662,10 @@ impl Store for RedisStore {
                         until: timestamp(integer(until, "deadline")?)?,
                     });
                 }
-                // The record's fields (the stored response copied once, out of the packed reply).
+                // The record's fields, the response moved in (never copied).
                 fields.drain(..2);
                 let in_doubt = record::flag(fields.pop(), "doubt")?;
+                fields.push(response);
                 Ok(Reserved::Found {
                     record: record::decode(fields, request.id())?,
                     now,

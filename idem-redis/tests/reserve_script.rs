@@ -4,7 +4,8 @@
 //! a reservation sent again with its own token after a lost answer reports the record it wrote
 //! and writes nothing (the engine recognises it, C4, C16), and which replies carry the stored
 //! response (only a replay's, C7) while every reply says whether one is stored (C12). The
-//! reply is one MessagePack string (`src/packed.rs`), read here by another reader (`rmpv`).
+//! reply's values are one MessagePack string beside the response (`src/packed.rs`), read here
+//! by another reader (`rmpv`).
 
 mod common;
 
@@ -66,10 +67,22 @@ async fn reserve(
         .arg(GRACE_MS)
         .arg(TRIPLE)
         .arg(HOLDER);
-    match invocation.invoke_async(conn).await.expect("reserve.lua") {
-        Value::BulkString(packed) => fields(&packed),
-        other => panic!("reserve.lua returned {other:?}"),
+    // `{packed values, response}`: the response goes back among the values, before the doubt.
+    let reply = invocation.invoke_async(conn).await.expect("reserve.lua");
+    let Value::Array(parts) = reply else {
+        panic!("reserve.lua returned {reply:?}")
+    };
+    let Ok([Value::BulkString(packed), response]) = <[Value; 2]>::try_from(parts) else {
+        panic!("reserve.lua returned another shape")
+    };
+    let mut fields = fields(&packed);
+    if text(&fields[0]) == b"existing" {
+        let doubt = fields.pop().expect("the doubt");
+        fields.extend([response, doubt]);
+    } else {
+        assert_eq!(response, Value::Nil, "a new record sends no response");
     }
+    fields
 }
 
 /// `complete.lua` on `key` with `token` and `response`: whether it landed.

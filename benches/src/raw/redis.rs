@@ -53,7 +53,7 @@ fn triple(id: &RecordId) -> Vec<u8> {
         .into_bytes()
 }
 
-/// The values of `reserve.lua`'s reply, packed by `cmsgpack` into one string, read by `rmpv`.
+/// The values `reserve.lua` packs by `cmsgpack` into one string, read by `rmpv`.
 fn unpack(mut packed: &[u8]) -> Vec<rmpv::Value> {
     let mut values = Vec::with_capacity(11);
     while !packed.is_empty() {
@@ -150,17 +150,16 @@ impl Inner {
             .arg(millis(grace))
             .arg(triple(id))
             .arg(idem::store::Holder::this_process().encode());
-        let reply: Vec<u8> = invocation
+        let (packed, response): (Vec<u8>, Option<Vec<u8>>) = invocation
             .invoke_async(&mut self.conn.clone())
             .await
             .expect("reserve.lua");
-        let values = unpack(&reply);
+        let values = unpack(&packed);
         if bytes(&values[0]) == Some(b"inserted".as_slice()) {
             return Reply::Inserted;
         }
-        let Ok(
-            [_, now, version, stored, _token, state, deadline, stored_id, has_response, response, _doubt],
-        ) = <[rmpv::Value; 11]>::try_from(values)
+        let Ok([_, now, version, stored, _token, state, deadline, stored_id, has_response, _doubt]) =
+            <[rmpv::Value; 10]>::try_from(values)
         else {
             panic!("reserve.lua returned another number of fields")
         };
@@ -183,12 +182,12 @@ impl Inner {
             (Some(b"0"), 0) | (Some(b"1"), 1) => {}
             other => panic!("a corrupt record: state and stored response {other:?}"),
         }
-        match (state, bytes(&response)) {
+        match (state, response) {
             (Some(b"0"), _) => Reply::InFlight(Duration::from_millis(
                 u64::try_from(deadline - now).unwrap_or(0),
             )),
             (Some(b"1"), Some(body)) => {
-                Reply::Replay(StoredResponse::decode(body).expect("decode the stored response"))
+                Reply::Replay(StoredResponse::decode(&body).expect("decode the stored response"))
             }
             other => panic!("a completed record of the same fingerprint: {other:?}"),
         }
