@@ -1,13 +1,16 @@
 //! The money path called `n` times in a row, for counting instructions with callgrind: a count
 //! that a shared, noisy machine does not change (docs/benchmarks.md, "Instructions per call").
 //!
-//! `profile_tx <library|one_commit|guard|raw|floor> <replay|fresh|in_flight|mismatch> <n>`, with `STORE=sqlite` (the default),
+//! `profile_tx <library|one_commit|guard|read_first|raw|floor> <path> <n>`, the path one of
+//! `replay`, `fresh`, `in_flight`, `mismatch`; with `STORE=sqlite` (the default),
 //! `STORE=postgres` (then `IDEM_PG_URL`, as `scripts/services.sh` sets it), `STORE=redis`
 //! (`IDEM_REDIS_URL`; its `guard` is the engine's `begin` and `complete`) or `STORE=memory`
-//! (the engine's own cost: `guard` only). `library` is
-//! `run_in_transaction`, `one_commit` the same in one commit (C15), `guard` the guard style
-//! (`begin`, the effect and `complete_in` in the caller's transaction), `raw` the hand-written
-//! baseline of the same path, `floor` the hand-written baseline of the fewest round trips. Instructions per
+//! (the engine's own cost: `guard` only); `CALLERS=c` shares the calls among `c` tasks (one by
+//! default). `library` is `run_in_transaction`, `one_commit` the same in one commit (C15),
+//! `guard` the guard style (`begin`, the effect and `complete_in` in the caller's
+//! transaction), `read_first` the guard style with the store's `read_first(true)`, `raw` the
+//! hand-written baseline of the same path, `floor` the hand-written baseline of the fewest
+//! round trips. Instructions per
 //! call are the difference of two runs (say `n` = 500 and 1500) divided by the difference of
 //! their `n`, so that the set-up cancels out:
 //!
@@ -26,7 +29,10 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [side, path, n] = args.as_slice() else {
-        eprintln!("usage: profile_tx <library|one_commit|guard|raw|floor> <replay|fresh|in_flight|mismatch> <n>");
+        eprintln!(
+            "usage: profile_tx <library|one_commit|guard|read_first|raw|floor> \
+             <replay|fresh|in_flight|mismatch> <n>"
+        );
         return ExitCode::FAILURE;
     };
     let path = match path.as_str() {
@@ -46,12 +52,14 @@ fn main() -> ExitCode {
     let side = match side.as_str() {
         "library" => Side::Transaction,
         "guard" => Side::Guard,
+        "read_first" => Side::ReadFirst,
         "one_commit" => Side::OneCommit,
         "raw" => Side::Raw,
         "floor" => Side::Floor,
         other => {
             eprintln!(
-                "a side is `library`, `one_commit`, `guard`, `raw` or `floor`, not {other:?}"
+                "a side is `library`, `one_commit`, `guard`, `read_first`, `raw` or `floor`, \
+                 not {other:?}"
             );
             return ExitCode::FAILURE;
         }
@@ -85,13 +93,47 @@ fn main() -> ExitCode {
             (Side::Guard, _, [guard, ..]) => guard.op(path, 100).await,
             (Side::Raw, _, [_, raw, ..]) => raw.op(path, 100).await,
             (Side::Floor, _, [_, _, floor, ..]) => floor.op(path, 100).await,
+            (Side::ReadFirst, _, sides) => {
+                match sides.iter().find(|s| s.name() == stores::READ_FIRST) {
+                    Some(side) => side.op(path, 100).await,
+                    None => {
+                        eprintln!("this store has no side that reads first");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
             _ => {
                 eprintln!("this store has no such side");
                 return ExitCode::FAILURE;
             }
         };
-        for _ in 0..n {
-            op().await;
+        // `CALLERS` concurrent tasks share the `n` calls: what a call costs under contention.
+        let callers = std::env::var("CALLERS")
+            .ok()
+            .and_then(|c| c.parse::<usize>().ok())
+            .unwrap_or(1)
+            .max(1);
+        if callers == 1 {
+            for _ in 0..n {
+                op().await;
+            }
+            return ExitCode::SUCCESS;
+        }
+        let tasks: Vec<_> = (0..callers)
+            .map(|i| {
+                let op = op.clone();
+                let calls = n / callers + usize::from(i < n % callers);
+                tokio::spawn(async move {
+                    for _ in 0..calls {
+                        op().await;
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            if task.await.is_err() {
+                return ExitCode::FAILURE;
+            }
         }
         ExitCode::SUCCESS
     })
@@ -106,6 +148,8 @@ enum Side {
     OneCommit,
     /// `begin`, then `complete_in` inside the caller's transaction.
     Guard,
+    /// The guard style with the store's `read_first(true)`.
+    ReadFirst,
     /// The hand-written baseline.
     Raw,
     /// The hand-written baseline of the fewest round trips.

@@ -6,22 +6,38 @@
 -- An answer whose outcome is unknown is marked in doubt (store rule 6): its mark ('dbt', as
 -- Doubt::encode writes it) and when it is next due for a check ('dca', Redis's now: at once);
 -- any other answer clears both.
+-- A store that reads first (ARGV[5] '1') keeps a read header ('rh') on the records it writes:
+-- the record's version, fingerprint, token, state, deadline and triple, as stored, packed by
+-- cmsgpack into one string, so that its read is one HMGET of the header, the response and the
+-- version (src/record.rs, `read_header`). The reservation, takeover and renewal scripts write
+-- it in progress, this one completed; an answer in doubt has none, nor does a completion by a
+-- store that does not read first. Nothing else changes a record but deleting it. During a
+-- rolling upgrade, a completion by a release that does not know headers leaves one in
+-- progress beside a response, which the read sets aside for the record's fields; a renewal by
+-- such a release, an older deadline, which at worst sends the engine to a takeover whose
+-- compare-and-set reads the real one and fails.
 -- KEYS[1] the record. ARGV: 1 token, 2 encoded response, 3 retention ms, 4 the mark of doubt
--- (empty or absent: none).
+-- (empty or absent: none), 5 '1' for a store that reads first.
 -- Returns 1, or 0 when the lease is lost.
-local rec = redis.call('HMGET', KEYS[1], 'tok', 'st')
+local rec = redis.call('HMGET', KEYS[1], 'tok', 'st', 'v', 'fp', 'id')
 if rec[1] ~= ARGV[1] or rec[2] ~= '0' then
   return 0
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dl = now + tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], 'st', '1', 'resp', ARGV[2], 'dl', string.format('%d', dl),
-  'ca', string.format('%d', now))
+local dl = string.format('%d', now + tonumber(ARGV[3]))
+local ca = string.format('%d', now)
 if ARGV[4] and ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[1], 'dbt', ARGV[4], 'dca', string.format('%d', now))
-else
+  redis.call('HSET', KEYS[1], 'st', '1', 'resp', ARGV[2], 'dl', dl, 'ca', ca, 'dbt', ARGV[4],
+    'dca', ca)
+  redis.call('HDEL', KEYS[1], 'rh')
+elseif ARGV[5] == '1' then
+  redis.call('HSET', KEYS[1], 'st', '1', 'resp', ARGV[2], 'dl', dl, 'ca', ca,
+    'rh', cmsgpack.pack(rec[3], rec[4], rec[1], '1', dl, rec[5]))
   redis.call('HDEL', KEYS[1], 'dbt', 'dca')
+else
+  redis.call('HSET', KEYS[1], 'st', '1', 'resp', ARGV[2], 'dl', dl, 'ca', ca)
+  redis.call('HDEL', KEYS[1], 'dbt', 'dca', 'rh')
 end
 redis.call('PEXPIREAT', KEYS[1], dl)
 return 1

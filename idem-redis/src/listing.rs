@@ -17,7 +17,7 @@
 use crate::conn::{answer, Node};
 use crate::connections::Connections;
 use crate::error::{unexpected, BACKEND};
-use crate::record::{self, bytes, integer, timestamp};
+use crate::record::{self, bytes, server_time};
 use crate::scripts::scripts;
 use idem_core::{Error, Field, StoreErrorKind, Timestamp};
 use idem_ops::{Cursor, ListQuery, Listed, ListedState, Page, Selection, Stats};
@@ -270,17 +270,6 @@ fn first(nodes: &[Node]) -> Result<&Node, Error> {
             "the Cluster named no master",
         )
     })
-}
-
-/// Redis's `TIME` (seconds, microseconds) in milliseconds, as the scripts compute `now`.
-fn server_time(reply: &Value) -> Result<Timestamp, Error> {
-    let Value::Array(parts) = reply else {
-        return Err(unexpected("TIME", reply));
-    };
-    let (Some(seconds), Some(micros)) = (parts.first(), parts.get(1)) else {
-        return Err(unexpected("TIME", reply));
-    };
-    timestamp(integer(seconds, "seconds")? * 1000 + integer(micros, "microseconds")? / 1000)
 }
 
 /// The `MATCH` pattern of the prefix's keys: the prefix with its glob characters escaped, so

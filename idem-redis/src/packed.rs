@@ -38,7 +38,7 @@ pub(crate) fn split(reply: Value, what: &str) -> Result<(Vec<Value>, Value), Err
 /// The values of `reply`: a string as `Value::BulkString`, an integer as `Value::Int`, `false`
 /// or nil as `Value::Nil`. A reply that is not one packed string is the store's error, naming
 /// `what` returned it.
-fn unpack(reply: &Value, what: &str) -> Result<Vec<Value>, Error> {
+pub(crate) fn unpack(reply: &Value, what: &str) -> Result<Vec<Value>, Error> {
     let Value::BulkString(packed) = reply else {
         return Err(unexpected(what, reply));
     };

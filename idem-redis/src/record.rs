@@ -1,6 +1,8 @@
 //! The stored form of a record, read back: every field is checked, and anything that is not
 //! what the store writes is `CorruptRecord` (C12), never "absent".
 
+use crate::error::unexpected;
+use crate::packed;
 use idem_core::store::Doubt;
 use idem_core::store::{Record, RecordState, Reserved};
 use idem_core::{
@@ -11,9 +13,10 @@ use idem_ops::{Listed, ListedState};
 use idem_ops::{Noted, Provenance};
 use redis::Value;
 
-/// The version of the stored form. Fields added since (`at`, `h`, `ca`, and the mark of doubt
-/// `dbt` with its check time `dca`) are optional: a record without them is read all the same,
-/// and a release that does not know them reads the rest, so the version stays.
+/// The version of the stored form. Fields added since (`at`, `h`, `ca`, the mark of doubt
+/// `dbt` with its check time `dca`, and the read header `rh`) are optional: a record without
+/// them is read all the same, and a release that does not know them reads the rest, so the
+/// version stays.
 pub(crate) const VERSION: &[u8] = b"1";
 
 fn corrupt(why: impl Into<String>) -> Error {
@@ -248,20 +251,82 @@ pub(crate) fn listed(fields: &[Value], prefix: &str, at_key: &str) -> Result<Lis
     })
 }
 
-/// The record a plain read found (`RedisStore::read`: the replies to `HMGET v fp tok st dl id
-/// dbt resp`, `PEXPIRETIME` and `PTTL`) as a reservation step reports it, its response only for the
-/// request's fingerprint; `Lost` for no record, and for one that is not ours or has no expiry:
-/// the reservation's script reports those.
-pub(crate) fn read(replies: Vec<Value>, request: &Request) -> Result<Reserved, Error> {
+/// What the first step of a plain read found (`RedisStore::read`: the replies to `HMGET rh resp
+/// v` and `TIME`), as a reservation step reports it, its response only for the request's
+/// fingerprint: the record by its read header (`rh`, see `lua/complete.lua`), or `Lost` for
+/// no record (no version: none, or not ours, which the reservation's script reports). `None`
+/// for a record whose fields the read reads next: one without a header (in doubt, written by a
+/// store that does not read first), or with one in progress beside a response (completed by a
+/// release that does not know headers). Redis's now is `TIME`, taken after the record was
+/// read: it can only make the record older than it was.
+pub(crate) fn read_header(
+    replies: Vec<Value>,
+    request: &Request,
+) -> Result<Option<Reserved>, Error> {
     let count = replies.len();
-    let Ok([Value::Array(mut fields), expires, remaining]) = <[Value; 3]>::try_from(replies) else {
+    let Ok([Value::Array(fields), time]) = <[Value; 2]>::try_from(replies) else {
         return Err(corrupt(format!("a read answered {count} replies")));
     };
-    let (expires, remaining) = (integer(&expires, "expiry")?, integer(&remaining, "ttl")?);
-    if matches!(fields.first(), None | Some(Value::Nil)) || expires < 0 || remaining < 0 {
+    let count = fields.len();
+    let Ok([header, response, version]) = <[Value; 3]>::try_from(fields) else {
+        return Err(corrupt(format!("a read answered {count} fields")));
+    };
+    match (&header, &version) {
+        (_, Value::Nil) => return Ok(Some(Reserved::Lost)),
+        (Value::Nil, _) => return Ok(None),
+        _ => {}
+    }
+    let now = server_time(&time)?;
+    let mut fields = packed::unpack(&header, "the read header")
+        .map_err(|_| corrupt("an unreadable read header"))?;
+    let count = fields.len();
+    let (Some(fingerprint), Some(state), 6) = (fields.get(1), fields.get(3), count) else {
+        return Err(corrupt(format!("a read header of {count} values")));
+    };
+    if text(state, "state")? == b"0" && response != Value::Nil {
+        return Ok(None);
+    }
+    let same = text(fingerprint, "fingerprint")? == request.fingerprint().as_bytes();
+    fields.push(Value::Int(i64::from(response != Value::Nil)));
+    fields.push(if same { response } else { Value::Nil });
+    Ok(Some(Reserved::Found {
+        record: decode(fields, request.id())?,
+        now,
+        in_doubt: false,
+    }))
+}
+
+/// Redis's `TIME` (seconds, microseconds) in milliseconds, as the scripts compute `now`.
+pub(crate) fn server_time(reply: &Value) -> Result<Timestamp, Error> {
+    let Value::Array(parts) = reply else {
+        return Err(unexpected("TIME", reply));
+    };
+    let (Some(seconds), Some(micros), 2) = (parts.first(), parts.get(1), parts.len()) else {
+        return Err(unexpected("TIME", reply));
+    };
+    let (seconds, micros) = (
+        integer(seconds, "seconds")?,
+        integer(micros, "microseconds")?,
+    );
+    let ms = seconds
+        .checked_mul(1_000)
+        .and_then(|ms| ms.checked_add(micros / 1_000));
+    timestamp(ms.ok_or_else(|| unexpected("TIME", reply))?)
+}
+
+/// The record the second step of a plain read found (`RedisStore::read`, for a record without a
+/// read header: the replies to `HMGET v fp tok st dl id dbt resp` and `TIME`) as a reservation
+/// step reports it, its response only for the request's fingerprint; `Lost` for no record,
+/// and for one that is not ours: the reservation's script reports those.
+pub(crate) fn read(replies: Vec<Value>, request: &Request) -> Result<Reserved, Error> {
+    let count = replies.len();
+    let Ok([Value::Array(mut fields), time]) = <[Value; 2]>::try_from(replies) else {
+        return Err(corrupt(format!("a read answered {count} replies")));
+    };
+    if matches!(fields.first(), None | Some(Value::Nil)) {
         return Ok(Reserved::Lost);
     }
-    let now = timestamp(expires.saturating_sub(remaining))?;
+    let now = server_time(&time)?;
     let fingerprint = fields.get(1).unwrap_or(&Value::Nil);
     let same = text(fingerprint, "fingerprint")? == request.fingerprint().as_bytes();
     let response = fields.pop().unwrap_or(Value::Nil);
@@ -403,6 +468,133 @@ mod tests {
             listed_doubt(&stored, &odd_time),
             (Some(Noted::Known(_)), None)
         ));
+    }
+
+    /// `s` as cmsgpack writes a string (str8: every value here is shorter than 256 bytes).
+    fn packed_str(s: &[u8]) -> Vec<u8> {
+        let mut out = vec![0xd9, u8::try_from(s.len()).expect("short")];
+        out.extend_from_slice(s);
+        out
+    }
+
+    fn header(request: &Request, token: &FencingToken, state: &[u8], deadline: &[u8]) -> Value {
+        let fields: [&[u8]; 6] = [
+            VERSION,
+            request.fingerprint().as_bytes(),
+            token.as_bytes(),
+            state,
+            deadline,
+            &triple(request.id()),
+        ];
+        Value::BulkString(fields.iter().flat_map(|f| packed_str(f)).collect())
+    }
+
+    fn time(seconds: &str, micros: &str) -> Value {
+        Value::Array(vec![
+            Value::BulkString(seconds.as_bytes().to_vec()),
+            Value::BulkString(micros.as_bytes().to_vec()),
+        ])
+    }
+
+    fn request(key: &str, body: &[u8]) -> Request {
+        Request::builder("acct_1", "POST", "/v1/charges")
+            .key(Some(key))
+            .body(body)
+            .build()
+            .expect("a valid request")
+    }
+
+    /// The first read's replies: `HMGET rh resp v` and `TIME`.
+    fn replies(header: Value, response: Value, version: Value, clock: Value) -> Vec<Value> {
+        vec![Value::Array(vec![header, response, version]), clock]
+    }
+
+    #[test]
+    fn c11_a_read_takes_the_header_and_redis_time() {
+        let (req, other) = (request("k-1", b"{}"), request("k-1", b"{\"other\":1}"));
+        let token = FencingToken::generate();
+        let version = || Value::BulkString(VERSION.to_vec());
+        let found = |header: Value, response: Value, request: &Request| {
+            let clock = time("1700000000", "123456");
+            read_header(replies(header, response, version(), clock), request)
+        };
+        let completed = header(&req, &token, b"1", b"1700000060000");
+        let body = Value::BulkString(b"stored".to_vec());
+        match found(completed.clone(), body.clone(), &req) {
+            Ok(Some(Reserved::Found {
+                record,
+                now,
+                in_doubt: false,
+            })) => {
+                assert_eq!(now, Timestamp::from_millis(1_700_000_000_123));
+                assert_eq!(record.token, token);
+                assert_eq!(
+                    record.state,
+                    RecordState::Completed {
+                        response: Some(b"stored".to_vec()),
+                        expires_at: Timestamp::from_millis(1_700_000_060_000),
+                    }
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Another body: the record, never its response (C3).
+        assert!(matches!(
+            found(completed.clone(), body.clone(), &other),
+            Ok(Some(Reserved::Found { record, .. }))
+                if record.state == RecordState::Completed {
+                    response: None,
+                    expires_at: Timestamp::from_millis(1_700_000_060_000),
+                }
+        ));
+        // In progress: the lease, without a response.
+        let in_progress = header(&req, &token, b"0", b"1700000000400");
+        assert!(matches!(
+            found(in_progress.clone(), Value::Nil, &req),
+            Ok(Some(Reserved::Found { record, .. }))
+                if record.state == RecordState::InProgress {
+                    lease_until: Timestamp::from_millis(1_700_000_000_400),
+                }
+        ));
+        // No header, or one in progress beside a response (completed by a release that does
+        // not know headers): the fields are read next. No version: no record of ours.
+        for (header, response) in [(Value::Nil, Value::Nil), (in_progress, body.clone())] {
+            let got = found(header, response, &req);
+            assert!(matches!(got, Ok(None)), "{got:?}");
+        }
+        let clock = time("1700000000", "0");
+        let got = read_header(
+            replies(completed.clone(), body.clone(), Value::Nil, clock),
+            &req,
+        );
+        assert!(matches!(got, Ok(Some(Reserved::Lost))), "{got:?}");
+        // Completed without a response, another key's header, a header cut short: corrupt,
+        // never an answer (C12).
+        let elsewhere = request("k-2", b"{}");
+        let Value::BulkString(mut short) = completed.clone() else {
+            unreachable!()
+        };
+        short.truncate(short.len() - 3);
+        for (header, response) in [
+            (completed.clone(), Value::Nil),
+            (
+                header(&elsewhere, &token, b"1", b"1700000060000"),
+                body.clone(),
+            ),
+            (Value::BulkString(short), body.clone()),
+        ] {
+            let got = found(header, response, &req);
+            assert!(matches!(got, Err(Error::CorruptRecord(_))), "{got:?}");
+        }
+        // A clock that is not Redis's: an error, never a time.
+        for clock in [
+            time("-1", "0"),
+            time("99999999999999999", "0"),
+            time("x", "0"),
+        ] {
+            let replies = replies(completed.clone(), body.clone(), version(), clock);
+            assert!(read_header(replies, &req).is_err());
+        }
     }
 
     #[test]

@@ -147,13 +147,15 @@ pub struct RedisStoreBuilder {
 }
 
 impl RedisStoreBuilder {
-    /// Whether each reservation first reads its record, no script (default false): `HMGET`,
-    /// `PEXPIRETIME` and `PTTL` in one `MULTI` (Redis 7.0 or later), Redis's now being the
-    /// key's expiry less its remaining lifetime. A replay, an in-flight duplicate or a mismatch
-    /// then costs that read (a mismatch transfers the stored response, which the script does
-    /// not), and a fresh key that read before its reservation script (three round trips with
-    /// the completion instead of two). The engine reads first only while most of its recent
-    /// reservations were answers ([`Capabilities::read_first`](
+    /// Whether each reservation first reads its record, no script (default false): one `HMGET`
+    /// of the record's read header (a packed copy of its fields that such a store's scripts
+    /// keep beside them, about 200 bytes a record), its response and its version, then `TIME`.
+    /// A replay, an in-flight duplicate or a mismatch then costs that read (a mismatch
+    /// transfers the stored response, which the script does not); a record without a header
+    /// (in doubt, written by a store that does not read first) a second read, of its fields; a
+    /// fresh key, that read before its two scripts. Set it alike on every process of a prefix.
+    /// The engine reads first only while most of its recent reservations were answers
+    /// ([`Capabilities::read_first`](
     /// idem_core::store::Capabilities::read_first)); the default (never) suits the fresh keys
     /// of emails and webhooks, the client's CPU being what bounds Redis (docs/benchmarks.md).
     ///
@@ -538,6 +540,16 @@ impl RedisStore {
         Self::builder().connect(url).await
     }
 
+    /// `"1"` where reads come first: the scripts then keep each record's read header, which
+    /// [`read`](Store::read) fetches instead of its fields (lua/complete.lua).
+    fn header_flag(&self) -> &'static str {
+        if self.read_first {
+            "1"
+        } else {
+            "0"
+        }
+    }
+
     /// The key of a record: the prefix and the hex of [`RecordId::digest`], a length-prefixed
     /// blake3 of (consumer, route, key), so no two triples share a key (C2).
     pub fn key_of(&self, id: &RecordId) -> String {
@@ -600,23 +612,32 @@ impl Store for RedisStore {
         Some(self.conns.generation())
     }
 
-    /// The record by `HMGET`, `PEXPIRETIME` and `PTTL` in one `MULTI`/`EXEC` (one round trip,
-    /// atomic, no script; Redis 7.0 or later): Redis's now is the key's expiry less its
-    /// remaining lifetime (C11), whoever set them. A record that is not ours is left to
-    /// `reserve` (`Lost`), which reports it as it is.
+    /// The record's read header by one `HMGET` (the header, the response and the version), then
+    /// `TIME` (C11): one round trip, no script. A record without a usable header (in doubt,
+    /// written by a store that does not read first, or by an older release) is read again, its
+    /// fields by one `HMGET`, then `TIME`. A record that is not ours is left to `reserve`
+    /// (`Lost`), which reports it as it is.
     async fn read(&self, request: &Request, deadline: Deadline) -> Result<Reserved, Error> {
         deadline
             .bound(Operation::Lookup, async {
                 let key = self.key_of(request.id());
+                // The clock after the record: a `TIME` read later than the `HMGET` only makes
+                // the record older, never live for longer, so no `MULTI`. On a Cluster the
+                // pipeline goes to the key's node, `TIME` having no key.
                 let mut pipe = redis::pipe();
-                pipe.atomic()
-                    .cmd("HMGET")
+                pipe.cmd("HMGET")
+                    .arg(&key)
+                    .arg(&["rh", "resp", "v"])
+                    .cmd("TIME");
+                let replies = self.conns.pipeline(&pipe).await?;
+                if let Some(found) = record::read_header(replies, request)? {
+                    return Ok(found);
+                }
+                let mut pipe = redis::pipe();
+                pipe.cmd("HMGET")
                     .arg(&key)
                     .arg(&["v", "fp", "tok", "st", "dl", "id", "dbt", "resp"])
-                    .cmd("PEXPIRETIME")
-                    .arg(&key)
-                    .cmd("PTTL")
-                    .arg(&key);
+                    .cmd("TIME");
                 let replies = self.conns.pipeline(&pipe).await?;
                 record::read(replies, request)
             })
@@ -639,7 +660,8 @@ impl Store for RedisStore {
                     .arg(duration_millis(claim.lease_for()))
                     .arg(duration_millis(self.grace))
                     .arg(record::triple(request.id()))
-                    .arg(&*self.holder);
+                    .arg(&*self.holder)
+                    .arg(self.header_flag());
                 let reply = self.conns.invoke(&invocation).await?;
                 let (mut fields, response) = packed::split(reply, "reserve")?;
                 let (Some(source), Some(now)) = (fields.first(), fields.get(1)) else {
@@ -697,7 +719,8 @@ impl Store for RedisStore {
                     .arg(duration_millis(claim.lease_for()))
                     .arg(duration_millis(self.grace))
                     .arg(record::triple(request.id()))
-                    .arg(&*self.holder);
+                    .arg(&*self.holder)
+                    .arg(self.header_flag());
                 match self.conns.invoke(&invocation).await? {
                     Value::Nil => Ok(Reserved::Lost),
                     until => Ok(Reserved::Written {
@@ -718,7 +741,8 @@ impl Store for RedisStore {
                     .arg(completion.token().as_bytes().as_slice())
                     .arg(completion.encoded())
                     .arg(duration_millis(completion.retain_for()))
-                    .arg(completion.doubt().unwrap_or_default());
+                    .arg(completion.doubt().unwrap_or_default())
+                    .arg(self.header_flag());
                 self.fenced(&invocation).await?;
                 // The WAIT takes at most half of what is left of the call's deadline: a
                 // completion that landed is never turned into a timeout by its replica.

@@ -1,6 +1,6 @@
-//! `read_first(true)`: the read (`HMGET`, `PEXPIRETIME`, `PTTL` in one `MULTI`) decides as the
-//! reservation script does, whoever set the key's TTL, on a single Redis and on a Cluster, and a
-//! value that is not a record is never an answer.
+//! `read_first(true)`: the read (`HMGET` of the record's read header, then `TIME`) decides as
+//! the reservation script does, whoever set the key's TTL, on a single Redis and on a Cluster,
+//! and a value that is not a record is never an answer.
 //!
 //! Each test builds two stores on one prefix: `reads` (read_first(true)) and `scripts` (the
 //! default), and asserts what C9/C10 require of both.
@@ -8,9 +8,12 @@
 mod common;
 
 use common::Redis;
+use idem_core::store::Store;
 use idem_core::store::{Acquire, Deadline, StoreExt};
 use idem_core::testing::{policy, request, unique_consumer, LEASE, SHORT_RETENTION};
-use idem_core::{Answer, Begin, FencingToken, Idempotency, Request, StoredResponse};
+use idem_core::{
+    Answer, Begin, Error, Failure, FencingToken, Idempotency, Request, StoredResponse,
+};
 use idem_redis::redis;
 use idem_redis::RedisStore;
 use std::sync::Arc;
@@ -184,7 +187,7 @@ async fn read_paths(cluster: bool) {
         kind(&got)
     );
 
-    // A key whose TTL was removed (PERSIST): left to the script, which still answers.
+    // A key whose TTL was removed (PERSIST): still answered by its own deadline.
     let req = request(&consumer, "persisted", b"{}");
     let Begin::Acquired(lease) = idem.begin(&req).await.expect("begin") else {
         panic!("fresh")
@@ -222,15 +225,251 @@ async fn read_paths(cluster: bool) {
     let _: i64 = redis.raw(redis::cmd("PEXPIRE").arg(&key).arg(60_000)).await;
     let got = idem.begin(&req).await;
     assert!(got.is_err(), "foreign hash: {got:?}");
-    // Ours, without a token.
+    // Ours, without a token and without a read header: the script reads it, and fails.
     let req = request(&consumer, "notoken", b"{}");
     let Begin::Acquired(_l) = idem.begin(&req).await.expect("begin") else {
         panic!("fresh")
     };
     let key = store.key_of(req.id());
-    let _: i64 = redis.raw(redis::cmd("HDEL").arg(&key).arg("tok")).await;
+    let _: i64 = redis
+        .raw(redis::cmd("HDEL").arg(&key).arg("tok").arg("rh"))
+        .await;
     let got = idem.begin(&req).await;
     assert!(got.is_err(), "no token: {got:?}");
+    // A read header that is not one: an error, never an answer or a reservation.
+    for (name, header) in [
+        ("garbage", b"\xff\x00".to_vec()),
+        ("empty", Vec::new()),
+        (
+            "five-values",
+            [0xa1, b'1', 0xa0, 0xa0, 0xa1, b'0', 0xa0].to_vec(),
+        ),
+    ] {
+        let req = request(&consumer, name, b"{}");
+        let Begin::Acquired(_l) = idem.begin(&req).await.expect("begin") else {
+            panic!("fresh")
+        };
+        let key = store.key_of(req.id());
+        let _: i64 = redis
+            .raw(redis::cmd("HSET").arg(&key).arg("rh").arg(header))
+            .await;
+        let got = idem.begin(&req).await;
+        assert!(
+            matches!(&got, Err(Error::CorruptRecord(_))),
+            "{name}: {:?}",
+            got.map(|b| kind(&b))
+        );
+    }
+}
+
+/// The read header (`rh`), read behind the store's back by another MessagePack reader:
+/// `[version, fingerprint, token, state, deadline, triple]`, or `None`.
+async fn header(redis: &Redis, store: &RedisStore, req: &Request) -> Option<Vec<Vec<u8>>> {
+    let packed: Option<Vec<u8>> = redis
+        .raw(redis::cmd("HGET").arg(store.key_of(req.id())).arg("rh"))
+        .await;
+    let mut rest = packed?;
+    let mut rest = rest.as_mut_slice() as &[u8];
+    let mut values = Vec::new();
+    while !rest.is_empty() {
+        match rmpv::decode::read_value(&mut rest).expect("MessagePack") {
+            rmpv::Value::String(s) => values.push(s.into_bytes()),
+            other => panic!("a header holds strings, not {other:?}"),
+        }
+    }
+    Some(values)
+}
+
+/// The record's own fields the header copies, in its order.
+async fn copied(redis: &Redis, store: &RedisStore, req: &Request) -> Vec<Vec<u8>> {
+    redis
+        .raw(
+            redis::cmd("HMGET")
+                .arg(store.key_of(req.id()))
+                .arg(&["v", "fp", "tok", "st", "dl", "id"]),
+        )
+        .await
+}
+
+/// A store that reads first keeps a read header equal to the record's fields through every
+/// write (a reservation, a renewal, a takeover, a completion); a completion in doubt and a
+/// store that does not read first write none, and a read of the fields answers their records.
+async fn header_follows_the_record(cluster: bool) {
+    let redis = Redis { cluster };
+    let prefix = format!("t{}", FencingToken::generate());
+    let reads = redis
+        .connect(RedisStore::builder().prefix(&prefix).read_first(true))
+        .await;
+    let scripts = redis.connect(RedisStore::builder().prefix(&prefix)).await;
+    let consumer = unique_consumer("rf-header");
+    let req = request(&consumer, "k", b"{}");
+    let Begin::Acquired(orphan) = reads
+        .reservation(&req, LEASE, Deadline::default())
+        .await
+        .expect("reserve")
+    else {
+        panic!("fresh")
+    };
+    let agree = |what: &'static str| {
+        let (redis, reads, req) = (&redis, &reads, &req);
+        async move {
+            let fields = copied(redis, reads, req).await;
+            assert_eq!(
+                header(redis, reads, req).await.as_ref(),
+                Some(&fields),
+                "{what}"
+            );
+            fields
+        }
+    };
+    let reserved = agree("reserved").await;
+    assert_eq!(reserved[3], b"0");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    reads
+        .renew(&orphan, LEASE, Deadline::default())
+        .await
+        .expect("renew");
+    assert_ne!(agree("renewed").await[4], reserved[4], "a later deadline");
+    tokio::time::sleep(LEASE + Duration::from_millis(100)).await;
+    let idem = Idempotency::with_policy(reads.clone(), policy()).expect("policy");
+    let Begin::Acquired(lease) = idem.begin(&req).await.expect("begin") else {
+        panic!("the orphan is taken over")
+    };
+    assert_eq!(agree("taken over").await[2], lease.token().as_bytes());
+    let got = idem.begin(&req).await.expect("begin");
+    assert!(
+        matches!(got, Begin::Answered(Answer::InFlight { .. })),
+        "in flight, by the header: {}",
+        kind(&got)
+    );
+    idem.complete(lease, StoredResponse::new(201, "made"))
+        .await
+        .expect("complete");
+    assert_eq!(agree("completed").await[3], b"1");
+
+    let doubtful = request(&consumer, "doubt", b"{}");
+    let failed = idem
+        .run(&doubtful, |_ctx| async {
+            Err::<StoredResponse, _>(Failure::unknown("the provider timed out"))
+        })
+        .await;
+    assert!(failed.is_err(), "{failed:?}");
+    assert_eq!(header(&redis, &reads, &doubtful).await, None, "in doubt");
+    let got = idem.begin(&doubtful).await.expect("begin");
+    assert!(
+        matches!(&got, Begin::Answered(Answer::Replay(r)) if r.status == 500),
+        "in doubt, answered by a read of the fields: {}",
+        kind(&got)
+    );
+
+    let plain = Idempotency::with_policy(scripts.clone(), policy()).expect("policy");
+    let other = request(&consumer, "plain", b"{}");
+    let Begin::Acquired(lease) = plain.begin(&other).await.expect("begin") else {
+        panic!("fresh")
+    };
+    assert_eq!(header(&redis, &scripts, &other).await, None, "reserved");
+    let got = idem.begin(&other).await.expect("begin");
+    assert!(
+        matches!(got, Begin::Answered(Answer::InFlight { .. })),
+        "no header, answered by a read of the fields: {}",
+        kind(&got)
+    );
+    plain
+        .complete(lease, StoredResponse::new(201, "plain"))
+        .await
+        .expect("complete");
+    assert_eq!(header(&redis, &scripts, &other).await, None, "completed");
+    let got = idem.begin(&other).await.expect("begin");
+    assert!(
+        matches!(&got, Begin::Answered(Answer::Replay(r)) if r.body == b"plain"),
+        "no header, answered by a read of the fields: {}",
+        kind(&got)
+    );
+}
+
+/// A rolling upgrade: a release that does not know read headers completes or renews a record
+/// whose header it leaves as it was. The read never answers from the stale header: a
+/// completion is replayed (C7), never answered in flight; a renewed lease is never taken over
+/// (C9).
+#[tokio::test]
+async fn c07_a_header_left_behind_by_an_older_release_is_never_an_answer() {
+    let redis = Redis { cluster: false };
+    let store = redis
+        .connect(
+            RedisStore::builder()
+                .prefix(&format!("t{}", FencingToken::generate()))
+                .read_first(true),
+        )
+        .await;
+    let idem = Idempotency::with_policy(store.clone(), policy()).expect("policy");
+    let consumer = unique_consumer("rf-upgrade");
+    let now_ms = |time: Vec<String>| -> i64 {
+        time[0].parse::<i64>().expect("s") * 1000 + time[1].parse::<i64>().expect("us") / 1000
+    };
+
+    // Completed as complete.lua did before headers: state, response, deadline, TTL.
+    let req = request(&consumer, "completed", b"{}");
+    let Begin::Acquired(_lease) = idem.begin(&req).await.expect("begin") else {
+        panic!("fresh")
+    };
+    let key = store.key_of(req.id());
+    let now = now_ms(redis.raw(&redis::cmd("TIME")).await);
+    let response = StoredResponse::new(201, "old release")
+        .encode()
+        .expect("encodes");
+    let mut old_complete = redis::cmd("HSET");
+    old_complete
+        .arg(&key)
+        .arg("st")
+        .arg("1")
+        .arg("resp")
+        .arg(response)
+        .arg("dl")
+        .arg(now + 60_000)
+        .arg("ca")
+        .arg(now);
+    let _: i64 = redis.raw(&old_complete).await;
+    let _: i64 = redis
+        .raw(redis::cmd("PEXPIREAT").arg(&key).arg(now + 60_000))
+        .await;
+    assert_eq!(header(&redis, &store, &req).await.expect("stale")[3], b"0");
+    let got = idem.begin(&req).await.expect("begin");
+    assert!(
+        matches!(&got, Begin::Answered(Answer::Replay(r)) if r.body == b"old release"),
+        "{}",
+        kind(&got)
+    );
+
+    // Renewed as renew.lua did before headers, after the header's lease passed.
+    let req = request(&consumer, "renewed", b"{}");
+    let Begin::Acquired(_lease) = idem.begin(&req).await.expect("begin") else {
+        panic!("fresh")
+    };
+    tokio::time::sleep(LEASE + Duration::from_millis(100)).await;
+    let key = store.key_of(req.id());
+    let now = now_ms(redis.raw(&redis::cmd("TIME")).await);
+    let _: i64 = redis
+        .raw(redis::cmd("HSET").arg(&key).arg("dl").arg(now + 60_000))
+        .await;
+    let _: i64 = redis
+        .raw(redis::cmd("PEXPIREAT").arg(&key).arg(now + 61_000))
+        .await;
+    let got = idem.begin(&req).await.expect("begin");
+    assert!(
+        matches!(got, Begin::Answered(Answer::InFlight { .. })),
+        "the renewed lease holds: {}",
+        kind(&got)
+    );
+}
+
+#[tokio::test]
+async fn c06_the_read_header_follows_the_record_on_one_redis() {
+    header_follows_the_record(false).await;
+}
+
+#[tokio::test]
+async fn c06_the_read_header_follows_the_record_on_a_cluster() {
+    header_follows_the_record(true).await;
 }
 
 #[tokio::test]
