@@ -13,9 +13,10 @@
 -- it in progress, this one completed; an answer in doubt has none, nor does a completion by a
 -- store that does not read first. Nothing else changes a record but deleting it. During a
 -- rolling upgrade, a completion by a release that does not know headers leaves one in
--- progress beside a response, which the read sets aside for the record's fields; a renewal by
--- such a release, an older deadline, which at worst sends the engine to a takeover whose
--- compare-and-set reads the real one and fails.
+-- progress beside a response, which the read sets aside for the record's fields. A renewal by
+-- such a release (of a lease a newer process handed it) leaves the header's deadline: an
+-- earlier one sends the engine to a takeover whose compare-and-set reads the real one and
+-- fails; a later one delays a takeover, answering in flight (422 to another body) until then.
 -- KEYS[1] the record. ARGV: 1 token, 2 encoded response, 3 retention ms, 4 the mark of doubt
 -- (empty or absent: none), 5 '1' for a store that reads first.
 -- Returns 1, or 0 when the lease is lost.

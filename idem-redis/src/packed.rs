@@ -32,21 +32,35 @@ pub(crate) fn split(reply: Value, what: &str) -> Result<(Vec<Value>, Value), Err
     let Ok([packed, response]) = <[Value; 2]>::try_from(parts) else {
         return Err(shape(format!("{count} values")));
     };
-    Ok((unpack(&packed, what)?, response))
+    Ok((unpack(&packed, what, MAX_VALUES)?, response))
 }
 
-/// The values of `reply`: a string as `Value::BulkString`, an integer as `Value::Int`, `false`
-/// or nil as `Value::Nil`. A reply that is not one packed string is the store's error, naming
-/// `what` returned it.
-pub(crate) fn unpack(reply: &Value, what: &str) -> Result<Vec<Value>, Error> {
+/// The most values the reservation script packs.
+const MAX_VALUES: usize = 10;
+
+/// The values of `reply`, at most `at_most` of them: a string as `Value::BulkString`, an
+/// integer as `Value::Int`, `false` or nil as `Value::Nil`. A reply that is not one packed
+/// string of at most that many values is the store's error, naming `what` returned it and how
+/// long it is, never its bytes: a hostile string costs no more memory than its own size.
+pub(crate) fn unpack(reply: &Value, what: &str, at_most: usize) -> Result<Vec<Value>, Error> {
     let Value::BulkString(packed) = reply else {
         return Err(unexpected(what, reply));
     };
-    let mut values = Vec::with_capacity(12);
+    let unreadable = || {
+        Error::store(
+            BACKEND,
+            StoreErrorKind::Other,
+            format!(
+                "{what} returned {} bytes that are not at most {at_most} packed values",
+                packed.len()
+            ),
+        )
+    };
+    let mut values = Vec::with_capacity(at_most);
     let mut rest = packed.as_slice();
     while !rest.is_empty() {
-        let Some((value, after)) = next(rest) else {
-            return Err(unexpected(what, reply));
+        let Some((value, after)) = next(rest).filter(|_| values.len() < at_most) else {
+            return Err(unreadable());
         };
         values.push(value);
         rest = after;
@@ -106,7 +120,7 @@ mod tests {
         packed.extend([0xda, 0x01, 0x2c]);
         packed.extend(&long);
         assert_eq!(
-            unpack(&Value::BulkString(packed), "reserve").expect("unpacks"),
+            unpack(&Value::BulkString(packed), "reserve", 12).expect("unpacks"),
             vec![
                 bulk(b"a\0-"),
                 Value::Nil,
@@ -122,7 +136,26 @@ mod tests {
                 bulk(&long),
             ]
         );
-        assert_eq!(unpack(&bulk(b""), "reserve").expect("unpacks"), vec![]);
+        assert_eq!(
+            unpack(&bulk(b""), "reserve", MAX_VALUES).expect("unpacks"),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn more_values_than_expected_are_refused_without_printing_them() {
+        // 16 MiB of zeros: sixteen million one-byte integers, refused at the eleventh.
+        let hostile = bulk(&vec![0; 16 << 20]);
+        let error = unpack(&hostile, "the read header", MAX_VALUES).expect_err("too many");
+        assert!(error.to_string().len() < 200, "{error}");
+        assert!(error.to_string().contains("16777216 bytes"), "{error}");
+        let eleven = bulk(&[0x01; MAX_VALUES + 1]);
+        assert!(unpack(&eleven, "reserve", MAX_VALUES).is_err());
+        let ten = bulk(&[0x01; MAX_VALUES]);
+        assert_eq!(
+            unpack(&ten, "reserve", MAX_VALUES).expect("ten").len(),
+            MAX_VALUES
+        );
     }
 
     #[test]
@@ -161,7 +194,7 @@ mod tests {
             Value::Array(vec![bulk(&[0xa1, b'a'])]),
             Value::Nil,
         ] {
-            assert!(unpack(&reply, "reserve").is_err(), "{reply:?}");
+            assert!(unpack(&reply, "reserve", MAX_VALUES).is_err(), "{reply:?}");
         }
     }
 }

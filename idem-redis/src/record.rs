@@ -277,7 +277,7 @@ pub(crate) fn read_header(
         _ => {}
     }
     let now = server_time(&time)?;
-    let mut fields = packed::unpack(&header, "the read header")
+    let mut fields = packed::unpack(&header, "the read header", 6)
         .map_err(|_| corrupt("an unreadable read header"))?;
     let count = fields.len();
     let (Some(fingerprint), Some(state), 6) = (fields.get(1), fields.get(3), count) else {

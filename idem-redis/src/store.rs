@@ -148,8 +148,10 @@ pub struct RedisStoreBuilder {
 
 impl RedisStoreBuilder {
     /// Whether each reservation first reads its record, no script (default false): one `HMGET`
-    /// of the record's read header (a packed copy of its fields that such a store's scripts
-    /// keep beside them, about 200 bytes a record), its response and its version, then `TIME`.
+    /// of the record's read header, its response and its version, then `TIME`. The header is
+    /// a packed copy of the record's fields that such a store's scripts keep beside them: about
+    /// 100 – 200 bytes more a record, or 2.8 times a record of short fields, which Redis would
+    /// otherwise keep as a listpack (every value under `hash-max-listpack-value`, 64 bytes).
     /// A replay, an in-flight duplicate or a mismatch then costs that read (a mismatch
     /// transfers the stored response, which the script does not); a record without a header
     /// (in doubt, written by a store that does not read first) a second read, of its fields; a
