@@ -17,10 +17,10 @@ use idem_core::store::{
     async_trait, digest_to_hex, duration_millis, Acquire, Capabilities, Changes, Claim, Completion,
     Lease, Record, Reserved, Resolution,
 };
-use idem_core::Operation;
 use idem_core::{
     Error, Field, RecordId, Request, Store, StoreErrorKind, StoredResponse, Timestamp,
 };
+use idem_core::{Operation, Policy};
 use idem_ops::Holder;
 use idem_ops::{Inspected, ListQuery, ListingOrder, Operator, Page, Stats};
 use redis::io::tcp::TcpSettings;
@@ -659,7 +659,11 @@ impl Store for RedisStore {
                     .key(&key)
                     .arg(request.fingerprint().as_bytes().as_slice())
                     .arg(claim.token().as_bytes().as_slice())
-                    .arg(duration_millis(claim.lease_for()))
+                    .arg(bounded_millis(
+                        claim.lease_for(),
+                        Policy::MAX_LEASE,
+                        "lease",
+                    )?)
                     .arg(duration_millis(self.grace))
                     .arg(record::triple(request.id()))
                     .arg(&*self.holder)
@@ -718,7 +722,11 @@ impl Store for RedisStore {
                     .arg(if completed { "1" } else { "0" })
                     .arg(request.fingerprint().as_bytes().as_slice())
                     .arg(claim.token().as_bytes().as_slice())
-                    .arg(duration_millis(claim.lease_for()))
+                    .arg(bounded_millis(
+                        claim.lease_for(),
+                        Policy::MAX_LEASE,
+                        "lease",
+                    )?)
                     .arg(duration_millis(self.grace))
                     .arg(record::triple(request.id()))
                     .arg(&*self.holder)
@@ -742,7 +750,11 @@ impl Store for RedisStore {
                     .key(&key)
                     .arg(completion.token().as_bytes().as_slice())
                     .arg(completion.encoded())
-                    .arg(duration_millis(completion.retain_for()))
+                    .arg(bounded_millis(
+                        completion.retain_for(),
+                        Policy::MAX_RETENTION,
+                        "retention",
+                    )?)
                     .arg(completion.doubt().unwrap_or_default())
                     .arg(self.header_flag());
                 self.fenced(&invocation).await?;
@@ -783,7 +795,7 @@ impl Store for RedisStore {
                 invocation
                     .key(self.key_of(lease.id()))
                     .arg(lease.token().as_bytes().as_slice())
-                    .arg(duration_millis(lease_for))
+                    .arg(bounded_millis(lease_for, Policy::MAX_LEASE, "lease")?)
                     .arg(duration_millis(self.grace));
                 match self.conns.invoke(&invocation).await? {
                     Value::Nil => Err(Error::LeaseLost),
@@ -983,4 +995,17 @@ fn decoded_record(fields: Vec<Value>, id: &RecordId) -> Result<Record, Error> {
             Error::CorruptRecord("redis record: a completed record without a response".to_owned())
         })?)
     })
+}
+
+/// `duration` in milliseconds, refused above `max` (the bound the engine's [`Policy`] keeps):
+/// a direct [`Store`] call with a longer lease or retention writes nothing, where a script
+/// would write the record and then fail to set its expiry (a record Redis never deletes).
+fn bounded_millis(duration: Duration, max: Duration, what: &str) -> Result<i64, Error> {
+    if duration > max {
+        return Err(Error::InvalidInput {
+            field: Field::Config,
+            reason: format!("a {what} of {duration:?} is over {max:?}"),
+        });
+    }
+    Ok(duration_millis(duration))
 }

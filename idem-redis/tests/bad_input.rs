@@ -496,3 +496,52 @@ async fn c13_a_replica_wait_without_a_bound_and_sentinel_without_sentinels_are_r
         );
     }
 }
+
+/// C12: a direct `Store` call with a lease over the engine's bound (`Policy::MAX_LEASE`) is
+/// refused before anything is written, never a record left without an expiry; a renewal with
+/// one leaves the lease as it was.
+#[tokio::test]
+async fn c12_a_lease_over_the_bound_writes_nothing() {
+    for redis in BOTH {
+        let store = redis.store().await;
+        let consumer = unique_consumer("long-lease");
+        let req = request(&consumer, "k", b"{}");
+        let too_long = Policy::MAX_LEASE + Duration::from_millis(1);
+        for lease in [too_long, Duration::from_millis(u64::MAX)] {
+            let got = store.reservation(&req, lease, Deadline::default()).await;
+            assert!(
+                matches!(
+                    &got,
+                    Err(Error::InvalidInput {
+                        field: Field::Config,
+                        ..
+                    })
+                ),
+                "{got:?}"
+            );
+            let key = store.key_of(req.id());
+            assert!(hash(&redis, &key).await.is_empty(), "nothing written");
+        }
+        let Begin::Acquired(lease) = store
+            .reservation(&req, LEASE, Deadline::default())
+            .await
+            .expect("reserve")
+        else {
+            panic!("fresh")
+        };
+        let got = store.renew(&lease, too_long, Deadline::default()).await;
+        assert!(
+            matches!(
+                &got,
+                Err(Error::InvalidInput {
+                    field: Field::Config,
+                    ..
+                })
+            ),
+            "{got:?}"
+        );
+        let kept = store.lookup(req.id(), Deadline::default()).await;
+        let kept = kept.expect("lookup").expect("the record");
+        assert_eq!(kept.deadline(), lease.lease_until(), "the lease as it was");
+    }
+}
