@@ -54,8 +54,8 @@
 //!
 //! Every operation is one Lua script (in `idem-redis/lua/`), one round trip, but for the read
 //! of [`RedisStoreBuilder::read_first`] (`HMGET` of a record's read header, then `TIME`); the
-//! decision is `idem_core`'s, in Rust: the scripts only read, apply a
-//! compare-and-set, and write.
+//! decision is `idem_core`'s, in Rust: the scripts only read, apply a compare-and-set, and
+//! write.
 //!
 //! ## Every call has a deadline (C13)
 //!
