@@ -15,15 +15,14 @@ if rec[1] ~= ARGV[1] or rec[2] ~= ARGV[2] or not rec[3] or tonumber(rec[3]) > no
   return false
 end
 local dl = now + tonumber(ARGV[5])
-local dls, at = string.format('%d', dl), string.format('%d', now)
-redis.call('DEL', KEYS[1])
+local dls = string.format('%d', dl)
+local fields = {'v', '1', 'fp', ARGV[3], 'tok', ARGV[4], 'st', '0', 'dl', dls, 'id', ARGV[7],
+  'at', string.format('%d', now), 'h', ARGV[8]}
 if ARGV[9] == '1' then
-  redis.call('HSET', KEYS[1], 'v', '1', 'fp', ARGV[3], 'tok', ARGV[4], 'st', '0', 'dl', dls,
-    'id', ARGV[7], 'at', at, 'h', ARGV[8],
-    'rh', cmsgpack.pack('1', ARGV[3], ARGV[4], '0', dls, ARGV[7]))
-else
-  redis.call('HSET', KEYS[1], 'v', '1', 'fp', ARGV[3], 'tok', ARGV[4], 'st', '0', 'dl', dls,
-    'id', ARGV[7], 'at', at, 'h', ARGV[8])
+  fields[#fields + 1] = 'rh'
+  fields[#fields + 1] = cmsgpack.pack('1', ARGV[3], ARGV[4], '0', dls, ARGV[7])
 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('PEXPIREAT', KEYS[1], dl + tonumber(ARGV[6]))
 return dl

@@ -27,15 +27,14 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- No version: no record, or a hash of someone else's (which is corrupt, never overwritten).
 if not rec[1] and redis.call('EXISTS', KEYS[1]) == 0 then
   local dl = now + tonumber(ARGV[3])
-  local dls, at = string.format('%d', dl), string.format('%d', now)
+  local dls = string.format('%d', dl)
+  local fields = {'v', '1', 'fp', ARGV[1], 'tok', ARGV[2], 'st', '0', 'dl', dls, 'id', ARGV[5],
+    'at', string.format('%d', now), 'h', ARGV[6]}
   if ARGV[7] == '1' then
-    redis.call('HSET', KEYS[1], 'v', '1', 'fp', ARGV[1], 'tok', ARGV[2], 'st', '0', 'dl', dls,
-      'id', ARGV[5], 'at', at, 'h', ARGV[6],
-      'rh', cmsgpack.pack('1', ARGV[1], ARGV[2], '0', dls, ARGV[5]))
-  else
-    redis.call('HSET', KEYS[1], 'v', '1', 'fp', ARGV[1], 'tok', ARGV[2], 'st', '0', 'dl', dls,
-      'id', ARGV[5], 'at', at, 'h', ARGV[6])
+    fields[#fields + 1] = 'rh'
+    fields[#fields + 1] = cmsgpack.pack('1', ARGV[1], ARGV[2], '0', dls, ARGV[5])
   end
+  redis.call('HSET', KEYS[1], unpack(fields))
   redis.call('PEXPIREAT', KEYS[1], dl + tonumber(ARGV[4]))
   return {cmsgpack.pack('inserted', now, dl), false}
 end

@@ -277,23 +277,36 @@ pub(crate) fn read_header(
         _ => {}
     }
     let now = server_time(&time)?;
-    let mut fields = packed::unpack(&header, "the read header", 6)
+    let fields = packed::unpack(&header, "the read header", 6)
         .map_err(|_| corrupt("an unreadable read header"))?;
     let count = fields.len();
-    let (Some(fingerprint), Some(state), 6) = (fields.get(1), fields.get(3), count) else {
+    let (Some(state), 6) = (fields.get(3), count) else {
         return Err(corrupt(format!("a read header of {count} values")));
     };
     if text(state, "state")? == b"0" && response != Value::Nil {
         return Ok(None);
     }
+    Ok(Some(found(fields, response, now, false, request)?))
+}
+
+/// The record of a plain read: its six first fields as stored (version, fingerprint, token,
+/// state, deadline, triple) and its response, kept only for the request's fingerprint.
+fn found(
+    mut fields: Vec<Value>,
+    response: Value,
+    now: Timestamp,
+    in_doubt: bool,
+    request: &Request,
+) -> Result<Reserved, Error> {
+    let fingerprint = fields.get(1).unwrap_or(&Value::Nil);
     let same = text(fingerprint, "fingerprint")? == request.fingerprint().as_bytes();
     fields.push(Value::Int(i64::from(response != Value::Nil)));
     fields.push(if same { response } else { Value::Nil });
-    Ok(Some(Reserved::Found {
+    Ok(Reserved::Found {
         record: decode(fields, request.id())?,
         now,
-        in_doubt: false,
-    }))
+        in_doubt,
+    })
 }
 
 /// Redis's `TIME` (seconds, microseconds) in milliseconds, as the scripts compute `now`.
@@ -327,18 +340,9 @@ pub(crate) fn read(replies: Vec<Value>, request: &Request) -> Result<Reserved, E
         return Ok(Reserved::Lost);
     }
     let now = server_time(&time)?;
-    let fingerprint = fields.get(1).unwrap_or(&Value::Nil);
-    let same = text(fingerprint, "fingerprint")? == request.fingerprint().as_bytes();
     let response = fields.pop().unwrap_or(Value::Nil);
     let in_doubt = !matches!(fields.pop(), None | Some(Value::Nil));
-    let stored = Value::Int(i64::from(response != Value::Nil));
-    fields.push(stored);
-    fields.push(if same { response } else { Value::Nil });
-    Ok(Reserved::Found {
-        record: decode(fields, request.id())?,
-        now,
-        in_doubt,
-    })
+    found(fields, response, now, in_doubt, request)
 }
 
 /// A 1 or 0 the reservation script answered.

@@ -481,3 +481,129 @@ async fn c12_read_first_on_one_redis() {
 async fn c12_read_first_on_a_cluster() {
     read_paths(true).await;
 }
+
+/// One fleet on one prefix: four engines on their own connections, two reading first (headers
+/// written) and two not (none), two with a replay cache. Thirty keys, most of them orphans of
+/// short leases, six concurrent callers each on rotating engines, the orphans' holders trying
+/// to complete late: every key runs its effect once (C4, C9, C6), and every answer is that
+/// execution's response (C7), whichever engine wrote or read the record.
+async fn mixed_fleet(cluster: bool) {
+    use idem_core::{Outcome, ReplayCache};
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    let redis = Redis { cluster };
+    let prefix = format!("t{}", FencingToken::generate());
+    let (mut stores, mut engines) = (Vec::new(), Vec::new());
+    for i in 0..4 {
+        let builder = RedisStore::builder().prefix(&prefix).read_first(i % 2 == 0);
+        let store = Arc::new(redis.connect(builder).await);
+        let mut engine = Idempotency::builder(Arc::clone(&store)).policy(policy());
+        if i < 2 {
+            engine = engine.replay_cache(ReplayCache::new(10_000, 64 << 20));
+        }
+        engines.push(engine.build().expect("engine"));
+        stores.push(store);
+    }
+    let consumer = unique_consumer("rf-fleet");
+    const KEYS: usize = 30;
+    let mut orphans = Vec::new();
+    for k in (0..KEYS).filter(|k| k % 3 != 0) {
+        let req = request(&consumer, &format!("k{k}"), b"{}");
+        let lease = Duration::from_millis(150 + (k as u64 % 5) * 60);
+        let Begin::Acquired(orphan) = stores[k % 4]
+            .reservation(&req, lease, Deadline::default())
+            .await
+            .expect("reserve")
+        else {
+            panic!("fresh")
+        };
+        orphans.push((k, orphan));
+    }
+    let executions: Arc<Mutex<HashMap<usize, Vec<String>>>> = Arc::default();
+    let answers: Arc<Mutex<HashMap<usize, Vec<Vec<u8>>>>> = Arc::default();
+    let mut callers = Vec::new();
+    for k in 0..KEYS {
+        for t in 0..6u64 {
+            let idem = engines[(k + t as usize) % 4].clone();
+            let req = request(&consumer, &format!("k{k}"), b"{}");
+            let (executions, answers) = (Arc::clone(&executions), Arc::clone(&answers));
+            callers.push(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis((t * 37 + k as u64 * 13) % 300)).await;
+                let give_up = std::time::Instant::now() + Duration::from_secs(8);
+                loop {
+                    let executions = Arc::clone(&executions);
+                    let body = format!("{k}-{t}-{}", FencingToken::generate());
+                    let got = idem
+                        .run(&req, move |_ctx| async move {
+                            executions
+                                .lock()
+                                .expect("lock")
+                                .entry(k)
+                                .or_default()
+                                .push(body.clone());
+                            tokio::time::sleep(Duration::from_millis(t * 71 % 250)).await;
+                            Ok::<_, Failure<std::io::Error>>(StoredResponse::new(201, body))
+                        })
+                        .await;
+                    match got {
+                        Ok(Outcome::Executed(r) | Outcome::Answered(Answer::Replay(r))) => {
+                            let mut bodies = vec![r.body];
+                            for _ in 0..3 {
+                                match idem.begin(&req).await {
+                                    Ok(Begin::Answered(Answer::Replay(r))) => bodies.push(r.body),
+                                    other => panic!("key {k}, after its completion: {other:?}"),
+                                }
+                            }
+                            answers
+                                .lock()
+                                .expect("lock")
+                                .entry(k)
+                                .or_default()
+                                .extend(bodies);
+                            return;
+                        }
+                        Ok(Outcome::Answered(Answer::InFlight { .. })) => {
+                            assert!(std::time::Instant::now() < give_up, "key {k}: in flight");
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        other => panic!("key {k}: {other:?}"),
+                    }
+                }
+            }));
+        }
+    }
+    // The orphans' holders wake up after their leases and try to complete: fenced out (C6).
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    for (k, orphan) in orphans {
+        let late = engines[(k + 1) % 4]
+            .complete(orphan, StoredResponse::new(201, "late"))
+            .await;
+        assert!(late.is_err(), "key {k}: a late completion landed");
+    }
+    for caller in callers {
+        caller.await.expect("caller");
+    }
+    let executions = executions.lock().expect("lock");
+    let answers = answers.lock().expect("lock");
+    for k in 0..KEYS {
+        let ran = executions.get(&k).cloned().unwrap_or_default();
+        assert_eq!(ran.len(), 1, "key {k}: executions {ran:?}");
+        let answered = answers.get(&k).cloned().unwrap_or_default();
+        assert_eq!(answered.len(), 6 * 4, "key {k}");
+        assert!(
+            answered.iter().all(|body| *body == ran[0].as_bytes()),
+            "key {k}: answers {answered:?} against the execution {ran:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn c04_a_mixed_fleet_runs_each_key_once_on_one_redis() {
+    mixed_fleet(false).await;
+}
+
+#[tokio::test]
+async fn c04_a_mixed_fleet_runs_each_key_once_on_a_cluster() {
+    mixed_fleet(true).await;
+}
