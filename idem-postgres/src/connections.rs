@@ -73,20 +73,31 @@ impl Connections {
     async fn take(&self, fresh_only: bool) -> Result<Held<'_>, Error> {
         let permit = self.permit().await?;
         let idle = if fresh_only { None } else { self.idle() };
-        let (conn, place, fresh) = match idle {
-            Some((conn, place)) => (conn, place, false),
-            None => {
-                let (conn, place) = self.open().await?;
-                (conn, place, true)
-            }
-        };
-        Ok(Held {
+        if let Some((conn, place)) = idle {
+            return Ok(Held {
+                conn: Some(conn),
+                place,
+                home: self,
+                _permit: permit,
+                fresh: false,
+            });
+        }
+        let deadline = tokio::time::Instant::now() + self.acquire_timeout;
+        let (conn, place) =
+            tokio::time::timeout_at(deadline, self.hosts.connect(self.acquire_timeout))
+                .await
+                .map_err(|_| connecting_timed_out())??;
+        let held = Held {
             conn: Some(conn),
             place,
             home: self,
             _permit: permit,
-            fresh,
-        })
+            fresh: true,
+        };
+        match &self.setup {
+            Some(setup) => held.set_up(setup, deadline).await,
+            None => Ok(held),
+        }
     }
 
     /// The connection given back last, closing those of an older epoch on the way.
@@ -113,32 +124,33 @@ impl Connections {
             })?
             .map_err(|_| Error::store(BACKEND, StoreErrorKind::Unavailable, "the store is closed"))
     }
+}
 
-    /// A new connection, set up for the store's statements (READ COMMITTED and the store's
-    /// deadlines for its session, where it has a session of its own: `crate::session`).
-    async fn open(&self) -> Result<(PgConnection, Place), Error> {
-        let connect = async {
-            let (mut conn, place) = self.hosts.connect(self.acquire_timeout).await?;
-            if let Some(setup) = &self.setup {
-                let set_up = sqlx::raw_sql(AssertSqlSafe(setup.clone()))
-                    .execute(&mut conn)
-                    .await;
-                if let Err(error) = set_up {
-                    self.hosts.failed(place);
-                    return Err(store_error(error));
-                }
-            }
-            Ok((conn, place))
-        };
-        tokio::time::timeout(self.acquire_timeout, connect)
-            .await
-            .map_err(|_| {
-                Error::store(BACKEND, StoreErrorKind::Unavailable, "connecting timed out")
-            })?
-    }
+fn connecting_timed_out() -> Error {
+    Error::store(BACKEND, StoreErrorKind::Unavailable, "connecting timed out")
 }
 
 impl Held<'_> {
+    /// Sets a new connection up for the store's statements (READ COMMITTED and the store's
+    /// deadlines for its session, where it has a session of its own: `crate::session`), by
+    /// `deadline`. Cut off (the link, the deadline, the caller gone), it is closed and its
+    /// host is suspect, as for any statement; refused by the server, it is closed, its host
+    /// as good as before.
+    async fn set_up(mut self, setup: &str, deadline: tokio::time::Instant) -> Result<Self, Error> {
+        let set_up = sqlx::raw_sql(AssertSqlSafe(setup.to_owned())).execute(self.conn());
+        let error = match tokio::time::timeout_at(deadline, set_up).await {
+            Ok(Ok(_)) => return Ok(self),
+            Ok(Err(error)) => store_error(error),
+            Err(_) => connecting_timed_out(),
+        };
+        if crate::error::is_broken_link(&error) {
+            drop(self);
+        } else {
+            self.close();
+        }
+        Err(error)
+    }
+
     pub(crate) fn conn(&mut self) -> &mut PgConnection {
         // Always `Some` until `keep` consumes the guard.
         self.conn.as_mut().expect("a held connection")

@@ -407,3 +407,76 @@ async fn c13_the_store_s_pool_alone_follows_a_promotion() {
     );
     assert_eq!(on, pair.standby_port.to_string(), "on the new primary");
 }
+
+/// C13: a new connection whose set-up goes unanswered (the host took the connection, then its
+/// link went silent) moves the store to the next host, as a statement cut off does: the
+/// calls after it are served there, not by the host that left it hanging. Two fault proxies
+/// in front of the tests' server stand for two hosts; the first holds the first set-up it
+/// sees, the rest of its traffic flowing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_a_set_up_cut_off_moves_the_store_to_the_next_host() {
+    use fault_proxy::{Fault, Hold};
+    let server = std::env::var("IDEM_PG_URL")
+        .expect("IDEM_PG_URL is not set: run `bash scripts/test`, which starts PostgreSQL");
+    let (first, _) = support::proxied(&server).await;
+    let (second, _) = support::proxied(&server).await;
+    let hosts = format!("{},{}", first.addr(), second.addr());
+    let url = support::pg_url::with_authority(&server, &hosts);
+    let store = PgStore::builder()
+        .table(&format!("s_{}", FencingToken::generate()))
+        .max_connections(4)
+        .acquire_timeout(Duration::from_millis(800))
+        .connect(&url)
+        .await
+        .expect("connect through the first host");
+    store.migrate().await.expect("migrate");
+    let idem = Idempotency::with_policy(store, Policy::default().store_timeout(STORE_TIMEOUT))
+        .expect("policy");
+    assert_eq!(second.connections(), 0, "the first host serves");
+
+    // The store's set-up of a session (prepared statements: its deadlines and isolation level).
+    first.set(Hold::to(&b"SET SESSION CHARACTERISTICS"[..]));
+    let mut burst = 0;
+    while matches!(first.fault(), Fault::Hold(_)) {
+        burst += 1;
+        assert!(burst <= 50, "no new connection was opened in 50 bursts");
+        // Calls at once: some find the stack empty and open a connection.
+        let calls: Vec<_> = (0..4)
+            .map(|n| {
+                let idem = idem.clone();
+                tokio::spawn(async move {
+                    let request = idem
+                        .request("acct", "POST", "/charges")
+                        .key(Some(&format!("burst-{burst}-{n}")))
+                        .body(b"{}")
+                        .build()
+                        .expect("request");
+                    idem.begin(&request).await.map(|_| ())
+                })
+            })
+            .collect();
+        for call in calls {
+            let _ = call.await.expect("the call's task");
+        }
+    }
+    assert!(
+        matches!(first.fault(), Fault::Holding(_)),
+        "{:?}",
+        first.fault()
+    );
+
+    let request = idem
+        .request("acct", "POST", "/charges")
+        .key(Some("after-the-hold"))
+        .body(b"{}")
+        .build()
+        .expect("request");
+    idem.begin(&request)
+        .await
+        .map(|_| ())
+        .expect("served by the next host");
+    assert!(
+        second.connections() > 0,
+        "the store moved to the second host after the first left a set-up unanswered"
+    );
+}
