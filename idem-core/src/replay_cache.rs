@@ -27,7 +27,9 @@ const CONFIRMED_WITHIN: Duration = Duration::from_secs(1);
 /// (C16).
 ///
 /// - **Filled** by completed records a reservation read (a replay) and by completions this
-///   engine wrote; never by a record in doubt (docs/state-machine.md, "Records in doubt").
+///   engine wrote; never by a record in doubt (docs/state-machine.md, "Records in doubt"). A
+///   completed record read for another body (a mismatch, whose response the store does not
+///   send) is kept without its response: it answers other bodies, and its own is read once.
 /// - **Kept** until the record's retention ends by the store's clock (the time it has left
 ///   when read, counted from before the read), less [`skew`](Self::skew), and at most
 ///   [`max_age`](Self::max_age); bounded by entries and bytes, least used first out.
@@ -74,7 +76,8 @@ impl Shared {
 #[derive(Debug)]
 struct Entry {
     fingerprint: Fingerprint,
-    response: StoredResponse,
+    /// `None`: read for another body, whose answer is a mismatch.
+    response: Option<StoredResponse>,
     until: Instant,
     generation: u64,
 }
@@ -88,7 +91,8 @@ struct Weight {
 
 impl quick_cache::Weighter<[u8; 32], Arc<Entry>> for Weight {
     fn weight(&self, _key: &[u8; 32], entry: &Arc<Entry>) -> u64 {
-        self.least.max(bytes(&entry.response))
+        let response = entry.response.as_ref().map_or(ENTRY_OVERHEAD, bytes);
+        self.least.max(response)
     }
 }
 
@@ -193,7 +197,8 @@ impl ReplayCache {
     }
 
     /// The answer to `request` from memory, if its record is here: a replay for its own (or its
-    /// alternative) fingerprint, else a mismatch. `generation`: the store's now.
+    /// alternative) fingerprint, if its response is kept, else a mismatch. `generation`: the
+    /// store's now.
     pub(crate) fn answer(&self, request: &Request, generation: u64) -> Option<Answer> {
         self.follow(generation);
         if !self.confirmed(generation) {
@@ -207,19 +212,20 @@ impl ReplayCache {
             return None;
         }
         Some(if request.accepts(&entry.fingerprint) {
-            Answer::Replay(entry.response.clone())
+            Answer::Replay(entry.response.clone()?)
         } else {
             Answer::Mismatch
         })
     }
 
     /// Keeps `response`, completed under `fingerprint` for record `id` with `left` of its
-    /// retention as of `read_at`, read at store `generation` (both taken before the read).
+    /// retention as of `read_at`, read at store `generation` (both taken before the read);
+    /// `None` (read for another body) never replaces the response kept for the same record.
     pub(crate) fn keep(
         &self,
         id: &RecordId,
         fingerprint: Fingerprint,
-        response: &StoredResponse,
+        response: Option<&StoredResponse>,
         left: Duration,
         read_at: Instant,
         generation: u64,
@@ -231,13 +237,21 @@ impl ReplayCache {
         if until <= Instant::now() || !self.follow(generation) {
             return;
         }
+        let key = id.digest();
+        if response.is_none() {
+            let kept = self.shared.entries.get(&key);
+            let same = |e: &Entry| e.generation == generation && e.fingerprint == fingerprint;
+            if kept.is_some_and(|e| e.response.is_some() && same(&e)) {
+                return;
+            }
+        }
         let entry = Entry {
             fingerprint,
-            response: response.clone(),
+            response: response.cloned(),
             until,
             generation,
         };
-        self.shared.entries.insert(id.digest(), Arc::new(entry));
+        self.shared.entries.insert(key, Arc::new(entry));
     }
 
     /// Empties the cache when the store's generation moved past the entries'; returns whether
@@ -290,7 +304,7 @@ mod tests {
         cache.keep(
             request.id(),
             fingerprint,
-            &response,
+            Some(&response),
             left,
             Instant::now(),
             generation,
@@ -305,6 +319,29 @@ mod tests {
         assert!(matches!(cache.answer(&first, 0), Some(Answer::Replay(r)) if r.body == b"charged"));
         assert_eq!(cache.answer(&request("k", b"2"), 0), Some(Answer::Mismatch));
         assert_eq!(cache.answer(&request("other", b"1"), 0), None);
+    }
+
+    #[test]
+    fn c03_a_record_read_for_another_body_answers_other_bodies_only() {
+        let cache = ReplayCache::new(10, 1 << 20);
+        let original = request("k", b"1");
+        let (other, own) = (request("k", b"2"), *original.fingerprint());
+        let minute = Duration::from_secs(60);
+        cache.confirm(0);
+        cache.keep(original.id(), own, None, minute, Instant::now(), 0);
+        assert_eq!(cache.answer(&other, 0), Some(Answer::Mismatch));
+        assert_eq!(
+            cache.answer(&original, 0),
+            None,
+            "its own body: the store's"
+        );
+        keep(&cache, &original, minute, 0);
+        cache.keep(original.id(), own, None, minute, Instant::now(), 0);
+        assert!(
+            matches!(cache.answer(&original, 0), Some(Answer::Replay(_))),
+            "a mismatch read keeps the response kept"
+        );
+        assert_eq!(cache.answer(&other, 0), Some(Answer::Mismatch));
     }
 
     #[test]
@@ -354,7 +391,7 @@ mod tests {
         cache.keep(
             a.id(),
             *a.fingerprint(),
-            &response,
+            Some(&response),
             Duration::from_secs(60),
             now,
             3,
@@ -386,7 +423,14 @@ mod tests {
         for i in 0..64 {
             let r = request(&format!("k{i}"), b"1");
             let fp = *r.fingerprint();
-            by_bytes.keep(r.id(), fp, &big, Duration::from_secs(60), Instant::now(), 0);
+            by_bytes.keep(
+                r.id(),
+                fp,
+                Some(&big),
+                Duration::from_secs(60),
+                Instant::now(),
+                0,
+            );
         }
         assert!(
             by_bytes.len() <= 6,

@@ -205,7 +205,7 @@ impl Keep {
     pub(crate) fn completed(&self, completion: &Completion) {
         if completion.doubt().is_none() {
             let (id, fingerprint) = (completion.id(), completion.fingerprint());
-            let (response, left) = (completion.response(), completion.retain_for());
+            let (response, left) = (Some(completion.response()), completion.retain_for());
             let (read_at, generation) = (self.read_at, self.generation);
             self.cache
                 .keep(id, fingerprint, response, left, read_at, generation);
@@ -298,6 +298,7 @@ impl<'a> Reservation<'a> {
                 }
                 let stored = record.fingerprint;
                 let left = record.deadline().saturating_since(now);
+                let completed = !record.is_in_progress();
                 match decide(Some(record), self.claim.fingerprint(), now) {
                     // The record is this request's under its alternative fingerprint (C3): the
                     // next step reads it under that one, its response included.
@@ -311,9 +312,12 @@ impl<'a> Reservation<'a> {
                     }
                     Decision::Answered(answer) => {
                         let answer = answer.try_map(decode_replay)?;
-                        if let (Answer::Replay(response), Some(keep), false) =
-                            (&answer, &self.keep, in_doubt)
-                        {
+                        let kept = match &answer {
+                            Answer::Replay(response) => Some(Some(response)),
+                            Answer::Mismatch if completed => Some(None),
+                            _ => None,
+                        };
+                        if let (Some(response), Some(keep), false) = (kept, &self.keep, in_doubt) {
                             let (id, read_at) = (self.primary.id(), keep.read_at);
                             keep.cache
                                 .keep(id, stored, response, left, read_at, keep.generation);

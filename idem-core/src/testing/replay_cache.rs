@@ -128,7 +128,8 @@ pub async fn c08_a_record_in_doubt_is_reported_in_doubt<H: Harness>(harness: &H)
 
 /// C3, C7, C16 with a [`ReplayCache`]: a completed request is replayed from memory (a
 /// `replayed` event of [`Operation::Cache`]), another body under its key is a mismatch, a
-/// record another engine completed is kept once read, and a record in doubt never is. A store
+/// record another engine completed is kept once read (for another body: its mismatch only),
+/// and a record in doubt never is. A store
 /// without a [`generation`](Store::generation) answers every request itself.
 pub async fn c07_the_replay_cache_answers_from_memory_never_a_record_in_doubt<H: Harness>(
     harness: &H,
@@ -164,6 +165,49 @@ pub async fn c07_the_replay_cache_answers_from_memory_never_a_record_in_doubt<H:
         matches!(answer, Answer::Replay(_)) && cached_elsewhere,
         "kept once read"
     );
+
+    // A third reads the record for another body first: the mismatch is kept, without the
+    // response the store does not send for it; the request's own body is read once.
+    let (third, seen_third) = cached(Arc::clone(&store));
+    let (answer, mismatch_kept) = from_memory(&third, &seen_third, &other_body).await;
+    assert!(answer == Answer::Mismatch && mismatch_kept, "{answer:?}");
+    let Begin::Answered(Answer::Replay(_)) = third.begin(&req).await.expect("begin") else {
+        panic!("the stored answer is replayed")
+    };
+    assert_eq!(
+        seen_third.last(),
+        Some((EventKind::Replayed, None)),
+        "its own body: the store's"
+    );
+    let (answer, replay_kept) = from_memory(&third, &seen_third, &req).await;
+    assert!(
+        matches!(answer, Answer::Replay(_)) && replay_kept,
+        "then kept"
+    );
+
+    // In flight: another body's mismatch is the store's every time (the record may still be
+    // taken over).
+    let running = request(&consumer, "running", b"{}");
+    // A lease longer than the cache's skew, reserved by the store alone: no claim of this
+    // process answers before it.
+    let reservation = Reservation::new(&running, std::time::Duration::from_secs(60));
+    let reserved = store.reserve(reservation.claim(), Deadline::default());
+    let Reserved::Written { .. } = reserved.await.expect("reserve") else {
+        panic!("a fresh key is acquired")
+    };
+    let running_other = request(&consumer, "running", b"{\"other\":1}");
+    for _ in 0..3 {
+        let answer = idem.begin(&running_other).await.expect("begin");
+        assert!(
+            matches!(answer, Begin::Answered(Answer::Mismatch)),
+            "{answer:?}"
+        );
+        assert_eq!(
+            answers.last(),
+            Some((EventKind::Mismatch, None)),
+            "never from memory"
+        );
+    }
 
     // In doubt: every answer is the store's, here and elsewhere.
     let doubtful = request(&consumer, "doubt", b"{}");
