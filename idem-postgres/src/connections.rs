@@ -82,11 +82,7 @@ impl Connections {
                 fresh: false,
             });
         }
-        let deadline = tokio::time::Instant::now() + self.acquire_timeout;
-        let (conn, place) =
-            tokio::time::timeout_at(deadline, self.hosts.connect(self.acquire_timeout))
-                .await
-                .map_err(|_| connecting_timed_out())??;
+        let (conn, place) = self.hosts.connect(self.acquire_timeout).await?;
         let held = Held {
             conn: Some(conn),
             place,
@@ -95,7 +91,12 @@ impl Connections {
             fresh: true,
         };
         match &self.setup {
-            Some(setup) => held.set_up(setup, deadline).await,
+            // Within the share of the host that took the connection, counted from then: the
+            // time other hosts spent is not this one's to answer for.
+            Some(setup) => {
+                held.set_up(setup, self.hosts.share(self.acquire_timeout))
+                    .await
+            }
             None => Ok(held),
         }
     }
@@ -132,13 +133,13 @@ fn connecting_timed_out() -> Error {
 
 impl Held<'_> {
     /// Sets a new connection up for the store's statements (READ COMMITTED and the store's
-    /// deadlines for its session, where it has a session of its own: `crate::session`), by
-    /// `deadline`. Cut off (the link, the deadline, the caller gone), it is closed and its
-    /// host is suspect, as for any statement; refused by the server, it is closed, its host
-    /// as good as before.
-    async fn set_up(mut self, setup: &str, deadline: tokio::time::Instant) -> Result<Self, Error> {
+    /// deadlines for its session, where it has a session of its own: `crate::session`), within
+    /// `within`. Cut off (the link, the deadline, the caller gone), it is closed and its host
+    /// is suspect, as for any statement; refused by the server, it is closed, its host as good
+    /// as before.
+    async fn set_up(mut self, setup: &str, within: Duration) -> Result<Self, Error> {
         let set_up = sqlx::raw_sql(AssertSqlSafe(setup.to_owned())).execute(self.conn());
-        let error = match tokio::time::timeout_at(deadline, set_up).await {
+        let error = match tokio::time::timeout(within, set_up).await {
             Ok(Ok(_)) => return Ok(self),
             Ok(Err(error)) => store_error(error),
             Err(_) => connecting_timed_out(),

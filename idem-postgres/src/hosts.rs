@@ -246,12 +246,17 @@ impl Hosts {
         }
     }
 
+    /// What each host has of `within` to take a connection: an equal share.
+    pub(crate) fn share(&self, within: Duration) -> Duration {
+        within / u32::try_from(self.count()).unwrap_or(u32::MAX)
+    }
+
     /// A new connection, on the first host from the current one that takes it (and accepts
-    /// writes, if asked), each host within its share of `within`.
+    /// writes, if asked), each host within its [`share`](Self::share) of `within`.
     pub(crate) async fn connect(&self, within: Duration) -> Result<(PgConnection, Place), Error> {
         let start = self.place().index;
         let count = self.count();
-        let share = within / u32::try_from(count).unwrap_or(u32::MAX);
+        let share = self.share(within);
         let mut last = None;
         for step in 0..count {
             let index = (start + step) % count;

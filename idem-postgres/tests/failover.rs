@@ -480,3 +480,77 @@ async fn c13_a_set_up_cut_off_moves_the_store_to_the_next_host() {
         "the store moved to the second host after the first left a set-up unanswered"
     );
 }
+
+/// C13: a host is suspect only for time it used itself. The first host is silent, the second
+/// slow (a new connection there takes most of the acquire timeout, within it on its own, not
+/// after the first host's share); each new connection spends the first host's share before
+/// the second takes it. Its set-up then has the second host's own share, and the calls are
+/// served there, instead of the store pointing back at the silent host after every attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_a_slow_host_is_not_blamed_for_the_time_a_silent_one_took() {
+    use fault_proxy::Fault;
+    let server = std::env::var("IDEM_PG_URL")
+        .expect("IDEM_PG_URL is not set: run `bash scripts/test`, which starts PostgreSQL");
+    let (first, _) = support::proxied(&server).await;
+    let (second, second_url) = support::proxied(&server).await;
+    let delay = Duration::from_millis(100);
+
+    // How long a new connection (connect, set-up, a first statement) takes on the second host.
+    second.set(Fault::Delay(delay));
+    let started = Instant::now();
+    let alone = PgStore::builder()
+        .table(&format!("s_{}", FencingToken::generate()))
+        .connect(&second_url)
+        .await
+        .expect("the second host alone");
+    let on_the_second = started.elapsed();
+    drop(alone);
+    second.set(Fault::PassThrough);
+
+    let hosts = format!("{},{}", first.addr(), second.addr());
+    let url = support::pg_url::with_authority(&server, &hosts);
+    let store = PgStore::builder()
+        .table(&format!("s_{}", FencingToken::generate()))
+        .max_connections(4)
+        .acquire_timeout(on_the_second * 11 / 5)
+        .connect(&url)
+        .await
+        .expect("connect through the first host");
+    store.migrate().await.expect("migrate");
+    let policy = Policy::default().store_timeout(Duration::from_secs(20));
+    let idem = Idempotency::with_policy(store, policy).expect("policy");
+    let request = |key: &str| {
+        idem.request("acct", "POST", "/charges")
+            .key(Some(key))
+            .body(b"{}")
+            .build()
+            .expect("request")
+    };
+
+    first.set(Fault::Freeze);
+    second.set(Fault::Delay(delay));
+    // A short budget cuts a statement off on the silent first host: the store moves on.
+    let short = request("short-1").with_store_budget(Duration::from_millis(300));
+    let _ = idem.begin(&short).await.map(|_| ());
+    let served = idem.begin(&request("on-the-second")).await.map(|_| ());
+    assert!(served.is_ok(), "the second host serves: {served:?}");
+    // A budget shorter than a round trip to the second host cuts a statement off there: it
+    // is suspect, and the store points at the silent first host again.
+    let shorter = request("short-2").with_store_budget(Duration::from_millis(50));
+    assert!(
+        idem.begin(&shorter).await.is_err(),
+        "cut off on the slow host"
+    );
+
+    let mut answers = Vec::new();
+    for n in 0..4 {
+        let started = Instant::now();
+        let begun = idem.begin(&request(&format!("after-{n}"))).await;
+        answers.push((begun.map(|_| ()), started.elapsed()));
+    }
+    let served = answers.iter().filter(|(begun, _)| begun.is_ok()).count();
+    assert!(
+        served >= 3,
+        "served {served} of 4 on the slow host: {answers:#?}"
+    );
+}
