@@ -300,9 +300,9 @@ impl<'a> Reservation<'a> {
                 let left = record.deadline().saturating_since(now);
                 let completed = !record.is_in_progress();
                 match decide(Some(record), self.claim.fingerprint(), now) {
-                    // The record is this request's under its alternative fingerprint (C3): the
-                    // next step reads it under that one, its response included.
-                    Decision::Answered(Answer::Mismatch) if self.switch_to_alternative(&stored) => {
+                    // The record is this request's under its other fingerprint (C3): the next
+                    // step reads it under that one, its response included.
+                    Decision::Answered(Answer::Mismatch) if self.switch_fingerprint(&stored) => {
                         self.count()?;
                         Ok(if self.reads {
                             Step::Read
@@ -370,16 +370,21 @@ impl<'a> Reservation<'a> {
         )))
     }
 
-    /// Moves the claim to the request's alternative fingerprint when the record found carries
-    /// it: the next step reads that record, its response included.
-    fn switch_to_alternative(&mut self, found: &Fingerprint) -> bool {
-        match self.primary.alternative() {
-            Some(alternative) if found == alternative.fingerprint() => {
-                self.claim.request = alternative;
-                true
-            }
-            _ => false,
+    /// Moves the claim to whichever of the request's fingerprints (its own or its alternative,
+    /// C3) the record found carries, when the claim is under the other: the next step reads
+    /// that record, its response included. A record can move back to the request's own
+    /// fingerprint after the claim moved to the alternative (released, then reserved again).
+    fn switch_fingerprint(&mut self, found: &Fingerprint) -> bool {
+        let to = match self.primary.alternative() {
+            _ if found == self.primary.fingerprint() => self.primary,
+            Some(alternative) if found == alternative.fingerprint() => alternative,
+            _ => return false,
+        };
+        if to.fingerprint() == self.claim.fingerprint() {
+            return false;
         }
+        self.claim.request = to;
+        true
     }
 
     /// The lease for `record` if it is this reservation's own (token, in progress, fingerprint).
@@ -852,5 +857,63 @@ mod tests {
         assert!(matches!(r.next(found(0), false), Ok(Step::Reserve)));
         assert!(matches!(r.next(found(5_000), false), Ok(Step::Replace(_))));
         assert_eq!(r.claim().fingerprint(), req.fingerprint());
+    }
+
+    /// C3, C5: found under the alternative, then (released and reserved again) under the
+    /// request's own fingerprint: the claim moves back and reads it; in flight, never a 422.
+    #[test]
+    fn c03_a_record_back_under_the_request_s_own_fingerprint_is_not_a_mismatch() {
+        let old = request(b"raw");
+        let req = request(b"canonical").with_alternative_fingerprint(*old.fingerprint());
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let first = in_progress(FencingToken::generate(), *old.fingerprint(), 5_000);
+        assert!(matches!(r.next(first, false), Ok(Step::Reserve)));
+        assert_eq!(r.claim().fingerprint(), old.fingerprint());
+        let own = in_progress(FencingToken::generate(), *req.fingerprint(), 5_000);
+        assert!(matches!(r.next(own.clone(), false), Ok(Step::Reserve)));
+        assert_eq!(
+            r.claim().fingerprint(),
+            req.fingerprint(),
+            "back to its own"
+        );
+        let step = r.next(own, false);
+        assert!(
+            matches!(
+                step,
+                Ok(Step::Done(Begin::Answered(Answer::InFlight { .. })))
+            ),
+            "{step:?}"
+        );
+    }
+
+    /// C3, C7: the same with the record completed under the request's own fingerprint, as a
+    /// store reports it to a claim under the alternative (no response): read again under its
+    /// own, it is a replay.
+    #[test]
+    fn c07_a_record_completed_under_the_request_s_own_fingerprint_is_replayed() {
+        let old = request(b"raw");
+        let req = request(b"canonical").with_alternative_fingerprint(*old.fingerprint());
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let first = in_progress(FencingToken::generate(), *old.fingerprint(), 5_000);
+        assert!(matches!(r.next(first, false), Ok(Step::Reserve)));
+        let without_response = Reserved::Found {
+            record: Record {
+                fingerprint: *req.fingerprint(),
+                token: FencingToken::generate(),
+                state: RecordState::Completed {
+                    response: None,
+                    expires_at: Timestamp::from_millis(9_000),
+                },
+            },
+            now: Timestamp::from_millis(1_000),
+            in_doubt: false,
+        };
+        assert!(matches!(r.next(without_response, false), Ok(Step::Reserve)));
+        let response = StoredResponse::new(201, "charged");
+        let step = r.next(completed(&req, &response), false);
+        assert!(
+            matches!(step, Ok(Step::Done(Begin::Answered(Answer::Replay(ref r)))) if r.body == b"charged"),
+            "{step:?}"
+        );
     }
 }

@@ -93,35 +93,38 @@ async fn from_memory<S: Store>(
 }
 
 /// Store rule 6: a record in doubt is reported in doubt by `reserve` and `read`, a settled one
-/// not, so that the engine never keeps an answer that may still change.
+/// not, whichever body asks (the replay cache keeps another body's mismatch too), so that the
+/// engine never keeps an answer that may still change.
 pub async fn c08_a_record_in_doubt_is_reported_in_doubt<H: Harness>(harness: &H) {
     let store = harness.store().await;
     let idem = Idempotency::with_policy(store, policy()).expect("a valid policy");
     let consumer = unique_consumer("c08d");
     for (key, in_doubt) in [("doubt", true), ("settled", false)] {
-        let req = request(&consumer, key, b"{}");
-        completed(&idem, &req, in_doubt).await;
-        let reservation = Reservation::new(&req, LEASE);
-        let reserved = idem
-            .store()
-            .reserve(reservation.claim(), Deadline::default());
-        match reserved.await.expect("reserve") {
-            Reserved::Found {
-                in_doubt: found, ..
-            } => assert_eq!(found, in_doubt, "{key}"),
-            other => panic!("the completed record: {other:?}"),
-        }
-        match idem
-            .store()
-            .read(&req, Deadline::default())
-            .await
-            .expect("read")
-        {
-            Reserved::Found {
-                in_doubt: found, ..
-            } => assert_eq!(found, in_doubt, "{key}"),
-            Reserved::Lost => {}
-            other => panic!("the completed record: {other:?}"),
+        let own = request(&consumer, key, b"{}");
+        completed(&idem, &own, in_doubt).await;
+        for req in [own, request(&consumer, key, b"{\"other\":1}")] {
+            let reservation = Reservation::new(&req, LEASE);
+            let reserved = idem
+                .store()
+                .reserve(reservation.claim(), Deadline::default());
+            match reserved.await.expect("reserve") {
+                Reserved::Found {
+                    in_doubt: found, ..
+                } => assert_eq!(found, in_doubt, "{key}"),
+                other => panic!("the completed record: {other:?}"),
+            }
+            match idem
+                .store()
+                .read(&req, Deadline::default())
+                .await
+                .expect("read")
+            {
+                Reserved::Found {
+                    in_doubt: found, ..
+                } => assert_eq!(found, in_doubt, "{key}"),
+                Reserved::Lost => {}
+                other => panic!("the completed record: {other:?}"),
+            }
         }
     }
 }
