@@ -34,10 +34,16 @@ pub(crate) struct Connections {
 }
 
 /// A connection taken from the stack; dropped without [`Held::finish`] giving it back (nor
-/// [`Held::close`]), it is closed and its host is suspect (`Hosts::failed`).
+/// [`Held::close`]), it is closed and its host is suspect (`Hosts::failed`), unless it is
+/// `spared`.
 pub(crate) struct Held<'a> {
     conn: Option<PgConnection>,
     place: Place,
+    /// Opened after the call spent time on other hosts (`Hosts::connect`): dropped (the call's
+    /// budget spent, in part, elsewhere), it leaves its host current; the next call's new
+    /// connection is opened there first, and is not spared. A broken link reported to
+    /// [`finish`](Held::finish) or in the set-up makes its host suspect all the same.
+    spared: bool,
     home: &'a Connections,
     _permit: SemaphorePermit<'a>,
     /// Whether it was opened for this call (else it waited in the stack, maybe for long).
@@ -77,15 +83,17 @@ impl Connections {
             return Ok(Held {
                 conn: Some(conn),
                 place,
+                spared: false,
                 home: self,
                 _permit: permit,
                 fresh: false,
             });
         }
-        let (conn, place) = self.hosts.connect(self.acquire_timeout).await?;
+        let (conn, place, spared) = self.hosts.connect(self.acquire_timeout).await?;
         let held = Held {
             conn: Some(conn),
             place,
+            spared,
             home: self,
             _permit: permit,
             fresh: true,
@@ -145,10 +153,9 @@ impl Held<'_> {
             Err(_) => connecting_timed_out(),
         };
         if crate::error::is_broken_link(&error) {
-            drop(self);
-        } else {
-            self.close();
+            self.home.hosts.failed(self.place);
         }
+        self.close();
         Err(error)
     }
 
@@ -170,6 +177,8 @@ impl Held<'_> {
     pub(crate) fn finish<T>(mut self, result: &Result<T, Error>) {
         let clean = !matches!(result, Err(e) if crate::error::is_broken_link(e));
         if !clean {
+            self.home.hosts.failed(self.place);
+            self.close();
             return;
         }
         if let Some(conn) = self.conn.take() {
@@ -193,10 +202,10 @@ impl Held<'_> {
 }
 
 impl Drop for Held<'_> {
-    /// Not given back: its statement failed on the link or was cut off mid-way (by the call's
-    /// deadline, or its caller gone). The connection closes; its host is suspect.
+    /// Not given back: its statement was cut off mid-way (by the call's deadline, or its
+    /// caller gone). The connection closes; its host is suspect, unless it is `spared`.
     fn drop(&mut self) {
-        if self.conn.take().is_some() {
+        if self.conn.take().is_some() && !self.spared {
             self.home.hosts.failed(self.place);
         }
     }

@@ -7,7 +7,9 @@
 //!   and the next host tried. The host that took it becomes the current one.
 //! - A connection that failed (a lost or silent link, a call cut off by its deadline, a
 //!   read-only error from a demoted server) moves the store to the next host (with one host and
-//!   `read-write`, to the same name again, resolved anew). Every move starts a new epoch: the
+//!   `read-write`, to the same name again, resolved anew); a call cut off on a connection opened
+//!   after other hosts were tried does not, its budget spent in part on them
+//!   (`crate::connections`). Every move starts a new epoch: the
 //!   connections of an older one are closed instead of reused, and the pool the store built is
 //!   pointed at the new host and closes its connections opened before the move.
 //! - A pool without connections while it is asked for, and each new change feed listener, have
@@ -241,7 +243,7 @@ impl Hosts {
 
     /// Searches the hosts for the current one: a connection opened and closed.
     pub(crate) async fn search(&self, within: Duration) {
-        if let Ok((conn, _)) = self.connect(within).await {
+        if let Ok((conn, ..)) = self.connect(within).await {
             let _ = tokio::time::timeout(within, conn.close()).await;
         }
     }
@@ -252,8 +254,12 @@ impl Hosts {
     }
 
     /// A new connection, on the first host from the current one that takes it (and accepts
-    /// writes, if asked), each host within its [`share`](Self::share) of `within`.
-    pub(crate) async fn connect(&self, within: Duration) -> Result<(PgConnection, Place), Error> {
+    /// writes, if asked), each host within its [`share`](Self::share) of `within`; and whether
+    /// hosts before it were tried (the call spent time on them).
+    pub(crate) async fn connect(
+        &self,
+        within: Duration,
+    ) -> Result<(PgConnection, Place, bool), Error> {
         let start = self.place().index;
         let count = self.count();
         let share = self.share(within);
@@ -279,7 +285,7 @@ impl Hosts {
             match tokio::time::timeout(share, attempt).await {
                 Ok(Ok(conn)) => {
                     self.opened.fetch_add(1, Ordering::AcqRel);
-                    return Ok((conn, self.arrived(index)));
+                    return Ok((conn, self.arrived(index), step > 0));
                 }
                 Ok(Err(error)) => last = Some(error),
                 Err(_) => {

@@ -98,7 +98,8 @@ pub(crate) struct Inner {
     pub(crate) feed: FeedSettings,
     /// Where the change feed's listener connects.
     pub(crate) listener: ListenerOptions,
-    /// How long opening a connection may take (the acquire timeout).
+    /// How long connecting may take (the acquire timeout); setting a new connection up may
+    /// take its host's share of it again (`crate::connections`).
     pub(crate) connect_within: Duration,
     /// Where the connections go (`crate::hosts`).
     pub(crate) hosts: Arc<Hosts>,
@@ -267,6 +268,8 @@ impl PgStoreBuilder {
 
     /// How long a call waits for a pooled connection before it is
     /// [`StoreErrorKind::Unavailable`](idem_core::StoreErrorKind::Unavailable) (default 5 s).
+    /// A new connection of the store's own: each host has an equal share of it to connect,
+    /// then the host that took it its share again to set the session up.
     pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
         self.acquire_timeout = timeout;
         self
@@ -740,7 +743,8 @@ impl Store for PgStore {
 
     /// `pg_notify` of the record's digest on the feed's channel (`sql/announce.sql`), on one of
     /// the store's own connections with its deadlines, from a task of its own (nothing waits
-    /// for it), cut off after one acquire timeout plus one statement deadline.
+    /// for it), cut off after two acquire timeouts (connecting, then setting a new connection
+    /// up) plus one statement deadline.
     fn announce(&self, id: &RecordId) {
         if !self.inner.feed.enabled {
             return;
@@ -750,7 +754,7 @@ impl Store for PgStore {
         };
         let store = self.clone();
         let digest = digest_to_hex(&id.digest());
-        let within = self.inner.connect_within + self.inner.config.deadlines.statement;
+        let within = self.inner.connect_within * 2 + self.inner.config.deadlines.statement;
         drop(runtime.spawn(async move {
             let sent =
                 tokio::time::timeout(within, store.notify(&store.inner.feed.channel, &digest))

@@ -484,8 +484,9 @@ async fn c13_a_set_up_cut_off_moves_the_store_to_the_next_host() {
 /// C13: a host is suspect only for time it used itself. The first host is silent, the second
 /// slow (a new connection there takes most of the acquire timeout, within it on its own, not
 /// after the first host's share); each new connection spends the first host's share before
-/// the second takes it. Its set-up then has the second host's own share, and the calls are
-/// served there, instead of the store pointing back at the silent host after every attempt.
+/// the second takes it. Its set-up then has the second host's own share, a call's budget
+/// (1.6 acquire timeouts) that runs out on it leaves it current, and the calls are served
+/// there, instead of the store pointing back at the silent host after every attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c13_a_slow_host_is_not_blamed_for_the_time_a_silent_one_took() {
     use fault_proxy::Fault;
@@ -509,15 +510,16 @@ async fn c13_a_slow_host_is_not_blamed_for_the_time_a_silent_one_took() {
 
     let hosts = format!("{},{}", first.addr(), second.addr());
     let url = support::pg_url::with_authority(&server, &hosts);
+    let acquire = on_the_second * 11 / 5;
     let store = PgStore::builder()
         .table(&format!("s_{}", FencingToken::generate()))
         .max_connections(4)
-        .acquire_timeout(on_the_second * 11 / 5)
+        .acquire_timeout(acquire)
         .connect(&url)
         .await
         .expect("connect through the first host");
     store.migrate().await.expect("migrate");
-    let policy = Policy::default().store_timeout(Duration::from_secs(20));
+    let policy = Policy::default().store_timeout(acquire * 8 / 5);
     let idem = Idempotency::with_policy(store, policy).expect("policy");
     let request = |key: &str| {
         idem.request("acct", "POST", "/charges")
@@ -543,14 +545,14 @@ async fn c13_a_slow_host_is_not_blamed_for_the_time_a_silent_one_took() {
     );
 
     let mut answers = Vec::new();
-    for n in 0..4 {
+    for n in 0..6 {
         let started = Instant::now();
         let begun = idem.begin(&request(&format!("after-{n}"))).await;
         answers.push((begun.map(|_| ()), started.elapsed()));
     }
     let served = answers.iter().filter(|(begun, _)| begun.is_ok()).count();
     assert!(
-        served >= 3,
-        "served {served} of 4 on the slow host: {answers:#?}"
+        served >= 4,
+        "served {served} of 6 on the slow host: {answers:#?}"
     );
 }
