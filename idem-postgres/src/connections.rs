@@ -20,13 +20,13 @@ use crate::hosts::{Hosts, Place};
 use idem_core::{Error, StoreErrorKind};
 use sqlx::{AssertSqlSafe, PgConnection};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 #[derive(Debug)]
 pub(crate) struct Connections {
     hosts: Arc<Hosts>,
-    idle: Mutex<Vec<(PgConnection, Place)>>,
+    idle: Mutex<Vec<(PgConnection, Place, Option<Instant>)>>,
     permits: Semaphore,
     acquire_timeout: Duration,
     /// What a new connection runs first ([`session::connection_setup`](crate::session)).
@@ -35,15 +35,18 @@ pub(crate) struct Connections {
 
 /// A connection taken from the stack; dropped without [`Held::finish`] giving it back (nor
 /// [`Held::close`]), it is closed and its host is suspect (`Hosts::failed`), unless it is
-/// `spared`.
+/// spared (`spared_until`).
 pub(crate) struct Held<'a> {
     conn: Option<PgConnection>,
     place: Place,
-    /// Opened after the call spent time on other hosts (`Hosts::connect`): dropped (the call's
-    /// budget spent, in part, elsewhere), it leaves its host current; the next call's new
-    /// connection is opened there first, and is not spared. A broken link reported to
-    /// [`finish`](Held::finish) or in the set-up makes its host suspect all the same.
-    spared: bool,
+    /// For a connection opened after the call spent time on other hosts (`Hosts::connect`):
+    /// until when it is spared, kept through the stack (the same request's next step takes it
+    /// back from there). Dropped before then (a budget spent, in part, elsewhere), it leaves
+    /// its host current. A broken link reported to [`finish`](Held::finish) or in the set-up
+    /// makes its host suspect all the same; a new connection opened on the current host first
+    /// is never spared, so a host that is silent itself is left within about two acquire
+    /// timeouts.
+    spared_until: Option<Instant>,
     home: &'a Connections,
     _permit: SemaphorePermit<'a>,
     /// Whether it was opened for this call (else it waited in the stack, maybe for long).
@@ -79,21 +82,29 @@ impl Connections {
     async fn take(&self, fresh_only: bool) -> Result<Held<'_>, Error> {
         let permit = self.permit().await?;
         let idle = if fresh_only { None } else { self.idle() };
-        if let Some((conn, place)) = idle {
+        if let Some((conn, place, spared_until)) = idle {
             return Ok(Held {
                 conn: Some(conn),
                 place,
-                spared: false,
+                spared_until,
                 home: self,
                 _permit: permit,
                 fresh: false,
             });
         }
-        let (conn, place, spared) = self.hosts.connect(self.acquire_timeout).await?;
+        let started = Instant::now();
+        let (conn, place, after_others) = self.hosts.connect(self.acquire_timeout).await?;
+        // Spared for as long as the call that opened it may still be running (the time the
+        // other hosts took, and an acquire timeout more), through the stack too: the same
+        // request's next step takes it back from there.
+        let spared_until = after_others.then(|| {
+            let now = Instant::now();
+            now + (now - started) + self.acquire_timeout
+        });
         let held = Held {
             conn: Some(conn),
             place,
-            spared,
+            spared_until,
             home: self,
             _permit: permit,
             fresh: true,
@@ -110,11 +121,11 @@ impl Connections {
     }
 
     /// The connection given back last, closing those of an older epoch on the way.
-    fn idle(&self) -> Option<(PgConnection, Place)> {
+    fn idle(&self) -> Option<(PgConnection, Place, Option<Instant>)> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        while let Some((conn, place)) = idle.pop() {
+        while let Some((conn, place, spared)) = idle.pop() {
             if self.hosts.is_current(place) {
-                return Some((conn, place));
+                return Some((conn, place, spared));
             }
             drop(conn);
         }
@@ -187,7 +198,7 @@ impl Held<'_> {
                     .idle
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .push((conn, self.place));
+                    .push((conn, self.place, self.spared_until));
             }
         }
     }
@@ -203,9 +214,12 @@ impl Held<'_> {
 
 impl Drop for Held<'_> {
     /// Not given back: its statement was cut off mid-way (by the call's deadline, or its
-    /// caller gone). The connection closes; its host is suspect, unless it is `spared`.
+    /// caller gone). The connection closes; its host is suspect, unless it is still spared.
     fn drop(&mut self) {
-        if self.conn.take().is_some() && !self.spared {
+        let spared = self
+            .spared_until
+            .is_some_and(|until| Instant::now() < until);
+        if self.conn.take().is_some() && !spared {
             self.home.hosts.failed(self.place);
         }
     }

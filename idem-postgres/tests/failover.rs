@@ -485,7 +485,7 @@ async fn c13_a_set_up_cut_off_moves_the_store_to_the_next_host() {
 /// slow (a new connection there takes most of the acquire timeout, within it on its own, not
 /// after the first host's share); each new connection spends the first host's share before
 /// the second takes it. Its set-up then has the second host's own share, a call's budget
-/// (1.6 acquire timeouts) that runs out on it leaves it current, and the calls are served
+/// (1.8 acquire timeouts) that runs out on it leaves it current, and the calls are served
 /// there, instead of the store pointing back at the silent host after every attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c13_a_slow_host_is_not_blamed_for_the_time_a_silent_one_took() {
@@ -519,7 +519,7 @@ async fn c13_a_slow_host_is_not_blamed_for_the_time_a_silent_one_took() {
         .await
         .expect("connect through the first host");
     store.migrate().await.expect("migrate");
-    let policy = Policy::default().store_timeout(acquire * 8 / 5);
+    let policy = Policy::default().store_timeout(acquire * 9 / 5);
     let idem = Idempotency::with_policy(store, policy).expect("policy");
     let request = |key: &str| {
         idem.request("acct", "POST", "/charges")
