@@ -471,8 +471,14 @@ impl PgStore {
                     Err(broken) => (TxEnd::RolledBack(broken_effect(&error, broken)), false),
                 };
             }
-            // Dropping the transaction rolls it back (its connection is closed).
-            Err(panic) => return (TxEnd::Panicked(panic), false),
+            // Rolled back before the panic goes on (bounded; past the bound, dropped with its
+            // connection), so that a retry finds the key free, not held by a session whose end
+            // the server has not seen yet. The connection is closed either way: the panic may
+            // have cut a statement off.
+            Err(panic) => {
+                let _ = Box::pin(roll_back(tx, execution, id)).await;
+                return (TxEnd::Panicked(panic), false);
+            }
         };
         let completion = execution.completion(lease, response);
         let written = execution
