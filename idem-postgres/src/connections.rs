@@ -183,8 +183,8 @@ impl Held<'_> {
     /// Gives the connection back if `result` says its statement finished cleanly: any answer, or
     /// an error the server sent (the connection is still in sync: a statement or lock timeout
     /// the server enforced included). Lost or broken links, and a read-only server, close it
-    /// (on drop) and move the store to the next host; a connection of an older epoch is closed
-    /// too.
+    /// and move the store to the next host, spared or not; a connection of an older epoch is
+    /// closed too.
     pub(crate) fn finish<T>(mut self, result: &Result<T, Error>) {
         let clean = !matches!(result, Err(e) if crate::error::is_broken_link(e));
         if !clean {

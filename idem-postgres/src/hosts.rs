@@ -8,10 +8,11 @@
 //! - A connection that failed (a lost or silent link, a call cut off by its deadline, a
 //!   read-only error from a demoted server) moves the store to the next host (with one host and
 //!   `read-write`, to the same name again, resolved anew); a call cut off on a connection opened
-//!   after other hosts were tried does not, its budget spent in part on them
-//!   (`crate::connections`). Every move starts a new epoch: the
-//!   connections of an older one are closed instead of reused, and the pool the store built is
-//!   pointed at the new host and closes its connections opened before the move.
+//!   after other hosts were tried does not, for the time they took and an acquire timeout
+//!   more: its budget was spent in part on them (`crate::connections`). Every move starts a
+//!   new epoch: the connections of an older one are closed instead of reused, and the pool
+//!   the store built is pointed at the new host and closes its connections opened before the
+//!   move.
 //! - A pool without connections while it is asked for, and each new change feed listener, have
 //!   the hosts searched first (`search_soon`, `search`), so that they too leave a dead host.
 //! - Nothing resolves a name here: sqlx resolves the host at each connect, so a DNS name that
