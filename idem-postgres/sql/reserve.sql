@@ -13,7 +13,10 @@
 --   reservation ($10 false, an autocommit statement: its locks last for this statement only)
 --   takes the record's key shared, so two-commit reservations never keep each other out; not
 --   taken, a one-commit execution holds the record: the same fingerprint's key tells whether it
---   is this request ('held_same': in flight) or another body ('held_other': mismatch, C3). A
+--   is this request ('held_same': in flight) or another body ('held_other': mismatch, C3),
+--   once the record's key is tried again: taken then, the holder ended between the two tries
+--   (a holder of this request's fingerprint would otherwise read as another body), and the
+--   insert decides, or finds the row it committed (then neither: read again). A
 --   one-commit reservation ($10 true, inside the execution's transaction: its locks last until
 --   COMMIT or ROLLBACK) takes the fingerprint's key exclusively first (not taken: the same
 --   request is being executed), then the record's key exclusively (taken: it inserts); not
@@ -58,8 +61,9 @@ gate AS (
         WHEN NOT $10::boolean THEN
             CASE
                 WHEN pg_try_advisory_xact_lock_shared($8::bigint) THEN 'open'
-                WHEN pg_try_advisory_xact_lock_shared($9::bigint) THEN 'held_other'
-                ELSE 'held_same'
+                WHEN NOT pg_try_advisory_xact_lock_shared($9::bigint) THEN 'held_same'
+                WHEN pg_try_advisory_xact_lock_shared($8::bigint) THEN 'open'
+                ELSE 'held_other'
             END
         ELSE
             CASE
