@@ -14,15 +14,5 @@ local rec = redis.call('HMGET', KEYS[1], 'tok', 'st', 'dl')
 if rec[1] ~= ARGV[1] or rec[2] ~= ARGV[2] or not rec[3] or tonumber(rec[3]) > now then
   return false
 end
-local dl = now + tonumber(ARGV[5])
-local dls = string.format('%d', dl)
-local fields = {'v', '1', 'fp', ARGV[3], 'tok', ARGV[4], 'st', '0', 'dl', dls, 'id', ARGV[7],
-  'at', string.format('%d', now), 'h', ARGV[8]}
-if ARGV[9] == '1' then
-  fields[#fields + 1] = 'rh'
-  fields[#fields + 1] = cmsgpack.pack('1', ARGV[3], ARGV[4], '0', dls, ARGV[7])
-end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], unpack(fields))
-redis.call('PEXPIREAT', KEYS[1], dl + tonumber(ARGV[6]))
-return dl
+return write_new_record(now, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9])

@@ -5,9 +5,8 @@
 -- runs. One key: runs unchanged on a Redis Cluster.
 -- KEYS[1] the record. ARGV: 1 fingerprint, 2 new token, 3 lease ms, 4 grace ms, 5 the triple,
 -- 6 the holder (the reserving process), 7 '1' for a store that reads first: the new record gets
--- its read header ('rh', see complete.lua). A new record carries when it was reserved ('at',
--- Redis's now) and its holder ('h'), for operators; neither takes part in a decision. A new
--- record is not in doubt: it has no mark ('dbt', 'dca'; store rule 6).
+-- its read header ('rh', see complete.lua). new_record.lua writes the new record; its 'at' and
+-- 'h' are for operators and take part in no decision.
 -- Returns {packed, response}. Packed is 'inserted', now, deadline or 'existing', now, version,
 -- fingerprint, token, state, deadline, triple, whether a response is stored (1 or 0), whether
 -- it is in doubt (1 or 0: a mark 'dbt', its answer may still change), packed by cmsgpack into
@@ -26,16 +25,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- No version: no record, or a hash of someone else's (which is corrupt, never overwritten).
 if not rec[1] and redis.call('EXISTS', KEYS[1]) == 0 then
-  local dl = now + tonumber(ARGV[3])
-  local dls = string.format('%d', dl)
-  local fields = {'v', '1', 'fp', ARGV[1], 'tok', ARGV[2], 'st', '0', 'dl', dls, 'id', ARGV[5],
-    'at', string.format('%d', now), 'h', ARGV[6]}
-  if ARGV[7] == '1' then
-    fields[#fields + 1] = 'rh'
-    fields[#fields + 1] = cmsgpack.pack('1', ARGV[1], ARGV[2], '0', dls, ARGV[5])
-  end
-  redis.call('HSET', KEYS[1], unpack(fields))
-  redis.call('PEXPIREAT', KEYS[1], dl + tonumber(ARGV[4]))
+  local dl = write_new_record(now, ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
   return {cmsgpack.pack('inserted', now, dl), false}
 end
 local stored = 0

@@ -5,6 +5,9 @@
 use redis::Script;
 use std::sync::OnceLock;
 
+/// What a reservation and a takeover share: how a new record is written.
+const NEW_RECORD: &str = include_str!("../lua/new_record.lua");
+
 pub(crate) struct Scripts {
     pub(crate) reserve: Script,
     pub(crate) replace: Script,
@@ -20,8 +23,8 @@ pub(crate) struct Scripts {
 pub(crate) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        reserve: Script::new(include_str!("../lua/reserve.lua")),
-        replace: Script::new(include_str!("../lua/replace.lua")),
+        reserve: Script::new(&[NEW_RECORD, include_str!("../lua/reserve.lua")].concat()),
+        replace: Script::new(&[NEW_RECORD, include_str!("../lua/replace.lua")].concat()),
         complete: Script::new(include_str!("../lua/complete.lua")),
         release: Script::new(include_str!("../lua/release.lua")),
         renew: Script::new(include_str!("../lua/renew.lua")),

@@ -57,7 +57,13 @@ async fn reserve(
     fingerprint: &[u8],
     token: &FencingToken,
 ) -> Vec<Value> {
-    let script = Script::new(include_str!("../lua/reserve.lua"));
+    let script = Script::new(
+        &[
+            include_str!("../lua/new_record.lua"),
+            include_str!("../lua/reserve.lua"),
+        ]
+        .concat(),
+    );
     let mut invocation = script.prepare_invoke();
     invocation
         .key(key)

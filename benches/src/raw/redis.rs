@@ -229,7 +229,13 @@ impl RawRedis {
         Self {
             inner: Arc::new(Inner {
                 conn,
-                reserve: Script::new(include_str!("../../../idem-redis/lua/reserve.lua")),
+                reserve: Script::new(
+                    &[
+                        include_str!("../../../idem-redis/lua/new_record.lua"),
+                        include_str!("../../../idem-redis/lua/reserve.lua"),
+                    ]
+                    .concat(),
+                ),
                 complete: Script::new(include_str!("../../../idem-redis/lua/complete.lua")),
                 prefix: format!("raw_{}", FencingToken::generate()),
                 retention: Policy::default().retention,
