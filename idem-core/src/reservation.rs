@@ -511,12 +511,18 @@ mod tests {
 
     /// A live completed record of `req` carrying `response`.
     fn completed(req: &Request, response: &StoredResponse) -> Reserved {
+        let encoded = response.encode().expect("encodable");
+        completed_with(*req.fingerprint(), Some(encoded))
+    }
+
+    /// A live completed record under `fingerprint`, with `response` as a store reports it.
+    fn completed_with(fingerprint: Fingerprint, response: Option<Vec<u8>>) -> Reserved {
         Reserved::Found {
             record: Record {
-                fingerprint: *req.fingerprint(),
+                fingerprint,
                 token: FencingToken::generate(),
                 state: RecordState::Completed {
-                    response: Some(response.encode().expect("encodable")),
+                    response,
                     expires_at: Timestamp::from_millis(9_000),
                 },
             },
@@ -657,18 +663,7 @@ mod tests {
     fn c12_a_completed_record_of_the_same_request_without_its_response_is_corrupt() {
         let req = request(b"{}");
         let mut r = Reservation::new(&req, Duration::from_secs(60));
-        let found = Reserved::Found {
-            record: Record {
-                fingerprint: *req.fingerprint(),
-                token: FencingToken::generate(),
-                state: RecordState::Completed {
-                    response: None,
-                    expires_at: Timestamp::from_millis(9_000),
-                },
-            },
-            now: Timestamp::from_millis(1_000),
-            in_doubt: false,
-        };
+        let found = completed_with(*req.fingerprint(), None);
         assert!(matches!(r.next(found, false), Err(Error::CorruptRecord(_))));
     }
 
@@ -896,18 +891,7 @@ mod tests {
         let mut r = Reservation::new(&req, Duration::from_secs(60));
         let first = in_progress(FencingToken::generate(), *old.fingerprint(), 5_000);
         assert!(matches!(r.next(first, false), Ok(Step::Reserve)));
-        let without_response = Reserved::Found {
-            record: Record {
-                fingerprint: *req.fingerprint(),
-                token: FencingToken::generate(),
-                state: RecordState::Completed {
-                    response: None,
-                    expires_at: Timestamp::from_millis(9_000),
-                },
-            },
-            now: Timestamp::from_millis(1_000),
-            in_doubt: false,
-        };
+        let without_response = completed_with(*req.fingerprint(), None);
         assert!(matches!(r.next(without_response, false), Ok(Step::Reserve)));
         let response = StoredResponse::new(201, "charged");
         let step = r.next(completed(&req, &response), false);

@@ -5,8 +5,10 @@
 //! answered within its budget, nothing is charged twice, no completion is lost, and the store
 //! charges again on the new primary by itself soon after the promotion.
 
+mod common;
 mod support;
 
+use common::{pg_url, request};
 use idem_core::{Answer, FencingToken, Idempotency, Outcome, Policy, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe, Connection, PgConnection, Row};
 use idem_postgres::{PgIdempotency, PgStore};
@@ -408,6 +410,31 @@ async fn c13_the_store_s_pool_alone_follows_a_promotion() {
     assert_eq!(on, pair.standby_port.to_string(), "on the new primary");
 }
 
+/// Two fault proxies in front of the tests' server, standing for two hosts, and the URL that
+/// names both.
+async fn two_hosts() -> (fault_proxy::FaultProxy, fault_proxy::FaultProxy, String) {
+    let server = pg_url();
+    let (first, _) = support::proxied(&server).await;
+    let (second, _) = support::proxied(&server).await;
+    let hosts = format!("{},{}", first.addr(), second.addr());
+    let url = support::pg_url::with_authority(&server, &hosts);
+    (first, second, url)
+}
+
+/// An engine over a store on `url` (a table of its own, four connections, `acquire`), its
+/// calls within `budget`.
+async fn engine_over(url: &str, acquire: Duration, budget: Duration) -> Idempotency<PgStore> {
+    let store = PgStore::builder()
+        .table(&format!("s_{}", FencingToken::generate()))
+        .max_connections(4)
+        .acquire_timeout(acquire)
+        .connect(url)
+        .await
+        .expect("connect through the first host");
+    store.migrate().await.expect("migrate");
+    Idempotency::with_policy(store, Policy::default().store_timeout(budget)).expect("policy")
+}
+
 /// C13: a new connection whose set-up goes unanswered (the host took the connection, then its
 /// link went silent) moves the store to the next host, as a statement cut off does: the
 /// calls after it are served there, not by the host that left it hanging. Two fault proxies
@@ -416,22 +443,8 @@ async fn c13_the_store_s_pool_alone_follows_a_promotion() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c13_a_set_up_cut_off_moves_the_store_to_the_next_host() {
     use fault_proxy::{Fault, Hold};
-    let server = std::env::var("IDEM_PG_URL")
-        .expect("IDEM_PG_URL is not set: run `bash scripts/test`, which starts PostgreSQL");
-    let (first, _) = support::proxied(&server).await;
-    let (second, _) = support::proxied(&server).await;
-    let hosts = format!("{},{}", first.addr(), second.addr());
-    let url = support::pg_url::with_authority(&server, &hosts);
-    let store = PgStore::builder()
-        .table(&format!("s_{}", FencingToken::generate()))
-        .max_connections(4)
-        .acquire_timeout(Duration::from_millis(800))
-        .connect(&url)
-        .await
-        .expect("connect through the first host");
-    store.migrate().await.expect("migrate");
-    let idem = Idempotency::with_policy(store, Policy::default().store_timeout(STORE_TIMEOUT))
-        .expect("policy");
+    let (first, second, url) = two_hosts().await;
+    let idem = engine_over(&url, Duration::from_millis(800), STORE_TIMEOUT).await;
     assert_eq!(second.connections(), 0, "the first host serves");
 
     // The store's set-up of a session (prepared statements: its deadlines and isolation level).
@@ -445,12 +458,7 @@ async fn c13_a_set_up_cut_off_moves_the_store_to_the_next_host() {
             .map(|n| {
                 let idem = idem.clone();
                 tokio::spawn(async move {
-                    let request = idem
-                        .request("acct", "POST", "/charges")
-                        .key(Some(&format!("burst-{burst}-{n}")))
-                        .body(b"{}")
-                        .build()
-                        .expect("request");
+                    let request = request(&idem, &format!("burst-{burst}-{n}"));
                     idem.begin(&request).await.map(|_| ())
                 })
             })
@@ -465,13 +473,7 @@ async fn c13_a_set_up_cut_off_moves_the_store_to_the_next_host() {
         first.fault()
     );
 
-    let request = idem
-        .request("acct", "POST", "/charges")
-        .key(Some("after-the-hold"))
-        .body(b"{}")
-        .build()
-        .expect("request");
-    idem.begin(&request)
+    idem.begin(&request(&idem, "after-the-hold"))
         .await
         .map(|_| ())
         .expect("served by the next host");
@@ -490,10 +492,8 @@ async fn c13_a_set_up_cut_off_moves_the_store_to_the_next_host() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c13_a_slow_host_is_not_blamed_for_the_time_a_silent_one_took() {
     use fault_proxy::Fault;
-    let server = std::env::var("IDEM_PG_URL")
-        .expect("IDEM_PG_URL is not set: run `bash scripts/test`, which starts PostgreSQL");
-    let (first, _) = support::proxied(&server).await;
-    let (second, second_url) = support::proxied(&server).await;
+    let (first, second, url) = two_hosts().await;
+    let second_url = support::pg_url::with_authority(&pg_url(), &second.addr().to_string());
     let delay = Duration::from_millis(100);
 
     // How long a new connection (connect, set-up, a first statement) takes on the second host.
@@ -508,26 +508,9 @@ async fn c13_a_slow_host_is_not_blamed_for_the_time_a_silent_one_took() {
     drop(alone);
     second.set(Fault::PassThrough);
 
-    let hosts = format!("{},{}", first.addr(), second.addr());
-    let url = support::pg_url::with_authority(&server, &hosts);
     let acquire = on_the_second * 11 / 5;
-    let store = PgStore::builder()
-        .table(&format!("s_{}", FencingToken::generate()))
-        .max_connections(4)
-        .acquire_timeout(acquire)
-        .connect(&url)
-        .await
-        .expect("connect through the first host");
-    store.migrate().await.expect("migrate");
-    let policy = Policy::default().store_timeout(acquire * 9 / 5);
-    let idem = Idempotency::with_policy(store, policy).expect("policy");
-    let request = |key: &str| {
-        idem.request("acct", "POST", "/charges")
-            .key(Some(key))
-            .body(b"{}")
-            .build()
-            .expect("request")
-    };
+    let idem = engine_over(&url, acquire, acquire * 9 / 5).await;
+    let request = |key: &str| request(&idem, key);
 
     first.set(Fault::Freeze);
     second.set(Fault::Delay(delay));

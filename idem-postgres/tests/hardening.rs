@@ -5,20 +5,12 @@
 
 mod common;
 
-use common::{charges, pg_url, select_one, store_on, SCHEMA};
+use common::{charges, pg_url, request, select_one, store_on, SCHEMA};
 use idem_core::store::Deadline;
 use idem_core::{Answer, Begin, Error, Idempotency, Outcome, Policy, Store, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe, Row};
 use idem_postgres::{Isolation, PgIdempotency, PgStore, StatementMode};
 use std::time::{Duration, Instant};
-
-fn request(idem: &Idempotency<PgStore>, key: &str) -> idem_core::Request {
-    idem.request("acct", "POST", "/charges")
-        .key(Some(key))
-        .body(b"{}")
-        .build()
-        .expect("request")
-}
 
 async fn sql(store: &PgStore, statement: String) {
     sqlx::raw_sql(AssertSqlSafe(statement))

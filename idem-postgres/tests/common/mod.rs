@@ -22,6 +22,15 @@ pub(crate) fn pg_url() -> String {
     env("IDEM_PG_URL")
 }
 
+/// A request of `idem` for `key` with an empty body.
+pub(crate) fn request(idem: &idem_core::Idempotency<PgStore>, key: &str) -> idem_core::Request {
+    idem.request("acct", "POST", "/charges")
+        .key(Some(key))
+        .body(b"{}")
+        .build()
+        .expect("request")
+}
+
 /// The PgBouncer (transaction mode) in front of it.
 pub(crate) fn bouncer_url() -> String {
     env("IDEM_PGBOUNCER_URL")
