@@ -93,7 +93,10 @@ impl Connections {
             });
         }
         let started = Instant::now();
-        let (conn, place, after_others) = self.hosts.connect(self.acquire_timeout).await?;
+        let search = SearchIfCutOff(Some((&self.hosts, self.acquire_timeout)));
+        let connected = self.hosts.connect(self.acquire_timeout).await;
+        search.disarm();
+        let (conn, place, after_others) = connected?;
         // Spared for as long as the call that opened it may still be running (the time the
         // other hosts took, and an acquire timeout more), through the stack too: the same
         // request's next step takes it back from there.
@@ -143,6 +146,26 @@ impl Connections {
                 )
             })?
             .map_err(|_| Error::store(BACKEND, StoreErrorKind::Unavailable, "the store is closed"))
+    }
+}
+
+/// Armed while a call opens a connection: dropped there (the call's budget ended before a
+/// host took it, perhaps on a silent one, with hosts left to try), it has the hosts searched
+/// in the background (`Hosts::search_soon`), so that the store leaves a silent host however
+/// short its callers' budgets are, instead of each call starting over on that host.
+struct SearchIfCutOff<'a>(Option<(&'a Arc<Hosts>, Duration)>);
+
+impl SearchIfCutOff<'_> {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for SearchIfCutOff<'_> {
+    fn drop(&mut self) {
+        if let Some((hosts, within)) = self.0.take().filter(|(hosts, _)| hosts.follows()) {
+            hosts.search_soon(within);
+        }
     }
 }
 

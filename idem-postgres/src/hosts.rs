@@ -13,8 +13,9 @@
 //!   new epoch: the connections of an older one are closed instead of reused, and the pool
 //!   the store built is pointed at the new host and closes its connections opened before the
 //!   move.
-//! - A pool without connections while it is asked for, and each new change feed listener, have
-//!   the hosts searched first (`search_soon`, `search`), so that they too leave a dead host.
+//! - A pool without connections while it is asked for, each new change feed listener, and a
+//!   store call whose budget ended while it connected have the hosts searched (`search_soon`,
+//!   `search`), so that they too leave a dead host, however short the budget.
 //! - Nothing resolves a name here: sqlx resolves the host at each connect, so a DNS name that
 //!   moves to another address is followed too.
 
@@ -216,8 +217,8 @@ impl Hosts {
 
     /// Searches the hosts in the background for the current one (a connection opened and
     /// closed), at most once per `within`: for a pool that has no connection, whose own
-    /// connects retry a host that refuses them until its acquire timeout. Without a Tokio
-    /// runtime, nothing.
+    /// connects retry a host that refuses them until its acquire timeout, and after a store
+    /// call whose budget ended while it connected. Without a Tokio runtime, nothing.
     pub(crate) fn search_soon(self: &Arc<Self>, within: Duration) {
         {
             let mut searched_at = self

@@ -539,3 +539,56 @@ async fn c13_a_slow_host_is_not_blamed_for_the_time_a_silent_one_took() {
         "served {served} of 6 on the slow host: {answers:#?}"
     );
 }
+
+/// C13: a store budget shorter than a host's share of the acquire timeout still leaves a
+/// silent host. The current host is silent, the store holds no connection to it, and each
+/// call's budget ends while the call connects there, before the next host could be tried: the
+/// hosts are searched in the background, and the calls after that are served by the next
+/// host, instead of every call starting over on the silent one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_a_budget_shorter_than_a_host_s_share_still_leaves_a_silent_host() {
+    use fault_proxy::Fault;
+    let (first, second, url) = two_hosts().await;
+    let acquire = Duration::from_secs(2);
+    let idem = engine_over(&url, acquire, Duration::from_millis(300)).await;
+    let request = |key: &str| request(&idem, key);
+
+    // To the second host and back to the first, in a new epoch: the store's connections are
+    // all on the second, and none is reused on the first.
+    first.set(Fault::Freeze);
+    let _ = idem.begin(&request("cut-off-on-the-first")).await;
+    first.set(Fault::PassThrough);
+    idem.begin(&request("on-the-second"))
+        .await
+        .map(|_| ())
+        .expect("served by the second host");
+    second.set(Fault::Freeze);
+    let _ = idem.begin(&request("cut-off-on-the-second")).await;
+    let before = first.connections();
+
+    // The first host goes silent; each call's 300 ms end within its 1 s share.
+    first.set(Fault::Freeze);
+    second.set(Fault::PassThrough);
+    let started = Instant::now();
+    let mut answers = Vec::new();
+    loop {
+        let begun = idem
+            .begin(&request(&format!("after-{}", answers.len())))
+            .await;
+        let served = begun.is_ok();
+        answers.push((begun.map(|_| ()), started.elapsed()));
+        if served {
+            break;
+        }
+        assert!(
+            started.elapsed() < acquire * 3,
+            "still on the silent host: {answers:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        first.connections() > before,
+        "the calls did connect to the silent first host: {answers:#?}"
+    );
+    eprintln!("served by the second host after {answers:?}");
+}
