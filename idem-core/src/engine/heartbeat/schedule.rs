@@ -87,8 +87,10 @@ impl Schedule {
 
     /// Adds a lease whose first renewal is due after `first`.
     pub(super) fn add(&'static self, renew: Arc<dyn Renew>, first: Duration) -> Scheduled {
-        let due = later(Instant::now(), first);
         let mut state = lock(&self.state);
+        // Read under the lock: an instant read before it could be earlier than the one the
+        // driver planned its next wake-up from meanwhile, and wake it for nothing.
+        let due = later(Instant::now(), first);
         let id = state.next_id;
         state.next_id += 1;
         state.added = Some(renew.period());
