@@ -163,7 +163,7 @@ impl SearchIfCutOff<'_> {
 
 impl Drop for SearchIfCutOff<'_> {
     fn drop(&mut self) {
-        if let Some((hosts, within)) = self.0.take().filter(|(hosts, _)| hosts.follows()) {
+        if let Some((hosts, within)) = self.0.take().filter(|(hosts, _)| hosts.several()) {
             hosts.search_soon(within);
         }
     }
@@ -245,5 +245,36 @@ impl Drop for Held<'_> {
         if self.conn.take().is_some() && !spared {
             self.home.hosts.failed(self.place);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hosts_url::parse;
+
+    /// A call cut off while it connects to a silent host: whether the hosts were searched.
+    async fn cut_off_on_a_silent_host(url_of: impl Fn(&str) -> String) -> bool {
+        // Accepts connections and never answers: a PostgreSQL handshake there never ends.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a listener");
+        let address = silent.local_addr().expect("its address").to_string();
+        let hosts = Arc::new(Hosts::new(parse(&url_of(&address)).expect("a URL")));
+        let connections = Connections::new(Arc::clone(&hosts), 2, Duration::from_secs(2), None);
+        let cut_off = tokio::time::timeout(Duration::from_millis(50), connections.get()).await;
+        assert!(cut_off.is_err(), "the call was cut off while connecting");
+        hosts.searched()
+    }
+
+    /// C13: a call cut off while connecting has the hosts searched where there is another to
+    /// move to, and only there: one host, checked for writes or not, has none.
+    #[tokio::test]
+    async fn c13_a_call_cut_off_while_connecting_searches_only_several_hosts() {
+        let several = |a: &str| format!("postgres://app@{a},127.0.0.1:1/db");
+        assert!(cut_off_on_a_silent_host(several).await);
+        let one = |a: &str| format!("postgres://app@{a}/db?target_session_attrs=read-write");
+        assert!(!cut_off_on_a_silent_host(one).await);
+        assert!(!cut_off_on_a_silent_host(|a: &str| format!("postgres://app@{a}/db")).await);
     }
 }

@@ -99,6 +99,11 @@ impl Hosts {
         self.attrs == SessionAttrs::ReadWrite
     }
 
+    /// Whether there are hosts to move to: more than one.
+    pub(crate) fn several(&self) -> bool {
+        self.hosts.len() > 1
+    }
+
     fn count(&self) -> usize {
         self.hosts.len().max(1)
     }
@@ -235,6 +240,15 @@ impl Hosts {
         };
         let hosts = Arc::clone(self);
         drop(runtime.spawn(async move { hosts.search(within).await }));
+    }
+
+    /// Whether a search was started in the background.
+    #[cfg(test)]
+    pub(crate) fn searched(&self) -> bool {
+        self.searched_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
     }
 
     /// How many connections were opened: a new one may be on a server (a restart, a promoted

@@ -558,7 +558,8 @@ async fn c13_a_budget_shorter_than_a_host_s_share_still_leaves_a_silent_host() {
     first.set(Fault::Freeze);
     let _ = idem.begin(&request("cut-off-on-the-first")).await;
     first.set(Fault::PassThrough);
-    idem.begin(&request("on-the-second"))
+    let on_the_second = request("on-the-second").with_store_budget(Duration::from_secs(5));
+    idem.begin(&on_the_second)
         .await
         .map(|_| ())
         .expect("served by the second host");
