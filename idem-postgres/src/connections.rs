@@ -14,6 +14,12 @@
 //! Each connection remembers the host and the epoch it was opened in (`crate::hosts`): one that
 //! failed or was cut off moves the store to the next host, and one of an older epoch is closed
 //! instead of reused.
+//!
+//! A new connection is opened (the connect loop over the hosts, then the set-up) by a task of
+//! its own holding the call's permit: a call cut off meanwhile leaves it to finish, and the
+//! connection waits in the stack for the next call. Budgets shorter than opening a connection
+//! (a slow link, a silent host's share of the acquire timeout before the next host) are
+//! served all the same, and the number of connections being opened stays within the permits.
 
 use crate::error::{store_error, BACKEND};
 use crate::hosts::{Hosts, Place};
@@ -21,17 +27,25 @@ use idem_core::{Error, StoreErrorKind};
 use sqlx::{AssertSqlSafe, PgConnection};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 #[derive(Debug)]
 pub(crate) struct Connections {
     hosts: Arc<Hosts>,
-    idle: Mutex<Vec<(PgConnection, Place, Option<Instant>)>>,
-    permits: Semaphore,
+    idle: Arc<Idle>,
+    permits: Arc<Semaphore>,
+    max: usize,
     acquire_timeout: Duration,
     /// What a new connection runs first ([`session::connection_setup`](crate::session)).
-    setup: Option<String>,
+    setup: Option<Arc<str>>,
 }
+
+/// A connection set up for the store's statements, with the host and epoch it was opened in
+/// and until when it is spared ([`Held`]).
+type Opened = (PgConnection, Place, Option<Instant>);
+
+/// The connections given back, the last on top.
+type Idle = Mutex<Vec<Opened>>;
 
 /// A connection taken from the stack; dropped without [`Held::finish`] giving it back (nor
 /// [`Held::close`]), it is closed and its host is suspect (`Hosts::failed`), unless it is
@@ -48,7 +62,7 @@ pub(crate) struct Held<'a> {
     /// timeouts.
     spared_until: Option<Instant>,
     home: &'a Connections,
-    _permit: SemaphorePermit<'a>,
+    _permit: OwnedSemaphorePermit,
     /// Whether it was opened for this call (else it waited in the stack, maybe for long).
     pub(crate) fresh: bool,
 }
@@ -60,12 +74,14 @@ impl Connections {
         acquire_timeout: Duration,
         setup: Option<String>,
     ) -> Self {
+        let max = usize::try_from(max.max(1)).unwrap_or(1);
         Self {
             hosts,
-            idle: Mutex::new(Vec::new()),
-            permits: Semaphore::new(usize::try_from(max.max(1)).unwrap_or(1)),
+            idle: Arc::default(),
+            permits: Arc::new(Semaphore::new(max)),
+            max,
             acquire_timeout,
-            setup,
+            setup: setup.map(Arc::from),
         }
     }
 
@@ -92,39 +108,38 @@ impl Connections {
                 fresh: false,
             });
         }
-        let started = Instant::now();
-        let search = SearchIfCutOff(Some((&self.hosts, self.acquire_timeout)));
-        let connected = self.hosts.connect(self.acquire_timeout).await;
-        search.disarm();
-        let (conn, place, after_others) = connected?;
-        // Spared for as long as the call that opened it may still be running (the time the
-        // other hosts took, and an acquire timeout more), through the stack too: the same
-        // request's next step takes it back from there.
-        let spared_until = after_others.then(|| {
-            let now = Instant::now();
-            now + (now - started) + self.acquire_timeout
-        });
-        let held = Held {
+        // Opened in a task of its own, which holds the permit: a call whose budget ends
+        // meanwhile leaves it to finish (the connect loop moving the store off a silent host,
+        // the set-up) and to wait in the stack for the next call, so that budgets shorter than
+        // opening a connection still get served, and a silent host is still left.
+        let (sent, opened) = oneshot::channel();
+        let opening = Opening {
+            hosts: Arc::clone(&self.hosts),
+            idle: Arc::clone(&self.idle),
+            max: self.max,
+            acquire_timeout: self.acquire_timeout,
+            setup: self.setup.clone(),
+        };
+        tokio::spawn(opening.run(permit, sent));
+        let ((conn, place, spared_until), permit) = opened.await.map_err(|_| {
+            Error::store(
+                BACKEND,
+                StoreErrorKind::Unavailable,
+                "opening a connection ended without an answer (its runtime shut down)",
+            )
+        })??;
+        Ok(Held {
             conn: Some(conn),
             place,
             spared_until,
             home: self,
             _permit: permit,
             fresh: true,
-        };
-        match &self.setup {
-            // Within the share of the host that took the connection, counted from then: the
-            // time other hosts spent is not this one's to answer for.
-            Some(setup) => {
-                held.set_up(setup, self.hosts.share(self.acquire_timeout))
-                    .await
-            }
-            None => Ok(held),
-        }
+        })
     }
 
     /// The connection given back last, closing those of an older epoch on the way.
-    fn idle(&self) -> Option<(PgConnection, Place, Option<Instant>)> {
+    fn idle(&self) -> Option<Opened> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         while let Some((conn, place, spared)) = idle.pop() {
             if self.hosts.is_current(place) {
@@ -135,38 +150,94 @@ impl Connections {
         None
     }
 
-    async fn permit(&self) -> Result<SemaphorePermit<'_>, Error> {
-        tokio::time::timeout(self.acquire_timeout, self.permits.acquire())
-            .await
-            .map_err(|_| {
-                Error::store(
-                    BACKEND,
-                    StoreErrorKind::Unavailable,
-                    "no store connection free before the acquire timeout",
-                )
-            })?
-            .map_err(|_| Error::store(BACKEND, StoreErrorKind::Unavailable, "the store is closed"))
+    async fn permit(&self) -> Result<OwnedSemaphorePermit, Error> {
+        tokio::time::timeout(
+            self.acquire_timeout,
+            Arc::clone(&self.permits).acquire_owned(),
+        )
+        .await
+        .map_err(|_| {
+            Error::store(
+                BACKEND,
+                StoreErrorKind::Unavailable,
+                "no store connection free before the acquire timeout",
+            )
+        })?
+        .map_err(|_| Error::store(BACKEND, StoreErrorKind::Unavailable, "the store is closed"))
     }
 }
 
-/// Armed while a call opens a connection: dropped there (the call's budget ended before a
-/// host took it, perhaps on a silent one, with hosts left to try), it has the hosts searched
-/// in the background (`Hosts::search_soon`), so that the store leaves a silent host however
-/// short its callers' budgets are, instead of each call starting over on that host.
-struct SearchIfCutOff<'a>(Option<(&'a Arc<Hosts>, Duration)>);
-
-impl SearchIfCutOff<'_> {
-    fn disarm(mut self) {
-        self.0 = None;
-    }
+/// What a new connection needs, moved into the task that opens it.
+struct Opening {
+    hosts: Arc<Hosts>,
+    idle: Arc<Idle>,
+    max: usize,
+    acquire_timeout: Duration,
+    setup: Option<Arc<str>>,
 }
 
-impl Drop for SearchIfCutOff<'_> {
-    fn drop(&mut self) {
-        if let Some((hosts, within)) = self.0.take().filter(|(hosts, _)| hosts.several()) {
-            hosts.search_soon(within);
+impl Opening {
+    /// Opens and sets up a connection, holding `permit`, and sends both to the call that
+    /// asked; that call gone, the connection waits in the stack (if its host is still the
+    /// current one and the stack has room). Bounded: the connect loop by the acquire timeout,
+    /// the set-up by a host's share of it.
+    async fn run(
+        self,
+        permit: OwnedSemaphorePermit,
+        sent: oneshot::Sender<Result<(Opened, OwnedSemaphorePermit), Error>>,
+    ) {
+        let opened = self.open().await.map(|opened| (opened, permit));
+        if let Err(Ok(((conn, place, spared_until), _permit))) = sent.send(opened) {
+            if self.hosts.is_current(place) {
+                let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+                if idle.len() < self.max {
+                    idle.push((conn, place, spared_until));
+                }
+            }
         }
     }
+
+    async fn open(&self) -> Result<Opened, Error> {
+        let started = Instant::now();
+        let (mut conn, place, after_others) = self.hosts.connect(self.acquire_timeout).await?;
+        // Spared for as long as the call that opened it may still be running (the time the
+        // other hosts took, and an acquire timeout more), through the stack too: the same
+        // request's next step takes it back from there.
+        let spared_until = after_others.then(|| {
+            let now = Instant::now();
+            now + (now - started) + self.acquire_timeout
+        });
+        if let Some(setup) = &self.setup {
+            // Within the share of the host that took the connection, counted from then: the
+            // time other hosts spent is not this one's to answer for.
+            let within = self.hosts.share(self.acquire_timeout);
+            set_up(&self.hosts, &mut conn, place, setup, within).await?;
+        }
+        Ok((conn, place, spared_until))
+    }
+}
+
+/// Sets a new connection up for the store's statements (READ COMMITTED and the store's
+/// deadlines for its session, where it has a session of its own: `crate::session`), within
+/// `within`. Cut off (the link, the deadline), its host is suspect, as for any statement;
+/// refused by the server, its host is as good as before. Either way the connection closes.
+async fn set_up(
+    hosts: &Hosts,
+    conn: &mut PgConnection,
+    place: Place,
+    setup: &str,
+    within: Duration,
+) -> Result<(), Error> {
+    let set_up = sqlx::raw_sql(AssertSqlSafe(setup.to_owned())).execute(conn);
+    let error = match tokio::time::timeout(within, set_up).await {
+        Ok(Ok(_)) => return Ok(()),
+        Ok(Err(error)) => store_error(error),
+        Err(_) => connecting_timed_out(),
+    };
+    if crate::error::is_broken_link(&error) {
+        hosts.failed(place);
+    }
+    Err(error)
 }
 
 fn connecting_timed_out() -> Error {
@@ -174,25 +245,6 @@ fn connecting_timed_out() -> Error {
 }
 
 impl Held<'_> {
-    /// Sets a new connection up for the store's statements (READ COMMITTED and the store's
-    /// deadlines for its session, where it has a session of its own: `crate::session`), within
-    /// `within`. Cut off (the link, the deadline, the caller gone), it is closed and its host
-    /// is suspect, as for any statement; refused by the server, it is closed, its host as good
-    /// as before.
-    async fn set_up(mut self, setup: &str, within: Duration) -> Result<Self, Error> {
-        let set_up = sqlx::raw_sql(AssertSqlSafe(setup.to_owned())).execute(self.conn());
-        let error = match tokio::time::timeout(within, set_up).await {
-            Ok(Ok(_)) => return Ok(self),
-            Ok(Err(error)) => store_error(error),
-            Err(_) => connecting_timed_out(),
-        };
-        if crate::error::is_broken_link(&error) {
-            self.home.hosts.failed(self.place);
-        }
-        self.close();
-        Err(error)
-    }
-
     pub(crate) fn conn(&mut self) -> &mut PgConnection {
         // Always `Some` until `keep` consumes the guard.
         self.conn.as_mut().expect("a held connection")
@@ -252,29 +304,42 @@ impl Drop for Held<'_> {
 mod tests {
     use super::*;
     use crate::hosts_url::parse;
+    use sqlx::Row;
 
-    /// A call cut off while it connects to a silent host: whether the hosts were searched.
-    async fn cut_off_on_a_silent_host(url_of: impl Fn(&str) -> String) -> bool {
-        // Accepts connections and never answers: a PostgreSQL handshake there never ends.
-        let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("a listener");
-        let address = silent.local_addr().expect("its address").to_string();
-        let hosts = Arc::new(Hosts::new(parse(&url_of(&address)).expect("a URL")));
-        let connections = Connections::new(Arc::clone(&hosts), 2, Duration::from_secs(2), None);
-        let cut_off = tokio::time::timeout(Duration::from_millis(50), connections.get()).await;
-        assert!(cut_off.is_err(), "the call was cut off while connecting");
-        hosts.searched()
-    }
-
-    /// C13: a call cut off while connecting has the hosts searched where there is another to
-    /// move to, and only there: one host, checked for writes or not, has none.
+    /// C13: the connection a call was opening when it was cut off is opened and set up all the
+    /// same, holding the call's permit until then, and waits in the stack for the next call.
     #[tokio::test]
-    async fn c13_a_call_cut_off_while_connecting_searches_only_several_hosts() {
-        let several = |a: &str| format!("postgres://app@{a},127.0.0.1:1/db");
-        assert!(cut_off_on_a_silent_host(several).await);
-        let one = |a: &str| format!("postgres://app@{a}/db?target_session_attrs=read-write");
-        assert!(!cut_off_on_a_silent_host(one).await);
-        assert!(!cut_off_on_a_silent_host(|a: &str| format!("postgres://app@{a}/db")).await);
+    async fn c13_a_connection_a_cut_off_call_was_opening_serves_the_next_call() {
+        let url = std::env::var("IDEM_PG_URL")
+            .expect("IDEM_PG_URL: run `bash scripts/test`, which starts PostgreSQL");
+        let hosts = Arc::new(Hosts::new(parse(&url).expect("a URL")));
+        let setup = "SET application_name = 'idem cut off'".to_owned();
+        let conns = Connections::new(hosts, 1, Duration::from_secs(5), Some(setup));
+        // Polled once, then dropped: its permit taken, its connection being opened.
+        tokio::select! {
+            biased;
+            _ = conns.get() => panic!("opened without a round trip"),
+            () = std::future::ready(()) => {}
+        }
+        let waited = Instant::now();
+        while conns
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+        {
+            assert!(waited.elapsed() < Duration::from_secs(5), "never opened");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The only permit was given back, and the connection is the one opened, set up.
+        let mut held = conns.get().await.expect("the connection in the stack");
+        assert!(!held.fresh, "taken from the stack, not opened again");
+        let name: String = sqlx::query("SHOW application_name")
+            .fetch_one(held.conn())
+            .await
+            .expect("a statement")
+            .get(0);
+        assert_eq!(name, "idem cut off");
+        held.give_back();
     }
 }

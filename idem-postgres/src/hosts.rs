@@ -13,9 +13,11 @@
 //!   new epoch: the connections of an older one are closed instead of reused, and the pool
 //!   the store built is pointed at the new host and closes its connections opened before the
 //!   move.
-//! - A pool without connections while it is asked for, each new change feed listener, and a
-//!   store call whose budget ended while it connected have the hosts searched (`search_soon`,
-//!   `search`), so that they too leave a dead host, however short the budget.
+//! - A pool without connections while it is asked for, and each new change feed listener, have
+//!   the hosts searched first (`search_soon`, `search`), so that they too leave a dead host.
+//!   The store's own connections are opened in tasks of their own, which go on when the call
+//!   that asked is cut off (`crate::connections`), so its connect loop leaves a dead host
+//!   however short the calls' budgets.
 //! - Nothing resolves a name here: sqlx resolves the host at each connect, so a DNS name that
 //!   moves to another address is followed too.
 
@@ -97,11 +99,6 @@ impl Hosts {
     /// Whether a new connection is checked for writes.
     pub(crate) fn checks_writes(&self) -> bool {
         self.attrs == SessionAttrs::ReadWrite
-    }
-
-    /// Whether there are hosts to move to: more than one.
-    pub(crate) fn several(&self) -> bool {
-        self.hosts.len() > 1
     }
 
     fn count(&self) -> usize {
@@ -222,8 +219,8 @@ impl Hosts {
 
     /// Searches the hosts in the background for the current one (a connection opened and
     /// closed), at most once per `within`: for a pool that has no connection, whose own
-    /// connects retry a host that refuses them until its acquire timeout, and after a store
-    /// call whose budget ended while it connected. Without a Tokio runtime, nothing.
+    /// connects retry a host that refuses them until its acquire timeout. Without a Tokio
+    /// runtime, nothing.
     pub(crate) fn search_soon(self: &Arc<Self>, within: Duration) {
         {
             let mut searched_at = self
@@ -240,15 +237,6 @@ impl Hosts {
         };
         let hosts = Arc::clone(self);
         drop(runtime.spawn(async move { hosts.search(within).await }));
-    }
-
-    /// Whether a search was started in the background.
-    #[cfg(test)]
-    pub(crate) fn searched(&self) -> bool {
-        self.searched_at
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some()
     }
 
     /// How many connections were opened: a new one may be on a server (a restart, a promoted

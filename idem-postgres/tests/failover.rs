@@ -543,8 +543,8 @@ async fn c13_a_slow_host_is_not_blamed_for_the_time_a_silent_one_took() {
 /// C13: a store budget shorter than a host's share of the acquire timeout still leaves a
 /// silent host. The current host is silent, the store holds no connection to it, and each
 /// call's budget ends while the call connects there, before the next host could be tried: the
-/// hosts are searched in the background, and the calls after that are served by the next
-/// host, instead of every call starting over on the silent one.
+/// connection goes on being opened, on the next host, and the calls after that are served
+/// there, instead of every call starting over on the silent one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c13_a_budget_shorter_than_a_host_s_share_still_leaves_a_silent_host() {
     use fault_proxy::Fault;
