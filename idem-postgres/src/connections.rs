@@ -16,15 +16,17 @@
 //! instead of reused.
 //!
 //! A new connection is opened (the connect loop over the hosts, then the set-up) by a task of
-//! its own holding the call's permit: a call cut off meanwhile leaves it to finish, and the
+//! its own holding the call's permit while the call waits. A call cut off meanwhile gives its
+//! permit back at once and leaves one such opening per stack (an orphan) to finish: its
 //! connection waits in the stack for the next call. Budgets shorter than opening a connection
 //! (a slow link, a silent host's share of the acquire timeout before the next host) are
-//! served all the same, and the number of connections being opened stays within the permits.
+//! served all the same, and at most one socket more than the permits is ever being opened.
 
 use crate::error::{store_error, BACKEND};
 use crate::hosts::{Hosts, Place};
 use idem_core::{Error, StoreErrorKind};
 use sqlx::{AssertSqlSafe, PgConnection};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
@@ -34,6 +36,8 @@ pub(crate) struct Connections {
     hosts: Arc<Hosts>,
     idle: Arc<Idle>,
     permits: Arc<Semaphore>,
+    /// Whether an opening goes on for a call that is gone ([`Opening::run`]).
+    orphan: Arc<AtomicBool>,
     max: usize,
     acquire_timeout: Duration,
     /// What a new connection runs first ([`session::connection_setup`](crate::session)).
@@ -79,6 +83,7 @@ impl Connections {
             hosts,
             idle: Arc::default(),
             permits: Arc::new(Semaphore::new(max)),
+            orphan: Arc::default(),
             max,
             acquire_timeout,
             setup: setup.map(Arc::from),
@@ -108,14 +113,16 @@ impl Connections {
                 fresh: false,
             });
         }
-        // Opened in a task of its own, which holds the permit: a call whose budget ends
-        // meanwhile leaves it to finish (the connect loop moving the store off a silent host,
-        // the set-up) and to wait in the stack for the next call, so that budgets shorter than
-        // opening a connection still get served, and a silent host is still left.
+        // Opened in a task of its own, which holds the permit while the call waits: a call
+        // whose budget ends meanwhile leaves one such opening per stack to finish (the connect
+        // loop moving the store off a silent host, the set-up) and to wait in the stack for the
+        // next call, so that budgets shorter than opening a connection still get served, and a
+        // silent host is still left.
         let (sent, opened) = oneshot::channel();
         let opening = Opening {
             hosts: Arc::clone(&self.hosts),
             idle: Arc::clone(&self.idle),
+            orphan: Arc::clone(&self.orphan),
             max: self.max,
             acquire_timeout: self.acquire_timeout,
             setup: self.setup.clone(),
@@ -125,7 +132,7 @@ impl Connections {
             Error::store(
                 BACKEND,
                 StoreErrorKind::Unavailable,
-                "opening a connection ended without an answer (its runtime shut down)",
+                "opening a connection ended without an answer",
             )
         })??;
         Ok(Held {
@@ -171,28 +178,72 @@ impl Connections {
 struct Opening {
     hosts: Arc<Hosts>,
     idle: Arc<Idle>,
+    /// Whether an opening whose call is gone goes on for this stack.
+    orphan: Arc<AtomicBool>,
     max: usize,
     acquire_timeout: Duration,
     setup: Option<Arc<str>>,
 }
 
+/// The stack's one opening whose call is gone: one is enough to move the store off a silent
+/// host and to bring a connection a call's budget could not wait for; more would only hold
+/// sockets on a host that does not answer.
+struct Orphan<'a>(&'a AtomicBool);
+
+impl<'a> Orphan<'a> {
+    fn take(flag: &'a AtomicBool) -> Option<Self> {
+        flag.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+            // Lazily: a guard built and dropped for a flag it did not take would clear it.
+            .then(|| Self(flag))
+    }
+}
+
+impl Drop for Orphan<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 impl Opening {
     /// Opens and sets up a connection, holding `permit`, and sends both to the call that
-    /// asked; that call gone, the connection waits in the stack (if its host is still the
-    /// current one and the stack has room). Bounded: the connect loop by the acquire timeout,
-    /// the set-up by a host's share of it.
+    /// asked. Once that call is gone, its permit goes back at once (calls after a silent
+    /// spell never wait for handshakes that will not end), and the opening goes on only as
+    /// the stack's one orphan: its connection then waits in the stack, if its host is still
+    /// the current one and the stack has room. Bounded: the connect loop by the acquire
+    /// timeout, the set-up by a host's share of it.
     async fn run(
         self,
         permit: OwnedSemaphorePermit,
-        sent: oneshot::Sender<Result<(Opened, OwnedSemaphorePermit), Error>>,
+        mut sent: oneshot::Sender<Result<(Opened, OwnedSemaphorePermit), Error>>,
     ) {
-        let opened = self.open().await.map(|opened| (opened, permit));
-        if let Err(Ok(((conn, place, spared_until), _permit))) = sent.send(opened) {
-            if self.hosts.is_current(place) {
-                let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-                if idle.len() < self.max {
-                    idle.push((conn, place, spared_until));
+        let open = self.open();
+        tokio::pin!(open);
+        let opened = tokio::select! {
+            biased;
+            opened = &mut open => opened,
+            () = sent.closed() => {
+                drop(permit);
+                if let Some(_orphan) = Orphan::take(&self.orphan) {
+                    if let Ok(opened) = open.await {
+                        self.keep(opened);
+                    }
                 }
+                return;
+            }
+        };
+        if let Err(Ok((opened, _permit))) = sent.send(opened.map(|opened| (opened, permit))) {
+            self.keep(opened);
+        }
+    }
+
+    /// Puts a connection whose call is gone in the stack, if its host is still the current
+    /// one and the stack has room.
+    fn keep(&self, (conn, place, spared_until): Opened) {
+        if self.hosts.is_current(place) {
+            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+            if idle.len() < self.max {
+                idle.push((conn, place, spared_until));
             }
         }
     }
@@ -306,8 +357,17 @@ mod tests {
     use crate::hosts_url::parse;
     use sqlx::Row;
 
+    /// Polls `get` once and drops it: its permit taken, its connection being opened.
+    async fn cut_off(conns: &Connections) {
+        tokio::select! {
+            biased;
+            _ = conns.get() => panic!("opened without a round trip"),
+            () = std::future::ready(()) => {}
+        }
+    }
+
     /// C13: the connection a call was opening when it was cut off is opened and set up all the
-    /// same, holding the call's permit until then, and waits in the stack for the next call.
+    /// same, and waits in the stack for the next call.
     #[tokio::test]
     async fn c13_a_connection_a_cut_off_call_was_opening_serves_the_next_call() {
         let url = std::env::var("IDEM_PG_URL")
@@ -315,12 +375,7 @@ mod tests {
         let hosts = Arc::new(Hosts::new(parse(&url).expect("a URL")));
         let setup = "SET application_name = 'idem cut off'".to_owned();
         let conns = Connections::new(hosts, 1, Duration::from_secs(5), Some(setup));
-        // Polled once, then dropped: its permit taken, its connection being opened.
-        tokio::select! {
-            biased;
-            _ = conns.get() => panic!("opened without a round trip"),
-            () = std::future::ready(()) => {}
-        }
+        cut_off(&conns).await;
         let waited = Instant::now();
         while conns
             .idle
@@ -331,7 +386,7 @@ mod tests {
             assert!(waited.elapsed() < Duration::from_secs(5), "never opened");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        // The only permit was given back, and the connection is the one opened, set up.
+        // The connection is the one opened, set up.
         let mut held = conns.get().await.expect("the connection in the stack");
         assert!(!held.fresh, "taken from the stack, not opened again");
         let name: String = sqlx::query("SHOW application_name")
@@ -341,5 +396,58 @@ mod tests {
             .get(0);
         assert_eq!(name, "idem cut off");
         held.give_back();
+    }
+
+    /// C13: calls cut off while a host does not answer give their permits back at once, and
+    /// one opening goes on for them: once the host answers again, calls do not wait for
+    /// handshakes that will never end.
+    #[tokio::test]
+    async fn c13_cut_off_calls_give_their_permits_back_and_one_opening_goes_on() {
+        // Accepts connections and never answers: a PostgreSQL handshake there never ends.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a listener");
+        let address = silent.local_addr().expect("its address");
+        let hosts = Arc::new(Hosts::new(
+            parse(&format!("postgres://app@{address}/db")).expect("a URL"),
+        ));
+        let conns = Connections::new(hosts, 2, Duration::from_secs(30), None);
+        for _ in 0..4 {
+            cut_off(&conns).await;
+        }
+        let waited = Instant::now();
+        while conns.permits.available_permits() < 2 {
+            assert!(
+                waited.elapsed() < Duration::from_secs(1),
+                "{} permits back",
+                conns.permits.available_permits()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(conns.orphan.load(Ordering::Acquire), "one opening goes on");
+        // Each abandoned opening closed its socket: the one left open is the orphan's.
+        let mut open = 0;
+        let mut accepted = 0;
+        while let Ok(Ok((mut socket, _))) =
+            tokio::time::timeout(Duration::from_millis(200), silent.accept()).await
+        {
+            accepted += 1;
+            let mut buf = vec![0u8; 1024];
+            let closed = async {
+                loop {
+                    match tokio::io::AsyncReadExt::read(&mut socket, &mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                }
+            };
+            open += usize::from(
+                tokio::time::timeout(Duration::from_millis(200), closed)
+                    .await
+                    .is_err(),
+            );
+        }
+        assert!(accepted >= 1, "no opening reached the host");
+        assert_eq!(open, 1, "{accepted} accepted");
     }
 }

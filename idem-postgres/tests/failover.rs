@@ -593,3 +593,61 @@ async fn c13_a_budget_shorter_than_a_host_s_share_still_leaves_a_silent_host() {
     );
     eprintln!("served by the second host after {answers:?}");
 }
+
+/// C13: a host that was silent is served again as soon as it answers. During the silence
+/// every call's budget ends while it opens a connection; those calls give their permits back
+/// when they are cut off, so that once the host answers again, no call waits for a handshake
+/// that will never end (an acquire timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_a_host_silent_for_a_while_is_served_again_at_once() {
+    use fault_proxy::Fault;
+    let (proxy, _) = support::proxied(&pg_url()).await;
+    let url = support::pg_url::with_authority(&pg_url(), &proxy.addr().to_string());
+    let acquire = Duration::from_secs(4);
+    let idem = engine_over(&url, acquire, Duration::from_millis(300)).await;
+    idem.begin(&request(&idem, "before"))
+        .await
+        .map(|_| ())
+        .expect("served before the silence");
+
+    // Silent: the links open now hear nothing more; new ones are accepted and hear nothing.
+    proxy.set(Fault::ServerGone);
+    let silence = Instant::now() + Duration::from_millis(1500);
+    let callers: Vec<_> = (0..8)
+        .map(|caller| {
+            let idem = idem.clone();
+            tokio::spawn(async move {
+                let mut n = 0;
+                while Instant::now() < silence {
+                    let key = format!("silent-{caller}-{n}");
+                    let _ = idem.begin(&request(&idem, &key)).await;
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    for caller in callers {
+        caller.await.expect("a caller");
+    }
+
+    proxy.set(Fault::PassThrough);
+    let back = Instant::now();
+    let mut answers = Vec::new();
+    loop {
+        let begun = idem
+            .begin(&request(&idem, &format!("back-{}", answers.len())))
+            .await;
+        let served = begun.is_ok();
+        answers.push((begun.map(|_| ()), back.elapsed()));
+        if served {
+            break;
+        }
+        assert!(back.elapsed() < acquire * 2, "never served: {answers:#?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        back.elapsed() < acquire / 3,
+        "served {:?} after the host answered again: {answers:#?}",
+        back.elapsed()
+    );
+}
