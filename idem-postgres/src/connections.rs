@@ -128,13 +128,15 @@ impl Connections {
             setup: self.setup.clone(),
         };
         tokio::spawn(opening.run(permit, sent));
-        let ((conn, place, spared_until), permit) = opened.await.map_err(|_| {
-            Error::store(
-                BACKEND,
-                StoreErrorKind::Unavailable,
-                "opening a connection ended without an answer",
-            )
-        })??;
+        let mut awaiting = Awaiting { opened, home: self };
+        let ((conn, place, spared_until), permit) =
+            (&mut awaiting.opened).await.map_err(|_| {
+                Error::store(
+                    BACKEND,
+                    StoreErrorKind::Unavailable,
+                    "opening a connection ended without an answer",
+                )
+            })??;
         Ok(Held {
             conn: Some(conn),
             place,
@@ -171,6 +173,22 @@ impl Connections {
             )
         })?
         .map_err(|_| Error::store(BACKEND, StoreErrorKind::Unavailable, "the store is closed"))
+    }
+}
+
+/// The call's end of an opening: dropped after the connection was sent and before the call
+/// took it, it puts the connection in the stack instead of closing it.
+struct Awaiting<'a> {
+    opened: oneshot::Receiver<Result<(Opened, OwnedSemaphorePermit), Error>>,
+    home: &'a Connections,
+}
+
+impl Drop for Awaiting<'_> {
+    fn drop(&mut self) {
+        if let Ok(Ok((opened, _permit))) = self.opened.try_recv() {
+            let home = self.home;
+            keep(&home.hosts, &home.idle, home.max, opened);
+        }
     }
 }
 
@@ -217,17 +235,20 @@ impl Opening {
         permit: OwnedSemaphorePermit,
         mut sent: oneshot::Sender<Result<(Opened, OwnedSemaphorePermit), Error>>,
     ) {
-        let open = self.open();
-        tokio::pin!(open);
+        let mut open = Box::pin(self.open());
         let opened = tokio::select! {
             biased;
             opened = &mut open => opened,
             () = sent.closed() => {
+                let Some(_orphan) = Orphan::take(&self.orphan) else {
+                    // Its socket closes before its permit goes back: never one more.
+                    drop(open);
+                    drop(permit);
+                    return;
+                };
                 drop(permit);
-                if let Some(_orphan) = Orphan::take(&self.orphan) {
-                    if let Ok(opened) = open.await {
-                        self.keep(opened);
-                    }
+                if let Ok(opened) = open.await {
+                    self.keep(opened);
                 }
                 return;
             }
@@ -237,15 +258,8 @@ impl Opening {
         }
     }
 
-    /// Puts a connection whose call is gone in the stack, if its host is still the current
-    /// one and the stack has room.
-    fn keep(&self, (conn, place, spared_until): Opened) {
-        if self.hosts.is_current(place) {
-            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-            if idle.len() < self.max {
-                idle.push((conn, place, spared_until));
-            }
-        }
+    fn keep(&self, opened: Opened) {
+        keep(&self.hosts, &self.idle, self.max, opened);
     }
 
     async fn open(&self) -> Result<Opened, Error> {
@@ -265,6 +279,17 @@ impl Opening {
             set_up(&self.hosts, &mut conn, place, setup, within).await?;
         }
         Ok((conn, place, spared_until))
+    }
+}
+
+/// Puts a connection opened for a call that is gone in the stack, if its host is still the
+/// current one and the stack has room; else it closes.
+fn keep(hosts: &Hosts, idle: &Idle, max: usize, (conn, place, spared_until): Opened) {
+    if hosts.is_current(place) {
+        let mut idle = idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < max {
+            idle.push((conn, place, spared_until));
+        }
     }
 }
 
@@ -396,6 +421,39 @@ mod tests {
             .get(0);
         assert_eq!(name, "idem cut off");
         held.give_back();
+    }
+
+    /// C13: a call dropped after its connection was sent to it and before it took it (its
+    /// task aborted from outside) leaves the connection in the stack, not closed.
+    #[tokio::test]
+    async fn c13_a_connection_sent_to_a_call_gone_since_waits_in_the_stack() {
+        let url = std::env::var("IDEM_PG_URL")
+            .expect("IDEM_PG_URL: run `bash scripts/test`, which starts PostgreSQL");
+        let hosts = Arc::new(Hosts::new(parse(&url).expect("a URL")));
+        let conns = Connections::new(hosts, 1, Duration::from_secs(5), None);
+        let mut call = Box::pin(conns.get());
+        tokio::select! {
+            biased;
+            _ = &mut call => panic!("opened without a round trip"),
+            () = std::future::ready(()) => {}
+        }
+        // Opened and sent meanwhile (a connection on loopback takes milliseconds).
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        drop(call);
+        let waited = Instant::now();
+        while conns
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+        {
+            assert!(
+                waited.elapsed() < Duration::from_secs(5),
+                "closed, not kept"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(conns.permits.available_permits(), 1);
     }
 
     /// C13: calls cut off while a host does not answer give their permits back at once, and
