@@ -322,7 +322,7 @@ fn connecting_timed_out() -> Error {
 
 impl Held<'_> {
     pub(crate) fn conn(&mut self) -> &mut PgConnection {
-        // Always `Some` until `keep` consumes the guard.
+        // Always `Some` until `finish` or `close` takes it.
         self.conn.as_mut().expect("a held connection")
     }
 
