@@ -391,16 +391,16 @@ mod tests {
         }
     }
 
-    /// C13: the connection a call was opening when it was cut off is opened and set up all the
-    /// same, and waits in the stack for the next call.
-    #[tokio::test]
-    async fn c13_a_connection_a_cut_off_call_was_opening_serves_the_next_call() {
+    /// A stack of one connection on the tests' server, new connections set up with `setup`.
+    fn on_the_server(setup: Option<String>) -> Connections {
         let url = std::env::var("IDEM_PG_URL")
             .expect("IDEM_PG_URL: run `bash scripts/test`, which starts PostgreSQL");
         let hosts = Arc::new(Hosts::new(parse(&url).expect("a URL")));
-        let setup = "SET application_name = 'idem cut off'".to_owned();
-        let conns = Connections::new(hosts, 1, Duration::from_secs(5), Some(setup));
-        cut_off(&conns).await;
+        Connections::new(hosts, 1, Duration::from_secs(5), setup)
+    }
+
+    /// Waits until a connection is kept in the stack; `why` if none is within 5 s.
+    async fn until_kept(conns: &Connections, why: &str) {
         let waited = Instant::now();
         while conns
             .idle
@@ -408,9 +408,19 @@ mod tests {
             .unwrap_or_else(PoisonError::into_inner)
             .is_empty()
         {
-            assert!(waited.elapsed() < Duration::from_secs(5), "never opened");
+            assert!(waited.elapsed() < Duration::from_secs(5), "{why}");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// C13: the connection a call was opening when it was cut off is opened and set up all the
+    /// same, and waits in the stack for the next call.
+    #[tokio::test]
+    async fn c13_a_connection_a_cut_off_call_was_opening_serves_the_next_call() {
+        let setup = "SET application_name = 'idem cut off'".to_owned();
+        let conns = on_the_server(Some(setup));
+        cut_off(&conns).await;
+        until_kept(&conns, "never opened").await;
         // The connection is the one opened, set up.
         let mut held = conns.get().await.expect("the connection in the stack");
         assert!(!held.fresh, "taken from the stack, not opened again");
@@ -427,10 +437,7 @@ mod tests {
     /// task aborted from outside) leaves the connection in the stack, not closed.
     #[tokio::test]
     async fn c13_a_connection_sent_to_a_call_gone_since_waits_in_the_stack() {
-        let url = std::env::var("IDEM_PG_URL")
-            .expect("IDEM_PG_URL: run `bash scripts/test`, which starts PostgreSQL");
-        let hosts = Arc::new(Hosts::new(parse(&url).expect("a URL")));
-        let conns = Connections::new(hosts, 1, Duration::from_secs(5), None);
+        let conns = on_the_server(None);
         let mut call = Box::pin(conns.get());
         tokio::select! {
             biased;
@@ -440,19 +447,7 @@ mod tests {
         // Opened and sent meanwhile (a connection on loopback takes milliseconds).
         tokio::time::sleep(Duration::from_millis(500)).await;
         drop(call);
-        let waited = Instant::now();
-        while conns
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty()
-        {
-            assert!(
-                waited.elapsed() < Duration::from_secs(5),
-                "closed, not kept"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until_kept(&conns, "closed, not kept").await;
         assert_eq!(conns.permits.available_permits(), 1);
     }
 

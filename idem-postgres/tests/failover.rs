@@ -540,6 +540,28 @@ async fn c13_a_slow_host_is_not_blamed_for_the_time_a_silent_one_took() {
     );
 }
 
+/// Calls `idem` (keys `<prefix>-<n>`, 20 ms apart) until one is served, within `within` from
+/// now; each call's outcome and when it ended.
+async fn until_served(
+    idem: &Idempotency<PgStore>,
+    prefix: &str,
+    within: Duration,
+) -> Vec<(Result<(), idem_core::Error>, Duration)> {
+    let started = Instant::now();
+    let mut answers = Vec::new();
+    loop {
+        let key = format!("{prefix}-{}", answers.len());
+        let begun = idem.begin(&request(idem, &key)).await;
+        let served = begun.is_ok();
+        answers.push((begun.map(|_| ()), started.elapsed()));
+        if served {
+            return answers;
+        }
+        assert!(started.elapsed() < within, "never served: {answers:#?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// C13: a store budget shorter than a host's share of the acquire timeout still leaves a
 /// silent host. The current host is silent, the store holds no connection to it, and each
 /// call's budget ends while the call connects there, before the next host could be tried: the
@@ -570,23 +592,7 @@ async fn c13_a_budget_shorter_than_a_host_s_share_still_leaves_a_silent_host() {
     // The first host goes silent; each call's 300 ms end within its 1 s share.
     first.set(Fault::Freeze);
     second.set(Fault::PassThrough);
-    let started = Instant::now();
-    let mut answers = Vec::new();
-    loop {
-        let begun = idem
-            .begin(&request(&format!("after-{}", answers.len())))
-            .await;
-        let served = begun.is_ok();
-        answers.push((begun.map(|_| ()), started.elapsed()));
-        if served {
-            break;
-        }
-        assert!(
-            started.elapsed() < acquire * 3,
-            "still on the silent host: {answers:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let answers = until_served(&idem, "after", acquire * 3).await;
     assert!(
         first.connections() > before,
         "the calls did connect to the silent first host: {answers:#?}"
@@ -631,23 +637,10 @@ async fn c13_a_host_silent_for_a_while_is_served_again_at_once() {
     }
 
     proxy.set(Fault::PassThrough);
-    let back = Instant::now();
-    let mut answers = Vec::new();
-    loop {
-        let begun = idem
-            .begin(&request(&idem, &format!("back-{}", answers.len())))
-            .await;
-        let served = begun.is_ok();
-        answers.push((begun.map(|_| ()), back.elapsed()));
-        if served {
-            break;
-        }
-        assert!(back.elapsed() < acquire * 2, "never served: {answers:#?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let answers = until_served(&idem, "back", acquire * 2).await;
+    let served_after = answers.last().map(|(_, at)| *at).unwrap_or_default();
     assert!(
-        back.elapsed() < acquire / 3,
-        "served {:?} after the host answered again: {answers:#?}",
-        back.elapsed()
+        served_after < acquire / 3,
+        "served {served_after:?} after the host answered again: {answers:#?}"
     );
 }
