@@ -12,8 +12,8 @@
 //! ([`PgStore::pool`](crate::PgStore::pool)).
 //!
 //! Each connection remembers the host and the epoch it was opened in (`crate::hosts`): one that
-//! failed or was cut off moves the store to the next host, and one of an older epoch is closed
-//! instead of reused.
+//! failed moves the store to the next host, one cut off has its host checked, and one of an
+//! older epoch is closed instead of reused.
 //!
 //! A new connection is opened (the connect loop over the hosts, then the set-up) by a task of
 //! its own holding the call's permit while the call waits. A call cut off meanwhile gives its
@@ -52,7 +52,7 @@ type Opened = (PgConnection, Place, Option<Instant>);
 type Idle = Mutex<Vec<Opened>>;
 
 /// A connection taken from the stack; dropped without [`Held::finish`] giving it back (nor
-/// [`Held::close`]), it is closed and its host is suspect (`Hosts::failed`), unless it is
+/// [`Held::close`]), it is closed and its host is checked (`Hosts::suspect`), unless it is
 /// spared (`spared_until`).
 pub(crate) struct Held<'a> {
     conn: Option<PgConnection>,
@@ -61,9 +61,9 @@ pub(crate) struct Held<'a> {
     /// until when it is spared, kept through the stack (the same request's next step takes it
     /// back from there). Dropped before then (a budget spent, in part, elsewhere), it leaves
     /// its host current. A broken link reported to [`finish`](Held::finish) or in the set-up
-    /// makes its host suspect all the same; a new connection opened on the current host first
-    /// is never spared, so a host that is silent itself is left within about two acquire
-    /// timeouts.
+    /// leaves its host all the same; a new connection opened on the current host first is
+    /// never spared, so a host that is silent itself is left within about two acquire
+    /// timeouts and its share.
     spared_until: Option<Instant>,
     home: &'a Connections,
     _permit: OwnedSemaphorePermit,
@@ -365,13 +365,15 @@ impl Held<'_> {
 
 impl Drop for Held<'_> {
     /// Not given back: its statement was cut off mid-way (by the call's deadline, or its
-    /// caller gone). The connection closes; its host is suspect, unless it is still spared.
+    /// caller gone). The connection closes; its host is checked (`Hosts::suspect`), unless
+    /// the connection is still spared.
     fn drop(&mut self) {
         let spared = self
             .spared_until
             .is_some_and(|until| Instant::now() < until);
         if self.conn.take().is_some() && !spared {
-            self.home.hosts.failed(self.place);
+            let home = self.home;
+            home.hosts.suspect(self.place, home.acquire_timeout);
         }
     }
 }
@@ -379,7 +381,7 @@ impl Drop for Held<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hosts_url::parse;
+    use crate::hosts_url::{parse, HostPort};
     use sqlx::Row;
 
     /// Polls `get` once and drops it: its permit taken, its connection being opened.
@@ -449,6 +451,91 @@ mod tests {
         drop(call);
         until_kept(&conns, "closed, not kept").await;
         assert_eq!(conns.permits.available_permits(), 1);
+    }
+
+    /// The tests' server listed twice: a store of two healthy hosts.
+    fn twice_on_the_server(acquire_timeout: Duration) -> (Arc<Hosts>, Connections) {
+        let url = std::env::var("IDEM_PG_URL")
+            .expect("IDEM_PG_URL: run `bash scripts/test`, which starts PostgreSQL");
+        let mut target = parse(&url).expect("a URL");
+        let host = HostPort {
+            host: target.options.get_host().to_owned(),
+            port: target.options.get_port(),
+        };
+        target.hosts = vec![host.clone(), host];
+        let hosts = Arc::new(Hosts::new(target));
+        let conns = Connections::new(Arc::clone(&hosts), 2, acquire_timeout, None);
+        (hosts, conns)
+    }
+
+    /// C13: a statement cut off by its call's deadline on a host that answers (a slow
+    /// statement, a loaded server) leaves the store on that host: its host is checked with a
+    /// new connection first, which it takes. Under load, short budgets never make a store of
+    /// healthy hosts flap between them (each move costs every connection of the epoch).
+    #[tokio::test]
+    async fn c13_a_statement_cut_off_on_a_host_that_answers_leaves_the_store_there() {
+        let (hosts, conns) = twice_on_the_server(Duration::from_secs(1));
+        let place = {
+            let mut held = conns.get().await.expect("a connection");
+            sqlx::query("SELECT 1")
+                .execute(held.conn())
+                .await
+                .expect("served");
+            held.give_back();
+            hosts.place()
+        };
+        for _ in 0..3 {
+            let mut held = conns.get().await.expect("a connection");
+            let slow = sqlx::query("SELECT pg_sleep(2)").execute(held.conn());
+            let cut_off = tokio::time::timeout(Duration::from_millis(50), slow).await;
+            assert!(cut_off.is_err(), "the statement ran to its end");
+            drop(held);
+        }
+        // Longer than the check's bound (a host's share: 500 ms).
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert!(
+            hosts.is_current(place),
+            "the store left a host that answers"
+        );
+        let mut held = conns.get().await.expect("a connection");
+        sqlx::query("SELECT 1")
+            .execute(held.conn())
+            .await
+            .expect("served");
+        held.give_back();
+    }
+
+    /// C13: a statement cut off on a host that has gone silent since leaves it, once a new
+    /// connection to it has had its share of the acquire timeout and not been answered.
+    #[tokio::test]
+    async fn c13_a_statement_cut_off_on_a_silent_host_leaves_it_after_its_share() {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a listener");
+        let address = silent.local_addr().expect("its address");
+        let url = format!("postgres://app@{address},{address}/db");
+        let hosts = Arc::new(Hosts::new(parse(&url).expect("a URL")));
+        let place = hosts.place();
+        let checked = Instant::now();
+        hosts.suspect(place, Duration::from_secs(1));
+        hosts.suspect(place, Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(hosts.is_current(place), "left before its share");
+        while hosts.is_current(place) {
+            assert!(
+                checked.elapsed() < Duration::from_secs(2),
+                "a silent host kept"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // One check for both: one connection reached the host.
+        let mut accepted = 0;
+        while let Ok(Ok(_)) =
+            tokio::time::timeout(Duration::from_millis(100), silent.accept()).await
+        {
+            accepted += 1;
+        }
+        assert_eq!(accepted, 1);
     }
 
     /// C13: calls cut off while a host does not answer give their permits back at once, and

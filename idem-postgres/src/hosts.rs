@@ -5,11 +5,13 @@
 //!   the connect timeout; with `target_session_attrs=read-write` it stays only on a server whose
 //!   `transaction_read_only` is off (one round trip more per new connection), else it is closed
 //!   and the next host tried. The host that took it becomes the current one.
-//! - A connection that failed (a lost or silent link, a call cut off by its deadline, a
-//!   read-only error from a demoted server) moves the store to the next host (with one host and
-//!   `read-write`, to the same name again, resolved anew); a call cut off on a connection opened
-//!   after other hosts were tried does not, for the time they took and an acquire timeout
-//!   more: its budget was spent in part on them (`crate::connections`). Every move starts a
+//! - A connection that failed (a lost link, a read-only error from a demoted server) moves the
+//!   store to the next host (with one host and `read-write`, to the same name again, resolved
+//!   anew). A statement cut off by its call's deadline has its host checked first with a new
+//!   connection (`suspect`): a loaded host is kept, a silent one left. A call cut off on a
+//!   connection opened after other hosts were tried does neither, for the time they took and
+//!   an acquire timeout more: its budget was spent in part on them (`crate::connections`).
+//!   Every move starts a
 //!   new epoch: the connections of an older one are closed instead of reused, and the pool
 //!   the store built is pointed at the new host and closes its connections opened before the
 //!   move.
@@ -55,6 +57,8 @@ pub(crate) struct Hosts {
     follower: Mutex<Option<PgPool>>,
     /// When the last search in the background started (`search_soon`).
     searched_at: Mutex<Option<Instant>>,
+    /// When the last check of a host whose statement was cut off started (`suspect`).
+    checked_at: Mutex<Option<Instant>>,
     /// How many connections were opened: the store's generation (`Store::generation`).
     opened: AtomicU64,
 }
@@ -83,6 +87,7 @@ impl Hosts {
             }),
             follower: Mutex::new(None),
             searched_at: Mutex::new(None),
+            checked_at: Mutex::new(None),
             opened: AtomicU64::new(0),
         }
     }
@@ -157,6 +162,41 @@ impl Hosts {
                 .unwrap_or_else(PoisonError::into_inner)
                 .take(),
         );
+    }
+
+    /// A statement on a connection opened at `place` was cut off (the call's deadline, its
+    /// caller gone): from there a loaded host and a silent one look alike. If that host is
+    /// still the current one, it is checked in the background with a new connection within
+    /// its [`share`](Self::share) of `within`, and left ([`failed`](Self::failed)) only if
+    /// that connection fails too: a store of healthy hosts under load never moves for its
+    /// callers' short budgets. At most one check per share; without a Tokio runtime, the host
+    /// is left at once.
+    pub(crate) fn suspect(self: &Arc<Self>, place: Place, within: Duration) {
+        if !self.follows() || !self.is_current(place) {
+            return;
+        }
+        let share = self.share(within);
+        {
+            let mut checked_at = self
+                .checked_at
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if checked_at.is_some_and(|at| at.elapsed() < share) {
+                return;
+            }
+            *checked_at = Some(Instant::now());
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.failed(place);
+            return;
+        };
+        let hosts = Arc::clone(self);
+        drop(runtime.spawn(async move {
+            match tokio::time::timeout(share, hosts.open_at(place.index)).await {
+                Ok(Ok(conn)) => drop(tokio::time::timeout(share, conn.close()).await),
+                Ok(Err(_)) | Err(_) => hosts.failed(place),
+            }
+        }));
     }
 
     /// A connection opened at `place` failed: if that host is still the current one, the next
@@ -270,23 +310,7 @@ impl Hosts {
         let mut last = None;
         for step in 0..count {
             let index = (start + step) % count;
-            let attempt = async {
-                let mut conn = self
-                    .options_at(index)
-                    .connect()
-                    .await
-                    .map_err(store_error)?;
-                if self.checks_writes() && read_only(&mut conn).await.map_err(store_error)? {
-                    let _ = conn.close().await;
-                    return Err(Error::store(
-                        BACKEND,
-                        StoreErrorKind::Unavailable,
-                        "the server accepts no writes (target_session_attrs=read-write)",
-                    ));
-                }
-                Ok(conn)
-            };
-            match tokio::time::timeout(share, attempt).await {
+            match tokio::time::timeout(share, self.open_at(index)).await {
                 Ok(Ok(conn)) => {
                     self.opened.fetch_add(1, Ordering::AcqRel);
                     return Ok((conn, self.arrived(index), step > 0));
@@ -308,6 +332,24 @@ impl Hosts {
                 "no host to connect to",
             )
         }))
+    }
+
+    /// A new connection on the host at `index` (that accepts writes, if asked).
+    async fn open_at(&self, index: usize) -> Result<PgConnection, Error> {
+        let mut conn = self
+            .options_at(index)
+            .connect()
+            .await
+            .map_err(store_error)?;
+        if self.checks_writes() && read_only(&mut conn).await.map_err(store_error)? {
+            let _ = conn.close().await;
+            return Err(Error::store(
+                BACKEND,
+                StoreErrorKind::Unavailable,
+                "the server accepts no writes (target_session_attrs=read-write)",
+            ));
+        }
+        Ok(conn)
     }
 }
 
