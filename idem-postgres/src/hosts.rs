@@ -166,11 +166,11 @@ impl Hosts {
 
     /// A statement on a connection opened at `place` was cut off (the call's deadline, its
     /// caller gone): from there a loaded host and a silent one look alike. If that host is
-    /// still the current one, it is checked in the background with a new connection within
-    /// its [`share`](Self::share) of `within`, and left ([`failed`](Self::failed)) only if
-    /// that connection fails too: a store of healthy hosts under load never moves for its
-    /// callers' short budgets. At most one check per share; without a Tokio runtime, the host
-    /// is left at once.
+    /// still the current one, it is checked in the background with a new connection and a
+    /// round trip on it within its [`share`](Self::share) of `within`, and left
+    /// ([`failed`](Self::failed)) only if that fails too: a store of healthy hosts under load
+    /// never moves for its callers' short budgets. At most one check per share. One host
+    /// name (with `read-write`), or no Tokio runtime: left at once, as before.
     pub(crate) fn suspect(self: &Arc<Self>, place: Place, within: Duration) {
         if !self.follows() || !self.is_current(place) {
             return;
@@ -186,13 +186,29 @@ impl Hosts {
             }
             *checked_at = Some(Instant::now());
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        // One name to resolve anew: no other host to flap to, and a check would pass on
+        // whichever server the name now leads to, leaving the old one's connections current.
+        let one_name = self.hosts.len() <= 1;
+        let runtime = tokio::runtime::Handle::try_current();
+        let (false, Ok(runtime)) = (one_name, runtime) else {
             self.failed(place);
             return;
         };
         let hosts = Arc::clone(self);
         drop(runtime.spawn(async move {
-            match tokio::time::timeout(share, hosts.open_at(place.index)).await {
+            // A round trip to the server itself: a pooler in front of it logs a client in
+            // without it (with `read-write`, `open_at` has already asked the server).
+            let answered = async {
+                let mut conn = hosts.open_at(place.index).await?;
+                if !hosts.checks_writes() {
+                    sqlx::raw_sql("SELECT 1")
+                        .execute(&mut conn)
+                        .await
+                        .map_err(store_error)?;
+                }
+                Ok::<_, Error>(conn)
+            };
+            match tokio::time::timeout(share, answered).await {
                 Ok(Ok(conn)) => drop(tokio::time::timeout(share, conn.close()).await),
                 Ok(Err(_)) | Err(_) => hosts.failed(place),
             }

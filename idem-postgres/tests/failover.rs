@@ -644,3 +644,45 @@ async fn c13_a_host_silent_for_a_while_is_served_again_at_once() {
         "served {served_after:?} after the host answered again: {answers:#?}"
     );
 }
+
+/// C13: a server gone silent behind a pooler is left all the same. The pooler (PgBouncer,
+/// `target_session_attrs=any`) logs a client in from its cache without the server, so the
+/// check of a host whose statement was cut off makes a round trip on its new connection, not
+/// only the connection: the store moves to the second host and is served there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_a_silent_server_behind_a_pooler_is_left() {
+    use fault_proxy::Fault;
+    use idem_postgres::StatementMode;
+    let server = pg_url();
+    let (first, through) = support::proxied(&server).await;
+    let bouncer = support::private_bouncer::PrivateBouncer::start(&through, "postgres", 8).await;
+    let (second, _) = support::proxied(&server).await;
+    let hosts = format!(
+        "{},{}",
+        support::pg_url::authority(bouncer.url()),
+        second.addr()
+    );
+    let url = format!(
+        "{}?target_session_attrs=any",
+        support::pg_url::with_authority(bouncer.url(), &hosts)
+    );
+    let store = PgStore::builder()
+        .table(&format!("s_{}", FencingToken::generate()))
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(1))
+        .statements(StatementMode::Simple)
+        .listener_url(&server)
+        .connect(&url)
+        .await
+        .expect("connect through the pooler");
+    store.migrate().await.expect("migrate");
+    let budget = Duration::from_millis(300);
+    let idem =
+        Idempotency::with_policy(store, Policy::default().store_timeout(budget)).expect("policy");
+    until_served(&idem, "before", Duration::from_secs(5)).await;
+    assert_eq!(second.connections(), 0, "served behind the pooler first");
+
+    first.set(Fault::Freeze);
+    until_served(&idem, "behind-a-silent-pooler", Duration::from_secs(8)).await;
+    assert!(second.connections() > 0, "served by the second host");
+}
