@@ -4,12 +4,14 @@
 //! sqlx's pool pings a connection when it is given back (always) and, by default, when it is
 //! taken out: a round trip more per answer, and a connection busy twice as long under load. The
 //! store keeps its own connections instead and gives one back only after a statement finished
-//! cleanly; a connection whose statement was cut off (the caller's future dropped mid-query, a
-//! broken link) is closed, never reused, and the next call opens a new one: a pool never runs
-//! dry on connections stuck in a statement (C13). The effects' transactions of
-//! `run_in_transaction` run on a stack of their own, given back only after a transaction that
-//! ended cleanly; your own transactions use the sqlx pool
-//! ([`PgStore::pool`](crate::PgStore::pool)).
+//! cleanly. A broken link closes its connection. One whose statement was cut off (the call's
+//! budget, its caller gone) settles in the background, keeping its permit, within its host's
+//! share of the acquire timeout: once the statement has ended and a ping answered, it goes
+//! back to the stack, else it closes; a pool never runs dry on connections stuck in a
+//! statement (C13), and short budgets under load do not turn every cut-off into a new
+//! connection. The effects' transactions of `run_in_transaction` run on a stack of their own,
+//! given back only after a transaction that ended cleanly, and closed when cut off; your own
+//! transactions use the sqlx pool ([`PgStore::pool`](crate::PgStore::pool)).
 //!
 //! Each connection remembers the host and the epoch it was opened in (`crate::hosts`): one that
 //! failed moves the store to the next host, one cut off has its host checked, and one of an
@@ -42,6 +44,9 @@ pub(crate) struct Connections {
     acquire_timeout: Duration,
     /// What a new connection runs first ([`session::connection_setup`](crate::session)).
     setup: Option<Arc<str>>,
+    /// For a stack of single statements: how many connections cut off mid-statement may be
+    /// settling at once ([`Settling`]); `None`: such a connection closes.
+    settling: Option<Arc<Semaphore>>,
 }
 
 /// A connection set up for the store's statements, with the host and epoch it was opened in
@@ -66,9 +71,12 @@ pub(crate) struct Held<'a> {
     /// timeouts and its share.
     spared_until: Option<Instant>,
     home: &'a Connections,
-    _permit: OwnedSemaphorePermit,
+    /// The call's permit, which a settling connection keeps until it is settled.
+    permit: Option<OwnedSemaphorePermit>,
     /// Whether it was opened for this call (else it waited in the stack, maybe for long).
     pub(crate) fresh: bool,
+    /// Whether, cut off, it settles ([`Settling`]) rather than closes.
+    settles: bool,
 }
 
 impl Connections {
@@ -87,7 +95,15 @@ impl Connections {
             max,
             acquire_timeout,
             setup: setup.map(Arc::from),
+            settling: None,
         }
+    }
+
+    /// This stack, whose calls are single statements (never a transaction left open), with a
+    /// connection cut off mid-statement settled instead of closed ([`Settling`]).
+    pub(crate) fn settling(mut self) -> Self {
+        self.settling = Some(Arc::new(Semaphore::new(self.max)));
+        self
     }
 
     /// A connection: the one given back last, or a new one.
@@ -109,8 +125,9 @@ impl Connections {
                 place,
                 spared_until,
                 home: self,
-                _permit: permit,
+                permit: Some(permit),
                 fresh: false,
+                settles: self.settling.is_some(),
             });
         }
         // Opened in a task of its own, which holds the permit while the call waits: a call
@@ -142,8 +159,9 @@ impl Connections {
             place,
             spared_until,
             home: self,
-            _permit: permit,
+            permit: Some(permit),
             fresh: true,
+            settles: self.settling.is_some(),
         })
     }
 
@@ -356,6 +374,12 @@ impl Held<'_> {
 }
 
 impl Held<'_> {
+    /// Its session is about to change (settings the stack's other calls must not inherit):
+    /// cut off, it closes instead of settling back into the stack.
+    pub(crate) fn session_changed(&mut self) {
+        self.settles = false;
+    }
+
     /// Closes the connection on purpose (its session was changed, or what ran on it failed
     /// with the server's own answer): its host is not suspect.
     pub(crate) fn close(mut self) {
@@ -365,16 +389,94 @@ impl Held<'_> {
 
 impl Drop for Held<'_> {
     /// Not given back: its statement was cut off mid-way (by the call's deadline, or its
-    /// caller gone). The connection closes; its host is checked (`Hosts::suspect`), unless
-    /// the connection is still spared.
+    /// caller gone). Its host is checked (`Hosts::suspect`), unless the connection is still
+    /// spared; the connection settles, on a stack that settles them, else it closes.
     fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        let home = self.home;
         let spared = self
             .spared_until
             .is_some_and(|until| Instant::now() < until);
-        if self.conn.take().is_some() && !spared {
-            let home = self.home;
+        if !spared {
             home.hosts.suspect(self.place, home.acquire_timeout);
         }
+        let slot = home
+            .settling
+            .as_ref()
+            .filter(|_| self.settles)
+            .and_then(|slots| Arc::clone(slots).try_acquire_owned().ok());
+        let runtime = tokio::runtime::Handle::try_current();
+        if let (Some(slot), Ok(runtime)) = (slot, runtime) {
+            let settling = Settling {
+                hosts: Arc::clone(&home.hosts),
+                idle: Arc::clone(&home.idle),
+                max: home.max,
+                within: home.hosts.share(home.acquire_timeout),
+            };
+            let opened = (conn, self.place, self.spared_until);
+            let permit = self.permit.take();
+            drop(runtime.spawn(settling.run(opened, slot, permit)));
+        }
+    }
+}
+
+/// A connection whose statement was cut off, waiting in a task of its own for that statement's
+/// end and one round trip more (sqlx's ping), within its host's share of the acquire timeout,
+/// then put back in the stack (if its host is still current and there is room); else closed.
+/// The server runs a statement to its end whether its client waits or not, so waiting costs it
+/// nothing, while closing costs a new connection (a handshake, an authentication, a server
+/// process) to the next call: under load, budgets shorter than a statement would otherwise
+/// turn every cut-off into a new connection, and each new connection into more cut-offs,
+/// until nothing is served. It keeps its call's permit for [`PERMIT_HELD`] at most, so that
+/// the next calls wait for it rather than open connections; a dead link costs no more. At
+/// most as many settle at once as the stack has connections; beyond that, a cut-off
+/// connection closes.
+struct Settling {
+    hosts: Arc<Hosts>,
+    idle: Arc<Idle>,
+    max: usize,
+    within: Duration,
+}
+
+/// How long a settling connection keeps its call's permit: a statement cut off under load
+/// ends within milliseconds; one that has not by then may be on a dead link.
+const PERMIT_HELD: Duration = Duration::from_millis(250);
+
+impl Settling {
+    async fn run(
+        self,
+        (mut conn, place, spared_until): Opened,
+        slot: OwnedSemaphorePermit,
+        permit: Option<OwnedSemaphorePermit>,
+    ) {
+        let mut permit = permit;
+        let settled = {
+            let ping = tokio::time::timeout(self.within, sqlx::Connection::ping(&mut conn));
+            let hold = tokio::time::sleep(PERMIT_HELD.min(self.within));
+            tokio::pin!(ping, hold);
+            loop {
+                tokio::select! {
+                    settled = &mut ping => break matches!(settled, Ok(Ok(()))),
+                    // Given up as soon as the store leaves its host: a connection of an
+                    // older epoch is never reused, and its permit serves the new host's calls.
+                    () = self.hosts.left(place) => break false,
+                    // A statement still running (a slow one, a link gone silent) gives its
+                    // permit back: the stack's calls open another connection meanwhile.
+                    () = &mut hold, if permit.is_some() => drop(permit.take()),
+                }
+            }
+        };
+        if settled {
+            keep(
+                &self.hosts,
+                &self.idle,
+                self.max,
+                (conn, place, spared_until),
+            );
+        }
+        drop((slot, permit));
     }
 }
 
@@ -432,6 +534,128 @@ mod tests {
             .expect("a statement")
             .get(0);
         assert_eq!(name, "idem cut off");
+        held.give_back();
+    }
+
+    /// `SELECT pg_sleep(seconds)` on `held`, cut off after 50 ms; the backend's process id.
+    async fn cut_off_mid_statement(mut held: Held<'_>, seconds: f64) -> i32 {
+        let pid: i32 = sqlx::query("SELECT pg_backend_pid()")
+            .fetch_one(held.conn())
+            .await
+            .expect("a statement")
+            .get(0);
+        let slow = sqlx::query("SELECT pg_sleep($1)")
+            .bind(seconds)
+            .execute(held.conn());
+        let cut = tokio::time::timeout(Duration::from_millis(50), slow).await;
+        assert!(cut.is_err(), "the statement ran to its end");
+        drop(held);
+        pid
+    }
+
+    /// C13: a connection whose statement was cut off by its call's budget waits for that
+    /// statement to end, keeping its permit, and goes back to the stack: the next call takes
+    /// the same session instead of opening one (under load, budgets shorter than a statement
+    /// otherwise turn every cut-off into a new connection, until nothing is served).
+    #[tokio::test]
+    async fn c13_a_connection_cut_off_mid_statement_settles_back_into_the_stack() {
+        let conns = on_the_server(None).settling();
+        let held = conns.get().await.expect("a connection");
+        let pid = cut_off_mid_statement(held, 0.3).await;
+        assert_eq!(
+            conns.permits.available_permits(),
+            0,
+            "kept while it settles"
+        );
+        until_kept(&conns, "never settled").await;
+        assert_eq!(conns.permits.available_permits(), 1);
+        let mut held = conns.get().await.expect("the settled connection");
+        assert!(!held.fresh, "taken from the stack, not opened again");
+        let again: i32 = sqlx::query("SELECT pg_backend_pid()")
+            .fetch_one(held.conn())
+            .await
+            .expect("in sync: a statement answers")
+            .get(0);
+        assert_eq!(again, pid, "the same session");
+        held.give_back();
+    }
+
+    /// C13: a settling connection is given up, its permit back, as soon as the store leaves
+    /// its host; one whose session was changed (a migration's index build) closes instead.
+    #[tokio::test]
+    async fn c13_a_settling_connection_is_given_up_when_the_store_moves_and_never_reused_changed() {
+        let (hosts, conns) = twice_on_the_server(Duration::from_secs(10));
+        let conns = conns.settling();
+        let held = conns.get().await.expect("a connection");
+        let place = held.place;
+        cut_off_mid_statement(held, 5.0).await;
+        assert_eq!(conns.permits.available_permits(), 1, "one of two settling");
+        hosts.failed(place);
+        let waited = Instant::now();
+        while conns.permits.available_permits() < 2 {
+            // Before the permit would go back on its own (PERMIT_HELD).
+            assert!(
+                waited.elapsed() < Duration::from_millis(150),
+                "never given up"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+
+        let conns = on_the_server(None).settling();
+        let mut held = conns.get().await.expect("a connection");
+        held.session_changed();
+        cut_off_mid_statement(held, 0.1).await;
+        assert_eq!(conns.permits.available_permits(), 1, "closed, not settling");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(conns
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty());
+    }
+
+    /// C13: a connection cut off on a link gone silent gives its permit back after
+    /// `PERMIT_HELD`, while it waits out its host's share, then closes: the next call opens
+    /// another.
+    #[tokio::test]
+    async fn c13_a_connection_cut_off_on_a_silent_link_gives_its_permit_back_then_closes() {
+        let url = std::env::var("IDEM_PG_URL")
+            .expect("IDEM_PG_URL: run `bash scripts/test`, which starts PostgreSQL");
+        let authority = url
+            .split_once('@')
+            .and_then(|(_, rest)| rest.split('/').next())
+            .expect("an authority");
+        let proxy = fault_proxy::FaultProxy::start(authority)
+            .await
+            .expect("a proxy");
+        let through = url.replacen(authority, &proxy.addr().to_string(), 1);
+        let hosts = Arc::new(Hosts::new(parse(&through).expect("a URL")));
+        let conns = Connections::new(hosts, 1, Duration::from_secs(2), None).settling();
+        let mut held = conns.get().await.expect("a connection");
+        proxy.set(fault_proxy::Fault::Freeze);
+        let unanswered = sqlx::query("SELECT 1").execute(held.conn());
+        let cut = tokio::time::timeout(Duration::from_millis(50), unanswered).await;
+        assert!(cut.is_err(), "answered through a frozen link");
+        drop(held);
+        let dropped = Instant::now();
+        while conns.permits.available_permits() < 1 {
+            assert!(
+                dropped.elapsed() < Duration::from_millis(700),
+                "permit never back"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let back = dropped.elapsed();
+        assert!(back >= Duration::from_millis(200), "back after {back:?}");
+        // Past the host's share (the acquire timeout: one host), the link still silent.
+        tokio::time::sleep(Duration::from_millis(2_200)).await;
+        proxy.set(fault_proxy::Fault::PassThrough);
+        let mut held = conns.get().await.expect("a connection");
+        assert!(held.fresh, "the silent one closed, not kept");
+        sqlx::query("SELECT 1")
+            .execute(held.conn())
+            .await
+            .expect("served");
         held.give_back();
     }
 

@@ -61,6 +61,8 @@ pub(crate) struct Hosts {
     checked_at: Mutex<Option<Instant>>,
     /// How many connections were opened: the store's generation (`Store::generation`).
     opened: AtomicU64,
+    /// Told of every move (`left`).
+    moves: tokio::sync::Notify,
 }
 
 /// Never the connect options themselves: they may carry a password.
@@ -89,6 +91,7 @@ impl Hosts {
             searched_at: Mutex::new(None),
             checked_at: Mutex::new(None),
             opened: AtomicU64::new(0),
+            moves: tokio::sync::Notify::new(),
         }
     }
 
@@ -270,6 +273,20 @@ impl Hosts {
         );
         if let Some(pool) = &*self.follower.lock().unwrap_or_else(PoisonError::into_inner) {
             pool.set_connect_options(options);
+        }
+        self.moves.notify_waiters();
+    }
+
+    /// Returns once the store has moved off the epoch of `place` (at once if it has).
+    pub(crate) async fn left(&self, place: Place) {
+        loop {
+            let moved = self.moves.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            if !self.is_current(place) {
+                return;
+            }
+            moved.await;
         }
     }
 

@@ -225,6 +225,7 @@ impl PgStore {
             // A connection of its own, without the store's deadlines (building an index on a
             // large table takes as long as it takes), closed afterwards rather than given back.
             let mut builder = inner.conns.get_fresh().await?;
+            builder.session_changed();
             let mut built = Ok(());
             if inner.ops.mode == StatementMode::Prepared {
                 built = sqlx::raw_sql("SET statement_timeout = 0; SET lock_timeout = 0")

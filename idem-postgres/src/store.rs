@@ -461,7 +461,8 @@ impl PgStore {
             BEAT_CONNECTIONS,
             builder.acquire_timeout,
             setup.clone(),
-        );
+        )
+        .settling();
         let tx_conns = Connections::new(
             Arc::clone(&hosts),
             builder.max_connections,
@@ -473,7 +474,8 @@ impl PgStore {
             builder.max_connections,
             builder.acquire_timeout,
             setup,
-        );
+        )
+        .settling();
         Self {
             inner: Arc::new(Inner {
                 pool,
