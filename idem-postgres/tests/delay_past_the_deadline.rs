@@ -1,9 +1,9 @@
 //! A network slower than the deadline (C13): every piece between the store and PostgreSQL
 //! arrives a second late, longer than the engine's deadline for a store call. Every call is a
 //! 503 within the deadline, never a hang and never an answer read off a connection still
-//! waiting for an earlier one; the connections the deadline cut off are discarded, and once the
-//! network is fast again the store answers by itself within two deadlines. Nothing is charged
-//! twice.
+//! waiting for an earlier one; the connections the deadline cut off are settled or discarded,
+//! and once the network is fast again the store answers by itself within two deadlines.
+//! Nothing is charged twice.
 
 mod common;
 mod support;
