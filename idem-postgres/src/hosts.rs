@@ -172,8 +172,8 @@ impl Hosts {
     /// still the current one, it is checked in the background with a new connection and a
     /// round trip on it within its [`share`](Self::share) of `within`, and left
     /// ([`failed`](Self::failed)) only if that fails too: a store of healthy hosts under load
-    /// never moves for its callers' short budgets. At most one check per share. One host
-    /// name (with `read-write`), or no Tokio runtime: left at once, as before.
+    /// never moves for its callers' short budgets. At most one check per share. Without a
+    /// Tokio runtime, the host is left at once.
     pub(crate) fn suspect(self: &Arc<Self>, place: Place, within: Duration) {
         if !self.follows() || !self.is_current(place) {
             return;
@@ -189,11 +189,11 @@ impl Hosts {
             }
             *checked_at = Some(Instant::now());
         }
-        // One name to resolve anew: no other host to flap to, and a check would pass on
-        // whichever server the name now leads to, leaving the old one's connections current.
-        let one_name = self.hosts.len() <= 1;
-        let runtime = tokio::runtime::Handle::try_current();
-        let (false, Ok(runtime)) = (one_name, runtime) else {
+        // One name given `read-write` is checked too: moving would start a new epoch, closing
+        // every connection, at each cut-off. If the name now leads to another server while the
+        // old one is silent, the check passes there, and the old server's connections go one
+        // by one, each at its first cut-off (`crate::connections`, settling), never reused.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             self.failed(place);
             return;
         };
