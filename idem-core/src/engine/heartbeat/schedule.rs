@@ -179,12 +179,15 @@ impl Schedule {
         let added = state.added.take();
         // Nothing to renew: while leases come and go, wait a period more (a lease added
         // meanwhile is due later, so executions shorter than a period never wake this
-        // thread); once none came for a period, sleep until one does.
+        // thread); once none came for a period, sleep until one does. Woken before the
+        // wake-up it planned (a notification left from before it last looked), it keeps it.
+        let planned = state.wakes_at.filter(|&at| at > now);
         state.wakes_at = state
             .due
             .first()
             .map(|&(due, _)| due)
-            .or(added.map(|p| later(now, p)));
+            .or(added.map(|p| later(now, p)))
+            .or(planned);
         state.wakes_at
     }
 
@@ -367,6 +370,40 @@ mod tests {
         drop(kept);
         wait(400);
         assert_eq!(beat.ended.load(Ordering::SeqCst), 0, "the renewal went on");
+    }
+
+    /// A schedule whose driver never runs: the test calls `start_due` itself.
+    fn undriven() -> &'static Schedule {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let schedule: &'static Schedule = Box::leak(Box::new(Schedule {
+            runtime: runtime.handle().clone(),
+            state: std::sync::Mutex::default(),
+            wake: tokio::sync::Notify::new(),
+        }));
+        Box::leak(Box::new(runtime));
+        schedule
+    }
+
+    /// The driver woken before the wake-up it planned, with nothing due and no lease added
+    /// since it last looked (a notification left from an addition it had already seen, as
+    /// when its first look comes after the first lease): it keeps that wake-up, so the next
+    /// lease, due later, does not wake it again.
+    #[test]
+    fn a_driver_woken_early_keeps_the_wake_up_it_planned() {
+        let schedule = undriven();
+        drop(schedule.add(Counting::new(60_000), Duration::from_secs(60)));
+        assert!(
+            schedule.start_due().is_some(),
+            "a lease came: a period more"
+        );
+        assert!(
+            schedule.start_due().is_some(),
+            "woken early: the same wake-up"
+        );
+        drop(schedule.add(Counting::new(60_000), Duration::from_secs(60)));
+        assert_eq!(lock(&schedule.state).notified, 1, "only the first woke it");
     }
 
     #[test]
