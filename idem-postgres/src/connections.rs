@@ -99,8 +99,9 @@ impl Connections {
         }
     }
 
-    /// This stack, whose calls are single statements (never a transaction left open), with a
-    /// connection cut off mid-statement settled instead of closed ([`Settling`]).
+    /// This stack, with a connection cut off mid-statement settled instead of closed
+    /// ([`Settling`]): for calls of single statements (a call of several marks its connection
+    /// [`session_changed`](Held::session_changed); a transaction left open is never kept).
     pub(crate) fn settling(mut self) -> Self {
         self.settling = Some(Arc::new(Semaphore::new(self.max)));
         self
@@ -423,8 +424,9 @@ impl Drop for Held<'_> {
 }
 
 /// A connection whose statement was cut off, waiting in a task of its own for that statement's
-/// end and one round trip more (sqlx's ping), within its host's share of the acquire timeout,
-/// then put back in the stack (if its host is still current and there is room); else closed.
+/// end and one round trip more (which finds it outside any transaction), within its host's
+/// share of the acquire timeout, then put back in the stack (if its host is still current and
+/// there is room); else closed.
 /// The server runs a statement to its end whether its client waits or not, so waiting costs it
 /// nothing, while closing costs a new connection (a handshake, an authentication, a server
 /// process) to the next call: under load, budgets shorter than a statement would otherwise
@@ -440,6 +442,19 @@ struct Settling {
     within: Duration,
 }
 
+/// Once what was sent on `conn` has been answered, whether it is outside any transaction: a
+/// statement is the first of its transaction only outside a transaction block (its
+/// `statement_timestamp()` is then the transaction's `now()`). A connection left in a
+/// transaction (a call of several statements cut off mid-way) or in an aborted one (an error)
+/// is never kept, whatever ran on it.
+async fn outside_a_transaction(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    use sqlx::Row;
+    sqlx::raw_sql("SELECT now() = statement_timestamp()")
+        .fetch_one(conn)
+        .await?
+        .try_get(0)
+}
+
 /// How long a settling connection keeps its call's permit: a statement cut off under load
 /// ends within milliseconds; one that has not by then may be on a dead link.
 const PERMIT_HELD: Duration = Duration::from_millis(250);
@@ -453,12 +468,12 @@ impl Settling {
     ) {
         let mut permit = permit;
         let settled = {
-            let ping = tokio::time::timeout(self.within, sqlx::Connection::ping(&mut conn));
+            let ping = tokio::time::timeout(self.within, outside_a_transaction(&mut conn));
             let hold = tokio::time::sleep(PERMIT_HELD.min(self.within));
             tokio::pin!(ping, hold);
             loop {
                 tokio::select! {
-                    settled = &mut ping => break matches!(settled, Ok(Ok(()))),
+                    settled = &mut ping => break matches!(settled, Ok(Ok(true))),
                     // Given up as soon as the store leaves its host: a connection of an
                     // older epoch is never reused, and its permit serves the new host's calls.
                     () = self.hosts.left(place) => break false,
@@ -612,6 +627,33 @@ mod tests {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .is_empty());
+    }
+
+    /// C6, C13: a connection cut off inside a transaction (a call of several statements) is
+    /// never kept: the statements of the next calls would run in it, answered and never
+    /// committed. It closes, and the server rolls the transaction back.
+    #[tokio::test]
+    async fn c06_a_connection_cut_off_inside_a_transaction_is_never_kept() {
+        let conns = on_the_server(None).settling();
+        let mut held = conns.get().await.expect("a connection");
+        sqlx::raw_sql("BEGIN")
+            .execute(held.conn())
+            .await
+            .expect("begun");
+        cut_off_mid_statement(held, 0.1).await;
+        assert_eq!(conns.permits.available_permits(), 0, "settling");
+        let waited = Instant::now();
+        while conns.permits.available_permits() < 1 {
+            assert!(waited.elapsed() < Duration::from_secs(2), "never settled");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let kept = conns
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len();
+        assert_eq!(kept, 0, "a connection left in a transaction was kept");
     }
 
     /// C13: a connection cut off on a link gone silent gives its permit back after

@@ -262,6 +262,9 @@ impl Transactional for PgStore {
 
     async fn settled(&self, id: &RecordId, wait: Duration) -> Result<Option<Record>, Error> {
         let mut held = self.connections().get().await?;
+        // A transaction of several statements: cut off mid-way, its connection closes rather
+        // than settle back into the stack with the transaction open.
+        held.session_changed();
         let result = settled_on(
             held.conn(),
             &self.inner.ops.sql.select_settled,
@@ -270,7 +273,14 @@ impl Transactional for PgStore {
             wait,
         )
         .await;
-        held.finish(&result);
+        match &result {
+            Err(error) if !crate::error::is_broken_link(error) => {
+                // A server error inside the BEGIN message (the gate's lock timeout) leaves the
+                // transaction aborted, never ended: the connection closes.
+                held.close();
+            }
+            _ => held.finish(&result),
+        }
         result
     }
 }
