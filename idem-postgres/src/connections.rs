@@ -5,9 +5,9 @@
 //! taken out: a round trip more per answer, and a connection busy twice as long under load. The
 //! store keeps its own connections instead and gives one back only after a statement finished
 //! cleanly. A broken link closes its connection. One whose statement was cut off (the call's
-//! budget, its caller gone) settles in the background, keeping its permit, within its host's
-//! share of the acquire timeout: once the statement has ended and a ping answered, it goes
-//! back to the stack, else it closes; a pool never runs dry on connections stuck in a
+//! budget, its caller gone) settles in the background, within its host's share of the
+//! acquire timeout: once the statement has ended and a round trip finds it outside any
+//! transaction, it goes back to the stack, else it closes; a pool never runs dry on connections stuck in a
 //! statement (C13), and short budgets under load do not turn every cut-off into a new
 //! connection. The effects' transactions of `run_in_transaction` run on a stack of their own,
 //! given back only after a transaction that ended cleanly, and closed when cut off; your own
@@ -57,8 +57,8 @@ type Opened = (PgConnection, Place, Option<Instant>);
 type Idle = Mutex<Vec<Opened>>;
 
 /// A connection taken from the stack; dropped without [`Held::finish`] giving it back (nor
-/// [`Held::close`]), it is closed and its host is checked (`Hosts::suspect`), unless it is
-/// spared (`spared_until`).
+/// [`Held::close`]), it settles or closes ([`Settling`]) and its host is checked
+/// (`Hosts::suspect`), unless it is spared (`spared_until`).
 pub(crate) struct Held<'a> {
     conn: Option<PgConnection>,
     place: Place,
@@ -71,7 +71,7 @@ pub(crate) struct Held<'a> {
     /// timeouts and its share.
     spared_until: Option<Instant>,
     home: &'a Connections,
-    /// The call's permit, which a settling connection keeps until it is settled.
+    /// The call's permit, which a settling connection keeps a while ([`PERMIT_HELD`]).
     permit: Option<OwnedSemaphorePermit>,
     /// Whether it was opened for this call (else it waited in the stack, maybe for long).
     pub(crate) fresh: bool,
@@ -464,16 +464,15 @@ impl Settling {
         self,
         (mut conn, place, spared_until): Opened,
         slot: OwnedSemaphorePermit,
-        permit: Option<OwnedSemaphorePermit>,
+        mut permit: Option<OwnedSemaphorePermit>,
     ) {
-        let mut permit = permit;
         let settled = {
-            let ping = tokio::time::timeout(self.within, outside_a_transaction(&mut conn));
+            let idle = tokio::time::timeout(self.within, outside_a_transaction(&mut conn));
             let hold = tokio::time::sleep(PERMIT_HELD.min(self.within));
-            tokio::pin!(ping, hold);
+            tokio::pin!(idle, hold);
             loop {
                 tokio::select! {
-                    settled = &mut ping => break matches!(settled, Ok(Ok(true))),
+                    idle = &mut idle => break matches!(idle, Ok(Ok(true))),
                     // Given up as soon as the store leaves its host: a connection of an
                     // older epoch is never reused, and its permit serves the new host's calls.
                     () = self.hosts.left(place) => break false,

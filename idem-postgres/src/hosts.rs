@@ -7,14 +7,13 @@
 //!   and the next host tried. The host that took it becomes the current one.
 //! - A connection that failed (a lost link, a read-only error from a demoted server) moves the
 //!   store to the next host (with one host and `read-write`, to the same name again, resolved
-//!   anew). A statement cut off by its call's deadline has its host checked first with a new
-//!   connection (`suspect`): a loaded host is kept, a silent one left. A call cut off on a
-//!   connection opened after other hosts were tried does neither, for the time they took and
-//!   an acquire timeout more: its budget was spent in part on them (`crate::connections`).
-//!   Every move starts a
-//!   new epoch: the connections of an older one are closed instead of reused, and the pool
-//!   the store built is pointed at the new host and closes its connections opened before the
-//!   move.
+//!   anew). A statement cut off by its call's deadline has its host checked first, by a round
+//!   trip on a new connection (`suspect`): a loaded host is kept, a silent one left. A call cut
+//!   off on a connection opened after other hosts were tried does neither, for the time they
+//!   took and an acquire timeout more: its budget was spent in part on them
+//!   (`crate::connections`). Every move starts a new epoch: the connections of an older one
+//!   are closed instead of reused (`left` tells the settling ones), and the pool the store
+//!   built is pointed at the new host and closes its connections opened before the move.
 //! - A pool without connections while it is asked for, and each new change feed listener, have
 //!   the hosts searched first (`search_soon`, `search`), so that they too leave a dead host.
 //!   The store's own connections are opened in tasks of their own, which go on when the call
