@@ -511,10 +511,28 @@ mod tests {
         }
     }
 
+    /// The tests' server.
+    fn server_url() -> String {
+        std::env::var("IDEM_PG_URL")
+            .expect("IDEM_PG_URL: run `bash scripts/test`, which starts PostgreSQL")
+    }
+
+    /// Takes a connection, runs `SELECT 1` on it and gives it back; whether it was opened
+    /// for this call.
+    async fn served(conns: &Connections) -> bool {
+        let mut held = conns.get().await.expect("a connection");
+        sqlx::query("SELECT 1")
+            .execute(held.conn())
+            .await
+            .expect("served");
+        let fresh = held.fresh;
+        held.give_back();
+        fresh
+    }
+
     /// A stack of one connection on the tests' server, new connections set up with `setup`.
     fn on_the_server(setup: Option<String>) -> Connections {
-        let url = std::env::var("IDEM_PG_URL")
-            .expect("IDEM_PG_URL: run `bash scripts/test`, which starts PostgreSQL");
+        let url = server_url();
         let hosts = Arc::new(Hosts::new(parse(&url).expect("a URL")));
         Connections::new(hosts, 1, Duration::from_secs(5), setup)
     }
@@ -662,8 +680,7 @@ mod tests {
     /// another.
     #[tokio::test]
     async fn c13_a_connection_cut_off_on_a_silent_link_gives_its_permit_back_then_closes() {
-        let url = std::env::var("IDEM_PG_URL")
-            .expect("IDEM_PG_URL: run `bash scripts/test`, which starts PostgreSQL");
+        let url = server_url();
         let authority = url
             .split_once('@')
             .and_then(|(_, rest)| rest.split('/').next())
@@ -693,13 +710,7 @@ mod tests {
         // Past the host's share (the acquire timeout: one host), the link still silent.
         tokio::time::sleep(Duration::from_millis(3_600)).await;
         proxy.set(fault_proxy::Fault::PassThrough);
-        let mut held = conns.get().await.expect("a connection");
-        assert!(held.fresh, "the silent one closed, not kept");
-        sqlx::query("SELECT 1")
-            .execute(held.conn())
-            .await
-            .expect("served");
-        held.give_back();
+        assert!(served(&conns).await, "the silent one closed, not kept");
     }
 
     /// C13: a call dropped after its connection was sent to it and before it took it (its
@@ -722,8 +733,7 @@ mod tests {
 
     /// The tests' server listed twice: a store of two healthy hosts.
     fn twice_on_the_server(acquire_timeout: Duration) -> (Arc<Hosts>, Connections) {
-        let url = std::env::var("IDEM_PG_URL")
-            .expect("IDEM_PG_URL: run `bash scripts/test`, which starts PostgreSQL");
+        let url = server_url();
         let mut target = parse(&url).expect("a URL");
         let host = HostPort {
             host: target.options.get_host().to_owned(),
@@ -742,21 +752,11 @@ mod tests {
     #[tokio::test]
     async fn c13_a_statement_cut_off_on_a_host_that_answers_leaves_the_store_there() {
         let (hosts, conns) = twice_on_the_server(Duration::from_secs(1));
-        let place = {
-            let mut held = conns.get().await.expect("a connection");
-            sqlx::query("SELECT 1")
-                .execute(held.conn())
-                .await
-                .expect("served");
-            held.give_back();
-            hosts.place()
-        };
+        served(&conns).await;
+        let place = hosts.place();
         for _ in 0..3 {
-            let mut held = conns.get().await.expect("a connection");
-            let slow = sqlx::query("SELECT pg_sleep(2)").execute(held.conn());
-            let cut_off = tokio::time::timeout(Duration::from_millis(50), slow).await;
-            assert!(cut_off.is_err(), "the statement ran to its end");
-            drop(held);
+            let held = conns.get().await.expect("a connection");
+            cut_off_mid_statement(held, 2.0).await;
         }
         // Longer than the check's bound (a host's share: 500 ms).
         tokio::time::sleep(Duration::from_millis(800)).await;
@@ -764,12 +764,7 @@ mod tests {
             hosts.is_current(place),
             "the store left a host that answers"
         );
-        let mut held = conns.get().await.expect("a connection");
-        sqlx::query("SELECT 1")
-            .execute(held.conn())
-            .await
-            .expect("served");
-        held.give_back();
+        served(&conns).await;
     }
 
     /// C13: a statement cut off on a host that has gone silent since leaves it, once a new

@@ -178,15 +178,8 @@ impl Hosts {
             return;
         }
         let share = self.share(within);
-        {
-            let mut checked_at = self
-                .checked_at
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if checked_at.is_some_and(|at| at.elapsed() < share) {
-                return;
-            }
-            *checked_at = Some(Instant::now());
+        if !once_per(&self.checked_at, share) {
+            return;
         }
         // One name given `read-write` is checked too: moving would start a new epoch, closing
         // every connection, at each cut-off. If the name now leads to another server while the
@@ -294,15 +287,8 @@ impl Hosts {
     /// connects retry a host that refuses them until its acquire timeout. Without a Tokio
     /// runtime, nothing.
     pub(crate) fn search_soon(self: &Arc<Self>, within: Duration) {
-        {
-            let mut searched_at = self
-                .searched_at
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if searched_at.is_some_and(|at| at.elapsed() < within) {
-                return;
-            }
-            *searched_at = Some(Instant::now());
+        if !once_per(&self.searched_at, within) {
+            return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
@@ -383,6 +369,17 @@ impl Hosts {
         }
         Ok(conn)
     }
+}
+
+/// Whether something done at most once per `period` may start now (`last` says when it last
+/// did, and is set to now if so).
+fn once_per(last: &Mutex<Option<Instant>>, period: Duration) -> bool {
+    let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
+    if last.is_some_and(|at| at.elapsed() < period) {
+        return false;
+    }
+    *last = Some(Instant::now());
+    true
 }
 
 /// Whether the server of `conn` refuses writes (a standby, or `default_transaction_read_only`):

@@ -38,6 +38,14 @@ async fn holding(table: &str) -> PgConnection {
     locker
 }
 
+/// Ends the other session's transaction, and its locks with it.
+async fn release(locker: &mut PgConnection) {
+    sqlx::raw_sql("COMMIT")
+        .execute(locker)
+        .await
+        .expect("unlock");
+}
+
 async fn records(session: &mut PgConnection, table: &str, key: &str) -> i64 {
     sqlx::raw_sql(AssertSqlSafe(format!(
         "SELECT count(*) FROM {SCHEMA}.\"{table}\" WHERE key = '{key}'"
@@ -64,10 +72,7 @@ async fn c06_a_settled_read_cut_off_mid_transaction_leaves_no_transaction_open()
     )
     .await;
     assert!(cut.is_err(), "settled answered through the lock: {cut:?}");
-    sqlx::raw_sql("COMMIT")
-        .execute(&mut locker)
-        .await
-        .expect("unlock");
+    release(&mut locker).await;
 
     let Begin::Acquired(lease) = idem.begin(&req).await.expect("begin") else {
         panic!("a fresh key not acquired")
@@ -109,10 +114,7 @@ async fn c13_a_gate_timeout_in_a_settled_read_leaves_the_store_serving() {
     .await
     .expect("the gate's lock")
     .get(0);
-    sqlx::raw_sql("COMMIT")
-        .execute(&mut locker)
-        .await
-        .expect("unlock");
+    release(&mut locker).await;
     waiting.await.expect("the read").expect("read once free");
     // Held exclusively, as a one-commit execution holds it.
     sqlx::raw_sql(AssertSqlSafe(format!(
@@ -123,10 +125,7 @@ async fn c13_a_gate_timeout_in_a_settled_read_leaves_the_store_serving() {
     .expect("the gate");
     let timed_out = store.settled(req.id(), Duration::from_millis(200)).await;
     assert!(timed_out.is_err(), "read through the gate: {timed_out:?}");
-    sqlx::raw_sql("COMMIT")
-        .execute(&mut locker)
-        .await
-        .expect("unlock");
+    release(&mut locker).await;
     for _ in 0..2 {
         let next = idem.begin(&req).await;
         assert!(next.is_ok(), "the store's next call: {next:?}");
