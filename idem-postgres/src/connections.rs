@@ -18,11 +18,13 @@
 //! older epoch is closed instead of reused.
 //!
 //! A new connection is opened (the connect loop over the hosts, then the set-up) by a task of
-//! its own holding the call's permit while the call waits. A call cut off meanwhile gives its
-//! permit back at once and leaves one such opening per stack (an orphan) to finish: its
-//! connection waits in the stack for the next call. Budgets shorter than opening a connection
-//! (a slow link, a silent host's share of the acquire timeout before the next host) are
-//! served all the same, and at most one socket more than the permits is ever being opened.
+//! its own holding the call's permit while the call waits. A call cut off meanwhile leaves it
+//! the permit for a second at most, so that the next call takes its connection instead of
+//! starting another opening; past that the permit goes back, and one such opening per stack
+//! (an orphan) goes on: its connection waits in the stack for the next call. Budgets shorter
+//! than opening a connection (a loaded machine, a slow link, a silent host's share of the
+//! acquire timeout before the next host) are served all the same, and at most one socket more
+//! than the permits is ever being opened.
 
 use crate::error::{store_error, BACKEND};
 use crate::hosts::{Hosts, Place};
@@ -244,11 +246,17 @@ impl Drop for Orphan<'_> {
 
 impl Opening {
     /// Opens and sets up a connection, holding `permit`, and sends both to the call that
-    /// asked. Once that call is gone, its permit goes back at once (calls after a silent
-    /// spell never wait for handshakes that will not end), and the opening goes on only as
-    /// the stack's one orphan: its connection then waits in the stack, if its host is still
-    /// the current one and the stack has room. Bounded: the connect loop by the acquire
-    /// timeout, the set-up by a host's share of it.
+    /// asked. Once that call is gone, the opening goes on holding its permit for
+    /// [`PERMIT_HELD`] at most (or a host's share, if shorter), as a settling connection does:
+    /// under load an opening ends within that, and its connection waits in the stack for the
+    /// calls that waited for its permit, rather than each of them starting an opening its
+    /// budget cuts off too (a debug build's authentication alone outlasts budgets of tens of
+    /// milliseconds on a loaded machine: every such opening wasted, nothing was served). One
+    /// not opened by then may be on a silent host: its permit goes back, so calls after a
+    /// silent spell wait no longer for handshakes that may never end, and it goes on only as
+    /// the stack's one orphan. Its connection waits in the stack if its host is still the
+    /// current one and the stack has room. Bounded: the connect loop by the acquire timeout,
+    /// the set-up by a host's share of it.
     async fn run(
         self,
         permit: OwnedSemaphorePermit,
@@ -259,6 +267,15 @@ impl Opening {
             biased;
             opened = &mut open => opened,
             () = sent.closed() => {
+                let hold = PERMIT_HELD.min(self.hosts.share(self.acquire_timeout));
+                if let Ok(opened) = tokio::time::timeout(hold, &mut open).await {
+                    // In the stack before the permit goes back: its next holder finds it.
+                    if let Ok(opened) = opened {
+                        self.keep(opened);
+                    }
+                    drop(permit);
+                    return;
+                }
                 let Some(_orphan) = Orphan::take(&self.orphan) else {
                     // Its socket closes before its permit goes back: never one more.
                     drop(open);
@@ -571,6 +588,21 @@ mod tests {
         held.give_back();
     }
 
+    /// C13: a call cut off while its connection was being opened leaves the opening its
+    /// permit (for `PERMIT_HELD` at most): the next call waits for it and takes that
+    /// connection, rather than starting an opening its budget may cut off too.
+    #[tokio::test]
+    async fn c13_the_next_call_takes_the_connection_a_cut_off_call_was_opening() {
+        let conns = on_the_server(None);
+        cut_off(&conns).await;
+        let held = conns.get().await.expect("a connection");
+        assert!(
+            !held.fresh,
+            "a second opening, the first one's permit given back"
+        );
+        held.give_back();
+    }
+
     /// `SELECT pg_sleep(seconds)` on `held`, cut off after 50 ms; the backend's process id.
     async fn cut_off_mid_statement(mut held: Held<'_>, seconds: f64) -> i32 {
         let pid: i32 = sqlx::query("SELECT pg_backend_pid()")
@@ -800,9 +832,9 @@ mod tests {
         assert_eq!(accepted, 1);
     }
 
-    /// C13: calls cut off while a host does not answer give their permits back at once, and
-    /// one opening goes on for them: once the host answers again, calls do not wait for
-    /// handshakes that will never end.
+    /// C13: calls cut off while a host does not answer leave their openings their permits for
+    /// `PERMIT_HELD`, then get them back, and one opening goes on for them: once the host
+    /// answers again, calls do not wait for handshakes that will never end.
     #[tokio::test]
     async fn c13_cut_off_calls_give_their_permits_back_and_one_opening_goes_on() {
         // Accepts connections and never answers: a PostgreSQL handshake there never ends.
@@ -817,10 +849,12 @@ mod tests {
         for _ in 0..4 {
             cut_off(&conns).await;
         }
+        tokio::time::sleep(PERMIT_HELD - Duration::from_millis(100)).await;
+        assert_eq!(conns.permits.available_permits(), 0, "given back early");
         let waited = Instant::now();
         while conns.permits.available_permits() < 2 {
             assert!(
-                waited.elapsed() < Duration::from_secs(1),
+                waited.elapsed() < Duration::from_secs(2),
                 "{} permits back",
                 conns.permits.available_permits()
             );

@@ -571,11 +571,6 @@ impl PgStore {
     }
 }
 
-/// Runs one operation on one of the store's own connections, and gives the connection back
-/// only if the operation finished cleanly. A connection that waited in the stack and turns out
-/// dead (the server restarted, a failover) is replaced and the operation tried once more on a
-/// new one: every operation is safe to repeat (a reservation sends the same token again and
-/// recognises the record an attempt whose answer was lost wrote; the others are fenced).
 /// How many connections the heartbeat thread may open (renewals are short and spread out).
 const BEAT_CONNECTIONS: u32 = 2;
 
@@ -591,6 +586,11 @@ impl PgStore {
     }
 }
 
+/// Runs one operation on one of the store's own connections, and gives the connection back
+/// only if the operation finished cleanly. A connection that waited in the stack and turns out
+/// dead (the server restarted, a failover) is replaced and the operation tried once more on a
+/// new one: every operation is safe to repeat (a reservation sends the same token again and
+/// recognises the record an attempt whose answer was lost wrote; the others are fenced).
 macro_rules! on_connection {
     ($store:expr, |$conn:ident| $op:expr) => {{
         let mut held = $store.connections().get().await?;
