@@ -6,11 +6,11 @@
 //! store keeps its own connections instead and gives one back only after a statement finished
 //! cleanly. A broken link closes its connection. One whose statement was cut off (the call's
 //! budget, its caller gone) settles in the background, within its host's share of the
-//! acquire timeout: once the statement has ended and a round trip finds it outside any
-//! transaction, it goes back to the stack, else it closes; a pool never runs dry on connections stuck in a
-//! statement (C13), and short budgets under load do not turn every cut-off into a new
-//! connection. The effects' transactions of `run_in_transaction` run on a stack of their own,
-//! given back only after a transaction that ended cleanly, and closed when cut off; your own
+//! acquire timeout: once the statement has ended (and a transaction cut off has been rolled
+//! back) and a round trip finds it outside any transaction, it goes back to the stack, else it
+//! closes; a pool never runs dry on connections stuck in a statement (C13), and short budgets
+//! under load do not turn every cut-off into a new connection. The effects' transactions of
+//! `run_in_transaction` run on a stack of their own, which settles them the same way; your own
 //! transactions use the sqlx pool ([`PgStore::pool`](crate::PgStore::pool)).
 //!
 //! Each connection remembers the host and the epoch it was opened in (`crate::hosts`): one that
@@ -46,9 +46,9 @@ pub(crate) struct Connections {
     acquire_timeout: Duration,
     /// What a new connection runs first ([`session::connection_setup`](crate::session)).
     setup: Option<Arc<str>>,
-    /// For a stack of single statements: how many connections cut off mid-statement may be
-    /// settling at once ([`Settling`]); `None`: such a connection closes.
-    settling: Option<Arc<Semaphore>>,
+    /// How many connections cut off mid-statement may be settling at once ([`Settling`]),
+    /// and how long each keeps its call's permit; `None`: such a connection closes.
+    settling: Option<(Arc<Semaphore>, Duration)>,
 }
 
 /// A connection set up for the store's statements, with the host and epoch it was opened in
@@ -102,10 +102,13 @@ impl Connections {
     }
 
     /// This stack, with a connection cut off mid-statement settled instead of closed
-    /// ([`Settling`]): for calls of single statements (a call of several marks its connection
-    /// [`session_changed`](Held::session_changed); a transaction left open is never kept).
-    pub(crate) fn settling(mut self) -> Self {
-        self.settling = Some(Arc::new(Semaphore::new(self.max)));
+    /// ([`Settling`]), keeping its call's permit for `permit_held` at most (or its host's
+    /// share, if shorter). A transaction cut off is rolled back first (sqlx queues the
+    /// `ROLLBACK` when it is dropped), and a connection still in one is never kept; a call
+    /// that changes its session marks its connection
+    /// [`session_changed`](Held::session_changed).
+    pub(crate) fn settling(mut self, permit_held: Duration) -> Self {
+        self.settling = Some((Arc::new(Semaphore::new(self.max)), permit_held));
         self
     }
 
@@ -424,14 +427,16 @@ impl Drop for Held<'_> {
             .settling
             .as_ref()
             .filter(|_| self.settles)
-            .and_then(|slots| Arc::clone(slots).try_acquire_owned().ok());
+            .and_then(|(slots, held)| Some((Arc::clone(slots).try_acquire_owned().ok()?, *held)));
         let runtime = tokio::runtime::Handle::try_current();
-        if let (Some(slot), Ok(runtime)) = (slot, runtime) {
+        if let (Some((slot, permit_held)), Ok(runtime)) = (slot, runtime) {
+            let within = home.hosts.share(home.acquire_timeout);
             let settling = Settling {
                 hosts: Arc::clone(&home.hosts),
                 idle: Arc::clone(&home.idle),
                 max: home.max,
-                within: home.hosts.share(home.acquire_timeout),
+                within,
+                permit_held: permit_held.min(within),
             };
             let opened = (conn, self.place, self.spared_until);
             let permit = self.permit.take();
@@ -448,8 +453,9 @@ impl Drop for Held<'_> {
 /// nothing, while closing costs a new connection (a handshake, an authentication, a server
 /// process) to the next call: under load, budgets shorter than a statement would otherwise
 /// turn every cut-off into a new connection, and each new connection into more cut-offs,
-/// until nothing is served. It keeps its call's permit for [`PERMIT_HELD`] at most, so that
-/// the next calls wait for it rather than open connections; a dead link costs no more. At
+/// until nothing is served. On the stacks of the store's statements it keeps its call's permit
+/// for [`PERMIT_HELD`] at most, so that the next calls wait for it rather than open
+/// connections (a dead link costs no more); on the effects' stack it gives it back at once. At
 /// most as many settle at once as the stack has connections; beyond that, a cut-off
 /// connection closes.
 struct Settling {
@@ -457,6 +463,8 @@ struct Settling {
     idle: Arc<Idle>,
     max: usize,
     within: Duration,
+    /// How long it keeps its call's permit.
+    permit_held: Duration,
 }
 
 /// Once what was sent on `conn` has been answered, whether it is outside any transaction: a
@@ -472,11 +480,12 @@ async fn outside_a_transaction(conn: &mut PgConnection) -> Result<bool, sqlx::Er
         .try_get(0)
 }
 
-/// How long a settling connection keeps its call's permit (or its host's share, if shorter):
-/// a statement cut off under load ends within milliseconds, or a few hundred on a saturated
-/// machine, where giving the permit back sooner opens connections that load it more; one that
-/// has not ended by then may be on a dead link.
-const PERMIT_HELD: Duration = Duration::from_secs(1);
+/// How long a connection of the store's statements that settles, or is being opened for a
+/// call cut off, keeps the call's permit (or its host's share, if shorter): a statement cut off
+/// under load ends within milliseconds, or a few hundred on a saturated machine, where giving
+/// the permit back sooner opens connections that load it more; one that has not ended by then
+/// may be on a dead link.
+pub(crate) const PERMIT_HELD: Duration = Duration::from_secs(1);
 
 impl Settling {
     async fn run(
@@ -487,7 +496,7 @@ impl Settling {
     ) {
         let settled = {
             let idle = tokio::time::timeout(self.within, outside_a_transaction(&mut conn));
-            let hold = tokio::time::sleep(PERMIT_HELD.min(self.within));
+            let hold = tokio::time::sleep(self.permit_held);
             tokio::pin!(idle, hold);
             loop {
                 tokio::select! {
@@ -625,7 +634,7 @@ mod tests {
     /// otherwise turn every cut-off into a new connection, until nothing is served).
     #[tokio::test]
     async fn c13_a_connection_cut_off_mid_statement_settles_back_into_the_stack() {
-        let conns = on_the_server(None).settling();
+        let conns = on_the_server(None).settling(PERMIT_HELD);
         let held = conns.get().await.expect("a connection");
         let pid = cut_off_mid_statement(held, 0.3).await;
         assert_eq!(
@@ -651,7 +660,7 @@ mod tests {
     #[tokio::test]
     async fn c13_a_settling_connection_is_given_up_when_the_store_moves_and_never_reused_changed() {
         let (hosts, conns) = twice_on_the_server(Duration::from_secs(10));
-        let conns = conns.settling();
+        let conns = conns.settling(PERMIT_HELD);
         let held = conns.get().await.expect("a connection");
         let place = held.place;
         cut_off_mid_statement(held, 5.0).await;
@@ -667,7 +676,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
 
-        let conns = on_the_server(None).settling();
+        let conns = on_the_server(None).settling(PERMIT_HELD);
         let mut held = conns.get().await.expect("a connection");
         held.session_changed();
         cut_off_mid_statement(held, 0.1).await;
@@ -685,7 +694,7 @@ mod tests {
     /// committed. It closes, and the server rolls the transaction back.
     #[tokio::test]
     async fn c06_a_connection_cut_off_inside_a_transaction_is_never_kept() {
-        let conns = on_the_server(None).settling();
+        let conns = on_the_server(None).settling(PERMIT_HELD);
         let mut held = conns.get().await.expect("a connection");
         sqlx::raw_sql("BEGIN")
             .execute(held.conn())
@@ -722,7 +731,7 @@ mod tests {
             .expect("a proxy");
         let through = url.replacen(authority, &proxy.addr().to_string(), 1);
         let hosts = Arc::new(Hosts::new(parse(&through).expect("a URL")));
-        let conns = Connections::new(hosts, 1, Duration::from_secs(4), None).settling();
+        let conns = Connections::new(hosts, 1, Duration::from_secs(4), None).settling(PERMIT_HELD);
         let mut held = conns.get().await.expect("a connection");
         proxy.set(fault_proxy::Fault::Freeze);
         let unanswered = sqlx::query("SELECT 1").execute(held.conn());

@@ -9,11 +9,14 @@
 //!   session the application set its connections up for (a role, a `search_path`, a tenant
 //!   setting for row-level security, in its `after_connect`), at the cost of that ping.
 //!
-//! Either goes back only once its transaction ended cleanly: committed, or rolled back with the
-//! server's answer. Anything else (a statement cut off by the engine's deadline, a broken link,
-//! a COMMIT in doubt, a panic, the execution dropped) closes it: a connection cut off
-//! mid-statement behind a dead link, or behind a row lock the server waits on, would otherwise
-//! hold its slot for good (sqlx waits for the answer to its ping without a deadline) (C13).
+//! Either goes back at once only when its transaction ended cleanly: committed, or rolled back
+//! with the server's answer. Anything else (a statement cut off by the engine's deadline, a
+//! broken link, a COMMIT in doubt, a panic, the execution dropped) never holds its slot (C13):
+//! one of the store's own settles in the background, its permit given back at once (its
+//! transaction rolled back, it returns to the stack within its host's share of the acquire
+//! timeout once a round trip finds it outside any transaction, else it closes:
+//! `crate::connections`); one of the application's pool closes (sqlx would wait for the answer
+//! to its ping without a deadline).
 
 use crate::connections::Held;
 use sqlx::pool::PoolConnection;
@@ -73,8 +76,8 @@ impl EffectConnection<'_> {
 
 impl Drop for EffectConnection<'_> {
     fn drop(&mut self) {
-        // A connection of the store's own (`self.own`) is closed by dropping it, its host then
-        // suspect (`crate::connections`).
+        // A connection of the store's own (`self.own`), dropped, settles or closes, its host
+        // then suspect (`crate::connections`).
         if let Some(conn) = self.pool.take() {
             // Closing the socket without a word: the server rolls back whatever was open.
             drop(conn.detach());

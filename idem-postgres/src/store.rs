@@ -3,7 +3,7 @@
 mod feed;
 
 use crate::config::{validate_identifier, validate_table_name, Isolation, PgConfig};
-use crate::connections::Connections;
+use crate::connections::{Connections, PERMIT_HELD};
 use crate::feed_settings::{self, ListenerOptions, ListenerTarget};
 use crate::follow_pool;
 use crate::gate::Gate;
@@ -462,20 +462,23 @@ impl PgStore {
             builder.acquire_timeout,
             setup.clone(),
         )
-        .settling();
+        .settling(PERMIT_HELD);
+        // An effect's statement may run for seconds (behind a row lock, or long by design):
+        // the next effects never wait for one that was cut off, its permit goes back at once.
         let tx_conns = Connections::new(
             Arc::clone(&hosts),
             builder.max_connections,
             builder.acquire_timeout,
             None,
-        );
+        )
+        .settling(Duration::ZERO);
         let conns = Connections::new(
             Arc::clone(&hosts),
             builder.max_connections,
             builder.acquire_timeout,
             setup,
         )
-        .settling();
+        .settling(PERMIT_HELD);
         Self {
             inner: Arc::new(Inner {
                 pool,

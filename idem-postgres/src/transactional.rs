@@ -287,11 +287,12 @@ impl Transactional for PgStore {
 
 impl PgStore {
     /// Begin, effect, completion, commit, on one of the store's connections for transactions,
-    /// given back only if the transaction ended cleanly: committed, or rolled back with the
-    /// server's answer. Anything else (a statement cut off by the engine's deadline, a broken
-    /// link, a COMMIT in doubt, a panic, the execution dropped) closes it, so a connection stuck
-    /// behind a dead link or a row lock never holds a slot (C13). Taken and given back without
-    /// a round trip (sqlx's pool would ping it on its return: a message more per fresh key).
+    /// given back at once only if the transaction ended cleanly: committed, or rolled back with
+    /// the server's answer. Anything else (a statement cut off by the engine's deadline, a
+    /// broken link, a COMMIT in doubt, a panic, the execution dropped) settles or closes it
+    /// ([`EffectConnection`]), so a connection stuck behind a dead link or a row lock never
+    /// holds a slot (C13). Taken and given back without a round trip (sqlx's pool would ping it
+    /// on its return: a message more per fresh key).
     ///
     /// `Err` only for a one-commit execution that never acquired (nothing of it exists); a
     /// two-commit one says how its transaction failed in its [`TxEnd`].

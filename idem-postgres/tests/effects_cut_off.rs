@@ -1,0 +1,181 @@
+//! Effects' transactions cut off (C6, C13): a `run_in_transaction` whose caller is gone, or
+//! whose budget ends, mid-transaction leaves its connection to roll the transaction back and
+//! settle into the store's stack for effects, rather than closing it: nothing of it commits,
+//! and under load with short budgets the store keeps serving fresh keys on about as many
+//! connections as it has, instead of opening one per cut-off.
+
+mod common;
+mod support;
+
+use common::{business_table, charges, pg_url, request, SCHEMA};
+use idem_core::{FencingToken, Idempotency, Outcome, Policy, StoredResponse};
+use idem_postgres::sqlx;
+use idem_postgres::{PgIdempotency, PgStore};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+async fn store(url: &str, table: &str, connections: u32) -> Idempotency<PgStore> {
+    let store = PgStore::builder()
+        .schema(SCHEMA)
+        .table(table)
+        .max_connections(connections)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect(url)
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    business_table(store.pool()).await;
+    Idempotency::with_policy(store, Policy::default()).expect("policy")
+}
+
+fn a_table() -> String {
+    format!("ec_{}", FencingToken::generate())
+}
+
+/// The backend of the effect's connection, and one charge for `intent` written by it.
+async fn charge_on(tx: &mut sqlx::PgConnection, intent: &str) -> Result<i32, sqlx::Error> {
+    sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
+        .bind(intent)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *tx)
+        .await
+}
+
+/// C6, C13: an effect's completion cut off by the request's store budget (another session
+/// holds the record's row): nothing of the transaction commits, its charge included, and the
+/// next effect runs on the same session, in a transaction of its own, instead of on a new
+/// connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c06_an_effect_cut_off_is_rolled_back_and_its_connection_serves_the_next() {
+    let table = a_table();
+    let idem = store(&pg_url(), &table, 1).await;
+    let run = FencingToken::generate().to_string();
+    let (cut, next) = (format!("{run}-cut"), format!("{run}-next"));
+    let cut_pid = Arc::new(AtomicI32::new(0));
+    let charged = Arc::new(tokio::sync::Notify::new());
+    // Once the effect has charged, another session holds the record's row for 800 ms: the
+    // completion waits for it past the request's budget.
+    let holder = {
+        let (pool, charged) = (idem.store().pool().clone(), Arc::clone(&charged));
+        let (lock, key) = (
+            format!("SELECT 1 FROM {SCHEMA}.{table} WHERE key = $1 FOR UPDATE"),
+            cut.clone(),
+        );
+        tokio::spawn(async move {
+            charged.notified().await;
+            let mut tx = pool.begin().await.expect("begin");
+            let held = sqlx::query(sqlx::AssertSqlSafe(lock))
+                .bind(key)
+                .fetch_all(&mut *tx)
+                .await
+                .expect("the record's row");
+            assert_eq!(held.len(), 1, "the record's row");
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            tx.commit().await.expect("commit");
+        })
+    };
+    let asked = request(&idem, &cut).with_store_budget(Duration::from_millis(300));
+    let (pid, intent, notify) = (Arc::clone(&cut_pid), cut.clone(), Arc::clone(&charged));
+    let outcome = idem
+        .run_in_transaction(&asked, move |tx, _| {
+            Box::pin(async move {
+                pid.store(charge_on(tx, &intent).await?, Ordering::SeqCst);
+                notify.notify_one();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
+            })
+        })
+        .await;
+    assert!(
+        !matches!(outcome, Ok(Outcome::Executed(_))),
+        "completed past its budget: {outcome:?}"
+    );
+    let cut_pid = cut_pid.load(Ordering::SeqCst);
+    assert_ne!(cut_pid, 0, "the effect never charged");
+    holder.await.expect("the row's holder");
+    // The cut-off completion ends, its transaction is rolled back, the connection settles.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let asked = request(&idem, &next);
+    let intent = next.clone();
+    let outcome = idem
+        .run_in_transaction(&asked, move |tx, _| {
+            Box::pin(async move {
+                let pid = charge_on(tx, &intent).await?;
+                Ok::<_, sqlx::Error>(StoredResponse::new(201, pid.to_string()))
+            })
+        })
+        .await
+        .expect("the next effect");
+    let Outcome::Executed(response) = outcome else {
+        panic!("not executed: {outcome:?}");
+    };
+    assert_eq!(
+        response.body,
+        cut_pid.to_string().into_bytes(),
+        "a new connection: the cut-off one was closed, not settled"
+    );
+    let pool = idem.store().pool();
+    assert_eq!(charges(pool, &cut).await, 0, "the cut-off effect committed");
+    assert_eq!(charges(pool, &next).await, 1);
+}
+
+/// C13: 32 callers with budgets of 80 – 110 ms running fresh keys through
+/// `run_in_transaction` on 8 connections, through a proxy that counts the connections opened.
+/// On a loaded machine (a debug build, four busy loops beside it), closing each cut-off
+/// effect's connection opened 218 – 375 connections in 3 s and served 69 – 758; settling them,
+/// 18 – 74 and 706 – 1 723.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_short_budgets_on_fresh_keys_are_served_without_a_reconnection_storm() {
+    const CALLERS: u64 = 32;
+    let (proxy, through) = support::proxied(&pg_url()).await;
+    let idem = store(&through, &a_table(), 8).await;
+    let opened_before = proxy.connections();
+    let until = Instant::now() + Duration::from_secs(3);
+    let (served, cut_off) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut callers = Vec::new();
+    for caller in 0..CALLERS {
+        let (idem, served, cut_off) = (idem.clone(), Arc::clone(&served), Arc::clone(&cut_off));
+        callers.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < until {
+                let budget = Duration::from_millis(80 + (caller * 7 + n * 13) % 31);
+                let key = format!("fresh-{caller}-{n}");
+                n += 1;
+                let asked = request(&idem, &key).with_store_budget(budget);
+                let outcome = idem
+                    .run_in_transaction(&asked, move |tx, _| {
+                        Box::pin(async move {
+                            sqlx::query("SELECT 1").execute(&mut *tx).await?;
+                            Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
+                        })
+                    })
+                    .await;
+                match outcome {
+                    Ok(Outcome::Executed(_)) => served.fetch_add(1, Ordering::Relaxed),
+                    _ => cut_off.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    for caller in callers {
+        caller.await.expect("a caller");
+    }
+    let opened = proxy.connections() - opened_before;
+    let (served, cut_off) = (
+        served.load(Ordering::Relaxed),
+        cut_off.load(Ordering::Relaxed),
+    );
+    println!("served {served}, cut off {cut_off}, connections opened {opened}");
+    assert!(
+        served >= 300,
+        "served {served}, cut off {cut_off}, opened {opened}"
+    );
+    assert!(
+        opened <= 150,
+        "a reconnection storm: {opened} connections opened (served {served})"
+    );
+}
