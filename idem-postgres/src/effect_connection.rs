@@ -72,6 +72,16 @@ impl EffectConnection<'_> {
             held.close();
         }
     }
+
+    /// Closes the connection, never settled back for the next effect: an effect that panicked
+    /// or was abandoned past the transaction timeout may have left session state that no
+    /// rollback undoes (an advisory lock, a prepared statement). Its host is suspect, as for
+    /// any connection cut off.
+    pub(crate) fn discard(mut self) {
+        if let Some(mut held) = self.own.take() {
+            held.session_changed();
+        }
+    }
 }
 
 impl Drop for EffectConnection<'_> {

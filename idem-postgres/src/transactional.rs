@@ -334,6 +334,8 @@ impl PgStore {
                 Ok((transacted, clean)) => {
                     if clean {
                         conn.keep();
+                    } else if matches!(transacted, TxEnd::Panicked(_) | TxEnd::Abandoned(_)) {
+                        conn.discard();
                     }
                     return Ok(transacted);
                 }

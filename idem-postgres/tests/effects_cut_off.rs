@@ -8,17 +8,19 @@ mod common;
 mod support;
 
 use common::{business_table, charges, pg_url, request, SCHEMA};
-use idem_core::{FencingToken, Idempotency, Outcome, Policy, StoredResponse};
+use idem_core::{FencingToken, Idempotency, Outcome, Policy, RunError, StoredResponse};
 use idem_postgres::sqlx;
-use idem_postgres::{PgIdempotency, PgStore};
+use idem_postgres::{PgIdempotency, PgStore, PgStoreBuilder};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-async fn store(url: &str, table: &str, connections: u32) -> Idempotency<PgStore> {
-    let store = PgStore::builder()
+/// A store on `url` and a new table, `connections` for its statements and as many for
+/// effects, built on `builder`.
+async fn store(builder: PgStoreBuilder, url: &str, connections: u32) -> Idempotency<PgStore> {
+    let store = builder
         .schema(SCHEMA)
-        .table(table)
+        .table(&a_table())
         .max_connections(connections)
         .acquire_timeout(Duration::from_secs(2))
         .connect(url)
@@ -50,8 +52,8 @@ async fn charge_on(tx: &mut sqlx::PgConnection, intent: &str) -> Result<i32, sql
 /// connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c06_an_effect_cut_off_is_rolled_back_and_its_connection_serves_the_next() {
-    let table = a_table();
-    let idem = store(&pg_url(), &table, 1).await;
+    let idem = store(PgStore::builder(), &pg_url(), 1).await;
+    let table = idem.store().table();
     let run = FencingToken::generate().to_string();
     let (cut, next) = (format!("{run}-cut"), format!("{run}-next"));
     let cut_pid = Arc::new(AtomicI32::new(0));
@@ -61,7 +63,7 @@ async fn c06_an_effect_cut_off_is_rolled_back_and_its_connection_serves_the_next
     let holder = {
         let (pool, charged) = (idem.store().pool().clone(), Arc::clone(&charged));
         let (lock, key) = (
-            format!("SELECT 1 FROM {SCHEMA}.{table} WHERE key = $1 FOR UPDATE"),
+            format!("SELECT 1 FROM {table} WHERE key = $1 FOR UPDATE"),
             cut.clone(),
         );
         tokio::spawn(async move {
@@ -97,7 +99,7 @@ async fn c06_an_effect_cut_off_is_rolled_back_and_its_connection_serves_the_next
     assert_ne!(cut_pid, 0, "the effect never charged");
     holder.await.expect("the row's holder");
     // The cut-off completion ends, its transaction is rolled back, the connection settles.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
 
     let asked = request(&idem, &next);
     let intent = next.clone();
@@ -123,6 +125,73 @@ async fn c06_an_effect_cut_off_is_rolled_back_and_its_connection_serves_the_next
     assert_eq!(charges(pool, &next).await, 1);
 }
 
+/// Whether another session can take the advisory lock `key` (given back at once if so).
+async fn lock_free(pool: &sqlx::PgPool, key: i64) -> bool {
+    let mut conn = pool.acquire().await.expect("a pool connection");
+    let free: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        .bind(key)
+        .fetch_one(&mut *conn)
+        .await
+        .expect("try the lock");
+    if free {
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(key)
+            .execute(&mut *conn)
+            .await
+            .expect("unlock");
+    }
+    free
+}
+
+/// C13: an effect that panics, or runs past the transaction timeout, while its session holds
+/// what no rollback undoes (here an advisory lock it would have given back at its end): its
+/// connection is closed, never settled back for the next effect, so the lock is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_an_effect_panicked_or_abandoned_never_passes_its_session_on() {
+    let builder = PgStore::builder().transaction_timeout(Duration::from_millis(300));
+    let idem = store(builder, &pg_url(), 1).await;
+    let run = FencingToken::generate().to_string();
+    for (n, panics) in [(1_i64, true), (2, false)] {
+        let key = i64::from_le_bytes(*b"idem-ec\0") + n;
+        let asked = request(&idem, &format!("{run}-{n}"));
+        let engine = idem.clone();
+        let ran = tokio::spawn(async move {
+            engine
+                .run_in_transaction(&asked, move |tx, _| {
+                    Box::pin(async move {
+                        sqlx::query("SELECT pg_advisory_lock($1)")
+                            .bind(key)
+                            .execute(&mut *tx)
+                            .await?;
+                        assert!(!panics, "a bug in the effect");
+                        // Past the transaction timeout: abandoned here.
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                        sqlx::query("SELECT pg_advisory_unlock($1)")
+                            .bind(key)
+                            .execute(&mut *tx)
+                            .await?;
+                        Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
+                    })
+                })
+                .await
+        })
+        .await;
+        match ran {
+            Err(panicked) => assert!(panics && panicked.is_panic(), "{panicked:?}"),
+            Ok(outcome) => assert!(
+                !panics && matches!(outcome, Err(RunError::InDoubt(_))),
+                "{outcome:?}"
+            ),
+        }
+        // Past the abandoned effect's end, and the host's share a settling connection waits.
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        assert!(
+            lock_free(idem.store().pool(), key).await,
+            "the session of an effect that panicked ({panics}) still holds its lock"
+        );
+    }
+}
+
 /// C13: 32 callers with budgets of 80 – 110 ms running fresh keys through
 /// `run_in_transaction` on 8 connections, through a proxy that counts the connections opened.
 /// On a loaded machine (a debug build, four busy loops beside it), closing each cut-off
@@ -132,7 +201,7 @@ async fn c06_an_effect_cut_off_is_rolled_back_and_its_connection_serves_the_next
 async fn c13_short_budgets_on_fresh_keys_are_served_without_a_reconnection_storm() {
     const CALLERS: u64 = 32;
     let (proxy, through) = support::proxied(&pg_url()).await;
-    let idem = store(&through, &a_table(), 8).await;
+    let idem = store(PgStore::builder(), &through, 8).await;
     let opened_before = proxy.connections();
     let until = Instant::now() + Duration::from_secs(3);
     let (served, cut_off) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
