@@ -8,6 +8,7 @@ mod common;
 mod support;
 
 use common::{business_table, charges, pg_url, request, SCHEMA};
+use fault_proxy::{Fault, Hold, COMMIT_QUERY};
 use idem_core::{FencingToken, Idempotency, Outcome, Policy, RunError, StoredResponse};
 use idem_postgres::sqlx;
 use idem_postgres::{PgIdempotency, PgStore, PgStoreBuilder};
@@ -123,6 +124,56 @@ async fn c06_an_effect_cut_off_is_rolled_back_and_its_connection_serves_the_next
     let pool = idem.store().pool();
     assert_eq!(charges(pool, &cut).await, 0, "the cut-off effect committed");
     assert_eq!(charges(pool, &next).await, 1);
+}
+
+/// Charges `key` once through `run_in_transaction` within `budget`; the answer, printed.
+async fn charge(idem: &Idempotency<PgStore>, key: &str, budget: Duration, one: bool) -> String {
+    let asked = request(idem, key)
+        .with_store_budget(budget)
+        .with_one_commit(one);
+    let intent = key.to_owned();
+    let outcome = idem
+        .run_in_transaction(&asked, move |tx, _| {
+            Box::pin(async move {
+                sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
+                    .bind(intent)
+                    .execute(&mut *tx)
+                    .await?;
+                Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
+            })
+        })
+        .await;
+    format!("{outcome:?}")
+}
+
+/// C8: a COMMIT held on its way past the request's budget, then let through by the settling
+/// connection that sent it: the first call is answered in doubt, retries meanwhile never run
+/// the effect again, and once the COMMIT lands a retry replays the one charge, with one commit
+/// (C15) or two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c08_a_commit_held_on_its_way_charges_once() {
+    for one in [false, true] {
+        let (proxy, through) = support::proxied(&pg_url()).await;
+        let idem = store(PgStore::builder(), &through, 2).await;
+        let key = format!("{}-held", FencingToken::generate());
+        proxy.set(Fault::from(Hold::to(COMMIT_QUERY)));
+        let first = charge(&idem, &key, Duration::from_millis(300), one).await;
+        assert!(first.contains("InDoubt"), "one commit {one}: {first}");
+        for _ in 0..3 {
+            let again = charge(&idem, &key, Duration::from_millis(300), one).await;
+            assert!(!again.contains("Executed"), "one commit {one}: {again}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        proxy.set(Fault::PassThrough);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let after = charge(&idem, &key, Duration::from_secs(2), one).await;
+        assert!(after.contains("Replay"), "one commit {one}: {after}");
+        assert_eq!(
+            charges(idem.store().pool(), &key).await,
+            1,
+            "one commit {one}"
+        );
+    }
 }
 
 /// Whether another session can take the advisory lock `key` (given back at once if so).
