@@ -401,6 +401,12 @@ impl Held<'_> {
         self.settles = false;
     }
 
+    /// Gives it up as cut off, to settle if its stack settles them: what ran on it left
+    /// nothing in its session that the stack's other calls must not inherit.
+    pub(crate) fn settle(mut self) {
+        self.settles = self.home.settling.is_some();
+    }
+
     /// Closes the connection on purpose (its session was changed, or what ran on it failed
     /// with the server's own answer): its host is not suspect.
     pub(crate) fn close(mut self) {

@@ -10,13 +10,18 @@
 //!   setting for row-level security, in its `after_connect`), at the cost of that ping.
 //!
 //! Either goes back at once only when its transaction ended cleanly: committed, or rolled back
-//! with the server's answer. Anything else (a statement cut off by the engine's deadline, a
-//! broken link, a COMMIT in doubt, a panic, the execution dropped) never holds its slot (C13):
-//! one of the store's own settles in the background, its permit given back at once (its
-//! transaction rolled back, it returns to the stack within its host's share of the acquire
-//! timeout once a round trip finds it outside any transaction, else it closes:
-//! `crate::connections`); one of the application's pool closes (sqlx would wait for the answer
-//! to its ping without a deadline).
+//! with the server's answer. Anything else never holds its slot (C13):
+//! - once the effect has returned (or before it ran), a step of the store's cut off by the
+//!   engine's deadline (`BEGIN`, the completion, `COMMIT`, `ROLLBACK`) or a broken link: one of
+//!   the store's own settles in the background, its permit given back at once (its
+//!   transaction rolled back, it returns to the stack within its host's share of the acquire
+//!   timeout once a round trip finds it outside any transaction, else it closes:
+//!   `crate::connections`);
+//! - an effect that panicked, was abandoned past the transaction timeout, or was dropped while
+//!   it ran (a guard-form caller gone): closed, since its session may hold what no rollback
+//!   undoes (an advisory lock it would have released at its end);
+//! - one of the application's pool closes either way (sqlx would wait for the answer to its
+//!   ping without a deadline).
 
 use crate::connections::Held;
 use sqlx::pool::PoolConnection;
@@ -30,8 +35,10 @@ pub(crate) struct EffectConnection<'s> {
 }
 
 impl<'s> EffectConnection<'s> {
-    /// One of the store's own connections for transactions.
-    pub(crate) fn own(held: Held<'s>) -> Self {
+    /// One of the store's own connections for transactions: dropped, it closes
+    /// ([`settle`](Self::settle) says otherwise).
+    pub(crate) fn own(mut held: Held<'s>) -> Self {
+        held.session_changed();
         Self {
             own: Some(held),
             pool: None,
@@ -73,21 +80,20 @@ impl EffectConnection<'_> {
         }
     }
 
-    /// Closes the connection, never settled back for the next effect: an effect that panicked
-    /// or was abandoned past the transaction timeout may have left session state that no
-    /// rollback undoes (an advisory lock, a prepared statement). Its host is suspect, as for
-    /// any connection cut off.
-    pub(crate) fn discard(mut self) {
-        if let Some(mut held) = self.own.take() {
-            held.session_changed();
+    /// Gives up a connection whose transaction did not end cleanly once the effect had
+    /// returned, or before it ran: one of the store's own settles (`crate::connections`), its
+    /// host suspect; one of the pool closes.
+    pub(crate) fn settle(mut self) {
+        if let Some(held) = self.own.take() {
+            held.settle();
         }
     }
 }
 
 impl Drop for EffectConnection<'_> {
     fn drop(&mut self) {
-        // A connection of the store's own (`self.own`), dropped, settles or closes, its host
-        // then suspect (`crate::connections`).
+        // A connection of the store's own (`self.own`), dropped, closes, its host then suspect
+        // (`crate::connections`).
         if let Some(conn) = self.pool.take() {
             // Closing the socket without a word: the server rolls back whatever was open.
             drop(conn.detach());

@@ -45,8 +45,8 @@ use std::time::Duration;
 ///   a lock deadline, below the engine's bound on each call, set so that they hold behind a
 ///   pooler in transaction mode too; the effect's transaction under an idle and a total
 ///   deadline. A connection of the store's own cut off mid-statement is reused once idle again
-///   within its host's share of the acquire timeout (never one an effect panicked or was
-///   abandoned on), else closed and replaced; one of the pool is closed and replaced. See
+///   within its host's share of the acquire timeout (never one an effect was cut off on
+///   while it ran), else closed and replaced; one of the pool is closed and replaced. See
 ///   [`PgStoreBuilder::statement_timeout`] and the settings after it.
 /// - **No hidden round trips.** The store runs its statements, and the effects' transactions of
 ///   [`run_in_transaction`](crate::PgIdempotency::run_in_transaction), on connections of its

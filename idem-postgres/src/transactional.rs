@@ -334,8 +334,11 @@ impl PgStore {
                 Ok((transacted, clean)) => {
                     if clean {
                         conn.keep();
-                    } else if matches!(transacted, TxEnd::Panicked(_) | TxEnd::Abandoned(_)) {
-                        conn.discard();
+                    } else if !matches!(transacted, TxEnd::Panicked(_) | TxEnd::Abandoned(_)) {
+                        // The effect returned: its session holds what a committed one's does.
+                        // One that panicked or was abandoned may hold what no rollback undoes
+                        // (an advisory lock it would have released at its end): closed.
+                        conn.settle();
                     }
                     return Ok(transacted);
                 }
@@ -348,6 +351,8 @@ impl PgStore {
                         conn.close();
                         return start.failed(error);
                     }
+                    // The effect never ran.
+                    conn.settle();
                     if attempt > 0 {
                         return start.failed(error);
                     }

@@ -9,9 +9,10 @@ mod support;
 
 use common::{business_table, charges, pg_url, request, SCHEMA};
 use fault_proxy::{Fault, Hold, COMMIT_QUERY};
-use idem_core::{FencingToken, Idempotency, Outcome, Policy, RunError, StoredResponse};
+use idem_core::{Failure, Lease, Reply};
+use idem_core::{FencingToken, Idempotency, Outcome, Policy, StoredResponse};
 use idem_postgres::sqlx;
-use idem_postgres::{PgIdempotency, PgStore, PgStoreBuilder};
+use idem_postgres::{PgEffect, PgIdempotency, PgStore, PgStoreBuilder};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -156,8 +157,11 @@ async fn c08_a_commit_held_on_its_way_charges_once() {
         let (proxy, through) = support::proxied(&pg_url()).await;
         let idem = store(PgStore::builder(), &through, 2).await;
         let key = format!("{}-held", FencingToken::generate());
+        // Connections opened first: the held call's budget is spent on its COMMIT alone.
+        let warm = charge(&idem, &format!("{key}-warm"), Duration::from_secs(2), one).await;
+        assert!(warm.contains("Executed"), "{warm}");
         proxy.set(Fault::from(Hold::to(COMMIT_QUERY)));
-        let first = charge(&idem, &key, Duration::from_millis(300), one).await;
+        let first = charge(&idem, &key, Duration::from_millis(500), one).await;
         assert!(first.contains("InDoubt"), "one commit {one}: {first}");
         for _ in 0..3 {
             let again = charge(&idem, &key, Duration::from_millis(300), one).await;
@@ -194,51 +198,83 @@ async fn lock_free(pool: &sqlx::PgPool, key: i64) -> bool {
     free
 }
 
-/// C13: an effect that panics, or runs past the transaction timeout, while its session holds
-/// what no rollback undoes (here an advisory lock it would have given back at its end): its
-/// connection is closed, never settled back for the next effect, so the lock is released.
+/// How an effect that holds an advisory lock ends before it gives it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// It panics.
+    Panics,
+    /// It runs past the transaction timeout.
+    Abandoned,
+    /// Its caller is dropped while it runs (the guard form has no task to finish it).
+    Dropped,
+}
+
+/// An effect that takes the advisory lock `key` and gives it back 3 s later, unless `cut`
+/// panics first.
+fn locking(key: i64, cut: Cut) -> PgEffect<sqlx::Error> {
+    Box::new(move |tx: &mut sqlx::PgConnection, _: &Lease| {
+        Box::pin(async move {
+            sqlx::query("SELECT pg_advisory_lock($1)")
+                .bind(key)
+                .execute(&mut *tx)
+                .await?;
+            assert!(cut != Cut::Panics, "a bug in the effect");
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            sqlx::query("SELECT pg_advisory_unlock($1)")
+                .bind(key)
+                .execute(&mut *tx)
+                .await?;
+            Ok(StoredResponse::new(201, "charged"))
+        })
+    })
+}
+
+/// C13: an effect that panics, runs past the transaction timeout, or is dropped while it runs,
+/// its session holding what no rollback undoes (an advisory lock it would have given back at
+/// its end): its connection is closed, never settled back for the next effect, so the lock
+/// is released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c13_an_effect_panicked_or_abandoned_never_passes_its_session_on() {
-    let builder = PgStore::builder().transaction_timeout(Duration::from_millis(300));
+async fn c13_an_effect_cut_off_while_it_ran_never_passes_its_session_on() {
+    let builder = PgStore::builder().transaction_timeout(Duration::from_secs(1));
     let idem = store(builder, &pg_url(), 1).await;
-    let run = FencingToken::generate().to_string();
-    for (n, panics) in [(1_i64, true), (2, false)] {
-        let key = i64::from_le_bytes(*b"idem-ec\0") + n;
-        let asked = request(&idem, &format!("{run}-{n}"));
+    for cut in [Cut::Panics, Cut::Abandoned, Cut::Dropped] {
+        let token = FencingToken::generate();
+        let key = i64::from_le_bytes(token.as_bytes()[..8].try_into().expect("8 bytes"));
+        let asked = request(&idem, &format!("{token}"));
         let engine = idem.clone();
         let ran = tokio::spawn(async move {
-            engine
-                .run_in_transaction(&asked, move |tx, _| {
-                    Box::pin(async move {
-                        sqlx::query("SELECT pg_advisory_lock($1)")
-                            .bind(key)
-                            .execute(&mut *tx)
-                            .await?;
-                        assert!(!panics, "a bug in the effect");
-                        // Past the transaction timeout: abandoned here.
-                        tokio::time::sleep(Duration::from_secs(2)).await;
-                        sqlx::query("SELECT pg_advisory_unlock($1)")
-                            .bind(key)
-                            .execute(&mut *tx)
-                            .await?;
-                        Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
-                    })
+            if cut != Cut::Dropped {
+                return format!(
+                    "{:?}",
+                    engine.run_in_transaction(&asked, locking(key, cut)).await
+                );
+            }
+            // The guard form, through the engine's execution: its transaction dropped 300 ms
+            // into the effect.
+            let outcome = engine
+                .run(&asked, move |ctx| async move {
+                    let transaction = ctx
+                        .idem()
+                        .complete_transaction(&ctx.lease(), locking(key, cut));
+                    let cut = tokio::time::timeout(Duration::from_millis(300), transaction).await;
+                    assert!(cut.is_err(), "the effect ran to its end");
+                    Err::<Reply, _>(Failure::nothing_happened("dropped"))
                 })
-                .await
+                .await;
+            format!("{outcome:?}")
         })
         .await;
-        match ran {
-            Err(panicked) => assert!(panics && panicked.is_panic(), "{panicked:?}"),
-            Ok(outcome) => assert!(
-                !panics && matches!(outcome, Err(RunError::InDoubt(_))),
-                "{outcome:?}"
-            ),
+        match (cut, ran) {
+            (Cut::Panics, Err(panicked)) => assert!(panicked.is_panic(), "{panicked:?}"),
+            (Cut::Abandoned, Ok(outcome)) => assert!(outcome.contains("InDoubt"), "{outcome}"),
+            (Cut::Dropped, Ok(outcome)) => assert!(outcome.contains("Released"), "{outcome}"),
+            (cut, ran) => panic!("{cut:?}: {ran:?}"),
         }
-        // Past the abandoned effect's end, and the host's share a settling connection waits.
-        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        // Past the effect's own end, and the host's share a settling connection waits.
+        tokio::time::sleep(Duration::from_millis(3_500)).await;
         assert!(
             lock_free(idem.store().pool(), key).await,
-            "the session of an effect that panicked ({panics}) still holds its lock"
+            "{cut:?}: the effect's session still holds its lock"
         );
     }
 }
