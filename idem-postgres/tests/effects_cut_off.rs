@@ -13,9 +13,10 @@ use idem_core::{Failure, Lease, Reply};
 use idem_core::{FencingToken, Idempotency, Outcome, Policy, StoredResponse};
 use idem_postgres::sqlx;
 use idem_postgres::{PgEffect, PgIdempotency, PgStore, PgStoreBuilder};
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use support::short_budgets::hammer;
 
 /// A store on `url` and a new table, `connections` for its statements and as many for
 /// effects, built on `builder`.
@@ -286,52 +287,20 @@ async fn c13_an_effect_cut_off_while_it_ran_never_passes_its_session_on() {
 /// 18 – 74 and 706 – 1 723.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c13_short_budgets_on_fresh_keys_are_served_without_a_reconnection_storm() {
-    const CALLERS: u64 = 32;
     let (proxy, through) = support::proxied(&pg_url()).await;
     let idem = store(PgStore::builder(), &through, 8).await;
-    let opened_before = proxy.connections();
-    let until = Instant::now() + Duration::from_secs(3);
-    let (served, cut_off) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let mut callers = Vec::new();
-    for caller in 0..CALLERS {
-        let (idem, served, cut_off) = (idem.clone(), Arc::clone(&served), Arc::clone(&cut_off));
-        callers.push(tokio::spawn(async move {
-            let mut n = 0u64;
-            while Instant::now() < until {
-                let budget = Duration::from_millis(80 + (caller * 7 + n * 13) % 31);
-                let key = format!("fresh-{caller}-{n}");
-                n += 1;
-                let asked = request(&idem, &key).with_store_budget(budget);
-                let outcome = idem
-                    .run_in_transaction(&asked, move |tx, _| {
-                        Box::pin(async move {
-                            sqlx::query("SELECT 1").execute(&mut *tx).await?;
-                            Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
-                        })
-                    })
-                    .await;
-                match outcome {
-                    Ok(Outcome::Executed(_)) => served.fetch_add(1, Ordering::Relaxed),
-                    _ => cut_off.fetch_add(1, Ordering::Relaxed),
-                };
-            }
-        }));
-    }
-    for caller in callers {
-        caller.await.expect("a caller");
-    }
-    let opened = proxy.connections() - opened_before;
-    let (served, cut_off) = (
-        served.load(Ordering::Relaxed),
-        cut_off.load(Ordering::Relaxed),
-    );
-    println!("served {served}, cut off {cut_off}, connections opened {opened}");
-    assert!(
-        served >= 300,
-        "served {served}, cut off {cut_off}, opened {opened}"
-    );
-    assert!(
-        opened <= 150,
-        "a reconnection storm: {opened} connections opened (served {served})"
-    );
+    hammer(&idem, &proxy, 80, |idem, key, budget| async move {
+        let asked = request(&idem, &key).with_store_budget(budget);
+        let outcome = idem
+            .run_in_transaction(&asked, move |tx, _| {
+                Box::pin(async move {
+                    sqlx::query("SELECT 1").execute(&mut *tx).await?;
+                    Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
+                })
+            })
+            .await;
+        matches!(outcome, Ok(Outcome::Executed(_)))
+    })
+    .await
+    .assert_at_least_served_at_most_opened(300, 150);
 }

@@ -9,13 +9,10 @@ mod support;
 use common::{pg_url, request};
 use idem_core::{FencingToken, Idempotency, Policy};
 use idem_postgres::PgStore;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use support::short_budgets::hammer;
 
-const CALLERS: u64 = 32;
 const CONNECTIONS: u32 = 8;
-const FOR: Duration = Duration::from_secs(3);
 
 /// C13: 32 callers with budgets of 20 – 50 ms on 8 connections, through a proxy that counts
 /// the connections opened. Closing each cut-off connection opened about 600 a second and
@@ -45,41 +42,10 @@ async fn served_without_a_storm(query: &str) {
         .expect("connect");
     store.migrate().await.expect("migrate");
     let idem = Idempotency::with_policy(store, Policy::default()).expect("policy");
-    let opened_before = proxy.connections();
-    let until = Instant::now() + FOR;
-    let (served, cut_off) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let mut callers = Vec::new();
-    for caller in 0..CALLERS {
-        let (idem, served, cut_off) = (idem.clone(), Arc::clone(&served), Arc::clone(&cut_off));
-        callers.push(tokio::spawn(async move {
-            let mut n = 0u64;
-            while Instant::now() < until {
-                let budget = Duration::from_millis(20 + (caller * 7 + n * 13) % 31);
-                let key = format!("short-{caller}-{n}");
-                n += 1;
-                let asked = request(&idem, &key).with_store_budget(budget);
-                match idem.begin(&asked).await {
-                    Ok(_) => served.fetch_add(1, Ordering::Relaxed),
-                    Err(_) => cut_off.fetch_add(1, Ordering::Relaxed),
-                };
-            }
-        }));
-    }
-    for caller in callers {
-        caller.await.expect("a caller");
-    }
-    let opened = proxy.connections() - opened_before;
-    let (served, cut_off) = (
-        served.load(Ordering::Relaxed),
-        cut_off.load(Ordering::Relaxed),
-    );
-    println!("served {served}, cut off {cut_off}, connections opened {opened}");
-    assert!(
-        served >= 300,
-        "served {served}, cut off {cut_off}, opened {opened}"
-    );
-    assert!(
-        opened <= 300,
-        "a reconnection storm: {opened} connections opened (served {served})"
-    );
+    hammer(&idem, &proxy, 20, |idem, key, budget| async move {
+        let asked = request(&idem, &key).with_store_budget(budget);
+        idem.begin(&asked).await.is_ok()
+    })
+    .await
+    .assert_at_least_served_at_most_opened(300, 300);
 }

@@ -6,6 +6,7 @@ pub(crate) mod bench;
 pub(crate) mod pg_pair;
 pub(crate) mod pg_url;
 pub(crate) mod private_bouncer;
+pub(crate) mod short_budgets;
 
 use fault_proxy::FaultProxy;
 
