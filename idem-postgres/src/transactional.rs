@@ -435,7 +435,7 @@ impl PgStore {
                     }
                     conflicts += 1;
                 }
-                // Dropping the transaction rolls it back (its connection is closed).
+                // Dropping the transaction rolls it back (its connection settles).
                 Err(error) => return Err(NotBegun { effect, error }),
             }
         };
@@ -506,9 +506,9 @@ impl PgStore {
             .await;
         if let Err(error) = written {
             // A completion cut off by its deadline, or whose link failed, is not rolled back
-            // over that link (a silent one would hold the caller a store timeout more): the
-            // transaction is dropped with its connection, and the server rolls it back when
-            // the session ends (C13).
+            // while the caller waits (a silent link would hold it a store timeout more): the
+            // transaction is dropped, its ROLLBACK queued, and its connection settles in the
+            // background or closes, the server then rolling it back by itself (C13).
             if is_broken_link(&error) {
                 drop(tx);
                 return (TxEnd::RolledBack(error), false);
@@ -516,8 +516,8 @@ impl PgStore {
             let clean = Box::pin(roll_back(tx, execution, id)).await.is_ok();
             return (TxEnd::RolledBack(error), clean);
         }
-        // A spent budget sends no COMMIT: the transaction is dropped with its connection, and
-        // nothing of it commits (C13).
+        // A spent budget sends no COMMIT: the transaction is dropped (its ROLLBACK queued, its
+        // connection settling), and nothing of it commits (C13).
         if execution.store_timeout().is_zero() {
             drop(tx);
             let spent = Error::store(
@@ -585,9 +585,9 @@ struct NotBegun<E> {
 }
 
 /// Rolls `tx` back within what is left of the request's store budget, charged to it: past it
-/// the transaction is dropped (its connection is then closed, and the server rolls back by
-/// itself: a frozen server never holds the caller, C13). `Err`: the ROLLBACK was not answered,
-/// the connection is not to be reused.
+/// the transaction is dropped (its connection then settles in the background or closes, and
+/// the server rolls back: a frozen server never holds the caller, C13). `Err`: the ROLLBACK
+/// was not answered, the connection is not to be given back at once.
 async fn roll_back(
     tx: sqlx::Transaction<'_, sqlx::Postgres>,
     execution: &Execution,
