@@ -18,10 +18,22 @@ pub(crate) fn unexpected(what: &str, reply: &redis::Value) -> Error {
 /// anything else is a store error of [`classify`], its source kept (C13).
 pub(crate) fn store_error(error: redis::RedisError) -> Error {
     // A value of another type at a record's key: not a record, never a new one (C12).
-    if error.code() == Some("WRONGTYPE") {
+    if is_wrong_type(&error) {
         return Error::CorruptRecord(format!("redis record: {error}"));
     }
     Error::store(BACKEND, classify(&error), error)
+}
+
+/// Whether `error` is Redis's `WRONGTYPE`, alone or as one reply of a pipeline (a read's
+/// `HMGET` of a key holding a string: redis-rs gives the code of a pipeline's failure only
+/// among its server errors).
+fn is_wrong_type(error: &redis::RedisError) -> bool {
+    const WRONG_TYPE: &str = "WRONGTYPE";
+    error.code() == Some(WRONG_TYPE)
+        || error
+            .clone()
+            .into_server_errors()
+            .is_some_and(|errors| errors.iter().any(|(_, e)| e.code() == WRONG_TYPE))
 }
 
 /// Which kind of failure a redis error is, by what a caller can do about it; the store
