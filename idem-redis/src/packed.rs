@@ -14,10 +14,33 @@ use crate::error::{unexpected, BACKEND};
 use idem_core::{Error, StoreErrorKind};
 use redis::Value;
 
-/// A reply `{packed values, response}`: the values unpacked, and the response (or nil) as
-/// Redis sent it, moved. A reply of another shape is the store's error, naming `what` returned
-/// it and never printing a response.
-pub(crate) fn split(reply: Value, what: &str) -> Result<(Vec<Value>, Value), Error> {
+/// One value as the script packed it, borrowed from its reply: a string (any bytes), an
+/// unsigned integer, or `false` / nil (a missing field).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Packed<'a> {
+    Text(&'a [u8]),
+    Int(i64),
+    Nil,
+}
+
+impl<'a> Packed<'a> {
+    /// A value of a plain reply seen as a packed one: a string, an integer or nil; anything
+    /// else (an array, an error) is `None`.
+    pub(crate) fn of(value: &'a Value) -> Option<Self> {
+        match value {
+            Value::BulkString(bytes) => Some(Packed::Text(bytes)),
+            Value::SimpleString(text) => Some(Packed::Text(text.as_bytes())),
+            Value::Int(n) => Some(Packed::Int(*n)),
+            Value::Nil => Some(Packed::Nil),
+            _ => None,
+        }
+    }
+}
+
+/// A reply `{packed values, response}`: the packed string and the response (or nil) as Redis
+/// sent it, moved. A reply of another shape is the store's error, naming `what` returned it
+/// and never printing a response.
+pub(crate) fn split(reply: Value, what: &str) -> Result<(Value, Value), Error> {
     let shape = |found: String| {
         Error::store(
             BACKEND,
@@ -32,17 +55,17 @@ pub(crate) fn split(reply: Value, what: &str) -> Result<(Vec<Value>, Value), Err
     let Ok([packed, response]) = <[Value; 2]>::try_from(parts) else {
         return Err(shape(format!("{count} values")));
     };
-    Ok((unpack(&packed, what, MAX_VALUES)?, response))
+    Ok((packed, response))
 }
 
-/// The most values the reservation script packs.
-const MAX_VALUES: usize = 10;
-
-/// The values of `reply`, at most `at_most` of them: a string as `Value::BulkString`, an
-/// integer as `Value::Int`, `false` or nil as `Value::Nil`. A reply that is not one packed
-/// string of at most that many values is the store's error, naming `what` returned it and how
-/// long it is, never its bytes: a hostile string costs no more memory than its own size.
-pub(crate) fn unpack(reply: &Value, what: &str, at_most: usize) -> Result<Vec<Value>, Error> {
+/// The values of `reply`, at most `N` of them, borrowed (the rest of the array `Nil`), and how
+/// many there are. A reply that is not one packed string of at most `N` values is the store's
+/// error, naming `what` returned it and how long it is, never its bytes: a hostile string
+/// costs no more memory than its own size.
+pub(crate) fn unpack<'a, const N: usize>(
+    reply: &'a Value,
+    what: &str,
+) -> Result<([Packed<'a>; N], usize), Error> {
     let Value::BulkString(packed) = reply else {
         return Err(unexpected(what, reply));
     };
@@ -51,34 +74,36 @@ pub(crate) fn unpack(reply: &Value, what: &str, at_most: usize) -> Result<Vec<Va
             BACKEND,
             StoreErrorKind::Other,
             format!(
-                "{what} returned {} bytes that are not at most {at_most} packed values",
+                "{what} returned {} bytes that are not at most {N} packed values",
                 packed.len()
             ),
         )
     };
-    let mut values = Vec::with_capacity(at_most);
+    let mut values = [Packed::Nil; N];
+    let mut count = 0;
     let mut rest = packed.as_slice();
     while !rest.is_empty() {
-        let Some((value, after)) = next(rest).filter(|_| values.len() < at_most) else {
+        let (Some(slot), Some((value, after))) = (values.get_mut(count), next(rest)) else {
             return Err(unreadable());
         };
-        values.push(value);
+        *slot = value;
+        count += 1;
         rest = after;
     }
-    Ok(values)
+    Ok((values, count))
 }
 
 /// The first value of `packed` and what follows it; `None` if it is not one the script writes,
 /// or is cut short.
-fn next(packed: &[u8]) -> Option<(Value, &[u8])> {
+fn next(packed: &[u8]) -> Option<(Packed<'_>, &[u8])> {
     let (&marker, rest) = packed.split_first()?;
     let (length, rest) = match marker {
-        0x00..=0x7f => return Some((Value::Int(i64::from(marker)), rest)),
-        0xc0 | 0xc2 => return Some((Value::Nil, rest)),
+        0x00..=0x7f => return Some((Packed::Int(i64::from(marker)), rest)),
+        0xc0 | 0xc2 => return Some((Packed::Nil, rest)),
         0xcc..=0xcf => {
             let (bytes, rest) = cut(rest, 1 << (marker - 0xcc))?;
             let number = bytes.iter().fold(0u64, |n, &b| n << 8 | u64::from(b));
-            return Some((Value::Int(i64::try_from(number).ok()?), rest));
+            return Some((Packed::Int(i64::try_from(number).ok()?), rest));
         }
         0xa0..=0xbf => (usize::from(marker & 0x1f), rest),
         0xd9 | 0xc4 => width(rest, 1)?,
@@ -87,7 +112,7 @@ fn next(packed: &[u8]) -> Option<(Value, &[u8])> {
         _ => return None,
     };
     let (bytes, rest) = cut(rest, length)?;
-    Some((Value::BulkString(bytes.to_vec()), rest))
+    Some((Packed::Text(bytes), rest))
 }
 
 /// A big-endian length of `size` bytes, and what follows it.
@@ -106,8 +131,16 @@ fn cut(packed: &[u8], at: usize) -> Option<(&[u8], &[u8])> {
 mod tests {
     use super::*;
 
+    /// The most values a reservation's reply packs.
+    const MAX_VALUES: usize = 10;
+
     fn bulk(bytes: &[u8]) -> Value {
         Value::BulkString(bytes.to_vec())
+    }
+
+    fn values<const N: usize>(reply: &Value) -> Result<Vec<Packed<'_>>, Error> {
+        let (values, count) = unpack::<N>(reply, "reserve")?;
+        Ok(values[..count].to_vec())
     }
 
     #[test]
@@ -119,54 +152,51 @@ mod tests {
         packed.extend([0xd9, 0x02, b'\r', b'\n', 0xc4, 0x00, 0xc0]);
         packed.extend([0xda, 0x01, 0x2c]);
         packed.extend(&long);
+        let packed = Value::BulkString(packed);
         assert_eq!(
-            unpack(&Value::BulkString(packed), "reserve", 12).expect("unpacks"),
+            values::<12>(&packed).expect("unpacks"),
             vec![
-                bulk(b"a\0-"),
-                Value::Nil,
-                Value::Int(1),
-                Value::Int(127),
-                Value::Int(255),
-                Value::Int(256),
-                Value::Int(65_536),
-                Value::Int(1_796_518_852_387),
-                bulk(b"\r\n"),
-                bulk(b""),
-                Value::Nil,
-                bulk(&long),
+                Packed::Text(b"a\0-"),
+                Packed::Nil,
+                Packed::Int(1),
+                Packed::Int(127),
+                Packed::Int(255),
+                Packed::Int(256),
+                Packed::Int(65_536),
+                Packed::Int(1_796_518_852_387),
+                Packed::Text(b"\r\n"),
+                Packed::Text(b""),
+                Packed::Nil,
+                Packed::Text(&long),
             ]
         );
-        assert_eq!(
-            unpack(&bulk(b""), "reserve", MAX_VALUES).expect("unpacks"),
-            vec![]
-        );
+        assert_eq!(values::<MAX_VALUES>(&bulk(b"")).expect("unpacks"), vec![]);
     }
 
     #[test]
     fn more_values_than_expected_are_refused_without_printing_them() {
         // 16 MiB of zeros: sixteen million one-byte integers, refused at the eleventh.
         let hostile = bulk(&vec![0; 16 << 20]);
-        let error = unpack(&hostile, "the read header", MAX_VALUES).expect_err("too many");
+        let error = unpack::<MAX_VALUES>(&hostile, "the read header").expect_err("too many");
         assert!(error.to_string().len() < 200, "{error}");
         assert!(error.to_string().contains("16777216 bytes"), "{error}");
         let eleven = bulk(&[0x01; MAX_VALUES + 1]);
-        assert!(unpack(&eleven, "reserve", MAX_VALUES).is_err());
+        assert!(values::<MAX_VALUES>(&eleven).is_err());
         let ten = bulk(&[0x01; MAX_VALUES]);
-        assert_eq!(
-            unpack(&ten, "reserve", MAX_VALUES).expect("ten").len(),
-            MAX_VALUES
-        );
+        assert_eq!(values::<MAX_VALUES>(&ten).expect("ten").len(), MAX_VALUES);
     }
 
     #[test]
     fn a_reply_is_its_packed_values_and_the_response_beside_them() {
         let body = bulk(b"\xc2 a body");
-        let (values, response) = split(
-            Value::Array(vec![bulk(&[0xa1, b'x', 0x01]), body.clone()]),
-            "reserve",
-        )
-        .expect("splits");
-        assert_eq!((values, response), (vec![bulk(b"x"), Value::Int(1)], body));
+        let packed = bulk(&[0xa1, b'x', 0x01]);
+        let (got, response) =
+            split(Value::Array(vec![packed.clone(), body.clone()]), "reserve").expect("splits");
+        assert_eq!((&got, response), (&packed, body));
+        assert_eq!(
+            values::<MAX_VALUES>(&got).expect("unpacks"),
+            vec![Packed::Text(b"x"), Packed::Int(1)]
+        );
         for reply in [
             Value::Array(vec![bulk(&[0xa1, b'x'])]),
             Value::Array(vec![bulk(&[0xa1, b'x']), Value::Nil, Value::Nil]),
@@ -194,7 +224,7 @@ mod tests {
             Value::Array(vec![bulk(&[0xa1, b'a'])]),
             Value::Nil,
         ] {
-            assert!(unpack(&reply, "reserve", MAX_VALUES).is_err(), "{reply:?}");
+            assert!(values::<MAX_VALUES>(&reply).is_err(), "{reply:?}");
         }
     }
 }

@@ -2,7 +2,7 @@
 //! what the store writes is `CorruptRecord` (C12), never "absent".
 
 use crate::error::unexpected;
-use crate::packed;
+use crate::packed::{self, Packed};
 use idem_core::store::Doubt;
 use idem_core::store::{Record, RecordState, Reserved};
 use idem_core::{
@@ -73,9 +73,16 @@ pub(crate) fn bytes(value: &Value, what: &str) -> Result<Vec<u8>, Error> {
 
 /// A string field of a reply, borrowed.
 pub(crate) fn text<'a>(value: &'a Value, what: &str) -> Result<&'a [u8], Error> {
+    match Packed::of(value) {
+        Some(packed) => packed_text(packed, what),
+        None => Err(corrupt(format!("{what} is {value:?}"))),
+    }
+}
+
+/// A string field of a packed reply.
+fn packed_text<'a>(value: Packed<'a>, what: &str) -> Result<&'a [u8], Error> {
     match value {
-        Value::BulkString(b) => Ok(b),
-        Value::SimpleString(s) => Ok(s.as_bytes()),
+        Packed::Text(bytes) => Ok(bytes),
         other => Err(corrupt(format!("{what} is {other:?}"))),
     }
 }
@@ -90,13 +97,22 @@ fn into_bytes(value: Value, what: &str) -> Result<Vec<u8>, Error> {
 }
 
 pub(crate) fn integer(value: &Value, what: &str) -> Result<i64, Error> {
+    match Packed::of(value) {
+        Some(packed) => packed_integer(packed, what),
+        None => Err(corrupt(format!("{what} is {value:?}"))),
+    }
+}
+
+/// An integer field of a packed reply: an integer, or a string of one (as the scripts write
+/// times).
+pub(crate) fn packed_integer(value: Packed<'_>, what: &str) -> Result<i64, Error> {
     match value {
-        Value::Int(n) => Ok(*n),
-        Value::BulkString(b) => std::str::from_utf8(b)
+        Packed::Int(n) => Ok(n),
+        Packed::Text(b) => std::str::from_utf8(b)
             .ok()
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| corrupt(format!("{what} is not a number"))),
-        other => Err(corrupt(format!("{what} is {other:?}"))),
+        Packed::Nil => Err(corrupt(format!("{what} is missing"))),
     }
 }
 
@@ -106,8 +122,8 @@ pub(crate) fn timestamp(ms: i64) -> Result<Timestamp, Error> {
         .map_err(|_| corrupt(format!("time {ms}")))
 }
 
-fn check_version(version: &Value) -> Result<(), Error> {
-    let stored = text(version, "version")?;
+fn check_version(version: Packed<'_>) -> Result<(), Error> {
+    let stored = packed_text(version, "version")?;
     if stored == VERSION {
         return Ok(());
     }
@@ -216,7 +232,7 @@ pub(crate) fn listed(fields: &[Value], prefix: &str, at_key: &str) -> Result<Lis
     else {
         return Err(corrupt(format!("{} fields", fields.len())));
     };
-    check_version(version)?;
+    check_version(Packed::of(version).unwrap_or(Packed::Nil))?;
     let id = parse_triple(&bytes(stored_id, "triple")?)?;
     if key(prefix, &id) != at_key {
         return Err(corrupt(
@@ -251,14 +267,16 @@ pub(crate) fn listed(fields: &[Value], prefix: &str, at_key: &str) -> Result<Lis
     })
 }
 
-/// What the first step of a plain read found (`RedisStore::read`: the replies to `HMGET rh resp
-/// v` and `TIME`), as a reservation step reports it, its response only for the request's
+/// What the first step of a plain read found (`RedisStore::read`: the replies to `HMGET rh resp`
+/// and `TIME`), as a reservation step reports it, its response only for the request's
 /// fingerprint: the record by its read header (`rh`, see `lua/complete.lua`), or `Lost` for
-/// no record (no version: none, or not ours, which the reservation's script reports). `None`
-/// for a record whose fields the read reads next: one without a header (in doubt, written by a
-/// store that does not read first), or with one in progress beside a response (completed by a
-/// release that does not know headers). Redis's now is `TIME`, taken after the record was
-/// read: it can only make the record older than it was.
+/// neither a header nor a response: no record, or one the reservation's script reports as it
+/// is (not ours, or written in progress by a release or store that writes no header). `None`
+/// for a record whose fields the read reads next: a completed one without a header (in doubt,
+/// or written by a store that does not read first), or with one in progress beside a response
+/// (completed by a release that does not know headers). Redis's now is `TIME`, taken after the
+/// record was read: it can only make the record older than it was. The header's values are
+/// read where they lie in the reply, never copied.
 pub(crate) fn read_header(
     replies: Vec<Value>,
     request: &Request,
@@ -268,42 +286,52 @@ pub(crate) fn read_header(
         return Err(corrupt(format!("a read answered {count} replies")));
     };
     let count = fields.len();
-    let Ok([header, response, version]) = <[Value; 3]>::try_from(fields) else {
+    let Ok([header, response]) = <[Value; 2]>::try_from(fields) else {
         return Err(corrupt(format!("a read answered {count} fields")));
     };
-    match (&header, &version) {
-        (_, Value::Nil) => return Ok(Some(Reserved::Lost)),
+    match (&header, &response) {
+        (Value::Nil, Value::Nil) => return Ok(Some(Reserved::Lost)),
         (Value::Nil, _) => return Ok(None),
         _ => {}
     }
     let now = server_time(&time)?;
-    let fields = packed::unpack(&header, "the read header", 6)
+    let (stored, count) = packed::unpack::<FIELDS>(&header, "the read header")
         .map_err(|_| corrupt("an unreadable read header"))?;
-    let count = fields.len();
-    let (Some(state), 6) = (fields.get(3), count) else {
+    if count != FIELDS {
         return Err(corrupt(format!("a read header of {count} values")));
-    };
-    if text(state, "state")? == b"0" && response != Value::Nil {
+    }
+    if packed_text(stored[3], "state")? == b"0" && response != Value::Nil {
         return Ok(None);
     }
-    Ok(Some(found(fields, response, now, false, request)?))
+    let has_response = response != Value::Nil;
+    found(&stored, has_response, response, now, false, request).map(Some)
 }
 
-/// The record of a plain read: its six first fields as stored (version, fingerprint, token,
-/// state, deadline, triple) and its response, kept only for the request's fingerprint.
-fn found(
-    mut fields: Vec<Value>,
+/// How many protocol fields a record has: version, fingerprint, token, state, deadline, triple.
+const FIELDS: usize = 6;
+
+/// A record's protocol fields as stored (version, fingerprint, token, state, deadline, triple),
+/// borrowed from the reply that carried them.
+pub(crate) type Stored<'a> = [Packed<'a>; FIELDS];
+
+/// The record of a plain read or a reservation: its protocol fields, whether it holds a
+/// response, and its response where it was fetched, kept only for the request's fingerprint.
+pub(crate) fn found(
+    stored: &Stored<'_>,
+    has_response: bool,
     response: Value,
     now: Timestamp,
     in_doubt: bool,
     request: &Request,
 ) -> Result<Reserved, Error> {
-    let fingerprint = fields.get(1).unwrap_or(&Value::Nil);
-    let same = text(fingerprint, "fingerprint")? == request.fingerprint().as_bytes();
-    fields.push(Value::Int(i64::from(response != Value::Nil)));
-    fields.push(if same { response } else { Value::Nil });
+    let same = packed_text(stored[1], "fingerprint")? == request.fingerprint().as_bytes();
+    let response = match response {
+        Value::Nil => None,
+        _ if !same => None,
+        other => Some(into_bytes(other, "response")?),
+    };
     Ok(Reserved::Found {
-        record: decode(fields, request.id())?,
+        record: of(stored, has_response, response, request.id())?,
         now,
         in_doubt,
     })
@@ -333,57 +361,84 @@ pub(crate) fn server_time(reply: &Value) -> Result<Timestamp, Error> {
 /// and for one that is not ours: the reservation's script reports those.
 pub(crate) fn read(replies: Vec<Value>, request: &Request) -> Result<Reserved, Error> {
     let count = replies.len();
-    let Ok([Value::Array(mut fields), time]) = <[Value; 2]>::try_from(replies) else {
+    let Ok([Value::Array(fields), time]) = <[Value; 2]>::try_from(replies) else {
         return Err(corrupt(format!("a read answered {count} replies")));
     };
-    if matches!(fields.first(), None | Some(Value::Nil)) {
+    let count = fields.len();
+    let Ok([version, fingerprint, token, state, deadline, triple, doubt, response]) =
+        <[Value; 8]>::try_from(fields)
+    else {
+        return Err(corrupt(format!("a read answered {count} fields")));
+    };
+    if version == Value::Nil {
         return Ok(Reserved::Lost);
     }
     let now = server_time(&time)?;
-    let response = fields.pop().unwrap_or(Value::Nil);
-    let in_doubt = !matches!(fields.pop(), None | Some(Value::Nil));
-    found(fields, response, now, in_doubt, request)
+    let stored = stored_of([&version, &fingerprint, &token, &state, &deadline, &triple])?;
+    let has_response = response != Value::Nil;
+    let in_doubt = doubt != Value::Nil;
+    found(&stored, has_response, response, now, in_doubt, request)
 }
 
-/// A 1 or 0 the reservation script answered.
-pub(crate) fn flag(value: Option<Value>, name: &str) -> Result<bool, Error> {
-    match value {
-        Some(value) => Ok(integer(&value, name)? == 1),
-        None => Err(corrupt(format!("no {name} flag"))),
+/// The protocol fields of a plain reply, each a string, an integer or nil.
+fn stored_of<'a>(values: [&'a Value; FIELDS]) -> Result<Stored<'a>, Error> {
+    let mut stored = [Packed::Nil; FIELDS];
+    for (slot, value) in stored.iter_mut().zip(values) {
+        *slot = Packed::of(value).ok_or_else(|| corrupt(format!("a field is {value:?}")))?;
     }
+    Ok(stored)
 }
 
-/// Decodes `[version, fingerprint, token, state, deadline, triple, stored, response]` for `id`:
-/// `stored` says whether the record holds a response (1 or 0), `response` is that response
-/// where it was fetched (`None` where it was not), moved out of the reply, never copied. As in
-/// the SQL stores, a record whose state and response disagree (in progress with a response,
-/// completed without one) is corrupt, whether or not the response was fetched: never an
-/// in-flight answer, a mismatch, or a record to take over (C12).
+/// Decodes what `lua/lookup.lua` answers, `[version, fingerprint, token, state, deadline,
+/// triple, stored, response]`, for `id` (see [`of`]), the response moved out of the reply.
 pub(crate) fn decode(fields: Vec<Value>, id: &RecordId) -> Result<Record<Option<Vec<u8>>>, Error> {
     let count = fields.len();
-    let Ok([version, fingerprint, token, state, deadline, stored_id, stored, response]) =
+    let Ok([version, fingerprint, token, state, deadline, triple, stored, response]) =
         <[Value; 8]>::try_from(fields)
     else {
         return Err(corrupt(format!("{count} fields")));
     };
-    check_version(&version)?;
-    if !is_triple_of(text(&stored_id, "triple")?, id) {
-        return Err(corrupt(
-            "the record belongs to another (consumer, route, key)",
-        ));
-    }
-    let deadline = timestamp(integer(&deadline, "deadline")?)?;
+    let fields = stored_of([&version, &fingerprint, &token, &state, &deadline, &triple])?;
+    let has_response = stores_response(integer(&stored, "whether a response is stored")?)?;
     let response = match response {
         Value::Nil => None,
         other => Some(into_bytes(other, "response")?),
     };
-    let has_response = match (integer(&stored, "whether a response is stored")?, &response) {
-        (0, None) => false,
-        (1, _) => true,
-        (0, Some(_)) => return Err(corrupt("a response read that is not stored")),
-        (other, _) => return Err(corrupt(format!("whether a response is stored is {other}"))),
-    };
-    let state = match (text(&state, "state")?, has_response) {
+    of(&fields, has_response, response, id)
+}
+
+/// Whether a record holds a response, as a script answers it (1 or 0).
+pub(crate) fn stores_response(flag: i64) -> Result<bool, Error> {
+    match flag {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(corrupt(format!("whether a response is stored is {other}"))),
+    }
+}
+
+/// The record of `stored` for `id`: `has_response` says whether it holds a response,
+/// `response` is that response where it was fetched (`None` where it was not). As in the SQL
+/// stores, a record whose state and response disagree (in progress with a response, completed
+/// without one) is corrupt, whether or not the response was fetched: never an in-flight
+/// answer, a mismatch, or a record to take over (C12).
+pub(crate) fn of(
+    stored: &Stored<'_>,
+    has_response: bool,
+    response: Option<Vec<u8>>,
+    id: &RecordId,
+) -> Result<Record<Option<Vec<u8>>>, Error> {
+    let [version, fingerprint, token, state, deadline, triple] = *stored;
+    check_version(version)?;
+    if !is_triple_of(packed_text(triple, "triple")?, id) {
+        return Err(corrupt(
+            "the record belongs to another (consumer, route, key)",
+        ));
+    }
+    let deadline = timestamp(packed_integer(deadline, "deadline")?)?;
+    if response.is_some() && !has_response {
+        return Err(corrupt("a response read that is not stored"));
+    }
+    let state = match (packed_text(state, "state")?, has_response) {
         (b"0", false) => RecordState::InProgress {
             lease_until: deadline,
         },
@@ -396,8 +451,8 @@ pub(crate) fn decode(fields: Vec<Value>, id: &RecordId) -> Result<Record<Option<
         (other, _) => return Err(corrupt(format!("state {other:?}"))),
     };
     Ok(Record {
-        fingerprint: Fingerprint::from_slice(text(&fingerprint, "fingerprint")?)?,
-        token: FencingToken::from_slice(text(&token, "token")?)?,
+        fingerprint: Fingerprint::from_slice(packed_text(fingerprint, "fingerprint")?)?,
+        token: FencingToken::from_slice(packed_text(token, "token")?)?,
         state,
     })
 }
@@ -508,19 +563,18 @@ mod tests {
             .expect("a valid request")
     }
 
-    /// The first read's replies: `HMGET rh resp v` and `TIME`.
-    fn replies(header: Value, response: Value, version: Value, clock: Value) -> Vec<Value> {
-        vec![Value::Array(vec![header, response, version]), clock]
+    /// The first read's replies: `HMGET rh resp` and `TIME`.
+    fn replies(header: Value, response: Value, clock: Value) -> Vec<Value> {
+        vec![Value::Array(vec![header, response]), clock]
     }
 
     #[test]
     fn c11_a_read_takes_the_header_and_redis_time() {
         let (req, other) = (request("k-1", b"{}"), request("k-1", b"{\"other\":1}"));
         let token = FencingToken::generate();
-        let version = || Value::BulkString(VERSION.to_vec());
         let found = |header: Value, response: Value, request: &Request| {
             let clock = time("1700000000", "123456");
-            read_header(replies(header, response, version(), clock), request)
+            read_header(replies(header, response, clock), request)
         };
         let completed = header(&req, &token, b"1", b"1700000060000");
         let body = Value::BulkString(b"stored".to_vec());
@@ -560,17 +614,14 @@ mod tests {
                     lease_until: Timestamp::from_millis(1_700_000_000_400),
                 }
         ));
-        // No header, or one in progress beside a response (completed by a release that does
-        // not know headers): the fields are read next. No version: no record of ours.
-        for (header, response) in [(Value::Nil, Value::Nil), (in_progress, body.clone())] {
+        // A response without a header (in doubt, or completed by a store that writes none), or
+        // a header in progress beside a response (completed by a release that does not know
+        // headers): the fields are read next. Neither: the reservation's script reports it.
+        for (header, response) in [(Value::Nil, body.clone()), (in_progress, body.clone())] {
             let got = found(header, response, &req);
             assert!(matches!(got, Ok(None)), "{got:?}");
         }
-        let clock = time("1700000000", "0");
-        let got = read_header(
-            replies(completed.clone(), body.clone(), Value::Nil, clock),
-            &req,
-        );
+        let got = found(Value::Nil, Value::Nil, &req);
         assert!(matches!(got, Ok(Some(Reserved::Lost))), "{got:?}");
         // Completed without a response, another key's header, a header cut short: corrupt,
         // never an answer (C12).
@@ -596,23 +647,23 @@ mod tests {
             time("99999999999999999", "0"),
             time("x", "0"),
         ] {
-            let replies = replies(completed.clone(), body.clone(), version(), clock);
+            let replies = replies(completed.clone(), body.clone(), clock);
             assert!(read_header(replies, &req).is_err());
         }
     }
 
     #[test]
     fn c12_a_record_of_a_newer_version_says_so_and_another_is_unknown() {
-        let newer = check_version(&Value::BulkString(b"2".to_vec()));
+        let newer = check_version(Packed::Text(b"2"));
         assert!(
             matches!(&newer, Err(Error::CorruptRecord(why)) if why.contains("newer version")),
             "{newer:?}"
         );
-        let odd = check_version(&Value::BulkString(b"x".to_vec()));
+        let odd = check_version(Packed::Text(b"x"));
         assert!(
             matches!(&odd, Err(Error::CorruptRecord(why)) if why.contains("unknown version")),
             "{odd:?}"
         );
-        assert!(check_version(&Value::BulkString(VERSION.to_vec())).is_ok());
+        assert!(check_version(Packed::Text(VERSION)).is_ok());
     }
 }

@@ -7,7 +7,7 @@ use crate::error::{classify, store_error, unexpected, BACKEND};
 use crate::feed::{Nodes, Subscribers};
 use crate::feed_settings::{self, FeedSettings};
 use crate::listing::Scanner;
-use crate::packed;
+use crate::packed::{self, Packed};
 use crate::record::{self, integer, text, timestamp};
 use crate::scripts::scripts;
 use crate::sentinel::Sentinels;
@@ -614,11 +614,12 @@ impl Store for RedisStore {
         Some(self.conns.generation())
     }
 
-    /// The record's read header by one `HMGET` (the header, the response and the version), then
-    /// `TIME` (C11): one round trip, no script. A record without a usable header (in doubt,
+    /// The record's read header by one `HMGET` (the header and the response), then `TIME`
+    /// (C11): one round trip, no script. A completed record without a usable header (in doubt,
     /// written by a store that does not read first, or by an older release) is read again, its
-    /// fields by one `HMGET`, then `TIME`. A record that is not ours is left to `reserve`
-    /// (`Lost`), which reports it as it is.
+    /// fields by one `HMGET`, then `TIME`. Neither a header nor a response (no record, one not
+    /// ours, one in progress without a header) is left to `reserve` (`Lost`), which reports it
+    /// as it is.
     async fn read(&self, request: &Request, deadline: Deadline) -> Result<Reserved, Error> {
         deadline
             .bound(Operation::Lookup, async {
@@ -626,7 +627,7 @@ impl Store for RedisStore {
                 // The clock after the record: a `TIME` read later than the `HMGET` only makes
                 // the record older, never live for longer, so no `MULTI`. On a Cluster the
                 // pipeline goes to the key's node, `TIME` having no key.
-                let pipe = fields_then_time(&key, &["rh", "resp", "v"]);
+                let pipe = fields_then_time(&key, &["rh", "resp"]);
                 let replies = self.conns.pipeline(&pipe).await?;
                 if let Some(found) = record::read_header(replies, request)? {
                     return Ok(found);
@@ -664,36 +665,33 @@ impl Store for RedisStore {
                     .arg(&*self.holder)
                     .arg(self.header_flag());
                 let reply = self.conns.invoke(&invocation).await?;
-                let (mut fields, response) = packed::split(reply, "reserve")?;
-                let (Some(source), Some(now)) = (fields.first(), fields.get(1)) else {
-                    return Err(Error::store(
+                let (packed, response) = packed::split(reply, "reserve")?;
+                let (fields, count) = packed::unpack::<10>(&packed, "reserve")?;
+                let now = timestamp(record::packed_integer(fields[1], "now")?)?;
+                match (fields[0], count) {
+                    (Packed::Text(b"inserted"), 3) => Ok(Reserved::Written {
+                        until: timestamp(record::packed_integer(fields[2], "deadline")?)?,
+                    }),
+                    // The record's fields, whether it stores a response, whether it is in
+                    // doubt; the response beside them, moved in (never copied).
+                    (Packed::Text(b"existing"), 10) => {
+                        let [_, _, stored @ .., has_response, in_doubt] = fields;
+                        let flag = |value, name| record::packed_integer(value, name);
+                        record::found(
+                            &stored,
+                            record::stores_response(flag(has_response, "stored")?)?,
+                            response,
+                            now,
+                            flag(in_doubt, "doubt")? == 1,
+                            request,
+                        )
+                    }
+                    (_, count) => Err(Error::store(
                         BACKEND,
                         StoreErrorKind::Other,
-                        "reserve returned too few fields",
-                    ));
-                };
-                let now = timestamp(integer(now, "now")?)?;
-                if text(source, "source")? == b"inserted" {
-                    let until = fields.get(2).ok_or_else(|| {
-                        Error::store(
-                            BACKEND,
-                            StoreErrorKind::Other,
-                            "reserve returned no deadline",
-                        )
-                    })?;
-                    return Ok(Reserved::Written {
-                        until: timestamp(integer(until, "deadline")?)?,
-                    });
+                        format!("reserve answered {count} values of an unknown form"),
+                    )),
                 }
-                // The record's fields, the response moved in (never copied).
-                fields.drain(..2);
-                let in_doubt = record::flag(fields.pop(), "doubt")?;
-                fields.push(response);
-                Ok(Reserved::Found {
-                    record: record::decode(fields, request.id())?,
-                    now,
-                    in_doubt,
-                })
             })
             .await
     }
