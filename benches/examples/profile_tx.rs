@@ -1,14 +1,14 @@
 //! The money path called `n` times in a row, for counting instructions with callgrind: a count
 //! that a shared, noisy machine does not change (docs/benchmarks.md, "Instructions per call").
 //!
-//! `profile_tx <library|one_commit|guard|read_first|raw|floor> <path> <n>`, the path one of
+//! `profile_tx <library|one_commit|guard|reserve_first|raw|floor> <path> <n>`, the path one of
 //! `replay`, `fresh`, `in_flight`, `mismatch`; with `STORE=sqlite` (the default),
 //! `STORE=postgres` (then `IDEM_PG_URL`, as `scripts/services.sh` sets it), `STORE=redis`
 //! (`IDEM_REDIS_URL`; its `guard` is the engine's `begin` and `complete`) or `STORE=memory`
 //! (the engine's own cost: `guard` only); `CALLERS=c` shares the calls among `c` tasks (one by
 //! default). `library` is `run_in_transaction`, `one_commit` the same in one commit (C15),
 //! `guard` the guard style (`begin`, the effect and `complete_in` in the caller's
-//! transaction), `read_first` the guard style with the store's `read_first(true)`, `raw` the
+//! transaction), `reserve_first` the guard style with the store's `read_first(false)`, `raw` the
 //! hand-written baseline of the same path, `floor` the hand-written baseline of the fewest
 //! round trips. Instructions per
 //! call are the difference of two runs (say `n` = 500 and 1500) divided by the difference of
@@ -30,7 +30,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [side, path, n] = args.as_slice() else {
         eprintln!(
-            "usage: profile_tx <library|one_commit|guard|read_first|raw|floor> \
+            "usage: profile_tx <library|one_commit|guard|reserve_first|raw|floor> \
              <replay|fresh|in_flight|mismatch> <n>"
         );
         return ExitCode::FAILURE;
@@ -52,13 +52,13 @@ fn main() -> ExitCode {
     let side = match side.as_str() {
         "library" => Side::Transaction,
         "guard" => Side::Guard,
-        "read_first" => Side::ReadFirst,
+        "reserve_first" => Side::ReserveFirst,
         "one_commit" => Side::OneCommit,
         "raw" => Side::Raw,
         "floor" => Side::Floor,
         other => {
             eprintln!(
-                "a side is `library`, `one_commit`, `guard`, `read_first`, `raw` or `floor`, \
+                "a side is `library`, `one_commit`, `guard`, `reserve_first`, `raw` or `floor`, \
                  not {other:?}"
             );
             return ExitCode::FAILURE;
@@ -93,11 +93,11 @@ fn main() -> ExitCode {
             (Side::Guard, _, [guard, ..]) => guard.op(path, 100).await,
             (Side::Raw, _, [_, raw, ..]) => raw.op(path, 100).await,
             (Side::Floor, _, [_, _, floor, ..]) => floor.op(path, 100).await,
-            (Side::ReadFirst, _, sides) => {
-                match sides.iter().find(|s| s.name() == stores::READ_FIRST) {
+            (Side::ReserveFirst, _, sides) => {
+                match sides.iter().find(|s| s.name() == stores::RESERVE_FIRST) {
                     Some(side) => side.op(path, 100).await,
                     None => {
-                        eprintln!("this store has no side that reads first");
+                        eprintln!("this store has no side that never reads first");
                         return ExitCode::FAILURE;
                     }
                 }
@@ -148,8 +148,8 @@ enum Side {
     OneCommit,
     /// `begin`, then `complete_in` inside the caller's transaction.
     Guard,
-    /// The guard style with the store's `read_first(true)`.
-    ReadFirst,
+    /// The guard style with the store's `read_first(false)`.
+    ReserveFirst,
     /// The hand-written baseline.
     Raw,
     /// The hand-written baseline of the fewest round trips.

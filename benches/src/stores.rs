@@ -220,11 +220,8 @@ impl Charge for PgStore {
     }
 }
 
-/// The library side with the store's `read_first(true)`: a read before the reservation while
-/// answers dominate (Redis; PostgreSQL's default).
-pub const READ_FIRST: &str = "library_read_first";
 /// The library side with the store's `read_first(false)`: never a read before the reservation
-/// (PostgreSQL).
+/// (the default of both stores reads first while answers dominate).
 pub const RESERVE_FIRST: &str = "library_reserve_first";
 /// The library side with a replay cache (`ReplayCache`): replays from process memory.
 pub const CACHED: &str = "library_cached";
@@ -273,8 +270,9 @@ pub async fn redis() -> Subject {
     let url = server_url("IDEM_REDIS_URL");
     let store = RedisStore::connect(&url).await.expect("connect");
     let cached = Library::new(store.clone(), CompleteOnly).cached(store.clone(), CACHED);
-    let read_first = RedisStore::builder()
-        .read_first(true)
+    // The other setting of the read before the reservation.
+    let reserve_first = RedisStore::builder()
+        .read_first(false)
         .connect(&url)
         .await
         .expect("connect");
@@ -282,7 +280,7 @@ pub async fn redis() -> Subject {
         Arc::new(Library::new(store, CompleteOnly)),
         Arc::new(raw::redis::RawRedis::connect(&url).await),
         Arc::new(raw::redis_floor::FloorRedis::connect(&url).await),
-        Arc::new(Library::new(read_first, CompleteOnly).named(READ_FIRST)),
+        Arc::new(Library::new(reserve_first, CompleteOnly).named(RESERVE_FIRST)),
         Arc::new(cached),
     ];
     Subject {

@@ -147,22 +147,22 @@ pub struct RedisStoreBuilder {
 }
 
 impl RedisStoreBuilder {
-    /// Whether each reservation first reads its record, no script (default false): one `HMGET`
-    /// of the record's read header, its response and its version, then `TIME`. The header is
-    /// a packed copy of the record's fields that such a store's scripts keep beside them: about
-    /// 100 – 200 bytes more a record, or 2.8 times a record of short fields, which Redis would
-    /// otherwise keep as a listpack (every value under `hash-max-listpack-value`, 64 bytes).
-    /// A replay, an in-flight duplicate or a mismatch then costs that read (a mismatch
-    /// transfers the stored response, which the script does not); a record without a header
-    /// (in doubt, written by a store that does not read first) a second read, of its fields; a
-    /// fresh key, that read before its two scripts. Set it alike on every process of a prefix.
-    /// The engine reads first only while most of its recent reservations were answers
-    /// ([`Capabilities::read_first`](
-    /// idem_core::store::Capabilities::read_first)); the default (never) suits the fresh keys
-    /// of emails and webhooks, the client's CPU being what bounds Redis (docs/benchmarks.md).
+    /// Whether reservations may read their record first, no script (default true): one `HMGET`
+    /// of the record's read header and its response, then `TIME`. The header is a packed copy
+    /// of the record's fields that such a store's scripts keep beside them: about 100 – 200
+    /// bytes more a record, or 2.8 times a record of short fields, which Redis would otherwise
+    /// keep as a listpack (every value under `hash-max-listpack-value`, 64 bytes). A replay,
+    /// an in-flight duplicate or a mismatch then costs that read, 1.1 – 1.8 times faster than
+    /// the reservation's script (docs/benchmarks.md; a mismatch transfers the stored response,
+    /// which the script does not); a record without a header (in doubt, written by a store
+    /// that does not read first) a second read, of its fields. The engine reads first only
+    /// while most of its recent reservations were answers
+    /// ([`Capabilities::read_first`](idem_core::store::Capabilities::read_first)): a load of
+    /// fresh keys goes to the script at once. `false` saves the header's memory. Set it alike
+    /// on every process of a prefix.
     ///
     /// ```
-    /// let _builder = idem_redis::RedisStore::builder().read_first(true);
+    /// let _builder = idem_redis::RedisStore::builder().read_first(false);
     /// ```
     pub fn read_first(mut self, read_first: bool) -> Self {
         self.read_first = read_first;
@@ -533,7 +533,7 @@ impl RedisStore {
             wait_for_replica: None,
             feed: feed_settings::default_settings(),
             holder: Holder::this_process().clone(),
-            read_first: false,
+            read_first: true,
         }
     }
 

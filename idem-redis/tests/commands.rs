@@ -1,7 +1,8 @@
 //! Commands per path, counted by a Redis of the test's own (`INFO commandstats`, which counts
 //! the commands a script runs too): a fresh key is the reservation script and the completion
-//! script; an answer one script, or with `read_first(true)` `HMGET` of the record's read header
-//! and `TIME` (one round trip, no script), and a fresh key that read before its two scripts.
+//! script; an answer one script, or with `read_first(true)` (the default, while answers
+//! dominate) `HMGET` of the record's read header and its response, and `TIME` (one round trip,
+//! no script), and a fresh key that read before its two scripts.
 
 mod common;
 

@@ -2,8 +2,8 @@
 //! the reservation script does, whoever set the key's TTL, on a single Redis and on a Cluster,
 //! and a value that is not a record is never an answer.
 //!
-//! Each test builds two stores on one prefix: `reads` (read_first(true)) and `scripts` (the
-//! default), and asserts what C9/C10 require of both.
+//! Each test builds two stores on one prefix: `reads` (read_first(true), the default) and
+//! `scripts` (read_first(false)), and asserts what C9/C10 require of both.
 
 mod common;
 
@@ -25,7 +25,9 @@ async fn pair() -> (Arc<RedisStore>, Arc<RedisStore>) {
     let reads = redis
         .connect(RedisStore::builder().prefix(&prefix).read_first(true))
         .await;
-    let scripts = redis.connect(RedisStore::builder().prefix(&prefix)).await;
+    let scripts = redis
+        .connect(RedisStore::builder().prefix(&prefix).read_first(false))
+        .await;
     (Arc::new(reads), Arc::new(scripts))
 }
 
@@ -300,7 +302,9 @@ async fn header_follows_the_record(cluster: bool) {
     let reads = redis
         .connect(RedisStore::builder().prefix(&prefix).read_first(true))
         .await;
-    let scripts = redis.connect(RedisStore::builder().prefix(&prefix)).await;
+    let scripts = redis
+        .connect(RedisStore::builder().prefix(&prefix).read_first(false))
+        .await;
     let consumer = unique_consumer("rf-header");
     let req = request(&consumer, "k", b"{}");
     let Begin::Acquired(orphan) = reads
