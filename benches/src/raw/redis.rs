@@ -1,14 +1,16 @@
 //! Redis by hand with redis-rs: the store's own Lua scripts (`idem-redis/lua/reserve.lua`,
 //! `complete.lua`), run with EVALSHA (the body sent again after a NOSCRIPT) on a
-//! `ConnectionManager` opened the way the store opens one, with the store's arguments, and
-//! nothing else in between.
+//! `ConnectionManager` opened the way the store opens one, with the store's arguments (those
+//! of a store that reads first, its default: the scripts keep each record's read header), and
+//! nothing else in between. A duplicate is answered as the store answers one while answers
+//! dominate: `HMGET` of the read header and the response, then `TIME`, in one pipeline.
 //!
 //! Why this is the fair comparison: the commands on the wire and the round trips are the
 //! store's. The key is the store's layout (`<prefix>:<hex of RecordId::digest>`) under a prefix
 //! of this side's own, so it never meets the library's keys; each script gets the ARGV the
 //! store sends (fingerprint, token, lease, grace and the `(consumer, route, key)` triple for the
 //! reservation; token, encoded response and retention for the completion), and a duplicate is
-//! checked by hand from the same reply: the layout's version and triple, the deadline after
+//! checked by hand from the read: the header's version and triple, the deadline after
 //! Redis's now, the fingerprint, the state and whether a response is stored (they agree), and
 //! for a replay the stored response decoded with `StoredResponse::decode`. The requests (scope,
 //! key, fingerprint) are built by the engine over a `MemoryStore`, so the same bytes reach the
@@ -109,6 +111,50 @@ enum Reply {
     Expired,
 }
 
+/// The read's `HMGET`: the packed read header and the response (nil in progress).
+type ReadHeader = (Vec<u8>, Option<Vec<u8>>);
+
+/// What a record found for `request` answers at Redis's `now`, checked by hand: its `header`
+/// (version, fingerprint, token, state, deadline, triple), whether it stores a response, and
+/// the response where it came with the record.
+fn decide(
+    request: &Request,
+    now: i64,
+    header: &[rmpv::Value; 6],
+    has_response: i64,
+    response: Option<Vec<u8>>,
+) -> Reply {
+    let [version, stored, _token, state, deadline, stored_id] = header;
+    assert_eq!(bytes(version), Some(VERSION), "the store's record layout");
+    assert_eq!(
+        bytes(stored_id),
+        Some(triple(request.id()).as_slice()),
+        "the record of this triple"
+    );
+    let deadline = number(deadline);
+    if deadline <= now {
+        return Reply::Expired;
+    }
+    if bytes(stored) != Some(request.fingerprint().as_bytes().as_slice()) {
+        return Reply::Mismatch;
+    }
+    // State and stored response agree, or the record is corrupt (as the store checks).
+    let state = bytes(state);
+    match (state, has_response) {
+        (Some(b"0"), 0) | (Some(b"1"), 1) => {}
+        other => panic!("a corrupt record: state and stored response {other:?}"),
+    }
+    match (state, response) {
+        (Some(b"0"), _) => Reply::InFlight(Duration::from_millis(
+            u64::try_from(deadline - now).unwrap_or(0),
+        )),
+        (Some(b"1"), Some(body)) => {
+            Reply::Replay(StoredResponse::decode(&body).expect("decode the stored response"))
+        }
+        other => panic!("a completed record of the same fingerprint: {other:?}"),
+    }
+}
+
 /// Everything one side shares with its operations.
 struct Inner {
     conn: ConnectionManager,
@@ -149,7 +195,8 @@ impl Inner {
             .arg(millis(lease))
             .arg(millis(grace))
             .arg(triple(id))
-            .arg(idem::store::Holder::this_process().encode());
+            .arg(idem::store::Holder::this_process().encode())
+            .arg("1");
         let (packed, response): (Vec<u8>, Option<Vec<u8>>) = invocation
             .invoke_async(&mut self.conn.clone())
             .await
@@ -163,34 +210,43 @@ impl Inner {
         else {
             panic!("reserve.lua returned another number of fields")
         };
-        assert_eq!(bytes(&version), Some(VERSION), "the store's record layout");
-        assert_eq!(
-            bytes(&stored_id),
-            Some(triple(id).as_slice()),
-            "the record of this triple"
-        );
-        let (now, deadline) = (number(&now), number(&deadline));
-        if deadline <= now {
-            return Reply::Expired;
-        }
-        if bytes(&stored) != Some(fingerprint) {
-            return Reply::Mismatch;
-        }
-        // State and stored response agree, or the record is corrupt (as the store checks).
-        let state = bytes(&state);
-        match (state, number(&has_response)) {
-            (Some(b"0"), 0) | (Some(b"1"), 1) => {}
-            other => panic!("a corrupt record: state and stored response {other:?}"),
-        }
-        match (state, response) {
-            (Some(b"0"), _) => Reply::InFlight(Duration::from_millis(
-                u64::try_from(deadline - now).unwrap_or(0),
-            )),
-            (Some(b"1"), Some(body)) => {
-                Reply::Replay(StoredResponse::decode(&body).expect("decode the stored response"))
-            }
-            other => panic!("a completed record of the same fingerprint: {other:?}"),
-        }
+        let header = [
+            version,
+            stored,
+            rmpv::Value::Nil,
+            state,
+            deadline,
+            stored_id,
+        ];
+        decide(
+            request,
+            number(&now),
+            &header,
+            number(&has_response),
+            response,
+        )
+    }
+
+    /// The store's read, one round trip: `HMGET` of the read header and the response, then
+    /// `TIME`, in one pipeline; the reply read by hand.
+    async fn read(&self, request: &Request) -> Reply {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HMGET")
+            .arg(self.key(request.id()))
+            .arg("rh")
+            .arg("resp")
+            .cmd("TIME");
+        let (fields, time): (ReadHeader, (i64, i64)) = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .expect("HMGET and TIME");
+        let ((header, response), (seconds, micros)) = (fields, time);
+        let Ok(header) = <[rmpv::Value; 6]>::try_from(unpack(&header)) else {
+            panic!("a read header of another number of fields")
+        };
+        let now = seconds * 1000 + micros / 1000;
+        let stored = i64::from(response.is_some());
+        decide(request, now, &header, stored, response)
     }
 
     /// `complete.lua`, one round trip: the response encoded, fenced on the token.
@@ -201,7 +257,9 @@ impl Inner {
             .key(self.key(request.id()))
             .arg(token.as_bytes().as_slice())
             .arg(encoded.as_slice())
-            .arg(millis(self.retention));
+            .arg(millis(self.retention))
+            .arg("")
+            .arg("1");
         let done: Value = invocation
             .invoke_async(&mut self.conn.clone())
             .await
@@ -298,10 +356,8 @@ impl Side for RawRedis {
                 Arc::new(move || {
                     let (inner, asked) = (Arc::clone(&inner), Arc::clone(&asked));
                     Box::pin(async move {
-                        // A duplicate: reserve.lua once (a new token, unused), answered from
-                        // its reply.
-                        let token = FencingToken::generate();
-                        match (path, inner.reserve(&asked, &token, LEASE, GRACE).await) {
+                        // A duplicate: the read, answered from its replies.
+                        match (path, inner.read(&asked).await) {
                             (Path::Replay, Reply::Replay(stored)) => {
                                 black_box(stored);
                             }
