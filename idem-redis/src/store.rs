@@ -152,7 +152,7 @@ impl RedisStoreBuilder {
     /// of the record's fields that such a store's scripts keep beside them: about 100 – 200
     /// bytes more a record, or 2.8 times a record of short fields, which Redis would otherwise
     /// keep as a listpack (every value under `hash-max-listpack-value`, 64 bytes). A replay,
-    /// an in-flight duplicate or a mismatch then costs that read, 1.1 – 1.8 times faster than
+    /// an in-flight duplicate or a mismatch then costs that read, 1.1 – 2.5 times faster than
     /// the reservation's script (docs/benchmarks.md; a mismatch transfers the stored response,
     /// which the script does not); a record without a header (in doubt, written by a store
     /// that does not read first) a second read, of its fields. The engine reads first only
