@@ -121,9 +121,11 @@ impl Request {
     /// This request, also recognised in a record stored under `fingerprint` (C3): such a
     /// record replays or is in flight for it, never a mismatch. For a change of
     /// how requests are fingerprinted, so that records stored under the old form keep their
-    /// retries (idem-tower gives a JSON body's raw form). A reservation writes
-    /// [`fingerprint`](Self::fingerprint), except once it found a record under the alternative:
-    /// it then asks, and writes, under the alternative.
+    /// retries (idem-tower gives a JSON body's raw form). A reservation writes under
+    /// [`fingerprint`](Self::fingerprint). A record in progress under the alternative is in
+    /// flight as found; one completed under it is asked for again under the alternative, for
+    /// its response: by a read where the store reads, else by its reservation, which writes
+    /// under the alternative only if the record went in between (past its retention).
     ///
     /// ```
     /// use idem_core::Request;

@@ -299,7 +299,16 @@ impl<'a> Reservation<'a> {
                 let stored = record.fingerprint;
                 let left = record.deadline().saturating_since(now);
                 let completed = !record.is_in_progress();
-                match decide(Some(record), self.claim.fingerprint(), now) {
+                // A record in progress under either of the request's fingerprints (C3) is
+                // decided as found: in flight, or taken over under the request's own. Only a
+                // completed record under the other one needs a step of its own, for its
+                // response; a step that, on a store that cannot read, may write.
+                let fingerprint = if !completed && self.primary.accepts(&stored) {
+                    stored
+                } else {
+                    *self.claim.fingerprint()
+                };
+                match decide(Some(record), &fingerprint, now) {
                     // The record is this request's under its other fingerprint (C3): the next
                     // step reads it under that one, its response included.
                     Decision::Answered(Answer::Mismatch) if self.switch_fingerprint(&stored) => {
@@ -778,22 +787,33 @@ mod tests {
         assert!(last.is_err());
     }
 
+    /// C3: a record completed under the alternative fingerprint is read again under it, for
+    /// its response; one in progress under it is in flight as found, no step more (a step under
+    /// the alternative may write on a store that cannot read).
     #[test]
     fn c03_a_record_under_the_alternative_fingerprint_is_read_again_under_it() {
         let old = request(b"{ \"a\": 1 }");
         let req = request(b"{\"a\":1}").with_alternative_fingerprint(*old.fingerprint());
         let mut r = Reservation::new(&req, Duration::from_secs(60));
-        let found = in_progress(FencingToken::generate(), *old.fingerprint(), 5_000);
-        assert!(matches!(r.next(found.clone(), false), Ok(Step::Reserve)));
+        let found = completed_with(*old.fingerprint(), None);
+        assert!(matches!(r.next(found, false), Ok(Step::Reserve)));
         assert_eq!(
             r.claim().fingerprint(),
             old.fingerprint(),
             "the next step's"
         );
+        let response = StoredResponse::new(201, "made");
+        assert!(matches!(
+            r.next(completed(&old, &response), false),
+            Ok(Step::Done(Begin::Answered(Answer::Replay(_))))
+        ));
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let found = in_progress(FencingToken::generate(), *old.fingerprint(), 5_000);
         assert!(matches!(
             r.next(found, false),
             Ok(Step::Done(Begin::Answered(Answer::InFlight { .. })))
         ));
+        assert_eq!(r.claim().fingerprint(), req.fingerprint());
         // A third body is a mismatch, under either fingerprint.
         let other = request(b"{\"a\":2}");
         let mut r = Reservation::new(&req, Duration::from_secs(60));
@@ -803,6 +823,55 @@ mod tests {
             Ok(Step::Done(Begin::Answered(Answer::Mismatch)))
         ));
         assert_eq!(r.claim().fingerprint(), req.fingerprint());
+    }
+
+    /// Steps whose read never tells (a store that reads no header of the record) and whose
+    /// reserve finds `found`; counting both.
+    struct ReadsNothing {
+        found: Reserved,
+        reads: usize,
+        reserves: usize,
+    }
+
+    #[async_trait]
+    impl Steps for ReadsNothing {
+        fn reads_first(&self) -> bool {
+            true
+        }
+        async fn read(&mut self, _: &Claim<'_>) -> Result<Reserved, Error> {
+            self.reads += 1;
+            Ok(Reserved::Lost)
+        }
+        async fn reserve(&mut self, _: &Claim<'_>) -> Result<Reserved, Error> {
+            self.reserves += 1;
+            Ok(self.found.clone())
+        }
+        async fn replace(&mut self, _: &Claim<'_>, _: Acquire) -> Result<Reserved, Error> {
+            Ok(Reserved::Lost)
+        }
+    }
+
+    /// C3, C5: a record in flight under the request's alternative fingerprint that the read
+    /// cannot tell (no header: written by a store that never reads first) is in flight as the
+    /// reservation finds it: never a read under the alternative, which could not tell either
+    /// and would send the claim back to its own fingerprint until the steps ran out.
+    #[tokio::test]
+    async fn c03_in_flight_under_the_alternative_is_answered_as_found() {
+        let old = request(b"raw");
+        let req = request(b"canonical").with_alternative_fingerprint(*old.fingerprint());
+        let mut steps = ReadsNothing {
+            found: in_progress(FencingToken::generate(), *old.fingerprint(), 5_000),
+            reads: 0,
+            reserves: 0,
+        };
+        let begin = Reservation::new(&req, Duration::from_secs(60))
+            .run(&mut steps)
+            .await;
+        assert!(
+            matches!(begin, Ok(Begin::Answered(Answer::InFlight { .. }))),
+            "{begin:?}"
+        );
+        assert_eq!((steps.reads, steps.reserves), (1, 1));
     }
 
     /// C3, C5: a record held uncommitted by another body may be this request under its
@@ -827,8 +896,9 @@ mod tests {
         ));
     }
 
-    /// C3: found under the alternative, an expired record is replaced under the request's own
-    /// fingerprint, and a record that changed is read again as the request was built.
+    /// C3: found under the alternative, a completed record is read again under it, a record
+    /// that changed meanwhile is read again as the request was built, and an expired record is
+    /// replaced under the request's own fingerprint.
     #[test]
     fn c03_writes_are_under_the_request_s_own_fingerprint() {
         let old = request(b"raw");
@@ -845,32 +915,32 @@ mod tests {
             now: Timestamp::from_millis(now),
             in_doubt: false,
         };
-        assert!(matches!(r.next(found(0), false), Ok(Step::Reserve)));
+        let done = completed_with(*old.fingerprint(), None);
+        assert!(matches!(r.next(done, false), Ok(Step::Reserve)));
         assert_eq!(r.claim().fingerprint(), old.fingerprint());
         assert!(matches!(r.next(Reserved::Lost, false), Ok(Step::Reserve)));
         assert_eq!(r.claim().fingerprint(), req.fingerprint());
-        assert!(matches!(r.next(found(0), false), Ok(Step::Reserve)));
+        assert!(matches!(
+            r.next(found(0), false),
+            Ok(Step::Done(Begin::Answered(Answer::InFlight { .. })))
+        ));
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
         assert!(matches!(r.next(found(5_000), false), Ok(Step::Replace(_))));
         assert_eq!(r.claim().fingerprint(), req.fingerprint());
     }
 
-    /// C3, C5: found under the alternative, then (released and reserved again) under the
-    /// request's own fingerprint: the claim moves back and reads it; in flight, never a 422.
+    /// C3, C5: found completed under the alternative, then (gone past its retention and
+    /// reserved again) in progress under the request's own fingerprint: in flight as found,
+    /// never a 422.
     #[test]
     fn c03_a_record_back_under_the_request_s_own_fingerprint_is_not_a_mismatch() {
         let old = request(b"raw");
         let req = request(b"canonical").with_alternative_fingerprint(*old.fingerprint());
         let mut r = Reservation::new(&req, Duration::from_secs(60));
-        let first = in_progress(FencingToken::generate(), *old.fingerprint(), 5_000);
+        let first = completed_with(*old.fingerprint(), None);
         assert!(matches!(r.next(first, false), Ok(Step::Reserve)));
         assert_eq!(r.claim().fingerprint(), old.fingerprint());
         let own = in_progress(FencingToken::generate(), *req.fingerprint(), 5_000);
-        assert!(matches!(r.next(own.clone(), false), Ok(Step::Reserve)));
-        assert_eq!(
-            r.claim().fingerprint(),
-            req.fingerprint(),
-            "back to its own"
-        );
         let step = r.next(own, false);
         assert!(
             matches!(
@@ -889,7 +959,7 @@ mod tests {
         let old = request(b"raw");
         let req = request(b"canonical").with_alternative_fingerprint(*old.fingerprint());
         let mut r = Reservation::new(&req, Duration::from_secs(60));
-        let first = in_progress(FencingToken::generate(), *old.fingerprint(), 5_000);
+        let first = completed_with(*old.fingerprint(), None);
         assert!(matches!(r.next(first, false), Ok(Step::Reserve)));
         let without_response = completed_with(*req.fingerprint(), None);
         assert!(matches!(r.next(without_response, false), Ok(Step::Reserve)));

@@ -611,3 +611,31 @@ async fn c04_a_mixed_fleet_runs_each_key_once_on_one_redis() {
 async fn c04_a_mixed_fleet_runs_each_key_once_on_a_cluster() {
     mixed_fleet(true).await;
 }
+
+/// C3, C5: a request whose alternative fingerprint holds the key in flight, the record written
+/// by a store that never reads first (no read header: another process of the prefix, or an
+/// older release during an upgrade), is in flight at once on a store that reads first: the
+/// read cannot tell, and the record the reservation's script finds is in flight as found.
+#[tokio::test]
+async fn c03_in_flight_under_the_alternative_without_a_header_is_in_flight() {
+    let (reads, scripts) = pair().await;
+    let consumer = unique_consumer("rf-c03");
+    let old = request(&consumer, "k", b"raw");
+    let new =
+        request(&consumer, "k", b"canonical").with_alternative_fingerprint(*old.fingerprint());
+    let Begin::Acquired(_holder) = scripts
+        .reservation(&old, LEASE * 50, Deadline::default())
+        .await
+        .expect("reserve")
+    else {
+        panic!("fresh")
+    };
+    for (name, store) in [("reads", &reads), ("scripts", &scripts)] {
+        let idem = Idempotency::with_policy(Arc::clone(store), policy()).expect("policy");
+        let got = idem.begin(&new).await;
+        assert!(
+            matches!(got, Ok(Begin::Answered(Answer::InFlight { .. }))),
+            "{name}: {got:?}"
+        );
+    }
+}
