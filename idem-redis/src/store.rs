@@ -147,19 +147,18 @@ pub struct RedisStoreBuilder {
 }
 
 impl RedisStoreBuilder {
-    /// Whether reservations may read their record first, no script (default true): one `HMGET`
-    /// of the record's read header and its response, then `TIME`. The header is a packed copy
-    /// of the record's fields that such a store's scripts keep beside them: about 100 – 200
-    /// bytes more a record, or 2.8 times a record of short fields, which Redis would otherwise
-    /// keep as a listpack (every value under `hash-max-listpack-value`, 64 bytes). A replay,
-    /// an in-flight duplicate or a mismatch then costs that read, 1.1 – 2.5 times faster than
-    /// the reservation's script (docs/benchmarks.md; a mismatch transfers the stored response,
-    /// which the script does not); a record without a header (in doubt, written by a store
-    /// that does not read first) a second read, of its fields. The engine reads first only
+    /// Whether reservations may read their record first, no script (default true): one `HMGET` of
+    /// the record's read header and its response, then `TIME`. The header is a packed copy of the
+    /// record's fields that such a store's scripts keep beside them: about 400 bytes more a record
+    /// (`MEMORY USAGE`: 1 659 against 1 248 bytes completed with a 100 B body, 1 217 against 816 in
+    /// progress). A replay, an in-flight duplicate or a mismatch then costs that read, 1.1 – 2.5
+    /// times faster than the reservation's script (docs/benchmarks.md; a mismatch transfers the
+    /// stored response, which the script does not); a record without a header (in doubt, written by
+    /// a store that does not read first) a second read, of its fields. The engine reads first only
     /// while most of its recent reservations were answers
-    /// ([`Capabilities::read_first`](idem_core::store::Capabilities::read_first)): a load of
-    /// fresh keys goes to the script at once. `false` saves the header's memory. Set it alike
-    /// on every process of a prefix.
+    /// ([`Capabilities::read_first`](idem_core::store::Capabilities::read_first)): a load of fresh
+    /// keys goes to the script at once. `false` saves the header's memory. Set it alike on every
+    /// process of a prefix.
     ///
     /// ```
     /// let _builder = idem_redis::RedisStore::builder().read_first(false);
