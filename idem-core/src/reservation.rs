@@ -99,16 +99,36 @@ pub enum Reserved {
 }
 
 impl Reserved {
-    /// The answer for `fingerprint` without writing, `None` if the request would acquire.
-    pub fn answer(self, fingerprint: &Fingerprint) -> Result<Option<Answer>, Error> {
+    /// The answer to `request` without writing, `None` if it would acquire, as a reservation
+    /// decides it: a record in progress under either of its fingerprints (C3) is in flight as
+    /// found, and a holder of another body may be it under its alternative (in flight).
+    pub fn answer(self, request: &Request) -> Result<Option<Answer>, Error> {
         match self {
-            Reserved::Found { record, now, .. } => match decide(Some(record), fingerprint, now) {
-                Decision::Answered(answer) => Ok(Some(answer.try_map(decode_replay)?)),
-                Decision::Acquired(_) => Ok(None),
-            },
-            Reserved::Held { mismatch } => Ok(Some(held(mismatch))),
+            Reserved::Found { record, now, .. } => {
+                let fingerprint = deciding(&record, request, request.fingerprint());
+                match decide(Some(record), &fingerprint, now) {
+                    Decision::Answered(answer) => Ok(Some(answer.try_map(decode_replay)?)),
+                    Decision::Acquired(_) => Ok(None),
+                }
+            }
+            Reserved::Held { mismatch } => {
+                Ok(Some(held(mismatch && request.alternative().is_none())))
+            }
             Reserved::Written { .. } | Reserved::Lost => Ok(None),
         }
+    }
+}
+
+/// The fingerprint `record` is decided under for `request` while its claim is under
+/// `claimed`: the record's own if it is in progress under either of the request's
+/// fingerprints (C3: in flight, or taken over under the request's own, as found; a step under
+/// the alternative may write on a store that cannot read), else the claim's: only a completed
+/// record under the other one needs a step of its own, for its response.
+fn deciding<R>(record: &Record<R>, request: &Request, claimed: &Fingerprint) -> Fingerprint {
+    if record.is_in_progress() && request.accepts(&record.fingerprint) {
+        record.fingerprint
+    } else {
+        *claimed
     }
 }
 
@@ -299,15 +319,7 @@ impl<'a> Reservation<'a> {
                 let stored = record.fingerprint;
                 let left = record.deadline().saturating_since(now);
                 let completed = !record.is_in_progress();
-                // A record in progress under either of the request's fingerprints (C3) is
-                // decided as found: in flight, or taken over under the request's own. Only a
-                // completed record under the other one needs a step of its own, for its
-                // response; a step that, on a store that cannot read, may write.
-                let fingerprint = if !completed && self.primary.accepts(&stored) {
-                    stored
-                } else {
-                    *self.claim.fingerprint()
-                };
+                let fingerprint = deciding(&record, self.primary, self.claim.fingerprint());
                 match decide(Some(record), &fingerprint, now) {
                     // The record is this request's under its other fingerprint (C3): the next
                     // step reads it under that one, its response included.
@@ -872,6 +884,37 @@ mod tests {
             "{begin:?}"
         );
         assert_eq!((steps.reads, steps.reserves), (1, 1));
+    }
+
+    /// C3, C5: a store that answers from a read (SQLite's readers, the engine's claim of a key
+    /// in use in the process) answers as a reservation decides: a record in progress under the
+    /// request's alternative is in flight as found, not a 422 that sends the engine to a
+    /// whole execution under the alternative (which writes under it if the holder is gone by
+    /// then); a completed one under the alternative is not answered from a read under the
+    /// request's own fingerprint (no response came with it); a holder of another body may be
+    /// the request under its alternative: in flight.
+    #[test]
+    fn c03_an_answer_from_a_read_decides_as_a_reservation_does() {
+        let old = request(b"raw");
+        let req = request(b"canonical").with_alternative_fingerprint(*old.fingerprint());
+        let found = in_progress(FencingToken::generate(), *old.fingerprint(), 5_000);
+        assert!(matches!(
+            found.clone().answer(&req),
+            Ok(Some(Answer::InFlight { .. }))
+        ));
+        let plain = request(b"canonical");
+        assert!(matches!(found.answer(&plain), Ok(Some(Answer::Mismatch))));
+        let done = completed_with(*old.fingerprint(), None);
+        assert!(matches!(done.answer(&req), Ok(Some(Answer::Mismatch))));
+        let held = Reserved::Held { mismatch: true };
+        assert!(matches!(
+            held.clone().answer(&req),
+            Ok(Some(Answer::InFlight { .. }))
+        ));
+        assert!(matches!(held.answer(&plain), Ok(Some(Answer::Mismatch))));
+        let other = request(b"another");
+        let found = in_progress(FencingToken::generate(), *other.fingerprint(), 5_000);
+        assert!(matches!(found.answer(&req), Ok(Some(Answer::Mismatch))));
     }
 
     /// C3, C5: a record held uncommitted by another body may be this request under its

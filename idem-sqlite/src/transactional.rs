@@ -251,9 +251,8 @@ impl<E: Send + 'static> Decide for Transacting<E> {
     fn answer(self, conn: &mut rusqlite::Connection) -> Result<Self::Output, Self> {
         let inner = &self.inner;
         let now = inner.config.clock.now();
-        let answer = ops::found(conn, &inner.sql, &self.request, now).and_then(|found| {
-            found.map_or(Ok(None), |found| found.answer(self.request.fingerprint()))
-        });
+        let answer = ops::found(conn, &inner.sql, &self.request, now)
+            .and_then(|found| found.map_or(Ok(None), |found| found.answer(&self.request)));
         match answer {
             Ok(Some(answer)) => Ok(Ok(TxEnd::Answered(answer, self.effect))),
             Ok(None) => Err(self),

@@ -449,7 +449,7 @@ impl<S: Store> Idempotency<S> {
             Some(request.id()),
             |deadline| async move {
                 let found = self.inner.store.read(request, deadline).await?;
-                found.answer(request.fingerprint())
+                found.answer(request)
             },
         )
         .await
