@@ -120,12 +120,21 @@ impl Reserved {
 }
 
 /// The fingerprint `record` is decided under for `request` while its claim is under
-/// `claimed`: the record's own if it is in progress under either of the request's
-/// fingerprints (C3: in flight, or taken over under the request's own, as found; a step under
-/// the alternative may write on a store that cannot read), else the claim's: only a completed
-/// record under the other one needs a step of its own, for its response.
-fn deciding<R>(record: &Record<R>, request: &Request, claimed: &Fingerprint) -> Fingerprint {
-    if record.is_in_progress() && request.accepts(&record.fingerprint) {
+/// `claimed`: the record's own if it is under either of the request's fingerprints (C3) and
+/// answers as found: in progress (in flight, or taken over under the request's own), or
+/// completed with its response (a replay). Else the claim's: a completed record under the
+/// other fingerprint needs a read of its own, for its response (a step under the alternative
+/// may write on a store that cannot read).
+fn deciding(
+    record: &Record<Option<Vec<u8>>>,
+    request: &Request,
+    claimed: &Fingerprint,
+) -> Fingerprint {
+    let as_found = match &record.state {
+        RecordState::InProgress { .. } => true,
+        RecordState::Completed { response, .. } => response.is_some(),
+    };
+    if as_found && request.accepts(&record.fingerprint) {
         record.fingerprint
     } else {
         *claimed

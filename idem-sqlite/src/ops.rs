@@ -9,7 +9,9 @@ use idem_core::store::{
     Reserved, Resolution,
 };
 use idem_core::store::{Decided, Reconciliation};
-use idem_core::{Begin, Clock, Error, FencingToken, Field, RecordId, Request, Timestamp};
+use idem_core::{
+    Begin, Clock, Error, FencingToken, Field, Fingerprint, RecordId, Request, Timestamp,
+};
 use idem_ops::Holder;
 use idem_ops::{Cursor, Inspected, ListQuery, Page, Selection, Stats};
 use rusqlite::{params, Connection, Params, TransactionBehavior};
@@ -130,7 +132,18 @@ pub(crate) fn found(
     request: &Request,
     now: Timestamp,
 ) -> Result<Option<Reserved>, Error> {
-    let id = request.id();
+    found_as(conn, sql, request.id(), request.fingerprint(), now)
+}
+
+/// [`found`] for the record `id`, its response fetched only if it is stored under
+/// `fingerprint`.
+pub(crate) fn found_as(
+    conn: &Connection,
+    sql: &Statements,
+    id: &RecordId,
+    fingerprint: &Fingerprint,
+    now: Timestamp,
+) -> Result<Option<Reserved>, Error> {
     let mut stmt = conn
         .prepare_cached(&sql.decide_record)
         .map_err(store_error)?;
@@ -139,7 +152,7 @@ pub(crate) fn found(
             id.consumer(),
             id.route(),
             id.key(),
-            request.fingerprint().as_bytes()
+            fingerprint.as_bytes()
         ])
         .map_err(store_error)?;
     let Some(row) = rows.next().map_err(store_error)? else {

@@ -193,15 +193,10 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 };
                 let execution = Execution::new(hooks);
                 let store = &engine.inner.store;
-                let first = store.transact(&owned, effect, execution.clone()).await;
-                let result = match (first, owned.alternative()) {
-                    // A store that answered from a read under the request's own fingerprint
-                    // (C5) is asked again under its alternative, which is its own too (C3).
-                    (Ok(TxEnd::Answered(Answer::Mismatch, effect)), Some(alternative)) => {
-                        store.transact(alternative, effect, execution.clone()).await
-                    }
-                    (result, _) => result,
-                };
+                // The store decides a record under the request's alternative fingerprint
+                // itself (C3), a reader's answer included: never an execution under the
+                // alternative, which would write its record under it.
+                let result = store.transact(&owned, effect, execution.clone()).await;
                 if let Ok(end) = &result {
                     // The store answered (its steps may not be reported one by one).
                     engine.store_answered();
