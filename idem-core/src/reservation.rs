@@ -78,7 +78,8 @@ pub enum Reserved {
         /// The lease's deadline, by the store's clock.
         until: Timestamp,
     },
-    /// `reserve` only, nothing written: the record (its response only for the claim's fingerprint).
+    /// `reserve` only, nothing written: the record (its response only for the claim's fingerprint,
+    /// or its alternative's, C3).
     Found {
         /// The record, its response still encoded.
         record: Record<Option<Vec<u8>>>,
@@ -100,8 +101,9 @@ pub enum Reserved {
 
 impl Reserved {
     /// The answer to `request` without writing, `None` if it would acquire, as a reservation
-    /// decides it: a record in progress under either of its fingerprints (C3) is in flight as
-    /// found, and a holder of another body may be it under its alternative (in flight).
+    /// decides it: a record under either of its fingerprints (C3) is in flight or replayed as
+    /// found (a completed one if its response came with it), and a holder of another body may
+    /// be it under its alternative (in flight).
     pub fn answer(self, request: &Request) -> Result<Option<Answer>, Error> {
         match self {
             Reserved::Found { record, now, .. } => {

@@ -315,7 +315,8 @@ const FIELDS: usize = 6;
 pub(crate) type Stored<'a> = [Packed<'a>; FIELDS];
 
 /// The record of a plain read or a reservation: its protocol fields, whether it holds a
-/// response, and its response where it was fetched, kept only for the request's fingerprint.
+/// response, and its response where it was fetched, kept only for the request's fingerprint or
+/// its alternative (C3).
 pub(crate) fn found(
     stored: &Stored<'_>,
     has_response: bool,
@@ -324,7 +325,10 @@ pub(crate) fn found(
     in_doubt: bool,
     request: &Request,
 ) -> Result<Reserved, Error> {
-    let same = packed_text(stored[1], "fingerprint")? == request.fingerprint().as_bytes();
+    // The request's own fingerprint or its alternative (C3): a completed record of either is
+    // replayed as found, with no read of its own under the alternative.
+    let same = Fingerprint::from_slice(packed_text(stored[1], "fingerprint")?)
+        .is_ok_and(|stored| request.accepts(&stored));
     let response = match response {
         Value::Nil => None,
         _ if !same => None,
@@ -596,6 +600,16 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // The same request under its alternative fingerprint (the record's): its response.
+        let renamed = request("k-1", b"{ }").with_alternative_fingerprint(*req.fingerprint());
+        assert!(matches!(
+            found(completed.clone(), body.clone(), &renamed),
+            Ok(Some(Reserved::Found { record, .. }))
+                if record.state == RecordState::Completed {
+                    response: Some(b"stored".to_vec()),
+                    expires_at: Timestamp::from_millis(1_700_000_060_000),
+                }
+        ));
         // Another body: the record, never its response (C3).
         assert!(matches!(
             found(completed.clone(), body.clone(), &other),

@@ -9,9 +9,7 @@ use idem_core::store::{
     Reserved, Resolution,
 };
 use idem_core::store::{Decided, Reconciliation};
-use idem_core::{
-    Begin, Clock, Error, FencingToken, Field, Fingerprint, RecordId, Request, Timestamp,
-};
+use idem_core::{Begin, Clock, Error, FencingToken, Field, RecordId, Request, Timestamp};
 use idem_ops::Holder;
 use idem_ops::{Cursor, Inspected, ListQuery, Page, Selection, Stats};
 use rusqlite::{params, Connection, Params, TransactionBehavior};
@@ -125,25 +123,16 @@ impl BlockingSteps for Steps<'_> {
 }
 
 /// The record of `request` as it is at `now`, its response read only for the request's
-/// fingerprint; `None` when there is none. A read: no write lock.
+/// fingerprint or its alternative (C3); `None` when there is none. A read: no write lock.
 pub(crate) fn found(
     conn: &Connection,
     sql: &Statements,
     request: &Request,
     now: Timestamp,
 ) -> Result<Option<Reserved>, Error> {
-    found_as(conn, sql, request.id(), request.fingerprint(), now)
-}
-
-/// [`found`] for the record `id`, its response fetched only if it is stored under
-/// `fingerprint`.
-pub(crate) fn found_as(
-    conn: &Connection,
-    sql: &Statements,
-    id: &RecordId,
-    fingerprint: &Fingerprint,
-    now: Timestamp,
-) -> Result<Option<Reserved>, Error> {
+    let id = request.id();
+    let fingerprint = request.fingerprint();
+    let alternative = request.alternative_fingerprint().unwrap_or(fingerprint);
     let mut stmt = conn
         .prepare_cached(&sql.decide_record)
         .map_err(store_error)?;
@@ -152,7 +141,8 @@ pub(crate) fn found_as(
             id.consumer(),
             id.route(),
             id.key(),
-            fingerprint.as_bytes()
+            fingerprint.as_bytes(),
+            alternative.as_bytes()
         ])
         .map_err(store_error)?;
     let Some(row) = rows.next().map_err(store_error)? else {

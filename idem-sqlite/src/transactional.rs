@@ -8,9 +8,9 @@ use crate::error::{store_error, BACKEND};
 use crate::ops;
 use crate::pool::Decide;
 use crate::SqliteStore;
-use idem_core::store::{async_trait, Execution, Lease, Reserved, Transactional, TxEnd};
+use idem_core::store::{async_trait, Execution, Lease, Transactional, TxEnd};
 use idem_core::{
-    Answer, Begin, Error, Idempotency, Outcome, Request, RunError, StoreErrorKind, StoredResponse,
+    Begin, Error, Idempotency, Outcome, Request, RunError, StoreErrorKind, StoredResponse,
 };
 use rusqlite::{Transaction, TransactionBehavior};
 use std::future::Future;
@@ -251,7 +251,11 @@ impl<E: Send + 'static> Decide for Transacting<E> {
     fn answer(self, conn: &mut rusqlite::Connection) -> Result<Self::Output, Self> {
         let inner = &self.inner;
         let now = inner.config.clock.now();
-        match read_answer(conn, &inner.sql, &self.request, now) {
+        // The record decided as a reservation decides it (C3): one read, the response fetched
+        // under either of the request's fingerprints; nothing written under the alternative.
+        let answer = ops::found(conn, &inner.sql, &self.request, now)
+            .and_then(|found| found.map_or(Ok(None), |found| found.answer(&self.request)));
+        match answer {
             Ok(Some(answer)) => Ok(Ok(TxEnd::Answered(answer, self.effect))),
             Ok(None) => Err(self),
             Err(error) => Ok(Err(error)),
@@ -273,43 +277,6 @@ impl<E: Send + 'static> Decide for Transacting<E> {
             }
         })
     }
-}
-
-/// What a reader answers `request` (C5), or `None` for the writer to reserve: the record
-/// decided as a reservation decides it (C3). A record completed under the request's
-/// alternative fingerprint comes without its response from a read under its own: it is read
-/// again under the alternative, on the same connection, for its replay, and answered only if
-/// it is still that record; nothing is written under the alternative.
-fn read_answer(
-    conn: &rusqlite::Connection,
-    sql: &crate::sql::Statements,
-    request: &Request,
-    now: idem_core::Timestamp,
-) -> Result<Option<Answer>, Error> {
-    let Some(found) = ops::found(conn, sql, request, now)? else {
-        return Ok(None);
-    };
-    let alternative = request
-        .alternative_fingerprint()
-        .filter(|alternative| under(&found, alternative))
-        .copied();
-    match (found.answer(request)?, alternative) {
-        (Some(Answer::Mismatch), Some(alternative)) => {
-            // Answered only if still under the alternative: a record that changed between the
-            // two reads (gone past its retention and run again, say) is the writer's to decide.
-            let again = ops::found_as(conn, sql, request.id(), &alternative, now)?;
-            match again {
-                Some(found) if under(&found, &alternative) => found.answer(request),
-                _ => Ok(None),
-            }
-        }
-        (answer, _) => Ok(answer),
-    }
-}
-
-/// Whether `found` is a record stored under `fingerprint`.
-fn under(found: &Reserved, fingerprint: &idem_core::Fingerprint) -> bool {
-    matches!(found, Reserved::Found { record, .. } if record.fingerprint == *fingerprint)
 }
 
 /// Reservation, then effect, completion and commit in one transaction, on the writer.
