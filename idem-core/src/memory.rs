@@ -211,7 +211,7 @@ impl MemoryStore {
 }
 
 /// The record of `request` as a step reports it: its response only for the request it can be
-/// replayed to.
+/// replayed to, under its own fingerprint or its alternative (C3).
 fn found(
     records: &HashMap<RecordId, Entry>,
     request: &Request,
@@ -220,7 +220,7 @@ fn found(
     let Some(entry) = records.get(request.id()) else {
         return Ok(None);
     };
-    let same = entry.record.fingerprint == *request.fingerprint();
+    let same = request.accepts(&entry.record.fingerprint);
     let record = entry
         .record
         .as_ref()

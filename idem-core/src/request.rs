@@ -35,8 +35,8 @@ struct Parts {
     body_len: usize,
     one_commit: Option<bool>,
     store_budget: Option<Duration>,
-    /// This request under its alternative fingerprint (without one of its own).
-    alternative: Option<Request>,
+    /// The fingerprint a record of this request may also carry (C3).
+    alternative: Option<Fingerprint>,
 }
 
 impl fmt::Debug for Request {
@@ -112,20 +112,15 @@ impl Request {
     pub fn with_one_commit(mut self, one: bool) -> Self {
         let parts = Arc::make_mut(&mut self.0);
         parts.one_commit = Some(one);
-        if let Some(alternative) = &mut parts.alternative {
-            Arc::make_mut(&mut alternative.0).one_commit = Some(one);
-        }
         self
     }
 
     /// This request, also recognised in a record stored under `fingerprint` (C3): such a
     /// record replays or is in flight for it, never a mismatch. For a change of
     /// how requests are fingerprinted, so that records stored under the old form keep their
-    /// retries (idem-tower gives a JSON body's raw form). A reservation writes under
-    /// [`fingerprint`](Self::fingerprint). A record in progress under the alternative is in
-    /// flight as found; one completed under it is asked for again under the alternative, for
-    /// its response: by a read where the store reads, else by its reservation, which writes
-    /// under the alternative only if the record went in between (past its retention).
+    /// retries (idem-tower gives a JSON body's raw form). Every write is under
+    /// [`fingerprint`](Self::fingerprint), never the alternative: a store's step fetches the
+    /// response of a record under either, and the engine decides it as found.
     ///
     /// ```
     /// use idem_core::Request;
@@ -138,34 +133,20 @@ impl Request {
     /// ```
     pub fn with_alternative_fingerprint(mut self, fingerprint: Fingerprint) -> Self {
         let parts = Arc::make_mut(&mut self.0);
-        parts.alternative = (fingerprint != parts.fingerprint).then(|| {
-            Request(Arc::new(Parts {
-                id: parts.id.clone(),
-                fingerprint,
-                body_len: parts.body_len,
-                one_commit: parts.one_commit,
-                store_budget: parts.store_budget,
-                alternative: None,
-            }))
-        });
+        parts.alternative = (fingerprint != parts.fingerprint).then_some(fingerprint);
         self
     }
 
     /// The fingerprint a stored record may also carry to be this request's
     /// ([`with_alternative_fingerprint`](Self::with_alternative_fingerprint)).
     pub fn alternative_fingerprint(&self) -> Option<&Fingerprint> {
-        self.alternative().map(Request::fingerprint)
+        self.0.alternative.as_ref()
     }
 
     /// Whether a record stored under `fingerprint` is this request's: its own fingerprint or
     /// its alternative (C3).
     pub fn accepts(&self, fingerprint: &Fingerprint) -> bool {
         self.fingerprint() == fingerprint || self.alternative_fingerprint() == Some(fingerprint)
-    }
-
-    /// This request under its alternative fingerprint, which stores then read and write.
-    pub(crate) fn alternative(&self) -> Option<&Request> {
-        self.0.alternative.as_ref()
     }
 
     /// Whether a transactional execution of this request makes one commit, where the caller
@@ -265,11 +246,8 @@ mod tests {
             .with_one_commit(true);
         assert!(both.accepts(new.fingerprint()) && both.accepts(old.fingerprint()));
         assert!(!both.accepts(other.fingerprint()));
-        let alternative = both.alternative().expect("an alternative");
-        assert_eq!(alternative.fingerprint(), old.fingerprint());
-        assert_eq!(alternative.id(), both.id());
-        assert_eq!(alternative.one_commit(), Some(true));
-        assert_eq!(alternative.alternative_fingerprint(), None);
+        assert_eq!(both.alternative_fingerprint(), Some(old.fingerprint()));
+        assert_eq!(both.one_commit(), Some(true));
         let same = new.clone().with_alternative_fingerprint(*new.fingerprint());
         assert_eq!(
             same.alternative_fingerprint(),

@@ -107,31 +107,27 @@ impl Reserved {
     pub fn answer(self, request: &Request) -> Result<Option<Answer>, Error> {
         match self {
             Reserved::Found { record, now, .. } => {
-                let fingerprint = deciding(&record, request, request.fingerprint());
+                let fingerprint = deciding(&record, request);
                 match decide(Some(record), &fingerprint, now) {
                     Decision::Answered(answer) => Ok(Some(answer.try_map(decode_replay)?)),
                     Decision::Acquired(_) => Ok(None),
                 }
             }
-            Reserved::Held { mismatch } => {
-                Ok(Some(held(mismatch && request.alternative().is_none())))
-            }
+            Reserved::Held { mismatch } => Ok(Some(held(
+                mismatch && request.alternative_fingerprint().is_none(),
+            ))),
             Reserved::Written { .. } | Reserved::Lost => Ok(None),
         }
     }
 }
 
-/// The fingerprint `record` is decided under for `request` while its claim is under
-/// `claimed`: the record's own if it is under either of the request's fingerprints (C3) and
-/// answers as found: in progress (in flight, or taken over under the request's own), or
-/// completed with its response (a replay). Else the claim's: a completed record under the
-/// other fingerprint needs a read of its own, for its response (a step under the alternative
-/// may write on a store that cannot read).
-fn deciding(
-    record: &Record<Option<Vec<u8>>>,
-    request: &Request,
-    claimed: &Fingerprint,
-) -> Fingerprint {
+/// The fingerprint `record` is decided under for `request`: the record's own if it is under
+/// either of the request's fingerprints (C3) and answers as found: in progress (in flight, or
+/// taken over under the request's own), or completed with its response (a replay; a step
+/// fetches it under either fingerprint, rule 2 of [`Store`](crate::Store)). Else the request's
+/// own: another body's record is a mismatch, and so is a completed one a store reported
+/// without its response.
+fn deciding(record: &Record<Option<Vec<u8>>>, request: &Request) -> Fingerprint {
     let as_found = match &record.state {
         RecordState::InProgress { .. } => true,
         RecordState::Completed { response, .. } => response.is_some(),
@@ -139,7 +135,7 @@ fn deciding(
     if as_found && request.accepts(&record.fingerprint) {
         record.fingerprint
     } else {
-        *claimed
+        *request.fingerprint()
     }
 }
 
@@ -196,16 +192,12 @@ enum Step {
 #[derive(Debug)]
 pub struct Reservation<'a> {
     claim: Claim<'a>,
-    /// The request as built: every write is under its fingerprint, its alternative only reads.
-    primary: &'a Request,
     /// How the last compare-and-set meant to acquire; `None`: only a fresh insert.
     replacing: Option<Acquire>,
     steps: usize,
     errors: usize,
     /// How many failed steps may be tried again: 1, or 0 where a step cannot be sent again.
     retries: usize,
-    /// Whether the steps read before they reserve ([`Steps::reads_first`]).
-    reads: bool,
     /// Whether to read first where the steps can (the engine's choice).
     may_read: bool,
     /// Where the replays the steps read are kept: the engine's cache, if it has one.
@@ -254,12 +246,10 @@ impl<'a> Reservation<'a> {
                 lease_for,
                 fresh_first: false,
             },
-            primary: request,
             replacing: None,
             steps: 0,
             errors: 0,
             retries: 1,
-            reads: false,
             may_read: true,
             keep: None,
         }
@@ -306,17 +296,16 @@ impl<'a> Reservation<'a> {
                 Ok(self.acquired(until, acquire.unwrap_or(Acquire::FRESH)))
             }
             // Held by another body, perhaps this request under its alternative fingerprint:
-            // in flight, which a retry tells apart once the holder ends (never a write under
-            // the alternative, never a 422 it cannot be sure of).
+            // in flight, which a retry tells apart once the holder ends (never a 422 it cannot
+            // be sure of).
             Reserved::Held { mismatch } => {
-                let mismatch = mismatch && self.primary.alternative().is_none();
+                let mismatch = mismatch && self.claim.request.alternative_fingerprint().is_none();
                 Ok(Step::Done(Begin::Answered(held(mismatch))))
             }
             // `replacing` is kept: a record found later with the token was written by an
-            // earlier send of the replace. The record changed: read it again as built.
+            // earlier send of the replace. The record changed: reserve again.
             Reserved::Lost => {
                 self.count()?;
-                self.claim.request = self.primary;
                 Ok(Step::Reserve)
             }
             Reserved::Found {
@@ -330,18 +319,10 @@ impl<'a> Reservation<'a> {
                 let stored = record.fingerprint;
                 let left = record.deadline().saturating_since(now);
                 let completed = !record.is_in_progress();
-                let fingerprint = deciding(&record, self.primary, self.claim.fingerprint());
+                // Every step is under the request's own fingerprint, and a record under its
+                // alternative (C3) is decided as found: nothing is ever written under it.
+                let fingerprint = deciding(&record, self.claim.request);
                 match decide(Some(record), &fingerprint, now) {
-                    // The record is this request's under its other fingerprint (C3): the next
-                    // step reads it under that one, its response included.
-                    Decision::Answered(Answer::Mismatch) if self.switch_fingerprint(&stored) => {
-                        self.count()?;
-                        Ok(if self.reads {
-                            Step::Read
-                        } else {
-                            Step::Reserve
-                        })
-                    }
                     Decision::Answered(answer) => {
                         let answer = answer.try_map(decode_replay)?;
                         let kept = match &answer {
@@ -350,7 +331,7 @@ impl<'a> Reservation<'a> {
                             _ => None,
                         };
                         if let (Some(response), Some(keep), false) = (kept, &self.keep, in_doubt) {
-                            let (id, read_at) = (self.primary.id(), keep.read_at);
+                            let (id, read_at) = (self.claim.id(), keep.read_at);
                             keep.cache
                                 .keep(id, stored, response, left, read_at, keep.generation);
                         }
@@ -358,9 +339,8 @@ impl<'a> Reservation<'a> {
                     }
                     Decision::Acquired(acquire) => {
                         self.count()?;
-                        // A new execution, written under the request's own fingerprint; from
-                        // now on the compare-and-set may have written the token.
-                        self.claim.request = self.primary;
+                        // A new execution; from now on the compare-and-set may have written
+                        // the token.
                         self.replacing = Some(acquire);
                         Ok(Step::Replace(acquire))
                     }
@@ -400,23 +380,6 @@ impl<'a> Reservation<'a> {
             until,
             acquire,
         )))
-    }
-
-    /// Moves the claim to whichever of the request's fingerprints (its own or its alternative,
-    /// C3) the record found carries, when the claim is under the other: the next step reads
-    /// that record, its response included. A record can move back to the request's own
-    /// fingerprint after the claim moved to the alternative (released, then reserved again).
-    fn switch_fingerprint(&mut self, found: &Fingerprint) -> bool {
-        let to = match self.primary.alternative() {
-            _ if found == self.primary.fingerprint() => self.primary,
-            Some(alternative) if found == alternative.fingerprint() => alternative,
-            _ => return false,
-        };
-        if to.fingerprint() == self.claim.fingerprint() {
-            return false;
-        }
-        self.claim.request = to;
-        true
     }
 
     /// The lease for `record` if it is this reservation's own (token, in progress, fingerprint).
@@ -476,13 +439,9 @@ pub trait BlockingSteps {
 impl Reservation<'_> {
     /// Runs the reservation to its end over `steps`: the protocol's one loop.
     pub async fn run(mut self, steps: &mut (impl Steps + ?Sized)) -> Result<Begin, Error> {
-        self.reads = self.may_read && steps.reads_first();
-        self.claim.fresh_first &= !self.reads;
-        let mut step = if self.reads {
-            Step::Read
-        } else {
-            Step::Reserve
-        };
+        let reads = self.may_read && steps.reads_first();
+        self.claim.fresh_first &= !reads;
+        let mut step = if reads { Step::Read } else { Step::Reserve };
         loop {
             step = match step {
                 Step::Read => self.after(steps.read(&self.claim).await, &step)?,
@@ -810,25 +769,26 @@ mod tests {
         assert!(last.is_err());
     }
 
-    /// C3: a record completed under the alternative fingerprint is read again under it, for
-    /// its response; one in progress under it is in flight as found, no step more (a step under
-    /// the alternative may write on a store that cannot read).
+    /// C3: a record under the alternative fingerprint is the request's own, decided as found
+    /// with no step more: completed, it is replayed from the response the step fetched under
+    /// either fingerprint (rule 2 of `Store`); in progress, in flight. A completed one a store
+    /// reported without its response is a mismatch, never a step under the alternative.
     #[test]
-    fn c03_a_record_under_the_alternative_fingerprint_is_read_again_under_it() {
+    fn c03_a_record_under_the_alternative_fingerprint_is_decided_as_found() {
         let old = request(b"{ \"a\": 1 }");
         let req = request(b"{\"a\":1}").with_alternative_fingerprint(*old.fingerprint());
-        let mut r = Reservation::new(&req, Duration::from_secs(60));
-        let found = completed_with(*old.fingerprint(), None);
-        assert!(matches!(r.next(found, false), Ok(Step::Reserve)));
-        assert_eq!(
-            r.claim().fingerprint(),
-            old.fingerprint(),
-            "the next step's"
-        );
         let response = StoredResponse::new(201, "made");
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let step = r.next(completed(&old, &response), false);
+        assert!(
+            matches!(step, Ok(Step::Done(Begin::Answered(Answer::Replay(ref r)))) if r.body == b"made"),
+            "{step:?}"
+        );
+        let mut r = Reservation::new(&req, Duration::from_secs(60));
+        let without = completed_with(*old.fingerprint(), None);
         assert!(matches!(
-            r.next(completed(&old, &response), false),
-            Ok(Step::Done(Begin::Answered(Answer::Replay(_))))
+            r.next(without, false),
+            Ok(Step::Done(Begin::Answered(Answer::Mismatch)))
         ));
         let mut r = Reservation::new(&req, Duration::from_secs(60));
         let found = in_progress(FencingToken::generate(), *old.fingerprint(), 5_000);
@@ -836,7 +796,6 @@ mod tests {
             r.next(found, false),
             Ok(Step::Done(Begin::Answered(Answer::InFlight { .. })))
         ));
-        assert_eq!(r.claim().fingerprint(), req.fingerprint());
         // A third body is a mismatch, under either fingerprint.
         let other = request(b"{\"a\":2}");
         let mut r = Reservation::new(&req, Duration::from_secs(60));
@@ -845,7 +804,6 @@ mod tests {
             r.next(found, false),
             Ok(Step::Done(Begin::Answered(Answer::Mismatch)))
         ));
-        assert_eq!(r.claim().fingerprint(), req.fingerprint());
     }
 
     /// Steps whose read never tells (a store that reads no header of the record) and whose
@@ -917,6 +875,8 @@ mod tests {
         assert!(matches!(found.answer(&plain), Ok(Some(Answer::Mismatch))));
         let done = completed_with(*old.fingerprint(), None);
         assert!(matches!(done.answer(&req), Ok(Some(Answer::Mismatch))));
+        let replayed = completed(&old, &StoredResponse::new(201, "made"));
+        assert!(matches!(replayed.answer(&req), Ok(Some(Answer::Replay(_)))));
         let held = Reserved::Held { mismatch: true };
         assert!(matches!(
             held.clone().answer(&req),
@@ -950,15 +910,15 @@ mod tests {
         ));
     }
 
-    /// C3: found under the alternative, a completed record is read again under it, a record
-    /// that changed meanwhile is read again as the request was built, and an expired record is
-    /// replaced under the request's own fingerprint.
+    /// C3: every step is under the request's own fingerprint: a record that changed is
+    /// reserved again, and an expired record under the alternative is replaced under the
+    /// request's own.
     #[test]
     fn c03_writes_are_under_the_request_s_own_fingerprint() {
         let old = request(b"raw");
         let req = request(b"canonical").with_alternative_fingerprint(*old.fingerprint());
         let mut r = Reservation::new(&req, Duration::from_secs(60));
-        let found = |now| Reserved::Found {
+        let expired = Reserved::Found {
             record: Record {
                 fingerprint: *old.fingerprint(),
                 token: FencingToken::generate(),
@@ -966,62 +926,12 @@ mod tests {
                     lease_until: Timestamp::from_millis(1_000),
                 },
             },
-            now: Timestamp::from_millis(now),
+            now: Timestamp::from_millis(5_000),
             in_doubt: false,
         };
-        let done = completed_with(*old.fingerprint(), None);
-        assert!(matches!(r.next(done, false), Ok(Step::Reserve)));
-        assert_eq!(r.claim().fingerprint(), old.fingerprint());
         assert!(matches!(r.next(Reserved::Lost, false), Ok(Step::Reserve)));
         assert_eq!(r.claim().fingerprint(), req.fingerprint());
-        assert!(matches!(
-            r.next(found(0), false),
-            Ok(Step::Done(Begin::Answered(Answer::InFlight { .. })))
-        ));
-        let mut r = Reservation::new(&req, Duration::from_secs(60));
-        assert!(matches!(r.next(found(5_000), false), Ok(Step::Replace(_))));
+        assert!(matches!(r.next(expired, false), Ok(Step::Replace(_))));
         assert_eq!(r.claim().fingerprint(), req.fingerprint());
-    }
-
-    /// C3, C5: found completed under the alternative, then (gone past its retention and
-    /// reserved again) in progress under the request's own fingerprint: in flight as found,
-    /// never a 422.
-    #[test]
-    fn c03_a_record_back_under_the_request_s_own_fingerprint_is_not_a_mismatch() {
-        let old = request(b"raw");
-        let req = request(b"canonical").with_alternative_fingerprint(*old.fingerprint());
-        let mut r = Reservation::new(&req, Duration::from_secs(60));
-        let first = completed_with(*old.fingerprint(), None);
-        assert!(matches!(r.next(first, false), Ok(Step::Reserve)));
-        assert_eq!(r.claim().fingerprint(), old.fingerprint());
-        let own = in_progress(FencingToken::generate(), *req.fingerprint(), 5_000);
-        let step = r.next(own, false);
-        assert!(
-            matches!(
-                step,
-                Ok(Step::Done(Begin::Answered(Answer::InFlight { .. })))
-            ),
-            "{step:?}"
-        );
-    }
-
-    /// C3, C7: the same with the record completed under the request's own fingerprint, as a
-    /// store reports it to a claim under the alternative (no response): read again under its
-    /// own, it is a replay.
-    #[test]
-    fn c07_a_record_completed_under_the_request_s_own_fingerprint_is_replayed() {
-        let old = request(b"raw");
-        let req = request(b"canonical").with_alternative_fingerprint(*old.fingerprint());
-        let mut r = Reservation::new(&req, Duration::from_secs(60));
-        let first = completed_with(*old.fingerprint(), None);
-        assert!(matches!(r.next(first, false), Ok(Step::Reserve)));
-        let without_response = completed_with(*req.fingerprint(), None);
-        assert!(matches!(r.next(without_response, false), Ok(Step::Reserve)));
-        let response = StoredResponse::new(201, "charged");
-        let step = r.next(completed(&req, &response), false);
-        assert!(
-            matches!(step, Ok(Step::Done(Begin::Answered(Answer::Replay(ref r)))) if r.body == b"charged"),
-            "{step:?}"
-        );
     }
 }

@@ -28,8 +28,10 @@
 --   visible and the gate is open; the primary key decides a race with a concurrent reservation
 --   (ON CONFLICT DO NOTHING). A row committed after this statement's snapshot (read committed)
 --   shows up as neither: the caller runs the statement again, and then reads it.
--- * The response is fetched only for the same fingerprint (the only case it can be replayed), so
---   a mismatch or an in-flight answer costs the same whatever the stored body's size.
+-- * The response is fetched only for the request's fingerprint or its alternative ($11, C3: the
+--   only cases it can be replayed, the alternative's from this one step, never a step written
+--   under it), so a mismatch or an in-flight answer costs the same whatever the stored body's
+--   size.
 -- * Time is the server's (C11): clock_timestamp() is the moment this statement runs, and the
 --   reservation's time (reserved_at, to the millisecond) for operators. An instant the engine
 --   decides on is sent as `timestamptz_send(t)`, its 8-byte binary form (microseconds since
@@ -39,7 +41,8 @@
 --
 -- $1 consumer, $2 route, $3 key, $4 fingerprint, $5 new token, $6 lease in milliseconds, $7 the
 -- holder (the reserving process, for operators; never part of a decision), $8 the record's lock
--- key, $9 the record's and fingerprint's lock key, $10 whether this is a one-commit reservation.
+-- key, $9 the record's and fingerprint's lock key, $10 whether this is a one-commit reservation,
+-- $11 the request's alternative fingerprint ($4 again when it has none).
 -- Returns one row: source ('existing', 'inserted', 'held_same' or 'held_other'), the record's
 -- columns (NULL for a held record), now, whether the record carries a mark of doubt, and when
 -- the server started (another server, or a restart: what this connection acknowledged before
@@ -50,7 +53,7 @@ WITH clock AS (
 ),
 existing AS (
     SELECT fingerprint, token, state, deadline,
-           CASE WHEN fingerprint = $4 THEN response END AS response,
+           CASE WHEN fingerprint IN ($4, $11) THEN response END AS response,
            doubt IS NOT NULL AS in_doubt
     FROM idem_records
     WHERE consumer = $1 AND route = $2 AND key = $3

@@ -86,6 +86,10 @@ impl Ops {
         let id = request.id();
         let [consumer, route, key] = id_params(id);
         let fingerprint = request.fingerprint().as_bytes();
+        // The response is fetched under either of the request's fingerprints (C3).
+        let alternative = request
+            .alternative_fingerprint()
+            .unwrap_or(request.fingerprint());
         let gate = self.gate.keys(id, request.fingerprint());
         // Inside the execution's transaction nothing of the store's session settings is sent:
         // `SET TRANSACTION` would change the effect's isolation and `SET LOCAL` its timeouts
@@ -98,32 +102,27 @@ impl Ops {
         };
         // Which process reserves, for operators; never part of a decision.
         let holder = self.holder.as_str();
-        // Both statements take the same parameters, $1..$10.
+        // The insert takes reserve.sql's $1..$10; $11 is the alternative fingerprint.
         let alone = claim.expects_fresh() && insert_first;
-        let sql = if alone {
-            &self.sql.insert
+        let params = [
+            consumer,
+            route,
+            key,
+            Param::Bytes(fingerprint),
+            Param::Bytes(token.as_bytes()),
+            Param::Int(duration_millis(lease_for)),
+            Param::Text(holder),
+            Param::Int(gate.record),
+            Param::Int(gate.fingerprint),
+            Param::Bool(one_commit),
+            Param::Bytes(alternative.as_bytes()),
+        ];
+        let (sql, params) = if alone {
+            (&self.sql.insert, &params[..10])
         } else {
-            &self.sql.reserve
+            (&self.sql.reserve, &params[..])
         };
-        let found = fetch_optional_after(
-            conn,
-            self.mode,
-            preamble,
-            sql,
-            &[
-                consumer,
-                route,
-                key,
-                Param::Bytes(fingerprint),
-                Param::Bytes(token.as_bytes()),
-                Param::Int(duration_millis(lease_for)),
-                Param::Text(holder),
-                Param::Int(gate.record),
-                Param::Int(gate.fingerprint),
-                Param::Bool(one_commit),
-            ],
-        )
-        .await?;
+        let found = fetch_optional_after(conn, self.mode, preamble, sql, params).await?;
         // No row: the insert alone wrote nothing (a record is there, or a one-commit execution
         // holds the key), or a reservation committed after this statement's snapshot.
         let Some(found) = found else {
@@ -155,13 +154,20 @@ impl Ops {
         request: &Request,
     ) -> Result<Reserved, Error> {
         let [consumer, route, key] = id_params(request.id());
-        let fingerprint = Param::Bytes(request.fingerprint().as_bytes());
+        let fingerprint = request.fingerprint();
+        let alternative = request.alternative_fingerprint().unwrap_or(fingerprint);
         let found = fetch_optional_after(
             conn,
             self.mode,
             &self.preamble,
             &self.sql.read,
-            &[consumer, route, key, fingerprint],
+            &[
+                consumer,
+                route,
+                key,
+                Param::Bytes(fingerprint.as_bytes()),
+                Param::Bytes(alternative.as_bytes()),
+            ],
         )
         .await?;
         let Some(found) = found else {

@@ -5,14 +5,16 @@
 -- runs. One key: runs unchanged on a Redis Cluster.
 -- KEYS[1] the record. ARGV: 1 fingerprint, 2 new token, 3 lease ms, 4 grace ms, 5 the triple,
 -- 6 the holder (the reserving process), 7 '1' for a store that reads first: the new record gets
--- its read header ('rh', see complete.lua). new_record.lua writes the new record; its 'at' and
+-- its read header ('rh', see complete.lua), 8 the request's alternative fingerprint (C3; the
+-- fingerprint again when it has none). new_record.lua writes the new record; its 'at' and
 -- 'h' are for operators and take part in no decision.
 -- Returns {packed, response}. Packed is 'inserted', now, deadline or 'existing', now, version,
 -- fingerprint, token, state, deadline, triple, whether a response is stored (1 or 0), whether
 -- it is in doubt (1 or 0: a mark 'dbt', its answer may still change), packed by cmsgpack into
 -- one string: a client parses one value instead of ten, and Redis packs them in C for what
 -- writing them as an array costs it (src/packed.rs). The response is false, or the stored one
--- only for the same fingerprint on a completed record (the one case it is replayed), so an
+-- only for the request's fingerprint or its alternative on a completed record (the cases it is
+-- replayed, the alternative's from this one step: never a step under it), so an
 -- answer transfers the same whatever the body's size; it stays out of the packing, which would
 -- copy a large body again. Whether one is stored is said in every case: an in-progress record
 -- with a response, or a completed one without, is corrupt (C12).
@@ -33,7 +35,7 @@ if rec[7] then
   stored = 1
 end
 local response = false
-if rec[2] == ARGV[1] and rec[4] == '1' then
+if (rec[2] == ARGV[1] or rec[2] == ARGV[8]) and rec[4] == '1' then
   response = rec[7]
 end
 local doubt = 0

@@ -646,6 +646,8 @@ impl Store for RedisStore {
             .bound(Operation::Reserve, async {
                 let request = claim.request();
                 let key = self.key_of(request.id());
+                let fingerprint = request.fingerprint();
+                let alternative = request.alternative_fingerprint().unwrap_or(fingerprint);
                 // Every step of a reservation sends the claim's token: after a lost answer the script
                 // recognises the reservation it wrote (never a key held by nobody until the lease
                 // passes).
@@ -662,7 +664,8 @@ impl Store for RedisStore {
                     .arg(duration_millis(self.grace))
                     .arg(record::triple(request.id()))
                     .arg(&*self.holder)
-                    .arg(self.header_flag());
+                    .arg(self.header_flag())
+                    .arg(alternative.as_bytes().as_slice());
                 let reply = self.conns.invoke(&invocation).await?;
                 let (packed, response) = packed::split(reply, "reserve")?;
                 let (fields, count) = packed::unpack::<10>(&packed, "reserve")?;

@@ -3,7 +3,7 @@
 //! which the store decodes (`src/record.rs`), on the paths the suite cannot reach from outside:
 //! a reservation sent again with its own token after a lost answer reports the record it wrote
 //! and writes nothing (the engine recognises it, C4, C16), and which replies carry the stored
-//! response (only a replay's, C7) while every reply says whether one is stored (C12). The
+//! response (only a replay's, C7, under the request's fingerprint or its alternative, C3) while every reply says whether one is stored (C12). The
 //! reply's values are one MessagePack string beside the response (`src/packed.rs`), read here
 //! by another reader (`rmpv`).
 
@@ -57,6 +57,17 @@ async fn reserve(
     fingerprint: &[u8],
     token: &FencingToken,
 ) -> Vec<Value> {
+    reserve_as(conn, key, fingerprint, fingerprint, token).await
+}
+
+/// [`reserve`] for a request whose alternative fingerprint is `alternative` (C3).
+async fn reserve_as(
+    conn: &mut MultiplexedConnection,
+    key: &str,
+    fingerprint: &[u8],
+    alternative: &[u8],
+    token: &FencingToken,
+) -> Vec<Value> {
     let script = Script::new(
         &[
             include_str!("../lua/new_record.lua"),
@@ -72,7 +83,9 @@ async fn reserve(
         .arg(LEASE_MS)
         .arg(GRACE_MS)
         .arg(TRIPLE)
-        .arg(HOLDER);
+        .arg(HOLDER)
+        .arg("0")
+        .arg(alternative);
     // `{packed values, response}`: the response goes back among the values, before the doubt.
     let reply = invocation.invoke_async(conn).await.expect("reserve.lua");
     let Value::Array(parts) = reply else {
@@ -204,6 +217,14 @@ async fn c07_only_a_replay_carries_the_response_and_every_reply_says_whether_one
         (b"fp-a".as_slice(), 1, &Value::Nil),
         "a mismatch: stored, not sent"
     );
+    let renamed = reserve_as(&mut conn, &key, b"fp-b", b"fp-a", &FencingToken::generate()).await;
+    assert_eq!(
+        (text(&renamed[3]), text(&renamed[9])),
+        (b"fp-a".as_slice(), stored.as_slice()),
+        "C3: the request under its alternative fingerprint: its response, from this one step"
+    );
+    let third = reserve_as(&mut conn, &key, b"fp-b", b"fp-c", &FencingToken::generate()).await;
+    assert_eq!(third[9], Value::Nil, "another body's alternative: not sent");
     assert_eq!(
         text(&mismatch[7]),
         TRIPLE,

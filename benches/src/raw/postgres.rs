@@ -212,6 +212,7 @@ impl Inner {
                 .bind(record_lock)
                 .bind(fingerprint_lock)
                 .bind(false)
+                .bind(fingerprint)
                 .fetch_all(held.conn())
                 .await
                 .expect("reserve.sql");

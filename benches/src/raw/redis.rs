@@ -196,7 +196,8 @@ impl Inner {
             .arg(millis(grace))
             .arg(triple(id))
             .arg(idem::store::Holder::this_process().encode())
-            .arg("1");
+            .arg("1")
+            .arg(fingerprint);
         let (packed, response): (Vec<u8>, Option<Vec<u8>>) = invocation
             .invoke_async(&mut self.conn.clone())
             .await

@@ -426,11 +426,9 @@ impl<S: Store> Idempotency<S> {
             Ok(claim) => return Ok(Ok(Some(claim))),
             Err(met) => met,
         };
-        let mut committed = self.read_answer(request, budget).await?;
-        // A record under the request's alternative fingerprint is its own (C3).
-        if let (Some(Answer::Mismatch), Some(alternative)) = (&committed, request.alternative()) {
-            committed = self.read_answer(alternative, budget).await?;
-        }
+        // A record under the request's alternative fingerprint is its own (C3): the read
+        // fetches its response under either.
+        let committed = self.read_answer(request, budget).await?;
         Ok(Err(match committed {
             Some(answer) => self.screen(answer)?,
             None => met,

@@ -46,7 +46,9 @@ use std::time::Duration;
 ///    C16): each reports a [`Reserved`]; the engine ([`Reservation`]) takes the next step.
 ///    `reserve` inserts an in-progress record carrying [`Claim::token`], due `now + lease_for`,
 ///    where there is none; else it reports the record, expired or not (one that does not
-///    decode is [`Error::CorruptRecord`], never absent). `replace` writes the same only if the
+///    decode is [`Error::CorruptRecord`], never absent), with its response only if it is
+///    under the claim's fingerprint or its alternative (C3: the request's, replayed from this
+///    step; never a step under the alternative). `replace` writes the same only if the
 ///    record still carries [`Acquire::replaces`], in the state it says, and is still expired
 ///    at `now` (a late completion or a renewal moves the deadline). Of N concurrent callers
 ///    on one id exactly one acquires. Neither step waits for a running holder, nor for another
@@ -129,7 +131,7 @@ pub trait Store: Send + Sync {
     async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error>;
 
     /// Reads the request's record as [`reserve`](Self::reserve) reports it, writing nothing
-    /// and waiting for no writer (rule 8): `Found` (the response only for its fingerprint), or
+    /// and waiting for no writer (rule 8): `Found` (the response as `reserve` fetches it), or
     /// `Lost` when there is none. Asked first where [`Capabilities::read_first`], and by a
     /// [`Capabilities::process_gate`] store's claims. Default: `Lost`.
     async fn read(&self, request: &Request, deadline: Deadline) -> Result<Reserved, Error> {

@@ -152,6 +152,7 @@ macro_rules! __idem_conformance_scenarios {
             c03_concrete_path_is_part_of_the_fingerprint,
             c03_mismatch_on_completed_runs_nothing_and_keeps_the_record,
             c03_mismatch_beats_in_flight,
+            c03_a_record_under_the_alternative_fingerprint_is_replayed_from_one_step,
             c04_concurrent_same_key_one_effect,
             c04_concurrent_distinct_keys_all_run,
             c05_in_flight_duplicate_is_answered_at_once,

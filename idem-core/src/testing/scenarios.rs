@@ -288,6 +288,80 @@ pub async fn c03_mismatch_beats_in_flight<H: Harness>(harness: &H) {
         .expect("the holder still completes");
 }
 
+/// C3: a record under a request's alternative fingerprint is the request's own. Every step
+/// that finds it completed carries its response (a reservation, and a read where the store
+/// reads), so the engine replays it from that step and never takes one under the alternative
+/// (which would write under it had the record gone in between). Past its retention the key is
+/// new, and the execution is written under the request's own fingerprint.
+pub async fn c03_a_record_under_the_alternative_fingerprint_is_replayed_from_one_step<
+    H: Harness,
+>(
+    harness: &H,
+) {
+    let store = fresh(harness).await;
+    let idem = engine(&store, policy().retention(SHORT_RETENTION));
+    let consumer = unique_consumer("c03");
+    let raw = request(&consumer, "k", b"{ \"amount\": 1 }");
+    let lease = acquire(&idem, &raw).await;
+    idem.complete(lease, charge("made"))
+        .await
+        .expect("complete");
+    let canonical =
+        request(&consumer, "k", b"{\"amount\":1}").with_alternative_fingerprint(*raw.fingerprint());
+
+    let reservation = Reservation::new(&canonical, LEASE);
+    let reserved = store
+        .reserve(reservation.claim(), Deadline::default())
+        .await
+        .expect("reserve");
+    let read = store
+        .read(&canonical, Deadline::default())
+        .await
+        .expect("read");
+    for (step, found) in [("reserve", reserved), ("read", read)] {
+        match found {
+            Reserved::Found { record, .. } => {
+                assert_eq!(record.fingerprint, *raw.fingerprint(), "{step}");
+                let response = match record.state {
+                    crate::store::RecordState::Completed { response, .. } => response,
+                    other => panic!("{step}: {other:?}"),
+                };
+                let response = response.unwrap_or_else(|| panic!("{step}: no response"));
+                let decoded = StoredResponse::decode(&response).expect("decodes");
+                assert_eq!(decoded, charge("made"), "{step}");
+            }
+            // A store that does not read answers `Lost`; a reservation always finds it.
+            Reserved::Lost if step == "read" => {}
+            other => panic!("{step}: {other:?}"),
+        }
+    }
+
+    let ran = counter();
+    let outcome = run_counted(&idem, &canonical, &ran, charge("again"))
+        .await
+        .expect("run");
+    assert_eq!(outcome, Outcome::Answered(Answer::Replay(charge("made"))));
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+
+    tokio::time::sleep(SHORT_RETENTION + Duration::from_millis(100)).await;
+    let outcome = run_counted(&idem, &canonical, &ran, charge("again"))
+        .await
+        .expect("run");
+    assert!(matches!(outcome, Outcome::Executed(_)), "{outcome:?}");
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    let stored = store
+        .lookup(canonical.id(), Deadline::default())
+        .await
+        .expect("lookup")
+        .expect("a record");
+    assert_eq!(stored.fingerprint, *canonical.fingerprint());
+    let plain = request(&consumer, "k", b"{\"amount\":1}");
+    assert_eq!(
+        idem.begin(&plain).await.expect("begin"),
+        replay(charge("again"))
+    );
+}
+
 /// C4: 64 tasks fire the same request at once, 20 rounds: exactly one effect per round; every
 /// other caller gets in-flight or the replay of that one response.
 pub async fn c04_concurrent_same_key_one_effect<H: Harness>(harness: &H) {
