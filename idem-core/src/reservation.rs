@@ -102,8 +102,7 @@ pub enum Reserved {
 impl Reserved {
     /// The answer to `request` without writing, `None` if it would acquire, as a reservation
     /// decides it: a record under either of its fingerprints (C3) is in flight or replayed as
-    /// found (a completed one if its response came with it), and a holder of another body may
-    /// be it under its alternative (in flight).
+    /// found, and a holder of another body may be it under its alternative (in flight).
     pub fn answer(self, request: &Request) -> Result<Option<Answer>, Error> {
         match self {
             Reserved::Found { record, now, .. } => {
@@ -122,17 +121,12 @@ impl Reserved {
 }
 
 /// The fingerprint `record` is decided under for `request`: the record's own if it is under
-/// either of the request's fingerprints (C3) and answers as found: in progress (in flight, or
-/// taken over under the request's own), or completed with its response (a replay; a step
-/// fetches it under either fingerprint, rule 2 of [`Store`](crate::Store)). Else the request's
-/// own: another body's record is a mismatch, and so is a completed one a store reported
-/// without its response.
+/// either of the request's fingerprints (C3), decided as found: in flight, taken over under the
+/// request's own, or replayed from the response the step fetched under either (rule 2 of
+/// [`Store`](crate::Store); a completed one without it is corrupt, C12). Else the request's
+/// own: another body's record is a mismatch.
 fn deciding(record: &Record<Option<Vec<u8>>>, request: &Request) -> Fingerprint {
-    let as_found = match &record.state {
-        RecordState::InProgress { .. } => true,
-        RecordState::Completed { response, .. } => response.is_some(),
-    };
-    if as_found && request.accepts(&record.fingerprint) {
+    if request.accepts(&record.fingerprint) {
         record.fingerprint
     } else {
         *request.fingerprint()
@@ -771,8 +765,8 @@ mod tests {
 
     /// C3: a record under the alternative fingerprint is the request's own, decided as found
     /// with no step more: completed, it is replayed from the response the step fetched under
-    /// either fingerprint (rule 2 of `Store`); in progress, in flight. A completed one a store
-    /// reported without its response is a mismatch, never a step under the alternative.
+    /// either fingerprint (rule 2 of `Store`); in progress, in flight. A completed one without
+    /// its response is corrupt (C12), as under the request's own: never a 422, never a step.
     #[test]
     fn c03_a_record_under_the_alternative_fingerprint_is_decided_as_found() {
         let old = request(b"{ \"a\": 1 }");
@@ -788,7 +782,7 @@ mod tests {
         let without = completed_with(*old.fingerprint(), None);
         assert!(matches!(
             r.next(without, false),
-            Ok(Step::Done(Begin::Answered(Answer::Mismatch)))
+            Err(Error::CorruptRecord(_))
         ));
         let mut r = Reservation::new(&req, Duration::from_secs(60));
         let found = in_progress(FencingToken::generate(), *old.fingerprint(), 5_000);
@@ -859,9 +853,9 @@ mod tests {
     /// in use in the process) answers as a reservation decides: a record in progress under the
     /// request's alternative is in flight as found, not a 422 that sends the engine to a
     /// whole execution under the alternative (which writes under it if the holder is gone by
-    /// then); a completed one under the alternative is not answered from a read under the
-    /// request's own fingerprint (no response came with it); a holder of another body may be
-    /// the request under its alternative: in flight.
+    /// then); a completed one under the alternative is replayed, or corrupt without its
+    /// response (C12); a holder of another body may be the request under its alternative: in
+    /// flight.
     #[test]
     fn c03_an_answer_from_a_read_decides_as_a_reservation_does() {
         let old = request(b"raw");
@@ -874,7 +868,7 @@ mod tests {
         let plain = request(b"canonical");
         assert!(matches!(found.answer(&plain), Ok(Some(Answer::Mismatch))));
         let done = completed_with(*old.fingerprint(), None);
-        assert!(matches!(done.answer(&req), Ok(Some(Answer::Mismatch))));
+        assert!(matches!(done.answer(&req), Err(Error::CorruptRecord(_))));
         let replayed = completed(&old, &StoredResponse::new(201, "made"));
         assert!(matches!(replayed.answer(&req), Ok(Some(Answer::Replay(_)))));
         let held = Reserved::Held { mismatch: true };

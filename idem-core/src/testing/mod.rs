@@ -172,6 +172,7 @@ macro_rules! __idem_conformance_scenarios {
             c08_panicking_handler_keeps_the_key,
             c09_orphan_is_taken_over_and_stale_holder_fenced_out,
             c09_concurrent_takeover_has_one_winner,
+            c09_an_orphan_under_the_alternative_fingerprint_is_taken_over_under_its_own,
             c09_late_completion_and_takeover_never_both_win,
             c09_renew_keeps_a_long_handler_lease,
             c09_slow_handler_keeps_its_lease_without_renewing,
@@ -218,6 +219,7 @@ macro_rules! __idem_transact_scenarios {
             txc_c05_a_duplicate_is_answered_at_once_while_the_effect_runs,
             txc_c04_concurrent_executions_of_one_key_write_one_row,
             txc_c07_committed_answers_are_replayed_from_memory,
+            txc_c03_a_record_under_the_alternative_fingerprint_is_the_request_s,
         }
     };
 }

@@ -1476,3 +1476,66 @@ pub async fn c16_a_store_step_reports_what_it_found_and_never_loops<H: Harness>(
         None
     );
 }
+
+/// C3, C4, C9: an orphan under a request's alternative fingerprint is in flight while
+/// its lease lives (never 422), then taken over once, under the request's own fingerprint, by
+/// one of many concurrent retries; nobody gets 422.
+pub async fn c09_an_orphan_under_the_alternative_fingerprint_is_taken_over_under_its_own<
+    H: Harness,
+>(
+    harness: &H,
+) {
+    let store = fresh(harness).await;
+    let idem = engine(&store, policy());
+    let consumer = unique_consumer("c09-alt");
+    for key in ["one", "many"] {
+        let raw = request(&consumer, key, b"{ \"amount\": 1 }");
+        let canonical = request(&consumer, key, b"{\"amount\":1}")
+            .with_alternative_fingerprint(*raw.fingerprint());
+        let orphan = Reservation::new(&raw, LEASE);
+        let written = store
+            .reserve(orphan.claim(), Deadline::default())
+            .await
+            .expect("reserve");
+        assert!(matches!(written, Reserved::Written { .. }), "{written:?}");
+        let ran = counter();
+        let live = run_counted(&idem, &canonical, &ran, charge("x")).await;
+        assert!(
+            matches!(live, Ok(Outcome::Answered(Answer::InFlight { .. }))),
+            "{key}: {live:?}"
+        );
+        tokio::time::sleep(LEASE + Duration::from_millis(150)).await;
+        let mut tasks = Vec::new();
+        let n = if key == "one" { 1 } else { 16 };
+        for _ in 0..n {
+            let (idem, canonical, ran) = (idem.clone(), canonical.clone(), Arc::clone(&ran));
+            tasks.push(tokio::spawn(async move {
+                run_counted(&idem, &canonical, &ran, charge("taken")).await
+            }));
+        }
+        for task in tasks {
+            let outcome = task.await.expect("joined");
+            assert!(
+                matches!(
+                    outcome,
+                    Ok(Outcome::Executed(_))
+                        | Ok(Outcome::Answered(Answer::InFlight { .. }))
+                        | Ok(Outcome::Answered(Answer::Replay(_)))
+                ),
+                "{key}: {outcome:?}"
+            );
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), 1, "{key}: one effect");
+        let stored = store
+            .lookup(canonical.id(), Deadline::default())
+            .await
+            .expect("lookup")
+            .expect("a record");
+        assert_eq!(stored.fingerprint, *canonical.fingerprint(), "{key}");
+        let again = run_counted(&idem, &canonical, &ran, charge("again")).await;
+        assert!(
+            matches!(&again, Ok(Outcome::Answered(Answer::Replay(r))) if r.body == b"taken"),
+            "{key}: {again:?}"
+        );
+    }
+}

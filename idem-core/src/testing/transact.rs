@@ -460,3 +460,172 @@ pub async fn txc_c04_concurrent_executions_of_one_key_write_one_row<H: TransactH
     assert_eq!(executed, 1);
     assert_eq!(harness.business_rows(&store, &intent).await, 1);
 }
+
+/// C3, C9, C10, C15: the transactional closure, for a request whose alternative
+/// fingerprint holds the record: a completed one is replayed with no effect; one in flight is
+/// in flight (never 422); an orphan under the alternative and a record past its retention are
+/// taken over / started over under the request's own fingerprint, never the alternative.
+pub async fn txc_c03_a_record_under_the_alternative_fingerprint_is_the_request_s<
+    H: TransactHarness,
+>(
+    harness: &H,
+    one_commit: bool,
+) where
+    H::Store: Transactional,
+{
+    use super::{LEASE, SHORT_RETENTION};
+    use crate::store::{Deadline, Reservation, Reserved};
+    let store = Arc::new(harness.store_for(one_commit).await);
+    let idem = Idempotency::with_policy(
+        Arc::clone(&store),
+        policy()
+            .one_commit(one_commit)
+            .retention(SHORT_RETENTION * 4),
+    )
+    .expect("policy");
+    let fp_of = |req: &Request| {
+        let store = Arc::clone(&store);
+        let id = req.id().clone();
+        async move {
+            store
+                .lookup(&id, Deadline::default())
+                .await
+                .expect("lookup")
+                .map(|r| r.fingerprint)
+        }
+    };
+
+    // a: completed under the alternative: replayed, no effect, record untouched.
+    let intent = unique_consumer("txc-alt-a");
+    let raw = request(&intent, "k", b"{ \"cents\": 500 }");
+    let canonical =
+        request(&intent, "k", b"{\"cents\":500}").with_alternative_fingerprint(*raw.fingerprint());
+    let first = transact(harness, &idem, &intent, &raw, Script::respond(charged("a"))).await;
+    assert!(matches!(&first, Ok(Outcome::Executed(_))), "{first:?}");
+    for _ in 0..2 {
+        let again = transact(
+            harness,
+            &idem,
+            &intent,
+            &canonical,
+            Script::respond(charged("b")),
+        );
+        let again = again.await;
+        assert!(
+            matches!(&again, Ok(Outcome::Answered(Answer::Replay(r))) if *r == charged("a")),
+            "a: {again:?}"
+        );
+    }
+    assert_eq!(
+        harness.business_rows(&store, &intent).await,
+        1,
+        "a: one effect"
+    );
+    assert_eq!(fp_of(&raw).await, Some(*raw.fingerprint()), "a: untouched");
+
+    // b: in flight under the alternative: in flight at once, then the replay.
+    let intent = unique_consumer("txc-alt-b");
+    let raw = request(&intent, "k", b"{ \"cents\": 600 }");
+    let canonical =
+        request(&intent, "k", b"{\"cents\":600}").with_alternative_fingerprint(*raw.fingerprint());
+    let script = Script::respond(charged("held")).held();
+    let effect = harness.effect(&intent, script.clone());
+    let (engine, owned) = (idem.clone(), raw.clone());
+    let holder = tokio::spawn(async move { engine.transact(&owned, effect).await });
+    let _release = ReleaseOnDrop(script.clone());
+    script.until_started().await;
+    let dup = harness.effect(&intent, Script::respond(charged("dup")));
+    let answer = tokio::time::timeout(AT_ONCE, idem.transact(&canonical, dup)).await;
+    assert!(
+        matches!(answer, Ok(Ok(Outcome::Answered(Answer::InFlight { .. })))),
+        "b: {answer:?}"
+    );
+    script.release();
+    let held = holder.await.expect("joined");
+    assert!(matches!(&held, Ok(Outcome::Executed(_))), "b: {held:?}");
+    let dup = harness.effect(&intent, Script::respond(charged("dup")));
+    let answer = idem.transact(&canonical, dup).await;
+    assert!(
+        matches!(&answer, Ok(Outcome::Answered(Answer::Replay(r))) if *r == charged("held")),
+        "b: {answer:?}"
+    );
+    assert_eq!(
+        harness.business_rows(&store, &intent).await,
+        1,
+        "b: one effect"
+    );
+
+    // c: an orphan under the alternative: taken over under the request's own fingerprint.
+    let intent = unique_consumer("txc-alt-c");
+    let raw = request(&intent, "k", b"{ \"cents\": 700 }");
+    let canonical =
+        request(&intent, "k", b"{\"cents\":700}").with_alternative_fingerprint(*raw.fingerprint());
+    let orphan = Reservation::new(&raw, LEASE);
+    let written = store
+        .reserve(orphan.claim(), Deadline::default())
+        .await
+        .expect("reserve");
+    assert!(matches!(written, Reserved::Written { .. }), "{written:?}");
+    tokio::time::sleep(LEASE + Duration::from_millis(150)).await;
+    let run = transact(
+        harness,
+        &idem,
+        &intent,
+        &canonical,
+        Script::respond(charged("c")),
+    )
+    .await;
+    assert!(matches!(&run, Ok(Outcome::Executed(_))), "c: {run:?}");
+    assert_eq!(fp_of(&raw).await, Some(*canonical.fingerprint()), "c: own");
+    assert_eq!(
+        harness.business_rows(&store, &intent).await,
+        1,
+        "c: one effect"
+    );
+
+    // d: completed under the alternative, past its retention: started over under its own.
+    let intent = unique_consumer("txc-alt-d");
+    let raw = request(&intent, "k", b"{ \"cents\": 800 }");
+    let canonical =
+        request(&intent, "k", b"{\"cents\":800}").with_alternative_fingerprint(*raw.fingerprint());
+    let first = transact(
+        harness,
+        &idem,
+        &intent,
+        &raw,
+        Script::respond(charged("d1")),
+    )
+    .await;
+    assert!(matches!(&first, Ok(Outcome::Executed(_))), "{first:?}");
+    tokio::time::sleep(SHORT_RETENTION * 4 + Duration::from_millis(150)).await;
+    let run = transact(
+        harness,
+        &idem,
+        &intent,
+        &canonical,
+        Script::respond(charged("d2")),
+    )
+    .await;
+    assert!(
+        matches!(&run, Ok(Outcome::Executed(r)) if *r == charged("d2")),
+        "d: {run:?}"
+    );
+    assert_eq!(fp_of(&raw).await, Some(*canonical.fingerprint()), "d: own");
+    let again = transact(
+        harness,
+        &idem,
+        &intent,
+        &canonical,
+        Script::respond(charged("d3")),
+    )
+    .await;
+    assert!(
+        matches!(&again, Ok(Outcome::Answered(Answer::Replay(r))) if *r == charged("d2")),
+        "d: {again:?}"
+    );
+    assert_eq!(
+        harness.business_rows(&store, &intent).await,
+        2,
+        "d: two effects"
+    );
+}
