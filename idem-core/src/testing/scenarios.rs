@@ -299,7 +299,8 @@ pub async fn c03_a_record_under_the_alternative_fingerprint_is_replayed_from_one
     harness: &H,
 ) {
     let store = fresh(harness).await;
-    let idem = engine(&store, policy().retention(SHORT_RETENTION));
+    // Retained for an hour: no step below races the record's end.
+    let idem = engine(&store, policy());
     let consumer = unique_consumer("c03");
     let raw = request(&consumer, "k", b"{ \"amount\": 1 }");
     let lease = acquire(&idem, &raw).await;
@@ -343,6 +344,16 @@ pub async fn c03_a_record_under_the_alternative_fingerprint_is_replayed_from_one
     assert_eq!(outcome, Outcome::Answered(Answer::Replay(charge("made"))));
     assert_eq!(ran.load(Ordering::SeqCst), 0);
 
+    // Another key, its record under the alternative retained briefly, then gone.
+    let short = engine(&store, policy().retention(SHORT_RETENTION));
+    let raw = request(&consumer, "gone", b"{ \"amount\": 1 }");
+    let lease = acquire(&short, &raw).await;
+    short
+        .complete(lease, charge("made"))
+        .await
+        .expect("complete");
+    let canonical = request(&consumer, "gone", b"{\"amount\":1}")
+        .with_alternative_fingerprint(*raw.fingerprint());
     tokio::time::sleep(SHORT_RETENTION + Duration::from_millis(100)).await;
     let outcome = run_counted(&idem, &canonical, &ran, charge("again"))
         .await
@@ -355,7 +366,7 @@ pub async fn c03_a_record_under_the_alternative_fingerprint_is_replayed_from_one
         .expect("lookup")
         .expect("a record");
     assert_eq!(stored.fingerprint, *canonical.fingerprint());
-    let plain = request(&consumer, "k", b"{\"amount\":1}");
+    let plain = request(&consumer, "gone", b"{\"amount\":1}");
     assert_eq!(
         idem.begin(&plain).await.expect("begin"),
         replay(charge("again"))
