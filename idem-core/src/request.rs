@@ -143,6 +143,24 @@ impl Request {
         self.0.alternative.as_ref()
     }
 
+    /// Its own fingerprint and its alternative (its own again when it has none): what a store's
+    /// step fetches a record's response under (rule 2 of [`Store`](crate::Store), C3), as one
+    /// statement's two parameters.
+    ///
+    /// ```
+    /// use idem_core::Request;
+    /// let build = |body: &'static [u8]| Request::builder("acct_1", "POST", "/charges").key(Some("k1")).body(body).build();
+    /// let (new, old) = (build(b"canonical")?, build(b"raw")?);
+    /// assert_eq!(new.fingerprints(), [new.fingerprint(), new.fingerprint()]);
+    /// let new = new.with_alternative_fingerprint(*old.fingerprint());
+    /// assert_eq!(new.fingerprints(), [new.fingerprint(), old.fingerprint()]);
+    /// # Ok::<(), idem_core::Error>(())
+    /// ```
+    pub fn fingerprints(&self) -> [&Fingerprint; 2] {
+        let own = self.fingerprint();
+        [own, self.alternative_fingerprint().unwrap_or(own)]
+    }
+
     /// Whether a record stored under `fingerprint` is this request's: its own fingerprint or
     /// its alternative (C3).
     pub fn accepts(&self, fingerprint: &Fingerprint) -> bool {

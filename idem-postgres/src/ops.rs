@@ -85,11 +85,8 @@ impl Ops {
         let (request, token, lease_for) = (claim.request(), claim.token(), claim.lease_for());
         let id = request.id();
         let [consumer, route, key] = id_params(id);
-        let fingerprint = request.fingerprint().as_bytes();
         // The response is fetched under either of the request's fingerprints (C3).
-        let alternative = request
-            .alternative_fingerprint()
-            .unwrap_or(request.fingerprint());
+        let [fingerprint, alternative] = request.fingerprints();
         let gate = self.gate.keys(id, request.fingerprint());
         // Inside the execution's transaction nothing of the store's session settings is sent:
         // `SET TRANSACTION` would change the effect's isolation and `SET LOCAL` its timeouts
@@ -108,7 +105,7 @@ impl Ops {
             consumer,
             route,
             key,
-            Param::Bytes(fingerprint),
+            Param::Bytes(fingerprint.as_bytes()),
             Param::Bytes(token.as_bytes()),
             Param::Int(duration_millis(lease_for)),
             Param::Text(holder),
@@ -154,8 +151,7 @@ impl Ops {
         request: &Request,
     ) -> Result<Reserved, Error> {
         let [consumer, route, key] = id_params(request.id());
-        let fingerprint = request.fingerprint();
-        let alternative = request.alternative_fingerprint().unwrap_or(fingerprint);
+        let [fingerprint, alternative] = request.fingerprints();
         let found = fetch_optional_after(
             conn,
             self.mode,

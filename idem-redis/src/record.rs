@@ -269,8 +269,8 @@ pub(crate) fn listed(fields: &[Value], prefix: &str, at_key: &str) -> Result<Lis
 
 /// What the first step of a plain read found (`RedisStore::read`: the replies to `HMGET rh resp`
 /// and `TIME`), as a reservation step reports it, its response only for the request's
-/// fingerprint or its alternative (C3): the record by its read header (`rh`, see `lua/complete.lua`), or `Lost` for
-/// neither a header nor a response: no record, or one the reservation's script reports as it
+/// fingerprint or its alternative (C3): the record by its read header (`rh`, see
+/// `lua/complete.lua`), or `Lost` for neither a header nor a response: no record, or one the reservation's script reports as it
 /// is (not ours, or written in progress by a release or store that writes no header). `None`
 /// for a record whose fields the read reads next: a completed one without a header (in doubt,
 /// or written by a store that does not read first), or with one in progress beside a response
@@ -362,8 +362,7 @@ pub(crate) fn server_time(reply: &Value) -> Result<Timestamp, Error> {
 /// The record the second step of a plain read found (`RedisStore::read`, for a record without a
 /// read header: the replies to `HMGET v fp tok st dl id dbt resp` and `TIME`) as a reservation
 /// step reports it, its response only for the request's fingerprint or its alternative (C3);
-/// `Lost` for no record,
-/// and for one that is not ours: the reservation's script reports those.
+/// `Lost` for no record, and for one that is not ours: the reservation's script reports those.
 pub(crate) fn read(replies: Vec<Value>, request: &Request) -> Result<Reserved, Error> {
     let count = replies.len();
     let Ok([Value::Array(fields), time]) = <[Value; 2]>::try_from(replies) else {

@@ -646,15 +646,14 @@ impl Store for RedisStore {
             .bound(Operation::Reserve, async {
                 let request = claim.request();
                 let key = self.key_of(request.id());
-                let fingerprint = request.fingerprint();
-                let alternative = request.alternative_fingerprint().unwrap_or(fingerprint);
+                let [fingerprint, alternative] = request.fingerprints();
                 // Every step of a reservation sends the claim's token: after a lost answer the script
                 // recognises the reservation it wrote (never a key held by nobody until the lease
                 // passes).
                 let mut invocation = scripts().reserve.prepare_invoke();
                 invocation
                     .key(&key)
-                    .arg(request.fingerprint().as_bytes().as_slice())
+                    .arg(fingerprint.as_bytes().as_slice())
                     .arg(claim.token().as_bytes().as_slice())
                     .arg(bounded_millis(
                         claim.lease_for(),

@@ -131,8 +131,7 @@ pub(crate) fn found(
     now: Timestamp,
 ) -> Result<Option<Reserved>, Error> {
     let id = request.id();
-    let fingerprint = request.fingerprint();
-    let alternative = request.alternative_fingerprint().unwrap_or(fingerprint);
+    let [fingerprint, alternative] = request.fingerprints();
     let mut stmt = conn
         .prepare_cached(&sql.decide_record)
         .map_err(store_error)?;

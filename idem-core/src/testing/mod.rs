@@ -66,7 +66,7 @@ pub fn set_local_deadline(lease: &mut crate::Lease, at: std::time::Instant) {
     lease.set_local_deadline(at);
 }
 
-use crate::store::{Completion, Store};
+use crate::store::{Completion, Deadline, Reservation, Reserved, Store};
 use crate::{Error, FencingToken, Fingerprint, IdempotencyKey, Policy, RecordId, Request, Scope};
 use std::time::Duration;
 
@@ -130,6 +130,31 @@ pub fn unique_consumer(scenario: &str) -> String {
 /// A request of `consumer` on route `POST /charges` with `key` and `body`.
 pub fn request(consumer: &str, key: &str, body: &[u8]) -> Request {
     request_on(consumer, "POST /charges", key, body)
+}
+
+/// A JSON request of `consumer` with `key` as sent (`{ "amount": n }`) and the same body in
+/// canonical form (`{"amount":n}`), the latter carrying the former's fingerprint as its
+/// alternative (C3), as idem-tower's canonical JSON builds it.
+pub(crate) fn sent_and_canonical(consumer: &str, key: &str, amount: u32) -> (Request, Request) {
+    let sent = request(
+        consumer,
+        key,
+        format!("{{ \"amount\": {amount} }}").as_bytes(),
+    );
+    let canonical = request(consumer, key, format!("{{\"amount\":{amount}}}").as_bytes())
+        .with_alternative_fingerprint(*sent.fingerprint());
+    (sent, canonical)
+}
+
+/// Writes an in-progress record of `request` due in `lease` that no process holds (as a crashed
+/// holder leaves it).
+pub(crate) async fn orphan<S: Store + ?Sized>(store: &S, request: &Request, lease: Duration) {
+    let reservation = Reservation::new(request, lease);
+    let written = store
+        .reserve(reservation.claim(), Deadline::default())
+        .await
+        .expect("reserve");
+    assert!(matches!(written, Reserved::Written { .. }), "{written:?}");
 }
 
 /// A request on any route.

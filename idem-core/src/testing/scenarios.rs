@@ -1,7 +1,10 @@
 //! The conformance scenarios. Each names the rule (docs/state-machine.md) it proves, and each
 //! works on a store of its own namespace.
 
-use super::{policy, request, request_on, unique_consumer, Harness, LEASE, SHORT_RETENTION};
+use super::{
+    orphan, policy, request, request_on, sent_and_canonical, unique_consumer, Harness, LEASE,
+    SHORT_RETENTION,
+};
 use crate::store::Deadline;
 use crate::store::{Acquire, Lease, Reservation, Reserved, Store};
 use crate::{
@@ -302,13 +305,11 @@ pub async fn c03_a_record_under_the_alternative_fingerprint_is_replayed_from_one
     // Retained for an hour: no step below races the record's end.
     let idem = engine(&store, policy());
     let consumer = unique_consumer("c03");
-    let raw = request(&consumer, "k", b"{ \"amount\": 1 }");
+    let (raw, canonical) = sent_and_canonical(&consumer, "k", 1);
     let lease = acquire(&idem, &raw).await;
     idem.complete(lease, charge("made"))
         .await
         .expect("complete");
-    let canonical =
-        request(&consumer, "k", b"{\"amount\":1}").with_alternative_fingerprint(*raw.fingerprint());
 
     let reservation = Reservation::new(&canonical, LEASE);
     let reserved = store
@@ -346,14 +347,12 @@ pub async fn c03_a_record_under_the_alternative_fingerprint_is_replayed_from_one
 
     // Another key, its record under the alternative retained briefly, then gone.
     let short = engine(&store, policy().retention(SHORT_RETENTION));
-    let raw = request(&consumer, "gone", b"{ \"amount\": 1 }");
+    let (raw, canonical) = sent_and_canonical(&consumer, "gone", 1);
     let lease = acquire(&short, &raw).await;
     short
         .complete(lease, charge("made"))
         .await
         .expect("complete");
-    let canonical = request(&consumer, "gone", b"{\"amount\":1}")
-        .with_alternative_fingerprint(*raw.fingerprint());
     tokio::time::sleep(SHORT_RETENTION + Duration::from_millis(100)).await;
     let outcome = run_counted(&idem, &canonical, &ran, charge("again"))
         .await
@@ -1500,15 +1499,8 @@ pub async fn c09_an_orphan_under_the_alternative_fingerprint_is_taken_over_under
     let idem = engine(&store, policy());
     let consumer = unique_consumer("c09-alt");
     for key in ["one", "many"] {
-        let raw = request(&consumer, key, b"{ \"amount\": 1 }");
-        let canonical = request(&consumer, key, b"{\"amount\":1}")
-            .with_alternative_fingerprint(*raw.fingerprint());
-        let orphan = Reservation::new(&raw, LEASE);
-        let written = store
-            .reserve(orphan.claim(), Deadline::default())
-            .await
-            .expect("reserve");
-        assert!(matches!(written, Reserved::Written { .. }), "{written:?}");
+        let (raw, canonical) = sent_and_canonical(&consumer, key, 1);
+        orphan(&*store, &raw, LEASE).await;
         let ran = counter();
         let live = run_counted(&idem, &canonical, &ran, charge("x")).await;
         assert!(

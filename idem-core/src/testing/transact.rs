@@ -473,8 +473,8 @@ pub async fn txc_c03_a_record_under_the_alternative_fingerprint_is_the_request_s
 ) where
     H::Store: Transactional,
 {
-    use super::{LEASE, SHORT_RETENTION};
-    use crate::store::{Deadline, Reservation, Reserved};
+    use super::{orphan, sent_and_canonical, LEASE, SHORT_RETENTION};
+    use crate::store::Deadline;
     let store = Arc::new(harness.store_for(one_commit).await);
     // Records retained for an hour, but part d's first (retained briefly): no step races a
     // record's end.
@@ -500,9 +500,7 @@ pub async fn txc_c03_a_record_under_the_alternative_fingerprint_is_the_request_s
 
     // a: completed under the alternative: replayed, no effect, record untouched.
     let intent = unique_consumer("txc-alt-a");
-    let raw = request(&intent, "k", b"{ \"cents\": 500 }");
-    let canonical =
-        request(&intent, "k", b"{\"cents\":500}").with_alternative_fingerprint(*raw.fingerprint());
+    let (raw, canonical) = sent_and_canonical(&intent, "k", 500);
     let first = transact(harness, &idem, &intent, &raw, Script::respond(charged("a"))).await;
     assert!(matches!(&first, Ok(Outcome::Executed(_))), "{first:?}");
     for _ in 0..2 {
@@ -528,9 +526,7 @@ pub async fn txc_c03_a_record_under_the_alternative_fingerprint_is_the_request_s
 
     // b: in flight under the alternative: in flight at once, then the replay.
     let intent = unique_consumer("txc-alt-b");
-    let raw = request(&intent, "k", b"{ \"cents\": 600 }");
-    let canonical =
-        request(&intent, "k", b"{\"cents\":600}").with_alternative_fingerprint(*raw.fingerprint());
+    let (raw, canonical) = sent_and_canonical(&intent, "k", 600);
     let script = Script::respond(charged("held")).held();
     let effect = harness.effect(&intent, script.clone());
     let (engine, owned) = (idem.clone(), raw.clone());
@@ -560,15 +556,8 @@ pub async fn txc_c03_a_record_under_the_alternative_fingerprint_is_the_request_s
 
     // c: an orphan under the alternative: taken over under the request's own fingerprint.
     let intent = unique_consumer("txc-alt-c");
-    let raw = request(&intent, "k", b"{ \"cents\": 700 }");
-    let canonical =
-        request(&intent, "k", b"{\"cents\":700}").with_alternative_fingerprint(*raw.fingerprint());
-    let orphan = Reservation::new(&raw, LEASE);
-    let written = store
-        .reserve(orphan.claim(), Deadline::default())
-        .await
-        .expect("reserve");
-    assert!(matches!(written, Reserved::Written { .. }), "{written:?}");
+    let (raw, canonical) = sent_and_canonical(&intent, "k", 700);
+    orphan(&*store, &raw, LEASE).await;
     tokio::time::sleep(LEASE + Duration::from_millis(150)).await;
     let run = transact(
         harness,
@@ -588,9 +577,7 @@ pub async fn txc_c03_a_record_under_the_alternative_fingerprint_is_the_request_s
 
     // d: completed under the alternative, past its retention: started over under its own.
     let intent = unique_consumer("txc-alt-d");
-    let raw = request(&intent, "k", b"{ \"cents\": 800 }");
-    let canonical =
-        request(&intent, "k", b"{\"cents\":800}").with_alternative_fingerprint(*raw.fingerprint());
+    let (raw, canonical) = sent_and_canonical(&intent, "k", 800);
     let first = transact(
         harness,
         &short,
