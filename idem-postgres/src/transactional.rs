@@ -30,6 +30,9 @@ use std::time::Duration;
 /// The future an effect returns: it borrows the transaction's connection and the lease.
 pub type EffectFuture<'c, E> = Pin<Box<dyn Future<Output = Result<StoredResponse, E>> + Send + 'c>>;
 
+/// A connection for an execution's transaction, on its way.
+type Acquiring<'a> = Pin<Box<dyn Future<Output = Result<EffectConnection<'a>, Error>> + Send + 'a>>;
+
 /// An effect that runs in a PostgreSQL transaction.
 pub type PgEffect<E> =
     Box<dyn for<'c> FnOnce(&'c mut PgConnection, &'c Lease) -> EffectFuture<'c, E> + Send>;
@@ -308,18 +311,24 @@ impl PgStore {
         // transaction begins again, once, on another connection (a newly opened one of the
         // store's own).
         for attempt in 0..2 {
-            let acquire = Box::pin(async {
-                if self.inner.effects_on_pool {
+            // Two boxes, not one: a future is the size of its largest path, and sqlx's pool
+            // acquisition (8 KiB) would be made, and copied, for every transaction on the
+            // store's own connections too.
+            let acquire: Acquiring<'_> = if self.inner.effects_on_pool {
+                Box::pin(async {
                     let conn = self.pool().acquire().await.map_err(store_error)?;
-                    return Ok(EffectConnection::pool(conn));
-                }
-                let held = if attempt == 0 {
-                    conns.get().await?
-                } else {
-                    conns.get_fresh().await?
-                };
-                Ok(EffectConnection::own(held))
-            });
+                    Ok(EffectConnection::pool(conn))
+                })
+            } else {
+                Box::pin(async move {
+                    let held = if attempt == 0 {
+                        conns.get().await?
+                    } else {
+                        conns.get_fresh().await?
+                    };
+                    Ok(EffectConnection::own(held))
+                })
+            };
             let mut conn = match execution
                 .bounded(Operation::Transaction, start.id(), |_| acquire)
                 .await
