@@ -2,6 +2,12 @@
 
 use crate::error::Error;
 use std::fmt;
+use std::sync::LazyLock;
+
+/// The fingerprint's derivation, its context absorbed once per process (a new one hashes the
+/// context first: a compression per request; a clone copies the hasher's state).
+static DERIVATION: LazyLock<blake3::Hasher> =
+    LazyLock::new(|| blake3::Hasher::new_derive_key("idem 2026 request fingerprint v1"));
 
 /// A 32-byte blake3 digest of a request's meaning (C3): method, concrete path and query, body
 /// media type, the headers the caller names, and the body. Parts are tagged and
@@ -166,7 +172,7 @@ impl<'a> FingerprintBuilder<'a> {
     /// Computes the digest.
     pub fn finish(mut self) -> Fingerprint {
         self.headers.sort();
-        let mut hasher = blake3::Hasher::new_derive_key("idem 2026 request fingerprint v1");
+        let mut hasher = DERIVATION.clone();
         part(&mut hasher, b'M', &self.method);
         part(&mut hasher, b'P', &self.path);
         // Only when named, so that requests without a `Content-Type` keep their digest.

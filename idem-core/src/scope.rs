@@ -2,6 +2,14 @@
 
 use crate::error::{Error, Field};
 use crate::key::IdempotencyKey;
+use std::sync::LazyLock;
+
+/// The derivations of a record id, each context absorbed once per process: a new derivation
+/// hashes its context first (a compression per request), a clone copies the hasher's state.
+static RECORD_ID: LazyLock<blake3::Hasher> =
+    LazyLock::new(|| blake3::Hasher::new_derive_key("idem 2026 record id v1"));
+static DOWNSTREAM: LazyLock<blake3::Hasher> =
+    LazyLock::new(|| blake3::Hasher::new_derive_key("idem 2026 downstream idempotency key v1"));
 
 /// The consumer (the authenticated caller) and route (the operation, `"POST /v1/charges"`) a
 /// key lives under (C2): equal keys under another scope are unrelated. Each part is
@@ -129,19 +137,20 @@ impl RecordId {
 
     /// A 32-byte digest of the triple, for a flat key (Redis); no two triples collide.
     pub fn digest(&self) -> [u8; 32] {
-        *self.hashed("idem 2026 record id v1").as_bytes()
+        *self.hashed(&RECORD_ID).as_bytes()
     }
 
     /// [`Lease::downstream_key`](crate::Lease::downstream_key), unrelated to the digest.
     pub fn downstream_key(&self) -> String {
-        let digest = self.hashed("idem 2026 downstream idempotency key v1");
+        let digest = self.hashed(&DOWNSTREAM);
         let hex = crate::hex::lower(&digest.as_bytes()[..DOWNSTREAM_BYTES]);
         format!("{DOWNSTREAM_PREFIX}{hex}")
     }
 
-    /// blake3 derive-key with `context` over each part's length (u64 LE) and bytes (C2).
-    pub(crate) fn hashed(&self, context: &str) -> blake3::Hash {
-        let mut hasher = blake3::Hasher::new_derive_key(context);
+    /// blake3 in `derivation`'s derive-key context over each part's length (u64 LE) and bytes
+    /// (C2).
+    fn hashed(&self, derivation: &blake3::Hasher) -> blake3::Hash {
+        let mut hasher = derivation.clone();
         for part in [self.consumer(), self.route(), self.key()] {
             hasher.update(&(part.len() as u64).to_le_bytes());
             hasher.update(part.as_bytes());
