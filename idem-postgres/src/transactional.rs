@@ -308,11 +308,19 @@ impl PgStore {
         let mut effect = effect;
         let conns = &self.inner.tx_conns;
         // A connection that died while idle fails its BEGIN at once: nothing ran, so the
-        // transaction begins again, once, on another connection (a newly opened one of the
-        // store's own).
-        for attempt in 0..2 {
+        // transaction begins again on another connection. Of the store's own, once, on a
+        // newly opened one. Of the application's pool, until one answers: a restart kills all
+        // its idle connections at once, and the pool hands them out one after another (each
+        // failed one is closed, so the pool's size and one more suffice; every attempt spends
+        // the request's budget).
+        let attempts = if self.inner.effects_on_pool {
+            (self.pool().size() as usize + 1).max(2)
+        } else {
+            2
+        };
+        for attempt in 0..attempts {
             // Two boxes, not one: a future is the size of its largest path, and sqlx's pool
-            // acquisition (8 KiB) would be made, and copied, for every transaction on the
+            // acquisition (8.7 KiB) would be made, and copied, for every transaction on the
             // store's own connections too.
             let acquire: Acquiring<'_> = if self.inner.effects_on_pool {
                 Box::pin(async {
@@ -362,7 +370,7 @@ impl PgStore {
                     }
                     // The effect never ran.
                     conn.settle();
-                    if attempt > 0 {
+                    if attempt + 1 == attempts {
                         return start.failed(error);
                     }
                     effect = back;

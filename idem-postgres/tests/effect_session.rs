@@ -174,3 +174,75 @@ async fn c13_every_effects_transaction_carries_the_idle_deadline_and_isolation()
         );
     }
 }
+
+/// C13: a restart of the server kills every idle connection of your pool at once. With
+/// `test_before_acquire(false)` (as `PgStoreBuilder::pool` advises) your pool hands them out
+/// one after another; each fails its `BEGIN` before the effect runs and is closed, and the
+/// execution takes the next, until one answers: the first call after the restart is executed,
+/// never a 503 for connections the store already knew to be dead.
+#[tokio::test]
+async fn c13_dead_idle_connections_of_your_pool_are_replaced_without_failing_a_call() {
+    const CONNECTIONS: u32 = 6;
+    let name = format!("pooldead_{}", &FencingToken::generate().to_string()[..12]);
+    let pool = PgPoolOptions::new()
+        .max_connections(CONNECTIONS)
+        .test_before_acquire(false)
+        .connect(&format!("{}?application_name={name}", pg_url()))
+        .await
+        .expect("the business pool");
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&pg_url())
+        .await
+        .expect("an admin pool");
+    let store = PgStore::builder()
+        .schema(SCHEMA)
+        .table(&format!("t_{}", FencingToken::generate()))
+        .pool(pool.clone())
+        .expect("a store on the business pool");
+    store.migrate().await.expect("migrate");
+    common::business_table(&admin).await;
+    let idem = Idempotency::new(store);
+    for one_commit in [false, true] {
+        // Every connection of the pool opened, then idle.
+        let mut held = Vec::new();
+        for _ in 0..CONNECTIONS {
+            held.push(pool.acquire().await.expect("a pool connection"));
+        }
+        drop(held);
+        let killed: Vec<(bool,)> = sqlx::query_as(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = $1 AND state = 'idle'",
+        )
+        .bind(&name)
+        .fetch_all(&admin)
+        .await
+        .expect("terminate the idle connections");
+        assert!(killed.len() >= CONNECTIONS as usize, "{killed:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+
+        let intent = format!("after-restart-{}", FencingToken::generate());
+        let request = idem
+            .request("acct_1", "POST", "/charges")
+            .key(Some(&intent))
+            .body(b"{}")
+            .build()
+            .expect("request")
+            .with_one_commit(one_commit);
+        let charged = intent.clone();
+        let outcome = idem
+            .run_in_transaction(&request, move |tx, _lease| {
+                Box::pin(async move {
+                    sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
+                        .bind(charged)
+                        .execute(&mut *tx)
+                        .await?;
+                    Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
+                })
+            })
+            .await
+            .unwrap_or_else(|e| panic!("one commit {one_commit}: the first call failed: {e}"));
+        assert!(matches!(outcome, Outcome::Executed(_)), "{outcome:?}");
+        assert_eq!(common::charges(&admin, &intent).await, 1);
+    }
+}
