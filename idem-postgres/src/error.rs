@@ -92,6 +92,24 @@ pub(crate) fn is_broken_link(error: &Error) -> bool {
     !server_deadline
 }
 
+/// Whether `error` says a session had ended before its statement ran: the link failed with no
+/// answer (an I/O or protocol error), or the server (or a pooler) ended the session (SQLSTATE
+/// class 08, or 57P: an administrator's command, a crash, a restart). A server that answered
+/// about itself (a standby, a read-only server) is not one: its other sessions answer alike.
+pub(crate) fn ended_session(error: &Error) -> bool {
+    let Some(sqlx_error) = error
+        .as_store()
+        .and_then(std::error::Error::source)
+        .and_then(|source| source.downcast_ref::<sqlx::Error>())
+    else {
+        return false;
+    };
+    match sqlx_error.as_database_error().and_then(|db| db.code()) {
+        Some(code) => code.starts_with("57P") || code.starts_with("08"),
+        None => matches!(sqlx_error, sqlx::Error::Io(_) | sqlx::Error::Protocol(_)),
+    }
+}
+
 /// The error of the effect's `BEGIN ..., READ WRITE`: a server in recovery (a standby, or a
 /// primary a failover demoted) refuses read-write mode with SQLSTATE 0A000. That is a
 /// connection on the wrong server, to close and replace ([`is_broken_link`]), like a write

@@ -6,7 +6,7 @@
 use crate::broken_effect::broken_effect;
 use crate::config::Isolation;
 use crate::effect_connection::EffectConnection;
-use crate::error::{begin_error, is_broken_link, store_error, BACKEND};
+use crate::error::{begin_error, ended_session, is_broken_link, store_error, BACKEND};
 use crate::gate::GateKeys;
 use crate::ops::Ops;
 use crate::params::{fetch_all, Param};
@@ -312,7 +312,8 @@ impl PgStore {
         // newly opened one. Of the application's pool, until one answers: a restart kills all
         // its idle connections at once, and the pool hands them out one after another (each
         // failed one is closed, so the pool's size and one more suffice; every attempt spends
-        // the request's budget).
+        // the request's budget). Any other broken link (a server refusing writes, a statement
+        // cut off) is tried twice, as every connection of the pool would answer alike.
         let attempts = if self.inner.effects_on_pool {
             (self.pool().size() as usize + 1).max(2)
         } else {
@@ -362,6 +363,7 @@ impl PgStore {
                 Err(NotBegun {
                     effect: back,
                     error,
+                    died_idle,
                 }) => {
                     if !is_broken_link(&error) {
                         // The server answered: the connection's host is not suspect.
@@ -370,7 +372,8 @@ impl PgStore {
                     }
                     // The effect never ran.
                     conn.settle();
-                    if attempt + 1 == attempts {
+                    let limit = if died_idle { attempts } else { 2 };
+                    if attempt + 1 >= limit {
                         return start.failed(error);
                     }
                     effect = back;
@@ -418,7 +421,14 @@ impl PgStore {
                 .await
             {
                 Ok(tx) => tx,
-                Err(error) => return Err(NotBegun { effect, error }),
+                Err(error) => {
+                    let died_idle = ended_session(&error);
+                    return Err(NotBegun {
+                        effect,
+                        error,
+                        died_idle,
+                    });
+                }
             };
             let request = match start {
                 Start::Reserved(lease) => break (tx, lease.clone()),
@@ -448,12 +458,12 @@ impl PgStore {
                 // transaction begun now sees it, and answers from it.
                 Err(error) if conflicts < MAX_CONFLICTS && is_conflict(&error) => {
                     if Box::pin(roll_back(tx, execution, id)).await.is_err() {
-                        return Err(NotBegun { effect, error });
+                        return Err(NotBegun::after_begin(effect, error));
                     }
                     conflicts += 1;
                 }
                 // Dropping the transaction rolls it back (its connection settles).
-                Err(error) => return Err(NotBegun { effect, error }),
+                Err(error) => return Err(NotBegun::after_begin(effect, error)),
             }
         };
         let (end, clean) = Box::pin(self.effect_in(tx, &lease, effect, execution)).await;
@@ -599,6 +609,21 @@ impl Start<'_> {
 struct NotBegun<E> {
     effect: PgEffect<E>,
     error: Error,
+    /// Its `BEGIN` found the session ended while idle ([`ended_session`]): the pool's other
+    /// idle connections may have ended alike.
+    died_idle: bool,
+}
+
+impl<E> NotBegun<E> {
+    /// A one-commit reservation that failed once its transaction had begun: the session was
+    /// alive when the execution took it.
+    fn after_begin(effect: PgEffect<E>, error: Error) -> Self {
+        Self {
+            effect,
+            error,
+            died_idle: false,
+        }
+    }
 }
 
 /// Rolls `tx` back within what is left of the request's store budget, charged to it: past it

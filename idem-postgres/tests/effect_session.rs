@@ -204,12 +204,14 @@ async fn c13_dead_idle_connections_of_your_pool_are_replaced_without_failing_a_c
     common::business_table(&admin).await;
     let idem = Idempotency::new(store);
     for one_commit in [false, true] {
-        // Every connection of the pool opened, then idle.
+        // Every connection of the pool opened, then idle (sqlx gives them back on tasks of
+        // its own: until they are back, a kill would make sqlx close them itself).
         let mut held = Vec::new();
         for _ in 0..CONNECTIONS {
             held.push(pool.acquire().await.expect("a pool connection"));
         }
         drop(held);
+        all_idle(&pool, CONNECTIONS).await;
         let killed: Vec<(bool,)> = sqlx::query_as(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
              WHERE application_name = $1 AND state = 'idle'",
@@ -220,6 +222,11 @@ async fn c13_dead_idle_connections_of_your_pool_are_replaced_without_failing_a_c
         .expect("terminate the idle connections");
         assert!(killed.len() >= CONNECTIONS as usize, "{killed:?}");
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert_eq!(
+            pool.num_idle(),
+            CONNECTIONS as usize,
+            "the dead ones wait in the pool"
+        );
 
         let intent = format!("after-restart-{}", FencingToken::generate());
         let request = idem
@@ -245,4 +252,77 @@ async fn c13_dead_idle_connections_of_your_pool_are_replaced_without_failing_a_c
         assert!(matches!(outcome, Outcome::Executed(_)), "{outcome:?}");
         assert_eq!(common::charges(&admin, &intent).await, 1);
     }
+}
+
+/// Waits until `count` connections of `pool` are idle.
+async fn all_idle(pool: &sqlx::PgPool, count: u32) {
+    for _ in 0..200 {
+        if pool.num_idle() == count as usize {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{} of {count} connections idle", pool.num_idle());
+}
+
+/// C13: a server that refuses writes (a standby, a read-only setting) answers every connection
+/// of your pool alike: a one-commit reservation refused on one is tried on a second, as any
+/// failed step is, and the call answers 503, without closing the rest of the pool (its
+/// connections still serve your reads).
+#[tokio::test]
+async fn c13_a_server_refusing_writes_does_not_empty_your_pool() {
+    const CONNECTIONS: u32 = 6;
+    let pool = PgPoolOptions::new()
+        .max_connections(CONNECTIONS)
+        .test_before_acquire(false)
+        .after_connect(|conn, _meta| {
+            Box::pin(async move {
+                sqlx::raw_sql("SET default_transaction_read_only = on")
+                    .execute(&mut *conn)
+                    .await
+                    .map(drop)
+            })
+        })
+        .connect(&pg_url())
+        .await
+        .expect("a read-only pool");
+    // The table is made on a writable connection.
+    let table = format!("t_{}", FencingToken::generate());
+    let writable = PgStore::builder()
+        .schema(SCHEMA)
+        .table(&table)
+        .connect(&pg_url())
+        .await
+        .expect("a writable store");
+    writable.migrate().await.expect("migrate");
+    let store = PgStore::builder()
+        .schema(SCHEMA)
+        .table(&table)
+        .pool(pool.clone())
+        .expect("a store on the read-only pool");
+    let idem = Idempotency::new(store);
+    let mut held = Vec::new();
+    for _ in 0..CONNECTIONS {
+        held.push(pool.acquire().await.expect("a pool connection"));
+    }
+    drop(held);
+    all_idle(&pool, CONNECTIONS).await;
+    let request = idem
+        .request("acct_1", "POST", "/charges")
+        .key(Some(&format!("read-only-{}", FencingToken::generate())))
+        .body(b"{}")
+        .build()
+        .expect("request")
+        .with_one_commit(true);
+    let refused = idem
+        .run_in_transaction(&request, |_tx, _lease| {
+            Box::pin(async { Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged")) })
+        })
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert!(
+        pool.size() >= CONNECTIONS - 2,
+        "the refused call closed {} of the pool's {CONNECTIONS} connections",
+        CONNECTIONS - pool.size()
+    );
 }
