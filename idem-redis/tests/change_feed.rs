@@ -10,7 +10,7 @@
 mod common;
 mod support;
 
-use common::{cluster_nodes, redis_url, start_on_free_port, temp_dir};
+use common::{cluster_nodes, redis_url, start_on_free_port, temp_dir, Server};
 use fault_proxy::{Fault, FaultProxy};
 use idem_core::testing::{waiting_engine, ChangeFeedHarness, FeedFault, Rounds};
 use idem_core::{FencingToken, Idempotency};
@@ -78,26 +78,20 @@ async fn pubsub_clients(url: &str) -> Vec<String> {
         .collect()
 }
 
-/// A redis-server of this test's own, killed when dropped.
+/// A redis-server of this test's own: killed, and its directory removed, when dropped.
 struct Private {
-    child: std::process::Child,
+    _server: Server,
     url: String,
 }
 
 impl Private {
     fn start() -> Self {
-        let (child, port) = start_on_free_port(&temp_dir(), &[]);
+        let dir = temp_dir();
+        let (child, port) = start_on_free_port(&dir, &[]);
         Self {
-            child,
+            _server: Server(child, dir),
             url: format!("redis://127.0.0.1:{port}"),
         }
-    }
-}
-
-impl Drop for Private {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
