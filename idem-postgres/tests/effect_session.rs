@@ -15,20 +15,7 @@ use std::sync::{Arc, Mutex};
 async fn c06_the_effect_runs_on_a_session_set_up_as_the_pool_you_passed_sets_it_up() {
     // The pool of your business code, whose sessions carry what your SQL relies on (a tenant
     // for row-level security, a search_path, a role), set when each connection opens.
-    let pool = PgPoolOptions::new()
-        .max_connections(2)
-        .test_before_acquire(false)
-        .after_connect(|conn, _meta| {
-            Box::pin(async move {
-                sqlx::raw_sql("SET idem_review.tenant = 'acct_1'")
-                    .execute(&mut *conn)
-                    .await
-                    .map(drop)
-            })
-        })
-        .connect(&pg_url())
-        .await
-        .expect("the business pool");
+    let pool = business_pool(&pg_url(), 2, Some("SET idem_review.tenant = 'acct_1'")).await;
     let store = PgStore::builder()
         .schema(SCHEMA)
         .table(&format!("t_{}", FencingToken::generate()))
@@ -184,12 +171,12 @@ async fn c13_every_effects_transaction_carries_the_idle_deadline_and_isolation()
 async fn c13_dead_idle_connections_of_your_pool_are_replaced_without_failing_a_call() {
     const CONNECTIONS: u32 = 6;
     let name = format!("pooldead_{}", &FencingToken::generate().to_string()[..12]);
-    let pool = PgPoolOptions::new()
-        .max_connections(CONNECTIONS)
-        .test_before_acquire(false)
-        .connect(&format!("{}?application_name={name}", pg_url()))
-        .await
-        .expect("the business pool");
+    let pool = business_pool(
+        &format!("{}?application_name={name}", pg_url()),
+        CONNECTIONS,
+        None,
+    )
+    .await;
     let admin = PgPoolOptions::new()
         .max_connections(1)
         .connect(&pg_url())
@@ -204,13 +191,6 @@ async fn c13_dead_idle_connections_of_your_pool_are_replaced_without_failing_a_c
     common::business_table(&admin).await;
     let idem = Idempotency::new(store);
     for one_commit in [false, true] {
-        // Every connection of the pool opened, then idle (sqlx gives them back on tasks of
-        // its own: until they are back, a kill would make sqlx close them itself).
-        let mut held = Vec::new();
-        for _ in 0..CONNECTIONS {
-            held.push(pool.acquire().await.expect("a pool connection"));
-        }
-        drop(held);
         all_idle(&pool, CONNECTIONS).await;
         let killed: Vec<(bool,)> = sqlx::query_as(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
@@ -229,13 +209,7 @@ async fn c13_dead_idle_connections_of_your_pool_are_replaced_without_failing_a_c
         );
 
         let intent = format!("after-restart-{}", FencingToken::generate());
-        let request = idem
-            .request("acct_1", "POST", "/charges")
-            .key(Some(&intent))
-            .body(b"{}")
-            .build()
-            .expect("request")
-            .with_one_commit(one_commit);
+        let request = charge(&idem, &intent, one_commit);
         let charged = intent.clone();
         let outcome = idem
             .run_in_transaction(&request, move |tx, _lease| {
@@ -254,8 +228,43 @@ async fn c13_dead_idle_connections_of_your_pool_are_replaced_without_failing_a_c
     }
 }
 
-/// Waits until `count` connections of `pool` are idle.
+/// Your business pool on `url`: `connections` at most, none tested when taken (as
+/// `PgStoreBuilder::pool` advises), each set up by `set_up` when it opens.
+async fn business_pool(url: &str, connections: u32, set_up: Option<&'static str>) -> sqlx::PgPool {
+    PgPoolOptions::new()
+        .max_connections(connections)
+        .test_before_acquire(false)
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                match set_up {
+                    Some(statement) => sqlx::raw_sql(statement).execute(&mut *conn).await.map(drop),
+                    None => Ok(()),
+                }
+            })
+        })
+        .connect(url)
+        .await
+        .expect("the business pool")
+}
+
+/// A charge of `key` for `acct_1`, in one commit or two.
+fn charge(idem: &Idempotency<PgStore>, key: &str, one_commit: bool) -> idem_core::Request {
+    idem.request("acct_1", "POST", "/charges")
+        .key(Some(key))
+        .body(b"{}")
+        .build()
+        .expect("request")
+        .with_one_commit(one_commit)
+}
+
+/// Opens `count` connections of `pool` at once, then waits until all are idle (sqlx gives them
+/// back on tasks of its own: until they are back, a kill would make sqlx close them itself).
 async fn all_idle(pool: &sqlx::PgPool, count: u32) {
+    let mut held = Vec::new();
+    for _ in 0..count {
+        held.push(pool.acquire().await.expect("a pool connection"));
+    }
+    drop(held);
     for _ in 0..200 {
         if pool.num_idle() == count as usize {
             return;
@@ -272,20 +281,12 @@ async fn all_idle(pool: &sqlx::PgPool, count: u32) {
 #[tokio::test]
 async fn c13_a_server_refusing_writes_does_not_empty_your_pool() {
     const CONNECTIONS: u32 = 6;
-    let pool = PgPoolOptions::new()
-        .max_connections(CONNECTIONS)
-        .test_before_acquire(false)
-        .after_connect(|conn, _meta| {
-            Box::pin(async move {
-                sqlx::raw_sql("SET default_transaction_read_only = on")
-                    .execute(&mut *conn)
-                    .await
-                    .map(drop)
-            })
-        })
-        .connect(&pg_url())
-        .await
-        .expect("a read-only pool");
+    let pool = business_pool(
+        &pg_url(),
+        CONNECTIONS,
+        Some("SET default_transaction_read_only = on"),
+    )
+    .await;
     // The table is made on a writable connection.
     let table = format!("t_{}", FencingToken::generate());
     let writable = PgStore::builder()
@@ -301,19 +302,9 @@ async fn c13_a_server_refusing_writes_does_not_empty_your_pool() {
         .pool(pool.clone())
         .expect("a store on the read-only pool");
     let idem = Idempotency::new(store);
-    let mut held = Vec::new();
-    for _ in 0..CONNECTIONS {
-        held.push(pool.acquire().await.expect("a pool connection"));
-    }
-    drop(held);
     all_idle(&pool, CONNECTIONS).await;
-    let request = idem
-        .request("acct_1", "POST", "/charges")
-        .key(Some(&format!("read-only-{}", FencingToken::generate())))
-        .body(b"{}")
-        .build()
-        .expect("request")
-        .with_one_commit(true);
+    let key = format!("read-only-{}", FencingToken::generate());
+    let request = charge(&idem, &key, true);
     let refused = idem
         .run_in_transaction(&request, |_tx, _lease| {
             Box::pin(async { Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged")) })
