@@ -19,8 +19,10 @@
 -- fails; a later one delays a takeover, answering in flight (422 to another body) until then.
 -- KEYS[1] the record. ARGV: 1 token, 2 encoded response, 3 retention ms, 4 the mark of doubt
 -- (empty or absent: none), 5 '1' for a store that reads first.
+-- A field is deleted only where there is one (an in-progress record has no mark of doubt unless
+-- damaged by hand): an HDEL of absent fields costs Redis as much as one of present ones.
 -- Returns 1, or 0 when the lease is lost.
-local rec = redis.call('HMGET', KEYS[1], 'tok', 'st', 'v', 'fp', 'id')
+local rec = redis.call('HMGET', KEYS[1], 'tok', 'st', 'v', 'fp', 'id', 'dbt', 'dca', 'rh')
 if rec[1] ~= ARGV[1] or rec[2] ~= '0' then
   return 0
 end
@@ -31,14 +33,20 @@ local ca = string.format('%d', now)
 if ARGV[4] and ARGV[4] ~= '' then
   redis.call('HSET', KEYS[1], 'st', '1', 'resp', ARGV[2], 'dl', dl, 'ca', ca, 'dbt', ARGV[4],
     'dca', ca)
-  redis.call('HDEL', KEYS[1], 'rh')
+  if rec[8] then
+    redis.call('HDEL', KEYS[1], 'rh')
+  end
 elseif ARGV[5] == '1' then
   redis.call('HSET', KEYS[1], 'st', '1', 'resp', ARGV[2], 'dl', dl, 'ca', ca,
     'rh', cmsgpack.pack(rec[3], rec[4], rec[1], '1', dl, rec[5]))
-  redis.call('HDEL', KEYS[1], 'dbt', 'dca')
+  if rec[6] or rec[7] then
+    redis.call('HDEL', KEYS[1], 'dbt', 'dca')
+  end
 else
   redis.call('HSET', KEYS[1], 'st', '1', 'resp', ARGV[2], 'dl', dl, 'ca', ca)
-  redis.call('HDEL', KEYS[1], 'dbt', 'dca', 'rh')
+  if rec[6] or rec[7] or rec[8] then
+    redis.call('HDEL', KEYS[1], 'dbt', 'dca', 'rh')
+  end
 end
 redis.call('PEXPIREAT', KEYS[1], dl)
 return 1
