@@ -251,12 +251,14 @@ where
         .request(consumer, parts.method.as_str(), route)
         .path(path)
         .key(key.as_deref());
-    // The media type counts (C3); a Content-Type that is not text is one no client sends.
-    let content_type = parts
+    // The media type counts (C3). Bytes beyond ASCII are read as ISO-8859-1 (RFC 9110's
+    // obs-text): one character each, so that two Content-Types never read as one, and the
+    // parameters after `;` never hide the type before it.
+    let content_type: Option<String> = parts
         .headers
         .get(CONTENT_TYPE)
-        .map(|v| v.to_str().unwrap_or("\u{fffd}"));
-    if let Some(content_type) = content_type {
+        .map(|v| v.as_bytes().iter().map(|&b| char::from(b)).collect());
+    if let Some(content_type) = content_type.as_deref() {
         builder = builder.content_type(content_type);
     }
     for name in &config.fingerprint_headers {
@@ -266,7 +268,10 @@ where
     }
     let exclude: Vec<&str> = config.json_exclude.iter().map(String::as_str).collect();
     let json = (config.json != JsonForm::Raw).then_some(exclude.as_slice());
-    let media = content_type.map(idem_core::media_type).unwrap_or_default();
+    let media = content_type
+        .as_deref()
+        .map(idem_core::media_type)
+        .unwrap_or_default();
     // A body that does not canonicalise is fingerprinted as it is.
     let canonical = crate::canonical::by_media_type(&media, &body, json, config.canonical_form);
     let request = crate::canonical::request(builder.body(&body), canonical.as_ref(), config.json)?;

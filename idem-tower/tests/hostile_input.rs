@@ -270,6 +270,70 @@ async fn c03_canonical_and_raw_bodies_do_not_share_a_fingerprint_domain() {
     );
 }
 
+/// The media type counts (C3) whatever bytes a Content-Type carries: two types that differ
+/// only beyond ASCII (obs-text), or one whose parameters do, are other requests (422), never
+/// each other's replay; and such a parameter does not hide the type before it.
+#[tokio::test]
+async fn c03_content_types_that_differ_beyond_ascii_are_other_requests() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = Arc::clone(&calls);
+    let app: Router = Router::new()
+        .route(
+            "/v1/charges",
+            post(move |body: String| {
+                let c = Arc::clone(&c);
+                async move {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    (StatusCode::CREATED, body)
+                }
+            }),
+        )
+        .route_layer(IdempotencyLayer::new(
+            Idempotency::new(MemoryStore::new()),
+            header_account,
+        ));
+    let typed = |key: &str, content_type: &[u8]| {
+        let mut request = req("POST", Some(key), "text/plain", "amount=100");
+        request.headers_mut().insert(
+            "content-type",
+            http::HeaderValue::from_bytes(content_type).expect("obs-text is a valid value"),
+        );
+        request
+    };
+    let pairs: [(&[u8], &[u8]); 3] = [
+        (b"text/csv\xe9", b"text/csv\xea"),
+        (
+            b"application/x-www-form-urlencoded; charset=\xff",
+            b"application/json; x=\xfe",
+        ),
+        (b"text/csv\xe9", b"text/csv"),
+    ];
+    for (round, (first, second)) in pairs.into_iter().enumerate() {
+        let key = format!("obs-text-{round}");
+        let a = send_in_time(&app, typed(&key, first)).await;
+        assert_eq!(a.status, StatusCode::CREATED, "round {round}: {a:?}");
+        let b = send_in_time(&app, typed(&key, second)).await;
+        assert_eq!(
+            b.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "round {round}: another media type with the same key and body is a mismatch: {b:?}"
+        );
+        let again = send_in_time(&app, typed(&key, first)).await;
+        assert_eq!(
+            (
+                again.status,
+                again
+                    .headers
+                    .get("idempotent-replayed")
+                    .map(|v| v.as_bytes())
+            ),
+            (StatusCode::CREATED, Some(&b"true"[..])),
+            "round {round}: the same bytes again are the replay: {again:?}"
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 3, "one execution per key");
+}
+
 /// `render_problems` may change the shape, not the status: a renderer that answers every
 /// problem with 200 (an "errors in the body" API style) cannot turn "store down, nothing ran"
 /// into a success. The layer pins the status as it pins `Cache-Control` and `Retry-After`.
