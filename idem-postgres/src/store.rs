@@ -553,6 +553,13 @@ impl PgStore {
     /// means another attempt holds the record (or, at `RepeatableRead`/`Serializable`, a
     /// serialization failure): roll the transaction back.
     ///
+    /// Bounded (C13): it waits at most the store's statement deadline
+    /// ([`PgStoreBuilder::statement_timeout`], default 4 s) for its answer, measured by the
+    /// process, so a connection gone silent mid-transaction is
+    /// [`StoreErrorKind::Unavailable`](idem_core::StoreErrorKind::Unavailable), never a hang.
+    /// As after any error here, drop (roll back) the transaction, never commit it: the
+    /// completion may not have run.
+    ///
     /// ```no_run
     /// # use idem_core::{Begin, Idempotency, StoredResponse};
     /// # use idem_postgres::PgStore;
@@ -572,7 +579,12 @@ impl PgStore {
         conn: &mut PgConnection,
         completion: &Completion,
     ) -> Result<(), Error> {
-        self.inner.ops.complete_in(conn, completion).await
+        Deadline::after(self.inner.config.deadlines.statement)
+            .bound(
+                Operation::Complete,
+                self.inner.ops.complete_in(conn, completion),
+            )
+            .await
     }
 }
 

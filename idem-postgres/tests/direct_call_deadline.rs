@@ -55,3 +55,61 @@ async fn c13_a_direct_call_on_a_frozen_server_fails_within_its_deadline() {
         .await;
     assert!(matches!(again, Ok(None)), "{again:?}");
 }
+
+/// C13: the completion in your own transaction (`complete_in`, the guard style) is a store
+/// call too: on a connection gone silent after the effect's statements it fails within the
+/// store's statement deadline, as unavailable, never hangs; nothing is committed, and once the
+/// server answers again the store serves the next key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_a_completion_in_your_transaction_on_a_frozen_server_fails_within_its_deadline() {
+    let statement = Duration::from_millis(400);
+    let builder = PgStore::builder()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(30))
+        .statement_timeout(statement);
+    let bench = Bench::new(&pg_url(), SCHEMA, builder, Policy::default()).await;
+    let request = bench.request("frozen-complete-in");
+    let idem = &bench.idem;
+    let idem_core::Begin::Acquired(lease) = idem.begin(&request).await.expect("begin") else {
+        panic!("a fresh key")
+    };
+    let completion = idem.completion(&lease, idem_core::StoredResponse::new(201, "charged"));
+    let mut tx = idem
+        .store()
+        .pool()
+        .begin()
+        .await
+        .expect("begin the effect's transaction");
+    let (insert, intent) = bench.insert(&request);
+    idem_postgres::sqlx::query(idem_postgres::sqlx::AssertSqlSafe(insert))
+        .bind(intent)
+        .execute(&mut *tx)
+        .await
+        .expect("the effect");
+
+    bench.proxy.set(Fault::Freeze);
+    let started = Instant::now();
+    let frozen = idem.store().complete_in(&mut tx, &completion).await;
+    let took = started.elapsed();
+    drop(tx); // rolled back, as after any error of the completion
+    bench.proxy.set(Fault::PassThrough);
+
+    let kind = frozen
+        .as_ref()
+        .err()
+        .and_then(|e| e.as_store())
+        .map(|e| e.kind());
+    assert_eq!(kind, Some(StoreErrorKind::Unavailable), "{frozen:?}");
+    assert!(
+        took < statement + Duration::from_millis(500),
+        "answered in {took:?}, the statement deadline was {statement:?}"
+    );
+    assert_eq!(bench.charges_of(&request).await, 0, "nothing committed");
+    let next = bench.request("after-the-freeze");
+    let charged = bench.charge(&next).await;
+    assert!(
+        matches!(charged, Ok(idem_core::Outcome::Executed(_))),
+        "{charged:?}"
+    );
+    drop(lease);
+}

@@ -3,6 +3,7 @@
 //! the handler's own transaction") shows this form and links here; it uses only the public API
 //! of idem (features `postgres` and `axum`) and sqlx.
 
+use super::unavailable::{Unreachable, READ_DEADLINE};
 use idem::postgres::sqlx::{self, postgres::PgArguments, query::Query};
 use idem::postgres::PgStore;
 use idem::tower::Reservation;
@@ -16,7 +17,8 @@ use std::time::Duration;
 /// that did land stays completed). A completion fenced out (`LeaseLost`: another attempt took the
 /// lease over) is such an error. `webhook` (the charge's event and its outbox) is enqueued in
 /// the same transaction. `delay` (a test hook) sleeps between the effect and the completion,
-/// inside the transaction.
+/// inside the transaction. The transaction is given [`READ_DEADLINE`] (and the delay): past it,
+/// [`Unreachable`].
 pub(crate) async fn charge_and_complete(
     reservation: &Reservation<PgStore>,
     effect: Query<'_, sqlx::Postgres, PgArguments>,
@@ -24,17 +26,28 @@ pub(crate) async fn charge_and_complete(
     response: StoredResponse,
     delay: Option<Duration>,
 ) -> Result<Completion, Box<dyn std::error::Error + Send + Sync>> {
-    let completion = reservation.completion(response); // filtered by the policy (C7)
-    let store = reservation.idem().store();
-    let mut tx = store.pool().begin().await?;
-    effect.execute(&mut *tx).await?;
-    if let Some((outbox, event)) = webhook {
-        outbox.enqueue(&mut tx, &event).await?; // committed with the charge, or not at all
-    }
-    if let Some(delay) = delay {
-        tokio::time::sleep(delay).await;
-    }
-    store.complete_in(&mut tx, &completion).await?; // fenced (C6)
-    tx.commit().await?;
-    Ok(completion)
+    // A connection gone silent mid-transaction never answers (sqlx sets no deadline of its
+    // own): the whole transaction is bounded, and past it given up as unavailable, dropped
+    // (rolled back) without a COMMIT. The key given back is fenced: a completion that did
+    // commit stays, and one that did not has nothing to keep.
+    let deadline = READ_DEADLINE + delay.unwrap_or_default();
+    let charged = tokio::time::timeout(deadline, async {
+        let completion = reservation.completion(response); // filtered by the policy (C7)
+        let store = reservation.idem().store();
+        let mut tx = store.pool().begin().await?;
+        effect.execute(&mut *tx).await?;
+        if let Some((outbox, event)) = webhook {
+            outbox.enqueue(&mut tx, &event).await?; // committed with the charge, or not at all
+        }
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+        store.complete_in(&mut tx, &completion).await?; // fenced (C6)
+        tx.commit().await?;
+        Ok(completion)
+    })
+    .await;
+    charged.unwrap_or_else(|_| {
+        Err(Unreachable(format!("the charge's transaction took over {deadline:?}")).into())
+    })
 }
