@@ -608,9 +608,11 @@ impl Store for RedisStore {
 
     /// Moves at every failure of a connection (after which the driver may reconnect, perhaps
     /// to a restarted server or a promoted replica that lost writes), every rebuild: the
-    /// engine's replay cache is emptied.
+    /// engine's replay cache is emptied. `None` on a Cluster, whose client follows a master's
+    /// restart and a failover without a failure the store could count: nothing is cached
+    /// there.
     fn generation(&self) -> Option<u64> {
-        Some(self.conns.generation())
+        (!self.conns.is_cluster()).then(|| self.conns.generation())
     }
 
     /// The record's read header by one `HMGET` (the header and the response), then `TIME`

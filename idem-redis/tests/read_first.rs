@@ -639,3 +639,59 @@ async fn c03_in_flight_under_the_alternative_without_a_header_is_in_flight() {
         );
     }
 }
+
+/// A record gone behind the store's back, as after a master's restart without its data or a
+/// failover to a replica the record had not reached, and answers with a replay cache. On one
+/// Redis the store counts the connection's failure and the cache is emptied (`restart.rs`);
+/// a Cluster's client follows such a restart and failover without a failure the store could
+/// count, so there the cache holds nothing (`Store::generation` is `None`), and every answer
+/// is Redis's own: the retry after the loss is executed, never the lost execution's replay
+/// from one process while another executes it again.
+async fn cache_after_a_lost_record_on_a_cluster() -> Vec<String> {
+    use idem_core::{Outcome, ReplayCache};
+    let redis = Redis { cluster: true };
+    let store = redis
+        .connect(RedisStore::builder().prefix(&format!("t{}", FencingToken::generate())))
+        .await;
+    let idem = Idempotency::builder(store)
+        .replay_cache(ReplayCache::new(10_000, 64 << 20))
+        .build()
+        .expect("engine");
+    let req = request(&unique_consumer("rf-lost"), "k", b"{}");
+    let mut answers = Vec::new();
+    for round in 0..3 {
+        if round == 2 {
+            let key = idem.store().key_of(req.id());
+            let deleted: i64 = redis.raw(redis::cmd("DEL").arg(&key)).await;
+            assert_eq!(deleted, 1, "the record was there");
+        }
+        let got = idem
+            .run(&req, move |_ctx| async move {
+                Ok::<_, Failure<std::io::Error>>(StoredResponse::new(201, format!("run {round}")))
+            })
+            .await;
+        answers.push(match got {
+            Ok(Outcome::Executed(r)) => format!("executed {}", String::from_utf8_lossy(&r.body)),
+            Ok(Outcome::Answered(Answer::Replay(r))) => {
+                format!("replayed {}", String::from_utf8_lossy(&r.body))
+            }
+            other => panic!("round {round}: {other:?}"),
+        });
+    }
+    answers
+}
+
+#[tokio::test]
+async fn c10_on_a_cluster_a_lost_record_is_never_answered_from_memory() {
+    assert_eq!(
+        cache_after_a_lost_record_on_a_cluster().await,
+        ["executed run 0", "replayed run 0", "executed run 2"]
+    );
+    let store = Redis { cluster: true }.store().await;
+    assert_eq!(Store::generation(&store), None, "a Cluster caches nothing");
+    let one = Redis { cluster: false }.store().await;
+    assert!(
+        Store::generation(&one).is_some(),
+        "one Redis counts its failures"
+    );
+}
