@@ -85,6 +85,13 @@ pub trait PgIdempotency {
     ///   it, tells whether it committed ([`Outcome::Executed`]) or not (released); if that
     ///   cannot be told within the store timeout, [`RunError::InDoubt`] and the key is kept.
     ///
+    /// A call out of the database inside `effect` (a provider's API) is not rolled back with
+    /// the transaction: wherever the key is released above, the retry runs the effect and
+    /// makes the call again. Make it with [`Lease::downstream_key`] as the provider's
+    /// idempotency key, so that the provider answers the retry with the first call's result,
+    /// or call out from [`Idempotency::run`](idem_core::Idempotency::run), whose handler can
+    /// keep the key with an unknown outcome.
+    ///
     /// **One commit** (C15): a request made [`with_one_commit`](
     /// idem_core::Request::with_one_commit)`(true)` (or every request, under
     /// [`Policy::one_commit`](idem_core::Policy::one_commit)). The transaction begins first and
