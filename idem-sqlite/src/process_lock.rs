@@ -24,8 +24,8 @@ use std::sync::OnceLock;
 /// A store's hold on its table's lock file.
 #[derive(Debug)]
 pub(crate) struct ProcessLock {
-    /// `None` for a store opened by a name that is not a file's path (a `file:` URI): it takes
-    /// no lock (and cannot be opened for one commit).
+    /// `None` for a database that is no file (in memory, temporary): it takes no lock (and
+    /// cannot be opened for one commit).
     path: Option<PathBuf>,
     /// Held since the store opened, for one commit.
     exclusive: Option<File>,
@@ -35,11 +35,21 @@ pub(crate) struct ProcessLock {
 }
 
 impl ProcessLock {
-    /// The lock of `config`'s table; taken exclusively now if the store is opened for one
-    /// commit, else shared at the first reservation ([`reserving`](Self::reserving)).
-    pub(crate) fn open(config: &SqliteConfig) -> Result<Self, Error> {
+    /// The lock of `config`'s table in `database`, the file SQLite opened (`None` for none:
+    /// in memory, temporary), whatever name the store was given: a path, or a `file:` URI
+    /// naming the same file as another store's path; taken exclusively now if the store is
+    /// opened for one commit, else shared at the first reservation
+    /// ([`reserving`](Self::reserving)).
+    pub(crate) fn open(config: &SqliteConfig, database: Option<&Path>) -> Result<Self, Error> {
         let (path, exclusive) = if config.one_commit {
-            let path = lock_path(&config.path, &config.table)?;
+            let Some(database) = database else {
+                return Err(refused(format!(
+                    "cannot open {} for one commit: it is no file (one commit keeps other \
+                     stores out of its table by a lock file beside the database)",
+                    config.path.display()
+                )));
+            };
+            let path = lock_path(database, &config.table)?;
             let file = lock_file(&path)?;
             let exclusive = match file.try_lock() {
                 Ok(()) => Some(file),
@@ -57,7 +67,8 @@ impl ProcessLock {
             };
             (Some(path), exclusive)
         } else {
-            (lock_path(&config.path, &config.table).ok(), None)
+            let path = database.and_then(|database| lock_path(database, &config.table).ok());
+            (path, None)
         };
         Ok(Self {
             path,

@@ -74,7 +74,13 @@ impl SqliteStore {
         writer: Connection,
         readers: Vec<Connection>,
     ) -> Result<Self, Error> {
-        let lock = ProcessLock::open(&config)?;
+        // The file SQLite opened, whatever the store's name (a path, a `file:` URI): the
+        // process lock is that file's.
+        let database = writer
+            .path()
+            .filter(|file| !file.is_empty())
+            .map(std::path::PathBuf::from);
+        let lock = ProcessLock::open(&config, database.as_deref())?;
         let config = Arc::new(config);
         Ok(Self {
             inner: Arc::new(Inner {

@@ -421,16 +421,54 @@ async fn c08_an_effect_that_commits_by_itself_keeps_the_key() {
     }
 }
 
-/// A store for two commits opened by a name that is not a file's path (a `file:` URI) opens
-/// and reserves as before: it takes no lock. Only a store opened for one commit needs one.
+/// C5, C15: a store opened by a `file:` URI locks the file SQLite opened, as one opened by its
+/// path: beside a store that holds the table for one commit it is refused at its reservation
+/// (never waits for that store's open transaction), and a URI store that reserved keeps a
+/// store for one commit off the table. Opened by a URI for one commit, a store holds the table
+/// as one opened by the path does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_store_opened_by_a_uri_reserves_as_before() {
+async fn c15_a_store_opened_by_a_uri_takes_the_lock_of_its_file() {
     let dir = tempfile::tempdir().expect("dir");
-    let uri = format!("file:{}?cache=private", dir.path().join("uri.db").display());
-    let store = SqliteStore::open(&uri).await.expect("open by a URI");
-    let idem = Idempotency::new(store);
+    let path = dir.path().join("uri.db");
+    let uri = format!("file:{}?cache=private", path.display());
+
+    let one = one_commit_store(&path).await;
+    let by_uri = SqliteStore::open(&uri).await.expect("open by a URI");
+    let idem = Idempotency::new(by_uri.clone());
+    let started = Instant::now();
+    let begun = idem.begin(&request(&idem, "k", b"{}")).await;
+    let Err(refused) = begun else {
+        panic!("a URI store reserved beside a store held for one commit: {begun:?}");
+    };
+    assert_eq!(store_kind(&refused), Some(StoreErrorKind::Misconfigured));
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "refused at once"
+    );
+    drop(one);
+
     let begun = idem.begin(&request(&idem, "k", b"{}")).await;
     assert!(matches!(begun, Ok(Begin::Acquired(_))), "{begun:?}");
-    let one = SqliteStore::builder(&uri).one_commit(true).open().await;
-    assert!(one.is_err(), "one commit needs a file's path");
+    let one = SqliteStore::builder(&path).one_commit(true).open().await;
+    assert!(
+        one.is_err(),
+        "a store opened for one commit beside a URI store that reserves"
+    );
+    drop((idem, by_uri));
+
+    let one_by_uri = SqliteStore::builder(&uri).one_commit(true).open().await;
+    let one_by_uri = one_by_uri.expect("one commit by a URI, the table free");
+    let two = SqliteStore::open(&path).await.expect("open by the path");
+    let reserved = two
+        .reservation(
+            &request(&Idempotency::new(two.clone()), "other", b"{}"),
+            Duration::from_secs(5),
+            Deadline::default(),
+        )
+        .await;
+    assert!(
+        matches!(&reserved, Err(e) if store_kind(e) == Some(StoreErrorKind::Misconfigured)),
+        "{reserved:?}"
+    );
+    drop(one_by_uri);
 }
