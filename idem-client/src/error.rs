@@ -9,15 +9,17 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// Certainly not executed: nothing was sent (refused before sending, or every attempt
-    /// failed to connect), or the server answered with a 4xx (other than a live 409) and no
-    /// earlier attempt may have run unanswered, or it replayed a stored 4xx (the operation's
-    /// definitive refusal). Changing the request and sending it again (under a new key) is
-    /// safe.
+    /// failed to connect), or the server refused with a 4xx (other than a live 409) that it
+    /// did not store (neither replayed nor echoing the key) and no earlier attempt may have
+    /// run unanswered. Changing the request and sending it again (under a new key) is safe.
     NotExecuted,
     /// In doubt: some attempt may have reached the server and run (a timeout after
     /// connecting, a connection closed after sending or cut mid-answer, a 5xx, a 409 saying
-    /// an attempt is still running, a redirect loop, an answer over the size limit). Retry the same operation with the same key later, or look the result up;
-    /// never send it again under a new key.
+    /// an attempt is still running, a redirect loop, an answer over the size limit), or the
+    /// endpoint ran and stored a 4xx (replayed, or echoing the key), which may follow an
+    /// effect (a 402 after a declined charge, a 422 after one that went through): read its
+    /// body. Retry the same operation with the same key later, or look the result up; never
+    /// send it again under a new key.
     InDoubt,
 }
 

@@ -201,7 +201,8 @@ impl Middleware for IdempotencyMiddleware {
             request: Some(request),
             replayable,
         };
-        let ended = retry(&mut chain, &policy, started, &span)
+        let echo = key.is_some().then_some(&self.key_header);
+        let ended = retry(&mut chain, &policy, started, &span, echo)
             .instrument(span.clone())
             .await;
         record_end(&span, &ended);

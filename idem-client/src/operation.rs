@@ -106,7 +106,8 @@ impl<'c> Operation<'c> {
             limit: policy.max_response_bytes_value(),
             key_header: &key_header,
         };
-        let ended = retry(&mut wire, &policy, started, &span)
+        let echo = key.is_some().then_some(&key_header);
+        let ended = retry(&mut wire, &policy, started, &span, echo)
             .instrument(span.clone())
             .await;
         record_end(&span, &ended);

@@ -98,11 +98,12 @@ enum Verdict<A> {
 }
 
 /// The one decision of the rules: what the end of an attempt means, and whether it leaves the
-/// operation's effect in doubt (`in_doubt` is set, never cleared, except by a replayed answer,
-/// which is the operation's definitive one).
+/// operation's effect in doubt (`in_doubt` is set, never cleared). `echo` is the key's header
+/// when the operation has a key: an answer that carries it was stored under the key.
 fn judge<A: Head>(
     result: Result<A, AttemptError>,
     seen: Option<StatusCode>,
+    echo: Option<&HeaderName>,
     in_doubt: &mut bool,
 ) -> Verdict<A> {
     match result {
@@ -112,12 +113,14 @@ fn judge<A: Head>(
                 return Verdict::Result(answer);
             }
             // A replayed answer is the stored answer of the operation: a retry would get it
-            // again, so it is final whatever its status, and definitive (only a stored 5xx,
-            // "outcome unknown", leaves the effect in doubt).
+            // again, so it is final whatever its status. A stored answer (replayed, or echoing
+            // the key, as a server built on idem echoes it on the answers it stores and never
+            // on a refusal it gave back) comes from an endpoint that ran: a 4xx too may follow
+            // an effect (a 402 after a declined charge, a 422 after one that went through), so
+            // its effect is in doubt, never "not executed".
             let replayed = is_replayed(answer.headers());
-            if replayed {
-                *in_doubt = status.is_server_error();
-            } else if may_have_run(status) {
+            let stored = replayed || echo.is_some_and(|name| answer.headers().contains_key(name));
+            if stored || may_have_run(status) {
                 *in_doubt = true;
             }
             if replayed || !is_retryable_status(status) {
@@ -160,13 +163,14 @@ fn judge<A: Head>(
 }
 
 /// Runs one operation under `policy`, from `started`: attempts made by `exchange`, each judged
-/// by the rules, with pauses between them, until a result, a failure that is not retried, the
+/// by the rules (`echo`: the key's header, when the operation has a key), with pauses between them, until a result, a failure that is not retried, the
 /// last attempt, or the deadline. Each attempt gets an `idem_client.attempt` span under `span`.
 pub(crate) async fn retry<X: Exchange>(
     exchange: &mut X,
     policy: &RetryPolicy,
     started: Instant,
     span: &Span,
+    echo: Option<&HeaderName>,
 ) -> Ended<X::Answer, X::Abort> {
     let deadline = deadline_at(started, policy.deadline_value());
     // Whether some attempt may have reached the server and run without a definitive answer.
@@ -201,7 +205,7 @@ pub(crate) async fn retry<X: Exchange>(
                 attempt_span.record("error", field::display(error));
             }
         }
-        let (last, retry_after) = match judge(result, seen, &mut in_doubt) {
+        let (last, retry_after) = match judge(result, seen, echo, &mut in_doubt) {
             Verdict::Result(answer) => {
                 return Ended::Answered {
                     answer,

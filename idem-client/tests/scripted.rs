@@ -76,9 +76,10 @@ async fn each_status_is_retried_or_not_as_the_table_says() {
 #[tokio::test]
 async fn c07_a_replayed_answer_is_final_whatever_its_status() {
     // A stored 409 (a business conflict the handler chose) and a stored 500 ("outcome
-    // unknown", C8): a retry would get them again.
+    // unknown", C8): a retry would get them again. Both come from an endpoint that ran:
+    // in doubt, never "not executed".
     let client = client(three_quick_attempts());
-    for (status, outcome) in [(409, Outcome::NotExecuted), (500, Outcome::InDoubt)] {
+    for (status, outcome) in [(409, Outcome::InDoubt), (500, Outcome::InDoubt)] {
         let server = Scripted::start(vec![Step::with_header(
             status,
             "idempotent-replayed",
@@ -93,6 +94,43 @@ async fn c07_a_replayed_answer_is_final_whatever_its_status() {
         assert_eq!(error.stop(), Some(Stop::NotRetryable), "{status}");
         assert_eq!(error.outcome(), outcome, "{status}");
         assert!(error.response().is_some_and(|r| r.replayed()));
+    }
+}
+
+/// C8: a 4xx the server stored (it echoes the key, as a server built on idem does on every
+/// answer it stores, or replays it) may follow an effect (`Happened`: a 422 after a charge went
+/// through): in doubt, so the caller never sends it again under a new key; the same 4xx
+/// without the echo is a refusal the server gave back: not executed. A replayed 4xx after an
+/// attempt that may have run stays in doubt.
+#[tokio::test]
+async fn c08_a_stored_4xx_is_in_doubt_and_a_refusal_not_executed() {
+    let client = client(three_quick_attempts());
+    let cases = [
+        (
+            vec![Step::with_header(422, "idempotency-key", "k-1")],
+            Outcome::InDoubt,
+        ),
+        (
+            vec![Step::with_header(402, "idempotency-key", "k-1")],
+            Outcome::InDoubt,
+        ),
+        (vec![Step::status(422)], Outcome::NotExecuted),
+        (
+            vec![
+                Step::status(503),
+                Step::with_header(422, "idempotent-replayed", "true"),
+            ],
+            Outcome::InDoubt,
+        ),
+    ];
+    for (round, (steps, outcome)) in cases.into_iter().enumerate() {
+        let server = Scripted::start(steps).await;
+        let error = client
+            .send(client.post(server.url("/op")).body("x"))
+            .await
+            .expect_err("a 4xx");
+        assert_eq!(error.stop(), Some(Stop::NotRetryable), "case {round}");
+        assert_eq!(error.outcome(), outcome, "case {round}: {error}");
     }
 }
 
