@@ -25,8 +25,9 @@ pub fn is_safe_method(method: &Method) -> bool {
     )
 }
 
-/// Whether an answer with `status` is retried (with the same key): 409 (the same key is still
-/// being processed), 429 (rate limited), and 500, 502, 503, 504 (the server or a proxy in
+/// Whether an answer with `status` is retried (with the same key): 408 (the server gave up
+/// reading the request, as a slow upload), 409 (the same key is still being processed), 429
+/// (rate limited), and 500, 502, 503, 504 (the server or a proxy in
 /// front of it failed or was unavailable: with the key, a retry gets the stored answer if the
 /// first attempt ran).
 ///
@@ -47,7 +48,7 @@ pub fn is_safe_method(method: &Method) -> bool {
 /// assert!(!is_retryable_status(StatusCode::NOT_IMPLEMENTED));
 /// ```
 pub fn is_retryable_status(status: StatusCode) -> bool {
-    matches!(status.as_u16(), 409 | 429 | 500 | 502 | 503 | 504)
+    matches!(status.as_u16(), 408 | 409 | 429 | 500 | 502 | 503 | 504)
 }
 
 /// Whether an answer with `status` may come from a request that ran (fully or in part):
@@ -63,10 +64,10 @@ mod tests {
 
     #[test]
     fn retry_decision_by_status() {
-        let retried = [409, 429, 500, 502, 503, 504];
+        let retried = [408, 409, 429, 500, 502, 503, 504];
         let not_retried = [
-            400, 401, 402, 403, 404, 405, 406, 408, 410, 411, 412, 413, 414, 415, 418, 421, 422,
-            423, 424, 425, 426, 428, 431, 451, 499, 501, 505, 506, 507, 508, 510, 511, 599,
+            400, 401, 402, 403, 404, 405, 406, 410, 411, 412, 413, 414, 415, 418, 421, 422, 423,
+            424, 425, 426, 428, 431, 451, 499, 501, 505, 506, 507, 508, 510, 511, 599,
         ];
         for code in retried {
             let status = StatusCode::from_u16(code).expect("a status");

@@ -4,7 +4,7 @@
 //! with the `error` object beside `type`, `title`, `status` and `detail`); a 503 carries
 //! `Retry-After`.
 
-use axum::http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -233,6 +233,8 @@ impl IntoResponse for ApiError {
             (self.status, Json(Envelope { error: &self })).into_response()
         };
         let headers = response.headers_mut();
+        // An error is about this attempt: no cache keeps it (as the layer's problems).
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }

@@ -75,6 +75,14 @@ async fn stalled_heads_and_bodies_are_cut_within_their_deadlines() {
         closed.text()
     );
     assert!(
+        closed
+            .text()
+            .to_ascii_lowercase()
+            .contains("cache-control: no-store"),
+        "an error is never cached: {}",
+        closed.text()
+    );
+    assert!(
         closed.text().contains("request_timeout"),
         "{}",
         closed.text()
@@ -304,6 +312,12 @@ async fn a_wrong_method_is_a_problem_405_with_allow() {
             reply.header("content-type").as_deref(),
             Some("application/problem+json"),
             "{method} {path}: {}",
+            reply.describe()
+        );
+        assert_eq!(
+            reply.header("cache-control").as_deref(),
+            Some("no-store"),
+            "{method} {path}: an error is never cached: {}",
             reply.describe()
         );
         let allow = reply
