@@ -2,7 +2,7 @@
 
 use crate::error::{Outcome, Stop, TransportFailure};
 use crate::retry::{
-    choose_key, classify, operation_span, record_end, retry, Attempted, Ended, Exchange, Last,
+    choose_key, classify, operation_span, record_end, retry, Attempted, Ended, Exchange, Last, Seen,
 };
 use crate::{AttemptError, Error, IdempotencyKey, RetryPolicy, DEFAULT_KEY_HEADER};
 use http::Extensions;
@@ -200,6 +200,7 @@ impl Middleware for IdempotencyMiddleware {
             extensions,
             request: Some(request),
             replayable,
+            key_header: &self.key_header,
         };
         let echo = key.is_some().then_some(&self.key_header);
         let ended = retry(&mut chain, &policy, started, &span, echo)
@@ -254,6 +255,8 @@ struct Chain<'a> {
     /// one when its body cannot be cloned.
     request: Option<Request>,
     replayable: bool,
+    /// The key's header.
+    key_header: &'a HeaderName,
 }
 
 impl Exchange for Chain<'_> {
@@ -275,8 +278,8 @@ impl Exchange for Chain<'_> {
         match tokio::time::timeout(timeout, sent).await {
             Err(_) => Ok((Err(AttemptError::Timeout(timeout)), None)),
             Ok(Ok(response)) => {
-                let status = response.status();
-                Ok((Ok(response), Some(status)))
+                let head = Seen::of(response.status(), response.headers(), self.key_header);
+                Ok((Ok(response), Some(head)))
             }
             Ok(Err(reqwest_middleware::Error::Reqwest(error))) => Ok((Err(classify(error)), None)),
             // Another middleware's error: not the rules' to judge.

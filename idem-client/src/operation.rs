@@ -4,14 +4,15 @@
 
 use crate::error::{AttemptError, StatusFailure, TransportFailure};
 use crate::retry::{
-    choose_key, classify, operation_span, record_end, retry, Attempted, Ended, Exchange, Head, Last,
+    choose_key, classify, operation_span, record_end, retry, Attempted, Ended, Exchange, Head,
+    Last, Seen,
 };
 use crate::{Client, Error, IdempotencyKey, Response, RetryPolicy, DEFAULT_KEY_HEADER};
 use bytes::{Bytes, BytesMut};
 use reqwest::header::{HeaderMap, HeaderName};
 use reqwest::{Request, RequestBuilder, StatusCode};
 use std::fmt;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -184,12 +185,13 @@ impl Exchange for Wire<'_> {
     /// answer's status when its head arrived.
     async fn attempt(&mut self, timeout: Duration) -> Result<Attempted<Answer>, Error> {
         let request = self.request.try_clone().ok_or(Error::StreamingBody)?;
-        let seen = AtomicU16::new(0);
+        let seen = Mutex::new(None);
         let limit = self.limit;
         let exchange = async {
             let mut response = self.http.execute(request).await.map_err(classify)?;
             let status = response.status();
-            seen.store(status.as_u16(), Ordering::Relaxed);
+            let head = Seen::of(status, response.headers(), self.key_header);
+            *seen.lock().unwrap_or_else(PoisonError::into_inner) = Some(head);
             let too_large = AttemptError::TooLarge { limit };
             if response
                 .content_length()
@@ -220,7 +222,7 @@ impl Exchange for Wire<'_> {
             Ok(result) => result,
             Err(_) => Err(AttemptError::Timeout(timeout)),
         };
-        let status = StatusCode::from_u16(seen.load(Ordering::Relaxed)).ok();
-        Ok((result, status))
+        let head = *seen.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok((result, head))
     }
 }

@@ -36,9 +36,29 @@ impl Head for reqwest::Response {
     }
 }
 
-/// How one attempt ended: an answer, or an error with the answer's status when its head
-/// arrived before the error.
-pub(crate) type Attempted<A> = (Result<A, AttemptError>, Option<StatusCode>);
+/// How one attempt ended: an answer, or an error with what its head said when it arrived
+/// before the error.
+pub(crate) type Attempted<A> = (Result<A, AttemptError>, Option<Seen>);
+
+/// What the head of an answer said, kept for an error that cut its body off.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seen {
+    /// The answer's status.
+    pub(crate) status: StatusCode,
+    /// Whether the server stored the answer under the key: replayed, or echoing the key in
+    /// `key_header`.
+    pub(crate) stored: bool,
+}
+
+impl Seen {
+    /// The head of `status` and `headers`, the key's header being `key_header`.
+    pub(crate) fn of(status: StatusCode, headers: &HeaderMap, key_header: &HeaderName) -> Self {
+        Self {
+            status,
+            stored: is_replayed(headers) || headers.contains_key(key_header),
+        }
+    }
+}
 
 /// How one attempt is made; the loop ([`retry`]) decides everything else.
 pub(crate) trait Exchange {
@@ -102,7 +122,7 @@ enum Verdict<A> {
 /// when the operation has a key: an answer that carries it was stored under the key.
 fn judge<A: Head>(
     result: Result<A, AttemptError>,
-    seen: Option<StatusCode>,
+    seen: Option<Seen>,
     echo: Option<&HeaderName>,
     in_doubt: &mut bool,
 ) -> Verdict<A> {
@@ -142,9 +162,11 @@ fn judge<A: Head>(
                     true
                 }
                 // The head said "not retried" (a 400, a 422, a 501): its body failing after it
-                // changes nothing.
-                (_, Some(status)) if status.as_u16() >= 400 && !is_retryable_status(status) => {
-                    *in_doubt |= may_have_run(status);
+                // changes nothing; a head the server stored is in doubt, as its whole answer.
+                (_, Some(head))
+                    if head.status.as_u16() >= 400 && !is_retryable_status(head.status) =>
+                {
+                    *in_doubt |= may_have_run(head.status) || (head.stored && echo.is_some());
                     true
                 }
                 _ => {
@@ -152,7 +174,7 @@ fn judge<A: Head>(
                     false
                 }
             };
-            let last = Last::Error(error, seen);
+            let last = Last::Error(error, seen.map(|head| head.status));
             if give_up {
                 Verdict::Final(last)
             } else {

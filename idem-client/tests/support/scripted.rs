@@ -22,6 +22,8 @@ pub(crate) enum Step {
     /// Reads the request, answers `status` announcing a 100-byte body, sends 10 bytes of it
     /// and closes.
     Truncated(u16),
+    /// [`Step::Truncated`] with one extra header (name, value).
+    TruncatedWithHeader(u16, &'static str, &'static str),
     /// Reads the request, answers `status` announcing a body of this many bytes
     /// (`Content-Length`), sends none of it and holds the connection for a minute.
     Announce(u16, u64),
@@ -161,12 +163,9 @@ async fn serve(
         Some(Step::CloseAfterRead) => {
             let _ = stream.shutdown().await;
         }
-        Some(Step::Truncated(status)) => {
-            let out = format!(
-                "HTTP/1.1 {status} Scripted\r\ncontent-type: application/json\r\ncontent-length: 100\r\nconnection: close\r\n\r\n{{\"id\":\"x"
-            );
-            let _ = stream.write_all(out.as_bytes()).await;
-            let _ = stream.shutdown().await;
+        Some(Step::Truncated(status)) => truncated(&mut stream, status, "").await,
+        Some(Step::TruncatedWithHeader(status, name, value)) => {
+            truncated(&mut stream, status, &format!("{name}: {value}\r\n")).await
         }
         Some(Step::Announce(status, length)) => {
             let head = format!("HTTP/1.1 {status} Scripted\r\ncontent-length: {length}\r\n\r\n");
@@ -224,6 +223,16 @@ async fn serve(
             let _ = stream.shutdown().await;
         }
     }
+}
+
+/// Answers `status` with the `extra` header lines, announcing a 100-byte body, sends 10 bytes
+/// of it and closes.
+async fn truncated(stream: &mut TcpStream, status: u16, extra: &str) {
+    let out = format!(
+        "HTTP/1.1 {status} Scripted\r\ncontent-type: application/json\r\n{extra}content-length: 100\r\nconnection: close\r\n\r\n{{\"id\":\"x"
+    );
+    let _ = stream.write_all(out.as_bytes()).await;
+    let _ = stream.shutdown().await;
 }
 
 async fn read_request(stream: &mut TcpStream) -> Option<Received> {
