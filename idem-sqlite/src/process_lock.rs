@@ -35,21 +35,27 @@ pub(crate) struct ProcessLock {
 }
 
 impl ProcessLock {
-    /// The lock of `config`'s table in `database`, the file SQLite opened (`None` for none:
-    /// in memory, temporary), whatever name the store was given: a path, or a `file:` URI
-    /// naming the same file as another store's path; taken exclusively now if the store is
-    /// opened for one commit, else shared at the first reservation
-    /// ([`reserving`](Self::reserving)).
-    pub(crate) fn open(config: &SqliteConfig, database: Option<&Path>) -> Result<Self, Error> {
+    /// The lock of `config`'s table: beside the file the store's path names, or, for a name
+    /// that is no path (a `file:` URI), beside `opened`, the file SQLite opened (`None`: in
+    /// memory, temporary), so that two names of one file share a lock; taken exclusively now
+    /// if the store is opened for one commit (never on a `read_only` connection, which could
+    /// not reserve), else shared at the first reservation ([`reserving`](Self::reserving)).
+    pub(crate) fn open(
+        config: &SqliteConfig,
+        opened: Option<&Path>,
+        read_only: bool,
+    ) -> Result<Self, Error> {
+        let table_lock = lock_path(&config.path, &config.table)
+            .ok()
+            .or_else(|| opened.and_then(|opened| lock_path(opened, &config.table).ok()));
         let (path, exclusive) = if config.one_commit {
-            let Some(database) = database else {
+            let Some(path) = table_lock.filter(|_| !read_only) else {
                 return Err(refused(format!(
-                    "cannot open {} for one commit: it is no file (one commit keeps other \
-                     stores out of its table by a lock file beside the database)",
+                    "cannot open {} for one commit: it is read-only or no file (one commit \
+                     keeps other stores out of its table by a lock file beside the database)",
                     config.path.display()
                 )));
             };
-            let path = lock_path(database, &config.table)?;
             let file = lock_file(&path)?;
             let exclusive = match file.try_lock() {
                 Ok(()) => Some(file),
@@ -67,8 +73,7 @@ impl ProcessLock {
             };
             (Some(path), exclusive)
         } else {
-            let path = database.and_then(|database| lock_path(database, &config.table).ok());
-            (path, None)
+            (table_lock, None)
         };
         Ok(Self {
             path,

@@ -74,13 +74,14 @@ impl SqliteStore {
         writer: Connection,
         readers: Vec<Connection>,
     ) -> Result<Self, Error> {
-        // The file SQLite opened, whatever the store's name (a path, a `file:` URI): the
-        // process lock is that file's.
-        let database = writer
+        // The file SQLite opened, for a store named by a `file:` URI: the process lock is that
+        // file's, as for its path.
+        let opened = writer
             .path()
             .filter(|file| !file.is_empty())
             .map(std::path::PathBuf::from);
-        let lock = ProcessLock::open(&config, database.as_deref())?;
+        let read_only = writer.is_readonly(rusqlite::MAIN_DB).unwrap_or(false);
+        let lock = ProcessLock::open(&config, opened.as_deref(), read_only)?;
         let config = Arc::new(config);
         Ok(Self {
             inner: Arc::new(Inner {

@@ -472,3 +472,43 @@ async fn c15_a_store_opened_by_a_uri_takes_the_lock_of_its_file() {
     );
     drop(one_by_uri);
 }
+
+/// C15: the lock does not depend on how a path is spelled in bytes: in a directory whose name
+/// is not UTF-8 a store opened for one commit holds the table, and another store is refused
+/// its reservation. A read-only connection (`mode=ro`) cannot reserve, so it is never opened
+/// for one commit (it would keep every writer off the table).
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c15_the_lock_holds_on_a_path_that_is_not_utf8_and_never_for_a_read_only_store() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().expect("dir");
+    let odd = dir.path().join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+    std::fs::create_dir(&odd).expect("a directory named in Latin-1");
+    let path = odd.join("odd.db");
+    let one = one_commit_store(&path).await;
+    let two = SqliteStore::open(&path)
+        .await
+        .expect("open for two commits");
+    let idem = Idempotency::new(two.clone());
+    let begun = idem.begin(&request(&idem, "k", b"{}")).await;
+    assert!(
+        matches!(&begun, Err(e) if store_kind(e) == Some(StoreErrorKind::Misconfigured)),
+        "a store reserved beside one held for one commit: {begun:?}"
+    );
+    drop((idem, two, one));
+
+    let plain = dir.path().join("ro.db");
+    drop(one_commit_store(&plain).await);
+    let read_only = format!("file:{}?mode=ro", plain.display());
+    let refused = SqliteStore::builder(&read_only)
+        .one_commit(true)
+        .open()
+        .await;
+    assert!(
+        matches!(&refused, Err(e) if store_kind(e) == Some(StoreErrorKind::Misconfigured)),
+        "a read-only store opened for one commit: {:?}",
+        refused.as_ref().map(drop)
+    );
+    let writer = one_commit_store(&plain).await;
+    drop(writer);
+}
