@@ -554,7 +554,8 @@ impl PgStore {
     /// serialization failure): roll the transaction back.
     ///
     /// Bounded (C13): it waits at most the store's statement deadline
-    /// ([`PgStoreBuilder::statement_timeout`], default 4 s) for its answer, measured by the
+    /// ([`PgStoreBuilder::statement_timeout`], default 4 s), or its lock deadline
+    /// ([`PgStoreBuilder::lock_timeout`]) where that is longer, for its answer, measured by the
     /// process, so a connection gone silent mid-transaction is
     /// [`StoreErrorKind::Unavailable`](idem_core::StoreErrorKind::Unavailable), never a hang.
     /// As after any error here, drop (roll back) the transaction, never commit it: the
@@ -579,7 +580,8 @@ impl PgStore {
         conn: &mut PgConnection,
         completion: &Completion,
     ) -> Result<(), Error> {
-        Deadline::after(self.inner.config.deadlines.statement)
+        let deadlines = &self.inner.config.deadlines;
+        Deadline::after(deadlines.statement.max(deadlines.lock))
             .bound(
                 Operation::Complete,
                 self.inner.ops.complete_in(conn, completion),

@@ -58,7 +58,7 @@ async fn c13_a_direct_call_on_a_frozen_server_fails_within_its_deadline() {
 
 /// C13: the completion in your own transaction (`complete_in`, the guard style) is a store
 /// call too: on a connection gone silent after the effect's statements it fails within the
-/// store's statement deadline, as unavailable, never hangs; nothing is committed, and once the
+/// store's statement deadline (the longer of it and the lock deadline), as unavailable, never hangs; nothing is committed, and once the
 /// server answers again the store serves the next key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c13_a_completion_in_your_transaction_on_a_frozen_server_fails_within_its_deadline() {
@@ -66,7 +66,8 @@ async fn c13_a_completion_in_your_transaction_on_a_frozen_server_fails_within_it
     let builder = PgStore::builder()
         .max_connections(2)
         .acquire_timeout(Duration::from_secs(30))
-        .statement_timeout(statement);
+        .statement_timeout(statement)
+        .lock_timeout(statement / 2);
     let bench = Bench::new(&pg_url(), SCHEMA, builder, Policy::default()).await;
     let request = bench.request("frozen-complete-in");
     let idem = &bench.idem;

@@ -642,11 +642,11 @@ async fn c03_in_flight_under_the_alternative_without_a_header_is_in_flight() {
 
 /// A record gone behind the store's back, as after a master's restart without its data or a
 /// failover to a replica the record had not reached, and answers with a replay cache. On one
-/// Redis the store counts the connection's failure and the cache is emptied (`restart.rs`);
-/// a Cluster's client follows such a restart and failover without a failure the store could
-/// count, so there the cache holds nothing (`Store::generation` is `None`), and every answer
-/// is Redis's own: the retry after the loss is executed, never the lost execution's replay
-/// from one process while another executes it again.
+/// Redis the store counts the connection's failure, which empties the cache; a Cluster's
+/// client follows such a restart and failover without a failure the store could count, so
+/// there the cache holds nothing (`Store::generation` is `None`), and every answer is Redis's
+/// own: the retry after the loss is executed, never the lost execution's replay from one
+/// process while another executes it again.
 async fn cache_after_a_lost_record_on_a_cluster() -> Vec<String> {
     use idem_core::{Outcome, ReplayCache};
     let redis = Redis { cluster: true };
