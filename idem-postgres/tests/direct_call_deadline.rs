@@ -38,16 +38,7 @@ async fn c13_a_direct_call_on_a_frozen_server_fails_within_its_deadline() {
     let took = started.elapsed();
     bench.proxy.set(Fault::PassThrough);
 
-    let kind = frozen
-        .as_ref()
-        .err()
-        .and_then(|e| e.as_store())
-        .map(|e| e.kind());
-    assert_eq!(kind, Some(StoreErrorKind::Unavailable), "{frozen:?}");
-    assert!(
-        took < DEADLINE + Duration::from_millis(500),
-        "answered in {took:?}, the deadline was {DEADLINE:?}"
-    );
+    unavailable_within(&frozen, took, DEADLINE);
 
     // The link the deadline cut off is not reused: the next call answers.
     let again = store
@@ -95,16 +86,7 @@ async fn c13_a_completion_in_your_transaction_on_a_frozen_server_fails_within_it
     drop(tx); // rolled back, as after any error of the completion
     bench.proxy.set(Fault::PassThrough);
 
-    let kind = frozen
-        .as_ref()
-        .err()
-        .and_then(|e| e.as_store())
-        .map(|e| e.kind());
-    assert_eq!(kind, Some(StoreErrorKind::Unavailable), "{frozen:?}");
-    assert!(
-        took < statement + Duration::from_millis(500),
-        "answered in {took:?}, the statement deadline was {statement:?}"
-    );
+    unavailable_within(&frozen, took, statement);
     assert_eq!(bench.charges_of(&request).await, 0, "nothing committed");
     let next = bench.request("after-the-freeze");
     let charged = bench.charge(&next).await;
@@ -113,4 +95,22 @@ async fn c13_a_completion_in_your_transaction_on_a_frozen_server_fails_within_it
         "{charged:?}"
     );
     drop(lease);
+}
+
+/// A call that failed as unavailable within `deadline` (and half a second of slack).
+fn unavailable_within<T: std::fmt::Debug>(
+    answered: &Result<T, idem_core::Error>,
+    took: Duration,
+    deadline: Duration,
+) {
+    let kind = answered
+        .as_ref()
+        .err()
+        .and_then(|e| e.as_store())
+        .map(|e| e.kind());
+    assert_eq!(kind, Some(StoreErrorKind::Unavailable), "{answered:?}");
+    assert!(
+        took < deadline + Duration::from_millis(500),
+        "answered in {took:?}, the deadline was {deadline:?}"
+    );
 }

@@ -16,12 +16,7 @@ async fn c06_the_effect_runs_on_a_session_set_up_as_the_pool_you_passed_sets_it_
     // The pool of your business code, whose sessions carry what your SQL relies on (a tenant
     // for row-level security, a search_path, a role), set when each connection opens.
     let pool = business_pool(&pg_url(), 2, Some("SET idem_review.tenant = 'acct_1'")).await;
-    let store = PgStore::builder()
-        .schema(SCHEMA)
-        .table(&format!("t_{}", FencingToken::generate()))
-        .pool(pool.clone())
-        .expect("a store on the business pool");
-    store.migrate().await.expect("migrate");
+    let store = store_on(&pool).await;
     let (on_the_pool,): (Option<String>,) =
         sqlx::query_as("SELECT current_setting('idem_review.tenant', true)")
             .fetch_one(&pool)
@@ -182,12 +177,7 @@ async fn c13_dead_idle_connections_of_your_pool_are_replaced_without_failing_a_c
         .connect(&pg_url())
         .await
         .expect("an admin pool");
-    let store = PgStore::builder()
-        .schema(SCHEMA)
-        .table(&format!("t_{}", FencingToken::generate()))
-        .pool(pool.clone())
-        .expect("a store on the business pool");
-    store.migrate().await.expect("migrate");
+    let store = store_on(&pool).await;
     common::business_table(&admin).await;
     let idem = Idempotency::new(store);
     for one_commit in [false, true] {
@@ -226,6 +216,17 @@ async fn c13_dead_idle_connections_of_your_pool_are_replaced_without_failing_a_c
         assert!(matches!(outcome, Outcome::Executed(_)), "{outcome:?}");
         assert_eq!(common::charges(&admin, &intent).await, 1);
     }
+}
+
+/// A store on a new table, over `pool` (its effects' transactions run there), migrated.
+async fn store_on(pool: &sqlx::PgPool) -> PgStore {
+    let store = PgStore::builder()
+        .schema(SCHEMA)
+        .table(&format!("t_{}", FencingToken::generate()))
+        .pool(pool.clone())
+        .expect("a store on the business pool");
+    store.migrate().await.expect("migrate");
+    store
 }
 
 /// Your business pool on `url`: `connections` at most, none tested when taken (as

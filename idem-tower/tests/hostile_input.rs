@@ -225,28 +225,31 @@ async fn c02_a_consumer_no_record_can_belong_to_is_a_401() {
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
 
+/// `POST /v1/charges`: each execution counted in `calls`, answered 201 with the body it got.
+fn echoing_charges(calls: &Arc<AtomicUsize>) -> Router {
+    let c = Arc::clone(calls);
+    Router::new().route(
+        "/v1/charges",
+        post(move |body: String| {
+            let c = Arc::clone(&c);
+            async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                (StatusCode::CREATED, body)
+            }
+        }),
+    )
+}
+
 /// With `canonical_json`, a JSON body is fingerprinted in canonical form and any other body as
 /// its raw bytes, in separate domains: a `text/plain` body whose bytes are the canonical form of
 /// an earlier JSON body is another request (422), never its replay.
 #[tokio::test]
 async fn c03_canonical_and_raw_bodies_do_not_share_a_fingerprint_domain() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let c = Arc::clone(&calls);
-    let app: Router = Router::new()
-        .route(
-            "/v1/charges",
-            post(move |body: String| {
-                let c = Arc::clone(&c);
-                async move {
-                    c.fetch_add(1, Ordering::SeqCst);
-                    (StatusCode::CREATED, body)
-                }
-            }),
-        )
-        .route_layer(
-            IdempotencyLayer::new(Idempotency::new(MemoryStore::new()), header_account)
-                .canonical_json(&["sent_at"]),
-        );
+    let app = echoing_charges(&calls).route_layer(
+        IdempotencyLayer::new(Idempotency::new(MemoryStore::new()), header_account)
+            .canonical_json(&["sent_at"]),
+    );
     let a = send_in_time(
         &app,
         req(
@@ -276,22 +279,10 @@ async fn c03_canonical_and_raw_bodies_do_not_share_a_fingerprint_domain() {
 #[tokio::test]
 async fn c03_content_types_that_differ_beyond_ascii_are_other_requests() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let c = Arc::clone(&calls);
-    let app: Router = Router::new()
-        .route(
-            "/v1/charges",
-            post(move |body: String| {
-                let c = Arc::clone(&c);
-                async move {
-                    c.fetch_add(1, Ordering::SeqCst);
-                    (StatusCode::CREATED, body)
-                }
-            }),
-        )
-        .route_layer(IdempotencyLayer::new(
-            Idempotency::new(MemoryStore::new()),
-            header_account,
-        ));
+    let app = echoing_charges(&calls).route_layer(IdempotencyLayer::new(
+        Idempotency::new(MemoryStore::new()),
+        header_account,
+    ));
     let typed = |key: &str, content_type: &[u8]| {
         let mut request = req("POST", Some(key), "text/plain", "amount=100");
         request.headers_mut().insert(
