@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{pg_url, SCHEMA};
+use common::{insert_charge, pg_url, SCHEMA};
 use idem_core::{FencingToken, Idempotency, Outcome, StoredResponse};
 use idem_postgres::sqlx::{self, postgres::PgPoolOptions};
 use idem_postgres::{PgIdempotency, PgStore};
@@ -16,7 +16,7 @@ async fn c06_the_effect_runs_on_a_session_set_up_as_the_pool_you_passed_sets_it_
     // The pool of your business code, whose sessions carry what your SQL relies on (a tenant
     // for row-level security, a search_path, a role), set when each connection opens.
     let pool = business_pool(&pg_url(), 2, Some("SET idem_review.tenant = 'acct_1'")).await;
-    let store = store_on(&pool).await;
+    let store = store_over(&pool).await;
     let (on_the_pool,): (Option<String>,) =
         sqlx::query_as("SELECT current_setting('idem_review.tenant', true)")
             .fetch_one(&pool)
@@ -177,7 +177,7 @@ async fn c13_dead_idle_connections_of_your_pool_are_replaced_without_failing_a_c
         .connect(&pg_url())
         .await
         .expect("an admin pool");
-    let store = store_on(&pool).await;
+    let store = store_over(&pool).await;
     common::business_table(&admin).await;
     let idem = Idempotency::new(store);
     for one_commit in [false, true] {
@@ -202,15 +202,7 @@ async fn c13_dead_idle_connections_of_your_pool_are_replaced_without_failing_a_c
         let request = charge(&idem, &intent, one_commit);
         let charged = intent.clone();
         let outcome = idem
-            .run_in_transaction(&request, move |tx, _lease| {
-                Box::pin(async move {
-                    sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
-                        .bind(charged)
-                        .execute(&mut *tx)
-                        .await?;
-                    Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
-                })
-            })
+            .run_in_transaction(&request, move |tx, _lease| insert_charge(tx, charged))
             .await
             .unwrap_or_else(|e| panic!("one commit {one_commit}: the first call failed: {e}"));
         assert!(matches!(outcome, Outcome::Executed(_)), "{outcome:?}");
@@ -219,7 +211,7 @@ async fn c13_dead_idle_connections_of_your_pool_are_replaced_without_failing_a_c
 }
 
 /// A store on a new table, over `pool` (its effects' transactions run there), migrated.
-async fn store_on(pool: &sqlx::PgPool) -> PgStore {
+async fn store_over(pool: &sqlx::PgPool) -> PgStore {
     let store = PgStore::builder()
         .schema(SCHEMA)
         .table(&format!("t_{}", FencingToken::generate()))

@@ -7,7 +7,7 @@
 mod common;
 mod support;
 
-use common::{business_table, charges, pg_url, request, SCHEMA};
+use common::{business_table, charges, insert_charge, pg_url, request, SCHEMA};
 use fault_proxy::{Fault, Hold, COMMIT_QUERY};
 use idem_core::{Failure, Lease, Reply};
 use idem_core::{FencingToken, Idempotency, Outcome, Policy, StoredResponse};
@@ -135,15 +135,7 @@ async fn charge(idem: &Idempotency<PgStore>, key: &str, budget: Duration, one: b
         .with_one_commit(one);
     let intent = key.to_owned();
     let outcome = idem
-        .run_in_transaction(&asked, move |tx, _| {
-            Box::pin(async move {
-                sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
-                    .bind(intent)
-                    .execute(&mut *tx)
-                    .await?;
-                Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
-            })
-        })
+        .run_in_transaction(&asked, move |tx, _| insert_charge(tx, intent))
         .await;
     format!("{outcome:?}")
 }

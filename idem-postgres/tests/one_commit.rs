@@ -6,13 +6,14 @@
 mod common;
 
 use common::{
-    bouncer_url, business_table, charges, expecting_fresh_keys, pg_url, store_on, SCHEMA,
+    bouncer_url, business_table, charges, expecting_fresh_keys, insert_charge, pg_url, store_on,
+    SCHEMA,
 };
 use idem_core::store::Deadline;
 use idem_core::{Answer, Begin, FencingToken, Idempotency, Outcome, Request};
 use idem_core::{RunError, StoredResponse};
 use idem_postgres::sqlx::{self, AssertSqlSafe, PgPool, Row};
-use idem_postgres::{EffectFuture, Isolation, PgIdempotency, PgStore, StatementMode};
+use idem_postgres::{Isolation, PgIdempotency, PgStore, StatementMode};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -61,17 +62,6 @@ async fn charge(
                 .await
         }
     }
-}
-
-/// The effect: one business row for `intent`.
-fn insert_charge(tx: &mut sqlx::PgConnection, intent: String) -> EffectFuture<'_, sqlx::Error> {
-    Box::pin(async move {
-        sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
-            .bind(intent)
-            .execute(&mut *tx)
-            .await?;
-        Ok(StoredResponse::new(201, "charged"))
-    })
 }
 
 /// The server's write-ahead log position now.

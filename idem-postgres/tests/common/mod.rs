@@ -6,7 +6,7 @@ use idem_core::store::Completion;
 use idem_core::testing::{Harness, Script, TransactHarness, TransactionalHarness};
 use idem_core::{Error, FencingToken, RecordId};
 use idem_postgres::sqlx::{self, AssertSqlSafe, PgPool};
-use idem_postgres::{Isolation, PgEffect, PgStore, StatementMode};
+use idem_postgres::{EffectFuture, Isolation, PgEffect, PgStore, StatementMode};
 
 /// The schema every test table lives in.
 pub(crate) const SCHEMA: &str = "idem_test";
@@ -69,6 +69,21 @@ pub(crate) async fn business_table(pool: &PgPool) {
     .await
     .expect("business table");
     tx.commit().await.expect("commit");
+}
+
+/// The effect of a charge: one row of `idem_test.charges` (see [`business_table`]) for
+/// `intent`, answered 201.
+pub(crate) fn insert_charge(
+    tx: &mut sqlx::PgConnection,
+    intent: String,
+) -> EffectFuture<'_, sqlx::Error> {
+    Box::pin(async move {
+        sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
+            .bind(intent)
+            .execute(&mut *tx)
+            .await?;
+        Ok(idem_core::StoredResponse::new(201, "charged"))
+    })
 }
 
 /// How many charges exist for `intent`.
