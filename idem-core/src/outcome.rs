@@ -170,7 +170,8 @@ pub enum RunError<E> {
     /// Nothing ran: refused or failed before the handler (400, 413, 503...).
     #[error(transparent)]
     Idem(Error),
-    /// [`Failure::nothing_happened`]: the key was released (or passes with its lease).
+    /// [`Failure::nothing_happened`]: the key was released (the store down: released again by a
+    /// task of its own until it answers, or the lease passes).
     #[error("handler failed, nothing happened: {0}")]
     Released(E),
     /// Outcome unknown: `response` is stored; send it, as every retry gets it.

@@ -1,7 +1,8 @@
 //! One store budget per request (C13): every store step of a request draws from it, the
 //! handler's time does not; spent before the effect, the answer is store-down, after it
 //! "outcome unknown" (C8) while the completion keeps trying on its own; a `budget_spent` event
-//! names the step that spent it (C16).
+//! names the step that spent it (C16). A key given back (nothing happened, C8) while the store
+//! is down is given back once it answers, not left to wait out its lease.
 
 mod support;
 
@@ -220,4 +221,110 @@ async fn c13_a_request_carries_its_own_budget() {
     );
     assert!(took < BUDGET + MARGIN, "answered after {took:?}");
     assert_eq!(spent.steps(), [Some(Operation::Reserve)]);
+}
+
+/// A handler that failed before its effect (nothing happened, C8), after which the store is
+/// frozen (`freeze`) for `thaw_after`.
+async fn fail_before_the_effect(
+    idem: &Idempotency<Arc<Faulty>>,
+    request: &Request,
+    store: &Arc<Faulty>,
+    runs: &Arc<AtomicUsize>,
+) -> Result<Outcome, RunError<&'static str>> {
+    let (store, runs) = (Arc::clone(store), Arc::clone(runs));
+    idem.run(request, move |_| async move {
+        runs.fetch_add(1, Ordering::SeqCst);
+        store.frozen.store(true, Ordering::SeqCst);
+        Err::<StoredResponse, _>(Failure::nothing_happened("card network down"))
+    })
+    .await
+}
+
+/// Retries `request` until its handler runs again or `within` passes; returns how long the key
+/// was held after `since`.
+async fn free_again_after(
+    idem: &Idempotency<Arc<Faulty>>,
+    request: &Request,
+    store: &Arc<Faulty>,
+    runs: &Arc<AtomicUsize>,
+    since: Instant,
+    within: Duration,
+) -> Duration {
+    loop {
+        let answer = charge(idem, request, store, runs, false).await;
+        match answer {
+            Ok(Outcome::Answered(answer)) if !answer.is_replay() => {
+                assert!(
+                    since.elapsed() < within,
+                    "the key was still held after {within:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Ok(Outcome::Executed(_)) => return since.elapsed(),
+            other => panic!("a retry of a released key: {other:?}"),
+        }
+    }
+}
+
+/// C8, C13: the store freezes after a handler failed before its effect. The caller is answered
+/// within one budget; the key is given back once the store answers again (here after several
+/// budgets), not after the lease (20 s): the corrected retry runs.
+#[tokio::test]
+async fn c08_a_key_given_back_while_the_store_is_frozen_is_free_once_it_thaws() {
+    let store = Arc::new(Faulty::default());
+    let spent = Spent::default();
+    let idem = engine(&store, &spent);
+    let req = request(&idem, "released-while-frozen");
+    let runs = Arc::new(AtomicUsize::new(0));
+
+    let started = Instant::now();
+    let first = fail_before_the_effect(&idem, &req, &store, &runs).await;
+    assert!(matches!(first, Err(RunError::Released(_))), "{first:?}");
+    assert!(
+        started.elapsed() < BUDGET + MARGIN,
+        "answered after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(spent.steps(), [Some(Operation::Release)]);
+
+    // Frozen for longer than the request's budget and the next one together.
+    tokio::time::sleep(BUDGET * 4).await;
+    store.frozen.store(false, Ordering::SeqCst);
+    let thawed = Instant::now();
+    let held = free_again_after(&idem, &req, &store, &runs, thawed, Duration::from_secs(5)).await;
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the corrected retry did not run"
+    );
+    assert!(
+        held < LEASE / 4,
+        "the key was held {held:?} after the store thawed"
+    );
+}
+
+/// C8: a release the store refuses for a moment (connection refused, within the budget) is
+/// tried again, so the key is free long before its lease ends.
+#[tokio::test]
+async fn c08_a_release_refused_for_a_moment_is_tried_again() {
+    let store = Arc::new(Faulty {
+        failing_releases: AtomicUsize::new(3),
+        ..Faulty::default()
+    });
+    let spent = Spent::default();
+    let idem = engine(&store, &spent);
+    let req = request(&idem, "release-refused");
+    let runs = Arc::new(AtomicUsize::new(0));
+
+    let first = idem
+        .run(&req, |_| async {
+            Err::<StoredResponse, _>(Failure::nothing_happened("card network down"))
+        })
+        .await;
+    assert!(matches!(first, Err(RunError::Released(_))), "{first:?}");
+    let since = Instant::now();
+    let held = free_again_after(&idem, &req, &store, &runs, since, Duration::from_secs(5)).await;
+    assert_eq!(store.failing_releases.load(Ordering::SeqCst), 0);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the retry did not run");
+    assert!(held < LEASE / 4, "the key was held {held:?}");
 }

@@ -4,6 +4,7 @@
 
 mod detach;
 mod gate;
+mod give_back;
 mod heartbeat;
 mod live;
 mod mix;
@@ -679,27 +680,6 @@ impl<S: Store> Idempotency<S> {
     pub async fn release(&self, lease: Lease) -> Result<(), Error> {
         let budget = Budget::new(self.inner.policy.store_timeout);
         self.release_within(lease, &budget).await
-    }
-
-    /// [`release`](Self::release) within what is left of a request's `budget` (C13): once it
-    /// is spent nothing is sent, and the key is left to its lease.
-    pub(crate) async fn release_within(&self, lease: Lease, budget: &Budget) -> Result<(), Error> {
-        let result = self
-            .spend(budget, Operation::Release, Some(lease.id()), |deadline| {
-                self.inner.store.release(&lease, deadline)
-            })
-            .await;
-        // A failed release leaves the key to its lease: still the end of this execution.
-        let kind = match &result {
-            Err(Error::LeaseLost) => EventKind::LeaseLost,
-            _ => EventKind::Released,
-        };
-        let event = Event::new(kind).of_lease(&lease);
-        match &result {
-            Ok(()) => self.emit(event),
-            Err(error) => self.emit(event.failed(error)),
-        }
-        result
     }
 
     /// Extends the lease by the policy's lease from now (C9) if it holds; a loss is reported.

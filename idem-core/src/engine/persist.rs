@@ -179,22 +179,6 @@ impl<S: Store> Idempotency<S> {
 }
 
 impl<S: Store + 'static> Idempotency<S> {
-    /// Gives the key back (nothing happened, C8) within what is left of the request's
-    /// `budget`; once it is spent, on a task of its own with a budget of its own, so that the
-    /// corrected retry is not kept waiting for the lease (without a runtime, it is).
-    pub(crate) async fn give_back_within(&self, lease: Lease, budget: &Budget) {
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) if budget.is_spent() => {
-                let (engine, running) = (self.clone(), self.inner.gate.enter_always());
-                runtime.spawn(async move {
-                    let _running = running;
-                    let _ = engine.release(lease).await;
-                });
-            }
-            _ => drop(self.release_within(lease, budget).await),
-        }
-    }
-
     /// Keeps storing `completion` on its own task (C8), with `hold`; [`drain`](Self::drain) waits.
     pub(crate) fn keep_completing<H: Send + 'static>(
         &self,

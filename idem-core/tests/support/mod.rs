@@ -26,6 +26,8 @@ pub(crate) struct Faulty {
     pub reserve_answer_after: Duration,
     /// How many of the next renewals fail.
     pub failing_renews: AtomicUsize,
+    /// How many of the next releases fail (the store refuses the connection).
+    pub failing_releases: AtomicUsize,
     /// Every call waits while this is set: a frozen server, or a network that swallows
     /// everything (a blackhole). Only the engine's deadline ends the wait.
     pub frozen: AtomicBool,
@@ -94,6 +96,9 @@ impl Store for Faulty {
     }
     async fn release(&self, l: &Lease, deadline: Deadline) -> Result<(), Error> {
         self.thaw().await;
+        if take(&self.failing_releases) {
+            return Err(down());
+        }
         self.inner.release(l, deadline).await
     }
     async fn renew(&self, l: &Lease, d: Duration, deadline: Deadline) -> Result<Timestamp, Error> {

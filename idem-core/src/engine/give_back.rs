@@ -1,0 +1,102 @@
+//! Giving the key back when nothing happened (C8): fenced, within what is left of the
+//! request's store budget (C13), then, when the store failed in a way that may pass, again on
+//! a task of its own until it lands or the lease ends. A key is never left to wait out its
+//! lease because the store was down for a moment.
+
+use super::{pause, Idempotency, FIRST_BACKOFF, MAX_BACKOFF};
+use crate::budget::Budget;
+use crate::error::Error;
+use crate::event::{Event, EventKind, Operation};
+use crate::lease::{deadline_after, Lease};
+use crate::store::Store;
+use crate::timeout::is_timed_out;
+use std::time::Instant;
+
+impl<S: Store> Idempotency<S> {
+    /// [`release`](Self::release) within what is left of a request's `budget` (C13): once it
+    /// is spent nothing is sent, and the key is left to its lease.
+    pub(crate) async fn release_within(&self, lease: Lease, budget: &Budget) -> Result<(), Error> {
+        let result = self.release_once(&lease, budget).await;
+        self.report_release(&lease, &result);
+        result
+    }
+
+    /// One fenced release within what is left of `budget`.
+    async fn release_once(&self, lease: &Lease, budget: &Budget) -> Result<(), Error> {
+        self.spend(budget, Operation::Release, Some(lease.id()), |deadline| {
+            self.inner.store.release(lease, deadline)
+        })
+        .await
+    }
+
+    /// The end of a release: a failed one leaves the key to its lease, still the end of this
+    /// execution.
+    fn report_release(&self, lease: &Lease, result: &Result<(), Error>) {
+        let kind = match result {
+            Err(Error::LeaseLost) => EventKind::LeaseLost,
+            _ => EventKind::Released,
+        };
+        let event = Event::new(kind).of_lease(lease);
+        match result {
+            Ok(()) => self.emit(event),
+            Err(error) => self.emit(event.failed(error)),
+        }
+    }
+}
+
+impl<S: Store + 'static> Idempotency<S> {
+    /// Gives the key back (nothing happened, C8) within what is left of the request's
+    /// `budget`. When the budget is spent, or the store failed in a way that may pass (down,
+    /// timed out), the release goes on on a task of its own, each attempt with a budget of its
+    /// own, until it lands, the lease is lost or it ends: the corrected retry is not kept
+    /// waiting for the lease. Without a runtime it is tried once.
+    pub(crate) async fn give_back_within(&self, lease: Lease, budget: &Budget) {
+        let runtime = tokio::runtime::Handle::try_current();
+        if runtime.is_err() || !budget.is_spent() {
+            let result = self.release_once(&lease, budget).await;
+            if runtime.is_err() || !may_pass(&result) {
+                return self.report_release(&lease, &result);
+            }
+        }
+        let Ok(runtime) = runtime else { return };
+        tracing::warn!(
+            target: "idem",
+            consumer = lease.id().consumer(),
+            route = lease.id().route(),
+            "idem: the key could not be given back within the request's store budget; still trying until its lease ends"
+        );
+        let (engine, running) = (self.clone(), self.inner.gate.enter_always());
+        runtime.spawn(async move {
+            let _running = running;
+            engine.keep_releasing(lease).await;
+        });
+    }
+
+    /// Releases `lease` until it lands, is refused for good, or the lease ends (by this
+    /// process's clock: past it the key is the store's to hand out, and a release is fenced).
+    async fn keep_releasing(&self, lease: Lease) {
+        let ends = lease
+            .local_deadline()
+            .unwrap_or_else(|| deadline_after(Instant::now(), self.inner.policy.lease));
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let budget = Budget::new(self.inner.policy.store_timeout);
+            let result = self.release_once(&lease, &budget).await;
+            let now = Instant::now();
+            if !may_pass(&result) || now + backoff >= ends {
+                return self.report_release(&lease, &result);
+            }
+            pause(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+}
+
+/// Whether a release failed in a way that may pass: the store down or slow, never a lost lease
+/// or a refusal.
+fn may_pass(result: &Result<(), Error>) -> bool {
+    match result {
+        Ok(()) | Err(Error::LeaseLost) => false,
+        Err(error) => is_timed_out(error) || error.is_retryable(),
+    }
+}
