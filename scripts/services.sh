@@ -96,6 +96,7 @@ pool_mode = transaction
 max_client_conn = 1000
 default_pool_size = 40
 ignore_startup_parameters = extra_float_digits
+server_login_retry = 1
 logfile = $dir/pgbouncer.log
 pidfile = $dir/pgbouncer.pid
 INI
