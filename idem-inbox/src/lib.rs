@@ -77,6 +77,7 @@ pub use signature::{now_unix, SignatureError};
 
 use idem_core::store::CatchUnwind;
 use idem_core::store::Completion;
+use idem_core::store::Deadline;
 use idem_core::store::Lease;
 use idem_core::{
     Answer, Clock, Error, Operation, Request, Store, StoredResponse, SystemClock, Timestamp,
@@ -87,8 +88,12 @@ use idem_tower::render::Problem;
 use std::fmt;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// What an audit write that did not answer in time is reported as: a statement on the store's
+/// database, beside the executions' transactions.
+const AUDIT: Operation = Operation::Transaction;
 
 /// A delivery whose origin was verified: the only way into the inbox.
 #[derive(Debug, Clone, Copy)]
@@ -463,22 +468,42 @@ impl<S: Store + 'static> Inbox<S> {
     /// rolled back): the event stays retryable. A handler with an effect outside the database
     /// must make that effect safe to repeat (derive the downstream idempotency key from the
     /// event id). Store failures are errors (answer 503: the sender retries).
+    ///
+    /// The audit trail's writes share the event's one store budget with the engine's steps
+    /// (C13: the request's own, else the policy's `store_timeout`; the handler's time is not
+    /// counted): a write that does not answer within what is left is given up and logged, and
+    /// once the budget is spent the event is refused as store-down.
     pub async fn receive<F, Fut, E>(&self, event: &Event, handler: F) -> Result<Receipt, Error>
     where
         F: FnOnce(EventContext<S>) -> Fut + Send + 'static,
         Fut: Future<Output = Result<Ack, E>> + Send + 'static,
         E: fmt::Display + Send + 'static,
     {
-        self.audit_delivered(event).await;
+        let budget = event
+            .request()
+            .store_budget()
+            .unwrap_or(self.idem.policy().store_timeout);
+        let started = Instant::now();
+        self.audit_delivered(event, Deadline::after(budget)).await;
+        let request = if self.audit.is_some() {
+            let left = budget.saturating_sub(started.elapsed());
+            event.request().clone().with_store_budget(left)
+        } else {
+            event.request().clone()
+        };
+        let handling = Arc::new(Mutex::new(Duration::ZERO));
+        let handled = Arc::clone(&handling);
         let result = self
             .idem
-            .run(event.request(), move |ctx| async move {
+            .run(&request, move |ctx| async move {
                 let check = ctx.clone();
                 let ctx = EventContext { ctx };
+                let handler_started = Instant::now();
                 let outcome = match catch_unwind(AssertUnwindSafe(|| handler(ctx))) {
                     Ok(future) => CatchUnwind::new(future).await,
                     Err(panic) => Err(panic),
                 };
+                *handled.lock().unwrap_or_else(PoisonError::into_inner) = handler_started.elapsed();
                 match outcome {
                     Ok(Ok(Ack::Done)) => Ok(Reply::Executed(acknowledgement())),
                     // An acknowledgement said to be written in the handler's transaction must
@@ -526,7 +551,12 @@ impl<S: Store + 'static> Inbox<S> {
             }
             Err(other) => Receipt::Failed(other.to_string()),
         };
-        self.audit_settled(event, &receipt).await;
+        // What the store steps left of the budget: all the time since the start but the
+        // handler's.
+        let handler = *handling.lock().unwrap_or_else(PoisonError::into_inner);
+        let store_time = started.elapsed().saturating_sub(handler);
+        let left = Deadline::after(budget.saturating_sub(store_time));
+        self.audit_settled(event, &receipt, left).await;
         Ok(receipt)
     }
 
@@ -542,18 +572,18 @@ impl<S: Store + 'static> Inbox<S> {
         audit.purge(cutoff, limit).await
     }
 
-    async fn audit_delivered(&self, event: &Event) {
+    /// Records a delivery in the audit trail, given up at `deadline` (best effort).
+    async fn audit_delivered(&self, event: &Event, deadline: Deadline) {
         if let Some(audit) = &self.audit {
-            if let Err(error) = audit
-                .delivered(&event.source, &event.id, self.clock.now())
-                .await
-            {
+            let delivered = audit.delivered(&event.source, &event.id, self.clock.now());
+            if let Err(error) = deadline.bound(AUDIT, delivered).await {
                 tracing::warn!(target: "idem", source = %event.source, %error, "idem.inbox: the audit trail missed a delivery");
             }
         }
     }
 
-    async fn audit_settled(&self, event: &Event, receipt: &Receipt) {
+    /// Records how a delivery ended in the audit trail, given up at `deadline` (best effort).
+    async fn audit_settled(&self, event: &Event, receipt: &Receipt, deadline: Deadline) {
         let id = String::from_utf8_lossy(&event.id);
         match receipt {
             Receipt::Conflict => {
@@ -566,23 +596,25 @@ impl<S: Store + 'static> Inbox<S> {
         }
         let Some(audit) = &self.audit else { return };
         let now = self.clock.now();
-        let result = match receipt {
-            // A duplicate proves the event was processed: after a crash between the commit and
-            // the answer, the redelivery is what records it (never overwriting an earlier time).
-            Receipt::Processed(_) | Receipt::Duplicate(_) => {
-                audit
-                    .settled(&event.source, &event.id, AuditOutcome::Processed, now)
-                    .await
+        let settled = async {
+            match receipt {
+                // A duplicate proves the event was processed: after a crash between the commit and
+                // the answer, the redelivery is what records it (never overwriting an earlier time).
+                Receipt::Processed(_) | Receipt::Duplicate(_) => {
+                    audit
+                        .settled(&event.source, &event.id, AuditOutcome::Processed, now)
+                        .await
+                }
+                Receipt::Failed(_) => {
+                    audit
+                        .settled(&event.source, &event.id, AuditOutcome::Failed, now)
+                        .await
+                }
+                Receipt::Conflict => audit.conflicted(&event.source, &event.id, now).await,
+                _ => Ok(()),
             }
-            Receipt::Failed(_) => {
-                audit
-                    .settled(&event.source, &event.id, AuditOutcome::Failed, now)
-                    .await
-            }
-            Receipt::Conflict => audit.conflicted(&event.source, &event.id, now).await,
-            _ => Ok(()),
         };
-        if let Err(error) = result {
+        if let Err(error) = deadline.bound(AUDIT, settled).await {
             tracing::warn!(target: "idem", source = %event.source, %error, "idem.inbox: the audit trail missed an outcome");
         }
     }

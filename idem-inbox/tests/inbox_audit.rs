@@ -7,9 +7,9 @@ use idem_core::{Idempotency, ManualClock, MemoryStore, Policy, Store, Timestamp}
 use idem_inbox::{
     Ack, Audit, AuditEntry, AuditOutcome, Delivery, Event, Inbox, MemoryAudit, Receipt,
 };
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio::time::timeout;
 
@@ -60,6 +60,67 @@ async fn all(audit: &MemoryAudit, source: &str) -> Vec<AuditEntry> {
 /// the execution is detached and processes the event, while the audit's own write ran in the
 /// dropped future. The redelivery, a duplicate, records the event processed (as after a crash
 /// between the commit and the 200, docs/inbox.md).
+/// A [`MemoryAudit`] that fails or freezes on demand.
+#[derive(Default)]
+struct Faulty {
+    inner: MemoryAudit,
+    /// The next delivery write fails (1), once.
+    fail_next: AtomicUsize,
+    /// Delivery writes never answer: a frozen database.
+    frozen_deliveries: AtomicBool,
+    /// Writes of how a delivery ended never answer.
+    frozen_outcomes: AtomicBool,
+}
+
+impl Faulty {
+    async fn freeze_if(&self, frozen: &AtomicBool) {
+        if frozen.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+#[idem_core::store::async_trait]
+impl Audit for Faulty {
+    async fn delivered(&self, s: &str, id: &[u8], at: Timestamp) -> Result<(), idem_core::Error> {
+        self.freeze_if(&self.frozen_deliveries).await;
+        if self.fail_next.swap(0, Ordering::SeqCst) == 1 {
+            return Err(idem_core::Error::store(
+                "audit",
+                idem_core::StoreErrorKind::Unavailable,
+                "blip",
+            ));
+        }
+        self.inner.delivered(s, id, at).await
+    }
+    async fn settled(
+        &self,
+        s: &str,
+        id: &[u8],
+        o: AuditOutcome,
+        at: Timestamp,
+    ) -> Result<(), idem_core::Error> {
+        self.freeze_if(&self.frozen_outcomes).await;
+        self.inner.settled(s, id, o, at).await
+    }
+    async fn conflicted(&self, s: &str, id: &[u8], at: Timestamp) -> Result<(), idem_core::Error> {
+        self.freeze_if(&self.frozen_outcomes).await;
+        self.inner.conflicted(s, id, at).await
+    }
+    async fn query(
+        &self,
+        s: &str,
+        f: Timestamp,
+        t: Timestamp,
+        l: usize,
+    ) -> Result<Vec<AuditEntry>, idem_core::Error> {
+        self.inner.query(s, f, t, l).await
+    }
+    async fn purge(&self, b: Timestamp, l: usize) -> Result<usize, idem_core::Error> {
+        self.inner.purge(b, l).await
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c08_audit_event_processed_after_the_caller_went_away_ends_processed() {
     timeout(LIMIT, async {
@@ -137,61 +198,10 @@ async fn c08_audit_error_after_commit_then_duplicate_ends_processed() {
 /// Duplicate and it stays `received`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c08_audit_lost_first_write_then_duplicate_ends_processed() {
-    struct Flaky {
-        inner: MemoryAudit,
-        fail_next: AtomicUsize,
-    }
-    #[idem_core::store::async_trait]
-    impl Audit for Flaky {
-        async fn delivered(
-            &self,
-            s: &str,
-            id: &[u8],
-            at: Timestamp,
-        ) -> Result<(), idem_core::Error> {
-            if self.fail_next.swap(0, Ordering::SeqCst) == 1 {
-                return Err(idem_core::Error::store(
-                    "audit",
-                    idem_core::StoreErrorKind::Unavailable,
-                    "blip",
-                ));
-            }
-            self.inner.delivered(s, id, at).await
-        }
-        async fn settled(
-            &self,
-            s: &str,
-            id: &[u8],
-            o: AuditOutcome,
-            at: Timestamp,
-        ) -> Result<(), idem_core::Error> {
-            self.inner.settled(s, id, o, at).await
-        }
-        async fn conflicted(
-            &self,
-            s: &str,
-            id: &[u8],
-            at: Timestamp,
-        ) -> Result<(), idem_core::Error> {
-            self.inner.conflicted(s, id, at).await
-        }
-        async fn query(
-            &self,
-            s: &str,
-            f: Timestamp,
-            t: Timestamp,
-            l: usize,
-        ) -> Result<Vec<AuditEntry>, idem_core::Error> {
-            self.inner.query(s, f, t, l).await
-        }
-        async fn purge(&self, b: Timestamp, l: usize) -> Result<usize, idem_core::Error> {
-            self.inner.purge(b, l).await
-        }
-    }
     timeout(LIMIT, async {
-        let flaky = Arc::new(Flaky {
-            inner: MemoryAudit::default(),
+        let flaky = Arc::new(Faulty {
             fail_next: AtomicUsize::new(1),
+            ..Faulty::default()
         });
         let inbox = Inbox::new(Idempotency::new(MemoryStore::new())).with_audit(flaky.clone());
         let ev = event(&inbox, "stripe", b"evt_blip", br#"{"id":"evt_blip"}"#);
@@ -387,4 +397,80 @@ async fn failed_settling_late_does_not_overwrite_processed() {
     })
     .await
     .expect("bounded");
+}
+
+/// The store budget in the frozen-audit tests.
+const BUDGET: Duration = Duration::from_millis(400);
+/// What a loaded two-core machine may add to an answer beyond its budget.
+const MARGIN: Duration = Duration::from_millis(600);
+
+/// An inbox over `audit` whose engine has [`BUDGET`].
+fn budgeted(audit: &Arc<Faulty>) -> Inbox<MemoryStore> {
+    let policy = Policy::default().store_timeout(BUDGET);
+    let idem = Idempotency::with_policy(MemoryStore::new(), policy).expect("policy");
+    Inbox::new(idem).with_audit(audit.clone())
+}
+
+/// C13: an audit trail that never answers its first write costs the event at most its store
+/// budget: the write is given up, the budget is spent, and the event is store-down (the sender
+/// retries), its handler never run. Once the trail answers, the retry is processed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_a_frozen_audit_trail_costs_an_event_at_most_its_store_budget() {
+    let audit = Arc::new(Faulty::default());
+    audit.frozen_deliveries.store(true, Ordering::SeqCst);
+    let inbox = budgeted(&audit);
+    let ev = event(&inbox, "stripe", b"evt_frozen", br#"{"id":"evt_frozen"}"#);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let receive = || {
+        let runs = Arc::clone(&runs);
+        inbox.receive(&ev, move |_ctx| async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, std::io::Error>(Ack::Done)
+        })
+    };
+
+    let started = Instant::now();
+    let refused = timeout(LIMIT, receive()).await.expect("bounded");
+    assert!(
+        started.elapsed() < BUDGET + MARGIN,
+        "answered after {:?}",
+        started.elapsed()
+    );
+    let error = refused.expect_err("store-down");
+    assert!(error.is_retryable(), "{error}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+
+    audit.frozen_deliveries.store(false, Ordering::SeqCst);
+    let processed = timeout(LIMIT, receive()).await.expect("bounded");
+    assert!(
+        matches!(processed, Ok(Receipt::Processed(_))),
+        "{processed:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// C13: a trail that stops answering after the delivery was recorded does not hold the
+/// processed event's answer past its budget; the handler's own time is not counted in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_an_audit_trail_frozen_after_the_effect_does_not_hold_the_answer() {
+    let audit = Arc::new(Faulty::default());
+    audit.frozen_outcomes.store(true, Ordering::SeqCst);
+    let inbox = budgeted(&audit);
+    let ev = event(&inbox, "stripe", b"evt_late", br#"{"id":"evt_late"}"#);
+
+    let started = Instant::now();
+    let handled = timeout(
+        LIMIT,
+        inbox.receive(&ev, |_ctx| async {
+            tokio::time::sleep(BUDGET * 2).await;
+            Ok::<_, std::io::Error>(Ack::Done)
+        }),
+    )
+    .await
+    .expect("bounded");
+    assert!(matches!(handled, Ok(Receipt::Processed(_))), "{handled:?}");
+    let took = started.elapsed();
+    // The handler's 800 ms are not counted: the trail was given what the store steps left.
+    assert!(took >= BUDGET * 2 + BUDGET / 2, "{took:?}");
+    assert!(took < BUDGET * 3 + MARGIN, "answered after {took:?}");
 }
