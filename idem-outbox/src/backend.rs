@@ -81,6 +81,10 @@ impl Backend {
     }
 }
 
+/// The deadline of each database call of the outbox's own methods and, by default, of a
+/// dispatcher's: a database that does not answer is an error, never a hang (C13).
+pub(crate) const STORE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// `call` within `deadline`: [`OutboxError::Timeout`] when it runs out (a frozen database is
 /// an error, never a hang).
 pub(crate) async fn bounded<T>(

@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::address::AddressPolicy;
-use crate::backend::{bounded, Backend};
+use crate::backend::{bounded, Backend, STORE_TIMEOUT};
 use crate::claim::{Claimed, DeliveryState, Record};
 use crate::event::{DeadReason, OutboxEvent, OutboxEventKind};
 use crate::transport::{Sent, Transport};
@@ -112,7 +112,7 @@ impl Dispatcher {
             poll: Duration::from_secs(1),
             policy: AddressPolicy::default(),
             disable_after: Duration::from_secs(5 * 24 * 3600),
-            store_timeout: Duration::from_secs(10),
+            store_timeout: STORE_TIMEOUT,
             observer: None,
             transport: Arc::new(OnceLock::new()),
             endpoints: Arc::default(),

@@ -8,6 +8,7 @@ use idem_postgres::sqlx::{self, AssertSqlSafe, Connection, Row};
 use idem_postgres::{store_error, PgStore};
 use tokio::sync::Notify;
 
+use crate::backend::{bounded, STORE_TIMEOUT};
 use crate::claim::{millis, Claimed, Record};
 use crate::inspect::{attempt_info, delivery_info};
 use crate::message::headers_from_stored;
@@ -71,7 +72,8 @@ pub const CHANNEL: &str = "idem_outbox";
 /// Dispatchers in any number of processes claim due deliveries with `FOR UPDATE SKIP LOCKED`
 /// and a lease; each is woken by the enqueue's notification (`LISTEN`/`NOTIFY`, sent by
 /// PostgreSQL when the enqueuing transaction commits) and polls besides. Times are the
-/// server's (C11). Cloning is cheap.
+/// server's (C11). Each of its own calls has a deadline ([`store_timeout`](Self::store_timeout)).
+/// Cloning is cheap.
 ///
 /// ```no_run
 /// use idem_core::{Idempotency, StoredResponse};
@@ -99,29 +101,34 @@ pub struct PgOutbox {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Inner {
     store: PgStore,
     max_payload: usize,
+    store_timeout: Duration,
 }
 
 impl PgOutbox {
     /// The outbox of `store`'s database: creates its tables if they do not exist, under the
     /// store's migration lock.
     pub async fn open(store: &PgStore) -> Result<Self, OutboxError> {
-        let mut tx = store.pool().begin().await.map_err(store_error)?;
-        store.lock_migrations(&mut tx).await?;
-        sqlx::raw_sql(AssertSqlSafe(sql::SCHEMA))
-            .execute(&mut *tx)
-            .await
-            .map_err(store_error)?;
-        tx.commit().await.map_err(store_error)?;
-        Ok(Self {
-            inner: Arc::new(Inner {
-                store: store.clone(),
-                max_payload: DEFAULT_MAX_PAYLOAD,
-            }),
+        bounded(STORE_TIMEOUT, async {
+            let mut tx = store.pool().begin().await.map_err(store_error)?;
+            store.lock_migrations(&mut tx).await?;
+            sqlx::raw_sql(AssertSqlSafe(sql::SCHEMA))
+                .execute(&mut *tx)
+                .await
+                .map_err(store_error)?;
+            tx.commit().await.map_err(store_error)?;
+            Ok(Self {
+                inner: Arc::new(Inner {
+                    store: store.clone(),
+                    max_payload: DEFAULT_MAX_PAYLOAD,
+                    store_timeout: STORE_TIMEOUT,
+                }),
+            })
         })
+        .await
     }
 
     /// The same outbox with another payload limit (default [`DEFAULT_MAX_PAYLOAD`], 256 KiB).
@@ -129,51 +136,88 @@ impl PgOutbox {
     pub fn max_payload(self, bytes: usize) -> Self {
         Self {
             inner: Arc::new(Inner {
-                store: self.inner.store.clone(),
                 max_payload: bytes,
+                ..(*self.inner).clone()
             }),
         }
+    }
+
+    /// The same outbox with another deadline for each of its own calls (default 10 s): a
+    /// database that does not answer in time is [`OutboxError::Timeout`], never a hang (C13).
+    /// [`enqueue`](Self::enqueue) runs in your transaction, bounded as you bound it; a
+    /// dispatcher has its own ([`Dispatcher::store_timeout`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(store: idem_postgres::PgStore) -> Result<(), idem_outbox::OutboxError> {
+    /// use std::time::Duration;
+    /// let outbox = idem_outbox::PgOutbox::open(&store).await?.store_timeout(Duration::from_secs(2));
+    /// println!("{} dead", outbox.counts().await?.dead);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn store_timeout(self, deadline: Duration) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store_timeout: deadline.max(Duration::from_millis(1)),
+                ..(*self.inner).clone()
+            }),
+        }
+    }
+
+    /// `call` within this outbox's deadline.
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, OutboxError>>,
+    ) -> Result<T, OutboxError> {
+        bounded(self.inner.store_timeout, call).await
     }
 
     /// Registers `endpoint` under its name, or replaces the one of that name (its failures
     /// forgotten).
     pub async fn register(&self, endpoint: &Endpoint) -> Result<(), OutboxError> {
-        sqlx::query(sql::ENDPOINT_UPSERT)
-            .bind(&endpoint.name)
-            .bind(endpoint.url.as_str())
-            .bind(endpoint.stored_secrets())
-            .bind(millis(endpoint.timeout))
-            .bind(endpoint.schedule.to_stored())
-            .bind(endpoint.enabled)
-            .execute(self.inner.store.pool())
-            .await
-            .map_err(store_error)?;
-        Ok(())
+        self.bounded(async {
+            sqlx::query(sql::ENDPOINT_UPSERT)
+                .bind(&endpoint.name)
+                .bind(endpoint.url.as_str())
+                .bind(endpoint.stored_secrets())
+                .bind(millis(endpoint.timeout))
+                .bind(endpoint.schedule.to_stored())
+                .bind(endpoint.enabled)
+                .execute(self.inner.store.pool())
+                .await
+                .map_err(store_error)?;
+            Ok(())
+        })
+        .await
     }
 
     /// The endpoint registered as `name`.
     pub async fn endpoint(&self, name: &str) -> Result<Option<Endpoint>, OutboxError> {
-        let row = sqlx::query(sql::ENDPOINT_SELECT)
-            .bind(name)
-            .fetch_optional(self.inner.store.pool())
-            .await
-            .map_err(store_error)?;
-        row.map(|row| {
-            let get = |row: &PgRow| -> Result<_, sqlx::Error> {
-                Ok((
-                    row.try_get::<String, _>(0)?,
-                    row.try_get::<String, _>(1)?,
-                    row.try_get::<String, _>(2)?,
-                    row.try_get::<i64, _>(3)?,
-                    row.try_get::<String, _>(4)?,
-                    row.try_get::<bool, _>(5)?,
-                ))
-            };
-            let (name, url, secrets, timeout, schedule, enabled) =
-                get(&row).map_err(store_error)?;
-            Endpoint::from_stored(name, &url, &secrets, timeout, &schedule, enabled)
+        self.bounded(async {
+            let row = sqlx::query(sql::ENDPOINT_SELECT)
+                .bind(name)
+                .fetch_optional(self.inner.store.pool())
+                .await
+                .map_err(store_error)?;
+            row.map(|row| {
+                let get = |row: &PgRow| -> Result<_, sqlx::Error> {
+                    Ok((
+                        row.try_get::<String, _>(0)?,
+                        row.try_get::<String, _>(1)?,
+                        row.try_get::<String, _>(2)?,
+                        row.try_get::<i64, _>(3)?,
+                        row.try_get::<String, _>(4)?,
+                        row.try_get::<bool, _>(5)?,
+                    ))
+                };
+                let (name, url, secrets, timeout, schedule, enabled) =
+                    get(&row).map_err(store_error)?;
+                Endpoint::from_stored(name, &url, &secrets, timeout, &schedule, enabled)
+            })
+            .transpose()
         })
-        .transpose()
+        .await
     }
 
     /// Enqueues `message` **in the effect's transaction** on `conn`: one statement, one
@@ -212,12 +256,15 @@ impl PgOutbox {
 
     /// The deliveries of message `id`, by endpoint name.
     pub async fn deliveries(&self, id: &MessageId) -> Result<Vec<DeliveryInfo>, OutboxError> {
-        let rows = sqlx::query(sql::DELIVERIES_OF)
-            .bind(id.as_str())
-            .fetch_all(self.inner.store.pool())
-            .await
-            .map_err(store_error)?;
-        rows.iter().map(delivery_row).collect()
+        self.bounded(async {
+            let rows = sqlx::query(sql::DELIVERIES_OF)
+                .bind(id.as_str())
+                .fetch_all(self.inner.store.pool())
+                .await
+                .map_err(store_error)?;
+            rows.iter().map(delivery_row).collect()
+        })
+        .await
     }
 
     /// Up to `limit` deliveries in `state`, oldest first (an operator's list).
@@ -226,13 +273,16 @@ impl PgOutbox {
         state: DeliveryState,
         limit: usize,
     ) -> Result<Vec<DeliveryInfo>, OutboxError> {
-        let rows = sqlx::query(sql::LIST)
-            .bind(state.as_str())
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(self.inner.store.pool())
-            .await
-            .map_err(store_error)?;
-        rows.iter().map(delivery_row).collect()
+        self.bounded(async {
+            let rows = sqlx::query(sql::LIST)
+                .bind(state.as_str())
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(self.inner.store.pool())
+                .await
+                .map_err(store_error)?;
+            rows.iter().map(delivery_row).collect()
+        })
+        .await
     }
 
     /// Attempts message `id` again at once, with a fresh schedule and the same id, on each of
@@ -248,93 +298,108 @@ impl PgOutbox {
     }
 
     async fn requeue(&self, id: &MessageId, dead_only: bool) -> Result<u64, OutboxError> {
-        let mut tx = self.inner.store.pool().begin().await.map_err(store_error)?;
-        let changed = sqlx::query(sql::REQUEUE)
-            .bind(id.as_str())
-            .bind(dead_only)
-            .execute(&mut *tx)
-            .await
-            .map_err(store_error)?
-            .rows_affected();
-        sqlx::query("SELECT pg_notify($1, '')")
-            .bind(CHANNEL)
-            .execute(&mut *tx)
-            .await
-            .map_err(store_error)?;
-        tx.commit().await.map_err(store_error)?;
-        Ok(changed)
+        self.bounded(async {
+            let mut tx = self.inner.store.pool().begin().await.map_err(store_error)?;
+            let changed = sqlx::query(sql::REQUEUE)
+                .bind(id.as_str())
+                .bind(dead_only)
+                .execute(&mut *tx)
+                .await
+                .map_err(store_error)?
+                .rows_affected();
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(CHANNEL)
+                .execute(&mut *tx)
+                .await
+                .map_err(store_error)?;
+            tx.commit().await.map_err(store_error)?;
+            Ok(changed)
+        })
+        .await
     }
 
     /// Deletes at most `batch` deliveries delivered, or dead, longer ago than `retention`
     /// says, with their attempts: how many (call it until it returns less than `batch`).
     pub async fn purge(&self, retention: Retention, batch: usize) -> Result<u64, OutboxError> {
-        let purged: i64 = sqlx::query_scalar(sql::PURGE)
-            .bind(millis(retention.delivered))
-            .bind(millis(retention.dead))
-            .bind(i64::try_from(batch).unwrap_or(i64::MAX))
-            .fetch_one(self.inner.store.pool())
-            .await
-            .map_err(store_error)?;
-        Ok(u64::try_from(purged).unwrap_or(0))
+        self.bounded(async {
+            let purged: i64 = sqlx::query_scalar(sql::PURGE)
+                .bind(millis(retention.delivered))
+                .bind(millis(retention.dead))
+                .bind(i64::try_from(batch).unwrap_or(i64::MAX))
+                .fetch_one(self.inner.store.pool())
+                .await
+                .map_err(store_error)?;
+            Ok(u64::try_from(purged).unwrap_or(0))
+        })
+        .await
     }
 
     /// How long ago the oldest pending delivery was enqueued (`None`: none is pending).
     pub async fn oldest_pending_age(&self) -> Result<Option<Duration>, OutboxError> {
-        let age: Option<i64> = sqlx::query_scalar(sql::OLDEST_PENDING)
-            .fetch_one(self.inner.store.pool())
-            .await
-            .map_err(store_error)?;
-        Ok(age.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
+        self.bounded(async {
+            let age: Option<i64> = sqlx::query_scalar(sql::OLDEST_PENDING)
+                .fetch_one(self.inner.store.pool())
+                .await
+                .map_err(store_error)?;
+            Ok(age.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
+        })
+        .await
     }
 
     /// The recorded attempts of delivery `delivery` ([`DeliveryInfo::id`]), in order.
     pub async fn attempts(&self, delivery: i64) -> Result<Vec<AttemptInfo>, OutboxError> {
-        let rows = sqlx::query(sql::ATTEMPTS_OF)
-            .bind(delivery)
-            .fetch_all(self.inner.store.pool())
-            .await
-            .map_err(store_error)?;
-        rows.iter()
-            .map(|row| {
-                let get = || -> Result<_, sqlx::Error> {
-                    Ok((
-                        row.try_get::<i32, _>(0)?,
-                        row.try_get::<i64, _>(1)?,
-                        row.try_get::<i64, _>(2)?,
-                        row.try_get::<Option<i32>, _>(3)?,
-                        row.try_get::<Option<String>, _>(4)?,
-                        row.try_get::<Option<Vec<u8>>, _>(5)?,
-                    ))
-                };
-                let (attempt, started, duration, status, error, response) =
-                    get().map_err(store_error)?;
-                attempt_info(
-                    attempt.into(),
-                    started,
-                    duration,
-                    status.map(i64::from),
-                    error,
-                    response.unwrap_or_default(),
-                )
-            })
-            .collect()
+        self.bounded(async {
+            let rows = sqlx::query(sql::ATTEMPTS_OF)
+                .bind(delivery)
+                .fetch_all(self.inner.store.pool())
+                .await
+                .map_err(store_error)?;
+            rows.iter()
+                .map(|row| {
+                    let get = || -> Result<_, sqlx::Error> {
+                        Ok((
+                            row.try_get::<i32, _>(0)?,
+                            row.try_get::<i64, _>(1)?,
+                            row.try_get::<i64, _>(2)?,
+                            row.try_get::<Option<i32>, _>(3)?,
+                            row.try_get::<Option<String>, _>(4)?,
+                            row.try_get::<Option<Vec<u8>>, _>(5)?,
+                        ))
+                    };
+                    let (attempt, started, duration, status, error, response) =
+                        get().map_err(store_error)?;
+                    attempt_info(
+                        attempt.into(),
+                        started,
+                        duration,
+                        status.map(i64::from),
+                        error,
+                        response.unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+        .await
     }
 
     /// How many deliveries are pending, delayed and dead.
     pub async fn counts(&self) -> Result<Counts, OutboxError> {
-        let row = sqlx::query(sql::COUNTS)
-            .fetch_one(self.inner.store.pool())
-            .await
-            .map_err(store_error)?;
-        let count = |i: usize| -> Result<u64, OutboxError> {
-            let n: i64 = row.try_get(i).map_err(store_error)?;
-            u64::try_from(n).map_err(|_| OutboxError::Corrupt("a negative count".into()))
-        };
-        Ok(Counts {
-            pending: count(0)?,
-            delayed: count(1)?,
-            dead: count(2)?,
+        self.bounded(async {
+            let row = sqlx::query(sql::COUNTS)
+                .fetch_one(self.inner.store.pool())
+                .await
+                .map_err(store_error)?;
+            let count = |i: usize| -> Result<u64, OutboxError> {
+                let n: i64 = row.try_get(i).map_err(store_error)?;
+                u64::try_from(n).map_err(|_| OutboxError::Corrupt("a negative count".into()))
+            };
+            Ok(Counts {
+                pending: count(0)?,
+                delayed: count(1)?,
+                dead: count(2)?,
+            })
         })
+        .await
     }
 
     /// A dispatcher of this outbox (not started).

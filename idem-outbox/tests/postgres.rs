@@ -552,3 +552,100 @@ async fn c17_pg_a_table_without_the_claim_column_gets_it_on_open() {
     enqueue(&store, &outbox, "merchant", 1).await;
     assert!(receiver.wait_for(1, Duration::from_secs(5)).await);
 }
+
+/// An outbox call on a frozen link: whether it failed.
+type Failing<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>>;
+
+/// C13: the outbox's own calls (an operator's, an admin endpoint's) on a database gone silent
+/// are errors within the outbox's deadline, never a hang, whichever pooled connection each
+/// gets; the outbox answers again once the link does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_operator_calls_on_a_frozen_database_fail_within_the_deadline() {
+    const DEADLINE: Duration = Duration::from_millis(300);
+    /// What a loaded two-core machine may add.
+    const MARGIN: Duration = Duration::from_millis(700);
+    let url = fresh_database().await;
+    let (head, database) = url.rsplit_once('/').expect("a database in the URL");
+    let (user, server) = head.rsplit_once('@').expect("a server in the URL");
+    let proxy = fault_proxy::FaultProxy::start(server)
+        .await
+        .expect("a proxy");
+    let (store, outbox) = pg_outbox(&format!("{user}@{}/{database}", proxy.addr())).await;
+    let outbox = outbox.store_timeout(DEADLINE);
+    outbox
+        .register(&endpoint("m", "http://127.0.0.1:9/", quick(3, DEADLINE)))
+        .await
+        .expect("registered");
+    let mut tx = store.pool().begin().await.expect("a transaction");
+    let id = outbox
+        .enqueue(&mut tx, &Message::bytes("text/plain", "x").to("m"))
+        .await
+        .expect("enqueued");
+    tx.commit().await.expect("committed");
+    for _ in 0..4 {
+        outbox.counts().await.expect("counted");
+    }
+
+    proxy.set(fault_proxy::Fault::Freeze);
+    let calls: Vec<(&str, Failing<'_>)> = vec![
+        (
+            "replay",
+            Box::pin(async { outbox.replay(&id).await.is_err() }),
+        ),
+        (
+            "retry",
+            Box::pin(async { outbox.retry(&id).await.is_err() }),
+        ),
+        ("counts", Box::pin(async { outbox.counts().await.is_err() })),
+        (
+            "list",
+            Box::pin(async { outbox.list(DeliveryState::Pending, 10).await.is_err() }),
+        ),
+        (
+            "deliveries",
+            Box::pin(async { outbox.deliveries(&id).await.is_err() }),
+        ),
+        (
+            "attempts",
+            Box::pin(async { outbox.attempts(1).await.is_err() }),
+        ),
+        (
+            "endpoint",
+            Box::pin(async { outbox.endpoint("m").await.is_err() }),
+        ),
+        (
+            "oldest",
+            Box::pin(async { outbox.oldest_pending_age().await.is_err() }),
+        ),
+        (
+            "purge",
+            Box::pin(async {
+                outbox
+                    .purge(idem_outbox::Retention::default(), 10)
+                    .await
+                    .is_err()
+            }),
+        ),
+    ];
+    for (name, call) in calls {
+        let started = Instant::now();
+        let failed = tokio::time::timeout(Duration::from_secs(20), call)
+            .await
+            .unwrap_or_else(|_| panic!("{name} hung on a frozen database"));
+        assert!(failed, "{name} answered through a frozen link");
+        let took = started.elapsed();
+        assert!(took < DEADLINE + MARGIN, "{name} failed after {took:?}");
+    }
+
+    proxy.set(fault_proxy::Fault::PassThrough);
+    let answered = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            if outbox.deliveries(&id).await.is_ok_and(|d| d.len() == 1) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(answered.is_ok(), "the outbox did not answer again");
+}
