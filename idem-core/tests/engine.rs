@@ -389,6 +389,37 @@ async fn c08_a_failed_read_of_a_written_completion_is_retried_not_taken_for_a_mi
     assert_eq!(effects.load(Ordering::SeqCst), 0);
 }
 
+/// A handler whose own transaction committed its completion but who took the lost answer to
+/// its COMMIT for a rollback, and said nothing happened: the fenced release finds the record
+/// completed under this execution, and the answer is what is stored (C6, C8), never "not
+/// recorded, retry" for an effect that happened.
+#[tokio::test]
+async fn c08_nothing_happened_from_a_handler_whose_completion_committed_answers_it() {
+    let idem = engine(Flaky::default(), Duration::from_secs(5));
+    let request = charge(&idem, "k");
+    let first = idem
+        .run(&request, move |ctx| async move {
+            let completion = ctx.completion(StoredResponse::new(201, "charged"));
+            // Written as a SQL store's complete_in would, committed; the COMMIT's answer lost.
+            ctx.idem()
+                .store()
+                .inner
+                .complete(&completion, Deadline::default())
+                .await
+                .expect("write");
+            Err::<StoredResponse, _>(Failure::nothing_happened("the COMMIT's answer was lost"))
+        })
+        .await;
+    assert!(
+        matches!(&first, Ok(Outcome::Executed(r)) if r.status == 201 && r.body == b"charged"),
+        "{first:?}"
+    );
+    let effects = Arc::new(AtomicUsize::new(0));
+    let retry = run(&idem, &request, &effects).await.expect("run");
+    assert!(matches!(retry, Outcome::Answered(Answer::Replay(ref r)) if r.status == 201));
+    assert_eq!(effects.load(Ordering::SeqCst), 0);
+}
+
 #[tokio::test]
 async fn c08_drain_waits_for_executions_whose_callers_went_away() {
     let idem = engine(Flaky::default(), Duration::from_secs(60));

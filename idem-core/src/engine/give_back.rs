@@ -49,16 +49,18 @@ impl<S: Store + 'static> Idempotency<S> {
     /// `budget`. When the budget is spent, or the store failed in a way that may pass (down,
     /// timed out), the release goes on on a task of its own, each attempt with a budget of its
     /// own, until it lands, the lease is lost or it ends: the corrected retry is not kept
-    /// waiting for the lease. Without a runtime it is tried once.
-    pub(crate) async fn give_back_within(&self, lease: Lease, budget: &Budget) {
+    /// waiting for the lease. Without a runtime it is tried once. Returns whether the release
+    /// was fenced out (the lease lost, or the record completed under it).
+    pub(crate) async fn give_back_within(&self, lease: Lease, budget: &Budget) -> bool {
         let runtime = tokio::runtime::Handle::try_current();
         if runtime.is_err() || !budget.is_spent() {
             let result = self.release_once(&lease, budget).await;
             if runtime.is_err() || !may_pass(&result) {
-                return self.report_release(&lease, &result);
+                self.report_release(&lease, &result);
+                return matches!(result, Err(Error::LeaseLost));
             }
         }
-        let Ok(runtime) = runtime else { return };
+        let Ok(runtime) = runtime else { return false };
         tracing::warn!(
             target: "idem",
             consumer = lease.id().consumer(),
@@ -70,6 +72,7 @@ impl<S: Store + 'static> Idempotency<S> {
             let _running = running;
             engine.keep_releasing(lease).await;
         });
+        false
     }
 
     /// Releases `lease` until it lands, is refused for good, or the lease ends (by this

@@ -13,6 +13,7 @@ use crate::lease::Lease;
 use crate::record::RecordState;
 use crate::response::StoredResponse;
 use crate::store::Store;
+use crate::token::FencingToken;
 use std::time::Instant;
 
 impl<S: Store> Idempotency<S> {
@@ -108,7 +109,8 @@ impl<S: Store> Idempotency<S> {
     ) -> Result<StoredResponse, Error> {
         let (id, token) = (completion.id(), completion.token());
         let event = |kind| Event::new(kind).about(id).held_by(token);
-        match self.stored_under(id, completion, budget).await {
+        let expected = Some(completion.response());
+        match self.stored_under(id, token, expected, budget).await {
             Ok(Some(stored)) => {
                 self.emit(event(EventKind::CompletionLanded));
                 Ok(stored)
@@ -122,12 +124,14 @@ impl<S: Store> Idempotency<S> {
         }
     }
 
-    /// The response completed under `completion`'s token, screened as a replay. Read failures are
-    /// retried within `budget` (`None`: one of its own), then returned, never taken for "lost".
+    /// The response completed under `token`, screened as a replay; a warning when it is not
+    /// the `expected` one. Read failures are retried within `budget` (`None`: one of its own),
+    /// then returned, never taken for "lost".
     pub(crate) async fn stored_under(
         &self,
         id: &crate::scope::RecordId,
-        completion: &Completion,
+        token: FencingToken,
+        expected: Option<&StoredResponse>,
         budget: Option<&Budget>,
     ) -> Result<Option<StoredResponse>, Error> {
         let own = Budget::new(self.inner.policy.store_timeout);
@@ -154,8 +158,8 @@ impl<S: Store> Idempotency<S> {
             }
         };
         match record.state {
-            RecordState::Completed { response, .. } if record.token == completion.token() => {
-                if response != *completion.response() {
+            RecordState::Completed { response, .. } if record.token == token => {
+                if expected.is_some_and(|expected| *expected != response) {
                     tracing::warn!(
                         target: "idem",
                         consumer = id.consumer(),

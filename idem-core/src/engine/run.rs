@@ -267,11 +267,27 @@ impl<S: Store + 'static> Idempotency<S> {
         }
     }
 
-    /// Nothing happened (C8): the key goes back (fenced; a failed release leaves it to its
-    /// lease), then `answer`.
-    async fn give_back<T, H>(&self, lease: Lease, hold: H, answer: T, budget: &Budget) -> T {
-        self.give_back_within(lease, budget).await;
+    /// Nothing happened (C8): the key goes back (fenced), then `answer`. A release fenced out
+    /// because the handler's own transaction did commit its completion (a lost answer to its
+    /// COMMIT, taken for a rollback) answers what it stored instead: the effect happened.
+    async fn give_back<E, H>(
+        &self,
+        lease: Lease,
+        hold: H,
+        answer: Result<Outcome, RunError<E>>,
+        budget: &Budget,
+    ) -> Result<Outcome, RunError<E>> {
+        let (id, token) = (lease.id().clone(), lease.token());
+        let lease_lost = self.give_back_within(lease, budget).await;
         drop(hold);
+        if lease_lost {
+            if let Ok(Some(stored)) = self.stored_under(&id, token, None, Some(budget)).await {
+                for kind in [EventKind::CompletionLanded, EventKind::Executed] {
+                    self.emit(Event::new(kind).about(&id).held_by(token));
+                }
+                return Ok(Outcome::Executed(stored));
+            }
+        }
         answer
     }
 
@@ -316,7 +332,12 @@ impl<S: Store + 'static> Idempotency<S> {
         let ours = completion.id() == lease.id() && completion.token() == lease.token();
         if ours {
             if let Ok(Some(stored)) = self
-                .stored_under(lease.id(), &completion, Some(budget))
+                .stored_under(
+                    lease.id(),
+                    completion.token(),
+                    Some(completion.response()),
+                    Some(budget),
+                )
                 .await
             {
                 for kind in [EventKind::CompletionLanded, EventKind::Executed] {
