@@ -92,9 +92,11 @@ impl<B: Backend> charges_server::Charges for Charges<B> {
             .create(&reservation, &account, &charge, answer)
             .await
             .map_err(|error| match error {
-                // Rolled back: nothing happened, the key is released and a retry runs.
+                // Failed before its COMMIT answered: the key is given back (fenced) and a
+                // retry runs. A COMMIT that did land is found by the engine, which then sends
+                // the stored charge instead of this.
                 RunError::Released(_) | RunError::Idem(_) => {
-                    tracing::warn!(%error, "the charge was not recorded");
+                    tracing::warn!(%error, "the charge's transaction failed; giving the key back");
                     grpc_nothing_happened(Status::unavailable("the charge was not recorded; retry"))
                 }
                 // It may have happened: the key keeps the answer in doubt (C8).

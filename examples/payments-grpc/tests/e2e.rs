@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 use e2e_support::ServerProcess;
+use fault_proxy::{Fault, FaultProxy, LoseAnswer, COMMIT_QUERY};
 use http_body_util::BodyExt;
 use idem::sqlite::rusqlite::{params, Connection};
 use payments_grpc::app::CREATE_CHARGE;
@@ -51,6 +52,12 @@ fn url_with_database(url: &str, name: &str) -> String {
 
 impl Server {
     async fn start(db: Db) -> Self {
+        Self::start_through(db, None).await
+    }
+
+    /// A server whose PostgreSQL connections go through the fault proxy `proxy` (its test
+    /// reads go direct).
+    async fn start_through(db: Db, proxy: Option<&FaultProxy>) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let database = match db {
             Db::Sqlite => dir.path().join("payments.db").display().to_string(),
@@ -64,12 +71,16 @@ impl Server {
                 url_with_database(&admin, &name)
             }
         };
+        let through = match proxy {
+            Some(proxy) => through_proxy(&database, proxy),
+            None => database.clone(),
+        };
         let mut command = Command::new(env!("CARGO_BIN_EXE_payments-grpc"));
         command
             .arg("--addr")
             .arg("127.0.0.1:0")
             .arg("--database")
-            .arg(&database)
+            .arg(&through)
             .arg("--test-hooks");
         let log = dir.path().join("server.log");
         let process = ServerProcess::start("payments-grpc", command, log, &format!("{db:?}")).await;
@@ -115,6 +126,22 @@ impl Server {
             }
         }
     }
+}
+
+/// The PostgreSQL `url` (`postgres://user@host:port/db`) with `proxy` in place of its server.
+fn through_proxy(url: &str, proxy: &FaultProxy) -> String {
+    let (user, rest) = url.split_once('@').expect("a URL with a user");
+    let (_, database) = rest.split_once('/').expect("a URL with a database");
+    format!("{user}@{}/{database}", proxy.addr())
+}
+
+/// The PostgreSQL server's `host:port` in `IDEM_PG_URL`.
+fn postgres_server() -> String {
+    let url = std::env::var("IDEM_PG_URL").expect("IDEM_PG_URL");
+    let (_, rest) = url.split_once('@').expect("a URL with a user");
+    rest.split_once('/')
+        .map_or(rest, |(server, _)| server)
+        .to_owned()
 }
 
 /// Creates database `name` on the server at `admin` (tries again a few times: concurrent
@@ -304,6 +331,37 @@ async fn c08_a_deadline_shorter_than_the_handler_then_a_retry_makes_one_charge(d
         .await
         .expect("GetCharge");
     assert_eq!(fetched.get_ref(), retry.get_ref());
+}
+
+/// C6, C8 (PostgreSQL): the charge's COMMIT lands but its answer is lost, so the handler takes
+/// it for a rollback and says nothing happened. The key's give-back is fenced out by the
+/// completion that committed with the charge, and the answer is the charge, never "not
+/// recorded, retry" (a client taking that at its word would pay twice under a new key).
+#[tokio::test]
+async fn c08_a_lost_answer_to_the_charges_commit_is_answered_with_the_charge() {
+    let proxy = FaultProxy::start(&postgres_server())
+        .await
+        .expect("a proxy");
+    let server = Server::start_through(Db::Postgres, Some(&proxy)).await;
+    let mut client = server.client().await;
+    client
+        .create_charge(create(100, Some(&key())))
+        .await
+        .expect("a first charge, migrations done");
+    let key = key();
+    proxy.set(LoseAnswer::to(COMMIT_QUERY));
+    let first = client
+        .create_charge(create(500, Some(&key)))
+        .await
+        .expect("the charge that committed");
+    assert_eq!(first.get_ref().amount, 500);
+    proxy.set(Fault::PassThrough);
+    let retry = retry_until_answered(&mut client, || create(500, Some(&key)))
+        .await
+        .expect("the retry gets the charge");
+    assert!(replayed(&retry), "the stored charge, replayed");
+    assert_eq!(retry.get_ref(), first.get_ref());
+    assert_eq!(server.charges().await, 2);
 }
 
 async fn c04_sixteen_concurrent_callers_on_one_key_make_one_charge(db: Db) {

@@ -54,7 +54,8 @@ impl Backend for Postgres {
         charge: &Charge,
         answer: StoredResponse,
     ) -> Result<Completion, RunError<DbError>> {
-        // A failure rolled the transaction back: nothing happened (the layer gives the key back).
+        // A failure rolled the transaction back, or lost the COMMIT's answer: the layer gives
+        // the key back, fenced; a completion that did commit is found and answered instead.
         self.charge(reservation, account, charge, answer)
             .await
             .map_err(RunError::Released)
