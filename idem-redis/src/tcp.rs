@@ -5,7 +5,7 @@
 
 use redis::io::tcp::socket2::TcpKeepalive;
 use redis::io::tcp::TcpSettings;
-use redis::{ConnectionInfo, IntoConnectionInfo, RedisResult};
+use redis::{ConnectionInfo, IntoConnectionInfo, ProtocolVersion, RedisResult};
 use std::time::Duration;
 
 /// Idle this long, a connection sends its first keepalive probe.
@@ -39,9 +39,18 @@ pub(crate) fn settings(call_deadline: Duration) -> TcpSettings {
     settings
 }
 
-/// `url`'s connection information with `tcp`.
+/// `url`'s connection information with `tcp`, speaking RESP2 whatever the URL asks
+/// (`?protocol=resp3`): the store reads RESP2 replies, and over RESP3 redis-rs's connection
+/// manager reconnects on a server's disconnection push without failing a call, so the store
+/// could not count it, and a restarted server's lost records could be answered from the
+/// replay cache (C10, C13).
 pub(crate) fn info(url: &str, tcp: &TcpSettings) -> RedisResult<ConnectionInfo> {
-    Ok(url.into_connection_info()?.set_tcp_settings(tcp.clone()))
+    let info = url.into_connection_info()?;
+    let resp2 = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP2);
+    Ok(info.set_redis_settings(resp2).set_tcp_settings(tcp.clone()))
 }
 
 /// A client for `url` whose connections have `tcp`.
@@ -68,5 +77,16 @@ mod tests {
         let info = client.get_connection_info();
         assert!(info.tcp_settings().keepalive().is_some());
         assert_eq!(info.redis_settings().db(), 2, "the URL's own settings kept");
+    }
+
+    /// C10: a URL asking for RESP3 gets RESP2, under which a server's restart fails a call
+    /// and moves the store's generation (the replay cache is emptied).
+    #[test]
+    fn c10_every_connection_speaks_resp2() {
+        let tcp = settings(Duration::from_secs(1));
+        let client = client("redis://127.0.0.1:6379/0?protocol=resp3", &tcp).expect("a client");
+        let info = client.get_connection_info();
+        assert_eq!(info.redis_settings().protocol(), ProtocolVersion::RESP2);
+        assert_eq!(info.redis_settings().db(), 0);
     }
 }
