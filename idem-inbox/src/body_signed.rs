@@ -8,9 +8,13 @@
 //! body>`: the sender's redeliveries and retries re-send the same bytes (a duplicate), and a
 //! replayed capture is a duplicate too, whatever ids it carries. The event name (`X-GitHub-Event`,
 //! `X-Shopify-Topic`) is not signed either; it is part of the key so that one body announced
-//! under two names is two events, which bounds a replayer to one run per distinct name.
+//! under two names (a Shopify order created paid: `orders/create`, `orders/paid`) is two
+//! events. A replayer can therefore make one run per name it sends: names are held to the
+//! sender's own spelling ([`event_name`]: no case or spelling variants of a name that a
+//! handler might take loosely), and a handler acts on the names it subscribed to only,
+//! ignoring any other.
 
-use super::headers::{single, Headers};
+use super::headers::{event_id, single, Headers};
 use super::mac::{Keys, MAC_LEN};
 use super::signature::SignatureError;
 
@@ -36,6 +40,22 @@ pub(crate) fn verify_body_signature(
     } else {
         Err(SignatureError::Mismatch)
     }
+}
+
+/// The event name header's `value`, refused unless every byte is one the sender spells its
+/// names with (`spelled`): GitHub's are lowercase words joined by `_` (`pull_request`),
+/// Shopify's add digits, `/` and `.` (`orders/create`, `customer.tags_added`).
+pub(crate) fn event_name(
+    value: &str,
+    spelled: impl Fn(u8) -> bool,
+) -> Result<String, SignatureError> {
+    let name = event_id(value)?;
+    if name.is_empty() || !name.bytes().all(spelled) {
+        return Err(SignatureError::Malformed(
+            "not an event name of this sender",
+        ));
+    }
+    Ok(name)
 }
 
 /// The inbox key of a body-signed delivery: `<event name> <64 lowercase hex digits of the
@@ -64,6 +84,18 @@ mod tests {
         );
         assert_ne!(body_key("ping", b"a"), body_key("ping", b"b"));
         assert_ne!(body_key("push", b"a"), body_key("ping", b"a"));
+    }
+
+    #[test]
+    fn event_names_are_held_to_the_senders_spelling() {
+        let github = |b: u8| b.is_ascii_lowercase() || b == b'_';
+        assert_eq!(
+            event_name("pull_request", github).as_deref(),
+            Ok("pull_request")
+        );
+        for variant in ["Issues", "issues1", "issues ", "", "issues/x"] {
+            assert!(event_name(variant, github).is_err(), "{variant:?}");
+        }
     }
 
     #[test]

@@ -9,11 +9,12 @@
 //! does not redeliver by itself) re-sends the same bytes under the same `X-GitHub-Delivery`,
 //! per GitHub's "Best practices for using webhooks", so it is a duplicate; and so is a captured
 //! delivery replayed under fresh `X-GitHub-Delivery` values, which are not signed. A replayer
-//! can still make one run per distinct `X-GitHub-Event` value it sends (that header is not
-//! signed either): handlers take the event's meaning from the verified body. The delivery GUID
+//! can still make one run per `X-GitHub-Event` value it sends (that header is not signed
+//! either): only GitHub's spelling is accepted (lowercase words joined by `_`), and handlers act
+//! on the events they subscribed to only, their meaning taken from the verified body. The delivery GUID
 //! is kept as [`VerifiedEvent::delivery_id`], for logs and audit.
 
-use crate::body_signed::{body_key, verify_body_signature};
+use crate::body_signed::{body_key, event_name, verify_body_signature};
 use crate::headers::{event_id, required, Headers};
 use crate::mac::{decode_hex_mac, split_secrets, to_hex, Keys, MAC_LEN};
 use crate::scheme::{VerifiedEvent, WebhookScheme};
@@ -116,7 +117,8 @@ impl WebhookScheme for GitHubScheme {
 
     /// Checks `X-Hub-Signature-256` (required: `sha256=` then 64 hex digits, either case)
     /// against the body under every secret, then reads `X-GitHub-Event` and
-    /// `X-GitHub-Delivery` (both required, at most [`MAX_EVENT_ID_LEN`] bytes, no blanks). The
+    /// `X-GitHub-Delivery` (both required, at most [`MAX_EVENT_ID_LEN`] bytes, no blanks; the
+    /// event's name in GitHub's spelling, lowercase letters and `_`). The
     /// event id is `<X-GitHub-Event> <blake3 hex of the body>`, its type the event's name, the
     /// delivery id the GUID. `now_unix` is unused: GitHub signs no time.
     fn verify(
@@ -126,7 +128,9 @@ impl WebhookScheme for GitHubScheme {
         _now_unix: i64,
     ) -> Result<VerifiedEvent, SignatureError> {
         verify_body_signature(&self.keys, headers, GITHUB_SIGNATURE_HEADER, decode, body)?;
-        let event = event_id(required(headers, GITHUB_EVENT_HEADER)?)?;
+        let event = event_name(required(headers, GITHUB_EVENT_HEADER)?, |b| {
+            b.is_ascii_lowercase() || b == b'_'
+        })?;
         let delivery = event_id(required(headers, GITHUB_DELIVERY_HEADER)?)?;
         Ok(
             VerifiedEvent::new(Some(body_key(&event, body)), Some(event), None)
@@ -426,6 +430,11 @@ mod tests {
                         e.delivery_id()
                     }
                 });
+                // An event's name is held to GitHub's spelling besides.
+                let expected = match (event == id, id) {
+                    (true, "a,b") => malformed("not an event name of this sender").map(|_| None),
+                    _ => expected.clone(),
+                };
                 assert_eq!(got.map_err(Clone::clone), expected, "{id:?}");
             }
         }

@@ -12,12 +12,14 @@
 //! event, so also across distinct deliveries of one merchant action, one per subscription),
 //! while other material has `X-Shopify-Webhook-Id` stay or change across retries; neither is
 //! signed, so neither is the key. The topic is part of the key, so that one payload announced
-//! under two topics is two events; a replayer can therefore make one run per distinct topic it
-//! sends (the header is not signed): handlers take the event's meaning from the verified body.
+//! under two topics is two events; a replayer can therefore make one run per topic it sends
+//! (the header is not signed): only Shopify's spelling is accepted (lowercase letters, digits,
+//! `_`, `/`, `.`), and handlers act on the topics they subscribed to only, their meaning taken
+//! from the verified body.
 //! `X-Shopify-Event-Id`, when sent, is kept as [`VerifiedEvent::delivery_id`], for logs and
 //! audit.
 
-use crate::body_signed::{body_key, verify_body_signature};
+use crate::body_signed::{body_key, event_name, verify_body_signature};
 use crate::headers::{event_id, required, single, Headers};
 use crate::mac::{decode_base64_mac, split_secrets, to_base64, Keys, MAC_LEN};
 use crate::scheme::{VerifiedEvent, WebhookScheme};
@@ -115,7 +117,8 @@ impl WebhookScheme for ShopifyScheme {
     /// Checks `X-Shopify-Hmac-Sha256` (required: 44 characters of standard padded base64)
     /// against the body under every secret, then reads `X-Shopify-Topic` (required) and
     /// `X-Shopify-Event-Id` (optional), both without blanks and at most
-    /// [`MAX_EVENT_ID_LEN`](crate::signature::MAX_EVENT_ID_LEN) bytes. The event id is
+    /// [`MAX_EVENT_ID_LEN`](crate::signature::MAX_EVENT_ID_LEN) bytes, the topic in Shopify's
+    /// spelling (lowercase letters, digits, `_`, `/`, `.`). The event id is
     /// `<topic> <blake3 hex of the body>`, its type the topic, the delivery id
     /// `X-Shopify-Event-Id`. `now_unix` is unused: Shopify signs no time.
     fn verify(
@@ -125,7 +128,9 @@ impl WebhookScheme for ShopifyScheme {
         _now_unix: i64,
     ) -> Result<VerifiedEvent, SignatureError> {
         verify_body_signature(&self.keys, headers, SHOPIFY_HMAC_HEADER, decode, body)?;
-        let topic = event_id(required(headers, SHOPIFY_TOPIC_HEADER)?)?;
+        let topic = event_name(required(headers, SHOPIFY_TOPIC_HEADER)?, |b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'/' | b'.')
+        })?;
         let delivery = single(headers, SHOPIFY_EVENT_ID_HEADER)?
             .filter(|id| !id.is_empty())
             .map(event_id)
