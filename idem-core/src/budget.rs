@@ -10,7 +10,22 @@ use crate::scope::RecordId;
 use crate::timeout::is_timed_out;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The budget of the request that took a lease, carried by the lease so that the steps taken
+/// with it later (the guard's transactional completion, under the HTTP layer too) draw from it.
+/// Not part of a lease's identity: two leases are equal whatever budget they carry.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Shared(pub(crate) Option<Arc<Budget>>);
+
+impl PartialEq for Shared {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Shared {}
 
 /// What is left of one request's store budget, shared by its steps.
 #[derive(Debug)]

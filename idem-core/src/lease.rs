@@ -1,11 +1,13 @@
 //! The right to run a request's effect.
 
+use crate::budget::{self, Budget};
 use crate::clock::Timestamp;
 use crate::event_kind::EventKind;
 use crate::fingerprint::Fingerprint;
 use crate::request::Request;
 use crate::scope::RecordId;
 use crate::token::FencingToken;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How a reservation acquires its record: the [`EventKind`] it reports and what it replaces.
@@ -89,6 +91,8 @@ pub struct Lease {
     acquired: Acquire,
     /// The engine's estimate of the lease's end by the monotonic clock.
     local_deadline: Option<Instant>,
+    /// The store budget of the request that took it (C13).
+    budget: budget::Shared,
 }
 
 impl Lease {
@@ -106,6 +110,7 @@ impl Lease {
             lease_until,
             acquired,
             local_deadline: None,
+            budget: budget::Shared::default(),
         }
     }
 
@@ -164,6 +169,16 @@ impl Lease {
 
     pub(crate) fn local_deadline(&self) -> Option<Instant> {
         self.local_deadline
+    }
+
+    /// Carries the budget of the request that took the lease.
+    pub(crate) fn share_budget(&mut self, budget: Arc<Budget>) {
+        self.budget = budget::Shared(Some(budget));
+    }
+
+    /// The budget of the request that took the lease, if the engine took it.
+    pub(crate) fn budget(&self) -> Option<Arc<Budget>> {
+        self.budget.0.clone()
     }
 }
 

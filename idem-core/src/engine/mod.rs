@@ -507,10 +507,15 @@ impl<S: Store> Idempotency<S> {
         &self,
         request: &Request,
         quiet: bool,
-        budget: &Budget,
+        budget: &Arc<Budget>,
     ) -> Attempt<(), Result<Begin, Error>> {
         let started = Instant::now();
         let (result, source) = match self.reserve(request, started, budget).await {
+            // The steps taken with the lease later draw from the same budget (C13).
+            Ok((Begin::Acquired(mut lease), source)) => {
+                lease.share_budget(Arc::clone(budget));
+                (Ok(Begin::Acquired(lease)), source)
+            }
             Ok((begin, source)) => (Ok(begin), source),
             Err(error) => (Err(error), None),
         };

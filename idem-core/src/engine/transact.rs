@@ -321,7 +321,11 @@ impl<S: Transactional + 'static> Idempotency<S> {
         effect: S::Effect<E>,
     ) -> impl Future<Output = Result<Completion, RunError<E>>> + Send + 'static {
         let (engine, lease) = (self.clone(), lease.clone());
-        let budget = Arc::new(Budget::new(self.policy().store_timeout));
+        // What the request's reservation left (C13); a budget of its own for a lease the
+        // engine did not take.
+        let budget = lease
+            .budget()
+            .unwrap_or_else(|| Arc::new(Budget::new(self.policy().store_timeout)));
         async move {
             let keep = engine.keep();
             let hooks = EngineHooks {
