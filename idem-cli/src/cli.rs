@@ -222,7 +222,7 @@ pub(crate) enum DoubtCommand {
         #[arg(long = "header", value_name = "NAME: VALUE")]
         headers: Vec<String>,
         /// How long the settled answer is replayed, from now (the library's default
-        /// retention is 24h).
+        /// retention is 24h); never less than the record had left.
         #[arg(long, default_value = "24h", value_parser = parse_duration)]
         retention: Duration,
         #[command(flatten)]

@@ -356,10 +356,9 @@ impl Store for MemoryStore {
         }
         match resolution.decided() {
             Decided::Settled { .. } => {
-                entry.complete(
-                    resolution.response().to_vec(),
-                    now + resolution.retain_for(),
-                );
+                // Never shorter than the record had left: a settled key never turns new sooner.
+                let until = (now + resolution.retain_for()).max(entry.record.deadline());
+                entry.complete(resolution.response().to_vec(), until);
                 entry.doubt = None;
             }
             Decided::Released => {

@@ -3,7 +3,8 @@
 -- PgBouncer in transaction mode too). Fenced on a live completed record (deadline after now,
 -- one reading of clock_timestamp()) that still carries the token ($4) and exactly the mark the
 -- decider read ($5). The real answer ($8) replaces the one in doubt and is replayed until now +
--- $9 ms; the mark and its check time are cleared; completed_at stays (when the execution's
+-- $9 ms, never sooner than the record's deadline (a settled key never turns new before it
+-- would have); the mark and its check time are cleared; completed_at stays (when the execution's
 -- completion landed). A decider that raced another waits for its row (at most the store's lock
 -- deadline), then reads it again and finds the mark changed or the row gone: nothing changed,
 -- no entry. The entry ($6) is kept at now until now + $7 ms.
@@ -15,7 +16,7 @@ WITH clock AS (
 ),
 changed AS (
     UPDATE idem_records
-    SET response = $8, deadline = clock.now + $9 * interval '1 millisecond',
+    SET response = $8, deadline = GREATEST(deadline, clock.now + $9 * interval '1 millisecond'),
         doubt = NULL, doubt_check_at = NULL
     FROM clock
     WHERE consumer = $1 AND route = $2 AND key = $3 AND token = $4 AND state = 1

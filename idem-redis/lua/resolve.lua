@@ -2,8 +2,9 @@
 -- one fenced compare-and-set and its audit entry, in one script. The record must exist, be
 -- completed ('st' 1), carry the decider's token, be live by Redis's clock (its deadline after
 -- now) and carry exactly the mark of doubt the decider read ('dbt'). Then the change:
---   settle  ('s'): the real answer in place of the one in doubt, retained from now (its TTL), no
---                  mark; when it was reserved and completed stay;
+--   settle  ('s'): the real answer in place of the one in doubt, retained from now (its TTL),
+--                  never shorter than the record had left; no mark; when it was reserved and
+--                  completed stay;
 --   release ('r'): the record deleted, the key new again (C8);
 --   defer   ('d'): the new mark, due for a check again at now + the delay ('dca').
 -- and the entry is appended to the record's audit trail, a list in the record's hash slot
@@ -31,7 +32,8 @@ if rec[1] ~= ARGV[1] or rec[2] ~= '1' or not dl or dl <= now or not rec[4]
 end
 local change = ARGV[3]
 if change == 's' then
-  local until_ = now + tonumber(ARGV[5])
+  -- Never sooner than the record's deadline: a settled key never turns new before it would.
+  local until_ = math.max(dl, now + tonumber(ARGV[5]))
   redis.call('HSET', KEYS[1], 'resp', ARGV[4], 'dl', string.format('%d', until_))
   redis.call('HDEL', KEYS[1], 'dbt', 'dca')
   redis.call('PEXPIREAT', KEYS[1], until_)

@@ -148,7 +148,7 @@ impl Decision {
 }
 
 /// `doubt settle`: the effect happened; `answer` replaces the answer in doubt and is replayed
-/// for `retention` from now.
+/// for `retention` from now, or as long as the record had left if longer.
 pub(super) async fn settle(
     store: Box<dyn Operator>,
     id: &RecordId,
@@ -294,7 +294,7 @@ fn report(
                 writeln!(io.out, "{}: {record}", decided_text(decided))?;
                 writeln!(
                     io.out,
-                    "every retry with this key now gets {} ({} header{}, {} bytes of body) for {retention_text} from now",
+                    "every retry with this key now gets {} ({} header{}, {} bytes of body) for {retention_text} from now, or as long as the record had left if longer",
                     response.status,
                     response.headers.len(),
                     if response.headers.len() == 1 { "" } else { "s" },

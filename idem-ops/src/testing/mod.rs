@@ -81,6 +81,7 @@ macro_rules! __idem_operator_scenarios {
             c06_doubt_a_decision_about_an_old_execution_cannot_touch_a_new_one,
             c08_doubt_a_pass_settles_and_releases_what_the_reconciler_found,
             c10_doubt_past_its_retention_the_key_is_new_and_not_in_doubt,
+            c10_doubt_settling_never_shortens_the_retention,
         }
     };
 }

@@ -566,3 +566,39 @@ pub async fn c10_doubt_past_its_retention_the_key_is_new_and_not_in_doubt<H: Ope
     assert_eq!((inspected.doubt, inspected.check_at), (None, None));
     assert!(trail(&*store, &charge).await.is_empty());
 }
+
+/// C8, C10: a settlement never shortens what the record had left of its retention (an operator
+/// settling with `--retention 1ms`): the key never turns new before it would have, so the
+/// effect the settlement confirmed never runs again sooner.
+pub async fn c10_doubt_settling_never_shortens_the_retention<H: OperatorHarness>(harness: &H) {
+    let store = fresh(harness).await;
+    let idem = engine(&store, policy());
+    let consumer = unique_consumer("c10n");
+    let charge = request(&consumer, "hasty", b"{}");
+    in_doubt(&idem, &charge, "auth-2").await;
+    let hasty = engine(&store, policy().retention(Duration::from_millis(1)));
+    let real = StoredResponse::new(201, "captured");
+    let settled = reconcile::resolve(
+        &hasty,
+        &case(&hasty, &charge).await,
+        Finding::settled(real.clone()),
+        "hasty operator",
+    )
+    .await
+    .expect("resolve");
+    assert!(
+        settled == Some(Decided::Settled { status: 201 }),
+        "{settled:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    match run_counted(&idem, &charge, &runs, 201).await {
+        Outcome::Answered(Answer::Replay(replayed)) => assert_eq!(replayed, real),
+        other => panic!("expected the settled answer replayed, got {other:?}"),
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "the confirmed effect ran again"
+    );
+}
