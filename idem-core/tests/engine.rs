@@ -4,8 +4,8 @@
 use idem_core::store::Deadline;
 use idem_core::store::{async_trait, Acquire, Claim, Completion, Lease, Record, Reserved};
 use idem_core::{
-    Answer, Begin, Error, Failure, Idempotency, MemoryStore, Outcome, Policy, RecordId, Request,
-    RunError, Store, StoreErrorKind, StoredResponse, Timestamp,
+    Answer, Begin, Error, Event, EventKind, Failure, Idempotency, MemoryStore, Observer, Outcome,
+    Policy, RecordId, Request, RunError, Store, StoreErrorKind, StoredResponse, Timestamp,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -389,13 +389,33 @@ async fn c08_a_failed_read_of_a_written_completion_is_retried_not_taken_for_a_mi
     assert_eq!(effects.load(Ordering::SeqCst), 0);
 }
 
+/// The kinds of the events an engine emitted, but store calls.
+#[derive(Default)]
+struct Kinds(std::sync::Mutex<Vec<EventKind>>);
+
+impl Observer for Kinds {
+    fn observe(&self, event: &Event<'_>) {
+        if event.kind() != EventKind::StoreCall {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(event.kind());
+        }
+    }
+}
+
 /// A handler whose own transaction committed its completion but who took the lost answer to
 /// its COMMIT for a rollback, and said nothing happened: the fenced release finds the record
 /// completed under this execution, and the answer is what is stored (C6, C8), never "not
-/// recorded, retry" for an effect that happened.
+/// recorded, retry" for an effect that happened. Its events tell one end, executed (C16).
 #[tokio::test]
 async fn c08_nothing_happened_from_a_handler_whose_completion_committed_answers_it() {
-    let idem = engine(Flaky::default(), Duration::from_secs(5));
+    let kinds = Arc::new(Kinds::default());
+    let idem = Idempotency::builder(Flaky::default())
+        .policy(Policy::default().lease(Duration::from_secs(5)))
+        .observer(Arc::clone(&kinds))
+        .build()
+        .expect("policy");
     let request = charge(&idem, "k");
     let first = idem
         .run(&request, move |ctx| async move {
@@ -414,6 +434,50 @@ async fn c08_nothing_happened_from_a_handler_whose_completion_committed_answers_
         matches!(&first, Ok(Outcome::Executed(r)) if r.status == 201 && r.body == b"charged"),
         "{first:?}"
     );
+    let seen = kinds.0.lock().map(|k| k.clone()).unwrap_or_default();
+    assert_eq!(
+        seen,
+        [
+            EventKind::Acquired,
+            EventKind::CompletionLanded,
+            EventKind::Executed
+        ]
+    );
+    let effects = Arc::new(AtomicUsize::new(0));
+    let retry = run(&idem, &request, &effects).await.expect("run");
+    assert!(matches!(retry, Outcome::Answered(Answer::Replay(ref r)) if r.status == 201));
+    assert_eq!(effects.load(Ordering::SeqCst), 0);
+}
+
+/// The same, with a record that cannot be read once the give-back is fenced out: the commit
+/// may have landed, so the answer is in doubt (500, retryable), never "nothing happened"; the
+/// retry replays what committed.
+#[tokio::test]
+async fn c08_nothing_happened_from_a_handler_then_an_unreadable_record_is_in_doubt() {
+    let idem = Idempotency::with_policy(
+        Flaky {
+            failing_lookups: AtomicUsize::new(usize::MAX),
+            ..Flaky::default()
+        },
+        Policy::default()
+            .lease(Duration::from_secs(5))
+            .store_timeout(Duration::from_millis(300)),
+    )
+    .expect("policy");
+    let request = charge(&idem, "k");
+    let first = idem
+        .run(&request, move |ctx| async move {
+            let completion = ctx.completion(StoredResponse::new(201, "charged"));
+            ctx.idem()
+                .store()
+                .inner
+                .complete(&completion, Deadline::default())
+                .await
+                .expect("write");
+            Err::<StoredResponse, _>(Failure::nothing_happened("the COMMIT's answer was lost"))
+        })
+        .await;
+    assert!(matches!(first, Err(RunError::InDoubt(_))), "{first:?}");
     let effects = Arc::new(AtomicUsize::new(0));
     let retry = run(&idem, &request, &effects).await.expect("run");
     assert!(matches!(retry, Outcome::Answered(Answer::Replay(ref r)) if r.status == 201));

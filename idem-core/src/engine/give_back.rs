@@ -31,7 +31,7 @@ impl<S: Store> Idempotency<S> {
 
     /// The end of a release: a failed one leaves the key to its lease, still the end of this
     /// execution.
-    fn report_release(&self, lease: &Lease, result: &Result<(), Error>) {
+    pub(crate) fn report_release(&self, lease: &Lease, result: &Result<(), Error>) {
         let kind = match result {
             Err(Error::LeaseLost) => EventKind::LeaseLost,
             _ => EventKind::Released,
@@ -49,18 +49,33 @@ impl<S: Store + 'static> Idempotency<S> {
     /// `budget`. When the budget is spent, or the store failed in a way that may pass (down,
     /// timed out), the release goes on on a task of its own, each attempt with a budget of its
     /// own, until it lands, the lease is lost or it ends: the corrected retry is not kept
-    /// waiting for the lease. Without a runtime it is tried once. Returns whether the release
-    /// was fenced out (the lease lost, or the record completed under it).
-    pub(crate) async fn give_back_within(&self, lease: Lease, budget: &Budget) -> bool {
+    /// waiting for the lease. Without a runtime it is tried once.
+    pub(crate) async fn give_back_within(&self, lease: Lease, budget: &Budget) {
+        if let Some(lease) = self.give_back_unless_fenced(lease, budget).await {
+            self.report_release(&lease, &Err(Error::LeaseLost));
+        }
+    }
+
+    /// [`give_back_within`](Self::give_back_within), but a release fenced out (the lease lost,
+    /// or the record completed under it) is not reported: its lease comes back, for the caller
+    /// to find out which.
+    pub(crate) async fn give_back_unless_fenced(
+        &self,
+        lease: Lease,
+        budget: &Budget,
+    ) -> Option<Lease> {
         let runtime = tokio::runtime::Handle::try_current();
         if runtime.is_err() || !budget.is_spent() {
             let result = self.release_once(&lease, budget).await;
+            if matches!(result, Err(Error::LeaseLost)) {
+                return Some(lease);
+            }
             if runtime.is_err() || !may_pass(&result) {
                 self.report_release(&lease, &result);
-                return matches!(result, Err(Error::LeaseLost));
+                return None;
             }
         }
-        let Ok(runtime) = runtime else { return false };
+        let Ok(runtime) = runtime else { return None };
         tracing::warn!(
             target: "idem",
             consumer = lease.id().consumer(),
@@ -72,7 +87,7 @@ impl<S: Store + 'static> Idempotency<S> {
             let _running = running;
             engine.keep_releasing(lease).await;
         });
-        false
+        None
     }
 
     /// Releases `lease` until it lands, is refused for good, or the lease ends (by this

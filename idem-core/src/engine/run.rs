@@ -269,7 +269,8 @@ impl<S: Store + 'static> Idempotency<S> {
 
     /// Nothing happened (C8): the key goes back (fenced), then `answer`. A release fenced out
     /// because the handler's own transaction did commit its completion (a lost answer to its
-    /// COMMIT, taken for a rollback) answers what it stored instead: the effect happened.
+    /// COMMIT, taken for a rollback) answers what it stored instead: the effect happened. One
+    /// fenced out by a record that cannot be read then is in doubt: that commit may have landed.
     async fn give_back<E, H>(
         &self,
         lease: Lease,
@@ -277,18 +278,30 @@ impl<S: Store + 'static> Idempotency<S> {
         answer: Result<Outcome, RunError<E>>,
         budget: &Budget,
     ) -> Result<Outcome, RunError<E>> {
-        let (id, token) = (lease.id().clone(), lease.token());
-        let lease_lost = self.give_back_within(lease, budget).await;
+        let fenced = self.give_back_unless_fenced(lease, budget).await;
         drop(hold);
-        if lease_lost {
-            if let Ok(Some(stored)) = self.stored_under(&id, token, None, Some(budget)).await {
+        let Some(lease) = fenced else { return answer };
+        let (id, token) = (lease.id(), lease.token());
+        match self.stored_under(id, token, None, Some(budget)).await {
+            Ok(Some(stored)) => {
                 for kind in [EventKind::CompletionLanded, EventKind::Executed] {
-                    self.emit(Event::new(kind).about(&id).held_by(token));
+                    self.emit(Event::new(kind).of_lease(&lease));
                 }
-                return Ok(Outcome::Executed(stored));
+                Ok(Outcome::Executed(stored))
+            }
+            Ok(None) => {
+                self.report_release(&lease, &Err(Error::LeaseLost));
+                answer
+            }
+            Err(unreadable) => {
+                self.emit(
+                    Event::new(EventKind::InDoubt)
+                        .of_lease(&lease)
+                        .failed(&unreadable),
+                );
+                Err(RunError::InDoubt(unreadable))
             }
         }
-        answer
     }
 
     /// Stores `completion` within the lease and the request's `budget`, and reports the end
