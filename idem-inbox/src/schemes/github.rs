@@ -10,7 +10,7 @@
 //! per GitHub's "Best practices for using webhooks", so it is a duplicate; and so is a captured
 //! delivery replayed under fresh `X-GitHub-Delivery` values, which are not signed. A replayer
 //! can still make one run per `X-GitHub-Event` value it sends (that header is not signed
-//! either): only GitHub's spelling is accepted (lowercase words joined by `_`), and handlers act
+//! either): only GitHub's spelling is accepted (lowercase letters, digits, `_`), and handlers act
 //! on the events they subscribed to only, their meaning taken from the verified body. The delivery GUID
 //! is kept as [`VerifiedEvent::delivery_id`], for logs and audit.
 
@@ -118,7 +118,7 @@ impl WebhookScheme for GitHubScheme {
     /// Checks `X-Hub-Signature-256` (required: `sha256=` then 64 hex digits, either case)
     /// against the body under every secret, then reads `X-GitHub-Event` and
     /// `X-GitHub-Delivery` (both required, at most [`MAX_EVENT_ID_LEN`] bytes, no blanks; the
-    /// event's name in GitHub's spelling, lowercase letters and `_`). The
+    /// event's name in GitHub's spelling, lowercase letters, digits and `_`). The
     /// event id is `<X-GitHub-Event> <blake3 hex of the body>`, its type the event's name, the
     /// delivery id the GUID. `now_unix` is unused: GitHub signs no time.
     fn verify(
@@ -129,7 +129,7 @@ impl WebhookScheme for GitHubScheme {
     ) -> Result<VerifiedEvent, SignatureError> {
         verify_body_signature(&self.keys, headers, GITHUB_SIGNATURE_HEADER, decode, body)?;
         let event = event_name(required(headers, GITHUB_EVENT_HEADER)?, |b| {
-            b.is_ascii_lowercase() || b == b'_'
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'
         })?;
         let delivery = event_id(required(headers, GITHUB_DELIVERY_HEADER)?)?;
         Ok(
