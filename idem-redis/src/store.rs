@@ -386,7 +386,15 @@ impl RedisStoreBuilder {
             .map_err(store_error)?;
         // Bounded (C13): the response timeout is also the cluster client's overall timeout of
         // a call, its retries (after a redirection or a lost connection) included.
-        let client = redis::cluster::ClusterClient::builder(nodes.to_vec())
+        // Every node speaks RESP2, as every other connection (see `crate::tcp::info`): the
+        // cluster client takes its protocol from the builder and refuses nodes of another.
+        let seeds = nodes
+            .iter()
+            .map(|node| crate::tcp::info(node, &tcp))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(store_error)?;
+        let client = redis::cluster::ClusterClient::builder(seeds)
+            .use_protocol(redis::ProtocolVersion::RESP2)
             .response_timeout(self.response_timeout)
             .connection_timeout(self.connection_timeout)
             .retries(2)
