@@ -404,6 +404,25 @@ impl Observer for Kinds {
     }
 }
 
+/// Runs `request` with a handler that commits its completion, as a SQL store's `complete_in`
+/// would, then takes the lost answer to its COMMIT for a rollback: nothing happened.
+async fn committed_then_nothing_happened(
+    idem: &Idempotency<Flaky>,
+    request: &Request,
+) -> Result<Outcome, RunError<&'static str>> {
+    idem.run(request, move |ctx| async move {
+        let completion = ctx.completion(StoredResponse::new(201, "charged"));
+        ctx.idem()
+            .store()
+            .inner
+            .complete(&completion, Deadline::default())
+            .await
+            .expect("write");
+        Err::<StoredResponse, _>(Failure::nothing_happened("the COMMIT's answer was lost"))
+    })
+    .await
+}
+
 /// A handler whose own transaction committed its completion but who took the lost answer to
 /// its COMMIT for a rollback, and said nothing happened: the fenced release finds the record
 /// completed under this execution, and the answer is what is stored (C6, C8), never "not
@@ -417,19 +436,7 @@ async fn c08_nothing_happened_from_a_handler_whose_completion_committed_answers_
         .build()
         .expect("policy");
     let request = charge(&idem, "k");
-    let first = idem
-        .run(&request, move |ctx| async move {
-            let completion = ctx.completion(StoredResponse::new(201, "charged"));
-            // Written as a SQL store's complete_in would, committed; the COMMIT's answer lost.
-            ctx.idem()
-                .store()
-                .inner
-                .complete(&completion, Deadline::default())
-                .await
-                .expect("write");
-            Err::<StoredResponse, _>(Failure::nothing_happened("the COMMIT's answer was lost"))
-        })
-        .await;
+    let first = committed_then_nothing_happened(&idem, &request).await;
     assert!(
         matches!(&first, Ok(Outcome::Executed(r)) if r.status == 201 && r.body == b"charged"),
         "{first:?}"
@@ -465,18 +472,7 @@ async fn c08_nothing_happened_from_a_handler_then_an_unreadable_record_is_in_dou
     )
     .expect("policy");
     let request = charge(&idem, "k");
-    let first = idem
-        .run(&request, move |ctx| async move {
-            let completion = ctx.completion(StoredResponse::new(201, "charged"));
-            ctx.idem()
-                .store()
-                .inner
-                .complete(&completion, Deadline::default())
-                .await
-                .expect("write");
-            Err::<StoredResponse, _>(Failure::nothing_happened("the COMMIT's answer was lost"))
-        })
-        .await;
+    let first = committed_then_nothing_happened(&idem, &request).await;
     assert!(matches!(first, Err(RunError::InDoubt(_))), "{first:?}");
     let effects = Arc::new(AtomicUsize::new(0));
     let retry = run(&idem, &request, &effects).await.expect("run");

@@ -644,6 +644,15 @@ impl<S: Store> Idempotency<S> {
         result
     }
 
+    /// Reports an execution whose commit may have landed, its record `unreadable`: in doubt.
+    pub(crate) fn report_in_doubt(&self, lease: &Lease, unreadable: &Error) {
+        self.emit(
+            Event::new(EventKind::InDoubt)
+                .of_lease(lease)
+                .failed(unreadable),
+        );
+    }
+
     /// Reports an execution's one end: `stored` if its answer was stored, else outcome unknown.
     fn report_end(&self, lease: &Lease, stored: EventKind, result: &Result<StoredResponse, Error>) {
         match result {

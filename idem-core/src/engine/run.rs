@@ -294,11 +294,7 @@ impl<S: Store + 'static> Idempotency<S> {
                 answer
             }
             Err(unreadable) => {
-                self.emit(
-                    Event::new(EventKind::InDoubt)
-                        .of_lease(&lease)
-                        .failed(&unreadable),
-                );
+                self.report_in_doubt(&lease, &unreadable);
                 Err(RunError::InDoubt(unreadable))
             }
         }

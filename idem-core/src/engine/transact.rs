@@ -520,11 +520,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
                     }
                     // Committed or not, a retry is safe: it replays, or runs once.
                     Err(unreadable) => {
-                        self.emit(
-                            Event::new(EventKind::InDoubt)
-                                .of_lease(&lease)
-                                .failed(&unreadable),
-                        );
+                        self.report_in_doubt(&lease, &unreadable);
                         Err(RunError::InDoubt(error))
                     }
                 }
@@ -575,11 +571,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 Err(RunError::Idem(error))
             }
             Err(unreadable) => {
-                self.emit(
-                    Event::new(EventKind::InDoubt)
-                        .of_lease(&lease)
-                        .failed(&unreadable),
-                );
+                self.report_in_doubt(&lease, &unreadable);
                 Err(RunError::InDoubt(error))
             }
         }
