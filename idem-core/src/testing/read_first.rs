@@ -66,8 +66,13 @@ fn in_flight(begin: &Begin) -> bool {
 /// request's fingerprint, an expired record as it is, and writes nothing; no record is `Lost`.
 pub async fn c16_a_read_reports_the_record_and_writes_nothing<H: Harness>(harness: &H) {
     let store = Arc::new(harness.store().await);
-    let idem = Idempotency::with_policy(Arc::clone(&store), policy().retention(SHORT_RETENTION))
-        .expect("a valid policy");
+    // A lease long enough that the in-progress record read stays live on a stalled machine
+    // (the suite runs from two processes at once on one SQLite file); expiry is checked on the
+    // retention below.
+    let policy = policy()
+        .lease(Duration::from_secs(30))
+        .retention(SHORT_RETENTION);
+    let idem = Idempotency::with_policy(Arc::clone(&store), policy).expect("a valid policy");
     let req = request(&unique_consumer("c16r"), "k", b"{}");
     let read = |req: Request| {
         let store = Arc::clone(&store);
