@@ -383,10 +383,7 @@ async fn c08_a_failed_read_of_a_written_completion_is_retried_not_taken_for_a_mi
         matches!(&first, Outcome::Executed(r) if r.status == 201 && r.body == b"charged"),
         "{first:?}"
     );
-    let effects = Arc::new(AtomicUsize::new(0));
-    let retry = run(&idem, &request, &effects).await.expect("run");
-    assert!(matches!(retry, Outcome::Answered(Answer::Replay(ref r)) if r.status == 201));
-    assert_eq!(effects.load(Ordering::SeqCst), 0);
+    retry_replays_the_201(&idem, &request).await;
 }
 
 /// The kinds of the events an engine emitted, but store calls.
@@ -402,6 +399,14 @@ impl Observer for Kinds {
                 .push(event.kind());
         }
     }
+}
+
+/// A retry of `request` replays the stored 201, and its effect does not run.
+async fn retry_replays_the_201(idem: &Idempotency<Flaky>, request: &Request) {
+    let effects = Arc::new(AtomicUsize::new(0));
+    let retry = run(idem, request, &effects).await.expect("run");
+    assert!(matches!(retry, Outcome::Answered(Answer::Replay(ref r)) if r.status == 201));
+    assert_eq!(effects.load(Ordering::SeqCst), 0);
 }
 
 /// Runs `request` with a handler that commits its completion, as a SQL store's `complete_in`
@@ -450,10 +455,7 @@ async fn c08_nothing_happened_from_a_handler_whose_completion_committed_answers_
             EventKind::Executed
         ]
     );
-    let effects = Arc::new(AtomicUsize::new(0));
-    let retry = run(&idem, &request, &effects).await.expect("run");
-    assert!(matches!(retry, Outcome::Answered(Answer::Replay(ref r)) if r.status == 201));
-    assert_eq!(effects.load(Ordering::SeqCst), 0);
+    retry_replays_the_201(&idem, &request).await;
 }
 
 /// The same, with a record that cannot be read once the give-back is fenced out: the commit
@@ -474,10 +476,7 @@ async fn c08_nothing_happened_from_a_handler_then_an_unreadable_record_is_in_dou
     let request = charge(&idem, "k");
     let first = committed_then_nothing_happened(&idem, &request).await;
     assert!(matches!(first, Err(RunError::InDoubt(_))), "{first:?}");
-    let effects = Arc::new(AtomicUsize::new(0));
-    let retry = run(&idem, &request, &effects).await.expect("run");
-    assert!(matches!(retry, Outcome::Answered(Answer::Replay(ref r)) if r.status == 201));
-    assert_eq!(effects.load(Ordering::SeqCst), 0);
+    retry_replays_the_201(&idem, &request).await;
 }
 
 #[tokio::test]
