@@ -37,9 +37,9 @@
 mod doctests;
 
 pub use idem_core::{
-    Answer, Begin, Completion, Context, Error, Failure, Idempotency, IdempotencyBuilder,
-    IdempotencyKey, KeepAlive, Lease, MemoryStore, Outcome, Policy, ReplayCache, Reply, Request,
-    RequestBuilder, RunError, StoredResponse,
+    media_type, Answer, Begin, Completion, Context, Error, Failure, Idempotency,
+    IdempotencyBuilder, IdempotencyKey, KeepAlive, Lease, MemoryStore, Outcome, Policy,
+    ReplayCache, Reply, Request, RequestBuilder, RunError, StoredResponse,
 };
 
 /// Operations beside the engine ([`idem_ops`]): the operator reads ([`Operator`](idem_ops::Operator):

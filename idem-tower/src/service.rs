@@ -237,11 +237,14 @@ where
     B::Error: Into<BoxError>,
 {
     let key = crate::key::from_headers(&parts.headers, &config.key_header)?;
-    // A missing key on a required method: the builder says so (400).
-    let body = if key.is_some() {
-        read_request_body(&parts.headers, body, idem.policy().max_body_bytes).await?
+    // A missing key on a required method: the builder says so (400). The media type counts
+    // (C3).
+    let (content_type, body) = if key.is_some() {
+        let content_type = content_type(&parts.headers)?;
+        let body = read_request_body(&parts.headers, body, idem.policy().max_body_bytes).await?;
+        (content_type, body)
     } else {
-        Bytes::new()
+        (None, Bytes::new())
     };
     let uri = original_uri(parts);
     let path = uri
@@ -251,14 +254,7 @@ where
         .request(consumer, parts.method.as_str(), route)
         .path(path)
         .key(key.as_deref());
-    // The media type counts (C3). Bytes beyond ASCII are read as ISO-8859-1 (RFC 9110's
-    // obs-text): one character each, so that two Content-Types never read as one, and the
-    // parameters after `;` never hide the type before it.
-    let content_type: Option<String> = parts
-        .headers
-        .get(CONTENT_TYPE)
-        .map(|v| v.as_bytes().iter().map(|&b| char::from(b)).collect());
-    if let Some(content_type) = content_type.as_deref() {
+    if let Some(content_type) = content_type {
         builder = builder.content_type(content_type);
     }
     for name in &config.fingerprint_headers {
@@ -268,10 +264,7 @@ where
     }
     let exclude: Vec<&str> = config.json_exclude.iter().map(String::as_str).collect();
     let json = (config.json != JsonForm::Raw).then_some(exclude.as_slice());
-    let media = content_type
-        .as_deref()
-        .map(idem_core::media_type)
-        .unwrap_or_default();
+    let media = content_type.map(idem_core::media_type).unwrap_or_default();
     // A body that does not canonicalise is fingerprinted as it is.
     let canonical = crate::canonical::by_media_type(&media, &body, json, config.canonical_form);
     let request = crate::canonical::request(builder.body(&body), canonical.as_ref(), config.json)?;
@@ -282,6 +275,25 @@ where
         .unwrap_or_else(|| HeaderValue::from_static(""));
     let text = key.unwrap_or_default();
     Ok((request, Keyed { header, text, body }))
+}
+
+/// The request's `Content-Type` as a handler reads it (`HeaderValue::to_str`). One sent twice,
+/// or with a byte beyond visible ASCII, is refused (400, C12), nothing recorded: the layer and
+/// the handler could read two types there (a handler's parser chosen by a default), and so one
+/// key's body under one fingerprint as two different requests.
+fn content_type(headers: &http::HeaderMap) -> Result<Option<&str>, Error> {
+    let mut values = headers.get_all(CONTENT_TYPE).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(Error::invalid(
+            Field::Header,
+            "Content-Type sent more than once",
+        ));
+    }
+    let unreadable = |_| Error::invalid(Field::Header, "a Content-Type beyond visible ASCII");
+    value.to_str().map(Some).map_err(unreadable)
 }
 
 /// What the execution needs of the settings.
@@ -436,7 +448,9 @@ fn describe(error: &Unstored) -> &str {
 /// The problem for an execution whose answer is not stored yet (the store could not be written
 /// within the lease, or a commit's outcome is in doubt): the key is kept and resolves by itself
 /// (the completion lands, or the lease passes with nothing committed), so a retry with the same
-/// key is safe: it is answered in flight, then the stored answer, or runs once.
+/// key is answered in flight, then the stored answer, or runs once. Only where the completion
+/// is atomic with the effect: on Redis a process cut off past the lease leaves the key to
+/// another process's takeover, which runs the effect again (C14).
 pub(crate) fn pending() -> Problem {
     Problem::new(
         500,

@@ -273,56 +273,64 @@ async fn c03_canonical_and_raw_bodies_do_not_share_a_fingerprint_domain() {
     );
 }
 
-/// The media type counts (C3) whatever bytes a Content-Type carries: two types that differ
-/// only beyond ASCII (obs-text), or one whose parameters do, are other requests (422), never
-/// each other's replay; and such a parameter does not hide the type before it.
+/// A Content-Type a handler cannot read as text (a byte beyond visible ASCII: obs-text), or
+/// one sent twice, is refused (400, C12) before anything is recorded: the layer took the media
+/// type before `;` while a handler's `to_str()` failed and chose its parser by a default, so one
+/// key and body read as a 5 000 charge under `application/json; x=\xff` were replayed to the
+/// same JSON meaning 100 under `application/json` (C3). Nothing runs, and the key stays free
+/// for the request sent as it should be.
 #[tokio::test]
-async fn c03_content_types_that_differ_beyond_ascii_are_other_requests() {
+async fn c12_a_content_type_beyond_ascii_or_sent_twice_is_refused() {
     let calls = Arc::new(AtomicUsize::new(0));
     let app = echoing_charges(&calls).route_layer(IdempotencyLayer::new(
         Idempotency::new(MemoryStore::new()),
         header_account,
     ));
-    let typed = |key: &str, content_type: &[u8]| {
+    let typed = |key: &str, content_types: &[&[u8]]| {
         let mut request = req("POST", Some(key), "text/plain", "amount=100");
-        request.headers_mut().insert(
-            "content-type",
-            http::HeaderValue::from_bytes(content_type).expect("obs-text is a valid value"),
-        );
+        request.headers_mut().remove("content-type");
+        for content_type in content_types {
+            request.headers_mut().append(
+                "content-type",
+                http::HeaderValue::from_bytes(content_type).expect("obs-text is a valid value"),
+            );
+        }
         request
     };
-    let pairs: [(&[u8], &[u8]); 3] = [
-        (b"text/csv\xe9", b"text/csv\xea"),
-        (
-            b"application/x-www-form-urlencoded; charset=\xff",
-            b"application/json; x=\xfe",
-        ),
-        (b"text/csv\xe9", b"text/csv"),
+    let refused: [&[&[u8]]; 5] = [
+        &[b"text/csv\xe9"],
+        &[b"application/x-www-form-urlencoded; charset=\xff"],
+        &[b"application/json; x=\xff"],
+        &[b"application/json", b"application/x-www-form-urlencoded"],
+        &[b"application/json", b"application/json"],
     ];
-    for (round, (first, second)) in pairs.into_iter().enumerate() {
-        let key = format!("obs-text-{round}");
-        let a = send_in_time(&app, typed(&key, first)).await;
-        assert_eq!(a.status, StatusCode::CREATED, "round {round}: {a:?}");
-        let b = send_in_time(&app, typed(&key, second)).await;
+    for (round, content_types) in refused.into_iter().enumerate() {
+        let key = format!("content-type-{round}");
+        let answer = send_in_time(&app, typed(&key, content_types)).await;
         assert_eq!(
-            b.status,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "round {round}: another media type with the same key and body is a mismatch: {b:?}"
+            answer.status,
+            StatusCode::BAD_REQUEST,
+            "round {round}: {answer:?}"
         );
-        let again = send_in_time(&app, typed(&key, first)).await;
+        assert!(
+            answer.body.contains("Content-Type"),
+            "round {round}: the problem names the header: {answer:?}"
+        );
+        let sent_right = send_in_time(&app, typed(&key, &[b"application/json"])).await;
         assert_eq!(
             (
-                again.status,
-                again
-                    .headers
-                    .get("idempotent-replayed")
-                    .map(|v| v.as_bytes())
+                sent_right.status,
+                sent_right.headers.get("idempotent-replayed")
             ),
-            (StatusCode::CREATED, Some(&b"true"[..])),
-            "round {round}: the same bytes again are the replay: {again:?}"
+            (StatusCode::CREATED, None),
+            "round {round}: nothing was recorded, the key is free: {sent_right:?}"
         );
     }
-    assert_eq!(calls.load(Ordering::SeqCst), 3, "one execution per key");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        5,
+        "only the requests sent right ran"
+    );
 }
 
 /// `render_problems` may change the shape, not the status: a renderer that answers every

@@ -85,24 +85,25 @@ impl Charge {
 }
 
 impl NewCharge {
-    /// Parses a form-encoded body (what Stripe's client libraries send) or a JSON one, by
-    /// `Content-Type` (form when absent). Unknown parameters are ignored.
+    /// Parses a form-encoded body (what Stripe's client libraries send) or a JSON one, by the
+    /// media type of `Content-Type` as the fingerprint counts it (form when absent, never when
+    /// unreadable). Unknown parameters are ignored.
     pub(crate) fn parse(headers: &HeaderMap, body: &[u8]) -> Result<Self, ApiError> {
-        let content_type = headers
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("application/x-www-form-urlencoded")
-            .to_ascii_lowercase();
-        let params = if content_type.starts_with("application/json") {
-            Params::json(body)?
-        } else if content_type.starts_with("application/x-www-form-urlencoded") {
-            Params::form(body)?
-        } else {
-            return Err(ApiError::invalid(
+        let unsupported = || {
+            ApiError::invalid(
                 "parameter_invalid",
                 None,
                 "Send the parameters as application/x-www-form-urlencoded or application/json.",
-            ));
+            )
+        };
+        let media_type = match headers.get(CONTENT_TYPE) {
+            None => "application/x-www-form-urlencoded".to_owned(),
+            Some(value) => idem::media_type(value.to_str().map_err(|_| unsupported())?),
+        };
+        let params = match media_type.as_str() {
+            "application/json" => Params::json(body)?,
+            "application/x-www-form-urlencoded" => Params::form(body)?,
+            _ => return Err(unsupported()),
         };
         params.check()
     }
@@ -250,6 +251,21 @@ mod tests {
         .expect("json");
         assert_eq!(form, json);
         assert_eq!(form.currency, "usd");
+    }
+
+    /// The body is read under the media type the fingerprint counts (C3): a Content-Type that
+    /// is not text is refused, never read as the default form (the same bytes are a 5 000
+    /// charge as a form and a 100 one as JSON).
+    #[test]
+    fn c03_the_parser_is_chosen_by_the_fingerprinted_media_type() {
+        let body = r#"{"&amount=5000&currency=usd&x":1,"amount":100,"currency":"usd"}"#;
+        let mut headers = HeaderMap::new();
+        let unreadable = axum::http::HeaderValue::from_bytes(b"application/json; x=\xff");
+        headers.insert(CONTENT_TYPE, unreadable.expect("obs-text is a value"));
+        assert!(NewCharge::parse(&headers, body.as_bytes()).is_err());
+        let json = parse("Application/JSON ; charset=utf-8", body).expect("json");
+        assert_eq!(json.amount, 100);
+        assert!(parse("application/jsonx", body).is_err());
     }
 
     #[test]
