@@ -15,12 +15,19 @@
 -- The mark of an answer in doubt ($7, NULL for the execution's own answer) is written with it,
 -- due for a check at the completion's moment; NULL clears any mark and its check time (store
 -- rule 6).
+-- In a transaction the store began for an effect ($8 true), the completion also needs that
+-- transaction still open: its BEGIN made it DEFERRABLE (src/session.rs), which no statement
+-- in it can undo and any COMMIT or ROLLBACK ends, the effect's own too. After one, this
+-- statement would run in the effect's next transaction or in autocommit, and commit the
+-- completion apart from what the effect wrote: it changes nothing instead, and the store asks
+-- why (effect_tx_open.sql).
 -- $1..$3 the record, $4 token, $5 encoded response, $6 retention in milliseconds, $7 the mark
--- of doubt or NULL.
+-- of doubt or NULL, $8 whether the store began this transaction for an effect.
 UPDATE idem_records
 SET state = 1, response = $5, doubt = $7::bytea,
     deadline = clock_timestamp() + $6 * interval '1 millisecond',
     completed_at = date_trunc('milliseconds', clock_timestamp()),
     doubt_check_at = CASE WHEN $7::bytea IS NOT NULL THEN date_trunc('milliseconds', clock_timestamp()) END
 WHERE consumer = $1 AND route = $2 AND key = $3 AND token = $4 AND state = 0
+  AND (NOT $8::boolean OR current_setting('transaction_deferrable') = 'on')
   AND set_config('lock_timeout', '3s', true) IS NOT NULL

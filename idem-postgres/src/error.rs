@@ -130,6 +130,17 @@ pub(crate) fn begin_error(error: sqlx::Error) -> Error {
 /// Whether `error` is PostgreSQL's lock_not_available (SQLSTATE 55P03): a `lock_timeout`
 /// passed while waiting for a lock.
 pub(crate) fn is_lock_timeout(error: &Error) -> bool {
+    has_sqlstate(error, "55P03")
+}
+
+/// Whether `error` is PostgreSQL's in_failed_sql_transaction (SQLSTATE 25P02): a statement
+/// sent in a transaction an earlier error aborted, which is still open.
+pub(crate) fn in_aborted_transaction(error: &Error) -> bool {
+    has_sqlstate(error, "25P02")
+}
+
+/// Whether `error` is the server's answer with SQLSTATE `code`.
+fn has_sqlstate(error: &Error, code: &str) -> bool {
     error
         .as_store()
         .and_then(std::error::Error::source)
@@ -137,7 +148,7 @@ pub(crate) fn is_lock_timeout(error: &Error) -> bool {
         .and_then(sqlx::Error::as_database_error)
         .and_then(|db| db.code())
         .as_deref()
-        == Some("55P03")
+        == Some(code)
 }
 
 /// The kind of a PostgreSQL error code (SQLSTATE).

@@ -247,7 +247,8 @@ impl Ops {
         conn: &mut PgConnection,
         completion: &Completion,
     ) -> Result<(), Error> {
-        self.complete_after(conn, &self.preamble, completion).await
+        self.complete_after(conn, &self.preamble, completion, false)
+            .await
     }
 
     /// Fenced completion (C6) inside the caller's transaction on `conn`: nothing precedes it,
@@ -257,7 +258,35 @@ impl Ops {
         conn: &mut PgConnection,
         completion: &Completion,
     ) -> Result<(), Error> {
-        self.complete_after(conn, "", completion).await
+        self.complete_after(conn, "", completion, false).await
+    }
+
+    /// Fenced completion (C6) in the transaction the store began for an effect on `conn`,
+    /// only while that transaction is still open (`sql/complete.sql`): after an effect's own
+    /// `COMMIT` or `ROLLBACK` it changes nothing ([`Error::LeaseLost`]; ask
+    /// [`effect_tx_open`](Self::effect_tx_open) which).
+    pub(crate) async fn complete_in_effect_tx(
+        &self,
+        conn: &mut PgConnection,
+        completion: &Completion,
+    ) -> Result<(), Error> {
+        self.complete_after(conn, "", completion, true).await
+    }
+
+    /// Whether the transaction the store began for an effect on `conn` is still open (the
+    /// effect did not end it with its own `COMMIT` or `ROLLBACK`); an error in a transaction an
+    /// error aborted (SQLSTATE 25P02), which is still open.
+    pub(crate) async fn effect_tx_open(&self, conn: &mut PgConnection) -> Result<bool, Error> {
+        let found = fetch_optional_after(conn, self.mode, "", &self.sql.effect_tx_open, &[])
+            .await?
+            .ok_or_else(|| {
+                Error::store(
+                    BACKEND,
+                    StoreErrorKind::Other,
+                    "effect_tx_open returned no row",
+                )
+            })?;
+        found.try_get("open").map_err(crate::error::store_error)
     }
 
     async fn complete_after(
@@ -265,6 +294,7 @@ impl Ops {
         conn: &mut PgConnection,
         preamble: &str,
         completion: &Completion,
+        in_effect_tx: bool,
     ) -> Result<(), Error> {
         let [consumer, route, key] = id_params(completion.id());
         let token = completion.token();
@@ -282,6 +312,7 @@ impl Ops {
                     Param::Bytes(completion.encoded()),
                     Param::Int(duration_millis(completion.retain_for())),
                     Param::MaybeBytes(completion.doubt()),
+                    Param::Bool(in_effect_tx),
                 ],
             )
             .await?,

@@ -48,16 +48,19 @@ pub(crate) fn statement_preamble(mode: StatementMode, deadlines: &Deadlines) -> 
 /// set once per session, the deadline cost 13 200 fewer server instructions per fresh key, and
 /// one effect's `RESET ALL` turned it off for the connection's later transactions. When the
 /// store asks for a server that accepts writes, the transaction is `READ WRITE`: a server in
-/// recovery (a standby, a demoted primary) refuses it at once, before the effect runs.
+/// recovery (a standby, a demoted primary) refuses it at once, before the effect runs. It is
+/// `DEFERRABLE`, which changes nothing for a transaction that is not SERIALIZABLE READ ONLY:
+/// the mark of the store's transaction, which no statement in it can undo, so that an effect
+/// that ends it with its own `COMMIT` or `ROLLBACK` is told apart (sql/effect_tx_open.sql).
 pub(crate) fn effect_begin(
     isolation_begin: &str,
     deadlines: &Deadlines,
     read_write: bool,
 ) -> String {
     let mode = if read_write { ", READ WRITE" } else { "" };
+    let idle = deadlines.idle_in_transaction_ms();
     format!(
-        "{isolation_begin}{mode}; SET LOCAL idle_in_transaction_session_timeout = {}",
-        deadlines.idle_in_transaction_ms()
+        "{isolation_begin}{mode}, DEFERRABLE; SET LOCAL idle_in_transaction_session_timeout = {idle}"
     )
 }
 
@@ -83,13 +86,16 @@ mod tests {
         assert!(connection_setup(StatementMode::Simple, &deadlines).is_none());
         let setup = connection_setup(StatementMode::Prepared, &deadlines).unwrap_or_default();
         assert!(setup.contains("READ COMMITTED") && setup.contains("statement_timeout = 1500"));
+        let serializable = "BEGIN ISOLATION LEVEL SERIALIZABLE";
         assert_eq!(
-            effect_begin("BEGIN ISOLATION LEVEL SERIALIZABLE", &deadlines, false),
-            "BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL idle_in_transaction_session_timeout = 300"
+            effect_begin(serializable, &deadlines, false),
+            "BEGIN ISOLATION LEVEL SERIALIZABLE, DEFERRABLE; \
+             SET LOCAL idle_in_transaction_session_timeout = 300"
         );
+        let read_committed = "BEGIN ISOLATION LEVEL READ COMMITTED";
         assert_eq!(
-            effect_begin("BEGIN ISOLATION LEVEL READ COMMITTED", &deadlines, true),
-            "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; \
+            effect_begin(read_committed, &deadlines, true),
+            "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE, DEFERRABLE; \
              SET LOCAL idle_in_transaction_session_timeout = 300"
         );
     }

@@ -89,6 +89,7 @@ pub(crate) struct Statements {
     pub(crate) reserve: Arc<str>,
     pub(crate) replace_reservation: Arc<str>,
     pub(crate) complete: Arc<str>,
+    pub(crate) effect_tx_open: Arc<str>,
     pub(crate) release: Arc<str>,
     pub(crate) renew: Arc<str>,
     pub(crate) purge_expired: Arc<str>,
@@ -135,6 +136,7 @@ impl Statements {
             reserve: sql(include_str!("../sql/reserve.sql")),
             replace_reservation: sql(include_str!("../sql/replace_reservation.sql")),
             complete: with_lock_timeout(&sql(include_str!("../sql/complete.sql")), lock).into(),
+            effect_tx_open: strip_comments(include_str!("../sql/effect_tx_open.sql")).into(),
             release: with_lock_timeout(&sql(include_str!("../sql/release.sql")), lock).into(),
             renew: with_lock_timeout(
                 &sql(include_str!("../sql/renew.sql")),

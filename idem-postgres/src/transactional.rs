@@ -6,7 +6,9 @@
 use crate::broken_effect::broken_effect;
 use crate::config::Isolation;
 use crate::effect_connection::EffectConnection;
-use crate::error::{begin_error, ended_session, is_broken_link, store_error, BACKEND};
+use crate::error::{
+    begin_error, ended_session, in_aborted_transaction, is_broken_link, store_error, BACKEND,
+};
 use crate::gate::GateKeys;
 use crate::ops::Ops;
 use crate::params::{fetch_all, Param};
@@ -124,8 +126,13 @@ pub trait PgIdempotency {
     /// [`StoreErrorKind::Misconfigured`] error, nothing runs): the reservation's read inside a
     /// serializable transaction would make concurrent fresh keys fail each other's commits.
     /// The effect must leave the transaction to the store: one that runs `COMMIT` or
-    /// `ROLLBACK` itself is not detected on PostgreSQL (its writes would be committed, or lost,
-    /// apart from the completion).
+    /// `ROLLBACK` itself (a helper's `BEGIN; ...; COMMIT`, whose nested `BEGIN` PostgreSQL only
+    /// warns about) ends it apart from the completion. The store's `BEGIN` marks the
+    /// transaction `DEFERRABLE` (no effect on one that is not SERIALIZABLE READ ONLY; no
+    /// statement in it undoes the mark), the completion writes only while it is set, and an
+    /// effect whose transaction lost it, failed or answered, keeps the key with a stored 500
+    /// of an unknown outcome ([`RunError::InDoubt`]): its writes may be committed without
+    /// their completion. Under `default_transaction_deferrable = on` the mark tells nothing.
     ///
     /// The lease does not renew while the transaction is open (nothing to renew until it
     /// commits, and nobody can take the key over meanwhile), so the transaction timeout, not
@@ -518,6 +525,16 @@ impl PgStore {
             // Nothing was committed either way; whether the database is still there says
             // what the caller is told: the effect's failure, or the store's (C13).
             Ok(Err(error)) => {
+                // Unless the effect ended the store's transaction itself: what it wrote before
+                // its own COMMIT is committed, so the key is never given back (C8).
+                if let Some(ended) = Box::pin(self.still_the_stores(&mut tx, execution, id))
+                    .await
+                    .filter(|open| !open)
+                    .map(|_| ended_by_the_effect())
+                {
+                    drop(tx);
+                    return (TxEnd::CommittedByTheEffect(ended), false);
+                }
                 return match Box::pin(roll_back(tx, execution, id)).await {
                     Ok(()) => (TxEnd::EffectFailed(error), true),
                     Err(broken) => (TxEnd::RolledBack(broken_effect(&error, broken)), false),
@@ -535,9 +552,18 @@ impl PgStore {
         let completion = execution.completion(lease, response);
         let written = execution
             .bounded(Operation::Complete, id, |_| {
-                Box::pin(self.inner.ops.complete_in(&mut tx, &completion))
+                Box::pin(self.inner.ops.complete_in_effect_tx(&mut tx, &completion))
             })
             .await;
+        // A completion that changed nothing: the lease was lost, or the effect ended the
+        // store's transaction itself (and the completion would have committed apart from its
+        // writes). Not told, the key is kept: never given back after a COMMIT (C8).
+        if matches!(written, Err(Error::LeaseLost))
+            && Box::pin(self.still_the_stores(&mut tx, execution, id)).await != Some(true)
+        {
+            drop(tx);
+            return (TxEnd::CommittedByTheEffect(ended_by_the_effect()), false);
+        }
         if let Err(error) = written {
             // A completion cut off by its deadline, or whose link failed, is not rolled back
             // while the caller waits (a silent link would hold it a store timeout more): the
@@ -575,6 +601,43 @@ impl PgStore {
             Err(error) => (TxEnd::InDoubt { completion, error }, false),
         }
     }
+}
+
+impl PgStore {
+    /// Whether the transaction the store began for an effect is still open on `tx`
+    /// (`Some(true)`; an aborted one is), or the effect ended it with its own `COMMIT` or
+    /// `ROLLBACK` (`Some(false)`); `None` if that cannot be told within the budget.
+    async fn still_the_stores(
+        &self,
+        tx: &mut PgConnection,
+        execution: &Execution,
+        id: &RecordId,
+    ) -> Option<bool> {
+        let asked = execution
+            .bounded(Operation::Transaction, id, |_| {
+                Box::pin(self.inner.ops.effect_tx_open(tx))
+            })
+            .await;
+        match asked {
+            Ok(open) => Some(open),
+            Err(error) if in_aborted_transaction(&error) => Some(true),
+            Err(_) => None,
+        }
+    }
+}
+
+/// The error of an effect that ended the store's transaction itself (PostgreSQL cannot refuse
+/// its `COMMIT` or `ROLLBACK`), or of one whose completion changed nothing when that could not
+/// be told from a lost lease.
+fn ended_by_the_effect() -> Error {
+    Error::store(
+        BACKEND,
+        StoreErrorKind::Other,
+        "the effect's transaction was not the store's any more at its end (the effect ran its \
+         own COMMIT or ROLLBACK): what it wrote may be committed without its completion; the \
+         key is kept with the answer of an unknown outcome (an effect must leave the \
+         transaction to the store)",
+    )
 }
 
 /// How many times a one-commit reservation begins again after a serialization conflict with a
