@@ -26,6 +26,11 @@ pub(crate) fn connection_setup(mode: StatementMode, deadlines: &Deadlines) -> Op
     }
 }
 
+/// What results in text (simple statements) are read with: `bytea` in hex, whatever a session
+/// left (an effect's `SET bytea_output`, kept by a pooler's server connection) or a database
+/// or role sets; in `escape` every record would read as corrupt.
+const TEXT_RESULTS: &str = "SET LOCAL bytea_output = 'hex'";
+
 /// What precedes each of the store's own statements in its simple-query message (empty for
 /// prepared statements, whose session carries the settings). A message of several statements
 /// is one implicit transaction: the `SET LOCAL`s end with it.
@@ -34,7 +39,7 @@ pub(crate) fn statement_preamble(mode: StatementMode, deadlines: &Deadlines) -> 
         StatementMode::Prepared => String::new(),
         StatementMode::Simple => format!(
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = {}; \
-             SET LOCAL lock_timeout = {}; ",
+             SET LOCAL lock_timeout = {}; {TEXT_RESULTS}; ",
             deadlines.statement_ms(),
             deadlines.lock_ms()
         ),
@@ -52,16 +57,23 @@ pub(crate) fn statement_preamble(mode: StatementMode, deadlines: &Deadlines) -> 
 /// `DEFERRABLE`, which changes nothing for a transaction that is not SERIALIZABLE READ ONLY:
 /// the mark of the store's transaction, which no statement in it can undo, so that an effect
 /// that ends it with its own `COMMIT` or `ROLLBACK` is told apart (sql/effect_tx_open.sql).
+/// With simple statements, a one-commit reservation in it reads its results in text, as the
+/// store's own statements do ([`TEXT_RESULTS`]).
 pub(crate) fn effect_begin(
     isolation_begin: &str,
     deadlines: &Deadlines,
     read_write: bool,
+    statements: StatementMode,
 ) -> String {
     let mode = if read_write { ", READ WRITE" } else { "" };
     let idle = deadlines.idle_in_transaction_ms();
-    format!(
+    let begin = format!(
         "{isolation_begin}{mode}, DEFERRABLE; SET LOCAL idle_in_transaction_session_timeout = {idle}"
-    )
+    );
+    match statements {
+        StatementMode::Simple => format!("{begin}; {TEXT_RESULTS}"),
+        StatementMode::Prepared => begin,
+    }
 }
 
 #[cfg(test)]
@@ -80,7 +92,7 @@ mod tests {
         assert_eq!(
             statement_preamble(StatementMode::Simple, &deadlines),
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = 1500; \
-             SET LOCAL lock_timeout = 700; "
+             SET LOCAL lock_timeout = 700; SET LOCAL bytea_output = 'hex'; "
         );
         assert!(statement_preamble(StatementMode::Prepared, &deadlines).is_empty());
         assert!(connection_setup(StatementMode::Simple, &deadlines).is_none());
@@ -88,15 +100,15 @@ mod tests {
         assert!(setup.contains("READ COMMITTED") && setup.contains("statement_timeout = 1500"));
         let serializable = "BEGIN ISOLATION LEVEL SERIALIZABLE";
         assert_eq!(
-            effect_begin(serializable, &deadlines, false),
+            effect_begin(serializable, &deadlines, false, StatementMode::Prepared),
             "BEGIN ISOLATION LEVEL SERIALIZABLE, DEFERRABLE; \
              SET LOCAL idle_in_transaction_session_timeout = 300"
         );
         let read_committed = "BEGIN ISOLATION LEVEL READ COMMITTED";
         assert_eq!(
-            effect_begin(read_committed, &deadlines, true),
+            effect_begin(read_committed, &deadlines, true, StatementMode::Simple),
             "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE, DEFERRABLE; \
-             SET LOCAL idle_in_transaction_session_timeout = 300"
+             SET LOCAL idle_in_transaction_session_timeout = 300; SET LOCAL bytea_output = 'hex'"
         );
     }
 }

@@ -422,6 +422,7 @@ impl PgStore {
             self.isolation().begin_statement(),
             deadlines,
             self.inner.hosts.checks_writes(),
+            self.inner.config.statements,
         );
         let mut conflicts = 0;
         let (tx, lease) = loop {

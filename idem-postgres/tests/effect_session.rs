@@ -310,3 +310,52 @@ async fn c13_a_server_refusing_writes_does_not_empty_your_pool() {
         CONNECTIONS - pool.size()
     );
 }
+
+/// C12, C13: with simple statements the store reads its results in text, where `bytea` is
+/// written as the session says. An effect that leaves `bytea_output = 'escape'` on its session
+/// (or a database or role that sets it) made every later statement of the store on that
+/// session read a corrupt record, a 500, while its reservation had committed; behind a pooler
+/// every client of the server connection. The store sets what it reads with in each message.
+#[tokio::test]
+async fn c13_a_bytea_output_an_effect_leaves_does_not_break_the_stores_statements() {
+    let store = PgStore::builder()
+        .schema(SCHEMA)
+        .table(&format!("t_{}", FencingToken::generate()))
+        .statements(idem_postgres::StatementMode::Simple)
+        .max_connections(1)
+        .connect(&pg_url())
+        .await
+        .expect("store");
+    store.migrate().await.expect("migrate");
+    let idem = Idempotency::new(store);
+    for one_commit in [true, false] {
+        for round in 0..3 {
+            let key = format!("bytea-{}", FencingToken::generate());
+            let request = charge(&idem, &key, one_commit);
+            let executed = idem
+                .run_in_transaction(&request, |tx, _lease| {
+                    Box::pin(async move {
+                        sqlx::raw_sql("SET bytea_output = 'escape'")
+                            .execute(&mut *tx)
+                            .await?;
+                        Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
+                    })
+                })
+                .await;
+            let what = format!("one commit {one_commit}, round {round}");
+            assert!(
+                matches!(executed, Ok(Outcome::Executed(_))),
+                "{what}: {executed:?}"
+            );
+            let replayed = idem
+                .run_in_transaction(&request, |_tx, _lease| {
+                    Box::pin(async { Ok::<_, sqlx::Error>(StoredResponse::new(500, "ran again")) })
+                })
+                .await;
+            assert!(
+                matches!(replayed, Ok(Outcome::Answered(_))),
+                "{what}: {replayed:?}"
+            );
+        }
+    }
+}
