@@ -3,7 +3,7 @@
 //! around them is the engine's ([`Idempotency::transact`]), what is stored the engine's
 //! `Completion`.
 
-use crate::commit_watch::CommitWatch;
+use crate::commit_watch::{watching, CommitWatch};
 use crate::error::{store_error, BACKEND};
 use crate::ops;
 use crate::pool::Decide;
@@ -199,15 +199,14 @@ impl Transactional for SqliteStore {
             .pool
             .write_within(wait, move |conn| {
                 within_store_timeout(conn, &inner, &execution, |conn| {
-                    let watch = CommitWatch::start(conn);
-                    Ok(
+                    Ok(watching(conn, |conn, watch| {
                         match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
                             Ok(tx) => {
-                                effect_then_commit(tx, &inner, &lease, effect, &execution, &watch)
+                                effect_then_commit(tx, &inner, &lease, effect, &execution, watch)
                             }
                             Err(error) => TxEnd::RolledBack(store_error(error)),
-                        },
-                    )
+                        }
+                    }))
                 })
             })
             .await?
@@ -299,12 +298,12 @@ fn transact_on<E>(
         Ok(lease) => lease,
         Err(panicked) => return Ok(*panicked),
     };
-    let watch = CommitWatch::start(conn);
-    let end = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
-        Ok(tx) => effect_then_commit(tx, inner, &lease, effect, execution, &watch),
-        Err(error) => TxEnd::RolledBack(store_error(error)),
-    };
-    Ok(end)
+    Ok(watching(conn, |conn, watch| {
+        match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+            Ok(tx) => effect_then_commit(tx, inner, &lease, effect, execution, watch),
+            Err(error) => TxEnd::RolledBack(store_error(error)),
+        }
+    }))
 }
 
 /// Reservation, effect, completion and commit in one transaction, on the writer (C15). Until
@@ -318,21 +317,22 @@ fn transact_once_on<E>(
     execution: &Execution,
 ) -> Result<TxEnd<E, SqliteEffect<E>>, Error> {
     let clock = inner.config.clock.as_ref();
-    let watch = CommitWatch::start(conn);
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(store_error)?;
-    let reserved = match ops::reserve(&tx, &inner.sql, clock, reservation(req, execution))? {
-        Begin::Answered(answer) => return Ok(TxEnd::Answered(answer, effect)),
-        Begin::Acquired(lease) => lease,
-    };
-    let lease = match acquired(execution, reserved) {
-        Ok(lease) => lease,
-        Err(panicked) => return Ok(*panicked),
-    };
-    Ok(effect_then_commit(
-        tx, inner, &lease, effect, execution, &watch,
-    ))
+    watching(conn, |conn, watch| {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(store_error)?;
+        let reserved = match ops::reserve(&tx, &inner.sql, clock, reservation(req, execution))? {
+            Begin::Answered(answer) => return Ok(TxEnd::Answered(answer, effect)),
+            Begin::Acquired(lease) => lease,
+        };
+        let lease = match acquired(execution, reserved) {
+            Ok(lease) => lease,
+            Err(panicked) => return Ok(*panicked),
+        };
+        Ok(effect_then_commit(
+            tx, inner, &lease, effect, execution, watch,
+        ))
+    })
 }
 
 /// [`Execution::acquired`] for `reserved`, or, if the engine's hooks panicked (an application's
@@ -345,8 +345,9 @@ fn acquired<E>(
         .map_err(|panic| Box::new(TxEnd::Panicked(panic)))
 }
 
-/// The effect in `tx`, then its completion, then the commit; `watch` sees the commits of
-/// `tx`'s connection since before `tx` began.
+/// The effect in `tx`, then its completion, then the commit; `watch` sees the commits and
+/// rollbacks of `tx`'s connection since before `tx` began, and is read before any rollback of
+/// the store's own.
 fn effect_then_commit<E, F>(
     tx: Transaction<'_>,
     inner: &crate::store::Inner,
@@ -366,11 +367,14 @@ fn effect_then_commit<E, F>(
         Ok(Err(error)) => return TxEnd::EffectFailed(error),
         Err(panic) => return TxEnd::Panicked(panic),
     };
-    // SQLite may have rolled the transaction back under the effect (an `ON CONFLICT
-    // ROLLBACK` constraint, `RAISE(ROLLBACK)`, a full disk) while the effect went
-    // on and answered: the effect is gone, and the completion must not commit
-    // alone (C6).
-    if tx.is_autocommit() {
+    // The transaction was rolled back under the effect while it went on and answered: by
+    // SQLite (an `ON CONFLICT ROLLBACK` constraint, `RAISE(ROLLBACK)`, a full disk) or by the
+    // effect's own `ROLLBACK`, perhaps followed by a `BEGIN` and more writes. Its writes
+    // before the rollback are gone; none after it commit either, as nothing commits the
+    // transaction it began (dropping `tx` rolls it back, the pool's cleaning or a closed
+    // connection if that fails). Nothing happened, and the completion must not commit without
+    // the effect (C6).
+    if watch.rolled_back() || tx.is_autocommit() {
         return TxEnd::RolledBack(rolled_back_under_the_effect());
     }
     let completion = match catch_unwind(AssertUnwindSafe(|| execution.completion(lease, response)))
@@ -399,12 +403,12 @@ fn committed_by_the_effect() -> Error {
     )
 }
 
-/// The error of an effect whose transaction SQLite rolled back by itself.
+/// The error of an effect whose transaction was rolled back under it, by SQLite or itself.
 pub(crate) fn rolled_back_under_the_effect() -> Error {
     Error::store(
         crate::error::BACKEND,
         StoreErrorKind::TransactionConflict,
-        "SQLite rolled the effect's transaction back (a constraint or trigger that rolls back, or an I/O error); nothing was committed, retry the whole request",
+        "the effect's transaction was rolled back under it (its own ROLLBACK, a constraint or trigger that rolls back, or an I/O error); nothing was committed, retry the whole request",
     )
 }
 

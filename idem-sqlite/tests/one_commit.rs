@@ -13,6 +13,7 @@ use idem_core::{
 };
 use idem_sqlite::{SqliteIdempotency, SqliteStore};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -418,6 +419,80 @@ async fn c08_an_effect_that_commits_by_itself_keeps_the_key() {
             );
         }
         assert_eq!(charges(&store, &intent).await, 1, "{one_commit}");
+    }
+}
+
+/// C6, C7: an effect that rolls its transaction back itself (a helper's reset: `ROLLBACK`,
+/// perhaps `BEGIN` again and more writes) and answers 201 has nothing committed: with one
+/// commit or two, no completion commits without its writes, nor with what it wrote after its
+/// `BEGIN`. Nothing happened: the caller is not told it executed, the key is given back, the
+/// retry charges once and only that charge's 201 is replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c06_an_effect_that_rolls_back_by_itself_never_completes() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = one_commit_store(&dir.path().join("self_rollback.db")).await;
+    let two = SqliteStore::builder(dir.path().join("self_rollback.db"))
+        .table("two_commit_records")
+        .open()
+        .await
+        .expect("a table for two commits");
+    let resets = [
+        "ROLLBACK",
+        "ROLLBACK; BEGIN IMMEDIATE",
+        "ROLLBACK; BEGIN IMMEDIATE; INSERT INTO charges (intent, cents) VALUES ('after', 1)",
+    ];
+    for (idem, one_commit) in [
+        (Idempotency::new(store.clone()), true),
+        (Idempotency::new(two.clone()), false),
+    ] {
+        for (n, reset) in resets.into_iter().enumerate() {
+            let intent = format!("reset-{one_commit}-{n}");
+            let req = request(&idem, &intent, b"{}").with_one_commit(one_commit);
+            let runs = Arc::new(AtomicUsize::new(0));
+            let (effect_intent, first_runs) = (intent.clone(), Arc::clone(&runs));
+            let first = idem
+                .transact(
+                    &req,
+                    Box::new(move |tx: &rusqlite::Transaction<'_>, _: &Lease| {
+                        first_runs.fetch_add(1, Ordering::SeqCst);
+                        let response = charge(tx, &effect_intent)?;
+                        tx.execute_batch(reset)?;
+                        Ok::<_, rusqlite::Error>(response)
+                    }),
+                )
+                .await;
+            let what = format!("{reset:?}, one commit {one_commit}");
+            assert!(
+                !matches!(first, Ok(Outcome::Executed(_))),
+                "{what}: {first:?}"
+            );
+            assert_eq!(charges(&store, &intent).await, 0, "{what}");
+            assert_eq!(charges(&store, "after").await, 0, "{what}");
+            for _ in 0..2 {
+                let (again_intent, again_runs) = (intent.clone(), Arc::clone(&runs));
+                let retry = idem
+                    .transact(
+                        &req,
+                        Box::new(move |tx: &rusqlite::Transaction<'_>, _: &Lease| {
+                            again_runs.fetch_add(1, Ordering::SeqCst);
+                            charge(tx, &again_intent)
+                        }),
+                    )
+                    .await;
+                let status = match &retry {
+                    Ok(Outcome::Executed(r)) | Ok(Outcome::Answered(Answer::Replay(r))) => r.status,
+                    other => panic!("{what}: the retry got {other:?}"),
+                };
+                assert_eq!(status, 201, "{what}");
+                assert_eq!(
+                    charges(&store, &intent).await,
+                    1,
+                    "{what}: a 201 without its charge"
+                );
+            }
+            // The first run, whose writes vanished, and the one retry that charged.
+            assert_eq!(runs.load(Ordering::SeqCst), 2, "{what}");
+        }
     }
 }
 
