@@ -2,7 +2,7 @@
 //! a script on its key, routed by the key's slot; a scan also needs the nodes themselves (every
 //! master of a Cluster) and commands sent to one of them.
 
-use crate::error::{store_error, unexpected, BACKEND};
+use crate::error::{classify, store_error, unexpected, BACKEND};
 use crate::sentinel::Sentinels;
 use idem_core::{Error, StoreErrorKind};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -25,26 +25,55 @@ pub(crate) enum Conn {
     Sentinel(ConnectionManager, ConnectionAddr),
 }
 
-/// What opens a [`Conn`]: the client, with the settings the store applies (response and
+/// Where a [`Conn`] goes: the client, with the settings the store applies (response and
 /// connection timeouts, no hidden reconnect retries on one Redis), so every connection the
 /// store opens behaves the same. Under Sentinel, the master the sentinels name at the time,
 /// with the settings of one Redis.
-pub(crate) enum Opener {
+pub(crate) enum Target {
     Single(redis::Client, ConnectionManagerConfig),
     Cluster(ClusterClient),
     Sentinel(Sentinels, ConnectionManagerConfig),
 }
 
+/// What opens every [`Conn`] of a store (its first, each rebuild, the heartbeat's, one on a
+/// newly promoted master): the target, and whether each connection opened is checked for a
+/// Redis that may evict records (see [`refuse_eviction`]) before anything uses it.
+pub(crate) struct Opener {
+    target: Target,
+    refuse_eviction: bool,
+}
+
 impl Opener {
-    /// Opens a connection, driven by the current runtime.
+    /// Opens connections to `target`; `refuse_eviction` unless the builder allows eviction.
+    pub(crate) fn new(target: Target, refuse_eviction: bool) -> Self {
+        Self {
+            target,
+            refuse_eviction,
+        }
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.target, Target::Cluster(_))
+    }
+
+    /// Opens a connection, driven by the current runtime, and checks it: one refused (a
+    /// Redis that may evict records) is dropped, and its error returned.
     pub(crate) async fn open(&self) -> Result<Conn, Error> {
-        match self {
-            Opener::Single(client, config) => client
+        let conn = self.connect().await?;
+        if self.refuse_eviction {
+            refuse_eviction(&conn).await?;
+        }
+        Ok(conn)
+    }
+
+    async fn connect(&self) -> Result<Conn, Error> {
+        match &self.target {
+            Target::Single(client, config) => client
                 .get_connection_manager_with_config(config.clone())
                 .await
                 .map(Conn::Single),
-            Opener::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
-            Opener::Sentinel(sentinels, config) => match sentinels.master().await {
+            Target::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+            Target::Sentinel(sentinels, config) => match sentinels.master().await {
                 Ok(client) => {
                     let address = client.get_connection_info().addr().clone();
                     client
@@ -57,6 +86,69 @@ impl Opener {
         }
         .map_err(store_error)
     }
+}
+
+/// Refuses a Redis whose `maxmemory-policy` may evict our records (anything but
+/// `noeviction`): an evicted record makes its key new again while the first holder still runs,
+/// or a completed one after it (C14). Asked of every connection the store opens, once: on a
+/// Cluster, of every node the cluster client is connected to (masters and replicas, a replica
+/// being a master after a failover). A Redis that does not answer `CONFIG GET` is refused too,
+/// with the way out.
+///
+/// Not asked: a node the cluster client connects to by itself later (redis-rs 1.8 has no
+/// hook for it; the next rebuild asks it), a node the fan-out skips for having no connection,
+/// and a connection manager reconnecting to the same address.
+async fn refuse_eviction(conn: &Conn) -> Result<(), Error> {
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("GET").arg("maxmemory-policy");
+    let answers = match conn {
+        Conn::Single(_) | Conn::Sentinel(..) => vec![conn.query::<Value>(&cmd).await],
+        Conn::Cluster(conn) => {
+            let every_node = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllNodes, None));
+            match conn.clone().route_command(cmd, every_node).await {
+                // One answer a node, a node's own error among them.
+                Ok(Value::Map(answers)) => answers
+                    .into_iter()
+                    .map(|(_, answer)| match answer {
+                        Value::ServerError(error) => Err(error.into()),
+                        answer => Ok(answer),
+                    })
+                    .collect(),
+                Ok(other) => return Err(unexpected("CONFIG GET on every node", &other)),
+                Err(error) => vec![Err(error)],
+            }
+        }
+    };
+    for answer in answers {
+        let pair = answer.and_then(|value| Ok(Vec::<String>::from_redis_value(value)?));
+        let policy = match pair {
+            Ok(pair) => pair.get(1).cloned().unwrap_or_default(),
+            // A Redis that is down or does not answer in time: retry later, not an operator's
+            // error (C13).
+            Err(error) if classify(&error) == StoreErrorKind::Unavailable => {
+                return Err(store_error(error))
+            }
+            Err(error) => {
+                return Err(Error::store(
+                    BACKEND,
+                    StoreErrorKind::Misconfigured,
+                    format!(
+                        "cannot read maxmemory-policy ({error}); if it is noeviction, say so with RedisStoreBuilder::allow_eviction(true)"
+                    ),
+                ))
+            }
+        };
+        if policy != "noeviction" {
+            return Err(Error::store(
+                BACKEND,
+                StoreErrorKind::Misconfigured,
+                format!(
+                    "maxmemory-policy is {policy}: Redis may evict idempotency records and an effect would run twice; set it to noeviction"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A node that holds records: the one Redis, or a master of a Cluster by the address the

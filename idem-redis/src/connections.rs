@@ -91,7 +91,7 @@ impl Connections {
     }
 
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.store.opener(), Opener::Cluster(_))
+        self.store.opener().is_cluster()
     }
 
     /// The sentinels name `host:port` as the master (`crate::follow`): the store's connection,

@@ -1,9 +1,9 @@
 //! `RedisStore`: the store, its builder, and its `Store` implementation.
 
 use crate::audit::{self, Element};
-use crate::conn::{Conn, Opener};
+use crate::conn::{Opener, Target};
 use crate::connections::{Connections, Timeouts};
-use crate::error::{classify, store_error, unexpected, BACKEND};
+use crate::error::{store_error, unexpected, BACKEND};
 use crate::feed::{Nodes, Subscribers};
 use crate::feed_settings::{self, FeedSettings};
 use crate::listing::Scanner;
@@ -237,10 +237,13 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Accepts a Redis whose `maxmemory-policy` may evict keys. By default `connect` refuses one:
-    /// an evicted record makes the key new again while its first holder still runs, so the
-    /// effect would run twice at the same time (not only after a crash, C14). Set it only where
-    /// Redis cannot be asked (`CONFIG` disabled) and you know the policy is `noeviction`.
+    /// Accepts a Redis whose `maxmemory-policy` may evict keys. By default the store refuses one,
+    /// at `connect` and on every connection it opens later (a rebuild, a master the sentinels
+    /// promoted: that connection is not used, calls fail misconfigured until one is accepted;
+    /// on a Cluster every node is asked): an evicted record makes the key new again while its
+    /// first holder still runs, so the effect would run twice at the same time (not only after
+    /// a crash, C14). Set it only where Redis cannot be asked (`CONFIG` disabled) and you know
+    /// the policy is `noeviction`.
     pub fn allow_eviction(mut self, allow: bool) -> Self {
         self.allow_eviction = allow;
         self
@@ -371,7 +374,7 @@ impl RedisStoreBuilder {
         let client = crate::tcp::client(url, &self.tcp()).map_err(store_error)?;
         let subscribers = Nodes::Fixed(vec![client.clone()]);
         let config = self.single();
-        self.open(Opener::Single(client, config), subscribers).await
+        self.open(Target::Single(client, config), subscribers).await
     }
 
     /// Connects to a Redis Cluster through any of its nodes. The change feed subscribes on one
@@ -401,7 +404,7 @@ impl RedisStoreBuilder {
             .tcp_settings(tcp)
             .build()
             .map_err(store_error)?;
-        self.open(Opener::Cluster(client), Nodes::Fixed(subscribers))
+        self.open(Target::Cluster(client), Nodes::Fixed(subscribers))
             .await
     }
 
@@ -448,15 +451,16 @@ impl RedisStoreBuilder {
         let config = self.single();
         let within = self.connection_timeout + self.response_timeout;
         let store = self
-            .open(Opener::Sentinel(sentinels.clone(), config), subscribers)
+            .open(Target::Sentinel(sentinels.clone(), config), subscribers)
             .await?;
         crate::follow::spawn(Arc::downgrade(&store.conns), sentinels, within);
         Ok(store)
     }
 
-    /// Opens the store's connection (driven by the current runtime) and keeps `opener` for the
-    /// heartbeat's.
-    async fn open(self, opener: Opener, subscribers: Nodes) -> Result<RedisStore, Error> {
+    /// Opens the store's connection (driven by the current runtime) and keeps its opener, which
+    /// checks every connection it opens (see [`Opener`]), for every later one.
+    async fn open(self, target: Target, subscribers: Nodes) -> Result<RedisStore, Error> {
+        let opener = Opener::new(target, !self.allow_eviction);
         // Bounded whatever the driver does (C13): a cluster client connects to every master.
         let deadline = self.connection_timeout + self.response_timeout;
         let conn = tokio::time::timeout(deadline, opener.open())
@@ -468,9 +472,6 @@ impl RedisStoreBuilder {
                     format!("no connection within {deadline:?}"),
                 )
             })??;
-        if !self.allow_eviction {
-            refuse_eviction(&conn).await?;
-        }
         let timeouts = Timeouts {
             response: self.response_timeout,
             connection: self.connection_timeout,
@@ -490,42 +491,6 @@ impl RedisStoreBuilder {
             read_first: self.read_first,
         })
     }
-}
-
-/// Refuses a Redis whose `maxmemory-policy` may evict our records (anything but
-/// `noeviction`): an evicted record makes its key new again while the first holder still runs
-/// (C14). A Redis that does not answer `CONFIG GET` is refused too, with the way out.
-async fn refuse_eviction(conn: &Conn) -> Result<(), Error> {
-    let reply: Result<Vec<String>, _> = conn
-        .query(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy"))
-        .await;
-    let policy = match reply {
-        Ok(pair) => pair.get(1).cloned().unwrap_or_default(),
-        // A Redis that is down or does not answer in time: retry later, not an operator's
-        // error (C13).
-        Err(error) if classify(&error) == StoreErrorKind::Unavailable => {
-            return Err(store_error(error))
-        }
-        Err(error) => {
-            return Err(Error::store(
-                BACKEND,
-                StoreErrorKind::Misconfigured,
-                format!(
-                    "cannot read maxmemory-policy ({error}); if it is noeviction, say so with RedisStoreBuilder::allow_eviction(true)"
-                ),
-            ))
-        }
-    };
-    if policy != "noeviction" {
-        return Err(Error::store(
-            BACKEND,
-            StoreErrorKind::Misconfigured,
-            format!(
-                "maxmemory-policy is {policy}: Redis may evict idempotency records and an effect would run twice; set it to noeviction"
-            ),
-        ));
-    }
-    Ok(())
 }
 
 impl RedisStore {

@@ -16,7 +16,10 @@
 //!   replaces the one in use, which is dropped once the calls still holding it end;
 //! - rebuilds back off: after each one the next may start only [`MIN_BACKOFF`] later, the
 //!   delay doubling up to [`Settings::max_backoff`]; the first failing call after the delay
-//!   starts it. A quiet spell (no failure for [`QUIET`]) forgets the count and the delay.
+//!   starts it. A quiet spell (no failure for [`QUIET`]) forgets the count and the delay;
+//! - a connection the opener refused (misconfigured: a Redis that may evict records) is never
+//!   used: the one in use is dropped, and every call fails with the refusal, at once, until a
+//!   rebuild (the first call after the back-off starts one) opens one that is accepted.
 
 use idem_core::{Error, StoreErrorKind};
 use std::future::Future;
@@ -95,6 +98,8 @@ struct State<C> {
     not_before: Option<Instant>,
     backoff: Duration,
     rebuilds: u64,
+    /// The last opening's refusal (its backend and message), while the slot has no connection.
+    refused: Option<(&'static str, String)>,
 }
 
 /// Whether an outcome counts against the connection: only an unavailable store error (a
@@ -102,6 +107,17 @@ struct State<C> {
 /// or a lost lease says nothing about the connection.
 fn counts_against(error: &Error) -> bool {
     matches!(error, Error::Store(e) if e.kind() == StoreErrorKind::Unavailable)
+}
+
+/// An opening's error that refuses the connection it opened (misconfigured), as the slot
+/// keeps it.
+fn refusal(error: &Error) -> Option<(&'static str, String)> {
+    match error {
+        Error::Store(e) if e.kind() == StoreErrorKind::Misconfigured => {
+            Some((e.backend(), e.source_ref().to_string()))
+        }
+        _ => None,
+    }
 }
 
 impl<O: Open> Supervised<O> {
@@ -132,6 +148,7 @@ impl<O: Open> Supervised<O> {
                     not_before: None,
                     backoff: MIN_BACKOFF,
                     rebuilds: 0,
+                    refused: None,
                 }),
                 changes: AtomicU64::new(0),
             }),
@@ -229,10 +246,29 @@ impl<O: Open> Supervised<O> {
     }
 
     /// The connection in use, or one opened now if the slot has none yet (two first calls may
-    /// both open one: the first one kept wins, the other is dropped).
+    /// both open one: the first one kept wins, the other is dropped). After a refusal, the
+    /// refusal: the first call after the back-off starts a rebuild, none waits for it.
     async fn conn(&self) -> Result<Arc<O::Conn>, Error> {
-        if let Some(conn) = self.shared.lock().current.clone() {
-            return Ok(conn);
+        {
+            let mut state = self.shared.lock();
+            if let Some(conn) = state.current.clone() {
+                return Ok(conn);
+            }
+            if let Some((backend, message)) = state.refused.clone() {
+                let due = state.not_before.is_none_or(|at| Instant::now() >= at);
+                if due && !state.rebuilding {
+                    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                        state.rebuilding = true;
+                        let shared = Arc::clone(&self.shared);
+                        runtime.spawn(async move { shared.rebuild(Cause::Refused).await });
+                    }
+                }
+                return Err(Error::store(
+                    backend,
+                    StoreErrorKind::Misconfigured,
+                    message,
+                ));
+            }
         }
         let opened = tokio::time::timeout(self.shared.settings.open_deadline, self.opener().open())
             .await
@@ -244,7 +280,18 @@ impl<O: Open> Supervised<O> {
                     .current
                     .get_or_insert_with(|| Arc::new(conn)),
             )),
-            Err(error) => Err(error),
+            Err(error) => {
+                if let Some(refused) = refusal(&error) {
+                    let mut state = self.shared.lock();
+                    if state.current.is_none() {
+                        let backoff = state.backoff;
+                        state.not_before = Some(Instant::now() + backoff);
+                        state.backoff = (backoff * 2).min(self.shared.settings.max_backoff);
+                        state.refused = Some(refused);
+                    }
+                }
+                Err(error)
+            }
         }
     }
 
@@ -291,6 +338,8 @@ enum Cause {
     Failing,
     /// It is on a master the sentinels no longer name.
     Moved,
+    /// The slot has none: the last one opened was refused.
+    Refused,
 }
 
 impl<O: Open> Shared<O> {
@@ -321,12 +370,22 @@ impl<O: Open> Shared<O> {
         let replaced = match opened {
             Ok(conn) => {
                 state.current = Some(Arc::new(conn));
+                state.refused = None;
                 self.changes.fetch_add(1, Ordering::AcqRel);
                 state.rebuilds += 1;
                 state.failures = 0;
                 Ok(state.rebuilds)
             }
-            Err(error) => Err(error),
+            Err(error) => {
+                // Refused: the connection in use is not used either (it is the one that kept
+                // failing, or on a master the sentinels no longer name); calls get the refusal.
+                if let Some(refused) = refusal(&error) {
+                    state.current = None;
+                    state.refused = Some(refused);
+                    self.changes.fetch_add(1, Ordering::AcqRel);
+                }
+                Err(error)
+            }
         };
         drop(state);
         match replaced {
@@ -334,6 +393,11 @@ impl<O: Open> Shared<O> {
                 target: "idem_redis",
                 rebuilds,
                 "the sentinels name another master: the Redis connection replaced by a new one"
+            ),
+            Ok(rebuilds) if matches!(cause, Cause::Refused) => tracing::warn!(
+                target: "idem_redis",
+                rebuilds,
+                "a Redis connection accepted after one was refused"
             ),
             Ok(rebuilds) => tracing::warn!(
                 target: "idem_redis",
@@ -387,6 +451,7 @@ mod tests {
     struct Fake {
         opened: AtomicUsize,
         fail: AtomicBool,
+        refuse: AtomicBool,
         delay: Duration,
     }
 
@@ -395,6 +460,7 @@ mod tests {
             Arc::new(Self {
                 opened: AtomicUsize::new(0),
                 fail: AtomicBool::new(false),
+                refuse: AtomicBool::new(false),
                 delay,
             })
         }
@@ -407,6 +473,13 @@ mod tests {
             tokio::time::sleep(self.delay).await;
             if self.fail.load(Ordering::SeqCst) {
                 return Err(unavailable());
+            }
+            if self.refuse.load(Ordering::SeqCst) {
+                return Err(Error::store(
+                    BACKEND,
+                    StoreErrorKind::Misconfigured,
+                    "maxmemory-policy is allkeys-lru",
+                ));
             }
             Ok(self.opened.fetch_add(1, Ordering::SeqCst) + 1)
         }
@@ -578,6 +651,52 @@ mod tests {
         lazy.forget();
         assert!(lazy.current().is_none());
         assert_eq!(used(&lazy).await, 4, "opened again by the next call");
+    }
+
+    /// C7, C13: a connection the opener refuses (a Redis that may evict records) is never used:
+    /// a rebuild refused drops the one in use, calls fail misconfigured at once (none waits for
+    /// an opening, none opens one), and the first call after the back-off starts a rebuild,
+    /// whose accepted connection is used again. A lazy slot's refused first opening alike.
+    #[tokio::test]
+    async fn c07_a_refused_connection_is_never_used_and_a_later_rebuild_retries() {
+        let fake = Fake::new(Duration::ZERO);
+        let slot = Supervised::new(0, Arc::clone(&fake), SETTINGS);
+        fake.refuse.store(true, Ordering::SeqCst);
+        slot.rebuild_now();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(slot.current().is_none(), "the connection in use is dropped");
+        for _ in 0..5 {
+            let asked = Instant::now();
+            let error = slot
+                .call(|conn| async move { Ok(*conn) })
+                .await
+                .expect_err("refused");
+            let kind = error.as_store().map(idem_core::StoreError::kind);
+            assert_eq!(kind, Some(StoreErrorKind::Misconfigured), "{error}");
+            assert!(error.to_string().contains("allkeys-lru"), "{error}");
+            assert!(asked.elapsed() < Duration::from_millis(50));
+        }
+        assert_eq!(slot.rebuilds(), 0);
+        fake.refuse.store(false, Ordering::SeqCst);
+        tokio::time::sleep(MIN_BACKOFF).await;
+        let _ = slot.call(|conn| async move { Ok(*conn) }).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(
+            slot.rebuilds(),
+            1,
+            "the first call after the back-off rebuilt"
+        );
+        assert_eq!(used(&slot).await, 1);
+
+        fake.refuse.store(true, Ordering::SeqCst);
+        let lazy = Supervised::lazy(Arc::clone(&fake), SETTINGS);
+        assert!(lazy.call(|conn| async move { Ok(*conn) }).await.is_err());
+        assert!(lazy.current().is_none());
+        fake.refuse.store(false, Ordering::SeqCst);
+        tokio::time::sleep(MIN_BACKOFF).await;
+        let _ = lazy.call(|conn| async move { Ok(*conn) }).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(used(&lazy).await, 2, "accepted after the back-off");
     }
 
     /// A slot opened lazily opens on its first call; a failure that is not unavailable (a
