@@ -155,6 +155,7 @@ mod record;
 mod resolve;
 mod scripts;
 mod sentinel;
+mod server_identity;
 mod store;
 mod supervised;
 mod tcp;

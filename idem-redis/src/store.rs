@@ -11,6 +11,7 @@ use crate::packed::{self, Packed};
 use crate::record::{self, integer, text, timestamp};
 use crate::scripts::scripts;
 use crate::sentinel::Sentinels;
+use crate::server_identity::ServerIdentity;
 use idem_core::store::Deadline;
 use idem_core::store::Reconciliation;
 use idem_core::store::{
@@ -61,6 +62,8 @@ const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Clone)]
 pub struct RedisStore {
     conns: Arc<Connections>,
+    /// Which data set the server holds, while the replay cache asks (`Store::generation`).
+    identity: Arc<ServerIdentity>,
     prefix: String,
     grace: Duration,
     /// The holder reservations record, in its stored form (formatted once).
@@ -478,6 +481,7 @@ impl RedisStoreBuilder {
         };
         Ok(RedisStore {
             conns: Arc::new(Connections::new(conn, opener, timeouts)),
+            identity: Arc::default(),
             prefix: self.prefix,
             grace: self.grace,
             holder: Arc::from(self.holder.encode()),
@@ -580,12 +584,22 @@ impl Store for RedisStore {
     }
 
     /// Moves at every failure of a connection (after which the driver may reconnect, perhaps
-    /// to a restarted server or a promoted replica that lost writes), every rebuild: the
-    /// engine's replay cache is emptied. `None` on a Cluster, whose client follows a master's
-    /// restart and a failover without a failure the store could count: nothing is cached
-    /// there.
+    /// to a restarted server or a promoted replica that lost writes), every rebuild, and every
+    /// change of the server's role or replication ID, asked once a second while it is called
+    /// (the engine calls it only with a replay cache; a master demoted by hand keeps its
+    /// clients' connections): the engine's replay cache is emptied. `None` on a Cluster, whose
+    /// client follows a master's restart and a failover without a failure the store could
+    /// count: nothing is cached there.
     fn generation(&self) -> Option<u64> {
-        (!self.conns.is_cluster()).then(|| self.conns.generation())
+        if self.conns.is_cluster() {
+            return None;
+        }
+        self.identity.ask_if_due(&self.conns);
+        Some(
+            self.conns
+                .generation()
+                .wrapping_add(self.identity.changes()),
+        )
     }
 
     /// The record's read header by one `HMGET` (the header and the response), then `TIME`
