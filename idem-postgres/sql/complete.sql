@@ -16,8 +16,8 @@
 -- due for a check at the completion's moment; NULL clears any mark and its check time (store
 -- rule 6).
 -- In a transaction the store began for an effect ($8 true), the completion also needs that
--- transaction still open: its BEGIN made it DEFERRABLE (src/session.rs), which no statement
--- in it can undo and any COMMIT or ROLLBACK ends, the effect's own too. After one, this
+-- transaction still open: its BEGIN made it DEFERRABLE (src/session.rs), which RESET ALL
+-- leaves and any COMMIT or ROLLBACK ends, the effect's own too. After one, this
 -- statement would run in the effect's next transaction or in autocommit, and commit the
 -- completion apart from what the effect wrote: it changes nothing instead, and the store asks
 -- why (effect_tx_open.sql).

@@ -55,8 +55,9 @@ pub(crate) fn statement_preamble(mode: StatementMode, deadlines: &Deadlines) -> 
 /// store asks for a server that accepts writes, the transaction is `READ WRITE`: a server in
 /// recovery (a standby, a demoted primary) refuses it at once, before the effect runs. It is
 /// `DEFERRABLE`, which changes nothing for a transaction that is not SERIALIZABLE READ ONLY:
-/// the mark of the store's transaction, which no statement in it can undo, so that an effect
-/// that ends it with its own `COMMIT` or `ROLLBACK` is told apart (sql/effect_tx_open.sql).
+/// the mark of the store's transaction, which `RESET ALL` leaves and any `COMMIT` or
+/// `ROLLBACK` ends, so that an effect that ends it itself is told apart
+/// (sql/effect_tx_open.sql).
 /// With simple statements, a one-commit reservation in it reads its results in text, as the
 /// store's own statements do ([`TEXT_RESULTS`]).
 pub(crate) fn effect_begin(

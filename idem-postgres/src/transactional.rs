@@ -128,11 +128,15 @@ pub trait PgIdempotency {
     /// The effect must leave the transaction to the store: one that runs `COMMIT` or
     /// `ROLLBACK` itself (a helper's `BEGIN; ...; COMMIT`, whose nested `BEGIN` PostgreSQL only
     /// warns about) ends it apart from the completion. The store's `BEGIN` marks the
-    /// transaction `DEFERRABLE` (no effect on one that is not SERIALIZABLE READ ONLY; no
-    /// statement in it undoes the mark), the completion writes only while it is set, and an
-    /// effect whose transaction lost it, failed or answered, keeps the key with a stored 500
-    /// of an unknown outcome ([`RunError::InDoubt`]): its writes may be committed without
-    /// their completion. Under `default_transaction_deferrable = on` the mark tells nothing.
+    /// transaction `DEFERRABLE` (no effect on one that is not SERIALIZABLE READ ONLY), the
+    /// completion writes only while the mark holds, and an effect whose transaction lost it,
+    /// failed or answered, keeps the key with a stored 500 of an unknown outcome
+    /// ([`RunError::InDoubt`]): its writes may be committed without their completion. Not
+    /// told apart: a transaction the effect began after ending the store's and left aborted
+    /// (it answers nothing), a session whose `default_transaction_deferrable` is on (an
+    /// operator's or an earlier effect's `SET`), and with one commit a `ROLLBACK` (the
+    /// reservation goes with it) followed by writes that commit. An effect that removes the
+    /// mark itself (`RESET transaction_deferrable`) has its work rolled back and the key kept.
     ///
     /// The lease does not renew while the transaction is open (nothing to renew until it
     /// commits, and nobody can take the key over meanwhile), so the transaction timeout, not
@@ -528,13 +532,9 @@ impl PgStore {
             Ok(Err(error)) => {
                 // Unless the effect ended the store's transaction itself: what it wrote before
                 // its own COMMIT is committed, so the key is never given back (C8).
-                if let Some(ended) = Box::pin(self.still_the_stores(&mut tx, execution, id))
-                    .await
-                    .filter(|open| !open)
-                    .map(|_| ended_by_the_effect())
-                {
+                if Box::pin(self.still_the_stores(&mut tx, execution, id)).await == Some(false) {
                     drop(tx);
-                    return (TxEnd::CommittedByTheEffect(ended), false);
+                    return (TxEnd::CommittedByTheEffect(ended_by_the_effect()), false);
                 }
                 return match Box::pin(roll_back(tx, execution, id)).await {
                     Ok(()) => (TxEnd::EffectFailed(error), true),
@@ -559,11 +559,22 @@ impl PgStore {
         // A completion that changed nothing: the lease was lost, or the effect ended the
         // store's transaction itself (and the completion would have committed apart from its
         // writes). Not told, the key is kept: never given back after a COMMIT (C8).
-        if matches!(written, Err(Error::LeaseLost))
-            && Box::pin(self.still_the_stores(&mut tx, execution, id)).await != Some(true)
-        {
-            drop(tx);
-            return (TxEnd::CommittedByTheEffect(ended_by_the_effect()), false);
+        if matches!(written, Err(Error::LeaseLost)) {
+            let kept = match Box::pin(self.still_the_stores(&mut tx, execution, id)).await {
+                Some(true) => None,
+                Some(false) => Some(ended_by_the_effect()),
+                None => Some(Error::store(
+                    BACKEND,
+                    StoreErrorKind::Unavailable,
+                    "the completion changed nothing, and whether the lease was lost or the \
+                     effect ended the store's transaction itself could not be told: the key is \
+                     kept with the answer of an unknown outcome",
+                )),
+            };
+            if let Some(error) = kept {
+                drop(tx);
+                return (TxEnd::CommittedByTheEffect(error), false);
+            }
         }
         if let Err(error) = written {
             // A completion cut off by its deadline, or whose link failed, is not rolled back
@@ -602,12 +613,12 @@ impl PgStore {
             Err(error) => (TxEnd::InDoubt { completion, error }, false),
         }
     }
-}
 
-impl PgStore {
     /// Whether the transaction the store began for an effect is still open on `tx`
-    /// (`Some(true)`; an aborted one is), or the effect ended it with its own `COMMIT` or
-    /// `ROLLBACK` (`Some(false)`); `None` if that cannot be told within the budget.
+    /// (`Some(true)`), or the effect ended it with its own `COMMIT` or `ROLLBACK`
+    /// (`Some(false)`); `None` if that cannot be told within the budget. An aborted
+    /// transaction answers nothing but its end: it is taken for the store's, though one the
+    /// effect began after ending the store's looks the same (docs/stores.md).
     async fn still_the_stores(
         &self,
         tx: &mut PgConnection,
