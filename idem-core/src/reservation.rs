@@ -258,6 +258,14 @@ impl<'a> Reservation<'a> {
         }
     }
 
+    /// [`Reservation`] under `token`, an acquired lease's: its step writes that lease's record
+    /// again where it is gone (a one-commit reservation an effect's own `ROLLBACK` took with
+    /// it), or finds it.
+    pub(crate) fn under(mut self, token: FencingToken) -> Self {
+        self.claim.token = token;
+        self
+    }
+
     /// [`Reservation`] reading first only if `may_read` (and its steps can).
     pub(crate) fn reading_first(mut self, may_read: bool) -> Self {
         self.may_read = may_read;

@@ -131,12 +131,12 @@ pub trait PgIdempotency {
     /// transaction `DEFERRABLE` (no effect on one that is not SERIALIZABLE READ ONLY), the
     /// completion writes only while the mark holds, and an effect whose transaction lost it,
     /// failed or answered, keeps the key with a stored 500 of an unknown outcome
-    /// ([`RunError::InDoubt`]): its writes may be committed without their completion. Not
-    /// told apart: a transaction the effect began after ending the store's and left aborted
-    /// (it answers nothing), a session whose `default_transaction_deferrable` is on (an
-    /// operator's or an earlier effect's `SET`), and with one commit a `ROLLBACK` (the
-    /// reservation goes with it) followed by writes that commit. An effect that removes the
-    /// mark itself (`RESET transaction_deferrable`) has its work rolled back and the key kept.
+    /// ([`RunError::InDoubt`]): its writes may be committed without their completion (with
+    /// one commit, a `ROLLBACK` takes the reservation with it: the engine writes it again).
+    /// Not told apart: a transaction the effect began after ending the store's and left
+    /// aborted (it answers nothing), and a session whose `default_transaction_deferrable` is
+    /// on (an operator's or an earlier effect's `SET`). An effect that removes the mark itself
+    /// (`RESET transaction_deferrable`) has its work rolled back and the key kept.
     ///
     /// The lease does not renew while the transaction is open (nothing to renew until it
     /// commits, and nobody can take the key over meanwhile), so the transaction timeout, not

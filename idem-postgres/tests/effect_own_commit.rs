@@ -22,6 +22,9 @@ enum Misuse {
     CommitThenAnswer,
     /// An insert, its own `ROLLBACK`, then a 201 (nothing of the insert is left).
     RollBackThenAnswer,
+    /// Its own `ROLLBACK` (with one commit the reservation goes too), then an insert that
+    /// commits on its own, then a 201.
+    RollBackThenWrite,
     /// An insert, its own `COMMIT; BEGIN`, then a 201: a transaction is open again, not the
     /// store's.
     CommitBeginThenAnswer,
@@ -49,6 +52,12 @@ async fn misused(
                 .await?;
             sqlx::raw_sql("SELECT 1 / 0").execute(&mut *tx).await?;
         }
+        Misuse::RollBackThenWrite => {
+            sqlx::raw_sql("ROLLBACK").execute(&mut *tx).await?;
+            sqlx::raw_sql(AssertSqlSafe(insert))
+                .execute(&mut *tx)
+                .await?;
+        }
         Misuse::CommitThenAnswer | Misuse::RollBackThenAnswer | Misuse::CommitBeginThenAnswer => {
             sqlx::raw_sql(AssertSqlSafe(insert))
                 .execute(&mut *tx)
@@ -73,6 +82,7 @@ async fn kept_in_doubt(store: PgStore, name: &str) {
         Misuse::CommitThenFail,
         Misuse::CommitThenAnswer,
         Misuse::RollBackThenAnswer,
+        Misuse::RollBackThenWrite,
         Misuse::CommitBeginThenAnswer,
     ] {
         for one_commit in [false, true] {
@@ -101,12 +111,10 @@ async fn kept_in_doubt(store: PgStore, name: &str) {
                     })
                 })
                 .await;
-            // With one commit, an effect's ROLLBACK took the reservation with it: nothing of
-            // the first execution exists, and the retry runs once.
-            let nothing_left = one_commit && matches!(misuse, Misuse::RollBackThenAnswer);
+            // With one commit, an effect's ROLLBACK takes the reservation with it: the engine
+            // writes it again, so that the key is kept all the same.
             match retry {
-                Ok(Outcome::Executed(_)) if nothing_left => {}
-                Ok(Outcome::Answered(answer)) if !nothing_left => {
+                Ok(Outcome::Answered(answer)) => {
                     let replayed = format!("{answer:?}");
                     assert!(
                         replayed.contains("500"),
@@ -117,7 +125,7 @@ async fn kept_in_doubt(store: PgStore, name: &str) {
             }
             let committed = charges(idem.store().pool(), &intent).await;
             let expected = match misuse {
-                Misuse::RollBackThenAnswer if !one_commit => 0,
+                Misuse::RollBackThenAnswer => 0,
                 _ => 1,
             };
             assert_eq!(committed, expected, "{what}: charges committed");

@@ -496,6 +496,60 @@ async fn c06_an_effect_that_rolls_back_by_itself_never_completes() {
     }
 }
 
+/// C8, C15: an effect's own `ROLLBACK` takes a one-commit reservation with it; what it writes
+/// after commits on its own. The key must still be kept with the answer of an unknown outcome
+/// (the engine writes the record again under the execution's lease), never left free for a
+/// retry that charges again. Two commits alike.
+#[tokio::test]
+async fn c08_a_rollback_then_a_write_that_commits_keeps_the_key() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = one_commit_store(&dir.path().join("rollback_then_write.db")).await;
+    let two = SqliteStore::builder(dir.path().join("rollback_then_write.db"))
+        .table("two_commit_records")
+        .open()
+        .await
+        .expect("a table for two commits");
+    for (idem, one_commit) in [
+        (Idempotency::new(store.clone()), true),
+        (Idempotency::new(two.clone()), false),
+    ] {
+        let intent = format!("rollback-then-write-{one_commit}");
+        let req = request(&idem, &intent, b"{}").with_one_commit(one_commit);
+        let effect_intent = intent.clone();
+        let first = idem
+            .transact(
+                &req,
+                Box::new(move |tx: &rusqlite::Transaction<'_>, _: &Lease| {
+                    tx.execute_batch("ROLLBACK")?;
+                    charge(tx, &effect_intent)
+                }),
+            )
+            .await;
+        assert!(
+            matches!(first, Err(RunError::InDoubt(_))),
+            "one commit {one_commit}: {first:?}"
+        );
+        let retry_intent = intent.clone();
+        let retry = idem
+            .transact(
+                &req,
+                Box::new(move |tx: &rusqlite::Transaction<'_>, _: &Lease| {
+                    charge(tx, &retry_intent)
+                }),
+            )
+            .await;
+        assert!(
+            matches!(retry, Ok(Outcome::Answered(Answer::Replay(ref r))) if r.status == 500),
+            "one commit {one_commit}: the retry replays the unknown outcome: {retry:?}"
+        );
+        assert_eq!(
+            charges(&store, &intent).await,
+            1,
+            "one commit {one_commit}: charged once"
+        );
+    }
+}
+
 /// C5, C15: a store opened by a `file:` URI locks the file SQLite opened, as one opened by its
 /// path: beside a store that holds the table for one commit it is refused at its reservation
 /// (never waits for that store's open transaction), and a URI store that reserved keeps a

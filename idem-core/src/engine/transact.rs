@@ -15,7 +15,7 @@ use crate::lease::{deadline_after, Lease};
 use crate::outcome::{Outcome, RunError};
 use crate::record::{Record, RecordState};
 use crate::request::Request;
-use crate::reservation::Keep;
+use crate::reservation::{Keep, Reservation};
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use crate::store::{Execution, Hooks, Transactional, TxEnd};
@@ -290,7 +290,9 @@ impl<S: Transactional + 'static> Idempotency<S> {
             (Err(error), None) => return Err(self.rejected(id, started, error)),
         };
         if one_commit {
-            return self.concluded_once(lease, end, started, held, budget).await;
+            return self
+                .concluded_once(request, lease, end, started, held, budget)
+                .await;
         }
         match end {
             TxEnd::Committed(completion) => {
@@ -428,6 +430,20 @@ impl<S: Transactional + 'static> Idempotency<S> {
         RunError::InDoubt(error)
     }
 
+    /// One reservation step under `lease`'s token, within what is left of the request's
+    /// budget: the lease's record, written again if it is gone. Whatever it finds (the record,
+    /// or another execution's that took the freed key: nothing to keep then), the fenced write
+    /// that follows decides.
+    async fn reserved_again(&self, request: &Request, lease: &Lease, budget: &Budget) {
+        let reservation = Reservation::new(request, self.inner.policy.lease).under(lease.token());
+        let claim = reservation.claim();
+        let _ = self
+            .spend(budget, Operation::Reserve, Some(request.id()), |deadline| {
+                self.inner.store.reserve(claim, deadline)
+            })
+            .await;
+    }
+
     /// The record of `lease` once no transaction holds it, within what is left of the
     /// request's store budget.
     async fn settled(&self, lease: &Lease, budget: &Budget) -> Result<Option<Record>, Error> {
@@ -475,6 +491,7 @@ impl<S: Transactional + 'static> Idempotency<S> {
     /// nothing is ever given back; the record tells a commit whose answer was lost.
     async fn concluded_once<E>(
         &self,
+        request: &Request,
         lease: Lease,
         end: TxEnd<E>,
         started: Instant,
@@ -501,7 +518,11 @@ impl<S: Transactional + 'static> Idempotency<S> {
                 Err(RunError::Idem(error))
             }
             // The effect's own COMMIT made the reservation a record: it is answered as one.
+            // Its own ROLLBACK took the reservation with it, and what it wrote after may be
+            // committed: the record is written again under this lease first, so that the
+            // answer of an unknown outcome keeps the key (C8).
             TxEnd::CommittedByTheEffect(error) => {
+                self.reserved_again(request, &lease, budget).await;
                 Err(self.kept_unknown(lease, error, held, budget).await)
             }
             TxEnd::Panicked(panic) => {
