@@ -247,6 +247,9 @@ impl Inner {
             .bind(millis(self.retention))
             // No mark of doubt: the execution's own answer (store rule 6).
             .bind(None::<&[u8]>)
+            // A transaction of the caller's (the guard's `complete_in`), not one the store
+            // began for an effect.
+            .bind(false)
             .execute(&mut *tx)
             .await
             .expect("complete.sql")
