@@ -568,7 +568,7 @@ impl PgStore {
                     StoreErrorKind::Unavailable,
                     "the completion changed nothing, and whether the lease was lost or the \
                      effect ended the store's transaction itself could not be told: the key is \
-                     kept with the answer of an unknown outcome",
+                     to be kept with the answer of an unknown outcome",
                 )),
             };
             if let Some(error) = kept {

@@ -7,6 +7,7 @@
 //! the replication ID: the store's generation moves with it, and the cache is emptied.
 
 use crate::connections::Connections;
+use idem_core::{Error, StoreErrorKind};
 use redis::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -15,6 +16,10 @@ use std::time::{Duration, Instant};
 /// How often the server's identity is asked while the cache is in use: the replay cache's own
 /// confirmation window.
 const EVERY: Duration = Duration::from_secs(1);
+
+/// A question unanswered this long is taken as lost (its task stuck or dropped): another may
+/// be asked. Longer than a response timeout plus a connection timeout (2 s each by default).
+const LOST_AFTER: Duration = Duration::from_secs(10);
 
 /// The server's identity as last seen, and how many times it changed.
 #[derive(Debug, Default)]
@@ -31,6 +36,9 @@ struct State {
     asked_at: Option<Instant>,
     /// Whether a question is on its way.
     asking: bool,
+    /// Whether the server refused the question (`INFO` renamed, or denied by an ACL): never
+    /// asked again, so that its log is not filled with denials.
+    refused: bool,
 }
 
 impl ServerIdentity {
@@ -51,8 +59,10 @@ impl ServerIdentity {
             let Ok(mut state) = self.state.try_lock() else {
                 return;
             };
-            let due = state.asked_at.is_none_or(|at| at.elapsed() >= EVERY);
-            if state.asking || !due {
+            let since = state.asked_at.map(|at| at.elapsed());
+            let due = since.is_none_or(|since| since >= EVERY);
+            let lost = since.is_some_and(|since| since >= LOST_AFTER);
+            if state.refused || !due || (state.asking && !lost) {
                 return;
             }
             state.asking = true;
@@ -62,12 +72,30 @@ impl ServerIdentity {
         runtime.spawn(async move {
             let mut info = redis::Pipeline::with_capacity(1);
             info.cmd("INFO").arg("replication");
-            // Bounded by the connection's response timeout. A failure moves the connections'
-            // generation where it counts against them; one that does not (INFO renamed or
-            // disabled) leaves the identity unknown, as without this check.
-            let answered = conns.pipeline(&info).await.ok();
-            identity.seen(answered.as_deref().and_then(of_reply));
+            // Bounded by the connection's response timeout. A failure of the link moves the
+            // connections' generation by itself; the server's refusal leaves the identity
+            // unknown, as without this check, and is not asked again.
+            match conns.pipeline(&info).await {
+                Ok(replies) => identity.seen(of_reply(&replies)),
+                Err(Error::Store(error)) if error.kind() == StoreErrorKind::Other => {
+                    tracing::warn!(
+                        target: "idem_redis",
+                        %error,
+                        "INFO replication is refused: the replay cache will not see a master \
+                         demoted by hand (REPLICAOF without Sentinel)"
+                    );
+                    identity.refused();
+                }
+                Err(_) => identity.seen(None),
+            }
         });
+    }
+
+    /// The server refused the question: never asked again.
+    fn refused(&self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.asking = false;
+        state.refused = true;
     }
 
     /// The answer to a question: a new identity counts a change.

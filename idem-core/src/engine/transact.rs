@@ -25,6 +25,14 @@ use std::panic::resume_unwind;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How many times the record of a one-commit execution whose effect ended its transaction is
+/// written again before the engine gives up (a store that does not answer), within the
+/// request's budget.
+const RESERVED_AGAIN_ATTEMPTS: usize = 3;
+
+/// The pause between two of those tries.
+const RESERVED_AGAIN_PAUSE: Duration = Duration::from_millis(50);
+
 /// What the engine holds for an acquired transactional execution: the live lease (so that
 /// duplicates in this process are answered from memory) and, where the store allows it, the
 /// heartbeat.
@@ -437,11 +445,31 @@ impl<S: Transactional + 'static> Idempotency<S> {
     async fn reserved_again(&self, request: &Request, lease: &Lease, budget: &Budget) {
         let reservation = Reservation::new(request, self.inner.policy.lease).under(lease.token());
         let claim = reservation.claim();
-        let _ = self
-            .spend(budget, Operation::Reserve, Some(request.id()), |deadline| {
-                self.inner.store.reserve(claim, deadline)
-            })
-            .await;
+        for attempt in 1..=RESERVED_AGAIN_ATTEMPTS {
+            let step = self
+                .spend(budget, Operation::Reserve, Some(request.id()), |deadline| {
+                    self.inner.store.reserve(claim, deadline)
+                })
+                .await;
+            match step {
+                Ok(_) => return,
+                Err(error) if error.is_retryable() && attempt < RESERVED_AGAIN_ATTEMPTS => {
+                    self.pause_within(budget, RESERVED_AGAIN_PAUSE).await;
+                }
+                Err(error) => {
+                    tracing::error!(
+                        target: "idem",
+                        consumer = request.id().consumer(),
+                        route = request.id().route(),
+                        %error,
+                        "idem.transact: an effect ended its one-commit transaction itself and \
+                         its record could not be written again: the key may be free, and what \
+                         the effect committed may run again"
+                    );
+                    return;
+                }
+            }
+        }
     }
 
     /// The record of `lease` once no transaction holds it, within what is left of the
