@@ -132,11 +132,14 @@ pub trait PgIdempotency {
     /// completion writes only while the mark holds, and an effect whose transaction lost it,
     /// failed or answered, keeps the key with a stored 500 of an unknown outcome
     /// ([`RunError::InDoubt`]): its writes may be committed without their completion (with
-    /// one commit, a `ROLLBACK` takes the reservation with it: the engine writes it again).
-    /// Not told apart: a transaction the effect began after ending the store's and left
-    /// aborted (it answers nothing), and a session whose `default_transaction_deferrable` is
-    /// on (an operator's or an earlier effect's `SET`). An effect that removes the mark itself
-    /// (`RESET transaction_deferrable`) has its work rolled back and the key kept.
+    /// one commit, a `ROLLBACK` takes the reservation with it: the engine writes it again,
+    /// unless a duplicate took the key in between). Not told apart: a transaction the effect
+    /// began after ending the store's and left aborted (it answers nothing: the key is
+    /// released, and a retry runs the effect again), and a session whose
+    /// `default_transaction_deferrable` is on, an operator's or an earlier effect's `SET`
+    /// (a completion after the effect's own `ROLLBACK` commits alone). An effect that removes
+    /// the mark itself (`RESET transaction_deferrable`) has its work rolled back and the key
+    /// kept.
     ///
     /// The lease does not renew while the transaction is open (nothing to renew until it
     /// commits, and nobody can take the key over meanwhile), so the transaction timeout, not
