@@ -38,12 +38,7 @@ async fn charge(
     effects: &Arc<AtomicUsize>,
     key: &str,
 ) -> (Result<Outcome, RunError<Infallible>>, Duration) {
-    let request = idem
-        .request("acct", "POST", "/charges")
-        .key(Some(key))
-        .body(b"{\"amount\":100}")
-        .build()
-        .expect("request");
+    let request = charge_request(idem, key);
     let effects = Arc::clone(effects);
     let asked = Instant::now();
     let outcome = idem
@@ -57,13 +52,16 @@ async fn charge(
 
 /// Where the record of `key` would be.
 fn record_key(idem: &Idempotency<RedisStore>, key: &str) -> String {
-    let request = idem
-        .request("acct", "POST", "/charges")
+    idem.store().key_of(charge_request(idem, key).id())
+}
+
+/// The request of one charge on `key`.
+fn charge_request(idem: &Idempotency<RedisStore>, key: &str) -> idem_core::Request {
+    idem.request("acct", "POST", "/charges")
         .key(Some(key))
         .body(b"{\"amount\":100}")
         .build()
-        .expect("request");
-    idem.store().key_of(request.id())
+        .expect("request")
 }
 
 /// The attack: the replica is provisioned `allkeys-lru` (a cache's template); the sentinels

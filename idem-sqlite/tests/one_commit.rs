@@ -28,6 +28,15 @@ async fn one_commit_store(path: &Path) -> SqliteStore {
     store
 }
 
+/// A store for two commits on the same file as a one-commit store, on a table of its own.
+async fn two_commit_beside(path: &Path) -> SqliteStore {
+    SqliteStore::builder(path)
+        .table("two_commit_records")
+        .open()
+        .await
+        .expect("a table for two commits")
+}
+
 fn request<S: Store>(idem: &Idempotency<S>, key: &str, body: &[u8]) -> Request {
     idem.request("acct_one", "POST", "/charges")
         .key(Some(key))
@@ -380,11 +389,7 @@ async fn c05_an_engine_that_cannot_share_the_claims_refuses_instead_of_waiting()
 async fn c08_an_effect_that_commits_by_itself_keeps_the_key() {
     let dir = tempfile::tempdir().expect("dir");
     let store = one_commit_store(&dir.path().join("self_commit.db")).await;
-    let two = SqliteStore::builder(dir.path().join("self_commit.db"))
-        .table("two_commit_records")
-        .open()
-        .await
-        .expect("a table for two commits");
+    let two = two_commit_beside(&dir.path().join("self_commit.db")).await;
     for (idem, one_commit) in [
         (Idempotency::new(store.clone()), true),
         (Idempotency::new(two.clone()), false),
@@ -431,11 +436,7 @@ async fn c08_an_effect_that_commits_by_itself_keeps_the_key() {
 async fn c06_an_effect_that_rolls_back_by_itself_never_completes() {
     let dir = tempfile::tempdir().expect("dir");
     let store = one_commit_store(&dir.path().join("self_rollback.db")).await;
-    let two = SqliteStore::builder(dir.path().join("self_rollback.db"))
-        .table("two_commit_records")
-        .open()
-        .await
-        .expect("a table for two commits");
+    let two = two_commit_beside(&dir.path().join("self_rollback.db")).await;
     let resets = [
         "ROLLBACK",
         "ROLLBACK; BEGIN IMMEDIATE",
@@ -504,11 +505,7 @@ async fn c06_an_effect_that_rolls_back_by_itself_never_completes() {
 async fn c08_a_rollback_then_a_write_that_commits_keeps_the_key() {
     let dir = tempfile::tempdir().expect("dir");
     let store = one_commit_store(&dir.path().join("rollback_then_write.db")).await;
-    let two = SqliteStore::builder(dir.path().join("rollback_then_write.db"))
-        .table("two_commit_records")
-        .open()
-        .await
-        .expect("a table for two commits");
+    let two = two_commit_beside(&dir.path().join("rollback_then_write.db")).await;
     for (idem, one_commit) in [
         (Idempotency::new(store.clone()), true),
         (Idempotency::new(two.clone()), false),
