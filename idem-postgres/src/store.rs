@@ -637,6 +637,20 @@ impl PgStore {
     pub(crate) async fn notify(&self, channel: &str, payload: &str) -> Result<(), Error> {
         on_connection!(self, |conn| self.inner.ops.announce(conn, channel, payload))
     }
+
+    /// What a reservation of `request` would find, writing nothing ([`Ops::look`]), on one of
+    /// the store's own connections: never one an effect's transaction holds.
+    pub(crate) async fn look(
+        &self,
+        request: &Request,
+        deadline: Deadline,
+    ) -> Result<Reserved, Error> {
+        deadline
+            .bound(Operation::Reserve, async {
+                on_connection!(self, |conn| self.inner.ops.look(conn, request))
+            })
+            .await
+    }
 }
 
 #[async_trait]

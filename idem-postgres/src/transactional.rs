@@ -20,8 +20,8 @@ use idem_core::store::{
     Steps, Transactional, TxEnd,
 };
 use idem_core::{
-    Begin, Error, Idempotency, Operation, Outcome, RecordId, Request, RunError, StoreErrorKind,
-    StoredResponse,
+    Answer, Begin, Error, Idempotency, Operation, Outcome, RecordId, Request, RunError,
+    StoreErrorKind, StoredResponse,
 };
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use std::future::Future;
@@ -245,6 +245,9 @@ impl Transactional for PgStore {
                      READ, or two commits",
                 ));
             }
+            if let Some(answer) = self.answer_while_effects_busy(request, &execution).await {
+                return Ok(TxEnd::Answered(answer, effect));
+            }
             return Box::pin(self.in_transaction(Start::Reserve(request), effect, &execution))
                 .await;
         }
@@ -310,6 +313,34 @@ impl Transactional for PgStore {
 }
 
 impl PgStore {
+    /// A one-commit reservation's answer, asked before it waits for a connection for its
+    /// transaction when every one is taken (by effects, perhaps long ones): a duplicate is
+    /// answered at once (C5), on a connection no effect holds, as its reservation would
+    /// answer it, one-commit holders of the key included. `None` when a connection is free,
+    /// or the record is absent or would be taken over (the reservation in the transaction
+    /// decides), or the look failed (the reservation says how).
+    async fn answer_while_effects_busy(
+        &self,
+        request: &Request,
+        execution: &Execution,
+    ) -> Option<Answer> {
+        let busy = if self.inner.effects_on_pool {
+            let pool = self.pool();
+            pool.num_idle() == 0 && pool.size() >= pool.options().get_max_connections()
+        } else {
+            self.inner.tx_conns.all_taken()
+        };
+        if !busy {
+            return None;
+        }
+        let found = execution
+            .bounded(Operation::Reserve, request.id(), |deadline| {
+                self.look(request, deadline)
+            })
+            .await;
+        found.and_then(|found| found.answer(request)).ok().flatten()
+    }
+
     /// Begin, effect, completion, commit, on one of the store's connections for transactions,
     /// given back at once only if the transaction ended cleanly: committed, or rolled back with
     /// the server's answer. Anything else (a statement cut off by the engine's deadline, a

@@ -452,3 +452,102 @@ async fn c04_expecting_fresh_keys_concurrent_duplicates_execute_once() {
         assert_eq!(charges(here.pool(), &intent).await, 1, "round {round}");
     }
 }
+
+/// C5, C15: while one-commit executions hold every connection the store runs effects on, its
+/// duplicates are still answered at once, on a connection no effect holds: a replay of a
+/// completed key, in flight for a held one, a mismatch for another body; on the store's own
+/// transaction connections and on the application's pool alike. (They waited for a
+/// transaction connection, and got a 503 once the budget ran out.) A fresh key waits for one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn c05_duplicates_are_answered_while_every_effect_connection_is_busy() {
+    for on_pool in [false, true] {
+        let table = format!("once_{}", FencingToken::generate());
+        let builder = PgStore::builder().schema(SCHEMA).table(&table);
+        let store = if on_pool {
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(2)
+                .test_before_acquire(false)
+                .connect(&pg_url())
+                .await
+                .expect("pool");
+            builder.pool(pool).expect("a store on the pool")
+        } else {
+            builder
+                .max_connections(2)
+                .connect(&pg_url())
+                .await
+                .expect("connect")
+        };
+        store.migrate().await.expect("migrate");
+        business_table(store.pool()).await;
+        let policy = idem_core::Policy::default().store_timeout(Duration::from_secs(10));
+        let idem = Idempotency::with_policy(store.clone(), policy).expect("policy");
+        let done = request(&idem, &format!("done-{table}"), b"{\"cents\":1}");
+        let first = charge(&idem, &done, &format!("done-{table}"), true).await;
+        assert!(matches!(first, Ok(Outcome::Executed(_))), "{first:?}");
+
+        let mut holders = Vec::new();
+        let mut gos = Vec::new();
+        for n in 0..2 {
+            let (started, on_start) = oneshot::channel::<()>();
+            let (go, on_go) = oneshot::channel::<()>();
+            let intent = format!("held-{n}-{table}");
+            let held = request(&idem, &intent, b"{\"cents\":1}").with_one_commit(true);
+            let engine = idem.clone();
+            holders.push(tokio::spawn(async move {
+                engine
+                    .run_in_transaction(&held, move |tx, _| {
+                        Box::pin(async move {
+                            sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
+                                .bind(intent)
+                                .execute(&mut *tx)
+                                .await?;
+                            let _ = started.send(());
+                            let _ = on_go.await;
+                            Ok::<_, sqlx::Error>(StoredResponse::new(201, "held"))
+                        })
+                    })
+                    .await
+            }));
+            on_start.await.expect("the effect started");
+            gos.push(go);
+        }
+
+        let held = format!("held-0-{table}");
+        let cases = [
+            (done.clone(), "replay"),
+            (request(&idem, &held, b"{\"cents\":1}"), "in flight"),
+            (request(&idem, &held, b"{\"cents\":2}"), "mismatch"),
+        ];
+        for (duplicate, expected) in cases {
+            let answer =
+                tokio::time::timeout(AT_ONCE, charge(&idem, &duplicate, "never", true)).await;
+            let found = match &answer {
+                Ok(Ok(Outcome::Answered(Answer::Replay(_)))) => "replay",
+                Ok(Ok(Outcome::Answered(Answer::InFlight { .. }))) => "in flight",
+                Ok(Ok(Outcome::Answered(Answer::Mismatch))) => "mismatch",
+                _ => "something else",
+            };
+            assert_eq!(found, expected, "on the pool: {on_pool}: {answer:?}");
+        }
+        let fresh = request(&idem, &format!("fresh-{table}"), b"{}");
+        let fresh = tokio::spawn({
+            let idem = idem.clone();
+            async move { charge(&idem, &fresh, "fresh", true).await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!fresh.is_finished(), "a fresh key waits for a connection");
+
+        for go in gos {
+            go.send(()).expect("the effect waits");
+        }
+        for holder in holders {
+            let held = holder.await.expect("a holder");
+            assert!(matches!(held, Ok(Outcome::Executed(_))), "{held:?}");
+        }
+        let fresh = fresh.await.expect("the fresh key");
+        assert!(matches!(fresh, Ok(Outcome::Executed(_))), "{fresh:?}");
+        assert_eq!(charges(store.pool(), "never").await, 0);
+        assert_eq!(charges(store.pool(), &held).await, 1);
+    }
+}

@@ -213,6 +213,7 @@ impl Inner {
                 .bind(fingerprint_lock)
                 .bind(false)
                 .bind(fingerprint)
+                .bind(true)
                 .fetch_all(held.conn())
                 .await
                 .expect("reserve.sql");
