@@ -549,3 +549,52 @@ async fn c17_an_endpoint_failing_for_too_long_is_disabled_and_its_deliveries_wai
     assert_eq!(dispatcher.dispatch_due().await.expect("dispatched"), 1);
     assert_eq!(receiver.effects().get(id.as_str()), Some(&1));
 }
+
+/// An endpoint disabled while its delivery waits a long retry delay, then registered enabled
+/// again: the delivery is due at once, as on PostgreSQL, not after the rest of its delay
+/// (hours by the default schedule).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_a_reenabled_endpoints_delivery_waiting_a_retry_is_due_at_once() {
+    let shop = shop().await;
+    let addr = free_addr().await;
+    let schedule = idem_outbox::Schedule::new([Duration::from_secs(3600)])
+        .and_then(|s| s.jitter(0.0))
+        .expect("a schedule");
+    shop.outbox
+        .register(&endpoint("merchant", &format!("http://{addr}/hooks"), schedule))
+        .await
+        .expect("registered");
+    let dispatcher = shop
+        .outbox
+        .dispatcher()
+        .allow_loopback(true)
+        .disable_after(Duration::ZERO);
+    let id = enqueue(&shop, "merchant", 1).await;
+    // The receiver is down: the attempt fails, the next is an hour away, and the endpoint is
+    // disabled.
+    assert_eq!(dispatcher.dispatch_due().await.expect("dispatched"), 1);
+    let endpoint = shop
+        .outbox
+        .endpoint("merchant")
+        .await
+        .expect("read")
+        .expect("there");
+    assert!(!endpoint.is_enabled(), "disabled after its failure");
+
+    let receiver = Receiver::start_on(addr).await;
+    shop.outbox
+        .register(&endpoint.enabled(true))
+        .await
+        .expect("registered");
+    assert_eq!(
+        dispatcher.dispatch_due().await.expect("dispatched"),
+        1,
+        "due at once when registered enabled again"
+    );
+    assert_eq!(receiver.effects().get(id.as_str()), Some(&1));
+    let delivery = &shop.outbox.deliveries(&id).await.expect("deliveries")[0];
+    assert_eq!(
+        (delivery.state, delivery.attempts),
+        (DeliveryState::Delivered, 2)
+    );
+}
