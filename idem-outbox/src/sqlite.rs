@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idem_sqlite::rusqlite::{params, OptionalExtension, Row, Transaction};
+use idem_sqlite::rusqlite::{params, OptionalExtension, Row, Transaction, TransactionBehavior};
 use idem_sqlite::{store_error, SqliteStore};
 use tokio::sync::Notify;
 
@@ -19,6 +19,8 @@ use crate::{
 mod sql {
     pub(super) const SCHEMA: &str = include_str!("../sql/sqlite/schema.sql");
     pub(super) const ENDPOINT_UPSERT: &str = include_str!("../sql/sqlite/endpoint_upsert.sql");
+    pub(super) const ENDPOINT_REENABLED: &str =
+        include_str!("../sql/sqlite/endpoint_reenabled.sql");
     pub(super) const ENDPOINT_SELECT: &str = include_str!("../sql/sqlite/endpoint_select.sql");
     pub(super) const ENQUEUE: &str = include_str!("../sql/sqlite/enqueue.sql");
     pub(super) const CLAIM: &str = include_str!("../sql/sqlite/claim.sql");
@@ -119,13 +121,17 @@ impl SqliteOutbox {
     }
 
     /// Registers `endpoint` under its name, or replaces the one of that name (its failures
-    /// forgotten).
+    /// forgotten). An endpoint enabled again gets its waiting deliveries due at once.
     pub async fn register(&self, endpoint: &Endpoint) -> Result<(), OutboxError> {
         let e = endpoint.clone();
         self.inner
             .store
             .try_call(move |db| {
-                db.execute(
+                let now = now_ms();
+                let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                // An endpoint enabled again gets its waiting deliveries due at once.
+                tx.execute(sql::ENDPOINT_REENABLED, params![e.name, now, e.enabled])?;
+                tx.execute(
                     sql::ENDPOINT_UPSERT,
                     params![
                         e.name,
@@ -134,9 +140,10 @@ impl SqliteOutbox {
                         millis(e.timeout),
                         e.schedule.to_stored(),
                         e.enabled,
-                        now_ms()
+                        now
                     ],
-                )
+                )?;
+                tx.commit()
             })
             .await?;
         Ok(())

@@ -561,7 +561,11 @@ async fn c17_a_reenabled_endpoints_delivery_waiting_a_retry_is_due_at_once() {
         .and_then(|s| s.jitter(0.0))
         .expect("a schedule");
     shop.outbox
-        .register(&endpoint("merchant", &format!("http://{addr}/hooks"), schedule))
+        .register(&endpoint(
+            "merchant",
+            &format!("http://{addr}/hooks"),
+            schedule,
+        ))
         .await
         .expect("registered");
     let dispatcher = shop
