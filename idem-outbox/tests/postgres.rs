@@ -649,3 +649,76 @@ async fn c13_operator_calls_on_a_frozen_database_fail_within_the_deadline() {
     .await;
     assert!(answered.is_ok(), "the outbox did not answer again");
 }
+
+/// A store set up for PgBouncer in transaction mode (simple statements, its listener on the
+/// server) is one the outbox works on too: enqueued in the effect's transaction, claimed,
+/// delivered and recorded through the pooler, whose server connections several clients
+/// share. (Prepared statements do not survive it: a statement prepared on one server
+/// connection is missing on the next, or another client's of the same name is run.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_an_outbox_behind_pgbouncer_in_transaction_mode_delivers() {
+    let url = fresh_database().await;
+    let bouncer = bouncer::PrivateBouncer::start(&url, 2).await;
+    let store = idem_postgres::PgStore::builder()
+        .max_connections(8)
+        .statements(idem_postgres::StatementMode::Simple)
+        .listener_url(&url)
+        .connect(bouncer.url())
+        .await
+        .expect("a store");
+    store.migrate().await.expect("migrated");
+    let outbox = PgOutbox::open(&store).await.expect("an outbox");
+    let receiver = Receiver::start().await;
+    outbox
+        .register(&endpoint(
+            "merchant",
+            &receiver.url(),
+            quick(3, Duration::from_millis(1)),
+        ))
+        .await
+        .expect("registered");
+    let idem = Idempotency::new(store.clone());
+    let mut ids = HashSet::new();
+    for n in 0..20 {
+        let sender = outbox.clone();
+        let request = idem
+            .request("acct_1", "POST", "/charges")
+            .key(Some(&format!("k-{n}")))
+            .body(b"{}")
+            .build()
+            .expect("a request");
+        let outcome = idem
+            .run_in_transaction(&request, move |tx, _lease| {
+                Box::pin(async move {
+                    let message = Message::bytes("text/plain", "charged").to("merchant");
+                    let id = sender
+                        .enqueue(&mut *tx, &message)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    Ok::<_, String>(StoredResponse::new(201, id.to_string()))
+                })
+            })
+            .await;
+        let Ok(Outcome::Executed(response)) = outcome else {
+            panic!("{outcome:?}");
+        };
+        ids.insert(String::from_utf8(response.body).expect("an id"));
+    }
+    let dispatcher = outbox.dispatcher().allow_loopback(true);
+    let mut failures = Vec::new();
+    for _ in 0..10 {
+        if let Err(error) = dispatcher.dispatch_due().await {
+            failures.push(error.to_string());
+        }
+    }
+    assert_eq!(failures, Vec::<String>::new(), "every claim went through");
+    let received: HashSet<String> = receiver.received().into_iter().map(|r| r.id).collect();
+    assert_eq!(received, ids, "every message delivered");
+    for id in &ids {
+        let delivery = &outbox
+            .deliveries(&MessageId::from_stored(id.clone()))
+            .await
+            .expect("deliveries")[0];
+        assert_eq!(delivery.state, DeliveryState::Delivered);
+    }
+}

@@ -2,6 +2,8 @@
 //! and watches for overlapping deliveries, and fresh databases.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod bouncer;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
