@@ -5,10 +5,13 @@
 mod support;
 
 use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use idem_core::{Idempotency, Outcome, RunError, StoredResponse};
-use idem_outbox::{DeliveryState, Message, MessageId, OutboxError, PgOutbox};
+use idem_outbox::{
+    DeliveryState, Message, MessageId, OutboxError, OutboxEvent, OutboxEventKind, PgOutbox,
+};
 use idem_postgres::sqlx::{self, Connection};
 use idem_postgres::PgIdempotency;
 use support::*;
@@ -721,4 +724,69 @@ async fn c17_pg_an_outbox_behind_pgbouncer_in_transaction_mode_delivers() {
             .expect("deliveries")[0];
         assert_eq!(delivery.state, DeliveryState::Delivered);
     }
+}
+
+/// The last attempt of a delivery fails and the answer to its record is lost (the server
+/// committed it dead, the connection dropped): the delivery is dead, and, dead, it is reported
+/// as an `OutboxEvent` all the same once the database answers again, as C17 and
+/// docs/outbox.md say of every dead delivery ("kept ... and reported").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_a_dead_delivery_whose_record_answer_is_lost_is_still_reported() {
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    let (head, database) = url.rsplit_once('/').expect("a database in the URL");
+    let (user, server) = head.rsplit_once('@').expect("a server in the URL");
+    let proxy = fault_proxy::FaultProxy::start(server)
+        .await
+        .expect("a proxy");
+    let (_, proxied) = pg_outbox(&format!("{user}@{}/{database}", proxy.addr())).await;
+    let receiver = Receiver::start().await;
+    // One attempt only, answered 500 with a body that holds `LOST` whether the record carries
+    // it as bytes or in hex (`LOST` is the hex of its tail).
+    const LOST: &[u8] = b"6c6f737420616e73776572";
+    receiver.plan(|p| {
+        p.statuses.extend([500, 500, 500]);
+        p.body = Some(b"6c6f737420616e73776572lost answer");
+    });
+    outbox
+        .register(&endpoint(
+            "merchant",
+            &receiver.url(),
+            quick(0, Duration::from_millis(1)),
+        ))
+        .await
+        .expect("registered");
+    let events = Arc::new(Mutex::new(Vec::<OutboxEvent>::new()));
+    let seen = Arc::clone(&events);
+    let dispatcher = proxied
+        .dispatcher()
+        .allow_loopback(true)
+        .lease(Duration::from_millis(300))
+        .expect("a lease")
+        .on_event(move |event| seen.lock().expect("events").push(event.clone()));
+    let id = enqueue(&store, &outbox, "merchant", 1).await;
+    // The record carries the response's first KiB: its answer is lost.
+    proxy.set(fault_proxy::LoseAnswer::to(LOST));
+    assert_eq!(dispatcher.dispatch_due().await.expect("dispatched"), 1);
+    assert_eq!(proxy.answers_lost(), 1, "the record's answer was lost");
+    let delivery = &outbox.deliveries(&id).await.expect("deliveries")[0];
+    assert_eq!(
+        (delivery.state, delivery.attempts),
+        (DeliveryState::Dead, 1),
+        "recorded dead by the server"
+    );
+    // The database answers again; the dispatcher goes on past the claim.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    for _ in 0..3 {
+        dispatcher.dispatch_due().await.expect("dispatched");
+    }
+    assert_eq!(receiver.received().len(), 1, "never attempted again");
+    let dead: Vec<OutboxEvent> = events
+        .lock()
+        .expect("events")
+        .iter()
+        .filter(|e| e.message_id == id && matches!(e.kind, OutboxEventKind::Dead(_)))
+        .cloned()
+        .collect();
+    assert_eq!(dead.len(), 1, "the dead delivery is reported: {dead:?}");
 }

@@ -40,6 +40,8 @@ pub struct Plan {
     pub holds: VecDeque<Duration>,
     pub hold_every: Duration,
     pub extra_headers: Vec<(&'static str, &'static str)>,
+    /// The body of the answers that are not 200 (default `not now`).
+    pub body: Option<&'static [u8]>,
 }
 
 pub struct ReceiverState {
@@ -199,18 +201,18 @@ async fn handle(
             .collect(),
     });
     state.arrived.notify_waiters();
-    let (status, hold, extra) = {
+    let (status, hold, extra, body) = {
         let mut plan = state.plan.lock().expect("plan");
         let status = plan.statuses.pop_front().unwrap_or(200);
         let hold = plan.holds.pop_front().unwrap_or(plan.hold_every);
-        (status, hold, plan.extra_headers.clone())
+        (status, hold, plan.extra_headers.clone(), plan.body)
     };
     let mut response_headers = HeaderMap::new();
     for (name, value) in extra {
         response_headers.insert(name, axum::http::HeaderValue::from_static(value));
     }
     let mut answer = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut answer_body = b"not now".to_vec();
+    let mut answer_body = body.unwrap_or(b"not now").to_vec();
     if status == 200 {
         let (code, body) = match verified {
             Ok((delivery, _)) => match state.inbox.event(&delivery, id.as_bytes()) {
