@@ -166,7 +166,7 @@ impl Message {
     }
 
     /// The endpoint names as stored for the enqueue statement: a JSON array.
-    #[cfg(feature = "sqlite")]
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub(crate) fn stored_endpoints(&self) -> String {
         serde_json::to_string(&self.endpoints).unwrap_or_else(|_| "[]".to_owned())
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use idem_postgres::sqlx::postgres::{PgConnection, PgListener, PgRow};
 use idem_postgres::sqlx::{self, AssertSqlSafe, Connection, Row};
-use idem_postgres::{store_error, PgStore};
+use idem_postgres::{store_error, Param, PgStore};
 use tokio::sync::Notify;
 
 use crate::backend::{bounded, STORE_TIMEOUT};
@@ -173,20 +173,46 @@ impl PgOutbox {
         bounded(self.inner.store_timeout, call).await
     }
 
+    /// The rows of `sql` with `params` on a connection of the store's pool, sent as the store
+    /// sends its own statements (prepared, or inline behind PgBouncer in transaction mode).
+    async fn rows(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<PgRow>, OutboxError> {
+        let mut conn = self
+            .inner
+            .store
+            .pool()
+            .acquire()
+            .await
+            .map_err(store_error)?;
+        Ok(self.inner.store.fetch_all(&mut conn, sql, params).await?)
+    }
+
+    /// The one row of `sql`, which returns one.
+    async fn row(&self, sql: &str, params: &[Param<'_>]) -> Result<PgRow, OutboxError> {
+        self.rows(sql, params)
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| OutboxError::Corrupt("a statement returned no row".into()))
+    }
+
     /// Registers `endpoint` under its name, or replaces the one of that name (its failures
     /// forgotten).
     pub async fn register(&self, endpoint: &Endpoint) -> Result<(), OutboxError> {
         self.bounded(async {
-            sqlx::query(sql::ENDPOINT_UPSERT)
-                .bind(&endpoint.name)
-                .bind(endpoint.url.as_str())
-                .bind(endpoint.stored_secrets())
-                .bind(millis(endpoint.timeout))
-                .bind(endpoint.schedule.to_stored())
-                .bind(endpoint.enabled)
-                .execute(self.inner.store.pool())
-                .await
-                .map_err(store_error)?;
+            let secrets = endpoint.stored_secrets();
+            let schedule = endpoint.schedule.to_stored();
+            self.rows(
+                sql::ENDPOINT_UPSERT,
+                &[
+                    Param::Text(&endpoint.name),
+                    Param::Text(endpoint.url.as_str()),
+                    Param::Text(&secrets),
+                    Param::Int(millis(endpoint.timeout)),
+                    Param::Text(&schedule),
+                    Param::Bool(endpoint.enabled),
+                ],
+            )
+            .await?;
             Ok(())
         })
         .await
@@ -195,11 +221,11 @@ impl PgOutbox {
     /// The endpoint registered as `name`.
     pub async fn endpoint(&self, name: &str) -> Result<Option<Endpoint>, OutboxError> {
         self.bounded(async {
-            let row = sqlx::query(sql::ENDPOINT_SELECT)
-                .bind(name)
-                .fetch_optional(self.inner.store.pool())
-                .await
-                .map_err(store_error)?;
+            let row = self
+                .rows(sql::ENDPOINT_SELECT, &[Param::Text(name)])
+                .await?
+                .into_iter()
+                .next();
             row.map(|row| {
                 let get = |row: &PgRow| -> Result<_, sqlx::Error> {
                     Ok((
@@ -238,16 +264,28 @@ impl PgOutbox {
                 "the connection is not in a transaction",
             ));
         }
-        let inserted: i64 = sqlx::query_scalar(sql::ENQUEUE)
-            .bind(message.id().as_str())
-            .bind(message.payload())
-            .bind(message.content_type())
-            .bind(message.stored_headers())
-            .bind(message.endpoints())
-            .bind(CHANNEL)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(store_error)?;
+        let headers = message.stored_headers();
+        let endpoints = message.stored_endpoints();
+        let rows = self
+            .inner
+            .store
+            .fetch_all(
+                conn,
+                sql::ENQUEUE,
+                &[
+                    Param::Text(message.id().as_str()),
+                    Param::Bytes(message.payload()),
+                    Param::Text(message.content_type()),
+                    Param::Text(&headers),
+                    Param::Text(&endpoints),
+                    Param::Text(CHANNEL),
+                ],
+            )
+            .await?;
+        let inserted: i64 = match rows.first() {
+            Some(row) => row.try_get(0).map_err(store_error)?,
+            None => 0,
+        };
         if usize::try_from(inserted).ok() != Some(message.endpoints().len()) {
             return Err(OutboxError::UnknownEndpoint(message.endpoints().join(", ")));
         }
@@ -257,11 +295,9 @@ impl PgOutbox {
     /// The deliveries of message `id`, by endpoint name.
     pub async fn deliveries(&self, id: &MessageId) -> Result<Vec<DeliveryInfo>, OutboxError> {
         self.bounded(async {
-            let rows = sqlx::query(sql::DELIVERIES_OF)
-                .bind(id.as_str())
-                .fetch_all(self.inner.store.pool())
-                .await
-                .map_err(store_error)?;
+            let rows = self
+                .rows(sql::DELIVERIES_OF, &[Param::Text(id.as_str())])
+                .await?;
             rows.iter().map(delivery_row).collect()
         })
         .await
@@ -274,12 +310,10 @@ impl PgOutbox {
         limit: usize,
     ) -> Result<Vec<DeliveryInfo>, OutboxError> {
         self.bounded(async {
-            let rows = sqlx::query(sql::LIST)
-                .bind(state.as_str())
-                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                .fetch_all(self.inner.store.pool())
-                .await
-                .map_err(store_error)?;
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let rows = self
+                .rows(sql::LIST, &[Param::Text(state.as_str()), Param::Int(limit)])
+                .await?;
             rows.iter().map(delivery_row).collect()
         })
         .await
@@ -300,18 +334,17 @@ impl PgOutbox {
     async fn requeue(&self, id: &MessageId, dead_only: bool) -> Result<u64, OutboxError> {
         self.bounded(async {
             let mut tx = self.inner.store.pool().begin().await.map_err(store_error)?;
-            let changed = sqlx::query(sql::REQUEUE)
-                .bind(id.as_str())
-                .bind(dead_only)
-                .execute(&mut *tx)
-                .await
-                .map_err(store_error)?
-                .rows_affected();
-            sqlx::query("SELECT pg_notify($1, '')")
-                .bind(CHANNEL)
-                .execute(&mut *tx)
-                .await
-                .map_err(store_error)?;
+            let store = &self.inner.store;
+            let changed = store
+                .execute(
+                    &mut tx,
+                    sql::REQUEUE,
+                    &[Param::Text(id.as_str()), Param::Bool(dead_only)],
+                )
+                .await?;
+            store
+                .fetch_all(&mut tx, "SELECT pg_notify($1, '')", &[Param::Text(CHANNEL)])
+                .await?;
             tx.commit().await.map_err(store_error)?;
             Ok(changed)
         })
@@ -322,12 +355,18 @@ impl PgOutbox {
     /// says, with their attempts: how many (call it until it returns less than `batch`).
     pub async fn purge(&self, retention: Retention, batch: usize) -> Result<u64, OutboxError> {
         self.bounded(async {
-            let purged: i64 = sqlx::query_scalar(sql::PURGE)
-                .bind(millis(retention.delivered))
-                .bind(millis(retention.dead))
-                .bind(i64::try_from(batch).unwrap_or(i64::MAX))
-                .fetch_one(self.inner.store.pool())
-                .await
+            let batch = i64::try_from(batch).unwrap_or(i64::MAX);
+            let purged: i64 = self
+                .row(
+                    sql::PURGE,
+                    &[
+                        Param::Int(millis(retention.delivered)),
+                        Param::Int(millis(retention.dead)),
+                        Param::Int(batch),
+                    ],
+                )
+                .await?
+                .try_get(0)
                 .map_err(store_error)?;
             Ok(u64::try_from(purged).unwrap_or(0))
         })
@@ -337,9 +376,10 @@ impl PgOutbox {
     /// How long ago the oldest pending delivery was enqueued (`None`: none is pending).
     pub async fn oldest_pending_age(&self) -> Result<Option<Duration>, OutboxError> {
         self.bounded(async {
-            let age: Option<i64> = sqlx::query_scalar(sql::OLDEST_PENDING)
-                .fetch_one(self.inner.store.pool())
-                .await
+            let age: Option<i64> = self
+                .row(sql::OLDEST_PENDING, &[])
+                .await?
+                .try_get(0)
                 .map_err(store_error)?;
             Ok(age.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
         })
@@ -349,11 +389,7 @@ impl PgOutbox {
     /// The recorded attempts of delivery `delivery` ([`DeliveryInfo::id`]), in order.
     pub async fn attempts(&self, delivery: i64) -> Result<Vec<AttemptInfo>, OutboxError> {
         self.bounded(async {
-            let rows = sqlx::query(sql::ATTEMPTS_OF)
-                .bind(delivery)
-                .fetch_all(self.inner.store.pool())
-                .await
-                .map_err(store_error)?;
+            let rows = self.rows(sql::ATTEMPTS_OF, &[Param::Int(delivery)]).await?;
             rows.iter()
                 .map(|row| {
                     let get = || -> Result<_, sqlx::Error> {
@@ -385,10 +421,7 @@ impl PgOutbox {
     /// How many deliveries are pending, delayed and dead.
     pub async fn counts(&self) -> Result<Counts, OutboxError> {
         self.bounded(async {
-            let row = sqlx::query(sql::COUNTS)
-                .fetch_one(self.inner.store.pool())
-                .await
-                .map_err(store_error)?;
+            let row = self.row(sql::COUNTS, &[]).await?;
             let count = |i: usize| -> Result<u64, OutboxError> {
                 let n: i64 = row.try_get(i).map_err(store_error)?;
                 u64::try_from(n).map_err(|_| OutboxError::Corrupt("a negative count".into()))
@@ -449,13 +482,17 @@ impl PgOutbox {
         lease: Duration,
         limit: usize,
     ) -> Result<(Vec<Claimed>, usize), OutboxError> {
-        let rows = sqlx::query(sql::CLAIM)
-            .bind(token)
-            .bind(millis(lease))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(self.inner.store.pool())
-            .await
-            .map_err(store_error)?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .rows(
+                sql::CLAIM,
+                &[
+                    Param::Text(token),
+                    Param::Int(millis(lease)),
+                    Param::Int(limit),
+                ],
+            )
+            .await?;
         let mut set_aside = 0;
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -506,28 +543,32 @@ impl PgOutbox {
             return self.record_delivered(records).await;
         }
         let ids: Vec<i64> = records.iter().map(|r| r.delivery).collect();
-        let tokens: Vec<&str> = records.iter().map(|r| r.token.as_str()).collect();
-        let states: Vec<&str> = records.iter().map(|r| r.state.as_str()).collect();
-        let delays: Vec<i64> = records.iter().map(|r| millis(r.delay)).collect();
-        let statuses: Vec<Option<i32>> = records.iter().map(|r| r.status.map(i32::from)).collect();
-        let errors: Vec<Option<&str>> = records.iter().map(|r| r.error.as_deref()).collect();
-        let durations: Vec<i64> = records.iter().map(|r| millis(r.duration)).collect();
-        let responses: Vec<&[u8]> = records.iter().map(|r| r.response.as_slice()).collect();
-        let disable_after: Vec<i64> = records.iter().map(|r| millis(r.disable_after)).collect();
-        let started_ago: Vec<i64> = records.iter().map(|r| millis(r.started_ago())).collect();
-        let recorded: Vec<i64> = sqlx::query_scalar(sql::RECORD)
-            .bind(&ids)
-            .bind(&tokens)
-            .bind(&states)
-            .bind(&delays)
-            .bind(&statuses)
-            .bind(&errors)
-            .bind(&durations)
-            .bind(&responses)
-            .bind(&disable_after)
-            .bind(&started_ago)
-            .fetch_all(self.inner.store.pool())
-            .await
+        // One JSON array of the attempts (the response's first KiB in hex): one parameter,
+        // which the simple protocol can carry as well as a prepared statement.
+        let attempts: Vec<serde_json::Value> = records
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "id": r.delivery,
+                    "token": r.token,
+                    "state": r.state.as_str(),
+                    "delay_ms": millis(r.delay),
+                    "status": r.status,
+                    "error": r.error,
+                    "duration_ms": millis(r.duration),
+                    "response": hex(&r.response),
+                    "disable_after_ms": millis(r.disable_after),
+                    "started_ago_ms": millis(r.started_ago()),
+                })
+            })
+            .collect();
+        let attempts = serde_json::Value::Array(attempts).to_string();
+        let recorded = self
+            .rows(sql::RECORD, &[Param::Text(&attempts)])
+            .await?
+            .iter()
+            .map(|row| row.try_get::<i64, _>(0))
+            .collect::<Result<Vec<i64>, _>>()
             .map_err(store_error)?;
         Ok(ids.iter().map(|id| recorded.contains(id)).collect())
     }
@@ -535,22 +576,32 @@ impl PgOutbox {
     /// [`record`](Self::record) of attempts that all delivered.
     async fn record_delivered(&self, records: &[Record]) -> Result<Vec<bool>, OutboxError> {
         let ids: Vec<i64> = records.iter().map(|r| r.delivery).collect();
-        let tokens: Vec<&str> = records.iter().map(|r| r.token.as_str()).collect();
-        let statuses: Vec<Option<i32>> = records.iter().map(|r| r.status.map(i32::from)).collect();
-        let errors: Vec<Option<&str>> = records.iter().map(|r| r.error.as_deref()).collect();
-        let durations: Vec<i64> = records.iter().map(|r| millis(r.duration)).collect();
-        let started_ago: Vec<i64> = records.iter().map(|r| millis(r.started_ago())).collect();
-        let responses: Vec<&[u8]> = records.iter().map(|r| r.response.as_slice()).collect();
-        let rows: Vec<(i64, Option<bool>)> = sqlx::query_as(sql::RECORD_DELIVERED)
-            .bind(&ids)
-            .bind(&tokens)
-            .bind(&statuses)
-            .bind(&errors)
-            .bind(&durations)
-            .bind(&responses)
-            .bind(&started_ago)
-            .fetch_all(self.inner.store.pool())
-            .await
+        let attempts: Vec<serde_json::Value> = records
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "id": r.delivery,
+                    "token": r.token,
+                    "status": r.status,
+                    "error": r.error,
+                    "duration_ms": millis(r.duration),
+                    "response": hex(&r.response),
+                    "started_ago_ms": millis(r.started_ago()),
+                })
+            })
+            .collect();
+        let attempts = serde_json::Value::Array(attempts).to_string();
+        let rows = self
+            .rows(sql::RECORD_DELIVERED, &[Param::Text(&attempts)])
+            .await?
+            .iter()
+            .map(|row| {
+                Ok((
+                    row.try_get::<i64, _>(0)?,
+                    row.try_get::<Option<bool>, _>(1)?,
+                ))
+            })
+            .collect::<Result<Vec<(i64, Option<bool>)>, sqlx::Error>>()
             .map_err(store_error)?;
         let recorded: Vec<bool> = ids
             .iter()
@@ -567,9 +618,9 @@ impl PgOutbox {
                 .collect();
             endpoints.sort_unstable();
             endpoints.dedup();
-            if let Err(error) = sqlx::query(sql::ENDPOINT_RECOVERED)
-                .bind(&endpoints)
-                .execute(self.inner.store.pool())
+            let endpoints = serde_json::Value::from(endpoints).to_string();
+            if let Err(error) = self
+                .rows(sql::ENDPOINT_RECOVERED, &[Param::Text(&endpoints)])
                 .await
             {
                 tracing::warn!(%error, "outbox endpoint's recovery not recorded");
@@ -577,6 +628,16 @@ impl PgOutbox {
         }
         Ok(recorded)
     }
+}
+
+/// `bytes` in lower-case hex (PostgreSQL's `decode(.., 'hex')` reads it back).
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    bytes
+        .iter()
+        .flat_map(|b| [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 15)]])
+        .map(char::from)
+        .collect()
 }
 
 #[cfg(test)]

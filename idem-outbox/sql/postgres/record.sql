@@ -1,16 +1,15 @@
 -- Records the ends of several attempts, their attempts and their endpoints' health in one
 -- statement, each only under the claim that made it (a stale claim changes nothing, the
--- others are recorded all the same). One row per attempt, in arrays of one length: $1 the
--- delivery, $2 its claim's token, $3 the new state, $4 ms until it is due again, $5 the
--- status, $6 the error, $7 the attempt's duration (ms), $8 the response's first KiB, $9 after
--- how many ms of failing the endpoint is disabled, $10 how many ms ago the attempt started.
--- Returns the deliveries recorded.
+-- others are recorded all the same). $1 is a JSON array with one object per attempt: `id` the
+-- delivery, `token` its claim's token, `state` the new state, `delay_ms` ms until it is due
+-- again, `status`, `error`, `duration_ms` the attempt's duration, `response` the response's
+-- first KiB in hex, `disable_after_ms` after how many ms of failing the endpoint is disabled,
+-- `started_ago_ms` how many ms ago the attempt started. Returns the deliveries recorded.
 WITH attempt AS (
     SELECT *
-    FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::text[],
-                $7::bigint[], $8::bytea[], $9::bigint[], $10::bigint[])
-        AS a(id, token, state, delay_ms, status, error, duration_ms, response, disable_after_ms,
-             started_ago_ms)
+    FROM json_to_recordset($1::json)
+        AS a(id bigint, token text, state text, delay_ms bigint, status integer, error text,
+             duration_ms bigint, response text, disable_after_ms bigint, started_ago_ms bigint)
 ), recorded AS (
     UPDATE idem_outbox_deliveries AS d
     SET state = a.state, next_at = now() + a.delay_ms * interval '1 millisecond',
@@ -20,7 +19,7 @@ WITH attempt AS (
     FROM attempt AS a
     WHERE d.id = a.id AND d.claim_token = a.token
     RETURNING d.id, d.attempts, d.endpoint, a.state, a.status, a.error, a.duration_ms,
-              a.response, a.disable_after_ms, a.started_ago_ms
+              decode(a.response, 'hex') AS response, a.disable_after_ms, a.started_ago_ms
 ), outcome AS (
     -- Per endpoint: whether one of its recorded attempts succeeded (the attempts of one
     -- statement ran at once: a success among them means the endpoint answers).
