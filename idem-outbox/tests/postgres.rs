@@ -790,3 +790,72 @@ async fn c17_pg_a_dead_delivery_whose_record_answer_is_lost_is_still_reported() 
         .collect();
     assert_eq!(dead.len(), 1, "the dead delivery is reported: {dead:?}");
 }
+
+/// A running dispatcher of an outbox whose store is behind PgBouncer in transaction mode
+/// listens where the store's own listener does (`listener_url`, on the server), never through
+/// the pooler: a `LISTEN` there stays on a server connection the pooler hands to other
+/// clients, whose statements then meet notifications they never asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_a_dispatcher_behind_pgbouncer_never_listens_through_it() {
+    let url = fresh_database().await;
+    let bouncer = bouncer::PrivateBouncer::start(&url, 2).await;
+    let store = idem_postgres::PgStore::builder()
+        .max_connections(8)
+        .statements(idem_postgres::StatementMode::Simple)
+        .listener_url(&url)
+        .connect(bouncer.url())
+        .await
+        .expect("a store");
+    store.migrate().await.expect("migrated");
+    let outbox = PgOutbox::open(&store).await.expect("an outbox");
+    let receiver = Receiver::start().await;
+    outbox
+        .register(&endpoint(
+            "merchant",
+            &receiver.url(),
+            quick(3, Duration::from_millis(1)),
+        ))
+        .await
+        .expect("registered");
+    let dispatching = outbox
+        .dispatcher()
+        .allow_loopback(true)
+        .poll_interval(Duration::from_millis(50))
+        .start()
+        .expect("started");
+    // The dispatcher's listener is up.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut failures = Vec::new();
+    let mut ids = HashSet::new();
+    for n in 0..10 {
+        let enqueued = async {
+            let mut tx = store.pool().begin().await.map_err(|e| e.to_string())?;
+            let message = Message::bytes("text/plain", format!("charge {n}")).to("merchant");
+            let id = outbox
+                .enqueue(&mut tx, &message)
+                .await
+                .map_err(|e| e.to_string())?;
+            tx.commit().await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(id)
+        }
+        .await;
+        match enqueued {
+            Ok(id) => {
+                ids.insert(id.to_string());
+            }
+            Err(error) => failures.push(error),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        failures,
+        Vec::<String>::new(),
+        "every effect's transaction went through"
+    );
+    assert!(
+        receiver
+            .wait_for_effects(ids.len(), Duration::from_secs(10))
+            .await
+    );
+    dispatching.stop().await;
+}
