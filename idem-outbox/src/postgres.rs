@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_postgres::sqlx::postgres::{PgConnection, PgListener, PgRow};
+use idem_postgres::sqlx::postgres::{PgConnection, PgRow};
 use idem_postgres::sqlx::{self, AssertSqlSafe, Connection, Row};
 use idem_postgres::{store_error, Param, PgStore};
 use tokio::sync::Notify;
@@ -448,18 +448,27 @@ impl PgOutbox {
     pub(crate) async fn listen(self, wake: Arc<Notify>) {
         loop {
             let mut listening = false;
-            let result: Result<(), sqlx::Error> = async {
-                let mut listener = PgListener::connect_with(self.inner.store.pool()).await?;
-                listener.listen(CHANNEL).await?;
+            let result: Result<(), String> = async {
+                // Where the store's own listener connects: behind a pooler in transaction
+                // mode, the server itself (a LISTEN through the pooler stays on a server
+                // connection other clients get).
+                let store = &self.inner.store;
+                let mut listener = store
+                    .listener(&[CHANNEL])
+                    .await
+                    .map_err(|e| e.to_string())?;
                 listening = true;
                 wake.notify_waiters();
-                loop {
-                    // `None`: the connection was lost and a new one listens already.
-                    if listener.try_recv().await?.is_none() {
-                        tracing::warn!("outbox listener's connection lost; listening again");
-                    }
+                // `None`: the connection was lost; a new one is opened.
+                while listener
+                    .try_recv()
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .is_some()
+                {
                     wake.notify_waiters();
                 }
+                Err("the connection was lost".to_owned())
             }
             .await;
             if let Err(error) = result {

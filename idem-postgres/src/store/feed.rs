@@ -32,6 +32,74 @@ pub(crate) fn feed(inner: &Arc<Inner>, changes: Changes) -> Feed<PgListen> {
     Feed::new(listen, Arc::downgrade(inner), &inner.feed, &pings, changes)
 }
 
+impl PgStore {
+    /// A session of its own following `channels`, opened where the store's change feed
+    /// listens: the store's host (the current primary when it follows a failover), or where
+    /// [`listener_url`](crate::PgStoreBuilder::listener_url) says (behind a pooler in
+    /// transaction mode, the server itself: a `LISTEN` through the pooler would stay on a
+    /// server connection other clients get). For crates that follow channels of their own
+    /// beside the store (the outbox). It never reconnects: `try_recv` answering `None` means
+    /// its connection was lost, and a new one is opened by calling this again. Bounded by the
+    /// store's acquire timeout.
+    ///
+    /// ```no_run
+    /// # async fn example(store: idem_postgres::PgStore) -> Result<(), idem_core::Error> {
+    /// let mut listener = store.listener(&["orders"]).await?;
+    /// while let Ok(Some(notification)) = listener.try_recv().await {
+    ///     println!("{}", notification.payload());
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn listener(&self, channels: &[&str]) -> Result<PgListener, Error> {
+        open_listener(&self.inner.listener, self.inner.connect_within, channels)
+            .await
+            .map_err(|error| {
+                Error::store(
+                    crate::error::BACKEND,
+                    idem_core::StoreErrorKind::Unavailable,
+                    error,
+                )
+            })
+    }
+}
+
+/// A listener of `channels` where `listener` says, within `within`.
+///
+/// Each listener has a pool of its own (one connection, no lifetime or idle limit): a listener
+/// dropped while its connection is frozen gives the connection back to its pool from a task
+/// sqlx spawns, which waits as long as the network does; the next listener does not depend on
+/// it.
+async fn open_listener(
+    listener: &ListenerOptions,
+    within: Duration,
+    channels: &[&str],
+) -> Result<PgListener, String> {
+    let open = async {
+        let options = listener.find(within).await;
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .max_lifetime(None)
+            .idle_timeout(None)
+            .test_before_acquire(false)
+            .acquire_timeout(within)
+            .connect_lazy_with(options);
+        let mut listener = PgListener::connect_with(&pool).await?;
+        listener.ignore_pool_close_event(true);
+        // A lost connection ends `try_recv` with `None`: the caller replaces the listener
+        // itself (the feed with its back-off and a `missed` after it).
+        listener.eager_reconnect(false);
+        listener.listen_all(channels.iter().copied()).await?;
+        Ok::<_, sqlx::Error>(listener)
+    };
+    match tokio::time::timeout(within, open).await {
+        Ok(Ok(listener)) => Ok(listener),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err(format!("no listener within {within:?}")),
+    }
+}
+
 /// How one store's feed listens and pings.
 pub(crate) struct PgListen {
     listener: ListenerOptions,
@@ -44,35 +112,8 @@ impl Listen for PgListen {
     type Store = Inner;
 
     /// A new listener on a session of its own, following the channel and the pings.
-    ///
-    /// Each listener has a pool of its own (one connection, no lifetime or idle limit): a
-    /// listener dropped while its connection is frozen gives the connection back to its pool
-    /// from a task sqlx spawns, which waits as long as the network does; the next listener
-    /// does not depend on it.
     async fn connect(&mut self, channels: [&str; 2]) -> Result<PgListener, String> {
-        let open = async {
-            let options = self.listener.find(self.connect_within).await;
-            let pool = PgPoolOptions::new()
-                .max_connections(1)
-                .min_connections(0)
-                .max_lifetime(None)
-                .idle_timeout(None)
-                .test_before_acquire(false)
-                .acquire_timeout(self.connect_within)
-                .connect_lazy_with(options);
-            let mut listener = PgListener::connect_with(&pool).await?;
-            listener.ignore_pool_close_event(true);
-            // A lost connection ends `try_recv` with `None`: the feed replaces the listener
-            // itself, with its back-off and a `missed` after it.
-            listener.eager_reconnect(false);
-            listener.listen_all(channels).await?;
-            Ok::<_, sqlx::Error>(listener)
-        };
-        match tokio::time::timeout(self.connect_within, open).await {
-            Ok(Ok(listener)) => Ok(listener),
-            Ok(Err(error)) => Err(error.to_string()),
-            Err(_) => Err(format!("no listener within {:?}", self.connect_within)),
-        }
+        open_listener(&self.listener, self.connect_within, &channels).await
     }
 
     async fn receive(&self, listener: &mut PgListener) -> Result<Option<Received>, String> {
