@@ -46,6 +46,21 @@ impl Backend {
         }
     }
 
+    /// Whether the attempt numbered `attempt` of `delivery` is recorded.
+    pub(crate) async fn has_attempt(
+        &self,
+        delivery: i64,
+        attempt: u32,
+    ) -> Result<bool, OutboxError> {
+        let attempts = match self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(outbox) => outbox.attempts(delivery).await?,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(outbox) => outbox.attempts(delivery).await?,
+        };
+        Ok(attempts.iter().any(|info| info.attempt == attempt))
+    }
+
     pub(crate) async fn endpoint(&self, name: &str) -> Result<Option<Endpoint>, OutboxError> {
         match self {
             #[cfg(feature = "sqlite")]

@@ -259,18 +259,26 @@ impl Dispatcher {
         }
         let (records, events): (Vec<Record>, Vec<OutboxEvent>) =
             ended.into_iter().map(|a| (a.record, a.event)).unzip();
-        let recorded = match bounded(self.store_timeout, self.backend.record(&records)).await {
-            Ok(recorded) => recorded,
-            Err(error) => {
-                // Unrecorded: the claims run out and the deliveries are attempted again (at
-                // least once), with the same ids.
-                for event in &events {
+        let (recorded, lost): (Vec<Option<bool>>, _) =
+            match bounded(self.store_timeout, self.backend.record(&records)).await {
+                Ok(recorded) => (recorded.into_iter().map(Some).collect(), None),
+                // Only the statement's answer may be lost: the attempts found recorded are
+                // reported as such (a dead delivery among them included).
+                Err(error) => {
+                    let landed = bounded(self.store_timeout, self.landed(&records, &events));
+                    let landed = landed.await.unwrap_or_else(|_| vec![None; events.len()]);
+                    (landed, Some(error))
+                }
+            };
+        for ((mut event, record), recorded) in events.into_iter().zip(&records).zip(recorded) {
+            let Some(recorded) = recorded else {
+                // Unrecorded: the claim runs out and the delivery is attempted again (at least
+                // once), with the same id.
+                if let Some(error) = &lost {
                     tracing::warn!(message_id = %event.message_id, %error, "outbox attempt not recorded");
                 }
-                return;
-            }
-        };
-        for ((mut event, record), recorded) in events.into_iter().zip(&records).zip(recorded) {
+                continue;
+            };
             if !recorded {
                 event.kind = OutboxEventKind::Fenced;
             }
@@ -281,6 +289,25 @@ impl Dispatcher {
                 observer(&event);
             }
         }
+    }
+
+    /// After a record whose answer was lost, which of its attempts the database holds:
+    /// `Some(true)` for those it recorded, `None` for the others (each attempt's number is its
+    /// claim's: no other claim records it).
+    async fn landed(
+        &self,
+        records: &[Record],
+        events: &[OutboxEvent],
+    ) -> Result<Vec<Option<bool>>, OutboxError> {
+        let mut landed = Vec::with_capacity(records.len());
+        for (record, event) in records.iter().zip(events) {
+            let found = self
+                .backend
+                .has_attempt(record.delivery, event.attempt)
+                .await?;
+            landed.push(found.then_some(true));
+        }
+        Ok(landed)
     }
 
     /// The endpoint `name`, read at most [`ENDPOINT_CACHE`] ago.
