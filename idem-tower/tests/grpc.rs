@@ -895,6 +895,47 @@ async fn c08_a_failing_service_is_an_outcome_unknown_stored_as_internal() {
     assert_eq!(calls.load(Ordering::SeqCst), 1, "never re-run blind");
 }
 
+/// C7, C8: a handler that panics may have run its effect: the key keeps a gRPC `INTERNAL`
+/// outcome unknown, sent to the caller and replayed to the retry (marked), never an
+/// undecodable record nor a second run.
+#[tokio::test]
+async fn c08_a_panicking_handler_is_an_outcome_unknown_stored_as_internal_and_replayed() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let panicking = tower::service_fn(move |_request: Request<GrpcBody>| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async {
+            if true {
+                panic!("the handler panicked after its effect");
+            }
+            Ok::<Response<GrpcBody>, Infallible>(Response::new(GrpcBody::empty()))
+        }
+    });
+    let service = layer(Idempotency::new(MemoryStore::new())).layer(panicking);
+    let first = tokio::spawn({
+        let service = service.clone();
+        async move { send(&service, call(CREATE, Some(KEY), frame(b"m"))).await }
+    })
+    .await;
+    let again = send(&service, call(CREATE, Some(KEY), frame(b"m"))).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "never re-run blind");
+    assert_eq!(again.code(), Code::Internal);
+    assert_eq!(
+        again.entry("idempotent-replayed"),
+        Some("true"),
+        "the stored answer, replayed: {again:?}"
+    );
+    let unknown = idem_tower::render::Problem::OUTCOME_UNKNOWN;
+    // Printable ASCII: its gRPC percent-encoding is itself.
+    assert_eq!(again.entry("grpc-message"), Some(unknown), "{again:?}");
+    let first = first.expect("the caller gets an answer, not a reset stream");
+    assert_eq!(
+        (first.code(), first.entry("grpc-message")),
+        (again.code(), again.entry("grpc-message")),
+        "the caller and the retry see one answer"
+    );
+}
+
 #[tokio::test]
 async fn c08_an_answer_too_large_to_store_becomes_a_stored_internal() {
     let calls = Arc::new(AtomicUsize::new(0));

@@ -236,7 +236,9 @@ where
             };
             let result = layer
                 .idem
-                .run(&request, move |ctx| execute(inner, parts, body, ctx, rules))
+                .run(&request, move |ctx| {
+                    caught(execute(inner, parts, body, ctx, rules))
+                })
                 .await;
             respond(config, result, echo, consumer)
         }
@@ -507,6 +509,32 @@ where
         return Ok(Reply::Executed(stored));
     }
     Ok(Reply::Refused(stored))
+}
+
+/// The execution with its panics caught (C7, C8): a panicking handler may have run its effect,
+/// so its key keeps the gRPC outcome unknown (`INTERNAL`), sent to the caller as to every
+/// retry. Left to the engine, a panic would store its HTTP 500, which no gRPC replay can send,
+/// and reset the caller's stream.
+async fn caught(
+    execution: impl Future<Output = Result<Reply, Failure<String>>>,
+) -> Result<Reply, Failure<String>> {
+    // `execute` is an `async fn`: the inner service is called, and may panic, when polled.
+    match idem_core::store::CatchUnwind::new(execution).await {
+        Ok(result) => result,
+        Err(panic) => Err(panicked(&*panic)),
+    }
+}
+
+/// The outcome unknown of a panic, its message logged.
+fn panicked(panic: &(dyn std::any::Any + Send)) -> Failure<String> {
+    let message = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic");
+    tracing::error!(target: "idem_tower", panic = message, "idempotency: the method panicked; outcome unknown");
+    let error = format!("the method panicked: {message}");
+    unknown(error.clone()).noting(error)
 }
 
 /// An outcome unknown (C8): the key kept, an `INTERNAL` answer stored for it.
