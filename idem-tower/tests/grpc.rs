@@ -1087,6 +1087,68 @@ impl Body for Streaming {
     }
 }
 
+/// The body tonic 0.14 sends when the handler's answer fails to encode (over
+/// `max_encoding_message_size`): the error status in a trailers frame, then, if polled on, the
+/// unsent bytes of the message it could not finish (a frame whose length was never written).
+#[derive(Default)]
+struct FailedEncoding {
+    polls: usize,
+}
+
+impl Body for FailedEncoding {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.polls += 1;
+        Poll::Ready(match self.polls {
+            1 => {
+                let mut trailers = HeaderMap::new();
+                trailers.insert("grpc-status", HeaderValue::from_static("11"));
+                trailers.insert("grpc-message", HeaderValue::from_static("too%20large"));
+                Some(Ok(Frame::trailers(trailers)))
+            }
+            2 => Some(Ok(Frame::data(Bytes::from_static(b"\0\0\0\0\0leftover")))),
+            _ => None,
+        })
+    }
+}
+
+/// C8: a handler that returned its answer (an `OK` head) has run: a refusal code that comes
+/// after it, in the trailers (tonic's `OUT_OF_RANGE` for an answer it could not encode), is
+/// stored and replayed like any answer, never a release that runs the effect again. The
+/// answer ends at its trailers: nothing polled after them is read as a message.
+#[tokio::test]
+async fn c08_a_refusal_code_in_the_trailers_after_the_handler_answered_is_stored() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let encoder_failed = tower::service_fn(move |_request: Request<GrpcBody>| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        let mut response = Response::new(GrpcBody::new(FailedEncoding::default()));
+        response
+            .headers_mut()
+            .insert("content-type", HeaderValue::from_static("application/grpc"));
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let service = layer(Idempotency::new(MemoryStore::new())).layer(encoder_failed);
+    let first = send(&service, call(CREATE, Some(KEY), frame(b"m"))).await;
+    let again = send(&service, call(CREATE, Some(KEY), frame(b"m"))).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the effect ran: once");
+    assert_eq!(
+        (first.code(), first.entry("grpc-message")),
+        (Code::OutOfRange, Some("too%20large")),
+        "the status tonic sent, not a second message read after the trailers: {first:?}"
+    );
+    assert_eq!(
+        (again.code(), again.entry("idempotent-replayed")),
+        (Code::OutOfRange, Some("true"))
+    );
+    assert!(first.body.is_empty() && again.body.is_empty());
+}
+
 #[tokio::test]
 async fn c08_a_server_stream_listed_as_unary_stops_at_its_second_message_and_stores_internal() {
     let calls = Arc::new(AtomicUsize::new(0));

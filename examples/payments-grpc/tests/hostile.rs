@@ -89,11 +89,17 @@ struct Harness {
 
 impl Harness {
     async fn start(policy: Policy) -> Self {
+        Self::start_with(policy, usize::MAX).await
+    }
+
+    /// A server that encodes answers of at most `max_answer` bytes (tonic's
+    /// `max_encoding_message_size`).
+    async fn start_with(policy: Policy, max_answer: usize) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
         let addr = listener.local_addr().expect("an address");
         let fake = Fake::default();
         let idem = Idempotency::with_policy(MemoryStore::new(), policy).expect("a policy");
-        let service = ChargesServer::new(fake.clone());
+        let service = ChargesServer::new(fake.clone()).max_encoding_message_size(max_answer);
         tokio::spawn(async move {
             Server::builder()
                 .layer(layer(idem))
@@ -549,4 +555,36 @@ async fn c07_the_caller_and_the_retry_read_the_same_metadata() {
         assert_eq!(entries(&first), entries(&replay), "{first:?} {replay:?}");
         assert_eq!(first.body, replay.body);
     }
+}
+
+/// C8: a handler that returned its answer has run its effect. When tonic then fails to encode
+/// that answer (over `max_encoding_message_size`), it ends the stream with `OUT_OF_RANGE` in
+/// the trailers: a code the handler did not choose, after the effect, never a refusal that
+/// gives the key back for a second run.
+#[tokio::test]
+async fn c08_a_status_tonic_sends_after_the_handler_answered_keeps_the_key() {
+    let server = Harness::start_with(quick(), 16).await;
+    let mut client = server.client().await;
+    let key = key();
+    let first = client
+        .create_charge(create(12, &key, "ok"))
+        .await
+        .expect_err("the answer is over the encoding limit");
+    assert_eq!(first.code(), Code::OutOfRange, "{first:?}");
+    let again = client
+        .create_charge(create(12, &key, "ok"))
+        .await
+        .expect_err("the stored answer");
+    assert_eq!(server.calls(), 1, "the effect ran once: {again:?}");
+    assert_eq!(
+        (again.code(), again.message()),
+        (first.code(), first.message())
+    );
+    assert_eq!(
+        again
+            .metadata()
+            .get("idempotent-replayed")
+            .map(|v| v.as_bytes()),
+        Some(&b"true"[..])
+    );
 }

@@ -493,6 +493,11 @@ where
         }
     };
     let code = answer.code();
+    // A handler's own error status is sent trailers-only (tonic's form for `Err(Status)`). A
+    // status in the trailers of an answer whose head was sent as a success came after the
+    // handler returned its answer, its effect done (tonic's `OUT_OF_RANGE` for an answer it
+    // could not encode): never a refusal.
+    let refusal = answer.trailers_only && rules.refusals.contains(&code);
     let stored = answer.into_stored();
     let marked = super::mark::meaning(&head.extensions);
     if let Some(OutcomeUnknown { note }) = head.extensions.get::<OutcomeUnknown>() {
@@ -502,10 +507,7 @@ where
     if head.extensions.get::<NothingHappened>().is_some() || marked == Some(false) {
         return Ok(Reply::Refused(stored));
     }
-    if head.extensions.get::<Happened>().is_some()
-        || marked == Some(true)
-        || !rules.refusals.contains(&code)
-    {
+    if head.extensions.get::<Happened>().is_some() || marked == Some(true) || !refusal {
         return Ok(Reply::Executed(stored));
     }
     Ok(Reply::Refused(stored))
@@ -618,6 +620,9 @@ where
             Err(frame) => {
                 if let Ok(more) = frame.into_trailers() {
                     trailers.extend(more);
+                    // The trailers end the answer: a body polled on after them (tonic's, when
+                    // it failed to encode the message, holds the unsent bytes) is not read.
+                    break;
                 }
             }
         }
