@@ -963,6 +963,34 @@ async fn c08_an_answer_too_large_to_store_becomes_a_stored_internal() {
     );
 }
 
+/// C12: the limit on a stored answer counts its metadata and trailers, not only its messages:
+/// an error status whose details are over `max_response_bytes` becomes the stored `INTERNAL`
+/// an oversized message becomes, never a record of any size.
+#[tokio::test]
+async fn c12_status_details_over_the_response_limit_become_a_stored_internal() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let detailed = tower::service_fn(move |_request: Request<GrpcBody>| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        let details = Bytes::from(vec![b'd'; 64 * 1024]);
+        let status = tonic::Status::with_details(Code::Aborted, "declined", details);
+        async move { Ok::<_, Infallible>(status.into_http::<GrpcBody>()) }
+    });
+    let service = layer(Idempotency::new(MemoryStore::new()))
+        .max_response_bytes(1024)
+        .layer(detailed);
+    let first = send(&service, call(CREATE, Some(KEY), frame(b"m"))).await;
+    let again = send(&service, call(CREATE, Some(KEY), frame(b"m"))).await;
+    assert_eq!(
+        (first.code(), again.code()),
+        (Code::Internal, Code::Internal),
+        "{:?}",
+        first.entry("grpc-message")
+    );
+    assert!(first.entry("grpc-status-details-bin").is_none());
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "its effect ran: once");
+}
+
 #[tokio::test]
 async fn c12_a_stored_answer_that_is_not_a_grpc_one_is_internal_and_nothing_runs() {
     let calls = Arc::new(AtomicUsize::new(0));

@@ -657,6 +657,18 @@ where
             trailers_only: false,
         }
     };
+    // The limit is on what is stored: the status's message and details, and the metadata
+    // kept, count with the messages (C12).
+    let size = answer
+        .metadata
+        .iter()
+        .chain(&answer.trailers)
+        .fold(answer.body.len(), |size, (name, value)| {
+            size.saturating_add(name.len()).saturating_add(value.len())
+        });
+    if size > limit {
+        return Err(AnswerError::Read(ResponseReadError::TooLarge));
+    }
     Ok(answer)
 }
 
