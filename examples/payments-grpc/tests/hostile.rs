@@ -588,3 +588,65 @@ async fn c08_a_status_tonic_sends_after_the_handler_answered_keeps_the_key() {
         Some(&b"true"[..])
     );
 }
+
+/// C3, C5: while the first call runs, the key with another message is a mismatch
+/// (`FAILED_PRECONDITION` wins over `ABORTED`), and the same message is in flight.
+#[tokio::test]
+async fn c03_a_mismatch_while_in_flight_is_failed_precondition() {
+    let server = Harness::start(quick()).await;
+    let key = key();
+    let slow = tokio::spawn({
+        let mut client = server.client().await;
+        let key = key.clone();
+        async move { client.create_charge(create(1, &key, "sleep-500")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let mut client = server.client().await;
+    let other = client
+        .create_charge(create(2, &key, "ok"))
+        .await
+        .expect_err("another message");
+    assert_eq!(other.code(), Code::FailedPrecondition, "{other:?}");
+    let same = client
+        .create_charge(create(1, &key, "ok"))
+        .await
+        .expect_err("in flight");
+    assert_eq!(same.code(), Code::Aborted, "{same:?}");
+    slow.await.expect("joined").expect("the first answer");
+    assert_eq!(server.calls(), 1);
+}
+
+/// C1: a key in the message's `request_id` that is not a valid key is `INVALID_ARGUMENT`; one
+/// that disagrees with the metadata entry too; nothing runs.
+#[tokio::test]
+async fn c01_hostile_keys_in_the_request_id_field_are_invalid_argument() {
+    let server = Harness::start(quick()).await;
+    let mut client = server.client().await;
+    for (field, entry) in [
+        ("k y".to_owned(), None),
+        ("k\u{e9}y".to_owned(), None),
+        ("k".repeat(256), None),
+        ("k\ty".to_owned(), None),
+        ("field-key".to_owned(), Some("entry-key")),
+    ] {
+        let mut request = Request::new(CreateChargeRequest {
+            request_id: field.clone(),
+            ..message(1)
+        });
+        request
+            .metadata_mut()
+            .insert("x-account", ACCOUNT.parse().expect("ascii"));
+        if let Some(entry) = entry {
+            request
+                .metadata_mut()
+                .insert("idempotency-key", entry.parse().expect("ascii"));
+        }
+        let status = client.create_charge(request).await.expect_err("refused");
+        assert_eq!(
+            status.code(),
+            Code::InvalidArgument,
+            "{field:?}: {status:?}"
+        );
+    }
+    assert_eq!(server.calls(), 0);
+}
