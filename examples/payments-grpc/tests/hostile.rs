@@ -4,8 +4,11 @@
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
+use idem::sqlite::rusqlite;
+use idem::sqlite::SqliteStore;
 use idem::{Idempotency, MemoryStore, Policy};
-use payments_grpc::app::{layer, CREATE_CHARGE};
+use idem_tower::{GrpcIdempotencyLayer, GrpcMethod};
+use payments_grpc::app::{account, layer, Consumer, CREATE_CHARGE};
 use payments_grpc::proto::charges_client::ChargesClient;
 use payments_grpc::proto::charges_server::{Charges, ChargesServer};
 use payments_grpc::proto::{Charge, CreateChargeRequest, GetChargeRequest};
@@ -95,6 +98,15 @@ impl Harness {
     /// A server that encodes answers of at most `max_answer` bytes (tonic's
     /// `max_encoding_message_size`).
     async fn start_with(policy: Policy, max_answer: usize) -> Self {
+        Self::serve(policy, max_answer, layer).await
+    }
+
+    /// A server behind the layer `make` builds.
+    async fn serve(
+        policy: Policy,
+        max_answer: usize,
+        make: fn(Idempotency<MemoryStore>) -> GrpcIdempotencyLayer<MemoryStore, Consumer>,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
         let addr = listener.local_addr().expect("an address");
         let fake = Fake::default();
@@ -102,7 +114,7 @@ impl Harness {
         let service = ChargesServer::new(fake.clone()).max_encoding_message_size(max_answer);
         tokio::spawn(async move {
             Server::builder()
-                .layer(layer(idem))
+                .layer(make(idem))
                 .add_service(service)
                 .serve_with_incoming(TcpIncoming::from(listener))
                 .await
@@ -649,4 +661,147 @@ async fn c01_hostile_keys_in_the_request_id_field_are_invalid_argument() {
         );
     }
     assert_eq!(server.calls(), 0);
+}
+
+/// C12: a message over the limit is refused before the rest of it is read, and the client
+/// gets `RESOURCE_EXHAUSTED` over HTTP/2, not a reset stream, however much it still sends.
+#[tokio::test]
+async fn c12_a_call_refused_before_its_body_is_read_gets_its_status() {
+    let server = Harness::start(Policy::default().max_body_bytes(64 * 1024)).await;
+    let mut client = server.client().await;
+    for key in [None, Some(self::key())] {
+        let mut request = Request::new(CreateChargeRequest {
+            description: "d".repeat(2 * 1024 * 1024),
+            ..message(1)
+        });
+        request
+            .metadata_mut()
+            .insert("x-account", ACCOUNT.parse().expect("ascii"));
+        if let Some(key) = &key {
+            request
+                .metadata_mut()
+                .insert("idempotency-key", key.parse().expect("ascii"));
+        }
+        let status = client.create_charge(request).await.expect_err("refused");
+        assert_eq!(
+            status.code(),
+            Code::ResourceExhausted,
+            "{key:?}: {status:?}"
+        );
+    }
+    assert_eq!(server.calls(), 0);
+}
+
+/// `CreateCharge` keyed by the metadata entry only.
+fn metadata_only(idem: Idempotency<MemoryStore>) -> GrpcIdempotencyLayer<MemoryStore, Consumer> {
+    GrpcIdempotencyLayer::new(idem, account as Consumer).method(GrpcMethod::unary(CREATE_CHARGE))
+}
+
+/// C1: a method keyed by metadata only refuses a keyless call before reading its body; the
+/// client, still sending a large message, gets `INVALID_ARGUMENT`, not a reset stream.
+#[tokio::test]
+async fn c01_a_keyless_call_refused_before_its_body_is_read_gets_its_status() {
+    let server = Harness::serve(quick(), usize::MAX, metadata_only).await;
+    let mut client = server.client().await;
+    for size in [10, 900 * 1024] {
+        let mut request = Request::new(CreateChargeRequest {
+            description: "d".repeat(size),
+            ..message(1)
+        });
+        request
+            .metadata_mut()
+            .insert("x-account", ACCOUNT.parse().expect("ascii"));
+        let status = client.create_charge(request).await.expect_err("refused");
+        assert_eq!(status.code(), Code::InvalidArgument, "{size}: {status:?}");
+    }
+    assert_eq!(server.calls(), 0);
+}
+
+/// A handler that writes its answer in its own SQLite transaction, then panics.
+#[derive(Clone, Default)]
+struct CommitThenPanic {
+    calls: Arc<AtomicUsize>,
+}
+
+#[tonic::async_trait]
+impl Charges for CommitThenPanic {
+    async fn create_charge(
+        &self,
+        request: Request<CreateChargeRequest>,
+    ) -> Result<Response<Charge>, Status> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let reservation = request
+            .extensions()
+            .get::<idem_tower::Reservation<SqliteStore>>()
+            .cloned()
+            .expect("a reservation");
+        let charge = Charge {
+            id: "ch_committed".into(),
+            ..Charge::default()
+        };
+        let answer = idem_tower::GrpcAnswer::ok(&charge).into_stored();
+        reservation
+            .transaction(Box::new(move |tx, _lease| -> Result<_, rusqlite::Error> {
+                tx.execute("CREATE TABLE IF NOT EXISTS effects (x INTEGER)", [])?;
+                tx.execute("INSERT INTO effects (x) VALUES (1)", [])?;
+                Ok(answer)
+            }))
+            .await
+            .expect("committed");
+        panic!("the handler panicked after its commit");
+    }
+
+    async fn get_charge(
+        &self,
+        _request: Request<GetChargeRequest>,
+    ) -> Result<Response<Charge>, Status> {
+        Err(Status::not_found("none"))
+    }
+}
+
+/// C6, C8: a handler that panics after its transaction committed the effect and its answer:
+/// the caller and the retry both get the committed answer, one effect.
+#[tokio::test]
+async fn c08_a_panic_after_the_handlers_commit_answers_what_it_committed() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let path = dir.path().join("idem.db");
+    let store = SqliteStore::open(path.to_str().expect("utf-8"))
+        .await
+        .expect("a store");
+    let idem = Idempotency::new(store);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let addr = listener.local_addr().expect("an address");
+    let handler = CommitThenPanic::default();
+    let service = ChargesServer::new(handler.clone());
+    tokio::spawn(async move {
+        Server::builder()
+            .layer(layer(idem))
+            .add_service(service)
+            .serve_with_incoming(TcpIncoming::from(listener))
+            .await
+            .expect("serves");
+    });
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("a URL")
+        .connect()
+        .await
+        .expect("connects");
+    let mut client = ChargesClient::new(channel);
+    let key = key();
+    let first = client.create_charge(create(3, &key, "ok")).await;
+    let again = client.create_charge(create(3, &key, "ok")).await;
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
+    let ids = [&first, &again].map(|answer| {
+        answer
+            .as_ref()
+            .map(|charge| charge.get_ref().id.clone())
+            .map_err(|status| (status.code(), status.message().to_owned()))
+    });
+    assert_eq!(ids[0], ids[1], "one answer for the key");
+    assert_eq!(ids[1], Ok("ch_committed".to_owned()), "what was committed");
+    let db = rusqlite::Connection::open(&path).expect("the file");
+    let effects: i64 = db
+        .query_row("SELECT count(*) FROM effects", [], |row| row.get(0))
+        .expect("a count");
+    assert_eq!(effects, 1);
 }
