@@ -809,3 +809,72 @@ async fn c08_a_panic_after_the_handlers_commit_answers_what_it_committed() {
         .expect("a count");
     assert_eq!(effects, 1);
 }
+
+/// C4, C8: the example's own handler on SQLite, one key, eight HTTP/2 connections whose calls
+/// end at deadlines from 30 ms to 400 ms while the charge takes 250 ms, then every caller
+/// retries until answered: one charge, and every caller reads the same one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c04_callers_cancelling_at_random_on_one_key_make_one_charge() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let path = dir.path().join("payments.db");
+    let path = path.to_str().expect("utf-8").to_owned();
+    let backend = payments_grpc::db::Sqlite::open(&path, Policy::default())
+        .await
+        .expect("the database");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let addr = listener.local_addr().expect("an address");
+    tokio::spawn(payments_grpc::app::serve(
+        backend,
+        listener,
+        true,
+        std::future::pending(),
+    ));
+    let key = key();
+    let mut callers = Vec::new();
+    for i in 0..8u64 {
+        let channel = Channel::from_shared(format!("http://{addr}"))
+            .expect("a URL")
+            .connect()
+            .await
+            .expect("connects");
+        let key = key.clone();
+        callers.push(tokio::spawn(async move {
+            let mut client = ChargesClient::new(channel);
+            let make = |timeout: Option<Duration>| {
+                let mut request = create(250, &key, "ok");
+                request
+                    .metadata_mut()
+                    .insert("x-test-delay-ms", "250".parse().expect("ascii"));
+                if let Some(timeout) = timeout {
+                    request.set_timeout(timeout);
+                }
+                request
+            };
+            let first = client
+                .create_charge(make(Some(Duration::from_millis(30 + i * 50))))
+                .await;
+            if let Ok(charge) = first {
+                return charge.into_inner().id;
+            }
+            loop {
+                match client.create_charge(make(None)).await {
+                    Ok(charge) => return charge.into_inner().id,
+                    Err(status) if status.code() == Code::Aborted => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(status) => panic!("caller {i}: {status:?}"),
+                }
+            }
+        }));
+    }
+    let mut ids = Vec::new();
+    for caller in callers {
+        ids.push(caller.await.expect("joined"));
+    }
+    assert!(ids.iter().all(|id| id == &ids[0]), "{ids:?}");
+    let db = rusqlite::Connection::open(&path).expect("the file");
+    let charges: i64 = db
+        .query_row("SELECT count(*) FROM grpc_charges", [], |row| row.get(0))
+        .expect("a count");
+    assert_eq!(charges, 1);
+}
