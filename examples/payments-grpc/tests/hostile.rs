@@ -560,9 +560,22 @@ fn entries(raw: &Raw) -> Vec<(String, Vec<u8>)> {
 /// C7: the caller and every retry read the same metadata and trailers, OK or error.
 #[tokio::test]
 async fn c07_the_caller_and_the_retry_read_the_same_metadata() {
-    let server = Harness::start(quick()).await;
+    for policy in [
+        quick(),
+        quick()
+            .store_header("x-served-by")
+            .store_header("x-declined-by")
+            .store_header("set-cookie"),
+    ] {
+        same_metadata(policy).await;
+    }
+}
+
+async fn same_metadata(policy: Policy) {
+    let allowed = policy.stores_header("x-served-by");
+    let server = Harness::start(policy).await;
     let channel = server.channel().await;
-    for mode in [&b"ok"[..], b"status"] {
+    for (mode, custom) in [(&b"ok"[..], "x-served-by"), (b"status", "x-declined-by")] {
         let key = key();
         let body = framed(&message(8).encode_to_vec());
         let headers: [(&str, &[u8]); 2] = [("idempotency-key", key.as_bytes()), ("x-mode", mode)];
@@ -570,6 +583,8 @@ async fn c07_the_caller_and_the_retry_read_the_same_metadata() {
         let replay = raw(&channel, body, &headers).await;
         assert_eq!(entries(&first), entries(&replay), "{first:?} {replay:?}");
         assert_eq!(first.body, replay.body);
+        assert_eq!(first.entry(custom).is_some(), allowed, "{first:?}");
+        assert_eq!(first.entry("set-cookie"), None, "never stored, never sent");
     }
 }
 
