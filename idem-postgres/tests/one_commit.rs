@@ -551,3 +551,90 @@ async fn c05_duplicates_are_answered_while_every_effect_connection_is_busy() {
         assert_eq!(charges(store.pool(), &held).await, 1);
     }
 }
+
+/// C5, C15: a duplicate answered beside busy effects takes the gate's locks of a key no row
+/// holds yet only to look, never to reserve: a fresh one-commit reservation of that key in
+/// another process at the same moment must still run, never be answered in flight for an
+/// execution nobody holds. Here every duplicate comes from a store whose only effect
+/// connection is held for good (each looks, then waits for it in vain and fails), so no
+/// execution of a key exists but the fresh one's. A race: a look holds the record's key
+/// shared for its statement only, so a round finds it now and then (a few rounds in 300 on a
+/// loaded two-core machine; none before the looks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn c05_a_look_beside_busy_effects_never_answers_a_fresh_key_in_flight() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let table = format!("once_{}", FencingToken::generate());
+    let here = store(&table).await;
+    let idem = Idempotency::new(here.clone());
+    // The other process: effects on a pool of one connection; its duplicates give up soon.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .test_before_acquire(false)
+        .connect(&pg_url())
+        .await
+        .expect("pool");
+    let there = PgStore::builder()
+        .schema(SCHEMA)
+        .table(&table)
+        .max_connections(8)
+        .pool(pool)
+        .expect("a store on the pool");
+    let policy = idem_core::Policy::default().store_timeout(Duration::from_millis(4));
+    let other = Idempotency::with_policy(there.clone(), policy).expect("policy");
+
+    // A long effect holds the other process's only effect connection.
+    let (started, on_start) = oneshot::channel::<()>();
+    let (go, on_go) = oneshot::channel::<()>();
+    let busy = request(&other, &format!("busy-{table}"), b"{}").with_one_commit(true);
+    let engine = Idempotency::new(there);
+    let holder = tokio::spawn(async move {
+        engine
+            .run_in_transaction(&busy, move |_, _| {
+                Box::pin(async move {
+                    let _ = started.send(());
+                    let _ = on_go.await;
+                    Ok::<_, sqlx::Error>(StoredResponse::new(201, "busy"))
+                })
+            })
+            .await
+    });
+    on_start.await.expect("the effect started");
+
+    // Each round, duplicates of a fresh key, then the key itself through another store.
+    let mut in_flight = Vec::new();
+    for round in 0..300 {
+        let key = format!("fresh-{round}-{table}");
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut duplicates = Vec::new();
+        for _ in 0..32 {
+            let (other, stop) = (other.clone(), Arc::clone(&stop));
+            let duplicate = request(&other, &key, b"{}");
+            duplicates.push(tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = charge(&other, &duplicate, "never", true).await;
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let fresh = charge(&idem, &request(&idem, &key, b"{}"), &key, true).await;
+        stop.store(true, Ordering::Relaxed);
+        for duplicate in duplicates {
+            duplicate.await.expect("a duplicate");
+        }
+        if !matches!(fresh, Ok(Outcome::Executed(_))) {
+            assert_eq!(charges(here.pool(), &key).await, 0, "{fresh:?}");
+            in_flight.push(format!("{round}: {fresh:?}"));
+        }
+    }
+    go.send(()).expect("the effect waits");
+    let held = holder.await.expect("the holder");
+    assert!(matches!(held, Ok(Outcome::Executed(_))), "{held:?}");
+    assert_eq!(charges(here.pool(), "never").await, 0);
+    assert!(
+        in_flight.is_empty(),
+        "{} fresh keys nobody else runs were not executed: {in_flight:?}",
+        in_flight.len()
+    );
+}
