@@ -25,11 +25,9 @@
 --   never waited for, and in this order: nested CASE expressions, evaluated in order, in one
 --   CTE.
 -- * `inserted` writes a fresh in-progress row, not in doubt (store rule 6), only when no row is
---   visible, the gate is open and the caller writes ($12); the primary key decides a race with
---   a concurrent reservation (ON CONFLICT DO NOTHING). A row committed after this statement's
---   snapshot (read committed) shows up as neither: the caller runs the statement again, and
---   then reads it. Not writing ($12 false, with $10 false), the statement only says what a
---   reservation would find, one-commit holders included, and no row means none.
+--   visible and the gate is open; the primary key decides a race with a concurrent reservation
+--   (ON CONFLICT DO NOTHING). A row committed after this statement's snapshot (read committed)
+--   shows up as neither: the caller runs the statement again, and then reads it.
 -- * The response is fetched only for the request's fingerprint or its alternative ($11, C3: the
 --   only cases it can be replayed, the alternative's from this one step, never a step written
 --   under it), so a mismatch or an in-flight answer costs the same whatever the stored body's
@@ -44,8 +42,7 @@
 -- $1 consumer, $2 route, $3 key, $4 fingerprint, $5 new token, $6 lease in milliseconds, $7 the
 -- holder (the reserving process, for operators; never part of a decision), $8 the record's lock
 -- key, $9 the record's and fingerprint's lock key, $10 whether this is a one-commit reservation,
--- $11 the request's alternative fingerprint ($4 again when it has none), $12 whether it may
--- insert.
+-- $11 the request's alternative fingerprint ($4 again when it has none).
 -- Returns one row: source ('existing', 'inserted', 'held_same' or 'held_other'), the record's
 -- columns (NULL for a held record), now, whether the record carries a mark of doubt, and when
 -- the server started (another server, or a restart: what this connection acknowledged before
@@ -86,7 +83,7 @@ inserted AS (
     SELECT $1, $2, $3, $4, $5, 0, clock.now + $6 * interval '1 millisecond',
            date_trunc('milliseconds', clock.now), $7::text, NULL::bytea, NULL::timestamptz
     FROM clock, gate
-    WHERE gate.verdict = 'open' AND $12::boolean AND NOT EXISTS (SELECT 1 FROM existing)
+    WHERE gate.verdict = 'open' AND NOT EXISTS (SELECT 1 FROM existing)
     ON CONFLICT (consumer, route, key) DO NOTHING
     RETURNING fingerprint, token, state, deadline, response
 )

@@ -52,16 +52,6 @@ fn timestamp(ms: i64) -> Result<Timestamp, Error> {
         .map_err(|_| Error::CorruptRecord(format!("postgres: deadline {ms} before 1970")))
 }
 
-/// What a reservation statement may write.
-#[derive(Debug, Clone, Copy)]
-enum Write {
-    /// A fresh record with this token, for this long; `true`: the insert alone
-    /// (`sql/insert.sql`).
-    Reserve(FencingToken, Duration, bool),
-    /// Nothing: it only says what it finds.
-    Nothing,
-}
-
 fn id_params(id: &RecordId) -> [Param<'_>; 3] {
     [
         Param::Text(id.consumer()),
@@ -92,36 +82,7 @@ impl Ops {
         one_commit: bool,
         insert_first: bool,
     ) -> Result<Reserved, Error> {
-        let alone = claim.expects_fresh() && insert_first;
         let (request, token, lease_for) = (claim.request(), claim.token(), claim.lease_for());
-        let write = Write::Reserve(token, lease_for, alone);
-        self.reservation(conn, request, one_commit, write).await
-    }
-
-    /// What [`reserve`](Self::reserve) would find for `request`, writing nothing: its statement
-    /// without the insert, in autocommit, its gate's locks taken shared for the statement only
-    /// (`sql/reserve.sql`, $12 false). The record; held, by a one-commit execution; or `Lost`
-    /// when there is none.
-    pub(crate) async fn look(
-        &self,
-        conn: &mut PgConnection,
-        request: &Request,
-    ) -> Result<Reserved, Error> {
-        self.reservation(conn, request, false, Write::Nothing).await
-    }
-
-    /// `sql/reserve.sql` (or `sql/insert.sql` alone) for `request`, writing as `write` says.
-    async fn reservation(
-        &self,
-        conn: &mut PgConnection,
-        request: &Request,
-        one_commit: bool,
-        write: Write,
-    ) -> Result<Reserved, Error> {
-        let (token, lease_for, alone) = match write {
-            Write::Reserve(token, lease_for, alone) => (token, lease_for, alone),
-            Write::Nothing => (FencingToken::from_bytes([0; 16]), Duration::ZERO, false),
-        };
         let id = request.id();
         let [consumer, route, key] = id_params(id);
         // The response is fetched under either of the request's fingerprints (C3).
@@ -138,8 +99,8 @@ impl Ops {
         };
         // Which process reserves, for operators; never part of a decision.
         let holder = self.holder.as_str();
-        // The insert takes reserve.sql's $1..$10; $11 is the alternative fingerprint, $12
-        // whether it may insert.
+        // The insert takes reserve.sql's $1..$10; $11 is the alternative fingerprint.
+        let alone = claim.expects_fresh() && insert_first;
         let params = [
             consumer,
             route,
@@ -152,7 +113,6 @@ impl Ops {
             Param::Int(gate.fingerprint),
             Param::Bool(one_commit),
             Param::Bytes(alternative.as_bytes()),
-            Param::Bool(matches!(write, Write::Reserve(..))),
         ];
         let (sql, params) = if alone {
             (&self.sql.insert, &params[..10])
@@ -179,6 +139,40 @@ impl Ops {
             "inserted" => Ok(Reserved::Written {
                 until: timestamp(row::required_instant(&found, "deadline_at")?)?,
             }),
+            _ => found_record(&found),
+        }
+    }
+
+    /// What [`reserve`](Self::reserve) would find for `request`, writing nothing and taking no
+    /// lock (`sql/look.sql`): the record; held, by a one-commit execution; or `Lost` when there
+    /// is neither.
+    pub(crate) async fn look(
+        &self,
+        conn: &mut PgConnection,
+        request: &Request,
+    ) -> Result<Reserved, Error> {
+        let [consumer, route, key] = id_params(request.id());
+        let [fingerprint, alternative] = request.fingerprints();
+        let gate = self.gate.keys(request.id(), request.fingerprint());
+        let params = [
+            consumer,
+            route,
+            key,
+            Param::Bytes(fingerprint.as_bytes()),
+            Param::Bytes(alternative.as_bytes()),
+            Param::Int(gate.record),
+            Param::Int(gate.fingerprint),
+        ];
+        let found =
+            fetch_optional_after(conn, self.mode, &self.preamble, &self.sql.look, &params).await?;
+        let Some(found) = found else {
+            return Ok(Reserved::Lost);
+        };
+        self.seen_server(&found)?;
+        let source: &str = found.try_get("source").map_err(crate::error::store_error)?;
+        match source {
+            "held_same" => Ok(Reserved::Held { mismatch: false }),
+            "held_other" => Ok(Reserved::Held { mismatch: true }),
             _ => found_record(&found),
         }
     }

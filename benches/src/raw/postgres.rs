@@ -213,7 +213,6 @@ impl Inner {
                 .bind(fingerprint_lock)
                 .bind(false)
                 .bind(fingerprint)
-                .bind(true)
                 .fetch_all(held.conn())
                 .await
                 .expect("reserve.sql");
