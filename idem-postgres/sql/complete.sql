@@ -12,6 +12,13 @@
 -- nodes PostgreSQL builds again at every execution (about 22 000 server instructions, a twentieth
 -- of a fresh key's: docs/benchmarks.md, "What bounds each store").
 -- The store writes its configured lock deadline in place of '3s' (the default).
+-- The filter also sets its transaction's idle deadline (idle_in_transaction_session_timeout):
+-- from here to its COMMIT the transaction holds the record's row, which a takeover skips, so a
+-- caller that stops between the two (a frozen process, a half-open connection: a session the
+-- server believes in) would keep every retry in flight for as long as it stays stopped; past
+-- the deadline the server ends the session, the transaction rolls back and the orphan is taken
+-- over after its lease (C9, C13). The store writes its configured idle deadline in place of
+-- '30s' (the default).
 -- The mark of an answer in doubt ($7, NULL for the execution's own answer) is written with it,
 -- due for a check at the completion's moment; NULL clears any mark and its check time (store
 -- rule 6).
@@ -31,3 +38,4 @@ SET state = 1, response = $5, doubt = $7::bytea,
 WHERE consumer = $1 AND route = $2 AND key = $3 AND token = $4 AND state = 0
   AND (NOT $8::boolean OR current_setting('transaction_deferrable') = 'on')
   AND set_config('lock_timeout', '3s', true) IS NOT NULL
+  AND set_config('idle_in_transaction_session_timeout', '30s', true) IS NOT NULL

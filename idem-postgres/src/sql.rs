@@ -39,6 +39,18 @@ fn with_lock_timeout(sql: &str, lock_ms: i64) -> String {
     )
 }
 
+/// The idle deadline the completion's `.sql` file is written with (the default); the store
+/// writes its own in its place.
+const IDLE_TIMEOUT_MARK: &str = "set_config('idle_in_transaction_session_timeout', '30s', true)";
+
+/// `sql` with `idle_ms` milliseconds as the idle-in-transaction deadline it sets.
+fn with_idle_timeout(sql: &str, idle_ms: i64) -> String {
+    sql.replace(
+        IDLE_TIMEOUT_MARK,
+        &format!("set_config('idle_in_transaction_session_timeout', '{idle_ms}', true)"),
+    )
+}
+
 /// The versioned migrations, in order: (version, SQL for the default names).
 pub(crate) const MIGRATION_FILES: &[(i64, &str)] = &[
     (1, include_str!("../sql/migrations/0001_create_records.sql")),
@@ -137,7 +149,11 @@ impl Statements {
             reserve: sql(include_str!("../sql/reserve.sql")),
             look: sql(include_str!("../sql/look.sql")),
             replace_reservation: sql(include_str!("../sql/replace_reservation.sql")),
-            complete: with_lock_timeout(&sql(include_str!("../sql/complete.sql")), lock).into(),
+            complete: with_idle_timeout(
+                &with_lock_timeout(&sql(include_str!("../sql/complete.sql")), lock),
+                deadlines.idle_in_transaction_ms(),
+            )
+            .into(),
             effect_tx_open: strip_comments(include_str!("../sql/effect_tx_open.sql")).into(),
             release: with_lock_timeout(&sql(include_str!("../sql/release.sql")), lock).into(),
             renew: with_lock_timeout(
@@ -306,5 +322,18 @@ mod tests {
             .renew
             .contains("set_config('lock_timeout', '200', true)"));
         assert!(!sql.complete.contains("'3s'"), "the mark is replaced");
+    }
+
+    #[test]
+    fn c09_c13_the_completion_sets_the_configured_idle_deadline() {
+        let deadlines = Deadlines {
+            idle_in_transaction: std::time::Duration::from_millis(2500),
+            ..Deadlines::default()
+        };
+        let sql = Statements::new("s", "t", &deadlines);
+        assert!(sql
+            .complete
+            .contains("set_config('idle_in_transaction_session_timeout', '2500', true)"));
+        assert!(!sql.complete.contains("'30s'"), "the mark is replaced");
     }
 }

@@ -239,7 +239,10 @@ impl PgStoreBuilder {
     /// Keep it at or above [`transaction_timeout`](Self::transaction_timeout) if your effects
     /// pause between statements (a provider's call inside the transaction): the server's
     /// deadline ends such an effect with a broken connection, which releases its key, where
-    /// the transaction timeout keeps it with an unknown outcome (C8).
+    /// the transaction timeout keeps it with an unknown outcome (C8). The completion inside
+    /// your own transaction ([`complete_in`](PgStore::complete_in)) sets it for the rest of
+    /// that transaction, which holds the record's row until its COMMIT: a process frozen
+    /// there is ended by the server, and its record taken over after its lease (C9).
     pub fn idle_in_transaction_timeout(mut self, timeout: Duration) -> Self {
         self.config.deadlines.idle_in_transaction = timeout;
         self
