@@ -69,8 +69,8 @@ async fn freeze_child() {
     );
     let intent = intent.as_str();
     let idem = engine(table).await;
-    if mode == "one-commit" {
-        let request = request(&idem, intent).with_one_commit(true);
+    if mode == "one-commit" || mode == "two-commit" {
+        let request = request(&idem, intent).with_one_commit(mode == "one-commit");
         let owned = intent.to_owned();
         let ran = idem
             .run_in_transaction(&request, move |tx, _| {
@@ -262,5 +262,36 @@ async fn c15_c05_a_one_commit_execution_frozen_in_its_effect_is_in_flight_then_l
     frozen.signal("-CONT");
     tokio::time::sleep(Duration::from_secs(3)).await;
     drop(frozen);
+    assert_eq!(charges(idem.store().pool(), &intent).await, 1, "one charge");
+}
+
+/// C6, C8, C9: a two-commit execution frozen in its effect past its lease and the server's idle
+/// deadline, with nobody retrying meanwhile: woken, its transaction is gone (nothing
+/// committed), and the key must not be burnt with a stored answer for an effect that rolled
+/// back: the retry runs, once.
+#[tokio::test]
+async fn c08_c09_a_two_commit_execution_frozen_past_its_idle_deadline_leaves_the_key_free() {
+    let table = format!("freeze_{}", idem_core::FencingToken::generate());
+    let intent = format!("frozen2-{}", idem_core::FencingToken::generate());
+    let idem = engine(&table).await;
+    let frozen = run_child_and_freeze("two-commit", &table, &intent);
+    tokio::time::sleep(IDLE + Duration::from_secs(2)).await;
+    frozen.signal("-CONT");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    drop(frozen);
+    assert_eq!(
+        charges(idem.store().pool(), &intent).await,
+        0,
+        "nothing committed"
+    );
+    let request = request(&idem, &intent);
+    let i = intent.clone();
+    let outcome = idem
+        .run_in_transaction(&request, move |tx, _| {
+            Box::pin(async move { insert_charge(tx, &i).await })
+        })
+        .await;
+    eprintln!("the retry after the woken execution: {outcome:?}");
+    assert!(matches!(outcome, Ok(Outcome::Executed(_))), "{outcome:?}");
     assert_eq!(charges(idem.store().pool(), &intent).await, 1, "one charge");
 }
