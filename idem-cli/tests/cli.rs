@@ -1491,3 +1491,63 @@ async fn redis_cluster_records_in_doubt_are_listed_shown_settled_and_released() 
     )
     .await;
 }
+
+/// `purge --all` from a timer (docs/operations.md) is a new process each time: on PostgreSQL it
+/// must reach the expired records reserved after more than a window of records kept longer (a
+/// longer retention, another engine's policy on the same table), not stop at the first window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c10_purge_all_reaches_expired_records_behind_longer_kept_ones_on_postgres() {
+    let url = env("IDEM_PG_URL");
+    let schema = format!("cli_{}", FencingToken::generate());
+    let base = [
+        "--url",
+        url.as_str(),
+        "--schema",
+        schema.as_str(),
+        "--table",
+        "ops",
+    ];
+    let migrated = idem(&[&base[..], &["migrate"]].concat());
+    assert_eq!(migrated.code, 0, "{}", migrated.err);
+    let store = PgStore::builder()
+        .schema(&schema)
+        .table("ops")
+        .connect(&url)
+        .await
+        .expect("connect");
+    let engine = |retention| {
+        Idempotency::with_policy(store.clone(), Policy::default().retention(retention))
+            .expect("policy")
+    };
+    let (long, short) = (
+        engine(Duration::from_secs(3600)),
+        engine(Duration::from_millis(200)),
+    );
+    // Reserved first and kept an hour: more of them than one purge window (4 x --batch) holds.
+    for (idem, prefix, count) in [(&long, "kept", 30), (&short, "gone", 10)] {
+        for i in 0..count {
+            let request = request("acct_purge", &format!("{prefix}-{i}"));
+            let Begin::Acquired(lease) = idem.begin(&request).await.expect("begin") else {
+                panic!("a fresh key")
+            };
+            idem.complete(lease, StoredResponse::new(201, "ok"))
+                .await
+                .expect("complete");
+        }
+        // Later reservation times for the next records.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let purged = idem(&[&base[..], &["--json", "purge", "--all", "--batch", "2"]].concat());
+    assert_eq!(purged.code, 0, "{}", purged.err);
+    assert_eq!(
+        purged.json()["purged"],
+        10,
+        "every expired record, however many were kept before them: {}",
+        purged.out
+    );
+    let stats = idem(&[&base[..], &["--json", "stats"]].concat());
+    assert_eq!(stats.code, 0, "{}", stats.err);
+    assert_eq!(stats.json()["expired"], 0, "{}", stats.out);
+}

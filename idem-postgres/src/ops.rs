@@ -8,7 +8,8 @@ use crate::row;
 use crate::sql::Statements;
 use idem_core::store::Reconciliation;
 use idem_core::store::{
-    duration_millis, Acquire, Claim, Completion, Decided, Lease, Record, Reserved, Resolution,
+    duration_millis, Acquire, Claim, Completion, Deadline, Decided, Lease, Record, Reserved,
+    Resolution,
 };
 use idem_core::{
     Error, FencingToken, Field, RecordId, Request, StoreErrorKind, StoredResponse, Timestamp,
@@ -401,15 +402,60 @@ impl Ops {
     }
 
     /// One bounded batch of expired records (C10), then of expired audit entries with what is
-    /// left of `limit` (store rules 4 and 7): at most `limit` rows in all, each batch one
-    /// statement. The records' window starts where the last call's stopped (`purge_from`).
+    /// left of `limit` (store rules 4 and 7): at most `limit` rows in all, each window one
+    /// statement. The records' window starts where the last call's stopped (`purge_from`); a
+    /// window that holds fewer expired records than are still wanted moves on to the next one,
+    /// to the end of the table, while `deadline` leaves room for another window: a short batch
+    /// means no expired record was left behind records kept longer (a longer retention, another
+    /// engine's policy on the same table), which is what `purge --all` and `purge_every` stop
+    /// on.
     pub(crate) async fn purge_expired(
         &self,
         conn: &mut PgConnection,
         limit: usize,
+        deadline: Deadline,
     ) -> Result<usize, Error> {
         let bound = |n: usize| Param::Int(i64::try_from(n).unwrap_or(i64::MAX));
         let deleted = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        let mut records = 0usize;
+        loop {
+            let wanted = limit.saturating_sub(records);
+            let started = std::time::Instant::now();
+            let (purged, full) = self.purge_window(conn, wanted).await?;
+            records = records.saturating_add(purged);
+            // Another window only while this one was full (not the table's end), expired
+            // records are still wanted and the deadline leaves room for one more.
+            if records >= limit || !full || deadline.remaining() < started.elapsed() * 2 {
+                break;
+            }
+        }
+        let left = limit.saturating_sub(records);
+        if left == 0 {
+            return Ok(records);
+        }
+        let entries = deleted(
+            execute_after(
+                conn,
+                self.mode,
+                &self.preamble,
+                &self.sql.reconciliations_purge,
+                &[bound(left)],
+            )
+            .await?,
+        );
+        Ok(records.saturating_add(entries))
+    }
+
+    /// One window of the records (`sql/purge_expired.sql`): at most `limit` expired records
+    /// deleted among the 4 x `limit` after `purge_from`, which moves on past the window unless
+    /// the batch was full (the window may hold more). Returns how many were deleted and
+    /// whether the window was full (there are records after it).
+    async fn purge_window(
+        &self,
+        conn: &mut PgConnection,
+        limit: usize,
+    ) -> Result<(usize, bool), Error> {
+        let bound = |n: usize| Param::Int(i64::try_from(n).unwrap_or(i64::MAX));
         let from = self
             .purge_from
             .lock()
@@ -448,30 +494,17 @@ impl Ops {
             }
             None => None,
         };
+        let full = scanned >= limit.saturating_mul(4);
         // A full batch may have left expired records in the window: it is read again. A window
         // short of its size reached the end: the next starts from the oldest.
         if records < limit {
-            let next = last.filter(|_| scanned >= limit.saturating_mul(4));
+            let next = last.filter(|_| full);
             *self
                 .purge_from
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner) = next;
         }
-        let left = limit.saturating_sub(records);
-        if left == 0 {
-            return Ok(records);
-        }
-        let entries = deleted(
-            execute_after(
-                conn,
-                self.mode,
-                &self.preamble,
-                &self.sql.reconciliations_purge,
-                &[bound(left)],
-            )
-            .await?,
-        );
-        Ok(records.saturating_add(entries))
+        Ok((records, full))
     }
 
     /// A decision about a record in doubt (store rule 7): one statement (`resolve_*.sql`) makes

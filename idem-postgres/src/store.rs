@@ -750,7 +750,10 @@ impl Store for PgStore {
     async fn purge_expired(&self, limit: usize, deadline: Deadline) -> Result<usize, Error> {
         deadline
             .bound(Operation::Purge, async {
-                on_connection!(self, |conn| self.inner.ops.purge_expired(conn, limit))
+                on_connection!(self, |conn| self
+                    .inner
+                    .ops
+                    .purge_expired(conn, limit, deadline))
             })
             .await
     }
