@@ -80,6 +80,17 @@ fn operate(url: &str, id: &MessageId) {
         ]))["purged"],
         0
     );
+    // Kept for ever, written as people write it: nothing purged, on every store (C12).
+    assert_eq!(
+        json(&with(&[
+            "purge",
+            "--delivered-for",
+            "500000000years",
+            "--dead-for",
+            "500000000years"
+        ]))["purged"],
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
