@@ -1551,3 +1551,35 @@ async fn c10_purge_all_reaches_expired_records_behind_longer_kept_ones_on_postgr
     assert_eq!(stats.code, 0, "{}", stats.err);
     assert_eq!(stats.json()["expired"], 0, "{}", stats.out);
 }
+
+/// A record that does not decode stops every scan of a Redis prefix (stats, pending, doubt
+/// list, inspect by key: C12, never read as absent): the error names its key, so that an
+/// operator can find it and look at it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c12_a_corrupt_redis_record_is_named_by_the_listings_it_stops() {
+    use idem_redis::redis::AsyncCommands;
+    let url = env("IDEM_REDIS_URL");
+    let prefix = format!("cli{}", FencingToken::generate());
+    let key = format!("{prefix}:{}", "ab".repeat(32));
+    let client = idem_redis::redis::Client::open(url.as_str()).expect("a client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let _: () = conn.hset(&key, "foo", "bar").await.expect("written");
+    let base = ["--url", url.as_str(), "--prefix", prefix.as_str()];
+    for command in [
+        &["stats"][..],
+        &["pending", "--older-than", "0s", "--all"],
+        &["doubt", "list", "--all"],
+    ] {
+        let run = idem(&[&base[..], command].concat());
+        assert_eq!(run.code, 1, "{command:?}: {}", run.err);
+        assert!(
+            run.err.contains("corrupt") && run.err.contains(&key),
+            "{command:?} names the record: {}",
+            run.err
+        );
+    }
+    let _: () = conn.del(&key).await.expect("deleted");
+}

@@ -248,7 +248,17 @@ impl<'a> Scanner<'a> {
             match reply {
                 Value::Nil => {}
                 Value::Array(fields) => {
-                    let listed = record::listed(&fields, self.prefix, &key)?;
+                    // Named, so that an operator can find the one record every scan of
+                    // the prefix stops on (C12).
+                    let listed =
+                        record::listed(&fields, self.prefix, &key).map_err(
+                            |error| match error {
+                                Error::CorruptRecord(why) => {
+                                    Error::CorruptRecord(format!("{why} (key {key})"))
+                                }
+                                other => other,
+                            },
+                        )?;
                     records.push((key, listed));
                 }
                 other => return Err(unexpected("list.lua", &other)),
