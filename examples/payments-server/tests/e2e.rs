@@ -68,6 +68,9 @@ on_both_backends! {
     doubt_the_servers_own_reconciler_settles =>
         sqlite_doubt_the_servers_own_reconciler_settles,
         postgres_doubt_the_servers_own_reconciler_settles;
+    doubt_released_after_the_reconciler_recorded_the_charge_answers_it =>
+        sqlite_doubt_released_after_the_reconciler_recorded_the_charge_answers_it,
+        postgres_doubt_released_after_the_reconciler_recorded_the_charge_answers_it;
 }
 
 /// Asserts `replay` is the replay of `original`: same status, byte-identical body,
@@ -1054,5 +1057,63 @@ async fn doubt_the_servers_own_reconciler_settles(backend: Backend) {
     assert_charge(&last, 4242, "usd");
     assert!(last.replayed(), "{}", last.describe());
     assert_report(&api.reconcile().await, &[]);
+    show_and_assert_one_charge(backend, &api).await;
+}
+
+/// Deletes the idempotency record of `key` from `env`'s database, as a release does.
+async fn delete_record(env: &TestEnv, key: &str) {
+    match env.backend {
+        Backend::Sqlite => {
+            let db = idem::sqlite::rusqlite::Connection::open(&env.database).expect("the file");
+            let deleted = db
+                .execute("DELETE FROM idem_records WHERE key = ?1", [key])
+                .expect("deleted");
+            assert_eq!(deleted, 1, "one record of {key}");
+        }
+        Backend::Postgres => {
+            use sqlx::Connection as _;
+            let mut db = sqlx::PgConnection::connect(&env.database)
+                .await
+                .expect("the database");
+            let deleted = sqlx::query("DELETE FROM public.idem_records WHERE key = $1")
+                .bind(key)
+                .execute(&mut db)
+                .await
+                .expect("deleted");
+            assert_eq!(deleted.rows_affected(), 1, "one record of {key}");
+        }
+    }
+}
+
+/// An operator's `idem doubt release` (or the record's retention passing) lands between the
+/// reconciler's insert of the authorised charge and its settlement, which then changes
+/// nothing: the charge row is there and the key is free (C8). The client's retry runs the
+/// handler again, the network answers the same authorization under the same downstream key,
+/// and the client gets that charge, the row the reconciler recorded: never a 500 on every
+/// retry for a charge that went through. One authorization, one charge row.
+async fn doubt_released_after_the_reconciler_recorded_the_charge_answers_it(backend: Backend) {
+    let env = TestEnv::new(backend, "doubt-lost-settle").await;
+    let server = start_without_reconciler(&env).await;
+    let api = server.api();
+    let key = new_key("doubt-lost-settle");
+    let req =
+        ChargeRequest::form(&key, 4242).with_network_fault(NetworkFault::TimeoutAfterCharging);
+    let retry = req.clone().without_network_fault();
+
+    let first = api.post_raw(&req).await;
+    assert_in_doubt(&first);
+    let report = api.reconcile().await;
+    assert_report(&report, &[("checked", 1), ("settled", 1)]);
+    assert_eq!(api.charge_count().await, 1, "the reconciler recorded it");
+    // The end of that race: the record released, the reconciler's row kept.
+    delete_record(&env, &key).await;
+
+    let again = api.post_raw(&retry).await;
+    show(backend, "retry after the release", &again);
+    let charge = assert_charge(&again, 4242, "usd");
+    assert!(!again.replayed(), "{}", again.describe());
+    assert_retrievable(&api, &charge).await;
+    let replay = api.post_raw(&retry).await;
+    assert_replay_of(&replay, &again, &key);
     show_and_assert_one_charge(backend, &api).await;
 }

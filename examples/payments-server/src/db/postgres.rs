@@ -14,7 +14,6 @@ use std::time::Duration;
 use tokio::time::error::Elapsed;
 
 const SCHEMA: &str = include_str!("sql/postgres/schema.sql");
-const INSERT: &str = include_str!("sql/postgres/insert.sql");
 const INSERT_IF_ABSENT: &str = include_str!("sql/postgres/insert_if_absent.sql");
 const GET: &str = include_str!("sql/postgres/get.sql");
 const LIST: &str = include_str!("sql/postgres/list.sql");
@@ -116,7 +115,7 @@ fn charge_of(row: &sqlx::postgres::PgRow) -> Result<Charge, sqlx::Error> {
     ))
 }
 
-/// `sql` ([`INSERT`] or [`INSERT_IF_ABSENT`]) with `charge` of `account` bound.
+/// `sql` ([`INSERT_IF_ABSENT`]) with `charge` of `account` bound.
 fn insert<'q>(
     sql: &'static str,
     account: &'q str,
@@ -155,9 +154,12 @@ impl Backend for Postgres {
                 .map(|event| (outbox, event)),
             None => None,
         };
+        // The row may be there already: the reconciler recorded this authorization and then
+        // lost its settlement (a release came first), so the key ran again and the network
+        // answered the same authorization. Its charge is this one.
         charge_and_complete(
             reservation,
-            insert(INSERT, account, charge),
+            insert(INSERT_IF_ABSENT, account, charge),
             webhook,
             charge.response(),
             delay,

@@ -14,7 +14,6 @@ use std::time::Duration;
 const SCHEMA: &str = include_str!("sql/sqlite/schema.sql");
 const HAS_AUTHORIZATION_COLUMN: &str = include_str!("sql/sqlite/has_authorization_column.sql");
 const ADD_AUTHORIZATION_COLUMN: &str = include_str!("sql/sqlite/add_authorization_column.sql");
-const INSERT: &str = include_str!("sql/sqlite/insert.sql");
 const INSERT_IF_ABSENT: &str = include_str!("sql/sqlite/insert_if_absent.sql");
 const GET: &str = include_str!("sql/sqlite/get.sql");
 const LIST: &str = include_str!("sql/sqlite/list.sql");
@@ -88,7 +87,7 @@ fn charge_of(row: &Row<'_>) -> idem::sqlite::rusqlite::Result<Charge> {
     ))
 }
 
-/// `charge` of `account` as the parameters of [`INSERT`] and [`INSERT_IF_ABSENT`].
+/// `charge` of `account` as the parameters of `sql` ([`INSERT_IF_ABSENT`]).
 fn insert(
     db: &Connection,
     sql: &str,
@@ -127,7 +126,10 @@ impl Backend for Sqlite {
         // completion, one commit (or nothing, and the key given back by the engine).
         reservation
             .transaction(Box::new(move |tx, _lease| -> Result<_, DbError> {
-                insert(tx, INSERT, &account, &charge)?;
+                // The row may be there already: the reconciler recorded this authorization
+                // and then lost its settlement (a release came first), so the key ran again
+                // and the network answered the same authorization. Its charge is this one.
+                insert(tx, INSERT_IF_ABSENT, &account, &charge)?;
                 if let (Some(outbox), Some(event)) = (&outbox, webhooks::charge_succeeded(&charge)?)
                 {
                     outbox.enqueue(tx, &event)?;
