@@ -991,6 +991,35 @@ async fn c12_status_details_over_the_response_limit_become_a_stored_internal() {
     assert_eq!(calls.load(Ordering::SeqCst), 1, "its effect ran: once");
 }
 
+/// C8: a handler's refusal (trailers-only `INVALID_ARGUMENT`, nothing happened) is sent and
+/// its key released whatever the size of its status: the limit is on what is stored, and a
+/// refusal stores nothing. Rich error details over `max_response_bytes` never burn the key
+/// with a stored `INTERNAL` that the corrected retry would be answered.
+#[tokio::test]
+async fn c08_a_refusal_with_details_over_the_response_limit_is_sent_and_released() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let refusing = tower::service_fn(move |_request: Request<GrpcBody>| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        let details = Bytes::from(vec![b'd'; 4 * 1024]);
+        let status = tonic::Status::with_details(Code::InvalidArgument, "bad field", details);
+        async move { Ok::<_, Infallible>(status.into_http::<GrpcBody>()) }
+    });
+    let service = layer(Idempotency::new(MemoryStore::new()))
+        .max_response_bytes(1024)
+        .layer(refusing);
+    let first = send(&service, call(CREATE, Some(KEY), frame(b"m"))).await;
+    let again = send(&service, call(CREATE, Some(KEY), frame(b"m"))).await;
+    assert_eq!(
+        (first.code(), again.code()),
+        (Code::InvalidArgument, Code::InvalidArgument),
+        "the handler's refusal, as it sent it: {:?}",
+        first.entry("grpc-message")
+    );
+    assert!(again.entry("idempotent-replayed").is_none(), "{again:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "released: the retry runs");
+}
+
 #[tokio::test]
 async fn c12_a_stored_answer_that_is_not_a_grpc_one_is_internal_and_nothing_runs() {
     let calls = Arc::new(AtomicUsize::new(0));

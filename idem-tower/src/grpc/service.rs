@@ -477,16 +477,7 @@ where
             return Ok(Reply::Executed(answer.into_stored()));
         }
         Err(AnswerError::Read(ResponseReadError::TooLarge)) => {
-            tracing::error!(
-                target: "idem_tower",
-                max_response = rules.max_response,
-                "idempotency: the answer is over max_response_bytes; storing INTERNAL"
-            );
-            let answer = GrpcAnswer::error(
-                Code::Internal,
-                "The server produced an answer too large to store.",
-            );
-            return Ok(Reply::Executed(answer.into_stored()));
+            return Ok(too_large(rules.max_response));
         }
         Err(AnswerError::Read(ResponseReadError::Failed(error))) => {
             return Err(unknown(format!("the answer's body failed: {error}")))
@@ -498,19 +489,55 @@ where
     // handler returned its answer, its effect done (tonic's `OUT_OF_RANGE` for an answer it
     // could not encode): never a refusal.
     let refusal = answer.trailers_only && rules.refusals.contains(&code);
+    // The limit is on what is stored (C12): a refusal is sent and stores nothing, so its
+    // status's size never turns it into a stored INTERNAL that burns the key (C8).
+    let oversized = stored_size(&answer) > rules.max_response;
     let stored = answer.into_stored();
     let marked = super::mark::meaning(&head.extensions);
     if let Some(OutcomeUnknown { note }) = head.extensions.get::<OutcomeUnknown>() {
         let error = "the method said its outcome is unknown".to_owned();
+        if oversized {
+            return Err(unknown(error).noting(note.clone()));
+        }
         return Err(Failure::unknown_with(error, stored).noting(note.clone()));
     }
     if head.extensions.get::<NothingHappened>().is_some() || marked == Some(false) {
         return Ok(Reply::Refused(stored));
     }
     if head.extensions.get::<Happened>().is_some() || marked == Some(true) || !refusal {
+        if oversized {
+            return Ok(too_large(rules.max_response));
+        }
         return Ok(Reply::Executed(stored));
     }
     Ok(Reply::Refused(stored))
+}
+
+/// The stored `INTERNAL` of an answer over `max_response_bytes` (C12): its effect ran, its
+/// answer cannot be kept.
+fn too_large(max_response: usize) -> Reply {
+    tracing::error!(
+        target: "idem_tower",
+        max_response,
+        "idempotency: the answer is over max_response_bytes; storing INTERNAL"
+    );
+    let answer = GrpcAnswer::error(
+        Code::Internal,
+        "The server produced an answer too large to store.",
+    );
+    Reply::Executed(answer.into_stored())
+}
+
+/// The size an answer is stored with, as the limit counts it: its messages, and the status's
+/// message and details and the metadata kept with them.
+fn stored_size(answer: &GrpcAnswer) -> usize {
+    answer
+        .metadata
+        .iter()
+        .chain(&answer.trailers)
+        .fold(answer.body.len(), |size, (name, value)| {
+            size.saturating_add(name.len()).saturating_add(value.len())
+        })
 }
 
 /// The execution with its panics caught (C7, C8): a panicking handler may have run its effect,
@@ -657,18 +684,8 @@ where
             trailers_only: false,
         }
     };
-    // The limit is on what is stored: the status's message and details, and the metadata
-    // kept, count with the messages (C12).
-    let size = answer
-        .metadata
-        .iter()
-        .chain(&answer.trailers)
-        .fold(answer.body.len(), |size, (name, value)| {
-            size.saturating_add(name.len()).saturating_add(value.len())
-        });
-    if size > limit {
-        return Err(AnswerError::Read(ResponseReadError::TooLarge));
-    }
+    // The status's message and details and the metadata kept count against the limit too,
+    // once the answer is known to be stored (`execute`, C12): a refusal stores nothing.
     Ok(answer)
 }
 
