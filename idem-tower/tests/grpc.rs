@@ -1020,6 +1020,41 @@ async fn c08_a_refusal_with_details_over_the_response_limit_is_sent_and_released
     assert_eq!(calls.load(Ordering::SeqCst), 2, "released: the retry runs");
 }
 
+/// C7, C12: the limit counts what is stored. Initial metadata the policy never stores (a
+/// large debugging header) is sent, not stored, and never turns the handler's `OK` into a
+/// stored `INTERNAL`.
+#[tokio::test]
+async fn c12_metadata_that_is_not_stored_does_not_count_against_the_limit() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let verbose = tower::service_fn(move |_request: Request<GrpcBody>| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("0"));
+        let body =
+            Full::new(Bytes::from(frame(b"ok"))).with_trailers(async move { Some(Ok(trailers)) });
+        let mut response = Response::new(GrpcBody::new(body));
+        let headers = response.headers_mut();
+        headers.insert("content-type", HeaderValue::from_static("application/grpc"));
+        let debug = HeaderValue::from_str(&"d".repeat(4 * 1024)).expect("a value");
+        headers.insert("x-debug", debug);
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let service = layer(Idempotency::new(MemoryStore::new()))
+        .max_response_bytes(1024)
+        .layer(verbose);
+    let first = send(&service, call(CREATE, Some(KEY), frame(b"m"))).await;
+    let again = send(&service, call(CREATE, Some(KEY), frame(b"m"))).await;
+    assert_eq!(
+        (first.code(), again.code()),
+        (Code::Ok, Code::Ok),
+        "{:?}",
+        first.entry("grpc-message")
+    );
+    assert_eq!(again.entry("idempotent-replayed"), Some("true"));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn c12_a_stored_answer_that_is_not_a_grpc_one_is_internal_and_nothing_runs() {
     let calls = Arc::new(AtomicUsize::new(0));

@@ -491,7 +491,7 @@ where
     let refusal = answer.trailers_only && rules.refusals.contains(&code);
     // The limit is on what is stored (C12): a refusal is sent and stores nothing, so its
     // status's size never turns it into a stored INTERNAL that burns the key (C8).
-    let oversized = stored_size(&answer) > rules.max_response;
+    let oversized = stored_size(&answer, &rules.policy) > rules.max_response;
     let stored = answer.into_stored();
     let marked = super::mark::meaning(&head.extensions);
     if let Some(OutcomeUnknown { note }) = head.extensions.get::<OutcomeUnknown>() {
@@ -528,12 +528,16 @@ fn too_large(max_response: usize) -> Reply {
     Reply::Executed(answer.into_stored())
 }
 
-/// The size an answer is stored with, as the limit counts it: its messages, and the status's
-/// message and details and the metadata kept with them.
-fn stored_size(answer: &GrpcAnswer) -> usize {
+/// The size an answer is stored with, as the limit counts it: its messages, the status's
+/// message and details, and the metadata kept with them (the trailers are already the kept
+/// ones; of the initial metadata, what the policy stores and what travels with the messages).
+/// Metadata sent but never stored does not count.
+fn stored_size(answer: &GrpcAnswer, policy: &Policy) -> usize {
+    let kept = |name: &str| name == "grpc-encoding" || policy.stores_header(name);
     answer
         .metadata
         .iter()
+        .filter(|(name, _)| kept(name))
         .chain(&answer.trailers)
         .fold(answer.body.len(), |size, (name, value)| {
             size.saturating_add(name.len()).saturating_add(value.len())
