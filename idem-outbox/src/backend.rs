@@ -7,7 +7,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::claim::{Claimed, Record};
-use crate::{Endpoint, OutboxError};
+use crate::{DeliveryState, Endpoint, MessageId, OutboxError};
 
 /// An outbox a dispatcher claims from and records to.
 #[derive(Debug, Clone)]
@@ -46,17 +46,41 @@ impl Backend {
         }
     }
 
-    /// Whether the attempt numbered `attempt` of `delivery` is recorded.
-    pub(crate) async fn has_attempt(
+    /// Whether `record`, the attempt numbered `attempt` of a delivery of `message`, is in the
+    /// database though the answer to its record was lost. Only an end the delivery cannot leave
+    /// without a record tells it (delivered, dead): the delivery in that state, at that
+    /// attempt (no later claim), with the attempt in its table. An attempt's number alone
+    /// does not: an operator's retry or replay starts the attempts over (`requeue.sql`), so an
+    /// earlier attempt of the same number may be there. A pending end is never told apart
+    /// from an unrecorded attempt under a claim that has not run out: `false`.
+    pub(crate) async fn landed(
         &self,
-        delivery: i64,
+        record: &Record,
+        message: &MessageId,
         attempt: u32,
     ) -> Result<bool, OutboxError> {
+        if !matches!(record.state, DeliveryState::Delivered | DeliveryState::Dead) {
+            return Ok(false);
+        }
+        let deliveries = match self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(outbox) => outbox.deliveries(message).await?,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(outbox) => outbox.deliveries(message).await?,
+        };
+        let ended = deliveries.iter().any(|delivery| {
+            delivery.id == record.delivery
+                && delivery.state == record.state
+                && delivery.attempts == attempt
+        });
+        if !ended {
+            return Ok(false);
+        }
         let attempts = match self {
             #[cfg(feature = "sqlite")]
-            Backend::Sqlite(outbox) => outbox.attempts(delivery).await?,
+            Backend::Sqlite(outbox) => outbox.attempts(record.delivery).await?,
             #[cfg(feature = "postgres")]
-            Backend::Postgres(outbox) => outbox.attempts(delivery).await?,
+            Backend::Postgres(outbox) => outbox.attempts(record.delivery).await?,
         };
         Ok(attempts.iter().any(|info| info.attempt == attempt))
     }

@@ -292,8 +292,9 @@ impl Dispatcher {
     }
 
     /// After a record whose answer was lost, which of its attempts the database holds:
-    /// `Some(true)` for those it recorded, `None` for the others (each attempt's number is its
-    /// claim's: no other claim records it).
+    /// `Some(true)` for those it recorded as ended (delivered, dead), `None` for the others
+    /// ([`Backend::landed`]: an attempt's number alone may be an earlier attempt's, from
+    /// before an operator's retry).
     async fn landed(
         &self,
         records: &[Record],
@@ -303,7 +304,7 @@ impl Dispatcher {
         for (record, event) in records.iter().zip(events) {
             let found = self
                 .backend
-                .has_attempt(record.delivery, event.attempt)
+                .landed(record, &event.message_id, event.attempt)
                 .await?;
             landed.push(found.then_some(true));
         }

@@ -859,3 +859,77 @@ async fn c17_pg_a_dispatcher_behind_pgbouncer_never_listens_through_it() {
     );
     dispatching.stop().await;
 }
+
+/// An operator's retry of a dead delivery starts its attempts over (`requeue.sql`: attempts
+/// 0), so its first new attempt has the number of an attempt already in the table. When the
+/// record of that new attempt fails (here a trigger refuses it: nothing is written, the
+/// delivery still carries the claim), the dispatcher must not take the old attempt of the
+/// same number for it and report the delivery delivered: it is not recorded, and is attempted
+/// again once the claim runs out (C17).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_an_unrecorded_attempt_after_a_retry_is_not_reported_recorded() {
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    let receiver = Receiver::start().await;
+    receiver.plan(|p| p.statuses.extend([500]));
+    outbox
+        .register(&endpoint(
+            "merchant",
+            &receiver.url(),
+            quick(0, Duration::from_millis(1)),
+        ))
+        .await
+        .expect("registered");
+    let events = Arc::new(Mutex::new(Vec::<OutboxEvent>::new()));
+    let seen = Arc::clone(&events);
+    let dispatcher = outbox
+        .dispatcher()
+        .allow_loopback(true)
+        .lease(Duration::from_millis(300))
+        .expect("a lease")
+        .on_event(move |event| seen.lock().expect("events").push(event.clone()));
+    let id = enqueue(&store, &outbox, "merchant", 1).await;
+    assert_eq!(dispatcher.dispatch_due().await.expect("dispatched"), 1);
+    let delivery = &outbox.deliveries(&id).await.expect("deliveries")[0];
+    assert_eq!(delivery.state, DeliveryState::Dead, "one attempt, refused");
+    assert_eq!(outbox.retry(&id).await.expect("retried"), 1);
+    // The next record of an attempt fails: nothing of it is written.
+    let mut conn = sqlx::PgConnection::connect(&url)
+        .await
+        .expect("a connection");
+    for statement in [
+        "CREATE FUNCTION refuse_attempt() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN RAISE EXCEPTION 'attempt refused'; END $$",
+        "CREATE TRIGGER refuse_attempt BEFORE INSERT ON idem_outbox_attempts \
+         FOR EACH ROW EXECUTE FUNCTION refuse_attempt()",
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+            .execute(&mut conn)
+            .await
+            .expect("trigger");
+    }
+    events.lock().expect("events").clear();
+    assert_eq!(dispatcher.dispatch_due().await.expect("dispatched"), 1);
+    assert_eq!(
+        receiver.received().len(),
+        2,
+        "delivered again after the retry"
+    );
+    let delivery = &outbox.deliveries(&id).await.expect("deliveries")[0];
+    assert_ne!(
+        delivery.state,
+        DeliveryState::Delivered,
+        "the record failed: nothing written"
+    );
+    let reported: Vec<OutboxEvent> = events
+        .lock()
+        .expect("events")
+        .iter()
+        .filter(|e| e.message_id == id)
+        .cloned()
+        .collect();
+    assert!(
+        reported.is_empty(),
+        "an attempt not recorded is not reported as recorded: {reported:?}"
+    );
+}
