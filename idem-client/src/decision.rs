@@ -51,11 +51,12 @@ pub fn is_retryable_status(status: StatusCode) -> bool {
     matches!(status.as_u16(), 408 | 409 | 429 | 500 | 502 | 503 | 504)
 }
 
-/// Whether an answer with `status` may come from a request that ran (fully or in part):
-/// 409 (one attempt of this key is running right now) and any 5xx. A 4xx other than 409 says
-/// the server refused this attempt.
+/// Whether an answer with `status` (400 or above) may come from a request that ran (fully or
+/// in part): 409 (one attempt of this key is running right now), any 5xx, and any status past
+/// 599 (no standard meaning: a broken or hostile server or proxy, which got the request). Only
+/// a 4xx other than 409 says the server refused this attempt.
 pub(crate) fn may_have_run(status: StatusCode) -> bool {
-    status == StatusCode::CONFLICT || status.is_server_error()
+    status == StatusCode::CONFLICT || !status.is_client_error()
 }
 
 #[cfg(test)]
@@ -84,8 +85,8 @@ mod tests {
     }
 
     #[test]
-    fn only_409_and_5xx_leave_the_outcome_in_doubt() {
-        for code in [409, 500, 501, 502, 503, 504, 599] {
+    fn only_409_and_5xx_and_beyond_leave_the_outcome_in_doubt() {
+        for code in [409, 500, 501, 502, 503, 504, 599, 600, 999] {
             assert!(
                 may_have_run(StatusCode::from_u16(code).expect("status")),
                 "{code}"

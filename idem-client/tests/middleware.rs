@@ -365,3 +365,21 @@ async fn no_answer_at_all_is_an_error_with_the_key_and_the_outcome() {
     assert_eq!(error.attempts(), 3, "{error}");
     assert_eq!(error.outcome(), Outcome::NotExecuted, "{error}");
 }
+
+/// C8: the rules are the client's: a status past 599 is in doubt, never "not executed".
+#[tokio::test]
+async fn c08_a_status_past_599_is_in_doubt_never_not_executed() {
+    let client = client(three_quick_attempts());
+    let server = Scripted::start(vec![Step::status(999)]).await;
+    let response = client
+        .post(server.url("/op"))
+        .body("x")
+        .send()
+        .await
+        .expect("an answer, whatever its status");
+    let tried = attempts(&response);
+    assert_eq!(
+        (tried.count(), tried.stop(), tried.outcome()),
+        (1, Some(Stop::NotRetryable), Some(Outcome::InDoubt))
+    );
+}

@@ -879,3 +879,29 @@ async fn an_announced_length_over_the_limit_ends_the_attempt_before_reading_the_
         other => panic!("not a transport failure: {other:?}"),
     }
 }
+
+/// C8: "not executed" is a 4xx refusal (other than a live 409), nothing else. A status past
+/// 599 (LinkedIn's 999, a broken proxy's) is neither a refusal nor a success: the request
+/// reached a server, so the outcome is in doubt, never a licence to resend under a new key.
+#[tokio::test]
+async fn c08_a_status_past_599_is_in_doubt_never_not_executed() {
+    let client = client(three_quick_attempts());
+    for status in [600, 799, 999] {
+        let server = Scripted::start(vec![Step::status(status)]).await;
+        let error = client
+            .send(client.post(server.url("/op")).body("x"))
+            .await
+            .expect_err("not a success");
+        assert_eq!(error.attempts(), 1, "{status}: not retried");
+        assert_eq!(error.stop(), Some(Stop::NotRetryable), "{status}");
+        assert_eq!(error.outcome(), Outcome::InDoubt, "{status}: {error}");
+        // Its body cut off after the head: the same.
+        let server = Scripted::start(vec![Step::Truncated(status)]).await;
+        let error = client
+            .send(client.post(server.url("/op")).body("x"))
+            .await
+            .expect_err("not a success");
+        assert_eq!(error.attempts(), 1, "{status}: cut, not retried");
+        assert_eq!(error.outcome(), Outcome::InDoubt, "{status} cut: {error}");
+    }
+}
