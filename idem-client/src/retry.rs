@@ -12,7 +12,7 @@ use crate::error::{AttemptError, Outcome, Stop};
 use crate::response::is_replayed;
 use crate::{parse_retry_after, Error, IdempotencyKey, RetryPolicy};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
-use reqwest::{Request, StatusCode};
+use reqwest::{Request, StatusCode, Url};
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
@@ -48,16 +48,30 @@ pub(crate) struct Seen {
     /// Whether the server stored the answer under the key: replayed, or echoing the key in
     /// `key_header`.
     pub(crate) stored: bool,
+    /// Whether the answer came from another URL than the request's: the `reqwest::Client`
+    /// followed a redirect, so the request reached a server that answered it, and the answer
+    /// is another request's (a POST turned into a GET by a 302 or 303).
+    pub(crate) redirected: bool,
 }
 
 impl Seen {
-    /// The head of `status` and `headers`, the key's header being `key_header`.
-    pub(crate) fn of(status: StatusCode, headers: &HeaderMap, key_header: &HeaderName) -> Self {
+    /// The head of `response`, the key's header being `key_header`, for a request sent to
+    /// `url`.
+    pub(crate) fn of(response: &reqwest::Response, url: &Url, key_header: &HeaderName) -> Self {
+        let headers = response.headers();
         Self {
-            status,
+            status: response.status(),
             stored: is_replayed(headers) || headers.contains_key(key_header),
+            redirected: without_fragment(response.url()) != without_fragment(url),
         }
     }
+}
+
+/// `url` without its fragment, which is never sent (reqwest's answer's URL has none).
+fn without_fragment(url: &Url) -> &str {
+    let url = url.as_str();
+    // A serialized URL holds `#` only as the fragment's delimiter.
+    url.split_once('#').map_or(url, |(before, _)| before)
 }
 
 /// How one attempt is made; the loop ([`retry`]) decides everything else.
@@ -140,7 +154,11 @@ fn judge<A: Head>(
             // its effect is in doubt, never "not executed".
             let replayed = is_replayed(answer.headers());
             let stored = replayed || echo.is_some_and(|name| answer.headers().contains_key(name));
-            if stored || may_have_run(status) {
+            // An answer from a redirect's target says nothing of what the first server did
+            // with the request: a refusal of the GET that followed a POST's 302 or 303 is not
+            // the POST's.
+            let redirected = seen.is_some_and(|head| head.redirected);
+            if stored || redirected || may_have_run(status) {
                 *in_doubt = true;
             }
             if replayed || !is_retryable_status(status) {
@@ -166,7 +184,9 @@ fn judge<A: Head>(
                 (_, Some(head))
                     if head.status.as_u16() >= 400 && !is_retryable_status(head.status) =>
                 {
-                    *in_doubt |= may_have_run(head.status) || (head.stored && echo.is_some());
+                    *in_doubt |= may_have_run(head.status)
+                        || (head.stored && echo.is_some())
+                        || head.redirected;
                     true
                 }
                 _ => {

@@ -383,3 +383,27 @@ async fn c08_a_status_past_599_is_in_doubt_never_not_executed() {
         (1, Some(Stop::NotRetryable), Some(Outcome::InDoubt))
     );
 }
+
+/// C8: as for the client, the refusal of a redirect's target (the GET reqwest made of a
+/// POST's 302) is not the POST's: in doubt, never "not executed".
+#[tokio::test]
+async fn c08_a_refusal_of_a_redirects_target_is_in_doubt() {
+    let client = client(three_quick_attempts());
+    let server = Scripted::start(vec![
+        Step::with_header(302, "location", "/v1/charges/ch_1"),
+        Step::status(404),
+    ])
+    .await;
+    let response = client
+        .post(server.url("/v1/charges"))
+        .body("amount=1")
+        .send()
+        .await
+        .expect("an answer, whatever its status");
+    assert_eq!(response.status().as_u16(), 404);
+    let tried = attempts(&response);
+    assert_eq!(
+        (tried.count(), tried.stop(), tried.outcome()),
+        (1, Some(Stop::NotRetryable), Some(Outcome::InDoubt))
+    );
+}

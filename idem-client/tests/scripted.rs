@@ -905,3 +905,37 @@ async fn c08_a_status_past_599_is_in_doubt_never_not_executed() {
         assert_eq!(error.outcome(), Outcome::InDoubt, "{status} cut: {error}");
     }
 }
+
+/// C8: a POST that ran and answered "see other" (a 302 or 303 to the created charge, as many
+/// frameworks redirect after a create) is followed by reqwest as a GET; when that GET is
+/// refused (a 404, or a 401 once reqwest dropped the credentials on another origin), the
+/// refusal is the GET's, not the POST's: the outcome is in doubt, never "not executed".
+#[tokio::test]
+async fn c08_a_refusal_of_a_redirects_target_is_in_doubt() {
+    let client = client(three_quick_attempts());
+    for (redirect, refusal) in [(302, 404), (303, 401)] {
+        let server = Scripted::start(vec![
+            Step::with_header(redirect, "location", "/v1/charges/ch_1"),
+            Step::status(refusal),
+        ])
+        .await;
+        let error = client
+            .send(client.post(server.url("/v1/charges")).body("amount=1"))
+            .await
+            .expect_err("a refusal");
+        let lines: Vec<String> = server.received().iter().map(|r| r.line.clone()).collect();
+        assert_eq!(lines[0], "POST /v1/charges HTTP/1.1");
+        assert_eq!(
+            error.outcome(),
+            Outcome::InDoubt,
+            "{redirect} then {refusal} ({lines:?}): {error}"
+        );
+    }
+    // A URL's fragment, never sent, is no redirect: a refusal is still a refusal.
+    let server = Scripted::start(vec![Step::status(404)]).await;
+    let error = client
+        .send(client.post(server.url("/v1/charges#top")).body("amount=1"))
+        .await
+        .expect_err("a refusal");
+    assert_eq!(error.outcome(), Outcome::NotExecuted, "{error}");
+}
