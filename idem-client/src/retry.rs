@@ -52,6 +52,9 @@ pub(crate) struct Seen {
     /// followed a redirect, so the request reached a server that answered it, and the answer
     /// is another request's (a POST turned into a GET by a 302 or 303).
     pub(crate) redirected: bool,
+    /// The wait its `Retry-After` asked for, if any: kept for an error that cut the body of
+    /// an answer that is retried, whose head still said when to come back.
+    pub(crate) retry_after: Option<Duration>,
 }
 
 impl Seen {
@@ -63,8 +66,18 @@ impl Seen {
             status: response.status(),
             stored: is_replayed(headers) || headers.contains_key(key_header),
             redirected: without_fragment(response.url()) != without_fragment(url),
+            retry_after: retry_after(headers),
         }
     }
+}
+
+/// The wait the `Retry-After` of `headers` asks for, from now; `None` when absent or
+/// unreadable.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    headers
+        .get(RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| parse_retry_after(v, SystemTime::now()))
 }
 
 /// `url` without its fragment, which is never sent (reqwest's answer's URL has none).
@@ -164,11 +177,7 @@ fn judge<A: Head>(
             if replayed || !is_retryable_status(status) {
                 return Verdict::Final(Last::Answer(answer));
             }
-            let retry_after = answer
-                .headers()
-                .get(RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| parse_retry_after(v, SystemTime::now()));
+            let retry_after = retry_after(answer.headers());
             Verdict::Retry(Last::Answer(answer), retry_after)
         }
         Err(error) => {
@@ -198,7 +207,12 @@ fn judge<A: Head>(
             if give_up {
                 Verdict::Final(last)
             } else {
-                Verdict::Retry(last, None)
+                // A retried status (a 409, a 503) whose body was cut off: its head still said
+                // when to come back.
+                let retry_after = seen
+                    .filter(|head| is_retryable_status(head.status))
+                    .and_then(|head| head.retry_after);
+                Verdict::Retry(last, retry_after)
             }
         }
     }

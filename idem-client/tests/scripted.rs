@@ -939,3 +939,29 @@ async fn c08_a_refusal_of_a_redirects_target_is_in_doubt() {
         .expect_err("a refusal");
     assert_eq!(error.outcome(), Outcome::NotExecuted, "{error}");
 }
+
+/// C5: a 409's `Retry-After` is a floor under the pause even when the answer's body is cut
+/// off after its head: the head said when to come back, and coming back sooner only finds the
+/// original still running and burns an attempt.
+#[tokio::test]
+async fn c05_a_retry_after_is_honoured_when_the_body_after_it_is_cut_off() {
+    for status in [409, 503] {
+        let server = Scripted::start(vec![
+            Step::TruncatedWithHeader(status, "retry-after", "1"),
+            Step::with_header(200, "idempotent-replayed", "true"),
+        ])
+        .await;
+        let client = client(three_quick_attempts());
+        let started = Instant::now();
+        let response = client
+            .send(client.post(server.url("/op")).body("x"))
+            .await
+            .expect("the replay");
+        assert_eq!(response.attempts(), 2, "{status}");
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed >= Duration::from_millis(990),
+            "{status}: Retry-After: 1 not waited for: {elapsed:?}"
+        );
+    }
+}
