@@ -661,7 +661,7 @@ async fn c13_operator_calls_on_a_frozen_database_fail_within_the_deadline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_pg_an_outbox_behind_pgbouncer_in_transaction_mode_delivers() {
     let url = fresh_database().await;
-    let bouncer = bouncer::PrivateBouncer::start(&url, 2).await;
+    let bouncer = bouncer::PrivateBouncer::start(&url, database_of(&url), 2).await;
     let store = idem_postgres::PgStore::builder()
         .max_connections(8)
         .statements(idem_postgres::StatementMode::Simple)
@@ -798,7 +798,7 @@ async fn c17_pg_a_dead_delivery_whose_record_answer_is_lost_is_still_reported() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_pg_a_dispatcher_behind_pgbouncer_never_listens_through_it() {
     let url = fresh_database().await;
-    let bouncer = bouncer::PrivateBouncer::start(&url, 2).await;
+    let bouncer = bouncer::PrivateBouncer::start(&url, database_of(&url), 2).await;
     let store = idem_postgres::PgStore::builder()
         .max_connections(8)
         .statements(idem_postgres::StatementMode::Simple)
@@ -932,4 +932,10 @@ async fn c17_pg_an_unrecorded_attempt_after_a_retry_is_not_reported_recorded() {
         reported.is_empty(),
         "an attempt not recorded is not reported as recorded: {reported:?}"
     );
+}
+
+/// The database `url` names (its path, without parameters).
+fn database_of(url: &str) -> &str {
+    let path = url.rsplit_once('/').map_or("", |(_, path)| path);
+    path.split('?').next().unwrap_or(path)
 }

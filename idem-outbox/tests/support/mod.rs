@@ -2,7 +2,11 @@
 //! and watches for overlapping deliveries, and fresh databases.
 #![allow(dead_code, unreachable_pub)]
 
+// idem-postgres's own: a PgBouncer of the test's own, in front of a database of its own.
+#[path = "../../../idem-postgres/tests/support/private_bouncer.rs"]
 pub mod bouncer;
+#[path = "../../../idem-postgres/tests/support/pg_url.rs"]
+mod pg_url;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
