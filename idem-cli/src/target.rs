@@ -48,6 +48,14 @@ impl Target {
                 if path.is_empty() {
                     return Err(Usage("sqlite:// needs a path: sqlite://idem.db or sqlite:///var/lib/app/idem.db".into()));
                 }
+                // Read as a file name, `?mode=ro` would name another file, and `migrate` would
+                // create an empty database there.
+                if path.contains(['?', '#']) {
+                    return Err(Usage(
+                        "sqlite:// takes a path and no parameters (no `?` or `#`): sqlite://idem.db"
+                            .into(),
+                    ));
+                }
                 Ok(Target::Sqlite(PathBuf::from(path)))
             }
             "postgres" | "postgresql" => Ok(Target::Postgres(url.to_owned())),
@@ -300,7 +308,14 @@ mod tests {
             Target::parse("redis://127.0.0.1:6379"),
             Ok(Target::Redis(_))
         ));
-        for bad in ["sqlite://", "mysql://db", "idem.db", ""] {
+        for bad in [
+            "sqlite://",
+            "sqlite:///var/lib/app/idem.db?mode=ro",
+            "sqlite://idem.db#x",
+            "mysql://db",
+            "idem.db",
+            "",
+        ] {
             assert!(Target::parse(bad).is_err(), "{bad}");
         }
     }

@@ -69,14 +69,43 @@ fn parse_header(header: &str) -> Result<(&str, &str), Failure> {
     Ok((name, value.trim()))
 }
 
+/// The largest body `--body-file` reads: an answer's body, never a device or a wrong file
+/// read until memory runs out.
+const MAX_BODY_FILE: u64 = 64 * 1024 * 1024;
+
 fn read_body(path: &PathBuf) -> Result<Vec<u8>, Failure> {
-    let mut body = Vec::new();
-    let read = if path.as_os_str() == "-" {
-        std::io::stdin().read_to_end(&mut body).map(drop)
+    let failed = |e: std::io::Error| Failure::Usage(format!("--body-file {}: {e}", path.display()));
+    if path.as_os_str() == "-" {
+        read_within(std::io::stdin().lock(), MAX_BODY_FILE)
     } else {
-        std::fs::read(path).map(|bytes| body = bytes)
-    };
-    read.map_err(|e| Failure::Usage(format!("--body-file {}: {e}", path.display())))?;
+        read_within(std::fs::File::open(path).map_err(failed)?, MAX_BODY_FILE)
+    }
+    .map_err(|e| match e {
+        Within::Io(e) => failed(e),
+        Within::Over => Failure::Usage(format!(
+            "--body-file {}: over {} MiB, not an answer's body",
+            path.display(),
+            MAX_BODY_FILE / (1024 * 1024)
+        )),
+    })
+}
+
+/// Why [`read_within`] failed.
+enum Within {
+    Io(std::io::Error),
+    Over,
+}
+
+/// All of `source`, if it holds at most `limit` bytes.
+fn read_within(source: impl Read, limit: u64) -> Result<Vec<u8>, Within> {
+    let mut body = Vec::new();
+    source
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut body)
+        .map_err(Within::Io)?;
+    if u64::try_from(body.len()).unwrap_or(u64::MAX) > limit {
+        return Err(Within::Over);
+    }
     Ok(body)
 }
 
@@ -345,6 +374,17 @@ mod tests {
         for bad in ["no colon", ": value", "Set-Cookie: s=1"] {
             assert!(matches!(parse_header(bad), Err(Failure::Usage(_))), "{bad}");
         }
+    }
+
+    #[test]
+    fn c12_a_body_file_is_read_within_its_limit() {
+        assert!(matches!(read_within(&b"12345"[..], 5), Ok(body) if body == b"12345"));
+        assert!(matches!(read_within(&b"123456"[..], 5), Err(Within::Over)));
+        // An endless source (/dev/zero) ends at the limit.
+        assert!(matches!(
+            read_within(std::io::repeat(0), 1024),
+            Err(Within::Over)
+        ));
     }
 
     #[test]
