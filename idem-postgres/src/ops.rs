@@ -405,10 +405,10 @@ impl Ops {
     /// left of `limit` (store rules 4 and 7): at most `limit` rows in all, each window one
     /// statement. The records' window starts where the last call's stopped (`purge_from`); a
     /// window that holds fewer expired records than are still wanted moves on to the next one,
-    /// to the end of the table, while `deadline` leaves room for another window: a short batch
-    /// means no expired record was left behind records kept longer (a longer retention, another
-    /// engine's policy on the same table), which is what `purge --all` and `purge_every` stop
-    /// on.
+    /// to the end of the table, while `deadline` leaves room for another window (stopped by
+    /// it, the call returns what it deleted, and the next call goes on from there): records
+    /// kept longer (a longer retention, another engine's policy on the same table) never hide
+    /// expired ones behind them.
     pub(crate) async fn purge_expired(
         &self,
         conn: &mut PgConnection,
@@ -418,19 +418,24 @@ impl Ops {
         let bound = |n: usize| Param::Int(i64::try_from(n).unwrap_or(i64::MAX));
         let deleted = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
         let mut records = 0usize;
-        loop {
+        let out_of_time = loop {
             let wanted = limit.saturating_sub(records);
             let started = std::time::Instant::now();
             let (purged, full) = self.purge_window(conn, wanted).await?;
             records = records.saturating_add(purged);
             // Another window only while this one was full (not the table's end), expired
             // records are still wanted and the deadline leaves room for one more.
-            if records >= limit || !full || deadline.remaining() < started.elapsed() * 2 {
-                break;
+            if records >= limit || !full {
+                break false;
             }
-        }
+            if deadline.remaining() < started.elapsed() * 2 {
+                break true;
+            }
+        };
         let left = limit.saturating_sub(records);
-        if left == 0 {
+        // A walk the deadline stopped leaves the audit trails to the next call: cut off now,
+        // their statement would turn the records deleted into the call's error.
+        if left == 0 || out_of_time {
             return Ok(records);
         }
         let entries = deleted(
