@@ -15,7 +15,8 @@ pub enum Outcome {
     NotExecuted,
     /// In doubt: some attempt may have reached the server and run (a timeout after
     /// connecting, a connection closed after sending or cut mid-answer, a 5xx, a 409 saying
-    /// an attempt is still running, a redirect loop, an answer over the size limit), or the
+    /// an attempt is still running, a redirect loop, any answer from a redirect's target that
+    /// was not stored under the key, an answer over the size limit), or the
     /// endpoint ran and stored a 4xx (replayed, or echoing the key), which may follow an
     /// effect (a 402 after a declined charge, a 422 after one that went through): read its
     /// body. Retry the same operation with the same key later, or look the result up; never
@@ -27,8 +28,8 @@ pub enum Outcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stop {
     /// The last attempt's failure is not one a retry can help (a 4xx other than 409/429, a
-    /// 501, a redirect loop, an answer over the size limit, the body of such an answer cut
-    /// off).
+    /// 501, a redirect loop, a keyed request's answer from a redirect's target, an answer over
+    /// the size limit, the body of such an answer cut off).
     NotRetryable,
     /// The policy's `max_attempts` were all made.
     Attempts,
@@ -73,7 +74,9 @@ impl AttemptError {
     }
 }
 
-/// A final answer that is not a success (status 400 or above).
+/// A final answer that is not the operation's result: a status of 400 or above, or, for a
+/// keyed request, an answer from a redirect's target not stored under its key (whatever its
+/// status: the GET that reqwest makes of a POST's 301, 302 or 303 is another request).
 #[derive(Debug)]
 pub struct StatusFailure {
     /// The answer, read whole, with the attempts and the key.
@@ -129,7 +132,8 @@ pub enum Error {
     InvalidKey(InvalidKey),
     /// No key could be made: the system's random source failed; nothing was sent.
     Randomness(getrandom::Error),
-    /// The operation ended with an answer of status 400 or above.
+    /// The operation ended with an answer that is not its result: a status of 400 or above,
+    /// or a keyed request's answer from a redirect's target (see [`StatusFailure`]).
     Status(Box<StatusFailure>),
     /// The operation's last attempt got no complete answer.
     Transport(Box<TransportFailure>),

@@ -156,9 +156,6 @@ fn judge<A: Head>(
     match result {
         Ok(answer) => {
             let status = answer.status();
-            if status.as_u16() < 400 {
-                return Verdict::Result(answer);
-            }
             // A replayed answer is the stored answer of the operation: a retry would get it
             // again, so it is final whatever its status. A stored answer (replayed, or echoing
             // the key, as a server built on idem echoes it on the answers it stores and never
@@ -169,8 +166,20 @@ fn judge<A: Head>(
             let stored = replayed || echo.is_some_and(|name| answer.headers().contains_key(name));
             // An answer from a redirect's target says nothing of what the first server did
             // with the request: a refusal of the GET that followed a POST's 302 or 303 is not
-            // the POST's.
+            // the POST's, nor is its success (a 301 or 302 turns the POST into a GET without
+            // its body: the charge was never sent, and the GET's 200 would say it was).
             let redirected = seen.is_some_and(|head| head.redirected);
+            if status.as_u16() < 400 {
+                // A keyed request's answer from another URL is its result only when stored
+                // under its key (the POST itself re-sent by a 307 or 308 to a server that
+                // echoes the key); any other is final and in doubt: a retry would be
+                // redirected alike.
+                if redirected && !stored && echo.is_some() {
+                    *in_doubt = true;
+                    return Verdict::Final(Last::Answer(answer));
+                }
+                return Verdict::Result(answer);
+            }
             if stored || redirected || may_have_run(status) {
                 *in_doubt = true;
             }

@@ -407,3 +407,27 @@ async fn c08_a_refusal_of_a_redirects_target_is_in_doubt() {
         (1, Some(Stop::NotRetryable), Some(Outcome::InDoubt))
     );
 }
+
+/// C8: as for the client, a keyed POST's success from a redirect's target (the GET reqwest
+/// made of its 302) is not its result: the answer is passed on, marked final and in doubt.
+#[tokio::test]
+async fn c08_a_keyed_requests_success_from_a_redirects_target_is_not_its_result() {
+    let client = client(three_quick_attempts());
+    let server = Scripted::start(vec![
+        Step::with_header(302, "location", "/v1/charges/ch_1"),
+        Step::status(200),
+    ])
+    .await;
+    let response = client
+        .post(server.url("/v1/charges"))
+        .body("amount=1")
+        .send()
+        .await
+        .expect("an answer, whatever its status");
+    assert_eq!(response.status().as_u16(), 200);
+    let tried = attempts(&response);
+    assert_eq!(
+        (tried.count(), tried.stop(), tried.outcome()),
+        (1, Some(Stop::NotRetryable), Some(Outcome::InDoubt))
+    );
+}

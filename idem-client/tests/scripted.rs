@@ -940,6 +940,61 @@ async fn c08_a_refusal_of_a_redirects_target_is_in_doubt() {
     assert_eq!(error.outcome(), Outcome::NotExecuted, "{error}");
 }
 
+/// C8: a 301 or 302 turns a POST into a GET without its body, and reqwest follows it: the
+/// charge was never sent, yet the GET's 200 came back. A keyed request's answer from another
+/// URL is therefore never its result unless the answer was stored under its key: in doubt,
+/// final (a retry would be redirected alike). A 307 re-sends the POST itself; when that
+/// answer echoes the key, it is the result. A safe request follows redirects as ever.
+#[tokio::test]
+async fn c08_a_keyed_requests_success_from_a_redirects_target_is_not_its_result() {
+    let client = client(three_quick_attempts());
+    for redirect in [301, 302, 303] {
+        let server = Scripted::start(vec![
+            Step::with_header(redirect, "location", "/v1/charges/ch_1"),
+            Step::status(200),
+        ])
+        .await;
+        let error = client
+            .send(client.post(server.url("/v1/charges")).body("amount=1"))
+            .await
+            .expect_err("not the POST's answer");
+        let lines: Vec<String> = server.received().iter().map(|r| r.line.clone()).collect();
+        assert_eq!(
+            lines.len(),
+            2,
+            "{redirect}: one attempt, followed once: {lines:?}"
+        );
+        assert_eq!(error.outcome(), Outcome::InDoubt, "{redirect}: {error}");
+        assert_eq!(error.stop(), Some(Stop::NotRetryable), "{redirect}");
+        match &error {
+            Error::Status(failure) => assert_eq!(failure.response.status().as_u16(), 200),
+            other => panic!("{redirect}: not the target's answer: {other:?}"),
+        }
+    }
+    // The POST re-sent by a 307 to a server that stored its answer under the key.
+    let server = Scripted::start(vec![
+        Step::with_header(307, "location", "/v2/charges"),
+        Step::with_header(201, "idempotency-key", "k"),
+    ])
+    .await;
+    let response = client
+        .send(client.post(server.url("/v1/charges")).body("amount=1"))
+        .await
+        .expect("the POST's own answer");
+    assert_eq!(response.status().as_u16(), 201);
+    // A GET, sent without a key, follows a redirect to its result.
+    let server = Scripted::start(vec![
+        Step::with_header(302, "location", "/v1/charges/ch_1"),
+        Step::status(200),
+    ])
+    .await;
+    let response = client
+        .send(client.get(server.url("/v1/charges")))
+        .await
+        .expect("a safe request's result");
+    assert_eq!(response.status().as_u16(), 200);
+}
+
 /// C5: a 409's `Retry-After` is a floor under the pause even when the answer's body is cut
 /// off after its head: the head said when to come back, and coming back sooner only finds the
 /// original still running and burns an attempt.
