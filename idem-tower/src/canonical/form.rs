@@ -13,10 +13,13 @@ use idem_core::{Error, Field};
 /// digits is refused ([`Error::InvalidInput`] on the body): a body the reader would take two
 /// ways is not canonicalised (the HTTP layer then fingerprints its raw bytes).
 ///
-/// The output has the fields sorted by the bytes of their decoded name; fields sent under one
-/// name keep their order among themselves (`a=1&a=2` is a list, and its order is meaning).
-/// Every byte but `A-Z a-z 0-9 * - . _` is written as `%XX` in uppercase hex, a space as `+`.
-/// So `b=2&a=%7e` and `a=~&b=2` are the same request; `a=1&a=2` and `a=2&a=1` are not.
+/// A form whose names are all distinct is a map: the output has its fields sorted by the bytes
+/// of their decoded name. A form that repeats a name is a list, whose order is meaning, also
+/// between names (Rack and PHP read `item[]=tea&note[]=gift&item[]=cake` as a note on the tea,
+/// and the same fields in another order as a note on the cake): its fields keep the order they
+/// were sent in. Every byte but `A-Z a-z 0-9 * - . _` is written as `%XX` in uppercase hex, a
+/// space as `+`. So `b=2&a=%7e` and `a=~&b=2` are the same request; `a=1&a=2` and `a=2&a=1`
+/// are not, nor are `a=1&b=0&a=2` and `a=1&a=2&b=0`.
 ///
 /// ```
 /// use idem_tower::canonical::canonical_form;
@@ -36,8 +39,11 @@ pub fn canonical_form(body: &[u8]) -> Result<Vec<u8>, Error> {
         };
         fields.push((decode(name)?, decode(value)?));
     }
-    // Stable: fields under one name keep the order they were sent in.
-    fields.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut names: Vec<&[u8]> = fields.iter().map(|(name, _)| name.as_slice()).collect();
+    names.sort_unstable();
+    if names.windows(2).all(|pair| pair[0] != pair[1]) {
+        fields.sort_by(|a, b| a.0.cmp(&b.0));
+    }
     let mut out = Vec::with_capacity(body.len());
     for (i, (name, value)) in fields.iter().enumerate() {
         if i > 0 {
@@ -111,6 +117,11 @@ mod tests {
             ("", ""),
             ("b=2&a=1", "a=1&b=2"),
             ("a=2&a=1&b=0", "a=2&a=1&b=0"),
+            ("b=0&a=2&a=1", "b=0&a=2&a=1"),
+            (
+                "item=tea&note=gift&item=cake",
+                "item=tea&note=gift&item=cake",
+            ),
             ("flag&x=", "flag=&x="),
             ("&&a=1&&", "a=1"),
             ("n=%7e%7E~", "n=%7E%7E%7E"),
@@ -122,6 +133,17 @@ mod tests {
         ] {
             assert_eq!(canon(body), expected, "{body:?}");
         }
+    }
+
+    #[test]
+    fn c03_a_form_that_repeats_a_name_keeps_its_order_between_names() {
+        // A note on the tea, then on the cake: two requests, never one fingerprint.
+        assert_ne!(
+            canon("item=tea&note=gift&item=cake"),
+            canon("item=tea&item=cake&note=gift")
+        );
+        // Distinct names: a map, one request in any order.
+        assert_eq!(canon("note=gift&item=tea"), canon("item=tea&note=gift"));
     }
 
     #[test]
