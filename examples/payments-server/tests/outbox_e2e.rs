@@ -704,3 +704,58 @@ async fn a_rotation_signs_with_both_secrets(backend: Backend) {
 on_both_backends! {
     a_rotation_signs_with_both_secrets => c17_sqlite_a_rotation_signs_with_both_secrets, c17_postgres_a_rotation_signs_with_both_secrets;
 }
+
+/// A charge whose card network call timed out after charging is in doubt (502); the reconciler
+/// finds the authorization, records the charge row and settles the record with the 200: the
+/// charge succeeded, and every retry is answered that charge. Its `charge.succeeded` must be
+/// in the outbox like every other succeeded charge's (C17: the merchant learns of each charge
+/// once), yet the reconciler's path records the row without enqueueing it: the merchant never
+/// hears of this charge. (No receiver is needed: the outbox is read from the database; the
+/// endpoint is a closed port.)
+async fn a_charge_settled_by_the_reconciler_has_its_event(backend: Backend) {
+    let env = TestEnv::new(backend, "outbox-e2e-reconciled").await;
+    // Nobody listens there: the message stays pending in the outbox, which is what is read.
+    let url = "http://127.0.0.1:9/webhooks/standard";
+    let server = Server::start_with_args(
+        &env,
+        None,
+        &[
+            "--webhook-url",
+            url,
+            "--webhook-secret",
+            SECRET,
+            "--reconcile-every",
+            "0",
+        ],
+    )
+    .await;
+    let api = server.api();
+    let request = ChargeRequest::form(&new_key("outbox-e2e-reconciled"), 4242)
+        .with_network_fault(NetworkFault::TimeoutAfterCharging);
+    let first = api.post_raw(&request).await;
+    assert_eq!(first.status.as_u16(), 502, "in doubt: {}", first.describe());
+
+    let report = api.reconcile().await;
+    assert_eq!(report["settled"], 1, "the reconciler settled it: {report}");
+    let settled = api.post_raw(&request.clone().without_network_fault()).await;
+    let charge = assert_charge(&settled, 4242, "usd");
+    assert_eq!(api.charge_count().await, 1, "one charge row");
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let deliveries = outbox(&env).await;
+    let events: Vec<&Delivery> = deliveries
+        .iter()
+        .filter(|d| d.event_type == "charge.succeeded" && d.charge_id == charge["id"])
+        .collect();
+    assert_eq!(
+        events.len(),
+        1,
+        "the succeeded charge {} settled by the reconciler has one charge.succeeded in the \
+         outbox; the outbox holds: {deliveries:#?}",
+        charge["id"]
+    );
+}
+
+on_both_backends! {
+    a_charge_settled_by_the_reconciler_has_its_event => c17_sqlite_a_charge_settled_by_the_reconciler_has_its_event, c17_postgres_a_charge_settled_by_the_reconciler_has_its_event;
+}
