@@ -35,9 +35,11 @@ pub(crate) async fn charge_and_complete(
         let completion = reservation.completion(response); // filtered by the policy (C7)
         let store = reservation.idem().store();
         let mut tx = store.pool().begin().await?;
-        effect.execute(&mut *tx).await?;
-        if let Some((outbox, event)) = webhook {
-            outbox.enqueue(&mut tx, &event).await?; // committed with the charge, or not at all
+        let inserted = effect.execute(&mut *tx).await?.rows_affected() == 1;
+        if let (true, Some((outbox, event))) = (inserted, webhook) {
+            // Committed with the charge, or not at all; once per charge row, whoever inserted
+            // it (the reconciler enqueues it with the row it records).
+            outbox.enqueue(&mut tx, &event).await?;
         }
         if let Some(delay) = delay {
             tokio::time::sleep(delay).await;

@@ -169,11 +169,28 @@ impl Backend for Postgres {
     }
 
     async fn record(&self, account: &str, charge: &Charge) -> Result<Charge, DbError> {
+        let webhook = match &self.webhooks {
+            Some((outbox, _)) => webhooks::charge_succeeded(charge)?.map(|event| (outbox, event)),
+            None => None,
+        };
         let mut conn = self.reader().await?;
-        let outcome = tokio::time::timeout(
-            READ_DEADLINE,
-            insert(INSERT_IF_ABSENT, account, charge).execute(&mut *conn),
-        )
+        // One transaction: the row (or nothing, the row being there) with the charge's event
+        // when the row is new (a succeeded charge's event, C17, as the handler enqueues it).
+        let outcome = tokio::time::timeout(READ_DEADLINE, async {
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            let inserted = insert(INSERT_IF_ABSENT, account, charge)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                == 1;
+            if let (true, Some((outbox, event))) = (inserted, &webhook) {
+                outbox
+                    .enqueue(&mut tx, event)
+                    .await
+                    .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+            }
+            tx.commit().await
+        })
         .await;
         settle(&mut conn, outcome)?;
         let query = sqlx::query(GET).bind(&charge.id).bind(account);

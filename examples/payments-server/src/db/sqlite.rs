@@ -129,8 +129,10 @@ impl Backend for Sqlite {
                 // The row may be there already: the reconciler recorded this authorization
                 // and then lost its settlement (a release came first), so the key ran again
                 // and the network answered the same authorization. Its charge is this one.
-                insert(tx, INSERT_IF_ABSENT, &account, &charge)?;
-                if let (Some(outbox), Some(event)) = (&outbox, webhooks::charge_succeeded(&charge)?)
+                // Its event was enqueued with the row, whoever inserted it: once per charge.
+                let inserted = insert(tx, INSERT_IF_ABSENT, &account, &charge)? == 1;
+                if let (true, Some(outbox), Some(event)) =
+                    (inserted, &outbox, webhooks::charge_succeeded(&charge)?)
                 {
                     outbox.enqueue(tx, &event)?;
                 }
@@ -145,16 +147,31 @@ impl Backend for Sqlite {
 
     async fn record(&self, account: &str, charge: &Charge) -> Result<Charge, DbError> {
         let (account, charge) = (account.to_owned(), charge.clone());
-        // On the writer: the insert (or nothing, the row being there) and the read of the row
-        // as stored.
+        let outbox = self.webhooks.as_ref().map(|(outbox, _)| outbox.clone());
+        let event = match &outbox {
+            Some(_) => webhooks::charge_succeeded(&charge)?,
+            None => None,
+        };
+        // On the writer, in one transaction: the insert (or nothing, the row being there) with
+        // the charge's event when the row is new (a succeeded charge's event, C17, as the
+        // handler enqueues it), and the read of the row as stored.
         let stored = self
             .idem
             .store()
             .try_call(move |db| {
-                insert(db, INSERT_IF_ABSENT, &account, &charge)?;
-                db.prepare_cached(GET)?
+                let tx = db.transaction()?;
+                let inserted = insert(&tx, INSERT_IF_ABSENT, &account, &charge)? == 1;
+                if let (true, Some(outbox), Some(event)) = (inserted, &outbox, &event) {
+                    outbox.enqueue(&tx, event).map_err(|e| {
+                        idem::sqlite::rusqlite::Error::ToSqlConversionFailure(Box::new(e))
+                    })?;
+                }
+                let stored = tx
+                    .prepare_cached(GET)?
                     .query_row(params![charge.id, account], charge_of)
-                    .optional()
+                    .optional()?;
+                tx.commit()?;
+                Ok(stored)
             })
             .await?;
         stored.ok_or_else(|| "the charge's id is another account's".into())
