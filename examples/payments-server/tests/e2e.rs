@@ -1117,3 +1117,53 @@ async fn doubt_released_after_the_reconciler_recorded_the_charge_answers_it(back
     assert_replay_of(&replay, &again, &key);
     show_and_assert_one_charge(backend, &api).await;
 }
+
+/// A description with a NUL character (`description=a%00b`, or `"a\u0000b"` in JSON) is a
+/// client's error: PostgreSQL's text cannot hold it. It must be refused as such (a 400 before
+/// anything is charged), never a retry-inviting 500 (docs/http.md: "the client's errors are
+/// never a retry-inviting 500"). Today the card network authorises the card first, the charge's
+/// INSERT then fails, and the key is released with a 500 `internal_error`: every retry
+/// re-authorises and fails again, and the corrected retry is a 409 `network_key_reused`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn c08_postgres_a_nul_in_the_description_is_a_400_and_charges_nothing() {
+    let env = TestEnv::new(Backend::Postgres, "nul-description").await;
+    let server = Server::start(&env, None).await;
+    let api = server.api();
+    let key = new_key("nul-description");
+    let req = ChargeRequest::form_fields(
+        &key,
+        &[
+            ("amount", "321"),
+            ("currency", "usd"),
+            ("description", "a\0b"),
+        ],
+    );
+    let first = api.post_raw(&req).await;
+    let corrected = api
+        .post_raw(&ChargeRequest::form_fields(
+            &key,
+            &[
+                ("amount", "321"),
+                ("currency", "usd"),
+                ("description", "ab"),
+            ],
+        ))
+        .await;
+    println!(
+        "NUL description: {} {}\ncorrected retry: {} {}\nauthorizations: {}, rows: {}",
+        first.status,
+        first.text(),
+        corrected.status,
+        corrected.text(),
+        api.authorization_count().await,
+        api.charge_count().await
+    );
+    assert_eq!(
+        first.status,
+        StatusCode::BAD_REQUEST,
+        "a client's error, refused: {}",
+        first.describe()
+    );
+    assert_charge(&corrected, 321, "usd");
+    assert_eq!(api.authorization_count().await, 1, "one authorization");
+}
