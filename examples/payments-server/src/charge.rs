@@ -208,6 +208,15 @@ impl Params {
                 "Invalid currency: a three-letter ISO code such as usd.",
             ));
         }
+        // A NUL cannot be stored (PostgreSQL's text refuses it): a client's error, refused
+        // before the card network is called, never a 500 after it authorised.
+        if self.description.as_ref().is_some_and(|d| d.contains('\0')) {
+            return Err(ApiError::invalid(
+                "parameter_invalid",
+                Some("description"),
+                "The description cannot contain a NUL character.",
+            ));
+        }
         if self
             .description
             .as_ref()
