@@ -59,7 +59,8 @@ impl fmt::Debug for Fingerprint {
     }
 }
 
-/// Collects the parts of a [`Fingerprint`]. Call order does not matter.
+/// Collects the parts of a [`Fingerprint`]. Call order does not matter, but for the values of
+/// one header name: they keep the order they were given in.
 #[derive(Debug, Default, Clone)]
 pub struct FingerprintBuilder<'a> {
     method: Vec<u8>,
@@ -128,8 +129,9 @@ impl<'a> FingerprintBuilder<'a> {
         self
     }
 
-    /// A header that is part of the request's meaning. Names are case-insensitive; order does
-    /// not matter.
+    /// A header that is part of the request's meaning. Names are case-insensitive; the order
+    /// of different names does not matter, the order of one name's field lines does (RFC 9110
+    /// §5.3: they are a list).
     pub fn header(mut self, name: &str, value: &[u8]) -> Self {
         self.headers
             .push((name.to_ascii_lowercase(), value.to_vec()));
@@ -171,7 +173,8 @@ impl<'a> FingerprintBuilder<'a> {
 
     /// Computes the digest.
     pub fn finish(mut self) -> Fingerprint {
-        self.headers.sort();
+        // By name only, and stable: one name's values keep the order they came in.
+        self.headers.sort_by(|a, b| a.0.cmp(&b.0));
         let mut hasher = DERIVATION.clone();
         part(&mut hasher, b'M', &self.method);
         part(&mut hasher, b'P', &self.path);
