@@ -1,10 +1,10 @@
 //! C3 on form bodies: an `application/x-www-form-urlencoded` body is an ordered list of
 //! name-value pairs (WHATWG URL Standard, §5), and form parsers that group fields by position
 //! (Rack's and PHP's `items[][name]=..&items[][note]=..`, a handler reading the pairs in order)
-//! give the interleaving of *different* names a meaning. The canonical form sorts the fields by
-//! name, keeping only the order among fields of one name: two bodies that differ only in how
-//! different names interleave get one fingerprint, so the second is answered the first's stored
-//! response instead of a 422.
+//! give the interleaving of *different* names a meaning. A form that repeats a name keeps its
+//! order in the canonical form, so two bodies that differ only in how different names
+//! interleave are two requests: the second under the first's key is a 422, never the first's
+//! stored response.
 #![cfg(feature = "axum")]
 
 mod support;

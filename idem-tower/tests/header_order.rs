@@ -1,8 +1,8 @@
 //! C3 on named headers (`fingerprint_header`): the field lines of one header name are a list
 //! whose order is part of its meaning (RFC 9110 §5.3: "the order in which field lines with the
-//! same name are received is significant"). The fingerprint sorts every (name, value) pair, so
-//! the same lines in another order are one fingerprint: a request whose named header lists
-//! its values in another order is answered the first request's stored response, not a 422.
+//! same name are received is significant"). The fingerprint keeps them in that order, so a
+//! request whose named header lists its values in another order is another request: a 422
+//! under the first one's key, never its stored response.
 #![cfg(feature = "axum")]
 
 mod support;

@@ -23,7 +23,7 @@
 //! (`reconcile`) asks the network about each record in doubt every `--reconcile-every` seconds
 //! (default 30; 0 turns it off): the charge was authorised (the row is recorded and every
 //! retry gets the real charge), or it was not (the key is released and the next retry
-//! charges).
+//! charges). The network is the process's own, so run one instance per database (`network`).
 //!
 //! With `--webhook-url URL --webhook-secret whsec_...` (or `IDEM_WEBHOOK_URL`,
 //! `IDEM_WEBHOOK_SECRET`) each succeeded charge emits a `charge.succeeded` event (the charge

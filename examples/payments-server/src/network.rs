@@ -10,7 +10,10 @@
 //! without recording anything (the charge did not go through, nobody knows either).
 //!
 //! The network lives in the process's memory: a restarted server has a network with no
-//! authorizations.
+//! authorizations, and each server process has its own. Run one instance per database: the
+//! reconciler of a second instance would not find the first one's authorizations, release its
+//! charges in doubt, and let their retries be authorised again, which a real network, shared
+//! by every instance, never allows.
 
 use crate::charge::NewCharge;
 use axum::http::HeaderMap;
