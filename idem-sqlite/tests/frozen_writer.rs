@@ -1,0 +1,127 @@
+//! Another process frozen with SQLite's write lock (SIGSTOP in the middle of its effect's
+//! transaction), as a payments team's workers share one file (C13, C5, C9).
+
+use idem_core::{Answer, Begin, Failure, Idempotency, Outcome, Policy, RunError, StoredResponse};
+use idem_sqlite::{rusqlite, SqliteStore};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const CHILD_ENV: &str = "IDEM_SQLITE_FROZEN_CHILD";
+
+/// The child: a worker in the middle of its effect's transaction (`BEGIN IMMEDIATE`, a write),
+/// which then freezes (the parent sends SIGSTOP) with the write lock held.
+#[test]
+#[ignore = "child process of the frozen-writer tests"]
+fn frozen_writer_child() {
+    let db = std::env::var(CHILD_ENV).expect("run by the frozen-writer tests");
+    let conn = rusqlite::Connection::open(db).expect("open");
+    conn.execute_batch("BEGIN IMMEDIATE; CREATE TABLE IF NOT EXISTS business (v INTEGER); INSERT INTO business VALUES (1);")
+        .expect("write lock");
+    println!("READY");
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+/// Starts the child, waits until it holds the write lock, and freezes it.
+fn frozen_worker(db: &Path) -> Child {
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--ignored",
+            "--exact",
+            "frozen_writer_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, db)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn");
+    let out = child.stdout.take().expect("stdout");
+    let ready = BufReader::new(out)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.ends_with("READY"));
+    assert!(ready, "the child did not take the write lock");
+    signal(&child, "-STOP");
+    child
+}
+
+fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+}
+
+/// C13, C9: a reservation that the store budget cut off (503: the store was unavailable, nothing
+/// ran) must not land afterwards. The reservation's statement waits for the frozen worker's
+/// write lock for the store's whole busy timeout (5 s), not for what is left of the request's
+/// budget (1 s, as `run_in_transaction` does): when the worker thaws within those 5 s, the
+/// reservation nobody waits for any more commits, and the key the client was told is free
+/// answers 409 "in flight" to every retry until the lease passes (here 30 s; 60 s by default),
+/// with no execution behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_a_reservation_cut_off_by_the_budget_does_not_land_after_its_503() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = dir.path().join("frozen.db");
+    let store = SqliteStore::open(&db).await.expect("open");
+    let policy = Policy::default()
+        .store_timeout(Duration::from_secs(1))
+        .lease(Duration::from_secs(30));
+    let idem = Idempotency::with_policy(store, policy).expect("policy");
+    let request = idem
+        .request("acct_frozen", "POST", "/charges")
+        .key(Some("k-frozen"))
+        .body(b"{\"cents\":100}")
+        .build()
+        .expect("request");
+    let ran = Arc::new(AtomicUsize::new(0));
+
+    let mut worker = frozen_worker(&db);
+    let charge = |ran: Arc<AtomicUsize>| {
+        move |_ctx| async move {
+            ran.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Failure<std::io::Error>>(StoredResponse::new(201, "charged"))
+        }
+    };
+    let started = Instant::now();
+    let first = idem.run(&request, charge(Arc::clone(&ran))).await;
+    let took = started.elapsed();
+    assert!(
+        matches!(&first, Err(RunError::Idem(e)) if e.is_retryable()),
+        "the store is unavailable: {first:?}"
+    );
+    assert!(
+        took < Duration::from_millis(1500),
+        "503 within the budget: {took:?}"
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "nothing ran");
+
+    // The frozen worker thaws 2 s later (its transaction then ends): the store is back.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    signal(&worker, "-CONT");
+    let _ = worker.kill();
+    let _ = worker.wait();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // The client retries its 503 once the store answers again.
+    let retry = idem.run(&request, charge(Arc::clone(&ran))).await;
+    let record = idem.begin(&request).await.map(|b| match b {
+        Begin::Acquired(_) => "acquired".to_owned(),
+        other => format!("{other:?}").chars().take(60).collect(),
+    });
+    assert!(
+        matches!(retry, Ok(Outcome::Executed(_))),
+        "after a 503 and the store's recovery the retry runs, got {:?} (nothing ran: {} \
+         executions; a reservation nobody holds landed after the 503; begin now: {record:?})",
+        retry
+            .as_ref()
+            .map(|o| matches!(o, Outcome::Answered(Answer::InFlight { .. }))),
+        ran.load(Ordering::SeqCst),
+    );
+}
