@@ -208,6 +208,9 @@ struct Reserving {
     token: FencingToken,
     lease_for: Duration,
     holder: Arc<str>,
+    /// The call's deadline: another process's write lock is waited for until it, never past
+    /// it (C13), so a reservation its caller gave up on at the deadline never lands later.
+    until: std::time::Instant,
 }
 
 impl Decide for Reserving {
@@ -224,16 +227,46 @@ impl Decide for Reserving {
 
     fn write(self, conn: &mut Connection) -> Self::Output {
         let inner = &self.inner;
-        ops::reserve_step(
-            conn,
-            &inner.sql,
-            inner.config.clock.now(),
-            &self.request,
-            self.token,
-            self.lease_for,
-            &self.holder,
-        )
+        within_deadline(conn, inner, self.until, |conn| {
+            ops::reserve_step(
+                conn,
+                &inner.sql,
+                inner.config.clock.now(),
+                &self.request,
+                self.token,
+                self.lease_for,
+                &self.holder,
+            )
+        })
     }
+}
+
+/// `work` with another process's write lock waited for at most until `until` (C13: a write
+/// its caller gave up on at its deadline must not land afterwards), not for the store's whole
+/// busy timeout; set only when that is shorter.
+fn within_deadline<T>(
+    conn: &Connection,
+    inner: &Inner,
+    until: std::time::Instant,
+    work: impl FnOnce(&Connection) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let busy = until.saturating_duration_since(std::time::Instant::now());
+    if busy.is_zero() {
+        return Err(Error::store(
+            crate::error::BACKEND,
+            idem_core::StoreErrorKind::Unavailable,
+            "the SQLite writer stayed busy past the store timeout",
+        ));
+    }
+    let shorter = busy < inner.config.busy_timeout;
+    if shorter {
+        conn.busy_timeout(busy).map_err(store_error)?;
+    }
+    let result = work(conn);
+    if shorter {
+        let _ = conn.busy_timeout(inner.config.busy_timeout);
+    }
+    result
 }
 
 #[async_trait]
@@ -267,6 +300,7 @@ impl Store for SqliteStore {
                     token: claim.token(),
                     lease_for: claim.lease_for(),
                     holder: Arc::clone(&self.holder),
+                    until: deadline.instant(),
                 };
                 self.inner.pool.decide(reserving, None).await?
             })
@@ -285,11 +319,14 @@ impl Store for SqliteStore {
                 let (request, token, lease_for) =
                     (claim.request().clone(), claim.token(), claim.lease_for());
                 let holder = Arc::clone(&self.holder);
+                let until = deadline.instant();
                 self.on_writer(move |conn, inner| {
-                    let now = inner.config.clock.now();
-                    ops::replace_step(
-                        conn, &inner.sql, now, &request, token, lease_for, acquire, &holder,
-                    )
+                    within_deadline(conn, inner, until, |conn| {
+                        let now = inner.config.clock.now();
+                        ops::replace_step(
+                            conn, &inner.sql, now, &request, token, lease_for, acquire, &holder,
+                        )
+                    })
                 })
                 .await
             })
