@@ -1,0 +1,304 @@
+//! Several processes on one SQLite file (C4, C6, C9, C13), as a payments team runs it: child
+//! processes (this test binary in child mode) charge random keys through `run_in_transaction`
+//! while the parent kills them with SIGKILL at random points, freezes them with SIGSTOP (a
+//! frozen writer), and purges. Afterwards every key has exactly one charge if its record is
+//! completed and none otherwise, and no call took much longer than the store budget.
+
+use idem_core::{Idempotency, Outcome, Policy, RunError, StoredResponse};
+use idem_sqlite::{rusqlite, SqliteIdempotency, SqliteStore};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const CHILD_ENV: &str = "IDEM_SQLITE_CHAOS_CHILD";
+const LEASE: Duration = Duration::from_millis(1000);
+const BUDGET: Duration = Duration::from_millis(1000);
+const KEYS: u64 = 300;
+
+struct Rng(u64);
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Self(seed | 1)
+    }
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("time")
+        .as_nanos() as u64;
+    t ^ (u64::from(std::process::id()) << 32)
+}
+
+fn policy() -> Policy {
+    Policy::default().lease(LEASE).store_timeout(BUDGET)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "child process of the chaos test"]
+async fn chaos_child() {
+    let spec = std::env::var(CHILD_ENV).expect("run by the chaos test");
+    let mut parts = spec.split('|');
+    let db = PathBuf::from(parts.next().expect("db"));
+    let millis: u64 = parts.next().expect("ms").parse().expect("ms");
+    let store = SqliteStore::open(&db).await.expect("open");
+    let idem = Idempotency::with_policy(store, policy()).expect("policy");
+    let mut rng = Rng::new(seed());
+    let until = Instant::now() + Duration::from_millis(millis);
+    println!("READY");
+    let mut worst = Duration::ZERO;
+    while Instant::now() < until {
+        let key = format!("k{}", rng.below(KEYS));
+        let hold = Duration::from_millis(rng.below(20));
+        let request = idem
+            .request("acct_chaos", "POST", "/charges")
+            .key(Some(&key))
+            .body(b"{\"cents\":100}")
+            .build()
+            .expect("request");
+        let started = Instant::now();
+        let intent = key.clone();
+        let outcome = idem
+            .run_in_transaction(&request, move |tx, _lease| {
+                tx.execute("INSERT INTO charges (intent) VALUES (?1)", [&intent])?;
+                std::thread::sleep(hold);
+                Ok::<_, rusqlite::Error>(StoredResponse::new(201, format!("charge {intent}")))
+            })
+            .await;
+        let took = started.elapsed();
+        worst = worst.max(took);
+        let what = match &outcome {
+            Ok(Outcome::Executed(_)) => "executed".to_owned(),
+            Ok(Outcome::Answered(a)) => format!("answered {a:?}").chars().take(40).collect(),
+            Ok(other) => format!("{other:?}"),
+            Err(RunError::Idem(e)) => format!("idem error {e}"),
+            Err(e) => format!("error {e}"),
+        };
+        if took > BUDGET * 2 + Duration::from_millis(500) {
+            println!("SLOW {} ms {key}: {what}", took.as_millis());
+        }
+        if let Ok(Outcome::Answered(idem_core::Answer::Replay(r))) = &outcome {
+            let expected = format!("charge {key}");
+            if r.body[..] != *expected.as_bytes() {
+                println!("WRONG REPLAY {key}: {:?}", String::from_utf8_lossy(&r.body));
+            }
+        }
+    }
+    println!("DONE worst {} ms", worst.as_millis());
+}
+
+fn spawn(db: &Path, millis: u64, log: Arc<Mutex<Vec<String>>>) -> Child {
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--ignored",
+            "--exact",
+            "chaos_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, format!("{}|{millis}", db.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let out = child.stdout.take().expect("stdout");
+    let pid = child.id();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if line.starts_with("SLOW") || line.starts_with("WRONG") || line.starts_with("DONE") {
+                log.lock().expect("log").push(format!("[{pid}] {line}"));
+            }
+        }
+    });
+    child
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c04_c06_c09_c13_several_processes_killed_and_frozen_one_charge_per_key() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = dir.path().join("chaos.db");
+    let store = SqliteStore::open(&db).await.expect("open");
+    store
+        .try_call(|db| {
+            db.execute_batch("CREATE TABLE charges (id INTEGER PRIMARY KEY, intent TEXT NOT NULL)")
+        })
+        .await
+        .expect("charges");
+    let idem = Idempotency::with_policy(store.clone(), policy()).expect("policy");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let run_for = Duration::from_secs(
+        std::env::var("CHAOS_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(15),
+    );
+    let end = Instant::now() + run_for;
+    let mut rng = Rng::new(seed());
+    let left = |end: Instant| end.saturating_duration_since(Instant::now()).as_millis() as u64;
+    let mut children: Vec<Child> = (0..3)
+        .map(|_| spawn(&db, left(end), Arc::clone(&log)))
+        .collect();
+    let observer = format!("[{}]", children[0].id());
+    let (mut kills, mut stops, mut purged) = (0, 0, 0usize);
+    while Instant::now() + Duration::from_millis(500) < end {
+        tokio::time::sleep(Duration::from_millis(100 + rng.below(300))).await;
+        // Child 0 is never frozen or killed: it measures the survivors' waits (C13).
+        let i = 1 + rng.below(children.len() as u64 - 1) as usize;
+        match rng.below(3) {
+            0 => {
+                let _ = children[i].kill();
+                let _ = children[i].wait();
+                kills += 1;
+                children[i] = spawn(&db, left(end), Arc::clone(&log));
+            }
+            1 => {
+                let pid = children[i].id();
+                signal(pid, "-STOP");
+                stops += 1;
+                let pause = Duration::from_millis(300 + rng.below(2500));
+                std::thread::spawn(move || {
+                    std::thread::sleep(pause);
+                    signal(pid, "-CONT");
+                });
+            }
+            _ => {
+                if let Ok(n) = idem.purge_expired().await {
+                    purged += n;
+                }
+            }
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for child in &mut children {
+        signal(child.id(), "-CONT");
+        let _ = child.wait();
+    }
+    // Every orphan's lease passes; the survivors' retries settle every key.
+    tokio::time::sleep(LEASE * 2).await;
+    let (idem2, _) = (idem.clone(), ());
+    let mut bad = Vec::new();
+    for k in 0..KEYS {
+        let key = format!("k{k}");
+        let request = idem2
+            .request("acct_chaos", "POST", "/charges")
+            .key(Some(&key))
+            .body(b"{\"cents\":100}")
+            .build()
+            .expect("request");
+        let intent = key.clone();
+        let _ = idem2
+            .run_in_transaction(&request, move |tx, _| {
+                tx.execute("INSERT INTO charges (intent) VALUES (?1)", [&intent])?;
+                Ok::<_, rusqlite::Error>(StoredResponse::new(201, format!("charge {intent}")))
+            })
+            .await;
+        let k2 = key.clone();
+        let (charges, state): (i64, Option<i64>) = store
+            .read(move |db| {
+                let c = db.query_row(
+                    "SELECT COUNT(*) FROM charges WHERE intent = ?1",
+                    [&k2],
+                    |r| r.get(0),
+                )?;
+                let s = db
+                    .query_row(
+                        "SELECT state FROM idem_records WHERE key = ?1",
+                        [&k2],
+                        |r| r.get(0),
+                    )
+                    .ok();
+                Ok::<_, rusqlite::Error>((c, s))
+            })
+            .await
+            .expect("read")
+            .expect("counts");
+        if charges != 1 || state != Some(1) {
+            bad.push(format!("{key}: {charges} charges, state {state:?}"));
+        }
+    }
+    let log = log.lock().expect("log").clone();
+    eprintln!("kills {kills}, stops {stops}, purged {purged}");
+    for line in &log {
+        eprintln!("{line}");
+    }
+    let slow: Vec<_> = log
+        .iter()
+        .filter(|l| (l.contains("SLOW") && l.starts_with(&observer)) || l.contains("WRONG"))
+        .collect();
+    assert!(bad.is_empty(), "keys charged other than once: {bad:?}");
+    assert!(
+        slow.is_empty(),
+        "calls past twice the store budget, or wrong replays: {slow:?}"
+    );
+}
+
+const OPEN_ENV: &str = "IDEM_SQLITE_OPEN_CHILD";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "child process of the concurrent-open test"]
+async fn open_child() {
+    let spec = std::env::var(OPEN_ENV).expect("run by the open test");
+    let (db, go) = spec.split_once('|').expect("spec");
+    while !Path::new(go).exists() {
+        std::thread::yield_now();
+    }
+    match SqliteStore::open(db).await {
+        Ok(_) => println!("OPENED"),
+        Err(e) => println!("FAILED {e}"),
+    }
+}
+
+/// Workers of one service started together on a new file all open it.
+#[test]
+fn several_processes_open_a_new_file_at_once() {
+    let mut failures = Vec::new();
+    for round in 0..15 {
+        let dir = tempfile::tempdir().expect("dir");
+        let db = dir.path().join("new.db");
+        let go = dir.path().join("go");
+        let children: Vec<Child> = (0..6)
+            .map(|_| {
+                Command::new(std::env::current_exe().expect("test binary"))
+                    .args([
+                        "--ignored",
+                        "--exact",
+                        "open_child",
+                        "--nocapture",
+                        "--test-threads=1",
+                    ])
+                    .env(OPEN_ENV, format!("{}|{}", db.display(), go.display()))
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("spawn")
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        std::fs::write(&go, b"").expect("go");
+        for child in children {
+            let out = child.wait_with_output().expect("wait");
+            let text = String::from_utf8_lossy(&out.stdout);
+            for line in text.lines().filter(|l| l.starts_with("FAILED")) {
+                failures.push(format!("round {round}: {line}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
