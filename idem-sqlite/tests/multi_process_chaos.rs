@@ -15,7 +15,28 @@ use std::time::{Duration, Instant};
 const CHILD_ENV: &str = "IDEM_SQLITE_CHAOS_CHILD";
 const LEASE: Duration = Duration::from_millis(1000);
 const BUDGET: Duration = Duration::from_millis(1000);
-const KEYS: u64 = 300;
+fn keys() -> u64 {
+    std::env::var("CHAOS_KEYS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300)
+}
+
+/// The size of each stored response (a disk that fills needs records that grow it).
+fn body_len() -> usize {
+    std::env::var("CHAOS_BODY")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+fn body(intent: &str) -> String {
+    let mut body = format!("charge {intent}");
+    while body.len() < body_len() {
+        body.push_str(" padding");
+    }
+    body
+}
 
 struct Rng(u64);
 impl Rng {
@@ -61,7 +82,7 @@ async fn chaos_child() {
     println!("READY");
     let mut worst = Duration::ZERO;
     while Instant::now() < until {
-        let key = format!("k{}", rng.below(KEYS));
+        let key = format!("k{}", rng.below(keys()));
         let hold = Duration::from_millis(rng.below(20));
         let request = idem
             .request("acct_chaos", "POST", "/charges")
@@ -75,7 +96,7 @@ async fn chaos_child() {
             .run_in_transaction(&request, move |tx, _lease| {
                 tx.execute("INSERT INTO charges (intent) VALUES (?1)", [&intent])?;
                 std::thread::sleep(hold);
-                Ok::<_, rusqlite::Error>(StoredResponse::new(201, format!("charge {intent}")))
+                Ok::<_, rusqlite::Error>(StoredResponse::new(201, body(&intent)))
             })
             .await;
         let took = started.elapsed();
@@ -91,7 +112,7 @@ async fn chaos_child() {
             println!("SLOW {} ms {key}: {what}", took.as_millis());
         }
         if let Ok(Outcome::Answered(idem_core::Answer::Replay(r))) = &outcome {
-            let expected = format!("charge {key}");
+            let expected = body(&key);
             if r.body[..] != *expected.as_bytes() {
                 println!("WRONG REPLAY {key}: {:?}", String::from_utf8_lossy(&r.body));
             }
@@ -194,7 +215,7 @@ async fn c04_c06_c09_c13_several_processes_killed_and_frozen_one_charge_per_key(
     tokio::time::sleep(LEASE * 2).await;
     let (idem2, _) = (idem.clone(), ());
     let mut bad = Vec::new();
-    for k in 0..KEYS {
+    for k in 0..keys() {
         let key = format!("k{k}");
         let request = idem2
             .request("acct_chaos", "POST", "/charges")
@@ -206,7 +227,7 @@ async fn c04_c06_c09_c13_several_processes_killed_and_frozen_one_charge_per_key(
         let _ = idem2
             .run_in_transaction(&request, move |tx, _| {
                 tx.execute("INSERT INTO charges (intent) VALUES (?1)", [&intent])?;
-                Ok::<_, rusqlite::Error>(StoredResponse::new(201, format!("charge {intent}")))
+                Ok::<_, rusqlite::Error>(StoredResponse::new(201, body(&intent)))
             })
             .await;
         let k2 = key.clone();
@@ -301,4 +322,122 @@ fn several_processes_open_a_new_file_at_once() {
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Fills the file system holding `dir` (a small tmpfs): writes a filler file until it is full.
+fn fill(dir: &Path) -> PathBuf {
+    use std::io::Write;
+    let filler = dir.join("filler");
+    let mut file = std::fs::File::create(&filler).expect("filler");
+    let chunk = vec![0u8; 4096];
+    while file.write_all(&chunk).is_ok() {}
+    let _ = file.sync_all();
+    filler
+}
+
+/// The disk full during traffic (C6, C8, C13): two processes charge while the file system
+/// holding the database fills up, then is freed. Every key ends with one charge and its
+/// record, nothing waits past twice the budget, no replay is another request's.
+/// `CHAOS_DIR` names a small file system (`mount -t tmpfs -o size=4m tmpfs DIR`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs CHAOS_DIR on a small tmpfs"]
+async fn c06_c13_disk_full_during_traffic_one_charge_per_key() {
+    let dir = PathBuf::from(std::env::var("CHAOS_DIR").expect("CHAOS_DIR"));
+    let db = dir.join("full.db");
+    let store = SqliteStore::open(&db).await.expect("open");
+    store
+        .try_call(|db| {
+            db.execute_batch(
+                "CREATE TABLE IF NOT EXISTS charges (id INTEGER PRIMARY KEY, intent TEXT NOT NULL)",
+            )
+        })
+        .await
+        .expect("charges");
+    let idem = Idempotency::with_policy(store.clone(), policy()).expect("policy");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let run_for = Duration::from_secs(
+        std::env::var("CHAOS_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(20),
+    );
+    let end = Instant::now() + run_for;
+    let left = |end: Instant| end.saturating_duration_since(Instant::now()).as_millis() as u64;
+    let mut children: Vec<Child> = (0..2)
+        .map(|_| spawn(&db, left(end), Arc::clone(&log)))
+        .collect();
+    tokio::time::sleep(run_for / 5).await;
+    let filler = fill(&dir);
+    eprintln!("disk full");
+    let mut full_errors = 0;
+    let full_until = Instant::now() + run_for * 2 / 5;
+    while Instant::now() < full_until {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if idem.purge_expired().await.is_err() {
+            full_errors += 1;
+        }
+    }
+    std::fs::remove_file(&filler).expect("free the disk");
+    eprintln!("disk freed ({full_errors} purge errors while full)");
+    for child in &mut children {
+        let _ = child.wait();
+    }
+    tokio::time::sleep(LEASE * 2).await;
+    let mut bad = Vec::new();
+    for k in 0..keys() {
+        let key = format!("k{k}");
+        let request = idem
+            .request("acct_chaos", "POST", "/charges")
+            .key(Some(&key))
+            .body(b"{\"cents\":100}")
+            .build()
+            .expect("request");
+        let intent = key.clone();
+        let last = idem
+            .run_in_transaction(&request, move |tx, _| {
+                tx.execute("INSERT INTO charges (intent) VALUES (?1)", [&intent])?;
+                Ok::<_, rusqlite::Error>(StoredResponse::new(201, body(&intent)))
+            })
+            .await;
+        let k2 = key.clone();
+        let (charges, state): (i64, Option<i64>) = store
+            .read(move |db| {
+                let c = db.query_row(
+                    "SELECT COUNT(*) FROM charges WHERE intent = ?1",
+                    [&k2],
+                    |r| r.get(0),
+                )?;
+                let s = db
+                    .query_row(
+                        "SELECT state FROM idem_records WHERE key = ?1",
+                        [&k2],
+                        |r| r.get(0),
+                    )
+                    .ok();
+                Ok::<_, rusqlite::Error>((c, s))
+            })
+            .await
+            .expect("read")
+            .expect("counts");
+        if charges != 1 || state != Some(1) {
+            bad.push(format!(
+                "{key}: {charges} charges, state {state:?}, last {:?}",
+                last.map(|o| format!("{o:?}").chars().take(60).collect::<String>())
+                    .map_err(|e| e.to_string())
+            ));
+        }
+    }
+    let log = log.lock().expect("log").clone();
+    for line in &log {
+        eprintln!("{line}");
+    }
+    let slow: Vec<_> = log
+        .iter()
+        .filter(|l| l.contains("SLOW") || l.contains("WRONG"))
+        .collect();
+    assert!(bad.is_empty(), "keys charged other than once: {bad:#?}");
+    assert!(
+        slow.is_empty(),
+        "calls past twice the store budget, or wrong replays: {slow:?}"
+    );
 }
