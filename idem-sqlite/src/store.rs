@@ -1,7 +1,7 @@
 //! `SqliteStore`: the embedded store, and its `Store` implementation.
 
 use crate::config::SqliteConfig;
-use crate::connection::connect;
+use crate::connection::{connect, waiting_until};
 use crate::error::store_error;
 use crate::ops;
 use crate::pool::{Decide, Pool};
@@ -188,14 +188,17 @@ impl SqliteStore {
         ops::complete(tx, &self.inner.sql, now, completion)
     }
 
-    /// Runs one fenced write of `ops` on the writer.
-    async fn on_writer<T, F>(&self, work: F) -> Result<T, Error>
+    /// Runs one fenced write of `ops` on the writer, another process's write lock waited for
+    /// until `deadline` at most ([`waiting_until`]).
+    async fn on_writer<T, F>(&self, deadline: Deadline, work: F) -> Result<T, Error>
     where
         F: FnOnce(&Connection, &Inner) -> Result<T, Error> + Send + 'static,
         T: Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
-        self.call(move |conn| work(conn, &inner)).await?
+        let until = deadline.instant();
+        self.call(move |conn| waiting_until(conn, &inner.config, until, |conn| work(conn, &inner)))
+            .await?
     }
 }
 
@@ -208,8 +211,7 @@ struct Reserving {
     token: FencingToken,
     lease_for: Duration,
     holder: Arc<str>,
-    /// The call's deadline: another process's write lock is waited for until it, never past
-    /// it (C13), so a reservation its caller gave up on at the deadline never lands later.
+    /// The call's deadline ([`waiting_until`]).
     until: std::time::Instant,
 }
 
@@ -227,7 +229,7 @@ impl Decide for Reserving {
 
     fn write(self, conn: &mut Connection) -> Self::Output {
         let inner = &self.inner;
-        within_deadline(conn, inner, self.until, |conn| {
+        waiting_until(conn, &inner.config, self.until, |conn| {
             ops::reserve_step(
                 conn,
                 &inner.sql,
@@ -239,34 +241,6 @@ impl Decide for Reserving {
             )
         })
     }
-}
-
-/// `work` with another process's write lock waited for at most until `until` (C13: a write
-/// its caller gave up on at its deadline must not land afterwards), not for the store's whole
-/// busy timeout; set only when that is shorter.
-fn within_deadline<T>(
-    conn: &Connection,
-    inner: &Inner,
-    until: std::time::Instant,
-    work: impl FnOnce(&Connection) -> Result<T, Error>,
-) -> Result<T, Error> {
-    let busy = until.saturating_duration_since(std::time::Instant::now());
-    if busy.is_zero() {
-        return Err(Error::store(
-            crate::error::BACKEND,
-            idem_core::StoreErrorKind::Unavailable,
-            "the SQLite writer stayed busy past the store timeout",
-        ));
-    }
-    let shorter = busy < inner.config.busy_timeout;
-    if shorter {
-        conn.busy_timeout(busy).map_err(store_error)?;
-    }
-    let result = work(conn);
-    if shorter {
-        let _ = conn.busy_timeout(inner.config.busy_timeout);
-    }
-    result
 }
 
 #[async_trait]
@@ -319,14 +293,11 @@ impl Store for SqliteStore {
                 let (request, token, lease_for) =
                     (claim.request().clone(), claim.token(), claim.lease_for());
                 let holder = Arc::clone(&self.holder);
-                let until = deadline.instant();
-                self.on_writer(move |conn, inner| {
-                    within_deadline(conn, inner, until, |conn| {
-                        let now = inner.config.clock.now();
-                        ops::replace_step(
-                            conn, &inner.sql, now, &request, token, lease_for, acquire, &holder,
-                        )
-                    })
+                self.on_writer(deadline, move |conn, inner| {
+                    let now = inner.config.clock.now();
+                    ops::replace_step(
+                        conn, &inner.sql, now, &request, token, lease_for, acquire, &holder,
+                    )
                 })
                 .await
             })
@@ -353,7 +324,7 @@ impl Store for SqliteStore {
         deadline
             .bound(Operation::Complete, async {
                 let completion = completion.clone();
-                self.on_writer(move |conn, inner| {
+                self.on_writer(deadline, move |conn, inner| {
                     ops::complete(conn, &inner.sql, inner.config.clock.now(), &completion)
                 })
                 .await
@@ -365,8 +336,10 @@ impl Store for SqliteStore {
         deadline
             .bound(Operation::Release, async {
                 let lease = lease.clone();
-                self.on_writer(move |conn, inner| ops::release(conn, &inner.sql, &lease))
-                    .await
+                self.on_writer(deadline, move |conn, inner| {
+                    ops::release(conn, &inner.sql, &lease)
+                })
+                .await
             })
             .await
     }
@@ -380,7 +353,7 @@ impl Store for SqliteStore {
         deadline
             .bound(Operation::Renew, async {
                 let lease = lease.clone();
-                self.on_writer(move |conn, inner| {
+                self.on_writer(deadline, move |conn, inner| {
                     ops::renew(
                         conn,
                         &inner.sql,
@@ -397,7 +370,7 @@ impl Store for SqliteStore {
     async fn purge_expired(&self, limit: usize, deadline: Deadline) -> Result<usize, Error> {
         deadline
             .bound(Operation::Purge, async {
-                self.on_writer(move |conn, inner| {
+                self.on_writer(deadline, move |conn, inner| {
                     ops::purge_expired(conn, &inner.sql, inner.config.clock.now(), limit)
                 })
                 .await

@@ -4,6 +4,7 @@
 //! `Completion`.
 
 use crate::commit_watch::{watching, CommitWatch};
+use crate::connection::waiting_until;
 use crate::error::{store_error, BACKEND};
 use crate::ops;
 use crate::pool::Decide;
@@ -198,7 +199,7 @@ impl Transactional for SqliteStore {
         self.inner
             .pool
             .write_within(wait, move |conn| {
-                within_store_timeout(conn, &inner, &execution, |conn| {
+                waiting_until(conn, &inner.config, within(&execution), |conn| {
                     Ok(watching(conn, |conn, watch| {
                         match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
                             Ok(tx) => {
@@ -211,27 +212,6 @@ impl Transactional for SqliteStore {
             })
             .await?
     }
-}
-
-/// `work` with another process's write lock waited for at most the engine's store timeout
-/// (C13), not the store's whole busy timeout at each step. Set only when it is shorter, so that
-/// an answer costs no two calls into SQLite.
-fn within_store_timeout<T>(
-    conn: &mut rusqlite::Connection,
-    inner: &crate::store::Inner,
-    execution: &Execution,
-    work: impl FnOnce(&mut rusqlite::Connection) -> Result<T, Error>,
-) -> Result<T, Error> {
-    let busy = execution.store_timeout();
-    let shorter = busy < inner.config.busy_timeout;
-    if shorter {
-        conn.busy_timeout(busy).map_err(store_error)?;
-    }
-    let result = work(conn);
-    if shorter {
-        let _ = conn.busy_timeout(inner.config.busy_timeout);
-    }
-    result
 }
 
 /// The reservation and the effect's transaction, decided where their statements run: a
@@ -268,7 +248,7 @@ impl<E: Send + 'static> Decide for Transacting<E> {
             effect,
             execution,
         } = self;
-        within_store_timeout(conn, &inner, &execution, |conn| {
+        waiting_until(conn, &inner.config, within(&execution), |conn| {
             if execution.one_commit() {
                 transact_once_on(conn, &inner, &request, effect, &execution)
             } else {
@@ -416,4 +396,9 @@ pub(crate) fn rolled_back_under_the_effect() -> Error {
 /// engine says.
 fn reservation<'a>(req: &'a Request, execution: &Execution) -> idem_core::store::Reservation<'a> {
     ops::reservation(req, execution.lease_for()).in_execution(execution)
+}
+
+/// When the rest of the request's store budget ends, from now (C13).
+fn within(execution: &Execution) -> std::time::Instant {
+    std::time::Instant::now() + execution.store_timeout()
 }
