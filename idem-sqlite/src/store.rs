@@ -384,8 +384,11 @@ impl Store for SqliteStore {
         deadline
             .bound(Operation::Resolve, async {
                 let (inner, resolution) = (Arc::clone(&self.inner), resolution.clone());
+                let until = deadline.instant();
                 self.call(move |conn| {
-                    ops::resolve(conn, &inner.sql, inner.config.clock.as_ref(), &resolution)
+                    waiting_until(conn, &inner.config, until, |conn| {
+                        ops::resolve(conn, &inner.sql, inner.config.clock.as_ref(), &resolution)
+                    })
                 })
                 .await?
             })
