@@ -125,3 +125,96 @@ async fn c13_a_reservation_cut_off_by_the_budget_does_not_land_after_its_503() {
         ran.load(Ordering::SeqCst),
     );
 }
+
+/// Holds SQLite's write lock from another connection (another worker's transaction) for `for_`,
+/// once `go` is called; `go` returns when the lock is held.
+struct Rival {
+    db: std::path::PathBuf,
+    for_: Duration,
+}
+
+impl Rival {
+    fn take(&self) {
+        let (held, is_held) = std::sync::mpsc::channel();
+        let (db, for_) = (self.db.clone(), self.for_);
+        std::thread::spawn(move || {
+            let conn = rusqlite::Connection::open(db).expect("open");
+            conn.busy_timeout(Duration::from_secs(10)).expect("busy");
+            conn.execute_batch("BEGIN IMMEDIATE; INSERT INTO business VALUES (2);")
+                .expect("write lock");
+            held.send(()).expect("held");
+            std::thread::sleep(for_);
+            conn.execute_batch("COMMIT").expect("commit");
+        });
+        is_held.recv().expect("the rival holds the lock");
+    }
+}
+
+/// Another worker takes the write lock again at the moment this one's reservation has
+/// committed (an observer of `acquired` widens that window, which is otherwise a few
+/// microseconds wide between the reservation's commit and the effect's `BEGIN IMMEDIATE`).
+struct TakesTheLockOnAcquired(Arc<Rival>);
+
+impl idem_core::Observer for TakesTheLockOnAcquired {
+    fn observe(&self, event: &idem_core::Event<'_>) {
+        if event.kind() == idem_core::EventKind::Acquired {
+            self.0.take();
+        }
+    }
+}
+
+/// C13: one budget per request, counted across every store step. `run_in_transaction` waits
+/// for another process's write lock up to what was left of the budget when its task started,
+/// once for the reservation's statement and again, in full, for the effect's `BEGIN
+/// IMMEDIATE`: a request with a 1 s budget answers after about 2.8 s (and its key, whose
+/// reservation committed, is then held until the lease passes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_run_in_transaction_spends_its_budget_once_across_reservation_and_begin() {
+    use idem_sqlite::SqliteIdempotency;
+    let dir = tempfile::tempdir().expect("dir");
+    let db = dir.path().join("budget.db");
+    let store = SqliteStore::open(&db).await.expect("open");
+    store
+        .try_call(|db| db.execute_batch("CREATE TABLE business (v INTEGER)"))
+        .await
+        .expect("business");
+    let budget = Duration::from_secs(1);
+    let rival = Arc::new(Rival {
+        db: db.clone(),
+        for_: Duration::from_secs(4),
+    });
+    let idem = Idempotency::builder(store)
+        .policy(
+            Policy::default()
+                .store_timeout(budget)
+                .lease(Duration::from_secs(30)),
+        )
+        .observer(TakesTheLockOnAcquired(Arc::clone(&rival)))
+        .build()
+        .expect("engine");
+    // A frozen worker holds the lock for 0.8 s: the reservation waits most of the budget.
+    let first = Rival {
+        db: db.clone(),
+        for_: Duration::from_millis(800),
+    };
+    first.take();
+    let request = idem
+        .request("acct_budget", "POST", "/charges")
+        .key(Some("k-budget"))
+        .body(b"{}")
+        .build()
+        .expect("request");
+    let started = Instant::now();
+    let outcome = idem
+        .run_in_transaction(&request, |tx, _| {
+            tx.execute("INSERT INTO business VALUES (3)", [])?;
+            Ok::<_, rusqlite::Error>(StoredResponse::new(201, "charged"))
+        })
+        .await;
+    let took = started.elapsed();
+    assert!(
+        took < budget + Duration::from_millis(300),
+        "answered {:?} after {took:?}, past the 1 s store budget",
+        outcome.map(|_| ()).map_err(|e| e.to_string())
+    );
+}
