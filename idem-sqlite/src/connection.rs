@@ -109,29 +109,40 @@ pub(crate) fn clean(conn: Connection) -> Option<Connection> {
 /// `work` with another process's write lock waited for until `until` at most (C13), not for
 /// the store's whole busy timeout: a write its caller gave up on at its deadline never lands
 /// afterwards, nor holds the writer past it; one queued on the writer past its deadline does
-/// not run. The busy timeout is set only when the deadline is nearer, so that a write costs no
-/// two more calls into SQLite.
+/// not run. The busy timeout is the store's again after `work`, whose own steps may shorten it
+/// further ([`wait_at_most`]).
 pub(crate) fn waiting_until<T>(
     conn: &mut Connection,
     config: &SqliteConfig,
     until: Instant,
     work: impl FnOnce(&mut Connection) -> Result<T, Error>,
 ) -> Result<T, Error> {
-    let wait = until.saturating_duration_since(Instant::now());
-    if wait.is_zero() {
+    wait_at_most(
+        conn,
+        config,
+        until.saturating_duration_since(Instant::now()),
+    )?;
+    let result = work(conn);
+    let _ = conn.busy_timeout(config.busy_timeout);
+    result
+}
+
+/// Makes `conn` wait for another process's write lock `left` at most, when that is shorter
+/// than the store's busy timeout; nothing left is unavailable, and nothing is run.
+pub(crate) fn wait_at_most(
+    conn: &Connection,
+    config: &SqliteConfig,
+    left: Duration,
+) -> Result<(), Error> {
+    if left.is_zero() {
         return Err(Error::store(
             crate::error::BACKEND,
             idem_core::StoreErrorKind::Unavailable,
             "the store call's deadline passed before SQLite's writer could start it",
         ));
     }
-    let shorter = wait < config.busy_timeout;
-    if shorter {
-        conn.busy_timeout(wait).map_err(store_error)?;
+    if left < config.busy_timeout {
+        conn.busy_timeout(left).map_err(store_error)?;
     }
-    let result = work(conn);
-    if shorter {
-        let _ = conn.busy_timeout(config.busy_timeout);
-    }
-    result
+    Ok(())
 }

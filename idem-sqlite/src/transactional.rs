@@ -4,7 +4,7 @@
 //! `Completion`.
 
 use crate::commit_watch::{watching, CommitWatch};
-use crate::connection::waiting_until;
+use crate::connection::{wait_at_most, waiting_until};
 use crate::error::{store_error, BACKEND};
 use crate::ops;
 use crate::pool::Decide;
@@ -17,6 +17,7 @@ use rusqlite::{Transaction, TransactionBehavior};
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// An effect that runs in a SQLite transaction, on the store's writer.
 pub type SqliteEffect<E> =
@@ -179,6 +180,7 @@ impl Transactional for SqliteStore {
             request: request.clone(),
             effect,
             execution,
+            queued: Instant::now(),
         };
         // The writer is waited for at most the engine's store timeout; the transaction, once
         // started, runs to its end.
@@ -196,16 +198,18 @@ impl Transactional for SqliteStore {
         let inner = Arc::clone(&self.inner);
         let lease = lease.clone();
         let wait = execution.store_timeout();
+        let queued = Instant::now();
         self.inner
             .pool
             .write_within(wait, move |conn| {
+                execution.charge(queued.elapsed());
                 waiting_until(conn, &inner.config, within(&execution), |conn| {
                     Ok(watching(conn, |conn, watch| {
-                        match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+                        match begin_immediate(conn, &inner, &execution) {
                             Ok(tx) => {
                                 effect_then_commit(tx, &inner, &lease, effect, &execution, watch)
                             }
-                            Err(error) => TxEnd::RolledBack(store_error(error)),
+                            Err(error) => TxEnd::RolledBack(error),
                         }
                     }))
                 })
@@ -222,6 +226,8 @@ struct Transacting<E: Send + 'static> {
     request: Request,
     effect: SqliteEffect<E>,
     execution: Execution,
+    /// When it was handed to the pool: its wait for the writer is store time (C13).
+    queued: Instant,
 }
 
 impl<E: Send + 'static> Decide for Transacting<E> {
@@ -247,7 +253,9 @@ impl<E: Send + 'static> Decide for Transacting<E> {
             request,
             effect,
             execution,
+            queued,
         } = self;
+        execution.charge(queued.elapsed());
         waiting_until(conn, &inner.config, within(&execution), |conn| {
             if execution.one_commit() {
                 transact_once_on(conn, &inner, &request, effect, &execution)
@@ -267,7 +275,10 @@ fn transact_on<E>(
     execution: &Execution,
 ) -> Result<TxEnd<E, SqliteEffect<E>>, Error> {
     let clock = inner.config.clock.as_ref();
-    let reserved = match ops::reserve(conn, &inner.sql, clock, reservation(req, execution))? {
+    let reserving = Instant::now();
+    let reserved = ops::reserve(conn, &inner.sql, clock, reservation(req, execution));
+    execution.charge(reserving.elapsed());
+    let reserved = match reserved? {
         Begin::Answered(answer) => return Ok(TxEnd::Answered(answer, effect)),
         Begin::Acquired(lease) => lease,
     };
@@ -278,10 +289,11 @@ fn transact_on<E>(
         Ok(lease) => lease,
         Err(panicked) => return Ok(*panicked),
     };
+    // The effect's transaction waits for what the reservation left of the budget.
     Ok(watching(conn, |conn, watch| {
-        match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        match begin_immediate(conn, inner, execution) {
             Ok(tx) => effect_then_commit(tx, inner, &lease, effect, execution, watch),
-            Err(error) => TxEnd::RolledBack(store_error(error)),
+            Err(error) => TxEnd::RolledBack(error),
         }
     }))
 }
@@ -298,9 +310,7 @@ fn transact_once_on<E>(
 ) -> Result<TxEnd<E, SqliteEffect<E>>, Error> {
     let clock = inner.config.clock.as_ref();
     watching(conn, |conn, watch| {
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(store_error)?;
+        let tx = begin_immediate(conn, inner, execution)?;
         let reserved = match ops::reserve(&tx, &inner.sql, clock, reservation(req, execution))? {
             Begin::Answered(answer) => return Ok(TxEnd::Answered(answer, effect)),
             Begin::Acquired(lease) => lease,
@@ -313,6 +323,21 @@ fn transact_once_on<E>(
             tx, inner, &lease, effect, execution, watch,
         ))
     })
+}
+
+/// `BEGIN IMMEDIATE`, another process's write lock waited for at most what is left of the
+/// request's store budget, and the wait charged to it (C13): the reservation and the effect's
+/// transaction share one budget.
+fn begin_immediate<'c>(
+    conn: &'c mut rusqlite::Connection,
+    inner: &crate::store::Inner,
+    execution: &Execution,
+) -> Result<Transaction<'c>, Error> {
+    wait_at_most(conn, &inner.config, execution.store_timeout())?;
+    let began = Instant::now();
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate);
+    execution.charge(began.elapsed());
+    tx.map_err(store_error)
 }
 
 /// [`Execution::acquired`] for `reserved`, or, if the engine's hooks panicked (an application's
@@ -399,6 +424,6 @@ fn reservation<'a>(req: &'a Request, execution: &Execution) -> idem_core::store:
 }
 
 /// When the rest of the request's store budget ends, from now (C13).
-fn within(execution: &Execution) -> std::time::Instant {
-    std::time::Instant::now() + execution.store_timeout()
+fn within(execution: &Execution) -> Instant {
+    Instant::now() + execution.store_timeout()
 }

@@ -163,11 +163,11 @@ impl idem_core::Observer for TakesTheLockOnAcquired {
     }
 }
 
-/// C13: one budget per request, counted across every store step. `run_in_transaction` waits
-/// for another process's write lock up to what was left of the budget when its task started,
-/// once for the reservation's statement and again, in full, for the effect's `BEGIN
-/// IMMEDIATE`: a request with a 1 s budget answers after about 2.8 s (and its key, whose
-/// reservation committed, is then held until the lease passes).
+/// C13: one budget per request, counted across every store step. Another process holds the
+/// write lock for 0.8 s before the reservation and takes it again the moment the reservation
+/// commits: the effect's `BEGIN IMMEDIATE` waits only what the reservation left of the 1 s
+/// budget, and the release after it what is left then (not, as each once did, a budget of its
+/// own: about 2.8 s in all).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c13_run_in_transaction_spends_its_budget_once_across_reservation_and_begin() {
     use idem_sqlite::SqliteIdempotency;

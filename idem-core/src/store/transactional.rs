@@ -192,6 +192,14 @@ impl Execution {
         self.inner.hooks.budget().remaining()
     }
 
+    /// Counts `waited` against the request's store budget (C13), for a store whose steps block
+    /// a thread of their own, where [`bounded`](Self::bounded) cannot time them (SQLite waiting
+    /// for another process's write lock): [`store_timeout`](Self::store_timeout) is then what
+    /// is left for the next step, and for the engine's steps after the transaction.
+    pub fn charge(&self, waited: Duration) {
+        self.inner.hooks.budget().charge(waited);
+    }
+
     /// Call once the reservation is written, before the effect: registers the lease, starts the
     /// heartbeat if [`Transactional::renews_during_transaction`], returns the lease to use.
     pub fn acquired(&self, lease: Lease) -> Lease {
