@@ -7,4 +7,5 @@ pub(crate) mod load;
 pub(crate) mod private_cluster;
 pub(crate) mod private_sentinel;
 pub(crate) mod redis_cli;
+pub(crate) mod replicated_cluster;
 pub(crate) mod under_load;
