@@ -227,9 +227,20 @@ impl Conn {
                     .await
             }
         }
-        .map_err(store_error)?;
+        // The completion before it landed: whatever WAIT fails with (the master demoted under
+        // it, `UNBLOCKED`; a replica by now, `ERR WAIT cannot be used with replica instances`;
+        // a lost link) is unavailable, so that the engine retries the completion, which lands
+        // on the new master or is found landed. Taken for a refusal, it would store the 500 of
+        // a refused completion in place of the answer (C8).
+        .map_err(|error| Error::store(BACKEND, StoreErrorKind::Unavailable, error))?;
         match acknowledged {
             Value::Int(count) => Ok(count),
+            // A Cluster's routed command gives the node's error as a value.
+            Value::ServerError(error) => Err(Error::store(
+                BACKEND,
+                StoreErrorKind::Unavailable,
+                redis::RedisError::from(error),
+            )),
             other => Err(unexpected("WAIT", &other)),
         }
     }
