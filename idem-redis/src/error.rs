@@ -43,7 +43,8 @@ fn is_wrong_type(error: &redis::RedisError) -> bool {
 /// - a refused or dropped connection, a timeout (a call past its response timeout, a connection
 ///   past its connection timeout), a cluster that is down or moving slots, a server loading its
 ///   data, a primary that is down, a replica's `READONLY` (a master demoted by a failover),
-///   sentinels that name no master up (a failover under way), out of memory: retry later
+///   sentinels that name no master up (a failover under way), out of memory, a master refusing
+///   writes while its replicas lag (`NOREPLICAS`, `min-replicas-to-write`): retry later
 ///   ([`StoreErrorKind::Unavailable`]);
 /// - a refused password, a client configuration redis-rs rejects: an operator must act
 ///   ([`StoreErrorKind::Misconfigured`]);
@@ -59,8 +60,10 @@ fn is_wrong_type(error: &redis::RedisError) -> bool {
 /// assert_eq!(classify(&reset), StoreErrorKind::Unavailable);
 /// ```
 pub fn classify(error: &redis::RedisError) -> StoreErrorKind {
-    // Out of memory under noeviction: writes come back once memory is freed.
-    if error.code() == Some("OOM") {
+    // Out of memory under noeviction: writes come back once memory is freed. Not enough
+    // replicas in step (`min-replicas-to-write`): writes come back with a replica (a failover
+    // or a replica's restart under way).
+    if matches!(error.code(), Some("OOM" | "NOREPLICAS")) {
         return StoreErrorKind::Unavailable;
     }
     if error.is_io_error()
