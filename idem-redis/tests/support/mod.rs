@@ -7,5 +7,6 @@ pub(crate) mod load;
 pub(crate) mod private_cluster;
 pub(crate) mod private_sentinel;
 pub(crate) mod redis_cli;
+pub(crate) mod replays;
 pub(crate) mod replicated_cluster;
 pub(crate) mod under_load;

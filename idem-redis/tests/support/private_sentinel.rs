@@ -100,6 +100,8 @@ impl PrivateSentinel {
             "yes",
             "--repl-diskless-sync-delay",
             "0",
+            "--enable-debug-command",
+            "yes",
         ];
         args.extend_from_slice(extra);
         server(port, &dir, &args)
@@ -166,6 +168,12 @@ impl PrivateSentinel {
             std::thread::sleep(Duration::from_secs_f64(seconds));
             assert!(signal("CONT"), "kill -CONT {pid}");
         })
+    }
+
+    /// `DEBUG SLEEP seconds` on the master, from a thread of its own; returns once it stopped
+    /// answering.
+    pub(crate) fn freeze_master(&self, seconds: f64) -> std::thread::JoinHandle<()> {
+        super::redis_cli::freeze_port(self.master_port, seconds)
     }
 
     /// `kill -9` of the master; returns when it was killed.
