@@ -168,3 +168,18 @@ fn c13_cluster_master_frozen_replica_promoted_under_replays() {
     });
     check("frozen", &seen, ended, true);
 }
+
+/// Slots moved away and back while the engines read first (keys migrated ten at a time:
+/// MOVED and ASK all along).
+#[test]
+fn c13_slots_migrated_under_replays() {
+    let (seen, ended) = run("migrated", true, |cluster| {
+        let masters = cluster.masters();
+        for _ in 0..2 {
+            cluster.reshard(masters[0], masters[1], 300);
+            cluster.reshard(masters[1], masters[0], 300);
+        }
+        Instant::now()
+    });
+    check("migrated", &seen, ended, true);
+}

@@ -24,8 +24,13 @@ async fn engines(setup: &PrivateSentinel, n: usize, cache: bool) -> Vec<Idempote
     let prefix = format!("t{}", FencingToken::generate());
     let mut engines = Vec::new();
     for _ in 0..n {
+        let wait = std::env::var("WAIT_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_millis);
         let store = RedisStore::builder()
             .prefix(&prefix)
+            .wait_for_replica(wait)
             .response_timeout(STORE_TIMEOUTS)
             .connection_timeout(STORE_TIMEOUTS)
             .connect_sentinel(&sentinels, MASTER_NAME)

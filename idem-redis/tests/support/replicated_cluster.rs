@@ -170,6 +170,34 @@ impl ReplicatedCluster {
         });
     }
 
+    /// The ports of the nodes that say they are masters.
+    pub(crate) fn masters(&self) -> Vec<u16> {
+        self.running()
+            .map(|n| n.port)
+            .filter(|&p| self.role(p) == "master")
+            .collect()
+    }
+
+    /// Moves `count` slots from the master on `from` to the master on `to`
+    /// (`redis-cli --cluster reshard`, keys migrated with them), then waits for the cluster.
+    pub(crate) fn reshard(&self, from: u16, to: u16, count: usize) {
+        let seed = format!("127.0.0.1:{from}");
+        let from = cli(from, &["cluster", "myid"]);
+        let to = cli(to, &["cluster", "myid"]);
+        let count = count.to_string();
+        let out = redis_cli(&[
+            "--cluster", "reshard", &seed, "--cluster-from", &from, "--cluster-to", &to,
+            "--cluster-slots", &count, "--cluster-yes", "--cluster-pipeline", "10",
+        ]);
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster reshard: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.wait_ok(Duration::from_secs(30));
+    }
+
     /// `kill -9` of the node on `port`.
     pub(crate) fn kill_port(&mut self, port: u16) {
         if let Some(node) = self.nodes.iter_mut().find(|n| n.port == port) {
