@@ -224,6 +224,10 @@ async fn client<S: Store + 'static>(
         let result = tokio::time::timeout(
             clients.hang,
             idem.run(&request, move |_| async move {
+                // EFFECT_MS=n: each execution takes that long (renewals run meanwhile).
+                if let Some(ms) = std::env::var("EFFECT_MS").ok().and_then(|v| v.parse().ok()) {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
                 runs.first.get_or_init(Instant::now);
                 let n = runs.count.fetch_add(1, Ordering::SeqCst);
                 Ok::<_, Failure<std::io::Error>>(StoredResponse::new(201, format!("{owned}/{n}")))
