@@ -63,6 +63,10 @@ pub(crate) struct Connections {
     store: Supervised<Opener>,
     /// The heartbeat's connection, opened by the first call made there.
     beat: Supervised<Opener>,
+    /// The connection of completions that wait for a replica (`WAIT`), opened by the first:
+    /// Redis serves a connection's commands in order, so a `WAIT` no replica acknowledges
+    /// would hold every answer queued behind it on the store's connection (C5).
+    waits: Supervised<Opener>,
 }
 
 /// Whether `conn` was opened on another master than `host:port` the sentinels named.
@@ -81,13 +85,17 @@ impl Connections {
                 Arc::clone(&opener),
                 timeouts.settings(STORE_THRESHOLD),
             ),
-            beat: Supervised::lazy(opener, timeouts.settings(BEAT_THRESHOLD)),
+            beat: Supervised::lazy(Arc::clone(&opener), timeouts.settings(BEAT_THRESHOLD)),
+            waits: Supervised::lazy(opener, timeouts.settings(STORE_THRESHOLD)),
         }
     }
 
     /// A number that moves whenever a connection may have changed (`Store::generation`).
     pub(crate) fn generation(&self) -> u64 {
-        self.store.changes().wrapping_add(self.beat.changes())
+        self.store
+            .changes()
+            .wrapping_add(self.beat.changes())
+            .wrapping_add(self.waits.changes())
     }
 
     pub(crate) fn is_cluster(&self) -> bool {
@@ -103,6 +111,9 @@ impl Connections {
         }
         if elsewhere(self.beat.current(), host, port) {
             self.beat.forget();
+        }
+        if elsewhere(self.waits.current(), host, port) {
+            self.waits.forget();
         }
     }
 
@@ -131,10 +142,30 @@ impl Connections {
             .await
     }
 
-    /// See [`Conn::wait_for_replica`]: on the connection the completion before it was
-    /// written on (a call made on the heartbeat thread never completes).
-    pub(crate) async fn wait_for_replica(&self, key: &str, within: Duration) -> Result<i64, Error> {
-        self.on(|conn| async move { conn.wait_for_replica(key, within).await })
+    /// Runs `invocation` (a completion), then, if it answers `1` (landed), `WAIT`s up to
+    /// `within()` (taken once it landed) for a replica ([`Conn::wait_for_replica`]), both on the
+    /// completions' own connection, so that the `WAIT` covers the completion and holds no
+    /// answer behind it. Returns the script's answer and how many replicas acknowledged
+    /// (`None`: no wait, `within()` under a millisecond).
+    pub(crate) async fn invoke_then_wait(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        key: &str,
+        within: impl FnOnce() -> Duration,
+    ) -> Result<(Value, Option<i64>), Error> {
+        self.waits
+            .call(|conn| async move {
+                let reply = conn.invoke(invocation).await?;
+                if reply != Value::Int(1) {
+                    return Ok((reply, None));
+                }
+                let within = within();
+                if within < Duration::from_millis(1) {
+                    return Ok((reply, None));
+                }
+                let acknowledged = conn.wait_for_replica(key, within).await?;
+                Ok((reply, Some(acknowledged)))
+            })
             .await
     }
 

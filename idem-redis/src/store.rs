@@ -553,20 +553,6 @@ impl RedisStore {
         Scanner::new(&self.conns, &self.prefix)
     }
 
-    /// After a completion at `key`: `WAIT 1 <within>`; no replica in time is a warning, a
-    /// failed `WAIT` the completion's error (see [`RedisStoreBuilder::wait_for_replica`]).
-    async fn replicated(&self, key: &str, within: Duration) -> Result<(), Error> {
-        if within < Duration::from_millis(1) || self.conns.wait_for_replica(key, within).await? < 1
-        {
-            tracing::warn!(
-                target: "idem_redis",
-                ?within,
-                "a completion was not acknowledged by a replica in time: a failover may lose it"
-            );
-        }
-        Ok(())
-    }
-
     async fn fenced(&self, invocation: &ScriptInvocation<'_>) -> Result<(), Error> {
         match integer(&self.conns.invoke(invocation).await?, "fenced result")? {
             1 => Ok(()),
@@ -740,15 +726,27 @@ impl Store for RedisStore {
                     )?)
                     .arg(completion.doubt().unwrap_or_default())
                     .arg(self.header_flag());
-                self.fenced(&invocation).await?;
+                let Some(within) = self.wait_for_replica else {
+                    return self.fenced(&invocation).await;
+                };
                 // The WAIT takes at most half of what is left of the call's deadline: a
                 // completion that landed is never turned into a timeout by its replica.
-                match self.wait_for_replica {
-                    Some(within) => {
-                        let within = within.min(deadline.remaining() / 2);
-                        self.replicated(&key, within).await
+                let within = || within.min(deadline.remaining() / 2);
+                let (reply, acknowledged) =
+                    self.conns.invoke_then_wait(&invocation, &key, within).await?;
+                match integer(&reply, "fenced result")? {
+                    1 => {
+                        if acknowledged.is_none_or(|count| count < 1) {
+                            tracing::warn!(
+                                target: "idem_redis",
+                                within = ?self.wait_for_replica,
+                                "a completion was not acknowledged by a replica in time: a \
+                                 failover may lose it"
+                            );
+                        }
+                        Ok(())
                     }
-                    None => Ok(()),
+                    _ => Err(Error::LeaseLost),
                 }
             })
             .await
