@@ -336,8 +336,12 @@ impl RedisStoreBuilder {
     /// completion no replica acknowledged in time still counts (logged at warn), the
     /// sentinels may promote a replica that did not acknowledge it, and a reservation is not
     /// waited for, so a failover can still lose a record and run its effect again. A `WAIT`
-    /// that fails (the master lost) fails the completion, which the engine retries: on the new
-    /// master it lands, or is found landed.
+    /// that fails (the master lost, or demoted under it) fails the completion, unavailable,
+    /// which the engine retries: on the new master it lands, or is found landed.
+    ///
+    /// Completions that wait run, with their `WAIT`, on a connection of their own: Redis
+    /// serves a connection's commands in order, and answers must never queue behind a `WAIT`
+    /// (C5). While no replica acknowledges, they queue behind one another's, `within` each.
     ///
     /// ```
     /// use idem_redis::RedisStore;
