@@ -736,8 +736,10 @@ impl Store for RedisStore {
                 // The WAIT takes at most half of what is left of the call's deadline: a
                 // completion that landed is never turned into a timeout by its replica.
                 let within = || within.min(deadline.remaining() / 2);
-                let (reply, acknowledged) =
-                    self.conns.invoke_then_wait(&invocation, &key, within).await?;
+                let (reply, acknowledged) = self
+                    .conns
+                    .invoke_then_wait(&invocation, &key, within)
+                    .await?;
                 match integer(&reply, "fenced result")? {
                     1 => {
                         if acknowledged.is_none_or(|count| count < 1) {

@@ -49,7 +49,13 @@ async fn c05_replays_never_wait_behind_completions_waiting_for_a_replica() {
     let replica_pid = replica.id();
     let _replica = common::Server(replica, dir.join("r"));
     let linked = std::process::Command::new("redis-cli")
-        .args(["-p", &r.to_string(), "replicaof", "127.0.0.1", &m.to_string()])
+        .args([
+            "-p",
+            &r.to_string(),
+            "replicaof",
+            "127.0.0.1",
+            &m.to_string(),
+        ])
         .output()
         .expect("redis-cli");
     assert!(linked.status.success());
@@ -63,7 +69,10 @@ async fn c05_replays_never_wait_behind_completions_waiting_for_a_replica() {
         .expect("connect");
     let policy = Policy::default().store_timeout(Duration::from_secs(2));
     let idem = Idempotency::with_policy(store, policy).expect("policy");
-    assert!(matches!(run(&idem, "replayed").await, Ok(Outcome::Executed(_))));
+    assert!(matches!(
+        run(&idem, "replayed").await,
+        Ok(Outcome::Executed(_))
+    ));
 
     // The replica goes away (a restart, a resync): completions now wait 300 ms each.
     signal(replica_pid, "STOP");

@@ -62,17 +62,25 @@ fn c08_a_wait_failed_by_a_failover_retries_the_completion_never_a_stored_500() {
         .expect("its replica");
     // The replica has the reservation, then stops replicating (a link that cannot
     // authenticate stays down): it will miss the completion.
-    wait_for(Duration::from_secs(5), "the reservation on the replica", || {
-        let info = |p| cli(p, &["info", "replication"]);
-        let offset = |text: String, field: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(field))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        offset(info(replica), "slave_repl_offset:") >= offset(info(master), "master_repl_offset:")
-    });
-    assert_eq!(cli(replica, &["config", "set", "masterauth", "wrong"]), "OK");
+    wait_for(
+        Duration::from_secs(5),
+        "the reservation on the replica",
+        || {
+            let info = |p| cli(p, &["info", "replication"]);
+            let offset = |text: String, field: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(field))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            offset(info(replica), "slave_repl_offset:")
+                >= offset(info(master), "master_repl_offset:")
+        },
+    );
+    assert_eq!(
+        cli(replica, &["config", "set", "masterauth", "wrong"]),
+        "OK"
+    );
     cli(replica, &["client", "kill", "type", "master"]);
     wait_for(Duration::from_secs(5), "the replica's link down", || {
         cli(replica, &["info", "replication"]).contains("master_link_status:down")
@@ -85,20 +93,28 @@ fn c08_a_wait_failed_by_a_failover_retries_the_completion_never_a_stored_500() {
                 .await
         })
     };
-    wait_for(Duration::from_secs(5), "the completion on the master", || {
-        cli(master, &["hget", &key, "st"]) == "1"
-    });
+    wait_for(
+        Duration::from_secs(5),
+        "the completion on the master",
+        || cli(master, &["hget", &key, "st"]) == "1",
+    );
     // The replica takes over (it lacks the completion); the old master is demoted under
     // the WAIT.
     cluster.failover(replica, Some("takeover"));
     let completed = rt.block_on(completing).expect("joined");
     println!(
         "the completion answered: {:?}",
-        completed.as_ref().map(|r| (r.status, String::from_utf8_lossy(&r.body).into_owned()))
+        completed
+            .as_ref()
+            .map(|r| (r.status, String::from_utf8_lossy(&r.body).into_owned()))
     );
     let replayed = rt.block_on(idem.begin(&request));
     if let Ok(Begin::Answered(idem_core::Answer::Replay(r))) = &replayed {
-        println!("a retry is answered: {} {}", r.status, String::from_utf8_lossy(&r.body));
+        println!(
+            "a retry is answered: {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
     }
     let body = |r: &StoredResponse| String::from_utf8_lossy(&r.body).into_owned();
     if let Ok(stored) = &completed {

@@ -32,7 +32,12 @@ fn c08_a_completion_refused_while_replicas_lag_keeps_trying_and_runs_once() {
     }
     let (master, m) = common::start_on_free_port(
         &dir.join("m"),
-        &["--min-replicas-to-write", "1", "--min-replicas-max-lag", "1"],
+        &[
+            "--min-replicas-to-write",
+            "1",
+            "--min-replicas-max-lag",
+            "1",
+        ],
     );
     let _master = common::Server(master, dir.join("m"));
     let (replica, r) = common::start_on_free_port(&dir.join("r"), &[]);
@@ -40,7 +45,11 @@ fn c08_a_completion_refused_while_replicas_lag_keeps_trying_and_runs_once() {
     let _replica = common::Server(replica, dir.join("r"));
     assert_eq!(cli(r, &["replicaof", "127.0.0.1", &m.to_string()]), "OK");
     let writable = || try_cli(m, &["set", "probe", "1"]).is_ok_and(|out| out == "OK");
-    wait_for(Duration::from_secs(10), "the master to take writes", writable);
+    wait_for(
+        Duration::from_secs(10),
+        "the master to take writes",
+        writable,
+    );
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -52,7 +61,9 @@ fn c08_a_completion_refused_while_replicas_lag_keeps_trying_and_runs_once() {
         let store = RedisStore::connect(&format!("redis://127.0.0.1:{m}"))
             .await
             .expect("connect");
-        let policy = Policy::default().lease(lease).store_timeout(Duration::from_secs(2));
+        let policy = Policy::default()
+            .lease(lease)
+            .store_timeout(Duration::from_secs(2));
         let idem = Idempotency::with_policy(store, policy).expect("policy");
         let request = idem
             .request("acct", "POST", "/v1/notifications")
@@ -88,7 +99,11 @@ fn c08_a_completion_refused_while_replicas_lag_keeps_trying_and_runs_once() {
     println!("the first call: {first_error}");
     // The replica is back well within the lease: the master takes writes again.
     signal(replica_pid, "CONT");
-    wait_for(Duration::from_secs(10), "the master to take writes again", writable);
+    wait_for(
+        Duration::from_secs(10),
+        "the master to take writes again",
+        writable,
+    );
     let again = runtime.block_on(async {
         // Past the lease, a retry of the same key.
         tokio::time::sleep(lease + Duration::from_millis(500)).await;

@@ -72,7 +72,11 @@ fn run(
 fn check(name: &str, seen: &Seen, ended: Instant, no_loss: bool) {
     let summary = seen.summary(ended);
     assert!(seen.foreign.is_empty(), "{name}: {:?}", seen.foreign);
-    assert!(seen.inconsistent.is_empty(), "{name}: {:?}", seen.inconsistent);
+    assert!(
+        seen.inconsistent.is_empty(),
+        "{name}: {:?}",
+        seen.inconsistent
+    );
     assert_eq!(seen.hangs, 0, "{name}: {summary}");
     assert!(
         seen.slowest_refusal <= DEADLINE + Duration::from_millis(300),

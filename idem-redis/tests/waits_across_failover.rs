@@ -21,7 +21,11 @@ struct Seen {
     pairs: Vec<(String, Option<Instant>, Instant, String)>,
 }
 
-async fn pairs(original: Idempotency<RedisStore>, waiter: Idempotency<RedisStore>, n: usize) -> Seen {
+async fn pairs(
+    original: Idempotency<RedisStore>,
+    waiter: Idempotency<RedisStore>,
+    n: usize,
+) -> Seen {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let mut tasks = Vec::new();
     for i in 0..n {
@@ -63,24 +67,37 @@ async fn pairs(original: Idempotency<RedisStore>, waiter: Idempotency<RedisStore
                 Ok(other) => format!("{other:?}").chars().take(60).collect(),
                 Err(e) => format!("error {e}").chars().take(90).collect(),
             };
-            seen.lock().unwrap().pairs.push((key, done, ended, what));
+            seen.lock()
+                .expect("the pairs")
+                .pairs
+                .push((key, done, ended, what));
         }));
     }
     for t in tasks {
         t.await.expect("joined");
     }
-    Arc::try_unwrap(seen).unwrap().into_inner().unwrap()
+    Arc::try_unwrap(seen)
+        .expect("every task ended")
+        .into_inner()
+        .expect("the pairs")
 }
 
 fn report(name: &str, seen: &Seen) {
     let mut late = Vec::new();
     let mut kinds = std::collections::BTreeMap::<String, usize>::new();
     for (key, done, ended, what) in &seen.pairs {
-        *kinds.entry(what.split(':').next().unwrap_or("").to_owned()).or_default() += 1;
+        *kinds
+            .entry(what.split(':').next().unwrap_or("").to_owned())
+            .or_default() += 1;
         if let Some(done) = done {
             // The original's answer came 1.5 s or more before the waiter gave up in flight.
-            if what == "in flight" && ended.saturating_duration_since(*done) > Duration::from_millis(1500) {
-                late.push(format!("{key}: completed {:?} before the wait ended", ended.duration_since(*done)));
+            if what == "in flight"
+                && ended.saturating_duration_since(*done) > Duration::from_millis(1500)
+            {
+                late.push(format!(
+                    "{key}: completed {:?} before the wait ended",
+                    ended.duration_since(*done)
+                ));
             }
         }
     }

@@ -68,7 +68,7 @@ impl Seen {
             *kinds.entry(short).or_default() += 1;
         }
         let mut kinds: Vec<_> = kinds.into_iter().collect();
-        kinds.sort_by(|a, b| b.1.cmp(&a.1));
+        kinds.sort_by_key(|kind| std::cmp::Reverse(kind.1));
         kinds.truncate(6);
         format!(
             "{} keys, {} calls, slowest {:?} (a 503 {:?}), {} hangs, {} errors (last {:?} after), \
@@ -128,8 +128,10 @@ impl Load {
                     while !stop.load(Ordering::SeqCst) {
                         let key = format!("c{task}-{n}");
                         n += 1;
-                        client(&engines, task, &consumer, &key, clients, &stop, &seen, &counters)
-                            .await;
+                        client(
+                            &engines, task, &consumer, &key, clients, &stop, &seen, &counters,
+                        )
+                        .await;
                     }
                 })
             })
@@ -268,7 +270,10 @@ impl Seen {
                 if !b.starts_with(&format!("{key}/")) {
                     self.foreign.push(format!("{key} answered {b}"));
                 }
-                self.bodies.entry(key.to_owned()).or_default().push((now, b));
+                self.bodies
+                    .entry(key.to_owned())
+                    .or_default()
+                    .push((now, b));
                 self.answers.push(now);
                 true
             }

@@ -186,8 +186,18 @@ impl ReplicatedCluster {
         let to = cli(to, &["cluster", "myid"]);
         let count = count.to_string();
         let out = redis_cli(&[
-            "--cluster", "reshard", &seed, "--cluster-from", &from, "--cluster-to", &to,
-            "--cluster-slots", &count, "--cluster-yes", "--cluster-pipeline", "10",
+            "--cluster",
+            "reshard",
+            &seed,
+            "--cluster-from",
+            &from,
+            "--cluster-to",
+            &to,
+            "--cluster-slots",
+            &count,
+            "--cluster-yes",
+            "--cluster-pipeline",
+            "10",
         ]);
         assert!(
             out.status.success(),
