@@ -8,7 +8,7 @@ use idem_redis::RedisStore;
 use std::time::{Duration, Instant};
 use support::replays::{Load, Replays, Seen};
 use support::replicated_cluster::ReplicatedCluster;
-use support::under_load::{one_at_a_time, runtime, DEADLINE, LEASE, STORE_TIMEOUTS};
+use support::under_load::{one_at_a_time, runtime, DEADLINE, LEASE, MARGIN, STORE_TIMEOUTS};
 
 const CLIENTS: Replays = Replays {
     tasks: 48,
@@ -79,7 +79,7 @@ fn check(name: &str, seen: &Seen, ended: Instant, no_loss: bool) {
     );
     assert_eq!(seen.hangs, 0, "{name}: {summary}");
     assert!(
-        seen.slowest_refusal <= DEADLINE + Duration::from_millis(300),
+        seen.slowest_refusal <= DEADLINE + MARGIN,
         "{name}: a 503 took {:?}: {summary}",
         seen.slowest_refusal
     );

@@ -8,7 +8,7 @@ use idem_redis::RedisStore;
 use std::time::{Duration, Instant};
 use support::private_sentinel::{PrivateSentinel, MASTER_NAME};
 use support::replays::{Load, Replays, Seen};
-use support::under_load::{one_at_a_time, runtime, DEADLINE, LEASE, STORE_TIMEOUTS};
+use support::under_load::{one_at_a_time, runtime, DEADLINE, LEASE, MARGIN, STORE_TIMEOUTS};
 
 const CLIENTS: Replays = Replays {
     tasks: 48,
@@ -87,7 +87,7 @@ fn report(name: &str, seen: &Seen, promoted: Instant) {
     assert!(seen.foreign.is_empty(), "{name}: {:?}", seen.foreign);
     assert_eq!(seen.hangs, 0, "{name}: {summary}");
     assert!(
-        seen.slowest_refusal <= DEADLINE + Duration::from_millis(300),
+        seen.slowest_refusal <= DEADLINE + MARGIN,
         "{name}: a 503 took {:?}: {summary}",
         seen.slowest_refusal
     );

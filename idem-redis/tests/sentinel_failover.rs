@@ -12,11 +12,9 @@ use support::keepalive::every_connection_probed;
 use support::load::{Load, Seen};
 use support::private_sentinel::{PrivateSentinel, MASTER_NAME};
 use support::under_load::{
-    engine, one_at_a_time, runtime, store_settings, CLIENTS, DEADLINE, LEASE, STORE_TIMEOUTS,
+    engine, one_at_a_time, runtime, store_settings, CLIENTS, DEADLINE, LEASE, MARGIN,
+    STORE_TIMEOUTS,
 };
-
-/// What a loaded two-core machine may add to a bound: scheduling, a test thread's polling.
-const MARGIN: Duration = Duration::from_millis(500);
 
 /// How long before the kill a record may have been written and still be lost with the
 /// master: what the replica had not received (on loopback, milliseconds; far less than this).

@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 pub(crate) const STORE_TIMEOUTS: Duration = Duration::from_millis(300);
 /// The engine's bound on every store call (`Policy::store_timeout`): the deadline.
 pub(crate) const DEADLINE: Duration = Duration::from_secs(1);
+
+/// What a loaded two-core machine may add to a bound: scheduling, a test thread's polling.
+pub(crate) const MARGIN: Duration = Duration::from_millis(500);
 pub(crate) const LEASE: Duration = Duration::from_secs(3);
 pub(crate) const CLIENTS: Clients = Clients {
     tasks: 64,
