@@ -33,7 +33,8 @@ use tracing::Instrument;
 ///   `form`) is. A streaming body (`reqwest::Body::wrap_stream`) is not: such a request is
 ///   sent once, under its key and the attempt timeout, and never retried.
 /// - **What comes back.** An answer, whatever its status, is `Ok` (as reqwest does): the
-///   answer below 400, or the last one when the rules stopped retrying. Its extensions hold
+///   operation's result, or the last answer when the rules stopped retrying (a 200 from a
+///   redirect's target that does not echo the key included: check [`Attempts::outcome`]). Its extensions hold
 ///   [`Attempts`] (how many, why it stopped, whether the outcome is in doubt) and the
 ///   [`IdempotencyKey`] it was sent under, when it was keyed. An operation whose last attempt
 ///   got no answer is `Err(reqwest_middleware::Error::Middleware)` wrapping an [`Error`]
@@ -157,15 +158,17 @@ impl Attempts {
         self.elapsed
     }
 
-    /// Why the middleware stopped retrying when this answer's status is 400 or above; `None`
-    /// for an answer below 400, which is the operation's result.
+    /// Why the middleware stopped retrying when this answer is not the operation's result (a
+    /// status of 400 or above, or a keyed request's answer from a redirect's target that does
+    /// not echo the key, whatever its status); `None` for the operation's result.
     pub fn stop(&self) -> Option<Stop> {
         self.ended.map(|(stop, _)| stop)
     }
 
-    /// What the caller may conclude about the effect when this answer's status is 400 or
-    /// above (a 429 after an attempt that timed out is [`Outcome::InDoubt`]); `None` for an
-    /// answer below 400.
+    /// What the caller may conclude about the effect when this answer is not the operation's
+    /// result (a status of 400 or above: a 429 after an attempt that timed out is
+    /// [`Outcome::InDoubt`]; a keyed request's answer from a redirect's target that does not
+    /// echo the key, whatever its status, is in doubt); `None` for the operation's result.
     pub fn outcome(&self) -> Option<Outcome> {
         self.ended.map(|(_, outcome)| outcome)
     }
