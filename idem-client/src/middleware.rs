@@ -277,12 +277,12 @@ impl Exchange for Chain<'_> {
         };
         let request =
             request.ok_or_else(|| reqwest_middleware::Error::middleware(Error::StreamingBody))?;
-        let url = request.url().clone();
+        let (method, url) = (request.method().clone(), request.url().clone());
         let sent = self.next.clone().run(request, &mut *self.extensions);
         match tokio::time::timeout(timeout, sent).await {
             Err(_) => Ok((Err(AttemptError::Timeout(timeout)), None)),
             Ok(Ok(response)) => {
-                let head = Seen::of(&response, &url, self.key_header);
+                let head = Seen::of(&response, &method, &url, self.key_header);
                 Ok((Ok(response), Some(head)))
             }
             Ok(Err(reqwest_middleware::Error::Reqwest(error))) => Ok((Err(classify(error)), None)),

@@ -190,7 +190,12 @@ impl Exchange for Wire<'_> {
         let exchange = async {
             let mut response = self.http.execute(request).await.map_err(classify)?;
             let status = response.status();
-            let head = Seen::of(&response, self.request.url(), self.key_header);
+            let head = Seen::of(
+                &response,
+                self.request.method(),
+                self.request.url(),
+                self.key_header,
+            );
             *seen.lock().unwrap_or_else(PoisonError::into_inner) = Some(head);
             let too_large = AttemptError::TooLarge { limit };
             if response

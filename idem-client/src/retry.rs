@@ -12,7 +12,7 @@ use crate::error::{AttemptError, Outcome, Stop};
 use crate::response::is_replayed;
 use crate::{parse_retry_after, Error, IdempotencyKey, RetryPolicy};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
-use reqwest::{Request, StatusCode, Url};
+use reqwest::{Method, Request, StatusCode, Url};
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
@@ -52,20 +52,29 @@ pub(crate) struct Seen {
     /// followed a redirect, so the request reached a server that answered it, and the answer
     /// is another request's (a POST turned into a GET by a 302 or 303).
     pub(crate) redirected: bool,
+    /// Whether the request is a GET or a HEAD, which a redirect re-sends as it is (reqwest
+    /// turns only other methods into a GET without their body): its target's answer is its own.
+    pub(crate) resent_as_is: bool,
     /// The wait its `Retry-After` asked for, if any: kept for an error that cut the body of
     /// an answer that is retried, whose head still said when to come back.
     pub(crate) retry_after: Option<Duration>,
 }
 
 impl Seen {
-    /// The head of `response`, the key's header being `key_header`, for a request sent to
-    /// `url`.
-    pub(crate) fn of(response: &reqwest::Response, url: &Url, key_header: &HeaderName) -> Self {
+    /// The head of `response`, the key's header being `key_header`, for a request of `method`
+    /// sent to `url`.
+    pub(crate) fn of(
+        response: &reqwest::Response,
+        method: &Method,
+        url: &Url,
+        key_header: &HeaderName,
+    ) -> Self {
         let headers = response.headers();
         Self {
             status: response.status(),
             stored: is_replayed(headers) || headers.contains_key(key_header),
             redirected: without_fragment(response.url()) != without_fragment(url),
+            resent_as_is: matches!(*method, Method::GET | Method::HEAD),
             retry_after: retry_after(headers),
         }
     }
@@ -173,8 +182,10 @@ fn judge<A: Head>(
                 // A keyed request's answer from another URL is its result only when stored
                 // under its key (the POST itself re-sent by a 307 or 308 to a server that
                 // echoes the key); any other is final and in doubt: a retry would be
-                // redirected alike.
-                if redirected && !stored && echo.is_some() {
+                // redirected alike. A GET or HEAD is re-sent as it is: its target's answer is
+                // its own.
+                let resent_as_is = seen.is_some_and(|head| head.resent_as_is);
+                if redirected && !stored && !resent_as_is && echo.is_some() {
                     *in_doubt = true;
                     return Verdict::Final(Last::Answer(answer));
                 }
