@@ -6,7 +6,8 @@
 //! - [`canonical_json`]: a strict RFC 8259 body, keys sorted, whitespace dropped, one escaping,
 //!   the volatile fields the caller names removed;
 //! - [`canonical_form`]: an `application/x-www-form-urlencoded` body, fields sorted by name
-//!   unless a name repeats (then a list, in its order), one percent-encoding.
+//!   unless two share a base, `a` of `a[0]` (then a list, in its order), one
+//!   percent-encoding.
 //!
 //! The layer calls them for both media types by default ([`IdempotencyLayer::raw_json`](crate::IdempotencyLayer::raw_json),
 //! [`IdempotencyLayer::canonical_form`](crate::IdempotencyLayer::canonical_form) opt out); code that builds
