@@ -418,6 +418,50 @@ fn retry_delay(details: &str) -> Duration {
     )
 }
 
+/// C5: gRPC's own retry policies (gRFC A6: grpc-core, grpc-java, grpc-go) ignore
+/// `google.rpc.RetryInfo` and `retry-after`; the one delay they honour is the
+/// `grpc-retry-pushback-ms` trailer. Without it a Python `grpcio` client whose policy retries
+/// `ABORTED` spends all its attempts within its own backoff (0.1 s, 0.2 s...) while the first
+/// call runs, and gives up with `ABORTED` although the server asked it to wait 1 s.
+#[tokio::test]
+async fn c05_a_duplicate_in_flight_carries_grpc_retry_pushback_ms() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(Notify::new());
+    let service = layer(Idempotency::new(MemoryStore::new())).layer(handler(
+        Arc::clone(&calls),
+        Some(Arc::clone(&gate)),
+        ok(),
+    ));
+    let first = tokio::spawn({
+        let service = service.clone();
+        async move { send(&service, call(CREATE, Some(KEY), frame(b"m"))).await }
+    });
+    while calls.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let duplicate = send(&service, call(CREATE, Some(KEY), frame(b"m"))).await;
+    assert_eq!(duplicate.code(), Code::Aborted);
+    let delay = retry_delay(
+        duplicate
+            .entry("grpc-status-details-bin")
+            .expect("status details"),
+    );
+    let pushback = duplicate
+        .entry("grpc-retry-pushback-ms")
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .map(Duration::from_millis);
+    assert_eq!(
+        pushback,
+        Some(Duration::from_millis(
+            u64::try_from(delay.as_millis()).expect("ms")
+        )),
+        "the RetryInfo delay, in the form gRPC's retry policies read: {duplicate:?}"
+    );
+    gate.notify_one();
+    assert_eq!(first.await.expect("the first call").code(), Code::Ok);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn c05_a_duplicate_in_flight_is_aborted_at_once_with_a_retry_delay() {
     let calls = Arc::new(AtomicUsize::new(0));
