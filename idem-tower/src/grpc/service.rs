@@ -783,7 +783,7 @@ fn problem_of(error: &Error) -> Problem {
 
 /// A problem as a trailers-only gRPC answer: its code ([`grpc_code_of`]), its detail as
 /// `grpc-message`, and when it has a retry delay a `google.rpc.RetryInfo` in
-/// `grpc-status-details-bin` and `retry-after` in whole seconds.
+/// `grpc-status-details-bin`, `retry-after` in whole seconds and `grpc-retry-pushback-ms`.
 pub(crate) fn problem_answer(problem: &Problem) -> GrpcAnswer {
     let code = grpc_code_of(problem);
     let answer = GrpcAnswer::error(code, &problem.detail);
@@ -796,7 +796,10 @@ pub(crate) fn problem_answer(problem: &Problem) -> GrpcAnswer {
             .with_trailer(
                 "retry-after",
                 crate::render::retry_after_secs(delay).to_string(),
-            ),
+            )
+            // gRFC A6: the one delay gRPC's own retry policies (grpc-core, grpc-java,
+            // grpc-go) read; they ignore RetryInfo and retry-after.
+            .with_trailer("grpc-retry-pushback-ms", delay.as_millis().to_string()),
         None => answer,
     }
 }
