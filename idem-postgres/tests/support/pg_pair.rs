@@ -7,6 +7,7 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use idem_postgres::sqlx;
 use std::time::{Duration, Instant};
 
 /// A primary and a synchronous standby streaming from it.
@@ -22,12 +23,20 @@ pub(crate) struct PgPair {
 impl PgPair {
     /// Starts the pair and waits until the standby is synchronous.
     pub(crate) async fn start() -> Self {
-        tokio::task::spawn_blocking(Self::start_blocking)
+        tokio::task::spawn_blocking(|| Self::start_blocking(true))
             .await
             .expect("start the pair")
     }
 
-    fn start_blocking() -> Self {
+    /// A primary and a standby streaming from it asynchronously (a commit returns before the
+    /// standby has it); waits until it streams.
+    pub(crate) async fn start_async() -> Self {
+        tokio::task::spawn_blocking(|| Self::start_blocking(false))
+            .await
+            .expect("start the pair")
+    }
+
+    fn start_blocking(synchronous: bool) -> Self {
         let as_postgres = run_plain("id", &["-u"]).trim() == "0";
         let dir = std::env::temp_dir().join(format!(
             "idem-pg-pair-{}",
@@ -63,9 +72,10 @@ impl PgPair {
         let primary_settings = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200 \
              -c wal_level=replica -c max_wal_senders=4 -c synchronous_commit=on \
-             -c synchronous_standby_names='*' -c fsync=off",
+             -c synchronous_standby_names='{}' -c fsync=off",
             pair.primary_port,
-            pair.dir.display()
+            pair.dir.display(),
+            if synchronous { "*" } else { "" }
         );
         pair.pg_ctl_start(&primary, &primary_settings);
         pair.pg(
@@ -93,7 +103,7 @@ impl PgPair {
             pair.dir.display()
         );
         pair.pg_ctl_start(&standby, &standby_settings);
-        pair.wait_synchronous();
+        pair.wait_synchronous(synchronous);
         pair
     }
 
@@ -135,6 +145,66 @@ impl PgPair {
         .await;
     }
 
+    /// Stops the standby's WAL receiver (SIGSTOP): the primary's link to its synchronous
+    /// standby goes silent (a network partition between them), and commits wait for it.
+    /// Returns the receiver's pid, for [`thaw`](Self::thaw).
+    pub(crate) async fn freeze_wal_receiver(&self) -> i32 {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&Self::url(self.standby_port))
+            .await
+            .expect("connect to the standby");
+        let (pid,): (i32,) = sqlx::query_as("SELECT pid FROM pg_stat_wal_receiver")
+            .fetch_one(&mut conn)
+            .await
+            .expect("the standby's WAL receiver");
+        let _ = conn.close().await;
+        signal(pid, "STOP");
+        pid
+    }
+
+    /// Lets a process stopped by [`freeze_wal_receiver`](Self::freeze_wal_receiver) run again.
+    pub(crate) fn thaw(pid: i32) {
+        signal(pid, "CONT");
+    }
+
+    /// Stops every process of the primary (SIGSTOP: the postmaster and its children): a
+    /// server gone silent, its sockets open. Returns the pids, for [`thaw`](Self::thaw) or
+    /// [`kill_frozen`](Self::kill_frozen).
+    pub(crate) fn freeze_primary(&self) -> Vec<i32> {
+        let pid_file = std::fs::read_to_string(Path::new(&self.data("primary")).join("postmaster.pid"))
+            .expect("the primary's postmaster.pid");
+        let postmaster: i32 = pid_file.lines().next().and_then(|l| l.trim().parse().ok()).expect("a pid");
+        let mut pids = vec![postmaster];
+        for entry in std::fs::read_dir("/proc").expect("/proc").filter_map(Result::ok) {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+            let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+            let ppid: i32 = after.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+            if ppid == postmaster {
+                pids.push(pid);
+            }
+        }
+        signal(postmaster, "STOP");
+        for pid in &pids[1..] {
+            signal(*pid, "STOP");
+        }
+        pids
+    }
+
+    /// Lets processes stopped by [`freeze_primary`](Self::freeze_primary) run again.
+    pub(crate) fn thaw_all(pids: &[i32]) {
+        for pid in pids {
+            signal(*pid, "CONT");
+        }
+    }
+
+    /// SIGKILLs processes stopped by [`freeze_primary`](Self::freeze_primary).
+    pub(crate) fn kill_frozen(pids: &[i32]) {
+        for pid in pids {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
+    }
+
     fn data(&self, name: &str) -> String {
         self.dir.join(name).display().to_string()
     }
@@ -154,7 +224,12 @@ impl PgPair {
         );
     }
 
-    fn wait_synchronous(&self) {
+    fn wait_synchronous(&self, synchronous: bool) {
+        let state = if synchronous {
+            "sync_state = 'sync'"
+        } else {
+            "state = 'streaming'"
+        };
         let until = Instant::now() + Duration::from_secs(60);
         loop {
             let output = self.pg_output(
@@ -169,7 +244,7 @@ impl PgPair {
                     "-d",
                     "postgres",
                     "-Atc",
-                    "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'",
+                    &format!("SELECT count(*) FROM pg_stat_replication WHERE {state}"),
                 ],
             );
             if String::from_utf8_lossy(&output.stdout).trim() == "1" {
@@ -276,6 +351,14 @@ fn run_plain(program: &str, args: &[&str]) -> String {
         .output()
         .unwrap_or_else(|e| panic!("run {program}: {e}"));
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn signal(pid: i32, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{name} {pid}");
 }
 
 fn free_port() -> u16 {
