@@ -205,6 +205,35 @@ impl PgPair {
         }
     }
 
+    /// Stops the standby (`pg_ctl stop -m fast`): what the primary commits from now on is not
+    /// replicated (with asynchronous replication, the commits a promotion then loses).
+    pub(crate) async fn stop_standby(&self) {
+        let standby = self.data("standby");
+        self.pg_async(
+            "pg_ctl",
+            vec!["-D".into(), standby, "-m".into(), "fast".into(), "-w".into(), "stop".into()],
+        )
+        .await;
+    }
+
+    /// Restarts the standby on the primary's address (the primary must be gone) and promotes
+    /// it: what a failover behind a fixed address (a virtual IP, a pooler's `host`) looks
+    /// like to a client.
+    pub(crate) async fn promote_standby_at_the_primary_s_address(&self) {
+        let standby = self.data("standby");
+        if Path::new(&standby).join("postmaster.pid").exists() {
+            self.stop_standby().await;
+        }
+        let settings = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200 \
+             -c hot_standby=on -c fsync=off",
+            self.primary_port,
+            self.dir.display()
+        );
+        self.pg_ctl_start(&standby, &settings);
+        self.promote_standby().await;
+    }
+
     fn data(&self, name: &str) -> String {
         self.dir.join(name).display().to_string()
     }
