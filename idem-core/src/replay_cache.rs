@@ -33,7 +33,7 @@ const CONFIRMED_WITHIN: Duration = Duration::from_secs(1);
 /// - **Kept** until the record's retention ends by the store's clock (the time it has left
 ///   when read, counted from before the read), less [`skew`](Self::skew), and at most
 ///   [`max_age`](Self::max_age); bounded by entries and bytes, least used first out.
-/// - **Answering** only while a store call succeeded in the last second at the store's
+/// - **Answering** only while a reservation step succeeded in the last second at the store's
 ///   current [`generation`](crate::Store::generation), and **emptied** when that moves (a new
 ///   connection, a new server behind it, a failover that may have lost the last commits); a
 ///   store without one caches nothing.

@@ -273,7 +273,16 @@ impl<S: Store> Idempotency<S> {
     /// duplicates waiting for the record. For code beside the engine that changes records
     /// (idem-ops' reconciliation).
     pub fn emit(&self, event: Event<'_>) {
-        if event.kind() == EventKind::StoreCall && event.error().is_none() {
+        // Only a reservation's steps confirm the store's generation for the replay cache: they
+        // are the calls that see the server they ran on (PostgreSQL reads its start time, so a
+        // failover behind a pooler moves the generation there; `transact`, which reserves
+        // inside, confirms on its own). A purge, a completion, a renewal, a release or a
+        // transaction's COMMIT succeeding on a new server behind the same connections would
+        // confirm the old generation, and the cache would answer records that server lacks.
+        if event.kind() == EventKind::StoreCall
+            && event.error().is_none()
+            && event.operation() == Some(Operation::Reserve)
+        {
             self.store_answered();
         }
         let changed = matches!(
