@@ -153,3 +153,47 @@ impl Drop for Thaw {
         PgPair::thaw_all(&self.0);
     }
 }
+
+/// C13: the same with a synchronous standby: the old primary that came back takes the store's
+/// connections and leaves every write waiting for a standby it no longer has. The store must
+/// serve again from the new primary, which is up and healthy, within a few budgets; it never
+/// does (every statement cut off there is checked by a round trip that the old primary
+/// answers, so the store stays).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_a_store_never_stays_on_an_old_primary_that_cannot_commit() {
+    let pair = PgPair::start().await;
+    let url = PgPair::hosts_url(pair.primary_port, pair.standby_port);
+    let (idem, charges) = engine(&url).await;
+    let before = until_answered(&idem, &charges, "before").await;
+    assert!(answered(&before), "charged on the primary: {before:?}");
+    let frozen = Thaw(pair.freeze_primary());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    pair.promote_standby().await;
+    let after = until_answered(&idem, &charges, "after-the-promotion").await;
+    assert!(
+        body(&after).ends_with(&pair.standby_port.to_string()),
+        "charged on the new primary: {after:?}"
+    );
+    drop(frozen);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    terminate_sessions(pair.standby_port).await;
+
+    let started = Instant::now();
+    let mut answers = Vec::new();
+    let served = loop {
+        let key = format!("later-{}", answers.len());
+        let charged = charge(&idem, &charges, &key).await;
+        let done = answered(&charged);
+        answers.push((body(&charged), started.elapsed()));
+        if done || started.elapsed() > 8 * STORE_TIMEOUT {
+            break done;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!("{} calls: first {:?}, last {:?}", answers.len(), answers.first(), answers.last());
+    assert!(
+        served,
+        "the store never served again from the healthy new primary within {:?}: {answers:?}",
+        8 * STORE_TIMEOUT
+    );
+}
