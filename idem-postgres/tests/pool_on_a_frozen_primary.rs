@@ -62,7 +62,10 @@ async fn c13_a_handler_on_the_store_s_pool_is_not_held_forever_by_a_frozen_prima
                     .await
                     .map_err(Failure::from)?;
                 store
-                    .complete_in(&mut tx, &ctx.completion(StoredResponse::new(201, "charged")))
+                    .complete_in(
+                        &mut tx,
+                        &ctx.completion(StoredResponse::new(201, "charged")),
+                    )
                     .await
                     .map_err(|e| Failure::from(sqlx::Error::Protocol(e.to_string())))?;
                 tx.commit().await.map_err(Failure::from)?;
@@ -88,7 +91,10 @@ async fn c13_a_handler_on_the_store_s_pool_is_not_held_forever_by_a_frozen_prima
         assert!(promoted.elapsed() < Duration::from_secs(10), "{begun:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    eprintln!("other keys served {:?} after the promotion", promoted.elapsed());
+    eprintln!(
+        "other keys served {:?} after the promotion",
+        promoted.elapsed()
+    );
 
     // Far past the lease and every deadline of the store.
     tokio::time::sleep(Duration::from_secs(8)).await;

@@ -9,8 +9,8 @@
 mod common;
 mod support;
 
-use idem_core::{Answer, Begin, FencingToken, Idempotency, Outcome, Policy, ReplayCache};
 use idem_core::StoredResponse;
+use idem_core::{Answer, Begin, FencingToken, Idempotency, Outcome, Policy, ReplayCache};
 use idem_postgres::sqlx::{self, AssertSqlSafe};
 use idem_postgres::{PgIdempotency, PgStore, StatementMode};
 use std::time::Duration;
@@ -42,10 +42,11 @@ async fn charge(idem: &Idempotency<PgStore>, key: &str) -> Outcome {
         .expect("request");
     idem.run_in_transaction(&request, |tx, _lease| {
         Box::pin(async move {
-            let (id,): (i64,) =
-                sqlx::query_as(AssertSqlSafe("INSERT INTO cache_charges DEFAULT VALUES RETURNING id"))
-                    .fetch_one(&mut *tx)
-                    .await?;
+            let (id,): (i64,) = sqlx::query_as(AssertSqlSafe(
+                "INSERT INTO cache_charges DEFAULT VALUES RETURNING id",
+            ))
+            .fetch_one(&mut *tx)
+            .await?;
             Ok::<_, sqlx::Error>(StoredResponse::new(201, format!("charge {id} by a")))
         })
     })
@@ -130,7 +131,10 @@ async fn c07_c13_the_replay_cache_forgets_a_failover_behind_a_pooler() {
         }
     }
     let other = other.expect("charged by the other process");
-    eprintln!("first {}, the other process after the failover: {other:?}", body(&first));
+    eprintln!(
+        "first {}, the other process after the failover: {other:?}",
+        body(&first)
+    );
 
     // More than a second without a store call of the cached process: its cache would ask the
     // store again. It purges expired records (operations.md: periodically), then a client

@@ -39,7 +39,10 @@ async fn engine(url: &str) -> (Idempotency<PgStore>, String) {
     let policy = Policy::default()
         .store_timeout(STORE_TIMEOUT)
         .lease(Duration::from_secs(5));
-    (Idempotency::with_policy(store, policy).expect("policy"), charges)
+    (
+        Idempotency::with_policy(store, policy).expect("policy"),
+        charges,
+    )
 }
 
 /// One charge of `key`, its row written in the completion's transaction; the body says which
@@ -190,7 +193,12 @@ async fn c13_a_store_never_stays_on_an_old_primary_that_cannot_commit() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    eprintln!("{} calls: first {:?}, last {:?}", answers.len(), answers.first(), answers.last());
+    eprintln!(
+        "{} calls: first {:?}, last {:?}",
+        answers.len(),
+        answers.first(),
+        answers.last()
+    );
     assert!(
         served,
         "the store never served again from the healthy new primary within {:?}: {answers:?}",

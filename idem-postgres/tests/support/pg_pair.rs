@@ -4,10 +4,10 @@
 //! (`pg_ctl stop -m immediate`) and removes the directory, a failing test's too. A missing
 //! PostgreSQL installation is a failure, never a skip.
 
+use idem_postgres::sqlx;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use idem_postgres::sqlx;
 use std::time::{Duration, Instant};
 
 /// A primary and a synchronous standby streaming from it.
@@ -171,15 +171,31 @@ impl PgPair {
     /// server gone silent, its sockets open. Returns the pids, for [`thaw`](Self::thaw) or
     /// [`kill_frozen`](Self::kill_frozen).
     pub(crate) fn freeze_primary(&self) -> Vec<i32> {
-        let pid_file = std::fs::read_to_string(Path::new(&self.data("primary")).join("postmaster.pid"))
-            .expect("the primary's postmaster.pid");
-        let postmaster: i32 = pid_file.lines().next().and_then(|l| l.trim().parse().ok()).expect("a pid");
+        let pid_file =
+            std::fs::read_to_string(Path::new(&self.data("primary")).join("postmaster.pid"))
+                .expect("the primary's postmaster.pid");
+        let postmaster: i32 = pid_file
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .expect("a pid");
         let mut pids = vec![postmaster];
-        for entry in std::fs::read_dir("/proc").expect("/proc").filter_map(Result::ok) {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        for entry in std::fs::read_dir("/proc")
+            .expect("/proc")
+            .filter_map(Result::ok)
+        {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
             let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-            let ppid: i32 = after.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+            let ppid: i32 = after
+                .split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(0);
             if ppid == postmaster {
                 pids.push(pid);
             }
@@ -201,7 +217,9 @@ impl PgPair {
     /// SIGKILLs processes stopped by [`freeze_primary`](Self::freeze_primary).
     pub(crate) fn kill_frozen(pids: &[i32]) {
         for pid in pids {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
         }
     }
 
@@ -211,7 +229,14 @@ impl PgPair {
         let standby = self.data("standby");
         self.pg_async(
             "pg_ctl",
-            vec!["-D".into(), standby, "-m".into(), "fast".into(), "-w".into(), "stop".into()],
+            vec![
+                "-D".into(),
+                standby,
+                "-m".into(),
+                "fast".into(),
+                "-w".into(),
+                "stop".into(),
+            ],
         )
         .await;
     }
