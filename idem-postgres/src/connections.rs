@@ -342,7 +342,7 @@ fn keep(hosts: &Hosts, idle: &Idle, max: usize, (conn, place, spared_until): Ope
 /// `within`. Cut off (the link, the deadline), its host is suspect, as for any statement;
 /// refused by the server, its host is as good as before. Either way the connection closes.
 async fn set_up(
-    hosts: &Hosts,
+    hosts: &Arc<Hosts>,
     conn: &mut PgConnection,
     place: Place,
     setup: &str,
@@ -355,9 +355,25 @@ async fn set_up(
         Err(_) => connecting_timed_out(),
     };
     if crate::error::is_broken_link(&error) {
-        hosts.failed(place);
+        lost_at(hosts, place, within, &error);
     }
     Err(error)
+}
+
+/// A connection opened at `place` broke with `error`: a session that ended has its host
+/// checked within a share of `within` before the store leaves it; a server that answered about
+/// itself (read-only) is left at once.
+fn lost_at(hosts: &Arc<Hosts>, place: Place, within: Duration, error: &Error) {
+    if crate::error::ended_session(error) {
+        hosts.suspect(place, within);
+    } else {
+        hosts.failed(place);
+    }
+}
+
+/// [`lost_at`] for a connection of `home`, checked within its acquire timeout.
+fn lost(home: &Connections, place: Place, error: &Error) {
+    lost_at(&home.hosts, place, home.acquire_timeout, error);
 }
 
 fn connecting_timed_out() -> Error {
@@ -377,15 +393,18 @@ impl Held<'_> {
 
     /// Gives the connection back if `result` says its statement finished cleanly: any answer, or
     /// an error the server sent (the connection is still in sync: a statement or lock timeout
-    /// the server enforced included). Lost or broken links, and a read-only server, close it
-    /// and move the store to the next host, spared or not; a connection of an older epoch is
-    /// closed too.
+    /// the server enforced included). A read-only server closes it and moves the store to the
+    /// next host; a session that ended (a lost link, a terminated backend) closes it and has
+    /// its host checked first (`Hosts::suspect`): one session lost on a healthy host never
+    /// moves the store, nor closes every connection, nor sends it to a server a failover left.
+    /// A connection of an older epoch is closed too.
     pub(crate) fn finish<T>(mut self, result: &Result<T, Error>) {
-        let clean = !matches!(result, Err(e) if crate::error::is_broken_link(e));
-        if !clean {
-            self.home.hosts.failed(self.place);
-            self.close();
-            return;
+        if let Err(error) = result.as_ref().map(|_| ()) {
+            if crate::error::is_broken_link(error) {
+                lost(self.home, self.place, error);
+                self.close();
+                return;
+            }
         }
         if let Some(conn) = self.conn.take() {
             if self.home.hosts.is_current(self.place) {
