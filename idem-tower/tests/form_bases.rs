@@ -31,3 +31,13 @@ fn c03_names_php_reads_as_one_parameter_keep_their_order() {
     // Distinct parameters under PHP's reading are still a map.
     assert_eq!(canon("b=2&a.c=1"), canon("a.c=1&b=2"));
 }
+
+/// C3: Rack 2 (`Rack::QueryParser#normalize_params`, still under Rails 6 and 7.0) takes a
+/// name's key as its first run of characters other than `[` and `]`, brackets before it
+/// dropped: `a]`, `[a` and `a` are all `a`. So it reads `a]=1&a=2` as `a = "2"` and
+/// `a=2&a]=1` as `a = "1"`: two requests, never one canonical form.
+#[test]
+fn c03_names_rack_2_reads_as_one_parameter_keep_their_order() {
+    assert_ne!(canon("a%5D=1&a=2"), canon("a=2&a%5D=1"), "a]");
+    assert_ne!(canon("%5Ba=1&a=2"), canon("a=2&%5Ba=1"), "[a");
+}
