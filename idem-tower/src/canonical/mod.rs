@@ -5,8 +5,8 @@
 //!
 //! - [`canonical_json`]: a strict RFC 8259 body, keys sorted, whitespace dropped, one escaping,
 //!   the volatile fields the caller names removed;
-//! - [`canonical_form`]: an `application/x-www-form-urlencoded` body, fields sorted by name
-//!   unless two share a base, `a` of `a[0]` (then a list, in its order), one
+//! - [`canonical_form`]: an `application/x-www-form-urlencoded` body, distinct plain names
+//!   (letters, digits, `_`, `-`) sorted, any other form kept in its order, one
 //!   percent-encoding.
 //!
 //! The layer calls them for both media types by default ([`IdempotencyLayer::raw_json`](crate::IdempotencyLayer::raw_json),
