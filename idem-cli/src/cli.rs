@@ -8,8 +8,8 @@ use std::time::Duration;
 /// Every command only reads, except: `migrate` (the schema), `purge` (expired records),
 /// `doubt settle` and `doubt release`, the only ones that change a live record (a record in
 /// doubt, through the library's fenced path, leaving an audit entry), and `outbox retry`,
-/// `outbox replay` and `outbox purge` (the outbox's deliveries; every `outbox` command creates
-/// the outbox's tables when they are absent). A stored body is printed only with
+/// `outbox replay` and `outbox purge` (the outbox's deliveries; no command creates the
+/// outbox's tables: a database without them is a usage error). A stored body is printed only with
 /// `inspect --body`.
 #[derive(Debug, Parser)]
 #[command(name = "idem", version, about, long_about = None)]

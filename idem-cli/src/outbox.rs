@@ -33,6 +33,24 @@ fn failure(error: OutboxError) -> Failure {
     }
 }
 
+/// Whether the outbox's deliveries table is in the SQLite file.
+const OUTBOX_IN_SQLITE: &str =
+    "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'idem_outbox_deliveries')";
+/// Whether it is on the PostgreSQL connection's search path, where the outbox creates it.
+const OUTBOX_IN_POSTGRES: &str = "SELECT to_regclass('idem_outbox_deliveries') IS NOT NULL";
+
+fn there(present: bool) -> Result<(), Failure> {
+    if present {
+        Ok(())
+    } else {
+        Err(Failure::Usage(
+            "this database has no outbox: its tables are created by the application \
+             (SqliteOutbox::open, PgOutbox::open), never by the idem command"
+                .into(),
+        ))
+    }
+}
+
 /// `call` within the command's deadline.
 async fn bounded<T>(
     call: impl std::future::Future<Output = Result<T, OutboxError>>,
@@ -43,14 +61,32 @@ async fn bounded<T>(
         .map_err(failure)
 }
 
+/// The outbox of the target's database, which a command never creates: a database without
+/// its tables (an application creates them, `SqliteOutbox::open`, `PgOutbox::open`) is a usage
+/// error, nothing written.
 async fn open(target: &Target, names: &Names) -> Result<Outbox, Failure> {
     match target {
         Target::Sqlite(_) => {
             let store = within(target.open_sqlite(names)).await?;
+            let present = within(store.read(|db| {
+                db.query_row(OUTBOX_IN_SQLITE, [], |row| row.get::<_, bool>(0))
+                    .unwrap_or(false)
+            }))
+            .await?;
+            there(present)?;
             Ok(Outbox::Sqlite(bounded(SqliteOutbox::open(&store)).await?))
         }
         Target::Postgres(_) => {
             let store = within(target.open_postgres(names)).await?;
+            let present = within(async {
+                let row = idem_postgres::sqlx::raw_sql(OUTBOX_IN_POSTGRES)
+                    .fetch_one(store.pool())
+                    .await
+                    .map_err(|e| Error::store("idem", StoreErrorKind::Unavailable, e))?;
+                Ok(idem_postgres::sqlx::Row::try_get::<bool, _>(&row, 0).unwrap_or(false))
+            })
+            .await?;
+            there(present)?;
             Ok(Outbox::Postgres(bounded(PgOutbox::open(&store)).await?))
         }
         Target::Redis(_) | Target::RedisCluster(_) => Err(Failure::Usage(

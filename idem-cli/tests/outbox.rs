@@ -170,3 +170,35 @@ async fn postgres_outbox_counts_lists_inspects_retries_and_purges() {
     );
     operate(&url, &id);
 }
+
+/// A database without an outbox: every `idem outbox` command, reads included, is a usage error
+/// (exit 2) and creates nothing; the application's `open` creates the outbox's tables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_command_never_creates_the_outbox() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let path = dir.path().join("shop.db");
+    drop(
+        idem_sqlite::SqliteStore::open(&path)
+            .await
+            .expect("a store"),
+    );
+    let url = format!("sqlite://{}", path.display());
+    for command in [&["counts"][..], &["list", "--state", "dead"], &["purge"]] {
+        let args: Vec<String> = ["--url", url.as_str(), "outbox"]
+            .iter()
+            .chain(command)
+            .map(|s| (*s).to_owned())
+            .collect();
+        let (code, out) = idem(&args);
+        assert_eq!(code, 2, "{command:?}: {out}");
+    }
+    let db = idem_sqlite::rusqlite::Connection::open(&path).expect("the file");
+    let tables: i64 = db
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name LIKE 'idem_outbox_%'",
+            [],
+            |row| row.get(0),
+        )
+        .expect("a count");
+    assert_eq!(tables, 0, "no outbox table created");
+}
