@@ -202,3 +202,52 @@ async fn an_outbox_command_never_creates_the_outbox() {
         .expect("a count");
     assert_eq!(tables, 0, "no outbox table created");
 }
+
+/// A read of the outbox takes no lock that writers wait on: `idem outbox counts` while an
+/// effect's transaction that enqueued is still open answers at once. It ran the outbox's
+/// schema (`PgOutbox::open`), whose `CREATE INDEX IF NOT EXISTS` takes a SHARE lock on the
+/// deliveries even when the index exists: the command waited for that transaction until its
+/// deadline (exit 1), and every enqueue after it queued behind the command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_outbox_counts_waits_for_no_open_enqueue() {
+    let base = std::env::var("IDEM_PG_URL")
+        .expect("IDEM_PG_URL: run `bash scripts/test`, which starts the servers");
+    let name = format!("idem_cli_outbox_lock_{}", std::process::id());
+    let mut admin = PgConnection::connect(&base).await.expect("the server");
+    let _ = admin
+        .execute(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name}")))
+        .await;
+    admin
+        .execute(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .await
+        .expect("a database");
+    let url = format!(
+        "{}/{name}",
+        &base[..base.rfind('/').expect("a database in the URL")]
+    );
+    let store = idem_postgres::PgStore::connect(&url)
+        .await
+        .expect("a store");
+    store.migrate().await.expect("migrated");
+    let outbox = idem_outbox::PgOutbox::open(&store)
+        .await
+        .expect("an outbox");
+    outbox.register(&refused()).await.expect("registered");
+    // An effect's transaction, still running, has enqueued its message.
+    let mut tx = store.pool().begin().await.expect("a transaction");
+    outbox
+        .enqueue(&mut tx, &Message::bytes("text/plain", "hi").to("merchant"))
+        .await
+        .expect("enqueued");
+    let args: Vec<String> = ["--url", url.as_str(), "--timeout", "3", "outbox", "counts"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    let started = std::time::Instant::now();
+    let (code, out) = tokio::task::spawn_blocking(move || idem(&args))
+        .await
+        .expect("the command");
+    let took = started.elapsed();
+    tx.rollback().await.expect("rolled back");
+    assert_eq!(code, 0, "counts during an open enqueue, after {took:?}: {out}");
+}
