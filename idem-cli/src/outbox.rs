@@ -87,7 +87,9 @@ async fn open(target: &Target, names: &Names) -> Result<Outbox, Failure> {
             })
             .await?;
             there(present)?;
-            Ok(Outbox::Postgres(bounded(PgOutbox::open(&store)).await?))
+            // Its schema is never run here: its `CREATE INDEX IF NOT EXISTS` would lock the
+            // deliveries against the application's enqueues.
+            Ok(Outbox::Postgres(PgOutbox::existing(&store)))
         }
         Target::Redis(_) | Target::RedisCluster(_) => Err(Failure::Usage(
             "the outbox lives in a SQL store's database: Redis shares no transaction with the effect (C14)"

@@ -131,6 +131,21 @@ impl PgOutbox {
         .await
     }
 
+    /// The outbox of `store`'s database as it already is, for tools that read or operate on
+    /// its deliveries (the `idem` command): unlike [`open`](Self::open) it runs no DDL and
+    /// takes no lock (`CREATE INDEX IF NOT EXISTS` takes a SHARE lock on the deliveries even
+    /// when the index exists, waiting for every open transaction that enqueued and holding up
+    /// every enqueue behind it). Its tables must exist, as `open` leaves them.
+    pub fn existing(store: &PgStore) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store: store.clone(),
+                max_payload: DEFAULT_MAX_PAYLOAD,
+                store_timeout: STORE_TIMEOUT,
+            }),
+        }
+    }
+
     /// The same outbox with another payload limit (default [`DEFAULT_MAX_PAYLOAD`], 256 KiB).
     #[must_use]
     pub fn max_payload(self, bytes: usize) -> Self {
