@@ -41,3 +41,22 @@ fn c03_names_rack_2_reads_as_one_parameter_keep_their_order() {
     assert_ne!(canon("a%5D=1&a=2"), canon("a=2&a%5D=1"), "a]");
     assert_ne!(canon("%5Ba=1&a=2"), canon("a=2&%5Ba=1"), "[a");
 }
+
+/// C3: ASP.NET Core reads a form's names without regard to ASCII case (`FormCollection`,
+/// `StringComparer.OrdinalIgnoreCase`) and binds a scalar to the first value: it reads
+/// `Amount=100&amount=1` as `amount = "100"` and `amount=1&Amount=100` as `amount = "1"`. Both
+/// names are plain and distinct as bytes, so both were sorted into one canonical form, and a
+/// retry of the other body under the first one's key replayed the first one's answer.
+#[test]
+fn c03_names_equal_but_for_case_keep_their_order() {
+    assert_ne!(
+        canon("Amount=100&amount=1"),
+        canon("amount=1&Amount=100"),
+        "ASCII case"
+    );
+    // Distinct plain names are still a map.
+    assert_eq!(
+        canon("Amount=100&currency=eur"),
+        canon("currency=eur&Amount=100")
+    );
+}
