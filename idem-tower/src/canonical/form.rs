@@ -13,7 +13,8 @@ use idem_core::{Error, Field};
 /// digits is refused ([`Error::InvalidInput`] on the body): a body the reader would take two
 /// ways is not canonicalised (the HTTP layer then fingerprints its raw bytes).
 ///
-/// A form of distinct plain names (ASCII letters, digits, `_` and `-`) is a map: the output has
+/// A form of distinct plain names (ASCII letters, digits, `_` and `-`; distinct also without
+/// regard to ASCII case, as ASP.NET Core reads them) is a map: the output has
 /// its fields sorted by the bytes of their decoded name. Any other form is a list, whose order
 /// is meaning, also between names, and keeps the order it was sent in: a handler reading the
 /// pairs in order sees `item=tea&note=gift&item=cake` put the note on the tea; PHP reads
@@ -47,9 +48,15 @@ pub fn canonical_form(body: &[u8]) -> Result<Vec<u8>, Error> {
                 .iter()
                 .all(|&b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
     };
-    let mut names: Vec<&[u8]> = fields.iter().map(|(name, _)| name.as_slice()).collect();
+    // Distinct also without regard to ASCII case: ASP.NET Core reads `Amount` and `amount`
+    // as one name.
+    let mut names: Vec<Vec<u8>> = fields
+        .iter()
+        .map(|(name, _)| name.to_ascii_lowercase())
+        .collect();
     names.sort_unstable();
-    if names.iter().all(|name| plain(name)) && names.windows(2).all(|pair| pair[0] != pair[1]) {
+    if fields.iter().all(|(name, _)| plain(name)) && names.windows(2).all(|pair| pair[0] != pair[1])
+    {
         fields.sort_by(|a, b| a.0.cmp(&b.0));
     }
     let mut out = Vec::with_capacity(body.len());
@@ -167,7 +174,7 @@ mod tests {
     proptest! {
         #[test]
         fn c03_any_field_order_gives_one_form(
-            fields in proptest::collection::btree_map("[a-zA-Z0-9_-]{1,6}", "[ -~]{0,8}", 0..6),
+            fields in proptest::collection::btree_map("[a-z0-9_-]{1,6}", "[ -~]{0,8}", 0..6),
             seed in any::<u64>(),
         ) {
             let encode = |s: &str| {
