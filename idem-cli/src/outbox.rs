@@ -37,7 +37,11 @@ fn failure(error: OutboxError) -> Failure {
 const OUTBOX_IN_SQLITE: &str =
     "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'idem_outbox_deliveries')";
 /// Whether it is on the PostgreSQL connection's search path, where the outbox creates it.
-const OUTBOX_IN_POSTGRES: &str = "SELECT to_regclass('idem_outbox_deliveries') IS NOT NULL";
+/// And whether it has the claim's column, which an application's `PgOutbox::open` of this
+/// version adds to an earlier table (the command runs no DDL: it would lock the deliveries).
+const OUTBOX_IN_POSTGRES: &str = "SELECT to_regclass('idem_outbox_deliveries') IS NOT NULL, \
+     EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('idem_outbox_deliveries') \
+     AND attname = 'claimed_until' AND NOT attisdropped)";
 
 fn there(present: bool) -> Result<(), Failure> {
     if present {
@@ -83,10 +87,19 @@ async fn open(target: &Target, names: &Names) -> Result<Outbox, Failure> {
                     .fetch_one(store.pool())
                     .await
                     .map_err(|e| Error::store("idem", StoreErrorKind::Unavailable, e))?;
-                Ok(idem_postgres::sqlx::Row::try_get::<bool, _>(&row, 0).unwrap_or(false))
+                let column = |i| idem_postgres::sqlx::Row::try_get::<bool, _>(&row, i);
+                Ok((column(0).unwrap_or(false), column(1).unwrap_or(false)))
             })
             .await?;
+            let (present, current) = present;
             there(present)?;
+            if !current {
+                return Err(Failure::Usage(
+                    "this database's outbox predates the idem command: the application's \
+                     PgOutbox::open of this version brings it up to date"
+                        .into(),
+                ));
+            }
             // Its schema is never run here: its `CREATE INDEX IF NOT EXISTS` would lock the
             // deliveries against the application's enqueues.
             Ok(Outbox::Postgres(PgOutbox::existing(&store)))

@@ -249,5 +249,8 @@ async fn postgres_outbox_counts_waits_for_no_open_enqueue() {
         .expect("the command");
     let took = started.elapsed();
     tx.rollback().await.expect("rolled back");
-    assert_eq!(code, 0, "counts during an open enqueue, after {took:?}: {out}");
+    assert_eq!(
+        code, 0,
+        "counts during an open enqueue, after {took:?}: {out}"
+    );
 }
