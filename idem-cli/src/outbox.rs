@@ -74,9 +74,9 @@ async fn open(target: &Target, names: &Names) -> Result<Outbox, Failure> {
             let store = within(target.open_sqlite(names)).await?;
             let present = within(store.read(|db| {
                 db.query_row(OUTBOX_IN_SQLITE, [], |row| row.get::<_, bool>(0))
-                    .unwrap_or(false)
+                    .map_err(|e| Error::store("idem", StoreErrorKind::Other, e))
             }))
-            .await?;
+            .await??;
             there(present)?;
             Ok(Outbox::Sqlite(bounded(SqliteOutbox::open(&store)).await?))
         }
@@ -87,8 +87,11 @@ async fn open(target: &Target, names: &Names) -> Result<Outbox, Failure> {
                     .fetch_one(store.pool())
                     .await
                     .map_err(|e| Error::store("idem", StoreErrorKind::Unavailable, e))?;
-                let column = |i| idem_postgres::sqlx::Row::try_get::<bool, _>(&row, i);
-                Ok((column(0).unwrap_or(false), column(1).unwrap_or(false)))
+                let column = |i| {
+                    idem_postgres::sqlx::Row::try_get::<bool, _>(&row, i)
+                        .map_err(|e| Error::store("idem", StoreErrorKind::Other, e))
+                };
+                Ok((column(0)?, column(1)?))
             })
             .await?;
             let (present, current) = present;

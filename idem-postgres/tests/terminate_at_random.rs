@@ -189,6 +189,7 @@ async fn c04_c07_sessions_ended_at_random_never_charge_twice_nor_answer_another_
         calls.len(),
         per_key.len()
     );
+    assert!(ended > 0, "the killer ended no session: nothing was tested");
     assert!(twice.is_empty(), "charged twice: {twice:?}");
     assert!(
         wrong.is_empty(),

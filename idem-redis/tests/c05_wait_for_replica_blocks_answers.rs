@@ -62,19 +62,19 @@ async fn c05_replays_never_wait_behind_completions_waiting_for_a_replica() {
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let store = RedisStore::builder()
-        .response_timeout(Duration::from_secs(1))
-        .wait_for_replica(Some(Duration::from_millis(300)))
+        .response_timeout(Duration::from_secs(3))
+        .wait_for_replica(Some(Duration::from_secs(2)))
         .connect(&format!("redis://127.0.0.1:{m}"))
         .await
         .expect("connect");
-    let policy = Policy::default().store_timeout(Duration::from_secs(2));
+    let policy = Policy::default().store_timeout(Duration::from_secs(4));
     let idem = Idempotency::with_policy(store, policy).expect("policy");
     assert!(matches!(
         run(&idem, "replayed").await,
         Ok(Outcome::Executed(_))
     ));
 
-    // The replica goes away (a restart, a resync): completions now wait 300 ms each.
+    // The replica goes away (a restart, a resync): completions now wait 2 s each.
     signal(replica_pid, "STOP");
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..8)
@@ -110,7 +110,8 @@ async fn c05_replays_never_wait_behind_completions_waiting_for_a_replica() {
     println!("replays: slowest {slowest:?}, failed {failed:?}");
     assert!(failed.is_empty(), "replays refused: {failed:?}");
     assert!(
-        slowest < Duration::from_millis(200),
+        // Far under the 2 s a replay queued behind a WAIT takes, with room for a loaded machine.
+        slowest < Duration::from_secs(1),
         "a replay waited {slowest:?} behind completions waiting for a replica"
     );
 }

@@ -213,7 +213,8 @@ async fn c13_run_in_transaction_spends_its_budget_once_across_reservation_and_be
         .await;
     let took = started.elapsed();
     assert!(
-        took < budget + Duration::from_millis(300),
+        // 2.8 s when each wait had the whole budget; room for a loaded machine.
+        took < budget + Duration::from_millis(800),
         "answered {:?} after {took:?}, past the 1 s store budget",
         outcome.map(|_| ()).map_err(|e| e.to_string())
     );
