@@ -69,8 +69,9 @@ impl PrivateSentinel {
             setup.sentinels.push(sentinel);
         }
         for &port in &setup.sentinel_ports {
+            // Sentinels find each other by hello messages every 2 s: slow on a loaded machine.
             wait_for(
-                Duration::from_secs(20),
+                Duration::from_secs(60),
                 "every sentinel to see the replica and a quorum",
                 || {
                     let replicas = try_cli(port, &["sentinel", "replicas", MASTER_NAME]);
