@@ -40,7 +40,7 @@ fn is_wrong_type(error: &redis::RedisError) -> bool {
 /// classifies its own errors with this function, so your commands and the store agree on what
 /// an outage is:
 ///
-/// - a refused or dropped connection, a timeout (a call past its response timeout, a connection
+/// - a refused or dropped connection (on a Cluster, no connection left to any node), a timeout (a call past its response timeout, a connection
 ///   past its connection timeout), a cluster that is down or moving slots, a server loading its
 ///   data, a primary that is down, a replica's `READONLY` (a master demoted by a failover),
 ///   sentinels that name no master up (a failover under way), out of memory, a master refusing
@@ -75,6 +75,12 @@ pub fn classify(error: &redis::RedisError) -> StoreErrorKind {
         return StoreErrorKind::Unavailable;
     }
     match error.kind() {
+        // A cluster client with no connection to the key's node, nor to any other: every
+        // connection was lost and is being re-established (a blackhole, a partition, every
+        // node restarting). A store that is down, never a refusal: a completion given up on
+        // it would leave its record in progress, and after the lease a retry would run the
+        // effect again (C8).
+        redis::ErrorKind::ClusterConnectionNotFound => StoreErrorKind::Unavailable,
         redis::ErrorKind::AuthenticationFailed
         | redis::ErrorKind::InvalidClientConfig
         | redis::ErrorKind::EmptySentinelList => StoreErrorKind::Misconfigured,
@@ -151,6 +157,16 @@ mod tests {
         for error in [read_only, no_master] {
             assert_eq!(classify(&error), StoreErrorKind::Unavailable, "{error}");
         }
+    }
+
+    /// C8, C13: a cluster client left without a connection to any node is unavailable.
+    #[test]
+    fn c13_a_cluster_with_no_connection_left_is_unavailable() {
+        let none = redis::RedisError::from((
+            redis::ErrorKind::ClusterConnectionNotFound,
+            "No connections found",
+        ));
+        assert_eq!(classify(&none), StoreErrorKind::Unavailable);
     }
 
     #[test]
