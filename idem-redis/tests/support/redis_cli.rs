@@ -75,10 +75,22 @@ pub(crate) fn freeze_port(port: u16, seconds: f64) -> std::thread::JoinHandle<()
 
 /// A free loopback port.
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    // Never the same port twice in one test process: the kernel may hand a released port out
+    // again, and a node given another's bus port "listens" through that node's bus.
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        let mut given = GIVEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if given.insert(port) {
+            return port;
+        }
+    }
 }
 
 /// `redis-server args…`, once it listens on `port` on loopback.
