@@ -108,3 +108,58 @@ async fn c08_a_500_stored_in_place_of_an_unwritten_completion_goes_on_past_the_l
          process took the record over and ran the effect again"
     );
 }
+
+/// C8: a completion refused for good whose stored 500 is refused too (a permission revoked
+/// after the reservation) keeps trying on its own task while the heartbeat holds the lease:
+/// another process finds the key in flight, never free to run the effect again; once the store
+/// takes writes again, the 500 lands and is replayed.
+#[tokio::test]
+async fn c08_a_completion_and_its_500_both_refused_keep_the_key_until_one_lands() {
+    let store = Arc::new(Faulty::default());
+    let policy = Policy::default().lease(Duration::from_millis(200));
+    let idem = Idempotency::with_policy(Arc::clone(&store), policy.clone()).expect("policy");
+    let other = Idempotency::with_policy(Arc::clone(&store), policy).expect("policy");
+    let req = request(&idem, "refused-twice");
+    let effects = Arc::new(AtomicUsize::new(0));
+    let (e, s) = (Arc::clone(&effects), Arc::clone(&store));
+    let first = idem
+        .run(&req, move |_| async move {
+            e.fetch_add(1, Ordering::SeqCst);
+            s.refusing.store(true, Ordering::SeqCst);
+            Ok::<_, Failure<&'static str>>(StoredResponse::new(201, "charged"))
+        })
+        .await;
+    eprintln!("first = {first:?}");
+    assert!(matches!(first, Err(RunError::Incomplete(_))), "{first:?}");
+
+    // Five leases later, from another process: in flight, never a second execution.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let effect = |effects: Arc<AtomicUsize>| {
+        move |_| async move {
+            effects.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Failure<&'static str>>(StoredResponse::new(201, "charged again"))
+        }
+    };
+    let during = other.run(&req, effect(Arc::clone(&effects))).await;
+    eprintln!("five leases later = {during:?}");
+    assert!(
+        matches!(during, Ok(Outcome::Answered(Answer::InFlight { .. }))),
+        "a completion and its 500 both refused gave the key up to a takeover: {during:?}"
+    );
+
+    // The store takes writes again: the 500 lands (the backoff is at most a second).
+    store.refusing.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = other.run(&req, effect(Arc::clone(&effects))).await;
+    eprintln!("after = {after:?}");
+    assert!(
+        matches!(&after, Ok(Outcome::Answered(Answer::Replay(r))) if r.status == 500),
+        "the stored 500 is replayed: {after:?}"
+    );
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+    let drained = tokio::time::timeout(Duration::from_secs(2), idem.drain()).await;
+    assert!(
+        drained.is_ok(),
+        "the continuation ended once the 500 landed"
+    );
+}

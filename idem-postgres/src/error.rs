@@ -27,10 +27,11 @@ pub fn store_error(error: sqlx::Error) -> Error {
 ///
 /// - a serialization failure or a deadlock (SQLSTATE 40001, 40P01) rolled the caller's
 ///   transaction back: retry the whole transaction ([`StoreErrorKind::TransactionConflict`]);
-/// - a refused or dropped connection, a protocol error, a server shutting down or starting, too
-///   many connections, a lock or statement timeout, a write on a read-only server (a standby,
-///   or a primary a failover demoted) (class 08, 57P01..57P03, 53300, 55P03, 57014, 25006), a
-///   pool that timed out or closed: retry later ([`StoreErrorKind::Unavailable`]);
+/// - a refused or dropped connection, a protocol error, a server shutting down or starting, a
+///   full disk, no memory, too many connections, a lock or statement timeout, a write on a
+///   read-only server (a standby, or a primary a failover demoted) (class 08, 57P01..57P03,
+///   53100, 53200, 53300, 55P03, 57014, 25006), a pool that timed out or closed: retry later
+///   ([`StoreErrorKind::Unavailable`]);
 /// - a missing table or schema, a wrong password, no permission, a bad URL or TLS setup: an
 ///   operator must act ([`StoreErrorKind::Misconfigured`]);
 /// - anything else (a unique violation, a row not found, a decoding error):
@@ -162,11 +163,11 @@ pub(crate) fn kind_of_sqlstate(code: &str) -> StoreErrorKind {
         "42P01" | "42703" | "3F000" | "42883" | "28P01" | "28000" | "3D000" | "42501" => {
             StoreErrorKind::Misconfigured
         }
-        // connection exceptions, admin/crash shutdown, cannot connect now, too many
-        // connections, lock_not_available, query_canceled (statement timeout),
-        // read_only_sql_transaction (a standby, or a primary demoted by a failover)
+        // connection exceptions, admin/crash shutdown, cannot connect now, disk full, out of
+        // memory, too many connections, lock_not_available, query_canceled (statement
+        // timeout), read_only_sql_transaction (a standby, or a primary demoted by a failover)
         c if c.starts_with("08") => StoreErrorKind::Unavailable,
-        "57P01" | "57P02" | "57P03" | "53300" | "55P03" | "57014" | "25006" => {
+        "57P01" | "57P02" | "57P03" | "53100" | "53200" | "53300" | "55P03" | "57014" | "25006" => {
             StoreErrorKind::Unavailable
         }
         _ => StoreErrorKind::Other,
@@ -217,7 +218,9 @@ mod tests {
 
     #[test]
     fn c13_busy_servers_and_broken_links_are_transient() {
-        for code in ["53300", "55P03", "57014", "57P03", "08001", "25006"] {
+        for code in [
+            "53100", "53200", "53300", "55P03", "57014", "57P03", "08001", "25006",
+        ] {
             assert_eq!(
                 kind_of_sqlstate(code),
                 StoreErrorKind::Unavailable,

@@ -14,7 +14,7 @@ use crate::record::RecordState;
 use crate::response::StoredResponse;
 use crate::store::Store;
 use crate::token::FencingToken;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 impl<S: Store> Idempotency<S> {
     /// Stores `completion`, trying until `deadline` (`None`: for ever) or until a request's
@@ -197,7 +197,7 @@ impl<S: Store + 'static> Idempotency<S> {
             target: "idem",
             consumer = lease.id().consumer(),
             route = lease.id().route(),
-            "idem: the completion could not be stored within the lease; still trying"
+            "idem: the completion could not be stored; still trying"
         );
         tokio::spawn(async move {
             let _running = running;
@@ -209,19 +209,24 @@ impl<S: Store + 'static> Idempotency<S> {
 
     /// Past the lease, until the completion lands or the lease is taken. One that keeps timing
     /// out while the store answers other calls is replaced by the small 500 of C8; a store slow
-    /// for everything gets the real one again.
+    /// for everything gets the real one again. One refused for good is replaced by the 500,
+    /// tried again after each refusal (a permission restored, a disk freed), at most
+    /// [`MAX_BACKOFF`] apart, while the heartbeat holds the lease.
     async fn complete_past_lease(
         &self,
         lease: &Lease,
-        completion: Completion,
-        stored: EventKind,
+        mut completion: Completion,
+        mut stored: EventKind,
     ) -> (EventKind, Result<StoredResponse, Error>) {
+        let refused = |error: &Error| !matches!(error, Error::LeaseLost) && !error.is_retryable();
+        // Set once the 500 is what is written; then each refusal waits before the next try.
+        let mut refusal_pause: Option<Duration> = None;
         loop {
-            match self
+            let result = match self
                 .persist(&completion, None, Some(TIMEOUTS_BEFORE_FALLBACK), None)
                 .await
             {
-                Err(error) if is_timed_out(&error) => {
+                Err(error) if is_timed_out(&error) && refusal_pause.is_none() => {
                     // The 500 only if a read succeeds and the completion times out again.
                     let id = lease.id();
                     let probe = self
@@ -250,15 +255,31 @@ impl<S: Store + 'static> Idempotency<S> {
                                         .failed(&error),
                                 );
                             }
-                            return (EventKind::OutcomeUnknown, result);
+                            (completion, stored) = (fallback, EventKind::OutcomeUnknown);
+                            refusal_pause = Some(FIRST_BACKOFF);
+                            result
                         }
                     }
                 }
-                Err(error) if !matches!(error, Error::LeaseLost) && !error.is_retryable() => {
-                    let fallback = self.refused_fallback(lease);
-                    let result = self.store_completion(lease, fallback, None, None).await;
-                    return (EventKind::OutcomeUnknown, result);
+                result => result,
+            };
+            match result {
+                Err(error) if refused(&error) => {
+                    self.emit(
+                        Event::new(EventKind::CompletionRefused)
+                            .of_lease(lease)
+                            .failed(&error),
+                    );
+                    if let Some(wait) = refusal_pause {
+                        pause(wait).await;
+                    }
+                    let next = refusal_pause.map_or(FIRST_BACKOFF, |wait| wait * 2);
+                    refusal_pause = Some(next.min(MAX_BACKOFF));
+                    (completion, stored) =
+                        (self.refused_fallback(lease), EventKind::OutcomeUnknown);
                 }
+                // Timed out again while writing the 500: it goes on.
+                Err(error) if error.is_retryable() && !matches!(error, Error::LeaseLost) => {}
                 result => return (stored, result),
             }
         }

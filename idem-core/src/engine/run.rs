@@ -301,8 +301,8 @@ impl<S: Store + 'static> Idempotency<S> {
     }
 
     /// Stores `completion` within the lease and the request's `budget`, and reports the end
-    /// (`stored`); past either, returns the error (the caller answers "outcome unknown", C8)
-    /// while a task keeps trying. `hold` lives until the end.
+    /// (`stored`); past either, or refused, returns the error (the caller answers "outcome
+    /// unknown", C8) while a task keeps trying. `hold` lives until the end.
     pub(super) async fn stored_or_continued<H: Send + 'static>(
         &self,
         lease: Lease,
@@ -316,7 +316,9 @@ impl<S: Store + 'static> Idempotency<S> {
             .store_completion(&lease, completion.clone(), deadline, Some(budget))
             .await;
         match result {
-            Err(error) if error.is_retryable() && !matches!(error, Error::LeaseLost) => {
+            // Unwritten, refused for good included (its 500 refused too): the lease is held
+            // and the write goes on, never left to a takeover.
+            Err(error) if !matches!(error, Error::LeaseLost) => {
                 self.keep_completing(lease, completion, stored, hold);
                 Err(error)
             }

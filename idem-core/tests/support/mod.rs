@@ -17,6 +17,9 @@ pub(crate) struct Faulty {
     pub one_process: bool,
     /// Every completion and renewal fails (the store cannot be written).
     pub unwritable: AtomicBool,
+    /// Every completion is refused for good (a revoked permission, a full disk), while
+    /// renewals still land.
+    pub refusing: AtomicBool,
     /// Completions whose encoded form is larger than this take `slow_for` before they land:
     /// a large body on a slow link.
     pub slow_above: Option<usize>,
@@ -88,6 +91,13 @@ impl Store for Faulty {
         self.thaw().await;
         if self.unwritable.load(Ordering::SeqCst) {
             return Err(down());
+        }
+        if self.refusing.load(Ordering::SeqCst) {
+            return Err(Error::store(
+                "test",
+                StoreErrorKind::Misconfigured,
+                "permission denied for table idem_records",
+            ));
         }
         if self.slow_above.is_some_and(|max| c.encoded().len() > max) {
             tokio::time::sleep(self.slow_for).await;
