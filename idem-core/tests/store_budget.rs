@@ -25,19 +25,17 @@ const MARGIN: Duration = Duration::from_millis(600);
 /// One event seen: kind, step, time taken.
 type Seen = (EventKind, Option<Operation>, Duration);
 
-/// The store calls and budget-spent events seen.
+/// The events seen.
 #[derive(Clone, Default)]
 struct Spent(Arc<Mutex<Vec<Seen>>>);
 
 impl Observer for Spent {
     fn observe(&self, event: &Event<'_>) {
-        if matches!(event.kind(), EventKind::BudgetSpent | EventKind::StoreCall) {
-            self.0.lock().unwrap_or_else(PoisonError::into_inner).push((
-                event.kind(),
-                event.operation(),
-                event.elapsed(),
-            ));
-        }
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).push((
+            event.kind(),
+            event.operation(),
+            event.elapsed(),
+        ));
     }
 }
 
@@ -327,4 +325,32 @@ async fn c08_a_release_refused_for_a_moment_is_tried_again() {
     assert_eq!(store.failing_releases.load(Ordering::SeqCst), 0);
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the retry did not run");
     assert!(held < LEASE / 4, "the key was held {held:?}");
+}
+
+/// C16: a release that landed but lost its answer, tried again and fenced out (nothing left
+/// under the token), is reported released, never `lease_lost`: the key went back.
+#[tokio::test]
+async fn c16_a_release_whose_answer_was_lost_is_reported_released() {
+    let store = Arc::new(Faulty {
+        unanswered_releases: AtomicUsize::new(1),
+        ..Faulty::default()
+    });
+    let spent = Spent::default();
+    let idem = engine(&store, &spent);
+    let req = request(&idem, "release-unanswered");
+    let first = idem
+        .run(&req, |_| async {
+            Err::<StoredResponse, _>(Failure::nothing_happened("card network down"))
+        })
+        .await;
+    assert!(matches!(first, Err(RunError::Released(_))), "{first:?}");
+    tokio::time::timeout(Duration::from_secs(5), idem.drain())
+        .await
+        .expect("the release ends");
+    assert_eq!(store.unanswered_releases.load(Ordering::SeqCst), 0);
+    let ends: Vec<_> = [EventKind::Released, EventKind::LeaseLost]
+        .into_iter()
+        .map(|kind| spent.seen(kind).count())
+        .collect();
+    assert_eq!(ends, [1, 0], "released, lease lost");
 }

@@ -83,23 +83,38 @@ impl<S: Store + 'static> Idempotency<S> {
             "idem: the key could not be given back within the request's store budget; still trying until its lease ends"
         );
         let (engine, running) = (self.clone(), self.inner.gate.enter_always());
+        let sent = !budget.is_spent();
         runtime.spawn(async move {
             let _running = running;
-            engine.keep_releasing(lease).await;
+            engine.keep_releasing(lease, sent).await;
         });
         None
     }
 
     /// Releases `lease` until it lands, is refused for good, or the lease ends (by this
     /// process's clock: past it the key is the store's to hand out, and a release is fenced).
-    async fn keep_releasing(&self, lease: Lease) {
+    /// After an attempt that may have landed unanswered (`unanswered`), one fenced out by an
+    /// absent record is that attempt's: released, not a lost lease.
+    async fn keep_releasing(&self, lease: Lease, mut unanswered: bool) {
         let ends = lease
             .local_deadline()
             .unwrap_or_else(|| deadline_after(Instant::now(), self.inner.policy.lease));
         let mut backoff = FIRST_BACKOFF;
         loop {
             let budget = Budget::new(self.inner.policy.store_timeout);
-            let result = self.release_once(&lease, &budget).await;
+            let mut result = self.release_once(&lease, &budget).await;
+            if unanswered && matches!(result, Err(Error::LeaseLost)) {
+                let id = lease.id();
+                let found = self
+                    .spend(&budget, Operation::Lookup, Some(id), |deadline| {
+                        self.inner.store.lookup(id, deadline)
+                    })
+                    .await;
+                if matches!(found, Ok(None)) {
+                    result = Ok(());
+                }
+            }
+            unanswered |= may_pass(&result);
             let now = Instant::now();
             if !may_pass(&result) || now + backoff >= ends {
                 return self.report_release(&lease, &result);

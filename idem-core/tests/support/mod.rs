@@ -31,6 +31,8 @@ pub(crate) struct Faulty {
     pub failing_renews: AtomicUsize,
     /// How many of the next releases fail (the store refuses the connection).
     pub failing_releases: AtomicUsize,
+    /// How many of the next releases land and then lose their answer (a connection dropped).
+    pub unanswered_releases: AtomicUsize,
     /// Every call waits while this is set: a frozen server, or a network that swallows
     /// everything (a blackhole). Only the engine's deadline ends the wait.
     pub frozen: AtomicBool,
@@ -109,7 +111,11 @@ impl Store for Faulty {
         if take(&self.failing_releases) {
             return Err(down());
         }
-        self.inner.release(l, deadline).await
+        let released = self.inner.release(l, deadline).await;
+        if released.is_ok() && take(&self.unanswered_releases) {
+            return Err(down());
+        }
+        released
     }
     async fn renew(&self, l: &Lease, d: Duration, deadline: Deadline) -> Result<Timestamp, Error> {
         if self.unwritable.load(Ordering::SeqCst) || take(&self.failing_renews) {
