@@ -4,14 +4,9 @@
 //! lease bounds it.
 
 use crate::deadline::Deadline;
-use crate::error::Error;
-use crate::event::{Event, EventKind, Operation};
-use crate::scope::RecordId;
-use crate::timeout::is_timed_out;
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The budget of the request that took a lease, carried by the lease so that the steps taken
 /// with it later (the guard's transactional completion, under the HTTP layer too) draw from it.
@@ -30,7 +25,7 @@ impl Eq for Shared {}
 /// What is left of one request's store budget, shared by its steps.
 #[derive(Debug)]
 pub(crate) struct Budget {
-    total: Duration,
+    pub(crate) total: Duration,
     spent_micros: AtomicU64,
 }
 
@@ -63,47 +58,6 @@ impl Budget {
     pub(crate) fn charge(&self, elapsed: Duration) {
         let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
         self.spent_micros.fetch_add(micros, Ordering::Relaxed);
-    }
-
-    /// Runs one store call within what is left, charging the time waited, and `emit`s it as a
-    /// [`StoreCall`](EventKind::StoreCall) event and, when it spent the rest, a
-    /// [`BudgetSpent`](EventKind::BudgetSpent) one naming the step (C16). A spent budget
-    /// starts no call.
-    pub(crate) async fn spend<T, F, C>(
-        &self,
-        operation: Operation,
-        id: Option<&RecordId>,
-        call: C,
-        emit: impl Fn(Event<'_>),
-    ) -> Result<T, Error>
-    where
-        C: FnOnce(Deadline) -> F,
-        F: Future<Output = Result<T, Error>>,
-    {
-        let started = Instant::now();
-        let deadline = self.deadline();
-        // Without a time driver (guard style) only the store's own waits are bounded.
-        // One timer for the whole call: the store's own `bound` inside starts none.
-        let result = deadline
-            .bound(operation, call(deadline.bounded_by_caller()))
-            .await;
-        let elapsed = started.elapsed();
-        self.charge(elapsed);
-        let about = |kind| {
-            let event = Event::new(kind).of(operation);
-            id.map_or(event, |id| event.about(id))
-        };
-        let event = about(EventKind::StoreCall).took(elapsed);
-        match &result {
-            Ok(_) => emit(event),
-            Err(error) => {
-                emit(event.failed(error));
-                if is_timed_out(error) && self.is_spent() {
-                    emit(about(EventKind::BudgetSpent).took(self.total).failed(error));
-                }
-            }
-        }
-        result
     }
 }
 

@@ -1,6 +1,6 @@
 //! The time a store call may take (C13): what is left of the store budget, as an instant.
 
-use crate::event::Operation;
+use crate::event_kind::Operation;
 use crate::timeout::timed_out;
 use std::future::Future;
 use std::time::{Duration, Instant};

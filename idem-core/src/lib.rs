@@ -59,6 +59,7 @@ mod resolution;
 mod response;
 mod scope;
 pub mod store;
+mod store_call;
 mod timeout;
 mod token;
 mod trail;

@@ -1,7 +1,7 @@
 //! The error of a store call cut off by the engine's deadline (C13), told from store failures.
 
 use crate::error::{Error, StoreErrorKind};
-use crate::event::Operation;
+use crate::event_kind::Operation;
 use std::fmt;
 use std::time::Duration;
 

@@ -337,7 +337,7 @@ impl<S: Store> Idempotency<S> {
         Arc::new(Budget::new(total))
     }
 
-    /// Runs one store call within what is left of `budget` ([`Budget::spend`]).
+    /// Runs one store call within what is left of `budget`, charged and reported (C13, C16).
     pub(crate) async fn spend<T, F, C>(
         &self,
         budget: &Budget,
@@ -349,9 +349,7 @@ impl<S: Store> Idempotency<S> {
         C: FnOnce(Deadline) -> F,
         F: Future<Output = Result<T, Error>>,
     {
-        budget
-            .spend(operation, id, call, |event| self.emit(event))
-            .await
+        crate::store_call::spend(budget, operation, id, call, |event| self.emit(event)).await
     }
 
     /// Waits `pause` between two store steps of a request, charged to its `budget` (C13).

@@ -233,10 +233,10 @@ impl Execution {
         F: Future<Output = Result<T, Error>> + Send,
     {
         let hooks = &self.inner.hooks;
-        hooks
-            .budget()
-            .spend(operation, Some(id), call, |event| hooks.emit(event))
-            .await
+        crate::store_call::spend(hooks.budget(), operation, Some(id), call, |event| {
+            hooks.emit(event)
+        })
+        .await
     }
 
     /// What [`acquired`](Self::acquired) registered, taken back by the engine.
