@@ -20,6 +20,9 @@ pub(crate) struct Faulty {
     /// Every completion is refused for good (a revoked permission, a full disk), while
     /// renewals still land.
     pub refusing: AtomicBool,
+    /// While set, a lookup sets `refusing`: the store starts refusing writes right as the
+    /// engine reads the record (a permission revoked between two steps).
+    pub refuse_from_next_lookup: AtomicBool,
     /// Completions whose encoded form is larger than this take `slow_for` before they land:
     /// a large body on a slow link.
     pub slow_above: Option<usize>,
@@ -128,6 +131,9 @@ impl Store for Faulty {
     }
     async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error> {
         self.thaw().await;
+        if self.refuse_from_next_lookup.swap(false, Ordering::SeqCst) {
+            self.refusing.store(true, Ordering::SeqCst);
+        }
         self.inner.lookup(id, deadline).await
     }
     async fn resolve(

@@ -1,0 +1,136 @@
+//! The continuation of a completion refused for good (C8, C9): it holds the key while the
+//! heartbeat does, whichever step of it met the refusal, and ends once another holder took the
+//! lease, even when the store refuses the write before it looks at the token.
+
+mod support;
+
+use idem_core::{
+    Answer, Begin, Event, EventKind, Failure, Idempotency, Observer, Outcome, Policy, Request,
+    RunError, StoredResponse,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use support::Faulty;
+
+fn request(idem: &Idempotency<Arc<Faulty>>, key: &str) -> Request {
+    idem.request("acct", "POST", "/reports")
+        .key(Some(key))
+        .body(b"{}")
+        .build()
+        .expect("valid")
+}
+
+/// Counts the `CompletionRefused` events.
+#[derive(Default)]
+struct Refusals(AtomicUsize);
+
+impl Observer for Refusals {
+    fn observe(&self, event: &Event<'_>) {
+        if event.kind() == EventKind::CompletionRefused {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// C8: past the lease, a completion that timed out three times, then (after the probe read)
+/// is refused for good, its 500 refused too, keeps the key like a completion refused at once:
+/// another process finds it in flight, never free to run the effect again.
+#[tokio::test]
+async fn c08_a_refusal_met_after_the_timeouts_past_the_lease_keeps_the_key() {
+    let store = Arc::new(Faulty {
+        slow_above: Some(10_000),
+        slow_for: Duration::from_millis(400),
+        ..Faulty::default()
+    });
+    let policy = Policy::default()
+        .lease(Duration::from_millis(300))
+        .store_timeout(Duration::from_millis(100));
+    let idem = Idempotency::with_policy(Arc::clone(&store), policy.clone()).expect("policy");
+    let other = Idempotency::with_policy(Arc::clone(&store), policy).expect("policy");
+    let req = request(&idem, "timed-out-then-refused");
+    let effects = Arc::new(AtomicUsize::new(0));
+    let e = Arc::clone(&effects);
+    let first = idem
+        .run(&req, move |_| async move {
+            e.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Failure<&'static str>>(StoredResponse::new(200, vec![b'x'; 100_000]))
+        })
+        .await;
+    eprintln!("first = {first:?}");
+    assert!(matches!(first, Err(RunError::Incomplete(_))), "{first:?}");
+    // The continuation's probe read (after three timeouts) meets a store that now refuses
+    // every write: the completion and its 500 alike.
+    store.refuse_from_next_lookup.store(true, Ordering::SeqCst);
+
+    // Several leases later, from another process.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    eprintln!("refusing = {}", store.refusing.load(Ordering::SeqCst));
+    let e = Arc::clone(&effects);
+    let during = other
+        .run(&req, move |_| async move {
+            e.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Failure<&'static str>>(StoredResponse::new(200, "again"))
+        })
+        .await;
+    eprintln!("later, from another process = {during:?}");
+    store.refusing.store(false, Ordering::SeqCst);
+    assert_eq!(
+        effects.load(Ordering::SeqCst),
+        1,
+        "a refusal met by the completion written again after the probe read ended the \
+         continuation: its heartbeat stopped and another process ran the effect again"
+    );
+    assert!(
+        matches!(during, Ok(Outcome::Answered(Answer::InFlight { .. }))),
+        "{during:?}"
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(3), idem.drain()).await;
+}
+
+/// C8, C9: a continuation writing a refused 500 ends once another holder took the lease (its
+/// heartbeat was told `LeaseLost`), even when the store refuses every write before it reads
+/// the token: it does not write for ever, nor keep `drain` waiting, nor emit without end.
+#[tokio::test]
+async fn c09_a_refused_continuation_ends_once_another_holder_took_the_lease() {
+    let store = Arc::new(Faulty::default());
+    let refusals = Arc::new(Refusals::default());
+    let policy = Policy::default().lease(Duration::from_millis(200));
+    let idem = Idempotency::builder(Arc::clone(&store))
+        .policy(policy.clone())
+        .observer(Arc::clone(&refusals))
+        .build()
+        .expect("policy");
+    let other = Idempotency::with_policy(Arc::clone(&store), policy).expect("policy");
+    let req = request(&idem, "refused-then-taken");
+    let s = Arc::clone(&store);
+    let first = idem
+        .run(&req, move |_| async move {
+            s.refusing.store(true, Ordering::SeqCst);
+            Ok::<_, Failure<&'static str>>(StoredResponse::new(201, "charged"))
+        })
+        .await;
+    eprintln!("first = {first:?}");
+    assert!(matches!(first, Err(RunError::Incomplete(_))), "{first:?}");
+
+    // The heartbeat cannot renew for a while; the lease passes and another process takes the
+    // key over. Then the heartbeat's next renewal is told the lease is lost.
+    store.failing_renews.store(usize::MAX / 2, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let taken = other.begin(&req).await.expect("begin");
+    eprintln!("another process = {taken:?}");
+    assert!(matches!(taken, Begin::Acquired(_)), "{taken:?}");
+    store.failing_renews.store(0, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let before = refusals.0.load(Ordering::SeqCst);
+    let drained = tokio::time::timeout(Duration::from_secs(4), idem.drain()).await;
+    let during = refusals.0.load(Ordering::SeqCst) - before;
+    eprintln!("drained within 4 s: {}; refusals meanwhile: {during}", drained.is_ok());
+    assert!(
+        drained.is_ok(),
+        "the continuation of a refused 500 never ends once another holder took the lease \
+         (the store refuses before it reads the token, so it is never told LeaseLost): it \
+         writes every second for ever, {during} refusals in 4 s, and drain never returns"
+    );
+}
