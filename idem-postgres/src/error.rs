@@ -216,6 +216,56 @@ mod tests {
         assert!(!is_broken_link(&conflict));
     }
 
+    /// A server's answer with a SQLSTATE, as sqlx gives it.
+    #[derive(Debug)]
+    struct Answered(&'static str);
+
+    impl std::fmt::Display for Answered {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "the server answered {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Answered {}
+
+    impl sqlx::error::DatabaseError for Answered {
+        fn message(&self) -> &str {
+            "the server answered"
+        }
+        fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
+            Some(self.0.into())
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
+    /// C13: a full disk or no memory is the server's answer on a session still in sync (like a
+    /// statement or lock timeout): retried, but the connection is kept and the store stays on
+    /// its host; one out-of-memory answer to a large statement never closes the connection nor
+    /// moves a store given several hosts off a healthy primary (a new epoch closing all).
+    #[test]
+    fn c13_a_full_disk_or_no_memory_keeps_the_connection_and_the_host() {
+        for code in ["55P03", "57014", "53100", "53200"] {
+            let error = store_error(sqlx::Error::Database(Box::new(Answered(code))));
+            assert!(error.is_retryable(), "{code}");
+            assert!(
+                !is_broken_link(&error),
+                "SQLSTATE {code} is taken for a broken link: the connection is closed and the \
+                 store leaves its host (Hosts::failed) as for a read-only server"
+            );
+        }
+    }
+
     #[test]
     fn c13_busy_servers_and_broken_links_are_transient() {
         for code in [
