@@ -126,7 +126,10 @@ async fn c09_a_refused_continuation_ends_once_another_holder_took_the_lease() {
     let before = refusals.0.load(Ordering::SeqCst);
     let drained = tokio::time::timeout(Duration::from_secs(4), idem.drain()).await;
     let during = refusals.0.load(Ordering::SeqCst) - before;
-    eprintln!("drained within 4 s: {}; refusals meanwhile: {during}", drained.is_ok());
+    eprintln!(
+        "drained within 4 s: {}; refusals meanwhile: {during}",
+        drained.is_ok()
+    );
     assert!(
         drained.is_ok(),
         "the continuation of a refused 500 never ends once another holder took the lease \

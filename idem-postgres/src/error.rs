@@ -74,8 +74,8 @@ pub fn is_transient(error: &sqlx::Error) -> bool {
 }
 
 /// Whether `error` says the link to the server may be out of sync or gone: unavailable, and not
-/// a deadline the server enforced on a session it keeps (a statement or lock timeout, answered
-/// in order). A lost connection, a protocol error, a deadline the engine enforced, a server
+/// an answer the server gave on a session it keeps (a statement or lock timeout, a full disk,
+/// no memory, answered in order). A lost connection, a protocol error, a deadline the engine enforced, a server
 /// ending the session, a read-only server (its session is on a server that can no longer take
 /// the store's writes): a connection that saw one is closed, never reused.
 pub(crate) fn is_broken_link(error: &Error) -> bool {
@@ -85,12 +85,12 @@ pub(crate) fn is_broken_link(error: &Error) -> bool {
     if store.kind() != StoreErrorKind::Unavailable {
         return false;
     }
-    let server_deadline = std::error::Error::source(store)
+    let answered_in_order = std::error::Error::source(store)
         .and_then(|source| source.downcast_ref::<sqlx::Error>())
         .and_then(sqlx::Error::as_database_error)
         .and_then(|db| db.code())
-        .is_some_and(|code| matches!(code.as_ref(), "55P03" | "57014"));
-    !server_deadline
+        .is_some_and(|code| matches!(code.as_ref(), "55P03" | "57014" | "53100" | "53200"));
+    !answered_in_order
 }
 
 /// Whether `error` says a session had ended before its statement ran: the link failed with no

@@ -210,8 +210,8 @@ impl<S: Store + 'static> Idempotency<S> {
     /// Past the lease, until the completion lands or the lease is taken. One that keeps timing
     /// out while the store answers other calls is replaced by the small 500 of C8; a store slow
     /// for everything gets the real one again. One refused for good is replaced by the 500,
-    /// tried again after each refusal (a permission restored, a disk freed), at most
-    /// [`MAX_BACKOFF`] apart, while the heartbeat holds the lease.
+    /// tried again after each refusal (a disk freed, a constraint dropped), at most
+    /// [`MAX_BACKOFF`] apart, until the record is found no longer this execution's.
     async fn complete_past_lease(
         &self,
         lease: &Lease,
@@ -238,16 +238,14 @@ impl<S: Store + 'static> Idempotency<S> {
                         continue;
                     }
                     match self.persist(&completion, None, Some(1), None).await {
-                        Err(error) if is_timed_out(&error) => {}
-                        result => return (stored, result),
-                    }
-                    let fallback = self.refused_fallback(lease);
-                    match self
-                        .persist(&fallback, None, Some(TIMEOUTS_BEFORE_FALLBACK), None)
-                        .await
-                    {
-                        Err(error) if is_timed_out(&error) => continue,
-                        result => {
+                        Err(error) if is_timed_out(&error) => {
+                            let fallback = self.refused_fallback(lease);
+                            let result = self
+                                .persist(&fallback, None, Some(TIMEOUTS_BEFORE_FALLBACK), None)
+                                .await;
+                            if matches!(&result, Err(again) if is_timed_out(again)) {
+                                continue;
+                            }
                             if result.is_ok() {
                                 self.emit(
                                     Event::new(EventKind::CompletionRefused)
@@ -259,6 +257,7 @@ impl<S: Store + 'static> Idempotency<S> {
                             refusal_pause = Some(FIRST_BACKOFF);
                             result
                         }
+                        result => result,
                     }
                 }
                 result => result,
@@ -272,6 +271,10 @@ impl<S: Store + 'static> Idempotency<S> {
                     );
                     if let Some(wait) = refusal_pause {
                         pause(wait).await;
+                        // A store may refuse before it looks at the token: ask whose it is.
+                        if let Some(end) = self.no_longer_held(&completion).await {
+                            return (stored, end);
+                        }
                     }
                     let next = refusal_pause.map_or(FIRST_BACKOFF, |wait| wait * 2);
                     refusal_pause = Some(next.min(MAX_BACKOFF));
@@ -281,6 +284,35 @@ impl<S: Store + 'static> Idempotency<S> {
                 // Timed out again while writing the 500: it goes on.
                 Err(error) if error.is_retryable() && !matches!(error, Error::LeaseLost) => {}
                 result => return (stored, result),
+            }
+        }
+    }
+
+    /// After a refusal: `None` while the record is still in progress under `completion`'s
+    /// token, or cannot be read (the heartbeat decides then); else how the continuation ends,
+    /// landed under it or lost.
+    async fn no_longer_held(
+        &self,
+        completion: &Completion,
+    ) -> Option<Result<StoredResponse, Error>> {
+        let id = completion.id();
+        let found = self
+            .store_call(Operation::Lookup, Some(id), |deadline| {
+                self.inner.store.lookup(id, deadline)
+            })
+            .await;
+        match found {
+            Err(_) => None,
+            Ok(Some(record)) if record.token == completion.token() => match record.state {
+                RecordState::InProgress { .. } => None,
+                RecordState::Completed { .. } => Some(self.landed(completion, None).await),
+            },
+            Ok(_) => {
+                let event = Event::new(EventKind::LeaseLost)
+                    .about(id)
+                    .held_by(completion.token());
+                self.emit(event.failed(&Error::LeaseLost));
+                Some(Err(Error::LeaseLost))
             }
         }
     }
