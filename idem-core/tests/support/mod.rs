@@ -36,6 +36,9 @@ pub(crate) struct Faulty {
     pub failing_releases: AtomicUsize,
     /// How many of the next releases land and then lose their answer (a connection dropped).
     pub unanswered_releases: AtomicUsize,
+    /// How many of the next releases land and then never answer (a network that swallows the
+    /// reply): only the engine's deadline ends the wait.
+    pub blackholed_releases: AtomicUsize,
     /// Every call waits while this is set: a frozen server, or a network that swallows
     /// everything (a blackhole). Only the engine's deadline ends the wait.
     pub frozen: AtomicBool,
@@ -117,6 +120,9 @@ impl Store for Faulty {
         let released = self.inner.release(l, deadline).await;
         if released.is_ok() && take(&self.unanswered_releases) {
             return Err(down());
+        }
+        if released.is_ok() && take(&self.blackholed_releases) {
+            std::future::pending::<()>().await;
         }
         released
     }
