@@ -42,6 +42,9 @@ pub(crate) struct Faulty {
     /// Every call waits while this is set: a frozen server, or a network that swallows
     /// everything (a blackhole). Only the engine's deadline ends the wait.
     pub frozen: AtomicBool,
+    /// While set, every lookup fails: the record is in a form this process cannot decode (one
+    /// written by another version of the library during a rolling upgrade).
+    pub unreadable: AtomicBool,
     /// `Store::generation`: moved by a test as a reconnection would.
     pub generation: AtomicU64,
     /// How many reservation steps reached the store.
@@ -137,6 +140,9 @@ impl Store for Faulty {
     }
     async fn lookup(&self, id: &RecordId, deadline: Deadline) -> Result<Option<Record>, Error> {
         self.thaw().await;
+        if self.unreadable.load(Ordering::SeqCst) {
+            return Err(Error::CorruptRecord("unknown record format version".into()));
+        }
         if self.refuse_from_next_lookup.swap(false, Ordering::SeqCst) {
             self.refusing.store(true, Ordering::SeqCst);
         }
