@@ -65,7 +65,9 @@ impl<S: Store + 'static> Idempotency<S> {
         budget: &Budget,
     ) -> Option<Lease> {
         let runtime = tokio::runtime::Handle::try_current();
-        if runtime.is_err() || !budget.is_spent() {
+        // Whether a release is sent here: one that times out spends the budget, yet may land.
+        let sent = !budget.is_spent();
+        if runtime.is_err() || sent {
             let result = self.release_once(&lease, budget).await;
             if matches!(result, Err(Error::LeaseLost)) {
                 return Some(lease);
@@ -83,7 +85,6 @@ impl<S: Store + 'static> Idempotency<S> {
             "idem: the key could not be given back within the request's store budget; still trying until its lease ends"
         );
         let (engine, running) = (self.clone(), self.inner.gate.enter_always());
-        let sent = !budget.is_spent();
         runtime.spawn(async move {
             let _running = running;
             engine.keep_releasing(lease, sent).await;

@@ -41,6 +41,8 @@ struct Holder {
     fingerprint: Fingerprint,
     token: FencingToken,
     deadline: Option<Instant>,
+    /// A renewal found the lease taken: the execution goes on, its duplicates go to the store.
+    lost: bool,
 }
 
 /// Who is reserving one record in this process.
@@ -90,7 +92,7 @@ impl Live {
     /// The answer to `request` if this process runs an execution of its record now.
     pub(crate) fn answer(&self, request: &Request, lease: Duration) -> Option<Answer> {
         let map = lock(&self.0.held);
-        let holder = map.get(request.id())?;
+        let holder = map.get(request.id()).filter(|holder| !holder.lost)?;
         if !request.accepts(&holder.fingerprint) {
             return Some(Answer::Mismatch);
         }
@@ -134,6 +136,7 @@ impl Live {
             fingerprint: *lease.fingerprint(),
             token: lease.token(),
             deadline: lease.local_deadline(),
+            lost: false,
         };
         lock(&self.0.held).insert(lease.id().clone(), holder);
         Held {
@@ -151,6 +154,29 @@ impl Live {
                 holder.deadline = lease.local_deadline();
             }
         }
+    }
+
+    /// Marks `lease` lost (a renewal was fenced out): duplicates of its record go to the store.
+    pub(crate) fn lost(&self, lease: &Lease) {
+        let mut map = lock(&self.0.held);
+        let Some(holder) = map.get_mut(lease.id()) else {
+            return;
+        };
+        if holder.token != lease.token() {
+            return;
+        }
+        holder.lost = true;
+        drop(map);
+        if self.0.wakeups.waiting() > 0 {
+            self.0.wakeups.wake(&lease.id().digest());
+        }
+    }
+
+    /// Whether a renewal found the lease of the execution holding `token` on `id` taken.
+    pub(crate) fn was_lost(&self, id: &RecordId, token: FencingToken) -> bool {
+        lock(&self.0.held)
+            .get(id)
+            .is_some_and(|holder| holder.token == token && holder.lost)
     }
 
     /// Renewals of `lease` wait until the guard drops (a renewal would fail its transaction).

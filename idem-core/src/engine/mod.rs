@@ -724,7 +724,12 @@ impl<S: Store> Idempotency<S> {
             .store_call(Operation::Renew, Some(lease.id()), |deadline| {
                 self.inner.store.renew(lease, lease_for, deadline)
             })
-            .await?;
+            .await
+            .inspect_err(|error| {
+                if matches!(error, Error::LeaseLost) {
+                    self.inner.live.lost(lease);
+                }
+            })?;
         lease.renewed(until, deadline_after(started, lease_for));
         self.inner.live.renewed(lease);
         self.emit(

@@ -235,6 +235,9 @@ impl<S: Store + 'static> Idempotency<S> {
                         })
                         .await;
                     if probe.is_err() {
+                        if let Some(end) = self.lost_unread(&completion) {
+                            return (stored, end);
+                        }
                         continue;
                     }
                     match self.persist(&completion, None, Some(1), None).await {
@@ -289,8 +292,8 @@ impl<S: Store + 'static> Idempotency<S> {
     }
 
     /// After a refusal: `None` while the record is still in progress under `completion`'s
-    /// token, or cannot be read (the heartbeat decides then); else how the continuation ends,
-    /// landed under it or lost.
+    /// token, or cannot be read and the heartbeat has not found the lease taken; else how the
+    /// continuation ends, landed under it or lost.
     async fn no_longer_held(
         &self,
         completion: &Completion,
@@ -302,19 +305,31 @@ impl<S: Store + 'static> Idempotency<S> {
             })
             .await;
         match found {
-            Err(_) => None,
+            Err(_) => self.lost_unread(completion),
             Ok(Some(record)) if record.token == completion.token() => match record.state {
                 RecordState::InProgress { .. } => None,
                 RecordState::Completed { .. } => Some(self.landed(completion, None).await),
             },
-            Ok(_) => {
-                let event = Event::new(EventKind::LeaseLost)
-                    .about(id)
-                    .held_by(completion.token());
-                self.emit(event.failed(&Error::LeaseLost));
-                Some(Err(Error::LeaseLost))
-            }
+            Ok(_) => Some(self.lease_lost(completion)),
         }
+    }
+
+    /// With the record unread: the end (lost) if the heartbeat found the lease taken.
+    fn lost_unread(&self, completion: &Completion) -> Option<Result<StoredResponse, Error>> {
+        let lost = self
+            .inner
+            .live
+            .was_lost(completion.id(), completion.token());
+        lost.then(|| self.lease_lost(completion))
+    }
+
+    /// Reports `completion`'s lease lost: the continuation's end.
+    fn lease_lost(&self, completion: &Completion) -> Result<StoredResponse, Error> {
+        let event = Event::new(EventKind::LeaseLost)
+            .about(completion.id())
+            .held_by(completion.token());
+        self.emit(event.failed(&Error::LeaseLost));
+        Err(Error::LeaseLost)
     }
 }
 
