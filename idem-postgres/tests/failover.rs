@@ -9,14 +9,14 @@ mod common;
 mod support;
 
 use common::{pg_url, request};
-use idem_core::{Answer, FencingToken, Idempotency, Outcome, Policy, StoredResponse};
+use idem_core::{Answer, FencingToken, Idempotency, Outcome, Policy};
 use idem_postgres::sqlx::{self, AssertSqlSafe, Connection, PgConnection, Row};
-use idem_postgres::{PgIdempotency, PgStore};
+use idem_postgres::PgStore;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::bench::{answered, tally, Charged};
+use support::bench::{answered, charge_reporting_port, tally, Charged};
 use support::pg_pair::PgPair;
 
 /// The engine's deadline for one store call.
@@ -64,31 +64,6 @@ async fn engine(url: &str, cache: bool) -> (Idempotency<PgStore>, String) {
         engine = engine.replay_cache(idem_core::ReplayCache::new(100_000, 64 << 20));
     }
     (engine.build().expect("policy"), charges)
-}
-
-/// One charge of `key`: its row in `charges`, in the transaction of the completion.
-async fn charge(idem: &Idempotency<PgStore>, charges: &str, key: &str) -> Charged {
-    let request = idem
-        .request("acct", "POST", "/charges")
-        .key(Some(key))
-        .body(b"{\"cents\":2500}")
-        .build()
-        .expect("request");
-    let insert = format!("INSERT INTO {charges} (intent) VALUES ($1) RETURNING id");
-    let intent = key.to_owned();
-    idem.run_in_transaction(&request, move |tx, _lease| {
-        Box::pin(async move {
-            let (id,): (i64,) = sqlx::query_as(AssertSqlSafe(insert))
-                .bind(intent)
-                .fetch_one(&mut *tx)
-                .await?;
-            let (port,): (String,) = sqlx::query_as("SELECT current_setting('port')")
-                .fetch_one(&mut *tx)
-                .await?;
-            Ok::<_, sqlx::Error>(StoredResponse::new(201, format!("{id} {port}")))
-        })
-    })
-    .await
 }
 
 /// The key of an answer that says the charge happened.
@@ -268,7 +243,7 @@ async fn promote_under_load(pair: &PgPair, fault: Fault, cache: bool) -> Promote
                 let until = Instant::now() + Duration::from_secs(30);
                 loop {
                     let started = Instant::now();
-                    let charged = charge(&idem, &charges, &key).await;
+                    let charged = charge_reporting_port(&idem, &charges, &key).await;
                     let done = answered(&charged);
                     calls.push((key.clone(), charged, started.elapsed(), started));
                     if done || Instant::now() >= until {
@@ -277,7 +252,7 @@ async fn promote_under_load(pair: &PgPair, fault: Fault, cache: bool) -> Promote
                     tokio::time::sleep(RETRY_EVERY).await;
                 }
                 let started = Instant::now();
-                let again = charge(&idem, &charges, &key).await;
+                let again = charge_reporting_port(&idem, &charges, &key).await;
                 calls.push((key.clone(), again, started.elapsed(), started));
             }
             calls
@@ -302,7 +277,8 @@ async fn promote_under_load(pair: &PgPair, fault: Fault, cache: bool) -> Promote
     let mut probes = 0;
     let recovered = loop {
         probes += 1;
-        let charged = charge(&idem, &charges, &format!("probe-{run}-{probes}")).await;
+        let charged =
+            charge_reporting_port(&idem, &charges, &format!("probe-{run}-{probes}")).await;
         if answered(&charged) {
             break promoted.elapsed();
         }
@@ -378,7 +354,7 @@ async fn c13_a_read_only_host_is_skipped() {
     let pair = PgPair::start().await;
     let url = PgPair::hosts_url(pair.standby_port, pair.primary_port);
     let (idem, charges) = engine(&url, false).await;
-    let charged = charge(&idem, &charges, "on-the-primary").await;
+    let charged = charge_reporting_port(&idem, &charges, "on-the-primary").await;
     let Ok(Outcome::Executed(response)) = charged else {
         panic!("charged on the primary: {charged:?}");
     };
@@ -438,7 +414,7 @@ async fn c13_a_server_that_stops_taking_writes_is_left_for_the_promoted_standby(
     for n in 0..CONNECTIONS {
         let (idem, charges) = (Arc::clone(&idem), charges.clone());
         before.push(tokio::spawn(async move {
-            charge(&idem, &charges, &format!("before-{n}")).await
+            charge_reporting_port(&idem, &charges, &format!("before-{n}")).await
         }));
     }
     for charged in before {
@@ -467,7 +443,7 @@ async fn c13_a_server_that_stops_taking_writes_is_left_for_the_promoted_standby(
     let body = loop {
         attempts += 1;
         let started = Instant::now();
-        let charged = charge(&idem, &charges, &format!("after-{attempts}")).await;
+        let charged = charge_reporting_port(&idem, &charges, &format!("after-{attempts}")).await;
         assert!(
             started.elapsed() <= CALL_BUDGET + MARGIN,
             "answered within its budget: {:?}",

@@ -9,11 +9,11 @@
 mod common;
 mod support;
 
-use idem_core::{Answer, FencingToken, Idempotency, Outcome, Policy, StoredResponse};
+use idem_core::{Answer, FencingToken, Idempotency, Outcome, Policy};
 use idem_postgres::sqlx::{self, AssertSqlSafe, Connection, PgConnection};
-use idem_postgres::{PgIdempotency, PgStore};
+use idem_postgres::PgStore;
 use std::time::{Duration, Instant};
-use support::bench::{answered, Charged};
+use support::bench::{answered, charge_reporting_port, Charged};
 use support::pg_pair::PgPair;
 
 const STORE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -45,37 +45,11 @@ async fn engine(url: &str) -> (Idempotency<PgStore>, String) {
     )
 }
 
-/// One charge of `key`, its row written in the completion's transaction; the body says which
-/// server (port) ran it.
-async fn charge(idem: &Idempotency<PgStore>, charges: &str, key: &str) -> Charged {
-    let request = idem
-        .request("acct", "POST", "/charges")
-        .key(Some(key))
-        .body(b"{\"cents\":2500}")
-        .build()
-        .expect("request");
-    let insert = format!("INSERT INTO {charges} (intent) VALUES ($1) RETURNING id");
-    let intent = key.to_owned();
-    idem.run_in_transaction(&request, move |tx, _lease| {
-        Box::pin(async move {
-            let (id,): (i64,) = sqlx::query_as(AssertSqlSafe(insert))
-                .bind(intent)
-                .fetch_one(&mut *tx)
-                .await?;
-            let (port,): (String,) = sqlx::query_as("SELECT current_setting('port')")
-                .fetch_one(&mut *tx)
-                .await?;
-            Ok::<_, sqlx::Error>(StoredResponse::new(201, format!("{id} {port}")))
-        })
-    })
-    .await
-}
-
 /// Charges `key` until answered (within 20 s).
 async fn until_answered(idem: &Idempotency<PgStore>, charges: &str, key: &str) -> Charged {
     let until = Instant::now() + Duration::from_secs(20);
     loop {
-        let charged = charge(idem, charges, key).await;
+        let charged = charge_reporting_port(idem, charges, key).await;
         if answered(&charged) || Instant::now() >= until {
             return charged;
         }
@@ -185,7 +159,7 @@ async fn c13_a_store_never_stays_on_an_old_primary_that_cannot_commit() {
     let mut answers = Vec::new();
     let served = loop {
         let key = format!("later-{}", answers.len());
-        let charged = charge(&idem, &charges, &key).await;
+        let charged = charge_reporting_port(&idem, &charges, &key).await;
         let done = answered(&charged);
         answers.push((body(&charged), started.elapsed()));
         if done || started.elapsed() > 8 * STORE_TIMEOUT {

@@ -166,6 +166,36 @@ impl Bench {
     }
 }
 
+/// One charge of `key` by `idem`: its row in `charges`, written in the transaction of the
+/// completion; the body is the row's id and the port of the server that ran it.
+pub(crate) async fn charge_reporting_port(
+    idem: &Idempotency<PgStore>,
+    charges: &str,
+    key: &str,
+) -> Charged {
+    let request = idem
+        .request("acct", "POST", "/charges")
+        .key(Some(key))
+        .body(b"{\"cents\":2500}")
+        .build()
+        .expect("request");
+    let insert = format!("INSERT INTO {charges} (intent) VALUES ($1) RETURNING id");
+    let intent = key.to_owned();
+    idem.run_in_transaction(&request, move |tx, _lease| {
+        Box::pin(async move {
+            let (id,): (i64,) = sqlx::query_as(AssertSqlSafe(insert))
+                .bind(intent)
+                .fetch_one(&mut *tx)
+                .await?;
+            let (port,): (String,) = sqlx::query_as("SELECT current_setting('port')")
+                .fetch_one(&mut *tx)
+                .await?;
+            Ok::<_, sqlx::Error>(StoredResponse::new(201, format!("{id} {port}")))
+        })
+    })
+    .await
+}
+
 /// Whether `charged` is the request's answer for good: executed, or replayed.
 pub(crate) fn answered(charged: &Charged) -> bool {
     matches!(
