@@ -3,7 +3,9 @@
 //! its nodes, which they may not do to the cluster other tests share. A missing `redis-server`
 //! or `redis-cli` is a failure with the way out, never a skip.
 
-use super::redis_cli::{cli, free_port, freeze_port, kill, redis_cli, redis_server, wait_for};
+use super::redis_cli::{
+    cli, free_port, freeze_port, kill, redis_cli, redis_server, reshard_slots, wait_for,
+};
 use std::path::PathBuf;
 use std::process::Child;
 use std::time::Duration;
@@ -181,28 +183,8 @@ impl PrivateCluster {
     /// Moves `count` slots from node `from` to node `to` with `redis-cli --cluster reshard`
     /// (keys migrated with them), then waits for the cluster to agree.
     pub(crate) fn reshard(&self, from: usize, to: usize, count: usize) {
-        let seed = format!("127.0.0.1:{}", self.nodes[0].port);
-        let (from, to, count) = (self.node_id(from), self.node_id(to), count.to_string());
-        let out = redis_cli(&[
-            "--cluster",
-            "reshard",
-            &seed,
-            "--cluster-from",
-            &from,
-            "--cluster-to",
-            &to,
-            "--cluster-slots",
-            &count,
-            "--cluster-yes",
-            "--cluster-pipeline",
-            "1000",
-        ]);
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster reshard: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let (from, to) = (self.node_id(from), self.node_id(to));
+        reshard_slots(self.nodes[0].port, &from, &to, count, 1000);
         self.wait_ok(Duration::from_secs(20));
         self.wait_converged(Duration::from_secs(20));
     }

@@ -34,6 +34,34 @@ pub(crate) fn try_cli(port: u16, args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
+/// Moves `count` slots from the node with id `from` to the node with id `to`, in the cluster of
+/// the node on `seed_port`, with `redis-cli --cluster reshard` (keys migrated with them,
+/// `pipeline` at a time); a failure is a panic with what the tool printed.
+pub(crate) fn reshard_slots(seed_port: u16, from: &str, to: &str, count: usize, pipeline: usize) {
+    let seed = format!("127.0.0.1:{seed_port}");
+    let (count, pipeline) = (count.to_string(), pipeline.to_string());
+    let out = redis_cli(&[
+        "--cluster",
+        "reshard",
+        &seed,
+        "--cluster-from",
+        from,
+        "--cluster-to",
+        to,
+        "--cluster-slots",
+        &count,
+        "--cluster-yes",
+        "--cluster-pipeline",
+        &pipeline,
+    ]);
+    assert!(
+        out.status.success(),
+        "redis-cli --cluster reshard: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Waits until `ready` holds, at most `limit`; past it, a panic naming `what`.
 pub(crate) fn wait_for(limit: Duration, what: &str, mut ready: impl FnMut() -> bool) {
     let started = Instant::now();

@@ -2,7 +2,9 @@
 //! on free loopback ports, their files in a temporary directory, killed when dropped. For the
 //! failover tests (`CLUSTER FAILOVER`, a master killed and its replica promoted).
 
-use super::redis_cli::{cli, free_port, kill, redis_cli, redis_server, try_cli, wait_for};
+use super::redis_cli::{
+    cli, free_port, kill, redis_cli, redis_server, reshard_slots, try_cli, wait_for,
+};
 use std::path::PathBuf;
 use std::process::Child;
 use std::time::Duration;
@@ -181,30 +183,11 @@ impl ReplicatedCluster {
     /// Moves `count` slots from the master on `from` to the master on `to`
     /// (`redis-cli --cluster reshard`, keys migrated with them), then waits for the cluster.
     pub(crate) fn reshard(&self, from: u16, to: u16, count: usize) {
-        let seed = format!("127.0.0.1:{from}");
-        let from = cli(from, &["cluster", "myid"]);
-        let to = cli(to, &["cluster", "myid"]);
-        let count = count.to_string();
-        let out = redis_cli(&[
-            "--cluster",
-            "reshard",
-            &seed,
-            "--cluster-from",
-            &from,
-            "--cluster-to",
-            &to,
-            "--cluster-slots",
-            &count,
-            "--cluster-yes",
-            "--cluster-pipeline",
-            "10",
-        ]);
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster reshard: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        let (from_id, to_id) = (
+            cli(from, &["cluster", "myid"]),
+            cli(to, &["cluster", "myid"]),
         );
+        reshard_slots(from, &from_id, &to_id, count, 10);
         self.wait_ok(Duration::from_secs(30));
     }
 
