@@ -3,12 +3,14 @@
 
 mod support;
 
-use idem_core::{FencingToken, Idempotency, Policy};
+use idem_core::{FencingToken, Idempotency};
 use idem_redis::RedisStore;
 use std::time::{Duration, Instant};
 use support::replays::{Load, Replays, Seen};
 use support::replicated_cluster::ReplicatedCluster;
-use support::under_load::{one_at_a_time, runtime, DEADLINE, LEASE, MARGIN, STORE_TIMEOUTS};
+use support::under_load::{
+    engine, one_at_a_time, runtime, shared_store_settings, DEADLINE, MARGIN,
+};
 
 const CLIENTS: Replays = Replays {
     tasks: 48,
@@ -24,20 +26,11 @@ async fn engines(cluster: &ReplicatedCluster, n: usize) -> Vec<Idempotency<Redis
     let prefix = format!("t{}", FencingToken::generate());
     let mut engines = Vec::new();
     for _ in 0..n {
-        let wait = std::env::var("WAIT_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map(Duration::from_millis);
-        let store = RedisStore::builder()
-            .prefix(&prefix)
-            .wait_for_replica(wait)
-            .response_timeout(STORE_TIMEOUTS)
-            .connection_timeout(STORE_TIMEOUTS)
+        let store = shared_store_settings(&prefix)
             .connect_cluster(&seeds)
             .await
             .expect("connect");
-        let policy = Policy::default().lease(LEASE).store_timeout(DEADLINE);
-        engines.push(Idempotency::with_policy(store, policy).expect("policy"));
+        engines.push(engine(store));
     }
     engines
 }

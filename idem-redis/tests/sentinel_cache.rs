@@ -3,12 +3,14 @@
 
 mod support;
 
-use idem_core::{FencingToken, Idempotency, Policy, ReplayCache};
+use idem_core::{FencingToken, Idempotency, ReplayCache};
 use idem_redis::RedisStore;
 use std::time::{Duration, Instant};
 use support::private_sentinel::{PrivateSentinel, MASTER_NAME};
 use support::replays::{Load, Replays, Seen};
-use support::under_load::{one_at_a_time, runtime, DEADLINE, LEASE, MARGIN, STORE_TIMEOUTS};
+use support::under_load::{
+    one_at_a_time, policy, runtime, shared_store_settings, DEADLINE, MARGIN,
+};
 
 const CLIENTS: Replays = Replays {
     tasks: 48,
@@ -24,20 +26,11 @@ async fn engines(setup: &PrivateSentinel, n: usize, cache: bool) -> Vec<Idempote
     let prefix = format!("t{}", FencingToken::generate());
     let mut engines = Vec::new();
     for _ in 0..n {
-        let wait = std::env::var("WAIT_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map(Duration::from_millis);
-        let store = RedisStore::builder()
-            .prefix(&prefix)
-            .wait_for_replica(wait)
-            .response_timeout(STORE_TIMEOUTS)
-            .connection_timeout(STORE_TIMEOUTS)
+        let store = shared_store_settings(&prefix)
             .connect_sentinel(&sentinels, MASTER_NAME)
             .await
             .expect("connect");
-        let policy = Policy::default().lease(LEASE).store_timeout(DEADLINE);
-        let mut builder = Idempotency::builder(store).policy(policy);
+        let mut builder = Idempotency::builder(store).policy(policy());
         if cache {
             builder = builder.replay_cache(ReplayCache::new(100_000, 64 << 20));
         }

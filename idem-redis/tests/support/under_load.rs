@@ -58,10 +58,28 @@ pub(crate) fn store_settings() -> RedisStoreBuilder {
         .connection_timeout(STORE_TIMEOUTS)
 }
 
+/// The settings of one of several engines' stores over the same records: `prefix`, the short
+/// timeouts, and a WAIT for a replica of `WAIT_MS` milliseconds when that variable is set.
+pub(crate) fn shared_store_settings(prefix: &str) -> RedisStoreBuilder {
+    let wait = std::env::var("WAIT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis);
+    idem_redis::RedisStore::builder()
+        .prefix(prefix)
+        .wait_for_replica(wait)
+        .response_timeout(STORE_TIMEOUTS)
+        .connection_timeout(STORE_TIMEOUTS)
+}
+
+/// The engines' policy: the [`LEASE`], store calls bounded by [`DEADLINE`].
+pub(crate) fn policy() -> Policy {
+    Policy::default().lease(LEASE).store_timeout(DEADLINE)
+}
+
 /// The engine over `store`, its store calls bounded by [`DEADLINE`].
 pub(crate) fn engine<S: Store + 'static>(store: S) -> Idempotency<S> {
-    let policy = Policy::default().lease(LEASE).store_timeout(DEADLINE);
-    Idempotency::with_policy(store, policy).expect("a valid policy")
+    Idempotency::with_policy(store, policy()).expect("a valid policy")
 }
 
 /// Runs the clients on `idem`, injects `fault` on a blocking thread once they are going (it
