@@ -128,11 +128,13 @@ async fn sqlite_outbox_counts_lists_inspects_retries_and_purges() {
     operate(&format!("sqlite://{}", path.display()), &id);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_outbox_counts_lists_inspects_retries_and_purges() {
+/// A database of its own, `name` and the process id, on the server of `IDEM_PG_URL` (dropped
+/// first if a run left it): its URL, a migrated store in it, and an outbox whose endpoint
+/// refuses every delivery.
+async fn postgres_outbox(name: &str) -> (String, idem_postgres::PgStore, idem_outbox::PgOutbox) {
     let base = std::env::var("IDEM_PG_URL")
         .expect("IDEM_PG_URL: run `bash scripts/test`, which starts the servers");
-    let name = format!("idem_cli_outbox_{}", std::process::id());
+    let name = format!("{name}_{}", std::process::id());
     let mut admin = PgConnection::connect(&base).await.expect("the server");
     let _ = admin
         .execute(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name}")))
@@ -153,6 +155,12 @@ async fn postgres_outbox_counts_lists_inspects_retries_and_purges() {
         .await
         .expect("an outbox");
     outbox.register(&refused()).await.expect("registered");
+    (url, store, outbox)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_outbox_counts_lists_inspects_retries_and_purges() {
+    let (url, store, outbox) = postgres_outbox("idem_cli_outbox").await;
     let mut tx = store.pool().begin().await.expect("a transaction");
     let id = outbox
         .enqueue(&mut tx, &Message::bytes("text/plain", "hi").to("merchant"))
@@ -210,29 +218,7 @@ async fn an_outbox_command_never_creates_the_outbox() {
 /// deadline (exit 1), and every enqueue after it queued behind the command.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_outbox_counts_waits_for_no_open_enqueue() {
-    let base = std::env::var("IDEM_PG_URL")
-        .expect("IDEM_PG_URL: run `bash scripts/test`, which starts the servers");
-    let name = format!("idem_cli_outbox_lock_{}", std::process::id());
-    let mut admin = PgConnection::connect(&base).await.expect("the server");
-    let _ = admin
-        .execute(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name}")))
-        .await;
-    admin
-        .execute(AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .await
-        .expect("a database");
-    let url = format!(
-        "{}/{name}",
-        &base[..base.rfind('/').expect("a database in the URL")]
-    );
-    let store = idem_postgres::PgStore::connect(&url)
-        .await
-        .expect("a store");
-    store.migrate().await.expect("migrated");
-    let outbox = idem_outbox::PgOutbox::open(&store)
-        .await
-        .expect("an outbox");
-    outbox.register(&refused()).await.expect("registered");
+    let (url, store, outbox) = postgres_outbox("idem_cli_outbox_lock").await;
     // An effect's transaction, still running, has enqueued its message.
     let mut tx = store.pool().begin().await.expect("a transaction");
     outbox
