@@ -1,6 +1,7 @@
 //! Retrying clients under a fault: many tasks, each sending one key after another and retrying
 //! each until it is answered, every handler run counted per key; and what the run saw: effects
 //! per key, the slowest call, every store error with its time.
+//! The handler-run counters and the give-up rule are the replay load's too (`replays.rs`).
 
 use idem_core::{Answer, Error, Failure, Idempotency, Outcome, RunError, Store, StoredResponse};
 use std::collections::HashMap;
@@ -54,11 +55,7 @@ impl Seen {
 
     /// How long after `ended` the last error came (zero if none did).
     pub(crate) fn recovery_after(&self, ended: Instant) -> Duration {
-        self.errors
-            .iter()
-            .map(|(at, _)| at.saturating_duration_since(ended))
-            .max()
-            .unwrap_or_default()
+        last_error_after(&self.errors, ended)
     }
 
     /// Calls answered after `at`.
@@ -91,15 +88,71 @@ impl Seen {
     }
 }
 
+/// How long after `at` the last of `errors` came (zero if none did).
+pub(crate) fn last_error_after(errors: &[(Instant, String)], at: Instant) -> Duration {
+    errors
+        .iter()
+        .map(|(error_at, _)| error_at.saturating_duration_since(at))
+        .max()
+        .unwrap_or_default()
+}
+
 /// One key's handler runs: how many, and when the first began.
 #[derive(Default)]
-struct Runs {
+pub(crate) struct Runs {
     count: AtomicUsize,
     first: std::sync::OnceLock<Instant>,
 }
 
+impl Runs {
+    /// Counts one run of the handler, beginning now; how many ran before it.
+    pub(crate) fn count_one(&self) -> usize {
+        self.first.get_or_init(Instant::now);
+        self.count.fetch_add(1, Ordering::SeqCst)
+    }
+}
+
 /// Each key's handler runs.
-type Counters = Mutex<HashMap<String, Arc<Runs>>>;
+#[derive(Default)]
+pub(crate) struct Counters(Mutex<HashMap<String, Arc<Runs>>>);
+
+impl Counters {
+    /// The runs of `key`'s handler, counted from now on.
+    pub(crate) fn key(&self, key: &str) -> Arc<Runs> {
+        let runs = Arc::new(Runs::default());
+        lock(&self.0).insert(key.to_owned(), Arc::clone(&runs));
+        runs
+    }
+
+    /// Handler runs per key, and when each key's first run began.
+    pub(crate) fn effects_and_first_runs(
+        &self,
+    ) -> (HashMap<String, usize>, HashMap<String, Instant>) {
+        let counters = lock(&self.0);
+        let effects = counters
+            .iter()
+            .map(|(key, runs)| (key.clone(), runs.count.load(Ordering::SeqCst)))
+            .collect();
+        let first_run = counters
+            .iter()
+            .filter_map(|(key, runs)| Some((key.clone(), *runs.first.get()?)))
+            .collect();
+        (effects, first_run)
+    }
+}
+
+/// Whether a client has kept its key past the load's stop longer than `give_up`;
+/// `stopped_at` keeps when it first saw the stop.
+pub(crate) fn gave_up(
+    stop: &AtomicBool,
+    stopped_at: &mut Option<Instant>,
+    give_up: Duration,
+) -> bool {
+    if !stop.load(Ordering::SeqCst) {
+        return false;
+    }
+    stopped_at.get_or_insert_with(Instant::now).elapsed() > give_up
+}
 
 /// A running load: stop it to get what it saw.
 pub(crate) struct Load {
@@ -109,8 +162,9 @@ pub(crate) struct Load {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-fn lock(seen: &Mutex<Seen>) -> std::sync::MutexGuard<'_, Seen> {
-    seen.lock().unwrap_or_else(PoisonError::into_inner)
+/// Locks `m`, poisoned or not (a client that panicked has already failed the test).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Load {
@@ -159,15 +213,7 @@ impl Load {
             "executions still running ten seconds after the load"
         );
         let mut seen = std::mem::take(&mut *lock(&self.seen));
-        let counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
-        seen.effects = counters
-            .iter()
-            .map(|(key, runs)| (key.clone(), runs.count.load(Ordering::SeqCst)))
-            .collect();
-        seen.first_run = counters
-            .iter()
-            .filter_map(|(key, runs)| Some((key.clone(), *runs.first.get()?)))
-            .collect();
+        (seen.effects, seen.first_run) = self.counters.effects_and_first_runs();
         seen.answered = seen.effects.len() - seen.unanswered.len();
         seen
     }
@@ -191,28 +237,20 @@ async fn client<S: Store + 'static>(
         .body(b"{}")
         .build()
         .expect("a valid request");
-    let runs = Arc::new(Runs::default());
-    counters
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert(key.to_owned(), Arc::clone(&runs));
+    let runs = counters.key(key);
     let mut stopped_at = None;
     let mut answers = 0;
     while answers < 2 {
-        if stop.load(Ordering::SeqCst) {
-            let since = *stopped_at.get_or_insert_with(Instant::now);
-            if since.elapsed() > clients.give_up {
-                lock(seen).unanswered.push(key.to_owned());
-                return;
-            }
+        if gave_up(stop, &mut stopped_at, clients.give_up) {
+            lock(seen).unanswered.push(key.to_owned());
+            return;
         }
         let runs = Arc::clone(&runs);
         let asked = Instant::now();
         let result = tokio::time::timeout(
             clients.hang,
             idem.run(&request, move |_| async move {
-                runs.first.get_or_init(Instant::now);
-                runs.count.fetch_add(1, Ordering::SeqCst);
+                runs.count_one();
                 Ok::<_, Failure<std::io::Error>>(StoredResponse::new(201, "sent"))
             }),
         )

@@ -3,10 +3,11 @@
 //! next engine. Every execution answers a body naming its key and its run, so a replay of
 //! another key's or another run's answer is seen.
 
+use super::load::{gave_up, last_error_after, lock, Counters};
 use idem_core::{Answer, Failure, Idempotency, Outcome, RunError, Store, StoredResponse};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy)]
@@ -54,11 +55,7 @@ impl Seen {
     }
 
     pub(crate) fn recovery_after(&self, at: Instant) -> Duration {
-        self.errors
-            .iter()
-            .map(|(e, _)| e.saturating_duration_since(at))
-            .max()
-            .unwrap_or_default()
+        last_error_after(&self.errors, at)
     }
 
     pub(crate) fn summary(&self, at: Instant) -> String {
@@ -89,23 +86,11 @@ impl Seen {
     }
 }
 
-#[derive(Default)]
-struct Runs {
-    count: AtomicUsize,
-    first: std::sync::OnceLock<Instant>,
-}
-
-type Counters = Mutex<HashMap<String, Arc<Runs>>>;
-
 pub(crate) struct Load {
     stop: Arc<AtomicBool>,
     seen: Arc<Mutex<Seen>>,
     counters: Arc<Counters>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Load {
@@ -153,15 +138,7 @@ impl Load {
             let _ = tokio::time::timeout(Duration::from_secs(10), idem.drain()).await;
         }
         let mut seen = std::mem::take(&mut *lock(&self.seen));
-        let counters = lock(&self.counters);
-        seen.effects = counters
-            .iter()
-            .map(|(k, r)| (k.clone(), r.count.load(Ordering::SeqCst)))
-            .collect();
-        seen.first_run = counters
-            .iter()
-            .filter_map(|(k, r)| Some((k.clone(), *r.first.get()?)))
-            .collect();
+        (seen.effects, seen.first_run) = self.counters.effects_and_first_runs();
         let bodies = std::mem::take(&mut seen.bodies);
         for (key, list) in &bodies {
             let ran = seen.effects.get(key).copied().unwrap_or(0);
@@ -199,18 +176,14 @@ async fn client<S: Store + 'static>(
     seen: &Mutex<Seen>,
     counters: &Counters,
 ) {
-    let runs = Arc::new(Runs::default());
-    lock(counters).insert(key.to_owned(), Arc::clone(&runs));
+    let runs = counters.key(key);
     let mut stopped_at = None;
     let mut answers = 0;
     let mut attempt = task;
     while answers < clients.answers {
-        if stop.load(Ordering::SeqCst) {
-            let since = *stopped_at.get_or_insert_with(Instant::now);
-            if since.elapsed() > clients.give_up {
-                lock(seen).unanswered.push(key.to_owned());
-                return;
-            }
+        if gave_up(stop, &mut stopped_at, clients.give_up) {
+            lock(seen).unanswered.push(key.to_owned());
+            return;
         }
         let idem = &engines[attempt % engines.len()];
         attempt += 1;
@@ -230,8 +203,7 @@ async fn client<S: Store + 'static>(
                 if let Some(ms) = std::env::var("EFFECT_MS").ok().and_then(|v| v.parse().ok()) {
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                 }
-                runs.first.get_or_init(Instant::now);
-                let n = runs.count.fetch_add(1, Ordering::SeqCst);
+                let n = runs.count_one();
                 Ok::<_, Failure<std::io::Error>>(StoredResponse::new(201, format!("{owned}/{n}")))
             }),
         )
