@@ -68,6 +68,51 @@ fn policy() -> Policy {
     Policy::default().lease(LEASE).store_timeout(BUDGET)
 }
 
+/// What one charge answered.
+type Charged = Result<Outcome, RunError<rusqlite::Error>>;
+
+/// One charge of `key`: its row in `charges`, written in the completion's transaction, which
+/// is held `hold` longer; the stored body is [`body`] of the key.
+async fn charge(idem: &Idempotency<SqliteStore>, key: &str, hold: Duration) -> Charged {
+    let request = idem
+        .request("acct_chaos", "POST", "/charges")
+        .key(Some(key))
+        .body(b"{\"cents\":100}")
+        .build()
+        .expect("request");
+    let intent = key.to_owned();
+    idem.run_in_transaction(&request, move |tx, _lease| {
+        tx.execute("INSERT INTO charges (intent) VALUES (?1)", [&intent])?;
+        std::thread::sleep(hold);
+        Ok::<_, rusqlite::Error>(StoredResponse::new(201, body(&intent)))
+    })
+    .await
+}
+
+/// How many charges `key` has, and its record's state (none without a record).
+async fn charges_and_state(store: &SqliteStore, key: &str) -> (i64, Option<i64>) {
+    let key = key.to_owned();
+    store
+        .read(move |db| {
+            let c = db.query_row(
+                "SELECT COUNT(*) FROM charges WHERE intent = ?1",
+                [&key],
+                |r| r.get(0),
+            )?;
+            let s = db
+                .query_row(
+                    "SELECT state FROM idem_records WHERE key = ?1",
+                    [&key],
+                    |r| r.get(0),
+                )
+                .ok();
+            Ok::<_, rusqlite::Error>((c, s))
+        })
+        .await
+        .expect("read")
+        .expect("counts")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "child process of the chaos test"]
 async fn chaos_child() {
@@ -84,21 +129,8 @@ async fn chaos_child() {
     while Instant::now() < until {
         let key = format!("k{}", rng.below(keys()));
         let hold = Duration::from_millis(rng.below(20));
-        let request = idem
-            .request("acct_chaos", "POST", "/charges")
-            .key(Some(&key))
-            .body(b"{\"cents\":100}")
-            .build()
-            .expect("request");
         let started = Instant::now();
-        let intent = key.clone();
-        let outcome = idem
-            .run_in_transaction(&request, move |tx, _lease| {
-                tx.execute("INSERT INTO charges (intent) VALUES (?1)", [&intent])?;
-                std::thread::sleep(hold);
-                Ok::<_, rusqlite::Error>(StoredResponse::new(201, body(&intent)))
-            })
-            .await;
+        let outcome = charge(&idem, &key, hold).await;
         let took = started.elapsed();
         worst = worst.max(took);
         let what = match &outcome {
@@ -213,43 +245,11 @@ async fn c04_c06_c09_c13_several_processes_killed_and_frozen_one_charge_per_key(
     }
     // Every orphan's lease passes; the survivors' retries settle every key.
     tokio::time::sleep(LEASE * 2).await;
-    let (idem2, _) = (idem.clone(), ());
     let mut bad = Vec::new();
     for k in 0..keys() {
         let key = format!("k{k}");
-        let request = idem2
-            .request("acct_chaos", "POST", "/charges")
-            .key(Some(&key))
-            .body(b"{\"cents\":100}")
-            .build()
-            .expect("request");
-        let intent = key.clone();
-        let _ = idem2
-            .run_in_transaction(&request, move |tx, _| {
-                tx.execute("INSERT INTO charges (intent) VALUES (?1)", [&intent])?;
-                Ok::<_, rusqlite::Error>(StoredResponse::new(201, body(&intent)))
-            })
-            .await;
-        let k2 = key.clone();
-        let (charges, state): (i64, Option<i64>) = store
-            .read(move |db| {
-                let c = db.query_row(
-                    "SELECT COUNT(*) FROM charges WHERE intent = ?1",
-                    [&k2],
-                    |r| r.get(0),
-                )?;
-                let s = db
-                    .query_row(
-                        "SELECT state FROM idem_records WHERE key = ?1",
-                        [&k2],
-                        |r| r.get(0),
-                    )
-                    .ok();
-                Ok::<_, rusqlite::Error>((c, s))
-            })
-            .await
-            .expect("read")
-            .expect("counts");
+        let _ = charge(&idem, &key, Duration::ZERO).await;
+        let (charges, state) = charges_and_state(&store, &key).await;
         if charges != 1 || state != Some(1) {
             bad.push(format!("{key}: {charges} charges, state {state:?}"));
         }
@@ -386,39 +386,8 @@ async fn c06_c13_disk_full_during_traffic_one_charge_per_key() {
     let mut bad = Vec::new();
     for k in 0..keys() {
         let key = format!("k{k}");
-        let request = idem
-            .request("acct_chaos", "POST", "/charges")
-            .key(Some(&key))
-            .body(b"{\"cents\":100}")
-            .build()
-            .expect("request");
-        let intent = key.clone();
-        let last = idem
-            .run_in_transaction(&request, move |tx, _| {
-                tx.execute("INSERT INTO charges (intent) VALUES (?1)", [&intent])?;
-                Ok::<_, rusqlite::Error>(StoredResponse::new(201, body(&intent)))
-            })
-            .await;
-        let k2 = key.clone();
-        let (charges, state): (i64, Option<i64>) = store
-            .read(move |db| {
-                let c = db.query_row(
-                    "SELECT COUNT(*) FROM charges WHERE intent = ?1",
-                    [&k2],
-                    |r| r.get(0),
-                )?;
-                let s = db
-                    .query_row(
-                        "SELECT state FROM idem_records WHERE key = ?1",
-                        [&k2],
-                        |r| r.get(0),
-                    )
-                    .ok();
-                Ok::<_, rusqlite::Error>((c, s))
-            })
-            .await
-            .expect("read")
-            .expect("counts");
+        let last = charge(&idem, &key, Duration::ZERO).await;
+        let (charges, state) = charges_and_state(&store, &key).await;
         if charges != 1 || state != Some(1) {
             bad.push(format!(
                 "{key}: {charges} charges, state {state:?}, last {:?}",
