@@ -54,7 +54,8 @@ pub enum EventKind {
     Executed => "executed",
     /// A completion was written (by the engine, or inside the effect's transaction).
     CompletionLanded => "completion_landed",
-    /// Writing a completion failed in a way a retry may fix; it is tried again (C8).
+    /// Writing a completion failed and it is tried again (C8): the store down, or the stored
+    /// 500 of a refused completion refused too.
     CompletionRetried => "completion_retried",
     /// The store refused a completion for good; a 500 is stored in its place (C8).
     CompletionRefused => "completion_refused",

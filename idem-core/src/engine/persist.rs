@@ -184,11 +184,13 @@ impl<S: Store> Idempotency<S> {
 
 impl<S: Store + 'static> Idempotency<S> {
     /// Keeps storing `completion` on its own task (C8), with `hold`; [`drain`](Self::drain) waits.
+    /// One `refused` for good, its 500 too, goes on as the 500.
     pub(crate) fn keep_completing<H: Send + 'static>(
         &self,
         lease: Lease,
         completion: Completion,
         stored: EventKind,
+        refused: bool,
         hold: H,
     ) {
         let engine = self.clone();
@@ -202,7 +204,15 @@ impl<S: Store + 'static> Idempotency<S> {
         tokio::spawn(async move {
             let _running = running;
             let _hold = hold;
-            let (kind, result) = engine.complete_past_lease(&lease, completion, stored).await;
+            let (completion, stored, refusal_pause) = if refused {
+                let fallback = engine.refused_fallback(&lease);
+                (fallback, EventKind::OutcomeUnknown, Some(FIRST_BACKOFF))
+            } else {
+                (completion, stored, None)
+            };
+            let (kind, result) = engine
+                .complete_past_lease(&lease, completion, stored, refusal_pause)
+                .await;
             engine.report_end(&lease, kind, &result);
         });
     }
@@ -217,10 +227,10 @@ impl<S: Store + 'static> Idempotency<S> {
         lease: &Lease,
         mut completion: Completion,
         mut stored: EventKind,
+        // Set once the 500 is what is written; then each refusal waits before the next try.
+        mut refusal_pause: Option<Duration>,
     ) -> (EventKind, Result<StoredResponse, Error>) {
         let refused = |error: &Error| !matches!(error, Error::LeaseLost) && !error.is_retryable();
-        // Set once the 500 is what is written; then each refusal waits before the next try.
-        let mut refusal_pause: Option<Duration> = None;
         loop {
             let result = match self
                 .persist(&completion, None, Some(TIMEOUTS_BEFORE_FALLBACK), None)
@@ -267,11 +277,12 @@ impl<S: Store + 'static> Idempotency<S> {
             };
             match result {
                 Err(error) if refused(&error) => {
-                    self.emit(
-                        Event::new(EventKind::CompletionRefused)
-                            .of_lease(lease)
-                            .failed(&error),
-                    );
+                    // The completion refused: its 500 next; the 500 refused: tried again.
+                    let kind = match refusal_pause {
+                        None => EventKind::CompletionRefused,
+                        Some(_) => EventKind::CompletionRetried,
+                    };
+                    self.emit(Event::new(kind).of_lease(lease).failed(&error));
                     if let Some(wait) = refusal_pause {
                         pause(wait).await;
                         // A store may refuse before it looks at the token: ask whose it is.

@@ -319,7 +319,8 @@ impl<S: Store + 'static> Idempotency<S> {
             // Unwritten, refused for good included (its 500 refused too): the lease is held
             // and the write goes on, never left to a takeover.
             Err(error) if !matches!(error, Error::LeaseLost) => {
-                self.keep_completing(lease, completion, stored, hold);
+                let refused = !error.is_retryable();
+                self.keep_completing(lease, completion, stored, refused, hold);
                 Err(error)
             }
             result => {
