@@ -97,7 +97,8 @@ async fn charge(idem: &Idempotency<PgStore>, charges: &str, key: &str) -> Charge
 
 fn body(charged: &Charged) -> Option<String> {
     match charged {
-        Ok(Outcome::Executed(r)) | Ok(Outcome::Answered(Answer::Replay(r))) => {
+        // A charge's answer (a stored 500 of an unknown outcome is a key kept, no charge).
+        Ok(Outcome::Executed(r)) | Ok(Outcome::Answered(Answer::Replay(r))) if r.status == 201 => {
             Some(String::from_utf8_lossy(&r.body).into_owned())
         }
         _ => None,
@@ -222,6 +223,19 @@ async fn promotion(fault: Fault, isolation: Isolation, one_commit: bool) {
         tally(calls.iter().map(|(_, answer, _, _)| answer))
     );
 
+    let mut slowest: Vec<_> = calls
+        .iter()
+        .map(|(k, a, took, started)| {
+            (
+                *took,
+                support::bench::kind(a),
+                k.clone(),
+                started.checked_duration_since(promoted),
+            )
+        })
+        .collect();
+    slowest.sort_by(|a, b| b.0.cmp(&a.0));
+    eprintln!("slowest: {:?}", &slowest[..slowest.len().min(5)]);
     let twice: Vec<_> = ids.iter().filter(|(_, v)| v.len() > 1).collect();
     let mut bodies: HashMap<&String, HashSet<String>> = HashMap::new();
     for (key, answer, _, _) in &calls {
