@@ -52,8 +52,11 @@ pub(crate) fn statement_preamble(mode: StatementMode, deadlines: &Deadlines) -> 
 /// for this transaction, whatever an effect before did to the session (a `RESET ALL`, a `SET`):
 /// set once per session, the deadline cost 13 200 fewer server instructions per fresh key, and
 /// one effect's `RESET ALL` turned it off for the connection's later transactions. When the
-/// store asks for a server that accepts writes, the transaction is `READ WRITE`: a server in
-/// recovery (a standby, a demoted primary) refuses it at once, before the effect runs. It is
+/// store asks for a server that accepts writes, a two-commit transaction is `READ WRITE`: a
+/// server in recovery (a standby, a demoted primary) refuses it at once, before the effect
+/// runs. A one-commit one is not: `READ WRITE` would override a server's
+/// `default_transaction_read_only`, and its reservation, its first write, is refused on such a
+/// server as on one in recovery. It is
 /// `DEFERRABLE`, which changes nothing for a transaction that is not SERIALIZABLE READ ONLY:
 /// the mark of the store's transaction, which `RESET ALL` leaves and any `COMMIT` or
 /// `ROLLBACK` ends, so that an effect that ends it itself is told apart

@@ -456,10 +456,14 @@ impl PgStore {
     ) -> Result<(TxEnd<E, PgEffect<E>>, bool), NotBegun<E>> {
         let id = start.id();
         let deadlines = &self.inner.config.deadlines;
+        // A one-commit reservation is the transaction's first write: on a server that takes no
+        // writes it fails before the effect, unless an explicit READ WRITE overrode the
+        // server's `default_transaction_read_only`.
+        let read_write = self.inner.hosts.checks_writes() && !execution.one_commit();
         let statement = session::effect_begin(
             self.isolation().begin_statement(),
             deadlines,
-            self.inner.hosts.checks_writes(),
+            read_write,
             self.inner.config.statements,
         );
         let mut conflicts = 0;
