@@ -234,7 +234,7 @@ async fn promotion(fault: Fault, isolation: Isolation, one_commit: bool) {
             )
         })
         .collect();
-    slowest.sort_by(|a, b| b.0.cmp(&a.0));
+    slowest.sort_by_key(|s| std::cmp::Reverse(s.0));
     eprintln!("slowest: {:?}", &slowest[..slowest.len().min(5)]);
     let twice: Vec<_> = ids.iter().filter(|(_, v)| v.len() > 1).collect();
     let mut bodies: HashMap<&String, HashSet<String>> = HashMap::new();
