@@ -300,3 +300,69 @@ async fn c17_pg_one_undecodable_delivery_does_not_hold_up_the_others_claimed_wit
         receiver.received().len()
     );
 }
+
+/// C17: "delivery is at least once ... on a retry schedule; a delivery whose schedule runs
+/// out is marked dead". A claim counts an attempt when it is taken, whether or not an attempt
+/// is then made. A slow database (here: the claim waits 350 ms on a lock, within the
+/// dispatcher's store deadline) leaves the claim too little time: the dispatcher skips the
+/// attempt (`dispatcher.rs`, `remaining < 5 ms`), an attempt counted, no request sent. The
+/// schedule (two attempts) then runs out after one real attempt, and the delivery is dead
+/// though its second attempt, never made, would have been answered 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_a_claim_that_made_no_attempt_does_not_use_up_the_schedule() {
+    use idem_postgres::sqlx::{self, Connection};
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    let receiver = Receiver::start().await;
+    // The first request fails, the second would be processed.
+    receiver.plan(|p| p.statuses.extend([500, 200]));
+    outbox
+        .register(&endpoint(
+            "merchant",
+            &receiver.url(),
+            quick(1, Duration::from_millis(50)),
+        ))
+        .await
+        .expect("registered");
+    let id = enqueue_one(&store, &outbox).await;
+    let dispatcher = outbox
+        .dispatcher()
+        .allow_loopback(true)
+        .lease(Duration::from_millis(400))
+        .expect("a lease")
+        .store_timeout(Duration::from_secs(2));
+    // A slow moment of the database: the claim waits on a lock most of its lease.
+    let mut locker = sqlx::PgConnection::connect(&url).await.expect("a connection");
+    sqlx::query("BEGIN").execute(&mut locker).await.expect("begun");
+    sqlx::query("LOCK TABLE idem_outbox_endpoints IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut locker)
+        .await
+        .expect("locked");
+    let unlock = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        sqlx::query("COMMIT").execute(&mut locker).await.expect("unlocked");
+    });
+    let slow = dispatcher.dispatch_due().await;
+    unlock.await.expect("unlocked");
+    let after_slow = outbox.deliveries(&id).await.expect("read").remove(0);
+    let requests_then = receiver.received().len();
+    // The database is well again: the dispatcher works through the schedule.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut delivery = after_slow.clone();
+    while Instant::now() < deadline && delivery.state == DeliveryState::Pending {
+        let _ = dispatcher.dispatch_due().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        delivery = outbox.deliveries(&id).await.expect("read").remove(0);
+    }
+    let requests = receiver.received().len();
+    assert_eq!(
+        (delivery.state, requests),
+        (DeliveryState::Delivered, 2),
+        "a schedule of two attempts; the slow claim ({slow:?}) sent {requests_then} request(s) \
+         and left {} attempt(s) counted; in all the receiver got {requests} request(s); the \
+         delivery is {:?} with {} attempts counted",
+        after_slow.attempts,
+        delivery.state,
+        delivery.attempts
+    );
+}
