@@ -415,3 +415,47 @@ async fn c17_pg_a_claim_that_made_no_attempt_does_not_use_up_the_schedule() {
         delivery.attempts
     );
 }
+
+/// C17 ("delivery is at least once"): the outbox has no call to retire an endpoint, so an
+/// operator deletes its row by hand. Its pending deliveries stay the oldest due ones; the
+/// claim (`claim.sql`) locks the first `batch` due rows, then joins them to their endpoint:
+/// rows without one are neither claimed nor set aside, and nothing else is taken. With a
+/// batch of them at the head, every claim returns nothing, and no other endpoint's message is
+/// ever delivered again (SQLite's claim joins inside and passes them over).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_deliveries_of_a_deleted_endpoint_do_not_stall_every_other_delivery() {
+    use idem_postgres::sqlx;
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    let receiver = Receiver::start().await;
+    for name in ["retired", "merchant"] {
+        outbox
+            .register(&endpoint(name, &receiver.url(), quick(3, Duration::from_millis(50))))
+            .await
+            .expect("registered");
+    }
+    for _ in 0..16 {
+        let mut tx = store.pool().begin().await.expect("a transaction");
+        let message = Message::bytes("application/json", "{}").to("retired");
+        outbox.enqueue(&mut tx, &message).await.expect("enqueued");
+        tx.commit().await.expect("committed");
+    }
+    sqlx::query("DELETE FROM idem_outbox_endpoints WHERE name = 'retired'")
+        .execute(store.pool())
+        .await
+        .expect("deleted");
+    let id = enqueue_one(&store, &outbox).await;
+    let dispatcher = outbox.dispatcher().allow_loopback(true);
+    let mut taken = Vec::new();
+    for _ in 0..3 {
+        taken.push(dispatcher.dispatch_due().await.expect("dispatched"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let delivery = outbox.deliveries(&id).await.expect("read").remove(0);
+    assert_eq!(
+        delivery.state,
+        DeliveryState::Delivered,
+        "claims took {taken:?}; the receiver got {} requests",
+        receiver.received().len()
+    );
+}
