@@ -52,8 +52,8 @@ pub type Observer = Arc<dyn Fn(&OutboxEvent) + Send + Sync>;
 ///   `webhook-delivery: abort-message` stop it; a delivery whose schedule runs out is dead,
 ///   kept and reported ([`OutboxEventKind::Dead`]). An endpoint failing for
 ///   [`disable_after`](Self::disable_after) (default 5 days) is disabled.
-/// - Loopback, private and link-local addresses are refused unless allowed; TLS certificates
-///   are verified; the first KiB of a response body is stored, and at most 64 KiB of it read
+/// - Loopback, private and link-local addresses are refused unless allowed (no proxy is used,
+///   `HTTP_PROXY` included); TLS certificates are verified; the first KiB of a response body is stored, and at most 64 KiB of it read
 ///   (so a short body's connection is reused).
 /// - Woken by each enqueue (in process for SQLite, `LISTEN`/`NOTIFY` for PostgreSQL), it
 ///   polls besides, every [`poll_interval`](Self::poll_interval).

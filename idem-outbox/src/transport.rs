@@ -33,7 +33,7 @@ pub(crate) struct Sent {
     pub(crate) duration: Duration,
 }
 
-/// The HTTP client of a dispatcher: no redirects, the address policy in its resolver.
+/// The HTTP client of a dispatcher: no redirects, no proxy, the address policy in its resolver.
 #[derive(Debug, Clone)]
 pub(crate) struct Transport {
     client: reqwest::Client,
@@ -44,6 +44,9 @@ impl Transport {
     pub(crate) fn new(policy: AddressPolicy) -> Result<Self, String> {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
+            // A proxy (`HTTP_PROXY` from the environment) would resolve the receiver's name
+            // itself, past the guarded resolver: the address policy holds only without one.
+            .no_proxy()
             .dns_resolver(Arc::new(GuardedResolver { policy }))
             .user_agent(concat!("idem-outbox/", env!("CARGO_PKG_VERSION")))
             .pool_idle_timeout(Duration::from_secs(30))
