@@ -71,7 +71,10 @@ async fn c17_pg_a_proxy_from_the_environment_does_not_bypass_the_address_policy(
         .expect("registered");
     let mut tx = store.pool().begin().await.expect("a transaction");
     let id = outbox
-        .enqueue(&mut tx, &Message::bytes("application/json", "{}").to("internal"))
+        .enqueue(
+            &mut tx,
+            &Message::bytes("application/json", "{}").to("internal"),
+        )
         .await
         .expect("enqueued");
     tx.commit().await.expect("committed");

@@ -125,7 +125,10 @@ async fn c17_pg_a_2xx_whose_body_stalls_is_delivered_not_retried_into_dead() {
     let conns = conns.lock().expect("log").clone();
     let quick_answers = conns
         .iter()
-        .filter(|c| c.answered.is_some_and(|a| a - c.accepted < Duration::from_millis(50)))
+        .filter(|c| {
+            c.answered
+                .is_some_and(|a| a - c.accepted < Duration::from_millis(50))
+        })
         .count();
     let mut wrong = Vec::new();
     for id in &ids {
@@ -149,7 +152,11 @@ async fn c17_pg_a_2xx_whose_body_stalls_is_delivered_not_retried_into_dead() {
         ids.len(),
         conns.len(),
     );
-    assert_eq!(quick_answers, conns.len(), "the receiver kept up: {conns:?}");
+    assert_eq!(
+        quick_answers,
+        conns.len(),
+        "the receiver kept up: {conns:?}"
+    );
 }
 
 /// C17: "an attempt's timeout is shorter than the claim, so two dispatchers never deliver one
@@ -229,7 +236,9 @@ async fn c17_pg_backends_terminated_while_dispatching_lose_nothing_and_never_ove
     let killer = {
         let (url, killing, kills) = (url.clone(), Arc::clone(&killing), Arc::clone(&kills));
         tokio::spawn(async move {
-            let mut conn = sqlx::PgConnection::connect(&url).await.expect("a connection");
+            let mut conn = sqlx::PgConnection::connect(&url)
+                .await
+                .expect("a connection");
             while killing.load(std::sync::atomic::Ordering::SeqCst) {
                 let n: i64 = sqlx::query_scalar(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
@@ -238,7 +247,10 @@ async fn c17_pg_backends_terminated_while_dispatching_lose_nothing_and_never_ove
                 .fetch_one(&mut conn)
                 .await
                 .expect("terminated");
-                kills.fetch_add(usize::try_from(n).unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
+                kills.fetch_add(
+                    usize::try_from(n).unwrap_or(0),
+                    std::sync::atomic::Ordering::SeqCst,
+                );
                 tokio::time::sleep(Duration::from_millis(37)).await;
             }
         })
@@ -288,7 +300,11 @@ async fn c17_pg_backends_terminated_while_dispatching_lose_nothing_and_never_ove
     assert!(not_delivered.is_empty(), "not delivered: {not_delivered:?}");
     assert_eq!(effects.len(), ids.len(), "every message processed");
     assert!(effects.values().all(|n| *n == 1), "each processed once");
-    assert_eq!(receiver.overlaps(), 0, "two attempts of one message at once");
+    assert_eq!(
+        receiver.overlaps(),
+        0,
+        "two attempts of one message at once"
+    );
 }
 
 /// C12 + C17: one delivery whose stored row cannot be decoded (its headers column is not the
@@ -328,7 +344,9 @@ async fn c17_pg_one_undecodable_delivery_does_not_hold_up_the_others_claimed_wit
         states.push((d.state, d.attempts));
     }
     assert!(
-        states.iter().all(|(state, _)| *state == DeliveryState::Delivered),
+        states
+            .iter()
+            .all(|(state, _)| *state == DeliveryState::Delivered),
         "one claim over one bad row and three good ones: {claimed:?}; the good ones are \
          (state, attempts counted) {states:?}, the receiver got {} requests",
         receiver.received().len()
@@ -366,8 +384,13 @@ async fn c17_pg_a_claim_that_made_no_attempt_does_not_use_up_the_schedule() {
         .expect("a lease")
         .store_timeout(Duration::from_secs(3));
     // A slow moment of the database: the claim waits on a lock most of its lease.
-    let mut locker = sqlx::PgConnection::connect(&url).await.expect("a connection");
-    sqlx::query("BEGIN").execute(&mut locker).await.expect("begun");
+    let mut locker = sqlx::PgConnection::connect(&url)
+        .await
+        .expect("a connection");
+    sqlx::query("BEGIN")
+        .execute(&mut locker)
+        .await
+        .expect("begun");
     sqlx::query("LOCK TABLE idem_outbox_endpoints IN ACCESS EXCLUSIVE MODE")
         .execute(&mut locker)
         .await
@@ -391,7 +414,10 @@ async fn c17_pg_a_claim_that_made_no_attempt_does_not_use_up_the_schedule() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     tokio::time::sleep(Duration::from_millis(850)).await;
-    sqlx::query("COMMIT").execute(&mut locker).await.expect("unlocked");
+    sqlx::query("COMMIT")
+        .execute(&mut locker)
+        .await
+        .expect("unlocked");
     let slow = claiming.await.expect("the claim");
     let after_slow = outbox.deliveries(&id).await.expect("read").remove(0);
     let requests_then = receiver.received().len();
@@ -430,7 +456,11 @@ async fn c17_pg_deliveries_of_a_deleted_endpoint_do_not_stall_every_other_delive
     let receiver = Receiver::start().await;
     for name in ["retired", "merchant"] {
         outbox
-            .register(&endpoint(name, &receiver.url(), quick(3, Duration::from_millis(50))))
+            .register(&endpoint(
+                name,
+                &receiver.url(),
+                quick(3, Duration::from_millis(50)),
+            ))
             .await
             .expect("registered");
     }
