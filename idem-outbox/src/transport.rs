@@ -84,51 +84,59 @@ impl Transport {
             .client
             .post(endpoint.url.clone())
             .headers(headers)
-            .body(claimed.payload.clone())
-            .timeout(timeout);
-        let attempt = async {
-            let mut response = request.send().await.map_err(|e| describe(&e))?;
-            let status = response.status().as_u16();
-            let retry_after = response
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(Duration::from_secs);
-            let abort = response
-                .headers()
-                .get("webhook-delivery")
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.trim().eq_ignore_ascii_case("abort-message"));
-            let mut body = Vec::new();
-            let mut read = 0;
-            // The first KiB is kept. The rest is read and dropped up to `DRAINED_RESPONSE`, so
-            // a connection whose body ends there goes back to the pool for the next attempt (a
-            // response dropped unread closes it); a longer body is never downloaded.
-            while read < DRAINED_RESPONSE {
-                match response.chunk().await {
-                    Ok(Some(chunk)) => {
-                        read += chunk.len();
-                        let room = STORED_RESPONSE.saturating_sub(body.len());
-                        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-                    }
-                    Ok(None) | Err(_) => break,
-                }
-            }
-            Ok::<_, String>((status, retry_after, abort, body))
+            .body(claimed.payload.clone());
+        // One deadline for the whole attempt, so it ends within the claim. The status and
+        // headers are read under it; the body then gets what is left of it, and a body that
+        // does not end in time leaves the status as it came (a 2xx delivers whatever its body).
+        let deadline = tokio::time::Instant::from_std(started) + timeout;
+        let mut response = match tokio::time::timeout_at(deadline, request.send()).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(error)) => return failed(describe(&error)),
+            Err(_) => return failed(format!("timed out after {timeout:?}")),
         };
-        // reqwest's timeout covers the whole attempt; this one bounds it in any case.
-        match tokio::time::timeout(timeout, attempt).await {
-            Ok(Ok((status, retry_after, abort, response))) => Sent {
-                status: Some(status),
-                error: None,
-                response,
-                retry_after,
-                abort,
-                duration: started.elapsed(),
-            },
-            Ok(Err(error)) => failed(error),
-            Err(_) => failed(format!("timed out after {timeout:?}")),
+        let (retry_after, abort) = instructions(response.headers());
+        let mut body = Vec::new();
+        let _ended = tokio::time::timeout_at(deadline, drain(&mut response, &mut body)).await;
+        Sent {
+            status: Some(response.status().as_u16()),
+            error: None,
+            response: body,
+            retry_after,
+            abort,
+            duration: started.elapsed(),
+        }
+    }
+}
+
+/// What the receiver's headers ask: a `Retry-After` in seconds, and whether it sent
+/// `webhook-delivery: abort-message`.
+fn instructions(headers: &HeaderMap) -> (Option<Duration>, bool) {
+    let retry_after = headers
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let abort = headers
+        .get("webhook-delivery")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("abort-message"));
+    (retry_after, abort)
+}
+
+/// Reads `response`'s body into `body`, the first [`STORED_RESPONSE`] bytes kept: what was
+/// read stays in `body` when the read is cut short. The rest is read and dropped up to
+/// `DRAINED_RESPONSE`, so a connection whose body ends there goes back to the pool for the
+/// next attempt (a response dropped unread closes it); a longer body is never downloaded.
+async fn drain(response: &mut reqwest::Response, body: &mut Vec<u8>) {
+    let mut read = 0;
+    while read < DRAINED_RESPONSE {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                read += chunk.len();
+                let room = STORED_RESPONSE.saturating_sub(body.len());
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Ok(None) | Err(_) => break,
         }
     }
 }
