@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::claim::{Claimed, Record};
+use crate::claim::{Record, Taken};
 use crate::{DeliveryState, Endpoint, MessageId, OutboxError};
 
 /// An outbox a dispatcher claims from and records to.
@@ -19,19 +19,34 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
-    /// Claims up to `limit` due deliveries: the claimed ones, and how many due ones of disabled
-    /// endpoints were set aside instead.
+    /// Claims up to `limit` due deliveries: the claimed ones, those whose row cannot be
+    /// decoded, and how many due ones of disabled endpoints were set aside instead.
     pub(crate) async fn claim(
         &self,
         token: &str,
         lease: Duration,
         limit: usize,
-    ) -> Result<(Vec<Claimed>, usize), OutboxError> {
+    ) -> Result<Taken, OutboxError> {
         match self {
             #[cfg(feature = "sqlite")]
-            Backend::Sqlite(outbox) => Ok((outbox.claim(token, lease, limit).await?, 0)),
+            Backend::Sqlite(outbox) => outbox.claim(token, lease, limit).await,
             #[cfg(feature = "postgres")]
             Backend::Postgres(outbox) => outbox.claim(token, lease, limit).await,
+        }
+    }
+
+    /// Ends claimed deliveries dead without an attempt (`(delivery, error)`), each under the
+    /// claim `token`: for each, whether its claim was still the delivery's (ended).
+    pub(crate) async fn abandon(
+        &self,
+        token: &str,
+        dead: &[(i64, String)],
+    ) -> Result<Vec<bool>, OutboxError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(outbox) => outbox.abandon(token, dead).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(outbox) => outbox.abandon(token, dead).await,
         }
     }
 

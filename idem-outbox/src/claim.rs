@@ -17,6 +17,48 @@ pub(crate) struct Claimed {
     pub(crate) attempt: u32,
 }
 
+/// What one claim took.
+#[derive(Debug, Default)]
+pub(crate) struct Taken {
+    /// The deliveries to attempt.
+    pub(crate) claimed: Vec<Claimed>,
+    /// Those whose row could not be decoded: ended dead, never attempted.
+    pub(crate) undecodable: Vec<Undecodable>,
+    /// How many due ones of disabled endpoints were set aside instead (PostgreSQL).
+    pub(crate) set_aside: usize,
+}
+
+/// A claimed delivery whose row is not what the outbox writes (C12): what of it could be
+/// read, and why the rest could not.
+#[derive(Debug, Clone)]
+pub(crate) struct Undecodable {
+    pub(crate) id: i64,
+    pub(crate) message_id: MessageId,
+    pub(crate) endpoint: String,
+    /// The number its attempt would have had (0 when unreadable too).
+    pub(crate) attempt: u32,
+    pub(crate) error: String,
+}
+
+impl Undecodable {
+    /// From the columns that could be read (`None`: unreadable too) and the decoding error.
+    pub(crate) fn new(
+        id: i64,
+        message_id: Option<String>,
+        endpoint: Option<String>,
+        attempt: Option<i64>,
+        error: &crate::OutboxError,
+    ) -> Self {
+        Self {
+            id,
+            message_id: MessageId::from_stored(message_id.unwrap_or_default()),
+            endpoint: endpoint.unwrap_or_default(),
+            attempt: attempt.and_then(|a| u32::try_from(a).ok()).unwrap_or(0),
+            error: format!("undecodable delivery row: {error}"),
+        }
+    }
+}
+
 /// A delivery's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

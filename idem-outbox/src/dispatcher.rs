@@ -12,7 +12,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::address::AddressPolicy;
 use crate::backend::{bounded, Backend, STORE_TIMEOUT};
-use crate::claim::{Claimed, DeliveryState, Record};
+use crate::claim::{Claimed, DeliveryState, Record, Taken, Undecodable};
 use crate::event::{DeadReason, OutboxEvent, OutboxEventKind};
 use crate::transport::{Sent, Transport};
 use crate::{Endpoint, OutboxError};
@@ -195,34 +195,26 @@ impl Dispatcher {
     }
 
     /// Claims due deliveries once and delivers them: how many due deliveries it took (those
-    /// it attempted, and on PostgreSQL those of a disabled endpoint it set aside for a lease).
-    /// What [`start`](Self::start) runs in a loop; for tests and tools.
+    /// it attempted or ended dead unattempted, and on PostgreSQL those of a disabled endpoint
+    /// it set aside for a lease). What [`start`](Self::start) runs in a loop; for tests and
+    /// tools.
     pub async fn dispatch_due(&self) -> Result<usize, OutboxError> {
         let transport = self.transport()?;
         let token = claim_token();
         let claimed_at = Instant::now();
-        let (claimed, set_aside) = bounded(
+        let taken = bounded(
             self.store_timeout,
             self.backend.claim(&token, self.lease, self.batch),
         )
         .await?;
-        let count = claimed.len() + set_aside;
-        if claimed.is_empty() {
-            return Ok(count);
-        }
+        let count = taken.claimed.len() + taken.undecodable.len() + taken.set_aside;
         // Ends every attempt in the claim's first three quarters: the claim was taken after
         // `claimed_at`, so it outlives this deadline by a quarter of the lease at least.
         let deadline = claimed_at + self.lease.mul_f64(0.75);
-        let mut endpoints: HashMap<String, Result<Option<Endpoint>, String>> = HashMap::new();
-        for claim in &claimed {
-            if !endpoints.contains_key(&claim.endpoint) {
-                let found = self.endpoint(&claim.endpoint).await;
-                endpoints.insert(claim.endpoint.clone(), found);
-            }
-        }
+        let (ready, unattempted) = self.sort_out(taken).await;
+        self.abandon(&token, unattempted).await;
         let mut attempts = JoinSet::new();
-        for claim in claimed {
-            let endpoint = endpoints.get(&claim.endpoint).cloned().unwrap_or(Ok(None));
+        for (claim, endpoint) in ready {
             let this = self.clone();
             let transport = transport.clone();
             let token = token.clone();
@@ -250,6 +242,69 @@ impl Dispatcher {
             self.record(std::mem::take(&mut ended)).await;
         }
         Ok(count)
+    }
+
+    /// The claimed deliveries that can be attempted, with their endpoints, and those that end
+    /// dead without an attempt: an undecodable row, an endpoint gone or undecodable (C12).
+    async fn sort_out(&self, taken: Taken) -> (Vec<(Claimed, Endpoint)>, Vec<Unattempted>) {
+        let mut unattempted: Vec<Unattempted> = taken
+            .undecodable
+            .into_iter()
+            .map(Unattempted::undecodable)
+            .collect();
+        let mut endpoints: HashMap<String, Found> = HashMap::new();
+        let mut ready = Vec::with_capacity(taken.claimed.len());
+        for claim in taken.claimed {
+            if !endpoints.contains_key(&claim.endpoint) {
+                let found = self.endpoint(&claim.endpoint).await;
+                endpoints.insert(claim.endpoint.clone(), found);
+            }
+            match endpoints
+                .get(&claim.endpoint)
+                .cloned()
+                .unwrap_or(Found::Missing)
+            {
+                Found::Endpoint(endpoint) => ready.push((claim, endpoint)),
+                Found::Missing => {
+                    let error = format!("the endpoint {:?} is not registered", claim.endpoint);
+                    unattempted.push(Unattempted::new(claim, DeadReason::NoEndpoint, error));
+                }
+                Found::Corrupt(error) => {
+                    unattempted.push(Unattempted::new(claim, DeadReason::Undecodable, error));
+                }
+                // Not readable now: the claim runs out and the delivery is tried again.
+                Found::Unavailable(error) => {
+                    tracing::warn!(message_id = %claim.message_id, endpoint = %claim.endpoint, %error, "outbox endpoint unreadable; attempt skipped");
+                }
+            }
+        }
+        (ready, unattempted)
+    }
+
+    /// Ends `dead` dead without an attempt under `token`, then reports each (fenced when its
+    /// claim had run out). Not ended (the database failed): the claim runs out, and the next
+    /// one ends it.
+    async fn abandon(&self, token: &str, dead: Vec<Unattempted>) {
+        if dead.is_empty() {
+            return;
+        }
+        let ends: Vec<(i64, String)> = dead.iter().map(|u| (u.delivery, u.error.clone())).collect();
+        let ended = match bounded(self.store_timeout, self.backend.abandon(token, &ends)).await {
+            Ok(ended) => ended,
+            Err(error) => {
+                tracing::warn!(%error, deliveries = ends.len(), "outbox deliveries not ended dead");
+                return;
+            }
+        };
+        for (mut unattempted, ended) in dead.into_iter().zip(ended) {
+            if !ended {
+                unattempted.event.kind = OutboxEventKind::Fenced;
+            }
+            report(&unattempted.event, Some(&unattempted.error));
+            if let Some(observer) = &self.observer {
+                observer(&unattempted.event);
+            }
+        }
     }
 
     /// Records `ended` under their claims, then reports each.
@@ -312,7 +367,7 @@ impl Dispatcher {
     }
 
     /// The endpoint `name`, read at most [`ENDPOINT_CACHE`] ago.
-    async fn endpoint(&self, name: &str) -> Result<Option<Endpoint>, String> {
+    async fn endpoint(&self, name: &str) -> Found {
         let cached = {
             let cache = self
                 .endpoints
@@ -324,37 +379,31 @@ impl Dispatcher {
                 .map(|(_, endpoint)| endpoint.clone())
         };
         if let Some(endpoint) = cached {
-            return Ok(Some(endpoint));
+            return Found::Endpoint(endpoint);
         }
-        let found = bounded(self.store_timeout, self.backend.endpoint(name))
-            .await
-            .map_err(|e| e.to_string())?;
-        if let Some(endpoint) = &found {
-            self.endpoints
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(name.to_owned(), (Instant::now(), endpoint.clone()));
+        match bounded(self.store_timeout, self.backend.endpoint(name)).await {
+            Ok(Some(endpoint)) => {
+                self.endpoints
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(name.to_owned(), (Instant::now(), endpoint.clone()));
+                Found::Endpoint(endpoint)
+            }
+            Ok(None) => Found::Missing,
+            Err(error @ OutboxError::Corrupt(_)) => Found::Corrupt(error.to_string()),
+            Err(error) => Found::Unavailable(error.to_string()),
         }
-        Ok(found)
     }
 
     /// One attempt of `claim`, to be recorded under `token` (none when it was not made).
     async fn attempt(
         &self,
         transport: &Transport,
-        endpoint: Result<Option<Endpoint>, String>,
+        endpoint: Endpoint,
         claim: Claimed,
         token: &str,
         deadline: Instant,
     ) -> Option<Attempted> {
-        let endpoint = match endpoint {
-            Ok(Some(endpoint)) => endpoint,
-            // Not readable now: the claim runs out and the delivery is tried again.
-            Ok(None) | Err(_) => {
-                tracing::warn!(message_id = %claim.message_id, endpoint = %claim.endpoint, "outbox endpoint unreadable; attempt skipped");
-                return None;
-            }
-        };
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining < Duration::from_millis(5) {
             return None;
@@ -445,6 +494,55 @@ impl Dispatcher {
 struct Attempted {
     record: Record,
     event: OutboxEvent,
+}
+
+/// An endpoint as a dispatcher read it.
+#[derive(Debug, Clone)]
+enum Found {
+    Endpoint(Endpoint),
+    /// Not registered (its row deleted by hand).
+    Missing,
+    /// Its row is not what the outbox writes.
+    Corrupt(String),
+    /// Not readable now (the database failed).
+    Unavailable(String),
+}
+
+/// A claimed delivery that ends dead without an attempt: why, and the event it reports.
+struct Unattempted {
+    delivery: i64,
+    error: String,
+    event: OutboxEvent,
+}
+
+impl Unattempted {
+    fn new(claim: Claimed, reason: DeadReason, error: String) -> Self {
+        Self {
+            delivery: claim.id,
+            error,
+            event: OutboxEvent {
+                message_id: claim.message_id,
+                endpoint: claim.endpoint,
+                attempt: claim.attempt,
+                status: None,
+                kind: OutboxEventKind::Dead(reason),
+            },
+        }
+    }
+
+    fn undecodable(row: Undecodable) -> Self {
+        Self {
+            delivery: row.id,
+            error: row.error,
+            event: OutboxEvent {
+                message_id: row.message_id,
+                endpoint: row.endpoint,
+                attempt: row.attempt,
+                status: None,
+                kind: OutboxEventKind::Dead(DeadReason::Undecodable),
+            },
+        }
+    }
 }
 
 /// A running dispatcher. Dropping it stops it at once; [`stop`](Self::stop) lets the running

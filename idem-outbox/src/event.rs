@@ -12,7 +12,8 @@ pub struct OutboxEvent {
     pub message_id: MessageId,
     /// The endpoint's name.
     pub endpoint: String,
-    /// The attempt's number (1 for the first).
+    /// The attempt's number (1 for the first; for a delivery ended without one, the number it
+    /// would have had).
     pub attempt: u32,
     /// The receiver's status, if it answered.
     pub status: Option<u16>,
@@ -44,4 +45,9 @@ pub enum DeadReason {
     Gone,
     /// The receiver answered `webhook-delivery: abort-message`.
     Aborted,
+    /// Its stored row, or its endpoint's, is not what the outbox writes (a hand edit, another
+    /// writer): never attempted; the error is in the delivery's `last_error`.
+    Undecodable,
+    /// Its endpoint is no longer registered (its row deleted by hand): never attempted.
+    NoEndpoint,
 }

@@ -9,7 +9,7 @@ use idem_postgres::{store_error, Param, PgStore};
 use tokio::sync::Notify;
 
 use crate::backend::{bounded, STORE_TIMEOUT};
-use crate::claim::{millis, Claimed, Record};
+use crate::claim::{millis, Claimed, Record, Taken, Undecodable};
 use crate::inspect::{attempt_info, delivery_info};
 use crate::message::headers_from_stored;
 use crate::{
@@ -25,6 +25,7 @@ mod sql {
     pub(super) const ENQUEUE: &str = include_str!("../sql/postgres/enqueue.sql");
     pub(super) const CLAIM: &str = include_str!("../sql/postgres/claim.sql");
     pub(super) const RECORD: &str = include_str!("../sql/postgres/record.sql");
+    pub(super) const ABANDON: &str = include_str!("../sql/postgres/abandon.sql");
     pub(super) const RECORD_DELIVERED: &str = include_str!("../sql/postgres/record_delivered.sql");
     pub(super) const ENDPOINT_RECOVERED: &str =
         include_str!("../sql/postgres/endpoint_recovered.sql");
@@ -60,6 +61,35 @@ fn delivery_row(row: &PgRow) -> Result<DeliveryInfo, OutboxError> {
         status.map(i64::from),
         error,
     )
+}
+
+/// A row of `claim.sql`, decoded: `None` for a delivery set aside (its endpoint disabled).
+fn claimed_row(row: &PgRow, id: i64) -> Result<Option<Claimed>, OutboxError> {
+    let get = || -> Result<_, sqlx::Error> {
+        Ok((
+            row.try_get::<String, _>(1)?,
+            row.try_get::<String, _>(2)?,
+            row.try_get::<Vec<u8>, _>(3)?,
+            row.try_get::<String, _>(4)?,
+            row.try_get::<String, _>(5)?,
+            row.try_get::<i32, _>(6)?,
+            row.try_get::<bool, _>(7)?,
+        ))
+    };
+    let (message_id, endpoint, payload, content_type, headers, attempt, enabled) =
+        get().map_err(|e| OutboxError::Corrupt(e.to_string()))?;
+    if !enabled {
+        return Ok(None);
+    }
+    Ok(Some(Claimed {
+        id,
+        message_id: MessageId::from_stored(message_id),
+        endpoint,
+        payload,
+        content_type,
+        headers: headers_from_stored(&headers)?,
+        attempt: u32::try_from(attempt).map_err(|_| OutboxError::Corrupt("attempts".into()))?,
+    }))
 }
 
 /// The channel enqueues notify and dispatchers listen on.
@@ -498,14 +528,16 @@ impl PgOutbox {
         }
     }
 
-    /// Claims up to `limit` due deliveries for `lease` under `token`: the claimed ones, and how
-    /// many due ones it set aside for `lease` because their endpoint is disabled.
+    /// Claims up to `limit` due deliveries for `lease` under `token`: the claimed ones, those
+    /// whose row cannot be decoded (C12: each row on its own, so one bad row holds up no
+    /// other), and how many due ones it set aside for `lease` because their endpoint is
+    /// disabled.
     pub(crate) async fn claim(
         &self,
         token: &str,
         lease: Duration,
         limit: usize,
-    ) -> Result<(Vec<Claimed>, usize), OutboxError> {
+    ) -> Result<Taken, OutboxError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = self
             .rows(
@@ -517,39 +549,47 @@ impl PgOutbox {
                 ],
             )
             .await?;
-        let mut set_aside = 0;
-        let mut claimed = Vec::with_capacity(rows.len());
+        let mut taken = Taken::default();
         for row in &rows {
-            let get = || -> Result<_, sqlx::Error> {
-                Ok((
-                    row.try_get::<i64, _>(0)?,
-                    row.try_get::<String, _>(1)?,
-                    row.try_get::<String, _>(2)?,
-                    row.try_get::<Vec<u8>, _>(3)?,
-                    row.try_get::<String, _>(4)?,
-                    row.try_get::<String, _>(5)?,
-                    row.try_get::<i32, _>(6)?,
-                    row.try_get::<bool, _>(7)?,
-                ))
-            };
-            let (id, message_id, endpoint, payload, content_type, headers, attempt, enabled) =
-                get().map_err(store_error)?;
-            if !enabled {
-                set_aside += 1;
-                continue;
+            let id = row.try_get::<i64, _>(0).map_err(store_error)?;
+            match claimed_row(row, id) {
+                Ok(Some(claimed)) => taken.claimed.push(claimed),
+                Ok(None) => taken.set_aside += 1,
+                Err(error) => taken.undecodable.push(Undecodable::new(
+                    id,
+                    row.try_get(1).ok(),
+                    row.try_get(2).ok(),
+                    row.try_get::<i32, _>(6).ok().map(i64::from),
+                    &error,
+                )),
             }
-            claimed.push(Claimed {
-                id,
-                message_id: MessageId::from_stored(message_id),
-                endpoint,
-                payload,
-                content_type,
-                headers: headers_from_stored(&headers)?,
-                attempt: u32::try_from(attempt)
-                    .map_err(|_| OutboxError::Corrupt("attempts".into()))?,
-            });
         }
-        Ok((claimed, set_aside))
+        Ok(taken)
+    }
+
+    /// Ends the claimed deliveries `dead` dead without an attempt, each with its error, under
+    /// `token`: for each, whether its claim was still the delivery's (ended).
+    pub(crate) async fn abandon(
+        &self,
+        token: &str,
+        dead: &[(i64, String)],
+    ) -> Result<Vec<bool>, OutboxError> {
+        if dead.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ended: Vec<serde_json::Value> = dead
+            .iter()
+            .map(|(id, error)| serde_json::json!({ "id": id, "error": error }))
+            .collect();
+        let ended = serde_json::Value::Array(ended).to_string();
+        let ended = self
+            .rows(sql::ABANDON, &[Param::Text(token), Param::Text(&ended)])
+            .await?
+            .iter()
+            .map(|row| row.try_get::<i64, _>(0))
+            .collect::<Result<Vec<i64>, _>>()
+            .map_err(store_error)?;
+        Ok(dead.iter().map(|(id, _)| ended.contains(id)).collect())
     }
 
     /// Records attempts' ends, the attempts and their endpoints' health, each under its claim,
@@ -724,7 +764,10 @@ mod tests {
             );
             tx.commit().await?;
         }
-        let (claimed, _) = outbox.claim("t", Duration::from_secs(60), 10).await?;
+        let claimed = outbox
+            .claim("t", Duration::from_secs(60), 10)
+            .await?
+            .claimed;
         let delivery = |id: &MessageId| claimed.iter().find(|c| &c.message_id == id).map(|c| c.id);
         let (a, b, c) = (
             delivery(&ids[0]).ok_or("claimed")?,
@@ -786,7 +829,10 @@ mod tests {
         // Failures only: failing since now; failing longer than allowed: disabled.
         assert_eq!(outbox.record(&[failed(b, "t", 500)]).await?, [true]);
         assert_eq!(failing().await?, (Some(true), true));
-        let (again, _) = outbox.claim("u", Duration::from_secs(60), 10).await?;
+        let again = outbox
+            .claim("u", Duration::from_secs(60), 10)
+            .await?
+            .claimed;
         assert!(again.is_empty(), "both pending ones are due in 5 s");
         let hold = |id: i64, token: &'static str| {
             sqlx::query("UPDATE idem_outbox_deliveries SET claim_token = $2 WHERE id = $1")
@@ -828,15 +874,21 @@ mod tests {
             .enqueue(&mut tx, &Message::bytes("a/b", "x").to("m"))
             .await?;
         tx.commit().await?;
-        let (first, _) = outbox.claim("old", Duration::from_millis(100), 10).await?;
+        let first = outbox
+            .claim("old", Duration::from_millis(100), 10)
+            .await?
+            .claimed;
         assert_eq!(first.len(), 1);
         assert!(outbox
             .claim("other", Duration::from_millis(100), 10)
             .await?
-            .0
+            .claimed
             .is_empty());
         tokio::time::sleep(Duration::from_millis(150)).await;
-        let (second, _) = outbox.claim("new", Duration::from_secs(60), 10).await?;
+        let second = outbox
+            .claim("new", Duration::from_secs(60), 10)
+            .await?
+            .claimed;
         assert_eq!((second.len(), second[0].attempt), (1, 2));
         assert_eq!(
             outbox.record(&[record(first[0].id, "old", 500)]).await?,

@@ -7,7 +7,7 @@ use idem_sqlite::rusqlite::{params, OptionalExtension, Row, Transaction, Transac
 use idem_sqlite::{store_error, SqliteStore};
 use tokio::sync::Notify;
 
-use crate::claim::{millis, Claimed, Record};
+use crate::claim::{millis, Claimed, Record, Taken, Undecodable};
 use crate::inspect::{attempt_info, delivery_info};
 use crate::message::headers_from_stored;
 use crate::{
@@ -25,6 +25,7 @@ mod sql {
     pub(super) const ENQUEUE: &str = include_str!("../sql/sqlite/enqueue.sql");
     pub(super) const CLAIM: &str = include_str!("../sql/sqlite/claim.sql");
     pub(super) const RECORD: &str = include_str!("../sql/sqlite/record.sql");
+    pub(super) const ABANDON: &str = include_str!("../sql/sqlite/abandon.sql");
     pub(super) const ATTEMPT_INSERT: &str = include_str!("../sql/sqlite/attempt_insert.sql");
     pub(super) const ENDPOINT_HEALTH: &str = include_str!("../sql/sqlite/endpoint_health.sql");
     pub(super) const DELIVERIES_OF: &str = include_str!("../sql/sqlite/deliveries_of.sql");
@@ -365,13 +366,15 @@ impl SqliteOutbox {
         Arc::clone(&self.inner.wake)
     }
 
-    /// Claims up to `limit` due deliveries for `lease` under `token`.
+    /// Claims up to `limit` due deliveries for `lease` under `token`: the claimed ones, and
+    /// those whose row cannot be decoded (C12: each row on its own, so one bad row holds up no
+    /// other).
     pub(crate) async fn claim(
         &self,
         token: &str,
         lease: Duration,
         limit: usize,
-    ) -> Result<Vec<Claimed>, OutboxError> {
+    ) -> Result<Taken, OutboxError> {
         let token = token.to_owned();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = self
@@ -379,37 +382,55 @@ impl SqliteOutbox {
             .store
             .try_call(move |db| {
                 let mut statement = db.prepare_cached(sql::CLAIM)?;
-                let rows =
-                    statement.query_map(params![token, now_ms(), millis(lease), limit], |row| {
-                        Ok((
-                            row.get::<_, i64>(0)?,
-                            row.get::<_, String>(1)?,
-                            row.get::<_, String>(2)?,
-                            row.get::<_, Vec<u8>>(3)?,
-                            row.get::<_, String>(4)?,
-                            row.get::<_, String>(5)?,
-                            row.get::<_, i64>(6)?,
-                        ))
+                let rows = statement
+                    .query_map(params![token, now_ms(), millis(lease), limit], |row| {
+                        Ok((row.get::<_, i64>(0)?, claimed_row(row)))
                     })?;
                 rows.collect::<Result<Vec<_>, _>>()
             })
             .await?;
-        rows.into_iter()
-            .map(
-                |(id, message_id, endpoint, payload, content_type, headers, attempt)| {
-                    Ok(Claimed {
-                        id,
-                        message_id: MessageId::from_stored(message_id),
-                        endpoint,
-                        payload,
-                        content_type,
-                        headers: headers_from_stored(&headers)?,
-                        attempt: u32::try_from(attempt)
-                            .map_err(|_| OutboxError::Corrupt("attempts".into()))?,
-                    })
-                },
-            )
-            .collect()
+        let mut taken = Taken::default();
+        for (id, row) in rows {
+            match row {
+                Ok(claimed) => taken.claimed.push(claimed),
+                Err((columns, error)) => {
+                    let (message_id, endpoint, attempt) = columns;
+                    let undecodable = Undecodable::new(id, message_id, endpoint, attempt, &error);
+                    taken.undecodable.push(undecodable);
+                }
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Ends the claimed deliveries `dead` dead without an attempt, each with its error, under
+    /// `token`, in one transaction: for each, whether its claim was still the delivery's
+    /// (ended).
+    pub(crate) async fn abandon(
+        &self,
+        token: &str,
+        dead: &[(i64, String)],
+    ) -> Result<Vec<bool>, OutboxError> {
+        if dead.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (token, dead) = (token.to_owned(), dead.to_vec());
+        let ended = self
+            .inner
+            .store
+            .try_call(move |db| {
+                let tx = db.transaction()?;
+                let now = now_ms();
+                let mut ended = Vec::with_capacity(dead.len());
+                for (id, error) in &dead {
+                    let changed = tx.execute(sql::ABANDON, params![id, token, error, now])?;
+                    ended.push(changed == 1);
+                }
+                tx.commit()?;
+                Ok(ended)
+            })
+            .await?;
+        Ok(ended)
     }
 
     /// Records attempts' ends, the attempts and their endpoints' health, each under its claim,
@@ -491,6 +512,31 @@ fn delivery_row(row: &Row<'_>) -> idem_sqlite::rusqlite::Result<DeliveryRow> {
     ))
 }
 
+/// What of an undecodable claimed row could be read: its message id, endpoint and attempts.
+type ReadColumns = (Option<String>, Option<String>, Option<i64>);
+
+/// A row of `claim.sql`, decoded; when it cannot be, what of it could be read, and why.
+fn claimed_row(row: &Row<'_>) -> Result<Claimed, (ReadColumns, OutboxError)> {
+    let corrupt = |e: idem_sqlite::rusqlite::Error| OutboxError::Corrupt(e.to_string());
+    let decode = || -> Result<Claimed, OutboxError> {
+        let headers: String = row.get(5).map_err(corrupt)?;
+        let attempt: i64 = row.get(6).map_err(corrupt)?;
+        Ok(Claimed {
+            id: row.get(0).map_err(corrupt)?,
+            message_id: MessageId::from_stored(row.get::<_, String>(1).map_err(corrupt)?),
+            endpoint: row.get(2).map_err(corrupt)?,
+            payload: row.get(3).map_err(corrupt)?,
+            content_type: row.get(4).map_err(corrupt)?,
+            headers: headers_from_stored(&headers)?,
+            attempt: u32::try_from(attempt).map_err(|_| OutboxError::Corrupt("attempts".into()))?,
+        })
+    };
+    decode().map_err(|error| {
+        let columns = (row.get(1).ok(), row.get(2).ok(), row.get(6).ok());
+        (columns, error)
+    })
+}
+
 fn attempt_row(row: &Row<'_>) -> idem_sqlite::rusqlite::Result<Result<AttemptInfo, OutboxError>> {
     let attempt: i64 = row.get(0)?;
     let status: Option<i64> = row.get(3)?;
@@ -547,15 +593,22 @@ mod tests {
                 Ok::<_, OutboxError>(id)
             })
             .await??;
-        let first = outbox.claim("old", Duration::from_millis(100), 10).await?;
+        let first = outbox
+            .claim("old", Duration::from_millis(100), 10)
+            .await?
+            .claimed;
         assert_eq!(first.len(), 1);
         // Claimed: no other dispatcher gets it while the claim lasts.
         assert!(outbox
             .claim("other", Duration::from_millis(100), 10)
             .await?
+            .claimed
             .is_empty());
         tokio::time::sleep(Duration::from_millis(150)).await;
-        let second = outbox.claim("new", Duration::from_secs(60), 10).await?;
+        let second = outbox
+            .claim("new", Duration::from_secs(60), 10)
+            .await?
+            .claimed;
         assert_eq!((second.len(), second[0].attempt), (1, 2));
         // The stale dispatcher's result changes nothing; the newer one's lands once.
         assert_eq!(

@@ -602,3 +602,68 @@ async fn c17_a_reenabled_endpoints_delivery_waiting_a_retry_is_due_at_once() {
         (DeliveryState::Delivered, 2)
     );
 }
+
+/// C12 + C17: a claimed delivery whose row cannot be decoded, and one whose endpoint's row
+/// cannot be, end dead with the error, reported, never attempted; the delivery claimed with
+/// them is delivered by the same claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_undecodable_rows_end_dead_and_hold_up_nothing() {
+    let shop = shop().await;
+    let receiver = Receiver::start().await;
+    for name in ["merchant", "broken"] {
+        shop.outbox
+            .register(&endpoint(
+                name,
+                &receiver.url(),
+                quick(3, Duration::from_millis(50)),
+            ))
+            .await
+            .expect("registered");
+    }
+    let bad_row = enqueue(&shop, "merchant", 1).await;
+    let bad_endpoint = enqueue(&shop, "broken", 2).await;
+    let good = enqueue(&shop, "merchant", 3).await;
+    let bad = bad_row.as_str().to_owned();
+    shop.store
+        .try_call(move |db| {
+            db.execute(
+                "UPDATE idem_outbox_deliveries SET headers = 'not json' WHERE message_id = ?1",
+                [bad],
+            )?;
+            db.execute(
+                "UPDATE idem_outbox_endpoints SET schedule_ms = 'junk' WHERE name = 'broken'",
+                [],
+            )
+        })
+        .await
+        .expect("corrupted");
+    let events: Arc<Mutex<Vec<OutboxEvent>>> = Arc::default();
+    let seen = Arc::clone(&events);
+    let dispatcher = shop
+        .outbox
+        .dispatcher()
+        .allow_loopback(true)
+        .on_event(move |event| seen.lock().expect("events").push(event.clone()));
+    assert_eq!(dispatcher.dispatch_due().await.expect("dispatched"), 3);
+    let state = |id: &idem_outbox::MessageId| {
+        let outbox = shop.outbox.clone();
+        let id = id.clone();
+        async move { outbox.deliveries(&id).await.expect("read").remove(0) }
+    };
+    assert_eq!(state(&good).await.state, DeliveryState::Delivered);
+    for (id, reason) in [
+        (&bad_row, DeadReason::Undecodable),
+        (&bad_endpoint, DeadReason::Undecodable),
+    ] {
+        let delivery = state(id).await;
+        assert_eq!(delivery.state, DeliveryState::Dead, "{delivery:?}");
+        assert!(delivery.last_error.is_some(), "{delivery:?}");
+        let reported = events
+            .lock()
+            .expect("events")
+            .iter()
+            .any(|e| &e.message_id == id && e.kind == OutboxEventKind::Dead(reason));
+        assert!(reported, "{:?}", events.lock().expect("events"));
+    }
+    assert_eq!(receiver.received().len(), 1);
+}
