@@ -64,6 +64,7 @@ fn delivery_row(row: &PgRow) -> Result<DeliveryInfo, OutboxError> {
 }
 
 /// A row of `claim.sql`, decoded: `None` for a delivery set aside (its endpoint disabled).
+/// One whose endpoint is gone is claimed: the dispatcher ends it dead.
 fn claimed_row(row: &PgRow, id: i64) -> Result<Option<Claimed>, OutboxError> {
     let get = || -> Result<_, sqlx::Error> {
         Ok((
@@ -73,12 +74,13 @@ fn claimed_row(row: &PgRow, id: i64) -> Result<Option<Claimed>, OutboxError> {
             row.try_get::<String, _>(4)?,
             row.try_get::<String, _>(5)?,
             row.try_get::<i32, _>(6)?,
-            row.try_get::<bool, _>(7)?,
+            row.try_get::<Option<bool>, _>(7)?,
         ))
     };
     let (message_id, endpoint, payload, content_type, headers, attempt, enabled) =
         get().map_err(|e| OutboxError::Corrupt(e.to_string()))?;
-    if !enabled {
+    // `None`: the endpoint is gone; claimed, and ended dead by the dispatcher.
+    if enabled == Some(false) {
         return Ok(None);
     }
     Ok(Some(Claimed {

@@ -667,3 +667,43 @@ async fn c17_undecodable_rows_end_dead_and_hold_up_nothing() {
     }
     assert_eq!(receiver.received().len(), 1);
 }
+
+/// C17: the deliveries of an endpoint whose row was deleted by hand end dead with a reason
+/// (never attempted, never pending forever); the other endpoints' messages keep flowing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_deliveries_of_a_deleted_endpoint_end_dead() {
+    let shop = shop().await;
+    let receiver = Receiver::start().await;
+    for name in ["retired", "merchant"] {
+        shop.outbox
+            .register(&endpoint(
+                name,
+                &receiver.url(),
+                quick(3, Duration::from_millis(50)),
+            ))
+            .await
+            .expect("registered");
+    }
+    let retired = enqueue(&shop, "retired", 1).await;
+    shop.store
+        .try_call(|db| {
+            db.execute(
+                "DELETE FROM idem_outbox_endpoints WHERE name = 'retired'",
+                [],
+            )
+        })
+        .await
+        .expect("deleted");
+    let merchant = enqueue(&shop, "merchant", 2).await;
+    let dispatcher = shop.outbox.dispatcher().allow_loopback(true);
+    assert_eq!(dispatcher.dispatch_due().await.expect("dispatched"), 2);
+    let read = |id| shop.outbox.deliveries(id);
+    let gone = read(&retired).await.expect("read").remove(0);
+    assert_eq!(gone.state, DeliveryState::Dead, "{gone:?}");
+    assert!(gone
+        .last_error
+        .is_some_and(|e| e.contains("not registered")));
+    let delivered = read(&merchant).await.expect("read").remove(0);
+    assert_eq!(delivered.state, DeliveryState::Delivered);
+    assert_eq!(receiver.received().len(), 1);
+}
