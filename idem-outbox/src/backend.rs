@@ -35,18 +35,19 @@ impl Backend {
         }
     }
 
-    /// Ends claimed deliveries dead without an attempt (`(delivery, error)`), each under the
-    /// claim `token`: for each, whether its claim was still the delivery's (ended).
+    /// Ends claims of `token` that made no attempt, each giving its attempt back:
+    /// `(delivery, Some(error))` dead, `(delivery, None)` released, due again at once. For
+    /// each, whether its claim was still the delivery's (ended).
     pub(crate) async fn abandon(
         &self,
         token: &str,
-        dead: &[(i64, String)],
+        ends: &[(i64, Option<String>)],
     ) -> Result<Vec<bool>, OutboxError> {
         match self {
             #[cfg(feature = "sqlite")]
-            Backend::Sqlite(outbox) => outbox.abandon(token, dead).await,
+            Backend::Sqlite(outbox) => outbox.abandon(token, ends).await,
             #[cfg(feature = "postgres")]
-            Backend::Postgres(outbox) => outbox.abandon(token, dead).await,
+            Backend::Postgres(outbox) => outbox.abandon(token, ends).await,
         }
     }
 

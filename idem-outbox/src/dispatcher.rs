@@ -45,7 +45,8 @@ pub type Observer = Arc<dyn Fn(&OutboxEvent) + Send + Sync>;
 ///   each under its own claim. An attempt's event is reported once it is recorded.
 /// - Each attempt ends before the claim's last quarter (its timeout is the endpoint's, cut
 ///   shorter when the claim runs out sooner), so two dispatchers never deliver one message at
-///   the same moment.
+///   the same moment. A claim that sends nothing (too little of it left, the endpoint not
+///   readable now) gives its attempt back: the schedule counts attempts made.
 /// - A 2xx delivers; anything else (3xx included: redirects are never followed), a transport
 ///   error or a timeout fails, and the delivery is tried again on the endpoint's [`Schedule`](
 ///   crate::Schedule), later if the receiver's `Retry-After` says so. `410 Gone` and
@@ -212,7 +213,6 @@ impl Dispatcher {
         // `claimed_at`, so it outlives this deadline by a quarter of the lease at least.
         let deadline = claimed_at + self.lease.mul_f64(0.75);
         let (ready, unattempted) = self.sort_out(taken).await;
-        self.abandon(&token, unattempted).await;
         let mut attempts = JoinSet::new();
         for (claim, endpoint) in ready {
             let this = self.clone();
@@ -223,29 +223,32 @@ impl Dispatcher {
                     .await
             });
         }
+        self.abandon(&token, unattempted).await;
         // One statement records the attempts that end within `RECORD_LINGER` of the first
         // unrecorded one (all of them when they end together), while the others go on.
-        let mut ended = Vec::new();
+        let (mut ended, mut unmade) = (Vec::new(), Vec::new());
         while let Some(first) = attempts.join_next().await {
-            ended.extend(first.ok().flatten());
+            sort_ended(first, &mut ended, &mut unmade);
             let linger = tokio::time::sleep(RECORD_LINGER);
             tokio::pin!(linger);
             loop {
                 tokio::select! {
                     next = attempts.join_next() => match next {
-                        Some(next) => ended.extend(next.ok().flatten()),
+                        Some(next) => sort_ended(next, &mut ended, &mut unmade),
                         None => break,
                     },
                     () = &mut linger => break,
                 }
             }
             self.record(std::mem::take(&mut ended)).await;
+            self.abandon(&token, std::mem::take(&mut unmade)).await;
         }
         Ok(count)
     }
 
-    /// The claimed deliveries that can be attempted, with their endpoints, and those that end
-    /// dead without an attempt: an undecodable row, an endpoint gone or undecodable (C12).
+    /// The claimed deliveries that can be attempted, with their endpoints, and those that
+    /// cannot: dead for an undecodable row, an endpoint gone or undecodable (C12); released
+    /// for an endpoint the database cannot read now.
     async fn sort_out(&self, taken: Taken) -> (Vec<(Claimed, Endpoint)>, Vec<Unattempted>) {
         let mut unattempted: Vec<Unattempted> = taken
             .undecodable
@@ -272,37 +275,45 @@ impl Dispatcher {
                 Found::Corrupt(error) => {
                     unattempted.push(Unattempted::new(claim, DeadReason::Undecodable, error));
                 }
-                // Not readable now: the claim runs out and the delivery is tried again.
+                // Not readable now: released, the delivery is tried again.
                 Found::Unavailable(error) => {
-                    tracing::warn!(message_id = %claim.message_id, endpoint = %claim.endpoint, %error, "outbox endpoint unreadable; attempt skipped");
+                    tracing::warn!(message_id = %claim.message_id, endpoint = %claim.endpoint, %error, "outbox endpoint unreadable; attempt not made");
+                    unattempted.push(Unattempted::released(claim.id));
                 }
             }
         }
         (ready, unattempted)
     }
 
-    /// Ends `dead` dead without an attempt under `token`, then reports each (fenced when its
-    /// claim had run out). Not ended (the database failed): the claim runs out, and the next
-    /// one ends it.
-    async fn abandon(&self, token: &str, dead: Vec<Unattempted>) {
-        if dead.is_empty() {
+    /// Ends the claims of `token` in `unattempted`, each giving the attempt it counted back
+    /// (the schedule counts attempts made), then reports the dead ones (fenced when the claim
+    /// had run out). Not ended (the database failed): the claim runs out, the attempt stays
+    /// counted, and the next claim ends a dead one.
+    async fn abandon(&self, token: &str, unattempted: Vec<Unattempted>) {
+        if unattempted.is_empty() {
             return;
         }
-        let ends: Vec<(i64, String)> = dead.iter().map(|u| (u.delivery, u.error.clone())).collect();
+        let ends: Vec<(i64, Option<String>)> = unattempted
+            .iter()
+            .map(|u| (u.delivery, u.dead.as_ref().map(|(error, _)| error.clone())))
+            .collect();
         let ended = match bounded(self.store_timeout, self.backend.abandon(token, &ends)).await {
             Ok(ended) => ended,
             Err(error) => {
-                tracing::warn!(%error, deliveries = ends.len(), "outbox deliveries not ended dead");
+                tracing::warn!(%error, deliveries = ends.len(), "outbox claims without an attempt not ended");
                 return;
             }
         };
-        for (mut unattempted, ended) in dead.into_iter().zip(ended) {
+        for (unattempted, ended) in unattempted.into_iter().zip(ended) {
+            let Some((error, mut event)) = unattempted.dead else {
+                continue;
+            };
             if !ended {
-                unattempted.event.kind = OutboxEventKind::Fenced;
+                event.kind = OutboxEventKind::Fenced;
             }
-            report(&unattempted.event, Some(&unattempted.error));
+            report(&event, Some(&error));
             if let Some(observer) = &self.observer {
-                observer(&unattempted.event);
+                observer(&event);
             }
         }
     }
@@ -395,7 +406,8 @@ impl Dispatcher {
         }
     }
 
-    /// One attempt of `claim`, to be recorded under `token` (none when it was not made).
+    /// One attempt of `claim`, to be recorded under `token`; `Err` when it was not made (too
+    /// little of the claim left), to be released.
     async fn attempt(
         &self,
         transport: &Transport,
@@ -403,15 +415,16 @@ impl Dispatcher {
         claim: Claimed,
         token: &str,
         deadline: Instant,
-    ) -> Option<Attempted> {
+    ) -> Result<Attempted, Unattempted> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining < Duration::from_millis(5) {
-            return None;
+            tracing::warn!(message_id = %claim.message_id, endpoint = %claim.endpoint, "outbox claim ran short; attempt not made");
+            return Err(Unattempted::released(claim.id));
         }
         let timeout = endpoint.timeout.min(remaining);
         let sent = transport.send(&endpoint, &claim, timeout).await;
         let (state, delay, kind) = verdict(&sent, claim.attempt, &endpoint);
-        Some(Attempted {
+        Ok(Attempted {
             record: Record {
                 delivery: claim.id,
                 token: token.to_owned(),
@@ -508,40 +521,61 @@ enum Found {
     Unavailable(String),
 }
 
-/// A claimed delivery that ends dead without an attempt: why, and the event it reports.
+/// A claim that made no attempt: dead (why, and the event it reports), or released.
 struct Unattempted {
     delivery: i64,
-    error: String,
-    event: OutboxEvent,
+    dead: Option<(String, OutboxEvent)>,
 }
 
 impl Unattempted {
+    /// Released: due again at once, its attempt given back.
+    fn released(delivery: i64) -> Self {
+        Self {
+            delivery,
+            dead: None,
+        }
+    }
+
     fn new(claim: Claimed, reason: DeadReason, error: String) -> Self {
+        let event = OutboxEvent {
+            message_id: claim.message_id,
+            endpoint: claim.endpoint,
+            attempt: claim.attempt,
+            status: None,
+            kind: OutboxEventKind::Dead(reason),
+        };
         Self {
             delivery: claim.id,
-            error,
-            event: OutboxEvent {
-                message_id: claim.message_id,
-                endpoint: claim.endpoint,
-                attempt: claim.attempt,
-                status: None,
-                kind: OutboxEventKind::Dead(reason),
-            },
+            dead: Some((error, event)),
         }
     }
 
     fn undecodable(row: Undecodable) -> Self {
+        let event = OutboxEvent {
+            message_id: row.message_id,
+            endpoint: row.endpoint,
+            attempt: row.attempt,
+            status: None,
+            kind: OutboxEventKind::Dead(DeadReason::Undecodable),
+        };
         Self {
             delivery: row.id,
-            error: row.error,
-            event: OutboxEvent {
-                message_id: row.message_id,
-                endpoint: row.endpoint,
-                attempt: row.attempt,
-                status: None,
-                kind: OutboxEventKind::Dead(DeadReason::Undecodable),
-            },
+            dead: Some((row.error, event)),
         }
+    }
+}
+
+/// An attempt task's end, sorted: made (to record) or not (to release). A task that panicked
+/// leaves its claim to run out.
+fn sort_ended(
+    joined: Result<Result<Attempted, Unattempted>, tokio::task::JoinError>,
+    ended: &mut Vec<Attempted>,
+    unmade: &mut Vec<Unattempted>,
+) {
+    match joined {
+        Ok(Ok(attempted)) => ended.push(attempted),
+        Ok(Err(unattempted)) => unmade.push(unattempted),
+        Err(_) => {}
     }
 }
 

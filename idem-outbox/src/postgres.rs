@@ -569,29 +569,30 @@ impl PgOutbox {
         Ok(taken)
     }
 
-    /// Ends the claimed deliveries `dead` dead without an attempt, each with its error, under
-    /// `token`: for each, whether its claim was still the delivery's (ended).
+    /// Ends claims of `token` that made no attempt, in one statement, each giving its attempt
+    /// back: `(delivery, Some(error))` dead, `(delivery, None)` released, due again at once.
+    /// For each, whether its claim was still the delivery's (ended).
     pub(crate) async fn abandon(
         &self,
         token: &str,
-        dead: &[(i64, String)],
+        ends: &[(i64, Option<String>)],
     ) -> Result<Vec<bool>, OutboxError> {
-        if dead.is_empty() {
+        if ends.is_empty() {
             return Ok(Vec::new());
         }
-        let ended: Vec<serde_json::Value> = dead
+        let list: Vec<serde_json::Value> = ends
             .iter()
             .map(|(id, error)| serde_json::json!({ "id": id, "error": error }))
             .collect();
-        let ended = serde_json::Value::Array(ended).to_string();
+        let list = serde_json::Value::Array(list).to_string();
         let ended = self
-            .rows(sql::ABANDON, &[Param::Text(token), Param::Text(&ended)])
+            .rows(sql::ABANDON, &[Param::Text(token), Param::Text(&list)])
             .await?
             .iter()
             .map(|row| row.try_get::<i64, _>(0))
             .collect::<Result<Vec<i64>, _>>()
             .map_err(store_error)?;
-        Ok(dead.iter().map(|(id, _)| ended.contains(id)).collect())
+        Ok(ends.iter().map(|(id, _)| ended.contains(id)).collect())
     }
 
     /// Records attempts' ends, the attempts and their endpoints' health, each under its claim,

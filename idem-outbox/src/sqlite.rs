@@ -403,26 +403,26 @@ impl SqliteOutbox {
         Ok(taken)
     }
 
-    /// Ends the claimed deliveries `dead` dead without an attempt, each with its error, under
-    /// `token`, in one transaction: for each, whether its claim was still the delivery's
-    /// (ended).
+    /// Ends claims of `token` that made no attempt, in one transaction, each giving its
+    /// attempt back: `(delivery, Some(error))` dead, `(delivery, None)` released, due again
+    /// at once. For each, whether its claim was still the delivery's (ended).
     pub(crate) async fn abandon(
         &self,
         token: &str,
-        dead: &[(i64, String)],
+        ends: &[(i64, Option<String>)],
     ) -> Result<Vec<bool>, OutboxError> {
-        if dead.is_empty() {
+        if ends.is_empty() {
             return Ok(Vec::new());
         }
-        let (token, dead) = (token.to_owned(), dead.to_vec());
+        let (token, ends) = (token.to_owned(), ends.to_vec());
         let ended = self
             .inner
             .store
             .try_call(move |db| {
                 let tx = db.transaction()?;
                 let now = now_ms();
-                let mut ended = Vec::with_capacity(dead.len());
-                for (id, error) in &dead {
+                let mut ended = Vec::with_capacity(ends.len());
+                for (id, error) in &ends {
                     let changed = tx.execute(sql::ABANDON, params![id, token, error, now])?;
                     ended.push(changed == 1);
                 }

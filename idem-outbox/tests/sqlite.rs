@@ -658,6 +658,8 @@ async fn c17_undecodable_rows_end_dead_and_hold_up_nothing() {
         let delivery = state(id).await;
         assert_eq!(delivery.state, DeliveryState::Dead, "{delivery:?}");
         assert!(delivery.last_error.is_some(), "{delivery:?}");
+        // No attempt was made: none is counted against the schedule.
+        assert_eq!(delivery.attempts, 0, "{delivery:?}");
         let reported = events
             .lock()
             .expect("events")

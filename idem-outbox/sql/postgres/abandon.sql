@@ -1,14 +1,18 @@
--- Ends claimed deliveries dead without an attempt (their row, or their endpoint's, cannot be
--- read, or their endpoint is gone), each only under the claim $1 that took it. $2 is a JSON
--- array with one object per delivery: `id`, `error` why. No attempt is recorded and no
--- endpoint's health changes. Returns the deliveries ended.
+-- Ends claims that made no attempt, each only under the claim $1 that took it, giving the
+-- attempt the claim counted back: the schedule counts attempts made. $2 is a JSON array with
+-- one object per delivery: `id`, and `error` why it ends dead without an attempt (its row, or
+-- its endpoint's, cannot be read, or its endpoint is gone), or NULL: released, due again at
+-- once. No attempt is recorded and no endpoint's health changes. Returns the deliveries
+-- changed.
 WITH abandoned AS (
     SELECT *
     FROM json_to_recordset($2::json) AS a(id bigint, error text)
 )
 UPDATE idem_outbox_deliveries AS d
-SET state = 'dead', claim_token = NULL, claimed_until = NULL, last_error = a.error,
-    finished_at = now()
+SET attempts = greatest(d.attempts - 1, 0), claim_token = NULL, claimed_until = NULL,
+    state = CASE WHEN a.error IS NULL THEN d.state ELSE 'dead' END,
+    last_error = coalesce(a.error, d.last_error),
+    finished_at = CASE WHEN a.error IS NULL THEN d.finished_at ELSE now() END
 FROM abandoned AS a
 WHERE d.id = a.id AND d.claim_token = $1
 RETURNING d.id

@@ -1,6 +1,11 @@
--- Ends a claimed delivery dead without an attempt (its row, or its endpoint's, cannot be read,
--- or its endpoint is gone), only under the claim ?2 that took it: ?3 why, at ?4 (ms). No
--- attempt is recorded and no endpoint's health changes.
+-- Ends a claim that made no attempt, only under the claim ?2 that took it, giving the attempt
+-- the claim counted back: the schedule counts attempts made. ?3 is why it ends dead without an
+-- attempt (its row, or its endpoint's, cannot be read, or its endpoint is gone), or NULL:
+-- released, due again at ?4 (now, ms). No attempt is recorded and no endpoint's health
+-- changes.
 UPDATE idem_outbox_deliveries
-SET state = 'dead', claim_token = NULL, last_error = ?3, finished_at = ?4
+SET attempts = max(attempts - 1, 0), claim_token = NULL, next_at = ?4,
+    state = CASE WHEN ?3 IS NULL THEN state ELSE 'dead' END,
+    last_error = coalesce(?3, last_error),
+    finished_at = CASE WHEN ?3 IS NULL THEN finished_at ELSE ?4 END
 WHERE id = ?1 AND claim_token = ?2
