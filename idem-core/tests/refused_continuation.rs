@@ -1,6 +1,8 @@
-//! The continuation of a completion refused for good (C8, C9): it holds the key while the
-//! heartbeat does, whichever step of it met the refusal, and ends once another holder took the
-//! lease, even when the store refuses the write before it looks at the token.
+//! The continuation of a completion refused for good, its 500 refused too (C8, C9): it holds
+//! the key while the record is its own, whichever step met the refusal, lands the 500 once the
+//! store takes it, and ends once another holder took the lease, even when the store refuses
+//! the write before it looks at the token, or the record cannot be read and only the
+//! heartbeat knows.
 
 mod support;
 
@@ -135,5 +137,105 @@ async fn c09_a_refused_continuation_ends_once_another_holder_took_the_lease() {
         "the continuation of a refused 500 never ends once another holder took the lease \
          (the store refuses before it reads the token, so it is never told LeaseLost): it \
          writes every second for ever, {during} refusals in 4 s, and drain never returns"
+    );
+}
+
+/// C8: a completion refused for good whose stored 500 is refused too (a permission revoked
+/// after the reservation) keeps trying on its own task while the heartbeat holds the lease:
+/// another process finds the key in flight, never free to run the effect again; once the store
+/// takes writes again, the 500 lands and is replayed.
+#[tokio::test]
+async fn c08_a_completion_and_its_500_both_refused_keep_the_key_until_one_lands() {
+    let store = Arc::new(Faulty::default());
+    let policy = Policy::default().lease(Duration::from_millis(200));
+    let idem = Idempotency::with_policy(Arc::clone(&store), policy.clone()).expect("policy");
+    let other = Idempotency::with_policy(Arc::clone(&store), policy).expect("policy");
+    let req = request(&idem, "refused-twice");
+    let effects = Arc::new(AtomicUsize::new(0));
+    let (e, s) = (Arc::clone(&effects), Arc::clone(&store));
+    let first = idem
+        .run(&req, move |_| async move {
+            e.fetch_add(1, Ordering::SeqCst);
+            s.refusing.store(true, Ordering::SeqCst);
+            Ok::<_, Failure<&'static str>>(StoredResponse::new(201, "charged"))
+        })
+        .await;
+    eprintln!("first = {first:?}");
+    assert!(matches!(first, Err(RunError::Incomplete(_))), "{first:?}");
+
+    // Five leases later, from another process: in flight, never a second execution.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let effect = |effects: Arc<AtomicUsize>| {
+        move |_| async move {
+            effects.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Failure<&'static str>>(StoredResponse::new(201, "charged again"))
+        }
+    };
+    let during = other.run(&req, effect(Arc::clone(&effects))).await;
+    eprintln!("five leases later = {during:?}");
+    assert!(
+        matches!(during, Ok(Outcome::Answered(Answer::InFlight { .. }))),
+        "a completion and its 500 both refused gave the key up to a takeover: {during:?}"
+    );
+
+    // The store takes writes again: the 500 lands (the backoff is at most a second).
+    store.refusing.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = other.run(&req, effect(Arc::clone(&effects))).await;
+    eprintln!("after = {after:?}");
+    assert!(
+        matches!(&after, Ok(Outcome::Answered(Answer::Replay(r))) if r.status == 500),
+        "the stored 500 is replayed: {after:?}"
+    );
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+    let drained = tokio::time::timeout(Duration::from_secs(2), idem.drain()).await;
+    assert!(
+        drained.is_ok(),
+        "the continuation ended once the 500 landed"
+    );
+}
+
+/// C8, C9: the store refuses every write before it reads the token, and the record another
+/// holder took cannot be decoded by this process (another version's record). The heartbeat is
+/// told `LeaseLost` by its renewal; the continuation must end then, not write its 500 once a
+/// second for ever with `drain` never returning.
+#[tokio::test]
+async fn c09_a_refused_continuation_ends_when_the_heartbeat_lost_the_lease_unread() {
+    let store = Arc::new(Faulty::default());
+    let refusals = Arc::new(Refusals::default());
+    let policy = Policy::default().lease(Duration::from_millis(200));
+    let idem = Idempotency::builder(Arc::clone(&store))
+        .policy(policy.clone())
+        .observer(Arc::clone(&refusals))
+        .build()
+        .expect("policy");
+    let other = Idempotency::with_policy(Arc::clone(&store), policy).expect("policy");
+    let req = request(&idem, "refused-taken-unreadable");
+    let s = Arc::clone(&store);
+    let first = idem
+        .run(&req, move |_| async move {
+            s.refusing.store(true, Ordering::SeqCst);
+            Ok::<_, Failure<&'static str>>(StoredResponse::new(201, "charged"))
+        })
+        .await;
+    assert!(matches!(first, Err(RunError::Incomplete(_))), "{first:?}");
+
+    store.failing_renews.store(usize::MAX / 2, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let taken = other.begin(&req).await.expect("begin");
+    assert!(matches!(taken, Begin::Acquired(_)), "{taken:?}");
+    // The new holder's record is one this process cannot decode.
+    store.unreadable.store(true, Ordering::SeqCst);
+    // The heartbeat's next renewal is told the lease is lost.
+    store.failing_renews.store(0, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let before = refusals.0.load(Ordering::SeqCst);
+    let drained = tokio::time::timeout(Duration::from_secs(4), idem.drain()).await;
+    let during = refusals.0.load(Ordering::SeqCst) - before;
+    assert!(
+        drained.is_ok(),
+        "the heartbeat was told LeaseLost, but the continuation only ends on a lookup it \
+         cannot make: {during} refusals in 4 s, and drain never returns"
     );
 }
