@@ -12,40 +12,16 @@
 mod common;
 mod support;
 
-use idem_core::{FencingToken, Idempotency, Outcome, Policy, StoredResponse};
+use idem_core::{FencingToken, Idempotency, Outcome, Policy};
 use idem_postgres::sqlx::{self, AssertSqlSafe, Connection, PgConnection};
-use idem_postgres::{PgIdempotency, PgStore};
+use idem_postgres::PgStore;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::bench::Charged;
+use support::bench::charge_reporting_port as charge;
 use support::pg_pair::PgPair;
 
 const STORE_TIMEOUT: Duration = Duration::from_secs(2);
 const CONNECTIONS: u32 = 4;
-
-async fn charge(idem: &Idempotency<PgStore>, charges: &str, key: &str) -> Charged {
-    let request = idem
-        .request("acct", "POST", "/charges")
-        .key(Some(key))
-        .body(b"{\"cents\":2500}")
-        .build()
-        .expect("request");
-    let insert = format!("INSERT INTO {charges} (intent) VALUES ($1) RETURNING id");
-    let intent = key.to_owned();
-    idem.run_in_transaction(&request, move |tx, _lease| {
-        Box::pin(async move {
-            let (id,): (i64,) = sqlx::query_as(AssertSqlSafe(insert))
-                .bind(intent)
-                .fetch_one(&mut *tx)
-                .await?;
-            let (port,): (String,) = sqlx::query_as("SELECT current_setting('port')")
-                .fetch_one(&mut *tx)
-                .await?;
-            Ok::<_, sqlx::Error>(StoredResponse::new(201, format!("{id} {port}")))
-        })
-    })
-    .await
-}
 
 /// C15, C13: a one-commit engine leaves a primary that stops taking writes, as a two-commit
 /// one does, and never commits an execution there once it refuses writes. The standby streams
