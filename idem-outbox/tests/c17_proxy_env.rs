@@ -13,11 +13,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 /// C17 (the dispatcher refuses loopback, private and link-local receivers unless allowed):
-/// the policy lives in the HTTP client's DNS resolver and in a check of literal addresses, but
-/// the client also takes the proxy from the environment (reqwest's default). Through an
-/// `HTTP_PROXY`, the receiver's name is resolved by the proxy, not by the guarded resolver: an
-/// endpoint named `localhost` (or `metadata.internal`, or any name of a private address),
-/// refused without the proxy, is delivered to, signed, through it.
+/// the policy lives in the HTTP client's DNS resolver and in a check of literal addresses, so
+/// a proxy would resolve the receiver's name past it. With `HTTP_PROXY` set, an endpoint named
+/// `localhost` (or any name of a private address) is still refused, and nothing reaches the
+/// proxy: the dispatcher takes no proxy from the environment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_pg_a_proxy_from_the_environment_does_not_bypass_the_address_policy() {
     // A forward proxy on loopback: it answers 200 to whatever it is asked to forward.

@@ -17,21 +17,6 @@ use idem_postgres::PgIdempotency;
 use support::*;
 
 /// Enqueues one message per `endpoint` in a transaction of its own.
-async fn enqueue(
-    store: &idem_postgres::PgStore,
-    outbox: &PgOutbox,
-    endpoint: &str,
-    n: usize,
-) -> MessageId {
-    let mut tx = store.pool().begin().await.expect("a transaction");
-    let message = Message::json(&serde_json::json!({"type": "charge.succeeded", "n": n}))
-        .expect("json")
-        .to(endpoint);
-    let id = outbox.enqueue(&mut tx, &message).await.expect("enqueued");
-    tx.commit().await.expect("committed");
-    id
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_pg_rolled_back_effect_sends_nothing_and_committed_one_is_delivered() {
     let url = fresh_database().await;

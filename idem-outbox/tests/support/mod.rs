@@ -325,3 +325,20 @@ pub fn p50(mut values: Vec<Duration>) -> Duration {
     values.sort();
     values.get(values.len() / 2).copied().unwrap_or_default()
 }
+
+/// Enqueues message `n` to `endpoint` in a transaction of its own, committed.
+pub async fn enqueue(
+    store: &idem_postgres::PgStore,
+    outbox: &idem_outbox::PgOutbox,
+    endpoint: &str,
+    n: usize,
+) -> idem_outbox::MessageId {
+    let mut tx = store.pool().begin().await.expect("a transaction");
+    let message =
+        idem_outbox::Message::json(&serde_json::json!({"type": "charge.succeeded", "n": n}))
+            .expect("json")
+            .to(endpoint);
+    let id = outbox.enqueue(&mut tx, &message).await.expect("enqueued");
+    tx.commit().await.expect("committed");
+    id
+}
