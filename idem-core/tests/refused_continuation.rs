@@ -140,8 +140,8 @@ async fn c09_a_refused_continuation_ends_once_another_holder_took_the_lease() {
     );
 }
 
-/// C8: a completion refused for good whose stored 500 is refused too (a permission revoked
-/// after the reservation) keeps trying on its own task while the heartbeat holds the lease:
+/// C8: a completion refused for good whose stored 500 is refused too (a store that refuses
+/// that write and still renews the lease) keeps trying on its own task while it holds the key:
 /// another process finds the key in flight, never free to run the effect again; once the store
 /// takes writes again, the 500 lands and is replayed.
 #[tokio::test]

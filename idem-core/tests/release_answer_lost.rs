@@ -1,5 +1,5 @@
-//! Review of b537ed9: a release that landed and lost its answer is reported released (C16),
-//! whichever way the answer was lost.
+//! A release that landed and lost its answer is reported released (C16), whichever way the
+//! answer was lost: a dropped connection, or a timeout that spent the request's budget.
 
 mod support;
 

@@ -3,11 +3,10 @@
 //! that refuses writes, src/hosts.rs `read_only`, and what `failover.rs` uses for a demoted
 //! primary) and the standby is promoted. With two commits the store's own reservation meets
 //! 25006 and the store moves to the new primary. With one commit every statement of the
-//! execution runs in the effect's transaction, which the store begins `READ WRITE`: an explicit
-//! `READ WRITE` overrides the server's read-only default, so the execution (reservation,
-//! effect, completion) commits on the server that was told to take no writes, over the
-//! connections the store already had there, and the store never leaves it. Every key it
-//! charges there is charged again once that server is retired.
+//! execution runs in the effect's transaction: begun `READ WRITE`, which overrides the
+//! server's read-only default, it once committed every execution on the server told to take
+//! no writes, and the store never left it; its reservation, its first write, now meets 25006
+//! there as the two-commit one does.
 
 mod common;
 mod support;
