@@ -1,0 +1,222 @@
+//! C12 + C17: claims that send nothing (their endpoint cannot be read). A claim given back is
+//! due again at once; these tests check it neither loops forever on a row that will never be
+//! readable nor re-claims in a tight loop while the database cannot answer for a moment.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use idem_outbox::{DeliveryState, Message, OutboxError, SqliteOutbox};
+use idem_sqlite::rusqlite::TransactionBehavior;
+use idem_sqlite::SqliteStore;
+use support::*;
+
+/// C12 ("a row that is not what the outbox writes is an error, never a crash or a loop") +
+/// C17 ("never pending forever"): on SQLite an endpoint's `timeout_ms` holding text (a row
+/// written by hand, a bad migration) cannot be decoded: `SqliteOutbox::endpoint` maps
+/// rusqlite's `InvalidColumnType` through `store_error` (an `OutboxError::Store`, not
+/// `Corrupt`), the dispatcher takes it for "the database cannot answer now" (`Found::
+/// Unavailable`) and gives the claim back, due again at once. The same corruption in
+/// `schedule_ms` ends the delivery dead (`Undecodable`); this one leaves it pending forever,
+/// claimed and given back on every pass, never attempted, never dead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_sqlite_an_endpoint_column_of_the_wrong_type_ends_dead_not_given_back_forever() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let store = SqliteStore::open(dir.path().join("shop.db"))
+        .await
+        .expect("a store");
+    let outbox = SqliteOutbox::open(&store).await.expect("an outbox");
+    let receiver = Receiver::start().await;
+    outbox
+        .register(&endpoint(
+            "broken",
+            &receiver.url(),
+            quick(3, Duration::from_millis(50)),
+        ))
+        .await
+        .expect("registered");
+    let sender = outbox.clone();
+    let id = store
+        .call(move |db| {
+            let tx = db
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(idem_sqlite::store_error)?;
+            let message = Message::bytes("application/json", "{}").to("broken");
+            let id = sender.enqueue(&tx, &message)?;
+            tx.commit().map_err(idem_sqlite::store_error)?;
+            Ok::<_, OutboxError>(id)
+        })
+        .await
+        .expect("the writer")
+        .expect("enqueued");
+    store
+        .try_call(|db| {
+            db.execute(
+                "UPDATE idem_outbox_endpoints SET timeout_ms = 'two seconds' WHERE name = 'broken'",
+                [],
+            )
+        })
+        .await
+        .expect("corrupted");
+    let dispatcher = outbox.dispatcher().allow_loopback(true);
+    let mut taken = Vec::new();
+    for _ in 0..20 {
+        taken.push(dispatcher.dispatch_due().await.expect("dispatched"));
+        if outbox.deliveries(&id).await.expect("read")[0].state != DeliveryState::Pending {
+            break;
+        }
+    }
+    let delivery = outbox.deliveries(&id).await.expect("read").remove(0);
+    assert_eq!(
+        delivery.state,
+        DeliveryState::Dead,
+        "after {} claims ({taken:?}) the delivery is {delivery:?}: given back each time, \
+         never attempted ({} requests), never ended",
+        taken.len(),
+        receiver.received().len()
+    );
+}
+
+/// C17 + docs/outbox.md ("a database that does not answer is an error (logged, the claim ...
+/// tried again later), never a hang"): while the database cannot answer the endpoint's read
+/// (here its `secrets` column renamed by a migration under way: `Misconfigured`, not the row's
+/// fault, so rightly not dead), each claim is given back, due again at once, and
+/// `dispatch_due` counts it as work taken: `run` then loops with no pause (`Ok(_) =>
+/// Duration::ZERO`), re-claiming the same delivery as fast as the database answers, a warning
+/// logged each time, for as long as the failure lasts. With a 1 s poll interval a dispatcher
+/// should claim it a handful of times a second, not hundreds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_a_claim_given_back_is_not_reclaimed_in_a_hot_loop() {
+    use idem_postgres::sqlx;
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    let receiver = Receiver::start().await;
+    outbox
+        .register(&endpoint(
+            "merchant",
+            &receiver.url(),
+            quick(3, Duration::from_millis(50)),
+        ))
+        .await
+        .expect("registered");
+    let mut tx = store.pool().begin().await.expect("a transaction");
+    let message = Message::bytes("application/json", "{}").to("merchant");
+    let id = outbox.enqueue(&mut tx, &message).await.expect("enqueued");
+    tx.commit().await.expect("committed");
+    for statement in [
+        "CREATE TABLE claims_seen (at timestamptz NOT NULL DEFAULT clock_timestamp())",
+        "CREATE FUNCTION count_claims() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           IF NEW.claim_token IS NOT NULL AND NEW.claim_token IS DISTINCT FROM OLD.claim_token \
+           THEN INSERT INTO claims_seen DEFAULT VALUES; END IF; RETURN NEW; END $$",
+        "CREATE TRIGGER count_claims AFTER UPDATE ON idem_outbox_deliveries \
+           FOR EACH ROW EXECUTE FUNCTION count_claims()",
+        // The endpoint cannot be read for now; the claim (name, enabled) still works.
+        "ALTER TABLE idem_outbox_endpoints RENAME COLUMN secrets TO secrets_migrating",
+    ] {
+        sqlx::raw_sql(statement)
+            .execute(store.pool())
+            .await
+            .expect("set up");
+    }
+    let dispatching = outbox
+        .dispatcher()
+        .allow_loopback(true)
+        .poll_interval(Duration::from_secs(1))
+        .start()
+        .expect("started");
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    dispatching.stop().await;
+    let elapsed = started.elapsed();
+    let claims: i64 = sqlx::query_scalar("SELECT count(*) FROM claims_seen")
+        .fetch_one(store.pool())
+        .await
+        .expect("counted");
+    let delivery = outbox.deliveries(&id).await.expect("read").remove(0);
+    // A transient failure must not kill it (this holds).
+    assert_eq!(delivery.state, DeliveryState::Pending, "{delivery:?}");
+    assert!(
+        claims <= 10,
+        "{claims} claims of one undeliverable-for-now delivery in {elapsed:?} (poll interval \
+         1 s): the dispatcher re-claims a claim it gave back with no pause"
+    );
+}
+
+/// C17 ("a delivery whose schedule runs out is marked dead, never dropped", "reported"): a
+/// delivery ended dead without an attempt (its endpoint deleted: `DeadReason::NoEndpoint`) is
+/// reported by `Dispatcher::abandon` only from `abandon.sql`'s answer. When that answer is lost
+/// (the statement lands, the dispatcher's deadline runs out first: a slow commit, a dropped
+/// connection), nothing is reported, and the doc's promise ("the next claim ends a dead one")
+/// cannot hold: the delivery is dead already, never claimed again. `record` has `landed` for
+/// exactly this; `abandon` has nothing. The end of this delivery is reported zero times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_a_dead_end_whose_answer_was_lost_is_still_reported() {
+    use std::sync::{Arc, Mutex};
+
+    use idem_outbox::{OutboxEvent, OutboxEventKind};
+    use idem_postgres::sqlx;
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    let receiver = Receiver::start().await;
+    outbox
+        .register(&endpoint(
+            "retired",
+            &receiver.url(),
+            quick(3, Duration::from_millis(50)),
+        ))
+        .await
+        .expect("registered");
+    let mut tx = store.pool().begin().await.expect("a transaction");
+    let message = Message::bytes("application/json", "{}").to("retired");
+    let id = outbox.enqueue(&mut tx, &message).await.expect("enqueued");
+    tx.commit().await.expect("committed");
+    for statement in [
+        "DELETE FROM idem_outbox_endpoints WHERE name = 'retired'",
+        // A slow moment of the database as the dead end is written: it lands, late.
+        "CREATE FUNCTION slow_dead() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           PERFORM pg_sleep(1); RETURN NEW; END $$",
+        "CREATE TRIGGER slow_dead AFTER UPDATE ON idem_outbox_deliveries FOR EACH ROW \
+           WHEN (NEW.state = 'dead' AND OLD.state <> 'dead') EXECUTE FUNCTION slow_dead()",
+    ] {
+        sqlx::raw_sql(statement)
+            .execute(store.pool())
+            .await
+            .expect("set up");
+    }
+    let events: Arc<Mutex<Vec<OutboxEvent>>> = Arc::default();
+    let seen = Arc::clone(&events);
+    let dispatcher = outbox
+        .dispatcher()
+        .allow_loopback(true)
+        .lease(Duration::from_millis(500))
+        .expect("a lease")
+        .store_timeout(Duration::from_millis(300))
+        .on_event(move |event| seen.lock().expect("events").push(event.clone()));
+    let _ = dispatcher.dispatch_due().await;
+    // The statement lands meanwhile; the claim would have run out by now too.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut delivery = outbox.deliveries(&id).await.expect("read").remove(0);
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let _ = dispatcher.dispatch_due().await;
+        delivery = outbox.deliveries(&id).await.expect("read").remove(0);
+        if delivery.state == DeliveryState::Dead
+            && Instant::now() + Duration::from_secs(3) > deadline
+        {
+            break;
+        }
+    }
+    let reported = events
+        .lock()
+        .expect("events")
+        .iter()
+        .filter(|e| e.message_id == id && matches!(e.kind, OutboxEventKind::Dead(_)))
+        .count();
+    assert_eq!(
+        (delivery.state, reported),
+        (DeliveryState::Dead, 1),
+        "the delivery is {delivery:?}; its dead end was reported {reported} time(s); events: \
+         {:?}",
+        events.lock().expect("events")
+    );
+}
