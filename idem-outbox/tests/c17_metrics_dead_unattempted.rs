@@ -1,0 +1,102 @@
+//! The feature `metrics` and deliveries that end dead without an attempt (a recorder of this
+//! test binary's own; SQLite).
+
+mod support;
+
+use std::time::Duration;
+
+use idem_outbox::metrics::ATTEMPTS_TOTAL;
+use idem_outbox::{Message, OutboxError, OutboxEventKind, SqliteOutbox};
+use idem_sqlite::rusqlite::TransactionBehavior;
+use idem_sqlite::SqliteStore;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use support::*;
+
+/// C17 + docs/outbox.md ("With the feature `metrics`: attempts by outcome"): the outcome
+/// `dead` is the metrics' only signal of a dead delivery, and every dead delivery before these
+/// commits ended through `Dispatcher::record`, which counts it. A delivery ended dead without
+/// an attempt (its endpoint deleted: `DeadReason::NoEndpoint`; an undecodable row:
+/// `DeadReason::Undecodable`) goes through `Dispatcher::abandon`, which reports the event to
+/// the observer and the log but never calls `metrics::attempt`: the observer sees it dead,
+/// the metrics never do (nor a `fenced` one from `abandon`). Each delivery's end should be
+/// reported once, everywhere it is reported.
+#[test]
+fn c17_a_delivery_dead_without_an_attempt_is_counted_dead_in_the_metrics() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::set_global_recorder(recorder).expect("the only recorder of this test binary");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().expect("a directory");
+        let store = SqliteStore::open(dir.path().join("shop.db"))
+            .await
+            .expect("a store");
+        let outbox = SqliteOutbox::open(&store).await.expect("an outbox");
+        let receiver = Receiver::start().await;
+        outbox
+            .register(&endpoint(
+                "retired",
+                &receiver.url(),
+                quick(3, Duration::from_millis(50)),
+            ))
+            .await
+            .expect("registered");
+        let sender = outbox.clone();
+        store
+            .call(move |db| {
+                let tx = db
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(idem_sqlite::store_error)?;
+                let message = Message::bytes("application/json", "{}").to("retired");
+                let id = sender.enqueue(&tx, &message)?;
+                tx.commit().map_err(idem_sqlite::store_error)?;
+                Ok::<_, OutboxError>(id)
+            })
+            .await
+            .expect("the writer")
+            .expect("enqueued");
+        store
+            .try_call(|db| {
+                db.execute(
+                    "DELETE FROM idem_outbox_endpoints WHERE name = 'retired'",
+                    [],
+                )
+            })
+            .await
+            .expect("deleted");
+        let seen = std::sync::Arc::clone(&events);
+        let dispatcher = outbox
+            .dispatcher()
+            .allow_loopback(true)
+            .on_event(move |event| seen.lock().expect("events").push(event.kind.clone()));
+        dispatcher.dispatch_due().await.expect("dispatched");
+    });
+    let observed = events.lock().expect("events").clone();
+    assert!(
+        observed
+            .iter()
+            .any(|kind| matches!(kind, OutboxEventKind::Dead(_))),
+        "the observer saw it dead: {observed:?}"
+    );
+    let mut dead = 0;
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let outcome_dead = key
+            .key()
+            .labels()
+            .any(|l| l.key() == "outcome" && l.value() == "dead");
+        if key.key().name() == ATTEMPTS_TOTAL && outcome_dead {
+            if let DebugValue::Counter(n) = value {
+                dead += n;
+            }
+        }
+    }
+    assert_eq!(
+        dead, 1,
+        "the observer saw {observed:?}; the metrics counted {dead} dead"
+    );
+}
