@@ -1,0 +1,97 @@
+//! C17: an attempt made with what is left of a claim a slow database shortened. Each test has
+//! a database of its own on `IDEM_PG_URL`.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use idem_outbox::{DeliveryState, Message};
+use support::*;
+
+/// C17 ("a delivery whose schedule runs out is marked dead": the schedule counts attempts
+/// made) and the fix "a claim left too short by a slow database ... sent nothing yet used up
+/// an attempt": `Dispatcher::attempt` gives the claim back only when less than 5 ms of it is
+/// left; with 6 ms to the endpoint's timeout left it makes the attempt anyway, its timeout cut
+/// to what is left (`endpoint.timeout.min(remaining)`). A slow moment of the database (the
+/// claim waits on a lock ~65% of its lease) leaves ~80 ms: the receiver, which answers 200
+/// within 200 ms (its endpoint's timeout is 2 s), is cut off, the attempt is recorded as a
+/// timeout, and on a one-attempt schedule the delivery is dead, though no attempt was given
+/// the endpoint's timeout. The slow database used the schedule up, as before the fix, just
+/// outside its 5 ms window. An attempt that cannot get the endpoint's timeout should be given
+/// back like one that cannot get 5 ms (or the claim renewed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_a_claim_a_slow_database_shortened_does_not_make_a_doomed_attempt() {
+    use idem_postgres::sqlx::{self, Connection};
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    let receiver = Receiver::start().await;
+    receiver.plan(|p| p.hold_every = Duration::from_millis(200));
+    outbox
+        .register(&endpoint(
+            "merchant",
+            &receiver.url(),
+            quick(0, Duration::from_millis(50)),
+        ))
+        .await
+        .expect("registered");
+    let mut tx = store.pool().begin().await.expect("a transaction");
+    let message = Message::bytes("application/json", "{}").to("merchant");
+    let id = outbox.enqueue(&mut tx, &message).await.expect("enqueued");
+    tx.commit().await.expect("committed");
+    let dispatcher = outbox
+        .dispatcher()
+        .allow_loopback(true)
+        .lease(Duration::from_millis(1000))
+        .expect("a lease")
+        .store_timeout(Duration::from_secs(3));
+    let mut locker = sqlx::PgConnection::connect(&url)
+        .await
+        .expect("a connection");
+    sqlx::query("BEGIN")
+        .execute(&mut locker)
+        .await
+        .expect("begun");
+    sqlx::query("LOCK TABLE idem_outbox_endpoints IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut locker)
+        .await
+        .expect("locked");
+    let claiming = {
+        let dispatcher = dispatcher.clone();
+        tokio::spawn(async move { dispatcher.dispatch_due().await })
+    };
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+        )
+        .fetch_one(&mut locker)
+        .await
+        .expect("read");
+        if waiting > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // Past half the lease, short of its three quarters: a few tens of ms are left.
+    tokio::time::sleep(Duration::from_millis(650)).await;
+    sqlx::query("COMMIT")
+        .execute(&mut locker)
+        .await
+        .expect("unlocked");
+    let slow = claiming.await.expect("the claim");
+    let after_slow = outbox.deliveries(&id).await.expect("read").remove(0);
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let mut delivery = after_slow.clone();
+    while Instant::now() < deadline && delivery.state == DeliveryState::Pending {
+        let _ = dispatcher.dispatch_due().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        delivery = outbox.deliveries(&id).await.expect("read").remove(0);
+    }
+    let attempts = outbox.attempts(after_slow.id).await.expect("attempts");
+    assert_eq!(
+        delivery.state,
+        DeliveryState::Delivered,
+        "the slow claim ({slow:?}) left {after_slow:?}; at the end {delivery:?}; attempts \
+         recorded: {attempts:?}"
+    );
+}
