@@ -220,3 +220,63 @@ async fn c17_pg_a_dead_end_whose_answer_was_lost_is_still_reported() {
         events.lock().expect("events")
     );
 }
+
+/// C12 + C17, the fix's own words ("an endpoint whose row could not be read left its
+/// deliveries skipped forever, silently ... none is left pending forever"): on SQLite an
+/// endpoint whose `enabled` is not what the outbox writes (`'yes'`, by hand) is neither
+/// enabled nor disabled to `claim.sql` (`e.name IS NULL OR e.enabled = 1`): its deliveries
+/// are passed over by every claim, never claimed, never decoded, never ended, with nothing
+/// reported, still. PostgreSQL's claim takes whatever is not definitely disabled (`IS NOT
+/// FALSE`) and lets the dispatcher decide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_sqlite_an_endpoint_enabled_neither_0_nor_1_leaves_no_delivery_pending_forever() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let store = SqliteStore::open(dir.path().join("shop.db"))
+        .await
+        .expect("a store");
+    let outbox = SqliteOutbox::open(&store).await.expect("an outbox");
+    let receiver = Receiver::start().await;
+    outbox
+        .register(&endpoint(
+            "broken",
+            &receiver.url(),
+            quick(3, Duration::from_millis(50)),
+        ))
+        .await
+        .expect("registered");
+    let sender = outbox.clone();
+    let id = store
+        .call(move |db| {
+            let tx = db
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(idem_sqlite::store_error)?;
+            let message = Message::bytes("application/json", "{}").to("broken");
+            let id = sender.enqueue(&tx, &message)?;
+            tx.commit().map_err(idem_sqlite::store_error)?;
+            Ok::<_, OutboxError>(id)
+        })
+        .await
+        .expect("the writer")
+        .expect("enqueued");
+    store
+        .try_call(|db| {
+            db.execute(
+                "UPDATE idem_outbox_endpoints SET enabled = 'yes' WHERE name = 'broken'",
+                [],
+            )
+        })
+        .await
+        .expect("corrupted");
+    let dispatcher = outbox.dispatcher().allow_loopback(true);
+    let mut taken = Vec::new();
+    for _ in 0..5 {
+        taken.push(dispatcher.dispatch_due().await.expect("dispatched"));
+    }
+    let delivery = outbox.deliveries(&id).await.expect("read").remove(0);
+    assert_ne!(
+        delivery.state,
+        DeliveryState::Pending,
+        "claims took {taken:?}; the delivery is {delivery:?}, {} requests",
+        receiver.received().len()
+    );
+}
