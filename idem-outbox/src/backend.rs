@@ -36,18 +36,19 @@ impl Backend {
     }
 
     /// Ends claims of `token` that made no attempt, each giving its attempt back:
-    /// `(delivery, Some(error))` dead, `(delivery, None)` released, due again at once. For
-    /// each, whether its claim was still the delivery's (ended).
+    /// `(delivery, Some(error))` dead, `(delivery, None)` released, due again after `pause`.
+    /// For each, whether its claim was still the delivery's (ended).
     pub(crate) async fn abandon(
         &self,
         token: &str,
         ends: &[(i64, Option<String>)],
+        pause: Duration,
     ) -> Result<Vec<bool>, OutboxError> {
         match self {
             #[cfg(feature = "sqlite")]
-            Backend::Sqlite(outbox) => outbox.abandon(token, ends).await,
+            Backend::Sqlite(outbox) => outbox.abandon(token, ends, pause).await,
             #[cfg(feature = "postgres")]
-            Backend::Postgres(outbox) => outbox.abandon(token, ends).await,
+            Backend::Postgres(outbox) => outbox.abandon(token, ends, pause).await,
         }
     }
 

@@ -46,7 +46,8 @@ pub type Observer = Arc<dyn Fn(&OutboxEvent) + Send + Sync>;
 /// - Each attempt ends before the claim's last quarter (its timeout is the endpoint's, cut
 ///   shorter when the claim runs out sooner), so two dispatchers never deliver one message at
 ///   the same moment. A claim that sends nothing (too little of it left, the endpoint not
-///   readable now) gives its attempt back: the schedule counts attempts made.
+///   readable now) gives its attempt back (the schedule counts attempts made) and the
+///   delivery is due again after the [`poll_interval`](Self::poll_interval).
 /// - A 2xx delivers; anything else (3xx included: redirects are never followed), a transport
 ///   error or a timeout fails, and the delivery is tried again on the endpoint's [`Schedule`](
 ///   crate::Schedule), later if the receiver's `Retry-After` says so. `410 Gone` and
@@ -197,8 +198,9 @@ impl Dispatcher {
 
     /// Claims due deliveries once and delivers them: how many due deliveries it took (those
     /// it attempted or ended dead unattempted, and on PostgreSQL those of a disabled endpoint
-    /// it set aside for a lease). What [`start`](Self::start) runs in a loop; for tests and
-    /// tools.
+    /// it set aside for a lease), not counting the claims it gave back unattempted (due again
+    /// after a [`poll_interval`](Self::poll_interval)). What [`start`](Self::start) runs in a
+    /// loop (a pass that took none waits the poll interval); for tests and tools.
     pub async fn dispatch_due(&self) -> Result<usize, OutboxError> {
         let transport = self.transport()?;
         let token = claim_token();
@@ -223,6 +225,7 @@ impl Dispatcher {
                     .await
             });
         }
+        let mut released = count_released(&unattempted);
         self.abandon(&token, unattempted).await;
         // One statement records the attempts that end within `RECORD_LINGER` of the first
         // unrecorded one (all of them when they end together), while the others go on.
@@ -241,9 +244,10 @@ impl Dispatcher {
                 }
             }
             self.record(std::mem::take(&mut ended)).await;
+            released += count_released(&unmade);
             self.abandon(&token, std::mem::take(&mut unmade)).await;
         }
-        Ok(count)
+        Ok(count.saturating_sub(released))
     }
 
     /// The claimed deliveries that can be attempted, with their endpoints, and those that
@@ -286,7 +290,8 @@ impl Dispatcher {
     }
 
     /// Ends the claims of `token` in `unattempted`, each giving the attempt it counted back
-    /// (the schedule counts attempts made), then reports the dead ones (fenced when the claim
+    /// (the schedule counts attempts made; a released one is due again after the poll
+    /// interval, so a claim given back is not claimed again at once), then reports the dead ones (fenced when the claim
     /// had run out). Not ended (the database failed): the claim runs out, the attempt stays
     /// counted, and the next claim ends a dead one.
     async fn abandon(&self, token: &str, unattempted: Vec<Unattempted>) {
@@ -297,7 +302,12 @@ impl Dispatcher {
             .iter()
             .map(|u| (u.delivery, u.dead.as_ref().map(|(error, _)| error.clone())))
             .collect();
-        let ended = match bounded(self.store_timeout, self.backend.abandon(token, &ends)).await {
+        let ended = match bounded(
+            self.store_timeout,
+            self.backend.abandon(token, &ends, self.poll),
+        )
+        .await
+        {
             Ok(ended) => ended,
             Err(error) => {
                 tracing::warn!(%error, deliveries = ends.len(), "outbox claims without an attempt not ended");
@@ -528,7 +538,7 @@ struct Unattempted {
 }
 
 impl Unattempted {
-    /// Released: due again at once, its attempt given back.
+    /// Released: due again after the poll interval, its attempt given back.
     fn released(delivery: i64) -> Self {
         Self {
             delivery,
@@ -563,6 +573,11 @@ impl Unattempted {
             dead: Some((row.error, event)),
         }
     }
+}
+
+/// How many of `unattempted` are released (given back, not ended).
+fn count_released(unattempted: &[Unattempted]) -> usize {
+    unattempted.iter().filter(|u| u.dead.is_none()).count()
 }
 
 /// An attempt task's end, sorted: made (to record) or not (to release). A task that panicked

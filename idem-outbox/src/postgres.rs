@@ -570,12 +570,13 @@ impl PgOutbox {
     }
 
     /// Ends claims of `token` that made no attempt, in one statement, each giving its attempt
-    /// back: `(delivery, Some(error))` dead, `(delivery, None)` released, due again at once.
+    /// back: `(delivery, Some(error))` dead, `(delivery, None)` released, due again after `pause`.
     /// For each, whether its claim was still the delivery's (ended).
     pub(crate) async fn abandon(
         &self,
         token: &str,
         ends: &[(i64, Option<String>)],
+        pause: Duration,
     ) -> Result<Vec<bool>, OutboxError> {
         if ends.is_empty() {
             return Ok(Vec::new());
@@ -586,7 +587,14 @@ impl PgOutbox {
             .collect();
         let list = serde_json::Value::Array(list).to_string();
         let ended = self
-            .rows(sql::ABANDON, &[Param::Text(token), Param::Text(&list)])
+            .rows(
+                sql::ABANDON,
+                &[
+                    Param::Text(token),
+                    Param::Text(&list),
+                    Param::Int(millis(pause)),
+                ],
+            )
             .await?
             .iter()
             .map(|row| row.try_get::<i64, _>(0))

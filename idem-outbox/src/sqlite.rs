@@ -405,11 +405,12 @@ impl SqliteOutbox {
 
     /// Ends claims of `token` that made no attempt, in one transaction, each giving its
     /// attempt back: `(delivery, Some(error))` dead, `(delivery, None)` released, due again
-    /// at once. For each, whether its claim was still the delivery's (ended).
+    /// after `pause`. For each, whether its claim was still the delivery's (ended).
     pub(crate) async fn abandon(
         &self,
         token: &str,
         ends: &[(i64, Option<String>)],
+        pause: Duration,
     ) -> Result<Vec<bool>, OutboxError> {
         if ends.is_empty() {
             return Ok(Vec::new());
@@ -421,9 +422,10 @@ impl SqliteOutbox {
             .try_call(move |db| {
                 let tx = db.transaction()?;
                 let now = now_ms();
+                let due = now.saturating_add(millis(pause));
                 let mut ended = Vec::with_capacity(ends.len());
                 for (id, error) in &ends {
-                    let changed = tx.execute(sql::ABANDON, params![id, token, error, now])?;
+                    let changed = tx.execute(sql::ABANDON, params![id, token, error, now, due])?;
                     ended.push(changed == 1);
                 }
                 tx.commit()?;
