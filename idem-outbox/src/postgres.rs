@@ -265,7 +265,8 @@ impl PgOutbox {
         .await
     }
 
-    /// The endpoint registered as `name`.
+    /// The endpoint registered as `name`. A column that cannot be decoded (of another type
+    /// than the outbox writes) is [`OutboxError::Corrupt`] (C12), never a store error.
     pub async fn endpoint(&self, name: &str) -> Result<Option<Endpoint>, OutboxError> {
         self.bounded(async {
             let row = self
@@ -285,7 +286,7 @@ impl PgOutbox {
                     ))
                 };
                 let (name, url, secrets, timeout, schedule, enabled) =
-                    get(&row).map_err(store_error)?;
+                    get(&row).map_err(endpoint_error)?;
                 Endpoint::from_stored(name, &url, &secrets, timeout, &schedule, enabled)
             })
             .transpose()
@@ -702,6 +703,15 @@ impl PgOutbox {
             }
         }
         Ok(recorded)
+    }
+}
+
+/// An error reading an endpoint's row: a column that cannot be decoded is the row's
+/// ([`OutboxError::Corrupt`], C12: its deliveries end dead), anything else the database's.
+fn endpoint_error(error: sqlx::Error) -> OutboxError {
+    match error {
+        sqlx::Error::ColumnDecode { .. } => OutboxError::Corrupt(error.to_string()),
+        other => store_error(other).into(),
     }
 }
 

@@ -150,28 +150,22 @@ impl SqliteOutbox {
         Ok(())
     }
 
-    /// The endpoint registered as `name`.
+    /// The endpoint registered as `name`. A row whose columns cannot be decoded (of another
+    /// type than the outbox writes) is [`OutboxError::Corrupt`] (C12), never a store error.
     pub async fn endpoint(&self, name: &str) -> Result<Option<Endpoint>, OutboxError> {
         let name = name.to_owned();
         let row = self
             .inner
             .store
             .read(move |db| {
-                db.query_row(sql::ENDPOINT_SELECT, [name], |row| {
-                    Ok((
-                        row.get::<_, String>(0)?,
-                        row.get::<_, String>(1)?,
-                        row.get::<_, String>(2)?,
-                        row.get::<_, i64>(3)?,
-                        row.get::<_, String>(4)?,
-                        row.get::<_, bool>(5)?,
-                    ))
-                })
-                .optional()
+                db.query_row(sql::ENDPOINT_SELECT, [name], |row| Ok(endpoint_row(row)))
+                    .optional()
             })
             .await?
             .map_err(store_error)?;
-        row.map(|(name, url, secrets, timeout, schedule, enabled)| {
+        row.map(|decoded| {
+            let (name, url, secrets, timeout, schedule, enabled) =
+                decoded.map_err(|e| OutboxError::Corrupt(e.to_string()))?;
             Endpoint::from_stored(name, &url, &secrets, timeout, &schedule, enabled)
         })
         .transpose()
@@ -511,6 +505,21 @@ fn delivery_row(row: &Row<'_>) -> idem_sqlite::rusqlite::Result<DeliveryRow> {
         row.get(4)?,
         row.get(5)?,
         row.get(6)?,
+    ))
+}
+
+/// An endpoint's columns, as read.
+type EndpointRow = (String, String, String, i64, String, bool);
+
+/// A row of `endpoint_select.sql`, its columns decoded: an error is the row's (C12).
+fn endpoint_row(row: &Row<'_>) -> idem_sqlite::rusqlite::Result<EndpointRow> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
     ))
 }
 
