@@ -45,8 +45,8 @@ pub type Observer = Arc<dyn Fn(&OutboxEvent) + Send + Sync>;
 ///   each under its own claim. An attempt's event is reported once it is recorded.
 /// - Each attempt ends before the claim's last quarter (its timeout is the endpoint's, cut
 ///   shorter when the claim runs out sooner), so two dispatchers never deliver one message at
-///   the same moment. A claim that sends nothing (too little of it left, the endpoint not
-///   readable now) gives its attempt back (the schedule counts attempts made) and the
+///   the same moment. A claim that sends nothing (less than half of what a fresh claim gives an
+///   attempt left, the endpoint not readable now) gives its attempt back (the schedule counts attempts made) and the
 ///   delivery is due again after the [`poll_interval`](Self::poll_interval).
 /// - A 2xx delivers; anything else (3xx included: redirects are never followed), a transport
 ///   error or a timeout fails, and the delivery is tried again on the endpoint's [`Schedule`](
@@ -417,7 +417,7 @@ impl Dispatcher {
     }
 
     /// One attempt of `claim`, to be recorded under `token`; `Err` when it was not made (too
-    /// little of the claim left), to be released.
+    /// little of the claim left: [`too_short`]), to be released.
     async fn attempt(
         &self,
         transport: &Transport,
@@ -427,8 +427,8 @@ impl Dispatcher {
         deadline: Instant,
     ) -> Result<Attempted, Unattempted> {
         let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining < Duration::from_millis(5) {
-            tracing::warn!(message_id = %claim.message_id, endpoint = %claim.endpoint, "outbox claim ran short; attempt not made");
+        if too_short(remaining, endpoint.timeout, self.lease) {
+            tracing::warn!(message_id = %claim.message_id, endpoint = %claim.endpoint, ?remaining, "outbox claim ran short; attempt not made");
             return Err(Unattempted::released(claim.id));
         }
         let timeout = endpoint.timeout.min(remaining);
@@ -573,6 +573,21 @@ impl Unattempted {
             dead: Some((row.error, event)),
         }
     }
+}
+
+/// Whether `remaining` of a claim is too short for an attempt to an endpoint of `timeout`
+/// under claims of `lease`: less than half of what a fresh claim gives one (the endpoint's
+/// timeout, or the claim's first three quarters when they are shorter), or than 5 ms.
+///
+/// An attempt cut that short (a slow database held the claim up) fails against a receiver that
+/// answers in time, and uses up an attempt of the schedule for the database's slowness (a
+/// one-attempt schedule ends dead though the receiver got the message); given back, it costs a
+/// poll interval. Half, not all of it: every claim loses a little to its own statement, so
+/// asking for all would give back every claim whose lease, not the endpoint, bounds it; half is
+/// far beyond an ordinary claim's latency, and an attempt still ends inside its claim.
+fn too_short(remaining: Duration, timeout: Duration, lease: Duration) -> bool {
+    let full = timeout.min(lease.mul_f64(0.75));
+    remaining < (full / 2).max(Duration::from_millis(5))
 }
 
 /// How many of `unattempted` are released (given back, not ended).
@@ -744,6 +759,20 @@ mod tests {
             abort,
             duration: Duration::ZERO,
         }
+    }
+
+    #[test]
+    fn c17_a_claim_left_less_than_half_an_attempt_gives_it_back() {
+        let ms = Duration::from_millis;
+        let (timeout, lease) = (ms(2000), ms(1000));
+        // A fresh claim gives 750 ms (the lease bounds it): half of it is enough.
+        assert!(!too_short(ms(740), timeout, lease));
+        assert!(!too_short(ms(375), timeout, lease));
+        assert!(too_short(ms(90), timeout, lease));
+        // The endpoint's timeout bounds it; 5 ms at least.
+        assert!(!too_short(ms(60), ms(100), ms(60_000)));
+        assert!(too_short(ms(40), ms(100), ms(60_000)));
+        assert!(too_short(ms(4), ms(1), ms(60_000)));
     }
 
     #[test]
