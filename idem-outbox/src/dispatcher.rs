@@ -321,10 +321,18 @@ impl Dispatcher {
             if !ended {
                 event.kind = OutboxEventKind::Fenced;
             }
-            report(&event, Some(&error));
-            if let Some(observer) = &self.observer {
-                observer(&event);
-            }
+            self.report_unattempted(&event, &error);
+        }
+    }
+
+    /// Reports the end of a claim that made no attempt: logged, counted (feature `metrics`,
+    /// no duration) and observed, as a recorded attempt's.
+    fn report_unattempted(&self, event: &OutboxEvent, error: &str) {
+        report(event, Some(error));
+        #[cfg(feature = "metrics")]
+        crate::metrics::unattempted(event);
+        if let Some(observer) = &self.observer {
+            observer(event);
         }
     }
 
