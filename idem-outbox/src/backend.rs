@@ -7,7 +7,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::claim::{Record, Taken};
-use crate::{DeliveryState, Endpoint, MessageId, OutboxError};
+use crate::{DeliveryInfo, DeliveryState, Endpoint, MessageId, OutboxError};
 
 /// An outbox a dispatcher claims from and records to.
 #[derive(Debug, Clone)]
@@ -79,12 +79,7 @@ impl Backend {
         if !matches!(record.state, DeliveryState::Delivered | DeliveryState::Dead) {
             return Ok(false);
         }
-        let deliveries = match self {
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite(outbox) => outbox.deliveries(message).await?,
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(outbox) => outbox.deliveries(message).await?,
-        };
+        let deliveries = self.deliveries(message).await?;
         let ended = deliveries.iter().any(|delivery| {
             delivery.id == record.delivery
                 && delivery.state == record.state
@@ -100,6 +95,19 @@ impl Backend {
             Backend::Postgres(outbox) => outbox.attempts(record.delivery).await?,
         };
         Ok(attempts.iter().any(|info| info.attempt == attempt))
+    }
+
+    /// The deliveries of `message`.
+    pub(crate) async fn deliveries(
+        &self,
+        message: &MessageId,
+    ) -> Result<Vec<DeliveryInfo>, OutboxError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(outbox) => outbox.deliveries(message).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(outbox) => outbox.deliveries(message).await,
+        }
     }
 
     pub(crate) async fn endpoint(&self, name: &str) -> Result<Option<Endpoint>, OutboxError> {

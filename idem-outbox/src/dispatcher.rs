@@ -31,6 +31,13 @@ pub const RECORD_LINGER: Duration = Duration::from_millis(5);
 /// Endpoints read, with when.
 type Endpoints = Arc<Mutex<HashMap<String, (Instant, Endpoint)>>>;
 
+/// Dead ends written without an answer (the database's deadline ran out): each reported once
+/// it is seen to have landed.
+type Unconfirmed = Arc<Mutex<Vec<Unattempted>>>;
+
+/// The most dead ends kept unconfirmed (the oldest are dropped, logged).
+const MAX_UNCONFIRMED: usize = 1024;
+
 /// What is called with each [`OutboxEvent`].
 pub type Observer = Arc<dyn Fn(&OutboxEvent) + Send + Sync>;
 
@@ -89,6 +96,7 @@ pub struct Dispatcher {
     observer: Option<Observer>,
     transport: Arc<OnceLock<Transport>>,
     endpoints: Endpoints,
+    unconfirmed: Unconfirmed,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -118,6 +126,7 @@ impl Dispatcher {
             observer: None,
             transport: Arc::new(OnceLock::new()),
             endpoints: Arc::default(),
+            unconfirmed: Arc::default(),
         }
     }
 
@@ -203,6 +212,7 @@ impl Dispatcher {
     /// loop (a pass that took none waits the poll interval); for tests and tools.
     pub async fn dispatch_due(&self) -> Result<usize, OutboxError> {
         let transport = self.transport()?;
+        self.confirm().await;
         let token = claim_token();
         let claimed_at = Instant::now();
         let taken = bounded(
@@ -293,7 +303,8 @@ impl Dispatcher {
     /// (the schedule counts attempts made; a released one is due again after the poll
     /// interval, so a claim given back is not claimed again at once), then reports the dead ones (fenced when the claim
     /// had run out). Not ended (the database failed): the claim runs out, the attempt stays
-    /// counted, and the next claim ends a dead one.
+    /// counted, and the next claim ends a dead one; or the statement landed though its answer
+    /// was lost, and [`confirm`](Self::confirm) reports the dead ones.
     async fn abandon(&self, token: &str, unattempted: Vec<Unattempted>) {
         if unattempted.is_empty() {
             return;
@@ -311,6 +322,7 @@ impl Dispatcher {
             Ok(ended) => ended,
             Err(error) => {
                 tracing::warn!(%error, deliveries = ends.len(), "outbox claims without an attempt not ended");
+                self.unconfirmed(unattempted);
                 return;
             }
         };
@@ -322,6 +334,79 @@ impl Dispatcher {
                 event.kind = OutboxEventKind::Fenced;
             }
             self.report_unattempted(&event, &error);
+        }
+    }
+
+    /// Keeps the dead ends of `unattempted`, whose statement's answer was lost, for
+    /// [`confirm`](Self::confirm).
+    fn unconfirmed(&self, unattempted: Vec<Unattempted>) {
+        let mut kept = self
+            .unconfirmed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        kept.extend(unattempted.into_iter().filter(|u| u.dead.is_some()));
+        let over = kept.len().saturating_sub(MAX_UNCONFIRMED);
+        if over > 0 {
+            tracing::warn!(
+                dropped = over,
+                "outbox dead ends never confirmed; not reported"
+            );
+            kept.drain(..over);
+        }
+    }
+
+    /// Reports each kept dead end ([`unconfirmed`](Self::unconfirmed)) seen to have landed,
+    /// once; keeps those still undecided (the delivery pending at the claim's attempt, or not
+    /// readable now), and drops those that never will (claimed again, ended otherwise).
+    async fn confirm(&self) {
+        let kept = std::mem::take(
+            &mut *self
+                .unconfirmed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        let mut undecided = Vec::new();
+        for unattempted in kept {
+            match self.landed_dead(&unattempted).await {
+                Some(true) => {
+                    if let Some((error, event)) = &unattempted.dead {
+                        self.report_unattempted(event, error);
+                    }
+                }
+                Some(false) => {}
+                None => undecided.push(unattempted),
+            }
+        }
+        self.unconfirmed(undecided);
+    }
+
+    /// Whether the dead end of `unattempted` landed: `Some(true)` when the delivery is dead
+    /// as that end writes it (its error, the claim's attempt given back), `None` while it is
+    /// still pending at the claim's attempt (the statement may land yet) or cannot be read
+    /// now, `Some(false)` otherwise (another claim took it: that one reports its end).
+    async fn landed_dead(&self, unattempted: &Unattempted) -> Option<bool> {
+        let (error, event) = unattempted.dead.as_ref()?;
+        let read = bounded(
+            self.store_timeout,
+            self.backend.deliveries(&event.message_id),
+        );
+        let deliveries = match read.await {
+            Ok(deliveries) => deliveries,
+            Err(OutboxError::Corrupt(_)) => return Some(false),
+            Err(_) => return None,
+        };
+        let Some(delivery) = deliveries.iter().find(|d| d.id == unattempted.delivery) else {
+            return Some(false);
+        };
+        let ended = delivery.state == DeliveryState::Dead
+            && delivery.attempts == event.attempt.saturating_sub(1)
+            && delivery.last_error.as_deref() == Some(error.as_str());
+        let pending =
+            delivery.state == DeliveryState::Pending && delivery.attempts == event.attempt;
+        match (ended, pending) {
+            (true, _) => Some(true),
+            (false, true) => None,
+            (false, false) => Some(false),
         }
     }
 
