@@ -13,12 +13,9 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use support::*;
 
 /// C17 + docs/outbox.md ("With the feature `metrics`: attempts by outcome"): the outcome
-/// `dead` is the metrics' only signal of a dead delivery, and every dead delivery before these
-/// commits ended through `Dispatcher::record`, which counts it. A delivery ended dead without
-/// an attempt (its endpoint deleted: `DeadReason::NoEndpoint`; an undecodable row:
-/// `DeadReason::Undecodable`) goes through `Dispatcher::abandon`, which reports the event to
-/// the observer and the log but never calls `metrics::attempt`: the observer sees it dead,
-/// the metrics never do (nor a `fenced` one from `abandon`). Each delivery's end should be
+/// `dead` is the metrics' signal of a dead delivery. A delivery ended dead without an attempt
+/// (its endpoint deleted: `DeadReason::NoEndpoint`; an undecodable row:
+/// `DeadReason::Undecodable`) is counted there as the observer sees it: each delivery's end
 /// reported once, everywhere it is reported.
 #[test]
 fn c17_a_delivery_dead_without_an_attempt_is_counted_dead_in_the_metrics() {

@@ -9,16 +9,11 @@ use idem_outbox::{DeliveryState, Message};
 use support::*;
 
 /// C17 ("a delivery whose schedule runs out is marked dead": the schedule counts attempts
-/// made) and the fix "a claim left too short by a slow database ... sent nothing yet used up
-/// an attempt": `Dispatcher::attempt` gives the claim back only when less than 5 ms of it is
-/// left; with 6 ms to the endpoint's timeout left it makes the attempt anyway, its timeout cut
-/// to what is left (`endpoint.timeout.min(remaining)`). A slow moment of the database (the
-/// claim waits on a lock ~65% of its lease) leaves ~80 ms: the receiver, which answers 200
-/// within 200 ms (its endpoint's timeout is 2 s), is cut off, the attempt is recorded as a
-/// timeout, and on a one-attempt schedule the delivery is dead, though no attempt was given
-/// the endpoint's timeout. The slow database used the schedule up, as before the fix, just
-/// outside its 5 ms window. An attempt that cannot get the endpoint's timeout should be given
-/// back like one that cannot get 5 ms (or the claim renewed).
+/// made): a slow moment of the database (the claim waits on a lock ~65% of its lease) leaves
+/// the claim ~80 ms, far less than the endpoint's timeout (2 s) against a receiver answering
+/// 200 within 200 ms. The claim is given back, its attempt returned, and the next claim
+/// delivers: the schedule (one attempt) is never spent on an attempt cut short by the
+/// database.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_pg_a_claim_a_slow_database_shortened_does_not_make_a_doomed_attempt() {
     use idem_postgres::sqlx::{self, Connection};

@@ -1,6 +1,6 @@
-//! C12 + C17: claims that send nothing (their endpoint cannot be read). A claim given back is
-//! due again at once; these tests check it neither loops forever on a row that will never be
-//! readable nor re-claims in a tight loop while the database cannot answer for a moment.
+//! C12 + C17: claims that send nothing (their endpoint cannot be read): given back, due again
+//! after the poll interval, never in a tight loop; a row that will never be readable ends dead,
+//! reported once, never pending forever.
 
 mod support;
 
@@ -11,14 +11,10 @@ use idem_sqlite::rusqlite::TransactionBehavior;
 use idem_sqlite::SqliteStore;
 use support::*;
 
-/// C12 ("a row that is not what the outbox writes is an error, never a crash or a loop") +
-/// C17 ("never pending forever"): on SQLite an endpoint's `timeout_ms` holding text (a row
-/// written by hand, a bad migration) cannot be decoded: `SqliteOutbox::endpoint` maps
-/// rusqlite's `InvalidColumnType` through `store_error` (an `OutboxError::Store`, not
-/// `Corrupt`), the dispatcher takes it for "the database cannot answer now" (`Found::
-/// Unavailable`) and gives the claim back, due again at once. The same corruption in
-/// `schedule_ms` ends the delivery dead (`Undecodable`); this one leaves it pending forever,
-/// claimed and given back on every pass, never attempted, never dead.
+/// C12 + C17: on SQLite an endpoint's `timeout_ms` holding text (a row written by hand, a bad
+/// migration) is undecodable, not the database failing for a moment: its delivery ends dead
+/// (`Undecodable`), as one with a bad `schedule_ms` does, never claimed and given back on every
+/// pass (a decoding error once read as a store error).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_sqlite_an_endpoint_column_of_the_wrong_type_ends_dead_not_given_back_forever() {
     let dir = tempfile::tempdir().expect("a directory");
@@ -79,12 +75,10 @@ async fn c17_sqlite_an_endpoint_column_of_the_wrong_type_ends_dead_not_given_bac
 
 /// C17 + docs/outbox.md ("a database that does not answer is an error (logged, the claim ...
 /// tried again later), never a hang"): while the database cannot answer the endpoint's read
-/// (here its `secrets` column renamed by a migration under way: `Misconfigured`, not the row's
-/// fault, so rightly not dead), each claim is given back, due again at once, and
-/// `dispatch_due` counts it as work taken: `run` then loops with no pause (`Ok(_) =>
-/// Duration::ZERO`), re-claiming the same delivery as fast as the database answers, a warning
-/// logged each time, for as long as the failure lasts. With a 1 s poll interval a dispatcher
-/// should claim it a handful of times a second, not hundreds.
+/// (its `secrets` column renamed by a migration under way: `Misconfigured`, not the row's
+/// fault, so never dead), each claim is given back and the delivery is due again only after
+/// the poll interval: a handful of claims a second, not the thousands of a pass that counted
+/// a claim given back as work and looped at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_pg_a_claim_given_back_is_not_reclaimed_in_a_hot_loop() {
     use idem_postgres::sqlx;
@@ -143,12 +137,10 @@ async fn c17_pg_a_claim_given_back_is_not_reclaimed_in_a_hot_loop() {
 }
 
 /// C17 ("a delivery whose schedule runs out is marked dead, never dropped", "reported"): a
-/// delivery ended dead without an attempt (its endpoint deleted: `DeadReason::NoEndpoint`) is
-/// reported by `Dispatcher::abandon` only from `abandon.sql`'s answer. When that answer is lost
-/// (the statement lands, the dispatcher's deadline runs out first: a slow commit, a dropped
-/// connection), nothing is reported, and the doc's promise ("the next claim ends a dead one")
-/// cannot hold: the delivery is dead already, never claimed again. `record` has `landed` for
-/// exactly this; `abandon` has nothing. The end of this delivery is reported zero times.
+/// delivery ended dead without an attempt (its endpoint deleted: `DeadReason::NoEndpoint`)
+/// whose statement landed but whose answer was lost (the dispatcher's deadline ran out first)
+/// is still reported dead, once: the dispatcher checks such ends before its next claims, as
+/// `record` checks a lost answer with `landed`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_pg_a_dead_end_whose_answer_was_lost_is_still_reported() {
     use std::sync::{Arc, Mutex};
@@ -221,13 +213,10 @@ async fn c17_pg_a_dead_end_whose_answer_was_lost_is_still_reported() {
     );
 }
 
-/// C12 + C17, the fix's own words ("an endpoint whose row could not be read left its
-/// deliveries skipped forever, silently ... none is left pending forever"): on SQLite an
-/// endpoint whose `enabled` is not what the outbox writes (`'yes'`, by hand) is neither
-/// enabled nor disabled to `claim.sql` (`e.name IS NULL OR e.enabled = 1`): its deliveries
-/// are passed over by every claim, never claimed, never decoded, never ended, with nothing
-/// reported, still. PostgreSQL's claim takes whatever is not definitely disabled (`IS NOT
-/// FALSE`) and lets the dispatcher decide.
+/// C12 + C17 ("none is left pending forever"): on SQLite an endpoint whose `enabled` is not
+/// what the outbox writes (`'yes'`, by hand) is not definitely disabled: its deliveries are
+/// claimed and end dead (undecodable), reported, as on PostgreSQL (`IS NOT FALSE`), never
+/// passed over by every claim.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_sqlite_an_endpoint_enabled_neither_0_nor_1_leaves_no_delivery_pending_forever() {
     let dir = tempfile::tempdir().expect("a directory");
