@@ -3,12 +3,8 @@
 
 mod support;
 
-use std::time::Duration;
-
 use idem_outbox::metrics::ATTEMPTS_TOTAL;
-use idem_outbox::{Message, OutboxError, OutboxEventKind, SqliteOutbox};
-use idem_sqlite::rusqlite::TransactionBehavior;
-use idem_sqlite::SqliteStore;
+use idem_outbox::OutboxEventKind;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use support::*;
 
@@ -30,33 +26,9 @@ fn c17_a_delivery_dead_without_an_attempt_is_counted_dead_in_the_metrics() {
     let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     runtime.block_on(async {
         let dir = tempfile::tempdir().expect("a directory");
-        let store = SqliteStore::open(dir.path().join("shop.db"))
-            .await
-            .expect("a store");
-        let outbox = SqliteOutbox::open(&store).await.expect("an outbox");
         let receiver = Receiver::start().await;
-        outbox
-            .register(&endpoint(
-                "retired",
-                &receiver.url(),
-                quick(3, Duration::from_millis(50)),
-            ))
-            .await
-            .expect("registered");
-        let sender = outbox.clone();
-        store
-            .call(move |db| {
-                let tx = db
-                    .transaction_with_behavior(TransactionBehavior::Immediate)
-                    .map_err(idem_sqlite::store_error)?;
-                let message = Message::bytes("application/json", "{}").to("retired");
-                let id = sender.enqueue(&tx, &message)?;
-                tx.commit().map_err(idem_sqlite::store_error)?;
-                Ok::<_, OutboxError>(id)
-            })
-            .await
-            .expect("the writer")
-            .expect("enqueued");
+        let (store, outbox, _id) =
+            sqlite_with_one_message(dir.path(), "retired", &receiver.url()).await;
         store
             .try_call(|db| {
                 db.execute(

@@ -347,7 +347,6 @@ async fn c17_pg_one_undecodable_delivery_does_not_hold_up_the_others_claimed_wit
 /// second real attempt, answered 200, delivers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_pg_a_claim_that_made_no_attempt_does_not_use_up_the_schedule() {
-    use idem_postgres::sqlx::{self, Connection};
     let url = fresh_database().await;
     let (store, outbox) = pg_outbox(&url).await;
     let receiver = Receiver::start().await;
@@ -368,42 +367,9 @@ async fn c17_pg_a_claim_that_made_no_attempt_does_not_use_up_the_schedule() {
         .lease(Duration::from_millis(1000))
         .expect("a lease")
         .store_timeout(Duration::from_secs(3));
-    // A slow moment of the database: the claim waits on a lock most of its lease.
-    let mut locker = sqlx::PgConnection::connect(&url)
-        .await
-        .expect("a connection");
-    sqlx::query("BEGIN")
-        .execute(&mut locker)
-        .await
-        .expect("begun");
-    sqlx::query("LOCK TABLE idem_outbox_endpoints IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut locker)
-        .await
-        .expect("locked");
-    let claiming = {
-        let dispatcher = dispatcher.clone();
-        tokio::spawn(async move { dispatcher.dispatch_due().await })
-    };
-    // Once the claim waits on the lock, 850 ms more (past three quarters of its lease).
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-             AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
-        )
-        .fetch_one(&mut locker)
-        .await
-        .expect("read");
-        if waiting > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(850)).await;
-    sqlx::query("COMMIT")
-        .execute(&mut locker)
-        .await
-        .expect("unlocked");
-    let slow = claiming.await.expect("the claim");
+    // A slow moment of the database: the claim waits on a lock most of its lease, 850 ms
+    // (past three quarters of it).
+    let slow = dispatch_while_locked(&url, &dispatcher, Duration::from_millis(850)).await;
     let after_slow = outbox.deliveries(&id).await.expect("read").remove(0);
     let requests_then = receiver.received().len();
     // The database is well again: the dispatcher works through the schedule.

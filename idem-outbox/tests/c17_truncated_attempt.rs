@@ -16,7 +16,6 @@ use support::*;
 /// database.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_pg_a_claim_a_slow_database_shortened_does_not_make_a_doomed_attempt() {
-    use idem_postgres::sqlx::{self, Connection};
     let url = fresh_database().await;
     let (store, outbox) = pg_outbox(&url).await;
     let receiver = Receiver::start().await;
@@ -39,41 +38,8 @@ async fn c17_pg_a_claim_a_slow_database_shortened_does_not_make_a_doomed_attempt
         .lease(Duration::from_millis(1000))
         .expect("a lease")
         .store_timeout(Duration::from_secs(3));
-    let mut locker = sqlx::PgConnection::connect(&url)
-        .await
-        .expect("a connection");
-    sqlx::query("BEGIN")
-        .execute(&mut locker)
-        .await
-        .expect("begun");
-    sqlx::query("LOCK TABLE idem_outbox_endpoints IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut locker)
-        .await
-        .expect("locked");
-    let claiming = {
-        let dispatcher = dispatcher.clone();
-        tokio::spawn(async move { dispatcher.dispatch_due().await })
-    };
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-             AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
-        )
-        .fetch_one(&mut locker)
-        .await
-        .expect("read");
-        if waiting > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
     // Past half the lease, short of its three quarters: a few tens of ms are left.
-    tokio::time::sleep(Duration::from_millis(650)).await;
-    sqlx::query("COMMIT")
-        .execute(&mut locker)
-        .await
-        .expect("unlocked");
-    let slow = claiming.await.expect("the claim");
+    let slow = dispatch_while_locked(&url, &dispatcher, Duration::from_millis(650)).await;
     let after_slow = outbox.deliveries(&id).await.expect("read").remove(0);
     let deadline = Instant::now() + Duration::from_secs(4);
     let mut delivery = after_slow.clone();

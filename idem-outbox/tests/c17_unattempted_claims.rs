@@ -6,9 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use idem_outbox::{DeliveryState, Message, OutboxError, SqliteOutbox};
-use idem_sqlite::rusqlite::TransactionBehavior;
-use idem_sqlite::SqliteStore;
+use idem_outbox::{DeliveryState, Message};
 use support::*;
 
 /// C12 + C17: on SQLite an endpoint's `timeout_ms` holding text (a row written by hand, a bad
@@ -18,33 +16,8 @@ use support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_sqlite_an_endpoint_column_of_the_wrong_type_ends_dead_not_given_back_forever() {
     let dir = tempfile::tempdir().expect("a directory");
-    let store = SqliteStore::open(dir.path().join("shop.db"))
-        .await
-        .expect("a store");
-    let outbox = SqliteOutbox::open(&store).await.expect("an outbox");
     let receiver = Receiver::start().await;
-    outbox
-        .register(&endpoint(
-            "broken",
-            &receiver.url(),
-            quick(3, Duration::from_millis(50)),
-        ))
-        .await
-        .expect("registered");
-    let sender = outbox.clone();
-    let id = store
-        .call(move |db| {
-            let tx = db
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(idem_sqlite::store_error)?;
-            let message = Message::bytes("application/json", "{}").to("broken");
-            let id = sender.enqueue(&tx, &message)?;
-            tx.commit().map_err(idem_sqlite::store_error)?;
-            Ok::<_, OutboxError>(id)
-        })
-        .await
-        .expect("the writer")
-        .expect("enqueued");
+    let (store, outbox, id) = sqlite_with_one_message(dir.path(), "broken", &receiver.url()).await;
     store
         .try_call(|db| {
             db.execute(
@@ -220,33 +193,8 @@ async fn c17_pg_a_dead_end_whose_answer_was_lost_is_still_reported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_sqlite_an_endpoint_enabled_neither_0_nor_1_leaves_no_delivery_pending_forever() {
     let dir = tempfile::tempdir().expect("a directory");
-    let store = SqliteStore::open(dir.path().join("shop.db"))
-        .await
-        .expect("a store");
-    let outbox = SqliteOutbox::open(&store).await.expect("an outbox");
     let receiver = Receiver::start().await;
-    outbox
-        .register(&endpoint(
-            "broken",
-            &receiver.url(),
-            quick(3, Duration::from_millis(50)),
-        ))
-        .await
-        .expect("registered");
-    let sender = outbox.clone();
-    let id = store
-        .call(move |db| {
-            let tx = db
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(idem_sqlite::store_error)?;
-            let message = Message::bytes("application/json", "{}").to("broken");
-            let id = sender.enqueue(&tx, &message)?;
-            tx.commit().map_err(idem_sqlite::store_error)?;
-            Ok::<_, OutboxError>(id)
-        })
-        .await
-        .expect("the writer")
-        .expect("enqueued");
+    let (store, outbox, id) = sqlite_with_one_message(dir.path(), "broken", &receiver.url()).await;
     store
         .try_call(|db| {
             db.execute(

@@ -342,3 +342,87 @@ pub async fn enqueue(
     tx.commit().await.expect("committed");
     id
 }
+
+/// One `dispatch_due` of `dispatcher` while the outbox's endpoints are locked in the database
+/// at `url` (a slow moment of the database): the lock is held until the claim waits on it,
+/// then `hold` more; returns what the pass returned.
+pub async fn dispatch_while_locked(
+    url: &str,
+    dispatcher: &idem_outbox::Dispatcher,
+    hold: Duration,
+) -> Result<usize, idem_outbox::OutboxError> {
+    use idem_postgres::sqlx::{self, Connection};
+    let mut locker = sqlx::PgConnection::connect(url)
+        .await
+        .expect("a connection");
+    sqlx::query("BEGIN")
+        .execute(&mut locker)
+        .await
+        .expect("begun");
+    sqlx::query("LOCK TABLE idem_outbox_endpoints IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut locker)
+        .await
+        .expect("locked");
+    let claiming = {
+        let dispatcher = dispatcher.clone();
+        tokio::spawn(async move { dispatcher.dispatch_due().await })
+    };
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+        )
+        .fetch_one(&mut locker)
+        .await
+        .expect("read");
+        if waiting > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    tokio::time::sleep(hold).await;
+    sqlx::query("COMMIT")
+        .execute(&mut locker)
+        .await
+        .expect("unlocked");
+    claiming.await.expect("the claim")
+}
+
+/// A SQLite store and outbox in `dir` with endpoint `name` (at `url`, three quick attempts)
+/// and one message to it, enqueued in a committed transaction.
+pub async fn sqlite_with_one_message(
+    dir: &std::path::Path,
+    name: &str,
+    url: &str,
+) -> (
+    idem_sqlite::SqliteStore,
+    idem_outbox::SqliteOutbox,
+    idem_outbox::MessageId,
+) {
+    use idem_sqlite::rusqlite::TransactionBehavior;
+    let store = idem_sqlite::SqliteStore::open(dir.join("shop.db"))
+        .await
+        .expect("a store");
+    let outbox = idem_outbox::SqliteOutbox::open(&store)
+        .await
+        .expect("an outbox");
+    outbox
+        .register(&endpoint(name, url, quick(3, Duration::from_millis(50))))
+        .await
+        .expect("registered");
+    let (sender, to) = (outbox.clone(), name.to_owned());
+    let id = store
+        .call(move |db| {
+            let tx = db
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(idem_sqlite::store_error)?;
+            let message = idem_outbox::Message::bytes("application/json", "{}").to(&to);
+            let id = sender.enqueue(&tx, &message)?;
+            tx.commit().map_err(idem_sqlite::store_error)?;
+            Ok::<_, idem_outbox::OutboxError>(id)
+        })
+        .await
+        .expect("the writer")
+        .expect("enqueued");
+    (store, outbox, id)
+}
