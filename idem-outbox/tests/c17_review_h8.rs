@@ -67,3 +67,74 @@ async fn c17_pg_a_steadily_slow_claim_is_not_given_back_for_ever() {
         receiver.received().len()
     );
 }
+
+/// C17 ("a database that does not answer is an error, never a hang": each database call is
+/// bounded by the store timeout): 16 dead ends (their endpoint deleted by hand) whose give-back
+/// statement outlived the store timeout are kept to be confirmed. The database then stops
+/// answering (the deliveries table locked). The next pass reads each kept end in turn before
+/// it claims, each read waiting out the store timeout: the pass (and `Dispatching::stop`,
+/// which waits for it) takes 16 store timeouts, not the one or two any pass took before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_a_pass_on_a_silent_database_is_not_bounded_by_the_kept_dead_ends() {
+    use idem_postgres::sqlx::{self, Connection};
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    let receiver = Receiver::start().await;
+    outbox
+        .register(&endpoint(
+            "retired",
+            &receiver.url(),
+            quick(0, Duration::from_millis(50)),
+        ))
+        .await
+        .expect("registered");
+    for n in 0..16 {
+        enqueue(&store, &outbox, "retired", n).await;
+    }
+    for statement in [
+        "DELETE FROM idem_outbox_endpoints WHERE name = 'retired'",
+        "CREATE FUNCTION slow_dead() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN PERFORM pg_sleep(0.05); RETURN NEW; END $$",
+        "CREATE TRIGGER slow_dead BEFORE UPDATE ON idem_outbox_deliveries FOR EACH ROW \
+         WHEN (NEW.state = 'dead') EXECUTE FUNCTION slow_dead()",
+    ] {
+        sqlx::query(statement)
+            .execute(store.pool())
+            .await
+            .expect("set up");
+    }
+    let store_timeout = Duration::from_millis(300);
+    let dispatcher = outbox
+        .dispatcher()
+        .allow_loopback(true)
+        .lease(Duration::from_secs(30))
+        .expect("a lease")
+        .store_timeout(store_timeout);
+    // The give-back of the 16 dead ends takes ~800 ms: its answer is lost, the ends kept.
+    let first = dispatcher.dispatch_due().await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let mut locker = sqlx::PgConnection::connect(&url)
+        .await
+        .expect("a connection");
+    sqlx::query("BEGIN")
+        .execute(&mut locker)
+        .await
+        .expect("begun");
+    sqlx::query("LOCK TABLE idem_outbox_deliveries IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut locker)
+        .await
+        .expect("locked");
+    let started = Instant::now();
+    let second = dispatcher.dispatch_due().await;
+    let took = started.elapsed();
+    sqlx::query("ROLLBACK")
+        .execute(&mut locker)
+        .await
+        .expect("unlocked");
+    assert!(
+        took < store_timeout * 3,
+        "a pass on a silent database took {took:?} ({:.1} store timeouts); first pass \
+         {first:?}, second {second:?}",
+        took.as_secs_f64() / store_timeout.as_secs_f64()
+    );
+}
