@@ -1,7 +1,7 @@
 //! The dispatcher: claims due deliveries with a lease, delivers them, records each attempt
 //! under its claim.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -37,6 +37,14 @@ type Unconfirmed = Arc<Mutex<Vec<Unattempted>>>;
 
 /// The most dead ends kept unconfirmed (the oldest are dropped, logged).
 const MAX_UNCONFIRMED: usize = 1024;
+
+/// Deliveries whose last claim here was given back for running short ([`too_short`]): the
+/// next claim of one attempts with what it has, so a database always that slow never starves
+/// it. Forgotten all at once past [`MAX_SHORT`] (at worst one more give-back each).
+type GivenBack = Arc<Mutex<HashSet<i64>>>;
+
+/// The most deliveries remembered in [`GivenBack`].
+const MAX_SHORT: usize = 4096;
 
 /// What is called with each [`OutboxEvent`].
 pub type Observer = Arc<dyn Fn(&OutboxEvent) + Send + Sync>;
@@ -97,6 +105,7 @@ pub struct Dispatcher {
     transport: Arc<OnceLock<Transport>>,
     endpoints: Endpoints,
     unconfirmed: Unconfirmed,
+    given_back: GivenBack,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -127,6 +136,7 @@ impl Dispatcher {
             transport: Arc::new(OnceLock::new()),
             endpoints: Arc::default(),
             unconfirmed: Arc::default(),
+            given_back: Arc::default(),
         }
     }
 
@@ -365,18 +375,27 @@ impl Dispatcher {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
         );
+        // All of them within one store timeout: a silent database costs a pass one wait, not
+        // one per kept end; those not read then wait for the next pass.
+        let deadline = tokio::time::Instant::now() + self.store_timeout;
         let mut undecided = Vec::new();
-        for unattempted in kept {
-            match self.landed_dead(&unattempted).await {
-                Some(true) => {
+        let mut kept = kept.into_iter();
+        for unattempted in kept.by_ref() {
+            match tokio::time::timeout_at(deadline, self.landed_dead(&unattempted)).await {
+                Ok(Some(true)) => {
                     if let Some((error, event)) = &unattempted.dead {
                         self.report_unattempted(event, error);
                     }
                 }
-                Some(false) => {}
-                None => undecided.push(unattempted),
+                Ok(Some(false)) => {}
+                Ok(None) => undecided.push(unattempted),
+                Err(_) => {
+                    undecided.push(unattempted);
+                    break;
+                }
             }
         }
+        undecided.extend(kept);
         self.unconfirmed(undecided);
     }
 
@@ -520,7 +539,8 @@ impl Dispatcher {
         deadline: Instant,
     ) -> Result<Attempted, Unattempted> {
         let remaining = deadline.saturating_duration_since(Instant::now());
-        if too_short(remaining, endpoint.timeout, self.lease) {
+        let short = too_short(remaining, endpoint.timeout, self.lease);
+        if remaining < MIN_ATTEMPT || self.gives_back(claim.id, short) {
             tracing::warn!(message_id = %claim.message_id, endpoint = %claim.endpoint, ?remaining, "outbox claim ran short; attempt not made");
             return Err(Unattempted::released(claim.id));
         }
@@ -680,7 +700,31 @@ impl Unattempted {
 /// far beyond an ordinary claim's latency, and an attempt still ends inside its claim.
 fn too_short(remaining: Duration, timeout: Duration, lease: Duration) -> bool {
     let full = timeout.min(lease.mul_f64(0.75));
-    remaining < (full / 2).max(Duration::from_millis(5))
+    remaining < (full / 2).max(MIN_ATTEMPT)
+}
+
+/// Less of a claim than this left, no attempt is made at all.
+const MIN_ATTEMPT: Duration = Duration::from_millis(5);
+
+impl Dispatcher {
+    /// Whether a claim of `delivery` left `short` is given back: not twice in a row here.
+    fn gives_back(&self, delivery: i64, short: bool) -> bool {
+        let mut given = self
+            .given_back
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !short {
+            given.remove(&delivery);
+            return false;
+        }
+        if given.remove(&delivery) {
+            return false;
+        }
+        if given.len() >= MAX_SHORT {
+            given.clear();
+        }
+        given.insert(delivery)
+    }
 }
 
 /// How many of `unattempted` are released (given back, not ended).
