@@ -302,17 +302,7 @@ async fn c17_pg_backends_terminated_while_dispatching_lose_nothing_and_never_ove
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_pg_one_undecodable_delivery_does_not_hold_up_the_others_claimed_with_it() {
     use idem_postgres::sqlx;
-    let url = fresh_database().await;
-    let (store, outbox) = pg_outbox(&url).await;
-    let receiver = Receiver::start().await;
-    outbox
-        .register(&endpoint(
-            "merchant",
-            &receiver.url(),
-            quick(3, Duration::from_millis(50)),
-        ))
-        .await
-        .expect("registered");
+    let (_url, store, outbox, receiver) = pg_with_endpoint("merchant", 3).await;
     let bad = enqueue(&store, &outbox, "merchant", 0).await;
     sqlx::query("UPDATE idem_outbox_deliveries SET headers = 'not json' WHERE message_id = $1")
         .bind(bad.as_str())

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use idem_outbox::{DeliveryState, Message};
+use idem_outbox::DeliveryState;
 use support::*;
 
 /// C17 ("every delivery ends delivered or dead"): a database steadily slow to claim (each claim
@@ -16,17 +16,7 @@ use support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_pg_a_steadily_slow_claim_is_not_given_back_for_ever() {
     use idem_postgres::sqlx;
-    let url = fresh_database().await;
-    let (store, outbox) = pg_outbox(&url).await;
-    let receiver = Receiver::start().await;
-    outbox
-        .register(&endpoint(
-            "merchant",
-            &receiver.url(),
-            quick(0, Duration::from_millis(50)),
-        ))
-        .await
-        .expect("registered");
+    let (_url, store, outbox, receiver) = pg_with_endpoint("merchant", 0).await;
     // Only the claim (a new token written) is slow; reads, records and give-backs are not.
     for statement in [
         "CREATE FUNCTION slow_claim() RETURNS trigger LANGUAGE plpgsql AS $$ \
@@ -40,10 +30,7 @@ async fn c17_pg_a_steadily_slow_claim_is_not_given_back_for_ever() {
             .await
             .expect("a slow claim");
     }
-    let mut tx = store.pool().begin().await.expect("a transaction");
-    let message = Message::bytes("application/json", "{}").to("merchant");
-    let id = outbox.enqueue(&mut tx, &message).await.expect("enqueued");
-    tx.commit().await.expect("committed");
+    let id = enqueue(&store, &outbox, "merchant", 0).await;
     let dispatcher = outbox
         .dispatcher()
         .allow_loopback(true)
@@ -77,17 +64,7 @@ async fn c17_pg_a_steadily_slow_claim_is_not_given_back_for_ever() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_pg_a_pass_on_a_silent_database_is_not_bounded_by_the_kept_dead_ends() {
     use idem_postgres::sqlx::{self, Connection};
-    let url = fresh_database().await;
-    let (store, outbox) = pg_outbox(&url).await;
-    let receiver = Receiver::start().await;
-    outbox
-        .register(&endpoint(
-            "retired",
-            &receiver.url(),
-            quick(0, Duration::from_millis(50)),
-        ))
-        .await
-        .expect("registered");
+    let (url, store, outbox, _receiver) = pg_with_endpoint("retired", 0).await;
     for n in 0..16 {
         enqueue(&store, &outbox, "retired", n).await;
     }

@@ -5,7 +5,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use idem_outbox::{DeliveryState, Message};
+use idem_outbox::DeliveryState;
 use support::*;
 
 /// C17 ("a delivery whose schedule runs out is marked dead": the schedule counts attempts
@@ -28,10 +28,7 @@ async fn c17_pg_a_claim_a_slow_database_shortened_does_not_make_a_doomed_attempt
         ))
         .await
         .expect("registered");
-    let mut tx = store.pool().begin().await.expect("a transaction");
-    let message = Message::bytes("application/json", "{}").to("merchant");
-    let id = outbox.enqueue(&mut tx, &message).await.expect("enqueued");
-    tx.commit().await.expect("committed");
+    let id = enqueue(&store, &outbox, "merchant", 0).await;
     let dispatcher = outbox
         .dispatcher()
         .allow_loopback(true)

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use idem_outbox::{DeliveryState, Message};
+use idem_outbox::DeliveryState;
 use support::*;
 
 /// C12 + C17: on SQLite an endpoint's `timeout_ms` holding text (a row written by hand, a bad
@@ -55,21 +55,8 @@ async fn c17_sqlite_an_endpoint_column_of_the_wrong_type_ends_dead_not_given_bac
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_pg_a_claim_given_back_is_not_reclaimed_in_a_hot_loop() {
     use idem_postgres::sqlx;
-    let url = fresh_database().await;
-    let (store, outbox) = pg_outbox(&url).await;
-    let receiver = Receiver::start().await;
-    outbox
-        .register(&endpoint(
-            "merchant",
-            &receiver.url(),
-            quick(3, Duration::from_millis(50)),
-        ))
-        .await
-        .expect("registered");
-    let mut tx = store.pool().begin().await.expect("a transaction");
-    let message = Message::bytes("application/json", "{}").to("merchant");
-    let id = outbox.enqueue(&mut tx, &message).await.expect("enqueued");
-    tx.commit().await.expect("committed");
+    let (_url, store, outbox, _receiver) = pg_with_endpoint("merchant", 3).await;
+    let id = enqueue(&store, &outbox, "merchant", 0).await;
     for statement in [
         "CREATE TABLE claims_seen (at timestamptz NOT NULL DEFAULT clock_timestamp())",
         "CREATE FUNCTION count_claims() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
@@ -120,21 +107,8 @@ async fn c17_pg_a_dead_end_whose_answer_was_lost_is_still_reported() {
 
     use idem_outbox::{OutboxEvent, OutboxEventKind};
     use idem_postgres::sqlx;
-    let url = fresh_database().await;
-    let (store, outbox) = pg_outbox(&url).await;
-    let receiver = Receiver::start().await;
-    outbox
-        .register(&endpoint(
-            "retired",
-            &receiver.url(),
-            quick(3, Duration::from_millis(50)),
-        ))
-        .await
-        .expect("registered");
-    let mut tx = store.pool().begin().await.expect("a transaction");
-    let message = Message::bytes("application/json", "{}").to("retired");
-    let id = outbox.enqueue(&mut tx, &message).await.expect("enqueued");
-    tx.commit().await.expect("committed");
+    let (_url, store, outbox, _receiver) = pg_with_endpoint("retired", 3).await;
+    let id = enqueue(&store, &outbox, "retired", 0).await;
     for statement in [
         "DELETE FROM idem_outbox_endpoints WHERE name = 'retired'",
         // A slow moment of the database as the dead end is written: it lands, late.

@@ -16,20 +16,9 @@ use idem_postgres::sqlx::{self, Connection};
 use idem_postgres::PgIdempotency;
 use support::*;
 
-/// Enqueues one message per `endpoint` in a transaction of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_pg_rolled_back_effect_sends_nothing_and_committed_one_is_delivered() {
-    let url = fresh_database().await;
-    let (store, outbox) = pg_outbox(&url).await;
-    let receiver = Receiver::start().await;
-    outbox
-        .register(&endpoint(
-            "merchant",
-            &receiver.url(),
-            quick(3, Duration::from_millis(50)),
-        ))
-        .await
-        .expect("registered");
+    let (_url, store, outbox, receiver) = pg_with_endpoint("merchant", 3).await;
     let dispatching = outbox
         .dispatcher()
         .allow_loopback(true)
@@ -263,17 +252,7 @@ async fn c17_pg_three_dispatchers_deliver_every_message_none_concurrently() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_pg_first_attempt_starts_within_100ms_p50_on_an_idle_dispatcher() {
-    let url = fresh_database().await;
-    let (store, outbox) = pg_outbox(&url).await;
-    let receiver = Receiver::start().await;
-    outbox
-        .register(&endpoint(
-            "merchant",
-            &receiver.url(),
-            quick(3, Duration::from_millis(50)),
-        ))
-        .await
-        .expect("registered");
+    let (_url, store, outbox, receiver) = pg_with_endpoint("merchant", 3).await;
     let dispatching = outbox
         .dispatcher()
         .allow_loopback(true)
@@ -373,17 +352,7 @@ async fn listeners(store: &idem_postgres::PgStore) -> Vec<i32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_pg_a_lost_listen_connection_still_wakes_the_dispatcher_promptly() {
-    let url = fresh_database().await;
-    let (store, outbox) = pg_outbox(&url).await;
-    let receiver = Receiver::start().await;
-    outbox
-        .register(&endpoint(
-            "merchant",
-            &receiver.url(),
-            quick(3, Duration::from_millis(50)),
-        ))
-        .await
-        .expect("registered");
+    let (_url, store, outbox, receiver) = pg_with_endpoint("merchant", 3).await;
     // A poll far longer than the test: only the wake-up can deliver in time.
     let dispatching = outbox
         .dispatcher()

@@ -426,3 +426,28 @@ pub async fn sqlite_with_one_message(
         .expect("enqueued");
     (store, outbox, id)
 }
+
+/// A database of its own on `IDEM_PG_URL` with a store, an outbox, a receiver, and endpoint
+/// `name` at the receiver (`attempts` quick retries, 50 ms apart).
+pub async fn pg_with_endpoint(
+    name: &str,
+    attempts: usize,
+) -> (
+    String,
+    idem_postgres::PgStore,
+    idem_outbox::PgOutbox,
+    Receiver,
+) {
+    let url = fresh_database().await;
+    let (store, outbox) = pg_outbox(&url).await;
+    let receiver = Receiver::start().await;
+    outbox
+        .register(&endpoint(
+            name,
+            &receiver.url(),
+            quick(attempts, Duration::from_millis(50)),
+        ))
+        .await
+        .expect("registered");
+    (url, store, outbox, receiver)
+}
