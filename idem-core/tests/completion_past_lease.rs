@@ -7,20 +7,12 @@
 mod support;
 
 use idem_core::{
-    Answer, Begin, Failure, Idempotency, Outcome, Policy, Reply, Request, RunError, StoredResponse,
+    Answer, Begin, Failure, Idempotency, Outcome, Policy, Reply, RunError, StoredResponse,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::Faulty;
-
-fn request(idem: &Idempotency<Arc<Faulty>>, key: &str) -> Request {
-    idem.request("acct", "POST", "/reports")
-        .key(Some(key))
-        .body(b"{}")
-        .build()
-        .expect("valid")
-}
+use support::{request, Faulty};
 
 #[tokio::test]
 async fn c08_a_completion_that_never_fits_the_store_timeout_resolves_and_lets_shutdown_finish() {

@@ -7,21 +7,13 @@
 mod support;
 
 use idem_core::{
-    Answer, Begin, Event, EventKind, Failure, Idempotency, Observer, Outcome, Policy, Request,
-    RunError, StoredResponse,
+    Answer, Begin, Event, EventKind, Failure, Idempotency, Observer, Outcome, Policy, RunError,
+    StoredResponse,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use support::Faulty;
-
-fn request(idem: &Idempotency<Arc<Faulty>>, key: &str) -> Request {
-    idem.request("acct", "POST", "/reports")
-        .key(Some(key))
-        .body(b"{}")
-        .build()
-        .expect("valid")
-}
+use support::{request, Faulty};
 
 /// Counts the `CompletionRefused` events.
 #[derive(Default)]

@@ -156,3 +156,12 @@ impl Store for Faulty {
         self.inner.resolve(r, deadline).await
     }
 }
+
+/// A request for a report under key `key` (one body for every call of a test).
+pub(crate) fn request<S: Store>(idem: &idem_core::Idempotency<S>, key: &str) -> idem_core::Request {
+    idem.request("acct", "POST", "/reports")
+        .key(Some(key))
+        .body(b"{}")
+        .build()
+        .expect("valid")
+}
