@@ -110,6 +110,19 @@ impl Backend {
         }
     }
 
+    /// The deliveries `ids` found, in one statement: `None` for a row that cannot be decoded.
+    pub(crate) async fn deliveries_by_id(
+        &self,
+        ids: &[i64],
+    ) -> Result<Vec<(i64, Option<DeliveryInfo>)>, OutboxError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(outbox) => outbox.deliveries_by_id(ids).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(outbox) => outbox.deliveries_by_id(ids).await,
+        }
+    }
+
     pub(crate) async fn endpoint(&self, name: &str) -> Result<Option<Endpoint>, OutboxError> {
         match self {
             #[cfg(feature = "sqlite")]

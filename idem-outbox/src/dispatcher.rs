@@ -15,7 +15,7 @@ use crate::backend::{bounded, Backend, STORE_TIMEOUT};
 use crate::claim::{Claimed, DeliveryState, Record, Taken, Undecodable};
 use crate::event::{DeadReason, OutboxEvent, OutboxEventKind};
 use crate::transport::{Sent, Transport};
-use crate::{Endpoint, OutboxError};
+use crate::{DeliveryInfo, Endpoint, OutboxError};
 
 /// The longest a receiver's `Retry-After` may push an attempt back: one day.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
@@ -367,7 +367,9 @@ impl Dispatcher {
 
     /// Reports each kept dead end ([`unconfirmed`](Self::unconfirmed)) seen to have landed,
     /// once; keeps those still undecided (the delivery pending at the claim's attempt, or not
-    /// readable now), and drops those that never will (claimed again, ended otherwise).
+    /// readable now), and drops those that never will (claimed again, ended otherwise). All
+    /// of them are read in one statement, within one store timeout: a silent database costs
+    /// a pass one wait, however many ends are kept.
     async fn confirm(&self) {
         let kept = std::mem::take(
             &mut *self
@@ -375,58 +377,27 @@ impl Dispatcher {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
         );
-        // All of them within one store timeout: a silent database costs a pass one wait, not
-        // one per kept end; those not read then wait for the next pass.
-        let deadline = tokio::time::Instant::now() + self.store_timeout;
+        if kept.is_empty() {
+            return;
+        }
+        let ids: Vec<i64> = kept.iter().map(|u| u.delivery).collect();
+        let read = bounded(self.store_timeout, self.backend.deliveries_by_id(&ids));
+        let found: HashMap<i64, Option<DeliveryInfo>> = match read.await {
+            Ok(found) => found.into_iter().collect(),
+            Err(_) => return self.unconfirmed(kept),
+        };
         let mut undecided = Vec::new();
-        let mut kept = kept.into_iter();
-        for unattempted in kept.by_ref() {
-            match tokio::time::timeout_at(deadline, self.landed_dead(&unattempted)).await {
-                Ok(Some(true)) => {
-                    if let Some((error, event)) = &unattempted.dead {
-                        self.report_unattempted(event, error);
-                    }
-                }
-                Ok(Some(false)) => {}
-                Ok(None) => undecided.push(unattempted),
-                Err(_) => {
-                    undecided.push(unattempted);
-                    break;
-                }
+        for unattempted in kept {
+            let Some((error, event)) = &unattempted.dead else {
+                continue;
+            };
+            match landed_dead(found.get(&unattempted.delivery), error, event.attempt) {
+                Some(true) => self.report_unattempted(event, error),
+                Some(false) => {}
+                None => undecided.push(unattempted),
             }
         }
-        undecided.extend(kept);
         self.unconfirmed(undecided);
-    }
-
-    /// Whether the dead end of `unattempted` landed: `Some(true)` when the delivery is dead
-    /// as that end writes it (its error, the claim's attempt given back), `None` while it is
-    /// still pending at the claim's attempt (the statement may land yet) or cannot be read
-    /// now, `Some(false)` otherwise (another claim took it: that one reports its end).
-    async fn landed_dead(&self, unattempted: &Unattempted) -> Option<bool> {
-        let (error, event) = unattempted.dead.as_ref()?;
-        let read = bounded(
-            self.store_timeout,
-            self.backend.deliveries(&event.message_id),
-        );
-        let deliveries = match read.await {
-            Ok(deliveries) => deliveries,
-            Err(OutboxError::Corrupt(_)) => return Some(false),
-            Err(_) => return None,
-        };
-        let Some(delivery) = deliveries.iter().find(|d| d.id == unattempted.delivery) else {
-            return Some(false);
-        };
-        let ended = delivery.state == DeliveryState::Dead
-            && delivery.attempts == event.attempt.saturating_sub(1)
-            && delivery.last_error.as_deref() == Some(error.as_str());
-        let pending =
-            delivery.state == DeliveryState::Pending && delivery.attempts == event.attempt;
-        match (ended, pending) {
-            (true, _) => Some(true),
-            (false, true) => None,
-            (false, false) => Some(false),
-        }
     }
 
     /// Reports the end of a claim that made no attempt: logged, counted (feature `metrics`,
@@ -881,6 +852,27 @@ fn claim_token() -> String {
 fn leak_free(error: &str) -> &'static str {
     tracing::error!(%error, "outbox HTTP client could not be built");
     "the HTTP client could not be built (TLS backend)"
+}
+
+/// Whether a dead end written with `error`, by a claim whose attempt was numbered `attempt`,
+/// landed, given its delivery as read (`found`: absent, undecodable, or read): `Some(true)`
+/// when the delivery is dead as that end writes it (its error, the attempt given back),
+/// `None` while it is still pending at that attempt (the statement may land yet),
+/// `Some(false)` otherwise (gone, undecodable, or another claim took it: that one reports its
+/// end).
+fn landed_dead(found: Option<&Option<DeliveryInfo>>, error: &str, attempt: u32) -> Option<bool> {
+    let Some(Some(delivery)) = found else {
+        return Some(false);
+    };
+    let ended = delivery.state == DeliveryState::Dead
+        && delivery.attempts == attempt.saturating_sub(1)
+        && delivery.last_error.as_deref() == Some(error);
+    let pending = delivery.state == DeliveryState::Pending && delivery.attempts == attempt;
+    match (ended, pending) {
+        (true, _) => Some(true),
+        (false, true) => None,
+        (false, false) => Some(false),
+    }
 }
 
 #[cfg(test)]

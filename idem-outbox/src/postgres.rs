@@ -30,6 +30,7 @@ mod sql {
     pub(super) const ENDPOINT_RECOVERED: &str =
         include_str!("../sql/postgres/endpoint_recovered.sql");
     pub(super) const DELIVERIES_OF: &str = include_str!("../sql/postgres/deliveries_of.sql");
+    pub(super) const DELIVERIES_BY_ID: &str = include_str!("../sql/postgres/deliveries_by_id.sql");
     pub(super) const ATTEMPTS_OF: &str = include_str!("../sql/postgres/attempts_of.sql");
     pub(super) const COUNTS: &str = include_str!("../sql/postgres/counts.sql");
     pub(super) const LIST: &str = include_str!("../sql/postgres/list.sql");
@@ -347,6 +348,28 @@ impl PgOutbox {
                 .rows(sql::DELIVERIES_OF, &[Param::Text(id.as_str())])
                 .await?;
             rows.iter().map(delivery_row).collect()
+        })
+        .await
+    }
+
+    /// The deliveries `ids` found, in one statement, each row decoded on its own: `None` for
+    /// one that cannot be (C12), so that it never hides the others.
+    pub(crate) async fn deliveries_by_id(
+        &self,
+        ids: &[i64],
+    ) -> Result<Vec<(i64, Option<DeliveryInfo>)>, OutboxError> {
+        let ids = serde_json::Value::from(ids.to_vec()).to_string();
+        self.bounded(async {
+            let rows = self
+                .rows(sql::DELIVERIES_BY_ID, &[Param::Text(&ids)])
+                .await?;
+            Ok(rows
+                .iter()
+                .filter_map(|row| {
+                    let id = row.try_get::<i64, _>(0).ok()?;
+                    Some((id, delivery_row(row).ok()))
+                })
+                .collect())
         })
         .await
     }

@@ -29,6 +29,7 @@ mod sql {
     pub(super) const ATTEMPT_INSERT: &str = include_str!("../sql/sqlite/attempt_insert.sql");
     pub(super) const ENDPOINT_HEALTH: &str = include_str!("../sql/sqlite/endpoint_health.sql");
     pub(super) const DELIVERIES_OF: &str = include_str!("../sql/sqlite/deliveries_of.sql");
+    pub(super) const DELIVERIES_BY_ID: &str = include_str!("../sql/sqlite/deliveries_by_id.sql");
     pub(super) const ATTEMPTS_OF: &str = include_str!("../sql/sqlite/attempts_of.sql");
     pub(super) const COUNTS: &str = include_str!("../sql/sqlite/counts.sql");
     pub(super) const LIST: &str = include_str!("../sql/sqlite/list.sql");
@@ -218,6 +219,39 @@ impl SqliteOutbox {
             rows.collect()
         })
         .await
+    }
+
+    /// The deliveries `ids` found, in one statement, each row decoded on its own: `None` for
+    /// one that cannot be (C12), so that it never hides the others.
+    pub(crate) async fn deliveries_by_id(
+        &self,
+        ids: &[i64],
+    ) -> Result<Vec<(i64, Option<DeliveryInfo>)>, OutboxError> {
+        let ids = serde_json::Value::from(ids.to_vec()).to_string();
+        let rows = self
+            .inner
+            .store
+            .read(move |db| {
+                let mut statement = db.prepare_cached(sql::DELIVERIES_BY_ID)?;
+                let rows = statement.query_map([ids], |row| {
+                    Ok((row.get::<_, i64>(0)?, delivery_row(row).ok()))
+                })?;
+                rows.collect::<Result<Vec<_>, _>>()
+            })
+            .await?
+            .map_err(store_error)?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, row)| {
+                let info = row.and_then(
+                    |(id, message_id, endpoint, state, attempts, status, error)| {
+                        delivery_info(id, message_id, endpoint, &state, attempts, status, error)
+                            .ok()
+                    },
+                );
+                (id, info)
+            })
+            .collect())
     }
 
     /// Up to `limit` deliveries in `state`, oldest first (an operator's list).
@@ -580,6 +614,64 @@ mod tests {
             endpoint: "m".to_owned(),
             disable_after: Duration::from_secs(60),
         }
+    }
+
+    /// C12: the dead ends a dispatcher confirms are read by id in one statement, each row
+    /// decoded on its own: an undecodable one is `None` and hides no other; an absent one is
+    /// not returned.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn c12_deliveries_by_id_decodes_each_row_on_its_own(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = SqliteStore::open(dir.path().join("by_id.db")).await?;
+        let outbox = SqliteOutbox::open(&store).await?;
+        for name in ["a", "b"] {
+            outbox
+                .register(&Endpoint::new(
+                    name,
+                    "http://127.0.0.1:9/",
+                    ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+                )?)
+                .await?;
+        }
+        let sender = outbox.clone();
+        let id = store
+            .call(move |db| {
+                let tx = db.transaction().map_err(store_error)?;
+                let id = sender.enqueue(&tx, &Message::bytes("a/b", "x").to("a").to("b"))?;
+                tx.execute(
+                    "UPDATE idem_outbox_deliveries SET state = 'shelved' WHERE endpoint = 'b'",
+                    [],
+                )
+                .map_err(store_error)?;
+                tx.commit().map_err(store_error)?;
+                Ok::<_, OutboxError>(id)
+            })
+            .await??;
+        let ids: Vec<i64> = store
+            .call(|db| {
+                let mut statement = db
+                    .prepare("SELECT id FROM idem_outbox_deliveries ORDER BY endpoint")
+                    .map_err(store_error)?;
+                let rows = statement
+                    .query_map([], |row| row.get(0))
+                    .map_err(store_error)?;
+                rows.collect::<Result<Vec<i64>, _>>().map_err(store_error)
+            })
+            .await??;
+        let mut found = outbox
+            .deliveries_by_id(&[ids[0], ids[1], ids[1] + 100])
+            .await?;
+        found.sort_by_key(|(id, _)| *id);
+        assert_eq!(found.len(), 2, "{found:?}");
+        let (first, readable) = &found[0];
+        let readable = readable.as_ref().ok_or("delivery a decoded")?;
+        assert_eq!(
+            (*first, &readable.message_id, readable.endpoint.as_str()),
+            (ids[0], &id, "a")
+        );
+        assert_eq!((found[1].0, found[1].1.is_none()), (ids[1], true));
+        Ok(())
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

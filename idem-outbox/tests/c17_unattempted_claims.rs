@@ -103,13 +103,45 @@ async fn c17_pg_a_claim_given_back_is_not_reclaimed_in_a_hot_loop() {
 /// `record` checks a lost answer with `landed`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_pg_a_dead_end_whose_answer_was_lost_is_still_reported() {
+    lost_dead_end_is_reported(false).await;
+}
+
+/// C12 + C17: the dead end of a lost answer is confirmed by its own delivery's row: another
+/// delivery of the same message whose row cannot be decoded (a state written by hand) does not
+/// hide it, and it is still reported once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_pg_a_lost_dead_end_is_reported_beside_an_undecodable_delivery() {
+    lost_dead_end_is_reported(true).await;
+}
+
+/// A message to endpoint `retired`, deleted by hand, and, with `neighbour`, to `kept` too,
+/// whose delivery's state is then made undecodable: the dispatcher's dead end of `retired`'s
+/// delivery lands after its answer was lost, and it is reported dead once.
+async fn lost_dead_end_is_reported(neighbour: bool) {
     use std::sync::{Arc, Mutex};
 
     use idem_outbox::{OutboxEvent, OutboxEventKind};
     use idem_postgres::sqlx;
-    let (_url, store, outbox, _receiver) = pg_with_endpoint("retired", 3).await;
-    let id = enqueue(&store, &outbox, "retired", 0).await;
+    let (_url, store, outbox, receiver) = pg_with_endpoint("retired", 3).await;
+    let mut message = idem_outbox::Message::json(&serde_json::json!({"type": "charge.succeeded"}))
+        .expect("json")
+        .to("retired");
+    if neighbour {
+        outbox
+            .register(&endpoint(
+                "kept",
+                &receiver.url(),
+                quick(3, Duration::from_millis(50)),
+            ))
+            .await
+            .expect("registered");
+        message = message.to("kept");
+    }
+    let mut tx = store.pool().begin().await.expect("a transaction");
+    let id = outbox.enqueue(&mut tx, &message).await.expect("enqueued");
+    tx.commit().await.expect("committed");
     for statement in [
+        "UPDATE idem_outbox_deliveries SET state = 'shelved' WHERE endpoint = 'kept'",
         "DELETE FROM idem_outbox_endpoints WHERE name = 'retired'",
         // A slow moment of the database as the dead end is written: it lands, late.
         "CREATE FUNCTION slow_dead() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
@@ -122,6 +154,15 @@ async fn c17_pg_a_dead_end_whose_answer_was_lost_is_still_reported() {
             .await
             .expect("set up");
     }
+    let retired = || async {
+        let found: (String, i32) = sqlx::query_as(
+            "SELECT state, attempts FROM idem_outbox_deliveries WHERE endpoint = 'retired'",
+        )
+        .fetch_one(store.pool())
+        .await
+        .expect("read");
+        found
+    };
     let events: Arc<Mutex<Vec<OutboxEvent>>> = Arc::default();
     let seen = Arc::clone(&events);
     let dispatcher = outbox
@@ -134,14 +175,12 @@ async fn c17_pg_a_dead_end_whose_answer_was_lost_is_still_reported() {
     let _ = dispatcher.dispatch_due().await;
     // The statement lands meanwhile; the claim would have run out by now too.
     let deadline = Instant::now() + Duration::from_secs(5);
-    let mut delivery = outbox.deliveries(&id).await.expect("read").remove(0);
+    let mut delivery = retired().await;
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let _ = dispatcher.dispatch_due().await;
-        delivery = outbox.deliveries(&id).await.expect("read").remove(0);
-        if delivery.state == DeliveryState::Dead
-            && Instant::now() + Duration::from_secs(3) > deadline
-        {
+        delivery = retired().await;
+        if delivery.0 == "dead" && Instant::now() + Duration::from_secs(3) > deadline {
             break;
         }
     }
@@ -152,8 +191,8 @@ async fn c17_pg_a_dead_end_whose_answer_was_lost_is_still_reported() {
         .filter(|e| e.message_id == id && matches!(e.kind, OutboxEventKind::Dead(_)))
         .count();
     assert_eq!(
-        (delivery.state, reported),
-        (DeliveryState::Dead, 1),
+        (delivery.0.as_str(), reported),
+        ("dead", 1),
         "the delivery is {delivery:?}; its dead end was reported {reported} time(s); events: \
          {:?}",
         events.lock().expect("events")
