@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::bench::{answered, charge_reporting_port, tally, Charged};
-use support::pg_pair::PgPair;
+use support::pg_pair::{PgPair, PrimaryFault};
 
 /// The engine's deadline for one store call.
 const STORE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -78,7 +78,7 @@ fn charged_key(charged: &Charged) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn c13_the_store_follows_a_promotion_under_load_without_losing_or_doubling_a_charge() {
     let pair = PgPair::start().await;
-    promote_under_load(&pair, Fault::Killed, false)
+    promote_under_load(&pair, PrimaryFault::Killed, false)
         .await
         .assert_nothing_lost_or_doubled();
 }
@@ -90,7 +90,7 @@ async fn c13_the_store_follows_a_promotion_under_load_without_losing_or_doubling
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn c13_the_store_leaves_a_frozen_primary_for_the_promoted_standby_under_load() {
     let pair = PgPair::start().await;
-    promote_under_load(&pair, Fault::Frozen, false)
+    promote_under_load(&pair, PrimaryFault::Frozen, false)
         .await
         .assert_nothing_lost_or_doubled();
 }
@@ -101,7 +101,7 @@ async fn c13_the_store_leaves_a_frozen_primary_for_the_promoted_standby_under_lo
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn c07_answers_after_an_asynchronous_promotion_are_the_new_primary_s() {
     let pair = PgPair::start_async().await;
-    let seen = promote_under_load(&pair, Fault::Killed, true).await;
+    let seen = promote_under_load(&pair, PrimaryFault::Killed, true).await;
     let twice = seen.twice();
     assert!(
         twice.is_empty(),
@@ -135,22 +135,6 @@ async fn c07_answers_after_an_asynchronous_promotion_are_the_new_primary_s() {
         "answers after the promotion that the new primary does not hold: {:?}",
         &stale[..stale.len().min(10)]
     );
-}
-
-/// How the primary fails before the standby is promoted.
-#[derive(Clone, Copy)]
-enum Fault {
-    Killed,
-    Frozen,
-}
-
-/// The frozen primary's processes, killed when the test ends (however it ends).
-struct Frozen(Vec<i32>);
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        PgPair::kill_frozen(&self.0);
-    }
 }
 
 /// One client call: its key, its answer, how long it took, when it started.
@@ -218,7 +202,7 @@ impl Promoted {
 /// Clients charging fresh keys under load (an engine with a replay cache if `cache`) while the
 /// primary of `pair` fails by `fault` and its standby is promoted; then what the new primary
 /// holds, read straight.
-async fn promote_under_load(pair: &PgPair, fault: Fault, cache: bool) -> Promoted {
+async fn promote_under_load(pair: &PgPair, fault: PrimaryFault, cache: bool) -> Promoted {
     // One load at a time: two on two cores would stretch each other's calls past their bounds.
     static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let _one = ONE_AT_A_TIME.lock().await;
@@ -260,13 +244,7 @@ async fn promote_under_load(pair: &PgPair, fault: Fault, cache: bool) -> Promote
     }
 
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let frozen = match fault {
-        Fault::Killed => {
-            pair.kill_primary().await;
-            None
-        }
-        Fault::Frozen => Some(Frozen(pair.freeze_primary())),
-    };
+    let frozen = pair.fail_primary(fault).await;
     let failed = Instant::now();
     // What a failover manager takes to notice.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -290,8 +268,8 @@ async fn promote_under_load(pair: &PgPair, fault: Fault, cache: bool) -> Promote
     };
     // Calls cut off on a frozen primary end at their budgets, later than a killed one's.
     let settle = match fault {
-        Fault::Killed => Duration::from_secs(1),
-        Fault::Frozen => Duration::from_secs(3),
+        PrimaryFault::Killed => Duration::from_secs(1),
+        PrimaryFault::Frozen => Duration::from_secs(3),
     };
     tokio::time::sleep(settle).await;
     stop.store(true, Ordering::Relaxed);

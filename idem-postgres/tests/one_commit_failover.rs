@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::bench::{answered, tally, Charged};
-use support::pg_pair::PgPair;
+use support::pg_pair::{PgPair, PrimaryFault};
 
 const STORE_TIMEOUT: Duration = Duration::from_secs(2);
 const STATEMENT_TIMEOUT: Duration = Duration::from_millis(1500);
@@ -105,27 +105,13 @@ fn body(charged: &Charged) -> Option<String> {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Fault {
-    Killed,
-    Frozen,
-}
-
-struct Frozen(Vec<i32>);
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        PgPair::kill_frozen(&self.0);
-    }
-}
-
 type Call = (String, Charged, Duration, Instant);
 
-async fn one_commit_promotion(fault: Fault) {
+async fn one_commit_promotion(fault: PrimaryFault) {
     promotion(fault, Isolation::ReadCommitted, true).await;
 }
 
-async fn promotion(fault: Fault, isolation: Isolation, one_commit: bool) {
+async fn promotion(fault: PrimaryFault, isolation: Isolation, one_commit: bool) {
     let pair = PgPair::start().await;
     let url = PgPair::hosts_url(pair.primary_port, pair.standby_port);
     let (idem, charges) = engine(&url, isolation, one_commit).await;
@@ -174,13 +160,7 @@ async fn promotion(fault: Fault, isolation: Isolation, one_commit: bool) {
     }
 
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let frozen = match fault {
-        Fault::Killed => {
-            pair.kill_primary().await;
-            None
-        }
-        Fault::Frozen => Some(Frozen(pair.freeze_primary())),
-    };
+    let frozen = pair.fail_primary(fault).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     pair.promote_standby().await;
     let promoted = Instant::now();
@@ -286,35 +266,35 @@ async fn promotion(fault: Fault, isolation: Isolation, one_commit: bool) {
 /// C15, C13: one-commit executions in flight when the primary is killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn c15_one_commit_through_a_killed_primary_and_a_promotion() {
-    one_commit_promotion(Fault::Killed).await;
+    one_commit_promotion(PrimaryFault::Killed).await;
 }
 
 /// C15, C13: one-commit executions in flight when the primary goes silent (SIGSTOP).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn c15_one_commit_through_a_frozen_primary_and_a_promotion() {
-    one_commit_promotion(Fault::Frozen).await;
+    one_commit_promotion(PrimaryFault::Frozen).await;
 }
 
 /// C15, C13: one commit at REPEATABLE READ through a frozen primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn c15_repeatable_read_one_commit_through_a_frozen_primary() {
-    promotion(Fault::Frozen, Isolation::RepeatableRead, true).await;
+    promotion(PrimaryFault::Frozen, Isolation::RepeatableRead, true).await;
 }
 
 /// C15, C13: one commit at REPEATABLE READ through a killed primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn c15_repeatable_read_one_commit_through_a_killed_primary() {
-    promotion(Fault::Killed, Isolation::RepeatableRead, true).await;
+    promotion(PrimaryFault::Killed, Isolation::RepeatableRead, true).await;
 }
 
 /// C6, C13: two commits at SERIALIZABLE (conflicts retried by clients) through a frozen primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn c06_serializable_through_a_frozen_primary() {
-    promotion(Fault::Frozen, Isolation::Serializable, false).await;
+    promotion(PrimaryFault::Frozen, Isolation::Serializable, false).await;
 }
 
 /// C6, C13: two commits at SERIALIZABLE through a killed primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn c06_serializable_through_a_killed_primary() {
-    promotion(Fault::Killed, Isolation::Serializable, false).await;
+    promotion(PrimaryFault::Killed, Isolation::Serializable, false).await;
 }

@@ -421,3 +421,35 @@ fn free_port() -> u16 {
         .expect("a free port")
         .port()
 }
+
+/// How a test fails the primary before the standby is promoted ([`PgPair::fail_primary`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum PrimaryFault {
+    /// SIGKILL: the connections end.
+    Killed,
+    /// SIGSTOP: a server gone silent, its sockets open.
+    Frozen,
+}
+
+/// A frozen primary's processes, killed when this is dropped (however the test ends).
+pub(crate) struct FrozenPrimary(Vec<i32>);
+
+impl Drop for FrozenPrimary {
+    fn drop(&mut self) {
+        PgPair::kill_frozen(&self.0);
+    }
+}
+
+impl PgPair {
+    /// Fails the primary as `fault` says; a frozen one stays frozen while the returned guard
+    /// lives.
+    pub(crate) async fn fail_primary(&self, fault: PrimaryFault) -> Option<FrozenPrimary> {
+        match fault {
+            PrimaryFault::Killed => {
+                self.kill_primary().await;
+                None
+            }
+            PrimaryFault::Frozen => Some(FrozenPrimary(self.freeze_primary())),
+        }
+    }
+}
