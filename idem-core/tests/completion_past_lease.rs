@@ -100,3 +100,43 @@ async fn c08_a_500_stored_in_place_of_an_unwritten_completion_goes_on_past_the_l
          process took the record over and ran the effect again"
     );
 }
+
+/// C8, C16: in guard style too, a completion not stored within the lease (every write times
+/// out) goes on past it on a task of its own, the lease kept alive: `complete` answers the
+/// error, and another process a few leases later finds the key in flight or the stored 500,
+/// never free to run the effect again.
+#[tokio::test]
+async fn c08_a_guard_completion_not_stored_within_the_lease_goes_on_past_it() {
+    let store = Arc::new(Faulty {
+        slow_above: Some(10_000),
+        slow_for: Duration::from_millis(400),
+        ..Faulty::default()
+    });
+    let policy = Policy::default()
+        .lease(Duration::from_millis(300))
+        .store_timeout(Duration::from_millis(100));
+    let idem = Idempotency::with_policy(Arc::clone(&store), policy.clone()).expect("policy");
+    let other = Idempotency::with_policy(Arc::clone(&store), policy).expect("policy");
+    let req = request(&idem, "guard-large-report");
+    let Begin::Acquired(lease) = idem.begin(&req).await.expect("begin") else {
+        panic!("a fresh key is acquired");
+    };
+    let completed = idem
+        .complete(lease, StoredResponse::new(200, vec![b'x'; 100_000]))
+        .await;
+    assert!(completed.is_err(), "{completed:?}");
+
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let later = other.begin(&req).await.expect("begin");
+    assert!(
+        matches!(
+            &later,
+            Begin::Answered(Answer::InFlight { .. }) | Begin::Answered(Answer::Replay(_))
+        ),
+        "the key was free to run again: {later:?}"
+    );
+    if let Begin::Answered(Answer::Replay(stored)) = &later {
+        assert_eq!(stored.status, 500, "{stored:?}");
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), idem.drain()).await;
+}

@@ -231,3 +231,40 @@ async fn c09_a_refused_continuation_ends_when_the_heartbeat_lost_the_lease_unrea
          cannot make: {during} refusals in 4 s, and drain never returns"
     );
 }
+
+/// C8, C16: in guard style too, a completion refused for good whose 500 is refused too keeps
+/// the key: `complete` answers the error while a task of its own keeps the lease alive and
+/// writes the 500 once the store takes it; another process finds the key in flight meanwhile,
+/// then the 500, never free to run the effect again.
+#[tokio::test]
+async fn c08_a_guard_completion_refused_with_its_500_keeps_the_key() {
+    let store = Arc::new(Faulty::default());
+    let policy = Policy::default().lease(Duration::from_millis(200));
+    let idem = Idempotency::with_policy(Arc::clone(&store), policy.clone()).expect("policy");
+    let other = Idempotency::with_policy(Arc::clone(&store), policy).expect("policy");
+    let req = request(&idem, "guard-refused");
+    let Begin::Acquired(lease) = idem.begin(&req).await.expect("begin") else {
+        panic!("a fresh key is acquired");
+    };
+    store.refusing.store(true, Ordering::SeqCst);
+    let completed = idem
+        .complete(lease, StoredResponse::new(201, "charged"))
+        .await;
+    assert!(completed.is_err(), "{completed:?}");
+
+    // Several leases later, from another process.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let during = other.begin(&req).await.expect("begin");
+    assert!(
+        matches!(during, Begin::Answered(Answer::InFlight { .. })),
+        "the key was free to run again: {during:?}"
+    );
+    store.refusing.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = other.begin(&req).await.expect("begin");
+    assert!(
+        matches!(&after, Begin::Answered(Answer::Replay(stored)) if stored.status == 500),
+        "{after:?}"
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(3), idem.drain()).await;
+}

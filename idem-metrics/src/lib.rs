@@ -734,7 +734,7 @@ mod tests {
         }
     }
 
-    async fn complete(idem: &Idempotency<impl Store>, lease: Lease) {
+    async fn complete(idem: &Idempotency<impl Store + 'static>, lease: Lease) {
         idem.complete(lease, StoredResponse::new(201, "ok"))
             .await
             .expect("complete");

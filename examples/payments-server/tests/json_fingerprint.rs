@@ -62,7 +62,12 @@ fn account() -> String {
 
 /// What an earlier release stored for a JSON charge: the record under the body's raw
 /// fingerprint, as the layer then computed it, completed with `answer`.
-async fn store_as_earlier_release<S: Store>(store: S, key: &str, body: &str, answer: &str) {
+async fn store_as_earlier_release<S: Store + 'static>(
+    store: S,
+    key: &str,
+    body: &str,
+    answer: &str,
+) {
     let idem = Idempotency::new(store);
     let request = idem
         .request(&account(), "POST", "/v1/charges")

@@ -637,18 +637,43 @@ impl<S: Store> Idempotency<S> {
 
     /// Completes the record if the lease holds (C6); returns the response as stored (see
     /// [`completion`](Self::completion)). Store failures are retried with backoff while the
-    /// lease lasts; a retry finding its own earlier write succeeds (C8).
+    /// lease lasts; a retry finding its own earlier write succeeds (C8). Not stored within the
+    /// lease, or refused for good (its stored 500 too): returns the error, the outcome
+    /// unknown to the caller, while a task of its own keeps the lease alive and keeps
+    /// writing, fenced, until the write lands or another holder takes the lease, as the
+    /// engine's other paths do (C8, C16); [`drain`](Self::drain) waits for it.
     pub async fn complete(
         &self,
         lease: Lease,
         response: StoredResponse,
-    ) -> Result<StoredResponse, Error> {
+    ) -> Result<StoredResponse, Error>
+    where
+        S: 'static,
+    {
         let completion = self.completion(&lease, response);
+        let deadline = lease.local_deadline();
         let result = self
-            .store_completion(&lease, completion, lease.local_deadline(), None)
+            .store_completion(&lease, completion.clone(), deadline, None)
             .await;
-        self.report_end(&lease, EventKind::Executed, &result);
-        result
+        match result {
+            // As the engine's paths' completions: the lease kept alive and the write going
+            // on, never left to a takeover.
+            Err(error) if !matches!(error, Error::LeaseLost) => {
+                let hold = (self.keep_alive(lease.clone()), self.inner.live.hold(&lease));
+                self.keep_completing(
+                    lease,
+                    completion,
+                    EventKind::Executed,
+                    !error.is_retryable(),
+                    hold,
+                );
+                Err(error)
+            }
+            result => {
+                self.report_end(&lease, EventKind::Executed, &result);
+                result
+            }
+        }
     }
 
     /// Reports an execution whose commit may have landed, its record `unreadable`: in doubt.

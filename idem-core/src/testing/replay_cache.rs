@@ -54,7 +54,7 @@ pub(super) fn cached_with<S: Store>(
 }
 
 /// Completes `req` through `idem`: in doubt (a 500 whose effect is unknown) or not.
-async fn completed<S: Store>(idem: &Idempotency<S>, req: &Request, in_doubt: bool) {
+async fn completed<S: Store + 'static>(idem: &Idempotency<S>, req: &Request, in_doubt: bool) {
     let Begin::Acquired(lease) = idem.begin(req).await.expect("begin") else {
         panic!("a fresh key is acquired")
     };
