@@ -62,3 +62,61 @@ async fn c10_expired_records_behind_longer_kept_ones_are_purged() {
         .expect("count");
     assert_eq!(left, 30, "the records kept an hour stay");
 }
+
+/// A row whose reservation time is out of every range (`infinity`, written by hand or a bad
+/// restore) is one corrupt record, never a stop to the purge: the expired records around it
+/// are deleted, batch after batch, and so is it once its deadline has passed (C10, C12), with
+/// prepared statements and with the simple protocol (the idem command's, PgBouncer's).
+#[tokio::test]
+async fn c10_a_reservation_time_of_infinity_never_stops_the_purge() {
+    for mode in [StatementMode::Prepared, StatementMode::Simple] {
+        infinite_reservation_times_are_purged(mode).await;
+    }
+}
+
+async fn infinite_reservation_times_are_purged(mode: StatementMode) {
+    let store = store_on(&common::pg_url(), mode, Isolation::ReadCommitted).await;
+    let idem = Idempotency::with_policy(
+        store.clone(),
+        Policy::default().retention(Duration::from_millis(100)),
+    )
+    .expect("policy");
+    for i in 0..6 {
+        let request = idem
+            .request("acct", "POST", "/charges")
+            .key(Some(&format!("gone-{i}")))
+            .body(b"{}")
+            .build()
+            .expect("request");
+        let Begin::Acquired(lease) = idem.begin(&request).await.expect("begin") else {
+            panic!("fresh")
+        };
+        idem.complete(lease, StoredResponse::new(201, "ok"))
+            .await
+            .expect("complete");
+    }
+    let table = store.table();
+    for (key, reserved_at) in [("odd-late", "infinity"), ("odd-early", "-infinity")] {
+        let insert = format!(
+            "INSERT INTO {table} (consumer, route, key, fingerprint, token, state, deadline, \
+             response, reserved_at) SELECT consumer, route, '{key}', fingerprint, token, state, \
+             deadline, response, '{reserved_at}' FROM {table} WHERE key = 'gone-0'"
+        );
+        sqlx::query(AssertSqlSafe(insert))
+            .execute(store.pool())
+            .await
+            .expect("the odd row");
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut purged = 0;
+    for _ in 0..10 {
+        purged += store
+            .purge_expired(2, Deadline::default())
+            .await
+            .unwrap_or_else(|e| panic!("{mode:?}: a purge despite the odd rows: {e:?}"));
+    }
+    assert_eq!(
+        purged, 8,
+        "{mode:?}: every expired record, the odd ones too"
+    );
+}
