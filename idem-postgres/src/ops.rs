@@ -467,7 +467,7 @@ impl Ops {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let (at, consumer, route, key) =
-            from.unwrap_or((-1, String::new(), String::new(), String::new()));
+            from.unwrap_or((i64::MIN, String::new(), String::new(), String::new()));
         let rows = fetch_all_after(
             conn,
             self.mode,
