@@ -396,3 +396,72 @@ async fn c11_a_takeover_by_another_process_records_the_taker() {
     idem_ops::testing::c11_a_takeover_and_a_start_over_record_the_new_holder(first, second, &other)
         .await;
 }
+
+/// A record whose operator-only instants are out of every range (reservation, completion and
+/// check times of `infinity`: a hand-made or restored row) is still shown by `inspect` and
+/// listed by the support listings, those instants unknown, as unreadable values are
+/// (docs/operations.md): one odd row never hides itself, nor the records listed with it.
+#[tokio::test]
+async fn c12_infinite_operator_instants_are_unknown_never_a_failed_read() {
+    let store = common::store_on(
+        &pg_url(),
+        idem_postgres::StatementMode::Prepared,
+        idem_postgres::Isolation::ReadCommitted,
+    )
+    .await;
+    let idem = idem_core::Idempotency::new(store.clone());
+    for key in ["odd", "plain"] {
+        let request = idem
+            .request("acct_inf", "POST", "/charges")
+            .key(Some(key))
+            .body(b"{}")
+            .build()
+            .expect("request");
+        let _ = idem
+            .run(&request, |_ctx| async {
+                Err::<StoredResponse, _>(idem_core::Failure::unknown(std::io::Error::other(
+                    "timed out",
+                )))
+            })
+            .await;
+    }
+    let odd = format!(
+        "UPDATE {} SET reserved_at = 'infinity', completed_at = 'infinity', \
+         doubt_check_at = 'infinity' WHERE key = 'odd'",
+        store.table()
+    );
+    let changed = sqlx::query(AssertSqlSafe(odd))
+        .execute(store.pool())
+        .await
+        .expect("the odd row");
+    assert_eq!(changed.rows_affected(), 1);
+    let request = idem
+        .request("acct_inf", "POST", "/charges")
+        .key(Some("odd"))
+        .body(b"{}")
+        .build()
+        .expect("request");
+    let inspected = store
+        .inspect(request.id(), Deadline::default())
+        .await
+        .expect("inspect reads the odd row")
+        .expect("a record");
+    assert_eq!(inspected.provenance.reserved_at, None);
+    assert_eq!(inspected.provenance.completed_at, None);
+    assert!(inspected.doubt.is_some(), "still in doubt");
+    for query in [
+        ListQuery::completed("acct_inf").expect("consumer"),
+        ListQuery::key("odd").expect("key"),
+    ] {
+        let page = store
+            .list(&query, Deadline::default())
+            .await
+            .unwrap_or_else(|e| panic!("{query:?}: {e}"));
+        let odd = page
+            .records
+            .iter()
+            .find(|r| r.id.key() == "odd")
+            .unwrap_or_else(|| panic!("{query:?}: the odd row is listed"));
+        assert_eq!((odd.reserved_at, odd.completed_at), (None, None));
+    }
+}
