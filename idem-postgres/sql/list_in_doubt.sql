@@ -7,6 +7,7 @@
 -- without statistics the planner takes `state = 1` to match 0.5% of the rows and would rather
 -- sort than read the index in order. Only the first 4 bytes of the response: its status, never
 -- its body.
+-- An operator's instant out of every range (infinity: a hand-made row) reads as NULL, unknown.
 WITH clock AS (
     SELECT clock_timestamp() AS now
 )
@@ -14,9 +15,9 @@ SELECT consumer, route, key,
        round(extract(epoch FROM reserved_at) * 1000)::bigint AS reserved_ms,
        CASE WHEN isfinite(deadline) THEN floor(date_part('epoch', deadline) * 1000 + 0.0005)::bigint END AS deadline_ms,
        substring(response FROM 1 FOR 4) AS status_prefix,
-       round(extract(epoch FROM completed_at) * 1000)::bigint AS completed_ms,
+       CASE WHEN isfinite(completed_at) THEN round(extract(epoch FROM completed_at) * 1000)::bigint END AS completed_ms,
        substr(holder, 1, 300) AS holder, state, doubt,
-       round(extract(epoch FROM doubt_check_at) * 1000)::bigint AS doubt_check_ms
+       CASE WHEN isfinite(doubt_check_at) THEN round(extract(epoch FROM doubt_check_at) * 1000)::bigint END AS doubt_check_ms
 FROM idem_records
 WHERE doubt IS NOT NULL AND state <> 0 AND deadline > (SELECT now FROM clock)
   AND (NOT $1::boolean OR doubt_check_at <= (SELECT now FROM clock))

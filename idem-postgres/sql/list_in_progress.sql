@@ -6,13 +6,14 @@
 -- would make every completion a non-HOT update (migration 5). The moment is computed once so
 -- that the planner uses it. The mark of doubt and its check time come along
 -- (NULL: a new reservation is not in doubt), as in every listing.
+-- An operator's instant out of every range (infinity: a hand-made row) reads as NULL, unknown.
 SELECT consumer, route, key,
        round(extract(epoch FROM reserved_at) * 1000)::bigint AS reserved_ms,
        CASE WHEN isfinite(deadline) THEN floor(date_part('epoch', deadline) * 1000 + 0.0005)::bigint END AS deadline_ms,
        NULL::bytea AS status_prefix,
-       round(extract(epoch FROM completed_at) * 1000)::bigint AS completed_ms,
+       CASE WHEN isfinite(completed_at) THEN round(extract(epoch FROM completed_at) * 1000)::bigint END AS completed_ms,
        substr(holder, 1, 300) AS holder, state,
-       doubt, round(extract(epoch FROM doubt_check_at) * 1000)::bigint AS doubt_check_ms
+       doubt, CASE WHEN isfinite(doubt_check_at) THEN round(extract(epoch FROM doubt_check_at) * 1000)::bigint END AS doubt_check_ms
 FROM idem_records
 WHERE state = 0
   AND reserved_at <= (SELECT clock_timestamp()) - $1 * interval '1 millisecond'
