@@ -465,3 +465,35 @@ async fn c12_infinite_operator_instants_are_unknown_never_a_failed_read() {
         assert_eq!((odd.reserved_at, odd.completed_at), (None, None));
     }
 }
+
+/// The counts read every record: an in-progress one reserved at `infinity` (a hand-made row)
+/// is counted, and the oldest reservation is read among the finite ones (C12).
+#[tokio::test]
+async fn c12_stats_count_an_in_progress_record_reserved_at_infinity() {
+    let store = common::store_on(
+        &pg_url(),
+        idem_postgres::StatementMode::Prepared,
+        idem_postgres::Isolation::ReadCommitted,
+    )
+    .await;
+    let idem = idem_core::Idempotency::new(store.clone());
+    let request = idem
+        .request("acct_inf", "POST", "/charges")
+        .key(Some("running"))
+        .body(b"{}")
+        .build()
+        .expect("request");
+    let begun = idem.begin(&request).await.expect("begin");
+    assert!(matches!(begun, idem_core::Begin::Acquired(_)));
+    let odd = format!("UPDATE {} SET reserved_at = 'infinity'", store.table());
+    sqlx::query(AssertSqlSafe(odd))
+        .execute(store.pool())
+        .await
+        .expect("the odd row");
+    let stats = store
+        .stats(Deadline::default())
+        .await
+        .expect("the counts despite the odd row");
+    assert_eq!(stats.in_progress, 1);
+    assert_eq!(stats.oldest_in_progress, None);
+}
