@@ -36,7 +36,8 @@ pub struct Policy {
     /// ```
     pub wait_in_flight: Option<Duration>,
     /// Lower-case names of response headers to store (C7, [`stores_header`](Self::stores_header)).
-    /// Default: `etag`, `last-modified`.
+    /// Default: `etag`, `last-modified`, `cache-control` (a problem's `no-store`, the engine's
+    /// stored 500s' included, travels with it on every replay).
     pub stored_headers: Vec<String>,
     /// How many expired records one purge batch deletes at most (C10). Default 1000.
     pub purge_batch: usize,
@@ -73,7 +74,9 @@ impl Default for Policy {
             retention: Duration::from_secs(24 * 3600),
             max_body_bytes: Policy::DEFAULT_MAX_BODY_BYTES,
             wait_in_flight: None,
-            stored_headers: ["etag", "last-modified"].map(String::from).to_vec(),
+            stored_headers: ["etag", "last-modified", "cache-control"]
+                .map(String::from)
+                .to_vec(),
             purge_batch: 1000,
             store_timeout: Duration::from_secs(5),
             refusals: Policy::DEFAULT_REFUSALS.to_vec(),
