@@ -789,8 +789,8 @@ fn show_report(backend: Backend, step: &str, report: &serde_json::Value) {
     println!("[{backend:?}] {step}: POST /test/reconcile -> {report}");
 }
 
-/// Asserts `reply` is the answer of a charge in doubt: a 502 problem that is also a Stripe
-/// error (`api_error`, `card_network_timeout`), saying the charge may have gone through and
+/// Asserts `reply` is the answer of a charge in doubt: a 502 problem (`no-store`) that is also
+/// a Stripe error (`api_error`, `card_network_timeout`), saying the charge may have gone through and
 /// not to retry with another key.
 fn assert_in_doubt(reply: &support::Reply) {
     assert_eq!(
@@ -802,6 +802,13 @@ fn assert_in_doubt(reply: &support::Reply) {
     assert_eq!(
         reply.header("content-type").as_deref(),
         Some("application/problem+json"),
+        "{}",
+        reply.describe()
+    );
+    // A problem, first sent or replayed: never kept by a cache (section 7).
+    assert_eq!(
+        reply.header("cache-control").as_deref(),
+        Some("no-store"),
         "{}",
         reply.describe()
     );
