@@ -1,13 +1,18 @@
 //! A completion the engine prepared: what a store writes when a request completes.
 
+use crate::budget;
+use crate::deadline::Deadline;
 use crate::doubt::Doubt;
+use crate::error::Error;
+use crate::event::Operation;
 use crate::fingerprint::Fingerprint;
 use crate::lease::Lease;
 use crate::response::StoredResponse;
 use crate::scope::RecordId;
 use crate::token::FencingToken;
+use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A response ready to store for one lease (C6, C7): filtered, validated, encoded. Only
 /// [`Idempotency::completion`](crate::Idempotency::completion) makes one; clones share it.
@@ -34,6 +39,8 @@ struct Parts {
     encoded: Vec<u8>,
     retain_for: Duration,
     doubt: Option<Vec<u8>>,
+    /// The store budget of the request that took the lease (C13), if the engine took it.
+    budget: budget::Shared,
 }
 
 impl Completion {
@@ -52,6 +59,7 @@ impl Completion {
             encoded,
             retain_for,
             doubt: None,
+            budget: budget::Shared(lease.budget()),
         }))
     }
 
@@ -100,6 +108,41 @@ impl Completion {
     /// How long the completed record is replayed (C10).
     pub fn retain_for(&self) -> Duration {
         self.0.retain_for
+    }
+
+    /// Runs `write`, a store's write of this completion in the caller's transaction
+    /// (`complete_in`), within `most` and within what is left of the store budget of the
+    /// request that took the lease (C13), and counts the time it waited against that budget:
+    /// the steps after it (a release, a retry) get only the rest.
+    ///
+    /// ```
+    /// use idem_core::{Begin, Idempotency, MemoryStore, StoredResponse};
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::Error> {
+    /// let idem = Idempotency::new(MemoryStore::new());
+    /// let request = idem.request("acct_1", "POST", "/charges").key(Some("k")).body(b"{}").build()?;
+    /// let Begin::Acquired(lease) = idem.begin(&request).await? else { unreachable!() };
+    /// let completion = idem.completion(&lease, StoredResponse::new(201, "ok"));
+    /// // A store's `complete_in`: its statement, on the caller's transaction.
+    /// let written = completion.bound(Duration::from_secs(5), async { Ok(()) }).await;
+    /// assert!(written.is_ok());
+    /// # Ok(()) }
+    /// ```
+    pub async fn bound<T>(
+        &self,
+        most: Duration,
+        write: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        let budget = self.0.budget.0.as_deref();
+        let left = budget.map_or(most, |budget| budget.remaining().min(most));
+        let started = Instant::now();
+        let result = Deadline::after(left)
+            .bound(Operation::Complete, write)
+            .await;
+        if let Some(budget) = budget {
+            budget.charge(started.elapsed());
+        }
+        result
     }
 
     /// The response, to send.

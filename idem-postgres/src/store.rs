@@ -558,8 +558,9 @@ impl PgStore {
     ///
     /// Bounded (C13): it waits at most the store's statement deadline
     /// ([`PgStoreBuilder::statement_timeout`], default 4 s), or its lock deadline
-    /// ([`PgStoreBuilder::lock_timeout`]) where that is longer, for its answer, measured by the
-    /// process, so a connection gone silent mid-transaction is
+    /// ([`PgStoreBuilder::lock_timeout`]) where that is longer, and within what is left of the
+    /// request's store budget ([`Completion::bound`](idem_core::Completion::bound), C13), for
+    /// its answer, measured by the process, so a connection gone silent mid-transaction is
     /// [`StoreErrorKind::Unavailable`](idem_core::StoreErrorKind::Unavailable), never a hang.
     /// As after any error here, drop (roll back) the transaction, never commit it: the
     /// completion may not have run.
@@ -584,11 +585,9 @@ impl PgStore {
         completion: &Completion,
     ) -> Result<(), Error> {
         let deadlines = &self.inner.config.deadlines;
-        Deadline::after(deadlines.statement.max(deadlines.lock))
-            .bound(
-                Operation::Complete,
-                self.inner.ops.complete_in(conn, completion),
-            )
+        let most = deadlines.statement.max(deadlines.lock);
+        completion
+            .bound(most, self.inner.ops.complete_in(conn, completion))
             .await
     }
 }

@@ -488,11 +488,6 @@ async fn postgres_reads_with_the_database_down_are_503_with_retry_after() {
 /// handler's own time (a 1.5 s pause), not a deadline for the transaction and then another
 /// for giving the key back; once the database answers again, the retry charges once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "C13 budget not shared: the 503 comes after ~10.5 s. pg_charge bounds its \
-            transaction by its own READ_DEADLINE (5 s + delay), uncharged to the request's \
-            store budget (PgStore::complete_in uses its own deadline, not the lease's \
-            budget), so the engine's release then gets a fresh ~5 s; needs the lease's budget \
-            exposed to (and charged by) complete_in and the example's transaction"]
 async fn c13_postgres_frozen_mid_charge_is_503_within_one_store_budget() {
     let env = TestEnv::new(Backend::Postgres, "frozen-charge").await;
     let proxy = FaultProxy::start(&authority(&env.database))
