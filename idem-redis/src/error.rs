@@ -44,7 +44,8 @@ fn is_wrong_type(error: &redis::RedisError) -> bool {
 ///   past its connection timeout), a cluster that is down or moving slots, a server loading its
 ///   data, a primary that is down, a replica's `READONLY` (a master demoted by a failover),
 ///   sentinels that name no master up (a failover under way), out of memory, a master refusing
-///   writes while its replicas lag (`NOREPLICAS`, `min-replicas-to-write`): retry later
+///   writes while its replicas lag (`NOREPLICAS`, `min-replicas-to-write`), a server busy
+///   running a slow script (`BUSY`): retry later
 ///   ([`StoreErrorKind::Unavailable`]);
 /// - a refused password, a client configuration redis-rs rejects: an operator must act
 ///   ([`StoreErrorKind::Misconfigured`]);
@@ -62,8 +63,10 @@ fn is_wrong_type(error: &redis::RedisError) -> bool {
 pub fn classify(error: &redis::RedisError) -> StoreErrorKind {
     // Out of memory under noeviction: writes come back once memory is freed. Not enough
     // replicas in step (`min-replicas-to-write`): writes come back with a replica (a failover
-    // or a replica's restart under way).
-    if matches!(error.code(), Some("OOM" | "NOREPLICAS")) {
+    // or a replica's restart under way). Busy running a script past `busy-reply-threshold`
+    // (someone else's, on a shared Redis): calls come back when it ends or is killed; taken
+    // for a refusal, it would store a completion's 500 in place of its answer (C8).
+    if matches!(error.code(), Some("OOM" | "NOREPLICAS" | "BUSY")) {
         return StoreErrorKind::Unavailable;
     }
     if error.is_io_error()
@@ -157,6 +160,19 @@ mod tests {
         for error in [read_only, no_master] {
             assert_eq!(classify(&error), StoreErrorKind::Unavailable, "{error}");
         }
+    }
+
+    /// C8, C13: a Redis running a slow script answers `BUSY` until it ends: unavailable, so a
+    /// completion is retried, never replaced by a stored 500.
+    #[test]
+    fn c13_a_redis_busy_running_a_script_is_unavailable() {
+        let reply = b"-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n";
+        let Ok(redis::Value::ServerError(busy)) = redis::parse_redis_value(reply) else {
+            panic!("a server error");
+        };
+        let busy = redis::RedisError::from(busy);
+        assert_eq!(busy.code(), Some("BUSY"));
+        assert_eq!(classify(&busy), StoreErrorKind::Unavailable, "{busy}");
     }
 
     /// C8, C13: a cluster client left without a connection to any node is unavailable.
