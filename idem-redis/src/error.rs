@@ -45,7 +45,8 @@ fn is_wrong_type(error: &redis::RedisError) -> bool {
 ///   data, a primary that is down, a replica's `READONLY` (a master demoted by a failover),
 ///   sentinels that name no master up (a failover under way), out of memory, a master refusing
 ///   writes while its replicas lag (`NOREPLICAS`, `min-replicas-to-write`), a server busy
-///   running a slow script (`BUSY`): retry later
+///   running a slow script (`BUSY`), a server whose save failed refusing writes (`MISCONF`):
+///   retry later
 ///   ([`StoreErrorKind::Unavailable`]);
 /// - a refused password, a client configuration redis-rs rejects: an operator must act
 ///   ([`StoreErrorKind::Misconfigured`]);
@@ -64,9 +65,14 @@ pub fn classify(error: &redis::RedisError) -> StoreErrorKind {
     // Out of memory under noeviction: writes come back once memory is freed. Not enough
     // replicas in step (`min-replicas-to-write`): writes come back with a replica (a failover
     // or a replica's restart under way). Busy running a script past `busy-reply-threshold`
-    // (someone else's, on a shared Redis): calls come back when it ends or is killed; taken
-    // for a refusal, it would store a completion's 500 in place of its answer (C8).
-    if matches!(error.code(), Some("OOM" | "NOREPLICAS" | "BUSY")) {
+    // (someone else's, on a shared Redis): calls come back when it ends or is killed. A
+    // failed save under `stop-writes-on-bgsave-error` (`MISCONF`, a full or unwritable disk):
+    // writes come back once a save succeeds, as after PostgreSQL's disk full (53100). Taken
+    // for a refusal, either would store a completion's 500 in place of its answer (C8).
+    if matches!(
+        error.code(),
+        Some("OOM" | "NOREPLICAS" | "BUSY" | "MISCONF")
+    ) {
         return StoreErrorKind::Unavailable;
     }
     if error.is_io_error()
@@ -173,6 +179,19 @@ mod tests {
         let busy = redis::RedisError::from(busy);
         assert_eq!(busy.code(), Some("BUSY"));
         assert_eq!(classify(&busy), StoreErrorKind::Unavailable, "{busy}");
+    }
+
+    /// C8, C13: a Redis whose save failed refuses writes `MISCONF` until one succeeds again
+    /// (a disk freed): unavailable, as PostgreSQL's disk full.
+    #[test]
+    fn c13_a_redis_refusing_writes_after_a_failed_save_is_unavailable() {
+        let reply = b"-MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.\r\n";
+        let Ok(redis::Value::ServerError(refused)) = redis::parse_redis_value(reply) else {
+            panic!("a server error");
+        };
+        let refused = redis::RedisError::from(refused);
+        assert_eq!(refused.code(), Some("MISCONF"));
+        assert_eq!(classify(&refused), StoreErrorKind::Unavailable, "{refused}");
     }
 
     /// C8, C13: a cluster client left without a connection to any node is unavailable.
