@@ -151,3 +151,37 @@ async fn c08_a_guard_completion_answered_busy_lands_within_the_lease() {
         "a retry after the lease replays, never runs the effect again: {retry:?}"
     );
 }
+
+/// A read-first store's read (`HMGET` and `TIME` in one pipeline) answered `BUSY` is a store
+/// that is down for a moment too: a retryable error (a 503 that says to retry), as a script
+/// answered `BUSY` is; so is a reservation that reads first.
+#[tokio::test]
+async fn c13_a_read_answered_busy_is_unavailable_like_a_script() {
+    use idem_core::store::{Deadline, Store};
+    let (_server, url) = busy_prone();
+    let store = RedisStore::builder()
+        .response_timeout(Duration::from_millis(500))
+        .read_first(true)
+        .connect(&url)
+        .await
+        .expect("connect");
+    let idem = engine(store.clone(), Duration::from_secs(10));
+    let req = idem
+        .request("acct", "POST", "/v1/charges")
+        .key(Some("busy-read"))
+        .body(b"{}")
+        .build()
+        .expect("request");
+    make_busy(&url).await;
+    let read = store.read(&req, Deadline::default()).await;
+    let reserved = idem.begin(&req).await;
+    eprintln!("read: {read:?}\nreserve: {reserved:?}");
+    assert!(
+        matches!(&reserved, Err(e) if e.is_retryable()),
+        "a reservation answered BUSY: {reserved:?}"
+    );
+    assert!(
+        matches!(&read, Err(e) if e.is_retryable()),
+        "a read answered BUSY: {read:?}"
+    );
+}
