@@ -69,10 +69,15 @@ pub fn classify(error: &redis::RedisError) -> StoreErrorKind {
     // failed save under `stop-writes-on-bgsave-error` (`MISCONF`, a full or unwritable disk):
     // writes come back once a save succeeds, as after PostgreSQL's disk full (53100). Taken
     // for a refusal, either would store a completion's 500 in place of its answer (C8).
-    if matches!(
-        error.code(),
-        Some("OOM" | "NOREPLICAS" | "BUSY" | "MISCONF")
-    ) {
+    // Found among a pipeline's server errors too (a read's `HMGET`, `TIME`), whose codes
+    // redis-rs gives only there.
+    let passing = |code: &str| matches!(code, "OOM" | "NOREPLICAS" | "BUSY" | "MISCONF");
+    if error.code().is_some_and(passing)
+        || error
+            .clone()
+            .into_server_errors()
+            .is_some_and(|errors| errors.iter().any(|(_, e)| passing(e.code())))
+    {
         return StoreErrorKind::Unavailable;
     }
     if error.is_io_error()
