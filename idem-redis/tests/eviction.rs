@@ -94,3 +94,95 @@ async fn c13_a_redis_that_stops_answering_is_an_error_within_the_response_timeou
     let _ = server.wait();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// An evicting `maxmemory-policy` set while the store is connected (`CONFIG SET`, an operator,
+/// a managed Redis's settings) is seen within seconds, not only by the next connection opened:
+/// an evicted in-progress record makes its key new again while its holder still runs, and
+/// another process would run the effect a second time within the lease (C4, C14). Once seen,
+/// the store refuses, as at `connect`: its calls fail misconfigured, naming the policy, until
+/// the policy is `noeviction` again.
+#[tokio::test]
+async fn c14_an_evicting_policy_set_while_connected_is_refused_within_seconds() {
+    use common::Server;
+    use idem_core::{Begin, Policy};
+    let dir = temp_dir();
+    let (child, port) = start_on_free_port(&dir, &[]);
+    let _server = Server(child, dir);
+    let url = format!("redis://127.0.0.1:{port}");
+    let engine = |store| {
+        Idempotency::with_policy(store, Policy::default().lease(Duration::from_secs(60)))
+            .expect("policy")
+    };
+    // Two processes, both connected while the policy is noeviction.
+    let first = engine(RedisStore::connect(&url).await.expect("connect"));
+    let second = engine(RedisStore::connect(&url).await.expect("connect"));
+    let request = first
+        .request("acct", "POST", "/v1/charges")
+        .key(Some("evicted"))
+        .body(b"{}")
+        .build()
+        .expect("request");
+    let Begin::Acquired(_held) = first.begin(&request).await.expect("begin") else {
+        panic!("a fresh key is acquired");
+    };
+    let record = RedisStore::connect(&url)
+        .await
+        .expect("connect")
+        .key_of(request.id());
+
+    // The operator changes the policy; memory runs short and the record is evicted.
+    let client = redis::Client::open(url.as_str()).expect("url");
+    let mut admin = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let config = |name: &str, value: &str| {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("SET").arg(name).arg(value);
+        cmd
+    };
+    let () = config("maxmemory-policy", "allkeys-lru")
+        .query_async(&mut admin)
+        .await
+        .expect("config set");
+    let () = config("maxmemory", "3mb")
+        .query_async(&mut admin)
+        .await
+        .expect("config set");
+    let filler = vec![b'x'; 10_000];
+    let mut evicted = false;
+    for batch in 0..200 {
+        let mut pipe = redis::pipe();
+        for i in 0..100 {
+            pipe.cmd("SET")
+                .arg(format!("filler:{batch}:{i}"))
+                .arg(&filler)
+                .ignore();
+        }
+        let () = pipe.query_async(&mut admin).await.expect("fill");
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg(&record)
+            .query_async(&mut admin)
+            .await
+            .expect("exists");
+        if exists == 0 {
+            evicted = true;
+            break;
+        }
+    }
+    assert!(evicted, "the record was evicted");
+
+    // Seconds later, a retry reaches the other process, within the first one's lease.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let retry = second.begin(&request).await;
+    eprintln!("the retry, within the lease of a record evicted: {retry:?}");
+    assert!(
+        !matches!(retry, Ok(Begin::Acquired(_))),
+        "a Redis that evicts is refused, never a second execution within the lease: {retry:?}"
+    );
+    assert!(
+        matches!(&retry, Err(Error::Store(e)) if e.kind() == StoreErrorKind::Misconfigured
+            && e.to_string().contains("allkeys-lru")),
+        "{retry:?}"
+    );
+}
