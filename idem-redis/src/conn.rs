@@ -56,6 +56,20 @@ impl Opener {
         matches!(self.target, Target::Cluster(_))
     }
 
+    /// Whether the connections it opens are checked for a Redis that may evict records.
+    pub(crate) fn refuses_eviction(&self) -> bool {
+        self.refuse_eviction
+    }
+
+    /// Checks `conn`, opened earlier, again: the policy may have been changed since (`CONFIG
+    /// SET`). A refusal is misconfigured, as at opening.
+    pub(crate) async fn check(&self, conn: &Conn) -> Result<(), Error> {
+        if self.refuse_eviction {
+            refuse_eviction(conn).await?;
+        }
+        Ok(())
+    }
+
     /// Opens a connection, driven by the current runtime, and checks it: one refused (a
     /// Redis that may evict records) is dropped, and its error returned.
     pub(crate) async fn open(&self) -> Result<Conn, Error> {
@@ -90,7 +104,8 @@ impl Opener {
 
 /// Refuses a Redis whose `maxmemory-policy` may evict our records (anything but
 /// `noeviction`): an evicted record makes its key new again while the first holder still runs,
-/// or a completed one after it (C14). Asked of every connection the store opens, once: on a
+/// or a completed one after it (C14). Asked of every connection the store opens, and again of
+/// those in use every few seconds (`crate::connections::RECHECK_EVERY`): on a
 /// Cluster, of every node the cluster client is connected to (masters and replicas, a replica
 /// being a master after a failover). A Redis that does not answer `CONFIG GET` is refused too,
 /// with the way out.

@@ -33,7 +33,16 @@ impl Open for Opener {
     fn open(&self) -> impl Future<Output = Result<Conn, Error>> + Send {
         Opener::open(self)
     }
+
+    fn check(&self, conn: &Conn) -> impl Future<Output = Result<(), Error>> + Send {
+        Opener::check(self, conn)
+    }
 }
+
+/// How often the connections in use are checked again for a Redis that may evict records
+/// (`RedisStoreBuilder::allow_eviction`): a policy changed while connected is refused within
+/// this, plus one check's deadline.
+pub(crate) const RECHECK_EVERY: Duration = Duration::from_secs(5);
 
 /// The store's timeouts, as the slots apply them.
 #[derive(Debug, Clone, Copy)]
@@ -88,6 +97,30 @@ impl Connections {
             beat: Supervised::lazy(Arc::clone(&opener), timeouts.settings(BEAT_THRESHOLD)),
             waits: Supervised::lazy(opener, timeouts.settings(STORE_THRESHOLD)),
         }
+    }
+
+    /// Checks every connection in use again, every [`RECHECK_EVERY`], on a task of the current
+    /// runtime, while `conns` lives (see [`Supervised::recheck`]); nothing when the opener
+    /// checks nothing (eviction allowed) or there is no runtime.
+    pub(crate) fn spawn_rechecks(conns: &Arc<Connections>) {
+        if !conns.store.opener().refuses_eviction() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let conns = Arc::downgrade(conns);
+        drop(runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(RECHECK_EVERY).await;
+                let Some(conns) = conns.upgrade() else {
+                    return;
+                };
+                for slot in [&conns.store, &conns.beat, &conns.waits] {
+                    slot.recheck().await;
+                }
+            }
+        }));
     }
 
     /// A number that moves whenever a connection may have changed (`Store::generation`).

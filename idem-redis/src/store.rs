@@ -243,10 +243,11 @@ impl RedisStoreBuilder {
     /// Accepts a Redis whose `maxmemory-policy` may evict keys. By default the store refuses one,
     /// at `connect` and on every connection it opens later (a rebuild, a master the sentinels
     /// promoted: that connection is not used, calls fail misconfigured until one is accepted;
-    /// on a Cluster every node is asked): an evicted record makes the key new again while its
-    /// first holder still runs, so the effect would run twice at the same time (not only after
-    /// a crash, C14). Set it only where Redis cannot be asked (`CONFIG` disabled) and you know
-    /// the policy is `noeviction`.
+    /// on a Cluster every node is asked), and asks the connections in use again every 5 s, so a
+    /// policy changed while connected (`CONFIG SET`) is refused alike within seconds: an evicted
+    /// record makes the key new again while its first holder still runs, so the effect would
+    /// run twice at the same time (not only after a crash, C14). Set it only where Redis cannot
+    /// be asked (`CONFIG` disabled) and you know the policy is `noeviction`.
     pub fn allow_eviction(mut self, allow: bool) -> Self {
         self.allow_eviction = allow;
         self
@@ -483,8 +484,10 @@ impl RedisStoreBuilder {
             response: self.response_timeout,
             connection: self.connection_timeout,
         };
+        let conns = Arc::new(Connections::new(conn, opener, timeouts));
+        Connections::spawn_rechecks(&conns);
         Ok(RedisStore {
-            conns: Arc::new(Connections::new(conn, opener, timeouts)),
+            conns,
             identity: Arc::default(),
             prefix: self.prefix,
             grace: self.grace,

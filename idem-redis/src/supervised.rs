@@ -45,6 +45,11 @@ pub(crate) trait Open: Send + Sync + 'static {
 
     /// Opens one, driven by the current runtime.
     fn open(&self) -> impl Future<Output = Result<Self::Conn, Error>> + Send;
+
+    /// Checks `conn`, opened earlier, again (see [`Supervised::recheck`]); by default, nothing.
+    fn check(&self, _conn: &Self::Conn) -> impl Future<Output = Result<(), Error>> + Send {
+        async { Ok(()) }
+    }
 }
 
 /// How a slot judges its connection.
@@ -180,6 +185,45 @@ impl<O: Open> Supervised<O> {
         drop(state);
         let shared = Arc::clone(&self.shared);
         runtime.spawn(async move { shared.rebuild(Cause::Moved).await });
+    }
+
+    /// Checks the connection in use again, within [`Settings::call_deadline`], as its opening
+    /// did: one refused now (a policy changed since, `CONFIG SET`) is dropped and the slot
+    /// refuses, as after a refused opening (calls fail with the refusal, and the first after
+    /// the back-off starts a rebuild). A check that fails otherwise (a timeout, a lost link)
+    /// changes nothing: the calls see those.
+    pub(crate) async fn recheck(&self) {
+        let Some(conn) = self.current() else {
+            return;
+        };
+        let deadline = self.shared.settings.call_deadline;
+        let checked = tokio::time::timeout(deadline, self.opener().check(&conn)).await;
+        let Ok(Err(error)) = checked else {
+            return;
+        };
+        let Some(refused) = refusal(&error) else {
+            return;
+        };
+        let mut state = self.shared.lock();
+        if !state
+            .current
+            .as_ref()
+            .is_some_and(|current| Arc::ptr_eq(current, &conn))
+        {
+            return;
+        }
+        state.current = None;
+        state.refused = Some(refused);
+        let backoff = state.backoff;
+        state.not_before = Some(Instant::now() + backoff);
+        state.backoff = (backoff * 2).min(self.shared.settings.max_backoff);
+        drop(state);
+        self.shared.changes.fetch_add(1, Ordering::AcqRel);
+        tracing::error!(
+            target: "idem_redis",
+            %error,
+            "the Redis connection in use is refused now: calls fail until it is accepted again"
+        );
     }
 
     /// Forgets the connection in use: the next call opens one (a slot opened lazily, whose

@@ -100,7 +100,7 @@ async fn c13_a_redis_that_stops_answering_is_an_error_within_the_response_timeou
 /// an evicted in-progress record makes its key new again while its holder still runs, and
 /// another process would run the effect a second time within the lease (C4, C14). Once seen,
 /// the store refuses, as at `connect`: its calls fail misconfigured, naming the policy, until
-/// the policy is `noeviction` again.
+/// the policy is `noeviction` again, and then answers by itself.
 #[tokio::test]
 async fn c14_an_evicting_policy_set_while_connected_is_refused_within_seconds() {
     use common::Server;
@@ -185,4 +185,26 @@ async fn c14_an_evicting_policy_set_while_connected_is_refused_within_seconds() 
             && e.to_string().contains("allkeys-lru")),
         "{retry:?}"
     );
+
+    // The policy set back: the same store answers again by itself.
+    let () = config("maxmemory-policy", "noeviction")
+        .query_async(&mut admin)
+        .await
+        .expect("config set");
+    let () = config("maxmemory", "0")
+        .query_async(&mut admin)
+        .await
+        .expect("config set");
+    let healed = Instant::now();
+    loop {
+        let again = second.begin(&request).await;
+        if again.is_ok() {
+            break;
+        }
+        assert!(
+            healed.elapsed() < Duration::from_secs(10),
+            "still refused after noeviction: {again:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
