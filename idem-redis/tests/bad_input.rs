@@ -549,3 +549,46 @@ async fn c12_a_lease_over_the_bound_writes_nothing() {
         assert_eq!(kept.deadline(), lease.lease_until(), "the lease as it was");
     }
 }
+
+/// An orphan whose deadline field was edited by hand into something that is not a number,
+/// its read header left as written: the read (by the header) finds the lease passed and the
+/// takeover's compare-and-set reads the field. A field it cannot read is a record it does not
+/// know: no takeover, nothing written, and the reservation reports the record corrupt
+/// (`CorruptRecord`, C12), as a reservation that reads the fields does; never the script's own
+/// failure as a store error.
+#[tokio::test]
+async fn c12_a_takeover_of_an_orphan_whose_deadline_is_not_a_number_is_corrupt() {
+    for redis in BOTH {
+        let store = redis.store().await;
+        let lease = Duration::from_millis(200);
+        let first = Idempotency::with_policy(store.clone(), Policy::default().lease(lease))
+            .expect("valid policy");
+        let charge = request(&unique_consumer("garbage-deadline"), "k", b"{}");
+        let Begin::Acquired(_orphan) = first.begin(&charge).await.expect("begin") else {
+            panic!("a fresh key is acquired");
+        };
+        let key = store.key_of(charge.id());
+        let edited: i64 = redis
+            .raw(redis::cmd("HSET").arg(&key).arg("dl").arg("soon"))
+            .await;
+        assert_eq!(edited, 0, "the field existed and was overwritten");
+        let before = hash(&redis, &key).await;
+        tokio::time::sleep(lease * 2).await;
+
+        // Another process, reading first (its default).
+        let taker = Idempotency::with_policy(
+            redis
+                .connect(RedisStore::builder().prefix(key.split(':').next().expect("prefix")))
+                .await,
+            Policy::default().lease(lease),
+        )
+        .expect("valid policy");
+        let taken = taker.begin(&charge).await;
+        let case = format!("cluster {}", redis.cluster);
+        assert!(
+            matches!(taken, Err(Error::CorruptRecord(_))),
+            "{case}: a takeover of a record whose deadline does not read: {taken:?}"
+        );
+        assert_eq!(hash(&redis, &key).await, before, "{case}: nothing written");
+    }
+}
