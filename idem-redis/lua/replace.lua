@@ -7,11 +7,14 @@
 -- KEYS[1] the record. ARGV: 1 previous token, 2 previous state ('0' or '1'), 3 fingerprint,
 -- 4 new token, 5 lease ms, 6 grace ms, 7 the triple, 8 the holder, 9 '1' for a store that reads
 -- first: the new record gets its read header ('rh', see complete.lua).
--- Returns the new deadline, or false when the record changed.
+-- Returns the new deadline, or false when the record changed, or its deadline is not the
+-- digits a script writes (edited by hand): nothing written, and the reservation's next step
+-- reads the record as it is (corrupt, C12).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local rec = redis.call('HMGET', KEYS[1], 'tok', 'st', 'dl')
-if rec[1] ~= ARGV[1] or rec[2] ~= ARGV[2] or not rec[3] or tonumber(rec[3]) > now then
+local dl = rec[3] and string.match(rec[3], '^%d+$') and tonumber(rec[3])
+if rec[1] ~= ARGV[1] or rec[2] ~= ARGV[2] or not dl or dl > now then
   return false
 end
 redis.call('DEL', KEYS[1])
