@@ -4,7 +4,7 @@ use crate::budget;
 use crate::deadline::Deadline;
 use crate::doubt::Doubt;
 use crate::error::Error;
-use crate::event::Operation;
+use crate::event_kind::Operation;
 use crate::fingerprint::Fingerprint;
 use crate::lease::Lease;
 use crate::response::StoredResponse;
