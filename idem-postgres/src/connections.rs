@@ -730,7 +730,7 @@ mod tests {
             .execute(held.conn())
             .await
             .expect("begun");
-        cut_off_mid_statement(held, 0.1).await;
+        cut_off_mid_statement(held, 0.5).await;
         assert_eq!(conns.permits.available_permits(), 0, "settling");
         let waited = Instant::now();
         while conns.permits.available_permits() < 1 {
