@@ -201,7 +201,21 @@ impl<S: Store + 'static> Idempotency<S> {
             route = lease.id().route(),
             "idem: the completion could not be stored; still trying"
         );
-        tokio::spawn(async move {
+        // A caller polling on no Tokio runtime (the guard style allows one) has its
+        // continuation on the heartbeat's: never a panic, never the key left to a takeover.
+        let runtime = tokio::runtime::Handle::try_current()
+            .ok()
+            .or_else(super::heartbeat::heartbeat_runtime);
+        let Some(runtime) = runtime else {
+            tracing::error!(
+                target: "idem",
+                consumer = lease.id().consumer(),
+                route = lease.id().route(),
+                "idem: no runtime to keep storing the completion on; the key is left to its lease"
+            );
+            return;
+        };
+        runtime.spawn(async move {
             let _running = running;
             let _hold = hold;
             let (completion, stored, refusal_pause) = if refused {

@@ -40,6 +40,12 @@ fn schedule() -> Option<&'static Schedule> {
     })
 }
 
+/// The runtime on the heartbeat's own thread, for what must go on when its caller polls on no
+/// Tokio runtime (the guard style on an executor of its own); `None` if it could not be made.
+pub(in crate::engine) fn heartbeat_runtime() -> Option<tokio::runtime::Handle> {
+    schedule().map(|schedule| schedule.runtime().clone())
+}
+
 /// A lease kept alive by [`Idempotency::keep_alive`] until dropped.
 #[derive(Debug)]
 pub struct KeepAlive {

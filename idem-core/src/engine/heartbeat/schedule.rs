@@ -85,6 +85,11 @@ impl Schedule {
         schedule
     }
 
+    /// The heartbeat's runtime.
+    pub(super) fn runtime(&self) -> &Handle {
+        &self.runtime
+    }
+
     /// Adds a lease whose first renewal is due after `first`.
     pub(super) fn add(&'static self, renew: Arc<dyn Renew>, first: Duration) -> Scheduled {
         let mut state = lock(&self.state);
