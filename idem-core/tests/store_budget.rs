@@ -134,6 +134,46 @@ async fn c13_a_store_frozen_after_the_effect_answers_outcome_unknown_within_one_
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the effect ran twice");
 }
 
+/// C13, C8: in guard style too, a store frozen once the effect ran answers `complete` within
+/// the request's one budget, not after the lease: the error (outcome unknown) while the
+/// completion goes on by itself and lands when the store thaws, so a retry replays.
+#[tokio::test]
+async fn c13_a_guard_completion_on_a_frozen_store_answers_within_one_budget() {
+    let store = Arc::new(Faulty::default());
+    let spent = Spent::default();
+    let idem = engine(&store, &spent);
+    let req = request(&idem, "guard-frozen-after-effect");
+    let idem_core::Begin::Acquired(lease) = idem.begin(&req).await.expect("begin") else {
+        panic!("a fresh key is acquired");
+    };
+    store.frozen.store(true, Ordering::SeqCst);
+
+    let started = Instant::now();
+    let completing = idem.complete(lease, StoredResponse::new(201, "charged"));
+    let completed = tokio::time::timeout(LEASE, completing).await;
+    let took = started.elapsed();
+    assert!(matches!(completed, Ok(Err(_))), "{completed:?}");
+    assert!(took < BUDGET + MARGIN, "answered after {took:?}");
+
+    store.frozen.store(false, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let retry = loop {
+        match idem.begin(&req).await.expect("begin") {
+            idem_core::Begin::Answered(answer)
+                if !answer.is_replay() && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => break other,
+        }
+    };
+    assert!(
+        matches!(&retry, idem_core::Begin::Answered(idem_core::Answer::Replay(stored))
+            if *stored == StoredResponse::new(201, "charged")),
+        "{retry:?}"
+    );
+}
+
 /// C13: frozen before anything ran, the request is store-down (retryable) within one budget,
 /// and the handler never runs.
 #[tokio::test]
