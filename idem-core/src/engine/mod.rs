@@ -637,8 +637,9 @@ impl<S: Store> Idempotency<S> {
 
     /// Completes the record if the lease holds (C6); returns the response as stored (see
     /// [`completion`](Self::completion)). Store failures are retried with backoff while the
-    /// lease lasts; a retry finding its own earlier write succeeds (C8). Not stored within the
-    /// lease, or refused for good (its stored 500 too): returns the error, the outcome
+    /// lease lasts, within what is left of the request's store budget (C13); a retry finding its
+    /// own earlier write succeeds (C8). Not stored within them, or refused for good (its stored
+    /// 500 too): returns the error, the outcome
     /// unknown to the caller, while a task of its own keeps the lease alive and keeps
     /// writing, fenced, until the write lands or another holder takes the lease, as the
     /// engine's other paths do (C8, C16); [`drain`](Self::drain) waits for it.
@@ -652,8 +653,11 @@ impl<S: Store> Idempotency<S> {
     {
         let completion = self.completion(&lease, response);
         let deadline = lease.local_deadline();
+        // Within what is left of the request's one store budget (C13): past it the answer is
+        // the error and the write goes on below, never a wait for the lease.
+        let budget = lease.budget();
         let result = self
-            .store_completion(&lease, completion.clone(), deadline, None)
+            .store_completion(&lease, completion.clone(), deadline, budget.as_deref())
             .await;
         match result {
             // As the engine's paths' completions: the lease kept alive and the write going
