@@ -16,7 +16,8 @@ use crate::supervised::{Open, Settings, Supervised};
 use idem_core::Error;
 use redis::{Cmd, Pipeline, ScriptInvocation, Value};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 /// How many unavailable failures of the store's connection start a rebuild: a few, so one
@@ -76,6 +77,21 @@ pub(crate) struct Connections {
     /// Redis serves a connection's commands in order, so a `WAIT` no replica acknowledges
     /// would hold every answer queued behind it on the store's connection (C5).
     waits: Supervised<Opener>,
+    /// Whether a task re-checks the connections in use ([`Connections::spawn_rechecks`]).
+    rechecking: AtomicBool,
+    /// These connections, for a re-check task started again by a call.
+    this: OnceLock<Weak<Connections>>,
+}
+
+/// Marks the re-checks stopped when their task is dropped (its runtime stopped), run or not.
+struct Rechecking(Weak<Connections>);
+
+impl Drop for Rechecking {
+    fn drop(&mut self) {
+        if let Some(conns) = self.0.upgrade() {
+            conns.rechecking.store(false, Ordering::Release);
+        }
+    }
 }
 
 /// Whether `conn` was opened on another master than `host:port` the sentinels named.
@@ -96,21 +112,38 @@ impl Connections {
             ),
             beat: Supervised::lazy(Arc::clone(&opener), timeouts.settings(BEAT_THRESHOLD)),
             waits: Supervised::lazy(opener, timeouts.settings(STORE_THRESHOLD)),
+            rechecking: AtomicBool::new(false),
+            this: OnceLock::new(),
         }
     }
 
     /// Checks every connection in use again, every [`RECHECK_EVERY`], on a task of the current
     /// runtime, while `conns` lives (see [`Supervised::recheck`]); nothing when the opener
-    /// checks nothing (eviction allowed) or there is no runtime.
+    /// checks nothing (eviction allowed) or there is no runtime. A task that stopped with its
+    /// runtime is started again by the next call, on the caller's.
     pub(crate) fn spawn_rechecks(conns: &Arc<Connections>) {
-        if !conns.store.opener().refuses_eviction() {
+        let _ = conns.this.set(Arc::downgrade(conns));
+        conns.keep_rechecking();
+    }
+
+    /// Starts the re-check task on the current runtime unless one runs.
+    fn keep_rechecking(&self) {
+        if self.rechecking.load(Ordering::Acquire) || !self.store.opener().refuses_eviction() {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let conns = Arc::downgrade(conns);
+        let Some(conns) = self.this.get().cloned() else {
+            return;
+        };
+        if self.rechecking.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // Moved into the task: dropped with it, polled or not.
+        let running = Rechecking(conns.clone());
         drop(runtime.spawn(async move {
+            let _running = running;
             loop {
                 tokio::time::sleep(RECHECK_EVERY).await;
                 let Some(conns) = conns.upgrade() else {
@@ -162,6 +195,7 @@ impl Connections {
         F: FnOnce(Arc<Conn>) -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
+        self.keep_rechecking();
         if idem_core::store::on_heartbeat_thread() {
             self.beat.call(op).await
         } else {
