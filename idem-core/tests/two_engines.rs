@@ -51,3 +51,88 @@ async fn c09_a_live_execution_is_never_taken_over_by_another_engine_of_the_proce
         "the process's other engine took its live execution over and ran the effect again"
     );
 }
+
+/// C5, C9: a guard completion that fails after its lease was taken over by an execution of
+/// this same process, and goes on by itself until it finds the record another's, leaves that
+/// execution registered as live: a duplicate arriving while the live execution's store lease
+/// has lapsed (its renewals failing) is answered in flight from memory, never a takeover that
+/// runs the effect a second time beside it.
+#[tokio::test]
+async fn c09_a_failed_guard_completion_leaves_the_live_takeover_registered() {
+    use idem_core::{Answer, Begin};
+    use tokio::sync::Notify;
+    let store = Arc::new(Faulty {
+        one_process: true,
+        ..Faulty::default()
+    });
+    let lease = Duration::from_millis(300);
+    let idem = Idempotency::with_policy(Arc::clone(&store), Policy::default().lease(lease))
+        .expect("policy");
+    let request = idem
+        .request("acct", "POST", "/charges")
+        .key(Some("guard-then-takeover"))
+        .body(b"{}")
+        .build()
+        .expect("valid");
+    let Begin::Acquired(stale) = idem.begin(&request).await.expect("begin") else {
+        panic!("a fresh key is acquired");
+    };
+    // The guard's effect outlasts its lease; an execution of this process takes the key over.
+    tokio::time::sleep(lease + Duration::from_millis(100)).await;
+    let effects = Arc::new(AtomicUsize::new(0));
+    let (started, finish) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let live = {
+        let (idem, request) = (idem.clone(), request.clone());
+        let (effects, started, finish) = (
+            Arc::clone(&effects),
+            Arc::clone(&started),
+            Arc::clone(&finish),
+        );
+        tokio::spawn(async move {
+            idem.run(&request, move |_| async move {
+                effects.fetch_add(1, Ordering::SeqCst);
+                started.notify_one();
+                finish.notified().await;
+                Ok::<_, Failure<&'static str>>(StoredResponse::new(201, "taken over"))
+            })
+            .await
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(5), started.notified())
+        .await
+        .expect("the takeover runs");
+
+    // The stale guard completes now, refused for good: it goes on until it finds the record
+    // another's.
+    store.refusing.store(true, Ordering::SeqCst);
+    let completed = idem
+        .complete(stale, StoredResponse::new(201, "stale"))
+        .await;
+    assert!(completed.is_err(), "{completed:?}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    store.refusing.store(false, Ordering::SeqCst);
+
+    // The live execution's renewals fail for a while: its store lease lapses as it runs.
+    store.failing_renews.store(1_000, Ordering::SeqCst);
+    tokio::time::sleep(lease * 2).await;
+    let duplicate = {
+        let effects = Arc::clone(&effects);
+        idem.run(&request, move |_| async move {
+            effects.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Failure<&'static str>>(StoredResponse::new(201, "again"))
+        })
+        .await
+    };
+    store.failing_renews.store(0, Ordering::SeqCst);
+    finish.notify_one();
+    let _ = tokio::time::timeout(Duration::from_secs(5), live).await;
+    assert!(
+        matches!(duplicate, Ok(Outcome::Answered(Answer::InFlight { .. }))),
+        "a duplicate beside a live execution of this process: {duplicate:?}"
+    );
+    assert_eq!(
+        effects.load(Ordering::SeqCst),
+        1,
+        "the effect ran twice at once"
+    );
+}
