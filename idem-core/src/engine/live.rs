@@ -146,6 +146,31 @@ impl Live {
         }
     }
 
+    /// Registers `lease` as [`hold`](Self::hold) does, unless another execution of this
+    /// process holds its record: `None` then, that one left registered (a lease of the past
+    /// going on with its completion never displaces the live takeover, C9).
+    pub(crate) fn hold_unless_taken(&self, lease: &Lease) -> Option<Held> {
+        let mut map = lock(&self.0.held);
+        if map
+            .get(lease.id())
+            .is_some_and(|holder| holder.token != lease.token())
+        {
+            return None;
+        }
+        let holder = Holder {
+            fingerprint: *lease.fingerprint(),
+            token: lease.token(),
+            deadline: lease.local_deadline(),
+            lost: false,
+        };
+        map.insert(lease.id().clone(), holder);
+        Some(Held {
+            live: self.clone(),
+            id: lease.id().clone(),
+            token: lease.token(),
+        })
+    }
+
     /// Moves the registered deadline of `lease` after a renewal.
     pub(crate) fn renewed(&self, lease: &Lease) {
         let mut map = lock(&self.0.held);

@@ -663,7 +663,9 @@ impl<S: Store> Idempotency<S> {
             // As the engine's paths' completions: the lease kept alive and the write going
             // on, never left to a takeover.
             Err(error) if !matches!(error, Error::LeaseLost) => {
-                let hold = (self.keep_alive(lease.clone()), self.inner.live.hold(&lease));
+                // Never over another execution of this process that took the key over.
+                let held = self.inner.live.hold_unless_taken(&lease);
+                let hold = (self.keep_alive(lease.clone()), held);
                 self.keep_completing(
                     lease,
                     completion,
