@@ -52,6 +52,8 @@ pub(crate) struct SqliteConfig {
     pub(crate) migrate: bool,
     /// Whether the store is opened for one commit (C15): the only store reserving in its table.
     pub(crate) one_commit: bool,
+    /// The files the store opened, which its path must still name while it runs (set at open).
+    pub(crate) opened: Option<crate::opened::OpenedFiles>,
 }
 
 impl SqliteConfig {
@@ -65,6 +67,7 @@ impl SqliteConfig {
             clock: Arc::new(SystemClock),
             migrate: true,
             one_commit: false,
+            opened: None,
         }
     }
 }

@@ -117,6 +117,9 @@ pub(crate) fn waiting_until<T>(
     until: Instant,
     work: impl FnOnce(&mut Connection) -> Result<T, Error>,
 ) -> Result<T, Error> {
+    if let Some(opened) = &config.opened {
+        opened.still_named()?;
+    }
     wait_at_most(
         conn,
         config,

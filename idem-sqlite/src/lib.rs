@@ -45,6 +45,7 @@ mod connection;
 mod error;
 mod lane;
 mod migrate;
+mod opened;
 mod ops;
 mod pool;
 mod process_lock;

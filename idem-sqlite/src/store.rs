@@ -3,6 +3,7 @@
 use crate::config::SqliteConfig;
 use crate::connection::{connect, waiting_until};
 use crate::error::store_error;
+use crate::opened::OpenedFiles;
 use crate::ops;
 use crate::pool::{Decide, Pool};
 use crate::process_lock::ProcessLock;
@@ -70,7 +71,7 @@ pub(crate) struct Inner {
 
 impl SqliteStore {
     pub(crate) fn from_parts(
-        config: SqliteConfig,
+        mut config: SqliteConfig,
         writer: Connection,
         readers: Vec<Connection>,
     ) -> Result<Self, Error> {
@@ -82,6 +83,7 @@ impl SqliteStore {
             .map(std::path::PathBuf::from);
         let read_only = writer.is_readonly(rusqlite::MAIN_DB).unwrap_or(false);
         let lock = ProcessLock::open(&config, opened.as_deref(), read_only)?;
+        config.opened = opened.as_deref().and_then(OpenedFiles::of);
         let config = Arc::new(config);
         Ok(Self {
             inner: Arc::new(Inner {
