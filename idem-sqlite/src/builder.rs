@@ -75,7 +75,10 @@ impl SqliteStoreBuilder {
         self
     }
 
-    /// Where `now` comes from (default: the system clock).
+    /// Where `now` comes from (default: the system clock), for tests. Every process on one
+    /// file must read the same clock (C11): one running ahead sees the others' live leases as
+    /// passed and takes them over; on the transactional path the holder left behind is fenced
+    /// out with its effect rolled back, but an effect outside the database (`run`) runs twice.
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
         self.config.clock = Arc::new(clock);
         self
