@@ -124,3 +124,53 @@ async fn c13_a_wal_deleted_while_open_is_a_store_error() {
         "{outcome:?}"
     );
 }
+
+const SHM_ENV: &str = "IDEM_SQLITE_SHM_CHILD";
+
+/// The child of the `-shm` test: another process that opens the path, charges `k` and says
+/// what it answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "child process of the -shm test"]
+async fn shm_child() {
+    let db = std::path::PathBuf::from(std::env::var(SHM_ENV).expect("run by the test"));
+    let idem = opened(&db).await;
+    let outcome = charge(&idem, "k").await;
+    println!("CHILD {}", matches!(outcome, Ok(Outcome::Executed(_))));
+}
+
+/// The `-shm` alone deleted under a running process (C4, C13): another process opening the
+/// path makes a new one, whose locks and index the running process does not share, and runs a
+/// key there; the running process then refuses to write rather than run that key again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c04_c13_a_shm_deleted_while_open_never_runs_a_key_twice() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = dir.path().join("shm.db");
+    let old = opened(&db).await;
+    assert!(matches!(
+        charge(&old, "before").await,
+        Ok(Outcome::Executed(_))
+    ));
+    remove(&db, &["-shm"]);
+    let child = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--ignored",
+            "--exact",
+            "shm_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SHM_ENV, &db)
+        .stderr(std::process::Stdio::null())
+        .output()
+        .expect("child");
+    let said = String::from_utf8_lossy(&child.stdout);
+    assert!(
+        said.contains("CHILD true"),
+        "the other process ran k: {said}"
+    );
+    let again = charge(&old, "k").await;
+    assert!(
+        matches!(&again, Err(RunError::Idem(e)) if e.as_store().is_some()),
+        "the running process must not run k again: {again:?}"
+    );
+}
