@@ -3,10 +3,11 @@
 use idem_core::Error;
 use std::path::{Path, PathBuf};
 
-/// The database file a store opened and its `-wal`, by identity (device and inode). An operator
-/// who deletes or replaces them while the store runs leaves its connections on files no other
-/// process opens: a key reserved there would run a second time on the file at the path. Every
-/// write step first checks that the path still names them (one `stat` each).
+/// The database file a store opened, its `-wal` and its `-shm`, by identity (device and
+/// inode). An operator who deletes or replaces them while the store runs leaves its connections
+/// on files other processes do not share: a key reserved there would run a second time on the
+/// files at the path. Every write step first checks that the path still names them (one
+/// `stat` each).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct OpenedFiles {
     database: PathBuf,
@@ -14,6 +15,10 @@ pub(crate) struct OpenedFiles {
     /// The `-wal` as it was at open, if there was one: SQLite removes it only when the last
     /// connection closes, never while this store has its own open.
     wal: Option<(u64, u64)>,
+    /// The `-shm` as it was at open, if there was one (removed like the `-wal`): it holds the
+    /// WAL's locks and index, so a process with another one neither waits for this store's
+    /// writes nor sees them.
+    shm: Option<(u64, u64)>,
 }
 
 impl OpenedFiles {
@@ -23,34 +28,36 @@ impl OpenedFiles {
         Some(Self {
             database: database.to_path_buf(),
             id: file_id(database)?,
-            wal: file_id(&wal_of(database)),
+            wal: file_id(&beside(database, "-wal")),
+            shm: file_id(&beside(database, "-shm")),
         })
     }
 
     /// Whether the path still names the files opened; a misconfigured store error if not.
     pub(crate) fn still_named(&self) -> Result<(), Error> {
-        let wal = file_id(&wal_of(&self.database));
+        let kept = |opened: Option<(u64, u64)>, suffix: &str| {
+            opened.is_none() || file_id(&beside(&self.database, suffix)) == opened
+        };
         let database_kept = file_id(&self.database) == Some(self.id);
-        let wal_kept = self.wal.is_none() || wal == self.wal;
-        if database_kept && wal_kept {
+        if database_kept && kept(self.wal, "-wal") && kept(self.shm, "-shm") {
             return Ok(());
         }
         Err(Error::store(
             crate::error::BACKEND,
             idem_core::StoreErrorKind::Misconfigured,
             format!(
-                "{} (or its -wal) was deleted or replaced while this store had it open: it \
-                 writes nothing more there, as no other process would see it; restart the \
-                 process on the file at the path",
+                "{} (or its -wal or -shm) was deleted or replaced while this store had it \
+                 open: it writes nothing more there, as other processes would not see it; \
+                 restart the process on the files at the path",
                 self.database.display()
             ),
         ))
     }
 }
 
-fn wal_of(database: &Path) -> PathBuf {
+fn beside(database: &Path, suffix: &str) -> PathBuf {
     let mut name = database.as_os_str().to_owned();
-    name.push("-wal");
+    name.push(suffix);
     PathBuf::from(name)
 }
 
