@@ -42,7 +42,10 @@ async fn c13_a_guard_completion_of_a_store_lease_answers_within_one_budget() {
         panic!("complete still waiting after {took:?}");
     };
     assert!(completed.is_err(), "{completed:?}");
-    assert!(took < budget + Duration::from_millis(700), "answered after {took:?}");
+    assert!(
+        took < budget + Duration::from_millis(700),
+        "answered after {took:?}"
+    );
 
     store.unwritable.store(false, Ordering::SeqCst);
     tokio::time::timeout(Duration::from_secs(10), idem.drain())

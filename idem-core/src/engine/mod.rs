@@ -637,7 +637,8 @@ impl<S: Store> Idempotency<S> {
 
     /// Completes the record if the lease holds (C6); returns the response as stored (see
     /// [`completion`](Self::completion)). Store failures are retried with backoff while the
-    /// lease lasts, within what is left of the request's store budget (C13); a retry finding its
+    /// lease lasts, within what is left of the request's store budget (C13; a lease the engine
+    /// did not take gets one budget of its own); a retry finding its
     /// own earlier write succeeds (C8). Not stored within them, or refused for good (its stored
     /// 500 too): returns the error, the outcome
     /// unknown to the caller, while a task of its own keeps the lease alive and keeps
@@ -654,10 +655,14 @@ impl<S: Store> Idempotency<S> {
         let completion = self.completion(&lease, response);
         let deadline = lease.local_deadline();
         // Within what is left of the request's one store budget (C13): past it the answer is
-        // the error and the write goes on below, never a wait for the lease.
-        let budget = lease.budget();
+        // the error and the write goes on below, never a wait for the lease. A lease the
+        // engine did not take (a store's own reservation) has no request, nor maybe a local
+        // deadline: one budget of the policy's for this call, never a wait without end.
+        let budget = lease
+            .budget()
+            .unwrap_or_else(|| Arc::new(Budget::new(self.inner.policy.store_timeout)));
         let result = self
-            .store_completion(&lease, completion.clone(), deadline, budget.as_deref())
+            .store_completion(&lease, completion.clone(), deadline, Some(&budget))
             .await;
         match result {
             // As the engine's paths' completions: the lease kept alive and the write going
