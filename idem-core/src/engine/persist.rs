@@ -193,7 +193,6 @@ impl<S: Store + 'static> Idempotency<S> {
         refused: bool,
         hold: H,
     ) {
-        let engine = self.clone();
         let running = self.inner.gate.enter_always();
         tracing::warn!(
             target: "idem",
@@ -215,20 +214,17 @@ impl<S: Store + 'static> Idempotency<S> {
             );
             return;
         };
-        runtime.spawn(async move {
-            let _running = running;
-            let _hold = hold;
-            let (completion, stored, refusal_pause) = if refused {
-                let fallback = engine.refused_fallback(&lease);
-                (fallback, EventKind::OutcomeUnknown, Some(FIRST_BACKOFF))
-            } else {
-                (completion, stored, None)
-            };
-            let (kind, result) = engine
-                .complete_past_lease(&lease, completion, stored, refusal_pause)
-                .await;
-            engine.report_end(&lease, kind, &result);
-        });
+        let continuation = Continuation {
+            engine: self.clone(),
+            lease,
+            completion,
+            stored,
+            refused,
+            _hold: hold,
+            _running: running,
+        };
+        // Wrapped before the task: one dropped unpolled (a runtime stopping) goes on too.
+        runtime.spawn(Unfinished(Some(continuation)).run());
     }
 
     /// Past the lease, until the completion lands or the lease is taken. One that keeps timing
@@ -360,3 +356,62 @@ impl<S: Store + 'static> Idempotency<S> {
 
 /// Timeouts in a row, past the lease, before the small stored 500 is tried instead.
 const TIMEOUTS_BEFORE_FALLBACK: u32 = 3;
+
+/// A completion going on on its own task (C8), with what it holds: the lease kept alive, the
+/// registration of its execution, its place in [`drain`](Idempotency::drain)'s count.
+struct Continuation<S: Store + 'static, H: Send + 'static> {
+    engine: Idempotency<S>,
+    lease: Lease,
+    completion: Completion,
+    stored: EventKind,
+    refused: bool,
+    _hold: H,
+    _running: super::gate::Running,
+}
+
+/// A continuation whose task is dropped before it ended (its runtime stopped: one made for a
+/// single call, a test's) goes on on the heartbeat's runtime, from its start, with what it
+/// holds: the key is never left to a takeover while the process lives (C8), and the
+/// execution still reports its one end (C16).
+struct Unfinished<S: Store + 'static, H: Send + 'static>(Option<Continuation<S, H>>);
+
+impl<S: Store + 'static, H: Send + 'static> Unfinished<S, H> {
+    /// Stores the completion past the lease, then reports the execution's one end (C16).
+    async fn run(mut self) {
+        // Owned copies: what it holds (`Send` only) is never borrowed across a wait.
+        let parts = self.0.as_ref().map(|this| {
+            let (engine, lease) = (this.engine.clone(), this.lease.clone());
+            let (completion, stored, refusal_pause) = if this.refused {
+                let fallback = engine.refused_fallback(&lease);
+                (fallback, EventKind::OutcomeUnknown, Some(FIRST_BACKOFF))
+            } else {
+                (this.completion.clone(), this.stored, None)
+            };
+            (engine, lease, completion, stored, refusal_pause)
+        });
+        if let Some((engine, lease, completion, stored, refusal_pause)) = parts {
+            let (kind, result) = engine
+                .complete_past_lease(&lease, completion, stored, refusal_pause)
+                .await;
+            engine.report_end(&lease, kind, &result);
+        }
+        // Ended: what it holds is let go.
+        self.0 = None;
+    }
+}
+
+impl<S: Store + 'static, H: Send + 'static> Drop for Unfinished<S, H> {
+    fn drop(&mut self) {
+        let Some(continuation) = self.0.take() else {
+            return;
+        };
+        // The heartbeat's runtime never stops while the process runs; a panic (a store's bug)
+        // is not run again and again.
+        if crate::heartbeat_thread::on_heartbeat_thread() || std::thread::panicking() {
+            return;
+        }
+        if let Some(runtime) = super::heartbeat::heartbeat_runtime() {
+            runtime.spawn(Unfinished(Some(continuation)).run());
+        }
+    }
+}
