@@ -16,9 +16,9 @@ use crate::supervised::{Open, Settings, Supervised};
 use idem_core::Error;
 use redis::{Cmd, Pipeline, ScriptInvocation, Value};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How many unavailable failures of the store's connection start a rebuild: a few, so one
 /// slow call never does, and a burst of them (every caller of a wedged connection) at once.
@@ -79,17 +79,27 @@ pub(crate) struct Connections {
     waits: Supervised<Opener>,
     /// Whether a task re-checks the connections in use ([`Connections::spawn_rechecks`]).
     rechecking: AtomicBool,
+    /// The re-check task that is to run: one that finds another number here ends.
+    recheck_epoch: AtomicU64,
+    /// When that task last showed it runs, in milliseconds since `born`: one silent for
+    /// `recheck_stale` (its runtime kept but no longer driven) is replaced by the next call.
+    recheck_tick: AtomicU64,
+    recheck_stale: Duration,
+    born: Instant,
     /// These connections, for a re-check task started again by a call.
     this: OnceLock<Weak<Connections>>,
 }
 
-/// Marks the re-checks stopped when their task is dropped (its runtime stopped), run or not.
-struct Rechecking(Weak<Connections>);
+/// Marks the re-checks stopped when their task (of this epoch) is dropped (its runtime
+/// stopped), run or not.
+struct Rechecking(Weak<Connections>, u64);
 
 impl Drop for Rechecking {
     fn drop(&mut self) {
         if let Some(conns) = self.0.upgrade() {
-            conns.rechecking.store(false, Ordering::Release);
+            if conns.recheck_epoch.load(Ordering::Acquire) == self.1 {
+                conns.rechecking.store(false, Ordering::Release);
+            }
         }
     }
 }
@@ -113,6 +123,11 @@ impl Connections {
             beat: Supervised::lazy(Arc::clone(&opener), timeouts.settings(BEAT_THRESHOLD)),
             waits: Supervised::lazy(opener, timeouts.settings(STORE_THRESHOLD)),
             rechecking: AtomicBool::new(false),
+            recheck_epoch: AtomicU64::new(0),
+            recheck_tick: AtomicU64::new(0),
+            // A tick at each wake-up and after each slot's check (each within its deadline).
+            recheck_stale: RECHECK_EVERY * 2 + timeouts.connection + timeouts.response,
+            born: Instant::now(),
             this: OnceLock::new(),
         }
     }
@@ -126,9 +141,11 @@ impl Connections {
         conns.keep_rechecking();
     }
 
-    /// Starts the re-check task on the current runtime unless one runs.
+    /// Starts the re-check task on the current runtime unless one runs: one that stopped with
+    /// its runtime, or that has not run for a while (its runtime kept but no longer driven), is
+    /// replaced; the one replaced ends if it ever runs again.
     fn keep_rechecking(&self) {
-        if self.rechecking.load(Ordering::Acquire) || !self.store.opener().refuses_eviction() {
+        if !self.store.opener().refuses_eviction() || self.recheck_runs() {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -137,11 +154,21 @@ impl Connections {
         let Some(conns) = self.this.get().cloned() else {
             return;
         };
-        if self.rechecking.swap(true, Ordering::AcqRel) {
+        let seen = self.recheck_epoch.load(Ordering::Acquire);
+        if self.recheck_runs() {
             return;
         }
+        let mine = seen.wrapping_add(1);
+        let claimed =
+            self.recheck_epoch
+                .compare_exchange(seen, mine, Ordering::AcqRel, Ordering::Acquire);
+        if claimed.is_err() {
+            return; // another call started one just now
+        }
+        self.recheck_ticked();
+        self.rechecking.store(true, Ordering::Release);
         // Moved into the task: dropped with it, polled or not.
-        let running = Rechecking(conns.clone());
+        let running = Rechecking(conns.clone(), mine);
         drop(runtime.spawn(async move {
             let _running = running;
             loop {
@@ -150,10 +177,29 @@ impl Connections {
                     return;
                 };
                 for slot in [&conns.store, &conns.beat, &conns.waits] {
+                    if conns.recheck_epoch.load(Ordering::Acquire) != mine {
+                        return; // replaced while it did not run
+                    }
+                    conns.recheck_ticked();
                     slot.recheck().await;
                 }
             }
         }));
+    }
+
+    /// Whether a re-check task runs and has shown it lately.
+    fn recheck_runs(&self) -> bool {
+        if !self.rechecking.load(Ordering::Acquire) {
+            return false;
+        }
+        let tick = Duration::from_millis(self.recheck_tick.load(Ordering::Acquire));
+        self.born.elapsed().saturating_sub(tick) < self.recheck_stale
+    }
+
+    /// The re-check task shows it runs.
+    fn recheck_ticked(&self) {
+        let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.recheck_tick.store(now, Ordering::Release);
     }
 
     /// A number that moves whenever a connection may have changed (`Store::generation`).
