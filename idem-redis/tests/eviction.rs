@@ -215,87 +215,42 @@ async fn c14_an_evicting_policy_set_while_connected_is_refused_within_seconds() 
 /// (C4, C14), never an acquisition over a Redis that may evict the record meanwhile.
 #[test]
 fn c14_an_evicting_policy_is_refused_after_the_connecting_runtime_stopped() {
-    use common::Server;
-    use idem_core::{Begin, Policy};
-    let dir = temp_dir();
-    let (child, port) = start_on_free_port(&dir, &[]);
-    let _server = Server(child, dir);
-    let url = format!("redis://127.0.0.1:{port}");
-    let runtime = || {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime")
-    };
-    // Connected on a runtime of its own, stopped once the store is made.
-    let setup = runtime();
-    let store = setup.block_on(RedisStore::connect(&url)).expect("connect");
-    drop(setup);
-
-    let serving = runtime();
-    serving.block_on(async {
-        let idem = Idempotency::with_policy(store, Policy::default()).expect("policy");
-        let request = |key: &str| {
-            idem.request("acct", "POST", "/v1/charges")
-                .key(Some(key))
-                .body(b"{}")
-                .build()
-                .expect("request")
-        };
-        // The store heals onto this runtime while the policy is noeviction.
-        let started = Instant::now();
-        loop {
-            if let Ok(Begin::Acquired(_)) = idem
-                .begin(&request(&format!("warm-{}", started.elapsed().as_nanos())))
-                .await
-            {
-                break;
-            }
-            assert!(started.elapsed() < Duration::from_secs(10), "never healed");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-
-        let client = redis::Client::open(url.as_str()).expect("url");
-        let mut admin = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
-        let () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("maxmemory-policy")
-            .arg("allkeys-lru")
-            .query_async(&mut admin)
-            .await
-            .expect("config set");
-        tokio::time::sleep(Duration::from_secs(7)).await;
-        let after = idem.begin(&request("after-policy")).await;
-        assert!(
-            matches!(&after, Err(Error::Store(e)) if e.kind() == StoreErrorKind::Misconfigured
-                && e.to_string().contains("allkeys-lru")),
-            "an evicting policy set while connected went unseen: {after:?}"
-        );
-    });
+    let setup = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    refused_after_the_runtime_changed(setup, false);
 }
 
-/// The policy is asked again however the store's runtime changes: a store connected on a
-/// runtime that is kept but no longer driven (a current-thread runtime whose `block_on`
-/// returned, kept alive in the application's state) and used on another still sees an
-/// evicting `maxmemory-policy` set while connected within seconds, and refuses it (C4, C14).
+/// The same with a store connected on a runtime that is kept but no longer driven (a
+/// current-thread runtime whose `block_on` returned, kept alive in the application's state).
 #[test]
 fn c14_an_evicting_policy_is_refused_while_the_connecting_runtime_idles() {
-    use common::Server;
-    use idem_core::{Begin, Policy};
-    let dir = temp_dir();
-    let (child, port) = start_on_free_port(&dir, &[]);
-    let _server = Server(child, dir);
-    let url = format!("redis://127.0.0.1:{port}");
-    // Connected on a runtime of its own, kept, never driven again.
     let setup = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
+    refused_after_the_runtime_changed(setup, true);
+}
+
+/// A store connected on `setup`, which is then dropped or (`keep`) kept and never driven again,
+/// and used on another runtime, where calls go on: an evicting policy set while connected is
+/// refused within seconds.
+fn refused_after_the_runtime_changed(setup: tokio::runtime::Runtime, keep: bool) {
+    use common::Server;
+    use idem_core::{Begin, Policy};
+    let dir = temp_dir();
+    let (child, port) = start_on_free_port(&dir, &[]);
+    let _server = Server(child, dir);
+    let url = format!("redis://127.0.0.1:{port}");
     let store = setup.block_on(RedisStore::connect(&url)).expect("connect");
+    let _kept = if keep {
+        Some(setup)
+    } else {
+        drop(setup);
+        None
+    };
 
     let serving = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -349,5 +304,4 @@ fn c14_an_evicting_policy_is_refused_while_the_connecting_runtime_idles() {
             "an evicting policy set while connected went unseen: {after:?}"
         );
     });
-    drop(setup);
 }
