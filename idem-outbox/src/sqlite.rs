@@ -616,16 +616,15 @@ mod tests {
         }
     }
 
-    /// C12: the dead ends a dispatcher confirms are read by id in one statement, each row
-    /// decoded on its own: an undecodable one is `None` and hides no other; an absent one is
-    /// not returned.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn c12_deliveries_by_id_decodes_each_row_on_its_own(
-    ) -> Result<(), Box<dyn std::error::Error>> {
+    /// A store in a temporary directory with its outbox and `endpoints` registered (a port
+    /// nothing listens on).
+    async fn with_endpoints(
+        endpoints: &[&str],
+    ) -> Result<(tempfile::TempDir, SqliteStore, SqliteOutbox), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
-        let store = SqliteStore::open(dir.path().join("by_id.db")).await?;
+        let store = SqliteStore::open(dir.path().join("outbox.db")).await?;
         let outbox = SqliteOutbox::open(&store).await?;
-        for name in ["a", "b"] {
+        for name in endpoints {
             outbox
                 .register(&Endpoint::new(
                     name,
@@ -634,6 +633,16 @@ mod tests {
                 )?)
                 .await?;
         }
+        Ok((dir, store, outbox))
+    }
+
+    /// C12: the dead ends a dispatcher confirms are read by id in one statement, each row
+    /// decoded on its own: an undecodable one is `None` and hides no other; an absent one is
+    /// not returned.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn c12_deliveries_by_id_decodes_each_row_on_its_own(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let (_dir, store, outbox) = with_endpoints(&["a", "b"]).await?;
         let sender = outbox.clone();
         let id = store
             .call(move |db| {
@@ -677,16 +686,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn c17_a_stale_claim_cannot_record_over_a_newer_one(
     ) -> Result<(), Box<dyn std::error::Error>> {
-        let dir = tempfile::tempdir()?;
-        let store = SqliteStore::open(dir.path().join("fence.db")).await?;
-        let outbox = SqliteOutbox::open(&store).await?;
-        outbox
-            .register(&Endpoint::new(
-                "m",
-                "http://127.0.0.1:9/",
-                ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
-            )?)
-            .await?;
+        let (_dir, store, outbox) = with_endpoints(&["m"]).await?;
         let sender = outbox.clone();
         let id = store
             .call(move |db| {
