@@ -638,12 +638,11 @@ impl<S: Store> Idempotency<S> {
     /// Completes the record if the lease holds (C6); returns the response as stored (see
     /// [`completion`](Self::completion)). Store failures are retried with backoff while the
     /// lease lasts, within what is left of the request's store budget (C13; a lease the engine
-    /// did not take gets one budget of its own); a retry finding its
-    /// own earlier write succeeds (C8). Not stored within them, or refused for good (its stored
-    /// 500 too): returns the error, the outcome
-    /// unknown to the caller, while a task of its own keeps the lease alive and keeps
-    /// writing, fenced, until the write lands or another holder takes the lease, as the
-    /// engine's other paths do (C8, C16); [`drain`](Self::drain) waits for it.
+    /// did not take gets one budget of its own); a retry finding its own earlier write
+    /// succeeds (C8). Not stored within them, or refused for good (its stored 500 too): returns
+    /// the error, the outcome unknown to the caller, while a task of its own keeps the lease
+    /// alive and keeps writing, fenced, until the write lands or another holder takes the
+    /// lease, as the engine's other paths do (C8, C16); [`drain`](Self::drain) waits for it.
     pub async fn complete(
         &self,
         lease: Lease,
