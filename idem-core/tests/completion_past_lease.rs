@@ -12,20 +12,11 @@ use idem_core::{
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{request, Faulty};
+use support::{request, slow_large_writes, Faulty};
 
 #[tokio::test]
 async fn c08_a_completion_that_never_fits_the_store_timeout_resolves_and_lets_shutdown_finish() {
-    let store = Arc::new(Faulty {
-        slow_above: Some(10_000),
-        slow_for: Duration::from_millis(400),
-        ..Faulty::default()
-    });
-    let policy = Policy::default()
-        .lease(Duration::from_millis(300))
-        .store_timeout(Duration::from_millis(100));
-    let idem = Idempotency::with_policy(Arc::clone(&store), policy.clone()).expect("policy");
-    let other = Idempotency::with_policy(Arc::clone(&store), policy).expect("policy");
+    let (_store, idem, other) = slow_large_writes();
     let req = request(&idem, "large-report");
     let effects = Arc::new(AtomicUsize::new(0));
     let e = Arc::clone(&effects);
@@ -107,16 +98,7 @@ async fn c08_a_500_stored_in_place_of_an_unwritten_completion_goes_on_past_the_l
 /// never free to run the effect again.
 #[tokio::test]
 async fn c08_a_guard_completion_not_stored_within_the_lease_goes_on_past_it() {
-    let store = Arc::new(Faulty {
-        slow_above: Some(10_000),
-        slow_for: Duration::from_millis(400),
-        ..Faulty::default()
-    });
-    let policy = Policy::default()
-        .lease(Duration::from_millis(300))
-        .store_timeout(Duration::from_millis(100));
-    let idem = Idempotency::with_policy(Arc::clone(&store), policy.clone()).expect("policy");
-    let other = Idempotency::with_policy(Arc::clone(&store), policy).expect("policy");
+    let (_store, idem, other) = slow_large_writes();
     let req = request(&idem, "guard-large-report");
     let Begin::Acquired(lease) = idem.begin(&req).await.expect("begin") else {
         panic!("a fresh key is acquired");

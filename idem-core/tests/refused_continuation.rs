@@ -13,7 +13,7 @@ use idem_core::{
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use support::{request, Faulty};
+use support::{request, slow_large_writes, Faulty};
 
 /// Counts the `CompletionRefused` events.
 #[derive(Default)]
@@ -32,16 +32,7 @@ impl Observer for Refusals {
 /// another process finds it in flight, never free to run the effect again.
 #[tokio::test]
 async fn c08_a_refusal_met_after_the_timeouts_past_the_lease_keeps_the_key() {
-    let store = Arc::new(Faulty {
-        slow_above: Some(10_000),
-        slow_for: Duration::from_millis(400),
-        ..Faulty::default()
-    });
-    let policy = Policy::default()
-        .lease(Duration::from_millis(300))
-        .store_timeout(Duration::from_millis(100));
-    let idem = Idempotency::with_policy(Arc::clone(&store), policy.clone()).expect("policy");
-    let other = Idempotency::with_policy(Arc::clone(&store), policy).expect("policy");
+    let (store, idem, other) = slow_large_writes();
     let req = request(&idem, "timed-out-then-refused");
     let effects = Arc::new(AtomicUsize::new(0));
     let e = Arc::clone(&effects);

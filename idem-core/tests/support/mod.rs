@@ -51,6 +51,29 @@ pub(crate) struct Faulty {
     pub reserves: AtomicUsize,
 }
 
+/// A store whose writes of more than 10 kB take 400 ms (a large body on a slow link), and two
+/// engines over it (two processes) with a 300 ms lease and a 100 ms store timeout: such a
+/// completion never fits the store timeout.
+pub(crate) fn slow_large_writes() -> (
+    std::sync::Arc<Faulty>,
+    idem_core::Idempotency<std::sync::Arc<Faulty>>,
+    idem_core::Idempotency<std::sync::Arc<Faulty>>,
+) {
+    use idem_core::{Idempotency, Policy};
+    use std::sync::Arc;
+    let store = Arc::new(Faulty {
+        slow_above: Some(10_000),
+        slow_for: Duration::from_millis(400),
+        ..Faulty::default()
+    });
+    let policy = Policy::default()
+        .lease(Duration::from_millis(300))
+        .store_timeout(Duration::from_millis(100));
+    let idem = Idempotency::with_policy(Arc::clone(&store), policy.clone()).expect("policy");
+    let other = Idempotency::with_policy(Arc::clone(&store), policy).expect("policy");
+    (store, idem, other)
+}
+
 /// A store that cannot be reached.
 pub(crate) fn down() -> Error {
     Error::store("test", StoreErrorKind::Unavailable, "connection refused")
