@@ -29,18 +29,7 @@ async fn c14_a_redis_that_may_evict_records_is_refused_unless_allowed() {
         .connect(&url)
         .await
         .expect("allowed when the operator says so");
-    let client = redis::Client::open(url.as_str()).expect("url");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory-policy")
-        .arg("noeviction")
-        .query_async(&mut conn)
-        .await
-        .expect("config set");
+    config_set(&url, "maxmemory-policy", "noeviction").await;
     RedisStore::connect(&url)
         .await
         .expect("noeviction is accepted");
@@ -279,18 +268,7 @@ fn refused_after_the_runtime_changed(setup: tokio::runtime::Runtime, keep: bool)
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
 
-        let client = redis::Client::open(url.as_str()).expect("url");
-        let mut admin = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
-        let () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("maxmemory-policy")
-            .arg("allkeys-lru")
-            .query_async(&mut admin)
-            .await
-            .expect("config set");
+        config_set(&url, "maxmemory-policy", "allkeys-lru").await;
         // Calls go on meanwhile, as in any application.
         let until = Instant::now() + Duration::from_secs(12);
         while Instant::now() < until {
@@ -304,4 +282,20 @@ fn refused_after_the_runtime_changed(setup: tokio::runtime::Runtime, keep: bool)
             "an evicting policy set while connected went unseen: {after:?}"
         );
     });
+}
+
+/// `CONFIG SET name value` on the Redis at `url`, as an operator would.
+async fn config_set(url: &str, name: &str, value: &str) {
+    let client = redis::Client::open(url).expect("url");
+    let mut admin = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query_async(&mut admin)
+        .await
+        .expect("config set");
 }
