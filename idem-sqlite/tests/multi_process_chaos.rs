@@ -4,6 +4,8 @@
 //! frozen writer), and purges. Afterwards every key has exactly one charge if its record is
 //! completed and none otherwise, and no call took much longer than the store budget.
 
+mod common;
+
 use idem_core::{Idempotency, Outcome, Policy, RunError, StoredResponse};
 use idem_sqlite::{rusqlite, SqliteIdempotency, SqliteStore};
 use std::io::{BufRead, BufReader};
@@ -260,12 +262,7 @@ async fn killed_and_frozen(name: &str, styles: &[&str], purge: bool) {
     let dir = tempfile::tempdir().expect("dir");
     let db = dir.path().join(name);
     let store = SqliteStore::open(&db).await.expect("open");
-    store
-        .try_call(|db| {
-            db.execute_batch("CREATE TABLE charges (id INTEGER PRIMARY KEY, intent TEXT NOT NULL)")
-        })
-        .await
-        .expect("charges");
+    common::with_intent_charges(&store).await;
     let idem = Idempotency::with_policy(store.clone(), policy()).expect("policy");
     let log = Arc::new(Mutex::new(Vec::new()));
     let run_for = Duration::from_secs(
@@ -421,14 +418,7 @@ async fn c06_c13_disk_full_during_traffic_one_charge_per_key() {
     let dir = PathBuf::from(std::env::var("CHAOS_DIR").expect("CHAOS_DIR"));
     let db = dir.join("full.db");
     let store = SqliteStore::open(&db).await.expect("open");
-    store
-        .try_call(|db| {
-            db.execute_batch(
-                "CREATE TABLE IF NOT EXISTS charges (id INTEGER PRIMARY KEY, intent TEXT NOT NULL)",
-            )
-        })
-        .await
-        .expect("charges");
+    common::with_intent_charges(&store).await;
     let idem = Idempotency::with_policy(store.clone(), policy()).expect("policy");
     let log = Arc::new(Mutex::new(Vec::new()));
     let run_for = Duration::from_secs(

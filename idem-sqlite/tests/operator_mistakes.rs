@@ -3,6 +3,8 @@
 //! the file it opened refuses to reserve with a typed error instead of executing a key on a
 //! file no other process sees, so a key never runs once in each of two databases.
 
+mod common;
+
 use idem_core::{Idempotency, Outcome, Policy, RunError, StoredResponse};
 use idem_sqlite::{rusqlite, SqliteIdempotency, SqliteStore};
 use std::path::Path;
@@ -10,14 +12,7 @@ use std::time::Duration;
 
 async fn opened(db: &Path) -> Idempotency<SqliteStore> {
     let store = SqliteStore::open(db).await.expect("open");
-    store
-        .try_call(|db| {
-            db.execute_batch(
-                "CREATE TABLE IF NOT EXISTS charges (id INTEGER PRIMARY KEY, intent TEXT NOT NULL)",
-            )
-        })
-        .await
-        .expect("charges");
+    common::with_intent_charges(&store).await;
     Idempotency::with_policy(
         store,
         Policy::default().store_timeout(Duration::from_secs(2)),

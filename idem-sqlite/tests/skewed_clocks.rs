@@ -5,6 +5,8 @@
 //! transaction, so the holder left behind is fenced out with its effect rolled back: one
 //! charge whatever the clocks say.
 
+mod common;
+
 use idem_core::{Begin, Idempotency, ManualClock, Outcome, Policy, RunError, StoredResponse};
 use idem_sqlite::{rusqlite, SqliteIdempotency, SqliteStore};
 use std::path::Path;
@@ -18,14 +20,7 @@ async fn process(db: &Path, clock: ManualClock) -> Idempotency<SqliteStore> {
         .open()
         .await
         .expect("open");
-    store
-        .try_call(|db| {
-            db.execute_batch(
-                "CREATE TABLE IF NOT EXISTS charges (id INTEGER PRIMARY KEY, intent TEXT NOT NULL)",
-            )
-        })
-        .await
-        .expect("charges");
+    common::with_intent_charges(&store).await;
     Idempotency::with_policy(store, Policy::default().lease(LEASE)).expect("policy")
 }
 

@@ -217,3 +217,16 @@ pub(crate) async fn charges(store: &SqliteStore, intent: &str) -> i64 {
         .await
         .expect("count")
 }
+
+/// Creates the multi-process tests' `charges`, one row per charge and its intent (the key),
+/// no amount, if missing: the children of those tests insert into it.
+pub(crate) async fn with_intent_charges(store: &SqliteStore) {
+    store
+        .try_call(|db| {
+            db.execute_batch(
+                "CREATE TABLE IF NOT EXISTS charges (id INTEGER PRIMARY KEY, intent TEXT NOT NULL)",
+            )
+        })
+        .await
+        .expect("charges");
+}
