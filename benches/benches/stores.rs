@@ -169,6 +169,9 @@ fn table(rt: &Runtime, mode: &Mode, subjects: &[Subject]) {
                 // one-commit `run_in_transaction`), against the baselines of the same path.
                 let mut sides = vec![("library", rt.block_on(transacting.op(path, 100)))];
                 sides.extend(ops(&subject.sides[1..], path));
+                if let (true, Some(floor)) = (one_commit, &subject.one_commit_floor) {
+                    sides.extend(ops(std::slice::from_ref(floor), path));
+                }
                 let name = transaction::path_name(path, one_commit);
                 let row = Row {
                     store: subject.store,

@@ -1,16 +1,17 @@
 //! The money path called `n` times in a row, for counting instructions with callgrind: a count
 //! that a shared, noisy machine does not change (docs/benchmarks.md, "Instructions per call").
 //!
-//! `profile_tx <library|one_commit|guard|reserve_first|raw|floor> <path> <n>`, the path one of
-//! `replay`, `fresh`, `in_flight`, `mismatch`; with `STORE=sqlite` (the default),
-//! `STORE=postgres` (then `IDEM_PG_URL`, as `scripts/services.sh` sets it), `STORE=redis`
-//! (`IDEM_REDIS_URL`; its `guard` is the engine's `begin` and `complete`) or `STORE=memory`
-//! (the engine's own cost: `guard` only); `CALLERS=c` shares the calls among `c` tasks (one by
-//! default). `library` is `run_in_transaction`, `one_commit` the same in one commit (C15),
-//! `guard` the guard style (`begin`, the effect and `complete_in` in the caller's
-//! transaction), `reserve_first` the guard style with the store's `read_first(false)`, `raw` the
-//! hand-written baseline of the same path, `floor` the hand-written baseline of the fewest
-//! round trips. Instructions per
+//! `profile_tx <side> <path> <n>`, the side one of `library`, `one_commit`, `guard`,
+//! `reserve_first`, `raw`, `floor`, `floor_one_commit`, the path one of `replay`, `fresh`,
+//! `in_flight`, `mismatch`; with `STORE=sqlite` (the default), `STORE=postgres` (then
+//! `IDEM_PG_URL`, as `scripts/services.sh` sets it), `STORE=redis` (`IDEM_REDIS_URL`; its
+//! `guard` is the engine's `begin` and `complete`) or `STORE=memory` (the engine's own cost:
+//! `guard` only); `CALLERS=c` shares the calls among `c` tasks (one by default). `library` is
+//! `run_in_transaction`, `one_commit` the same in one commit (C15), `guard` the guard style
+//! (`begin`, the effect and `complete_in` in the caller's transaction), `reserve_first` the
+//! guard style with the store's `read_first(false)`, `raw` the hand-written baseline of the
+//! same path, `floor` the hand-written baseline of the fewest round trips, `floor_one_commit`
+//! the floor's fresh key in one transaction (PostgreSQL). Instructions per
 //! call are the difference of two runs (say `n` = 500 and 1500) divided by the difference of
 //! their `n`, so that the set-up cancels out:
 //!
@@ -30,7 +31,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [side, path, n] = args.as_slice() else {
         eprintln!(
-            "usage: profile_tx <library|one_commit|guard|reserve_first|raw|floor> \
+            "usage: profile_tx <library|one_commit|guard|reserve_first|raw|floor|floor_one_commit> \
              <replay|fresh|in_flight|mismatch> <n>"
         );
         return ExitCode::FAILURE;
@@ -56,9 +57,11 @@ fn main() -> ExitCode {
         "one_commit" => Side::OneCommit,
         "raw" => Side::Raw,
         "floor" => Side::Floor,
+        "floor_one_commit" => Side::FloorOneCommit,
         other => {
             eprintln!(
-                "a side is `library`, `one_commit`, `guard`, `reserve_first`, `raw` or `floor`, \
+                "a side is `library`, `one_commit`, `guard`, `reserve_first`, `raw`, `floor` or \
+                 `floor_one_commit`, \
                  not {other:?}"
             );
             return ExitCode::FAILURE;
@@ -93,6 +96,13 @@ fn main() -> ExitCode {
             (Side::Guard, _, [guard, ..]) => guard.op(path, 100).await,
             (Side::Raw, _, [_, raw, ..]) => raw.op(path, 100).await,
             (Side::Floor, _, [_, _, floor, ..]) => floor.op(path, 100).await,
+            (Side::FloorOneCommit, _, _) => match &subject.one_commit_floor {
+                Some(floor) => floor.op(path, 100).await,
+                None => {
+                    eprintln!("this store has no floor in one transaction");
+                    return ExitCode::FAILURE;
+                }
+            },
             (Side::ReserveFirst, _, sides) => {
                 match sides.iter().find(|s| s.name() == stores::RESERVE_FIRST) {
                     Some(side) => side.op(path, 100).await,
@@ -154,4 +164,6 @@ enum Side {
     Raw,
     /// The hand-written baseline of the fewest round trips.
     Floor,
+    /// That baseline's fresh key in one transaction.
+    FloorOneCommit,
 }

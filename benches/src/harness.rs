@@ -186,6 +186,10 @@ pub fn median(mut values: Vec<f64>) -> f64 {
 /// the library's ratio to it is kept beside the ratio to the first baseline.
 pub const FLOOR: &str = "floor";
 
+/// The floor of one commit per fresh key (C15): the same statements in one transaction. The
+/// library's ratio to it is printed beside the others where a row has it.
+pub const FLOOR_ONE_COMMIT: &str = "floor_one_commit";
+
 /// What one row of the table compares: a store, a path and a size, and the sides' operations
 /// (the first is the library, the second the baseline its ratio is taken against).
 pub struct Row<'a> {
@@ -228,12 +232,15 @@ pub fn measure(rt: &Runtime, mode: &Mode, row: &Row<'_>) -> Vec<Cell> {
         };
         let ratios = if n > 1 { ratios_to(1) } else { Vec::new() };
         let ratio = (n > 1).then(|| median(ratios.clone()));
-        let floor = row
-            .sides
-            .iter()
-            .position(|(side, _)| *side == FLOOR)
-            .filter(|&i| i > 0)
-            .map(|i| median(ratios_to(i)));
+        let ratio_to_side = |name: &str| {
+            row.sides
+                .iter()
+                .position(|(side, _)| *side == name)
+                .filter(|&i| i > 0)
+                .map(|i| median(ratios_to(i)))
+        };
+        let floor = ratio_to_side(FLOOR);
+        let one_commit_floor = ratio_to_side(FLOOR_ONE_COMMIT);
         let mut line = format!(
             "| {} | {} | {} | {callers} |",
             row.store,
@@ -268,6 +275,9 @@ pub fn measure(rt: &Runtime, mode: &Mode, row: &Row<'_>) -> Vec<Cell> {
         }
         if let Some(floor) = floor {
             line.push_str(&format!(" floor {floor:.2} |"));
+        }
+        if let Some(floor) = one_commit_floor {
+            line.push_str(&format!(" one-commit floor {floor:.2} |"));
         }
         println!("{line}");
     }

@@ -27,8 +27,11 @@ pub struct Subject {
     /// the same baselines.
     pub in_transaction: Option<Arc<dyn Transacting>>,
     /// The money path with one commit per fresh key (C15), against the same (two-commit)
-    /// baselines.
+    /// baselines and, where there is one, [`one_commit_floor`](Self::one_commit_floor).
     pub one_commit: Option<Arc<dyn Transacting>>,
+    /// The floor's fresh key in one transaction
+    /// ([`FLOOR_ONE_COMMIT`](crate::harness::FLOOR_ONE_COMMIT)).
+    pub one_commit_floor: Option<Arc<dyn Side>>,
     /// Keeps the SQLite files while the bench runs.
     _dir: Option<tempfile::TempDir>,
 }
@@ -52,6 +55,7 @@ pub async fn memory() -> Subject {
         ))],
         in_transaction: None,
         one_commit: None,
+        one_commit_floor: None,
         _dir: None,
     }
 }
@@ -158,6 +162,7 @@ pub async fn sqlite() -> Subject {
         sides,
         in_transaction: Some(Arc::new(InTransaction::new(store, false))),
         one_commit: Some(Arc::new(InTransaction::new(one_commit, true))),
+        one_commit_floor: None,
         _dir: Some(dir),
     }
 }
@@ -261,6 +266,11 @@ pub async fn postgres() -> Subject {
         sides,
         in_transaction: Some(Arc::new(InTransaction::new(store.clone(), false))),
         one_commit: Some(Arc::new(InTransaction::new(store, true))),
+        one_commit_floor: Some(Arc::new(
+            raw::postgres_floor::FloorPostgres::connect(&url, POOL)
+                .await
+                .in_one_transaction(),
+        )),
         _dir: None,
     }
 }
@@ -288,6 +298,7 @@ pub async fn redis() -> Subject {
         sides,
         in_transaction: None,
         one_commit: None,
+        one_commit_floor: None,
         _dir: None,
     }
 }

@@ -1,6 +1,7 @@
 -- What a reservation of the record would find, writing nothing and taking no lock (C5, C15):
--- asked by a one-commit reservation before it waits for a connection for its transaction, when
--- every one is taken, so that a duplicate is answered at once on a connection no effect holds.
+-- asked by a one-commit reservation that has waited a few milliseconds for a connection for its
+-- transaction, every one still taken, so that a duplicate is answered at once on a connection no
+-- effect holds.
 -- The committed record as reserve.sql reads it; with none, whether a one-commit execution holds
 -- the key, seen in `pg_locks` rather than by trying the gate's locks: a look that held the
 -- record's key, even shared and for its statement only, would make a fresh one-commit

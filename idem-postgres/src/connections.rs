@@ -112,11 +112,6 @@ impl Connections {
         self
     }
 
-    /// Whether every connection of the stack is taken: a call would wait for one.
-    pub(crate) fn all_taken(&self) -> bool {
-        self.permits.available_permits() == 0
-    }
-
     /// A connection: the one given back last, or a new one.
     pub(crate) async fn get(&self) -> Result<Held<'_>, Error> {
         self.take(false).await

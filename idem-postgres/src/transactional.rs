@@ -35,6 +35,21 @@ pub type EffectFuture<'c, E> = Pin<Box<dyn Future<Output = Result<StoredResponse
 /// A connection for an execution's transaction, on its way.
 type Acquiring<'a> = Pin<Box<dyn Future<Output = Result<EffectConnection<'a>, Error>> + Send + 'a>>;
 
+/// How long a one-commit reservation waits for a connection for its transaction before it
+/// looks for a duplicate's answer beside the effects that hold them all (C5): a few times what
+/// a short transaction holds one for under load. Fresh keys at more callers than connections
+/// take their turns without a look (a look reads the server's lock table: one per fresh key
+/// halved their rate at 32 callers on 16 connections), and a duplicate behind long effects is
+/// still answered within it.
+const LOOK_AFTER: Duration = Duration::from_millis(10);
+
+/// What waiting for a one-commit transaction's connection ended with.
+enum Waited<'a> {
+    Connection(EffectConnection<'a>),
+    /// A duplicate's answer, looked up while every connection stayed taken.
+    Answered(Answer),
+}
+
 /// An effect that runs in a PostgreSQL transaction.
 pub type PgEffect<E> =
     Box<dyn for<'c> FnOnce(&'c mut PgConnection, &'c Lease) -> EffectFuture<'c, E> + Send>;
@@ -245,9 +260,6 @@ impl Transactional for PgStore {
                      READ, or two commits",
                 ));
             }
-            if let Some(answer) = self.answer_while_effects_busy(request, &execution).await {
-                return Ok(TxEnd::Answered(answer, effect));
-            }
             return Box::pin(self.in_transaction(Start::Reserve(request), effect, &execution))
                 .await;
         }
@@ -313,32 +325,49 @@ impl Transactional for PgStore {
 }
 
 impl PgStore {
-    /// A one-commit reservation's answer, asked before it waits for a connection for its
-    /// transaction when every one is taken (by effects, perhaps long ones): a duplicate is
-    /// answered at once (C5), on a connection no effect holds, as its reservation would
-    /// answer it, one-commit holders of the key included. `None` when a connection is free,
-    /// or the record is absent or would be taken over (the reservation in the transaction
-    /// decides), or the look failed (the reservation says how).
-    async fn answer_while_effects_busy(
-        &self,
+    /// A connection for a one-commit transaction (the first try), or a duplicate's answer
+    /// while every connection the store runs effects on stays taken (by effects, perhaps long
+    /// ones): past [`LOOK_AFTER`] (or half what is left of the budget, if less) the answer is
+    /// asked on a connection no effect holds, as its reservation would answer it, one-commit
+    /// holders of the key included (C5, `sql/look.sql`), and the wait goes on if there is none
+    /// (the record is absent or would be taken over, or the look failed: the reservation in
+    /// the transaction decides).
+    async fn connection_or_answer<'a>(
+        &'a self,
         request: &Request,
+        acquire: Acquiring<'a>,
         execution: &Execution,
-    ) -> Option<Answer> {
-        let busy = if self.inner.effects_on_pool {
-            let pool = self.pool();
-            pool.num_idle() == 0 && pool.size() >= pool.options().get_max_connections()
-        } else {
-            self.inner.tx_conns.all_taken()
-        };
-        if !busy {
-            return None;
+    ) -> Result<Waited<'a>, Error> {
+        let id = request.id();
+        let mut acquire = acquire;
+        let soon = execution
+            .bounded(Operation::Transaction, id, |deadline| {
+                let patience = LOOK_AFTER.min(deadline.remaining() / 2);
+                let acquire = &mut acquire;
+                async move {
+                    match tokio::time::timeout(patience, acquire).await {
+                        Ok(conn) => conn.map(Some),
+                        Err(_) => Ok(None),
+                    }
+                }
+            })
+            .await?;
+        if let Some(conn) = soon {
+            return Ok(Waited::Connection(conn));
         }
+        // The connection's turn stays queued meanwhile.
         let found = execution
-            .bounded(Operation::Reserve, request.id(), |deadline| {
+            .bounded(Operation::Reserve, id, |deadline| {
                 self.look(request, deadline)
             })
             .await;
-        found.and_then(|found| found.answer(request)).ok().flatten()
+        if let Some(answer) = found.and_then(|found| found.answer(request)).ok().flatten() {
+            return Ok(Waited::Answered(answer));
+        }
+        execution
+            .bounded(Operation::Transaction, id, |_| acquire)
+            .await
+            .map(Waited::Connection)
     }
 
     /// Begin, effect, completion, commit, on one of the store's connections for transactions,
@@ -390,11 +419,18 @@ impl PgStore {
                     Ok(EffectConnection::own(held))
                 })
             };
-            let mut conn = match execution
-                .bounded(Operation::Transaction, start.id(), |_| acquire)
-                .await
-            {
-                Ok(conn) => conn,
+            let waited = match start {
+                Start::Reserve(request) if attempt == 0 => {
+                    self.connection_or_answer(request, acquire, execution).await
+                }
+                _ => execution
+                    .bounded(Operation::Transaction, start.id(), |_| acquire)
+                    .await
+                    .map(Waited::Connection),
+            };
+            let mut conn = match waited {
+                Ok(Waited::Connection(conn)) => conn,
+                Ok(Waited::Answered(answer)) => return Ok(TxEnd::Answered(answer, effect)),
                 Err(error) => return start.failed(error),
             };
             // Boxed, as every step of the transaction below: a future holds a pointer to each

@@ -7,18 +7,20 @@
 //! - A fresh key is the plain two-commit design, all on one connection of the stack: the
 //!   reservation `INSERT ... ON CONFLICT DO NOTHING` in autocommit (so a duplicate sees it at
 //!   once), then `BEGIN`, the business insert, the completion `UPDATE`, `COMMIT`: five round
-//!   trips and two commits, nothing around them.
+//!   trips and two commits, nothing around them. In one transaction
+//!   ([`in_one_transaction`](FloorPostgres::in_one_transaction)): `BEGIN`, the reservation, the
+//!   business insert, the completion, `COMMIT`: five round trips and one commit.
 //! - Its table has the primary key and nothing else (no purge index, no listing index), so the
 //!   completion `UPDATE` can be HOT; its purge scans the table.
 //! - The requests (scope, key, fingerprint) are built by the engine over a `MemoryStore`, and
 //!   the response encoded with `StoredResponse::encode` and decoded on a replay, as the library
 //!   does: the same bytes reach the server.
 
-use crate::harness::{Op, Path, Side};
+use crate::harness::{Op, Path, Side, FLOOR, FLOOR_ONE_COMMIT};
 use crate::library::{response, Requests, BODY, LEASE, OTHER_BODY};
 use crate::raw::postgres::Connections;
 use idem::postgres::sqlx::postgres::PgConnectOptions;
-use idem::postgres::sqlx::{self, AssertSqlSafe, Connection, Row};
+use idem::postgres::sqlx::{self, AssertSqlSafe, Connection, PgConnection, Row};
 use idem::store::FencingToken;
 use idem::{Policy, Request, StoredResponse};
 use std::hint::black_box;
@@ -108,29 +110,25 @@ struct Inner {
 
 impl Inner {
     /// Reserve in autocommit, then the business insert and the completion in one transaction,
-    /// all on one stacked connection: five round trips, two commits.
-    async fn fresh(&self, request: &Request, response: &StoredResponse) {
-        let id = request.id();
+    /// all on one stacked connection: five round trips, two commits. With `one_transaction`,
+    /// `BEGIN` first and the reservation in the transaction: five round trips, one commit (a
+    /// duplicate of an uncommitted key would wait on its row: what the library's gate is for).
+    async fn fresh(&self, request: &Request, response: &StoredResponse, one_transaction: bool) {
         let token = FencingToken::generate();
         let encoded = response.encode().expect("encode the response");
         let mut held = self.conns.get().await;
-        let reserved = sqlx::query(AssertSqlSafe(Arc::clone(&self.sql.reserve)))
-            .bind(id.consumer())
-            .bind(id.route())
-            .bind(id.key())
-            .bind(request.fingerprint().as_bytes().as_slice())
-            .bind(token.as_bytes().as_slice())
-            .bind(millis(LEASE))
-            .execute(held.conn())
-            .await
-            .expect("the reservation")
-            .rows_affected();
-        assert_eq!(reserved, 1, "a fresh key is reserved");
+        if !one_transaction {
+            self.reserve(held.conn(), request, &token).await;
+        }
         let mut tx = held.conn().begin().await.expect("begin");
+        if one_transaction {
+            self.reserve(&mut tx, request, &token).await;
+        }
         sqlx::query(CHARGE)
             .execute(&mut *tx)
             .await
             .expect("the business insert");
+        let id = request.id();
         let done = sqlx::query(AssertSqlSafe(Arc::clone(&self.sql.complete)))
             .bind(id.consumer())
             .bind(id.route())
@@ -145,6 +143,23 @@ impl Inner {
         assert_eq!(done, 1, "the completion is fenced on the token");
         tx.commit().await.expect("commit");
         held.give_back();
+    }
+
+    /// The reservation of a fresh key under `token`, on `conn`.
+    async fn reserve(&self, conn: &mut PgConnection, request: &Request, token: &FencingToken) {
+        let id = request.id();
+        let reserved = sqlx::query(AssertSqlSafe(Arc::clone(&self.sql.reserve)))
+            .bind(id.consumer())
+            .bind(id.route())
+            .bind(id.key())
+            .bind(request.fingerprint().as_bytes().as_slice())
+            .bind(token.as_bytes().as_slice())
+            .bind(millis(LEASE))
+            .execute(conn)
+            .await
+            .expect("the reservation")
+            .rows_affected();
+        assert_eq!(reserved, 1, "a fresh key is reserved");
     }
 
     /// One `SELECT` by primary key; the answer decided from its row.
@@ -194,6 +209,7 @@ fn read(row: &sqlx::postgres::PgRow) -> Reply {
 pub struct FloorPostgres {
     inner: Arc<Inner>,
     requests: Requests,
+    one_transaction: bool,
 }
 
 impl FloorPostgres {
@@ -225,14 +241,26 @@ impl FloorPostgres {
                 retention: Policy::default().retention,
             }),
             requests: Requests::new("floor"),
+            one_transaction: false,
         }
+    }
+
+    /// This side with a fresh key in one transaction ([`FLOOR_ONE_COMMIT`]): what one commit
+    /// (C15) is measured against beside the two-commit floor.
+    pub fn in_one_transaction(mut self) -> Self {
+        self.one_transaction = true;
+        self
     }
 }
 
 #[async_trait::async_trait]
 impl Side for FloorPostgres {
     fn name(&self) -> &'static str {
-        "floor"
+        if self.one_transaction {
+            FLOOR_ONE_COMMIT
+        } else {
+            FLOOR
+        }
     }
 
     async fn op(&self, path: Path, size: usize) -> Op {
@@ -240,10 +268,13 @@ impl Side for FloorPostgres {
         match path {
             Path::Fresh => {
                 let requests = self.requests.clone();
+                let one_transaction = self.one_transaction;
                 Arc::new(move || {
                     let inner = Arc::clone(&inner);
                     let request = requests.fresh();
-                    Box::pin(async move { inner.fresh(&request, &response(100)).await })
+                    Box::pin(
+                        async move { inner.fresh(&request, &response(100), one_transaction).await },
+                    )
                 })
             }
             Path::Replay | Path::InFlight | Path::Mismatch => {
@@ -269,7 +300,7 @@ impl Side for FloorPostgres {
                     };
                     assert_eq!(reserved, 1, "a new key is reserved");
                 } else {
-                    inner.fresh(&first, &response(size)).await;
+                    inner.fresh(&first, &response(size), false).await;
                 }
                 let asked = match path {
                     Path::Mismatch => self.requests.request(&key, OTHER_BODY),
