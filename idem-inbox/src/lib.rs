@@ -50,6 +50,7 @@ mod audit;
 #[cfg(feature = "axum")]
 mod axum;
 mod body_signed;
+mod recording;
 pub mod schemes;
 // The signing and verifying shared with idem-outbox: idem-signature's, re-exported where the
 // inbox always had them.
@@ -85,15 +86,12 @@ use idem_core::{
 use idem_core::{Context, Idempotency};
 use idem_core::{Failure, Outcome, Reply, RunError};
 use idem_tower::render::Problem;
+use recording::{Background, Recording};
 use std::fmt;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-
-/// What an audit write that did not answer in time is reported as: a statement on the store's
-/// database, beside the executions' transactions.
-const AUDIT: Operation = Operation::Transaction;
 
 /// A delivery whose origin was verified: the only way into the inbox.
 #[derive(Debug, Clone, Copy)]
@@ -348,6 +346,8 @@ pub struct Inbox<S> {
     idem: Idempotency<S>,
     audit: Option<Arc<dyn Audit>>,
     clock: Arc<dyn Clock>,
+    /// The audit writes that went on past their deliveries' answers.
+    background: Arc<Background>,
 }
 
 impl<S> Clone for Inbox<S> {
@@ -356,6 +356,7 @@ impl<S> Clone for Inbox<S> {
             idem: self.idem.clone(),
             audit: self.audit.clone(),
             clock: Arc::clone(&self.clock),
+            background: Arc::clone(&self.background),
         }
     }
 }
@@ -382,6 +383,7 @@ impl<S: Store + 'static> Inbox<S> {
             idem,
             audit: None,
             clock: Arc::new(SystemClock),
+            background: Arc::default(),
         }
     }
 
@@ -471,8 +473,8 @@ impl<S: Store + 'static> Inbox<S> {
     ///
     /// The audit trail's writes share the event's one store budget with the engine's steps
     /// (C13: the request's own, else the policy's `store_timeout`; the handler's time is not
-    /// counted): a write that does not answer within what is left is given up and logged, and
-    /// once the budget is spent the event is refused as store-down.
+    /// counted), and hold the answer 20 ms at most each (C5): a slower one goes on in the
+    /// background, and one that does not land within the budget is given up and logged.
     pub async fn receive<F, Fut, E>(&self, event: &Event, handler: F) -> Result<Receipt, Error>
     where
         F: FnOnce(EventContext<S>) -> Fut + Send + 'static,
@@ -484,7 +486,9 @@ impl<S: Store + 'static> Inbox<S> {
             .store_budget()
             .unwrap_or(self.idem.policy().store_timeout);
         let started = Instant::now();
-        self.audit_delivered(event, Deadline::after(budget)).await;
+        let mut recording = Recording::new(&self.background);
+        self.audit_delivered(event, Deadline::after(budget), &mut recording)
+            .await;
         let request = if self.audit.is_some() {
             let left = budget.saturating_sub(started.elapsed());
             event.request().clone().with_store_budget(left)
@@ -556,8 +560,28 @@ impl<S: Store + 'static> Inbox<S> {
         let handler = *handling.lock().unwrap_or_else(PoisonError::into_inner);
         let store_time = started.elapsed().saturating_sub(handler);
         let left = Deadline::after(budget.saturating_sub(store_time));
-        self.audit_settled(event, &receipt, left).await;
+        self.audit_settled(event, &receipt, left, &mut recording)
+            .await;
         Ok(receipt)
+    }
+
+    /// Waits until the audit writes that went on past their deliveries' answers (each holds
+    /// its answer 20 ms at most) have landed or were given up at their store budget: before
+    /// reading the trail for what was just answered, or before the process exits.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use idem_core::{Idempotency, MemoryStore};
+    /// use idem_inbox::{Inbox, MemoryAudit};
+    /// use std::sync::Arc;
+    /// let inbox = Inbox::new(Idempotency::new(MemoryStore::new()))
+    ///     .with_audit(Arc::new(MemoryAudit::default()));
+    /// inbox.drain_audit().await;
+    /// # }
+    /// ```
+    pub async fn drain_audit(&self) {
+        self.background.drained().await;
     }
 
     /// Deletes at most `limit` audit entries first received more than `retention` ago.
@@ -573,17 +597,25 @@ impl<S: Store + 'static> Inbox<S> {
     }
 
     /// Records a delivery in the audit trail, given up at `deadline` (best effort).
-    async fn audit_delivered(&self, event: &Event, deadline: Deadline) {
+    async fn audit_delivered(&self, event: &Event, deadline: Deadline, recording: &mut Recording) {
         if let Some(audit) = &self.audit {
-            let delivered = audit.delivered(&event.source, &event.id, self.clock.now());
-            if let Err(error) = deadline.bound(AUDIT, delivered).await {
-                tracing::warn!(target: "idem", source = %event.source, %error, "idem.inbox: the audit trail missed a delivery");
-            }
+            let (audit, now) = (Arc::clone(audit), self.clock.now());
+            let (source, id) = (event.source.clone(), event.id.clone());
+            let delivered = async move { audit.delivered(&source, &id, now).await };
+            recording
+                .write(&event.source, "a delivery", deadline, delivered)
+                .await;
         }
     }
 
     /// Records how a delivery ended in the audit trail, given up at `deadline` (best effort).
-    async fn audit_settled(&self, event: &Event, receipt: &Receipt, deadline: Deadline) {
+    async fn audit_settled(
+        &self,
+        event: &Event,
+        receipt: &Receipt,
+        deadline: Deadline,
+        recording: &mut Recording,
+    ) {
         let id = String::from_utf8_lossy(&event.id);
         match receipt {
             Receipt::Conflict => {
@@ -595,28 +627,25 @@ impl<S: Store + 'static> Inbox<S> {
             _ => tracing::debug!(target: "idem", source = %event.source, event = %id, "idem.inbox"),
         }
         let Some(audit) = &self.audit else { return };
-        let now = self.clock.now();
-        let settled = async {
-            match receipt {
-                // A duplicate proves the event was processed: after a crash between the commit and
-                // the answer, the redelivery is what records it (never overwriting an earlier time).
-                Receipt::Processed(_) | Receipt::Duplicate(_) => {
-                    audit
-                        .settled(&event.source, &event.id, AuditOutcome::Processed, now)
-                        .await
-                }
-                Receipt::Failed(_) => {
-                    audit
-                        .settled(&event.source, &event.id, AuditOutcome::Failed, now)
-                        .await
-                }
-                Receipt::Conflict => audit.conflicted(&event.source, &event.id, now).await,
-                _ => Ok(()),
+        // A duplicate proves the event was processed: after a crash between the commit and
+        // the answer, the redelivery is what records it (never overwriting an earlier time).
+        let ended = match receipt {
+            Receipt::Processed(_) | Receipt::Duplicate(_) => Some(AuditOutcome::Processed),
+            Receipt::Failed(_) => Some(AuditOutcome::Failed),
+            Receipt::Conflict => None,
+            _ => return,
+        };
+        let (audit, now) = (Arc::clone(audit), self.clock.now());
+        let (source, id) = (event.source.clone(), event.id.clone());
+        let settled = async move {
+            match ended {
+                Some(outcome) => audit.settled(&source, &id, outcome, now).await,
+                None => audit.conflicted(&source, &id, now).await,
             }
         };
-        if let Err(error) = deadline.bound(AUDIT, settled).await {
-            tracing::warn!(target: "idem", source = %event.source, %error, "idem.inbox: the audit trail missed an outcome");
-        }
+        recording
+            .write(&event.source, "an outcome", deadline, settled)
+            .await;
     }
 }
 

@@ -402,8 +402,6 @@ async fn failed_settling_late_does_not_overwrite_processed() {
 
 /// The store budget in the frozen-audit tests.
 const BUDGET: Duration = Duration::from_millis(400);
-/// What a loaded two-core machine may add to an answer beyond its budget.
-const MARGIN: Duration = Duration::from_millis(600);
 
 /// An inbox over `audit` whose engine has [`BUDGET`].
 fn budgeted(audit: &Arc<Faulty>) -> Inbox<MemoryStore> {
@@ -412,11 +410,12 @@ fn budgeted(audit: &Arc<Faulty>) -> Inbox<MemoryStore> {
     Inbox::new(idem).with_audit(audit.clone())
 }
 
-/// C13: an audit trail that never answers its first write costs the event at most its store
-/// budget: the write is given up, the budget is spent, and the event is store-down (the sender
-/// retries), its handler never run. Once the trail answers, the retry is processed once.
+/// C5, C13: an audit trail that never answers neither holds nor fails a delivery: its write
+/// goes on in the background (given up at the budget), the event is processed at once, and a
+/// later delivery, a duplicate, records it processed. (The write came first and spent the
+/// budget: the event was store-down while the trail stayed frozen.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c13_a_frozen_audit_trail_costs_an_event_at_most_its_store_budget() {
+async fn c13_a_frozen_audit_trail_neither_holds_nor_fails_a_delivery() {
     let audit = Arc::new(Faulty::default());
     audit.frozen_deliveries.store(true, Ordering::SeqCst);
     let inbox = budgeted(&audit);
@@ -431,27 +430,31 @@ async fn c13_a_frozen_audit_trail_costs_an_event_at_most_its_store_budget() {
     };
 
     let started = Instant::now();
-    let refused = timeout(LIMIT, receive()).await.expect("bounded");
-    assert!(
-        started.elapsed() < BUDGET + MARGIN,
-        "answered after {:?}",
-        started.elapsed()
-    );
-    let error = refused.expect_err("store-down");
-    assert!(error.is_retryable(), "{error}");
-    assert_eq!(runs.load(Ordering::SeqCst), 0);
-
-    audit.frozen_deliveries.store(false, Ordering::SeqCst);
     let processed = timeout(LIMIT, receive()).await.expect("bounded");
     assert!(
         matches!(processed, Ok(Receipt::Processed(_))),
         "{processed:?}"
     );
+    assert!(
+        started.elapsed() < BUDGET / 2,
+        "answered after {:?}",
+        started.elapsed()
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // The write is given up at the budget.
+    timeout(LIMIT, inbox.drain_audit()).await.expect("drained");
+
+    audit.frozen_deliveries.store(false, Ordering::SeqCst);
+    let again = timeout(LIMIT, receive()).await.expect("bounded");
+    assert!(matches!(again, Ok(Receipt::Duplicate(_))), "{again:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let entries = all(&audit.inner, "stripe").await;
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0].outcome, AuditOutcome::Processed, "{entries:?}");
 }
 
-/// C13: a trail that stops answering after the delivery was recorded does not hold the
-/// processed event's answer past its budget; the handler's own time is not counted in it.
+/// C5, C13: a trail that stops answering after the delivery was recorded holds the processed
+/// event's answer 20 ms at most; its write goes on in the background.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c13_an_audit_trail_frozen_after_the_effect_does_not_hold_the_answer() {
     let audit = Arc::new(Faulty::default());
@@ -471,7 +474,11 @@ async fn c13_an_audit_trail_frozen_after_the_effect_does_not_hold_the_answer() {
     .expect("bounded");
     assert!(matches!(handled, Ok(Receipt::Processed(_))), "{handled:?}");
     let took = started.elapsed();
-    // The handler's 800 ms are not counted: the trail was given what the store steps left.
-    assert!(took >= BUDGET * 2 + BUDGET / 2, "{took:?}");
-    assert!(took < BUDGET * 3 + MARGIN, "answered after {took:?}");
+    // The handler's 800 ms, then at most 20 ms for the trail: its write goes on in the
+    // background (it held the answer for what the store steps left of the budget, 400 ms).
+    assert!(took >= BUDGET * 2, "{took:?}");
+    assert!(
+        took < BUDGET * 2 + BUDGET * 3 / 4,
+        "answered after {took:?}"
+    );
 }

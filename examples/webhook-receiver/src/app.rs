@@ -371,8 +371,10 @@ async fn audit(State(app): State<Arc<App>>, Query(params): Query<AuditParams>) -
 }
 
 /// `GET /test/audit?source=stripe` (test hooks only): like `/audit`, every entry unless
-/// `limit` says otherwise (no default, no cap).
+/// `limit` says otherwise (no default, no cap), once the writes of the deliveries answered so
+/// far have landed (`Inbox::drain_audit`).
 async fn test_audit(State(app): State<Arc<App>>, Query(params): Query<AuditParams>) -> Response {
+    app.inbox.drain_audit().await;
     audit_page(&app, params, u64::MAX, usize::MAX).await
 }
 

@@ -235,7 +235,7 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
     tracing::info!(%addr, "listening");
 
     let app = Arc::new(App {
-        inbox,
+        inbox: inbox.clone(),
         scheme: settings.scheme,
         standard: settings.standard,
         github: settings.github,
@@ -255,6 +255,8 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
     // Deliveries whose sender hung up finish, commit, record their acknowledgement and log
     // their lines.
     drained.wait().await;
+    // And their audit writes that went on past the answers.
+    inbox.drain_audit().await;
     idem.shutdown().await;
     record_purger.stop().await;
     audit_purger.stop().await;

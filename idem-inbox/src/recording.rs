@@ -1,0 +1,112 @@
+//! A delivery's audit writes, in order, beside its answer: each waits on the answer's path
+//! at most [`ON_THE_ANSWER`] and goes on in the background past it, within the event's store
+//! budget (C5, C13). The trail is best effort (docs/inbox.md): a write that does not land is
+//! logged, and it never fails a delivery nor holds its answer behind a writer, such as a SQLite
+//! write lock another process holds while the delivery is a duplicate answered by a read.
+
+use idem_core::store::Deadline;
+use idem_core::{Error, Operation};
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+/// How long an answer waits for one audit write: what a write costs a store that is not held
+/// by another writer, with room to spare.
+const ON_THE_ANSWER: Duration = Duration::from_millis(20);
+
+/// What an audit write that did not answer in time is reported as: a statement on the store's
+/// database, beside the executions' transactions.
+const AUDIT: Operation = Operation::Transaction;
+
+/// The audit writes of an inbox that went on in the background.
+#[derive(Debug, Default)]
+pub(crate) struct Background {
+    writes: AtomicUsize,
+    done: Notify,
+}
+
+impl Background {
+    /// Waits until none is left: each landed or was given up at its deadline.
+    pub(crate) async fn drained(&self) {
+        loop {
+            let done = self.done.notified();
+            if self.writes.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            done.await;
+        }
+    }
+}
+
+/// One delivery's audit writes so far.
+pub(crate) struct Recording {
+    background: Arc<Background>,
+    /// The last write, if it went on in the background: the next one waits for it first, so
+    /// that an outcome never lands before its delivery.
+    behind: Option<JoinHandle<()>>,
+}
+
+impl Recording {
+    /// The writes of one delivery, counted in `background` while they go on there.
+    pub(crate) fn new(background: &Arc<Background>) -> Self {
+        Self {
+            background: Arc::clone(background),
+            behind: None,
+        }
+    }
+
+    /// Runs `write` after the writes before it, given up at `deadline`; `missed` names it in
+    /// the warning a failed or late write logs.
+    pub(crate) async fn write<W>(
+        &mut self,
+        source: &str,
+        missed: &'static str,
+        deadline: Deadline,
+        write: W,
+    ) where
+        W: Future<Output = Result<(), Error>> + Send + 'static,
+    {
+        let before = self.behind.take();
+        let source = source.to_owned();
+        let mut written = Box::pin(async move {
+            if let Some(before) = before {
+                let _ = before.await;
+            }
+            if let Err(error) = deadline.bound(AUDIT, write).await {
+                tracing::warn!(target: "idem", %source, %error, "idem.inbox: the audit trail missed {missed}");
+            }
+        });
+        if tokio::time::timeout(ON_THE_ANSWER, &mut written)
+            .await
+            .is_err()
+        {
+            let counted = Counted::new(&self.background);
+            self.behind = Some(tokio::spawn(async move {
+                written.await;
+                drop(counted);
+            }));
+        }
+    }
+}
+
+/// One write counted in [`Background`] until it is dropped: done, or cancelled with its
+/// runtime.
+struct Counted(Arc<Background>);
+
+impl Counted {
+    fn new(background: &Arc<Background>) -> Self {
+        background.writes.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(background))
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if self.0.writes.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.done.notify_waiters();
+        }
+    }
+}
