@@ -329,9 +329,10 @@ impl PgStore {
     /// while every connection the store runs effects on stays taken (by effects, perhaps long
     /// ones): past [`LOOK_AFTER`] (or half what is left of the budget, if less) the answer is
     /// asked on a connection no effect holds, as its reservation would answer it, one-commit
-    /// holders of the key included (C5, `sql/look.sql`), and the wait goes on if there is none
-    /// (the record is absent or would be taken over, or the look failed: the reservation in
-    /// the transaction decides).
+    /// holders of the key included (C5, `sql/look.sql`), while the wait goes on (a connection
+    /// that comes first ends the look), and goes on after it if there is none (the record is
+    /// absent or would be taken over, or the look failed: the reservation in the transaction
+    /// decides).
     async fn connection_or_answer<'a>(
         &'a self,
         request: &Request,
@@ -355,12 +356,21 @@ impl PgStore {
         if let Some(conn) = soon {
             return Ok(Waited::Connection(conn));
         }
-        // The connection's turn stays queued meanwhile.
-        let found = execution
-            .bounded(Operation::Reserve, id, |deadline| {
+        // The look, while the connection's turn is still waited for: a connection that comes
+        // first is taken, the look dropped (it writes nothing), so that a turn never idles
+        // through a look that waits, say for a connection of the store's own. Only the call
+        // that ends is charged to the budget and reported; the other, dropped, is neither.
+        let found = {
+            let look = execution.bounded(Operation::Reserve, id, |deadline| {
                 self.look(request, deadline)
-            })
-            .await;
+            });
+            let wait = execution.bounded(Operation::Transaction, id, |_| &mut acquire);
+            tokio::select! {
+                biased;
+                found = look => found,
+                conn = wait => return conn.map(Waited::Connection),
+            }
+        };
         if let Some(answer) = found.and_then(|found| found.answer(request)).ok().flatten() {
             return Ok(Waited::Answered(answer));
         }

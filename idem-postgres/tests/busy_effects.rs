@@ -1,0 +1,166 @@
+//! A one-commit reservation that found every effect connection taken, and looks for a
+//! duplicate's answer beside them (C5, C15): what its look costs everyone else.
+
+mod common;
+
+use common::{business_table, charges, insert_charge, pg_url, SCHEMA};
+use idem_core::store::Transactional;
+use idem_core::{FencingToken, Idempotency, Outcome, Request, RunError, StoredResponse};
+use idem_postgres::sqlx;
+use idem_postgres::{PgIdempotency, PgStore};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+type Held = JoinHandle<Result<Outcome, RunError<sqlx::Error>>>;
+
+fn request(idem: &Idempotency<PgStore>, key: &str) -> Request {
+    idem.request("acct_busy", "POST", "/charges")
+        .key(Some(key))
+        .body(b"{}")
+        .build()
+        .expect("request")
+        .with_one_commit(true)
+}
+
+/// A one-commit execution of `key` whose effect holds its transaction until `go` is sent.
+async fn hold(idem: &Idempotency<PgStore>, key: &str) -> (Held, oneshot::Sender<()>) {
+    let (started, on_start) = oneshot::channel::<()>();
+    let (go, on_go) = oneshot::channel::<()>();
+    let held = request(idem, key);
+    let intent = key.to_owned();
+    let engine = idem.clone();
+    let holder = tokio::spawn(async move {
+        engine
+            .run_in_transaction(&held, move |tx, _| {
+                Box::pin(async move {
+                    sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
+                        .bind(intent)
+                        .execute(&mut *tx)
+                        .await?;
+                    let _ = started.send(());
+                    let _ = on_go.await;
+                    Ok::<_, sqlx::Error>(StoredResponse::new(201, "held"))
+                })
+            })
+            .await
+    });
+    on_start.await.expect("the effect started");
+    (holder, go)
+}
+
+/// C5, C15: a reservation looking beside busy effects holds no turn for a connection while
+/// its look waits (here for the store's one connection of its own, which a reader of another
+/// key holds): once the effect gives its connection back, a fresh key gets it at once, not
+/// when a look it never asked for ends, on the store's own transaction connections and on
+/// the application's pool alike, where the application's own queries get it at once too.
+/// (The look ran with the connection's turn kept queued: the connection was handed to that
+/// turn, which nobody polled until the look ended.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn c05_a_look_beside_busy_effects_holds_no_turn_for_a_connection() {
+    for on_pool in [false, true] {
+        let table = format!("busy_{}", FencingToken::generate());
+        let builder = PgStore::builder()
+            .schema(SCHEMA)
+            .table(&table)
+            .max_connections(1);
+        let here = if on_pool {
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(1)
+                .test_before_acquire(false)
+                .connect(&pg_url())
+                .await
+                .expect("pool");
+            builder.pool(pool).expect("a store on the pool")
+        } else {
+            builder.connect(&pg_url()).await.expect("connect")
+        };
+        here.migrate().await.expect("migrate");
+        business_table(here.pool()).await;
+        let policy = idem_core::Policy::default().store_timeout(Duration::from_secs(5));
+        let idem = Idempotency::with_policy(here.clone(), policy).expect("policy");
+        // Another process on the same table.
+        let there = PgStore::builder()
+            .schema(SCHEMA)
+            .table(&table)
+            .max_connections(2)
+            .connect(&pg_url())
+            .await
+            .expect("connect");
+        let other = Idempotency::new(there);
+
+        // There, a long execution of a key; here, a reader of it holds the store's one
+        // connection of its own until it ends.
+        let (far, far_go) = hold(&other, &format!("far-{table}")).await;
+        let reader = tokio::spawn({
+            let id = request(&idem, &format!("far-{table}")).id().clone();
+            let here = here.clone();
+            async move { here.settled(&id, Duration::from_secs(10)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!reader.is_finished(), "the reader waits for the far key");
+
+        // Here, a long execution holds the one connection for effects; a fresh key waits for
+        // it, and looks meanwhile (on the store's connection the reader holds).
+        let (near, near_go) = hold(&idem, &format!("near-{table}")).await;
+        let looking = tokio::spawn({
+            let (idem, key) = (idem.clone(), format!("looking-{table}"));
+            async move { insert_charge_once(&idem, &key).await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+
+        near_go.send(()).expect("the effect waits");
+        let near = near.await.expect("near");
+        assert!(matches!(near, Ok(Outcome::Executed(_))), "{near:?}");
+        // Its connection given back.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let asked = Instant::now();
+        let own = if on_pool {
+            let own = tokio::time::timeout(
+                Duration::from_secs(2),
+                sqlx::query("SELECT 1").execute(here.pool()),
+            )
+            .await;
+            let own = Some((own.map(|done| done.is_ok()), asked.elapsed()));
+            // Its connection back in the pool.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            own
+        } else {
+            None
+        };
+        let asked = Instant::now();
+        let fresh = tokio::time::timeout(
+            Duration::from_secs(2),
+            insert_charge_once(&idem, &format!("fresh-{table}")),
+        )
+        .await;
+        let waited = asked.elapsed();
+
+        far_go.send(()).expect("the effect waits");
+        let far = far.await.expect("far");
+        assert!(matches!(far, Ok(Outcome::Executed(_))), "{far:?}");
+        let _ = reader.await.expect("the reader");
+        let looking = looking.await.expect("the looking key");
+        assert!(matches!(looking, Ok(Outcome::Executed(_))), "{looking:?}");
+        if let Some((own, waited)) = own {
+            assert!(
+                matches!(own, Ok(true)) && waited < Duration::from_millis(500),
+                "on the pool: the application's query waited {waited:?}: {own:?}"
+            );
+        }
+        assert!(
+            matches!(fresh, Ok(Ok(Outcome::Executed(_)))) && waited < Duration::from_millis(500),
+            "on the pool: {on_pool}: a fresh key waited {waited:?}: {fresh:?}"
+        );
+        assert_eq!(charges(here.pool(), &format!("fresh-{table}")).await, 1);
+    }
+}
+
+async fn insert_charge_once(
+    idem: &Idempotency<PgStore>,
+    key: &str,
+) -> Result<Outcome, RunError<sqlx::Error>> {
+    let intent = key.to_owned();
+    idem.run_in_transaction(&request(idem, key), move |tx, _| insert_charge(tx, intent))
+        .await
+}
