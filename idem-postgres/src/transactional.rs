@@ -327,7 +327,8 @@ impl Transactional for PgStore {
 impl PgStore {
     /// A connection for a one-commit transaction (the first try), or a duplicate's answer
     /// while every connection the store runs effects on stays taken (by effects, perhaps long
-    /// ones): past [`LOOK_AFTER`] (or half what is left of the budget, if less) the answer is
+    /// ones): past [`LOOK_AFTER`] (at once if less than twice that is left of the budget, so
+    /// that the look has most of a short budget, as before the wait) the answer is
     /// asked on a connection no effect holds, as its reservation would answer it, one-commit
     /// holders of the key included (C5, `sql/look.sql`), while the wait goes on (a connection
     /// that comes first ends the look), and goes on after it if there is none (the record is
@@ -343,9 +344,25 @@ impl PgStore {
         let mut acquire = acquire;
         let soon = execution
             .bounded(Operation::Transaction, id, |deadline| {
-                let patience = LOOK_AFTER.min(deadline.remaining() / 2);
+                // A budget too short to wait and still look (the look's answer must come
+                // within it) looks at once, unless a connection is free now.
+                let patience = if deadline.remaining() >= LOOK_AFTER * 2 {
+                    LOOK_AFTER
+                } else {
+                    Duration::ZERO
+                };
                 let acquire = &mut acquire;
                 async move {
+                    if patience.is_zero() {
+                        // Polled once, without a timer (which would fire at its next tick).
+                        return std::future::poll_fn(|cx| {
+                            std::task::Poll::Ready(match acquire.as_mut().poll(cx) {
+                                std::task::Poll::Ready(conn) => conn.map(Some),
+                                std::task::Poll::Pending => Ok(None),
+                            })
+                        })
+                        .await;
+                    }
                     match tokio::time::timeout(patience, acquire).await {
                         Ok(conn) => conn.map(Some),
                         Err(_) => Ok(None),
