@@ -376,16 +376,27 @@ impl PgStore {
         // The look, while the connection's turn is still waited for: a connection that comes
         // first is taken, the look dropped (it writes nothing), so that a turn never idles
         // through a look that waits, say for a connection of the store's own. Only the call
-        // that ends is charged to the budget and reported; the other, dropped, is neither.
+        // that ends is charged to the budget and reported; the other, dropped, is neither. A
+        // wait that fails (no connection can be opened) leaves the look to answer, if it can.
         let found = {
-            let look = execution.bounded(Operation::Reserve, id, |deadline| {
+            let mut look = std::pin::pin!(execution.bounded(Operation::Reserve, id, |deadline| {
                 self.look(request, deadline)
-            });
+            }));
             let wait = execution.bounded(Operation::Transaction, id, |_| &mut acquire);
             tokio::select! {
                 biased;
-                found = look => found,
-                conn = wait => return conn.map(Waited::Connection),
+                found = &mut look => found,
+                conn = wait => {
+                    let error = match conn {
+                        Ok(conn) => return Ok(Waited::Connection(conn)),
+                        Err(error) => error,
+                    };
+                    let found = look.await.and_then(|found| found.answer(request));
+                    return match found {
+                        Ok(Some(answer)) => Ok(Waited::Answered(answer)),
+                        _ => Err(error),
+                    };
+                }
             }
         };
         if let Some(answer) = found.and_then(|found| found.answer(request)).ok().flatten() {
