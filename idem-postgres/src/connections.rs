@@ -79,6 +79,9 @@ pub(crate) struct Held<'a> {
     pub(crate) fresh: bool,
     /// Whether, cut off, it settles ([`Settling`]) rather than closes.
     settles: bool,
+    /// Set by its call once it no longer wants the answer ([`Held::overtaken_by`]): dropped
+    /// then, it was cut off on purpose, not by a deadline, and its host is not suspect.
+    overtaken: Option<Arc<AtomicBool>>,
 }
 
 impl Connections {
@@ -134,6 +137,7 @@ impl Connections {
                 permit: Some(permit),
                 fresh: false,
                 settles: self.settling.is_some(),
+                overtaken: None,
             });
         }
         // Opened in a task of its own, which holds the permit while the call waits: a call
@@ -168,6 +172,7 @@ impl Connections {
             permit: Some(permit),
             fresh: true,
             settles: self.settling.is_some(),
+            overtaken: None,
         })
     }
 
@@ -426,6 +431,16 @@ impl Held<'_> {
         self.settles = self.home.settling.is_some();
     }
 
+    /// Dropped once `overtaken` is set, its statement was cut off by its own call, which no
+    /// longer wants the answer (a look a connection for the transaction came before): it
+    /// settles as any connection cut off does, but its host is not suspect. A statement cut
+    /// off under load that way says nothing of its host; a check of it opens a connection
+    /// more, and one the loaded server is slow to answer or refuses would move the store off
+    /// a healthy host.
+    pub(crate) fn overtaken_by(&mut self, overtaken: Arc<AtomicBool>) {
+        self.overtaken = Some(overtaken);
+    }
+
     /// Closes the connection on purpose (its session was changed, or what ran on it failed
     /// with the server's own answer): its host is not suspect.
     pub(crate) fn close(mut self) {
@@ -445,7 +460,11 @@ impl Drop for Held<'_> {
         let spared = self
             .spared_until
             .is_some_and(|until| Instant::now() < until);
-        if !spared {
+        let overtaken = self
+            .overtaken
+            .as_ref()
+            .is_some_and(|overtaken| overtaken.load(Ordering::Acquire));
+        if !spared && !overtaken {
             home.hosts.suspect(self.place, home.acquire_timeout);
         }
         let slot = home

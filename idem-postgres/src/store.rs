@@ -26,6 +26,7 @@ use idem_ops::Holder;
 use idem_ops::{Inspected, ListQuery, Operator, Page, Stats};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -614,7 +615,14 @@ impl PgStore {
 /// recognises the record an attempt whose answer was lost wrote; the others are fenced).
 macro_rules! on_connection {
     ($store:expr, |$conn:ident| $op:expr) => {{
+        on_connection!($store, |$conn| $op, None::<&Arc<AtomicBool>>)
+    }};
+    ($store:expr, |$conn:ident| $op:expr, $overtaken:expr) => {{
+        let overtaken: Option<&Arc<AtomicBool>> = ($overtaken).into();
         let mut held = $store.connections().get().await?;
+        if let Some(overtaken) = overtaken {
+            held.overtaken_by(Arc::clone(overtaken));
+        }
         let mut result = {
             let $conn = held.conn();
             $op.await
@@ -623,6 +631,9 @@ macro_rules! on_connection {
         held.finish(&result);
         if stale {
             let mut held = $store.connections().get_fresh().await?;
+            if let Some(overtaken) = overtaken {
+                held.overtaken_by(Arc::clone(overtaken));
+            }
             result = {
                 let $conn = held.conn();
                 $op.await
@@ -642,14 +653,19 @@ impl PgStore {
 
     /// What a reservation of `request` would find, writing nothing ([`Ops::look`]), on one of
     /// the store's own connections: never one an effect's transaction holds.
+    ///
+    /// Once `overtaken` is set, a look dropped mid-statement was given up by its caller (a
+    /// connection for the transaction came first), not cut off by a deadline: its connection
+    /// settles without its host being checked (`Held::overtaken_by`).
     pub(crate) async fn look(
         &self,
         request: &Request,
         deadline: Deadline,
+        overtaken: &Arc<AtomicBool>,
     ) -> Result<Reserved, Error> {
         deadline
             .bound(Operation::Reserve, async {
-                on_connection!(self, |conn| self.inner.ops.look(conn, request))
+                on_connection!(self, |conn| self.inner.ops.look(conn, request), overtaken)
             })
             .await
     }

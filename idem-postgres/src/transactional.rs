@@ -378,9 +378,12 @@ impl PgStore {
         // through a look that waits, say for a connection of the store's own. Only the call
         // that ends is charged to the budget and reported; the other, dropped, is neither. A
         // wait that fails (no connection can be opened) leaves the look to answer, if it can.
+        // Set as the look is given up for a connection: cut off so, on purpose, its connection
+        // settles without its host being checked (under load that is every few milliseconds).
+        let overtaken = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let found = {
             let mut look = std::pin::pin!(execution.bounded(Operation::Reserve, id, |deadline| {
-                self.look(request, deadline)
+                self.look(request, deadline, &overtaken)
             }));
             let wait = execution.bounded(Operation::Transaction, id, |_| &mut acquire);
             tokio::select! {
@@ -388,7 +391,10 @@ impl PgStore {
                 found = &mut look => found,
                 conn = wait => {
                     let error = match conn {
-                        Ok(conn) => return Ok(Waited::Connection(conn)),
+                        Ok(conn) => {
+                            overtaken.store(true, std::sync::atomic::Ordering::Release);
+                            return Ok(Waited::Connection(conn));
+                        }
                         Err(error) => error,
                     };
                     let found = look.await.and_then(|found| found.answer(request));

@@ -2,6 +2,7 @@
 //! duplicate's answer beside them (C5, C15): what its look costs everyone else.
 
 mod common;
+mod support;
 
 use common::{business_table, charges, insert_charge, pg_url, SCHEMA};
 use idem_core::store::Transactional;
@@ -224,5 +225,79 @@ async fn c05_a_duplicate_beside_busy_effects_is_in_flight_under_a_short_budget()
         "{} of 200 duplicates not in flight: {:?}",
         answers.len(),
         answers.first()
+    );
+}
+
+/// C13, C15: a look dropped because a connection for its transaction came first (the race
+/// it runs by design, under load every few milliseconds) is no fault of its host: it never
+/// has the host checked (a new connection each time, and, if that one is slow or refused
+/// while the server is loaded, a move to the next host). 64 fresh keys at a time on two
+/// connections, eight times, on a store given two hosts (the server, through two proxies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn c13_a_look_dropped_for_a_connection_never_checks_its_host() {
+    use idem_core::Store;
+    let url = pg_url();
+    let (first, _) = support::proxied(&url).await;
+    let (second, _) = support::proxied(&url).await;
+    let both = format!("{},{}", first.addr(), second.addr());
+    let through = support::pg_url::with_authority(&url, &both);
+    let table = format!("busy_{}", FencingToken::generate());
+    let store = PgStore::builder()
+        .schema(SCHEMA)
+        .table(&table)
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect(&through)
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    business_table(store.pool()).await;
+    let policy = idem_core::Policy::default().store_timeout(Duration::from_secs(10));
+    let idem = Idempotency::with_policy(store.clone(), policy).expect("policy");
+    for n in 0..4 {
+        let warm = insert_charge_once(&idem, &format!("warm-{n}-{table}")).await;
+        assert!(matches!(warm, Ok(Outcome::Executed(_))), "{warm:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let accepted = || first.connections() + second.connections();
+    let (accepted_before, opened_before) = (accepted(), store.generation().unwrap_or(0));
+
+    for round in 0..8 {
+        let calls: Vec<_> = (0..64)
+            .map(|n| {
+                let idem = idem.clone();
+                let intent = format!("load-{round}-{n}-{table}");
+                tokio::spawn(async move {
+                    let request = request(&idem, &intent);
+                    idem.run_in_transaction(&request, move |tx, _| {
+                        Box::pin(async move {
+                            sqlx::query(
+                                "INSERT INTO idem_test.charges (intent) \
+                                 SELECT $1 FROM pg_sleep(0.005)",
+                            )
+                            .bind(intent)
+                            .execute(&mut *tx)
+                            .await?;
+                            Ok::<_, sqlx::Error>(StoredResponse::new(201, "charged"))
+                        })
+                    })
+                    .await
+                })
+            })
+            .collect();
+        for call in calls {
+            let end = call.await.expect("a call");
+            assert!(matches!(end, Ok(Outcome::Executed(_))), "{end:?}");
+        }
+    }
+    // A check runs in a task of its own.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let accepted = (accepted() - accepted_before) as u64;
+    let opened = store.generation().unwrap_or(0) - opened_before;
+    assert_eq!(
+        accepted.saturating_sub(opened),
+        0,
+        "{accepted} connections reached the hosts, {opened} of them the store's own: \
+         the rest checked a host no statement was cut off on"
     );
 }
