@@ -405,6 +405,13 @@ impl PgStore {
                 }
             }
         };
+        // A look that spent the rest of the budget ends the reservation with its error (and
+        // its one report of the spent budget): a wait started with nothing left would fail at
+        // once, reported a second time, with a timeout of nothing.
+        let found = match found {
+            Err(error) if execution.store_timeout().is_zero() => return Err(error),
+            found => found,
+        };
         if let Some(answer) = found.and_then(|found| found.answer(request)).ok().flatten() {
             return Ok(Waited::Answered(answer));
         }

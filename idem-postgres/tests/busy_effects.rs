@@ -301,3 +301,77 @@ async fn c13_a_look_dropped_for_a_connection_never_checks_its_host() {
          the rest checked a host no statement was cut off on"
     );
 }
+
+/// The operations of the `BudgetSpent` events a request's engine emits.
+#[derive(Default)]
+struct Spent(std::sync::Mutex<Vec<String>>);
+
+impl idem_core::Observer for Spent {
+    fn observe(&self, event: &idem_core::Event<'_>) {
+        if event.kind() == idem_core::EventKind::BudgetSpent {
+            let operation = event.operation().map_or("unknown", |o| o.name());
+            self.0
+                .lock()
+                .expect("not poisoned")
+                .push(operation.to_owned());
+        }
+    }
+}
+
+/// C13: a look beside busy effects that spends the rest of the budget (here waiting for the
+/// store's one connection of its own, which a reader of another key holds) ends the request:
+/// one `BudgetSpent`, for the look, never a second one for a wait for a connection started
+/// with nothing left (`idem_store_budget_spent_total` counts requests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn c13_a_look_that_spends_the_budget_is_reported_once() {
+    let table = format!("busy_{}", FencingToken::generate());
+    let here = PgStore::builder()
+        .schema(SCHEMA)
+        .table(&table)
+        .max_connections(1)
+        .connect(&pg_url())
+        .await
+        .expect("connect");
+    here.migrate().await.expect("migrate");
+    business_table(here.pool()).await;
+    let idem = Idempotency::new(here.clone());
+    let there = PgStore::builder()
+        .schema(SCHEMA)
+        .table(&table)
+        .max_connections(2)
+        .connect(&pg_url())
+        .await
+        .expect("connect");
+    let other = Idempotency::new(there);
+    let (far, far_go) = hold(&other, &format!("far-{table}")).await;
+    let reader = tokio::spawn({
+        let id = request(&idem, &format!("far-{table}")).id().clone();
+        let here = here.clone();
+        async move { here.settled(&id, Duration::from_secs(10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (near, near_go) = hold(&idem, &format!("near-{table}")).await;
+
+    let spent = std::sync::Arc::new(Spent::default());
+    let short = Idempotency::builder(here.clone())
+        .policy(idem_core::Policy::default().store_timeout(Duration::from_millis(300)))
+        .observer(std::sync::Arc::clone(&spent))
+        .build()
+        .expect("policy");
+    let answer = insert_charge_once(&short, &format!("fresh-{table}")).await;
+    let spent = spent.0.lock().expect("not poisoned").clone();
+
+    near_go.send(()).expect("the effect waits");
+    far_go.send(()).expect("the effect waits");
+    let near = near.await.expect("near");
+    assert!(matches!(near, Ok(Outcome::Executed(_))), "{near:?}");
+    let far = far.await.expect("far");
+    assert!(matches!(far, Ok(Outcome::Executed(_))), "{far:?}");
+    let _ = reader.await.expect("the reader");
+    assert!(answer.is_err(), "{answer:?}");
+    assert_eq!(
+        spent.len(),
+        1,
+        "budget spent reported {spent:?}: {answer:?}"
+    );
+}
