@@ -50,6 +50,33 @@ async fn hold(idem: &Idempotency<PgStore>, key: &str) -> (Held, oneshot::Sender<
     (holder, go)
 }
 
+/// A store on `table` with `connections` of its own (and as many for effects), the table
+/// migrated and the business table made.
+async fn on_table(table: &str, connections: u32) -> PgStore {
+    let store = PgStore::builder()
+        .schema(SCHEMA)
+        .table(table)
+        .max_connections(connections)
+        .connect(&pg_url())
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    business_table(store.pool()).await;
+    store
+}
+
+/// A reader on `here` of `key`, held by a long execution elsewhere: it holds one of the
+/// store's own connections until that execution ends.
+fn reading(
+    here: &PgStore,
+    idem: &Idempotency<PgStore>,
+    key: &str,
+) -> JoinHandle<Result<Option<idem_core::store::Record>, idem_core::Error>> {
+    let id = request(idem, key).id().clone();
+    let here = here.clone();
+    tokio::spawn(async move { here.settled(&id, Duration::from_secs(10)).await })
+}
+
 /// C5, C15: a reservation looking beside busy effects holds no turn for a connection while
 /// its look waits (here for the store's one connection of its own, which a reader of another
 /// key holds): once the effect gives its connection back, a fresh key gets it at once, not
@@ -81,23 +108,13 @@ async fn c05_a_look_beside_busy_effects_holds_no_turn_for_a_connection() {
         let policy = idem_core::Policy::default().store_timeout(Duration::from_secs(5));
         let idem = Idempotency::with_policy(here.clone(), policy).expect("policy");
         // Another process on the same table.
-        let there = PgStore::builder()
-            .schema(SCHEMA)
-            .table(&table)
-            .max_connections(2)
-            .connect(&pg_url())
-            .await
-            .expect("connect");
+        let there = on_table(&table, 2).await;
         let other = Idempotency::new(there);
 
         // There, a long execution of a key; here, a reader of it holds the store's one
         // connection of its own until it ends.
         let (far, far_go) = hold(&other, &format!("far-{table}")).await;
-        let reader = tokio::spawn({
-            let id = request(&idem, &format!("far-{table}")).id().clone();
-            let here = here.clone();
-            async move { here.settled(&id, Duration::from_secs(10)).await }
-        });
+        let reader = reading(&here, &idem, &format!("far-{table}"));
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(!reader.is_finished(), "the reader waits for the far key");
 
@@ -174,22 +191,8 @@ async fn insert_charge_once(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn c05_a_duplicate_beside_busy_effects_is_in_flight_under_a_short_budget() {
     let table = format!("busy_{}", FencingToken::generate());
-    let here = PgStore::builder()
-        .schema(SCHEMA)
-        .table(&table)
-        .max_connections(2)
-        .connect(&pg_url())
-        .await
-        .expect("connect");
-    here.migrate().await.expect("migrate");
-    business_table(here.pool()).await;
-    let there = PgStore::builder()
-        .schema(SCHEMA)
-        .table(&table)
-        .max_connections(2)
-        .connect(&pg_url())
-        .await
-        .expect("connect");
+    let here = on_table(&table, 2).await;
+    let there = on_table(&table, 2).await;
     let other = Idempotency::new(there);
     // The key, executed there; here, long effects hold both connections for effects.
     let idem = Idempotency::new(here.clone());
@@ -325,30 +328,12 @@ impl idem_core::Observer for Spent {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn c13_a_look_that_spends_the_budget_is_reported_once() {
     let table = format!("busy_{}", FencingToken::generate());
-    let here = PgStore::builder()
-        .schema(SCHEMA)
-        .table(&table)
-        .max_connections(1)
-        .connect(&pg_url())
-        .await
-        .expect("connect");
-    here.migrate().await.expect("migrate");
-    business_table(here.pool()).await;
+    let here = on_table(&table, 1).await;
     let idem = Idempotency::new(here.clone());
-    let there = PgStore::builder()
-        .schema(SCHEMA)
-        .table(&table)
-        .max_connections(2)
-        .connect(&pg_url())
-        .await
-        .expect("connect");
+    let there = on_table(&table, 2).await;
     let other = Idempotency::new(there);
     let (far, far_go) = hold(&other, &format!("far-{table}")).await;
-    let reader = tokio::spawn({
-        let id = request(&idem, &format!("far-{table}")).id().clone();
-        let here = here.clone();
-        async move { here.settled(&id, Duration::from_secs(10)).await }
-    });
+    let reader = reading(&here, &idem, &format!("far-{table}"));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (near, near_go) = hold(&idem, &format!("near-{table}")).await;
 
