@@ -482,3 +482,197 @@ async fn c13_an_audit_trail_frozen_after_the_effect_does_not_hold_the_answer() {
         "answered after {took:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Writes that go on past the answer (each holds it 20 ms at most): order, counts, drain.
+// ---------------------------------------------------------------------------------------------
+
+/// A [`MemoryAudit`] whose writes take their time (so that they go on in the background past
+/// the answer's 20 ms), or panic, on demand.
+#[derive(Default)]
+struct Slow {
+    inner: MemoryAudit,
+    /// What a delivery write takes, in ms.
+    delivered_ms: AtomicUsize,
+    /// What an outcome write takes, in ms.
+    settled_ms: AtomicUsize,
+    /// Writes of a delivery panic after their time.
+    panics: AtomicBool,
+}
+
+impl Slow {
+    fn new(delivered_ms: usize, settled_ms: usize) -> Self {
+        Self {
+            delivered_ms: AtomicUsize::new(delivered_ms),
+            settled_ms: AtomicUsize::new(settled_ms),
+            ..Self::default()
+        }
+    }
+}
+
+#[idem_core::store::async_trait]
+impl Audit for Slow {
+    async fn delivered(&self, s: &str, id: &[u8], at: Timestamp) -> Result<(), idem_core::Error> {
+        let ms = self.delivered_ms.load(Ordering::SeqCst) as u64;
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        assert!(!self.panics.load(Ordering::SeqCst), "the audit panicked");
+        self.inner.delivered(s, id, at).await
+    }
+    async fn settled(
+        &self,
+        s: &str,
+        id: &[u8],
+        o: AuditOutcome,
+        at: Timestamp,
+    ) -> Result<(), idem_core::Error> {
+        let ms = self.settled_ms.load(Ordering::SeqCst) as u64;
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        self.inner.settled(s, id, o, at).await
+    }
+    async fn conflicted(&self, s: &str, id: &[u8], at: Timestamp) -> Result<(), idem_core::Error> {
+        let ms = self.settled_ms.load(Ordering::SeqCst) as u64;
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        self.inner.conflicted(s, id, at).await
+    }
+    async fn query(
+        &self,
+        s: &str,
+        f: Timestamp,
+        t: Timestamp,
+        l: usize,
+    ) -> Result<Vec<AuditEntry>, idem_core::Error> {
+        self.inner.query(s, f, t, l).await
+    }
+    async fn purge(&self, b: Timestamp, l: usize) -> Result<usize, idem_core::Error> {
+        self.inner.purge(b, l).await
+    }
+}
+
+/// An inbox over `audit` with a lease the tests' retries outlast.
+fn slow_inbox(audit: &Arc<Slow>) -> Inbox<MemoryStore> {
+    let idem = Idempotency::with_policy(
+        MemoryStore::new(),
+        Policy::default().lease(Duration::from_millis(200)),
+    )
+    .expect("policy");
+    Inbox::new(idem).with_audit(audit.clone())
+}
+
+/// 200 concurrent deliveries of one event (and 20 with another payload), every delivery
+/// write 60 ms (in the background past 20 ms) and every outcome at once: once drained, the
+/// trail counts each delivery and conflict exactly once, and the outcomes landed after their
+/// deliveries (an outcome before its row would be lost: the entry would stay `received`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn audit_background_writes_keep_order_and_exact_counts() {
+    timeout(LIMIT, async {
+        let audit = Arc::new(Slow::new(60, 0));
+        let inbox = slow_inbox(&audit);
+        let mut tasks = Vec::new();
+        for n in 0..220u32 {
+            let inbox = inbox.clone();
+            tasks.push(tokio::spawn(async move {
+                let body: &'static [u8] = if n < 200 {
+                    br#"{"id":"evt_bg"}"#
+                } else {
+                    b"{\"other\":1}"
+                };
+                let ev = event(&inbox, "stripe", b"evt_bg", body);
+                let started = Instant::now();
+                let r = done(&inbox, &ev).await;
+                // Two writes, each 20 ms at most on the answer's path, and a loaded machine.
+                assert!(started.elapsed() < Duration::from_millis(500), "{r:?}");
+                r
+            }));
+        }
+        let mut processed = 0;
+        let mut conflicts = 0;
+        for t in tasks {
+            match t.await.expect("join") {
+                Receipt::Processed(_) => processed += 1,
+                Receipt::Conflict => conflicts += 1,
+                _ => {}
+            }
+        }
+        assert_eq!(processed, 1);
+        inbox.drain_audit().await;
+        let entries = all(&audit.inner, "stripe").await;
+        let [entry] = entries.as_slice() else {
+            panic!("{entries:?}")
+        };
+        assert_eq!(entry.deliveries, 220, "{entry:?}");
+        assert_eq!(entry.conflicts, conflicts, "{entry:?}");
+        assert_eq!(entry.outcome, AuditOutcome::Processed, "{entry:?}");
+    })
+    .await
+    .expect("bounded");
+}
+
+/// A panic inside an audit write that went on in the background is that task's: the
+/// delivery's outcome still follows it, and `drain_audit` returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_a_panicking_background_write_neither_hangs_the_drain_nor_the_outcome() {
+    timeout(LIMIT, async {
+        let audit = Arc::new(Slow::new(40, 0));
+        audit.panics.store(true, Ordering::SeqCst);
+        let inbox = slow_inbox(&audit);
+        let ev = event(&inbox, "stripe", b"evt_panic", br#"{"id":"evt_panic"}"#);
+        assert!(matches!(done(&inbox, &ev).await, Receipt::Processed(_)));
+        timeout(Duration::from_secs(2), inbox.drain_audit())
+            .await
+            .expect("drained");
+        audit.panics.store(false, Ordering::SeqCst);
+        assert!(matches!(done(&inbox, &ev).await, Receipt::Duplicate(_)));
+        inbox.drain_audit().await;
+        let entries = all(&audit.inner, "stripe").await;
+        assert_eq!(entries.len(), 1, "{entries:?}");
+        assert_eq!(entries[0].outcome, AuditOutcome::Processed, "{entries:?}");
+    })
+    .await
+    .expect("bounded");
+}
+
+/// The runtime a delivery was answered on is dropped (a per-request runtime, a test's end)
+/// while its writes go on: they are dropped with it, and `drain_audit` on another runtime
+/// returns at once rather than waiting for writes that no longer exist.
+#[test]
+fn audit_writes_of_a_dropped_runtime_do_not_hang_the_drain() {
+    let audit = Arc::new(Slow::new(10_000, 0));
+    let inbox = slow_inbox(&audit);
+    let ev = event(&inbox, "stripe", b"evt_rt", br#"{"id":"evt_rt"}"#);
+    let first = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let r = first.block_on(done(&inbox, &ev));
+    assert!(matches!(r, Receipt::Processed(_)), "{r:?}");
+    drop(first);
+    let second = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    second.block_on(async {
+        timeout(Duration::from_secs(2), inbox.drain_audit())
+            .await
+            .expect("drained");
+    });
+}
+
+/// A current-thread runtime: writes that go on past the answer land once the caller awaits
+/// the drain.
+#[tokio::test]
+async fn audit_background_writes_land_on_a_current_thread_runtime() {
+    timeout(LIMIT, async {
+        let audit = Arc::new(Slow::new(40, 40));
+        let inbox = slow_inbox(&audit);
+        let ev = event(&inbox, "stripe", b"evt_ct", br#"{"id":"evt_ct"}"#);
+        assert!(matches!(done(&inbox, &ev).await, Receipt::Processed(_)));
+        assert!(matches!(done(&inbox, &ev).await, Receipt::Duplicate(_)));
+        inbox.drain_audit().await;
+        let entries = all(&audit.inner, "stripe").await;
+        assert_eq!(entries.len(), 1, "{entries:?}");
+        assert_eq!(entries[0].deliveries, 2, "{entries:?}");
+        assert_eq!(entries[0].outcome, AuditOutcome::Processed, "{entries:?}");
+    })
+    .await
+    .expect("bounded");
+}
