@@ -79,16 +79,24 @@ impl Recording {
                 tracing::warn!(target: "idem", %source, %error, "idem.inbox: the audit trail missed {missed}");
             }
         });
-        if tokio::time::timeout(ON_THE_ANSWER, &mut written)
-            .await
-            .is_err()
-        {
-            let counted = Counted::new(&self.background);
-            self.behind = Some(tokio::spawn(async move {
-                written.await;
-                drop(counted);
-            }));
+        // The answer's time on idem-core's timer, which is none without Tokio's time driver:
+        // there (the engine then refuses the event, a configuration error) the write is
+        // awaited here, as a task could not be given its time, never a panic.
+        let on_the_answer = Deadline::after(ON_THE_ANSWER).bound(AUDIT, async {
+            (&mut written).await;
+            Ok(())
+        });
+        if on_the_answer.await.is_ok() {
+            return;
         }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return written.await;
+        };
+        let counted = Counted::new(&self.background);
+        self.behind = Some(runtime.spawn(async move {
+            written.await;
+            drop(counted);
+        }));
     }
 }
 

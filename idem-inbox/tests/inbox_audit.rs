@@ -676,3 +676,58 @@ async fn audit_background_writes_land_on_a_current_thread_runtime() {
     .await
     .expect("bounded");
 }
+
+/// C13: the engine refuses to run without Tokio's time driver (a configuration error, the
+/// handler never run); an audited inbox says the same, never a panic. (An audit write made
+/// its time on the answer's path with a Tokio timer, which panics without one.)
+#[test]
+fn c13_an_audited_inbox_on_a_runtime_without_timers_errs_not_panics() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime without timers");
+    let (inbox, _audit) = inbox();
+    let ev = event(&inbox, "stripe", b"evt_notime", br#"{"id":"evt_notime"}"#);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let received = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(inbox.receive(&ev, move |_ctx| async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, std::io::Error>(Ack::Done)
+        }))
+    }));
+    let received = received.expect("an error, not a panic");
+    assert!(received.is_err(), "{received:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+/// C13: the same outside any Tokio runtime (a caller polling on another executor).
+#[test]
+fn c13_an_audited_inbox_outside_a_tokio_runtime_errs_not_panics() {
+    let (inbox, _audit) = inbox();
+    let ev = event(&inbox, "stripe", b"evt_nort", br#"{"id":"evt_nort"}"#);
+    let received = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        block_on(inbox.receive(&ev, |_ctx| async { Ok::<_, std::io::Error>(Ack::Done) }))
+    }));
+    let received = received.expect("an error, not a panic");
+    assert!(received.is_err(), "{received:?}");
+}
+
+/// A minimal executor: polls `future` on this thread until it is ready.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
+}
