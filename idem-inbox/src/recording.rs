@@ -21,11 +21,21 @@ const ON_THE_ANSWER: Duration = Duration::from_millis(20);
 /// database, beside the executions' transactions.
 const AUDIT: Operation = Operation::Transaction;
 
+/// At most this many deliveries of one inbox have audit writes in the background. Each write
+/// there ends by its budget; this bounds how many there are, which the deliveries in flight
+/// no longer do once answers stop waiting for them: a storm against a frozen trail would
+/// otherwise hold its rate times the budget (each waiting for a pool connection, or queued on
+/// SQLite's one writer ahead of the engine's own steps). A delivery past it loses its writes,
+/// logged; one admitted keeps every write of its own, its outcome after its delivery.
+pub(crate) const MAX_IN_BACKGROUND: usize = 1024;
+
 /// The audit writes of an inbox that went on in the background.
 #[derive(Debug, Default)]
 pub(crate) struct Background {
     writes: AtomicUsize,
     done: Notify,
+    /// The deliveries with writes here, [`MAX_IN_BACKGROUND`] at most.
+    deliveries: AtomicUsize,
 }
 
 impl Background {
@@ -47,6 +57,8 @@ pub(crate) struct Recording {
     /// The last write, if it went on in the background: the next one waits for it first, so
     /// that an outcome never lands before its delivery.
     behind: Option<JoinHandle<()>>,
+    /// The delivery's place among those with writes in the background, once it took one.
+    admitted: Option<Arc<Admitted>>,
 }
 
 impl Recording {
@@ -55,6 +67,7 @@ impl Recording {
         Self {
             background: Arc::clone(background),
             behind: None,
+            admitted: None,
         }
     }
 
@@ -71,6 +84,7 @@ impl Recording {
     {
         let before = self.behind.take();
         let source = source.to_owned();
+        let named = source.clone();
         let mut written = Box::pin(async move {
             if let Some(before) = before {
                 let _ = before.await;
@@ -92,11 +106,49 @@ impl Recording {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return written.await;
         };
+        let admitted = match &self.admitted {
+            Some(admitted) => Arc::clone(admitted),
+            None => {
+                // Nothing of this delivery is in the background yet: `written` has no write
+                // before it, and is dropped.
+                let Some(admitted) = Admitted::new(&self.background) else {
+                    tracing::warn!(target: "idem", source = %named, "idem.inbox: the audit trail missed {missed}: {MAX_IN_BACKGROUND} deliveries' writes already go on in the background");
+                    return;
+                };
+                let admitted = Arc::new(admitted);
+                self.admitted = Some(Arc::clone(&admitted));
+                admitted
+            }
+        };
         let counted = Counted::new(&self.background);
         self.behind = Some(runtime.spawn(async move {
             written.await;
+            drop(admitted);
             drop(counted);
         }));
+    }
+}
+
+/// A delivery's place among those with writes in the background, until its writes there
+/// and its recording are done.
+struct Admitted(Arc<Background>);
+
+impl Admitted {
+    /// A place, if fewer than [`MAX_IN_BACKGROUND`] deliveries hold one.
+    fn new(background: &Arc<Background>) -> Option<Self> {
+        background
+            .deliveries
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_IN_BACKGROUND).then_some(n + 1)
+            })
+            .ok()?;
+        Some(Self(Arc::clone(background)))
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.0.deliveries.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

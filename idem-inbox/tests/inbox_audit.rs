@@ -731,3 +731,111 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
         std::thread::park();
     }
 }
+
+/// A trail whose delivery writes wait until it thaws, counting how many wait at once.
+#[derive(Default)]
+struct Backlog {
+    inner: MemoryAudit,
+    frozen: AtomicBool,
+    thawed: Notify,
+    waiting: Arc<AtomicUsize>,
+    peak: AtomicUsize,
+}
+
+/// One delivery write waiting on a frozen [`Backlog`], until it lands or is dropped.
+struct Waiting(Arc<AtomicUsize>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[idem_core::store::async_trait]
+impl Audit for Backlog {
+    async fn delivered(&self, s: &str, id: &[u8], at: Timestamp) -> Result<(), idem_core::Error> {
+        let now = self.waiting.fetch_add(1, Ordering::SeqCst) + 1;
+        let _waiting = Waiting(Arc::clone(&self.waiting));
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        loop {
+            let thawed = self.thawed.notified();
+            if !self.frozen.load(Ordering::SeqCst) {
+                break;
+            }
+            thawed.await;
+        }
+        self.inner.delivered(s, id, at).await
+    }
+    async fn settled(
+        &self,
+        s: &str,
+        id: &[u8],
+        o: AuditOutcome,
+        at: Timestamp,
+    ) -> Result<(), idem_core::Error> {
+        self.inner.settled(s, id, o, at).await
+    }
+    async fn conflicted(&self, s: &str, id: &[u8], at: Timestamp) -> Result<(), idem_core::Error> {
+        self.inner.conflicted(s, id, at).await
+    }
+    async fn query(
+        &self,
+        s: &str,
+        f: Timestamp,
+        t: Timestamp,
+        l: usize,
+    ) -> Result<Vec<AuditEntry>, idem_core::Error> {
+        self.inner.query(s, f, t, l).await
+    }
+    async fn purge(&self, b: Timestamp, l: usize) -> Result<usize, idem_core::Error> {
+        self.inner.purge(b, l).await
+    }
+}
+
+/// C13: a storm of deliveries against a frozen trail. Each write past its 20 ms goes on in
+/// the background until its budget; their number must be bounded too, not grow with the
+/// storm's rate times the budget (a write waiting for a pool connection, or queued on
+/// SQLite's one writer ahead of the engine's reservations and completions). Before writes
+/// went on past the answer, the deliveries in flight bounded them. Every event is still
+/// processed at once, and the trail lands what it kept once it thaws.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn c13_a_delivery_storm_on_a_frozen_trail_keeps_a_bounded_backlog() {
+    const WORKERS: usize = 32;
+    const EACH: usize = 80;
+    let audit = Arc::new(Backlog::default());
+    audit.frozen.store(true, Ordering::SeqCst);
+    // A budget the storm does not outlast: no write is given up while it lasts.
+    let policy = Policy::default().store_timeout(Duration::from_secs(60));
+    let idem = Idempotency::with_policy(MemoryStore::new(), policy).expect("policy");
+    let inbox = Inbox::new(idem).with_audit(audit.clone());
+    let mut tasks = Vec::new();
+    for w in 0..WORKERS {
+        let inbox = inbox.clone();
+        tasks.push(tokio::spawn(async move {
+            for n in 0..EACH {
+                let id = format!("evt_{w}_{n}");
+                let ev = event(&inbox, "stripe", id.as_bytes(), b"{}");
+                let r = done(&inbox, &ev).await;
+                assert!(matches!(r, Receipt::Processed(_)), "{r:?}");
+            }
+        }));
+    }
+    for t in tasks {
+        timeout(LIMIT, t).await.expect("bounded").expect("join");
+    }
+    let peak = audit.peak.load(Ordering::SeqCst);
+    audit.frozen.store(false, Ordering::SeqCst);
+    audit.thawed.notify_waiters();
+    timeout(LIMIT, inbox.drain_audit()).await.expect("drained");
+    assert_eq!(audit.waiting.load(Ordering::SeqCst), 0);
+    assert!(
+        peak <= 1024 + WORKERS,
+        "{peak} writes of {} deliveries waited at once on the frozen trail",
+        WORKERS * EACH
+    );
+    let landed = all(&audit.inner, "stripe").await;
+    assert!(!landed.is_empty());
+    for entry in &landed {
+        assert_eq!(entry.outcome, AuditOutcome::Processed, "{entry:?}");
+    }
+}
