@@ -150,3 +150,115 @@ async fn c04_pg_concurrent_deliveries_through_several_stores_commit_each_effect_
         assert_eq!(count(format!("evt_{e}")).await, 1, "evt_{e}");
     }
 }
+
+/// An inbox over a new table with its trail, `evt_row` processed and its writes landed, and
+/// a transaction on another pool holding the event's audit row (an operator's UPDATE, a
+/// purge); then 12 duplicates delivered at once, each answered (the receipt and its time).
+#[allow(clippy::type_complexity)]
+async fn duplicates_while_the_audit_row_is_locked() -> (
+    Inbox<PgStore>,
+    Arc<idem_inbox::PgAudit>,
+    sqlx::Transaction<'static, sqlx::Postgres>,
+    Vec<(Result<Receipt, idem_core::Error>, Duration)>,
+) {
+    let table = format!("t_{}", FencingToken::generate());
+    let store = store_on(&table).await;
+    let audit = Arc::new(idem_inbox::PgAudit::open(&store).await.expect("audit"));
+    let policy = Policy::default().store_timeout(ROW_BUDGET);
+    let inbox = Inbox::new(Idempotency::with_policy(store, policy).expect("policy"))
+        .with_audit(audit.clone());
+    let event = inbox
+        .event_json(
+            &Delivery::trusted("stripe", br#"{"id":"evt_row"}"#),
+            b"evt_row",
+            &[],
+        )
+        .expect("event");
+    let first = inbox
+        .receive(&event, |_ctx| async { Ok::<_, std::io::Error>(Ack::Done) })
+        .await
+        .expect("received");
+    assert!(matches!(first, Receipt::Processed(_)), "{first:?}");
+    inbox.drain_audit().await;
+
+    let other = sqlx::PgPool::connect(&pg_url()).await.expect("other pool");
+    let mut locker = other.begin().await.expect("begin");
+    sqlx::query(AssertSqlSafe(format!(
+        "SELECT 1 FROM {} FOR UPDATE",
+        audit.table()
+    )))
+    .execute(&mut *locker)
+    .await
+    .expect("row lock");
+    let mut tasks = Vec::new();
+    for _ in 0..12 {
+        let (inbox, event) = (inbox.clone(), event.clone());
+        tasks.push(tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let r = inbox
+                .receive(&event, |_ctx| async { Ok::<_, std::io::Error>(Ack::Done) })
+                .await;
+            (r, started.elapsed())
+        }));
+    }
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.expect("join"));
+    }
+    let deliveries: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT deliveries::bigint FROM {}",
+        audit.table()
+    )))
+    .fetch_one(&other)
+    .await
+    .expect("read beside the lock");
+    assert_eq!(deliveries, 1, "the duplicates' writes wait for the lock");
+    (inbox, audit, locker, answers)
+}
+
+/// The store budget of the locked-audit-row tests.
+const ROW_BUDGET: Duration = Duration::from_millis(1500);
+
+/// C5: duplicates of a processed event are answered from a read while another transaction
+/// holds the event's audit row: the trail's writes wait for that lock in the background, and
+/// land, every delivery counted, once it is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn c05_pg_duplicates_are_answered_while_the_audit_row_is_locked() {
+    use idem_inbox::{Audit, AuditOutcome};
+    let (inbox, audit, locker, answers) = duplicates_while_the_audit_row_is_locked().await;
+    locker.rollback().await.expect("unlock");
+    for (r, took) in &answers {
+        assert!(
+            matches!(r, Ok(Receipt::Duplicate(_))) && *took < ROW_BUDGET / 3,
+            "{r:?} after {took:?}"
+        );
+    }
+    inbox.drain_audit().await;
+    let far = idem_core::Timestamp::from_millis(4_102_444_800_000);
+    let zero = idem_core::Timestamp::from_millis(0);
+    let entries = audit.query("stripe", zero, far, 10).await.expect("query");
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0].deliveries, 13, "{entries:?}");
+    assert_eq!(entries[0].outcome, AuditOutcome::Processed);
+}
+
+/// C13: PgAudit writes on the store's pool (`PgStore::pool`), the one handlers begin their
+/// effect's transaction on (docs/inbox.md). Writes waiting for a row lock hold its
+/// connections: 6 of them (the pool's size) take it all, and a fresh event's effect waits for
+/// a connection past its budget. Nothing cuts a waiting statement off at the budget on the
+/// server (the `Audit` methods are given no deadline; a dropped future leaves its backend
+/// waiting for the lock). Not from 5411b80 (the writes came first on the answer's path and
+/// waited as long), though answers no longer bound their number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "PgAudit's writes share the store's pool and have no server-side deadline: writes \
+            waiting on a locked audit row take every connection; a design change (a deadline \
+            on Audit's methods, a lock_timeout per write, or a pool of the trail's own)"]
+async fn c13_pg_audit_writes_waiting_on_a_lock_leave_the_pool_to_effects() {
+    let (inbox, _audit, locker, _answers) = duplicates_while_the_audit_row_is_locked().await;
+    let acquired = tokio::time::timeout(ROW_BUDGET, inbox.idem().store().pool().acquire()).await;
+    locker.rollback().await.expect("unlock");
+    assert!(
+        matches!(acquired, Ok(Ok(_))),
+        "an effect's connection: {acquired:?}"
+    );
+}
