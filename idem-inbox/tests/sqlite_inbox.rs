@@ -75,3 +75,69 @@ async fn c05_a_duplicate_is_answered_while_another_process_holds_the_write_lock(
         assert_eq!(outcome, AuditOutcome::Processed);
     }
 }
+
+/// C5: 30 duplicates at once while another process holds the write lock: each is answered
+/// from a read at once, and their 60 audit writes, queued on the store's one writer behind
+/// the lock, land in order once it is gone: 31 deliveries, processed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn c05_concurrent_duplicates_under_a_write_lock_are_all_counted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(dir.path().join("inbox.db"))
+        .await
+        .expect("open store");
+    let audit = Arc::new(SqliteAudit::open(&store).await.expect("open audit"));
+    let policy = Policy::default().store_timeout(BUDGET);
+    let inbox = Inbox::new(Idempotency::with_policy(store, policy).expect("policy"))
+        .with_audit(audit.clone());
+    let body = br#"{"id":"evt_many"}"#;
+    let event = inbox
+        .event_json(&Delivery::trusted("stripe", body), b"evt_many", &[])
+        .expect("event");
+    let first = inbox
+        .receive(&event, |_ctx| async { Ok::<_, std::io::Error>(Ack::Done) })
+        .await
+        .expect("received");
+    assert!(matches!(first, Receipt::Processed(_)), "{first:?}");
+
+    let other = Connection::open(dir.path().join("inbox.db")).expect("other connection");
+    other.execute_batch("BEGIN IMMEDIATE").expect("write lock");
+    let mut tasks = Vec::new();
+    for _ in 0..30 {
+        let (inbox, event) = (inbox.clone(), event.clone());
+        tasks.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let r = inbox
+                .receive(&event, |_ctx| async { Ok::<_, std::io::Error>(Ack::Done) })
+                .await;
+            (r, started.elapsed())
+        }));
+    }
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.expect("join"));
+    }
+    other.execute_batch("ROLLBACK").expect("unlock");
+    for (r, took) in &answers {
+        assert!(
+            matches!(r, Ok(Receipt::Duplicate(_))) && *took < BUDGET / 3,
+            "{r:?} after {took:?}"
+        );
+    }
+    tokio::time::timeout(BUDGET * 2, inbox.drain_audit())
+        .await
+        .expect("drained");
+    let entries = audit
+        .query(
+            "stripe",
+            Timestamp::from_millis(0),
+            Timestamp::from_millis(4_102_444_800_000),
+            10,
+        )
+        .await
+        .expect("query");
+    let [entry] = entries.as_slice() else {
+        panic!("{entries:?}")
+    };
+    assert_eq!(entry.deliveries, 31, "{entry:?}");
+    assert_eq!(entry.outcome, AuditOutcome::Processed, "{entry:?}");
+}
