@@ -241,24 +241,3 @@ async fn c05_pg_duplicates_are_answered_while_the_audit_row_is_locked() {
     assert_eq!(entries[0].deliveries, 13, "{entries:?}");
     assert_eq!(entries[0].outcome, AuditOutcome::Processed);
 }
-
-/// C13: PgAudit writes on the store's pool (`PgStore::pool`), the one handlers begin their
-/// effect's transaction on (docs/inbox.md). Writes waiting for a row lock hold its
-/// connections: 6 of them (the pool's size) take it all, and a fresh event's effect waits for
-/// a connection past its budget. Nothing cuts a waiting statement off at the budget on the
-/// server (the `Audit` methods are given no deadline; a dropped future leaves its backend
-/// waiting for the lock). Not from 5411b80 (the writes came first on the answer's path and
-/// waited as long), though answers no longer bound their number.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "PgAudit's writes share the store's pool and have no server-side deadline: writes \
-            waiting on a locked audit row take every connection; a design change (a deadline \
-            on Audit's methods, a lock_timeout per write, or a pool of the trail's own)"]
-async fn c13_pg_audit_writes_waiting_on_a_lock_leave_the_pool_to_effects() {
-    let (inbox, _audit, locker, _answers) = duplicates_while_the_audit_row_is_locked().await;
-    let acquired = tokio::time::timeout(ROW_BUDGET, inbox.idem().store().pool().acquire()).await;
-    locker.rollback().await.expect("unlock");
-    assert!(
-        matches!(acquired, Ok(Ok(_))),
-        "an effect's connection: {acquired:?}"
-    );
-}
