@@ -60,23 +60,52 @@ async fn all(audit: &MemoryAudit, source: &str) -> Vec<AuditEntry> {
 /// the execution is detached and processes the event, while the audit's own write ran in the
 /// dropped future. The redelivery, a duplicate, records the event processed (as after a crash
 /// between the commit and the 200, docs/inbox.md).
-/// A [`MemoryAudit`] that fails or freezes on demand.
+/// A [`MemoryAudit`] that fails or freezes on demand, counting the writes a freeze holds.
 #[derive(Default)]
 struct Faulty {
     inner: MemoryAudit,
     /// The next delivery write fails (1), once.
     fail_next: AtomicUsize,
-    /// Delivery writes never answer: a frozen database.
+    /// Delivery writes wait until [`thawed`](Self::thawed): a frozen database.
     frozen_deliveries: AtomicBool,
-    /// Writes of how a delivery ended never answer.
+    /// Writes of how a delivery ended wait alike.
     frozen_outcomes: AtomicBool,
+    thawed: Notify,
+    /// The writes a freeze holds now, and at most so far.
+    waiting: Arc<AtomicUsize>,
+    peak: AtomicUsize,
 }
 
 impl Faulty {
     async fn freeze_if(&self, frozen: &AtomicBool) {
-        if frozen.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
+        if !frozen.load(Ordering::SeqCst) {
+            return;
         }
+        let now = self.waiting.fetch_add(1, Ordering::SeqCst) + 1;
+        let _waiting = Waiting(Arc::clone(&self.waiting));
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        loop {
+            let thawed = self.thawed.notified();
+            if !frozen.load(Ordering::SeqCst) {
+                return;
+            }
+            thawed.await;
+        }
+    }
+
+    /// Lets the writes `frozen` holds go on.
+    fn thaw(&self, frozen: &AtomicBool) {
+        frozen.store(false, Ordering::SeqCst);
+        self.thawed.notify_waiters();
+    }
+}
+
+/// One write a freeze of [`Faulty`] holds, until it goes on or is dropped.
+struct Waiting(Arc<AtomicUsize>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -732,66 +761,6 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
     }
 }
 
-/// A trail whose delivery writes wait until it thaws, counting how many wait at once.
-#[derive(Default)]
-struct Backlog {
-    inner: MemoryAudit,
-    frozen: AtomicBool,
-    thawed: Notify,
-    waiting: Arc<AtomicUsize>,
-    peak: AtomicUsize,
-}
-
-/// One delivery write waiting on a frozen [`Backlog`], until it lands or is dropped.
-struct Waiting(Arc<AtomicUsize>);
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-#[idem_core::store::async_trait]
-impl Audit for Backlog {
-    async fn delivered(&self, s: &str, id: &[u8], at: Timestamp) -> Result<(), idem_core::Error> {
-        let now = self.waiting.fetch_add(1, Ordering::SeqCst) + 1;
-        let _waiting = Waiting(Arc::clone(&self.waiting));
-        self.peak.fetch_max(now, Ordering::SeqCst);
-        loop {
-            let thawed = self.thawed.notified();
-            if !self.frozen.load(Ordering::SeqCst) {
-                break;
-            }
-            thawed.await;
-        }
-        self.inner.delivered(s, id, at).await
-    }
-    async fn settled(
-        &self,
-        s: &str,
-        id: &[u8],
-        o: AuditOutcome,
-        at: Timestamp,
-    ) -> Result<(), idem_core::Error> {
-        self.inner.settled(s, id, o, at).await
-    }
-    async fn conflicted(&self, s: &str, id: &[u8], at: Timestamp) -> Result<(), idem_core::Error> {
-        self.inner.conflicted(s, id, at).await
-    }
-    async fn query(
-        &self,
-        s: &str,
-        f: Timestamp,
-        t: Timestamp,
-        l: usize,
-    ) -> Result<Vec<AuditEntry>, idem_core::Error> {
-        self.inner.query(s, f, t, l).await
-    }
-    async fn purge(&self, b: Timestamp, l: usize) -> Result<usize, idem_core::Error> {
-        self.inner.purge(b, l).await
-    }
-}
-
 /// C13: a storm of deliveries against a frozen trail. Each write past its 20 ms goes on in
 /// the background until its budget; their number must be bounded too, not grow with the
 /// storm's rate times the budget (a write waiting for a pool connection, or queued on
@@ -802,8 +771,8 @@ impl Audit for Backlog {
 async fn c13_a_delivery_storm_on_a_frozen_trail_keeps_a_bounded_backlog() {
     const WORKERS: usize = 32;
     const EACH: usize = 80;
-    let audit = Arc::new(Backlog::default());
-    audit.frozen.store(true, Ordering::SeqCst);
+    let audit = Arc::new(Faulty::default());
+    audit.frozen_deliveries.store(true, Ordering::SeqCst);
     // A budget the storm does not outlast: no write is given up while it lasts.
     let policy = Policy::default().store_timeout(Duration::from_secs(60));
     let idem = Idempotency::with_policy(MemoryStore::new(), policy).expect("policy");
@@ -824,8 +793,7 @@ async fn c13_a_delivery_storm_on_a_frozen_trail_keeps_a_bounded_backlog() {
         timeout(LIMIT, t).await.expect("bounded").expect("join");
     }
     let peak = audit.peak.load(Ordering::SeqCst);
-    audit.frozen.store(false, Ordering::SeqCst);
-    audit.thawed.notify_waiters();
+    audit.thaw(&audit.frozen_deliveries);
     timeout(LIMIT, inbox.drain_audit()).await.expect("drained");
     assert_eq!(audit.waiting.load(Ordering::SeqCst), 0);
     assert!(
