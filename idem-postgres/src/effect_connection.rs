@@ -24,8 +24,15 @@
 //!   ping without a deadline).
 
 use crate::connections::Held;
+use idem_core::Error;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, Postgres};
+use std::future::Future;
+use std::pin::Pin;
+
+/// A connection for an execution's transaction, on its way.
+pub(crate) type Acquiring<'a> =
+    Pin<Box<dyn Future<Output = Result<EffectConnection<'a>, Error>> + Send + 'a>>;
 
 /// A connection that is closed on drop unless [`kept`](Self::keep): one of the store's own, or
 /// one of the application's pool.

@@ -51,6 +51,7 @@ mod follow_pool;
 mod gate;
 mod hosts;
 mod hosts_url;
+mod look_beside;
 mod migrate;
 mod ops;
 mod params;
