@@ -60,12 +60,19 @@ async fn all(audit: &MemoryAudit, source: &str) -> Vec<AuditEntry> {
 /// the execution is detached and processes the event, while the audit's own write ran in the
 /// dropped future. The redelivery, a duplicate, records the event processed (as after a crash
 /// between the commit and the 200, docs/inbox.md).
-/// A [`MemoryAudit`] that fails or freezes on demand, counting the writes a freeze holds.
+/// A [`MemoryAudit`] that fails, freezes, takes its time or panics on demand, counting the
+/// writes a freeze holds.
 #[derive(Default)]
 struct Faulty {
     inner: MemoryAudit,
     /// The next delivery write fails (1), once.
     fail_next: AtomicUsize,
+    /// What a delivery write takes, in ms (so that it goes on past the answer's 20 ms).
+    delivered_ms: AtomicUsize,
+    /// What an outcome write takes, in ms.
+    settled_ms: AtomicUsize,
+    /// Writes of a delivery panic after their time.
+    panics: AtomicBool,
     /// Delivery writes wait until [`thawed`](Self::thawed): a frozen database.
     frozen_deliveries: AtomicBool,
     /// Writes of how a delivery ended wait alike.
@@ -77,6 +84,24 @@ struct Faulty {
 }
 
 impl Faulty {
+    /// A trail whose writes take `delivered_ms` and `settled_ms`.
+    fn slow(delivered_ms: usize, settled_ms: usize) -> Self {
+        Self {
+            delivered_ms: AtomicUsize::new(delivered_ms),
+            settled_ms: AtomicUsize::new(settled_ms),
+            ..Self::default()
+        }
+    }
+
+    /// Freezes while `frozen`, then takes `ms` of time.
+    async fn hold(&self, frozen: &AtomicBool, ms: &AtomicUsize) {
+        self.freeze_if(frozen).await;
+        let ms = ms.load(Ordering::SeqCst) as u64;
+        if ms > 0 {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+    }
+
     async fn freeze_if(&self, frozen: &AtomicBool) {
         if !frozen.load(Ordering::SeqCst) {
             return;
@@ -112,7 +137,8 @@ impl Drop for Waiting {
 #[idem_core::store::async_trait]
 impl Audit for Faulty {
     async fn delivered(&self, s: &str, id: &[u8], at: Timestamp) -> Result<(), idem_core::Error> {
-        self.freeze_if(&self.frozen_deliveries).await;
+        self.hold(&self.frozen_deliveries, &self.delivered_ms).await;
+        assert!(!self.panics.load(Ordering::SeqCst), "the audit panicked");
         if self.fail_next.swap(0, Ordering::SeqCst) == 1 {
             return Err(idem_core::Error::store(
                 "audit",
@@ -129,11 +155,11 @@ impl Audit for Faulty {
         o: AuditOutcome,
         at: Timestamp,
     ) -> Result<(), idem_core::Error> {
-        self.freeze_if(&self.frozen_outcomes).await;
+        self.hold(&self.frozen_outcomes, &self.settled_ms).await;
         self.inner.settled(s, id, o, at).await
     }
     async fn conflicted(&self, s: &str, id: &[u8], at: Timestamp) -> Result<(), idem_core::Error> {
-        self.freeze_if(&self.frozen_outcomes).await;
+        self.hold(&self.frozen_outcomes, &self.settled_ms).await;
         self.inner.conflicted(s, id, at).await
     }
     async fn query(
@@ -516,69 +542,8 @@ async fn c13_an_audit_trail_frozen_after_the_effect_does_not_hold_the_answer() {
 // Writes that go on past the answer (each holds it 20 ms at most): order, counts, drain.
 // ---------------------------------------------------------------------------------------------
 
-/// A [`MemoryAudit`] whose writes take their time (so that they go on in the background past
-/// the answer's 20 ms), or panic, on demand.
-#[derive(Default)]
-struct Slow {
-    inner: MemoryAudit,
-    /// What a delivery write takes, in ms.
-    delivered_ms: AtomicUsize,
-    /// What an outcome write takes, in ms.
-    settled_ms: AtomicUsize,
-    /// Writes of a delivery panic after their time.
-    panics: AtomicBool,
-}
-
-impl Slow {
-    fn new(delivered_ms: usize, settled_ms: usize) -> Self {
-        Self {
-            delivered_ms: AtomicUsize::new(delivered_ms),
-            settled_ms: AtomicUsize::new(settled_ms),
-            ..Self::default()
-        }
-    }
-}
-
-#[idem_core::store::async_trait]
-impl Audit for Slow {
-    async fn delivered(&self, s: &str, id: &[u8], at: Timestamp) -> Result<(), idem_core::Error> {
-        let ms = self.delivered_ms.load(Ordering::SeqCst) as u64;
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-        assert!(!self.panics.load(Ordering::SeqCst), "the audit panicked");
-        self.inner.delivered(s, id, at).await
-    }
-    async fn settled(
-        &self,
-        s: &str,
-        id: &[u8],
-        o: AuditOutcome,
-        at: Timestamp,
-    ) -> Result<(), idem_core::Error> {
-        let ms = self.settled_ms.load(Ordering::SeqCst) as u64;
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-        self.inner.settled(s, id, o, at).await
-    }
-    async fn conflicted(&self, s: &str, id: &[u8], at: Timestamp) -> Result<(), idem_core::Error> {
-        let ms = self.settled_ms.load(Ordering::SeqCst) as u64;
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-        self.inner.conflicted(s, id, at).await
-    }
-    async fn query(
-        &self,
-        s: &str,
-        f: Timestamp,
-        t: Timestamp,
-        l: usize,
-    ) -> Result<Vec<AuditEntry>, idem_core::Error> {
-        self.inner.query(s, f, t, l).await
-    }
-    async fn purge(&self, b: Timestamp, l: usize) -> Result<usize, idem_core::Error> {
-        self.inner.purge(b, l).await
-    }
-}
-
 /// An inbox over `audit` with a lease the tests' retries outlast.
-fn slow_inbox(audit: &Arc<Slow>) -> Inbox<MemoryStore> {
+fn slow_inbox(audit: &Arc<Faulty>) -> Inbox<MemoryStore> {
     let idem = Idempotency::with_policy(
         MemoryStore::new(),
         Policy::default().lease(Duration::from_millis(200)),
@@ -594,7 +559,7 @@ fn slow_inbox(audit: &Arc<Slow>) -> Inbox<MemoryStore> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn audit_background_writes_keep_order_and_exact_counts() {
     timeout(LIMIT, async {
-        let audit = Arc::new(Slow::new(60, 0));
+        let audit = Arc::new(Faulty::slow(60, 0));
         let inbox = slow_inbox(&audit);
         let mut tasks = Vec::new();
         for n in 0..220u32 {
@@ -641,7 +606,7 @@ async fn audit_background_writes_keep_order_and_exact_counts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_a_panicking_background_write_neither_hangs_the_drain_nor_the_outcome() {
     timeout(LIMIT, async {
-        let audit = Arc::new(Slow::new(40, 0));
+        let audit = Arc::new(Faulty::slow(40, 0));
         audit.panics.store(true, Ordering::SeqCst);
         let inbox = slow_inbox(&audit);
         let ev = event(&inbox, "stripe", b"evt_panic", br#"{"id":"evt_panic"}"#);
@@ -665,7 +630,7 @@ async fn audit_a_panicking_background_write_neither_hangs_the_drain_nor_the_outc
 /// returns at once rather than waiting for writes that no longer exist.
 #[test]
 fn audit_writes_of_a_dropped_runtime_do_not_hang_the_drain() {
-    let audit = Arc::new(Slow::new(10_000, 0));
+    let audit = Arc::new(Faulty::slow(10_000, 0));
     let inbox = slow_inbox(&audit);
     let ev = event(&inbox, "stripe", b"evt_rt", br#"{"id":"evt_rt"}"#);
     let first = tokio::runtime::Builder::new_current_thread()
@@ -691,7 +656,7 @@ fn audit_writes_of_a_dropped_runtime_do_not_hang_the_drain() {
 #[tokio::test]
 async fn audit_background_writes_land_on_a_current_thread_runtime() {
     timeout(LIMIT, async {
-        let audit = Arc::new(Slow::new(40, 40));
+        let audit = Arc::new(Faulty::slow(40, 40));
         let inbox = slow_inbox(&audit);
         let ev = event(&inbox, "stripe", b"evt_ct", br#"{"id":"evt_ct"}"#);
         assert!(matches!(done(&inbox, &ev).await, Receipt::Processed(_)));

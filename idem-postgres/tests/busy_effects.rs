@@ -26,28 +26,7 @@ fn request(idem: &Idempotency<PgStore>, key: &str) -> Request {
 
 /// A one-commit execution of `key` whose effect holds its transaction until `go` is sent.
 async fn hold(idem: &Idempotency<PgStore>, key: &str) -> (Held, oneshot::Sender<()>) {
-    let (started, on_start) = oneshot::channel::<()>();
-    let (go, on_go) = oneshot::channel::<()>();
-    let held = request(idem, key);
-    let intent = key.to_owned();
-    let engine = idem.clone();
-    let holder = tokio::spawn(async move {
-        engine
-            .run_in_transaction(&held, move |tx, _| {
-                Box::pin(async move {
-                    sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
-                        .bind(intent)
-                        .execute(&mut *tx)
-                        .await?;
-                    let _ = started.send(());
-                    let _ = on_go.await;
-                    Ok::<_, sqlx::Error>(StoredResponse::new(201, "held"))
-                })
-            })
-            .await
-    });
-    on_start.await.expect("the effect started");
-    (holder, go)
+    common::hold(idem, request(idem, key), key.to_owned()).await
 }
 
 /// A store on `table` with `connections` of its own (and as many for effects), the table

@@ -489,27 +489,10 @@ async fn c05_duplicates_are_answered_while_every_effect_connection_is_busy() {
         let mut holders = Vec::new();
         let mut gos = Vec::new();
         for n in 0..2 {
-            let (started, on_start) = oneshot::channel::<()>();
-            let (go, on_go) = oneshot::channel::<()>();
             let intent = format!("held-{n}-{table}");
-            let held = request(&idem, &intent, b"{\"cents\":1}").with_one_commit(true);
-            let engine = idem.clone();
-            holders.push(tokio::spawn(async move {
-                engine
-                    .run_in_transaction(&held, move |tx, _| {
-                        Box::pin(async move {
-                            sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
-                                .bind(intent)
-                                .execute(&mut *tx)
-                                .await?;
-                            let _ = started.send(());
-                            let _ = on_go.await;
-                            Ok::<_, sqlx::Error>(StoredResponse::new(201, "held"))
-                        })
-                    })
-                    .await
-            }));
-            on_start.await.expect("the effect started");
+            let held = request(&idem, &intent, b"{\"cents\":1}");
+            let (holder, go) = common::hold(&idem, held, intent).await;
+            holders.push(holder);
             gos.push(go);
         }
 

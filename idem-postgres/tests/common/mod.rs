@@ -287,3 +287,37 @@ pub(crate) fn select_one<'c>(
         Ok(idem_core::StoredResponse::new(201, "charged"))
     })
 }
+
+/// A running one-commit execution of `held` whose effect inserts a charge for `intent`, then
+/// holds its transaction until the sender is used (or dropped): its task and that sender.
+pub(crate) async fn hold(
+    idem: &idem_core::Idempotency<PgStore>,
+    held: idem_core::Request,
+    intent: String,
+) -> (
+    tokio::task::JoinHandle<Result<idem_core::Outcome, idem_core::RunError<sqlx::Error>>>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    use idem_postgres::PgIdempotency;
+    let (started, on_start) = tokio::sync::oneshot::channel::<()>();
+    let (go, on_go) = tokio::sync::oneshot::channel::<()>();
+    let held = held.with_one_commit(true);
+    let engine = idem.clone();
+    let holder = tokio::spawn(async move {
+        engine
+            .run_in_transaction(&held, move |tx, _| {
+                Box::pin(async move {
+                    sqlx::query("INSERT INTO idem_test.charges (intent) VALUES ($1)")
+                        .bind(intent)
+                        .execute(&mut *tx)
+                        .await?;
+                    let _ = started.send(());
+                    let _ = on_go.await;
+                    Ok::<_, sqlx::Error>(idem_core::StoredResponse::new(201, "held"))
+                })
+            })
+            .await
+    });
+    on_start.await.expect("the effect started");
+    (holder, go)
+}
